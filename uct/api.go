@@ -1,0 +1,162 @@
+package uct
+
+import (
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// Component is one transport family: it lists its memory domains and
+// unpacks the remote keys its MDs pack (uct_component_h).
+type Component interface {
+	// Name is the component name ("self", "posix", "sysv", "cma", "tcp").
+	Name() string
+	// MDResources lists the memory domains the component offers here.
+	MDResources() ([]MDResource, error)
+	// OpenMD opens the memory domain name, with its configuration read from
+	// the environment variables of config (nil for the defaults).
+	OpenMD(name string, config *ucs.Config) (MD, error)
+	// MDConfigTable is the MD's configuration table (names without prefix).
+	MDConfigTable() []ucs.ConfigField
+	// RkeyUnpack decodes a key packed by MD.MkeyPack, possibly in another
+	// process, and prepares it for use (it may map the remote memory). It
+	// fails with ucs.ErrInvalidParam for malformed input and
+	// ucs.ErrUnreachable when the memory cannot be reached from here.
+	RkeyUnpack(packed []byte) (RkeyBundle, error)
+	// RkeyPtr returns a local pointer through which raddr, covered by rkey,
+	// can be read and written directly; ucs.ErrUnsupported where the
+	// component has no such access, ucs.ErrOutOfRange outside the key.
+	RkeyPtr(rkey RkeyBundle, raddr uint64) (unsafe.Pointer, error)
+	// RkeyRelease releases what RkeyUnpack prepared.
+	RkeyRelease(rkey RkeyBundle) error
+}
+
+// MD is a memory domain: the unit that allocates, registers and keys memory
+// (uct_md_h).
+type MD interface {
+	Component() Component
+	Name() string
+	Query() (MDAttr, error)
+	// MemAlloc allocates at least length bytes that remote peers can reach
+	// through keys packed with MkeyPack; name labels it for debugging. It
+	// fails with ucs.ErrUnsupported on an MD without MDFlagAlloc.
+	MemAlloc(length int, flags uint32, name string) (Allocation, error)
+	MemFree(memh Memh) error
+	// MemReg registers existing memory; ucs.ErrUnsupported without MDFlagReg.
+	MemReg(addr unsafe.Pointer, length int, flags uint32) (Memh, error)
+	MemDereg(memh Memh) error
+	// MkeyPack packs the remote key of memh, RkeyPackedSize bytes.
+	MkeyPack(memh Memh) ([]byte, error)
+	// TLResources lists the transports and devices of the MD.
+	TLResources() ([]TLResource, error)
+	// IfaceConfigTable is the configuration table of the MD's ifaces.
+	IfaceConfigTable() []ucs.ConfigField
+	// IfaceOpen opens an interface on a resource of the MD.
+	IfaceOpen(worker *Worker, params *IfaceParams, config *ucs.Config) (Iface, error)
+	// Close releases the MD; memory and ifaces must be released first.
+	Close()
+}
+
+// Iface open modes (UCT_IFACE_OPEN_MODE_*).
+const (
+	IfaceOpenModeDevice uint64 = 1 << 0
+)
+
+// IfaceParams are the parameters of MD.IfaceOpen (uct_iface_params_t).
+type IfaceParams struct {
+	// TLName and DevName select the resource (from MD.TLResources).
+	TLName, DevName string
+	// StatsRoot, RxHeadroom and CPU masks of UCX have no meaning here.
+
+	// ErrHandler is called from progress when an EP of the iface fails
+	// (peer dead, connection lost); status says how.
+	ErrHandler    func(arg any, ep EP, status ucs.Status)
+	ErrHandlerArg any
+}
+
+// Iface is a communication interface on one device (uct_iface_h).
+type Iface interface {
+	Query() (*IfaceAttr, error)
+	// DeviceAddress and Address describe the iface to remote peers; the
+	// lengths are those of IfaceAttr.
+	DeviceAddress() []byte
+	Address() []byte
+	// IsReachable reports whether an iface with the given device and iface
+	// addresses can be reached from this one. Malformed addresses are not
+	// reachable.
+	IsReachable(deviceAddr, ifaceAddr []byte) bool
+	// SetAMHandler installs cb for active messages with id (< AMMaxID);
+	// a nil cb removes the handler. flags is CBFlagSync or CBFlagAsync.
+	SetAMHandler(id uint8, cb AMCallback, arg any, flags uint32) error
+	// ReleaseDesc gives back AM data a handler kept by returning InProgress.
+	ReleaseDesc(data []byte)
+	// Progress does pending work (receives, completions) and returns the
+	// number of events handled.
+	Progress() int
+	Flush(flags uint32, comp *Completion) ucs.Status
+	Fence(flags uint32) ucs.Status
+	// EPCreate connects a new EP to the remote iface whose addresses are
+	// given (connect to iface). It fails with ucs.ErrInvalidAddr for
+	// malformed addresses and ucs.ErrUnreachable where IsReachable is false.
+	EPCreate(params *EPParams) (EP, error)
+	// WakeupFD returns a file descriptor that becomes readable when the
+	// iface has events, or ucs.ErrUnsupported.
+	WakeupFD() (int, error)
+	Close()
+}
+
+// EPParams are the parameters of Iface.EPCreate (uct_ep_params_t).
+type EPParams struct {
+	DeviceAddr []byte
+	IfaceAddr  []byte
+	// PathIndex selects among several paths to the peer; 0 by default.
+	PathIndex int
+}
+
+// EP is an endpoint: a connection from an iface to one remote iface
+// (uct_ep_h). An EP is used from one goroutine at a time unless the worker
+// was created with ucs.ThreadModeMulti.
+type EP interface {
+	// PutShort writes buf (at most IfaceAttr.Put.MaxShort bytes) to raddr.
+	PutShort(buf []byte, raddr uint64, rkey uint64) ucs.Status
+	// PutBcopy writes what pack produces (at most Put.MaxBcopy bytes) and
+	// returns its length.
+	PutBcopy(pack PackFunc, raddr uint64, rkey uint64) (int, ucs.Status)
+	// PutZcopy writes the iov without an intermediate copy; comp is
+	// signalled when the buffers may be reused if the result is InProgress.
+	PutZcopy(iov []IOV, raddr uint64, rkey uint64, comp *Completion) ucs.Status
+	GetBcopy(unpack UnpackFunc, length int, raddr uint64, rkey uint64, comp *Completion) ucs.Status
+	GetZcopy(iov []IOV, raddr uint64, rkey uint64, comp *Completion) ucs.Status
+
+	// AMShort sends the 8-byte header and payload to handler id.
+	AMShort(id uint8, header uint64, payload []byte) ucs.Status
+	AMBcopy(id uint8, pack PackFunc, flags uint32) (int, ucs.Status)
+	AMZcopy(id uint8, header []byte, iov []IOV, flags uint32, comp *Completion) ucs.Status
+
+	// AtomicPost64/32 apply a posted op (Add, And, Or, Xor) to raddr.
+	AtomicPost64(op AtomicOp, value uint64, raddr uint64, rkey uint64) ucs.Status
+	AtomicPost32(op AtomicOp, value uint32, raddr uint64, rkey uint64) ucs.Status
+	// AtomicFetch64/32 apply a fetching op (Add, And, Or, Xor, Swap) and
+	// store the old value in *result before comp is signalled (or before
+	// returning OK).
+	AtomicFetch64(op AtomicOp, value uint64, raddr uint64, rkey uint64, result *uint64, comp *Completion) ucs.Status
+	AtomicFetch32(op AtomicOp, value uint32, raddr uint64, rkey uint64, result *uint32, comp *Completion) ucs.Status
+	// AtomicCSwap64/32 store swap at raddr if it holds compare, and the old
+	// value in *result.
+	AtomicCSwap64(compare, swap uint64, raddr uint64, rkey uint64, result *uint64, comp *Completion) ucs.Status
+	AtomicCSwap32(compare, swap uint32, raddr uint64, rkey uint64, result *uint32, comp *Completion) ucs.Status
+
+	// Flush completes (or, with FlushFlagCancel, cancels) every operation
+	// issued on the EP before it: OK when done, InProgress with comp.
+	Flush(flags uint32, comp *Completion) ucs.Status
+	// Fence orders operations issued before it before those issued after.
+	Fence(flags uint32) ucs.Status
+	// PendingAdd queues r until the EP has resources; it returns ucs.ErrBusy
+	// when the EP has resources now (the caller should retry the operation).
+	PendingAdd(r *PendingReq, flags uint32) ucs.Status
+	// PendingPurge removes every queued request, calling cb on each.
+	PendingPurge(cb func(r *PendingReq))
+	// Destroy releases the EP; outstanding operations fail with
+	// ucs.ErrCanceled.
+	Destroy()
+}

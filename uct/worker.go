@@ -1,0 +1,79 @@
+package uct
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// Worker groups ifaces that are progressed together (uct_worker_h). The
+// progress callbacks registered with it are called, in registration order,
+// by Progress.
+type Worker struct {
+	mode ucs.ThreadMode
+	mu   sync.Mutex // serializes registration
+	cbs  atomic.Pointer[[]progressCB]
+	next int
+}
+
+type progressCB struct {
+	id int
+	fn func() int
+}
+
+// NewWorker creates a worker with the given thread mode (uct_worker_create).
+func NewWorker(mode ucs.ThreadMode) *Worker { return &Worker{mode: mode} }
+
+// ThreadMode returns the mode the worker was created with.
+func (w *Worker) ThreadMode() ucs.ThreadMode { return w.mode }
+
+// ProgressRegister adds fn to the worker's progress and returns an id for
+// ProgressUnregister (uct_worker_progress_register_safe).
+func (w *Worker) ProgressRegister(fn func() int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next++
+	// Copy on write, so that Progress iterates without a lock.
+	var old []progressCB
+	if p := w.cbs.Load(); p != nil {
+		old = *p
+	}
+	cbs := make([]progressCB, len(old), len(old)+1)
+	copy(cbs, old)
+	cbs = append(cbs, progressCB{w.next, fn})
+	w.cbs.Store(&cbs)
+	return w.next
+}
+
+// ProgressUnregister removes the callback registered with id; an unknown id
+// is ignored.
+func (w *Worker) ProgressUnregister(id int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.cbs.Load()
+	if p == nil {
+		return
+	}
+	cbs := make([]progressCB, 0, len(*p))
+	for _, cb := range *p {
+		if cb.id != id {
+			cbs = append(cbs, cb)
+		}
+	}
+	w.cbs.Store(&cbs)
+}
+
+// Progress calls every registered callback once and returns the sum of the
+// events they report (uct_worker_progress).
+func (w *Worker) Progress() int {
+	p := w.cbs.Load()
+	if p == nil {
+		return 0
+	}
+	n := 0
+	for _, cb := range *p {
+		n += cb.fn()
+	}
+	return n
+}
