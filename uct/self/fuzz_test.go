@@ -1,0 +1,35 @@
+package self
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// FuzzMkeyDecode checks that the self key decoder accepts exactly the keys
+// of MkeyPackedSize bytes with the magic and non-zero pid and id, and fails
+// every other input with ucs.ErrInvalidParam.
+func FuzzMkeyDecode(f *testing.F) {
+	good := encodeMkey()
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add(good[:8])
+	f.Add(append(append([]byte(nil), good...), 1))
+	f.Add(make([]byte, MkeyPackedSize))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pid, id, err := decodeMkey(b)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Fatalf("decode error %v is not ErrInvalidParam", err)
+			}
+			return
+		}
+		if len(b) != MkeyPackedSize || pid == 0 || id == 0 {
+			t.Fatalf("accepted %x", b)
+		}
+		if _, err := (&Component{}).RkeyUnpack(b); err != nil && !errors.Is(err, ucs.ErrUnreachable) {
+			t.Fatalf("RkeyUnpack of a well-formed key: %v", err)
+		}
+	})
+}

@@ -1,0 +1,347 @@
+package self
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log"
+	"math"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Iface configuration defaults (see IfaceConfigTable).
+const (
+	// DefaultSegSize is the largest active message (header included) and the
+	// largest put bcopy, in bytes.
+	DefaultSegSize = 8192
+	// DefaultAMQueueLen is the number of active messages an iface holds
+	// before senders get ucs.ErrNoResource.
+	DefaultAMQueueLen = 256
+)
+
+var ifaceConfigTable = []ucs.ConfigField{
+	{Name: "SEG_SIZE", Default: strconv.Itoa(DefaultSegSize), Doc: "Largest active message and put bcopy of the self transport, in bytes"},
+	{Name: "AM_QUEUE_LEN", Default: strconv.Itoa(DefaultAMQueueLen), Doc: "Active messages a self iface queues until Progress delivers them"},
+}
+
+// IfaceAddrLen is the length of a self iface address: the pid and the random
+// id of the iface.
+const IfaceAddrLen = 12
+
+// amHandler is an installed active message handler.
+type amHandler struct {
+	cb    uct.AMCallback
+	arg   any
+	flags uint32
+}
+
+// amMsg is a queued active message.
+type amMsg struct {
+	id   uint8
+	data []byte
+}
+
+// pendingEntry is a request queued by EP.PendingAdd.
+type pendingEntry struct {
+	ep  *EP
+	req *uct.PendingReq
+}
+
+// Iface is a self iface. Its EPs reach only the iface itself.
+//
+// Active messages are copied into a queue of AM_QUEUE_LEN messages
+// (ucs.ErrNoResource when it is full) and delivered by Progress, in the order
+// they were sent, to handlers installed with either CBFlagSync or
+// CBFlagAsync; no handler is ever called from inside a send. Handlers get
+// CBParamFlagDesc: they may keep the data by returning ucs.InProgress and
+// give it back with ReleaseDesc. A message for an id without a handler is
+// dropped with a logged warning.
+type Iface struct {
+	md      *MD
+	worker  *uct.Worker
+	id      uint64
+	addr    []byte
+	segSize int
+	qlen    int
+	progID  int
+
+	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
+
+	progressMu sync.Mutex // one Progress at a time
+	mu         sync.Mutex // guards the fields below
+	queue      []amMsg
+	spare      []amMsg
+	used       int      // queue slots taken, including messages being packed
+	free       [][]byte // recycled message buffers of segSize bytes
+	pending    []pendingEntry
+	npending   atomic.Int32
+	closed     bool
+}
+
+// IfaceOpen opens a self iface on the resource {self, memory0} and registers
+// its Progress with worker (when worker is not nil). config may be nil for
+// the defaults of IfaceConfigTable; bad values fail with
+// ucs.ErrInvalidParam, another resource with ucs.ErrNoDevice.
+func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
+	if params != nil && ((params.TLName != "" && params.TLName != TLName) || (params.DevName != "" && params.DevName != DevName)) {
+		return nil, fmt.Errorf("uct/self: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
+	}
+	segSize, err := configInt(config, "SEG_SIZE", DefaultSegSize, 16, math.MaxInt32)
+	if err != nil {
+		return nil, err
+	}
+	qlen, err := configInt(config, "AM_QUEUE_LEN", DefaultAMQueueLen, 1, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	i := &Iface{md: m, worker: worker, id: randomID(), segSize: segSize, qlen: qlen}
+	i.addr = make([]byte, IfaceAddrLen)
+	binary.LittleEndian.PutUint32(i.addr, uint32(os.Getpid()))
+	binary.LittleEndian.PutUint64(i.addr[4:], i.id)
+	if worker != nil {
+		i.progID = worker.ProgressRegister(i.Progress)
+	}
+	return i, nil
+}
+
+// configInt reads the integer variable name of config (a size with the UCX
+// suffixes), def when config is nil or lacks it, and checks it lies in
+// [lo, hi].
+func configInt(config *ucs.Config, name string, def, lo, hi int) (int, error) {
+	if config == nil || config.Get(name) == "" {
+		return def, nil
+	}
+	v, err := ucs.ParseSize(config.Get(name))
+	if err != nil {
+		return 0, fmt.Errorf("uct/self: %s: %w", name, err)
+	}
+	if v < uint64(lo) || v > uint64(hi) {
+		return 0, fmt.Errorf("uct/self: %s=%d outside [%d, %d]: %w", name, v, lo, hi, ucs.ErrInvalidParam)
+	}
+	return int(v), nil
+}
+
+// Query describes the iface. Every RMA and atomic operation completes on
+// return; active messages are bounded by SEG_SIZE.
+func (i *Iface) Query() (*uct.IfaceAttr, error) {
+	const allOps = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpAnd | 1<<uct.AtomicOpOr | 1<<uct.AtomicOpXor
+	const allFops = allOps | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
+	return &uct.IfaceAttr{
+		Put: uct.OpCaps{MaxShort: math.MaxInt32, MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
+		Get: uct.OpCaps{MaxBcopy: math.MaxInt32, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
+		AM: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: i.segSize, OptZcopyAlign: 1, AlignMTU: 1,
+			MaxIOV: math.MaxInt32, MaxHdr: i.segSize},
+		Atomic32: uct.AtomicCaps{OpFlags: allOps, FopFlags: allFops},
+		Atomic64: uct.AtomicCaps{OpFlags: allOps, FopFlags: allFops},
+		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
+			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
+			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
+			uct.IfaceFlagConnectToIface | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync,
+		DeviceAddrLen: 0,
+		IfaceAddrLen:  IfaceAddrLen,
+		Overhead:      10e-9,
+		Bandwidth:     uct.Bandwidth{Dedicated: 6911e6},
+		Latency:       uct.LinearModel{C: 0},
+		Priority:      0,
+		MaxNumEPs:     math.MaxInt32,
+	}, nil
+}
+
+// DeviceAddress returns an empty address: the device is the process.
+func (*Iface) DeviceAddress() []byte { return nil }
+
+// Address returns the IfaceAddrLen-byte address: pid and iface id.
+func (i *Iface) Address() []byte { return append([]byte(nil), i.addr...) }
+
+// IsReachable reports whether the addresses name this very iface.
+func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
+	return len(deviceAddr) == 0 && string(ifaceAddr) == string(i.addr)
+}
+
+// SetAMHandler installs cb for id; a nil cb removes it. id must be below
+// uct.AMMaxID and flags one of CBFlagSync and CBFlagAsync
+// (ucs.ErrInvalidParam otherwise).
+func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
+	if id >= uct.AMMaxID {
+		return fmt.Errorf("uct/self: AM id %d >= %d: %w", id, uct.AMMaxID, ucs.ErrInvalidParam)
+	}
+	if flags&^(uct.CBFlagSync|uct.CBFlagAsync) != 0 || flags == 0 {
+		return fmt.Errorf("uct/self: AM handler flags %#x: %w", flags, ucs.ErrInvalidParam)
+	}
+	if cb == nil {
+		i.handlers[id].Store(nil)
+		return nil
+	}
+	i.handlers[id].Store(&amHandler{cb: cb, arg: arg, flags: flags})
+	return nil
+}
+
+// ReleaseDesc gives back data that a handler kept by returning InProgress.
+func (i *Iface) ReleaseDesc(data []byte) {
+	if cap(data) != i.segSize {
+		return // not ours; leave it to the garbage collector
+	}
+	i.mu.Lock()
+	i.free = append(i.free, data[:cap(data)])
+	i.mu.Unlock()
+}
+
+// reserve takes a queue slot and a message buffer, or reports that the queue
+// is full.
+func (i *Iface) reserve() ([]byte, bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.used >= i.qlen || i.closed {
+		return nil, false
+	}
+	i.used++
+	if n := len(i.free); n > 0 {
+		b := i.free[n-1]
+		i.free = i.free[:n-1]
+		return b, true
+	}
+	return make([]byte, i.segSize), true
+}
+
+// enqueue appends a message whose slot reserve took.
+func (i *Iface) enqueue(id uint8, data []byte) {
+	i.mu.Lock()
+	i.queue = append(i.queue, amMsg{id, data})
+	i.mu.Unlock()
+}
+
+// unreserve gives back a slot and buffer that reserve took but no message
+// used.
+func (i *Iface) unreserve(buf []byte) {
+	i.mu.Lock()
+	i.used--
+	i.free = append(i.free, buf)
+	i.mu.Unlock()
+}
+
+// Progress delivers the queued active messages, then retries the pending
+// requests of the iface's EPs; it returns the number of messages delivered
+// and requests posted.
+func (i *Iface) Progress() int {
+	i.progressMu.Lock()
+	defer i.progressMu.Unlock()
+	i.mu.Lock()
+	q := i.queue
+	i.queue, i.spare = i.spare[:0], nil
+	i.mu.Unlock()
+
+	var kept int
+	for k, m := range q {
+		if !i.deliver(m) {
+			q[k].data = nil // kept by the handler until ReleaseDesc
+			kept++
+		}
+	}
+	i.mu.Lock()
+	i.used -= len(q)
+	for k := range q {
+		if q[k].data != nil {
+			i.free = append(i.free, q[k].data[:cap(q[k].data)])
+		}
+		q[k] = amMsg{}
+	}
+	i.spare = q[:0]
+	i.mu.Unlock()
+
+	n := len(q)
+	if i.npending.Load() != 0 {
+		n += i.progressPending()
+	}
+	return n
+}
+
+// deliver calls the handler of m and reports whether the data may be
+// recycled (false when the handler kept it).
+func (i *Iface) deliver(m amMsg) bool {
+	h := i.handlers[m.id].Load()
+	if h == nil {
+		log.Printf("uct/self: dropped active message %d (%d bytes): no handler", m.id, len(m.data))
+		return true
+	}
+	return h.cb(h.arg, m.data, uct.CBParamFlagDesc) != ucs.InProgress
+}
+
+// progressPending calls pending requests in order until one finds no
+// resources, and returns how many posted.
+func (i *Iface) progressPending() int {
+	n := 0
+	for {
+		i.mu.Lock()
+		if len(i.pending) == 0 {
+			i.mu.Unlock()
+			return n
+		}
+		e := i.pending[0]
+		i.mu.Unlock()
+		if e.req.Func(e.req) == ucs.ErrNoResource {
+			return n
+		}
+		i.mu.Lock()
+		// The callback may have purged the queue; remove e only if still first.
+		if len(i.pending) > 0 && i.pending[0] == e {
+			i.pending[0] = pendingEntry{}
+			i.pending = i.pending[1:]
+			i.npending.Add(-1)
+		}
+		i.mu.Unlock()
+		n++
+	}
+}
+
+// Flush returns OK: every operation of the iface completes on return.
+func (*Iface) Flush(uint32, *uct.Completion) ucs.Status { return ucs.OK }
+
+// Fence issues a full memory barrier and returns OK.
+func (*Iface) Fence(uint32) ucs.Status {
+	memoryBarrier()
+	return ucs.OK
+}
+
+// EPCreate connects an EP to the iface named by params, which must be this
+// iface: malformed addresses fail with ucs.ErrInvalidAddr, another iface
+// with ucs.ErrUnreachable.
+func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
+	if params == nil || len(params.DeviceAddr) != 0 || len(params.IfaceAddr) != IfaceAddrLen {
+		return nil, fmt.Errorf("uct/self: ep create: malformed address: %w", ucs.ErrInvalidAddr)
+	}
+	if !i.IsReachable(params.DeviceAddr, params.IfaceAddr) {
+		return nil, fmt.Errorf("uct/self: ep create: iface %x is not this one: %w", params.IfaceAddr, ucs.ErrUnreachable)
+	}
+	return &EP{iface: i}, nil
+}
+
+// WakeupFD fails with ucs.ErrUnsupported.
+func (*Iface) WakeupFD() (int, error) {
+	return -1, fmt.Errorf("uct/self: wakeup fd: %w", ucs.ErrUnsupported)
+}
+
+// Close unregisters the iface from its worker's progress. Queued messages
+// are dropped and later sends fail with ucs.ErrNoResource.
+func (i *Iface) Close() {
+	if i.worker != nil {
+		i.worker.ProgressUnregister(i.progID)
+	}
+	i.mu.Lock()
+	i.closed = true
+	i.queue = nil
+	i.mu.Unlock()
+}
+
+// fenceWord is the target of the atomic operation that Fence uses as a full
+// memory barrier.
+var fenceWord atomic.Uint64
+
+// memoryBarrier is a full memory barrier: Go atomics are sequentially
+// consistent, and an atomic read-modify-write (LOCK XADD on amd64) orders
+// every earlier load and store before every later one.
+func memoryBarrier() { fenceWord.Add(0) }

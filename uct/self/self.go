@@ -1,0 +1,210 @@
+// Package self is the loopback transport of goshmem: the "self" component,
+// through which a process reaches its own memory and its own ifaces (UCX's
+// uct/sm/self).
+//
+// Importing the package registers the component with uct.Register. Its single
+// memory domain "self" registers any memory without doing anything (remote
+// and local addresses are the same), and its single transport resource
+// {TLName "self", DevName "memory0", DevType uct.DeviceTypeSelf} opens ifaces
+// whose endpoints can only connect to the iface they were created on.
+//
+// RMA operations are plain copies and atomics are sync/atomic operations on
+// the target address, all complete on return. Active messages are copied into
+// a bounded per-iface queue and delivered by Iface.Progress (see Iface for the
+// details), never from inside the sending call.
+package self
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Names of the component, its memory domain and its transport resource.
+const (
+	ComponentName = "self"
+	MDName        = "self"
+	TLName        = "self"
+	DevName       = "memory0"
+)
+
+// MkeyPackedSize is the length of a key packed by the self MD: a magic word,
+// the pid and the random id of the packing process.
+const MkeyPackedSize = 16
+
+// mkeyMagic starts every packed self key ("GSSF", little-endian).
+const mkeyMagic uint32 = 0x46535347
+
+// processID is a random id of this process, carried in packed keys and iface
+// addresses so that a key or address from another process (even one that
+// reuses this pid) is recognised as foreign.
+var processID = randomID()
+
+// randomID returns a random non-zero 64-bit id.
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("uct/self: no randomness: " + err.Error())
+		}
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+func init() { uct.Register(&Component{}) }
+
+// Component is the "self" component. The zero value is ready to use; the
+// package registers one instance with uct.Register.
+type Component struct{}
+
+// Name returns "self".
+func (*Component) Name() string { return ComponentName }
+
+// MDResources returns the one memory domain "self".
+func (*Component) MDResources() ([]uct.MDResource, error) {
+	return []uct.MDResource{{Name: MDName}}, nil
+}
+
+// MDConfigTable returns nil: the self MD has no configuration.
+func (*Component) MDConfigTable() []ucs.ConfigField { return nil }
+
+// OpenMD opens the memory domain "self"; any other name fails with
+// ucs.ErrNoDevice. config is ignored.
+func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
+	if name != MDName {
+		return nil, fmt.Errorf("uct/self: open MD %q: %w", name, ucs.ErrNoDevice)
+	}
+	return &MD{comp: c}, nil
+}
+
+// RkeyUnpack accepts only keys packed by this process. The returned rkey is
+// 0: remote addresses are local addresses. Malformed keys fail with
+// ucs.ErrInvalidParam, keys of another process with ucs.ErrUnreachable.
+func (*Component) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
+	pid, id, err := decodeMkey(packed)
+	if err != nil {
+		return uct.RkeyBundle{}, err
+	}
+	if pid != uint32(os.Getpid()) || id != processID {
+		return uct.RkeyBundle{}, fmt.Errorf("uct/self: key of process %d: %w", pid, ucs.ErrUnreachable)
+	}
+	return uct.RkeyBundle{Rkey: 0}, nil
+}
+
+// RkeyPtr returns raddr as a pointer: self keys cover the whole address
+// space of the process.
+func (*Component) RkeyPtr(rkey uct.RkeyBundle, raddr uint64) (unsafe.Pointer, error) {
+	return ptr(raddr, rkey.Rkey), nil
+}
+
+// RkeyRelease does nothing: unpacking self keys holds no resources.
+func (*Component) RkeyRelease(uct.RkeyBundle) error { return nil }
+
+// encodeMkey packs the key of this process.
+func encodeMkey() []byte {
+	b := make([]byte, MkeyPackedSize)
+	binary.LittleEndian.PutUint32(b[0:], mkeyMagic)
+	binary.LittleEndian.PutUint32(b[4:], uint32(os.Getpid()))
+	binary.LittleEndian.PutUint64(b[8:], processID)
+	return b
+}
+
+// decodeMkey decodes a packed self key; it fails with ucs.ErrInvalidParam
+// unless b has the exact size and magic of a self key.
+func decodeMkey(b []byte) (pid uint32, id uint64, err error) {
+	if len(b) != MkeyPackedSize {
+		return 0, 0, fmt.Errorf("uct/self: packed key of %d bytes, want %d: %w", len(b), MkeyPackedSize, ucs.ErrInvalidParam)
+	}
+	if m := binary.LittleEndian.Uint32(b); m != mkeyMagic {
+		return 0, 0, fmt.Errorf("uct/self: packed key magic %#x: %w", m, ucs.ErrInvalidParam)
+	}
+	pid = binary.LittleEndian.Uint32(b[4:])
+	id = binary.LittleEndian.Uint64(b[8:])
+	if pid == 0 || id == 0 {
+		return 0, 0, fmt.Errorf("uct/self: packed key with zero pid or id: %w", ucs.ErrInvalidParam)
+	}
+	return pid, id, nil
+}
+
+// MD is the "self" memory domain.
+type MD struct {
+	comp *Component
+}
+
+// Memh is the memory handle of the self MD: the registered range.
+type Memh struct {
+	Address unsafe.Pointer
+	Length  int
+}
+
+// Component returns the self component.
+func (m *MD) Component() uct.Component { return m.comp }
+
+// Name returns "self".
+func (*MD) Name() string { return MDName }
+
+// Query reports MDFlagReg and MDFlagRkeyPtr: registration is free and
+// RkeyPtr gives direct access; MemAlloc is not offered.
+func (*MD) Query() (uct.MDAttr, error) {
+	return uct.MDAttr{
+		ComponentName:  ComponentName,
+		Flags:          uct.MDFlagReg | uct.MDFlagRkeyPtr,
+		MaxReg:         ^uint64(0),
+		RkeyPackedSize: MkeyPackedSize,
+	}, nil
+}
+
+// MemAlloc fails with ucs.ErrUnsupported: the self MD only registers.
+func (*MD) MemAlloc(int, uint32, string) (uct.Allocation, error) {
+	return uct.Allocation{}, fmt.Errorf("uct/self: mem alloc: %w", ucs.ErrUnsupported)
+}
+
+// MemFree fails with ucs.ErrUnsupported, as MemAlloc does.
+func (*MD) MemFree(uct.Memh) error {
+	return fmt.Errorf("uct/self: mem free: %w", ucs.ErrUnsupported)
+}
+
+// MemReg returns a *Memh recording the range; a negative length fails with
+// ucs.ErrInvalidParam.
+func (*MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
+	if length < 0 {
+		return nil, fmt.Errorf("uct/self: mem reg of %d bytes: %w", length, ucs.ErrInvalidParam)
+	}
+	return &Memh{Address: addr, Length: length}, nil
+}
+
+// MemDereg releases a handle from MemReg; other handles fail with
+// ucs.ErrInvalidParam.
+func (*MD) MemDereg(memh uct.Memh) error {
+	if _, ok := memh.(*Memh); !ok {
+		return fmt.Errorf("uct/self: mem dereg of %T: %w", memh, ucs.ErrInvalidParam)
+	}
+	return nil
+}
+
+// MkeyPack returns the MkeyPackedSize-byte key of this process; memh must
+// come from MemReg (ucs.ErrInvalidParam otherwise).
+func (*MD) MkeyPack(memh uct.Memh) ([]byte, error) {
+	if _, ok := memh.(*Memh); !ok {
+		return nil, fmt.Errorf("uct/self: mkey pack of %T: %w", memh, ucs.ErrInvalidParam)
+	}
+	return encodeMkey(), nil
+}
+
+// TLResources returns the one resource {self, memory0, DeviceTypeSelf}.
+func (*MD) TLResources() ([]uct.TLResource, error) {
+	return []uct.TLResource{{TLName: TLName, DevName: DevName, DevType: uct.DeviceTypeSelf}}, nil
+}
+
+// IfaceConfigTable is the configuration of self ifaces (see IfaceOpen).
+func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
+
+// Close does nothing.
+func (*MD) Close() {}
