@@ -1,0 +1,186 @@
+package shmem
+
+import (
+	"fmt"
+	"reflect"
+	"unsafe"
+)
+
+// checkNoPointers reports an error if T holds Go pointers: the symmetric heap
+// is outside the Go heap, so the garbage collector would not see them, and
+// they mean nothing on another PE.
+func checkNoPointers[T any](routine string) error {
+	t := reflect.TypeFor[T]()
+	if hasPointers(t) {
+		return fmt.Errorf("shmem.%s[%v]: type holds Go pointers (pointer, slice, map, string, interface, channel or func) and cannot live in the symmetric heap", routine, t)
+	}
+	return nil
+}
+
+func hasPointers(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Array:
+		return t.Len() > 0 && hasPointers(t.Elem())
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			if hasPointers(t.Field(i).Type) {
+				return true
+			}
+		}
+		return false
+	case reflect.Pointer, reflect.UnsafePointer, reflect.Slice, reflect.Map, reflect.String,
+		reflect.Interface, reflect.Chan, reflect.Func:
+		return true
+	}
+	return false
+}
+
+func mustInit(routine string) {
+	if !st.inited {
+		panic("shmem." + routine + " called before shmem.Init")
+	}
+}
+
+// alloc is the common part of Malloc, Calloc and Align: a collective
+// allocation of n elements of T aligned to align, followed by a barrier so
+// that every PE has the object before any PE uses it.
+func alloc[T any](routine string, n, align int, zero bool) ([]T, error) {
+	mustInit(routine)
+	if err := checkNoPointers[T](routine); err != nil {
+		return nil, err
+	}
+	var z T
+	size := unsafe.Sizeof(z)
+	if n < 0 || (size > 0 && uintptr(n) > st.heapSize/size) {
+		return nil, fmt.Errorf("shmem.%s: %d elements of %d bytes do not fit a heap of %d bytes", routine, n, size, st.heapSize)
+	}
+	if a := int(unsafe.Alignof(z)); align < a {
+		align = a
+	}
+	allocMu.Lock()
+	off, err := st.heap.Alloc(n*int(size), align)
+	allocMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("shmem.%s: %w", routine, err)
+	}
+	if zero {
+		clear(unsafe.Slice((*byte)(st.heap.At(off)), n*int(size)))
+	}
+	BarrierAll()
+	return unsafe.Slice((*T)(st.heap.At(off)), n), nil
+}
+
+// Malloc allocates a symmetric array of n elements of T on every PE and
+// returns this PE's copy. It is collective: every PE must call it with the
+// same n, and it returns once every PE has the object. The contents are not
+// initialized. T must hold no Go pointers; otherwise, or when the heap is
+// exhausted, it returns an error and allocates nothing.
+func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", n, 0, false) }
+
+// Calloc is Malloc with the memory set to zero.
+func Calloc[T any](n int) ([]T, error) { return alloc[T]("Calloc", n, 0, true) }
+
+// Align is Malloc with the start of the array aligned to alignment bytes,
+// which must be a power of two.
+func Align[T any](alignment, n int) ([]T, error) {
+	if alignment <= 0 || alignment&(alignment-1) != 0 {
+		return nil, fmt.Errorf("shmem.Align: alignment %d is not a power of two", alignment)
+	}
+	return alloc[T]("Align", n, alignment, false)
+}
+
+// heapOffsetOf returns the heap offset of a symmetric slice's first element,
+// panicking when s does not start a block of the heap.
+func blockOf[T any](routine string, s []T) int {
+	p := unsafe.Pointer(unsafe.SliceData(s))
+	off, ok := st.heap.Offset(p, 0)
+	if !ok || st.heap.SizeOf(off) == 0 {
+		panic(fmt.Sprintf("shmem.%s: %p is not an object allocated by shmem.Malloc (symmetric heap is %#x..%#x)",
+			routine, p, st.heapBase, st.heapBase+st.heapSize))
+	}
+	return off
+}
+
+// Realloc resizes the symmetric array s to n elements on every PE,
+// collectively, and returns the new copy; the contents up to the smaller of
+// the two lengths are kept. s must come from Malloc, Calloc, Align or
+// Realloc; a nil s allocates like Malloc. On error (heap exhausted) s is left
+// as it was.
+func Realloc[T any](s []T, n int) ([]T, error) {
+	mustInit("Realloc")
+	if s == nil {
+		return Malloc[T](n)
+	}
+	if err := checkNoPointers[T]("Realloc"); err != nil {
+		return nil, err
+	}
+	var z T
+	size := int(unsafe.Sizeof(z))
+	if n < 0 || (size > 0 && uintptr(n) > st.heapSize/uintptr(size)) {
+		return nil, fmt.Errorf("shmem.Realloc: %d elements of %d bytes do not fit a heap of %d bytes", n, size, st.heapSize)
+	}
+	off := blockOf("Realloc", s)
+	// Every PE must be done with the old object before it may move.
+	BarrierAll()
+	allocMu.Lock()
+	oldSize := st.heap.SizeOf(off)
+	newOff, moved, err := st.heap.Realloc(off, n*size)
+	allocMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("shmem.Realloc: %w", err)
+	}
+	if moved {
+		copy(unsafe.Slice((*byte)(st.heap.At(newOff)), n*size), unsafe.Slice((*byte)(st.heap.At(off)), oldSize))
+	}
+	BarrierAll()
+	return unsafe.Slice((*T)(st.heap.At(newOff)), n), nil
+}
+
+// Free releases a symmetric array on every PE, collectively, after a barrier
+// (no PE may still be using it). A nil s does nothing but the barrier. It
+// panics if s was not allocated by this package.
+func Free[T any](s []T) {
+	mustInit("Free")
+	BarrierAll()
+	if s == nil {
+		return
+	}
+	off := blockOf("Free", s)
+	allocMu.Lock()
+	defer allocMu.Unlock()
+	if err := st.heap.Free(off); err != nil {
+		panic("shmem.Free: " + err.Error())
+	}
+}
+
+// Ptr returns a pointer through which this PE can load and store the copy of
+// the symmetric object *p that lives on pe, or nil where pe's memory is not
+// directly reachable (another node, or a transport without direct access).
+// It panics if pe is not a PE of the job or p is not symmetric.
+func Ptr[T any](p *T, pe int) *T {
+	mustInit("Ptr")
+	var z T
+	q := peerAt("Ptr", pe)
+	off := offsetOf("Ptr", "p", unsafe.Pointer(p), int(unsafe.Sizeof(z)))
+	if q.base == nil {
+		return nil
+	}
+	return (*T)(unsafe.Add(q.base, off))
+}
+
+// PEAccessible reports whether pe is a PE of the job that this PE can reach
+// with the routines of this package.
+func PEAccessible(pe int) bool {
+	return st.inited && pe >= 0 && pe < st.npes && st.peers[pe].ep != nil
+}
+
+// AddrAccessible reports whether *p is a symmetric object that pe can be
+// reached at with the routines of this package.
+func AddrAccessible[T any](p *T, pe int) bool {
+	if !PEAccessible(pe) {
+		return false
+	}
+	var z T
+	_, ok := st.heap.Offset(unsafe.Pointer(p), int(unsafe.Sizeof(z)))
+	return ok
+}

@@ -1,0 +1,314 @@
+// Package shmem is the OpenSHMEM API for Go.
+//
+// A job is a set of processing elements (PEs) started together, usually by
+// goshmem-run; each PE calls Init, works on its symmetric heap, and calls
+// Finalize. Symmetric objects are Go slices (or pointers) into the heap,
+// obtained with the collective Malloc, Calloc, Align and Realloc; the same
+// object exists at the same offset on every PE, and the routines of this
+// package read and write the copy that lives on another PE:
+//
+//	if err := shmem.Init(); err != nil { log.Fatal(err) }
+//	defer shmem.Finalize()
+//	buf, _ := shmem.Malloc[int64](4)
+//	shmem.Put(buf, []int64{1, 2, 3, 4}, (shmem.MyPE()+1)%shmem.NPEs())
+//	shmem.BarrierAll()
+//
+// Every operation goes through ucp and uct. For a PE on the same node the
+// transport maps its heap, and the operations are single copies or CPU
+// atomics through the cached pointer that ucp's rkey gives; for other PEs
+// they are ucp operations on the endpoint to that PE.
+//
+// Errors: a call that can fail in a correct program returns an error (Init,
+// allocation). A programming error that OpenSHMEM leaves undefined (an
+// invalid PE number, an address outside the symmetric heap, a length
+// mismatch, use before Init) panics with a message naming the routine, the
+// argument and the valid range. A failure of another PE ends the job with a
+// message naming it.
+package shmem
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/symheap"
+	"github.com/goshmem/goshmem/ucp"
+)
+
+// RMA is the set of standard RMA types of OpenSHMEM 1.5 in Go form.
+type RMA interface {
+	~int | ~int8 | ~int16 | ~int32 | ~int64 |
+		~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uintptr |
+		~float32 | ~float64 | ~complex64 | ~complex128
+}
+
+// AMO is the set of standard AMO types.
+type AMO interface {
+	~int | ~int32 | ~int64 | ~uint | ~uint32 | ~uint64 | ~uintptr
+}
+
+// ExtAMO is the set of extended AMO types: the standard ones and the
+// floating-point types (for fetch, set and swap).
+type ExtAMO interface {
+	AMO | ~float32 | ~float64
+}
+
+// Point is the set of point-to-point synchronization types.
+type Point interface {
+	~int16 | ~int32 | ~int64 | ~int | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr
+}
+
+// peer is what a PE keeps for each PE of the job, itself included.
+type peer struct {
+	// base is the peer's heap mapped here (from the rkey's Ptr), or nil when
+	// the peer's memory is reachable only through ucp operations.
+	base  unsafe.Pointer
+	ep    *ucp.Endpoint
+	rkey  *ucp.Rkey
+	raddr uint64 // the peer's heap base address, in the peer's address space
+}
+
+// state is the library state of this PE. The hot paths read it without
+// locks: it is written only by Init and Finalize.
+type state struct {
+	me, npes int
+	heapBase uintptr
+	heapSize uintptr
+	peers    []peer
+	heap     *symheap.Heap
+	member   *bootstrap.Member
+	ctx      *ucp.Context
+	worker   *ucp.Worker
+	barrier  barrierState
+	inited   bool
+}
+
+var (
+	st      state
+	allocMu sync.Mutex // serializes the collective allocation calls
+)
+
+// blobVersion starts the blob each PE publishes at Init.
+const blobVersion = 1
+
+// Init starts the library on this PE: it joins the job (a program started
+// without goshmem-run is a job of one PE), creates the ucp context and
+// worker, maps the symmetric heap (SHMEM_SYMMETRIC_SIZE bytes, default
+// 256M), exchanges worker addresses and heap keys with every PE, connects an
+// endpoint to each, and waits for every PE to get there. Calling Init again
+// after success does nothing.
+func Init() error {
+	if st.inited {
+		return nil
+	}
+	size, err := symheap.SizeFromEnv()
+	if err != nil {
+		return fmt.Errorf("shmem init: %w", err)
+	}
+	m, err := bootstrap.JoinFromOS()
+	if err != nil {
+		return fmt.Errorf("shmem init: join the job: %w", err)
+	}
+	if err := initLocked(m, size); err != nil {
+		m.Close()
+		return fmt.Errorf("shmem init (PE %d of %d): %w", m.Rank(), m.Size(), err)
+	}
+	return nil
+}
+
+func initLocked(m *bootstrap.Member, size int) (err error) {
+	params := new(ucp.Params).
+		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64).
+		SetEstimatedNumEPs(m.Size()).
+		SetEstimatedNumPPN(m.LocalSize()).
+		SetNodeLocalID(uint64(m.LocalRank())).
+		SetName(fmt.Sprintf("goshmem-pe%d", m.Rank()))
+	ctx, err := ucp.Init(params, nil)
+	if err != nil {
+		return err
+	}
+	cleanup := []func(){ctx.Cleanup}
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+	worker, err := ctx.NewWorker(new(ucp.WorkerParams).SetName(fmt.Sprintf("pe%d", m.Rank())))
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, worker.Destroy)
+	heap, err := symheap.New(ctx, size)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, func() { heap.Close() })
+	addr, err := worker.Address()
+	if err != nil {
+		return err
+	}
+	rkey, err := heap.PackRkey()
+	if err != nil {
+		return err
+	}
+	blobs, err := m.Allgather(encodeBlob(addr, rkey, uint64(uintptr(heap.Base())), uint64(heap.Size())))
+	if err != nil {
+		return fmt.Errorf("exchange addresses: %w", err)
+	}
+	peers := make([]peer, m.Size())
+	cleanup = append(cleanup, func() { closePeers(peers) })
+	for pe, b := range blobs {
+		a, k, base, n, err := decodeBlob(b)
+		if err != nil {
+			return fmt.Errorf("blob of PE %d: %w", pe, err)
+		}
+		if n != uint64(heap.Size()) {
+			return fmt.Errorf("PE %d has a heap of %d bytes and this PE %d: SHMEM_SYMMETRIC_SIZE must be the same everywhere", pe, n, heap.Size())
+		}
+		ep, err := worker.NewEndpoint(new(ucp.EPParams).SetAddress(a).SetName(fmt.Sprintf("pe%d->pe%d", m.Rank(), pe)))
+		if err != nil {
+			return fmt.Errorf("connect to PE %d: %w", pe, err)
+		}
+		peers[pe].ep = ep
+		rk, err := ep.RkeyUnpack(k)
+		if err != nil {
+			return fmt.Errorf("heap key of PE %d: %w", pe, err)
+		}
+		peers[pe].rkey, peers[pe].raddr = rk, base
+		if p, err := rk.Ptr(base); err == nil {
+			peers[pe].base = p
+		}
+	}
+	st.me, st.npes = m.Rank(), m.Size()
+	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
+	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
+	st.peers = peers
+	if err := st.barrier.init(); err != nil {
+		st = state{}
+		return err
+	}
+	m.OnFailure(onPeerFailure)
+	st.inited = true
+	if err := m.Barrier(); err != nil {
+		st = state{}
+		return fmt.Errorf("initial barrier: %w", err)
+	}
+	return nil
+}
+
+func closePeers(peers []peer) {
+	for i := range peers {
+		if peers[i].rkey != nil {
+			peers[i].rkey.Destroy()
+		}
+		if peers[i].ep != nil {
+			peers[i].ep.Close(ucp.CloseModeForce)
+		}
+	}
+}
+
+// onPeerFailure ends this PE when another PE or the launcher fails: waiting
+// on a dead peer would hang.
+func onPeerFailure(f bootstrap.Failure) {
+	fmt.Fprintf(os.Stderr, "goshmem: PE %d: ending the job: %v\n", st.me, f)
+	os.Exit(1)
+}
+
+// Finalize ends the library on this PE: it completes every operation, waits
+// for every PE to finalize (so no PE unmaps memory another still uses),
+// releases the heap, endpoints and worker, and leaves the job. Nothing is
+// left in /dev/shm. Calling it without Init, or twice, does nothing.
+func Finalize() {
+	if !st.inited {
+		return
+	}
+	Quiet()
+	m := st.member
+	m.OnFailure(func(bootstrap.Failure) {})
+	if err := m.Barrier(); err != nil {
+		fmt.Fprintf(os.Stderr, "goshmem: PE %d: finalize barrier: %v\n", st.me, err)
+	}
+	closePeers(st.peers)
+	st.heap.Close()
+	st.worker.Destroy()
+	st.ctx.Cleanup()
+	if err := m.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "goshmem: PE %d: leave the job: %v\n", st.me, err)
+	}
+	st = state{}
+}
+
+// MyPE returns the number of this PE, from 0 to NPEs()-1; -1 before Init.
+func MyPE() int {
+	if !st.inited {
+		return -1
+	}
+	return st.me
+}
+
+// NPEs returns the number of PEs of the job; -1 before Init.
+func NPEs() int {
+	if !st.inited {
+		return -1
+	}
+	return st.npes
+}
+
+// Blob layout: u8 version, u32 len + worker address, u32 len + rkey,
+// u64 heap base, u64 heap size (little endian).
+func encodeBlob(addr, rkey []byte, base, size uint64) []byte {
+	b := make([]byte, 0, 1+4+len(addr)+4+len(rkey)+16)
+	b = append(b, blobVersion)
+	b = appendU32(b, uint32(len(addr)))
+	b = append(b, addr...)
+	b = appendU32(b, uint32(len(rkey)))
+	b = append(b, rkey...)
+	b = appendU64(b, base)
+	return appendU64(b, size)
+}
+
+func appendU32(b []byte, v uint32) []byte {
+	return append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
+}
+
+func appendU64(b []byte, v uint64) []byte {
+	return appendU32(appendU32(b, uint32(v)), uint32(v>>32))
+}
+
+func decodeBlob(b []byte) (addr, rkey []byte, base, size uint64, err error) {
+	bad := fmt.Errorf("malformed init blob of %d bytes", len(b))
+	u32 := func() (uint32, bool) {
+		if len(b) < 4 {
+			return 0, false
+		}
+		v := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+		b = b[4:]
+		return v, true
+	}
+	if len(b) < 1 || b[0] != blobVersion {
+		return nil, nil, 0, 0, bad
+	}
+	b = b[1:]
+	n, ok := u32()
+	if !ok || uint64(n) > uint64(len(b)) {
+		return nil, nil, 0, 0, bad
+	}
+	addr, b = b[:n], b[n:]
+	n, ok = u32()
+	if !ok || uint64(n) > uint64(len(b)) {
+		return nil, nil, 0, 0, bad
+	}
+	rkey, b = b[:n], b[n:]
+	lo, ok1 := u32()
+	hi, ok2 := u32()
+	slo, ok3 := u32()
+	shi, ok4 := u32()
+	if !ok1 || !ok2 || !ok3 || !ok4 || len(b) != 0 {
+		return nil, nil, 0, 0, bad
+	}
+	return addr, rkey, uint64(hi)<<32 | uint64(lo), uint64(shi)<<32 | uint64(slo), nil
+}

@@ -1,0 +1,213 @@
+package shmem
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/symheap"
+	"github.com/goshmem/goshmem/ucp"
+)
+
+// Cmp is a comparison of the point-to-point synchronization routines.
+type Cmp int
+
+// Comparisons (SHMEM_CMP_*).
+const (
+	CmpEQ Cmp = iota
+	CmpNE
+	CmpGT
+	CmpGE
+	CmpLT
+	CmpLE
+)
+
+func (c Cmp) String() string {
+	switch c {
+	case CmpEQ:
+		return "CmpEQ"
+	case CmpNE:
+		return "CmpNE"
+	case CmpGT:
+		return "CmpGT"
+	case CmpGE:
+		return "CmpGE"
+	case CmpLT:
+		return "CmpLT"
+	case CmpLE:
+		return "CmpLE"
+	}
+	return fmt.Sprintf("Cmp(%d)", int(c))
+}
+
+// fenceWord is the target of the read-modify-write that serves as a full
+// memory barrier: it orders this PE's plain stores into mapped peer heaps.
+var fenceWord atomic.Uint64
+
+// Quiet waits until every put, atomic and memory store this PE issued is
+// complete and visible at its target (shmem_quiet).
+func Quiet() {
+	mustInit("Quiet")
+	fenceWord.Add(1)
+	if err := st.worker.Flush(); err != nil {
+		fatal("Quiet", st.me, err)
+	}
+}
+
+// Fence orders the puts and atomics this PE issues to each PE before the
+// call before those it issues after (shmem_fence).
+func Fence() {
+	mustInit("Fence")
+	fenceWord.Add(1)
+	if err := st.worker.Fence(); err != nil {
+		fatal("Fence", st.me, err)
+	}
+}
+
+// BarrierAll waits until every PE has called it, after completing every
+// operation this PE issued (shmem_barrier_all).
+func BarrierAll() {
+	Quiet()
+	st.barrier.sync()
+}
+
+// SyncAll waits until every PE has called it, without completing
+// outstanding operations (shmem_sync_all).
+func SyncAll() {
+	mustInit("SyncAll")
+	st.barrier.sync()
+}
+
+// barrierState is a dissemination barrier over the symmetric heap: in round
+// k of a barrier, PE i adds one to the round-k counter of PE (i+2^k) mod N
+// and waits until its own round-k counter reaches the barrier's number.
+// Counters only grow, so back-to-back barriers need no reset: a signal for
+// the next barrier that arrives early only satisfies a wait that it would
+// satisfy anyway.
+type barrierState struct {
+	off    uintptr // heap offset of the counters, one cache line each
+	rounds int
+	epoch  uint64
+}
+
+const counterStride = symheap.MinAlign
+
+func (b *barrierState) init() error {
+	for n := 1; n < st.npes; n <<= 1 {
+		b.rounds++
+	}
+	off, err := st.heap.Alloc(max(b.rounds, 1)*counterStride, counterStride)
+	if err != nil {
+		return fmt.Errorf("barrier counters: %w", err)
+	}
+	clear(unsafe.Slice((*byte)(st.heap.At(off)), max(b.rounds, 1)*counterStride))
+	b.off = uintptr(off)
+	return nil
+}
+
+func (b *barrierState) sync() {
+	b.epoch++
+	for k, dist := 0, 1; k < b.rounds; k, dist = k+1, dist<<1 {
+		off := b.off + uintptr(k*counterStride)
+		to := (st.me + dist) % st.npes
+		if q := &st.peers[to]; q.base != nil {
+			atomic.AddUint64((*uint64)(unsafe.Add(q.base, off)), 1)
+		} else {
+			amoSlow("BarrierAll", to, off, 8, ucp.AtomicOpAdd, 1, 0, false)
+			if err := q.ep.Flush(); err != nil {
+				fatal("BarrierAll", to, err)
+			}
+		}
+		waitGE((*uint64)(st.heap.At(int(off))), b.epoch)
+	}
+}
+
+// waitGE waits until *p >= v.
+func waitGE(p *uint64, v uint64) {
+	var w waiter
+	for atomic.LoadUint64(p) < v {
+		w.pause()
+	}
+}
+
+// waiter paces a wait loop: it spins briefly, then drives the worker's
+// progress and yields the processor, so that a node with more PEs than cores
+// still moves.
+type waiter struct{ n int }
+
+func (w *waiter) pause() {
+	w.n++
+	switch {
+	case w.n < 64:
+		return
+	case w.n%16 == 0:
+		st.worker.Progress()
+	}
+	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+}
+
+// loadPoint atomically loads a point-to-point synchronization variable.
+func loadPoint[T Point](p *T) T {
+	var z T
+	switch unsafe.Sizeof(z) {
+	case 2:
+		// No 16-bit atomic load in Go: load the aligned 32-bit word around it.
+		shift := uintptr(unsafe.Pointer(p)) & 3
+		w := atomic.LoadUint32((*uint32)(unsafe.Add(unsafe.Pointer(p), -int(shift))))
+		return T(uint16(w >> (shift * 8)))
+	case 4:
+		return T(atomic.LoadUint32((*uint32)(unsafe.Pointer(p))))
+	default:
+		return T(atomic.LoadUint64((*uint64)(unsafe.Pointer(p))))
+	}
+}
+
+func compare[T Point](a T, cmp Cmp, b T) bool {
+	switch cmp {
+	case CmpEQ:
+		return a == b
+	case CmpNE:
+		return a != b
+	case CmpGT:
+		return a > b
+	case CmpGE:
+		return a >= b
+	case CmpLT:
+		return a < b
+	case CmpLE:
+		return a <= b
+	}
+	panic(fmt.Sprintf("shmem: invalid comparison %d (valid: CmpEQ..CmpLE)", int(cmp)))
+}
+
+func checkPoint[T Point](routine string, p *T) {
+	mustInit(routine)
+	var z T
+	size := unsafe.Sizeof(z)
+	offsetOf(routine, "ivar", unsafe.Pointer(p), int(size))
+	if uintptr(unsafe.Pointer(p))%size != 0 {
+		panic(fmt.Sprintf("shmem.%s: ivar %p is not aligned to %d bytes", routine, p, size))
+	}
+}
+
+// WaitUntil waits until the symmetric object *ivar, updated by other PEs,
+// compares to v as cmp says (shmem_wait_until).
+func WaitUntil[T Point](ivar *T, cmp Cmp, v T) {
+	checkPoint("WaitUntil", ivar)
+	var w waiter
+	for !compare(loadPoint(ivar), cmp, v) {
+		w.pause()
+	}
+}
+
+// Test reports whether *ivar compares to v as cmp says (shmem_test).
+func Test[T Point](ivar *T, cmp Cmp, v T) bool {
+	checkPoint("Test", ivar)
+	if compare(loadPoint(ivar), cmp, v) {
+		return true
+	}
+	st.worker.Progress()
+	return false
+}

@@ -1,0 +1,89 @@
+package symheap
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucp"
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// DefaultSize is the heap size when SHMEM_SYMMETRIC_SIZE is not set. The
+// segment's pages cost nothing until they are touched.
+const DefaultSize = 256 << 20
+
+// SizeFromEnv returns the heap size that SHMEM_SYMMETRIC_SIZE asks for (a
+// number with an optional K, M, G or T suffix), or DefaultSize.
+func SizeFromEnv() (int, error) {
+	v, ok := os.LookupEnv("SHMEM_SYMMETRIC_SIZE")
+	if !ok || v == "" {
+		return DefaultSize, nil
+	}
+	n, err := ucs.ParseSize(v)
+	if err != nil || n == 0 || n > math.MaxInt/2 {
+		return 0, fmt.Errorf("SHMEM_SYMMETRIC_SIZE=%q: want a positive size such as 512M or 2G: %w", v, ucs.ErrInvalidParam)
+	}
+	return int(n), nil
+}
+
+// Heap is a PE's symmetric heap: a segment mapped with ucp (allocated on the
+// shared-memory domain when UCX_ALLOC_PRIO allows, so same-node peers map it
+// directly) and an Allocator over it.
+type Heap struct {
+	ctx  *ucp.Context
+	memh *ucp.MemHandle
+	base unsafe.Pointer
+	size int
+	*Allocator
+}
+
+// New maps a heap of size bytes through ctx. The memory is zeroed.
+func New(ctx *ucp.Context, size int) (*Heap, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("symheap: size %d: %w", size, ucs.ErrInvalidParam)
+	}
+	size = alignUp(size, 4096)
+	p := new(ucp.MemMapParams).SetLength(size).SetFlags(ucp.MemMapAllocate)
+	memh, err := ctx.MemMap(p)
+	if err != nil {
+		return nil, fmt.Errorf("symheap: map %d bytes: %w", size, err)
+	}
+	return &Heap{ctx: ctx, memh: memh, base: memh.Address(), size: size, Allocator: NewAllocator(size)}, nil
+}
+
+// Base returns the address of the start of the heap.
+func (h *Heap) Base() unsafe.Pointer { return h.base }
+
+// Size returns the size of the heap in bytes.
+func (h *Heap) Size() int { return h.size }
+
+// MemHandle returns the ucp mapping of the heap.
+func (h *Heap) MemHandle() *ucp.MemHandle { return h.memh }
+
+// PackRkey returns the packed remote key of the heap.
+func (h *Heap) PackRkey() ([]byte, error) { return h.ctx.RkeyPack(h.memh) }
+
+// Offset returns the offset of p in the heap and whether the n bytes from p
+// lie inside it.
+func (h *Heap) Offset(p unsafe.Pointer, n int) (int, bool) {
+	off := uintptr(p) - uintptr(h.base)
+	if uintptr(p) < uintptr(h.base) || off > uintptr(h.size) || n < 0 || uintptr(n) > uintptr(h.size)-off {
+		return 0, false
+	}
+	return int(off), true
+}
+
+// At returns the address of offset off.
+func (h *Heap) At(off int) unsafe.Pointer { return unsafe.Add(h.base, off) }
+
+// Close unmaps the heap.
+func (h *Heap) Close() error {
+	if h.memh == nil {
+		return nil
+	}
+	err := h.ctx.MemUnmap(h.memh)
+	h.memh, h.base = nil, nil
+	return err
+}

@@ -1,0 +1,150 @@
+package ucp
+
+import (
+	"fmt"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// AtomicOp is an atomic operation of AtomicOpNBX (ucp_atomic_op_t), with the
+// numbering of the UCX documents.
+type AtomicOp int
+
+// Atomic operations. Add, And, Or and Xor are posted when no reply buffer is
+// given and fetching otherwise; Swap and CSwap always fetch.
+const (
+	AtomicOpAdd AtomicOp = iota
+	AtomicOpSwap
+	AtomicOpCSwap
+	AtomicOpAnd
+	AtomicOpOr
+	AtomicOpXor
+)
+
+func (op AtomicOp) String() string {
+	switch op {
+	case AtomicOpAdd:
+		return "add"
+	case AtomicOpSwap:
+		return "swap"
+	case AtomicOpCSwap:
+		return "cswap"
+	case AtomicOpAnd:
+		return "and"
+	case AtomicOpOr:
+		return "or"
+	case AtomicOpXor:
+		return "xor"
+	}
+	return fmt.Sprintf("AtomicOp(%d)", int(op))
+}
+
+func (op AtomicOp) uct() (uct.AtomicOp, bool) {
+	switch op {
+	case AtomicOpAdd:
+		return uct.AtomicOpAdd, true
+	case AtomicOpSwap:
+		return uct.AtomicOpSwap, true
+	case AtomicOpCSwap:
+		return uct.AtomicOpCSwap, true
+	case AtomicOpAnd:
+		return uct.AtomicOpAnd, true
+	case AtomicOpOr:
+		return uct.AtomicOpOr, true
+	case AtomicOpXor:
+		return uct.AtomicOpXor, true
+	}
+	return 0, false
+}
+
+// AtomicOpNBX applies op with operand value to the 4- or 8-byte word at
+// raddr in the memory of rkey (ucp_atomic_op_nbx). The operand size is the
+// element size of param's datatype (DatatypeContig(4) or (8); 8 when unset).
+// With a reply buffer (RequestParam.SetReply) the operation fetches the old
+// value into it; for CSwap the reply buffer holds the compare value on input.
+// It returns (nil, nil) when the operation completed at once, a request
+// otherwise; ucs.ErrInvalidParam for a bad op, size or missing reply buffer.
+func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *Rkey, param *RequestParam) (*Request, error) {
+	if ep.closed {
+		return nil, fmt.Errorf("ucp atomic %v: %w", op, errClosed)
+	}
+	if ep.failed != nil {
+		return nil, fmt.Errorf("ucp atomic %v: %w", op, ep.failed)
+	}
+	uop, ok := op.uct()
+	if !ok {
+		return nil, fmt.Errorf("ucp atomic %v: %w", op, ucs.ErrInvalidParam)
+	}
+	size := 8
+	var reply *uint64
+	if param != nil {
+		if param.OpAttrMask&OpAttrFieldDatatype != 0 {
+			size = param.Datatype.ElemSize()
+		}
+		if param.OpAttrMask&OpAttrFieldReplyBuffer != 0 {
+			reply = param.Reply
+		}
+	}
+	if size != 4 && size != 8 {
+		return nil, fmt.Errorf("ucp atomic %v: operand size %d: %w", op, size, ucs.ErrInvalidParam)
+	}
+	if raddr%uint64(size) != 0 {
+		return nil, fmt.Errorf("ucp atomic %v: address 0x%x not aligned to %d: %w", op, raddr, size, ucs.ErrInvalidParam)
+	}
+	if (op == AtomicOpSwap || op == AtomicOpCSwap) && reply == nil {
+		return nil, fmt.Errorf("ucp atomic %v needs a reply buffer: %w", op, ucs.ErrInvalidParam)
+	}
+	if ep.amo == nil {
+		return nil, fmt.Errorf("ucp atomic %v: no atomic lane to %s: %w", op, ep.remoteName, ucs.ErrUnsupported)
+	}
+	if rkey == nil || rkey.ep != ep || !rkey.amoOK {
+		return nil, fmt.Errorf("ucp atomic %v: rkey not unpacked for the atomic lane of this endpoint: %w", op, ucs.ErrInvalidParam)
+	}
+	w := ep.w
+	if w.mode == ucs.ThreadModeMulti {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+	}
+	caps := ep.amo.wi.attr.Atomic64
+	if size == 4 {
+		caps = ep.amo.wi.attr.Atomic32
+	}
+	mask := caps.OpFlags
+	if reply != nil {
+		mask = caps.FopFlags
+	}
+	if mask&uop.OpMask() == 0 {
+		return nil, fmt.Errorf("ucp atomic %v/%d on %s: %w", op, size*8, ep.amo, ucs.ErrUnsupported)
+	}
+	uep, rk := ep.amo.ep, rkey.amo
+	r := w.newRequest(param)
+	r.size, r.reply = size, reply
+	if reply == nil {
+		r.proto = protoAMOPost
+		if size == 4 {
+			return w.post(ep.amo, r, param, func(*Request) ucs.Status { return uep.AtomicPost32(uop, uint32(value), raddr, rk) })
+		}
+		return w.post(ep.amo, r, param, func(*Request) ucs.Status { return uep.AtomicPost64(uop, value, raddr, rk) })
+	}
+	r.proto = protoAMOFetch
+	compare := *reply
+	switch {
+	case size == 4 && uop == uct.AtomicOpCSwap:
+		return w.post(ep.amo, r, param, func(r *Request) ucs.Status {
+			return uep.AtomicCSwap32(uint32(compare), uint32(value), raddr, rk, &r.result32, &r.comp)
+		})
+	case size == 4:
+		return w.post(ep.amo, r, param, func(r *Request) ucs.Status {
+			return uep.AtomicFetch32(uop, uint32(value), raddr, rk, &r.result32, &r.comp)
+		})
+	case uop == uct.AtomicOpCSwap:
+		return w.post(ep.amo, r, param, func(r *Request) ucs.Status {
+			return uep.AtomicCSwap64(compare, value, raddr, rk, &r.result, &r.comp)
+		})
+	default:
+		return w.post(ep.amo, r, param, func(r *Request) ucs.Status {
+			return uep.AtomicFetch64(uop, value, raddr, rk, &r.result, &r.comp)
+		})
+	}
+}

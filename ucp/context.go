@@ -1,0 +1,439 @@
+// Package ucp is the protocol layer of goshmem: the UCP API of the UCX
+// documents in Go form. A Context selects transports and memory domains; a
+// Worker opens an interface on each selected transport and has an address;
+// an Endpoint, created from a remote worker's address, picks lanes among the
+// interfaces that reach that worker and carries RMA and atomic operations
+// over them.
+//
+// Parameters follow the field-mask rule of the UCX documents: a field counts
+// only when its bit is set in the mask (the setter methods set it), and an
+// unset field takes its documented default.
+package ucp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+
+	// The transports ucp can select.
+	_ "github.com/goshmem/goshmem/uct/self"
+	_ "github.com/goshmem/goshmem/uct/sm"
+)
+
+// Version of the goshmem ucp layer (ucp_get_version).
+const (
+	VersionMajor   = 0
+	VersionMinor   = 1
+	VersionRelease = 0
+)
+
+// Version returns the major, minor and release numbers of the library.
+func Version() (major, minor, release int) { return VersionMajor, VersionMinor, VersionRelease }
+
+// VersionString returns the version as "major.minor.release".
+func VersionString() string {
+	return fmt.Sprintf("%d.%d.%d", VersionMajor, VersionMinor, VersionRelease)
+}
+
+// Feature is a UCP feature bit (ucp_feature).
+type Feature uint64
+
+// Features, with the bit numbers of the UCX documents.
+const (
+	FeatureTag    Feature = 1 << 0
+	FeatureRMA    Feature = 1 << 1
+	FeatureAMO32  Feature = 1 << 2
+	FeatureAMO64  Feature = 1 << 3
+	FeatureWakeup Feature = 1 << 4
+	FeatureStream Feature = 1 << 5
+	FeatureAM     Feature = 1 << 6
+)
+
+// Fields of Params (ucp_params_field).
+const (
+	ParamFieldFeatures        uint64 = 1 << 0
+	ParamFieldRequestSize     uint64 = 1 << 1
+	ParamFieldRequestInit     uint64 = 1 << 2
+	ParamFieldRequestCleanup  uint64 = 1 << 3
+	ParamFieldTagSenderMask   uint64 = 1 << 4
+	ParamFieldMTWorkersShared uint64 = 1 << 5
+	ParamFieldEstimatedNumEPs uint64 = 1 << 6
+	ParamFieldEstimatedNumPPN uint64 = 1 << 7
+	ParamFieldName            uint64 = 1 << 8
+	ParamFieldNodeLocalID     uint64 = 1 << 9
+)
+
+// Params are the parameters of Init (ucp_params_t). Build them with the
+// setters, which record the field mask:
+//
+//	p := new(ucp.Params).SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO64)
+type Params struct {
+	FieldMask       uint64
+	Features        Feature
+	RequestSize     int
+	RequestInit     func(r *Request)
+	RequestCleanup  func(r *Request)
+	TagSenderMask   uint64
+	MTWorkersShared bool
+	EstimatedNumEPs int
+	EstimatedNumPPN int
+	Name            string
+	NodeLocalID     uint64
+}
+
+// SetFeatures sets the features to initialize; the field is mandatory.
+func (p *Params) SetFeatures(f Feature) *Params {
+	p.Features, p.FieldMask = f, p.FieldMask|ParamFieldFeatures
+	return p
+}
+
+// SetRequestSize reserves n bytes in every request (Request.Reserved).
+func (p *Params) SetRequestSize(n int) *Params {
+	p.RequestSize, p.FieldMask = n, p.FieldMask|ParamFieldRequestSize
+	return p
+}
+
+// SetRequestInit sets the function called once on new request memory.
+func (p *Params) SetRequestInit(fn func(*Request)) *Params {
+	p.RequestInit, p.FieldMask = fn, p.FieldMask|ParamFieldRequestInit
+	return p
+}
+
+// SetRequestCleanup sets the function called before request memory is
+// released for good.
+func (p *Params) SetRequestCleanup(fn func(*Request)) *Params {
+	p.RequestCleanup, p.FieldMask = fn, p.FieldMask|ParamFieldRequestCleanup
+	return p
+}
+
+// SetTagSenderMask sets the bits of a tag that identify its sender.
+func (p *Params) SetTagSenderMask(m uint64) *Params {
+	p.TagSenderMask, p.FieldMask = m, p.FieldMask|ParamFieldTagSenderMask
+	return p
+}
+
+// SetMTWorkersShared says whether several threads may share workers.
+func (p *Params) SetMTWorkersShared(v bool) *Params {
+	p.MTWorkersShared, p.FieldMask = v, p.FieldMask|ParamFieldMTWorkersShared
+	return p
+}
+
+// SetEstimatedNumEPs sets the expected number of endpoints (default 1).
+func (p *Params) SetEstimatedNumEPs(n int) *Params {
+	p.EstimatedNumEPs, p.FieldMask = n, p.FieldMask|ParamFieldEstimatedNumEPs
+	return p
+}
+
+// SetEstimatedNumPPN sets the expected number of processes per node
+// (default 1).
+func (p *Params) SetEstimatedNumPPN(n int) *Params {
+	p.EstimatedNumPPN, p.FieldMask = n, p.FieldMask|ParamFieldEstimatedNumPPN
+	return p
+}
+
+// SetName names the context for tracing (default: a unique generated name).
+func (p *Params) SetName(name string) *Params {
+	p.Name, p.FieldMask = name, p.FieldMask|ParamFieldName
+	return p
+}
+
+// SetNodeLocalID sets the node-local id of the process (default 0).
+func (p *Params) SetNodeLocalID(id uint64) *Params {
+	p.NodeLocalID, p.FieldMask = id, p.FieldMask|ParamFieldNodeLocalID
+	return p
+}
+
+// configTable lists the context variables (read as UCX_<name>).
+var configTable = []ucs.ConfigField{
+	{Name: "TLS", Default: "all", Doc: "Transports to use: a comma-separated list of all, sm, shm, self, tcp, cma, posix, sysv; '^' excludes the listed ones"},
+	{Name: "NET_DEVICES", Default: "all", Doc: "Network devices to use (all, or a comma-separated list)"},
+	{Name: "ALLOC_PRIO", Default: "md:sysv,md:posix,mmap", Doc: "How mem map allocates memory, in order of preference: md:<name> or md:*, mmap"},
+	{Name: "RNDV_THRESH", Default: "auto", Doc: "Message size from which tag messages use rendezvous"},
+	{Name: "ZCOPY_THRESH", Default: "auto", Doc: "Message size from which zero-copy protocols are used (auto: chosen per lane)"},
+	{Name: "BCOPY_THRESH", Default: "0", Doc: "Message size from which buffered-copy protocols are used instead of short"},
+	{Name: "NUM_EPS", Default: "auto", Doc: "Expected number of endpoints; overrides estimated_num_eps"},
+	{Name: "NUM_PPN", Default: "auto", Doc: "Expected number of processes per node; overrides estimated_num_ppn"},
+	{Name: "LOCAL_NODE_ID", Default: "auto", Doc: "Node-local id of the process; overrides node_local_id"},
+}
+
+// Config is the configuration of a context, read from UCX_* variables
+// (ucp_config_t).
+type Config struct{ *ucs.Config }
+
+// ReadConfig reads the context configuration from the environment, with
+// variables named envPrefix+NAME (envPrefix "" means "UCX_")
+// (ucp_config_read).
+func ReadConfig(envPrefix string) (*Config, error) {
+	return &Config{ucs.ReadConfig(envPrefix, configTable)}, nil
+}
+
+// Release releases the configuration (ucp_config_release); it exists for
+// symmetry with the UCX API.
+func (c *Config) Release() {}
+
+// ConfigTable returns the context's variables with their defaults.
+func ConfigTable() []ucs.ConfigField { return append([]ucs.ConfigField(nil), configTable...) }
+
+// resource is a transport resource selected by a context.
+type resource struct {
+	md    *mdEntry
+	tl    uct.TLResource
+	index int
+}
+
+type mdEntry struct {
+	comp  uct.Component
+	md    uct.MD
+	attr  uct.MDAttr
+	index int
+}
+
+// Context is a UCP application context (ucp_context_h): the selected memory
+// domains and transport resources. It is safe for concurrent use once
+// created.
+type Context struct {
+	params    Params
+	config    *Config
+	name      string
+	features  Feature
+	mds       []*mdEntry
+	resources []resource
+	numEPs    int
+	numPPN    int
+	nodeID    uint64
+	zcopyThr  int // 0: per lane
+	bcopyThr  int
+	allocPrio []string
+	closed    atomic.Bool
+}
+
+var contextCount atomic.Int64
+
+// Init creates a context (ucp_init). params.Features is mandatory; config nil
+// means ReadConfig(""). It fails with ucs.ErrInvalidParam for bad params or
+// configuration values and ucs.ErrNoDevice when UCX_TLS selects nothing.
+func Init(params *Params, config *Config) (*Context, error) {
+	if params == nil || params.FieldMask&ParamFieldFeatures == 0 || params.Features == 0 {
+		return nil, fmt.Errorf("ucp init: features must be set: %w", ucs.ErrInvalidParam)
+	}
+	if config == nil {
+		var err error
+		if config, err = ReadConfig(""); err != nil {
+			return nil, err
+		}
+	}
+	c := &Context{params: *params, config: config, features: params.Features, numEPs: 1, numPPN: 1}
+	if params.FieldMask&ParamFieldRequestSize != 0 && params.RequestSize < 0 {
+		return nil, fmt.Errorf("ucp init: request size %d: %w", params.RequestSize, ucs.ErrInvalidParam)
+	}
+	if params.FieldMask&ParamFieldName != 0 {
+		c.name = params.Name
+	} else {
+		c.name = fmt.Sprintf("ucp-%d-%d", os.Getpid(), contextCount.Add(1))
+	}
+	if params.FieldMask&ParamFieldEstimatedNumEPs != 0 {
+		c.numEPs = params.EstimatedNumEPs
+	}
+	if params.FieldMask&ParamFieldEstimatedNumPPN != 0 {
+		c.numPPN = params.EstimatedNumPPN
+	}
+	if params.FieldMask&ParamFieldNodeLocalID != 0 {
+		c.nodeID = params.NodeLocalID
+	}
+	if err := c.applyConfig(); err != nil {
+		return nil, err
+	}
+	if err := c.selectResources(); err != nil {
+		c.Cleanup()
+		return nil, err
+	}
+	return c, nil
+}
+
+func parseAutoInt(name, v string) (int, bool, error) {
+	if v == "auto" || v == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, false, fmt.Errorf("ucp init: UCX_%s=%q: %w", name, v, ucs.ErrInvalidParam)
+	}
+	return n, true, nil
+}
+
+func (c *Context) applyConfig() error {
+	cfg := c.config
+	if n, ok, err := parseAutoInt("NUM_EPS", cfg.Get("NUM_EPS")); err != nil {
+		return err
+	} else if ok {
+		c.numEPs = n
+	}
+	if n, ok, err := parseAutoInt("NUM_PPN", cfg.Get("NUM_PPN")); err != nil {
+		return err
+	} else if ok {
+		c.numPPN = n
+	}
+	if n, ok, err := parseAutoInt("LOCAL_NODE_ID", cfg.Get("LOCAL_NODE_ID")); err != nil {
+		return err
+	} else if ok {
+		c.nodeID = uint64(n)
+	}
+	for _, th := range []struct {
+		name string
+		dst  *int
+	}{{"ZCOPY_THRESH", &c.zcopyThr}, {"BCOPY_THRESH", &c.bcopyThr}} {
+		v := cfg.Get(th.name)
+		if v == "auto" {
+			continue
+		}
+		n, err := ucs.ParseSize(v)
+		if err != nil {
+			return fmt.Errorf("ucp init: UCX_%s: %w", th.name, err)
+		}
+		if n > 1<<62 {
+			n = 1 << 62
+		}
+		*th.dst = int(n)
+	}
+	for _, m := range strings.Split(cfg.Get("ALLOC_PRIO"), ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			if m != "mmap" && m != "heap" && !strings.HasPrefix(m, "md:") {
+				return fmt.Errorf("ucp init: UCX_ALLOC_PRIO method %q: %w", m, ucs.ErrInvalidParam)
+			}
+			c.allocPrio = append(c.allocPrio, m)
+		}
+	}
+	return nil
+}
+
+// tlAliases expands the UCX_TLS aliases to transport names.
+var tlAliases = map[string][]string{
+	"sm":  {"posix", "sysv", "cma", "xpmem", "knem"},
+	"shm": {"posix", "sysv", "cma", "xpmem", "knem"},
+	"mm":  {"posix", "sysv", "xpmem"},
+}
+
+func tlMatches(item, tl string) bool {
+	if item == "all" || item == tl {
+		return true
+	}
+	for _, a := range tlAliases[item] {
+		if a == tl {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Context) selectResources() error {
+	tls, err := ucs.ParseAllowList(c.config.Get("TLS"))
+	if err != nil {
+		return fmt.Errorf("ucp init: UCX_TLS: %w", err)
+	}
+	if len(tls.Names) == 0 {
+		return fmt.Errorf("ucp init: UCX_TLS is empty: %w", ucs.ErrInvalidParam)
+	}
+	devs, err := ucs.ParseAllowList(c.config.Get("NET_DEVICES"))
+	if err != nil {
+		return fmt.Errorf("ucp init: UCX_NET_DEVICES: %w", err)
+	}
+	for _, comp := range uct.Components() {
+		mdrs, err := comp.MDResources()
+		if err != nil {
+			continue
+		}
+		for _, mdr := range mdrs {
+			md, err := comp.OpenMD(mdr.Name, ucs.ReadConfig(c.config.Prefix(), comp.MDConfigTable()))
+			if err != nil {
+				continue // an unusable MD here is not an error of the context
+			}
+			attr, err := md.Query()
+			if err != nil {
+				md.Close()
+				continue
+			}
+			e := &mdEntry{comp: comp, md: md, attr: attr, index: len(c.mds)}
+			tlrs, _ := md.TLResources()
+			selected := 0
+			for _, tl := range tlrs {
+				if !tls.Allows(func(item string) bool { return tlMatches(item, tl.TLName) }) {
+					continue
+				}
+				if tl.DevType == uct.DeviceTypeNet && !devs.Allows(func(item string) bool { return item == "all" || item == tl.DevName }) {
+					continue
+				}
+				c.resources = append(c.resources, resource{md: e, tl: tl, index: len(c.resources)})
+				selected++
+			}
+			// An MD without selected transports is kept if it can allocate
+			// memory, as UCX keeps alloc-only MDs for mem map.
+			if selected == 0 && attr.Flags&uct.MDFlagAlloc == 0 {
+				md.Close()
+				continue
+			}
+			c.mds = append(c.mds, e)
+		}
+	}
+	if len(c.resources) == 0 {
+		return fmt.Errorf("ucp init: no transport selected by UCX_TLS=%s: %w", c.config.Get("TLS"), ucs.ErrNoDevice)
+	}
+	return nil
+}
+
+// Cleanup releases the context (ucp_cleanup). Workers and mapped memory must
+// be released first.
+func (c *Context) Cleanup() {
+	if c.closed.Swap(true) {
+		return
+	}
+	for _, e := range c.mds {
+		e.md.Close()
+	}
+	c.mds, c.resources = nil, nil
+}
+
+// Attr fields of ContextAttr (ucp_context_attr_field).
+type ContextAttr struct {
+	RequestSize int
+	ThreadMode  ucs.ThreadMode
+	MemoryTypes []ucs.MemoryType
+	Name        string
+	Features    Feature
+	// Transports lists the selected resources as "tl/device".
+	Transports []string
+}
+
+// Query describes the context (ucp_context_query).
+func (c *Context) Query() ContextAttr {
+	a := ContextAttr{RequestSize: c.params.RequestSize, ThreadMode: ucs.ThreadModeMulti,
+		MemoryTypes: []ucs.MemoryType{ucs.MemoryTypeHost}, Name: c.name, Features: c.features}
+	for _, r := range c.resources {
+		a.Transports = append(a.Transports, r.tl.TLName+"/"+r.tl.DevName)
+	}
+	return a
+}
+
+// Print writes the context's configuration and selected resources to w
+// (ucp_context_print_info).
+func (c *Context) Print(w io.Writer) error {
+	fmt.Fprintf(w, "# UCP context %q, version %s\n", c.name, VersionString())
+	for _, r := range c.resources {
+		fmt.Fprintf(w, "#   resource %d: md %s, tl %s, device %s (%s)\n", r.index, r.md.md.Name(), r.tl.TLName, r.tl.DevName, r.tl.DevType)
+	}
+	return c.config.Print(w, false)
+}
+
+// LibAttr describes the library (ucp_lib_query).
+type LibAttr struct{ MaxThreadLevel ucs.ThreadMode }
+
+// LibQuery returns the library attributes.
+func LibQuery() LibAttr { return LibAttr{MaxThreadLevel: ucs.ThreadModeMulti} }
+
+var errClosed = errors.New("ucp: use of a released object")

@@ -1,0 +1,443 @@
+package ucp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Fields of MemMapParams (ucp_mem_map_params_field).
+const (
+	MemMapParamFieldAddress            uint64 = 1 << 0
+	MemMapParamFieldLength             uint64 = 1 << 1
+	MemMapParamFieldFlags              uint64 = 1 << 2
+	MemMapParamFieldProt               uint64 = 1 << 3
+	MemMapParamFieldMemoryType         uint64 = 1 << 4
+	MemMapParamFieldExportedMemhBuffer uint64 = 1 << 5
+)
+
+// Mem map flags (UCP_MEM_MAP_*).
+const (
+	MemMapNonblock uint32 = 1 << 0
+	MemMapAllocate uint32 = 1 << 1
+	MemMapFixed    uint32 = 1 << 2
+)
+
+// Memory protection bits (UCP_MEM_MAP_PROT_*).
+const (
+	ProtLocalRead   uint32 = 1 << 0
+	ProtLocalWrite  uint32 = 1 << 1
+	ProtRemoteRead  uint32 = 1 << 8
+	ProtRemoteWrite uint32 = 1 << 9
+	// ProtDefault is the protection used when none is given.
+	ProtDefault = ProtLocalRead | ProtLocalWrite | ProtRemoteRead | ProtRemoteWrite
+)
+
+// MemMapParams are the parameters of Context.MemMap (ucp_mem_map_params_t).
+type MemMapParams struct {
+	FieldMask  uint64
+	Address    unsafe.Pointer
+	Length     int
+	Flags      uint32
+	Prot       uint32
+	MemoryType ucs.MemoryType
+}
+
+// SetAddress sets the memory to register; when unset (or nil) MemMap
+// allocates.
+func (p *MemMapParams) SetAddress(a unsafe.Pointer) *MemMapParams {
+	p.Address, p.FieldMask = a, p.FieldMask|MemMapParamFieldAddress
+	return p
+}
+
+// SetLength sets the length to map; mandatory.
+func (p *MemMapParams) SetLength(n int) *MemMapParams {
+	p.Length, p.FieldMask = n, p.FieldMask|MemMapParamFieldLength
+	return p
+}
+
+// SetFlags sets MemMap* flags (default 0).
+func (p *MemMapParams) SetFlags(f uint32) *MemMapParams {
+	p.Flags, p.FieldMask = f, p.FieldMask|MemMapParamFieldFlags
+	return p
+}
+
+// SetProt sets the protection (default ProtDefault).
+func (p *MemMapParams) SetProt(prot uint32) *MemMapParams {
+	p.Prot, p.FieldMask = prot, p.FieldMask|MemMapParamFieldProt
+	return p
+}
+
+// SetMemoryType sets the memory type (default host).
+func (p *MemMapParams) SetMemoryType(t ucs.MemoryType) *MemMapParams {
+	p.MemoryType, p.FieldMask = t, p.FieldMask|MemMapParamFieldMemoryType
+	return p
+}
+
+// MemHandle is mapped memory (ucp_mem_h): registered with, or allocated by,
+// the context's memory domains.
+type MemHandle struct {
+	ctx      *Context
+	address  unsafe.Pointer
+	length   int
+	memType  ucs.MemoryType
+	prot     uint32
+	method   string     // how it was allocated ("md:posix", "mmap") or "" if given
+	allocMD  *mdEntry   // the MD that allocated it, if any
+	mmapped  []byte     // memory from the mmap method
+	memhs    []uct.Memh // per context MD index; nil where not registered
+	regMDs   []*mdEntry
+	unmapped bool
+}
+
+// MemMap maps memory for remote access (ucp_mem_map): with MemMapAllocate
+// and no address it allocates, trying UCX_ALLOC_PRIO's methods in order (an
+// MD that can allocate shareable memory first); otherwise it registers the
+// memory at Address. The memory is then registered with every other MD that
+// registers memory. It fails with ucs.ErrInvalidParam without a length or
+// with an address and no memory to register, and ucs.ErrNoMemory when no
+// method can allocate.
+func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
+	if p == nil || p.FieldMask&MemMapParamFieldLength == 0 || p.Length <= 0 {
+		return nil, fmt.Errorf("ucp mem map: length not set: %w", ucs.ErrInvalidParam)
+	}
+	m := &MemHandle{ctx: c, length: p.Length, prot: ProtDefault, memhs: make([]uct.Memh, len(c.mds))}
+	if p.FieldMask&MemMapParamFieldProt != 0 {
+		m.prot = p.Prot
+	}
+	if p.FieldMask&MemMapParamFieldMemoryType != 0 {
+		m.memType = p.MemoryType
+		if m.memType != ucs.MemoryTypeHost {
+			return nil, fmt.Errorf("ucp mem map: memory type %v: %w", m.memType, ucs.ErrUnsupported)
+		}
+	}
+	var flags uint32
+	if p.FieldMask&MemMapParamFieldFlags != 0 {
+		flags = p.Flags
+	}
+	var addr unsafe.Pointer
+	if p.FieldMask&MemMapParamFieldAddress != 0 {
+		addr = p.Address
+	}
+	if addr == nil {
+		if flags&MemMapAllocate == 0 {
+			return nil, fmt.Errorf("ucp mem map: no address and no MemMapAllocate: %w", ucs.ErrInvalidParam)
+		}
+		if err := c.allocate(m); err != nil {
+			return nil, err
+		}
+	} else {
+		m.address = addr
+	}
+	for _, e := range c.mds {
+		if e == m.allocMD || e.attr.Flags&uct.MDFlagReg == 0 {
+			continue
+		}
+		memh, err := e.md.MemReg(m.address, m.length, uct.MemAccessDefault)
+		if err != nil {
+			continue // that MD cannot reach this memory; its transports will not be used for it
+		}
+		m.memhs[e.index] = memh
+		m.regMDs = append(m.regMDs, e)
+	}
+	return m, nil
+}
+
+func (c *Context) allocate(m *MemHandle) error {
+	for _, method := range c.allocPrio {
+		switch {
+		case strings.HasPrefix(method, "md:"):
+			want := strings.TrimPrefix(method, "md:")
+			for _, e := range c.mds {
+				if e.attr.Flags&uct.MDFlagAlloc == 0 || (want != "*" && e.md.Name() != want) {
+					continue
+				}
+				a, err := e.md.MemAlloc(m.length, uct.MemAccessDefault, c.name)
+				if err != nil {
+					continue
+				}
+				m.address, m.memhs[e.index], m.allocMD, m.method = a.Address, a.Memh, e, method
+				m.regMDs = append(m.regMDs, e)
+				return nil
+			}
+		case method == "mmap" || method == "heap":
+			b, err := unix.Mmap(-1, 0, m.length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+			if err != nil {
+				continue
+			}
+			m.address, m.mmapped, m.method = unsafe.Pointer(unsafe.SliceData(b)), b, method
+			return nil
+		}
+	}
+	return fmt.Errorf("ucp mem map: no method of UCX_ALLOC_PRIO=%s allocates %d bytes: %w",
+		c.config.Get("ALLOC_PRIO"), m.length, ucs.ErrNoMemory)
+}
+
+// MemUnmap releases the mapping and, if MemMap allocated it, the memory
+// (ucp_mem_unmap).
+func (c *Context) MemUnmap(m *MemHandle) error {
+	if m == nil || m.unmapped {
+		return fmt.Errorf("ucp mem unmap: %w", ucs.ErrInvalidParam)
+	}
+	m.unmapped = true
+	var first error
+	for _, e := range m.regMDs {
+		var err error
+		if e == m.allocMD {
+			err = e.md.MemFree(m.memhs[e.index])
+		} else {
+			err = e.md.MemDereg(m.memhs[e.index])
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if m.mmapped != nil {
+		if err := unix.Munmap(m.mmapped); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("ucp mem unmap: %w", first)
+	}
+	return nil
+}
+
+// Address returns the start of the mapped memory.
+func (m *MemHandle) Address() unsafe.Pointer { return m.address }
+
+// Length returns the length of the mapped memory.
+func (m *MemHandle) Length() int { return m.length }
+
+// MemAttr describes mapped memory (ucp_mem_attr_t).
+type MemAttr struct {
+	Address    unsafe.Pointer
+	Length     int
+	MemoryType ucs.MemoryType
+	// Method is how the memory was allocated ("md:posix", "mmap"), or "" if
+	// it was given to MemMap.
+	Method string
+	// MDs names the memory domains the memory is registered with.
+	MDs []string
+}
+
+// Query describes the mapped memory (ucp_mem_query).
+func (m *MemHandle) Query() MemAttr {
+	a := MemAttr{Address: m.address, Length: m.length, MemoryType: m.memType, Method: m.method}
+	for _, e := range m.regMDs {
+		a.MDs = append(a.MDs, e.md.Name())
+	}
+	return a
+}
+
+// Packed rkey layout (little endian):
+//
+//	magic "GRK" version(1)  u8 memory type  u64 address  u64 length
+//	u8 count, then per MD: u8 len component, u16 len mkey, mkey
+const (
+	rkeyMagic   = "GRK"
+	rkeyVersion = 1
+	maxRkeyMDs  = 16
+	maxRkeyBlob = 4096
+)
+
+// RkeyPack packs the remote key of m, for peers to unpack with
+// Endpoint.RkeyUnpack (ucp_rkey_pack).
+func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
+	if m == nil || m.unmapped {
+		return nil, fmt.Errorf("ucp rkey pack: %w", ucs.ErrInvalidParam)
+	}
+	b := append([]byte(rkeyMagic), rkeyVersion, byte(m.memType))
+	b = binary.LittleEndian.AppendUint64(b, uint64(uintptr(m.address)))
+	b = binary.LittleEndian.AppendUint64(b, uint64(m.length))
+	b = append(b, byte(len(m.regMDs)))
+	for _, e := range m.regMDs {
+		mk, err := e.md.MkeyPack(m.memhs[e.index])
+		if err != nil {
+			return nil, fmt.Errorf("ucp rkey pack %s: %w", e.md.Name(), err)
+		}
+		b = appendStr8(b, e.comp.Name())
+		b = appendBlob16(b, mk)
+	}
+	return b, nil
+}
+
+// RkeyBufferRelease exists for symmetry with ucp_rkey_buffer_release.
+func RkeyBufferRelease([]byte) {}
+
+type packedRkey struct {
+	memType ucs.MemoryType
+	address uint64
+	length  uint64
+	mkeys   []packedMkey
+}
+
+type packedMkey struct {
+	component string
+	mkey      []byte
+}
+
+// decodeRkey parses a packed rkey; anything malformed fails with
+// ucs.ErrInvalidParam.
+func decodeRkey(b []byte) (*packedRkey, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("ucp: packed rkey (%d bytes): %s: %w", len(b), why, ucs.ErrInvalidParam)
+	}
+	if len(b) > maxRkeyBlob {
+		return nil, bad("too long")
+	}
+	d := decoder{b: b}
+	if string(d.take(len(rkeyMagic))) != rkeyMagic {
+		return nil, bad("bad magic")
+	}
+	if v := d.u8(); v != rkeyVersion {
+		return nil, bad(fmt.Sprintf("version %d", v))
+	}
+	k := &packedRkey{memType: ucs.MemoryType(d.u8()), address: d.u64(), length: d.u64()}
+	n := int(d.u8())
+	if d.err {
+		return nil, bad("truncated header")
+	}
+	if k.memType != ucs.MemoryTypeHost {
+		return nil, bad(fmt.Sprintf("memory type %d", k.memType))
+	}
+	if k.length == 0 || k.address+k.length < k.address {
+		return nil, bad("empty or wrapping range")
+	}
+	if n > maxRkeyMDs {
+		return nil, bad(fmt.Sprintf("%d memory domains", n))
+	}
+	for i := 0; i < n; i++ {
+		mk := packedMkey{component: d.str8(), mkey: d.blob16()}
+		if d.err || mk.component == "" {
+			return nil, bad(fmt.Sprintf("memory domain %d truncated or unnamed", i))
+		}
+		k.mkeys = append(k.mkeys, mk)
+	}
+	if len(d.b) != 0 {
+		return nil, bad(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	return k, nil
+}
+
+// rkeyEntry is one unpacked memory key.
+type rkeyEntry struct {
+	comp   uct.Component
+	bundle uct.RkeyBundle
+	hasPtr bool
+}
+
+// Rkey is a remote key unpacked on an endpoint (ucp_rkey_h): what the
+// endpoint's lanes need to reach the remote memory.
+type Rkey struct {
+	ep      *Endpoint
+	packed  []byte
+	address uint64
+	length  uint64
+	entries []rkeyEntry
+	rma     uint64 // uct rkey for the RMA lane
+	amo     uint64 // uct rkey for the AMO lane
+	rmaOK   bool
+	amoOK   bool
+	ptr     *rkeyEntry
+}
+
+// RkeyUnpack unpacks a key packed by Context.RkeyPack in the peer
+// (ucp_ep_rkey_unpack). It fails with ucs.ErrInvalidParam for malformed
+// input and ucs.ErrUnreachable when no lane of the endpoint can use it.
+func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
+	if ep.closed {
+		return nil, fmt.Errorf("ucp rkey unpack: %w", errClosed)
+	}
+	k, err := decodeRkey(packed)
+	if err != nil {
+		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
+	}
+	rk := &Rkey{ep: ep, packed: append([]byte(nil), packed...), address: k.address, length: k.length}
+	laneComp := func(l *lane) string {
+		if l == nil {
+			return ""
+		}
+		return l.wi.rsc.md.comp.Name()
+	}
+	for _, mk := range k.mkeys {
+		used := mk.component == laneComp(ep.rma) || mk.component == laneComp(ep.amo)
+		comp, err := uct.LookupComponent(mk.component)
+		if err != nil {
+			continue // a transport this build lacks
+		}
+		hasPtr := false
+		for _, e := range ep.w.ctx.mds {
+			if e.comp == comp && e.attr.Flags&uct.MDFlagRkeyPtr != 0 {
+				hasPtr = true
+			}
+		}
+		if !used && !hasPtr {
+			continue
+		}
+		b, err := comp.RkeyUnpack(mk.mkey)
+		if err != nil {
+			if used {
+				rk.Destroy()
+				return nil, fmt.Errorf("ucp rkey unpack %s: %w", mk.component, err)
+			}
+			continue
+		}
+		rk.entries = append(rk.entries, rkeyEntry{comp: comp, bundle: b, hasPtr: hasPtr})
+		if mk.component == laneComp(ep.rma) {
+			rk.rma, rk.rmaOK = b.Rkey, true
+		}
+		if mk.component == laneComp(ep.amo) {
+			rk.amo, rk.amoOK = b.Rkey, true
+		}
+	}
+	for i := range rk.entries {
+		if rk.entries[i].hasPtr {
+			// Prefer the key of the RMA lane's component for direct access.
+			if rk.ptr == nil || rk.entries[i].comp.Name() == laneComp(ep.rma) {
+				rk.ptr = &rk.entries[i]
+			}
+		}
+	}
+	if !rk.rmaOK && !rk.amoOK && rk.ptr == nil {
+		rk.Destroy()
+		return nil, fmt.Errorf("ucp rkey unpack: no lane of %s can use the key: %w", ep.name, ucs.ErrUnreachable)
+	}
+	return rk, nil
+}
+
+// Ptr returns a local pointer through which the remote address raddr can be
+// read and written directly (ucp_rkey_ptr); ucs.ErrUnreachable where no
+// transport maps the peer's memory here, ucs.ErrOutOfRange outside the key.
+func (rk *Rkey) Ptr(raddr uint64) (unsafe.Pointer, error) {
+	if raddr < rk.address || raddr-rk.address >= rk.length {
+		return nil, fmt.Errorf("ucp rkey ptr 0x%x: %w", raddr, ucs.ErrOutOfRange)
+	}
+	if rk.ptr == nil {
+		return nil, fmt.Errorf("ucp rkey ptr: %w", ucs.ErrUnreachable)
+	}
+	p, err := rk.ptr.comp.RkeyPtr(rk.ptr.bundle, raddr)
+	if err != nil {
+		return nil, fmt.Errorf("ucp rkey ptr: %w", err)
+	}
+	return p, nil
+}
+
+// Compare orders two keys by their packed form (ucp_rkey_compare): 0 when
+// they key the same memory the same way.
+func (rk *Rkey) Compare(o *Rkey) int { return bytes.Compare(rk.packed, o.packed) }
+
+// Destroy releases the key (ucp_rkey_destroy).
+func (rk *Rkey) Destroy() {
+	for _, e := range rk.entries {
+		e.comp.RkeyRelease(e.bundle)
+	}
+	rk.entries, rk.ptr, rk.rmaOK, rk.amoOK = nil, nil, false, false
+}

@@ -1,0 +1,294 @@
+package ucp
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Fields and flags of RequestParam.OpAttrMask (ucp_op_attr_t).
+const (
+	OpAttrFieldRequest     uint32 = 1 << 0
+	OpAttrFieldCallback    uint32 = 1 << 1
+	OpAttrFieldUserData    uint32 = 1 << 2
+	OpAttrFieldDatatype    uint32 = 1 << 3
+	OpAttrFieldFlags       uint32 = 1 << 4
+	OpAttrFieldReplyBuffer uint32 = 1 << 5
+	OpAttrFieldMemoryType  uint32 = 1 << 6
+	OpAttrFieldRecvInfo    uint32 = 1 << 7
+	OpAttrFieldMemh        uint32 = 1 << 8
+
+	// OpAttrFlagNoImmCmpl: always return a request, even when the operation
+	// completed at once; its callback is then called before return.
+	OpAttrFlagNoImmCmpl uint32 = 1 << 16
+	// OpAttrFlagFastCmpl: complete as fast as possible (a hint).
+	OpAttrFlagFastCmpl uint32 = 1 << 17
+	// OpAttrFlagForceImmCmpl: fail with ucs.ErrNoResource rather than return
+	// a request.
+	OpAttrFlagForceImmCmpl uint32 = 1 << 18
+)
+
+// Datatype describes the elements of a buffer (ucp_datatype_t).
+type Datatype uint64
+
+// DatatypeContig returns the datatype of contiguous elements of elemSize
+// bytes (ucp_dt_make_contig).
+func DatatypeContig(elemSize int) Datatype { return Datatype(elemSize) << 3 }
+
+// ElemSize returns the element size of a contiguous datatype.
+func (d Datatype) ElemSize() int { return int(d >> 3) }
+
+// SendCallback is called when a send-side operation (RMA, atomic, flush)
+// completes (ucp_send_nbx_callback_t). status is nil on success.
+type SendCallback func(req *Request, status error, userData any)
+
+// RequestParam are the parameters of an operation (ucp_request_param_t);
+// only the fields whose OpAttrField bit is set count.
+type RequestParam struct {
+	OpAttrMask uint32
+	Flags      uint32
+	// Request is memory for the request, instead of one from the worker.
+	Request  *Request
+	Callback SendCallback
+	UserData any
+	// Datatype of the buffer; contiguous bytes by default, and for atomics
+	// the operand size (DatatypeContig(4) or (8); 8 by default).
+	Datatype Datatype
+	// Reply receives the result of a fetching atomic (zero-extended for
+	// 32-bit operations). For CSWAP it holds the compare value on input.
+	Reply      *uint64
+	MemoryType ucs.MemoryType
+	Memh       *MemHandle
+}
+
+// SetCallback sets the completion callback.
+func (p *RequestParam) SetCallback(cb SendCallback) *RequestParam {
+	p.Callback, p.OpAttrMask = cb, p.OpAttrMask|OpAttrFieldCallback
+	return p
+}
+
+// SetUserData sets the value passed to the callback.
+func (p *RequestParam) SetUserData(d any) *RequestParam {
+	p.UserData, p.OpAttrMask = d, p.OpAttrMask|OpAttrFieldUserData
+	return p
+}
+
+// SetDatatype sets the datatype.
+func (p *RequestParam) SetDatatype(d Datatype) *RequestParam {
+	p.Datatype, p.OpAttrMask = d, p.OpAttrMask|OpAttrFieldDatatype
+	return p
+}
+
+// SetReply sets the reply buffer of a fetching atomic.
+func (p *RequestParam) SetReply(r *uint64) *RequestParam {
+	p.Reply, p.OpAttrMask = r, p.OpAttrMask|OpAttrFieldReplyBuffer
+	return p
+}
+
+// SetFlags sets OpAttrFlag* flags.
+func (p *RequestParam) SetFlags(f uint32) *RequestParam {
+	p.Flags, p.OpAttrMask = f, p.OpAttrMask|OpAttrFieldFlags
+	return p
+}
+
+// SetRequest sets user-provided request memory.
+func (p *RequestParam) SetRequest(r *Request) *RequestParam {
+	p.Request, p.OpAttrMask = r, p.OpAttrMask|OpAttrFieldRequest
+	return p
+}
+
+// Request is an operation in progress (the UCX request handle). Check it
+// with Status or IsCompleted, wait for it with Wait, and give it back with
+// Free.
+type Request struct {
+	comp     uct.Completion // first: a *uct.Completion is a *Request
+	w        *Worker
+	state    atomic.Int32 // ucs.Status: InProgress until completed
+	cb       SendCallback
+	userData any
+	reply    *uint64
+	result   uint64
+	result32 uint32
+	size     int
+	proto    string
+	lane     *lane
+	freed    bool
+	external bool
+	pending  uct.PendingReq
+	reserved []byte
+	inited   bool
+}
+
+var requestPools sync.Map // *Context -> *sync.Pool
+
+func (w *Worker) pool() *sync.Pool {
+	if p, ok := requestPools.Load(w.ctx); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := requestPools.LoadOrStore(w.ctx, &sync.Pool{New: func() any { return new(Request) }})
+	return p.(*sync.Pool)
+}
+
+// newRequest returns a request for an operation with the given params,
+// from the user's memory or the worker's pool.
+func (w *Worker) newRequest(param *RequestParam) *Request {
+	var r *Request
+	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
+		r = param.Request
+		*r = Request{external: true, reserved: r.reserved, inited: r.inited}
+	} else {
+		r = w.pool().Get().(*Request)
+	}
+	r.w = w
+	r.state.Store(int32(ucs.InProgress))
+	r.comp = uct.Completion{Func: requestCompleted, Count: 1}
+	if !r.inited {
+		r.inited = true
+		if n := w.ctx.params.RequestSize; n > 0 {
+			r.reserved = make([]byte, n)
+		}
+		if fn := w.ctx.params.RequestInit; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestInit != 0 {
+			fn(r)
+		}
+	}
+	if param != nil {
+		if param.OpAttrMask&OpAttrFieldCallback != 0 {
+			r.cb = param.Callback
+		}
+		if param.OpAttrMask&OpAttrFieldUserData != 0 {
+			r.userData = param.UserData
+		}
+	}
+	return r
+}
+
+func requestCompleted(c *uct.Completion) {
+	r := (*Request)(unsafe.Pointer(c))
+	r.complete(c.Status)
+}
+
+// complete finishes r with status: results are delivered, the callback is
+// called, and a request its owner already freed goes back to the pool.
+func (r *Request) complete(status ucs.Status) {
+	r.finish(status)
+	if r.cb != nil {
+		r.cb(r, r.Status(), r.userData)
+	}
+	if r.freed {
+		r.release()
+	}
+}
+
+// finish delivers the result and marks r completed, without the callback.
+func (r *Request) finish(status ucs.Status) {
+	if status == ucs.InProgress {
+		status = ucs.OK
+	}
+	if status == ucs.OK && r.reply != nil {
+		if r.size == 4 {
+			*r.reply = uint64(r.result32)
+		} else {
+			*r.reply = r.result
+		}
+	}
+	r.state.Store(int32(status))
+	r.w.inflight.Add(-1)
+}
+
+func (r *Request) release() {
+	if r.external {
+		return
+	}
+	r.cb, r.userData, r.reply, r.lane, r.freed = nil, nil, nil, nil, false
+	r.w.pool().Put(r)
+}
+
+// Status returns nil when the request completed successfully, ucs.InProgress
+// while it runs, and its error otherwise (ucp_request_check_status).
+func (r *Request) Status() error {
+	st := ucs.Status(r.state.Load())
+	if st == ucs.OK {
+		return nil
+	}
+	return st
+}
+
+// IsCompleted reports whether the request has completed
+// (ucp_request_is_completed).
+func (r *Request) IsCompleted() bool { return ucs.Status(r.state.Load()) != ucs.InProgress }
+
+// Wait progresses the request's worker until the request completes and
+// returns its status. It does not free the request.
+func (r *Request) Wait() error {
+	for !r.IsCompleted() {
+		if r.w.Progress() == 0 {
+			runtime.Gosched()
+		}
+	}
+	return r.Status()
+}
+
+// Free gives the request back (ucp_request_free). A request that is still
+// running completes normally and is then recycled; its callback still runs.
+func (r *Request) Free() {
+	if r.IsCompleted() {
+		r.release()
+		return
+	}
+	r.freed = true
+}
+
+// Release is Free for user-provided request memory (ucp_request_release).
+func (r *Request) Release() { r.Free() }
+
+// Cancel asks for the request to end early with ucs.ErrCanceled
+// (ucp_request_cancel). RMA and atomics already handed to a transport run to
+// completion; only a request still waiting for resources is canceled.
+func (r *Request) Cancel() {
+	if r.IsCompleted() || r.lane == nil {
+		return
+	}
+	canceled := false
+	var others []*uct.PendingReq
+	r.lane.ep.PendingPurge(func(p *uct.PendingReq) {
+		if p == &r.pending {
+			canceled = true
+		} else {
+			others = append(others, p)
+		}
+	})
+	for _, p := range others {
+		r.lane.ep.PendingAdd(p, 0)
+	}
+	if canceled {
+		r.complete(ucs.ErrCanceled)
+	}
+}
+
+// Reserved returns the request_size bytes the context reserved in every
+// request.
+func (r *Request) Reserved() []byte { return r.reserved }
+
+// RequestAttr describes a request (ucp_request_attr_t).
+type RequestAttr struct {
+	Status      error
+	DebugString string
+	MemoryType  ucs.MemoryType
+}
+
+// Query describes the request: its status and a debug string naming the
+// transport and protocol that carry it (ucp_request_query).
+func (r *Request) Query() RequestAttr {
+	a := RequestAttr{Status: r.Status(), MemoryType: ucs.MemoryTypeHost}
+	tl := "none"
+	if r.lane != nil {
+		tl = r.lane.String()
+	}
+	a.DebugString = fmt.Sprintf("%s on %s, %d bytes", r.proto, tl, r.size)
+	return a
+}

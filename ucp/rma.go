@@ -1,0 +1,172 @@
+package ucp
+
+import (
+	"fmt"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Protocol names, as Request.Query reports them.
+const (
+	protoPutShort = "put/short"
+	protoPutBcopy = "put/bcopy"
+	protoPutZcopy = "put/zcopy"
+	protoGetBcopy = "get/bcopy"
+	protoGetZcopy = "get/zcopy"
+	protoAMOPost  = "amo/post"
+	protoAMOFetch = "amo/fetch"
+)
+
+// post issues op on lane l for request r and returns the UCP result: (nil,
+// nil) when the operation completed at once (r is released), r while it runs,
+// or an error. An operation the transport has no resources for is queued on
+// the lane's pending queue and retried from progress.
+func (w *Worker) post(l *lane, r *Request, param *RequestParam, op func(r *Request) ucs.Status) (*Request, error) {
+	r.lane = l
+	w.inflight.Add(1)
+	st := op(r)
+	if st == ucs.ErrNoResource {
+		if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 && param.Flags&OpAttrFlagForceImmCmpl != 0 {
+			w.inflight.Add(-1)
+			r.release()
+			return nil, fmt.Errorf("ucp %s: %w", r.proto, ucs.ErrNoResource)
+		}
+		st = w.queue(l, r, op)
+	}
+	switch st {
+	case ucs.InProgress:
+		return r, nil
+	case ucs.OK:
+		if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 && param.Flags&OpAttrFlagNoImmCmpl != 0 {
+			r.complete(ucs.OK)
+			return r, nil
+		}
+		// Completed at once: no request and no callback, as in UCX.
+		r.finish(ucs.OK)
+		r.release()
+		return nil, nil
+	default:
+		w.inflight.Add(-1)
+		r.release()
+		return nil, fmt.Errorf("ucp %s on %s: %w", r.proto, l, st)
+	}
+}
+
+// queue puts r on l's pending queue; it returns InProgress, or the result of
+// running op at once when the lane turns out to have resources.
+func (w *Worker) queue(l *lane, r *Request, op func(r *Request) ucs.Status) ucs.Status {
+	r.pending.Func = func(*uct.PendingReq) ucs.Status {
+		st := op(r)
+		switch st {
+		case ucs.ErrNoResource:
+			return ucs.ErrNoResource
+		case ucs.InProgress:
+		default:
+			r.complete(st)
+		}
+		return ucs.OK
+	}
+	for {
+		switch st := l.ep.PendingAdd(&r.pending, 0); st {
+		case ucs.OK:
+			return ucs.InProgress
+		case ucs.ErrBusy:
+			if st := op(r); st != ucs.ErrNoResource {
+				return st
+			}
+		default:
+			return st
+		}
+	}
+}
+
+func (ep *Endpoint) checkRMA(rkey *Rkey, what string) error {
+	if ep.closed {
+		return fmt.Errorf("ucp %s: %w", what, errClosed)
+	}
+	if ep.failed != nil {
+		return fmt.Errorf("ucp %s: %w", what, ep.failed)
+	}
+	if ep.rma == nil {
+		return fmt.Errorf("ucp %s: no RMA lane to %s: %w", what, ep.remoteName, ucs.ErrUnsupported)
+	}
+	if rkey == nil || rkey.ep != ep || !rkey.rmaOK {
+		return fmt.Errorf("ucp %s: rkey not unpacked for the RMA lane of this endpoint: %w", what, ucs.ErrInvalidParam)
+	}
+	return nil
+}
+
+// PutNBX writes buf to raddr in the memory of rkey (ucp_put_nbx). It returns
+// (nil, nil) when buf may be reused at once, or a request that completes
+// when buf may be reused; completion at the target needs a flush. Short
+// messages go out as put short, then bcopy, then zero-copy, by the lane's
+// limits and UCX_ZCOPY_THRESH.
+func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestParam) (*Request, error) {
+	if err := ep.checkRMA(rkey, "put"); err != nil {
+		return nil, err
+	}
+	w := ep.w
+	if w.mode == ucs.ThreadModeMulti {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+	}
+	n := len(buf)
+	rk := rkey.rma
+	if n <= ep.putShort && (param == nil || param.OpAttrMask&(OpAttrFieldCallback|OpAttrFieldFlags) == 0) {
+		// The common small put: no request at all.
+		st := ep.rmaEP.PutShort(buf, raddr, rk)
+		if st == ucs.OK {
+			return nil, nil
+		}
+		if st != ucs.ErrNoResource {
+			return nil, fmt.Errorf("ucp put/short on %s: %w", ep.rma, st)
+		}
+	}
+	r := w.newRequest(param)
+	r.size = n
+	switch {
+	case n <= ep.putShort:
+		r.proto = protoPutShort
+		return w.post(ep.rma, r, param, func(*Request) ucs.Status { return ep.rmaEP.PutShort(buf, raddr, rk) })
+	case n <= ep.putBcopy:
+		r.proto = protoPutBcopy
+		pack := func(dst []byte) int { return copy(dst, buf) }
+		return w.post(ep.rma, r, param, func(*Request) ucs.Status {
+			_, st := ep.rmaEP.PutBcopy(pack, raddr, rk)
+			return st
+		})
+	default:
+		r.proto = protoPutZcopy
+		iov := []uct.IOV{{Buffer: buf}}
+		return w.post(ep.rma, r, param, func(r *Request) ucs.Status { return ep.rmaEP.PutZcopy(iov, raddr, rk, &r.comp) })
+	}
+}
+
+// GetNBX reads len(buf) bytes at raddr in the memory of rkey into buf
+// (ucp_get_nbx). It returns (nil, nil) when buf holds the data on return, or
+// a request that completes when it does.
+func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestParam) (*Request, error) {
+	if err := ep.checkRMA(rkey, "get"); err != nil {
+		return nil, err
+	}
+	w := ep.w
+	if w.mode == ucs.ThreadModeMulti {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+	}
+	n := len(buf)
+	rk := rkey.rma
+	r := w.newRequest(param)
+	r.size = n
+	if n <= ep.getBcopy && ep.rma.wi.attr.Flags&uct.IfaceFlagGetBcopy != 0 {
+		r.proto = protoGetBcopy
+		unpack := func(src []byte) { copy(buf, src) }
+		return w.post(ep.rma, r, param, func(r *Request) ucs.Status {
+			return ep.rmaEP.GetBcopy(unpack, n, raddr, rk, &r.comp)
+		})
+	}
+	r.proto = protoGetZcopy
+	iov := []uct.IOV{{Buffer: buf}}
+	return w.post(ep.rma, r, param, func(r *Request) ucs.Status { return ep.rmaEP.GetZcopy(iov, raddr, rk, &r.comp) })
+}
