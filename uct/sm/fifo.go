@@ -1,0 +1,198 @@
+package sm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// The receive FIFO of an iface is a bounded multi-producer single-consumer
+// ring of fixed cells in a shared segment (D. Vyukov's bounded queue). Any
+// process that mapped it may send; only the owning iface receives.
+//
+// Segment layout (offsets in bytes; every counter on its own cache line):
+//
+//	0    magic    uint64  fifoMagic
+//	8    ncells   uint32  a power of two
+//	12   stride   uint32  bytes per cell, a multiple of 64
+//	64   tail     uint64  next ticket for producers (claimed with CAS)
+//	256  cells    ncells * stride
+//
+// Each cell starts with a 16-byte header:
+//
+//	0    seq      uint64  owner flag: ticket t may be written when seq == t,
+//	                      read when seq == t+1; the consumer sets it to
+//	                      t+ncells when it is done
+//	8    length   uint32  bytes of data
+//	12   am id    uint8   voidID (with length 0) for a cell to skip
+//	13   (zero)   3 bytes
+//
+// followed by stride-16 bytes of data. A producer claims ticket t when the
+// cell's seq equals t (seq < t means the ring is full: the send fails with
+// ucs.ErrNoResource, it never waits), writes the data and header, and
+// publishes with seq = t+1. The consumer reads tickets in order.
+const (
+	fifoMagic      uint64 = 0x31304f4649465347 // "GSFIFO01"
+	fifoHeaderSize        = 256
+	fifoTailOff           = 64
+	cellHeaderSize        = 16
+	cellAlign             = 64
+
+	// voidID marks a claimed cell that carries no message (its sender's
+	// pack function failed).
+	voidID = 0xff
+
+	minFIFOCells = 2
+	maxFIFOCells = 1 << 16
+	minSegSize   = 64
+	maxSegSize   = 1 << 24
+)
+
+// fifo is a view of a ring mapped in this process, by its owner or by a
+// producer.
+type fifo struct {
+	tail    *uint64
+	cells   unsafe.Pointer
+	mask    uint64
+	stride  uintptr
+	payload int // data bytes per cell
+}
+
+// fifoSize returns the bytes of a ring of n cells of stride bytes.
+func fifoSize(n, stride int) uint64 {
+	return fifoHeaderSize + uint64(n)*uint64(stride)
+}
+
+// cellStride returns the stride of cells holding segSize bytes of data.
+func cellStride(segSize int) int {
+	return (cellHeaderSize + segSize + cellAlign - 1) &^ (cellAlign - 1)
+}
+
+// initFIFO formats a ring of n cells of stride bytes at base (fifoSize
+// bytes, zeroed).
+func initFIFO(base unsafe.Pointer, n, stride int) {
+	*(*uint32)(unsafe.Add(base, 8)) = uint32(n)
+	*(*uint32)(unsafe.Add(base, 12)) = uint32(stride)
+	f := viewFIFO(base, n, stride)
+	for t := range uint64(n) {
+		atomic.StoreUint64((*uint64)(f.cell(t)), t)
+	}
+	atomic.StoreUint64((*uint64)(base), fifoMagic)
+}
+
+// viewFIFO returns the view of a ring at base.
+func viewFIFO(base unsafe.Pointer, n, stride int) fifo {
+	return fifo{
+		tail:    (*uint64)(unsafe.Add(base, fifoTailOff)),
+		cells:   unsafe.Add(base, fifoHeaderSize),
+		mask:    uint64(n - 1),
+		stride:  uintptr(stride),
+		payload: stride - cellHeaderSize,
+	}
+}
+
+// checkFIFO reports whether the ring at base is formatted with n cells of
+// stride bytes, as its address said.
+func checkFIFO(base unsafe.Pointer, n, stride int) error {
+	if atomic.LoadUint64((*uint64)(base)) != fifoMagic ||
+		*(*uint32)(unsafe.Add(base, 8)) != uint32(n) || *(*uint32)(unsafe.Add(base, 12)) != uint32(stride) {
+		return fmt.Errorf("uct/sm: peer FIFO is not formatted as its address says: %w", ucs.ErrInvalidAddr)
+	}
+	return nil
+}
+
+// cell returns the cell of ticket t.
+func (f *fifo) cell(t uint64) unsafe.Pointer {
+	return unsafe.Add(f.cells, uintptr(t&f.mask)*f.stride)
+}
+
+// data returns the data area of cell c.
+func (f *fifo) data(c unsafe.Pointer) []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(c, cellHeaderSize)), f.payload)
+}
+
+// claim takes the next ticket and returns its cell, or nil when the ring is
+// full.
+func (f *fifo) claim() (unsafe.Pointer, uint64) {
+	t := atomic.LoadUint64(f.tail)
+	for {
+		c := f.cell(t)
+		switch d := int64(atomic.LoadUint64((*uint64)(c)) - t); {
+		case d == 0:
+			if atomic.CompareAndSwapUint64(f.tail, t, t+1) {
+				return c, t
+			}
+			t = atomic.LoadUint64(f.tail)
+		case d < 0:
+			return nil, 0
+		default: // another producer took t
+			t = atomic.LoadUint64(f.tail)
+		}
+	}
+}
+
+// hasRoom reports whether a claim would find a free cell now.
+func (f *fifo) hasRoom() bool {
+	t := atomic.LoadUint64(f.tail)
+	return atomic.LoadUint64((*uint64)(f.cell(t))) == t
+}
+
+// publish writes the header of cell c of ticket t and hands it to the
+// consumer.
+func publish(c unsafe.Pointer, t uint64, id uint8, n int) {
+	putCellHeader(unsafe.Slice((*byte)(unsafe.Add(c, 8)), cellHeaderSize-8), id, n)
+	atomic.StoreUint64((*uint64)(c), t+1)
+}
+
+// putCellHeader encodes the am id and length of a cell into b (the 8 header
+// bytes after seq).
+func putCellHeader(b []byte, id uint8, n int) {
+	binary.LittleEndian.PutUint32(b, uint32(n))
+	b[4], b[5], b[6], b[7] = id, 0, 0, 0
+}
+
+// decodeCellHeader decodes the 8 header bytes after seq of a cell whose data
+// area holds payload bytes; a void cell decodes as id voidID and length 0.
+// The cell was written by another process, so nothing is trusted: another id
+// of uct.AMMaxID or more, a length beyond payload or non-zero padding fail
+// with ucs.ErrInvalidParam.
+func decodeCellHeader(b []byte, payload int) (id uint8, n int, err error) {
+	if len(b) != cellHeaderSize-8 {
+		return 0, 0, fmt.Errorf("uct/sm: cell header of %d bytes: %w", len(b), ucs.ErrInvalidParam)
+	}
+	l := binary.LittleEndian.Uint32(b)
+	id = b[4]
+	switch {
+	case uint64(l) > uint64(payload):
+		return 0, 0, fmt.Errorf("uct/sm: cell of %d bytes in a %d-byte cell: %w", l, payload, ucs.ErrInvalidParam)
+	case id == voidID && l == 0:
+	case id >= uct.AMMaxID:
+		return 0, 0, fmt.Errorf("uct/sm: cell for AM id %d: %w", id, ucs.ErrInvalidParam)
+	case b[5]|b[6]|b[7] != 0:
+		return 0, 0, fmt.Errorf("uct/sm: cell header padding %x: %w", b[5:], ucs.ErrInvalidParam)
+	}
+	return id, int(l), nil
+}
+
+// poll returns the cell of ticket t if it was published, or nil.
+func (f *fifo) poll(t uint64) unsafe.Pointer {
+	c := f.cell(t)
+	if atomic.LoadUint64((*uint64)(c)) != t+1 {
+		return nil
+	}
+	return c
+}
+
+// release gives the cell of ticket t back to the producers.
+func (f *fifo) release(c unsafe.Pointer, t uint64) {
+	atomic.StoreUint64((*uint64)(c), t+f.mask+1)
+}
+
+// header returns the 8 header bytes after seq of cell c.
+func header(c unsafe.Pointer) []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(c, 8)), cellHeaderSize-8)
+}

@@ -1,0 +1,422 @@
+package sm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Iface configuration defaults (see IfaceConfigTable).
+const (
+	// DefaultFIFOSize is the number of cells of the receive FIFO: 256 cells
+	// let 255 messages wait for the receiver's Progress, enough for a burst
+	// from each of a few dozen peers.
+	DefaultFIFOSize = 256
+	// DefaultSegSize is the data bytes of a cell, the largest active
+	// message: 8 KiB, as UCX's mm transports. With the 16-byte cell header
+	// and 64-byte alignment a cell takes 8256 bytes, so a default FIFO maps
+	// about 2 MiB.
+	DefaultSegSize = 8192
+	// DefaultFIFOMaxPoll is the number of messages one Progress call
+	// delivers at most.
+	DefaultFIFOMaxPoll = 16
+)
+
+var ifaceConfigTable = []ucs.ConfigField{
+	{Name: "FIFO_SIZE", Default: strconv.Itoa(DefaultFIFOSize), Doc: "Cells of the shared-memory receive FIFO (a power of two)"},
+	{Name: "SEG_SIZE", Default: "8k", Doc: "Largest active message, in bytes: the data size of a FIFO cell"},
+	{Name: "FIFO_MAX_POLL", Default: strconv.Itoa(DefaultFIFOMaxPoll), Doc: "Messages one progress call delivers at most"},
+}
+
+// IfaceAddrLen is the length of a posix iface address.
+//
+// Layout, little-endian:
+//
+//	0  magic  uint32  "GSFA"
+//	4  pid    uint32  process of the iface
+//	8  fd     int32   memfd descriptor of its FIFO there
+//	12 ncells uint32  FIFO cells, a power of two
+//	16 id     uint64  segment id of the FIFO
+//	24 stride uint32  bytes per cell
+//	28 (zero) uint32
+const IfaceAddrLen = 32
+
+const ifaceAddrMagic uint32 = 0x41465347 // "GSFA"
+
+// ifaceAddr is a decoded iface address.
+type ifaceAddr struct {
+	pid    uint32
+	fd     int32
+	ncells uint32
+	id     uint64
+	stride uint32
+}
+
+func (a *ifaceAddr) encode() []byte {
+	b := make([]byte, IfaceAddrLen)
+	binary.LittleEndian.PutUint32(b[0:], ifaceAddrMagic)
+	binary.LittleEndian.PutUint32(b[4:], a.pid)
+	binary.LittleEndian.PutUint32(b[8:], uint32(a.fd))
+	binary.LittleEndian.PutUint32(b[12:], a.ncells)
+	binary.LittleEndian.PutUint64(b[16:], a.id)
+	binary.LittleEndian.PutUint32(b[24:], a.stride)
+	return b
+}
+
+// decodeIfaceAddr decodes an iface address strictly; malformed input fails
+// with ucs.ErrInvalidAddr.
+func decodeIfaceAddr(b []byte) (ifaceAddr, error) {
+	bad := func(why string, args ...any) (ifaceAddr, error) {
+		return ifaceAddr{}, fmt.Errorf("uct/sm: iface address: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidAddr)
+	}
+	if len(b) != IfaceAddrLen {
+		return bad("%d bytes, want %d", len(b), IfaceAddrLen)
+	}
+	if m := binary.LittleEndian.Uint32(b); m != ifaceAddrMagic {
+		return bad("magic %#x", m)
+	}
+	a := ifaceAddr{
+		pid:    binary.LittleEndian.Uint32(b[4:]),
+		fd:     int32(binary.LittleEndian.Uint32(b[8:])),
+		ncells: binary.LittleEndian.Uint32(b[12:]),
+		id:     binary.LittleEndian.Uint64(b[16:]),
+		stride: binary.LittleEndian.Uint32(b[24:]),
+	}
+	switch {
+	case binary.LittleEndian.Uint32(b[28:]) != 0:
+		return bad("reserved bits set")
+	case a.pid == 0 || a.pid >= maxPid:
+		return bad("pid %d", a.pid)
+	case a.fd < 0:
+		return bad("descriptor %d", a.fd)
+	case a.id == 0:
+		return bad("zero segment id")
+	case a.ncells < minFIFOCells || a.ncells > maxFIFOCells || a.ncells&(a.ncells-1) != 0:
+		return bad("%d FIFO cells", a.ncells)
+	case a.stride%cellAlign != 0 || a.stride < uint32(cellStride(minSegSize)) || a.stride > uint32(cellStride(maxSegSize)):
+		return bad("cell stride %d", a.stride)
+	}
+	return a, nil
+}
+
+// amHandler is an installed active message handler.
+type amHandler struct {
+	cb  uct.AMCallback
+	arg any
+}
+
+// Iface is a posix iface: it owns a receive FIFO (FIFO_SIZE cells of
+// SEG_SIZE data bytes) in a segment of its own, which its peers map to send
+// active messages.
+//
+// Progress delivers up to FIFO_MAX_POLL messages per call, in the order they
+// were claimed, calling each handler (installed with CBFlagSync or
+// CBFlagAsync: both are called only from Progress) with data that lies in
+// the FIFO cell and flags 0: the handler must copy what it keeps before it
+// returns, and may not return ucs.InProgress (if it does, a warning is
+// logged and the cell is reused anyway). A message for an id without a
+// handler is dropped with a logged warning.
+//
+// All ifaces of a job should share FIFO_SIZE and SEG_SIZE: a message is
+// bounded by the smaller of the sender's SEG_SIZE and the receiver's.
+type Iface struct {
+	md       *PosixMD
+	worker   *uct.Worker
+	progID   int
+	multi    bool       // several goroutines may call Progress at once
+	progMu   sync.Mutex // serializes Progress when multi
+	seg      segKey
+	rx       fifo
+	head     uint64 // next ticket to receive
+	segSize  int
+	maxPoll  int
+	addr     []byte
+	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
+
+	pendMu   sync.Mutex
+	pendEPs  []*EP // EPs with queued pending requests, in arrival order
+	npending atomic.Int32
+	closed   bool
+}
+
+// openIface creates the FIFO of a new iface.
+func openIface(md *PosixMD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (*Iface, error) {
+	ncells, err := configInt(config, "FIFO_SIZE", DefaultFIFOSize, minFIFOCells, maxFIFOCells)
+	if err != nil {
+		return nil, err
+	}
+	if ncells&(ncells-1) != 0 {
+		return nil, fmt.Errorf("uct/sm: FIFO_SIZE=%d is not a power of two: %w", ncells, ucs.ErrInvalidParam)
+	}
+	segSize, err := configInt(config, "SEG_SIZE", DefaultSegSize, minSegSize, maxSegSize)
+	if err != nil {
+		return nil, err
+	}
+	maxPoll, err := configInt(config, "FIFO_MAX_POLL", DefaultFIFOMaxPoll, 1, math.MaxInt32)
+	if err != nil {
+		return nil, err
+	}
+	stride := cellStride(segSize)
+	k, m, err := createSegment(fifoSize(ncells, stride))
+	if err != nil {
+		return nil, err
+	}
+	initFIFO(m.addr, ncells, stride)
+	i := &Iface{md: md, worker: worker, seg: k, rx: viewFIFO(m.addr, ncells, stride), segSize: segSize, maxPoll: maxPoll}
+	a := ifaceAddr{pid: pid, fd: int32(m.fd), ncells: uint32(ncells), id: k.id, stride: uint32(stride)}
+	i.addr = a.encode()
+	if worker != nil {
+		i.multi = worker.ThreadMode() == ucs.ThreadModeMulti
+		i.progID = worker.ProgressRegister(i.Progress)
+	}
+	return i, nil
+}
+
+// configInt reads the integer variable name of config (a size with the UCX
+// suffixes), def when config is nil or lacks it, and checks it lies in
+// [lo, hi] (ucs.ErrInvalidParam otherwise).
+func configInt(config *ucs.Config, name string, def, lo, hi int) (int, error) {
+	if config == nil || config.Get(name) == "" {
+		return def, nil
+	}
+	v, err := ucs.ParseSize(config.Get(name))
+	if err != nil {
+		return 0, fmt.Errorf("uct/sm: %s: %w", name, err)
+	}
+	if v < uint64(lo) || v > uint64(hi) {
+		return 0, fmt.Errorf("uct/sm: %s=%d outside [%d, %d]: %w", name, v, lo, hi, ucs.ErrInvalidParam)
+	}
+	return int(v), nil
+}
+
+// Query describes the iface. RMA and atomic operations complete on return
+// and have no size limit beyond their kind (short and bcopy up to
+// SEG_SIZE); active messages are bounded by SEG_SIZE, header included.
+func (i *Iface) Query() (*uct.IfaceAttr, error) {
+	const ops = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpAnd | 1<<uct.AtomicOpOr | 1<<uct.AtomicOpXor
+	const fops = ops | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
+	return &uct.IfaceAttr{
+		Put: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
+		Get: uct.OpCaps{MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
+		AM: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: i.segSize, OptZcopyAlign: 1, AlignMTU: 1,
+			MaxIOV: math.MaxInt32, MaxHdr: i.segSize},
+		Atomic32: uct.AtomicCaps{OpFlags: ops, FopFlags: fops},
+		Atomic64: uct.AtomicCaps{OpFlags: ops, FopFlags: fops},
+		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
+			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
+			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
+			uct.IfaceFlagConnectToIface | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync,
+		DeviceAddrLen: DeviceAddrLen,
+		IfaceAddrLen:  IfaceAddrLen,
+		Overhead:      10e-9,
+		Bandwidth:     uct.Bandwidth{Dedicated: 12e9},
+		Latency:       uct.LinearModel{C: 80e-9},
+		Priority:      0,
+		MaxNumEPs:     math.MaxInt32,
+	}, nil
+}
+
+// DeviceAddress returns the DeviceAddrLen-byte name of this process's
+// shared-memory domain (boot, IPC namespace and /dev/shm mount).
+func (*Iface) DeviceAddress() []byte { return append([]byte(nil), domainAddr()...) }
+
+// Address returns the IfaceAddrLen-byte address of the iface's FIFO.
+func (i *Iface) Address() []byte { return append([]byte(nil), i.addr...) }
+
+// IsReachable reports whether deviceAddr names this shared-memory domain and
+// ifaceAddr is a well-formed iface address.
+func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
+	if string(deviceAddr) != string(domainAddr()) {
+		return false
+	}
+	_, err := decodeIfaceAddr(ifaceAddr)
+	return err == nil
+}
+
+// SetAMHandler installs cb for id; a nil cb removes it. id must be below
+// uct.AMMaxID and flags one of CBFlagSync and CBFlagAsync
+// (ucs.ErrInvalidParam otherwise).
+func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
+	if id >= uct.AMMaxID {
+		return fmt.Errorf("uct/sm: AM id %d >= %d: %w", id, uct.AMMaxID, ucs.ErrInvalidParam)
+	}
+	if flags&^(uct.CBFlagSync|uct.CBFlagAsync) != 0 || flags == 0 {
+		return fmt.Errorf("uct/sm: AM handler flags %#x: %w", flags, ucs.ErrInvalidParam)
+	}
+	if cb == nil {
+		i.handlers[id].Store(nil)
+		return nil
+	}
+	i.handlers[id].Store(&amHandler{cb: cb, arg: arg})
+	return nil
+}
+
+// ReleaseDesc does nothing: handlers never get CBParamFlagDesc, so they
+// cannot keep data.
+func (*Iface) ReleaseDesc([]byte) {}
+
+// Progress delivers up to FIFO_MAX_POLL received messages, then retries the
+// pending requests of the iface's EPs; it returns the number of messages
+// delivered and requests posted.
+func (i *Iface) Progress() int {
+	if i.multi {
+		i.progMu.Lock()
+		defer i.progMu.Unlock()
+	}
+	n := 0
+	for ; n < i.maxPoll; n++ {
+		c := i.rx.poll(i.head)
+		if c == nil {
+			break
+		}
+		i.deliver(c)
+		i.rx.release(c, i.head)
+		i.head++
+	}
+	if i.npending.Load() != 0 {
+		n += i.progressPending()
+	}
+	return n
+}
+
+// deliver calls the handler of the message in cell c.
+func (i *Iface) deliver(c unsafe.Pointer) {
+	id, n, err := decodeCellHeader(header(c), i.rx.payload)
+	if err != nil {
+		log.Printf("uct/sm: dropped a malformed message: %v", err)
+		return
+	}
+	if id == voidID {
+		return
+	}
+	h := i.handlers[id].Load()
+	if h == nil {
+		log.Printf("uct/sm: dropped active message %d (%d bytes): no handler", id, n)
+		return
+	}
+	if h.cb(h.arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
+		log.Printf("uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
+	}
+}
+
+// progressPending calls the queued requests of each waiting EP in order,
+// until one finds no resources, and returns how many posted.
+func (i *Iface) progressPending() int {
+	n := 0
+	i.pendMu.Lock()
+	eps := append([]*EP(nil), i.pendEPs...)
+	i.pendMu.Unlock()
+	for _, e := range eps {
+		for {
+			i.pendMu.Lock()
+			if len(e.pending) == 0 {
+				i.pendMu.Unlock()
+				break
+			}
+			r := e.pending[0]
+			i.pendMu.Unlock()
+			if r.Func(r) == ucs.ErrNoResource {
+				break
+			}
+			n++
+			i.pendMu.Lock()
+			// The callback may have purged the queue: remove r only if first.
+			if len(e.pending) > 0 && e.pending[0] == r {
+				e.pending[0] = nil
+				e.pending = e.pending[1:]
+				i.npending.Add(-1)
+			}
+			i.pendMu.Unlock()
+		}
+	}
+	i.pendMu.Lock()
+	kept := i.pendEPs[:0]
+	for _, e := range i.pendEPs {
+		if len(e.pending) > 0 {
+			kept = append(kept, e)
+		}
+	}
+	clear(i.pendEPs[len(kept):])
+	i.pendEPs = kept
+	i.pendMu.Unlock()
+	return n
+}
+
+// Flush returns OK: every operation of the iface completes on return (a
+// sent message is in the peer's FIFO).
+func (*Iface) Flush(uint32, *uct.Completion) ucs.Status { return ucs.OK }
+
+// Fence issues a full memory barrier and returns OK.
+func (*Iface) Fence(uint32) ucs.Status {
+	memoryBarrier()
+	return ucs.OK
+}
+
+// EPCreate maps the FIFO of the iface whose addresses params gives and
+// returns an EP to it. Malformed addresses fail with ucs.ErrInvalidAddr; an
+// iface in another shared-memory domain, or whose FIFO cannot be mapped
+// (dead process, reused pid or descriptor), with ucs.ErrUnreachable.
+func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
+	if params == nil || len(params.DeviceAddr) != DeviceAddrLen {
+		return nil, fmt.Errorf("uct/sm: ep create: malformed device address: %w", ucs.ErrInvalidAddr)
+	}
+	a, err := decodeIfaceAddr(params.IfaceAddr)
+	if err != nil {
+		return nil, fmt.Errorf("uct/sm: ep create: %w", err)
+	}
+	if string(params.DeviceAddr) != string(domainAddr()) {
+		return nil, fmt.Errorf("uct/sm: ep create: device %x is another shared-memory domain: %w", params.DeviceAddr, ucs.ErrUnreachable)
+	}
+	k := segKey{a.pid, a.id}
+	m, err := acquireSegment(k, int(a.fd), fifoSize(int(a.ncells), int(a.stride)))
+	if err != nil {
+		return nil, fmt.Errorf("uct/sm: ep create: %w", err)
+	}
+	if err := checkFIFO(m.addr, int(a.ncells), int(a.stride)); err != nil {
+		releaseSegment(k, false)
+		return nil, err
+	}
+	e := &EP{iface: i, tx: viewFIFO(m.addr, int(a.ncells), int(a.stride)), seg: k}
+	e.maxAM = min(i.segSize, e.tx.payload)
+	return e, nil
+}
+
+// WakeupFD fails with ucs.ErrUnsupported: posix ifaces are polled.
+func (*Iface) WakeupFD() (int, error) {
+	return -1, fmt.Errorf("uct/sm: wakeup fd: %w", ucs.ErrUnsupported)
+}
+
+// Close unregisters the iface from its worker and frees its FIFO (the
+// mapping stays while EPs of this process use it). Messages not delivered
+// are dropped.
+func (i *Iface) Close() {
+	i.pendMu.Lock()
+	if i.closed {
+		i.pendMu.Unlock()
+		return
+	}
+	i.closed = true
+	i.pendMu.Unlock()
+	if i.worker != nil {
+		i.worker.ProgressUnregister(i.progID)
+	}
+	releaseSegment(i.seg, true)
+}
+
+// fenceWord is the target of the atomic operation that Fence uses as a full
+// memory barrier.
+var fenceWord atomic.Uint64
+
+// memoryBarrier is a full memory barrier: Go atomics are sequentially
+// consistent, and an atomic read-modify-write (LOCK XADD on amd64) orders
+// every earlier load and store before every later one, for any observer in
+// any process.
+func memoryBarrier() { fenceWord.Add(0) }

@@ -1,0 +1,220 @@
+package sm
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Names of the posix component, its memory domain and its transport
+// resource.
+const (
+	PosixComponentName = "posix"
+	PosixMDName        = "posix"
+	PosixTLName        = "posix"
+	DevName            = "memory"
+)
+
+func init() { uct.Register(&PosixComponent{}) }
+
+// PosixComponent is the "posix" component. The zero value is ready to use;
+// the package registers one instance with uct.Register.
+type PosixComponent struct{}
+
+// Name returns "posix".
+func (*PosixComponent) Name() string { return PosixComponentName }
+
+// MDResources returns the one memory domain "posix".
+func (*PosixComponent) MDResources() ([]uct.MDResource, error) {
+	return []uct.MDResource{{Name: PosixMDName}}, nil
+}
+
+// MDConfigTable returns nil: the posix MD has no configuration.
+func (*PosixComponent) MDConfigTable() []ucs.ConfigField { return nil }
+
+// OpenMD opens the memory domain "posix"; another name fails with
+// ucs.ErrNoDevice. config is ignored.
+func (c *PosixComponent) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
+	if name != PosixMDName {
+		return nil, fmt.Errorf("uct/sm: open MD %q: %w", name, ucs.ErrNoDevice)
+	}
+	return &PosixMD{comp: c}, nil
+}
+
+// rkeyHandle is the private part of an unpacked posix rkey.
+type rkeyHandle struct {
+	seg      segKey
+	base     uint64 // remote base address of the key's range
+	length   uint64
+	delta    uint64 // local address - remote address
+	released bool
+}
+
+// RkeyUnpack decodes a key from PosixMD.MkeyPack and maps its segment (once
+// per process: unpacking the same segment again takes another reference to
+// the cached mapping). The rkey is the difference between the local mapping
+// and the remote base address (0 for a segment of this process), so that
+// raddr+rkey is the local address of raddr.
+//
+// Malformed keys fail with ucs.ErrInvalidParam; a segment that cannot be
+// mapped (dead process, freed segment, a pid or descriptor that now names
+// something else) with ucs.ErrUnreachable.
+func (*PosixComponent) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
+	k, err := decodeMkey(packed)
+	if err != nil {
+		return uct.RkeyBundle{}, err
+	}
+	sk := segKey{k.pid, k.id}
+	m, err := acquireSegment(sk, int(k.fd), k.length)
+	if err != nil {
+		return uct.RkeyBundle{}, err
+	}
+	h := &rkeyHandle{seg: sk, base: k.addr, length: k.length, delta: uint64(uintptr(m.addr)) - k.addr}
+	if k.pid == pid && h.delta != 0 {
+		releaseSegment(sk, false)
+		return uct.RkeyBundle{}, fmt.Errorf("uct/sm: key of local segment %s with address %#x, mapped at %p: %w",
+			segmentName(k.id), k.addr, m.addr, ucs.ErrInvalidParam)
+	}
+	return uct.RkeyBundle{Rkey: h.delta, Handle: h}, nil
+}
+
+// RkeyPtr returns the local address of raddr, which must lie inside the
+// key's range (ucs.ErrOutOfRange otherwise). A bundle that RkeyUnpack did
+// not return fails with ucs.ErrInvalidParam.
+func (*PosixComponent) RkeyPtr(rkey uct.RkeyBundle, raddr uint64) (unsafe.Pointer, error) {
+	h, ok := rkey.Handle.(*rkeyHandle)
+	if !ok || h.released {
+		return nil, fmt.Errorf("uct/sm: rkey ptr of a foreign or released rkey: %w", ucs.ErrInvalidParam)
+	}
+	if raddr < h.base || raddr-h.base >= h.length {
+		return nil, fmt.Errorf("uct/sm: address %#x outside key range %#x+%d: %w", raddr, h.base, h.length, ucs.ErrOutOfRange)
+	}
+	return remote(raddr, h.delta), nil
+}
+
+// RkeyRelease drops the key's reference to its mapping; the last reference
+// unmaps the segment. Releasing twice fails with ucs.ErrInvalidParam.
+func (*PosixComponent) RkeyRelease(rkey uct.RkeyBundle) error {
+	h, ok := rkey.Handle.(*rkeyHandle)
+	if !ok || h.released {
+		return fmt.Errorf("uct/sm: release of a foreign or released rkey: %w", ucs.ErrInvalidParam)
+	}
+	h.released = true
+	return releaseSegment(h.seg, false)
+}
+
+// PosixMD is the "posix" memory domain: it allocates shared segments; it
+// cannot register existing memory.
+type PosixMD struct {
+	comp *PosixComponent
+}
+
+// Memh is the memory handle of a posix allocation.
+type Memh struct {
+	FD        int            // memfd descriptor of the segment
+	Address   unsafe.Pointer // where the segment is mapped here
+	Length    int            // bytes mapped
+	SegmentID uint64         // random id, in the memfd name "goshmem-<id in hex>"
+	Name      string         // the label given to MemAlloc
+	freed     bool
+}
+
+// Component returns the posix component.
+func (m *PosixMD) Component() uct.Component { return m.comp }
+
+// Name returns "posix".
+func (*PosixMD) Name() string { return PosixMDName }
+
+// Query reports MDFlagAlloc, MDFlagRkeyPtr and MDFlagNeedRkey.
+func (*PosixMD) Query() (uct.MDAttr, error) {
+	return uct.MDAttr{
+		ComponentName:  PosixComponentName,
+		Flags:          uct.MDFlagAlloc | uct.MDFlagRkeyPtr | uct.MDFlagNeedRkey,
+		MaxAlloc:       math.MaxInt64,
+		RkeyPackedSize: MkeyPackedSize,
+	}, nil
+}
+
+// MemAlloc allocates a shared segment of length bytes, rounded up to the
+// page size: a memfd (mode 0600) mapped MAP_SHARED, readable and writable.
+// Pages are not touched, so large segments cost only address space until
+// used. length must be positive (ucs.ErrInvalidParam); the allocation fails
+// with ucs.ErrNoMemory when the system refuses. flags are ignored; name
+// labels the handle.
+func (*PosixMD) MemAlloc(length int, flags uint32, name string) (uct.Allocation, error) {
+	if length <= 0 {
+		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)
+	}
+	page := uint64(unix.Getpagesize())
+	size := (uint64(length) + page - 1) &^ (page - 1)
+	k, m, err := createSegment(size)
+	if err != nil {
+		return uct.Allocation{}, err
+	}
+	h := &Memh{FD: m.fd, Address: m.addr, Length: int(size), SegmentID: k.id, Name: name}
+	return uct.Allocation{Address: m.addr, Length: int(size), Memh: h}, nil
+}
+
+// MemFree unmaps the segment of memh (once no unpacked rkey or EP of this
+// process uses it any more) and closes its memfd; peers that mapped it keep
+// their mappings. A handle that is not from MemAlloc, or freed already,
+// fails with ucs.ErrInvalidParam.
+func (*PosixMD) MemFree(memh uct.Memh) error {
+	h, ok := memh.(*Memh)
+	if !ok || h.freed {
+		return fmt.Errorf("uct/sm: mem free of a foreign or freed handle: %w", ucs.ErrInvalidParam)
+	}
+	h.freed = true
+	return releaseSegment(segKey{pid, h.SegmentID}, true)
+}
+
+// MemReg fails with ucs.ErrUnsupported: posix memory must be allocated by
+// the MD.
+func (*PosixMD) MemReg(unsafe.Pointer, int, uint32) (uct.Memh, error) {
+	return nil, fmt.Errorf("uct/sm: mem reg: %w", ucs.ErrUnsupported)
+}
+
+// MemDereg fails with ucs.ErrUnsupported, as MemReg does.
+func (*PosixMD) MemDereg(uct.Memh) error {
+	return fmt.Errorf("uct/sm: mem dereg: %w", ucs.ErrUnsupported)
+}
+
+// MkeyPack packs the key of an allocation, MkeyPackedSize bytes (see there
+// for the layout). A handle that is not from MemAlloc, or freed, fails with
+// ucs.ErrInvalidParam.
+func (*PosixMD) MkeyPack(memh uct.Memh) ([]byte, error) {
+	h, ok := memh.(*Memh)
+	if !ok || h.freed {
+		return nil, fmt.Errorf("uct/sm: mkey pack of a foreign or freed handle: %w", ucs.ErrInvalidParam)
+	}
+	k := mkey{pid: pid, fd: int32(h.FD), id: h.SegmentID, length: uint64(h.Length), addr: uint64(uintptr(h.Address))}
+	return k.encode(), nil
+}
+
+// TLResources returns the one resource {posix, memory, DeviceTypeShm}.
+func (*PosixMD) TLResources() ([]uct.TLResource, error) {
+	return []uct.TLResource{{TLName: PosixTLName, DevName: DevName, DevType: uct.DeviceTypeShm}}, nil
+}
+
+// IfaceConfigTable is the configuration of posix ifaces: FIFO_SIZE,
+// SEG_SIZE and FIFO_MAX_POLL (see Iface).
+func (*PosixMD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
+
+// IfaceOpen opens an iface on {posix, memory} (another resource fails with
+// ucs.ErrNoDevice) and registers its Progress with worker when worker is
+// not nil. config may be nil for the defaults; bad values fail with
+// ucs.ErrInvalidParam.
+func (m *PosixMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
+	if params != nil && ((params.TLName != "" && params.TLName != PosixTLName) || (params.DevName != "" && params.DevName != DevName)) {
+		return nil, fmt.Errorf("uct/sm: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
+	}
+	return openIface(m, worker, params, config)
+}
+
+// Close does nothing: allocations and ifaces are released on their own.
+func (*PosixMD) Close() {}

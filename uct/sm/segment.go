@@ -1,0 +1,190 @@
+package sm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// segmentMode is the file mode of every segment: only the owning user may
+// open it.
+const segmentMode = 0o600
+
+// segKey names a segment: the pid of the process that allocated it and its
+// random id.
+type segKey struct {
+	pid uint32
+	id  uint64
+}
+
+// mapping is a segment mapped into this process, shared by every user of the
+// segment here (the allocation itself, unpacked rkeys, EPs to a FIFO).
+type mapping struct {
+	addr   unsafe.Pointer
+	length uint64
+	fd     int  // the memfd of a segment allocated here; -1 for attached ones
+	refs   int  // users of the mapping
+	freed  bool // the owner freed it: no new user may take it
+}
+
+// segments caches every mapping of this process.
+var segments struct {
+	sync.Mutex
+	m map[segKey]*mapping
+}
+
+// pid is this process's id as it appears in keys and addresses.
+var pid = uint32(os.Getpid())
+
+// randomID returns a random non-zero 64-bit id.
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("uct/sm: no randomness: " + err.Error())
+		}
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// segmentName is the memfd name of segment id; the kernel shows it as the
+// link "/memfd:<name> (deleted)" under /proc/<pid>/fd.
+func segmentName(id uint64) string {
+	return fmt.Sprintf("goshmem-%016x", id)
+}
+
+// createSegment allocates and maps a segment of length bytes (a multiple of
+// the page size) and caches its mapping with one reference, the owner's.
+func createSegment(length uint64) (segKey, *mapping, error) {
+	id := randomID()
+	fd, err := unix.MemfdCreate(segmentName(id), unix.MFD_CLOEXEC)
+	if err != nil {
+		return segKey{}, nil, fmt.Errorf("uct/sm: memfd_create: %w: %w", err, ucs.ErrNoMemory)
+	}
+	fail := func(what string, err error) (segKey, *mapping, error) {
+		unix.Close(fd)
+		return segKey{}, nil, fmt.Errorf("uct/sm: %s of %d bytes: %w: %w", what, length, err, ucs.ErrNoMemory)
+	}
+	if err := unix.Fchmod(fd, segmentMode); err != nil {
+		return fail("fchmod", err)
+	}
+	if err := unix.Ftruncate(fd, int64(length)); err != nil {
+		return fail("ftruncate", err)
+	}
+	addr, err := unix.MmapPtr(fd, 0, nil, uintptr(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("mmap", err)
+	}
+	k := segKey{pid, id}
+	m := &mapping{addr: addr, length: length, fd: fd, refs: 1}
+	segments.Lock()
+	if segments.m == nil {
+		segments.m = make(map[segKey]*mapping)
+	}
+	segments.m[k] = m
+	segments.Unlock()
+	return k, m, nil
+}
+
+// acquireSegment returns the mapping of the segment k, which must cover
+// length bytes, taking a reference. A segment of this process is found in
+// the cache; another process's segment is mapped through
+// /proc/<pid>/<fd> the first time. It fails with ucs.ErrUnreachable when the
+// segment does not exist (any more) or is not the one named.
+func acquireSegment(k segKey, fd int, length uint64) (*mapping, error) {
+	segments.Lock()
+	defer segments.Unlock()
+	if m, ok := segments.m[k]; ok && !m.freed {
+		if length > m.length {
+			return nil, fmt.Errorf("uct/sm: segment %s of pid %d has %d bytes, key claims %d: %w",
+				segmentName(k.id), k.pid, m.length, length, ucs.ErrInvalidParam)
+		}
+		m.refs++
+		return m, nil
+	}
+	if k.pid == pid {
+		return nil, fmt.Errorf("uct/sm: segment %s of this process is not allocated: %w", segmentName(k.id), ucs.ErrUnreachable)
+	}
+	addr, err := attach(k, fd, length)
+	if err != nil {
+		return nil, err
+	}
+	m := &mapping{addr: addr, length: length, fd: -1, refs: 1}
+	if segments.m == nil {
+		segments.m = make(map[segKey]*mapping)
+	}
+	segments.m[k] = m
+	return m, nil
+}
+
+// releaseSegment drops a reference to the segment k, taken by
+// createSegment or acquireSegment; owner marks the reference of
+// createSegment, after which nobody new can acquire it. The last reference
+// unmaps it (and closes the memfd of a segment allocated here).
+func releaseSegment(k segKey, owner bool) error {
+	segments.Lock()
+	defer segments.Unlock()
+	m, ok := segments.m[k]
+	if !ok || (owner && m.freed) {
+		return fmt.Errorf("uct/sm: release of unknown segment %s: %w", segmentName(k.id), ucs.ErrInvalidParam)
+	}
+	if owner {
+		m.freed = true
+	}
+	if m.refs--; m.refs > 0 {
+		return nil
+	}
+	delete(segments.m, k)
+	err := unix.MunmapPtr(m.addr, uintptr(m.length))
+	if m.fd >= 0 {
+		unix.Close(m.fd)
+	}
+	if err != nil {
+		return fmt.Errorf("uct/sm: munmap: %w: %w", err, ucs.ErrIOError)
+	}
+	return nil
+}
+
+// attach maps length bytes of the posix segment k, whose memfd is
+// descriptor fd of process k.pid. The descriptor is opened through /proc
+// and then checked to be that memfd, by its name, so that a reused pid or
+// descriptor number is refused with ucs.ErrUnreachable.
+func attach(k segKey, fd int, length uint64) (unsafe.Pointer, error) {
+	path := "/proc/" + strconv.FormatUint(uint64(k.pid), 10) + "/fd/" + strconv.Itoa(fd)
+	f, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("uct/sm: open %s: %w: %w", path, err, ucs.ErrUnreachable)
+	}
+	defer unix.Close(f)
+	want := "/memfd:" + segmentName(k.id) + " (deleted)"
+	link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(f))
+	if err != nil || link != want {
+		return nil, fmt.Errorf("uct/sm: %s is %q, not segment %s: %w", path, link, segmentName(k.id), ucs.ErrUnreachable)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(f, &st); err != nil {
+		return nil, fmt.Errorf("uct/sm: fstat %s: %w: %w", path, err, ucs.ErrUnreachable)
+	}
+	if st.Size < 0 || uint64(st.Size) < length {
+		return nil, fmt.Errorf("uct/sm: segment %s has %d bytes, key claims %d: %w", segmentName(k.id), st.Size, length, ucs.ErrInvalidParam)
+	}
+	addr, err := unix.MmapPtr(f, 0, nil, uintptr(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		if errors.Is(err, unix.ENOMEM) {
+			return nil, fmt.Errorf("uct/sm: mmap %s: %w: %w", path, err, ucs.ErrNoMemory)
+		}
+		return nil, fmt.Errorf("uct/sm: mmap %s: %w: %w", path, err, ucs.ErrUnreachable)
+	}
+	return addr, nil
+}
