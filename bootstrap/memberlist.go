@@ -1,0 +1,121 @@
+package bootstrap
+
+import (
+	"io"
+	"log"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+const (
+	seedName = "seed"
+	// tcpTimeout bounds one stream message (dial, write, and the
+	// receiver's read). DefaultLocalConfig's 1s is short for 1 MiB tables
+	// sent to many PEs of an oversubscribed node.
+	tcpTimeout = 10 * time.Second
+	// leaveTimeout bounds the wait for a leave broadcast.
+	leaveTimeout = 500 * time.Millisecond
+	// sendTries is how often a reliable message is attempted.
+	sendTries = 3
+)
+
+// configHook, when set (by tests), adjusts every memberlist configuration.
+var configHook func(*memberlist.Config)
+
+func peName(rank int) string { return "pe-" + strconv.Itoa(rank) }
+
+// rankOf returns the rank in a node name made by peName, or -1.
+func rankOf(name string) int {
+	if len(name) < 4 || name[:3] != "pe-" {
+		return -1
+	}
+	r, err := strconv.Atoi(name[3:])
+	if err != nil || r < 0 || peName(r) != name {
+		return -1
+	}
+	return r
+}
+
+// newConfig returns the memberlist configuration shared by seeds and PEs:
+// DefaultLocalConfig on a random port of bindAddr, encrypted with key and
+// labelled with the job id so that no other job's traffic is accepted.
+func newConfig(name, bindAddr, jobID string, key []byte, logger *log.Logger) *memberlist.Config {
+	c := memberlist.DefaultLocalConfig()
+	c.Name = name
+	c.BindAddr = bindAddr
+	c.BindPort = 0
+	c.AdvertisePort = 0
+	c.SecretKey = key
+	c.Label = "goshmem/" + jobID
+	c.TCPTimeout = tcpTimeout
+	c.Logger = logger
+	c.LogOutput = nil
+	if configHook != nil {
+		configHook(c)
+	}
+	return c
+}
+
+// debugLogger returns a logger to stderr when GOSHMEM_DEBUG is set, and one
+// that discards everything otherwise.
+func debugLogger(prefix string) *log.Logger {
+	if v := os.Getenv(EnvDebug); v != "" && v != "0" {
+		return log.New(os.Stderr, prefix, log.LstdFlags|log.Lmicroseconds)
+	}
+	return discardLogger()
+}
+
+func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// nodeAddr returns the host:port of a memberlist node.
+func nodeAddr(n *memberlist.Node) string {
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// hostMeta is the node metadata: the host name, cut to limit.
+func hostMeta(limit int) []byte {
+	h, _ := os.Hostname()
+	if len(h) > limit {
+		h = h[:limit]
+	}
+	return []byte(h)
+}
+
+// nodeHost names the host of n: its metadata, else its address.
+func nodeHost(n *memberlist.Node) string {
+	if len(n.Meta) > 0 {
+		return string(n.Meta) + " (" + n.Addr.String() + ")"
+	}
+	return n.Addr.String()
+}
+
+// sendReliable sends msg to the node at addr, trying a few times.
+func sendReliable(list *memberlist.Memberlist, name string, ip net.IP, port uint16, msg []byte) error {
+	to := &memberlist.Node{Name: name, Addr: ip, Port: port}
+	var err error
+	for i := 0; i < sendTries; i++ {
+		if i > 0 {
+			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
+		}
+		if err = list.SendReliable(to, msg); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// localIPFor returns the local address used to reach seed (host:port), so
+// that a PE binds to the interface that routes to its seed (127.0.0.1 for a
+// seed on the loopback). No packet is sent.
+func localIPFor(seed string) (string, error) {
+	c, err := net.Dial("udp", seed)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}

@@ -1,0 +1,353 @@
+package bootstrap
+
+import (
+	"bytes"
+	"fmt"
+	"log"
+	"net"
+	"sync"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/hashicorp/memberlist"
+)
+
+// SeedConfig configures a Seed.
+type SeedConfig struct {
+	// Size is the number of PEs in the job (at least 1).
+	Size int
+	// Key is the job key (16, 24 or 32 bytes), used as memberlist's
+	// encryption key: only nodes that have it can join or talk to the job.
+	Key []byte
+	// JobID names the job (1 to 64 characters of [A-Za-z0-9._-]). Empty
+	// means a random one; Seed.JobID reports it.
+	JobID string
+	// BindAddr is the IP address the seed listens on. Empty means
+	// "127.0.0.1", which only reaches PEs of the same host.
+	BindAddr string
+	// Logger receives memberlist's log and the seed's diagnostics (such
+	// as rejected messages). Nil discards them.
+	Logger *log.Logger
+}
+
+// Seed is the memberlist node that the PEs of a job join. It gathers the
+// blobs of every Allgather and Barrier and answers each PE with the full
+// table (a star, so that nothing waits for gossip to converge), records
+// which PEs finalized, and reports PEs that fail or leave before finalize.
+// The launcher runs one Seed per job.
+type Seed struct {
+	size   int
+	jobID  string
+	list   *memberlist.Memberlist
+	logger *log.Logger
+
+	sends sync.WaitGroup // outstanding replies
+	// send delivers a message to a PE; tests replace it.
+	send func(rank int, ip net.IP, port uint16, msg []byte) error
+
+	mu       sync.Mutex
+	pes      []peState
+	done     uint64   // last completed collective
+	blobs    [][]byte // contributions to collective done+1
+	have     []bool
+	count    int // len of the have[i] that are true
+	failures chan Failure
+	closed   bool
+}
+
+// peState is what the seed knows of one PE.
+type peState struct {
+	joined, finalized, failed bool
+	host                      string
+	ip                        net.IP // where replies go; nil until known
+	port                      uint16
+}
+
+// NewSeed starts a seed on a random port of cfg.BindAddr. The error wraps
+// ucs.ErrInvalidParam for a bad configuration.
+func NewSeed(cfg SeedConfig) (*Seed, error) {
+	if cfg.Size < 1 || cfg.Size > maxRanks {
+		return nil, fmt.Errorf("bootstrap: seed size %d out of range [1, %d]: %w", cfg.Size, maxRanks, ucs.ErrInvalidParam)
+	}
+	if err := checkKey(cfg.Key); err != nil {
+		return nil, err
+	}
+	if cfg.JobID == "" {
+		cfg.JobID = newJobID()
+	}
+	if !validJobID(cfg.JobID) {
+		return nil, fmt.Errorf("bootstrap: job id %q: want 1 to 64 characters of [A-Za-z0-9._-]: %w", cfg.JobID, ucs.ErrInvalidParam)
+	}
+	if cfg.BindAddr == "" {
+		cfg.BindAddr = "127.0.0.1"
+	}
+	if net.ParseIP(cfg.BindAddr) == nil {
+		return nil, fmt.Errorf("bootstrap: seed bind address %q is not an IP address: %w", cfg.BindAddr, ucs.ErrInvalidParam)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger()
+	}
+	s := &Seed{
+		size:     cfg.Size,
+		jobID:    cfg.JobID,
+		logger:   cfg.Logger,
+		pes:      make([]peState, cfg.Size),
+		blobs:    make([][]byte, cfg.Size),
+		have:     make([]bool, cfg.Size),
+		failures: make(chan Failure, cfg.Size),
+	}
+	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, cfg.Logger)
+	c.Delegate = seedDelegate{s}
+	c.Events = seedDelegate{s}
+	list, err := memberlist.Create(c)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: starting the seed: %w", err)
+	}
+	s.mu.Lock() // memberlist's goroutines read these under s.mu
+	s.list = list
+	s.send = func(rank int, ip net.IP, port uint16, msg []byte) error {
+		return sendReliable(list, peName(rank), ip, port, msg)
+	}
+	s.mu.Unlock()
+	return s, nil
+}
+
+// Addr returns the host:port of the seed, the value of GOSHMEM_SEED.
+func (s *Seed) Addr() string { return nodeAddr(s.list.LocalNode()) }
+
+// JobID returns the job id, the value of GOSHMEM_JOBID.
+func (s *Seed) JobID() string { return s.jobID }
+
+// Failures returns the channel on which the seed reports each PE that
+// failed (memberlist declared it dead) or left before calling Close, once
+// per PE. It has room for one report per PE, so reports are not lost when
+// nobody reads. It is closed by Close.
+func (s *Seed) Failures() <-chan Failure { return s.failures }
+
+// Finalized reports whether the PE of that rank called Close (and the seed
+// acknowledged it). It is false for ranks out of range.
+func (s *Seed) Finalized(rank int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return rank >= 0 && rank < s.size && s.pes[rank].finalized
+}
+
+// Joined reports whether the PE of that rank has joined the job. It is
+// false for ranks out of range.
+func (s *Seed) Joined(rank int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return rank >= 0 && rank < s.size && s.pes[rank].joined
+}
+
+// Close leaves the job and shuts the seed down. PEs still in the job see
+// the seed leave (a Failure with Rank -1). Close waits for replies in
+// flight to end; it is idempotent.
+func (s *Seed) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.failures)
+	s.mu.Unlock()
+
+	s.list.Leave(leaveTimeout) // a timeout only means nobody heard it
+	err := s.list.Shutdown()
+	s.sends.Wait()
+	if err != nil {
+		return fmt.Errorf("bootstrap: closing the seed: %w", err)
+	}
+	return nil
+}
+
+func (s *Seed) logf(format string, args ...any) {
+	s.logger.Printf("[WARN] goshmem seed: "+format, args...)
+}
+
+// handle processes one message from a PE. Everything is validated; what
+// is wrong is logged and dropped.
+func (s *Seed) handle(b []byte) {
+	m, err := decodeMessage(bytes.Clone(b))
+	if err != nil {
+		s.logf("dropping message: %v", err)
+		return
+	}
+	if m.jobID != s.jobID {
+		s.logf("dropping %v message for job %q (this is job %q)", m.kind, m.jobID, s.jobID)
+		return
+	}
+	if m.rank < 0 || m.rank >= s.size {
+		s.logf("dropping %v message from rank %d: out of range [0, %d)", m.kind, m.rank, s.size)
+		return
+	}
+	if m.kind != kindGather && m.kind != kindFinalize {
+		s.logf("dropping unexpected %v message from rank %d", m.kind, m.rank)
+		return
+	}
+	ip, port, err := parseNodeAddr(m.addr)
+	if err != nil {
+		s.logf("dropping %v message from rank %d: %v", m.kind, m.rank, err)
+		return
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	pe := &s.pes[m.rank]
+	if pe.failed {
+		s.logf("dropping %v message from rank %d: it was reported failed", m.kind, m.rank)
+		return
+	}
+	pe.ip, pe.port = ip, port
+	switch m.kind {
+	case kindFinalize:
+		if len(m.payload) != 0 {
+			s.logf("dropping finalize message from rank %d: non-empty payload", m.rank)
+			return
+		}
+		pe.finalized = true
+		ack := appendMessage(nil, &message{kind: kindFinalizeAck, jobID: s.jobID, rank: -1, seq: m.seq})
+		s.sendLocked([]int{m.rank}, ack)
+
+	case kindGather:
+		if pe.finalized {
+			s.logf("dropping gather message from rank %d: it finalized", m.rank)
+			return
+		}
+		if m.seq != s.done+1 {
+			s.logf("dropping gather message from rank %d: sequence %d, expecting %d", m.rank, m.seq, s.done+1)
+			return
+		}
+		if s.have[m.rank] {
+			s.logf("dropping duplicate gather message from rank %d for sequence %d", m.rank, m.seq)
+			return
+		}
+		s.have[m.rank] = true
+		s.blobs[m.rank] = m.payload
+		s.count++
+		if s.count == s.size {
+			s.completeLocked()
+		}
+	}
+}
+
+// completeLocked answers every PE with the table of the collective that
+// just completed and starts the next one.
+func (s *Seed) completeLocked() {
+	s.done++
+	total := 0
+	for _, b := range s.blobs {
+		total += len(b)
+	}
+	reply := &message{kind: kindTable, jobID: s.jobID, rank: -1, seq: s.done, table: s.blobs}
+	if total > MaxAllgather {
+		reply = &message{kind: kindAbort, jobID: s.jobID, rank: -1, seq: s.done,
+			reason: fmt.Sprintf("allgather of %d bytes in all exceeds the limit of %d", total, MaxAllgather)}
+	}
+	msg := appendMessage(nil, reply)
+	s.blobs = make([][]byte, s.size)
+	clear(s.have)
+	s.count = 0
+	all := make([]int, s.size)
+	for i := range all {
+		all[i] = i
+	}
+	s.sendLocked(all, msg)
+}
+
+// maxParallelSends bounds the concurrent replies of one broadcast.
+const maxParallelSends = 16
+
+// sendLocked sends msg to the PEs of the given ranks in the background.
+func (s *Seed) sendLocked(ranks []int, msg []byte) {
+	type dest struct {
+		rank int
+		ip   net.IP
+		port uint16
+	}
+	dests := make([]dest, 0, len(ranks))
+	for _, r := range ranks {
+		pe := &s.pes[r]
+		if pe.ip == nil {
+			s.logf("cannot reach rank %d: address unknown", r)
+			continue
+		}
+		dests = append(dests, dest{r, pe.ip, pe.port})
+	}
+	s.sends.Add(len(dests))
+	send := s.send
+	sem := make(chan struct{}, maxParallelSends)
+	go func() {
+		for _, d := range dests {
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; s.sends.Done() }()
+				if err := send(d.rank, d.ip, d.port, msg); err != nil {
+					s.logf("sending to rank %d: %v", d.rank, err)
+				}
+			}()
+		}
+	}()
+}
+
+// peJoined records a PE's node.
+func (s *Seed) peJoined(n *memberlist.Node) {
+	r := rankOf(n.Name)
+	if n.Name == seedName {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r < 0 || r >= s.size {
+		s.logf("node %q joined: not a PE of this job of %d", n.Name, s.size)
+		return
+	}
+	pe := &s.pes[r]
+	pe.joined = true
+	pe.host = nodeHost(n)
+	if pe.ip == nil {
+		pe.ip, pe.port = n.Addr, n.Port
+	}
+}
+
+// peLeft reports a PE that left or died before finalize.
+func (s *Seed) peLeft(n *memberlist.Node) {
+	r := rankOf(n.Name)
+	if r < 0 || r >= s.size {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pe := &s.pes[r]
+	if s.closed || pe.finalized || pe.failed {
+		return
+	}
+	pe.failed = true
+	f := Failure{Rank: r, Host: nodeHost(n), Reason: reasonGone}
+	s.logf("%v", f)
+	s.failures <- f // never blocks: room for one per PE, each reported once
+	msg := appendMessage(nil, &message{kind: kindFailure, jobID: s.jobID, rank: -1,
+		failRank: f.Rank, host: f.Host, reason: f.Reason})
+	var others []int
+	for i := range s.pes {
+		if p := &s.pes[i]; !p.failed && !p.finalized && p.joined {
+			others = append(others, i)
+		}
+	}
+	s.sendLocked(others, msg)
+}
+
+// seedDelegate receives the seed's memberlist callbacks.
+type seedDelegate struct{ s *Seed }
+
+func (d seedDelegate) NodeMeta(limit int) []byte                  { return hostMeta(limit) }
+func (d seedDelegate) NotifyMsg(b []byte)                         { d.s.handle(b) }
+func (d seedDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d seedDelegate) LocalState(join bool) []byte                { return nil }
+func (d seedDelegate) MergeRemoteState(buf []byte, join bool)     {}
+func (d seedDelegate) NotifyJoin(n *memberlist.Node)              { d.s.peJoined(n) }
+func (d seedDelegate) NotifyLeave(n *memberlist.Node)             { d.s.peLeft(n) }
+func (d seedDelegate) NotifyUpdate(n *memberlist.Node)            {}
