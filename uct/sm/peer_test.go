@@ -1,0 +1,322 @@
+package sm
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// The two-process tests re-execute the test binary as a peer process
+// (TestPeerProcess with childEnv set), which allocates a segment and opens an
+// iface, prints its packed key and addresses on stdout, reads the parent's
+// iface address from stdin, and then serves the active messages below until
+// its stdin is closed.
+const childEnv = "GOSHMEM_SM_TEST_PEER"
+
+// childSegSize is the size of the peer's segment.
+const childSegSize = 4 << 20
+
+// Active message ids of the peer protocol.
+const (
+	amEcho      = 1 // peer sends the message back with amEchoReply
+	amEchoReply = 2
+	amRead      = 3 // header: offset; payload: length (uint32). Reply: the bytes.
+	amReadReply = 4
+	amAdd       = 5 // header: offset; payload: count (uint64). Peer adds 1 count times.
+	amDone      = 6
+	amZEcho     = 7 // like amEcho, but the peer replies with AMZcopy
+)
+
+func TestPeerProcess(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Skip("helper process of the two-process tests: runs only with " + childEnv + " set")
+	}
+	if err := runPeer(); err != nil {
+		fmt.Fprintln(os.Stderr, "peer:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+type reply struct {
+	id   uint8
+	data []byte
+}
+
+// runPeer is the peer process.
+func runPeer() error {
+	md, err := (&PosixComponent{}).OpenMD(PosixMDName, nil)
+	if err != nil {
+		return err
+	}
+	a, err := md.MemAlloc(childSegSize, uct.MemAccessDefault, "peer")
+	if err != nil {
+		return err
+	}
+	key, err := md.MkeyPack(a.Memh)
+	if err != nil {
+		return err
+	}
+	iface, err := md.IfaceOpen(nil, nil, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%x %x %x\n", key, iface.Address(), iface.DeviceAddress())
+
+	in := bufio.NewReader(os.Stdin)
+	line, err := in.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	parent, err := hex.DecodeString(strings.TrimSpace(line))
+	if err != nil {
+		return err
+	}
+	ep, err := iface.EPCreate(&uct.EPParams{DeviceAddr: iface.DeviceAddress(), IfaceAddr: parent})
+	if err != nil {
+		return err
+	}
+	var done atomic.Bool
+	go func() {
+		io.Copy(io.Discard, in)
+		done.Store(true)
+	}()
+
+	seg := unsafe.Slice((*byte)(a.Address), a.Length)
+	var out []reply
+	handle := func(arg any, data []byte, flags uint32) ucs.Status {
+		id := arg.(uint8)
+		switch id {
+		case amEcho, amZEcho:
+			out = append(out, reply{id, append([]byte(nil), data...)})
+		case amRead:
+			off := binary.LittleEndian.Uint64(data)
+			n := binary.LittleEndian.Uint32(data[8:])
+			out = append(out, reply{amReadReply, append([]byte(nil), seg[off:off+uint64(n)]...)})
+		case amAdd:
+			off := binary.LittleEndian.Uint64(data)
+			count := binary.LittleEndian.Uint64(data[8:])
+			w := (*uint64)(unsafe.Pointer(&seg[off]))
+			for range count {
+				atomic.AddUint64(w, 1)
+			}
+			out = append(out, reply{amDone, nil})
+		}
+		return ucs.OK
+	}
+	for _, id := range []uint8{amEcho, amRead, amAdd, amZEcho} {
+		if err := iface.SetAMHandler(id, handle, id, uct.CBFlagSync); err != nil {
+			return err
+		}
+	}
+	for idle := 0; !done.Load(); {
+		if iface.Progress() == 0 && len(out) == 0 {
+			if idle++; idle > 1000 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		idle = 0
+		for len(out) > 0 {
+			r := out[0]
+			var s ucs.Status
+			switch r.id {
+			case amEcho:
+				_, s = ep.AMBcopy(amEchoReply, func(dst []byte) int { return copy(dst, r.data) }, 0)
+			case amZEcho:
+				h := min(len(r.data), 3)
+				s = ep.AMZcopy(amEchoReply, r.data[:h], []uct.IOV{{Buffer: r.data[h:]}}, 0, nil)
+			default:
+				_, s = ep.AMBcopy(r.id, func(dst []byte) int { return copy(dst, r.data) }, 0)
+			}
+			if s == ucs.ErrNoResource {
+				break
+			}
+			if s != ucs.OK {
+				return fmt.Errorf("reply %d: %v", r.id, s)
+			}
+			out = out[1:]
+		}
+	}
+	return nil
+}
+
+// peer is the parent's view of a peer process.
+type peer struct {
+	tb      testing.TB
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	pid     int
+	key     []byte // packed key of the peer's segment
+	addr    []byte // the peer's iface address
+	dev     []byte
+	base    uint64 // remote base address of the segment
+	rkey    uct.RkeyBundle
+	iface   *Iface
+	ep      *EP
+	replies []reply
+}
+
+// startPeer starts a peer process, connects an EP to it and unpacks its
+// key; everything is released at the end of the test.
+func startPeer(tb testing.TB) *peer {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerProcess$")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &peer{tb: tb, cmd: cmd, stdin: stdin, pid: cmd.Process.Pid}
+	tb.Cleanup(p.stop)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		tb.Fatalf("reading the peer's addresses: %v", err)
+	}
+	var fields [3][]byte
+	for k, f := range strings.Fields(line) {
+		if k < 3 {
+			fields[k], err = hex.DecodeString(f)
+		}
+		if err != nil {
+			tb.Fatalf("peer line %q: %v", line, err)
+		}
+	}
+	p.key, p.addr, p.dev = fields[0], fields[1], fields[2]
+	go io.Copy(io.Discard, stdout)
+	k, err := decodeMkey(p.key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.base = k.addr
+
+	p.iface = openTestIface(tb)
+	for _, id := range []uint8{amEchoReply, amReadReply, amDone} {
+		p.iface.SetAMHandler(id, func(arg any, data []byte, flags uint32) ucs.Status {
+			p.replies = append(p.replies, reply{arg.(uint8), append([]byte(nil), data...)})
+			return ucs.OK
+		}, id, uct.CBFlagSync)
+	}
+	if _, err := fmt.Fprintf(stdin, "%x\n", p.iface.Address()); err != nil {
+		tb.Fatal(err)
+	}
+	ep, err := p.iface.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.ep = ep.(*EP)
+	if p.rkey, err = (&PosixComponent{}).RkeyUnpack(p.key); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// stop ends the peer and releases what startPeer took.
+func (p *peer) stop() {
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+		if err := p.cmd.Wait(); err != nil {
+			p.tb.Errorf("peer process: %v", err)
+		}
+	}
+	if p.rkey.Handle != nil {
+		(&PosixComponent{}).RkeyRelease(p.rkey)
+		p.rkey = uct.RkeyBundle{}
+	}
+	if p.ep != nil {
+		p.ep.Destroy()
+		p.ep = nil
+	}
+}
+
+// openTestIface opens a posix iface that is closed at the end of the test.
+func openTestIface(tb testing.TB) *Iface {
+	tb.Helper()
+	md, err := (&PosixComponent{}).OpenMD(PosixMDName, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	i, err := md.IfaceOpen(nil, &uct.IfaceParams{TLName: PosixTLName, DevName: DevName}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(i.Close)
+	return i.(*Iface)
+}
+
+// send retries an active message until the peer's FIFO takes it.
+func (p *peer) send(f func() ucs.Status) {
+	p.tb.Helper()
+	for {
+		switch s := f(); s {
+		case ucs.OK:
+			return
+		case ucs.ErrNoResource:
+			p.iface.Progress()
+			runtime.Gosched()
+		default:
+			p.tb.Fatalf("send: %v", s)
+		}
+	}
+}
+
+// wait progresses until a reply arrives and returns it. It gives up after a
+// minute, so that a broken peer fails the test instead of hanging it.
+func (p *peer) wait() reply {
+	p.tb.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for spins := 0; len(p.replies) == 0; spins++ {
+		if p.iface.Progress() == 0 && spins%1024 == 0 {
+			if time.Now().After(deadline) {
+				p.tb.Fatal("no reply from the peer process")
+			}
+			runtime.Gosched()
+		}
+	}
+	r := p.replies[0]
+	p.replies = p.replies[1:]
+	return r
+}
+
+// read returns n bytes at offset off of the peer's segment, read by the peer
+// itself.
+func (p *peer) read(off uint64, n int) []byte {
+	p.tb.Helper()
+	var out []byte
+	for n > 0 {
+		c := min(n, 4096)
+		var pl [4]byte
+		binary.LittleEndian.PutUint32(pl[:], uint32(c))
+		p.send(func() ucs.Status { return p.ep.AMShort(amRead, off, pl[:]) })
+		r := p.wait()
+		if r.id != amReadReply || len(r.data) != c {
+			p.tb.Fatalf("read reply: id %d, %d bytes; want id %d, %d bytes", r.id, len(r.data), amReadReply, c)
+		}
+		out = append(out, r.data...)
+		off += uint64(c)
+		n -= c
+	}
+	return out
+}
