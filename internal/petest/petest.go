@@ -1,0 +1,153 @@
+// Package petest is the harness for multi-PE tests: it runs a test body as
+// every PE of a real job, started by the launcher goshmem-run uses, with the
+// real bootstrap and transports.
+//
+// The harness re-executes the test binary: in the parent, Run starts a job
+// of np processes of os.Args[0] restricted to the calling test; in those
+// processes (the PEs), the same call runs the body. A PE that fails its
+// *testing.T exits non-zero, which fails the parent's test with the job's
+// output.
+//
+//	func TestPut(t *testing.T) {
+//		petest.Run(t, []int{1, 2, 4}, func(t *testing.T) {
+//			... shmem.Init(), work, checks with t.Errorf ...
+//		})
+//	}
+package petest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/launcher"
+)
+
+// childEnv marks a process started by the harness as a PE.
+const childEnv = "GOSHMEM_PETEST"
+
+// DefaultTimeout bounds one job; a job that runs longer fails its test.
+const DefaultTimeout = 90 * time.Second
+
+// Options tune RunWith.
+type Options struct {
+	// NPs lists the job sizes to run, each as a subtest "np=N".
+	NPs []int
+	// Env is added to every PE's environment (UCX_TLS=tcp,self, ...).
+	Env []string
+	// Name, if set, names the subtest level above "np=N" (for example the
+	// transport, "tls=tcp").
+	Name string
+	// Timeout bounds each job; DefaultTimeout if zero.
+	Timeout time.Duration
+	// WantExit is the exit code the job must end with (default 0); a test of
+	// failures sets it non-zero and checks the output with Check.
+	WantExit int
+	// Check, if set, is called in the parent with the job's combined output
+	// after the job ends with WantExit.
+	Check func(t *testing.T, output string)
+}
+
+// IsPE reports whether this process is a PE started by the harness.
+func IsPE() bool { return os.Getenv(childEnv) != "" }
+
+// Run runs body as each PE of a job of np PEs, for every np in nps.
+func Run(t *testing.T, nps []int, body func(t *testing.T)) {
+	t.Helper()
+	RunWith(t, Options{NPs: nps}, body)
+}
+
+// RunWith is Run with options.
+func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
+	t.Helper()
+	run := func(t *testing.T) {
+		for _, np := range o.NPs {
+			t.Run("np="+strconv.Itoa(np), func(t *testing.T) {
+				if IsPE() {
+					body(t)
+					return
+				}
+				runJob(t, np, o)
+			})
+		}
+	}
+	if o.Name != "" {
+		t.Run(o.Name, run)
+	} else {
+		run(t)
+	}
+}
+
+// runPattern turns a test name ("TestPut/tls=tcp/np=4") into a -test.run
+// pattern that selects exactly that test.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+func runJob(t *testing.T, np int, o Options) {
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out bytes.Buffer
+	w := &lockedWriter{buf: &out}
+	env := append([]string{childEnv + "=1"}, o.Env...)
+	start := time.Now()
+	code, err := launcher.Run(ctx, launcher.Options{
+		NP:        np,
+		Program:   os.Args[0],
+		Args:      []string{"-test.run=" + runPattern(t.Name()), "-test.count=1", "-test.v"},
+		Env:       env,
+		TagOutput: true,
+		Stdin:     strings.NewReader(""),
+		Stdout:    w,
+		Stderr:    w,
+		Logf:      func(format string, args ...any) { fmt.Fprintf(w, "goshmem-run: "+format+"\n", args...) },
+	})
+	output := w.String()
+	if ctx.Err() != nil {
+		t.Fatalf("job of %d PEs did not end within %v; output:\n%s", np, timeout, output)
+	}
+	if err != nil && code == 0 {
+		t.Fatalf("job of %d PEs: %v; output:\n%s", np, err, output)
+	}
+	if code != o.WantExit {
+		t.Fatalf("job of %d PEs exited with %d, want %d (err %v); output:\n%s", np, code, o.WantExit, err, output)
+	}
+	if o.WantExit == 0 && !strings.Contains(output, "--- PASS: "+t.Name()) {
+		t.Fatalf("job of %d PEs ran no test; output:\n%s", np, output)
+	}
+	if o.Check != nil {
+		o.Check(t, output)
+	}
+	if leftovers := ShmLeftovers(); len(leftovers) > 0 {
+		t.Errorf("job of %d PEs left %v in /dev/shm", np, leftovers)
+	}
+	if testing.Verbose() {
+		t.Logf("job of %d PEs took %v", np, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// ShmLeftovers lists the goshmem files in /dev/shm.
+func ShmLeftovers() []string {
+	ents, _ := os.ReadDir("/dev/shm")
+	var names []string
+	for _, e := range ents {
+		if strings.Contains(e.Name(), "goshmem") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}

@@ -1,0 +1,450 @@
+package shmem_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/goshmem/goshmem/internal/petest"
+	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/symheap"
+)
+
+// nps are the job sizes every routine is tested with (odd sizes included).
+var nps = []int{1, 2, 3, 4}
+
+// job runs body as every PE of jobs of each size in nps, between Init and
+// Finalize.
+func job(t *testing.T, body func(t *testing.T, me, n int)) {
+	t.Helper()
+	petest.Run(t, nps, func(t *testing.T) {
+		if err := shmem.Init(); err != nil {
+			t.Fatalf("Init: %v", err)
+		}
+		defer shmem.Finalize()
+		body(t, shmem.MyPE(), shmem.NPEs())
+	})
+}
+
+// calloc allocates a zeroed symmetric array or fails the test.
+func calloc[T any](t *testing.T, n int) []T {
+	t.Helper()
+	s, err := shmem.Calloc[T](n)
+	if err != nil {
+		t.Fatalf("Calloc[%T](%d): %v", *new(T), n, err)
+	}
+	return s
+}
+
+func TestInitAndQueries(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		if me < 0 || me >= n {
+			t.Fatalf("MyPE %d of %d", me, n)
+		}
+		if err := shmem.Init(); err != nil {
+			t.Errorf("second Init: %v", err)
+		}
+		for pe := 0; pe < n; pe++ {
+			if !shmem.PEAccessible(pe) {
+				t.Errorf("PEAccessible(%d) = false", pe)
+			}
+		}
+		if shmem.PEAccessible(n) || shmem.PEAccessible(-1) {
+			t.Error("PEAccessible true outside the job")
+		}
+		x := calloc[int64](t, 1)
+		var local int64
+		if !shmem.AddrAccessible(&x[0], (me+1)%n) {
+			t.Error("AddrAccessible false for a symmetric object")
+		}
+		if shmem.AddrAccessible(&local, 0) {
+			t.Error("AddrAccessible true for a Go variable")
+		}
+		for pe := 0; pe < n; pe++ {
+			if shmem.Ptr(&x[0], pe) == nil {
+				t.Errorf("Ptr to PE %d is nil on one node", pe)
+			}
+		}
+		x[0] = int64(me)
+		shmem.BarrierAll()
+		if got := *shmem.Ptr(&x[0], (me+1)%n); got != int64((me+1)%n) {
+			t.Errorf("load through Ptr = %d, want %d", got, (me+1)%n)
+		}
+		shmem.BarrierAll()
+	})
+}
+
+// putGetRoundTrip checks Put, Get, P and G of T between every pair of PEs:
+// PE i writes a pattern of its own into its slot on every PE, and every PE
+// then reads every slot back from every PE.
+func putGetRoundTrip[T shmem.RMA](t *testing.T, me, n int, val func(from, to, i int) T) {
+	const per = 7 // an odd length, so that copies are not all word multiples
+	buf := calloc[T](t, n*per)
+	single := calloc[T](t, n)
+	for to := 0; to < n; to++ {
+		src := make([]T, per)
+		for i := range src {
+			src[i] = val(me, to, i)
+		}
+		shmem.Put(buf[me*per:(me+1)*per], src, to)
+		shmem.P(&single[me], val(me, to, 99), to)
+	}
+	shmem.BarrierAll()
+	for from := 0; from < n; from++ {
+		for i := 0; i < per; i++ {
+			if got, want := buf[from*per+i], val(from, me, i); got != want {
+				t.Fatalf("after Put from PE %d: element %d = %v, want %v", from, i, got, want)
+			}
+		}
+		if got, want := single[from], val(from, me, 99); got != want {
+			t.Fatalf("after P from PE %d: %v, want %v", from, got, want)
+		}
+	}
+	for pe := 0; pe < n; pe++ {
+		got := make([]T, n*per)
+		shmem.Get(got, buf, pe)
+		want := make([]T, n*per)
+		for from := 0; from < n; from++ {
+			for i := 0; i < per; i++ {
+				want[from*per+i] = val(from, pe, i)
+			}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("Get from PE %d (-want +got):\n%s", pe, diff)
+		}
+		for from := 0; from < n; from++ {
+			if got, want := shmem.G(&single[from], pe), val(from, pe, 99); got != want {
+				t.Fatalf("G(single[%d]) from PE %d = %v, want %v", from, pe, got, want)
+			}
+		}
+	}
+	shmem.BarrierAll()
+	shmem.Free(single)
+	shmem.Free(buf)
+}
+
+func TestPutGetAllTypes(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		code := func(from, to, i int) int { return from*1000 + to*100 + i + 1 }
+		putGetRoundTrip(t, me, n, func(f, o, i int) int8 { return int8(code(f, o, i)) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) int16 { return int16(-code(f, o, i)) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) int32 { return int32(code(f, o, i)) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) int64 { return int64(code(f, o, i)) << 33 })
+		putGetRoundTrip(t, me, n, func(f, o, i int) int { return -code(f, o, i) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) uint8 { return uint8(code(f, o, i)) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) uint16 { return uint16(code(f, o, i)) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) uint32 { return uint32(code(f, o, i)) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) uint64 { return uint64(code(f, o, i)) << 40 })
+		putGetRoundTrip(t, me, n, func(f, o, i int) uint { return uint(code(f, o, i)) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) uintptr { return uintptr(code(f, o, i)) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) float32 { return float32(code(f, o, i)) / 3 })
+		putGetRoundTrip(t, me, n, func(f, o, i int) float64 { return float64(code(f, o, i)) / 7 })
+		putGetRoundTrip(t, me, n, func(f, o, i int) complex64 { return complex(float32(code(f, o, i)), -1) })
+		putGetRoundTrip(t, me, n, func(f, o, i int) complex128 { return complex(1, float64(code(f, o, i))) })
+	})
+}
+
+func TestPutMemGetMemAndSizes(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		const size = 1<<20 + 13 // large and odd
+		buf := calloc[byte](t, size)
+		to := (me + 1) % n
+		src := make([]byte, size)
+		for i := range src {
+			src[i] = byte(i*7 + me)
+		}
+		// Every length from 0 to 70 at an unaligned offset, then the large one.
+		for l := 0; l <= 70; l++ {
+			shmem.PutMem(buf[3:3+l], src[:l], to)
+		}
+		shmem.PutMem(buf, src, to)
+		shmem.BarrierAll()
+		from := (me - 1 + n) % n
+		for i := range buf {
+			if want := byte(i*7 + from); buf[i] != want {
+				t.Fatalf("byte %d = %d, want %d", i, buf[i], want)
+			}
+		}
+		got := make([]byte, size)
+		shmem.GetMem(got[5:], buf[5:], to)
+		for i := 5; i < size; i++ {
+			if want := byte(i*7 + me); got[i] != want {
+				t.Fatalf("GetMem byte %d = %d, want %d", i, got[i], want)
+			}
+		}
+		shmem.GetMem(got[:0], buf[:0], to) // zero length does nothing
+		shmem.BarrierAll()
+		shmem.Free(buf)
+	})
+}
+
+// atomics checks the AMO routines of T against a model: every PE adds to,
+// increments and compare-swaps counters on every PE.
+func atomics[T shmem.AMO](t *testing.T, me, n int) {
+	ctr := calloc[T](t, 4)
+	for pe := 0; pe < n; pe++ {
+		shmem.AtomicAdd(&ctr[0], T(me+1), pe)
+		shmem.AtomicInc(&ctr[1], pe)
+		shmem.AtomicFetchAdd(&ctr[2], T(2), pe)
+		shmem.AtomicFetchInc(&ctr[2], pe)
+	}
+	shmem.BarrierAll()
+	want := []T{T(n * (n + 1) / 2), T(n), T(3 * n), 0}
+	if diff := cmp.Diff(want, ctr); diff != "" {
+		t.Fatalf("counters (-want +got):\n%s", diff)
+	}
+	// Exactly one PE wins each compare-and-swap on ctr[3] of PE 0.
+	old := shmem.AtomicCompareSwap(&ctr[3], 0, T(me+1), 0)
+	won := calloc[int32](t, 1)
+	if old == 0 {
+		shmem.AtomicAdd(&won[0], 1, 0)
+	}
+	shmem.BarrierAll()
+	if me == 0 {
+		if won[0] != 1 || ctr[3] == 0 || int(ctr[3]) > n {
+			t.Fatalf("compare-swap: %d winners, value %v", won[0], ctr[3])
+		}
+	}
+	// Fetch, set and swap.
+	to := (me + 1) % n
+	shmem.AtomicSet(&ctr[0], T(100+me), to)
+	shmem.BarrierAll()
+	from := (me - 1 + n) % n
+	if got := shmem.AtomicFetch(&ctr[0], me); got != T(100+from) {
+		t.Fatalf("AtomicFetch after AtomicSet = %v, want %v", got, 100+from)
+	}
+	shmem.BarrierAll()
+	if got := shmem.AtomicSwap(&ctr[0], T(7), to); got != T(100+me) {
+		t.Fatalf("AtomicSwap returned %v, want %v", got, 100+me)
+	}
+	if got := shmem.AtomicCompareSwap(&ctr[0], T(1), T(9), to); got != T(7) {
+		t.Fatalf("failed AtomicCompareSwap returned %v, want 7", got)
+	}
+	shmem.BarrierAll()
+	shmem.Free(won)
+	shmem.Free(ctr)
+}
+
+func extAtomics[T float32 | float64](t *testing.T, me, n int) {
+	x := calloc[T](t, 1)
+	to := (me + 1) % n
+	shmem.AtomicSet(&x[0], T(me)+0.5, to)
+	shmem.BarrierAll()
+	from := (me - 1 + n) % n
+	if got := shmem.AtomicFetch(&x[0], me); got != T(from)+0.5 {
+		t.Fatalf("AtomicFetch = %v, want %v", got, T(from)+0.5)
+	}
+	shmem.BarrierAll()
+	if got := shmem.AtomicSwap(&x[0], T(-2.25), to); got != T(me)+0.5 {
+		t.Fatalf("AtomicSwap = %v, want %v", got, T(me)+0.5)
+	}
+	shmem.BarrierAll()
+	shmem.Free(x)
+}
+
+func TestAtomics(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		atomics[int32](t, me, n)
+		atomics[int64](t, me, n)
+		atomics[uint32](t, me, n)
+		atomics[uint64](t, me, n)
+		atomics[int](t, me, n)
+		atomics[uint](t, me, n)
+		atomics[uintptr](t, me, n)
+		extAtomics[float32](t, me, n)
+		extAtomics[float64](t, me, n)
+	})
+}
+
+func TestWaitUntilAndTest(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		flag16 := calloc[int16](t, 4) // the element at index 1 is not 4-byte aligned
+		flag64 := calloc[uint64](t, 1)
+		if shmem.Test(&flag64[0], shmem.CmpNE, 0) {
+			t.Fatal("Test true before anything was written")
+		}
+		shmem.BarrierAll()
+		to := (me + 1) % n
+		shmem.P(&flag16[1], int16(-(me + 1)), to)
+		shmem.Fence()
+		shmem.AtomicSet(&flag64[0], uint64(me+10), to)
+		from := (me - 1 + n) % n
+		shmem.WaitUntil(&flag64[0], shmem.CmpEQ, uint64(from+10))
+		shmem.WaitUntil(&flag16[1], shmem.CmpLT, 0)
+		if flag16[1] != int16(-(from + 1)) {
+			t.Fatalf("flag16 = %d, want %d", flag16[1], -(from + 1))
+		}
+		for _, c := range []struct {
+			cmp  shmem.Cmp
+			v    uint64
+			want bool
+		}{
+			{shmem.CmpEQ, uint64(from + 10), true}, {shmem.CmpNE, uint64(from + 10), false},
+			{shmem.CmpGT, uint64(from + 9), true}, {shmem.CmpGE, uint64(from + 11), false},
+			{shmem.CmpLT, uint64(from + 11), true}, {shmem.CmpLE, uint64(from + 9), false},
+		} {
+			if got := shmem.Test(&flag64[0], c.cmp, c.v); got != c.want {
+				t.Errorf("Test(%d %v %d) = %v", flag64[0], c.cmp, c.v, got)
+			}
+		}
+		shmem.BarrierAll()
+		shmem.Free(flag64)
+		shmem.Free(flag16)
+	})
+}
+
+func TestBarrierOrdersPuts(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		x := calloc[int64](t, n)
+		for round := int64(1); round <= 50; round++ {
+			for pe := 0; pe < n; pe++ {
+				shmem.P(&x[me], round, pe)
+			}
+			shmem.BarrierAll()
+			for pe := 0; pe < n; pe++ {
+				if x[pe] != round {
+					t.Fatalf("round %d: slot of PE %d = %d after BarrierAll", round, pe, x[pe])
+				}
+			}
+			shmem.SyncAll()
+		}
+		shmem.Free(x)
+	})
+}
+
+func TestAllocation(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		// The same calls give the same offsets on every PE: each PE reports
+		// the offsets of its objects relative to the first to PE 0.
+		first := calloc[byte](t, 100)
+		objs := [][]byte{calloc[byte](t, 1), calloc[byte](t, 4096)}
+		a, err := shmem.Align[byte](4096, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addrOf(a)%4096 != 0 {
+			t.Errorf("Align(4096) gave %#x", addrOf(a))
+		}
+		objs = append(objs, a)
+		rel := calloc[int64](t, n*len(objs))
+		for i, o := range objs {
+			shmem.P(&rel[me*len(objs)+i], int64(addrOf(o)-addrOf(first)), 0)
+		}
+		shmem.BarrierAll()
+		if me == 0 {
+			for pe := 1; pe < n; pe++ {
+				if diff := cmp.Diff(rel[:len(objs)], rel[pe*len(objs):(pe+1)*len(objs)]); diff != "" {
+					t.Errorf("PE %d placed objects differently from PE 0 (-0 +pe):\n%s", pe, diff)
+				}
+			}
+		}
+		// Realloc keeps the contents, in place or moved.
+		r := calloc[int32](t, 3)
+		for i := range r {
+			r[i] = int32(me*10 + i)
+		}
+		r, err = shmem.Realloc(r, 5000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r[0] != int32(me*10) || r[2] != int32(me*10+2) || len(r) != 5000 {
+			t.Fatalf("Realloc lost contents: %v", r[:3])
+		}
+		shmem.P(&r[4999], int32(me), (me+1)%n)
+		shmem.BarrierAll()
+		if r[4999] != int32((me-1+n)%n) {
+			t.Fatalf("put into reallocated array: %d", r[4999])
+		}
+		r, err = shmem.Realloc(r, 2)
+		if err != nil || r[1] != int32(me*10+1) {
+			t.Fatalf("shrinking Realloc: %v, %v", r, err)
+		}
+		// Exhaustion is an error, on every PE alike, and leaves the heap usable.
+		if _, err := shmem.Malloc[byte](1 << 40); err == nil {
+			t.Fatal("Malloc of 1 TiB succeeded")
+		}
+		_, err = shmem.Malloc[byte](symheap.DefaultSize)
+		if !errors.Is(err, symheap.ErrNoSpace) {
+			t.Fatalf("Malloc of the whole heap: %v, want ErrNoSpace", err)
+		}
+		if _, err := shmem.Malloc[*int](1); err == nil || !strings.Contains(err.Error(), "pointers") {
+			t.Fatalf("Malloc of a pointer type: %v", err)
+		}
+		type rec struct {
+			A int64
+			B [3]float32
+		}
+		recs, err := shmem.Malloc[rec](2)
+		if err != nil {
+			t.Fatalf("Malloc of a pointer-free struct: %v", err)
+		}
+		shmem.Free(recs)
+		shmem.Free(r)
+		shmem.Free(rel)
+		for _, o := range objs {
+			shmem.Free(o)
+		}
+		shmem.Free(first)
+	})
+}
+
+func TestBadInputPanics(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		x := calloc[int64](t, 4)
+		var local [4]int64
+		cases := []struct {
+			name string
+			fn   func()
+			want string
+		}{
+			{"P to PE n", func() { shmem.P(&x[0], 1, n) }, fmt.Sprintf("PE %d is not a PE of the job (valid: 0..%d)", n, n-1)},
+			{"Put to PE -1", func() { shmem.Put(x, local[:], -1) }, "PE -1 is not a PE of the job"},
+			{"Put to a Go array", func() { shmem.Put(local[:], x, 0) }, "shmem.Put: dst"},
+			{"Get from a Go array", func() { shmem.Get(x, local[:], 0) }, "shmem.Get: src"},
+			{"Put past the end", func() { shmem.Put(x[:1], local[:], 0) }, "fewer than the 4"},
+			{"atomic on a Go variable", func() { shmem.AtomicAdd(&local[0], 1, 0) }, "not inside the symmetric heap"},
+			{"WaitUntil on a Go variable", func() { shmem.WaitUntil(&local[0], shmem.CmpEQ, 0) }, "WaitUntil: ivar"},
+			{"Free of a Go slice", func() { shmem.Free(local[:]) }, "not an object allocated by shmem.Malloc"},
+		}
+		for _, c := range cases {
+			msg := func() (msg string) {
+				defer func() { msg = fmt.Sprint(recover()) }()
+				c.fn()
+				return "no panic"
+			}()
+			if !strings.Contains(msg, c.want) {
+				t.Errorf("%s: panic %q, want it to mention %q", c.name, msg, c.want)
+			}
+		}
+		shmem.Free(x)
+	})
+}
+
+func TestSameNodeHotPathsAllocateNothing(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		x := calloc[int64](t, 8)
+		to := (me + 1) % n
+		src := []int64{1, 2, 3, 4}
+		dst := make([]int64, 4)
+		for _, c := range []struct {
+			name string
+			fn   func()
+		}{
+			{"Put", func() { shmem.Put(x[:4], src, to) }},
+			{"Get", func() { shmem.Get(dst, x[:4], to) }},
+			{"P", func() { shmem.P(&x[5], 5, to) }},
+			{"G", func() { _ = shmem.G(&x[5], to) }},
+			{"AtomicFetchAdd", func() { shmem.AtomicFetchAdd(&x[6], 1, to) }},
+			{"AtomicCompareSwap", func() { shmem.AtomicCompareSwap(&x[7], 0, 1, to) }},
+		} {
+			if a := testing.AllocsPerRun(100, c.fn); a != 0 {
+				t.Errorf("%s allocates %v times per call", c.name, a)
+			}
+		}
+		shmem.BarrierAll()
+		shmem.Free(x)
+	})
+}
