@@ -169,11 +169,11 @@ func decodeCellHeader(b []byte, payload int) (id uint8, n int, err error) {
 	switch {
 	case uint64(l) > uint64(payload):
 		return 0, 0, fmt.Errorf("uct/sm: cell of %d bytes in a %d-byte cell: %w", l, payload, ucs.ErrInvalidParam)
+	case b[5]|b[6]|b[7] != 0:
+		return 0, 0, fmt.Errorf("uct/sm: cell header padding %x: %w", b[5:], ucs.ErrInvalidParam)
 	case id == voidID && l == 0:
 	case id >= uct.AMMaxID:
 		return 0, 0, fmt.Errorf("uct/sm: cell for AM id %d: %w", id, ucs.ErrInvalidParam)
-	case b[5]|b[6]|b[7] != 0:
-		return 0, 0, fmt.Errorf("uct/sm: cell header padding %x: %w", b[5:], ucs.ErrInvalidParam)
 	}
 	return id, int(l), nil
 }
