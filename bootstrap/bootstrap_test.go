@@ -57,7 +57,7 @@ func newTestKey(t testing.TB) []byte {
 }
 
 // startJob starts a seed and n members joining it concurrently.
-func startJob(t *testing.T, n int) *job {
+func startJob(t testing.TB, n int) *job {
 	t.Helper()
 	key := newTestKey(t)
 	seed, err := NewSeed(SeedConfig{Size: n, Key: key})
@@ -88,7 +88,7 @@ func startJob(t *testing.T, n int) *job {
 }
 
 // each runs f for every member concurrently and fails the test on errors.
-func (j *job) each(t *testing.T, what string, f func(m *Member) error) {
+func (j *job) each(t testing.TB, what string, f func(m *Member) error) {
 	t.Helper()
 	errs := make(chan error, len(j.members))
 	for _, m := range j.members {
@@ -446,5 +446,26 @@ func TestSeedValidates(t *testing.T) {
 	s.Close() // waits for the replies
 	if len(got) != n {
 		t.Errorf("seed sent %d tables, want %d", len(got), n)
+	}
+}
+
+// BenchmarkAllgather measures one allgather of 200-byte blobs among N
+// in-process members (and, reported separately, the time they took to
+// join the seed).
+func BenchmarkAllgather(b *testing.B) {
+	for _, n := range []int{16, 64} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			start := time.Now()
+			j := startJob(b, n)
+			join := time.Since(start)
+			b.ResetTimer()
+			for round := range b.N {
+				j.each(b, "allgather", func(m *Member) error {
+					_, err := m.Allgather(blobFor(m.Rank(), round, 200))
+					return err
+				})
+			}
+			b.ReportMetric(float64(join.Microseconds())/1000, "join-ms")
+		})
 	}
 }
