@@ -334,7 +334,12 @@ func (j *job) checkIdle() {
 	if j.ending || len(j.idle) == 0 || !j.anyJoined() {
 		return
 	}
-	j.fail(&JobError{Rank: j.idle[0], Host: j.host, How: "exited before joining the job (status 0) while other PEs joined it", Code: 1})
+	r := j.idle[0]
+	how := "exited before joining the job (status 0) while other PEs joined it"
+	if j.seed.Joined(r) { // the seed learned of its join late
+		how = "exited without finalize (status 0) while other PEs still run"
+	}
+	j.fail(&JobError{Rank: r, Host: j.host, How: how, Code: 1})
 }
 
 func (j *job) anyJoined() bool {

@@ -64,10 +64,10 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("goshmem-run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	np := fs.Int("np", 0, "number of PEs (at least 1)")
@@ -127,6 +127,11 @@ func run(args []string, stderr io.Writer) int {
 		TagOutput: *tag,
 		BindAddr:  *bind,
 		KillGrace: *grace,
+		Stdout:    stdout,
+		Stderr:    stderr,
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(stderr, "goshmem-run: "+format+"\n", args...)
+		},
 	})
 	select {
 	case s := <-got:

@@ -1,0 +1,420 @@
+package launcher
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/bootstrap"
+)
+
+// The test binary doubles as the PE program: with envPEMode set, TestMain
+// runs peMain instead of the tests.
+const envPEMode = "GOSHMEM_LAUNCHER_TEST_PE"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envPEMode); mode != "" {
+		os.Exit(peMain(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// peMain is a PE of the test jobs. It returns the exit status.
+func peMain(mode string) int {
+	rank, _ := strconv.Atoi(os.Getenv(bootstrap.EnvRank))
+	join := func() *bootstrap.Member {
+		m, err := bootstrap.JoinFromOS()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "PE %d: join: %v\n", rank, err)
+			os.Exit(10)
+		}
+		return m
+	}
+	// blockInBarrier waits in a barrier that a failed PE never joins, until
+	// the launcher ends this PE (or the barrier reports the failure).
+	blockInBarrier := func(m *bootstrap.Member) int {
+		if err := m.Barrier(); err != nil {
+			fmt.Printf("PE %d: barrier: %v\n", rank, err)
+			select {} // the launcher ends us
+		}
+		return 0
+	}
+	switch mode {
+	case "env":
+		m := join()
+		var pairs []string
+		for _, v := range []string{bootstrap.EnvJobID, bootstrap.EnvSize, bootstrap.EnvSeed, "EXTRA"} {
+			pairs = append(pairs, v+"="+os.Getenv(v))
+		}
+		table, err := m.Allgather([]byte(strconv.Itoa(m.Rank())))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "PE %d: allgather: %v\n", rank, err)
+			return 11
+		}
+		fmt.Printf("rank=%d size=%d local=%d/%d key=%t table=%q %s\n", m.Rank(), m.Size(), m.LocalRank(), m.LocalSize(),
+			os.Getenv(bootstrap.EnvKey) != "", table, strings.Join(pairs, " "))
+		if err := m.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "PE %d: close: %v\n", rank, err)
+			return 12
+		}
+		return 0
+	case "output":
+		fmt.Printf("out line 1 of %d\nout line 2 of %d\n", rank, rank)
+		fmt.Fprintf(os.Stderr, "err line of %d\n", rank)
+		fmt.Printf("partial of %d", rank) // no newline
+		return 0
+	case "stdin":
+		if rank == 0 {
+			s := bufio.NewScanner(os.Stdin)
+			for s.Scan() {
+				fmt.Printf("echo %s\n", s.Text())
+			}
+		}
+		return 0
+	case "exit":
+		m := join()
+		if rank == 1 {
+			return 3
+		}
+		if rank == 2 {
+			// Exits too, but after PE 1 (whose failure makes the
+			// launcher end this one, normally, before this).
+			m.Barrier()
+			return 4
+		}
+		return blockInBarrier(m)
+	case "sigkill":
+		m := join()
+		if rank == 1 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		return blockInBarrier(m)
+	case "nofinalize":
+		m := join()
+		if rank == 0 {
+			return 0 // without Close
+		}
+		return blockInBarrier(m)
+	case "ignoreterm":
+		signal.Ignore(syscall.SIGTERM)
+		m := join()
+		if rank == 0 {
+			return 5
+		}
+		return blockInBarrier(m)
+	case "sleep":
+		fmt.Printf("ready %d\n", rank)
+		select {}
+	}
+	fmt.Fprintf(os.Stderr, "unknown PE mode %q\n", mode)
+	return 100
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitLimit bounds every job in these tests; reaching it is a failure.
+const waitLimit = 90 * time.Second
+
+type result struct {
+	code           int
+	err            error
+	stdout, stderr string
+	logs           []string
+}
+
+// runJob runs np PEs of this test binary in the given mode.
+func runJob(t *testing.T, ctx context.Context, np int, mode string, change func(*Options)) result {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr syncBuffer
+	var logMu sync.Mutex
+	var logs []string
+	opts := Options{
+		NP:      np,
+		Program: self,
+		Env:     []string{envPEMode + "=" + mode},
+		Stdin:   strings.NewReader(""),
+		Stdout:  &stdout,
+		Stderr:  &stderr,
+		Logf: func(format string, args ...any) {
+			logMu.Lock()
+			logs = append(logs, fmt.Sprintf(format, args...))
+			logMu.Unlock()
+		},
+	}
+	if change != nil {
+		change(&opts)
+	}
+	ctx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		code, err := Run(ctx, opts)
+		done <- result{code: code, err: err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(waitLimit + 30*time.Second):
+		t.Fatalf("Run did not return within %v of its deadline", 30*time.Second)
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		t.Fatalf("job still running after %v; stdout:\n%s\nstderr:\n%s", waitLimit, stdout.String(), stderr.String())
+	}
+	r.stdout, r.stderr = stdout.String(), stderr.String()
+	logMu.Lock()
+	r.logs = logs
+	logMu.Unlock()
+	t.Logf("exit code %d, err %v, launcher log %q", r.code, r.err, r.logs)
+	return r
+}
+
+func TestEnvAndRanks(t *testing.T) {
+	for _, np := range []int{1, 4} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			r := runJob(t, context.Background(), np, "env", func(o *Options) { o.Env = append(o.Env, "EXTRA=yes") })
+			if r.code != 0 || r.err != nil {
+				t.Fatalf("Run = %d, %v; stderr:\n%s", r.code, r.err, r.stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+			if len(lines) != np {
+				t.Fatalf("got %d lines, want %d:\n%s", len(lines), np, r.stdout)
+			}
+			sort.Strings(lines)
+			var table []string
+			for i := range np {
+				table = append(table, strconv.Itoa(i))
+			}
+			wantTable := fmt.Sprintf("%q", table)
+			for i, line := range lines {
+				want := fmt.Sprintf("rank=%d size=%d local=%d/%d key=true table=%s ", i, np, i, np, wantTable)
+				if !strings.HasPrefix(line, want) {
+					t.Errorf("line %q, want prefix %q", line, want)
+				}
+				for _, s := range []string{"EXTRA=yes", bootstrap.EnvSize + "=" + strconv.Itoa(np), bootstrap.EnvSeed + "=127.0.0.1:"} {
+					if !strings.Contains(line, s) {
+						t.Errorf("line %q lacks %q", line, s)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestOutput(t *testing.T) {
+	const np = 3
+	for _, tag := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tag=%t", tag), func(t *testing.T) {
+			r := runJob(t, context.Background(), np, "output", func(o *Options) { o.TagOutput = tag })
+			if r.code != 0 || r.err != nil {
+				t.Fatalf("Run = %d, %v; stderr:\n%s", r.code, r.err, r.stderr)
+			}
+			prefix := func(rank int) string {
+				if tag {
+					return fmt.Sprintf("[pe %d] ", rank)
+				}
+				return ""
+			}
+			for rank := range np {
+				for _, want := range []string{
+					prefix(rank) + fmt.Sprintf("out line 1 of %d\n", rank),
+					prefix(rank) + fmt.Sprintf("out line 2 of %d\n", rank),
+				} {
+					if !strings.Contains(r.stdout, want) {
+						t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+					}
+				}
+				if want := prefix(rank) + fmt.Sprintf("err line of %d\n", rank); !strings.Contains(r.stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+				}
+				partial := prefix(rank) + fmt.Sprintf("partial of %d", rank)
+				if tag {
+					partial += "\n"
+				}
+				if !strings.Contains(r.stdout, partial) {
+					t.Errorf("stdout lacks %q:\n%s", partial, r.stdout)
+				}
+			}
+			if tag {
+				for _, line := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+					if !strings.HasPrefix(line, "[pe ") {
+						t.Errorf("untagged line %q", line)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestStdinToPE0(t *testing.T) {
+	r := runJob(t, context.Background(), 2, "stdin", func(o *Options) {
+		o.Stdin = strings.NewReader("a\nb\n")
+		o.TagOutput = true
+	})
+	if r.code != 0 || r.err != nil {
+		t.Fatalf("Run = %d, %v; stderr:\n%s", r.code, r.err, r.stderr)
+	}
+	if want := "[pe 0] echo a\n[pe 0] echo b\n"; r.stdout != want {
+		t.Errorf("stdout %q, want %q", r.stdout, want)
+	}
+}
+
+// checkFailure checks that a job ended with code and a JobError and a log
+// naming PE rank with how.
+func checkFailure(t *testing.T, r result, code, rank int, how string) {
+	t.Helper()
+	if r.code != code {
+		t.Errorf("exit code %d, want %d", r.code, code)
+	}
+	var je *JobError
+	if !errors.As(r.err, &je) || je.Rank != rank || !strings.Contains(je.How, how) || je.Code != code {
+		t.Errorf("error %v, want a JobError of PE %d that %s", r.err, rank, how)
+	}
+	want := fmt.Sprintf("PE %d on host ", rank)
+	found := false
+	for _, l := range r.logs {
+		if strings.Contains(l, want) && strings.Contains(l, how) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("launcher log %q does not say %q ... %q", r.logs, want, how)
+	}
+}
+
+func TestFirstFailingExitCode(t *testing.T) {
+	r := runJob(t, context.Background(), 4, "exit", nil)
+	checkFailure(t, r, 3, 1, "exited with status 3")
+}
+
+func TestPEKilled(t *testing.T) {
+	r := runJob(t, context.Background(), 3, "sigkill", nil)
+	checkFailure(t, r, 128+int(syscall.SIGKILL), 1, "killed by signal 9")
+}
+
+func TestExitWithoutFinalize(t *testing.T) {
+	r := runJob(t, context.Background(), 3, "nofinalize", nil)
+	checkFailure(t, r, 1, 0, "without finalize")
+}
+
+func TestKillAfterGrace(t *testing.T) {
+	r := runJob(t, context.Background(), 3, "ignoreterm", func(o *Options) { o.KillGrace = 100 * time.Millisecond })
+	checkFailure(t, r, 5, 0, "exited with status 5")
+	killed := false
+	for _, l := range r.logs {
+		if strings.Contains(l, "killing it") {
+			killed = true
+		}
+	}
+	if !killed {
+		t.Errorf("launcher log %q does not say it killed the PEs that ignore SIGTERM", r.logs)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	const np = 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := &readyWriter{n: np, ready: cancel}
+	r := runJob(t, ctx, np, "sleep", func(o *Options) { o.Stdout = ready })
+	if r.code == 0 || !errors.Is(r.err, context.Canceled) {
+		t.Errorf("Run = %d, %v; want non-zero and context.Canceled", r.code, r.err)
+	}
+}
+
+// readyWriter calls ready once it has seen n "ready" lines.
+type readyWriter struct {
+	mu    sync.Mutex
+	n     int
+	seen  int
+	ready func()
+}
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen += bytes.Count(p, []byte("ready "))
+	if w.seen == w.n {
+		w.ready()
+	}
+	return len(p), nil
+}
+
+func TestStartFailure(t *testing.T) {
+	code, err := Run(context.Background(), Options{NP: 2, Program: filepath.Join(t.TempDir(), "missing"),
+		Logf: func(string, ...any) {}})
+	if code != 127 || err == nil {
+		t.Errorf("Run of a missing program = %d, %v; want 127 and an error", code, err)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	if code, err := Run(context.Background(), Options{NP: 0, Program: "true"}); code == 0 || err == nil {
+		t.Errorf("Run with NP 0 = %d, %v; want an error", code, err)
+	}
+}
+
+func TestBuildProgram(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("skipping: no go command in PATH to build with")
+	}
+	if testing.Short() {
+		t.Skip("skipping: building a program is slow in -short mode")
+	}
+	bin, cleanup, err := BuildProgram("./testdata/hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	var out syncBuffer
+	code, err := Run(context.Background(), Options{NP: 2, Program: bin, Args: []string{"arg"}, Stdout: &out, TagOutput: true})
+	if code != 0 || err != nil {
+		t.Fatalf("Run = %d, %v", code, err)
+	}
+	for _, want := range []string{"[pe 0] hello arg from 0 of 2\n", "[pe 1] hello arg from 1 of 2\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output %q lacks %q", out.String(), want)
+		}
+	}
+	cleanup()
+	if _, err := os.Stat(bin); !os.IsNotExist(err) {
+		t.Errorf("binary %s still there after cleanup: %v", bin, err)
+	}
+
+	if _, _, err := BuildProgram("./testdata/nosuchdir"); err == nil {
+		t.Error("BuildProgram of a missing package succeeded")
+	}
+}
