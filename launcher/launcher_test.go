@@ -112,6 +112,9 @@ func peMain(mode string) int {
 	case "ignoreterm":
 		signal.Ignore(syscall.SIGTERM)
 		m := join()
+		if err := m.Barrier(); err != nil { // every PE ignores SIGTERM now
+			return 13
+		}
 		if rank == 0 {
 			return 5
 		}
