@@ -358,7 +358,7 @@ func (j *job) fail(e *JobError) {
 	}
 	j.first = e
 	if j.running > 0 {
-		j.opts.Logf("%v; terminating the %d other running PE(s)", e, j.running)
+		j.opts.Logf("%v; terminating the %d running PE(s)", e, j.running)
 	} else {
 		j.opts.Logf("%v", e)
 	}

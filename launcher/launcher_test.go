@@ -103,6 +103,13 @@ func peMain(mode string) int {
 			select {}
 		}
 		return blockInBarrier(m)
+	case "stop":
+		m := join()
+		if rank == 1 {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP) // alive but silent
+			select {}                                  // the stop may take effect a little later
+		}
+		return blockInBarrier(m)
 	case "nofinalize":
 		m := join()
 		if rank == 0 {
@@ -201,7 +208,7 @@ func runJob(t *testing.T, ctx context.Context, np int, mode string, change func(
 	logMu.Lock()
 	r.logs = logs
 	logMu.Unlock()
-	t.Logf("exit code %d, err %v, launcher log %q", r.code, r.err, r.logs)
+	t.Logf("exit code %d, err %v, launcher log %q\nstdout:\n%s\nstderr:\n%s", r.code, r.err, r.logs, r.stdout, r.stderr)
 	return r
 }
 
@@ -326,6 +333,16 @@ func TestFirstFailingExitCode(t *testing.T) {
 func TestPEKilled(t *testing.T) {
 	r := runJob(t, context.Background(), 3, "sigkill", nil)
 	checkFailure(t, r, 128+int(syscall.SIGKILL), 1, "killed by signal 9")
+}
+
+// TestPEStopped stops a PE: its process lives, but memberlist declares it
+// dead, and the seed's report ends the job.
+func TestPEStopped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: memberlist takes seconds to declare a node dead")
+	}
+	r := runJob(t, context.Background(), 3, "stop", func(o *Options) { o.KillGrace = 100 * time.Millisecond })
+	checkFailure(t, r, 1, 1, "failed: left the job before finalize")
 }
 
 func TestExitWithoutFinalize(t *testing.T) {
