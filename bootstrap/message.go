@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -296,6 +295,3 @@ func parseNodeAddr(s string) (net.IP, uint16, error) {
 	}
 	return ip, uint16(p), nil
 }
-
-// isMalformed reports whether err came from decoding a message.
-func isMalformed(err error) bool { return errors.Is(err, errMalformed) }

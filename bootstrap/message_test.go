@@ -73,7 +73,7 @@ func TestDecodeMalformed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if m, err := decodeMessage(tt.b); !errors.Is(err, ucs.ErrInvalidParam) || !isMalformed(err) {
+			if m, err := decodeMessage(tt.b); !errors.Is(err, ucs.ErrInvalidParam) || !errors.Is(err, errMalformed) {
 				t.Errorf("decodeMessage = %+v, %v; want a malformed-message error", m, err)
 			}
 		})

@@ -331,9 +331,9 @@ func (s *Seed) peLeft(n *memberlist.Node) {
 	s.failures <- f // never blocks: room for one per PE, each reported once
 	msg := appendMessage(nil, &message{kind: kindFailure, jobID: s.jobID, rank: -1,
 		failRank: f.Rank, host: f.Host, reason: f.Reason})
-	var others []int
+	var others []int // sendLocked skips those with no known address
 	for i := range s.pes {
-		if p := &s.pes[i]; !p.failed && !p.finalized && p.joined {
+		if p := &s.pes[i]; !p.failed && !p.finalized {
 			others = append(others, i)
 		}
 	}
