@@ -58,13 +58,15 @@ func alloc[T any](routine string, n, align int, zero bool) ([]T, error) {
 		align = a
 	}
 	allocMu.Lock()
-	off, err := st.heap.Alloc(n*int(size), align)
+	off, dirty, err := st.heap.AllocClean(n*int(size), align)
 	allocMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("shmem.%s: %w", routine, err)
 	}
 	if zero {
-		clear(unsafe.Slice((*byte)(st.heap.At(off)), n*int(size)))
+		// Memory past the allocator's high-water mark was never used: the
+		// fresh segment is zero there, and touching it would cost its pages.
+		clear(unsafe.Slice((*byte)(st.heap.At(off)), dirty))
 	}
 	BarrierAll()
 	return unsafe.Slice((*T)(st.heap.At(off)), n), nil

@@ -25,6 +25,7 @@ func job(t *testing.T, body func(t *testing.T, me, n int)) {
 			t.Fatalf("Init: %v", err)
 		}
 		defer shmem.Finalize()
+		defer petest.ExitIfFailed(t)
 		body(t, shmem.MyPE(), shmem.NPEs())
 	})
 }
@@ -196,6 +197,7 @@ func atomics[T shmem.AMO](t *testing.T, me, n int) {
 	if diff := cmp.Diff(want, ctr); diff != "" {
 		t.Fatalf("counters (-want +got):\n%s", diff)
 	}
+	shmem.BarrierAll() // everyone has checked before ctr[3] changes
 	// Exactly one PE wins each compare-and-swap on ctr[3] of PE 0.
 	old := shmem.AtomicCompareSwap(&ctr[3], 0, T(me+1), 0)
 	won := calloc[int32](t, 1)
@@ -447,4 +449,41 @@ func TestSameNodeHotPathsAllocateNothing(t *testing.T) {
 		shmem.BarrierAll()
 		shmem.Free(x)
 	})
+}
+
+func TestLargeHeap(t *testing.T) {
+	petest.RunWith(t, petest.Options{NPs: []int{2}, Env: []string{"SHMEM_SYMMETRIC_SIZE=1G"}}, func(t *testing.T) {
+		if err := shmem.Init(); err != nil {
+			t.Fatalf("Init with a 1 GiB heap: %v", err)
+		}
+		defer shmem.Finalize()
+		defer petest.ExitIfFailed(t)
+		me, n := shmem.MyPE(), shmem.NPEs()
+		big := calloc[byte](t, 1000<<20)
+		// Touch only the far end: the rest of the pages stay unallocated.
+		shmem.P(&big[len(big)-1], byte(me+1), (me+1)%n)
+		shmem.BarrierAll()
+		if want := byte((me-1+n)%n + 1); big[len(big)-1] != want {
+			t.Fatalf("last byte of a 1000 MiB object = %d, want %d", big[len(big)-1], want)
+		}
+		shmem.BarrierAll()
+		shmem.Free(big)
+	})
+}
+
+func TestInitRejectsBadHeapSize(t *testing.T) {
+	if petest.IsPE() {
+		t.Skip("runs in the test process only")
+	}
+	for _, v := range []string{"lots", "0", "-5M"} {
+		t.Setenv("SHMEM_SYMMETRIC_SIZE", v)
+		err := shmem.Init()
+		if err == nil {
+			shmem.Finalize()
+			t.Fatalf("Init with SHMEM_SYMMETRIC_SIZE=%s succeeded", v)
+		}
+		if !strings.Contains(err.Error(), "SHMEM_SYMMETRIC_SIZE") {
+			t.Errorf("error %q does not name the variable", err)
+		}
+	}
 }

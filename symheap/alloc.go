@@ -34,6 +34,7 @@ type Allocator struct {
 	free []block     // sorted by offset, coalesced
 	live map[int]int // offset -> size of allocated blocks
 	used int
+	hwm  int // end of the highest block ever allocated: beyond it, memory was never used
 }
 
 // NewAllocator returns an allocator for size bytes.
@@ -70,9 +71,23 @@ func (a *Allocator) Alloc(n, align int) (int, error) {
 		a.carve(i, start, n)
 		a.live[start] = n
 		a.used += n
+		a.hwm = max(a.hwm, start+n)
 		return start, nil
 	}
 	return 0, fmt.Errorf("symheap alloc of %d bytes (%d of %d in use): %w", n, a.used, a.size, ErrNoSpace)
+}
+
+// AllocClean is Alloc that also returns how many bytes from the start of the
+// block may hold data of earlier blocks; the rest has never been allocated
+// and is still as the segment was created (zero, for a fresh mapping). It
+// lets a zeroing allocation skip memory that is zero already.
+func (a *Allocator) AllocClean(n, align int) (off, dirty int, err error) {
+	hwm := a.hwm
+	off, err = a.Alloc(n, align)
+	if err != nil {
+		return 0, 0, err
+	}
+	return off, min(max(hwm-off, 0), n), nil
 }
 
 // carve removes [start, start+n) from free block i, keeping what is left on

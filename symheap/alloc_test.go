@@ -158,3 +158,43 @@ func TestAllocatorModel(t *testing.T) {
 		t.Fatalf("after freeing everything: used %d, free list %v", a.Used(), a.free)
 	}
 }
+
+func TestAllocCleanTracksUsedMemory(t *testing.T) {
+	a := NewAllocator(1 << 20)
+	tests := []struct {
+		op        string
+		n         int
+		wantOff   int
+		wantDirty int
+	}{
+		{"alloc", 100, 0, 0},
+		{"alloc", 1000, 128, 0},
+		{"free0", 0, 0, 0},
+		{"alloc", 64, 0, 64},    // reuses freed memory
+		{"alloc", 200, 1152, 0}, // past everything used so far
+		{"free1", 0, 0, 0},
+		{"alloc", 2000, 1152 + 256, 0},
+		{"alloc", 1000, 64, 1024}, // in the freed blocks, coalesced
+		{"alloc", 5000, 3456, 0},  // past the high-water mark again
+	}
+	var offs []int
+	for i, tt := range tests {
+		switch tt.op {
+		case "free0":
+			if err := a.Free(offs[0]); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		case "free1":
+			if err := a.Free(offs[1]); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		off, dirty, err := a.AllocClean(tt.n, 0)
+		if err != nil || off != tt.wantOff || dirty != tt.wantDirty {
+			t.Fatalf("step %d: AllocClean(%d) = %d, %d, %v; want %d, %d", i, tt.n, off, dirty, err, tt.wantOff, tt.wantDirty)
+		}
+		offs = append(offs, off)
+	}
+}

@@ -151,3 +151,17 @@ func ShmLeftovers() []string {
 	}
 	return names
 }
+
+// ExitIfFailed ends this PE with status 1 when t has failed, so that the job
+// ends at once (the launcher then stops the other PEs) instead of waiting in
+// a collective the failed PE will never join. Defer it after deferring
+// shmem.Finalize, so that it runs first:
+//
+//	defer shmem.Finalize()
+//	defer petest.ExitIfFailed(t)
+func ExitIfFailed(t *testing.T) {
+	if IsPE() && t.Failed() {
+		fmt.Printf("--- FAIL: %s (PE ends the job)\n", t.Name())
+		os.Exit(1)
+	}
+}
