@@ -8,10 +8,11 @@ import (
 )
 
 // The benchmarks run in a 2-PE job on this node; PE 0 drives and PE 1 is
-// passive, as in ANCHORS.md's oshm_ref loops. Each reports PE 0's figures.
+// passive, as in ANCHORS.md's oshm_ref loops. Each reports PE 0's figures
+// per operation.
 
-func benchPair(b *testing.B, body func(b *testing.B, x []int64, big []byte)) {
-	petest.Bench(b, 2, func(measure func(fn func(b *testing.B))) {
+func benchPair(b *testing.B, bytesPerOp int64, op func(n int, x []int64, big []byte)) {
+	petest.Bench(b, 2, bytesPerOp, func(measure func(fn func(n int))) {
 		if err := shmem.Init(); err != nil {
 			b.Fatal(err)
 		}
@@ -24,16 +25,15 @@ func benchPair(b *testing.B, body func(b *testing.B, x []int64, big []byte)) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		measure(func(b *testing.B) { body(b, x, big) })
+		measure(func(n int) { op(n, x, big) })
 		shmem.BarrierAll()
 	})
 }
 
 func BenchmarkPut8(b *testing.B) {
-	benchPair(b, func(b *testing.B, x []int64, _ []byte) {
-		src := []int64{42}
-		b.ReportAllocs()
-		for b.Loop() {
+	src := []int64{42}
+	benchPair(b, 0, func(n int, x []int64, _ []byte) {
+		for range n {
 			shmem.Put(x[:1], src, 1)
 		}
 		shmem.Quiet()
@@ -41,57 +41,60 @@ func BenchmarkPut8(b *testing.B) {
 }
 
 func BenchmarkGet8(b *testing.B) {
-	benchPair(b, func(b *testing.B, x []int64, _ []byte) {
-		dst := make([]int64, 1)
-		b.ReportAllocs()
-		for b.Loop() {
+	dst := make([]int64, 1)
+	benchPair(b, 0, func(n int, x []int64, _ []byte) {
+		for range n {
 			shmem.Get(dst, x[:1], 1)
 		}
 	})
 }
 
 func BenchmarkP(b *testing.B) {
-	benchPair(b, func(b *testing.B, x []int64, _ []byte) {
-		b.ReportAllocs()
-		for b.Loop() {
-			shmem.P(&x[0], 1, 1)
+	benchPair(b, 0, func(n int, x []int64, _ []byte) {
+		for i := range n {
+			shmem.P(&x[0], int64(i), 1)
 		}
 	})
 }
 
+func BenchmarkG(b *testing.B) {
+	benchPair(b, 0, func(n int, x []int64, _ []byte) {
+		var s int64
+		for range n {
+			s += shmem.G(&x[0], 1)
+		}
+		_ = s
+	})
+}
+
 func BenchmarkAtomicFetchAdd(b *testing.B) {
-	benchPair(b, func(b *testing.B, x []int64, _ []byte) {
-		b.ReportAllocs()
-		for b.Loop() {
+	benchPair(b, 0, func(n int, x []int64, _ []byte) {
+		for range n {
 			shmem.AtomicFetchAdd(&x[1], 1, 1)
 		}
 	})
 }
 
 func BenchmarkAtomicAdd(b *testing.B) {
-	benchPair(b, func(b *testing.B, x []int64, _ []byte) {
-		b.ReportAllocs()
-		for b.Loop() {
+	benchPair(b, 0, func(n int, x []int64, _ []byte) {
+		for range n {
 			shmem.AtomicAdd(&x[1], 1, 1)
 		}
 	})
 }
 
 func BenchmarkAtomicCompareSwap(b *testing.B) {
-	benchPair(b, func(b *testing.B, x []int64, _ []byte) {
-		b.ReportAllocs()
-		for b.Loop() {
+	benchPair(b, 0, func(n int, x []int64, _ []byte) {
+		for range n {
 			shmem.AtomicCompareSwap(&x[2], 0, 1, 1)
 		}
 	})
 }
 
 func BenchmarkPut1MiB(b *testing.B) {
-	benchPair(b, func(b *testing.B, _ []int64, big []byte) {
-		src := make([]byte, len(big))
-		b.SetBytes(int64(len(big)))
-		b.ReportAllocs()
-		for b.Loop() {
+	src := make([]byte, 1<<20)
+	benchPair(b, 1<<20, func(n int, _ []int64, big []byte) {
+		for range n {
 			shmem.PutMem(big, src, 1)
 		}
 		shmem.Quiet()
@@ -99,11 +102,9 @@ func BenchmarkPut1MiB(b *testing.B) {
 }
 
 func BenchmarkGet1MiB(b *testing.B) {
-	benchPair(b, func(b *testing.B, _ []int64, big []byte) {
-		dst := make([]byte, len(big))
-		b.SetBytes(int64(len(big)))
-		b.ReportAllocs()
-		for b.Loop() {
+	dst := make([]byte, 1<<20)
+	benchPair(b, 1<<20, func(n int, _ []int64, big []byte) {
+		for range n {
 			shmem.GetMem(dst, big, 1)
 		}
 	})

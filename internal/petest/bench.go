@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goshmem/goshmem/launcher"
 )
@@ -18,36 +19,36 @@ import (
 const benchPrefix = "PETEST-BENCH "
 
 // BenchTime is how long PE 0 measures each benchmark.
-const BenchTime = "1s"
+const BenchTime = time.Second
 
 // Bench runs a benchmark in a real job of np PEs. In every PE, body runs
 // once (the job's benchmark binary is started with -test.benchtime=1x so all
-// PEs make the same collective calls); body calls measure with the function
-// to time, which PE 0 runs under testing.Benchmark (b.N adapts to BenchTime
-// inside the PE) and the other PEs skip. The parent reports PE 0's ns/op,
-// B/op and allocs/op as the benchmark's own.
-func Bench(b *testing.B, np int, body func(measure func(fn func(b *testing.B)))) {
+// PEs make the same collective calls); body calls measure with a function
+// that does the operation n times. PE 0 times it with n growing until a run
+// lasts BenchTime, as the testing package does (testing.Benchmark itself
+// cannot run inside a benchmark), and counts allocations; the other PEs
+// skip it. The parent reports PE 0's ns/op, B/op and allocs/op as the
+// benchmark's own.
+//
+// bytesPerOp, when positive, is the data one operation moves; the parent
+// then also reports MB/s.
+func Bench(b *testing.B, np int, bytesPerOp int64, body func(measure func(fn func(n int)))) {
 	b.Helper()
 	if IsPE() {
-		body(func(fn func(b *testing.B)) {
+		body(func(fn func(n int)) {
 			if os.Getenv("GOSHMEM_RANK") != "0" {
 				return
 			}
-			// The outer benchmark keeps the 1x it started with; the inner one
-			// adapts.
-			if f := flag.Lookup("test.benchtime"); f != nil {
-				f.Value.Set(BenchTime)
-			}
-			r := testing.Benchmark(fn)
-			ns := float64(r.T.Nanoseconds()) / float64(max(r.N, 1))
-			fmt.Printf("%s%d %g %d %d\n", benchPrefix, r.N, ns, r.AllocedBytesPerOp(), r.AllocsPerOp())
+			n, ns, bytes, allocs := measure(fn)
+			fmt.Printf("%s%d %g %g %g\n", benchPrefix, n, ns, bytes, allocs)
 		})
 		return
 	}
+	b.ReportAllocs() // show B/op and allocs/op; report replaces the values with PE 0's
 	if v, ok := benchCache[b.Name()]; ok {
 		// The framework asks again with a larger b.N; the job already
 		// measured with an adaptive N of its own.
-		report(b, v)
+		report(b, v, bytesPerOp)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
@@ -81,7 +82,7 @@ func Bench(b *testing.B, np int, body func(measure func(fn func(b *testing.B))))
 			v[j], _ = strconv.ParseFloat(f[j], 64)
 		}
 		benchCache[b.Name()] = v
-		report(b, v)
+		report(b, v, bytesPerOp)
 		return
 	}
 	b.Fatalf("benchmark job printed no result; output:\n%s", out)
@@ -91,9 +92,36 @@ func Bench(b *testing.B, np int, body func(measure func(fn func(b *testing.B))))
 // allocs/op.
 var benchCache = map[string][4]float64{}
 
-func report(b *testing.B, v [4]float64) {
+func report(b *testing.B, v [4]float64, bytesPerOp int64) {
 	b.ReportMetric(v[1], "ns/op")
+	if bytesPerOp > 0 && v[1] > 0 {
+		b.ReportMetric(float64(bytesPerOp)*1e3/v[1], "MB/s")
+	}
 	b.ReportMetric(v[2], "B/op")
 	b.ReportMetric(v[3], "allocs/op")
 	b.ReportMetric(v[0], "pe-iters")
+}
+
+// measure times fn(n) for growing n until one run lasts BenchTime, and
+// returns the last n with its nanoseconds, bytes and allocations per
+// operation.
+func measure(fn func(n int)) (n int, ns, bytes, allocs float64) {
+	var before, after runtime.MemStats
+	n = 1
+	for {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		fn(n)
+		d := time.Since(start)
+		runtime.ReadMemStats(&after)
+		if d >= BenchTime || n >= 1e9 {
+			return n, float64(d.Nanoseconds()) / float64(n),
+				float64(after.TotalAlloc-before.TotalAlloc) / float64(n),
+				float64(after.Mallocs-before.Mallocs) / float64(n)
+		}
+		// Aim 20% past the target, growing at most 100-fold, as testing does.
+		next := int(float64(n) * 1.2 * float64(BenchTime) / float64(max(d, 1)))
+		n = min(max(next, n+1), 100*n, 1e9)
+	}
 }
