@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // peerAt returns the peer record of pe, panicking with a clear message for a
@@ -56,6 +58,10 @@ func fatal(routine string, pe int, err error) {
 	os.Exit(1)
 }
 
+// largeCopy is the size from which direct copies go through ucs.Memcpy,
+// which keeps large copies into shared memory on the runtime's cached path.
+const largeCopy = 1 << 20
+
 func bytesOf[T any](s []T) []byte {
 	var z T
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
@@ -76,6 +82,10 @@ func Put[T RMA](dst, src []T, pe int) {
 	var z T
 	off := offsetOf("Put", "dst", unsafe.Pointer(unsafe.SliceData(dst)), n*int(unsafe.Sizeof(z)))
 	if q.base != nil {
+		if nb := n * int(unsafe.Sizeof(z)); nb >= largeCopy {
+			ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb), bytesOf(src))
+			return
+		}
 		copy(unsafe.Slice((*T)(unsafe.Add(q.base, off)), n), src)
 		return
 	}
@@ -97,6 +107,10 @@ func Get[T RMA](dst, src []T, pe int) {
 	var z T
 	off := offsetOf("Get", "src", unsafe.Pointer(unsafe.SliceData(src)), n*int(unsafe.Sizeof(z)))
 	if q.base != nil {
+		if nb := n * int(unsafe.Sizeof(z)); nb >= largeCopy {
+			ucs.Memcpy(bytesOf(dst), unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb))
+			return
+		}
 		copy(dst, unsafe.Slice((*T)(unsafe.Add(q.base, off)), n))
 		return
 	}

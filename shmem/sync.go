@@ -132,20 +132,22 @@ func waitGE(p *uint64, v uint64) {
 	}
 }
 
-// waiter paces a wait loop: it spins briefly, then drives the worker's
-// progress and yields the processor, so that a node with more PEs than cores
-// still moves.
+// waiter paces a wait loop: it spins on the loads for about a microsecond
+// (a peer on another core answers within that), driving the worker's
+// progress now and then, and then also yields the processor, so that a node
+// with more PEs than cores still moves.
 type waiter struct{ n int }
+
+const spinLoads = 2048
 
 func (w *waiter) pause() {
 	w.n++
-	switch {
-	case w.n < 64:
-		return
-	case w.n%16 == 0:
+	if w.n%256 == 0 {
 		st.worker.Progress()
 	}
-	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	if w.n > spinLoads {
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
 }
 
 // loadPoint atomically loads a point-to-point synchronization variable.

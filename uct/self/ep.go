@@ -68,7 +68,7 @@ func (e *EP) PutBcopy(pack uct.PackFunc, raddr uint64, rkey uint64) (int, ucs.St
 // PutZcopy copies the iov, in order, to consecutive bytes from raddr.
 func (e *EP) PutZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Completion) ucs.Status {
 	for _, v := range iov {
-		copy(mem(raddr, rkey, len(v.Buffer)), v.Buffer)
+		ucs.Memcpy(mem(raddr, rkey, len(v.Buffer)), v.Buffer)
 		raddr += uint64(len(v.Buffer))
 	}
 	return ucs.OK
@@ -86,7 +86,7 @@ func (e *EP) GetBcopy(unpack uct.UnpackFunc, length int, raddr uint64, rkey uint
 // GetZcopy fills the iov, in order, from consecutive bytes at raddr.
 func (e *EP) GetZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Completion) ucs.Status {
 	for _, v := range iov {
-		copy(v.Buffer, mem(raddr, rkey, len(v.Buffer)))
+		ucs.Memcpy(v.Buffer, mem(raddr, rkey, len(v.Buffer)))
 		raddr += uint64(len(v.Buffer))
 	}
 	return ucs.OK

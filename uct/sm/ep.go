@@ -62,7 +62,7 @@ func (e *EP) PutBcopy(pack uct.PackFunc, raddr uint64, rkey uint64) (int, ucs.St
 func (e *EP) PutZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Completion) ucs.Status {
 	for k := range iov {
 		b := iov[k].Buffer
-		copy(mem(raddr, rkey, len(b)), b)
+		ucs.Memcpy(mem(raddr, rkey, len(b)), b)
 		raddr += uint64(len(b))
 	}
 	return ucs.OK
@@ -82,7 +82,7 @@ func (e *EP) GetBcopy(unpack uct.UnpackFunc, length int, raddr uint64, rkey uint
 func (e *EP) GetZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Completion) ucs.Status {
 	for k := range iov {
 		b := iov[k].Buffer
-		copy(b, mem(raddr, rkey, len(b)))
+		ucs.Memcpy(b, mem(raddr, rkey, len(b)))
 		raddr += uint64(len(b))
 	}
 	return ucs.OK
