@@ -29,6 +29,7 @@ package shmem
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -82,6 +83,7 @@ type state struct {
 	ctx      *ucp.Context
 	worker   *ucp.Worker
 	barrier  barrierState
+	spin     int // loads a waiter spins before yielding
 	inited   bool
 }
 
@@ -187,6 +189,10 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
 	st.peers = peers
+	st.spin = spinDedicated
+	if m.LocalSize() > runtime.NumCPU() {
+		st.spin = spinOversubscribed
+	}
 	if err := st.barrier.init(); err != nil {
 		st = state{}
 		return err

@@ -132,20 +132,25 @@ func waitGE(p *uint64, v uint64) {
 	}
 }
 
-// waiter paces a wait loop: it spins on the loads for about a microsecond
-// (a peer on another core answers within that), driving the worker's
-// progress now and then, and then also yields the processor, so that a node
-// with more PEs than cores still moves.
+// waiter paces a wait loop: it spins on the loads for a few microseconds
+// (a peer running on another core answers within that), driving the
+// worker's progress now and then, and then also yields the processor. On a
+// node with more PEs than cores the peer that must answer may not be running
+// at all, so there it yields almost at once.
 type waiter struct{ n int }
 
-const spinLoads = 2048
+// Spin budgets, in loads, before a waiter starts yielding.
+const (
+	spinDedicated      = 2048
+	spinOversubscribed = 8
+)
 
 func (w *waiter) pause() {
 	w.n++
 	if w.n%256 == 0 {
 		st.worker.Progress()
 	}
-	if w.n > spinLoads {
+	if w.n > st.spin {
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }
