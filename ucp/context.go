@@ -350,7 +350,7 @@ func (c *Context) selectResources() error {
 			continue
 		}
 		for _, mdr := range mdrs {
-			md, err := comp.OpenMD(mdr.Name, ucs.ReadConfig(c.config.Prefix(), comp.MDConfigTable()))
+			md, err := comp.OpenMD(mdr.Name, ucs.ReadConfig(c.componentPrefix(mdr.Name), comp.MDConfigTable()))
 			if err != nil {
 				continue // an unusable MD here is not an error of the context
 			}
@@ -385,6 +385,23 @@ func (c *Context) selectResources() error {
 		return fmt.Errorf("ucp init: no transport selected by UCX_TLS=%s: %w", c.config.Get("TLS"), ucs.ErrNoDevice)
 	}
 	return nil
+}
+
+// componentPrefix is the environment prefix of the configuration of a
+// memory domain or transport called name: UCX_POSIX_, UCX_TCP_, ... as in
+// UCX.
+func (c *Context) componentPrefix(name string) string {
+	return ComponentEnvPrefix(c.config.Prefix(), name)
+}
+
+// ComponentEnvPrefix returns the environment prefix under which the
+// configuration of the memory domain or transport name is read, given the
+// context's prefix ("UCX_"): for example UCX_POSIX_ for "posix".
+func ComponentEnvPrefix(prefix, name string) string {
+	if prefix == "" {
+		prefix = ucs.DefaultEnvPrefix
+	}
+	return prefix + strings.ToUpper(name) + "_"
 }
 
 // Cleanup releases the context (ucp_cleanup). Workers and mapped memory must

@@ -105,6 +105,33 @@ func TestInitParams(t *testing.T) {
 	}
 }
 
+func TestTransportConfigPrefix(t *testing.T) {
+	// A transport setting is read under the transport's own prefix.
+	t.Setenv("UCX_POSIX_FIFO_SIZE", "not-a-number")
+	c := newContext(t)
+	if _, err := c.NewWorker(nil); err != nil {
+		t.Logf("worker with a bad UCX_POSIX_FIFO_SIZE: %v", err)
+	}
+	for _, r := range c.resources {
+		if r.tl.TLName == "posix" {
+			// The bad value must have reached the posix iface: either the
+			// iface failed to open (and was skipped) or it rejected it.
+			w, err := c.NewWorker(nil)
+			if err == nil {
+				for _, wi := range w.ifaces {
+					if wi.rsc.tl.TLName == "posix" {
+						t.Errorf("posix iface opened with UCX_POSIX_FIFO_SIZE=not-a-number")
+					}
+				}
+				w.Destroy()
+			}
+		}
+	}
+	if got := ComponentEnvPrefix("", "posix"); got != "UCX_POSIX_" {
+		t.Errorf("ComponentEnvPrefix = %q", got)
+	}
+}
+
 func TestWireupLanes(t *testing.T) {
 	c := newContext(t)
 	a, b := newWorker(t, c), newWorker(t, c)

@@ -124,7 +124,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	w.uw = uct.NewWorker(w.mode)
 	for i := range c.resources {
 		r := &c.resources[i]
-		cfg := ucs.ReadConfig(c.config.Prefix(), r.md.md.IfaceConfigTable())
+		cfg := ucs.ReadConfig(c.componentPrefix(r.tl.TLName), r.md.md.IfaceConfigTable())
 		iface, err := r.md.md.IfaceOpen(w.uw, &uct.IfaceParams{TLName: r.tl.TLName, DevName: r.tl.DevName}, cfg)
 		if err != nil {
 			continue // a resource that cannot open here is skipped, as in UCX
