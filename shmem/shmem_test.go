@@ -3,7 +3,9 @@ package shmem_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -485,5 +487,38 @@ func TestInitRejectsBadHeapSize(t *testing.T) {
 		if !strings.Contains(err.Error(), "SHMEM_SYMMETRIC_SIZE") {
 			t.Errorf("error %q does not name the variable", err)
 		}
+	}
+}
+
+// TestPeerFailureEndsJob: a PE that dies while the others wait in a barrier
+// ends the job, promptly, with a message that names it; nothing hangs and
+// nothing is left in /dev/shm (the harness checks).
+func TestPeerFailureEndsJob(t *testing.T) {
+	for _, how := range []struct {
+		name     string
+		wantExit int
+		wantMsg  string
+		die      func()
+	}{
+		{"exit", 3, "PE 1 on host", func() { os.Exit(3) }},
+		{"sigkill", 137, "killed by signal 9", func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }},
+	} {
+		petest.RunWith(t, petest.Options{
+			Name: how.name, NPs: []int{3}, WantExit: how.wantExit,
+			Check: func(t *testing.T, out string) {
+				if !strings.Contains(out, how.wantMsg) {
+					t.Errorf("output does not say %q:\n%s", how.wantMsg, out)
+				}
+			},
+		}, func(t *testing.T) {
+			if err := shmem.Init(); err != nil {
+				t.Fatal(err)
+			}
+			if shmem.MyPE() == 1 {
+				how.die()
+			}
+			shmem.BarrierAll() // never completes: PE 1 is gone
+			t.Error("BarrierAll returned without PE 1")
+		})
 	}
 }

@@ -2,7 +2,6 @@ package petest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/goshmem/goshmem/launcher"
 )
 
 // benchPrefix starts the result lines a PE prints for the parent.
@@ -53,16 +50,7 @@ func Bench(b *testing.B, np int, bytesPerOp int64, body func(measure func(fn fun
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 	defer cancel()
-	w := &lockedWriter{buf: new(bytes.Buffer)}
-	code, err := launcher.Run(ctx, launcher.Options{
-		NP: np, Program: os.Args[0],
-		Args:   []string{"-test.run=^$", "-test.bench=" + runPattern(b.Name()), "-test.benchtime=1x", "-test.count=1"},
-		Env:    []string{childEnv + "=1"},
-		Stdin:  strings.NewReader(""),
-		Stdout: w, Stderr: w,
-		Logf: func(format string, args ...any) { fmt.Fprintf(w, "goshmem-run: "+format+"\n", args...) },
-	})
-	out := w.String()
+	code, out, err := launch(ctx, np, []string{"-test.run=^$", "-test.bench=" + runPattern(b.Name()), "-test.benchtime=1x", "-test.count=1"}, nil, false)
 	if err != nil || code != 0 {
 		b.Fatalf("benchmark job of %d PEs: exit %d, %v; output:\n%s", np, code, err, out)
 	}

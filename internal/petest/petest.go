@@ -99,24 +99,10 @@ func runJob(t *testing.T, np int, o Options) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var out bytes.Buffer
-	w := &lockedWriter{buf: &out}
-	env := append([]string{childEnv + "=1"}, o.Env...)
-	start := time.Now()
-	code, err := launcher.Run(ctx, launcher.Options{
-		NP:        np,
-		Program:   os.Args[0],
-		Args:      []string{"-test.run=" + runPattern(t.Name()), "-test.count=1", "-test.v"},
-		Env:       env,
-		TagOutput: true,
-		Stdin:     strings.NewReader(""),
-		Stdout:    w,
-		Stderr:    w,
-		Logf:      func(format string, args ...any) { fmt.Fprintf(w, "goshmem-run: "+format+"\n", args...) },
-	})
-	output := w.String()
+	code, output, err := launch(ctx, np, []string{"-test.run=" + runPattern(t.Name()), "-test.count=1", "-test.v"}, o.Env, true)
 	if ctx.Err() != nil {
 		t.Fatalf("job of %d PEs did not end within %v; output:\n%s", np, timeout, output)
 	}
@@ -164,4 +150,22 @@ func ExitIfFailed(t *testing.T) {
 		fmt.Printf("--- FAIL: %s (PE ends the job)\n", t.Name())
 		os.Exit(1)
 	}
+}
+
+// launch runs np PEs of this test binary with args, through the launcher,
+// and returns the exit code and the PEs' combined output.
+func launch(ctx context.Context, np int, args, env []string, tag bool) (int, string, error) {
+	w := &lockedWriter{buf: new(bytes.Buffer)}
+	code, err := launcher.Run(ctx, launcher.Options{
+		NP:        np,
+		Program:   os.Args[0],
+		Args:      args,
+		Env:       append([]string{childEnv + "=1"}, env...),
+		TagOutput: tag,
+		Stdin:     strings.NewReader(""),
+		Stdout:    w,
+		Stderr:    w,
+		Logf:      func(format string, args ...any) { fmt.Fprintf(w, "goshmem-run: "+format+"\n", args...) },
+	})
+	return code, w.String(), err
 }
