@@ -86,10 +86,17 @@ func SyncAll() {
 // Counters only grow, so back-to-back barriers need no reset: a signal for
 // the next barrier that arrives early only satisfies a wait that it would
 // satisfy anyway.
+//
+// On a node with more PEs than cores, where every wait may need a peer that
+// is not running, a centralized barrier waits once instead of log2(N) times:
+// each PE adds one to an arrival counter on PE 0, and the last to arrive
+// publishes the barrier's number in a release word there that the others
+// wait on.
 type barrierState struct {
-	off    uintptr // heap offset of the counters, one cache line each
-	rounds int
-	epoch  uint64
+	off     uintptr // heap offset of the counters, one cache line each
+	rounds  int
+	epoch   uint64
+	central bool
 }
 
 const counterStride = symheap.MinAlign
@@ -98,17 +105,35 @@ func (b *barrierState) init() error {
 	for n := 1; n < st.npes; n <<= 1 {
 		b.rounds++
 	}
-	off, err := st.heap.Alloc(max(b.rounds, 1)*counterStride, counterStride)
+	// The rounds' counters, then the arrival counter and release word.
+	lines := b.rounds + 2
+	off, err := st.heap.Alloc(lines*counterStride, counterStride)
 	if err != nil {
 		return fmt.Errorf("barrier counters: %w", err)
 	}
-	clear(unsafe.Slice((*byte)(st.heap.At(off)), max(b.rounds, 1)*counterStride))
+	clear(unsafe.Slice((*byte)(st.heap.At(off)), lines*counterStride))
 	b.off = uintptr(off)
+	b.central = st.spin == spinOversubscribed && st.peers[0].base != nil
 	return nil
+}
+
+func (b *barrierState) syncCentral() {
+	root := st.peers[0].base
+	arrive := (*uint64)(unsafe.Add(root, b.off+uintptr(b.rounds*counterStride)))
+	release := (*uint64)(unsafe.Add(root, b.off+uintptr((b.rounds+1)*counterStride)))
+	if atomic.AddUint64(arrive, 1) == b.epoch*uint64(st.npes) {
+		atomic.StoreUint64(release, b.epoch)
+		return
+	}
+	waitGE(release, b.epoch)
 }
 
 func (b *barrierState) sync() {
 	b.epoch++
+	if b.central {
+		b.syncCentral()
+		return
+	}
 	for k, dist := 0, 1; k < b.rounds; k, dist = k+1, dist<<1 {
 		off := b.off + uintptr(k*counterStride)
 		to := (st.me + dist) % st.npes
@@ -151,7 +176,7 @@ func (w *waiter) pause() {
 		st.worker.Progress()
 	}
 	if w.n > st.spin {
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }
 
