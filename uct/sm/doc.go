@@ -19,9 +19,26 @@
 // sync/atomic operations on the mapped memory (coherent with every other CPU
 // atomic on it, in any process), and all of them complete on return.
 //
-// The "sysv" component (System V shmget/shmat segments; keys carry the shmid
-// instead of pid and descriptor) is not written yet. It will be a second
-// Component in sysv.go sharing everything but segment allocation and
-// attachment (segment.go's attach is the posix half), the key format
-// (mkey.go) and its names.
+// Importing the package also registers the component "sysv" (sysv.go),
+// which shares everything with posix but segment allocation and attachment
+// and the key format. Its memory domain "sysv" allocates System V segments:
+// shmget(IPC_PRIVATE, mode 0600, SHM_NORESERVE), shmat, and IPC_RMID right
+// after the attach, so that the segment disappears with its last attachment
+// (Linux lets peers attach a segment marked for removal while it has
+// attachments): nothing is ever left in ipcs -m, even after a crash. A
+// segment beyond kernel.shmmax fails with ucs.ErrNoMemory. A sysv key
+// carries the owner's pid, the shmid, the length and the base address
+// (SysvMkeyPackedSize); unpacking attaches the segment once per process
+// (cached with a reference count, in a cache apart from the posix one) after
+// checking with IPC_STAT that the owner pid created it, that this user owns
+// it with mode 0600, that it is marked for removal and long enough. The
+// rkey is the same delta as posix's, so the EPs are the same.
+//
+// Ifaces of the "sysv" resource are posix ifaces: their receive FIFOs stay
+// memfd segments (so they need no shmmax or shmmni headroom, and a sysv and a
+// posix iface can talk to each other). Only the memory keyed by the MD
+// differs.
+//
+// DomainAddress exports the device address (the shared-memory domain) for
+// transports that share it, such as uct/cma.
 package sm

@@ -10,8 +10,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DeviceAddrLen is the length of a posix device address.
+// DeviceAddrLen is the length of a posix (and sysv) device address.
 const DeviceAddrLen = 8
+
+// DomainAddress returns the DeviceAddrLen-byte name of this process's
+// shared-memory domain, the device address of posix and sysv ifaces: two
+// processes with the same domain run under the same boot of the same kernel,
+// in the same IPC namespace, and see the same /dev/shm mount. Other
+// intra-node transports (uct/cma) use it as their device address too.
+func DomainAddress() []byte { return append([]byte(nil), domainAddr()...) }
 
 // domainAddr returns the device address of this process: a hash naming its
 // shared-memory domain, that is, the processes whose memfd descriptors and

@@ -128,7 +128,7 @@ type amHandler struct {
 // All ifaces of a job should share FIFO_SIZE and SEG_SIZE: a message is
 // bounded by the smaller of the sender's SEG_SIZE and the receiver's.
 type Iface struct {
-	md       *PosixMD
+	md       uct.MD
 	worker   *uct.Worker
 	progID   int
 	multi    bool       // several goroutines may call Progress at once
@@ -148,7 +148,7 @@ type Iface struct {
 }
 
 // openIface creates the FIFO of a new iface.
-func openIface(md *PosixMD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (*Iface, error) {
+func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (*Iface, error) {
 	ncells, err := configInt(config, "FIFO_SIZE", DefaultFIFOSize, minFIFOCells, maxFIFOCells)
 	if err != nil {
 		return nil, err

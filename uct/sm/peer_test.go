@@ -23,8 +23,28 @@ import (
 // (TestPeerProcess with childEnv set), which allocates a segment and opens an
 // iface, prints its packed key and addresses on stdout, reads the parent's
 // iface address from stdin, and then serves the active messages below until
-// its stdin is closed.
+// its stdin is closed. The value of childEnv names the MD of the peer's
+// segment: "posix" or "sysv".
 const childEnv = "GOSHMEM_SM_TEST_PEER"
+
+// testMD is an MD under test: its name and component, and how the base
+// address is read from one of its packed keys.
+type testMD struct {
+	name string
+	comp uct.Component
+	base func(key []byte) (uint64, error)
+}
+
+var (
+	posixTest = testMD{PosixMDName, &PosixComponent{}, func(key []byte) (uint64, error) {
+		k, err := decodeMkey(key)
+		return k.addr, err
+	}}
+	sysvTest = testMD{SysvMDName, &SysvComponent{}, func(key []byte) (uint64, error) {
+		k, err := decodeSysvMkey(key)
+		return k.addr, err
+	}}
+)
 
 // childSegSize is the size of the peer's segment.
 const childSegSize = 4 << 20
@@ -58,7 +78,11 @@ type reply struct {
 
 // runPeer is the peer process.
 func runPeer() error {
-	md, err := (&PosixComponent{}).OpenMD(PosixMDName, nil)
+	tm := posixTest
+	if os.Getenv(childEnv) == SysvMDName {
+		tm = sysvTest
+	}
+	md, err := tm.comp.OpenMD(tm.name, nil)
 	if err != nil {
 		return err
 	}
@@ -157,6 +181,7 @@ func runPeer() error {
 // peer is the parent's view of a peer process.
 type peer struct {
 	tb      testing.TB
+	md      testMD // the MD of the peer's segment
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	pid     int
@@ -170,12 +195,16 @@ type peer struct {
 	replies []reply
 }
 
-// startPeer starts a peer process, connects an EP to it and unpacks its
-// key; everything is released at the end of the test.
-func startPeer(tb testing.TB) *peer {
+// startPeer starts a peer process whose segment is a posix one, connects an
+// EP to it and unpacks its key; everything is released at the end of the
+// test.
+func startPeer(tb testing.TB) *peer { return startPeerMD(tb, posixTest) }
+
+// startPeerMD is startPeer with the peer's segment allocated by md.
+func startPeerMD(tb testing.TB, md testMD) *peer {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerProcess$")
-	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.Env = append(os.Environ(), childEnv+"="+md.name)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -188,7 +217,7 @@ func startPeer(tb testing.TB) *peer {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	p := &peer{tb: tb, cmd: cmd, stdin: stdin, pid: cmd.Process.Pid}
+	p := &peer{tb: tb, md: md, cmd: cmd, stdin: stdin, pid: cmd.Process.Pid}
 	tb.Cleanup(p.stop)
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
@@ -205,11 +234,9 @@ func startPeer(tb testing.TB) *peer {
 	}
 	p.key, p.addr, p.dev = fields[0], fields[1], fields[2]
 	go io.Copy(io.Discard, stdout)
-	k, err := decodeMkey(p.key)
-	if err != nil {
+	if p.base, err = md.base(p.key); err != nil {
 		tb.Fatal(err)
 	}
-	p.base = k.addr
 
 	p.iface = openTestIface(tb)
 	for _, id := range []uint8{amEchoReply, amReadReply, amDone} {
@@ -226,7 +253,7 @@ func startPeer(tb testing.TB) *peer {
 		tb.Fatal(err)
 	}
 	p.ep = ep.(*EP)
-	if p.rkey, err = (&PosixComponent{}).RkeyUnpack(p.key); err != nil {
+	if p.rkey, err = md.comp.RkeyUnpack(p.key); err != nil {
 		tb.Fatal(err)
 	}
 	return p
@@ -242,7 +269,7 @@ func (p *peer) stop() {
 		}
 	}
 	if p.rkey.Handle != nil {
-		(&PosixComponent{}).RkeyRelease(p.rkey)
+		p.md.comp.RkeyRelease(p.rkey)
 		p.rkey = uct.RkeyBundle{}
 	}
 	if p.ep != nil {

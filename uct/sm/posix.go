@@ -48,6 +48,8 @@ func (c *PosixComponent) OpenMD(name string, config *ucs.Config) (uct.MD, error)
 
 // rkeyHandle is the private part of an unpacked posix rkey.
 type rkeyHandle struct {
+	cache    *segCache // segments or sysvSegments: the component's kind
+	name     string    // the segment's name in errors
 	seg      segKey
 	base     uint64 // remote base address of the key's range
 	length   uint64
@@ -74,7 +76,7 @@ func (*PosixComponent) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
 	if err != nil {
 		return uct.RkeyBundle{}, err
 	}
-	h := &rkeyHandle{seg: sk, base: k.addr, length: k.length, delta: uint64(uintptr(m.addr)) - k.addr}
+	h := &rkeyHandle{cache: &segments, name: segmentName(k.id), seg: sk, base: k.addr, length: k.length, delta: uint64(uintptr(m.addr)) - k.addr}
 	if k.pid == pid && h.delta != 0 {
 		releaseSegment(sk, false)
 		return uct.RkeyBundle{}, fmt.Errorf("uct/sm: key of local segment %s with address %#x, mapped at %p: %w",
@@ -87,8 +89,19 @@ func (*PosixComponent) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
 // key's range (ucs.ErrOutOfRange otherwise). A bundle that RkeyUnpack did
 // not return fails with ucs.ErrInvalidParam.
 func (*PosixComponent) RkeyPtr(rkey uct.RkeyBundle, raddr uint64) (unsafe.Pointer, error) {
+	return rkeyPtr(rkey, raddr, &segments)
+}
+
+// RkeyRelease drops the key's reference to its mapping; the last reference
+// unmaps the segment. Releasing twice fails with ucs.ErrInvalidParam.
+func (*PosixComponent) RkeyRelease(rkey uct.RkeyBundle) error {
+	return rkeyRelease(rkey, &segments)
+}
+
+// rkeyPtr is RkeyPtr of the component whose segments are cached in cache.
+func rkeyPtr(rkey uct.RkeyBundle, raddr uint64, cache *segCache) (unsafe.Pointer, error) {
 	h, ok := rkey.Handle.(*rkeyHandle)
-	if !ok || h.released {
+	if !ok || h.released || h.cache != cache {
 		return nil, fmt.Errorf("uct/sm: rkey ptr of a foreign or released rkey: %w", ucs.ErrInvalidParam)
 	}
 	if raddr < h.base || raddr-h.base >= h.length {
@@ -97,15 +110,15 @@ func (*PosixComponent) RkeyPtr(rkey uct.RkeyBundle, raddr uint64) (unsafe.Pointe
 	return remote(raddr, h.delta), nil
 }
 
-// RkeyRelease drops the key's reference to its mapping; the last reference
-// unmaps the segment. Releasing twice fails with ucs.ErrInvalidParam.
-func (*PosixComponent) RkeyRelease(rkey uct.RkeyBundle) error {
+// rkeyRelease is RkeyRelease of the component whose segments are cached in
+// cache.
+func rkeyRelease(rkey uct.RkeyBundle, cache *segCache) error {
 	h, ok := rkey.Handle.(*rkeyHandle)
-	if !ok || h.released {
+	if !ok || h.released || h.cache != cache {
 		return fmt.Errorf("uct/sm: release of a foreign or released rkey: %w", ucs.ErrInvalidParam)
 	}
 	h.released = true
-	return releaseSegment(h.seg, false)
+	return cache.release(h.seg, false, h.name)
 }
 
 // PosixMD is the "posix" memory domain: it allocates shared segments; it

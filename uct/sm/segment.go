@@ -32,15 +32,21 @@ type mapping struct {
 	addr   unsafe.Pointer
 	length uint64
 	fd     int  // the memfd of a segment allocated here; -1 for attached ones
+	sysv   bool // a System V segment: detached with shmdt, not munmap
 	refs   int  // users of the mapping
 	freed  bool // the owner freed it: no new user may take it
 }
 
-// segments caches every mapping of this process.
-var segments struct {
+// segCache caches the mappings of one kind of segment in this process.
+type segCache struct {
 	sync.Mutex
 	m map[segKey]*mapping
 }
+
+// segments caches every posix mapping of this process (memfd segments and
+// FIFOs); sysvSegments every System V one. The two kinds of key never meet:
+// a posix id is random, a sysv id is a shmid.
+var segments, sysvSegments segCache
 
 // pid is this process's id as it appears in keys and addresses.
 var pid = uint32(os.Getpid())
@@ -88,56 +94,80 @@ func createSegment(length uint64) (segKey, *mapping, error) {
 	}
 	k := segKey{pid, id}
 	m := &mapping{addr: addr, length: length, fd: fd, refs: 1}
-	segments.Lock()
-	if segments.m == nil {
-		segments.m = make(map[segKey]*mapping)
-	}
-	segments.m[k] = m
-	segments.Unlock()
+	segments.insert(k, m)
 	return k, m, nil
 }
 
-// acquireSegment returns the mapping of the segment k, which must cover
-// length bytes, taking a reference. A segment of this process is found in
-// the cache; another process's segment is mapped through
-// /proc/<pid>/<fd> the first time. It fails with ucs.ErrUnreachable when the
-// segment does not exist (any more) or is not the one named.
+// insert caches the new mapping m of a segment allocated here.
+func (c *segCache) insert(k segKey, m *mapping) {
+	c.Lock()
+	if c.m == nil {
+		c.m = make(map[segKey]*mapping)
+	}
+	c.m[k] = m
+	c.Unlock()
+}
+
+// acquireSegment returns the mapping of the posix segment k, which must
+// cover length bytes, taking a reference. A segment of this process is found
+// in the cache; another process's segment is mapped through /proc/<pid>/<fd>
+// the first time. It fails with ucs.ErrUnreachable when the segment does not
+// exist (any more) or is not the one named.
 func acquireSegment(k segKey, fd int, length uint64) (*mapping, error) {
-	segments.Lock()
-	defer segments.Unlock()
-	if m, ok := segments.m[k]; ok && !m.freed {
+	return segments.acquire(k, length, segmentName(k.id), func() (*mapping, error) {
+		addr, err := attach(k, fd, length)
+		if err != nil {
+			return nil, err
+		}
+		return &mapping{addr: addr, length: length, fd: -1}, nil
+	})
+}
+
+// releaseSegment drops a reference to the posix segment k (see
+// segCache.release).
+func releaseSegment(k segKey, owner bool) error { return segments.release(k, owner, segmentName(k.id)) }
+
+// acquire returns the cached mapping of segment k (called name in errors),
+// which must cover length bytes, taking a reference; a segment of another
+// process that is not cached yet is mapped with attach, once. A segment of
+// this process that is not cached (never allocated, or freed) fails with
+// ucs.ErrUnreachable.
+func (c *segCache) acquire(k segKey, length uint64, name string, attach func() (*mapping, error)) (*mapping, error) {
+	c.Lock()
+	defer c.Unlock()
+	if m, ok := c.m[k]; ok && !m.freed {
 		if length > m.length {
 			return nil, fmt.Errorf("uct/sm: segment %s of pid %d has %d bytes, key claims %d: %w",
-				segmentName(k.id), k.pid, m.length, length, ucs.ErrInvalidParam)
+				name, k.pid, m.length, length, ucs.ErrInvalidParam)
 		}
 		m.refs++
 		return m, nil
 	}
 	if k.pid == pid {
-		return nil, fmt.Errorf("uct/sm: segment %s of this process is not allocated: %w", segmentName(k.id), ucs.ErrUnreachable)
+		return nil, fmt.Errorf("uct/sm: segment %s of this process is not allocated: %w", name, ucs.ErrUnreachable)
 	}
-	addr, err := attach(k, fd, length)
+	m, err := attach()
 	if err != nil {
 		return nil, err
 	}
-	m := &mapping{addr: addr, length: length, fd: -1, refs: 1}
-	if segments.m == nil {
-		segments.m = make(map[segKey]*mapping)
+	m.refs = 1
+	if c.m == nil {
+		c.m = make(map[segKey]*mapping)
 	}
-	segments.m[k] = m
+	c.m[k] = m
 	return m, nil
 }
 
-// releaseSegment drops a reference to the segment k, taken by
-// createSegment or acquireSegment; owner marks the reference of
-// createSegment, after which nobody new can acquire it. The last reference
-// unmaps it (and closes the memfd of a segment allocated here).
-func releaseSegment(k segKey, owner bool) error {
-	segments.Lock()
-	defer segments.Unlock()
-	m, ok := segments.m[k]
+// release drops a reference to the segment k, taken by its creation or by
+// acquire; owner marks the creator's reference, after which nobody new can
+// acquire it. The last reference unmaps (or detaches) it and closes the memfd
+// of a posix segment allocated here.
+func (c *segCache) release(k segKey, owner bool, name string) error {
+	c.Lock()
+	defer c.Unlock()
+	m, ok := c.m[k]
 	if !ok || (owner && m.freed) {
-		return fmt.Errorf("uct/sm: release of unknown segment %s: %w", segmentName(k.id), ucs.ErrInvalidParam)
+		return fmt.Errorf("uct/sm: release of unknown segment %s: %w", name, ucs.ErrInvalidParam)
 	}
 	if owner {
 		m.freed = true
@@ -145,13 +175,18 @@ func releaseSegment(k segKey, owner bool) error {
 	if m.refs--; m.refs > 0 {
 		return nil
 	}
-	delete(segments.m, k)
-	err := unix.MunmapPtr(m.addr, uintptr(m.length))
+	delete(c.m, k)
+	var err error
+	if m.sysv {
+		err = shmdt(m.addr)
+	} else {
+		err = unix.MunmapPtr(m.addr, uintptr(m.length))
+	}
 	if m.fd >= 0 {
 		unix.Close(m.fd)
 	}
 	if err != nil {
-		return fmt.Errorf("uct/sm: munmap: %w: %w", err, ucs.ErrIOError)
+		return fmt.Errorf("uct/sm: unmap segment %s: %w: %w", name, err, ucs.ErrIOError)
 	}
 	return nil
 }

@@ -326,8 +326,10 @@ func TestIfaceAddrDecode(t *testing.T) {
 
 // TestTwoProcessRMA puts into and gets from a peer process's segment with
 // every flavour, checking through the peer itself that data landed.
-func TestTwoProcessRMA(t *testing.T) {
-	p := startPeer(t)
+func TestTwoProcessRMA(t *testing.T) { testTwoProcessRMA(t, startPeer(t)) }
+
+// testTwoProcessRMA is TestTwoProcessRMA with the peer p, of any MD.
+func testTwoProcessRMA(t *testing.T, p *peer) {
 	ia, _ := p.iface.Query()
 	model := make([]byte, childSegSize)
 	tests := []struct {
@@ -397,7 +399,7 @@ func TestTwoProcessRMA(t *testing.T) {
 			}
 			// RkeyPtr gives the same bytes.
 			if tt.n > 0 {
-				ptr, err := (&PosixComponent{}).RkeyPtr(p.rkey, raddr)
+				ptr, err := p.md.comp.RkeyPtr(p.rkey, raddr)
 				if err != nil || !bytes.Equal(unsafe.Slice((*byte)(ptr), tt.n), want) {
 					t.Errorf("RkeyPtr = %v, %v", ptr, err)
 				}
@@ -429,8 +431,10 @@ func modelOp(op uct.AtomicOp, old, v, cmp uint64) uint64 {
 // TestTwoProcessAtomics applies every atomic to a peer's memory, checks
 // old and new values against a model, and checks that the peer's own
 // atomics and ours on one word are coherent.
-func TestTwoProcessAtomics(t *testing.T) {
-	p := startPeer(t)
+func TestTwoProcessAtomics(t *testing.T) { testTwoProcessAtomics(t, startPeer(t)) }
+
+// testTwoProcessAtomics is TestTwoProcessAtomics with the peer p, of any MD.
+func testTwoProcessAtomics(t *testing.T, p *peer) {
 	const off = 4096
 	const init64 = 0x8000_0000_ffff_0001
 	const init32 = 0xffff_0001

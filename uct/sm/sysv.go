@@ -1,0 +1,397 @@
+package sm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Names of the sysv component, its memory domain and its transport
+// resource (whose device is DevName, as posix's).
+const (
+	SysvComponentName = "sysv"
+	SysvMDName        = "sysv"
+	SysvTLName        = "sysv"
+)
+
+func init() { uct.Register(&SysvComponent{}) }
+
+// SysvMkeyPackedSize is the length of a key packed by the sysv MD.
+//
+// Layout, little-endian:
+//
+//	0  magic   uint32  "GSSV"
+//	4  version uint16  1
+//	6  (zero)  uint16
+//	8  pid     uint32  process that allocated the segment
+//	12 shmid   int32   System V shared memory id of the segment
+//	16 length  uint64  bytes of the segment
+//	24 address uint64  base address of the segment in that process
+const SysvMkeyPackedSize = 32
+
+const (
+	sysvMkeyMagic   uint32 = 0x56535347 // "GSSV"
+	sysvMkeyVersion uint16 = 1
+
+	// shmNoReserve is SHM_NORESERVE, a shmget flag: no swap is reserved,
+	// so that a large segment costs nothing until its pages are touched (as
+	// a memfd).
+	shmNoReserve = 0o10000
+	// shmDest is SHM_DEST in the mode of IPC_STAT: the segment is marked
+	// for removal and disappears with its last attachment.
+	shmDest = 0o1000
+)
+
+// shmmaxPath is where the kernel's largest System V segment is read (a
+// variable for the tests).
+var shmmaxPath = "/proc/sys/kernel/shmmax"
+
+// shmMax returns kernel.shmmax, the largest segment shmget creates, or
+// math.MaxInt64 when it cannot be read.
+func shmMax() uint64 {
+	b, err := os.ReadFile(shmmaxPath)
+	if err != nil {
+		return math.MaxInt64
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return math.MaxInt64
+	}
+	return min(v, math.MaxInt64)
+}
+
+// sysvName names segment shmid in errors.
+func sysvName(shmid int32) string { return "shmid " + strconv.Itoa(int(shmid)) }
+
+// sysvMkey is a decoded sysv key.
+type sysvMkey struct {
+	pid    uint32
+	shmid  int32
+	length uint64
+	addr   uint64
+}
+
+// encode packs k.
+func (k *sysvMkey) encode() []byte {
+	b := make([]byte, SysvMkeyPackedSize)
+	binary.LittleEndian.PutUint32(b[0:], sysvMkeyMagic)
+	binary.LittleEndian.PutUint16(b[4:], sysvMkeyVersion)
+	binary.LittleEndian.PutUint32(b[8:], k.pid)
+	binary.LittleEndian.PutUint32(b[12:], uint32(k.shmid))
+	binary.LittleEndian.PutUint64(b[16:], k.length)
+	binary.LittleEndian.PutUint64(b[24:], k.addr)
+	return b
+}
+
+// decodeSysvMkey decodes a packed sysv key strictly: anything but a key of
+// the exact size, magic and version, with a valid pid and shmid and a
+// non-empty range below 2^57 fails with ucs.ErrInvalidParam.
+func decodeSysvMkey(b []byte) (sysvMkey, error) {
+	bad := func(why string, args ...any) (sysvMkey, error) {
+		return sysvMkey{}, fmt.Errorf("uct/sm: packed sysv key: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidParam)
+	}
+	if len(b) != SysvMkeyPackedSize {
+		return bad("%d bytes, want %d", len(b), SysvMkeyPackedSize)
+	}
+	if m := binary.LittleEndian.Uint32(b); m != sysvMkeyMagic {
+		return bad("magic %#x", m)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != sysvMkeyVersion {
+		return bad("version %d", v)
+	}
+	if r := binary.LittleEndian.Uint16(b[6:]); r != 0 {
+		return bad("reserved bits %#x", r)
+	}
+	k := sysvMkey{
+		pid:    binary.LittleEndian.Uint32(b[8:]),
+		shmid:  int32(binary.LittleEndian.Uint32(b[12:])),
+		length: binary.LittleEndian.Uint64(b[16:]),
+		addr:   binary.LittleEndian.Uint64(b[24:]),
+	}
+	switch {
+	case k.pid == 0 || k.pid >= maxPid:
+		return bad("pid %d", k.pid)
+	case k.shmid < 0:
+		return bad("shmid %d", k.shmid)
+	case k.length == 0:
+		return bad("zero length")
+	case k.addr == 0 || k.addr >= maxAddr || k.length > maxAddr-k.addr:
+		return bad("range %#x+%d", k.addr, k.length)
+	}
+	return k, nil
+}
+
+// shmdt detaches the System V segment attached at addr.
+func shmdt(addr unsafe.Pointer) error {
+	return unix.SysvShmDetach(unsafe.Slice((*byte)(addr), 1))
+}
+
+// createSysvSegment creates a System V segment of length bytes (a multiple
+// of the page size), mode 0600, attaches it and marks it for removal at
+// once, so that it disappears with its last attachment whatever happens to
+// the processes. The mapping is cached with one reference, the owner's.
+func createSysvSegment(length uint64) (int32, *mapping, error) {
+	if max := shmMax(); length > max {
+		return 0, nil, fmt.Errorf("uct/sm: sysv segment of %d bytes exceeds kernel.shmmax = %d (raise /proc/sys/kernel/shmmax, or use the posix MD): %w",
+			length, max, ucs.ErrNoMemory)
+	}
+	if length > math.MaxInt {
+		return 0, nil, fmt.Errorf("uct/sm: sysv segment of %d bytes: %w", length, ucs.ErrNoMemory)
+	}
+	id, err := unix.SysvShmGet(unix.IPC_PRIVATE, int(length), unix.IPC_CREAT|unix.IPC_EXCL|shmNoReserve|segmentMode)
+	if err != nil {
+		hint := ""
+		if errors.Is(err, unix.ENOSPC) {
+			hint = " (kernel.shmall or kernel.shmmni reached)"
+		}
+		return 0, nil, fmt.Errorf("uct/sm: shmget of %d bytes%s: %w: %w", length, hint, err, ucs.ErrNoMemory)
+	}
+	b, err := unix.SysvShmAttach(id, 0, 0)
+	// Mark for removal whatever the attach gave: the segment then lives
+	// exactly as long as its attachments.
+	_, rerr := unix.SysvShmCtl(id, unix.IPC_RMID, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("uct/sm: shmat of %s (%d bytes): %w: %w", sysvName(int32(id)), length, err, ucs.ErrNoMemory)
+	}
+	if rerr != nil {
+		unix.SysvShmDetach(b)
+		return 0, nil, fmt.Errorf("uct/sm: IPC_RMID of %s: %w: %w", sysvName(int32(id)), rerr, ucs.ErrNoMemory)
+	}
+	m := &mapping{addr: unsafe.Pointer(unsafe.SliceData(b)), length: uint64(len(b)), fd: -1, sysv: true, refs: 1}
+	sysvSegments.insert(segKey{pid, uint64(id)}, m)
+	return int32(id), m, nil
+}
+
+// attachSysv attaches the segment of key k (of another process) and checks
+// that it is the one named: created by k.pid, owned by this user with mode
+// 0600, marked for removal (as every segment of the sysv MD) and at least
+// k.length bytes. A segment that is gone or is not that one fails with
+// ucs.ErrUnreachable, one that is too short with ucs.ErrInvalidParam.
+func attachSysv(k sysvMkey) (*mapping, error) {
+	name := sysvName(k.shmid)
+	b, err := unix.SysvShmAttach(int(k.shmid), 0, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOMEM) {
+			return nil, fmt.Errorf("uct/sm: shmat of %s: %w: %w", name, err, ucs.ErrNoMemory)
+		}
+		return nil, fmt.Errorf("uct/sm: shmat of %s: %w: %w", name, err, ucs.ErrUnreachable)
+	}
+	// Attached, the segment cannot go away or change its id: what IPC_STAT
+	// says now is about the segment we have.
+	fail := func(err error) (*mapping, error) {
+		unix.SysvShmDetach(b)
+		return nil, err
+	}
+	var st unix.SysvShmDesc
+	if _, err := unix.SysvShmCtl(int(k.shmid), unix.IPC_STAT, &st); err != nil {
+		return fail(fmt.Errorf("uct/sm: IPC_STAT of %s: %w: %w", name, err, ucs.ErrUnreachable))
+	}
+	switch {
+	case st.Cpid != int32(k.pid):
+		return fail(fmt.Errorf("uct/sm: %s was created by pid %d, not %d: %w", name, st.Cpid, k.pid, ucs.ErrUnreachable))
+	case st.Perm.Uid != uint32(os.Geteuid()) || st.Perm.Mode&0o777 != segmentMode:
+		return fail(fmt.Errorf("uct/sm: %s has owner %d and mode %o, not %d and %o: %w",
+			name, st.Perm.Uid, st.Perm.Mode&0o777, os.Geteuid(), segmentMode, ucs.ErrUnreachable))
+	case st.Perm.Mode&shmDest == 0:
+		return fail(fmt.Errorf("uct/sm: %s is not marked for removal, so not a segment of the sysv MD: %w", name, ucs.ErrUnreachable))
+	case st.Segsz < k.length:
+		return fail(fmt.Errorf("uct/sm: %s has %d bytes, key claims %d: %w", name, st.Segsz, k.length, ucs.ErrInvalidParam))
+	}
+	return &mapping{addr: unsafe.Pointer(unsafe.SliceData(b)), length: uint64(len(b)), fd: -1, sysv: true}, nil
+}
+
+// SysvComponent is the "sysv" component: System V shared memory segments.
+// The zero value is ready to use; the package registers one instance with
+// uct.Register.
+type SysvComponent struct{}
+
+// Name returns "sysv".
+func (*SysvComponent) Name() string { return SysvComponentName }
+
+// MDResources returns the one memory domain "sysv".
+func (*SysvComponent) MDResources() ([]uct.MDResource, error) {
+	return []uct.MDResource{{Name: SysvMDName}}, nil
+}
+
+// MDConfigTable returns nil: the sysv MD has no configuration.
+func (*SysvComponent) MDConfigTable() []ucs.ConfigField { return nil }
+
+// OpenMD opens the memory domain "sysv"; another name fails with
+// ucs.ErrNoDevice. config is ignored.
+func (c *SysvComponent) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
+	if name != SysvMDName {
+		return nil, fmt.Errorf("uct/sm: open MD %q: %w", name, ucs.ErrNoDevice)
+	}
+	return &SysvMD{comp: c}, nil
+}
+
+// RkeyUnpack decodes a key from SysvMD.MkeyPack and attaches its segment
+// (once per process: unpacking the same segment again takes another
+// reference to the cached attachment). As with posix, the rkey is the
+// difference between the local and the remote address of the segment.
+//
+// Malformed keys fail with ucs.ErrInvalidParam; a segment that cannot be
+// attached, or is not the one the key names (gone, created by another
+// process or user, not marked for removal), with ucs.ErrUnreachable; a key
+// longer than its segment with ucs.ErrInvalidParam.
+func (*SysvComponent) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
+	k, err := decodeSysvMkey(packed)
+	if err != nil {
+		return uct.RkeyBundle{}, err
+	}
+	sk := segKey{k.pid, uint64(k.shmid)}
+	name := sysvName(k.shmid)
+	m, err := sysvSegments.acquire(sk, k.length, name, func() (*mapping, error) { return attachSysv(k) })
+	if err != nil {
+		return uct.RkeyBundle{}, err
+	}
+	h := &rkeyHandle{cache: &sysvSegments, name: name, seg: sk, base: k.addr, length: k.length, delta: uint64(uintptr(m.addr)) - k.addr}
+	if k.pid == pid && h.delta != 0 {
+		sysvSegments.release(sk, false, name)
+		return uct.RkeyBundle{}, fmt.Errorf("uct/sm: key of local segment %s with address %#x, attached at %p: %w",
+			name, k.addr, m.addr, ucs.ErrInvalidParam)
+	}
+	return uct.RkeyBundle{Rkey: h.delta, Handle: h}, nil
+}
+
+// RkeyPtr returns the local address of raddr, which must lie inside the
+// key's range (ucs.ErrOutOfRange otherwise). A bundle that this component's
+// RkeyUnpack did not return fails with ucs.ErrInvalidParam.
+func (*SysvComponent) RkeyPtr(rkey uct.RkeyBundle, raddr uint64) (unsafe.Pointer, error) {
+	return rkeyPtr(rkey, raddr, &sysvSegments)
+}
+
+// RkeyRelease drops the key's reference to its attachment; the last
+// reference detaches the segment. Releasing twice fails with
+// ucs.ErrInvalidParam.
+func (*SysvComponent) RkeyRelease(rkey uct.RkeyBundle) error {
+	return rkeyRelease(rkey, &sysvSegments)
+}
+
+// SysvMD is the "sysv" memory domain: it allocates System V shared memory
+// segments; it cannot register existing memory. Its ifaces are those of
+// posix (their receive FIFOs are memfd segments, which need no shmmax or
+// shmmni headroom), on the resource {sysv, memory}.
+type SysvMD struct {
+	comp *SysvComponent
+}
+
+// SysvMemh is the memory handle of a sysv allocation.
+type SysvMemh struct {
+	ShmID   int            // System V id of the segment (already marked for removal)
+	Address unsafe.Pointer // where the segment is attached here
+	Length  int            // bytes of the segment
+	Name    string         // the label given to MemAlloc
+	freed   bool
+}
+
+// Component returns the sysv component.
+func (m *SysvMD) Component() uct.Component { return m.comp }
+
+// Name returns "sysv".
+func (*SysvMD) Name() string { return SysvMDName }
+
+// Query reports MDFlagAlloc, MDFlagRkeyPtr and MDFlagNeedRkey; MaxAlloc is
+// kernel.shmmax.
+func (*SysvMD) Query() (uct.MDAttr, error) {
+	return uct.MDAttr{
+		ComponentName:  SysvComponentName,
+		Flags:          uct.MDFlagAlloc | uct.MDFlagRkeyPtr | uct.MDFlagNeedRkey,
+		MaxAlloc:       shmMax(),
+		RkeyPackedSize: SysvMkeyPackedSize,
+	}, nil
+}
+
+// MemAlloc allocates a System V segment of length bytes, rounded up to the
+// page size: shmget(IPC_PRIVATE, mode 0600, SHM_NORESERVE), attached
+// readable and writable, and marked for removal (IPC_RMID) right away, so
+// that it disappears when the last process detaches it, even after a crash:
+// nothing is ever left in ipcs -m. Pages are not touched, so large segments
+// cost only address space until used. length must be positive
+// (ucs.ErrInvalidParam); a segment beyond kernel.shmmax, or one the system
+// refuses, fails with ucs.ErrNoMemory. flags are ignored; name labels the
+// handle.
+func (*SysvMD) MemAlloc(length int, flags uint32, name string) (uct.Allocation, error) {
+	if length <= 0 {
+		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)
+	}
+	page := uint64(unix.Getpagesize())
+	size := (uint64(length) + page - 1) &^ (page - 1)
+	id, m, err := createSysvSegment(size)
+	if err != nil {
+		return uct.Allocation{}, err
+	}
+	h := &SysvMemh{ShmID: int(id), Address: m.addr, Length: int(m.length), Name: name}
+	return uct.Allocation{Address: m.addr, Length: h.Length, Memh: h}, nil
+}
+
+// MemFree detaches the segment of memh (once no unpacked rkey of this
+// process uses it any more); the segment disappears when peers that attached
+// it detach too. A handle that is not from MemAlloc, or freed already, fails
+// with ucs.ErrInvalidParam.
+func (*SysvMD) MemFree(memh uct.Memh) error {
+	h, ok := memh.(*SysvMemh)
+	if !ok || h.freed {
+		return fmt.Errorf("uct/sm: mem free of a foreign or freed handle: %w", ucs.ErrInvalidParam)
+	}
+	h.freed = true
+	return sysvSegments.release(segKey{pid, uint64(h.ShmID)}, true, sysvName(int32(h.ShmID)))
+}
+
+// MemReg fails with ucs.ErrUnsupported: sysv memory must be allocated by the
+// MD.
+func (*SysvMD) MemReg(unsafe.Pointer, int, uint32) (uct.Memh, error) {
+	return nil, fmt.Errorf("uct/sm: sysv mem reg: %w", ucs.ErrUnsupported)
+}
+
+// MemDereg fails with ucs.ErrUnsupported, as MemReg does.
+func (*SysvMD) MemDereg(uct.Memh) error {
+	return fmt.Errorf("uct/sm: sysv mem dereg: %w", ucs.ErrUnsupported)
+}
+
+// MkeyPack packs the key of an allocation, SysvMkeyPackedSize bytes (see
+// there for the layout). A handle that is not from MemAlloc, or freed, fails
+// with ucs.ErrInvalidParam.
+func (*SysvMD) MkeyPack(memh uct.Memh) ([]byte, error) {
+	h, ok := memh.(*SysvMemh)
+	if !ok || h.freed {
+		return nil, fmt.Errorf("uct/sm: mkey pack of a foreign or freed handle: %w", ucs.ErrInvalidParam)
+	}
+	k := sysvMkey{pid: pid, shmid: int32(h.ShmID), length: uint64(h.Length), addr: uint64(uintptr(h.Address))}
+	return k.encode(), nil
+}
+
+// TLResources returns the one resource {sysv, memory, DeviceTypeShm}.
+func (*SysvMD) TLResources() ([]uct.TLResource, error) {
+	return []uct.TLResource{{TLName: SysvTLName, DevName: DevName, DevType: uct.DeviceTypeShm}}, nil
+}
+
+// IfaceConfigTable is the configuration of sysv ifaces, that of posix
+// ifaces: FIFO_SIZE, SEG_SIZE and FIFO_MAX_POLL (see Iface).
+func (*SysvMD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
+
+// IfaceOpen opens an iface on {sysv, memory} (another resource fails with
+// ucs.ErrNoDevice): an Iface as posix opens, whose RMA and atomics work on
+// the segments of sysv keys unpacked by SysvComponent (the rkey is a delta
+// either way). It registers the iface's Progress with worker when worker is
+// not nil. config may be nil for the defaults; bad values fail with
+// ucs.ErrInvalidParam.
+func (m *SysvMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
+	if params != nil && ((params.TLName != "" && params.TLName != SysvTLName) || (params.DevName != "" && params.DevName != DevName)) {
+		return nil, fmt.Errorf("uct/sm: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
+	}
+	return openIface(m, worker, params, config)
+}
+
+// Close does nothing: allocations and ifaces are released on their own.
+func (*SysvMD) Close() {}
