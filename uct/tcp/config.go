@@ -1,0 +1,141 @@
+package tcp
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// Iface configuration defaults (see IfaceConfigTable).
+const (
+	// DefaultSegSize is the largest bcopy operation (put or active
+	// message), in bytes.
+	DefaultSegSize = 8 << 10
+	// DefaultRxSegSize is the largest active message, header included: the
+	// limit of AM zcopy, and what a receiver accepts.
+	DefaultRxSegSize = 64 << 10
+	// DefaultTxQueueLen is the number of bytes an EP queues for its writer
+	// before operations fail with ucs.ErrNoResource.
+	DefaultTxQueueLen = 4 << 20
+	// DefaultRxQueueLen is the number of bytes of received active messages
+	// that wait for Progress before the receiver stops reading.
+	DefaultRxQueueLen = 16 << 20
+	// DefaultMaxPoll is the number of active messages one Progress call
+	// delivers at most.
+	DefaultMaxPoll = 64
+	// DefaultConnTimeout bounds the connection and handshake of EPCreate,
+	// and the handshake of an accepted connection.
+	DefaultConnTimeout = 10 * time.Second
+
+	// maxShort is the largest short operation: the put data, or the 8-byte
+	// header and payload of an active message.
+	maxShort = 256
+	// minSegSize bounds TCP_SEG_SIZE and TCP_RX_SEG_SIZE from below.
+	minSegSize = maxShort
+	// maxSegSize bounds them from above.
+	maxSegSize = 16 << 20
+)
+
+// EnvKey is the environment variable the job key is taken from when
+// TCP_KEY is not set: the launcher's job key, standard base64.
+const EnvKey = "GOSHMEM_KEY"
+
+var ifaceConfigTable = []ucs.ConfigField{
+	{Name: "TCP_KEY", Default: "", Doc: "Job key authenticating tcp connections, standard base64 of at least 16 bytes; empty: " + EnvKey + ", or else a random key of this process"},
+	{Name: "TCP_CONN_TIMEOUT", Default: DefaultConnTimeout.String(), Doc: "Time allowed to connect and authenticate a tcp connection"},
+	{Name: "TCP_SEG_SIZE", Default: "8k", Doc: "Largest tcp bcopy operation, in bytes"},
+	{Name: "TCP_RX_SEG_SIZE", Default: "64k", Doc: "Largest tcp active message (AM zcopy), in bytes; must be the same in every process of a job"},
+	{Name: "TCP_TX_QUEUE_LEN", Default: "4m", Doc: "Bytes an EP queues for sending before operations return no resource"},
+	{Name: "TCP_RX_QUEUE_LEN", Default: "16m", Doc: "Bytes of received active messages waiting for progress before the receiver pushes back"},
+	{Name: "TCP_MAX_POLL", Default: "64", Doc: "Active messages one progress call delivers at most"},
+}
+
+// ifaceConfig is a parsed iface configuration.
+type ifaceConfig struct {
+	key         []byte // handshake key, derived from the job key
+	connTimeout time.Duration
+	segSize     int
+	rxSegSize   int
+	txQueueLen  int
+	rxQueueLen  int
+	maxPoll     int
+}
+
+// processKey is the job key of a process with no key configured: its ifaces
+// reach each other, and no other process.
+var processKey = sync.OnceValue(func() []byte {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		panic("uct/tcp: no randomness: " + err.Error())
+	}
+	return k
+})
+
+// parseConfig reads config (nil for the defaults).
+func parseConfig(config *ucs.Config) (ifaceConfig, error) {
+	get := func(name string) string {
+		if config == nil {
+			return ""
+		}
+		return strings.TrimSpace(config.Get(name))
+	}
+	var c ifaceConfig
+	var err error
+	jobKey := processKey()
+	if s, from := get("TCP_KEY"), "TCP_KEY"; s != "" || os.Getenv(EnvKey) != "" {
+		if s == "" {
+			s, from = strings.TrimSpace(os.Getenv(EnvKey)), EnvKey
+		}
+		k, derr := base64.StdEncoding.DecodeString(s)
+		if derr != nil || len(k) < 16 {
+			// The key itself is secret: never print it.
+			return c, fmt.Errorf("uct/tcp: %s is not standard base64 of at least 16 bytes: %w", from, ucs.ErrInvalidParam)
+		}
+		jobKey = k
+	}
+	c.key = deriveKey(jobKey)
+	c.connTimeout = DefaultConnTimeout
+	if s := get("TCP_CONN_TIMEOUT"); s != "" {
+		if c.connTimeout, err = ucs.ParseDuration(s); err != nil || c.connTimeout == 0 {
+			return c, fmt.Errorf("uct/tcp: TCP_CONN_TIMEOUT=%q: %w", s, ucs.ErrInvalidParam)
+		}
+	}
+	sizes := []struct {
+		name   string
+		dst    *int
+		def    int
+		lo, hi int
+	}{
+		{"TCP_SEG_SIZE", &c.segSize, DefaultSegSize, minSegSize, maxSegSize},
+		{"TCP_RX_SEG_SIZE", &c.rxSegSize, DefaultRxSegSize, minSegSize, maxSegSize},
+		{"TCP_TX_QUEUE_LEN", &c.txQueueLen, DefaultTxQueueLen, 1, math.MaxInt32},
+		{"TCP_RX_QUEUE_LEN", &c.rxQueueLen, DefaultRxQueueLen, 1, math.MaxInt32},
+		{"TCP_MAX_POLL", &c.maxPoll, DefaultMaxPoll, 1, math.MaxInt32},
+	}
+	for _, f := range sizes {
+		*f.dst = f.def
+		s := get(f.name)
+		if s == "" {
+			continue
+		}
+		v, err := ucs.ParseSize(s)
+		if err != nil {
+			return c, fmt.Errorf("uct/tcp: %s: %w", f.name, err)
+		}
+		if v < uint64(f.lo) || v > uint64(f.hi) {
+			return c, fmt.Errorf("uct/tcp: %s=%d outside [%d, %d]: %w", f.name, v, f.lo, f.hi, ucs.ErrInvalidParam)
+		}
+		*f.dst = int(v)
+	}
+	if c.segSize > c.rxSegSize {
+		return c, fmt.Errorf("uct/tcp: TCP_SEG_SIZE=%d above TCP_RX_SEG_SIZE=%d: %w", c.segSize, c.rxSegSize, ucs.ErrInvalidParam)
+	}
+	return c, nil
+}

@@ -1,0 +1,92 @@
+// Package tcp is the TCP transport of goshmem (UCX's uct/tcp): active
+// messages and one-sided puts between processes on any hosts that can reach
+// each other over TCP.
+//
+// Importing the package registers the component "tcp" with uct.Register. Its
+// one memory domain, "tcp", registers memory (MemReg) but cannot allocate
+// it; its transport resources are the usable network interfaces of the host
+// (up, with an IPv4 address or a global IPv6 address; the loopback "lo"
+// included), one uct.TLResource{TLName: "tcp", DevName: <interface>,
+// DevType: uct.DeviceTypeNet} each. Selecting devices (UCX_NET_DEVICES) is
+// left to ucp.
+//
+// # Memory keys
+//
+// MemReg records the range in a registry of the MD under a random 64-bit key
+// id and a random 64-bit token; MkeyPack packs {key id, base, length, token}
+// (MkeyPackedSize bytes). An unpacked rkey is a handle of this process that
+// names the key; every put frame carries the key id, the token and the
+// remote address, and the target applies the write only when the key id is
+// registered in the MD of the iface that received it, the token matches and
+// the whole range lies inside the registered region. Writes that fail the
+// check are dropped (and logged); they still count as processed for flush.
+// RkeyPtr is unsupported: remote memory is reached only through the wire.
+//
+// # Connections and authentication
+//
+// An Iface listens on the address of its device only (127.0.0.1 for "lo"),
+// on a port the kernel picks; its address is that IP and port plus a random
+// iface id. EPCreate connects eagerly (TCP_CONN_TIMEOUT bounds the dial and
+// the handshake): one connection per EP, which carries the EP's frames to
+// the peer iface and the peer's acknowledgements back.
+//
+// Every connection starts with a mutual handshake: the client sends a nonce
+// and the id of the iface it means to reach, the server answers with its
+// own nonce and an HMAC-SHA256 over both nonces and the iface id, and the
+// client answers with its own HMAC over the same values; the HMAC key is
+// derived from the job key. A connection that fails the handshake (wrong
+// key, wrong iface id, malformed message, timeout) is closed and logged, and
+// nothing it sent reaches a handler or memory. The job key is the iface
+// configuration variable TCP_KEY (UCX_TCP_KEY, standard base64, at least 16
+// bytes) or else the environment variable GOSHMEM_KEY that the launcher
+// sets. With neither, the process uses a random key of its own: its ifaces
+// then reach each other but no other process.
+//
+// # Wire format
+//
+// After the handshake a connection carries frames: an 8-byte header (type,
+// active message id, reserved zero, body length; see frameHeaderLen) and a
+// body. Client to server: active messages (the message bytes) and puts (key
+// id, token, remote address, data). Server to client: cumulative
+// acknowledgements (the number of frames processed). Everything read from
+// the wire is validated; a malformed frame closes the connection, and the
+// EP fails with ucs.ErrConnectionReset.
+//
+// # Sends, flush and pending requests
+//
+// EP operations never block: short and bcopy operations copy their data and
+// return ucs.OK; zcopy operations queue references to the caller's buffers
+// (written with one writev through net.Buffers, no copy) and return
+// ucs.InProgress, and their Completion is signalled from Iface.Progress once
+// the data was written to the socket. A writer goroutine per EP drains the
+// EP's queue. When the bytes queued and not yet written exceed
+// TCP_TX_QUEUE_LEN, operations fail with ucs.ErrNoResource (an operation on
+// an empty queue is always taken, whatever its size); PendingAdd queues a
+// request, which Progress calls when the queue drained.
+//
+// Flush completes when the peer acknowledged every frame issued before it:
+// for puts this means the data is in the target's memory (remote
+// completion, as OpenSHMEM quiet needs), for active messages that the target
+// received them. Fence returns ucs.OK: the frames of an EP are applied in
+// the order they were issued.
+//
+// # Threading
+//
+//   - One goroutine per listener accepts connections; one per accepted
+//     connection runs the handshake and then reads its frames.
+//   - Puts are applied to memory by the receiving goroutine: the target need
+//     not call anything (passive progress).
+//   - Active messages for handlers installed with uct.CBFlagAsync are
+//     delivered by the receiving goroutine, at once; those for
+//     uct.CBFlagSync handlers are queued and delivered by Iface.Progress. The
+//     queue holds at most TCP_RX_QUEUE_LEN bytes: beyond that the receiving
+//     goroutine stops reading, and TCP flow control pushes back on the
+//     sender. Handlers get uct.CBParamFlagDesc and may keep data by
+//     returning ucs.InProgress until Iface.ReleaseDesc.
+//   - One writer goroutine per EP writes its frames, and one reader
+//     goroutine per EP reads the acknowledgements.
+//   - Completions, flush completions, EP error handlers and pending requests
+//     are called only from Iface.Progress.
+//
+// WakeupFD is unsupported: ifaces are polled.
+package tcp

@@ -1,0 +1,558 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// txFrame is a frame queued for an EP's writer: buf holds the frame header
+// and whatever was copied (the whole frame for short and bcopy operations),
+// iov the caller's buffers of a zcopy operation.
+type txFrame struct {
+	buf  []byte
+	iov  [][]byte
+	size int
+	comp *uct.Completion
+}
+
+var framePool = sync.Pool{New: func() any { return new(txFrame) }}
+
+func newFrame(hdr int) *txFrame {
+	f := framePool.Get().(*txFrame)
+	f.buf = getBuf(hdr)
+	f.size = hdr
+	return f
+}
+
+// release gives f and its buffer back to their pools.
+func (f *txFrame) release() {
+	putBuf(f.buf)
+	clear(f.iov)
+	*f = txFrame{iov: f.iov[:0]}
+	framePool.Put(f)
+}
+
+// EP is a tcp endpoint: an authenticated connection to a peer iface, with a
+// writer goroutine that sends the EP's frames and a reader goroutine that
+// takes the peer's acknowledgements. Its operations may be called from
+// several goroutines.
+type EP struct {
+	iface  *Iface
+	conn   *net.TCPConn
+	peer   string
+	wake   chan struct{} // a frame was queued
+	done   chan struct{} // closed when the EP failed or was destroyed
+	issued atomic.Uint64 // frames queued
+	acked  atomic.Uint64 // frames the peer acknowledged
+	err    atomic.Int32  // the ucs.Status the EP failed with, or 0
+
+	mu      sync.Mutex // guards the fields below
+	q       []*txFrame
+	spare   []*txFrame
+	queued  int               // bytes queued or being written
+	failed  bool              // err is set
+	pending []*uct.PendingReq // guarded by iface.mu
+}
+
+// EPCreate connects to the iface whose addresses params gives and
+// authenticates the connection, within TCP_CONN_TIMEOUT. Malformed
+// addresses fail with ucs.ErrInvalidAddr; an iface that IsReachable says
+// cannot be reached, one that does not answer, refuses the connection or
+// fails the handshake (another job key, another iface at that port), with
+// ucs.ErrUnreachable (and ucs.ErrRejected for a failed handshake).
+func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
+	if params == nil {
+		return nil, fmt.Errorf("uct/tcp: ep create: no parameters: %w", ucs.ErrInvalidAddr)
+	}
+	if err := i.reachable(params.DeviceAddr, params.IfaceAddr); err != nil {
+		return nil, fmt.Errorf("uct/tcp: ep create: %w", err)
+	}
+	a, _ := decodeIfaceAddr(params.IfaceAddr)
+	deadline := time.Now().Add(i.cfg.connTimeout)
+	d := net.Dialer{Deadline: deadline, LocalAddr: &net.TCPAddr{IP: i.ip}}
+	peer := a.tcpAddr().String()
+	c, err := d.Dial("tcp", peer)
+	if err != nil {
+		return nil, fmt.Errorf("uct/tcp: ep create: connect to %s: %w: %w", peer, ucs.ErrUnreachable, err)
+	}
+	if err := clientHandshake(c, i.cfg.key, a.id, deadline); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("uct/tcp: ep create: handshake with %s: %w: %w", peer, ucs.ErrUnreachable, err)
+	}
+	e := &EP{
+		iface: i,
+		conn:  c.(*net.TCPConn),
+		peer:  peer,
+		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+	i.mu.Lock()
+	if i.closed {
+		i.mu.Unlock()
+		c.Close()
+		return nil, fmt.Errorf("uct/tcp: ep create: iface closed: %w", ucs.ErrCanceled)
+	}
+	i.eps[e] = struct{}{}
+	i.wg.Add(2)
+	i.mu.Unlock()
+	go e.writer()
+	go e.reader()
+	return e, nil
+}
+
+// status returns the status the EP failed with, or OK.
+func (e *EP) status() ucs.Status { return ucs.Status(e.err.Load()) }
+
+// hasRoom reports whether an operation would be taken now (or fail with the
+// EP's error).
+func (e *EP) hasRoom() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failed || e.queued < e.iface.cfg.txQueueLen
+}
+
+// post queues f for the writer. Unless force is set it fails with
+// ucs.ErrNoResource when TCP_TX_QUEUE_LEN bytes are queued; it fails with
+// the EP's error when the EP failed. f is released when it is not queued.
+func (e *EP) post(f *txFrame, force bool) ucs.Status {
+	e.mu.Lock()
+	if e.failed {
+		e.mu.Unlock()
+		f.release()
+		return e.status()
+	}
+	if !force && e.queued >= e.iface.cfg.txQueueLen {
+		e.mu.Unlock()
+		f.release()
+		return ucs.ErrNoResource
+	}
+	e.q = append(e.q, f)
+	e.queued += f.size
+	e.issued.Add(1)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	return ucs.OK
+}
+
+// writer writes the queued frames, as many as are queued in one writev,
+// until the EP fails.
+func (e *EP) writer() {
+	defer e.iface.wg.Done()
+	var bufs net.Buffers
+	for {
+		select {
+		case <-e.wake:
+		case <-e.done:
+			return
+		}
+		for {
+			e.mu.Lock()
+			batch := e.q
+			e.q, e.spare = e.spare, nil
+			e.mu.Unlock()
+			if len(batch) == 0 {
+				e.mu.Lock()
+				e.spare = batch
+				e.mu.Unlock()
+				break
+			}
+			bufs = bufs[:0]
+			size := 0
+			for _, f := range batch {
+				bufs = append(bufs, f.buf)
+				bufs = append(bufs, f.iov...)
+				size += f.size
+			}
+			w := bufs // WriteTo consumes its receiver
+			_, err := w.WriteTo(e.conn)
+			clear(bufs)
+			st := ucs.OK
+			if err != nil {
+				st = ucs.ErrConnectionReset
+				e.fail(st, fmt.Errorf("write: %w", err))
+				st = e.status() // ErrCanceled when destroyed meanwhile
+			}
+			i := e.iface
+			ncomp := 0
+			i.mu.Lock()
+			for _, f := range batch {
+				if f.comp != nil {
+					i.comps = append(i.comps, compEvent{f.comp, st})
+					ncomp++
+				}
+			}
+			i.mu.Unlock()
+			for k, f := range batch {
+				f.release()
+				batch[k] = nil
+			}
+			e.mu.Lock()
+			if !e.failed {
+				e.queued -= size
+			}
+			e.spare = batch[:0]
+			e.mu.Unlock()
+			if ncomp > 0 || i.npend.Load() > 0 {
+				i.markDirty()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// reader reads the peer's acknowledgements until the connection ends.
+func (e *EP) reader() {
+	defer e.iface.wg.Done()
+	var b [frameHeaderLen + ackBodyLen]byte
+	for {
+		if _, err := io.ReadFull(e.conn, b[:frameHeaderLen]); err != nil {
+			e.fail(ucs.ErrConnectionReset, fmt.Errorf("read: %w", err))
+			return
+		}
+		if _, err := decodeFrameHeader(b[:frameHeaderLen], 1<<frameAck, 0); err != nil {
+			e.fail(ucs.ErrConnectionReset, err)
+			return
+		}
+		if _, err := io.ReadFull(e.conn, b[frameHeaderLen:]); err != nil {
+			e.fail(ucs.ErrConnectionReset, fmt.Errorf("read: %w", err))
+			return
+		}
+		n := binary.LittleEndian.Uint64(b[frameHeaderLen:])
+		if old := e.acked.Load(); n < old || n > e.issued.Load() {
+			e.fail(ucs.ErrConnectionReset, fmt.Errorf("acknowledgement of %d frames after %d, of %d sent: %w",
+				n, old, e.issued.Load(), ucs.ErrInvalidParam))
+			return
+		}
+		e.acked.Store(n)
+		if e.iface.nflush.Load() > 0 {
+			e.iface.markDirty()
+		}
+	}
+}
+
+// fail moves the EP to status st (once): the connection is closed, queued
+// frames are dropped and their completions signalled with st. A non-nil
+// cause is logged and the iface's error handler called from Progress; a nil
+// cause (Destroy, iface Close) fails quietly.
+func (e *EP) fail(st ucs.Status, cause error) {
+	e.mu.Lock()
+	if e.failed {
+		e.mu.Unlock()
+		return
+	}
+	e.failed = true
+	e.err.Store(int32(st))
+	q := e.q
+	e.q, e.queued = nil, 0
+	e.mu.Unlock()
+	close(e.done)
+	e.conn.Close()
+	i := e.iface
+	i.mu.Lock()
+	for _, f := range q {
+		if f.comp != nil {
+			i.comps = append(i.comps, compEvent{f.comp, st})
+		}
+	}
+	if cause != nil && !i.closed {
+		i.failed = append(i.failed, e)
+	}
+	closed := i.closed
+	i.mu.Unlock()
+	for _, f := range q {
+		f.release()
+	}
+	i.markDirty()
+	if cause != nil && !closed && !errors.Is(cause, net.ErrClosed) {
+		logf("ep to %s failed: %v", e.peer, cause)
+	}
+}
+
+// remoteRange checks a put of n bytes at raddr against the unpacked key
+// rkey and returns the key.
+func remoteRange(rkey, raddr uint64, n int) (*rkeyEntry, ucs.Status) {
+	k := lookupRkey(rkey)
+	if k == nil || !k.key.contains(raddr, uint64(n)) {
+		return nil, ucs.ErrInvalidParam
+	}
+	return k, ucs.OK
+}
+
+// newPut returns a put frame for n data bytes at raddr, with room for
+// extra bytes copied after the headers.
+func newPut(k *rkeyEntry, raddr uint64, n, extra int) *txFrame {
+	const h = frameHeaderLen + putHeaderLen
+	f := newFrame(h + extra)
+	putFrameHeader(f.buf, framePut, 0, putHeaderLen+n)
+	p := putHeader{key: k.key.id, token: k.key.token, raddr: raddr}
+	p.encode(f.buf[frameHeaderLen:])
+	return f
+}
+
+// PutShort writes buf (at most Put.MaxShort bytes) to raddr; buf is copied
+// and may be reused on return.
+func (e *EP) PutShort(buf []byte, raddr uint64, rkey uint64) ucs.Status {
+	if len(buf) > maxShort {
+		return ucs.ErrInvalidParam
+	}
+	k, st := remoteRange(rkey, raddr, len(buf))
+	if st != ucs.OK {
+		return st
+	}
+	f := newPut(k, raddr, len(buf), len(buf))
+	copy(f.buf[frameHeaderLen+putHeaderLen:], buf)
+	return e.post(f, false)
+}
+
+// PutBcopy lets pack write up to Put.MaxBcopy bytes into a buffer of the EP
+// and writes them to raddr, which must have room for Put.MaxBcopy bytes
+// under the key. It fails with ucs.ErrNoResource, without calling pack,
+// when the EP's queue is full.
+func (e *EP) PutBcopy(pack uct.PackFunc, raddr uint64, rkey uint64) (int, ucs.Status) {
+	if !e.hasRoom() {
+		return 0, ucs.ErrNoResource
+	}
+	k := lookupRkey(rkey)
+	if k == nil {
+		return 0, ucs.ErrInvalidParam
+	}
+	seg := e.iface.cfg.segSize
+	f := newPut(k, raddr, 0, seg)
+	n := pack(f.buf[frameHeaderLen+putHeaderLen:])
+	if n < 0 || n > seg || !k.key.contains(raddr, uint64(n)) {
+		f.release()
+		return 0, ucs.ErrInvalidParam
+	}
+	putFrameHeader(f.buf, framePut, 0, putHeaderLen+n)
+	f.buf = f.buf[:frameHeaderLen+putHeaderLen+n]
+	f.size = len(f.buf)
+	if st := e.post(f, true); st != ucs.OK {
+		return 0, st
+	}
+	return n, ucs.OK
+}
+
+// PutZcopy writes the iov, in order, to consecutive bytes from raddr (at
+// most Put.MaxZcopy bytes in all) without copying them: it returns
+// ucs.InProgress, and comp (when not nil) is signalled from Progress once
+// the data was written to the socket. Flush tells when it reached the
+// target's memory.
+func (e *EP) PutZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Completion) ucs.Status {
+	n := 0
+	for k := range iov {
+		n += len(iov[k].Buffer)
+	}
+	if len(iov) > maxIOV || n > maxPutLen {
+		return ucs.ErrInvalidParam
+	}
+	k, st := remoteRange(rkey, raddr, n)
+	if st != ucs.OK {
+		return st
+	}
+	f := newPut(k, raddr, n, 0)
+	return e.postZcopy(f, iov, n, comp)
+}
+
+// postZcopy adds the iov to f and posts it.
+func (e *EP) postZcopy(f *txFrame, iov []uct.IOV, n int, comp *uct.Completion) ucs.Status {
+	for k := range iov {
+		if len(iov[k].Buffer) > 0 {
+			f.iov = append(f.iov, iov[k].Buffer)
+		}
+	}
+	f.size += n
+	f.comp = comp
+	if st := e.post(f, false); st != ucs.OK {
+		return st
+	}
+	return ucs.InProgress
+}
+
+// GetBcopy fails with ucs.ErrUnsupported: tcp has no remote reads.
+func (e *EP) GetBcopy(uct.UnpackFunc, int, uint64, uint64, *uct.Completion) ucs.Status {
+	return ucs.ErrUnsupported
+}
+
+// GetZcopy fails with ucs.ErrUnsupported: tcp has no remote reads.
+func (e *EP) GetZcopy([]uct.IOV, uint64, uint64, *uct.Completion) ucs.Status {
+	return ucs.ErrUnsupported
+}
+
+// AMShort sends the header and payload (8+len(payload) <= AM.MaxShort,
+// ucs.ErrInvalidParam otherwise) to handler id of the peer; the payload is
+// copied.
+func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
+	n := 8 + len(payload)
+	if id >= uct.AMMaxID || n > maxShort || n > e.iface.cfg.rxSegSize {
+		return ucs.ErrInvalidParam
+	}
+	f := newFrame(frameHeaderLen + n)
+	putFrameHeader(f.buf, frameAM, id, n)
+	binary.LittleEndian.PutUint64(f.buf[frameHeaderLen:], header)
+	copy(f.buf[frameHeaderLen+8:], payload)
+	return e.post(f, false)
+}
+
+// AMBcopy lets pack write up to AM.MaxBcopy bytes into a buffer of the EP
+// and sends them to handler id. It fails with ucs.ErrNoResource, without
+// calling pack, when the EP's queue is full.
+func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status) {
+	if id >= uct.AMMaxID {
+		return 0, ucs.ErrInvalidParam
+	}
+	if !e.hasRoom() {
+		return 0, ucs.ErrNoResource
+	}
+	seg := e.iface.cfg.segSize
+	f := newFrame(frameHeaderLen + seg)
+	n := pack(f.buf[frameHeaderLen:])
+	if n < 0 || n > seg {
+		f.release()
+		return 0, ucs.ErrInvalidParam
+	}
+	putFrameHeader(f.buf, frameAM, id, n)
+	f.buf = f.buf[:frameHeaderLen+n]
+	f.size = len(f.buf)
+	if st := e.post(f, true); st != ucs.OK {
+		return 0, st
+	}
+	return n, ucs.OK
+}
+
+// AMZcopy sends the header (copied) and the iov (not copied; at most
+// AM.MaxZcopy bytes with the header) to handler id. It returns
+// ucs.InProgress, and comp (when not nil) is signalled from Progress once
+// the data was written to the socket.
+func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp *uct.Completion) ucs.Status {
+	n := len(header)
+	for k := range iov {
+		n += len(iov[k].Buffer)
+	}
+	if id >= uct.AMMaxID || len(iov) > maxIOV || len(header) > e.iface.cfg.segSize || n > e.iface.cfg.rxSegSize {
+		return ucs.ErrInvalidParam
+	}
+	f := newFrame(frameHeaderLen + len(header))
+	putFrameHeader(f.buf, frameAM, id, n)
+	copy(f.buf[frameHeaderLen:], header)
+	return e.postZcopy(f, iov, n-len(header), comp)
+}
+
+// AtomicPost64 fails with ucs.ErrUnsupported: tcp has no atomics.
+func (e *EP) AtomicPost64(uct.AtomicOp, uint64, uint64, uint64) ucs.Status {
+	return ucs.ErrUnsupported
+}
+
+// AtomicPost32 fails with ucs.ErrUnsupported: tcp has no atomics.
+func (e *EP) AtomicPost32(uct.AtomicOp, uint32, uint64, uint64) ucs.Status {
+	return ucs.ErrUnsupported
+}
+
+// AtomicFetch64 fails with ucs.ErrUnsupported: tcp has no atomics.
+func (e *EP) AtomicFetch64(uct.AtomicOp, uint64, uint64, uint64, *uint64, *uct.Completion) ucs.Status {
+	return ucs.ErrUnsupported
+}
+
+// AtomicFetch32 fails with ucs.ErrUnsupported: tcp has no atomics.
+func (e *EP) AtomicFetch32(uct.AtomicOp, uint32, uint64, uint64, *uint32, *uct.Completion) ucs.Status {
+	return ucs.ErrUnsupported
+}
+
+// AtomicCSwap64 fails with ucs.ErrUnsupported: tcp has no atomics.
+func (e *EP) AtomicCSwap64(uint64, uint64, uint64, uint64, *uint64, *uct.Completion) ucs.Status {
+	return ucs.ErrUnsupported
+}
+
+// AtomicCSwap32 fails with ucs.ErrUnsupported: tcp has no atomics.
+func (e *EP) AtomicCSwap32(uint32, uint32, uint64, uint64, *uint32, *uct.Completion) ucs.Status {
+	return ucs.ErrUnsupported
+}
+
+// Flush returns OK when the peer acknowledged every frame issued on the EP
+// before it (puts are then in the target's memory), and the EP's error when
+// it failed. Otherwise it returns ucs.InProgress, and comp (when not nil)
+// is signalled from Progress once they are, or with the error if the EP
+// fails first. FlushFlagCancel is not distinguished: queued frames are
+// still sent.
+func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status {
+	if st := e.status(); st.IsErr() {
+		return st
+	}
+	iss := e.issued.Load()
+	if e.acked.Load() >= iss {
+		return ucs.OK
+	}
+	if comp != nil {
+		e.iface.addFlush(&flushWaiter{targets: []flushTarget{{e, iss}}, comp: comp})
+	}
+	return ucs.InProgress
+}
+
+// Fence returns OK: the frames of an EP are applied in order.
+func (e *EP) Fence(uint32) ucs.Status { return ucs.OK }
+
+// PendingAdd returns ucs.ErrBusy when the EP would take an operation now
+// (or has failed: the operation then reports the error); otherwise it
+// queues r, to be called from the iface's Progress, in order, once the
+// EP's queue drained below TCP_TX_QUEUE_LEN, until it posts (any result but
+// ucs.ErrNoResource).
+func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
+	if e.hasRoom() {
+		return ucs.ErrBusy
+	}
+	i := e.iface
+	i.mu.Lock()
+	if len(e.pending) == 0 {
+		i.pendEPs = append(i.pendEPs, e)
+	}
+	e.pending = append(e.pending, r)
+	i.npend.Add(1)
+	i.mu.Unlock()
+	// The queue may have drained before r was visible to Progress.
+	if e.hasRoom() {
+		i.markDirty()
+	}
+	return ucs.OK
+}
+
+// PendingPurge removes every request queued on the EP, calling cb (when not
+// nil) on each.
+func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
+	i := e.iface
+	i.mu.Lock()
+	purged := e.pending
+	e.pending = nil
+	i.npend.Add(-int32(len(purged)))
+	i.mu.Unlock()
+	if cb != nil {
+		for _, r := range purged {
+			cb(r)
+		}
+	}
+}
+
+// Destroy closes the EP's connection: frames not yet written are dropped,
+// and the completions of their zcopy operations signalled with
+// ucs.ErrCanceled; pending requests are dropped. Flush first to have every
+// operation complete. The EP must not be used afterwards.
+func (e *EP) Destroy() {
+	e.PendingPurge(nil)
+	e.fail(ucs.ErrCanceled, nil)
+	i := e.iface
+	i.mu.Lock()
+	delete(i.eps, e)
+	i.mu.Unlock()
+}

@@ -1,0 +1,112 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Frame types.
+const (
+	frameAM  uint8 = 1 // client to server: an active message; body = the message
+	framePut uint8 = 2 // client to server: a put; body = putHeader + data
+	frameAck uint8 = 3 // server to client: body = uint64 count of frames processed
+)
+
+// frameHeaderLen is the length of a frame header.
+//
+// Layout, little-endian:
+//
+//	0  type   uint8   frameAM, framePut or frameAck
+//	1  id     uint8   active message id (< uct.AMMaxID) for frameAM, else 0
+//	2  (zero) uint16
+//	4  length uint32  bytes of the body that follows
+const frameHeaderLen = 8
+
+// putHeaderLen is the length of the header of a put body.
+//
+// Layout, little-endian:
+//
+//	0  key    uint64  key id of the target region
+//	8  token  uint64  token of the key
+//	16 raddr  uint64  address of the first byte to write
+const putHeaderLen = 24
+
+// ackBodyLen is the length of an acknowledgement body.
+const ackBodyLen = 8
+
+// maxPutLen is the largest put, in data bytes: Put.MaxZcopy.
+const maxPutLen = 1 << 30
+
+// frameHeader is a decoded frame header.
+type frameHeader struct {
+	typ uint8
+	id  uint8
+	len uint32
+}
+
+func putFrameHeader(b []byte, typ, id uint8, n int) {
+	b[0], b[1], b[2], b[3] = typ, id, 0, 0
+	binary.LittleEndian.PutUint32(b[4:], uint32(n))
+}
+
+// decodeFrameHeader decodes a frame header strictly. allowed is a bit mask
+// of the frame types (1<<type) the reader accepts; maxAM bounds the body of
+// an active message. Malformed headers fail with ucs.ErrInvalidParam.
+func decodeFrameHeader(b []byte, allowed uint32, maxAM int) (frameHeader, error) {
+	bad := func(why string, args ...any) (frameHeader, error) {
+		return frameHeader{}, fmt.Errorf("uct/tcp: frame header: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidParam)
+	}
+	if len(b) != frameHeaderLen {
+		return bad("%d bytes, want %d", len(b), frameHeaderLen)
+	}
+	h := frameHeader{typ: b[0], id: b[1], len: binary.LittleEndian.Uint32(b[4:])}
+	if h.typ >= 32 || allowed&(1<<h.typ) == 0 {
+		return bad("unexpected type %d", h.typ)
+	}
+	if b[2] != 0 || b[3] != 0 {
+		return bad("reserved bits set")
+	}
+	if h.typ != frameAM && h.id != 0 {
+		return bad("id %d in a frame of type %d", h.id, h.typ)
+	}
+	switch h.typ {
+	case frameAM:
+		if h.id >= uct.AMMaxID {
+			return bad("active message id %d", h.id)
+		}
+		if int64(h.len) > int64(maxAM) {
+			return bad("active message of %d bytes, more than %d", h.len, maxAM)
+		}
+	case framePut:
+		if h.len < putHeaderLen || h.len-putHeaderLen > maxPutLen {
+			return bad("put body of %d bytes", h.len)
+		}
+	case frameAck:
+		if h.len != ackBodyLen {
+			return bad("acknowledgement of %d bytes", h.len)
+		}
+	}
+	return h, nil
+}
+
+// putHeader is a decoded put header.
+type putHeader struct {
+	key, token, raddr uint64
+}
+
+func (p *putHeader) encode(b []byte) {
+	binary.LittleEndian.PutUint64(b[0:], p.key)
+	binary.LittleEndian.PutUint64(b[8:], p.token)
+	binary.LittleEndian.PutUint64(b[16:], p.raddr)
+}
+
+func decodePutHeader(b []byte) putHeader {
+	return putHeader{
+		key:   binary.LittleEndian.Uint64(b[0:]),
+		token: binary.LittleEndian.Uint64(b[8:]),
+		raddr: binary.LittleEndian.Uint64(b[16:]),
+	}
+}

@@ -1,0 +1,319 @@
+package tcp
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Names of the component, its memory domain and its transport.
+const (
+	ComponentName = "tcp"
+	MDName        = "tcp"
+	TLName        = "tcp"
+)
+
+func init() { uct.Register(&Component{}) }
+
+// logger receives the warnings of the package (rejected connections and
+// writes, malformed frames, dropped messages).
+var logger atomic.Pointer[log.Logger]
+
+func init() { logger.Store(log.New(os.Stderr, "uct/tcp: ", log.LstdFlags)) }
+
+// SetLogger sets the logger of the package's warnings; nil silences them.
+// The default writes to standard error.
+func SetLogger(l *log.Logger) {
+	if l == nil {
+		l = log.New(io.Discard, "", 0)
+	}
+	logger.Store(l)
+}
+
+func logf(format string, args ...any) { logger.Load().Printf(format, args...) }
+
+// randomID returns a random non-zero 64-bit value.
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("uct/tcp: no randomness: " + err.Error())
+		}
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// Component is the "tcp" component. The zero value is ready to use; the
+// package registers one instance with uct.Register.
+type Component struct{}
+
+// Name returns "tcp".
+func (*Component) Name() string { return ComponentName }
+
+// MDResources returns the one memory domain "tcp".
+func (*Component) MDResources() ([]uct.MDResource, error) {
+	return []uct.MDResource{{Name: MDName}}, nil
+}
+
+// MDConfigTable returns nil: the tcp MD has no configuration.
+func (*Component) MDConfigTable() []ucs.ConfigField { return nil }
+
+// OpenMD opens the memory domain "tcp"; another name fails with
+// ucs.ErrNoDevice. config is ignored.
+func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
+	if name != MDName {
+		return nil, fmt.Errorf("uct/tcp: open MD %q: %w", name, ucs.ErrNoDevice)
+	}
+	return &MD{comp: c, regions: make(map[uint64]*region)}, nil
+}
+
+// rkeyEntry is an unpacked key: what a put frame needs to name the remote
+// region, and the range for a local check.
+type rkeyEntry struct {
+	handle uint64 // the uct.RkeyBundle.Rkey of the key
+	key    mkey
+}
+
+// rkeys maps the Rkey values of unpacked keys to the keys. EP operations
+// take the Rkey value only, and a put frame needs key id and token (128
+// bits), so the value is a handle into this table.
+var rkeys struct {
+	sync.RWMutex
+	m    map[uint64]*rkeyEntry
+	next uint64
+}
+
+// lookupRkey returns the unpacked key of handle h, or nil.
+func lookupRkey(h uint64) *rkeyEntry {
+	rkeys.RLock()
+	k := rkeys.m[h]
+	rkeys.RUnlock()
+	return k
+}
+
+// RkeyUnpack decodes a key from MD.MkeyPack. The rkey is a handle of this
+// process naming the key (its id, token and range); it needs no connection
+// and can be used with EPs to the process that packed the key. Malformed
+// keys fail with ucs.ErrInvalidParam.
+func (*Component) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
+	k, err := decodeMkey(packed)
+	if err != nil {
+		return uct.RkeyBundle{}, err
+	}
+	rkeys.Lock()
+	defer rkeys.Unlock()
+	if rkeys.m == nil {
+		rkeys.m = make(map[uint64]*rkeyEntry)
+	}
+	rkeys.next++
+	r := &rkeyEntry{handle: rkeys.next, key: k}
+	rkeys.m[r.handle] = r
+	return uct.RkeyBundle{Rkey: r.handle, Handle: r}, nil
+}
+
+// RkeyPtr fails with ucs.ErrUnsupported: remote memory is reached only
+// through the network.
+func (*Component) RkeyPtr(uct.RkeyBundle, uint64) (unsafe.Pointer, error) {
+	return nil, fmt.Errorf("uct/tcp: rkey ptr: %w", ucs.ErrUnsupported)
+}
+
+// RkeyRelease forgets an unpacked key; a bundle that RkeyUnpack did not
+// return, or one released already, fails with ucs.ErrInvalidParam.
+func (*Component) RkeyRelease(b uct.RkeyBundle) error {
+	r, ok := b.Handle.(*rkeyEntry)
+	if !ok {
+		return fmt.Errorf("uct/tcp: release of a foreign rkey: %w", ucs.ErrInvalidParam)
+	}
+	rkeys.Lock()
+	defer rkeys.Unlock()
+	if rkeys.m[r.handle] != r {
+		return fmt.Errorf("uct/tcp: release of a released rkey: %w", ucs.ErrInvalidParam)
+	}
+	delete(rkeys.m, r.handle)
+	return nil
+}
+
+// region is registered memory. Puts hold mu for reading while they write
+// into it, MemDereg takes it for writing, so that no put writes into
+// memory that was deregistered.
+type region struct {
+	mu    sync.RWMutex
+	key   mkey
+	mem   []byte // the registered bytes
+	dead  bool   // deregistered; guarded by mu
+	owner *MD
+}
+
+// MD is the "tcp" memory domain: a registry of the memory its ifaces let
+// peers write.
+type MD struct {
+	comp    *Component
+	mu      sync.RWMutex
+	regions map[uint64]*region // by key id
+}
+
+// Memh is the memory handle of the tcp MD.
+type Memh struct {
+	r *region
+}
+
+// Component returns the tcp component.
+func (m *MD) Component() uct.Component { return m.comp }
+
+// Name returns "tcp".
+func (*MD) Name() string { return MDName }
+
+// Query reports MDFlagReg and MDFlagNeedRkey: memory must be registered to
+// be written by peers, and MemAlloc is not offered.
+func (*MD) Query() (uct.MDAttr, error) {
+	return uct.MDAttr{
+		ComponentName:  ComponentName,
+		Flags:          uct.MDFlagReg | uct.MDFlagNeedRkey,
+		MaxReg:         maxAddr,
+		RkeyPackedSize: MkeyPackedSize,
+		RegCost:        uct.LinearModel{C: 1e-7},
+	}, nil
+}
+
+// MemAlloc fails with ucs.ErrUnsupported: the tcp MD only registers.
+func (*MD) MemAlloc(int, uint32, string) (uct.Allocation, error) {
+	return uct.Allocation{}, fmt.Errorf("uct/tcp: mem alloc: %w", ucs.ErrUnsupported)
+}
+
+// MemFree fails with ucs.ErrUnsupported, as MemAlloc does.
+func (*MD) MemFree(uct.Memh) error {
+	return fmt.Errorf("uct/tcp: mem free: %w", ucs.ErrUnsupported)
+}
+
+// MemReg registers the length bytes at addr under a new random key id and
+// token, and returns a *Memh. A nil address or a length that is not
+// positive fails with ucs.ErrInvalidParam. The memory must stay valid until
+// MemDereg.
+func (m *MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
+	base := uint64(uintptr(addr))
+	if addr == nil || length <= 0 || base >= maxAddr || uint64(length) > maxAddr-base {
+		return nil, fmt.Errorf("uct/tcp: mem reg of %d bytes at %p: %w", length, addr, ucs.ErrInvalidParam)
+	}
+	r := &region{mem: unsafe.Slice((*byte)(addr), length), owner: m}
+	r.key = mkey{addr: base, length: uint64(length), token: randomID()}
+	m.mu.Lock()
+	for {
+		r.key.id = randomID()
+		if m.regions[r.key.id] == nil {
+			break
+		}
+	}
+	m.regions[r.key.id] = r
+	m.mu.Unlock()
+	return &Memh{r: r}, nil
+}
+
+// MemDereg removes a registration: puts that arrive later for its key are
+// rejected, and MemDereg waits for the puts being written into it to end.
+// A handle of another MD, or one deregistered already, fails with
+// ucs.ErrInvalidParam.
+func (m *MD) MemDereg(memh uct.Memh) error {
+	h, ok := memh.(*Memh)
+	if !ok || h == nil || h.r.owner != m {
+		return fmt.Errorf("uct/tcp: mem dereg of a foreign handle %T: %w", memh, ucs.ErrInvalidParam)
+	}
+	m.mu.Lock()
+	if m.regions[h.r.key.id] != h.r {
+		m.mu.Unlock()
+		return fmt.Errorf("uct/tcp: mem dereg twice: %w", ucs.ErrInvalidParam)
+	}
+	delete(m.regions, h.r.key.id)
+	m.mu.Unlock()
+	h.r.mu.Lock()
+	h.r.dead = true
+	h.r.mu.Unlock()
+	return nil
+}
+
+// lookup returns the region registered under key id, or nil.
+func (m *MD) lookup(id uint64) *region {
+	m.mu.RLock()
+	r := m.regions[id]
+	m.mu.RUnlock()
+	return r
+}
+
+// MkeyPack returns the MkeyPackedSize-byte key of memh, a handle of this MD
+// (ucs.ErrInvalidParam otherwise).
+func (m *MD) MkeyPack(memh uct.Memh) ([]byte, error) {
+	h, ok := memh.(*Memh)
+	if !ok || h == nil || h.r.owner != m {
+		return nil, fmt.Errorf("uct/tcp: mkey pack of a foreign handle %T: %w", memh, ucs.ErrInvalidParam)
+	}
+	return h.r.key.encode(), nil
+}
+
+// TLResources lists one resource per usable network interface (see
+// deviceAddrs).
+func (*MD) TLResources() ([]uct.TLResource, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("uct/tcp: listing network interfaces: %w: %w", ucs.ErrNoDevice, err)
+	}
+	var tls []uct.TLResource
+	for _, ifi := range ifs {
+		if _, err := deviceIP(&ifi); err == nil {
+			tls = append(tls, uct.TLResource{TLName: TLName, DevName: ifi.Name, DevType: uct.DeviceTypeNet})
+		}
+	}
+	return tls, nil
+}
+
+// deviceIP returns the address an iface on ifi listens on: its first IPv4
+// address, or else its first global unicast IPv6 address (link-local
+// addresses would need a zone in iface addresses, so they are not used). An
+// interface that is down or has no such address fails with
+// ucs.ErrNoDevice.
+func deviceIP(ifi *net.Interface) (net.IP, error) {
+	if ifi.Flags&net.FlagUp == 0 {
+		return nil, fmt.Errorf("uct/tcp: interface %s is down: %w", ifi.Name, ucs.ErrNoDevice)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return nil, fmt.Errorf("uct/tcp: addresses of %s: %w: %w", ifi.Name, ucs.ErrNoDevice, err)
+	}
+	var v6 net.IP
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		if ip4 := n.IP.To4(); ip4 != nil && !ip4.IsUnspecified() && !ip4.IsMulticast() {
+			return ip4, nil
+		}
+		if v6 == nil && n.IP.To4() == nil && (n.IP.IsGlobalUnicast() || n.IP.IsLoopback()) {
+			v6 = n.IP
+		}
+	}
+	if v6 != nil {
+		return v6, nil
+	}
+	return nil, fmt.Errorf("uct/tcp: interface %s has no usable address: %w", ifi.Name, ucs.ErrNoDevice)
+}
+
+// IfaceConfigTable is the configuration of tcp ifaces; the names carry the
+// TCP_ prefix, so that ucp reads them as UCX_TCP_*.
+func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
+
+// Close does nothing: registrations and ifaces are released on their own.
+func (*MD) Close() {}
+
+// maxAddr bounds addresses: above any user address (5-level paging).
+const maxAddr = 1 << 57
