@@ -1,0 +1,51 @@
+// Package uctest is the conformance suite of the uct transports: one table of
+// cases that runs against every transport resource registered with
+// uct.Register (every component, memory domain and TL resource that
+// uct.Components reports).
+//
+// A test package runs the suite by importing the transports it wants to
+// check and calling Run from a test, with RunPeerIfChild in its TestMain:
+//
+//	import (
+//		_ "github.com/goshmem/goshmem/uct/self"
+//		_ "github.com/goshmem/goshmem/uct/sm"
+//	)
+//
+//	func TestMain(m *testing.M) {
+//		uctest.RunPeerIfChild()
+//		os.Exit(m.Run())
+//	}
+//
+//	func TestConformance(t *testing.T) { uctest.Run(t) }
+//
+// Adding a transport to the suite is adding its import.
+//
+// # Peers
+//
+// Every case talks to a target: the process that owns the remote memory and
+// the remote iface. For a loopback resource (uct.DeviceTypeSelf) the target
+// lives in the test process itself, on the very iface the test uses. For
+// every other resource it is a second process: Run re-executes the test
+// binary with an environment variable naming the resource, and
+// RunPeerIfChild, seeing it, becomes the peer. The peer opens the same
+// component, memory domain and resource, allocates its target memory
+// (MD.MemAlloc where the MD has uct.MDFlagAlloc, otherwise an anonymous
+// mapping registered with MD.MemReg), opens an iface, prints the packed key,
+// the memory's address and the iface's device and iface addresses on its
+// standard output, and then serves active messages (an echo handler, a
+// counting sink) until its standard input closes.
+//
+// The test drives the peer through a line protocol on the peer's standard
+// input and output (read and write its memory, pause and resume its
+// progress, count messages, watch two words), so that what the transport
+// wrote is checked by the target itself and not through the transport.
+//
+// # Capabilities
+//
+// A case uses only what the resource claims in its uct.IfaceAttr: an
+// operation that is not claimed is not called, and the case is skipped with
+// the reason ("skipped: transport does not claim put zcopy"); an operation
+// that is claimed must work. Limits (largest short and bcopy message,
+// largest iov) are taken from the same attributes and tested at their
+// boundaries, capped at 1 MiB where a transport claims more.
+package uctest
