@@ -1,0 +1,332 @@
+package cma
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/sm"
+)
+
+// DefaultSegSize is the default SEG_SIZE: the largest put short, put bcopy
+// and get bcopy, in bytes.
+const DefaultSegSize = 8192
+
+const (
+	minSegSize = 64
+	maxSegSize = 1 << 24
+)
+
+var ifaceConfigTable = []ucs.ConfigField{
+	{Name: "SEG_SIZE", Default: "8k", Doc: "Largest put short, put bcopy and get bcopy, in bytes (the bcopy buffer size)"},
+}
+
+// IfaceAddrLen is the length of a cma iface address.
+//
+// Layout, little-endian:
+//
+//	0  magic  uint32  "GSCA"
+//	4  pid    uint32  process of the iface
+//	8  pidns  uint64  hash of its PID namespace
+//	16 id     uint64  random iface id, non-zero
+//	24 probe  uint64  address of a word holding id in that process
+const IfaceAddrLen = 32
+
+const ifaceAddrMagic uint32 = 0x41435347 // "GSCA"
+
+// ifaceAddr is a decoded iface address.
+type ifaceAddr struct {
+	pid   uint32
+	pidns uint64
+	id    uint64
+	probe uint64
+}
+
+func (a *ifaceAddr) encode() []byte {
+	b := make([]byte, IfaceAddrLen)
+	binary.LittleEndian.PutUint32(b[0:], ifaceAddrMagic)
+	binary.LittleEndian.PutUint32(b[4:], a.pid)
+	binary.LittleEndian.PutUint64(b[8:], a.pidns)
+	binary.LittleEndian.PutUint64(b[16:], a.id)
+	binary.LittleEndian.PutUint64(b[24:], a.probe)
+	return b
+}
+
+// decodeIfaceAddr decodes an iface address strictly; malformed input fails
+// with ucs.ErrInvalidAddr.
+func decodeIfaceAddr(b []byte) (ifaceAddr, error) {
+	bad := func(why string, args ...any) (ifaceAddr, error) {
+		return ifaceAddr{}, fmt.Errorf("uct/cma: iface address: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidAddr)
+	}
+	if len(b) != IfaceAddrLen {
+		return bad("%d bytes, want %d", len(b), IfaceAddrLen)
+	}
+	if m := binary.LittleEndian.Uint32(b); m != ifaceAddrMagic {
+		return bad("magic %#x", m)
+	}
+	a := ifaceAddr{
+		pid:   binary.LittleEndian.Uint32(b[4:]),
+		pidns: binary.LittleEndian.Uint64(b[8:]),
+		id:    binary.LittleEndian.Uint64(b[16:]),
+		probe: binary.LittleEndian.Uint64(b[24:]),
+	}
+	switch {
+	case a.pid == 0 || a.pid >= maxPid:
+		return bad("pid %d", a.pid)
+	case a.id == 0:
+		return bad("zero iface id")
+	case a.probe == 0 || a.probe%8 != 0 || a.probe >= maxAddr:
+		return bad("probe address %#x", a.probe)
+	}
+	return a, nil
+}
+
+// pidNamespace returns a hash of this process's PID namespace: pids in
+// addresses and keys mean the same process only within one.
+var pidNamespace = sync.OnceValue(func() uint64 {
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	h := fnv.New64a()
+	h.Write([]byte(ns))
+	return h.Sum64()
+})
+
+// randomID returns a random non-zero 64-bit id.
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("uct/cma: no randomness: " + err.Error())
+		}
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// ptraceHint names what decides whether CMA may access another process.
+func ptraceHint() string {
+	scope := "absent (no Yama)"
+	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
+		scope = strings.TrimSpace(string(b))
+	}
+	return "CMA needs ptrace access to the peer: the same user, and /proc/sys/kernel/yama/ptrace_scope 0 (it is " +
+		scope + ") or CAP_SYS_PTRACE"
+}
+
+// Iface is a cma iface. It has no receive side: its address lets peers
+// check that this process exists and may be accessed (see the package
+// documentation). Every operation of its EPs completes on return.
+//
+// Progress reports EPs whose peer died (a transfer failed with ESRCH) to
+// the error handler of the iface's parameters, once per EP, with
+// ucs.ErrConnectionReset.
+type Iface struct {
+	md      *MD
+	worker  *uct.Worker
+	progID  int
+	segSize int
+	probe   *uint64 // holds the iface id; its address is in the iface address
+	addr    []byte
+	bufs    sync.Pool // *[]byte of segSize bytes, for bcopy
+	errCB   func(arg any, ep uct.EP, status ucs.Status)
+	errArg  any
+
+	mu       sync.Mutex
+	failed   []*EP // EPs whose failure the error handler has not seen yet
+	nfailed  atomic.Int32
+	permOnce sync.Once // logs the ptrace hint once
+	closed   bool
+}
+
+// openIface creates an iface.
+func openIface(md *MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (*Iface, error) {
+	segSize := DefaultSegSize
+	if config != nil && config.Get("SEG_SIZE") != "" {
+		v, err := ucs.ParseSize(config.Get("SEG_SIZE"))
+		if err != nil {
+			return nil, fmt.Errorf("uct/cma: SEG_SIZE: %w", err)
+		}
+		if v < minSegSize || v > maxSegSize {
+			return nil, fmt.Errorf("uct/cma: SEG_SIZE=%d outside [%d, %d]: %w", v, minSegSize, maxSegSize, ucs.ErrInvalidParam)
+		}
+		segSize = int(v)
+	}
+	i := &Iface{md: md, worker: worker, segSize: segSize, probe: new(uint64)}
+	i.bufs.New = func() any { b := make([]byte, segSize); return &b }
+	*i.probe = randomID()
+	a := ifaceAddr{pid: pid, pidns: pidNamespace(), id: *i.probe, probe: uint64(uintptr(unsafe.Pointer(i.probe)))}
+	i.addr = a.encode()
+	if params != nil {
+		i.errCB, i.errArg = params.ErrHandler, params.ErrHandlerArg
+	}
+	if worker != nil {
+		i.progID = worker.ProgressRegister(i.Progress)
+	}
+	return i, nil
+}
+
+// Query describes the iface: put short, bcopy (up to SEG_SIZE) and zcopy
+// (any size, any number of iov elements), get bcopy (up to SEG_SIZE) and
+// zcopy; no active messages, no atomics; errors of invalid remote buffers
+// and of dead peers are reported, not fatal.
+func (i *Iface) Query() (*uct.IfaceAttr, error) {
+	return &uct.IfaceAttr{
+		Put: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
+		Get: uct.OpCaps{MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
+		Flags: uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
+			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagConnectToIface |
+			uct.IfaceFlagErrhandleShort | uct.IfaceFlagErrhandleBcopy | uct.IfaceFlagErrhandleZcopy |
+			uct.IfaceFlagErrhandlePeerDown,
+		DeviceAddrLen: sm.DeviceAddrLen,
+		IfaceAddrLen:  IfaceAddrLen,
+		// One system call per operation (plus the kernel's page pinning):
+		// about 1.5 µs where a system call costs a few hundred ns, 2.7-3.3
+		// µs for 8 bytes on a VM whose getppid takes 1 µs; 1 MiB copies ran
+		// at 14-19 GB/s there.
+		Overhead:  0.5e-6,
+		Bandwidth: uct.Bandwidth{Dedicated: 10e9},
+		Latency:   uct.LinearModel{C: 1.5e-6},
+		Priority:  0,
+		MaxNumEPs: math.MaxInt32,
+	}, nil
+}
+
+// DeviceAddress returns the shared-memory domain of this process
+// (sm.DomainAddress).
+func (*Iface) DeviceAddress() []byte { return sm.DomainAddress() }
+
+// Address returns the IfaceAddrLen-byte address of the iface.
+func (i *Iface) Address() []byte { return append([]byte(nil), i.addr...) }
+
+// IsReachable reports whether the iface with these addresses is in this
+// shared-memory domain and PID namespace and its process can be read: it
+// reads the address's probe word with process_vm_readv and compares it
+// with the iface id.
+func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
+	_, err := i.check(deviceAddr, ifaceAddr)
+	return err == nil
+}
+
+// check decodes and checks the addresses of a peer iface (see IsReachable).
+// Malformed addresses fail with ucs.ErrInvalidAddr, an unreachable iface
+// with ucs.ErrUnreachable.
+func (i *Iface) check(deviceAddr, addr []byte) (ifaceAddr, error) {
+	if len(deviceAddr) != sm.DeviceAddrLen {
+		return ifaceAddr{}, fmt.Errorf("uct/cma: device address of %d bytes: %w", len(deviceAddr), ucs.ErrInvalidAddr)
+	}
+	a, err := decodeIfaceAddr(addr)
+	if err != nil {
+		return a, err
+	}
+	if string(deviceAddr) != string(sm.DomainAddress()) {
+		return a, fmt.Errorf("uct/cma: device %x is another shared-memory domain: %w", deviceAddr, ucs.ErrUnreachable)
+	}
+	if a.pidns != pidNamespace() {
+		return a, fmt.Errorf("uct/cma: pid %d is in another PID namespace: %w", a.pid, ucs.ErrUnreachable)
+	}
+	var word uint64
+	local := [1]unix.Iovec{{Base: (*byte)(unsafe.Pointer(&word))}}
+	local[0].SetLen(8)
+	remote := [1]unix.RemoteIovec{{Base: uintptr(a.probe), Len: 8}}
+	n, err := unix.ProcessVMReadv(int(a.pid), local[:], remote[:], 0)
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return a, fmt.Errorf("uct/cma: process %d does not exist: %w", a.pid, ucs.ErrUnreachable)
+	case errors.Is(err, unix.EPERM):
+		return a, fmt.Errorf("uct/cma: process_vm_readv of pid %d: %w; %s: %w", a.pid, err, ptraceHint(), ucs.ErrUnreachable)
+	case err != nil:
+		return a, fmt.Errorf("uct/cma: process_vm_readv of pid %d: %w: %w", a.pid, err, ucs.ErrUnreachable)
+	case n != 8 || word != a.id:
+		return a, fmt.Errorf("uct/cma: pid %d is not the process of iface %#x: %w", a.pid, a.id, ucs.ErrUnreachable)
+	}
+	return a, nil
+}
+
+// SetAMHandler fails with ucs.ErrUnsupported: cma has no active messages.
+func (*Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
+	return fmt.Errorf("uct/cma: active messages: %w", ucs.ErrUnsupported)
+}
+
+// ReleaseDesc does nothing: there are no active messages.
+func (*Iface) ReleaseDesc([]byte) {}
+
+// Progress calls the iface's error handler for each EP that failed since
+// the last call and returns their number.
+func (i *Iface) Progress() int {
+	if i.nfailed.Load() == 0 {
+		return 0
+	}
+	i.mu.Lock()
+	failed := i.failed
+	i.failed = nil
+	i.nfailed.Store(0)
+	i.mu.Unlock()
+	for _, e := range failed {
+		if i.errCB != nil {
+			i.errCB(i.errArg, e, ucs.ErrConnectionReset)
+		}
+	}
+	return len(failed)
+}
+
+// epFailed queues e for the error handler.
+func (i *Iface) epFailed(e *EP) {
+	i.mu.Lock()
+	i.failed = append(i.failed, e)
+	i.nfailed.Add(1)
+	i.mu.Unlock()
+}
+
+// Flush returns OK: every operation completes on return.
+func (*Iface) Flush(uint32, *uct.Completion) ucs.Status { return ucs.OK }
+
+// Fence returns OK: every operation completes on return, in order.
+func (*Iface) Fence(uint32) ucs.Status { return ucs.OK }
+
+// EPCreate checks the iface whose addresses params gives (see IsReachable)
+// and returns an EP to its process. Malformed addresses fail with
+// ucs.ErrInvalidAddr; an iface that is not reachable with
+// ucs.ErrUnreachable, whose message says why (for lack of ptrace
+// permission, it names ptrace_scope).
+func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
+	if params == nil {
+		return nil, fmt.Errorf("uct/cma: ep create without addresses: %w", ucs.ErrInvalidAddr)
+	}
+	a, err := i.check(params.DeviceAddr, params.IfaceAddr)
+	if err != nil {
+		return nil, fmt.Errorf("uct/cma: ep create: %w", err)
+	}
+	return &EP{iface: i, pid: int(a.pid)}, nil
+}
+
+// WakeupFD fails with ucs.ErrUnsupported: there is nothing to wait for.
+func (*Iface) WakeupFD() (int, error) {
+	return -1, fmt.Errorf("uct/cma: wakeup fd: %w", ucs.ErrUnsupported)
+}
+
+// Close unregisters the iface from its worker; peers can no longer create
+// EPs to it.
+func (i *Iface) Close() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
+		return
+	}
+	i.closed = true
+	*i.probe = 0
+	if i.worker != nil {
+		i.worker.ProgressUnregister(i.progID)
+	}
+}
