@@ -92,6 +92,9 @@ func (e *EP) GetZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Comple
 // ucs.ErrInvalidParam otherwise) to handler id of the peer; it fails with
 // ucs.ErrNoResource when the peer's FIFO is full.
 func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
+	if e.tx.tail == nil {
+		return ucs.ErrNotConnected
+	}
 	if id >= uct.AMMaxID || 8+len(payload) > e.maxAM {
 		return ucs.ErrInvalidParam
 	}
@@ -110,6 +113,9 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 // FIFO (dst has AM.MaxBcopy bytes) and sends what it wrote; it fails with
 // ucs.ErrNoResource, without calling pack, when the FIFO is full.
 func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status) {
+	if e.tx.tail == nil {
+		return 0, ucs.ErrNotConnected
+	}
 	if id >= uct.AMMaxID {
 		return 0, ucs.ErrInvalidParam
 	}
@@ -135,6 +141,9 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 	total := len(header)
 	for k := range iov {
 		total += len(iov[k].Buffer)
+	}
+	if e.tx.tail == nil {
+		return ucs.ErrNotConnected
 	}
 	if id >= uct.AMMaxID || total > e.maxAM {
 		return ucs.ErrInvalidParam
@@ -269,6 +278,9 @@ func (e *EP) Fence(flags uint32) ucs.Status {
 // otherwise it queues r, to be called by the Progress of this EP's iface
 // until it posts (any result but ucs.ErrNoResource).
 func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
+	if e.tx.tail == nil {
+		return ucs.ErrNotConnected
+	}
 	if e.tx.hasRoom() {
 		return ucs.ErrBusy
 	}
@@ -300,10 +312,13 @@ func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
 }
 
 // Destroy purges the EP's pending requests and drops its reference to the
-// peer's FIFO mapping. The EP must not be used afterwards.
+// peer's FIFO mapping. The EP should not be used afterwards: active
+// messages and PendingAdd then fail with ucs.ErrNotConnected (RMA and
+// atomics, which do not use the FIFO, still reach memory of unpacked rkeys).
 func (e *EP) Destroy() {
 	e.PendingPurge(nil)
 	if e.seg.id != 0 {
+		e.tx = fifo{}
 		releaseSegment(e.seg, false)
 		e.seg = segKey{}
 	}

@@ -481,3 +481,33 @@ func FuzzSysvMkeyDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestEPDestroyed checks that active messages on a destroyed EP (of either
+// MD's iface) fail instead of writing into the unmapped FIFO.
+func TestEPDestroyed(t *testing.T) {
+	for _, tm := range []testMD{posixTest, sysvTest} {
+		md, _ := tm.comp.OpenMD(tm.name, nil)
+		i, err := md.IfaceOpen(nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer i.Close()
+		ep, err := i.EPCreate(&uct.EPParams{DeviceAddr: i.DeviceAddress(), IfaceAddr: i.Address()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep.Destroy()
+		_, sb := ep.AMBcopy(1, func([]byte) int { t.Error("pack called on a destroyed EP"); return 0 }, 0)
+		for name, s := range map[string]ucs.Status{
+			"AMShort":    ep.AMShort(1, 0, nil),
+			"AMBcopy":    sb,
+			"AMZcopy":    ep.AMZcopy(1, nil, nil, 0, nil),
+			"PendingAdd": ep.PendingAdd(&uct.PendingReq{}, 0),
+		} {
+			if s != ucs.ErrNotConnected {
+				t.Errorf("%s: %s after Destroy = %v, want ErrNotConnected", tm.name, name, s)
+			}
+		}
+		ep.Destroy() // twice is harmless
+	}
+}
