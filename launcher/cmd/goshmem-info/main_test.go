@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/Mellanox/rdmamap"
+
+	"github.com/goshmem/goshmem/ucp"
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// info runs goshmem-info with args and returns its status and outputs.
+func info(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// mustInfo runs goshmem-info with args, which must succeed, and returns
+// its output.
+func mustInfo(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errs := info(t, args...)
+	if code != 0 || errs != "" {
+		t.Fatalf("goshmem-info %q = %d, stderr %q", args, code, errs)
+	}
+	return out
+}
+
+// contains fails t for every one of wants that out lacks.
+func contains(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q; output:\n%s", w, out)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out := mustInfo(t, "-v")
+	contains(t, out, "# Library version: "+ucp.VersionString()+"\n", "# Go version: "+runtime.Version()+"\n",
+		"# Module: "+modulePath+" ", "# VCS revision: ")
+}
+
+func TestDevices(t *testing.T) {
+	out := mustInfo(t, "-d")
+	// Every registered resource, with its MD, named flags and limits.
+	for _, comp := range uct.Components() {
+		mds, err := comp.MDResources()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mdr := range mds {
+			contains(t, out, "# Memory domain: "+mdr.Name+"\n#     Component: "+comp.Name()+"\n")
+			md, err := comp.OpenMD(mdr.Name, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tls, err := md.TLResources()
+			md.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tl := range tls {
+				contains(t, out, "#      Transport: "+tl.TLName+"\n#         Device: "+tl.DevName+"\n#           Type: "+tl.DevType.String()+"\n")
+			}
+		}
+	}
+	// self and posix are always there (ucp imports them).
+	contains(t, out,
+		"# Memory domain: self\n", "#      Transport: self\n#         Device: memory0\n#           Type: loopback\n",
+		"# Memory domain: posix\n", "#      Transport: posix\n#         Device: memory\n#           Type: intra-node\n",
+		"#         memory flags: alloc, need_rkey, rkey_ptr\n",
+		"#            put_short: <= 8K\n", "#  atomic_fop (64 bit): add, and, or, xor, swap, cswap\n",
+		"connect_to_iface", "#       device address: 8 bytes\n", "#        iface address: 32 bytes\n",
+		"#            bandwidth: ", "#              latency: ", "#             overhead: ", "#      device priority: ")
+	// The RDMA devices of this host, or the line that says there are none.
+	if devs := rdmamap.GetRdmaDeviceList(); len(devs) == 0 {
+		contains(t, out, "# RDMA devices: none\n")
+	} else {
+		for _, d := range devs {
+			contains(t, out, "#   RDMA device: "+d+"\n")
+		}
+	}
+}
+
+func TestDevicesRDMA(t *testing.T) {
+	saved := rdmaDevices
+	t.Cleanup(func() { rdmaDevices = saved })
+	rdmaDevices = func() []rdmaDevice {
+		return []rdmaDevice{{name: "mlx5_0", ports: []string{"1"}, netdevs: []string{"ens1f0"}, charDevs: []string{"/dev/infiniband/uverbs0"}}, {name: "mlx5_1"}}
+	}
+	out := mustInfo(t, "-d")
+	contains(t, out, "# RDMA devices: 2\n", "#   RDMA device: mlx5_0\n", "#         ports: 1\n",
+		"#   net devices: ens1f0\n", "#  char devices: /dev/infiniband/uverbs0\n",
+		"#   RDMA device: mlx5_1\n", "#   net devices: none\n")
+	if strings.Contains(out, "RDMA devices: none") {
+		t.Errorf("output says there are no RDMA devices:\n%s", out)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	t.Setenv("UCX_TLS", "posix,self")
+	t.Setenv("UCX_SEG_SIZE", "4k")
+	out := mustInfo(t, "-c")
+	for _, f := range ucp.ConfigTable() {
+		contains(t, out, "# default: "+f.Default+"\nUCX_"+f.Name+"=")
+	}
+	contains(t, out, "# UCP context\n", "# default: all\nUCX_TLS=posix,self\n", "UCX_NET_DEVICES=all\n")
+	// The iface variables of self and posix, read as ucp reads them.
+	for _, name := range []string{"self", "posix"} {
+		comp, err := uct.LookupComponent(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, err := comp.OpenMD(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		contains(t, out, "# Memory domain "+name+": transport interfaces\n")
+		cfg := ucs.ReadConfig("", md.IfaceConfigTable())
+		for _, f := range cfg.Fields() {
+			contains(t, out, "# "+f.Doc+"\n# default: "+f.Default+"\nUCX_"+f.Name+"="+cfg.Get(f.Name)+"\n")
+		}
+		md.Close()
+	}
+	contains(t, out, "UCX_SEG_SIZE=4k\n", "UCX_AM_QUEUE_LEN=", "UCX_FIFO_SIZE=")
+}
+
+func TestBuild(t *testing.T) {
+	out := mustInfo(t, "-b")
+	race := "no"
+	if raceEnabled {
+		race = "yes"
+	}
+	contains(t, out, "# GOOS/GOARCH: "+runtime.GOOS+"/"+runtime.GOARCH+"\n", "# CGO_ENABLED: ",
+		"# Race detector (-race): "+race+"\n", "# Build tags (-tags): ", "# Go version: "+runtime.Version()+"\n")
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{nil, {"-x"}, {"-v", "extra"}, {"-d=maybe"}, {"--c", "-bogus"}} {
+		code, out, errs := info(t, args...)
+		if code != 2 || out != "" || !strings.Contains(errs, "usage: goshmem-info") {
+			t.Errorf("goshmem-info %q = %d, stdout %q, stderr %q; want 2, no output and the usage", args, code, out, errs)
+		}
+	}
+}
+
+// TestEveryFlagCombination runs every non-empty combination of the flags:
+// each exits 0 and prints the sections asked for, in the documented order.
+func TestEveryFlagCombination(t *testing.T) {
+	flags := []struct{ flag, marker string }{
+		{"-v", "# Library version: "},
+		{"-d", "# Memory domain: "},
+		{"-c", "UCX_TLS="},
+		{"-b", "# GOOS/GOARCH: "},
+	}
+	for mask := 1; mask < 1<<len(flags); mask++ {
+		var args []string
+		for i, f := range flags {
+			if mask&(1<<i) != 0 {
+				args = append(args, f.flag)
+			}
+		}
+		// Reverse the order given: the sections keep theirs.
+		for i, j := 0, len(args)-1; i < j; i, j = i+1, j-1 {
+			args[i], args[j] = args[j], args[i]
+		}
+		out := mustInfo(t, args...)
+		last := -1
+		for i, f := range flags {
+			at := strings.Index(out, f.marker)
+			if (mask&(1<<i) != 0) != (at >= 0) {
+				t.Errorf("goshmem-info %q: section %s present=%v", args, f.flag, at >= 0)
+				continue
+			}
+			if at >= 0 {
+				if at < last {
+					t.Errorf("goshmem-info %q: section %s out of order", args, f.flag)
+				}
+				last = at
+			}
+		}
+	}
+}
+
+// failWriter fails every write.
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestWriteError(t *testing.T) {
+	var errb bytes.Buffer
+	if code := run([]string{"-v"}, failWriter{}, &errb); code != 1 || !strings.Contains(errb.String(), "disk full") {
+		t.Errorf("goshmem-info -v to a failing writer = %d, stderr %q; want 1 and the error", code, errb.String())
+	}
+}
