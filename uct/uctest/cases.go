@@ -76,14 +76,13 @@ func (e *env) guardedPut(t testing.TB, c *conn, m method, off int, data []byte) 
 	t.Helper()
 	lo := max(off-guardLen, 0)
 	hi := min(off+len(data)+guardLen, c.size)
-	fill := make([]byte, hi-lo)
-	for i := range fill {
-		fill[i] = guardByte
-	}
-	e.write(t, c, lo, fill)
+	e.fill(t, c, lo, hi-lo, guardByte)
 	e.put(t, c, m, off, data)
 	e.flush(t, c)
-	want := append([]byte(nil), fill...)
+	want := make([]byte, hi-lo)
+	for i := range want {
+		want[i] = guardByte
+	}
 	copy(want[off-lo:], data)
 	e.checkMem(t, c, fmt.Sprintf("put %s of %d bytes at %d (with %d guard bytes each side)", m, len(data), off, guardLen), lo, want)
 }
@@ -96,8 +95,7 @@ func testPut(t *testing.T, e *env, m method) {
 
 func testGet(t *testing.T, e *env, m method) {
 	for i, n := range sizesUpTo(e.maxGet(m), 1, 8, 61, 1000, 4096) {
-		want := pattern(n, uint64(100+i))
-		e.write(t, e.main, rmaOff, want)
+		want := e.writePattern(t, e.main, rmaOff, n, uint64(100+i))
 		if got := e.get(t, e.main, m, rmaOff, n); firstDiff(got, want) >= 0 {
 			t.Fatalf("get %s of %d bytes: got %s, want %s", m, n, brief(got), brief(want))
 		}
@@ -143,8 +141,7 @@ func testMax(t *testing.T, e *env, m method) {
 		if n <= 0 {
 			t.Fatalf("transport claims %s with a limit of %d bytes", getNeed[m].name, e.maxGet(m))
 		}
-		want := pattern(n, 301)
-		e.write(t, c, c.size-n, want)
+		want := e.writePattern(t, c, c.size-n, n, 301)
 		if got := e.get(t, c, m, c.size-n, n); firstDiff(got, want) >= 0 {
 			t.Fatalf("get %s of %d bytes at the end: got %s, want %s", m, n, brief(got), brief(want))
 		}
@@ -222,8 +219,7 @@ func testUnaligned(t *testing.T, e *env) {
 					if s.n > e.maxGet(m) {
 						continue
 					}
-					want := pattern(s.n, uint64(600+i))
-					e.write(t, c, s.off, want)
+					want := e.writePattern(t, c, s.off, s.n, uint64(600+i))
 					if got := e.get(t, c, m, s.off, s.n); firstDiff(got, want) >= 0 {
 						t.Fatalf("get %s of %d bytes at %d: got %s, want %s", m, s.n, s.off, brief(got), brief(want))
 					}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	// The transports under test: importing one registers it.
+	_ "github.com/goshmem/goshmem/uct/cma"
 	_ "github.com/goshmem/goshmem/uct/self"
 	_ "github.com/goshmem/goshmem/uct/sm"
 	_ "github.com/goshmem/goshmem/uct/tcp"

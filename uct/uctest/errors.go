@@ -224,7 +224,7 @@ func testDestroyedEP(t *testing.T, e *env) {
 		if c, err = e.connect(t); err != nil {
 			t.Fatalf("connect to a new peer: %v", err)
 		}
-		defer e.release(c)
+		defer e.release(t, c)
 	}
 	ep, err := e.iface.EPCreate(&uct.EPParams{DeviceAddr: c.addr.devAddr, IfaceAddr: c.addr.ifaceAdr})
 	if err != nil {
@@ -261,7 +261,7 @@ func testKilledPeer(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatalf("connect to a new peer: %v", err)
 	}
-	defer e.release(c)
+	defer e.release(t, c)
 	before := e.errCalls.Load()
 	want := pattern(64, 1100)
 	if ms := e.claimedPuts(); len(ms) > 0 {

@@ -3,6 +3,8 @@ package uctest
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"strconv"
 	"testing"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -155,9 +157,17 @@ func (e *env) echo(t testing.TB, c *conn, m method, data []byte) {
 	}
 }
 
-// checkMem reads n bytes at off of c's target and compares them with want.
+// checkMem reads n bytes at off of c's target and compares them with want
+// (large ranges by their CRC first, so that only a mismatch transfers
+// them).
 func (e *env) checkMem(t testing.TB, c *conn, what string, off int, want []byte) {
 	t.Helper()
+	if len(want) > 4096 {
+		f := e.call(t, c, fmt.Sprintf("crc %d %d", off, len(want)))
+		if len(f) == 1 && f[0] == strconv.FormatUint(uint64(crc32.Checksum(want, crcTable)), 10) {
+			return
+		}
+	}
 	got := e.read(t, c, off, len(want))
 	if i := firstDiff(got, want); i >= 0 {
 		t.Fatalf("%s: target memory differs at byte %d of %d: got %s, want %s", what, i, len(want), brief(got[i:]), brief(want[i:]))

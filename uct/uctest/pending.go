@@ -134,9 +134,16 @@ func testKeepDesc(t *testing.T, e *env) {
 	if string(kept) != string(first) {
 		t.Fatalf("kept data %s, want %s", brief(kept), brief(first))
 	}
-	// Enough traffic to reuse any buffer that was not really kept.
-	for i := range 300 {
-		e.echo(t, c, m, pattern(n, uint64(901+i)))
+	// Enough traffic to reuse any buffer that was not really kept: a burst
+	// of echoes, then their replies.
+	const burst = 300
+	for i := range burst {
+		e.do(t, fmt.Sprintf("AM %s #%d", m, i), e.amOp(c, m, amEcho, pattern(n, uint64(901+i))))
+	}
+	for i := range burst {
+		if got, want := e.takeReply(t, amEchoReply), pattern(n, uint64(901+i)); string(got) != string(want) {
+			t.Fatalf("echo %d came back as %s, want %s", i, brief(got), brief(want))
+		}
 	}
 	if i := firstDiff(kept, first); i >= 0 {
 		t.Fatalf("kept descriptor changed at byte %d while more messages arrived: %s, want %s", i, brief(kept[i:]), brief(first[i:]))

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"runtime"
 	"strconv"
 	"strings"
@@ -235,6 +236,9 @@ func sendRaw(ep uct.EP, attr *uct.IfaceAttr, id uint8, data []byte) ucs.Status {
 //	connect DEV IFACE   create the EP for replies to these addresses (hex)
 //	read OFF N          answer the N bytes at offset OFF of the memory (hex)
 //	write OFF HEX       store bytes at offset OFF
+//	fill OFF N BYTE     store N bytes BYTE at offset OFF
+//	pattern OFF N SEED  store pattern(N, SEED) at offset OFF
+//	crc OFF N           answer the CRC-32C of the N bytes at offset OFF
 //	pause / resume      stop / restart progress (peers only)
 //	stats               answer the amSink count and sum, and the first
 //	                    reply send error (or "-")
@@ -305,6 +309,35 @@ func (s *server) exec(line string) string {
 		}
 		copy(s.mem[off:], b)
 		return "ok"
+	case "fill", "pattern":
+		off, err1 := arg(1)
+		n, err2 := arg(2)
+		v, err3 := arg(3)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return fail(err)
+		}
+		if err := span(off, n); err != nil {
+			return fail(err)
+		}
+		if f[0] == "pattern" {
+			copy(s.mem[off:], pattern(n, uint64(v)))
+			return "ok"
+		}
+		b := s.mem[off : off+n]
+		for i := range b {
+			b[i] = byte(v)
+		}
+		return "ok"
+	case "crc":
+		off, err1 := arg(1)
+		n, err2 := arg(2)
+		if err := errors.Join(err1, err2); err != nil {
+			return fail(err)
+		}
+		if err := span(off, n); err != nil {
+			return fail(err)
+		}
+		return fmt.Sprintf("ok %d", crc32.Checksum(s.mem[off:off+n], crcTable))
 	case "pause":
 		s.paused.Store(true)
 		return "ok"
@@ -417,6 +450,9 @@ func (s *server) stopWatch() {
 		<-w.done
 	}
 }
+
+// crcTable is the table of the crc command (CRC-32C).
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // hexOrDash encodes b in hex, "-" when empty, so that every protocol field
 // is one word.

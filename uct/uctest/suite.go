@@ -3,6 +3,7 @@ package uctest
 import (
 	crand "crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -111,7 +112,7 @@ func runResource(t *testing.T, r resourceID, devType uct.DeviceType) {
 	if err := e.open(); err != nil {
 		t.Fatalf("%v: %v", r, err)
 	}
-	t.Cleanup(e.close)
+	t.Cleanup(func() { e.close(t) })
 	if e.attr.Flags&uct.IfaceFlagConnectToIface == 0 {
 		t.Skipf("skipped: transport does not claim connect to iface, which the suite needs (flags %#x)", e.attr.Flags)
 	}
@@ -234,10 +235,10 @@ func (e *env) open() error {
 	return nil
 }
 
-// close releases everything open opened.
-func (e *env) close() {
+// close releases everything open opened; t gets the errors of the peer.
+func (e *env) close(t testing.TB) {
 	if e.main != nil {
-		e.release(e.main)
+		e.release(t, e.main)
 	}
 	if e.local != nil {
 		e.local.free()
@@ -281,18 +282,18 @@ func (e *env) connect(t testing.TB) (*conn, error) {
 	// The in-process server has one reply EP for every connection.
 	if !e.inProcess || e.local.ep == nil {
 		if _, err := c.tgt.call(fmt.Sprintf("connect %s %s", hexOrDash(e.iface.DeviceAddress()), hexOrDash(e.iface.Address()))); err != nil {
-			e.release(c)
+			e.release(t, c)
 			return nil, err
 		}
 	}
 	ep, err := e.iface.EPCreate(&uct.EPParams{DeviceAddr: c.addr.devAddr, IfaceAddr: c.addr.ifaceAdr})
 	if err != nil {
-		e.release(c)
+		e.release(t, c)
 		return nil, fmt.Errorf("ep create: %w", err)
 	}
 	c.ep = ep
 	if c.rkey, err = e.comp.RkeyUnpack(c.addr.key); err != nil {
-		e.release(c)
+		e.release(t, c)
 		return nil, fmt.Errorf("rkey unpack: %w", err)
 	}
 	c.unpacked = true
@@ -300,8 +301,10 @@ func (e *env) connect(t testing.TB) (*conn, error) {
 }
 
 // release destroys the EP and the rkey of c and ends its target (but not
-// the in-process server, which the env owns).
-func (e *env) release(c *conn) {
+// the in-process server, which the env owns). A peer that failed (exited
+// with an error status: a race report, a crash) fails t; a killed one does
+// not.
+func (e *env) release(t testing.TB, c *conn) {
 	if c.ep != nil {
 		c.ep.Destroy()
 		c.ep = nil
@@ -312,8 +315,7 @@ func (e *env) release(c *conn) {
 	}
 	if p, ok := c.tgt.(*peerTarget); ok {
 		if err := p.close(); err != nil {
-			// Reported by the peer's cleanup log; a killed peer is expected.
-			_ = err
+			t.Error(err)
 		}
 	}
 }
@@ -485,11 +487,25 @@ func (e *env) takeReply(t testing.TB, id uint8) []byte {
 // every offset (so that a misplaced byte shows).
 func pattern(n int, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, uint64(n)))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
+	b := make([]byte, (n+7)&^7)
+	for i := 0; i < len(b); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
 	}
-	return b
+	return b[:n:n]
+}
+
+// writePattern stores pattern(n, seed) at offset off of the target, by the
+// target itself, and returns it.
+func (e *env) writePattern(t testing.TB, c *conn, off, n int, seed uint64) []byte {
+	t.Helper()
+	e.call(t, c, fmt.Sprintf("pattern %d %d %d", off, n, seed))
+	return pattern(n, seed)
+}
+
+// fill stores n bytes b at offset off of the target, by the target itself.
+func (e *env) fill(t testing.TB, c *conn, off, n int, b byte) {
+	t.Helper()
+	e.call(t, c, fmt.Sprintf("fill %d %d %d", off, n, b))
 }
 
 // capped returns n, at most sizeCap.

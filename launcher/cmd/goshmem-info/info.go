@@ -16,6 +16,7 @@ import (
 	"github.com/goshmem/goshmem/uct"
 
 	// The transports goshmem-info describes: importing one registers it.
+	_ "github.com/goshmem/goshmem/uct/cma"
 	_ "github.com/goshmem/goshmem/uct/self"
 	_ "github.com/goshmem/goshmem/uct/sm"
 	_ "github.com/goshmem/goshmem/uct/tcp"
