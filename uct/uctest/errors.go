@@ -325,7 +325,24 @@ func testKilledPeer(t *testing.T, e *env) {
 			report = append(report, "RkeyUnpack of the dead peer's key: "+err.Error())
 		}
 	}
-	report = append(report, fmt.Sprintf("iface error handler calls: %d (last status %v)", e.errCalls.Load()-before, ucs.Status(e.lastErr.Load())))
+	// A transport that claims to detect peer failures reports this one to
+	// the iface's error handler from progress.
+	claimsPeerDown := e.attr.Flags&uct.IfaceFlagErrhandlePeerDown != 0
+	if claimsPeerDown {
+		deadline := time.Now().Add(opLimit)
+		for e.errCalls.Load() == before && time.Now().Before(deadline) {
+			e.progress()
+		}
+		if e.errCalls.Load() == before {
+			t.Errorf("transport claims errhandle_peer_failure, but its error handler was not called in %v after the peer was killed", opLimit)
+		}
+	} else {
+		for range 100 {
+			e.progress()
+		}
+	}
+	report = append(report, fmt.Sprintf("iface error handler calls: %d (last status %v; errhandle_peer_failure claimed: %v)",
+		e.errCalls.Load()-before, ucs.Status(e.lastErr.Load()), claimsPeerDown))
 	t.Logf("after SIGKILL of the peer:\n\t%s", strings.Join(report, "\n\t"))
 }
 
