@@ -35,10 +35,36 @@
 // standard output, and then serves active messages (an echo handler, a
 // counting sink) until its standard input closes.
 //
+// The test process and its peers form a job: when GOSHMEM_KEY (the job key
+// the launcher gives every PE) is not set, Run sets a random one for the
+// test and its peers, so that authenticating transports (tcp) connect.
+// Run uses t.Setenv for it, so it must not run in a parallel test.
+//
 // The test drives the peer through a line protocol on the peer's standard
-// input and output (read and write its memory, pause and resume its
-// progress, count messages, watch two words), so that what the transport
-// wrote is checked by the target itself and not through the transport.
+// input and output (read, write, fill and checksum its memory, pause and
+// resume its progress, count messages, watch two words), so that what the
+// transport wrote is checked by the target itself and not through the
+// transport.
+//
+// # What the cases check
+//
+// RMA: put short/bcopy/zcopy and get bcopy/zcopy of several sizes, each put
+// surrounded by guard bytes that must stay untouched; a put is checked
+// after a flush (a put that returned OK is only complete locally). AM:
+// short/bcopy/zcopy echo round trips, compared byte for byte. Atomics: every
+// posted and fetching operation of 32 and 64 bits against a model, with
+// wrap-around and all-ones operands. Boundaries: the largest short, bcopy
+// and zcopy operation of each kind (ending at the last byte of the target
+// memory), zero lengths, odd offsets, lengths and local addresses. Flush:
+// every operation issued before it has completed (its completion fired)
+// and is visible at the target. Fence: the target never sees a write issued
+// after a fence without the one before it. Pending: with the target not
+// progressing, operations that find no resources are queued with
+// PendingAdd and progress posts them all. An AM handler keeps its data
+// where the transport passes uct.CBParamFlagDesc. Errors: forged
+// (unreachable) and malformed addresses, operations on a destroyed EP and
+// on an EP whose peer was killed with SIGKILL must return in bounded time
+// without crashing; what each returns is logged.
 //
 // # Capabilities
 //
