@@ -66,12 +66,6 @@ func (op AtomicOp) uct() (uct.AtomicOp, bool) {
 // It returns (nil, nil) when the operation completed at once, a request
 // otherwise; ucs.ErrInvalidParam for a bad op, size or missing reply buffer.
 func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *Rkey, param *RequestParam) (*Request, error) {
-	if ep.closed {
-		return nil, fmt.Errorf("ucp atomic %v: %w", op, errClosed)
-	}
-	if ep.failed != nil {
-		return nil, fmt.Errorf("ucp atomic %v: %w", op, ep.failed)
-	}
 	uop, ok := op.uct()
 	if !ok {
 		return nil, fmt.Errorf("ucp atomic %v: %w", op, ucs.ErrInvalidParam)
@@ -95,55 +89,65 @@ func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *R
 	if (op == AtomicOpSwap || op == AtomicOpCSwap) && reply == nil {
 		return nil, fmt.Errorf("ucp atomic %v needs a reply buffer: %w", op, ucs.ErrInvalidParam)
 	}
-	if ep.amo == nil {
-		return nil, fmt.Errorf("ucp atomic %v: no atomic lane to %s: %w", op, ep.remoteName, ucs.ErrUnsupported)
+	if err := ep.checkOp(rkey, "atomic "+op.String()); err != nil {
+		return nil, err
 	}
-	if rkey == nil || rkey.ep != ep || !rkey.amoOK {
-		return nil, fmt.Errorf("ucp atomic %v: rkey not unpacked for the atomic lane of this endpoint: %w", op, ucs.ErrInvalidParam)
+	al := rkey.amo
+	if al == nil {
+		if err := ep.swCheck(rkey, "atomic "+op.String()); err != nil {
+			return nil, err
+		}
+		r := ep.w.newRequest(param)
+		r.size, r.reply = size, reply
+		compare := uint64(0)
+		if reply != nil {
+			compare = *reply
+		}
+		return ep.swAtomic(uop, size, value, compare, raddr, rkey, r)
 	}
 	w := ep.w
 	if w.mode == ucs.ThreadModeMulti {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 	}
-	caps := ep.amo.wi.attr.Atomic64
+	caps := al.l.wi.attr.Atomic64
 	if size == 4 {
-		caps = ep.amo.wi.attr.Atomic32
+		caps = al.l.wi.attr.Atomic32
 	}
 	mask := caps.OpFlags
 	if reply != nil {
 		mask = caps.FopFlags
 	}
 	if mask&uop.OpMask() == 0 {
-		return nil, fmt.Errorf("ucp atomic %v/%d on %s: %w", op, size*8, ep.amo, ucs.ErrUnsupported)
+		return nil, fmt.Errorf("ucp atomic %v/%d on %s: %w", op, size*8, al.l, ucs.ErrUnsupported)
 	}
-	uep, rk := ep.amo.ep, rkey.amo
+	uep, rk := al.ep, al.rkey
 	r := w.newRequest(param)
 	r.size, r.reply = size, reply
 	if reply == nil {
 		r.proto = protoAMOPost
 		if size == 4 {
-			return w.post(ep.amo, r, param, func(*Request) ucs.Status { return uep.AtomicPost32(uop, uint32(value), raddr, rk) })
+			return w.post(al.l, r, param, func(*Request) ucs.Status { return uep.AtomicPost32(uop, uint32(value), raddr, rk) })
 		}
-		return w.post(ep.amo, r, param, func(*Request) ucs.Status { return uep.AtomicPost64(uop, value, raddr, rk) })
+		return w.post(al.l, r, param, func(*Request) ucs.Status { return uep.AtomicPost64(uop, value, raddr, rk) })
 	}
 	r.proto = protoAMOFetch
 	compare := *reply
 	switch {
 	case size == 4 && uop == uct.AtomicOpCSwap:
-		return w.post(ep.amo, r, param, func(r *Request) ucs.Status {
+		return w.post(al.l, r, param, func(r *Request) ucs.Status {
 			return uep.AtomicCSwap32(uint32(compare), uint32(value), raddr, rk, &r.result32, &r.comp)
 		})
 	case size == 4:
-		return w.post(ep.amo, r, param, func(r *Request) ucs.Status {
+		return w.post(al.l, r, param, func(r *Request) ucs.Status {
 			return uep.AtomicFetch32(uop, uint32(value), raddr, rk, &r.result32, &r.comp)
 		})
 	case uop == uct.AtomicOpCSwap:
-		return w.post(ep.amo, r, param, func(r *Request) ucs.Status {
+		return w.post(al.l, r, param, func(r *Request) ucs.Status {
 			return uep.AtomicCSwap64(compare, value, raddr, rk, &r.result, &r.comp)
 		})
 	default:
-		return w.post(ep.amo, r, param, func(r *Request) ucs.Status {
+		return w.post(al.l, r, param, func(r *Request) ucs.Status {
 			return uep.AtomicFetch64(uop, value, raddr, rk, &r.result, &r.comp)
 		})
 	}

@@ -17,12 +17,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 
 	// The transports ucp can select.
+	_ "github.com/goshmem/goshmem/uct/cma"
 	_ "github.com/goshmem/goshmem/uct/self"
 	_ "github.com/goshmem/goshmem/uct/sm"
 )
@@ -211,6 +213,7 @@ type Context struct {
 	zcopyThr  int // 0: per lane
 	bcopyThr  int
 	allocPrio []string
+	regions   sync.Map // software RMA token -> *MemHandle
 	closed    atomic.Bool
 }
 

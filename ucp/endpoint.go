@@ -3,6 +3,9 @@ package ucp
 import (
 	"fmt"
 	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -84,6 +87,8 @@ type lane struct {
 	wi     *workerIface
 	ep     uct.EP
 	remote *addrIface
+	usage  int        // usage* bits
+	sendMu sync.Mutex // serializes software-protocol sends, which receive paths also make
 }
 
 func (l *lane) String() string {
@@ -97,16 +102,12 @@ type Endpoint struct {
 	name       string
 	remoteUID  uint64
 	remoteName string
-	lanes      []*lane
-	rma        *lane // put/get
-	amo        *lane // atomics
-	am         *lane // active messages
-	rmaEP      uct.EP
-	putShort   int // largest put sent short
-	putBcopy   int // largest put sent bcopy (then zcopy)
-	getBcopy   int
+	cands      []candidate // reachable lanes, best first
+	lanes      []*lane     // the connected ones
+	am         *lane       // active messages (and software RMA and atomics)
 	failed     error
 	closed     bool
+	swDirty    atomic.Bool // software puts or atomics sent since the last flush
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
@@ -162,12 +163,14 @@ const (
 	capAMO = uct.IfaceFlagAtomicCPU | uct.IfaceFlagAtomicDevice
 )
 
-// wireup selects the lanes to the remote worker: every pair of a local and a
-// remote interface of the same transport that the local one reaches is a
-// candidate; the RMA, AMO and AM lanes are the cheapest candidates with the
-// capability, as estimated from both sides' latency and overhead.
+// wireup finds the candidate lanes to the remote worker: every pair of a
+// local and a remote interface of the same transport that the local one
+// reaches, ranked by the latency and overhead both sides advertise. The
+// active-message lane (the best candidate that carries AMs) is connected
+// now; RMA and atomic lanes are chosen per remote key, among the candidates
+// whose memory domain registered the key's memory (Endpoint.RkeyUnpack), and
+// connected then.
 func (ep *Endpoint) wireup(ra *workerAddress) error {
-	var cands []candidate
 	for i := range ra.ifaces {
 		r := &ra.ifaces[i]
 		for _, wi := range ep.w.ifaces {
@@ -178,65 +181,48 @@ func (ep *Endpoint) wireup(ra *workerAddress) error {
 				continue
 			}
 			lat := math.Max(wi.attr.Latency.C, r.latency) + wi.attr.Overhead + r.overhead
-			cands = append(cands, candidate{wi: wi, remote: r, score: lat})
+			ep.cands = append(ep.cands, candidate{wi: wi, remote: r, score: lat})
 		}
 	}
-	if len(cands) == 0 {
+	if len(ep.cands) == 0 {
 		return fmt.Errorf("no transport reaches the peer: %w", ucs.ErrUnreachable)
 	}
-	pick := func(ok func(candidate) bool) *candidate {
-		var best *candidate
-		for i := range cands {
-			if ok(cands[i]) && (best == nil || cands[i].better(*best)) {
-				best = &cands[i]
+	sort.SliceStable(ep.cands, func(i, j int) bool { return ep.cands[i].better(ep.cands[j]) })
+	useful := false
+	for _, c := range ep.cands {
+		useful = useful || c.can(capRMA) || c.canAMO()
+		if ep.am == nil && c.can(capAM) {
+			l, err := ep.laneFor(&c)
+			if err != nil {
+				return err
 			}
-		}
-		return best
-	}
-	both := func(c candidate, flags uint64) bool {
-		return c.wi.attr.Flags&flags != 0 && c.remote.capFlags&flags != 0
-	}
-	var err error
-	if c := pick(func(c candidate) bool { return both(c, capRMA) && both(c, capGet) }); c != nil {
-		if ep.rma, err = ep.laneFor(c); err != nil {
-			return err
+			ep.am, l.usage = l, l.usage|usageAM
 		}
 	}
-	const need64 = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
-	if c := pick(func(c candidate) bool {
-		return both(c, capAMO) && c.wi.attr.Atomic64.FopFlags&need64 == need64 && (c.remote.atomics>>24)&need64 == need64
-	}); c != nil {
-		if ep.amo, err = ep.laneFor(c); err != nil {
-			return err
-		}
-	}
-	if c := pick(func(c candidate) bool { return both(c, capAM) }); c != nil {
-		if ep.am, err = ep.laneFor(c); err != nil {
-			return err
-		}
-	}
-	if ep.rma == nil && ep.amo == nil && ep.am == nil {
+	if !useful && ep.am == nil {
 		return fmt.Errorf("no transport offers RMA, atomics or active messages to the peer: %w", ucs.ErrUnreachable)
-	}
-	if ep.rma != nil {
-		ep.rmaEP = ep.rma.ep
-		at := ep.rma.wi.attr
-		ep.putShort = at.Put.MaxShort
-		ep.putBcopy = at.Put.MaxBcopy
-		ep.getBcopy = at.Get.MaxBcopy
-		if thr := ep.w.ctx.zcopyThr; thr > 0 {
-			ep.putBcopy = min(ep.putBcopy, thr-1)
-			ep.getBcopy = min(ep.getBcopy, thr-1)
-		}
-		if thr := ep.w.ctx.bcopyThr; thr > 0 {
-			ep.putShort = min(ep.putShort, thr-1)
-		}
-		if at.Flags&uct.IfaceFlagPutShort == 0 {
-			ep.putShort = -1
-		}
 	}
 	return nil
 }
+
+// can reports whether both sides of the candidate have one of flags.
+func (c candidate) can(flags uint64) bool {
+	return c.wi.attr.Flags&flags != 0 && c.remote.capFlags&flags != 0
+}
+
+// canAMO reports whether both sides do the 64-bit atomics ucp needs on a
+// device lane.
+func (c candidate) canAMO() bool {
+	const need64 = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
+	return c.can(capAMO) && c.wi.attr.Atomic64.FopFlags&need64 == need64 && (c.remote.atomics>>24)&need64 == need64
+}
+
+// Lane usages, for Query.
+const (
+	usageRMA = 1 << iota
+	usageAMO
+	usageAM
+)
 
 // laneFor returns the lane for the candidate, creating its uct endpoint
 // unless another lane already connects the same pair of interfaces.
@@ -259,8 +245,7 @@ func (ep *Endpoint) destroyLanes() {
 	for _, l := range ep.lanes {
 		l.ep.Destroy()
 	}
-	ep.lanes = nil
-	ep.rma, ep.amo, ep.am, ep.rmaEP = nil, nil, nil, nil
+	ep.lanes, ep.am = nil, nil
 	ep.closed = true
 }
 
@@ -301,6 +286,9 @@ func (ep *Endpoint) Flush() error {
 	if ep.closed {
 		return fmt.Errorf("ucp ep flush: %w", errClosed)
 	}
+	if err := ep.swFlush(); err != nil {
+		return fmt.Errorf("ucp ep flush: %w", err)
+	}
 	for _, l := range ep.lanes {
 		if err := ep.w.waitStatus(func(c *uct.Completion) ucs.Status { return l.ep.Flush(0, c) }); err != nil {
 			return fmt.Errorf("ucp ep flush %s: %w", l, err)
@@ -335,13 +323,13 @@ func (ep *Endpoint) Query() EPAttr {
 	a := EPAttr{Name: ep.name, RemoteName: ep.remoteName}
 	for _, l := range ep.lanes {
 		var use []string
-		if l == ep.rma {
+		if l.usage&usageRMA != 0 {
 			use = append(use, "rma")
 		}
-		if l == ep.amo {
+		if l.usage&usageAMO != 0 {
 			use = append(use, "amo")
 		}
-		if l == ep.am {
+		if l.usage&usageAM != 0 {
 			use = append(use, "am")
 		}
 		u := ""

@@ -94,6 +94,7 @@ type MemHandle struct {
 	mmapped  []byte     // memory from the mmap method
 	memhs    []uct.Memh // per context MD index; nil where not registered
 	regMDs   []*mdEntry
+	token    uint64 // names the mapping to software RMA requests; 0 if not remotely accessible
 	unmapped bool
 }
 
@@ -147,6 +148,10 @@ func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
 		m.memhs[e.index] = memh
 		m.regMDs = append(m.regMDs, e)
 	}
+	if m.prot&(ProtRemoteRead|ProtRemoteWrite) != 0 {
+		m.token = newToken()
+		c.regions.Store(m.token, m)
+	}
 	return m, nil
 }
 
@@ -187,6 +192,9 @@ func (c *Context) MemUnmap(m *MemHandle) error {
 		return fmt.Errorf("ucp mem unmap: %w", ucs.ErrInvalidParam)
 	}
 	m.unmapped = true
+	if m.token != 0 {
+		c.regions.Delete(m.token)
+	}
 	var first error
 	for _, e := range m.regMDs {
 		var err error
@@ -257,7 +265,15 @@ func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
 	b := append([]byte(rkeyMagic), rkeyVersion, byte(m.memType))
 	b = binary.LittleEndian.AppendUint64(b, uint64(uintptr(m.address)))
 	b = binary.LittleEndian.AppendUint64(b, uint64(m.length))
-	b = append(b, byte(len(m.regMDs)))
+	n := len(m.regMDs)
+	if m.token != 0 {
+		n++
+	}
+	b = append(b, byte(n))
+	if m.token != 0 {
+		b = appendStr8(b, swComponent)
+		b = appendBlob16(b, binary.LittleEndian.AppendUint64(nil, m.token))
+	}
 	for _, e := range m.regMDs {
 		mk, err := e.md.MkeyPack(m.memhs[e.index])
 		if err != nil {
@@ -334,24 +350,59 @@ type rkeyEntry struct {
 	hasPtr bool
 }
 
-// Rkey is a remote key unpacked on an endpoint (ucp_rkey_h): what the
-// endpoint's lanes need to reach the remote memory.
+// rkeyLane is the lane an Rkey's operations take, with the uct key and the
+// protocol limits that go with it.
+type rkeyLane struct {
+	l        *lane
+	ep       uct.EP
+	rkey     uint64
+	putShort int  // largest put sent short (-1: none)
+	putBcopy int  // largest put sent bcopy (then zcopy)
+	getBcopy int  // largest get done bcopy (then zcopy)
+	get      bool // the lane does gets
+}
+
+func newRkeyLane(c *Context, l *lane, rkey uint64) *rkeyLane {
+	at := l.wi.attr
+	rl := &rkeyLane{l: l, ep: l.ep, rkey: rkey, putShort: at.Put.MaxShort, putBcopy: at.Put.MaxBcopy,
+		getBcopy: at.Get.MaxBcopy, get: at.Flags&capGet != 0 && l.remote.capFlags&capGet != 0}
+	if thr := c.zcopyThr; thr > 0 {
+		rl.putBcopy = min(rl.putBcopy, thr-1)
+		rl.getBcopy = min(rl.getBcopy, thr-1)
+	}
+	if thr := c.bcopyThr; thr > 0 {
+		rl.putShort = min(rl.putShort, thr-1)
+	}
+	if at.Flags&uct.IfaceFlagPutShort == 0 {
+		rl.putShort = -1
+	}
+	if at.Flags&uct.IfaceFlagGetBcopy == 0 {
+		rl.getBcopy = -1
+	}
+	return rl
+}
+
+// Rkey is a remote key unpacked on an endpoint (ucp_rkey_h): the lanes its
+// operations take, chosen among the endpoint's candidates by the memory
+// domains that registered the remote memory, and what they need to reach it.
 type Rkey struct {
 	ep      *Endpoint
 	packed  []byte
 	address uint64
 	length  uint64
 	entries []rkeyEntry
-	rma     uint64 // uct rkey for the RMA lane
-	amo     uint64 // uct rkey for the AMO lane
-	rmaOK   bool
-	amoOK   bool
+	swToken uint64    // token for software RMA and atomics; 0 if none
+	rma     *rkeyLane // nil: software RMA over the AM lane
+	amo     *rkeyLane // nil: software atomics over the AM lane
 	ptr     *rkeyEntry
 }
 
 // RkeyUnpack unpacks a key packed by Context.RkeyPack in the peer
-// (ucp_ep_rkey_unpack). It fails with ucs.ErrInvalidParam for malformed
-// input and ucs.ErrUnreachable when no lane of the endpoint can use it.
+// (ucp_ep_rkey_unpack) and picks, for its RMA and for its atomics, the best
+// candidate lane whose memory domain registered the memory, connecting it if
+// needed. Operations no lane can do are done in software over the AM lane.
+// It fails with ucs.ErrInvalidParam for malformed input and
+// ucs.ErrUnreachable when nothing can reach the memory.
 func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 	if ep.closed {
 		return nil, fmt.Errorf("ucp rkey unpack: %w", errClosed)
@@ -361,17 +412,31 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
 	}
 	rk := &Rkey{ep: ep, packed: append([]byte(nil), packed...), address: k.address, length: k.length}
-	laneComp := func(l *lane) string {
-		if l == nil {
-			return ""
-		}
-		return l.wi.rsc.md.comp.Name()
-	}
+	mkeys := map[string][]byte{}
 	for _, mk := range k.mkeys {
-		used := mk.component == laneComp(ep.rma) || mk.component == laneComp(ep.amo)
-		comp, err := uct.LookupComponent(mk.component)
+		if mk.component == swComponent {
+			if len(mk.mkey) != 8 {
+				return nil, fmt.Errorf("ucp rkey unpack: software token of %d bytes: %w", len(mk.mkey), ucs.ErrInvalidParam)
+			}
+			rk.swToken = binary.LittleEndian.Uint64(mk.mkey)
+			continue
+		}
+		mkeys[mk.component] = mk.mkey
+	}
+	// unpack returns the entry of the component's key, unpacking it once.
+	unpack := func(name string) (*rkeyEntry, error) {
+		for i := range rk.entries {
+			if rk.entries[i].comp.Name() == name {
+				return &rk.entries[i], nil
+			}
+		}
+		comp, err := uct.LookupComponent(name)
 		if err != nil {
-			continue // a transport this build lacks
+			return nil, err
+		}
+		b, err := comp.RkeyUnpack(mkeys[name])
+		if err != nil {
+			return nil, err
 		}
 		hasPtr := false
 		for _, e := range ep.w.ctx.mds {
@@ -379,36 +444,52 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 				hasPtr = true
 			}
 		}
-		if !used && !hasPtr {
-			continue
-		}
-		b, err := comp.RkeyUnpack(mk.mkey)
-		if err != nil {
-			if used {
-				rk.Destroy()
-				return nil, fmt.Errorf("ucp rkey unpack %s: %w", mk.component, err)
-			}
-			continue
-		}
 		rk.entries = append(rk.entries, rkeyEntry{comp: comp, bundle: b, hasPtr: hasPtr})
-		if mk.component == laneComp(ep.rma) {
-			rk.rma, rk.rmaOK = b.Rkey, true
+		return &rk.entries[len(rk.entries)-1], nil
+	}
+	rk.entries = make([]rkeyEntry, 0, len(mkeys))
+	for i := range ep.cands {
+		c := &ep.cands[i]
+		name := c.wi.rsc.md.comp.Name()
+		if _, ok := mkeys[name]; !ok || (rk.rma != nil && rk.amo != nil) {
+			continue
 		}
-		if mk.component == laneComp(ep.amo) {
-			rk.amo, rk.amoOK = b.Rkey, true
+		wantRMA, wantAMO := rk.rma == nil && c.can(capRMA), rk.amo == nil && c.canAMO()
+		if !wantRMA && !wantAMO {
+			continue
+		}
+		e, err := unpack(name)
+		if err != nil {
+			continue // this lane cannot use the key; a later one may
+		}
+		l, err := ep.laneFor(c)
+		if err != nil {
+			continue
+		}
+		if wantRMA {
+			rk.rma, l.usage = newRkeyLane(ep.w.ctx, l, e.bundle.Rkey), l.usage|usageRMA
+		}
+		if wantAMO {
+			rk.amo, l.usage = &rkeyLane{l: l, ep: l.ep, rkey: e.bundle.Rkey}, l.usage|usageAMO
 		}
 	}
-	for i := range rk.entries {
-		if rk.entries[i].hasPtr {
-			// Prefer the key of the RMA lane's component for direct access.
-			if rk.ptr == nil || rk.entries[i].comp.Name() == laneComp(ep.rma) {
-				rk.ptr = &rk.entries[i]
+	// Direct access: any key whose component maps the memory here.
+	for name := range mkeys {
+		if rk.ptr != nil {
+			break
+		}
+		for _, e := range ep.w.ctx.mds {
+			if e.comp.Name() == name && e.attr.Flags&uct.MDFlagRkeyPtr != 0 {
+				if pe, err := unpack(name); err == nil && pe.hasPtr {
+					rk.ptr = pe
+				}
+				break
 			}
 		}
 	}
-	if !rk.rmaOK && !rk.amoOK && rk.ptr == nil {
+	if rk.rma == nil && rk.amo == nil && rk.ptr == nil && (rk.swToken == 0 || ep.am == nil) {
 		rk.Destroy()
-		return nil, fmt.Errorf("ucp rkey unpack: no lane of %s can use the key: %w", ep.name, ucs.ErrUnreachable)
+		return nil, fmt.Errorf("ucp rkey unpack: no lane of %s can reach the memory: %w", ep.name, ucs.ErrUnreachable)
 	}
 	return rk, nil
 }
@@ -439,5 +520,5 @@ func (rk *Rkey) Destroy() {
 	for _, e := range rk.entries {
 		e.comp.RkeyRelease(e.bundle)
 	}
-	rk.entries, rk.ptr, rk.rmaOK, rk.amoOK = nil, nil, false, false
+	rk.entries, rk.ptr, rk.rma, rk.amo = nil, nil, nil, nil
 }

@@ -81,30 +81,33 @@ func (w *Worker) queue(l *lane, r *Request, op func(r *Request) ucs.Status) ucs.
 	}
 }
 
-func (ep *Endpoint) checkRMA(rkey *Rkey, what string) error {
+// checkOp validates an operation's endpoint and key.
+func (ep *Endpoint) checkOp(rkey *Rkey, what string) error {
 	if ep.closed {
 		return fmt.Errorf("ucp %s: %w", what, errClosed)
 	}
 	if ep.failed != nil {
 		return fmt.Errorf("ucp %s: %w", what, ep.failed)
 	}
-	if ep.rma == nil {
-		return fmt.Errorf("ucp %s: no RMA lane to %s: %w", what, ep.remoteName, ucs.ErrUnsupported)
-	}
-	if rkey == nil || rkey.ep != ep || !rkey.rmaOK {
-		return fmt.Errorf("ucp %s: rkey not unpacked for the RMA lane of this endpoint: %w", what, ucs.ErrInvalidParam)
+	if rkey == nil || rkey.ep != ep {
+		return fmt.Errorf("ucp %s: rkey not unpacked on this endpoint: %w", what, ucs.ErrInvalidParam)
 	}
 	return nil
 }
 
 // PutNBX writes buf to raddr in the memory of rkey (ucp_put_nbx). It returns
 // (nil, nil) when buf may be reused at once, or a request that completes
-// when buf may be reused; completion at the target needs a flush. Short
-// messages go out as put short, then bcopy, then zero-copy, by the lane's
-// limits and UCX_ZCOPY_THRESH.
+// when buf may be reused; completion at the target needs a flush. On the
+// rkey's RMA lane, small messages go out as put short, then bcopy, then
+// zero-copy, by the lane's limits and UCX_ZCOPY_THRESH; without an RMA lane
+// the data travels in active messages and the target writes it.
 func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestParam) (*Request, error) {
-	if err := ep.checkRMA(rkey, "put"); err != nil {
+	if err := ep.checkOp(rkey, "put"); err != nil {
 		return nil, err
+	}
+	rl := rkey.rma
+	if rl == nil {
+		return nil, ep.swPut(buf, raddr, rkey)
 	}
 	w := ep.w
 	if w.mode == ucs.ThreadModeMulti {
@@ -112,61 +115,69 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 		defer w.mu.Unlock()
 	}
 	n := len(buf)
-	rk := rkey.rma
-	if n <= ep.putShort && (param == nil || param.OpAttrMask&(OpAttrFieldCallback|OpAttrFieldFlags) == 0) {
+	if n <= rl.putShort && (param == nil || param.OpAttrMask&(OpAttrFieldCallback|OpAttrFieldFlags) == 0) {
 		// The common small put: no request at all.
-		st := ep.rmaEP.PutShort(buf, raddr, rk)
+		st := rl.ep.PutShort(buf, raddr, rl.rkey)
 		if st == ucs.OK {
 			return nil, nil
 		}
 		if st != ucs.ErrNoResource {
-			return nil, fmt.Errorf("ucp put/short on %s: %w", ep.rma, st)
+			return nil, fmt.Errorf("ucp put/short on %s: %w", rl.l, st)
 		}
 	}
 	r := w.newRequest(param)
 	r.size = n
 	switch {
-	case n <= ep.putShort:
+	case n <= rl.putShort:
 		r.proto = protoPutShort
-		return w.post(ep.rma, r, param, func(*Request) ucs.Status { return ep.rmaEP.PutShort(buf, raddr, rk) })
-	case n <= ep.putBcopy:
+		return w.post(rl.l, r, param, func(*Request) ucs.Status { return rl.ep.PutShort(buf, raddr, rl.rkey) })
+	case n <= rl.putBcopy:
 		r.proto = protoPutBcopy
 		pack := func(dst []byte) int { return copy(dst, buf) }
-		return w.post(ep.rma, r, param, func(*Request) ucs.Status {
-			_, st := ep.rmaEP.PutBcopy(pack, raddr, rk)
+		return w.post(rl.l, r, param, func(*Request) ucs.Status {
+			_, st := rl.ep.PutBcopy(pack, raddr, rl.rkey)
 			return st
 		})
 	default:
 		r.proto = protoPutZcopy
 		iov := []uct.IOV{{Buffer: buf}}
-		return w.post(ep.rma, r, param, func(r *Request) ucs.Status { return ep.rmaEP.PutZcopy(iov, raddr, rk, &r.comp) })
+		return w.post(rl.l, r, param, func(r *Request) ucs.Status { return rl.ep.PutZcopy(iov, raddr, rl.rkey, &r.comp) })
 	}
 }
 
 // GetNBX reads len(buf) bytes at raddr in the memory of rkey into buf
 // (ucp_get_nbx). It returns (nil, nil) when buf holds the data on return, or
-// a request that completes when it does.
+// a request that completes when it does. Without a lane that gets, the
+// target sends the data back in active messages.
 func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestParam) (*Request, error) {
-	if err := ep.checkRMA(rkey, "get"); err != nil {
+	if err := ep.checkOp(rkey, "get"); err != nil {
 		return nil, err
 	}
 	w := ep.w
+	rl := rkey.rma
+	if rl == nil || !rl.get {
+		if err := ep.swCheck(rkey, "get"); err != nil {
+			return nil, err
+		}
+		r := w.newRequest(param)
+		r.size = len(buf)
+		return ep.swGet(buf, raddr, rkey, r)
+	}
 	if w.mode == ucs.ThreadModeMulti {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 	}
 	n := len(buf)
-	rk := rkey.rma
 	r := w.newRequest(param)
 	r.size = n
-	if n <= ep.getBcopy && ep.rma.wi.attr.Flags&uct.IfaceFlagGetBcopy != 0 {
+	if n <= rl.getBcopy {
 		r.proto = protoGetBcopy
 		unpack := func(src []byte) { copy(buf, src) }
-		return w.post(ep.rma, r, param, func(r *Request) ucs.Status {
-			return ep.rmaEP.GetBcopy(unpack, n, raddr, rk, &r.comp)
+		return w.post(rl.l, r, param, func(r *Request) ucs.Status {
+			return rl.ep.GetBcopy(unpack, n, raddr, rl.rkey, &r.comp)
 		})
 	}
 	r.proto = protoGetZcopy
 	iov := []uct.IOV{{Buffer: buf}}
-	return w.post(ep.rma, r, param, func(r *Request) ucs.Status { return ep.rmaEP.GetZcopy(iov, raddr, rk, &r.comp) })
+	return w.post(rl.l, r, param, func(r *Request) ucs.Status { return rl.ep.GetZcopy(iov, raddr, rl.rkey, &r.comp) })
 }

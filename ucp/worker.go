@@ -88,7 +88,7 @@ type Worker struct {
 	eps      []*Endpoint
 	epMu     sync.Mutex
 	inflight atomic.Int64 // operations started and not completed
-	freeReqs []*Request
+	sw       swState
 	closed   bool
 }
 
@@ -145,8 +145,13 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		w.ifaces = w.ifaces[:maxAddrIfaces]
 	}
 	w.address = w.packAddress()
+	w.installSwHandlers()
 	return w, nil
 }
+
+// idle gives the processor away briefly in a wait loop that made no
+// progress.
+func (w *Worker) idle() { runtime.Gosched() }
 
 func (w *Worker) packAddress() []byte {
 	a := workerAddress{uid: w.uid, name: w.name}
@@ -241,6 +246,14 @@ func (w *Worker) Fence() error {
 // Flush waits until every operation issued on the worker has completed at
 // its target (ucp_worker_flush).
 func (w *Worker) Flush() error {
+	w.epMu.Lock()
+	eps := append([]*Endpoint(nil), w.eps...)
+	w.epMu.Unlock()
+	for _, ep := range eps {
+		if err := ep.swFlush(); err != nil {
+			return fmt.Errorf("ucp worker flush: %w", err)
+		}
+	}
 	for w.inflight.Load() > 0 {
 		if w.Progress() == 0 {
 			runtime.Gosched()

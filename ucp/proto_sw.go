@@ -1,0 +1,449 @@
+package ucp
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Software RMA and atomics: where no lane of an endpoint can do an
+// operation (tcp has no get and no atomics), ucp carries it in active
+// messages on the endpoint's AM lane, and the target's worker applies it to
+// its memory, from the transport's receive path, without the target's
+// program calling anything when the transport delivers messages
+// asynchronously (tcp). Atomics are applied with uct.CPUAtomic64/32, the same
+// CPU atomics the shared-memory transports use, so a word hit at once from
+// same-node and remote peers stays coherent.
+//
+// The target checks every request against its mapped memory: the packed
+// rkey carries a random token of the mapping (the "ucp-sw" entry), and a
+// request whose token is unknown, or whose range leaves the mapping, is
+// refused (puts are dropped and logged; gets and atomics are answered with
+// ucs.ErrInvalidAddr).
+//
+// Replies (get data, fetched values, flush acknowledgements) go back on the
+// target's endpoint to the initiator, found by the initiator's worker uid:
+// both sides must be connected, as they are after an address exchange.
+
+// swComponent names the rkey entry that carries the software token.
+const swComponent = "ucp-sw"
+
+// AM ids of the software protocols, above those a user may take.
+const (
+	amSwPut uint8 = uct.AMMaxID - 1 - iota
+	amSwGetReq
+	amSwGetRep
+	amSwAtomicReq
+	amSwAtomicRep
+	amSwFlushReq
+	amSwFlushRep
+)
+
+// swHeader starts every software message (little endian, swHeaderLen
+// bytes); the payload, if any, follows it.
+type swHeader struct {
+	status int8   // replies: a ucs.Status
+	op     uint8  // atomics: the uct.AtomicOp
+	size   uint8  // atomics: 4 or 8
+	fetch  uint8  // atomics: 1 if a reply is wanted
+	src    uint64 // uid of the sending worker
+	token  uint64 // requests: the mapping's token
+	raddr  uint64 // requests: the target address
+	a      uint64 // get: length; atomic: operand; get reply: offset
+	b      uint64 // atomic: compare value; replies: fetched value
+	reqID  uint64 // requests and replies: the initiator's request
+}
+
+const swHeaderLen = 4 + 7*8
+
+func (h *swHeader) put(b []byte) {
+	b[0], b[1], b[2], b[3] = byte(h.status), h.op, h.size, h.fetch
+	for i, v := range [...]uint64{h.src, h.token, h.raddr, h.a, h.b, h.reqID} {
+		binary.LittleEndian.PutUint64(b[4+8*i:], v)
+	}
+	binary.LittleEndian.PutUint64(b[4+48:], 0)
+}
+
+// decodeSwHeader parses the header of a software message; it fails with
+// ucs.ErrInvalidParam when data is too short or a field is out of range.
+func decodeSwHeader(data []byte) (swHeader, []byte, error) {
+	var h swHeader
+	if len(data) < swHeaderLen {
+		return h, nil, fmt.Errorf("ucp: software message of %d bytes: %w", len(data), ucs.ErrInvalidParam)
+	}
+	h.status, h.op, h.size, h.fetch = int8(data[0]), data[1], data[2], data[3]
+	var v [7]uint64
+	for i := range v {
+		v[i] = binary.LittleEndian.Uint64(data[4+8*i:])
+	}
+	h.src, h.token, h.raddr, h.a, h.b, h.reqID = v[0], v[1], v[2], v[3], v[4], v[5]
+	if v[6] != 0 || h.fetch > 1 || (h.size != 0 && h.size != 4 && h.size != 8) || h.op > uint8(uct.AtomicOpCSwap) {
+		return h, nil, fmt.Errorf("ucp: software message header: %w", ucs.ErrInvalidParam)
+	}
+	return h, data[swHeaderLen:], nil
+}
+
+// swState is a worker's bookkeeping of software operations it started.
+type swState struct {
+	mu   sync.Mutex
+	next uint64
+	reqs map[uint64]*swReq
+}
+
+// swReq is an operation waiting for its reply.
+type swReq struct {
+	r       *Request
+	buf     []byte // get: where the data goes
+	missing int    // get: bytes not yet received
+	done    chan struct{}
+}
+
+func (s *swState) add(q *swReq) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reqs == nil {
+		s.reqs = make(map[uint64]*swReq)
+	}
+	s.next++
+	s.reqs[s.next] = q
+	return s.next
+}
+
+func (s *swState) take(id uint64, remove bool) *swReq {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.reqs[id]
+	if remove {
+		delete(s.reqs, id)
+	}
+	return q
+}
+
+// newToken returns a random token for a mapping.
+func newToken() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}
+
+// installSwHandlers registers the software protocols on every interface
+// of the worker that can carry active messages; asynchronously where the
+// transport allows it, so that a target serves requests without progress
+// calls.
+func (w *Worker) installSwHandlers() {
+	for _, wi := range w.ifaces {
+		if wi.attr.Flags&capAM == 0 {
+			continue
+		}
+		flags := uct.CBFlagSync
+		if wi.attr.Flags&uct.IfaceFlagCBAsync != 0 {
+			flags = uct.CBFlagAsync
+		}
+		for id := amSwFlushRep; id <= amSwPut; id++ {
+			wi.iface.SetAMHandler(id, swHandlers[amSwPut-id], w, flags)
+		}
+	}
+}
+
+var swHandlers = [...]uct.AMCallback{
+	amSwPut - amSwPut:       func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwPut, d) },
+	amSwPut - amSwGetReq:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwGetReq, d) },
+	amSwPut - amSwGetRep:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwGetRep, d) },
+	amSwPut - amSwAtomicReq: func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwAtomicReq, d) },
+	amSwPut - amSwAtomicRep: func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwAtomicRep, d) },
+	amSwPut - amSwFlushReq:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushReq, d) },
+	amSwPut - amSwFlushRep:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushRep, d) },
+}
+
+// swSend sends one software message on the endpoint's AM lane. While the
+// transport has no room it drives the worker's progress, except when it is
+// called from a handler (a reply), where progress would run handlers
+// re-entrantly: then it yields until the peer, which waits for the reply and
+// so progresses, makes room.
+func (ep *Endpoint) swSend(id uint8, h *swHeader, payload []byte) error {
+	return ep.swSendFrom(id, h, payload, false)
+}
+
+func (ep *Endpoint) swReply(id uint8, h *swHeader, payload []byte) error {
+	return ep.swSendFrom(id, h, payload, true)
+}
+
+func (ep *Endpoint) swSendFrom(id uint8, h *swHeader, payload []byte, inHandler bool) error {
+	l := ep.am
+	if l == nil {
+		return fmt.Errorf("ucp: no active-message lane to %s for software RMA: %w", ep.remoteName, ucs.ErrUnsupported)
+	}
+	h.src = ep.w.uid
+	pack := func(dst []byte) int {
+		h.put(dst)
+		return swHeaderLen + copy(dst[swHeaderLen:], payload)
+	}
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	for {
+		_, st := l.ep.AMBcopy(id, pack, 0)
+		switch st {
+		case ucs.OK:
+			return nil
+		case ucs.ErrNoResource:
+			l.sendMu.Unlock()
+			if inHandler {
+				runtime.Gosched()
+			} else {
+				ep.w.uw.Progress()
+			}
+			l.sendMu.Lock()
+		default:
+			return fmt.Errorf("ucp: software message on %s: %w", l, st)
+		}
+	}
+}
+
+// swChunk is the largest payload of one software message on the AM lane.
+func (ep *Endpoint) swChunk() int {
+	if ep.am == nil {
+		return 0
+	}
+	return ep.am.wi.attr.AM.MaxBcopy - swHeaderLen
+}
+
+func (ep *Endpoint) swCheck(rkey *Rkey, what string) error {
+	if ep.closed {
+		return fmt.Errorf("ucp %s: %w", what, errClosed)
+	}
+	if ep.am == nil || ep.swChunk() <= 0 {
+		return fmt.Errorf("ucp %s: no lane to %s can do it, and no active-message lane to emulate it: %w", what, ep.remoteName, ucs.ErrUnsupported)
+	}
+	if rkey == nil || rkey.ep != ep || rkey.swToken == 0 {
+		return fmt.Errorf("ucp %s: rkey has no software token for this endpoint: %w", what, ucs.ErrInvalidParam)
+	}
+	return nil
+}
+
+// swPut sends buf to raddr in pieces; it is complete locally on return.
+func (ep *Endpoint) swPut(buf []byte, raddr uint64, rkey *Rkey) error {
+	if err := ep.swCheck(rkey, "put"); err != nil {
+		return err
+	}
+	chunk := ep.swChunk()
+	for off := 0; off < len(buf) || off == 0; off += chunk {
+		end := min(off+chunk, len(buf))
+		h := swHeader{token: rkey.swToken, raddr: raddr + uint64(off)}
+		if err := ep.swSend(amSwPut, &h, buf[off:end]); err != nil {
+			return err
+		}
+		if end == len(buf) {
+			break
+		}
+	}
+	ep.swDirty.Store(true)
+	return nil
+}
+
+// swGet asks the target for len(buf) bytes at raddr; the request completes
+// when all of them arrived.
+func (ep *Endpoint) swGet(buf []byte, raddr uint64, rkey *Rkey, r *Request) (*Request, error) {
+	if err := ep.swCheck(rkey, "get"); err != nil {
+		return nil, err
+	}
+	r.proto, r.lane = "get/sw", ep.am
+	ep.w.inflight.Add(1)
+	if len(buf) == 0 {
+		r.finish(ucs.OK)
+		r.release()
+		return nil, nil
+	}
+	id := ep.w.sw.add(&swReq{r: r, buf: buf, missing: len(buf)})
+	h := swHeader{token: rkey.swToken, raddr: raddr, a: uint64(len(buf)), reqID: id}
+	if err := ep.swSend(amSwGetReq, &h, nil); err != nil {
+		ep.w.sw.take(id, true)
+		r.finish(ucs.ErrIOError)
+		return nil, err
+	}
+	return r, nil
+}
+
+// swAtomic sends an atomic to the target; a fetching one completes r when
+// the old value comes back, a posted one is complete locally at once.
+func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr uint64, rkey *Rkey, r *Request) (*Request, error) {
+	if err := ep.swCheck(rkey, "atomic "+op.String()); err != nil {
+		return nil, err
+	}
+	h := swHeader{op: uint8(op), size: uint8(size), token: rkey.swToken, raddr: raddr, a: value, b: compare}
+	r.proto, r.lane = "amo/sw", ep.am
+	ep.w.inflight.Add(1)
+	if r.reply == nil {
+		ep.swDirty.Store(true)
+		err := ep.swSend(amSwAtomicReq, &h, nil)
+		r.finish(ucs.OK)
+		r.release()
+		return nil, err
+	}
+	h.fetch = 1
+	h.reqID = ep.w.sw.add(&swReq{r: r})
+	if err := ep.swSend(amSwAtomicReq, &h, nil); err != nil {
+		ep.w.sw.take(h.reqID, true)
+		r.finish(ucs.ErrIOError)
+		return nil, err
+	}
+	return r, nil
+}
+
+// swFlush waits until the target has applied every software operation sent
+// to it before: the flush request travels behind them on the same lane.
+func (ep *Endpoint) swFlush() error {
+	if !ep.swDirty.Swap(false) {
+		return nil
+	}
+	q := &swReq{done: make(chan struct{})}
+	h := swHeader{reqID: ep.w.sw.add(q)}
+	if err := ep.swSend(amSwFlushReq, &h, nil); err != nil {
+		ep.w.sw.take(h.reqID, true)
+		return err
+	}
+	for {
+		select {
+		case <-q.done:
+			return nil
+		default:
+		}
+		if ep.w.Progress() == 0 {
+			ep.w.idle()
+		}
+	}
+}
+
+// region returns the mapped memory that token names, if [raddr, raddr+n)
+// lies inside it.
+func (c *Context) region(token, raddr, n uint64) (unsafe.Pointer, bool) {
+	v, ok := c.regions.Load(token)
+	if !ok {
+		return nil, false
+	}
+	m := v.(*MemHandle)
+	base := uint64(uintptr(m.address))
+	if raddr < base || n > uint64(m.length) || raddr-base > uint64(m.length)-n {
+		return nil, false
+	}
+	return unsafe.Add(m.address, raddr-base), true
+}
+
+// swRecv handles a software message that arrived on one of the worker's
+// interfaces.
+func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
+	h, payload, err := decodeSwHeader(data)
+	if err != nil {
+		log.Printf("ucp: worker %s: dropped a malformed software message: %v", w.name, err)
+		return ucs.OK
+	}
+	switch id {
+	case amSwPut:
+		p, ok := w.ctx.region(h.token, h.raddr, uint64(len(payload)))
+		if !ok {
+			log.Printf("ucp: worker %s: refused a put of %d bytes at %#x: no such mapping", w.name, len(payload), h.raddr)
+			return ucs.OK
+		}
+		ucs.Memcpy(unsafe.Slice((*byte)(p), len(payload)), payload)
+	case amSwGetReq:
+		ep := w.epByUID(h.src)
+		if ep == nil {
+			log.Printf("ucp: worker %s: get from a worker it has no endpoint to", w.name)
+			return ucs.OK
+		}
+		rep := swHeader{reqID: h.reqID}
+		p, ok := w.ctx.region(h.token, h.raddr, h.a)
+		if !ok {
+			rep.status = int8(ucs.ErrInvalidAddr)
+			ep.swReply(amSwGetRep, &rep, nil)
+			return ucs.OK
+		}
+		src := unsafe.Slice((*byte)(p), h.a)
+		chunk := ep.swChunk()
+		for off := 0; off < len(src); off += chunk {
+			rep.a = uint64(off)
+			if ep.swReply(amSwGetRep, &rep, src[off:min(off+chunk, len(src))]) != nil {
+				return ucs.OK
+			}
+		}
+	case amSwGetRep:
+		w.swGetReply(h, payload)
+	case amSwAtomicReq:
+		rep := swHeader{reqID: h.reqID}
+		p, ok := w.ctx.region(h.token, h.raddr, uint64(h.size))
+		if !ok || h.size == 0 || h.raddr%uint64(h.size) != 0 {
+			rep.status = int8(ucs.ErrInvalidAddr)
+		} else if h.size == 4 {
+			old, st := uct.CPUAtomic32(uct.AtomicOp(h.op), (*uint32)(p), uint32(h.a), uint32(h.b))
+			rep.b, rep.status = uint64(old), int8(st)
+		} else {
+			old, st := uct.CPUAtomic64(uct.AtomicOp(h.op), (*uint64)(p), h.a, h.b)
+			rep.b, rep.status = old, int8(st)
+		}
+		if h.fetch == 1 {
+			if ep := w.epByUID(h.src); ep != nil {
+				ep.swReply(amSwAtomicRep, &rep, nil)
+			}
+		} else if rep.status != 0 {
+			log.Printf("ucp: worker %s: refused an atomic at %#x: %v", w.name, h.raddr, ucs.Status(rep.status))
+		}
+	case amSwAtomicRep:
+		if q := w.sw.take(h.reqID, true); q != nil {
+			q.r.result, q.r.result32 = h.b, uint32(h.b)
+			q.r.complete(ucs.Status(h.status))
+		}
+	case amSwFlushReq:
+		if ep := w.epByUID(h.src); ep != nil {
+			ep.swReply(amSwFlushRep, &swHeader{reqID: h.reqID}, nil)
+		}
+	case amSwFlushRep:
+		if q := w.sw.take(h.reqID, true); q != nil {
+			close(q.done)
+		}
+	}
+	return ucs.OK
+}
+
+func (w *Worker) swGetReply(h swHeader, payload []byte) {
+	q := w.sw.take(h.reqID, false)
+	if q == nil {
+		return
+	}
+	if h.status != 0 {
+		w.sw.take(h.reqID, true)
+		q.r.complete(ucs.Status(h.status))
+		return
+	}
+	if h.a > uint64(len(q.buf)) || uint64(len(payload)) > uint64(len(q.buf))-h.a {
+		return // a reply that does not fit the request: ignore it
+	}
+	copy(q.buf[h.a:], payload)
+	w.sw.mu.Lock()
+	q.missing -= len(payload)
+	last := q.missing <= 0
+	if last {
+		delete(w.sw.reqs, h.reqID)
+	}
+	w.sw.mu.Unlock()
+	if last {
+		q.r.complete(ucs.OK)
+	}
+}
+
+// epByUID returns the worker's endpoint to the worker with uid, or nil.
+func (w *Worker) epByUID(uid uint64) *Endpoint {
+	w.epMu.Lock()
+	defer w.epMu.Unlock()
+	for _, ep := range w.eps {
+		if ep.remoteUID == uid && !ep.closed {
+			return ep
+		}
+	}
+	return nil
+}
