@@ -8,7 +8,10 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -20,8 +23,27 @@ import (
 type txFrame struct {
 	buf  []byte
 	iov  [][]byte
-	size int
+	size int // bytes of the frame
+	off  int // bytes of it written already
 	comp *uct.Completion
+}
+
+// appendBuffers appends the bytes of f not written yet to bufs.
+func (f *txFrame) appendBuffers(bufs [][]byte) [][]byte {
+	skip := f.off
+	add := func(b []byte) {
+		if skip >= len(b) {
+			skip -= len(b)
+			return
+		}
+		bufs = append(bufs, b[skip:])
+		skip = 0
+	}
+	add(f.buf)
+	for _, b := range f.iov {
+		add(b)
+	}
+	return bufs
 }
 
 var framePool = sync.Pool{New: func() any { return new(txFrame) }}
@@ -41,24 +63,30 @@ func (f *txFrame) release() {
 	framePool.Put(f)
 }
 
-// EP is a tcp endpoint: an authenticated connection to a peer iface, with a
-// writer goroutine that sends the EP's frames and a reader goroutine that
-// takes the peer's acknowledgements. Its operations may be called from
-// several goroutines.
+// EP is a tcp endpoint: an authenticated connection to a peer iface. An
+// operation writes its frame to the socket itself, without blocking, when
+// nothing else is being written; what the socket does not take at once is
+// queued for the EP's writer goroutine. A reader goroutine takes the
+// peer's acknowledgements. Its operations may be called from several
+// goroutines.
 type EP struct {
 	iface  *Iface
 	conn   *net.TCPConn
+	raw    syscall.RawConn
 	peer   string
 	wake   chan struct{} // a frame was queued
 	done   chan struct{} // closed when the EP failed or was destroyed
-	issued atomic.Uint64 // frames queued
+	issued atomic.Uint64 // frames posted
 	acked  atomic.Uint64 // frames the peer acknowledged
 	err    atomic.Int32  // the ucs.Status the EP failed with, or 0
 
 	mu      sync.Mutex // guards the fields below
 	q       []*txFrame
 	spare   []*txFrame
-	queued  int               // bytes queued or being written
+	queued  int               // bytes queued for the writer or being written by it
+	writing bool              // an operation or the writer is writing
+	wbufs   [][]byte          // buffers of a direct write; used by the operation that set writing
+	ackReq  uint64            // frame count of the last acknowledgement request
 	failed  bool              // err is set
 	pending []*uct.PendingReq // guarded by iface.mu
 }
@@ -95,6 +123,10 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 		wake:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
+	if e.raw, err = e.conn.SyscallConn(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("uct/tcp: ep create: %w: %w", ucs.ErrIOError, err)
+	}
 	i.mu.Lock()
 	if i.closed {
 		i.mu.Unlock()
@@ -120,37 +152,114 @@ func (e *EP) hasRoom() bool {
 	return e.failed || e.queued < e.iface.cfg.txQueueLen
 }
 
-// post queues f for the writer. Unless force is set it fails with
-// ucs.ErrNoResource when TCP_TX_QUEUE_LEN bytes are queued; it fails with
-// the EP's error when the EP failed. f is released when it is not queued.
-func (e *EP) post(f *txFrame, force bool) ucs.Status {
+// post sends f: it returns ucs.OK when the socket took the whole frame at
+// once, and ucs.InProgress when (the rest of) f was queued for the writer.
+// Unless force is set it fails with ucs.ErrNoResource when
+// TCP_TX_QUEUE_LEN bytes are queued; it fails with the EP's error when the
+// EP failed. f is released unless it was queued. seq is the frame's number
+// (the issued count with it).
+func (e *EP) post(f *txFrame, force bool) (st ucs.Status, seq uint64) {
 	e.mu.Lock()
 	if e.failed {
 		e.mu.Unlock()
 		f.release()
-		return e.status()
+		return e.status(), 0
 	}
 	if !force && e.queued >= e.iface.cfg.txQueueLen {
 		e.mu.Unlock()
 		f.release()
-		return ucs.ErrNoResource
+		return ucs.ErrNoResource, 0
 	}
-	e.q = append(e.q, f)
-	e.queued += f.size
-	e.issued.Add(1)
+	seq = e.issued.Add(1)
+	if e.writing || len(e.q) > 0 {
+		e.q = append(e.q, f)
+		e.queued += f.size
+		e.mu.Unlock()
+		e.wakeWriter()
+		return ucs.InProgress, seq
+	}
+	e.writing = true
 	e.mu.Unlock()
+
+	e.wbufs = f.appendBuffers(e.wbufs[:0])
+	n, err := e.tryWrite(e.wbufs)
+	clear(e.wbufs)
+	if err != nil {
+		e.mu.Lock()
+		e.writing = false
+		e.mu.Unlock()
+		f.release()
+		e.fail(ucs.ErrConnectionReset, fmt.Errorf("write: %w", err))
+		return e.status(), 0
+	}
+	e.mu.Lock()
+	e.writing = false
+	if n == f.size {
+		more := len(e.q) > 0
+		e.mu.Unlock()
+		f.release()
+		if more {
+			e.wakeWriter()
+		}
+		return ucs.OK, seq
+	}
+	if e.failed {
+		// Destroyed meanwhile: the frame is dropped like the queued ones.
+		e.mu.Unlock()
+		if f.comp != nil {
+			e.iface.pushComp(f.comp, e.status())
+		}
+		f.release()
+		return ucs.InProgress, seq
+	}
+	// The rest goes first, before what others queued meanwhile.
+	f.off = n
+	e.q = append(e.q, nil)
+	copy(e.q[1:], e.q)
+	e.q[0] = f
+	e.queued += f.size - n
+	e.mu.Unlock()
+	e.wakeWriter()
+	return ucs.InProgress, seq
+}
+
+// tryWrite writes bufs to the socket with one non-blocking writev and
+// returns the number of bytes the socket took.
+func (e *EP) tryWrite(bufs [][]byte) (int, error) {
+	var n int
+	var werr error
+	err := e.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = unix.Writev(int(fd), bufs)
+			if werr != unix.EINTR {
+				return true
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case werr == unix.EAGAIN:
+		return 0, nil
+	case werr != nil:
+		return 0, werr
+	}
+	return n, nil
+}
+
+func (e *EP) wakeWriter() {
 	select {
 	case e.wake <- struct{}{}:
 	default:
 	}
-	return ucs.OK
 }
 
 // writer writes the queued frames, as many as are queued in one writev,
-// until the EP fails.
+// while no operation writes directly, until the EP fails.
 func (e *EP) writer() {
 	defer e.iface.wg.Done()
 	var bufs net.Buffers
+	i := e.iface
 	for {
 		select {
 		case <-e.wake:
@@ -159,32 +268,28 @@ func (e *EP) writer() {
 		}
 		for {
 			e.mu.Lock()
-			batch := e.q
-			e.q, e.spare = e.spare, nil
-			e.mu.Unlock()
-			if len(batch) == 0 {
-				e.mu.Lock()
-				e.spare = batch
+			if e.writing || len(e.q) == 0 || e.failed {
 				e.mu.Unlock()
 				break
 			}
+			batch := e.q
+			e.q, e.spare = e.spare, nil
+			e.writing = true
+			e.mu.Unlock()
 			bufs = bufs[:0]
 			size := 0
 			for _, f := range batch {
-				bufs = append(bufs, f.buf)
-				bufs = append(bufs, f.iov...)
-				size += f.size
+				bufs = f.appendBuffers(bufs)
+				size += f.size - f.off
 			}
 			w := bufs // WriteTo consumes its receiver
 			_, err := w.WriteTo(e.conn)
 			clear(bufs)
 			st := ucs.OK
 			if err != nil {
-				st = ucs.ErrConnectionReset
-				e.fail(st, fmt.Errorf("write: %w", err))
+				e.fail(ucs.ErrConnectionReset, fmt.Errorf("write: %w", err))
 				st = e.status() // ErrCanceled when destroyed meanwhile
 			}
-			i := e.iface
 			ncomp := 0
 			i.mu.Lock()
 			for _, f := range batch {
@@ -199,6 +304,7 @@ func (e *EP) writer() {
 				batch[k] = nil
 			}
 			e.mu.Lock()
+			e.writing = false
 			if !e.failed {
 				e.queued -= size
 			}
@@ -315,7 +421,15 @@ func (e *EP) PutShort(buf []byte, raddr uint64, rkey uint64) ucs.Status {
 	}
 	f := newPut(k, raddr, len(buf), len(buf))
 	copy(f.buf[frameHeaderLen+putHeaderLen:], buf)
-	return e.post(f, false)
+	return sent(e.post(f, false))
+}
+
+// sent is the status of a copied operation: complete once posted.
+func sent(st ucs.Status, _ uint64) ucs.Status {
+	if st == ucs.InProgress {
+		return ucs.OK
+	}
+	return st
 }
 
 // PutBcopy lets pack write up to Put.MaxBcopy bytes into a buffer of the EP
@@ -340,7 +454,7 @@ func (e *EP) PutBcopy(pack uct.PackFunc, raddr uint64, rkey uint64) (int, ucs.St
 	putFrameHeader(f.buf, framePut, 0, putHeaderLen+n)
 	f.buf = f.buf[:frameHeaderLen+putHeaderLen+n]
 	f.size = len(f.buf)
-	if st := e.post(f, true); st != ucs.OK {
+	if st := sent(e.post(f, true)); st != ucs.OK {
 		return 0, st
 	}
 	return n, ucs.OK
@@ -376,10 +490,8 @@ func (e *EP) postZcopy(f *txFrame, iov []uct.IOV, n int, comp *uct.Completion) u
 	}
 	f.size += n
 	f.comp = comp
-	if st := e.post(f, false); st != ucs.OK {
-		return st
-	}
-	return ucs.InProgress
+	st, _ := e.post(f, false)
+	return st
 }
 
 // GetBcopy fails with ucs.ErrUnsupported: tcp has no remote reads.
@@ -404,7 +516,7 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 	putFrameHeader(f.buf, frameAM, id, n)
 	binary.LittleEndian.PutUint64(f.buf[frameHeaderLen:], header)
 	copy(f.buf[frameHeaderLen+8:], payload)
-	return e.post(f, false)
+	return sent(e.post(f, false))
 }
 
 // AMBcopy lets pack write up to AM.MaxBcopy bytes into a buffer of the EP
@@ -427,7 +539,7 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 	putFrameHeader(f.buf, frameAM, id, n)
 	f.buf = f.buf[:frameHeaderLen+n]
 	f.size = len(f.buf)
-	if st := e.post(f, true); st != ucs.OK {
+	if st := sent(e.post(f, true)); st != ucs.OK {
 		return 0, st
 	}
 	return n, ucs.OK
@@ -488,17 +600,43 @@ func (e *EP) AtomicCSwap32(uint32, uint32, uint64, uint64, *uint32, *uct.Complet
 // fails first. FlushFlagCancel is not distinguished: queued frames are
 // still sent.
 func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status {
-	if st := e.status(); st.IsErr() {
+	target, st := e.flushTarget()
+	if st != ucs.InProgress {
 		return st
 	}
-	iss := e.issued.Load()
-	if e.acked.Load() >= iss {
-		return ucs.OK
-	}
 	if comp != nil {
-		e.iface.addFlush(&flushWaiter{targets: []flushTarget{{e, iss}}, comp: comp})
+		e.iface.addFlush(&flushWaiter{targets: []flushTarget{{e, target}}, comp: comp})
 	}
 	return ucs.InProgress
+}
+
+// flushTarget returns OK when every frame posted was acknowledged, the EP's
+// error when it failed, and otherwise InProgress with the frame count to
+// wait for: that of an acknowledgement request, which it posts unless one
+// was posted after the last frame.
+func (e *EP) flushTarget() (uint64, ucs.Status) {
+	if st := e.status(); st.IsErr() {
+		return 0, st
+	}
+	if e.acked.Load() >= e.issued.Load() {
+		return 0, ucs.OK
+	}
+	e.mu.Lock()
+	if req := e.ackReq; req == e.issued.Load() {
+		e.mu.Unlock()
+		return req, ucs.InProgress
+	}
+	e.mu.Unlock()
+	f := newFrame(frameHeaderLen)
+	putFrameHeader(f.buf, frameFlush, 0, 0)
+	st, seq := e.post(f, true)
+	if st.IsErr() {
+		return 0, st
+	}
+	e.mu.Lock()
+	e.ackReq = max(e.ackReq, seq)
+	e.mu.Unlock()
+	return seq, ucs.InProgress
 }
 
 // Fence returns OK: the frames of an EP are applied in order.

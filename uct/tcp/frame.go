@@ -13,13 +13,16 @@ const (
 	frameAM  uint8 = 1 // client to server: an active message; body = the message
 	framePut uint8 = 2 // client to server: a put; body = putHeader + data
 	frameAck uint8 = 3 // server to client: body = uint64 count of frames processed
+	// frameFlush, client to server, empty: asks for an acknowledgement once
+	// every frame before it was processed.
+	frameFlush uint8 = 4
 )
 
 // frameHeaderLen is the length of a frame header.
 //
 // Layout, little-endian:
 //
-//	0  type   uint8   frameAM, framePut or frameAck
+//	0  type   uint8   frameAM, framePut, frameAck or frameFlush
 //	1  id     uint8   active message id (< uct.AMMaxID) for frameAM, else 0
 //	2  (zero) uint16
 //	4  length uint32  bytes of the body that follows
@@ -88,6 +91,12 @@ func decodeFrameHeader(b []byte, allowed uint32, maxAM int) (frameHeader, error)
 		if h.len != ackBodyLen {
 			return bad("acknowledgement of %d bytes", h.len)
 		}
+	case frameFlush:
+		if h.len != 0 {
+			return bad("acknowledgement request of %d bytes", h.len)
+		}
+	default:
+		return bad("unknown type %d", h.typ)
 	}
 	return h, nil
 }

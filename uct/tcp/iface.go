@@ -388,6 +388,14 @@ func (w *flushWaiter) done() bool {
 	return true
 }
 
+// pushComp queues a completion for Progress.
+func (i *Iface) pushComp(c *uct.Completion, st ucs.Status) {
+	i.mu.Lock()
+	i.comps = append(i.comps, compEvent{c, st})
+	i.mu.Unlock()
+	i.markDirty()
+}
+
 // addFlush registers a flush waiter; Progress signals it.
 func (i *Iface) addFlush(w *flushWaiter) {
 	i.mu.Lock()
@@ -447,13 +455,17 @@ func (i *Iface) progressPending() int {
 // that failed meanwhile.
 func (i *Iface) Flush(flags uint32, comp *uct.Completion) ucs.Status {
 	i.mu.Lock()
-	var targets []flushTarget
+	eps := make([]*EP, 0, len(i.eps))
 	for e := range i.eps {
-		if iss := e.issued.Load(); e.acked.Load() < iss && !e.status().IsErr() {
-			targets = append(targets, flushTarget{e, iss})
-		}
+		eps = append(eps, e)
 	}
 	i.mu.Unlock()
+	var targets []flushTarget
+	for _, e := range eps {
+		if t, st := e.flushTarget(); st == ucs.InProgress {
+			targets = append(targets, flushTarget{e, t})
+		}
+	}
 	if len(targets) == 0 {
 		return ucs.OK
 	}
@@ -567,6 +579,7 @@ type rxConn struct {
 	br        *bufio.Reader
 	processed uint64 // frames applied or queued
 	acked     uint64 // the count last acknowledged
+	ackDue    bool   // the client asked for an acknowledgement
 	ack       [frameHeaderLen + ackBodyLen]byte
 }
 
@@ -588,7 +601,7 @@ func (s *rxConn) run() error {
 			}
 			return err
 		}
-		h, err := decodeFrameHeader(hb[:], 1<<frameAM|1<<framePut, i.cfg.rxSegSize)
+		h, err := decodeFrameHeader(hb[:], 1<<frameAM|1<<framePut|1<<frameFlush, i.cfg.rxSegSize)
 		if err != nil {
 			return err
 		}
@@ -609,16 +622,19 @@ func (s *rxConn) run() error {
 			if err := s.applyPut(decodePutHeader(ph[:]), uint64(h.len-putHeaderLen)); err != nil {
 				return fmt.Errorf("reading a put: %w", err)
 			}
+		case frameFlush:
+			s.ackDue = true
 		}
 		s.processed++
 	}
 }
 
-// sendAck acknowledges the frames processed since the last acknowledgement.
+// sendAck acknowledges the frames processed, when the client asked.
 func (s *rxConn) sendAck() error {
-	if s.processed == s.acked {
+	if !s.ackDue || s.processed == s.acked {
 		return nil
 	}
+	s.ackDue = false
 	putFrameHeader(s.ack[:], frameAck, 0, ackBodyLen)
 	binary.LittleEndian.PutUint64(s.ack[frameHeaderLen:], s.processed)
 	if _, err := s.conn.Write(s.ack[:]); err != nil {

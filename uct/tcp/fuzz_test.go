@@ -1,0 +1,154 @@
+package tcp
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"testing"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// FuzzMkeyDecode checks that the key decoder either fails with
+// ucs.ErrInvalidParam or returns a key that satisfies every invariant and
+// encodes back to the same bytes.
+func FuzzMkeyDecode(f *testing.F) {
+	good := (&mkey{id: 0x1122334455667788, addr: 0x7f12_3456_0000, length: 1 << 20, token: 99}).encode()
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add(good[:20])
+	f.Add(make([]byte, MkeyPackedSize))
+	f.Add((&mkey{id: 1, addr: 1, length: ^uint64(0), token: 1}).encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := decodeMkey(b)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Fatalf("error %v is not ErrInvalidParam", err)
+			}
+			return
+		}
+		if k.id == 0 || k.token == 0 || k.length == 0 || k.addr == 0 || k.addr+k.length > maxAddr || k.addr+k.length < k.addr {
+			t.Fatalf("accepted %+v", k)
+		}
+		if !bytes.Equal(k.encode(), b) {
+			t.Fatalf("%x decodes to %+v, which encodes differently", b, k)
+		}
+	})
+}
+
+// FuzzIfaceAddrDecode checks the iface address decoder the same way.
+func FuzzIfaceAddrDecode(f *testing.F) {
+	f.Add((&ifaceAddr{ip: net.IPv4(127, 0, 0, 1), port: 4000, id: 7}).encode())
+	f.Add((&ifaceAddr{ip: net.ParseIP("fd00::1"), port: 1, id: 1}).encode())
+	f.Add([]byte{})
+	f.Add(make([]byte, IfaceAddrLen))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := decodeIfaceAddr(b)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidAddr) {
+				t.Fatalf("error %v is not ErrInvalidAddr", err)
+			}
+			return
+		}
+		if a.port == 0 || a.id == 0 || a.ip.IsUnspecified() || a.ip.IsMulticast() || (len(a.ip) != 4 && len(a.ip) != 16) {
+			t.Fatalf("accepted %+v", a)
+		}
+		if !bytes.Equal(a.encode(), b) {
+			t.Fatalf("%x decodes to %+v, which encodes differently", b, a)
+		}
+	})
+}
+
+// FuzzDeviceAddrDecode checks the device address decoder the same way.
+func FuzzDeviceAddrDecode(f *testing.F) {
+	f.Add((&deviceAddr{family: 4, loopback: true, host: hostID()}).encode())
+	f.Add((&deviceAddr{family: 6}).encode())
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := decodeDeviceAddr(b)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidAddr) {
+				t.Fatalf("error %v is not ErrInvalidAddr", err)
+			}
+			return
+		}
+		if (d.family != 4 && d.family != 6) || d.loopback != (d.host != 0) {
+			t.Fatalf("accepted %+v", d)
+		}
+		if !bytes.Equal(d.encode(), b) {
+			t.Fatalf("%x decodes to %+v, which encodes differently", b, d)
+		}
+	})
+}
+
+// FuzzFrameHeaderDecode checks that a frame header from the wire never
+// yields a type the reader did not allow, an AM id beyond uct.AMMaxID, or a
+// body length beyond the limits of its type.
+func FuzzFrameHeaderDecode(f *testing.F) {
+	for _, h := range []struct {
+		typ, id uint8
+		n       int
+	}{{frameAM, 0, 0}, {frameAM, uct.AMMaxID - 1, DefaultRxSegSize}, {framePut, 0, putHeaderLen},
+		{framePut, 0, putHeaderLen + maxPutLen}, {frameAck, 0, ackBodyLen}, {9, 0, 0}} {
+		b := make([]byte, frameHeaderLen)
+		putFrameHeader(b, h.typ, h.id, h.n)
+		f.Add(b, uint32(1<<frameAM|1<<framePut))
+		f.Add(b, uint32(1<<frameAck))
+	}
+	f.Add([]byte{1, 2, 3}, uint32(0xffffffff))
+	f.Fuzz(func(t *testing.T, b []byte, allowed uint32) {
+		h, err := decodeFrameHeader(b, allowed, DefaultRxSegSize)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Fatalf("error %v is not ErrInvalidParam", err)
+			}
+			return
+		}
+		switch {
+		case allowed&(1<<h.typ) == 0:
+			t.Fatalf("accepted type %d, allowed %#x", h.typ, allowed)
+		case h.typ == frameAM && (h.id >= uct.AMMaxID || h.len > DefaultRxSegSize):
+			t.Fatalf("accepted AM id %d of %d bytes", h.id, h.len)
+		case h.typ == framePut && (h.id != 0 || h.len < putHeaderLen || h.len > putHeaderLen+maxPutLen):
+			t.Fatalf("accepted put of %d bytes", h.len)
+		case h.typ == frameAck && (h.id != 0 || h.len != ackBodyLen):
+			t.Fatalf("accepted ack of %d bytes", h.len)
+		case h.typ != frameAM && h.typ != framePut && h.typ != frameAck:
+			t.Fatalf("accepted type %d", h.typ)
+		}
+		e := make([]byte, frameHeaderLen)
+		putFrameHeader(e, h.typ, h.id, int(h.len))
+		if !bytes.Equal(e, b) {
+			t.Fatalf("%x decodes to %+v, which encodes as %x", b, h, e)
+		}
+	})
+}
+
+// FuzzHandshakeDecode checks that the handshake decoder accepts only
+// messages of the expected type and exact length, which encode back to the
+// same bytes.
+func FuzzHandshakeDecode(f *testing.F) {
+	hello := handshake{typ: hsHello, ifaceID: 5}
+	hello.nonce[0] = 1
+	for _, m := range []handshake{hello, {typ: hsChallenge}, {typ: hsProof}} {
+		f.Add(m.encode(), m.typ)
+	}
+	f.Add([]byte{}, hsHello)
+	f.Add(make([]byte, hsLen(hsHello)), uint8(0))
+	f.Fuzz(func(t *testing.T, b []byte, typ uint8) {
+		m, err := decodeHandshake(b, typ)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Fatalf("error %v is not ErrInvalidParam", err)
+			}
+			return
+		}
+		if m.typ != typ || len(b) != hsLen(typ) || (typ == hsHello && m.ifaceID == 0) {
+			t.Fatalf("accepted %+v from %d bytes", m, len(b))
+		}
+		if !bytes.Equal(m.encode(), b) {
+			t.Fatalf("%x decodes to %+v, which encodes differently", b, m)
+		}
+	})
+}

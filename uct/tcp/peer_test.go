@@ -1,0 +1,250 @@
+package tcp
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// The two-process tests re-execute the test binary as a peer process
+// (TestPeerProcess with childEnv set to the job key), which registers a
+// region and opens an iface on the loopback, prints the packed key and its
+// addresses on stdout, and then answers "read OFFSET LENGTH" lines on stdin
+// with the hex bytes of its region, until stdin is closed.
+const childEnv = "GOSHMEM_TCP_TEST_PEER"
+
+// childRegionSize is the size of the peer's region.
+const childRegionSize = 1 << 20
+
+func TestPeerProcess(t *testing.T) {
+	key := os.Getenv(childEnv)
+	if key == "" {
+		t.Skip("helper process of the two-process tests: runs only with " + childEnv + " set")
+	}
+	if err := runPeer(key); err != nil {
+		fmt.Fprintln(os.Stderr, "peer:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// runPeer is the peer process.
+func runPeer(key string) error {
+	md, err := (&Component{}).OpenMD(MDName, nil)
+	if err != nil {
+		return err
+	}
+	mem := make([]byte, childRegionSize)
+	h, err := md.MemReg(unsafe.Pointer(&mem[0]), len(mem), uct.MemAccessDefault)
+	if err != nil {
+		return err
+	}
+	packed, err := md.MkeyPack(h)
+	if err != nil {
+		return err
+	}
+	cfg := ucs.ReadConfig("GOSHMEM_TCP_TEST_UNSET_", ifaceConfigTable)
+	cfg.Modify("TCP_KEY", key)
+	iface, err := md.IfaceOpen(nil, &uct.IfaceParams{DevName: "lo"}, cfg)
+	if err != nil {
+		return err
+	}
+	defer iface.Close()
+	fmt.Printf("%x %x %x\n", packed, iface.Address(), iface.DeviceAddress())
+	r := h.(*Memh).r
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var off, n int
+		if _, err := fmt.Sscanf(in.Text(), "read %d %d", &off, &n); err != nil {
+			return fmt.Errorf("command %q: %w", in.Text(), err)
+		}
+		r.mu.Lock() // orders the read after the puts applied so far
+		fmt.Printf("%x\n", mem[off:off+n])
+		r.mu.Unlock()
+	}
+	return in.Err()
+}
+
+// peer is the parent's view of a peer process.
+type peer struct {
+	tb     testing.TB
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+	key    []byte
+	addr   []byte
+	dev    []byte
+	base   uint64
+	rkey   uct.RkeyBundle
+}
+
+// startPeer starts a peer process with the job key; it is stopped at the
+// end of the test.
+func startPeer(tb testing.TB, key string) *peer {
+	tb.Helper()
+	loopbackDev(tb)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerProcess$")
+	cmd.Env = append(os.Environ(), childEnv+"="+key)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &peer{tb: tb, cmd: cmd, stdin: stdin, stdout: bufio.NewReader(stdout)}
+	tb.Cleanup(p.stop)
+	line, err := p.stdout.ReadString('\n')
+	if err != nil {
+		tb.Fatalf("reading the peer's addresses: %v", err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		tb.Fatalf("peer line %q", line)
+	}
+	for k, dst := range []*[]byte{&p.key, &p.addr, &p.dev} {
+		if *dst, err = hex.DecodeString(f[k]); err != nil {
+			tb.Fatalf("peer line %q: %v", line, err)
+		}
+	}
+	k, err := decodeMkey(p.key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.base = k.addr
+	if p.rkey, err = (&Component{}).RkeyUnpack(p.key); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// read returns n bytes at offset off of the peer's region, read by the peer.
+func (p *peer) read(off, n int) []byte {
+	p.tb.Helper()
+	if _, err := fmt.Fprintf(p.stdin, "read %d %d\n", off, n); err != nil {
+		p.tb.Fatal(err)
+	}
+	line, err := p.stdout.ReadString('\n')
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	b, err := hex.DecodeString(strings.TrimSpace(line))
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	return b
+}
+
+// kill ends the peer with SIGKILL.
+func (p *peer) kill() {
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+	p.stdin = nil
+}
+
+// stop ends the peer (if it still runs) and releases its rkey.
+func (p *peer) stop() {
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+		if err := p.cmd.Wait(); err != nil {
+			p.tb.Errorf("peer process: %v", err)
+		}
+	}
+	if p.rkey.Handle != nil {
+		(&Component{}).RkeyRelease(p.rkey)
+		p.rkey = uct.RkeyBundle{}
+	}
+}
+
+// TestPeerPut puts into another process's region and reads it back there.
+func TestPeerPut(t *testing.T) {
+	p := startPeer(t, testKey)
+	i := openIface(t, testMD(t), nil)
+	ep, err := i.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Destroy()
+	src := pattern(childRegionSize-200, 3)
+	if st := ep.(*EP).PutZcopy([]uct.IOV{{Buffer: src}}, p.base+100, p.rkey.Rkey, nil); st.IsErr() {
+		t.Fatal(st)
+	}
+	if st := ep.PutShort([]byte("hello"), p.base+1, p.rkey.Rkey); st != ucs.OK {
+		t.Fatal(st)
+	}
+	if st := flush(t, ep.(*EP)); st != ucs.OK {
+		t.Fatal(st)
+	}
+	if got := p.read(1, 5); string(got) != "hello" {
+		t.Errorf("peer has %q after PutShort", got)
+	}
+	if got := p.read(100, len(src)); !bytes.Equal(got, src) {
+		t.Error("peer's region differs after PutZcopy")
+	}
+}
+
+// TestPeerWrongKey checks that a process with another job key cannot
+// connect.
+func TestPeerWrongKey(t *testing.T) {
+	p := startPeer(t, "b3RoZXIgam9iIGtleSAwMTIzNDU2Nzg5MDEyMw==")
+	i := openIface(t, testMD(t), nil)
+	_, err := i.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
+	if !errors.Is(err, ucs.ErrRejected) || !errors.Is(err, ucs.ErrUnreachable) {
+		t.Errorf("EPCreate to a process with another job key err = %v, want ErrRejected and ErrUnreachable", err)
+	}
+}
+
+// TestPeerKilled kills the peer process and checks that the EP fails: its
+// error handler is called, operations and flush return an error.
+func TestPeerKilled(t *testing.T) {
+	captureLog(t)
+	p := startPeer(t, testKey)
+	var failed atomic.Int32
+	i := openIface(t, testMD(t), &uct.IfaceParams{ErrHandler: func(_ any, _ uct.EP, st ucs.Status) {
+		failed.Store(int32(st))
+	}})
+	uep, err := i.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uep.Destroy()
+	ep := uep.(*EP)
+	if st := ep.PutShort([]byte{1}, p.base, p.rkey.Rkey); st != ucs.OK {
+		t.Fatal(st)
+	}
+	if st := flush(t, ep); st != ucs.OK {
+		t.Fatal(st)
+	}
+	p.kill()
+	var st ucs.Status
+	progressUntil(t, func() bool {
+		if st = ep.PutShort([]byte{2}, p.base, p.rkey.Rkey); st == ucs.OK {
+			st = flush(t, ep)
+		}
+		return st.IsErr() && failed.Load() != 0
+	}, i)
+	if st != ucs.ErrConnectionReset || ucs.Status(failed.Load()) != ucs.ErrConnectionReset {
+		t.Errorf("after the peer died: operation %v, error handler %v; want ErrConnectionReset", st, ucs.Status(failed.Load()))
+	}
+	if st := ep.Flush(0, nil); st != ucs.ErrConnectionReset {
+		t.Errorf("Flush = %v", st)
+	}
+}
