@@ -101,18 +101,18 @@ func printBuild(p *printer) {
 	}
 }
 
-// printConfig prints the -c section: every variable, as ucp reads it
-// (UCX_ followed by the name: the context's, every MD's and every iface's
-// tables all use the same prefix).
+// printConfig prints the -c section: every variable, as ucp reads it: the
+// context's under UCX_, each memory domain's under UCX_<MD>_ and each
+// transport's under UCX_<TL>_ (ucp.ComponentEnvPrefix).
 func printConfig(p *printer) {
-	table := func(title string, fields []ucs.ConfigField) {
+	table := func(title, prefix string, fields []ucs.ConfigField) {
 		p.f("#")
 		p.f("# %s", title)
 		if len(fields) == 0 {
 			p.f("#   (no variables)")
 			return
 		}
-		cfg := ucs.ReadConfig(ucs.DefaultEnvPrefix, fields)
+		cfg := ucs.ReadConfig(prefix, fields)
 		for _, f := range cfg.Fields() {
 			p.f("#")
 			p.f("# %s", f.Doc)
@@ -120,7 +120,7 @@ func printConfig(p *printer) {
 			p.f("%s%s=%s", cfg.Prefix(), f.Name, cfg.Get(f.Name))
 		}
 	}
-	table("UCP context", ucp.ConfigTable())
+	table("UCP context", ucs.DefaultEnvPrefix, ucp.ConfigTable())
 	for _, comp := range uct.Components() {
 		mds, err := comp.MDResources()
 		if err != nil {
@@ -128,15 +128,24 @@ func printConfig(p *printer) {
 			p.f("# Component %s: memory domains unavailable: %v", comp.Name(), err)
 			continue
 		}
-		table(fmt.Sprintf("Component %s: memory domains", comp.Name()), comp.MDConfigTable())
 		for _, mdr := range mds {
-			md, err := comp.OpenMD(mdr.Name, ucs.ReadConfig(ucs.DefaultEnvPrefix, comp.MDConfigTable()))
+			mdPrefix := ucp.ComponentEnvPrefix(ucs.DefaultEnvPrefix, mdr.Name)
+			table(fmt.Sprintf("Memory domain %s", mdr.Name), mdPrefix, comp.MDConfigTable())
+			md, err := comp.OpenMD(mdr.Name, ucs.ReadConfig(mdPrefix, comp.MDConfigTable()))
 			if err != nil {
 				p.f("#")
 				p.f("# Memory domain %s: cannot open: %v", mdr.Name, err)
 				continue
 			}
-			table(fmt.Sprintf("Memory domain %s: transport interfaces", mdr.Name), md.IfaceConfigTable())
+			tls, _ := md.TLResources()
+			seen := map[string]bool{}
+			for _, tl := range tls {
+				if seen[tl.TLName] {
+					continue
+				}
+				seen[tl.TLName] = true
+				table(fmt.Sprintf("Transport %s", tl.TLName), ucp.ComponentEnvPrefix(ucs.DefaultEnvPrefix, tl.TLName), md.IfaceConfigTable())
+			}
 			md.Close()
 		}
 	}
@@ -176,7 +185,7 @@ func printMD(p *printer, comp uct.Component, name string) {
 	p.f("#")
 	p.f("# Memory domain: %s", name)
 	p.f("#     Component: %s", comp.Name())
-	md, err := comp.OpenMD(name, ucs.ReadConfig(ucs.DefaultEnvPrefix, comp.MDConfigTable()))
+	md, err := comp.OpenMD(name, ucs.ReadConfig(ucp.ComponentEnvPrefix(ucs.DefaultEnvPrefix, name), comp.MDConfigTable()))
 	if err != nil {
 		p.f("#   < failed to open memory domain: %v >", err)
 		return
@@ -222,7 +231,7 @@ func printTL(p *printer, md uct.MD, tl uct.TLResource) {
 	p.f("#         Device: %s", tl.DevName)
 	p.f("#           Type: %s", tl.DevType)
 	iface, err := md.IfaceOpen(uct.NewWorker(ucs.ThreadModeSingle), &uct.IfaceParams{TLName: tl.TLName, DevName: tl.DevName},
-		ucs.ReadConfig(ucs.DefaultEnvPrefix, md.IfaceConfigTable()))
+		ucs.ReadConfig(ucp.ComponentEnvPrefix(ucs.DefaultEnvPrefix, tl.TLName), md.IfaceConfigTable()))
 	if err != nil {
 		p.f("#   < failed to open interface: %v >", err)
 		return

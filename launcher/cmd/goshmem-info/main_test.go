@@ -108,7 +108,7 @@ func TestDevicesRDMA(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	t.Setenv("UCX_TLS", "posix,self")
-	t.Setenv("UCX_SEG_SIZE", "4k")
+	t.Setenv("UCX_POSIX_SEG_SIZE", "4k")
 	out := mustInfo(t, "-c")
 	for _, f := range ucp.ConfigTable() {
 		contains(t, out, "# default: "+f.Default+"\nUCX_"+f.Name+"=")
@@ -124,14 +124,19 @@ func TestConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		contains(t, out, "# Memory domain "+name+": transport interfaces\n")
-		cfg := ucs.ReadConfig("", md.IfaceConfigTable())
+		contains(t, out, "# Transport "+name+"\n")
+		prefix := ucp.ComponentEnvPrefix("", name)
+		cfg := ucs.ReadConfig(prefix, md.IfaceConfigTable())
 		for _, f := range cfg.Fields() {
-			contains(t, out, "# "+f.Doc+"\n# default: "+f.Default+"\nUCX_"+f.Name+"="+cfg.Get(f.Name)+"\n")
+			contains(t, out, "# "+f.Doc+"\n# default: "+f.Default+"\n"+prefix+f.Name+"="+cfg.Get(f.Name)+"\n")
 		}
 		md.Close()
 	}
-	contains(t, out, "UCX_SEG_SIZE=4k\n", "UCX_AM_QUEUE_LEN=", "UCX_FIFO_SIZE=")
+	// Each transport's settings under its own prefix, as ucp reads them.
+	contains(t, out, "UCX_POSIX_SEG_SIZE=4k\n", "UCX_SELF_SEG_SIZE=", "UCX_SELF_AM_QUEUE_LEN=", "UCX_POSIX_FIFO_SIZE=")
+	if strings.Contains(out, "UCX_SELF_SEG_SIZE=4k") {
+		t.Error("UCX_POSIX_SEG_SIZE reached self's settings")
+	}
 }
 
 func TestBuild(t *testing.T) {
