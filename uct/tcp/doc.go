@@ -46,29 +46,34 @@
 //
 // After the handshake a connection carries frames: an 8-byte header (type,
 // active message id, reserved zero, body length; see frameHeaderLen) and a
-// body. Client to server: active messages (the message bytes) and puts (key
-// id, token, remote address, data). Server to client: cumulative
-// acknowledgements (the number of frames processed). Everything read from
-// the wire is validated; a malformed frame closes the connection, and the
-// EP fails with ucs.ErrConnectionReset.
+// body. Client to server: active messages (the message bytes), puts (key
+// id, token, remote address, data) and acknowledgement requests (empty).
+// Server to client: acknowledgements, the number of frames processed so
+// far, sent once the frames before a request were processed. Everything
+// read from the wire is validated; a malformed frame closes the connection,
+// and the EP fails with ucs.ErrConnectionReset.
 //
 // # Sends, flush and pending requests
 //
-// EP operations never block: short and bcopy operations copy their data and
-// return ucs.OK; zcopy operations queue references to the caller's buffers
-// (written with one writev through net.Buffers, no copy) and return
-// ucs.InProgress, and their Completion is signalled from Iface.Progress once
-// the data was written to the socket. A writer goroutine per EP drains the
-// EP's queue. When the bytes queued and not yet written exceed
-// TCP_TX_QUEUE_LEN, operations fail with ucs.ErrNoResource (an operation on
-// an empty queue is always taken, whatever its size); PendingAdd queues a
-// request, which Progress calls when the queue drained.
+// EP operations never block. When nothing else is being written on the EP,
+// an operation writes its frame itself with one non-blocking writev (the
+// header and the caller's buffers: zcopy operations copy nothing); what
+// the socket does not take at once is queued, and the EP's writer goroutine
+// writes the queue (through net.Buffers) while operations queue behind it.
+// Short and bcopy operations copy their data and return ucs.OK. Zcopy
+// operations return ucs.OK when the socket took everything at once, and
+// otherwise ucs.InProgress, and their Completion is signalled from
+// Iface.Progress once the data was written to the socket. When the bytes
+// queued exceed TCP_TX_QUEUE_LEN, operations fail with ucs.ErrNoResource
+// (an operation on an empty queue is always taken, whatever its size);
+// PendingAdd queues a request, which Progress calls when the queue drained.
 //
-// Flush completes when the peer acknowledged every frame issued before it:
-// for puts this means the data is in the target's memory (remote
-// completion, as OpenSHMEM quiet needs), for active messages that the target
-// received them. Fence returns ucs.OK: the frames of an EP are applied in
-// the order they were issued.
+// Flush sends an acknowledgement request (unless one follows the last
+// frame already) and completes when the peer acknowledged every frame
+// issued before it: for puts this means the data is in the target's memory
+// (remote completion, as OpenSHMEM quiet needs), for active messages that
+// the target received them. Fence returns ucs.OK: the frames of an EP are
+// applied in the order they were issued.
 //
 // # Threading
 //
@@ -83,10 +88,16 @@
 //     goroutine stops reading, and TCP flow control pushes back on the
 //     sender. Handlers get uct.CBParamFlagDesc and may keep data by
 //     returning ucs.InProgress until Iface.ReleaseDesc.
-//   - One writer goroutine per EP writes its frames, and one reader
-//     goroutine per EP reads the acknowledgements.
+//   - Operations write to the socket from the calling goroutine when they
+//     can; one writer goroutine per EP writes what was queued, and one
+//     reader goroutine per EP reads the acknowledgements.
 //   - Completions, flush completions, EP error handlers and pending requests
 //     are called only from Iface.Progress.
+//
+// A goroutine that waits for a tcp event should not spin on Progress and
+// yield only with runtime.Gosched: while it keeps its P busy, the Go
+// scheduler notices ready connections late (see bench_test.go); sleeping
+// briefly, or blocking, after some idle spins avoids that.
 //
 // WakeupFD is unsupported: ifaces are polled.
 package tcp

@@ -83,9 +83,12 @@ type EP struct {
 	mu      sync.Mutex // guards the fields below
 	q       []*txFrame
 	spare   []*txFrame
-	queued  int               // bytes queued for the writer or being written by it
-	writing bool              // an operation or the writer is writing
-	wbufs   [][]byte          // buffers of a direct write; used by the operation that set writing
+	queued  int      // bytes queued for the writer or being written by it
+	writing bool     // an operation or the writer is writing
+	wbufs   [][]byte // buffers of a direct write; used by the operation that set writing
+	writeFn func(fd uintptr) bool
+	wn      int               // result of writeFn
+	werr    error             // result of writeFn
 	ackReq  uint64            // frame count of the last acknowledgement request
 	failed  bool              // err is set
 	pending []*uct.PendingReq // guarded by iface.mu
@@ -123,6 +126,7 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 		wake:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
+	e.writeFn = e.writev
 	if e.raw, err = e.conn.SyscallConn(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("uct/tcp: ep create: %w: %w", ucs.ErrIOError, err)
@@ -224,18 +228,13 @@ func (e *EP) post(f *txFrame, force bool) (st ucs.Status, seq uint64) {
 }
 
 // tryWrite writes bufs to the socket with one non-blocking writev and
-// returns the number of bytes the socket took.
+// returns the number of bytes the socket took. Only the goroutine that set
+// e.writing calls it.
 func (e *EP) tryWrite(bufs [][]byte) (int, error) {
-	var n int
-	var werr error
-	err := e.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = unix.Writev(int(fd), bufs)
-			if werr != unix.EINTR {
-				return true
-			}
-		}
-	})
+	e.wbufs = bufs
+	err := e.raw.Write(e.writeFn)
+	n, werr := e.wn, e.werr
+	e.wn, e.werr = 0, nil
 	switch {
 	case err != nil:
 		return 0, err
@@ -245,6 +244,18 @@ func (e *EP) tryWrite(bufs [][]byte) (int, error) {
 		return 0, werr
 	}
 	return n, nil
+}
+
+// writev is the function of tryWrite's RawConn.Write (a method value made
+// once, so that writes allocate nothing): one attempt, retried only when
+// interrupted.
+func (e *EP) writev(fd uintptr) bool {
+	for {
+		e.wn, e.werr = unix.Writev(int(fd), e.wbufs)
+		if e.werr != unix.EINTR {
+			return true
+		}
+	}
 }
 
 func (e *EP) wakeWriter() {

@@ -90,10 +90,10 @@ func FuzzFrameHeaderDecode(f *testing.F) {
 		typ, id uint8
 		n       int
 	}{{frameAM, 0, 0}, {frameAM, uct.AMMaxID - 1, DefaultRxSegSize}, {framePut, 0, putHeaderLen},
-		{framePut, 0, putHeaderLen + maxPutLen}, {frameAck, 0, ackBodyLen}, {9, 0, 0}} {
+		{framePut, 0, putHeaderLen + maxPutLen}, {frameAck, 0, ackBodyLen}, {frameFlush, 0, 0}, {9, 0, 0}} {
 		b := make([]byte, frameHeaderLen)
 		putFrameHeader(b, h.typ, h.id, h.n)
-		f.Add(b, uint32(1<<frameAM|1<<framePut))
+		f.Add(b, uint32(1<<frameAM|1<<framePut|1<<frameFlush))
 		f.Add(b, uint32(1<<frameAck))
 	}
 	f.Add([]byte{1, 2, 3}, uint32(0xffffffff))
@@ -114,7 +114,9 @@ func FuzzFrameHeaderDecode(f *testing.F) {
 			t.Fatalf("accepted put of %d bytes", h.len)
 		case h.typ == frameAck && (h.id != 0 || h.len != ackBodyLen):
 			t.Fatalf("accepted ack of %d bytes", h.len)
-		case h.typ != frameAM && h.typ != framePut && h.typ != frameAck:
+		case h.typ == frameFlush && (h.id != 0 || h.len != 0):
+			t.Fatalf("accepted acknowledgement request of %d bytes", h.len)
+		case h.typ != frameAM && h.typ != framePut && h.typ != frameAck && h.typ != frameFlush:
 			t.Fatalf("accepted type %d", h.typ)
 		}
 		e := make([]byte, frameHeaderLen)
