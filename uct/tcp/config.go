@@ -37,24 +37,24 @@ const (
 	// maxShort is the largest short operation: the put data, or the 8-byte
 	// header and payload of an active message.
 	maxShort = 256
-	// minSegSize bounds TCP_SEG_SIZE and TCP_RX_SEG_SIZE from below.
+	// minSegSize bounds SEG_SIZE and RX_SEG_SIZE from below.
 	minSegSize = maxShort
 	// maxSegSize bounds them from above.
 	maxSegSize = 16 << 20
 )
 
 // EnvKey is the environment variable the job key is taken from when
-// TCP_KEY is not set: the launcher's job key, standard base64.
+// KEY (UCX_TCP_KEY) is not set: the launcher's job key, standard base64.
 const EnvKey = "GOSHMEM_KEY"
 
 var ifaceConfigTable = []ucs.ConfigField{
-	{Name: "TCP_KEY", Default: "", Doc: "Job key authenticating tcp connections, standard base64 of at least 16 bytes; empty: " + EnvKey + ", or else a random key of this process"},
-	{Name: "TCP_CONN_TIMEOUT", Default: DefaultConnTimeout.String(), Doc: "Time allowed to connect and authenticate a tcp connection"},
-	{Name: "TCP_SEG_SIZE", Default: "8k", Doc: "Largest tcp bcopy operation, in bytes"},
-	{Name: "TCP_RX_SEG_SIZE", Default: "64k", Doc: "Largest tcp active message (AM zcopy), in bytes; must be the same in every process of a job"},
-	{Name: "TCP_TX_QUEUE_LEN", Default: "4m", Doc: "Bytes an EP queues for sending before operations return no resource"},
-	{Name: "TCP_RX_QUEUE_LEN", Default: "16m", Doc: "Bytes of received active messages waiting for progress before the receiver pushes back"},
-	{Name: "TCP_MAX_POLL", Default: "64", Doc: "Active messages one progress call delivers at most"},
+	{Name: "KEY", Default: "", Doc: "Job key authenticating tcp connections, standard base64 of at least 16 bytes; empty: " + EnvKey + ", or else a random key of this process"},
+	{Name: "CONN_TIMEOUT", Default: DefaultConnTimeout.String(), Doc: "Time allowed to connect and authenticate a tcp connection"},
+	{Name: "SEG_SIZE", Default: "8k", Doc: "Largest tcp bcopy operation, in bytes"},
+	{Name: "RX_SEG_SIZE", Default: "64k", Doc: "Largest tcp active message (AM zcopy), in bytes; must be the same in every process of a job"},
+	{Name: "TX_QUEUE_LEN", Default: "4m", Doc: "Bytes an EP queues for sending before operations return no resource"},
+	{Name: "RX_QUEUE_LEN", Default: "16m", Doc: "Bytes of received active messages waiting for progress before the receiver pushes back"},
+	{Name: "MAX_POLL", Default: "64", Doc: "Active messages one progress call delivers at most"},
 }
 
 // ifaceConfig is a parsed iface configuration.
@@ -86,10 +86,16 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 		}
 		return strings.TrimSpace(config.Get(name))
 	}
+	name := func(n string) string {
+		if config == nil {
+			return n
+		}
+		return config.Prefix() + n
+	}
 	var c ifaceConfig
 	var err error
 	jobKey := processKey()
-	if s, from := get("TCP_KEY"), "TCP_KEY"; s != "" || os.Getenv(EnvKey) != "" {
+	if s, from := get("KEY"), name("KEY"); s != "" || os.Getenv(EnvKey) != "" {
 		if s == "" {
 			s, from = strings.TrimSpace(os.Getenv(EnvKey)), EnvKey
 		}
@@ -102,9 +108,9 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 	}
 	c.key = deriveKey(jobKey)
 	c.connTimeout = DefaultConnTimeout
-	if s := get("TCP_CONN_TIMEOUT"); s != "" {
+	if s := get("CONN_TIMEOUT"); s != "" {
 		if c.connTimeout, err = ucs.ParseDuration(s); err != nil || c.connTimeout == 0 {
-			return c, fmt.Errorf("uct/tcp: TCP_CONN_TIMEOUT=%q: %w", s, ucs.ErrInvalidParam)
+			return c, fmt.Errorf("uct/tcp: %s=%q: %w", name("CONN_TIMEOUT"), s, ucs.ErrInvalidParam)
 		}
 	}
 	sizes := []struct {
@@ -113,11 +119,11 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 		def    int
 		lo, hi int
 	}{
-		{"TCP_SEG_SIZE", &c.segSize, DefaultSegSize, minSegSize, maxSegSize},
-		{"TCP_RX_SEG_SIZE", &c.rxSegSize, DefaultRxSegSize, minSegSize, maxSegSize},
-		{"TCP_TX_QUEUE_LEN", &c.txQueueLen, DefaultTxQueueLen, 1, math.MaxInt32},
-		{"TCP_RX_QUEUE_LEN", &c.rxQueueLen, DefaultRxQueueLen, 1, math.MaxInt32},
-		{"TCP_MAX_POLL", &c.maxPoll, DefaultMaxPoll, 1, math.MaxInt32},
+		{"SEG_SIZE", &c.segSize, DefaultSegSize, minSegSize, maxSegSize},
+		{"RX_SEG_SIZE", &c.rxSegSize, DefaultRxSegSize, minSegSize, maxSegSize},
+		{"TX_QUEUE_LEN", &c.txQueueLen, DefaultTxQueueLen, 1, math.MaxInt32},
+		{"RX_QUEUE_LEN", &c.rxQueueLen, DefaultRxQueueLen, 1, math.MaxInt32},
+		{"MAX_POLL", &c.maxPoll, DefaultMaxPoll, 1, math.MaxInt32},
 	}
 	for _, f := range sizes {
 		*f.dst = f.def
@@ -127,15 +133,15 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 		}
 		v, err := ucs.ParseSize(s)
 		if err != nil {
-			return c, fmt.Errorf("uct/tcp: %s: %w", f.name, err)
+			return c, fmt.Errorf("uct/tcp: %s: %w", name(f.name), err)
 		}
 		if v < uint64(f.lo) || v > uint64(f.hi) {
-			return c, fmt.Errorf("uct/tcp: %s=%d outside [%d, %d]: %w", f.name, v, f.lo, f.hi, ucs.ErrInvalidParam)
+			return c, fmt.Errorf("uct/tcp: %s=%d outside [%d, %d]: %w", name(f.name), v, f.lo, f.hi, ucs.ErrInvalidParam)
 		}
 		*f.dst = int(v)
 	}
 	if c.segSize > c.rxSegSize {
-		return c, fmt.Errorf("uct/tcp: TCP_SEG_SIZE=%d above TCP_RX_SEG_SIZE=%d: %w", c.segSize, c.rxSegSize, ucs.ErrInvalidParam)
+		return c, fmt.Errorf("uct/tcp: %s=%d above %s=%d: %w", name("SEG_SIZE"), c.segSize, name("RX_SEG_SIZE"), c.rxSegSize, ucs.ErrInvalidParam)
 	}
 	return c, nil
 }

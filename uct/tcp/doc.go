@@ -26,7 +26,7 @@
 //
 // An Iface listens on the address of its device only (127.0.0.1 for "lo"),
 // on a port the kernel picks; its address is that IP and port plus a random
-// iface id. EPCreate connects eagerly (TCP_CONN_TIMEOUT bounds the dial and
+// iface id. EPCreate connects eagerly (UCX_TCP_CONN_TIMEOUT bounds the dial and
 // the handshake): one connection per EP, which carries the EP's frames to
 // the peer iface and the peer's acknowledgements back.
 //
@@ -37,9 +37,9 @@
 // derived from the job key. A connection that fails the handshake (wrong
 // key, wrong iface id, malformed message, timeout) is closed and logged, and
 // nothing it sent reaches a handler or memory. The job key is the iface
-// configuration variable TCP_KEY (UCX_TCP_KEY, standard base64, at least 16
-// bytes) or else the environment variable GOSHMEM_KEY that the launcher
-// sets. With neither, the process uses a random key of its own: its ifaces
+// configuration variable KEY (UCX_TCP_KEY as ucp reads it; standard base64,
+// at least 16 bytes) or else the environment variable GOSHMEM_KEY that the
+// launcher sets. With neither, the process uses a random key of its own: its ifaces
 // then reach each other but no other process.
 //
 // # Wire format
@@ -64,7 +64,7 @@
 // operations return ucs.OK when the socket took everything at once, and
 // otherwise ucs.InProgress, and their Completion is signalled from
 // Iface.Progress once the data was written to the socket. When the bytes
-// queued exceed TCP_TX_QUEUE_LEN, operations fail with ucs.ErrNoResource
+// queued exceed UCX_TCP_TX_QUEUE_LEN, operations fail with ucs.ErrNoResource
 // (an operation on an empty queue is always taken, whatever its size);
 // PendingAdd queues a request, which Progress calls when the queue drained.
 //
@@ -84,7 +84,7 @@
 //   - Active messages for handlers installed with uct.CBFlagAsync are
 //     delivered by the receiving goroutine, at once; those for
 //     uct.CBFlagSync handlers are queued and delivered by Iface.Progress. The
-//     queue holds at most TCP_RX_QUEUE_LEN bytes: beyond that the receiving
+//     queue holds at most UCX_TCP_RX_QUEUE_LEN bytes: beyond that the receiving
 //     goroutine stops reading, and TCP flow control pushes back on the
 //     sender. Handlers get uct.CBParamFlagDesc and may keep data by
 //     returning ucs.InProgress until Iface.ReleaseDesc.

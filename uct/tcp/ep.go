@@ -95,7 +95,7 @@ type EP struct {
 }
 
 // EPCreate connects to the iface whose addresses params gives and
-// authenticates the connection, within TCP_CONN_TIMEOUT. Malformed
+// authenticates the connection, within UCX_TCP_CONN_TIMEOUT. Malformed
 // addresses fail with ucs.ErrInvalidAddr; an iface that IsReachable says
 // cannot be reached, one that does not answer, refuses the connection or
 // fails the handshake (another job key, another iface at that port), with
@@ -159,7 +159,7 @@ func (e *EP) hasRoom() bool {
 // post sends f: it returns ucs.OK when the socket took the whole frame at
 // once, and ucs.InProgress when (the rest of) f was queued for the writer.
 // Unless force is set it fails with ucs.ErrNoResource when
-// TCP_TX_QUEUE_LEN bytes are queued; it fails with the EP's error when the
+// UCX_TCP_TX_QUEUE_LEN bytes are queued; it fails with the EP's error when the
 // EP failed. f is released unless it was queued. seq is the frame's number
 // (the issued count with it).
 func (e *EP) post(f *txFrame, force bool) (st ucs.Status, seq uint64) {
@@ -656,7 +656,7 @@ func (e *EP) Fence(uint32) ucs.Status { return ucs.OK }
 // PendingAdd returns ucs.ErrBusy when the EP would take an operation now
 // (or has failed: the operation then reports the error); otherwise it
 // queues r, to be called from the iface's Progress, in order, once the
-// EP's queue drained below TCP_TX_QUEUE_LEN, until it posts (any result but
+// EP's queue drained below UCX_TCP_TX_QUEUE_LEN, until it posts (any result but
 // ucs.ErrNoResource).
 func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
 	if e.hasRoom() {

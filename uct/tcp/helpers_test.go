@@ -32,7 +32,7 @@ func pattern(n, seed int) []byte {
 func testConfig(tb testing.TB, settings ...string) *ucs.Config {
 	tb.Helper()
 	c := ucs.ReadConfig("GOSHMEM_TCP_TEST_UNSET_", ifaceConfigTable)
-	if err := c.Modify("TCP_KEY", testKey); err != nil {
+	if err := c.Modify("KEY", testKey); err != nil {
 		tb.Fatal(err)
 	}
 	for _, s := range settings {

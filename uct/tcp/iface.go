@@ -52,7 +52,7 @@ type flushWaiter struct {
 	comp    *uct.Completion
 }
 
-// rxMsgCost is what a queued message counts against TCP_RX_QUEUE_LEN
+// rxMsgCost is what a queued message counts against UCX_TCP_RX_QUEUE_LEN
 // beyond its bytes, so that empty messages count too.
 const rxMsgCost = 64
 
@@ -266,7 +266,7 @@ func (i *Iface) ReleaseDesc(data []byte) { putBuf(data) }
 // markDirty tells Progress it has work.
 func (i *Iface) markDirty() { i.dirty.Store(true) }
 
-// Progress delivers up to TCP_MAX_POLL queued active messages to their
+// Progress delivers up to UCX_TCP_MAX_POLL queued active messages to their
 // handlers, signals the completions of zcopy operations and flushes, calls
 // the error handler for failed EPs, and calls pending requests of EPs that
 // have room again. It returns the number of events handled; with nothing to
@@ -305,7 +305,7 @@ func (i *Iface) Progress() int {
 	return n
 }
 
-// deliver calls the handlers of up to TCP_MAX_POLL queued messages.
+// deliver calls the handlers of up to UCX_TCP_MAX_POLL queued messages.
 func (i *Iface) deliver() int {
 	i.mu.Lock()
 	k := min(len(i.rxq)-i.rxHead, i.cfg.maxPoll)

@@ -56,7 +56,7 @@ func runPeer(key string) error {
 		return err
 	}
 	cfg := ucs.ReadConfig("GOSHMEM_TCP_TEST_UNSET_", ifaceConfigTable)
-	cfg.Modify("TCP_KEY", key)
+	cfg.Modify("KEY", key)
 	iface, err := md.IfaceOpen(nil, &uct.IfaceParams{DevName: "lo"}, cfg)
 	if err != nil {
 		return err

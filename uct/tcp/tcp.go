@@ -308,8 +308,8 @@ func deviceIP(ifi *net.Interface) (net.IP, error) {
 	return nil, fmt.Errorf("uct/tcp: interface %s has no usable address: %w", ifi.Name, ucs.ErrNoDevice)
 }
 
-// IfaceConfigTable is the configuration of tcp ifaces; the names carry the
-// TCP_ prefix, so that ucp reads them as UCX_TCP_*.
+// IfaceConfigTable is the configuration of tcp ifaces; ucp reads it under
+// the prefix UCX_TCP_ (UCX_TCP_KEY, UCX_TCP_CONN_TIMEOUT, ...).
 func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
 
 // Close does nothing: registrations and ifaces are released on their own.

@@ -121,20 +121,71 @@ func TestConfig(t *testing.T) {
 	md := testMD(t)
 	dev := loopbackDev(t)
 	for _, s := range []string{
-		"TCP_KEY=not base64!", "TCP_KEY=c2hvcnQ=", "TCP_CONN_TIMEOUT=soon", "TCP_CONN_TIMEOUT=0",
-		"TCP_SEG_SIZE=1", "TCP_SEG_SIZE=1m", "TCP_RX_SEG_SIZE=1g", "TCP_TX_QUEUE_LEN=0", "TCP_MAX_POLL=x",
+		"KEY=not base64!", "KEY=c2hvcnQ=", "CONN_TIMEOUT=soon", "CONN_TIMEOUT=0",
+		"SEG_SIZE=1", "SEG_SIZE=1m", "RX_SEG_SIZE=1g", "TX_QUEUE_LEN=0", "MAX_POLL=x",
 	} {
 		_, err := md.IfaceOpen(nil, &uct.IfaceParams{DevName: dev}, testConfig(t, s))
 		if !errors.Is(err, ucs.ErrInvalidParam) {
 			t.Errorf("%s: IfaceOpen err = %v, want ErrInvalidParam", s, err)
 		}
-		if err != nil && strings.Contains(s, "TCP_KEY") && strings.Contains(err.Error(), strings.TrimPrefix(s, "TCP_KEY=")) {
+		if err != nil && strings.Contains(s, "KEY") && strings.Contains(err.Error(), strings.TrimPrefix(s, "KEY=")) {
 			t.Errorf("%s: the error %q shows the key", s, err)
 		}
 	}
-	i := openIface(t, md, nil, "TCP_SEG_SIZE=1k", "TCP_RX_SEG_SIZE=2k")
+	i := openIface(t, md, nil, "SEG_SIZE=1k", "RX_SEG_SIZE=2k")
 	if ia, _ := i.Query(); ia.AM.MaxBcopy != 1024 || ia.AM.MaxZcopy != 2048 || ia.Put.MaxBcopy != 1024 {
-		t.Errorf("limits %+v after TCP_SEG_SIZE=1k TCP_RX_SEG_SIZE=2k", ia)
+		t.Errorf("limits %+v after UCX_TCP_SEG_SIZE=1k UCX_TCP_RX_SEG_SIZE=2k", ia)
+	}
+}
+
+// TestKeySources checks where the job key comes from: UCX_TCP_KEY, else
+// GOSHMEM_KEY, else a key of this process only.
+func TestKeySources(t *testing.T) {
+	md := testMD(t)
+	dev := loopbackDev(t)
+	withKey := openIface(t, md, nil)
+	open := func(config *ucs.Config) *Iface {
+		t.Helper()
+		i, err := md.IfaceOpen(nil, &uct.IfaceParams{DevName: dev}, config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(i.Close)
+		return i.(*Iface)
+	}
+	try := func(a, b *Iface) error {
+		ep, err := a.EPCreate(&uct.EPParams{DeviceAddr: b.DeviceAddress(), IfaceAddr: b.Address()})
+		if err == nil {
+			ep.Destroy()
+		}
+		return err
+	}
+	captureLog(t)
+
+	t.Setenv(EnvKey, "")
+	own1, own2 := open(nil), open(ucs.ReadConfig("UCX_TCP_", ifaceConfigTable))
+	if err := try(own1, own2); err != nil {
+		t.Errorf("two ifaces with this process's key: %v", err)
+	}
+	if err := try(own1, withKey); !errors.Is(err, ucs.ErrRejected) {
+		t.Errorf("process key to the test key: err = %v, want ErrRejected", err)
+	}
+
+	t.Setenv(EnvKey, testKey)
+	if err := try(open(nil), withKey); err != nil {
+		t.Errorf("key from %s: %v", EnvKey, err)
+	}
+	t.Setenv(EnvKey, "bm90IHRoZSBzYW1lIGtleSBhdCBhbGwgMDEyMzQ1Njc4OQ==")
+	t.Setenv("UCX_TCP_KEY", testKey)
+	if err := try(open(ucs.ReadConfig("UCX_TCP_", ifaceConfigTable)), withKey); err != nil {
+		t.Errorf("key from UCX_TCP_KEY over %s: %v", EnvKey, err)
+	}
+	if err := try(open(nil), withKey); !errors.Is(err, ucs.ErrRejected) {
+		t.Errorf("key from %s, which differs: err = %v, want ErrRejected", EnvKey, err)
+	}
+	t.Setenv(EnvKey, "short")
+	if _, err := md.IfaceOpen(nil, &uct.IfaceParams{DevName: dev}, nil); !errors.Is(err, ucs.ErrInvalidParam) || !strings.Contains(err.Error(), EnvKey) {
+		t.Errorf("bad %s: err = %v, want ErrInvalidParam naming it", EnvKey, err)
 	}
 }
 
@@ -571,8 +622,8 @@ func TestFlush(t *testing.T) {
 // message, in order.
 func TestPending(t *testing.T) {
 	md := testMD(t)
-	a := openIface(t, md, nil, "TCP_TX_QUEUE_LEN=128k")
-	b := openIface(t, md, nil, "TCP_RX_QUEUE_LEN=256k")
+	a := openIface(t, md, nil, "TX_QUEUE_LEN=128k")
+	b := openIface(t, md, nil, "RX_QUEUE_LEN=256k")
 	ep := connect(t, a, b)
 	const n, size = 400, 60 << 10
 	var got []uint32
@@ -658,7 +709,7 @@ func TestPending(t *testing.T) {
 // never called.
 func TestPendingPurge(t *testing.T) {
 	md := testMD(t)
-	a := openIface(t, md, nil, "TCP_TX_QUEUE_LEN=1")
+	a := openIface(t, md, nil, "TX_QUEUE_LEN=1")
 	b := openIface(t, md, nil)
 	b.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
 	ep := connect(t, a, b)
@@ -776,7 +827,7 @@ func TestWrongKey(t *testing.T) {
 	logs := captureLog(t)
 	md := testMD(t)
 	a := openIface(t, md, nil)
-	b := openIface(t, md, nil, "TCP_KEY=b3RoZXIgam9iIGtleSAwMTIzNDU2Nzg5MDEyMw==")
+	b := openIface(t, md, nil, "KEY=b3RoZXIgam9iIGtleSAwMTIzNDU2Nzg5MDEyMw==")
 	seen := atomic.Int32{}
 	for _, i := range []*Iface{a, b} {
 		i.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { seen.Add(1); return ucs.OK }, nil, uct.CBFlagAsync)
@@ -1014,8 +1065,8 @@ func TestClosedPeer(t *testing.T) {
 // signals their completions, and that closing an iface with EPs works.
 func TestDestroy(t *testing.T) {
 	md := testMD(t)
-	a := openIface(t, md, nil, "TCP_TX_QUEUE_LEN=1")
-	b := openIface(t, md, nil, "TCP_RX_QUEUE_LEN=1")
+	a := openIface(t, md, nil, "TX_QUEUE_LEN=1")
+	b := openIface(t, md, nil, "RX_QUEUE_LEN=1")
 	b.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
 	ep, err := a.EPCreate(&uct.EPParams{DeviceAddr: b.DeviceAddress(), IfaceAddr: b.Address()})
 	if err != nil {
