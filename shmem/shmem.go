@@ -197,6 +197,10 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 		st = state{}
 		return err
 	}
+	if err := st.barrier.chooseCentral(); err != nil {
+		st = state{}
+		return err
+	}
 	m.OnFailure(onPeerFailure)
 	st.inited = true
 	if err := m.Barrier(); err != nil {

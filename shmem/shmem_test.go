@@ -18,19 +18,48 @@ import (
 // nps are the job sizes every routine is tested with (odd sizes included).
 var nps = []int{1, 2, 3, 4}
 
-// job runs body as every PE of jobs of each size in nps, between Init and
-// Finalize.
+// transports are the ways the routines are tested: over shared memory (the
+// default), over loopback TCP only (puts on the tcp lane, gets and atomics in
+// software), and mixed: odd PEs use only TCP, so the even PEs reach each
+// other through shared memory and the odd ones through TCP, and one word is
+// hit at once by CPU atomics and software atomics.
+var transports = []struct{ name, env string }{
+	{"sm", ""},
+	{"tcp", "UCX_TLS=tcp,self"},
+	{"mixed", ""},
+}
+
+// variantEnv tells a PE which transport variant it runs.
+const variantEnv = "GOSHMEM_TEST_TRANSPORT"
+
+// variant returns the transport variant this PE runs.
+func variant() string { return os.Getenv(variantEnv) }
+
+// job runs body as every PE of jobs of each size in nps, over each of the
+// transports, between Init and Finalize.
 func job(t *testing.T, body func(t *testing.T, me, n int)) {
 	t.Helper()
-	petest.Run(t, nps, func(t *testing.T) {
-		if err := shmem.Init(); err != nil {
-			t.Fatalf("Init: %v", err)
+	for _, tr := range transports {
+		env := []string{variantEnv + "=" + tr.name}
+		if tr.env != "" {
+			env = append(env, tr.env)
 		}
-		defer shmem.Finalize()
-		defer petest.ExitIfFailed(t)
-		body(t, shmem.MyPE(), shmem.NPEs())
-	})
+		petest.RunWith(t, petest.Options{Name: tr.name, NPs: nps, Env: env}, func(t *testing.T) {
+			if variant() == "mixed" && os.Getenv("GOSHMEM_RANK") != "" && os.Getenv("GOSHMEM_RANK")[len(os.Getenv("GOSHMEM_RANK"))-1]%2 == 1 {
+				os.Setenv("UCX_TLS", "tcp,self")
+			}
+			if err := shmem.Init(); err != nil {
+				t.Fatalf("Init: %v", err)
+			}
+			defer shmem.Finalize()
+			defer petest.ExitIfFailed(t)
+			body(t, shmem.MyPE(), shmem.NPEs())
+		})
+	}
 }
+
+// sameNode reports whether every PE maps every other's heap in this variant.
+func sameNode() bool { return variant() == "sm" }
 
 // calloc allocates a zeroed symmetric array or fails the test.
 func calloc[T any](t *testing.T, n int) []T {
@@ -66,15 +95,21 @@ func TestInitAndQueries(t *testing.T) {
 		if shmem.AddrAccessible(&local, 0) {
 			t.Error("AddrAccessible true for a Go variable")
 		}
-		for pe := 0; pe < n; pe++ {
+		if shmem.Ptr(&x[0], me) == nil {
+			t.Errorf("Ptr to this PE is nil")
+		}
+		for pe := 0; pe < n && sameNode(); pe++ {
 			if shmem.Ptr(&x[0], pe) == nil {
 				t.Errorf("Ptr to PE %d is nil on one node", pe)
 			}
 		}
 		x[0] = int64(me)
 		shmem.BarrierAll()
-		if got := *shmem.Ptr(&x[0], (me+1)%n); got != int64((me+1)%n) {
-			t.Errorf("load through Ptr = %d, want %d", got, (me+1)%n)
+		if p := shmem.Ptr(&x[0], (me+1)%n); p != nil && *p != int64((me+1)%n) {
+			t.Errorf("load through Ptr = %d, want %d", *p, (me+1)%n)
+		}
+		if variant() == "tcp" && n > 1 && shmem.Ptr(&x[0], (me+1)%n) != nil {
+			t.Errorf("Ptr to another PE is direct with UCX_TLS=tcp,self")
 		}
 		shmem.BarrierAll()
 	})
@@ -429,6 +464,9 @@ func TestBadInputPanics(t *testing.T) {
 
 func TestSameNodeHotPathsAllocateNothing(t *testing.T) {
 	job(t, func(t *testing.T, me, n int) {
+		if !sameNode() {
+			t.Skip("the allocation-free paths are those to same-node PEs; this variant uses the network")
+		}
 		x := calloc[int64](t, 8)
 		to := (me + 1) % n
 		src := []int64{1, 2, 3, 4}

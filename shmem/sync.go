@@ -113,7 +113,30 @@ func (b *barrierState) init() error {
 	}
 	clear(unsafe.Slice((*byte)(st.heap.At(off)), lines*counterStride))
 	b.off = uintptr(off)
-	b.central = st.spin == spinOversubscribed && st.peers[0].base != nil
+	return nil
+}
+
+// chooseCentral decides, the same way on every PE, whether barriers are
+// centralized: only on an oversubscribed node where every PE maps every
+// other's heap, which every PE reports in a bootstrap allgather (transports
+// may differ among PEs, so no PE can tell alone).
+func (b *barrierState) chooseCentral() error {
+	mapped := byte(1)
+	for i := range st.peers {
+		if st.peers[i].base == nil {
+			mapped = 0
+		}
+	}
+	all, err := st.member.Allgather([]byte{mapped})
+	if err != nil {
+		return fmt.Errorf("barrier setup: %w", err)
+	}
+	b.central = st.spin == spinOversubscribed
+	for _, m := range all {
+		if len(m) != 1 || m[0] != 1 {
+			b.central = false
+		}
+	}
 	return nil
 }
 

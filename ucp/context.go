@@ -27,6 +27,7 @@ import (
 	_ "github.com/goshmem/goshmem/uct/cma"
 	_ "github.com/goshmem/goshmem/uct/self"
 	_ "github.com/goshmem/goshmem/uct/sm"
+	_ "github.com/goshmem/goshmem/uct/tcp"
 )
 
 // Version of the goshmem ucp layer (ucp_get_version).
@@ -191,10 +192,11 @@ type resource struct {
 }
 
 type mdEntry struct {
-	comp  uct.Component
-	md    uct.MD
-	attr  uct.MDAttr
-	index int
+	comp     uct.Component
+	md       uct.MD
+	attr     uct.MDAttr
+	index    int
+	selected int // transports of the MD that UCX_TLS selected
 }
 
 // Context is a UCP application context (ucp_context_h): the selected memory
@@ -375,6 +377,7 @@ func (c *Context) selectResources() error {
 				c.resources = append(c.resources, resource{md: e, tl: tl, index: len(c.resources)})
 				selected++
 			}
+			e.selected = selected
 			// An MD without selected transports is kept if it can allocate
 			// memory, as UCX keeps alloc-only MDs for mem map.
 			if selected == 0 && attr.Flags&uct.MDFlagAlloc == 0 {

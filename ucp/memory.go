@@ -479,7 +479,9 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 			break
 		}
 		for _, e := range ep.w.ctx.mds {
-			if e.comp.Name() == name && e.attr.Flags&uct.MDFlagRkeyPtr != 0 {
+			// Only through a transport UCX_TLS selected: an MD kept just to
+			// allocate memory must not open a path the user excluded.
+			if e.comp.Name() == name && e.attr.Flags&uct.MDFlagRkeyPtr != 0 && e.selected > 0 {
 				if pe, err := unpack(name); err == nil && pe.hasPtr {
 					rk.ptr = pe
 				}

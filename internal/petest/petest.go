@@ -113,6 +113,9 @@ func runJob(t *testing.T, np int, o Options) {
 		t.Fatalf("job of %d PEs exited with %d, want %d (err %v); output:\n%s", np, code, o.WantExit, err, output)
 	}
 	if o.WantExit == 0 && !strings.Contains(output, "--- PASS: "+t.Name()) {
+		if strings.Contains(output, "--- SKIP: "+t.Name()) {
+			t.Skipf("the PEs skipped: %s", skipReason(output))
+		}
 		t.Fatalf("job of %d PEs ran no test; output:\n%s", np, output)
 	}
 	if o.Check != nil {
@@ -168,4 +171,16 @@ func launch(ctx context.Context, np int, args, env []string, tag bool) (int, str
 		Logf:      func(format string, args ...any) { fmt.Fprintf(w, "goshmem-run: "+format+"\n", args...) },
 	})
 	return code, w.String(), err
+}
+
+// skipReason returns the first line the PEs logged after "--- SKIP", which
+// carries the reason t.Skip gave.
+func skipReason(output string) string {
+	lines := strings.Split(output, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "--- SKIP: ") && i+1 < len(lines) {
+			return strings.TrimSpace(lines[i+1])
+		}
+	}
+	return "(no reason given)"
 }
