@@ -3,7 +3,6 @@ package self
 import (
 	"encoding/binary"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -186,79 +185,29 @@ func (e *EP) AtomicCSwap32(compare, swap uint32, raddr uint64, rkey uint64, resu
 	return atomic32(uct.AtomicOpCSwap, swap, compare, raddr, rkey, result)
 }
 
-// atomic64 applies op to the word at raddr+rkey and stores the old value in
-// *old.
+// atomic64 applies op to the 8-byte word at raddr+rkey with the CPU
+// atomics every transport shares, and stores the old value in *old.
 func atomic64(op uct.AtomicOp, v, cmp uint64, raddr, rkey uint64, old *uint64) ucs.Status {
-	if (raddr+rkey)&7 != 0 {
+	if uintptr(ptr(raddr, rkey))&7 != 0 {
 		return ucs.ErrInvalidParam
 	}
-	p := (*uint64)(ptr(raddr, rkey))
-	switch op {
-	case uct.AtomicOpAdd:
-		*old = atomic.AddUint64(p, v) - v
-	case uct.AtomicOpAnd:
-		*old = atomic.AndUint64(p, v)
-	case uct.AtomicOpOr:
-		*old = atomic.OrUint64(p, v)
-	case uct.AtomicOpXor:
-		for {
-			o := atomic.LoadUint64(p)
-			if atomic.CompareAndSwapUint64(p, o, o^v) {
-				*old = o
-				break
-			}
-		}
-	case uct.AtomicOpSwap:
-		*old = atomic.SwapUint64(p, v)
-	case uct.AtomicOpCSwap:
-		for {
-			o := atomic.LoadUint64(p)
-			if o != cmp || atomic.CompareAndSwapUint64(p, o, v) {
-				*old = o
-				break
-			}
-		}
-	default:
-		return ucs.ErrUnsupported
+	o, st := uct.CPUAtomic64(op, (*uint64)(ptr(raddr, rkey)), v, cmp)
+	if st == ucs.OK {
+		*old = o
 	}
-	return ucs.OK
+	return st
 }
 
 // atomic32 is atomic64 for 4-byte words.
 func atomic32(op uct.AtomicOp, v, cmp uint32, raddr, rkey uint64, old *uint32) ucs.Status {
-	if (raddr+rkey)&3 != 0 {
+	if uintptr(ptr(raddr, rkey))&3 != 0 {
 		return ucs.ErrInvalidParam
 	}
-	p := (*uint32)(ptr(raddr, rkey))
-	switch op {
-	case uct.AtomicOpAdd:
-		*old = atomic.AddUint32(p, v) - v
-	case uct.AtomicOpAnd:
-		*old = atomic.AndUint32(p, v)
-	case uct.AtomicOpOr:
-		*old = atomic.OrUint32(p, v)
-	case uct.AtomicOpXor:
-		for {
-			o := atomic.LoadUint32(p)
-			if atomic.CompareAndSwapUint32(p, o, o^v) {
-				*old = o
-				break
-			}
-		}
-	case uct.AtomicOpSwap:
-		*old = atomic.SwapUint32(p, v)
-	case uct.AtomicOpCSwap:
-		for {
-			o := atomic.LoadUint32(p)
-			if o != cmp || atomic.CompareAndSwapUint32(p, o, v) {
-				*old = o
-				break
-			}
-		}
-	default:
-		return ucs.ErrUnsupported
+	o, st := uct.CPUAtomic32(op, (*uint32)(ptr(raddr, rkey)), v, cmp)
+	if st == ucs.OK {
+		*old = o
 	}
-	return ucs.OK
+	return st
 }
 
 // Flush returns OK: every operation completed on return.

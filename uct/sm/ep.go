@@ -2,7 +2,6 @@ package sm
 
 import (
 	"encoding/binary"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -199,37 +198,17 @@ func (e *EP) AtomicCSwap32(compare, swap uint32, raddr uint64, rkey uint64, resu
 
 // atomic64 applies op to the word at p, which must be 8-byte aligned
 // (ucs.ErrInvalidParam otherwise: a split lock is not atomic everywhere),
-// and stores the old value in *old.
+// with the CPU atomics every transport shares, and stores the old value in
+// *old.
 func atomic64(op uct.AtomicOp, v, cmp uint64, p unsafe.Pointer, old *uint64) ucs.Status {
 	if uintptr(p)&7 != 0 {
 		return ucs.ErrInvalidParam
 	}
-	w := (*uint64)(p)
-	switch op {
-	case uct.AtomicOpAdd:
-		*old = atomic.AddUint64(w, v) - v
-	case uct.AtomicOpAnd:
-		*old = atomic.AndUint64(w, v)
-	case uct.AtomicOpOr:
-		*old = atomic.OrUint64(w, v)
-	case uct.AtomicOpXor:
-		o := atomic.LoadUint64(w)
-		for !atomic.CompareAndSwapUint64(w, o, o^v) {
-			o = atomic.LoadUint64(w)
-		}
+	o, st := uct.CPUAtomic64(op, (*uint64)(p), v, cmp)
+	if st == ucs.OK {
 		*old = o
-	case uct.AtomicOpSwap:
-		*old = atomic.SwapUint64(w, v)
-	case uct.AtomicOpCSwap:
-		o := atomic.LoadUint64(w)
-		for o == cmp && !atomic.CompareAndSwapUint64(w, o, v) {
-			o = atomic.LoadUint64(w)
-		}
-		*old = o
-	default:
-		return ucs.ErrUnsupported
 	}
-	return ucs.OK
+	return st
 }
 
 // atomic32 is atomic64 for 4-byte words.
@@ -237,32 +216,11 @@ func atomic32(op uct.AtomicOp, v, cmp uint32, p unsafe.Pointer, old *uint32) ucs
 	if uintptr(p)&3 != 0 {
 		return ucs.ErrInvalidParam
 	}
-	w := (*uint32)(p)
-	switch op {
-	case uct.AtomicOpAdd:
-		*old = atomic.AddUint32(w, v) - v
-	case uct.AtomicOpAnd:
-		*old = atomic.AndUint32(w, v)
-	case uct.AtomicOpOr:
-		*old = atomic.OrUint32(w, v)
-	case uct.AtomicOpXor:
-		o := atomic.LoadUint32(w)
-		for !atomic.CompareAndSwapUint32(w, o, o^v) {
-			o = atomic.LoadUint32(w)
-		}
+	o, st := uct.CPUAtomic32(op, (*uint32)(p), v, cmp)
+	if st == ucs.OK {
 		*old = o
-	case uct.AtomicOpSwap:
-		*old = atomic.SwapUint32(w, v)
-	case uct.AtomicOpCSwap:
-		o := atomic.LoadUint32(w)
-		for o == cmp && !atomic.CompareAndSwapUint32(w, o, v) {
-			o = atomic.LoadUint32(w)
-		}
-		*old = o
-	default:
-		return ucs.ErrUnsupported
 	}
-	return ucs.OK
+	return st
 }
 
 // Flush returns OK: every operation completed on return.
