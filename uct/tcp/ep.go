@@ -394,7 +394,10 @@ func (e *EP) fail(st ucs.Status, cause error) {
 		f.release()
 	}
 	i.markDirty()
-	if cause != nil && !closed && !errors.Is(cause, net.ErrClosed) {
+	// An orderly close by the peer (EOF) is how every job ends, one PE
+	// before another: the EP fails, its error handler runs, and nothing is
+	// logged.
+	if cause != nil && !closed && !errors.Is(cause, net.ErrClosed) && !errors.Is(cause, io.EOF) {
 		logf("ep to %s failed: %v", e.peer, cause)
 	}
 }
