@@ -83,7 +83,8 @@ type state struct {
 	ctx      *ucp.Context
 	worker   *ucp.Worker
 	barrier  barrierState
-	spin     int // loads a waiter spins before yielding
+	spin     int  // loads a waiter spins before yielding
+	netPoll  bool // some peer is reached through the network
 	inited   bool
 }
 
@@ -190,6 +191,9 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
 	st.peers = peers
 	st.spin = spinDedicated
+	for i := range peers {
+		st.netPoll = st.netPoll || peers[i].base == nil
+	}
 	if m.LocalSize() > runtime.NumCPU() {
 		st.spin = spinOversubscribed
 	}

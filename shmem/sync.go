@@ -163,10 +163,9 @@ func (b *barrierState) sync() {
 		if q := &st.peers[to]; q.base != nil {
 			atomic.AddUint64((*uint64)(unsafe.Add(q.base, off)), 1)
 		} else {
+			// No flush: the peer waits for this add, and the operations
+			// before the barrier were completed by Quiet already.
 			amoSlow("BarrierAll", to, off, 8, ucp.AtomicOpAdd, 1, 0, false)
-			if err := q.ep.Flush(); err != nil {
-				fatal("BarrierAll", to, err)
-			}
 		}
 		waitGE((*uint64)(st.heap.At(int(off))), b.epoch)
 	}
@@ -199,6 +198,12 @@ func (w *waiter) pause() {
 		st.worker.Progress()
 	}
 	if w.n > st.spin {
+		if st.netPoll {
+			// Data from the network arrives through Go's poller, which a
+			// thread that only yields would starve (see ucp.Worker.Idle).
+			st.worker.Idle()
+			return
+		}
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }

@@ -336,8 +336,10 @@ func (c *Context) region(token, raddr, n uint64) (unsafe.Pointer, bool) {
 }
 
 // swRecv handles a software message that arrived on one of the worker's
-// interfaces.
+// interfaces, and wakes the worker's waiter: the message may be what it
+// waits for.
 func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
+	defer w.notify()
 	h, payload, err := decodeSwHeader(data)
 	if err != nil {
 		log.Printf("ucp: worker %s: dropped a malformed software message: %v", w.name, err)

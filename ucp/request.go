@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -227,7 +226,7 @@ func (r *Request) IsCompleted() bool { return ucs.Status(r.state.Load()) != ucs.
 func (r *Request) Wait() error {
 	for !r.IsCompleted() {
 		if r.w.Progress() == 0 {
-			runtime.Gosched()
+			r.w.Idle()
 		}
 	}
 	return r.Status()

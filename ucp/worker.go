@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -76,20 +77,23 @@ type workerIface struct {
 // goroutine at a time may use the worker and its endpoints; in multi mode
 // operations lock the worker.
 type Worker struct {
-	ctx      *Context
-	params   WorkerParams
-	mode     ucs.ThreadMode
-	name     string
-	uid      uint64
-	uw       *uct.Worker
-	ifaces   []*workerIface
-	address  []byte
-	mu       sync.Mutex // taken in ThreadModeMulti only
-	eps      []*Endpoint
-	epMu     sync.Mutex
-	inflight atomic.Int64 // operations started and not completed
-	sw       swState
-	closed   bool
+	ctx       *Context
+	params    WorkerParams
+	mode      ucs.ThreadMode
+	name      string
+	uid       uint64
+	uw        *uct.Worker
+	ifaces    []*workerIface
+	address   []byte
+	mu        sync.Mutex // taken in ThreadModeMulti only
+	eps       []*Endpoint
+	epMu      sync.Mutex
+	inflight  atomic.Int64 // operations started and not completed
+	sw        swState
+	netPoll   bool          // some interface receives through Go's network poller
+	events    chan struct{} // signalled by receive paths, for Idle
+	idleTimer *time.Timer
+	closed    bool
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -98,7 +102,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	if c.closed.Load() {
 		return nil, fmt.Errorf("ucp worker create: %w", errClosed)
 	}
-	w := &Worker{ctx: c}
+	w := &Worker{ctx: c, events: make(chan struct{}, 1)}
 	if params != nil {
 		w.params = *params
 	}
@@ -122,6 +126,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		w.name = w.name[:maxAddrName]
 	}
 	w.uw = uct.NewWorker(w.mode)
+	w.uw.SetSignal(w.notify)
 	for i := range c.resources {
 		r := &c.resources[i]
 		cfg := ucs.ReadConfig(c.componentPrefix(r.tl.TLName), r.md.md.IfaceConfigTable())
@@ -135,6 +140,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 			continue
 		}
 		wi := &workerIface{rsc: r, iface: iface, attr: attr, index: len(w.ifaces)}
+		w.netPoll = w.netPoll || r.tl.DevType == uct.DeviceTypeNet
 		w.ifaces = append(w.ifaces, wi)
 		w.uw.ProgressRegister(iface.Progress)
 	}
@@ -149,9 +155,45 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	return w, nil
 }
 
-// idle gives the processor away briefly in a wait loop that made no
-// progress.
-func (w *Worker) idle() { runtime.Gosched() }
+// Idle gives the processor away in a wait loop that made no progress. When
+// every interface of the worker is served by shared memory it yields the
+// thread. When some interface receives through Go's network poller (tcp), it
+// parks the goroutine for a moment instead: a goroutine that only yields
+// stays runnable, and the scheduler then polls the network only every 10 ms,
+// so replies would wait that long.
+//
+// Parked, it wakes as soon as a receive path of the worker handles a message
+// (a reply, a software put or atomic), or after idleWait at most: data some
+// transports write straight into memory does not pass through the worker.
+func (w *Worker) Idle() {
+	if !w.netPoll {
+		runtime.Gosched()
+		return
+	}
+	if w.idleTimer == nil {
+		w.idleTimer = time.NewTimer(idleWait)
+	} else {
+		w.idleTimer.Reset(idleWait)
+	}
+	select {
+	case <-w.events:
+	case <-w.idleTimer.C:
+	}
+	w.idleTimer.Stop()
+}
+
+// idleWait bounds how long Idle parks.
+const idleWait = 50 * time.Microsecond
+
+// notify wakes a goroutine parked in Idle, if any.
+func (w *Worker) notify() {
+	select {
+	case w.events <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) idle() { w.Idle() }
 
 func (w *Worker) packAddress() []byte {
 	a := workerAddress{uid: w.uid, name: w.name}
@@ -256,7 +298,7 @@ func (w *Worker) Flush() error {
 	}
 	for w.inflight.Load() > 0 {
 		if w.Progress() == 0 {
-			runtime.Gosched()
+			w.Idle()
 		}
 	}
 	for _, wi := range w.ifaces {
@@ -272,7 +314,7 @@ func (w *Worker) Flush() error {
 				return fmt.Errorf("ucp worker flush %s: %w", wi.rsc.tl.TLName, st)
 			}
 			if w.Progress() == 0 {
-				runtime.Gosched()
+				w.Idle()
 			}
 		}
 	}
@@ -290,7 +332,7 @@ func (w *Worker) waitStatus(op func(c *uct.Completion) ucs.Status) error {
 	case st == ucs.InProgress:
 		for !done.Load() {
 			if w.Progress() == 0 {
-				runtime.Gosched()
+				w.Idle()
 			}
 		}
 		return comp.Status.Err()

@@ -11,10 +11,11 @@ import (
 // progress callbacks registered with it are called, in registration order,
 // by Progress.
 type Worker struct {
-	mode ucs.ThreadMode
-	mu   sync.Mutex // serializes registration
-	cbs  atomic.Pointer[[]progressCB]
-	next int
+	mode   ucs.ThreadMode
+	signal atomic.Pointer[func()]
+	mu     sync.Mutex // serializes registration
+	cbs    atomic.Pointer[[]progressCB]
+	next   int
 }
 
 type progressCB struct {
@@ -24,6 +25,26 @@ type progressCB struct {
 
 // NewWorker creates a worker with the given thread mode (uct_worker_create).
 func NewWorker(mode ucs.ThreadMode) *Worker { return &Worker{mode: mode} }
+
+// SetSignal sets the function Signal calls; nil removes it. A worker's user
+// (ucp) sets it to wake a goroutine that waits for events.
+func (w *Worker) SetSignal(fn func()) {
+	if fn == nil {
+		w.signal.Store(nil)
+		return
+	}
+	w.signal.Store(&fn)
+}
+
+// Signal tells the worker's user that an interface has work for Progress
+// (a received message, a completion). Transports whose receive paths run on
+// their own goroutines call it after queueing work; it is cheap and safe from
+// any goroutine.
+func (w *Worker) Signal() {
+	if fn := w.signal.Load(); fn != nil {
+		(*fn)()
+	}
+}
 
 // ThreadMode returns the mode the worker was created with.
 func (w *Worker) ThreadMode() ucs.ThreadMode { return w.mode }

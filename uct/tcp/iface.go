@@ -264,7 +264,12 @@ func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32)
 func (i *Iface) ReleaseDesc(data []byte) { putBuf(data) }
 
 // markDirty tells Progress it has work.
-func (i *Iface) markDirty() { i.dirty.Store(true) }
+func (i *Iface) markDirty() {
+	i.dirty.Store(true)
+	if i.worker != nil {
+		i.worker.Signal()
+	}
+}
 
 // Progress delivers up to UCX_TCP_MAX_POLL queued active messages to their
 // handlers, signals the completions of zcopy operations and flushes, calls
