@@ -1,0 +1,46 @@
+package uct
+
+import "github.com/goshmem/goshmem/ucs"
+
+// Optional interfaces: a transport implements them on its Iface when it has
+// the capability; users find them with a type assertion.
+
+// Event kinds an iface can be armed for (UCT_EVENT_*).
+const (
+	EventSendComp uint32 = 1 << 0 // a send operation completed
+	EventTagComp  uint32 = 1 << 1 // a tag operation completed
+	EventRecv     uint32 = 1 << 2 // an active message arrived
+	EventRecvSig  uint32 = 1 << 3 // a signaled active message arrived
+)
+
+// EventArmer is implemented by ifaces whose WakeupFD works
+// (uct_iface_event_arm): EventArm asks for the wakeup descriptor to become
+// readable at the next event of the given kinds. It returns ucs.ErrBusy when
+// such events are pending already (the caller should progress instead of
+// sleeping), and ucs.OK when armed. A caller that wakes up reads the
+// descriptor (it is an eventfd), progresses, and arms again.
+type EventArmer interface {
+	EventArm(events uint32) ucs.Status
+}
+
+// AMTraceType says what happened to a traced active message.
+type AMTraceType int
+
+// Trace types (UCT_AM_TRACE_TYPE_*).
+const (
+	AMTraceSend AMTraceType = iota
+	AMTraceRecv
+	AMTraceSendDrop
+	AMTraceRecvDrop
+)
+
+// AMTracer is called for each active message an iface sends or receives
+// (uct_am_tracer_t); data is the message as the handler sees it. It must not
+// keep data or call the iface.
+type AMTracer func(arg any, typ AMTraceType, id uint8, data []byte)
+
+// AMTracerSetter is implemented by ifaces that can trace active messages
+// (uct_iface_set_am_tracer). A nil fn removes the tracer.
+type AMTracerSetter interface {
+	SetAMTracer(fn AMTracer, arg any) error
+}
