@@ -77,6 +77,7 @@ type Iface struct {
 	errHandlerArg any
 
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
+	tracer   amTracer // see SetAMTracer
 
 	dirty   atomic.Bool  // Progress has something to do
 	nflush  atomic.Int32 // flush waiters
@@ -344,10 +345,14 @@ func (i *Iface) deliver() int {
 		h := i.handlers[m.id].Load()
 		switch {
 		case h == nil:
+			i.tracer.trace(uct.AMTraceRecvDrop, m.id, m.data)
 			logf("dropped active message %d (%d bytes): no handler", m.id, len(m.data))
 			putBuf(m.data)
-		case h.cb(h.arg, m.data, uct.CBParamFlagDesc) != ucs.InProgress:
-			putBuf(m.data)
+		default:
+			i.tracer.trace(uct.AMTraceRecv, m.id, m.data)
+			if h.cb(h.arg, m.data, uct.CBParamFlagDesc) != ucs.InProgress {
+				putBuf(m.data)
+			}
 		}
 		i.batch[k] = amMsg{}
 	}
@@ -655,6 +660,7 @@ func (s *rxConn) sendAck() error {
 func (s *rxConn) receiveAM(id uint8, data []byte) error {
 	i := s.iface
 	if h := i.handlers[id].Load(); h != nil && h.flags == uct.CBFlagAsync {
+		i.tracer.trace(uct.AMTraceRecv, id, data)
 		if h.cb(h.arg, data, uct.CBParamFlagDesc) != ucs.InProgress {
 			putBuf(data)
 		}
@@ -674,6 +680,7 @@ func (s *rxConn) receiveAM(id uint8, data []byte) error {
 	}
 	if i.closed {
 		i.mu.Unlock()
+		i.tracer.trace(uct.AMTraceRecvDrop, id, data)
 		putBuf(data)
 		return net.ErrClosed
 	}
