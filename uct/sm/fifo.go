@@ -20,6 +20,8 @@ import (
 //	8    ncells   uint32  a power of two
 //	12   stride   uint32  bytes per cell, a multiple of 64
 //	64   tail     uint64  next ticket for producers (claimed with CAS)
+//	128  armed    uint32  1 while the owner sleeps until the next message
+//	132  wseq     uint32  wakeup sequence: a futex word (see wakeup.go)
 //	256  cells    ncells * stride
 //
 // Each cell starts with a 16-byte header:
@@ -34,11 +36,17 @@ import (
 // followed by stride-16 bytes of data. A producer claims ticket t when the
 // cell's seq equals t (seq < t means the ring is full: the send fails with
 // ucs.ErrNoResource, it never waits), writes the data and header, and
-// publishes with seq = t+1. The consumer reads tickets in order.
+// publishes with seq = t+1. The consumer reads tickets in order. After
+// publishing, a producer that finds armed set wakes the owner (wakeup.go).
+//
+// The magic is the format version: format 02 added armed and wseq, and a
+// peer of another format is refused with ucs.ErrInvalidAddr at EP creation.
 const (
-	fifoMagic      uint64 = 0x31304f4649465347 // "GSFIFO01"
+	fifoMagic      uint64 = 0x32304f4649465347 // "GSFIFO02"
 	fifoHeaderSize        = 256
 	fifoTailOff           = 64
+	fifoArmedOff          = 128
+	fifoWseqOff           = 132
 	cellHeaderSize        = 16
 	cellAlign             = 64
 
@@ -56,6 +64,8 @@ const (
 // producer.
 type fifo struct {
 	tail    *uint64
+	armed   *uint32 // the owner sleeps: wake it after publishing
+	wseq    *uint32 // futex word bumped by each wakeup
 	cells   unsafe.Pointer
 	mask    uint64
 	stride  uintptr
@@ -88,6 +98,8 @@ func initFIFO(base unsafe.Pointer, n, stride int) {
 func viewFIFO(base unsafe.Pointer, n, stride int) fifo {
 	return fifo{
 		tail:    (*uint64)(unsafe.Add(base, fifoTailOff)),
+		armed:   (*uint32)(unsafe.Add(base, fifoArmedOff)),
+		wseq:    (*uint32)(unsafe.Add(base, fifoWseqOff)),
 		cells:   unsafe.Add(base, fifoHeaderSize),
 		mask:    uint64(n - 1),
 		stride:  uintptr(stride),

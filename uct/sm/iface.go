@@ -146,6 +146,8 @@ type Iface struct {
 	pendEPs  []*EP // EPs with queued pending requests, in arrival order
 	npending atomic.Int32
 	closed   bool
+
+	wake wakeup // WakeupFD and EventArm (wakeup.go)
 }
 
 // openIface creates the FIFO of a new iface.
@@ -393,14 +395,10 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 	return e, nil
 }
 
-// WakeupFD fails with ucs.ErrUnsupported: posix ifaces are polled.
-func (*Iface) WakeupFD() (int, error) {
-	return -1, fmt.Errorf("uct/sm: wakeup fd: %w", ucs.ErrUnsupported)
-}
-
 // Close unregisters the iface from its worker and frees its FIFO (the
 // mapping stays while EPs of this process use it). Messages not delivered
-// are dropped.
+// are dropped. The wakeup helper, if any, exits before Close returns, and
+// the WakeupFD descriptor is closed.
 func (i *Iface) Close() {
 	i.pendMu.Lock()
 	if i.closed {
@@ -412,6 +410,7 @@ func (i *Iface) Close() {
 	if i.worker != nil {
 		i.worker.ProgressUnregister(i.progID)
 	}
+	i.stopWakeup()
 	releaseSegment(i.seg, true)
 }
 

@@ -58,6 +58,7 @@ const (
 	amAdd       = 5 // header: offset; payload: count (uint64). Peer adds 1 count times.
 	amDone      = 6
 	amZEcho     = 7 // like amEcho, but the peer replies with AMZcopy
+	amLateEcho  = 8 // header: delay in ms; the peer sleeps, then echoes the payload
 )
 
 func TestPeerProcess(t *testing.T) {
@@ -126,6 +127,9 @@ func runPeer() error {
 		switch id {
 		case amEcho, amZEcho:
 			out = append(out, reply{id, append([]byte(nil), data...)})
+		case amLateEcho:
+			time.Sleep(time.Duration(binary.LittleEndian.Uint64(data)) * time.Millisecond)
+			out = append(out, reply{amEcho, append([]byte(nil), data[8:]...)})
 		case amRead:
 			off := binary.LittleEndian.Uint64(data)
 			n := binary.LittleEndian.Uint32(data[8:])
@@ -141,7 +145,7 @@ func runPeer() error {
 		}
 		return ucs.OK
 	}
-	for _, id := range []uint8{amEcho, amRead, amAdd, amZEcho} {
+	for _, id := range []uint8{amEcho, amRead, amAdd, amZEcho, amLateEcho} {
 		if err := iface.SetAMHandler(id, handle, id, uct.CBFlagSync); err != nil {
 			return err
 		}

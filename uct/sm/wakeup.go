@@ -1,0 +1,185 @@
+package sm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Wakeup of a sleeping receiver (see doc.go). The receive FIFO header holds
+// two 32-bit words: armed, set by the owner when it is about to sleep, and
+// wseq, a futex word. A producer that publishes a cell and loads armed != 0
+// swaps armed to 0 and, if it took the 1, increments wseq and wakes the
+// futex (a shared futex: the FIFO is a MAP_SHARED memfd mapping, so the
+// kernel keys it by the page, not the address). A helper goroutine of the
+// owner waits on wseq and turns each increment into a write to the iface's
+// eventfd, which is what WakeupFD returns.
+//
+// Ordering: the producer stores the cell's seq then loads armed; EventArm
+// stores armed then loads the cell's seq. Both are sequentially consistent
+// atomics (LOCK-prefixed or XCHG on amd64 for the stores), so at least one
+// of them sees the other's store: either the producer wakes the owner, or
+// EventArm sees the cell and returns ucs.ErrBusy.
+
+// Futex operations (linux/futex.h); without FUTEX_PRIVATE_FLAG, the words
+// are shared between processes.
+const (
+	futexWait = 0
+	futexWake = 1
+)
+
+// futex waits on addr while it holds val (FUTEX_WAIT); it returns on a
+// wake, a change of *addr, or a signal.
+func futexWaitOn(addr *uint32, val uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val), 0, 0, 0)
+}
+
+// futexWakeAll wakes every waiter on addr (FUTEX_WAKE).
+func futexWakeAll(addr *uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, math.MaxInt32, 0, 0, 0)
+}
+
+// notify wakes the owner of the FIFO if it is armed. It is called after
+// each publish; when the owner is not armed it costs one atomic load.
+func (f *fifo) notify() {
+	if atomic.LoadUint32(f.armed) != 0 {
+		f.wake()
+	}
+}
+
+// wake disarms the owner and, if this producer was the one to disarm it,
+// bumps the futex word and wakes the owner's helper.
+func (f *fifo) wake() {
+	if atomic.SwapUint32(f.armed, 0) != 0 {
+		atomic.AddUint32(f.wseq, 1)
+		futexWakeAll(f.wseq)
+	}
+}
+
+// wakeup is the wakeup state of an iface.
+type wakeup struct {
+	mu       sync.Mutex
+	started  bool // fd and the helper exist
+	closed   bool
+	fd       int           // the eventfd, once started
+	stopping atomic.Bool   // tells the helper to exit
+	done     chan struct{} // closed by the helper when it exits
+}
+
+// eventAll is every event kind an iface may be armed for.
+const eventAll = uct.EventSendComp | uct.EventTagComp | uct.EventRecv | uct.EventRecvSig
+
+// startWakeup creates the eventfd and starts the helper, once. It fails
+// with ucs.ErrNoDevice on a closed iface, ucs.ErrIOError when no eventfd
+// can be created.
+func (i *Iface) startWakeup() (int, error) {
+	w := &i.wake
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return -1, fmt.Errorf("uct/sm: wakeup fd of a closed iface: %w", ucs.ErrNoDevice)
+	}
+	if w.started {
+		return w.fd, nil
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return -1, fmt.Errorf("uct/sm: eventfd: %v: %w", err, ucs.ErrIOError)
+	}
+	w.fd, w.started, w.done = fd, true, make(chan struct{})
+	go i.wakeLoop(fd, atomic.LoadUint32(i.rx.wseq), w.done)
+	return fd, nil
+}
+
+// wakeLoop is the helper: it sleeps on the futex word of the FIFO and
+// writes 1 to the eventfd each time the word changes, until the iface
+// closes.
+func (i *Iface) wakeLoop(fd int, last uint32, done chan struct{}) {
+	defer close(done)
+	one := [8]byte{1} // 1 as a native (little-endian) uint64
+	for {
+		futexWaitOn(i.rx.wseq, last)
+		if i.wake.stopping.Load() {
+			return
+		}
+		if cur := atomic.LoadUint32(i.rx.wseq); cur != last {
+			last = cur
+			unix.Write(fd, one[:]) // EAGAIN: the counter is saturated, readable anyway
+		}
+	}
+}
+
+// stopWakeup stops the helper, waits for it to exit and closes the eventfd.
+// Later WakeupFD and EventArm calls fail with ucs.ErrNoDevice.
+func (i *Iface) stopWakeup() {
+	w := &i.wake
+	w.mu.Lock()
+	w.closed = true
+	started := w.started
+	w.mu.Unlock()
+	if !started {
+		return
+	}
+	w.stopping.Store(true)
+	atomic.AddUint32(i.rx.wseq, 1)
+	futexWakeAll(i.rx.wseq)
+	<-w.done
+	unix.Close(w.fd)
+}
+
+// WakeupFD returns the iface's eventfd (EFD_CLOEXEC|EFD_NONBLOCK), created
+// with its helper goroutine at the first call. It becomes readable after
+// EventArm returned ucs.OK and a message arrived; the caller reads it to
+// reset it. The iface owns it: Close closes it. On a closed iface it fails
+// with ucs.ErrNoDevice.
+func (i *Iface) WakeupFD() (int, error) { return i.startWakeup() }
+
+// EventArm implements uct.EventArmer. EventRecv and EventRecvSig (which the
+// FIFO does not tell apart: any message wakes) arm the iface: it returns
+// ucs.ErrBusy when the FIFO holds a message that Progress has not
+// delivered, ucs.OK when armed, after which the next message a peer
+// publishes makes the WakeupFD descriptor readable, once. EventSendComp and
+// EventTagComp are accepted and never fire (every send completes on return);
+// events with only those return ucs.OK without arming. Unknown event bits
+// fail with ucs.ErrInvalidParam, a closed iface with ucs.ErrNoDevice, an
+// eventfd that cannot be created with ucs.ErrIOError. EventArm starts the
+// helper itself, so it may come before the first WakeupFD call.
+func (i *Iface) EventArm(events uint32) ucs.Status {
+	if events&^eventAll != 0 {
+		return ucs.ErrInvalidParam
+	}
+	if events&(uct.EventRecv|uct.EventRecvSig) == 0 {
+		return ucs.OK
+	}
+	if _, err := i.startWakeup(); err != nil {
+		if s := ucs.ErrIOError; errors.As(err, &s) {
+			return s
+		}
+		return ucs.ErrIOError
+	}
+	if i.multi {
+		i.progMu.Lock()
+		defer i.progMu.Unlock()
+	}
+	if i.rx.poll(i.head) != nil {
+		return ucs.ErrBusy
+	}
+	atomic.StoreUint32(i.rx.armed, 1)
+	if i.rx.poll(i.head) != nil {
+		// A producer published before it could see armed: do not sleep.
+		// If one disarmed meanwhile, the descriptor gets a spurious write.
+		atomic.StoreUint32(i.rx.armed, 0)
+		return ucs.ErrBusy
+	}
+	return ucs.OK
+}
+
+var _ uct.EventArmer = (*Iface)(nil)
