@@ -82,6 +82,9 @@ type Iface struct {
 	pending    []pendingEntry
 	npending   atomic.Int32
 	closed     bool
+	wakeFD     int  // the WakeupFD eventfd, when hasWakeFD
+	hasWakeFD  bool // WakeupFD or EventArm created wakeFD
+	armed      bool // EventArm armed: the next enqueue writes wakeFD
 }
 
 // IfaceOpen opens a self iface on the resource {self, memory0} and registers
@@ -214,6 +217,9 @@ func (i *Iface) enqueue(id uint8, data []byte) {
 	i.tracer.trace(uct.AMTraceSend, id, data)
 	i.mu.Lock()
 	i.queue = append(i.queue, amMsg{id, data})
+	if i.armed {
+		i.wakeLocked()
+	}
 	i.mu.Unlock()
 }
 
@@ -324,13 +330,9 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 	return &EP{iface: i}, nil
 }
 
-// WakeupFD fails with ucs.ErrUnsupported.
-func (*Iface) WakeupFD() (int, error) {
-	return -1, fmt.Errorf("uct/self: wakeup fd: %w", ucs.ErrUnsupported)
-}
-
 // Close unregisters the iface from its worker's progress. Queued messages
-// are dropped and later sends fail with ucs.ErrNoResource.
+// are dropped and later sends fail with ucs.ErrNoResource. The WakeupFD
+// descriptor, if any, is closed.
 func (i *Iface) Close() {
 	if i.worker != nil {
 		i.worker.ProgressUnregister(i.progID)
@@ -338,6 +340,7 @@ func (i *Iface) Close() {
 	i.mu.Lock()
 	i.closed = true
 	i.queue = nil
+	i.closeWakeupLocked()
 	i.mu.Unlock()
 }
 

@@ -12,6 +12,13 @@
 // the target address, all complete on return. Active messages are copied into
 // a bounded per-iface queue and delivered by Iface.Progress (see Iface for the
 // details), never from inside the sending call.
+//
+// Ifaces implement WakeupFD and uct.EventArmer (wakeup.go): WakeupFD is an
+// eventfd of the iface (EFD_CLOEXEC|EFD_NONBLOCK, closed by Close);
+// EventArm(EventRecv) returns ucs.ErrBusy while messages are queued, and
+// otherwise arms the iface, so that the next message queued (by any
+// goroutine) writes 1 to the eventfd and disarms it. No goroutine is
+// involved.
 package self
 
 import (
