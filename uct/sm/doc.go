@@ -4,14 +4,24 @@
 // shared memory.
 //
 // Importing the package registers the component "posix" with uct.Register.
-// Its memory domain "posix" allocates segments with memfd_create (mode 0600;
-// nothing is ever created in /dev/shm, so nothing is left behind even when a
-// process crashes) and maps them MAP_SHARED. A packed key carries the pid of
+// Its memory domain "posix" allocates segments with memfd_create by default
+// (mode 0600; nothing is created in /dev/shm, so nothing is left behind even
+// when a process crashes) and maps them MAP_SHARED. A packed key carries the pid of
 // the owner, the descriptor number of the memfd there and a random 64-bit
 // segment id; another process maps the segment by opening
 // /proc/<pid>/fd/<fd>, after checking through the link name that it is the
 // memfd with that segment id (so that a reused pid or descriptor number is
 // refused). Mappings are cached per segment with a reference count.
+//
+// The posix MD's configuration (read by ucp as UCX_POSIX_<NAME>) has one
+// variable, USE_SHM_OPEN (default n): when set, MemAlloc creates named
+// files /dev/shm/goshmem-<pid>-<id> (O_EXCL, mode 0600) instead of memfds,
+// and packs version 2 keys that name the file by pid and id; a peer maps the
+// file after checking that it is a regular file of its own user with mode
+// 0600 (ucs.ErrUnreachable otherwise). The owner cannot know when every peer
+// has mapped a segment, so the file stays until MemFree unlinks it: a process
+// that dies leaves its files behind, which RemoveStaleSegments(pid) removes
+// (for a launcher to call once a PE has exited). See shmopen.go.
 //
 // The unpacked rkey is the difference between the local mapping and the
 // remote base address, so EP operations find the local address of raddr as

@@ -19,6 +19,7 @@ func FuzzMkeyDecode(f *testing.F) {
 	f.Add(good[:20])
 	f.Add(make([]byte, MkeyPackedSize))
 	f.Add((&mkey{pid: 1, fd: 0, id: 1, length: ^uint64(0), addr: 1}).encode())
+	f.Add((&mkey{pid: 4242, id: 0x1122334455667788, length: 1 << 20, addr: 0x7f12_3456_0000, named: true}).encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		k, err := decodeMkey(b)
 		if err != nil {
@@ -27,7 +28,7 @@ func FuzzMkeyDecode(f *testing.F) {
 			}
 			return
 		}
-		if k.pid == 0 || k.pid >= maxPid || k.fd < 0 || k.id == 0 || k.length == 0 || k.addr == 0 || k.addr+k.length > maxAddr || k.addr+k.length < k.addr {
+		if k.pid == 0 || k.pid >= maxPid || k.fd < 0 || (k.named && k.fd != 0) || k.id == 0 || k.length == 0 || k.addr == 0 || k.addr+k.length > maxAddr || k.addr+k.length < k.addr {
 			t.Fatalf("accepted %+v", k)
 		}
 		if !bytes.Equal(k.encode(), b) {

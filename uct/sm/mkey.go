@@ -12,20 +12,28 @@ import (
 // Layout, little-endian:
 //
 //	0  magic   uint32  "GSPX"
-//	4  version uint16  1
+//	4  version uint16  1: a memfd segment; 2: a named /dev/shm segment
 //	6  (zero)  uint16
 //	8  pid     uint32  process that allocated the segment
-//	12 fd      int32   its memfd descriptor number there
-//	16 id      uint64  random segment id (in the memfd name)
+//	12 fd      int32   version 1: its memfd descriptor number there;
+//	                   version 2: zero
+//	16 id      uint64  random segment id (in the memfd name, or in the
+//	                   file name /dev/shm/goshmem-<pid>-<id, 16 hex digits>)
 //	24 length  uint64  bytes of the segment
 //	32 address uint64  base address of the segment in that process
+//
+// A version 2 key names its file by the pid and the id: the path is not
+// carried, so no key can make a peer open anything but such a file.
 const MkeyPackedSize = 40
 
 const (
 	mkeyMagic   uint32 = 0x58505347 // "GSPX"
-	mkeyVersion uint16 = 1
-	maxPid             = 1 << 22 // PID_MAX_LIMIT
-	maxAddr            = 1 << 57 // above any user address (5-level paging)
+	mkeyVersion uint16 = 1          // memfd segment
+	// mkeyVersionNamed is the version of keys of named /dev/shm segments
+	// (USE_SHM_OPEN).
+	mkeyVersionNamed uint16 = 2
+	maxPid                  = 1 << 22 // PID_MAX_LIMIT
+	maxAddr                 = 1 << 57 // above any user address (5-level paging)
 )
 
 // mkey is a decoded posix key.
@@ -35,15 +43,20 @@ type mkey struct {
 	id     uint64
 	length uint64
 	addr   uint64
+	named  bool // a named /dev/shm segment (version 2); fd is then 0
 }
 
 // encode packs k.
 func (k *mkey) encode() []byte {
 	b := make([]byte, MkeyPackedSize)
 	binary.LittleEndian.PutUint32(b[0:], mkeyMagic)
-	binary.LittleEndian.PutUint16(b[4:], mkeyVersion)
+	v, fd := mkeyVersion, k.fd
+	if k.named {
+		v, fd = mkeyVersionNamed, 0
+	}
+	binary.LittleEndian.PutUint16(b[4:], v)
 	binary.LittleEndian.PutUint32(b[8:], k.pid)
-	binary.LittleEndian.PutUint32(b[12:], uint32(k.fd))
+	binary.LittleEndian.PutUint32(b[12:], uint32(fd))
 	binary.LittleEndian.PutUint64(b[16:], k.id)
 	binary.LittleEndian.PutUint64(b[24:], k.length)
 	binary.LittleEndian.PutUint64(b[32:], k.addr)
@@ -51,9 +64,9 @@ func (k *mkey) encode() []byte {
 }
 
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
-// size, magic and version, with a valid pid and descriptor, a non-zero
-// segment id, and a non-empty range that lies below 2^57 (above any user
-// address) fails with ucs.ErrInvalidParam.
+// size, magic and a known version, with a valid pid and descriptor (zero for
+// a named segment), a non-zero segment id, and a non-empty range that lies
+// below 2^57 (above any user address) fails with ucs.ErrInvalidParam.
 func decodeMkey(b []byte) (mkey, error) {
 	bad := func(why string, args ...any) (mkey, error) {
 		return mkey{}, fmt.Errorf("uct/sm: packed key: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidParam)
@@ -64,7 +77,8 @@ func decodeMkey(b []byte) (mkey, error) {
 	if m := binary.LittleEndian.Uint32(b); m != mkeyMagic {
 		return bad("magic %#x", m)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != mkeyVersion {
+	v := binary.LittleEndian.Uint16(b[4:])
+	if v != mkeyVersion && v != mkeyVersionNamed {
 		return bad("version %d", v)
 	}
 	if r := binary.LittleEndian.Uint16(b[6:]); r != 0 {
@@ -76,11 +90,12 @@ func decodeMkey(b []byte) (mkey, error) {
 		id:     binary.LittleEndian.Uint64(b[16:]),
 		length: binary.LittleEndian.Uint64(b[24:]),
 		addr:   binary.LittleEndian.Uint64(b[32:]),
+		named:  v == mkeyVersionNamed,
 	}
 	switch {
 	case k.pid == 0 || k.pid >= maxPid:
 		return bad("pid %d", k.pid)
-	case k.fd < 0:
+	case k.fd < 0 || (k.named && k.fd != 0):
 		return bad("descriptor %d", k.fd)
 	case k.id == 0:
 		return bad("zero segment id")

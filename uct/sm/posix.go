@@ -34,16 +34,34 @@ func (*PosixComponent) MDResources() ([]uct.MDResource, error) {
 	return []uct.MDResource{{Name: PosixMDName}}, nil
 }
 
-// MDConfigTable returns nil: the posix MD has no configuration.
-func (*PosixComponent) MDConfigTable() []ucs.ConfigField { return nil }
+// posixMDConfigTable is the configuration of the posix MD (read by ucp as
+// UCX_POSIX_<NAME>).
+var posixMDConfigTable = []ucs.ConfigField{
+	{Name: "USE_SHM_OPEN", Default: "n", Doc: "Allocate named segments in /dev/shm (goshmem-<pid>-<id>) instead of memfds; " +
+		"they outlive a crashed process until removed (see sm.RemoveStaleSegments)"},
+}
+
+// MDConfigTable returns the configuration of the posix MD: USE_SHM_OPEN
+// (default n) makes MemAlloc create named /dev/shm segments instead of
+// memfds (see shmopen.go and RemoveStaleSegments).
+func (*PosixComponent) MDConfigTable() []ucs.ConfigField { return posixMDConfigTable }
 
 // OpenMD opens the memory domain "posix"; another name fails with
-// ucs.ErrNoDevice. config is ignored.
+// ucs.ErrNoDevice. config may be nil for the defaults; a USE_SHM_OPEN that
+// is not a boolean fails with ucs.ErrInvalidParam.
 func (c *PosixComponent) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
 	if name != PosixMDName {
 		return nil, fmt.Errorf("uct/sm: open MD %q: %w", name, ucs.ErrNoDevice)
 	}
-	return &PosixMD{comp: c}, nil
+	md := &PosixMD{comp: c}
+	if config != nil && config.Get("USE_SHM_OPEN") != "" {
+		v, err := ucs.ParseBool(config.Get("USE_SHM_OPEN"))
+		if err != nil {
+			return nil, fmt.Errorf("uct/sm: USE_SHM_OPEN: %w: %w", err, ucs.ErrInvalidParam)
+		}
+		md.named = v
+	}
+	return md, nil
 }
 
 // rkeyHandle is the private part of an unpacked posix rkey.
@@ -72,11 +90,18 @@ func (*PosixComponent) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
 		return uct.RkeyBundle{}, err
 	}
 	sk := segKey{k.pid, k.id}
-	m, err := acquireSegment(sk, int(k.fd), k.length)
+	name := segmentName(k.id)
+	var m *mapping
+	if k.named {
+		name = namedSegmentPath(k.pid, k.id)
+		m, err = acquireNamedSegment(sk, k.length)
+	} else {
+		m, err = acquireSegment(sk, int(k.fd), k.length)
+	}
 	if err != nil {
 		return uct.RkeyBundle{}, err
 	}
-	h := &rkeyHandle{cache: &segments, name: segmentName(k.id), seg: sk, base: k.addr, length: k.length, delta: uint64(uintptr(m.addr)) - k.addr}
+	h := &rkeyHandle{cache: &segments, name: name, seg: sk, base: k.addr, length: k.length, delta: uint64(uintptr(m.addr)) - k.addr}
 	if k.pid == pid && h.delta != 0 {
 		releaseSegment(sk, false)
 		return uct.RkeyBundle{}, fmt.Errorf("uct/sm: key of local segment %s with address %#x, mapped at %p: %w",
@@ -124,16 +149,18 @@ func rkeyRelease(rkey uct.RkeyBundle, cache *segCache) error {
 // PosixMD is the "posix" memory domain: it allocates shared segments; it
 // cannot register existing memory.
 type PosixMD struct {
-	comp *PosixComponent
+	comp  *PosixComponent
+	named bool // USE_SHM_OPEN: named /dev/shm segments instead of memfds
 }
 
 // Memh is the memory handle of a posix allocation.
 type Memh struct {
-	FD        int            // memfd descriptor of the segment
+	FD        int            // memfd descriptor of the segment; -1 for a named one
 	Address   unsafe.Pointer // where the segment is mapped here
 	Length    int            // bytes mapped
 	SegmentID uint64         // random id, in the memfd name "goshmem-<id in hex>"
 	Name      string         // the label given to MemAlloc
+	Path      string         // the file of a named segment (USE_SHM_OPEN), or ""
 	freed     bool
 }
 
@@ -159,12 +186,25 @@ func (*PosixMD) Query() (uct.MDAttr, error) {
 // used. length must be positive (ucs.ErrInvalidParam); the allocation fails
 // with ucs.ErrNoMemory when the system refuses. flags are ignored; name
 // labels the handle.
-func (*PosixMD) MemAlloc(length int, flags uint32, name string) (uct.Allocation, error) {
+//
+// With USE_SHM_OPEN the segment is instead a file
+// /dev/shm/goshmem-<pid>-<id> (mode 0600, created with O_EXCL), which
+// MemFree unlinks; if the process dies first the file stays until
+// RemoveStaleSegments removes it.
+func (md *PosixMD) MemAlloc(length int, flags uint32, name string) (uct.Allocation, error) {
 	if length <= 0 {
 		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)
 	}
 	page := uint64(unix.Getpagesize())
 	size := (uint64(length) + page - 1) &^ (page - 1)
+	if md.named {
+		k, m, path, err := createNamedSegment(size)
+		if err != nil {
+			return uct.Allocation{}, err
+		}
+		h := &Memh{FD: -1, Address: m.addr, Length: int(size), SegmentID: k.id, Name: name, Path: path}
+		return uct.Allocation{Address: m.addr, Length: int(size), Memh: h}, nil
+	}
 	k, m, err := createSegment(size)
 	if err != nil {
 		return uct.Allocation{}, err
@@ -174,16 +214,25 @@ func (*PosixMD) MemAlloc(length int, flags uint32, name string) (uct.Allocation,
 }
 
 // MemFree unmaps the segment of memh (once no unpacked rkey or EP of this
-// process uses it any more) and closes its memfd; peers that mapped it keep
-// their mappings. A handle that is not from MemAlloc, or freed already,
-// fails with ucs.ErrInvalidParam.
+// process uses it any more) and closes its memfd, or unlinks the file of a
+// named segment; peers that mapped it keep their mappings. A handle that is
+// not from MemAlloc, or freed already, fails with ucs.ErrInvalidParam.
 func (*PosixMD) MemFree(memh uct.Memh) error {
 	h, ok := memh.(*Memh)
 	if !ok || h.freed {
 		return fmt.Errorf("uct/sm: mem free of a foreign or freed handle: %w", ucs.ErrInvalidParam)
 	}
 	h.freed = true
-	return releaseSegment(segKey{pid, h.SegmentID}, true)
+	var uerr error
+	if h.Path != "" {
+		if err := unix.Unlink(h.Path); err != nil && err != unix.ENOENT {
+			uerr = fmt.Errorf("uct/sm: unlink %s: %w: %w", h.Path, err, ucs.ErrIOError)
+		}
+	}
+	if err := releaseSegment(segKey{pid, h.SegmentID}, true); err != nil {
+		return err
+	}
+	return uerr
 }
 
 // MemReg fails with ucs.ErrUnsupported: posix memory must be allocated by
@@ -205,7 +254,10 @@ func (*PosixMD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	if !ok || h.freed {
 		return nil, fmt.Errorf("uct/sm: mkey pack of a foreign or freed handle: %w", ucs.ErrInvalidParam)
 	}
-	k := mkey{pid: pid, fd: int32(h.FD), id: h.SegmentID, length: uint64(h.Length), addr: uint64(uintptr(h.Address))}
+	k := mkey{pid: pid, fd: int32(h.FD), id: h.SegmentID, length: uint64(h.Length), addr: uint64(uintptr(h.Address)), named: h.Path != ""}
+	if k.named {
+		k.fd = 0
+	}
 	return k.encode(), nil
 }
 

@@ -131,7 +131,7 @@ func TestMkeyDecode(t *testing.T) {
 		{"short", good[:MkeyPackedSize-1]},
 		{"long", append(append([]byte(nil), good...), 0)},
 		{"magic", mod(0, 0x12345678, 4)},
-		{"version", mod(4, 2, 2)},
+		{"version", mod(4, 3, 2)},
 		{"reserved", mod(6, 1, 2)},
 		{"zero pid", mod(8, 0, 4)},
 		{"huge pid", mod(8, maxPid, 4)},

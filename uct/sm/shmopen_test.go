@@ -1,0 +1,231 @@
+package sm
+
+import (
+	"encoding/hex"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// namedChildEnv carries the hex key of a named segment to the child process
+// of TestNamedSegment.
+const namedChildEnv = "GOSHMEM_SM_TEST_NAMED_KEY"
+
+// namedSize is the size of the segment of TestNamedSegment.
+const namedSize = 3 * 4096
+
+// openNamedMD opens a posix MD with USE_SHM_OPEN=y.
+func openNamedMD(tb testing.TB) uct.MD {
+	tb.Helper()
+	c := &PosixComponent{}
+	cfg := ucs.ReadConfig("GOSHMEM_SM_TEST_NOENV_", c.MDConfigTable())
+	if err := cfg.Modify("USE_SHM_OPEN", "y"); err != nil {
+		tb.Fatal(err)
+	}
+	md, err := c.OpenMD(PosixMDName, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return md
+}
+
+func TestPosixMDConfig(t *testing.T) {
+	c := &PosixComponent{}
+	tab := c.MDConfigTable()
+	if len(tab) != 1 || tab[0].Name != "USE_SHM_OPEN" || tab[0].Default != "n" {
+		t.Fatalf("MDConfigTable = %+v", tab)
+	}
+	cfg := ucs.ReadConfig("GOSHMEM_SM_TEST_NOENV_", tab)
+	if md, err := c.OpenMD(PosixMDName, cfg); err != nil || md.(*PosixMD).named {
+		t.Fatalf("default: %+v, %v", md, err)
+	}
+	cfg.Modify("USE_SHM_OPEN", "maybe")
+	if _, err := c.OpenMD(PosixMDName, cfg); !errors.Is(err, ucs.ErrInvalidParam) {
+		t.Errorf("USE_SHM_OPEN=maybe: err = %v, want ErrInvalidParam", err)
+	}
+}
+
+// TestNamedSegmentChild is the child of TestNamedSegment: it maps the
+// segment whose key it is given, checks the parent's pattern and writes its
+// own.
+func TestNamedSegmentChild(t *testing.T) {
+	hk := os.Getenv(namedChildEnv)
+	if hk == "" {
+		t.Skip("helper process of TestNamedSegment")
+	}
+	key, err := hex.DecodeString(hk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := decodeMkey(key)
+	if err != nil || !k.named || k.pid == pid {
+		t.Fatalf("key %+v, %v", k, err)
+	}
+	c := &PosixComponent{}
+	rk, err := c.RkeyUnpack(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.RkeyPtr(rk, k.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := unsafe.Slice((*byte)(p), namedSize)
+	for i := range mem {
+		if mem[i] != byte(i*7) {
+			t.Fatalf("byte %d is %d, want %d", i, mem[i], byte(i*7))
+		}
+		mem[i] = byte(i * 3)
+	}
+	if err := c.RkeyRelease(rk); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNamedSegment(t *testing.T) {
+	md := openNamedMD(t)
+	a, err := md.MemAlloc(namedSize-100, uct.MemAccessDefault, "named")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := a.Memh.(*Memh)
+	if a.Length != namedSize || h.FD != -1 || h.Path != namedSegmentPath(pid, h.SegmentID) {
+		t.Fatalf("allocation %+v, handle %+v", a, h)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(h.Path, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o7777 != 0o600 || st.Uid != uint32(os.Geteuid()) || st.Size != namedSize {
+		t.Fatalf("%s: mode %#o, uid %d, size %d; want 0600, %d, %d", h.Path, st.Mode&0o7777, st.Uid, st.Size, os.Geteuid(), namedSize)
+	}
+	mem := unsafe.Slice((*byte)(a.Address), a.Length)
+	for i := range mem {
+		mem[i] = byte(i * 7)
+	}
+	key, err := md.MkeyPack(a.Memh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := decodeMkey(key); err != nil || !k.named || k.fd != 0 || k.id != h.SegmentID {
+		t.Fatalf("packed key %+v, %v", k, err)
+	}
+
+	// A key of this process finds the allocation itself.
+	c := md.Component()
+	rk, err := c.RkeyUnpack(key)
+	if err != nil || rk.Rkey != 0 {
+		t.Fatalf("local unpack: %+v, %v", rk, err)
+	}
+	c.RkeyRelease(rk)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNamedSegmentChild$")
+	cmd.Env = append(os.Environ(), namedChildEnv+"="+hex.EncodeToString(key))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	for i := range mem {
+		if mem[i] != byte(i*3) {
+			t.Fatalf("byte %d is %d after the child, want %d", i, mem[i], byte(i*3))
+		}
+	}
+
+	if err := md.MemFree(a.Memh); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(h.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s after MemFree: %v", h.Path, err)
+	}
+	if _, err := c.RkeyUnpack(key); !errors.Is(err, ucs.ErrUnreachable) {
+		t.Errorf("unpack after MemFree: %v, want ErrUnreachable", err)
+	}
+}
+
+// TestNamedSegmentRefused checks the checks of a peer's file: mode, type
+// (no symlinks), owner, size; and RemoveStaleSegments.
+func TestNamedSegmentRefused(t *testing.T) {
+	const fake = maxPid - 1 // no process of ours has this pid
+	if err := RemoveStaleSegments(fake); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { RemoveStaleSegments(fake) })
+	id := randomID()
+	path := namedSegmentPath(fake, id)
+	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Ftruncate(fd, 4096)
+	key := func(id uint64, length uint64) []byte {
+		return (&mkey{pid: fake, id: id, length: length, addr: 0x10000, named: true}).encode()
+	}
+	c := &PosixComponent{}
+	unpack := func(key []byte) error {
+		rk, err := c.RkeyUnpack(key)
+		if err == nil {
+			c.RkeyRelease(rk)
+		}
+		return err
+	}
+	if err := unpack(key(id, 4096)); err != nil {
+		t.Fatalf("mode 0600: %v", err)
+	}
+	for _, mode := range []uint32{0o644, 0o660, 0o400, 0o4600} {
+		unix.Fchmod(fd, mode)
+		if err := unpack(key(id, 4096)); !errors.Is(err, ucs.ErrUnreachable) {
+			t.Errorf("mode %#o: err = %v, want ErrUnreachable", mode, err)
+		}
+	}
+	unix.Fchmod(fd, 0o600)
+	if err := unpack(key(id, 8192)); !errors.Is(err, ucs.ErrInvalidParam) {
+		t.Errorf("short file: err = %v, want ErrInvalidParam", err)
+	}
+	if os.Geteuid() == 0 {
+		unix.Fchown(fd, 65534, 65534)
+		if err := unpack(key(id, 4096)); !errors.Is(err, ucs.ErrUnreachable) {
+			t.Errorf("file of another user: err = %v, want ErrUnreachable", err)
+		}
+		unix.Fchown(fd, 0, 0)
+	}
+	unix.Close(fd)
+	link := randomID()
+	if err := os.Symlink(path, namedSegmentPath(fake, link)); err != nil {
+		t.Fatal(err)
+	}
+	if err := unpack(key(link, 4096)); !errors.Is(err, ucs.ErrUnreachable) {
+		t.Errorf("symlink: err = %v, want ErrUnreachable", err)
+	}
+	if err := unpack(key(randomID(), 4096)); !errors.Is(err, ucs.ErrUnreachable) {
+		t.Errorf("missing file: err = %v, want ErrUnreachable", err)
+	}
+
+	// RemoveStaleSegments removes exactly the files of that pid.
+	other := namedSegmentPath(fake-1, id)
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(other)
+	if err := RemoveStaleSegments(fake); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := filepath.Glob(shmDir + "/goshmem-" + strconv.Itoa(fake) + "-*"); len(m) != 0 {
+		t.Errorf("left %v", m)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("removed the file of another pid: %v", err)
+	}
+	for _, p := range []int{0, -1, maxPid} {
+		if err := RemoveStaleSegments(p); !errors.Is(err, ucs.ErrInvalidParam) {
+			t.Errorf("RemoveStaleSegments(%d) = %v, want ErrInvalidParam", p, err)
+		}
+	}
+}
