@@ -116,7 +116,7 @@ type Request struct {
 	size     int
 	proto    string
 	lane     *lane
-	freed    bool
+	fate     atomic.Int32 // fate* value
 	external bool
 	pending  uct.PendingReq
 	reserved []byte
@@ -144,6 +144,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 		r = w.pool().Get().(*Request)
 	}
 	r.w = w
+	r.fate.Store(fateRunning)
 	r.state.Store(int32(ucs.InProgress))
 	r.comp = uct.Completion{Func: requestCompleted, Count: 1}
 	if !r.inited {
@@ -171,14 +172,28 @@ func requestCompleted(c *uct.Completion) {
 	r.complete(c.Status)
 }
 
+// Fates of a request: who releases it.
+const (
+	fateRunning int32 = iota // neither completed nor freed
+	fateDone                 // completed; Free releases it
+	fateFreed                // freed while running; completion releases it
+)
+
 // complete finishes r with status: results are delivered, the callback is
-// called, and a request its owner already freed goes back to the pool.
+// called, and a request its owner already freed goes back to the pool. It
+// may run on a transport's receive goroutine while the owner waits, frees
+// and reuses the request: it reads what it needs before publishing the
+// status, and the fate word decides, once, who releases the request.
 func (r *Request) complete(status ucs.Status) {
+	cb, ud := r.cb, r.userData
 	r.finish(status)
-	if r.cb != nil {
-		r.cb(r, r.Status(), r.userData)
+	if status == ucs.InProgress {
+		status = ucs.OK
 	}
-	if r.freed {
+	if cb != nil {
+		cb(r, status.Err(), ud)
+	}
+	if !r.fate.CompareAndSwap(fateRunning, fateDone) {
 		r.release()
 	}
 }
@@ -203,7 +218,7 @@ func (r *Request) release() {
 	if r.external {
 		return
 	}
-	r.cb, r.userData, r.reply, r.lane, r.freed = nil, nil, nil, nil, false
+	r.cb, r.userData, r.reply, r.lane = nil, nil, nil, nil
 	r.w.pool().Put(r)
 }
 
@@ -235,11 +250,12 @@ func (r *Request) Wait() error {
 // Free gives the request back (ucp_request_free). A request that is still
 // running completes normally and is then recycled; its callback still runs.
 func (r *Request) Free() {
-	if r.IsCompleted() {
-		r.release()
-		return
+	// A request handed to its owner ends in complete, which always reaches
+	// its own compare-and-swap: exactly one side releases.
+	if r.fate.CompareAndSwap(fateRunning, fateFreed) {
+		return // the completion releases it
 	}
-	r.freed = true
+	r.release()
 }
 
 // Release is Free for user-provided request memory (ucp_request_release).

@@ -187,16 +187,18 @@ func TestRMAAndAtomics(t *testing.T) {
 func TestSoftwareRMA(t *testing.T) {
 	c := newContext(t)
 	a, b := newWorker(t, c), newWorker(t, c)
-	stop, done := make(chan struct{}), make(chan struct{})
-	// Registered first, so it runs last: the other cleanups flush through b.
-	t.Cleanup(func() { close(stop); <-done })
-	p := newPair(t, c, a, b, 4<<20)
+	// Cleanups run last-registered first: a's endpoint flushes through b
+	// while b still progresses, then b's goroutine stops, then b's
+	// endpoint back closes.
 	aAddr, _ := a.Address()
 	back, err := b.NewEndpoint(new(EPParams).SetAddress(aAddr))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer back.Close(CloseModeForce)
+	t.Cleanup(func() { back.Close(CloseModeForce) })
+	stop, done := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
+	p := newPair(t, c, a, b, 4<<20)
 	go func() {
 		defer close(done)
 		for {
