@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goshmem/goshmem/uct/sm"
 	"io"
 	"log"
 	"os"
@@ -237,6 +238,12 @@ func (j *job) start(r int, env []string, mu *sync.Mutex) error {
 	}
 	go func() {
 		err := cmd.Wait()
+		// Named shared-memory segments (UCX_POSIX_USE_SHM_OPEN) of a PE that
+		// died are still in /dev/shm: peers map segments at init, and keep
+		// their mappings, so nothing needs the names once the PE is gone.
+		if rmErr := sm.RemoveStaleSegments(cmd.Process.Pid); rmErr != nil {
+			j.opts.Logf("PE %d: removing its shared-memory segments: %v", r, rmErr)
+		}
 		p.out.flush()
 		p.errw.flush()
 		j.exits <- peExit{rank: r, state: cmd.ProcessState, err: err}

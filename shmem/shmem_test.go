@@ -532,17 +532,22 @@ func TestInitRejectsBadHeapSize(t *testing.T) {
 // ends the job, promptly, with a message that names it; nothing hangs and
 // nothing is left in /dev/shm (the harness checks).
 func TestPeerFailureEndsJob(t *testing.T) {
+	kill := func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 	for _, how := range []struct {
 		name     string
+		env      []string
 		wantExit int
 		wantMsg  string
 		die      func()
 	}{
-		{"exit", 3, "PE 1 on host", func() { os.Exit(3) }},
-		{"sigkill", 137, "killed by signal 9", func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }},
+		{"exit", nil, 3, "PE 1 on host", func() { os.Exit(3) }},
+		{"sigkill", nil, 137, "killed by signal 9", kill},
+		// Named /dev/shm segments of a killed PE are removed by the launcher
+		// (the harness checks /dev/shm after the job).
+		{"sigkill-named-segments", []string{"UCX_POSIX_USE_SHM_OPEN=y", "UCX_ALLOC_PRIO=md:posix"}, 137, "killed by signal 9", kill},
 	} {
 		petest.RunWith(t, petest.Options{
-			Name: how.name, NPs: []int{3}, WantExit: how.wantExit,
+			Name: how.name, NPs: []int{3}, WantExit: how.wantExit, Env: how.env,
 			Check: func(t *testing.T, out string) {
 				if !strings.Contains(out, how.wantMsg) {
 					t.Errorf("output does not say %q:\n%s", how.wantMsg, out)
