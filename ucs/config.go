@@ -196,3 +196,21 @@ func (l AllowList) Allows(match func(item string) bool) bool {
 	}
 	return hit != l.Negate
 }
+
+// SizeIn reads the variable name of c as a size (ParseSize syntax) and
+// checks that it lies in [lo, hi]. It returns def when c is nil or the
+// variable is empty or absent, and an error wrapping ucs.ErrInvalidParam,
+// naming the variable with c's prefix, otherwise.
+func (c *Config) SizeIn(name string, def, lo, hi int) (int, error) {
+	if c == nil || c.Get(name) == "" {
+		return def, nil
+	}
+	v, err := ParseSize(c.Get(name))
+	if err != nil {
+		return 0, fmt.Errorf("%s%s: %w", c.prefix, name, err)
+	}
+	if v < uint64(lo) || v > uint64(hi) {
+		return 0, fmt.Errorf("%s%s=%d outside [%d, %d]: %w", c.prefix, name, v, lo, hi, ErrInvalidParam)
+	}
+	return int(v), nil
+}

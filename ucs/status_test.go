@@ -141,3 +141,24 @@ func TestConfig(t *testing.T) {
 		t.Errorf("ParseDuration(2): %v %v", d, err)
 	}
 }
+
+func TestConfigSizeIn(t *testing.T) {
+	c := ReadConfig("GSTEST_", []ConfigField{{"N", "", "n"}, {"M", "64k", "m"}, {"B", "x", "b"}})
+	for _, tt := range []struct {
+		name    string
+		want    int
+		wantErr bool
+	}{{"N", 7, false}, {"M", 64 << 10, false}, {"B", 0, true}} {
+		got, err := c.SizeIn(tt.name, 7, 1, 1<<20)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("SizeIn(%s) = %d, %v", tt.name, got, err)
+		}
+	}
+	if _, err := c.SizeIn("M", 7, 1, 1024); !errors.Is(err, ErrInvalidParam) {
+		t.Errorf("out of range: %v", err)
+	}
+	var nilc *Config
+	if v, err := nilc.SizeIn("M", 3, 1, 9); v != 3 || err != nil {
+		t.Errorf("nil config: %d %v", v, err)
+	}
+}

@@ -95,11 +95,11 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	if params != nil && ((params.TLName != "" && params.TLName != TLName) || (params.DevName != "" && params.DevName != DevName)) {
 		return nil, fmt.Errorf("uct/self: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
 	}
-	segSize, err := configInt(config, "SEG_SIZE", DefaultSegSize, 16, math.MaxInt32)
+	segSize, err := config.SizeIn("SEG_SIZE", DefaultSegSize, 16, math.MaxInt32)
 	if err != nil {
 		return nil, err
 	}
-	qlen, err := configInt(config, "AM_QUEUE_LEN", DefaultAMQueueLen, 1, 1<<20)
+	qlen, err := config.SizeIn("AM_QUEUE_LEN", DefaultAMQueueLen, 1, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -111,23 +111,6 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		i.progID = worker.ProgressRegister(i.Progress)
 	}
 	return i, nil
-}
-
-// configInt reads the integer variable name of config (a size with the UCX
-// suffixes), def when config is nil or lacks it, and checks it lies in
-// [lo, hi].
-func configInt(config *ucs.Config, name string, def, lo, hi int) (int, error) {
-	if config == nil || config.Get(name) == "" {
-		return def, nil
-	}
-	v, err := ucs.ParseSize(config.Get(name))
-	if err != nil {
-		return 0, fmt.Errorf("uct/self: %s: %w", name, err)
-	}
-	if v < uint64(lo) || v > uint64(hi) {
-		return 0, fmt.Errorf("uct/self: %s=%d outside [%d, %d]: %w", name, v, lo, hi, ucs.ErrInvalidParam)
-	}
-	return int(v), nil
 }
 
 // Query describes the iface. Every RMA and atomic operation completes on

@@ -152,18 +152,18 @@ type Iface struct {
 
 // openIface creates the FIFO of a new iface.
 func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (*Iface, error) {
-	ncells, err := configInt(config, "FIFO_SIZE", DefaultFIFOSize, minFIFOCells, maxFIFOCells)
+	ncells, err := config.SizeIn("FIFO_SIZE", DefaultFIFOSize, minFIFOCells, maxFIFOCells)
 	if err != nil {
 		return nil, err
 	}
 	if ncells&(ncells-1) != 0 {
 		return nil, fmt.Errorf("uct/sm: FIFO_SIZE=%d is not a power of two: %w", ncells, ucs.ErrInvalidParam)
 	}
-	segSize, err := configInt(config, "SEG_SIZE", DefaultSegSize, minSegSize, maxSegSize)
+	segSize, err := config.SizeIn("SEG_SIZE", DefaultSegSize, minSegSize, maxSegSize)
 	if err != nil {
 		return nil, err
 	}
-	maxPoll, err := configInt(config, "FIFO_MAX_POLL", DefaultFIFOMaxPoll, 1, math.MaxInt32)
+	maxPoll, err := config.SizeIn("FIFO_MAX_POLL", DefaultFIFOMaxPoll, 1, math.MaxInt32)
 	if err != nil {
 		return nil, err
 	}
@@ -181,23 +181,6 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 		i.progID = worker.ProgressRegister(i.Progress)
 	}
 	return i, nil
-}
-
-// configInt reads the integer variable name of config (a size with the UCX
-// suffixes), def when config is nil or lacks it, and checks it lies in
-// [lo, hi] (ucs.ErrInvalidParam otherwise).
-func configInt(config *ucs.Config, name string, def, lo, hi int) (int, error) {
-	if config == nil || config.Get(name) == "" {
-		return def, nil
-	}
-	v, err := ucs.ParseSize(config.Get(name))
-	if err != nil {
-		return 0, fmt.Errorf("uct/sm: %s: %w", name, err)
-	}
-	if v < uint64(lo) || v > uint64(hi) {
-		return 0, fmt.Errorf("uct/sm: %s=%d outside [%d, %d]: %w", name, v, lo, hi, ucs.ErrInvalidParam)
-	}
-	return int(v), nil
 }
 
 // Query describes the iface. RMA and atomic operations complete on return
