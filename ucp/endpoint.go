@@ -236,6 +236,7 @@ func (ep *Endpoint) laneFor(c *candidate) (*lane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", c.wi.rsc.tl.TLName, err)
 	}
+	c.wi.used.Store(true)
 	l := &lane{wi: c.wi, ep: uep, remote: c.remote}
 	ep.lanes = append(ep.lanes, l)
 	return l, nil

@@ -206,6 +206,14 @@ func (ep *Endpoint) swSendFrom(id uint8, h *swHeader, payload []byte, inHandler 
 	}
 }
 
+// markSwDirty records that the endpoint sent software operations that a
+// flush must wait for.
+func (ep *Endpoint) markSwDirty() {
+	if !ep.swDirty.Swap(true) {
+		ep.w.swDirtyEPs.Add(1)
+	}
+}
+
 // swChunk is the largest payload of one software message on the AM lane.
 func (ep *Endpoint) swChunk() int {
 	if ep.am == nil {
@@ -243,7 +251,7 @@ func (ep *Endpoint) swPut(buf []byte, raddr uint64, rkey *Rkey) error {
 			break
 		}
 	}
-	ep.swDirty.Store(true)
+	ep.markSwDirty()
 	return nil
 }
 
@@ -280,7 +288,7 @@ func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr ui
 	r.proto, r.lane = "amo/sw", ep.am
 	ep.w.inflight.Add(1)
 	if r.reply == nil {
-		ep.swDirty.Store(true)
+		ep.markSwDirty()
 		err := ep.swSend(amSwAtomicReq, &h, nil)
 		r.finish(ucs.OK)
 		r.release()
@@ -302,6 +310,7 @@ func (ep *Endpoint) swFlush() error {
 	if !ep.swDirty.Swap(false) {
 		return nil
 	}
+	ep.w.swDirtyEPs.Add(-1)
 	q := &swReq{done: make(chan struct{})}
 	h := swHeader{reqID: ep.w.sw.add(q)}
 	if err := ep.swSend(amSwFlushReq, &h, nil); err != nil {

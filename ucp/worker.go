@@ -70,6 +70,7 @@ type workerIface struct {
 	iface uct.Iface
 	attr  *uct.IfaceAttr
 	index int
+	used  atomic.Bool // some endpoint has a lane on it
 }
 
 // Worker is a UCP worker (ucp_worker_h): one interface per selected
@@ -77,23 +78,26 @@ type workerIface struct {
 // goroutine at a time may use the worker and its endpoints; in multi mode
 // operations lock the worker.
 type Worker struct {
-	ctx       *Context
-	params    WorkerParams
-	mode      ucs.ThreadMode
-	name      string
-	uid       uint64
-	uw        *uct.Worker
-	ifaces    []*workerIface
-	address   []byte
-	mu        sync.Mutex // taken in ThreadModeMulti only
-	eps       []*Endpoint
-	epMu      sync.Mutex
-	inflight  atomic.Int64 // operations started and not completed
-	sw        swState
-	netPoll   bool          // some interface receives through Go's network poller
-	events    chan struct{} // signalled by receive paths, for Idle
-	idleTimer *time.Timer
-	closed    bool
+	ctx      *Context
+	params   WorkerParams
+	mode     ucs.ThreadMode
+	name     string
+	uid      uint64
+	uw       *uct.Worker
+	ifaces   []*workerIface
+	address  []byte
+	mu       sync.Mutex // taken in ThreadModeMulti only
+	eps      []*Endpoint
+	epMu     sync.Mutex
+	inflight atomic.Int64 // operations started and not completed
+	sw       swState
+	// swDirtyEPs counts endpoints with software operations to flush, so
+	// that a flush without any looks at no endpoint.
+	swDirtyEPs atomic.Int32
+	netPoll    bool          // some interface receives through Go's network poller
+	events     chan struct{} // signalled by receive paths, for Idle
+	idleTimer  *time.Timer
+	closed     bool
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -288,12 +292,14 @@ func (w *Worker) Fence() error {
 // Flush waits until every operation issued on the worker has completed at
 // its target (ucp_worker_flush).
 func (w *Worker) Flush() error {
-	w.epMu.Lock()
-	eps := append([]*Endpoint(nil), w.eps...)
-	w.epMu.Unlock()
-	for _, ep := range eps {
-		if err := ep.swFlush(); err != nil {
-			return fmt.Errorf("ucp worker flush: %w", err)
+	if w.swDirtyEPs.Load() > 0 {
+		w.epMu.Lock()
+		eps := append([]*Endpoint(nil), w.eps...)
+		w.epMu.Unlock()
+		for _, ep := range eps {
+			if err := ep.swFlush(); err != nil {
+				return fmt.Errorf("ucp worker flush: %w", err)
+			}
 		}
 	}
 	for w.inflight.Load() > 0 {
@@ -302,6 +308,9 @@ func (w *Worker) Flush() error {
 		}
 	}
 	for _, wi := range w.ifaces {
+		if !wi.used.Load() {
+			continue // no endpoint of the worker uses it: nothing to flush
+		}
 		// Without a completion, a transport answers OK when it is flushed and
 		// InProgress otherwise; asking again after progress costs nothing in
 		// the common case where everything is done already.
