@@ -50,10 +50,11 @@ type AMTracerSetter interface {
 //
 // Connecting to an EP pairs two EPs, one on each side, instead of
 // connecting an EP to a remote iface. Iface.EPCreate with EPParams that
-// carry no IfaceAddr but set Unconnected (on such a transport; Unconnected
-// keeps an empty address an error for connect to iface) creates an
-// unconnected EP: its
-// operations fail with ucs.ErrNotConnected until it is connected. Each side
+// carry no IfaceAddr (nor DeviceAddr) and set Unconnected, on such a
+// transport, creates an unconnected EP: its operations fail with
+// ucs.ErrNotConnected until it is connected. (Unconnected is what says "no
+// iface address": without it an empty address stays ucs.ErrInvalidAddr
+// for connect to iface, as before.) Each side
 // creates one, gives the other (out of band) its iface's DeviceAddress and
 // its EP's EPAddress, and calls ConnectToEP with what the other side gave;
 // once both calls returned, the pair is bound and either EP reaches the

@@ -68,7 +68,9 @@ func (f *txFrame) release() {
 // nothing else is being written; what the socket does not take at once is
 // queued for the EP's writer goroutine. A reader goroutine takes the
 // peer's acknowledgements. Its operations may be called from several
-// goroutines.
+// goroutines. An EP created with EPParams.Unconnected has no connection
+// until ConnectToEP (see epconn.go); until then its operations fail with
+// ucs.ErrNotConnected.
 type EP struct {
 	iface  *Iface
 	conn   *net.TCPConn
