@@ -98,6 +98,8 @@ type Iface interface {
 	// EPCreate connects a new EP to the remote iface whose addresses are
 	// given (connect to iface). It fails with ucs.ErrInvalidAddr for
 	// malformed addresses and ucs.ErrUnreachable where IsReachable is false.
+	// With EPParams.Unconnected, on a transport with IfaceFlagConnectToEP,
+	// it creates an unconnected EP instead (see EPConnector).
 	EPCreate(params *EPParams) (EP, error)
 	// WakeupFD returns a file descriptor that becomes readable when the
 	// iface has events, or ucs.ErrUnsupported.
@@ -111,6 +113,13 @@ type EPParams struct {
 	IfaceAddr  []byte
 	// PathIndex selects among several paths to the peer; 0 by default.
 	PathIndex int
+	// Unconnected asks for an EP that is not connected to an iface, to be
+	// bound to a remote EP with uct.EPConnector (connect to EP): it stands
+	// for UCX's EP parameters without an iface address. DeviceAddr and
+	// IfaceAddr must then be empty (ucs.ErrInvalidParam otherwise).
+	// Transports without IfaceFlagConnectToEP ignore it, and fail on the
+	// missing address with ucs.ErrInvalidAddr.
+	Unconnected bool
 }
 
 // EP is an endpoint: a connection from an iface to one remote iface

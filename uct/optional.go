@@ -44,3 +44,29 @@ type AMTracer func(arg any, typ AMTraceType, id uint8, data []byte)
 type AMTracerSetter interface {
 	SetAMTracer(fn AMTracer, arg any) error
 }
+
+// EPConnector is implemented by the EPs of transports whose ifaces have
+// IfaceFlagConnectToEP (uct_ep_get_address, uct_ep_connect_to_ep).
+//
+// Connecting to an EP pairs two EPs, one on each side, instead of
+// connecting an EP to a remote iface. Iface.EPCreate with EPParams that
+// carry no IfaceAddr (nor DeviceAddr) and set Unconnected, on such a
+// transport, creates an unconnected EP: its operations fail with
+// ucs.ErrNotConnected until it is connected. (Unconnected is what says "no
+// iface address": without it an empty address stays ucs.ErrInvalidAddr
+// for connect to iface, as before.) Each side
+// creates one, gives the other (out of band) its iface's DeviceAddress and
+// its EP's EPAddress, and calls ConnectToEP with what the other side gave;
+// once both calls returned, the pair is bound and either EP reaches the
+// other's iface. What binding means on the wire is the transport's (see
+// its documentation).
+type EPConnector interface {
+	// EPAddress returns the address of the EP, for the peer's ConnectToEP.
+	EPAddress() ([]byte, error)
+	// ConnectToEP binds the EP to the remote EP whose device and EP
+	// addresses are given. A malformed EP or device address fails with
+	// ucs.ErrInvalidAddr, an EP that cannot be reached (or is not known
+	// there) with ucs.ErrUnreachable, an EP that is connected already with
+	// ucs.ErrAlreadyExists.
+	ConnectToEP(deviceAddr, epAddr []byte) error
+}

@@ -3,6 +3,7 @@ package self
 import (
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -13,8 +14,15 @@ import (
 // process and complete on return; its active messages go to the queue of
 // its iface. Atomic operations need naturally aligned addresses
 // (ucs.ErrInvalidParam otherwise).
+//
+// An EP created for connecting to an EP (EPParams without IfaceAddr) fails
+// every operation but Fence and Destroy with ucs.ErrNotConnected until
+// ConnectToEP bound it (see epconn.go).
 type EP struct {
-	iface *Iface
+	iface     *Iface
+	id        uint64      // non-zero for EPs created unconnected
+	connected atomic.Bool // operations are allowed
+	peer      uint64      // id of the EP ConnectToEP bound it to; guarded by iface.mu
 }
 
 // ptr returns the local address of raddr under rkey.
@@ -38,6 +46,9 @@ func mem(raddr, rkey uint64, n int) []byte {
 
 // PutShort copies buf to raddr.
 func (e *EP) PutShort(buf []byte, raddr uint64, rkey uint64) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	copy(mem(raddr, rkey, len(buf)), buf)
 	return ucs.OK
 }
@@ -48,6 +59,9 @@ var bouncePool sync.Pool
 // PutBcopy packs into a buffer of Put.MaxBcopy bytes and copies the result
 // to raddr.
 func (e *EP) PutBcopy(pack uct.PackFunc, raddr uint64, rkey uint64) (int, ucs.Status) {
+	if !e.connected.Load() {
+		return 0, ucs.ErrNotConnected
+	}
 	bp, _ := bouncePool.Get().(*[]byte)
 	if bp == nil || len(*bp) < e.iface.segSize {
 		b := make([]byte, e.iface.segSize)
@@ -66,6 +80,9 @@ func (e *EP) PutBcopy(pack uct.PackFunc, raddr uint64, rkey uint64) (int, ucs.St
 
 // PutZcopy copies the iov, in order, to consecutive bytes from raddr.
 func (e *EP) PutZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Completion) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	for _, v := range iov {
 		ucs.Memcpy(mem(raddr, rkey, len(v.Buffer)), v.Buffer)
 		raddr += uint64(len(v.Buffer))
@@ -75,6 +92,9 @@ func (e *EP) PutZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Comple
 
 // GetBcopy passes the length bytes at raddr to unpack.
 func (e *EP) GetBcopy(unpack uct.UnpackFunc, length int, raddr uint64, rkey uint64, comp *uct.Completion) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	if length < 0 {
 		return ucs.ErrInvalidParam
 	}
@@ -84,6 +104,9 @@ func (e *EP) GetBcopy(unpack uct.UnpackFunc, length int, raddr uint64, rkey uint
 
 // GetZcopy fills the iov, in order, from consecutive bytes at raddr.
 func (e *EP) GetZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Completion) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	for _, v := range iov {
 		ucs.Memcpy(v.Buffer, mem(raddr, rkey, len(v.Buffer)))
 		raddr += uint64(len(v.Buffer))
@@ -95,6 +118,9 @@ func (e *EP) GetZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Comple
 // ucs.ErrInvalidParam otherwise) for handler id; ucs.ErrNoResource when the
 // iface queue is full.
 func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	if id >= uct.AMMaxID || 8+len(payload) > e.iface.segSize {
 		return ucs.ErrInvalidParam
 	}
@@ -111,6 +137,9 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 // AMBcopy queues what pack writes into an AM.MaxBcopy-byte buffer and
 // returns its length; ucs.ErrNoResource when the iface queue is full.
 func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status) {
+	if !e.connected.Load() {
+		return 0, ucs.ErrNotConnected
+	}
 	if id >= uct.AMMaxID {
 		return 0, ucs.ErrInvalidParam
 	}
@@ -131,6 +160,9 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 // AMZcopy queues a copy of the header followed by the iov (at most
 // AM.MaxZcopy bytes in all); it completes on return.
 func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp *uct.Completion) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	total := len(header)
 	for _, v := range iov {
 		total += len(v.Buffer)
@@ -152,12 +184,18 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 
 // AtomicPost64 applies op (Add, And, Or, Xor) to the 8-byte word at raddr.
 func (e *EP) AtomicPost64(op uct.AtomicOp, value uint64, raddr uint64, rkey uint64) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	var old uint64
 	return atomic64(op, value, 0, raddr, rkey, &old)
 }
 
 // AtomicPost32 applies op (Add, And, Or, Xor) to the 4-byte word at raddr.
 func (e *EP) AtomicPost32(op uct.AtomicOp, value uint32, raddr uint64, rkey uint64) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	var old uint32
 	return atomic32(op, value, 0, raddr, rkey, &old)
 }
@@ -165,24 +203,36 @@ func (e *EP) AtomicPost32(op uct.AtomicOp, value uint32, raddr uint64, rkey uint
 // AtomicFetch64 applies op (Add, And, Or, Xor, Swap) to the 8-byte word at
 // raddr and stores its old value in *result.
 func (e *EP) AtomicFetch64(op uct.AtomicOp, value uint64, raddr uint64, rkey uint64, result *uint64, comp *uct.Completion) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	return atomic64(op, value, 0, raddr, rkey, result)
 }
 
 // AtomicFetch32 applies op (Add, And, Or, Xor, Swap) to the 4-byte word at
 // raddr and stores its old value in *result.
 func (e *EP) AtomicFetch32(op uct.AtomicOp, value uint32, raddr uint64, rkey uint64, result *uint32, comp *uct.Completion) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	return atomic32(op, value, 0, raddr, rkey, result)
 }
 
 // AtomicCSwap64 stores swap at raddr if it holds compare; *result gets the
 // old value.
 func (e *EP) AtomicCSwap64(compare, swap uint64, raddr uint64, rkey uint64, result *uint64, comp *uct.Completion) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	return atomic64(uct.AtomicOpCSwap, swap, compare, raddr, rkey, result)
 }
 
 // AtomicCSwap32 stores swap at raddr if it holds compare; *result gets the
 // old value.
 func (e *EP) AtomicCSwap32(compare, swap uint32, raddr uint64, rkey uint64, result *uint32, comp *uct.Completion) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	return atomic32(uct.AtomicOpCSwap, swap, compare, raddr, rkey, result)
 }
 
@@ -211,8 +261,14 @@ func atomic32(op uct.AtomicOp, v, cmp uint32, raddr, rkey uint64, old *uint32) u
 	return st
 }
 
-// Flush returns OK: every operation completed on return.
-func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status { return ucs.OK }
+// Flush returns OK: every operation completed on return; it fails with
+// ucs.ErrNotConnected before ConnectToEP.
+func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
+	return ucs.OK
+}
 
 // Fence issues a full memory barrier.
 func (e *EP) Fence(flags uint32) ucs.Status {
@@ -223,6 +279,9 @@ func (e *EP) Fence(flags uint32) ucs.Status {
 // PendingAdd returns ucs.ErrBusy when the iface queue has room; otherwise it
 // queues r, to be called by the iface's Progress once messages drained.
 func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
+	if !e.connected.Load() {
+		return ucs.ErrNotConnected
+	}
 	i := e.iface
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -258,5 +317,13 @@ func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
 	}
 }
 
-// Destroy purges the EP's pending requests.
-func (e *EP) Destroy() { e.PendingPurge(nil) }
+// Destroy purges the EP's pending requests; the id of an EP created for
+// connecting to an EP is forgotten.
+func (e *EP) Destroy() {
+	e.PendingPurge(nil)
+	if e.id != 0 {
+		e.iface.mu.Lock()
+		delete(e.iface.epIDs, e.id)
+		e.iface.mu.Unlock()
+	}
+}

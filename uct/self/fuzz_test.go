@@ -33,3 +33,30 @@ func FuzzMkeyDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEPAddrDecode checks that the EP address decoder accepts exactly the
+// EPAddrLen-byte addresses with non-zero pid, iface id and EP id, and fails
+// every other input with ucs.ErrInvalidAddr.
+func FuzzEPAddrDecode(f *testing.F) {
+	good := make([]byte, EPAddrLen)
+	for k := range good {
+		good[k] = byte(k + 1)
+	}
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add(good[:IfaceAddrLen])
+	f.Add(append(append([]byte(nil), good...), 1))
+	f.Add(make([]byte, EPAddrLen))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ifAddr, id, err := decodeEPAddr(b)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidAddr) {
+				t.Fatalf("decode error %v is not ErrInvalidAddr", err)
+			}
+			return
+		}
+		if len(b) != EPAddrLen || id == 0 || len(ifAddr) != IfaceAddrLen {
+			t.Fatalf("accepted %x", b)
+		}
+	})
+}

@@ -82,9 +82,10 @@ type Iface struct {
 	pending    []pendingEntry
 	npending   atomic.Int32
 	closed     bool
-	wakeFD     int  // the WakeupFD eventfd, when hasWakeFD
-	hasWakeFD  bool // WakeupFD or EventArm created wakeFD
-	armed      bool // EventArm armed: the next enqueue writes wakeFD
+	wakeFD     int            // the WakeupFD eventfd, when hasWakeFD
+	hasWakeFD  bool           // WakeupFD or EventArm created wakeFD
+	armed      bool           // EventArm armed: the next enqueue writes wakeFD
+	epIDs      map[uint64]*EP // EPs created for connecting to an EP, by id
 }
 
 // IfaceOpen opens a self iface on the resource {self, memory0} and registers
@@ -128,7 +129,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
 			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
 			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync,
+			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync,
 		DeviceAddrLen: 0,
 		IfaceAddrLen:  IfaceAddrLen,
 		Overhead:      10e-9,
@@ -302,15 +303,32 @@ func (*Iface) Fence(uint32) ucs.Status {
 
 // EPCreate connects an EP to the iface named by params, which must be this
 // iface: malformed addresses fail with ucs.ErrInvalidAddr, another iface
-// with ucs.ErrUnreachable.
+// with ucs.ErrUnreachable. With params.Unconnected (and no addresses,
+// ucs.ErrInvalidParam otherwise) it creates an unconnected EP for
+// uct.EPConnector (see EP.ConnectToEP).
 func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
+	if params != nil && params.Unconnected {
+		if len(params.DeviceAddr) != 0 || len(params.IfaceAddr) != 0 {
+			return nil, fmt.Errorf("uct/self: ep create: unconnected ep with an address: %w", ucs.ErrInvalidParam)
+		}
+		e := &EP{iface: i, id: randomID()}
+		i.mu.Lock()
+		if i.epIDs == nil {
+			i.epIDs = make(map[uint64]*EP)
+		}
+		i.epIDs[e.id] = e
+		i.mu.Unlock()
+		return e, nil
+	}
 	if params == nil || len(params.DeviceAddr) != 0 || len(params.IfaceAddr) != IfaceAddrLen {
 		return nil, fmt.Errorf("uct/self: ep create: malformed address: %w", ucs.ErrInvalidAddr)
 	}
 	if !i.IsReachable(params.DeviceAddr, params.IfaceAddr) {
 		return nil, fmt.Errorf("uct/self: ep create: iface %x is not this one: %w", params.IfaceAddr, ucs.ErrUnreachable)
 	}
-	return &EP{iface: i}, nil
+	e := &EP{iface: i}
+	e.connected.Store(true)
+	return e, nil
 }
 
 // Close unregisters the iface from its worker's progress. Queued messages

@@ -30,6 +30,16 @@
 // the handshake): one connection per EP, which carries the EP's frames to
 // the peer iface and the peer's acknowledgements back.
 //
+// Ifaces also have uct.IfaceFlagConnectToEP: EPCreate with
+// EPParams.Unconnected creates an EP with a random 64-bit id and no
+// connection, whose EPAddress is the iface address and the id
+// (EPAddrLen bytes). ConnectToEP dials the iface of the peer EP and names
+// the peer's EP id in the handshake; the peer refuses an id that names no
+// live unconnected EP of its iface, or one a connection was bound to
+// already. After that the connection is exactly that of a connect-to-iface
+// EP, carrying this EP's frames one way; the peer EP's own ConnectToEP
+// opens the other. See epconn.go.
+//
 // Every connection starts with a mutual handshake: the client sends a nonce
 // and the id of the iface it means to reach, the server answers with its
 // own nonce and an HMAC-SHA256 over both nonces and the iface id, and the

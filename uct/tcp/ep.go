@@ -68,7 +68,9 @@ func (f *txFrame) release() {
 // nothing else is being written; what the socket does not take at once is
 // queued for the EP's writer goroutine. A reader goroutine takes the
 // peer's acknowledgements. Its operations may be called from several
-// goroutines.
+// goroutines. An EP created with EPParams.Unconnected has no connection
+// until ConnectToEP (see epconn.go); until then its operations fail with
+// ucs.ErrNotConnected.
 type EP struct {
 	iface  *Iface
 	conn   *net.TCPConn
@@ -92,6 +94,12 @@ type EP struct {
 	ackReq  uint64            // frame count of the last acknowledgement request
 	failed  bool              // err is set
 	pending []*uct.PendingReq // guarded by iface.mu
+
+	// Connect to EP (epconn.go).
+	id         uint64 // non-zero for an EP created unconnected
+	unconn     bool   // not connected yet (failed is set, err is ErrNotConnected)
+	connecting bool   // a ConnectToEP is running or succeeded
+	bound      bool   // a peer's connection named id; guarded by iface.mu
 }
 
 // EPCreate connects to the iface whose addresses params gives and
@@ -100,9 +108,15 @@ type EP struct {
 // cannot be reached, one that does not answer, refuses the connection or
 // fails the handshake (another job key, another iface at that port), with
 // ucs.ErrUnreachable (and ucs.ErrRejected for a failed handshake).
+//
+// With params.Unconnected it creates an unconnected EP instead, for
+// uct.EPConnector (see EP.ConnectToEP).
 func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 	if params == nil {
 		return nil, fmt.Errorf("uct/tcp: ep create: no parameters: %w", ucs.ErrInvalidAddr)
+	}
+	if params.Unconnected {
+		return i.createUnconnected(params)
 	}
 	if err := i.reachable(params.DeviceAddr, params.IfaceAddr); err != nil {
 		return nil, fmt.Errorf("uct/tcp: ep create: %w", err)
@@ -715,5 +729,8 @@ func (e *EP) Destroy() {
 	i := e.iface
 	i.mu.Lock()
 	delete(i.eps, e)
+	if e.id != 0 && i.epIDs[e.id] == e {
+		delete(i.epIDs, e.id)
+	}
 	i.mu.Unlock()
 }

@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"testing"
 
@@ -151,6 +152,62 @@ func FuzzHandshakeDecode(f *testing.F) {
 		}
 		if !bytes.Equal(m.encode(), b) {
 			t.Fatalf("%x decodes to %+v, which encodes differently", b, m)
+		}
+	})
+}
+
+// FuzzEPAddrDecode checks that the EP address decoder accepts only a
+// well-formed iface address followed by a non-zero ep id, and fails every
+// other input with ucs.ErrInvalidAddr.
+func FuzzEPAddrDecode(f *testing.F) {
+	good := append((&ifaceAddr{ip: net.IPv4(127, 0, 0, 1), port: 4000, id: 7}).encode(), 1, 2, 3, 4, 5, 6, 7, 8)
+	f.Add(good)
+	f.Add(good[:IfaceAddrLen])
+	f.Add(append(append([]byte(nil), good[:IfaceAddrLen]...), make([]byte, 8)...))
+	f.Add([]byte{})
+	f.Add(make([]byte, EPAddrLen))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, id, err := decodeEPAddr(b)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidAddr) {
+				t.Fatalf("error %v is not ErrInvalidAddr", err)
+			}
+			return
+		}
+		if len(b) != EPAddrLen || id == 0 || a.id == 0 || a.port == 0 {
+			t.Fatalf("accepted %x", b)
+		}
+		if !bytes.Equal(a.encode(), b[:IfaceAddrLen]) {
+			t.Fatalf("%x decodes to %+v, which encodes differently", b, a)
+		}
+	})
+}
+
+// FuzzReadHello checks that the server's first read accepts only an hsHello
+// or an hsHelloEP (with non-zero ids), fails everything else with
+// ucs.ErrInvalidParam (or a short read), and never reads past the message.
+func FuzzReadHello(f *testing.F) {
+	h := handshake{typ: hsHello, ifaceID: 5}
+	f.Add(h.encode())
+	h = handshake{typ: hsHelloEP, ifaceID: 5, epID: 9}
+	f.Add(append(h.encode(), 0xff))
+	f.Add((&handshake{typ: hsProof}).encode())
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bytes.NewReader(b)
+		m, err := readHello(r)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidParam) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		n := len(b) - r.Len()
+		if (m.typ != hsHello && m.typ != hsHelloEP) || n != hsLen(m.typ) || m.ifaceID == 0 || (m.typ == hsHelloEP && m.epID == 0) {
+			t.Fatalf("accepted %+v from %d bytes", m, n)
+		}
+		if !bytes.Equal(m.encode(), b[:n]) {
+			t.Fatalf("%x decodes to %+v, which encodes differently", b[:n], m)
 		}
 	})
 }

@@ -95,6 +95,7 @@ type Iface struct {
 	failed  []*EP
 	pendEPs []*EP
 	eps     map[*EP]struct{}
+	epIDs   map[uint64]*EP // EPs created unconnected, by id
 	conns   map[net.Conn]struct{}
 	closed  bool
 }
@@ -135,6 +136,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		ln:      ln,
 		bw:      deviceBandwidth(ifi),
 		eps:     make(map[*EP]struct{}),
+		epIDs:   make(map[uint64]*EP),
 		conns:   make(map[net.Conn]struct{}),
 	}
 	i.rxCond.L = &i.mu
@@ -183,7 +185,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 			OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV, MaxHdr: i.cfg.segSize},
 		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
 			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync |
+			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync |
 			uct.IfaceFlagErrhandlePeerDown,
 		DeviceAddrLen: DeviceAddrLen,
 		IfaceAddrLen:  IfaceAddrLen,
@@ -564,7 +566,11 @@ func (i *Iface) serve(c net.Conn) {
 		i.mu.Unlock()
 	}()
 	from := c.RemoteAddr()
-	if err := serverHandshake(c, i.cfg.key, i.id, time.Now().Add(i.cfg.connTimeout)); err != nil {
+	epID, err := serverHandshakeEP(c, i.cfg.key, i.id, time.Now().Add(i.cfg.connTimeout), i.checkEP)
+	if err == nil && epID != 0 {
+		err = i.bindEP(epID)
+	}
+	if err != nil {
 		if !i.isClosed() {
 			logf("iface %s: refused a connection from %v: %v", i.ln.Addr(), from, err)
 		}

@@ -34,6 +34,7 @@ func cases() []testCase {
 		{"fence", nil, testFence},
 		{"pending", []need{needPending}, testPending},
 		{"am_keep_desc", nil, testKeepDesc},
+		{"connect_to_ep", nil, testConnectToEP},
 		{"err_unreachable", nil, testUnreachable},
 		{"err_malformed_addr", nil, testMalformedAddr},
 		{"err_destroyed_ep", nil, testDestroyedEP},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,8 +56,11 @@ type server struct {
 	alloc bool     // memh is from MemAlloc (else MemReg of mmapped mem)
 	key   []byte   // packed key of memh
 
-	ep      uct.EP  // to the test's iface, for replies
-	outbox  []reply // replies not sent yet (Progress goroutine only)
+	ep      uct.EP                // to the test's iface, for replies
+	mainEP  uct.EP                // the EP of the connect command (exec goroutine only)
+	ceps    []uct.EP              // EPs of epcreate (exec goroutine only; destroyed by free)
+	useEP   atomic.Pointer[epRef] // an EP that poll is to reply on from now on
+	outbox  []reply               // replies not sent yet (Progress goroutine only)
 	sendErr atomic.Pointer[string]
 
 	paused atomic.Bool
@@ -66,6 +70,9 @@ type server struct {
 	watchMu sync.Mutex
 	watch   *watcher
 }
+
+// epRef hands a reply EP from exec to poll.
+type epRef struct{ ep uct.EP }
 
 // reply is an active message the server still has to send.
 type reply struct {
@@ -158,10 +165,18 @@ func (s *server) hello() string {
 // free releases the server's EP and memory (not the iface).
 func (s *server) free() {
 	s.stopWatch()
-	if s.ep != nil {
+	if s.ep != nil && s.ep != s.mainEP && !slices.Contains(s.ceps, s.ep) {
 		s.ep.Destroy()
-		s.ep = nil
 	}
+	s.ep = nil
+	if s.mainEP != nil {
+		s.mainEP.Destroy()
+		s.mainEP = nil
+	}
+	for _, ep := range s.ceps {
+		ep.Destroy()
+	}
+	s.ceps = nil
 	if s.mem != nil {
 		freeMemory(s.md, s.mem, s.memh, s.alloc)
 		s.mem = nil
@@ -186,6 +201,9 @@ func (s *server) handle(arg any, data []byte, flags uint32) ucs.Status {
 
 // poll sends the queued replies until the transport has no resources.
 func (s *server) poll() {
+	if r := s.useEP.Swap(nil); r != nil {
+		s.ep = r.ep
+	}
 	for len(s.outbox) > 0 && s.ep != nil {
 		r := s.outbox[0]
 		st := sendRaw(s.ep, s.attr, r.id, r.data)
@@ -234,6 +252,11 @@ func sendRaw(ep uct.EP, attr *uct.IfaceAttr, id uint8, data []byte) ucs.Status {
 // followed by results, or "err" followed by a message. The commands:
 //
 //	connect DEV IFACE   create the EP for replies to these addresses (hex)
+//	epcreate            create an unconnected EP (connect to EP); answer
+//	                    its EP address
+//	epconnect DEV EPA   connect the last epcreate EP to the EP at these
+//	                    addresses and send replies on it from now on
+//	epdone              send replies on the connect EP again
 //	read OFF N          answer the N bytes at offset OFF of the memory (hex)
 //	write OFF HEX       store bytes at offset OFF
 //	fill OFF N BYTE     store N bytes BYTE at offset OFF
@@ -280,7 +303,47 @@ func (s *server) exec(line string) string {
 		if err != nil {
 			return fail(err)
 		}
-		s.ep = ep
+		s.ep, s.mainEP = ep, ep
+		return "ok"
+	case "epcreate":
+		// An unconnected EP for connect to EP; answers its EP address.
+		ep, err := s.iface.EPCreate(&uct.EPParams{Unconnected: true})
+		if err != nil {
+			return fail(err)
+		}
+		s.ceps = append(s.ceps, ep)
+		conn, ok := ep.(uct.EPConnector)
+		if !ok {
+			return "err epcreate: the EP does not implement uct.EPConnector"
+		}
+		a, err := conn.EPAddress()
+		if err != nil {
+			return fail(err)
+		}
+		return "ok " + hexOrDash(a)
+	case "epconnect":
+		// Connects the last epcreate EP to the test's EP whose device and
+		// EP addresses are given, and replies on it from now on.
+		if len(f) != 3 || len(s.ceps) == 0 {
+			return "err epconnect: want 2 addresses, after epcreate"
+		}
+		dev, err1 := unhexOrDash(f[1])
+		epa, err2 := unhexOrDash(f[2])
+		if err := errors.Join(err1, err2); err != nil {
+			return fail(err)
+		}
+		ep := s.ceps[len(s.ceps)-1]
+		if err := ep.(uct.EPConnector).ConnectToEP(dev, epa); err != nil {
+			return fail(err)
+		}
+		s.useEP.Store(&epRef{ep})
+		return "ok"
+	case "epdone":
+		// Replies go back to the EP of the connect command.
+		if s.mainEP == nil {
+			return "err epdone: not connected"
+		}
+		s.useEP.Store(&epRef{s.mainEP})
 		return "ok"
 	case "read":
 		off, err1 := arg(1)

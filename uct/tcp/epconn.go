@@ -1,0 +1,204 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Connect to EP (uct.EPConnector, IfaceFlagConnectToEP).
+//
+// An EP created with EPParams.Unconnected has a random 64-bit id, recorded
+// in its iface, and no connection: its operations fail with
+// ucs.ErrNotConnected (PendingAdd returns ucs.ErrBusy, so that the
+// operation reports it). EPAddress is the iface address followed by the id.
+//
+// ConnectToEP(deviceAddr, epAddr) does what EPCreate does for the iface in
+// epAddr, with one difference: the handshake's hello (hsHelloEP) also
+// names the peer's EP id, and is covered by both MACs. The peer iface
+// refuses the connection, before its challenge, when no live EP created
+// unconnected has that id, or when a connection naming it was accepted
+// already (each EP id is bound at most once). Once the handshake succeeded
+// the connection is exactly that of a connect-to-iface EP: it carries this
+// EP's frames (active messages, puts, acknowledgement requests) to the
+// peer iface, whose handlers and memory receive them as from any other
+// connection, and the peer's acknowledgements back. The peer EP's own
+// frames travel on the connection its own ConnectToEP opens: a bound pair
+// is two connections, one each way. Binding does not tie the peer EP's
+// lifetime to the connection: destroying it does not close the connection
+// already accepted for it (destroying the connecting EP does).
+
+// EPAddrLen is the length of a tcp EP address: an IfaceAddrLen-byte iface
+// address followed by the EP id (uint64, little-endian, non-zero).
+const EPAddrLen = IfaceAddrLen + 8
+
+var _ uct.EPConnector = (*EP)(nil)
+
+// decodeEPAddr decodes an EP address strictly; malformed input fails with
+// ucs.ErrInvalidAddr.
+func decodeEPAddr(b []byte) (ifaceAddr, uint64, error) {
+	if len(b) != EPAddrLen {
+		return ifaceAddr{}, 0, fmt.Errorf("uct/tcp: ep address: %d bytes, want %d: %w", len(b), EPAddrLen, ucs.ErrInvalidAddr)
+	}
+	a, err := decodeIfaceAddr(b[:IfaceAddrLen])
+	if err != nil {
+		return ifaceAddr{}, 0, err
+	}
+	id := binary.LittleEndian.Uint64(b[IfaceAddrLen:])
+	if id == 0 {
+		return ifaceAddr{}, 0, fmt.Errorf("uct/tcp: ep address: zero ep id: %w", ucs.ErrInvalidAddr)
+	}
+	return a, id, nil
+}
+
+// createUnconnected is EPCreate for params.Unconnected.
+func (i *Iface) createUnconnected(params *uct.EPParams) (uct.EP, error) {
+	if len(params.DeviceAddr) != 0 || len(params.IfaceAddr) != 0 {
+		return nil, fmt.Errorf("uct/tcp: ep create: unconnected ep with an address: %w", ucs.ErrInvalidParam)
+	}
+	e := &EP{
+		iface:  i,
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		id:     randomID(),
+		unconn: true,
+		failed: true,
+	}
+	e.err.Store(int32(ucs.ErrNotConnected))
+	e.writeFn = e.writev
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
+		return nil, fmt.Errorf("uct/tcp: ep create: iface closed: %w", ucs.ErrCanceled)
+	}
+	for i.epIDs[e.id] != nil {
+		e.id = randomID()
+	}
+	i.epIDs[e.id] = e
+	i.eps[e] = struct{}{}
+	return e, nil
+}
+
+// EPAddress returns the EPAddrLen-byte address of an EP created with
+// EPParams.Unconnected: its iface's address and its id. An EP connected to
+// an iface has none (ucs.ErrUnsupported).
+func (e *EP) EPAddress() ([]byte, error) {
+	if e.id == 0 {
+		return nil, fmt.Errorf("uct/tcp: ep address of an ep connected to an iface: %w", ucs.ErrUnsupported)
+	}
+	b := make([]byte, EPAddrLen)
+	copy(b, e.iface.addr)
+	binary.LittleEndian.PutUint64(b[IfaceAddrLen:], e.id)
+	return b, nil
+}
+
+// ConnectToEP connects the EP to the iface of the EP whose address is
+// epAddr and binds it to that EP, within UCX_TCP_CONN_TIMEOUT (see the
+// comment at the top of epconn.go for what binding means). Malformed
+// addresses fail with ucs.ErrInvalidAddr; an unreachable iface, one that
+// refuses the connection or the handshake (another job key, an unknown ep
+// id or one bound already) with ucs.ErrUnreachable (and ucs.ErrRejected
+// for a refused handshake); an EP connected already (or connecting, or
+// connected to an iface) with ucs.ErrAlreadyExists; a destroyed EP or a
+// closed iface with ucs.ErrCanceled.
+func (e *EP) ConnectToEP(deviceAddr, epAddr []byte) error {
+	i := e.iface
+	a, peerID, err := decodeEPAddr(epAddr)
+	if err != nil {
+		return err
+	}
+	if err := i.reachable(deviceAddr, epAddr[:IfaceAddrLen]); err != nil {
+		return fmt.Errorf("uct/tcp: connect to ep: %w", err)
+	}
+	e.mu.Lock()
+	if e.id == 0 || !e.unconn || e.connecting {
+		e.mu.Unlock()
+		return fmt.Errorf("uct/tcp: connect to ep: connected already: %w", ucs.ErrAlreadyExists)
+	}
+	e.connecting = true
+	e.mu.Unlock()
+	c, err := i.dialEP(a, peerID)
+	if err != nil {
+		e.mu.Lock()
+		e.connecting = false
+		e.mu.Unlock()
+		return err
+	}
+	e.conn = c
+	e.peer = a.tcpAddr().String()
+	if e.raw, err = c.SyscallConn(); err != nil {
+		c.Close()
+		e.mu.Lock()
+		e.connecting = false
+		e.mu.Unlock()
+		return fmt.Errorf("uct/tcp: connect to ep: %w: %w", ucs.ErrIOError, err)
+	}
+	// From here on the EP is an ordinary connected EP: fail (Destroy,
+	// iface Close) closes the connection.
+	e.mu.Lock()
+	e.unconn, e.failed = false, false
+	e.err.Store(0)
+	e.mu.Unlock()
+	i.mu.Lock()
+	if i.closed || i.epIDs[e.id] != e {
+		i.mu.Unlock()
+		e.fail(ucs.ErrCanceled, nil)
+		return fmt.Errorf("uct/tcp: connect to ep: ep destroyed or iface closed: %w", ucs.ErrCanceled)
+	}
+	i.wg.Add(2)
+	i.mu.Unlock()
+	go e.writer()
+	go e.reader()
+	return nil
+}
+
+// dialEP connects to the iface a and authenticates naming the ep peerID.
+func (i *Iface) dialEP(a ifaceAddr, peerID uint64) (*net.TCPConn, error) {
+	deadline := time.Now().Add(i.cfg.connTimeout)
+	d := net.Dialer{Deadline: deadline, LocalAddr: &net.TCPAddr{IP: i.ip}}
+	peer := a.tcpAddr().String()
+	c, err := d.Dial("tcp", peer)
+	if err != nil {
+		return nil, fmt.Errorf("uct/tcp: connect to ep: connect to %s: %w: %w", peer, ucs.ErrUnreachable, err)
+	}
+	if err := clientHandshakeEP(c, i.cfg.key, a.id, peerID, deadline); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("uct/tcp: connect to ep %#x: handshake with %s: %w: %w", peerID, peer, ucs.ErrUnreachable, err)
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// checkEP accepts the id of a live EP created unconnected that no
+// connection was bound to yet.
+func (i *Iface) checkEP(id uint64) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.checkEPLocked(id)
+}
+
+func (i *Iface) checkEPLocked(id uint64) error {
+	e := i.epIDs[id]
+	switch {
+	case e == nil:
+		return fmt.Errorf("hello for unknown ep %#x: %w", id, ucs.ErrRejected)
+	case e.bound:
+		return fmt.Errorf("hello for ep %#x, bound already: %w", id, ucs.ErrRejected)
+	}
+	return nil
+}
+
+// bindEP records that an authenticated connection named the ep id, which
+// checkEP must still accept.
+func (i *Iface) bindEP(id uint64) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if err := i.checkEPLocked(id); err != nil {
+		return err
+	}
+	i.epIDs[id].bound = true
+	return nil
+}
