@@ -20,8 +20,8 @@ type EP struct {
 	iface   *Iface
 	tx      fifo
 	seg     segKey
-	maxAM   int               // largest message, header included
-	pending []*uct.PendingReq // guarded by iface.pendMu
+	maxAM   int              // largest message, header included
+	pending uct.PendingGroup // in iface.pending
 }
 
 // remote returns the local address of raddr under the posix rkey delta.
@@ -250,26 +250,14 @@ func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
 	if e.tx.hasRoom() {
 		return ucs.ErrBusy
 	}
-	i := e.iface
-	i.pendMu.Lock()
-	if len(e.pending) == 0 {
-		i.pendEPs = append(i.pendEPs, e)
-	}
-	e.pending = append(e.pending, r)
-	i.npending.Add(1)
-	i.pendMu.Unlock()
+	e.iface.pending.Add(&e.pending, r)
 	return ucs.OK
 }
 
 // PendingPurge removes every request queued on the EP, calling cb (when not
 // nil) on each.
 func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
-	i := e.iface
-	i.pendMu.Lock()
-	purged := e.pending
-	e.pending = nil
-	i.npending.Add(-int32(len(purged)))
-	i.pendMu.Unlock()
+	purged := e.iface.pending.Purge(&e.pending)
 	if cb != nil {
 		for _, r := range purged {
 			cb(r)

@@ -142,10 +142,9 @@ type Iface struct {
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
 	tracer   amTracer // see SetAMTracer
 
-	pendMu   sync.Mutex
-	pendEPs  []*EP // EPs with queued pending requests, in arrival order
-	npending atomic.Int32
-	closed   bool
+	pendMu  sync.Mutex
+	pending uct.PendingQueue // the EPs' pending requests
+	closed  bool
 
 	wake wakeup // WakeupFD and EventArm (wakeup.go)
 }
@@ -267,8 +266,8 @@ func (i *Iface) Progress() int {
 		i.rx.release(c, i.head)
 		i.head++
 	}
-	if i.npending.Load() != 0 {
-		n += i.progressPending()
+	if i.pending.Len() != 0 {
+		n += i.pending.Dispatch()
 	}
 	return n
 }
@@ -294,49 +293,6 @@ func (i *Iface) deliver(c unsafe.Pointer) {
 	if h.cb(h.arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
 		log.Printf("uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
 	}
-}
-
-// progressPending calls the queued requests of each waiting EP in order,
-// until one finds no resources, and returns how many posted.
-func (i *Iface) progressPending() int {
-	n := 0
-	i.pendMu.Lock()
-	eps := append([]*EP(nil), i.pendEPs...)
-	i.pendMu.Unlock()
-	for _, e := range eps {
-		for {
-			i.pendMu.Lock()
-			if len(e.pending) == 0 {
-				i.pendMu.Unlock()
-				break
-			}
-			r := e.pending[0]
-			i.pendMu.Unlock()
-			if r.Func(r) == ucs.ErrNoResource {
-				break
-			}
-			n++
-			i.pendMu.Lock()
-			// The callback may have purged the queue: remove r only if first.
-			if len(e.pending) > 0 && e.pending[0] == r {
-				e.pending[0] = nil
-				e.pending = e.pending[1:]
-				i.npending.Add(-1)
-			}
-			i.pendMu.Unlock()
-		}
-	}
-	i.pendMu.Lock()
-	kept := i.pendEPs[:0]
-	for _, e := range i.pendEPs {
-		if len(e.pending) > 0 {
-			kept = append(kept, e)
-		}
-	}
-	clear(i.pendEPs[len(kept):])
-	i.pendEPs = kept
-	i.pendMu.Unlock()
-	return n
 }
 
 // Flush returns OK: every operation of the iface completes on return (a

@@ -266,8 +266,8 @@ func TestLoopbackAM(t *testing.T) {
 	ep.PendingPurge(func(*uct.PendingReq) { purged++ })
 	for i.Progress() != 0 {
 	}
-	if purged != 1 || i.npending.Load() != 0 {
-		t.Errorf("purged %d, %d pending", purged, i.npending.Load())
+	if purged != 1 || i.pending.Len() != 0 {
+		t.Errorf("purged %d, %d pending", purged, i.pending.Len())
 	}
 }
 

@@ -89,11 +89,11 @@ type EP struct {
 	writing bool     // an operation or the writer is writing
 	wbufs   [][]byte // buffers of a direct write; used by the operation that set writing
 	writeFn func(fd uintptr) bool
-	wn      int               // result of writeFn
-	werr    error             // result of writeFn
-	ackReq  uint64            // frame count of the last acknowledgement request
-	failed  bool              // err is set
-	pending []*uct.PendingReq // guarded by iface.mu
+	wn      int              // result of writeFn
+	werr    error            // result of writeFn
+	ackReq  uint64           // frame count of the last acknowledgement request
+	failed  bool             // err is set
+	pending uct.PendingGroup // in iface.pending; Room is hasRoom
 
 	// Connect to EP (epconn.go).
 	id         uint64 // non-zero for an EP created unconnected
@@ -141,6 +141,7 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 		done:  make(chan struct{}),
 	}
 	e.writeFn = e.writev
+	e.pending.Room = e.hasRoom
 	if e.raw, err = e.conn.SyscallConn(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("uct/tcp: ep create: %w: %w", ucs.ErrIOError, err)
@@ -343,7 +344,7 @@ func (e *EP) writer() {
 			}
 			e.spare = batch[:0]
 			e.mu.Unlock()
-			if ncomp > 0 || i.npend.Load() > 0 {
+			if ncomp > 0 || i.pending.Len() > 0 {
 				i.markDirty()
 			}
 			if err != nil {
@@ -689,13 +690,7 @@ func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
 		return ucs.ErrBusy
 	}
 	i := e.iface
-	i.mu.Lock()
-	if len(e.pending) == 0 {
-		i.pendEPs = append(i.pendEPs, e)
-	}
-	e.pending = append(e.pending, r)
-	i.npend.Add(1)
-	i.mu.Unlock()
+	i.pending.Add(&e.pending, r)
 	// The queue may have drained before r was visible to Progress.
 	if e.hasRoom() {
 		i.markDirty()
@@ -706,12 +701,7 @@ func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
 // PendingPurge removes every request queued on the EP, calling cb (when not
 // nil) on each.
 func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
-	i := e.iface
-	i.mu.Lock()
-	purged := e.pending
-	e.pending = nil
-	i.npend.Add(-int32(len(purged)))
-	i.mu.Unlock()
+	purged := e.iface.pending.Purge(&e.pending)
 	if cb != nil {
 		for _, r := range purged {
 			cb(r)

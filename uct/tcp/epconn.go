@@ -70,6 +70,7 @@ func (i *Iface) createUnconnected(params *uct.EPParams) (uct.EP, error) {
 	}
 	e.err.Store(int32(ucs.ErrNotConnected))
 	e.writeFn = e.writev
+	e.pending.Room = e.hasRoom
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.closed {

@@ -79,11 +79,11 @@ type Iface struct {
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
 	tracer   amTracer // see SetAMTracer
 
-	dirty   atomic.Bool  // Progress has something to do
-	nflush  atomic.Int32 // flush waiters
-	npend   atomic.Int32 // pending requests
-	progMu  sync.Mutex   // one Progress at a time
-	batch   []amMsg      // Progress's delivery buffer; guarded by progMu
+	dirty   atomic.Bool      // Progress has something to do
+	nflush  atomic.Int32     // flush waiters
+	pending uct.PendingQueue // the EPs' pending requests
+	progMu  sync.Mutex       // one Progress at a time
+	batch   []amMsg          // Progress's delivery buffer; guarded by progMu
 	wg      sync.WaitGroup
 	mu      sync.Mutex // guards the fields below
 	rxCond  sync.Cond  // signalled when the receive queue shrinks or the iface closes
@@ -93,7 +93,6 @@ type Iface struct {
 	comps   []compEvent
 	flushes []*flushWaiter
 	failed  []*EP
-	pendEPs []*EP
 	eps     map[*EP]struct{}
 	epIDs   map[uint64]*EP // EPs created unconnected, by id
 	conns   map[net.Conn]struct{}
@@ -307,8 +306,8 @@ func (i *Iface) Progress() int {
 		}
 	}
 	n += len(failed)
-	if i.npend.Load() > 0 {
-		n += i.progressPending()
+	if i.pending.Len() > 0 {
+		n += i.pending.Dispatch()
 	}
 	return n
 }
@@ -416,49 +415,6 @@ func (i *Iface) addFlush(w *flushWaiter) {
 	i.mu.Unlock()
 	// An acknowledgement may have come before the waiter was visible.
 	i.markDirty()
-}
-
-// progressPending calls the queued requests of each waiting EP in order,
-// while the EP has room, and returns how many posted.
-func (i *Iface) progressPending() int {
-	n := 0
-	i.mu.Lock()
-	eps := append([]*EP(nil), i.pendEPs...)
-	i.mu.Unlock()
-	for _, e := range eps {
-		for e.hasRoom() {
-			i.mu.Lock()
-			if len(e.pending) == 0 {
-				i.mu.Unlock()
-				break
-			}
-			r := e.pending[0]
-			i.mu.Unlock()
-			if r.Func(r) == ucs.ErrNoResource {
-				break
-			}
-			n++
-			i.mu.Lock()
-			// The callback may have purged the queue: remove r only if first.
-			if len(e.pending) > 0 && e.pending[0] == r {
-				e.pending[0] = nil
-				e.pending = e.pending[1:]
-				i.npend.Add(-1)
-			}
-			i.mu.Unlock()
-		}
-	}
-	i.mu.Lock()
-	kept := i.pendEPs[:0]
-	for _, e := range i.pendEPs {
-		if len(e.pending) > 0 {
-			kept = append(kept, e)
-		}
-	}
-	clear(i.pendEPs[len(kept):])
-	i.pendEPs = kept
-	i.mu.Unlock()
-	return n
 }
 
 // Flush returns OK when every EP of the iface has every frame acknowledged
