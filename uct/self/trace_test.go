@@ -1,47 +1,18 @@
 package self
 
 import (
-	"bytes"
-	"sync"
 	"testing"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
-
-type traceEvent struct {
-	typ  uct.AMTraceType
-	id   uint8
-	data []byte
-}
-
-type traceLog struct {
-	mu sync.Mutex
-	ev []traceEvent
-}
-
-func (l *traceLog) tracer(arg any, typ uct.AMTraceType, id uint8, data []byte) {
-	if arg != "arg" {
-		panic("tracer called with the wrong arg")
-	}
-	l.mu.Lock()
-	l.ev = append(l.ev, traceEvent{typ, id, append([]byte(nil), data...)})
-	l.mu.Unlock()
-}
-
-func (l *traceLog) take() []traceEvent {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ev := l.ev
-	l.ev = nil
-	return ev
-}
 
 func TestAMTracer(t *testing.T) {
 	iface, ep, _ := setup(t, make([]byte, 64))
 	var ts uct.AMTracerSetter = iface
-	var l traceLog
-	if err := ts.SetAMTracer(l.tracer, "arg"); err != nil {
+	var l uctest.TraceLog
+	if err := ts.SetAMTracer(l.Tracer, uctest.TraceArg); err != nil {
 		t.Fatal(err)
 	}
 	handled := 0
@@ -64,26 +35,18 @@ func TestAMTracer(t *testing.T) {
 		t.Fatal(s)
 	}
 	iface.Progress()
-	want := []traceEvent{
-		{uct.AMTraceSend, 1, short},
-		{uct.AMTraceSend, 1, []byte("bcopy")},
-		{uct.AMTraceSend, 1, []byte("hdzcpy")},
-		{uct.AMTraceSendDrop, 1, nil},
-		{uct.AMTraceSend, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}},
-		{uct.AMTraceRecv, 1, short},
-		{uct.AMTraceRecv, 1, []byte("bcopy")},
-		{uct.AMTraceRecv, 1, []byte("hdzcpy")},
-		{uct.AMTraceRecvDrop, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}},
+	want := []uctest.TraceEvent{
+		uctest.Ev(uct.AMTraceSend, 1, short),
+		uctest.Ev(uct.AMTraceSend, 1, []byte("bcopy")),
+		uctest.Ev(uct.AMTraceSend, 1, []byte("hdzcpy")),
+		uctest.Ev(uct.AMTraceSendDrop, 1, nil),
+		uctest.Ev(uct.AMTraceSend, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}),
+		uctest.Ev(uct.AMTraceRecv, 1, short),
+		uctest.Ev(uct.AMTraceRecv, 1, []byte("bcopy")),
+		uctest.Ev(uct.AMTraceRecv, 1, []byte("hdzcpy")),
+		uctest.Ev(uct.AMTraceRecvDrop, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}),
 	}
-	got := l.take()
-	if len(got) != len(want) {
-		t.Fatalf("traced %+v, want %+v", got, want)
-	}
-	for k := range want {
-		if got[k].typ != want[k].typ || got[k].id != want[k].id || !bytes.Equal(got[k].data, want[k].data) {
-			t.Errorf("event %d is %+v, want %+v", k, got[k], want[k])
-		}
-	}
+	uctest.CheckTrace(t, "self", l.Take(), want)
 	if handled != 3 {
 		t.Errorf("handled %d, want 3", handled)
 	}
@@ -94,7 +57,7 @@ func TestAMTracer(t *testing.T) {
 	ep.AMZcopy(1, nil, nil, 0, nil)
 	ep.AMShort(9, 1, nil)
 	iface.Progress()
-	if ev := l.take(); len(ev) != 0 {
+	if ev := l.Take(); len(ev) != 0 {
 		t.Errorf("removed tracer was called: %+v", ev)
 	}
 	if handled != 6 {

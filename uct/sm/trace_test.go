@@ -1,64 +1,21 @@
 package sm
 
 import (
-	"bytes"
-	"sync"
 	"testing"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
-
-// traceEvent is one call of a test tracer.
-type traceEvent struct {
-	typ  uct.AMTraceType
-	id   uint8
-	data []byte
-}
-
-// traceLog records the calls of a tracer.
-type traceLog struct {
-	mu sync.Mutex
-	ev []traceEvent
-}
-
-func (l *traceLog) tracer(arg any, typ uct.AMTraceType, id uint8, data []byte) {
-	if arg != "arg" {
-		panic("tracer called with the wrong arg")
-	}
-	l.mu.Lock()
-	l.ev = append(l.ev, traceEvent{typ, id, append([]byte(nil), data...)})
-	l.mu.Unlock()
-}
-
-func (l *traceLog) take() []traceEvent {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ev := l.ev
-	l.ev = nil
-	return ev
-}
-
-func checkTrace(t *testing.T, what string, got, want []traceEvent) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: traced %d events %+v, want %d %+v", what, len(got), got, len(want), want)
-	}
-	for k := range want {
-		if got[k].typ != want[k].typ || got[k].id != want[k].id || !bytes.Equal(got[k].data, want[k].data) {
-			t.Errorf("%s: event %d is %+v, want %+v", what, k, got[k], want[k])
-		}
-	}
-}
 
 func TestAMTracer(t *testing.T) {
 	rx, tx := openTestIface(t), openTestIface(t)
 	var _ uct.AMTracerSetter = rx
-	var sent, recv traceLog
-	if err := tx.SetAMTracer(sent.tracer, "arg"); err != nil {
+	var sent, recv uctest.TraceLog
+	if err := tx.SetAMTracer(sent.Tracer, uctest.TraceArg); err != nil {
 		t.Fatal(err)
 	}
-	if err := rx.SetAMTracer(recv.tracer, "arg"); err != nil {
+	if err := rx.SetAMTracer(recv.Tracer, uctest.TraceArg); err != nil {
 		t.Fatal(err)
 	}
 	handled := 0
@@ -85,20 +42,20 @@ func TestAMTracer(t *testing.T) {
 	if s := e.AMShort(9, 7, nil); s != ucs.OK { // no handler for 9
 		t.Fatal(s)
 	}
-	checkTrace(t, "send", sent.take(), []traceEvent{
-		{uct.AMTraceSend, 1, short},
-		{uct.AMTraceSend, 1, []byte("bcopy")},
-		{uct.AMTraceSend, 1, []byte("hdzcpy")},
-		{uct.AMTraceSendDrop, 1, nil},
-		{uct.AMTraceSend, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}},
+	uctest.CheckTrace(t, "send", sent.Take(), []uctest.TraceEvent{
+		uctest.Ev(uct.AMTraceSend, 1, short),
+		uctest.Ev(uct.AMTraceSend, 1, []byte("bcopy")),
+		uctest.Ev(uct.AMTraceSend, 1, []byte("hdzcpy")),
+		uctest.Ev(uct.AMTraceSendDrop, 1, nil),
+		uctest.Ev(uct.AMTraceSend, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}),
 	})
 	for rx.Progress() != 0 {
 	}
-	checkTrace(t, "receive", recv.take(), []traceEvent{
-		{uct.AMTraceRecv, 1, short},
-		{uct.AMTraceRecv, 1, []byte("bcopy")},
-		{uct.AMTraceRecv, 1, []byte("hdzcpy")},
-		{uct.AMTraceRecvDrop, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}},
+	uctest.CheckTrace(t, "receive", recv.Take(), []uctest.TraceEvent{
+		uctest.Ev(uct.AMTraceRecv, 1, short),
+		uctest.Ev(uct.AMTraceRecv, 1, []byte("bcopy")),
+		uctest.Ev(uct.AMTraceRecv, 1, []byte("hdzcpy")),
+		uctest.Ev(uct.AMTraceRecvDrop, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}),
 	})
 	if handled != 3 {
 		t.Errorf("handled %d messages, want 3", handled)
@@ -111,7 +68,7 @@ func TestAMTracer(t *testing.T) {
 	e.AMZcopy(1, nil, nil, 0, nil)
 	for rx.Progress() != 0 {
 	}
-	if ev := append(sent.take(), recv.take()...); len(ev) != 0 {
+	if ev := append(sent.Take(), recv.Take()...); len(ev) != 0 {
 		t.Errorf("removed tracers were called: %+v", ev)
 	}
 	if handled != 6 {
@@ -134,8 +91,8 @@ func TestAMTracerSysv(t *testing.T) {
 	if !ok {
 		t.Fatal("sysv iface is not a uct.AMTracerSetter")
 	}
-	var l traceLog
-	ts.SetAMTracer(l.tracer, "arg")
+	var l uctest.TraceLog
+	ts.SetAMTracer(l.Tracer, uctest.TraceArg)
 	e, err := i.EPCreate(&uct.EPParams{DeviceAddr: i.DeviceAddress(), IfaceAddr: i.Address()})
 	if err != nil {
 		t.Fatal(err)
@@ -144,19 +101,19 @@ func TestAMTracerSysv(t *testing.T) {
 	i.SetAMHandler(2, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
 	e.AMBcopy(2, func(d []byte) int { return copy(d, "sysv") }, 0)
 	i.Progress()
-	checkTrace(t, "sysv", l.take(), []traceEvent{{uct.AMTraceSend, 2, []byte("sysv")}, {uct.AMTraceRecv, 2, []byte("sysv")}})
+	uctest.CheckTrace(t, "sysv", l.Take(), []uctest.TraceEvent{uctest.Ev(uct.AMTraceSend, 2, []byte("sysv")), uctest.Ev(uct.AMTraceRecv, 2, []byte("sysv"))})
 }
 
 // TestAMTracerMalformed checks that a malformed cell is traced as dropped.
 func TestAMTracerMalformed(t *testing.T) {
 	i := openTestIface(t)
-	var l traceLog
-	i.SetAMTracer(l.tracer, "arg")
+	var l uctest.TraceLog
+	i.SetAMTracer(l.Tracer, uctest.TraceArg)
 	c, tk := i.rx.claim()
 	if c == nil {
 		t.Fatal("no cell")
 	}
 	publish(c, tk, uct.AMMaxID+1, 4)
 	i.Progress()
-	checkTrace(t, "malformed", l.take(), []traceEvent{{uct.AMTraceRecvDrop, uct.AMMaxID + 1, nil}})
+	uctest.CheckTrace(t, "malformed", l.Take(), []uctest.TraceEvent{uctest.Ev(uct.AMTraceRecvDrop, uct.AMMaxID+1, nil)})
 }

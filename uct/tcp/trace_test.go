@@ -1,77 +1,24 @@
 package tcp
 
 import (
-	"bytes"
 	"sync"
 	"testing"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
-
-type traceEvent struct {
-	typ  uct.AMTraceType
-	id   uint8
-	data []byte
-}
-
-type traceLog struct {
-	mu sync.Mutex
-	ev []traceEvent
-}
-
-func (l *traceLog) tracer(arg any, typ uct.AMTraceType, id uint8, data []byte) {
-	if arg != "arg" {
-		panic("tracer called with the wrong arg")
-	}
-	l.mu.Lock()
-	l.ev = append(l.ev, traceEvent{typ, id, append([]byte(nil), data...)})
-	l.mu.Unlock()
-}
-
-func (l *traceLog) take() []traceEvent {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ev := l.ev
-	l.ev = nil
-	return ev
-}
-
-func (l *traceLog) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.ev)
-}
-
-// sameEvents reports whether got holds the events of want, in any order.
-func sameEvents(got, want []traceEvent) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	used := make([]bool, len(got))
-next:
-	for _, w := range want {
-		for k, g := range got {
-			if !used[k] && g.typ == w.typ && g.id == w.id && bytes.Equal(g.data, w.data) {
-				used[k] = true
-				continue next
-			}
-		}
-		return false
-	}
-	return true
-}
 
 func TestAMTracer(t *testing.T) {
 	captureLog(t) // the dropped message is logged
 	md := testMD(t)
 	a, b := openIface(t, md, nil), openIface(t, md, nil)
 	var ts uct.AMTracerSetter = a
-	var sent, recv traceLog
-	if err := ts.SetAMTracer(sent.tracer, "arg"); err != nil {
+	var sent, recv uctest.TraceLog
+	if err := ts.SetAMTracer(sent.Tracer, uctest.TraceArg); err != nil {
 		t.Fatal(err)
 	}
-	b.SetAMTracer(recv.tracer, "arg")
+	b.SetAMTracer(recv.Tracer, uctest.TraceArg)
 	var handled sync.WaitGroup
 	h := func(any, []byte, uint32) ucs.Status { handled.Done(); return ucs.OK }
 	b.SetAMHandler(1, h, nil, uct.CBFlagSync)
@@ -98,27 +45,27 @@ func TestAMTracer(t *testing.T) {
 	if s := ep.AMShort(9, 7, nil); s != ucs.OK { // no handler
 		t.Fatal(s)
 	}
-	wantSent := []traceEvent{
-		{uct.AMTraceSend, 1, short},
-		{uct.AMTraceSend, 1, []byte("bcopy")},
-		{uct.AMTraceSend, 1, []byte("hdzcpy")},
-		{uct.AMTraceSendDrop, 1, nil},
-		{uct.AMTraceSend, 2, []byte("async")},
-		{uct.AMTraceSend, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}},
+	wantSent := []uctest.TraceEvent{
+		uctest.Ev(uct.AMTraceSend, 1, short),
+		uctest.Ev(uct.AMTraceSend, 1, []byte("bcopy")),
+		uctest.Ev(uct.AMTraceSend, 1, []byte("hdzcpy")),
+		uctest.Ev(uct.AMTraceSendDrop, 1, nil),
+		uctest.Ev(uct.AMTraceSend, 2, []byte("async")),
+		uctest.Ev(uct.AMTraceSend, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}),
 	}
-	if got := sent.take(); !sameEvents(got, wantSent) {
+	if got := sent.Take(); !uctest.SameTrace(got, wantSent) {
 		t.Errorf("sent: traced %+v, want %+v", got, wantSent)
 	}
-	progressUntil(t, func() bool { return recv.len() >= 5 }, a, b)
+	progressUntil(t, func() bool { return recv.Len() >= 5 }, a, b)
 	handled.Wait()
-	wantRecv := []traceEvent{
-		{uct.AMTraceRecv, 1, short},
-		{uct.AMTraceRecv, 1, []byte("bcopy")},
-		{uct.AMTraceRecv, 1, []byte("hdzcpy")},
-		{uct.AMTraceRecv, 2, []byte("async")},
-		{uct.AMTraceRecvDrop, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}},
+	wantRecv := []uctest.TraceEvent{
+		uctest.Ev(uct.AMTraceRecv, 1, short),
+		uctest.Ev(uct.AMTraceRecv, 1, []byte("bcopy")),
+		uctest.Ev(uct.AMTraceRecv, 1, []byte("hdzcpy")),
+		uctest.Ev(uct.AMTraceRecv, 2, []byte("async")),
+		uctest.Ev(uct.AMTraceRecvDrop, 9, []byte{7, 0, 0, 0, 0, 0, 0, 0}),
 	}
-	if got := recv.take(); !sameEvents(got, wantRecv) {
+	if got := recv.Take(); !uctest.SameTrace(got, wantRecv) {
 		t.Errorf("received: traced %+v, want %+v", got, wantRecv)
 	}
 
@@ -131,7 +78,7 @@ func TestAMTracer(t *testing.T) {
 	if s := dead.AMShort(3, 1, []byte("x")); !s.IsErr() {
 		t.Fatalf("AMShort on a destroyed EP: %v", s)
 	}
-	if got, want := sent.take(), []traceEvent{{uct.AMTraceSendDrop, 3, []byte{1, 0, 0, 0, 0, 0, 0, 0, 'x'}}}; !sameEvents(got, want) {
+	if got, want := sent.Take(), []uctest.TraceEvent{uctest.Ev(uct.AMTraceSendDrop, 3, []byte{1, 0, 0, 0, 0, 0, 0, 0, 'x'})}; !uctest.SameTrace(got, want) {
 		t.Errorf("destroyed EP: traced %+v, want %+v", got, want)
 	}
 
@@ -155,7 +102,7 @@ func TestAMTracer(t *testing.T) {
 			return false
 		}
 	}, a, b)
-	if ev := append(sent.take(), recv.take()...); len(ev) != 0 {
+	if ev := append(sent.Take(), recv.Take()...); len(ev) != 0 {
 		t.Errorf("removed tracers were called: %+v", ev)
 	}
 }
