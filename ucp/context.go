@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -164,6 +165,7 @@ var configTable = []ucs.ConfigField{
 	{Name: "NUM_EPS", Default: "auto", Doc: "Expected number of endpoints; overrides estimated_num_eps"},
 	{Name: "NUM_PPN", Default: "auto", Doc: "Expected number of processes per node; overrides estimated_num_ppn"},
 	{Name: "LOCAL_NODE_ID", Default: "auto", Doc: "Node-local id of the process; overrides node_local_id"},
+	{Name: "KEEPALIVE_INTERVAL", Default: "20s", Doc: "How often a worker checks that the peers of its endpoints in error mode PEER live, on transports that can tell (shared memory); inf or 0 turns it off"},
 }
 
 // Config is the configuration of a context, read from UCX_* variables
@@ -214,6 +216,7 @@ type Context struct {
 	nodeID    uint64
 	zcopyThr  int // 0: per lane
 	bcopyThr  int
+	keepalive time.Duration // UCX_KEEPALIVE_INTERVAL; 0: off
 	allocPrio []string
 	regions   sync.Map // software RMA token -> *MemHandle
 	closed    atomic.Bool
@@ -307,6 +310,11 @@ func (c *Context) applyConfig() error {
 		}
 		*th.dst = int(n)
 	}
+	ka, err := ucs.ParseDuration(cfg.Get("KEEPALIVE_INTERVAL"))
+	if err != nil {
+		return fmt.Errorf("ucp init: UCX_KEEPALIVE_INTERVAL: %w", err)
+	}
+	c.keepalive = ka
 	for _, m := range strings.Split(cfg.Get("ALLOC_PRIO"), ",") {
 		if m = strings.TrimSpace(m); m != "" {
 			if m != "mmap" && m != "heap" && !strings.HasPrefix(m, "md:") {

@@ -404,9 +404,11 @@ type Rkey struct {
 // It fails with ucs.ErrInvalidParam for malformed input and
 // ucs.ErrUnreachable when nothing can reach the memory.
 func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
-	if ep.closed {
+	if ep.closed.Load() {
 		return nil, fmt.Errorf("ucp rkey unpack: %w", errClosed)
 	}
+	ep.laneMu.Lock() // lanes and their usages; several goroutines may unpack at once
+	defer ep.laneMu.Unlock()
 	k, err := decodeRkey(packed)
 	if err != nil {
 		return nil, fmt.Errorf("ucp rkey unpack: %w", err)

@@ -99,10 +99,54 @@ type swState struct {
 
 // swReq is an operation waiting for its reply.
 type swReq struct {
+	ep      *Endpoint
 	r       *Request
 	buf     []byte // get: where the data goes
 	missing int    // get: bytes not yet received
 	done    chan struct{}
+	err     ucs.Status // flush: set before done is closed; OK on success
+}
+
+// fail ends q with st: a request completes with it, a flush returns it.
+func (q *swReq) fail(st ucs.Status) {
+	if q.done != nil {
+		q.err = st
+		close(q.done)
+		return
+	}
+	q.r.complete(st)
+}
+
+// failEP ends, with st, every operation of ep that waits for a reply.
+func (s *swState) failEP(ep *Endpoint, st ucs.Status) {
+	s.mu.Lock()
+	var qs []*swReq
+	for id, q := range s.reqs {
+		if q.ep == ep {
+			delete(s.reqs, id)
+			qs = append(qs, q)
+		}
+	}
+	s.mu.Unlock()
+	for _, q := range qs {
+		q.fail(st)
+	}
+}
+
+// addFor registers q, an operation of ep, and returns its id, or 0 and the
+// status of ep when ep failed or was closed meanwhile: then nobody else
+// will end q, and the caller must fail it itself. (failEP runs after the
+// status is set, so either it sees q or this check sees the status.)
+func (s *swState) addFor(ep *Endpoint, q *swReq) (uint64, ucs.Status) {
+	q.ep = ep
+	id := s.add(q)
+	if st := ep.dead(); st != ucs.OK {
+		if s.take(id, true) != nil {
+			return 0, st
+		}
+		// failEP took it and ends it.
+	}
+	return id, ucs.OK
 }
 
 func (s *swState) add(q *swReq) uint64 {
@@ -175,6 +219,8 @@ func (ep *Endpoint) swReply(id uint8, h *swHeader, payload []byte) error {
 	return ep.swSendFrom(id, h, payload, true)
 }
 
+// It fails with the endpoint's status once the endpoint failed or was
+// closed, also while it waits for room.
 func (ep *Endpoint) swSendFrom(id uint8, h *swHeader, payload []byte, inHandler bool) error {
 	l := ep.am
 	if l == nil {
@@ -188,6 +234,12 @@ func (ep *Endpoint) swSendFrom(id uint8, h *swHeader, payload []byte, inHandler 
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
 	for {
+		if st := ep.dead(); st != ucs.OK || l.destroyed {
+			if st == ucs.OK {
+				st = ucs.ErrCanceled
+			}
+			return fmt.Errorf("ucp: software message to %s: %w", ep.remoteName, st)
+		}
 		_, st := l.ep.AMBcopy(id, pack, 0)
 		switch st {
 		case ucs.OK:
@@ -222,8 +274,16 @@ func (ep *Endpoint) swChunk() int {
 	return ep.am.wi.attr.AM.MaxBcopy - swHeaderLen
 }
 
+// swClean forgets the software operations the endpoint sent since its last
+// flush: it failed or was closed, and nothing will flush them.
+func (ep *Endpoint) swClean() {
+	if ep.swDirty.Swap(false) {
+		ep.w.swDirtyEPs.Add(-1)
+	}
+}
+
 func (ep *Endpoint) swCheck(rkey *Rkey, what string) error {
-	if ep.closed {
+	if ep.closed.Load() {
 		return fmt.Errorf("ucp %s: %w", what, errClosed)
 	}
 	if ep.am == nil || ep.swChunk() <= 0 {
@@ -268,11 +328,19 @@ func (ep *Endpoint) swGet(buf []byte, raddr uint64, rkey *Rkey, r *Request) (*Re
 		r.release()
 		return nil, nil
 	}
-	id := ep.w.sw.add(&swReq{r: r, buf: buf, missing: len(buf)})
+	id, st := ep.w.sw.addFor(ep, &swReq{r: r, buf: buf, missing: len(buf)})
+	if st != ucs.OK {
+		r.finish(st)
+		r.release()
+		return nil, fmt.Errorf("ucp get/sw to %s: %w", ep.remoteName, st)
+	}
 	h := swHeader{token: rkey.swToken, raddr: raddr, a: uint64(len(buf)), reqID: id}
 	if err := ep.swSend(amSwGetReq, &h, nil); err != nil {
-		ep.w.sw.take(id, true)
+		if ep.w.sw.take(id, true) == nil {
+			return r, nil // the endpoint failed, and its failure completed r
+		}
 		r.finish(ucs.ErrIOError)
+		r.release()
 		return nil, err
 	}
 	return r, nil
@@ -295,31 +363,52 @@ func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr ui
 		return nil, err
 	}
 	h.fetch = 1
-	h.reqID = ep.w.sw.add(&swReq{r: r})
+	id, st := ep.w.sw.addFor(ep, &swReq{r: r})
+	if st != ucs.OK {
+		r.finish(st)
+		r.release()
+		return nil, fmt.Errorf("ucp amo/sw to %s: %w", ep.remoteName, st)
+	}
+	h.reqID = id
 	if err := ep.swSend(amSwAtomicReq, &h, nil); err != nil {
-		ep.w.sw.take(h.reqID, true)
+		if ep.w.sw.take(id, true) == nil {
+			return r, nil // the endpoint failed, and its failure completed r
+		}
 		r.finish(ucs.ErrIOError)
+		r.release()
 		return nil, err
 	}
 	return r, nil
 }
 
 // swFlush waits until the target has applied every software operation sent
-// to it before: the flush request travels behind them on the same lane.
+// to it before: the flush request travels behind them on the same lane. It
+// fails with the endpoint's status when the endpoint fails before the
+// target answers.
 func (ep *Endpoint) swFlush() error {
 	if !ep.swDirty.Swap(false) {
 		return nil
 	}
 	ep.w.swDirtyEPs.Add(-1)
 	q := &swReq{done: make(chan struct{})}
-	h := swHeader{reqID: ep.w.sw.add(q)}
+	id, st := ep.w.sw.addFor(ep, q)
+	if st != ucs.OK {
+		return fmt.Errorf("ucp flush/sw to %s: %w", ep.remoteName, st)
+	}
+	h := swHeader{reqID: id}
 	if err := ep.swSend(amSwFlushReq, &h, nil); err != nil {
-		ep.w.sw.take(h.reqID, true)
+		if ep.w.sw.take(id, true) == nil {
+			<-q.done // the endpoint failed, and its failure ended q
+			return fmt.Errorf("ucp flush/sw to %s: %w", ep.remoteName, q.err)
+		}
 		return err
 	}
 	for {
 		select {
 		case <-q.done:
+			if q.err != ucs.OK {
+				return fmt.Errorf("ucp flush/sw to %s: %w", ep.remoteName, q.err)
+			}
 			return nil
 		default:
 		}
@@ -452,7 +541,7 @@ func (w *Worker) epByUID(uid uint64) *Endpoint {
 	w.epMu.Lock()
 	defer w.epMu.Unlock()
 	for _, ep := range w.eps {
-		if ep.remoteUID == uid && !ep.closed {
+		if ep.remoteUID == uid && ep.dead() == ucs.OK {
 			return ep
 		}
 	}
