@@ -13,7 +13,13 @@ import (
 
 func newContext(t testing.TB) *Context {
 	t.Helper()
-	c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64), nil)
+	return newContextWith(t, 0)
+}
+
+// newContextWith is newContext with more features (FeatureWakeup).
+func newContextWith(t testing.TB, more Feature) *Context {
+	t.Helper()
+	c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64|more), nil)
 	if err != nil {
 		t.Fatalf("Init: %v", err)
 	}
@@ -41,13 +47,20 @@ type pair struct {
 
 func newPair(t testing.TB, c *Context, a, b *Worker, size int) pair {
 	t.Helper()
+	return newPairWith(t, c, a, b, size, new(EPParams))
+}
+
+// newPairWith is newPair with the endpoint created from params (whose
+// address it sets).
+func newPairWith(t testing.TB, c *Context, a, b *Worker, size int, params *EPParams) pair {
+	t.Helper()
 	memh, err := c.MemMap(new(MemMapParams).SetLength(size).SetFlags(MemMapAllocate))
 	if err != nil {
 		t.Fatalf("MemMap: %v", err)
 	}
 	t.Cleanup(func() { c.MemUnmap(memh) })
 	addr, _ := b.Address()
-	ep, err := a.NewEndpoint(new(EPParams).SetAddress(addr))
+	ep, err := a.NewEndpoint(params.SetAddress(addr))
 	if err != nil {
 		t.Fatalf("NewEndpoint: %v", err)
 	}
