@@ -16,6 +16,7 @@ const (
 	protoGetZcopy = "get/zcopy"
 	protoAMOPost  = "amo/post"
 	protoAMOFetch = "amo/fetch"
+	protoPutSw    = "put/sw"
 )
 
 // post issues op on lane l for request r and returns the UCP result: (nil,
@@ -120,10 +121,20 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 		return nil, err
 	}
 	rl := rkey.rma
-	if rl == nil {
-		return nil, ep.swPut(buf, raddr, rkey)
-	}
 	w := ep.w
+	if rl == nil {
+		if err := ep.swPut(buf, raddr, rkey); err != nil {
+			return nil, err
+		}
+		if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 && param.Flags&OpAttrFlagNoImmCmpl != 0 {
+			r := w.newRequest(param)
+			r.size, r.proto, r.lane = len(buf), protoPutSw, ep.am
+			w.inflight.Add(1)
+			r.complete(ucs.OK)
+			return r, nil
+		}
+		return nil, nil
+	}
 	n := len(buf)
 	if n <= rl.putShort && (param == nil || param.OpAttrMask&(OpAttrFieldCallback|OpAttrFieldFlags) == 0) {
 		// The common small put: no request at all.
