@@ -278,16 +278,21 @@ func (r *Request) Cancel() {
 	}
 	canceled := false
 	var others []*uct.PendingReq
-	r.lane.ep.PendingPurge(func(p *uct.PendingReq) {
-		if p == &r.pending {
-			canceled = true
-		} else {
-			others = append(others, p)
+	l := r.lane
+	l.sendMu.Lock() // the lane's uct endpoint stays alive meanwhile
+	if !l.destroyed {
+		l.ep.PendingPurge(func(p *uct.PendingReq) {
+			if p == &r.pending {
+				canceled = true
+			} else {
+				others = append(others, p)
+			}
+		})
+		for _, p := range others {
+			l.ep.PendingAdd(p, 0)
 		}
-	})
-	for _, p := range others {
-		r.lane.ep.PendingAdd(p, 0)
 	}
+	l.sendMu.Unlock()
 	if canceled {
 		r.complete(ucs.ErrCanceled)
 	}
