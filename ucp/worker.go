@@ -89,6 +89,7 @@ type Worker struct {
 	mu       sync.Mutex // taken in ThreadModeMulti only
 	eps      []*Endpoint
 	epMu     sync.Mutex
+	wireMu   sync.Mutex   // serializes the endpoints created for peers' wireup
 	inflight atomic.Int64 // operations started and not completed
 	sw       swState
 	// swDirtyEPs counts endpoints with software operations to flush, so
