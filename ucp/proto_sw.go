@@ -348,12 +348,20 @@ func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr ui
 }
 
 // swFlush waits until the target has applied every software operation sent
-// to it before: the flush request travels behind them on the same lane.
+// to it before: the flush request travels behind them on the same lane. Its
+// callers flush the endpoint's lanes next.
 func (ep *Endpoint) swFlush() error {
 	if !ep.swDirty.Swap(false) {
 		return nil
 	}
 	ep.w.swDirtyEPs.Add(-1)
+	if f := ep.am.remote.capFlags; f&uct.IfaceFlagCBAsync != 0 && f&uct.IfaceFlagFlushAfterAM != 0 {
+		// The target's transport runs the software handlers as it receives
+		// each message and acknowledges a flush only after them: the flush
+		// of the lane, which every caller does next, covers them, and a
+		// request of our own would cost a second round trip.
+		return nil
+	}
 	q := &swReq{done: make(chan struct{})}
 	h := swHeader{reqID: ep.w.sw.add(q)}
 	if err := ep.swSend(amSwFlushReq, &h, nil); err != nil {

@@ -391,6 +391,10 @@ func (e *EP) reader() {
 		e.acked.Store(n)
 		if e.iface.nflush.Load() > 0 {
 			e.iface.markDirty()
+		} else if w := e.iface.worker; w != nil {
+			// Someone may wait for the acknowledgement by asking Flush
+			// again (a flush without a completion).
+			w.Signal()
 		}
 	}
 }

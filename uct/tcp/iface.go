@@ -187,7 +187,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
 			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy |
 			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync |
-			uct.IfaceFlagErrhandlePeerDown,
+			uct.IfaceFlagErrhandlePeerDown | uct.IfaceFlagFlushAfterAM,
 		DeviceAddrLen: DeviceAddrLen,
 		IfaceAddrLen:  IfaceAddrLen,
 		Overhead:      1e-6,
@@ -554,6 +554,7 @@ type rxConn struct {
 	processed uint64 // frames applied or queued
 	acked     uint64 // the count last acknowledged
 	ackDue    bool   // the client asked for an acknowledgement
+	wrote     bool   // puts were applied since the worker was last signalled
 	ack       [frameHeaderLen + ackBodyLen]byte
 	getRep    [frameHeaderLen + getRepHeaderLen]byte
 	repBuf    []byte // a small get reply
@@ -571,6 +572,12 @@ func (s *rxConn) run() error {
 			if err := s.sendAck(); err != nil {
 				return err
 			}
+			if s.wrote && i.worker != nil {
+				// A goroutine waiting for memory to change may wait for
+				// these puts.
+				i.worker.Signal()
+			}
+			s.wrote = false
 		}
 		if _, err := io.ReadFull(s.br, hb[:]); err != nil {
 			if err == io.EOF {
@@ -599,6 +606,7 @@ func (s *rxConn) run() error {
 			if err := s.applyPut(decodePutHeader(ph[:]), uint64(h.len-putHeaderLen)); err != nil {
 				return fmt.Errorf("reading a put: %w", err)
 			}
+			s.wrote = true
 		case frameFlush:
 			s.ackDue = true
 		case frameGet:
