@@ -129,6 +129,7 @@ type Endpoint struct {
 	closing    atomic.Bool  // Close began: the error handler is not called any more
 	closed     atomic.Bool  // closed: operations fail
 	swDirty    atomic.Bool  // software puts or atomics sent since the last flush
+	wiredBack  atomic.Bool  // the peer has this worker's address (swWireup)
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
