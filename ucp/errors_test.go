@@ -9,9 +9,12 @@ import (
 
 // swPair is a pair whose operations all go through the software protocols,
 // towards a target worker that is not progressed: software gets, fetching
-// atomics and flushes stay outstanding until something ends them.
+// atomics and flushes stay outstanding until something ends them. It runs
+// over shared memory, whose active messages wait for the target's progress
+// (tcp's would be answered by its receive goroutines).
 func swPair(t *testing.T, params *EPParams) (a *Worker, p pair) {
 	t.Helper()
+	t.Setenv("UCX_TLS", "sm,self")
 	c := newContext(t)
 	a, b := newWorker(t, c), newWorker(t, c)
 	aAddr, _ := a.Address()

@@ -260,14 +260,14 @@ func (e *errRecorder) handler(user any, ep *Endpoint, status error) {
 func TestPeerFailure(t *testing.T) {
 	variants := []struct {
 		name       string
-		parentTLS  string // UCX_TLS of this process; "" for the default
+		parentTLS  string // UCX_TLS of this process
 		peerTLS    string // UCX_TLS of the peer
 		want       ucs.Status
 		wantLaneTL string
 	}{
-		{"sm", "", "", ucs.ErrEndpointTimeout, "posix"},
+		{"sm", "sm,self", "sm,self", ucs.ErrEndpointTimeout, "posix"},
 		{"tcp", "tcp,self", "tcp,self", ucs.ErrConnectionReset, "tcp"},
-		{"mixed", "", "tcp,self", ucs.ErrConnectionReset, "tcp"},
+		{"mixed", "all", "tcp,self", ucs.ErrConnectionReset, "tcp"},
 	}
 	ops := []struct {
 		name  string
@@ -313,14 +313,8 @@ func TestPeerFailure(t *testing.T) {
 				t.Run(op.name, func(t *testing.T) {
 					t.Setenv("UCX_KEEPALIVE_INTERVAL", "5ms")
 					t.Setenv("GOSHMEM_KEY", testJobKey) // tcp connects processes of one job only
-					if v.parentTLS != "" {
-						t.Setenv("UCX_TLS", v.parentTLS)
-					}
-					var env []string
-					if v.peerTLS != "" {
-						env = append(env, "UCX_TLS="+v.peerTLS)
-					}
-					p := startPeer(t, env)
+					t.Setenv("UCX_TLS", v.parentTLS)
+					p := startPeer(t, []string{"UCX_TLS=" + v.peerTLS})
 					c := newContext(t)
 					w := newWorker(t, c)
 					var rec errRecorder

@@ -44,11 +44,9 @@ func TestMultiThreadStress(t *testing.T) {
 		rounds     = 150
 		slot       = 512 // bytes of the target segment each goroutine owns
 	)
-	for _, tt := range []struct{ name, tls string }{{"sm", ""}, {"tcp", "tcp,self"}} {
+	for _, tt := range []struct{ name, tls string }{{"sm", "sm,self"}, {"tcp", "tcp,self"}} {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.tls != "" {
-				t.Setenv("UCX_TLS", tt.tls)
-			}
+			t.Setenv("UCX_TLS", tt.tls)
 			c := newContext(t)
 			multi := new(WorkerParams).SetThreadMode(ucs.ThreadModeMulti)
 			a, err := c.NewWorker(multi)
@@ -266,6 +264,7 @@ func hammer(w *Worker, p pair, sw *Rkey, g int, mine uint64, n int, counter uint
 // atomics through ucp allocate their operation closures; shmem's hot paths
 // do not use them.)
 func TestSingleModeNoAllocs(t *testing.T) {
+	t.Setenv("UCX_TLS", "sm,self")
 	c := newContext(t)
 	a, b := newWorker(t, c), newWorker(t, c)
 	p := newPair(t, c, a, b, 4096)

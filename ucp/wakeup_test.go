@@ -90,21 +90,19 @@ func TestWakeupMessage(t *testing.T) {
 		name, tls string
 		events    uint32
 	}{
-		{"sm", "", 0},
-		{"sm/edge", "", WakeupRX | WakeupEdge},
+		{"sm", "sm,self", 0},
+		{"sm/edge", "sm,self", WakeupRX | WakeupEdge},
 		{"tcp", "tcp,self", 0},
 		{"tcp/rma", "tcp,self", WakeupRMA},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.tls != "" {
-				t.Setenv("UCX_TLS", tt.tls)
-			}
+			t.Setenv("UCX_TLS", tt.tls)
 			params := new(WorkerParams)
 			if tt.events != 0 {
 				params.SetEvents(tt.events)
 			}
 			_, b, p := wakePair(t, params)
-			if want := map[string]string{"": "posix", "tcp,self": "tcp"}[tt.tls]; p.ep.am.wi.rsc.tl.TLName != want {
+			if want := map[string]string{"sm,self": "posix", "tcp,self": "tcp"}[tt.tls]; p.ep.am.wi.rsc.tl.TLName != want {
 				t.Fatalf("active messages go over %s, want %s", p.ep.am.wi.rsc.tl.TLName, want)
 			}
 			efd, err := b.EventFD()
@@ -200,6 +198,7 @@ func TestWakeupSignal(t *testing.T) {
 // event with the worker's user data, and Destroy takes the worker's
 // descriptors out of it.
 func TestWakeupExternalFD(t *testing.T) {
+	t.Setenv("UCX_TLS", "sm,self")
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
