@@ -161,8 +161,9 @@ type workerIface struct {
 // state is guarded by locks that the operation paths (put, get, atomics)
 // do not take, and the transports, opened in multi mode, lock their
 // progress and queues themselves. Callbacks (request completions, error
-// handlers) run with no ucp lock held and may call the worker again, but
-// not Progress.
+// handlers) run with no ucp lock held and may start operations, but not
+// call Progress or wait (Flush, Request.Wait, Close in flush mode), in any
+// mode.
 type Worker struct {
 	ctx      *Context
 	params   WorkerParams
@@ -420,7 +421,8 @@ func (w *Worker) Query() WorkerAttr {
 // number of events handled (ucp_worker_progress). It also handles the
 // failures of endpoints in error mode PEER: their outstanding requests
 // complete with the error and their error handlers are called, from here.
-// Progress may not be called from a callback it runs.
+// Progress may not be called from a callback it runs, directly or through
+// a call that waits.
 func (w *Worker) Progress() int {
 	if w.wake.enabled {
 		w.wake.progressed()
