@@ -269,18 +269,22 @@ func TestPeerFailure(t *testing.T) {
 		{"tcp", "tcp,self", "tcp,self", ucs.ErrConnectionReset, "tcp"},
 		{"mixed", "all", "tcp,self", ucs.ErrConnectionReset, "tcp"},
 	}
+	// Each op starts operations to the stopped peer, with rk (every
+	// operation in software) or direct (the key as unpacked: puts on the
+	// tcp lane), and returns what waits for them.
 	ops := []struct {
 		name  string
-		start func(t *testing.T, ep *Endpoint, rk *Rkey, base uint64) func() error
+		tcp   bool // only where the peer is reached over tcp
+		start func(t *testing.T, ep *Endpoint, rk, direct *Rkey, base uint64) func() error
 	}{
-		{"get", func(t *testing.T, ep *Endpoint, rk *Rkey, base uint64) func() error {
+		{"get", false, func(t *testing.T, ep *Endpoint, rk, _ *Rkey, base uint64) func() error {
 			req, err := ep.GetNBX(make([]byte, 64), base, rk, nil)
 			if err != nil || req == nil {
 				t.Fatalf("get to a stopped peer: %v, %v; want a request", req, err)
 			}
 			return req.Wait
 		}},
-		{"atomic", func(t *testing.T, ep *Endpoint, rk *Rkey, base uint64) func() error {
+		{"atomic", false, func(t *testing.T, ep *Endpoint, rk, _ *Rkey, base uint64) func() error {
 			var reply uint64
 			req, err := ep.AtomicOpNBX(AtomicOpAdd, 1, base, rk, new(RequestParam).SetReply(&reply))
 			if err != nil || req == nil {
@@ -288,7 +292,7 @@ func TestPeerFailure(t *testing.T) {
 			}
 			return req.Wait
 		}},
-		{"flush", func(t *testing.T, ep *Endpoint, rk *Rkey, base uint64) func() error {
+		{"flush", false, func(t *testing.T, ep *Endpoint, rk, _ *Rkey, base uint64) func() error {
 			if _, err := ep.PutNBX([]byte("lost"), base, rk, nil); err != nil {
 				t.Fatalf("software put to a stopped peer: %v", err)
 			}
@@ -306,12 +310,55 @@ func TestPeerFailure(t *testing.T) {
 			}
 			return func() error { return <-done }
 		}},
+		// Puts that the stopped peer does not read pile up in the socket,
+		// in the EP's send queue (zero-copy puts), and then in the lane's
+		// pending queue (UCX_TCP_TX_QUEUE_LEN is small here).
+		{"puts", true, func(t *testing.T, ep *Endpoint, _, direct *Rkey, base uint64) func() error {
+			if direct.rma == nil {
+				t.Fatal("no RMA lane for the direct key")
+			}
+			buf := make([]byte, 256<<10)
+			var reqs []*Request
+			for range 1024 {
+				req, err := ep.PutNBX(buf, base, direct, nil)
+				if err != nil {
+					t.Fatalf("put to a stopped peer: %v", err)
+				}
+				if req != nil {
+					reqs = append(reqs, req)
+				}
+				if len(reqs) >= 8 {
+					break
+				}
+			}
+			if len(reqs) == 0 {
+				t.Fatal("256 MiB of puts to a stopped peer all completed at once")
+			}
+			return func() error {
+				var first error
+				for _, r := range reqs {
+					err := r.Wait()
+					if err == nil {
+						err = fmt.Errorf("a put request completed successfully: %s", r.Query().DebugString)
+					}
+					if first == nil || !errors.Is(err, ucs.ErrConnectionReset) {
+						first = err
+					}
+					r.Free()
+				}
+				return first
+			}
+		}},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			for _, op := range ops {
 				t.Run(op.name, func(t *testing.T) {
+					if op.tcp && v.wantLaneTL != "tcp" {
+						t.Skip("over shared memory puts complete on return: nothing stays outstanding")
+					}
 					t.Setenv("UCX_KEEPALIVE_INTERVAL", "5ms")
+					t.Setenv("UCX_TCP_TX_QUEUE_LEN", "256k")
 					t.Setenv("GOSHMEM_KEY", testJobKey) // tcp connects processes of one job only
 					t.Setenv("UCX_TLS", v.parentTLS)
 					p := startPeer(t, []string{"UCX_TLS=" + v.peerTLS})
@@ -333,6 +380,11 @@ func TestPeerFailure(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer rk.Destroy()
+					direct, err := ep.RkeyUnpack(p.rkey)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer direct.Destroy()
 					rk.rma, rk.amo = nil, nil // everything in software, answered by the peer
 					// The path works while the peer runs.
 					got := make([]byte, 8)
@@ -346,7 +398,7 @@ func TestPeerFailure(t *testing.T) {
 					}
 
 					p.stop(t)
-					wait := op.start(t, ep, rk, p.base)
+					wait := op.start(t, ep, rk, direct, p.base)
 					if rec.calls.Load() != 0 {
 						t.Fatalf("error handler called before the peer died: %v", rec.status.Load())
 					}
