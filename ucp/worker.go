@@ -47,7 +47,9 @@ const (
 // Worker flags (ucp_worker_flags_t), for WorkerParams.SetFlags.
 const (
 	// WorkerFlagIgnoreRequestLeak: do not warn about requests that were not
-	// freed when the worker is destroyed.
+	// freed when the worker is destroyed. goshmem never warns about them
+	// (requests come from a garbage-collected pool); the flag is accepted
+	// for compatibility.
 	WorkerFlagIgnoreRequestLeak uint64 = 1 << 0
 )
 
@@ -88,8 +90,9 @@ func (p *WorkerParams) SetCPUMask(cpus []int) *WorkerParams {
 // SetEvents sets the Wakeup* event kinds that wake the worker (default: all
 // of them). It counts only with FeatureWakeup. Events that goshmem's
 // transports cannot tell apart wake for every requested kind: a message
-// that arrives wakes a worker that asked for any kind. Unknown bits make
-// NewWorker fail with ucs.ErrInvalidParam.
+// that arrives wakes a worker that asked for any kind. An empty set leaves
+// only Signal to wake the worker. Unknown bits make NewWorker fail with
+// ucs.ErrInvalidParam.
 func (p *WorkerParams) SetEvents(e uint32) *WorkerParams {
 	p.Events, p.FieldMask = e, p.FieldMask|WorkerParamFieldEvents
 	return p
@@ -130,7 +133,7 @@ func (p *WorkerParams) SetName(n string) *WorkerParams {
 // SetAMAlignment sets the alignment, in bytes, of the data that active
 // message handlers receive (default 1: none). It must be a power of two
 // (NewWorker fails with ucs.ErrInvalidParam otherwise); Worker.AMAlignment
-// returns it.
+// returns it for the active message protocols.
 func (p *WorkerParams) SetAMAlignment(n int) *WorkerParams {
 	p.AMAlignment, p.FieldMask = n, p.FieldMask|WorkerParamFieldAMAlignment
 	return p
