@@ -612,10 +612,15 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 			rk.amo, l.usage = &rkeyLane{l: l, ep: l.ep, rkey: e.bundle.Rkey}, l.usage|usageAMO
 		}
 	}
-	// Direct access: any key whose component maps the memory here.
+	// Direct access: any key whose component maps the memory here, among
+	// the components that reach the peer through this endpoint (one from a
+	// WorkerAddressFlagNetOnly address reaches none).
 	for name := range mkeys {
 		if rk.ptr != nil {
 			break
+		}
+		if !ep.reachesComponent(name) {
+			continue
 		}
 		for _, e := range ep.w.ctx.mds {
 			// Only through a transport UCX_TLS selected: an MD kept just to
@@ -633,6 +638,17 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 		return nil, fmt.Errorf("ucp rkey unpack: no lane of %s can reach the memory: %w", ep.name, ucs.ErrUnreachable)
 	}
 	return rk, nil
+}
+
+// reachesComponent reports whether a candidate lane of the endpoint belongs
+// to the component name.
+func (ep *Endpoint) reachesComponent(name string) bool {
+	for i := range ep.cands {
+		if ep.cands[i].wi.rsc.md.comp.Name() == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Ptr returns a local pointer through which the remote address raddr can be
