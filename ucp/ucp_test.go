@@ -491,8 +491,15 @@ func FuzzRkey(f *testing.F) {
 	f.Add(rk)
 	f.Add([]byte("GRK\x01"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if _, err := decodeRkey(b); err != nil && !errors.Is(err, ucs.ErrInvalidParam) {
-			t.Fatalf("error %v is not ErrInvalidParam", err)
+		k, err := decodeRkey(b)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Fatalf("error %v is not ErrInvalidParam", err)
+			}
+			return
+		}
+		if !bytes.Equal(b, encodeRkey(k)) {
+			t.Fatalf("%x decodes to %+v, which encodes differently", b, k)
 		}
 	})
 }

@@ -1,0 +1,76 @@
+package ucp
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// encodeRkey packs k in the layout RkeyPack writes.
+func encodeRkey(k *packedRkey) []byte {
+	b := append([]byte(rkeyMagic), rkeyVersion, byte(k.memType))
+	b = binary.LittleEndian.AppendUint64(b, k.address)
+	b = binary.LittleEndian.AppendUint64(b, k.length)
+	b = append(b, byte(len(k.mkeys)))
+	for _, mk := range k.mkeys {
+		b = appendStr8(b, mk.component)
+		b = appendBlob16(b, mk.mkey)
+	}
+	return b
+}
+
+// FuzzRkeyUnpack feeds packed keys to Endpoint.RkeyUnpack on an endpoint
+// between two workers (every transport's key decoder and unpacking, then
+// lane selection): it fails with a documented status, or gives a key that
+// can be used for direct access inside its range only and destroyed.
+func FuzzRkeyUnpack(f *testing.F) {
+	c := newContext(f)
+	a, b := newWorker(f, c), newWorker(f, c)
+	addr, _ := b.Address()
+	ep, err := a.NewEndpoint(new(EPParams).SetAddress(addr))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { ep.Close(CloseModeForce) })
+	for _, prio := range []string{"md:posix", "md:sysv", "mmap"} {
+		cc := newContextCfg(f, FeatureRMA, "ALLOC_PRIO", prio)
+		m, err := cc.MemMap(new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate))
+		if err != nil {
+			f.Logf("no %s memory: %v", prio, err)
+			continue
+		}
+		packed, err := cc.RkeyPack(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(packed)
+		cc.MemUnmap(m)
+	}
+	// A key of memory that stays mapped, so that unpacking can succeed.
+	live := mustMap(f, c, new(MemMapParams).SetLength(8192).SetFlags(MemMapAllocate))
+	packed, err := c.RkeyPack(live)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(packed)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rk, err := ep.RkeyUnpack(b)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidParam) && !errors.Is(err, ucs.ErrUnreachable) && !errors.Is(err, ucs.ErrNoMemory) {
+				t.Fatalf("RkeyUnpack error %v is not a documented status", err)
+			}
+			return
+		}
+		defer rk.Destroy()
+		if _, err := rk.Ptr(rk.address + rk.length); !errors.Is(err, ucs.ErrOutOfRange) {
+			t.Fatalf("Ptr one past the key's range: %v", err)
+		}
+		if rk.address > 0 {
+			if _, err := rk.Ptr(rk.address - 1); !errors.Is(err, ucs.ErrOutOfRange) {
+				t.Fatalf("Ptr before the key's range: %v", err)
+			}
+		}
+	})
+}
