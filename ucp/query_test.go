@@ -285,7 +285,9 @@ func TestContextAndLibQuery(t *testing.T) {
 		mask uint64
 		ok   func(a ContextAttr) bool
 	}{
-		{0, func(a ContextAttr) bool { return a.Name == "" && a.RequestSize == 0 && a.Transports == nil && a.MemoryTypes == nil }},
+		{0, func(a ContextAttr) bool {
+			return a.Name == "" && a.RequestSize == 0 && a.Transports == nil && a.MemoryTypes == nil
+		}},
 		{ContextAttrFieldName, func(a ContextAttr) bool { return a.Name == "cq" && a.RequestSize == 0 && a.Features == 0 }},
 		{ContextAttrFieldRequestSize, func(a ContextAttr) bool { return a.RequestSize == 48 && a.Name == "" }},
 		{ContextAttrFieldThreadMode | ContextAttrFieldMemoryTypes, func(a ContextAttr) bool {
