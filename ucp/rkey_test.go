@@ -74,3 +74,33 @@ func FuzzRkeyUnpack(f *testing.F) {
 		}
 	})
 }
+
+// TestRkeyCompare: keys unpacked from the same packed key compare equal,
+// keys of different memory do not, and the order is antisymmetric.
+func TestRkeyCompare(t *testing.T) {
+	c := newContext(t)
+	a, b := newWorker(t, c), newWorker(t, c)
+	p1 := newPair(t, c, a, b, 4096)
+	p2 := newPair(t, c, a, b, 4096)
+	packed, err := c.RkeyPack(mustMap(t, c, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer RkeyBufferRelease(packed)
+	k1, err := p1.ep.RkeyUnpack(packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k1.Destroy()
+	k2, err := p2.ep.RkeyUnpack(packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Destroy()
+	if k1.Compare(k2) != 0 || k2.Compare(k1) != 0 {
+		t.Error("keys unpacked from the same packed key differ")
+	}
+	if x, y := p1.rkey.Compare(p2.rkey), p2.rkey.Compare(p1.rkey); x == 0 || x != -y {
+		t.Errorf("keys of different memory compare %d and %d", x, y)
+	}
+}
