@@ -108,6 +108,7 @@ type Endpoint struct {
 	failed     error
 	closed     bool
 	swDirty    atomic.Bool // software puts or atomics sent since the last flush
+	wiredBack  atomic.Bool // the peer has this worker's address (swWireup)
 }
 
 // NewEndpoint connects to the worker whose packed address params carries

@@ -44,6 +44,7 @@ const (
 	amSwAtomicRep
 	amSwFlushReq
 	amSwFlushRep
+	amSwWireup
 )
 
 // swHeader starts every software message (little endian, swHeaderLen
@@ -149,7 +150,7 @@ func (w *Worker) installSwHandlers() {
 		if wi.attr.Flags&uct.IfaceFlagCBAsync != 0 {
 			flags = uct.CBFlagAsync
 		}
-		for id := amSwFlushRep; id <= amSwPut; id++ {
+		for id := amSwWireup; id <= amSwPut; id++ {
 			wi.iface.SetAMHandler(id, swHandlers[amSwPut-id], w, flags)
 		}
 	}
@@ -163,6 +164,7 @@ var swHandlers = [...]uct.AMCallback{
 	amSwPut - amSwAtomicRep: func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwAtomicRep, d) },
 	amSwPut - amSwFlushReq:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushReq, d) },
 	amSwPut - amSwFlushRep:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushRep, d) },
+	amSwPut - amSwWireup:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwWireup, d) },
 }
 
 // swSend sends one software message on the endpoint's AM lane. While the
@@ -235,7 +237,48 @@ func (ep *Endpoint) swCheck(rkey *Rkey, what string) error {
 	if rkey == nil || rkey.ep != ep || rkey.swToken == 0 {
 		return fmt.Errorf("ucp %s: rkey has no software token for this endpoint: %w", what, ucs.ErrInvalidParam)
 	}
+	if !ep.wiredBack.Load() {
+		return ep.swWireup()
+	}
 	return nil
+}
+
+// swWireup sends the worker's address to the peer once, before the
+// endpoint's first software operation, so that the peer can reply even if
+// it never connected to this worker itself (a worker created after the
+// address exchange, a client of a server): the peer then creates the
+// endpoint back, as UCX's wireup does. The message travels ahead of the
+// operations on the same lane, so the endpoint exists when they arrive.
+func (ep *Endpoint) swWireup() error {
+	if err := ep.swSend(amSwWireup, &swHeader{}, ep.w.address); err != nil {
+		return err
+	}
+	ep.wiredBack.Store(true)
+	return nil
+}
+
+// wireBack makes sure the worker has an endpoint to the worker uid, whose
+// packed address is addr (see swWireup).
+func (w *Worker) wireBack(uid uint64, addr []byte) {
+	if w.epByUID(uid) != nil {
+		return
+	}
+	ra, err := decodeWorkerAddress(addr)
+	if err == nil && ra.uid != uid {
+		err = fmt.Errorf("address of worker %x sent by worker %x: %w", ra.uid, uid, ucs.ErrInvalidAddr)
+	}
+	if err != nil {
+		log.Printf("ucp: worker %s: dropped a wireup message: %v", w.name, err)
+		return
+	}
+	w.wireMu.Lock()
+	defer w.wireMu.Unlock()
+	if w.epByUID(uid) != nil {
+		return
+	}
+	if _, err := w.NewEndpoint(new(EPParams).SetAddress(addr)); err != nil {
+		log.Printf("ucp: worker %s: no endpoint back to %s for replies: %v", w.name, ra.name, err)
+	}
 }
 
 // swPut sends buf to raddr in pieces; it is complete locally on return.
@@ -308,12 +351,20 @@ func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr ui
 }
 
 // swFlush waits until the target has applied every software operation sent
-// to it before: the flush request travels behind them on the same lane.
+// to it before: the flush request travels behind them on the same lane. Its
+// callers flush the endpoint's lanes next.
 func (ep *Endpoint) swFlush() error {
 	if !ep.swDirty.Swap(false) {
 		return nil
 	}
 	ep.w.swDirtyEPs.Add(-1)
+	if f := ep.am.remote.capFlags; f&uct.IfaceFlagCBAsync != 0 && f&uct.IfaceFlagFlushAfterAM != 0 {
+		// The target's transport runs the software handlers as it receives
+		// each message and acknowledges a flush only after them: the flush
+		// of the lane, which every caller does next, covers them, and a
+		// request of our own would cost a second round trip.
+		return nil
+	}
 	q := &swReq{done: make(chan struct{})}
 	h := swHeader{reqID: ep.w.sw.add(q)}
 	if err := ep.swSend(amSwFlushReq, &h, nil); err != nil {
@@ -358,6 +409,8 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 		return ucs.OK
 	}
 	switch id {
+	case amSwWireup:
+		w.wireBack(h.src, payload)
 	case amSwPut:
 		p, ok := w.ctx.region(h.token, h.raddr, uint64(len(payload)))
 		if !ok {

@@ -89,14 +89,15 @@ type Worker struct {
 	mu       sync.Mutex // taken in ThreadModeMulti only
 	eps      []*Endpoint
 	epMu     sync.Mutex
+	wireMu   sync.Mutex   // serializes the endpoints created for peers' wireup
 	inflight atomic.Int64 // operations started and not completed
 	sw       swState
 	// swDirtyEPs counts endpoints with software operations to flush, so
 	// that a flush without any looks at no endpoint.
 	swDirtyEPs atomic.Int32
-	netPoll    bool          // some interface receives through Go's network poller
-	events     chan struct{} // signalled by receive paths, for Idle
-	idleTimer  *time.Timer
+	netPoll    bool        // some interface receives through Go's network poller
+	sleeping   uint32      // futex word: 1 while a goroutine sleeps in Idle; atomic
+	signalled  atomic.Bool // notify ran since Idle last looked
 	closed     bool
 }
 
@@ -106,7 +107,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	if c.closed.Load() {
 		return nil, fmt.Errorf("ucp worker create: %w", errClosed)
 	}
-	w := &Worker{ctx: c, events: make(chan struct{}, 1)}
+	w := &Worker{ctx: c}
 	if params != nil {
 		w.params = *params
 	}
@@ -159,41 +160,43 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	return w, nil
 }
 
-// Idle gives the processor away in a wait loop that made no progress. When
-// every interface of the worker is served by shared memory it yields the
-// thread. When some interface receives through Go's network poller (tcp), it
-// parks the goroutine for a moment instead: a goroutine that only yields
-// stays runnable, and the scheduler then polls the network only every 10 ms,
-// so replies would wait that long.
-//
-// Parked, it wakes as soon as a receive path of the worker handles a message
-// (a reply, a software put or atomic), or after idleWait at most: data some
-// transports write straight into memory does not pass through the worker.
+// Idle gives the processor away in a wait loop that made no progress.
+// When every interface of the worker is served by shared memory it yields
+// the thread. When some interface receives through Go's network poller
+// (tcp), a goroutine that only yields would stay runnable, and the scheduler
+// would then poll the network only every 10 ms; so Idle sleeps instead, in
+// the kernel (a futex wait, which leaves the network poller to the
+// runtime's other threads), until a receive path of the worker signals
+// that it handled something (a reply, a software put or atomic, an
+// acknowledgement), or idleWait at most: shared-memory peers and some
+// transports write straight into memory without a signal. A Go timer
+// would not do for that bound: the runtime rounds sleeps below a
+// millisecond up to about one when it has nothing else to do.
 func (w *Worker) Idle() {
 	if !w.netPoll {
 		runtime.Gosched()
 		return
 	}
-	if w.idleTimer == nil {
-		w.idleTimer = time.NewTimer(idleWait)
-	} else {
-		w.idleTimer.Reset(idleWait)
+	atomic.StoreUint32(&w.sleeping, 1)
+	if w.signalled.Swap(false) {
+		// Signalled since the caller last looked.
+		atomic.StoreUint32(&w.sleeping, 0)
+		return
 	}
-	select {
-	case <-w.events:
-	case <-w.idleTimer.C:
-	}
-	w.idleTimer.Stop()
+	ucs.FutexWait(&w.sleeping, 1, idleWait, true)
+	atomic.StoreUint32(&w.sleeping, 0)
+	w.signalled.Store(false)
 }
 
-// idleWait bounds how long Idle parks.
-const idleWait = 50 * time.Microsecond
+// idleWait bounds how long Idle sleeps.
+const idleWait = 30 * time.Microsecond
 
-// notify wakes a goroutine parked in Idle, if any.
+// notify wakes a goroutine sleeping in Idle, if any; the next Idle returns
+// at once otherwise.
 func (w *Worker) notify() {
-	select {
-	case w.events <- struct{}{}:
-	default:
+	w.signalled.Store(true)
+	if atomic.CompareAndSwapUint32(&w.sleeping, 1, 0) {
+		ucs.FutexWake(&w.sleeping, true)
 	}
 }
 
