@@ -35,6 +35,11 @@ func newContextCfg(t testing.TB, features Feature, vars ...string) *Context {
 	return c
 }
 
+// allTLS returns vars with UCX_TLS=all first: for tests of what needs
+// both shared memory and network transports, whatever UCX_TLS the tests run
+// under (a later TLS in vars overrides it).
+func allTLS(vars ...string) []string { return append([]string{"TLS", "all"}, vars...) }
+
 // mustMap maps memory with p, and unmaps it at the end of the test unless
 // the test did.
 func mustMap(t testing.TB, c *Context, p *MemMapParams) *MemHandle {
@@ -290,8 +295,8 @@ func TestMemhExportLocal(t *testing.T) {
 	for _, be := range exportBackends {
 		t.Run(be.name, func(t *testing.T) {
 			setenv(t, be.env)
-			exp := newContextCfg(t, FeatureRMA|FeatureExportedMemh)
-			imp := newContextCfg(t, FeatureRMA|FeatureExportedMemh)
+			exp := newContextCfg(t, FeatureRMA|FeatureExportedMemh, allTLS()...)
+			imp := newContextCfg(t, FeatureRMA|FeatureExportedMemh, allTLS()...)
 			m := mustMap(t, exp, new(MemMapParams).SetLength(3<<20+5).SetFlags(MemMapAllocate))
 			if q := m.Query(); q.Method != be.method {
 				t.Fatalf("allocated by %s, want %s", q.Method, be.method)
@@ -344,7 +349,7 @@ func TestMemhExportLocal(t *testing.T) {
 // refused with the documented status.
 func TestMemhExportRefused(t *testing.T) {
 	export := new(MemhPackParams).SetFlags(MemhPackFlagExport)
-	full := newContextCfg(t, FeatureRMA|FeatureExportedMemh)
+	full := newContextCfg(t, FeatureRMA|FeatureExportedMemh, allTLS()...)
 	good := mustMap(t, full, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate))
 	goodBuf, err := full.MemhPack(good, export)
 	if err != nil {
@@ -369,7 +374,7 @@ func TestMemhExportRefused(t *testing.T) {
 		{"UCX_TLS=^posix, posix memory", FeatureRMA | FeatureExportedMemh, []string{"TLS", "^posix", "ALLOC_PRIO", "md:posix"}, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate), export},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newContextCfg(t, tt.feat, tt.vars...)
+			c := newContextCfg(t, tt.feat, allTLS(tt.vars...)...)
 			m := mustMap(t, c, tt.p)
 			buf, err := c.MemhPack(m, tt.flags)
 			if !errors.Is(err, ucs.ErrUnsupported) {
@@ -396,7 +401,7 @@ func TestMemhExportRefused(t *testing.T) {
 		}(), ucs.ErrInvalidParam},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newContextCfg(t, tt.feat, tt.vars...)
+			c := newContextCfg(t, tt.feat, allTLS(tt.vars...)...)
 			m, err := c.MemMap(new(MemMapParams).SetExportedMemhBuffer(tt.buf))
 			if !errors.Is(err, tt.want) {
 				if err == nil {
@@ -406,7 +411,7 @@ func TestMemhExportRefused(t *testing.T) {
 			}
 		})
 	}
-	if _, err := newContext(t).MemhPack(good, export); !errors.Is(err, ucs.ErrInvalidParam) {
+	if _, err := newContextCfg(t, FeatureRMA|FeatureExportedMemh, allTLS()...).MemhPack(good, export); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("MemhPack through another context: %v", err)
 	}
 }
@@ -423,7 +428,7 @@ func TestMemhExportTwoProcesses(t *testing.T) {
 			}
 			defer mb.Close()
 			defer petest.ExitIfFailed(t)
-			c := newContextCfg(t, FeatureRMA|FeatureExportedMemh)
+			c := newContextCfg(t, FeatureRMA|FeatureExportedMemh, allTLS()...)
 			const size = 1<<20 + 3
 			var (
 				m   *MemHandle
@@ -492,7 +497,7 @@ func TestMemhExportTwoProcesses(t *testing.T) {
 func exportedBuffers(f *testing.F) [][]byte {
 	var out [][]byte
 	for _, prio := range []string{"md:posix", "md:sysv"} {
-		c := newContextCfg(f, FeatureRMA|FeatureExportedMemh, "ALLOC_PRIO", prio)
+		c := newContextCfg(f, FeatureRMA|FeatureExportedMemh, allTLS("ALLOC_PRIO", prio)...)
 		m, err := c.MemMap(new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate))
 		if err != nil {
 			f.Logf("no %s memory to export: %v", prio, err)
@@ -537,7 +542,7 @@ func FuzzMemhImport(f *testing.F) {
 	for _, b := range exportedBuffers(f) {
 		f.Add(b)
 	}
-	c := newContextCfg(f, FeatureRMA|FeatureExportedMemh)
+	c := newContextCfg(f, FeatureRMA|FeatureExportedMemh, allTLS()...)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := c.MemMap(new(MemMapParams).SetExportedMemhBuffer(b))
 		if err != nil {

@@ -73,7 +73,7 @@ func netOnlyAddress(t *testing.T, w *Worker) []byte {
 }
 
 func TestWorkerAddressQuery(t *testing.T) {
-	c := newContext(t)
+	c := newContextCfg(t, FeatureRMA|FeatureAMO32|FeatureAMO64, allTLS()...)
 	a, b := newWorker(t, c), newWorker(t, c)
 	for _, w := range []*Worker{a, b} {
 		uid := w.Query().UID
@@ -108,7 +108,7 @@ func TestWorkerAddressQuery(t *testing.T) {
 // TestNetOnlyAddress: an endpoint created from a NET_ONLY address uses only
 // network transports, for its lanes, its keys and direct access.
 func TestNetOnlyAddress(t *testing.T) {
-	c := newContext(t)
+	c := newContextCfg(t, FeatureRMA|FeatureAMO32|FeatureAMO64, allTLS()...)
 	a, b := newWorker(t, c), newWorker(t, c)
 	addr := netOnlyAddress(t, b)
 	dec, err := decodeWorkerAddress(addr)
@@ -220,7 +220,7 @@ func TestNetOnlyWithoutNetwork(t *testing.T) {
 }
 
 func TestEvaluatePerf(t *testing.T) {
-	c := newContext(t)
+	c := newContextCfg(t, FeatureRMA|FeatureAMO32|FeatureAMO64, allTLS()...)
 	a, b := newWorker(t, c), newWorker(t, c)
 	full, _ := b.Address()
 	sm, err := a.NewEndpoint(new(EPParams).SetAddress(full))
