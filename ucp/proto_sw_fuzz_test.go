@@ -41,8 +41,12 @@ func swSeeds() (ids []uint8, msgs [][]byte) {
 	add(amSwAtomicRep, swHeader{b: 42, reqID: 4}, nil)
 	add(amSwFlushReq, swHeader{src: 7, reqID: 5}, nil)
 	add(amSwFlushRep, swHeader{reqID: 5}, nil)
+	add(amSwWireup, swHeader{src: 7}, []byte("GWA\x01"))
 	return ids, msgs
 }
+
+// numSwIDs is the number of software message ids, amSwWireup to amSwPut.
+const numSwIDs = amSwPut - amSwWireup + 1
 
 // FuzzSwHeader checks the decoder of software message headers: it accepts
 // only headers whose fields are in range, which encode back to the same
@@ -85,7 +89,8 @@ func FuzzSwHeader(f *testing.F) {
 // FuzzSwRecv feeds software messages to a worker's receive path, as a peer
 // could send them. The worker has mapped one page in the middle of three
 // (registered Go memory) and has an endpoint to itself, so that requests
-// naming it get replies. The fuzzer picks the message kind, its bytes, and
+// naming it get replies (and wireup messages find it). The fuzzer picks the
+// message kind, its bytes, and
 // with flags may give it the mapping's real token (bit 0), take its target
 // address as an offset from the mapping's base (bit 1) and name the worker
 // itself as the sender (bit 2). Whatever comes in, nothing outside the
@@ -118,8 +123,16 @@ func FuzzSwRecv(f *testing.F) {
 		f.Add(amSwPut-ids[i], msg, uint8(7))
 		f.Add(amSwPut-ids[i], msg, uint8(0))
 	}
+	// Wireup messages with the worker's own address: from itself (it has
+	// an endpoint to itself already) and from a worker the address is not
+	// of (dropped).
+	wireup := make([]byte, swHeaderLen+len(addr))
+	(&swHeader{}).put(wireup)
+	copy(wireup[swHeaderLen:], addr)
+	f.Add(amSwPut-amSwWireup, wireup, uint8(4))
+	f.Add(amSwPut-amSwWireup, wireup, uint8(0))
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte, flags uint8) {
-		id := amSwPut - kind%7
+		id := amSwPut - kind%numSwIDs
 		msg := append([]byte(nil), data...)
 		if len(msg) >= swHeaderLen {
 			if flags&1 != 0 {
