@@ -80,6 +80,7 @@ type packedMemh struct {
 	mkey      []byte
 }
 
+// encode packs k in the layout above.
 func (k *packedMemh) encode() []byte {
 	b := make([]byte, 0, 32+len(k.component)+len(k.mkey))
 	b = append(b, memhMagic...)

@@ -122,9 +122,10 @@ type MemHandle struct {
 // MemMap maps memory for remote access (ucp_mem_map), as the fields of p
 // say:
 //
-//   - ExportedMemhBuffer set: the memory another process of this node
-//     exported with Context.MemhPack is mapped here (see MemhPack); Address,
-//     Length and Prot are then ignored and MemMapAllocate is refused.
+//   - ExportedMemhBuffer set (and not nil): the memory another process of
+//     this node exported with Context.MemhPack is mapped here (see
+//     MemhPack); Address, Length and Prot are then ignored and
+//     MemMapAllocate is refused.
 //   - MemMapAllocate and no Address: memory is allocated, trying
 //     UCX_ALLOC_PRIO's methods in order (an MD that can allocate shareable
 //     memory first, then mmap).
@@ -343,7 +344,8 @@ type MemAttr struct {
 }
 
 // Query describes the mapped memory, every field of MemAttr filled in
-// (ucp_mem_query with every field).
+// (ucp_mem_query with every field); for an unmapped handle only FieldMask
+// is.
 func (m *MemHandle) Query() MemAttr {
 	a := MemAttr{FieldMask: memAttrFieldsAll}
 	m.QueryAttr(&a)
