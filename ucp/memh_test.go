@@ -40,9 +40,9 @@ func newContextCfg(t testing.TB, features Feature, vars ...string) *Context {
 // under (a later TLS in vars overrides it).
 func allTLS(vars ...string) []string { return append([]string{"TLS", "all"}, vars...) }
 
-// mustMap maps memory with p, and unmaps it at the end of the test unless
+// mapMem maps memory with p, and unmaps it at the end of the test unless
 // the test did.
-func mustMap(t testing.TB, c *Context, p *MemMapParams) *MemHandle {
+func mapMem(t testing.TB, c *Context, p *MemMapParams) *MemHandle {
 	t.Helper()
 	m, err := c.MemMap(p)
 	if err != nil {
@@ -56,7 +56,7 @@ func mustMap(t testing.TB, c *Context, p *MemMapParams) *MemHandle {
 	return m
 }
 
-func bytesOf(m *MemHandle) []byte { return unsafe.Slice((*byte)(m.Address()), m.Length()) }
+func memBytes(m *MemHandle) []byte { return unsafe.Slice((*byte)(m.Address()), m.Length()) }
 
 // freeAddress returns a page-aligned address range of n bytes that nothing
 // is mapped at (it was mapped and unmapped again).
@@ -112,7 +112,7 @@ func TestMemMapParams(t *testing.T) {
 			}
 			if err == nil {
 				if m.Query().Method != "" { // allocated: the memory is there, readable and writable
-					b := bytesOf(m)
+					b := memBytes(m)
 					b[0], b[len(b)-1] = 1, 2
 				}
 				if err := c.MemUnmap(m); err != nil {
@@ -131,7 +131,7 @@ func TestMemMapParams(t *testing.T) {
 func TestMemMapFixedAndProt(t *testing.T) {
 	c := newContext(t)
 	at := freeAddress(t, 1<<20)
-	m := mustMap(t, c, new(MemMapParams).SetAddress(at).SetLength(1<<20).SetFlags(MemMapAllocate|MemMapFixed))
+	m := mapMem(t, c, new(MemMapParams).SetAddress(at).SetLength(1<<20).SetFlags(MemMapAllocate|MemMapFixed))
 	if m.Address() != at {
 		t.Fatalf("MemMapFixed at %p mapped at %p", at, m.Address())
 	}
@@ -139,11 +139,11 @@ func TestMemMapFixedAndProt(t *testing.T) {
 		t.Errorf("fixed allocation by %q, want mmap", q.Method)
 	}
 	// A second fixed mapping over the first must fail, and not replace it.
-	bytesOf(m)[100] = 42
+	memBytes(m)[100] = 42
 	if _, err := c.MemMap(new(MemMapParams).SetAddress(at).SetLength(4096).SetFlags(MemMapAllocate | MemMapFixed)); !errors.Is(err, ucs.ErrNoMemory) {
 		t.Errorf("fixed mapping over a mapping: %v, want ErrNoMemory", err)
 	}
-	if bytesOf(m)[100] != 42 {
+	if memBytes(m)[100] != 42 {
 		t.Error("a refused fixed mapping replaced the memory")
 	}
 	// Without MemMapFixed, only the mmap method can be asked for a place.
@@ -154,11 +154,11 @@ func TestMemMapFixedAndProt(t *testing.T) {
 
 	// Protection: remote access by default; local only keeps the memory
 	// out of software RMA (no token, nothing a peer can name).
-	def := mustMap(t, c, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate))
+	def := mapMem(t, c, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate))
 	if def.prot != ProtDefault || def.token == 0 {
 		t.Errorf("default protection %#x, token %#x", def.prot, def.token)
 	}
-	local := mustMap(t, c, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate).SetProt(ProtLocalRead|ProtLocalWrite))
+	local := mapMem(t, c, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate).SetProt(ProtLocalRead|ProtLocalWrite))
 	if local.prot != ProtLocalRead|ProtLocalWrite || local.token != 0 {
 		t.Errorf("local protection %#x, token %#x", local.prot, local.token)
 	}
@@ -169,9 +169,9 @@ func TestMemMapFixedAndProt(t *testing.T) {
 
 func TestMemQuery(t *testing.T) {
 	c := newContext(t)
-	m := mustMap(t, c, new(MemMapParams).SetLength(10000).SetFlags(MemMapAllocate))
+	m := mapMem(t, c, new(MemMapParams).SetLength(10000).SetFlags(MemMapAllocate))
 	buf := make([]byte, 4096)
-	r := mustMap(t, c, new(MemMapParams).SetAddress(unsafe.Pointer(&buf[0])).SetLength(len(buf)))
+	r := mapMem(t, c, new(MemMapParams).SetAddress(unsafe.Pointer(&buf[0])).SetLength(len(buf)))
 	for _, tt := range []struct {
 		name string
 		m    *MemHandle
@@ -224,7 +224,7 @@ func TestMemAdvise(t *testing.T) {
 		{"mmap", new(MemMapParams).SetAddress(freeAddress(t, 4*page)).SetLength(4 * page).SetFlags(MemMapAllocate | MemMapFixed)},
 		{"registered Go memory", new(MemMapParams).SetAddress(unsafe.Pointer(&goMem[50])).SetLength(3*page + 10)},
 	} {
-		m := mustMap(t, c, kind.p)
+		m := mapMem(t, c, kind.p)
 		n := m.Length()
 		at := func(off int) unsafe.Pointer { return unsafe.Add(m.Address(), off) }
 		for _, tt := range []struct {
@@ -249,7 +249,7 @@ func TestMemAdvise(t *testing.T) {
 			{"nil params", nil, ucs.ErrInvalidParam},
 		} {
 			t.Run(kind.name+"/"+tt.name, func(t *testing.T) {
-				b := bytesOf(m)
+				b := memBytes(m)
 				b[0], b[n-1] = 0x5a, 0xa5
 				err := c.MemAdvise(m, tt.p)
 				if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
@@ -282,7 +282,7 @@ var exportBackends = []struct {
 	{"sysv", "md:sysv", []string{"UCX_ALLOC_PRIO=md:sysv"}},
 }
 
-func setenv(t *testing.T, env []string) {
+func setEnvPairs(t *testing.T, env []string) {
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
@@ -294,10 +294,10 @@ func setenv(t *testing.T, env []string) {
 func TestMemhExportLocal(t *testing.T) {
 	for _, be := range exportBackends {
 		t.Run(be.name, func(t *testing.T) {
-			setenv(t, be.env)
+			setEnvPairs(t, be.env)
 			exp := newContextCfg(t, FeatureRMA|FeatureExportedMemh, allTLS()...)
 			imp := newContextCfg(t, FeatureRMA|FeatureExportedMemh, allTLS()...)
-			m := mustMap(t, exp, new(MemMapParams).SetLength(3<<20+5).SetFlags(MemMapAllocate))
+			m := mapMem(t, exp, new(MemMapParams).SetLength(3<<20+5).SetFlags(MemMapAllocate))
 			if q := m.Query(); q.Method != be.method {
 				t.Fatalf("allocated by %s, want %s", q.Method, be.method)
 			}
@@ -306,12 +306,12 @@ func TestMemhExportLocal(t *testing.T) {
 				t.Fatalf("MemhPack: %v", err)
 			}
 			defer MemhBufferRelease(buf, nil)
-			in := mustMap(t, imp, new(MemMapParams).SetExportedMemhBuffer(buf))
+			in := mapMem(t, imp, new(MemMapParams).SetExportedMemhBuffer(buf))
 			q := in.Query()
 			if q.Length != m.Length() || q.Method != "import:"+strings.TrimPrefix(be.method, "md:") || q.MemoryType != ucs.MemoryTypeHost {
 				t.Errorf("imported handle: %+v", q)
 			}
-			b, ib := bytesOf(m), bytesOf(in)
+			b, ib := memBytes(m), memBytes(in)
 			ib[0], ib[len(ib)-1] = 0x11, 0x22
 			if b[0] != 0x11 || b[len(b)-1] != 0x22 {
 				t.Error("writes through the imported handle are not seen by the exporter")
@@ -350,7 +350,7 @@ func TestMemhExportLocal(t *testing.T) {
 func TestMemhExportRefused(t *testing.T) {
 	export := new(MemhPackParams).SetFlags(MemhPackFlagExport)
 	full := newContextCfg(t, FeatureRMA|FeatureExportedMemh, allTLS()...)
-	good := mustMap(t, full, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate))
+	good := mapMem(t, full, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate))
 	goodBuf, err := full.MemhPack(good, export)
 	if err != nil {
 		t.Fatalf("MemhPack: %v", err)
@@ -375,7 +375,7 @@ func TestMemhExportRefused(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newContextCfg(t, tt.feat, allTLS(tt.vars...)...)
-			m := mustMap(t, c, tt.p)
+			m := mapMem(t, c, tt.p)
 			buf, err := c.MemhPack(m, tt.flags)
 			if !errors.Is(err, ucs.ErrUnsupported) {
 				t.Errorf("MemhPack: %d bytes, %v; want ErrUnsupported", len(buf), err)
@@ -435,11 +435,11 @@ func TestMemhExportTwoProcesses(t *testing.T) {
 				buf []byte
 			)
 			if mb.Rank() == 0 {
-				m = mustMap(t, c, new(MemMapParams).SetLength(size).SetFlags(MemMapAllocate))
+				m = mapMem(t, c, new(MemMapParams).SetLength(size).SetFlags(MemMapAllocate))
 				if q := m.Query(); q.Method != be.method {
 					t.Fatalf("allocated by %s, want %s", q.Method, be.method)
 				}
-				copy(bytesOf(m), "from the exporter")
+				copy(memBytes(m), "from the exporter")
 				if buf, err = c.MemhPack(m, new(MemhPackParams).SetFlags(MemhPackFlagExport)); err != nil {
 					t.Fatalf("MemhPack: %v", err)
 				}
@@ -454,7 +454,7 @@ func TestMemhExportTwoProcesses(t *testing.T) {
 				if err != nil {
 					t.Fatalf("import: %v", err)
 				}
-				b := bytesOf(in)
+				b := memBytes(in)
 				if len(b) != size || !bytes.HasPrefix(b, []byte("from the exporter")) {
 					t.Errorf("imported %d bytes starting %q", len(b), b[:17])
 				}
@@ -467,7 +467,7 @@ func TestMemhExportTwoProcesses(t *testing.T) {
 				t.Fatal(err)
 			}
 			if mb.Rank() == 0 {
-				b := bytesOf(m)
+				b := memBytes(m)
 				if got := string(b[size-17:]); got != "from the importer" {
 					t.Errorf("exporter sees %q at the end, want what the importer wrote", got)
 				}

@@ -146,7 +146,7 @@ func TestNetOnlyAddress(t *testing.T) {
 		}
 	}()
 
-	m := mustMap(t, c, new(MemMapParams).SetLength(1<<16).SetFlags(MemMapAllocate))
+	m := mapMem(t, c, new(MemMapParams).SetLength(1<<16).SetFlags(MemMapAllocate))
 	ep, err := a.NewEndpoint(new(EPParams).SetAddress(addr))
 	if err != nil {
 		t.Fatalf("endpoint from a NET_ONLY address: %v", err)
@@ -185,7 +185,7 @@ func TestNetOnlyAddress(t *testing.T) {
 	if err := ep.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if got := string(bytesOf(m)[8:16]); got != "over tcp" {
+	if got := string(memBytes(m)[8:16]); got != "over tcp" {
 		t.Errorf("memory holds %q after a put over tcp", got)
 	}
 	got := make([]byte, 8)

@@ -49,7 +49,7 @@ func FuzzRkeyUnpack(f *testing.F) {
 		cc.MemUnmap(m)
 	}
 	// A key of memory that stays mapped, so that unpacking can succeed.
-	live := mustMap(f, c, new(MemMapParams).SetLength(8192).SetFlags(MemMapAllocate))
+	live := mapMem(f, c, new(MemMapParams).SetLength(8192).SetFlags(MemMapAllocate))
 	packed, err := c.RkeyPack(live)
 	if err != nil {
 		f.Fatal(err)
@@ -82,7 +82,7 @@ func TestRkeyCompare(t *testing.T) {
 	a, b := newWorker(t, c), newWorker(t, c)
 	p1 := newPair(t, c, a, b, 4096)
 	p2 := newPair(t, c, a, b, 4096)
-	packed, err := c.RkeyPack(mustMap(t, c, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate)))
+	packed, err := c.RkeyPack(mapMem(t, c, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate)))
 	if err != nil {
 		t.Fatal(err)
 	}
