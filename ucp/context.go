@@ -13,7 +13,6 @@ package ucp
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -58,6 +57,10 @@ const (
 	FeatureWakeup Feature = 1 << 4
 	FeatureStream Feature = 1 << 5
 	FeatureAM     Feature = 1 << 6
+	// FeatureExportedMemh enables exporting memory handles to other
+	// processes of the node and importing theirs (Context.MemhPack with
+	// MemhPackFlagExport, MemMap with an exported memh buffer).
+	FeatureExportedMemh Feature = 1 << 7
 )
 
 // Fields of Params (ucp_params_field).
@@ -429,42 +432,5 @@ func (c *Context) Cleanup() {
 	}
 	c.mds, c.resources = nil, nil
 }
-
-// Attr fields of ContextAttr (ucp_context_attr_field).
-type ContextAttr struct {
-	RequestSize int
-	ThreadMode  ucs.ThreadMode
-	MemoryTypes []ucs.MemoryType
-	Name        string
-	Features    Feature
-	// Transports lists the selected resources as "tl/device".
-	Transports []string
-}
-
-// Query describes the context (ucp_context_query).
-func (c *Context) Query() ContextAttr {
-	a := ContextAttr{RequestSize: c.params.RequestSize, ThreadMode: ucs.ThreadModeMulti,
-		MemoryTypes: []ucs.MemoryType{ucs.MemoryTypeHost}, Name: c.name, Features: c.features}
-	for _, r := range c.resources {
-		a.Transports = append(a.Transports, r.tl.TLName+"/"+r.tl.DevName)
-	}
-	return a
-}
-
-// Print writes the context's configuration and selected resources to w
-// (ucp_context_print_info).
-func (c *Context) Print(w io.Writer) error {
-	fmt.Fprintf(w, "# UCP context %q, version %s\n", c.name, VersionString())
-	for _, r := range c.resources {
-		fmt.Fprintf(w, "#   resource %d: md %s, tl %s, device %s (%s)\n", r.index, r.md.md.Name(), r.tl.TLName, r.tl.DevName, r.tl.DevType)
-	}
-	return c.config.Print(w, false)
-}
-
-// LibAttr describes the library (ucp_lib_query).
-type LibAttr struct{ MaxThreadLevel ucs.ThreadMode }
-
-// LibQuery returns the library attributes.
-func LibQuery() LibAttr { return LibAttr{MaxThreadLevel: ucs.ThreadModeMulti} }
 
 var errClosed = errors.New("ucp: use of a released object")

@@ -73,7 +73,8 @@ func (h *swHeader) put(b []byte) {
 }
 
 // decodeSwHeader parses the header of a software message; it fails with
-// ucs.ErrInvalidParam when data is too short or a field is out of range.
+// ucs.ErrInvalidParam when data is too short or a field is out of range
+// (a status that is not OK or an error included).
 func decodeSwHeader(data []byte) (swHeader, []byte, error) {
 	var h swHeader
 	if len(data) < swHeaderLen {
@@ -85,7 +86,9 @@ func decodeSwHeader(data []byte) (swHeader, []byte, error) {
 		v[i] = binary.LittleEndian.Uint64(data[4+8*i:])
 	}
 	h.src, h.token, h.raddr, h.a, h.b, h.reqID = v[0], v[1], v[2], v[3], v[4], v[5]
-	if v[6] != 0 || h.fetch > 1 || (h.size != 0 && h.size != 4 && h.size != 8) || h.op > uint8(uct.AtomicOpCSwap) {
+	// A status is OK or an error: a reply must not leave a request in
+	// progress, or claim a status that does not exist.
+	if v[6] != 0 || h.status > 0 || h.fetch > 1 || (h.size != 0 && h.size != 4 && h.size != 8) || h.op > uint8(uct.AtomicOpCSwap) {
 		return h, nil, fmt.Errorf("ucp: software message header: %w", ucs.ErrInvalidParam)
 	}
 	return h, data[swHeaderLen:], nil

@@ -28,6 +28,25 @@ func newContextWith(t testing.TB, more Feature) *Context {
 	return c
 }
 
+// newContextTLS is newContext with UCX_TLS set to tls, whatever the
+// environment says.
+func newContextTLS(t testing.TB, tls string) *Context {
+	t.Helper()
+	cfg, err := ReadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Modify("TLS", tls); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64), cfg)
+	if err != nil {
+		t.Fatalf("Init with UCX_TLS=%s: %v", tls, err)
+	}
+	t.Cleanup(c.Cleanup)
+	return c
+}
+
 func newWorker(t testing.TB, c *Context) *Worker {
 	t.Helper()
 	w, err := c.NewWorker(nil)
@@ -164,18 +183,7 @@ func TestWireupLanes(t *testing.T) {
 		{"tcp,self", "self", "tcp"},
 		{"self,sysv", "self", "sysv"},
 	} {
-		cfg, err := ReadConfig("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cfg.Modify("TLS", tt.tls); err != nil {
-			t.Fatal(err)
-		}
-		c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO64), cfg)
-		if err != nil {
-			t.Fatalf("UCX_TLS=%s: %v", tt.tls, err)
-		}
-		t.Cleanup(c.Cleanup)
+		c := newContextTLS(t, tt.tls)
 		a = newWorker(t, c)
 		b := newWorker(t, c)
 		for _, to := range []struct {
@@ -551,8 +559,15 @@ func FuzzRkey(f *testing.F) {
 	f.Add(rk)
 	f.Add([]byte("GRK\x01"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if _, err := decodeRkey(b); err != nil && !errors.Is(err, ucs.ErrInvalidParam) {
-			t.Fatalf("error %v is not ErrInvalidParam", err)
+		k, err := decodeRkey(b)
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Fatalf("error %v is not ErrInvalidParam", err)
+			}
+			return
+		}
+		if !bytes.Equal(b, encodeRkey(k)) {
+			t.Fatalf("%x decodes to %+v, which encodes differently", b, k)
 		}
 	})
 }

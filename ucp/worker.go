@@ -280,7 +280,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 			return nil, fmt.Errorf("ucp worker create: %w", err)
 		}
 	}
-	w.address = w.packAddress()
+	w.address = w.packAddress(0)
 	w.installSwHandlers()
 	return w, nil
 }
@@ -341,9 +341,18 @@ func (w *Worker) notify() {
 
 func (w *Worker) idle() { w.Idle() }
 
-func (w *Worker) packAddress() []byte {
+// packAddress packs the address of the worker: every interface, or with
+// WorkerAddressFlagNetOnly only those on network devices (see
+// Worker.QueryAttr).
+func (w *Worker) packAddress(flags uint32) []byte {
 	a := workerAddress{uid: w.uid, name: w.name}
+	if flags&WorkerAddressFlagNetOnly != 0 {
+		a.flags |= addrFlagNetOnly
+	}
 	for _, wi := range w.ifaces {
+		if flags&WorkerAddressFlagNetOnly != 0 && wi.rsc.tl.DevType != uct.DeviceTypeNet {
+			continue
+		}
 		at := wi.attr
 		a.ifaces = append(a.ifaces, addrIface{
 			component:  wi.rsc.md.comp.Name(),
@@ -403,22 +412,6 @@ func (w *Worker) Address() ([]byte, error) {
 
 // ReleaseAddress exists for symmetry with ucp_worker_release_address.
 func (w *Worker) ReleaseAddress([]byte) {}
-
-// WorkerAttr describes a worker (ucp_worker_attr_t).
-type WorkerAttr struct {
-	ThreadMode     ucs.ThreadMode
-	Address        []byte
-	MaxAMHeader    int
-	Name           string
-	MaxDebugString int
-	UID            uint64
-}
-
-// Query describes the worker (ucp_worker_query).
-func (w *Worker) Query() WorkerAttr {
-	return WorkerAttr{ThreadMode: w.mode, Address: w.address, MaxAMHeader: 4096, Name: w.name,
-		MaxDebugString: 256, UID: w.uid}
-}
 
 // Progress advances every communication of the worker and returns the
 // number of events handled (ucp_worker_progress). It also handles the
