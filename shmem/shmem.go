@@ -56,6 +56,13 @@ type ExtAMO interface {
 	AMO | ~float32 | ~float64
 }
 
+// Bitwise is the set of bitwise AMO types (the and, or and xor routines):
+// unsigned int, unsigned long, unsigned long long, int32, int64, uint32 and
+// uint64 in C.
+type Bitwise interface {
+	~uint | ~uint32 | ~uint64 | ~int32 | ~int64
+}
+
 // Point is the set of point-to-point synchronization types.
 type Point interface {
 	~int16 | ~int32 | ~int64 | ~int | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr
@@ -77,7 +84,11 @@ type state struct {
 	me, npes int
 	heapBase uintptr
 	heapSize uintptr
-	peers    []peer
+	peers    []peer // those of the default context
+	// addrs and rkeys are every PE's worker address and packed heap key, for
+	// the endpoints of the contexts CtxCreate makes.
+	addrs    [][]byte
+	rkeys    [][]byte
 	heap     *symheap.Heap
 	member   *bootstrap.Member
 	ctx      *ucp.Context
@@ -163,12 +174,15 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 		return fmt.Errorf("exchange addresses: %w", err)
 	}
 	peers := make([]peer, m.Size())
+	addrs := make([][]byte, m.Size())
+	rkeys := make([][]byte, m.Size())
 	cleanup = append(cleanup, func() { closePeers(peers) })
 	for pe, b := range blobs {
 		a, k, base, n, err := decodeBlob(b)
 		if err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}
+		addrs[pe], rkeys[pe] = a, k
 		if n != uint64(heap.Size()) {
 			return fmt.Errorf("PE %d has a heap of %d bytes and this PE %d: SHMEM_SYMMETRIC_SIZE must be the same everywhere", pe, n, heap.Size())
 		}
@@ -189,7 +203,9 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 	st.me, st.npes = m.Rank(), m.Size()
 	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
-	st.peers = peers
+	st.peers, st.addrs, st.rkeys = peers, addrs, rkeys
+	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, name: "the default context"}
+	teamWorld = Team{me: m.Rank(), npes: m.Size()}
 	st.spin = spinDedicated
 	for i := range peers {
 		st.netPoll = st.netPoll || peers[i].base == nil
@@ -198,20 +214,27 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 		st.spin = spinOversubscribed
 	}
 	if err := st.barrier.init(); err != nil {
-		st = state{}
+		resetState()
 		return err
 	}
 	if err := st.barrier.chooseCentral(); err != nil {
-		st = state{}
+		resetState()
 		return err
 	}
 	m.OnFailure(onPeerFailure)
 	st.inited = true
 	if err := m.Barrier(); err != nil {
-		st = state{}
+		resetState()
 		return fmt.Errorf("initial barrier: %w", err)
 	}
 	return nil
+}
+
+// resetState forgets everything Init set.
+func resetState() {
+	st = state{}
+	defaultCtx = Ctx{}
+	teamWorld = Team{me: -1, npes: -1}
 }
 
 func closePeers(peers []peer) {
@@ -232,15 +255,18 @@ func onPeerFailure(f bootstrap.Failure) {
 	os.Exit(1)
 }
 
-// Finalize ends the library on this PE: it completes every operation, waits
-// for every PE to finalize (so no PE unmaps memory another still uses),
-// releases the heap, endpoints and worker, and leaves the job. Nothing is
-// left in /dev/shm. Calling it without Init, or twice, does nothing.
+// Finalize ends the library on this PE: it completes every operation of the
+// default context, destroys the contexts that CtxCreate made and the program
+// did not destroy (completing their operations), waits for every PE to
+// finalize (so no PE unmaps memory another still uses), releases the heap,
+// endpoints and worker, and leaves the job. Nothing is left in /dev/shm.
+// Calling it without Init, or twice, does nothing.
 func Finalize() {
 	if !st.inited {
 		return
 	}
 	Quiet()
+	destroyContexts()
 	m := st.member
 	m.OnFailure(func(bootstrap.Failure) {})
 	if err := m.Barrier(); err != nil {
@@ -253,7 +279,7 @@ func Finalize() {
 	if err := m.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "goshmem: PE %d: leave the job: %v\n", st.me, err)
 	}
-	st = state{}
+	resetState()
 }
 
 // MyPE returns the number of this PE, from 0 to NPEs()-1; -1 before Init.
