@@ -243,7 +243,9 @@ func CtxAtomicFetch[T ExtAMO](ctx *Ctx, src *T, pe int) T {
 // AtomicSet stores v into the symmetric object *dst on pe atomically
 // (shmem_atomic_set). It may return before the store is done; Quiet
 // completes it.
-func AtomicSet[T ExtAMO](dst *T, v T, pe int) { amoPosted(&defaultCtx, "AtomicSet", dst, pe, amoSet, v) }
+func AtomicSet[T ExtAMO](dst *T, v T, pe int) {
+	amoPosted(&defaultCtx, "AtomicSet", dst, pe, amoSet, v)
+}
 
 // CtxAtomicSet is AtomicSet on the context ctx (shmem_ctx_atomic_set).
 func CtxAtomicSet[T ExtAMO](ctx *Ctx, dst *T, v T, pe int) {
@@ -290,7 +292,9 @@ func CtxAtomicFetchInc[T AMO](ctx *Ctx, dst *T, pe int) T {
 func AtomicInc[T AMO](dst *T, pe int) { amoPosted(&defaultCtx, "AtomicInc", dst, pe, amoAdd, 1) }
 
 // CtxAtomicInc is AtomicInc on the context ctx (shmem_ctx_atomic_inc).
-func CtxAtomicInc[T AMO](ctx *Ctx, dst *T, pe int) { amoPosted(ctx, "CtxAtomicInc", dst, pe, amoAdd, 1) }
+func CtxAtomicInc[T AMO](ctx *Ctx, dst *T, pe int) {
+	amoPosted(ctx, "CtxAtomicInc", dst, pe, amoAdd, 1)
+}
 
 // AtomicFetchAdd adds v to *dst on pe and returns the old value
 // (shmem_atomic_fetch_add).
@@ -309,7 +313,9 @@ func CtxAtomicFetchAdd[T AMO](ctx *Ctx, dst *T, v T, pe int) T {
 func AtomicAdd[T AMO](dst *T, v T, pe int) { amoPosted(&defaultCtx, "AtomicAdd", dst, pe, amoAdd, v) }
 
 // CtxAtomicAdd is AtomicAdd on the context ctx (shmem_ctx_atomic_add).
-func CtxAtomicAdd[T AMO](ctx *Ctx, dst *T, v T, pe int) { amoPosted(ctx, "CtxAtomicAdd", dst, pe, amoAdd, v) }
+func CtxAtomicAdd[T AMO](ctx *Ctx, dst *T, v T, pe int) {
+	amoPosted(ctx, "CtxAtomicAdd", dst, pe, amoAdd, v)
+}
 
 // AtomicFetchAnd stores *dst & v into *dst on pe and returns the old value
 // (shmem_atomic_fetch_and).
@@ -325,7 +331,9 @@ func CtxAtomicFetchAnd[T Bitwise](ctx *Ctx, dst *T, v T, pe int) T {
 
 // AtomicAnd stores *dst & v into *dst on pe (shmem_atomic_and). It may
 // return before the update is done; Quiet completes it.
-func AtomicAnd[T Bitwise](dst *T, v T, pe int) { amoPosted(&defaultCtx, "AtomicAnd", dst, pe, amoAnd, v) }
+func AtomicAnd[T Bitwise](dst *T, v T, pe int) {
+	amoPosted(&defaultCtx, "AtomicAnd", dst, pe, amoAnd, v)
+}
 
 // CtxAtomicAnd is AtomicAnd on the context ctx (shmem_ctx_atomic_and).
 func CtxAtomicAnd[T Bitwise](ctx *Ctx, dst *T, v T, pe int) {
@@ -349,7 +357,9 @@ func CtxAtomicFetchOr[T Bitwise](ctx *Ctx, dst *T, v T, pe int) T {
 func AtomicOr[T Bitwise](dst *T, v T, pe int) { amoPosted(&defaultCtx, "AtomicOr", dst, pe, amoOr, v) }
 
 // CtxAtomicOr is AtomicOr on the context ctx (shmem_ctx_atomic_or).
-func CtxAtomicOr[T Bitwise](ctx *Ctx, dst *T, v T, pe int) { amoPosted(ctx, "CtxAtomicOr", dst, pe, amoOr, v) }
+func CtxAtomicOr[T Bitwise](ctx *Ctx, dst *T, v T, pe int) {
+	amoPosted(ctx, "CtxAtomicOr", dst, pe, amoOr, v)
+}
 
 // AtomicFetchXor stores *dst ^ v into *dst on pe and returns the old value
 // (shmem_atomic_fetch_xor).
@@ -365,7 +375,9 @@ func CtxAtomicFetchXor[T Bitwise](ctx *Ctx, dst *T, v T, pe int) T {
 
 // AtomicXor stores *dst ^ v into *dst on pe (shmem_atomic_xor). It may
 // return before the update is done; Quiet completes it.
-func AtomicXor[T Bitwise](dst *T, v T, pe int) { amoPosted(&defaultCtx, "AtomicXor", dst, pe, amoXor, v) }
+func AtomicXor[T Bitwise](dst *T, v T, pe int) {
+	amoPosted(&defaultCtx, "AtomicXor", dst, pe, amoXor, v)
+}
 
 // CtxAtomicXor is AtomicXor on the context ctx (shmem_ctx_atomic_xor).
 func CtxAtomicXor[T Bitwise](ctx *Ctx, dst *T, v T, pe int) {

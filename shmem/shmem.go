@@ -87,16 +87,16 @@ type state struct {
 	peers    []peer // those of the default context
 	// addrs and rkeys are every PE's worker address and packed heap key, for
 	// the endpoints of the contexts CtxCreate makes.
-	addrs    [][]byte
-	rkeys    [][]byte
-	heap     *symheap.Heap
-	member   *bootstrap.Member
-	ctx      *ucp.Context
-	worker   *ucp.Worker
-	barrier  barrierState
-	spin     int  // loads a waiter spins before yielding
-	netPoll  bool // some peer is reached through the network
-	inited   bool
+	addrs   [][]byte
+	rkeys   [][]byte
+	heap    *symheap.Heap
+	member  *bootstrap.Member
+	ctx     *ucp.Context
+	worker  *ucp.Worker
+	barrier barrierState
+	spin    int  // loads a waiter spins before yielding
+	netPoll bool // some peer is reached through the network
+	inited  bool
 }
 
 var (

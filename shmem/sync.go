@@ -208,4 +208,3 @@ func (w *waiter) pause() {
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }
-
