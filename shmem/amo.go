@@ -177,7 +177,7 @@ func (c *Ctx) amoSlow(routine string, pe int, off, size uintptr, op amoOp, v, co
 		reply := cond
 		param := new(ucp.RequestParam).SetDatatype(ucp.DatatypeContig(int(size))).SetReply(&reply)
 		req, err := q.ep.AtomicOpNBX(uop, v, raddr, q.rkey, param)
-		wait(routine, pe, req, err)
+		c.wait(routine, pe, req, err)
 		if size == 4 {
 			return uint64(uint32(reply))
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucp"
@@ -78,7 +79,14 @@ type Ctx struct {
 	name    string
 	// pending counts the operations that completion callbacks still have to
 	// finish (storing a fetched value); Quiet waits for them.
-	pending   atomic.Int64
+	pending atomic.Int64
+	// shared is set for a context several goroutines may use at once. Its
+	// waits do not call ucp's Worker.Idle, which is not safe for concurrent
+	// use (two goroutines parked in it at once share one timer, and one of
+	// them can sleep for good), and its flushes, which call Idle, take
+	// flushMu.
+	shared    bool
+	flushMu   sync.Mutex
 	destroyed bool
 }
 
@@ -149,7 +157,7 @@ func CtxCreate(options CtxOptions) (*Ctx, error) {
 		}
 		peers[pe].raddr = dq.raddr
 	}
-	c := &Ctx{peers: peers, worker: w, options: options, team: TeamWorld, name: name}
+	c := &Ctx{peers: peers, worker: w, options: options, team: TeamWorld, name: name, shared: mode == ucs.ThreadModeMulti}
 	contexts[c] = struct{}{}
 	return c, nil
 }
@@ -259,14 +267,34 @@ func (c *Ctx) badPE(routine string, pe int) {
 // completion callbacks of the non-blocking operations.
 func (c *Ctx) quiet(routine string) {
 	fenceWord.Add(1)
-	if err := c.worker.Flush(); err != nil {
+	if c.shared {
+		c.flushMu.Lock()
+	}
+	err := c.worker.Flush()
+	if c.shared {
+		c.flushMu.Unlock()
+	}
+	if err != nil {
 		fatal(routine, st.me, err)
 	}
 	for c.pending.Load() > 0 {
 		if c.worker.Progress() == 0 {
-			c.worker.Idle()
+			c.idle()
 		}
 	}
+}
+
+// sharedIdle is how long a goroutine waiting on a shared context sleeps
+// when the worker made no progress.
+const sharedIdle = 20 * time.Microsecond
+
+// idle gives the processor away in a wait loop that made no progress.
+func (c *Ctx) idle() {
+	if c.shared {
+		time.Sleep(sharedIdle)
+		return
+	}
+	c.worker.Idle()
 }
 
 // asyncOp is an operation of a context that completes after its routine
@@ -329,9 +357,14 @@ func (op *asyncOp) done() {
 }
 
 // wait waits for a request of a blocking routine and frees it.
-func wait(routine string, pe int, req *ucp.Request, err error) {
+func (c *Ctx) wait(routine string, pe int, req *ucp.Request, err error) {
 	if err == nil && req != nil {
-		err = req.Wait()
+		for !req.IsCompleted() {
+			if c.worker.Progress() == 0 {
+				c.idle()
+			}
+		}
+		err = req.Status()
 		req.Free()
 	}
 	if err != nil {

@@ -303,7 +303,7 @@ func iget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, nel
 		}
 	}
 	for _, r := range reqs {
-		wait(routine, pe, r, nil)
+		c.wait(routine, pe, r, nil)
 	}
 }
 
@@ -333,7 +333,7 @@ func (c *Ctx) putSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	raddr := q.raddr + uint64(off)
 	if !nbi {
 		req, err := q.ep.PutNBX(b, raddr, q.rkey, nil)
-		wait(routine, pe, req, err)
+		c.wait(routine, pe, req, err)
 		return
 	}
 	op := c.newAsync(routine, pe)
@@ -352,7 +352,7 @@ func (c *Ctx) getSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	raddr := q.raddr + uint64(off)
 	if !nbi {
 		req, err := q.ep.GetNBX(b, raddr, q.rkey, nil)
-		wait(routine, pe, req, err)
+		c.wait(routine, pe, req, err)
 		return
 	}
 	op := c.newAsync(routine, pe)
