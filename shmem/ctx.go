@@ -28,10 +28,11 @@ const (
 	// non-fetching atomics, signals) (SHMEM_CTX_NOSTORE). It is a hint;
 	// goshmem carries stores on such a context all the same.
 	CtxNostore
-
-	ctxAllOptions = CtxSerialized | CtxPrivate | CtxNostore
 )
 
+const ctxAllOptions = CtxSerialized | CtxPrivate | CtxNostore
+
+// String returns the options' names joined with "|" ("0" for none).
 func (o CtxOptions) String() string {
 	if o == 0 {
 		return "0"
@@ -64,11 +65,17 @@ func (o CtxOptions) String() string {
 // the routines without a context argument (Put, Get, ...); CtxCreate makes
 // others, each with a ucp worker of its own, so that goroutines working on
 // separate contexts neither wait for each other's operations nor share a
-// lock.
+// lock. Every routine X of the package that communicates has a form CtxX
+// that takes the context as its first argument (CtxPut, CtxAtomicFetchAdd,
+// CtxPutSignal, ...).
 //
 // Operations to a PE whose heap is mapped on this node are loads, stores
 // and CPU atomics, complete when they return, whatever the context; the
 // others travel on the context's endpoints.
+//
+// Which goroutines may use a context: CtxDefault one at a time; a context
+// made with CtxPrivate only the goroutine that made it; with CtxSerialized
+// one at a time; without either, any number at once.
 //
 // The routines taking a *Ctx panic when it is nil or destroyed.
 type Ctx struct {
@@ -76,7 +83,6 @@ type Ctx struct {
 	worker  *ucp.Worker
 	options CtxOptions
 	team    *Team
-	name    string
 	// pending counts the operations that completion callbacks still have to
 	// finish (storing a fetched value); Quiet waits for them.
 	pending atomic.Int64
@@ -132,7 +138,6 @@ func CtxCreate(options CtxOptions) (*Ctx, error) {
 	ctxMu.Lock()
 	defer ctxMu.Unlock()
 	ctxCount++
-	name := fmt.Sprintf("context %d (%v)", ctxCount, options)
 	w, err := st.ctx.NewWorker(new(ucp.WorkerParams).SetThreadMode(mode).SetName(fmt.Sprintf("pe%d-ctx%d", st.me, ctxCount)))
 	if err != nil {
 		return nil, fmt.Errorf("shmem.CtxCreate: %w", err)
@@ -157,7 +162,7 @@ func CtxCreate(options CtxOptions) (*Ctx, error) {
 		}
 		peers[pe].raddr = dq.raddr
 	}
-	c := &Ctx{peers: peers, worker: w, options: options, team: TeamWorld, name: name, shared: mode == ucs.ThreadModeMulti}
+	c := &Ctx{peers: peers, worker: w, options: options, team: TeamWorld, shared: mode == ucs.ThreadModeMulti}
 	contexts[c] = struct{}{}
 	return c, nil
 }

@@ -169,14 +169,20 @@ func put[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	nb := n * int(unsafe.Sizeof(z))
 	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
 	if q.base != nil {
-		if nb >= largeCopy {
-			ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb), bytesOf(src))
-			return
-		}
-		copy(unsafe.Slice((*T)(unsafe.Add(q.base, off)), n), src)
+		copyOut(q.base, off, src)
 		return
 	}
 	c.putSlow(routine, pe, off, bytesOf(src), nbi)
+}
+
+// copyOut copies src to the heap offset off of a peer mapped at base.
+func copyOut[T RMA](base unsafe.Pointer, off uintptr, src []T) {
+	var z T
+	if nb := len(src) * int(unsafe.Sizeof(z)); nb >= largeCopy {
+		ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), bytesOf(src))
+		return
+	}
+	copy(unsafe.Slice((*T)(unsafe.Add(base, off)), len(src)), src)
 }
 
 func get[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {

@@ -23,6 +23,7 @@ const (
 	CmpLE
 )
 
+// String returns the name of the comparison.
 func (c Cmp) String() string {
 	switch c {
 	case CmpEQ:
