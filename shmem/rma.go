@@ -169,7 +169,12 @@ func put[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	nb := n * int(unsafe.Sizeof(z))
 	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
 	if q.base != nil {
-		copyOut(q.base, off, src)
+		// copyOut, by hand: this is the hot path.
+		if nb >= largeCopy {
+			ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb), bytesOf(src))
+			return
+		}
+		copy(unsafe.Slice((*T)(unsafe.Add(q.base, off)), n), src)
 		return
 	}
 	c.putSlow(routine, pe, off, bytesOf(src), nbi)
