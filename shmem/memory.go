@@ -162,7 +162,7 @@ func Free[T any](s []T) {
 func Ptr[T any](p *T, pe int) *T {
 	mustInit("Ptr")
 	var z T
-	q := peerAt("Ptr", pe)
+	q := defaultCtx.peer("Ptr", pe)
 	off := offsetOf("Ptr", "p", unsafe.Pointer(p), int(unsafe.Sizeof(z)))
 	if q.base == nil {
 		return nil

@@ -18,6 +18,29 @@
 // atomics through the cached pointer that ucp's rkey gives; for other PEs
 // they are ucp operations on the endpoint to that PE.
 //
+// The routines follow OpenSHMEM 1.5, one generic function per typed family
+// (shmem_int_put, shmem_long_put, ... are Put[T]): RMA (Put, Get, P, G,
+// their Mem, NBI and strided IPut/IGet forms), put-with-signal (PutSignal,
+// SignalWaitUntil, SignalFetch), atomics (AtomicFetchAdd, AtomicFetchOr,
+// ..., with non-blocking fetching forms such as AtomicFetchAddNBI),
+// point-to-point synchronization (WaitUntil, Test and their All, Any, Some
+// and Vector forms), ordering and completion (Fence, Quiet), barriers and
+// distributed locks (SetLock, ClearLock, TestLock). Every communication
+// routine also exists on a communication context (Ctx): CtxPut,
+// CtxAtomicFetchAdd, ...; the routines without a context use CtxDefault.
+//
+// Completion: a blocking routine returns when its local buffers may be
+// reused (and, for fetching routines, when the value is there). A
+// non-blocking (NBI) routine may return earlier; its buffers may be reused,
+// and the values it fetches are in place, after Quiet on its context.
+// Stores (puts, non-fetching atomics, signals) are complete at their target
+// after Quiet or a barrier; Fence orders them per target.
+//
+// Goroutines: the default context, and the routines without a context
+// argument, serve one goroutine at a time. Goroutines that communicate at
+// once each use a context of their own (CtxCreate with CtxPrivate), or
+// share one made without CtxPrivate and CtxSerialized.
+//
 // Errors: a call that can fail in a correct program returns an error (Init,
 // allocation). A programming error that OpenSHMEM leaves undefined (an
 // invalid PE number, an address outside the symmetric heap, a length
@@ -56,6 +79,13 @@ type ExtAMO interface {
 	AMO | ~float32 | ~float64
 }
 
+// Bitwise is the set of bitwise AMO types (the and, or and xor routines):
+// unsigned int, unsigned long, unsigned long long, int32, int64, uint32 and
+// uint64 in C.
+type Bitwise interface {
+	~uint | ~uint32 | ~uint64 | ~int32 | ~int64
+}
+
 // Point is the set of point-to-point synchronization types.
 type Point interface {
 	~int16 | ~int32 | ~int64 | ~int | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr
@@ -77,15 +107,19 @@ type state struct {
 	me, npes int
 	heapBase uintptr
 	heapSize uintptr
-	peers    []peer
-	heap     *symheap.Heap
-	member   *bootstrap.Member
-	ctx      *ucp.Context
-	worker   *ucp.Worker
-	barrier  barrierState
-	spin     int  // loads a waiter spins before yielding
-	netPoll  bool // some peer is reached through the network
-	inited   bool
+	peers    []peer // those of the default context
+	// addrs and rkeys are every PE's worker address and packed heap key, for
+	// the endpoints of the contexts CtxCreate makes.
+	addrs   [][]byte
+	rkeys   [][]byte
+	heap    *symheap.Heap
+	member  *bootstrap.Member
+	ctx     *ucp.Context
+	worker  *ucp.Worker
+	barrier barrierState
+	spin    int  // loads a waiter spins before yielding
+	netPoll bool // some peer is reached through the network
+	inited  bool
 }
 
 var (
@@ -163,12 +197,15 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 		return fmt.Errorf("exchange addresses: %w", err)
 	}
 	peers := make([]peer, m.Size())
+	addrs := make([][]byte, m.Size())
+	rkeys := make([][]byte, m.Size())
 	cleanup = append(cleanup, func() { closePeers(peers) })
 	for pe, b := range blobs {
 		a, k, base, n, err := decodeBlob(b)
 		if err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}
+		addrs[pe], rkeys[pe] = a, k
 		if n != uint64(heap.Size()) {
 			return fmt.Errorf("PE %d has a heap of %d bytes and this PE %d: SHMEM_SYMMETRIC_SIZE must be the same everywhere", pe, n, heap.Size())
 		}
@@ -189,7 +226,9 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 	st.me, st.npes = m.Rank(), m.Size()
 	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
-	st.peers = peers
+	st.peers, st.addrs, st.rkeys = peers, addrs, rkeys
+	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld}
+	teamWorld = Team{me: m.Rank(), npes: m.Size()}
 	st.spin = spinDedicated
 	for i := range peers {
 		st.netPoll = st.netPoll || peers[i].base == nil
@@ -198,20 +237,27 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 		st.spin = spinOversubscribed
 	}
 	if err := st.barrier.init(); err != nil {
-		st = state{}
+		resetState()
 		return err
 	}
 	if err := st.barrier.chooseCentral(); err != nil {
-		st = state{}
+		resetState()
 		return err
 	}
 	m.OnFailure(onPeerFailure)
 	st.inited = true
 	if err := m.Barrier(); err != nil {
-		st = state{}
+		resetState()
 		return fmt.Errorf("initial barrier: %w", err)
 	}
 	return nil
+}
+
+// resetState forgets everything Init set.
+func resetState() {
+	st = state{}
+	defaultCtx = Ctx{}
+	teamWorld = Team{me: -1, npes: -1}
 }
 
 func closePeers(peers []peer) {
@@ -232,15 +278,18 @@ func onPeerFailure(f bootstrap.Failure) {
 	os.Exit(1)
 }
 
-// Finalize ends the library on this PE: it completes every operation, waits
-// for every PE to finalize (so no PE unmaps memory another still uses),
-// releases the heap, endpoints and worker, and leaves the job. Nothing is
-// left in /dev/shm. Calling it without Init, or twice, does nothing.
+// Finalize ends the library on this PE: it completes every operation of the
+// default context, destroys the contexts that CtxCreate made and the program
+// did not destroy (completing their operations), waits for every PE to
+// finalize (so no PE unmaps memory another still uses), releases the heap,
+// endpoints and worker, and leaves the job. Nothing is left in /dev/shm.
+// Calling it without Init, or twice, does nothing.
 func Finalize() {
 	if !st.inited {
 		return
 	}
 	Quiet()
+	destroyContexts()
 	m := st.member
 	m.OnFailure(func(bootstrap.Failure) {})
 	if err := m.Barrier(); err != nil {
@@ -253,7 +302,7 @@ func Finalize() {
 	if err := m.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "goshmem: PE %d: leave the job: %v\n", st.me, err)
 	}
-	st = state{}
+	resetState()
 }
 
 // MyPE returns the number of this PE, from 0 to NPEs()-1; -1 before Init.
