@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucp"
@@ -86,13 +85,9 @@ type Ctx struct {
 	// pending counts the operations that completion callbacks still have to
 	// finish (storing a fetched value); Quiet waits for them.
 	pending atomic.Int64
-	// shared is set for a context several goroutines may use at once. Its
-	// waits do not call ucp's Worker.Idle, which is not safe for concurrent
-	// use (two goroutines parked in it at once share one timer, and one of
-	// them can sleep for good), and its flushes, which call Idle, take
-	// flushMu.
+	// shared is set for a context several goroutines may use at once (its
+	// worker is in multi mode).
 	shared    bool
-	flushMu   sync.Mutex
 	destroyed bool
 }
 
@@ -272,14 +267,7 @@ func (c *Ctx) badPE(routine string, pe int) {
 // completion callbacks of the non-blocking operations.
 func (c *Ctx) quiet(routine string) {
 	fenceWord.Add(1)
-	if c.shared {
-		c.flushMu.Lock()
-	}
-	err := c.worker.Flush()
-	if c.shared {
-		c.flushMu.Unlock()
-	}
-	if err != nil {
+	if err := c.worker.Flush(); err != nil {
 		fatal(routine, st.me, err)
 	}
 	for c.pending.Load() > 0 {
@@ -289,18 +277,8 @@ func (c *Ctx) quiet(routine string) {
 	}
 }
 
-// sharedIdle is how long a goroutine waiting on a shared context sleeps
-// when the worker made no progress.
-const sharedIdle = 20 * time.Microsecond
-
 // idle gives the processor away in a wait loop that made no progress.
-func (c *Ctx) idle() {
-	if c.shared {
-		time.Sleep(sharedIdle)
-		return
-	}
-	c.worker.Idle()
-}
+func (c *Ctx) idle() { c.worker.Idle() }
 
 // asyncOp is an operation of a context that completes after its routine
 // returned; Quiet waits for it. A fetching one stores its value into fetch

@@ -3,13 +3,9 @@ package shmem_test
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"log"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -17,85 +13,6 @@ import (
 
 	"github.com/goshmem/goshmem/shmem"
 )
-
-// noReplyLog is what ucp logs on a target that cannot answer a software
-// get: it has no endpoint to the worker that asked.
-const noReplyLog = "get from a worker it has no endpoint to"
-
-// lineCounter counts the log lines that contain a string.
-type lineCounter struct {
-	what string
-	n    atomic.Int64
-}
-
-func (c *lineCounter) Write(p []byte) (int, error) {
-	c.n.Add(int64(bytes.Count(p, []byte(c.what))))
-	return len(p), nil
-}
-
-// ctxRepliesMissing probes whether software gets and atomics (those over
-// tcp) of a context other than the default one get their replies, and
-// returns why not, or "" when they do. Every PE gets from the next one
-// with a fresh context; a target that cannot answer logs noReplyLog, which
-// it reports to PE 0, as the initiators report their completed gets; when
-// every probe is accounted for, all PEs agree on the result. The context
-// of a probe that got no reply is abandoned: its get never completes.
-//
-// Until ucp replies without an endpoint from the target's worker to the
-// initiator's, the targets of a context's new worker cannot answer it.
-func ctxRepliesMissing(t *testing.T, me, n int) string {
-	t.Helper()
-	hook := &lineCounter{what: noReplyLog}
-	prev := log.Writer()
-	log.SetOutput(io.MultiWriter(prev, hook))
-	defer log.SetOutput(prev)
-	state := calloc[int64](t, 2) // on PE 0: probes accounted for, probes unanswered
-	src := calloc[int64](t, 1)
-	src[0] = int64(me + 100)
-	shmem.BarrierAll()
-	ctx, err := shmem.CtxCreate(shmem.CtxPrivate)
-	if err != nil {
-		t.Fatalf("CtxCreate: %v", err)
-	}
-	var dst [1]int64
-	to := (me + 1) % n
-	shmem.CtxGetNBI(ctx, dst[:], src, to)
-	done, seen := false, int64(0)
-	for {
-		if !done && shmem.CtxOutstanding(ctx) == 0 {
-			done = true
-			if dst[0] != int64(to+100) {
-				t.Errorf("probe CtxGetNBI from PE %d got %d, want %d", to, dst[0], to+100)
-			}
-			shmem.AtomicInc(&state[0], 0)
-		}
-		if c := hook.n.Load(); c > seen {
-			shmem.AtomicAdd(&state[0], c-seen, 0)
-			shmem.AtomicAdd(&state[1], c-seen, 0)
-			seen = c
-		}
-		if shmem.AtomicFetch(&state[0], 0) >= int64(n) {
-			break
-		}
-		runtime.Gosched()
-	}
-	shmem.BarrierAll()
-	missing := shmem.AtomicFetch(&state[1], 0)
-	if done {
-		ctx.Destroy()
-	} else {
-		shmem.AbandonCtx(ctx)
-	}
-	shmem.BarrierAll()
-	shmem.Free(src)
-	shmem.Free(state)
-	if missing > 0 {
-		return fmt.Sprintf("software gets and atomics of a new context get no replies over tcp: %d of %d targets logged %q "+
-			"(ucp replies only on an endpoint from the target's worker to the context's worker, which the targets do not have)",
-			missing, n, noReplyLog)
-	}
-	return ""
-}
 
 // unsafeBytes returns the bytes of s.
 func unsafeBytes[T any](s []T) []byte {
@@ -382,9 +299,6 @@ func TestCtxRoutines(t *testing.T) {
 			ctx.Destroy()
 			ctx.Destroy() // a second Destroy does nothing
 		}
-		if why := ctxRepliesMissing(t, me, n); why != "" {
-			t.Skip(why)
-		}
 		for _, opt := range ctxOptions {
 			ctx, err := shmem.CtxCreate(opt)
 			if err != nil {
@@ -407,7 +321,6 @@ func TestCtxRoutines(t *testing.T) {
 func TestCtxGoroutines(t *testing.T) {
 	job(t, func(t *testing.T, me, n int) {
 		const workers, iters = 4, 40
-		atomics := ctxRepliesMissing(t, me, n) == ""
 		slots := calloc[int64](t, n*workers*2)
 		ctr := calloc[int64](t, 2)
 		shared, err := shmem.CtxCreate(0)
@@ -432,10 +345,8 @@ func TestCtxGoroutines(t *testing.T) {
 						shmem.CtxP(ctx, &slots[slot], int64(i), pe)
 						src[0] = int64(i)
 						shmem.CtxPut(shared, slots[slot+1:slot+2], src, pe)
-						if atomics {
-							shmem.CtxAtomicAdd(ctx, &ctr[0], 1, pe)
-							shmem.CtxAtomicFetchAdd(shared, &ctr[1], 1, pe)
-						}
+						shmem.CtxAtomicAdd(ctx, &ctr[0], 1, pe)
+						shmem.CtxAtomicFetchAdd(shared, &ctr[1], 1, pe)
 					}
 					if i%10 == 0 {
 						ctx.Quiet()
@@ -455,25 +366,15 @@ func TestCtxGoroutines(t *testing.T) {
 		if diff := cmp.Diff(want, slots); diff != "" {
 			t.Errorf("slots (-want +got):\n%s", diff)
 		}
-		wantCtr := []int64{0, 0}
-		if atomics {
-			wantCtr = []int64{int64(n * workers * iters), int64(n * workers * iters)}
-		}
+		wantCtr := []int64{int64(n * workers * iters), int64(n * workers * iters)}
 		if diff := cmp.Diff(wantCtr, ctr); diff != "" {
 			t.Errorf("counters (-want +got):\n%s", diff)
 		}
 		shmem.BarrierAll()
 		shmem.Free(ctr)
 		shmem.Free(slots)
-		if !atomics {
-			t.Skip("puts checked; atomics not: " + ctxRepliesMissingReason)
-		}
 	})
 }
-
-// ctxRepliesMissingReason is the short form of what ctxRepliesMissing
-// reports.
-const ctxRepliesMissingReason = "software atomics of a new context get no replies over tcp (" + noReplyLog + ")"
 
 func TestCtxBadUse(t *testing.T) {
 	job(t, func(t *testing.T, me, n int) {
