@@ -96,6 +96,7 @@ type state struct {
 	barrier barrierState
 	spin    int  // loads a waiter spins before yielding
 	netPoll bool // some peer is reached through the network
+	env     envSettings
 	inited  bool
 }
 
@@ -111,12 +112,19 @@ const blobVersion = 1
 // without goshmem-run is a job of one PE), creates the ucp context and
 // worker, maps the symmetric heap (SHMEM_SYMMETRIC_SIZE bytes, default
 // 256M), exchanges worker addresses and heap keys with every PE, connects an
-// endpoint to each, and waits for every PE to get there. Calling Init again
-// after success does nothing.
+// endpoint to each, sets up TeamWorld and TeamShared, and waits for every
+// PE to get there. The thread level is ThreadSingle (InitThread asks for
+// another). The environment variables SHMEM_DEBUG, SHMEM_INFO and
+// SHMEM_VERSION are read here (see the package documentation). Calling
+// Init again after success does nothing.
 func Init() error {
 	if st.inited {
 		return nil
 	}
+	return initThread(ThreadSingle)
+}
+
+func initThread(level ThreadLevel) error {
 	size, err := symheap.SizeFromEnv()
 	if err != nil {
 		return fmt.Errorf("shmem init: %w", err)
@@ -125,14 +133,14 @@ func Init() error {
 	if err != nil {
 		return fmt.Errorf("shmem init: join the job: %w", err)
 	}
-	if err := initLocked(m, size); err != nil {
+	if err := initLocked(m, size, level, readEnv()); err != nil {
 		m.Close()
 		return fmt.Errorf("shmem init (PE %d of %d): %w", m.Rank(), m.Size(), err)
 	}
 	return nil
 }
 
-func initLocked(m *bootstrap.Member, size int) (err error) {
+func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSettings) (err error) {
 	params := new(ucp.Params).
 		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64).
 		SetEstimatedNumEPs(m.Size()).
@@ -151,7 +159,7 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 			}
 		}
 	}()
-	worker, err := ctx.NewWorker(new(ucp.WorkerParams).SetName(fmt.Sprintf("pe%d", m.Rank())))
+	worker, err := ctx.NewWorker(new(ucp.WorkerParams).SetName(fmt.Sprintf("pe%d", m.Rank())).SetThreadMode(level.workerMode()))
 	if err != nil {
 		return err
 	}
@@ -205,7 +213,6 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
 	st.peers, st.addrs, st.rkeys = peers, addrs, rkeys
 	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, name: "the default context"}
-	teamWorld = Team{me: m.Rank(), npes: m.Size()}
 	st.spin = spinDedicated
 	for i := range peers {
 		st.netPoll = st.netPoll || peers[i].base == nil
@@ -221,11 +228,20 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 		resetState()
 		return err
 	}
+	if err := initTeams(); err != nil {
+		resetState()
+		return err
+	}
+	st.env = env
+	threadLevel = level
 	m.OnFailure(onPeerFailure)
 	st.inited = true
 	if err := m.Barrier(); err != nil {
 		resetState()
 		return fmt.Errorf("initial barrier: %w", err)
+	}
+	if st.me == 0 {
+		printStartup(os.Stdout)
 	}
 	return nil
 }
@@ -234,7 +250,9 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 func resetState() {
 	st = state{}
 	defaultCtx = Ctx{}
-	teamWorld = Team{me: -1, npes: -1}
+	resetTeams()
+	resetDebug()
+	threadLevel = ThreadSingle
 }
 
 func closePeers(peers []peer) {
