@@ -63,11 +63,13 @@ func describeCall(r teamRecord) string {
 		}
 		return fmt.Sprintf("Free(object at heap offset %#x)", r[5])
 	case callMallocWithHints:
-		return fmt.Sprintf("MallocWithHints(%d bytes, alignment %d, hints %v)", r[3], r[4], MallocHints(r[6]))
+		return fmt.Sprintf("MallocWithHints(%d bytes, hints %v)", r[3], MallocHints(r[6]))
 	case 0:
 		return "no allocation call"
+	case callAlign:
+		return fmt.Sprintf("Align(%d bytes, alignment %d)", r[3], r[4])
 	}
-	return fmt.Sprintf("%s(%d bytes, alignment %d)", name, r[3], r[4])
+	return fmt.Sprintf("%s(%d bytes)", name, r[3])
 }
 
 // debugAlloc checks, with SHMEM_DEBUG set, that every PE makes the same
