@@ -164,8 +164,8 @@ func blockOf[T any](routine string, s []T) int {
 // Realloc resizes the symmetric array s to n elements on every PE,
 // collectively, and returns the new copy; the contents up to the smaller of
 // the two lengths are kept. s must come from Malloc, Calloc, Align or
-// Realloc; a nil s allocates like Malloc. On error (heap exhausted) s is left
-// as it was.
+// Realloc; a nil s allocates like Malloc. On error (heap exhausted, or with
+// SHMEM_DEBUG set a call that differs among the PEs) s is left as it was.
 func Realloc[T any](s []T, n int) ([]T, error) {
 	mustInit("Realloc")
 	if s == nil {
@@ -205,7 +205,8 @@ func Realloc[T any](s []T, n int) ([]T, error) {
 
 // Free releases a symmetric array on every PE, collectively, after a barrier
 // (no PE may still be using it). A nil s does nothing but the barrier. It
-// panics if s was not allocated by this package.
+// panics if s was not allocated by this package, and, with SHMEM_DEBUG set,
+// when the PEs free different objects (ErrDebugMismatch).
 func Free[T any](s []T) {
 	mustInit("Free")
 	off := -1

@@ -18,8 +18,32 @@
 // atomics through the cached pointer that ucp's rkey gives; for other PEs
 // they are ucp operations on the endpoint to that PE.
 //
+// Teams: TeamWorld is every PE, TeamShared the PEs that map each other's
+// heaps; TeamSplitStrided and TeamSplit2D make others, (*Team).Sync
+// synchronizes one, and (*Team).CreateCtx gives a context whose PE numbers
+// are the team's.
+//
+// Threads: Init gives ThreadSingle (one goroutine at a time uses the
+// default context); InitThread(ThreadMultiple) lets goroutines use it at
+// once.
+//
+// Environment variables, read at Init (those of the OpenSHMEM
+// specification):
+//
+//   - SHMEM_SYMMETRIC_SIZE: the size of each PE's symmetric heap, with an
+//     optional K, M, G or T suffix (default 256M).
+//   - SHMEM_DEBUG: when set (to anything but 0, n, no, false or off), every
+//     allocation call first checks that every PE makes the same call, and
+//     reports a mismatch (ErrDebugMismatch) naming the call and the PE; and
+//     the routines check that the symmetric ranges they touch lie inside
+//     one allocated object.
+//   - SHMEM_INFO: when set, PE 0 prints the version, name, heap size, thread
+//     level, the transports it reaches each PE with, and these variables,
+//     at Init.
+//   - SHMEM_VERSION: when set, PE 0 prints the version at Init.
+//
 // Errors: a call that can fail in a correct program returns an error (Init,
-// allocation). A programming error that OpenSHMEM leaves undefined (an
+// allocation, team split, context creation). A programming error that OpenSHMEM leaves undefined (an
 // invalid PE number, an address outside the symmetric heap, a length
 // mismatch, use before Init) panics with a message naming the routine, the
 // argument and the valid range. A failure of another PE ends the job with a
