@@ -177,7 +177,7 @@ func (c *Ctx) amoSlow(routine string, pe int, off, size uintptr, op amoOp, v, co
 		reply := cond
 		param := new(ucp.RequestParam).SetDatatype(ucp.DatatypeContig(int(size))).SetReply(&reply)
 		req, err := q.ep.AtomicOpNBX(uop, v, raddr, q.rkey, param)
-		wait(routine, pe, req, err)
+		c.wait(routine, pe, req, err)
 		if size == 4 {
 			return uint64(uint32(reply))
 		}
@@ -196,7 +196,12 @@ func (c *Ctx) amoSlow(routine string, pe int, off, size uintptr, op amoOp, v, co
 
 // amoFetching runs a fetching atomic and returns the old value.
 func amoFetching[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v, cond T) T {
-	q, off := amoTarget(c, routine, dst, pe)
+	// amoTarget, by hand: this is the hot path.
+	q := c.peer(routine, pe)
+	off := uintptr(unsafe.Pointer(dst)) - st.heapBase
+	if off >= st.heapSize || unsafe.Sizeof(v) > st.heapSize-off || off%unsafe.Sizeof(v) != 0 || st.env.debug {
+		amoTarget(c, routine, dst, pe) // panics with the message (or makes the SHMEM_DEBUG checks)
+	}
 	if q.base != nil {
 		return fromBits[T](amoDirect(unsafe.Add(q.base, off), unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond)))
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucp"
@@ -27,10 +28,11 @@ const (
 	// non-fetching atomics, signals) (SHMEM_CTX_NOSTORE). It is a hint;
 	// goshmem carries stores on such a context all the same.
 	CtxNostore
-
-	ctxAllOptions = CtxSerialized | CtxPrivate | CtxNostore
 )
 
+const ctxAllOptions = CtxSerialized | CtxPrivate | CtxNostore
+
+// String returns the options' names joined with "|" ("0" for none).
 func (o CtxOptions) String() string {
 	if o == 0 {
 		return "0"
@@ -63,11 +65,17 @@ func (o CtxOptions) String() string {
 // the routines without a context argument (Put, Get, ...); CtxCreate makes
 // others, each with a ucp worker of its own, so that goroutines working on
 // separate contexts neither wait for each other's operations nor share a
-// lock.
+// lock. Every routine X of the package that communicates has a form CtxX
+// that takes the context as its first argument (CtxPut, CtxAtomicFetchAdd,
+// CtxPutSignal, ...).
 //
 // Operations to a PE whose heap is mapped on this node are loads, stores
 // and CPU atomics, complete when they return, whatever the context; the
 // others travel on the context's endpoints.
+//
+// Which goroutines may use a context: CtxDefault one at a time; a context
+// made with CtxPrivate only the goroutine that made it; with CtxSerialized
+// one at a time; without either, any number at once.
 //
 // The routines taking a *Ctx panic when it is nil or destroyed.
 type Ctx struct {
@@ -75,10 +83,16 @@ type Ctx struct {
 	worker  *ucp.Worker
 	options CtxOptions
 	team    *Team
-	name    string
 	// pending counts the operations that completion callbacks still have to
 	// finish (storing a fetched value); Quiet waits for them.
-	pending   atomic.Int64
+	pending atomic.Int64
+	// shared is set for a context several goroutines may use at once. Its
+	// waits do not call ucp's Worker.Idle, which is not safe for concurrent
+	// use (two goroutines parked in it at once share one timer, and one of
+	// them can sleep for good), and its flushes, which call Idle, take
+	// flushMu.
+	shared    bool
+	flushMu   sync.Mutex
 	destroyed bool
 }
 
@@ -131,7 +145,6 @@ func newCtx(routine string, team *Team, options CtxOptions) (*Ctx, error) {
 	ctxMu.Lock()
 	defer ctxMu.Unlock()
 	ctxCount++
-	name := fmt.Sprintf("context %d (%v) of %v", ctxCount, options, team)
 	w, err := st.ctx.NewWorker(new(ucp.WorkerParams).SetThreadMode(mode).SetName(fmt.Sprintf("pe%d-ctx%d", st.me, ctxCount)))
 	if err != nil {
 		return nil, fmt.Errorf("shmem.%s: %w", routine, err)
@@ -156,7 +169,7 @@ func newCtx(routine string, team *Team, options CtxOptions) (*Ctx, error) {
 		}
 		peers[i].raddr = dq.raddr
 	}
-	c := &Ctx{peers: peers, worker: w, options: options, team: team, name: name}
+	c := &Ctx{peers: peers, worker: w, options: options, team: team, shared: mode == ucs.ThreadModeMulti}
 	contexts[c] = struct{}{}
 	return c, nil
 }
@@ -272,14 +285,34 @@ func (c *Ctx) badPE(routine string, pe int) {
 // completion callbacks of the non-blocking operations.
 func (c *Ctx) quiet(routine string) {
 	fenceWord.Add(1)
-	if err := c.worker.Flush(); err != nil {
+	if c.shared {
+		c.flushMu.Lock()
+	}
+	err := c.worker.Flush()
+	if c.shared {
+		c.flushMu.Unlock()
+	}
+	if err != nil {
 		fatal(routine, st.me, err)
 	}
 	for c.pending.Load() > 0 {
 		if c.worker.Progress() == 0 {
-			c.worker.Idle()
+			c.idle()
 		}
 	}
+}
+
+// sharedIdle is how long a goroutine waiting on a shared context sleeps
+// when the worker made no progress.
+const sharedIdle = 20 * time.Microsecond
+
+// idle gives the processor away in a wait loop that made no progress.
+func (c *Ctx) idle() {
+	if c.shared {
+		time.Sleep(sharedIdle)
+		return
+	}
+	c.worker.Idle()
 }
 
 // asyncOp is an operation of a context that completes after its routine
@@ -342,9 +375,14 @@ func (op *asyncOp) done() {
 }
 
 // wait waits for a request of a blocking routine and frees it.
-func wait(routine string, pe int, req *ucp.Request, err error) {
+func (c *Ctx) wait(routine string, pe int, req *ucp.Request, err error) {
 	if err == nil && req != nil {
-		err = req.Wait()
+		for !req.IsCompleted() {
+			if c.worker.Progress() == 0 {
+				c.idle()
+			}
+		}
+		err = req.Status()
 		req.Free()
 	}
 	if err != nil {

@@ -172,6 +172,7 @@ func put[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	nb := n * int(unsafe.Sizeof(z))
 	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
 	if q.base != nil {
+		// copyOut, by hand: this is the hot path.
 		if nb >= largeCopy {
 			ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb), bytesOf(src))
 			return
@@ -180,6 +181,16 @@ func put[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 		return
 	}
 	c.putSlow(routine, pe, off, bytesOf(src), nbi)
+}
+
+// copyOut copies src to the heap offset off of a peer mapped at base.
+func copyOut[T RMA](base unsafe.Pointer, off uintptr, src []T) {
+	var z T
+	if nb := len(src) * int(unsafe.Sizeof(z)); nb >= largeCopy {
+		ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), bytesOf(src))
+		return
+	}
+	copy(unsafe.Slice((*T)(unsafe.Add(base, off)), len(src)), src)
 }
 
 func get[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
@@ -306,7 +317,7 @@ func iget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, nel
 		}
 	}
 	for _, r := range reqs {
-		wait(routine, pe, r, nil)
+		c.wait(routine, pe, r, nil)
 	}
 }
 
@@ -336,7 +347,7 @@ func (c *Ctx) putSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	raddr := q.raddr + uint64(off)
 	if !nbi {
 		req, err := q.ep.PutNBX(b, raddr, q.rkey, nil)
-		wait(routine, pe, req, err)
+		c.wait(routine, pe, req, err)
 		return
 	}
 	op := c.newAsync(routine, pe)
@@ -355,7 +366,7 @@ func (c *Ctx) getSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	raddr := q.raddr + uint64(off)
 	if !nbi {
 		req, err := q.ep.GetNBX(b, raddr, q.rkey, nil)
-		wait(routine, pe, req, err)
+		c.wait(routine, pe, req, err)
 		return
 	}
 	op := c.newAsync(routine, pe)

@@ -18,14 +18,34 @@
 // atomics through the cached pointer that ucp's rkey gives; for other PEs
 // they are ucp operations on the endpoint to that PE.
 //
+// The routines follow OpenSHMEM 1.5, one generic function per typed family
+// (shmem_int_put, shmem_long_put, ... are Put[T]): RMA (Put, Get, P, G,
+// their Mem, NBI and strided IPut/IGet forms), put-with-signal (PutSignal,
+// SignalWaitUntil, SignalFetch), atomics (AtomicFetchAdd, AtomicFetchOr,
+// ..., with non-blocking fetching forms such as AtomicFetchAddNBI),
+// point-to-point synchronization (WaitUntil, Test and their All, Any, Some
+// and Vector forms), ordering and completion (Fence, Quiet), barriers and
+// distributed locks (SetLock, ClearLock, TestLock). Every communication
+// routine also exists on a communication context (Ctx): CtxPut,
+// CtxAtomicFetchAdd, ...; the routines without a context use CtxDefault.
+//
+// Completion: a blocking routine returns when its local buffers may be
+// reused (and, for fetching routines, when the value is there). A
+// non-blocking (NBI) routine may return earlier; its buffers may be reused,
+// and the values it fetches are in place, after Quiet on its context.
+// Stores (puts, non-fetching atomics, signals) are complete at their target
+// after Quiet or a barrier; Fence orders them per target.
+//
+// Goroutines: the default context, and the routines without a context
+// argument, serve one goroutine at a time after Init (ThreadSingle), and
+// any number at once after InitThread(ThreadMultiple). Goroutines that communicate at
+// once each use a context of their own (CtxCreate with CtxPrivate), or
+// share one made without CtxPrivate and CtxSerialized.
+//
 // Teams: TeamWorld is every PE, TeamShared the PEs that map each other's
 // heaps; TeamSplitStrided and TeamSplit2D make others, (*Team).Sync
 // synchronizes one, and (*Team).CreateCtx gives a context whose PE numbers
 // are the team's.
-//
-// Threads: Init gives ThreadSingle (one goroutine at a time uses the
-// default context); InitThread(ThreadMultiple) lets goroutines use it at
-// once.
 //
 // Environment variables, read at Init (those of the OpenSHMEM
 // specification):
@@ -236,7 +256,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
 	st.peers, st.addrs, st.rkeys = peers, addrs, rkeys
-	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, name: "the default context"}
+	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, shared: level == ThreadMultiple}
 	st.spin = spinDedicated
 	for i := range peers {
 		st.netPoll = st.netPoll || peers[i].base == nil

@@ -18,6 +18,7 @@ const (
 	SignalAdd
 )
 
+// String returns the name of the operation.
 func (op SignalOp) String() string {
 	switch op {
 	case SignalSet:
@@ -105,7 +106,7 @@ func putSignal[T RMA](c *Ctx, routine string, dst, src []T, sig *uint64, signal 
 	}
 	if q.base != nil {
 		if n > 0 {
-			copy(unsafe.Slice((*T)(unsafe.Add(q.base, off)), n), src)
+			copyOut(q.base, off, src[:n])
 		}
 		// The atomic orders the copy before the signal for every reader
 		// that loads the signal atomically.

@@ -8,13 +8,9 @@ import (
 
 // Point-to-point synchronization: a PE waits for, or tests, symmetric
 // variables of its own that other PEs update with puts, atomics and
-// signals.
-//
-// The routines on arrays (All, Any, Some and their Vector forms) take a
-// status mask: status[i] != 0 excludes ivars[i]; a nil status excludes
-// nothing, and a non-nil one must have len(ivars) elements. Where the C
-// routines return SIZE_MAX (no element can satisfy the condition: ivars is
-// empty or every element is excluded), these return -1.
+// signals. The routines on arrays (All, Any, Some and their Vector forms)
+// take a status mask, documented at WaitUntilAll; where the C routines
+// return SIZE_MAX, the Any forms return -1.
 
 // loadPoint atomically loads a point-to-point synchronization variable.
 func loadPoint[T Point](p *T) T {
@@ -200,6 +196,12 @@ func WaitUntil[T Point](ivar *T, cmp Cmp, v T) {
 // status does not exclude compares to v as cmp says
 // (shmem_wait_until_all). It returns at once when ivars is empty or every
 // element is excluded.
+//
+// The status mask of this and the other routines on arrays: status[i] != 0
+// excludes ivars[i]; a nil status excludes nothing, and a non-nil one must
+// have len(ivars) elements. ivars must be a symmetric array aligned to the
+// size of T. Bad arguments (a status or index slice of the wrong length,
+// ivars outside the symmetric heap, an invalid cmp) panic.
 func WaitUntilAll[T Point](ivars []T, status []int, cmp Cmp, v T) {
 	checkPoints("WaitUntilAll", ivars, status, cmp, nil)
 	waitAll(ivars, status, cmp, v, nil)
