@@ -199,8 +199,8 @@ func amoFetching[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v, con
 	// amoTarget, by hand: this is the hot path.
 	q := c.peer(routine, pe)
 	off := uintptr(unsafe.Pointer(dst)) - st.heapBase
-	if off >= st.heapSize || unsafe.Sizeof(v) > st.heapSize-off || off%unsafe.Sizeof(v) != 0 {
-		amoTarget(c, routine, dst, pe) // panics with the message
+	if off >= st.heapSize || unsafe.Sizeof(v) > st.heapSize-off || off%unsafe.Sizeof(v) != 0 || st.env.debug {
+		amoTarget(c, routine, dst, pe) // panics with the message (or makes the SHMEM_DEBUG checks)
 	}
 	if q.base != nil {
 		return fromBits[T](amoDirect(unsafe.Add(q.base, off), unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond)))

@@ -97,7 +97,8 @@ var defaultCtx Ctx
 // CtxDefault is the default context (SHMEM_CTX_DEFAULT): the one the
 // routines without a context argument use. It exists from Init to Finalize,
 // lives on the worker Init creates, and may be used by one goroutine at a
-// time (the thread level is single); it cannot be destroyed.
+// time, or by several at once after InitThread(ThreadMultiple); it cannot
+// be destroyed.
 var CtxDefault = &defaultCtx
 
 // contexts are those CtxCreate made and Destroy has not destroyed yet;
@@ -120,8 +121,14 @@ var (
 // transports are out of resources). Destroy releases the context.
 func CtxCreate(options CtxOptions) (*Ctx, error) {
 	mustInit("CtxCreate")
+	return newCtx("CtxCreate", TeamWorld, options)
+}
+
+// newCtx creates a context of team: its peers are the team's PEs, in team
+// order.
+func newCtx(routine string, team *Team, options CtxOptions) (*Ctx, error) {
 	if options&^ctxAllOptions != 0 {
-		return nil, fmt.Errorf("shmem.CtxCreate: unknown options %v (valid: CtxSerialized, CtxPrivate, CtxNostore)", options)
+		return nil, fmt.Errorf("shmem.%s: unknown options %v (valid: CtxSerialized, CtxPrivate, CtxNostore)", routine, options)
 	}
 	mode := ucs.ThreadModeMulti
 	switch {
@@ -135,29 +142,29 @@ func CtxCreate(options CtxOptions) (*Ctx, error) {
 	ctxCount++
 	w, err := st.ctx.NewWorker(new(ucp.WorkerParams).SetThreadMode(mode).SetName(fmt.Sprintf("pe%d-ctx%d", st.me, ctxCount)))
 	if err != nil {
-		return nil, fmt.Errorf("shmem.CtxCreate: %w", err)
+		return nil, fmt.Errorf("shmem.%s: %w", routine, err)
 	}
-	peers := make([]peer, st.npes)
-	for pe := range peers {
+	peers := make([]peer, team.npes)
+	for i, pe := range team.members {
 		dq := &st.peers[pe]
 		if dq.base != nil {
 			// Same memory, same mapping: no endpoint needed.
-			peers[pe].base = dq.base
+			peers[i].base = dq.base
 			continue
 		}
 		ep, err := w.NewEndpoint(new(ucp.EPParams).SetAddress(st.addrs[pe]).SetName(fmt.Sprintf("pe%d-ctx%d->pe%d", st.me, ctxCount, pe)))
 		if err == nil {
-			peers[pe].ep = ep
-			peers[pe].rkey, err = ep.RkeyUnpack(st.rkeys[pe])
+			peers[i].ep = ep
+			peers[i].rkey, err = ep.RkeyUnpack(st.rkeys[pe])
 		}
 		if err != nil {
 			closePeers(peers)
 			w.Destroy()
-			return nil, fmt.Errorf("shmem.CtxCreate: connect to PE %d: %w", pe, err)
+			return nil, fmt.Errorf("shmem.%s: connect to PE %d: %w", routine, pe, err)
 		}
-		peers[pe].raddr = dq.raddr
+		peers[i].raddr = dq.raddr
 	}
-	c := &Ctx{peers: peers, worker: w, options: options, team: TeamWorld, shared: mode == ucs.ThreadModeMulti}
+	c := &Ctx{peers: peers, worker: w, options: options, team: team, shared: mode == ucs.ThreadModeMulti}
 	contexts[c] = struct{}{}
 	return c, nil
 }
@@ -220,7 +227,9 @@ func (c *Ctx) Fence() {
 }
 
 // Team returns the team the context belongs to (shmem_ctx_get_team):
-// TeamWorld for CtxDefault and for every context CtxCreate makes.
+// TeamWorld for CtxDefault and for every context CtxCreate makes, the team
+// for a context of (*Team).CreateCtx. The PE numbers given to the routines
+// on a context are numbers in its team.
 func (c *Ctx) Team() *Team {
 	c.check("(*Ctx).Team")
 	return c.team
@@ -259,7 +268,11 @@ func (c *Ctx) peer(routine string, pe int) *peer {
 //go:noinline
 func (c *Ctx) badPE(routine string, pe int) {
 	c.check(routine)
-	panic(fmt.Sprintf("shmem.%s: PE %d is not a PE of the job (valid: 0..%d)", routine, pe, st.npes-1))
+	of := "the job"
+	if c.team != TeamWorld {
+		of = "the context's team, " + c.team.String()
+	}
+	panic(fmt.Sprintf("shmem.%s: PE %d is not a PE of %s (valid: 0..%d)", routine, pe, of, len(c.peers)-1))
 }
 
 // quiet completes the context's operations: a full memory barrier for the

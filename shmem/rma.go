@@ -16,6 +16,9 @@ func offsetOf(routine, arg string, p unsafe.Pointer, n int) uintptr {
 	if off >= st.heapSize || uintptr(n) > st.heapSize-off {
 		badAddr(routine, arg, p, n)
 	}
+	if st.env.debug {
+		debugCheckRange(routine, arg, p, off, n)
+	}
 	return off
 }
 

@@ -37,12 +37,33 @@
 // after Quiet or a barrier; Fence orders them per target.
 //
 // Goroutines: the default context, and the routines without a context
-// argument, serve one goroutine at a time. Goroutines that communicate at
+// argument, serve one goroutine at a time after Init (ThreadSingle), and
+// any number at once after InitThread(ThreadMultiple). Goroutines that communicate at
 // once each use a context of their own (CtxCreate with CtxPrivate), or
 // share one made without CtxPrivate and CtxSerialized.
 //
+// Teams: TeamWorld is every PE, TeamShared the PEs that map each other's
+// heaps; TeamSplitStrided and TeamSplit2D make others, (*Team).Sync
+// synchronizes one, and (*Team).CreateCtx gives a context whose PE numbers
+// are the team's.
+//
+// Environment variables, read at Init (those of the OpenSHMEM
+// specification):
+//
+//   - SHMEM_SYMMETRIC_SIZE: the size of each PE's symmetric heap, with an
+//     optional K, M, G or T suffix (default 256M).
+//   - SHMEM_DEBUG: when set (to anything but 0, n, no, false or off), every
+//     allocation call first checks that every PE makes the same call, and
+//     reports a mismatch (ErrDebugMismatch) naming the call and the PE; and
+//     the routines check that the symmetric ranges they touch lie inside
+//     one allocated object.
+//   - SHMEM_INFO: when set, PE 0 prints the version, name, heap size, thread
+//     level, the transports it reaches each PE with, and these variables,
+//     at Init.
+//   - SHMEM_VERSION: when set, PE 0 prints the version at Init.
+//
 // Errors: a call that can fail in a correct program returns an error (Init,
-// allocation). A programming error that OpenSHMEM leaves undefined (an
+// allocation, team split, context creation). A programming error that OpenSHMEM leaves undefined (an
 // invalid PE number, an address outside the symmetric heap, a length
 // mismatch, use before Init) panics with a message naming the routine, the
 // argument and the valid range. A failure of another PE ends the job with a
@@ -119,6 +140,7 @@ type state struct {
 	barrier barrierState
 	spin    int  // loads a waiter spins before yielding
 	netPoll bool // some peer is reached through the network
+	env     envSettings
 	inited  bool
 }
 
@@ -134,12 +156,19 @@ const blobVersion = 1
 // without goshmem-run is a job of one PE), creates the ucp context and
 // worker, maps the symmetric heap (SHMEM_SYMMETRIC_SIZE bytes, default
 // 256M), exchanges worker addresses and heap keys with every PE, connects an
-// endpoint to each, and waits for every PE to get there. Calling Init again
-// after success does nothing.
+// endpoint to each, sets up TeamWorld and TeamShared, and waits for every
+// PE to get there. The thread level is ThreadSingle (InitThread asks for
+// another). The environment variables SHMEM_DEBUG, SHMEM_INFO and
+// SHMEM_VERSION are read here (see the package documentation). Calling
+// Init again after success does nothing.
 func Init() error {
 	if st.inited {
 		return nil
 	}
+	return initThread(ThreadSingle)
+}
+
+func initThread(level ThreadLevel) error {
 	size, err := symheap.SizeFromEnv()
 	if err != nil {
 		return fmt.Errorf("shmem init: %w", err)
@@ -148,14 +177,14 @@ func Init() error {
 	if err != nil {
 		return fmt.Errorf("shmem init: join the job: %w", err)
 	}
-	if err := initLocked(m, size); err != nil {
+	if err := initLocked(m, size, level, readEnv()); err != nil {
 		m.Close()
 		return fmt.Errorf("shmem init (PE %d of %d): %w", m.Rank(), m.Size(), err)
 	}
 	return nil
 }
 
-func initLocked(m *bootstrap.Member, size int) (err error) {
+func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSettings) (err error) {
 	params := new(ucp.Params).
 		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64).
 		SetEstimatedNumEPs(m.Size()).
@@ -174,7 +203,7 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 			}
 		}
 	}()
-	worker, err := ctx.NewWorker(new(ucp.WorkerParams).SetName(fmt.Sprintf("pe%d", m.Rank())))
+	worker, err := ctx.NewWorker(new(ucp.WorkerParams).SetName(fmt.Sprintf("pe%d", m.Rank())).SetThreadMode(level.workerMode()))
 	if err != nil {
 		return err
 	}
@@ -227,8 +256,7 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
 	st.peers, st.addrs, st.rkeys = peers, addrs, rkeys
-	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld}
-	teamWorld = Team{me: m.Rank(), npes: m.Size()}
+	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, shared: level == ThreadMultiple}
 	st.spin = spinDedicated
 	for i := range peers {
 		st.netPoll = st.netPoll || peers[i].base == nil
@@ -244,11 +272,20 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 		resetState()
 		return err
 	}
+	if err := initTeams(); err != nil {
+		resetState()
+		return err
+	}
+	st.env = env
+	threadLevel = level
 	m.OnFailure(onPeerFailure)
 	st.inited = true
 	if err := m.Barrier(); err != nil {
 		resetState()
 		return fmt.Errorf("initial barrier: %w", err)
+	}
+	if st.me == 0 {
+		printStartup(os.Stdout)
 	}
 	return nil
 }
@@ -257,7 +294,9 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 func resetState() {
 	st = state{}
 	defaultCtx = Ctx{}
-	teamWorld = Team{me: -1, npes: -1}
+	resetTeams()
+	resetDebug()
+	threadLevel = ThreadSingle
 }
 
 func closePeers(peers []peer) {

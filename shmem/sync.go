@@ -203,7 +203,7 @@ func (w *waiter) pause() {
 		if st.netPoll {
 			// Data from the network arrives through Go's poller, which a
 			// thread that only yields would starve (see ucp.Worker.Idle).
-			st.worker.Idle()
+			defaultCtx.idle()
 			return
 		}
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
