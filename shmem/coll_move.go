@@ -236,7 +236,7 @@ func alltoalls(routine string, t *Team, dest, source []byte, dst, sst, nelems, s
 		return err
 	}
 	last := n*nelems - 1 // the last element of either array
-	if len(source)/size <= last*sst || len(source)/size-1 < last*sst {
+	if len(source)/size <= last*sst {
 		return argErr(routine, "source has %d elements; %d PEs' %d elements at stride %d reach element %d", len(source)/size, n, nelems, sst, last*sst)
 	}
 	if len(dest)/size <= last*dst {
