@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -440,4 +441,38 @@ func checkMove[T shmem.RMA](t *testing.T, team *shmem.Team) {
 
 func unsafeBytes[T any](p *T, n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), n)
+}
+
+// TestCollLargerJobs runs every collective in jobs of 5 to 8 PEs over shared
+// memory, and over TCP for 5 and 8 (the cross-node algorithms: a power of
+// two and past one), on TeamWorld and on the odd PEs.
+func TestCollLargerJobs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		nps  []int
+		env  []string
+	}{
+		{"sm", []int{5, 6, 7, 8}, []string{variantEnv + "=sm"}},
+		{"tcp", []int{5, 8}, []string{variantEnv + "=tcp", "UCX_TLS=tcp,self"}},
+	} {
+		petest.RunWith(t, petest.Options{Name: c.name, NPs: c.nps, Env: c.env, Timeout: 3 * petest.DefaultTimeout}, func(t *testing.T) {
+			if err := shmem.Init(); err != nil {
+				t.Fatalf("Init: %v", err)
+			}
+			defer shmem.Finalize()
+			defer petest.ExitIfFailed(t)
+			n := shmem.NPEs()
+			withCollBufs(t, n, func(i64 collBufs[int64], u8 collBufs[uint8], f64 collBufs[float64], c128 collBufs[complex128]) {
+				checkEverything(t, "TeamWorld", shmem.TeamWorld, i64, u8, f64, c128)
+				team, err := shmem.TeamSplitStrided(shmem.TeamWorld, 1, 2, n/2, shmem.TeamConfig{}, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if team != nil {
+					checkEverything(t, "odd PEs", team, i64, u8, f64, c128)
+					team.Destroy()
+				}
+			})
+		})
+	}
 }
