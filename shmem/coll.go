@@ -242,7 +242,7 @@ func prodInto[T Arith](d, s []T) {
 	}
 }
 
-// collArgs checks the team of a collective and returns its state.
+// collTeam checks the team of a collective and returns its state.
 func collTeam(routine string, t *Team) (*collState, error) {
 	switch {
 	case !st.inited:

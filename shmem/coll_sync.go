@@ -106,7 +106,7 @@ func (cs *collState) signal(routine string, pe, i int) {
 	defaultCtx.amoSlow(routine, pe, off, 8, amoAdd, 1, 0, amoPost, nil)
 }
 
-// put copies b to heap offset off of the job's PE pe, returning when b may
+// put2 copies b to heap offset off of the job's PE pe, returning when b may
 // be reused.
 func put2(routine string, pe int, off uintptr, b []byte) {
 	if len(b) == 0 {
