@@ -82,7 +82,8 @@ const (
 // teamPool is this PE's bookkeeping of the team pool: MaxTeams slots at
 // the same heap offset on every PE. Slot s holds a record line (for the
 // exchanges of the team collectives) followed by one counter line per round
-// of a dissemination barrier over the largest possible team.
+// of a dissemination barrier over the largest possible team, and the words
+// of the collective routines (collAreaSize).
 var teamPool struct {
 	mu       sync.Mutex
 	off      uintptr
@@ -121,7 +122,8 @@ func resetTeams() {
 // sequence.
 func initTeams() error {
 	rounds := bits.Len(uint(st.npes - 1))
-	slotSize := uintptr(1+rounds) * counterStride
+	// The collectives' words (coll.go) follow the barrier's counter lines.
+	slotSize := uintptr(1+rounds)*counterStride + collAreaSize()
 	off, err := st.heap.Alloc(int(slotSize)*MaxTeams, counterStride)
 	if err != nil {
 		return fmt.Errorf("team pool: %w", err)
