@@ -15,6 +15,9 @@ import (
 var collDefaults = Options{Min: 4, Max: 1 << 20, Iters: 1000, Warmup: 200, ItersLarge: 100,
 	WarmupLarge: 10, LargeSize: 8192, Window: 1, Memory: "heap", Precision: 2}
 
+// collBuilt reports that this build has the collective tests.
+const collBuilt = true
+
 func init() {
 	for _, name := range collNames {
 		register(&command{name: name, title: collTitles[name], defaults: collDefaults,

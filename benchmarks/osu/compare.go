@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -168,6 +169,9 @@ func compareReports(a, b *Report, metric string) *comparison {
 		if math.IsNaN(c.rows[i].b) {
 			c.rows[i].b = r.value(metric)
 		}
+	}
+	if c.bySize {
+		slices.SortStableFunc(c.rows, func(x, y cmpRow) int { return x.size - y.size })
 	}
 	return c
 }

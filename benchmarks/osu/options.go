@@ -87,8 +87,17 @@ func parseOptions(name string, args []string, defaults Options, stderr io.Writer
 	fs.BoolVar(&o.Full, "full", o.Full, "same as -f")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON document instead of the table")
 	fs.IntVar(&o.Precision, "precision", o.Precision, "decimals in the table")
-	if err := fs.Parse(args); err != nil {
-		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	// Flags may come before and after the positional heap or global.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -108,7 +117,7 @@ func parseOptions(name string, args []string, defaults Options, stderr io.Writer
 	if *global {
 		choices = append(choices, "global")
 	}
-	for _, a := range fs.Args() {
+	for _, a := range positional {
 		if a != "heap" && a != "global" {
 			return nil, fmt.Errorf("%w: unexpected argument %q (want heap or global)", errUsage, a)
 		}
