@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,11 +42,12 @@ func runJob(t *testing.T, np int, env []string, args ...string) (code int, stdou
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var out, errb bytes.Buffer
+	var out, errb lockedBuffer
 	code, err := launcher.Run(ctx, launcher.Options{NP: np, Program: osuBin, Args: args, Env: env,
 		Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Logf: func(f string, a ...any) {
 			fmt.Fprintf(&errb, "goshmem-run: "+f+"\n", a...)
 		}})
+	// The launcher is done writing once Run returns.
 	if ctx.Err() != nil {
 		t.Fatalf("osu %q with %d PEs did not end in time; output:\n%s%s", args, np, out.String(), errb.String())
 	}
@@ -56,6 +58,25 @@ func runJob(t *testing.T, np int, env []string, args ...string) (code int, stdou
 		t.Errorf("osu %q left %v in /dev/shm", args, left)
 	}
 	return code, out.String(), errb.String()
+}
+
+// lockedBuffer collects output that the launcher writes from several
+// goroutines (PE output and its own messages).
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // mustRun is runJob for a job that must succeed.
