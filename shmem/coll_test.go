@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -127,12 +126,7 @@ func bytesOfT[T any](s []T) []byte {
 	if len(s) == 0 {
 		return []byte{}
 	}
-	return reflectBytes(s)
-}
-
-func reflectBytes[T any](s []T) []byte {
-	n := len(s) * int(reflect.TypeFor[T]().Size())
-	return unsafeBytes(&s[0], n)
+	return unsafeBytes(s)
 }
 
 // checkReduce runs a reduction with fn on team for each length, back to back
@@ -437,10 +431,6 @@ func checkMove[T shmem.RMA](t *testing.T, team *shmem.Team) {
 	checkBroadcast(t, name, team, bufs, []int{3}, false)
 	checkCollect(t, name+" FCollect", team, bufs, 1, func(int, int) int { return 2 }, true, false)
 	bufs.free()
-}
-
-func unsafeBytes[T any](p *T, n int) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(p)), n)
 }
 
 // TestCollLargerJobs runs every collective in jobs of 5 to 8 PEs over shared

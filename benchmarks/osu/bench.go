@@ -161,8 +161,8 @@ func fill(s []byte, v byte) {
 	}
 }
 
-// collNames are the collective tests (coll.go, or coll_stub.go without the
-// osucoll build tag), and collTitles their OSU titles.
+// collNames are the collective tests (coll.go), and collTitles their OSU
+// titles.
 var (
 	collNames  = []string{"broadcast", "collect", "fcollect", "reduce", "alltoall"}
 	collTitles = map[string]string{

@@ -1,5 +1,3 @@
-//go:build osucoll
-
 package main
 
 import (
@@ -14,9 +12,6 @@ import (
 // and 10 above; 4 B to 1 MiB.
 var collDefaults = Options{Min: 4, Max: 1 << 20, Iters: 1000, Warmup: 200, ItersLarge: 100,
 	WarmupLarge: 10, LargeSize: 8192, Window: 1, Memory: "heap", Precision: 2}
-
-// collBuilt reports that this build has the collective tests.
-const collBuilt = true
 
 func init() {
 	for _, name := range collNames {

@@ -1,5 +1,3 @@
-//go:build osucoll
-
 package main
 
 import (

@@ -19,11 +19,6 @@ import (
 var osuBin string
 
 func TestMain(m *testing.M) {
-	if collBuilt && !strings.Contains(os.Getenv("GOFLAGS"), "-tags") {
-		// The program under test needs the collectives this test binary
-		// was built with.
-		os.Setenv("GOFLAGS", strings.TrimSpace(os.Getenv("GOFLAGS")+" -tags=osucoll"))
-	}
 	bin, cleanup, err := launcher.BuildProgram(".")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build benchmarks/osu: %v\n", err)
