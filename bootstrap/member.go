@@ -55,6 +55,7 @@ type Member struct {
 	seq       uint64        // sequence of the latest collective
 	reply     chan *message // the reply to collective seq, while waiting
 	finAck    chan struct{} // closed when the seed acknowledges finalize
+	exitAck   chan struct{} // closed when the seed acknowledges a global exit
 	failures  []Failure
 	failed    map[int]bool
 	failCh    chan struct{} // closed at the first failure
@@ -89,6 +90,7 @@ func Join(env Env) (*Member, error) {
 	m := &Member{
 		env:     env,
 		finAck:  make(chan struct{}),
+		exitAck: make(chan struct{}),
 		failed:  make(map[int]bool),
 		failCh:  make(chan struct{}),
 		closeCh: make(chan struct{}),
@@ -107,7 +109,8 @@ func Join(env Env) (*Member, error) {
 	}
 	logger := debugLogger("goshmem " + peName(env.Rank) + ": ")
 	m.logger = logger
-	c := newConfig(peName(env.Rank), bind, env.JobID, env.Key, logger)
+	// The seed, the PEs and up to one agent per PE.
+	c := newConfig(peName(env.Rank), bind, env.JobID, env.Key, logger, env.FailureTimeout, 2*env.Size+1)
 	c.Delegate = memberDelegate{m}
 	c.Events = memberDelegate{m}
 	list, err := memberlist.Create(c)
@@ -331,6 +334,39 @@ func (m *Member) Close() error {
 	return err
 }
 
+// GlobalExit asks the launcher to end the whole job with exit status code:
+// it tells the seed (waiting a few seconds at most for its
+// acknowledgment), after which the launcher ends every PE and exits with
+// code. The caller should then exit with code itself (as OpenSHMEM's
+// shmem_global_exit does); the launcher ends it otherwise. GlobalExit does
+// not wait for a pending collective, and may be called after a failure. For
+// a singleton it does nothing. The error wraps ucs.ErrUnreachable when the
+// seed cannot be told, ucs.ErrTimedOut when it did not acknowledge, and is
+// ErrClosed after Close.
+func (m *Member) GlobalExit(code int) error {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if m.list == nil {
+		return nil
+	}
+	msg := appendMessage(nil, &message{kind: kindGlobalExit, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, code: code})
+	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, msg); err != nil {
+		return fmt.Errorf("bootstrap: PE %d: global exit: %w: %w", m.env.Rank, ucs.ErrUnreachable, err)
+	}
+	t := time.NewTimer(finalizeTimeout)
+	defer t.Stop()
+	select {
+	case <-m.exitAck:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge the global exit: %w", m.env.Rank, ucs.ErrTimedOut)
+	}
+}
+
 // handle processes a message from the seed.
 func (m *Member) handle(b []byte) {
 	msg, err := decodeMessage(bytes.Clone(b))
@@ -352,12 +388,16 @@ func (m *Member) handle(b []byte) {
 			m.logger.Printf("[WARN] goshmem: dropping %v message for sequence %d (at %d)", msg.kind, msg.seq, m.seq)
 		}
 		m.mu.Unlock()
-	case kindFinalizeAck:
+	case kindFinalizeAck, kindGlobalExitAck:
+		ch := m.finAck
+		if msg.kind == kindGlobalExitAck {
+			ch = m.exitAck
+		}
 		m.mu.Lock()
 		select {
-		case <-m.finAck:
+		case <-ch:
 		default:
-			close(m.finAck)
+			close(ch)
 		}
 		m.mu.Unlock()
 	case kindFailure:
