@@ -128,7 +128,7 @@ func (a *Agent) Report(rank int, host, how string, code int) error {
 	defer deadline.Stop()
 	for {
 		err := sendReliable(a.list, seedName, a.seedIP, a.seedPort, msg)
-		if err != nil && a.seedGone() {
+		if err != nil && a.SeedGone() {
 			return fmt.Errorf("bootstrap: agent %d: report of PE %d: %w", a.id, rank, ucs.ErrConnectionReset)
 		}
 		retry := time.NewTimer(reportTimeout / 5)
@@ -158,8 +158,9 @@ func clip(s string) string {
 	return s
 }
 
-// seedGone reports whether memberlist declared the seed gone.
-func (a *Agent) seedGone() bool {
+// SeedGone reports whether the seed (the launcher) left the job or was
+// declared dead: Terminated is then closed too.
+func (a *Agent) SeedGone() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	select {

@@ -865,4 +865,3 @@ func (f logfWriter) Write(p []byte) (int, error) {
 	f("%s", strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
-
