@@ -28,7 +28,7 @@ const (
 	EnvLocalSize = "GOSHMEM_LOCAL_SIZE" // number of PEs on this host
 	// EnvFailureTimeout is optional: how long the job may take to notice
 	// that a PE or the launcher stopped answering, as a Go duration
-	// ("5s"). Unset or empty means DefaultFailureTimeout.
+	// ("3s"). Unset or empty means DefaultFailureTimeout.
 	EnvFailureTimeout = "GOSHMEM_FAILURE_TIMEOUT"
 )
 
@@ -42,7 +42,11 @@ const EnvDebug = "GOSHMEM_DEBUG"
 // other member of the job learns it. A PE that exits or is killed is
 // noticed at once by the process that started it; this timeout is for the
 // silent failures.
-const DefaultFailureTimeout = 5 * time.Second
+//
+// The default is generous: a host with many more PEs than cores (64 on 2)
+// can keep a healthy PE from answering for seconds, and a PE declared dead
+// ends the job.
+const DefaultFailureTimeout = 10 * time.Second
 
 // minFailureTimeout bounds the failure timeout from below: shorter ones
 // make an overloaded host look dead.

@@ -496,7 +496,7 @@ func TestPEStopped(t *testing.T) {
 			r := runJob(t, context.Background(), 3, "stop", func(o *Options) {
 				lm.set(t, o)
 				o.KillGrace = 100 * time.Millisecond
-				o.FailureTimeout = time.Second
+				o.FailureTimeout = 3 * time.Second
 			})
 			checkFailure(t, r, 1, 1, "failed: left the job before finalize")
 		})

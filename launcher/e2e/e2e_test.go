@@ -63,6 +63,25 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// envRequire lists (comma-separated) what CI provides and the tests must
+// not skip for want of: "srun", "mpirun", "netns".
+const envRequire = "GOSHMEM_E2E_REQUIRE"
+
+// skipUnless skips t with the reason why, unless what is required (see
+// envRequire): then it fails.
+func skipUnless(t *testing.T, what, why string) {
+	t.Helper()
+	if why == "" {
+		return
+	}
+	for _, r := range strings.Split(os.Getenv(envRequire), ",") {
+		if strings.TrimSpace(r) == what {
+			t.Fatalf("%s is required (%s=%s) but: %s", what, envRequire, os.Getenv(envRequire), why)
+		}
+	}
+	t.Skipf("skipping: %s", why)
+}
+
 func needBinaries(t testing.TB) {
 	t.Helper()
 	if buildErr != nil {

@@ -58,9 +58,7 @@ func sh(t *testing.T, args ...string) {
 // when the test ends. It skips the test, saying why, where namespaces
 // cannot be made.
 func newNSCluster(t *testing.T, n int) *nsCluster {
-	if why := nsWhyNot(); why != "" {
-		t.Skipf("skipping the multi-host test: %s", why)
-	}
+	skipUnless(t, "netns", nsWhyNot())
 	var rnd [2]byte
 	rand.Read(rnd[:])
 	id := fmt.Sprintf("%02x%02x", rnd[0], rnd[1])
@@ -68,7 +66,7 @@ func newNSCluster(t *testing.T, n int) *nsCluster {
 	c := &nsCluster{t: t, bridge: "gsb" + id, seedIP: subnet + ".1"}
 	t.Cleanup(c.close)
 	if out, err := exec.Command("ip", "link", "add", c.bridge, "type", "bridge").CombinedOutput(); err != nil {
-		t.Skipf("skipping the multi-host test: cannot make a bridge (%v: %s)", err, strings.TrimSpace(string(out)))
+		skipUnless(t, "netns", fmt.Sprintf("cannot make a bridge (%v: %s)", err, strings.TrimSpace(string(out))))
 	}
 	sh(t, "ip", "addr", "add", c.seedIP+"/24", "dev", c.bridge)
 	sh(t, "ip", "link", "set", c.bridge, "up")
@@ -86,12 +84,12 @@ func newNSCluster(t *testing.T, n int) *nsCluster {
 		}
 		h.holder.Stderr = os.Stderr
 		if err := h.holder.Start(); err != nil {
-			t.Skipf("skipping the multi-host test: unshare: %v", err)
+			skipUnless(t, "netns", fmt.Sprintf("unshare: %v", err))
 		}
 		c.hosts = append(c.hosts, h)
 		line, err := bufio.NewReader(out).ReadString('\n')
 		if err != nil || line != "ready\n" {
-			t.Skipf("skipping the multi-host test: namespaces with their own network, IPC, UTS and /dev/shm cannot be made here (unshare said %q, %v)", line, err)
+			skipUnless(t, "netns", fmt.Sprintf("namespaces with their own network, IPC, UTS and /dev/shm cannot be made here (unshare said %q, %v)", line, err))
 		}
 		pid := strconv.Itoa(h.holder.Process.Pid)
 		veth := fmt.Sprintf("gsv%s%d", id, i)

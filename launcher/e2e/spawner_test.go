@@ -43,9 +43,7 @@ func TestSpawners(t *testing.T) {
 	h := hostname(t)
 	for _, sp := range spawners {
 		t.Run(sp.name, func(t *testing.T) {
-			if why := sp.ready(); why != "" {
-				t.Skipf("skipping: %s", why)
-			}
+			skipUnless(t, sp.name, sp.ready())
 			t.Run("hello", func(t *testing.T) {
 				r := run(t, nil, "-spawner", sp.spawner, "-np", "4", "-tag-output", peProgram, "hello")
 				checkHello(t, r, 4, func(int) string { return h })

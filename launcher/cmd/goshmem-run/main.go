@@ -39,7 +39,8 @@
 //	-kill-grace D       time PEs get between SIGTERM and SIGKILL when the job
 //	                    is ended (default 2s)
 //	-failure-timeout D  time the job may take to notice a PE, host or
-//	                    launcher that stopped answering (default 5s)
+//	                    launcher that stopped answering (default 10s; a PE
+//	                    that exits or is killed is noticed at once)
 //	-agent-path PATH    goshmem-run on the other hosts (default this one's
 //	                    path)
 //
