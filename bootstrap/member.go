@@ -19,6 +19,22 @@
 // A program started without the launcher is a job of one PE: JoinFromOS
 // returns a singleton Member that opens no socket.
 //
+// Where the launcher cannot start and watch the PEs itself (other hosts,
+// a cluster manager's spawner), an Agent on the PEs' host does: it joins
+// the job as a member that is not a PE (JoinAgent), reports how each of its
+// PEs ended (the seed passes it on, Seed.Reports), and learns when the
+// launcher ends the job (Seed.Terminate) or is gone. A PE can end the whole
+// job with an exit status of its choosing (Member.GlobalExit).
+//
+// Failure detection is memberlist's, tuned so that a member that stops
+// answering is declared dead within about the job's failure timeout
+// (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT, DefaultFailureTimeout).
+// Members that exit are noticed at once by the process that started them.
+//
+// Bootstrap messages cost each PE one message to the seed and one answer
+// per collective, whatever the job size; memberlist's own gossip of the
+// membership reaches each member O(N) times in all.
+//
 // memberlist's log is discarded unless GOSHMEM_DEBUG is set, in which case
 // it goes to standard error.
 package bootstrap
