@@ -103,11 +103,18 @@ type jobResult struct {
 // hangGuard.
 func run(t testing.TB, env []string, args ...string) jobResult {
 	t.Helper()
+	return runIn(t, "", env, args...)
+}
+
+// runIn is run with stdin as goshmem-run's standard input.
+func runIn(t testing.TB, stdin string, env []string, args ...string) jobResult {
+	t.Helper()
 	needBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goshmemRun, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -191,6 +198,22 @@ func TestHello(t *testing.T) {
 		checkHello(t, r, np, func(int) string { return h })
 	}
 	noLeftovers(t)
+}
+
+// stdinArgs is a job whose PE 0 prefixes each line of its standard input
+// with "got:"; the other PEs exit at once.
+var stdinArgs = []string{"-np", "3", "-tag-output", "sh", "-c", `[ "$GOSHMEM_RANK" != 0 ] || exec sed s/^/got:/`}
+
+// checkStdin checks the output of a job of stdinArgs given "a\nb\n".
+func checkStdin(t *testing.T, r jobResult) {
+	t.Helper()
+	if want := "[pe 0] got:a\n[pe 0] got:b\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("stdout %q, want %q; %v", r.stdout, want, r)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	checkStdin(t, runIn(t, "a\nb\n", nil, stdinArgs...))
 }
 
 // TestHello64 starts 64 PEs on this (2-core) host.

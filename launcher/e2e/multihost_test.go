@@ -221,6 +221,10 @@ func TestMultiHost(t *testing.T) {
 			t.Errorf("%d PEs listen on their host's address, want 5; %v", len(onHost), r)
 		}
 	})
+	t.Run("stdin", func(t *testing.T) {
+		// PE 0 is on the first host, behind the remote shell.
+		checkStdin(t, runIn(t, "a\nb\n", nil, append(flags, stdinArgs...)...))
+	})
 	t.Run("output dir", func(t *testing.T) {
 		dir := t.TempDir()
 		r := run(t, nil, append(flags, "-output-dir", dir, peProgram, "hello")...)

@@ -52,6 +52,9 @@ func TestSpawners(t *testing.T) {
 				}
 				noLeftovers(t)
 			})
+			t.Run("stdin", func(t *testing.T) {
+				checkStdin(t, runIn(t, "a\nb\n", nil, append([]string{"-spawner", sp.spawner}, stdinArgs...)...))
+			})
 			t.Run("ring", func(t *testing.T) {
 				r := run(t, nil, "-spawner", sp.spawner, "-np", "3", peProgram, "ring")
 				if r.code != 0 || !strings.Contains(r.stdout, "token back at PE 0 after 3 hops") {
