@@ -197,6 +197,33 @@ func TestMultiHost(t *testing.T) {
 			t.Errorf("ring across hosts: %v", r)
 		}
 	})
+	t.Run("shared memory on a host, tcp between hosts", func(t *testing.T) {
+		// Each PE maps the heaps of the PEs of its host, and only those.
+		r := run(t, nil, append(flags, peProgram, "reach")...)
+		if r.code != 0 {
+			t.Fatalf("%v", r)
+		}
+		seen := 0
+		for _, l := range strings.Split(r.stdout, "\n") {
+			f := strings.Fields(l)
+			if len(f) != 4 || f[0] != "reach" {
+				continue
+			}
+			seen++
+			me, _ := strconv.Atoi(f[1])
+			pe, _ := strconv.Atoi(f[2])
+			want := "remote"
+			if hostOf(me) == hostOf(pe) {
+				want = "direct"
+			}
+			if f[3] != want {
+				t.Errorf("PE %d on %s reaches PE %d on %s %s, want %s", me, hostOf(me), pe, hostOf(pe), f[3], want)
+			}
+		}
+		if seen != 25 {
+			t.Errorf("%d reach lines, want 25; %v", seen, r)
+		}
+	})
 	t.Run("tcp between hosts", func(t *testing.T) {
 		// Every PE listens on its host's address; none on this host's.
 		r := run(t, nil, append(flags, "-tag-output", peProgram, "listeners")...)

@@ -15,6 +15,9 @@
 //	            of this process, then finalizes
 //	segments    prints "segment NAME MODE" for each /dev/shm file of this
 //	            process, then finalizes
+//	reach       prints "reach PE OTHER direct" for each PE whose heap this PE
+//	            maps (shared memory), "reach PE OTHER remote" for the others
+//	            (reached through the network), after a put to each
 //	globalexit  (no shmem) joins the job's bootstrap; PE $FAIL_PE asks for
 //	            a global exit with status 7
 //
@@ -111,6 +114,25 @@ func main() {
 		shmem.BarrierAll()
 		for _, a := range listeners() {
 			fmt.Printf("listener %d %s\n", me, a)
+		}
+	case "reach":
+		x, err := shmem.Calloc[int64](n)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for pe := range n {
+			how := "remote"
+			if shmem.Ptr(&x[0], pe) != nil {
+				how = "direct"
+			}
+			shmem.P(&x[me], int64(me+1), pe)
+			fmt.Printf("reach %d %d %s\n", me, pe, how)
+		}
+		shmem.BarrierAll()
+		for pe := range n {
+			if x[pe] != int64(pe+1) {
+				log.Fatalf("PE %d: word of PE %d is %d, want %d", me, pe, x[pe], pe+1)
+			}
 		}
 	case "segments":
 		shmem.BarrierAll()
