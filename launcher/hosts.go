@@ -22,8 +22,10 @@ type Host struct {
 func (h Host) String() string { return h.Name + ":" + strconv.Itoa(h.Slots) }
 
 // ParseHosts parses a host list such as "h1:4,h2:4" (the --hosts flag): a
-// comma-separated list of hosts, each with an optional ":slots" (default 1).
-// A host named twice adds its slots. The error wraps ucs.ErrInvalidParam.
+// comma-separated list of hosts, each with an optional ":slots" (default 1;
+// an IPv6 address with slots goes in brackets, "[fe80::1]:2"). A host named
+// twice adds its slots. Names that a remote shell could take for an option
+// or a shell for syntax are refused. The error wraps ucs.ErrInvalidParam.
 func ParseHosts(list string) ([]Host, error) {
 	var hosts []Host
 	for _, item := range strings.Split(list, ",") {
@@ -31,15 +33,28 @@ func ParseHosts(list string) ([]Host, error) {
 		if item == "" {
 			return nil, fmt.Errorf("launcher: host list %q: empty entry: %w", list, ucs.ErrInvalidParam)
 		}
-		name, slots := item, 1
-		if i := strings.LastIndexByte(item, ':'); i >= 0 && !strings.HasSuffix(item, "]") && strings.Count(item, ":") == 1 {
-			n, err := strconv.Atoi(item[i+1:])
+		name, slotText := item, ""
+		switch {
+		case strings.HasPrefix(item, "["): // [IPv6 address] or [IPv6 address]:N
+			end := strings.IndexByte(item, ']')
+			if end < 0 || (end+1 < len(item) && item[end+1] != ':') {
+				return nil, fmt.Errorf("launcher: host list %q: %q: want [ADDRESS] or [ADDRESS]:SLOTS: %w", list, item, ucs.ErrInvalidParam)
+			}
+			name = item[1:end]
+			if end+1 < len(item) {
+				slotText = item[end+2:]
+			}
+		case strings.Count(item, ":") == 1:
+			name, slotText, _ = strings.Cut(item, ":")
+		}
+		slots := 1
+		if slotText != "" || strings.HasSuffix(item, ":") {
+			n, err := strconv.Atoi(slotText)
 			if err != nil || n < 1 {
 				return nil, fmt.Errorf("launcher: host list %q: %q: slots must be a positive integer: %w", list, item, ucs.ErrInvalidParam)
 			}
-			name, slots = item[:i], n
+			slots = n
 		}
-		name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
 		if err := checkHostName(name); err != nil {
 			return nil, fmt.Errorf("launcher: host list %q: %w", list, err)
 		}
@@ -132,17 +147,17 @@ func addHost(hosts []Host, h Host) []Host {
 	return append(hosts, h)
 }
 
-// placement is the PEs of one host: ranks first to first+count-1.
+// placement is the PEs of one host.
 type placement struct {
 	host  Host
-	first int
-	count int
+	ranks []int
 	local bool // the host is this one: no remote shell
 }
 
 // place fills the hosts' slots in order with np PEs (np 0: one per slot).
-// It returns the hosts that got PEs and the number of PEs. The error wraps
-// ucs.ErrInvalidParam when np exceeds the slots.
+// It returns the hosts that got PEs, this host (under any of its names)
+// once, and the number of PEs. The error wraps ucs.ErrInvalidParam when np
+// exceeds the slots.
 func place(hosts []Host, np int) ([]placement, int, error) {
 	total := 0
 	for _, h := range hosts {
@@ -155,14 +170,27 @@ func place(hosts []Host, np int) ([]placement, int, error) {
 		return nil, 0, fmt.Errorf("launcher: %d PEs do not fit in the %d slots of the hosts %v: %w", np, total, hosts, ucs.ErrInvalidParam)
 	}
 	var ps []placement
+	here := -1 // this host's placement
 	next := 0
 	for _, h := range hosts {
 		if next == np {
 			break
 		}
 		n := min(h.Slots, np-next)
-		ps = append(ps, placement{host: h, first: next, count: n, local: isLocalHost(h.Name)})
+		var ranks []int
+		for r := next; r < next+n; r++ {
+			ranks = append(ranks, r)
+		}
 		next += n
+		if local := isLocalHost(h.Name); local && here >= 0 {
+			ps[here].ranks = append(ps[here].ranks, ranks...)
+			ps[here].host.Slots += h.Slots
+		} else {
+			if local {
+				here = len(ps)
+			}
+			ps = append(ps, placement{host: h, ranks: ranks, local: local})
+		}
 	}
 	return ps, np, nil
 }

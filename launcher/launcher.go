@@ -287,7 +287,11 @@ func (j *job) plan() error {
 		return fmt.Errorf("launcher: PEs on other hosts need an agent binary (AgentPath): %w", ucs.ErrInvalidParam)
 	}
 	if j.single && o.AgentPath == "" {
-		j.places = []placement{{host: Host{Name: "localhost", Slots: np}, first: 0, count: np, local: true}}
+		ranks := make([]int, np)
+		for r := range ranks {
+			ranks[r] = r
+		}
+		j.places = []placement{{host: Host{Name: "localhost", Slots: np}, ranks: ranks, local: true}}
 	}
 	return nil
 }
@@ -444,10 +448,9 @@ func (j *job) startAll() (int, error) {
 	for id, p := range j.places {
 		c := cfg
 		c.Agent = id
-		c.Stdin = p.first == 0
-		c.Ranks = nil
-		for r := p.first; r < p.first+p.count; r++ {
-			c.Ranks = append(c.Ranks, r)
+		c.Stdin = contains(p.ranks, 0)
+		c.Ranks = p.ranks
+		for _, r := range p.ranks {
 			j.pes[r].agent = id
 		}
 		argv := []string{o.AgentPath, AgentArg}
