@@ -546,6 +546,11 @@ func (s *Seed) peLeft(n *memberlist.Node) {
 	f := Failure{Rank: r, Host: nodeHost(n), Reason: reasonGone}
 	s.logf("%v", f)
 	s.failures <- f // never blocks: room for one per PE, each reported once
+	if s.terminate != "" || s.gexit[r] {
+		// The job is being ended (or ends by this PE's global exit): the
+		// other PEs are told to end, not that a peer failed.
+		return
+	}
 	msg := appendMessage(nil, &message{kind: kindFailure, jobID: s.jobID, rank: -1,
 		failRank: f.Rank, host: f.Host, reason: f.Reason})
 	var others []int // sendLocked skips those with no known address
