@@ -135,3 +135,18 @@ func transportsTo(pe int) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// GlobalExit ends the whole job with exit status code (shmem_global_exit):
+// it asks the launcher to end every PE, waiting a few seconds at most for
+// the launcher's acknowledgment, and exits this PE with code; goshmem-run
+// then exits with code. Outstanding operations are not completed and no
+// collective is waited for. In a job of one PE started without the
+// launcher it only exits. It does not return.
+func GlobalExit(code int) {
+	if m := st.member; m != nil {
+		if err := m.GlobalExit(code); err != nil {
+			fmt.Fprintf(os.Stderr, "shmem.GlobalExit(%d): the launcher could not be told: %v\n", code, err)
+		}
+	}
+	os.Exit(code)
+}

@@ -274,8 +274,12 @@ func TestFaults(t *testing.T) {
 
 // TestGlobalExit: the status a PE gives for the whole job is goshmem-run's.
 func TestGlobalExit(t *testing.T) {
-	r := run(t, []string{"FAIL_PE=1"}, "-np", "3", peProgram, "globalexit")
-	checkFault(t, r, 7, 1, hostname(t), "called global exit with status 7")
+	for _, mode := range []string{"globalexit", "shmem-globalexit"} {
+		t.Run(mode, func(t *testing.T) {
+			r := run(t, []string{"FAIL_PE=1"}, "-np", "3", peProgram, mode)
+			checkFault(t, r, 7, 1, hostname(t), "called global exit with status 7")
+		})
+	}
 }
 
 // TestLauncherKilled kills goshmem-run with SIGKILL while its PEs run: the

@@ -20,6 +20,8 @@
 //	            (reached through the network), after a put to each
 //	globalexit  (no shmem) joins the job's bootstrap; PE $FAIL_PE asks for
 //	            a global exit with status 7
+//	shmem-globalexit
+//	            the same through shmem.GlobalExit, after shmem.Init
 //
 // The other PEs wait in a barrier that the failing PE never reaches, so the
 // launcher must end them.
@@ -54,6 +56,13 @@ func main() {
 	}
 	if err := shmem.Init(); err != nil {
 		log.Fatal(err)
+	}
+	if mode == "shmem-globalexit" {
+		if shmem.MyPE() == failPE {
+			shmem.GlobalExit(7)
+		}
+		shmem.BarrierAll() // never completes
+		select {}
 	}
 	initTime := time.Since(start)
 	me, n := shmem.MyPE(), shmem.NPEs()
