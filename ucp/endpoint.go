@@ -108,6 +108,7 @@ type Endpoint struct {
 	failed     error
 	closed     bool
 	swDirty    atomic.Bool // software puts or atomics sent since the last flush
+	amq        amEP        // active messages (am.go)
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
@@ -288,6 +289,9 @@ func (ep *Endpoint) Flush() error {
 		return fmt.Errorf("ucp ep flush: %w", errClosed)
 	}
 	if err := ep.swFlush(); err != nil {
+		return fmt.Errorf("ucp ep flush: %w", err)
+	}
+	if err := ep.amFlush(); err != nil {
 		return fmt.Errorf("ucp ep flush: %w", err)
 	}
 	for _, l := range ep.lanes {

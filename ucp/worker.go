@@ -98,6 +98,7 @@ type Worker struct {
 	events     chan struct{} // signalled by receive paths, for Idle
 	idleTimer  *time.Timer
 	closed     bool
+	am         amWorker // active messages (am.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -156,6 +157,10 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	}
 	w.address = w.packAddress()
 	w.installSwHandlers()
+	if err := w.amInit(); err != nil {
+		w.Destroy()
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
 	return w, nil
 }
 
@@ -256,7 +261,7 @@ func (w *Worker) ReleaseAddress([]byte) {}
 type WorkerAttr struct {
 	ThreadMode     ucs.ThreadMode
 	Address        []byte
-	MaxAMHeader    int
+	MaxAMHeader    int // the largest user header of Endpoint.AMSendNBX; 0 without FeatureAM
 	Name           string
 	MaxDebugString int
 	UID            uint64
@@ -264,7 +269,7 @@ type WorkerAttr struct {
 
 // Query describes the worker (ucp_worker_query).
 func (w *Worker) Query() WorkerAttr {
-	return WorkerAttr{ThreadMode: w.mode, Address: w.address, MaxAMHeader: 4096, Name: w.name,
+	return WorkerAttr{ThreadMode: w.mode, Address: w.address, MaxAMHeader: w.amMaxHeader(), Name: w.name,
 		MaxDebugString: 256, UID: w.uid}
 }
 
