@@ -1,0 +1,343 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucp"
+	"github.com/goshmem/goshmem/ucs"
+	"golang.org/x/sys/unix"
+)
+
+// testDef is one test of ucpperf. Ping-pong tests run loop on both sides;
+// the others run loop on the client while the server only progresses.
+type testDef struct {
+	name     string
+	aliases  []string
+	desc     string // as ucx_perftest's server prints it
+	pingpong bool
+	am       bool // needs the active-message handler
+	loop     func(b *bench, n int, p *perf) error
+}
+
+// The tests and their semantics (those of ucx_perftest's UCP tests):
+//
+//   - ucp_put_lat: ping-pong. Each side puts the message into the other's
+//     buffer, its last byte a sequence number, and waits until the peer's
+//     put changes the last byte of its own buffer. Latency is half the
+//     round trip.
+//   - ucp_put_bw: a stream of puts; every -O puts the client waits for their
+//     requests and flushes the endpoint (remote completion), and once more
+//     at the end.
+//   - ucp_get: blocking gets, one at a time: each waits for its data.
+//   - ucp_add: posted atomic adds (no result) in a stream, flushed every -O
+//     operations and at the end, like ucp_put_bw.
+//   - ucp_fadd, ucp_swap, ucp_cswap: blocking fetching atomics, one at a
+//     time, on a 64-bit word: each waits for the old value.
+//   - ucp_am_lat: ping-pong of active messages: each side sends, and waits
+//     for the peer's message to reach its handler (rendezvous messages, from
+//     UCX_RNDV_THRESH on, are received into a buffer before they count).
+//   - ucp_am_bw: a stream of active messages with at most -O requests
+//     outstanding; the client waits for all of them and flushes at the end.
+var tests = []*testDef{
+	{name: "ucp_put_lat", desc: "put latency", pingpong: true, loop: putLat},
+	{name: "ucp_put_bw", desc: "put bandwidth", loop: putBW},
+	{name: "ucp_get", desc: "get latency / bandwidth / message rate", loop: getLat},
+	{name: "ucp_add", aliases: []string{"ucp_atomic_add"}, desc: "atomic add bandwidth / message rate", loop: atomicAdd},
+	{name: "ucp_fadd", aliases: []string{"ucp_atomic_fadd"}, desc: "atomic fetch-and-add latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpAdd)},
+	{name: "ucp_swap", aliases: []string{"ucp_atomic_swap"}, desc: "atomic swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpSwap)},
+	{name: "ucp_cswap", aliases: []string{"ucp_atomic_cswap"}, desc: "atomic compare-and-swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpCSwap)},
+	{name: "ucp_am_lat", desc: "am latency", pingpong: true, am: true, loop: amLat},
+	{name: "ucp_am_bw", desc: "am bandwidth / message rate", am: true, loop: amBW},
+}
+
+func findTest(name string) *testDef {
+	for _, t := range tests {
+		if t.name == name {
+			return t
+		}
+		for _, a := range t.aliases {
+			if a == name {
+				return t
+			}
+		}
+	}
+	return nil
+}
+
+// bench is one side of a test: its worker, its buffer (mapped, so that the
+// peer can put, get and apply atomics there), a local send buffer, and the
+// endpoint and key to the peer's buffer.
+type bench struct {
+	p        params
+	test     *testDef
+	client   bool
+	ctx      *ucp.Context
+	w        *ucp.Worker
+	mem      *ucp.MemHandle
+	buf      []byte // the mapped buffer
+	sbuf     []byte // what this side sends
+	ep       *ucp.Endpoint
+	rkey     *ucp.Rkey
+	raddr    uint64
+	netPoll  bool  // the peer is reached through the network
+	sn       uint8 // ping-pong sequence number
+	amRecvd  int   // active messages received (by the handler)
+	amExpect int   // active messages a ping-pong has waited for
+	spin     int
+}
+
+// waitFor progresses the worker until cond holds: it spins, and after a
+// while gives the processor away (parking in Worker.Idle when data comes
+// through Go's network poller, which a thread that only yields would
+// starve).
+func (b *bench) waitFor(cond func() bool) {
+	n := 0
+	start := time.Now()
+	for !cond() {
+		if debugStall && time.Since(start) > 5*time.Second {
+			panic(fmt.Sprintf("stalled: client %v amRecvd %d sn %d lastByte %d", b.client, b.amRecvd, b.sn, b.lastByte()))
+		}
+		if b.w.Progress() != 0 {
+			n = 0
+			continue
+		}
+		n++
+		if n > b.spin {
+			if b.netPoll {
+				b.w.Idle()
+			} else {
+				unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
+		}
+	}
+}
+
+func (b *bench) wait(r *ucp.Request, err error) error {
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return nil
+	}
+	b.waitFor(r.IsCompleted)
+	err = r.Status()
+	r.Free()
+	return err
+}
+
+// lastByte loads the last byte of the mapped buffer atomically (through the
+// aligned 32-bit word that holds it).
+func (b *bench) lastByte() uint8 {
+	i := len(b.buf) - 1
+	p := unsafe.Pointer(&b.buf[i&^3])
+	return uint8(atomic.LoadUint32((*uint32)(p)) >> (8 * (i & 3)))
+}
+
+func (b *bench) put() error {
+	b.sbuf[len(b.sbuf)-1] = b.sn
+	return b.wait(b.ep.PutNBX(b.sbuf, b.raddr, b.rkey, nil))
+}
+
+func putLat(b *bench, n int, p *perf) error {
+	for i := 0; i < n; i++ {
+		b.sn++
+		if b.client {
+			if err := b.put(); err != nil {
+				return err
+			}
+		}
+		sn := b.sn
+		b.waitFor(func() bool { return b.lastByte() == sn })
+		if !b.client {
+			if err := b.put(); err != nil {
+				return err
+			}
+		}
+		p.update(1, int64(b.p.Size))
+	}
+	return nil
+}
+
+// stream posts n operations with post, waiting for their requests and
+// flushing the endpoint every window operations and at the end.
+func (b *bench) stream(n int, p *perf, post func() (*ucp.Request, error)) error {
+	reqs := make([]*ucp.Request, 0, b.p.Window)
+	drain := func() error {
+		for _, r := range reqs {
+			if err := b.wait(r, nil); err != nil {
+				return err
+			}
+		}
+		reqs = reqs[:0]
+		return b.ep.Flush()
+	}
+	for i := 0; i < n; i++ {
+		r, err := post()
+		if err != nil {
+			return err
+		}
+		if r != nil {
+			reqs = append(reqs, r)
+		}
+		p.update(1, int64(b.p.Size))
+		if (i+1)%b.p.Window == 0 {
+			if err := drain(); err != nil {
+				return err
+			}
+		}
+	}
+	return drain()
+}
+
+func putBW(b *bench, n int, p *perf) error {
+	return b.stream(n, p, func() (*ucp.Request, error) { return b.ep.PutNBX(b.sbuf, b.raddr, b.rkey, nil) })
+}
+
+func getLat(b *bench, n int, p *perf) error {
+	for i := 0; i < n; i++ {
+		if err := b.wait(b.ep.GetNBX(b.sbuf, b.raddr, b.rkey, nil)); err != nil {
+			return err
+		}
+		p.update(1, int64(b.p.Size))
+	}
+	return nil
+}
+
+func atomicAdd(b *bench, n int, p *perf) error {
+	return b.stream(n, p, func() (*ucp.Request, error) {
+		return b.ep.AtomicOpNBX(ucp.AtomicOpAdd, 1, b.raddr, b.rkey, nil)
+	})
+}
+
+func fetchAtomic(op ucp.AtomicOp) func(b *bench, n int, p *perf) error {
+	return func(b *bench, n int, p *perf) error {
+		var reply uint64
+		param := new(ucp.RequestParam).SetReply(&reply)
+		for i := 0; i < n; i++ {
+			reply = 0 // the compare value of cswap
+			if err := b.wait(b.ep.AtomicOpNBX(op, uint64(i), b.raddr, b.rkey, param)); err != nil {
+				return err
+			}
+			p.update(1, 8)
+		}
+		return nil
+	}
+}
+
+// amID is the active-message id of the tests.
+const amID = 0
+
+// amHandler counts the messages that reach it; rendezvous ones count once
+// their data is in the buffer.
+func (b *bench) amHandler(_ any, _, _ []byte, param *ucp.AMRecvParam) ucs.Status {
+	if param.RecvAttr&ucp.AMRecvAttrFlagRNDV == 0 {
+		b.amRecvd++
+		return ucs.OK
+	}
+	rp := new(ucp.RequestParam).SetCallback(func(r *ucp.Request, st error, _ any) {
+		if st != nil {
+			fmt.Printf("ucpperf: receiving an active message: %v\n", st)
+		}
+		b.amRecvd++
+		r.Free()
+	})
+	r, err := b.w.AMRecvDataNBX(param.Desc, b.buf[:param.Length], rp)
+	switch {
+	case err != nil:
+		fmt.Printf("ucpperf: receiving an active message: %v\n", err)
+		b.amRecvd++
+	case r == nil:
+		b.amRecvd++
+	}
+	return ucs.OK
+}
+
+func (b *bench) amSend() (*ucp.Request, error) {
+	return b.ep.AMSendNBX(amID, nil, b.sbuf, nil)
+}
+
+func amLat(b *bench, n int, p *perf) error {
+	for i := 0; i < n; i++ {
+		// Count from the start of the test, not from now: the peer's next
+		// message may have arrived while this side waited in a barrier.
+		b.amExpect++
+		want := b.amExpect
+		var r *ucp.Request
+		var err error
+		if b.client {
+			if r, err = b.amSend(); err != nil {
+				return err
+			}
+		}
+		b.waitFor(func() bool { return b.amRecvd >= want })
+		if !b.client {
+			if r, err = b.amSend(); err != nil {
+				return err
+			}
+		}
+		if err := b.wait(r, nil); err != nil {
+			return err
+		}
+		p.update(1, int64(b.p.Size))
+	}
+	return nil
+}
+
+func amBW(b *bench, n int, p *perf) error {
+	reqs := make([]*ucp.Request, 0, b.p.Window)
+	for i := 0; i < n; i++ {
+		r, err := b.amSend()
+		if err != nil {
+			return err
+		}
+		if r != nil {
+			reqs = append(reqs, r)
+		}
+		if len(reqs) == b.p.Window {
+			// Wait for the oldest half, keeping the pipe full.
+			k := max(len(reqs)/2, 1)
+			for _, r := range reqs[:k] {
+				if err := b.wait(r, nil); err != nil {
+					return err
+				}
+			}
+			reqs = append(reqs[:0], reqs[k:]...)
+		}
+		p.update(1, int64(b.p.Size))
+	}
+	for _, r := range reqs {
+		if err := b.wait(r, nil); err != nil {
+			return err
+		}
+	}
+	return b.ep.Flush()
+}
+
+// serveWhile progresses the worker until fn returns, for the passive side
+// of one-sided and streaming tests (software RMA, atomics and active
+// messages need its progress).
+func (b *bench) serveWhile(fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	for {
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
+		if b.w.Progress() == 0 {
+			if b.netPoll {
+				b.w.Idle()
+			} else {
+				runtime.Gosched()
+			}
+		}
+	}
+}
+
+var debugStall = os.Getenv("UCPPERF_DEBUG") != ""
