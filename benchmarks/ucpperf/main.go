@@ -145,10 +145,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
 	var r rte
-	_, inJob, err := bootstrap.EnvFromOS()
-	if err != nil {
-		fmt.Fprintf(stderr, "ucpperf: %v\n", err)
-		return 1
+	// A job has the launcher's variables; GOSHMEM_KEY alone only keys the
+	// socket of the server/client mode.
+	inJob := false
+	if os.Getenv(bootstrap.EnvRank) != "" || os.Getenv(bootstrap.EnvSize) != "" || os.Getenv(bootstrap.EnvSeed) != "" {
+		if _, inJob, err = bootstrap.EnvFromOS(); err != nil {
+			fmt.Fprintf(stderr, "ucpperf: %v\n", err)
+			return 1
+		}
 	}
 	p := o.params
 	switch {
