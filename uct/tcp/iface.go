@@ -594,6 +594,11 @@ func (s *rxConn) run() error {
 			if err := s.applyPut(decodePutHeader(ph[:]), uint64(h.len-putHeaderLen)); err != nil {
 				return fmt.Errorf("reading a put: %w", err)
 			}
+			// Wake a goroutine of the worker that waits for the data
+			// (ucp.Worker.Idle): nothing else tells it memory changed.
+			if s.iface.worker != nil {
+				s.iface.worker.Signal()
+			}
 		case frameFlush:
 			s.ackDue = true
 		}
