@@ -1,11 +1,13 @@
 package ucp
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"math"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -179,6 +181,8 @@ type AMDesc struct {
 	src    uint64       // rendezvous: the sender's worker uid
 	sreq   uint64       // rendezvous: the sender's request id
 	ep     *Endpoint    // rendezvous: the endpoint back to the sender
+	key    []byte       // rendezvous: the packed key of the data, if it may be got
+	raddr  uint64       // rendezvous: the data's address at the sender
 }
 
 // States of an AMDesc.
@@ -380,10 +384,12 @@ func sendFlags(param *RequestParam) uint32 {
 
 // Protocol names of active messages, as Request.Query reports them.
 const (
-	protoAMSingle = "am/eager/single"
-	protoAMFrag   = "am/eager/frag"
-	protoAMRndv   = "am/rndv"
-	protoAMRecv   = "am/rndv/recv"
+	protoAMSingle  = "am/eager/single"
+	protoAMFrag    = "am/eager/frag"
+	protoAMRndv    = "am/rndv"
+	protoAMRndvGet = "am/rndv/get"
+	protoAMRecv    = "am/rndv/recv"
+	protoAMRecvGet = "am/rndv/recv/get"
 )
 
 // AMSendNBX sends an active message with user AM id, user header and data
@@ -475,6 +481,15 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 		op.kind, op.h.typ, r.proto = opSingle, amSingle, protoAMSingle
 	case rndv:
 		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(len(data)), protoAMRndv
+		if len(data) > 0 {
+			if key, m := w.amRndvKey(ep, data, param); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
+				op.key, op.memh = key, m
+				op.h.off = uint64(uintptr(unsafe.Pointer(&data[0])))
+				r.proto = protoAMRndvGet
+			} else if m != nil {
+				w.ctx.MemUnmap(m)
+			}
+		}
 	default:
 		op.kind, op.h.typ, op.h.total, r.proto = opFrag, amFirst, uint64(len(data)), protoAMFrag
 	}
@@ -499,10 +514,43 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	case st == ucs.InProgress:
 		return r, nil
 	default:
+		op.release()
 		r.finish(st)
 		r.release()
 		return nil, fmt.Errorf("ucp %s on %s: %w", r.proto, l, st)
 	}
+}
+
+// amRndvKey returns the packed key through which the receiver of a
+// rendezvous message may get data, or nil when it cannot: the key of
+// param's memory handle when data lies in it, or else of data registered
+// now (returned, to be unmapped when the send completes) with the memory
+// domains of the lanes to the peer that get.
+func (w *Worker) amRndvKey(ep *Endpoint, data []byte, param *RequestParam) ([]byte, *MemHandle) {
+	p := uintptr(unsafe.Pointer(&data[0]))
+	if param != nil && param.OpAttrMask&OpAttrFieldMemh != 0 && param.Memh != nil {
+		m := param.Memh
+		base := uintptr(m.address)
+		if p >= base && p-base <= uintptr(m.length) && uintptr(len(data)) <= uintptr(m.length)-(p-base) {
+			if key, err := w.ctx.RkeyPack(m); err == nil {
+				return key, nil
+			}
+		}
+	}
+	for _, c := range ep.cands {
+		if c.can(capGet) && c.wi.rsc.md.attr.Flags&uct.MDFlagReg != 0 {
+			m, err := w.ctx.MemMap(new(MemMapParams).SetAddress(unsafe.Pointer(&data[0])).SetLength(len(data)))
+			if err != nil {
+				return nil, nil
+			}
+			key, err := w.ctx.RkeyPack(m)
+			if err != nil {
+				return nil, m
+			}
+			return key, m
+		}
+	}
+	return nil, nil
 }
 
 // amSendHello sends the worker's address to the endpoint's worker once, so
@@ -552,6 +600,11 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		return nil, nil
 	}
 	desc.state = descDone
+	if desc.key != nil {
+		if r, err, ok := w.amRecvGet(desc, buf, param, flags); ok {
+			return r, err
+		}
+	}
 	r := w.newRequest(param)
 	r.size, r.proto, r.lane = desc.length, protoAMRecv, desc.ep.am
 	w.inflight.Add(1)
@@ -609,4 +662,66 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 		desc.wi.iface.ReleaseDesc(desc.raw)
 	}
 	desc.raw, desc.data = nil, nil
+}
+
+// amRecvGet receives rendezvous data by getting it from the sender's
+// memory, where a lane to the sender gets with the key the sender packed,
+// and then tells the sender it is done (amDrop). ok is false when no lane
+// can: the caller then asks the sender to push the data.
+func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags uint32) (r *Request, err error, ok bool) {
+	ep := desc.ep
+	rk, err := ep.RkeyUnpack(desc.key)
+	if err != nil {
+		return nil, nil, false
+	}
+	if rk.rma == nil || !rk.rma.get {
+		rk.Destroy()
+		return nil, nil, false
+	}
+	r = w.newRequest(param)
+	r.size, r.proto, r.lane = desc.length, protoAMRecvGet, rk.rma.l
+	w.inflight.Add(1)
+	sreq := desc.sreq
+	fin := func() {
+		rk.Destroy()
+		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
+			log.Printf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
+		}
+	}
+	gp := new(RequestParam).SetCallback(func(gr *Request, st error, _ any) {
+		fin()
+		gr.Free()
+		r.complete(statusOf(st))
+	})
+	gr, err := ep.GetNBX(buf[:desc.length], desc.raddr, rk, gp)
+	if err != nil {
+		fin()
+		r.finish(statusOf(err))
+		r.release()
+		return nil, fmt.Errorf("ucp am recv data: %w", err), true
+	}
+	if gr != nil {
+		return r, nil, true
+	}
+	fin()
+	if flags&OpAttrFlagNoImmCmpl != 0 {
+		r.complete(ucs.OK)
+		return r, nil, true
+	}
+	r.finish(ucs.OK)
+	r.release()
+	return nil, nil, true
+}
+
+// statusOf returns the ucs.Status an error carries (ucs.ErrIOError for
+// others), ucs.OK for nil.
+func statusOf(err error) ucs.Status {
+	if err == nil {
+		return ucs.OK
+	}
+	var st ucs.Status
+	if errors.As(err, &st) {
+		return st
+	}
+	return ucs.ErrIOError
 }

@@ -26,12 +26,14 @@ type amOp struct {
 	lim  amLaneLimits
 	r    *Request // nil for protocol messages
 	kind uint8
-	h    amHeader // the first (or only) message's header
-	uhdr []byte   // user header
-	data []byte   // data (protocol messages: their payload)
-	off  int      // data bytes handed to the transport
-	sent bool     // the first message was handed to the transport
-	rid  uint64   // rendezvous: the receiver's request id
+	h    amHeader   // the first (or only) message's header
+	uhdr []byte     // user header
+	data []byte     // data (protocol messages: their payload)
+	off  int        // data bytes handed to the transport
+	sent bool       // the first message was handed to the transport
+	rid  uint64     // rendezvous: the receiver's request id
+	key  []byte     // rendezvous: the packed key of data, for the receiver to get it
+	memh *MemHandle // rendezvous: data registered for the send, unmapped at its end
 
 	comp    uct.Completion // zero-copy sends; Count holds one for the issuer
 	hbuf    []byte         // header of a zero-copy fragment
@@ -128,7 +130,7 @@ func (w *Worker) amAdvance(op *amOp) ucs.Status {
 		a.mu.Lock()
 		a.sends[op.h.msg] = op // before the RTS leaves: the reply may come at once
 		a.mu.Unlock()
-		st := op.l.amBcopy(&op.h, op.uhdr, nil)
+		st := op.l.amBcopy(&op.h, op.uhdr, op.key)
 		if st != ucs.OK {
 			a.mu.Lock()
 			delete(a.sends, op.h.msg)
@@ -227,9 +229,18 @@ func (op *amOp) zcopyDone(*uct.Completion) {
 	op.ep.w.amFinish(op, op.finalStatus())
 }
 
+// release gives back what op registered.
+func (op *amOp) release() {
+	if op.memh != nil {
+		op.ep.w.ctx.MemUnmap(op.memh)
+		op.memh = nil
+	}
+}
+
 // amFinish ends op with status, from Progress.
 func (w *Worker) amFinish(op *amOp, st ucs.Status) {
 	op.ep.amq.busy.Add(-1)
+	op.release()
 	if op.r != nil {
 		op.r.complete(st)
 	} else if st.IsErr() && st != ucs.ErrCanceled {
@@ -387,7 +398,7 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 			w.amDeliverOwned(mh, m.buf[:m.hlen], m.buf[m.hlen:])
 		}
 	case amRTS:
-		w.amDeliverRndv(h, p)
+		w.amDeliverRndv(h, p) // the user header, then the key if any
 	case amRTR:
 		a.mu.Lock()
 		op := a.sends[h.msg]
@@ -540,6 +551,15 @@ func (w *Worker) amDeliverRndv(h amHeader, uhdr []byte) {
 		return
 	}
 	d := &AMDesc{w: w, state: descInCallback, rndv: true, length: int(h.total), src: h.src, sreq: h.msg, ep: ep}
+	if len(uhdr) > int(h.hlen) {
+		key := uhdr[h.hlen:]
+		if _, err := decodeRkey(key); err != nil {
+			log.Printf("ucp: worker %s: dropped rendezvous message %d from %#x: %v", w.name, h.id, h.src, err)
+			return
+		}
+		d.key, d.raddr = append([]byte(nil), key...), h.off
+		uhdr = uhdr[:h.hlen]
+	}
 	hd := w.amHandler(h.id)
 	if hd == nil {
 		log.Printf("ucp: worker %s: dropped active message %d (%d bytes, rendezvous) from %#x: no handler", w.name, h.id, h.total, h.src)

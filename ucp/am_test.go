@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -23,11 +25,12 @@ type amEnv struct {
 var amTransports = []struct {
 	name, tls string
 	self      bool
-	lane      string
+	lane      string // the AM lane
+	rndv      string // the rendezvous protocol
 }{
-	{"self", "", true, "self"},
-	{"sm", "", false, "posix"},
-	{"tcp", "tcp,self", false, "tcp"},
+	{"self", "", true, "self", protoAMRndvGet},
+	{"sm", "", false, "posix", protoAMRndvGet},
+	{"tcp", "tcp,self", false, "tcp", protoAMRndv},
 }
 
 func newAMEnv(t *testing.T, tls string, self bool) *amEnv {
@@ -130,6 +133,7 @@ func TestAMSendRecv(t *testing.T) {
 				t.Fatalf("MaxAMHeader %d", maxHdr)
 			}
 			var got []amMsg
+			protos := map[string]int{}
 			if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(7).SetCB(recorder(&got)).SetFlags(AMFlagWholeMsg)); err != nil {
 				t.Fatal(err)
 			}
@@ -143,14 +147,16 @@ func TestAMSendRecv(t *testing.T) {
 						what := fmt.Sprintf("%d bytes, header %d, %s", n, hl, mode.name)
 						got = got[:0]
 						hdr, data := pattern(hl, n+1), pattern(n, hl)
-						param := new(RequestParam)
-						if mode.flags != 0 {
-							param.SetFlags(mode.flags)
-						}
+						// Always a request, to see its protocol.
+						param := new(RequestParam).SetFlags(mode.flags | OpAttrFlagNoImmCmpl)
 						r, err := e.ab.AMSendNBX(7, hdr, data, param)
 						if err != nil {
 							t.Fatalf("%s: send: %v", what, err)
 						}
+						if r == nil {
+							t.Fatalf("%s: no request with OpAttrFlagNoImmCmpl", what)
+						}
+						protos[strings.Fields(r.Query().DebugString)[0]]++
 						e.wait(t, what+": delivery", func() bool { return len(got) > 0 })
 						m := got[0]
 						wantRndv := mode.flags == AMSendFlagRNDV || (mode.flags == 0 && n >= amDefaultRndvThresh)
@@ -181,6 +187,14 @@ func TestAMSendRecv(t *testing.T) {
 			}
 			if err := e.ab.Flush(); err != nil {
 				t.Fatalf("flush: %v", err)
+			}
+			// Rendezvous data is got where a lane to the sender gets (cma
+			// and self here), and pushed by the sender over tcp.
+			t.Logf("protocols of the requests: %v", protos)
+			for _, p := range []string{tr.rndv, protoAMFrag} {
+				if protos[p] == 0 {
+					t.Errorf("no request used %s: %v", p, protos)
+				}
 			}
 		})
 	}
@@ -455,6 +469,9 @@ func TestAMMalformed(t *testing.T) {
 				hdr(amHeader{typ: amDrop, src: src, msg: 12345}, ""),
 				hdr(amHeader{typ: amHello, src: src}, "GWA\x01junk"),
 				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: amMaxRndv + 1}, "x"),
+				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: 10}, "xKEY"),       // a key without address
+				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: 10, off: 64}, "x"), // an address without key
+				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, msg: 3, total: 10, off: 64}, "xGRK\x01junk"),
 				// A first fragment, then a fragment that skips ahead.
 				hdr(amHeader{typ: amFirst, id: 1, src: src, msg: 6, total: 10}, "abc"),
 				hdr(amHeader{typ: amMiddle, src: src, msg: 6, off: 5}, "abc"),
@@ -488,6 +505,7 @@ func FuzzAMHeader(f *testing.F) {
 	add(amHeader{typ: amFirst, flags: amHdrReply, id: 3, hlen: 1, src: 9, msg: 1, total: 100}, "hdata")
 	add(amHeader{typ: amMiddle, src: 9, msg: 1, off: 4}, "more")
 	add(amHeader{typ: amRTS, id: 3, hlen: 1, src: 9, msg: 2, total: 1 << 20}, "h")
+	add(amHeader{typ: amRTS, id: 3, hlen: 1, src: 9, msg: 2, total: 1 << 20, off: 1 << 30}, "hGRK\x01key")
 	add(amHeader{typ: amRTR, src: 9, msg: 2, total: 5}, "")
 	add(amHeader{typ: amData, src: 9, msg: 5, off: 8192}, "data")
 	add(amHeader{typ: amDrop, src: 9, msg: 2}, "")
@@ -516,4 +534,39 @@ func FuzzAMHeader(f *testing.F) {
 			t.Fatalf("first fragment longer than its message")
 		}
 	})
+}
+
+// TestAMRndvMemh sends rendezvous data that lies in mapped memory given as
+// the request's memory handle: the receiver gets it through the key of that
+// memory, and nothing is registered for the send.
+func TestAMRndvMemh(t *testing.T) {
+	e := newAMEnv(t, "", false)
+	m, err := e.c.MemMap(new(MemMapParams).SetLength(1 << 20).SetFlags(MemMapAllocate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.c.MemUnmap(m)
+	src := unsafe.Slice((*byte)(m.Address()), 1<<20)
+	copy(src, pattern(1<<20, 3))
+	var got []amMsg
+	if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(1).SetCB(recorder(&got))); err != nil {
+		t.Fatal(err)
+	}
+	param := new(RequestParam).SetFlags(AMSendFlagRNDV)
+	param.Memh, param.OpAttrMask = m, param.OpAttrMask|OpAttrFieldMemh
+	r, err := e.ab.AMSendNBX(1, nil, src[100:], param)
+	if err != nil || r == nil {
+		t.Fatalf("send: %v %v", r, err)
+	}
+	if q := r.Query().DebugString; !strings.HasPrefix(q, protoAMRndvGet) {
+		t.Errorf("protocol %q, want %s", q, protoAMRndvGet)
+	}
+	e.wait(t, "delivery", func() bool { return len(got) > 0 })
+	buf := make([]byte, len(src)-100)
+	rr, err := e.b.AMRecvDataNBX(got[0].desc, buf, nil)
+	e.waitReq(t, "receive", rr, err)
+	e.waitReq(t, "send", r, nil)
+	if !bytes.Equal(buf, src[100:]) {
+		t.Error("data differs")
+	}
 }

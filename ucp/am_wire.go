@@ -17,10 +17,10 @@ const (
 	amSingle uint8 = iota + 1 // a whole eager message: user header, then data
 	amFirst                   // first fragment of an eager message: user header, data
 	amMiddle                  // a following fragment of an eager message: data
-	amRTS                     // rendezvous request to send: user header
+	amRTS                     // rendezvous request to send: user header [, packed key of the data]
 	amRTR                     // rendezvous ready to receive (receiver to sender)
 	amData                    // rendezvous data (sender to receiver)
-	amDrop                    // the receiver dropped (or took all of) a rendezvous message
+	amDrop                    // the receiver dropped, or got all of, a rendezvous message
 	amHello                   // the sender's worker address, for a reply endpoint
 	amTypeEnd
 )
@@ -52,7 +52,8 @@ const (
 //	16 msg   u64  First, Middle: the sender's message id; RTS, RTR, Drop: the
 //	              sender's request id; Data: the receiver's request id
 //	24 total u64  First, RTS: data length; RTR: the receiver's request id
-//	32 off   u64  Middle, Data: offset of the payload in the data
+//	32 off   u64  Middle, Data: offset of the payload in the data; RTS: the
+//	              data's address when a packed key follows the user header
 type amHeader struct {
 	typ   uint8
 	flags uint8
@@ -123,8 +124,11 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 			return bad("fragment of %d bytes at %d, total %d", n, h.off, h.total)
 		}
 	case amRTS:
-		if uint64(h.hlen) != n || h.total > amMaxRndv || h.off != 0 {
-			return bad("rendezvous request: header %d of %d bytes, total %d, offset %d", h.hlen, n, h.total, h.off)
+		// The payload is the user header, then the packed key of the data
+		// (when the receiver may get it) whose address is in off.
+		keyLen := n - min(uint64(h.hlen), n)
+		if uint64(h.hlen) > n || h.total > amMaxRndv || keyLen > maxRkeyBlob || (keyLen == 0) != (h.off == 0) || (keyLen > 0 && h.total == 0) {
+			return bad("rendezvous request: header %d of %d bytes, total %d, address %#x", h.hlen, n, h.total, h.off)
 		}
 	case amRTR:
 		if n != 0 || h.off != 0 {
