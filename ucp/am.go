@@ -230,6 +230,7 @@ type amWorker struct {
 	reasm  map[amKey]*amReasm // eager messages being reassembled
 	sends  map[uint64]*amOp   // rendezvous sends waiting for the receiver
 	recvs  map[uint64]*amRecv // rendezvous receives waiting for data
+	rkeys  []*Rkey            // senders' keys, unpacked, oldest first
 	qlen   atomic.Int32       // len(queue), read by Progress without the lock
 	// lastSrc and lastEP cache the reply endpoint last looked up.
 	lastSrc uint64
@@ -670,12 +671,8 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 // can: the caller then asks the sender to push the data.
 func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags uint32) (r *Request, err error, ok bool) {
 	ep := desc.ep
-	rk, err := ep.RkeyUnpack(desc.key)
-	if err != nil {
-		return nil, nil, false
-	}
-	if rk.rma == nil || !rk.rma.get {
-		rk.Destroy()
+	rk := w.amRkey(ep, desc.key)
+	if rk == nil {
 		return nil, nil, false
 	}
 	r = w.newRequest(param)
@@ -683,7 +680,6 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 	w.inflight.Add(1)
 	sreq := desc.sreq
 	fin := func() {
-		rk.Destroy()
 		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
 			log.Printf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
 		}
@@ -711,6 +707,63 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 	r.finish(ucs.OK)
 	r.release()
 	return nil, nil, true
+}
+
+// amRkeyCacheSize bounds the keys of senders' data a worker keeps unpacked.
+const amRkeyCacheSize = 32
+
+// amRkey returns the key packed as key, unpacked on ep, when a lane of ep
+// can get with it; nil otherwise. Keys stay unpacked in a small cache, so
+// that data sent again from the same memory (a memory handle the sender
+// passes) is not mapped again for every message.
+func (w *Worker) amRkey(ep *Endpoint, key []byte) *Rkey {
+	a := &w.am
+	a.mu.Lock()
+	for i, c := range a.rkeys {
+		if c.ep == ep && string(c.packed) == string(key) {
+			if !ep.closed {
+				a.mu.Unlock()
+				return c
+			}
+			a.rkeys = append(a.rkeys[:i], a.rkeys[i+1:]...)
+			break
+		}
+	}
+	a.mu.Unlock()
+	rk, err := ep.RkeyUnpack(key)
+	if err != nil {
+		return nil
+	}
+	if rk.rma == nil || !rk.rma.get {
+		rk.Destroy()
+		return nil
+	}
+	var old *Rkey
+	a.mu.Lock()
+	if len(a.rkeys) == amRkeyCacheSize {
+		old = a.rkeys[0]
+		a.rkeys = append(a.rkeys[:0], a.rkeys[1:]...)
+	}
+	a.rkeys = append(a.rkeys, rk)
+	a.mu.Unlock()
+	if old != nil {
+		old.Destroy()
+	}
+	return rk
+}
+
+// amDestroy releases the keys the worker keeps unpacked. The gets that
+// use them complete on issue on every transport that gets (posix, sysv,
+// cma, self), so none is in flight here, nor when one is evicted.
+func (w *Worker) amDestroy() {
+	a := &w.am
+	a.mu.Lock()
+	rkeys := a.rkeys
+	a.rkeys = nil
+	a.mu.Unlock()
+	for _, rk := range rkeys {
+		rk.Destroy()
+	}
 }
 
 // statusOf returns the ucs.Status an error carries (ucs.ErrIOError for

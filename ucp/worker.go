@@ -235,6 +235,7 @@ func (w *Worker) Destroy() {
 	eps := w.eps
 	w.eps = nil
 	w.epMu.Unlock()
+	w.amDestroy()
 	for _, ep := range eps {
 		ep.destroyLanes()
 	}

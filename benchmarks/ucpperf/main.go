@@ -51,6 +51,7 @@ type params struct {
 	Warmup     int
 	Window     int
 	Percentile float64
+	Memh       bool
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -94,6 +95,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.port, "p", 13337, "TCP port of the server")
 	fs.StringVar(&o.bind, "a", "127.0.0.1", "address the server listens on (with GOSHMEM_KEY unset, anyone who can connect may run a test)")
 	fs.BoolVar(&o.finalOnly, "f", false, "print only the final numbers")
+	fs.BoolVar(&o.Memh, "z", false, "pass the send buffer's memory handle to active-message sends (a rendezvous receiver then gets from it without a registration)")
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
@@ -242,7 +244,14 @@ func setup(r rte, p params, t *testDef) (*bench, error) {
 	}
 	b.buf = unsafe.Slice((*byte)(b.mem.Address()), n)[:p.Size]
 	clear(b.buf)
-	b.sbuf = make([]byte, p.Size)
+	// The send buffer is mapped memory too, as ucx_perftest's.
+	if b.smem, err = ctx.MemMap(new(ucp.MemMapParams).SetLength(n).SetFlags(ucp.MemMapAllocate)); err != nil {
+		return b, err
+	}
+	b.sbuf = unsafe.Slice((*byte)(b.smem.Address()), n)[:p.Size]
+	if p.Memh {
+		b.sendParam = &ucp.RequestParam{OpAttrMask: ucp.OpAttrFieldMemh, Memh: b.smem}
+	}
 	for i := range b.sbuf {
 		b.sbuf[i] = byte(i)
 	}
@@ -289,6 +298,9 @@ func (b *bench) destroy() {
 	}
 	if b.mem != nil {
 		b.ctx.MemUnmap(b.mem)
+	}
+	if b.smem != nil {
+		b.ctx.MemUnmap(b.smem)
 	}
 	if b.w != nil {
 		b.w.Destroy()

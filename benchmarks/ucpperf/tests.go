@@ -2,15 +2,12 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
-	"golang.org/x/sys/unix"
 )
 
 // testDef is one test of ucpperf. Ping-pong tests run loop on both sides;
@@ -88,31 +85,26 @@ type bench struct {
 	sn       uint8 // ping-pong sequence number
 	amRecvd  int   // active messages received (by the handler)
 	amExpect int   // active messages a ping-pong has waited for
-	spin     int
+	spin     int   // polls without progress before parking (tcp)
+	// sendParam passes the send buffer's memory handle (-z), or is nil.
+	sendParam *ucp.RequestParam
+	smem      *ucp.MemHandle
 }
 
-// waitFor progresses the worker until cond holds: it spins, and after a
-// while gives the processor away (parking in Worker.Idle when data comes
-// through Go's network poller, which a thread that only yields would
-// starve).
+// waitFor progresses the worker until cond holds. Like ucx_perftest it
+// polls without pause; where data comes through Go's network poller it
+// parks in Worker.Idle after a while instead (a goroutine that only polls
+// would starve the poller; tcp wakes it when data arrives).
 func (b *bench) waitFor(cond func() bool) {
 	n := 0
-	start := time.Now()
 	for !cond() {
-		if debugStall && time.Since(start) > 5*time.Second {
-			panic(fmt.Sprintf("stalled: client %v amRecvd %d sn %d lastByte %d", b.client, b.amRecvd, b.sn, b.lastByte()))
-		}
 		if b.w.Progress() != 0 {
 			n = 0
 			continue
 		}
 		n++
-		if n > b.spin {
-			if b.netPoll {
-				b.w.Idle()
-			} else {
-				unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			}
+		if b.netPoll && n > b.spin {
+			b.w.Idle()
 		}
 	}
 }
@@ -258,7 +250,7 @@ func (b *bench) amHandler(_ any, _, _ []byte, param *ucp.AMRecvParam) ucs.Status
 }
 
 func (b *bench) amSend() (*ucp.Request, error) {
-	return b.ep.AMSendNBX(amID, nil, b.sbuf, nil)
+	return b.ep.AMSendNBX(amID, nil, b.sbuf, b.sendParam)
 }
 
 func amLat(b *bench, n int, p *perf) error {
@@ -339,5 +331,3 @@ func (b *bench) serveWhile(fn func() error) error {
 		}
 	}
 }
-
-var debugStall = os.Getenv("UCPPERF_DEBUG") != ""
