@@ -31,9 +31,21 @@ import (
 //     own before calling the handler once;
 //   - rendezvous: the sender announces the message (its user header and
 //     length, AMRecvAttrFlagRNDV at the receiver); the receiver's handler
-//     takes it with Worker.AMRecvDataNBX into a buffer of the user's, and the
-//     sender then pushes the data there in fragments, or the handler drops
-//     it (Worker.AMDataRelease, or returning ucs.OK without receiving).
+//     takes it with Worker.AMRecvDataNBX into a buffer of the user's, or
+//     drops it (Worker.AMDataRelease, or returning ucs.OK without
+//     receiving). Where a lane from the receiver to the sender gets (posix,
+//     sysv, cma, self), the announcement carries the packed key of the data
+//     (that of RequestParam.Memh when the data lies in it, or else of the
+//     data registered for the send with the memory domains that register
+//     memory, cma here), and the receiver gets the data in one operation;
+//     otherwise (tcp) the receiver asks and the sender pushes the data in
+//     fragments. Either way the receiver tells the sender when it is done,
+//     and the send request then completes.
+//
+// A worker learns the address of a worker that sends it a rendezvous
+// message or asks for a reply endpoint (the sender's first such message on
+// an endpoint is preceded by its worker address), and creates an endpoint
+// back to it when it has none.
 //
 // Receive handlers run from Worker.Progress of the receiving worker, never
 // from a transport's own goroutine. Sends never block: what a transport has

@@ -63,6 +63,7 @@ type options struct {
 	bind      string
 	host      string
 	finalOnly bool
+	info      bool
 }
 
 func usage(fs *flag.FlagSet, out io.Writer) {
@@ -95,6 +96,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.port, "p", 13337, "TCP port of the server")
 	fs.StringVar(&o.bind, "a", "127.0.0.1", "address the server listens on (with GOSHMEM_KEY unset, anyone who can connect may run a test)")
 	fs.BoolVar(&o.finalOnly, "f", false, "print only the final numbers")
+	fs.BoolVar(&o.info, "I", false, "print the lanes of the endpoint to the peer")
 	fs.BoolVar(&o.Memh, "z", false, "pass the send buffer's memory handle to active-message sends (a rendezvous receiver then gets from it without a registration)")
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -218,7 +220,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		r = s
 	}
 	defer r.close()
-	if err := runTest(r, p, o.finalOnly, inJob, stdout); err != nil {
+	if err := runTest(r, p, o, inJob, stdout); err != nil {
 		fmt.Fprintf(stderr, "ucpperf: %s: %v\n", p.Test, err)
 		return 1
 	}
@@ -312,7 +314,8 @@ func (b *bench) destroy() {
 
 // runTest runs the warm-up (at most a tenth of the iterations, as
 // ucx_perftest does) and the measurement, with barriers around them.
-func runTest(r rte, p params, finalOnly, inJob bool, out io.Writer) error {
+func runTest(r rte, p params, o *options, inJob bool, out io.Writer) error {
+	finalOnly := o.finalOnly
 	t, err := p.check()
 	if err != nil {
 		return err
@@ -326,6 +329,11 @@ func runTest(r rte, p params, finalOnly, inJob bool, out io.Writer) error {
 	}
 	if (b.client && inJob) || (!b.client && !inJob) {
 		printTestBox(out, t, p.Size)
+	}
+	if o.info {
+		for _, l := range b.ep.Query().Lanes {
+			fmt.Fprintf(out, "lane %-12s %s/%s\n", l.Usage, l.Transport, l.Device)
+		}
 	}
 	factor := 1.0
 	if t.pingpong {

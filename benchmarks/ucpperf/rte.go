@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/goshmem/goshmem/bootstrap"
@@ -228,10 +229,24 @@ func serve(addr string, port int, key []byte, logf func(string, ...any)) (*sockR
 	}
 }
 
+// dialRetry is how long a client retries a refused connection.
+const dialRetry = 5 * time.Second
+
 // dial connects to the server at host:port, authenticates when GOSHMEM_KEY
 // is set, and takes the tcp transport's key the server hands over.
 func dial(host string, port int, key []byte) (*sockRTE, error) {
-	c, err := net.DialTimeout("tcp", net.JoinHostPort(host, fmt.Sprint(port)), 10*time.Second)
+	// A server started just before may not listen yet: retry for a while.
+	addr := net.JoinHostPort(host, fmt.Sprint(port))
+	deadline := time.Now().Add(dialRetry)
+	var c net.Conn
+	var err error
+	for {
+		c, err = net.DialTimeout("tcp", addr, 10*time.Second)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		return nil, err
 	}
