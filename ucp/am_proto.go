@@ -3,6 +3,7 @@ package ucp
 import (
 	"fmt"
 	"log"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -42,21 +43,40 @@ type amOp struct {
 	status  ucs.Status // the first error
 }
 
+// amPacker packs one message for AM bcopy; packers are pooled, with their
+// pack function made once, so that a send allocates nothing.
+type amPacker struct {
+	h    amHeader
+	a, b []byte
+	fn   uct.PackFunc
+}
+
+var packerPool = sync.Pool{New: func() any {
+	p := new(amPacker)
+	p.fn = p.pack
+	return p
+}}
+
+func (p *amPacker) pack(dst []byte) int {
+	n := amHdrLen + len(p.a) + len(p.b)
+	if n > len(dst) {
+		return -1
+	}
+	p.h.put(dst)
+	copy(dst[amHdrLen:], p.a)
+	copy(dst[amHdrLen+len(p.a):], p.b)
+	return n
+}
+
 // amBcopy sends one message, the header followed by a and b, copied.
 func (l *lane) amBcopy(h *amHeader, a, b []byte) ucs.Status {
-	pack := func(dst []byte) int {
-		n := amHdrLen + len(a) + len(b)
-		if n > len(dst) {
-			return -1
-		}
-		h.put(dst)
-		copy(dst[amHdrLen:], a)
-		copy(dst[amHdrLen+len(a):], b)
-		return n
-	}
+	p := packerPool.Get().(*amPacker)
+	p.h, p.a, p.b = *h, a, b
 	l.sendMu.Lock()
-	_, st := l.ep.AMBcopy(amUCP, pack, 0)
+	_, st := l.ep.AMBcopy(amUCP, p.fn, 0)
 	l.sendMu.Unlock()
+	p.a, p.b = nil, nil
+	packerPool.Put(p)
 	return st
 }
 
@@ -504,7 +524,9 @@ func (w *Worker) amDeliverOwned(h amHeader, uhdr, data []byte) {
 // (raw is then the transport buffer to give back, if any). It returns what
 // the transport must hear: InProgress when raw is kept.
 func (w *Worker) amCall(hd *amHandler, h amHeader, uhdr, data, raw []byte, wi *workerIface, keepable bool) ucs.Status {
-	p := AMRecvParam{Length: len(data)}
+	p := recvParamPool.Get().(*AMRecvParam)
+	defer recvParamPool.Put(p)
+	*p = AMRecvParam{Length: len(data)}
 	if h.flags&amHdrReply != 0 {
 		if ep := w.amReplyEP(h.src); ep != nil {
 			p.RecvAttr |= AMRecvAttrFieldReplyEP
@@ -518,7 +540,8 @@ func (w *Worker) amCall(hd *amHandler, h amHeader, uhdr, data, raw []byte, wi *w
 		p.RecvAttr |= AMRecvAttrFlagData
 		p.Desc = d
 	}
-	st := hd.cb(hd.arg, uhdr, data, &p)
+	st := hd.cb(hd.arg, uhdr, data, p)
+	*p = AMRecvParam{}
 	if d == nil {
 		if st == ucs.InProgress {
 			log.Printf("ucp: worker %s: the handler of active message %d returned InProgress without AMRecvAttrFlagData; its data is reused", w.name, h.id)
@@ -541,6 +564,10 @@ func (w *Worker) amCall(hd *amHandler, h amHeader, uhdr, data, raw []byte, wi *w
 		return ucs.OK
 	}
 }
+
+// recvParamPool holds the parameters handed to receive callbacks, valid
+// only during a callback.
+var recvParamPool = sync.Pool{New: func() any { return new(AMRecvParam) }}
 
 // amDeliverRndv calls the handler of a rendezvous request; the data stays
 // at the sender until the handler receives it.

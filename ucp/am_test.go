@@ -570,3 +570,25 @@ func TestAMRndvMemh(t *testing.T) {
 		t.Error("data differs")
 	}
 }
+
+// TestAMAllocs checks that a small eager message costs no allocation, to
+// send or to receive, over shared memory.
+func TestAMAllocs(t *testing.T) {
+	e := newAMEnv(t, "", false)
+	n := 0
+	if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(1).SetCB(func(any, []byte, []byte, *AMRecvParam) ucs.Status { n++; return ucs.OK })); err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 8)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if r, err := e.ab.AMSendNBX(1, nil, data, nil); r != nil || err != nil {
+			t.Fatalf("send: %v %v", r, err)
+		}
+		for want := n + 1; n < want; {
+			e.b.Progress()
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per message", allocs)
+	}
+}
