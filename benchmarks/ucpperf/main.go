@@ -45,13 +45,14 @@ import (
 
 // params are the parameters of a test, which a client sends its server.
 type params struct {
-	Test       string
-	Size       int
-	Iters      int
-	Warmup     int
-	Window     int
-	Percentile float64
-	Memh       bool
+	Test        string
+	Size        int
+	Iters       int
+	Warmup      int
+	Outstanding int
+	FlushEvery  int
+	Percentile  float64
+	Memh        bool
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -91,7 +92,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.Size, "s", 8, "message size in bytes")
 	fs.IntVar(&o.Iters, "n", 1000000, "number of iterations to run")
 	fs.IntVar(&o.Warmup, "w", 10000, "number of warm-up iterations (at most a tenth of -n are run)")
-	fs.IntVar(&o.Window, "O", 128, "operations between flushes in stream tests; outstanding requests of ucp_am_bw")
+	fs.IntVar(&o.Outstanding, "O", 1, "maximal number of uncompleted outstanding operations in stream tests")
+	fs.IntVar(&o.FlushEvery, "W", 0, "flush the worker every this many operations in stream tests (0: only at the end)")
 	fs.Float64Var(&o.Percentile, "R", 50, "percentile rank of the percentile column")
 	fs.IntVar(&o.port, "p", 13337, "TCP port of the server")
 	fs.StringVar(&o.bind, "a", "127.0.0.1", "address the server listens on (with GOSHMEM_KEY unset, anyone who can connect may run a test)")
@@ -130,8 +132,8 @@ func (p *params) check() (*testDef, error) {
 		return nil, fmt.Errorf("%s works on 8-byte words: -s 8", t.name)
 	case p.Iters < 1 || p.Warmup < 0:
 		return nil, fmt.Errorf("iterations %d, warm-up %d", p.Iters, p.Warmup)
-	case p.Window < 1:
-		return nil, fmt.Errorf("window %d: want at least 1", p.Window)
+	case p.Outstanding < 1 || p.FlushEvery < 0:
+		return nil, fmt.Errorf("outstanding %d, flush every %d: want at least 1 and 0", p.Outstanding, p.FlushEvery)
 	case p.Percentile <= 0 || p.Percentile > 100:
 		return nil, fmt.Errorf("percentile rank %g: want (0, 100]", p.Percentile)
 	}

@@ -27,19 +27,22 @@ type testDef struct {
 //     buffer, its last byte a sequence number, and waits until the peer's
 //     put changes the last byte of its own buffer. Latency is half the
 //     round trip.
-//   - ucp_put_bw: a stream of puts; every -O puts the client waits for their
-//     requests and flushes the endpoint (remote completion), and once more
-//     at the end.
-//   - ucp_get: blocking gets, one at a time: each waits for its data.
-//   - ucp_add: posted atomic adds (no result) in a stream, flushed every -O
-//     operations and at the end, like ucp_put_bw.
-//   - ucp_fadd, ucp_swap, ucp_cswap: blocking fetching atomics, one at a
-//     time, on a 64-bit word: each waits for the old value.
+//   - The others are streams (see bench.stream): the client posts
+//     operations with at most -O requests outstanding (1 by default, as in
+//     ucx_perftest), and flushes the worker at the end (and every -W
+//     operations when -W is set; ucx_perftest flushes only at the end).
+//   - ucp_put_bw: puts; those that complete at once (short and bcopy ones)
+//     leave no request, so small puts stream.
+//   - ucp_get: gets; with -O 1 each waits for its data (blocking, one at a
+//     time).
+//   - ucp_add: posted atomic adds (no result), which stream.
+//   - ucp_fadd, ucp_swap, ucp_cswap: fetching atomics on a 64-bit word; with
+//     -O 1 each waits for the old value.
 //   - ucp_am_lat: ping-pong of active messages: each side sends, and waits
 //     for the peer's message to reach its handler (rendezvous messages, from
 //     UCX_RNDV_THRESH on, are received into a buffer before they count).
-//   - ucp_am_bw: a stream of active messages with at most -O requests
-//     outstanding; the client waits for all of them and flushes at the end.
+//   - ucp_am_bw: active messages in a stream (rendezvous ones leave a
+//     request until the receiver took them).
 var tests = []*testDef{
 	{name: "ucp_put_lat", desc: "put latency", pingpong: true, loop: putLat},
 	{name: "ucp_put_bw", desc: "put bandwidth", loop: putBW},
@@ -155,10 +158,14 @@ func putLat(b *bench, n int, p *perf) error {
 	return nil
 }
 
-// stream posts n operations with post, waiting for their requests and
-// flushing the endpoint every window operations and at the end.
-func (b *bench) stream(n int, p *perf, post func() (*ucp.Request, error)) error {
-	reqs := make([]*ucp.Request, 0, b.p.Window)
+// stream posts n operations with post, as ucx_perftest's stream tests do:
+// before each, it waits until fewer than -O requests are outstanding (1 by
+// default: an operation that does not complete at once, such as a get or a
+// fetching atomic, is then waited for before the next one is posted); every
+// -W operations (when set) and at the end it waits for all of them and
+// flushes the worker.
+func (b *bench) stream(n int, p *perf, bytes int64, post func() (*ucp.Request, error)) error {
+	reqs := make([]*ucp.Request, 0, b.p.Outstanding)
 	drain := func() error {
 		for _, r := range reqs {
 			if err := b.wait(r, nil); err != nil {
@@ -166,9 +173,15 @@ func (b *bench) stream(n int, p *perf, post func() (*ucp.Request, error)) error 
 			}
 		}
 		reqs = reqs[:0]
-		return b.ep.Flush()
+		return b.w.Flush()
 	}
 	for i := 0; i < n; i++ {
+		for len(reqs) >= b.p.Outstanding {
+			if err := b.wait(reqs[0], nil); err != nil {
+				return err
+			}
+			reqs = append(reqs[:0], reqs[1:]...)
+		}
 		r, err := post()
 		if err != nil {
 			return err
@@ -176,8 +189,8 @@ func (b *bench) stream(n int, p *perf, post func() (*ucp.Request, error)) error 
 		if r != nil {
 			reqs = append(reqs, r)
 		}
-		p.update(1, int64(b.p.Size))
-		if (i+1)%b.p.Window == 0 {
+		p.update(1, bytes)
+		if b.p.FlushEvery > 0 && (i+1)%b.p.FlushEvery == 0 {
 			if err := drain(); err != nil {
 				return err
 			}
@@ -187,37 +200,38 @@ func (b *bench) stream(n int, p *perf, post func() (*ucp.Request, error)) error 
 }
 
 func putBW(b *bench, n int, p *perf) error {
-	return b.stream(n, p, func() (*ucp.Request, error) { return b.ep.PutNBX(b.sbuf, b.raddr, b.rkey, nil) })
+	return b.stream(n, p, int64(b.p.Size), func() (*ucp.Request, error) {
+		return b.ep.PutNBX(b.sbuf, b.raddr, b.rkey, nil)
+	})
 }
 
 func getLat(b *bench, n int, p *perf) error {
-	for i := 0; i < n; i++ {
-		if err := b.wait(b.ep.GetNBX(b.sbuf, b.raddr, b.rkey, nil)); err != nil {
-			return err
-		}
-		p.update(1, int64(b.p.Size))
-	}
-	return nil
+	return b.stream(n, p, int64(b.p.Size), func() (*ucp.Request, error) {
+		return b.ep.GetNBX(b.sbuf, b.raddr, b.rkey, nil)
+	})
 }
 
 func atomicAdd(b *bench, n int, p *perf) error {
-	return b.stream(n, p, func() (*ucp.Request, error) {
+	return b.stream(n, p, 8, func() (*ucp.Request, error) {
 		return b.ep.AtomicOpNBX(ucp.AtomicOpAdd, 1, b.raddr, b.rkey, nil)
 	})
 }
 
 func fetchAtomic(op ucp.AtomicOp) func(b *bench, n int, p *perf) error {
 	return func(b *bench, n int, p *perf) error {
-		var reply uint64
-		param := new(ucp.RequestParam).SetReply(&reply)
-		for i := 0; i < n; i++ {
-			reply = 0 // the compare value of cswap
-			if err := b.wait(b.ep.AtomicOpNBX(op, uint64(i), b.raddr, b.rkey, param)); err != nil {
-				return err
-			}
-			p.update(1, 8)
+		// One reply word per outstanding request.
+		replies := make([]uint64, b.p.Outstanding+1)
+		params := make([]*ucp.RequestParam, len(replies))
+		for i := range params {
+			params[i] = new(ucp.RequestParam).SetReply(&replies[i])
 		}
-		return nil
+		i := 0
+		return b.stream(n, p, 8, func() (*ucp.Request, error) {
+			k := i % len(replies)
+			i++
+			replies[k] = 0 // the compare value of cswap
+			return b.ep.AtomicOpNBX(op, uint64(i), b.raddr, b.rkey, params[k])
+		})
 	}
 }
 
@@ -281,33 +295,7 @@ func amLat(b *bench, n int, p *perf) error {
 }
 
 func amBW(b *bench, n int, p *perf) error {
-	reqs := make([]*ucp.Request, 0, b.p.Window)
-	for i := 0; i < n; i++ {
-		r, err := b.amSend()
-		if err != nil {
-			return err
-		}
-		if r != nil {
-			reqs = append(reqs, r)
-		}
-		if len(reqs) == b.p.Window {
-			// Wait for the oldest half, keeping the pipe full.
-			k := max(len(reqs)/2, 1)
-			for _, r := range reqs[:k] {
-				if err := b.wait(r, nil); err != nil {
-					return err
-				}
-			}
-			reqs = append(reqs[:0], reqs[k:]...)
-		}
-		p.update(1, int64(b.p.Size))
-	}
-	for _, r := range reqs {
-		if err := b.wait(r, nil); err != nil {
-			return err
-		}
-	}
-	return b.ep.Flush()
+	return b.stream(n, p, int64(b.p.Size), b.amSend)
 }
 
 // serveWhile progresses the worker until fn returns, for the passive side

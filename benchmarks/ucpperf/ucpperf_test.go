@@ -305,7 +305,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestCheckParams(t *testing.T) {
-	ok := params{Test: "ucp_put_lat", Size: 8, Iters: 10, Warmup: 1, Window: 4, Percentile: 50}
+	ok := params{Test: "ucp_put_lat", Size: 8, Iters: 10, Warmup: 1, Outstanding: 4, Percentile: 50}
 	for _, tt := range []struct {
 		name string
 		edit func(p *params)
@@ -318,7 +318,8 @@ func TestCheckParams(t *testing.T) {
 		{"atomic of 4 bytes", func(p *params) { p.Test, p.Size = "ucp_fadd", 4 }, false},
 		{"size 0", func(p *params) { p.Size = 0 }, false},
 		{"no iterations", func(p *params) { p.Iters = 0 }, false},
-		{"window 0", func(p *params) { p.Window = 0 }, false},
+		{"outstanding 0", func(p *params) { p.Outstanding = 0 }, false},
+		{"flush every -1", func(p *params) { p.FlushEvery = -1 }, false},
 		{"percentile 0", func(p *params) { p.Percentile = 0 }, false},
 	} {
 		p := ok
