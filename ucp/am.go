@@ -508,7 +508,8 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	}
 	op.r = r
 	w.inflight.Add(1)
-	if op.kind == opRTS {
+	if op.kind == opRTS || op.kind == opFrag {
+		// Fragments and rendezvous replies find their message by this id.
 		w.am.mu.Lock()
 		w.am.nextID++
 		op.h.msg = w.am.nextID

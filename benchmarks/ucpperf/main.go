@@ -232,7 +232,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // setup creates the context, worker and buffers, exchanges addresses and
 // keys with the peer and connects to it.
 func setup(r rte, p params, t *testDef) (*bench, error) {
-	b := &bench{p: p, test: t, client: r.client(), spin: 2048}
+	b := &bench{p: p, test: t, client: r.client()}
 	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureRMA|ucp.FeatureAMO64|ucp.FeatureAM).
 		SetEstimatedNumEPs(1).SetName("ucpperf"), nil)
 	if err != nil {

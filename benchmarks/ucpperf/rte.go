@@ -229,8 +229,9 @@ func serve(addr string, port int, key []byte, logf func(string, ...any)) (*sockR
 	}
 }
 
-// dialRetry is how long a client retries a refused connection.
-const dialRetry = 5 * time.Second
+// dialRetry is how long a client retries a refused connection (a loaded
+// machine may take seconds to start the server).
+const dialRetry = 30 * time.Second
 
 // dial connects to the server at host:port, authenticates when GOSHMEM_KEY
 // is set, and takes the tcp transport's key the server hands over.
