@@ -592,3 +592,51 @@ func TestAMAllocs(t *testing.T) {
 		t.Errorf("%v allocations per message", allocs)
 	}
 }
+
+// TestAMTwoEndpoints sends fragmented messages on two endpoints from the
+// same worker to the same worker at once: their fragments interleave at the
+// receiver, which must keep the messages apart.
+func TestAMTwoEndpoints(t *testing.T) {
+	for _, tr := range amTransports[1:] {
+		t.Run(tr.name, func(t *testing.T) {
+			e := newAMEnv(t, tr.tls, false)
+			addr, _ := e.b.Address()
+			ep2, err := e.a.NewEndpoint(new(EPParams).SetAddress(addr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []amMsg
+			if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(1).SetCB(recorder(&got))); err != nil {
+				t.Fatal(err)
+			}
+			const n, size = 8, 60000
+			var reqs []*Request
+			for i := 0; i < n; i++ {
+				ep := e.ab
+				if i%2 == 1 {
+					ep = ep2
+				}
+				r, err := ep.AMSendNBX(1, []byte{byte(i)}, pattern(size, i), new(RequestParam).SetFlags(AMSendFlagEager))
+				if err != nil {
+					t.Fatal(err)
+				}
+				reqs = append(reqs, r)
+			}
+			for _, r := range reqs {
+				e.waitReq(t, "send", r, nil)
+			}
+			e.wait(t, "deliveries", func() bool { return len(got) >= n })
+			seen := map[byte]bool{}
+			for _, m := range got {
+				i := m.header[0]
+				if seen[i] || !bytes.Equal(m.data, pattern(size, int(i))) {
+					t.Errorf("message %d: duplicate %v or data differs", i, seen[i])
+				}
+				seen[i] = true
+			}
+			if len(got) != n {
+				t.Errorf("%d deliveries, want %d", len(got), n)
+			}
+		})
+	}
+}

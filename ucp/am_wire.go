@@ -104,6 +104,12 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 		return bad("flags %#x", h.flags)
 	}
 	switch h.typ {
+	case amFirst, amMiddle, amRTS, amRTR, amData, amDrop:
+		if h.msg == 0 {
+			return bad("type %d without message id", h.typ)
+		}
+	}
+	switch h.typ {
 	case amSingle, amFirst, amRTS:
 	default:
 		if h.flags != 0 || h.id != 0 || h.hlen != 0 {
@@ -131,7 +137,7 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 			return bad("rendezvous request: header %d of %d bytes, total %d, address %#x", h.hlen, n, h.total, h.off)
 		}
 	case amRTR:
-		if n != 0 || h.off != 0 {
+		if n != 0 || h.off != 0 || h.total == 0 {
 			return bad("rendezvous reply with %d bytes, offset %d", n, h.off)
 		}
 	case amData:
