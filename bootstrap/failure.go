@@ -20,7 +20,7 @@ type Failure struct {
 
 // Error returns a message naming the PE (or the launcher), its host and the
 // reason, such as "PE 2 on host n1 (10.0.0.7): left the job before
-// finalize (...)".
+// finalize".
 func (f Failure) Error() string {
 	who := "PE " + strconv.Itoa(f.Rank)
 	if f.Rank < 0 {

@@ -19,6 +19,22 @@
 // A program started without the launcher is a job of one PE: JoinFromOS
 // returns a singleton Member that opens no socket.
 //
+// Where the launcher cannot start and watch the PEs itself (other hosts,
+// a cluster manager's spawner), an Agent on the PEs' host does: it joins
+// the job as a member that is not a PE (JoinAgent), reports how each of its
+// PEs ended (the seed passes it on, Seed.Reports), and learns when the
+// launcher ends the job (Seed.Terminate) or is gone. A PE can end the whole
+// job with an exit status of its choosing (Member.GlobalExit).
+//
+// Failure detection is memberlist's, tuned so that a member that stops
+// answering is declared dead within about the job's failure timeout
+// (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT, DefaultFailureTimeout).
+// Members that exit are noticed at once by the process that started them.
+//
+// Bootstrap messages cost each PE one message to the seed and one answer
+// per collective, whatever the job size; memberlist's own gossip of the
+// membership reaches each member O(N) times in all.
+//
 // memberlist's log is discarded unless GOSHMEM_DEBUG is set, in which case
 // it goes to standard error.
 package bootstrap
@@ -55,6 +71,7 @@ type Member struct {
 	seq       uint64        // sequence of the latest collective
 	reply     chan *message // the reply to collective seq, while waiting
 	finAck    chan struct{} // closed when the seed acknowledges finalize
+	exitAck   chan struct{} // closed when the seed acknowledges a global exit
 	failures  []Failure
 	failed    map[int]bool
 	failCh    chan struct{} // closed at the first failure
@@ -89,6 +106,7 @@ func Join(env Env) (*Member, error) {
 	m := &Member{
 		env:     env,
 		finAck:  make(chan struct{}),
+		exitAck: make(chan struct{}),
 		failed:  make(map[int]bool),
 		failCh:  make(chan struct{}),
 		closeCh: make(chan struct{}),
@@ -107,7 +125,8 @@ func Join(env Env) (*Member, error) {
 	}
 	logger := debugLogger("goshmem " + peName(env.Rank) + ": ")
 	m.logger = logger
-	c := newConfig(peName(env.Rank), bind, env.JobID, env.Key, logger)
+	// The seed, the PEs and up to one agent per PE.
+	c := newConfig(peName(env.Rank), bind, env.JobID, env.Key, logger, env.FailureTimeout, 2*env.Size+1)
 	c.Delegate = memberDelegate{m}
 	c.Events = memberDelegate{m}
 	list, err := memberlist.Create(c)
@@ -331,6 +350,39 @@ func (m *Member) Close() error {
 	return err
 }
 
+// GlobalExit asks the launcher to end the whole job with exit status code:
+// it tells the seed (waiting a few seconds at most for its
+// acknowledgment), after which the launcher ends every PE and exits with
+// code. The caller should then exit with code itself (as OpenSHMEM's
+// shmem_global_exit does); the launcher ends it otherwise. GlobalExit does
+// not wait for a pending collective, and may be called after a failure. For
+// a singleton it does nothing. The error wraps ucs.ErrUnreachable when the
+// seed cannot be told, ucs.ErrTimedOut when it did not acknowledge, and is
+// ErrClosed after Close.
+func (m *Member) GlobalExit(code int) error {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if m.list == nil {
+		return nil
+	}
+	msg := appendMessage(nil, &message{kind: kindGlobalExit, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, code: code})
+	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, msg); err != nil {
+		return fmt.Errorf("bootstrap: PE %d: global exit: %w: %w", m.env.Rank, ucs.ErrUnreachable, err)
+	}
+	t := time.NewTimer(finalizeTimeout)
+	defer t.Stop()
+	select {
+	case <-m.exitAck:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge the global exit: %w", m.env.Rank, ucs.ErrTimedOut)
+	}
+}
+
 // handle processes a message from the seed.
 func (m *Member) handle(b []byte) {
 	msg, err := decodeMessage(bytes.Clone(b))
@@ -352,12 +404,16 @@ func (m *Member) handle(b []byte) {
 			m.logger.Printf("[WARN] goshmem: dropping %v message for sequence %d (at %d)", msg.kind, msg.seq, m.seq)
 		}
 		m.mu.Unlock()
-	case kindFinalizeAck:
+	case kindFinalizeAck, kindGlobalExitAck:
+		ch := m.finAck
+		if msg.kind == kindGlobalExitAck {
+			ch = m.exitAck
+		}
 		m.mu.Lock()
 		select {
-		case <-m.finAck:
+		case <-ch:
 		default:
-			close(m.finAck)
+			close(ch)
 		}
 		m.mu.Unlock()
 	case kindFailure:

@@ -30,6 +30,17 @@ import (
 //	    rank int32 (the failed PE, -1 for the seed),
 //	    hostLen uint16, host, reasonLen uint16, reason
 //	kindAbort (seed → PE): reasonLen uint16, reason
+//	kindGlobalExit (PE → seed):
+//	    addrLen uint16, addr (host:port of the PE's memberlist node),
+//	    code int32 (the exit status for the whole job)
+//	kindGlobalExitAck (seed → PE): nothing
+//	kindAgentReport (agent → seed; the header's rank is the agent id, seq
+//	numbers the agent's reports from 1):
+//	    addrLen uint16, addr (host:port of the agent's memberlist node),
+//	    rank int32 (the PE that ended), code int32 (the exit code that
+//	    stands for how it ended), hostLen uint16, host, howLen uint16, how
+//	kindAgentAck (seed → agent; seq is that of the report): nothing
+//	kindTerminate (seed → agent): reasonLen uint16, reason
 //
 // The encoding is canonical: a message that decodes re-encodes to the same
 // bytes, and trailing bytes are an error.
@@ -45,6 +56,11 @@ const (
 	kindFinalizeAck
 	kindFailure
 	kindAbort
+	kindGlobalExit
+	kindGlobalExitAck
+	kindAgentReport
+	kindAgentAck
+	kindTerminate
 )
 
 func (k msgKind) String() string {
@@ -61,6 +77,16 @@ func (k msgKind) String() string {
 		return "failure"
 	case kindAbort:
 		return "abort"
+	case kindGlobalExit:
+		return "global-exit"
+	case kindGlobalExitAck:
+		return "global-exit-ack"
+	case kindAgentReport:
+		return "agent-report"
+	case kindAgentAck:
+		return "agent-ack"
+	case kindTerminate:
+		return "terminate"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -91,9 +117,10 @@ type message struct {
 
 	table [][]byte // table
 
-	failRank int    // failure
-	host     string // failure
-	reason   string // failure, abort
+	failRank int    // failure; agent report: the PE that ended
+	host     string // failure, agent report
+	reason   string // failure, abort, terminate; agent report: how the PE ended
+	code     int    // global exit, agent report
 }
 
 // errMalformed is wrapped by every decoding error.
@@ -125,7 +152,16 @@ func appendMessage(b []byte, m *message) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(int32(m.failRank)))
 		b = appendString16(b, m.host)
 		b = appendString16(b, m.reason)
-	case kindAbort:
+	case kindAbort, kindTerminate:
+		b = appendString16(b, m.reason)
+	case kindGlobalExit:
+		b = appendString16(b, m.addr)
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(m.code)))
+	case kindAgentReport:
+		b = appendString16(b, m.addr)
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(m.failRank)))
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(m.code)))
+		b = appendString16(b, m.host)
 		b = appendString16(b, m.reason)
 	}
 	return b
@@ -259,13 +295,22 @@ func decodeMessage(b []byte) (*message, error) {
 				break
 			}
 		}
-	case kindFinalizeAck:
+	case kindFinalizeAck, kindGlobalExitAck, kindAgentAck:
 	case kindFailure:
 		m.failRank = d.rank("failed rank")
 		m.host = d.string16("host")
 		m.reason = d.string16("reason")
-	case kindAbort:
+	case kindAbort, kindTerminate:
 		m.reason = d.string16("reason")
+	case kindGlobalExit:
+		m.addr = d.string16("address")
+		m.code = int(int32(d.u32("code")))
+	case kindAgentReport:
+		m.addr = d.string16("address")
+		m.failRank = d.rank("ended rank")
+		m.code = int(int32(d.u32("code")))
+		m.host = d.string16("host")
+		m.reason = d.string16("how")
 	default:
 		return nil, malformed("unknown kind " + m.kind.String())
 	}

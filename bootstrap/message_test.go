@@ -20,12 +20,18 @@ var sampleMessages = []*message{
 	{kind: kindFailure, jobID: "job-1", rank: -1, failRank: 5, host: "n1 (10.0.0.2)", reason: reasonGone},
 	{kind: kindFailure, jobID: "job-1", rank: -1, failRank: -1, host: "", reason: reasonSeedGone},
 	{kind: kindAbort, jobID: "job-1", rank: -1, seq: 3, reason: "too large"},
+	{kind: kindGlobalExit, jobID: "job-1", rank: 2, addr: "127.0.0.1:4000", code: 3},
+	{kind: kindGlobalExit, jobID: "job-1", rank: 0, addr: "[::1]:1", code: -7},
+	{kind: kindGlobalExitAck, jobID: "job-1", rank: -1},
+	{kind: kindAgentReport, jobID: "job-1", rank: 1, seq: 4, addr: "10.0.0.1:7946", failRank: 3, code: 137, host: "h2", reason: "was killed by signal 9 (killed)"},
+	{kind: kindAgentAck, jobID: "job-1", rank: -1, seq: 4},
+	{kind: kindTerminate, jobID: "job-1", rank: -1, reason: "PE 3 on host h2 was killed by signal 9 (killed)"},
 }
 
 func equalMessages(a, b *message) bool {
 	if a.kind != b.kind || a.jobID != b.jobID || a.rank != b.rank || a.seq != b.seq ||
 		a.addr != b.addr || !bytes.Equal(a.payload, b.payload) || len(a.table) != len(b.table) ||
-		a.failRank != b.failRank || a.host != b.host || a.reason != b.reason {
+		a.failRank != b.failRank || a.host != b.host || a.reason != b.reason || a.code != b.code {
 		return false
 	}
 	for i := range a.table {
@@ -161,6 +167,7 @@ func FuzzMemberHandle(f *testing.F) {
 			env:     Env{JobID: "job-1", Rank: 1, Size: 4, LocalRank: 1, LocalSize: 4},
 			logger:  discardLogger(),
 			finAck:  make(chan struct{}),
+			exitAck: make(chan struct{}),
 			failed:  make(map[int]bool),
 			failCh:  make(chan struct{}),
 			closeCh: make(chan struct{}),
@@ -173,6 +180,33 @@ func FuzzMemberHandle(f *testing.F) {
 			if f.Rank < -1 || f.Rank >= m.env.Size {
 				t.Fatalf("recorded a failure of rank %d in a job of %d", f.Rank, m.env.Size)
 			}
+		}
+	})
+}
+
+// FuzzAgentHandle feeds an agent arbitrary messages from "the seed": it must
+// never panic, and only a terminate message may end it.
+func FuzzAgentHandle(f *testing.F) {
+	for _, m := range sampleMessages {
+		f.Add(appendMessage(nil, m))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a := &Agent{
+			env:     Env{JobID: "job-1", Size: 4},
+			logger:  discardLogger(),
+			done:    make(chan struct{}),
+			closeCh: make(chan struct{}),
+			seq:     4,
+			ack:     make(chan struct{}),
+		}
+		a.handle(b)
+		a.handle(b) // twice: a repeated ack or terminate must not panic
+		select {
+		case <-a.done:
+			if m, err := decodeMessage(b); err != nil || m.kind != kindTerminate {
+				t.Fatalf("agent terminated by %+v (%v)", m, err)
+			}
+		default:
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
@@ -27,6 +28,44 @@ type SeedConfig struct {
 	// Logger receives memberlist's log and the seed's diagnostics (such
 	// as rejected messages). Nil discards them.
 	Logger *log.Logger
+	// Agents is the number of agents (see JoinAgent) that will join the
+	// job, with ids 0 to Agents-1; zero when the launcher starts the PEs
+	// itself.
+	Agents int
+	// FailureTimeout is how long the job may take to notice a member that
+	// stopped answering; zero means DefaultFailureTimeout. PEs and agents
+	// should use the same (the launcher hands it over in
+	// GOSHMEM_FAILURE_TIMEOUT).
+	FailureTimeout time.Duration
+}
+
+// ReportKind tells what a Report is about.
+type ReportKind int
+
+// The kinds of Report.
+const (
+	// ReportExit: an agent reports that the PE Rank ended; How says how
+	// ("exited with status 3", "was killed by signal 9 (killed)") and
+	// Code is the exit code that stands for it.
+	ReportExit ReportKind = 1 + iota
+	// ReportGlobalExit: the PE Rank asked to end the whole job with exit
+	// status Code (Member.GlobalExit).
+	ReportGlobalExit
+	// ReportAgentLeft: the agent Agent left the job (How says whether it
+	// left or was declared dead). An agent leaves once every PE it
+	// started ended.
+	ReportAgentLeft
+)
+
+// Report is an event of the job that the seed passes on to the launcher,
+// besides failures (see Seed.Failures).
+type Report struct {
+	Kind  ReportKind
+	Rank  int    // the PE; -1 for ReportAgentLeft
+	Agent int    // the agent that reported (ReportExit, ReportAgentLeft); -1 otherwise
+	Host  string // the host of the PE or agent
+	How   string // ReportExit: how the PE ended; ReportAgentLeft: how the agent left
+	Code  int    // ReportExit: the exit code for how the PE ended; ReportGlobalExit: the job's exit status
 }
 
 // Seed is the memberlist node that the PEs of a job join. It gathers the
@@ -36,13 +75,16 @@ type SeedConfig struct {
 // The launcher runs one Seed per job.
 type Seed struct {
 	size   int
+	agents int
 	jobID  string
 	list   *memberlist.Memberlist
 	logger *log.Logger
 
 	sends sync.WaitGroup // outstanding replies
-	// send delivers a message to a PE; tests replace it.
-	send func(rank int, ip net.IP, port uint16, msg []byte) error
+	// send delivers a message to a PE, sendAgent to an agent; tests
+	// replace them.
+	send      func(rank int, ip net.IP, port uint16, msg []byte) error
+	sendAgent func(id int, ip net.IP, port uint16, msg []byte) error
 
 	mu       sync.Mutex
 	pes      []peState
@@ -51,7 +93,14 @@ type Seed struct {
 	have     []bool
 	count    int // len of the have[i] that are true
 	failures chan Failure
-	closed   bool
+	reports  chan Report
+	agentSt  []agentState
+	exited   []bool // an agent reported the PE's end
+	gexit    []bool // the PE asked for a global exit
+	// terminate is the reason the job is being ended (Terminate), sent to
+	// every agent, including those that join later; empty until then.
+	terminate string
+	closed    bool
 }
 
 // peState is what the seed knows of one PE.
@@ -60,6 +109,14 @@ type peState struct {
 	host                      string
 	ip                        net.IP // where replies go; nil until known
 	port                      uint16
+}
+
+// agentState is what the seed knows of one agent.
+type agentState struct {
+	joined, left bool
+	host         string
+	ip           net.IP // where messages go; nil until known
+	port         uint16
 }
 
 // NewSeed starts a seed on a random port of cfg.BindAddr. The error wraps
@@ -83,19 +140,32 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 	if net.ParseIP(cfg.BindAddr) == nil {
 		return nil, fmt.Errorf("bootstrap: seed bind address %q is not an IP address: %w", cfg.BindAddr, ucs.ErrInvalidParam)
 	}
+	if cfg.Agents < 0 || cfg.Agents > maxRanks {
+		return nil, fmt.Errorf("bootstrap: %d agents out of range [0, %d]: %w", cfg.Agents, maxRanks, ucs.ErrInvalidParam)
+	}
+	if cfg.FailureTimeout != 0 && cfg.FailureTimeout < minFailureTimeout {
+		return nil, fmt.Errorf("bootstrap: failure timeout %v below the minimum of %v: %w", cfg.FailureTimeout, minFailureTimeout, ucs.ErrInvalidParam)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger()
 	}
 	s := &Seed{
 		size:     cfg.Size,
+		agents:   cfg.Agents,
 		jobID:    cfg.JobID,
 		logger:   cfg.Logger,
 		pes:      make([]peState, cfg.Size),
 		blobs:    make([][]byte, cfg.Size),
 		have:     make([]bool, cfg.Size),
 		failures: make(chan Failure, cfg.Size),
+		// Each PE ends once and asks for a global exit at most once, each
+		// agent leaves once: sends never block.
+		reports: make(chan Report, 2*cfg.Size+cfg.Agents),
+		agentSt: make([]agentState, cfg.Agents),
+		exited:  make([]bool, cfg.Size),
+		gexit:   make([]bool, cfg.Size),
 	}
-	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, cfg.Logger)
+	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, cfg.Logger, cfg.FailureTimeout, cfg.Size+cfg.Agents+1)
 	c.Delegate = seedDelegate{s}
 	c.Events = seedDelegate{s}
 	list, err := memberlist.Create(c)
@@ -106,6 +176,9 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 	s.list = list
 	s.send = func(rank int, ip net.IP, port uint16, msg []byte) error {
 		return sendReliable(list, peName(rank), ip, port, msg)
+	}
+	s.sendAgent = func(id int, ip net.IP, port uint16, msg []byte) error {
+		return sendReliable(list, agentName(id), ip, port, msg)
 	}
 	s.mu.Unlock()
 	return s, nil
@@ -122,6 +195,42 @@ func (s *Seed) JobID() string { return s.jobID }
 // per PE. It has room for one report per PE, so reports are not lost when
 // nobody reads. It is closed by Close.
 func (s *Seed) Failures() <-chan Failure { return s.failures }
+
+// Reports returns the channel on which the seed passes on what agents
+// report (the end of each PE they started, once per PE; their own leaving,
+// once per agent) and the global exit requests of PEs (once per PE). It has
+// room for every report, so none is lost when nobody reads. It is closed by
+// Close.
+func (s *Seed) Reports() <-chan Report { return s.reports }
+
+// Terminate tells every agent, those that join later included, to end the
+// PEs it started (see Agent.Terminated), giving reason. Only the first call
+// has an effect. PEs that no agent started are the launcher's to end.
+func (s *Seed) Terminate(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.terminate != "" {
+		return
+	}
+	if reason == "" {
+		reason = "the launcher ends the job"
+	}
+	if len(reason) > maxString {
+		reason = reason[:maxString]
+	}
+	s.terminate = reason
+	var ids []int
+	for id := range s.agentSt {
+		if a := &s.agentSt[id]; a.ip != nil && !a.left {
+			ids = append(ids, id)
+		}
+	}
+	s.sendAgentsLocked(ids, s.terminateMsgLocked())
+}
+
+func (s *Seed) terminateMsgLocked() []byte {
+	return appendMessage(nil, &message{kind: kindTerminate, jobID: s.jobID, rank: -1, reason: s.terminate})
+}
 
 // Finalized reports whether the PE of that rank called Close (and the seed
 // acknowledged it). It is false for ranks out of range.
@@ -150,6 +259,7 @@ func (s *Seed) Close() error {
 	}
 	s.closed = true
 	close(s.failures)
+	close(s.reports)
 	s.mu.Unlock()
 
 	s.list.Leave(leaveTimeout) // a timeout only means nobody heard it
@@ -165,8 +275,8 @@ func (s *Seed) logf(format string, args ...any) {
 	s.logger.Printf("[WARN] goshmem seed: "+format, args...)
 }
 
-// handle processes one message from a PE. Everything is validated; what
-// is wrong is logged and dropped.
+// handle processes one message from a PE or an agent. Everything is
+// validated; what is wrong is logged and dropped.
 func (s *Seed) handle(b []byte) {
 	m, err := decodeMessage(bytes.Clone(b))
 	if err != nil {
@@ -177,11 +287,16 @@ func (s *Seed) handle(b []byte) {
 		s.logf("dropping %v message for job %q (this is job %q)", m.kind, m.jobID, s.jobID)
 		return
 	}
-	if m.rank < 0 || m.rank >= s.size {
-		s.logf("dropping %v message from rank %d: out of range [0, %d)", m.kind, m.rank, s.size)
+	switch m.kind {
+	case kindGather, kindFinalize, kindGlobalExit:
+		if m.rank < 0 || m.rank >= s.size {
+			s.logf("dropping %v message from rank %d: out of range [0, %d)", m.kind, m.rank, s.size)
+			return
+		}
+	case kindAgentReport:
+		s.handleAgent(m)
 		return
-	}
-	if m.kind != kindGather && m.kind != kindFinalize {
+	default:
 		s.logf("dropping unexpected %v message from rank %d", m.kind, m.rank)
 		return
 	}
@@ -197,7 +312,7 @@ func (s *Seed) handle(b []byte) {
 		return
 	}
 	pe := &s.pes[m.rank]
-	if pe.failed {
+	if pe.failed && m.kind != kindGlobalExit {
 		s.logf("dropping %v message from rank %d: it was reported failed", m.kind, m.rank)
 		return
 	}
@@ -210,6 +325,14 @@ func (s *Seed) handle(b []byte) {
 		}
 		pe.finalized = true
 		ack := appendMessage(nil, &message{kind: kindFinalizeAck, jobID: s.jobID, rank: -1, seq: m.seq})
+		s.sendLocked([]int{m.rank}, ack)
+
+	case kindGlobalExit:
+		if !s.gexit[m.rank] {
+			s.gexit[m.rank] = true
+			s.reports <- Report{Kind: ReportGlobalExit, Rank: m.rank, Agent: -1, Host: pe.host, Code: m.code}
+		}
+		ack := appendMessage(nil, &message{kind: kindGlobalExitAck, jobID: s.jobID, rank: -1, seq: m.seq})
 		s.sendLocked([]int{m.rank}, ack)
 
 	case kindGather:
@@ -232,6 +355,39 @@ func (s *Seed) handle(b []byte) {
 			s.completeLocked()
 		}
 	}
+}
+
+// handleAgent processes a report of an agent: it passes the end of a PE on
+// to the launcher (once per PE) and acknowledges every well-formed report,
+// so that an agent that retries is answered.
+func (s *Seed) handleAgent(m *message) {
+	id := m.rank
+	if id < 0 || id >= s.agents {
+		s.logf("dropping %v message from agent %d: out of range [0, %d)", m.kind, id, s.agents)
+		return
+	}
+	if m.failRank < 0 || m.failRank >= s.size {
+		s.logf("dropping %v message from agent %d: PE %d out of range [0, %d)", m.kind, id, m.failRank, s.size)
+		return
+	}
+	ip, port, err := parseNodeAddr(m.addr)
+	if err != nil {
+		s.logf("dropping %v message from agent %d: %v", m.kind, id, err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	a := &s.agentSt[id]
+	a.ip, a.port = ip, port
+	if !s.exited[m.failRank] {
+		s.exited[m.failRank] = true
+		s.reports <- Report{Kind: ReportExit, Rank: m.failRank, Agent: id, Host: m.host, How: m.reason, Code: m.code}
+	}
+	ack := appendMessage(nil, &message{kind: kindAgentAck, jobID: s.jobID, rank: -1, seq: m.seq})
+	s.sendAgentsLocked([]int{id}, ack)
 }
 
 // completeLocked answers every PE with the table of the collective that
@@ -293,12 +449,69 @@ func (s *Seed) sendLocked(ranks []int, msg []byte) {
 	}()
 }
 
+// sendAgentsLocked sends msg to the agents of the given ids in the
+// background.
+func (s *Seed) sendAgentsLocked(ids []int, msg []byte) {
+	send := s.sendAgent
+	for _, id := range ids {
+		a := &s.agentSt[id]
+		if a.ip == nil {
+			continue
+		}
+		ip, port := a.ip, a.port
+		s.sends.Add(1)
+		go func() {
+			defer s.sends.Done()
+			if err := send(id, ip, port, msg); err != nil {
+				s.logf("sending to agent %d: %v", id, err)
+			}
+		}()
+	}
+}
+
+// agentJoined records an agent's node, and tells it to end its PEs at once
+// when the job is being ended already.
+func (s *Seed) agentJoined(id int, n *memberlist.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id >= s.agents {
+		s.logf("node %q joined: not an agent of this job of %d agents", n.Name, s.agents)
+		return
+	}
+	a := &s.agentSt[id]
+	a.joined = true
+	a.host = nodeHost(n)
+	if a.ip == nil {
+		a.ip, a.port = n.Addr, n.Port
+	}
+	if s.terminate != "" && !s.closed {
+		s.sendAgentsLocked([]int{id}, s.terminateMsgLocked())
+	}
+}
+
+// agentLeft reports an agent that left or was declared dead.
+func (s *Seed) agentLeft(id int, n *memberlist.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id >= s.agents || s.closed || s.agentSt[id].left {
+		return
+	}
+	a := &s.agentSt[id]
+	a.left = true
+	s.reports <- Report{Kind: ReportAgentLeft, Rank: -1, Agent: id, Host: nodeHost(n),
+		How: "left the job (it ended, was killed or stopped responding)"}
+}
+
 // peJoined records a PE's node.
 func (s *Seed) peJoined(n *memberlist.Node) {
-	r := rankOf(n.Name)
 	if n.Name == seedName {
 		return
 	}
+	if id := agentOf(n.Name); id >= 0 {
+		s.agentJoined(id, n)
+		return
+	}
+	r := rankOf(n.Name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r < 0 || r >= s.size {
@@ -315,6 +528,10 @@ func (s *Seed) peJoined(n *memberlist.Node) {
 
 // peLeft reports a PE that left or died before finalize.
 func (s *Seed) peLeft(n *memberlist.Node) {
+	if id := agentOf(n.Name); id >= 0 {
+		s.agentLeft(id, n)
+		return
+	}
 	r := rankOf(n.Name)
 	if r < 0 || r >= s.size {
 		return
@@ -329,6 +546,11 @@ func (s *Seed) peLeft(n *memberlist.Node) {
 	f := Failure{Rank: r, Host: nodeHost(n), Reason: reasonGone}
 	s.logf("%v", f)
 	s.failures <- f // never blocks: room for one per PE, each reported once
+	if s.terminate != "" || s.gexit[r] {
+		// The job is being ended (or ends by this PE's global exit): the
+		// other PEs are told to end, not that a peer failed.
+		return
+	}
 	msg := appendMessage(nil, &message{kind: kindFailure, jobID: s.jobID, rank: -1,
 		failRank: f.Rank, host: f.Host, reason: f.Reason})
 	var others []int // sendLocked skips those with no known address

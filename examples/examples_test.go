@@ -21,18 +21,52 @@ func runExample(t *testing.T, dir string, np int, args ...string) string {
 		t.Fatalf("build %s: %v", dir, err)
 	}
 	defer cleanup()
+	return runBinary(t, dir, bin, np, nil, args...)
+}
+
+// runBinary runs the built example bin of dir as a job of np PEs with env
+// added to their environment, fails the test unless it exits 0 and leaves
+// nothing in /dev/shm, and returns its output.
+func runBinary(t *testing.T, dir, bin string, np int, env []string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	code, err := launcher.Run(ctx, launcher.Options{NP: np, Program: bin, Args: args,
+	code, err := launcher.Run(ctx, launcher.Options{NP: np, Program: bin, Args: args, Env: env,
 		Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out})
 	if err != nil || code != 0 {
-		t.Fatalf("%s with %d PEs: exit %d, %v; output:\n%s", dir, np, code, err, out.String())
+		t.Fatalf("%s with %d PEs %v: exit %d, %v; output:\n%s", dir, np, env, code, err, out.String())
 	}
 	if left := petest.ShmLeftovers(); len(left) > 0 {
 		t.Errorf("%s left %v in /dev/shm", dir, left)
 	}
 	return out.String()
+}
+
+// transports are the ways the examples below run: over shared memory (the
+// default) and over loopback TCP only.
+var transports = []struct {
+	name string
+	env  []string
+}{{"sm", nil}, {"tcp", []string{"UCX_TLS=tcp,self"}}}
+
+// runEverywhere builds the example of dir once and runs it with args as a
+// job of each size in nps over each transport, calling check with each
+// job's output.
+func runEverywhere(t *testing.T, dir string, nps []int, args []string, check func(t *testing.T, np int, out string)) {
+	t.Helper()
+	bin, cleanup, err := launcher.BuildProgram(dir)
+	if err != nil {
+		t.Fatalf("build %s: %v", dir, err)
+	}
+	defer cleanup()
+	for _, tr := range transports {
+		for _, np := range nps {
+			t.Run(fmt.Sprintf("%s/np=%d", tr.name, np), func(t *testing.T) {
+				check(t, np, runBinary(t, dir, bin, np, tr.env, args...))
+			})
+		}
+	}
 }
 
 func TestHello(t *testing.T) {
@@ -55,4 +89,35 @@ func TestRing(t *testing.T) {
 			t.Errorf("np=%d laps=%d: want %q; output:\n%s", tt.np, tt.laps, want, out)
 		}
 	}
+}
+
+func TestHeat(t *testing.T) {
+	const cells, steps = 101, 60 // cells not a multiple of the job sizes
+	runEverywhere(t, "./heat", []int{1, 3, 4}, []string{fmt.Sprintf("-cells=%d", cells), fmt.Sprintf("-steps=%d", steps)},
+		func(t *testing.T, np int, out string) {
+			want := fmt.Sprintf("heat: %d cells, %d steps on %d PEs: 0 cells differ from the serial solution", cells, steps, np)
+			if !strings.Contains(out, want) {
+				t.Errorf("want %q; output:\n%s", want, out)
+			}
+		})
+}
+
+func TestHistogram(t *testing.T) {
+	runEverywhere(t, "./histogram", []int{1, 3, 4}, []string{"-values=20000", "-bins=13"},
+		func(t *testing.T, np int, out string) {
+			want := fmt.Sprintf("histogram: 20000 values from each of %d PEs in 13 bins: %d counted, OK", np, 20000*np)
+			if !strings.Contains(out, want) {
+				t.Errorf("want %q; output:\n%s", want, out)
+			}
+		})
+}
+
+func TestWorkqueue(t *testing.T) {
+	runEverywhere(t, "./workqueue", []int{1, 2, 4}, []string{"-tasks=500"},
+		func(t *testing.T, np int, out string) {
+			want := fmt.Sprintf("workqueue: 500 tasks on %d PEs: every task done once with the right result", np)
+			if !strings.Contains(out, want) {
+				t.Errorf("want %q; output:\n%s", want, out)
+			}
+		})
 }

@@ -1,21 +1,30 @@
-// Package launcher starts the PEs of a goshmem job on this host, as
-// goshmem-run does: it runs the bootstrap seed with a fresh job key, starts
-// each PE with the environment of the launcher contract (see package
-// bootstrap), forwards their output line by line, and ends the whole job
-// as soon as one PE fails.
+// Package launcher starts the PEs of a goshmem job, as goshmem-run does: on
+// this host, on several hosts through a remote shell, or through a cluster
+// manager's spawner (Slurm's srun, Open MPI's mpirun). It runs the bootstrap
+// seed with a fresh job key, starts each PE with the environment of the
+// launcher contract (see package bootstrap), forwards their output line by
+// line, and ends the whole job as soon as one PE fails.
+//
+// On this host alone, Run starts the PEs itself, unless Options.AgentPath
+// names an agent binary. Otherwise it starts one agent per host (through
+// the remote shell for other hosts), or the spawner starts one agent per PE;
+// the agent (AgentMain, a mode of goshmem-run) starts the PEs of its host,
+// forwards their output, tells the seed how each ended, and ends them when
+// the launcher ends the job or is gone.
 package launcher
 
 import (
-	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
-	"github.com/goshmem/goshmem/uct/sm"
 	"io"
 	"log"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,30 +39,81 @@ const DefaultKillGrace = 2 * time.Second
 
 // Options describe a job for Run.
 type Options struct {
-	// NP is the number of PEs (at least 1).
+	// NP is the number of PEs (at least 1). With Hosts, 0 means one PE
+	// per slot.
 	NP int
 	// Program is the executable each PE runs: a path, or a name looked up
-	// in PATH. Args are its arguments (without the program name).
+	// in PATH (on the host of the PE). Args are its arguments (without the
+	// program name). PEs on other hosts need it at the same path there; a
+	// relative path is made absolute first.
 	Program string
 	Args    []string
-	// Env is added to every PE's environment, after the launcher's own
-	// (os.Environ()); the GOSHMEM_* variables of the launcher contract
-	// come last and win.
+	// Env is added to every PE's environment, after the one it inherits;
+	// the GOSHMEM_* variables of the launcher contract come last and win.
+	// PEs on this host, and those a spawner starts, inherit the launcher's
+	// environment (os.Environ()); PEs on other hosts inherit their agent's
+	// (the remote shell's), plus the launcher's UCX_*, SHMEM_* and
+	// GOSHMEM_* variables.
 	Env []string
 	// TagOutput prefixes every line a PE writes, on stdout and stderr,
 	// with "[pe N] ". A last line without newline then gets one.
 	TagOutput bool
+	// OutputDir, when set, sends the output of each PE, stdout and stderr
+	// in the order written, to the file OutputFileName(rank) in that
+	// directory on the PE's host (created if needed; relative to the
+	// launcher's working directory) instead of Stdout and Stderr.
+	OutputDir string
 	// Stdin goes to PE 0; the other PEs read /dev/null. Stdout and Stderr
 	// receive the PEs' output, one whole line at a time (lines over 64 KiB
 	// are forwarded in pieces). Nil means os.Stdin, os.Stdout, os.Stderr.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
-	// BindAddr is the IP address of the bootstrap seed. Empty means
-	// "127.0.0.1".
+	// BindAddr is the IP address of the bootstrap seed, which every PE
+	// must reach. Empty means 127.0.0.1 for a job on this host alone, and
+	// otherwise the address of this host that routes to the first remote
+	// host that resolves, or else to the default route.
 	BindAddr string
 	// KillGrace is how long PEs get to exit after SIGTERM before SIGKILL
 	// when the job is ended. Zero means DefaultKillGrace.
 	KillGrace time.Duration
+	// FailureTimeout is how long the job may take to notice a PE, agent or
+	// launcher that stopped answering without exiting (stopped, hung, its
+	// host or network gone; a PE that exits or is killed is noticed at
+	// once). Zero means bootstrap.DefaultFailureTimeout. PEs get it in
+	// GOSHMEM_FAILURE_TIMEOUT.
+	FailureTimeout time.Duration
+	// Hosts places the PEs: the slots of each host are filled in order
+	// (PEs 0 to Slots-1 on the first host, and so on). Empty means NP PEs
+	// on this host. Hosts that are not this host are reached through RSH,
+	// and need AgentPath.
+	Hosts []Host
+	// RSH is the remote shell that starts an agent on another host: the
+	// host name and the agent command are appended to it, as separate
+	// arguments ("ssh" "h1" "/path/goshmem-run" "--goshmem-agent"), and
+	// the agent's configuration, job key included, goes to its standard
+	// input. Any command that runs its arguments on the named host with
+	// its standard input and output connected works ("ip netns exec" for
+	// network namespaces). Nil means []string{"ssh"}.
+	RSH []string
+	// Spawner, when set, has a cluster manager's spawner place the PEs: it
+	// is run with arguments that start NP agents (see below), each of
+	// which starts one PE where the spawner placed it; the launcher stays
+	// the seed. A first word whose base name is "srun" gets
+	// "-n NP --kill-on-bad-exit=1 --input=0"; "mpirun", "mpiexec" or
+	// "oshrun" get "-np NP -x GOSHMEM_AGENT_CONFIG"; any other command gets
+	// nothing, and must start NP copies of the agent command appended to
+	// it, with GOSHMEM_AGENT_CONFIG and GOSHMEM_SIZE passed on, each with
+	// its place in GOSHMEM_RANK, GOSHMEM_LOCAL_RANK and GOSHMEM_LOCAL_SIZE
+	// (or a known spawner's variables, see bootstrap.PlaceFromOS). Spawner
+	// needs AgentPath and excludes Hosts.
+	Spawner []string
+	// AgentPath is the binary that runs agents: goshmem-run itself, or any
+	// binary whose main calls AgentMain. It must be at this path on every
+	// host. When set, a job on this host alone is started through a local
+	// agent too, which ends the PEs and removes their segments even when
+	// the launcher is killed. Empty means that the launcher starts the PEs
+	// itself, and then only on this host.
+	AgentPath string
 	// Logf receives the launcher's messages (which PE failed, how).
 	// Nil means standard error, each message prefixed with
 	// "goshmem-run: ".
@@ -77,28 +137,40 @@ func (e *JobError) Error() string {
 	return who + " on host " + e.Host + " " + e.How
 }
 
-// Run starts opts.NP PEs running opts.Program and waits for them.
+// Run starts the PEs of the job opts describes and waits for them.
 //
 // Each PE runs in its own process group and is killed (SIGKILL) if the
-// launcher's process dies. Run returns 0 and a nil error when every PE
-// exited with status 0, having finalized (bootstrap.Member.Close) or never
-// joined the job.
+// process that started it dies. Run returns 0 and a nil error when every
+// PE exited with status 0, having finalized (bootstrap.Member.Close) or
+// never joined the job.
 //
 // The first PE that exits with a non-zero status or by a signal, exits
 // with status 0 without finalizing while others still run and some PE
-// joined the job, or is reported failed by the seed, ends the job: Run
-// logs which PE on which host ended how, sends SIGTERM to the other PEs,
-// SIGKILL to those still there after KillGrace, and returns a *JobError
-// with the exit code: the PE's status, 128+signal for a signal, 1
-// otherwise. When ctx is done first, Run ends every PE the same way and
-// returns 1 and ctx.Err(). Other errors (the program cannot be started)
-// end the job too, with code 127 for a program that cannot be started.
+// joined the job, is reported failed by the seed, or never reports how it
+// ended because its agent or spawner ended first, ends the job: Run logs
+// which PE on which host ended how, sends SIGTERM to the other PEs, SIGKILL
+// to those still there after KillGrace, and returns a *JobError with the
+// exit code: the PE's status, 128+signal for a signal, 1 otherwise. A PE
+// that calls bootstrap.Member.GlobalExit(code) ends the job the same way,
+// and Run returns code (with a nil error for 0). When ctx is done first,
+// Run ends every PE the same way and returns 1 and ctx.Err(). Other errors
+// end the job too: 127 for a program that cannot be started, 2 for
+// options that are wrong (the error wraps ucs.ErrInvalidParam).
 func Run(ctx context.Context, opts Options) (exitCode int, err error) {
-	if opts.NP < 1 {
-		return 2, fmt.Errorf("launcher: %d PEs: %w", opts.NP, ucs.ErrInvalidParam)
-	}
 	if opts.Program == "" {
 		return 2, fmt.Errorf("launcher: no program: %w", ucs.ErrInvalidParam)
+	}
+	if opts.NP < 0 || (opts.NP == 0 && len(opts.Hosts) == 0) {
+		return 2, fmt.Errorf("launcher: %d PEs: %w", opts.NP, ucs.ErrInvalidParam)
+	}
+	if len(opts.Spawner) > 0 && len(opts.Hosts) > 0 {
+		return 2, fmt.Errorf("launcher: a spawner places the PEs itself: no hosts with it: %w", ucs.ErrInvalidParam)
+	}
+	if len(opts.Spawner) > 0 && opts.AgentPath == "" {
+		return 2, fmt.Errorf("launcher: a spawner needs an agent binary (AgentPath): %w", ucs.ErrInvalidParam)
+	}
+	if opts.FailureTimeout < 0 {
+		return 2, fmt.Errorf("launcher: failure timeout %v: %w", opts.FailureTimeout, ucs.ErrInvalidParam)
 	}
 	if opts.Stdin == nil {
 		opts.Stdin = os.Stdin
@@ -112,59 +184,203 @@ func Run(ctx context.Context, opts Options) (exitCode int, err error) {
 	if opts.KillGrace <= 0 {
 		opts.KillGrace = DefaultKillGrace
 	}
+	if opts.RSH == nil {
+		opts.RSH = []string{"ssh"}
+	}
 	if opts.Logf == nil {
 		l := log.New(os.Stderr, "goshmem-run: ", 0)
 		opts.Logf = l.Printf
 	}
 	j := &job{opts: opts}
+	if err := j.plan(); err != nil {
+		return 2, err
+	}
 	return j.run(ctx)
 }
 
 // job is the state of one Run.
 type job struct {
-	opts  Options
-	seed  *bootstrap.Seed
-	host  string
-	pes   []*pe
-	exits chan peExit
+	opts   Options
+	np     int
+	places []placement // with Hosts, or this host alone; nil with a spawner
+	single bool        // every PE on this host
+	seed   *bootstrap.Seed
+	key    []byte
+	host   string // this host's name
+	outMu  sync.Mutex
 
-	running int
-	first   *JobError // the failure that ended the job
-	ending  bool      // PEs were told to terminate
-	killed  bool      // PEs were sent SIGKILL
-	kill    <-chan time.Time
+	pes     []peState
+	running int    // PEs whose end is not known
+	group   *group // the PEs the launcher started itself, if any
+	units   []*unit
+	unitsUp int // units still running
+	unitEnd chan unitExit
+
+	first    *JobError // the failure that ended the job
+	ending   bool      // PEs were told to terminate
+	unitTerm <-chan time.Time
+	unitKill <-chan time.Time
 	// idle holds the ranks that exited 0 without finalize and without
 	// having joined while no PE had joined: they fail the job if a PE
 	// joins later while others still run.
 	idle []int
 }
 
-type pe struct {
-	rank   int
-	cmd    *exec.Cmd
-	out    *lineWriter
-	errw   *lineWriter
-	stdin  *os.File // write end of PE 0's stdin pipe, if any
-	exited bool
+// peState is what the launcher knows of a PE.
+type peState struct {
+	ended bool
+	agent int // the agent that started it; -1 for the launcher itself
 }
 
-type peExit struct {
-	rank  int
+// unit is a process the launcher started to start PEs: an agent (directly
+// or through the remote shell) or a spawner.
+type unit struct {
+	name  string // "the agent for host h2 (ssh h2 ...)"
+	host  string
+	ranks []int // the PEs it starts; nil: all (a spawner)
+	cmd   *exec.Cmd
+	ended bool
+}
+
+type unitExit struct {
+	u     *unit
 	state *os.ProcessState
 	err   error
 }
 
+// plan checks the options and places the PEs.
+func (j *job) plan() error {
+	o := &j.opts
+	if !filepath.IsAbs(o.Program) && strings.ContainsRune(o.Program, filepath.Separator) {
+		if abs, err := filepath.Abs(o.Program); err == nil {
+			o.Program = abs
+		}
+	}
+	if o.OutputDir != "" {
+		abs, err := filepath.Abs(o.OutputDir)
+		if err != nil {
+			return fmt.Errorf("launcher: output directory: %w", err)
+		}
+		o.OutputDir = abs
+	}
+	if len(o.Spawner) > 0 {
+		if o.NP < 1 {
+			return fmt.Errorf("launcher: %d PEs: %w", o.NP, ucs.ErrInvalidParam)
+		}
+		j.np = o.NP
+		return nil
+	}
+	hosts := o.Hosts
+	if len(hosts) == 0 {
+		hosts = []Host{{Name: "localhost", Slots: o.NP}}
+	}
+	places, np, err := place(hosts, o.NP)
+	if err != nil {
+		return err
+	}
+	j.places, j.np = places, np
+	j.single = true
+	for _, p := range places {
+		j.single = j.single && p.local
+	}
+	if !j.single && o.AgentPath == "" {
+		return fmt.Errorf("launcher: PEs on other hosts need an agent binary (AgentPath): %w", ucs.ErrInvalidParam)
+	}
+	if j.single && o.AgentPath == "" {
+		ranks := make([]int, np)
+		for r := range ranks {
+			ranks[r] = r
+		}
+		j.places = []placement{{host: Host{Name: "localhost", Slots: np}, ranks: ranks, local: true}}
+	}
+	return nil
+}
+
+// contract says whether an environment entry is a variable of the launcher
+// contract (or the agents' configuration), which the launcher sets itself.
+func contract(kv string) bool {
+	name, _, _ := strings.Cut(kv, "=")
+	switch name {
+	case bootstrap.EnvJobID, bootstrap.EnvRank, bootstrap.EnvSize, bootstrap.EnvSeed, bootstrap.EnvKey,
+		bootstrap.EnvLocalRank, bootstrap.EnvLocalSize, bootstrap.EnvFailureTimeout, EnvAgentConfig:
+		return true
+	}
+	return false
+}
+
+// baseEnv returns the environment PEs and agents start from: the launcher's
+// and opts.Env without contract variables, and, for a job on this host
+// alone, UCX_NET_DEVICES=lo (unless set) so that the PEs' tcp transport
+// listens on the loopback only.
+func (j *job) baseEnv() []string {
+	var env []string
+	for _, kv := range append(os.Environ(), j.opts.Env...) {
+		if !contract(kv) {
+			env = append(env, kv)
+		}
+	}
+	if j.single && !hasVar(env, "UCX_NET_DEVICES") {
+		env = append(env, "UCX_NET_DEVICES=lo")
+	}
+	return env
+}
+
+// forwardedEnv returns what agents add to their PEs' environment: opts.Env,
+// and the launcher's UCX_*, SHMEM_* and GOSHMEM_* variables (PEs on other
+// hosts do not inherit the launcher's environment).
+func (j *job) forwardedEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !contract(kv) && (strings.HasPrefix(kv, "UCX_") || strings.HasPrefix(kv, "SHMEM_") || strings.HasPrefix(kv, "GOSHMEM_")) {
+			env = append(env, kv)
+		}
+	}
+	for _, kv := range j.opts.Env {
+		if !contract(kv) {
+			env = append(env, kv)
+		}
+	}
+	if j.single && !hasVar(env, "UCX_NET_DEVICES") && !hasVar(os.Environ(), "UCX_NET_DEVICES") {
+		env = append(env, "UCX_NET_DEVICES=lo")
+	}
+	return env
+}
+
+func hasVar(env []string, name string) bool {
+	for _, kv := range env {
+		if n, _, _ := strings.Cut(kv, "="); n == name {
+			return true
+		}
+	}
+	return false
+}
+
 func (j *job) run(ctx context.Context) (int, error) {
 	o := &j.opts
-	key, err := bootstrap.NewKey()
+	var err error
+	j.key, err = bootstrap.NewKey()
 	if err != nil {
 		return 1, fmt.Errorf("launcher: %w", err)
+	}
+	bind := o.BindAddr
+	if bind == "" && !j.single {
+		if bind, err = j.chooseBindAddr(); err != nil {
+			return 2, err
+		}
 	}
 	var logger *log.Logger
 	if v := os.Getenv(bootstrap.EnvDebug); v != "" && v != "0" {
 		logger = log.New(logfWriter(o.Logf), "seed: ", 0)
 	}
-	j.seed, err = bootstrap.NewSeed(bootstrap.SeedConfig{Size: o.NP, Key: key, BindAddr: o.BindAddr, Logger: logger})
+	agents := 0
+	switch {
+	case len(o.Spawner) > 0:
+		agents = j.np
+	case o.AgentPath != "":
+		agents = len(j.places)
+	}
+	j.seed, err = bootstrap.NewSeed(bootstrap.SeedConfig{Size: j.np, Key: j.key, BindAddr: bind, Logger: logger,
+		Agents: agents, FailureTimeout: o.FailureTimeout})
 	if err != nil {
 		return 1, fmt.Errorf("launcher: %w", err)
 	}
@@ -173,22 +389,19 @@ func (j *job) run(ctx context.Context) (int, error) {
 	if j.host == "" {
 		j.host = "localhost"
 	}
+	j.pes = make([]peState, j.np)
+	j.running = j.np
+	j.unitEnd = make(chan unitExit, len(j.places)+1)
 
-	base := append(os.Environ(), o.Env...)
-	outMu := new(sync.Mutex) // one for all output: lines never mix
-	j.exits = make(chan peExit, o.NP)
-	for r := range o.NP {
-		env := bootstrap.Env{JobID: j.seed.JobID(), Rank: r, Size: o.NP, LocalRank: r, LocalSize: o.NP,
-			Seed: j.seed.Addr(), Key: key}
-		if err := j.start(r, append(base[:len(base):len(base)], env.Environ()...), outMu); err != nil {
-			o.Logf("cannot start PE %d (%s): %v", r, o.Program, err)
-			j.terminate()
-			j.wait(ctx)
-			return 127, fmt.Errorf("launcher: starting PE %d: %w", r, err)
-		}
+	if code, err := j.startAll(); err != nil {
+		j.terminate("the job could not be started")
+		j.wait(ctx)
+		return code, err
 	}
 	j.wait(ctx)
 	switch {
+	case j.first != nil && j.first.Code == 0:
+		return 0, nil // a global exit with status 0
 	case j.first != nil:
 		return j.first.Code, j.first
 	case ctx.Err() != nil:
@@ -197,86 +410,220 @@ func (j *job) run(ctx context.Context) (int, error) {
 	return 0, nil
 }
 
-// start starts the PE of rank r.
-func (j *job) start(r int, env []string, mu *sync.Mutex) error {
+// startAll starts the PEs, the agents or the spawner.
+func (j *job) startAll() (int, error) {
 	o := &j.opts
-	p := &pe{rank: r}
-	var prefix []byte
-	if o.TagOutput {
-		prefix = []byte("[pe " + strconv.Itoa(r) + "] ")
+	if o.AgentPath == "" {
+		g := newGroup(o.Program, o.Args, j.np)
+		g.tag, g.outputDir, g.stdout, g.stderr, g.grace, g.logf = o.TagOutput, o.OutputDir, o.Stdout, o.Stderr, o.KillGrace, o.Logf
+		j.group = g
+		base := j.baseEnv()
+		for r := range j.np {
+			j.pes[r].agent = -1
+			env := bootstrap.Env{JobID: j.seed.JobID(), Rank: r, Size: j.np, LocalRank: r, LocalSize: j.np,
+				Seed: j.seed.Addr(), Key: j.key, FailureTimeout: o.FailureTimeout}
+			var in io.Reader
+			if r == 0 {
+				in = o.Stdin
+			}
+			if err := g.start(r, append(base[:len(base):len(base)], env.Environ()...), in); err != nil {
+				o.Logf("cannot start PE %d (%s): %v", r, o.Program, err)
+				return 127, fmt.Errorf("launcher: starting PE %d: %w", r, err)
+			}
+		}
+		return 0, nil
 	}
-	p.out = &lineWriter{mu: mu, dst: o.Stdout, prefix: prefix}
-	p.errw = &lineWriter{mu: mu, dst: o.Stderr, prefix: prefix}
-	cmd := exec.Command(o.Program, o.Args...)
+	cfg := agentConfig{JobID: j.seed.JobID(), Seed: j.seed.Addr(), Key: j.key, Size: j.np,
+		FailureTimeout: o.FailureTimeout, Program: o.Program, Args: o.Args, Env: j.forwardedEnv(),
+		TagOutput: o.TagOutput, OutputDir: o.OutputDir, KillGrace: o.KillGrace}
+	if wd, err := os.Getwd(); err == nil {
+		cfg.Dir = wd
+	}
+	if len(o.Spawner) > 0 {
+		for r := range j.pes {
+			j.pes[r].agent = r
+		}
+		return j.startSpawner(cfg)
+	}
+	for id, p := range j.places {
+		c := cfg
+		c.Agent = id
+		c.Stdin = contains(p.ranks, 0)
+		c.Ranks = p.ranks
+		for _, r := range p.ranks {
+			j.pes[r].agent = id
+		}
+		argv := []string{o.AgentPath, AgentArg}
+		name := "the agent for host " + p.host.Name
+		if !p.local {
+			argv = append(append(append([]string{}, o.RSH...), p.host.Name), shellWord(o.AgentPath), AgentArg)
+			name += " (" + strings.Join(argv, " ") + ")"
+		}
+		line, err := json.Marshal(c)
+		if err != nil {
+			return 1, fmt.Errorf("launcher: %w", err)
+		}
+		var tail io.Reader
+		if c.Stdin {
+			tail = o.Stdin
+		}
+		u := &unit{name: name, host: p.host.Name, ranks: c.Ranks}
+		if err := j.startUnit(u, argv, nil, append(line, '\n'), tail); err != nil {
+			o.Logf("cannot start %s: %v", name, err)
+			return 127, fmt.Errorf("launcher: starting %s: %w", name, err)
+		}
+	}
+	return 0, nil
+}
+
+// startSpawner runs the spawner, which starts one agent per PE.
+func (j *job) startSpawner(cfg agentConfig) (int, error) {
+	o := &j.opts
+	cfg.Agent = 0
+	line, err := json.Marshal(cfg)
+	if err != nil {
+		return 1, fmt.Errorf("launcher: %w", err)
+	}
+	argv := append([]string{}, o.Spawner...)
+	np := strconv.Itoa(j.np)
+	switch filepath.Base(o.Spawner[0]) {
+	case "srun":
+		argv = append(argv, "-n", np, "--kill-on-bad-exit=1", "--input=0")
+	case "mpirun", "mpiexec", "oshrun":
+		argv = append(argv, "-np", np, "-x", EnvAgentConfig)
+	}
+	argv = append(argv, o.AgentPath, AgentArg)
+	env := append(j.baseEnv(), EnvAgentConfig+"="+string(line), bootstrap.EnvSize+"="+np)
+	u := &unit{name: filepath.Base(o.Spawner[0]) + " (" + strings.Join(argv, " ") + ")", host: j.host}
+	if err := j.startUnit(u, argv, env, nil, o.Stdin); err != nil {
+		o.Logf("cannot start the spawner %s: %v", o.Spawner[0], err)
+		return 127, fmt.Errorf("launcher: starting the spawner: %w", err)
+	}
+	return 0, nil
+}
+
+// startUnit starts a unit: argv with env (nil: the launcher's, without
+// the contract's variables), whose standard input is head, then tail.
+func (j *job) startUnit(u *unit, argv, env []string, head []byte, tail io.Reader) error {
+	if env == nil {
+		env = j.baseEnv()
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
-	cmd.Stdout = p.out
-	cmd.Stderr = p.errw
-	// Let the output of a PE's descendants drain for a while after it
-	// exits, not forever.
-	cmd.WaitDelay = o.KillGrace
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	var stdinCopy func()
-	if r == 0 {
-		in, copyIn, err := stdinFor(o.Stdin)
+	out := &lineWriter{mu: &j.outMu, dst: j.opts.Stdout}
+	errw := &lineWriter{mu: &j.outMu, dst: j.opts.Stderr}
+	cmd.Stdout, cmd.Stderr = out, errw
+	cmd.WaitDelay = j.opts.KillGrace
+	// SIGTERM, not SIGKILL, when the launcher dies: an agent then ends
+	// its PEs and removes their segments; srun and mpirun end their tasks.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	var feed func()
+	switch {
+	case head != nil:
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		defer pr.Close() // the child has its copy
+		cmd.Stdin = pr
+		feed = func() {
+			defer pw.Close()
+			if _, err := pw.Write(head); err != nil || tail == nil {
+				return
+			}
+			io.Copy(pw, tail)
+		}
+	case tail != nil:
+		in, copyIn, err := stdinFor(tail)
 		if err != nil {
 			return err
 		}
 		cmd.Stdin = in
-		stdinCopy = copyIn
 		if copyIn != nil {
-			defer in.Close() // the child has its copy
+			defer in.Close()
+			feed = copyIn
 		}
 	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	p.cmd = cmd
-	j.pes = append(j.pes, p)
-	j.running++
-	if stdinCopy != nil {
-		go stdinCopy()
+	u.cmd = cmd
+	j.units = append(j.units, u)
+	j.unitsUp++
+	if feed != nil {
+		go feed()
 	}
 	go func() {
 		err := cmd.Wait()
-		// Named shared-memory segments (UCX_POSIX_USE_SHM_OPEN) of a PE that
-		// died are still in /dev/shm: peers map segments at init, and keep
-		// their mappings, so nothing needs the names once the PE is gone.
-		if rmErr := sm.RemoveStaleSegments(cmd.Process.Pid); rmErr != nil {
-			j.opts.Logf("PE %d: removing its shared-memory segments: %v", r, rmErr)
-		}
-		p.out.flush()
-		p.errw.flush()
-		j.exits <- peExit{rank: r, state: cmd.ProcessState, err: err}
+		out.flush()
+		errw.flush()
+		j.unitEnd <- unitExit{u: u, state: cmd.ProcessState, err: err}
 	}()
 	return nil
 }
 
-// stdinFor returns the file PE 0 reads as stdin. A regular file or a pipe
-// is handed over as is. Anything else (a terminal, which a PE in its own
-// process group must not read, or a plain io.Reader) goes through a pipe
-// fed by the returned copy function; the launcher copies until r ends or
-// PE 0 stops reading.
-func stdinFor(r io.Reader) (*os.File, func(), error) {
-	if f, ok := r.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice == 0 {
-			return f, nil, nil
+// shellWord returns s as one word for a remote shell that runs its
+// arguments through a shell (ssh): as is when it has no special
+// characters, else single-quoted.
+func shellWord(s string) string {
+	safe := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/._-+,:@=%", c)) {
+			safe = false
 		}
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, nil, err
+	if safe {
+		return s
 	}
-	return pr, func() {
-		io.Copy(pw, r)
-		pw.Close()
-	}, nil
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// wait handles PE exits, seed failure reports and cancellation until
-// every PE has exited.
+// chooseBindAddr returns the address of this host that routes to the first
+// remote host that resolves, or else to the default route.
+func (j *job) chooseBindAddr() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for _, p := range j.places {
+		if p.local {
+			continue
+		}
+		addrs, err := net.DefaultResolver.LookupHost(ctx, p.host.Name)
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if ip, err := localIPFor(net.JoinHostPort(a, "9")); err == nil && !ip.IsLoopback() {
+				return ip.String(), nil
+			}
+		}
+	}
+	// The default route: no packet is sent to this documentation address.
+	if ip, err := localIPFor("192.0.2.1:9"); err == nil && !ip.IsLoopback() {
+		return ip.String(), nil
+	}
+	return "", fmt.Errorf("launcher: cannot choose the address of the bootstrap seed for PEs on other hosts: give one (--bind): %w", ucs.ErrInvalidParam)
+}
+
+// localIPFor returns the local address the kernel would use to reach addr.
+func localIPFor(addr string) (net.IP, error) {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP, nil
+}
+
+// wait handles PE exits, reports, failures, unit exits and cancellation
+// until every PE ended and every unit exited.
 func (j *job) wait(ctx context.Context) {
 	failures := j.seed.Failures()
+	reports := j.seed.Reports()
 	done := ctx.Done()
+	var groupExits chan peExit
+	if j.group != nil {
+		groupExits = j.group.exits
+	}
 	var ticker *time.Ticker
 	var tick <-chan time.Time
 	defer func() {
@@ -284,56 +631,166 @@ func (j *job) wait(ctx context.Context) {
 			ticker.Stop()
 		}
 	}()
-	for j.running > 0 {
+	for j.activeGroup() || j.unitsUp > 0 {
 		if len(j.idle) > 0 && ticker == nil {
 			ticker = time.NewTicker(100 * time.Millisecond)
 			tick = ticker.C
 		}
+		var groupKill <-chan time.Time
+		if j.group != nil {
+			groupKill = j.group.kill
+		}
 		select {
-		case e := <-j.exits:
-			j.running--
-			j.pes[e.rank].exited = true
-			j.exited(e)
+		case e := <-groupExits:
+			j.group.exited(e)
+			how, code := describe(e)
+			j.ended(e.rank, j.host, how, code)
+		case r, ok := <-reports:
+			if !ok {
+				reports = nil
+				break
+			}
+			j.report(r)
 		case f, ok := <-failures:
 			if !ok {
 				failures = nil
 				break
 			}
-			if f.Rank >= 0 && f.Rank < len(j.pes) && j.pes[f.Rank].exited {
-				break // its exit was handled
+			if f.Rank >= 0 && f.Rank < len(j.pes) && j.pes[f.Rank].ended {
+				break // its end was handled
 			}
 			j.fail(&JobError{Rank: f.Rank, Host: f.Host, How: "failed: " + f.Reason, Code: 1})
+		case u := <-j.unitEnd:
+			j.unitExited(u, reports)
 		case <-tick:
 			j.checkIdle()
 		case <-done:
 			done = nil
 			if !j.ending {
 				j.opts.Logf("interrupted: terminating %d running PE(s)", j.running)
-				j.terminate()
+				j.terminate("the launcher was interrupted")
 			}
-		case <-j.kill:
-			j.kill = nil
-			j.killAll()
+		case <-groupKill:
+			j.group.killAll()
+		case <-j.unitTerm:
+			j.unitTerm = nil
+			j.signalUnits(syscall.SIGTERM)
+			j.unitKill = time.After(j.opts.KillGrace)
+		case <-j.unitKill:
+			j.unitKill = nil
+			j.signalUnits(syscall.SIGKILL)
 		}
 	}
 }
 
-// exited judges the exit of a PE.
-func (j *job) exited(e peExit) {
+func (j *job) activeGroup() bool { return j.group != nil && j.group.running > 0 }
+
+// report handles a report the seed passed on.
+func (j *job) report(r bootstrap.Report) {
+	switch r.Kind {
+	case bootstrap.ReportExit:
+		if r.Rank < 0 || r.Rank >= len(j.pes) || j.pes[r.Rank].agent != r.Agent {
+			j.opts.Logf("ignoring a report of agent %d on PE %d, which it did not start", r.Agent, r.Rank)
+			return
+		}
+		j.ended(r.Rank, r.Host, r.How, r.Code)
+	case bootstrap.ReportGlobalExit:
+		if j.ending {
+			return
+		}
+		j.fail(&JobError{Rank: r.Rank, Host: r.Host, How: "called global exit with status " + strconv.Itoa(r.Code), Code: r.Code})
+	case bootstrap.ReportAgentLeft:
+		// Every PE of an agent is reported before it leaves.
+		for rank := range j.pes {
+			if p := &j.pes[rank]; p.agent == r.Agent && !p.ended {
+				j.lost(rank, r.Host, "was lost: the agent that started it "+r.How)
+			}
+		}
+	}
+}
+
+// ended judges the end of a PE.
+func (j *job) ended(rank int, host, how string, code int) {
+	if rank < 0 || rank >= len(j.pes) || j.pes[rank].ended {
+		return
+	}
+	j.pes[rank].ended = true
+	j.running--
 	if j.ending {
 		return // the launcher is ending it
 	}
-	how, code := describe(e)
 	switch {
 	case code != 0:
-		j.fail(&JobError{Rank: e.rank, Host: j.host, How: how, Code: code})
-	case j.seed.Finalized(e.rank) || j.running == 0:
-	case j.seed.Joined(e.rank) || j.anyJoined():
-		j.fail(&JobError{Rank: e.rank, Host: j.host, How: "exited without finalize (status 0) while other PEs still run", Code: 1})
+		j.fail(&JobError{Rank: rank, Host: host, How: how, Code: code})
+	case j.seed.Finalized(rank) || j.running == 0:
+	case j.seed.Joined(rank) || j.anyJoined():
+		j.fail(&JobError{Rank: rank, Host: host, How: "exited without finalize (status 0) while other PEs still run", Code: 1})
 	default:
 		// Not a goshmem program, or one that has not initialized yet.
-		j.idle = append(j.idle, e.rank)
+		j.idle = append(j.idle, rank)
 	}
+}
+
+// lost records a PE whose end will never be reported.
+func (j *job) lost(rank int, host, how string) {
+	if j.pes[rank].ended {
+		return
+	}
+	j.pes[rank].ended = true
+	j.running--
+	if !j.ending {
+		j.fail(&JobError{Rank: rank, Host: host, How: how, Code: 1})
+	}
+}
+
+// unitExited handles the exit of a unit: its PEs that were not reported
+// are lost.
+func (j *job) unitExited(e unitExit, reports <-chan bootstrap.Report) {
+	e.u.ended = true
+	j.unitsUp--
+	// Reports of the unit's agents reached the seed before the agents
+	// exited, so before the unit did: handle them first.
+	for more := reports != nil; more; {
+		select {
+		case r, ok := <-reports:
+			if !ok {
+				more = false
+				break
+			}
+			j.report(r)
+		default:
+			more = false
+		}
+	}
+	how, code := describe(peExit{state: e.state, err: e.err})
+	var missing []int
+	for rank := range j.pes {
+		if !j.pes[rank].ended && (e.u.ranks == nil || contains(e.u.ranks, rank)) {
+			missing = append(missing, rank)
+		}
+	}
+	if len(missing) == 0 {
+		if code != 0 && !j.ending {
+			j.opts.Logf("%s %s", e.u.name, how)
+		}
+		return
+	}
+	if !j.ending {
+		j.fail(&JobError{Rank: missing[0], Host: e.u.host,
+			How: fmt.Sprintf("never reported how it ended: %s %s", e.u.name, how), Code: max(code, 1)})
+	}
+	for _, rank := range missing {
+		j.lost(rank, e.u.host, "")
+	}
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
 
 // checkIdle fails the job when PEs joined after others left unfinalized.
@@ -364,69 +821,50 @@ func (j *job) fail(e *JobError) {
 		return
 	}
 	j.first = e
-	if j.running > 0 {
+	switch {
+	case e.Code == 0:
+		j.opts.Logf("%v: ending the job", e)
+	case j.running > 0:
 		j.opts.Logf("%v; terminating the %d running PE(s)", e, j.running)
-	} else {
+	default:
 		j.opts.Logf("%v", e)
 	}
-	j.terminate()
+	j.terminate(e.Error())
 }
 
-// terminate sends SIGTERM to every PE still running and arms SIGKILL.
-func (j *job) terminate() {
+// terminate ends every PE: SIGTERM to the launcher's own, the order to
+// terminate to the agents, and, when units are still there after the
+// agents had time to end their PEs, SIGTERM and then SIGKILL to them.
+func (j *job) terminate(reason string) {
 	if j.ending {
 		return
 	}
 	j.ending = true
-	for _, p := range j.pes {
-		if !p.exited {
-			signalPE(p, syscall.SIGTERM)
+	if j.group != nil {
+		j.group.terminate()
+	}
+	j.seed.Terminate(reason)
+	if j.unitsUp > 0 {
+		j.unitTerm = time.After(2*j.opts.KillGrace + time.Second)
+	}
+}
+
+// signalUnits signals the process group of every unit still running.
+func (j *job) signalUnits(sig syscall.Signal) {
+	for _, u := range j.units {
+		if !u.ended {
+			j.opts.Logf("%s did not end after its PEs were told to: sending it %v", u.name, sig)
+			if err := syscall.Kill(-u.cmd.Process.Pid, sig); err != nil {
+				u.cmd.Process.Signal(sig)
+			}
 		}
 	}
-	j.kill = time.After(j.opts.KillGrace)
-}
-
-func (j *job) killAll() {
-	for _, p := range j.pes {
-		if !p.exited {
-			j.opts.Logf("PE %d did not exit %v after SIGTERM: killing it", p.rank, j.opts.KillGrace)
-			signalPE(p, syscall.SIGKILL)
-		}
-	}
-}
-
-// signalPE signals the process group of a PE (it leads its own), so that
-// what the PE started goes too.
-func signalPE(p *pe, sig syscall.Signal) {
-	pid := p.cmd.Process.Pid
-	if err := syscall.Kill(-pid, sig); err != nil {
-		p.cmd.Process.Signal(sig)
-	}
-}
-
-// describe says how a PE ended, and the exit code that stands for it.
-func describe(e peExit) (string, int) {
-	if e.state == nil {
-		return "could not be waited for: " + e.err.Error(), 1
-	}
-	if ws, ok := e.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		sig := ws.Signal()
-		return fmt.Sprintf("was killed by signal %d (%v)", int(sig), sig), 128 + int(sig)
-	}
-	code := e.state.ExitCode()
-	if code != 0 {
-		return "exited with status " + strconv.Itoa(code), code
-	}
-	if e.err != nil && !errors.Is(e.err, exec.ErrWaitDelay) {
-		return "exited with status 0 but: " + e.err.Error(), 1
-	}
-	return "exited with status 0", 0
 }
 
 // logfWriter adapts a Logf function to an io.Writer for log.Logger.
 type logfWriter func(format string, args ...any)
 
 func (f logfWriter) Write(p []byte) (int, error) {
-	f("%s", bytes.TrimSuffix(p, []byte("\n")))
+	f("%s", strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }

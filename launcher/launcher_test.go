@@ -21,13 +21,23 @@ import (
 	"github.com/goshmem/goshmem/bootstrap"
 )
 
-// The test binary doubles as the PE program: with envPEMode set, TestMain
-// runs peMain instead of the tests.
-const envPEMode = "GOSHMEM_LAUNCHER_TEST_PE"
+// The test binary doubles as the agent (started with AgentArg), as the PE
+// program (with envPEMode set, TestMain runs peMain instead of the tests),
+// and as a launcher to kill (envLauncherMode).
+const (
+	envPEMode       = "GOSHMEM_LAUNCHER_TEST_PE"
+	envLauncherMode = "GOSHMEM_LAUNCHER_TEST_LAUNCHER"
+)
 
 func TestMain(m *testing.M) {
+	if code, ok := AgentMain(); ok {
+		os.Exit(code)
+	}
 	if mode := os.Getenv(envPEMode); mode != "" {
 		os.Exit(peMain(mode))
+	}
+	if mode := os.Getenv(envLauncherMode); mode != "" {
+		os.Exit(launcherMain(mode))
 	}
 	os.Exit(m.Run())
 }
@@ -129,6 +139,36 @@ func peMain(mode string) int {
 	case "sleep":
 		fmt.Printf("ready %d\n", rank)
 		select {}
+	case "globalexit":
+		m := join()
+		if rank == 1 {
+			code, _ := strconv.Atoi(os.Getenv("TEST_GLOBAL_EXIT_CODE"))
+			if err := m.GlobalExit(code); err != nil {
+				fmt.Fprintf(os.Stderr, "PE %d: global exit: %v\n", rank, err)
+				return 14
+			}
+			return code
+		}
+		return blockInBarrier(m)
+	case "pidfile":
+		// Leaves its pid (and, with TEST_FAKE_SEGMENT, a file named like a
+		// shared-memory segment of its own) for the test, joins, and waits
+		// to be ended.
+		pid := os.Getpid()
+		if os.Getenv("TEST_FAKE_SEGMENT") != "" {
+			seg := fmt.Sprintf("/dev/shm/goshmem-%d-%016x", pid, 0xfeed0000+rank)
+			if err := os.WriteFile(seg, []byte("x"), 0o600); err != nil {
+				fmt.Fprintf(os.Stderr, "PE %d: %v\n", rank, err)
+				return 15
+			}
+		}
+		join()
+		f := filepath.Join(os.Getenv("TEST_PID_DIR"), fmt.Sprintf("pe-%d.pid", rank))
+		if err := os.WriteFile(f+".tmp", []byte(strconv.Itoa(pid)), 0o644); err != nil || os.Rename(f+".tmp", f) != nil {
+			fmt.Fprintf(os.Stderr, "PE %d: writing %s: %v\n", rank, f, err)
+			return 16
+		}
+		select {}
 	}
 	fmt.Fprintf(os.Stderr, "unknown PE mode %q\n", mode)
 	return 100
@@ -160,6 +200,105 @@ type result struct {
 	err            error
 	stdout, stderr string
 	logs           []string
+}
+
+// launchMode is a way of starting the PEs: by the launcher itself, by a
+// local agent, by agents on two "hosts" reached through a remote shell that
+// runs the command here, or by a spawner that starts one agent per PE.
+type launchMode struct {
+	name string
+	set  func(t *testing.T, o *Options)
+}
+
+var launchModes = []launchMode{
+	{"inprocess", func(t *testing.T, o *Options) {}},
+	{"agent", func(t *testing.T, o *Options) { o.AgentPath = testBinary(t) }},
+	{"rsh", func(t *testing.T, o *Options) {
+		o.AgentPath = testBinary(t)
+		o.RSH = []string{fakeRSH(t)}
+		o.BindAddr = "127.0.0.1"
+		half := (o.NP + 1) / 2
+		o.Hosts = []Host{{"fake1", half}, {"fake2", max(o.NP-half, 1)}}
+	}},
+	{"spawner", func(t *testing.T, o *Options) {
+		o.AgentPath = testBinary(t)
+		o.Spawner = []string{fakeSpawner(t)}
+		o.BindAddr = "127.0.0.1"
+	}},
+}
+
+// forEachMode runs f as a subtest for each launch mode. Under the race
+// detector, whose agents and PEs (this test binary) start slowly, only in
+// the modes where the launcher starts the PEs itself or talks to several
+// agents: the others run the same launcher code.
+func forEachMode(t *testing.T, f func(t *testing.T, lm launchMode)) {
+	for _, lm := range launchModes {
+		t.Run(lm.name, func(t *testing.T) {
+			if raceEnabled && (lm.name == "agent" || lm.name == "spawner") {
+				t.Skip("skipping under the race detector: the rsh mode runs the same launcher code with more agents")
+			}
+			f(t, lm)
+		})
+	}
+}
+
+// localOf returns the local rank and size that a PE of rank gets in a job
+// of np PEs started in mode.
+func localOf(mode string, rank, np int) (int, int) {
+	switch mode {
+	case "rsh":
+		half := (np + 1) / 2
+		if rank < half {
+			return rank, half
+		}
+		return rank - half, np - half
+	}
+	return rank, np
+}
+
+func testBinary(t *testing.T) string {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return self
+}
+
+// writeScript writes an executable shell script.
+func writeScript(t *testing.T, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fakeRSH is a remote shell that runs the command on this host; for the
+// host named in FAKE_RSH_FAIL it fails as ssh does when it cannot connect.
+func fakeRSH(t *testing.T) string {
+	return writeScript(t, "fake-rsh", `host=$1; shift
+if [ "$host" = "$FAKE_RSH_FAIL" ]; then
+	echo "ssh: connect to host $host port 22: Connection refused" >&2
+	exit 255
+fi
+exec "$@"
+`)
+}
+
+// fakeSpawner starts GOSHMEM_SIZE copies of its arguments, each with its
+// place in GOSHMEM_RANK, GOSHMEM_LOCAL_RANK and GOSHMEM_LOCAL_SIZE, the
+// first one with the spawner's standard input.
+func fakeSpawner(t *testing.T) string {
+	return writeScript(t, "fake-spawner", `i=1
+exec 3<&0 # background commands read /dev/null, unless told otherwise
+GOSHMEM_RANK=0 GOSHMEM_LOCAL_RANK=0 GOSHMEM_LOCAL_SIZE=$GOSHMEM_SIZE "$@" <&3 3<&- &
+while [ $i -lt "$GOSHMEM_SIZE" ]; do
+	GOSHMEM_RANK=$i GOSHMEM_LOCAL_RANK=$i GOSHMEM_LOCAL_SIZE=$GOSHMEM_SIZE "$@" </dev/null &
+	i=$((i+1))
+done
+wait
+`)
 }
 
 // runJob runs np PEs of this test binary in the given mode.
@@ -213,9 +352,16 @@ func runJob(t *testing.T, ctx context.Context, np int, mode string, change func(
 }
 
 func TestEnvAndRanks(t *testing.T) {
+	forEachMode(t, testEnvAndRanks)
+}
+
+func testEnvAndRanks(t *testing.T, lm launchMode) {
 	for _, np := range []int{1, 4} {
 		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
-			r := runJob(t, context.Background(), np, "env", func(o *Options) { o.Env = append(o.Env, "EXTRA=yes") })
+			r := runJob(t, context.Background(), np, "env", func(o *Options) {
+				o.Env = append(o.Env, "EXTRA=yes")
+				lm.set(t, o)
+			})
 			if r.code != 0 || r.err != nil {
 				t.Fatalf("Run = %d, %v; stderr:\n%s", r.code, r.err, r.stderr)
 			}
@@ -230,7 +376,8 @@ func TestEnvAndRanks(t *testing.T) {
 			}
 			wantTable := fmt.Sprintf("%q", table)
 			for i, line := range lines {
-				want := fmt.Sprintf("rank=%d size=%d local=%d/%d key=true table=%s ", i, np, i, np, wantTable)
+				lr, ls := localOf(lm.name, i, np)
+				want := fmt.Sprintf("rank=%d size=%d local=%d/%d key=true table=%s ", i, np, lr, ls, wantTable)
 				if !strings.HasPrefix(line, want) {
 					t.Errorf("line %q, want prefix %q", line, want)
 				}
@@ -245,10 +392,14 @@ func TestEnvAndRanks(t *testing.T) {
 }
 
 func TestOutput(t *testing.T) {
+	forEachMode(t, testOutput)
+}
+
+func testOutput(t *testing.T, lm launchMode) {
 	const np = 3
 	for _, tag := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tag=%t", tag), func(t *testing.T) {
-			r := runJob(t, context.Background(), np, "output", func(o *Options) { o.TagOutput = tag })
+			r := runJob(t, context.Background(), np, "output", func(o *Options) { o.TagOutput = tag; lm.set(t, o) })
 			if r.code != 0 || r.err != nil {
 				t.Fatalf("Run = %d, %v; stderr:\n%s", r.code, r.err, r.stderr)
 			}
@@ -290,16 +441,19 @@ func TestOutput(t *testing.T) {
 }
 
 func TestStdinToPE0(t *testing.T) {
-	r := runJob(t, context.Background(), 2, "stdin", func(o *Options) {
-		o.Stdin = strings.NewReader("a\nb\n")
-		o.TagOutput = true
+	forEachMode(t, func(t *testing.T, lm launchMode) {
+		r := runJob(t, context.Background(), 2, "stdin", func(o *Options) {
+			o.Stdin = strings.NewReader("a\nb\n")
+			o.TagOutput = true
+			lm.set(t, o)
+		})
+		if r.code != 0 || r.err != nil {
+			t.Fatalf("Run = %d, %v; stderr:\n%s", r.code, r.err, r.stderr)
+		}
+		if want := "[pe 0] echo a\n[pe 0] echo b\n"; r.stdout != want {
+			t.Errorf("stdout %q, want %q", r.stdout, want)
+		}
 	})
-	if r.code != 0 || r.err != nil {
-		t.Fatalf("Run = %d, %v; stderr:\n%s", r.code, r.err, r.stderr)
-	}
-	if want := "[pe 0] echo a\n[pe 0] echo b\n"; r.stdout != want {
-		t.Errorf("stdout %q, want %q", r.stdout, want)
-	}
 }
 
 // checkFailure checks that a job ended with code and a JobError and a log
@@ -326,13 +480,17 @@ func checkFailure(t *testing.T, r result, code, rank int, how string) {
 }
 
 func TestFirstFailingExitCode(t *testing.T) {
-	r := runJob(t, context.Background(), 4, "exit", nil)
-	checkFailure(t, r, 3, 1, "exited with status 3")
+	forEachMode(t, func(t *testing.T, lm launchMode) {
+		r := runJob(t, context.Background(), 4, "exit", func(o *Options) { lm.set(t, o) })
+		checkFailure(t, r, 3, 1, "exited with status 3")
+	})
 }
 
 func TestPEKilled(t *testing.T) {
-	r := runJob(t, context.Background(), 3, "sigkill", nil)
-	checkFailure(t, r, 128+int(syscall.SIGKILL), 1, "killed by signal 9")
+	forEachMode(t, func(t *testing.T, lm launchMode) {
+		r := runJob(t, context.Background(), 3, "sigkill", func(o *Options) { lm.set(t, o) })
+		checkFailure(t, r, 128+int(syscall.SIGKILL), 1, "killed by signal 9")
+	})
 }
 
 // TestPEStopped stops a PE: its process lives, but memberlist declares it
@@ -341,38 +499,54 @@ func TestPEStopped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: memberlist takes seconds to declare a node dead")
 	}
-	r := runJob(t, context.Background(), 3, "stop", func(o *Options) { o.KillGrace = 100 * time.Millisecond })
-	checkFailure(t, r, 1, 1, "failed: left the job before finalize")
+	for _, lm := range launchModes[:2] {
+		t.Run(lm.name, func(t *testing.T) {
+			r := runJob(t, context.Background(), 3, "stop", func(o *Options) {
+				lm.set(t, o)
+				o.KillGrace = 100 * time.Millisecond
+				o.FailureTimeout = 3 * time.Second
+			})
+			checkFailure(t, r, 1, 1, "failed: left the job before finalize")
+		})
+	}
 }
 
 func TestExitWithoutFinalize(t *testing.T) {
-	r := runJob(t, context.Background(), 3, "nofinalize", nil)
-	checkFailure(t, r, 1, 0, "without finalize")
+	forEachMode(t, func(t *testing.T, lm launchMode) {
+		r := runJob(t, context.Background(), 3, "nofinalize", func(o *Options) { lm.set(t, o) })
+		checkFailure(t, r, 1, 0, "without finalize")
+	})
 }
 
 func TestKillAfterGrace(t *testing.T) {
-	r := runJob(t, context.Background(), 3, "ignoreterm", func(o *Options) { o.KillGrace = 100 * time.Millisecond })
-	checkFailure(t, r, 5, 0, "exited with status 5")
-	killed := false
-	for _, l := range r.logs {
-		if strings.Contains(l, "killing it") {
-			killed = true
+	forEachMode(t, func(t *testing.T, lm launchMode) {
+		r := runJob(t, context.Background(), 3, "ignoreterm", func(o *Options) {
+			lm.set(t, o)
+			o.KillGrace = 100 * time.Millisecond
+		})
+		checkFailure(t, r, 5, 0, "exited with status 5")
+		// The launcher or the agents kill the PEs that ignore SIGTERM.
+		killed := strings.Contains(r.stderr, "killing it")
+		for _, l := range r.logs {
+			killed = killed || strings.Contains(l, "killing it")
 		}
-	}
-	if !killed {
-		t.Errorf("launcher log %q does not say it killed the PEs that ignore SIGTERM", r.logs)
-	}
+		if !killed {
+			t.Errorf("launcher log %q and stderr do not say the PEs that ignore SIGTERM were killed", r.logs)
+		}
+	})
 }
 
 func TestCancel(t *testing.T) {
-	const np = 3
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := &readyWriter{n: np, ready: cancel}
-	r := runJob(t, ctx, np, "sleep", func(o *Options) { o.Stdout = ready })
-	if r.code == 0 || !errors.Is(r.err, context.Canceled) {
-		t.Errorf("Run = %d, %v; want non-zero and context.Canceled", r.code, r.err)
-	}
+	forEachMode(t, func(t *testing.T, lm launchMode) {
+		const np = 3
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ready := &readyWriter{n: np, ready: cancel}
+		r := runJob(t, ctx, np, "sleep", func(o *Options) { lm.set(t, o); o.Stdout = ready })
+		if r.code == 0 || !errors.Is(r.err, context.Canceled) {
+			t.Errorf("Run = %d, %v; want non-zero and context.Canceled", r.code, r.err)
+		}
+	})
 }
 
 // readyWriter calls ready once it has seen n "ready" lines.

@@ -3,6 +3,7 @@ package shmem
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"unsafe"
 )
 
@@ -41,16 +42,19 @@ func mustInit(routine string) {
 	}
 }
 
-// alloc is the common part of Malloc, Calloc and Align: a collective
-// allocation of n elements of T aligned to align, followed by a barrier so
-// that every PE has the object before any PE uses it.
-func alloc[T any](routine string, n, align int, zero bool) ([]T, error) {
+// alloc is the common part of Malloc, Calloc, Align and MallocWithHints:
+// a collective allocation of n elements of T aligned to align, followed by
+// a barrier so that every PE has the object before any PE uses it.
+func alloc[T any](routine string, call, n, align int, hints MallocHints, zero bool) ([]T, error) {
 	mustInit(routine)
+	var z T
+	size := unsafe.Sizeof(z)
+	if err := debugAlloc(routine, call, n*int(size), align, -1, hints); err != nil {
+		return nil, err
+	}
 	if err := checkNoPointers[T](routine); err != nil {
 		return nil, err
 	}
-	var z T
-	size := unsafe.Sizeof(z)
 	if n < 0 || (size > 0 && uintptr(n) > st.heapSize/size) {
 		return nil, fmt.Errorf("shmem.%s: %d elements of %d bytes do not fit a heap of %d bytes", routine, n, size, st.heapSize)
 	}
@@ -59,6 +63,9 @@ func alloc[T any](routine string, n, align int, zero bool) ([]T, error) {
 	}
 	allocMu.Lock()
 	off, dirty, err := st.heap.AllocClean(n*int(size), align)
+	if err == nil {
+		debugTrack(off, n*int(size), true)
+	}
 	allocMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("shmem.%s: %w", routine, err)
@@ -76,19 +83,70 @@ func alloc[T any](routine string, n, align int, zero bool) ([]T, error) {
 // returns this PE's copy. It is collective: every PE must call it with the
 // same n, and it returns once every PE has the object. The contents are not
 // initialized. T must hold no Go pointers; otherwise, or when the heap is
-// exhausted, it returns an error and allocates nothing.
-func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", n, 0, false) }
+// exhausted, it returns an error and allocates nothing. With SHMEM_DEBUG
+// set, it returns an error wrapping ErrDebugMismatch, on every PE, when the
+// PEs' calls differ.
+func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", callMalloc, n, 0, 0, false) }
 
 // Calloc is Malloc with the memory set to zero.
-func Calloc[T any](n int) ([]T, error) { return alloc[T]("Calloc", n, 0, true) }
+func Calloc[T any](n int) ([]T, error) { return alloc[T]("Calloc", callCalloc, n, 0, 0, true) }
 
 // Align is Malloc with the start of the array aligned to alignment bytes,
-// which must be a power of two.
+// which must be a power of two (otherwise it returns an error).
 func Align[T any](alignment, n int) ([]T, error) {
 	if alignment <= 0 || alignment&(alignment-1) != 0 {
 		return nil, fmt.Errorf("shmem.Align: alignment %d is not a power of two", alignment)
 	}
-	return alloc[T]("Align", n, alignment, false)
+	return alloc[T]("Align", callAlign, n, alignment, 0, false)
+}
+
+// MallocHints tell MallocWithHints how a symmetric object will be used,
+// or-ed together; 0 gives no hint.
+type MallocHints int
+
+// Allocation hints (SHMEM_MALLOC_*).
+const (
+	// MallocAtomicsRemote: the object will mostly be the target of atomic
+	// operations from other PEs (SHMEM_MALLOC_ATOMICS_REMOTE).
+	MallocAtomicsRemote MallocHints = 1 << iota
+	// MallocSignalRemote: the object will be the signal word of
+	// put-with-signal operations from other PEs
+	// (SHMEM_MALLOC_SIGNAL_REMOTE).
+	MallocSignalRemote
+
+	mallocAllHints = MallocAtomicsRemote | MallocSignalRemote
+)
+
+func (h MallocHints) String() string {
+	if h == 0 {
+		return "0"
+	}
+	var s []string
+	if h&MallocAtomicsRemote != 0 {
+		s = append(s, "MallocAtomicsRemote")
+	}
+	if h&MallocSignalRemote != 0 {
+		s = append(s, "MallocSignalRemote")
+	}
+	if r := h &^ mallocAllHints; r != 0 {
+		s = append(s, fmt.Sprintf("%#x", int(r)))
+	}
+	return strings.Join(s, "|")
+}
+
+// MallocWithHints is Malloc with hints on the object's use
+// (shmem_malloc_with_hints); 0 is Malloc. goshmem accepts
+// MallocAtomicsRemote and MallocSignalRemote and places such objects as
+// Malloc does: every object of the heap already starts on a cache line of
+// its own (so atomics on it do not share the line with other objects), and
+// atomics from other PEs reach it through the same CPU or transport
+// atomics whatever the hint. Every PE must pass the same hints. It returns
+// an error for unknown hints, and the errors of Malloc.
+func MallocWithHints[T any](n int, hints MallocHints) ([]T, error) {
+	if hints&^mallocAllHints != 0 {
+		return nil, fmt.Errorf("shmem.MallocWithHints: unknown hints %v (valid: MallocAtomicsRemote, MallocSignalRemote, or 0)", hints)
+	}
+	return alloc[T]("MallocWithHints", callMallocWithHints, n, 0, hints, false)
 }
 
 // heapOffsetOf returns the heap offset of a symmetric slice's first element,
@@ -106,8 +164,8 @@ func blockOf[T any](routine string, s []T) int {
 // Realloc resizes the symmetric array s to n elements on every PE,
 // collectively, and returns the new copy; the contents up to the smaller of
 // the two lengths are kept. s must come from Malloc, Calloc, Align or
-// Realloc; a nil s allocates like Malloc. On error (heap exhausted) s is left
-// as it was.
+// Realloc; a nil s allocates like Malloc. On error (heap exhausted, or with
+// SHMEM_DEBUG set a call that differs among the PEs) s is left as it was.
 func Realloc[T any](s []T, n int) ([]T, error) {
 	mustInit("Realloc")
 	if s == nil {
@@ -118,15 +176,22 @@ func Realloc[T any](s []T, n int) ([]T, error) {
 	}
 	var z T
 	size := int(unsafe.Sizeof(z))
+	off := blockOf("Realloc", s)
+	if err := debugAlloc("Realloc", callRealloc, n*size, 0, off, 0); err != nil {
+		return nil, err
+	}
 	if n < 0 || (size > 0 && uintptr(n) > st.heapSize/uintptr(size)) {
 		return nil, fmt.Errorf("shmem.Realloc: %d elements of %d bytes do not fit a heap of %d bytes", n, size, st.heapSize)
 	}
-	off := blockOf("Realloc", s)
 	// Every PE must be done with the old object before it may move.
 	BarrierAll()
 	allocMu.Lock()
 	oldSize := st.heap.SizeOf(off)
 	newOff, moved, err := st.heap.Realloc(off, n*size)
+	if err == nil {
+		debugTrack(off, 0, false)
+		debugTrack(newOff, n*size, true)
+	}
 	allocMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("shmem.Realloc: %w", err)
@@ -140,19 +205,27 @@ func Realloc[T any](s []T, n int) ([]T, error) {
 
 // Free releases a symmetric array on every PE, collectively, after a barrier
 // (no PE may still be using it). A nil s does nothing but the barrier. It
-// panics if s was not allocated by this package.
+// panics if s was not allocated by this package, and, with SHMEM_DEBUG set,
+// when the PEs free different objects (ErrDebugMismatch).
 func Free[T any](s []T) {
 	mustInit("Free")
+	off := -1
+	if s != nil {
+		off = blockOf("Free", s)
+	}
+	if err := debugAlloc("Free", callFree, 0, 0, off, 0); err != nil {
+		panic(err.Error())
+	}
 	BarrierAll()
 	if s == nil {
 		return
 	}
-	off := blockOf("Free", s)
 	allocMu.Lock()
 	defer allocMu.Unlock()
 	if err := st.heap.Free(off); err != nil {
 		panic("shmem.Free: " + err.Error())
 	}
+	debugTrack(off, 0, false)
 }
 
 // Ptr returns a pointer through which this PE can load and store the copy of
@@ -162,7 +235,7 @@ func Free[T any](s []T) {
 func Ptr[T any](p *T, pe int) *T {
 	mustInit("Ptr")
 	var z T
-	q := peerAt("Ptr", pe)
+	q := defaultCtx.peer("Ptr", pe)
 	off := offsetOf("Ptr", "p", unsafe.Pointer(p), int(unsafe.Sizeof(z)))
 	if q.base == nil {
 		return nil

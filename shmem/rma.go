@@ -5,25 +5,9 @@ import (
 	"os"
 	"unsafe"
 
+	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
 )
-
-// peerAt returns the peer record of pe, panicking with a clear message for a
-// PE outside the job or use before Init.
-func peerAt(routine string, pe int) *peer {
-	if uint(pe) >= uint(len(st.peers)) {
-		badPE(routine, pe)
-	}
-	return &st.peers[pe]
-}
-
-//go:noinline
-func badPE(routine string, pe int) {
-	if !st.inited {
-		panic("shmem." + routine + " called before shmem.Init")
-	}
-	panic(fmt.Sprintf("shmem.%s: PE %d is not a PE of the job (valid: 0..%d)", routine, pe, st.npes-1))
-}
 
 // offsetOf returns the heap offset of the n bytes at p, panicking when they
 // are not all inside the symmetric heap.
@@ -31,6 +15,9 @@ func offsetOf(routine, arg string, p unsafe.Pointer, n int) uintptr {
 	off := uintptr(p) - st.heapBase
 	if off >= st.heapSize || uintptr(n) > st.heapSize-off {
 		badAddr(routine, arg, p, n)
+	}
+	if st.env.debug {
+		debugCheckRange(routine, arg, p, off, n)
 	}
 	return off
 }
@@ -67,132 +54,321 @@ func bytesOf[T any](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
 }
 
+// The RMA routines of every context are implemented once, on a *Ctx; the
+// routines without a context pass the default context. A routine's name is
+// passed along for the messages of programming errors.
+
 // Put copies src into the symmetric array dst on pe (shmem_put). It returns
 // when src may be reused; the data is visible at pe after Quiet or a
 // barrier. dst must have at least len(src) elements.
-func Put[T RMA](dst, src []T, pe int) {
-	q := peerAt("Put", pe)
+func Put[T RMA](dst, src []T, pe int) { put(&defaultCtx, "Put", dst, src, pe, false) }
+
+// CtxPut is Put on the context ctx (shmem_ctx_put).
+func CtxPut[T RMA](ctx *Ctx, dst, src []T, pe int) { put(ctx, "CtxPut", dst, src, pe, false) }
+
+// PutNBI starts copying src into the symmetric array dst on pe
+// (shmem_put_nbi). It may return before src has been read: src may be
+// reused, and the data is visible at pe, after Quiet (or a barrier). dst
+// must have at least len(src) elements.
+func PutNBI[T RMA](dst, src []T, pe int) { put(&defaultCtx, "PutNBI", dst, src, pe, true) }
+
+// CtxPutNBI is PutNBI on the context ctx (shmem_ctx_put_nbi); ctx.Quiet
+// completes it.
+func CtxPutNBI[T RMA](ctx *Ctx, dst, src []T, pe int) { put(ctx, "CtxPutNBI", dst, src, pe, true) }
+
+// PutMem copies the bytes of src into the symmetric bytes dst on pe
+// (shmem_putmem).
+func PutMem(dst, src []byte, pe int) { put(&defaultCtx, "PutMem", dst, src, pe, false) }
+
+// CtxPutMem is PutMem on the context ctx (shmem_ctx_putmem).
+func CtxPutMem(ctx *Ctx, dst, src []byte, pe int) { put(ctx, "CtxPutMem", dst, src, pe, false) }
+
+// PutMemNBI is PutNBI of bytes (shmem_putmem_nbi).
+func PutMemNBI(dst, src []byte, pe int) { put(&defaultCtx, "PutMemNBI", dst, src, pe, true) }
+
+// CtxPutMemNBI is PutMemNBI on the context ctx (shmem_ctx_putmem_nbi).
+func CtxPutMemNBI(ctx *Ctx, dst, src []byte, pe int) { put(ctx, "CtxPutMemNBI", dst, src, pe, true) }
+
+// Get copies len(dst) elements of the symmetric array src on pe into dst
+// (shmem_get). It returns when dst holds the data. src must have at least
+// len(dst) elements.
+func Get[T RMA](dst, src []T, pe int) { get(&defaultCtx, "Get", dst, src, pe, false) }
+
+// CtxGet is Get on the context ctx (shmem_ctx_get).
+func CtxGet[T RMA](ctx *Ctx, dst, src []T, pe int) { get(ctx, "CtxGet", dst, src, pe, false) }
+
+// GetNBI starts copying len(dst) elements of the symmetric array src on pe
+// into dst (shmem_get_nbi); dst holds the data after Quiet. src must have
+// at least len(dst) elements.
+func GetNBI[T RMA](dst, src []T, pe int) { get(&defaultCtx, "GetNBI", dst, src, pe, true) }
+
+// CtxGetNBI is GetNBI on the context ctx (shmem_ctx_get_nbi); ctx.Quiet
+// completes it.
+func CtxGetNBI[T RMA](ctx *Ctx, dst, src []T, pe int) { get(ctx, "CtxGetNBI", dst, src, pe, true) }
+
+// GetMem copies the symmetric bytes src on pe into dst (shmem_getmem).
+func GetMem(dst, src []byte, pe int) { get(&defaultCtx, "GetMem", dst, src, pe, false) }
+
+// CtxGetMem is GetMem on the context ctx (shmem_ctx_getmem).
+func CtxGetMem(ctx *Ctx, dst, src []byte, pe int) { get(ctx, "CtxGetMem", dst, src, pe, false) }
+
+// GetMemNBI is GetNBI of bytes (shmem_getmem_nbi).
+func GetMemNBI(dst, src []byte, pe int) { get(&defaultCtx, "GetMemNBI", dst, src, pe, true) }
+
+// CtxGetMemNBI is GetMemNBI on the context ctx (shmem_ctx_getmem_nbi).
+func CtxGetMemNBI(ctx *Ctx, dst, src []byte, pe int) { get(ctx, "CtxGetMemNBI", dst, src, pe, true) }
+
+// P stores v into the symmetric object *dst on pe (shmem_p).
+func P[T RMA](dst *T, v T, pe int) { putValue(&defaultCtx, "P", dst, v, pe) }
+
+// CtxP is P on the context ctx (shmem_ctx_p).
+func CtxP[T RMA](ctx *Ctx, dst *T, v T, pe int) { putValue(ctx, "CtxP", dst, v, pe) }
+
+// G loads the symmetric object *src on pe (shmem_g).
+func G[T RMA](src *T, pe int) T { return getValue(&defaultCtx, "G", src, pe) }
+
+// CtxG is G on the context ctx (shmem_ctx_g).
+func CtxG[T RMA](ctx *Ctx, src *T, pe int) T { return getValue(ctx, "CtxG", src, pe) }
+
+// IPut copies nelems elements of src, taken every srcStride elements from
+// src[0], into the symmetric array dst on pe, every dstStride elements from
+// dst[0] (shmem_iput): dst[i*dstStride] = src[i*srcStride] for i in
+// 0..nelems-1. Strides are counted in elements and must be at least 1; the
+// slices must hold every element the strides reach. It returns when src may
+// be reused; the data is visible at pe after Quiet or a barrier.
+func IPut[T RMA](dst, src []T, dstStride, srcStride, nelems, pe int) {
+	iput(&defaultCtx, "IPut", dst, src, dstStride, srcStride, nelems, pe)
+}
+
+// CtxIPut is IPut on the context ctx (shmem_ctx_iput).
+func CtxIPut[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, nelems, pe int) {
+	iput(ctx, "CtxIPut", dst, src, dstStride, srcStride, nelems, pe)
+}
+
+// IGet copies nelems elements of the symmetric array src on pe, taken every
+// srcStride elements from src[0], into dst, every dstStride elements from
+// dst[0] (shmem_iget): dst[i*dstStride] = src[i*srcStride] on pe. Strides
+// are counted in elements and must be at least 1; the slices must hold
+// every element the strides reach. It returns when dst holds the data.
+func IGet[T RMA](dst, src []T, dstStride, srcStride, nelems, pe int) {
+	iget(&defaultCtx, "IGet", dst, src, dstStride, srcStride, nelems, pe)
+}
+
+// CtxIGet is IGet on the context ctx (shmem_ctx_iget).
+func CtxIGet[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, nelems, pe int) {
+	iget(ctx, "CtxIGet", dst, src, dstStride, srcStride, nelems, pe)
+}
+
+func put[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
+	q := c.peer(routine, pe)
 	n := len(src)
 	if len(dst) < n {
-		badLen("Put", len(dst), n)
+		badLen(routine, len(dst), n)
 	}
 	if n == 0 {
 		return
 	}
 	var z T
-	off := offsetOf("Put", "dst", unsafe.Pointer(unsafe.SliceData(dst)), n*int(unsafe.Sizeof(z)))
+	nb := n * int(unsafe.Sizeof(z))
+	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
 	if q.base != nil {
-		if nb := n * int(unsafe.Sizeof(z)); nb >= largeCopy {
+		// copyOut, by hand: this is the hot path.
+		if nb >= largeCopy {
 			ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb), bytesOf(src))
 			return
 		}
 		copy(unsafe.Slice((*T)(unsafe.Add(q.base, off)), n), src)
 		return
 	}
-	putSlow("Put", pe, off, bytesOf(src))
+	c.putSlow(routine, pe, off, bytesOf(src), nbi)
 }
 
-// Get copies len(dst) elements of the symmetric array src on pe into dst
-// (shmem_get). It returns when dst holds the data. src must have at least
-// len(dst) elements.
-func Get[T RMA](dst, src []T, pe int) {
-	q := peerAt("Get", pe)
+// copyOut copies src to the heap offset off of a peer mapped at base.
+func copyOut[T RMA](base unsafe.Pointer, off uintptr, src []T) {
+	var z T
+	if nb := len(src) * int(unsafe.Sizeof(z)); nb >= largeCopy {
+		ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), bytesOf(src))
+		return
+	}
+	copy(unsafe.Slice((*T)(unsafe.Add(base, off)), len(src)), src)
+}
+
+func get[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
+	q := c.peer(routine, pe)
 	n := len(dst)
 	if len(src) < n {
-		badLen("Get", len(src), n)
+		badLen(routine, len(src), n)
 	}
 	if n == 0 {
 		return
 	}
 	var z T
-	off := offsetOf("Get", "src", unsafe.Pointer(unsafe.SliceData(src)), n*int(unsafe.Sizeof(z)))
+	nb := n * int(unsafe.Sizeof(z))
+	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), nb)
 	if q.base != nil {
-		if nb := n * int(unsafe.Sizeof(z)); nb >= largeCopy {
+		if nb >= largeCopy {
 			ucs.Memcpy(bytesOf(dst), unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb))
 			return
 		}
 		copy(dst, unsafe.Slice((*T)(unsafe.Add(q.base, off)), n))
 		return
 	}
-	getSlow("Get", pe, off, bytesOf(dst))
+	c.getSlow(routine, pe, off, bytesOf(dst), nbi)
 }
 
-// PutMem copies the bytes of src into the symmetric bytes dst on pe
-// (shmem_putmem).
-func PutMem(dst, src []byte, pe int) { Put(dst, src, pe) }
-
-// GetMem copies the symmetric bytes src on pe into dst (shmem_getmem).
-func GetMem(dst, src []byte, pe int) { Get(dst, src, pe) }
-
-// P stores v into the symmetric object *dst on pe (shmem_p).
-func P[T RMA](dst *T, v T, pe int) {
-	q := peerAt("P", pe)
-	off := offsetOf("P", "dst", unsafe.Pointer(dst), int(unsafe.Sizeof(v)))
+func putValue[T RMA](c *Ctx, routine string, dst *T, v T, pe int) {
+	q := c.peer(routine, pe)
+	off := offsetOf(routine, "dst", unsafe.Pointer(dst), int(unsafe.Sizeof(v)))
 	if q.base != nil {
 		*(*T)(unsafe.Add(q.base, off)) = v
 		return
 	}
-	pSlow(pe, off, v)
+	pSlow(c, routine, pe, off, v)
 }
 
-// G loads the symmetric object *src on pe (shmem_g).
-func G[T RMA](src *T, pe int) T {
-	q := peerAt("G", pe)
+func getValue[T RMA](c *Ctx, routine string, src *T, pe int) T {
+	q := c.peer(routine, pe)
 	var z T
-	off := offsetOf("G", "src", unsafe.Pointer(src), int(unsafe.Sizeof(z)))
+	off := offsetOf(routine, "src", unsafe.Pointer(src), int(unsafe.Sizeof(z)))
 	if q.base != nil {
 		return *(*T)(unsafe.Add(q.base, off))
 	}
-	return gSlow[T](pe, off)
+	return gSlow[T](c, routine, pe, off)
+}
+
+// stridedSpan returns how many elements of a slice of n elements nelems
+// elements at stride reach, panicking when the stride is not positive or
+// the slice is too short.
+func stridedSpan(routine, arg string, n, nelems, stride int) int {
+	if stride < 1 {
+		panic(fmt.Sprintf("shmem.%s: %s stride %d (valid: 1 or more)", routine, arg, stride))
+	}
+	if n < 1 || nelems-1 > (n-1)/stride {
+		panic(fmt.Sprintf("shmem.%s: %s has %d elements, fewer than %d elements at stride %d reach", routine, arg, n, nelems, stride))
+	}
+	return (nelems-1)*stride + 1
+}
+
+func checkNelems(routine string, nelems int) {
+	if nelems < 0 {
+		panic(fmt.Sprintf("shmem.%s: nelems %d (valid: 0 or more)", routine, nelems))
+	}
+}
+
+func iput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, nelems, pe int) {
+	q := c.peer(routine, pe)
+	checkNelems(routine, nelems)
+	if nelems == 0 {
+		return
+	}
+	dspan := stridedSpan(routine, "dst", len(dst), nelems, dstStride)
+	stridedSpan(routine, "src", len(src), nelems, srcStride)
+	var z T
+	size := unsafe.Sizeof(z)
+	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), dspan*int(size))
+	if q.base != nil {
+		d := unsafe.Slice((*T)(unsafe.Add(q.base, off)), dspan)
+		for i := range nelems {
+			d[i*dstStride] = src[i*srcStride]
+		}
+		return
+	}
+	if dstStride == 1 && srcStride == 1 {
+		c.putSlow(routine, pe, off, bytesOf(src[:nelems]), false)
+		return
+	}
+	for i := range nelems {
+		c.putSlow(routine, pe, off+uintptr(i*dstStride)*size, bytesOf(src[i*srcStride:i*srcStride+1]), false)
+	}
+}
+
+func iget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, nelems, pe int) {
+	q := c.peer(routine, pe)
+	checkNelems(routine, nelems)
+	if nelems == 0 {
+		return
+	}
+	stridedSpan(routine, "dst", len(dst), nelems, dstStride)
+	sspan := stridedSpan(routine, "src", len(src), nelems, srcStride)
+	var z T
+	size := unsafe.Sizeof(z)
+	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), sspan*int(size))
+	if q.base != nil {
+		s := unsafe.Slice((*T)(unsafe.Add(q.base, off)), sspan)
+		for i := range nelems {
+			dst[i*dstStride] = s[i*srcStride]
+		}
+		return
+	}
+	if dstStride == 1 && srcStride == 1 {
+		c.getSlow(routine, pe, off, bytesOf(dst[:nelems]), false)
+		return
+	}
+	// Every element's get in flight at once, then the wait for all.
+	reqs := make([]*ucp.Request, 0, nelems)
+	for i := range nelems {
+		b := bytesOf(dst[i*dstStride : i*dstStride+1])
+		req, err := q.ep.GetNBX(b, q.raddr+uint64(off+uintptr(i*srcStride)*size), q.rkey, nil)
+		if err != nil {
+			fatal(routine, pe, err)
+		}
+		if req != nil {
+			reqs = append(reqs, req)
+		}
+	}
+	for _, r := range reqs {
+		c.wait(routine, pe, r, nil)
+	}
 }
 
 // The slow paths take their values by copy so that the fast paths above keep
 // everything on the stack.
 
 //go:noinline
-func pSlow[T RMA](pe int, off uintptr, v T) {
-	putSlow("P", pe, off, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)))
+func pSlow[T RMA](c *Ctx, routine string, pe int, off uintptr, v T) {
+	c.putSlow(routine, pe, off, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)), false)
 }
 
 //go:noinline
-func gSlow[T RMA](pe int, off uintptr) (v T) {
-	getSlow("G", pe, off, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)))
+func gSlow[T RMA](c *Ctx, routine string, pe int, off uintptr) (v T) {
+	c.getSlow(routine, pe, off, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)), false)
 	return v
 }
 
-// putSlow puts b through the ucp endpoint to pe and waits for local
-// completion.
+// putSlow puts b through the context's endpoint to pe: blocking, it waits
+// for local completion; non-blocking, it leaves the completion to Quiet.
 //
 //go:noinline
-func putSlow(routine string, pe int, off uintptr, b []byte) {
+func (c *Ctx) putSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	if len(b) == 0 {
 		return
 	}
-	q := &st.peers[pe]
-	req, err := q.ep.PutNBX(b, q.raddr+uint64(off), q.rkey, nil)
-	if err == nil && req != nil {
-		err = req.Wait()
-		req.Free()
+	q := &c.peers[pe]
+	raddr := q.raddr + uint64(off)
+	if !nbi {
+		req, err := q.ep.PutNBX(b, raddr, q.rkey, nil)
+		c.wait(routine, pe, req, err)
+		return
 	}
-	if err != nil {
-		fatal(routine, pe, err)
-	}
+	op := c.newAsync(routine, pe)
+	op.started(q.ep.PutNBX(b, raddr, q.rkey, op.param(false)))
 }
 
-// getSlow gets b through the ucp endpoint to pe and waits for the data.
+// getSlow gets b through the context's endpoint to pe: blocking, it waits
+// for the data; non-blocking, Quiet does.
 //
 //go:noinline
-func getSlow(routine string, pe int, off uintptr, b []byte) {
+func (c *Ctx) getSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	if len(b) == 0 {
 		return
 	}
-	q := &st.peers[pe]
-	req, err := q.ep.GetNBX(b, q.raddr+uint64(off), q.rkey, nil)
-	if err == nil && req != nil {
-		err = req.Wait()
-		req.Free()
+	q := &c.peers[pe]
+	raddr := q.raddr + uint64(off)
+	if !nbi {
+		req, err := q.ep.GetNBX(b, raddr, q.rkey, nil)
+		c.wait(routine, pe, req, err)
+		return
 	}
-	if err != nil {
-		fatal(routine, pe, err)
-	}
+	op := c.newAsync(routine, pe)
+	op.started(q.ep.GetNBX(b, raddr, q.rkey, op.param(false)))
 }

@@ -18,8 +18,52 @@
 // atomics through the cached pointer that ucp's rkey gives; for other PEs
 // they are ucp operations on the endpoint to that PE.
 //
+// The routines follow OpenSHMEM 1.5, one generic function per typed family
+// (shmem_int_put, shmem_long_put, ... are Put[T]): RMA (Put, Get, P, G,
+// their Mem, NBI and strided IPut/IGet forms), put-with-signal (PutSignal,
+// SignalWaitUntil, SignalFetch), atomics (AtomicFetchAdd, AtomicFetchOr,
+// ..., with non-blocking fetching forms such as AtomicFetchAddNBI),
+// point-to-point synchronization (WaitUntil, Test and their All, Any, Some
+// and Vector forms), ordering and completion (Fence, Quiet), barriers and
+// distributed locks (SetLock, ClearLock, TestLock). Every communication
+// routine also exists on a communication context (Ctx): CtxPut,
+// CtxAtomicFetchAdd, ...; the routines without a context use CtxDefault.
+//
+// Completion: a blocking routine returns when its local buffers may be
+// reused (and, for fetching routines, when the value is there). A
+// non-blocking (NBI) routine may return earlier; its buffers may be reused,
+// and the values it fetches are in place, after Quiet on its context.
+// Stores (puts, non-fetching atomics, signals) are complete at their target
+// after Quiet or a barrier; Fence orders them per target.
+//
+// Goroutines: the default context, and the routines without a context
+// argument, serve one goroutine at a time after Init (ThreadSingle), and
+// any number at once after InitThread(ThreadMultiple). Goroutines that communicate at
+// once each use a context of their own (CtxCreate with CtxPrivate), or
+// share one made without CtxPrivate and CtxSerialized.
+//
+// Teams: TeamWorld is every PE, TeamShared the PEs that map each other's
+// heaps; TeamSplitStrided and TeamSplit2D make others, (*Team).Sync
+// synchronizes one, and (*Team).CreateCtx gives a context whose PE numbers
+// are the team's.
+//
+// Environment variables, read at Init (those of the OpenSHMEM
+// specification):
+//
+//   - SHMEM_SYMMETRIC_SIZE: the size of each PE's symmetric heap, with an
+//     optional K, M, G or T suffix (default 256M).
+//   - SHMEM_DEBUG: when set (to anything but 0, n, no, false or off), every
+//     allocation call first checks that every PE makes the same call, and
+//     reports a mismatch (ErrDebugMismatch) naming the call and the PE; and
+//     the routines check that the symmetric ranges they touch lie inside
+//     one allocated object.
+//   - SHMEM_INFO: when set, PE 0 prints the version, name, heap size, thread
+//     level, the transports it reaches each PE with, and these variables,
+//     at Init.
+//   - SHMEM_VERSION: when set, PE 0 prints the version at Init.
+//
 // Errors: a call that can fail in a correct program returns an error (Init,
-// allocation). A programming error that OpenSHMEM leaves undefined (an
+// allocation, team split, context creation). A programming error that OpenSHMEM leaves undefined (an
 // invalid PE number, an address outside the symmetric heap, a length
 // mismatch, use before Init) panics with a message naming the routine, the
 // argument and the valid range. A failure of another PE ends the job with a
@@ -56,6 +100,13 @@ type ExtAMO interface {
 	AMO | ~float32 | ~float64
 }
 
+// Bitwise is the set of bitwise AMO types (the and, or and xor routines):
+// unsigned int, unsigned long, unsigned long long, int32, int64, uint32 and
+// uint64 in C.
+type Bitwise interface {
+	~uint | ~uint32 | ~uint64 | ~int32 | ~int64
+}
+
 // Point is the set of point-to-point synchronization types.
 type Point interface {
 	~int16 | ~int32 | ~int64 | ~int | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr
@@ -77,15 +128,20 @@ type state struct {
 	me, npes int
 	heapBase uintptr
 	heapSize uintptr
-	peers    []peer
-	heap     *symheap.Heap
-	member   *bootstrap.Member
-	ctx      *ucp.Context
-	worker   *ucp.Worker
-	barrier  barrierState
-	spin     int  // loads a waiter spins before yielding
-	netPoll  bool // some peer is reached through the network
-	inited   bool
+	peers    []peer // those of the default context
+	// addrs and rkeys are every PE's worker address and packed heap key, for
+	// the endpoints of the contexts CtxCreate makes.
+	addrs   [][]byte
+	rkeys   [][]byte
+	heap    *symheap.Heap
+	member  *bootstrap.Member
+	ctx     *ucp.Context
+	worker  *ucp.Worker
+	barrier barrierState
+	spin    int  // loads a waiter spins before yielding
+	netPoll bool // some peer is reached through the network
+	env     envSettings
+	inited  bool
 }
 
 var (
@@ -100,12 +156,19 @@ const blobVersion = 1
 // without goshmem-run is a job of one PE), creates the ucp context and
 // worker, maps the symmetric heap (SHMEM_SYMMETRIC_SIZE bytes, default
 // 256M), exchanges worker addresses and heap keys with every PE, connects an
-// endpoint to each, and waits for every PE to get there. Calling Init again
-// after success does nothing.
+// endpoint to each, sets up TeamWorld and TeamShared, and waits for every
+// PE to get there. The thread level is ThreadSingle (InitThread asks for
+// another). The environment variables SHMEM_DEBUG, SHMEM_INFO and
+// SHMEM_VERSION are read here (see the package documentation). Calling
+// Init again after success does nothing.
 func Init() error {
 	if st.inited {
 		return nil
 	}
+	return initThread(ThreadSingle)
+}
+
+func initThread(level ThreadLevel) error {
 	size, err := symheap.SizeFromEnv()
 	if err != nil {
 		return fmt.Errorf("shmem init: %w", err)
@@ -114,14 +177,14 @@ func Init() error {
 	if err != nil {
 		return fmt.Errorf("shmem init: join the job: %w", err)
 	}
-	if err := initLocked(m, size); err != nil {
+	if err := initLocked(m, size, level, readEnv()); err != nil {
 		m.Close()
 		return fmt.Errorf("shmem init (PE %d of %d): %w", m.Rank(), m.Size(), err)
 	}
 	return nil
 }
 
-func initLocked(m *bootstrap.Member, size int) (err error) {
+func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSettings) (err error) {
 	params := new(ucp.Params).
 		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64).
 		SetEstimatedNumEPs(m.Size()).
@@ -140,7 +203,7 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 			}
 		}
 	}()
-	worker, err := ctx.NewWorker(new(ucp.WorkerParams).SetName(fmt.Sprintf("pe%d", m.Rank())))
+	worker, err := ctx.NewWorker(new(ucp.WorkerParams).SetName(fmt.Sprintf("pe%d", m.Rank())).SetThreadMode(level.workerMode()))
 	if err != nil {
 		return err
 	}
@@ -163,12 +226,15 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 		return fmt.Errorf("exchange addresses: %w", err)
 	}
 	peers := make([]peer, m.Size())
+	addrs := make([][]byte, m.Size())
+	rkeys := make([][]byte, m.Size())
 	cleanup = append(cleanup, func() { closePeers(peers) })
 	for pe, b := range blobs {
 		a, k, base, n, err := decodeBlob(b)
 		if err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}
+		addrs[pe], rkeys[pe] = a, k
 		if n != uint64(heap.Size()) {
 			return fmt.Errorf("PE %d has a heap of %d bytes and this PE %d: SHMEM_SYMMETRIC_SIZE must be the same everywhere", pe, n, heap.Size())
 		}
@@ -189,7 +255,8 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 	st.me, st.npes = m.Rank(), m.Size()
 	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
-	st.peers = peers
+	st.peers, st.addrs, st.rkeys = peers, addrs, rkeys
+	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, shared: level == ThreadMultiple}
 	st.spin = spinDedicated
 	for i := range peers {
 		st.netPoll = st.netPoll || peers[i].base == nil
@@ -198,20 +265,38 @@ func initLocked(m *bootstrap.Member, size int) (err error) {
 		st.spin = spinOversubscribed
 	}
 	if err := st.barrier.init(); err != nil {
-		st = state{}
+		resetState()
 		return err
 	}
 	if err := st.barrier.chooseCentral(); err != nil {
-		st = state{}
+		resetState()
 		return err
 	}
+	if err := initTeams(); err != nil {
+		resetState()
+		return err
+	}
+	st.env = env
+	threadLevel = level
 	m.OnFailure(onPeerFailure)
 	st.inited = true
 	if err := m.Barrier(); err != nil {
-		st = state{}
+		resetState()
 		return fmt.Errorf("initial barrier: %w", err)
 	}
+	if st.me == 0 {
+		printStartup(os.Stdout)
+	}
 	return nil
+}
+
+// resetState forgets everything Init set.
+func resetState() {
+	st = state{}
+	defaultCtx = Ctx{}
+	resetTeams()
+	resetDebug()
+	threadLevel = ThreadSingle
 }
 
 func closePeers(peers []peer) {
@@ -232,15 +317,18 @@ func onPeerFailure(f bootstrap.Failure) {
 	os.Exit(1)
 }
 
-// Finalize ends the library on this PE: it completes every operation, waits
-// for every PE to finalize (so no PE unmaps memory another still uses),
-// releases the heap, endpoints and worker, and leaves the job. Nothing is
-// left in /dev/shm. Calling it without Init, or twice, does nothing.
+// Finalize ends the library on this PE: it completes every operation of the
+// default context, destroys the contexts that CtxCreate made and the program
+// did not destroy (completing their operations), waits for every PE to
+// finalize (so no PE unmaps memory another still uses), releases the heap,
+// endpoints and worker, and leaves the job. Nothing is left in /dev/shm.
+// Calling it without Init, or twice, does nothing.
 func Finalize() {
 	if !st.inited {
 		return
 	}
 	Quiet()
+	destroyContexts()
 	m := st.member
 	m.OnFailure(func(bootstrap.Failure) {})
 	if err := m.Barrier(); err != nil {
@@ -253,7 +341,7 @@ func Finalize() {
 	if err := m.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "goshmem: PE %d: leave the job: %v\n", st.me, err)
 	}
-	st = state{}
+	resetState()
 }
 
 // MyPE returns the number of this PE, from 0 to NPEs()-1; -1 before Init.

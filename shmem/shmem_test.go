@@ -449,17 +449,23 @@ func TestBadInputPanics(t *testing.T) {
 			{"Free of a Go slice", func() { shmem.Free(local[:]) }, "not an object allocated by shmem.Malloc"},
 		}
 		for _, c := range cases {
-			msg := func() (msg string) {
-				defer func() { msg = fmt.Sprint(recover()) }()
-				c.fn()
-				return "no panic"
-			}()
-			if !strings.Contains(msg, c.want) {
-				t.Errorf("%s: panic %q, want it to mention %q", c.name, msg, c.want)
-			}
+			checkPanic(t, c.name, c.fn, c.want)
 		}
 		shmem.Free(x)
 	})
+}
+
+// checkPanic checks that fn panics with a message that mentions want.
+func checkPanic(t *testing.T, name string, fn func(), want string) {
+	t.Helper()
+	msg := func() (msg string) {
+		defer func() { msg = fmt.Sprint(recover()) }()
+		fn()
+		return "no panic"
+	}()
+	if !strings.Contains(msg, want) {
+		t.Errorf("%s: panic %q, want it to mention %q", name, msg, want)
+	}
 }
 
 func TestSameNodeHotPathsAllocateNothing(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/symheap"
-	"github.com/goshmem/goshmem/ucp"
 )
 
 // Cmp is a comparison of the point-to-point synchronization routines.
@@ -24,6 +23,7 @@ const (
 	CmpLE
 )
 
+// String returns the name of the comparison.
 func (c Cmp) String() string {
 	switch c {
 	case CmpEQ:
@@ -46,18 +46,19 @@ func (c Cmp) String() string {
 // memory barrier: it orders this PE's plain stores into mapped peer heaps.
 var fenceWord atomic.Uint64
 
-// Quiet waits until every put, atomic and memory store this PE issued is
-// complete and visible at its target (shmem_quiet).
+// Quiet waits until every put, atomic, signal and memory store this PE
+// issued on the default context is complete and visible at its target, and
+// every value a non-blocking get or fetching atomic of the default context
+// fetches is in place (shmem_quiet). Other contexts have their own
+// (*Ctx).Quiet.
 func Quiet() {
 	mustInit("Quiet")
-	fenceWord.Add(1)
-	if err := st.worker.Flush(); err != nil {
-		fatal("Quiet", st.me, err)
-	}
+	defaultCtx.quiet("Quiet")
 }
 
-// Fence orders the puts and atomics this PE issues to each PE before the
-// call before those it issues after (shmem_fence).
+// Fence orders the puts, atomics and signals this PE issues on the default
+// context to each PE before the call before those it issues after the call
+// to the same PE (shmem_fence).
 func Fence() {
 	mustInit("Fence")
 	fenceWord.Add(1)
@@ -67,7 +68,8 @@ func Fence() {
 }
 
 // BarrierAll waits until every PE has called it, after completing every
-// operation this PE issued (shmem_barrier_all).
+// operation this PE issued on the default context, as Quiet does
+// (shmem_barrier_all).
 func BarrierAll() {
 	Quiet()
 	st.barrier.sync()
@@ -165,7 +167,7 @@ func (b *barrierState) sync() {
 		} else {
 			// No flush: the peer waits for this add, and the operations
 			// before the barrier were completed by Quiet already.
-			amoSlow("BarrierAll", to, off, 8, ucp.AtomicOpAdd, 1, 0, false)
+			defaultCtx.amoSlow("BarrierAll", to, off, 8, amoAdd, 1, 0, amoPost, nil)
 		}
 		waitGE((*uint64)(st.heap.At(int(off))), b.epoch)
 	}
@@ -201,73 +203,9 @@ func (w *waiter) pause() {
 		if st.netPoll {
 			// Data from the network arrives through Go's poller, which a
 			// thread that only yields would starve (see ucp.Worker.Idle).
-			st.worker.Idle()
+			defaultCtx.idle()
 			return
 		}
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
-}
-
-// loadPoint atomically loads a point-to-point synchronization variable.
-func loadPoint[T Point](p *T) T {
-	var z T
-	switch unsafe.Sizeof(z) {
-	case 2:
-		// No 16-bit atomic load in Go: load the aligned 32-bit word around it.
-		shift := uintptr(unsafe.Pointer(p)) & 3
-		w := atomic.LoadUint32((*uint32)(unsafe.Add(unsafe.Pointer(p), -int(shift))))
-		return T(uint16(w >> (shift * 8)))
-	case 4:
-		return T(atomic.LoadUint32((*uint32)(unsafe.Pointer(p))))
-	default:
-		return T(atomic.LoadUint64((*uint64)(unsafe.Pointer(p))))
-	}
-}
-
-func compare[T Point](a T, cmp Cmp, b T) bool {
-	switch cmp {
-	case CmpEQ:
-		return a == b
-	case CmpNE:
-		return a != b
-	case CmpGT:
-		return a > b
-	case CmpGE:
-		return a >= b
-	case CmpLT:
-		return a < b
-	case CmpLE:
-		return a <= b
-	}
-	panic(fmt.Sprintf("shmem: invalid comparison %d (valid: CmpEQ..CmpLE)", int(cmp)))
-}
-
-func checkPoint[T Point](routine string, p *T) {
-	mustInit(routine)
-	var z T
-	size := unsafe.Sizeof(z)
-	offsetOf(routine, "ivar", unsafe.Pointer(p), int(size))
-	if uintptr(unsafe.Pointer(p))%size != 0 {
-		panic(fmt.Sprintf("shmem.%s: ivar %p is not aligned to %d bytes", routine, p, size))
-	}
-}
-
-// WaitUntil waits until the symmetric object *ivar, updated by other PEs,
-// compares to v as cmp says (shmem_wait_until).
-func WaitUntil[T Point](ivar *T, cmp Cmp, v T) {
-	checkPoint("WaitUntil", ivar)
-	var w waiter
-	for !compare(loadPoint(ivar), cmp, v) {
-		w.pause()
-	}
-}
-
-// Test reports whether *ivar compares to v as cmp says (shmem_test).
-func Test[T Point](ivar *T, cmp Cmp, v T) bool {
-	checkPoint("Test", ivar)
-	if compare(loadPoint(ivar), cmp, v) {
-		return true
-	}
-	st.worker.Progress()
-	return false
 }

@@ -10,7 +10,8 @@ import (
 
 // Worker address layout (little endian):
 //
-//	magic "GWA" version(1)  u8 flags  u64 worker uid  u8 name-len name
+//	magic "GWA" version(1)  u8 flags (addrFlagNetOnly)  u64 worker uid
+//	u8 name-len name
 //	u8 iface count, then per iface:
 //	  u8 len component   u8 len tl-name   u8 device type
 //	  u64 cap flags  u64 atomic caps (op32|fop32<<8|op64<<16|fop64<<24)
@@ -132,8 +133,8 @@ func (d *decoder) blob16() []byte {
 }
 
 // decodeWorkerAddress parses a packed worker address. Anything malformed
-// (bad magic or version, truncation, trailing bytes, empty or oversized
-// fields, non-finite perf figures) fails with ucs.ErrInvalidAddr.
+// (bad magic or version, unknown flags, truncation, trailing bytes, empty or
+// oversized fields, non-finite perf figures) fails with ucs.ErrInvalidAddr.
 func decodeWorkerAddress(b []byte) (*workerAddress, error) {
 	bad := func(why string) error {
 		return fmt.Errorf("ucp: worker address (%d bytes): %s: %w", len(b), why, ucs.ErrInvalidAddr)
@@ -152,6 +153,9 @@ func decodeWorkerAddress(b []byte) (*workerAddress, error) {
 	n := int(d.u8())
 	if d.err {
 		return nil, bad("truncated header")
+	}
+	if a.flags&^addrFlagNetOnly != 0 {
+		return nil, bad(fmt.Sprintf("flags %#x", a.flags))
 	}
 	if n == 0 || n > maxAddrIfaces {
 		return nil, bad(fmt.Sprintf("%d interfaces", n))

@@ -291,7 +291,6 @@ func (w *Worker) amInit() error {
 		}
 		a.rndvThr = int(min(n, math.MaxInt))
 	}
-	a.maxHdr = -1
 	for _, wi := range w.ifaces {
 		if wi.attr.Flags&capAM == 0 {
 			continue
@@ -301,14 +300,8 @@ func (w *Worker) amInit() error {
 		if err := wi.iface.SetAMHandler(amUCP, cb, nil, uct.CBFlagSync); err != nil {
 			return fmt.Errorf("active-message handler on %s: %w", wi.rsc.tl.TLName, err)
 		}
-		n := wi.attr.AM.MaxBcopy
-		if a.maxHdr < 0 || n-amHdrLen < a.maxHdr {
-			a.maxHdr = max(n-amHdrLen, 0)
-		}
 	}
-	if a.maxHdr < 0 {
-		a.maxHdr = 0
-	}
+	a.maxHdr = w.amMaxHeader()
 	empty := []*amHandler{}
 	a.handlers.Store(&empty)
 	a.reasm = map[amKey]*amReasm{}
@@ -320,12 +313,19 @@ func (w *Worker) amInit() error {
 }
 
 // amMaxHeader is the largest user header AMSendNBX takes: what fits in one
-// message of every interface with the ucp header (WorkerAttr.MaxAMHeader).
+// message of every interface that carries active messages, with the ucp
+// header (WorkerAttr.MaxAMHeader).
 func (w *Worker) amMaxHeader() int {
-	if w.am.enabled {
-		return w.am.maxHdr
+	m := -1
+	for _, wi := range w.ifaces {
+		if wi.attr.Flags&capAM == 0 {
+			continue
+		}
+		if n := max(wi.attr.AM.MaxBcopy-amHdrLen, 0); m < 0 || n < m {
+			m = n
+		}
 	}
-	return 0
+	return max(m, 0)
 }
 
 // SetAMRecvHandler installs, replaces or removes the handler of an
@@ -335,7 +335,7 @@ func (w *Worker) amMaxHeader() int {
 // fails with ucs.ErrInvalidParam for a missing or out-of-range id or unknown
 // flags, and ucs.ErrUnsupported when the context lacks FeatureAM.
 func (w *Worker) SetAMRecvHandler(p *AMHandlerParam) error {
-	if w.closed {
+	if w.closed.Load() {
 		return fmt.Errorf("ucp set am handler: %w", errClosed)
 	}
 	if !w.am.enabled {
@@ -421,11 +421,11 @@ const (
 // transport's error otherwise.
 func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestParam) (*Request, error) {
 	w := ep.w
-	if ep.closed {
+	if ep.closed.Load() {
 		return nil, fmt.Errorf("ucp am send: %w", errClosed)
 	}
-	if ep.failed != nil {
-		return nil, fmt.Errorf("ucp am send: %w", ep.failed)
+	if st := ep.failStatus.Load(); st != 0 {
+		return nil, fmt.Errorf("ucp am send to %s: %w", ep.remoteName, ucs.Status(st))
 	}
 	if !w.am.enabled {
 		return nil, fmt.Errorf("ucp am send: the context was created without FeatureAM: %w", ucs.ErrUnsupported)
@@ -734,7 +734,7 @@ func (w *Worker) amRkey(ep *Endpoint, key []byte) *Rkey {
 	a.mu.Lock()
 	for i, c := range a.rkeys {
 		if c.ep == ep && string(c.packed) == string(key) {
-			if !ep.closed {
+			if !ep.closed.Load() {
 				a.mu.Unlock()
 				return c
 			}

@@ -1,10 +1,10 @@
 package ucp
 
 import (
-	"fmt"
 	"log"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -84,7 +84,7 @@ func (l *lane) amBcopy(h *amHeader, a, b []byte) ucs.Status {
 // or, when the lane has no room (or the endpoint has queued operations),
 // from Progress.
 func (w *Worker) amControl(ep *Endpoint, h amHeader) ucs.Status {
-	if ep == nil || ep.closed || ep.am == nil {
+	if ep == nil || ep.closed.Load() || ep.am == nil {
 		return ucs.ErrNotConnected
 	}
 	h.src = w.uid
@@ -137,7 +137,7 @@ func (w *Worker) amEnqueue(op *amOp) {
 // InProgress when it waits for zero-copy completions (which then finish it)
 // or, for a rendezvous message, for the receiver; or an error.
 func (w *Worker) amAdvance(op *amOp) ucs.Status {
-	if op.ep.closed {
+	if op.ep.closed.Load() {
 		return ucs.ErrCanceled
 	}
 	switch op.kind {
@@ -316,7 +316,7 @@ func (w *Worker) amProgress() int {
 func (ep *Endpoint) amFlush() error {
 	w := ep.w
 	for ep.amq.busy.Load() > w.amParked(ep) {
-		if ep.closed {
+		if ep.closed.Load() {
 			return errClosed
 		}
 		if w.Progress() == 0 {
@@ -347,7 +347,7 @@ func (w *Worker) amParked(ep *Endpoint) int32 {
 func (w *Worker) amReplyEP(uid uint64) *Endpoint {
 	a := &w.am
 	a.mu.Lock()
-	if ep := a.lastEP; ep != nil && a.lastSrc == uid && !ep.closed {
+	if ep := a.lastEP; ep != nil && a.lastSrc == uid && !ep.closed.Load() {
 		a.mu.Unlock()
 		return ep
 	}
@@ -480,18 +480,8 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 		w.amFinish(op, ucs.OK)
 	case amHello:
-		if w.amReplyEP(h.src) != nil {
-			return ucs.OK
-		}
-		ra, err := decodeWorkerAddress(p)
-		if err != nil || ra.uid != h.src {
-			log.Printf("ucp: worker %s: dropped a hello from %#x with a bad address: %v", w.name, h.src, err)
-			return ucs.OK
-		}
-		addr := append([]byte(nil), p...)
-		if _, err := w.NewEndpoint(new(EPParams).SetAddress(addr).SetName(fmt.Sprintf("%s->%s (reply)", w.name, ra.name))); err != nil {
-			log.Printf("ucp: worker %s: no endpoint back to %s: %v", w.name, ra.name, err)
-		}
+		// The same as the software protocols' wireup (proto_sw.go).
+		w.wireBack(h.src, append([]byte(nil), p...))
 	}
 	return ucs.OK
 }
@@ -524,6 +514,11 @@ func (w *Worker) amDeliverOwned(h amHeader, uhdr, data []byte) {
 // (raw is then the transport buffer to give back, if any). It returns what
 // the transport must hear: InProgress when raw is kept.
 func (w *Worker) amCall(hd *amHandler, h amHeader, uhdr, data, raw []byte, wi *workerIface, keepable bool) ucs.Status {
+	if a := w.amAlign; a > 1 && len(data) > 0 && uintptr(unsafe.Pointer(&data[0]))%uintptr(a) != 0 {
+		// WorkerParams.SetAMAlignment: hand over an aligned copy, which the
+		// handler may keep; the transport's buffer is not kept.
+		data, raw, wi, keepable = alignedCopy(data, a), nil, nil, true
+	}
 	p := recvParamPool.Get().(*AMRecvParam)
 	defer recvParamPool.Put(p)
 	*p = AMRecvParam{Length: len(data)}
@@ -563,6 +558,15 @@ func (w *Worker) amCall(hd *amHandler, h amHeader, uhdr, data, raw []byte, wi *w
 		descPool.Put(d)
 		return ucs.OK
 	}
+}
+
+// alignedCopy returns a copy of data that starts at a multiple of align.
+func alignedCopy(data []byte, align int) []byte {
+	buf := make([]byte, len(data)+align-1)
+	off := (align - int(uintptr(unsafe.Pointer(&buf[0]))%uintptr(align))) % align
+	b := buf[off : off+len(data) : off+len(data)]
+	copy(b, data)
+	return b
 }
 
 // recvParamPool holds the parameters handed to receive callbacks, valid

@@ -422,8 +422,8 @@ func TestAMErrors(t *testing.T) {
 	if err := w.SetAMRecvHandler(new(AMHandlerParam).SetID(1).SetCB(cb)); !errors.Is(err, ucs.ErrUnsupported) {
 		t.Errorf("handler without FeatureAM: %v", err)
 	}
-	if w.Query().MaxAMHeader != 0 {
-		t.Errorf("MaxAMHeader without FeatureAM: %d", w.Query().MaxAMHeader)
+	if got := w.Query().MaxAMHeader; got != maxHdr {
+		t.Errorf("MaxAMHeader without FeatureAM: %d, want %d (a property of the transports)", got, maxHdr)
 	}
 	addr, _ := e.b.Address()
 	ep, err := w.NewEndpoint(new(EPParams).SetAddress(addr))
@@ -636,6 +636,61 @@ func TestAMTwoEndpoints(t *testing.T) {
 			}
 			if len(got) != n {
 				t.Errorf("%d deliveries, want %d", len(got), n)
+			}
+		})
+	}
+}
+
+// TestAMAlignment checks that a worker created with an AM alignment hands
+// its handlers data that starts at a multiple of it, whatever the protocol.
+func TestAMAlignment(t *testing.T) {
+	for _, tr := range amTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			if tr.tls != "" {
+				t.Setenv("UCX_TLS", tr.tls)
+			}
+			c, err := Init(new(Params).SetFeatures(FeatureAM), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Cleanup)
+			const align = 64
+			b, err := c.NewWorker(new(WorkerParams).SetAMAlignment(align))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(b.Destroy)
+			a := b
+			if !tr.self {
+				a = newWorker(t, c)
+			}
+			e := &amEnv{c: c, a: a, b: b}
+			addr, _ := b.Address()
+			if e.ab, err = a.NewEndpoint(new(EPParams).SetAddress(addr)); err != nil {
+				t.Fatal(err)
+			}
+			var got []amMsg
+			misaligned := 0
+			cb := func(arg any, header, data []byte, p *AMRecvParam) ucs.Status {
+				if len(data) > 0 && uintptr(unsafe.Pointer(&data[0]))%align != 0 {
+					misaligned++
+				}
+				return recorder(&got)(arg, header, data, p)
+			}
+			if err := b.SetAMRecvHandler(new(AMHandlerParam).SetID(1).SetCB(cb)); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{1, 100, 20000} {
+				got = got[:0]
+				r, err := e.ab.AMSendNBX(1, []byte("odd"), pattern(n, 5), new(RequestParam).SetFlags(AMSendFlagEager))
+				e.waitReq(t, "send", r, err)
+				e.wait(t, "delivery", func() bool { return len(got) > 0 })
+				if !bytes.Equal(got[0].data, pattern(n, 5)) {
+					t.Errorf("%d bytes: data differs", n)
+				}
+			}
+			if misaligned > 0 {
+				t.Errorf("%d messages with misaligned data", misaligned)
 			}
 		})
 	}

@@ -9,8 +9,9 @@ import (
 )
 
 // amUCP is the uct active-message id that carries every ucp active message:
-// the first id below those of the software protocols (proto_sw.go).
-const amUCP uint8 = amSwFlushRep - 1
+// the first id below those of the software protocols (proto_sw.go), whose
+// lowest is amSwWireup.
+const amUCP uint8 = amSwWireup - 1
 
 // Types of ucp active-message wire messages (amHeader.typ).
 const (

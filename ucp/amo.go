@@ -106,10 +106,6 @@ func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *R
 		return ep.swAtomic(uop, size, value, compare, raddr, rkey, r)
 	}
 	w := ep.w
-	if w.mode == ucs.ThreadModeMulti {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-	}
 	caps := al.l.wi.attr.Atomic64
 	if size == 4 {
 		caps = al.l.wi.attr.Atomic32

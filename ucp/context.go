@@ -13,12 +13,12 @@ package ucp
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -57,6 +57,10 @@ const (
 	FeatureWakeup Feature = 1 << 4
 	FeatureStream Feature = 1 << 5
 	FeatureAM     Feature = 1 << 6
+	// FeatureExportedMemh enables exporting memory handles to other
+	// processes of the node and importing theirs (Context.MemhPack with
+	// MemhPackFlagExport, MemMap with an exported memh buffer).
+	FeatureExportedMemh Feature = 1 << 7
 )
 
 // Fields of Params (ucp_params_field).
@@ -164,6 +168,7 @@ var configTable = []ucs.ConfigField{
 	{Name: "NUM_EPS", Default: "auto", Doc: "Expected number of endpoints; overrides estimated_num_eps"},
 	{Name: "NUM_PPN", Default: "auto", Doc: "Expected number of processes per node; overrides estimated_num_ppn"},
 	{Name: "LOCAL_NODE_ID", Default: "auto", Doc: "Node-local id of the process; overrides node_local_id"},
+	{Name: "KEEPALIVE_INTERVAL", Default: "20s", Doc: "How often a worker checks that the peers of its endpoints in error mode PEER live, on transports that can tell (shared memory); inf or 0 turns it off"},
 }
 
 // Config is the configuration of a context, read from UCX_* variables
@@ -214,6 +219,7 @@ type Context struct {
 	nodeID    uint64
 	zcopyThr  int // 0: per lane
 	bcopyThr  int
+	keepalive time.Duration // UCX_KEEPALIVE_INTERVAL; 0: off
 	allocPrio []string
 	regions   sync.Map // software RMA token -> *MemHandle
 	closed    atomic.Bool
@@ -307,6 +313,11 @@ func (c *Context) applyConfig() error {
 		}
 		*th.dst = int(n)
 	}
+	ka, err := ucs.ParseDuration(cfg.Get("KEEPALIVE_INTERVAL"))
+	if err != nil {
+		return fmt.Errorf("ucp init: UCX_KEEPALIVE_INTERVAL: %w", err)
+	}
+	c.keepalive = ka
 	for _, m := range strings.Split(cfg.Get("ALLOC_PRIO"), ",") {
 		if m = strings.TrimSpace(m); m != "" {
 			if m != "mmap" && m != "heap" && !strings.HasPrefix(m, "md:") {
@@ -421,42 +432,5 @@ func (c *Context) Cleanup() {
 	}
 	c.mds, c.resources = nil, nil
 }
-
-// Attr fields of ContextAttr (ucp_context_attr_field).
-type ContextAttr struct {
-	RequestSize int
-	ThreadMode  ucs.ThreadMode
-	MemoryTypes []ucs.MemoryType
-	Name        string
-	Features    Feature
-	// Transports lists the selected resources as "tl/device".
-	Transports []string
-}
-
-// Query describes the context (ucp_context_query).
-func (c *Context) Query() ContextAttr {
-	a := ContextAttr{RequestSize: c.params.RequestSize, ThreadMode: ucs.ThreadModeMulti,
-		MemoryTypes: []ucs.MemoryType{ucs.MemoryTypeHost}, Name: c.name, Features: c.features}
-	for _, r := range c.resources {
-		a.Transports = append(a.Transports, r.tl.TLName+"/"+r.tl.DevName)
-	}
-	return a
-}
-
-// Print writes the context's configuration and selected resources to w
-// (ucp_context_print_info).
-func (c *Context) Print(w io.Writer) error {
-	fmt.Fprintf(w, "# UCP context %q, version %s\n", c.name, VersionString())
-	for _, r := range c.resources {
-		fmt.Fprintf(w, "#   resource %d: md %s, tl %s, device %s (%s)\n", r.index, r.md.md.Name(), r.tl.TLName, r.tl.DevName, r.tl.DevType)
-	}
-	return c.config.Print(w, false)
-}
-
-// LibAttr describes the library (ucp_lib_query).
-type LibAttr struct{ MaxThreadLevel ucs.ThreadMode }
-
-// LibQuery returns the library attributes.
-func LibQuery() LibAttr { return LibAttr{MaxThreadLevel: ucs.ThreadModeMulti} }
 
 var errClosed = errors.New("ucp: use of a released object")

@@ -37,7 +37,13 @@ const (
 	ErrHandlingModePeer
 )
 
-// ErrHandler is called when an endpoint fails (ucp_err_handler_t).
+// ErrHandler is called when an endpoint in error mode PEER fails
+// (ucp_err_handler_t): once, from Worker.Progress, after the endpoint's
+// outstanding requests completed with status, a ucs.Status such as
+// ucs.ErrConnectionReset (a transport lost the connection) or
+// ucs.ErrEndpointTimeout (the keepalive found the peer gone). userData is
+// the endpoint's (EPParams.SetUserData). The handler may call the worker
+// (Close(CloseModeForce) on ep is the usual thing to do) but not Progress.
 type ErrHandler func(userData any, ep *Endpoint, status error)
 
 // EPParams are the parameters of Worker.NewEndpoint (ucp_ep_params_t).
@@ -59,12 +65,19 @@ func (p *EPParams) SetAddress(a []byte) *EPParams {
 }
 
 // SetErrMode sets the error handling mode (default ErrHandlingModeNone).
+// In ErrHandlingModePeer a peer found gone (a transport's error, or the
+// worker's keepalive every UCX_KEEPALIVE_INTERVAL) fails the endpoint: its
+// outstanding requests complete with the error, its error handler is
+// called once, and later operations fail at once with the error. In
+// ErrHandlingModeNone nothing of that happens. Another value makes
+// NewEndpoint fail with ucs.ErrInvalidParam.
 func (p *EPParams) SetErrMode(m ErrHandlingMode) *EPParams {
 	p.ErrMode, p.FieldMask = m, p.FieldMask|EPParamFieldErrMode
 	return p
 }
 
-// SetErrHandler sets the failure callback (default none).
+// SetErrHandler sets the failure callback of error mode PEER (default
+// none: the endpoint fails silently).
 func (p *EPParams) SetErrHandler(h ErrHandler) *EPParams {
 	p.ErrHandler, p.FieldMask = h, p.FieldMask|EPParamFieldErrHandler
 	return p
@@ -87,8 +100,12 @@ type lane struct {
 	wi     *workerIface
 	ep     uct.EP
 	remote *addrIface
-	usage  int        // usage* bits
-	sendMu sync.Mutex // serializes software-protocol sends, which receive paths also make
+	owner  *Endpoint
+	usage  int        // usage* bits; guarded by the owner's laneMu
+	sendMu sync.Mutex // serializes software-protocol sends, which receive paths also make, with Destroy
+	// destroyed is set, under sendMu, when ep was destroyed: the software
+	// protocols and the keepalive then leave it alone.
+	destroyed bool
 }
 
 func (l *lane) String() string {
@@ -96,26 +113,34 @@ func (l *lane) String() string {
 }
 
 // Endpoint is a connection from a worker to one remote worker (ucp_ep_h).
+// In the worker's multi thread mode any number of goroutines may use it at
+// once.
 type Endpoint struct {
 	w          *Worker
 	params     EPParams
 	name       string
 	remoteUID  uint64
 	remoteName string
-	cands      []candidate // reachable lanes, best first
-	lanes      []*lane     // the connected ones
-	am         *lane       // active messages (and software RMA and atomics)
-	failed     error
-	closed     bool
-	swDirty    atomic.Bool // software puts or atomics sent since the last flush
-	amq        amEP        // active messages (am.go)
+	cands      []candidate  // reachable lanes, best first
+	laneMu     sync.Mutex   // guards lanes (appended to by RkeyUnpack) and lane usages
+	lanes      []*lane      // the connected ones
+	am         *lane        // active messages (and software RMA and atomics); set by wireup
+	failStatus atomic.Int32 // the ucs.Status the endpoint failed with (mode PEER); 0 if none
+	closing    atomic.Bool  // Close began: the error handler is not called any more
+	closed     atomic.Bool  // closed: operations fail
+	swDirty    atomic.Bool  // software puts or atomics sent since the last flush
+	wiredBack  atomic.Bool  // the peer has this worker's address (swWireup)
+	amq        amEP         // active messages (am.go)
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
 // (ucp_ep_create). It fails with ucs.ErrInvalidAddr for a malformed address
 // and ucs.ErrUnreachable when no selected transport reaches the peer.
+//
+// In the worker's multi thread mode it may be called from several
+// goroutines at once.
 func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
-	if w.closed {
+	if w.closed.Load() {
 		return nil, fmt.Errorf("ucp ep create: %w", errClosed)
 	}
 	if params == nil || params.FieldMask&EPParamFieldRemoteAddress == 0 {
@@ -128,19 +153,34 @@ func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 	ep := &Endpoint{w: w, params: *params, remoteUID: ra.uid, remoteName: ra.name}
 	if params.FieldMask&EPParamFieldErrMode == 0 {
 		ep.params.ErrMode = ErrHandlingModeNone
+	} else if m := params.ErrMode; m != ErrHandlingModeNone && m != ErrHandlingModePeer {
+		return nil, fmt.Errorf("ucp ep create: error handling mode %d: %w", m, ucs.ErrInvalidParam)
+	}
+	if params.FieldMask&EPParamFieldUserData == 0 {
+		ep.params.UserData = nil
 	}
 	if params.FieldMask&EPParamFieldName != 0 {
 		ep.name = params.Name
 	} else {
 		ep.name = fmt.Sprintf("%s->%s", w.name, ra.name)
 	}
-	if err := ep.wireup(ra); err != nil {
+	ep.laneMu.Lock()
+	err = ep.wireup(ra)
+	ep.laneMu.Unlock()
+	if err != nil {
 		ep.destroyLanes()
 		return nil, fmt.Errorf("ucp ep create to %q: %w", ra.name, err)
 	}
 	w.epMu.Lock()
 	w.eps = append(w.eps, ep)
 	w.epMu.Unlock()
+	if w.closed.Load() { // destroyed meanwhile: Destroy may have missed ep
+		ep.closeNow(ucs.ErrCanceled)
+		return nil, fmt.Errorf("ucp ep create: %w", errClosed)
+	}
+	if ep.params.ErrMode == ErrHandlingModePeer {
+		w.startKeepalive()
+	}
 	return ep, nil
 }
 
@@ -226,8 +266,12 @@ const (
 )
 
 // laneFor returns the lane for the candidate, creating its uct endpoint
-// unless another lane already connects the same pair of interfaces.
+// unless another lane already connects the same pair of interfaces. The
+// caller holds ep.laneMu.
 func (ep *Endpoint) laneFor(c *candidate) (*lane, error) {
+	if ep.closed.Load() {
+		return nil, errClosed
+	}
 	for _, l := range ep.lanes {
 		if l.wi == c.wi && l.remote == c.remote {
 			return l, nil
@@ -238,36 +282,103 @@ func (ep *Endpoint) laneFor(c *candidate) (*lane, error) {
 		return nil, fmt.Errorf("connect %s: %w", c.wi.rsc.tl.TLName, err)
 	}
 	c.wi.used.Store(true)
-	l := &lane{wi: c.wi, ep: uep, remote: c.remote}
+	l := &lane{wi: c.wi, ep: uep, remote: c.remote, owner: ep}
 	ep.lanes = append(ep.lanes, l)
 	return l, nil
 }
 
+// lanesSnapshot returns the endpoint's lanes as they are now; the slice
+// must not be modified (lanes are only ever appended, or all dropped).
+func (ep *Endpoint) lanesSnapshot() []*lane {
+	ep.laneMu.Lock()
+	defer ep.laneMu.Unlock()
+	return ep.lanes[:len(ep.lanes):len(ep.lanes)]
+}
+
+// destroyLanes destroys the transport endpoints of every lane. A lane's
+// uct endpoint is destroyed under its sendMu, so that no software message,
+// pending request or keepalive check is using it meanwhile; requests still
+// queued for resources complete with the endpoint's status (ucs.ErrCanceled
+// unless it failed).
 func (ep *Endpoint) destroyLanes() {
-	for _, l := range ep.lanes {
-		l.ep.Destroy()
+	ep.laneMu.Lock()
+	lanes := ep.lanes
+	ep.lanes = nil
+	ep.laneMu.Unlock()
+	st := ep.dead()
+	if st == ucs.OK {
+		st = ucs.ErrCanceled
 	}
-	ep.lanes, ep.am = nil, nil
-	ep.closed = true
+	for _, l := range lanes {
+		l.sendMu.Lock()
+		reqs := l.takePendingLocked()
+		if !l.destroyed {
+			l.destroyed = true
+			l.ep.Destroy()
+		}
+		l.sendMu.Unlock()
+		for _, r := range reqs {
+			r.complete(st)
+		}
+	}
+}
+
+// dead returns OK for an endpoint that may be used, the status it failed
+// with (mode PEER), or ucs.ErrCanceled once it is closed.
+func (ep *Endpoint) dead() ucs.Status {
+	if st := ep.failStatus.Load(); st != 0 {
+		return ucs.Status(st)
+	}
+	if ep.closed.Load() {
+		return ucs.ErrCanceled
+	}
+	return ucs.OK
+}
+
+// Status returns nil while the endpoint works, the error it failed with
+// in error mode PEER (a ucs.Status such as ucs.ErrConnectionReset), or an
+// error once it is closed.
+func (ep *Endpoint) Status() error {
+	if st := ep.failStatus.Load(); st != 0 {
+		return ucs.Status(st)
+	}
+	if ep.closed.Load() {
+		return errClosed
+	}
+	return nil
 }
 
 // Endpoint close modes (ucp_ep_close_mode).
 const (
 	// CloseModeFlush completes outstanding operations before closing.
 	CloseModeFlush = iota
-	// CloseModeForce closes at once; outstanding operations fail.
+	// CloseModeForce closes at once; outstanding operations fail with
+	// ucs.ErrCanceled.
 	CloseModeForce
 )
 
-// Close closes the endpoint (ucp_ep_close_nbx): in CloseModeFlush after its
-// operations complete, in CloseModeForce at once.
+// Close closes the endpoint (ucp_ep_close_nbx). In CloseModeFlush it first
+// flushes the endpoint, as Flush does, and returns the flush's error, if
+// any; an endpoint that failed (mode PEER) is not flushed. In
+// CloseModeForce it closes at once: every outstanding request of the
+// endpoint completes with ucs.ErrCanceled (those the transports hold, from
+// a later Progress). Either way the endpoint's transport connections are
+// released and later operations fail; its error handler is not called any
+// more. Closing a closed endpoint does nothing and returns nil; an unknown
+// mode fails with ucs.ErrInvalidParam. In multi mode several goroutines may
+// close endpoints at once.
 func (ep *Endpoint) Close(mode int) error {
-	if ep.closed {
+	if mode != CloseModeFlush && mode != CloseModeForce {
+		return fmt.Errorf("ucp ep close: mode %d: %w", mode, ucs.ErrInvalidParam)
+	}
+	if !ep.closing.CompareAndSwap(false, true) {
 		return nil
 	}
 	var err error
-	if mode == CloseModeFlush {
-		err = ep.Flush()
+	if mode == CloseModeFlush && ep.failStatus.Load() == 0 {
+		if err = ep.flush(); err != nil {
+			err = fmt.Errorf("ucp ep close: %w", err)
+		}
 	}
 	w := ep.w
 	w.epMu.Lock()
@@ -278,23 +389,42 @@ func (ep *Endpoint) Close(mode int) error {
 		}
 	}
 	w.epMu.Unlock()
-	ep.destroyLanes()
+	ep.closeNow(ucs.ErrCanceled)
 	return err
 }
 
+// closeNow marks the endpoint closed, completes its queued and software
+// requests with st and destroys its lanes.
+func (ep *Endpoint) closeNow(st ucs.Status) {
+	ep.closing.Store(true)
+	ep.closed.Store(true)
+	ep.purge(st)
+	ep.destroyLanes()
+	ep.swClean()
+}
+
 // Flush waits until every operation issued on the endpoint has completed at
-// the target (ucp_ep_flush).
+// the target (ucp_ep_flush). On an endpoint that failed (mode PEER) it
+// fails at once with the endpoint's error, and a failure while it waits
+// ends it with that error.
 func (ep *Endpoint) Flush() error {
-	if ep.closed {
+	if ep.closed.Load() {
 		return fmt.Errorf("ucp ep flush: %w", errClosed)
 	}
+	if st := ep.failStatus.Load(); st != 0 {
+		return fmt.Errorf("ucp ep flush to %s: %w", ep.remoteName, ucs.Status(st))
+	}
+	return ep.flush()
+}
+
+func (ep *Endpoint) flush() error {
 	if err := ep.swFlush(); err != nil {
 		return fmt.Errorf("ucp ep flush: %w", err)
 	}
 	if err := ep.amFlush(); err != nil {
 		return fmt.Errorf("ucp ep flush: %w", err)
 	}
-	for _, l := range ep.lanes {
+	for _, l := range ep.lanesSnapshot() {
 		if err := ep.w.waitStatus(func(c *uct.Completion) ucs.Status { return l.ep.Flush(0, c) }); err != nil {
 			return fmt.Errorf("ucp ep flush %s: %w", l, err)
 		}
@@ -326,6 +456,8 @@ type EPAttr struct {
 // Query describes the endpoint and its lanes (ucp_ep_query).
 func (ep *Endpoint) Query() EPAttr {
 	a := EPAttr{Name: ep.name, RemoteName: ep.remoteName}
+	ep.laneMu.Lock()
+	defer ep.laneMu.Unlock()
 	for _, l := range ep.lanes {
 		var use []string
 		if l.usage&usageRMA != 0 {

@@ -41,6 +41,10 @@ const (
 )
 
 // MemMapParams are the parameters of Context.MemMap (ucp_mem_map_params_t).
+// Only the fields whose MemMapParamField bit is set count; the others take
+// their defaults: no address (MemMap allocates, given MemMapAllocate),
+// flags 0, ProtDefault, host memory, no exported buffer. Length is
+// mandatory unless ExportedMemhBuffer is given.
 type MemMapParams struct {
 	FieldMask  uint64
 	Address    unsafe.Pointer
@@ -48,16 +52,22 @@ type MemMapParams struct {
 	Flags      uint32
 	Prot       uint32
 	MemoryType ucs.MemoryType
+	// ExportedMemhBuffer is a buffer from Context.MemhPack with
+	// MemhPackFlagExport, made by a process on this node: MemMap then maps
+	// that process's memory here instead of mapping local memory.
+	ExportedMemhBuffer []byte
 }
 
-// SetAddress sets the memory to register; when unset (or nil) MemMap
-// allocates.
+// SetAddress sets the memory to register, or with MemMapAllocate the address
+// to allocate at (a hint, or exact with MemMapFixed). Unset (or nil), MemMap
+// allocates wherever it can, which needs MemMapAllocate.
 func (p *MemMapParams) SetAddress(a unsafe.Pointer) *MemMapParams {
 	p.Address, p.FieldMask = a, p.FieldMask|MemMapParamFieldAddress
 	return p
 }
 
-// SetLength sets the length to map; mandatory.
+// SetLength sets the number of bytes to map; mandatory unless an exported
+// memh buffer is set.
 func (p *MemMapParams) SetLength(n int) *MemMapParams {
 	p.Length, p.FieldMask = n, p.FieldMask|MemMapParamFieldLength
 	return p
@@ -69,15 +79,25 @@ func (p *MemMapParams) SetFlags(f uint32) *MemMapParams {
 	return p
 }
 
-// SetProt sets the protection (default ProtDefault).
+// SetProt sets the protection (default ProtDefault: local and remote read
+// and write).
 func (p *MemMapParams) SetProt(prot uint32) *MemMapParams {
 	p.Prot, p.FieldMask = prot, p.FieldMask|MemMapParamFieldProt
 	return p
 }
 
-// SetMemoryType sets the memory type (default host).
+// SetMemoryType sets the memory type (default host; only host memory is
+// supported).
 func (p *MemMapParams) SetMemoryType(t ucs.MemoryType) *MemMapParams {
 	p.MemoryType, p.FieldMask = t, p.FieldMask|MemMapParamFieldMemoryType
+	return p
+}
+
+// SetExportedMemhBuffer sets the buffer of a memory handle that another
+// process packed with Context.MemhPack and MemhPackFlagExport (default
+// none): MemMap then maps the exporter's memory.
+func (p *MemMapParams) SetExportedMemhBuffer(b []byte) *MemMapParams {
+	p.ExportedMemhBuffer, p.FieldMask = b, p.FieldMask|MemMapParamFieldExportedMemhBuffer
 	return p
 }
 
@@ -91,47 +111,85 @@ type MemHandle struct {
 	prot     uint32
 	method   string     // how it was allocated ("md:posix", "mmap") or "" if given
 	allocMD  *mdEntry   // the MD that allocated it, if any
-	mmapped  []byte     // memory from the mmap method
+	mmapped  bool       // memory from the mmap method, to munmap
 	memhs    []uct.Memh // per context MD index; nil where not registered
 	regMDs   []*mdEntry
-	token    uint64 // names the mapping to software RMA requests; 0 if not remotely accessible
+	token    uint64       // names the mapping to software RMA requests; 0 if not remotely accessible
+	imported *importedMem // memory of another process, mapped from an exported memh buffer
 	unmapped bool
 }
 
-// MemMap maps memory for remote access (ucp_mem_map): with MemMapAllocate
-// and no address it allocates, trying UCX_ALLOC_PRIO's methods in order (an
-// MD that can allocate shareable memory first); otherwise it registers the
-// memory at Address. The memory is then registered with every other MD that
-// registers memory. It fails with ucs.ErrInvalidParam without a length or
-// with an address and no memory to register, and ucs.ErrNoMemory when no
-// method can allocate.
+// MemMap maps memory for remote access (ucp_mem_map), as the fields of p
+// say:
+//
+//   - ExportedMemhBuffer set (and not nil): the memory another process of
+//     this node exported with Context.MemhPack is mapped here (see
+//     MemhPack); Address, Length and Prot are then ignored and
+//     MemMapAllocate is refused.
+//   - MemMapAllocate and no Address: memory is allocated, trying
+//     UCX_ALLOC_PRIO's methods in order (an MD that can allocate shareable
+//     memory first, then mmap).
+//   - MemMapAllocate and an Address: memory is allocated at Address if
+//     possible (a hint); with MemMapFixed exactly there, which only the mmap
+//     method does, and never over memory that is mapped already.
+//   - An Address without MemMapAllocate: the memory there is registered.
+//
+// The memory is then registered with every other MD that registers memory.
+// Pages are never populated up front, so MemMapNonblock changes nothing.
+//
+// MemMap fails with ucs.ErrInvalidParam when neither Length nor an exported
+// buffer is set, for a length that is not positive, for no Address without
+// MemMapAllocate, for MemMapFixed without MemMapAllocate and an Address, or
+// with an Address that is not page aligned, and for MemMapAllocate with an
+// exported buffer; with ucs.ErrUnsupported for a memory type other than
+// host (or unknown, taken as host); with ucs.ErrNoMemory when no method can
+// allocate. Importing fails as Context.MemhPack's documentation says.
 func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
-	if p == nil || p.FieldMask&MemMapParamFieldLength == 0 || p.Length <= 0 {
-		return nil, fmt.Errorf("ucp mem map: length not set: %w", ucs.ErrInvalidParam)
+	if p == nil || p.FieldMask&(MemMapParamFieldLength|MemMapParamFieldExportedMemhBuffer) == 0 {
+		return nil, fmt.Errorf("ucp mem map: neither length nor exported memh buffer set: %w", ucs.ErrInvalidParam)
+	}
+	if c.closed.Load() {
+		return nil, fmt.Errorf("ucp mem map: %w", errClosed)
+	}
+	var (
+		flags uint32
+		addr  unsafe.Pointer
+	)
+	if p.FieldMask&MemMapParamFieldFlags != 0 {
+		flags = p.Flags
+	}
+	if p.FieldMask&MemMapParamFieldAddress != 0 {
+		addr = p.Address
+	}
+	if p.FieldMask&MemMapParamFieldMemoryType != 0 && p.MemoryType != ucs.MemoryTypeHost && p.MemoryType != ucs.MemoryTypeUnknown {
+		return nil, fmt.Errorf("ucp mem map: memory type %v: %w", p.MemoryType, ucs.ErrUnsupported)
+	}
+	if flags&MemMapFixed != 0 && uintptr(addr)%uintptr(unix.Getpagesize()) != 0 {
+		return nil, fmt.Errorf("ucp mem map: MemMapFixed at %p, not page aligned: %w", addr, ucs.ErrInvalidParam)
+	}
+	if p.FieldMask&MemMapParamFieldExportedMemhBuffer != 0 && p.ExportedMemhBuffer != nil {
+		if flags&MemMapAllocate != 0 {
+			return nil, fmt.Errorf("ucp mem map: MemMapAllocate with an exported memh buffer: %w", ucs.ErrInvalidParam)
+		}
+		return c.memImport(p.ExportedMemhBuffer)
+	}
+	if p.FieldMask&MemMapParamFieldLength == 0 || p.Length <= 0 {
+		return nil, fmt.Errorf("ucp mem map: length %d: %w", p.Length, ucs.ErrInvalidParam)
+	}
+	switch {
+	case addr == nil && flags&MemMapAllocate == 0:
+		return nil, fmt.Errorf("ucp mem map: no address and no MemMapAllocate: %w", ucs.ErrInvalidParam)
+	case addr == nil && flags&MemMapFixed != 0:
+		return nil, fmt.Errorf("ucp mem map: MemMapFixed without an address: %w", ucs.ErrInvalidParam)
+	case addr != nil && flags&MemMapAllocate == 0 && flags&MemMapFixed != 0:
+		return nil, fmt.Errorf("ucp mem map: MemMapFixed on memory to register: %w", ucs.ErrInvalidParam)
 	}
 	m := &MemHandle{ctx: c, length: p.Length, prot: ProtDefault, memhs: make([]uct.Memh, len(c.mds))}
 	if p.FieldMask&MemMapParamFieldProt != 0 {
 		m.prot = p.Prot
 	}
-	if p.FieldMask&MemMapParamFieldMemoryType != 0 {
-		m.memType = p.MemoryType
-		if m.memType != ucs.MemoryTypeHost {
-			return nil, fmt.Errorf("ucp mem map: memory type %v: %w", m.memType, ucs.ErrUnsupported)
-		}
-	}
-	var flags uint32
-	if p.FieldMask&MemMapParamFieldFlags != 0 {
-		flags = p.Flags
-	}
-	var addr unsafe.Pointer
-	if p.FieldMask&MemMapParamFieldAddress != 0 {
-		addr = p.Address
-	}
-	if addr == nil {
-		if flags&MemMapAllocate == 0 {
-			return nil, fmt.Errorf("ucp mem map: no address and no MemMapAllocate: %w", ucs.ErrInvalidParam)
-		}
-		if err := c.allocate(m); err != nil {
+	if flags&MemMapAllocate != 0 {
+		if err := c.allocate(m, addr, flags&MemMapFixed != 0); err != nil {
 			return nil, err
 		}
 	} else {
@@ -155,10 +213,17 @@ func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
 	return m, nil
 }
 
-func (c *Context) allocate(m *MemHandle) error {
+// allocate allocates m.length bytes for m with the first method of
+// UCX_ALLOC_PRIO that can: at hint if possible, and with fixed exactly at
+// hint or not at all (only mmap places memory at a given address).
+func (c *Context) allocate(m *MemHandle, hint unsafe.Pointer, fixed bool) error {
+	var why []string
 	for _, method := range c.allocPrio {
 		switch {
 		case strings.HasPrefix(method, "md:"):
+			if fixed {
+				continue // MD allocations go where the MD puts them
+			}
 			want := strings.TrimPrefix(method, "md:")
 			for _, e := range c.mds {
 				if e.attr.Flags&uct.MDFlagAlloc == 0 || (want != "*" && e.md.Name() != want) {
@@ -166,6 +231,7 @@ func (c *Context) allocate(m *MemHandle) error {
 				}
 				a, err := e.md.MemAlloc(m.length, uct.MemAccessDefault, c.name)
 				if err != nil {
+					why = append(why, err.Error())
 					continue
 				}
 				m.address, m.memhs[e.index], m.allocMD, m.method = a.Address, a.Memh, e, method
@@ -173,25 +239,51 @@ func (c *Context) allocate(m *MemHandle) error {
 				return nil
 			}
 		case method == "mmap" || method == "heap":
-			b, err := unix.Mmap(-1, 0, m.length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+			mflags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_NORESERVE
+			if fixed {
+				// Never MAP_FIXED: it would replace whatever is mapped there,
+				// the Go heap included.
+				mflags |= unix.MAP_FIXED_NOREPLACE
+			}
+			p, err := unix.MmapPtr(-1, 0, hint, uintptr(m.length), unix.PROT_READ|unix.PROT_WRITE, mflags)
 			if err != nil {
+				why = append(why, fmt.Sprintf("mmap at %p: %v", hint, err))
 				continue
 			}
-			m.address, m.mmapped, m.method = unsafe.Pointer(unsafe.SliceData(b)), b, method
+			if fixed && p != hint { // a kernel older than MAP_FIXED_NOREPLACE takes it as a hint
+				unix.MunmapPtr(p, uintptr(m.length))
+				why = append(why, fmt.Sprintf("mmap placed the memory at %p, not %p", p, hint))
+				continue
+			}
+			m.address, m.mmapped, m.method = p, true, method
 			return nil
 		}
 	}
-	return fmt.Errorf("ucp mem map: no method of UCX_ALLOC_PRIO=%s allocates %d bytes: %w",
-		c.config.Get("ALLOC_PRIO"), m.length, ucs.ErrNoMemory)
+	where := ""
+	if fixed {
+		where = fmt.Sprintf(" at %p", hint)
+	}
+	return fmt.Errorf("ucp mem map: no method of UCX_ALLOC_PRIO=%s allocates %d bytes%s (%s): %w",
+		c.config.Get("ALLOC_PRIO"), m.length, where, strings.Join(why, "; "), ucs.ErrNoMemory)
 }
 
 // MemUnmap releases the mapping and, if MemMap allocated it, the memory
 // (ucp_mem_unmap).
+//
+// The mapping of an imported handle is released; the exporter's memory is
+// not. A nil handle, one of another context, or one unmapped already fails
+// with ucs.ErrInvalidParam.
 func (c *Context) MemUnmap(m *MemHandle) error {
-	if m == nil || m.unmapped {
+	if m == nil || m.unmapped || m.ctx != c {
 		return fmt.Errorf("ucp mem unmap: %w", ucs.ErrInvalidParam)
 	}
 	m.unmapped = true
+	if m.imported != nil {
+		if err := m.imported.comp.RkeyRelease(m.imported.bundle); err != nil {
+			return fmt.Errorf("ucp mem unmap of imported memory: %w", err)
+		}
+		return nil
+	}
 	if m.token != 0 {
 		c.regions.Delete(m.token)
 	}
@@ -207,8 +299,8 @@ func (c *Context) MemUnmap(m *MemHandle) error {
 			first = err
 		}
 	}
-	if m.mmapped != nil {
-		if err := unix.Munmap(m.mmapped); err != nil && first == nil {
+	if m.mmapped {
+		if err := unix.MunmapPtr(m.address, uintptr(m.length)); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -224,25 +316,68 @@ func (m *MemHandle) Address() unsafe.Pointer { return m.address }
 // Length returns the length of the mapped memory.
 func (m *MemHandle) Length() int { return m.length }
 
-// MemAttr describes mapped memory (ucp_mem_attr_t).
+// Fields of MemAttr (ucp_mem_attr_field). MemAttrFieldMethod and
+// MemAttrFieldMDs are goshmem's.
+const (
+	MemAttrFieldAddress uint64 = 1 << 0
+	MemAttrFieldLength  uint64 = 1 << 1
+	MemAttrFieldMemType uint64 = 1 << 2
+	MemAttrFieldMethod  uint64 = 1 << 32
+	MemAttrFieldMDs     uint64 = 1 << 33
+
+	memAttrFieldsAll = MemAttrFieldAddress | MemAttrFieldLength | MemAttrFieldMemType | MemAttrFieldMethod | MemAttrFieldMDs
+)
+
+// MemAttr describes mapped memory (ucp_mem_attr_t). FieldMask says which
+// fields are filled in.
 type MemAttr struct {
+	FieldMask  uint64
 	Address    unsafe.Pointer
 	Length     int
 	MemoryType ucs.MemoryType
-	// Method is how the memory was allocated ("md:posix", "mmap"), or "" if
-	// it was given to MemMap.
+	// Method is how the memory was allocated ("md:posix", "mmap"), "" if it
+	// was given to MemMap, or "import:<component>" for memory of another
+	// process mapped from an exported memh buffer.
 	Method string
 	// MDs names the memory domains the memory is registered with.
 	MDs []string
 }
 
-// Query describes the mapped memory (ucp_mem_query).
+// Query describes the mapped memory, every field of MemAttr filled in
+// (ucp_mem_query with every field); for an unmapped handle only FieldMask
+// is.
 func (m *MemHandle) Query() MemAttr {
-	a := MemAttr{Address: m.address, Length: m.length, MemoryType: m.memType, Method: m.method}
-	for _, e := range m.regMDs {
-		a.MDs = append(a.MDs, e.md.Name())
-	}
+	a := MemAttr{FieldMask: memAttrFieldsAll}
+	m.QueryAttr(&a)
 	return a
+}
+
+// QueryAttr fills in the fields of attr that attr.FieldMask selects, and
+// clears the others (ucp_mem_query); unknown bits are ignored. It fails with
+// ucs.ErrInvalidParam for a nil attr or a nil or unmapped handle.
+func (m *MemHandle) QueryAttr(attr *MemAttr) error {
+	if attr == nil || m == nil || m.unmapped {
+		return fmt.Errorf("ucp mem query: %w", ucs.ErrInvalidParam)
+	}
+	*attr = MemAttr{FieldMask: attr.FieldMask}
+	if attr.FieldMask&MemAttrFieldAddress != 0 {
+		attr.Address = m.address
+	}
+	if attr.FieldMask&MemAttrFieldLength != 0 {
+		attr.Length = m.length
+	}
+	if attr.FieldMask&MemAttrFieldMemType != 0 {
+		attr.MemoryType = m.memType
+	}
+	if attr.FieldMask&MemAttrFieldMethod != 0 {
+		attr.Method = m.method
+	}
+	if attr.FieldMask&MemAttrFieldMDs != 0 {
+		for _, e := range m.regMDs {
+			attr.MDs = append(attr.MDs, e.md.Name())
+		}
+	}
+	return nil
 }
 
 // Packed rkey layout (little endian):
@@ -258,9 +393,15 @@ const (
 
 // RkeyPack packs the remote key of m, for peers to unpack with
 // Endpoint.RkeyUnpack (ucp_rkey_pack).
+// It fails with ucs.ErrInvalidParam for a nil or unmapped handle, and with
+// ucs.ErrUnsupported for imported memory (another process's, which only
+// that process can key).
 func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
 	if m == nil || m.unmapped {
 		return nil, fmt.Errorf("ucp rkey pack: %w", ucs.ErrInvalidParam)
+	}
+	if m.imported != nil {
+		return nil, fmt.Errorf("ucp rkey pack: memory imported from another process: %w", ucs.ErrUnsupported)
 	}
 	b := append([]byte(rkeyMagic), rkeyVersion, byte(m.memType))
 	b = binary.LittleEndian.AppendUint64(b, uint64(uintptr(m.address)))
@@ -404,9 +545,11 @@ type Rkey struct {
 // It fails with ucs.ErrInvalidParam for malformed input and
 // ucs.ErrUnreachable when nothing can reach the memory.
 func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
-	if ep.closed {
+	if ep.closed.Load() {
 		return nil, fmt.Errorf("ucp rkey unpack: %w", errClosed)
 	}
+	ep.laneMu.Lock() // lanes and their usages; several goroutines may unpack at once
+	defer ep.laneMu.Unlock()
 	k, err := decodeRkey(packed)
 	if err != nil {
 		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
@@ -473,10 +616,15 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 			rk.amo, l.usage = &rkeyLane{l: l, ep: l.ep, rkey: e.bundle.Rkey}, l.usage|usageAMO
 		}
 	}
-	// Direct access: any key whose component maps the memory here.
+	// Direct access: any key whose component maps the memory here, among
+	// the components that reach the peer through this endpoint (one from a
+	// WorkerAddressFlagNetOnly address reaches none).
 	for name := range mkeys {
 		if rk.ptr != nil {
 			break
+		}
+		if !ep.reachesComponent(name) {
+			continue
 		}
 		for _, e := range ep.w.ctx.mds {
 			// Only through a transport UCX_TLS selected: an MD kept just to
@@ -494,6 +642,17 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 		return nil, fmt.Errorf("ucp rkey unpack: no lane of %s can reach the memory: %w", ep.name, ucs.ErrUnreachable)
 	}
 	return rk, nil
+}
+
+// reachesComponent reports whether a candidate lane of the endpoint belongs
+// to the component name.
+func (ep *Endpoint) reachesComponent(name string) bool {
+	for i := range ep.cands {
+		if ep.cands[i].wi.rsc.md.comp.Name() == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Ptr returns a local pointer through which the remote address raddr can be

@@ -44,6 +44,7 @@ const (
 	amSwAtomicRep
 	amSwFlushReq
 	amSwFlushRep
+	amSwWireup
 )
 
 // swHeader starts every software message (little endian, swHeaderLen
@@ -72,7 +73,8 @@ func (h *swHeader) put(b []byte) {
 }
 
 // decodeSwHeader parses the header of a software message; it fails with
-// ucs.ErrInvalidParam when data is too short or a field is out of range.
+// ucs.ErrInvalidParam when data is too short or a field is out of range
+// (a status that is not OK or an error included).
 func decodeSwHeader(data []byte) (swHeader, []byte, error) {
 	var h swHeader
 	if len(data) < swHeaderLen {
@@ -84,7 +86,9 @@ func decodeSwHeader(data []byte) (swHeader, []byte, error) {
 		v[i] = binary.LittleEndian.Uint64(data[4+8*i:])
 	}
 	h.src, h.token, h.raddr, h.a, h.b, h.reqID = v[0], v[1], v[2], v[3], v[4], v[5]
-	if v[6] != 0 || h.fetch > 1 || (h.size != 0 && h.size != 4 && h.size != 8) || h.op > uint8(uct.AtomicOpCSwap) {
+	// A status is OK or an error: a reply must not leave a request in
+	// progress, or claim a status that does not exist.
+	if v[6] != 0 || h.status > 0 || h.fetch > 1 || (h.size != 0 && h.size != 4 && h.size != 8) || h.op > uint8(uct.AtomicOpCSwap) {
 		return h, nil, fmt.Errorf("ucp: software message header: %w", ucs.ErrInvalidParam)
 	}
 	return h, data[swHeaderLen:], nil
@@ -99,10 +103,54 @@ type swState struct {
 
 // swReq is an operation waiting for its reply.
 type swReq struct {
+	ep      *Endpoint
 	r       *Request
 	buf     []byte // get: where the data goes
 	missing int    // get: bytes not yet received
 	done    chan struct{}
+	err     ucs.Status // flush: set before done is closed; OK on success
+}
+
+// fail ends q with st: a request completes with it, a flush returns it.
+func (q *swReq) fail(st ucs.Status) {
+	if q.done != nil {
+		q.err = st
+		close(q.done)
+		return
+	}
+	q.r.complete(st)
+}
+
+// failEP ends, with st, every operation of ep that waits for a reply.
+func (s *swState) failEP(ep *Endpoint, st ucs.Status) {
+	s.mu.Lock()
+	var qs []*swReq
+	for id, q := range s.reqs {
+		if q.ep == ep {
+			delete(s.reqs, id)
+			qs = append(qs, q)
+		}
+	}
+	s.mu.Unlock()
+	for _, q := range qs {
+		q.fail(st)
+	}
+}
+
+// addFor registers q, an operation of ep, and returns its id, or 0 and the
+// status of ep when ep failed or was closed meanwhile: then nobody else
+// will end q, and the caller must fail it itself. (failEP runs after the
+// status is set, so either it sees q or this check sees the status.)
+func (s *swState) addFor(ep *Endpoint, q *swReq) (uint64, ucs.Status) {
+	q.ep = ep
+	id := s.add(q)
+	if st := ep.dead(); st != ucs.OK {
+		if s.take(id, true) != nil {
+			return 0, st
+		}
+		// failEP took it and ends it.
+	}
+	return id, ucs.OK
 }
 
 func (s *swState) add(q *swReq) uint64 {
@@ -146,7 +194,7 @@ func (w *Worker) installSwHandlers() {
 		if wi.attr.Flags&uct.IfaceFlagCBAsync != 0 {
 			flags = uct.CBFlagAsync
 		}
-		for id := amSwFlushRep; id <= amSwPut; id++ {
+		for id := amSwWireup; id <= amSwPut; id++ {
 			wi.iface.SetAMHandler(id, swHandlers[amSwPut-id], w, flags)
 		}
 	}
@@ -160,6 +208,7 @@ var swHandlers = [...]uct.AMCallback{
 	amSwPut - amSwAtomicRep: func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwAtomicRep, d) },
 	amSwPut - amSwFlushReq:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushReq, d) },
 	amSwPut - amSwFlushRep:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushRep, d) },
+	amSwPut - amSwWireup:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwWireup, d) },
 }
 
 // swSend sends one software message on the endpoint's AM lane. While the
@@ -175,6 +224,8 @@ func (ep *Endpoint) swReply(id uint8, h *swHeader, payload []byte) error {
 	return ep.swSendFrom(id, h, payload, true)
 }
 
+// It fails with the endpoint's status once the endpoint failed or was
+// closed, also while it waits for room.
 func (ep *Endpoint) swSendFrom(id uint8, h *swHeader, payload []byte, inHandler bool) error {
 	l := ep.am
 	if l == nil {
@@ -188,6 +239,12 @@ func (ep *Endpoint) swSendFrom(id uint8, h *swHeader, payload []byte, inHandler 
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
 	for {
+		if st := ep.dead(); st != ucs.OK || l.destroyed {
+			if st == ucs.OK {
+				st = ucs.ErrCanceled
+			}
+			return fmt.Errorf("ucp: software message to %s: %w", ep.remoteName, st)
+		}
 		_, st := l.ep.AMBcopy(id, pack, 0)
 		switch st {
 		case ucs.OK:
@@ -222,8 +279,16 @@ func (ep *Endpoint) swChunk() int {
 	return ep.am.wi.attr.AM.MaxBcopy - swHeaderLen
 }
 
+// swClean forgets the software operations the endpoint sent since its last
+// flush: it failed or was closed, and nothing will flush them.
+func (ep *Endpoint) swClean() {
+	if ep.swDirty.Swap(false) {
+		ep.w.swDirtyEPs.Add(-1)
+	}
+}
+
 func (ep *Endpoint) swCheck(rkey *Rkey, what string) error {
-	if ep.closed {
+	if ep.closed.Load() {
 		return fmt.Errorf("ucp %s: %w", what, errClosed)
 	}
 	if ep.am == nil || ep.swChunk() <= 0 {
@@ -232,7 +297,48 @@ func (ep *Endpoint) swCheck(rkey *Rkey, what string) error {
 	if rkey == nil || rkey.ep != ep || rkey.swToken == 0 {
 		return fmt.Errorf("ucp %s: rkey has no software token for this endpoint: %w", what, ucs.ErrInvalidParam)
 	}
+	if !ep.wiredBack.Load() {
+		return ep.swWireup()
+	}
 	return nil
+}
+
+// swWireup sends the worker's address to the peer once, before the
+// endpoint's first software operation, so that the peer can reply even if
+// it never connected to this worker itself (a worker created after the
+// address exchange, a client of a server): the peer then creates the
+// endpoint back, as UCX's wireup does. The message travels ahead of the
+// operations on the same lane, so the endpoint exists when they arrive.
+func (ep *Endpoint) swWireup() error {
+	if err := ep.swSend(amSwWireup, &swHeader{}, ep.w.address); err != nil {
+		return err
+	}
+	ep.wiredBack.Store(true)
+	return nil
+}
+
+// wireBack makes sure the worker has an endpoint to the worker uid, whose
+// packed address is addr (see swWireup).
+func (w *Worker) wireBack(uid uint64, addr []byte) {
+	if w.epByUID(uid) != nil {
+		return
+	}
+	ra, err := decodeWorkerAddress(addr)
+	if err == nil && ra.uid != uid {
+		err = fmt.Errorf("address of worker %x sent by worker %x: %w", ra.uid, uid, ucs.ErrInvalidAddr)
+	}
+	if err != nil {
+		log.Printf("ucp: worker %s: dropped a wireup message: %v", w.name, err)
+		return
+	}
+	w.wireMu.Lock()
+	defer w.wireMu.Unlock()
+	if w.epByUID(uid) != nil {
+		return
+	}
+	if _, err := w.NewEndpoint(new(EPParams).SetAddress(addr)); err != nil {
+		log.Printf("ucp: worker %s: no endpoint back to %s for replies: %v", w.name, ra.name, err)
+	}
 }
 
 // swPut sends buf to raddr in pieces; it is complete locally on return.
@@ -268,11 +374,19 @@ func (ep *Endpoint) swGet(buf []byte, raddr uint64, rkey *Rkey, r *Request) (*Re
 		r.release()
 		return nil, nil
 	}
-	id := ep.w.sw.add(&swReq{r: r, buf: buf, missing: len(buf)})
+	id, st := ep.w.sw.addFor(ep, &swReq{r: r, buf: buf, missing: len(buf)})
+	if st != ucs.OK {
+		r.finish(st)
+		r.release()
+		return nil, fmt.Errorf("ucp get/sw to %s: %w", ep.remoteName, st)
+	}
 	h := swHeader{token: rkey.swToken, raddr: raddr, a: uint64(len(buf)), reqID: id}
 	if err := ep.swSend(amSwGetReq, &h, nil); err != nil {
-		ep.w.sw.take(id, true)
+		if ep.w.sw.take(id, true) == nil {
+			return r, nil // the endpoint failed, and its failure completed r
+		}
 		r.finish(ucs.ErrIOError)
+		r.release()
 		return nil, err
 	}
 	return r, nil
@@ -295,31 +409,59 @@ func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr ui
 		return nil, err
 	}
 	h.fetch = 1
-	h.reqID = ep.w.sw.add(&swReq{r: r})
+	id, st := ep.w.sw.addFor(ep, &swReq{r: r})
+	if st != ucs.OK {
+		r.finish(st)
+		r.release()
+		return nil, fmt.Errorf("ucp amo/sw to %s: %w", ep.remoteName, st)
+	}
+	h.reqID = id
 	if err := ep.swSend(amSwAtomicReq, &h, nil); err != nil {
-		ep.w.sw.take(h.reqID, true)
+		if ep.w.sw.take(id, true) == nil {
+			return r, nil // the endpoint failed, and its failure completed r
+		}
 		r.finish(ucs.ErrIOError)
+		r.release()
 		return nil, err
 	}
 	return r, nil
 }
 
 // swFlush waits until the target has applied every software operation sent
-// to it before: the flush request travels behind them on the same lane.
+// to it before: the flush request travels behind them on the same lane. Its
+// callers flush the endpoint's lanes next. It fails with the endpoint's
+// status when the endpoint fails before the target answers.
 func (ep *Endpoint) swFlush() error {
 	if !ep.swDirty.Swap(false) {
 		return nil
 	}
 	ep.w.swDirtyEPs.Add(-1)
+	if f := ep.am.remote.capFlags; f&uct.IfaceFlagCBAsync != 0 && f&uct.IfaceFlagFlushAfterAM != 0 {
+		// The target's transport runs the software handlers as it receives
+		// each message and acknowledges a flush only after them: the flush
+		// of the lane, which every caller does next, covers them, and a
+		// request of our own would cost a second round trip.
+		return nil
+	}
 	q := &swReq{done: make(chan struct{})}
-	h := swHeader{reqID: ep.w.sw.add(q)}
+	id, st := ep.w.sw.addFor(ep, q)
+	if st != ucs.OK {
+		return fmt.Errorf("ucp flush/sw to %s: %w", ep.remoteName, st)
+	}
+	h := swHeader{reqID: id}
 	if err := ep.swSend(amSwFlushReq, &h, nil); err != nil {
-		ep.w.sw.take(h.reqID, true)
+		if ep.w.sw.take(id, true) == nil {
+			<-q.done // the endpoint failed, and its failure ended q
+			return fmt.Errorf("ucp flush/sw to %s: %w", ep.remoteName, q.err)
+		}
 		return err
 	}
 	for {
 		select {
 		case <-q.done:
+			if q.err != ucs.OK {
+				return fmt.Errorf("ucp flush/sw to %s: %w", ep.remoteName, q.err)
+			}
 			return nil
 		default:
 		}
@@ -355,6 +497,8 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 		return ucs.OK
 	}
 	switch id {
+	case amSwWireup:
+		w.wireBack(h.src, payload)
 	case amSwPut:
 		p, ok := w.ctx.region(h.token, h.raddr, uint64(len(payload)))
 		if !ok {
@@ -452,7 +596,7 @@ func (w *Worker) epByUID(uid uint64) *Endpoint {
 	w.epMu.Lock()
 	defer w.epMu.Unlock()
 	for _, ep := range w.eps {
-		if ep.remoteUID == uid && !ep.closed {
+		if ep.remoteUID == uid && ep.dead() == ucs.OK {
 			return ep
 		}
 	}

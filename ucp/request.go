@@ -117,6 +117,7 @@ type Request struct {
 	proto    string
 	lane     *lane
 	fate     atomic.Int32 // fate* value
+	claimed  atomic.Bool  // complete ran (or runs): a second completion is ignored
 	external bool
 	pending  uct.PendingReq
 	reserved []byte
@@ -145,6 +146,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	}
 	r.w = w
 	r.fate.Store(fateRunning)
+	r.claimed.Store(false)
 	r.state.Store(int32(ucs.InProgress))
 	r.comp = uct.Completion{Func: requestCompleted, Count: 1}
 	if !r.inited {
@@ -184,7 +186,13 @@ const (
 // may run on a transport's receive goroutine while the owner waits, frees
 // and reuses the request: it reads what it needs before publishing the
 // status, and the fate word decides, once, who releases the request.
+//
+// A request completes once: a failure of its endpoint may purge it while a
+// transport completes it too, and the later of the two is ignored.
 func (r *Request) complete(status ucs.Status) {
+	if r.claimed.Swap(true) {
+		return
+	}
 	cb, ud := r.cb, r.userData
 	r.finish(status)
 	if status == ucs.InProgress {
@@ -270,16 +278,21 @@ func (r *Request) Cancel() {
 	}
 	canceled := false
 	var others []*uct.PendingReq
-	r.lane.ep.PendingPurge(func(p *uct.PendingReq) {
-		if p == &r.pending {
-			canceled = true
-		} else {
-			others = append(others, p)
+	l := r.lane
+	l.sendMu.Lock() // the lane's uct endpoint stays alive meanwhile
+	if !l.destroyed {
+		l.ep.PendingPurge(func(p *uct.PendingReq) {
+			if p == &r.pending {
+				canceled = true
+			} else {
+				others = append(others, p)
+			}
+		})
+		for _, p := range others {
+			l.ep.PendingAdd(p, 0)
 		}
-	})
-	for _, p := range others {
-		r.lane.ep.PendingAdd(p, 0)
 	}
+	l.sendMu.Unlock()
 	if canceled {
 		r.complete(ucs.ErrCanceled)
 	}

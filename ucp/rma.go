@@ -16,6 +16,7 @@ const (
 	protoGetZcopy = "get/zcopy"
 	protoAMOPost  = "amo/post"
 	protoAMOFetch = "amo/fetch"
+	protoPutSw    = "put/sw"
 )
 
 // post issues op on lane l for request r and returns the UCP result: (nil,
@@ -54,8 +55,11 @@ func (w *Worker) post(l *lane, r *Request, param *RequestParam, op func(r *Reque
 }
 
 // queue puts r on l's pending queue; it returns InProgress, or the result of
-// running op at once when the lane turns out to have resources.
+// running op at once when the lane turns out to have resources. A request
+// queued on the lane of an endpoint that failed or was closed meanwhile is
+// completed with the endpoint's status (whoever purges the lane first).
 func (w *Worker) queue(l *lane, r *Request, op func(r *Request) ucs.Status) ucs.Status {
+	r.pending.Arg = r
 	r.pending.Func = func(*uct.PendingReq) ucs.Status {
 		st := op(r)
 		switch st {
@@ -68,8 +72,18 @@ func (w *Worker) queue(l *lane, r *Request, op func(r *Request) ucs.Status) ucs.
 		return ucs.OK
 	}
 	for {
-		switch st := l.ep.PendingAdd(&r.pending, 0); st {
+		l.sendMu.Lock()
+		if l.destroyed {
+			l.sendMu.Unlock()
+			return ucs.ErrCanceled
+		}
+		st := l.ep.PendingAdd(&r.pending, 0)
+		l.sendMu.Unlock()
+		switch st {
 		case ucs.OK:
+			if dst := l.owner.dead(); dst != ucs.OK {
+				l.purgePending(dst)
+			}
 			return ucs.InProgress
 		case ucs.ErrBusy:
 			if st := op(r); st != ucs.ErrNoResource {
@@ -81,13 +95,14 @@ func (w *Worker) queue(l *lane, r *Request, op func(r *Request) ucs.Status) ucs.
 	}
 }
 
-// checkOp validates an operation's endpoint and key.
+// checkOp validates an operation's endpoint and key: a closed endpoint
+// fails with errClosed, a failed one (mode PEER) with its status.
 func (ep *Endpoint) checkOp(rkey *Rkey, what string) error {
-	if ep.closed {
+	if ep.closed.Load() {
 		return fmt.Errorf("ucp %s: %w", what, errClosed)
 	}
-	if ep.failed != nil {
-		return fmt.Errorf("ucp %s: %w", what, ep.failed)
+	if st := ep.failStatus.Load(); st != 0 {
+		return fmt.Errorf("ucp %s to %s: %w", what, ep.remoteName, ucs.Status(st))
 	}
 	if rkey == nil || rkey.ep != ep {
 		return fmt.Errorf("ucp %s: rkey not unpacked on this endpoint: %w", what, ucs.ErrInvalidParam)
@@ -106,13 +121,19 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 		return nil, err
 	}
 	rl := rkey.rma
-	if rl == nil {
-		return nil, ep.swPut(buf, raddr, rkey)
-	}
 	w := ep.w
-	if w.mode == ucs.ThreadModeMulti {
-		w.mu.Lock()
-		defer w.mu.Unlock()
+	if rl == nil {
+		if err := ep.swPut(buf, raddr, rkey); err != nil {
+			return nil, err
+		}
+		if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 && param.Flags&OpAttrFlagNoImmCmpl != 0 {
+			r := w.newRequest(param)
+			r.size, r.proto, r.lane = len(buf), protoPutSw, ep.am
+			w.inflight.Add(1)
+			r.complete(ucs.OK)
+			return r, nil
+		}
+		return nil, nil
 	}
 	n := len(buf)
 	if n <= rl.putShort && (param == nil || param.OpAttrMask&(OpAttrFieldCallback|OpAttrFieldFlags) == 0) {
@@ -162,10 +183,6 @@ func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 		r := w.newRequest(param)
 		r.size = len(buf)
 		return ep.swGet(buf, raddr, rkey, r)
-	}
-	if w.mode == ucs.ThreadModeMulti {
-		w.mu.Lock()
-		defer w.mu.Unlock()
 	}
 	n := len(buf)
 	r := w.newRequest(param)

@@ -26,7 +26,36 @@ const (
 	WorkerParamFieldClientID    uint64 = 1 << 8
 )
 
+// Wakeup events (ucp_wakeup_event_t), for WorkerParams.SetEvents: the
+// kinds of events that make the worker's event file descriptor readable and
+// Worker.Wait return.
+const (
+	WakeupRMA     uint32 = 1 << 0  // remote memory access send completion
+	WakeupAMO     uint32 = 1 << 1  // atomic operation send completion
+	WakeupTagSend uint32 = 1 << 2  // tag send completion
+	WakeupTagRecv uint32 = 1 << 3  // tag receive completion
+	WakeupTX      uint32 = 1 << 10 // any send completion
+	WakeupRX      uint32 = 1 << 11 // any receive completion
+	// WakeupEdge asks for edge-triggered wakeup: the descriptor is
+	// signalled only for new events, not for ones already pending.
+	WakeupEdge uint32 = 1 << 16
+
+	// wakeupAll is what an unset Events field means: every event kind.
+	wakeupAll = WakeupRMA | WakeupAMO | WakeupTagSend | WakeupTagRecv | WakeupTX | WakeupRX
+)
+
+// Worker flags (ucp_worker_flags_t), for WorkerParams.SetFlags.
+const (
+	// WorkerFlagIgnoreRequestLeak: do not warn about requests that were not
+	// freed when the worker is destroyed. goshmem never warns about them
+	// (requests come from a garbage-collected pool); the flag is accepted
+	// for compatibility.
+	WorkerFlagIgnoreRequestLeak uint64 = 1 << 0
+)
+
 // WorkerParams are the parameters of Context.NewWorker (ucp_worker_params_t).
+// Build them with the setters, which record the field mask; a field whose
+// bit is not set takes its default.
 type WorkerParams struct {
 	FieldMask   uint64
 	ThreadMode  ucs.ThreadMode
@@ -46,15 +75,67 @@ func (p *WorkerParams) SetThreadMode(m ucs.ThreadMode) *WorkerParams {
 	return p
 }
 
-// SetUserData sets the worker's user data (default nil).
+// SetCPUMask lists the CPUs the worker's own goroutines should run on
+// (ucp_worker_params_t.cpu_mask; default: the system's policy). The one
+// goroutine a worker owns is its keepalive (see EPParams.SetErrMode): it
+// locks its OS thread and binds it to these CPUs with sched_setaffinity.
+// Progress runs on the caller's goroutines, which the mask does not touch.
+// NewWorker fails with ucs.ErrInvalidParam for a CPU number outside
+// [0, 1024).
+func (p *WorkerParams) SetCPUMask(cpus []int) *WorkerParams {
+	p.CPUMask, p.FieldMask = append([]int(nil), cpus...), p.FieldMask|WorkerParamFieldCPUMask
+	return p
+}
+
+// SetEvents sets the Wakeup* event kinds that wake the worker (default: all
+// of them). It counts only with FeatureWakeup. Events that goshmem's
+// transports cannot tell apart wake for every requested kind: a message
+// that arrives wakes a worker that asked for any kind. An empty set leaves
+// only Signal to wake the worker. Unknown bits make NewWorker fail with
+// ucs.ErrInvalidParam.
+func (p *WorkerParams) SetEvents(e uint32) *WorkerParams {
+	p.Events, p.FieldMask = e, p.FieldMask|WorkerParamFieldEvents
+	return p
+}
+
+// SetUserData sets the worker's user data (default nil). With an external
+// event descriptor (SetEventFD), user data of an integer type is placed in
+// the epoll_data of the worker's registrations.
 func (p *WorkerParams) SetUserData(d any) *WorkerParams {
 	p.UserData, p.FieldMask = d, p.FieldMask|WorkerParamFieldUserData
+	return p
+}
+
+// SetEventFD makes the worker report its events on fd, an epoll descriptor
+// of the caller, instead of one of its own (default: unset). It counts only
+// with FeatureWakeup. The worker adds its descriptors to fd (removing them
+// when destroyed), and Worker.EventFD then fails with ucs.ErrUnsupported;
+// Arm, Wait and Signal work as without it (Wait polls fd). NewWorker fails
+// with ucs.ErrInvalidParam when fd is not an epoll descriptor.
+func (p *WorkerParams) SetEventFD(fd int) *WorkerParams {
+	p.EventFD, p.FieldMask = fd, p.FieldMask|WorkerParamFieldEventFD
+	return p
+}
+
+// SetFlags sets WorkerFlag* flags (default 0); unknown flags make NewWorker
+// fail with ucs.ErrInvalidParam.
+func (p *WorkerParams) SetFlags(f uint64) *WorkerParams {
+	p.Flags, p.FieldMask = f, p.FieldMask|WorkerParamFieldFlags
 	return p
 }
 
 // SetName names the worker (default: a unique generated name).
 func (p *WorkerParams) SetName(n string) *WorkerParams {
 	p.Name, p.FieldMask = n, p.FieldMask|WorkerParamFieldName
+	return p
+}
+
+// SetAMAlignment sets the alignment, in bytes, of the data that active
+// message handlers receive (default 1: none). It must be a power of two
+// (NewWorker fails with ucs.ErrInvalidParam otherwise); Worker.AMAlignment
+// returns it for the active message protocols.
+func (p *WorkerParams) SetAMAlignment(n int) *WorkerParams {
+	p.AMAlignment, p.FieldMask = n, p.FieldMask|WorkerParamFieldAMAlignment
 	return p
 }
 
@@ -74,9 +155,18 @@ type workerIface struct {
 }
 
 // Worker is a UCP worker (ucp_worker_h): one interface per selected
-// resource, progressed together. In single and serialized modes one
-// goroutine at a time may use the worker and its endpoints; in multi mode
-// operations lock the worker.
+// resource, progressed together.
+//
+// Thread modes: in single and serialized modes one goroutine at a time may
+// use the worker and its endpoints, and nothing is locked on the paths of
+// operations. In multi mode any number of goroutines may call every method
+// of the worker, its endpoints, keys and requests at once: the worker's own
+// state is guarded by locks that the operation paths (put, get, atomics)
+// do not take, and the transports, opened in multi mode, lock their
+// progress and queues themselves. Callbacks (request completions, error
+// handlers) run with no ucp lock held and may start operations, but not
+// call Progress or wait (Flush, Request.Wait, Close in flush mode), in any
+// mode.
 type Worker struct {
 	ctx      *Context
 	params   WorkerParams
@@ -86,44 +176,71 @@ type Worker struct {
 	uw       *uct.Worker
 	ifaces   []*workerIface
 	address  []byte
-	mu       sync.Mutex // taken in ThreadModeMulti only
 	eps      []*Endpoint
 	epMu     sync.Mutex
+	wireMu   sync.Mutex   // serializes the endpoints created for peers' wireup
 	inflight atomic.Int64 // operations started and not completed
 	sw       swState
 	// swDirtyEPs counts endpoints with software operations to flush, so
 	// that a flush without any looks at no endpoint.
 	swDirtyEPs atomic.Int32
-	netPoll    bool          // some interface receives through Go's network poller
-	events     chan struct{} // signalled by receive paths, for Idle
-	idleTimer  *time.Timer
-	closed     bool
+	netPoll    bool        // some interface receives through Go's network poller
+	sleeping   uint32      // futex word: 1 while a goroutine sleeps in Idle; atomic
+	signalled  atomic.Bool // notify ran since Idle last looked
+	amAlign    int
+	cpuMask    []int
+	wake       wakeState // FeatureWakeup: EventFD, Arm, Wait, Signal (wakeup.go)
+	fail       failState // endpoints that failed, keepalive (errors.go)
+	closed     atomic.Bool
 	am         amWorker // active messages (am.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
-// is granted as is; Query reports it.
+// is granted as is; Query reports it. It fails with ucs.ErrInvalidParam for
+// a bad parameter (thread mode, CPU, events, flags, AM alignment, external
+// event descriptor), ucs.ErrNoDevice when no interface can be opened.
 func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	if c.closed.Load() {
 		return nil, fmt.Errorf("ucp worker create: %w", errClosed)
 	}
-	w := &Worker{ctx: c, events: make(chan struct{}, 1)}
+	w := &Worker{ctx: c, amAlign: 1}
 	if params != nil {
 		w.params = *params
 	}
-	if w.params.FieldMask&WorkerParamFieldThreadMode != 0 {
-		if w.params.ThreadMode < ucs.ThreadModeSingle || w.params.ThreadMode > ucs.ThreadModeMulti {
-			return nil, fmt.Errorf("ucp worker create: thread mode %v: %w", w.params.ThreadMode, ucs.ErrInvalidParam)
+	p := &w.params
+	if p.FieldMask&WorkerParamFieldThreadMode != 0 {
+		if p.ThreadMode < ucs.ThreadModeSingle || p.ThreadMode > ucs.ThreadModeMulti {
+			return nil, fmt.Errorf("ucp worker create: thread mode %v: %w", p.ThreadMode, ucs.ErrInvalidParam)
 		}
-		w.mode = w.params.ThreadMode
+		w.mode = p.ThreadMode
+	}
+	if p.FieldMask&WorkerParamFieldCPUMask != 0 {
+		for _, cpu := range p.CPUMask {
+			if cpu < 0 || cpu >= maxCPU {
+				return nil, fmt.Errorf("ucp worker create: CPU %d not in [0, %d): %w", cpu, maxCPU, ucs.ErrInvalidParam)
+			}
+		}
+		w.cpuMask = p.CPUMask
+	}
+	if p.FieldMask&WorkerParamFieldFlags != 0 && p.Flags&^WorkerFlagIgnoreRequestLeak != 0 {
+		return nil, fmt.Errorf("ucp worker create: flags %#x: %w", p.Flags, ucs.ErrInvalidParam)
+	}
+	if p.FieldMask&WorkerParamFieldAMAlignment != 0 {
+		if n := p.AMAlignment; n < 1 || n&(n-1) != 0 {
+			return nil, fmt.Errorf("ucp worker create: AM alignment %d is not a power of two: %w", n, ucs.ErrInvalidParam)
+		}
+		w.amAlign = p.AMAlignment
+	}
+	if p.FieldMask&WorkerParamFieldEvents != 0 && p.Events&^(wakeupAll|WakeupEdge) != 0 {
+		return nil, fmt.Errorf("ucp worker create: wakeup events %#x: %w", p.Events, ucs.ErrInvalidParam)
 	}
 	var u [8]byte
 	if _, err := rand.Read(u[:]); err != nil {
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
 	w.uid = binary.LittleEndian.Uint64(u[:])
-	if w.params.FieldMask&WorkerParamFieldName != 0 {
-		w.name = w.params.Name
+	if p.FieldMask&WorkerParamFieldName != 0 {
+		w.name = p.Name
 	} else {
 		w.name = fmt.Sprintf("%s:%x", c.name, w.uid&0xffffff)
 	}
@@ -135,7 +252,8 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	for i := range c.resources {
 		r := &c.resources[i]
 		cfg := ucs.ReadConfig(c.componentPrefix(r.tl.TLName), r.md.md.IfaceConfigTable())
-		iface, err := r.md.md.IfaceOpen(w.uw, &uct.IfaceParams{TLName: r.tl.TLName, DevName: r.tl.DevName}, cfg)
+		iface, err := r.md.md.IfaceOpen(w.uw, &uct.IfaceParams{TLName: r.tl.TLName, DevName: r.tl.DevName,
+			ErrHandler: laneErrHandler, ErrHandlerArg: w}, cfg)
 		if err != nil {
 			continue // a resource that cannot open here is skipped, as in UCX
 		}
@@ -147,15 +265,23 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		wi := &workerIface{rsc: r, iface: iface, attr: attr, index: len(w.ifaces)}
 		w.netPoll = w.netPoll || r.tl.DevType == uct.DeviceTypeNet
 		w.ifaces = append(w.ifaces, wi)
-		w.uw.ProgressRegister(iface.Progress)
 	}
 	if len(w.ifaces) == 0 {
 		return nil, fmt.Errorf("ucp worker create: no interface could be opened: %w", ucs.ErrNoDevice)
 	}
 	if len(w.ifaces) > maxAddrIfaces {
+		for _, wi := range w.ifaces[maxAddrIfaces:] {
+			wi.iface.Close()
+		}
 		w.ifaces = w.ifaces[:maxAddrIfaces]
 	}
-	w.address = w.packAddress()
+	if c.features&FeatureWakeup != 0 {
+		if err := w.initWakeup(); err != nil {
+			w.closeIfaces()
+			return nil, fmt.Errorf("ucp worker create: %w", err)
+		}
+	}
+	w.address = w.packAddress(0)
 	w.installSwHandlers()
 	if err := w.amInit(); err != nil {
 		w.Destroy()
@@ -164,49 +290,74 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	return w, nil
 }
 
-// Idle gives the processor away in a wait loop that made no progress. When
-// every interface of the worker is served by shared memory it yields the
-// thread. When some interface receives through Go's network poller (tcp), it
-// parks the goroutine for a moment instead: a goroutine that only yields
-// stays runnable, and the scheduler then polls the network only every 10 ms,
-// so replies would wait that long.
-//
-// Parked, it wakes as soon as a receive path of the worker handles a message
-// (a reply, a software put or atomic), or after idleWait at most: data some
-// transports write straight into memory does not pass through the worker.
+// maxCPU bounds the CPU numbers of a CPU mask (the size of a cpu_set_t).
+const maxCPU = 1024
+
+// AMAlignment returns the alignment, in bytes, that active message handlers
+// of the worker get their data with (WorkerParams.SetAMAlignment; 1 by
+// default).
+func (w *Worker) AMAlignment() int { return w.amAlign }
+
+// Idle gives the processor away in a wait loop that made no progress.
+// When every interface of the worker is served by shared memory it yields
+// the thread. When some interface receives through Go's network poller
+// (tcp), a goroutine that only yields would stay runnable, and the scheduler
+// would then poll the network only every 10 ms; so Idle sleeps instead, in
+// the kernel (a futex wait, which leaves the network poller to the
+// runtime's other threads), until a receive path of the worker signals
+// that it handled something (a reply, a software put or atomic, an
+// acknowledgement), or idleWait at most: shared-memory peers and some
+// transports write straight into memory without a signal. A Go timer
+// would not do for that bound: the runtime rounds sleeps below a
+// millisecond up to about one when it has nothing else to do.
 func (w *Worker) Idle() {
 	if !w.netPoll {
 		runtime.Gosched()
 		return
 	}
-	if w.idleTimer == nil {
-		w.idleTimer = time.NewTimer(idleWait)
-	} else {
-		w.idleTimer.Reset(idleWait)
+	atomic.StoreUint32(&w.sleeping, 1)
+	if w.signalled.Swap(false) {
+		// Signalled since the caller last looked.
+		atomic.StoreUint32(&w.sleeping, 0)
+		return
 	}
-	select {
-	case <-w.events:
-	case <-w.idleTimer.C:
-	}
-	w.idleTimer.Stop()
+	ucs.FutexWait(&w.sleeping, 1, idleWait, true)
+	atomic.StoreUint32(&w.sleeping, 0)
+	w.signalled.Store(false)
 }
 
-// idleWait bounds how long Idle parks.
-const idleWait = 50 * time.Microsecond
+// idleWait bounds how long Idle sleeps.
+const idleWait = 30 * time.Microsecond
 
-// notify wakes a goroutine parked in Idle, if any.
+// notify tells the worker's waiters that something happened: it wakes a
+// goroutine sleeping in Idle, if any (the next Idle returns at once
+// otherwise), and, with FeatureWakeup, counts the event and signals the
+// worker's event descriptor if Arm armed it. Receive paths of the
+// transports and of the software protocols call it, from any goroutine.
 func (w *Worker) notify() {
-	select {
-	case w.events <- struct{}{}:
-	default:
+	w.signalled.Store(true)
+	if atomic.CompareAndSwapUint32(&w.sleeping, 1, 0) {
+		ucs.FutexWake(&w.sleeping, true)
+	}
+	if w.wake.enabled {
+		w.wake.event()
 	}
 }
 
 func (w *Worker) idle() { w.Idle() }
 
-func (w *Worker) packAddress() []byte {
+// packAddress packs the address of the worker: every interface, or with
+// WorkerAddressFlagNetOnly only those on network devices (see
+// Worker.QueryAttr).
+func (w *Worker) packAddress(flags uint32) []byte {
 	a := workerAddress{uid: w.uid, name: w.name}
+	if flags&WorkerAddressFlagNetOnly != 0 {
+		a.flags |= addrFlagNetOnly
+	}
 	for _, wi := range w.ifaces {
+		if flags&WorkerAddressFlagNetOnly != 0 && wi.rsc.tl.DevType != uct.DeviceTypeNet {
+			continue
+		}
 		at := wi.attr
 		a.ifaces = append(a.ifaces, addrIface{
 			component:  wi.rsc.md.comp.Name(),
@@ -226,30 +377,40 @@ func (w *Worker) packAddress() []byte {
 }
 
 // Destroy closes every endpoint and interface of the worker
-// (ucp_worker_destroy).
+// (ucp_worker_destroy): outstanding operations of its endpoints fail with
+// ucs.ErrCanceled, its keepalive goroutine ends, and its wakeup
+// descriptors are closed (or removed from an external event descriptor).
+// A second call does nothing.
 func (w *Worker) Destroy() {
-	if w.closed {
+	if w.closed.Swap(true) {
 		return
 	}
+	w.stopKeepalive()
 	w.epMu.Lock()
 	eps := w.eps
 	w.eps = nil
 	w.epMu.Unlock()
 	w.amDestroy()
 	for _, ep := range eps {
-		ep.destroyLanes()
+		ep.closeNow(ucs.ErrCanceled)
 	}
+	w.closeWakeup()
+	w.closeIfaces()
+	w.releaseWakeup()
+}
+
+// closeIfaces closes the worker's interfaces.
+func (w *Worker) closeIfaces() {
 	for _, wi := range w.ifaces {
 		wi.iface.Close()
 	}
-	w.closed = true
 }
 
 // Address returns the worker's packed address, to be given to peers for
 // Worker.NewEndpoint (ucp_worker_get_address). The slice must not be
 // modified.
 func (w *Worker) Address() ([]byte, error) {
-	if w.closed {
+	if w.closed.Load() {
 		return nil, fmt.Errorf("ucp worker address: %w", errClosed)
 	}
 	return w.address, nil
@@ -258,35 +419,29 @@ func (w *Worker) Address() ([]byte, error) {
 // ReleaseAddress exists for symmetry with ucp_worker_release_address.
 func (w *Worker) ReleaseAddress([]byte) {}
 
-// WorkerAttr describes a worker (ucp_worker_attr_t).
-type WorkerAttr struct {
-	ThreadMode     ucs.ThreadMode
-	Address        []byte
-	MaxAMHeader    int // the largest user header of Endpoint.AMSendNBX; 0 without FeatureAM
-	Name           string
-	MaxDebugString int
-	UID            uint64
-}
-
-// Query describes the worker (ucp_worker_query).
-func (w *Worker) Query() WorkerAttr {
-	return WorkerAttr{ThreadMode: w.mode, Address: w.address, MaxAMHeader: w.amMaxHeader(), Name: w.name,
-		MaxDebugString: 256, UID: w.uid}
-}
-
 // Progress advances every communication of the worker and returns the
-// number of events handled (ucp_worker_progress).
+// number of events handled (ucp_worker_progress). It also handles the
+// failures of endpoints in error mode PEER: their outstanding requests
+// complete with the error and their error handlers are called, from here.
+// Progress may not be called from a callback it runs, directly or through
+// a call that waits.
 func (w *Worker) Progress() int {
-	if w.mode == ucs.ThreadModeMulti {
-		w.mu.Lock()
-		defer w.mu.Unlock()
+	if w.wake.enabled {
+		w.wake.progressed()
 	}
-	return w.uw.Progress()
+	n := w.uw.Progress()
+	if w.fail.pending.Load() {
+		n += w.handleFailures()
+	}
+	return n
 }
 
 // Fence orders every RMA and atomic operation issued on the worker before it
 // before those issued after it, for each target (ucp_worker_fence).
 func (w *Worker) Fence() error {
+	if w.closed.Load() {
+		return fmt.Errorf("ucp worker fence: %w", errClosed)
+	}
 	for _, wi := range w.ifaces {
 		if st := wi.iface.Fence(0); st.IsErr() {
 			return fmt.Errorf("ucp worker fence: %w", st)
@@ -296,14 +451,22 @@ func (w *Worker) Fence() error {
 }
 
 // Flush waits until every operation issued on the worker has completed at
-// its target (ucp_worker_flush).
+// its target (ucp_worker_flush). Endpoints that failed (error mode PEER)
+// or are closed are skipped: their operations completed with an error.
 func (w *Worker) Flush() error {
+	if w.closed.Load() {
+		return fmt.Errorf("ucp worker flush: %w", errClosed)
+	}
 	if w.swDirtyEPs.Load() > 0 {
 		w.epMu.Lock()
 		eps := append([]*Endpoint(nil), w.eps...)
 		w.epMu.Unlock()
 		for _, ep := range eps {
-			if err := ep.swFlush(); err != nil {
+			if ep.dead() != ucs.OK {
+				ep.swClean()
+				continue
+			}
+			if err := ep.swFlush(); err != nil && ep.dead() == ucs.OK {
 				return fmt.Errorf("ucp worker flush: %w", err)
 			}
 		}

@@ -70,3 +70,17 @@ type EPConnector interface {
 	// ucs.ErrAlreadyExists.
 	ConnectToEP(deviceAddr, epAddr []byte) error
 }
+
+// EPChecker is implemented by EPs that can tell whether their peer is still
+// there (uct_ep_check). ucp's keepalive calls it periodically on the lanes
+// of endpoints in error handling mode PEER, for transports that would not
+// notice a dead peer by themselves (shared memory: a send into the FIFO of a
+// dead process just succeeds).
+type EPChecker interface {
+	// Check returns ucs.OK while the peer lives and an error once it is
+	// known gone: ucs.ErrEndpointTimeout for a peer that ended, or the
+	// status the EP failed with. flags must be 0 and comp nil: the check
+	// completes on return (ucs.ErrInvalidParam otherwise). It is safe to
+	// call from any goroutine, concurrently with the EP's operations.
+	Check(flags uint32, comp *Completion) ucs.Status
+}

@@ -71,6 +71,12 @@ const (
 	IfaceFlagAMDup             uint64 = 1 << 43
 	IfaceFlagCBSync            uint64 = 1 << 44
 	IfaceFlagCBAsync           uint64 = 1 << 45
+
+	// IfaceFlagFlushAfterAM (a goshmem addition, in a bit UCX leaves
+	// unused): a completed flush of an EP means the peer has returned from
+	// its asynchronous AM handlers for every message the EP sent before the
+	// flush, so what those handlers do is complete too.
+	IfaceFlagFlushAfterAM uint64 = 1 << 62
 )
 
 // AtomicOp is an atomic operation (uct_atomic_op_t).

@@ -184,12 +184,30 @@ func launch(ctx context.Context, np int, args, env []string, tag bool) (int, str
 	return code, w.String(), err
 }
 
-// skipReason returns the first line the PEs logged after "--- SKIP", which
-// carries the reason t.Skip gave.
+// skipReason returns the reason t.Skip gave in the PEs: with -test.v the
+// test's log lines stream out before its "--- SKIP" line, so it is the last
+// line the skipping PE logged before that one (without -test.v, the line
+// after it).
 func skipReason(output string) string {
 	lines := strings.Split(output, "\n")
 	for i, l := range lines {
-		if strings.Contains(l, "--- SKIP: ") && i+1 < len(lines) {
+		j := strings.Index(l, "--- SKIP: ")
+		if j < 0 {
+			continue
+		}
+		tag := "" // "[pe N] " when the output is tagged
+		if k := strings.Index(l[:j], "] "); strings.HasPrefix(l, "[") && k >= 0 {
+			tag = l[:k+2]
+		}
+		for b := i - 1; b >= 0; b-- {
+			if rest, ok := strings.CutPrefix(lines[b], tag); ok && strings.HasPrefix(rest, "    ") && strings.Contains(rest, ".go:") {
+				return strings.TrimSpace(lines[b])
+			}
+			if strings.Contains(lines[b], tag+"=== RUN") {
+				break
+			}
+		}
+		if i+1 < len(lines) {
 			return strings.TrimSpace(lines[i+1])
 		}
 	}

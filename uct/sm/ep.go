@@ -22,6 +22,8 @@ type EP struct {
 	seg     segKey
 	maxAM   int              // largest message, header included
 	pending uct.PendingGroup // in iface.pending
+	peer    segKey           // the peer's FIFO segment, for Check (seg is cleared by Destroy)
+	peerFD  int32            // descriptor of the peer's FIFO memfd in its process, for Check
 }
 
 // remote returns the local address of raddr under the posix rkey delta.
@@ -264,6 +266,31 @@ func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
 		}
 	}
 }
+
+// Check implements uct.EPChecker: it tells whether the process of the peer
+// iface still runs and still has its FIFO open, by reading the link
+// /proc/<pid>/fd/<fd> of the FIFO's memfd in that process. A process that
+// ended (a zombie not yet reaped included) has no descriptors left, and a
+// reused pid or descriptor number names something else: either way Check
+// returns ucs.ErrEndpointTimeout, as UCX's shared-memory keepalive does. It
+// returns ucs.OK while the peer lives, and ucs.ErrInvalidParam for flags
+// other than 0 or a non-nil comp (the check completes on return). It costs
+// one readlink system call and touches no shared memory, so it is safe from
+// any goroutine, even while or after the EP is destroyed.
+func (e *EP) Check(flags uint32, comp *uct.Completion) ucs.Status {
+	if flags != 0 || comp != nil {
+		return ucs.ErrInvalidParam
+	}
+	if e.peer.id == 0 {
+		return ucs.ErrNotConnected
+	}
+	if !segmentOpenIn(e.peer, int(e.peerFD)) {
+		return ucs.ErrEndpointTimeout
+	}
+	return ucs.OK
+}
+
+var _ uct.EPChecker = (*EP)(nil)
 
 // Destroy purges the EP's pending requests and drops its reference to the
 // peer's FIFO mapping. The EP should not be used afterwards: active

@@ -329,7 +329,7 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 		releaseSegment(k, false)
 		return nil, err
 	}
-	e := &EP{iface: i, tx: viewFIFO(m.addr, int(a.ncells), int(a.stride)), seg: k}
+	e := &EP{iface: i, tx: viewFIFO(m.addr, int(a.ncells), int(a.stride)), seg: k, peer: k, peerFD: a.fd}
 	e.maxAM = min(i.segSize, e.tx.payload)
 	return e, nil
 }

@@ -351,3 +351,46 @@ func (p *peer) read(off uint64, n int) []byte {
 	}
 	return out
 }
+
+// TestPeerCheck checks EP.Check (uct_ep_check) against a peer process: OK
+// while it runs, ucs.ErrEndpointTimeout once it was killed, both before and
+// after the parent reaps it (a zombie has no descriptors); and the argument
+// errors.
+func TestPeerCheck(t *testing.T) {
+	p := startPeer(t)
+	if st := p.ep.Check(0, nil); st != ucs.OK {
+		t.Fatalf("Check of a live peer = %v, want OK", st)
+	}
+	if st := p.ep.Check(1, nil); st != ucs.ErrInvalidParam {
+		t.Errorf("Check with flags 1 = %v, want ErrInvalidParam", st)
+	}
+	if st := p.ep.Check(0, new(uct.Completion)); st != ucs.ErrInvalidParam {
+		t.Errorf("Check with a completion = %v, want ErrInvalidParam", st)
+	}
+	p.stdin.Close()
+	p.stdin = nil
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped yet: the peer is a zombie until Wait.
+	for st := p.ep.Check(0, nil); st != ucs.ErrEndpointTimeout; st = p.ep.Check(0, nil) {
+		if st != ucs.OK {
+			t.Fatalf("Check of a killed peer = %v, want ErrEndpointTimeout", st)
+		}
+		runtime.Gosched() // SIGKILL is delivered asynchronously
+	}
+	p.cmd.Wait()
+	if st := p.ep.Check(0, nil); st != ucs.ErrEndpointTimeout {
+		t.Errorf("Check of a reaped peer = %v, want ErrEndpointTimeout", st)
+	}
+	// An EP to an iface of this process: alive (the process is).
+	i := openTestIface(t)
+	ep, err := p.iface.EPCreate(&uct.EPParams{DeviceAddr: i.DeviceAddress(), IfaceAddr: i.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Destroy()
+	if st := ep.(*EP).Check(0, nil); st != ucs.OK {
+		t.Errorf("Check of an open iface of this process = %v, want OK", st)
+	}
+}

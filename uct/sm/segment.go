@@ -191,6 +191,17 @@ func (c *segCache) release(k segKey, owner bool, name string) error {
 	return nil
 }
 
+// memfdLink is what /proc/<pid>/fd/<fd> reads for the memfd of segment id.
+func memfdLink(id uint64) string { return "/memfd:" + segmentName(id) + " (deleted)" }
+
+// segmentOpenIn reports whether process k.pid still has the memfd of
+// segment k open as descriptor fd: false once the process ended (a zombie
+// has no descriptors) or closed it, and for a reused pid or descriptor.
+func segmentOpenIn(k segKey, fd int) bool {
+	link, err := os.Readlink("/proc/" + strconv.FormatUint(uint64(k.pid), 10) + "/fd/" + strconv.Itoa(fd))
+	return err == nil && link == memfdLink(k.id)
+}
+
 // attach maps length bytes of the posix segment k, whose memfd is
 // descriptor fd of process k.pid. The descriptor is opened through /proc
 // and then checked to be that memfd, by its name, so that a reused pid or
@@ -202,9 +213,7 @@ func attach(k segKey, fd int, length uint64) (unsafe.Pointer, error) {
 		return nil, fmt.Errorf("uct/sm: open %s: %w: %w", path, err, ucs.ErrUnreachable)
 	}
 	defer unix.Close(f)
-	want := "/memfd:" + segmentName(k.id) + " (deleted)"
-	link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(f))
-	if err != nil || link != want {
+	if link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(f)); err != nil || link != memfdLink(k.id) {
 		return nil, fmt.Errorf("uct/sm: %s is %q, not segment %s: %w", path, link, segmentName(k.id), ucs.ErrUnreachable)
 	}
 	var st unix.Stat_t

@@ -3,10 +3,8 @@ package sm
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -29,24 +27,6 @@ import (
 // of them sees the other's store: either the producer wakes the owner, or
 // EventArm sees the cell and returns ucs.ErrBusy.
 
-// Futex operations (linux/futex.h); without FUTEX_PRIVATE_FLAG, the words
-// are shared between processes.
-const (
-	futexWait = 0
-	futexWake = 1
-)
-
-// futex waits on addr while it holds val (FUTEX_WAIT); it returns on a
-// wake, a change of *addr, or a signal.
-func futexWaitOn(addr *uint32, val uint32) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val), 0, 0, 0)
-}
-
-// futexWakeAll wakes every waiter on addr (FUTEX_WAKE).
-func futexWakeAll(addr *uint32) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, math.MaxInt32, 0, 0, 0)
-}
-
 // notify wakes the owner of the FIFO if it is armed. It is called after
 // each publish; when the owner is not armed it costs one atomic load.
 func (f *fifo) notify() {
@@ -60,7 +40,7 @@ func (f *fifo) notify() {
 func (f *fifo) wake() {
 	if atomic.SwapUint32(f.armed, 0) != 0 {
 		atomic.AddUint32(f.wseq, 1)
-		futexWakeAll(f.wseq)
+		ucs.FutexWake(f.wseq, false)
 	}
 }
 
@@ -106,7 +86,7 @@ func (i *Iface) wakeLoop(fd int, last uint32, done chan struct{}) {
 	defer close(done)
 	one := [8]byte{1} // 1 as a native (little-endian) uint64
 	for {
-		futexWaitOn(i.rx.wseq, last)
+		ucs.FutexWait(i.rx.wseq, last, 0, false)
 		if i.wake.stopping.Load() {
 			return
 		}
@@ -130,7 +110,7 @@ func (i *Iface) stopWakeup() {
 	}
 	w.stopping.Store(true)
 	atomic.AddUint32(i.rx.wseq, 1)
-	futexWakeAll(i.rx.wseq)
+	ucs.FutexWake(i.rx.wseq, false)
 	<-w.done
 	unix.Close(w.fd)
 }

@@ -20,6 +20,9 @@
 // registered in the MD of the iface that received it, the token matches and
 // the whole range lies inside the registered region. Writes that fail the
 // check are dropped (and logged); they still count as processed for flush.
+// Get frames are checked the same way; the target answers them on the same
+// connection, with the data written from the registered memory, or with
+// ucs.ErrInvalidAddr for a get that fails the check (see get.go).
 // RkeyPtr is unsupported: remote memory is reached only through the wire.
 //
 // # Connections and authentication

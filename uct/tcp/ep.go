@@ -89,11 +89,13 @@ type EP struct {
 	writing bool     // an operation or the writer is writing
 	wbufs   [][]byte // buffers of a direct write; used by the operation that set writing
 	writeFn func(fd uintptr) bool
-	wn      int              // result of writeFn
-	werr    error            // result of writeFn
-	ackReq  uint64           // frame count of the last acknowledgement request
-	failed  bool             // err is set
-	pending uct.PendingGroup // in iface.pending; Room is hasRoom
+	wn      int               // result of writeFn
+	werr    error             // result of writeFn
+	ackReq  uint64            // frame count of the last acknowledgement request
+	failed  bool              // err is set
+	pending uct.PendingGroup  // in iface.pending; Room is hasRoom
+	gets    map[uint64]*getOp // gets waiting for their reply, by id (get.go)
+	getID   uint64            // the id of the last get
 
 	// Connect to EP (epconn.go).
 	id         uint64 // non-zero for an EP created unconnected
@@ -354,20 +356,29 @@ func (e *EP) writer() {
 	}
 }
 
-// reader reads the peer's acknowledgements until the connection ends.
+// reader reads the peer's acknowledgements and get replies until the
+// connection ends.
 func (e *EP) reader() {
 	defer e.iface.wg.Done()
-	var b [frameHeaderLen + ackBodyLen]byte
+	var b [frameHeaderLen + getRepHeaderLen]byte
 	for {
 		if _, err := io.ReadFull(e.conn, b[:frameHeaderLen]); err != nil {
 			e.fail(ucs.ErrConnectionReset, fmt.Errorf("read: %w", err))
 			return
 		}
-		if _, err := decodeFrameHeader(b[:frameHeaderLen], 1<<frameAck, 0); err != nil {
+		h, err := decodeFrameHeader(b[:frameHeaderLen], 1<<frameAck|1<<frameGetRep, 0)
+		if err != nil {
 			e.fail(ucs.ErrConnectionReset, err)
 			return
 		}
-		if _, err := io.ReadFull(e.conn, b[frameHeaderLen:]); err != nil {
+		if h.typ == frameGetRep {
+			if err := e.readGetReply(h, b[frameHeaderLen:]); err != nil {
+				e.fail(ucs.ErrConnectionReset, err)
+				return
+			}
+			continue
+		}
+		if _, err := io.ReadFull(e.conn, b[frameHeaderLen:frameHeaderLen+ackBodyLen]); err != nil {
 			e.fail(ucs.ErrConnectionReset, fmt.Errorf("read: %w", err))
 			return
 		}
@@ -380,6 +391,10 @@ func (e *EP) reader() {
 		e.acked.Store(n)
 		if e.iface.nflush.Load() > 0 {
 			e.iface.markDirty()
+		} else if w := e.iface.worker; w != nil {
+			// Someone may wait for the acknowledgement by asking Flush
+			// again (a flush without a completion).
+			w.Signal()
 		}
 	}
 }
@@ -398,6 +413,8 @@ func (e *EP) fail(st ucs.Status, cause error) {
 	e.err.Store(int32(st))
 	q := e.q
 	e.q, e.queued = nil, 0
+	gets := e.gets
+	e.gets = nil
 	e.mu.Unlock()
 	close(e.done)
 	e.conn.Close()
@@ -406,6 +423,11 @@ func (e *EP) fail(st ucs.Status, cause error) {
 	for _, f := range q {
 		if f.comp != nil {
 			i.comps = append(i.comps, compEvent{f.comp, st})
+		}
+	}
+	for _, g := range gets {
+		if g.comp != nil {
+			i.comps = append(i.comps, compEvent{g.comp, st})
 		}
 	}
 	if cause != nil && !i.closed {
@@ -529,16 +551,6 @@ func (e *EP) postZcopy(f *txFrame, iov []uct.IOV, n int, comp *uct.Completion) u
 	f.comp = comp
 	st, _ := e.post(f, false)
 	return st
-}
-
-// GetBcopy fails with ucs.ErrUnsupported: tcp has no remote reads.
-func (e *EP) GetBcopy(uct.UnpackFunc, int, uint64, uint64, *uct.Completion) ucs.Status {
-	return ucs.ErrUnsupported
-}
-
-// GetZcopy fails with ucs.ErrUnsupported: tcp has no remote reads.
-func (e *EP) GetZcopy([]uct.IOV, uint64, uint64, *uct.Completion) ucs.Status {
-	return ucs.ErrUnsupported
 }
 
 // AMShort sends the header and payload (8+len(payload) <= AM.MaxShort,

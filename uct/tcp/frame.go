@@ -16,13 +16,19 @@ const (
 	// frameFlush, client to server, empty: asks for an acknowledgement once
 	// every frame before it was processed.
 	frameFlush uint8 = 4
+	// frameGet, client to server: a get; body = getHeader. The server
+	// answers with a frameGetRep on the same connection.
+	frameGet uint8 = 5
+	// frameGetRep, server to client: body = getRepHeader + the data (none
+	// when the status is an error).
+	frameGetRep uint8 = 6
 )
 
 // frameHeaderLen is the length of a frame header.
 //
 // Layout, little-endian:
 //
-//	0  type   uint8   frameAM, framePut, frameAck or frameFlush
+//	0  type   uint8   frameAM, framePut, frameAck, frameFlush, frameGet or frameGetRep
 //	1  id     uint8   active message id (< uct.AMMaxID) for frameAM, else 0
 //	2  (zero) uint16
 //	4  length uint32  bytes of the body that follows
@@ -36,6 +42,25 @@ const frameHeaderLen = 8
 //	8  token  uint64  token of the key
 //	16 raddr  uint64  address of the first byte to write
 const putHeaderLen = 24
+
+// getHeaderLen is the length of a get body.
+//
+// Layout, little-endian:
+//
+//	0  key    uint64  key id of the source region
+//	8  token  uint64  token of the key
+//	16 raddr  uint64  address of the first byte to read
+//	24 length uint64  bytes to read, at most maxPutLen
+//	32 id     uint64  the client's number of the get, echoed in the reply
+const getHeaderLen = 40
+
+// getRepHeaderLen is the length of the header of a get reply body.
+//
+// Layout, little-endian:
+//
+//	0  id     uint64  the get's id
+//	8  status int64   ucs.Status: 0, then the data follows; an error, then nothing
+const getRepHeaderLen = 16
 
 // ackBodyLen is the length of an acknowledgement body.
 const ackBodyLen = 8
@@ -95,6 +120,14 @@ func decodeFrameHeader(b []byte, allowed uint32, maxAM int) (frameHeader, error)
 		if h.len != 0 {
 			return bad("acknowledgement request of %d bytes", h.len)
 		}
+	case frameGet:
+		if h.len != getHeaderLen {
+			return bad("get body of %d bytes", h.len)
+		}
+	case frameGetRep:
+		if h.len < getRepHeaderLen || h.len-getRepHeaderLen > maxPutLen {
+			return bad("get reply body of %d bytes", h.len)
+		}
 	default:
 		return bad("unknown type %d", h.typ)
 	}
@@ -118,4 +151,29 @@ func decodePutHeader(b []byte) putHeader {
 		token: binary.LittleEndian.Uint64(b[8:]),
 		raddr: binary.LittleEndian.Uint64(b[16:]),
 	}
+}
+
+// getHeader is a decoded get header.
+type getHeader struct {
+	key, token, raddr, length, id uint64
+}
+
+func (g *getHeader) encode(b []byte) {
+	for k, v := range [...]uint64{g.key, g.token, g.raddr, g.length, g.id} {
+		binary.LittleEndian.PutUint64(b[8*k:], v)
+	}
+}
+
+// decodeGetHeader decodes a get body; a length over maxPutLen fails with
+// ucs.ErrInvalidParam.
+func decodeGetHeader(b []byte) (getHeader, error) {
+	var v [5]uint64
+	for k := range v {
+		v[k] = binary.LittleEndian.Uint64(b[8*k:])
+	}
+	g := getHeader{key: v[0], token: v[1], raddr: v[2], length: v[3], id: v[4]}
+	if g.length > maxPutLen {
+		return g, fmt.Errorf("uct/tcp: get of %d bytes: %w", g.length, ucs.ErrInvalidParam)
+	}
+	return g, nil
 }

@@ -91,11 +91,12 @@ func FuzzFrameHeaderDecode(f *testing.F) {
 		typ, id uint8
 		n       int
 	}{{frameAM, 0, 0}, {frameAM, uct.AMMaxID - 1, DefaultRxSegSize}, {framePut, 0, putHeaderLen},
-		{framePut, 0, putHeaderLen + maxPutLen}, {frameAck, 0, ackBodyLen}, {frameFlush, 0, 0}, {9, 0, 0}} {
+		{framePut, 0, putHeaderLen + maxPutLen}, {frameAck, 0, ackBodyLen}, {frameFlush, 0, 0}, {9, 0, 0},
+		{frameGet, 0, getHeaderLen}, {frameGetRep, 0, getRepHeaderLen + 8}} {
 		b := make([]byte, frameHeaderLen)
 		putFrameHeader(b, h.typ, h.id, h.n)
-		f.Add(b, uint32(1<<frameAM|1<<framePut|1<<frameFlush))
-		f.Add(b, uint32(1<<frameAck))
+		f.Add(b, uint32(1<<frameAM|1<<framePut|1<<frameFlush|1<<frameGet))
+		f.Add(b, uint32(1<<frameAck|1<<frameGetRep))
 	}
 	f.Add([]byte{1, 2, 3}, uint32(0xffffffff))
 	f.Fuzz(func(t *testing.T, b []byte, allowed uint32) {
@@ -117,7 +118,11 @@ func FuzzFrameHeaderDecode(f *testing.F) {
 			t.Fatalf("accepted ack of %d bytes", h.len)
 		case h.typ == frameFlush && (h.id != 0 || h.len != 0):
 			t.Fatalf("accepted acknowledgement request of %d bytes", h.len)
-		case h.typ != frameAM && h.typ != framePut && h.typ != frameAck && h.typ != frameFlush:
+		case h.typ == frameGet && (h.id != 0 || h.len != getHeaderLen):
+			t.Fatalf("accepted get of %d bytes", h.len)
+		case h.typ == frameGetRep && (h.id != 0 || h.len < getRepHeaderLen || h.len > getRepHeaderLen+maxPutLen):
+			t.Fatalf("accepted get reply of %d bytes", h.len)
+		case h.typ != frameAM && h.typ != framePut && h.typ != frameAck && h.typ != frameFlush && h.typ != frameGet && h.typ != frameGetRep:
 			t.Fatalf("accepted type %d", h.typ)
 		}
 		e := make([]byte, frameHeaderLen)
@@ -208,6 +213,36 @@ func FuzzReadHello(f *testing.F) {
 		}
 		if !bytes.Equal(m.encode(), b[:n]) {
 			t.Fatalf("%x decodes to %+v, which encodes differently", b[:n], m)
+		}
+	})
+}
+
+// FuzzGetHeaderDecode checks that get headers are decoded without panics
+// and that no length over the limit passes.
+func FuzzGetHeaderDecode(f *testing.F) {
+	b := make([]byte, getHeaderLen)
+	(&getHeader{key: 1, token: 2, raddr: 4096, length: 8, id: 7}).encode(b)
+	f.Add(b)
+	(&getHeader{length: maxPutLen + 1}).encode(b)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < getHeaderLen {
+			return // the reader always passes getHeaderLen bytes
+		}
+		g, err := decodeGetHeader(b[:getHeaderLen])
+		if err != nil {
+			if !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Fatalf("error %v is not ErrInvalidParam", err)
+			}
+			return
+		}
+		if g.length > maxPutLen {
+			t.Fatalf("accepted a get of %d bytes", g.length)
+		}
+		var again [getHeaderLen]byte
+		g.encode(again[:])
+		if !bytes.Equal(again[:], b[:getHeaderLen]) {
+			t.Fatalf("decode/encode changed %x to %x", b[:getHeaderLen], again)
 		}
 	})
 }

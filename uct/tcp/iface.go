@@ -174,18 +174,20 @@ func deviceBandwidth(ifi *net.Interface) float64 {
 	return 1.25e9
 }
 
-// Query describes the iface: active messages and puts, no get and no
-// atomics (ucp emulates them over active messages).
+// Query describes the iface: active messages, puts and gets, no atomics
+// (ucp emulates them over active messages).
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	return &uct.IfaceAttr{
 		Put: uct.OpCaps{MaxShort: maxShort, MaxBcopy: i.cfg.segSize, MaxZcopy: maxPutLen,
 			OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV},
+		Get: uct.OpCaps{MaxBcopy: i.cfg.segSize, MaxZcopy: maxPutLen, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV},
 		AM: uct.OpCaps{MaxShort: min(maxShort, i.cfg.rxSegSize), MaxBcopy: i.cfg.segSize, MaxZcopy: i.cfg.rxSegSize,
 			OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV, MaxHdr: i.cfg.segSize},
 		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
 			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
+			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy |
 			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync |
-			uct.IfaceFlagErrhandlePeerDown,
+			uct.IfaceFlagErrhandlePeerDown | uct.IfaceFlagFlushAfterAM,
 		DeviceAddrLen: DeviceAddrLen,
 		IfaceAddrLen:  IfaceAddrLen,
 		Overhead:      1e-6,
@@ -552,7 +554,10 @@ type rxConn struct {
 	processed uint64 // frames applied or queued
 	acked     uint64 // the count last acknowledged
 	ackDue    bool   // the client asked for an acknowledgement
+	wrote     bool   // puts were applied since the worker was last signalled
 	ack       [frameHeaderLen + ackBodyLen]byte
+	getRep    [frameHeaderLen + getRepHeaderLen]byte
+	repBuf    []byte // a small get reply
 }
 
 // run reads frames until the connection ends: nil at a clean end, the
@@ -561,11 +566,18 @@ func (s *rxConn) run() error {
 	i := s.iface
 	var hb [frameHeaderLen]byte
 	var ph [putHeaderLen]byte
+	var gh [getHeaderLen]byte
 	for {
 		if s.br.Buffered() == 0 {
 			if err := s.sendAck(); err != nil {
 				return err
 			}
+			if s.wrote && i.worker != nil {
+				// A goroutine waiting for memory to change may wait for
+				// these puts.
+				i.worker.Signal()
+			}
+			s.wrote = false
 		}
 		if _, err := io.ReadFull(s.br, hb[:]); err != nil {
 			if err == io.EOF {
@@ -573,7 +585,7 @@ func (s *rxConn) run() error {
 			}
 			return err
 		}
-		h, err := decodeFrameHeader(hb[:], 1<<frameAM|1<<framePut|1<<frameFlush, i.cfg.rxSegSize)
+		h, err := decodeFrameHeader(hb[:], 1<<frameAM|1<<framePut|1<<frameFlush|1<<frameGet, i.cfg.rxSegSize)
 		if err != nil {
 			return err
 		}
@@ -594,13 +606,20 @@ func (s *rxConn) run() error {
 			if err := s.applyPut(decodePutHeader(ph[:]), uint64(h.len-putHeaderLen)); err != nil {
 				return fmt.Errorf("reading a put: %w", err)
 			}
-			// Wake a goroutine of the worker that waits for the data
-			// (ucp.Worker.Idle): nothing else tells it memory changed.
-			if s.iface.worker != nil {
-				s.iface.worker.Signal()
-			}
+			s.wrote = true
 		case frameFlush:
 			s.ackDue = true
+		case frameGet:
+			if _, err := io.ReadFull(s.br, gh[:]); err != nil {
+				return fmt.Errorf("reading a get: %w", err)
+			}
+			g, err := decodeGetHeader(gh[:])
+			if err != nil {
+				return err
+			}
+			if err := s.serveGet(g); err != nil {
+				return fmt.Errorf("answering a get: %w", err)
+			}
 		}
 		s.processed++
 	}
@@ -662,31 +681,78 @@ func (s *rxConn) receiveAM(id uint8, data []byte) error {
 // its target region when the put is valid, and otherwise reads and drops
 // them with a logged warning. It fails only when the connection does.
 func (s *rxConn) applyPut(p putHeader, n uint64) error {
-	var why string
-	r := s.iface.md.lookup(p.key)
+	r, why := s.iface.md.access(p.key, p.token, p.raddr, n)
+	if r == nil {
+		logf("iface %s: rejected a put of %d bytes to %#x (key %#x) from %v: %s",
+			s.iface.ln.Addr(), n, p.raddr, p.key, s.conn.RemoteAddr(), why)
+		_, err := s.br.Discard(int(n))
+		return err
+	}
+	off := p.raddr - r.key.addr
+	_, err := io.ReadFull(s.br, r.mem[off:off+n])
+	r.mu.RUnlock()
+	return err
+}
+
+// serveGet answers a get on the connection: with the bytes asked for when
+// the get is valid, and otherwise with ucs.ErrInvalidAddr and a logged
+// warning. It fails only when the connection does.
+func (s *rxConn) serveGet(g getHeader) error {
+	h := s.getRep[:]
+	binary.LittleEndian.PutUint64(h[frameHeaderLen:], g.id)
+	r, why := s.iface.md.access(g.key, g.token, g.raddr, g.length)
+	if r == nil {
+		logf("iface %s: rejected a get of %d bytes at %#x (key %#x) from %v: %s",
+			s.iface.ln.Addr(), g.length, g.raddr, g.key, s.conn.RemoteAddr(), why)
+		putFrameHeader(h, frameGetRep, 0, getRepHeaderLen)
+		st := int64(ucs.ErrInvalidAddr)
+		binary.LittleEndian.PutUint64(h[frameHeaderLen+8:], uint64(st))
+		_, err := s.conn.Write(h)
+		return err
+	}
+	defer r.mu.RUnlock()
+	putFrameHeader(h, frameGetRep, 0, getRepHeaderLen+int(g.length))
+	binary.LittleEndian.PutUint64(h[frameHeaderLen+8:], 0)
+	off := g.raddr - r.key.addr
+	data := r.mem[off : off+g.length]
+	if len(data) <= getRepInline {
+		// One write for a small reply.
+		b := append(s.repBuf[:0], h...)
+		b = append(b, data...)
+		s.repBuf = b[:0]
+		_, err := s.conn.Write(b)
+		return err
+	}
+	if _, err := s.conn.Write(h); err != nil {
+		return err
+	}
+	_, err := s.conn.Write(data)
+	return err
+}
+
+// getRepInline is the largest get reply sent with its header in one write.
+const getRepInline = 16 << 10
+
+// access returns the live region that key and token name, locked for
+// reading, when [raddr, raddr+n) lies inside it; otherwise nil and why not.
+// The caller unlocks the region.
+func (m *MD) access(key, token, raddr, n uint64) (*region, string) {
+	r := m.lookup(key)
 	switch {
 	case r == nil:
-		why = "unknown key"
-	case subtle.ConstantTimeEq(int32(p.token>>32), int32(r.key.token>>32))&
-		subtle.ConstantTimeEq(int32(p.token), int32(r.key.token)) != 1:
-		why = "wrong token"
-	case !r.key.contains(p.raddr, n):
-		why = fmt.Sprintf("outside the registered range %#x+%d", r.key.addr, r.key.length)
-	default:
-		r.mu.RLock()
-		if !r.dead {
-			off := p.raddr - r.key.addr
-			_, err := io.ReadFull(s.br, r.mem[off:off+n])
-			r.mu.RUnlock()
-			return err
-		}
-		r.mu.RUnlock()
-		why = "deregistered key"
+		return nil, "unknown key"
+	case subtle.ConstantTimeEq(int32(token>>32), int32(r.key.token>>32))&
+		subtle.ConstantTimeEq(int32(token), int32(r.key.token)) != 1:
+		return nil, "wrong token"
+	case !r.key.contains(raddr, n):
+		return nil, fmt.Sprintf("outside the registered range %#x+%d", r.key.addr, r.key.length)
 	}
-	logf("iface %s: rejected a put of %d bytes to %#x (key %#x) from %v: %s",
-		s.iface.ln.Addr(), n, p.raddr, p.key, s.conn.RemoteAddr(), why)
-	_, err := s.br.Discard(int(n))
-	return err
+	r.mu.RLock()
+	if r.dead {
+		r.mu.RUnlock()
+		return nil, "deregistered key"
+	}
+	return r, ""
 }
 
 // The buffers of active messages and bcopy frames come from free lists by

@@ -71,15 +71,15 @@ func TestResources(t *testing.T) {
 	}
 	want := uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPutShort |
 		uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy | uct.IfaceFlagPending | uct.IfaceFlagConnectToIface |
-		uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync
+		uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync | uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy
 	if ia.Flags&want != want {
 		t.Errorf("iface flags %#x lack %#x", ia.Flags, want&^ia.Flags)
 	}
-	if bad := uct.IfaceFlagGetShort | uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU | uct.IfaceFlagAtomicDevice; ia.Flags&bad != 0 {
-		t.Errorf("iface flags %#x claim get or atomics", ia.Flags)
+	if bad := uct.IfaceFlagGetShort | uct.IfaceFlagAtomicCPU | uct.IfaceFlagAtomicDevice; ia.Flags&bad != 0 {
+		t.Errorf("iface flags %#x claim get short or atomics", ia.Flags)
 	}
-	if ia.Atomic32 != (uct.AtomicCaps{}) || ia.Atomic64 != (uct.AtomicCaps{}) || ia.Get != (uct.OpCaps{}) {
-		t.Errorf("iface claims get or atomics: %+v", ia)
+	if ia.Atomic32 != (uct.AtomicCaps{}) || ia.Atomic64 != (uct.AtomicCaps{}) || ia.Get.MaxShort != 0 || ia.Get.MaxZcopy != maxPutLen {
+		t.Errorf("iface claims atomics or get short, or get limits are off: %+v", ia)
 	}
 	if ia.AM.MaxBcopy != DefaultSegSize || ia.AM.MaxZcopy != DefaultRxSegSize || ia.Put.MaxZcopy != maxPutLen {
 		t.Errorf("iface limits %+v", ia)
@@ -97,18 +97,18 @@ func TestResources(t *testing.T) {
 	ep := connect(t, i, i)
 	var r uint64
 	for name, st := range map[string]ucs.Status{
-		"get bcopy":  ep.GetBcopy(func([]byte) {}, 8, 0, 0, nil),
-		"get zcopy":  ep.GetZcopy(nil, 0, 0, nil),
-		"post64":     ep.AtomicPost64(uct.AtomicOpAdd, 1, 0, 0),
-		"post32":     ep.AtomicPost32(uct.AtomicOpAdd, 1, 0, 0),
-		"fetch64":    ep.AtomicFetch64(uct.AtomicOpAdd, 1, 0, 0, &r, nil),
-		"fetch32":    ep.AtomicFetch32(uct.AtomicOpAdd, 1, 0, 0, nil, nil),
-		"cswap64":    ep.AtomicCSwap64(1, 2, 0, 0, &r, nil),
-		"cswap32":    ep.AtomicCSwap32(1, 2, 0, 0, nil, nil),
-		"put no key": ep.PutShort([]byte{1}, 8, 12345),
+		"get no key":       ep.GetBcopy(func([]byte) {}, 8, 0, 0, nil),
+		"get zcopy no key": ep.GetZcopy(nil, 0, 0, nil),
+		"post64":           ep.AtomicPost64(uct.AtomicOpAdd, 1, 0, 0),
+		"post32":           ep.AtomicPost32(uct.AtomicOpAdd, 1, 0, 0),
+		"fetch64":          ep.AtomicFetch64(uct.AtomicOpAdd, 1, 0, 0, &r, nil),
+		"fetch32":          ep.AtomicFetch32(uct.AtomicOpAdd, 1, 0, 0, nil, nil),
+		"cswap64":          ep.AtomicCSwap64(1, 2, 0, 0, &r, nil),
+		"cswap32":          ep.AtomicCSwap32(1, 2, 0, 0, nil, nil),
+		"put no key":       ep.PutShort([]byte{1}, 8, 12345),
 	} {
 		want := ucs.ErrUnsupported
-		if name == "put no key" {
+		if strings.HasSuffix(name, "no key") {
 			want = ucs.ErrInvalidParam
 		}
 		if st != want {
@@ -745,7 +745,8 @@ func TestPendingPurge(t *testing.T) {
 
 // TestRejectedPuts checks that puts with a wrong token, an unknown or
 // deregistered key, or a range outside the region leave the target's
-// memory untouched, are logged, and still flush.
+// memory untouched, are logged, and still flush; and that gets with such
+// keys complete with ucs.ErrInvalidAddr and are logged.
 func TestRejectedPuts(t *testing.T) {
 	logs := captureLog(t)
 	md := testMD(t)
@@ -805,6 +806,37 @@ func TestRejectedPuts(t *testing.T) {
 				}
 				if !strings.Contains(logs.String(), tt.why) {
 					t.Errorf("log %q does not say %q", logs.String(), tt.why)
+				}
+			})
+		}
+		for _, kind := range []string{"get_bcopy", "get_zcopy"} {
+			t.Run(tt.name+"/"+kind, func(t *testing.T) {
+				rk, err := (&Component{}).RkeyUnpack(tt.key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer (&Component{}).RkeyRelease(rk)
+				buf := bytes.Repeat([]byte{0x5a}, tt.size)
+				done := false
+				comp := &uct.Completion{Count: 1, Func: func(*uct.Completion) { done = true }}
+				var st ucs.Status
+				if kind == "get_bcopy" {
+					st = ep.GetBcopy(func(src []byte) { copy(buf, src) }, tt.size, tt.raddr, rk.Rkey, comp)
+				} else {
+					st = ep.GetZcopy([]uct.IOV{{Buffer: buf}}, tt.raddr, rk.Rkey, comp)
+				}
+				if st != ucs.InProgress {
+					t.Fatalf("get: %v", st)
+				}
+				progressUntil(t, func() bool { return done }, a, b)
+				if comp.Status != ucs.ErrInvalidAddr {
+					t.Errorf("refused get completed with %v, want %v", comp.Status, ucs.ErrInvalidAddr)
+				}
+				if !bytes.Equal(buf, bytes.Repeat([]byte{0x5a}, tt.size)) {
+					t.Error("a refused get wrote the buffer")
+				}
+				if !strings.Contains(logs.String(), "rejected a get") {
+					t.Errorf("log %q does not report the get", logs.String())
 				}
 			})
 		}

@@ -1,8 +1,12 @@
-// Command goshmem-run starts a goshmem (OpenSHMEM for Go) job on this host.
+// Command goshmem-run starts a goshmem (OpenSHMEM for Go) job: on this
+// host, on several hosts through a remote shell, or through a cluster
+// manager's spawner (Slurm's srun, Open MPI's mpirun).
 //
 // Usage:
 //
 //	goshmem-run -np N [flags] PROGRAM [ARGS...]
+//	goshmem-run --hosts h1:4,h2:4 [-np N] [flags] PROGRAM [ARGS...]
+//	goshmem-run --spawner 'srun --overcommit' -np N [flags] PROGRAM [ARGS...]
 //
 // It starts N processing elements (PEs), each running PROGRAM with ARGS.
 // PROGRAM is an executable (a path, or a name looked up in PATH), or a Go
@@ -13,37 +17,82 @@
 //
 // The flags are:
 //
-//	-np N          number of PEs (required, at least 1)
-//	-tag-output    prefix every output line with "[pe N] "
-//	-bind ADDR     IP address of the bootstrap seed (default 127.0.0.1)
-//	-kill-grace D  time PEs get between SIGTERM and SIGKILL when the job
-//	               is ended (default 2s)
+//	-np N               number of PEs (at least 1; with --hosts or
+//	                    --hostfile, default one per slot)
+//	-hosts LIST         hosts and their slots: "h1:4,h2:4" (a host without
+//	                    ":N" has one slot); the slots are filled in order
+//	-hostfile FILE      hosts, one per line: "h1", "h1:4" or "h1 slots=4"
+//	-rsh CMD            remote shell that starts the agent of each host that
+//	                    is not this one: CMD HOST COMMAND... (default "ssh";
+//	                    "ip netns exec" for network namespaces)
+//	-spawner CMD        have a cluster manager place the PEs: "srun ...",
+//	                    "mpirun ..." or any command that starts N copies of
+//	                    the command appended to it (see below)
+//	-tag-output         prefix every output line with "[pe N] "
+//	-output-dir DIR     write the output of PE N to DIR/pe-N.out (on its
+//	                    host) instead of the terminal
+//	-x NAME[=VALUE]     pass NAME (with this value, or the current one) to
+//	                    the PEs; repeatable
+//	-bind ADDR          IP address of the bootstrap seed (default 127.0.0.1
+//	                    for a job on this host, else the address that routes
+//	                    to the first remote host, or the default route)
+//	-kill-grace D       time PEs get between SIGTERM and SIGKILL when the job
+//	                    is ended (default 2s)
+//	-failure-timeout D  time the job may take to notice a PE, host or
+//	                    launcher that stopped answering (default 10s; a PE
+//	                    that exits or is killed is noticed at once)
+//	-agent-path PATH    goshmem-run on the other hosts (default this one's
+//	                    path)
 //
 // Both -flag and --flag forms work.
 //
 // goshmem-run runs the bootstrap seed (a memberlist node) with a fresh
-// random job key, and hands each PE its place in the job in the
-// environment:
+// random job key, and starts one agent per host (goshmem-run itself, in
+// agent mode: directly on this host, through the remote shell on the
+// others), or, with --spawner, has the spawner start one agent per PE. Each
+// agent joins the job, starts its PEs, forwards their output, tells the
+// seed how each PE ended, and ends them when the job ends. The agent's
+// configuration, job key included, goes to it on its standard input (or,
+// under a spawner, in the environment), never on a command line. Each PE
+// gets its place in the job in the environment:
 //
-//	GOSHMEM_JOBID       the job id
-//	GOSHMEM_RANK        the PE's rank, 0 to N-1
-//	GOSHMEM_SIZE        N
-//	GOSHMEM_SEED        host:port of the seed
-//	GOSHMEM_KEY         the job key, base64 (memberlist encryption key)
-//	GOSHMEM_LOCAL_RANK  the PE's rank on this host
-//	GOSHMEM_LOCAL_SIZE  the number of PEs on this host
+//	GOSHMEM_JOBID            the job id
+//	GOSHMEM_RANK             the PE's rank, 0 to N-1
+//	GOSHMEM_SIZE             N
+//	GOSHMEM_SEED             host:port of the seed
+//	GOSHMEM_KEY              the job key, base64 (memberlist encryption key,
+//	                         and the key of tcp connections between PEs)
+//	GOSHMEM_LOCAL_RANK       the PE's rank on its host
+//	GOSHMEM_LOCAL_SIZE       the number of PEs on its host
+//	GOSHMEM_FAILURE_TIMEOUT  the failure timeout (when set)
+//
+// For a job on this host alone, goshmem-run also sets UCX_NET_DEVICES=lo
+// (unless it is set), so that every listener of the job is on the loopback.
+// PEs on other hosts inherit their agent's environment, plus the UCX_*,
+// SHMEM_* and GOSHMEM_* variables of goshmem-run's and those of -x.
+//
+// With --spawner, the first word of CMD decides the arguments added: srun
+// gets "-n N --kill-on-bad-exit=1 --input=0", mpirun (or mpiexec, oshrun)
+// gets "-np N -x GOSHMEM_AGENT_CONFIG"; then comes the agent command. Any
+// other spawner gets only the agent command, and must start N copies of it
+// with GOSHMEM_AGENT_CONFIG and GOSHMEM_SIZE passed on and each copy's place
+// in GOSHMEM_RANK, GOSHMEM_LOCAL_RANK and GOSHMEM_LOCAL_SIZE (or in Open
+// MPI's, MPICH's or Slurm's variables).
 //
 // Standard input goes to PE 0. The PEs' standard output and error are
 // forwarded one whole line at a time.
 //
 // When a PE exits with a non-zero status or by a signal, or exits without
-// finalizing while the others still run, or the seed reports it failed,
-// goshmem-run names the PE, its host and how it ended, terminates the
-// other PEs (SIGTERM, then SIGKILL) and exits with that PE's status
-// (128+signal for a signal, 1 otherwise). SIGINT or SIGTERM to
+// finalizing while the others still run, or stops answering, goshmem-run
+// names the PE, its host and how it ended, terminates the other PEs
+// (SIGTERM, then SIGKILL) and exits with that PE's status (128+signal for a
+// signal, 1 otherwise). A PE that calls a global exit (bootstrap's
+// Member.GlobalExit, shmem's GlobalExit) ends the job the same way, and
+// goshmem-run exits with its status. SIGINT, SIGTERM or SIGHUP to
 // goshmem-run ends every PE, and it exits with 128+signal. If goshmem-run
-// itself is killed, the kernel kills the PEs. A job that ends well exits
-// with 0.
+// itself is killed, its agents end the PEs (at once on this host and where
+// the remote shell passes the signal on, else within the failure timeout).
+// Nothing is left in /dev/shm. A job that ends well exits with 0.
 //
 // Setting GOSHMEM_DEBUG=1 shows the memberlist logs of the seed and PEs.
 package main
@@ -60,36 +109,102 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/launcher"
 )
 
 func main() {
+	if code, ok := launcher.AgentMain(); ok {
+		os.Exit(code)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// envFlags collects repeated -x flags.
+type envFlags []string
+
+func (e *envFlags) String() string { return strings.Join(*e, ",") }
+
+func (e *envFlags) Set(v string) error {
+	name, _, hasValue := strings.Cut(v, "=")
+	if name == "" {
+		return fmt.Errorf("want NAME or NAME=VALUE")
+	}
+	if !hasValue {
+		v = name + "=" + os.Getenv(name)
+	}
+	*e = append(*e, v)
+	return nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("goshmem-run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	np := fs.Int("np", 0, "number of PEs (at least 1)")
+	np := fs.Int("np", 0, "number of PEs (at least 1; with -hosts or -hostfile, default one per slot)")
+	hostList := fs.String("hosts", "", `hosts and slots, "h1:4,h2:4"`)
+	hostfile := fs.String("hostfile", "", `file of hosts, one per line: "h1", "h1:4" or "h1 slots=4"`)
+	rsh := fs.String("rsh", "ssh", "remote shell: CMD HOST COMMAND... runs COMMAND on HOST")
+	spawner := fs.String("spawner", "", `spawner that places the PEs: "srun ...", "mpirun ..." or another command`)
 	tag := fs.Bool("tag-output", false, `prefix every output line with "[pe N] "`)
-	bind := fs.String("bind", "127.0.0.1", "IP address of the bootstrap seed")
+	outDir := fs.String("output-dir", "", "write the output of PE N to DIR/pe-N.out instead of the terminal")
+	var env envFlags
+	fs.Var(&env, "x", "pass NAME[=VALUE] to the PEs (repeatable)")
+	bind := fs.String("bind", "", "IP address of the bootstrap seed (default: 127.0.0.1 on one host, else chosen by route)")
 	grace := fs.Duration("kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when ending the job")
+	failTimeout := fs.Duration("failure-timeout", bootstrap.DefaultFailureTimeout, "time to notice a PE, host or launcher that stopped answering")
+	agentPath := fs.String("agent-path", "", "path of goshmem-run on the other hosts (default: this one's)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: goshmem-run -np N [flags] PROGRAM [ARGS...]\n\n"+
+		fmt.Fprintf(stderr, "usage: goshmem-run -np N [flags] PROGRAM [ARGS...]\n"+
+			"       goshmem-run -hosts h1:4,h2:4 [-np N] [flags] PROGRAM [ARGS...]\n"+
+			"       goshmem-run -spawner 'srun ...' -np N [flags] PROGRAM [ARGS...]\n\n"+
 			"PROGRAM is an executable or a Go main package (directory or package path).\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2 // flag printed the error and the usage
 	}
-	if *np < 1 || fs.NArg() < 1 {
-		if *np < 1 {
-			fmt.Fprintf(stderr, "goshmem-run: -np must be at least 1\n")
-		} else {
-			fmt.Fprintf(stderr, "goshmem-run: no PROGRAM\n")
-		}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "goshmem-run: "+format+"\n", a...)
 		fs.Usage()
 		return 2
+	}
+	var hosts []launcher.Host
+	var err error
+	switch {
+	case *hostList != "" && *hostfile != "":
+		return usage("give -hosts or -hostfile, not both")
+	case *hostList != "":
+		hosts, err = launcher.ParseHosts(*hostList)
+	case *hostfile != "":
+		hosts, err = launcher.ReadHostfile(*hostfile)
+	}
+	if err != nil {
+		return usage("%v", err)
+	}
+	if *spawner != "" && hosts != nil {
+		return usage("-spawner places the PEs itself: no -hosts or -hostfile with it")
+	}
+	if *np < 0 || (*np == 0 && hosts == nil) {
+		return usage("-np must be at least 1")
+	}
+	if fs.NArg() < 1 {
+		return usage("no PROGRAM")
+	}
+	rshWords, err := splitWords(*rsh)
+	if err != nil || len(rshWords) == 0 {
+		return usage("-rsh %q: %v", *rsh, err)
+	}
+	var spawnerWords []string
+	if *spawner != "" {
+		if spawnerWords, err = splitWords(*spawner); err != nil || len(spawnerWords) == 0 {
+			return usage("-spawner %q: %v", *spawner, err)
+		}
+	}
+	if *agentPath == "" {
+		if *agentPath, err = os.Executable(); err != nil {
+			fmt.Fprintf(stderr, "goshmem-run: cannot find its own executable for the agents: %v\n", err)
+			return 1
+		}
 	}
 
 	program, build, err := resolve(fs.Arg(0))
@@ -110,7 +225,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	got := make(chan syscall.Signal, 1)
 	go func() {
@@ -121,14 +236,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}()
 
 	code, err := launcher.Run(ctx, launcher.Options{
-		NP:        *np,
-		Program:   program,
-		Args:      fs.Args()[1:],
-		TagOutput: *tag,
-		BindAddr:  *bind,
-		KillGrace: *grace,
-		Stdout:    stdout,
-		Stderr:    stderr,
+		NP:             *np,
+		Program:        program,
+		Args:           fs.Args()[1:],
+		Env:            env,
+		TagOutput:      *tag,
+		OutputDir:      *outDir,
+		BindAddr:       *bind,
+		KillGrace:      *grace,
+		FailureTimeout: *failTimeout,
+		Hosts:          hosts,
+		RSH:            rshWords,
+		Spawner:        spawnerWords,
+		AgentPath:      *agentPath,
+		Stdout:         stdout,
+		Stderr:         stderr,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "goshmem-run: "+format+"\n", args...)
 		},
@@ -143,6 +265,43 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goshmem-run: %v\n", err) // a failed PE was reported already
 	}
 	return code
+}
+
+// splitWords splits a command line into words at spaces, keeping what is
+// inside single or double quotes (without the quotes) in one word.
+func splitWords(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	var quote rune
+	for _, c := range s {
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			} else {
+				cur.WriteRune(c)
+			}
+		case c == '\'' || c == '"':
+			quote, inWord = c, true
+		case c == ' ' || c == '\t' || c == '\n':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(c)
+			inWord = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("unterminated quote")
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
 }
 
 // resolve tells whether prog is an executable to run or a Go package to

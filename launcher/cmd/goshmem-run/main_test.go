@@ -3,10 +3,23 @@ package main
 import (
 	"bytes"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/goshmem/goshmem/launcher"
 )
+
+// The test binary is goshmem-run's agent too (run uses its own executable).
+func TestMain(m *testing.M) {
+	if code, ok := launcher.AgentMain(); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
 
 func TestRun(t *testing.T) {
 	tests := []struct {
@@ -23,6 +36,15 @@ func TestRun(t *testing.T) {
 		{"true", []string{"-np", "2", "true"}, 0, ""},
 		{"exit status", []string{"--np", "2", "sh", "-c", "exit 7"}, 7, "exited with status 7"},
 		{"program args are not flags", []string{"-np", "1", "sh", "-c", "test \"$1\" = -np", "sh", "-np"}, 0, ""},
+		{"hosts and hostfile", []string{"-hosts", "a:1", "-hostfile", "f", "true"}, 2, "not both"},
+		{"bad hosts", []string{"-hosts", "a:0", "true"}, 2, "slots must be a positive integer"},
+		{"missing hostfile", []string{"-hostfile", "/nonexistent/hosts", "true"}, 2, "no such file"},
+		{"spawner and hosts", []string{"-spawner", "srun", "-hosts", "a:1", "true"}, 2, "no -hosts"},
+		{"unterminated rsh", []string{"-rsh", "ssh -o 'x", "-hosts", "a:1", "true"}, 2, "unterminated quote"},
+		{"too many PEs for the hosts", []string{"-np", "3", "-hosts", "localhost:2", "true"}, 2, "do not fit"},
+		{"local hosts", []string{"-hosts", "localhost:2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, ""},
+		{"x flag", []string{"-np", "2", "-x", "GOSHMEM_TEST_X=yes", "sh", "-c", "test $GOSHMEM_TEST_X = yes"}, 0, ""},
+		{"single host tcp on loopback", []string{"-np", "1", "sh", "-c", "test $UCX_NET_DEVICES = lo"}, 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,5 +77,47 @@ func TestRunBuildsPackage(t *testing.T) {
 	}
 	if want := "[pe 1] hello x from 1 of 2\n"; !strings.Contains(stdout.String(), want) {
 		t.Errorf("stdout %q lacks %q", stdout.String(), want)
+	}
+}
+
+func TestSplitWords(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+		ok   bool
+	}{
+		{"ssh", []string{"ssh"}, true},
+		{"  ip netns  exec ", []string{"ip", "netns", "exec"}, true},
+		{`ssh -o "ProxyCommand ssh gw" -x`, []string{"ssh", "-o", "ProxyCommand ssh gw", "-x"}, true},
+		{`srun '' a`, []string{"srun", "", "a"}, true},
+		{`a'b c'd`, []string{"ab cd"}, true},
+		{`ssh "x`, nil, false},
+		{"", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := splitWords(tt.in)
+		if (err == nil) != tt.ok || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("splitWords(%q) = %q, %v; want %q (ok %v)", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestHostfileFlag(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("skipping: sh not in PATH")
+	}
+	f := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(f, []byte("# this host twice\nlocalhost slots=2\nlocalhost:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-hostfile", f, "-tag-output", "sh", "-c", "echo $GOSHMEM_RANK/$GOSHMEM_SIZE"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("goshmem-run -hostfile = %d, stderr %q", code, stderr.String())
+	}
+	for _, want := range []string{"[pe 0] 0/3\n", "[pe 1] 1/3\n", "[pe 2] 2/3\n"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout %q lacks %q", stdout.String(), want)
+		}
 	}
 }

@@ -1,0 +1,376 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/hashicorp/memberlist"
+)
+
+// nextReport returns the next report of the seed, failing the test after
+// waitLimit.
+func nextReport(t *testing.T, s *Seed) Report {
+	t.Helper()
+	select {
+	case r, ok := <-s.Reports():
+		if !ok {
+			t.Fatal("seed reports closed")
+		}
+		return r
+	case <-time.After(waitLimit):
+		t.Fatalf("no report from the seed within %v", waitLimit)
+	}
+	return Report{}
+}
+
+func noReport(t *testing.T, s *Seed) {
+	t.Helper()
+	select {
+	case r := <-s.Reports():
+		t.Errorf("unexpected report %+v", r)
+	default:
+	}
+}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(waitLimit):
+		t.Fatalf("%s: not within %v", what, waitLimit)
+	}
+}
+
+// agentEnv is the environment an agent of s gets.
+func agentEnv(s *Seed, key []byte, size int) Env {
+	return Env{JobID: s.JobID(), Size: size, Seed: s.Addr(), Key: key}
+}
+
+func TestAgentReports(t *testing.T) {
+	const size = 4
+	key := newTestKey(t)
+	seed, err := NewSeed(SeedConfig{Size: size, Agents: 2, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	a0, err := JoinAgent(agentEnv(seed, key, size), 0)
+	if err != nil {
+		t.Fatalf("JoinAgent 0: %v", err)
+	}
+	defer a0.Close()
+
+	tests := []struct {
+		rank int
+		how  string
+		code int
+	}{
+		{1, "exited with status 3", 3},
+		{0, "was killed by signal 9 (killed)", 137},
+		{1, "a second report of PE 1", 1}, // acknowledged, not passed on
+	}
+	for i, tt := range tests {
+		if err := a0.Report(tt.rank, "h0", tt.how, tt.code); err != nil {
+			t.Fatalf("report %d: %v", i, err)
+		}
+		if i == 2 {
+			noReport(t, seed)
+			continue
+		}
+		want := Report{Kind: ReportExit, Rank: tt.rank, Agent: 0, Host: "h0", How: tt.how, Code: tt.code}
+		if got := nextReport(t, seed); got != want {
+			t.Errorf("report %d: seed passed on %+v, want %+v", i, got, want)
+		}
+	}
+	if err := a0.Report(size, "h0", "out of range", 1); !errors.Is(err, ucs.ErrInvalidParam) {
+		t.Errorf("report of PE %d: got %v, want ucs.ErrInvalidParam", size, err)
+	}
+
+	// Terminate reaches the agent there, and one that joins later.
+	seed.Terminate("PE 1 on host h0 exited with status 3")
+	waitClosed(t, a0.Terminated(), "agent 0 told to terminate")
+	if why := a0.Why(); why != "PE 1 on host h0 exited with status 3" {
+		t.Errorf("agent 0: Why() = %q", why)
+	}
+	a1, err := JoinAgent(agentEnv(seed, key, size), 1)
+	if err != nil {
+		t.Fatalf("JoinAgent 1: %v", err)
+	}
+	defer a1.Close()
+	waitClosed(t, a1.Terminated(), "agent 1, joining after Terminate, told to terminate")
+
+	// An agent that leaves is reported once.
+	if err := a1.Close(); err != nil {
+		t.Errorf("agent 1 Close: %v", err)
+	}
+	if got := nextReport(t, seed); got.Kind != ReportAgentLeft || got.Agent != 1 || !strings.HasPrefix(got.How, "left the job") {
+		t.Errorf("after agent 1 left: %+v", got)
+	}
+	if err := a1.Report(2, "h1", "after close", 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Report after Close: got %v, want ErrClosed", err)
+	}
+}
+
+func TestAgentBadJoin(t *testing.T) {
+	key := newTestKey(t)
+	seed, err := NewSeed(SeedConfig{Size: 2, Agents: 1, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	if _, err := JoinAgent(agentEnv(seed, key, 2), -1); !errors.Is(err, ucs.ErrInvalidParam) {
+		t.Errorf("agent id -1: got %v, want ucs.ErrInvalidParam", err)
+	}
+	if _, err := JoinAgent(Env{JobID: seed.JobID(), Size: 2, Key: key}, 0); !errors.Is(err, ucs.ErrInvalidParam) {
+		t.Errorf("agent without seed: got %v, want ucs.ErrInvalidParam", err)
+	}
+	if a, err := JoinAgent(agentEnv(seed, newTestKey(t), 2), 0); !errors.Is(err, ucs.ErrUnreachable) {
+		if err == nil {
+			a.Close()
+		}
+		t.Errorf("agent with another key: got %v, want ucs.ErrUnreachable", err)
+	}
+	// An agent id the seed does not expect is ignored.
+	a, err := JoinAgent(agentEnv(seed, key, 2), 5)
+	if err != nil {
+		t.Fatalf("JoinAgent 5: %v", err)
+	}
+	defer a.Close()
+	done := make(chan error, 1)
+	go func() { done <- a.Report(0, "h", "exited with status 0", 0) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ucs.ErrTimedOut) {
+			t.Errorf("report of an unexpected agent: got %v, want ucs.ErrTimedOut", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("report of an unexpected agent still blocked")
+	}
+	noReport(t, seed)
+}
+
+// TestAgentSeedGone: an agent learns that the seed left, or died.
+func TestAgentSeedGone(t *testing.T) {
+	fastFailureDetection(t)
+	for _, vanishes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("vanishes=%v", vanishes), func(t *testing.T) {
+			key := newTestKey(t)
+			seed, err := NewSeed(SeedConfig{Size: 1, Agents: 1, Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer seed.Close()
+			a, err := JoinAgent(agentEnv(seed, key, 1), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			if vanishes {
+				vanishSeed(seed) // no leave: as if the launcher was killed
+			} else {
+				seed.Close()
+			}
+			waitClosed(t, a.Terminated(), "agent noticing the seed gone")
+			if a.Why() != reasonSeedGone {
+				t.Errorf("Why() = %q, want %q", a.Why(), reasonSeedGone)
+			}
+			if err := a.Report(0, "h", "exited", 0); !errors.Is(err, ucs.ErrConnectionReset) && !errors.Is(err, ucs.ErrTimedOut) {
+				t.Errorf("report to a seed that is gone: %v", err)
+			}
+		})
+	}
+}
+
+// vanishSeed shuts the seed's memberlist down without Leave, as if the
+// launcher was killed, and marks it closed.
+func vanishSeed(s *Seed) {
+	s.mu.Lock()
+	s.closed = true
+	close(s.failures)
+	close(s.reports)
+	s.mu.Unlock()
+	s.list.Shutdown()
+}
+
+func TestGlobalExit(t *testing.T) {
+	j := startJob(t, 3)
+	if err := j.members[2].GlobalExit(7); err != nil {
+		t.Fatalf("GlobalExit: %v", err)
+	}
+	got := nextReport(t, j.seed)
+	if got.Kind != ReportGlobalExit || got.Rank != 2 || got.Code != 7 || got.Agent != -1 {
+		t.Errorf("seed passed on %+v, want a global exit of PE 2 with code 7", got)
+	}
+	if got.Host == "" {
+		t.Errorf("global exit report %+v names no host", got)
+	}
+	// A second request of the same PE is acknowledged and not passed on.
+	if err := j.members[2].GlobalExit(8); err != nil {
+		t.Errorf("second GlobalExit: %v", err)
+	}
+	noReport(t, j.seed)
+
+	single, err := Join(Env{Size: 1, LocalSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := single.GlobalExit(3); err != nil {
+		t.Errorf("singleton GlobalExit: %v", err)
+	}
+	single.Close()
+	if err := single.GlobalExit(3); !errors.Is(err, ErrClosed) {
+		t.Errorf("GlobalExit after Close: got %v, want ErrClosed", err)
+	}
+}
+
+// TestTuneFailureDetection checks that the memberlist settings put the time
+// to declare a silent member dead within the failure timeout: a probe
+// interval until it is probed, the probe timeout, and the suspicion.
+func TestTuneFailureDetection(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Second, 5 * time.Second, 30 * time.Second} {
+		for _, nodes := range []int{2, 9, 129, 2049} {
+			c := memberlist.DefaultLocalConfig()
+			tuneFailureDetection(c, timeout, nodes)
+			want := timeout
+			if want == 0 {
+				want = DefaultFailureTimeout
+			}
+			scale := math.Max(1, math.Log10(float64(nodes)))
+			suspicion := time.Duration(float64(c.SuspicionMult) * scale * float64(c.ProbeInterval))
+			total := c.ProbeInterval + c.ProbeTimeout + suspicion
+			if total > want || total < want/2 {
+				t.Errorf("timeout %v, %d nodes: probe %v + timeout %v + suspicion %v = %v; want about %v, not more",
+					timeout, nodes, c.ProbeInterval, c.ProbeTimeout, suspicion, total, want)
+			}
+			if c.SuspicionMaxTimeoutMult != 1 || c.ProbeTimeout >= c.ProbeInterval {
+				t.Errorf("timeout %v, %d nodes: SuspicionMaxTimeoutMult %d, probe timeout %v, interval %v",
+					timeout, nodes, c.SuspicionMaxTimeoutMult, c.ProbeTimeout, c.ProbeInterval)
+			}
+		}
+	}
+	if _, err := NewSeed(SeedConfig{Size: 1, Key: newTestKey(t), FailureTimeout: time.Millisecond}); !errors.Is(err, ucs.ErrInvalidParam) {
+		t.Errorf("NewSeed with a 1ms failure timeout: got %v, want ucs.ErrInvalidParam", err)
+	}
+}
+
+// TestFailureTimeout: with a short failure timeout configured the way the
+// launcher does (no test hook), a member that vanishes is reported.
+func TestFailureTimeout(t *testing.T) {
+	const n = 3
+	key := newTestKey(t)
+	seed, err := NewSeed(SeedConfig{Size: n, Key: key, FailureTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	var members []*Member
+	for r := range n {
+		m, err := Join(Env{JobID: seed.JobID(), Rank: r, Size: n, LocalRank: r, LocalSize: n, Seed: seed.Addr(), Key: key, FailureTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		members = append(members, m)
+	}
+	start := time.Now()
+	vanish(members[1])
+	select {
+	case f := <-seed.Failures():
+		if f.Rank != 1 || f.Reason != reasonGone {
+			t.Errorf("seed reported %+v, want PE 1 %q", f, reasonGone)
+		}
+		t.Logf("declared dead after %v (failure timeout 1s)", time.Since(start).Round(time.Millisecond))
+	case <-time.After(waitLimit):
+		t.Fatalf("the vanished PE was not reported within %v", waitLimit)
+	}
+}
+
+// TestPlaintextRefused: a memberlist node without the job's key, or without
+// encryption at all, cannot join, and raw bytes sent to the seed's TCP port
+// do nothing.
+func TestPlaintextRefused(t *testing.T) {
+	key := newTestKey(t)
+	seed, err := NewSeed(SeedConfig{Size: 2, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+
+	for _, tt := range []struct {
+		name string
+		key  []byte
+	}{{"no key", nil}, {"another key", newTestKey(t)}} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newConfig(peName(0), "127.0.0.1", seed.JobID(), tt.key, discardLogger(), 0, 3)
+			list, err := memberlist.Create(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer list.Shutdown()
+			if _, err := list.Join([]string{seed.Addr()}); err == nil {
+				t.Errorf("a node with %s joined the job", tt.name)
+			}
+		})
+	}
+
+	conn, err := net.DialTimeout("tcp", seed.Addr(), waitLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(waitLimit))
+	// A plaintext user message (memberlist's userMsg type byte, 8), then a
+	// gather message of PE 0 that would count if it were accepted.
+	raw := append([]byte{8}, appendMessage(nil, &message{kind: kindGather, jobID: seed.JobID(), rank: 0, seq: 1, addr: "127.0.0.1:9", payload: []byte("x")})...)
+	conn.Write(raw)
+	if _, err := io.ReadAll(conn); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Logf("reading the seed's answer: %v", err)
+	}
+	conn.Close() // the seed closed it (EOF or reset) without answering
+	seed.mu.Lock()
+	count := seed.count
+	seed.mu.Unlock()
+	if count != 0 || seed.Joined(0) {
+		t.Errorf("the seed accepted a plaintext message: count %d, joined %v", count, seed.Joined(0))
+	}
+}
+
+// TestMessagesPerPE checks that a collective costs each PE one message to
+// the seed and one answer, whatever the job size: the seed sends exactly N
+// messages per collective.
+func TestMessagesPerPE(t *testing.T) {
+	for _, n := range []int{4, 16} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			j := startJob(t, n)
+			var mu sync.Mutex
+			sent := map[int]int{}
+			j.seed.mu.Lock()
+			orig := j.seed.send
+			j.seed.send = func(rank int, ip net.IP, port uint16, msg []byte) error {
+				mu.Lock()
+				sent[rank]++
+				mu.Unlock()
+				return orig(rank, ip, port, msg)
+			}
+			j.seed.mu.Unlock()
+			const rounds = 3
+			for range rounds {
+				j.each(t, "barrier", func(m *Member) error { return m.Barrier() })
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for r := range n {
+				if sent[r] != rounds {
+					t.Errorf("seed sent %d messages to PE %d for %d barriers, want %d", sent[r], r, rounds, rounds)
+				}
+			}
+		})
+	}
+}

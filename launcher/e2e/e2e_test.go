@@ -1,0 +1,439 @@
+// Package e2e_test runs goshmem-run as users do: the built command, with
+// shmem programs, on this host, under Slurm's srun and Open MPI's mpirun,
+// and across hosts made of network namespaces. The tests that need
+// something this machine may lack (a Slurm cluster, mpirun, root for
+// namespaces) say why they skip.
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/internal/petest"
+	"github.com/goshmem/goshmem/launcher"
+)
+
+// hangGuard bounds every job; reaching it is a failure (a hang), not a
+// timing assertion.
+const hangGuard = 120 * time.Second
+
+// Binaries built once by TestMain.
+var (
+	goshmemRun string // launcher/cmd/goshmem-run
+	peProgram  string // testdata/pe
+	buildErr   error
+)
+
+func TestMain(m *testing.M) {
+	if raceEnabled {
+		// The tests run built binaries, which the race detector does not
+		// watch: nothing to gain from running them again.
+		fmt.Println("launcher/e2e: skipping under the race detector (the tests run binaries built without it)")
+		os.Exit(0)
+	}
+	var cleanups []func()
+	for _, b := range []struct {
+		dir string
+		out *string
+	}{{"../cmd/goshmem-run", &goshmemRun}, {"./testdata/pe", &peProgram}} {
+		bin, cleanup, err := launcher.BuildProgram(b.dir)
+		if err != nil {
+			buildErr = err
+			break
+		}
+		*b.out = bin
+		cleanups = append(cleanups, cleanup)
+	}
+	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
+	os.Exit(code)
+}
+
+// envRequire lists (comma-separated) what CI provides and the tests must
+// not skip for want of: "srun", "mpirun", "netns".
+const envRequire = "GOSHMEM_E2E_REQUIRE"
+
+// skipUnless skips t with the reason why, unless what is required (see
+// envRequire): then it fails.
+func skipUnless(t *testing.T, what, why string) {
+	t.Helper()
+	if why == "" {
+		return
+	}
+	for _, r := range strings.Split(os.Getenv(envRequire), ",") {
+		if strings.TrimSpace(r) == what {
+			t.Fatalf("%s is required (%s=%s) but: %s", what, envRequire, os.Getenv(envRequire), why)
+		}
+	}
+	t.Skipf("skipping: %s", why)
+}
+
+func needBinaries(t testing.TB) {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatalf("building the test programs: %v", buildErr)
+	}
+}
+
+// namedSegments makes the PEs use named /dev/shm segments (which a killed
+// PE leaves behind unless someone removes them) for the heap and FIFOs.
+var namedSegments = []string{"UCX_POSIX_USE_SHM_OPEN=y", "UCX_ALLOC_PRIO=md:posix"}
+
+type jobResult struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+// run runs goshmem-run with args and extra environment, bounded by
+// hangGuard.
+func run(t testing.TB, env []string, args ...string) jobResult {
+	t.Helper()
+	return runIn(t, "", env, args...)
+}
+
+// runIn is run with stdin as goshmem-run's standard input.
+func runIn(t testing.TB, stdin string, env []string, args ...string) jobResult {
+	t.Helper()
+	needBinaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goshmemRun, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := jobResult{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
+	if ctx.Err() != nil {
+		t.Fatalf("goshmem-run %q did not end within %v; stdout:\n%s\nstderr:\n%s", args, hangGuard, r.stdout, r.stderr)
+	}
+	if err != nil && cmd.ProcessState == nil {
+		t.Fatalf("goshmem-run %q: %v", args, err)
+	}
+	r.code = cmd.ProcessState.ExitCode()
+	return r
+}
+
+func (r jobResult) String() string {
+	return fmt.Sprintf("exit %d after %v\nstdout:\n%s\nstderr:\n%s", r.code, r.took.Round(time.Millisecond), r.stdout, r.stderr)
+}
+
+// shmBefore lists the segments in /dev/shm that processes gone before the
+// tests started left behind: not this test's doing.
+var shmBefore = map[string]bool{}
+
+func init() {
+	for _, f := range petest.ShmLeftovers() {
+		shmBefore[f] = true
+	}
+}
+
+// noLeftovers fails t when a process that is gone left segments in
+// /dev/shm; the files of a PE are removed right after it exits, so it
+// waits (up to hangGuard) for those of PEs that just ended.
+func noLeftovers(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for {
+		var left []string
+		for _, f := range petest.ShmLeftovers() {
+			if !shmBefore[f] {
+				left = append(left, f)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("left in /dev/shm: %v", left)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func hostname(t testing.TB) string {
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// checkHello checks the output of the hello mode: one line per PE, on the
+// host hostOf(rank) gives.
+func checkHello(t *testing.T, r jobResult, np int, hostOf func(rank int) string) {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("hello with %d PEs: %v", np, r)
+	}
+	for pe := range np {
+		line := fmt.Sprintf("hello %d of %d on %s\n", pe, np, hostOf(pe))
+		if strings.Count(r.stdout, line) != 1 {
+			t.Errorf("%q printed %d times; %v", line, strings.Count(r.stdout, line), r)
+		}
+	}
+}
+
+func TestHello(t *testing.T) {
+	h := hostname(t)
+	for _, np := range []int{1, 4} {
+		r := run(t, nil, "-np", strconv.Itoa(np), peProgram, "hello")
+		checkHello(t, r, np, func(int) string { return h })
+	}
+	noLeftovers(t)
+}
+
+// stdinArgs is a job whose PE 0 prefixes each line of its standard input
+// with "got:"; the other PEs exit at once.
+var stdinArgs = []string{"-np", "3", "-tag-output", "sh", "-c", `[ "$GOSHMEM_RANK" != 0 ] || exec sed s/^/got:/`}
+
+// checkStdin checks the output of a job of stdinArgs given "a\nb\n".
+func checkStdin(t *testing.T, r jobResult) {
+	t.Helper()
+	if want := "[pe 0] got:a\n[pe 0] got:b\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("stdout %q, want %q; %v", r.stdout, want, r)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	checkStdin(t, runIn(t, "a\nb\n", nil, stdinArgs...))
+}
+
+// TestHello64 starts 64 PEs on this (2-core) host.
+func TestHello64(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping 64 PEs in -short mode")
+	}
+	h := hostname(t)
+	r := run(t, nil, "-np", "64", peProgram, "hello")
+	checkHello(t, r, 64, func(int) string { return h })
+	t.Logf("64 PEs: %v", r.took.Round(time.Millisecond))
+	noLeftovers(t)
+}
+
+// faults are the ways a PE fails, and what goshmem-run must say.
+var faults = []struct {
+	mode string
+	code int
+	how  string
+}{
+	{"exit3", 3, "exited with status 3"},
+	{"panic", 2, "exited with status 2"},
+	{"kill9", 137, "was killed by signal 9 (killed)"},
+	{"nofinalize", 1, "exited without finalize (status 0) while other PEs still run"},
+}
+
+// checkFault checks that a job ended by a failure of PE rank on host says
+// so and exits with code.
+func checkFault(t *testing.T, r jobResult, code, rank int, host, how string) {
+	t.Helper()
+	if r.code != code {
+		t.Errorf("exit code %d, want %d; %v", r.code, code, r)
+	}
+	// The host as the agent names it, or as the bootstrap knows it (with
+	// its address).
+	want := regexp.MustCompile(fmt.Sprintf(`goshmem-run: PE %d on host %s( \([^)]*\))? %s`,
+		rank, regexp.QuoteMeta(host), regexp.QuoteMeta(how)))
+	if !want.MatchString(r.stderr) {
+		t.Errorf("stderr does not match %q; %v", want, r)
+	}
+}
+
+// TestFaults: a PE that fails after Init ends the job within the hang
+// guard, with a message naming it, its host and how it ended, and the
+// job's exit code; its named segments are removed.
+func TestFaults(t *testing.T) {
+	h := hostname(t)
+	for _, f := range faults {
+		t.Run(f.mode, func(t *testing.T) {
+			env := append([]string{"FAIL_PE=2"}, namedSegments...)
+			r := run(t, env, "-np", "4", "-failure-timeout", "2s", peProgram, f.mode)
+			checkFault(t, r, f.code, 2, h, f.how)
+			t.Logf("ended after %v", r.took.Round(time.Millisecond))
+			noLeftovers(t)
+		})
+	}
+}
+
+// TestGlobalExit: the status a PE gives for the whole job is goshmem-run's.
+func TestGlobalExit(t *testing.T) {
+	r := run(t, []string{"FAIL_PE=1"}, "-np", "3", peProgram, "globalexit")
+	checkFault(t, r, 7, 1, hostname(t), "called global exit with status 7")
+}
+
+// TestLauncherKilled kills goshmem-run with SIGKILL while its PEs run: the
+// PEs end, and their segments are removed.
+func TestLauncherKilled(t *testing.T) {
+	killLauncher(t, namedSegments, "-np", "4", peProgram, "block")
+	noLeftovers(t)
+}
+
+// killLauncher starts goshmem-run with args (PEs in the block mode, which
+// print "ready PE pid PID"), kills it with SIGKILL once every PE is ready,
+// and waits (up to hangGuard) for every PE process to be gone.
+func killLauncher(t *testing.T, env []string, args ...string) {
+	t.Helper()
+	needBinaries(t)
+	np := 0
+	for i, a := range args {
+		if a == "-np" && i+1 < len(args) {
+			np, _ = strconv.Atoi(args[i+1])
+		}
+	}
+	cmd := exec.Command(goshmemRun, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	ready := regexp.MustCompile(`^ready (\d+) pid (\d+)$`)
+	var pids []int
+	lines := make(chan string)
+	go func() {
+		for s := bufio.NewScanner(out); s.Scan(); {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	guard := time.After(hangGuard)
+	for len(pids) < np {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				cmd.Wait()
+				t.Fatalf("goshmem-run ended before its PEs were ready; stderr:\n%s", stderr.String())
+			}
+			if m := ready.FindStringSubmatch(l); m != nil {
+				pid, _ := strconv.Atoi(m[2])
+				pids = append(pids, pid)
+			}
+		case <-guard:
+			t.Fatalf("PEs not ready within %v; stderr:\n%s", hangGuard, stderr.String())
+		}
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	deadline := time.Now().Add(hangGuard)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("PE process %d still there %v after goshmem-run was killed", pid, hangGuard)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("%d PEs gone %v after goshmem-run was killed", np, time.Since(start).Round(time.Millisecond))
+}
+
+// alive reports whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// TestSingleHostLoopback: every listening or bound socket of the PEs of a
+// job on one host is on the loopback.
+func TestSingleHostLoopback(t *testing.T) {
+	for _, tls := range []string{"all", "tcp,self"} {
+		t.Run("tls="+tls, func(t *testing.T) {
+			const np = 3
+			r := run(t, []string{"UCX_TLS=" + tls}, "-np", strconv.Itoa(np), peProgram, "listeners")
+			if r.code != 0 {
+				t.Fatalf("%v", r)
+			}
+			tcp := map[string]bool{}
+			for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+				f := strings.Fields(l)
+				if len(f) != 4 || f[0] != "listener" {
+					continue
+				}
+				if !strings.HasPrefix(f[3], "127.0.0.1:") {
+					t.Errorf("PE %s listens on %s %s, not on the loopback", f[1], f[2], f[3])
+				}
+				if f[2] == "tcp" {
+					tcp[f[1]] = true
+				}
+			}
+			if len(tcp) != np {
+				t.Errorf("found listening tcp sockets for %d PEs, want %d; %v", len(tcp), np, r)
+			}
+		})
+	}
+}
+
+// TestSegmentMode: named segments are readable and writable by their
+// owner only.
+func TestSegmentMode(t *testing.T) {
+	r := run(t, namedSegments, "-np", "2", peProgram, "segments")
+	if r.code != 0 {
+		t.Fatalf("%v", r)
+	}
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "segment" {
+			n++
+			if f[3] != "-rw-------" {
+				t.Errorf("segment %s of PE %s has mode %s, want -rw-------", f[2], f[1], f[3])
+			}
+		}
+	}
+	if n < 2 {
+		t.Errorf("found %d named segments, want at least one per PE; %v", n, r)
+	}
+	noLeftovers(t)
+}
+
+// sortedLines returns the lines of s that start with prefix, sorted.
+func sortedLines(s, prefix string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// writeScript writes an executable shell script into dir.
+func writeScript(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

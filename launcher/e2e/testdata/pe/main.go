@@ -1,0 +1,226 @@
+// Command pe is the PE program of the end-to-end tests of goshmem-run: a
+// shmem program that, after Init, does what its first argument says.
+//
+//	hello       init, one atomic per PE on PE 0, barrier, finalize; prints
+//	            "hello PE of N on HOST" and, before finalize, "stats PE
+//	            init_ms rss_kb" (time from process start to Init returning,
+//	            and the peak resident set size)
+//	ring        passes a token around every PE with puts; PE 0 checks it
+//	exit3       PE $FAIL_PE exits with status 3 after Init
+//	panic       PE $FAIL_PE panics (status 2)
+//	kill9       PE $FAIL_PE kills itself with SIGKILL
+//	nofinalize  PE $FAIL_PE exits with status 0 without Finalize
+//	block       prints "ready PE pid PID" and waits to be ended
+//	listeners   prints "listener ADDR" for each listening or bound socket
+//	            of this process, then finalizes
+//	segments    prints "segment NAME MODE" for each /dev/shm file of this
+//	            process, then finalizes
+//	reach       prints "reach PE OTHER direct" for each PE whose heap this PE
+//	            maps (shared memory), "reach PE OTHER remote" for the others
+//	            (reached through the network), after a put to each
+//	globalexit  (no shmem) joins the job's bootstrap; PE $FAIL_PE asks for
+//	            a global exit with status 7
+//
+// The other PEs wait in a barrier that the failing PE never reaches, so the
+// launcher must end them.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/shmem"
+)
+
+var start = time.Now()
+
+func main() {
+	mode := "hello"
+	if len(os.Args) > 1 {
+		mode = os.Args[1]
+	}
+	failPE, _ := strconv.Atoi(os.Getenv("FAIL_PE"))
+	if mode == "globalexit" {
+		globalExit(failPE)
+		return
+	}
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
+	initTime := time.Since(start)
+	me, n := shmem.MyPE(), shmem.NPEs()
+	host, _ := os.Hostname()
+	switch mode {
+	case "hello":
+		fmt.Printf("hello %d of %d on %s\n", me, n, host)
+		count, err := shmem.Calloc[int64](1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		shmem.AtomicInc(&count[0], 0)
+		shmem.BarrierAll()
+		if me == 0 && count[0] != int64(n) {
+			log.Fatalf("PE 0 counted %d arrivals, want %d", count[0], n)
+		}
+		shmem.Free(count)
+		// Before Finalize, as the OSHMEM side of the benchmark does.
+		fmt.Printf("stats %d %.1f %d\n", me, float64(initTime.Microseconds())/1000, peakRSS())
+	case "ring":
+		token, err := shmem.Calloc[int64](1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if me == 0 {
+			shmem.P(&token[0], 1, 1%n)
+		}
+		if me != 0 || n == 1 {
+			shmem.WaitUntil(&token[0], shmem.CmpGE, 1)
+			if me != 0 {
+				shmem.P(&token[0], token[0]+1, (me+1)%n)
+			}
+		}
+		if me == 0 && n > 1 {
+			shmem.WaitUntil(&token[0], shmem.CmpGE, int64(n))
+			fmt.Printf("token back at PE 0 after %d hops\n", token[0])
+		}
+		shmem.BarrierAll()
+	case "exit3", "panic", "kill9", "nofinalize":
+		if me == failPE {
+			switch mode {
+			case "exit3":
+				os.Exit(3)
+			case "panic":
+				panic("the test asked for it")
+			case "kill9":
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			case "nofinalize":
+				os.Exit(0)
+			}
+		}
+		shmem.BarrierAll() // never completes
+	case "block":
+		fmt.Printf("ready %d pid %d\n", me, os.Getpid())
+		select {}
+	case "listeners":
+		shmem.BarrierAll()
+		for _, a := range listeners() {
+			fmt.Printf("listener %d %s\n", me, a)
+		}
+	case "reach":
+		x, err := shmem.Calloc[int64](n)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for pe := range n {
+			how := "remote"
+			if shmem.Ptr(&x[0], pe) != nil {
+				how = "direct"
+			}
+			shmem.P(&x[me], int64(me+1), pe)
+			fmt.Printf("reach %d %d %s\n", me, pe, how)
+		}
+		shmem.BarrierAll()
+		for pe := range n {
+			if x[pe] != int64(pe+1) {
+				log.Fatalf("PE %d: word of PE %d is %d, want %d", me, pe, x[pe], pe+1)
+			}
+		}
+	case "segments":
+		shmem.BarrierAll()
+		files, _ := filepath.Glob(fmt.Sprintf("/dev/shm/goshmem-%d-*", os.Getpid()))
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil {
+				fmt.Printf("segment %d %s %v\n", me, filepath.Base(f), fi.Mode().Perm())
+			}
+		}
+		shmem.BarrierAll()
+	default:
+		log.Fatalf("unknown mode %q", mode)
+	}
+	shmem.Finalize()
+}
+
+func globalExit(failPE int) {
+	m, err := bootstrap.JoinFromOS()
+	if err != nil {
+		log.Fatal(err)
+	}
+	if m.Rank() == failPE {
+		if err := m.GlobalExit(7); err != nil {
+			log.Fatal(err)
+		}
+		os.Exit(7)
+	}
+	m.Barrier() // never completes
+	select {}
+}
+
+// peakRSS returns VmHWM, in KiB.
+func peakRSS() int {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	for s := bufio.NewScanner(f); s.Scan(); {
+		if v, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return kb
+		}
+	}
+	return -1
+}
+
+// listeners returns the local addresses of this process's listening TCP
+// sockets and bound UDP sockets.
+func listeners() []string {
+	inodes := map[string]bool{}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, fd := range fds {
+		l, err := os.Readlink("/proc/self/fd/" + fd.Name())
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	var out []string
+	for _, proto := range []string{"tcp", "tcp6", "udp", "udp6"} {
+		f, err := os.Open("/proc/self/net/" + proto)
+		if err != nil {
+			continue
+		}
+		s := bufio.NewScanner(f)
+		s.Scan() // header
+		for s.Scan() {
+			fields := strings.Fields(s.Text())
+			if len(fields) < 10 || !inodes[fields[9]] {
+				continue
+			}
+			if strings.HasPrefix(proto, "tcp") && fields[3] != "0A" { // LISTEN
+				continue
+			}
+			out = append(out, proto+" "+hexAddr(fields[1]))
+		}
+		f.Close()
+	}
+	return out
+}
+
+// hexAddr decodes a /proc/net address such as 0100007F:1F90.
+func hexAddr(s string) string {
+	ip, port, _ := strings.Cut(s, ":")
+	p, _ := strconv.ParseUint(port, 16, 16)
+	if len(ip) == 8 {
+		v, _ := strconv.ParseUint(ip, 16, 32)
+		return fmt.Sprintf("%d.%d.%d.%d:%d", byte(v), byte(v>>8), byte(v>>16), byte(v>>24), p)
+	}
+	return ip + ":" + strconv.FormatUint(p, 10)
+}

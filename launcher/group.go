@@ -1,0 +1,228 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goshmem/goshmem/uct/sm"
+)
+
+// group starts and watches the PEs of one host: the launcher's own (a job on
+// this host only) or an agent's. It forwards their output, gives PE 0 its
+// standard input, reports how each ended, removes the named shared-memory
+// segments of those that exited, and ends them on request (SIGTERM to the
+// process group of each, SIGKILL after the grace period).
+type group struct {
+	program   string
+	args      []string
+	dir       string // working directory of the PEs; "" for the caller's
+	tag       bool
+	outputDir string // one file per PE there, instead of stdout and stderr
+	stdout    io.Writer
+	stderr    io.Writer
+	outMu     sync.Mutex // one for all output: lines never mix
+	grace     time.Duration
+	logf      func(format string, args ...any)
+
+	pes     map[int]*proc
+	running int
+	exits   chan peExit
+	ending  bool
+	kill    <-chan time.Time // armed by terminate
+}
+
+// proc is one PE process of a group.
+type proc struct {
+	rank   int
+	cmd    *exec.Cmd
+	out    *lineWriter
+	errw   *lineWriter
+	file   *os.File // the PE's output file (outputDir), if any
+	exited bool
+}
+
+// peExit is the end of a PE process.
+type peExit struct {
+	rank  int
+	state *os.ProcessState
+	err   error
+}
+
+func newGroup(program string, args []string, n int) *group {
+	return &group{program: program, args: args, pes: make(map[int]*proc, n), exits: make(chan peExit, n)}
+}
+
+// start starts the PE of rank with env. stdin, when not nil, is its
+// standard input (see stdinFor); the others read /dev/null.
+func (g *group) start(rank int, env []string, stdin io.Reader) error {
+	p := &proc{rank: rank}
+	var prefix []byte
+	if g.tag {
+		prefix = []byte("[pe " + strconv.Itoa(rank) + "] ")
+	}
+	if g.outputDir != "" {
+		if err := os.MkdirAll(g.outputDir, 0o755); err != nil {
+			return fmt.Errorf("output directory: %w", err)
+		}
+		f, err := os.OpenFile(filepath.Join(g.outputDir, OutputFileName(rank)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("output file: %w", err)
+		}
+		p.file = f
+		// One file for both streams; whole lines, so that they do not mix.
+		p.out = &lineWriter{mu: new(sync.Mutex), dst: f}
+		p.errw = &lineWriter{mu: p.out.mu, dst: f}
+	} else {
+		p.out = &lineWriter{mu: &g.outMu, dst: g.stdout, prefix: prefix}
+		p.errw = &lineWriter{mu: &g.outMu, dst: g.stderr, prefix: prefix}
+	}
+	cmd := exec.Command(g.program, g.args...)
+	cmd.Env = env
+	cmd.Dir = g.dir
+	cmd.Stdout = p.out
+	cmd.Stderr = p.errw
+	// Let the output of a PE's descendants drain for a while after it
+	// exits, not forever.
+	cmd.WaitDelay = g.grace
+	// Its own process group, so that ending it ends what it started; and
+	// killed with the process that started it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var stdinCopy func()
+	if stdin != nil {
+		in, copyIn, err := stdinFor(stdin)
+		if err != nil {
+			p.closeFile()
+			return err
+		}
+		cmd.Stdin = in
+		stdinCopy = copyIn
+		if copyIn != nil {
+			defer in.Close() // the child has its copy
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		p.closeFile()
+		return err
+	}
+	p.cmd = cmd
+	g.pes[rank] = p
+	g.running++
+	if stdinCopy != nil {
+		go stdinCopy()
+	}
+	go func() {
+		err := cmd.Wait()
+		// Named shared-memory segments (UCX_POSIX_USE_SHM_OPEN) of a PE that
+		// died are still in /dev/shm: peers map segments at init, and keep
+		// their mappings, so nothing needs the names once the PE is gone.
+		if rmErr := sm.RemoveStaleSegments(cmd.Process.Pid); rmErr != nil {
+			g.logf("PE %d: removing its shared-memory segments: %v", rank, rmErr)
+		}
+		p.out.flush()
+		p.errw.flush()
+		p.closeFile()
+		g.exits <- peExit{rank: rank, state: cmd.ProcessState, err: err}
+	}()
+	return nil
+}
+
+func (p *proc) closeFile() {
+	if p.file != nil {
+		p.file.Close()
+	}
+}
+
+// OutputFileName is the name of the file, in the output directory
+// (Options.OutputDir), that receives the standard output and error of the
+// PE of rank.
+func OutputFileName(rank int) string { return "pe-" + strconv.Itoa(rank) + ".out" }
+
+// exited records the end of a PE (an event read from g.exits).
+func (g *group) exited(e peExit) {
+	if p := g.pes[e.rank]; p != nil && !p.exited {
+		p.exited = true
+		g.running--
+	}
+}
+
+// terminate sends SIGTERM to every PE still running and arms g.kill.
+func (g *group) terminate() {
+	if g.ending {
+		return
+	}
+	g.ending = true
+	for _, p := range g.pes {
+		if !p.exited {
+			signalPE(p, syscall.SIGTERM)
+		}
+	}
+	g.kill = time.After(g.grace)
+}
+
+// killAll sends SIGKILL to every PE still running.
+func (g *group) killAll() {
+	g.kill = nil
+	for _, p := range g.pes {
+		if !p.exited {
+			g.logf("PE %d did not exit %v after SIGTERM: killing it", p.rank, g.grace)
+			signalPE(p, syscall.SIGKILL)
+		}
+	}
+}
+
+// signalPE signals the process group of a PE (it leads its own), so that
+// what the PE started goes too.
+func signalPE(p *proc, sig syscall.Signal) {
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(-pid, sig); err != nil {
+		p.cmd.Process.Signal(sig)
+	}
+}
+
+// stdinFor returns the file a PE reads as stdin. A regular file or a pipe
+// is handed over as is. Anything else (a terminal, which a PE in its own
+// process group must not read, or a plain io.Reader) goes through a pipe
+// fed by the returned copy function; it copies until r ends or the reader
+// stops reading.
+func stdinFor(r io.Reader) (*os.File, func(), error) {
+	if f, ok := r.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice == 0 {
+			return f, nil, nil
+		}
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	return pr, func() {
+		io.Copy(pw, r)
+		pw.Close()
+	}, nil
+}
+
+// describe says how a PE ended, and the exit code that stands for it.
+func describe(e peExit) (string, int) {
+	if e.state == nil {
+		return "could not be waited for: " + e.err.Error(), 1
+	}
+	if ws, ok := e.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		sig := ws.Signal()
+		return fmt.Sprintf("was killed by signal %d (%v)", int(sig), sig), 128 + int(sig)
+	}
+	code := e.state.ExitCode()
+	if code != 0 {
+		return "exited with status " + strconv.Itoa(code), code
+	}
+	if e.err != nil && !errors.Is(e.err, exec.ErrWaitDelay) {
+		return "exited with status 0 but: " + e.err.Error(), 1
+	}
+	return "exited with status 0", 0
+}

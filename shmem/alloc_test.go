@@ -1,0 +1,98 @@
+package shmem_test
+
+import (
+	"testing"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// TestSameNodeRoutinesAllocateNothing: the routines to a PE whose heap is
+// mapped on this node allocate nothing, on the default context and on a
+// private one (the routines of TestSameNodeHotPathsAllocateNothing, and the
+// non-blocking, strided, signal, atomic, wait and lock routines).
+func TestSameNodeRoutinesAllocateNothing(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		if !sameNode() {
+			t.Skip("the allocation-free paths are those to same-node PEs; this variant uses the network")
+		}
+		x := calloc[int64](t, 16)
+		u := calloc[uint32](t, 4)
+		sig := calloc[uint64](t, 1)
+		lock := calloc[int64](t, 1)
+		ctx, err := shmem.CtxCreate(shmem.CtxPrivate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := (me + 1) % n
+		src := []int64{1, 2, 3, 4}
+		dst := make([]int64, 4)
+		status := []int{0, 1}
+		indices := make([]int, 2)
+		values := []int64{0, 0}
+		var f int64
+		var fu uint32
+		for _, c := range []struct {
+			name string
+			fn   func()
+		}{
+			{"PutNBI", func() { shmem.PutNBI(x[:4], src, to) }},
+			{"GetNBI", func() { shmem.GetNBI(dst, x[:4], to) }},
+			{"PutMemNBI", func() { shmem.PutMemNBI(unsafeBytes(x[:2]), unsafeBytes(src[:2]), to) }},
+			{"IPut", func() { shmem.IPut(x[:8], src, 2, 1, 4, to) }},
+			{"IGet", func() { shmem.IGet(dst, x[:8], 1, 2, 4, to) }},
+			{"PutSignal", func() { shmem.PutSignal(x[8:12], src, &sig[0], 1, shmem.SignalAdd, to) }},
+			{"PutSignalNBI", func() { shmem.PutSignalNBI(x[8:12], src, &sig[0], 1, shmem.SignalSet, to) }},
+			{"PutMemSignal", func() { shmem.PutMemSignal(unsafeBytes(x[8:9]), unsafeBytes(src[:1]), &sig[0], 1, shmem.SignalAdd, to) }},
+			{"SignalFetch", func() { _ = shmem.SignalFetch(&sig[0]) }},
+			{"SignalWaitUntil", func() { shmem.SignalWaitUntil(&sig[0], shmem.CmpGE, 0) }},
+			{"AtomicFetch", func() { _ = shmem.AtomicFetch(&x[12], to) }},
+			{"AtomicSet", func() { shmem.AtomicSet(&x[12], 3, to) }},
+			{"AtomicSwap", func() { _ = shmem.AtomicSwap(&x[12], 4, to) }},
+			{"AtomicFetchInc", func() { _ = shmem.AtomicFetchInc(&x[13], to) }},
+			{"AtomicInc", func() { shmem.AtomicInc(&x[13], to) }},
+			{"AtomicAdd", func() { shmem.AtomicAdd(&x[13], 2, to) }},
+			{"AtomicFetchAnd", func() { _ = shmem.AtomicFetchAnd(&u[0], 7, to) }},
+			{"AtomicAnd", func() { shmem.AtomicAnd(&u[0], 7, to) }},
+			{"AtomicFetchOr", func() { _ = shmem.AtomicFetchOr(&u[1], 7, to) }},
+			{"AtomicOr", func() { shmem.AtomicOr(&u[1], 7, to) }},
+			{"AtomicFetchXor", func() { _ = shmem.AtomicFetchXor(&u[2], 7, to) }},
+			{"AtomicXor", func() { shmem.AtomicXor(&u[2], 7, to) }},
+			{"AtomicFetchNBI", func() { shmem.AtomicFetchNBI(&f, &x[12], to) }},
+			{"AtomicSwapNBI", func() { shmem.AtomicSwapNBI(&f, &x[12], 5, to) }},
+			{"AtomicCompareSwapNBI", func() { shmem.AtomicCompareSwapNBI(&f, &x[12], 5, 6, to) }},
+			{"AtomicFetchIncNBI", func() { shmem.AtomicFetchIncNBI(&f, &x[13], to) }},
+			{"AtomicFetchAddNBI", func() { shmem.AtomicFetchAddNBI(&f, &x[13], 3, to) }},
+			{"AtomicFetchAndNBI", func() { shmem.AtomicFetchAndNBI(&fu, &u[0], 1, to) }},
+			{"AtomicFetchOrNBI", func() { shmem.AtomicFetchOrNBI(&fu, &u[1], 1, to) }},
+			{"AtomicFetchXorNBI", func() { shmem.AtomicFetchXorNBI(&fu, &u[2], 1, to) }},
+			{"WaitUntil", func() { shmem.WaitUntil(&x[14], shmem.CmpGE, 0) }},
+			{"WaitUntilAll", func() { shmem.WaitUntilAll(x[14:16], status, shmem.CmpGE, 0) }},
+			{"WaitUntilAny", func() { _ = shmem.WaitUntilAny(x[14:16], status, shmem.CmpGE, 0) }},
+			{"WaitUntilSomeVector", func() { _ = shmem.WaitUntilSomeVector(x[14:16], indices, status, shmem.CmpGE, values) }},
+			{"Test", func() { _ = shmem.Test(&x[14], shmem.CmpGE, 0) }},
+			{"TestAll", func() { _ = shmem.TestAll(x[14:16], nil, shmem.CmpGE, 0) }},
+			{"TestSome", func() { _ = shmem.TestSome(x[14:16], indices, nil, shmem.CmpGE, 0) }},
+			{"Quiet", func() { shmem.Quiet() }},
+			{"Fence", func() { shmem.Fence() }},
+			{"SetLock+ClearLock", func() { shmem.SetLock(&lock[0]); shmem.ClearLock(&lock[0]) }},
+			{"CtxPut", func() { shmem.CtxPut(ctx, x[:4], src, to) }},
+			{"CtxGet", func() { shmem.CtxGet(ctx, dst, x[:4], to) }},
+			{"CtxP", func() { shmem.CtxP(ctx, &x[5], 5, to) }},
+			{"CtxG", func() { _ = shmem.CtxG(ctx, &x[5], to) }},
+			{"CtxAtomicFetchAdd", func() { _ = shmem.CtxAtomicFetchAdd(ctx, &x[13], 1, to) }},
+			{"CtxAtomicCompareSwap", func() { _ = shmem.CtxAtomicCompareSwap(ctx, &x[13], 0, 1, to) }},
+			{"CtxPutSignal", func() { shmem.CtxPutSignal(ctx, x[8:12], src, &sig[0], 1, shmem.SignalAdd, to) }},
+			{"(*Ctx).Quiet", func() { ctx.Quiet() }},
+		} {
+			if a := testing.AllocsPerRun(100, c.fn); a != 0 {
+				t.Errorf("%s allocates %v times per call", c.name, a)
+			}
+		}
+		ctx.Destroy()
+		shmem.BarrierAll()
+		shmem.Free(lock)
+		shmem.Free(sig)
+		shmem.Free(u)
+		shmem.Free(x)
+	})
+}

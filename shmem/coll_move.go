@@ -1,0 +1,292 @@
+package shmem
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// The data-moving collectives: broadcast, collect, fcollect, alltoall and
+// alltoalls, on bytes.
+//
+// On one node (every PE of the team maps every other's heap) each PE
+// copies what it needs straight out of the other PEs' heaps between two
+// syncs of the team: the first says the sources are ready, the second that
+// nobody reads them any more (so a PE may change its source, or its dest
+// for the next call, once the routine returns).
+//
+// Across nodes the algorithms move data with puts that carry a signal,
+// after a sync of the team that keeps calls apart (see collSigs):
+// broadcast follows a binomial tree rooted at the root; collect and
+// fcollect are a dissemination (Bruck) allgather that puts each block
+// straight at its final place in dest, ceil(log2 n) rounds for any n;
+// alltoall puts block j to PE j in the order me+1, me+2, ... so that no PE
+// is the target of every PE at once.
+
+func broadcast(routine string, t *Team, dest, source []byte, root int) error {
+	cs, err := collTeam(routine, t)
+	if err != nil {
+		return err
+	}
+	if root < 0 || root >= t.npes {
+		return argErr(routine, "root %d is not a PE of %v (valid: 0..%d)", root, t, t.npes-1)
+	}
+	n := len(source)
+	if len(dest) < n {
+		return argErr(routine, "dest has %d bytes, fewer than the %d of source", len(dest), n)
+	}
+	dest = dest[:n]
+	doff, soff, err := symOffsets(routine, dest, source)
+	if err != nil || n == 0 {
+		return err
+	}
+	if t.npes == 1 {
+		copyBytes(dest, source)
+		return nil
+	}
+	if cs.direct {
+		t.sync(routine)
+		copyBytes(dest, peerBytes(t.members[root], soff, n))
+		t.sync(routine)
+		return nil
+	}
+	t.sync(routine)
+	v := (t.me - root + t.npes) % t.npes
+	if v == 0 {
+		copyBytes(dest, source)
+	}
+	mask := 1
+	for ; mask < t.npes; mask <<= 1 {
+		if v&mask != 0 {
+			cs.wait(sigA, 1) // the parent v-mask put the data
+			break
+		}
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if v+mask < t.npes {
+			cs.putSignal(routine, t.members[(v+mask+root)%t.npes], doff, dest, sigA)
+		}
+	}
+	return nil
+}
+
+func collect(routine string, t *Team, dest, source []byte, size int, fixed bool) error {
+	cs, err := collTeam(routine, t)
+	if err != nil {
+		return err
+	}
+	n, v, b := t.npes, t.me, len(source)
+	if fixed && len(dest)/n < b {
+		return argErr(routine, "dest has %d elements, fewer than the %d of %d PEs' %d", len(dest)/size, n*b/size, n, b/size)
+	}
+	doff, soff, err := symOffsets(routine, dest, source)
+	if err != nil {
+		return err
+	}
+	if fixed && b == 0 {
+		return nil
+	}
+	if n == 1 {
+		if len(dest) < b {
+			return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, b/size)
+		}
+		copyBytes(dest, source)
+		return nil
+	}
+	pos := make([]int, n+1)
+	if fixed {
+		for j := range pos {
+			pos[j] = j * b
+		}
+	}
+	if cs.direct {
+		// Each PE publishes its length and where its source is (an empty
+		// one may be anywhere).
+		srcOff := make([]uintptr, n)
+		for j := range srcOff {
+			srcOff[j] = soff
+		}
+		if !fixed {
+			atomic.StoreUint64(cs.word(sigLen), uint64(b))
+			atomic.StoreUint64(cs.word(sigSrc), uint64(soff))
+		}
+		t.sync(routine)
+		if !fixed {
+			for j, pe := range t.members {
+				l := atomic.LoadUint64((*uint64)(unsafe.Add(st.peers[pe].base, cs.area+sigLen*8)))
+				srcOff[j] = uintptr(atomic.LoadUint64((*uint64)(unsafe.Add(st.peers[pe].base, cs.area+sigSrc*8))))
+				pos[j+1] = pos[j] + int(l)
+			}
+			if pos[n] > len(dest) {
+				t.sync(routine)
+				return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, pos[n]/size)
+			}
+		}
+		for i := range n {
+			j := (v + i) % n
+			copyBytes(dest[pos[j]:pos[j+1]], peerBytes(t.members[j], srcOff[j], pos[j+1]-pos[j]))
+		}
+		t.sync(routine)
+		return nil
+	}
+	t.sync(routine)
+	if !fixed {
+		// Every PE's length first, gathered into the lens words of the
+		// team's area (collSigs+j for the team's PE j).
+		lensOff := cs.area + collSigs*8
+		lens := unsafe.Slice((*uint64)(st.heap.At(int(lensOff))), n)
+		atomic.StoreUint64(&lens[v], uint64(b))
+		lpos := make([]int, n+1)
+		for j := range lpos {
+			lpos[j] = 8 * j
+		}
+		cs.allgather(routine, lensOff, localBytes(lensOff, 8*n), lpos, sigB)
+		for j := range n {
+			pos[j+1] = pos[j] + int(atomic.LoadUint64(&lens[j]))
+		}
+		if pos[n] > len(dest) {
+			return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, pos[n]/size)
+		}
+		if pos[n] == 0 {
+			return nil
+		}
+	}
+	copyBytes(dest[pos[v]:pos[v+1]], source)
+	cs.allgather(routine, doff, dest, pos, sigA)
+	return nil
+}
+
+// allgather completes the blocks of the team's PEs in the symmetric bytes
+// at heap offset off (local is this PE's copy): block j lies at
+// local[pos[j]:pos[j+1]], and this PE's own block is in place. In round k,
+// with d = 2^k, the PE holds the blocks me..me+d-1 (mod n); it puts the
+// first min(d, n-d) of them to PE me-d, at their places, with a signal on
+// word sig+k, and waits for the blocks me+d... from PE me+d.
+func (cs *collState) allgather(routine string, off uintptr, local []byte, pos []int, sig int) {
+	t := cs.team
+	n, v := t.npes, t.me
+	for k, d := 0, 1; d < n; k, d = k+1, d<<1 {
+		to := t.members[(v-d+n)%n]
+		end := v + min(d, n-d)
+		if end <= n {
+			cs.putSignal(routine, to, off+uintptr(pos[v]), local[pos[v]:pos[end]], sig+k)
+		} else {
+			put2(routine, to, off+uintptr(pos[v]), local[pos[v]:pos[n]])
+			cs.putSignal(routine, to, off, local[:pos[end-n]], sig+k)
+		}
+		cs.wait(sig+k, 1)
+	}
+}
+
+func alltoall(routine string, t *Team, dest, source []byte, size int) error {
+	cs, err := collTeam(routine, t)
+	if err != nil {
+		return err
+	}
+	n, v := t.npes, t.me
+	if len(source)%(n*size) != 0 {
+		return argErr(routine, "source has %d elements, not a multiple of the %d PEs of %v", len(source)/size, n, t)
+	}
+	if len(dest) < len(source) {
+		return argErr(routine, "dest has %d elements, fewer than the %d of source", len(dest)/size, len(source)/size)
+	}
+	doff, soff, err := symOffsets(routine, dest[:len(source)], source)
+	if err != nil {
+		return err
+	}
+	b := len(source) / n
+	if b == 0 {
+		return nil
+	}
+	if n == 1 {
+		copyBytes(dest, source)
+		return nil
+	}
+	if cs.direct {
+		t.sync(routine)
+		for i := range n {
+			j := (v + i) % n
+			copyBytes(dest[j*b:(j+1)*b], peerBytes(t.members[j], soff+uintptr(v*b), b))
+		}
+		t.sync(routine)
+		return nil
+	}
+	t.sync(routine)
+	copyBytes(dest[v*b:(v+1)*b], source[v*b:(v+1)*b])
+	for i := 1; i < n; i++ {
+		j := (v + i) % n
+		cs.putSignal(routine, t.members[j], doff+uintptr(v*b), source[j*b:(j+1)*b], sigA)
+	}
+	cs.wait(sigA, uint64(n-1))
+	return nil
+}
+
+func alltoalls(routine string, t *Team, dest, source []byte, dst, sst, nelems, size int) error {
+	cs, err := collTeam(routine, t)
+	if err != nil {
+		return err
+	}
+	n, v := t.npes, t.me
+	switch {
+	case dst < 1 || sst < 1:
+		return argErr(routine, "strides dst %d and sst %d (valid: 1 or more)", dst, sst)
+	case nelems < 0:
+		return argErr(routine, "nelems %d (valid: 0 or more)", nelems)
+	case nelems == 0:
+		_, _, err := symOffsets(routine, dest, source)
+		return err
+	}
+	last := n*nelems - 1 // the last element of either array
+	if len(source)/size <= last*sst {
+		return argErr(routine, "source has %d elements; %d PEs' %d elements at stride %d reach element %d", len(source)/size, n, nelems, sst, last*sst)
+	}
+	if len(dest)/size <= last*dst {
+		return argErr(routine, "dest has %d elements; %d PEs' %d elements at stride %d reach element %d", len(dest)/size, n, nelems, dst, last*dst)
+	}
+	dest, source = dest[:(last*dst+1)*size], source[:(last*sst+1)*size]
+	doff, soff, err := symOffsets(routine, dest, source)
+	if err != nil {
+		return err
+	}
+	// elem returns the byte offset of element k of the block of PE j in an
+	// array of stride s.
+	elem := func(j, k, s int) int { return (j*nelems + k) * s * size }
+	if n == 1 || cs.direct {
+		if n > 1 {
+			t.sync(routine)
+		}
+		for i := range n {
+			j := (v + i) % n
+			pe := t.members[j]
+			for k := range nelems {
+				copy(dest[elem(j, k, dst):elem(j, k, dst)+size], peerBytes(pe, soff+uintptr(elem(v, k, sst)), size))
+			}
+		}
+		if n > 1 {
+			t.sync(routine)
+		}
+		return nil
+	}
+	t.sync(routine)
+	for k := range nelems {
+		copy(dest[elem(v, k, dst):elem(v, k, dst)+size], source[elem(v, k, sst):elem(v, k, sst)+size])
+	}
+	pack := scratch[byte](cs, nelems*size)
+	for i := 1; i < n; i++ {
+		j := (v + i) % n
+		pe := t.members[j]
+		if dst == 1 {
+			for k := range nelems {
+				copy(pack[k*size:(k+1)*size], source[elem(j, k, sst):elem(j, k, sst)+size])
+			}
+			cs.putSignal(routine, pe, doff+uintptr(elem(v, 0, dst)), pack, sigA)
+			continue
+		}
+		for k := range nelems - 1 {
+			put2(routine, pe, doff+uintptr(elem(v, k, dst)), source[elem(j, k, sst):elem(j, k, sst)+size])
+		}
+		k := nelems - 1
+		cs.putSignal(routine, pe, doff+uintptr(elem(v, k, dst)), source[elem(j, k, sst):elem(j, k, sst)+size], sigA)
+	}
+	cs.wait(sigA, uint64(n-1))
+	return nil
+}

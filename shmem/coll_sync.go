@@ -1,0 +1,189 @@
+package shmem
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/symheap"
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// The words of the collectives. Each team slot of the team pool ends with
+// an area of collSigs signal words (uint64 counters that only grow) and one
+// word per PE of the job (the lengths of Collect). A PE signals another by
+// adding one to a word of the other's area; the receiver counts, per word,
+// the signals it has waited for (collState.expect) and waits until the
+// word reaches its count. Counting, never resetting, makes back-to-back
+// calls safe: the algorithms that signal across nodes start with a sync of
+// the team, so no signal of the next call reaches a PE before it has waited
+// for every signal of the current one.
+const collSigs = 64
+
+// Signal words of the algorithms: a first and a second series with one word
+// per round of a log2 algorithm, and two for the folding of the PEs past a
+// power of two in the reductions.
+const (
+	sigA        = 0
+	sigB        = 30
+	sigFold     = 60
+	sigUnfold   = 61
+	sigLen      = 62 // this PE's length in Collect on one node
+	sigSrc      = 63 // and the heap offset of its source
+	maxSigRound = sigB - sigA
+)
+
+// collAreaSize is the size of the collectives' area of a team slot. Init
+// calls it (initTeams) once st.npes is known.
+func collAreaSize() uintptr {
+	n := uintptr(collSigs+st.npes) * 8
+	return (n + counterStride - 1) / counterStride * counterStride
+}
+
+// collState is this PE's state of the collectives of a team.
+type collState struct {
+	team *Team
+	heap *symheap.Heap // the heap the state belongs to (a new Init makes a new one)
+	area uintptr       // heap offset of the team's area
+	// direct: every PE of the team maps every other's heap (all agree).
+	direct bool
+	expect [collSigs]uint64
+	tmp    []uint64 // private scratch of the reductions
+}
+
+// collStates are the states of the teams this PE belongs to, by slot.
+var collStates [MaxTeams]*collState
+
+// Record kind of the exchange that sets a team's collectives up.
+const recCollSetup = 100
+
+// coll returns the team's collective state, setting it up at the team's
+// first collective: an exchange in which every PE reports whether it maps
+// every other PE of the team, so that all choose the same algorithms.
+func (t *Team) coll(routine string) *collState {
+	if cs := collStates[t.slot]; cs != nil && cs.team == t && cs.heap == st.heap {
+		return cs
+	}
+	rounds := bits.Len(uint(st.npes - 1))
+	cs := &collState{team: t, heap: st.heap, area: t.off + uintptr(1+rounds)*counterStride, direct: true}
+	mine := uint64(1)
+	for _, pe := range t.members {
+		if st.peers[pe].base == nil {
+			mine = 0
+		}
+	}
+	if t.npes > 1 {
+		recs := t.exchange(routine, teamRecord{0, recCollSetup, mine})
+		for _, r := range recs {
+			if r[2] == 0 {
+				cs.direct = false
+			}
+		}
+		t.sync(routine)
+	}
+	collStates[t.slot] = cs
+	return cs
+}
+
+// word returns this PE's signal word i of the team.
+func (cs *collState) word(i int) *uint64 {
+	return (*uint64)(st.heap.At(int(cs.area) + i*8))
+}
+
+// wait waits until n more signals than before have come on word i.
+func (cs *collState) wait(i int, n uint64) {
+	cs.expect[i] += n
+	waitGE(cs.word(i), cs.expect[i])
+}
+
+// signal adds one to signal word i of the job's PE pe.
+func (cs *collState) signal(routine string, pe, i int) {
+	off := cs.area + uintptr(i)*8
+	if q := &st.peers[pe]; q.base != nil {
+		atomic.AddUint64((*uint64)(unsafe.Add(q.base, off)), 1)
+		return
+	}
+	defaultCtx.amoSlow(routine, pe, off, 8, amoAdd, 1, 0, amoPost, nil)
+}
+
+// put2 copies b to heap offset off of the job's PE pe, returning when b may
+// be reused.
+func put2(routine string, pe int, off uintptr, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if q := &st.peers[pe]; q.base != nil {
+		copyBytes(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
+		return
+	}
+	defaultCtx.putSlow(routine, pe, off, b, false)
+}
+
+// putSignal copies b to heap offset off of the job's PE pe and then adds
+// one to its signal word i: a PE that sees the signal sees the data.
+func (cs *collState) putSignal(routine string, pe int, off uintptr, b []byte, i int) {
+	if q := &st.peers[pe]; q.base != nil {
+		if len(b) > 0 {
+			copyBytes(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
+		}
+		// The atomic add orders the copy before the signal.
+		atomic.AddUint64((*uint64)(unsafe.Add(q.base, cs.area+uintptr(i)*8)), 1)
+		return
+	}
+	defaultCtx.putSignalSlow(routine, pe, off, b, cs.area+uintptr(i)*8, amoAdd, 1, false)
+}
+
+// get2 copies len(b) bytes from heap offset off of the job's PE pe into b.
+func get2(routine string, pe int, off uintptr, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if q := &st.peers[pe]; q.base != nil {
+		copyBytes(b, unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)))
+		return
+	}
+	defaultCtx.getSlow(routine, pe, off, b, false)
+}
+
+// peerBytes returns the n bytes at heap offset off of the job's PE pe,
+// whose heap this PE maps.
+func peerBytes(pe int, off uintptr, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(st.peers[pe].base, off)), n)
+}
+
+// localBytes returns the n bytes at heap offset off of this PE.
+func localBytes(off uintptr, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(st.heap.At(int(off))), n)
+}
+
+// copyBytes copies src to dst (which must not overlap unless they are the
+// same), through ucs.Memcpy for large copies.
+func copyBytes(dst, src []byte) {
+	if len(src) == 0 || unsafe.SliceData(dst) == unsafe.SliceData(src) {
+		return
+	}
+	if len(src) >= largeCopy {
+		ucs.Memcpy(dst[:len(src)], src)
+		return
+	}
+	copy(dst, src)
+}
+
+// scratch returns a private scratch array of n elements of T.
+func scratch[T any](cs *collState, n int) []T {
+	var z T
+	words := (n*int(unsafe.Sizeof(z)) + 7) / 8
+	if words == 0 {
+		return nil
+	}
+	if len(cs.tmp) < words {
+		cs.tmp = make([]uint64, words)
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(cs.tmp))), n)
+}

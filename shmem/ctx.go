@@ -1,0 +1,369 @@
+package shmem
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucp"
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// CtxOptions are the options of CtxCreate, or-ed together (the options of
+// shmem_ctx_create); 0 asks for none.
+type CtxOptions int
+
+// Context options.
+const (
+	// CtxSerialized: several goroutines use the context, but never two at
+	// once (SHMEM_CTX_SERIALIZED); the program serializes them. The
+	// context's worker then takes no lock.
+	CtxSerialized CtxOptions = 1 << iota
+	// CtxPrivate: only the goroutine that created the context uses it
+	// (SHMEM_CTX_PRIVATE). The context's worker takes no lock.
+	CtxPrivate
+	// CtxNostore: the context will not be used for stores (puts,
+	// non-fetching atomics, signals) (SHMEM_CTX_NOSTORE). It is a hint;
+	// goshmem carries stores on such a context all the same.
+	CtxNostore
+)
+
+const ctxAllOptions = CtxSerialized | CtxPrivate | CtxNostore
+
+// String returns the options' names joined with "|" ("0" for none).
+func (o CtxOptions) String() string {
+	if o == 0 {
+		return "0"
+	}
+	s := ""
+	for _, f := range []struct {
+		o    CtxOptions
+		name string
+	}{{CtxSerialized, "CtxSerialized"}, {CtxPrivate, "CtxPrivate"}, {CtxNostore, "CtxNostore"}} {
+		if o&f.o != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += f.name
+			o &^= f.o
+		}
+	}
+	if o != 0 {
+		if s != "" {
+			s += "|"
+		}
+		s += fmt.Sprintf("%#x", int(o))
+	}
+	return s
+}
+
+// Ctx is a communication context (shmem_ctx_t): a stream of RMA, atomic and
+// signal operations whose completion (Quiet) and ordering (Fence) are
+// independent of those of the other contexts. CtxDefault is the context of
+// the routines without a context argument (Put, Get, ...); CtxCreate makes
+// others, each with a ucp worker of its own, so that goroutines working on
+// separate contexts neither wait for each other's operations nor share a
+// lock. Every routine X of the package that communicates has a form CtxX
+// that takes the context as its first argument (CtxPut, CtxAtomicFetchAdd,
+// CtxPutSignal, ...).
+//
+// Operations to a PE whose heap is mapped on this node are loads, stores
+// and CPU atomics, complete when they return, whatever the context; the
+// others travel on the context's endpoints.
+//
+// Which goroutines may use a context: CtxDefault one at a time; a context
+// made with CtxPrivate only the goroutine that made it; with CtxSerialized
+// one at a time; without either, any number at once.
+//
+// The routines taking a *Ctx panic when it is nil or destroyed.
+type Ctx struct {
+	peers   []peer
+	worker  *ucp.Worker
+	options CtxOptions
+	team    *Team
+	// pending counts the operations that completion callbacks still have to
+	// finish (storing a fetched value); Quiet waits for them.
+	pending atomic.Int64
+	// shared is set for a context several goroutines may use at once (its
+	// worker is in multi mode).
+	shared    bool
+	destroyed bool
+}
+
+// defaultCtx is the default context, set by Init.
+var defaultCtx Ctx
+
+// CtxDefault is the default context (SHMEM_CTX_DEFAULT): the one the
+// routines without a context argument use. It exists from Init to Finalize,
+// lives on the worker Init creates, and may be used by one goroutine at a
+// time, or by several at once after InitThread(ThreadMultiple); it cannot
+// be destroyed.
+var CtxDefault = &defaultCtx
+
+// contexts are those CtxCreate made and Destroy has not destroyed yet;
+// ctxMu serializes their creation and destruction.
+var (
+	ctxMu    sync.Mutex
+	contexts = map[*Ctx]struct{}{}
+	ctxCount int
+)
+
+// CtxCreate creates a communication context (shmem_ctx_create) with
+// options, a combination of CtxSerialized, CtxPrivate and CtxNostore, or 0.
+// A context without CtxPrivate or CtxSerialized may be used by several
+// goroutines at once. The context gets a ucp worker of its own, with
+// endpoints to every PE whose heap is not mapped on this node, and belongs
+// to TeamWorld.
+//
+// It returns an error, and no context, for unknown options or when the
+// worker or its endpoints cannot be created (for example when the
+// transports are out of resources). Destroy releases the context.
+func CtxCreate(options CtxOptions) (*Ctx, error) {
+	mustInit("CtxCreate")
+	return newCtx("CtxCreate", TeamWorld, options)
+}
+
+// newCtx creates a context of team: its peers are the team's PEs, in team
+// order.
+func newCtx(routine string, team *Team, options CtxOptions) (*Ctx, error) {
+	if options&^ctxAllOptions != 0 {
+		return nil, fmt.Errorf("shmem.%s: unknown options %v (valid: CtxSerialized, CtxPrivate, CtxNostore)", routine, options)
+	}
+	mode := ucs.ThreadModeMulti
+	switch {
+	case options&CtxPrivate != 0:
+		mode = ucs.ThreadModeSingle
+	case options&CtxSerialized != 0:
+		mode = ucs.ThreadModeSerialized
+	}
+	ctxMu.Lock()
+	defer ctxMu.Unlock()
+	ctxCount++
+	w, err := st.ctx.NewWorker(new(ucp.WorkerParams).SetThreadMode(mode).SetName(fmt.Sprintf("pe%d-ctx%d", st.me, ctxCount)))
+	if err != nil {
+		return nil, fmt.Errorf("shmem.%s: %w", routine, err)
+	}
+	peers := make([]peer, team.npes)
+	for i, pe := range team.members {
+		dq := &st.peers[pe]
+		if dq.base != nil {
+			// Same memory, same mapping: no endpoint needed.
+			peers[i].base = dq.base
+			continue
+		}
+		ep, err := w.NewEndpoint(new(ucp.EPParams).SetAddress(st.addrs[pe]).SetName(fmt.Sprintf("pe%d-ctx%d->pe%d", st.me, ctxCount, pe)))
+		if err == nil {
+			peers[i].ep = ep
+			peers[i].rkey, err = ep.RkeyUnpack(st.rkeys[pe])
+		}
+		if err != nil {
+			closePeers(peers)
+			w.Destroy()
+			return nil, fmt.Errorf("shmem.%s: connect to PE %d: %w", routine, pe, err)
+		}
+		peers[i].raddr = dq.raddr
+	}
+	c := &Ctx{peers: peers, worker: w, options: options, team: team, shared: mode == ucs.ThreadModeMulti}
+	contexts[c] = struct{}{}
+	return c, nil
+}
+
+// Destroy completes the context's operations (as Quiet does) and releases
+// it (shmem_ctx_destroy). Destroying a destroyed context does nothing; it
+// panics for CtxDefault and for nil. No other goroutine may use the context
+// during or after the call.
+func (c *Ctx) Destroy() {
+	if c == nil {
+		panic("shmem.(*Ctx).Destroy: nil context")
+	}
+	if c == &defaultCtx {
+		panic("shmem.(*Ctx).Destroy: the default context cannot be destroyed (it lives until Finalize)")
+	}
+	ctxMu.Lock()
+	defer ctxMu.Unlock()
+	if c.destroyed {
+		return
+	}
+	c.destroyLocked()
+}
+
+func (c *Ctx) destroyLocked() {
+	c.quiet("(*Ctx).Destroy")
+	closePeers(c.peers)
+	c.worker.Destroy()
+	delete(contexts, c)
+	c.peers, c.worker, c.destroyed = nil, nil, true
+}
+
+// destroyContexts destroys every context CtxCreate made that is still
+// alive (at Finalize).
+func destroyContexts() {
+	ctxMu.Lock()
+	defer ctxMu.Unlock()
+	for c := range contexts {
+		c.destroyLocked()
+	}
+}
+
+// Quiet waits until every put, atomic, signal and store this PE issued on
+// the context is complete and visible at its target, and every value a
+// non-blocking fetching atomic or get of the context fetches is in place
+// (shmem_ctx_quiet). Operations of other contexts are not waited for.
+func (c *Ctx) Quiet() {
+	c.check("(*Ctx).Quiet")
+	c.quiet("(*Ctx).Quiet")
+}
+
+// Fence orders the puts, atomics and signals this PE issues on the context
+// to each PE before the call before those it issues after the call to the
+// same PE (shmem_ctx_fence).
+func (c *Ctx) Fence() {
+	c.check("(*Ctx).Fence")
+	fenceWord.Add(1)
+	if err := c.worker.Fence(); err != nil {
+		fatal("(*Ctx).Fence", st.me, err)
+	}
+}
+
+// Team returns the team the context belongs to (shmem_ctx_get_team):
+// TeamWorld for CtxDefault and for every context CtxCreate makes, the team
+// for a context of (*Team).CreateCtx. The PE numbers given to the routines
+// on a context are numbers in its team.
+func (c *Ctx) Team() *Team {
+	c.check("(*Ctx).Team")
+	return c.team
+}
+
+// check panics when c cannot be used.
+func (c *Ctx) check(routine string) {
+	if c == nil || c.peers == nil {
+		c.badCtx(routine)
+	}
+}
+
+//go:noinline
+func (c *Ctx) badCtx(routine string) {
+	switch {
+	case !st.inited:
+		panic("shmem." + routine + " called before shmem.Init")
+	case c == nil:
+		panic("shmem." + routine + ": nil context (use shmem.CtxDefault or one from shmem.CtxCreate)")
+	case c.destroyed:
+		panic("shmem." + routine + ": the context was destroyed")
+	}
+	panic("shmem." + routine + ": the context is not initialized (use shmem.CtxDefault or one from shmem.CtxCreate)")
+}
+
+// peer returns the peer record of pe in the context, panicking with a clear
+// message for a PE outside the job, a context that cannot be used, or use
+// before Init.
+func (c *Ctx) peer(routine string, pe int) *peer {
+	if c == nil || uint(pe) >= uint(len(c.peers)) {
+		c.badPE(routine, pe)
+	}
+	return &c.peers[pe]
+}
+
+//go:noinline
+func (c *Ctx) badPE(routine string, pe int) {
+	c.check(routine)
+	of := "the job"
+	if c.team != TeamWorld {
+		of = "the context's team, " + c.team.String()
+	}
+	panic(fmt.Sprintf("shmem.%s: PE %d is not a PE of %s (valid: 0..%d)", routine, pe, of, len(c.peers)-1))
+}
+
+// quiet completes the context's operations: a full memory barrier for the
+// stores into mapped heaps, a worker flush for the rest, then the
+// completion callbacks of the non-blocking operations.
+func (c *Ctx) quiet(routine string) {
+	fenceWord.Add(1)
+	if err := c.worker.Flush(); err != nil {
+		fatal(routine, st.me, err)
+	}
+	for c.pending.Load() > 0 {
+		if c.worker.Progress() == 0 {
+			c.idle()
+		}
+	}
+}
+
+// idle gives the processor away in a wait loop that made no progress.
+func (c *Ctx) idle() { c.worker.Idle() }
+
+// asyncOp is an operation of a context that completes after its routine
+// returned; Quiet waits for it. A fetching one stores its value into fetch
+// when it completes.
+type asyncOp struct {
+	c       *Ctx
+	routine string
+	pe      int
+	fetch   unsafe.Pointer // where the fetched value goes, or nil
+	size    uintptr        // of the fetched value
+	reply   uint64
+}
+
+// newAsync starts the bookkeeping of an operation that may complete late.
+func (c *Ctx) newAsync(routine string, pe int) *asyncOp {
+	c.pending.Add(1)
+	return &asyncOp{c: c, routine: routine, pe: pe}
+}
+
+// param returns the request parameters of the operation: its completion
+// callback, and the reply buffer when it fetches.
+func (op *asyncOp) param(fetching bool) *ucp.RequestParam {
+	p := new(ucp.RequestParam).SetCallback(asyncDone).SetUserData(op)
+	if fetching {
+		p.SetReply(&op.reply)
+	}
+	return p
+}
+
+// started takes the result of the ucp call that started the operation.
+func (op *asyncOp) started(req *ucp.Request, err error) {
+	if err != nil {
+		fatal(op.routine, op.pe, err)
+	}
+	if req == nil {
+		op.done() // completed at once: ucp calls no callback
+		return
+	}
+	req.Free() // the completion releases it, after the callback
+}
+
+func asyncDone(_ *ucp.Request, status error, userData any) {
+	op := userData.(*asyncOp)
+	if status != nil {
+		fatal(op.routine, op.pe, status)
+	}
+	op.done()
+}
+
+func (op *asyncOp) done() {
+	if op.fetch != nil {
+		if op.size == 4 {
+			*(*uint32)(op.fetch) = uint32(op.reply)
+		} else {
+			*(*uint64)(op.fetch) = op.reply
+		}
+	}
+	op.c.pending.Add(-1)
+}
+
+// wait waits for a request of a blocking routine and frees it.
+func (c *Ctx) wait(routine string, pe int, req *ucp.Request, err error) {
+	if err == nil && req != nil {
+		for !req.IsCompleted() {
+			if c.worker.Progress() == 0 {
+				c.idle()
+			}
+		}
+		err = req.Status()
+		req.Free()
+	}
+	if err != nil {
+		fatal(routine, pe, err)
+	}
+}

@@ -1,0 +1,137 @@
+package shmem
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/ucp"
+)
+
+// The version of the OpenSHMEM specification this package implements
+// (SHMEM_MAJOR_VERSION, SHMEM_MINOR_VERSION).
+const (
+	MajorVersion = 1
+	MinorVersion = 5
+)
+
+// MaxNameLen is the longest name InfoGetName returns, in bytes
+// (SHMEM_MAX_NAME_LEN).
+const MaxNameLen = 256
+
+// VendorString is the name of this implementation (SHMEM_VENDOR_STRING),
+// which InfoGetName returns.
+const VendorString = "goshmem 0.1.0 (OpenSHMEM 1.5 for Go over UCX semantics)"
+
+// InfoGetVersion returns the major and minor version of the OpenSHMEM
+// specification this package implements (shmem_info_get_version): 1, 5.
+// It may be called before Init.
+func InfoGetVersion() (major, minor int) { return MajorVersion, MinorVersion }
+
+// InfoGetName returns the name of this implementation, VendorString, which
+// is at most MaxNameLen bytes long (shmem_info_get_name). It may be called
+// before Init.
+func InfoGetName() string { return VendorString }
+
+// pcontrolLevel is the level Pcontrol set last.
+var pcontrolLevel atomic.Int64
+
+func init() { pcontrolLevel.Store(1) }
+
+// Pcontrol sets the profiling level (shmem_pcontrol): 0 disables
+// profiling, 1 enables it at the default detail (the level at start), and
+// higher levels are for profiling libraries to define. goshmem has no
+// profiling interface of its own, so the call only records the level; it
+// may be called at any time, before Init too.
+func Pcontrol(level int) { pcontrolLevel.Store(int64(level)) }
+
+// envSettings are the environment variables of the specification that
+// goshmem reads at Init.
+type envSettings struct {
+	debug, info, version bool
+}
+
+// The environment variables of the specification, with what they do.
+var envVars = []struct{ name, help string }{
+	{"SHMEM_SYMMETRIC_SIZE", "size of the symmetric heap of each PE, a number with an optional K, M, G or T suffix (default 256M)"},
+	{"SHMEM_DEBUG", "when set, check that every PE makes the same allocation calls in the same order, and make extra argument checks (default off)"},
+	{"SHMEM_INFO", "when set, PE 0 prints the library's settings and these variables at Init (default off)"},
+	{"SHMEM_VERSION", "when set, PE 0 prints the library's version at Init (default off)"},
+}
+
+// envOn reports whether a boolean variable is on: set to anything but
+// the empty string, 0, n, no, false or off.
+func envOn(name string) bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(name))) {
+	case "", "0", "n", "no", "false", "off":
+		return false
+	}
+	return true
+}
+
+func readEnv() envSettings {
+	return envSettings{debug: envOn("SHMEM_DEBUG"), info: envOn("SHMEM_INFO"), version: envOn("SHMEM_VERSION")}
+}
+
+// printStartup prints what SHMEM_VERSION and SHMEM_INFO ask for (PE 0 only).
+func printStartup(w io.Writer) {
+	if st.env.version || st.env.info {
+		fmt.Fprintf(w, "goshmem: OpenSHMEM version %d.%d, %s\n", MajorVersion, MinorVersion, VendorString)
+	}
+	if st.env.info {
+		printInfo(w)
+	}
+}
+
+// printInfo prints the settings of the library, as PE 0 sees them.
+func printInfo(w io.Writer) {
+	fmt.Fprintf(w, "goshmem: SHMEM_INFO\n")
+	fmt.Fprintf(w, "  version:         %d.%d\n", MajorVersion, MinorVersion)
+	fmt.Fprintf(w, "  name:            %s\n", VendorString)
+	fmt.Fprintf(w, "  ucp version:     %s\n", ucp.VersionString())
+	fmt.Fprintf(w, "  PEs:             %d (TeamShared of PE %d: %d PEs)\n", st.npes, st.me, teamShared.npes)
+	fmt.Fprintf(w, "  symmetric heap:  %d bytes per PE\n", st.heapSize)
+	fmt.Fprintf(w, "  thread level:    %v\n", threadLevel)
+	fmt.Fprintf(w, "  debug checks:    %v\n", onOff(st.env.debug))
+	fmt.Fprintf(w, "  barrier:         %s\n", map[bool]string{false: "dissemination", true: "central (node oversubscribed)"}[st.barrier.central])
+	fmt.Fprintf(w, "  transports from PE %d:\n", st.me)
+	for pe := range st.peers {
+		fmt.Fprintf(w, "    PE %d: %s\n", pe, transportsTo(pe))
+	}
+	fmt.Fprintf(w, "  environment variables:\n")
+	for _, v := range envVars {
+		val, ok := os.LookupEnv(v.name)
+		if !ok {
+			val = "(not set)"
+		}
+		fmt.Fprintf(w, "    %s=%s\n      %s\n", v.name, val, v.help)
+	}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// transportsTo describes how this PE reaches pe: a direct mapping of its
+// heap, and the lanes of the default context's endpoint to it.
+func transportsTo(pe int) string {
+	q := &st.peers[pe]
+	var parts []string
+	if q.base != nil {
+		parts = append(parts, "heap mapped (loads, stores and CPU atomics)")
+	}
+	if q.ep != nil {
+		for _, l := range q.ep.Query().Lanes {
+			parts = append(parts, fmt.Sprintf("%s/%s for %s", l.Transport, l.Device, l.Usage))
+		}
+	}
+	if len(parts) == 0 {
+		return "(unreachable)"
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,295 @@
+package shmem_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// sliceDiff is cmp.Diff for large slices: cmp only runs when they differ
+// (it is slow on millions of elements).
+func sliceDiff[T comparable](want, got []T) string {
+	if slices.Equal(want, got) {
+		return ""
+	}
+	return cmp.Diff(want, got)
+}
+
+// nbiRoundTrip checks PutNBI and GetNBI of T between every pair of PEs with
+// per elements each: every PE puts a pattern of its own into its slot on
+// every PE, completes with Quiet, and reads every PE's array back with
+// GetNBI, complete after the next Quiet.
+func nbiRoundTrip[T shmem.RMA](t *testing.T, me, n, per int, val func(from, to, i int) T) {
+	t.Helper()
+	buf := calloc[T](t, n*per)
+	srcs := make([][]T, n) // must stay untouched until Quiet
+	for to := 0; to < n; to++ {
+		srcs[to] = make([]T, per)
+		for i := range srcs[to] {
+			srcs[to][i] = val(me, to, i)
+		}
+		shmem.PutNBI(buf[me*per:(me+1)*per], srcs[to], to)
+	}
+	shmem.Quiet()
+	shmem.BarrierAll()
+	model := func(pe int) []T {
+		want := make([]T, n*per)
+		for from := 0; from < n; from++ {
+			for i := 0; i < per; i++ {
+				want[from*per+i] = val(from, pe, i)
+			}
+		}
+		return want
+	}
+	if diff := sliceDiff(model(me), buf); diff != "" {
+		t.Fatalf("%T: after PutNBI and Quiet (-want +got):\n%.2000s", buf[0], diff)
+	}
+	got := make([][]T, n)
+	for pe := 0; pe < n; pe++ {
+		got[pe] = make([]T, n*per)
+		shmem.GetNBI(got[pe], buf, pe)
+	}
+	shmem.Quiet()
+	for pe := 0; pe < n; pe++ {
+		if diff := sliceDiff(model(pe), got[pe]); diff != "" {
+			t.Fatalf("%T: GetNBI from PE %d after Quiet (-want +got):\n%.2000s", buf[0], pe, diff)
+		}
+	}
+	shmem.BarrierAll()
+	shmem.Free(buf)
+}
+
+func TestPutGetNBI(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		code := func(from, to, i int) int { return from*1000 + to*100 + i + 1 }
+		nbiRoundTrip(t, me, n, 7, func(f, o, i int) int8 { return int8(code(f, o, i)) })
+		nbiRoundTrip(t, me, n, 7, func(f, o, i int) uint16 { return uint16(code(f, o, i)) })
+		nbiRoundTrip(t, me, n, 7, func(f, o, i int) int32 { return int32(-code(f, o, i)) })
+		nbiRoundTrip(t, me, n, 7, func(f, o, i int) float64 { return float64(code(f, o, i)) / 3 })
+		nbiRoundTrip(t, me, n, 7, func(f, o, i int) complex128 { return complex(float64(code(f, o, i)), 1) })
+		// Large enough for zero-copy protocols, several in flight at once.
+		nbiRoundTrip(t, me, n, 300_001, func(f, o, i int) uint32 { return uint32(code(f, o, i)) })
+	})
+}
+
+func TestPutMemGetMemNBI(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		const size = 200_003
+		buf := calloc[byte](t, n*size)
+		src := make([]byte, size)
+		for i := range src {
+			src[i] = byte(i*3 + me)
+		}
+		for to := 0; to < n; to++ {
+			// Every length from 0 to 40 at the start of the slot, then the rest.
+			for l := 0; l <= 40; l++ {
+				shmem.PutMemNBI(buf[me*size:me*size+l], src[:l], to)
+			}
+			shmem.PutMemNBI(buf[me*size+40:(me+1)*size], src[40:], to)
+		}
+		shmem.Quiet()
+		shmem.BarrierAll()
+		want := make([]byte, n*size)
+		for from := 0; from < n; from++ {
+			for i := 0; i < size; i++ {
+				want[from*size+i] = byte(i*3 + from)
+			}
+		}
+		if diff := sliceDiff(want, buf); diff != "" {
+			t.Fatalf("after PutMemNBI (-want +got):\n%.2000s", diff)
+		}
+		to := (me + 1) % n
+		got := make([]byte, n*size)
+		shmem.GetMemNBI(got[:1], buf[:1], to)
+		shmem.GetMemNBI(got[1:], buf[1:], to)
+		shmem.GetMemNBI(got[:0], buf[:0], to) // zero length does nothing
+		shmem.Quiet()
+		if diff := sliceDiff(want, got); diff != "" {
+			t.Fatalf("GetMemNBI from PE %d (-want +got):\n%.2000s", to, diff)
+		}
+		shmem.BarrierAll()
+		shmem.Free(buf)
+	})
+}
+
+// strides are the (dst stride, src stride, nelems) cases of the strided
+// tests; every one fits in stridedLen elements.
+var strides = []struct{ dst, src, nelems int }{
+	{1, 1, 5}, {2, 3, 7}, {3, 1, 4}, {1, 4, 6}, {5, 2, 0}, {1, 1, 1}, {7, 7, 3},
+}
+
+const stridedLen = 32
+
+// strided checks IPut and IGet of T against a model: IPut into this PE's
+// region on the next PE, IGet from the next PE's array.
+func strided[T shmem.RMA](t *testing.T, me, n int, val func(pe, i int) T) {
+	t.Helper()
+	to, from := (me+1)%n, (me-1+n)%n
+	for _, c := range strides {
+		name := fmt.Sprintf("%T dst stride %d, src stride %d, %d elements", val(0, 0), c.dst, c.src, c.nelems)
+		region := calloc[T](t, n*stridedLen)
+		src := make([]T, stridedLen)
+		for i := range src {
+			src[i] = val(me, i)
+		}
+		mine := region[me*stridedLen : (me+1)*stridedLen]
+		shmem.IPut(mine, src, c.dst, c.src, c.nelems, to)
+		shmem.BarrierAll()
+		want := make([]T, stridedLen)
+		for i := 0; i < c.nelems; i++ {
+			want[i*c.dst] = val(from, i*c.src)
+		}
+		if diff := cmp.Diff(want, region[from*stridedLen:(from+1)*stridedLen]); diff != "" {
+			t.Fatalf("IPut, %s, from PE %d (-want +got):\n%s", name, from, diff)
+		}
+		// IGet: every PE's whole region holds its own pattern.
+		for i := range region {
+			region[i] = val(me, i)
+		}
+		shmem.BarrierAll()
+		got := make([]T, stridedLen)
+		shmem.IGet(got, region, c.dst, c.src, c.nelems, to)
+		clear(want)
+		for i := 0; i < c.nelems; i++ {
+			want[i*c.dst] = val(to, i*c.src)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("IGet, %s, from PE %d (-want +got):\n%s", name, to, diff)
+		}
+		shmem.BarrierAll()
+		shmem.Free(region)
+	}
+}
+
+func TestIPutIGet(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		strided(t, me, n, func(pe, i int) int16 { return int16(pe*100 + i + 1) })
+		strided(t, me, n, func(pe, i int) int64 { return int64(pe*100+i+1) << 35 })
+		strided(t, me, n, func(pe, i int) uint8 { return uint8(pe*50 + i + 1) })
+		strided(t, me, n, func(pe, i int) complex64 { return complex(float32(pe), float32(i)+0.5) })
+	})
+}
+
+// pattern is the data a PE sends in round r of the signal tests.
+func pattern(from, r, per int) []int32 {
+	s := make([]int32, per)
+	for i := range s {
+		s[i] = int32(from*10000 + r*100 + i)
+	}
+	return s
+}
+
+func TestPutSignal(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		const rounds, per = 6, 9
+		to, from := (me+1)%n, (me-1+n)%n
+		buf := calloc[int32](t, rounds*per)
+		sig := calloc[uint64](t, 2)
+		// A ring with SignalSet: round r fills slot r and sets the signal to
+		// r; blocking and non-blocking rounds alternate.
+		srcs := make([][]int32, rounds) // non-blocking sources stay untouched until Quiet
+		for r := 1; r <= rounds; r++ {
+			srcs[r-1] = pattern(me, r, per)
+			slot := buf[(r-1)*per : r*per]
+			if r%2 == 0 {
+				shmem.PutSignal(slot, srcs[r-1], &sig[0], uint64(r), shmem.SignalSet, to)
+			} else {
+				shmem.PutSignalNBI(slot, srcs[r-1], &sig[0], uint64(r), shmem.SignalSet, to)
+			}
+		}
+		if got := shmem.SignalWaitUntil(&sig[0], shmem.CmpEQ, rounds); got != rounds {
+			t.Fatalf("SignalWaitUntil(== %d) returned %d", rounds, got)
+		}
+		// The last signal implies every round's data.
+		var want []int32
+		for r := 1; r <= rounds; r++ {
+			want = append(want, pattern(from, r, per)...)
+		}
+		if diff := cmp.Diff(want, buf); diff != "" {
+			t.Fatalf("data when the signal arrived (-want +got):\n%s", diff)
+		}
+		if got := shmem.SignalFetch(&sig[0]); got != rounds {
+			t.Fatalf("SignalFetch = %d, want %d", got, rounds)
+		}
+		shmem.Quiet()
+		shmem.BarrierAll()
+
+		// Every PE to every PE with SignalAdd of me+1, in bytes large
+		// enough for zero-copy protocols.
+		const size = 100_003
+		data := calloc[byte](t, n*size)
+		src := make([]byte, size)
+		for i := range src {
+			src[i] = byte(i + 7*me)
+		}
+		for pe := 0; pe < n; pe++ {
+			slot := data[me*size : (me+1)*size]
+			if pe%2 == 0 {
+				shmem.PutMemSignal(slot, src, &sig[1], uint64(me+1), shmem.SignalAdd, pe)
+			} else {
+				shmem.PutMemSignalNBI(slot, src, &sig[1], uint64(me+1), shmem.SignalAdd, pe)
+			}
+		}
+		sum := uint64(n * (n + 1) / 2)
+		if got := shmem.SignalWaitUntil(&sig[1], shmem.CmpGE, sum); got != sum {
+			t.Fatalf("SignalWaitUntil(>= %d) returned %d", sum, got)
+		}
+		wantData := make([]byte, n*size)
+		for f := 0; f < n; f++ {
+			for i := 0; i < size; i++ {
+				wantData[f*size+i] = byte(i + 7*f)
+			}
+		}
+		if diff := sliceDiff(wantData, data); diff != "" {
+			t.Fatalf("data when every signal arrived (-want +got):\n%.2000s", diff)
+		}
+		// A signal without data.
+		shmem.Quiet()
+		shmem.BarrierAll()
+		shmem.PutSignal(data[:0], nil, &sig[0], 1000, shmem.SignalAdd, to)
+		if got := shmem.SignalWaitUntil(&sig[0], shmem.CmpGT, rounds); got != rounds+1000 {
+			t.Fatalf("signal of an empty put: %d, want %d", got, rounds+1000)
+		}
+		shmem.BarrierAll()
+		shmem.Free(data)
+		shmem.Free(sig)
+		shmem.Free(buf)
+	})
+}
+
+func TestRMABadInputPanics(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		x := calloc[int64](t, 8)
+		sig := calloc[uint64](t, 2)
+		var local [8]int64
+		var localSig uint64
+		for _, c := range []struct {
+			name string
+			fn   func()
+			want string
+		}{
+			{"PutNBI to PE n", func() { shmem.PutNBI(x, local[:], n) }, fmt.Sprintf("shmem.PutNBI: PE %d is not a PE of the job (valid: 0..%d)", n, n-1)},
+			{"GetNBI from a Go array", func() { shmem.GetNBI(x, local[:], 0) }, "shmem.GetNBI: src"},
+			{"GetMemNBI too short", func() { shmem.GetMemNBI(make([]byte, 9), make([]byte, 8), 0) }, "shmem.GetMemNBI: the symmetric object has 8 elements, fewer than the 9"},
+			{"IPut stride 0", func() { shmem.IPut(x, local[:], 0, 1, 2, 0) }, "shmem.IPut: dst stride 0 (valid: 1 or more)"},
+			{"IPut past the end", func() { shmem.IPut(x, local[:], 3, 1, 4, 0) }, "shmem.IPut: dst has 8 elements, fewer than 4 elements at stride 3 reach"},
+			{"IGet nelems -1", func() { shmem.IGet(local[:], x, 1, 1, -1, 0) }, "shmem.IGet: nelems -1"},
+			{"IGet from a Go array", func() { shmem.IGet(x, local[:], 1, 1, 2, 0) }, "shmem.IGet: src"},
+			{"IGet src too short", func() { shmem.IGet(local[:], x[:3], 1, 2, 3, 0) }, "shmem.IGet: src has 3 elements"},
+			{"PutSignal bad op", func() { shmem.PutSignal(x, local[:], &sig[0], 1, shmem.SignalOp(7), 0) }, "invalid signal operation 7"},
+			{"PutSignal local signal", func() { shmem.PutSignal(x, local[:], &localSig, 1, shmem.SignalSet, 0) }, "shmem.PutSignal: sig"},
+			{"PutSignal to PE -1", func() { shmem.PutMemSignal(nil, nil, &sig[0], 1, shmem.SignalSet, -1) }, "shmem.PutMemSignal: PE -1"},
+			{"SignalWaitUntil local", func() { shmem.SignalWaitUntil(&localSig, shmem.CmpEQ, 0) }, "shmem.SignalWaitUntil: ivar"},
+			{"SignalFetch local", func() { shmem.SignalFetch(&localSig) }, "shmem.SignalFetch: ivar"},
+		} {
+			checkPanic(t, c.name, c.fn, c.want)
+		}
+		shmem.BarrierAll()
+		shmem.Free(sig)
+		shmem.Free(x)
+	})
+}

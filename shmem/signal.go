@@ -1,0 +1,149 @@
+package shmem
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// SignalOp is how a put-with-signal updates its signal word.
+type SignalOp int
+
+// Signal operations.
+const (
+	// SignalSet stores the signal value into the signal word
+	// (SHMEM_SIGNAL_SET).
+	SignalSet SignalOp = iota
+	// SignalAdd adds the signal value to the signal word (SHMEM_SIGNAL_ADD).
+	SignalAdd
+)
+
+// String returns the name of the operation.
+func (op SignalOp) String() string {
+	switch op {
+	case SignalSet:
+		return "SignalSet"
+	case SignalAdd:
+		return "SignalAdd"
+	}
+	return fmt.Sprintf("SignalOp(%d)", int(op))
+}
+
+// PutSignal copies src into the symmetric array dst on pe and then updates
+// the symmetric signal word *sig on pe with signal, as op says
+// (shmem_put_signal): a PE that sees the update (SignalWaitUntil,
+// WaitUntil, SignalFetch) also sees the data. The update is atomic with
+// respect to the other signal updates and atomics on *sig. PutSignal
+// returns when src may be reused; the signal's completion at pe is Quiet's.
+// dst must have at least len(src) elements; sig must be 8-byte aligned.
+func PutSignal[T RMA](dst, src []T, sig *uint64, signal uint64, op SignalOp, pe int) {
+	putSignal(&defaultCtx, "PutSignal", dst, src, sig, signal, op, pe, false)
+}
+
+// CtxPutSignal is PutSignal on the context ctx (shmem_ctx_put_signal).
+func CtxPutSignal[T RMA](ctx *Ctx, dst, src []T, sig *uint64, signal uint64, op SignalOp, pe int) {
+	putSignal(ctx, "CtxPutSignal", dst, src, sig, signal, op, pe, false)
+}
+
+// PutSignalNBI is PutSignal that may return before src has been read
+// (shmem_put_signal_nbi): src may be reused after Quiet.
+func PutSignalNBI[T RMA](dst, src []T, sig *uint64, signal uint64, op SignalOp, pe int) {
+	putSignal(&defaultCtx, "PutSignalNBI", dst, src, sig, signal, op, pe, true)
+}
+
+// CtxPutSignalNBI is PutSignalNBI on the context ctx
+// (shmem_ctx_put_signal_nbi).
+func CtxPutSignalNBI[T RMA](ctx *Ctx, dst, src []T, sig *uint64, signal uint64, op SignalOp, pe int) {
+	putSignal(ctx, "CtxPutSignalNBI", dst, src, sig, signal, op, pe, true)
+}
+
+// PutMemSignal is PutSignal of bytes (shmem_putmem_signal).
+func PutMemSignal(dst, src []byte, sig *uint64, signal uint64, op SignalOp, pe int) {
+	putSignal(&defaultCtx, "PutMemSignal", dst, src, sig, signal, op, pe, false)
+}
+
+// CtxPutMemSignal is PutMemSignal on the context ctx
+// (shmem_ctx_putmem_signal).
+func CtxPutMemSignal(ctx *Ctx, dst, src []byte, sig *uint64, signal uint64, op SignalOp, pe int) {
+	putSignal(ctx, "CtxPutMemSignal", dst, src, sig, signal, op, pe, false)
+}
+
+// PutMemSignalNBI is PutSignalNBI of bytes (shmem_putmem_signal_nbi).
+func PutMemSignalNBI(dst, src []byte, sig *uint64, signal uint64, op SignalOp, pe int) {
+	putSignal(&defaultCtx, "PutMemSignalNBI", dst, src, sig, signal, op, pe, true)
+}
+
+// CtxPutMemSignalNBI is PutMemSignalNBI on the context ctx
+// (shmem_ctx_putmem_signal_nbi).
+func CtxPutMemSignalNBI(ctx *Ctx, dst, src []byte, sig *uint64, signal uint64, op SignalOp, pe int) {
+	putSignal(ctx, "CtxPutMemSignalNBI", dst, src, sig, signal, op, pe, true)
+}
+
+func putSignal[T RMA](c *Ctx, routine string, dst, src []T, sig *uint64, signal uint64, op SignalOp, pe int, nbi bool) {
+	q := c.peer(routine, pe)
+	n := len(src)
+	if len(dst) < n {
+		badLen(routine, len(dst), n)
+	}
+	var aop amoOp
+	switch op {
+	case SignalSet:
+		aop = amoSet
+	case SignalAdd:
+		aop = amoAdd
+	default:
+		panic(fmt.Sprintf("shmem.%s: invalid signal operation %d (valid: SignalSet, SignalAdd)", routine, int(op)))
+	}
+	soff := offsetOf(routine, "sig", unsafe.Pointer(sig), 8)
+	if soff%8 != 0 {
+		badAlign(routine, "sig", unsafe.Pointer(sig), 8)
+	}
+	var z T
+	nb := n * int(unsafe.Sizeof(z))
+	var off uintptr
+	if n > 0 {
+		off = offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
+	}
+	if q.base != nil {
+		if n > 0 {
+			copyOut(q.base, off, src[:n])
+		}
+		// The atomic orders the copy before the signal for every reader
+		// that loads the signal atomically.
+		amoDirect(unsafe.Add(q.base, soff), 8, aop, signal, 0)
+		return
+	}
+	c.putSignalSlow(routine, pe, off, bytesOf(src), soff, aop, signal, nbi)
+}
+
+//go:noinline
+func (c *Ctx) putSignalSlow(routine string, pe int, off uintptr, b []byte, soff uintptr, op amoOp, signal uint64, nbi bool) {
+	c.putSlow(routine, pe, off, b, nbi)
+	// The fence keeps the signal behind the data on the way to pe.
+	if err := c.worker.Fence(); err != nil {
+		fatal(routine, pe, err)
+	}
+	c.amoSlow(routine, pe, soff, 8, op, signal, 0, amoPost, nil)
+}
+
+// SignalFetch returns the value of the symmetric signal word *sig of this
+// PE, read atomically (shmem_signal_fetch). sig must be 8-byte aligned.
+func SignalFetch(sig *uint64) uint64 {
+	checkPoint("SignalFetch", sig)
+	return atomic.LoadUint64(sig)
+}
+
+// SignalWaitUntil waits until the symmetric signal word *sig of this PE
+// compares to v as cmp says, and returns the value that did
+// (shmem_signal_wait_until). sig must be 8-byte aligned.
+func SignalWaitUntil(sig *uint64, cmp Cmp, v uint64) uint64 {
+	checkPoint("SignalWaitUntil", sig)
+	checkCmp("SignalWaitUntil", cmp)
+	var w waiter
+	for {
+		if x := atomic.LoadUint64(sig); compare(x, cmp, v) {
+			return x
+		}
+		w.pause()
+	}
+}

@@ -1,0 +1,572 @@
+package shmem
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Team is a set of PEs that take part in team collectives and team
+// contexts (shmem_team_t). A PE has a number in each team it belongs to,
+// from 0 to NPEs()-1, in the order of the PEs' numbers in the job.
+//
+// TeamWorld and TeamShared exist from Init to Finalize. TeamSplitStrided
+// and TeamSplit2D make others from a parent team; a PE that is not in the
+// new team gets nil, which plays the part of SHMEM_TEAM_INVALID: MyPE and
+// NPEs of a nil team return -1, TeamTranslatePE returns -1, CreateCtx and
+// GetConfig return an error, Destroy does nothing.
+//
+// Each team keeps its own synchronization words in a pool of the symmetric
+// heap that Init reserves (a few cache lines per team, for at most
+// MaxTeams teams alive at once), so no routine takes a pSync array.
+//
+// A Team must not be copied. The collective routines of a team (Sync, the
+// splits that take it as parent) must be called by every PE of the team,
+// in the same order, and by one goroutine of a PE at a time.
+type Team struct {
+	me, npes int
+	// members are the job's numbers of the team's PEs, ascending: PE i of
+	// the team is PE members[i] of the job.
+	members []int
+	slot    int     // index of the team's synchronization words in the pool
+	off     uintptr // heap offset of those words
+	epoch   uint64  // syncs done
+	xseq    uint64  // record exchanges done
+	config  TeamConfig
+	mask    TeamConfigMask
+	name    string
+	// predefined: TeamWorld or TeamShared, which cannot be destroyed.
+	predefined bool
+	destroyed  bool
+}
+
+// TeamConfig is the configuration of a team (shmem_team_config_t), given
+// to the routines that split a team together with a TeamConfigMask naming
+// the fields that count.
+type TeamConfig struct {
+	// NumContexts is the number of contexts the program means to create
+	// from the team with CreateCtx (num_contexts, default 0). goshmem
+	// creates contexts on demand and reserves nothing for them, so the
+	// number is recorded (GetConfig reports it) but is not a limit: more
+	// may be created, as long as the transports have resources. It must
+	// not be negative.
+	NumContexts int
+}
+
+// TeamConfigMask names the fields of a TeamConfig that a routine uses,
+// or-ed together; 0 names none (every field takes its default).
+type TeamConfigMask int
+
+// The fields of TeamConfig.
+const (
+	// TeamNumContexts is TeamConfig.NumContexts (SHMEM_TEAM_NUM_CONTEXTS).
+	TeamNumContexts TeamConfigMask = 1 << iota
+
+	teamAllConfig = TeamNumContexts
+)
+
+// MaxTeams is the number of teams a PE can belong to at once, TeamWorld
+// and TeamShared included. A split that would need more returns an error.
+const MaxTeams = 64
+
+// Slots of the predefined teams in the team pool.
+const (
+	slotWorld = iota
+	slotShared
+	firstUserSlot
+)
+
+// teamPool is this PE's bookkeeping of the team pool: MaxTeams slots at
+// the same heap offset on every PE. Slot s holds a record line (for the
+// exchanges of the team collectives) followed by one counter line per round
+// of a dissemination barrier over the largest possible team, and the words
+// of the collective routines (collAreaSize).
+var teamPool struct {
+	mu       sync.Mutex
+	off      uintptr
+	slotSize uintptr
+	used     uint64 // slots of teams this PE belongs to
+	cursor   int    // the slot handed out last: new teams take the next free ones
+}
+
+// teamWorld and teamShared are the predefined teams; Init fills them.
+var (
+	teamWorld  = Team{me: -1, npes: -1, name: "TeamWorld", predefined: true}
+	teamShared = Team{me: -1, npes: -1, name: "TeamShared", predefined: true}
+)
+
+// TeamWorld is the team of every PE of the job (SHMEM_TEAM_WORLD), with the
+// PE numbers of the job. Its Sync is SyncAll.
+var TeamWorld = &teamWorld
+
+// TeamShared is the team of the PEs whose symmetric heaps this PE and they
+// can all load and store directly (SHMEM_TEAM_SHARED): for every two PEs of
+// the team, Ptr gives a direct pointer from one to the other's objects. It
+// is usually the PEs of this node; a PE restricted to the network (for
+// example with UCX_TLS=tcp,self) is alone in its TeamShared. Every PE of a
+// TeamShared has the same TeamShared.
+var TeamShared = &teamShared
+
+// resetTeams forgets every team (at Finalize, or when Init fails).
+func resetTeams() {
+	teamWorld = Team{me: -1, npes: -1, name: "TeamWorld", predefined: true}
+	teamShared = Team{me: -1, npes: -1, name: "TeamShared", predefined: true}
+	teamPool.off, teamPool.slotSize, teamPool.used, teamPool.cursor = 0, 0, 0, 0
+}
+
+// initTeams reserves the team pool and sets up TeamWorld and TeamShared.
+// Every PE calls it at Init, at the same point of the heap's allocation
+// sequence.
+func initTeams() error {
+	rounds := bits.Len(uint(st.npes - 1))
+	// The collectives' words (coll.go) follow the barrier's counter lines.
+	slotSize := uintptr(1+rounds)*counterStride + collAreaSize()
+	off, err := st.heap.Alloc(int(slotSize)*MaxTeams, counterStride)
+	if err != nil {
+		return fmt.Errorf("team pool: %w", err)
+	}
+	clear(unsafe.Slice((*byte)(st.heap.At(off)), int(slotSize)*MaxTeams))
+	teamPool.off, teamPool.slotSize = uintptr(off), slotSize
+	teamPool.used = 1<<slotWorld | 1<<slotShared
+	teamPool.cursor = slotShared
+
+	world := make([]int, st.npes)
+	for i := range world {
+		world[i] = i
+	}
+	teamWorld = Team{me: st.me, npes: st.npes, members: world, slot: slotWorld,
+		off: teamPool.off, name: "TeamWorld", predefined: true}
+
+	shared, err := sharedMembers()
+	if err != nil {
+		return err
+	}
+	me := sort.SearchInts(shared, st.me)
+	teamShared = Team{me: me, npes: len(shared), members: shared, slot: slotShared,
+		off: teamPool.off + slotShared*slotSize, name: "TeamShared", predefined: true}
+	return nil
+}
+
+// sharedMembers returns the PEs of this PE's TeamShared. Every PE reports
+// which heaps it maps (bootstrap allgather); two PEs share memory when each
+// maps the other, and TeamShared is the PEs that share memory with exactly
+// the same PEs as this one. That is the PEs of the node when sharing is an
+// equivalence (the usual case), and in any case a set whose PEs all share
+// memory with each other and agree on the set.
+func sharedMembers() ([]int, error) {
+	n := st.npes
+	mine := make([]byte, (n+7)/8)
+	for pe := range st.peers {
+		if st.peers[pe].base != nil || pe == st.me {
+			mine[pe/8] |= 1 << (pe % 8)
+		}
+	}
+	all, err := st.member.Allgather(mine)
+	if err != nil {
+		return nil, fmt.Errorf("TeamShared: %w", err)
+	}
+	for pe, b := range all {
+		if len(b) != len(mine) {
+			return nil, fmt.Errorf("TeamShared: PE %d reported %d bytes of heap reachability, want %d", pe, len(b), len(mine))
+		}
+	}
+	has := func(i, j int) bool { return all[i][j/8]&(1<<(j%8)) != 0 }
+	row := func(i int) string {
+		r := make([]byte, len(mine))
+		for j := 0; j < n; j++ {
+			if has(i, j) && has(j, i) {
+				r[j/8] |= 1 << (j % 8)
+			}
+		}
+		return string(r)
+	}
+	my := row(st.me)
+	var members []int
+	for pe := 0; pe < n; pe++ {
+		if pe == st.me || (my[pe/8]&(1<<(pe%8)) != 0 && row(pe) == my) {
+			members = append(members, pe)
+		}
+	}
+	return members, nil
+}
+
+// MyPE returns the number of this PE in the team (shmem_team_my_pe): -1
+// for a nil or destroyed team, and before Init.
+func (t *Team) MyPE() int {
+	if t == nil || t.destroyed {
+		return -1
+	}
+	return t.me
+}
+
+// NPEs returns the number of PEs of the team (shmem_team_n_pes): -1 for a
+// nil or destroyed team, and before Init.
+func (t *Team) NPEs() int {
+	if t == nil || t.destroyed {
+		return -1
+	}
+	return t.npes
+}
+
+// String names the team, for messages.
+func (t *Team) String() string {
+	switch {
+	case t == nil:
+		return "nil team"
+	case t.destroyed:
+		return t.name + " (destroyed)"
+	}
+	return t.name
+}
+
+// GetConfig returns the configuration the team was created with
+// (shmem_team_get_config), with the fields that mask names filled in and
+// the others zero. A field the split's mask did not name has its default.
+// It returns an error for a nil or destroyed team and for unknown mask
+// bits.
+func (t *Team) GetConfig(mask TeamConfigMask) (TeamConfig, error) {
+	if t == nil || t.destroyed || t.npes < 0 {
+		return TeamConfig{}, fmt.Errorf("shmem.(*Team).GetConfig: %v is not a valid team", t)
+	}
+	if mask&^teamAllConfig != 0 {
+		return TeamConfig{}, fmt.Errorf("shmem.(*Team).GetConfig: unknown mask bits %#x (valid: TeamNumContexts)", int(mask&^teamAllConfig))
+	}
+	var c TeamConfig
+	if mask&TeamNumContexts != 0 && t.mask&TeamNumContexts != 0 {
+		c.NumContexts = t.config.NumContexts
+	}
+	return c, nil
+}
+
+// check panics when t cannot be used by a collective or a query that
+// needs a valid team.
+func (t *Team) check(routine string) {
+	mustInit(routine)
+	if t == nil {
+		panic("shmem." + routine + ": nil team (the splits return nil to the PEs outside the new team)")
+	}
+	if t.destroyed {
+		panic("shmem." + routine + ": " + t.name + " was destroyed")
+	}
+}
+
+// Sync waits until every PE of the team has called it (shmem_team_sync).
+// It does not complete the operations this PE issued (Quiet does; SyncAll
+// is TeamWorld.Sync). Consecutive Syncs need nothing in between. It panics
+// for a nil or destroyed team.
+func (t *Team) Sync() {
+	t.check("(*Team).Sync")
+	t.sync("(*Team).Sync")
+}
+
+// sync is a dissemination barrier over the team's members on the counter
+// lines of its slot (TeamWorld uses the job's barrier): in round k, the
+// team's PE i adds one to the round-k counter of its PE (i+2^k) mod n and
+// waits until its own counter reaches the sync's number. Counters only
+// grow, so consecutive syncs need no reset.
+func (t *Team) sync(routine string) {
+	if t == &teamWorld {
+		st.barrier.sync()
+		return
+	}
+	t.epoch++
+	for k, dist := 0, 1; dist < t.npes; k, dist = k+1, dist<<1 {
+		off := t.off + uintptr(1+k)*counterStride
+		to := t.members[(t.me+dist)%t.npes]
+		if q := &st.peers[to]; q.base != nil {
+			atomic.AddUint64((*uint64)(unsafe.Add(q.base, off)), 1)
+		} else {
+			defaultCtx.amoSlow(routine, to, off, 8, amoAdd, 1, 0, amoPost, nil)
+		}
+		waitGE((*uint64)(st.heap.At(int(off))), t.epoch)
+	}
+}
+
+// teamRecord is what a PE publishes in an exchange of a team collective:
+// the exchange's sequence number, the kind of collective, and its
+// arguments.
+type teamRecord [8]uint64
+
+// Kinds of collectives that exchange records.
+const (
+	recSplitStrided = 1 + iota
+	recSplit2D
+	recAlloc
+)
+
+var recNames = map[uint64]string{recSplitStrided: "TeamSplitStrided", recSplit2D: "TeamSplit2D", recAlloc: "an allocation"}
+
+// exchange publishes rec (its first word replaced by the exchange's
+// sequence number) as this PE's record of a collective over t and returns
+// every member's record, in team order. The caller must call t.sync after
+// it has used the records and before the team's next exchange, so that no
+// PE overwrites its record while another still reads it.
+func (t *Team) exchange(routine string, rec teamRecord) []teamRecord {
+	t.xseq++
+	rec[0] = t.xseq
+	line := (*teamRecord)(st.heap.At(int(t.off)))
+	for i := range rec {
+		atomic.StoreUint64(&line[i], rec[i])
+	}
+	t.sync(routine)
+	out := make([]teamRecord, t.npes)
+	for i, pe := range t.members {
+		q := &st.peers[pe]
+		switch {
+		case i == t.me:
+			out[i] = rec
+		case q.base != nil:
+			l := (*teamRecord)(unsafe.Add(q.base, t.off))
+			for j := range l {
+				out[i][j] = atomic.LoadUint64(&l[j])
+			}
+		default:
+			defaultCtx.getSlow(routine, pe, t.off, unsafe.Slice((*byte)(unsafe.Pointer(&out[i])), len(out[i])*8), false)
+		}
+	}
+	return out
+}
+
+// split runs the exchange of a split of t: every PE publishes the kind of
+// split and its arguments, whether its own configuration is acceptable,
+// and its free team slots; every PE then finds the same error, or the same
+// nslots slots free on every PE, which it returns.
+func (t *Team) split(routine string, kind uint64, args [3]int, ok bool, nslots int) ([]int, error) {
+	teamPool.mu.Lock()
+	free, cursor := ^teamPool.used, teamPool.cursor
+	teamPool.mu.Unlock()
+	rec := teamRecord{0, kind, uint64(args[0]), uint64(args[1]), uint64(args[2]), b2u(ok), free, uint64(cursor)}
+	recs := t.exchange(routine, rec)
+	defer t.sync(routine)
+	common, last := ^uint64(0), 0
+	for i, r := range recs {
+		if r[0] != recs[t.me][0] || r[1] != kind {
+			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) is in collective #%d of the team, %s, while this PE is in #%d, %s: every PE of the parent team must call the same team collectives in the same order",
+				routine, i, t, t.members[i], r[0], recNames[r[1]], recs[t.me][0], recNames[kind])
+		}
+		if r[2] != rec[2] || r[3] != rec[3] || r[4] != rec[4] {
+			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) passed arguments %v, this PE %v: every PE of the parent team must pass the same ones",
+				routine, i, t, t.members[i], []int{int(r[2]), int(r[3]), int(r[4])}, args[:])
+		}
+		if r[5] == 0 {
+			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) passed an invalid team configuration", routine, i, t, t.members[i])
+		}
+		common &= r[6]
+		last = max(last, int(r[7]))
+	}
+	if err := checkSplitArgs(routine, kind, args, t.npes); err != nil {
+		return nil, err
+	}
+	// The slots after the last one handed out on any PE come first, so a
+	// destroyed team's slot is reused as late as possible.
+	var slots []int
+	for i := 1; i < MaxTeams && len(slots) < nslots; i++ {
+		s := (last + i) % MaxTeams
+		if s >= firstUserSlot && common&(1<<s) != 0 {
+			slots = append(slots, s)
+		}
+	}
+	if len(slots) < nslots {
+		return nil, fmt.Errorf("shmem.%s: no team slot is free on every PE of %v (at most %d teams, TeamWorld and TeamShared included, may exist at once): destroy teams that are no longer used", routine, t, MaxTeams)
+	}
+	teamPool.mu.Lock()
+	teamPool.cursor = slots[len(slots)-1]
+	teamPool.mu.Unlock()
+	// The slots are free on every PE of the parent: clear their words
+	// there before the closing sync, which every PE passes only after every
+	// PE cleared them, and so before any PE uses the new teams.
+	for _, s := range slots {
+		words := unsafe.Slice((*uint64)(st.heap.At(int(teamPool.off+uintptr(s)*teamPool.slotSize))), teamPool.slotSize/8)
+		for i := range words {
+			atomic.StoreUint64(&words[i], 0)
+		}
+	}
+	return slots, nil
+}
+
+// checkSplitArgs checks arguments that every PE passed alike, so every PE
+// finds the same.
+func checkSplitArgs(routine string, kind uint64, args [3]int, n int) error {
+	switch kind {
+	case recSplitStrided:
+		start, stride, size := args[0], args[1], args[2]
+		switch {
+		case size < 1:
+			return fmt.Errorf("shmem.%s: size %d (valid: 1..%d)", routine, size, n)
+		case start < 0 || start >= n:
+			return fmt.Errorf("shmem.%s: start %d (valid: 0..%d, the parent team's PEs)", routine, start, n-1)
+		case size > 1 && stride < 1:
+			return fmt.Errorf("shmem.%s: stride %d with size %d (valid: 1 or more, so that start is the lowest PE)", routine, stride, size)
+		case size > 1 && stride > (n-1-start)/(size-1):
+			return fmt.Errorf("shmem.%s: start %d, stride %d and size %d reach PE %d of a parent team of %d PEs", routine, start, stride, size, start+stride*(size-1), n)
+		}
+	case recSplit2D:
+		if args[0] < 1 {
+			return fmt.Errorf("shmem.%s: xrange %d (valid: 1 or more)", routine, args[0])
+		}
+	}
+	return nil
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// newTeam makes this PE's handle of a team made of the parent's PEs
+// parentPEs, in slot (whose words split cleared).
+func newTeam(parent *Team, parentPEs []int, slot int, config TeamConfig, mask TeamConfigMask, name string) *Team {
+	members := make([]int, len(parentPEs))
+	me := -1
+	for i, p := range parentPEs {
+		members[i] = parent.members[p]
+		if members[i] == st.me {
+			me = i
+		}
+	}
+	off := teamPool.off + uintptr(slot)*teamPool.slotSize
+	teamPool.mu.Lock()
+	teamPool.used |= 1 << slot
+	teamPool.mu.Unlock()
+	return &Team{me: me, npes: len(members), members: members, slot: slot, off: off,
+		config: config, mask: mask, name: name}
+}
+
+// configOK reports whether a split's configuration is acceptable.
+func configOK(config TeamConfig, mask TeamConfigMask) bool {
+	return mask&^teamAllConfig == 0 && (mask&TeamNumContexts == 0 || config.NumContexts >= 0)
+}
+
+// TeamSplitStrided creates a team of the PEs start, start+stride, ...,
+// start+(size-1)*stride of parent (shmem_team_split_strided), numbered in
+// that order. It is collective over parent: every PE of parent must call
+// it, with the same start, stride and size (config and configMask may
+// differ), after any earlier collective of parent. A PE of the new team
+// gets its handle; the other PEs of parent get nil and no error.
+//
+// The PEs must lie in parent: 0 <= start, size >= 1, and for size > 1,
+// stride >= 1 and start+(size-1)*stride < parent.NPEs(). configMask names
+// the fields of config that count (TeamNumContexts, or 0 for none).
+//
+// It returns an error, on every PE of parent alike and without creating a
+// team, when the arguments are invalid, differ among the PEs of parent, a
+// PE passes an invalid configuration, or a PE of parent already belongs to
+// MaxTeams teams. It panics for a nil or destroyed parent.
+func TeamSplitStrided(parent *Team, start, stride, size int, config TeamConfig, configMask TeamConfigMask) (*Team, error) {
+	const routine = "TeamSplitStrided"
+	parent.check(routine)
+	slots, err := parent.split(routine, recSplitStrided, [3]int{start, stride, size}, configOK(config, configMask), 1)
+	if err != nil {
+		return nil, err
+	}
+	if size > 1 && (parent.me < start || (parent.me-start)%stride != 0 || (parent.me-start)/stride >= size) ||
+		size == 1 && parent.me != start {
+		return nil, nil
+	}
+	pes := make([]int, size)
+	for i := range pes {
+		pes[i] = start + i*stride
+	}
+	return newTeam(parent, pes, slots[0], config, configMask,
+		fmt.Sprintf("team (%d, %d, %d) of %s", start, stride, size, parent.name)), nil
+}
+
+// TeamSplit2D splits parent into the rows and the columns of a grid of
+// xrange columns (shmem_team_split_2d): the PE p of parent is at column
+// p%xrange and row p/xrange, and the last row has fewer PEs when xrange
+// does not divide parent.NPEs(). A larger xrange than parent.NPEs() counts
+// as parent.NPEs(). It returns the team of this PE's row (the x-axis team,
+// numbered by column) and of its column (the y-axis team, numbered by row);
+// every PE of parent gets both. xconfig/xmask and yconfig/ymask configure
+// them as in TeamSplitStrided.
+//
+// It is collective over parent: every PE of parent must call it with the
+// same xrange. It returns an error, on every PE of parent alike and without
+// creating teams, when xrange is less than 1, differs among the PEs, a
+// configuration is invalid, or a PE of parent cannot belong to two more
+// teams. It panics for a nil or destroyed parent.
+func TeamSplit2D(parent *Team, xrange int, xconfig TeamConfig, xmask TeamConfigMask, yconfig TeamConfig, ymask TeamConfigMask) (x, y *Team, err error) {
+	const routine = "TeamSplit2D"
+	parent.check(routine)
+	ok := configOK(xconfig, xmask) && configOK(yconfig, ymask)
+	slots, err := parent.split(routine, recSplit2D, [3]int{xrange, 0, 0}, ok, 2)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := parent.npes
+	xrange = min(xrange, n)
+	col, row := parent.me%xrange, parent.me/xrange
+	var xs, ys []int
+	for p := row * xrange; p < min(n, (row+1)*xrange); p++ {
+		xs = append(xs, p)
+	}
+	for p := col; p < n; p += xrange {
+		ys = append(ys, p)
+	}
+	x = newTeam(parent, xs, slots[0], xconfig, xmask, fmt.Sprintf("row %d of the %d-column grid of %s", row, xrange, parent.name))
+	y = newTeam(parent, ys, slots[1], yconfig, ymask, fmt.Sprintf("column %d of the %d-column grid of %s", col, xrange, parent.name))
+	return x, y, nil
+}
+
+// TeamTranslatePE returns the number in dst of the PE numbered srcPE in
+// src (shmem_team_translate_pe), or -1 when that PE is not in dst, srcPE is
+// not a PE of src, or either team is nil or destroyed.
+func TeamTranslatePE(src *Team, srcPE int, dst *Team) int {
+	if src.NPEs() < 0 || dst.NPEs() < 0 || srcPE < 0 || srcPE >= src.npes {
+		return -1
+	}
+	pe := src.members[srcPE]
+	if i := sort.SearchInts(dst.members, pe); i < len(dst.members) && dst.members[i] == pe {
+		return i
+	}
+	return -1
+}
+
+// CreateCtx creates a communication context of the team
+// (shmem_team_create_ctx): PE numbers given to the routines on it are
+// numbers in the team (0..t.NPEs()-1), and its Team method returns t. It
+// is not collective. options are those of CtxCreate, and so are the errors;
+// it also returns an error for a nil or destroyed team. Destroying the
+// team destroys its contexts.
+func (t *Team) CreateCtx(options CtxOptions) (*Ctx, error) {
+	mustInit("(*Team).CreateCtx")
+	if t == nil || t.destroyed {
+		return nil, fmt.Errorf("shmem.(*Team).CreateCtx: %v is not a valid team", t)
+	}
+	return newCtx("(*Team).CreateCtx", t, options)
+}
+
+// Destroy destroys the team (shmem_team_destroy): it destroys the
+// contexts created from it (completing their operations), completes the
+// operations of the default context (so that nothing of the team's
+// synchronization is still on its way to another PE), and frees the team's
+// synchronization words for later teams. It is not collective, but every
+// PE of the team must destroy it before the words can be reused, and no
+// PE may use the team afterwards. Destroying nil or a destroyed team does
+// nothing; it panics for TeamWorld and TeamShared.
+func (t *Team) Destroy() {
+	if t == nil || t.destroyed {
+		return
+	}
+	if t.predefined {
+		panic("shmem.(*Team).Destroy: " + t.name + " cannot be destroyed (it lives until Finalize)")
+	}
+	mustInit("(*Team).Destroy")
+	ctxMu.Lock()
+	for c := range contexts {
+		if c.team == t {
+			c.destroyLocked()
+		}
+	}
+	ctxMu.Unlock()
+	Quiet()
+	teamPool.mu.Lock()
+	teamPool.used &^= 1 << t.slot
+	teamPool.mu.Unlock()
+	t.destroyed = true
+}

@@ -1,0 +1,26 @@
+package ucp
+
+// Setters of the parameter fields that have no behaviour of their own in
+// goshmem yet: they record the field mask, so that the values count where
+// the UCX documents say they do. (The worker's CPU mask, flags and AM
+// alignment setters are in worker.go, with the wakeup ones.)
+
+// Endpoint flags (ucp_ep_params_flags_field), for EPParams.SetFlags.
+const (
+	// EPParamsFlagClientServer: connect through a socket address (client
+	// and server). goshmem endpoints connect by worker address only.
+	EPParamsFlagClientServer uint32 = 1 << 0
+	// EPParamsFlagNoLoopback: an endpoint to its own worker is not
+	// connected to itself; it affects protocols that send to a particular
+	// remote endpoint (stream), which goshmem does not have yet.
+	EPParamsFlagNoLoopback uint32 = 1 << 1
+	// EPParamsFlagSendClientID: send the worker's client id with a
+	// client-server connection request.
+	EPParamsFlagSendClientID uint32 = 1 << 2
+)
+
+// SetFlags sets EPParamsFlag* flags (default 0).
+func (p *EPParams) SetFlags(f uint32) *EPParams {
+	p.Flags, p.FieldMask = f, p.FieldMask|EPParamFieldFlags
+	return p
+}
