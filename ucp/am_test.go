@@ -30,7 +30,7 @@ var amTransports = []struct {
 }{
 	{"self", "", true, "self", protoAMRndvGet},
 	{"sm", "", false, "posix", protoAMRndvGet},
-	{"tcp", "tcp,self", false, "tcp", protoAMRndv},
+	{"tcp", "tcp,self", false, "tcp", protoAMRndvGet},
 }
 
 func newAMEnv(t *testing.T, tls string, self bool) *amEnv {
@@ -188,10 +188,11 @@ func TestAMSendRecv(t *testing.T) {
 			if err := e.ab.Flush(); err != nil {
 				t.Fatalf("flush: %v", err)
 			}
-			// Rendezvous data is got where a lane to the sender gets (cma
-			// and self here), and pushed by the sender over tcp.
+			// Rendezvous data is got where a lane to the sender gets (cma,
+			// self and tcp here), and pushed by the sender when the key
+			// does not fit beside the header (a header of MaxAMHeader).
 			t.Logf("protocols of the requests: %v", protos)
-			for _, p := range []string{tr.rndv, protoAMFrag} {
+			for _, p := range []string{tr.rndv, protoAMRndv, protoAMFrag} {
 				if protos[p] == 0 {
 					t.Errorf("no request used %s: %v", p, protos)
 				}
