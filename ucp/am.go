@@ -34,13 +34,14 @@ import (
 //     takes it with Worker.AMRecvDataNBX into a buffer of the user's, or
 //     drops it (Worker.AMDataRelease, or returning ucs.OK without
 //     receiving). Where a lane from the receiver to the sender gets (posix,
-//     sysv, cma, self), the announcement carries the packed key of the data
-//     (that of RequestParam.Memh when the data lies in it, or else of the
-//     data registered for the send with the memory domains that register
-//     memory, cma here), and the receiver gets the data in one operation;
-//     otherwise (tcp) the receiver asks and the sender pushes the data in
-//     fragments. Either way the receiver tells the sender when it is done,
-//     and the send request then completes.
+//     sysv, cma, self, tcp), the announcement carries the packed key of the
+//     data (that of RequestParam.Memh when the data lies in it, or else of
+//     the data registered for the send with the memory domains that register
+//     memory), and the receiver gets the data in one operation; otherwise
+//     (or when the key does not fit beside the user header) the receiver
+//     asks and the sender pushes the data in fragments. Either way the
+//     receiver tells the sender when it is done, and the send request then
+//     completes.
 //
 // A worker learns the address of a worker that sends it a rendezvous
 // message or asks for a reply endpoint (the sender's first such message on
@@ -48,7 +49,9 @@ import (
 // back to it when it has none.
 //
 // Receive handlers run from Worker.Progress of the receiving worker, never
-// from a transport's own goroutine. Sends never block: what a transport has
+// from a transport's own goroutine; with WorkerParams.SetAMAlignment their
+// data starts at a multiple of the alignment (copied when the transport's
+// buffer does not). Sends never block: what a transport has
 // no room for waits in the worker's queue and goes out from Progress.
 
 // Fields of AMHandlerParam (ucp_am_handler_param_field).
