@@ -130,6 +130,7 @@ type Endpoint struct {
 	closed     atomic.Bool  // closed: operations fail
 	swDirty    atomic.Bool  // software puts or atomics sent since the last flush
 	wiredBack  atomic.Bool  // the peer has this worker's address (swWireup)
+	amq        amEP         // active messages (am.go)
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
@@ -418,6 +419,9 @@ func (ep *Endpoint) Flush() error {
 
 func (ep *Endpoint) flush() error {
 	if err := ep.swFlush(); err != nil {
+		return fmt.Errorf("ucp ep flush: %w", err)
+	}
+	if err := ep.amFlush(); err != nil {
 		return fmt.Errorf("ucp ep flush: %w", err)
 	}
 	for _, l := range ep.lanesSnapshot() {

@@ -169,7 +169,6 @@ const addrFlagNetOnly uint8 = 1 << 0
 
 // Default limits a worker reports.
 const (
-	workerMaxAMHeader    = 4096
 	workerMaxDebugString = 256
 )
 
@@ -187,7 +186,9 @@ type WorkerAttr struct {
 	// peer, and AddressLength its length. It must not be modified.
 	Address       []byte
 	AddressLength int
-	// MaxAMHeader is the largest active message header the worker sends.
+	// MaxAMHeader is the largest user header Endpoint.AMSendNBX takes:
+	// what fits in one message of every interface of the worker with the
+	// ucp header.
 	MaxAMHeader int
 	// Name is the worker's name.
 	Name string
@@ -204,7 +205,7 @@ func (w *Worker) Query() WorkerAttr {
 	a := WorkerAttr{FieldMask: workerAttrFieldsAll}
 	if err := w.QueryAttr(&a); err != nil {
 		// Only a destroyed worker fails: report what it still knows.
-		a.ThreadMode, a.MaxAMHeader, a.Name, a.MaxDebugString, a.UID = w.mode, workerMaxAMHeader, w.name, workerMaxDebugString, w.uid
+		a.ThreadMode, a.MaxAMHeader, a.Name, a.MaxDebugString, a.UID = w.mode, w.amMaxHeader(), w.name, workerMaxDebugString, w.uid
 	}
 	return a
 }
@@ -244,7 +245,7 @@ func (w *Worker) QueryAttr(attr *WorkerAttr) error {
 		attr.AddressLength = len(attr.Address)
 	}
 	if mask&WorkerAttrFieldMaxAMHeader != 0 {
-		attr.MaxAMHeader = workerMaxAMHeader
+		attr.MaxAMHeader = w.amMaxHeader()
 	}
 	if mask&WorkerAttrFieldName != 0 {
 		attr.Name = w.name

@@ -192,6 +192,7 @@ type Worker struct {
 	wake       wakeState // FeatureWakeup: EventFD, Arm, Wait, Signal (wakeup.go)
 	fail       failState // endpoints that failed, keepalive (errors.go)
 	closed     atomic.Bool
+	am         amWorker // active messages (am.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -282,6 +283,10 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	}
 	w.address = w.packAddress(0)
 	w.installSwHandlers()
+	if err := w.amInit(); err != nil {
+		w.Destroy()
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
 	return w, nil
 }
 
@@ -385,6 +390,7 @@ func (w *Worker) Destroy() {
 	eps := w.eps
 	w.eps = nil
 	w.epMu.Unlock()
+	w.amDestroy()
 	for _, ep := range eps {
 		ep.closeNow(ucs.ErrCanceled)
 	}

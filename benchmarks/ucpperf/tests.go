@@ -1,0 +1,339 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucp"
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// testDef is one test of ucpperf. Ping-pong tests run loop on both sides;
+// the others run loop on the client while the server only progresses.
+type testDef struct {
+	name     string
+	aliases  []string
+	desc     string // as ucx_perftest's server prints it
+	pingpong bool
+	am       bool // needs the active-message handler
+	loop     func(b *bench, n int, p *perf) error
+}
+
+// The tests and their semantics (those of ucx_perftest's UCP tests):
+//
+//   - ucp_put_lat: ping-pong. Each side puts the message into the other's
+//     buffer, its last byte a sequence number, and waits until the peer's
+//     put changes the last byte of its own buffer. Latency is half the
+//     round trip.
+//   - The others are streams (see bench.stream): the client posts
+//     operations with at most -O requests outstanding (1 by default, as in
+//     ucx_perftest), and flushes the worker at the end (and every -W
+//     operations when -W is set; ucx_perftest flushes only at the end).
+//   - ucp_put_bw: puts; those that complete at once (short and bcopy ones)
+//     leave no request, so small puts stream.
+//   - ucp_get: gets; with -O 1 each waits for its data (blocking, one at a
+//     time).
+//   - ucp_add: posted atomic adds (no result), which stream.
+//   - ucp_fadd, ucp_swap, ucp_cswap: fetching atomics on a 64-bit word; with
+//     -O 1 each waits for the old value.
+//   - ucp_am_lat: ping-pong of active messages: each side sends, and waits
+//     for the peer's message to reach its handler (rendezvous messages, from
+//     UCX_RNDV_THRESH on, are received into a buffer before they count).
+//   - ucp_am_bw: active messages in a stream (rendezvous ones leave a
+//     request until the receiver took them).
+var tests = []*testDef{
+	{name: "ucp_put_lat", desc: "put latency", pingpong: true, loop: putLat},
+	{name: "ucp_put_bw", desc: "put bandwidth", loop: putBW},
+	{name: "ucp_get", desc: "get latency / bandwidth / message rate", loop: getLat},
+	{name: "ucp_add", aliases: []string{"ucp_atomic_add"}, desc: "atomic add bandwidth / message rate", loop: atomicAdd},
+	{name: "ucp_fadd", aliases: []string{"ucp_atomic_fadd"}, desc: "atomic fetch-and-add latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpAdd)},
+	{name: "ucp_swap", aliases: []string{"ucp_atomic_swap"}, desc: "atomic swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpSwap)},
+	{name: "ucp_cswap", aliases: []string{"ucp_atomic_cswap"}, desc: "atomic compare-and-swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpCSwap)},
+	{name: "ucp_am_lat", desc: "am latency", pingpong: true, am: true, loop: amLat},
+	{name: "ucp_am_bw", desc: "am bandwidth / message rate", am: true, loop: amBW},
+}
+
+func findTest(name string) *testDef {
+	for _, t := range tests {
+		if t.name == name {
+			return t
+		}
+		for _, a := range t.aliases {
+			if a == name {
+				return t
+			}
+		}
+	}
+	return nil
+}
+
+// bench is one side of a test: its worker, its buffer (mapped, so that the
+// peer can put, get and apply atomics there), a local send buffer, and the
+// endpoint and key to the peer's buffer.
+type bench struct {
+	p        params
+	test     *testDef
+	client   bool
+	ctx      *ucp.Context
+	w        *ucp.Worker
+	mem      *ucp.MemHandle
+	buf      []byte // the mapped buffer
+	sbuf     []byte // what this side sends
+	ep       *ucp.Endpoint
+	rkey     *ucp.Rkey
+	raddr    uint64
+	netPoll  bool  // the peer is reached through the network
+	sn       uint8 // ping-pong sequence number
+	amRecvd  int   // active messages received (by the handler)
+	amExpect int   // active messages a ping-pong has waited for
+	// sendParam passes the send buffer's memory handle (-z), or is nil.
+	sendParam *ucp.RequestParam
+	smem      *ucp.MemHandle
+}
+
+// spinTime is how long waitFor polls without events before it parks, where
+// data comes through Go's network poller. Measured on a loaded 2-core
+// machine (tcp ucp_am_lat, 8 B): parking after a few tens of microseconds
+// gives a median of about 150 us, after 10 ms about 13 us: a parked
+// process waits for the scheduler on every message.
+const spinTime = 10 * time.Millisecond
+
+// waitFor progresses the worker until cond holds. Like ucx_perftest it
+// polls without pause; where data comes through Go's network poller (tcp)
+// it parks in Worker.Idle after polling spinTime without events, so that a
+// goroutine that only polls cannot starve the poller when the processors
+// are busy (tcp wakes a parked worker when data arrives).
+func (b *bench) waitFor(cond func() bool) {
+	var deadline time.Time
+	n := 0
+	for !cond() {
+		if b.w.Progress() != 0 {
+			n, deadline = 0, time.Time{}
+			continue
+		}
+		if !b.netPoll {
+			continue
+		}
+		if n++; n%128 != 0 {
+			continue
+		}
+		now := time.Now()
+		switch {
+		case deadline.IsZero():
+			deadline = now.Add(spinTime)
+		case now.After(deadline):
+			b.w.Idle()
+		}
+	}
+}
+
+func (b *bench) wait(r *ucp.Request, err error) error {
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return nil
+	}
+	b.waitFor(r.IsCompleted)
+	err = r.Status()
+	r.Free()
+	return err
+}
+
+// lastByte loads the last byte of the mapped buffer atomically (through the
+// aligned 32-bit word that holds it).
+func (b *bench) lastByte() uint8 {
+	i := len(b.buf) - 1
+	p := unsafe.Pointer(&b.buf[i&^3])
+	return uint8(atomic.LoadUint32((*uint32)(p)) >> (8 * (i & 3)))
+}
+
+func (b *bench) put() error {
+	b.sbuf[len(b.sbuf)-1] = b.sn
+	return b.wait(b.ep.PutNBX(b.sbuf, b.raddr, b.rkey, nil))
+}
+
+func putLat(b *bench, n int, p *perf) error {
+	for i := 0; i < n; i++ {
+		b.sn++
+		if b.client {
+			if err := b.put(); err != nil {
+				return err
+			}
+		}
+		sn := b.sn
+		b.waitFor(func() bool { return b.lastByte() == sn })
+		if !b.client {
+			if err := b.put(); err != nil {
+				return err
+			}
+		}
+		p.update(1, int64(b.p.Size))
+	}
+	return nil
+}
+
+// stream posts n operations with post, as ucx_perftest's stream tests do:
+// before each, it waits until fewer than -O requests are outstanding (1 by
+// default: an operation that does not complete at once, such as a get or a
+// fetching atomic, is then waited for before the next one is posted); every
+// -W operations (when set) and at the end it waits for all of them and
+// flushes the worker.
+func (b *bench) stream(n int, p *perf, bytes int64, post func() (*ucp.Request, error)) error {
+	reqs := make([]*ucp.Request, 0, b.p.Outstanding)
+	drain := func() error {
+		for _, r := range reqs {
+			if err := b.wait(r, nil); err != nil {
+				return err
+			}
+		}
+		reqs = reqs[:0]
+		return b.w.Flush()
+	}
+	for i := 0; i < n; i++ {
+		for len(reqs) >= b.p.Outstanding {
+			if err := b.wait(reqs[0], nil); err != nil {
+				return err
+			}
+			reqs = append(reqs[:0], reqs[1:]...)
+		}
+		r, err := post()
+		if err != nil {
+			return err
+		}
+		if r != nil {
+			reqs = append(reqs, r)
+		}
+		p.update(1, bytes)
+		if b.p.FlushEvery > 0 && (i+1)%b.p.FlushEvery == 0 {
+			if err := drain(); err != nil {
+				return err
+			}
+		}
+	}
+	return drain()
+}
+
+func putBW(b *bench, n int, p *perf) error {
+	return b.stream(n, p, int64(b.p.Size), func() (*ucp.Request, error) {
+		return b.ep.PutNBX(b.sbuf, b.raddr, b.rkey, nil)
+	})
+}
+
+func getLat(b *bench, n int, p *perf) error {
+	return b.stream(n, p, int64(b.p.Size), func() (*ucp.Request, error) {
+		return b.ep.GetNBX(b.sbuf, b.raddr, b.rkey, nil)
+	})
+}
+
+func atomicAdd(b *bench, n int, p *perf) error {
+	return b.stream(n, p, 8, func() (*ucp.Request, error) {
+		return b.ep.AtomicOpNBX(ucp.AtomicOpAdd, 1, b.raddr, b.rkey, nil)
+	})
+}
+
+func fetchAtomic(op ucp.AtomicOp) func(b *bench, n int, p *perf) error {
+	return func(b *bench, n int, p *perf) error {
+		// One reply word per outstanding request.
+		replies := make([]uint64, b.p.Outstanding+1)
+		params := make([]*ucp.RequestParam, len(replies))
+		for i := range params {
+			params[i] = new(ucp.RequestParam).SetReply(&replies[i])
+		}
+		i := 0
+		return b.stream(n, p, 8, func() (*ucp.Request, error) {
+			k := i % len(replies)
+			i++
+			replies[k] = 0 // the compare value of cswap
+			return b.ep.AtomicOpNBX(op, uint64(i), b.raddr, b.rkey, params[k])
+		})
+	}
+}
+
+// amID is the active-message id of the tests.
+const amID = 0
+
+// amHandler counts the messages that reach it; rendezvous ones count once
+// their data is in the buffer.
+func (b *bench) amHandler(_ any, _, _ []byte, param *ucp.AMRecvParam) ucs.Status {
+	if param.RecvAttr&ucp.AMRecvAttrFlagRNDV == 0 {
+		b.amRecvd++
+		return ucs.OK
+	}
+	rp := new(ucp.RequestParam).SetCallback(func(r *ucp.Request, st error, _ any) {
+		if st != nil {
+			fmt.Printf("ucpperf: receiving an active message: %v\n", st)
+		}
+		b.amRecvd++
+		r.Free()
+	})
+	r, err := b.w.AMRecvDataNBX(param.Desc, b.buf[:param.Length], rp)
+	switch {
+	case err != nil:
+		fmt.Printf("ucpperf: receiving an active message: %v\n", err)
+		b.amRecvd++
+	case r == nil:
+		b.amRecvd++
+	}
+	return ucs.OK
+}
+
+func (b *bench) amSend() (*ucp.Request, error) {
+	return b.ep.AMSendNBX(amID, nil, b.sbuf, b.sendParam)
+}
+
+func amLat(b *bench, n int, p *perf) error {
+	for i := 0; i < n; i++ {
+		// Count from the start of the test, not from now: the peer's next
+		// message may have arrived while this side waited in a barrier.
+		b.amExpect++
+		want := b.amExpect
+		var r *ucp.Request
+		var err error
+		if b.client {
+			if r, err = b.amSend(); err != nil {
+				return err
+			}
+		}
+		b.waitFor(func() bool { return b.amRecvd >= want })
+		if !b.client {
+			if r, err = b.amSend(); err != nil {
+				return err
+			}
+		}
+		if err := b.wait(r, nil); err != nil {
+			return err
+		}
+		p.update(1, int64(b.p.Size))
+	}
+	return nil
+}
+
+func amBW(b *bench, n int, p *perf) error {
+	return b.stream(n, p, int64(b.p.Size), b.amSend)
+}
+
+// serveWhile progresses the worker until fn returns, for the passive side
+// of one-sided and streaming tests (software RMA, atomics and active
+// messages need its progress).
+func (b *bench) serveWhile(fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	for {
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
+		if b.w.Progress() == 0 {
+			if b.netPoll {
+				b.w.Idle()
+			} else {
+				runtime.Gosched()
+			}
+		}
+	}
+}

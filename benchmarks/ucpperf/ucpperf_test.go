@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/internal/petest"
+	"github.com/goshmem/goshmem/launcher"
+)
+
+var (
+	buildOnce    sync.Once
+	binPath      string
+	buildErr     error
+	buildCleanup = func() {}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	buildCleanup()
+	os.Exit(code)
+}
+
+// ucpperfBinary builds this command once for the tests that run it.
+func ucpperfBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		var cleanup func()
+		binPath, cleanup, buildErr = launcher.BuildProgram(".")
+		if cleanup != nil {
+			buildCleanup = cleanup
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build ucpperf: %v", buildErr)
+	}
+	return binPath
+}
+
+var finalRe = regexp.MustCompile(`(?m)^(Final:)?\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)$`)
+
+// finalLine parses the last line of the table: iterations, then the seven
+// figures, which must be numbers that are not negative.
+func finalLine(t *testing.T, out string, final bool) (int64, []float64) {
+	t.Helper()
+	var m []string
+	for _, mm := range finalRe.FindAllStringSubmatch(out, -1) {
+		if (mm[1] != "") == final {
+			m = mm
+		}
+	}
+	if m == nil {
+		t.Fatalf("no final line in the output:\n%s", out)
+	}
+	iters, _ := strconv.ParseInt(m[2], 10, 64)
+	var v []float64
+	for _, s := range m[3:] {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f < 0 {
+			t.Fatalf("final line %q: figure %q", m[0], s)
+		}
+		v = append(v, f)
+	}
+	return iters, v
+}
+
+func runJob(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	before := map[string]bool{}
+	for _, f := range petest.ShmLeftovers() {
+		before[f] = true // left by something else running on this machine
+	}
+	var out bytes.Buffer
+	code, err := launcher.Run(ctx, launcher.Options{NP: 2, Program: ucpperfBinary(t), Args: args, Env: env,
+		Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out})
+	if err != nil || code != 0 {
+		t.Fatalf("ucpperf %v (env %v): exit %d, %v; output:\n%s", args, env, code, err, out.String())
+	}
+	for _, f := range petest.ShmLeftovers() {
+		if !before[f] {
+			t.Errorf("ucpperf left %s in /dev/shm", f)
+		}
+	}
+	return out.String()
+}
+
+// TestJob runs every test as a job of 2 PEs, over shared memory and over
+// tcp, and checks the table's final line.
+func TestJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the jobs take a few seconds each")
+	}
+	type tc struct {
+		test string
+		size int
+		tls  string
+	}
+	var cases []tc
+	for _, tt := range tests {
+		cases = append(cases, tc{tt.name, 8, ""})
+	}
+	for _, name := range []string{"ucp_put_lat", "ucp_get", "ucp_atomic_fadd", "ucp_am_lat", "ucp_am_bw"} {
+		cases = append(cases, tc{name, 8, "tcp,self"})
+	}
+	for _, name := range []string{"ucp_put_bw", "ucp_get", "ucp_am_lat", "ucp_am_bw"} {
+		cases = append(cases, tc{name, 100000, ""}) // zero-copy sizes; rendezvous for active messages
+	}
+	cases = append(cases, tc{"ucp_am_lat", 100000, "tcp,self"})
+	for _, c := range cases {
+		name := fmt.Sprintf("%s/%d", c.test, c.size)
+		var env []string
+		if c.tls != "" {
+			name += "/tls=" + c.tls
+			env = []string{"UCX_TLS=" + c.tls}
+		}
+		t.Run(name, func(t *testing.T) {
+			const n = 300
+			out := runJob(t, env, "-t", c.test, "-s", fmt.Sprint(c.size), "-n", fmt.Sprint(n), "-w", "20")
+			iters, v := finalLine(t, out, true)
+			if iters != n {
+				t.Errorf("final line: %d iterations, want %d", iters, n)
+			}
+			if v[2] <= 0 || v[4] <= 0 || v[6] <= 0 {
+				t.Errorf("final line: overall latency %g, bandwidth %g, rate %g: want positive", v[2], v[4], v[6])
+			}
+			if !strings.Contains(out, "| Test:         "+findTest(c.test).desc) {
+				t.Errorf("no test description in the output:\n%s", out)
+			}
+			if strings.Contains(out, "ucpperf:") {
+				t.Errorf("errors in the output:\n%s", out)
+			}
+		})
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startServer starts a server and returns once it waits for a client;
+// output returns what it printed so far.
+func startServer(t *testing.T, env []string, port int) (output func() string, done chan error) {
+	t.Helper()
+	cmd := exec.Command(ucpperfBinary(t), "-p", fmt.Sprint(port))
+	cmd.Env = append(cleanEnv(), env...)
+	f, err := os.Create(t.TempDir() + "/server.out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill(); f.Close() })
+	output = func() string {
+		b, _ := os.ReadFile(f.Name())
+		return string(b)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(output(), "Waiting for connection...") {
+		select {
+		case err := <-done:
+			t.Fatalf("the server ended (%v):\n%s", err, output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not start:\n%s", output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return output, done
+}
+
+// cleanEnv is this process's environment without the launcher contract,
+// so that the server and client run on their own.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOSHMEM_") && !strings.HasPrefix(kv, "UCX_TCP_KEY=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func runClient(t *testing.T, env []string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ucpperfBinary(t), args...)
+	cmd.Env = append(cleanEnv(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestServerClient runs the server/client mode: without a key over tcp
+// (the server hands the client the tcp transport's key), and with
+// GOSHMEM_KEY, where a client with another key is refused and the server
+// goes on waiting for one that has it.
+func TestServerClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs processes")
+	}
+	t.Run("tcp", func(t *testing.T) {
+		port := freePort(t)
+		sout, done := startServer(t, []string{"UCX_TLS=tcp,self"}, port)
+		out, err := runClient(t, []string{"UCX_TLS=tcp,self"}, "-p", fmt.Sprint(port), "127.0.0.1", "-t", "ucp_am_lat", "-n", "200", "-f")
+		if err != nil {
+			t.Fatalf("client: %v\n%s", err, out)
+		}
+		if iters, _ := finalLine(t, out, false); iters != 200 {
+			t.Errorf("%d iterations", iters)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("server: %v\n%s", err, sout())
+		}
+		if !strings.Contains(sout(), "Accepted connection from 127.0.0.1") || !strings.Contains(sout(), "am latency") {
+			t.Errorf("server output:\n%s", sout())
+		}
+	})
+	t.Run("key", func(t *testing.T) {
+		k1, _ := bootstrap.NewKey()
+		k2, _ := bootstrap.NewKey()
+		key := bootstrap.EnvKey + "=" + bootstrap.EncodeKey(k1)
+		port := freePort(t)
+		sout, done := startServer(t, []string{key}, port)
+		out, err := runClient(t, []string{bootstrap.EnvKey + "=" + bootstrap.EncodeKey(k2)}, "127.0.0.1", "-p", fmt.Sprint(port), "-t", "ucp_put_lat", "-n", "100")
+		if err == nil || !strings.Contains(out, "authentication") {
+			t.Errorf("client with another key: %v\n%s", err, out)
+		}
+		out, err = runClient(t, []string{key}, "127.0.0.1", "-p", fmt.Sprint(port), "-t", "ucp_put_lat", "-n", "100")
+		if err != nil {
+			t.Fatalf("client with the key: %v\n%s", err, out)
+		}
+		if iters, _ := finalLine(t, out, true); iters != 100 {
+			t.Errorf("%d iterations", iters)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("server: %v\n%s", err, sout())
+		}
+		if !strings.Contains(sout(), "Rejected connection") {
+			t.Errorf("the server did not report the rejected client:\n%s", sout())
+		}
+	})
+}
+
+func TestParse(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		host string
+		test string
+		size int
+		bad  bool
+	}{
+		{args: []string{"-p", "13337"}, size: 8},
+		{args: []string{"-p", "1", "10.0.0.1", "-t", "ucp_get", "-s", "64"}, host: "10.0.0.1", test: "ucp_get", size: 64},
+		{args: []string{"h", "-t", "ucp_am_bw"}, host: "h", test: "ucp_am_bw", size: 8},
+		{args: []string{"h1", "h2"}, bad: true},
+		{args: []string{"-s", "x"}, bad: true},
+		{args: []string{"-bogus"}, bad: true},
+	} {
+		o, err := parse(tt.args, io.Discard)
+		if (err != nil) != tt.bad {
+			t.Errorf("%v: error %v", tt.args, err)
+			continue
+		}
+		if err == nil && (o.host != tt.host || o.Test != tt.test || o.Size != tt.size) {
+			t.Errorf("%v: %+v", tt.args, o)
+		}
+	}
+	if _, err := parse([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+	var help bytes.Buffer
+	parse([]string{"-h"}, &help)
+	for _, tt := range tests {
+		if !strings.Contains(help.String(), tt.name) {
+			t.Errorf("help does not list %s", tt.name)
+		}
+	}
+}
+
+func TestCheckParams(t *testing.T) {
+	ok := params{Test: "ucp_put_lat", Size: 8, Iters: 10, Warmup: 1, Outstanding: 4, Percentile: 50}
+	for _, tt := range []struct {
+		name string
+		edit func(p *params)
+		good bool
+	}{
+		{"valid", func(*params) {}, true},
+		{"alias", func(p *params) { p.Test = "ucp_atomic_cswap" }, true},
+		{"no test", func(p *params) { p.Test = "" }, false},
+		{"unknown test", func(p *params) { p.Test = "tag_lat" }, false},
+		{"atomic of 4 bytes", func(p *params) { p.Test, p.Size = "ucp_fadd", 4 }, false},
+		{"size 0", func(p *params) { p.Size = 0 }, false},
+		{"no iterations", func(p *params) { p.Iters = 0 }, false},
+		{"outstanding 0", func(p *params) { p.Outstanding = 0 }, false},
+		{"flush every -1", func(p *params) { p.FlushEvery = -1 }, false},
+		{"percentile 0", func(p *params) { p.Percentile = 0 }, false},
+	} {
+		p := ok
+		tt.edit(&p)
+		if _, err := p.check(); (err == nil) != tt.good {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+}
+
+func TestBlob(t *testing.T) {
+	b := encodeBlob([]byte("addr"), []byte("rkey!"), 0x1122334455667788)
+	a, k, base, err := decodeBlob(b)
+	if err != nil || string(a) != "addr" || string(k) != "rkey!" || base != 0x1122334455667788 {
+		t.Fatalf("round trip: %q %q %#x %v", a, k, base, err)
+	}
+	for i := 0; i < len(b); i++ {
+		if _, _, _, err := decodeBlob(b[:i]); err == nil {
+			t.Errorf("blob truncated to %d bytes accepted", i)
+		}
+	}
+	if _, _, _, err := decodeBlob(append(b, 0)); err == nil {
+		t.Error("trailing byte accepted")
+	}
+}
+
+// TestTableFormat checks the widths of the table against ucx_perftest's.
+func TestTableFormat(t *testing.T) {
+	var out bytes.Buffer
+	printHeader(&out, 50, false)
+	p := newPerf(&out, 2, 50, false)
+	for i := 0; i < 10; i++ {
+		p.update(1, 8)
+	}
+	p.final(false)
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("%d lines:\n%s", len(lines), out.String())
+	}
+	for _, l := range lines[:5] {
+		if len(l) != 108 {
+			t.Errorf("header line of %d characters: %q", len(l), l)
+		}
+	}
+	if !strings.HasPrefix(lines[5], "Final:                    10 ") || len(lines[5]) != 10+18+11+10+10+12+11+12+12 {
+		t.Errorf("final line %q (%d characters)", lines[5], len(lines[5]))
+	}
+	if !strings.Contains(lines[3], "| 50.0%ile |") {
+		t.Errorf("percentile column: %q", lines[3])
+	}
+	var box bytes.Buffer
+	printTestBox(&box, findTest("ucp_am_lat"), 8)
+	for _, l := range strings.Split(strings.TrimRight(box.String(), "\n"), "\n") {
+		if len(l) != 108 {
+			t.Errorf("box line of %d characters: %q", len(l), l)
+		}
+	}
+}

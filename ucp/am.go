@@ -1,0 +1,796 @@
+package ucp
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"math"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Active messages (the ucp_am_* API of the UCX documents).
+//
+// A worker of a context created with FeatureAM receives active messages for
+// the handlers set with Worker.SetAMRecvHandler; an endpoint sends them with
+// Endpoint.AMSendNBX. Every message travels on the endpoint's AM lane, under
+// one uct active-message id (amUCP), with a small ucp header (am_wire.go)
+// that carries the user's AM id, the user header's length, flags, the
+// sender's worker uid and what fragmentation and rendezvous need.
+//
+// Protocols, by size and send flags:
+//   - eager, one message: ucp header, user header and data copied into one
+//     transport buffer (AM bcopy);
+//   - eager, fragmented: above the lane's bcopy limit the data goes in
+//     fragments (zero-copy where the lane has it, so a tcp send copies
+//     nothing), and the receiver reassembles the message in a buffer of its
+//     own before calling the handler once;
+//   - rendezvous: the sender announces the message (its user header and
+//     length, AMRecvAttrFlagRNDV at the receiver); the receiver's handler
+//     takes it with Worker.AMRecvDataNBX into a buffer of the user's, or
+//     drops it (Worker.AMDataRelease, or returning ucs.OK without
+//     receiving). Where a lane from the receiver to the sender gets (posix,
+//     sysv, cma, self, tcp), the announcement carries the packed key of the
+//     data (that of RequestParam.Memh when the data lies in it, or else of
+//     the data registered for the send with the memory domains that register
+//     memory), and the receiver gets the data in one operation; otherwise
+//     (or when the key does not fit beside the user header) the receiver
+//     asks and the sender pushes the data in fragments. Either way the
+//     receiver tells the sender when it is done, and the send request then
+//     completes.
+//
+// A worker learns the address of a worker that sends it a rendezvous
+// message or asks for a reply endpoint (the sender's first such message on
+// an endpoint is preceded by its worker address), and creates an endpoint
+// back to it when it has none.
+//
+// Receive handlers run from Worker.Progress of the receiving worker, never
+// from a transport's own goroutine; with WorkerParams.SetAMAlignment their
+// data starts at a multiple of the alignment (copied when the transport's
+// buffer does not). Sends never block: what a transport has
+// no room for waits in the worker's queue and goes out from Progress.
+
+// Fields of AMHandlerParam (ucp_am_handler_param_field).
+const (
+	AMHandlerParamFieldID    uint64 = 1 << 0
+	AMHandlerParamFieldFlags uint64 = 1 << 1
+	AMHandlerParamFieldCB    uint64 = 1 << 2
+	AMHandlerParamFieldArg   uint64 = 1 << 3
+)
+
+// Flags of AMHandlerParam (ucp_am_cb_flags).
+const (
+	// AMFlagWholeMsg: the handler gets each message whole, in one call.
+	// goshmem always delivers messages whole, with or without this flag.
+	AMFlagWholeMsg uint32 = 1 << 0
+	// AMFlagPersistentData: every eager message reaches the handler with
+	// AMRecvAttrFlagData, so that its data may be kept after the callback
+	// (copying it first where the transport lends it only for the call).
+	AMFlagPersistentData uint32 = 1 << 1
+)
+
+// Send flags of AMSendNBX (ucp_send_am_flags), in RequestParam.Flags (set
+// with RequestParam.SetFlags; they share the field with the OpAttrFlag*
+// bits, which lie above them).
+const (
+	// AMSendFlagReply: give the receiver a reply endpoint
+	// (AMRecvParam.ReplyEP) to this worker.
+	AMSendFlagReply uint32 = 1 << 0
+	// AMSendFlagEager: use the eager protocol, whatever the size.
+	AMSendFlagEager uint32 = 1 << 1
+	// AMSendFlagRNDV: use the rendezvous protocol, whatever the size.
+	AMSendFlagRNDV uint32 = 1 << 2
+	// AMSendFlagCopyHeader: the header may be reused once AMSendNBX returns.
+	// goshmem always copies the header, so this flag changes nothing.
+	AMSendFlagCopyHeader uint32 = 1 << 3
+)
+
+// Receive attributes (ucp_am_recv_attr_t), in AMRecvParam.RecvAttr.
+const (
+	// AMRecvAttrFieldReplyEP: AMRecvParam.ReplyEP is set (the sender used
+	// AMSendFlagReply).
+	AMRecvAttrFieldReplyEP uint64 = 1 << 0
+	// AMRecvAttrFlagData: the data may be kept after the callback: the
+	// callback returns ucs.InProgress and later gives it back with
+	// Worker.AMDataRelease(param.Desc). Without this flag (and without
+	// AMRecvAttrFlagRNDV) the data is valid only during the callback.
+	AMRecvAttrFlagData uint64 = 1 << 16
+	// AMRecvAttrFlagRNDV: the data has not arrived; data is nil and
+	// param.Desc stands for it: Worker.AMRecvDataNBX receives it,
+	// Worker.AMDataRelease drops it. A callback that returns ucs.OK without
+	// calling either drops it too; one that returns ucs.InProgress must call
+	// one of them later.
+	AMRecvAttrFlagRNDV uint64 = 1 << 17
+)
+
+// MaxAMID is the largest user active-message id.
+const MaxAMID = math.MaxUint16
+
+// AMRecvCallback handles one active message (ucp_am_recv_callback_t). header
+// is the user header (valid only during the call); data is the message data
+// for an eager message, nil for a rendezvous one. It returns ucs.OK when it
+// is done with the data, or ucs.InProgress to keep it (allowed with
+// AMRecvAttrFlagData or AMRecvAttrFlagRNDV only; otherwise it counts as
+// ucs.OK and a warning is logged). It runs from Worker.Progress; it may send
+// (AMSendNBX) and receive rendezvous data (AMRecvDataNBX) but must not call
+// Progress or wait for a request.
+type AMRecvCallback func(arg any, header, data []byte, param *AMRecvParam) ucs.Status
+
+// AMRecvParam describes a received message to its callback
+// (ucp_am_recv_param_t). It is valid only during the callback.
+type AMRecvParam struct {
+	// RecvAttr holds AMRecvAttr* bits.
+	RecvAttr uint64
+	// ReplyEP is an endpoint to the sender's worker, when RecvAttr has
+	// AMRecvAttrFieldReplyEP.
+	ReplyEP *Endpoint
+	// Length is the length of the message data (len(data) for an eager
+	// message).
+	Length int
+	// Desc stands for the data when RecvAttr has AMRecvAttrFlagData or
+	// AMRecvAttrFlagRNDV; nil otherwise.
+	Desc *AMDesc
+}
+
+// AMHandlerParam are the parameters of Worker.SetAMRecvHandler
+// (ucp_am_handler_param_t); only fields whose bit is in FieldMask count.
+type AMHandlerParam struct {
+	FieldMask uint64
+	// ID is the active-message id, 0 to MaxAMID (mandatory).
+	ID uint32
+	// Flags holds AMFlag* bits (default 0).
+	Flags uint32
+	// CB is the callback; unset or nil removes the handler of ID.
+	CB AMRecvCallback
+	// Arg is passed to every call of CB (default nil).
+	Arg any
+}
+
+// SetID sets the active-message id (mandatory).
+func (p *AMHandlerParam) SetID(id uint32) *AMHandlerParam {
+	p.ID, p.FieldMask = id, p.FieldMask|AMHandlerParamFieldID
+	return p
+}
+
+// SetFlags sets AMFlag* flags (default 0).
+func (p *AMHandlerParam) SetFlags(f uint32) *AMHandlerParam {
+	p.Flags, p.FieldMask = f, p.FieldMask|AMHandlerParamFieldFlags
+	return p
+}
+
+// SetCB sets the callback; nil removes the handler.
+func (p *AMHandlerParam) SetCB(cb AMRecvCallback) *AMHandlerParam {
+	p.CB, p.FieldMask = cb, p.FieldMask|AMHandlerParamFieldCB
+	return p
+}
+
+// SetArg sets the callback's argument (default nil).
+func (p *AMHandlerParam) SetArg(arg any) *AMHandlerParam {
+	p.Arg, p.FieldMask = arg, p.FieldMask|AMHandlerParamFieldArg
+	return p
+}
+
+type amHandler struct {
+	cb    AMRecvCallback
+	arg   any
+	flags uint32
+}
+
+// AMDesc stands for the data of a received active message beyond the
+// callback: the eager data a callback kept (AMRecvAttrFlagData), or
+// rendezvous data still at the sender (AMRecvAttrFlagRNDV). It is released
+// by Worker.AMDataRelease or consumed by Worker.AMRecvDataNBX; it must not
+// be used after that, nor after a callback that did not keep it returned.
+type AMDesc struct {
+	w      *Worker
+	state  uint8
+	rndv   bool
+	data   []byte       // eager: the data
+	raw    []byte       // eager: the transport's buffer to give back, if any
+	wi     *workerIface // the interface raw came from
+	length int          // data length
+	src    uint64       // rendezvous: the sender's worker uid
+	sreq   uint64       // rendezvous: the sender's request id
+	ep     *Endpoint    // rendezvous: the endpoint back to the sender
+	key    []byte       // rendezvous: the packed key of the data, if it may be got
+	raddr  uint64       // rendezvous: the data's address at the sender
+}
+
+// States of an AMDesc.
+const (
+	descInCallback uint8 = iota // lent to a running callback
+	descKept                    // kept by the user after its callback
+	descDone                    // released or consumed
+)
+
+// Length returns the length of the message data.
+func (d *AMDesc) Length() int { return d.length }
+
+// IsRNDV reports whether the data is still at the sender (rendezvous).
+func (d *AMDesc) IsRNDV() bool { return d.rndv }
+
+// Data returns the data of an eager message (nil for a rendezvous one, or
+// once released).
+func (d *AMDesc) Data() []byte {
+	if d.rndv || d.state == descDone {
+		return nil
+	}
+	return d.data
+}
+
+var descPool = sync.Pool{New: func() any { return new(AMDesc) }}
+
+// amEP is an endpoint's active-message state.
+type amEP struct {
+	queued atomic.Int32 // its operations in the worker's queue
+	busy   atomic.Int32 // its operations not yet handed to the transport, or not yet completed by it
+	hello  atomic.Bool  // the worker address was sent
+}
+
+// amWorker is a worker's active-message state.
+type amWorker struct {
+	enabled  bool
+	rndvThr  int // eager below, rendezvous from
+	maxHdr   int // the largest user header
+	handlers atomic.Pointer[[]*amHandler]
+	hmu      sync.Mutex // serializes handler updates
+
+	mu     sync.Mutex // guards what follows
+	nextID uint64
+	queue  []*amOp            // operations with work left, in issue order
+	reasm  map[amKey]*amReasm // eager messages being reassembled
+	sends  map[uint64]*amOp   // rendezvous sends waiting for the receiver
+	recvs  map[uint64]*amRecv // rendezvous receives waiting for data
+	rkeys  []*Rkey            // senders' keys, unpacked, oldest first
+	qlen   atomic.Int32       // len(queue), read by Progress without the lock
+	// lastSrc and lastEP cache the reply endpoint last looked up.
+	lastSrc uint64
+	lastEP  *Endpoint
+}
+
+type amKey struct{ src, msg uint64 }
+
+// amReasm is an eager message being reassembled.
+type amReasm struct {
+	buf   []byte // user header, then data
+	hlen  int
+	got   uint64 // data bytes received
+	total uint64
+	id    uint16
+	flags uint8
+	wi    *workerIface
+}
+
+// amRecv is a rendezvous receive waiting for its data.
+type amRecv struct {
+	r   *Request
+	buf []byte
+	got int
+	src uint64
+}
+
+// Default rendezvous threshold of active messages when UCX_RNDV_THRESH is
+// "auto".
+const amDefaultRndvThresh = 64 << 10
+
+// amInit prepares the worker for active messages when its context has
+// FeatureAM: it reads the rendezvous threshold, installs the receive handler
+// on every interface that carries active messages, and registers the
+// progress of queued sends.
+func (w *Worker) amInit() error {
+	if w.ctx.features&FeatureAM == 0 {
+		return nil
+	}
+	a := &w.am
+	a.rndvThr = amDefaultRndvThresh
+	if v := w.ctx.config.Get("RNDV_THRESH"); v != "" && v != "auto" {
+		n, err := ucs.ParseSize(v)
+		if err != nil {
+			return fmt.Errorf("UCX_RNDV_THRESH=%q: %w", v, ucs.ErrInvalidParam)
+		}
+		a.rndvThr = int(min(n, math.MaxInt))
+	}
+	for _, wi := range w.ifaces {
+		if wi.attr.Flags&capAM == 0 {
+			continue
+		}
+		wi := wi
+		cb := func(_ any, data []byte, flags uint32) ucs.Status { return w.amRecv(wi, data, flags) }
+		if err := wi.iface.SetAMHandler(amUCP, cb, nil, uct.CBFlagSync); err != nil {
+			return fmt.Errorf("active-message handler on %s: %w", wi.rsc.tl.TLName, err)
+		}
+	}
+	a.maxHdr = w.amMaxHeader()
+	empty := []*amHandler{}
+	a.handlers.Store(&empty)
+	a.reasm = map[amKey]*amReasm{}
+	a.sends = map[uint64]*amOp{}
+	a.recvs = map[uint64]*amRecv{}
+	a.enabled = true
+	w.uw.ProgressRegister(w.amProgress)
+	return nil
+}
+
+// amMaxHeader is the largest user header AMSendNBX takes: what fits in one
+// message of every interface that carries active messages, with the ucp
+// header (WorkerAttr.MaxAMHeader).
+func (w *Worker) amMaxHeader() int {
+	m := -1
+	for _, wi := range w.ifaces {
+		if wi.attr.Flags&capAM == 0 {
+			continue
+		}
+		if n := max(wi.attr.AM.MaxBcopy-amHdrLen, 0); m < 0 || n < m {
+			m = n
+		}
+	}
+	return max(m, 0)
+}
+
+// SetAMRecvHandler installs, replaces or removes the handler of an
+// active-message id (ucp_worker_set_am_recv_handler). The id field is
+// mandatory; without a callback (or with a nil one) the id's handler is
+// removed, and its later messages are dropped with a logged warning. It
+// fails with ucs.ErrInvalidParam for a missing or out-of-range id or unknown
+// flags, and ucs.ErrUnsupported when the context lacks FeatureAM.
+func (w *Worker) SetAMRecvHandler(p *AMHandlerParam) error {
+	if w.closed.Load() {
+		return fmt.Errorf("ucp set am handler: %w", errClosed)
+	}
+	if !w.am.enabled {
+		return fmt.Errorf("ucp set am handler: the context was created without FeatureAM: %w", ucs.ErrUnsupported)
+	}
+	if p == nil || p.FieldMask&AMHandlerParamFieldID == 0 {
+		return fmt.Errorf("ucp set am handler: id not set: %w", ucs.ErrInvalidParam)
+	}
+	if p.ID > MaxAMID {
+		return fmt.Errorf("ucp set am handler: id %d above %d: %w", p.ID, MaxAMID, ucs.ErrInvalidParam)
+	}
+	var h *amHandler
+	if p.FieldMask&AMHandlerParamFieldCB != 0 && p.CB != nil {
+		h = &amHandler{cb: p.CB}
+		if p.FieldMask&AMHandlerParamFieldFlags != 0 {
+			if p.Flags&^(AMFlagWholeMsg|AMFlagPersistentData) != 0 {
+				return fmt.Errorf("ucp set am handler: flags %#x: %w", p.Flags, ucs.ErrInvalidParam)
+			}
+			h.flags = p.Flags
+		}
+		if p.FieldMask&AMHandlerParamFieldArg != 0 {
+			h.arg = p.Arg
+		}
+	}
+	a := &w.am
+	a.hmu.Lock()
+	defer a.hmu.Unlock()
+	old := *a.handlers.Load()
+	n := len(old)
+	if int(p.ID) >= n {
+		n = int(p.ID) + 1
+	}
+	hs := make([]*amHandler, n)
+	copy(hs, old)
+	hs[p.ID] = h
+	a.handlers.Store(&hs)
+	return nil
+}
+
+func (w *Worker) amHandler(id uint16) *amHandler {
+	hs := *w.am.handlers.Load()
+	if int(id) < len(hs) {
+		return hs[id]
+	}
+	return nil
+}
+
+// sendFlags returns the flags of param that concern an operation.
+func sendFlags(param *RequestParam) uint32 {
+	if param == nil {
+		return 0
+	}
+	f := param.OpAttrMask & (OpAttrFlagNoImmCmpl | OpAttrFlagFastCmpl | OpAttrFlagForceImmCmpl)
+	if param.OpAttrMask&OpAttrFieldFlags != 0 {
+		f |= param.Flags
+	}
+	return f
+}
+
+// Protocol names of active messages, as Request.Query reports them.
+const (
+	protoAMSingle  = "am/eager/single"
+	protoAMFrag    = "am/eager/frag"
+	protoAMRndv    = "am/rndv"
+	protoAMRndvGet = "am/rndv/get"
+	protoAMRecv    = "am/rndv/recv"
+	protoAMRecvGet = "am/rndv/recv/get"
+)
+
+// AMSendNBX sends an active message with user AM id, user header and data
+// to the endpoint's worker (ucp_am_send_nbx). The header is copied before
+// the call returns (as with AMSendFlagCopyHeader); data must stay untouched
+// until the operation completes. Flags (RequestParam.SetFlags) choose the
+// protocol (AMSendFlagEager, AMSendFlagRNDV; by default eager below
+// UCX_RNDV_THRESH, 64 KiB when "auto", and rendezvous from it) and ask for a
+// reply endpoint (AMSendFlagReply). It returns (nil, nil) when data may be
+// reused at once, or a request that completes when it may (for a rendezvous
+// message: once the receiver took or dropped it). It fails with
+// ucs.ErrInvalidParam for an id above MaxAMID or both protocol flags,
+// ucs.ErrExceedsLimit for a header above WorkerAttr.MaxAMHeader,
+// ucs.ErrUnsupported without FeatureAM or an AM lane, ucs.ErrNoResource with
+// OpAttrFlagForceImmCmpl when it cannot complete at once, and the
+// transport's error otherwise.
+func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestParam) (*Request, error) {
+	w := ep.w
+	if ep.closed.Load() {
+		return nil, fmt.Errorf("ucp am send: %w", errClosed)
+	}
+	if st := ep.failStatus.Load(); st != 0 {
+		return nil, fmt.Errorf("ucp am send to %s: %w", ep.remoteName, ucs.Status(st))
+	}
+	if !w.am.enabled {
+		return nil, fmt.Errorf("ucp am send: the context was created without FeatureAM: %w", ucs.ErrUnsupported)
+	}
+	l := ep.am
+	if l == nil {
+		return nil, fmt.Errorf("ucp am send: no active-message lane to %s: %w", ep.remoteName, ucs.ErrUnsupported)
+	}
+	if id > MaxAMID {
+		return nil, fmt.Errorf("ucp am send: id %d above %d: %w", id, MaxAMID, ucs.ErrInvalidParam)
+	}
+	if len(header) > w.am.maxHdr {
+		return nil, fmt.Errorf("ucp am send: header of %d bytes, more than %d: %w", len(header), w.am.maxHdr, ucs.ErrExceedsLimit)
+	}
+	flags := sendFlags(param)
+	if flags&AMSendFlagEager != 0 && flags&AMSendFlagRNDV != 0 {
+		return nil, fmt.Errorf("ucp am send: both eager and rendezvous asked for: %w", ucs.ErrInvalidParam)
+	}
+	rndv := flags&AMSendFlagRNDV != 0 || (flags&AMSendFlagEager == 0 && (len(data) >= w.am.rndvThr || len(data) > amMaxEager))
+	if !rndv && len(data) > amMaxEager {
+		return nil, fmt.Errorf("ucp am send: eager message of %d bytes, more than %d: %w", len(data), amMaxEager, ucs.ErrExceedsLimit)
+	}
+	var hflags uint8
+	if flags&AMSendFlagReply != 0 {
+		hflags = amHdrReply
+	}
+	if (rndv || hflags != 0) && !ep.amq.hello.Load() {
+		if err := ep.amSendHello(); err != nil {
+			return nil, fmt.Errorf("ucp am send: %w", err)
+		}
+	}
+	lim := laneAMLimits(l)
+	single := !rndv && amHdrLen+len(header)+len(data) <= lim.bcopy
+	if single && ep.amq.queued.Load() == 0 {
+		// The common small message: one copy, no request.
+		h := amHeader{typ: amSingle, flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
+		st := l.amBcopy(&h, header, data)
+		switch {
+		case st == ucs.OK:
+			if flags&OpAttrFlagNoImmCmpl != 0 {
+				r := w.newRequest(param)
+				r.size, r.lane, r.proto = len(data), l, protoAMSingle
+				w.inflight.Add(1)
+				r.complete(ucs.OK)
+				return r, nil
+			}
+			return nil, nil
+		case st != ucs.ErrNoResource:
+			return nil, fmt.Errorf("ucp am send on %s: %w", l, st)
+		case flags&OpAttrFlagForceImmCmpl != 0:
+			return nil, fmt.Errorf("ucp am send on %s: %w", l, ucs.ErrNoResource)
+		}
+	}
+	if !single && flags&OpAttrFlagForceImmCmpl != 0 {
+		return nil, fmt.Errorf("ucp am send of %d bytes cannot complete at once: %w", len(data), ucs.ErrNoResource)
+	}
+	op := &amOp{ep: ep, l: l, lim: lim, data: data}
+	if len(header) > 0 {
+		op.uhdr = append([]byte(nil), header...)
+	}
+	op.h = amHeader{flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
+	r := w.newRequest(param)
+	r.size, r.lane = len(data), l
+	switch {
+	case single:
+		op.kind, op.h.typ, r.proto = opSingle, amSingle, protoAMSingle
+	case rndv:
+		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(len(data)), protoAMRndv
+		if len(data) > 0 {
+			if key, m := w.amRndvKey(ep, data, param); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
+				op.key, op.memh = key, m
+				op.h.off = uint64(uintptr(unsafe.Pointer(&data[0])))
+				r.proto = protoAMRndvGet
+			} else if m != nil {
+				w.ctx.MemUnmap(m)
+			}
+		}
+	default:
+		op.kind, op.h.typ, op.h.total, r.proto = opFrag, amFirst, uint64(len(data)), protoAMFrag
+	}
+	op.r = r
+	w.inflight.Add(1)
+	if op.kind == opRTS || op.kind == opFrag {
+		// Fragments and rendezvous replies find their message by this id.
+		w.am.mu.Lock()
+		w.am.nextID++
+		op.h.msg = w.am.nextID
+		w.am.mu.Unlock()
+	}
+	st := w.amStart(op)
+	switch {
+	case st == ucs.OK:
+		if flags&OpAttrFlagNoImmCmpl != 0 {
+			r.complete(ucs.OK)
+			return r, nil
+		}
+		r.finish(ucs.OK)
+		r.release()
+		return nil, nil
+	case st == ucs.InProgress:
+		return r, nil
+	default:
+		op.release()
+		r.finish(st)
+		r.release()
+		return nil, fmt.Errorf("ucp %s on %s: %w", r.proto, l, st)
+	}
+}
+
+// amRndvKey returns the packed key through which the receiver of a
+// rendezvous message may get data, or nil when it cannot: the key of
+// param's memory handle when data lies in it, or else of data registered
+// now (returned, to be unmapped when the send completes) with the memory
+// domains of the lanes to the peer that get.
+func (w *Worker) amRndvKey(ep *Endpoint, data []byte, param *RequestParam) ([]byte, *MemHandle) {
+	p := uintptr(unsafe.Pointer(&data[0]))
+	if param != nil && param.OpAttrMask&OpAttrFieldMemh != 0 && param.Memh != nil {
+		m := param.Memh
+		base := uintptr(m.address)
+		if p >= base && p-base <= uintptr(m.length) && uintptr(len(data)) <= uintptr(m.length)-(p-base) {
+			if key, err := w.ctx.RkeyPack(m); err == nil {
+				return key, nil
+			}
+		}
+	}
+	for _, c := range ep.cands {
+		if c.can(capGet) && c.wi.rsc.md.attr.Flags&uct.MDFlagReg != 0 {
+			m, err := w.ctx.MemMap(new(MemMapParams).SetAddress(unsafe.Pointer(&data[0])).SetLength(len(data)))
+			if err != nil {
+				return nil, nil
+			}
+			key, err := w.ctx.RkeyPack(m)
+			if err != nil {
+				return nil, m
+			}
+			return key, m
+		}
+	}
+	return nil, nil
+}
+
+// amSendHello sends the worker's address to the endpoint's worker once, so
+// that it can reach this worker back (reply endpoints, rendezvous).
+func (ep *Endpoint) amSendHello() error {
+	if ep.amq.hello.Swap(true) {
+		return nil
+	}
+	w := ep.w
+	if amHdrLen+len(w.address) > laneAMLimits(ep.am).bcopy {
+		log.Printf("ucp: worker %s: its address (%d bytes) does not fit in an active message on %s; %s cannot create a reply endpoint", w.name, len(w.address), ep.am, ep.remoteName)
+		return nil
+	}
+	op := &amOp{ep: ep, l: ep.am, kind: opCtrl, h: amHeader{typ: amHello, src: w.uid}, data: w.address}
+	if st := w.amStart(op); st.IsErr() {
+		return fmt.Errorf("worker address to %s: %w", ep.remoteName, st)
+	}
+	return nil
+}
+
+// AMRecvDataNBX receives the data that desc stands for into buf
+// (ucp_am_recv_data_nbx); buf must hold desc.Length() bytes. For a
+// rendezvous message it asks the sender for the data and returns a request
+// that completes when all of it is in buf (its callback, param's SendCallback,
+// then runs with the status); for eager data kept by a callback it copies
+// the data and releases desc, and returns (nil, nil). desc is consumed
+// either way. It fails with ucs.ErrInvalidParam for a nil or already
+// consumed descriptor and ucs.ErrMessageTruncated for a buffer too small.
+func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*Request, error) {
+	if desc == nil || desc.w != w || desc.state == descDone {
+		return nil, fmt.Errorf("ucp am recv data: descriptor not valid: %w", ucs.ErrInvalidParam)
+	}
+	if len(buf) < desc.length {
+		return nil, fmt.Errorf("ucp am recv data: buffer of %d bytes for %d: %w", len(buf), desc.length, ucs.ErrMessageTruncated)
+	}
+	flags := sendFlags(param)
+	if !desc.rndv {
+		copy(buf, desc.data)
+		w.AMDataRelease(desc)
+		if flags&OpAttrFlagNoImmCmpl != 0 {
+			r := w.newRequest(param)
+			r.size, r.proto = desc.length, protoAMRecv
+			w.inflight.Add(1)
+			r.complete(ucs.OK)
+			return r, nil
+		}
+		return nil, nil
+	}
+	desc.state = descDone
+	if desc.key != nil {
+		if r, err, ok := w.amRecvGet(desc, buf, param, flags); ok {
+			return r, err
+		}
+	}
+	r := w.newRequest(param)
+	r.size, r.proto, r.lane = desc.length, protoAMRecv, desc.ep.am
+	w.inflight.Add(1)
+	if desc.length == 0 {
+		// Nothing to fetch: tell the sender it is done.
+		if st := w.amControl(desc.ep, amHeader{typ: amDrop, msg: desc.sreq}); st.IsErr() {
+			r.finish(st)
+			r.release()
+			return nil, fmt.Errorf("ucp am recv data: %w", st)
+		}
+		if flags&OpAttrFlagNoImmCmpl != 0 {
+			r.complete(ucs.OK)
+			return r, nil
+		}
+		r.finish(ucs.OK)
+		r.release()
+		return nil, nil
+	}
+	a := &w.am
+	a.mu.Lock()
+	a.nextID++
+	rid := a.nextID
+	a.recvs[rid] = &amRecv{r: r, buf: buf[:desc.length], src: desc.src}
+	a.mu.Unlock()
+	if st := w.amControl(desc.ep, amHeader{typ: amRTR, msg: desc.sreq, total: rid}); st.IsErr() {
+		a.mu.Lock()
+		delete(a.recvs, rid)
+		a.mu.Unlock()
+		r.finish(st)
+		r.release()
+		return nil, fmt.Errorf("ucp am recv data: %w", st)
+	}
+	return r, nil
+}
+
+// AMDataRelease releases the data desc stands for (ucp_am_data_release):
+// eager data a callback kept goes back to the transport, and a rendezvous
+// message is dropped (its sender's request completes). A nil or already
+// released descriptor is ignored.
+func (w *Worker) AMDataRelease(desc *AMDesc) {
+	if desc == nil || desc.w != w || desc.state == descDone {
+		return
+	}
+	inCallback := desc.state == descInCallback
+	desc.state = descDone
+	if desc.rndv {
+		if st := w.amControl(desc.ep, amHeader{typ: amDrop, msg: desc.sreq}); st.IsErr() {
+			log.Printf("ucp: worker %s: dropping a rendezvous message: %v", w.name, st)
+		}
+		return
+	}
+	// Inside its callback the transport's buffer is given back when the
+	// callback returns.
+	if !inCallback && desc.raw != nil {
+		desc.wi.iface.ReleaseDesc(desc.raw)
+	}
+	desc.raw, desc.data = nil, nil
+}
+
+// amRecvGet receives rendezvous data by getting it from the sender's
+// memory, where a lane to the sender gets with the key the sender packed,
+// and then tells the sender it is done (amDrop). ok is false when no lane
+// can: the caller then asks the sender to push the data.
+func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags uint32) (r *Request, err error, ok bool) {
+	ep := desc.ep
+	rk := w.amRkey(ep, desc.key)
+	if rk == nil {
+		return nil, nil, false
+	}
+	r = w.newRequest(param)
+	r.size, r.proto, r.lane = desc.length, protoAMRecvGet, rk.rma.l
+	w.inflight.Add(1)
+	sreq := desc.sreq
+	fin := func() {
+		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
+			log.Printf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
+		}
+	}
+	gp := new(RequestParam).SetCallback(func(gr *Request, st error, _ any) {
+		fin()
+		gr.Free()
+		r.complete(statusOf(st))
+	})
+	gr, err := ep.GetNBX(buf[:desc.length], desc.raddr, rk, gp)
+	if err != nil {
+		fin()
+		r.finish(statusOf(err))
+		r.release()
+		return nil, fmt.Errorf("ucp am recv data: %w", err), true
+	}
+	if gr != nil {
+		return r, nil, true
+	}
+	fin()
+	if flags&OpAttrFlagNoImmCmpl != 0 {
+		r.complete(ucs.OK)
+		return r, nil, true
+	}
+	r.finish(ucs.OK)
+	r.release()
+	return nil, nil, true
+}
+
+// amRkeyCacheSize bounds the keys of senders' data a worker keeps unpacked.
+const amRkeyCacheSize = 32
+
+// amRkey returns the key packed as key, unpacked on ep, when a lane of ep
+// can get with it; nil otherwise. Keys stay unpacked in a small cache, so
+// that data sent again from the same memory (a memory handle the sender
+// passes) is not mapped again for every message.
+func (w *Worker) amRkey(ep *Endpoint, key []byte) *Rkey {
+	a := &w.am
+	a.mu.Lock()
+	for i, c := range a.rkeys {
+		if c.ep == ep && string(c.packed) == string(key) {
+			if !ep.closed.Load() {
+				a.mu.Unlock()
+				return c
+			}
+			a.rkeys = append(a.rkeys[:i], a.rkeys[i+1:]...)
+			break
+		}
+	}
+	a.mu.Unlock()
+	rk, err := ep.RkeyUnpack(key)
+	if err != nil {
+		return nil
+	}
+	if rk.rma == nil || !rk.rma.get {
+		rk.Destroy()
+		return nil
+	}
+	var old *Rkey
+	a.mu.Lock()
+	if len(a.rkeys) == amRkeyCacheSize {
+		old = a.rkeys[0]
+		a.rkeys = append(a.rkeys[:0], a.rkeys[1:]...)
+	}
+	a.rkeys = append(a.rkeys, rk)
+	a.mu.Unlock()
+	if old != nil {
+		old.Destroy()
+	}
+	return rk
+}
+
+// amDestroy releases the keys the worker keeps unpacked. The gets that
+// use them complete on issue on every transport that gets (posix, sysv,
+// cma, self), so none is in flight here, nor when one is evicted.
+func (w *Worker) amDestroy() {
+	a := &w.am
+	a.mu.Lock()
+	rkeys := a.rkeys
+	a.rkeys = nil
+	a.mu.Unlock()
+	for _, rk := range rkeys {
+		rk.Destroy()
+	}
+}
+
+// statusOf returns the ucs.Status an error carries (ucs.ErrIOError for
+// others), ucs.OK for nil.
+func statusOf(err error) ucs.Status {
+	if err == nil {
+		return ucs.OK
+	}
+	var st ucs.Status
+	if errors.As(err, &st) {
+		return st
+	}
+	return ucs.ErrIOError
+}

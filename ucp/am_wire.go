@@ -1,0 +1,177 @@
+package ucp
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// amUCP is the uct active-message id that carries every ucp active message:
+// the first id below those of the software protocols (proto_sw.go), whose
+// lowest is amSwWireup.
+const amUCP uint8 = amSwWireup - 1
+
+// Types of ucp active-message wire messages (amHeader.typ).
+const (
+	amSingle uint8 = iota + 1 // a whole eager message: user header, then data
+	amFirst                   // first fragment of an eager message: user header, data
+	amMiddle                  // a following fragment of an eager message: data
+	amRTS                     // rendezvous request to send: user header [, packed key of the data]
+	amRTR                     // rendezvous ready to receive (receiver to sender)
+	amData                    // rendezvous data (sender to receiver)
+	amDrop                    // the receiver dropped, or got all of, a rendezvous message
+	amHello                   // the sender's worker address, for a reply endpoint
+	amTypeEnd
+)
+
+// amHdrReply in amHeader.flags: the sender asked for a reply endpoint
+// (AMSendFlagReply).
+const amHdrReply uint8 = 1 << 0
+
+// amHdrLen is the length of the wire header of every ucp active message.
+const amHdrLen = 40
+
+// Limits a receiver enforces on what a peer announces.
+const (
+	// amMaxEager bounds the data of a fragmented eager message, which the
+	// receiver allocates when its first fragment arrives.
+	amMaxEager = 1 << 30
+	// amMaxRndv bounds the data a rendezvous message announces.
+	amMaxRndv = 1 << 40
+)
+
+// amHeader starts every ucp active message (little endian, amHdrLen
+// bytes); the payload follows it:
+//
+//	0  typ   u8   amSingle ... amHello
+//	1  flags u8   amHdrReply (Single, First, RTS); 0 otherwise
+//	2  id    u16  user AM id (Single, First, RTS); 0 otherwise
+//	4  hlen  u32  user header length (Single, First, RTS); 0 otherwise
+//	8  src   u64  uid of the sending worker
+//	16 msg   u64  First, Middle: the sender's message id; RTS, RTR, Drop: the
+//	              sender's request id; Data: the receiver's request id
+//	24 total u64  First, RTS: data length; RTR: the receiver's request id
+//	32 off   u64  Middle, Data: offset of the payload in the data; RTS: the
+//	              data's address when a packed key follows the user header
+type amHeader struct {
+	typ   uint8
+	flags uint8
+	id    uint16
+	hlen  uint32
+	src   uint64
+	msg   uint64
+	total uint64
+	off   uint64
+}
+
+func (h *amHeader) put(b []byte) {
+	b[0], b[1] = h.typ, h.flags
+	binary.LittleEndian.PutUint16(b[2:], h.id)
+	binary.LittleEndian.PutUint32(b[4:], h.hlen)
+	binary.LittleEndian.PutUint64(b[8:], h.src)
+	binary.LittleEndian.PutUint64(b[16:], h.msg)
+	binary.LittleEndian.PutUint64(b[24:], h.total)
+	binary.LittleEndian.PutUint64(b[32:], h.off)
+}
+
+// decodeAMHeader parses and checks the header of a ucp active message and
+// returns it with the payload that follows. Everything a field may not hold
+// for the message's type fails with ucs.ErrInvalidParam; so does a payload
+// that contradicts the header. What it cannot check alone (that a fragment
+// belongs to a message in progress) the receiver checks.
+func decodeAMHeader(data []byte) (amHeader, []byte, error) {
+	var h amHeader
+	bad := func(format string, args ...any) (amHeader, []byte, error) {
+		return h, nil, fmt.Errorf("ucp: active message header: "+format+": %w", append(args, ucs.ErrInvalidParam)...)
+	}
+	if len(data) < amHdrLen {
+		return bad("message of %d bytes, shorter than a header", len(data))
+	}
+	h.typ, h.flags = data[0], data[1]
+	h.id = binary.LittleEndian.Uint16(data[2:])
+	h.hlen = binary.LittleEndian.Uint32(data[4:])
+	h.src = binary.LittleEndian.Uint64(data[8:])
+	h.msg = binary.LittleEndian.Uint64(data[16:])
+	h.total = binary.LittleEndian.Uint64(data[24:])
+	h.off = binary.LittleEndian.Uint64(data[32:])
+	p := data[amHdrLen:]
+	n := uint64(len(p))
+	if h.typ == 0 || h.typ >= amTypeEnd {
+		return bad("type %d", h.typ)
+	}
+	if h.flags&^amHdrReply != 0 {
+		return bad("flags %#x", h.flags)
+	}
+	switch h.typ {
+	case amFirst, amMiddle, amRTS, amRTR, amData, amDrop:
+		if h.msg == 0 {
+			return bad("type %d without message id", h.typ)
+		}
+	}
+	switch h.typ {
+	case amSingle, amFirst, amRTS:
+	default:
+		if h.flags != 0 || h.id != 0 || h.hlen != 0 {
+			return bad("type %d with user id, flags or header", h.typ)
+		}
+	}
+	switch h.typ {
+	case amSingle:
+		if uint64(h.hlen) > n || h.msg != 0 || h.total != 0 || h.off != 0 {
+			return bad("single message: header %d of %d bytes, msg %d, total %d, offset %d", h.hlen, n, h.msg, h.total, h.off)
+		}
+	case amFirst:
+		if uint64(h.hlen) > n || h.total > amMaxEager || h.total < n-uint64(h.hlen) || h.off != 0 {
+			return bad("first fragment: header %d of %d bytes, total %d, offset %d", h.hlen, n, h.total, h.off)
+		}
+	case amMiddle:
+		if n == 0 || h.total != 0 || h.off > amMaxEager {
+			return bad("fragment of %d bytes at %d, total %d", n, h.off, h.total)
+		}
+	case amRTS:
+		// The payload is the user header, then the packed key of the data
+		// (when the receiver may get it) whose address is in off.
+		keyLen := n - min(uint64(h.hlen), n)
+		if uint64(h.hlen) > n || h.total > amMaxRndv || keyLen > maxRkeyBlob || (keyLen == 0) != (h.off == 0) || (keyLen > 0 && h.total == 0) {
+			return bad("rendezvous request: header %d of %d bytes, total %d, address %#x", h.hlen, n, h.total, h.off)
+		}
+	case amRTR:
+		if n != 0 || h.off != 0 || h.total == 0 {
+			return bad("rendezvous reply with %d bytes, offset %d", n, h.off)
+		}
+	case amData:
+		if n == 0 || h.total != 0 || h.off > amMaxRndv {
+			return bad("rendezvous data of %d bytes at %d, total %d", n, h.off, h.total)
+		}
+	case amDrop:
+		if n != 0 || h.total != 0 || h.off != 0 {
+			return bad("rendezvous drop with %d bytes, total %d, offset %d", n, h.total, h.off)
+		}
+	case amHello:
+		if n == 0 || n > maxAddrBlob || h.msg != 0 || h.total != 0 || h.off != 0 {
+			return bad("hello of %d bytes", n)
+		}
+	}
+	return h, p, nil
+}
+
+// amLaneLimits are the message sizes an AM lane takes, ucp header included.
+type amLaneLimits struct {
+	bcopy int // one message, copied
+	zcopy int // one zero-copy message, header included (0: no zcopy)
+	zhdr  int // the largest header of a zero-copy message
+}
+
+func laneAMLimits(l *lane) amLaneLimits {
+	at := l.wi.attr
+	lim := amLaneLimits{bcopy: at.AM.MaxBcopy}
+	if at.Flags&uct.IfaceFlagAMZcopy != 0 && l.remote.capFlags&uct.IfaceFlagAMZcopy != 0 && at.AM.MaxZcopy > amHdrLen {
+		lim.zcopy, lim.zhdr = at.AM.MaxZcopy, at.AM.MaxHdr
+		if lim.zhdr <= 0 || lim.zhdr > lim.zcopy {
+			lim.zhdr = lim.zcopy
+		}
+	}
+	return lim
+}
