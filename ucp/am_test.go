@@ -20,16 +20,17 @@ type amEnv struct {
 	ab   *Endpoint
 }
 
-// amTransports are the paths every active-message test runs over: UCX_TLS,
-// and whether the receiver is the sender's own worker.
+// amTransports are the paths every active-message test runs over: UCX_TLS
+// (set whatever the environment says), and whether the receiver is the
+// sender's own worker.
 var amTransports = []struct {
 	name, tls string
 	self      bool
 	lane      string // the AM lane
 	rndv      string // the rendezvous protocol
 }{
-	{"self", "", true, "self", protoAMRndvGet},
-	{"sm", "", false, "posix", protoAMRndvGet},
+	{"self", "all", true, "self", protoAMRndvGet},
+	{"sm", "all", false, "posix", protoAMRndvGet},
 	{"tcp", "tcp,self", false, "tcp", protoAMRndvGet},
 }
 
@@ -368,7 +369,7 @@ func TestAMReplyAndDrop(t *testing.T) {
 
 // TestAMErrors checks the argument errors of the API.
 func TestAMErrors(t *testing.T) {
-	e := newAMEnv(t, "", false)
+	e := newAMEnv(t, "all", false)
 	maxHdr := e.a.Query().MaxAMHeader
 	cb := func(any, []byte, []byte, *AMRecvParam) ucs.Status { return ucs.OK }
 	for _, tt := range []struct {
@@ -541,7 +542,7 @@ func FuzzAMHeader(f *testing.F) {
 // the request's memory handle: the receiver gets it through the key of that
 // memory, and nothing is registered for the send.
 func TestAMRndvMemh(t *testing.T) {
-	e := newAMEnv(t, "", false)
+	e := newAMEnv(t, "all", false)
 	m, err := e.c.MemMap(new(MemMapParams).SetLength(1 << 20).SetFlags(MemMapAllocate))
 	if err != nil {
 		t.Fatal(err)
@@ -575,7 +576,7 @@ func TestAMRndvMemh(t *testing.T) {
 // TestAMAllocs checks that a small eager message costs no allocation, to
 // send or to receive, over shared memory.
 func TestAMAllocs(t *testing.T) {
-	e := newAMEnv(t, "", false)
+	e := newAMEnv(t, "all", false)
 	n := 0
 	if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(1).SetCB(func(any, []byte, []byte, *AMRecvParam) ucs.Status { n++; return ucs.OK })); err != nil {
 		t.Fatal(err)

@@ -92,6 +92,32 @@ func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *R
 	if err := ep.checkOp(rkey, "atomic "+op.String()); err != nil {
 		return nil, err
 	}
+	if directOK(param) {
+		if p := rkey.direct(raddr, size); p != nil {
+			// Shared memory: the CPU atomic on the mapped word, coherent
+			// with those of every transport and of software atomics.
+			var cmp uint64
+			if op == AtomicOpCSwap {
+				cmp = *reply
+			}
+			var old uint64
+			var st ucs.Status
+			if size == 4 {
+				var o uint32
+				o, st = uct.CPUAtomic32(uop, (*uint32)(p), uint32(value), uint32(cmp))
+				old = uint64(o)
+			} else {
+				old, st = uct.CPUAtomic64(uop, (*uint64)(p), value, cmp)
+			}
+			if st != ucs.OK {
+				return nil, fmt.Errorf("ucp atomic %v: %w", op, st)
+			}
+			if reply != nil {
+				*reply = old
+			}
+			return nil, nil
+		}
+	}
 	al := rkey.amo
 	if al == nil {
 		if err := ep.swCheck(rkey, "atomic "+op.String()); err != nil {

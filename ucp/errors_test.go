@@ -24,7 +24,7 @@ func swPair(t *testing.T, params *EPParams) (a *Worker, p pair) {
 	}
 	t.Cleanup(func() { back.Close(CloseModeForce) })
 	p = newPairWith(t, c, a, b, 1<<16, params)
-	p.rkey.rma, p.rkey.amo = nil, nil
+	forceSoftware(p.rkey)
 	return a, p
 }
 

@@ -536,6 +536,25 @@ type Rkey struct {
 	rma     *rkeyLane // nil: software RMA over the AM lane
 	amo     *rkeyLane // nil: software atomics over the AM lane
 	ptr     *rkeyEntry
+	base    unsafe.Pointer // through ptr: where the memory at address is mapped here
+}
+
+// direct returns a local pointer to [raddr, raddr+n) when a transport that
+// reaches the peer maps the key's memory here, and nil otherwise. The
+// memory of a key is mapped in one piece, so the pointer is an offset from
+// base.
+func (rk *Rkey) direct(raddr uint64, n int) unsafe.Pointer {
+	if rk.base == nil || raddr < rk.address || uint64(n) > rk.length || raddr-rk.address > rk.length-uint64(n) {
+		return nil
+	}
+	return unsafe.Add(rk.base, raddr-rk.address)
+}
+
+// directOK reports whether an operation with param may complete through a
+// key's mapped memory at once, without a request: param asks for no
+// request, callback or flags.
+func directOK(param *RequestParam) bool {
+	return param == nil || param.OpAttrMask&(OpAttrFieldRequest|OpAttrFieldCallback|OpAttrFieldFlags) == 0
 }
 
 // RkeyUnpack unpacks a key packed by Context.RkeyPack in the peer
@@ -631,7 +650,9 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 			// allocate memory must not open a path the user excluded.
 			if e.comp.Name() == name && e.attr.Flags&uct.MDFlagRkeyPtr != 0 && e.selected > 0 {
 				if pe, err := unpack(name); err == nil && pe.hasPtr {
-					rk.ptr = pe
+					if base, err := pe.comp.RkeyPtr(pe.bundle, rk.address); err == nil {
+						rk.ptr, rk.base = pe, base
+					}
 				}
 				break
 			}
@@ -681,5 +702,5 @@ func (rk *Rkey) Destroy() {
 	for _, e := range rk.entries {
 		e.comp.RkeyRelease(e.bundle)
 	}
-	rk.entries, rk.ptr, rk.rma, rk.amo = nil, nil, nil, nil
+	rk.entries, rk.ptr, rk.rma, rk.amo, rk.base = nil, nil, nil, nil, nil
 }

@@ -385,7 +385,7 @@ func TestPeerFailure(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer direct.Destroy()
-					rk.rma, rk.amo = nil, nil // everything in software, answered by the peer
+					forceSoftware(rk) // everything in software, answered by the peer
 					// The path works while the peer runs.
 					got := make([]byte, 8)
 					if req, err := ep.GetNBX(got, p.base, rk, nil); err != nil {

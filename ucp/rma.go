@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -120,6 +121,14 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	if err := ep.checkOp(rkey, "put"); err != nil {
 		return nil, err
 	}
+	if directOK(param) {
+		if p := rkey.direct(raddr, len(buf)); p != nil {
+			// Shared memory: one copy into the peer's mapped memory, as
+			// UCX's rkey_ptr protocol does.
+			ucs.Memcpy(unsafe.Slice((*byte)(p), len(buf)), buf)
+			return nil, nil
+		}
+	}
 	rl := rkey.rma
 	w := ep.w
 	if rl == nil {
@@ -173,6 +182,12 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestParam) (*Request, error) {
 	if err := ep.checkOp(rkey, "get"); err != nil {
 		return nil, err
+	}
+	if directOK(param) {
+		if p := rkey.direct(raddr, len(buf)); p != nil {
+			ucs.Memcpy(buf, unsafe.Slice((*byte)(p), len(buf)))
+			return nil, nil
+		}
 	}
 	w := ep.w
 	rl := rkey.rma

@@ -92,7 +92,7 @@ func TestMultiThreadStress(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sw.Destroy()
-			sw.rma, sw.amo = nil, nil
+			forceSoftware(sw)
 			counter := p.base + goroutines*slot
 			var adds atomic.Int64
 			var wg sync.WaitGroup
@@ -122,7 +122,7 @@ func TestMultiThreadStress(t *testing.T) {
 						return
 					}
 					if i%2 == 1 {
-						rk.rma, rk.amo = nil, nil
+						forceSoftware(rk)
 					}
 					if req, err := ep.AtomicOpNBX(AtomicOpAdd, 1, counter, rk, nil); err != nil {
 						errs <- err

@@ -47,6 +47,10 @@ func newContextTLS(t testing.TB, tls string) *Context {
 	return c
 }
 
+// forceSoftware makes every operation on rk go in software over the AM
+// lane, as if no lane could do it and no transport mapped the memory.
+func forceSoftware(rk *Rkey) { rk.rma, rk.amo, rk.base = nil, nil, nil }
+
 func newWorker(t testing.TB, c *Context) *Worker {
 	t.Helper()
 	w, err := c.NewWorker(nil)
@@ -274,7 +278,7 @@ func testSoftwareRMA(t *testing.T, withBack bool) {
 	if p.rkey.swToken == 0 {
 		t.Fatal("packed rkey carries no software token")
 	}
-	p.rkey.rma, p.rkey.amo = nil, nil // as if no lane could do them
+	forceSoftware(p.rkey) // as if no lane could do them
 	exercise(t, p)
 	if b.epByUID(a.uid) == nil {
 		t.Error("the target has no endpoint back to the initiator")

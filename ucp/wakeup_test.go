@@ -76,7 +76,7 @@ func wakePair(t *testing.T, params *WorkerParams) (a, b *Worker, p pair) {
 	}
 	t.Cleanup(func() { back.Close(CloseModeForce) })
 	p = newPair(t, c, a, b, 1<<16)
-	p.rkey.rma, p.rkey.amo = nil, nil
+	forceSoftware(p.rkey)
 	t.Cleanup(func() { p.ep.Close(CloseModeForce) }) // b is not progressed at the end
 	return a, b, p
 }
