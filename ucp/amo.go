@@ -89,8 +89,10 @@ func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *R
 	if (op == AtomicOpSwap || op == AtomicOpCSwap) && reply == nil {
 		return nil, fmt.Errorf("ucp atomic %v needs a reply buffer: %w", op, ucs.ErrInvalidParam)
 	}
-	if err := ep.checkOp(rkey, "atomic "+op.String()); err != nil {
-		return nil, err
+	if err := ep.checkOp(rkey, "atomic"); err != nil {
+		// The operation's name only on failure: building it costs an
+		// allocation on every call.
+		return nil, fmt.Errorf("%w (atomic %v)", err, op)
 	}
 	if directOK(param) {
 		if p := rkey.direct(raddr, size); p != nil {
