@@ -149,7 +149,7 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 	}
 	n := pack(buf)
 	if n < 0 || n > len(buf) {
-		e.iface.tracer.trace(uct.AMTraceSendDrop, id, nil)
+		e.iface.tracer.Trace(uct.AMTraceSendDrop, id, nil)
 		e.iface.unreserve(buf)
 		return 0, ucs.ErrInvalidParam
 	}

@@ -71,7 +71,7 @@ type Iface struct {
 	progID  int
 
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
-	tracer   amTracer // see SetAMTracer
+	tracer   uct.AMTraceHook // see SetAMTracer
 
 	progressMu sync.Mutex // one Progress at a time
 	mu         sync.Mutex // guards the fields below
@@ -198,7 +198,7 @@ func (i *Iface) reserve() ([]byte, bool) {
 
 // enqueue appends a message whose slot reserve took.
 func (i *Iface) enqueue(id uint8, data []byte) {
-	i.tracer.trace(uct.AMTraceSend, id, data)
+	i.tracer.Trace(uct.AMTraceSend, id, data)
 	i.mu.Lock()
 	i.queue = append(i.queue, amMsg{id, data})
 	if i.armed {
@@ -257,11 +257,11 @@ func (i *Iface) Progress() int {
 func (i *Iface) deliver(m amMsg) bool {
 	h := i.handlers[m.id].Load()
 	if h == nil {
-		i.tracer.trace(uct.AMTraceRecvDrop, m.id, m.data)
+		i.tracer.Trace(uct.AMTraceRecvDrop, m.id, m.data)
 		log.Printf("uct/self: dropped active message %d (%d bytes): no handler", m.id, len(m.data))
 		return true
 	}
-	i.tracer.trace(uct.AMTraceRecv, m.id, m.data)
+	i.tracer.Trace(uct.AMTraceRecv, m.id, m.data)
 	return h.cb(h.arg, m.data, uct.CBParamFlagDesc) != ucs.InProgress
 }
 

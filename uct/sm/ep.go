@@ -106,7 +106,7 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 	d := e.tx.data(c)
 	binary.LittleEndian.PutUint64(d, header)
 	copy(d[8:], payload)
-	e.iface.tracer.trace(uct.AMTraceSend, id, d[:8+len(payload)])
+	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:8+len(payload)])
 	publish(c, t, id, 8+len(payload))
 	e.tx.notify()
 	return ucs.OK
@@ -130,12 +130,12 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 	n := pack(d)
 	if n < 0 || n > len(d) {
 		// The cell is claimed and must be published: publish it void.
-		e.iface.tracer.trace(uct.AMTraceSendDrop, id, nil)
+		e.iface.tracer.Trace(uct.AMTraceSendDrop, id, nil)
 		publish(c, t, voidID, 0)
 		e.tx.notify()
 		return 0, ucs.ErrInvalidParam
 	}
-	e.iface.tracer.trace(uct.AMTraceSend, id, d[:n])
+	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:n])
 	publish(c, t, id, n)
 	e.tx.notify()
 	return n, ucs.OK
@@ -164,7 +164,7 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 	for k := range iov {
 		n += copy(d[n:], iov[k].Buffer)
 	}
-	e.iface.tracer.trace(uct.AMTraceSend, id, d[:n])
+	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:n])
 	publish(c, t, id, n)
 	e.tx.notify()
 	return ucs.OK

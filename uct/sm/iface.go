@@ -140,7 +140,7 @@ type Iface struct {
 	maxPoll  int
 	addr     []byte
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
-	tracer   amTracer // see SetAMTracer
+	tracer   uct.AMTraceHook // see SetAMTracer
 
 	pendMu  sync.Mutex
 	pending uct.PendingQueue // the EPs' pending requests
@@ -276,7 +276,7 @@ func (i *Iface) Progress() int {
 func (i *Iface) deliver(c unsafe.Pointer) {
 	id, n, err := decodeCellHeader(header(c), i.rx.payload)
 	if err != nil {
-		i.tracer.trace(uct.AMTraceRecvDrop, header(c)[4], nil)
+		i.tracer.Trace(uct.AMTraceRecvDrop, header(c)[4], nil)
 		log.Printf("uct/sm: dropped a malformed message: %v", err)
 		return
 	}
@@ -285,11 +285,11 @@ func (i *Iface) deliver(c unsafe.Pointer) {
 	}
 	h := i.handlers[id].Load()
 	if h == nil {
-		i.tracer.trace(uct.AMTraceRecvDrop, id, i.rx.data(c)[:n])
+		i.tracer.Trace(uct.AMTraceRecvDrop, id, i.rx.data(c)[:n])
 		log.Printf("uct/sm: dropped active message %d (%d bytes): no handler", id, n)
 		return
 	}
-	i.tracer.trace(uct.AMTraceRecv, id, i.rx.data(c)[:n])
+	i.tracer.Trace(uct.AMTraceRecv, id, i.rx.data(c)[:n])
 	if h.cb(h.arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
 		log.Printf("uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
 	}

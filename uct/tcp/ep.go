@@ -180,7 +180,7 @@ func (e *EP) hasRoom() bool {
 // EP failed. f is released unless it was queued. seq is the frame's number
 // (the issued count with it).
 func (e *EP) post(f *txFrame, force bool) (st ucs.Status, seq uint64) {
-	if tr := e.iface.tracer.p.Load(); tr != nil {
+	if tr := e.iface.tracer.Load(); tr != nil {
 		return e.postTraced(tr, f, force)
 	}
 	return e.postFrame(f, force)
@@ -582,7 +582,7 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 	f := newFrame(frameHeaderLen + seg)
 	n := pack(f.buf[frameHeaderLen:])
 	if n < 0 || n > seg {
-		e.iface.tracer.trace(uct.AMTraceSendDrop, id, nil)
+		e.iface.tracer.Trace(uct.AMTraceSendDrop, id, nil)
 		f.release()
 		return 0, ucs.ErrInvalidParam
 	}

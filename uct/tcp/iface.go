@@ -77,7 +77,7 @@ type Iface struct {
 	errHandlerArg any
 
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
-	tracer   amTracer // see SetAMTracer
+	tracer   uct.AMTraceHook // see SetAMTracer
 
 	dirty   atomic.Bool      // Progress has something to do
 	nflush  atomic.Int32     // flush waiters
@@ -348,11 +348,11 @@ func (i *Iface) deliver() int {
 		h := i.handlers[m.id].Load()
 		switch {
 		case h == nil:
-			i.tracer.trace(uct.AMTraceRecvDrop, m.id, m.data)
+			i.tracer.Trace(uct.AMTraceRecvDrop, m.id, m.data)
 			logf("dropped active message %d (%d bytes): no handler", m.id, len(m.data))
 			putBuf(m.data)
 		default:
-			i.tracer.trace(uct.AMTraceRecv, m.id, m.data)
+			i.tracer.Trace(uct.AMTraceRecv, m.id, m.data)
 			if h.cb(h.arg, m.data, uct.CBParamFlagDesc) != ucs.InProgress {
 				putBuf(m.data)
 			}
@@ -646,7 +646,7 @@ func (s *rxConn) sendAck() error {
 func (s *rxConn) receiveAM(id uint8, data []byte) error {
 	i := s.iface
 	if h := i.handlers[id].Load(); h != nil && h.flags == uct.CBFlagAsync {
-		i.tracer.trace(uct.AMTraceRecv, id, data)
+		i.tracer.Trace(uct.AMTraceRecv, id, data)
 		if h.cb(h.arg, data, uct.CBParamFlagDesc) != ucs.InProgress {
 			putBuf(data)
 		}
@@ -666,7 +666,7 @@ func (s *rxConn) receiveAM(id uint8, data []byte) error {
 	}
 	if i.closed {
 		i.mu.Unlock()
-		i.tracer.trace(uct.AMTraceRecvDrop, id, data)
+		i.tracer.Trace(uct.AMTraceRecvDrop, id, data)
 		putBuf(data)
 		return net.ErrClosed
 	}

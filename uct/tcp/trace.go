@@ -1,47 +1,9 @@
 package tcp
 
 import (
-	"sync/atomic"
-
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
-
-// amTrace is an installed active message tracer.
-type amTrace struct {
-	fn  uct.AMTracer
-	arg any
-}
-
-// amTracer holds the tracer of an iface. With none installed each hook
-// costs one atomic pointer load and allocates nothing.
-type amTracer struct {
-	p atomic.Pointer[amTrace]
-}
-
-// set installs fn with arg, or removes the tracer when fn is nil.
-func (t *amTracer) set(fn uct.AMTracer, arg any) {
-	if fn == nil {
-		t.p.Store(nil)
-		return
-	}
-	t.p.Store(&amTrace{fn: fn, arg: arg})
-}
-
-// trace calls the tracer, if any, with typ, id and data; small enough to be
-// inlined.
-func (t *amTracer) trace(typ uct.AMTraceType, id uint8, data []byte) {
-	if tr := t.p.Load(); tr != nil {
-		tr.call(typ, id, data)
-	}
-}
-
-// call calls the tracer.
-//
-//go:noinline
-func (tr *amTrace) call(typ uct.AMTraceType, id uint8, data []byte) {
-	tr.fn(tr.arg, typ, id, data)
-}
 
 // postTraced is post for an iface with tracer tr: an active message frame
 // is traced as sent once the EP took it (ucs.OK or ucs.InProgress), as
@@ -49,7 +11,7 @@ func (tr *amTrace) call(typ uct.AMTraceType, id uint8, data []byte) {
 // not at all when the queue was full (ucs.ErrNoResource: nothing was
 // claimed, the caller retries). The message is gathered before post, which
 // may release the frame's buffer.
-func (e *EP) postTraced(tr *amTrace, f *txFrame, force bool) (ucs.Status, uint64) {
+func (e *EP) postTraced(tr *uct.AMTrace, f *txFrame, force bool) (ucs.Status, uint64) {
 	if len(f.buf) < frameHeaderLen || f.buf[0] != frameAM {
 		return e.postFrame(f, force)
 	}
@@ -61,10 +23,10 @@ func (e *EP) postTraced(tr *amTrace, f *txFrame, force bool) (ucs.Status, uint64
 	st, seq := e.postFrame(f, force)
 	switch st {
 	case ucs.OK, ucs.InProgress:
-		tr.call(uct.AMTraceSend, id, msg)
+		tr.Call(uct.AMTraceSend, id, msg)
 	case ucs.ErrNoResource:
 	default:
-		tr.call(uct.AMTraceSendDrop, id, msg)
+		tr.Call(uct.AMTraceSendDrop, id, msg)
 	}
 	return st, seq
 }
@@ -84,7 +46,7 @@ func (e *EP) postTraced(tr *amTrace, f *txFrame, force bool) (ucs.Status, uint64
 // send and receive costs one more atomic load, and tracing gathers each sent
 // message into a new buffer. fn must not keep data nor call the iface.
 func (i *Iface) SetAMTracer(fn uct.AMTracer, arg any) error {
-	i.tracer.set(fn, arg)
+	i.tracer.Set(fn, arg)
 	return nil
 }
 
