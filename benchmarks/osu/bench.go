@@ -42,16 +42,9 @@ func register(c *command) {
 var commandOrder = []string{"put", "get", "put_nb", "get_nb", "put_mr", "put_bw", "get_bw",
 	"atomics", "barrier", "broadcast", "collect", "fcollect", "reduce", "alltoall"}
 
-// exactlyTwo is the PE check of the OSU programs that need exactly 2 PEs.
-func exactlyTwo(npes int) error {
-	if npes != 2 {
-		return fmt.Errorf("this test requires exactly two processes, not %d", npes)
-	}
-	return nil
-}
-
-// atLeastTwo is the PE check of the OSU programs that pair PEs or are
-// collective.
+// atLeastTwo is the PE check of every test: the point-to-point ones pair
+// PE i < n/2 with PE i+n/2 (the OSU programs of put, get and bandwidth take
+// exactly 2 PEs; these take any number from 2), the others are collective.
 func atLeastTwo(npes int) error {
 	if npes < 2 {
 		return fmt.Errorf("this test requires at least two processes, not %d", npes)

@@ -26,7 +26,7 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	metric := fs.String("metric", "", "figure to compare: latency, bandwidth or rate (default: the first result's)")
 	prec := fs.Int("precision", 3, "decimals in the table")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: osu compare [flags] A B\n\nA and B are -json documents or OSU text tables.\n\nflags:\n")
+		fmt.Fprintf(stderr, "usage: osu compare [flags] A B\n\nA and B are -json documents or OSU text tables, or comma-separated lists\nof runs of one test, whose rows are their medians.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -45,18 +45,22 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var reps [2]*Report
-	for i, path := range fs.Args() {
-		r, err := readReport(path)
-		if err != nil {
-			fmt.Fprintf(stderr, "osu compare: %v\n", err)
-			return 1
+	for i, arg := range fs.Args() {
+		var runs []*Report
+		for _, path := range strings.Split(arg, ",") {
+			r, err := readReport(path)
+			if err != nil {
+				fmt.Fprintf(stderr, "osu compare: %v\n", err)
+				return 1
+			}
+			runs = append(runs, r)
 		}
-		reps[i] = r
+		reps[i] = medianReport(runs)
 	}
 	names := [2]string{*nameA, *nameB}
 	for i := range names {
 		if names[i] == "" {
-			names[i] = defaultName(reps[i], fs.Arg(i))
+			names[i] = defaultName(reps[i], strings.Split(fs.Arg(i), ",")[0])
 		}
 	}
 	if names[0] == names[1] {
@@ -90,6 +94,55 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// medianReport merges runs of one test: the first run's rows, each figure
+// replaced by its median over the runs that have a row of the same key (on
+// a noisy machine one run's figure can be off by several times).
+func medianReport(runs []*Report) *Report {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	m := *runs[0]
+	m.Rows = slices.Clone(m.Rows)
+	for i := range m.Rows {
+		row := &m.Rows[i]
+		var same []Row
+		for _, r := range runs {
+			for _, o := range r.Rows {
+				if o.key() == row.key() {
+					same = append(same, o)
+					break
+				}
+			}
+		}
+		for _, f := range []func(*Row) *float64{
+			func(r *Row) *float64 { return &r.Latency },
+			func(r *Row) *float64 { return &r.MinLatency },
+			func(r *Row) *float64 { return &r.MaxLatency },
+			func(r *Row) *float64 { return &r.Bandwidth },
+			func(r *Row) *float64 { return &r.Rate },
+			func(r *Row) *float64 { return &r.MOps },
+		} {
+			v := make([]float64, len(same))
+			for j := range same {
+				v[j] = *f(&same[j])
+			}
+			*f(row) = median(v)
+		}
+	}
+	return &m
+}
+
+// median returns the median of v (the mean of the middle two for an even
+// count), sorting v.
+func median(v []float64) float64 {
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 // defaultName names a result: its implementation's first word, or its

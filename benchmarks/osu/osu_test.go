@@ -363,3 +363,42 @@ func TestFormatSize(t *testing.T) {
 		t.Errorf("niceStep(23) = %v, want 50", got)
 	}
 }
+
+func TestMedianReport(t *testing.T) {
+	run := func(lat ...float64) *Report {
+		r := &Report{Title: "put", Metric: metricLatency}
+		for i, v := range lat {
+			if v > 0 {
+				r.Rows = append(r.Rows, Row{Size: 1 << i, Latency: v, Bandwidth: 10 * v})
+			}
+		}
+		return r
+	}
+	for _, tt := range []struct {
+		name string
+		runs []*Report
+		want []Row
+	}{
+		{"one run as it is", []*Report{run(1, 2)}, []Row{{Size: 1, Latency: 1, Bandwidth: 10}, {Size: 2, Latency: 2, Bandwidth: 20}}},
+		{"odd count, outlier ignored", []*Report{run(1, 9), run(50, 8), run(2, 7)},
+			[]Row{{Size: 1, Latency: 2, Bandwidth: 20}, {Size: 2, Latency: 8, Bandwidth: 80}}},
+		{"even count, middle two", []*Report{run(1, 2), run(3, 4)}, []Row{{Size: 1, Latency: 2, Bandwidth: 20}, {Size: 2, Latency: 3, Bandwidth: 30}}},
+		{"row missing in a run", []*Report{run(1, 4), run(3), run(5, 6)}, []Row{{Size: 1, Latency: 3, Bandwidth: 30}, {Size: 2, Latency: 5, Bandwidth: 50}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, medianReport(tt.runs).Rows); diff != "" {
+				t.Errorf("median rows (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCompareMedianOfRuns(t *testing.T) {
+	// put_a.json twice and put_b.json once: the median of each row is
+	// put_a's.
+	table, _ := compareFiles(t, "testdata/put_a.json,testdata/put_b.json,testdata/put_a.json", "testdata/put_b.json")
+	rows := tableRows(t, table)
+	if got := rows["2"]; !cmp.Equal(got, []string{"0.020", "0.040", "0.50"}) {
+		t.Errorf("row 2 = %q, want the median 0.020 against 0.040\n%s", got, table)
+	}
+}

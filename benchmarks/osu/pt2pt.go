@@ -20,14 +20,14 @@ func init() {
 		{"put_nb", "OSU OpenSHMEM Put_nbi Test"},
 		{"get_nb", "OSU OpenSHMEM Get_nbi Test"},
 	} {
-		register(&command{name: c.name, title: c.title, defaults: pt2ptDefaults, pes: exactlyTwo,
+		register(&command{name: c.name, title: c.title, defaults: pt2ptDefaults, pes: atLeastTwo,
 			need: func(o *Options, _ int) int { return 2*o.Max + 2*bufAlign }, run: runLatency})
 	}
 	for _, c := range []struct{ name, title string }{
 		{"put_bw", "OSU OpenSHMEM Put Bandwidth Test"},
 		{"get_bw", "OSU OpenSHMEM Get Bandwidth Test"},
 	} {
-		register(&command{name: c.name, title: c.title, defaults: pt2ptDefaults, pes: exactlyTwo,
+		register(&command{name: c.name, title: c.title, defaults: pt2ptDefaults, pes: atLeastTwo,
 			need: func(o *Options, _ int) int { return 2*o.Max + 2*bufAlign }, run: runBandwidth})
 	}
 	// osu_oshm_put_mr: 500 puts per size below 8 KiB, 50 from 8 KiB, each
@@ -54,7 +54,9 @@ func init() {
 // iters transfers to or from PE 1 after warmup untimed ones, as
 // osu_oshm_put (putmem then quiet, each iteration), osu_oshm_get (getmem),
 // osu_oshm_put_nbi (fence once, then putmem_nbi and quiet each iteration)
-// and get_nbi (getmem_nbi and quiet). PE 1 is passive.
+// and get_nbi (getmem_nbi and quiet). PE 1 is passive. With more than 2
+// PEs (the OSU programs take exactly 2), PE i < n/2 works on PE i+n/2 at
+// the same time, and the row is the senders' mean latency.
 func runLatency(b *bench) (*Report, error) {
 	c := b.c
 	o := b.o
@@ -66,6 +68,7 @@ func runLatency(b *bench) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	pairs, peer := b.pairs()
 	rep := b.report(c, metricLatency, colSize, colLatency)
 	for _, size := range o.sizes() {
 		iters, warm := o.loops(size)
@@ -73,7 +76,7 @@ func runLatency(b *bench) (*Report, error) {
 		fill(r[:size], 'b')
 		shmem.BarrierAll()
 		var el time.Duration
-		if b.me == 0 {
+		if b.me < pairs {
 			src, dst := s[:size], r[:size]
 			var t0 time.Time
 			n := iters + warm
@@ -83,7 +86,7 @@ func runLatency(b *bench) (*Report, error) {
 					if i == warm {
 						t0 = time.Now()
 					}
-					shmem.PutMem(dst, src, 1)
+					shmem.PutMem(dst, src, peer)
 					shmem.Quiet()
 				}
 			case "get":
@@ -91,7 +94,7 @@ func runLatency(b *bench) (*Report, error) {
 					if i == warm {
 						t0 = time.Now()
 					}
-					shmem.GetMem(dst, src, 1)
+					shmem.GetMem(dst, src, peer)
 				}
 			case "put_nb":
 				shmem.Fence()
@@ -99,7 +102,7 @@ func runLatency(b *bench) (*Report, error) {
 					if i == warm {
 						t0 = time.Now()
 					}
-					shmem.PutMemNBI(dst, src, 1)
+					shmem.PutMemNBI(dst, src, peer)
 					shmem.Quiet()
 				}
 			case "get_nb":
@@ -107,15 +110,18 @@ func runLatency(b *bench) (*Report, error) {
 					if i == warm {
 						t0 = time.Now()
 					}
-					shmem.GetMemNBI(dst, src, 1)
+					shmem.GetMemNBI(dst, src, peer)
 					shmem.Quiet()
 				}
 			}
 			el = time.Since(t0)
 		}
-		shmem.BarrierAll()
-		if b.me == 0 {
-			rep.Rows = append(rep.Rows, Row{Size: size, Latency: perOp(el, iters), Iterations: iters})
+		if rows := b.gather(perOp(el, iters)); rows != nil {
+			sum := 0.0
+			for _, r := range rows[:pairs] {
+				sum += r[0]
+			}
+			rep.Rows = append(rep.Rows, Row{Size: size, Latency: sum / float64(pairs), Iterations: iters})
 		}
 	}
 	return rep, nil
@@ -125,6 +131,8 @@ func runLatency(b *bench) (*Report, error) {
 // windows of Window non-blocking puts (gets) of the same buffers to (from)
 // PE 1, each window ended by a quiet, after warmup untimed windows.
 // Bandwidth is bytes moved over time, in MB/s (10^6 bytes per second).
+// With more than 2 PEs, PE i < n/2 works on PE i+n/2 at the same time and
+// the row is the senders' summed bandwidth.
 func runBandwidth(b *bench) (*Report, error) {
 	c := b.c
 	o := b.o
@@ -137,14 +145,15 @@ func runBandwidth(b *bench) (*Report, error) {
 		return nil, err
 	}
 	put := c.name == "put_bw"
+	pairs, peer := b.pairs()
 	rep := b.report(c, metricBandwidth, colSize, colBandwidth)
 	for _, size := range o.sizes() {
 		iters, warm := o.loops(size)
 		fill(s[:size], 'a')
 		fill(r[:size], 'b')
 		shmem.BarrierAll()
-		var el time.Duration
-		if b.me == 0 {
+		var bw float64
+		if b.me < pairs {
 			src, dst := s[:size], r[:size]
 			var t0 time.Time
 			for i := 0; i < iters+warm; i++ {
@@ -153,21 +162,24 @@ func runBandwidth(b *bench) (*Report, error) {
 				}
 				if put {
 					for range o.Window {
-						shmem.PutMemNBI(dst, src, 1)
+						shmem.PutMemNBI(dst, src, peer)
 					}
 				} else {
 					for range o.Window {
-						shmem.GetMemNBI(dst, src, 1)
+						shmem.GetMemNBI(dst, src, peer)
 					}
 				}
 				shmem.Quiet()
 			}
-			el = time.Since(t0)
-		}
-		shmem.BarrierAll()
-		if b.me == 0 {
 			bytes := float64(size) * float64(o.Window) * float64(iters)
-			rep.Rows = append(rep.Rows, Row{Size: size, Bandwidth: bytes / el.Seconds() / 1e6, Iterations: iters})
+			bw = bytes / time.Since(t0).Seconds() / 1e6
+		}
+		if rows := b.gather(bw); rows != nil {
+			sum := 0.0
+			for _, r := range rows {
+				sum += r[0]
+			}
+			rep.Rows = append(rep.Rows, Row{Size: size, Bandwidth: sum, Iterations: iters})
 		}
 	}
 	return rep, nil
