@@ -44,9 +44,7 @@ func broadcast(routine string, t *Team, dest, source []byte, root int) error {
 		return nil
 	}
 	if cs.direct {
-		t.sync(routine)
-		copyBytes(dest, peerBytes(t.members[root], soff, n))
-		t.sync(routine)
+		broadcastStaged(cs, dest, source, soff, root)
 		return nil
 	}
 	t.sync(routine)
@@ -92,41 +90,17 @@ func collect(routine string, t *Team, dest, source []byte, size int, fixed bool)
 		copyBytes(dest, source)
 		return nil
 	}
+	if cs.direct {
+		if total := collectStaged(cs, dest, source, soff, fixed); total >= 0 {
+			return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, total/size)
+		}
+		return nil
+	}
 	pos := make([]int, n+1)
 	if fixed {
 		for j := range pos {
 			pos[j] = j * b
 		}
-	}
-	if cs.direct {
-		// Each PE publishes its length and where its source is (an empty
-		// one may be anywhere).
-		srcOff := make([]uintptr, n)
-		for j := range srcOff {
-			srcOff[j] = soff
-		}
-		if !fixed {
-			atomic.StoreUint64(cs.word(sigLen), uint64(b))
-			atomic.StoreUint64(cs.word(sigSrc), uint64(soff))
-		}
-		t.sync(routine)
-		if !fixed {
-			for j, pe := range t.members {
-				l := atomic.LoadUint64((*uint64)(unsafe.Add(st.peers[pe].base, cs.area+sigLen*8)))
-				srcOff[j] = uintptr(atomic.LoadUint64((*uint64)(unsafe.Add(st.peers[pe].base, cs.area+sigSrc*8))))
-				pos[j+1] = pos[j] + int(l)
-			}
-			if pos[n] > len(dest) {
-				t.sync(routine)
-				return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, pos[n]/size)
-			}
-		}
-		for i := range n {
-			j := (v + i) % n
-			copyBytes(dest[pos[j]:pos[j+1]], peerBytes(t.members[j], srcOff[j], pos[j+1]-pos[j]))
-		}
-		t.sync(routine)
-		return nil
 	}
 	t.sync(routine)
 	if !fixed {

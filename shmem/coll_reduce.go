@@ -70,6 +70,10 @@ func reduceDirect[T RMA](routine string, cs *collState, dest []T, doff, soff uin
 	src := func(j int) []T {
 		return unsafe.Slice((*T)(unsafe.Add(st.peers[t.members[j]].base, soff)), nr)
 	}
+	if nr*size <= stageData {
+		reduceStaged(cs, dest, bytesOf(src(t.me)), soff, combine)
+		return
+	}
 	if nr*size <= collSmallReduce {
 		tmp := scratch[T](cs, nr)
 		t.sync(routine)

@@ -28,14 +28,19 @@ const (
 	sigB        = 30
 	sigFold     = 60
 	sigUnfold   = 61
-	sigLen      = 62 // this PE's length in Collect on one node
-	sigSrc      = 63 // and the heap offset of its source
 	maxSigRound = sigB - sigA
 )
 
-// collAreaSize is the size of the collectives' area of a team slot. Init
-// calls it (initTeams) once st.npes is known.
+// collAreaSize is the size of the collectives' area of a team slot: the
+// signal words and the staged area (see coll_staged.go). Init calls it
+// (initTeams) once st.npes is known.
 func collAreaSize() uintptr {
+	return collWordsSize() + stagedAreaSize()
+}
+
+// collWordsSize is the size of the signal and length words of a team's
+// collectives' area, in whole cache lines.
+func collWordsSize() uintptr {
 	n := uintptr(collSigs+st.npes) * 8
 	return (n + counterStride - 1) / counterStride * counterStride
 }
@@ -49,6 +54,12 @@ type collState struct {
 	direct bool
 	expect [collSigs]uint64
 	tmp    []uint64 // private scratch of the reductions
+	// The staged calls (coll_staged.go): the heap offset of the team's
+	// staged area, the number of the last call, and a number of a call
+	// that every PE of the team is known to have finished.
+	stage   uintptr
+	seq     uint64
+	allDone uint64
 }
 
 // collStates are the states of the teams this PE belongs to, by slot.
@@ -65,7 +76,8 @@ func (t *Team) coll(routine string) *collState {
 		return cs
 	}
 	rounds := bits.Len(uint(st.npes - 1))
-	cs := &collState{team: t, heap: st.heap, area: t.off + uintptr(1+rounds)*counterStride, direct: true}
+	area := t.off + uintptr(1+rounds)*counterStride
+	cs := &collState{team: t, heap: st.heap, area: area, stage: area + collWordsSize(), direct: true}
 	mine := uint64(1)
 	for _, pe := range t.members {
 		if st.peers[pe].base == nil {

@@ -309,9 +309,12 @@ func checkEverything(t *testing.T, what string, team *shmem.Team, i64 collBufs[i
 	checkBroadcast(t, what, team, i64, []int{0, 1, 5, 600}, false)
 	checkBroadcast(t, what+" (Mem)", team, u8, []int{3, 700}, true)
 	checkAllReductions(t, what, team, i64, u8, f64, c128, []int{1, 5, 600})
-	checkCollect(t, what+" FCollect", team, i64, 3, func(pe, it int) int { return []int{0, 1, 150}[it] }, true, false)
+	// Blocks of up to 2 KiB go through the PEs' staging slots on one node,
+	// longer ones are read from the sources (400 int64s).
+	checkCollect(t, what+" FCollect", team, i64, 4, func(pe, it int) int { return []int{0, 1, 150, 400}[it] }, true, false)
 	checkCollect(t, what+" FCollectMem", team, u8, 2, func(pe, it int) int { return 5 + it }, true, true)
 	checkCollect(t, what+" Collect", team, i64, 4, func(pe, it int) int { return (pe*3 + it) % 4 * (1 + 30*(it/3)) }, false, false)
+	checkCollect(t, what+" Collect (short and long blocks)", team, i64, 2, func(pe, it int) int { return []int{3, 400}[(pe+it)%2] }, false, false)
 	checkCollect(t, what+" CollectMem", team, u8, 2, func(pe, it int) int { return pe + it }, false, true)
 	checkAlltoall(t, what, team, i64, []int{0, 1, 3, 100}, false)
 	checkAlltoall(t, what+" (Mem)", team, u8, []int{2}, true)

@@ -2,6 +2,7 @@ package shmem
 
 import (
 	"fmt"
+	"github.com/goshmem/goshmem/ucs"
 	"math/bits"
 	"sort"
 	"sync"
@@ -264,9 +265,10 @@ func (t *Team) Sync() {
 
 // sync is a dissemination barrier over the team's members on the counter
 // lines of its slot (TeamWorld uses the job's barrier): in round k, the
-// team's PE i adds one to the round-k counter of its PE (i+2^k) mod n and
-// waits until its own counter reaches the sync's number. Counters only
-// grow, so consecutive syncs need no reset.
+// team's PE i brings the round-k counter of its PE (i+2^k) mod n to the
+// sync's number (a release store in a mapped heap, an add of one over the
+// network, as in barrierState) and waits until its own counter reaches
+// it. Counters only grow, so consecutive syncs need no reset.
 func (t *Team) sync(routine string) {
 	if t == &teamWorld {
 		st.barrier.sync()
@@ -277,7 +279,7 @@ func (t *Team) sync(routine string) {
 		off := t.off + uintptr(1+k)*counterStride
 		to := t.members[(t.me+dist)%t.npes]
 		if q := &st.peers[to]; q.base != nil {
-			atomic.AddUint64((*uint64)(unsafe.Add(q.base, off)), 1)
+			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), t.epoch)
 		} else {
 			defaultCtx.amoSlow(routine, to, off, 8, amoAdd, 1, 0, amoPost, nil)
 		}

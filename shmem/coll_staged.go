@@ -1,0 +1,180 @@
+package shmem
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// Staged collectives: broadcast, collect, fcollect and short reductions on
+// one node, without a sync of the team.
+//
+// A team's area holds, on every PE, stageSlots slots used in turn by the
+// team's staged calls (call s uses slot s mod stageSlots), and a done word.
+// A PE that contributes to call s (the root of a broadcast, every PE of the
+// others) publishes in its slot a header (its length and the heap offset of
+// its source) and, when it fits, a copy of its data, and then the call's
+// number in the slot's first word, all in the slot's first cache line for
+// short data. The other PEs wait for that number in the slot, read the data
+// from the slot (or, when it did not fit, from the contributor's source)
+// and store s in their done word. So one cache line travels from each
+// contributor to each reader, where a sync of the team costs log2(n)
+// rounds, twice.
+//
+// A contributor reuses a slot only after every PE of the team has stored a
+// done number at least as high as the slot's last call. A contributor whose
+// data did not fit its slot waits, before it returns, until every PE has
+// finished the call, since they read its source. The calls of a team are
+// numbered alike on every PE, as every PE of the team makes them in the
+// same order.
+const (
+	stageSlots = 8
+	// stageHeader is the bytes of a slot before its data: call number,
+	// length and source offset.
+	stageHeader = 24
+	// stageData is the data bytes of a slot: 2 KiB, and the rest of the
+	// header's cache line.
+	stageData = 2<<10 + counterStride - stageHeader
+	stageSlot = stageHeader + stageData
+)
+
+// stagedAreaSize is the bytes of the staged area of a team: the done word's
+// cache line and the slots.
+func stagedAreaSize() uintptr { return counterStride + stageSlots*stageSlot }
+
+// stagedCall is this PE's view of one staged call of a team.
+type stagedCall struct {
+	cs   *collState
+	s    uint64  // the call's number, from 1
+	slot uintptr // heap offset of the call's slot (the same on every PE)
+}
+
+// stagedBegin starts the team's next staged call.
+func (cs *collState) stagedBegin() stagedCall {
+	cs.seq++
+	return stagedCall{cs: cs, s: cs.seq, slot: cs.stage + counterStride + uintptr(cs.seq%stageSlots)*stageSlot}
+}
+
+// doneWord returns the done word of the team's PE j.
+func (c *stagedCall) doneWord(j int) *uint64 {
+	return (*uint64)(unsafe.Add(st.peers[c.cs.team.members[j]].base, c.cs.stage))
+}
+
+// waitDone waits until every PE of the team has finished call s.
+func (c *stagedCall) waitDone(s uint64) {
+	low := ^uint64(0)
+	for j := range c.cs.team.npes {
+		w := c.doneWord(j)
+		waitGE(w, s)
+		low = min(low, atomic.LoadUint64(w))
+	}
+	c.cs.allDone = max(c.cs.allDone, low)
+}
+
+// publish makes b, whose heap offset is off, this PE's contribution to the
+// call: its header, and a copy of b when it fits the slot. It reports
+// whether it copied b; if not, the PE must call finish(true) so that its
+// source outlives the readers.
+func (c *stagedCall) publish(b []byte, off uintptr) bool {
+	if c.s > stageSlots && c.cs.allDone < c.s-stageSlots {
+		c.waitDone(c.s - stageSlots)
+	}
+	hdr := (*[3]uint64)(st.heap.At(int(c.slot)))
+	fits := len(b) <= stageData
+	if fits {
+		copy(localBytes(c.slot+stageHeader, len(b)), b)
+	}
+	// Plain stores and a release store: an atomic store would wait, each
+	// time, until this CPU owns the cache line that the readers spin on.
+	hdr[1], hdr[2] = uint64(len(b)), uint64(off)
+	ucs.StoreRelease(&hdr[0], c.s)
+	return fits
+}
+
+// from waits for the contribution of the team's PE j and returns its bytes,
+// in j's slot or at j's source.
+func (c *stagedCall) from(j int) []byte {
+	pe := c.cs.team.members[j]
+	hdr := (*[3]uint64)(unsafe.Add(st.peers[pe].base, c.slot))
+	waitGE(&hdr[0], c.s)
+	n, off := int(atomic.LoadUint64(&hdr[1])), uintptr(atomic.LoadUint64(&hdr[2]))
+	if n <= stageData {
+		off = c.slot + stageHeader
+	}
+	return peerBytes(pe, off, n)
+}
+
+// finish says that this PE read every contribution it needed; with wait it
+// also waits until every PE of the team has.
+func (c *stagedCall) finish(wait bool) {
+	ucs.StoreRelease(c.doneWord(c.cs.team.me), c.s)
+	if wait {
+		c.waitDone(c.s)
+	}
+}
+
+// broadcastStaged is broadcast on one node: the root publishes, the others
+// copy.
+func broadcastStaged(cs *collState, dest, source []byte, soff uintptr, root int) {
+	c := cs.stagedBegin()
+	if cs.team.me != root {
+		copyBytes(dest, c.from(root))
+		c.finish(false)
+		return
+	}
+	fits := c.publish(source, soff)
+	copyBytes(dest, source)
+	c.finish(!fits)
+}
+
+// collectStaged is collect and fcollect on one node: every PE publishes its
+// block and copies every block, its own included, to its place in dest.
+// With fixed, every block has len(source) bytes. It reports the total
+// length when dest is too short for it (every PE alike), else -1.
+func collectStaged(cs *collState, dest, source []byte, soff uintptr, fixed bool) int {
+	c := cs.stagedBegin()
+	fits := c.publish(source, soff)
+	n, v := cs.team.npes, cs.team.me
+	if fixed {
+		b := len(source)
+		for i := range n {
+			j := (v + i) % n
+			copyBytes(dest[j*b:(j+1)*b], c.from(j))
+		}
+		c.finish(!fits)
+		return -1
+	}
+	total := 0
+	for j := range n {
+		total += len(c.from(j))
+	}
+	if total > len(dest) {
+		c.finish(!fits)
+		return total
+	}
+	pos := 0
+	for j := range n {
+		b := c.from(j)
+		copyBytes(dest[pos:pos+len(b)], b)
+		pos += len(b)
+	}
+	c.finish(!fits)
+	return -1
+}
+
+// reduceStaged is a reduction of a vector that fits a slot, on one node:
+// every PE publishes its source and combines the published vectors in the
+// order of the team's PE numbers into dest (which may be source: its
+// published copy is read, not source).
+func reduceStaged[T RMA](cs *collState, dest []T, source []byte, soff uintptr, combine func(d, s []T)) {
+	c := cs.stagedBegin()
+	c.publish(source, soff)
+	nr := len(dest)
+	vec := func(j int) []T { return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(c.from(j)))), nr) }
+	copy(dest, vec(0))
+	for j := 1; j < cs.team.npes; j++ {
+		combine(dest, vec(j))
+	}
+	c.finish(false)
+}
