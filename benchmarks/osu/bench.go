@@ -114,6 +114,44 @@ func alloc[T any](m *memory, n int) ([]T, error) {
 	return unsafe.Slice((*T)(unsafe.Pointer(&m.arena[off])), n), nil
 }
 
+// defaultSettle is the default of -settle.
+const defaultSettle = 20 * time.Millisecond
+
+// settle runs barriers for at least d, by PE 0's clock (it tells the others
+// when to stop, so that every PE makes the same calls), before the first
+// timing. For the first milliseconds after Init, the Go runtime's sysmon
+// thread wakes every 20 us: it backs off, to 10 ms, only after some 50
+// wake-ups with no blocking system call to retake, and Init ends with many.
+// On a node with as many PEs as cores each wake-up takes a core from a
+// spinning PE for tens of microseconds (about 50 on the 2-core VMs here),
+// which stalls every PE waiting for it; a loop of 1000 barriers that
+// begins at once measured 2 to 8 us instead of 0.3.
+func (b *bench) settle(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	start := time.Now()
+	for {
+		for range 1000 {
+			shmem.BarrierAll()
+		}
+		if b.me == 0 {
+			b.stats[0] = 0
+			if time.Since(start) >= d {
+				b.stats[0] = 1
+			}
+		}
+		if err := shmem.Broadcast(shmem.TeamWorld, b.stats[1:2], b.stats[:1], 0); err != nil {
+			panic(err) // TeamWorld and the statistics array are always valid
+		}
+		if b.stats[1] != 0 {
+			break
+		}
+	}
+	clear(b.stats)
+	shmem.BarrierAll()
+}
+
 // gather collects statWidth figures from every PE on PE 0, which gets one
 // row per PE; the other PEs get nil. Every PE must call it.
 func (b *bench) gather(v ...float64) [][]float64 {

@@ -11,7 +11,7 @@ import (
 // osu_util_pgas): 1000 timed and 200 warm-up iterations up to 8 KiB, 100
 // and 10 above; 4 B to 1 MiB.
 var collDefaults = Options{Min: 4, Max: 1 << 20, Iters: 1000, Warmup: 200, ItersLarge: 100,
-	WarmupLarge: 10, LargeSize: 8192, Window: 1, Memory: "heap", Precision: 2}
+	WarmupLarge: 10, LargeSize: 8192, Window: 1, Memory: "heap", Precision: 2, Settle: defaultSettle}
 
 func init() {
 	for _, name := range collNames {

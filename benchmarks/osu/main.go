@@ -160,6 +160,7 @@ func runTest(c *command, o *Options, stdout, stderr io.Writer) int {
 	if b.mem, err = newMemory(o.Memory == "global", c.need(o, npes)); err != nil {
 		return fail(err)
 	}
+	b.settle(o.Settle)
 	rep, err := c.run(b)
 	if err != nil {
 		return fail(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // maxSizeLimit is the largest message size -max accepts (1 GiB); the
@@ -44,6 +45,9 @@ type Options struct {
 	JSON bool `json:"-"`
 	// Precision is the number of decimals in the table (OSU prints 2).
 	Precision int `json:"-"`
+	// Settle is how long the PEs run barriers, untimed, before the first
+	// timing (see settle).
+	Settle time.Duration `json:"settle_ns,omitempty"`
 }
 
 // sizes returns the message sizes of the run: Min, doubling, up to Max.
@@ -87,6 +91,7 @@ func parseOptions(name string, args []string, defaults Options, stderr io.Writer
 	fs.BoolVar(&o.Full, "full", o.Full, "same as -f")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON document instead of the table")
 	fs.IntVar(&o.Precision, "precision", o.Precision, "decimals in the table")
+	fs.DurationVar(&o.Settle, "settle", o.Settle, "untimed barriers for this long before the first timing (0: none)")
 	// Flags may come before and after the positional heap or global.
 	var positional []string
 	for {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -32,6 +33,8 @@ func TestParseOptions(t *testing.T) {
 		{"-global", []string{"-global"}, func(o *Options) { o.Memory = "global" }},
 		{"-mem heap", []string{"-mem", "heap"}, func(*Options) {}},
 		{"full json", []string{"-f", "-json", "-precision", "4"}, func(o *Options) { o.Full, o.JSON, o.Precision = true, true, 4 }},
+		{"no settling", []string{"-settle", "0"}, func(o *Options) { o.Settle = 0 }},
+		{"settle longer", []string{"-settle", "1s"}, func(o *Options) { o.Settle = time.Second }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := parseOptions("put", tt.args, pt2ptDefaults, io.Discard)

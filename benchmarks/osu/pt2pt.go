@@ -11,7 +11,7 @@ import (
 // friends): 10000 timed and 1000 warm-up iterations up to 8 KiB, 100 and
 // 10 above; sizes 1 B to 1 MiB.
 var pt2ptDefaults = Options{Min: 1, Max: 1 << 20, Iters: 10000, Warmup: 1000, ItersLarge: 100,
-	WarmupLarge: 10, LargeSize: 8192, Window: 64, Memory: "heap", Precision: 2}
+	WarmupLarge: 10, LargeSize: 8192, Window: 64, Memory: "heap", Precision: 2, Settle: defaultSettle}
 
 func init() {
 	for _, c := range []struct{ name, title string }{

@@ -3,7 +3,7 @@
  * measured by the same program logic on the same machine.
  *
  *   oshcc -O2 -o osu_oshm osu_oshm.c
- *   oshrun -np 2 ./osu_oshm TEST [-min B] [-max B] [-iters N] [-warmup N] [-precision D]
+ *   oshrun -np 2 ./osu_oshm TEST [-min B] [-max B] [-iters N] [-warmup N] [-precision D] [-settle-ms MS]
  *
  * TEST is one of put get put_nb get_nb put_bw get_bw put_mr atomics barrier
  * broadcast collect fcollect reduce alltoall. Each prints the table that
@@ -23,6 +23,7 @@
 struct opts {
     long min, max, iters, warmup, iters_large, warmup_large, large, window;
     int precision;
+    double settle_ms;
 };
 
 static double now_us(void) {
@@ -40,6 +41,41 @@ static void gather2(double a, double b) {
     shmem_barrier_all();
     shmem_double_put(&stats[2 * me], v, 2, 0);
     shmem_barrier_all();
+}
+
+/* senders_sum returns the sum of column col of the gathered values of the
+ * sending PEs 0..pairs-1. */
+static double senders_sum(int pairs, int col) {
+    double sum = 0;
+    for (int p = 0; p < pairs; p++)
+        sum += stats[2 * p + col];
+    return sum;
+}
+
+/* refill sets the first size bytes of the buffers of a pair test, then
+ * waits for every PE. */
+static void refill(char *s, char *r, long size) {
+    memset(s, 'a', size);
+    memset(r, 'b', size);
+    shmem_barrier_all();
+}
+
+/* settle runs barriers for at least ms milliseconds by PE 0's clock before
+ * the first timing, as `osu -settle` does (there for the Go runtime's
+ * start-up; here so that both sides run the same program). */
+static void settle(double ms) {
+    static long stop; /* symmetric: a global */
+    double t0 = now_us();
+    while (ms > 0) {
+        for (int i = 0; i < 1000; i++)
+            shmem_barrier_all();
+        if (me == 0 && now_us() - t0 >= ms * 1e3)
+            for (int p = 0; p < npes; p++)
+                shmem_long_p(&stop, 1, p);
+        shmem_barrier_all();
+        if (stop)
+            break;
+    }
 }
 
 static void loops(const struct opts *o, long size, long *iters, long *warm) {
@@ -74,9 +110,7 @@ static void run_latency(const char *name, const struct opts *o) {
     for (long size = o->min; size <= o->max; size *= 2) {
         long iters, warm;
         loops(o, size, &iters, &warm);
-        memset(s, 'a', size);
-        memset(r, 'b', size);
-        shmem_barrier_all();
+        refill(s, r, size);
         double el = 0;
         if (me < pairs) {
             double t0 = 0;
@@ -96,12 +130,8 @@ static void run_latency(const char *name, const struct opts *o) {
             el = now_us() - t0;
         }
         gather2(el / iters, 0);
-        if (me == 0) {
-            double sum = 0;
-            for (int p = 0; p < pairs; p++)
-                sum += stats[2 * p];
-            row(o, size, sum / pairs);
-        }
+        if (me == 0)
+            row(o, size, senders_sum(pairs, 0) / pairs);
     }
     shmem_barrier_all();
     shmem_free(s);
@@ -121,9 +151,7 @@ static void run_bandwidth(const char *name, const struct opts *o) {
     for (long size = o->min; size <= o->max; size *= 2) {
         long iters, warm;
         loops(o, size, &iters, &warm);
-        memset(s, 'a', size);
-        memset(r, 'b', size);
-        shmem_barrier_all();
+        refill(s, r, size);
         double bw = 0;
         if (me < pairs) {
             double t0 = 0;
@@ -141,12 +169,8 @@ static void run_bandwidth(const char *name, const struct opts *o) {
             bw = (double)size * o->window * iters / (now_us() - t0);
         }
         gather2(bw, 0);
-        if (me == 0) {
-            double sum = 0;
-            for (int p = 0; p < pairs; p++)
-                sum += stats[2 * p];
-            row(o, size, sum);
-        }
+        if (me == 0)
+            row(o, size, senders_sum(pairs, 0));
     }
     shmem_barrier_all();
     shmem_free(s);
@@ -192,12 +216,8 @@ static void run_message_rate(const struct opts *o) {
             rate = iters / ((now_us() - t0) / 1e6);
         }
         gather2(rate, 0);
-        if (me == 0) {
-            double sum = 0;
-            for (int p = 0; p < pairs; p++)
-                sum += stats[2 * p];
-            printf("%-20ld%20.*f\n", size, o->precision, sum);
-        }
+        if (me == 0)
+            printf("%-20ld%20.*f\n", size, o->precision, senders_sum(pairs, 0));
     }
     shmem_barrier_all();
     shmem_free(buf);
@@ -248,14 +268,10 @@ static void run_atomics(const struct opts *o) {
         shmem_quiet();
         gather2(rate, lat);
         if (me == 0) {
-            double sr = 0, sl = 0;
-            for (int p = 0; p < pairs; p++) {
-                sr += stats[2 * p];
-                sl += stats[2 * p + 1];
-            }
             char op[64];
             snprintf(op, sizeof op, "shmem_int64_%s", names[k]);
-            printf("%-28s%20.*f%20.*f\n", op, o->precision, sr / 1e6, o->precision, sl / pairs);
+            printf("%-28s%20.*f%20.*f\n", op, o->precision, senders_sum(pairs, 0) / 1e6, o->precision,
+                   senders_sum(pairs, 1) / pairs);
         }
     }
     shmem_barrier_all();
@@ -356,7 +372,7 @@ static void run_collective(const char *name, const struct opts *o) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: osu_oshm TEST [-min B] [-max B] [-iters N] [-warmup N] [-precision D]\n"
+    fprintf(stderr, "usage: osu_oshm TEST [-min B] [-max B] [-iters N] [-warmup N] [-precision D] [-settle-ms MS]\n"
                     "TEST: put get put_nb get_nb put_bw get_bw put_mr atomics barrier broadcast collect fcollect reduce alltoall\n");
     return 2;
 }
@@ -376,9 +392,9 @@ int main(int argc, char **argv) {
     if (!known)
         return usage();
     /* the defaults of benchmarks/osu */
-    struct opts o = {1, 1 << 20, 10000, 1000, 100, 10, 8192, 64, 3};
+    struct opts o = {1, 1 << 20, 10000, 1000, 100, 10, 8192, 64, 3, 20};
     if (is_coll)
-        o = (struct opts){4, 1 << 20, 1000, 200, 100, 10, 8192, 1, 3};
+        o = (struct opts){4, 1 << 20, 1000, 200, 100, 10, 8192, 1, 3, 20};
     if (!strcmp(name, "put_mr"))
         o.iters = 500, o.warmup = 0, o.iters_large = 50, o.warmup_large = 0, o.large = 4096;
     if (!strcmp(name, "atomics"))
@@ -396,6 +412,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-warmup-large")) o.warmup_large = v, wset = 0;
         else if (!strcmp(argv[i], "-window")) o.window = v;
         else if (!strcmp(argv[i], "-precision")) o.precision = (int)v;
+        else if (!strcmp(argv[i], "-settle-ms")) o.settle_ms = atof(argv[i + 1]);
         else return usage();
     }
     if (iset)
@@ -415,6 +432,7 @@ int main(int argc, char **argv) {
         shmem_finalize();
         return 1;
     }
+    settle(o.settle_ms);
     if (!strcmp(name, "put") || !strcmp(name, "get") || !strcmp(name, "put_nb") || !strcmp(name, "get_nb"))
         run_latency(name, &o);
     else if (!strcmp(name, "put_bw") || !strcmp(name, "get_bw"))
