@@ -46,8 +46,9 @@ func fatal(routine string, pe int, err error) {
 }
 
 // largeCopy is the size from which direct copies go through ucs.Memcpy,
-// which keeps large copies into shared memory on the runtime's cached path.
-const largeCopy = 1 << 20
+// which copies large blocks into and out of shared memory faster than the
+// runtime's copy (REP MOVSB where the CPU does that well).
+const largeCopy = 32 << 10
 
 func bytesOf[T any](s []T) []byte {
 	var z T

@@ -1,5 +1,7 @@
 package ucs
 
+import "unsafe"
+
 // memcpyChunk is the largest piece Memcpy hands to the runtime's copy. The
 // Go runtime switches to non-temporal stores for copies of 1 MiB and more;
 // between shared-memory mappings, which have 4 KiB pages (no transparent huge
@@ -7,15 +9,31 @@ package ucs
 // cached path in 512 KiB pieces on this project's machines.
 const memcpyChunk = 512 << 10
 
-// Memcpy copies src into dst like copy, in pieces that keep the runtime on
-// its cached path. It is meant for large copies into and out of shared
-// memory; small copies cost one comparison more than copy.
+// memcpyRepMin is the size from which Memcpy copies with REP MOVSB where
+// the CPU has enhanced REP MOVSB (ERMS): measured on the project's 2-core
+// AMD EPYC VMs between two mappings of a /dev/shm file, it took 0.60 µs
+// for 64 KiB (copy: 0.79), 1.15 µs for 128 KiB (copy 1.6-1.9, glibc's
+// memcpy 1.40) and 18-19 µs for 1 MiB (512 KiB pieces of copy: 22, glibc:
+// 22); at 16 KiB and below it gains nothing.
+const memcpyRepMin = 32 << 10
+
+// Memcpy copies src into dst like copy and returns the number of bytes
+// copied. It is meant for large copies into and out of shared memory: from
+// 32 KiB on it uses REP MOVSB where the CPU does that well (amd64 with
+// ERMS), otherwise the runtime's copy in pieces that keep it on its cached
+// path; small copies cost one comparison more than copy. Overlapping
+// slices are copied correctly, as by copy.
 func Memcpy(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	if n <= memcpyChunk {
+	if n < memcpyRepMin {
 		return copy(dst, src)
 	}
 	dst, src = dst[:n], src[:n]
+	d, s := uintptr(unsafe.Pointer(&dst[0])), uintptr(unsafe.Pointer(&src[0]))
+	if useRepMovsb && (d+uintptr(n) <= s || s+uintptr(n) <= d) {
+		repMovsb(unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), uintptr(n))
+		return n
+	}
 	for len(src) > memcpyChunk {
 		copy(dst[:memcpyChunk], src[:memcpyChunk])
 		dst, src = dst[memcpyChunk:], src[memcpyChunk:]
