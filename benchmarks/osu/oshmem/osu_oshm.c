@@ -336,7 +336,7 @@ static void run_collective(const char *name, const struct opts *o) {
                         : !strcmp(name, "collect") ? "OSU OpenSHMEM Collect Latency Test"
                         : !strcmp(name, "fcollect") ? "OSU OpenSHMEM FCollect Latency Test"
                         : !strcmp(name, "reduce") ? "OSU OpenSHMEM Reduce Latency Test"
-                                                  : "OSU OpenSHMEM All-to-All Personalized Exchange Latency Test";
+                                                  : "OSU OpenSHMEM Alltoall Latency Test";
     if (me == 0) {
         printf("# %s\n", title);
         printf("%-20s%20s\n", "# Size", "Avg Latency(us)");
