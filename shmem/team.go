@@ -547,9 +547,13 @@ func (t *Team) CreateCtx(options CtxOptions) (*Ctx, error) {
 // contexts created from it (completing their operations), completes the
 // operations of the default context (so that nothing of the team's
 // synchronization is still on its way to another PE), and frees the team's
-// synchronization words for later teams. It is not collective, but every
-// PE of the team must destroy it before the words can be reused, and no
-// PE may use the team afterwards. Destroying nil or a destroyed team does
+// synchronization words for later teams. Every PE of the team must destroy
+// it before the words can be reused, and no PE may use the team
+// afterwards. A team that ran staged collectives (broadcast, collect,
+// fcollect or a short reduction on one node, which other PEs read from
+// this PE's words after it returned) is synchronized first, so Destroy is
+// then collective over the team, as shmem_team_destroy is; otherwise it
+// does not wait for the others. Destroying nil or a destroyed team does
 // nothing; it panics for TeamWorld and TeamShared.
 func (t *Team) Destroy() {
 	if t == nil || t.destroyed {
@@ -567,6 +571,12 @@ func (t *Team) Destroy() {
 	}
 	ctxMu.Unlock()
 	Quiet()
+	if cs := collStates[t.slot]; cs != nil && cs.team == t && cs.seq > 0 {
+		// Every PE of the team made the same staged calls; once all are
+		// here, none reads this PE's slots any more, and a later team may
+		// clear them.
+		t.sync("(*Team).Destroy")
+	}
 	teamPool.mu.Lock()
 	teamPool.used &^= 1 << t.slot
 	teamPool.mu.Unlock()
