@@ -420,16 +420,8 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 	case amRTS:
 		w.amDeliverRndv(h, p) // the user header, then the key if any
 	case amRTR:
-		a.mu.Lock()
-		op := a.sends[h.msg]
-		if op != nil && op.ep.remoteUID == h.src {
-			delete(a.sends, h.msg)
-		} else {
-			op = nil
-		}
-		a.mu.Unlock()
+		op := w.amTakeSend(h, "reply")
 		if op == nil {
-			log.Printf("ucp: worker %s: dropped a rendezvous reply from %#x for unknown request %d", w.name, h.src, h.msg)
 			return ucs.OK
 		}
 		op.kind, op.rid = opPush, h.total
@@ -466,16 +458,8 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 			rv.r.complete(ucs.OK)
 		}
 	case amDrop:
-		a.mu.Lock()
-		op := a.sends[h.msg]
-		if op != nil && op.ep.remoteUID == h.src {
-			delete(a.sends, h.msg)
-		} else {
-			op = nil
-		}
-		a.mu.Unlock()
+		op := w.amTakeSend(h, "drop")
 		if op == nil {
-			log.Printf("ucp: worker %s: dropped a rendezvous drop from %#x for unknown request %d", w.name, h.src, h.msg)
 			return ucs.OK
 		}
 		w.amFinish(op, ucs.OK)
@@ -484,6 +468,25 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		w.wireBack(h.src, append([]byte(nil), p...))
 	}
 	return ucs.OK
+}
+
+// amTakeSend removes and returns the rendezvous send that control message
+// h (a receiver's reply or drop, named by what) is about, or logs the
+// message and returns nil when no send of that number went to h's sender.
+func (w *Worker) amTakeSend(h amHeader, what string) *amOp {
+	a := &w.am
+	a.mu.Lock()
+	op := a.sends[h.msg]
+	if op != nil && op.ep.remoteUID == h.src {
+		delete(a.sends, h.msg)
+	} else {
+		op = nil
+	}
+	a.mu.Unlock()
+	if op == nil {
+		log.Printf("ucp: worker %s: dropped a rendezvous %s from %#x for unknown request %d", w.name, what, h.src, h.msg)
+	}
+	return op
 }
 
 // amDeliver calls the handler of an eager message whose data lies in a
