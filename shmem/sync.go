@@ -165,16 +165,22 @@ func (b *barrierState) sync() {
 	}
 	for k, dist := 0, 1; k < b.rounds; k, dist = k+1, dist<<1 {
 		off := b.off + uintptr(k*counterStride)
-		to := (st.me + dist) % st.npes
-		if q := &st.peers[to]; q.base != nil {
-			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), b.epoch)
-		} else {
-			// No flush: the peer waits for this add, and the operations
-			// before the barrier were completed by Quiet already.
-			defaultCtx.amoSlow("BarrierAll", to, off, 8, amoAdd, 1, 0, amoPost, nil)
-		}
+		signalRound("BarrierAll", (st.me+dist)%st.npes, off, b.epoch)
 		waitGE((*uint64)(st.heap.At(int(off))), b.epoch)
 	}
+}
+
+// signalRound brings the round counter at heap offset off of the job's PE
+// pe to epoch, in a dissemination barrier or sync whose only writer of that
+// counter is this PE: a release store into a mapped heap, an add of one
+// over the network. No flush: the peer waits for the signal, and the
+// operations before a barrier were completed by its Quiet already.
+func signalRound(routine string, pe int, off uintptr, epoch uint64) {
+	if q := &st.peers[pe]; q.base != nil {
+		ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), epoch)
+		return
+	}
+	defaultCtx.amoSlow(routine, pe, off, 8, amoAdd, 1, 0, amoPost, nil)
 }
 
 // waitGE waits until *p >= v.

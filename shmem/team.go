@@ -2,7 +2,6 @@ package shmem
 
 import (
 	"fmt"
-	"github.com/goshmem/goshmem/ucs"
 	"math/bits"
 	"sort"
 	"sync"
@@ -277,12 +276,7 @@ func (t *Team) sync(routine string) {
 	t.epoch++
 	for k, dist := 0, 1; dist < t.npes; k, dist = k+1, dist<<1 {
 		off := t.off + uintptr(1+k)*counterStride
-		to := t.members[(t.me+dist)%t.npes]
-		if q := &st.peers[to]; q.base != nil {
-			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), t.epoch)
-		} else {
-			defaultCtx.amoSlow(routine, to, off, 8, amoAdd, 1, 0, amoPost, nil)
-		}
+		signalRound(routine, t.members[(t.me+dist)%t.npes], off, t.epoch)
 		waitGE((*uint64)(st.heap.At(int(off))), t.epoch)
 	}
 }
