@@ -48,7 +48,7 @@ func fatal(routine string, pe int, err error) {
 // largeCopy is the size from which direct copies go through ucs.Memcpy,
 // which copies large blocks into and out of shared memory faster than the
 // runtime's copy (REP MOVSB where the CPU does that well).
-const largeCopy = 32 << 10
+const largeCopy = ucs.MemcpyMin
 
 func bytesOf[T any](s []T) []byte {
 	var z T

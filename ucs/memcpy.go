@@ -17,6 +17,10 @@ const memcpyChunk = 512 << 10
 // 22); at 16 KiB and below it gains nothing.
 const memcpyRepMin = 32 << 10
 
+// MemcpyMin is the size from which Memcpy does better than copy; callers on
+// hot paths call copy below it and save a call.
+const MemcpyMin = memcpyRepMin
+
 // Memcpy copies src into dst like copy and returns the number of bytes
 // copied. It is meant for large copies into and out of shared memory: from
 // 32 KiB on it uses REP MOVSB where the CPU does that well (amd64 with
