@@ -407,6 +407,9 @@ func TestPeerFailure(t *testing.T) {
 					if !errors.Is(err, v.want) {
 						t.Errorf("%s outstanding when the peer died: %v, want %v", op.name, err, v.want)
 					}
+					// The handler runs from a Progress after the failure is
+					// seen; the flush's own goroutine may be inside it.
+					progressUntil(t, w, "the error handler", func() bool { return rec.calls.Load() > 0 })
 					for range 100 {
 						w.Progress()
 					}

@@ -410,16 +410,16 @@ func (e *EP) fail(st ucs.Status, cause error) {
 		return
 	}
 	e.failed = true
-	e.err.Store(int32(st))
 	q := e.q
 	e.q, e.queued = nil, 0
 	gets := e.gets
 	e.gets = nil
-	e.mu.Unlock()
-	close(e.done)
-	e.conn.Close()
+	// The error becomes visible under i.mu, with the EP queued for the
+	// error handler: Progress, which reads both under i.mu, never sees a
+	// flush end with the error before the handler is due.
 	i := e.iface
 	i.mu.Lock()
+	e.err.Store(int32(st))
 	for _, f := range q {
 		if f.comp != nil {
 			i.comps = append(i.comps, compEvent{f.comp, st})
@@ -435,6 +435,9 @@ func (e *EP) fail(st ucs.Status, cause error) {
 	}
 	closed := i.closed
 	i.mu.Unlock()
+	e.mu.Unlock()
+	close(e.done)
+	e.conn.Close()
 	for _, f := range q {
 		f.release()
 	}

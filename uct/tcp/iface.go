@@ -294,20 +294,23 @@ func (i *Iface) Progress() int {
 	i.comps = nil
 	failed := i.failed
 	i.failed = nil
-	i.mu.Unlock()
-	for _, c := range comps {
-		c.comp.Invoke(c.status)
-	}
-	n += len(comps)
 	if i.nflush.Load() > 0 {
-		n += i.progressFlushes()
+		comps = i.takeDoneFlushesLocked(comps)
 	}
+	i.mu.Unlock()
+	// The error handler runs before the completions: a request that ends
+	// with an EP's error ends after the handler was told of it (fail makes
+	// the error visible and queues the EP under i.mu, in one step).
 	if i.errHandler != nil {
 		for _, e := range failed {
 			i.errHandler(i.errHandlerArg, e, e.status())
 		}
 	}
 	n += len(failed)
+	for _, c := range comps {
+		c.comp.Invoke(c.status)
+	}
+	n += len(comps)
 	if i.pending.Len() > 0 {
 		n += i.pending.Dispatch()
 	}
@@ -362,33 +365,29 @@ func (i *Iface) deliver() int {
 	return k
 }
 
-// progressFlushes signals the flushes whose EPs have seen every frame
-// acknowledged (or failed), and returns how many.
-func (i *Iface) progressFlushes() int {
-	i.mu.Lock()
-	var done []*flushWaiter
+// takeDoneFlushesLocked removes the flushes whose EPs have seen every
+// frame acknowledged (or failed) and appends their completions to comps;
+// i.mu is held.
+func (i *Iface) takeDoneFlushesLocked(comps []compEvent) []compEvent {
 	kept := i.flushes[:0]
 	for _, w := range i.flushes {
-		if w.done() {
-			done = append(done, w)
-		} else {
+		if !w.done() {
 			kept = append(kept, w)
+			continue
 		}
+		st := ucs.OK
+		for _, t := range w.targets {
+			if s := t.ep.status(); s.IsErr() {
+				st = s
+				break
+			}
+		}
+		comps = append(comps, compEvent{w.comp, st})
 	}
 	clear(i.flushes[len(kept):])
 	i.flushes = kept
 	i.nflush.Store(int32(len(kept)))
-	i.mu.Unlock()
-	for _, w := range done {
-		st := ucs.OK
-		for _, t := range w.targets {
-			if s := t.ep.status(); s.IsErr() && st == ucs.OK {
-				st = s
-			}
-		}
-		w.comp.Invoke(st)
-	}
-	return len(done)
+	return comps
 }
 
 // done reports whether every target of w is acknowledged or failed.
