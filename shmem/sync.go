@@ -211,9 +211,12 @@ func (w *waiter) pause() {
 	}
 	if w.n > st.spin {
 		if st.netPoll {
-			// Data from the network arrives through Go's poller, which a
-			// thread that only yields would starve (see ucp.Worker.Idle).
-			defaultCtx.idle()
+			// Progress reads the sockets (see ucp.Worker.Idle): it runs
+			// at every pause, and Idle yields, or sleeps when nothing
+			// came for long.
+			if st.worker.Progress() == 0 {
+				defaultCtx.idle()
+			}
 			return
 		}
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)

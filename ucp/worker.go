@@ -184,9 +184,10 @@ type Worker struct {
 	// swDirtyEPs counts endpoints with software operations to flush, so
 	// that a flush without any looks at no endpoint.
 	swDirtyEPs atomic.Int32
-	netPoll    bool        // some interface receives through Go's network poller
-	sleeping   uint32      // futex word: 1 while a goroutine sleeps in Idle; atomic
-	signalled  atomic.Bool // notify ran since Idle last looked
+	netPoll    bool         // some interface receives through Go's network poller
+	sleeping   uint32       // futex word: 1 while a goroutine sleeps in Idle; atomic
+	idleRun    atomic.Int32 // Idle calls since a Progress last did something (netPoll)
+	signalled  atomic.Bool  // notify ran since Idle last looked
 	amAlign    int
 	cpuMask    []int
 	wake       wakeState // FeatureWakeup: EventFD, Arm, Wait, Signal (wakeup.go)
@@ -300,18 +301,20 @@ func (w *Worker) AMAlignment() int { return w.amAlign }
 
 // Idle gives the processor away in a wait loop that made no progress.
 // When every interface of the worker is served by shared memory it yields
-// the thread. When some interface receives through Go's network poller
-// (tcp), a goroutine that only yields would stay runnable, and the scheduler
-// would then poll the network only every 10 ms; so Idle sleeps instead, in
-// the kernel (a futex wait, which leaves the network poller to the
-// runtime's other threads), until a receive path of the worker signals
-// that it handled something (a reply, a software put or atomic, an
-// acknowledgement), or idleWait at most: shared-memory peers and some
-// transports write straight into memory without a signal. A Go timer
-// would not do for that bound: the runtime rounds sleeps below a
-// millisecond up to about one when it has nothing else to do.
+// the thread. When some interface receives from the network (tcp), its
+// Progress reads the ready sockets itself, so for the first idleSpin calls
+// since a Progress last did something Idle only yields too: a reply is
+// then seen by the next Progress, microseconds after it came. After that
+// Idle sleeps, in the kernel (a futex wait, which leaves the network to
+// the transports' reading goroutines and the runtime's poller), until a
+// receive path of the worker signals that it handled something (a reply,
+// a software put or atomic, an acknowledgement), or idleWait at most:
+// shared-memory peers and some transports write straight into memory
+// without a signal. A Go timer would not do for that bound: the runtime
+// rounds sleeps below a millisecond up to about one when it has nothing
+// else to do.
 func (w *Worker) Idle() {
-	if !w.netPoll {
+	if !w.netPoll || w.idleRun.Add(1) <= idleSpin {
 		runtime.Gosched()
 		return
 	}
@@ -328,6 +331,10 @@ func (w *Worker) Idle() {
 
 // idleWait bounds how long Idle sleeps.
 const idleWait = 30 * time.Microsecond
+
+// idleSpin is how many times Idle yields, when the worker reads from the
+// network, before it sleeps: a few hundred microseconds of polling.
+const idleSpin = 512
 
 // notify tells the worker's waiters that something happened: it wakes a
 // goroutine sleeping in Idle, if any (the next Idle returns at once
@@ -432,6 +439,9 @@ func (w *Worker) Progress() int {
 	n := w.uw.Progress()
 	if w.fail.pending.Load() {
 		n += w.handleFailures()
+	}
+	if n > 0 && w.netPoll {
+		w.idleRun.Store(0)
 	}
 	return n
 }

@@ -357,46 +357,34 @@ func (e *EP) writer() {
 }
 
 // reader reads the peer's acknowledgements and get replies until the
-// connection ends.
+// connection ends, and then fails the EP.
 func (e *EP) reader() {
 	defer e.iface.wg.Done()
-	var b [frameHeaderLen + getRepHeaderLen]byte
-	for {
-		if _, err := io.ReadFull(e.conn, b[:frameHeaderLen]); err != nil {
-			e.fail(ucs.ErrConnectionReset, fmt.Errorf("read: %w", err))
-			return
-		}
-		h, err := decodeFrameHeader(b[:frameHeaderLen], 1<<frameAck|1<<frameGetRep, 0)
-		if err != nil {
-			e.fail(ucs.ErrConnectionReset, err)
-			return
-		}
-		if h.typ == frameGetRep {
-			if err := e.readGetReply(h, b[frameHeaderLen:]); err != nil {
-				e.fail(ucs.ErrConnectionReset, err)
-				return
-			}
-			continue
-		}
-		if _, err := io.ReadFull(e.conn, b[frameHeaderLen:frameHeaderLen+ackBodyLen]); err != nil {
-			e.fail(ucs.ErrConnectionReset, fmt.Errorf("read: %w", err))
-			return
-		}
-		n := binary.LittleEndian.Uint64(b[frameHeaderLen:])
-		if old := e.acked.Load(); n < old || n > e.issued.Load() {
-			e.fail(ucs.ErrConnectionReset, fmt.Errorf("acknowledgement of %d frames after %d, of %d sent: %w",
-				n, old, e.issued.Load(), ucs.ErrInvalidParam))
-			return
-		}
-		e.acked.Store(n)
-		if e.iface.nflush.Load() > 0 {
-			e.iface.markDirty()
-		} else if w := e.iface.worker; w != nil {
-			// Someone may wait for the acknowledgement by asking Flush
-			// again (a flush without a completion).
-			w.Signal()
-		}
+	in, err := newInStream(e.iface, e.conn, &epReader{e: e}, 1<<frameAck|1<<frameGetRep, 0, 16<<10)
+	if err == nil {
+		err = in.run()
 	}
+	if err == nil {
+		err = fmt.Errorf("read: %w", io.EOF)
+	}
+	e.fail(ucs.ErrConnectionReset, err)
+}
+
+// acknowledged records the peer's acknowledgement of the first n frames.
+func (e *EP) acknowledged(n uint64) error {
+	if old := e.acked.Load(); n < old || n > e.issued.Load() {
+		return fmt.Errorf("acknowledgement of %d frames after %d, of %d sent: %w",
+			n, old, e.issued.Load(), ucs.ErrInvalidParam)
+	}
+	e.acked.Store(n)
+	if e.iface.nflush.Load() > 0 {
+		e.iface.markDirty()
+	} else if w := e.iface.worker; w != nil {
+		// Someone may wait for the acknowledgement by asking Flush
+		// again (a flush without a completion).
+		w.Signal()
+	}
+	return nil
 }
 
 // fail moves the EP to status st (once): the connection is closed, queued

@@ -3,7 +3,6 @@ package tcp
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -126,18 +125,30 @@ func (e *EP) postGet(g *getOp, raddr, rkey uint64) ucs.Status {
 	return ucs.InProgress
 }
 
-// readGetReply reads the rest of a get reply whose frame header is h, using
-// b (getRepHeaderLen bytes) for its header, and completes the get. A reply
-// to no get, or of another length than asked, is a protocol error.
-func (e *EP) readGetReply(h frameHeader, b []byte) error {
-	if _, err := io.ReadFull(e.conn, b[:getRepHeaderLen]); err != nil {
-		return fmt.Errorf("read: %w", err)
+// epReader is the frameHandler of an EP's connection: it takes the
+// peer's acknowledgements and get replies.
+type epReader struct {
+	e   *EP
+	g   *getOp // the get whose reply is being read
+	id  uint64 // its id
+	st  ucs.Status
+	buf []byte // bcopy: the reply's data, for g.unpack
+	one [1][]byte
+}
+
+// begin takes an acknowledgement, or the header of a get reply and
+// returns where its data goes. A reply to no get, or of another length
+// than asked, is a protocol error.
+func (r *epReader) begin(h frameHeader, fixed []byte) ([][]byte, error) {
+	e := r.e
+	if h.typ == frameAck {
+		return nil, e.acknowledged(binary.LittleEndian.Uint64(fixed))
 	}
-	id := binary.LittleEndian.Uint64(b)
-	v := int64(binary.LittleEndian.Uint64(b[8:]))
+	id := binary.LittleEndian.Uint64(fixed)
+	v := int64(binary.LittleEndian.Uint64(fixed[8:]))
 	n := int(h.len - getRepHeaderLen)
 	if v > 0 || v < -128 || (v != 0 && n != 0) {
-		return fmt.Errorf("get reply with status %d and %d bytes: %w", v, n, ucs.ErrInvalidParam)
+		return nil, fmt.Errorf("get reply with status %d and %d bytes: %w", v, n, ucs.ErrInvalidParam)
 	}
 	st := ucs.Status(v)
 	e.mu.Lock()
@@ -146,38 +157,67 @@ func (e *EP) readGetReply(h frameHeader, b []byte) error {
 	e.mu.Unlock()
 	switch {
 	case g == nil:
-		return fmt.Errorf("reply to get %d, which is not waiting: %w", id, ucs.ErrInvalidParam)
-	case st == ucs.OK && n != g.n:
-		return fmt.Errorf("get reply of %d bytes to a get of %d: %w", n, g.n, ucs.ErrInvalidParam)
+		return nil, fmt.Errorf("reply to get %d, which is not waiting: %w", id, ucs.ErrInvalidParam)
 	}
-	if st == ucs.OK {
-		if err := e.readGetData(g); err != nil {
-			return err
-		}
+	r.g, r.id, r.st = g, id, st
+	if st == ucs.OK && n != g.n {
+		return nil, fmt.Errorf("get reply of %d bytes to a get of %d: %w", n, g.n, ucs.ErrInvalidParam)
+	}
+	switch {
+	case st != ucs.OK:
+		return nil, nil
+	case g.unpack != nil:
+		r.buf = getBuf(n)
+		r.one[0] = r.buf
+		return r.one[:], nil
+	}
+	return g.iov, nil // read straight into the caller's buffers
+}
+
+// end completes the get whose reply was read.
+func (r *epReader) end(bool) error {
+	g := r.g
+	if g == nil {
+		return nil // an acknowledgement
+	}
+	if r.buf != nil {
+		g.unpack(r.buf)
+		putBuf(r.buf)
+		r.buf, r.one[0] = nil, nil
 	}
 	if g.comp != nil {
-		e.iface.pushComp(g.comp, st)
+		r.e.iface.pushComp(g.comp, r.st)
 	}
 	g.release()
+	r.g = nil
 	return nil
 }
 
-// readGetData reads the g.n bytes of a reply into g's buffers or through
-// its unpack function.
-func (e *EP) readGetData(g *getOp) error {
-	if g.unpack != nil {
-		buf := getBuf(g.n)
-		defer putBuf(buf)
-		if _, err := io.ReadFull(e.conn, buf); err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-		g.unpack(buf)
-		return nil
+// abort gives the get whose reply was cut short back to the EP, which
+// fails next and completes it with its error.
+func (r *epReader) abort(error) {
+	g := r.g
+	if g == nil {
+		return
 	}
-	for _, b := range g.iov {
-		if _, err := io.ReadFull(e.conn, b); err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
+	if r.buf != nil {
+		putBuf(r.buf)
+		r.buf, r.one[0] = nil, nil
 	}
-	return nil
+	r.g = nil
+	e := r.e
+	e.mu.Lock()
+	if !e.failed {
+		e.gets[r.id] = g
+		g = nil
+	}
+	e.mu.Unlock()
+	if g != nil {
+		if g.comp != nil {
+			e.iface.pushComp(g.comp, e.status())
+		}
+		g.release()
+	}
 }
+
+func (r *epReader) caughtUp() error { return nil }

@@ -1,12 +1,10 @@
 package tcp
 
 import (
-	"bufio"
 	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"os"
@@ -79,6 +77,7 @@ type Iface struct {
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
 	tracer   uct.AMTraceHook // see SetAMTracer
 
+	poll    *pollSet         // the sockets Progress reads (poll.go)
 	dirty   atomic.Bool      // Progress has something to do
 	nflush  atomic.Int32     // flush waiters
 	pending uct.PendingQueue // the EPs' pending requests
@@ -137,6 +136,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		eps:     make(map[*EP]struct{}),
 		epIDs:   make(map[uint64]*EP),
 		conns:   make(map[net.Conn]struct{}),
+		poll:    openPollSet(),
 	}
 	i.rxCond.L = &i.mu
 	i.errHandler, i.errHandlerArg = params.ErrHandler, params.ErrHandlerArg
@@ -275,19 +275,29 @@ func (i *Iface) markDirty() {
 	}
 }
 
-// Progress delivers up to UCX_TCP_MAX_POLL queued active messages to their
-// handlers, signals the completions of zcopy operations and flushes, calls
-// the error handler for failed EPs, and calls pending requests of EPs that
-// have room again. It returns the number of events handled; with nothing to
-// do it costs one atomic load.
+// Progress reads the connections whose sockets are readable (one
+// epoll_wait that does not wait; see rx.go), delivers up to
+// UCX_TCP_MAX_POLL queued active messages to their handlers, calls the
+// error handler for failed EPs, signals the completions of zcopy
+// operations and flushes, and calls pending requests of EPs that have room
+// again. It returns the number of events handled; with no connection and
+// nothing to do it costs one atomic load.
 func (i *Iface) Progress() int {
-	if !i.dirty.Load() {
+	polling := i.poll.n.Load() > 0
+	if !polling && !i.dirty.Load() {
 		return 0
 	}
 	i.progMu.Lock()
 	defer i.progMu.Unlock()
+	n := 0
+	if polling {
+		n = i.pollStreams()
+	}
+	if !i.dirty.Load() {
+		return n
+	}
 	i.dirty.Store(false)
-	n := i.deliver()
+	n += i.deliver()
 
 	i.mu.Lock()
 	comps := i.comps
@@ -467,11 +477,18 @@ func (i *Iface) Close() {
 	for e := range i.eps {
 		eps = append(eps, e)
 	}
+	conns := make([]net.Conn, 0, len(i.conns))
 	for c := range i.conns {
-		c.Close()
+		conns = append(conns, c)
 	}
 	i.rxCond.Broadcast()
 	i.mu.Unlock()
+	// Closing a connection waits for its reader to leave the socket,
+	// which one waiting for room in the receive queue does only once it
+	// sees closed, under i.mu: the connections are closed without it.
+	for _, c := range conns {
+		c.Close()
+	}
 	i.ln.Close()
 	for _, e := range eps {
 		e.fail(ucs.ErrCanceled, nil)
@@ -480,6 +497,9 @@ func (i *Iface) Close() {
 	if i.worker != nil {
 		i.worker.ProgressUnregister(i.progID)
 	}
+	i.progMu.Lock() // no Progress polls the set any more
+	i.poll.close()
+	i.progMu.Unlock()
 	i.mu.Lock()
 	for _, m := range i.rxq[i.rxHead:] {
 		putBuf(m.data)
@@ -533,8 +553,12 @@ func (i *Iface) serve(c net.Conn) {
 		}
 		return
 	}
-	s := rxConn{iface: i, conn: c, br: bufio.NewReaderSize(c, 64<<10)}
-	if err := s.run(); err != nil && !i.isClosed() {
+	s := &rxConn{iface: i, conn: c}
+	in, err := newInStream(i, c.(*net.TCPConn), s, 1<<frameAM|1<<framePut|1<<frameFlush|1<<frameGet, i.cfg.rxSegSize, 64<<10)
+	if err == nil {
+		err = in.run()
+	}
+	if err != nil && !i.isClosed() {
 		logf("iface %s: closed the connection from %v: %v", i.ln.Addr(), from, err)
 	}
 }
@@ -545,11 +569,18 @@ func (i *Iface) isClosed() bool {
 	return i.closed
 }
 
-// rxConn is the receiving side of an authenticated connection.
+// rxFull reports whether the queue of received active messages is full.
+func (i *Iface) rxFull() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.rxBytes >= i.cfg.rxQueueLen
+}
+
+// rxConn is the receiving side of an authenticated connection: the
+// frameHandler of its inStream.
 type rxConn struct {
 	iface     *Iface
 	conn      net.Conn
-	br        *bufio.Reader
 	processed uint64 // frames applied or queued
 	acked     uint64 // the count last acknowledged
 	ackDue    bool   // the client asked for an acknowledgement
@@ -557,71 +588,87 @@ type rxConn struct {
 	ack       [frameHeaderLen + ackBodyLen]byte
 	getRep    [frameHeaderLen + getRepHeaderLen]byte
 	repBuf    []byte // a small get reply
+
+	// The frame being read.
+	typ  uint8
+	id   uint8     // an active message's id
+	data []byte    // an active message's buffer
+	put  *region   // a put's target, locked for reading; nil: dropped
+	get  getHeader // a get
+	one  [1][]byte // the body's one buffer
 }
 
-// run reads frames until the connection ends: nil at a clean end, the
-// reason otherwise.
-func (s *rxConn) run() error {
-	i := s.iface
-	var hb [frameHeaderLen]byte
-	var ph [putHeaderLen]byte
-	var gh [getHeaderLen]byte
-	for {
-		if s.br.Buffered() == 0 {
-			if err := s.sendAck(); err != nil {
-				return err
-			}
-			if s.wrote && i.worker != nil {
-				// A goroutine waiting for memory to change may wait for
-				// these puts.
-				i.worker.Signal()
-			}
-			s.wrote = false
+func (s *rxConn) begin(h frameHeader, fixed []byte) ([][]byte, error) {
+	s.typ = h.typ
+	switch h.typ {
+	case frameAM:
+		s.id, s.data = h.id, getBuf(int(h.len))
+		s.one[0] = s.data
+		return s.one[:], nil
+	case framePut:
+		p, n := decodePutHeader(fixed), uint64(h.len-putHeaderLen)
+		if s.put = s.iface.target(p, n, s.conn); s.put == nil {
+			return nil, nil
 		}
-		if _, err := io.ReadFull(s.br, hb[:]); err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-		h, err := decodeFrameHeader(hb[:], 1<<frameAM|1<<framePut|1<<frameFlush|1<<frameGet, i.cfg.rxSegSize)
-		if err != nil {
-			return err
-		}
-		switch h.typ {
-		case frameAM:
-			data := getBuf(int(h.len))
-			if _, err := io.ReadFull(s.br, data); err != nil {
-				putBuf(data)
-				return fmt.Errorf("reading an active message: %w", err)
-			}
-			if err := s.receiveAM(h.id, data); err != nil {
-				return err
-			}
-		case framePut:
-			if _, err := io.ReadFull(s.br, ph[:]); err != nil {
-				return fmt.Errorf("reading a put: %w", err)
-			}
-			if err := s.applyPut(decodePutHeader(ph[:]), uint64(h.len-putHeaderLen)); err != nil {
-				return fmt.Errorf("reading a put: %w", err)
-			}
-			s.wrote = true
-		case frameFlush:
-			s.ackDue = true
-		case frameGet:
-			if _, err := io.ReadFull(s.br, gh[:]); err != nil {
-				return fmt.Errorf("reading a get: %w", err)
-			}
-			g, err := decodeGetHeader(gh[:])
-			if err != nil {
-				return err
-			}
-			if err := s.serveGet(g); err != nil {
-				return fmt.Errorf("answering a get: %w", err)
-			}
-		}
-		s.processed++
+		off := p.raddr - s.put.key.addr
+		s.one[0] = s.put.mem[off : off+n]
+		return s.one[:], nil
+	case frameGet:
+		g, err := decodeGetHeader(fixed)
+		s.get = g
+		return nil, err
 	}
+	return nil, nil
+}
+
+func (s *rxConn) end(progress bool) error {
+	switch s.typ {
+	case frameAM:
+		data := s.data
+		s.data, s.one[0] = nil, nil
+		if err := s.receiveAM(s.id, data, progress); err != nil {
+			return err
+		}
+	case framePut:
+		if s.put != nil {
+			s.put.mu.RUnlock()
+			s.put, s.one[0] = nil, nil
+		}
+		s.wrote = true
+	case frameFlush:
+		s.ackDue = true
+	case frameGet:
+		if err := s.serveGet(s.get); err != nil {
+			return fmt.Errorf("answering a get: %w", err)
+		}
+	}
+	s.processed++
+	return nil
+}
+
+func (s *rxConn) abort(error) {
+	switch {
+	case s.data != nil:
+		putBuf(s.data)
+		s.data, s.one[0] = nil, nil
+	case s.put != nil:
+		s.put.mu.RUnlock()
+		s.put, s.one[0] = nil, nil
+	}
+}
+
+// caughtUp acknowledges what was processed, when the client asked, and
+// signals the worker after puts: a goroutine waiting for memory to change
+// may wait for them.
+func (s *rxConn) caughtUp() error {
+	if err := s.sendAck(); err != nil {
+		return err
+	}
+	if s.wrote && s.iface.worker != nil {
+		s.iface.worker.Signal()
+	}
+	s.wrote = false
+	return nil
 }
 
 // sendAck acknowledges the frames processed, when the client asked.
@@ -640,9 +687,10 @@ func (s *rxConn) sendAck() error {
 }
 
 // receiveAM hands a message to its asynchronous handler, or queues it for
-// Progress, waiting (after acknowledging what came before) while the queue
-// is full.
-func (s *rxConn) receiveAM(id uint8, data []byte) error {
+// Progress. Read by the goroutine, it waits (after acknowledging what came
+// before) while the queue is full; read by Progress, it queues it anyway
+// (Progress reads no more until there is room).
+func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) error {
 	i := s.iface
 	if h := i.handlers[id].Load(); h != nil && h.flags == uct.CBFlagAsync {
 		i.tracer.Trace(uct.AMTraceRecv, id, data)
@@ -652,7 +700,7 @@ func (s *rxConn) receiveAM(id uint8, data []byte) error {
 		return nil
 	}
 	i.mu.Lock()
-	for i.rxBytes >= i.cfg.rxQueueLen && !i.closed {
+	for !progress && i.rxBytes >= i.cfg.rxQueueLen && !i.closed {
 		i.mu.Unlock()
 		if err := s.sendAck(); err != nil {
 			putBuf(data)
@@ -676,21 +724,16 @@ func (s *rxConn) receiveAM(id uint8, data []byte) error {
 	return nil
 }
 
-// applyPut writes the n data bytes of a put, read from the connection, to
-// its target region when the put is valid, and otherwise reads and drops
-// them with a logged warning. It fails only when the connection does.
-func (s *rxConn) applyPut(p putHeader, n uint64) error {
-	r, why := s.iface.md.access(p.key, p.token, p.raddr, n)
+// target returns the region a put of n bytes writes, locked for reading,
+// or nil (and logs why) when the put is refused: its data is then read and
+// dropped.
+func (i *Iface) target(p putHeader, n uint64, from net.Conn) *region {
+	r, why := i.md.access(p.key, p.token, p.raddr, n)
 	if r == nil {
 		logf("iface %s: rejected a put of %d bytes to %#x (key %#x) from %v: %s",
-			s.iface.ln.Addr(), n, p.raddr, p.key, s.conn.RemoteAddr(), why)
-		_, err := s.br.Discard(int(n))
-		return err
+			i.ln.Addr(), n, p.raddr, p.key, from.RemoteAddr(), why)
 	}
-	off := p.raddr - r.key.addr
-	_, err := io.ReadFull(s.br, r.mem[off:off+n])
-	r.mu.RUnlock()
-	return err
+	return r
 }
 
 // serveGet answers a get on the connection: with the bytes asked for when
