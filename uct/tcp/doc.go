@@ -92,25 +92,32 @@
 //
 //   - One goroutine per listener accepts connections; one per accepted
 //     connection runs the handshake and then reads its frames.
-//   - Puts are applied to memory by the receiving goroutine: the target need
+//   - Every connection is read by its goroutine, which waits for data
+//     through Go's network poller, and by Iface.Progress, which asks the
+//     iface's epoll set without waiting which sockets are readable and
+//     reads those itself (see rx.go): a goroutine that spins on Progress
+//     sees a reply without waiting for the scheduler to run another
+//     goroutine, and a process that calls nothing is still served.
+//   - Puts are applied to memory by whichever reads them: the target need
 //     not call anything (passive progress).
 //   - Active messages for handlers installed with uct.CBFlagAsync are
-//     delivered by the receiving goroutine, at once; those for
-//     uct.CBFlagSync handlers are queued and delivered by Iface.Progress. The
-//     queue holds at most UCX_TCP_RX_QUEUE_LEN bytes: beyond that the receiving
-//     goroutine stops reading, and TCP flow control pushes back on the
-//     sender. Handlers get uct.CBParamFlagDesc and may keep data by
-//     returning ucs.InProgress until Iface.ReleaseDesc.
+//     delivered by their reader, at once; those for uct.CBFlagSync
+//     handlers are queued and delivered by Iface.Progress. The queue holds
+//     at most UCX_TCP_RX_QUEUE_LEN bytes: beyond that the reading
+//     goroutine stops reading (Progress reads no more until there is
+//     room), and TCP flow control pushes back on the sender. Handlers get
+//     uct.CBParamFlagDesc and may keep data by returning ucs.InProgress
+//     until Iface.ReleaseDesc.
 //   - Operations write to the socket from the calling goroutine when they
 //     can; one writer goroutine per EP writes what was queued, and one
-//     reader goroutine per EP reads the acknowledgements.
+//     reader goroutine per EP reads the acknowledgements and get replies
+//     (with Progress, as above).
 //   - Completions, flush completions, EP error handlers and pending requests
 //     are called only from Iface.Progress.
 //
-// A goroutine that waits for a tcp event should not spin on Progress and
-// yield only with runtime.Gosched: while it keeps its P busy, the Go
-// scheduler notices ready connections late (see bench_test.go); sleeping
-// briefly, or blocking, after some idle spins avoids that.
+// A goroutine that waits for a tcp event should spin on Progress, yielding
+// (runtime.Gosched) between calls, and sleep only after a while without
+// events.
 //
 // WakeupFD is unsupported: ifaces are polled.
 package tcp

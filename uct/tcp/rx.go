@@ -86,10 +86,10 @@ type inStream struct {
 	r, w     int  // buf[r:w] is read and not consumed yet
 	inFrame  bool // begin was called, end not yet
 	dst      [][]byte
-	left     int    // body bytes of the frame still to read
-	progress bool   // Progress holds mu
-	frames   int    // frames ended by the current reader
-	err      error  // the stream ended: io.EOF, or why
+	left     int   // body bytes of the frame still to read
+	progress bool  // Progress holds mu
+	frames   int   // frames ended by the current reader
+	err      error // the stream ended: io.EOF, or why
 }
 
 // newInStream returns a stream reading c for h, with a buffer of bufLen
@@ -294,7 +294,7 @@ func (s *inStream) readDone(n int, err error) bool {
 	case err == unix.EAGAIN:
 		return false
 	case err != nil:
-		s.fail(fmt.Errorf("read: %w", &net.OpError{Op: "read", Net: "tcp", Addr: s.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}))
+		s.fail(fmt.Errorf("read: %w", os.NewSyscallError("read", err)))
 		return false
 	case n == 0 && (s.inFrame || s.r < s.w):
 		s.fail(fmt.Errorf("read: %w", io.ErrUnexpectedEOF))
