@@ -89,6 +89,7 @@ type EP struct {
 	writing bool     // an operation or the writer is writing
 	wbufs   [][]byte // buffers of a direct write; used by the operation that set writing
 	writeFn func(fd uintptr) bool
+	iov     []unix.Iovec      // writeFn's scratch
 	wn      int               // result of writeFn
 	werr    error             // result of writeFn
 	ackReq  uint64            // frame count of the last acknowledgement request
@@ -276,7 +277,7 @@ func (e *EP) tryWrite(bufs [][]byte) (int, error) {
 // interrupted.
 func (e *EP) writev(fd uintptr) bool {
 	for {
-		e.wn, e.werr = unix.Writev(int(fd), e.wbufs)
+		e.wn, e.werr = writevNB(int(fd), e.wbufs, &e.iov)
 		if e.werr != unix.EINTR {
 			return true
 		}

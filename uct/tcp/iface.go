@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
@@ -556,6 +558,7 @@ func (i *Iface) serve(c net.Conn) {
 	s := &rxConn{iface: i, conn: c}
 	in, err := newInStream(i, c.(*net.TCPConn), s, 1<<frameAM|1<<framePut|1<<frameFlush|1<<frameGet, i.cfg.rxSegSize, 64<<10)
 	if err == nil {
+		s.in = in
 		err = in.run()
 	}
 	if err != nil && !i.isClosed() {
@@ -581,6 +584,7 @@ func (i *Iface) rxFull() bool {
 type rxConn struct {
 	iface     *Iface
 	conn      net.Conn
+	in        *inStream
 	processed uint64 // frames applied or queued
 	acked     uint64 // the count last acknowledged
 	ackDue    bool   // the client asked for an acknowledgement
@@ -679,7 +683,7 @@ func (s *rxConn) sendAck() error {
 	s.ackDue = false
 	putFrameHeader(s.ack[:], frameAck, 0, ackBodyLen)
 	binary.LittleEndian.PutUint64(s.ack[frameHeaderLen:], s.processed)
-	if _, err := s.conn.Write(s.ack[:]); err != nil {
+	if err := s.write(s.ack[:]); err != nil {
 		return fmt.Errorf("sending an acknowledgement: %w", err)
 	}
 	s.acked = s.processed
@@ -749,8 +753,7 @@ func (s *rxConn) serveGet(g getHeader) error {
 		putFrameHeader(h, frameGetRep, 0, getRepHeaderLen)
 		st := int64(ucs.ErrInvalidAddr)
 		binary.LittleEndian.PutUint64(h[frameHeaderLen+8:], uint64(st))
-		_, err := s.conn.Write(h)
-		return err
+		return s.write(h)
 	}
 	defer r.mu.RUnlock()
 	putFrameHeader(h, frameGetRep, 0, getRepHeaderLen+int(g.length))
@@ -762,13 +765,26 @@ func (s *rxConn) serveGet(g getHeader) error {
 		b := append(s.repBuf[:0], h...)
 		b = append(b, data...)
 		s.repBuf = b[:0]
-		_, err := s.conn.Write(b)
+		return s.write(b)
+	}
+	if err := s.write(h); err != nil {
 		return err
 	}
-	if _, err := s.conn.Write(h); err != nil {
-		return err
+	return s.write(data)
+}
+
+// write writes b to the connection: at once when the socket takes it,
+// and otherwise waiting (through Go's poller) for room. Only the stream's
+// reader writes, under the stream's lock.
+func (s *rxConn) write(b []byte) error {
+	n, err := writeNB(s.in.fd, b)
+	switch {
+	case err == nil && n == len(b):
+		return nil
+	case err != nil && err != unix.EAGAIN:
+		return fmt.Errorf("write: %w", os.NewSyscallError("write", err))
 	}
-	_, err := s.conn.Write(data)
+	_, err = s.conn.Write(b[n:])
 	return err
 }
 

@@ -92,7 +92,7 @@ func (i *Iface) pollRemove(s *inStream) {
 // waiting, and returns the number of frames they ended; i.progMu is held.
 func (i *Iface) pollStreams() int {
 	p := i.poll
-	n, err := unix.EpollWait(p.fd, p.events[:], 0)
+	n, err := epollWaitNB(p.fd, p.events[:])
 	if err != nil || n <= 0 {
 		return 0
 	}

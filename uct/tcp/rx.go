@@ -81,15 +81,15 @@ type inStream struct {
 	readFn  func(fd uintptr) bool
 	pollFn  func(fd uintptr)
 
-	mu       sync.Mutex // one reader at a time; guards the fields below
-	buf      []byte
-	r, w     int  // buf[r:w] is read and not consumed yet
-	inFrame  bool // begin was called, end not yet
-	dst      [][]byte
-	left     int   // body bytes of the frame still to read
-	progress bool  // Progress holds mu
-	frames   int   // frames ended by the current reader
-	err      error // the stream ended: io.EOF, or why
+	mu      sync.Mutex // one reader at a time; guards the fields below
+	buf     []byte
+	r, w    int  // buf[r:w] is read and not consumed yet
+	inFrame bool // begin was called, end not yet
+	dst     [][]byte
+	left    int   // body bytes of the frame still to read
+	fd      int   // the socket, while a reader holds mu
+	frames  int   // frames ended by the current reader
+	err     error // the stream ended: io.EOF, or why
 }
 
 // newInStream returns a stream reading c for h, with a buffer of bufLen
@@ -146,11 +146,10 @@ func (s *inStream) poll() int {
 	if s.err != nil {
 		return 0
 	}
-	s.progress, s.frames = true, 0
+	s.frames = 0
 	if s.raw.Control(s.pollFn) != nil && s.err == nil {
 		s.err = net.ErrClosed
 	}
-	s.progress = false
 	return s.frames
 }
 
@@ -160,6 +159,8 @@ func (s *inStream) polled(fd uintptr) { s.pump(int(fd), true) }
 // stream ends (s.err), or, from Progress, the receive queue is full; s.mu
 // is held.
 func (s *inStream) pump(fd int, progress bool) {
+	s.fd = fd
+	defer func() { s.fd = -1 }()
 	for s.err == nil {
 		if !s.inFrame {
 			if progress && s.iface.rxFull() {
@@ -279,7 +280,7 @@ func (s *inStream) fill(fd, need int) bool {
 		s.w = copy(s.buf, s.buf[s.r:s.w])
 		s.r = 0
 	}
-	n, err := readRetry(fd, s.buf[s.w:])
+	n, err := readNB(fd, s.buf[s.w:])
 	if !s.readDone(n, err) {
 		return false
 	}
@@ -310,31 +311,5 @@ func (s *inStream) readDone(n int, err error) bool {
 func (s *inStream) fail(err error) {
 	if s.err == nil {
 		s.err = err
-	}
-}
-
-// readRetry is read(2), retried when interrupted.
-func readRetry(fd int, b []byte) (int, error) {
-	for {
-		n, err := unix.Read(fd, b)
-		if err != unix.EINTR {
-			if n < 0 {
-				n = 0
-			}
-			return n, err
-		}
-	}
-}
-
-// readv is readv(2) into bufs, retried when interrupted.
-func readv(fd int, bufs [][]byte) (int, error) {
-	for {
-		n, err := unix.Readv(fd, bufs)
-		if err != unix.EINTR {
-			if n < 0 {
-				n = 0
-			}
-			return n, err
-		}
 	}
 }

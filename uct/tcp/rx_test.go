@@ -181,7 +181,9 @@ func TestPollSet(t *testing.T) {
 	members := func(i *Iface) int { return int(i.poll.n.Load()) }
 	progressUntil(t, func() bool { return members(x) == 1 && members(y) == 1 }, x, y)
 	src := register(t, md, 64)
+	src.memh.r.mu.Lock() // orders the write before the peer's read, for the race detector
 	copy(src.mem, "through the poll set")
+	src.memh.r.mu.Unlock()
 	got := make([]byte, 20)
 	done := false
 	comp := &uct.Completion{Count: 1, Func: func(*uct.Completion) { done = true }}
