@@ -84,7 +84,7 @@ func TestSameNodeRoutinesAllocateNothing(t *testing.T) {
 			{"CtxPutSignal", func() { shmem.CtxPutSignal(ctx, x[8:12], src, &sig[0], 1, shmem.SignalAdd, to) }},
 			{"(*Ctx).Quiet", func() { ctx.Quiet() }},
 		} {
-			if a := testing.AllocsPerRun(100, c.fn); a != 0 {
+			if a := allocsPerCall(c.fn); a != 0 {
 				t.Errorf("%s allocates %v times per call", c.name, a)
 			}
 		}

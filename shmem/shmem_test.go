@@ -468,6 +468,19 @@ func checkPanic(t *testing.T, name string, fn func(), want string) {
 	}
 }
 
+// allocsPerCall returns the allocations of one call of fn: the least of
+// three testing.AllocsPerRun, which counts every goroutine's allocations.
+// The transports' and the bootstrap's goroutines may allocate during one
+// of them (a connection accepted late, a gossip round); an allocation of
+// fn's own shows in all three.
+func allocsPerCall(fn func()) float64 {
+	a := testing.AllocsPerRun(100, fn)
+	for range 2 {
+		a = min(a, testing.AllocsPerRun(100, fn))
+	}
+	return a
+}
+
 func TestSameNodeHotPathsAllocateNothing(t *testing.T) {
 	job(t, func(t *testing.T, me, n int) {
 		if !sameNode() {
@@ -488,7 +501,7 @@ func TestSameNodeHotPathsAllocateNothing(t *testing.T) {
 			{"AtomicFetchAdd", func() { shmem.AtomicFetchAdd(&x[6], 1, to) }},
 			{"AtomicCompareSwap", func() { shmem.AtomicCompareSwap(&x[7], 0, 1, to) }},
 		} {
-			if a := testing.AllocsPerRun(100, c.fn); a != 0 {
+			if a := allocsPerCall(c.fn); a != 0 {
 				t.Errorf("%s allocates %v times per call", c.name, a)
 			}
 		}
