@@ -51,6 +51,20 @@ func frameBytes(typ uint8, fixed, body string) []byte {
 	return append(append(b, fixed...), body...)
 }
 
+// socketPair returns a connected pair of non-blocking stream sockets,
+// closed at the end of the test.
+func socketPair(t *testing.T) [2]int {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+	})
+	return fds
+}
+
 // TestInStreamFragments feeds frames to an inStream through a socket in
 // pieces of every size, and checks that every frame ends whole and once,
 // whatever the cut: inside a header, a fixed part or a body, with bodies
@@ -85,12 +99,7 @@ func TestInStreamFragments(t *testing.T) {
 		{"whole", len(wire), 64 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Close(fds[0])
-			defer unix.Close(fds[1])
+			fds := socketPair(t)
 			unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 1<<20)
 			rec := &recorder{}
 			s := &inStream{h: rec, allowed: 1<<frameAM | 1<<framePut | 1<<frameFlush, maxAM: 1 << 20, buf: make([]byte, tc.buf)}
@@ -142,12 +151,7 @@ func TestInStreamErrors(t *testing.T) {
 		{"dropped", dropped, true, io.EOF, 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Close(fds[0])
-			defer unix.Close(fds[1])
+			fds := socketPair(t)
 			rec := &recorder{drop: tc.drop}
 			s := &inStream{h: rec, allowed: 1<<frameAM | 1<<frameFlush, maxAM: 64, buf: make([]byte, 64)}
 			unix.Write(fds[0], tc.wire)

@@ -20,75 +20,49 @@ import (
 // rawMax is the most bytes moved by one raw read or write.
 const rawMax = 64 << 10
 
-// readNB is a non-blocking read(2), retried when interrupted.
+// readNB is a non-blocking read(2) into b (not empty).
 func readNB(fd int, b []byte) (int, error) {
-	if len(b) > rawMax || len(b) == 0 {
-		return readRetry(fd, b)
-	}
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-		switch e {
-		case 0:
-			return int(r), nil
-		case unix.EINTR:
-			continue
-		}
-		return 0, e
-	}
+	return sysIO(unix.SYS_READ, fd, unsafe.Pointer(&b[0]), len(b), len(b) <= rawMax)
 }
 
-// writevNB is a non-blocking writev(2) of bufs, retried when interrupted;
-// iov is scratch space for the vector.
+// writeNB is a non-blocking write(2) of b (not empty).
+func writeNB(fd int, b []byte) (int, error) {
+	return sysIO(unix.SYS_WRITE, fd, unsafe.Pointer(&b[0]), len(b), len(b) <= rawMax)
+}
+
+// writevNB is a non-blocking writev(2) of bufs; iov is scratch space for
+// the vector.
 func writevNB(fd int, bufs [][]byte, iov *[]unix.Iovec) (int, error) {
 	n := 0
 	v := (*iov)[:0]
 	for _, b := range bufs {
-		if len(b) == 0 {
-			continue
+		if len(b) > 0 {
+			n += len(b)
+			e := unix.Iovec{Base: &b[0]}
+			e.SetLen(len(b))
+			v = append(v, e)
 		}
-		n += len(b)
-		io := unix.Iovec{Base: &b[0]}
-		io.SetLen(len(b))
-		v = append(v, io)
 	}
 	*iov = v
-	if n > rawMax || len(v) == 0 {
-		clear(v)
-		for {
-			n, err := unix.Writev(fd, bufs)
-			if err != unix.EINTR {
-				return n, err
-			}
-		}
+	if len(v) == 0 {
+		return 0, nil
 	}
 	defer clear(v) // holds no buffer once done
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
-		switch e {
-		case 0:
-			return int(r), nil
-		case unix.EINTR:
-			continue
-		}
-		return 0, e
-	}
+	return sysIO(unix.SYS_WRITEV, fd, unsafe.Pointer(&v[0]), len(v), n <= rawMax)
 }
 
-// writeNB is a non-blocking write(2) of b, retried when interrupted.
-func writeNB(fd int, b []byte) (int, error) {
-	if len(b) > rawMax || len(b) == 0 {
-		for {
-			n, err := unix.Write(fd, b)
-			if err != unix.EINTR {
-				if n < 0 {
-					n = 0
-				}
-				return n, err
-			}
-		}
-	}
+// sysIO makes the system call trap (read, write or writev) on fd with the
+// buffer or vector p of n elements, retried when interrupted: raw when few
+// bytes move, through Syscall otherwise.
+func sysIO(trap uintptr, fd int, p unsafe.Pointer, n int, raw bool) (int, error) {
 	for {
-		r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		var r uintptr
+		var e unix.Errno
+		if raw {
+			r, _, e = unix.RawSyscall(trap, uintptr(fd), uintptr(p), uintptr(n))
+		} else {
+			r, _, e = unix.Syscall(trap, uintptr(fd), uintptr(p), uintptr(n))
+		}
 		switch e {
 		case 0:
 			return int(r), nil
@@ -107,19 +81,6 @@ func epollWaitNB(epfd int, ev []unix.EpollEvent) (int, error) {
 		return 0, e
 	}
 	return int(r), nil
-}
-
-// readRetry is read(2), retried when interrupted.
-func readRetry(fd int, b []byte) (int, error) {
-	for {
-		n, err := unix.Read(fd, b)
-		if err != unix.EINTR {
-			if n < 0 {
-				n = 0
-			}
-			return n, err
-		}
-	}
 }
 
 // readv is readv(2) into bufs, retried when interrupted.
