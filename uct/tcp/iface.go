@@ -85,19 +85,22 @@ type Iface struct {
 	pending uct.PendingQueue // the EPs' pending requests
 	progMu  sync.Mutex       // one Progress at a time
 	batch   []amMsg          // Progress's delivery buffer; guarded by progMu
-	wg      sync.WaitGroup
-	mu      sync.Mutex // guards the fields below
-	rxCond  sync.Cond  // signalled when the receive queue shrinks or the iface closes
-	rxq     []amMsg
-	rxHead  int
-	rxBytes int
-	comps   []compEvent
-	flushes []*flushWaiter
-	failed  []*EP
-	eps     map[*EP]struct{}
-	epIDs   map[uint64]*EP // EPs created unconnected, by id
-	conns   map[net.Conn]struct{}
-	closed  bool
+	// spareComps is the completion list Progress gave back, which the
+	// next Progress hands to comps; guarded by progMu.
+	spareComps []compEvent
+	wg         sync.WaitGroup
+	mu         sync.Mutex // guards the fields below
+	rxCond     sync.Cond  // signalled when the receive queue shrinks or the iface closes
+	rxq        []amMsg
+	rxHead     int
+	rxBytes    int
+	comps      []compEvent
+	flushes    []*flushWaiter
+	failed     []*EP
+	eps        map[*EP]struct{}
+	epIDs      map[uint64]*EP // EPs created unconnected, by id
+	conns      map[net.Conn]struct{}
+	closed     bool
 }
 
 // IfaceOpen opens a tcp iface on the device params.DevName: it listens on
@@ -303,7 +306,7 @@ func (i *Iface) Progress() int {
 
 	i.mu.Lock()
 	comps := i.comps
-	i.comps = nil
+	i.comps, i.spareComps = i.spareComps, nil // no allocation per completion
 	failed := i.failed
 	i.failed = nil
 	if i.nflush.Load() > 0 {
@@ -323,6 +326,8 @@ func (i *Iface) Progress() int {
 		c.comp.Invoke(c.status)
 	}
 	n += len(comps)
+	clear(comps)
+	i.spareComps = comps[:0]
 	if i.pending.Len() > 0 {
 		n += i.pending.Dispatch()
 	}
