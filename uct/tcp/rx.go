@@ -88,6 +88,7 @@ type inStream struct {
 	dst     [][]byte
 	left    int   // body bytes of the frame still to read
 	fd      int   // the socket, while a reader holds mu
+	drained bool  // the last read into buf was short: the socket had no more
 	frames  int   // frames ended by the current reader
 	err     error // the stream ended: io.EOF, or why
 }
@@ -161,10 +162,15 @@ func (s *inStream) polled(fd uintptr) { s.pump(int(fd), true) }
 func (s *inStream) pump(fd int, progress bool) {
 	s.fd = fd
 	defer func() { s.fd = -1 }()
+	s.drained = false
 	for s.err == nil {
 		if !s.inFrame {
-			if progress && s.iface.rxFull() {
-				return // the goroutine waits for room; Progress does not
+			if progress && (s.drained && s.r == s.w || s.iface.rxFull()) {
+				// Progress polls a level-triggered set: it need not read
+				// until EAGAIN after a short read, as the goroutine (woken
+				// by edges) must. It does not wait for room in the
+				// receive queue; the goroutine does.
+				return
 			}
 			if !s.beginFrame(fd) {
 				return
@@ -239,6 +245,7 @@ func (s *inStream) readBody(fd int) bool {
 	if !s.readDone(n, err) {
 		return false
 	}
+	s.drained = false
 	s.advance(n)
 	return true
 }
@@ -284,6 +291,7 @@ func (s *inStream) fill(fd, need int) bool {
 	if !s.readDone(n, err) {
 		return false
 	}
+	s.drained = s.w+n < len(s.buf)
 	s.w += n
 	return true
 }

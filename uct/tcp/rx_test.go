@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -87,28 +88,37 @@ func TestInStreamFragments(t *testing.T) {
 		"2:" + string(bytes.Repeat([]byte{'k'}, putHeaderLen)) + ":",
 		"1::am",
 	}
-	for _, tc := range []struct {
+	type cut struct {
 		name  string
 		chunk int
 		buf   int
-	}{
+	}
+	var cases []cut
+	for _, c := range []cut{
 		{"bytes", 1, 64},
 		{"odd", 7, 64},
 		{"headers", frameHeaderLen, 128},
 		{"direct", 4096 + 5, 256},
 		{"whole", len(wire), 64 << 10},
 	} {
+		cases = append(cases, c, cut{c.name + "/progress", c.chunk, c.buf})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			fds := socketPair(t)
 			unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 1<<20)
 			rec := &recorder{}
-			s := &inStream{h: rec, allowed: 1<<frameAM | 1<<framePut | 1<<frameFlush, maxAM: 1 << 20, buf: make([]byte, tc.buf)}
+			// Read as Progress reads (it may stop after a short read) or
+			// as the goroutine does.
+			progress := strings.HasSuffix(tc.name, "/progress")
+			s := &inStream{iface: &Iface{}, h: rec, allowed: 1<<frameAM | 1<<framePut | 1<<frameFlush, maxAM: 1 << 20, buf: make([]byte, tc.buf)}
+			s.iface.cfg.rxQueueLen = 1 << 20
 			for off := 0; off < len(wire); off += tc.chunk {
 				b := wire[off:min(off+tc.chunk, len(wire))]
 				if n, err := unix.Write(fds[0], b); err != nil || n != len(b) {
 					t.Fatalf("write: %d, %v", n, err)
 				}
-				s.pump(fds[1], false)
+				s.pump(fds[1], progress)
 				if s.err != nil {
 					t.Fatalf("after %d bytes: %v", off+len(b), s.err)
 				}
