@@ -28,10 +28,12 @@ import (
 //     when the scheduler gets around to the reading goroutine, which on a
 //     busy machine took a hundred microseconds.
 //
-// Whoever holds mu reads until the socket has nothing more (EAGAIN), so a
-// byte that arrives is read by the goroutine (woken for it) unless
-// Progress took it first. The goroutine alone ends the stream: a reader
-// that finds an error or the end records it, and the goroutine returns it.
+// The goroutine reads until the socket has nothing more (EAGAIN), as a
+// waiter woken by edges must, so a byte that arrives is read by it unless
+// Progress took it first; Progress may stop after a short read, as its
+// level-triggered set reports what is left. The goroutine alone ends the
+// stream: a reader that finds an error or the end records it, and the
+// goroutine returns it.
 
 // frameHandler applies the frames an inStream reads.
 type frameHandler interface {
@@ -72,7 +74,6 @@ const directRead = 4 << 10
 // inStream reads the frames of one connection; see the top of the file.
 type inStream struct {
 	iface   *Iface
-	conn    *net.TCPConn
 	raw     syscall.RawConn
 	h       frameHandler
 	allowed uint32 // frame types accepted, 1<<type
@@ -100,7 +101,7 @@ func newInStream(i *Iface, c *net.TCPConn, h frameHandler, allowed uint32, maxAM
 	if err != nil {
 		return nil, err
 	}
-	s := &inStream{iface: i, conn: c, raw: raw, h: h, allowed: allowed, maxAM: maxAM, buf: make([]byte, bufLen)}
+	s := &inStream{iface: i, raw: raw, h: h, allowed: allowed, maxAM: maxAM, buf: make([]byte, bufLen)}
 	s.readFn = s.readable
 	s.pollFn = s.polled
 	return s, nil
