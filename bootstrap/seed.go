@@ -330,7 +330,13 @@ func (s *Seed) handle(b []byte) {
 	case kindGlobalExit:
 		if !s.gexit[m.rank] {
 			s.gexit[m.rank] = true
-			s.reports <- Report{Kind: ReportGlobalExit, Rank: m.rank, Agent: -1, Host: pe.host, Code: m.code}
+			host := pe.host
+			if host == "" {
+				// The request came before memberlist told the seed of the
+				// PE's node: its address still names the host.
+				host = ip.String()
+			}
+			s.reports <- Report{Kind: ReportGlobalExit, Rank: m.rank, Agent: -1, Host: host, Code: m.code}
 		}
 		ack := appendMessage(nil, &message{kind: kindGlobalExitAck, jobID: s.jobID, rank: -1, seq: m.seq})
 		s.sendLocked([]int{m.rank}, ack)
