@@ -93,25 +93,29 @@ static void row(const struct opts *o, long size, double v) {
         printf("%-20ld%20.*f\n", size, o->precision, v);
 }
 
-/* put, get, put_nb, get_nb: each iteration one transfer (and a quiet for
- * put and the non-blocking ones), PE i < n/2 to PE i + n/2. */
-static void run_latency(const char *name, const struct opts *o) {
+/* PE i < n/2 works on PE i + n/2. put, get, put_nb, get_nb: each iteration
+ * one transfer (and a quiet for put and the non-blocking ones), latency
+ * averaged over the senders. put_bw, get_bw: each iteration a window of
+ * non-blocking transfers and one quiet, MB/s summed over the senders. */
+static void run_pt2pt(const char *name, const struct opts *o) {
     char *s = shmem_malloc(o->max), *r = shmem_malloc(o->max);
     int pairs = npes / 2, peer = me < pairs ? me + pairs : me - pairs;
-    int kind = (name[0] == 'g') + 2 * (name[3] == '_'); /* put get put_nb get_nb */
-    const char *title = !strcmp(name, "put") ? "OSU OpenSHMEM Put Test"
+    int bw = strstr(name, "_bw") != NULL, get = name[0] == 'g';
+    int kind = get + 2 * (name[3] == '_' && !bw); /* put get put_nb get_nb */
+    const char *title = bw ? (get ? "OSU OpenSHMEM Get Bandwidth Test" : "OSU OpenSHMEM Put Bandwidth Test")
+                        : !strcmp(name, "put") ? "OSU OpenSHMEM Put Test"
                         : !strcmp(name, "get") ? "OSU OpenSHMEM Get Test"
                         : !strcmp(name, "put_nb") ? "OSU OpenSHMEM Put_nbi Test"
                                                    : "OSU OpenSHMEM Get_nbi Test";
     if (me == 0) {
         printf("# %s\n", title);
-        printf("%-20s%20s\n", "# Size", "Latency (us)");
+        printf("%-20s%20s\n", "# Size", bw ? "Bandwidth (MB/s)" : "Latency (us)");
     }
     for (long size = o->min; size <= o->max; size *= 2) {
         long iters, warm;
         loops(o, size, &iters, &warm);
         refill(s, r, size);
-        double el = 0;
+        double v = 0;
         if (me < pairs) {
             double t0 = 0;
             long n = iters + warm;
@@ -120,6 +124,16 @@ static void run_latency(const char *name, const struct opts *o) {
             for (long i = 0; i < n; i++) {
                 if (i == warm)
                     t0 = now_us();
+                if (bw) {
+                    for (long w = 0; w < o->window; w++) {
+                        if (get)
+                            shmem_getmem_nbi(r, s, size, peer);
+                        else
+                            shmem_putmem_nbi(r, s, size, peer);
+                    }
+                    shmem_quiet();
+                    continue;
+                }
                 switch (kind) {
                 case 0: shmem_putmem(r, s, size, peer); shmem_quiet(); break;
                 case 1: shmem_getmem(r, s, size, peer); break;
@@ -127,50 +141,12 @@ static void run_latency(const char *name, const struct opts *o) {
                 case 3: shmem_getmem_nbi(r, s, size, peer); shmem_quiet(); break;
                 }
             }
-            el = now_us() - t0;
+            double el = now_us() - t0;
+            v = bw ? (double)size * o->window * iters / el : el / iters;
         }
-        gather2(el / iters, 0);
+        gather2(v, 0);
         if (me == 0)
-            row(o, size, senders_sum(pairs, 0) / pairs);
-    }
-    shmem_barrier_all();
-    shmem_free(s);
-    shmem_free(r);
-}
-
-/* put_bw, get_bw: windows of non-blocking transfers, one quiet each;
- * MB/s summed over the senders. */
-static void run_bandwidth(const char *name, const struct opts *o) {
-    char *s = shmem_malloc(o->max), *r = shmem_malloc(o->max);
-    int pairs = npes / 2, peer = me < pairs ? me + pairs : me - pairs;
-    int put = !strcmp(name, "put_bw");
-    if (me == 0) {
-        printf("# %s\n", put ? "OSU OpenSHMEM Put Bandwidth Test" : "OSU OpenSHMEM Get Bandwidth Test");
-        printf("%-20s%20s\n", "# Size", "Bandwidth (MB/s)");
-    }
-    for (long size = o->min; size <= o->max; size *= 2) {
-        long iters, warm;
-        loops(o, size, &iters, &warm);
-        refill(s, r, size);
-        double bw = 0;
-        if (me < pairs) {
-            double t0 = 0;
-            for (long i = 0; i < iters + warm; i++) {
-                if (i == warm)
-                    t0 = now_us();
-                for (long w = 0; w < o->window; w++) {
-                    if (put)
-                        shmem_putmem_nbi(r, s, size, peer);
-                    else
-                        shmem_getmem_nbi(r, s, size, peer);
-                }
-                shmem_quiet();
-            }
-            bw = (double)size * o->window * iters / (now_us() - t0);
-        }
-        gather2(bw, 0);
-        if (me == 0)
-            row(o, size, senders_sum(pairs, 0));
+            row(o, size, senders_sum(pairs, 0) / (bw ? 1 : pairs));
     }
     shmem_barrier_all();
     shmem_free(s);
@@ -433,10 +409,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     settle(o.settle_ms);
-    if (!strcmp(name, "put") || !strcmp(name, "get") || !strcmp(name, "put_nb") || !strcmp(name, "get_nb"))
-        run_latency(name, &o);
-    else if (!strcmp(name, "put_bw") || !strcmp(name, "get_bw"))
-        run_bandwidth(name, &o);
+    if (!strcmp(name, "put") || !strcmp(name, "get") || !strcmp(name, "put_nb") || !strcmp(name, "get_nb") ||
+        !strcmp(name, "put_bw") || !strcmp(name, "get_bw"))
+        run_pt2pt(name, &o);
     else if (!strcmp(name, "put_mr"))
         run_message_rate(&o);
     else if (!strcmp(name, "atomics"))
