@@ -84,12 +84,25 @@ const (
 // exchanges of the team collectives) followed by one counter line per round
 // of a dissemination barrier over the largest possible team, and the words
 // of the collective routines (collAreaSize).
+//
+// Splits of different parents may run at once in goroutines of a PE
+// (ThreadMultiple), so a split claims its slots in two steps: an exchange
+// finds slots free on every PE of the parent, then every PE claims them
+// (held, under mu) and a second exchange tells whether all could. Claims
+// that collide are settled by the parents' slots, which are the same on
+// every PE: a split whose parent has the lower slot waits for the other
+// split to finish, the other gives up its claim and tries again. Waits
+// thus only go from lower parent slots to higher ones, so none is circular,
+// and the split of the lowest parent slot never gives up.
 var teamPool struct {
 	mu       sync.Mutex
 	off      uintptr
 	slotSize uintptr
 	used     uint64 // slots of teams this PE belongs to
-	cursor   int    // the slot handed out last: new teams take the next free ones
+	held     uint64 // slots claimed by splits still running
+	// holder is the parent slot of the split that holds a slot of held.
+	holder [MaxTeams]int
+	cursor int // the slot handed out last: new teams take the next free ones
 }
 
 // teamWorld and teamShared are the predefined teams; Init fills them.
@@ -114,7 +127,7 @@ var TeamShared = &teamShared
 func resetTeams() {
 	teamWorld = Team{me: -1, npes: -1, name: "TeamWorld", predefined: true}
 	teamShared = Team{me: -1, npes: -1, name: "TeamShared", predefined: true}
-	teamPool.off, teamPool.slotSize, teamPool.used, teamPool.cursor = 0, 0, 0, 0
+	teamPool.off, teamPool.slotSize, teamPool.used, teamPool.held, teamPool.cursor = 0, 0, 0, 0, 0
 }
 
 // initTeams reserves the team pool and sets up TeamWorld and TeamShared.
@@ -291,9 +304,10 @@ const (
 	recSplitStrided = 1 + iota
 	recSplit2D
 	recAlloc
+	recClaim // the second exchange of a split
 )
 
-var recNames = map[uint64]string{recSplitStrided: "TeamSplitStrided", recSplit2D: "TeamSplit2D", recAlloc: "an allocation"}
+var recNames = map[uint64]string{recSplitStrided: "TeamSplitStrided", recSplit2D: "TeamSplit2D", recAlloc: "an allocation", recClaim: "a split's claim of team slots"}
 
 // exchange publishes rec (its first word replaced by the exchange's
 // sequence number) as this PE's record of a collective over t and returns
@@ -326,18 +340,68 @@ func (t *Team) exchange(routine string, rec teamRecord) []teamRecord {
 	return out
 }
 
-// split runs the exchange of a split of t: every PE publishes the kind of
-// split and its arguments, whether its own configuration is acceptable,
-// and its free team slots; every PE then finds the same error, or the same
-// nslots slots free on every PE, which it returns.
+// split runs the exchanges of a split of t and returns nslots team slots
+// that are free on every PE of t and now held by this split on this PE
+// (the caller takes each into a team with newTeam, or gives it back with
+// releaseSlot), their words cleared on every PE of t. Every PE publishes
+// the kind of split and its arguments, whether its own configuration is
+// acceptable, and its free slots; every PE then finds the same error, or
+// the same slots, which every PE claims (see teamPool). When a PE's claim
+// collides with a concurrent split of another parent, every PE gives the
+// slots back and the exchange starts over.
 func (t *Team) split(routine string, kind uint64, args [3]int, ok bool, nslots int) ([]int, error) {
+	for {
+		slots, err := t.proposeSlots(routine, kind, args, ok, nslots)
+		if err != nil {
+			return nil, err
+		}
+		claimed := len(slots) == nslots && claimSlots(slots, t.slot)
+		recs := t.exchange(routine, teamRecord{0, recClaim, b2u(claimed)})
+		all := true
+		for _, r := range recs {
+			all = all && r[1] == recClaim && r[2] == 1
+		}
+		if !all {
+			if claimed {
+				for _, s := range slots {
+					releaseSlot(s)
+				}
+			}
+			t.sync(routine) // every PE has read the claims before the next exchange
+			continue
+		}
+		teamPool.mu.Lock()
+		teamPool.cursor = slots[len(slots)-1]
+		teamPool.mu.Unlock()
+		// The slots are held on every PE of the parent: clear their words
+		// there before the closing sync, which every PE passes only after
+		// every PE cleared them, and so before any PE uses the new teams.
+		for _, s := range slots {
+			words := unsafe.Slice((*uint64)(st.heap.At(int(teamPool.off+uintptr(s)*teamPool.slotSize))), teamPool.slotSize/8)
+			for i := range words {
+				atomic.StoreUint64(&words[i], 0)
+			}
+		}
+		t.sync(routine)
+		return slots, nil
+	}
+}
+
+// proposeSlots runs the first exchange of a split (see split) and returns
+// the slots it proposes, the same on every PE of t, or the error every PE
+// finds.
+func (t *Team) proposeSlots(routine string, kind uint64, args [3]int, ok bool, nslots int) ([]int, error) {
 	teamPool.mu.Lock()
-	free, cursor := ^teamPool.used, teamPool.cursor
+	free, cursor, busy := ^(teamPool.used | teamPool.held), teamPool.cursor, teamPool.held != 0
 	teamPool.mu.Unlock()
-	rec := teamRecord{0, kind, uint64(args[0]), uint64(args[1]), uint64(args[2]), b2u(ok), free, uint64(cursor)}
+	// Word 5 holds whether this PE's configuration is acceptable (bit 0)
+	// and whether other splits hold slots here (bit 1): a shortage of
+	// slots is then only for the moment.
+	rec := teamRecord{0, kind, uint64(args[0]), uint64(args[1]), uint64(args[2]), b2u(ok) | b2u(busy)<<1, free, uint64(cursor)}
 	recs := t.exchange(routine, rec)
 	defer t.sync(routine)
 	common, last := ^uint64(0), 0
+	busy = false // every PE's record, this one's too, says whether it is busy
 	for i, r := range recs {
 		if r[0] != recs[t.me][0] || r[1] != kind {
 			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) is in collective #%d of the team, %s, while this PE is in #%d, %s: every PE of the parent team must call the same team collectives in the same order",
@@ -347,9 +411,10 @@ func (t *Team) split(routine string, kind uint64, args [3]int, ok bool, nslots i
 			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) passed arguments %v, this PE %v: every PE of the parent team must pass the same ones",
 				routine, i, t, t.members[i], []int{int(r[2]), int(r[3]), int(r[4])}, args[:])
 		}
-		if r[5] == 0 {
+		if r[5]&1 == 0 {
 			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) passed an invalid team configuration", routine, i, t, t.members[i])
 		}
+		busy = busy || r[5]&2 != 0
 		common &= r[6]
 		last = max(last, int(r[7]))
 	}
@@ -365,22 +430,53 @@ func (t *Team) split(routine string, kind uint64, args [3]int, ok bool, nslots i
 			slots = append(slots, s)
 		}
 	}
-	if len(slots) < nslots {
+	if len(slots) < nslots && !busy {
 		return nil, fmt.Errorf("shmem.%s: no team slot is free on every PE of %v (at most %d teams, TeamWorld and TeamShared included, may exist at once): destroy teams that are no longer used", routine, t, MaxTeams)
 	}
-	teamPool.mu.Lock()
-	teamPool.cursor = slots[len(slots)-1]
-	teamPool.mu.Unlock()
-	// The slots are free on every PE of the parent: clear their words
-	// there before the closing sync, which every PE passes only after every
-	// PE cleared them, and so before any PE uses the new teams.
-	for _, s := range slots {
-		words := unsafe.Slice((*uint64)(st.heap.At(int(teamPool.off+uintptr(s)*teamPool.slotSize))), teamPool.slotSize/8)
-		for i := range words {
-			atomic.StoreUint64(&words[i], 0)
-		}
-	}
 	return slots, nil
+}
+
+// claimSlots holds slots for the split of the parent in slot parent,
+// all or none, and reports whether it could. It gives up when a slot
+// belongs to a team or is held by the split of a lower parent slot, and
+// waits, driving progress, while a slot is held by the split of a higher
+// one (see teamPool).
+func claimSlots(slots []int, parent int) bool {
+	var w waiter
+	teamPool.mu.Lock()
+	defer teamPool.mu.Unlock()
+	for {
+		wait := false
+		for _, s := range slots {
+			switch {
+			case teamPool.used&(1<<s) != 0:
+				return false
+			case teamPool.held&(1<<s) == 0:
+			case teamPool.holder[s] < parent:
+				return false
+			default:
+				wait = true
+			}
+		}
+		if !wait {
+			break
+		}
+		teamPool.mu.Unlock()
+		w.pause()
+		teamPool.mu.Lock()
+	}
+	for _, s := range slots {
+		teamPool.held |= 1 << s
+		teamPool.holder[s] = parent
+	}
+	return true
+}
+
+// releaseSlot gives back a slot a split held.
+func releaseSlot(s int) {
+	teamPool.mu.Lock()
+	teamPool.held &^= 1 << s
+	teamPool.mu.Unlock()
 }
 
 // checkSplitArgs checks arguments that every PE passed alike, so every PE
@@ -428,6 +524,7 @@ func newTeam(parent *Team, parentPEs []int, slot int, config TeamConfig, mask Te
 	off := teamPool.off + uintptr(slot)*teamPool.slotSize
 	teamPool.mu.Lock()
 	teamPool.used |= 1 << slot
+	teamPool.held &^= 1 << slot
 	teamPool.mu.Unlock()
 	return &Team{me: me, npes: len(members), members: members, slot: slot, off: off,
 		config: config, mask: mask, name: name}
@@ -462,6 +559,7 @@ func TeamSplitStrided(parent *Team, start, stride, size int, config TeamConfig, 
 	}
 	if size > 1 && (parent.me < start || (parent.me-start)%stride != 0 || (parent.me-start)/stride >= size) ||
 		size == 1 && parent.me != start {
+		releaseSlot(slots[0])
 		return nil, nil
 	}
 	pes := make([]int, size)

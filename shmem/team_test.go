@@ -3,6 +3,7 @@ package shmem_test
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -475,5 +476,70 @@ func TestTeamCtx(t *testing.T) {
 		}
 		shmem.BarrierAll()
 		shmem.Free(x)
+	})
+}
+
+// TestTeamSplitConcurrentParents: with ThreadMultiple, two goroutines of
+// every PE split two different parent teams at once (the specification
+// allows it; only splits of the same parent must not overlap), reduce on
+// the new teams and destroy them, round after round. Two concurrent splits
+// must never hand out the same team slot: teams sharing synchronization
+// words give wrong sums or hang.
+func TestTeamSplitConcurrentParents(t *testing.T) {
+	const goroutines, rounds = 2, 60
+	threadJob(t, shmem.ThreadMultiple, []int{2, 3}, func(t *testing.T, me, n int) {
+		parents := make([]*shmem.Team, goroutines)
+		srcs := make([][]int64, goroutines)
+		dsts := make([][]int64, goroutines)
+		for g := range parents {
+			p, err := shmem.TeamSplitStrided(shmem.TeamWorld, 0, 1, n, shmem.TeamConfig{}, 0)
+			if err != nil {
+				t.Fatalf("parent %d: %v", g, err)
+			}
+			parents[g] = p
+			srcs[g], dsts[g] = calloc[int64](t, 4), calloc[int64](t, 4)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, goroutines)
+		for g := range parents {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					team, err := shmem.TeamSplitStrided(parents[g], 0, 1, n, shmem.TeamConfig{}, 0)
+					if err != nil {
+						errs <- fmt.Errorf("goroutine %d, round %d: split: %w", g, r, err)
+						return
+					}
+					for i := range srcs[g] {
+						srcs[g][i] = int64(1000*g + 10*r + me + i)
+					}
+					if err := shmem.SumReduce(team, dsts[g], srcs[g]); err != nil {
+						errs <- fmt.Errorf("goroutine %d, round %d: SumReduce: %w", g, r, err)
+						return
+					}
+					for i, got := range dsts[g] {
+						if want := int64(n*(1000*g+10*r+i) + n*(n-1)/2); got != want {
+							errs <- fmt.Errorf("goroutine %d, round %d: sum[%d] = %d, want %d (two teams share synchronization words?)", g, r, i, got, want)
+							return
+						}
+					}
+					team.Destroy()
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		for g := range parents {
+			parents[g].Destroy()
+		}
+		shmem.BarrierAll()
+		for g := range parents {
+			shmem.Free(srcs[g])
+			shmem.Free(dsts[g])
+		}
 	})
 }
