@@ -44,11 +44,16 @@ func mustInit(routine string) {
 
 // alloc is the common part of Malloc, Calloc, Align and MallocWithHints:
 // a collective allocation of n elements of T aligned to align, followed by
-// a barrier so that every PE has the object before any PE uses it.
+// a barrier so that every PE has the object before any PE uses it. A
+// request of zero bytes does nothing and returns nil, without a barrier,
+// as OpenSHMEM says of every allocation routine.
 func alloc[T any](routine string, call, n, align int, hints MallocHints, zero bool) ([]T, error) {
 	mustInit(routine)
 	var z T
 	size := unsafe.Sizeof(z)
+	if zeroBytes[T](n) {
+		return nil, nil
+	}
 	if err := debugAlloc(routine, call, n*int(size), align, -1, hints); err != nil {
 		return nil, err
 	}
@@ -82,18 +87,25 @@ func alloc[T any](routine string, call, n, align int, hints MallocHints, zero bo
 // Malloc allocates a symmetric array of n elements of T on every PE and
 // returns this PE's copy. It is collective: every PE must call it with the
 // same n, and it returns once every PE has the object. The contents are not
-// initialized. T must hold no Go pointers; otherwise, or when the heap is
-// exhausted, it returns an error and allocates nothing. With SHMEM_DEBUG
-// set, it returns an error wrapping ErrDebugMismatch, on every PE, when the
-// PEs' calls differ.
+// initialized. A request of zero bytes (n is 0, or T has size 0) does
+// nothing, not even the barrier, and returns nil and no error. T must hold
+// no Go pointers; otherwise, or when the heap is exhausted, it returns an
+// error and allocates nothing. With SHMEM_DEBUG set, it returns an error
+// wrapping ErrDebugMismatch, on every PE, when the PEs' calls differ.
 func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", callMalloc, n, 0, 0, false) }
 
-// Calloc is Malloc with the memory set to zero.
+// Calloc is Malloc with the memory set to zero. Like Malloc, it does
+// nothing and returns nil for a request of zero bytes.
 func Calloc[T any](n int) ([]T, error) { return alloc[T]("Calloc", callCalloc, n, 0, 0, true) }
 
 // Align is Malloc with the start of the array aligned to alignment bytes,
-// which must be a power of two (otherwise it returns an error).
+// which must be a power of two (otherwise it returns an error). Like
+// Malloc, it does nothing and returns nil for a request of zero bytes,
+// whatever the alignment.
 func Align[T any](alignment, n int) ([]T, error) {
+	if zeroBytes[T](n) {
+		return alloc[T]("Align", callAlign, n, 0, 0, false)
+	}
 	if alignment <= 0 || alignment&(alignment-1) != 0 {
 		return nil, fmt.Errorf("shmem.Align: alignment %d is not a power of two", alignment)
 	}
@@ -141,12 +153,19 @@ func (h MallocHints) String() string {
 // its own (so atomics on it do not share the line with other objects), and
 // atomics from other PEs reach it through the same CPU or transport
 // atomics whatever the hint. Every PE must pass the same hints. It returns
-// an error for unknown hints, and the errors of Malloc.
+// an error for unknown hints, and the errors of Malloc; like Malloc, it
+// does nothing and returns nil for a request of zero bytes.
 func MallocWithHints[T any](n int, hints MallocHints) ([]T, error) {
-	if hints&^mallocAllHints != 0 {
+	if hints&^mallocAllHints != 0 && !zeroBytes[T](n) {
 		return nil, fmt.Errorf("shmem.MallocWithHints: unknown hints %v (valid: MallocAtomicsRemote, MallocSignalRemote, or 0)", hints)
 	}
 	return alloc[T]("MallocWithHints", callMallocWithHints, n, 0, hints, false)
+}
+
+// zeroBytes reports whether n elements of T take no bytes.
+func zeroBytes[T any](n int) bool {
+	var z T
+	return n == 0 || unsafe.Sizeof(z) == 0 && n > 0
 }
 
 // heapOffsetOf returns the heap offset of a symmetric slice's first element,
@@ -164,12 +183,18 @@ func blockOf[T any](routine string, s []T) int {
 // Realloc resizes the symmetric array s to n elements on every PE,
 // collectively, and returns the new copy; the contents up to the smaller of
 // the two lengths are kept. s must come from Malloc, Calloc, Align or
-// Realloc; a nil s allocates like Malloc. On error (heap exhausted, or with
-// SHMEM_DEBUG set a call that differs among the PEs) s is left as it was.
+// Realloc; a nil s allocates like Malloc (and so does nothing for zero
+// bytes). A request of zero bytes for a non-nil s frees s as Free does and
+// returns nil. On error (heap exhausted, or with SHMEM_DEBUG set a call
+// that differs among the PEs) s is left as it was.
 func Realloc[T any](s []T, n int) ([]T, error) {
 	mustInit("Realloc")
 	if s == nil {
 		return Malloc[T](n)
+	}
+	if zeroBytes[T](n) {
+		Free(s)
+		return nil, nil
 	}
 	if err := checkNoPointers[T]("Realloc"); err != nil {
 		return nil, err
@@ -204,22 +229,19 @@ func Realloc[T any](s []T, n int) ([]T, error) {
 }
 
 // Free releases a symmetric array on every PE, collectively, after a barrier
-// (no PE may still be using it). A nil s does nothing but the barrier. It
-// panics if s was not allocated by this package, and, with SHMEM_DEBUG set,
-// when the PEs free different objects (ErrDebugMismatch).
+// (no PE may still be using it). A nil s does nothing, not even the
+// barrier. It panics if s was not allocated by this package, and, with
+// SHMEM_DEBUG set, when the PEs free different objects (ErrDebugMismatch).
 func Free[T any](s []T) {
-	mustInit("Free")
-	off := -1
-	if s != nil {
-		off = blockOf("Free", s)
+	if s == nil {
+		return
 	}
+	mustInit("Free")
+	off := blockOf("Free", s)
 	if err := debugAlloc("Free", callFree, 0, 0, off, 0); err != nil {
 		panic(err.Error())
 	}
 	BarrierAll()
-	if s == nil {
-		return
-	}
 	allocMu.Lock()
 	defer allocMu.Unlock()
 	if err := st.heap.Free(off); err != nil {

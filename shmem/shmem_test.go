@@ -430,6 +430,53 @@ func TestAllocation(t *testing.T) {
 	})
 }
 
+// TestZeroSizeAllocationsAreNoOps: OpenSHMEM's allocation routines do
+// nothing for zero bytes, not even their barrier, and neither does Free of
+// nil; Realloc to zero bytes frees the block. PE 0 alone makes the no-op
+// calls while the others wait in a barrier: a call that synchronized would
+// hang the job.
+func TestZeroSizeAllocationsAreNoOps(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		if me == 0 {
+			type empty struct{}
+			for _, c := range []struct {
+				name string
+				call func() (bool, error) // whether the result is nil
+			}{
+				{"Malloc(0)", func() (bool, error) { s, err := shmem.Malloc[int64](0); return s == nil, err }},
+				{"Malloc of a zero-size type", func() (bool, error) { s, err := shmem.Malloc[empty](5); return s == nil, err }},
+				{"Calloc(0)", func() (bool, error) { s, err := shmem.Calloc[int64](0); return s == nil, err }},
+				{"Align(64, 0)", func() (bool, error) { s, err := shmem.Align[int64](64, 0); return s == nil, err }},
+				{"Align(3, 0)", func() (bool, error) { s, err := shmem.Align[int64](3, 0); return s == nil, err }},
+				{"MallocWithHints(0)", func() (bool, error) {
+					s, err := shmem.MallocWithHints[int64](0, shmem.MallocAtomicsRemote)
+					return s == nil, err
+				}},
+				{"Realloc(nil, 0)", func() (bool, error) { s, err := shmem.Realloc[int64](nil, 0); return s == nil, err }},
+			} {
+				if isNil, err := c.call(); !isNil || err != nil {
+					t.Errorf("%s: nil result %v, error %v; want nil, nil", c.name, isNil, err)
+				}
+			}
+			shmem.Free[int64](nil)
+		}
+		shmem.BarrierAll()
+		// Realloc to zero bytes frees the block (collectively): the next
+		// allocation of that size takes its place again.
+		a := calloc[int64](t, 64)
+		where := addrOf(a)
+		a, err := shmem.Realloc(a, 0)
+		if err != nil || a != nil {
+			t.Fatalf("Realloc(s, 0) = %v, %v, want nil, nil", a, err)
+		}
+		b := calloc[int64](t, 64)
+		if addrOf(b) != where {
+			t.Errorf("after Realloc(s, 0), an allocation of the same size is at %#x, not at the freed %#x", addrOf(b), where)
+		}
+		shmem.Free(b)
+	})
+}
+
 func TestBadInputPanics(t *testing.T) {
 	job(t, func(t *testing.T, me, n int) {
 		x := calloc[int64](t, 4)

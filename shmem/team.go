@@ -17,7 +17,8 @@ import (
 // and TeamSplit2D make others from a parent team; a PE that is not in the
 // new team gets nil, which plays the part of SHMEM_TEAM_INVALID: MyPE and
 // NPEs of a nil team return -1, TeamTranslatePE returns -1, CreateCtx and
-// GetConfig return an error, Destroy does nothing.
+// GetConfig return an error, Destroy does nothing, and splitting it gives
+// nil teams and no error.
 //
 // Each team keeps its own synchronization words in a pool of the symmetric
 // heap that Init reserves (a few cache lines per team, for at most
@@ -549,9 +550,15 @@ func configOK(config TeamConfig, mask TeamConfigMask) bool {
 // It returns an error, on every PE of parent alike and without creating a
 // team, when the arguments are invalid, differ among the PEs of parent, a
 // PE passes an invalid configuration, or a PE of parent already belongs to
-// MaxTeams teams. It panics for a nil or destroyed parent.
+// MaxTeams teams. A nil parent (SHMEM_TEAM_INVALID) creates no team: the
+// call returns nil and no error at once, as the specification says. It
+// panics for a destroyed parent, whose use is a programming error.
 func TeamSplitStrided(parent *Team, start, stride, size int, config TeamConfig, configMask TeamConfigMask) (*Team, error) {
 	const routine = "TeamSplitStrided"
+	if parent == nil {
+		mustInit(routine)
+		return nil, nil
+	}
 	parent.check(routine)
 	slots, err := parent.split(routine, recSplitStrided, [3]int{start, stride, size}, configOK(config, configMask), 1)
 	if err != nil {
@@ -583,9 +590,15 @@ func TeamSplitStrided(parent *Team, start, stride, size int, config TeamConfig, 
 // same xrange. It returns an error, on every PE of parent alike and without
 // creating teams, when xrange is less than 1, differs among the PEs, a
 // configuration is invalid, or a PE of parent cannot belong to two more
-// teams. It panics for a nil or destroyed parent.
+// teams. A nil parent (SHMEM_TEAM_INVALID) creates no teams: the call
+// returns two nil teams and no error at once. It panics for a destroyed
+// parent.
 func TeamSplit2D(parent *Team, xrange int, xconfig TeamConfig, xmask TeamConfigMask, yconfig TeamConfig, ymask TeamConfigMask) (x, y *Team, err error) {
 	const routine = "TeamSplit2D"
+	if parent == nil {
+		mustInit(routine)
+		return nil, nil, nil
+	}
 	parent.check(routine)
 	ok := configOK(xconfig, xmask) && configOK(yconfig, ymask)
 	slots, err := parent.split(routine, recSplit2D, [3]int{xrange, 0, 0}, ok, 2)

@@ -326,7 +326,17 @@ func TestTeamInvalidSplits(t *testing.T) {
 		}
 		checkPanic(t, "Sync of nil", (*shmem.Team)(nil).Sync, "nil team")
 		checkPanic(t, "Sync of a destroyed team", team.Sync, "was destroyed")
-		checkPanic(t, "split of nil", func() { shmem.TeamSplitStrided(nil, 0, 1, 1, shmem.TeamConfig{}, 0) }, "TeamSplitStrided: nil team")
+		// Splitting SHMEM_TEAM_INVALID (nil) creates nothing: nil teams, no
+		// error, no panic, and no communication (PE 0 alone calls them).
+		if me == 0 {
+			if team, err := shmem.TeamSplitStrided(nil, 0, 1, 1, shmem.TeamConfig{}, 0); team != nil || err != nil {
+				t.Errorf("TeamSplitStrided(nil) = %v, %v, want nil, nil", team, err)
+			}
+			if x, y, err := shmem.TeamSplit2D(nil, 2, shmem.TeamConfig{}, 0, shmem.TeamConfig{}, 0); x != nil || y != nil || err != nil {
+				t.Errorf("TeamSplit2D(nil) = %v, %v, %v, want nil, nil, nil", x, y, err)
+			}
+		}
+		checkPanic(t, "split of a destroyed team", func() { shmem.TeamSplitStrided(team, 0, 1, 1, shmem.TeamConfig{}, 0) }, "was destroyed")
 		shmem.BarrierAll()
 		shmem.Free(buf)
 	})
