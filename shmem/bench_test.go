@@ -109,3 +109,17 @@ func BenchmarkGet1MiB(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCtxCreateDestroy: a context made and destroyed, as programs
+// that use short-lived contexts do.
+func BenchmarkCtxCreateDestroy(b *testing.B) {
+	benchPair(b, 0, func(n int, _ []int64, _ []byte) {
+		for range n {
+			ctx, err := shmem.CtxCreate(shmem.CtxPrivate)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx.Destroy()
+		}
+	})
+}

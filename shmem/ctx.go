@@ -80,6 +80,7 @@ func (o CtxOptions) String() string {
 type Ctx struct {
 	peers   []peer
 	worker  *ucp.Worker
+	conn    *ctxConn // the worker and its endpoints, pooled after Destroy
 	options CtxOptions
 	team    *Team
 	// pending counts the operations that completion callbacks still have to
@@ -102,12 +103,94 @@ var defaultCtx Ctx
 var CtxDefault = &defaultCtx
 
 // contexts are those CtxCreate made and Destroy has not destroyed yet;
-// ctxMu serializes their creation and destruction.
+// ctxMu serializes their creation and destruction, and guards ctxPool.
 var (
 	ctxMu    sync.Mutex
 	contexts = map[*Ctx]struct{}{}
 	ctxCount int
 )
+
+// ctxConn is the communication resources of a context: a ucp worker and
+// its endpoints and heap keys, by PE of the job (entries stay empty for
+// the PEs whose heaps are mapped here, and for those the context's team
+// did not need yet).
+type ctxConn struct {
+	worker *ucp.Worker
+	name   string
+	mode   ucs.ThreadMode
+	eps    []peer
+}
+
+// ctxPool keeps the resources of destroyed contexts, by thread mode, for
+// the contexts created later: opening a worker's interfaces and wiring up
+// its endpoints costs far more than a context's life may last (programs
+// are meant to make short-lived contexts), while a pooled worker is ready
+// at once, its endpoints connected. Destroy has completed every operation
+// of a pooled worker, so nothing of the old context remains on it. At most
+// ctxPoolMax workers per mode wait in the pool; Finalize destroys them.
+var ctxPool [3][]*ctxConn
+
+const ctxPoolMax = 8
+
+// takeConn returns pooled resources for a context of mode, or new ones.
+func takeConn(mode ucs.ThreadMode) (*ctxConn, error) {
+	if free := ctxPool[mode]; len(free) > 0 {
+		cc := free[len(free)-1]
+		ctxPool[mode] = free[:len(free)-1]
+		return cc, nil
+	}
+	ctxCount++
+	name := fmt.Sprintf("pe%d-ctx%d", st.me, ctxCount)
+	w, err := st.ctx.NewWorker(new(ucp.WorkerParams).SetThreadMode(mode).SetName(name))
+	if err != nil {
+		return nil, err
+	}
+	return &ctxConn{worker: w, name: name, mode: mode, eps: make([]peer, st.npes)}, nil
+}
+
+// ep returns the endpoint and heap key of pe, connecting them first if
+// needed.
+func (cc *ctxConn) ep(pe int) (peer, error) {
+	q := &cc.eps[pe]
+	if q.ep == nil {
+		ep, err := cc.worker.NewEndpoint(new(ucp.EPParams).SetAddress(st.addrs[pe]).SetName(fmt.Sprintf("%s->pe%d", cc.name, pe)))
+		if err != nil {
+			return peer{}, err
+		}
+		rk, err := ep.RkeyUnpack(st.rkeys[pe])
+		if err != nil {
+			ep.Close(ucp.CloseModeForce)
+			return peer{}, err
+		}
+		q.ep, q.rkey, q.raddr = ep, rk, st.peers[pe].raddr
+	}
+	return *q, nil
+}
+
+// putConn gives a destroyed context's resources back to the pool, or
+// releases them when the pool is full.
+func putConn(cc *ctxConn) {
+	if len(ctxPool[cc.mode]) < ctxPoolMax {
+		ctxPool[cc.mode] = append(ctxPool[cc.mode], cc)
+		return
+	}
+	cc.close()
+}
+
+func (cc *ctxConn) close() {
+	closePeers(cc.eps)
+	cc.worker.Destroy()
+}
+
+// drainCtxPool releases every pooled context resource (at Finalize).
+func drainCtxPool() {
+	for mode := range ctxPool {
+		for _, cc := range ctxPool[mode] {
+			cc.close()
+		}
+		ctxPool[mode] = nil
+	}
+}
 
 // CtxCreate creates a communication context (shmem_ctx_create) with
 // options, a combination of CtxSerialized, CtxPrivate and CtxNostore, or 0.
@@ -139,32 +222,23 @@ func newCtx(routine string, team *Team, options CtxOptions) (*Ctx, error) {
 	}
 	ctxMu.Lock()
 	defer ctxMu.Unlock()
-	ctxCount++
-	w, err := st.ctx.NewWorker(new(ucp.WorkerParams).SetThreadMode(mode).SetName(fmt.Sprintf("pe%d-ctx%d", st.me, ctxCount)))
+	cc, err := takeConn(mode)
 	if err != nil {
 		return nil, fmt.Errorf("shmem.%s: %w", routine, err)
 	}
 	peers := make([]peer, team.npes)
 	for i, pe := range team.members {
-		dq := &st.peers[pe]
-		if dq.base != nil {
+		if base := st.peers[pe].base; base != nil {
 			// Same memory, same mapping: no endpoint needed.
-			peers[i].base = dq.base
+			peers[i].base = base
 			continue
 		}
-		ep, err := w.NewEndpoint(new(ucp.EPParams).SetAddress(st.addrs[pe]).SetName(fmt.Sprintf("pe%d-ctx%d->pe%d", st.me, ctxCount, pe)))
-		if err == nil {
-			peers[i].ep = ep
-			peers[i].rkey, err = ep.RkeyUnpack(st.rkeys[pe])
-		}
-		if err != nil {
-			closePeers(peers)
-			w.Destroy()
+		if peers[i], err = cc.ep(pe); err != nil {
+			putConn(cc)
 			return nil, fmt.Errorf("shmem.%s: connect to PE %d: %w", routine, pe, err)
 		}
-		peers[i].raddr = dq.raddr
 	}
-	c := &Ctx{peers: peers, worker: w, options: options, team: team, shared: mode == ucs.ThreadModeMulti}
+	c := &Ctx{peers: peers, worker: cc.worker, conn: cc, options: options, team: team, shared: mode == ucs.ThreadModeMulti}
 	contexts[c] = struct{}{}
 	return c, nil
 }
@@ -190,20 +264,20 @@ func (c *Ctx) Destroy() {
 
 func (c *Ctx) destroyLocked() {
 	c.quiet("(*Ctx).Destroy")
-	closePeers(c.peers)
-	c.worker.Destroy()
+	putConn(c.conn)
 	delete(contexts, c)
-	c.peers, c.worker, c.destroyed = nil, nil, true
+	c.peers, c.worker, c.conn, c.destroyed = nil, nil, nil, true
 }
 
 // destroyContexts destroys every context CtxCreate made that is still
-// alive (at Finalize).
+// alive, and releases the pooled resources (at Finalize).
 func destroyContexts() {
 	ctxMu.Lock()
 	defer ctxMu.Unlock()
 	for c := range contexts {
 		c.destroyLocked()
 	}
+	drainCtxPool()
 }
 
 // Quiet waits until every put, atomic, signal and store this PE issued on

@@ -410,3 +410,51 @@ func TestCtxBadUse(t *testing.T) {
 		shmem.Free(x)
 	})
 }
+
+// TestCtxPoolReuse: contexts reuse the workers and endpoints of destroyed
+// ones. More contexts than the pool keeps live at once; after they are
+// destroyed, new contexts of TeamWorld and of a team of other PE numbers
+// take pooled workers and must still reach the right PEs.
+func TestCtxPoolReuse(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		ctxs := make([]*shmem.Ctx, 10)
+		for i := range ctxs {
+			ctx, err := shmem.CtxCreate(0)
+			if err != nil {
+				t.Fatalf("CtxCreate #%d: %v", i, err)
+			}
+			ctxs[i] = ctx
+		}
+		for _, ctx := range ctxs {
+			ctxPuts(t, ctx, me, n)
+		}
+		for _, ctx := range ctxs {
+			ctx.Destroy()
+		}
+		for round := 0; round < 3; round++ {
+			ctx, err := shmem.CtxCreate(0)
+			if err != nil {
+				t.Fatalf("round %d: CtxCreate: %v", round, err)
+			}
+			ctxGets(t, ctx, me, n)
+			ctxAtomics(t, ctx, me, n)
+			ctx.Destroy()
+		}
+		// A team whose PE numbers differ from the job's: the last PEs,
+		// from PE 1 on (or PE 0 alone).
+		start := min(1, n-1)
+		team, err := shmem.TeamSplitStrided(shmem.TeamWorld, start, 1, n-start, shmem.TeamConfig{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := calloc[int64](t, n)
+		if team != nil {
+			for round := 0; round < 3; round++ {
+				checkTeamRoundTrip(t, fmt.Sprintf("round %d of a context of PEs %d.. on a pooled worker", round, start), team, pes(start, 1, n-start), buf)
+			}
+			team.Destroy()
+		}
+		shmem.BarrierAll()
+		shmem.Free(buf)
+	})
+}

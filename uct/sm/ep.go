@@ -99,7 +99,7 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 	if id >= uct.AMMaxID || 8+len(payload) > e.maxAM {
 		return ucs.ErrInvalidParam
 	}
-	c, t := e.tx.claim()
+	c, lap := e.tx.claim()
 	if c == nil {
 		return ucs.ErrNoResource
 	}
@@ -107,7 +107,7 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 	binary.LittleEndian.PutUint64(d, header)
 	copy(d[8:], payload)
 	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:8+len(payload)])
-	publish(c, t, id, 8+len(payload))
+	publish(c, lap, id, 8+len(payload))
 	e.tx.notify()
 	return ucs.OK
 }
@@ -122,7 +122,7 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 	if id >= uct.AMMaxID {
 		return 0, ucs.ErrInvalidParam
 	}
-	c, t := e.tx.claim()
+	c, lap := e.tx.claim()
 	if c == nil {
 		return 0, ucs.ErrNoResource
 	}
@@ -131,12 +131,12 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 	if n < 0 || n > len(d) {
 		// The cell is claimed and must be published: publish it void.
 		e.iface.tracer.Trace(uct.AMTraceSendDrop, id, nil)
-		publish(c, t, voidID, 0)
+		publish(c, lap, voidID, 0)
 		e.tx.notify()
 		return 0, ucs.ErrInvalidParam
 	}
 	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:n])
-	publish(c, t, id, n)
+	publish(c, lap, id, n)
 	e.tx.notify()
 	return n, ucs.OK
 }
@@ -155,7 +155,7 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 	if id >= uct.AMMaxID || total > e.maxAM {
 		return ucs.ErrInvalidParam
 	}
-	c, t := e.tx.claim()
+	c, lap := e.tx.claim()
 	if c == nil {
 		return ucs.ErrNoResource
 	}
@@ -165,7 +165,7 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 		n += copy(d[n:], iov[k].Buffer)
 	}
 	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:n])
-	publish(c, t, id, n)
+	publish(c, lap, id, n)
 	e.tx.notify()
 	return ucs.OK
 }

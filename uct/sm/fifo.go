@@ -26,23 +26,29 @@ import (
 //
 // Each cell starts with a 16-byte header:
 //
-//	0    seq      uint64  owner flag: ticket t may be written when seq == t,
-//	                      read when seq == t+1; the consumer sets it to
-//	                      t+ncells when it is done
+//	0    seq      uint64  owner flag, relative to the lap of ticket t
+//	                      (lap = t &^ (ncells-1)): ticket t may be written
+//	                      when seq == lap, read when seq == lap+1; the
+//	                      consumer sets it to lap+ncells when it is done
 //	8    length   uint32  bytes of data
 //	12   am id    uint8   voidID (with length 0) for a cell to skip
 //	13   (zero)   3 bytes
 //
 // followed by stride-16 bytes of data. A producer claims ticket t when the
-// cell's seq equals t (seq < t means the ring is full: the send fails with
-// ucs.ErrNoResource, it never waits), writes the data and header, and
-// publishes with seq = t+1. The consumer reads tickets in order. After
+// cell's seq equals t's lap (less means the ring is full: the send fails
+// with ucs.ErrNoResource, it never waits), writes the data and header, and
+// publishes with seq = lap+1. The consumer reads tickets in order. After
 // publishing, a producer that finds armed set wakes the owner (wakeup.go).
+// Counting seq from the lap rather than from the ticket makes a zeroed
+// segment a ring of free cells: a new iface formats only the header, and
+// the pages of cells no message used are never touched (a FIFO is 2 MiB
+// by default, and writing every cell's seq cost milliseconds per iface).
 //
-// The magic is the format version: format 02 added armed and wseq, and a
-// peer of another format is refused with ucs.ErrInvalidAddr at EP creation.
+// The magic is the format version: format 02 added armed and wseq, format
+// 03 counts seq from the lap; a peer of another format is refused with
+// ucs.ErrInvalidAddr at EP creation.
 const (
-	fifoMagic      uint64 = 0x32304f4649465347 // "GSFIFO02"
+	fifoMagic      uint64 = 0x33304f4649465347 // "GSFIFO03"
 	fifoHeaderSize        = 256
 	fifoTailOff           = 64
 	fifoArmedOff          = 128
@@ -83,14 +89,10 @@ func cellStride(segSize int) int {
 }
 
 // initFIFO formats a ring of n cells of stride bytes at base (fifoSize
-// bytes, zeroed).
+// bytes, zeroed: every cell is then free for its ticket of lap 0).
 func initFIFO(base unsafe.Pointer, n, stride int) {
 	*(*uint32)(unsafe.Add(base, 8)) = uint32(n)
 	*(*uint32)(unsafe.Add(base, 12)) = uint32(stride)
-	f := viewFIFO(base, n, stride)
-	for t := range uint64(n) {
-		atomic.StoreUint64((*uint64)(f.cell(t)), t)
-	}
 	atomic.StoreUint64((*uint64)(base), fifoMagic)
 }
 
@@ -127,16 +129,19 @@ func (f *fifo) data(c unsafe.Pointer) []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(c, cellHeaderSize)), f.payload)
 }
 
-// claim takes the next ticket and returns its cell, or nil when the ring is
-// full.
+// lap returns the lap of ticket t, from which its cell's seq counts.
+func (f *fifo) lap(t uint64) uint64 { return t &^ f.mask }
+
+// claim takes the next ticket and returns its cell and lap (for publish),
+// or nil when the ring is full.
 func (f *fifo) claim() (unsafe.Pointer, uint64) {
 	t := atomic.LoadUint64(f.tail)
 	for {
 		c := f.cell(t)
-		switch d := int64(atomic.LoadUint64((*uint64)(c)) - t); {
+		switch d := int64(atomic.LoadUint64((*uint64)(c)) - f.lap(t)); {
 		case d == 0:
 			if atomic.CompareAndSwapUint64(f.tail, t, t+1) {
-				return c, t
+				return c, f.lap(t)
 			}
 			t = atomic.LoadUint64(f.tail)
 		case d < 0:
@@ -150,14 +155,14 @@ func (f *fifo) claim() (unsafe.Pointer, uint64) {
 // hasRoom reports whether a claim would find a free cell now.
 func (f *fifo) hasRoom() bool {
 	t := atomic.LoadUint64(f.tail)
-	return atomic.LoadUint64((*uint64)(f.cell(t))) == t
+	return atomic.LoadUint64((*uint64)(f.cell(t))) == f.lap(t)
 }
 
-// publish writes the header of cell c of ticket t and hands it to the
+// publish writes the header of cell c, claimed in lap, and hands it to the
 // consumer.
-func publish(c unsafe.Pointer, t uint64, id uint8, n int) {
+func publish(c unsafe.Pointer, lap uint64, id uint8, n int) {
 	putCellHeader(unsafe.Slice((*byte)(unsafe.Add(c, 8)), cellHeaderSize-8), id, n)
-	atomic.StoreUint64((*uint64)(c), t+1)
+	atomic.StoreUint64((*uint64)(c), lap+1)
 }
 
 // putCellHeader encodes the am id and length of a cell into b (the 8 header
@@ -193,15 +198,16 @@ func decodeCellHeader(b []byte, payload int) (id uint8, n int, err error) {
 // poll returns the cell of ticket t if it was published, or nil.
 func (f *fifo) poll(t uint64) unsafe.Pointer {
 	c := f.cell(t)
-	if atomic.LoadUint64((*uint64)(c)) != t+1 {
+	if atomic.LoadUint64((*uint64)(c)) != f.lap(t)+1 {
 		return nil
 	}
 	return c
 }
 
-// release gives the cell of ticket t back to the producers.
+// release gives the cell of ticket t back to the producers, for the
+// ticket of the next lap.
 func (f *fifo) release(c unsafe.Pointer, t uint64) {
-	atomic.StoreUint64((*uint64)(c), t+f.mask+1)
+	atomic.StoreUint64((*uint64)(c), f.lap(t)+f.mask+1)
 }
 
 // header returns the 8 header bytes after seq of cell c.
