@@ -5,6 +5,7 @@ package examples_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -77,6 +78,38 @@ func TestHello(t *testing.T) {
 			if strings.Count(out, line) != 1 {
 				t.Errorf("np=%d: %q printed %d times; output:\n%s", np, line, strings.Count(out, line), out)
 			}
+		}
+	}
+}
+
+// helloRounds is how many times TestHelloEveryTransportSelection runs each
+// job; raise it to hunt hangs (the note of issue 19 ran 100 per selection).
+var helloRounds = flag.Int("hello.rounds", 1, "runs of each job of TestHelloEveryTransportSelection")
+
+// TestHelloEveryTransportSelection runs hello, which ends with an atomic,
+// a barrier and Finalize, under every transport selection that can run a
+// job on one node, at 2, 3 and 5 PEs. Selections that reach some heaps
+// only through software atomics over shared-memory messages (posix without
+// sysv, while the heap is allocated by sysv) hung in Finalize: a PE waited
+// for a flush reply from a PE already in the bootstrap's barrier, which
+// does not progress the worker.
+func TestHelloEveryTransportSelection(t *testing.T) {
+	bin, cleanup, err := launcher.BuildProgram("./hello")
+	if err != nil {
+		t.Fatalf("build hello: %v", err)
+	}
+	defer cleanup()
+	for _, tls := range []string{"all", "sm", "shm", "posix", "sysv", "posix,self", "posix,cma", "sysv,self",
+		"^sysv", "^posix", "^cma", "tcp", "tcp,self", "tcp,posix"} {
+		for _, np := range []int{2, 3, 5} {
+			t.Run(fmt.Sprintf("%s/np=%d", tls, np), func(t *testing.T) {
+				for range *helloRounds {
+					out := runBinary(t, "./hello", bin, np, []string{"UCX_TLS=" + tls})
+					if got := strings.Count(out, "Hello from PE"); got != np {
+						t.Fatalf("%d hellos; output:\n%s", got, out)
+					}
+				}
+			})
 		}
 	}
 }

@@ -354,7 +354,7 @@ func (c *Ctx) badPE(routine string, pe int) {
 // completion callbacks of the non-blocking operations.
 func (c *Ctx) quiet(routine string) {
 	fenceWord.Add(1)
-	if err := c.worker.Flush(); err != nil {
+	if err := c.flush(); err != nil {
 		fatal(routine, st.me, err)
 	}
 	for c.pending.Load() > 0 {
@@ -364,8 +364,49 @@ func (c *Ctx) quiet(routine string) {
 	}
 }
 
-// idle gives the processor away in a wait loop that made no progress.
-func (c *Ctx) idle() { c.worker.Idle() }
+// flush flushes the context's worker. The operations of every context
+// land on the default worker of their target, and over transports without
+// passive progress (software atomics and flushes over shared-memory
+// messages) only that worker's progress serves them: while this PE waits
+// for its context's operations, its default worker must go on serving the
+// operations of the PEs that wait for it, or two PEs waiting for each other
+// would wait forever. ucp's flush progresses the context's worker only, so
+// a goroutine progresses the default worker meanwhile. The library is then
+// inside this call on this goroutine (every thread level), so the default
+// worker has no other user but in ThreadMultiple, where it takes a lock.
+func (c *Ctx) flush() error {
+	if c == &defaultCtx || !st.netPoll {
+		return c.worker.Flush()
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if st.worker.Progress() == 0 {
+				st.worker.Idle()
+			}
+		}
+	}()
+	err := c.worker.Flush()
+	close(stop)
+	<-stopped
+	return err
+}
+
+// idle gives the processor away in a wait loop that made no progress. A
+// context other than the default one first progresses the default worker,
+// which serves the operations other PEs wait for (see flush).
+func (c *Ctx) idle() {
+	if c != &defaultCtx && st.netPoll && st.worker.Progress() > 0 {
+		return
+	}
+	c.worker.Idle()
+}
 
 // asyncOp is an operation of a context that completes after its routine
 // returned; Quiet waits for it. A fetching one stores its value into fetch

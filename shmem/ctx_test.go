@@ -7,10 +7,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -456,5 +458,44 @@ func TestCtxPoolReuse(t *testing.T) {
 		}
 		shmem.BarrierAll()
 		shmem.Free(buf)
+	})
+}
+
+// TestCtxQuietServesPeers: with the heaps reachable only through software
+// atomics over shared-memory messages (the posix transport alone, heaps
+// allocated by sysv), every PE adds to the next PE through a context of
+// its own and quiets it, all at once. Each quiet waits for a flush reply
+// from the next PE's default worker, which only that PE's progress
+// serves: a quiet that progressed its context alone waited forever for a
+// PE that waited for it.
+func TestCtxQuietServesPeers(t *testing.T) {
+	const rounds = 200
+	petest.RunWith(t, petest.Options{NPs: []int{2, 3}, Env: []string{"UCX_TLS=posix", "UCX_ALLOC_PRIO=md:sysv"}, Timeout: 60 * time.Second}, func(t *testing.T) {
+		if err := shmem.Init(); err != nil {
+			t.Fatalf("Init: %v", err)
+		}
+		defer shmem.Finalize()
+		defer petest.ExitIfFailed(t)
+		me, n := shmem.MyPE(), shmem.NPEs()
+		x := calloc[int64](t, 1)
+		next := (me + 1) % n
+		if shmem.Ptr(&x[0], next) != nil {
+			t.Fatalf("PE %d's heap is mapped here: the test needs heaps reached through software atomics", next)
+		}
+		ctx, err := shmem.CtxCreate(shmem.CtxPrivate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range rounds {
+			shmem.CtxAtomicAdd(ctx, &x[0], 1, next)
+			ctx.Quiet()
+		}
+		ctx.Destroy()
+		shmem.BarrierAll()
+		if x[0] != rounds {
+			t.Errorf("counter %d after %d adds from PE %d", x[0], rounds, (me-1+n)%n)
+		}
+		shmem.BarrierAll()
+		shmem.Free(x)
 	})
 }

@@ -329,6 +329,13 @@ func Finalize() {
 	}
 	Quiet()
 	destroyContexts()
+	// A PE may be completing operations that need another PE's progress
+	// (software atomics and flushes over shared-memory messages are served
+	// only when the target progresses its worker), and the bootstrap
+	// barrier below does not progress it: pass the job's barrier first,
+	// which progresses while it waits and which every PE enters only once
+	// its own operations are complete.
+	st.barrier.sync()
 	m := st.member
 	m.OnFailure(func(bootstrap.Failure) {})
 	if err := m.Barrier(); err != nil {
