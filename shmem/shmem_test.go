@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -39,17 +40,45 @@ func variant() string { return os.Getenv(variantEnv) }
 // transports, between Init and Finalize.
 func job(t *testing.T, body func(t *testing.T, me, n int)) {
 	t.Helper()
+	jobWith(t, jobOptions{}, body)
+}
+
+// jobOptions tune jobWith.
+type jobOptions struct {
+	nps     []int         // job sizes; nps if nil
+	timeout time.Duration // bound of each job; petest.DefaultTimeout if 0
+	// thread: the PEs start with InitThread(level) in place of Init, and
+	// check that they got level.
+	thread bool
+	level  shmem.ThreadLevel
+	// check, if set, is called with each job's output (petest.Options.Check).
+	check func(t *testing.T, output string)
+}
+
+// jobWith is job with options.
+func jobWith(t *testing.T, o jobOptions, body func(t *testing.T, me, n int)) {
+	t.Helper()
+	if o.nps == nil {
+		o.nps = nps
+	}
 	for _, tr := range transports {
 		env := []string{variantEnv + "=" + tr.name}
 		if tr.env != "" {
 			env = append(env, tr.env)
 		}
-		petest.RunWith(t, petest.Options{Name: tr.name, NPs: nps, Env: env}, func(t *testing.T) {
+		petest.RunWith(t, petest.Options{Name: tr.name, NPs: o.nps, Env: env, Timeout: o.timeout, Check: o.check}, func(t *testing.T) {
 			if variant() == "mixed" && os.Getenv("GOSHMEM_RANK") != "" && os.Getenv("GOSHMEM_RANK")[len(os.Getenv("GOSHMEM_RANK"))-1]%2 == 1 {
 				os.Setenv("UCX_TLS", "tcp,self")
 			}
-			if err := shmem.Init(); err != nil {
-				t.Fatalf("Init: %v", err)
+			if !o.thread {
+				if err := shmem.Init(); err != nil {
+					t.Fatalf("Init: %v", err)
+				}
+			} else if got, err := shmem.InitThread(o.level); err != nil {
+				t.Fatalf("InitThread(%v): %v", o.level, err)
+			} else if got != o.level || shmem.QueryThread() != o.level {
+				shmem.Finalize()
+				t.Fatalf("InitThread(%v) provided %v, QueryThread %v", o.level, got, shmem.QueryThread())
 			}
 			defer shmem.Finalize()
 			defer petest.ExitIfFailed(t)

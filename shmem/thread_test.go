@@ -1,7 +1,6 @@
 package shmem_test
 
 import (
-	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -16,27 +15,7 @@ import (
 // as every PE of jobs of each size in nps over each transport.
 func threadJob(t *testing.T, level shmem.ThreadLevel, nps []int, body func(t *testing.T, me, n int)) {
 	t.Helper()
-	for _, tr := range transports {
-		env := []string{variantEnv + "=" + tr.name}
-		if tr.env != "" {
-			env = append(env, tr.env)
-		}
-		petest.RunWith(t, petest.Options{Name: tr.name, NPs: nps, Env: env}, func(t *testing.T) {
-			if variant() == "mixed" && os.Getenv("GOSHMEM_RANK") != "" && os.Getenv("GOSHMEM_RANK")[len(os.Getenv("GOSHMEM_RANK"))-1]%2 == 1 {
-				os.Setenv("UCX_TLS", "tcp,self")
-			}
-			got, err := shmem.InitThread(level)
-			if err != nil {
-				t.Fatalf("InitThread(%v): %v", level, err)
-			}
-			defer shmem.Finalize()
-			defer petest.ExitIfFailed(t)
-			if got != level || shmem.QueryThread() != level {
-				t.Fatalf("InitThread(%v) provided %v, QueryThread %v", level, got, shmem.QueryThread())
-			}
-			body(t, shmem.MyPE(), shmem.NPEs())
-		})
-	}
+	jobWith(t, jobOptions{nps: nps, thread: true, level: level}, body)
 }
 
 func TestInitThreadLevels(t *testing.T) {
