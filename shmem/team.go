@@ -29,8 +29,9 @@ import (
 // in the same order, and by one goroutine of a PE at a time.
 type Team struct {
 	me, npes int
-	// members are the job's numbers of the team's PEs, ascending: PE i of
-	// the team is PE members[i] of the job.
+	// members are the job's numbers of the team's PEs: PE i of the team is
+	// PE members[i] of the job. They ascend, or descend in a team split
+	// with a negative stride (and the teams split from it).
 	members []int
 	slot    int     // index of the team's synchronization words in the pool
 	off     uintptr // heap offset of those words
@@ -491,10 +492,12 @@ func checkSplitArgs(routine string, kind uint64, args [3]int, n int) error {
 			return fmt.Errorf("shmem.%s: size %d (valid: 1..%d)", routine, size, n)
 		case start < 0 || start >= n:
 			return fmt.Errorf("shmem.%s: start %d (valid: 0..%d, the parent team's PEs)", routine, start, n-1)
-		case size > 1 && stride < 1:
-			return fmt.Errorf("shmem.%s: stride %d with size %d (valid: 1 or more, so that start is the lowest PE)", routine, stride, size)
-		case size > 1 && stride > (n-1-start)/(size-1):
-			return fmt.Errorf("shmem.%s: start %d, stride %d and size %d reach PE %d of a parent team of %d PEs", routine, start, stride, size, start+stride*(size-1), n)
+		case size > 1 && stride == 0:
+			return fmt.Errorf("shmem.%s: stride 0 with size %d (valid: size 1 with stride 0)", routine, size)
+		case size > 1 && stride > 0 && stride > (n-1-start)/(size-1):
+			return fmt.Errorf("shmem.%s: start %d, stride %d and size %d reach PE %d of a parent team of %d PEs (a split may not wrap around)", routine, start, stride, size, start+stride*(size-1), n)
+		case size > 1 && stride < 0 && -stride > start/(size-1):
+			return fmt.Errorf("shmem.%s: start %d, stride %d and size %d reach PE %d of the parent team (a split may not wrap around)", routine, start, stride, size, start+stride*(size-1))
 		}
 	case recSplit2D:
 		if args[0] < 1 {
@@ -543,29 +546,36 @@ func configOK(config TeamConfig, mask TeamConfigMask) bool {
 // differ), after any earlier collective of parent. A PE of the new team
 // gets its handle; the other PEs of parent get nil and no error.
 //
-// The PEs must lie in parent: 0 <= start, size >= 1, and for size > 1,
-// stride >= 1 and start+(size-1)*stride < parent.NPEs(). configMask names
-// the fields of config that count (TeamNumContexts, or 0 for none).
+// The PEs must lie in parent without wrapping around (OpenSHMEM 1.6):
+// 0 <= start < parent.NPEs() and size >= 1; for size > 1 a positive
+// stride counts up from start (start+(size-1)*stride < parent.NPEs()) and
+// a negative one down from it (start+(size-1)*stride >= 0), numbering the
+// new team's PEs in the reverse order of parent's; a stride of 0 takes
+// size 1. configMask names the fields of config that count
+// (TeamNumContexts, or 0 for none).
 //
 // It returns an error, on every PE of parent alike and without creating a
 // team, when the arguments are invalid, differ among the PEs of parent, a
 // PE passes an invalid configuration, or a PE of parent already belongs to
 // MaxTeams teams. A nil parent (SHMEM_TEAM_INVALID) creates no team: the
-// call returns nil and no error at once, as the specification says. It
-// panics for a destroyed parent, whose use is a programming error.
+// call returns nil and an error wrapping ErrInvalidTeam at once, without
+// communicating (the specification's nonzero return). It panics for a
+// destroyed parent, whose use is a programming error.
 func TeamSplitStrided(parent *Team, start, stride, size int, config TeamConfig, configMask TeamConfigMask) (*Team, error) {
 	const routine = "TeamSplitStrided"
 	if parent == nil {
 		mustInit(routine)
-		return nil, nil
+		return nil, fmt.Errorf("shmem.%s: the parent is the invalid team (nil): %w", routine, ErrInvalidTeam)
 	}
 	parent.check(routine)
 	slots, err := parent.split(routine, recSplitStrided, [3]int{start, stride, size}, configOK(config, configMask), 1)
 	if err != nil {
 		return nil, err
 	}
-	if size > 1 && (parent.me < start || (parent.me-start)%stride != 0 || (parent.me-start)/stride >= size) ||
-		size == 1 && parent.me != start {
+	if stride == 0 {
+		stride = 1 // size is 1
+	}
+	if d := parent.me - start; d%stride != 0 || d/stride < 0 || d/stride >= size {
 		releaseSlot(slots[0])
 		return nil, nil
 	}
@@ -591,13 +601,13 @@ func TeamSplitStrided(parent *Team, start, stride, size int, config TeamConfig, 
 // creating teams, when xrange is less than 1, differs among the PEs, a
 // configuration is invalid, or a PE of parent cannot belong to two more
 // teams. A nil parent (SHMEM_TEAM_INVALID) creates no teams: the call
-// returns two nil teams and no error at once. It panics for a destroyed
-// parent.
+// returns two nil teams and an error wrapping ErrInvalidTeam at once,
+// without communicating. It panics for a destroyed parent.
 func TeamSplit2D(parent *Team, xrange int, xconfig TeamConfig, xmask TeamConfigMask, yconfig TeamConfig, ymask TeamConfigMask) (x, y *Team, err error) {
 	const routine = "TeamSplit2D"
 	if parent == nil {
 		mustInit(routine)
-		return nil, nil, nil
+		return nil, nil, fmt.Errorf("shmem.%s: the parent is the invalid team (nil): %w", routine, ErrInvalidTeam)
 	}
 	parent.check(routine)
 	ok := configOK(xconfig, xmask) && configOK(yconfig, ymask)
@@ -627,11 +637,50 @@ func TeamTranslatePE(src *Team, srcPE int, dst *Team) int {
 	if src.NPEs() < 0 || dst.NPEs() < 0 || srcPE < 0 || srcPE >= src.npes {
 		return -1
 	}
-	pe := src.members[srcPE]
-	if i := sort.SearchInts(dst.members, pe); i < len(dst.members) && dst.members[i] == pe {
+	return dst.rank(src.members[srcPE])
+}
+
+// rank returns the number in t of the job's PE pe, or -1 when pe is not
+// in t. The members ascend or descend (see Team), so a binary search finds
+// it either way.
+func (t *Team) rank(pe int) int {
+	n := len(t.members)
+	desc := n > 1 && t.members[0] > t.members[n-1]
+	i := sort.Search(n, func(i int) bool {
+		if desc {
+			return t.members[i] <= pe
+		}
+		return t.members[i] >= pe
+	})
+	if i < n && t.members[i] == pe {
 		return i
 	}
 	return -1
+}
+
+// TeamPtr returns a pointer through which this PE can load and store the
+// copy of the symmetric object *p that lives on the team's PE pe
+// (shmem_team_ptr, OpenSHMEM 1.6), or nil where that PE's memory is not
+// directly reachable, and nil for a nil (invalid) team. For TeamWorld it
+// is Ptr. It panics for a destroyed team, a pe outside the team, or a p
+// that is not symmetric.
+func TeamPtr[T any](team *Team, p *T, pe int) *T {
+	const routine = "TeamPtr"
+	mustInit(routine)
+	if team == nil {
+		return nil
+	}
+	team.check(routine)
+	if pe < 0 || pe >= team.npes {
+		panic(fmt.Sprintf("shmem.%s: PE %d is not a PE of %v (valid: 0..%d)", routine, pe, team, team.npes-1))
+	}
+	var z T
+	off := offsetOf(routine, "p", unsafe.Pointer(p), int(unsafe.Sizeof(z)))
+	base := st.peers[team.members[pe]].base
+	if base == nil {
+		return nil
+	}
+	return (*T)(unsafe.Add(base, off))
 }
 
 // CreateCtx creates a communication context of the team

@@ -1,6 +1,7 @@
 package shmem_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -119,7 +120,10 @@ func TestTeamPredefined(t *testing.T) {
 // stridedCases are the valid splits of a parent of n PEs that the tests
 // make: the whole parent, the evens, the odds, one PE, the last PEs.
 func stridedCases(n int) [][3]int {
-	c := [][3]int{{0, 1, n}, {0, 2, (n + 1) / 2}, {n - 1, 1, 1}, {0, n, 1}}
+	// OpenSHMEM 1.6: a negative stride counts down from start, numbering
+	// the PEs in reverse; a stride of 0 takes size 1.
+	c := [][3]int{{0, 1, n}, {0, 2, (n + 1) / 2}, {n - 1, 1, 1}, {0, n, 1},
+		{n - 1, -1, n}, {n - 1, -2, (n + 1) / 2}, {0, 0, 1}, {n - 1, 0, 1}}
 	if n > 1 {
 		c = append(c, [3]int{1, 2, n / 2}, [3]int{1, 1, n - 1})
 	}
@@ -274,6 +278,7 @@ func TestTeamInvalidSplits(t *testing.T) {
 			{"start n", n, 1, 1, shmem.TeamConfig{}, 0, fmt.Sprintf("start %d (valid: 0..%d", n, n-1)},
 			{"stride 0", 0, 0, 2, shmem.TeamConfig{}, 0, "stride 0 with size 2"},
 			{"past the end", 0, 1, n + 1, shmem.TeamConfig{}, 0, fmt.Sprintf("reach PE %d of a parent team of %d PEs", n, n)},
+			{"wraps below 0", 0, -1, 2, shmem.TeamConfig{}, 0, "reach PE -1 of the parent team"},
 			// Arguments that differ among the PEs: an error on every PE,
 			// never a hang (needs two PEs).
 			{"start differs", me % 2, 1, 1, shmem.TeamConfig{}, 0, "every PE of the parent team must pass the same ones"},
@@ -326,14 +331,15 @@ func TestTeamInvalidSplits(t *testing.T) {
 		}
 		checkPanic(t, "Sync of nil", (*shmem.Team)(nil).Sync, "nil team")
 		checkPanic(t, "Sync of a destroyed team", team.Sync, "was destroyed")
-		// Splitting SHMEM_TEAM_INVALID (nil) creates nothing: nil teams, no
-		// error, no panic, and no communication (PE 0 alone calls them).
+		// Splitting SHMEM_TEAM_INVALID (nil) creates nothing: nil teams and
+		// the specification's nonzero return (ErrInvalidTeam), no panic,
+		// and no communication (PE 0 alone calls them).
 		if me == 0 {
-			if team, err := shmem.TeamSplitStrided(nil, 0, 1, 1, shmem.TeamConfig{}, 0); team != nil || err != nil {
-				t.Errorf("TeamSplitStrided(nil) = %v, %v, want nil, nil", team, err)
+			if team, err := shmem.TeamSplitStrided(nil, 0, 1, 1, shmem.TeamConfig{}, 0); team != nil || !errors.Is(err, shmem.ErrInvalidTeam) {
+				t.Errorf("TeamSplitStrided(nil) = %v, %v, want nil, ErrInvalidTeam", team, err)
 			}
-			if x, y, err := shmem.TeamSplit2D(nil, 2, shmem.TeamConfig{}, 0, shmem.TeamConfig{}, 0); x != nil || y != nil || err != nil {
-				t.Errorf("TeamSplit2D(nil) = %v, %v, %v, want nil, nil, nil", x, y, err)
+			if x, y, err := shmem.TeamSplit2D(nil, 2, shmem.TeamConfig{}, 0, shmem.TeamConfig{}, 0); x != nil || y != nil || !errors.Is(err, shmem.ErrInvalidTeam) {
+				t.Errorf("TeamSplit2D(nil) = %v, %v, %v, want nil, nil, ErrInvalidTeam", x, y, err)
 			}
 		}
 		checkPanic(t, "split of a destroyed team", func() { shmem.TeamSplitStrided(team, 0, 1, 1, shmem.TeamConfig{}, 0) }, "was destroyed")
@@ -551,5 +557,44 @@ func TestTeamSplitConcurrentParents(t *testing.T) {
 			shmem.Free(srcs[g])
 			shmem.Free(dsts[g])
 		}
+	})
+}
+
+// TestTeamPtr: TeamPtr (OpenSHMEM 1.6) numbers PEs by the team: for
+// TeamWorld it is Ptr; for a team in reverse order its PE i is the job's
+// PE n-1-i; for the invalid (nil) team it is nil.
+func TestTeamPtr(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		x := calloc[int64](t, 1)
+		x[0] = int64(100 + me)
+		shmem.BarrierAll()
+		for pe := 0; pe < n; pe++ {
+			if got, want := shmem.TeamPtr(shmem.TeamWorld, &x[0], pe), shmem.Ptr(&x[0], pe); got != want {
+				t.Errorf("TeamPtr(TeamWorld, PE %d) = %p, Ptr = %p", pe, got, want)
+			}
+		}
+		if p := shmem.TeamPtr[int64](nil, &x[0], 0); p != nil {
+			t.Errorf("TeamPtr(nil team) = %p, want nil", p)
+		}
+		rev, err := shmem.TeamSplitStrided(shmem.TeamWorld, n-1, -1, n, shmem.TeamConfig{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rev.MyPE(); got != n-1-me {
+			t.Errorf("MyPE in the reversed team = %d, want %d", got, n-1-me)
+		}
+		for i := 0; i < n; i++ {
+			p := shmem.TeamPtr(rev, &x[0], i)
+			if p != shmem.Ptr(&x[0], n-1-i) {
+				t.Errorf("TeamPtr(reversed, %d) = %p, Ptr(PE %d) = %p", i, p, n-1-i, shmem.Ptr(&x[0], n-1-i))
+			}
+			if p != nil && *p != int64(100+n-1-i) {
+				t.Errorf("load through TeamPtr(reversed, %d) = %d, want %d", i, *p, 100+n-1-i)
+			}
+		}
+		checkPanic(t, "TeamPtr outside the team", func() { shmem.TeamPtr(rev, &x[0], n) }, "is not a PE of")
+		rev.Destroy()
+		shmem.BarrierAll()
+		shmem.Free(x)
 	})
 }
