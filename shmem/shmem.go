@@ -142,6 +142,7 @@ type state struct {
 	netPoll bool // some peer is reached through the network
 	env     envSettings
 	inited  bool
+	inits   int // Init and InitThread calls not yet matched by Finalize
 }
 
 var (
@@ -159,14 +160,25 @@ const blobVersion = 1
 // endpoint to each, sets up TeamWorld and TeamShared, and waits for every
 // PE to get there. The thread level is ThreadSingle (InitThread asks for
 // another). The environment variables SHMEM_DEBUG, SHMEM_INFO and
-// SHMEM_VERSION are read here (see the package documentation). Calling
-// Init again after success does nothing.
+// SHMEM_VERSION are read here (see the package documentation).
+//
+// Init may be called more than once (OpenSHMEM 1.6): a call while the
+// library is initialized does nothing but count, and each call must be
+// matched by a call to Finalize, the last of which ends the library. After
+// that, Init starts it again.
 func Init() error {
 	if st.inited {
+		st.inits++
 		return nil
 	}
 	return initThread(ThreadSingle)
 }
+
+// QueryInitialized reports whether the library is initialized: Init or
+// InitThread succeeded and the matching last Finalize has not been called
+// (shmem_query_initialized). It may be called at any time, from any
+// goroutine that does not race with Init and Finalize.
+func QueryInitialized() bool { return st.inited }
 
 func initThread(level ThreadLevel) error {
 	size, err := symheap.SizeFromEnv()
@@ -279,7 +291,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	st.env = env
 	threadLevel = level
 	m.OnFailure(onPeerFailure)
-	st.inited = true
+	st.inited, st.inits = true, 1
 	if err := m.Barrier(); err != nil {
 		resetState()
 		return fmt.Errorf("initial barrier: %w", err)
@@ -322,9 +334,19 @@ func onPeerFailure(f bootstrap.Failure) {
 // did not destroy (completing their operations), waits for every PE to
 // finalize (so no PE unmaps memory another still uses), releases the heap,
 // endpoints and worker, and leaves the job. Nothing is left in /dev/shm.
-// Calling it without Init, or twice, does nothing.
+// It is collective: every PE must call it.
+//
+// When Init was called more than once, only the Finalize that matches the
+// first Init ends the library; the others are BarrierAll (OpenSHMEM 1.6)
+// and release nothing. Calling it without Init, or after the library
+// ended, does nothing.
 func Finalize() {
 	if !st.inited {
+		return
+	}
+	if st.inits > 1 {
+		st.inits--
+		BarrierAll()
 		return
 	}
 	Quiet()

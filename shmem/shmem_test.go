@@ -108,6 +108,10 @@ func TestInitAndQueries(t *testing.T) {
 		if err := shmem.Init(); err != nil {
 			t.Errorf("second Init: %v", err)
 		}
+		shmem.Finalize() // matches the second Init: a barrier, the library stays
+		if !shmem.QueryInitialized() {
+			t.Fatal("QueryInitialized false after the Finalize of a second Init")
+		}
 		for pe := 0; pe < n; pe++ {
 			if !shmem.PEAccessible(pe) {
 				t.Errorf("PEAccessible(%d) = false", pe)
@@ -142,6 +146,46 @@ func TestInitAndQueries(t *testing.T) {
 		}
 		shmem.BarrierAll()
 	})
+}
+
+// TestInitFinalizeRepeated: OpenSHMEM 1.6 lets Init and Finalize be
+// called more than once: each Init is matched by a Finalize, the last of
+// which ends the library, which a later Init starts again.
+func TestInitFinalizeRepeated(t *testing.T) {
+	for _, tr := range transports {
+		petest.RunWith(t, petest.Options{Name: tr.name, NPs: []int{1, 3}, Env: []string{variantEnv + "=" + tr.name, tr.env}}, func(t *testing.T) {
+			if variant() == "mixed" && os.Getenv("GOSHMEM_RANK") != "" && os.Getenv("GOSHMEM_RANK")[len(os.Getenv("GOSHMEM_RANK"))-1]%2 == 1 {
+				os.Setenv("UCX_TLS", "tcp,self")
+			}
+			defer petest.ExitIfFailed(t)
+			if shmem.QueryInitialized() {
+				t.Fatal("QueryInitialized true before Init")
+			}
+			for round := 0; round < 1; round++ {
+				if err := shmem.Init(); err != nil {
+					t.Fatalf("round %d: Init: %v", round, err)
+				}
+				if got, err := shmem.InitThread(shmem.ThreadMultiple); err != nil || got != shmem.ThreadSingle {
+					t.Errorf("round %d: InitThread after Init = %v, %v; want the level of Init, ThreadSingle", round, got, err)
+				}
+				if !shmem.QueryInitialized() {
+					t.Fatalf("round %d: QueryInitialized false after Init", round)
+				}
+				me, n := shmem.MyPE(), shmem.NPEs()
+				x := calloc[int64](t, 1)
+				shmem.AtomicAdd(&x[0], int64(round+1), (me+1)%n)
+				shmem.Finalize() // matches InitThread: a barrier
+				if !shmem.QueryInitialized() || x[0] != int64(round+1) {
+					t.Fatalf("round %d: after the inner Finalize: initialized %v, counter %d, want true, %d", round, shmem.QueryInitialized(), x[0], round+1)
+				}
+				shmem.Free(x)
+				shmem.Finalize()
+				if shmem.QueryInitialized() || shmem.MyPE() != -1 {
+					t.Fatalf("round %d: after the last Finalize: QueryInitialized %v, MyPE %d", round, shmem.QueryInitialized(), shmem.MyPE())
+				}
+			}
+		})
+	}
 }
 
 // putGetRoundTrip checks Put, Get, P and G of T between every pair of PEs:

@@ -53,11 +53,12 @@ var threadLevel = ThreadSingle
 // that takes no lock; ThreadMultiple gives it one that locks, so that
 // goroutines on several OS threads may use it at once.
 //
-// After a successful Init or InitThread it does nothing and returns the
-// level provided then. It returns an error for a level outside
+// After a successful Init or InitThread it only counts the call, which a
+// Finalize must match (see Init), and returns the level provided then. It returns an error for a level outside
 // ThreadSingle..ThreadMultiple, and every error of Init.
 func InitThread(requested ThreadLevel) (ThreadLevel, error) {
 	if st.inited {
+		st.inits++
 		return threadLevel, nil
 	}
 	if requested < ThreadSingle || requested > ThreadMultiple {
