@@ -2,6 +2,7 @@ package shmem
 
 import (
 	"fmt"
+	"strings"
 	"os"
 	"unsafe"
 
@@ -138,12 +139,30 @@ func CtxG[T RMA](ctx *Ctx, src *T, pe int) T { return getValue(ctx, "CtxG", src,
 // slices must hold every element the strides reach. It returns when src may
 // be reused; the data is visible at pe after Quiet or a barrier.
 func IPut[T RMA](dst, src []T, dstStride, srcStride, nelems, pe int) {
-	iput(&defaultCtx, "IPut", dst, src, dstStride, srcStride, nelems, pe)
+	ibput(&defaultCtx, "IPut", dst, src, dstStride, srcStride, 1, nelems, pe)
 }
 
 // CtxIPut is IPut on the context ctx (shmem_ctx_iput).
 func CtxIPut[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, nelems, pe int) {
-	iput(ctx, "CtxIPut", dst, src, dstStride, srcStride, nelems, pe)
+	ibput(ctx, "CtxIPut", dst, src, dstStride, srcStride, 1, nelems, pe)
+}
+
+// IBPut copies nblocks blocks of bsize elements of src, one every
+// srcStride elements from src[0], into the symmetric array dst on pe, one
+// every dstStride elements from dst[0] (shmem_ibput, OpenSHMEM 1.6): block
+// i is src[i*srcStride : i*srcStride+bsize], and it lands at
+// dst[i*dstStride]. Strides are counted in elements and must be at least
+// bsize (bsize itself means contiguous blocks); the slices must hold every
+// element the blocks reach. IPut is IBPut with blocks of one element. It
+// returns when src may be reused; the data is visible at pe after Quiet or
+// a barrier.
+func IBPut[T RMA](dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
+	ibput(&defaultCtx, "IBPut", dst, src, dstStride, srcStride, bsize, nblocks, pe)
+}
+
+// CtxIBPut is IBPut on the context ctx (shmem_ctx_ibput).
+func CtxIBPut[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
+	ibput(ctx, "CtxIBPut", dst, src, dstStride, srcStride, bsize, nblocks, pe)
 }
 
 // IGet copies nelems elements of the symmetric array src on pe, taken every
@@ -152,12 +171,28 @@ func CtxIPut[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, nelems, pe int
 // are counted in elements and must be at least 1; the slices must hold
 // every element the strides reach. It returns when dst holds the data.
 func IGet[T RMA](dst, src []T, dstStride, srcStride, nelems, pe int) {
-	iget(&defaultCtx, "IGet", dst, src, dstStride, srcStride, nelems, pe)
+	ibget(&defaultCtx, "IGet", dst, src, dstStride, srcStride, 1, nelems, pe)
 }
 
 // CtxIGet is IGet on the context ctx (shmem_ctx_iget).
 func CtxIGet[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, nelems, pe int) {
-	iget(ctx, "CtxIGet", dst, src, dstStride, srcStride, nelems, pe)
+	ibget(ctx, "CtxIGet", dst, src, dstStride, srcStride, 1, nelems, pe)
+}
+
+// IBGet copies nblocks blocks of bsize elements of the symmetric array src
+// on pe, one every srcStride elements from src[0], into dst, one every
+// dstStride elements from dst[0] (shmem_ibget, OpenSHMEM 1.6): block i of
+// src on pe, src[i*srcStride : i*srcStride+bsize], lands at
+// dst[i*dstStride]. Strides are counted in elements and must be at least
+// bsize; the slices must hold every element the blocks reach. IGet is
+// IBGet with blocks of one element. It returns when dst holds the data.
+func IBGet[T RMA](dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
+	ibget(&defaultCtx, "IBGet", dst, src, dstStride, srcStride, bsize, nblocks, pe)
+}
+
+// CtxIBGet is IBGet on the context ctx (shmem_ctx_ibget).
+func CtxIBGet[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
+	ibget(ctx, "CtxIBGet", dst, src, dstStride, srcStride, bsize, nblocks, pe)
 }
 
 func put[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
@@ -237,78 +272,121 @@ func getValue[T RMA](c *Ctx, routine string, src *T, pe int) T {
 	return gSlow[T](c, routine, pe, off)
 }
 
-// stridedSpan returns how many elements of a slice of n elements nelems
-// elements at stride reach, panicking when the stride is not positive or
-// the slice is too short.
-func stridedSpan(routine, arg string, n, nelems, stride int) int {
-	if stride < 1 {
-		panic(fmt.Sprintf("shmem.%s: %s stride %d (valid: 1 or more)", routine, arg, stride))
+// blockSpan returns how many elements of a slice of n elements nblocks
+// blocks of bsize elements at stride reach, panicking when the stride is
+// less than bsize or the slice is too short.
+func blockSpan(routine, arg string, n, nblocks, stride, bsize int) int {
+	if stride < bsize {
+		panic(fmt.Sprintf("shmem.%s: %s stride %d (valid: %d or more)", routine, arg, stride, bsize))
 	}
-	if n < 1 || nelems-1 > (n-1)/stride {
-		panic(fmt.Sprintf("shmem.%s: %s has %d elements, fewer than %d elements at stride %d reach", routine, arg, n, nelems, stride))
+	if n < bsize || nblocks-1 > (n-bsize)/stride {
+		what := fmt.Sprintf("%d blocks of %d elements", nblocks, bsize)
+		if !blockRoutine(routine) {
+			what = fmt.Sprintf("%d elements", nblocks)
+		}
+		panic(fmt.Sprintf("shmem.%s: %s has %d elements, fewer than %s at stride %d reach", routine, arg, n, what, stride))
 	}
-	return (nelems-1)*stride + 1
+	return (nblocks-1)*stride + bsize
 }
 
-func checkNelems(routine string, nelems int) {
-	if nelems < 0 {
-		panic(fmt.Sprintf("shmem.%s: nelems %d (valid: 0 or more)", routine, nelems))
+// blockRoutine reports whether routine is one of the block forms (IBPut,
+// IBGet), whose count is of blocks, not of elements.
+func blockRoutine(routine string) bool { return strings.Contains(routine, "IB") }
+
+// checkCount panics when the count arg is negative.
+func checkCount(routine, arg string, n int) {
+	if n < 0 {
+		panic(fmt.Sprintf("shmem.%s: %s %d (valid: 0 or more)", routine, arg, n))
 	}
 }
 
-func iput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, nelems, pe int) {
-	q := c.peer(routine, pe)
-	checkNelems(routine, nelems)
-	if nelems == 0 {
+// checkBlocks checks the counts of the strided routines.
+func checkBlocks(routine string, bsize, nblocks int) {
+	if !blockRoutine(routine) {
+		checkCount(routine, "nelems", nblocks)
 		return
 	}
-	dspan := stridedSpan(routine, "dst", len(dst), nelems, dstStride)
-	stridedSpan(routine, "src", len(src), nelems, srcStride)
+	checkCount(routine, "nblocks", nblocks)
+	checkCount(routine, "bsize", bsize)
+}
+
+// ibput copies nblocks blocks of bsize elements, every srcStride elements
+// of src, to every dstStride elements of the symmetric dst on pe: the
+// routines of IPut (bsize 1) and IBPut.
+func ibput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
+	q := c.peer(routine, pe)
+	checkBlocks(routine, bsize, nblocks)
+	if nblocks == 0 || bsize == 0 {
+		return
+	}
+	dspan := blockSpan(routine, "dst", len(dst), nblocks, dstStride, bsize)
+	blockSpan(routine, "src", len(src), nblocks, srcStride, bsize)
 	var z T
 	size := unsafe.Sizeof(z)
 	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), dspan*int(size))
 	if q.base != nil {
 		d := unsafe.Slice((*T)(unsafe.Add(q.base, off)), dspan)
-		for i := range nelems {
-			d[i*dstStride] = src[i*srcStride]
+		if bsize == 1 {
+			for i := range nblocks {
+				d[i*dstStride] = src[i*srcStride]
+			}
+			return
+		}
+		for i := range nblocks {
+			copyOut(q.base, off+uintptr(i*dstStride)*size, src[i*srcStride:i*srcStride+bsize])
 		}
 		return
 	}
-	if dstStride == 1 && srcStride == 1 {
-		c.putSlow(routine, pe, off, bytesOf(src[:nelems]), false)
+	if dstStride == bsize && srcStride == bsize {
+		c.putSlow(routine, pe, off, bytesOf(src[:nblocks*bsize]), false)
 		return
 	}
-	for i := range nelems {
-		c.putSlow(routine, pe, off+uintptr(i*dstStride)*size, bytesOf(src[i*srcStride:i*srcStride+1]), false)
+	// Every block's put in flight at once, then the wait for all.
+	reqs := make([]*ucp.Request, 0, nblocks)
+	for i := range nblocks {
+		b := bytesOf(src[i*srcStride : i*srcStride+bsize])
+		req, err := q.ep.PutNBX(b, q.raddr+uint64(off+uintptr(i*dstStride)*size), q.rkey, nil)
+		if err != nil {
+			fatal(routine, pe, err)
+		}
+		if req != nil {
+			reqs = append(reqs, req)
+		}
+	}
+	for _, r := range reqs {
+		c.wait(routine, pe, r, nil)
 	}
 }
 
-func iget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, nelems, pe int) {
+// ibget copies nblocks blocks of bsize elements, every srcStride elements
+// of the symmetric src on pe, to every dstStride elements of dst: the
+// routines of IGet (bsize 1) and IBGet.
+func ibget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
 	q := c.peer(routine, pe)
-	checkNelems(routine, nelems)
-	if nelems == 0 {
+	checkBlocks(routine, bsize, nblocks)
+	if nblocks == 0 || bsize == 0 {
 		return
 	}
-	stridedSpan(routine, "dst", len(dst), nelems, dstStride)
-	sspan := stridedSpan(routine, "src", len(src), nelems, srcStride)
+	blockSpan(routine, "dst", len(dst), nblocks, dstStride, bsize)
+	sspan := blockSpan(routine, "src", len(src), nblocks, srcStride, bsize)
 	var z T
 	size := unsafe.Sizeof(z)
 	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), sspan*int(size))
 	if q.base != nil {
 		s := unsafe.Slice((*T)(unsafe.Add(q.base, off)), sspan)
-		for i := range nelems {
-			dst[i*dstStride] = s[i*srcStride]
+		for i := range nblocks {
+			copy(dst[i*dstStride:i*dstStride+bsize], s[i*srcStride:i*srcStride+bsize])
 		}
 		return
 	}
-	if dstStride == 1 && srcStride == 1 {
-		c.getSlow(routine, pe, off, bytesOf(dst[:nelems]), false)
+	if dstStride == bsize && srcStride == bsize {
+		c.getSlow(routine, pe, off, bytesOf(dst[:nblocks*bsize]), false)
 		return
 	}
-	// Every element's get in flight at once, then the wait for all.
-	reqs := make([]*ucp.Request, 0, nelems)
-	for i := range nelems {
-		b := bytesOf(dst[i*dstStride : i*dstStride+1])
+	// Every block's get in flight at once, then the wait for all.
+	reqs := make([]*ucp.Request, 0, nblocks)
+	for i := range nblocks {
+		b := bytesOf(dst[i*dstStride : i*dstStride+bsize])
 		req, err := q.ep.GetNBX(b, q.raddr+uint64(off+uintptr(i*srcStride)*size), q.rkey, nil)
 		if err != nil {
 			fatal(routine, pe, err)

@@ -116,52 +116,74 @@ func TestPutMemGetMemNBI(t *testing.T) {
 	})
 }
 
-// strides are the (dst stride, src stride, nelems) cases of the strided
-// tests; every one fits in stridedLen elements.
-var strides = []struct{ dst, src, nelems int }{
-	{1, 1, 5}, {2, 3, 7}, {3, 1, 4}, {1, 4, 6}, {5, 2, 0}, {1, 1, 1}, {7, 7, 3},
+// strides are the strided and blocked transfers of the tests (strides in
+// elements, blocks of bsize elements); every one fits in stridedLen
+// elements.
+var strides = []struct{ dst, src, bsize, nblocks int }{
+	{1, 1, 1, 5}, {2, 3, 1, 7}, {3, 1, 1, 4}, {1, 4, 1, 6}, {5, 2, 1, 0}, {1, 1, 1, 1}, {7, 7, 1, 3},
+	{3, 2, 2, 5}, {4, 4, 4, 4}, {5, 3, 3, 3}, {8, 2, 1, 3}, {6, 9, 2, 3}, {2, 2, 2, 0}, {4, 4, 0, 3},
 }
 
 const stridedLen = 32
 
-// strided checks IPut and IGet of T against a model: IPut into this PE's
-// region on the next PE, IGet from the next PE's array.
+// strided checks IBPut and IBGet of T against a model, and IPut and IGet
+// where the blocks are of one element: a put into this PE's region on the
+// next PE, a get from the next PE's array.
 func strided[T shmem.RMA](t *testing.T, me, n int, val func(pe, i int) T) {
 	t.Helper()
 	to, from := (me+1)%n, (me-1+n)%n
 	for _, c := range strides {
-		name := fmt.Sprintf("%T dst stride %d, src stride %d, %d elements", val(0, 0), c.dst, c.src, c.nelems)
-		region := calloc[T](t, n*stridedLen)
-		src := make([]T, stridedLen)
-		for i := range src {
-			src[i] = val(me, i)
+		for _, element := range []bool{false, true} {
+			if element && c.bsize != 1 {
+				continue
+			}
+			name := fmt.Sprintf("%T dst stride %d, src stride %d, %d blocks of %d", val(0, 0), c.dst, c.src, c.nblocks, c.bsize)
+			region := calloc[T](t, n*stridedLen)
+			src := make([]T, stridedLen)
+			for i := range src {
+				src[i] = val(me, i)
+			}
+			mine := region[me*stridedLen : (me+1)*stridedLen]
+			put, get := "IBPut", "IBGet"
+			if element {
+				put, get = "IPut", "IGet"
+				shmem.IPut(mine, src, c.dst, c.src, c.nblocks, to)
+			} else {
+				shmem.IBPut(mine, src, c.dst, c.src, c.bsize, c.nblocks, to)
+			}
+			shmem.BarrierAll()
+			want := make([]T, stridedLen)
+			for i := 0; i < c.nblocks; i++ {
+				for b := 0; b < c.bsize; b++ {
+					want[i*c.dst+b] = val(from, i*c.src+b)
+				}
+			}
+			if diff := cmp.Diff(want, region[from*stridedLen:(from+1)*stridedLen]); diff != "" {
+				t.Fatalf("%s, %s, from PE %d (-want +got):\n%s", put, name, from, diff)
+			}
+			// The get: every PE's whole region holds its own pattern.
+			for i := range region {
+				region[i] = val(me, i)
+			}
+			shmem.BarrierAll()
+			got := make([]T, stridedLen)
+			if element {
+				shmem.IGet(got, region, c.dst, c.src, c.nblocks, to)
+			} else {
+				shmem.IBGet(got, region, c.dst, c.src, c.bsize, c.nblocks, to)
+			}
+			clear(want)
+			for i := 0; i < c.nblocks; i++ {
+				for b := 0; b < c.bsize; b++ {
+					want[i*c.dst+b] = val(to, i*c.src+b)
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("%s, %s, from PE %d (-want +got):\n%s", get, name, to, diff)
+			}
+			shmem.BarrierAll()
+			shmem.Free(region)
 		}
-		mine := region[me*stridedLen : (me+1)*stridedLen]
-		shmem.IPut(mine, src, c.dst, c.src, c.nelems, to)
-		shmem.BarrierAll()
-		want := make([]T, stridedLen)
-		for i := 0; i < c.nelems; i++ {
-			want[i*c.dst] = val(from, i*c.src)
-		}
-		if diff := cmp.Diff(want, region[from*stridedLen:(from+1)*stridedLen]); diff != "" {
-			t.Fatalf("IPut, %s, from PE %d (-want +got):\n%s", name, from, diff)
-		}
-		// IGet: every PE's whole region holds its own pattern.
-		for i := range region {
-			region[i] = val(me, i)
-		}
-		shmem.BarrierAll()
-		got := make([]T, stridedLen)
-		shmem.IGet(got, region, c.dst, c.src, c.nelems, to)
-		clear(want)
-		for i := 0; i < c.nelems; i++ {
-			want[i*c.dst] = val(to, i*c.src)
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Fatalf("IGet, %s, from PE %d (-want +got):\n%s", name, to, diff)
-		}
-		shmem.BarrierAll()
-		shmem.Free(region)
 	}
 }
 
@@ -280,6 +302,9 @@ func TestRMABadInputPanics(t *testing.T) {
 			{"IGet nelems -1", func() { shmem.IGet(local[:], x, 1, 1, -1, 0) }, "shmem.IGet: nelems -1"},
 			{"IGet from a Go array", func() { shmem.IGet(x, local[:], 1, 1, 2, 0) }, "shmem.IGet: src"},
 			{"IGet src too short", func() { shmem.IGet(local[:], x[:3], 1, 2, 3, 0) }, "shmem.IGet: src has 3 elements"},
+			{"IBPut stride below bsize", func() { shmem.IBPut(x, local[:], 2, 3, 3, 2, 0) }, "shmem.IBPut: dst stride 2 (valid: 3 or more)"},
+			{"IBGet past the end", func() { shmem.IBGet(local[:], x, 2, 3, 2, 4, 0) }, "shmem.IBGet: src has 8 elements, fewer than 4 blocks of 2 elements at stride 3 reach"},
+			{"IBPut bsize -1", func() { shmem.IBPut(x, local[:], 1, 1, -1, 2, 0) }, "shmem.IBPut: bsize -1"},
 			{"PutSignal bad op", func() { shmem.PutSignal(x, local[:], &sig[0], 1, shmem.SignalOp(7), 0) }, "invalid signal operation 7"},
 			{"PutSignal local signal", func() { shmem.PutSignal(x, local[:], &localSig, 1, shmem.SignalSet, 0) }, "shmem.PutSignal: sig"},
 			{"PutSignal to PE -1", func() { shmem.PutMemSignal(nil, nil, &sig[0], 1, shmem.SignalSet, -1) }, "shmem.PutMemSignal: PE -1"},
