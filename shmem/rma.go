@@ -2,8 +2,8 @@ package shmem
 
 import (
 	"fmt"
-	"strings"
 	"os"
+	"strings"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucp"
