@@ -364,6 +364,40 @@ func (c *Ctx) quiet(routine string) {
 	}
 }
 
+// PEQuiet is Quiet of the context for the operations to the context's
+// PEs pes only (shmem_ctx_pe_quiet, OpenSHMEM 1.6); see shmem.PEQuiet.
+func (c *Ctx) PEQuiet(pes []int) {
+	c.check("(*Ctx).PEQuiet")
+	c.peQuiet("(*Ctx).PEQuiet", pes)
+}
+
+// peQuiet flushes the endpoints to pes (the PEs whose heaps are mapped
+// here take only the memory barrier: their stores are complete), then
+// waits for the completion callbacks of the context's non-blocking
+// operations, which are not kept per PE: the routine may wait for more
+// than it must, as OpenSHMEM allows.
+func (c *Ctx) peQuiet(routine string, pes []int) {
+	for _, pe := range pes {
+		c.peer(routine, pe)
+	}
+	if len(pes) == 0 {
+		return
+	}
+	fenceWord.Add(1)
+	for _, pe := range pes {
+		if q := &c.peers[pe]; q.ep != nil {
+			if err := c.withDefaultProgress(q.ep.Flush); err != nil {
+				fatal(routine, pe, err)
+			}
+		}
+	}
+	for c.pending.Load() > 0 {
+		if c.worker.Progress() == 0 {
+			c.idle()
+		}
+	}
+}
+
 // flush flushes the context's worker. The operations of every context
 // land on the default worker of their target, and over transports without
 // passive progress (software atomics and flushes over shared-memory
@@ -374,9 +408,13 @@ func (c *Ctx) quiet(routine string) {
 // a goroutine progresses the default worker meanwhile. The library is then
 // inside this call on this goroutine (every thread level), so the default
 // worker has no other user but in ThreadMultiple, where it takes a lock.
-func (c *Ctx) flush() error {
+func (c *Ctx) flush() error { return c.withDefaultProgress(c.worker.Flush) }
+
+// withDefaultProgress runs wait, a blocking ucp call on the context's
+// worker, while a goroutine progresses the default worker (see flush).
+func (c *Ctx) withDefaultProgress(wait func() error) error {
 	if c == &defaultCtx || !st.netPoll {
-		return c.worker.Flush()
+		return wait()
 	}
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -392,7 +430,7 @@ func (c *Ctx) flush() error {
 			}
 		}
 	}()
-	err := c.worker.Flush()
+	err := wait()
 	close(stop)
 	<-stopped
 	return err

@@ -318,3 +318,56 @@ func TestRMABadInputPanics(t *testing.T) {
 		shmem.Free(x)
 	})
 }
+
+// TestPEQuietAndSignalRoutines: the OpenSHMEM 1.6 PEQuiet (on the default
+// context and on a context) completes the non-blocking puts to the PEs it
+// names, so a signal sent after it finds the data in place; AddSignal and
+// SetSignal update a signal word with no data.
+func TestPEQuietAndSignalRoutines(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		const per = 3000
+		to, from := (me+1)%n, (me-1+n)%n
+		data := calloc[int64](t, 2*per)
+		sig := calloc[uint64](t, 4)
+		ctx, err := shmem.CtxCreate(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := make([]int64, 2*per)
+		for i := range src {
+			src[i] = int64(me*1_000_000 + i)
+		}
+		shmem.PutNBI(data[:per], src[:per], to)
+		shmem.PEQuiet([]int{to})
+		shmem.SetSignal(&sig[0], 7, to)
+		shmem.CtxPutNBI(ctx, data[per:], src[per:], to)
+		ctx.PEQuiet([]int{to, me})
+		shmem.CtxAddSignal(ctx, &sig[1], 5, to)
+		shmem.AddSignal(&sig[2], 2, to)
+		shmem.CtxSetSignal(ctx, &sig[3], 9, to)
+		shmem.SignalWaitUntil(&sig[0], shmem.CmpEQ, 7)
+		for i := 0; i < per; i++ {
+			if want := int64(from*1_000_000 + i); data[i] != want {
+				t.Fatalf("after the signal sent after PEQuiet: data[%d] = %d, want %d", i, data[i], want)
+			}
+		}
+		shmem.SignalWaitUntil(&sig[1], shmem.CmpEQ, 5)
+		for i := per; i < 2*per; i++ {
+			if want := int64(from*1_000_000 + i); data[i] != want {
+				t.Fatalf("after the signal sent after the context's PEQuiet: data[%d] = %d, want %d", i, data[i], want)
+			}
+		}
+		shmem.SignalWaitUntil(&sig[3], shmem.CmpEQ, 9)
+		shmem.AddSignal(&sig[2], 3, to) // a second add
+		shmem.BarrierAll()
+		if sig[2] != 5 {
+			t.Errorf("signal word after AddSignal 2 and 3: %d, want 5", sig[2])
+		}
+		shmem.PEQuiet(nil) // nothing to wait for
+		checkPanic(t, "PEQuiet of PE n", func() { shmem.PEQuiet([]int{0, n}) }, fmt.Sprintf("shmem.PEQuiet: PE %d is not a PE of the job", n))
+		ctx.Destroy()
+		shmem.BarrierAll()
+		shmem.Free(sig)
+		shmem.Free(data)
+	})
+}

@@ -79,6 +79,31 @@ func CtxPutMemSignalNBI(ctx *Ctx, dst, src []byte, sig *uint64, signal uint64, o
 	putSignal(ctx, "CtxPutMemSignalNBI", dst, src, sig, signal, op, pe, true)
 }
 
+// AddSignal adds signal to the symmetric signal word *sig on pe
+// (shmem_signal_add, OpenSHMEM 1.6): the update of a put-with-signal
+// without the data, atomic with respect to the other signal updates and
+// atomics on *sig. Its completion at pe is Quiet's. sig must be 8-byte
+// aligned.
+func AddSignal(sig *uint64, signal uint64, pe int) {
+	putSignal[byte](&defaultCtx, "AddSignal", nil, nil, sig, signal, SignalAdd, pe, false)
+}
+
+// CtxAddSignal is AddSignal on the context ctx (shmem_ctx_signal_add).
+func CtxAddSignal(ctx *Ctx, sig *uint64, signal uint64, pe int) {
+	putSignal[byte](ctx, "CtxAddSignal", nil, nil, sig, signal, SignalAdd, pe, false)
+}
+
+// SetSignal stores signal into the symmetric signal word *sig on pe
+// (shmem_signal_set, OpenSHMEM 1.6), as AddSignal adds.
+func SetSignal(sig *uint64, signal uint64, pe int) {
+	putSignal[byte](&defaultCtx, "SetSignal", nil, nil, sig, signal, SignalSet, pe, false)
+}
+
+// CtxSetSignal is SetSignal on the context ctx (shmem_ctx_signal_set).
+func CtxSetSignal(ctx *Ctx, sig *uint64, signal uint64, pe int) {
+	putSignal[byte](ctx, "CtxSetSignal", nil, nil, sig, signal, SignalSet, pe, false)
+}
+
 func putSignal[T RMA](c *Ctx, routine string, dst, src []T, sig *uint64, signal uint64, op SignalOp, pe int, nbi bool) {
 	q := c.peer(routine, pe)
 	n := len(src)

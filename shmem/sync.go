@@ -57,6 +57,17 @@ func Quiet() {
 	defaultCtx.quiet("Quiet")
 }
 
+// PEQuiet is Quiet for the operations to the PEs pes only
+// (shmem_pe_quiet, OpenSHMEM 1.6): when it returns, every put, atomic,
+// signal and store this PE issued on the default context to one of pes is
+// complete and visible, and every value a non-blocking get of the default
+// context fetches is in place. An empty pes returns at once. It panics for
+// a PE outside the job.
+func PEQuiet(pes []int) {
+	mustInit("PEQuiet")
+	defaultCtx.peQuiet("PEQuiet", pes)
+}
+
 // Fence orders the puts, atomics and signals this PE issues on the default
 // context to each PE before the call before those it issues after the call
 // to the same PE (shmem_fence).
