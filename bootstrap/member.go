@@ -72,6 +72,7 @@ type Member struct {
 	reply     chan *message // the reply to collective seq, while waiting
 	finAck    chan struct{} // closed when the seed acknowledges finalize
 	exitAck   chan struct{} // closed when the seed acknowledges a global exit
+	lostAck   chan struct{} // closed when the seed acknowledges a ReportLost
 	failures  []Failure
 	failed    map[int]bool
 	failCh    chan struct{} // closed at the first failure
@@ -107,6 +108,7 @@ func Join(env Env) (*Member, error) {
 		env:     env,
 		finAck:  make(chan struct{}),
 		exitAck: make(chan struct{}),
+		lostAck: make(chan struct{}),
 		failed:  make(map[int]bool),
 		failCh:  make(chan struct{}),
 		closeCh: make(chan struct{}),
@@ -360,6 +362,30 @@ func (m *Member) Close() error {
 // seed cannot be told, ucs.ErrTimedOut when it did not acknowledge, and is
 // ErrClosed after Close.
 func (m *Member) GlobalExit(code int) error {
+	msg := &message{kind: kindGlobalExit, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, code: code,
+		host: string(hostMeta(maxString))}
+	return m.tellSeed(msg, m.exitAck, "global exit")
+}
+
+// ReportLost tells the seed that this PE is about to end because it lost
+// the PE rank (a connection to it failed: reason says how), and waits a few
+// seconds at most for the seed's acknowledgment. The launcher then takes
+// this PE's end for a consequence of that PE's failure, and names the PE
+// that failed first, whatever order the ends of the two reach it in. Call
+// it before exiting; only the first loss a PE reports counts. For a
+// singleton it does nothing. The error wraps ucs.ErrInvalidParam for a rank
+// out of range or this PE's own, and is otherwise that of GlobalExit.
+func (m *Member) ReportLost(rank int, reason string) error {
+	if rank < 0 || rank >= m.env.Size || rank == m.env.Rank {
+		return fmt.Errorf("bootstrap: PE %d: report of lost PE %d: out of range [0, %d) or this PE: %w", m.env.Rank, rank, m.env.Size, ucs.ErrInvalidParam)
+	}
+	msg := &message{kind: kindLost, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, failRank: rank, reason: clip(reason)}
+	return m.tellSeed(msg, m.lostAck, "report of lost PE "+strconv.Itoa(rank))
+}
+
+// tellSeed sends msg to the seed and waits, finalizeTimeout at most, for ack
+// to be closed (by the seed's acknowledgment).
+func (m *Member) tellSeed(msg *message, ack chan struct{}, what string) error {
 	m.mu.Lock()
 	closed := m.closed
 	m.mu.Unlock()
@@ -369,17 +395,16 @@ func (m *Member) GlobalExit(code int) error {
 	if m.list == nil {
 		return nil
 	}
-	msg := appendMessage(nil, &message{kind: kindGlobalExit, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, code: code})
-	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, msg); err != nil {
-		return fmt.Errorf("bootstrap: PE %d: global exit: %w: %w", m.env.Rank, ucs.ErrUnreachable, err)
+	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, appendMessage(nil, msg)); err != nil {
+		return fmt.Errorf("bootstrap: PE %d: %s: %w: %w", m.env.Rank, what, ucs.ErrUnreachable, err)
 	}
 	t := time.NewTimer(finalizeTimeout)
 	defer t.Stop()
 	select {
-	case <-m.exitAck:
+	case <-ack:
 		return nil
 	case <-t.C:
-		return fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge the global exit: %w", m.env.Rank, ucs.ErrTimedOut)
+		return fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge the %s: %w", m.env.Rank, what, ucs.ErrTimedOut)
 	}
 }
 
@@ -404,10 +429,13 @@ func (m *Member) handle(b []byte) {
 			m.logger.Printf("[WARN] goshmem: dropping %v message for sequence %d (at %d)", msg.kind, msg.seq, m.seq)
 		}
 		m.mu.Unlock()
-	case kindFinalizeAck, kindGlobalExitAck:
+	case kindFinalizeAck, kindGlobalExitAck, kindLostAck:
 		ch := m.finAck
-		if msg.kind == kindGlobalExitAck {
+		switch msg.kind {
+		case kindGlobalExitAck:
 			ch = m.exitAck
+		case kindLostAck:
+			ch = m.lostAck
 		}
 		m.mu.Lock()
 		select {

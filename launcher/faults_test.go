@@ -23,6 +23,7 @@ func launcherMain(mode string) int {
 	if os.Getenv("TEST_AGENT") != "" {
 		o.AgentPath = os.Args[0]
 	}
+	o.FailureTimeout, _ = time.ParseDuration(os.Getenv("TEST_FAILURE_TIMEOUT"))
 	code, err := Run(context.Background(), o)
 	fmt.Fprintf(os.Stderr, "launcher: Run = %d, %v\n", code, err)
 	return code
@@ -118,6 +119,67 @@ func TestLauncherKilled(t *testing.T) {
 				}
 			}
 			t.Logf("output:\n%s", out.String())
+		})
+	}
+}
+
+// TestLauncherStopped stops the launcher (SIGSTOP) for longer than the
+// failure timeout, and resumes it once the PEs are gone (their agent, or
+// their memberlist nodes, took the launcher for gone). The launcher must
+// then name itself, not a PE its agent ended.
+func TestLauncherStopped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: waits for the failure timeout")
+	}
+	for _, agent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("agent=%v", agent), func(t *testing.T) {
+			const np = 2
+			dir := t.TempDir()
+			cmd := exec.Command(testBinary(t), "-test.run=^$")
+			cmd.Env = append(os.Environ(), envLauncherMode+"=pidfile", "TEST_NP="+strconv.Itoa(np), "TEST_PID_DIR="+dir,
+				"TEST_FAILURE_TIMEOUT=1s")
+			if agent {
+				cmd.Env = append(cmd.Env, "TEST_AGENT=1")
+			}
+			out := new(syncBuffer)
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			done := make(chan error, 1)
+			pids := readPids(t, dir, np, cmd)
+			cmd.Process.Signal(syscall.SIGSTOP)
+			if agent {
+				// The agent ends the PEs once it takes the launcher for gone.
+				deadline := time.Now().Add(waitLimit)
+				for _, pid := range pids {
+					for alive(pid) {
+						if time.Now().After(deadline) {
+							cmd.Process.Signal(syscall.SIGCONT)
+							t.Fatalf("PE process %d still there %v after the launcher was stopped", pid, waitLimit)
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+			} else {
+				time.Sleep(2 * time.Second) // longer than the failure timeout
+			}
+			cmd.Process.Signal(syscall.SIGCONT)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(waitLimit):
+				t.Fatalf("the launcher did not end within %v of its resumption; output:\n%s", waitLimit, out.String())
+			}
+			s := out.String()
+			if !strings.Contains(s, "the bootstrap seed on host") || !strings.Contains(s, "did not run for") ||
+				!strings.Contains(s, "launcher: Run = 1,") {
+				t.Errorf("the resumed launcher does not name itself, stopped, with exit code 1; output:\n%s", s)
+			}
+			if strings.Contains(s, "goshmem-run: PE ") {
+				t.Errorf("the resumed launcher blames a PE; output:\n%s", s)
+			}
 		})
 	}
 }

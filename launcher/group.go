@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/uct/sm"
 )
@@ -47,6 +50,10 @@ type proc struct {
 	errw   *lineWriter
 	file   *os.File // the PE's output file (outputDir), if any
 	exited bool
+	// signalled is set before the group signals the PE while it still
+	// runs: its end is then the group's doing (read by the goroutine that
+	// waits for it).
+	signalled atomic.Bool
 }
 
 // peExit is the end of a PE process.
@@ -54,6 +61,9 @@ type peExit struct {
 	rank  int
 	state *os.ProcessState
 	err   error
+	// signalled: the group had told the PE to end (SIGTERM or SIGKILL)
+	// before it ended.
+	signalled bool
 }
 
 func newGroup(program string, args []string, n int) *group {
@@ -129,7 +139,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 		p.out.flush()
 		p.errw.flush()
 		p.closeFile()
-		g.exits <- peExit{rank: rank, state: cmd.ProcessState, err: err}
+		g.exits <- peExit{rank: rank, state: cmd.ProcessState, err: err, signalled: p.signalled.Load()}
 	}()
 	return nil
 }
@@ -179,12 +189,25 @@ func (g *group) killAll() {
 }
 
 // signalPE signals the process group of a PE (it leads its own), so that
-// what the PE started goes too.
+// what the PE started goes too. A PE that still runs is marked signalled
+// first; one that ended already, and is not reaped yet, ended by itself.
 func signalPE(p *proc, sig syscall.Signal) {
 	pid := p.cmd.Process.Pid
+	if !ended(pid) {
+		p.signalled.Store(true)
+	}
 	if err := syscall.Kill(-pid, sig); err != nil {
 		p.cmd.Process.Signal(sig)
 	}
+}
+
+// ended reports whether the child process pid has ended: it is waitable (a
+// zombie), or reaped already. It reaps nothing.
+func ended(pid int) bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	// Without a waitable child the kernel leaves the zeroed info as is.
+	return err != nil || info.Signo == int32(unix.SIGCHLD)
 }
 
 // stdinFor returns the file a PE reads as stdin. A regular file or a pipe

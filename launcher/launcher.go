@@ -14,6 +14,7 @@
 package launcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -216,10 +218,23 @@ type job struct {
 	unitsUp int // units still running
 	unitEnd chan unitExit
 
-	first    *JobError // the failure that ended the job
-	ending   bool      // PEs were told to terminate
-	unitTerm <-chan time.Time
-	unitKill <-chan time.Time
+	first  *JobError // the failure that ended the job
+	ending bool      // PEs were told to terminate
+	// consequence is the first end of a PE that learned of another PE's
+	// failure first (bootstrap.Seed.Lost): the job is ended at once, but
+	// the PE it lost, lostPeer, is named if its own failure turns up
+	// (blameOpen until then); consequence is named only if none does.
+	consequence *JobError
+	lostPeer    int
+	blameOpen   bool
+	unitTerm    <-chan time.Time
+	unitKill    <-chan time.Time
+	// alive is when the launcher last checked that it runs (see
+	// checkStopped); failureTimeout is the job's; continued receives
+	// SIGCONT, which a stopped launcher gets when it resumes.
+	alive          time.Time
+	failureTimeout time.Duration
+	continued      chan os.Signal
 	// idle holds the ranks that exited 0 without finalize and without
 	// having joined while no PE had joined: they fail the job if a PE
 	// joins later while others still run.
@@ -391,6 +406,11 @@ func (j *job) run(ctx context.Context) (int, error) {
 	}
 	j.pes = make([]peState, j.np)
 	j.running = j.np
+	j.failureTimeout = cmp.Or(o.FailureTimeout, bootstrap.DefaultFailureTimeout)
+	j.alive = time.Now()
+	j.continued = make(chan os.Signal, 1)
+	signal.Notify(j.continued, syscall.SIGCONT)
+	defer signal.Stop(j.continued)
 	j.unitEnd = make(chan unitExit, len(j.places)+1)
 
 	if code, err := j.startAll(); err != nil {
@@ -631,6 +651,11 @@ func (j *job) wait(ctx context.Context) {
 			ticker.Stop()
 		}
 	}()
+	// A launcher that is stopped (SIGSTOP, Ctrl-Z) longer than the failure
+	// timeout finds its job ended by the PEs and agents that took it for
+	// gone: watch notices it within a quarter of the timeout.
+	watch := time.NewTicker(j.failureTimeout / 4)
+	defer watch.Stop()
 	for j.activeGroup() || j.unitsUp > 0 {
 		if len(j.idle) > 0 && ticker == nil {
 			ticker = time.NewTicker(100 * time.Millisecond)
@@ -644,7 +669,11 @@ func (j *job) wait(ctx context.Context) {
 		case e := <-groupExits:
 			j.group.exited(e)
 			how, code := describe(e)
-			j.ended(e.rank, j.host, how, code)
+			end := peEnd{rank: e.rank, host: j.host, how: how, code: code}
+			if e.signalled {
+				end.endedBy = "the launcher ends the job"
+			}
+			j.ended(end)
 		case r, ok := <-reports:
 			if !ok {
 				reports = nil
@@ -659,11 +688,16 @@ func (j *job) wait(ctx context.Context) {
 			if f.Rank >= 0 && f.Rank < len(j.pes) && j.pes[f.Rank].ended {
 				break // its end was handled
 			}
+			if j.ending && !(j.blameOpen && f.Rank == j.lostPeer) {
+				break // ended with the job, or a consequence of its end
+			}
 			j.fail(&JobError{Rank: f.Rank, Host: f.Host, How: "failed: " + f.Reason, Code: 1})
 		case u := <-j.unitEnd:
 			j.unitExited(u, reports)
 		case <-tick:
 			j.checkIdle()
+		case <-watch.C:
+			j.checkStopped()
 		case <-done:
 			done = nil
 			if !j.ending {
@@ -681,6 +715,18 @@ func (j *job) wait(ctx context.Context) {
 			j.signalUnits(syscall.SIGKILL)
 		}
 	}
+	j.concludeBlame()
+}
+
+// concludeBlame names the job after the first consequence when, every PE
+// having ended, the PE it lost did not fail by itself (the connection
+// between them did).
+func (j *job) concludeBlame() {
+	if j.first == nil && j.consequence != nil {
+		j.blameOpen = false
+		j.ending = false // so that fail records it
+		j.fail(j.consequence)
+	}
 }
 
 func (j *job) activeGroup() bool { return j.group != nil && j.group.running > 0 }
@@ -693,7 +739,11 @@ func (j *job) report(r bootstrap.Report) {
 			j.opts.Logf("ignoring a report of agent %d on PE %d, which it did not start", r.Agent, r.Rank)
 			return
 		}
-		j.ended(r.Rank, r.Host, r.How, r.Code)
+		end := peEnd{rank: r.Rank, host: r.Host, how: r.How, code: r.Code}
+		if r.EndedByAgent {
+			end.endedBy = cmp.Or(r.Why, "its agent ended it")
+		}
+		j.ended(end)
 	case bootstrap.ReportGlobalExit:
 		if j.ending {
 			return
@@ -709,26 +759,64 @@ func (j *job) report(r bootstrap.Report) {
 	}
 }
 
-// ended judges the end of a PE.
-func (j *job) ended(rank int, host, how string, code int) {
-	if rank < 0 || rank >= len(j.pes) || j.pes[rank].ended {
+// peEnd is how a PE ended, as the launcher's group or the PE's agent saw it.
+type peEnd struct {
+	rank      int
+	host, how string
+	code      int
+	// endedBy says why the launcher or the PE's agent had told the PE to
+	// end while it still ran; empty when they had not. Such an end is a
+	// consequence, not a failure of the PE's own.
+	endedBy string
+}
+
+// ended judges the end of a PE. The job is named after its first cause: a
+// PE that failed by itself, not one that ended because it learned that
+// another PE failed (bootstrap.Seed.Lost) nor one that its agent ended,
+// whatever order their ends arrive in.
+func (j *job) ended(e peEnd) {
+	if e.rank < 0 || e.rank >= len(j.pes) || j.pes[e.rank].ended {
 		return
 	}
-	j.pes[rank].ended = true
+	j.pes[e.rank].ended = true
 	j.running--
-	if j.ending {
+	switch {
+	case e.endedBy != "" && j.ending:
+		return // the launcher is ending it
+	case e.endedBy != "":
+		// Its agent ended it without being told to: it lost the launcher,
+		// or was itself told to end (a signal).
+		j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.how + ", ended by its agent: " + e.endedBy, Code: max(e.code, 1)})
+		return
+	case j.ending && !j.blameOpen:
 		return // the launcher is ending it
 	}
-	switch {
-	case code != 0:
-		j.fail(&JobError{Rank: rank, Host: host, How: how, Code: code})
-	case j.seed.Finalized(rank) || j.running == 0:
-	case j.seed.Joined(rank) || j.anyJoined():
-		j.fail(&JobError{Rank: rank, Host: host, How: "exited without finalize (status 0) while other PEs still run", Code: 1})
-	default:
-		// Not a goshmem program, or one that has not initialized yet.
-		j.idle = append(j.idle, rank)
+	if e.code == 0 {
+		switch {
+		case j.ending, j.seed.Finalized(e.rank) || j.running == 0:
+		case j.seed.Joined(e.rank) || j.anyJoined():
+			j.fail(&JobError{Rank: e.rank, Host: e.host, How: "exited without finalize (status 0) while other PEs still run", Code: 1})
+		default:
+			// Not a goshmem program, or one that has not initialized yet.
+			j.idle = append(j.idle, e.rank)
+		}
+		return
 	}
+	if peer, why, ok := j.seed.Lost(e.rank); ok && (j.blameOpen || !j.pes[peer].ended) {
+		// It ended because PE peer failed, or so it says: end the job now,
+		// and name peer when its own failure turns up.
+		if j.consequence == nil {
+			j.consequence = &JobError{Rank: e.rank, Host: e.host,
+				How: fmt.Sprintf("%s after it lost PE %d (%s)", e.how, peer, why), Code: e.code}
+			j.lostPeer = peer
+		}
+		if !j.ending {
+			j.blameOpen = true
+			j.terminate(j.consequence.Error())
+		}
+		return
+	}
+	j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.how, Code: e.code})
 }
 
 // lost records a PE whose end will never be reported.
@@ -815,11 +903,47 @@ func (j *job) anyJoined() bool {
 	return false
 }
 
-// fail records the failure that ends the job and terminates the others.
-func (j *job) fail(e *JobError) {
-	if j.ending {
+// checkStopped ends the job, naming the launcher, when the launcher did not
+// run for longer than the failure timeout (it was starved of CPU), or for
+// over half of it and was stopped (it got SIGCONT since): the agents and
+// PEs that took it for gone are ending the job, and what they report is a
+// consequence.
+func (j *job) checkStopped() {
+	now := time.Now()
+	gap := now.Sub(j.alive)
+	j.alive = now
+	if j.ending || j.failureTimeout <= 0 || gap <= j.failureTimeout/2 {
+		select {
+		case <-j.continued: // a stop too short to matter
+		default:
+		}
 		return
 	}
+	stopped := false
+	select {
+	case <-j.continued:
+		stopped = true
+	case <-time.After(50 * time.Millisecond): // SIGCONT reaches the channel a little after the process resumes
+	}
+	if stopped || gap > j.failureTimeout {
+		j.fail(&JobError{Rank: -1, Host: j.host, Code: 1, How: fmt.Sprintf("(goshmem-run) did not run for %v, "+
+			"longer than half the failure timeout of %v (it was stopped, or starved of CPU): the agents and PEs took it for gone",
+			gap.Round(time.Millisecond), j.failureTimeout)})
+	}
+}
+
+// fail records the failure that ends the job and terminates the others.
+// Once the job is being ended, only the cause a consequence waits for
+// (blameOpen) is recorded. A launcher that was stopped names itself (see
+// checkStopped).
+func (j *job) fail(e *JobError) {
+	if j.first != nil || (j.ending && !j.blameOpen) {
+		return
+	}
+	if j.checkStopped(); j.first != nil {
+		return
+	}
+	j.blameOpen = false
 	j.first = e
 	switch {
 	case e.Code == 0:

@@ -37,11 +37,16 @@ func badLen(routine string, dstLen, srcLen int) {
 }
 
 // fatal ends the PE after a communication failure, which OpenSHMEM routines
-// cannot report: waiting on would hang the job.
+// cannot report: waiting on would hang the job. It first tells the launcher
+// that this PE ends because it lost pe, so that the job is named after pe
+// when pe failed first.
 //
 //go:noinline
 func fatal(routine string, pe int, err error) {
 	fmt.Fprintf(os.Stderr, "goshmem: PE %d: shmem.%s to PE %d failed: %v\n", st.me, routine, pe, err)
+	if m := st.member; m != nil && pe != st.me {
+		m.ReportLost(pe, err.Error()) // the exit below is the report that matters
+	}
 	os.Exit(1)
 }
 

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -289,10 +290,10 @@ func TestLauncherKilled(t *testing.T) {
 	noLeftovers(t)
 }
 
-// killLauncher starts goshmem-run with args (PEs in the block mode, which
-// print "ready PE pid PID"), kills it with SIGKILL once every PE is ready,
-// and waits (up to hangGuard) for every PE process to be gone.
-func killLauncher(t *testing.T, env []string, args ...string) {
+// startBlocked starts goshmem-run with args (PEs in the block mode, which
+// print "ready PE pid PID") and returns once every PE is ready, with their
+// pids in rank order. The caller waits for cmd.
+func startBlocked(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, pids []int, stderr *syncBuffer) {
 	t.Helper()
 	needBinaries(t)
 	np := 0
@@ -301,20 +302,20 @@ func killLauncher(t *testing.T, env []string, args ...string) {
 			np, _ = strconv.Atoi(args[i+1])
 		}
 	}
-	cmd := exec.Command(goshmemRun, args...)
+	cmd = exec.Command(goshmemRun, args...)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr = new(syncBuffer)
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill() })
 	ready := regexp.MustCompile(`^ready (\d+) pid (\d+)$`)
-	var pids []int
+	pids = make([]int, np)
 	lines := make(chan string)
 	go func() {
 		for s := bufio.NewScanner(out); s.Scan(); {
@@ -323,7 +324,7 @@ func killLauncher(t *testing.T, env []string, args ...string) {
 		close(lines)
 	}()
 	guard := time.After(hangGuard)
-	for len(pids) < np {
+	for n := 0; n < np; {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -331,27 +332,99 @@ func killLauncher(t *testing.T, env []string, args ...string) {
 				t.Fatalf("goshmem-run ended before its PEs were ready; stderr:\n%s", stderr.String())
 			}
 			if m := ready.FindStringSubmatch(l); m != nil {
-				pid, _ := strconv.Atoi(m[2])
-				pids = append(pids, pid)
+				rank, _ := strconv.Atoi(m[1])
+				pids[rank], _ = strconv.Atoi(m[2])
+				n++
 			}
 		case <-guard:
 			t.Fatalf("PEs not ready within %v; stderr:\n%s", hangGuard, stderr.String())
 		}
 	}
+	go func() {
+		for range lines { // the rest of the output
+		}
+	}()
+	return cmd, pids, stderr
+}
+
+// killLauncher starts goshmem-run with args (PEs in the block mode), kills
+// it with SIGKILL once every PE is ready, and waits (up to hangGuard) for
+// every PE process to be gone.
+func killLauncher(t *testing.T, env []string, args ...string) {
+	t.Helper()
+	cmd, pids, _ := startBlocked(t, env, args...)
 	start := time.Now()
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
+	waitGone(t, pids, "goshmem-run was killed")
+	t.Logf("%d PEs gone %v after goshmem-run was killed", len(pids), time.Since(start).Round(time.Millisecond))
+}
+
+// waitGone waits (up to hangGuard) for the processes pids to be gone, after
+// what (for the message).
+func waitGone(t *testing.T, pids []int, what string) {
+	t.Helper()
 	deadline := time.Now().Add(hangGuard)
 	for _, pid := range pids {
 		for alive(pid) {
 			if time.Now().After(deadline) {
 				syscall.Kill(pid, syscall.SIGKILL)
-				t.Fatalf("PE process %d still there %v after goshmem-run was killed", pid, hangGuard)
+				t.Fatalf("process %d still there %v after %s", pid, hangGuard, what)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	t.Logf("%d PEs gone %v after goshmem-run was killed", np, time.Since(start).Round(time.Millisecond))
+}
+
+// waitTimeout waits for cmd, killing it after limit.
+func waitTimeout(cmd *exec.Cmd, limit time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if _, ok := err.(*exec.ExitError); ok {
+			return nil
+		}
+		return err
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("still running after %v", limit)
+	}
+}
+
+// parentOf returns the parent pid of process pid.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pid (comm) S ppid ...: the fields after the last ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	return ppid
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // alive reports whether process pid exists and is not a zombie.
@@ -399,7 +472,8 @@ func TestSingleHostLoopback(t *testing.T) {
 }
 
 // TestSegmentMode: named segments are readable and writable by their
-// owner only.
+// owner only, and have no name left once Init returns: every peer mapped
+// them, so nothing is left in /dev/shm however the PE ends.
 func TestSegmentMode(t *testing.T) {
 	r := run(t, namedSegments, "-np", "2", peProgram, "segments")
 	if r.code != 0 {
@@ -407,15 +481,40 @@ func TestSegmentMode(t *testing.T) {
 	}
 	n := 0
 	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
-		if f := strings.Fields(l); len(f) == 4 && f[0] == "segment" {
-			n++
-			if f[3] != "-rw-------" {
-				t.Errorf("segment %s of PE %s has mode %s, want -rw-------", f[2], f[1], f[3])
-			}
+		f := strings.Fields(l)
+		if len(f) != 5 || f[0] != "segment" {
+			continue
+		}
+		n++
+		if f[3] != "-rw-------" && f[3] != "?" {
+			t.Errorf("segment %s mapped by PE %s has mode %s, want -rw-------", f[2], f[1], f[3])
+		}
+		if f[4] != "unlinked" {
+			t.Errorf("segment %s mapped by PE %s is still in /dev/shm after Init", f[2], f[1])
 		}
 	}
-	if n < 2 {
-		t.Errorf("found %d named segments, want at least one per PE; %v", n, r)
+	if n < 4 {
+		t.Errorf("found %d named segments mapped, want at least the 2 heaps in each of the 2 PEs; %v", n, r)
+	}
+	noLeftovers(t)
+}
+
+// TestAgentKilled kills the agent of the PEs with SIGKILL: the PEs die
+// with it, nobody is left to remove their named segments, and yet none is
+// left in /dev/shm; goshmem-run names a PE the agent never reported.
+func TestAgentKilled(t *testing.T) {
+	cmd, pids, stderr := startBlocked(t, namedSegments, "-np", "3", peProgram, "block")
+	agent := parentOf(t, pids[0])
+	if agent == cmd.Process.Pid {
+		t.Fatalf("PE %d is a child of goshmem-run, not of an agent", pids[0])
+	}
+	syscall.Kill(agent, syscall.SIGKILL)
+	waitGone(t, pids, "their agent was killed")
+	if err := waitTimeout(cmd, hangGuard); err != nil {
+		t.Fatalf("goshmem-run did not end within %v of its agent's death: %v; stderr:\n%s", hangGuard, err, stderr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 137 || !strings.Contains(stderr.String(), "never reported how it ended") {
+		t.Errorf("goshmem-run exited with %d, want 137, naming a PE its agent never reported; stderr:\n%s", code, stderr.String())
 	}
 	noLeftovers(t)
 }

@@ -13,8 +13,9 @@
 //	block       prints "ready PE pid PID" and waits to be ended
 //	listeners   prints "listener ADDR" for each listening or bound socket
 //	            of this process, then finalizes
-//	segments    prints "segment NAME MODE" for each /dev/shm file of this
-//	            process, then finalizes
+//	segments    prints "segment PE NAME MODE STATE" for each named /dev/shm
+//	            segment this process maps (STATE: "named" while its file is
+//	            in /dev/shm, else "unlinked"), then finalizes
 //	reach       prints "reach PE OTHER direct" for each PE whose heap this PE
 //	            maps (shared memory), "reach PE OTHER remote" for the others
 //	            (reached through the network), after a put to each
@@ -145,11 +146,8 @@ func main() {
 		}
 	case "segments":
 		shmem.BarrierAll()
-		files, _ := filepath.Glob(fmt.Sprintf("/dev/shm/goshmem-%d-*", os.Getpid()))
-		for _, f := range files {
-			if fi, err := os.Stat(f); err == nil {
-				fmt.Printf("segment %d %s %v\n", me, filepath.Base(f), fi.Mode().Perm())
-			}
+		for _, seg := range mappedSegments() {
+			fmt.Printf("segment %d %s\n", me, seg)
 		}
 		shmem.BarrierAll()
 	default:
@@ -171,6 +169,35 @@ func globalExit(failPE int) {
 	}
 	m.Barrier() // never completes
 	select {}
+}
+
+// mappedSegments describes the named /dev/shm segments of goshmem this
+// process maps: "NAME MODE STATE", the mode read through
+// /proc/self/map_files (which needs privileges: "?" without them).
+func mappedSegments() []string {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		log.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 6 || !strings.HasPrefix(f[5], "/dev/shm/goshmem-") || seen[f[5]] {
+			continue
+		}
+		seen[f[5]] = true
+		mode := "?"
+		if fi, err := os.Stat("/proc/self/map_files/" + f[0]); err == nil {
+			mode = fi.Mode().Perm().String()
+		}
+		state := "named"
+		if _, err := os.Stat(f[5]); err != nil {
+			state = "unlinked"
+		}
+		out = append(out, filepath.Base(f[5])+" "+mode+" "+state)
+	}
+	return out
 }
 
 // peakRSS returns VmHWM, in KiB.

@@ -1,0 +1,78 @@
+package launcher
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/bootstrap"
+)
+
+// TestBlameFirstCause feeds the launcher's judge the ends of the PEs of a
+// job in which PE 1 died and PE 2, having lost it, ended too: PE 1 must be
+// named, whatever order the two ends arrive in; the PE that lost its peer
+// is named only when the peer did not fail by itself.
+func TestBlameFirstCause(t *testing.T) {
+	killed := peEnd{rank: 1, host: "h1", how: "was killed by signal 9 (killed)", code: 137}
+	lostIt := peEnd{rank: 2, host: "h2", how: "exited with status 1", code: 1}
+	terminated := peEnd{rank: 1, host: "h1", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
+	other := peEnd{rank: 0, host: "h0", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
+	tests := []struct {
+		name string
+		ends []peEnd
+		rank int
+		code int
+		how  string
+	}{
+		{"cause first", []peEnd{killed, lostIt, other}, 1, 137, "was killed by signal 9"},
+		{"consequence first", []peEnd{lostIt, killed, other}, 1, 137, "was killed by signal 9"},
+		{"consequence first, others ended before the cause", []peEnd{lostIt, other, killed}, 1, 137, "was killed by signal 9"},
+		{"the lost PE did not fail", []peEnd{lostIt, terminated, other}, 2, 1, "after it lost PE 1 (connection reset by peer)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := newJudgeJob(t, 3)
+			m := joinPE(t, j, 2)
+			if err := m.ReportLost(1, "connection reset by peer"); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range tt.ends {
+				j.ended(e)
+			}
+			j.concludeBlame()
+			if e := j.first; e == nil || e.Rank != tt.rank || e.Code != tt.code || !strings.Contains(e.How, tt.how) {
+				t.Errorf("the job is named after %+v, want PE %d (%q) with code %d", e, tt.rank, tt.how, tt.code)
+			}
+		})
+	}
+}
+
+// newJudgeJob returns a job of np PEs that has a seed and started nothing,
+// for the judge (job.ended) alone.
+func newJudgeJob(t *testing.T, np int) *job {
+	t.Helper()
+	key, err := bootstrap.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := bootstrap.NewSeed(bootstrap.SeedConfig{Size: np, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seed.Close() })
+	j := &job{opts: Options{Logf: t.Logf}, np: np, seed: seed, key: key, host: "h", pes: make([]peState, np), running: np}
+	j.failureTimeout, j.alive = bootstrap.DefaultFailureTimeout, time.Now()
+	return j
+}
+
+// joinPE joins the job of j as the PE of rank, in this process.
+func joinPE(t *testing.T, j *job, rank int) *bootstrap.Member {
+	t.Helper()
+	m, err := bootstrap.Join(bootstrap.Env{JobID: j.seed.JobID(), Rank: rank, Size: j.np, LocalRank: rank, LocalSize: j.np,
+		Seed: j.seed.Addr(), Key: j.key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
