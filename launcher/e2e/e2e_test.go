@@ -516,6 +516,15 @@ func TestAgentKilled(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 137 || !strings.Contains(stderr.String(), "never reported how it ended") {
 		t.Errorf("goshmem-run exited with %d, want 137, naming a PE its agent never reported; stderr:\n%s", code, stderr.String())
 	}
+	// The PEs are gone (perhaps zombies of an init that reaps late): what
+	// bears their pids now, nobody removes.
+	for _, pid := range pids {
+		left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/goshmem-%d-*", pid))
+		for _, f := range left {
+			os.Remove(f)
+			t.Errorf("%s left in /dev/shm by PE process %d", f, pid)
+		}
+	}
 	noLeftovers(t)
 }
 
