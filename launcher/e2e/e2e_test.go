@@ -273,6 +273,39 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// TestBlameUnderTraffic kills a PE while every PE talks to every other over
+// tcp: the survivors that lose it end too, and their ends may reach
+// goshmem-run first, yet the job must be named after the killed PE, with
+// its status. GOSHMEM_E2E_BLAME_RUNS sets the number of jobs (default 3);
+// the test logs which PE each job named.
+func TestBlameUnderTraffic(t *testing.T) {
+	runs := 3
+	if v := os.Getenv("GOSHMEM_E2E_BLAME_RUNS"); v != "" {
+		var err error
+		if runs, err = strconv.Atoi(v); err != nil || runs < 1 {
+			t.Fatalf("GOSHMEM_E2E_BLAME_RUNS=%q: want a positive number", v)
+		}
+	}
+	h := hostname(t)
+	named := regexp.MustCompile(`goshmem-run: (PE \d+ on host .*?(exited with status \d+|was killed by signal \d+))`)
+	histogram := map[string]int{}
+	for i := range runs {
+		env := []string{"FAIL_PE=1", "UCX_TLS=tcp,self"}
+		r := run(t, env, "-np", "4", peProgram, "kill9-traffic")
+		checkFault(t, r, 137, 1, h, "was killed by signal 9 (killed)")
+		what := "nothing"
+		if m := named.FindStringSubmatch(r.stderr); m != nil {
+			what = regexp.MustCompile(` \(.*?\)`).ReplaceAllString(m[1], "")
+		}
+		histogram[fmt.Sprintf("%s, exit %d", what, r.code)]++
+		if t.Failed() {
+			t.Fatalf("run %d of %d: %v", i+1, runs, r)
+		}
+	}
+	t.Logf("named in %d runs: %v", runs, histogram)
+	noLeftovers(t)
+}
+
 // TestGlobalExit: the status a PE gives for the whole job is goshmem-run's.
 func TestGlobalExit(t *testing.T) {
 	for _, mode := range []string{"globalexit", "shmem-globalexit"} {

@@ -10,6 +10,9 @@
 //	panic       PE $FAIL_PE panics (status 2)
 //	kill9       PE $FAIL_PE kills itself with SIGKILL
 //	nofinalize  PE $FAIL_PE exits with status 0 without Finalize
+//	kill9-traffic
+//	            every PE puts to and gets from every other PE without end;
+//	            PE $FAIL_PE kills itself with SIGKILL after 100 rounds
 //	block       prints "ready PE pid PID" and waits to be ended
 //	listeners   prints "listener ADDR" for each listening or bound socket
 //	            of this process, then finalizes
@@ -117,6 +120,25 @@ func main() {
 			}
 		}
 		shmem.BarrierAll() // never completes
+	case "kill9-traffic":
+		buf, err := shmem.Calloc[int64](512)
+		if err != nil {
+			log.Fatal(err)
+		}
+		shmem.BarrierAll()
+		src := make([]int64, len(buf))
+		for round := 0; ; round++ {
+			if me == failPE && round == 100 {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+			for pe := range n {
+				if pe != me {
+					shmem.Put(buf, src, pe)
+					shmem.Get(src[:8], buf[:8], pe)
+				}
+			}
+		}
 	case "block":
 		fmt.Printf("ready %d pid %d\n", me, os.Getpid())
 		select {}
