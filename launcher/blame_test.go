@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,4 +77,31 @@ func joinPE(t *testing.T, j *job, rank int) *bootstrap.Member {
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
+}
+
+// TestThreadLimit: a PE whose runtime cannot create a thread says so among
+// hundreds of lines of crash dump; the launcher names the limit to raise,
+// and forwards only the start of the dump.
+func TestThreadLimit(t *testing.T) {
+	script := `if [ "$GOSHMEM_RANK" = 1 ]; then
+	echo "runtime/cgo: pthread_create failed: Resource temporarily unavailable" >&2
+	i=0; while [ $i -lt 300 ]; do echo "goroutine $i [running]:" >&2; i=$((i+1)); done
+	kill -ABRT $$
+fi
+sleep 60`
+	for _, lm := range launchModes[:2] {
+		t.Run(lm.name, func(t *testing.T) {
+			r := runJob(t, context.Background(), 2, "", func(o *Options) {
+				lm.set(t, o)
+				o.Program, o.Args = "sh", []string{"-c", script}
+			})
+			checkFailure(t, r, 134, 1, "could not create a thread, a limit on processes and threads was reached: the processes and threads of the user (ulimit -u: ")
+			if n := strings.Count(r.stderr, "goroutine "); n != crashLines {
+				t.Errorf("%d lines of the crash dump forwarded, want %d", n, crashLines)
+			}
+			if !strings.Contains(r.stderr, fmt.Sprintf("%d more lines of this crash dump not shown", 300-crashLines)) {
+				t.Errorf("stderr does not say how many lines of the dump it left out:\n%s", r.stderr)
+			}
+		})
+	}
 }

@@ -64,6 +64,8 @@ type peExit struct {
 	// signalled: the group had told the PE to end (SIGTERM or SIGKILL)
 	// before it ended.
 	signalled bool
+	// noThread: the PE's runtime said that it could not create a thread.
+	noThread bool
 }
 
 func newGroup(program string, args []string, n int) *group {
@@ -94,6 +96,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 		p.out = &lineWriter{mu: &g.outMu, dst: g.stdout, prefix: prefix}
 		p.errw = &lineWriter{mu: &g.outMu, dst: g.stderr, prefix: prefix}
 	}
+	p.errw.threads = new(threadWatch)
 	cmd := exec.Command(g.program, g.args...)
 	cmd.Env = env
 	cmd.Dir = g.dir
@@ -120,7 +123,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 	}
 	if err := cmd.Start(); err != nil {
 		p.closeFile()
-		return err
+		return startError(err)
 	}
 	p.cmd = cmd
 	g.pes[rank] = p
@@ -139,7 +142,8 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 		p.out.flush()
 		p.errw.flush()
 		p.closeFile()
-		g.exits <- peExit{rank: rank, state: cmd.ProcessState, err: err, signalled: p.signalled.Load()}
+		g.exits <- peExit{rank: rank, state: cmd.ProcessState, err: err, signalled: p.signalled.Load(),
+			noThread: p.errw.threads.hit}
 	}()
 	return nil
 }
@@ -233,6 +237,15 @@ func stdinFor(r io.Reader) (*os.File, func(), error) {
 
 // describe says how a PE ended, and the exit code that stands for it.
 func describe(e peExit) (string, int) {
+	how, code := describeStatus(e)
+	if e.noThread {
+		how += ": it could not create a thread, " + threadLimitHint()
+	}
+	return how, code
+}
+
+// describeStatus says how a PE ended, from its status.
+func describeStatus(e peExit) (string, int) {
 	if e.state == nil {
 		return "could not be waited for: " + e.err.Error(), 1
 	}

@@ -106,6 +106,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -214,6 +215,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if build {
 		bin, cleanup, err := launcher.BuildProgram(program)
+		if _, serr := os.Stat(program); err != nil && errors.Is(serr, os.ErrNotExist) {
+			fmt.Fprintf(stderr, "goshmem-run: %s: no such file or directory, nor a Go package the go command can build: %v\n", program, err)
+			return 127
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "goshmem-run: %v\n", err)
 			return 1
@@ -305,7 +310,8 @@ func splitWords(s string) ([]string, error) {
 }
 
 // resolve tells whether prog is an executable to run or a Go package to
-// build first.
+// build first. A path that names a file, absolute or starting with ./ or
+// ../, must exist.
 func resolve(prog string) (path string, build bool, err error) {
 	fi, err := os.Stat(prog)
 	switch {
@@ -316,6 +322,11 @@ func resolve(prog string) (path string, build bool, err error) {
 			prog = "." + string(os.PathSeparator) + prog // not a PATH lookup
 		}
 		return prog, false, nil
+	case filepath.IsAbs(prog) || prog == "." || prog == ".." || strings.HasPrefix(prog, "./") || strings.HasPrefix(prog, "../"):
+		if errors.Is(err, os.ErrNotExist) {
+			return "", false, fmt.Errorf("%s: no such file or directory", prog)
+		}
+		return "", false, err
 	case !strings.ContainsRune(prog, '/'):
 		p, err := exec.LookPath(prog)
 		if err != nil {
