@@ -79,10 +79,11 @@ func JoinAgent(env Env, id int) (*Agent, error) {
 	}
 	logger := debugLogger("goshmem " + agentName(id) + ": ")
 	a.logger = logger
-	c := newConfig(agentName(id), bind, env.JobID, env.Key, logger, env.FailureTimeout, 2*env.Size+1)
+	nodes := 2*env.Size + 1
+	c := newConfig(agentName(id), bind, env.JobID, env.Key, logger, env.FailureTimeout, nodes)
 	c.Delegate = agentDelegate{a}
 	c.Events = agentDelegate{a}
-	list, err := memberlist.Create(c)
+	list, _, err := createList(c, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: agent %d: starting memberlist: %w", id, err)
 	}

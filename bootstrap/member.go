@@ -58,12 +58,13 @@ const finalizeTimeout = 5 * time.Second
 // concurrent use, but the collectives (Allgather, Barrier) are serialized:
 // each must be called by every PE of the job, in the same order.
 type Member struct {
-	env      Env
-	list     *memberlist.Memberlist // nil for a singleton
-	seedIP   net.IP
-	seedPort uint16
-	addr     string // host:port of this PE's node
-	logger   interface{ Printf(string, ...any) }
+	env       Env
+	list      *memberlist.Memberlist // nil for a singleton
+	transport *guardedTransport      // list's
+	seedIP    net.IP
+	seedPort  uint16
+	addr      string // host:port of this PE's node
+	logger    interface{ Printf(string, ...any) }
 
 	opMu sync.Mutex // serializes collectives and finalize
 
@@ -127,11 +128,11 @@ func Join(env Env) (*Member, error) {
 	}
 	logger := debugLogger("goshmem " + peName(env.Rank) + ": ")
 	m.logger = logger
-	// The seed, the PEs and up to one agent per PE.
-	c := newConfig(peName(env.Rank), bind, env.JobID, env.Key, logger, env.FailureTimeout, 2*env.Size+1)
+	nodes := 2*env.Size + 1 // the seed, the PEs and up to one agent per PE
+	c := newConfig(peName(env.Rank), bind, env.JobID, env.Key, logger, env.FailureTimeout, nodes)
 	c.Delegate = memberDelegate{m}
 	c.Events = memberDelegate{m}
-	list, err := memberlist.Create(c)
+	list, tr, err := createList(c, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: PE %d: starting memberlist: %w", env.Rank, err)
 	}
@@ -139,7 +140,7 @@ func Join(env Env) (*Member, error) {
 		list.Shutdown()
 		return nil, fmt.Errorf("bootstrap: PE %d cannot join the seed %s (wrong key or job?): %w: %w", env.Rank, env.Seed, ucs.ErrUnreachable, err)
 	}
-	m.list = list
+	m.list, m.transport = list, tr
 	m.addr = nodeAddr(list.LocalNode())
 	return m, nil
 }

@@ -80,11 +80,12 @@ type Report struct {
 // which PEs finalized, and reports PEs that fail or leave before finalize.
 // The launcher runs one Seed per job.
 type Seed struct {
-	size   int
-	agents int
-	jobID  string
-	list   *memberlist.Memberlist
-	logger *log.Logger
+	size      int
+	agents    int
+	jobID     string
+	list      *memberlist.Memberlist
+	transport *guardedTransport
+	logger    *log.Logger
 
 	sends sync.WaitGroup // outstanding replies
 	// send delivers a message to a PE, sendAgent to an agent; tests
@@ -177,15 +178,16 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 		exited:  make([]bool, cfg.Size),
 		gexit:   make([]bool, cfg.Size),
 	}
-	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, cfg.Logger, cfg.FailureTimeout, cfg.Size+cfg.Agents+1)
+	nodes := cfg.Size + cfg.Agents + 1
+	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, cfg.Logger, cfg.FailureTimeout, nodes)
 	c.Delegate = seedDelegate{s}
 	c.Events = seedDelegate{s}
-	list, err := memberlist.Create(c)
+	list, tr, err := createList(c, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: starting the seed: %w", err)
 	}
 	s.mu.Lock() // memberlist's goroutines read these under s.mu
-	s.list = list
+	s.list, s.transport = list, tr
 	s.send = func(rank int, ip net.IP, port uint16, msg []byte) error {
 		return sendReliable(list, peName(rank), ip, port, msg)
 	}
