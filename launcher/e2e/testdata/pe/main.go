@@ -14,6 +14,8 @@
 //	            every PE puts to and gets from every other PE without end;
 //	            PE $FAIL_PE kills itself with SIGKILL after 100 rounds
 //	block       prints "ready PE pid PID" and waits to be ended
+//	await       prints "ready PE pid PID", waits for the file $AWAIT_FILE
+//	            to exist, then meets the others in a barrier and finalizes
 //	listeners   prints "listener ADDR" for each listening or bound socket
 //	            of this process, then finalizes
 //	segments    prints "segment PE NAME MODE STATE" for each named /dev/shm
@@ -142,6 +144,15 @@ func main() {
 	case "block":
 		fmt.Printf("ready %d pid %d\n", me, os.Getpid())
 		select {}
+	case "await":
+		fmt.Printf("ready %d pid %d\n", me, os.Getpid())
+		for {
+			if _, err := os.Stat(os.Getenv("AWAIT_FILE")); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		shmem.BarrierAll()
 	case "listeners":
 		shmem.BarrierAll()
 		for _, a := range listeners() {
