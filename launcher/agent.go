@@ -204,6 +204,7 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 		g.grace = DefaultKillGrace
 	}
 	g.logf = logger.Printf
+	g.stallLimit = cmp.Or(cfg.FailureTimeout, bootstrap.DefaultFailureTimeout) / 2
 	if cfg.Dir != "" {
 		if fi, err := os.Stat(cfg.Dir); err == nil && fi.IsDir() {
 			g.dir = cfg.Dir
@@ -246,8 +247,12 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 	terminated := agent.Terminated()
 	done := ctx.Done()
 	var endedBy string // why the agent ends its PEs, once it does
+	stalls := time.NewTicker(g.stallLimit / 4)
+	defer stalls.Stop()
 	for g.running > 0 {
 		select {
+		case <-stalls.C:
+			g.checkStalled()
 		case e := <-g.exits:
 			g.exited(e)
 			how, code := describe(e)

@@ -49,6 +49,45 @@ func TestBlameFirstCause(t *testing.T) {
 	}
 }
 
+// TestBlameMemberlistFirst: memberlist may declare a PE dead before its
+// agent's report of how it ended reaches the launcher (on a loaded machine,
+// with a short failure timeout): the report, which says how the PE ended,
+// still names the job, when it comes within an eighth of the failure
+// timeout; memberlist's word does otherwise.
+func TestBlameMemberlistFirst(t *testing.T) {
+	for _, reported := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reported=%v", reported), func(t *testing.T) {
+			j := newJudgeJob(t, 3)
+			for r := range j.pes {
+				j.pes[r].agent = 0
+			}
+			joinPE(t, j, 2)
+			for !j.seed.Joined(2) {
+				time.Sleep(time.Millisecond)
+			}
+			j.suspect(bootstrap.Failure{Rank: 2, Host: "h2", Reason: "left the job before finalize"})
+			if j.first != nil {
+				t.Fatalf("memberlist's word named the job at once: %v", j.first)
+			}
+			if reported {
+				j.ended(peEnd{rank: 2, host: "h2", how: "exited with status 0"})
+			}
+			for r, s := range j.suspects {
+				s.due = time.Now().Add(-time.Second)
+				j.suspects[r] = s
+			}
+			j.judgeSuspects()
+			want := "exited without finalize"
+			if !reported {
+				want = "failed: left the job before finalize"
+			}
+			if e := j.first; e == nil || e.Rank != 2 || e.Code != 1 || !strings.Contains(e.How, want) {
+				t.Errorf("the job is named after %v, want PE 2 that %s", e, want)
+			}
+		})
+	}
+}
+
 // newJudgeJob returns a job of np PEs that has a seed and started nothing,
 // for the judge (job.ended) alone.
 func newJudgeJob(t *testing.T, np int) *job {

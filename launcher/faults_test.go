@@ -137,7 +137,7 @@ func TestLauncherStopped(t *testing.T) {
 			dir := t.TempDir()
 			cmd := exec.Command(testBinary(t), "-test.run=^$")
 			cmd.Env = append(os.Environ(), envLauncherMode+"=pidfile", "TEST_NP="+strconv.Itoa(np), "TEST_PID_DIR="+dir,
-				"TEST_FAILURE_TIMEOUT=1s")
+				"TEST_FAILURE_TIMEOUT=2s")
 			if agent {
 				cmd.Env = append(cmd.Env, "TEST_AGENT=1")
 			}
@@ -163,7 +163,7 @@ func TestLauncherStopped(t *testing.T) {
 					}
 				}
 			} else {
-				time.Sleep(2 * time.Second) // longer than the failure timeout
+				time.Sleep(3 * time.Second) // longer than the failure timeout
 			}
 			cmd.Process.Signal(syscall.SIGCONT)
 			go func() { done <- cmd.Wait() }()

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,11 @@ type group struct {
 	exits   chan peExit
 	ending  bool
 	kill    <-chan time.Time // armed by terminate
+	// stallLimit is how long a PE may stay stopped (SIGSTOP, SIGTSTP)
+	// before checkStalled kills it and reports it as the failure it is:
+	// half the job's failure timeout, so that its agent names it before
+	// memberlist declares it dead for some reason.
+	stallLimit time.Duration
 }
 
 // proc is one PE process of a group.
@@ -54,6 +60,11 @@ type proc struct {
 	// runs: its end is then the group's doing (read by the goroutine that
 	// waits for it).
 	signalled atomic.Bool
+	// stoppedSince is when checkStalled first saw the PE stopped; stalled
+	// says how it stalled once checkStalled kills it for it (read by the
+	// goroutine that waits for it).
+	stoppedSince time.Time
+	stalled      atomic.Pointer[string]
 }
 
 // peExit is the end of a PE process.
@@ -66,6 +77,8 @@ type peExit struct {
 	signalled bool
 	// noThread: the PE's runtime said that it could not create a thread.
 	noThread bool
+	// stalled, when set, says how the PE stalled: checkStalled killed it.
+	stalled string
 }
 
 func newGroup(program string, args []string, n int) *group {
@@ -142,8 +155,11 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 		p.out.flush()
 		p.errw.flush()
 		p.closeFile()
-		g.exits <- peExit{rank: rank, state: cmd.ProcessState, err: err, signalled: p.signalled.Load(),
-			noThread: p.errw.threads.hit}
+		e := peExit{rank: rank, state: cmd.ProcessState, err: err, signalled: p.signalled.Load(), noThread: p.errw.threads.hit}
+		if how := p.stalled.Load(); how != nil {
+			e.stalled = *how
+		}
+		g.exits <- e
 	}()
 	return nil
 }
@@ -192,6 +208,52 @@ func (g *group) killAll() {
 	}
 }
 
+// checkStalled kills the PEs that have stayed stopped (process state T:
+// SIGSTOP, SIGTSTP) for stallLimit or longer, each as a failure of its own
+// that its exit reports (peExit.stalled). Call it every stallLimit/4 or so.
+func (g *group) checkStalled() {
+	if g.stallLimit <= 0 || g.ending {
+		return
+	}
+	now := time.Now()
+	for _, p := range g.pes {
+		if p.exited || p.stalled.Load() != nil {
+			continue
+		}
+		if procState(p.cmd.Process.Pid) != 'T' {
+			p.stoppedSince = time.Time{}
+			continue
+		}
+		if p.stoppedSince.IsZero() {
+			p.stoppedSince = now
+			continue
+		}
+		if d := now.Sub(p.stoppedSince); d >= g.stallLimit {
+			how := fmt.Sprintf("was stopped (SIGSTOP or SIGTSTP) for %v, longer than half the failure timeout", d.Round(time.Millisecond))
+			p.stalled.Store(&how)
+			g.logf("PE %d %s: killing it", p.rank, how)
+			if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+				p.cmd.Process.Kill()
+			}
+		}
+	}
+}
+
+// procState returns the state of process pid (R, S, D, T, t, Z, ...), or 0
+// when it cannot be read.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// pid (comm) S ...: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
 // signalPE signals the process group of a PE (it leads its own), so that
 // what the PE started goes too. A PE that still runs is marked signalled
 // first; one that ended already, and is not reaped yet, ended by itself.
@@ -237,6 +299,9 @@ func stdinFor(r io.Reader) (*os.File, func(), error) {
 
 // describe says how a PE ended, and the exit code that stands for it.
 func describe(e peExit) (string, int) {
+	if e.stalled != "" {
+		return e.stalled, 1
+	}
 	how, code := describeStatus(e)
 	if e.noThread {
 		how += ": it could not create a thread, " + threadLimitHint()

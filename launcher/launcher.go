@@ -235,10 +235,20 @@ type job struct {
 	alive          time.Time
 	failureTimeout time.Duration
 	continued      chan os.Signal
+	// suspects are the PEs memberlist declared dead, waiting for their
+	// agents' reports (see suspect).
+	suspects map[int]suspect
 	// idle holds the ranks that exited 0 without finalize and without
 	// having joined while no PE had joined: they fail the job if a PE
 	// joins later while others still run.
 	idle []int
+}
+
+// suspect is a PE that memberlist declared dead: err ends the job at due
+// unless its agent reports its end first.
+type suspect struct {
+	err *JobError
+	due time.Time
 }
 
 // peState is what the launcher knows of a PE.
@@ -436,6 +446,7 @@ func (j *job) startAll() (int, error) {
 	if o.AgentPath == "" {
 		g := newGroup(o.Program, o.Args, j.np)
 		g.tag, g.outputDir, g.stdout, g.stderr, g.grace, g.logf = o.TagOutput, o.OutputDir, o.Stdout, o.Stderr, o.KillGrace, o.Logf
+		g.stallLimit = j.failureTimeout / 2
 		j.group = g
 		base := j.baseEnv()
 		for r := range j.np {
@@ -651,10 +662,12 @@ func (j *job) wait(ctx context.Context) {
 			ticker.Stop()
 		}
 	}()
-	// A launcher that is stopped (SIGSTOP, Ctrl-Z) longer than the failure
-	// timeout finds its job ended by the PEs and agents that took it for
-	// gone: watch notices it within a quarter of the timeout.
-	watch := time.NewTicker(j.failureTimeout / 4)
+	// watch: a launcher that is stopped (SIGSTOP, Ctrl-Z) longer than the
+	// failure timeout finds its job ended by the PEs and agents that took
+	// it for gone (checkStopped); its own PEs may be stopped too
+	// (group.checkStalled); and the members memberlist declared dead are
+	// judged once their agents had time to say how they ended (suspects).
+	watch := time.NewTicker(j.failureTimeout / 8)
 	defer watch.Stop()
 	for j.activeGroup() || j.unitsUp > 0 {
 		if len(j.idle) > 0 && ticker == nil {
@@ -691,13 +704,17 @@ func (j *job) wait(ctx context.Context) {
 			if j.ending && !(j.blameOpen && f.Rank == j.lostPeer) {
 				break // ended with the job, or a consequence of its end
 			}
-			j.fail(&JobError{Rank: f.Rank, Host: f.Host, How: "failed: " + f.Reason, Code: 1})
+			j.suspect(f)
 		case u := <-j.unitEnd:
 			j.unitExited(u, reports)
 		case <-tick:
 			j.checkIdle()
 		case <-watch.C:
 			j.checkStopped()
+			if j.group != nil {
+				j.group.checkStalled()
+			}
+			j.judgeSuspects()
 		case <-done:
 			done = nil
 			if !j.ending {
@@ -901,6 +918,55 @@ func (j *job) anyJoined() bool {
 		}
 	}
 	return false
+}
+
+// suspect handles a member that memberlist declared dead. A PE that the
+// launcher started and that exited is judged by its exit, which follows; one
+// that an agent started is judged by its agent's report, which is more
+// precise (it exited with status 3, it was stopped), when the report comes
+// within an eighth of the failure timeout (judgeSuspects: memberlist takes
+// about 0.7 of it to declare a member dead, see bootstrap); the launcher is
+// judged at once.
+func (j *job) suspect(f bootstrap.Failure) {
+	fail := &JobError{Rank: f.Rank, Host: f.Host, How: "failed: " + f.Reason, Code: 1}
+	switch {
+	case f.Rank < 0 || f.Rank >= len(j.pes):
+		j.fail(fail)
+	case j.pes[f.Rank].agent < 0:
+		p := j.group.pes[f.Rank]
+		if p != nil && ended(p.cmd.Process.Pid) {
+			return // its exit is on its way
+		}
+		if p != nil && procState(p.cmd.Process.Pid) == 'T' {
+			fail.How = "was stopped (SIGSTOP or SIGTSTP) and stopped answering"
+		}
+		j.fail(fail)
+	default:
+		if j.suspects == nil {
+			j.suspects = make(map[int]suspect)
+		}
+		if _, ok := j.suspects[f.Rank]; !ok {
+			j.suspects[f.Rank] = suspect{fail, time.Now().Add(j.failureTimeout / 8)}
+		}
+	}
+}
+
+// judgeSuspects fails the job for the first member declared dead whose end
+// its agent did not report in time.
+func (j *job) judgeSuspects() {
+	var first *suspect
+	now := time.Now()
+	for rank, s := range j.suspects {
+		switch {
+		case j.pes[rank].ended:
+			delete(j.suspects, rank)
+		case now.After(s.due) && (first == nil || s.due.Before(first.due)):
+			first = &s
+		}
+	}
+	if first != nil && (!j.ending || (j.blameOpen && first.err.Rank == j.lostPeer)) {
+		j.fail(first.err)
+	}
 }
 
 // checkStopped ends the job, naming the launcher, when the launcher did not

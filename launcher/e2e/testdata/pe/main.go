@@ -13,6 +13,10 @@
 //	kill9-traffic
 //	            every PE puts to and gets from every other PE without end;
 //	            PE $FAIL_PE kills itself with SIGKILL after 100 rounds
+//	stop        PE $FAIL_PE stops itself (SIGSTOP): alive but silent
+//	compute     PE $FAIL_PE computes for $COMPUTE (a Go duration) without
+//	            calling the library, then every PE meets in a barrier and
+//	            finalizes
 //	block       prints "ready PE pid PID" and waits to be ended
 //	await       prints "ready PE pid PID", waits for the file $AWAIT_FILE
 //	            to exist, then meets the others in a barrier and finalizes
@@ -105,6 +109,21 @@ func main() {
 		if me == 0 && n > 1 {
 			shmem.WaitUntil(&token[0], shmem.CmpGE, int64(n))
 			fmt.Printf("token back at PE 0 after %d hops\n", token[0])
+		}
+		shmem.BarrierAll()
+	case "stop":
+		if me == failPE {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			select {}
+		}
+		shmem.BarrierAll() // never completes
+	case "compute":
+		if me == failPE {
+			d, err := time.ParseDuration(os.Getenv("COMPUTE"))
+			if err != nil {
+				log.Fatalf("COMPUTE: %v", err)
+			}
+			fmt.Printf("computed %d\n", compute(d))
 		}
 		shmem.BarrierAll()
 	case "exit3", "panic", "kill9", "nofinalize":
@@ -202,6 +221,19 @@ func globalExit(failPE int) {
 	}
 	m.Barrier() // never completes
 	select {}
+}
+
+// compute keeps a CPU busy for d, calling nothing but the clock now and
+// then, and returns what it computed.
+func compute(d time.Duration) uint64 {
+	end := time.Now().Add(d)
+	x := uint64(1)
+	for time.Now().Before(end) {
+		for range 1 << 20 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	return x
 }
 
 // mappedSegments describes the named /dev/shm segments of goshmem this
