@@ -30,6 +30,13 @@
 // answering is declared dead within about the job's failure timeout
 // (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT, DefaultFailureTimeout).
 // Members that exit are noticed at once by the process that started them.
+// A PE that ends because it lost a peer says so first (Member.ReportLost),
+// and so do agents of the PEs they ended themselves, so that the launcher
+// names the first cause of a job's end (Seed.Lost, Report.EndedByAgent).
+//
+// Inbound memberlist streams are bounded before they are authenticated
+// (transport.go): how many are read at once, and how many bytes they may
+// bring, per node and per remote address.
 //
 // Bootstrap messages cost each PE one message to the seed and one answer
 // per collective, whatever the job size; memberlist's own gossip of the

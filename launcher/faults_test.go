@@ -31,17 +31,7 @@ func launcherMain(mode string) int {
 
 // alive reports whether process pid exists and is not a zombie.
 func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	return syscall.Kill(pid, 0) == nil && procState(pid) != 'Z' && procState(pid) != 0
 }
 
 // readPids waits for the pid files of np PEs in dir.

@@ -148,16 +148,24 @@ func (e *JobError) Error() string {
 //
 // The first PE that exits with a non-zero status or by a signal, exits
 // with status 0 without finalizing while others still run and some PE
-// joined the job, is reported failed by the seed, or never reports how it
-// ended because its agent or spawner ended first, ends the job: Run logs
-// which PE on which host ended how, sends SIGTERM to the other PEs, SIGKILL
-// to those still there after KillGrace, and returns a *JobError with the
-// exit code: the PE's status, 128+signal for a signal, 1 otherwise. A PE
-// that calls bootstrap.Member.GlobalExit(code) ends the job the same way,
-// and Run returns code (with a nil error for 0). When ctx is done first,
-// Run ends every PE the same way and returns 1 and ctx.Err(). Other errors
-// end the job too: 127 for a program that cannot be started, 2 for
-// options that are wrong (the error wraps ucs.ErrInvalidParam).
+// joined the job, stays stopped (SIGSTOP) for half the failure timeout, is
+// reported failed by the seed, or never reports how it ended because its
+// agent or spawner ended first, ends the job: Run logs which PE on which
+// host ended how, sends SIGTERM to the other PEs, SIGKILL to those still
+// there after KillGrace, and returns a *JobError with the exit code: the
+// PE's status, 128+signal for a signal, 1 otherwise. The PE named is the
+// first cause: a PE that ended because it learned that another failed
+// (bootstrap.Member.ReportLost, or the seed's notice), or that its agent
+// ended, ends the job at once but is named only when no PE it lost failed
+// by itself; a PE memberlist declares dead is named after its agent's
+// report when that comes within an eighth of the failure timeout. A
+// launcher that did not run for longer than half the failure timeout (it
+// was stopped) names itself (Rank -1), with code 1. A PE that calls
+// bootstrap.Member.GlobalExit(code) ends the job the same way, and Run
+// returns code (with a nil error for 0). When ctx is done first, Run ends
+// every PE the same way and returns 1 and ctx.Err(). Other errors end the
+// job too: 127 for a program that cannot be started, 2 for options that
+// are wrong (the error wraps ucs.ErrInvalidParam).
 func Run(ctx context.Context, opts Options) (exitCode int, err error) {
 	if opts.Program == "" {
 		return 2, fmt.Errorf("launcher: no program: %w", ucs.ErrInvalidParam)

@@ -83,16 +83,21 @@
 // forwarded one whole line at a time.
 //
 // When a PE exits with a non-zero status or by a signal, or exits without
-// finalizing while the others still run, or stops answering, goshmem-run
-// names the PE, its host and how it ended, terminates the other PEs
-// (SIGTERM, then SIGKILL) and exits with that PE's status (128+signal for a
-// signal, 1 otherwise). A PE that calls a global exit (bootstrap's
-// Member.GlobalExit, shmem's GlobalExit) ends the job the same way, and
-// goshmem-run exits with its status. SIGINT, SIGTERM or SIGHUP to
-// goshmem-run ends every PE, and it exits with 128+signal. If goshmem-run
-// itself is killed, its agents end the PEs (at once on this host and where
-// the remote shell passes the signal on, else within the failure timeout).
-// Nothing is left in /dev/shm. A job that ends well exits with 0.
+// finalizing while the others still run, or is stopped, or stops
+// answering, goshmem-run names the PE, its host and how it ended,
+// terminates the other PEs (SIGTERM, then SIGKILL) and exits with that PE's
+// status (128+signal for a signal, 1 otherwise). It names the first cause:
+// not a PE that ended because it lost a peer that failed, or because its
+// agent ended it, whatever order the reports arrive in. A PE that calls a
+// global exit (bootstrap's Member.GlobalExit, shmem's GlobalExit) ends the
+// job the same way, and goshmem-run exits with its status. SIGINT, SIGTERM
+// or SIGHUP to goshmem-run ends every PE, and it exits with 128+signal. If
+// goshmem-run itself is killed, its agents end the PEs (at once on this
+// host and where the remote shell passes the signal on, else within the
+// failure timeout); if it is stopped for longer than half the failure
+// timeout, it names itself when it resumes and exits 1. A PROGRAM path that
+// does not exist exits 127. Nothing is left in /dev/shm. A job that ends
+// well exits with 0.
 //
 // Setting GOSHMEM_DEBUG=1 shows the memberlist logs of the seed and PEs.
 package main
