@@ -776,9 +776,22 @@ func (j *job) report(r bootstrap.Report) {
 		j.fail(&JobError{Rank: r.Rank, Host: r.Host, How: "called global exit with status " + strconv.Itoa(r.Code), Code: r.Code})
 	case bootstrap.ReportAgentLeft:
 		// Every PE of an agent is reported before it leaves.
+		lost := false
 		for rank := range j.pes {
 			if p := &j.pes[rank]; p.agent == r.Agent && !p.ended {
 				j.lost(rank, r.Host, "was lost: the agent that started it "+r.How)
+				lost = true
+			}
+		}
+		if lost && len(j.opts.Spawner) == 0 && r.Agent >= 0 && r.Agent < len(j.units) {
+			// It did not leave, it died or hangs: it cannot be told to end
+			// its PEs, which die with it (or, behind a remote shell, when
+			// the shell's connection closes).
+			if u := j.units[r.Agent]; !u.ended {
+				j.opts.Logf("%s stopped answering: killing it", u.name)
+				if err := syscall.Kill(-u.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+					u.cmd.Process.Kill()
+				}
 			}
 		}
 	}
