@@ -55,6 +55,24 @@ func readPids(t *testing.T, dir string, np int, launcher *exec.Cmd) []int {
 	return pids
 }
 
+// startLauncher starts this test binary as a launcher (launcherMain) of np
+// PEs in the pidfile mode, with env added to its environment, and returns
+// it, its output, and the pids of the PEs once they are ready. The test's
+// end kills it.
+func startLauncher(t *testing.T, np int, env ...string) (*exec.Cmd, *syncBuffer, []int) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(testBinary(t), "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), envLauncherMode+"=pidfile", "TEST_NP="+strconv.Itoa(np), "TEST_PID_DIR="+dir), env...)
+	out := new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, out, readPids(t, dir, np, cmd)
+}
+
 // TestLauncherKilled kills the launcher with SIGKILL: every PE must end,
 // and, with an agent, the named segments of the PEs must be removed.
 func TestLauncherKilled(t *testing.T) {
@@ -64,20 +82,12 @@ func TestLauncherKilled(t *testing.T) {
 	for _, agent := range []bool{false, true} {
 		t.Run(fmt.Sprintf("agent=%v", agent), func(t *testing.T) {
 			const np = 3
-			dir := t.TempDir()
-			cmd := exec.Command(testBinary(t), "-test.run=^$")
-			cmd.Env = append(os.Environ(), envLauncherMode+"=pidfile", "TEST_NP="+strconv.Itoa(np), "TEST_PID_DIR="+dir)
+			var env []string
 			if agent {
-				cmd.Env = append(cmd.Env, "TEST_AGENT=1", "TEST_FAKE_SEGMENT=1")
+				env = []string{"TEST_AGENT=1", "TEST_FAKE_SEGMENT=1"}
 			}
-			out := new(syncBuffer)
-			cmd.Stdout, cmd.Stderr = out, out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer cmd.Process.Kill()
+			cmd, out, pids := startLauncher(t, np, env...)
 			go cmd.Wait()
-			pids := readPids(t, dir, np, cmd)
 			cmd.Process.Signal(syscall.SIGKILL)
 			deadline := time.Now().Add(waitLimit)
 			for _, pid := range pids {
@@ -123,22 +133,12 @@ func TestLauncherStopped(t *testing.T) {
 	}
 	for _, agent := range []bool{false, true} {
 		t.Run(fmt.Sprintf("agent=%v", agent), func(t *testing.T) {
-			const np = 2
-			dir := t.TempDir()
-			cmd := exec.Command(testBinary(t), "-test.run=^$")
-			cmd.Env = append(os.Environ(), envLauncherMode+"=pidfile", "TEST_NP="+strconv.Itoa(np), "TEST_PID_DIR="+dir,
-				"TEST_FAILURE_TIMEOUT=2s")
+			env := []string{"TEST_FAILURE_TIMEOUT=2s"}
 			if agent {
-				cmd.Env = append(cmd.Env, "TEST_AGENT=1")
+				env = append(env, "TEST_AGENT=1")
 			}
-			out := new(syncBuffer)
-			cmd.Stdout, cmd.Stderr = out, out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer cmd.Process.Kill()
+			cmd, out, pids := startLauncher(t, 2, env...)
 			done := make(chan error, 1)
-			pids := readPids(t, dir, np, cmd)
 			cmd.Process.Signal(syscall.SIGSTOP)
 			if agent {
 				// The agent ends the PEs once it takes the launcher for gone.

@@ -17,7 +17,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -328,8 +327,9 @@ func TestLauncherKilled(t *testing.T) {
 
 // startBlocked starts goshmem-run with args (PEs in the block mode, which
 // print "ready PE pid PID") and returns once every PE is ready, with their
-// pids in rank order. The caller waits for cmd.
-func startBlocked(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, pids []int, stderr *syncBuffer) {
+// pids in rank order, and a function that returns what goshmem-run wrote on
+// its standard error so far. The caller waits for cmd.
+func startBlocked(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, pids []int, stderr func() string) {
 	t.Helper()
 	needBinaries(t)
 	np := 0
@@ -344,8 +344,17 @@ func startBlocked(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, pi
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr = new(syncBuffer)
-	cmd.Stderr = stderr
+	// A file, which the test may read while goshmem-run writes it.
+	errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errFile.Close()
+	cmd.Stderr = errFile
+	stderr = func() string {
+		b, _ := os.ReadFile(errFile.Name())
+		return string(b)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +374,7 @@ func startBlocked(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, pi
 		case l, ok := <-lines:
 			if !ok {
 				cmd.Wait()
-				t.Fatalf("goshmem-run ended before its PEs were ready; stderr:\n%s", stderr.String())
+				t.Fatalf("goshmem-run ended before its PEs were ready; stderr:\n%s", stderr())
 			}
 			if m := ready.FindStringSubmatch(l); m != nil {
 				rank, _ := strconv.Atoi(m[1])
@@ -373,7 +382,7 @@ func startBlocked(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, pi
 				n++
 			}
 		case <-guard:
-			t.Fatalf("PEs not ready within %v; stderr:\n%s", hangGuard, stderr.String())
+			t.Fatalf("PEs not ready within %v; stderr:\n%s", hangGuard, stderr())
 		}
 	}
 	go func() {
@@ -443,24 +452,6 @@ func parentOf(t *testing.T, pid int) int {
 		t.Fatalf("/proc/%d/stat: %q", pid, b)
 	}
 	return ppid
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // alive reports whether process pid exists and is not a zombie.
@@ -547,10 +538,10 @@ func TestAgentKilled(t *testing.T) {
 	syscall.Kill(agent, syscall.SIGKILL)
 	waitGone(t, pids, "their agent was killed")
 	if err := waitTimeout(cmd, hangGuard); err != nil {
-		t.Fatalf("goshmem-run did not end within %v of its agent's death: %v; stderr:\n%s", hangGuard, err, stderr.String())
+		t.Fatalf("goshmem-run did not end within %v of its agent's death: %v; stderr:\n%s", hangGuard, err, stderr())
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 137 || !strings.Contains(stderr.String(), "never reported how it ended") {
-		t.Errorf("goshmem-run exited with %d, want 137, naming a PE its agent never reported; stderr:\n%s", code, stderr.String())
+	if code := cmd.ProcessState.ExitCode(); code != 137 || !strings.Contains(stderr(), "never reported how it ended") {
+		t.Errorf("goshmem-run exited with %d, want 137, naming a PE its agent never reported; stderr:\n%s", code, stderr())
 	}
 	// The PEs are gone (perhaps zombies of an init that reaps late): what
 	// bears their pids now, nobody removes.

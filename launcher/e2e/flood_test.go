@@ -83,7 +83,7 @@ func TestMemberlistFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	if code := cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("the flooded job exited with %d, want 0; stderr:\n%s", code, stderr.String())
+		t.Errorf("the flooded job exited with %d, want 0; stderr:\n%s", code, stderr())
 	}
 }
 

@@ -42,7 +42,7 @@ func TestSilentPeers(t *testing.T) {
 				cmd, pids, stderr := startBlocked(t, env, "-np", "3", "-failure-timeout", silentTimeout, peProgram, "block")
 				start := time.Now()
 				fz.freeze(pids[1])
-				for !strings.Contains(stderr.String(), "goshmem-run: PE ") && time.Since(start) < hangGuard {
+				for !strings.Contains(stderr(), "goshmem-run: PE ") && time.Since(start) < hangGuard {
 					time.Sleep(20 * time.Millisecond)
 				}
 				took := time.Since(start)
@@ -50,7 +50,7 @@ func TestSilentPeers(t *testing.T) {
 				if err := waitTimeout(cmd, hangGuard); err != nil {
 					t.Fatal(err)
 				}
-				r := jobResult{code: cmd.ProcessState.ExitCode(), stderr: stderr.String(), took: took}
+				r := jobResult{code: cmd.ProcessState.ExitCode(), stderr: stderr(), took: took}
 				checkFault(t, r, 1, 1, h, "failed: left the job before finalize")
 				t.Logf("ended after %v", took.Round(time.Millisecond))
 				waitGone(t, pids, "the job ended")
@@ -65,7 +65,7 @@ func TestSilentPeers(t *testing.T) {
 					syscall.Kill(agent, syscall.SIGKILL)
 					t.Fatal(err)
 				}
-				r := jobResult{code: cmd.ProcessState.ExitCode(), stderr: stderr.String(), took: time.Since(start)}
+				r := jobResult{code: cmd.ProcessState.ExitCode(), stderr: stderr(), took: time.Since(start)}
 				checkFault(t, r, 1, 0, h, "was lost: the agent that started it left the job")
 				t.Logf("ended after %v", r.took.Round(time.Millisecond))
 				waitGone(t, append(pids, agent), "the job ended")
@@ -81,12 +81,13 @@ func TestSilentPeers(t *testing.T) {
 	}
 }
 
-// freezer freezes processes with the cgroup freezer (v1, or v2's
-// cgroup.freeze): they neither run nor take signals until thawed.
+// freezer freezes processes with the cgroup freezer (v1's freezer.state,
+// or v2's cgroup.freeze): they neither run nor take signals until thawed.
 type freezer struct {
-	t     *testing.T
-	dir   string
-	state func(frozen bool) error
+	t              *testing.T
+	dir            string
+	file           string // in dir: the freezer's state
+	frozen, thawed string // what file takes
 }
 
 // newFreezer makes a cgroup to freeze processes in, removed when the test
@@ -95,23 +96,9 @@ func newFreezer(t *testing.T) *freezer {
 	name := fmt.Sprintf("goshmem-e2e-%d", os.Getpid())
 	f := &freezer{t: t}
 	if _, err := os.Stat("/sys/fs/cgroup/freezer/cgroup.procs"); err == nil {
-		f.dir = filepath.Join("/sys/fs/cgroup/freezer", name)
-		f.state = func(frozen bool) error {
-			s := "THAWED"
-			if frozen {
-				s = "FROZEN"
-			}
-			return os.WriteFile(filepath.Join(f.dir, "freezer.state"), []byte(s), 0)
-		}
+		f.dir, f.file, f.frozen, f.thawed = filepath.Join("/sys/fs/cgroup/freezer", name), "freezer.state", "FROZEN", "THAWED"
 	} else if _, err := os.Stat("/sys/fs/cgroup/cgroup.subtree_control"); err == nil {
-		f.dir = filepath.Join("/sys/fs/cgroup", name)
-		f.state = func(frozen bool) error {
-			s := "0"
-			if frozen {
-				s = "1"
-			}
-			return os.WriteFile(filepath.Join(f.dir, "cgroup.freeze"), []byte(s), 0)
-		}
+		f.dir, f.file, f.frozen, f.thawed = filepath.Join("/sys/fs/cgroup", name), "cgroup.freeze", "1", "0"
 	} else {
 		t.Skip("skipping: no cgroup freezer (v1 or v2) to hang a PE with")
 	}
@@ -119,12 +106,16 @@ func newFreezer(t *testing.T) *freezer {
 		t.Skipf("skipping: cannot make a cgroup to freeze a PE in: %v", err)
 	}
 	t.Cleanup(func() {
-		f.state(false)
+		f.set(f.thawed)
 		for deadline := time.Now().Add(hangGuard); os.Remove(f.dir) != nil && time.Now().Before(deadline); {
 			time.Sleep(20 * time.Millisecond) // until its processes are gone
 		}
 	})
 	return f
+}
+
+func (f *freezer) set(state string) error {
+	return os.WriteFile(filepath.Join(f.dir, f.file), []byte(state), 0)
 }
 
 // freeze moves process pid into the freezer's cgroup and freezes it.
@@ -133,7 +124,7 @@ func (f *freezer) freeze(pid int) {
 	if err := os.WriteFile(filepath.Join(f.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 		f.t.Fatalf("moving PE process %d into %s: %v", pid, f.dir, err)
 	}
-	if err := f.state(true); err != nil {
+	if err := f.set(f.frozen); err != nil {
 		f.t.Fatalf("freezing %s: %v", f.dir, err)
 	}
 }
@@ -141,7 +132,7 @@ func (f *freezer) freeze(pid int) {
 // thaw lets the processes of the freezer run again.
 func (f *freezer) thaw() {
 	f.t.Helper()
-	if err := f.state(false); err != nil {
+	if err := f.set(f.thawed); err != nil {
 		f.t.Errorf("thawing %s: %v", f.dir, err)
 	}
 }
