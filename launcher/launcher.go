@@ -748,9 +748,7 @@ func (j *job) wait(ctx context.Context) {
 // between them did).
 func (j *job) concludeBlame() {
 	if j.first == nil && j.consequence != nil {
-		j.blameOpen = false
-		j.ending = false // so that fail records it
-		j.fail(j.consequence)
+		j.name(j.consequence)
 	}
 }
 
@@ -1030,6 +1028,12 @@ func (j *job) fail(e *JobError) {
 	if j.checkStopped(); j.first != nil {
 		return
 	}
+	j.name(e)
+	j.terminate(e.Error())
+}
+
+// name records e as what the job is named after, and says so.
+func (j *job) name(e *JobError) {
 	j.blameOpen = false
 	j.first = e
 	switch {
@@ -1040,7 +1044,6 @@ func (j *job) fail(e *JobError) {
 	default:
 		j.opts.Logf("%v", e)
 	}
-	j.terminate(e.Error())
 }
 
 // terminate ends every PE: SIGTERM to the launcher's own, the order to
