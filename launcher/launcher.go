@@ -81,7 +81,9 @@ type Options struct {
 	// FailureTimeout is how long the job may take to notice a PE, agent or
 	// launcher that stopped answering without exiting (stopped, hung, its
 	// host or network gone; a PE that exits or is killed is noticed at
-	// once). Zero means bootstrap.DefaultFailureTimeout. PEs get it in
+	// once). A PE stopped (SIGSTOP, SIGTSTP) for half of it is killed by
+	// its agent (or the launcher) and named as stopped. Zero means
+	// bootstrap.DefaultFailureTimeout. PEs get it in
 	// GOSHMEM_FAILURE_TIMEOUT.
 	FailureTimeout time.Duration
 	// Hosts places the PEs: the slots of each host are filled in order
