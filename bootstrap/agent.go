@@ -2,9 +2,11 @@ package bootstrap
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -77,10 +79,11 @@ func JoinAgent(env Env, id int) (*Agent, error) {
 	}
 	logger := debugLogger("goshmem " + agentName(id) + ": ")
 	a.logger = logger
-	c := newConfig(agentName(id), bind, env.JobID, env.Key, logger, env.FailureTimeout, 2*env.Size+1)
+	nodes := 2*env.Size + 1
+	c := newConfig(agentName(id), bind, env.JobID, env.Key, logger, env.FailureTimeout, nodes)
 	c.Delegate = agentDelegate{a}
 	c.Events = agentDelegate{a}
-	list, err := memberlist.Create(c)
+	list, _, err := createList(c, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: agent %d: starting memberlist: %w", id, err)
 	}
@@ -100,15 +103,21 @@ func (a *Agent) ID() int { return a.id }
 
 // Report tells the seed that the PE rank ended: how says how ("exited with
 // status 3"), code is the exit code that stands for it, host names the
-// host. It returns once the seed acknowledged the report (the launcher then
-// has it), retrying for a few seconds. The error wraps ucs.ErrInvalidParam
-// for a rank out of range, ucs.ErrConnectionReset when the seed is gone,
-// ucs.ErrTimedOut when it did not answer, and is ErrClosed after Close.
-func (a *Agent) Report(rank int, host, how string, code int) error {
+// host. endedBy, when not empty, says that the agent had told the PE to end
+// while it still ran, and why ("the launcher ends the job", Why, or a
+// signal the agent got): its end is then a consequence, not a failure of
+// its own (Report.EndedByAgent). Report returns once the seed acknowledged
+// the report (the launcher then has it), retrying for a few seconds; a
+// seed whose port refuses the connection is gone (the process ended), and
+// the agent then counts as terminated (SeedGone). The error wraps
+// ucs.ErrInvalidParam for a rank out of range, ucs.ErrConnectionReset when
+// the seed is gone, ucs.ErrTimedOut when it did not answer, and is
+// ErrClosed after Close.
+func (a *Agent) Report(rank int, host, how string, code int, endedBy string) error {
 	if rank < 0 || rank >= a.env.Size {
 		return fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, rank, a.env.Size, ucs.ErrInvalidParam)
 	}
-	host, how = clip(host), clip(how)
+	host, how, endedBy = clip(host), clip(how), clip(endedBy)
 	a.reportMu.Lock()
 	defer a.reportMu.Unlock()
 	a.mu.Lock()
@@ -122,14 +131,27 @@ func (a *Agent) Report(rank int, host, how string, code int) error {
 	a.ack = ack
 	a.mu.Unlock()
 
-	msg := appendMessage(nil, &message{kind: kindAgentReport, jobID: a.env.JobID, rank: a.id, seq: seq,
-		addr: a.addr, failRank: rank, code: code, host: host, reason: how})
+	m := &message{kind: kindAgentReport, jobID: a.env.JobID, rank: a.id, seq: seq,
+		addr: a.addr, failRank: rank, code: code, host: host, reason: how}
+	if endedBy != "" {
+		m.flags, m.why = flagEndedByAgent, endedBy
+	}
+	msg := appendMessage(nil, m)
 	deadline := time.NewTimer(reportTimeout)
 	defer deadline.Stop()
 	for {
+		if a.SeedGone() {
+			// One try, not waiting for an answer: a launcher that was only
+			// stopped reads it when it resumes.
+			a.list.SendReliable(&memberlist.Node{Name: seedName, Addr: a.seedIP, Port: a.seedPort}, msg)
+			return fmt.Errorf("bootstrap: agent %d: report of PE %d: the seed is gone: %w", a.id, rank, ucs.ErrConnectionReset)
+		}
 		err := sendReliable(a.list, seedName, a.seedIP, a.seedPort, msg)
-		if err != nil && a.SeedGone() {
-			return fmt.Errorf("bootstrap: agent %d: report of PE %d: %w", a.id, rank, ucs.ErrConnectionReset)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// Nothing listens on the seed's port: the launcher's process
+			// is gone, whatever memberlist will conclude later.
+			a.terminate(reasonSeedGone)
+			return fmt.Errorf("bootstrap: agent %d: report of PE %d: the seed is gone: %w", a.id, rank, ucs.ErrConnectionReset)
 		}
 		retry := time.NewTimer(reportTimeout / 5)
 		select {

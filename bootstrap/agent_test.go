@@ -69,28 +69,31 @@ func TestAgentReports(t *testing.T) {
 	defer a0.Close()
 
 	tests := []struct {
-		rank int
-		how  string
-		code int
+		rank    int
+		how     string
+		code    int
+		endedBy string
 	}{
-		{1, "exited with status 3", 3},
-		{0, "was killed by signal 9 (killed)", 137},
-		{1, "a second report of PE 1", 1}, // acknowledged, not passed on
+		{1, "exited with status 3", 3, ""},
+		{0, "was killed by signal 9 (killed)", 137, ""},
+		{1, "a second report of PE 1", 1, ""}, // acknowledged, not passed on
+		{2, "was killed by signal 15 (terminated)", 143, "the launcher ends the job"},
 	}
 	for i, tt := range tests {
-		if err := a0.Report(tt.rank, "h0", tt.how, tt.code); err != nil {
+		if err := a0.Report(tt.rank, "h0", tt.how, tt.code, tt.endedBy); err != nil {
 			t.Fatalf("report %d: %v", i, err)
 		}
 		if i == 2 {
 			noReport(t, seed)
 			continue
 		}
-		want := Report{Kind: ReportExit, Rank: tt.rank, Agent: 0, Host: "h0", How: tt.how, Code: tt.code}
+		want := Report{Kind: ReportExit, Rank: tt.rank, Agent: 0, Host: "h0", How: tt.how, Code: tt.code,
+			EndedByAgent: tt.endedBy != "", Why: tt.endedBy}
 		if got := nextReport(t, seed); got != want {
 			t.Errorf("report %d: seed passed on %+v, want %+v", i, got, want)
 		}
 	}
-	if err := a0.Report(size, "h0", "out of range", 1); !errors.Is(err, ucs.ErrInvalidParam) {
+	if err := a0.Report(size, "h0", "out of range", 1, ""); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("report of PE %d: got %v, want ucs.ErrInvalidParam", size, err)
 	}
 
@@ -114,7 +117,7 @@ func TestAgentReports(t *testing.T) {
 	if got := nextReport(t, seed); got.Kind != ReportAgentLeft || got.Agent != 1 || !strings.HasPrefix(got.How, "left the job") {
 		t.Errorf("after agent 1 left: %+v", got)
 	}
-	if err := a1.Report(2, "h1", "after close", 1); !errors.Is(err, ErrClosed) {
+	if err := a1.Report(2, "h1", "after close", 1, ""); !errors.Is(err, ErrClosed) {
 		t.Errorf("Report after Close: got %v, want ErrClosed", err)
 	}
 }
@@ -145,7 +148,7 @@ func TestAgentBadJoin(t *testing.T) {
 	}
 	defer a.Close()
 	done := make(chan error, 1)
-	go func() { done <- a.Report(0, "h", "exited with status 0", 0) }()
+	go func() { done <- a.Report(0, "h", "exited with status 0", 0, "") }()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ucs.ErrTimedOut) {
@@ -182,10 +185,38 @@ func TestAgentSeedGone(t *testing.T) {
 			if a.Why() != reasonSeedGone {
 				t.Errorf("Why() = %q, want %q", a.Why(), reasonSeedGone)
 			}
-			if err := a.Report(0, "h", "exited", 0); !errors.Is(err, ucs.ErrConnectionReset) && !errors.Is(err, ucs.ErrTimedOut) {
+			if err := a.Report(0, "h", "exited", 0, ""); !errors.Is(err, ucs.ErrConnectionReset) && !errors.Is(err, ucs.ErrTimedOut) {
 				t.Errorf("report to a seed that is gone: %v", err)
 			}
 		})
+	}
+}
+
+// TestAgentSeedRefuses: an agent whose report finds the seed's port closed
+// (the launcher's process is gone) takes the seed for gone at once, instead
+// of retrying until the report times out or memberlist, within the failure
+// timeout, declares the seed dead.
+func TestAgentSeedRefuses(t *testing.T) {
+	key := newTestKey(t)
+	seed, err := NewSeed(SeedConfig{Size: 2, Agents: 1, Key: key, FailureTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := agentEnv(seed, key, 2)
+	env.FailureTimeout = time.Hour
+	a, err := JoinAgent(env, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	vanishSeed(seed)
+	for rank := range 2 {
+		if err := a.Report(rank, "h", "was killed by signal 15 (terminated)", 143, "the agent got signal terminated"); !errors.Is(err, ucs.ErrConnectionReset) {
+			t.Errorf("report of PE %d to a seed whose port is closed: %v, want ucs.ErrConnectionReset", rank, err)
+		}
+	}
+	if !a.SeedGone() || a.Why() != reasonSeedGone {
+		t.Errorf("after a refused report: SeedGone() = %v, Why() = %q; want true, %q", a.SeedGone(), a.Why(), reasonSeedGone)
 	}
 }
 
@@ -228,6 +259,29 @@ func TestGlobalExit(t *testing.T) {
 	single.Close()
 	if err := single.GlobalExit(3); !errors.Is(err, ErrClosed) {
 		t.Errorf("GlobalExit after Close: got %v, want ErrClosed", err)
+	}
+}
+
+// TestGlobalExitBeforeJoin: a global exit request that reaches the seed
+// before memberlist tells it of the PE's node names the host as every other
+// report does, by name and address (it once named it by address alone).
+func TestGlobalExitBeforeJoin(t *testing.T) {
+	s, err := NewSeed(SeedConfig{Size: 3, Key: newTestKey(t), JobID: "job-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.mu.Lock()
+	s.send = func(int, net.IP, uint16, []byte) error { return nil }
+	s.mu.Unlock()
+	s.handle(appendMessage(nil, &message{kind: kindGlobalExit, jobID: "job-1", rank: 1, addr: "192.0.2.2:7946", code: 7, host: "n2"}))
+	got := nextReport(t, s)
+	want := Report{Kind: ReportGlobalExit, Rank: 1, Agent: -1, Host: "n2 (192.0.2.2)", Code: 7}
+	if got != want {
+		t.Errorf("seed passed on %+v, want %+v", got, want)
+	}
+	if s.Joined(1) {
+		t.Errorf("PE 1 counts as joined before its node did")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -342,6 +343,43 @@ func TestMemberFailure(t *testing.T) {
 	}
 	if j.seed.Finalized(victim) {
 		t.Errorf("seed: Finalized(%d) for a PE that did not Close", victim)
+	}
+	// The PEs the seed told of the failure end as its consequences.
+	for r := range victim {
+		if peer, why, ok := j.seed.Lost(r); !ok || peer != victim || !strings.Contains(why, "seed told it") {
+			t.Errorf("seed: Lost(%d) = %d, %q, %v; want PE %d, told by the seed", r, peer, why, ok, victim)
+		}
+	}
+}
+
+// TestReportLost: a PE that tells the seed it lost a peer ends as a
+// consequence of that peer's failure; the first loss it reports counts.
+func TestReportLost(t *testing.T) {
+	j := startJob(t, 3)
+	m := j.members[2]
+	if err := m.ReportLost(1, "connection reset by peer"); err != nil {
+		t.Fatalf("ReportLost: %v", err)
+	}
+	if err := m.ReportLost(0, "a later loss"); err != nil {
+		t.Fatalf("second ReportLost: %v", err)
+	}
+	if peer, why, ok := j.seed.Lost(2); !ok || peer != 1 || why != "connection reset by peer" {
+		t.Errorf("seed: Lost(2) = %d, %q, %v; want 1, %q, true", peer, why, ok, "connection reset by peer")
+	}
+	for _, r := range []int{0, 1, -1, 3} {
+		if peer, _, ok := j.seed.Lost(r); ok {
+			t.Errorf("seed: Lost(%d) = %d, true for a PE that reported no loss", r, peer)
+		}
+	}
+	for _, bad := range []int{2, -1, 3} {
+		if err := m.ReportLost(bad, "x"); !errors.Is(err, ucs.ErrInvalidParam) {
+			t.Errorf("ReportLost(%d): %v, want ucs.ErrInvalidParam", bad, err)
+		}
+	}
+	// A forged message naming the sender itself is dropped.
+	j.seed.handle(appendMessage(nil, &message{kind: kindLost, jobID: j.seed.JobID(), rank: 0, addr: "127.0.0.1:9", failRank: 0}))
+	if _, _, ok := j.seed.Lost(0); ok {
+		t.Error("seed: PE 0 lost itself")
 	}
 }
 

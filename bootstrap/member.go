@@ -30,6 +30,13 @@
 // answering is declared dead within about the job's failure timeout
 // (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT, DefaultFailureTimeout).
 // Members that exit are noticed at once by the process that started them.
+// A PE that ends because it lost a peer says so first (Member.ReportLost),
+// and so do agents of the PEs they ended themselves, so that the launcher
+// names the first cause of a job's end (Seed.Lost, Report.EndedByAgent).
+//
+// Inbound memberlist streams are bounded before they are authenticated
+// (transport.go): how many are read at once, and how many bytes they may
+// bring, per node and per remote address.
 //
 // Bootstrap messages cost each PE one message to the seed and one answer
 // per collective, whatever the job size; memberlist's own gossip of the
@@ -58,12 +65,13 @@ const finalizeTimeout = 5 * time.Second
 // concurrent use, but the collectives (Allgather, Barrier) are serialized:
 // each must be called by every PE of the job, in the same order.
 type Member struct {
-	env      Env
-	list     *memberlist.Memberlist // nil for a singleton
-	seedIP   net.IP
-	seedPort uint16
-	addr     string // host:port of this PE's node
-	logger   interface{ Printf(string, ...any) }
+	env       Env
+	list      *memberlist.Memberlist // nil for a singleton
+	transport *guardedTransport      // list's
+	seedIP    net.IP
+	seedPort  uint16
+	addr      string // host:port of this PE's node
+	logger    interface{ Printf(string, ...any) }
 
 	opMu sync.Mutex // serializes collectives and finalize
 
@@ -72,6 +80,7 @@ type Member struct {
 	reply     chan *message // the reply to collective seq, while waiting
 	finAck    chan struct{} // closed when the seed acknowledges finalize
 	exitAck   chan struct{} // closed when the seed acknowledges a global exit
+	lostAck   chan struct{} // closed when the seed acknowledges a ReportLost
 	failures  []Failure
 	failed    map[int]bool
 	failCh    chan struct{} // closed at the first failure
@@ -107,6 +116,7 @@ func Join(env Env) (*Member, error) {
 		env:     env,
 		finAck:  make(chan struct{}),
 		exitAck: make(chan struct{}),
+		lostAck: make(chan struct{}),
 		failed:  make(map[int]bool),
 		failCh:  make(chan struct{}),
 		closeCh: make(chan struct{}),
@@ -125,11 +135,11 @@ func Join(env Env) (*Member, error) {
 	}
 	logger := debugLogger("goshmem " + peName(env.Rank) + ": ")
 	m.logger = logger
-	// The seed, the PEs and up to one agent per PE.
-	c := newConfig(peName(env.Rank), bind, env.JobID, env.Key, logger, env.FailureTimeout, 2*env.Size+1)
+	nodes := 2*env.Size + 1 // the seed, the PEs and up to one agent per PE
+	c := newConfig(peName(env.Rank), bind, env.JobID, env.Key, logger, env.FailureTimeout, nodes)
 	c.Delegate = memberDelegate{m}
 	c.Events = memberDelegate{m}
-	list, err := memberlist.Create(c)
+	list, tr, err := createList(c, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: PE %d: starting memberlist: %w", env.Rank, err)
 	}
@@ -137,7 +147,7 @@ func Join(env Env) (*Member, error) {
 		list.Shutdown()
 		return nil, fmt.Errorf("bootstrap: PE %d cannot join the seed %s (wrong key or job?): %w: %w", env.Rank, env.Seed, ucs.ErrUnreachable, err)
 	}
-	m.list = list
+	m.list, m.transport = list, tr
 	m.addr = nodeAddr(list.LocalNode())
 	return m, nil
 }
@@ -360,6 +370,30 @@ func (m *Member) Close() error {
 // seed cannot be told, ucs.ErrTimedOut when it did not acknowledge, and is
 // ErrClosed after Close.
 func (m *Member) GlobalExit(code int) error {
+	msg := &message{kind: kindGlobalExit, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, code: code,
+		host: string(hostMeta(maxString))}
+	return m.tellSeed(msg, m.exitAck, "global exit")
+}
+
+// ReportLost tells the seed that this PE is about to end because it lost
+// the PE rank (a connection to it failed: reason says how), and waits a few
+// seconds at most for the seed's acknowledgment. The launcher then takes
+// this PE's end for a consequence of that PE's failure, and names the PE
+// that failed first, whatever order the ends of the two reach it in. Call
+// it before exiting; only the first loss a PE reports counts. For a
+// singleton it does nothing. The error wraps ucs.ErrInvalidParam for a rank
+// out of range or this PE's own, and is otherwise that of GlobalExit.
+func (m *Member) ReportLost(rank int, reason string) error {
+	if rank < 0 || rank >= m.env.Size || rank == m.env.Rank {
+		return fmt.Errorf("bootstrap: PE %d: report of lost PE %d: out of range [0, %d) or this PE: %w", m.env.Rank, rank, m.env.Size, ucs.ErrInvalidParam)
+	}
+	msg := &message{kind: kindLost, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, failRank: rank, reason: clip(reason)}
+	return m.tellSeed(msg, m.lostAck, "report of lost PE "+strconv.Itoa(rank))
+}
+
+// tellSeed sends msg to the seed and waits, finalizeTimeout at most, for ack
+// to be closed (by the seed's acknowledgment).
+func (m *Member) tellSeed(msg *message, ack chan struct{}, what string) error {
 	m.mu.Lock()
 	closed := m.closed
 	m.mu.Unlock()
@@ -369,17 +403,16 @@ func (m *Member) GlobalExit(code int) error {
 	if m.list == nil {
 		return nil
 	}
-	msg := appendMessage(nil, &message{kind: kindGlobalExit, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, code: code})
-	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, msg); err != nil {
-		return fmt.Errorf("bootstrap: PE %d: global exit: %w: %w", m.env.Rank, ucs.ErrUnreachable, err)
+	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, appendMessage(nil, msg)); err != nil {
+		return fmt.Errorf("bootstrap: PE %d: %s: %w: %w", m.env.Rank, what, ucs.ErrUnreachable, err)
 	}
 	t := time.NewTimer(finalizeTimeout)
 	defer t.Stop()
 	select {
-	case <-m.exitAck:
+	case <-ack:
 		return nil
 	case <-t.C:
-		return fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge the global exit: %w", m.env.Rank, ucs.ErrTimedOut)
+		return fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge the %s: %w", m.env.Rank, what, ucs.ErrTimedOut)
 	}
 }
 
@@ -404,10 +437,13 @@ func (m *Member) handle(b []byte) {
 			m.logger.Printf("[WARN] goshmem: dropping %v message for sequence %d (at %d)", msg.kind, msg.seq, m.seq)
 		}
 		m.mu.Unlock()
-	case kindFinalizeAck, kindGlobalExitAck:
+	case kindFinalizeAck, kindGlobalExitAck, kindLostAck:
 		ch := m.finAck
-		if msg.kind == kindGlobalExitAck {
+		switch msg.kind {
+		case kindGlobalExitAck:
 			ch = m.exitAck
+		case kindLostAck:
+			ch = m.lostAck
 		}
 		m.mu.Lock()
 		select {

@@ -134,11 +134,15 @@ func hostMeta(limit int) []byte {
 }
 
 // nodeHost names the host of n: its metadata, else its address.
-func nodeHost(n *memberlist.Node) string {
-	if len(n.Meta) > 0 {
-		return string(n.Meta) + " (" + n.Addr.String() + ")"
+func nodeHost(n *memberlist.Node) string { return hostAt(string(n.Meta), n.Addr) }
+
+// hostAt names a host as every report does: "name (address)", or the
+// address alone when the name is unknown.
+func hostAt(name string, ip net.IP) string {
+	if name != "" {
+		return name + " (" + ip.String() + ")"
 	}
-	return n.Addr.String()
+	return ip.String()
 }
 
 // sendReliable sends msg to the node at addr, trying a few times.

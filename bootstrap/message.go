@@ -32,20 +32,29 @@ import (
 //	kindAbort (seed → PE): reasonLen uint16, reason
 //	kindGlobalExit (PE → seed):
 //	    addrLen uint16, addr (host:port of the PE's memberlist node),
-//	    code int32 (the exit status for the whole job)
+//	    code int32 (the exit status for the whole job),
+//	    hostLen uint16, host (the name of the PE's host)
 //	kindGlobalExitAck (seed → PE): nothing
 //	kindAgentReport (agent → seed; the header's rank is the agent id, seq
 //	numbers the agent's reports from 1):
 //	    addrLen uint16, addr (host:port of the agent's memberlist node),
 //	    rank int32 (the PE that ended), code int32 (the exit code that
-//	    stands for how it ended), hostLen uint16, host, howLen uint16, how
+//	    stands for how it ended), hostLen uint16, host, howLen uint16, how,
+//	    flags uint8 (flagEndedByAgent: the agent had told the PE to end),
+//	    whyLen uint16, why (why the agent ended it; empty without the flag)
 //	kindAgentAck (seed → agent; seq is that of the report): nothing
 //	kindTerminate (seed → agent): reasonLen uint16, reason
+//	kindLost (PE → seed; the PE is about to end because it lost a peer):
+//	    addrLen uint16, addr (host:port of the PE's memberlist node),
+//	    rank int32 (the PE it lost), reasonLen uint16, reason
+//	kindLostAck (seed → PE): nothing
 //
 // The encoding is canonical: a message that decodes re-encodes to the same
 // bytes, and trailing bytes are an error.
 
-const wireVersion = 1
+// wireVersion 2 added the host of a global exit, the agent's flags and
+// reason in its reports, and kindLost.
+const wireVersion = 2
 
 type msgKind uint8
 
@@ -61,7 +70,14 @@ const (
 	kindAgentReport
 	kindAgentAck
 	kindTerminate
+	kindLost
+	kindLostAck
 )
+
+// flagEndedByAgent, in an agent report, says that the agent had told the PE
+// to end (SIGTERM, then SIGKILL) while it still ran: its end is a
+// consequence of the job being ended, not a failure of its own.
+const flagEndedByAgent = 1
 
 func (k msgKind) String() string {
 	switch k {
@@ -87,6 +103,10 @@ func (k msgKind) String() string {
 		return "agent-ack"
 	case kindTerminate:
 		return "terminate"
+	case kindLost:
+		return "lost"
+	case kindLostAck:
+		return "lost-ack"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -117,10 +137,12 @@ type message struct {
 
 	table [][]byte // table
 
-	failRank int    // failure; agent report: the PE that ended
-	host     string // failure, agent report
-	reason   string // failure, abort, terminate; agent report: how the PE ended
+	failRank int    // failure, lost; agent report: the PE that ended
+	host     string // failure, agent report, global exit
+	reason   string // failure, abort, terminate, lost; agent report: how the PE ended
 	code     int    // global exit, agent report
+	flags    uint8  // agent report
+	why      string // agent report: why the agent ended the PE
 }
 
 // errMalformed is wrapped by every decoding error.
@@ -157,11 +179,18 @@ func appendMessage(b []byte, m *message) []byte {
 	case kindGlobalExit:
 		b = appendString16(b, m.addr)
 		b = binary.BigEndian.AppendUint32(b, uint32(int32(m.code)))
+		b = appendString16(b, m.host)
 	case kindAgentReport:
 		b = appendString16(b, m.addr)
 		b = binary.BigEndian.AppendUint32(b, uint32(int32(m.failRank)))
 		b = binary.BigEndian.AppendUint32(b, uint32(int32(m.code)))
 		b = appendString16(b, m.host)
+		b = appendString16(b, m.reason)
+		b = append(b, m.flags)
+		b = appendString16(b, m.why)
+	case kindLost:
+		b = appendString16(b, m.addr)
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(m.failRank)))
 		b = appendString16(b, m.reason)
 	}
 	return b
@@ -295,7 +324,7 @@ func decodeMessage(b []byte) (*message, error) {
 				break
 			}
 		}
-	case kindFinalizeAck, kindGlobalExitAck, kindAgentAck:
+	case kindFinalizeAck, kindGlobalExitAck, kindAgentAck, kindLostAck:
 	case kindFailure:
 		m.failRank = d.rank("failed rank")
 		m.host = d.string16("host")
@@ -305,12 +334,22 @@ func decodeMessage(b []byte) (*message, error) {
 	case kindGlobalExit:
 		m.addr = d.string16("address")
 		m.code = int(int32(d.u32("code")))
+		m.host = d.string16("host")
 	case kindAgentReport:
 		m.addr = d.string16("address")
 		m.failRank = d.rank("ended rank")
 		m.code = int(int32(d.u32("code")))
 		m.host = d.string16("host")
 		m.reason = d.string16("how")
+		m.flags = d.u8("flags")
+		if d.err == nil && m.flags&^flagEndedByAgent != 0 {
+			d.fail("unknown flags")
+		}
+		m.why = d.string16("why")
+	case kindLost:
+		m.addr = d.string16("address")
+		m.failRank = d.rank("lost rank")
+		m.reason = d.string16("reason")
 	default:
 		return nil, malformed("unknown kind " + m.kind.String())
 	}

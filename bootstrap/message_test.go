@@ -20,18 +20,23 @@ var sampleMessages = []*message{
 	{kind: kindFailure, jobID: "job-1", rank: -1, failRank: 5, host: "n1 (10.0.0.2)", reason: reasonGone},
 	{kind: kindFailure, jobID: "job-1", rank: -1, failRank: -1, host: "", reason: reasonSeedGone},
 	{kind: kindAbort, jobID: "job-1", rank: -1, seq: 3, reason: "too large"},
-	{kind: kindGlobalExit, jobID: "job-1", rank: 2, addr: "127.0.0.1:4000", code: 3},
+	{kind: kindGlobalExit, jobID: "job-1", rank: 2, addr: "127.0.0.1:4000", code: 3, host: "n1"},
 	{kind: kindGlobalExit, jobID: "job-1", rank: 0, addr: "[::1]:1", code: -7},
 	{kind: kindGlobalExitAck, jobID: "job-1", rank: -1},
 	{kind: kindAgentReport, jobID: "job-1", rank: 1, seq: 4, addr: "10.0.0.1:7946", failRank: 3, code: 137, host: "h2", reason: "was killed by signal 9 (killed)"},
+	{kind: kindAgentReport, jobID: "job-1", rank: 0, seq: 1, addr: "10.0.0.1:7946", failRank: 0, code: 143, host: "h1",
+		reason: "was killed by signal 15 (terminated)", flags: flagEndedByAgent, why: reasonSeedGone},
 	{kind: kindAgentAck, jobID: "job-1", rank: -1, seq: 4},
+	{kind: kindLost, jobID: "job-1", rank: 2, addr: "127.0.0.1:4000", failRank: 1, reason: "connection reset by peer"},
+	{kind: kindLostAck, jobID: "job-1", rank: -1},
 	{kind: kindTerminate, jobID: "job-1", rank: -1, reason: "PE 3 on host h2 was killed by signal 9 (killed)"},
 }
 
 func equalMessages(a, b *message) bool {
 	if a.kind != b.kind || a.jobID != b.jobID || a.rank != b.rank || a.seq != b.seq ||
 		a.addr != b.addr || !bytes.Equal(a.payload, b.payload) || len(a.table) != len(b.table) ||
-		a.failRank != b.failRank || a.host != b.host || a.reason != b.reason || a.code != b.code {
+		a.failRank != b.failRank || a.host != b.host || a.reason != b.reason || a.code != b.code ||
+		a.flags != b.flags || a.why != b.why {
 		return false
 	}
 	for i := range a.table {
@@ -76,6 +81,7 @@ func TestDecodeMalformed(t *testing.T) {
 		}()},
 		{"rank below -1", appendMessage(nil, &message{kind: kindGather, jobID: "j", rank: -2, seq: 1, addr: "127.0.0.1:1"})},
 		{"long job id", appendMessage(nil, &message{kind: kindFinalizeAck, jobID: string(make([]byte, maxJobID+1)), rank: -1})},
+		{"unknown report flag", appendMessage(nil, &message{kind: kindAgentReport, jobID: "j", rank: 0, seq: 1, addr: "127.0.0.1:1", flags: 2})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,6 +174,7 @@ func FuzzMemberHandle(f *testing.F) {
 			logger:  discardLogger(),
 			finAck:  make(chan struct{}),
 			exitAck: make(chan struct{}),
+			lostAck: make(chan struct{}),
 			failed:  make(map[int]bool),
 			failCh:  make(chan struct{}),
 			closeCh: make(chan struct{}),

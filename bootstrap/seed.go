@@ -66,6 +66,12 @@ type Report struct {
 	Host  string // the host of the PE or agent
 	How   string // ReportExit: how the PE ended; ReportAgentLeft: how the agent left
 	Code  int    // ReportExit: the exit code for how the PE ended; ReportGlobalExit: the job's exit status
+	// EndedByAgent (ReportExit): the agent had told the PE to end while it
+	// still ran, so its end is a consequence, not a failure of its own;
+	// Why says why the agent ended it (Agent.Why, or a signal the agent
+	// got).
+	EndedByAgent bool
+	Why          string
 }
 
 // Seed is the memberlist node that the PEs of a job join. It gathers the
@@ -74,11 +80,12 @@ type Report struct {
 // which PEs finalized, and reports PEs that fail or leave before finalize.
 // The launcher runs one Seed per job.
 type Seed struct {
-	size   int
-	agents int
-	jobID  string
-	list   *memberlist.Memberlist
-	logger *log.Logger
+	size      int
+	agents    int
+	jobID     string
+	list      *memberlist.Memberlist
+	transport *guardedTransport
+	logger    *log.Logger
 
 	sends sync.WaitGroup // outstanding replies
 	// send delivers a message to a PE, sendAgent to an agent; tests
@@ -109,6 +116,12 @@ type peState struct {
 	host                      string
 	ip                        net.IP // where replies go; nil until known
 	port                      uint16
+	// lost is set when the PE learned that the PE lostRank failed (it
+	// said so, or the seed told it): the PE's own end is then a
+	// consequence of that failure.
+	lost     bool
+	lostRank int
+	lostWhy  string
 }
 
 // agentState is what the seed knows of one agent.
@@ -165,15 +178,16 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 		exited:  make([]bool, cfg.Size),
 		gexit:   make([]bool, cfg.Size),
 	}
-	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, cfg.Logger, cfg.FailureTimeout, cfg.Size+cfg.Agents+1)
+	nodes := cfg.Size + cfg.Agents + 1
+	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, cfg.Logger, cfg.FailureTimeout, nodes)
 	c.Delegate = seedDelegate{s}
 	c.Events = seedDelegate{s}
-	list, err := memberlist.Create(c)
+	list, tr, err := createList(c, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: starting the seed: %w", err)
 	}
 	s.mu.Lock() // memberlist's goroutines read these under s.mu
-	s.list = list
+	s.list, s.transport = list, tr
 	s.send = func(rank int, ip net.IP, port uint16, msg []byte) error {
 		return sendReliable(list, peName(rank), ip, port, msg)
 	}
@@ -240,6 +254,21 @@ func (s *Seed) Finalized(rank int) bool {
 	return rank >= 0 && rank < s.size && s.pes[rank].finalized
 }
 
+// Lost reports whether the PE of that rank learned, before it ended, that
+// another PE failed: it told the seed so (Member.ReportLost), or the seed
+// told it (a Failure). Its end is then a consequence of the failure of PE
+// peer, not a failure of its own; why says how it learned it. ok is false
+// for a PE that learned of no failure and for ranks out of range.
+func (s *Seed) Lost(rank int) (peer int, why string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rank < 0 || rank >= s.size || !s.pes[rank].lost {
+		return -1, "", false
+	}
+	pe := &s.pes[rank]
+	return pe.lostRank, pe.lostWhy, true
+}
+
 // Joined reports whether the PE of that rank has joined the job. It is
 // false for ranks out of range.
 func (s *Seed) Joined(rank int) bool {
@@ -288,7 +317,7 @@ func (s *Seed) handle(b []byte) {
 		return
 	}
 	switch m.kind {
-	case kindGather, kindFinalize, kindGlobalExit:
+	case kindGather, kindFinalize, kindGlobalExit, kindLost:
 		if m.rank < 0 || m.rank >= s.size {
 			s.logf("dropping %v message from rank %d: out of range [0, %d)", m.kind, m.rank, s.size)
 			return
@@ -312,7 +341,7 @@ func (s *Seed) handle(b []byte) {
 		return
 	}
 	pe := &s.pes[m.rank]
-	if pe.failed && m.kind != kindGlobalExit {
+	if pe.failed && m.kind != kindGlobalExit && m.kind != kindLost {
 		s.logf("dropping %v message from rank %d: it was reported failed", m.kind, m.rank)
 		return
 	}
@@ -330,15 +359,22 @@ func (s *Seed) handle(b []byte) {
 	case kindGlobalExit:
 		if !s.gexit[m.rank] {
 			s.gexit[m.rank] = true
-			host := pe.host
-			if host == "" {
-				// The request came before memberlist told the seed of the
-				// PE's node: its address still names the host.
-				host = ip.String()
-			}
-			s.reports <- Report{Kind: ReportGlobalExit, Rank: m.rank, Agent: -1, Host: host, Code: m.code}
+			// The request names the PE's host itself: it may come before
+			// memberlist tells the seed of the PE's node.
+			s.reports <- Report{Kind: ReportGlobalExit, Rank: m.rank, Agent: -1, Host: hostAt(m.host, ip), Code: m.code}
 		}
 		ack := appendMessage(nil, &message{kind: kindGlobalExitAck, jobID: s.jobID, rank: -1, seq: m.seq})
+		s.sendLocked([]int{m.rank}, ack)
+
+	case kindLost:
+		if m.failRank < 0 || m.failRank >= s.size || m.failRank == m.rank {
+			s.logf("dropping lost message from rank %d: PE %d out of range [0, %d) or itself", m.rank, m.failRank, s.size)
+			return
+		}
+		if !pe.lost { // the first loss it learned of is the cause
+			pe.lost, pe.lostRank, pe.lostWhy = true, m.failRank, m.reason
+		}
+		ack := appendMessage(nil, &message{kind: kindLostAck, jobID: s.jobID, rank: -1, seq: m.seq})
 		s.sendLocked([]int{m.rank}, ack)
 
 	case kindGather:
@@ -390,7 +426,8 @@ func (s *Seed) handleAgent(m *message) {
 	a.ip, a.port = ip, port
 	if !s.exited[m.failRank] {
 		s.exited[m.failRank] = true
-		s.reports <- Report{Kind: ReportExit, Rank: m.failRank, Agent: id, Host: m.host, How: m.reason, Code: m.code}
+		s.reports <- Report{Kind: ReportExit, Rank: m.failRank, Agent: id, Host: m.host, How: m.reason, Code: m.code,
+			EndedByAgent: m.flags&flagEndedByAgent != 0, Why: m.why}
 	}
 	ack := appendMessage(nil, &message{kind: kindAgentAck, jobID: s.jobID, rank: -1, seq: m.seq})
 	s.sendAgentsLocked([]int{id}, ack)
@@ -563,6 +600,9 @@ func (s *Seed) peLeft(n *memberlist.Node) {
 	for i := range s.pes {
 		if p := &s.pes[i]; !p.failed && !p.finalized {
 			others = append(others, i)
+			if !p.lost {
+				p.lost, p.lostRank, p.lostWhy = true, r, "the seed told it that "+f.Error()
+			}
 		}
 	}
 	s.sendLocked(others, msg)

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -203,6 +204,7 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 		g.grace = DefaultKillGrace
 	}
 	g.logf = logger.Printf
+	g.stallLimit = cmp.Or(cfg.FailureTimeout, bootstrap.DefaultFailureTimeout) / 2
 	if cfg.Dir != "" {
 		if fi, err := os.Stat(cfg.Dir); err == nil && fi.IsDir() {
 			g.dir = cfg.Dir
@@ -212,16 +214,17 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 	// Reports go out one at a time, in the order the PEs ended, without
 	// holding up the loop below.
 	type report struct {
-		rank int
-		how  string
-		code int
+		rank    int
+		how     string
+		code    int
+		endedBy string // why the agent had told the PE to end, if it had
 	}
 	reports := make(chan report, len(slots))
 	reported := make(chan bool, 1)
 	go func() {
 		ok := true
 		for r := range reports {
-			if err := agent.Report(r.rank, host, r.how, r.code); err != nil {
+			if err := agent.Report(r.rank, host, r.how, r.code, r.endedBy); err != nil {
 				logger.Printf("PE %d %s, and the launcher could not be told: %v", r.rank, r.how, err)
 				ok = false
 			}
@@ -237,29 +240,42 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 			in = stdin
 		}
 		if err := g.start(s.rank, append(base[:len(base):len(base)], env.Environ()...), in); err != nil {
-			reports <- report{s.rank, "could not be started (" + cfg.Program + "): " + err.Error(), 127}
+			reports <- report{s.rank, "could not be started (" + cfg.Program + "): " + err.Error(), 127, ""}
 		}
 	}
 
 	terminated := agent.Terminated()
 	done := ctx.Done()
+	var endedBy string // why the agent ends its PEs, once it does
+	stalls := time.NewTicker(g.stallLimit / 4)
+	defer stalls.Stop()
 	for g.running > 0 {
 		select {
+		case <-stalls.C:
+			g.checkStalled()
 		case e := <-g.exits:
 			g.exited(e)
 			how, code := describe(e)
-			reports <- report{e.rank, how, code}
+			r := report{e.rank, how, code, ""}
+			if e.signalled {
+				r.endedBy = endedBy
+			}
+			reports <- r
 		case <-terminated:
 			terminated = nil
 			if agent.SeedGone() {
 				logger.Printf("the launcher is gone: ending %d PE(s)", g.running)
+				endedBy = cmp.Or(endedBy, "the agent lost the launcher, which "+agent.Why())
 			}
+			endedBy = cmp.Or(endedBy, "the launcher ends the job: "+agent.Why())
 			g.terminate()
 		case s := <-sigs:
 			logger.Printf("%v: ending %d PE(s)", s, g.running)
+			endedBy = cmp.Or(endedBy, "the agent got signal "+s.String())
 			g.terminate()
 		case <-done:
 			done = nil
+			endedBy = cmp.Or(endedBy, "the agent was cancelled")
 			g.terminate()
 		case <-g.kill:
 			g.killAll()

@@ -23,6 +23,7 @@ func launcherMain(mode string) int {
 	if os.Getenv("TEST_AGENT") != "" {
 		o.AgentPath = os.Args[0]
 	}
+	o.FailureTimeout, _ = time.ParseDuration(os.Getenv("TEST_FAILURE_TIMEOUT"))
 	code, err := Run(context.Background(), o)
 	fmt.Fprintf(os.Stderr, "launcher: Run = %d, %v\n", code, err)
 	return code
@@ -30,17 +31,7 @@ func launcherMain(mode string) int {
 
 // alive reports whether process pid exists and is not a zombie.
 func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	return syscall.Kill(pid, 0) == nil && procState(pid) != 'Z' && procState(pid) != 0
 }
 
 // readPids waits for the pid files of np PEs in dir.
@@ -64,6 +55,24 @@ func readPids(t *testing.T, dir string, np int, launcher *exec.Cmd) []int {
 	return pids
 }
 
+// startLauncher starts this test binary as a launcher (launcherMain) of np
+// PEs in the pidfile mode, with env added to its environment, and returns
+// it, its output, and the pids of the PEs once they are ready. The test's
+// end kills it.
+func startLauncher(t *testing.T, np int, env ...string) (*exec.Cmd, *syncBuffer, []int) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(testBinary(t), "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), envLauncherMode+"=pidfile", "TEST_NP="+strconv.Itoa(np), "TEST_PID_DIR="+dir), env...)
+	out := new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, out, readPids(t, dir, np, cmd)
+}
+
 // TestLauncherKilled kills the launcher with SIGKILL: every PE must end,
 // and, with an agent, the named segments of the PEs must be removed.
 func TestLauncherKilled(t *testing.T) {
@@ -73,20 +82,12 @@ func TestLauncherKilled(t *testing.T) {
 	for _, agent := range []bool{false, true} {
 		t.Run(fmt.Sprintf("agent=%v", agent), func(t *testing.T) {
 			const np = 3
-			dir := t.TempDir()
-			cmd := exec.Command(testBinary(t), "-test.run=^$")
-			cmd.Env = append(os.Environ(), envLauncherMode+"=pidfile", "TEST_NP="+strconv.Itoa(np), "TEST_PID_DIR="+dir)
+			var env []string
 			if agent {
-				cmd.Env = append(cmd.Env, "TEST_AGENT=1", "TEST_FAKE_SEGMENT=1")
+				env = []string{"TEST_AGENT=1", "TEST_FAKE_SEGMENT=1"}
 			}
-			out := new(syncBuffer)
-			cmd.Stdout, cmd.Stderr = out, out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer cmd.Process.Kill()
+			cmd, out, pids := startLauncher(t, np, env...)
 			go cmd.Wait()
-			pids := readPids(t, dir, np, cmd)
 			cmd.Process.Signal(syscall.SIGKILL)
 			deadline := time.Now().Add(waitLimit)
 			for _, pid := range pids {
@@ -118,6 +119,57 @@ func TestLauncherKilled(t *testing.T) {
 				}
 			}
 			t.Logf("output:\n%s", out.String())
+		})
+	}
+}
+
+// TestLauncherStopped stops the launcher (SIGSTOP) for longer than the
+// failure timeout, and resumes it once the PEs are gone (their agent, or
+// their memberlist nodes, took the launcher for gone). The launcher must
+// then name itself, not a PE its agent ended.
+func TestLauncherStopped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: waits for the failure timeout")
+	}
+	for _, agent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("agent=%v", agent), func(t *testing.T) {
+			env := []string{"TEST_FAILURE_TIMEOUT=2s"}
+			if agent {
+				env = append(env, "TEST_AGENT=1")
+			}
+			cmd, out, pids := startLauncher(t, 2, env...)
+			done := make(chan error, 1)
+			cmd.Process.Signal(syscall.SIGSTOP)
+			if agent {
+				// The agent ends the PEs once it takes the launcher for gone.
+				deadline := time.Now().Add(waitLimit)
+				for _, pid := range pids {
+					for alive(pid) {
+						if time.Now().After(deadline) {
+							cmd.Process.Signal(syscall.SIGCONT)
+							t.Fatalf("PE process %d still there %v after the launcher was stopped", pid, waitLimit)
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+			} else {
+				time.Sleep(3 * time.Second) // longer than the failure timeout
+			}
+			cmd.Process.Signal(syscall.SIGCONT)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(waitLimit):
+				t.Fatalf("the launcher did not end within %v of its resumption; output:\n%s", waitLimit, out.String())
+			}
+			s := out.String()
+			if !strings.Contains(s, "the bootstrap seed on host") || !strings.Contains(s, "did not run for") ||
+				!strings.Contains(s, "launcher: Run = 1,") {
+				t.Errorf("the resumed launcher does not name itself, stopped, with exit code 1; output:\n%s", s)
+			}
+			if strings.Contains(s, "goshmem-run: PE ") {
+				t.Errorf("the resumed launcher blames a PE; output:\n%s", s)
+			}
 		})
 	}
 }

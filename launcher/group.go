@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/uct/sm"
 )
@@ -37,6 +41,11 @@ type group struct {
 	exits   chan peExit
 	ending  bool
 	kill    <-chan time.Time // armed by terminate
+	// stallLimit is how long a PE may stay stopped (SIGSTOP, SIGTSTP)
+	// before checkStalled kills it and reports it as the failure it is:
+	// half the job's failure timeout, so that its agent names it before
+	// memberlist declares it dead for some reason.
+	stallLimit time.Duration
 }
 
 // proc is one PE process of a group.
@@ -47,6 +56,15 @@ type proc struct {
 	errw   *lineWriter
 	file   *os.File // the PE's output file (outputDir), if any
 	exited bool
+	// signalled is set before the group signals the PE while it still
+	// runs: its end is then the group's doing (read by the goroutine that
+	// waits for it).
+	signalled atomic.Bool
+	// stoppedSince is when checkStalled first saw the PE stopped; stalled
+	// says how it stalled once checkStalled kills it for it (read by the
+	// goroutine that waits for it).
+	stoppedSince time.Time
+	stalled      atomic.Pointer[string]
 }
 
 // peExit is the end of a PE process.
@@ -54,6 +72,13 @@ type peExit struct {
 	rank  int
 	state *os.ProcessState
 	err   error
+	// signalled: the group had told the PE to end (SIGTERM or SIGKILL)
+	// before it ended.
+	signalled bool
+	// noThread: the PE's runtime said that it could not create a thread.
+	noThread bool
+	// stalled, when set, says how the PE stalled: checkStalled killed it.
+	stalled string
 }
 
 func newGroup(program string, args []string, n int) *group {
@@ -84,6 +109,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 		p.out = &lineWriter{mu: &g.outMu, dst: g.stdout, prefix: prefix}
 		p.errw = &lineWriter{mu: &g.outMu, dst: g.stderr, prefix: prefix}
 	}
+	p.errw.threads = new(threadWatch)
 	cmd := exec.Command(g.program, g.args...)
 	cmd.Env = env
 	cmd.Dir = g.dir
@@ -110,7 +136,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 	}
 	if err := cmd.Start(); err != nil {
 		p.closeFile()
-		return err
+		return startError(err)
 	}
 	p.cmd = cmd
 	g.pes[rank] = p
@@ -129,7 +155,11 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 		p.out.flush()
 		p.errw.flush()
 		p.closeFile()
-		g.exits <- peExit{rank: rank, state: cmd.ProcessState, err: err}
+		e := peExit{rank: rank, state: cmd.ProcessState, err: err, signalled: p.signalled.Load(), noThread: p.errw.threads.hit}
+		if how := p.stalled.Load(); how != nil {
+			e.stalled = *how
+		}
+		g.exits <- e
 	}()
 	return nil
 }
@@ -178,13 +208,72 @@ func (g *group) killAll() {
 	}
 }
 
+// checkStalled kills the PEs that have stayed stopped (process state T:
+// SIGSTOP, SIGTSTP) for stallLimit or longer, each as a failure of its own
+// that its exit reports (peExit.stalled). Call it every stallLimit/4 or so.
+func (g *group) checkStalled() {
+	if g.stallLimit <= 0 || g.ending {
+		return
+	}
+	now := time.Now()
+	for _, p := range g.pes {
+		if p.exited || p.stalled.Load() != nil {
+			continue
+		}
+		if procState(p.cmd.Process.Pid) != 'T' {
+			p.stoppedSince = time.Time{}
+			continue
+		}
+		if p.stoppedSince.IsZero() {
+			p.stoppedSince = now
+			continue
+		}
+		if d := now.Sub(p.stoppedSince); d >= g.stallLimit {
+			how := fmt.Sprintf("was stopped (SIGSTOP or SIGTSTP) for %v, longer than half the failure timeout", d.Round(time.Millisecond))
+			p.stalled.Store(&how)
+			g.logf("PE %d %s: killing it", p.rank, how)
+			if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+				p.cmd.Process.Kill()
+			}
+		}
+	}
+}
+
+// procState returns the state of process pid (R, S, D, T, t, Z, ...), or 0
+// when it cannot be read.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// pid (comm) S ...: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
 // signalPE signals the process group of a PE (it leads its own), so that
-// what the PE started goes too.
+// what the PE started goes too. A PE that still runs is marked signalled
+// first; one that ended already, and is not reaped yet, ended by itself.
 func signalPE(p *proc, sig syscall.Signal) {
 	pid := p.cmd.Process.Pid
+	if !ended(pid) {
+		p.signalled.Store(true)
+	}
 	if err := syscall.Kill(-pid, sig); err != nil {
 		p.cmd.Process.Signal(sig)
 	}
+}
+
+// ended reports whether the child process pid has ended: it is waitable (a
+// zombie), or reaped already. It reaps nothing.
+func ended(pid int) bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	// Without a waitable child the kernel leaves the zeroed info as is.
+	return err != nil || info.Signo == int32(unix.SIGCHLD)
 }
 
 // stdinFor returns the file a PE reads as stdin. A regular file or a pipe
@@ -210,6 +299,18 @@ func stdinFor(r io.Reader) (*os.File, func(), error) {
 
 // describe says how a PE ended, and the exit code that stands for it.
 func describe(e peExit) (string, int) {
+	if e.stalled != "" {
+		return e.stalled, 1
+	}
+	how, code := describeStatus(e)
+	if e.noThread {
+		how += ": it could not create a thread, " + threadLimitHint()
+	}
+	return how, code
+}
+
+// describeStatus says how a PE ended, from its status.
+func describeStatus(e peExit) (string, int) {
 	if e.state == nil {
 		return "could not be waited for: " + e.err.Error(), 1
 	}

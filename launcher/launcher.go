@@ -14,6 +14,7 @@
 package launcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -79,7 +81,9 @@ type Options struct {
 	// FailureTimeout is how long the job may take to notice a PE, agent or
 	// launcher that stopped answering without exiting (stopped, hung, its
 	// host or network gone; a PE that exits or is killed is noticed at
-	// once). Zero means bootstrap.DefaultFailureTimeout. PEs get it in
+	// once). A PE stopped (SIGSTOP, SIGTSTP) for half of it is killed by
+	// its agent (or the launcher) and named as stopped. Zero means
+	// bootstrap.DefaultFailureTimeout. PEs get it in
 	// GOSHMEM_FAILURE_TIMEOUT.
 	FailureTimeout time.Duration
 	// Hosts places the PEs: the slots of each host are filled in order
@@ -146,16 +150,24 @@ func (e *JobError) Error() string {
 //
 // The first PE that exits with a non-zero status or by a signal, exits
 // with status 0 without finalizing while others still run and some PE
-// joined the job, is reported failed by the seed, or never reports how it
-// ended because its agent or spawner ended first, ends the job: Run logs
-// which PE on which host ended how, sends SIGTERM to the other PEs, SIGKILL
-// to those still there after KillGrace, and returns a *JobError with the
-// exit code: the PE's status, 128+signal for a signal, 1 otherwise. A PE
-// that calls bootstrap.Member.GlobalExit(code) ends the job the same way,
-// and Run returns code (with a nil error for 0). When ctx is done first,
-// Run ends every PE the same way and returns 1 and ctx.Err(). Other errors
-// end the job too: 127 for a program that cannot be started, 2 for
-// options that are wrong (the error wraps ucs.ErrInvalidParam).
+// joined the job, stays stopped (SIGSTOP) for half the failure timeout, is
+// reported failed by the seed, or never reports how it ended because its
+// agent or spawner ended first, ends the job: Run logs which PE on which
+// host ended how, sends SIGTERM to the other PEs, SIGKILL to those still
+// there after KillGrace, and returns a *JobError with the exit code: the
+// PE's status, 128+signal for a signal, 1 otherwise. The PE named is the
+// first cause: a PE that ended because it learned that another failed
+// (bootstrap.Member.ReportLost, or the seed's notice), or that its agent
+// ended, ends the job at once but is named only when no PE it lost failed
+// by itself; a PE memberlist declares dead is named after its agent's
+// report when that comes within an eighth of the failure timeout. A
+// launcher that did not run for longer than half the failure timeout (it
+// was stopped) names itself (Rank -1), with code 1. A PE that calls
+// bootstrap.Member.GlobalExit(code) ends the job the same way, and Run
+// returns code (with a nil error for 0). When ctx is done first, Run ends
+// every PE the same way and returns 1 and ctx.Err(). Other errors end the
+// job too: 127 for a program that cannot be started, 2 for options that
+// are wrong (the error wraps ucs.ErrInvalidParam).
 func Run(ctx context.Context, opts Options) (exitCode int, err error) {
 	if opts.Program == "" {
 		return 2, fmt.Errorf("launcher: no program: %w", ucs.ErrInvalidParam)
@@ -216,14 +228,37 @@ type job struct {
 	unitsUp int // units still running
 	unitEnd chan unitExit
 
-	first    *JobError // the failure that ended the job
-	ending   bool      // PEs were told to terminate
-	unitTerm <-chan time.Time
-	unitKill <-chan time.Time
+	first  *JobError // the failure that ended the job
+	ending bool      // PEs were told to terminate
+	// consequence is the first end of a PE that learned of another PE's
+	// failure first (bootstrap.Seed.Lost): the job is ended at once, but
+	// the PE it lost, lostPeer, is named if its own failure turns up
+	// (blameOpen until then); consequence is named only if none does.
+	consequence *JobError
+	lostPeer    int
+	blameOpen   bool
+	unitTerm    <-chan time.Time
+	unitKill    <-chan time.Time
+	// alive is when the launcher last checked that it runs (see
+	// checkStopped); failureTimeout is the job's; continued receives
+	// SIGCONT, which a stopped launcher gets when it resumes.
+	alive          time.Time
+	failureTimeout time.Duration
+	continued      chan os.Signal
+	// suspects are the PEs memberlist declared dead, waiting for their
+	// agents' reports (see suspect).
+	suspects map[int]suspect
 	// idle holds the ranks that exited 0 without finalize and without
 	// having joined while no PE had joined: they fail the job if a PE
 	// joins later while others still run.
 	idle []int
+}
+
+// suspect is a PE that memberlist declared dead: err ends the job at due
+// unless its agent reports its end first.
+type suspect struct {
+	err *JobError
+	due time.Time
 }
 
 // peState is what the launcher knows of a PE.
@@ -391,6 +426,11 @@ func (j *job) run(ctx context.Context) (int, error) {
 	}
 	j.pes = make([]peState, j.np)
 	j.running = j.np
+	j.failureTimeout = cmp.Or(o.FailureTimeout, bootstrap.DefaultFailureTimeout)
+	j.alive = time.Now()
+	j.continued = make(chan os.Signal, 1)
+	signal.Notify(j.continued, syscall.SIGCONT)
+	defer signal.Stop(j.continued)
 	j.unitEnd = make(chan unitExit, len(j.places)+1)
 
 	if code, err := j.startAll(); err != nil {
@@ -416,6 +456,7 @@ func (j *job) startAll() (int, error) {
 	if o.AgentPath == "" {
 		g := newGroup(o.Program, o.Args, j.np)
 		g.tag, g.outputDir, g.stdout, g.stderr, g.grace, g.logf = o.TagOutput, o.OutputDir, o.Stdout, o.Stderr, o.KillGrace, o.Logf
+		g.stallLimit = j.failureTimeout / 2
 		j.group = g
 		base := j.baseEnv()
 		for r := range j.np {
@@ -631,6 +672,13 @@ func (j *job) wait(ctx context.Context) {
 			ticker.Stop()
 		}
 	}()
+	// watch: a launcher that is stopped (SIGSTOP, Ctrl-Z) longer than the
+	// failure timeout finds its job ended by the PEs and agents that took
+	// it for gone (checkStopped); its own PEs may be stopped too
+	// (group.checkStalled); and the members memberlist declared dead are
+	// judged once their agents had time to say how they ended (suspects).
+	watch := time.NewTicker(j.failureTimeout / 8)
+	defer watch.Stop()
 	for j.activeGroup() || j.unitsUp > 0 {
 		if len(j.idle) > 0 && ticker == nil {
 			ticker = time.NewTicker(100 * time.Millisecond)
@@ -644,7 +692,11 @@ func (j *job) wait(ctx context.Context) {
 		case e := <-groupExits:
 			j.group.exited(e)
 			how, code := describe(e)
-			j.ended(e.rank, j.host, how, code)
+			end := peEnd{rank: e.rank, host: j.host, how: how, code: code}
+			if e.signalled {
+				end.endedBy = "the launcher ends the job"
+			}
+			j.ended(end)
 		case r, ok := <-reports:
 			if !ok {
 				reports = nil
@@ -659,11 +711,20 @@ func (j *job) wait(ctx context.Context) {
 			if f.Rank >= 0 && f.Rank < len(j.pes) && j.pes[f.Rank].ended {
 				break // its end was handled
 			}
-			j.fail(&JobError{Rank: f.Rank, Host: f.Host, How: "failed: " + f.Reason, Code: 1})
+			if j.ending && !(j.blameOpen && f.Rank == j.lostPeer) {
+				break // ended with the job, or a consequence of its end
+			}
+			j.suspect(f)
 		case u := <-j.unitEnd:
 			j.unitExited(u, reports)
 		case <-tick:
 			j.checkIdle()
+		case <-watch.C:
+			j.checkStopped()
+			if j.group != nil {
+				j.group.checkStalled()
+			}
+			j.judgeSuspects()
 		case <-done:
 			done = nil
 			if !j.ending {
@@ -681,6 +742,16 @@ func (j *job) wait(ctx context.Context) {
 			j.signalUnits(syscall.SIGKILL)
 		}
 	}
+	j.concludeBlame()
+}
+
+// concludeBlame names the job after the first consequence when, every PE
+// having ended, the PE it lost did not fail by itself (the connection
+// between them did).
+func (j *job) concludeBlame() {
+	if j.first == nil && j.consequence != nil {
+		j.name(j.consequence)
+	}
 }
 
 func (j *job) activeGroup() bool { return j.group != nil && j.group.running > 0 }
@@ -693,7 +764,11 @@ func (j *job) report(r bootstrap.Report) {
 			j.opts.Logf("ignoring a report of agent %d on PE %d, which it did not start", r.Agent, r.Rank)
 			return
 		}
-		j.ended(r.Rank, r.Host, r.How, r.Code)
+		end := peEnd{rank: r.Rank, host: r.Host, how: r.How, code: r.Code}
+		if r.EndedByAgent {
+			end.endedBy = cmp.Or(r.Why, "its agent ended it")
+		}
+		j.ended(end)
 	case bootstrap.ReportGlobalExit:
 		if j.ending {
 			return
@@ -701,34 +776,85 @@ func (j *job) report(r bootstrap.Report) {
 		j.fail(&JobError{Rank: r.Rank, Host: r.Host, How: "called global exit with status " + strconv.Itoa(r.Code), Code: r.Code})
 	case bootstrap.ReportAgentLeft:
 		// Every PE of an agent is reported before it leaves.
+		lost := false
 		for rank := range j.pes {
 			if p := &j.pes[rank]; p.agent == r.Agent && !p.ended {
 				j.lost(rank, r.Host, "was lost: the agent that started it "+r.How)
+				lost = true
+			}
+		}
+		if lost && len(j.opts.Spawner) == 0 && r.Agent >= 0 && r.Agent < len(j.units) {
+			// It did not leave, it died or hangs: it cannot be told to end
+			// its PEs, which die with it (or, behind a remote shell, when
+			// the shell's connection closes).
+			if u := j.units[r.Agent]; !u.ended {
+				j.opts.Logf("%s stopped answering: killing it", u.name)
+				if err := syscall.Kill(-u.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+					u.cmd.Process.Kill()
+				}
 			}
 		}
 	}
 }
 
-// ended judges the end of a PE.
-func (j *job) ended(rank int, host, how string, code int) {
-	if rank < 0 || rank >= len(j.pes) || j.pes[rank].ended {
+// peEnd is how a PE ended, as the launcher's group or the PE's agent saw it.
+type peEnd struct {
+	rank      int
+	host, how string
+	code      int
+	// endedBy says why the launcher or the PE's agent had told the PE to
+	// end while it still ran; empty when they had not. Such an end is a
+	// consequence, not a failure of the PE's own.
+	endedBy string
+}
+
+// ended judges the end of a PE. The job is named after its first cause: a
+// PE that failed by itself, not one that ended because it learned that
+// another PE failed (bootstrap.Seed.Lost) nor one that its agent ended,
+// whatever order their ends arrive in.
+func (j *job) ended(e peEnd) {
+	if e.rank < 0 || e.rank >= len(j.pes) || j.pes[e.rank].ended {
 		return
 	}
-	j.pes[rank].ended = true
+	j.pes[e.rank].ended = true
 	j.running--
-	if j.ending {
+	switch {
+	case e.endedBy != "" && j.ending:
+		return // the launcher is ending it
+	case e.endedBy != "":
+		// Its agent ended it without being told to: it lost the launcher,
+		// or was itself told to end (a signal).
+		j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.how + ", ended by its agent: " + e.endedBy, Code: max(e.code, 1)})
+		return
+	case j.ending && !j.blameOpen:
 		return // the launcher is ending it
 	}
-	switch {
-	case code != 0:
-		j.fail(&JobError{Rank: rank, Host: host, How: how, Code: code})
-	case j.seed.Finalized(rank) || j.running == 0:
-	case j.seed.Joined(rank) || j.anyJoined():
-		j.fail(&JobError{Rank: rank, Host: host, How: "exited without finalize (status 0) while other PEs still run", Code: 1})
-	default:
-		// Not a goshmem program, or one that has not initialized yet.
-		j.idle = append(j.idle, rank)
+	if e.code == 0 {
+		switch {
+		case j.ending, j.seed.Finalized(e.rank) || j.running == 0:
+		case j.seed.Joined(e.rank) || j.anyJoined():
+			j.fail(&JobError{Rank: e.rank, Host: e.host, How: "exited without finalize (status 0) while other PEs still run", Code: 1})
+		default:
+			// Not a goshmem program, or one that has not initialized yet.
+			j.idle = append(j.idle, e.rank)
+		}
+		return
 	}
+	if peer, why, ok := j.seed.Lost(e.rank); ok && (j.blameOpen || !j.pes[peer].ended) {
+		// It ended because PE peer failed, or so it says: end the job now,
+		// and name peer when its own failure turns up.
+		if j.consequence == nil {
+			j.consequence = &JobError{Rank: e.rank, Host: e.host,
+				How: fmt.Sprintf("%s after it lost PE %d (%s)", e.how, peer, why), Code: e.code}
+			j.lostPeer = peer
+		}
+		if !j.ending {
+			j.blameOpen = true
+			j.terminate(j.consequence.Error())
+		}
+		return
+	}
+	j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.how, Code: e.code})
 }
 
 // lost records a PE whose end will never be reported.
@@ -815,11 +941,102 @@ func (j *job) anyJoined() bool {
 	return false
 }
 
-// fail records the failure that ends the job and terminates the others.
-func (j *job) fail(e *JobError) {
-	if j.ending {
+// suspect handles a member that memberlist declared dead. A PE that the
+// launcher started and that exited is judged by its exit, which follows; one
+// that an agent started is judged by its agent's report, which is more
+// precise (it exited with status 3, it was stopped), when the report comes
+// within an eighth of the failure timeout (judgeSuspects: memberlist takes
+// about 0.7 of it to declare a member dead, see bootstrap); the launcher is
+// judged at once.
+func (j *job) suspect(f bootstrap.Failure) {
+	fail := &JobError{Rank: f.Rank, Host: f.Host, How: "failed: " + f.Reason, Code: 1}
+	switch {
+	case f.Rank < 0 || f.Rank >= len(j.pes):
+		j.fail(fail)
+	case j.pes[f.Rank].agent < 0:
+		p := j.group.pes[f.Rank]
+		if p != nil && ended(p.cmd.Process.Pid) {
+			return // its exit is on its way
+		}
+		if p != nil && procState(p.cmd.Process.Pid) == 'T' {
+			fail.How = "was stopped (SIGSTOP or SIGTSTP) and stopped answering"
+		}
+		j.fail(fail)
+	default:
+		if j.suspects == nil {
+			j.suspects = make(map[int]suspect)
+		}
+		if _, ok := j.suspects[f.Rank]; !ok {
+			j.suspects[f.Rank] = suspect{fail, time.Now().Add(j.failureTimeout / 8)}
+		}
+	}
+}
+
+// judgeSuspects fails the job for the first member declared dead whose end
+// its agent did not report in time.
+func (j *job) judgeSuspects() {
+	var first *suspect
+	now := time.Now()
+	for rank, s := range j.suspects {
+		switch {
+		case j.pes[rank].ended:
+			delete(j.suspects, rank)
+		case now.After(s.due) && (first == nil || s.due.Before(first.due)):
+			first = &s
+		}
+	}
+	if first != nil && (!j.ending || (j.blameOpen && first.err.Rank == j.lostPeer)) {
+		j.fail(first.err)
+	}
+}
+
+// checkStopped ends the job, naming the launcher, when the launcher did not
+// run for longer than the failure timeout (it was starved of CPU), or for
+// over half of it and was stopped (it got SIGCONT since): the agents and
+// PEs that took it for gone are ending the job, and what they report is a
+// consequence.
+func (j *job) checkStopped() {
+	now := time.Now()
+	gap := now.Sub(j.alive)
+	j.alive = now
+	if j.ending || j.failureTimeout <= 0 || gap <= j.failureTimeout/2 {
+		select {
+		case <-j.continued: // a stop too short to matter
+		default:
+		}
 		return
 	}
+	stopped := false
+	select {
+	case <-j.continued:
+		stopped = true
+	case <-time.After(50 * time.Millisecond): // SIGCONT reaches the channel a little after the process resumes
+	}
+	if stopped || gap > j.failureTimeout {
+		j.fail(&JobError{Rank: -1, Host: j.host, Code: 1, How: fmt.Sprintf("(goshmem-run) did not run for %v, "+
+			"longer than half the failure timeout of %v (it was stopped, or starved of CPU): the agents and PEs took it for gone",
+			gap.Round(time.Millisecond), j.failureTimeout)})
+	}
+}
+
+// fail records the failure that ends the job and terminates the others.
+// Once the job is being ended, only the cause a consequence waits for
+// (blameOpen) is recorded. A launcher that was stopped names itself (see
+// checkStopped).
+func (j *job) fail(e *JobError) {
+	if j.first != nil || (j.ending && !j.blameOpen) {
+		return
+	}
+	if j.checkStopped(); j.first != nil {
+		return
+	}
+	j.name(e)
+	j.terminate(e.Error())
+}
+
+// name records e as what the job is named after, and says so.
+func (j *job) name(e *JobError) {
+	j.blameOpen = false
 	j.first = e
 	switch {
 	case e.Code == 0:
@@ -829,7 +1046,6 @@ func (j *job) fail(e *JobError) {
 	default:
 		j.opts.Logf("%v", e)
 	}
-	j.terminate(e.Error())
 }
 
 // terminate ends every PE: SIGTERM to the launcher's own, the order to

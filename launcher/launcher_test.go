@@ -493,8 +493,9 @@ func TestPEKilled(t *testing.T) {
 	})
 }
 
-// TestPEStopped stops a PE: its process lives, but memberlist declares it
-// dead, and the seed's report ends the job.
+// TestPEStopped stops a PE: its process lives, silent; the agent or the
+// launcher that started it sees it stopped (before memberlist declares it
+// dead) and ends the job naming it.
 func TestPEStopped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: memberlist takes seconds to declare a node dead")
@@ -506,7 +507,7 @@ func TestPEStopped(t *testing.T) {
 				o.KillGrace = 100 * time.Millisecond
 				o.FailureTimeout = 3 * time.Second
 			})
-			checkFailure(t, r, 1, 1, "failed: left the job before finalize")
+			checkFailure(t, r, 1, 1, "was stopped (SIGSTOP or SIGTSTP)")
 		})
 	}
 }

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"sync"
 )
@@ -22,6 +23,9 @@ type lineWriter struct {
 	// midLine is true when a piece of an overlong line was forwarded, so
 	// that its continuation gets no prefix.
 	midLine bool
+	// threads, when set, watches the lines for the runtime's report that
+	// it could not create a thread, and cuts the crash dump that follows.
+	threads *threadWatch
 }
 
 // Write implements io.Writer. It never fails: a PE must not die because
@@ -52,6 +56,9 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 // emit writes one line (or a piece of one) under the shared lock.
 func (w *lineWriter) emit(line []byte, complete bool) {
+	if w.threads != nil && !w.midLine && !w.threads.line(line) {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.midLine && len(w.prefix) > 0 {
@@ -69,6 +76,7 @@ func (w *lineWriter) emit(line []byte, complete bool) {
 // output) it ends the line with a newline so that the next tagged line
 // starts on its own.
 func (w *lineWriter) flush() {
+	defer w.flushNote()
 	if len(w.buf) == 0 {
 		if w.midLine && len(w.prefix) > 0 {
 			w.emit([]byte("\n"), true)
@@ -80,4 +88,16 @@ func (w *lineWriter) flush() {
 	}
 	w.emit(w.buf, true)
 	w.buf = nil
+}
+
+// flushNote says how many lines of a crash dump were not forwarded.
+func (w *lineWriter) flushNote() {
+	if w.threads == nil || w.threads.dropped == 0 {
+		return
+	}
+	note := fmt.Sprintf("goshmem-run: %d more lines of this crash dump not shown: the runtime could not create a thread\n", w.threads.dropped)
+	w.threads.dropped = 0
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dst.Write(append(append([]byte{}, w.prefix...), note...))
 }

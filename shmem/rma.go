@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -38,12 +39,31 @@ func badLen(routine string, dstLen, srcLen int) {
 }
 
 // fatal ends the PE after a communication failure, which OpenSHMEM routines
-// cannot report: waiting on would hang the job.
+// cannot report: waiting on would hang the job. It first tells the launcher
+// that this PE ends because it lost pe, so that the job is named after pe
+// when pe failed first.
 //
 //go:noinline
 func fatal(routine string, pe int, err error) {
 	fmt.Fprintf(os.Stderr, "goshmem: PE %d: shmem.%s to PE %d failed: %v\n", st.me, routine, pe, err)
+	if m := st.member; m != nil && pe != st.me && peerGone(err) {
+		m.ReportLost(pe, err.Error()) // the exit below is the report that matters
+	}
 	os.Exit(1)
+}
+
+// peerGone says whether err means that the peer is gone, not that this PE
+// cannot do the operation.
+func peerGone(err error) bool {
+	var s ucs.Status
+	if !errors.As(err, &s) {
+		return false
+	}
+	switch {
+	case s == ucs.ErrConnectionReset, s == ucs.ErrNotConnected, s == ucs.ErrUnreachable, s == ucs.ErrTimedOut:
+		return true
+	}
+	return s <= ucs.ErrFirstLinkFailure && s >= ucs.ErrLastEndpointFailure
 }
 
 // largeCopy is the size from which direct copies go through ucs.Memcpy,

@@ -71,15 +71,19 @@
 package shmem
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/symheap"
 	"github.com/goshmem/goshmem/ucp"
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct/sm"
 )
 
 // RMA is the set of standard RMA types of OpenSHMEM 1.5 in Go form.
@@ -259,6 +263,9 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 		if err != nil {
 			return fmt.Errorf("heap key of PE %d: %w", pe, err)
 		}
+		if err := checkLanes(ep, pe); err != nil { // its lanes are chosen now
+			return err
+		}
 		peers[pe].rkey, peers[pe].raddr = rk, base
 		if p, err := rk.Ptr(base); err == nil {
 			peers[pe].base = p
@@ -275,6 +282,11 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	}
 	if m.LocalSize() > runtime.NumCPU() {
 		st.spin = spinOversubscribed
+	}
+	if need := runtimeHeapSize(); need > heap.Size() {
+		resetState()
+		return fmt.Errorf("SHMEM_SYMMETRIC_SIZE of %d bytes is below the minimum of %d bytes (%s) that goshmem takes for its own state in a job of %d PEs: %w",
+			heap.Size(), need, sizeString(need), m.Size(), symheap.ErrNoSpace)
 	}
 	if err := st.barrier.init(); err != nil {
 		resetState()
@@ -296,10 +308,63 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 		resetState()
 		return fmt.Errorf("initial barrier: %w", err)
 	}
+	// Every PE mapped the heaps it maps before the barrier: the names of
+	// named segments (UCX_POSIX_USE_SHM_OPEN) serve nobody any more, and
+	// without them nothing is left in /dev/shm however this PE ends, even
+	// killed together with the agent that would remove them.
+	if err := sm.UnlinkSegments(); err != nil {
+		fmt.Fprintf(os.Stderr, "goshmem: PE %d: %v\n", st.me, err)
+	}
 	if st.me == 0 {
 		printStartup(os.Stdout)
 	}
 	return nil
+}
+
+// checkLanes fails when the endpoint to pe can neither do RMA and atomics
+// itself nor emulate them with active messages: shmem cannot run over it
+// (its barriers alone need atomics). cma, for one, has neither atomics nor
+// active messages.
+func checkLanes(ep *ucp.Endpoint, pe int) error {
+	var rma, amo, am bool
+	var lanes []string
+	for _, l := range ep.Query().Lanes {
+		for _, u := range strings.Split(l.Usage, ",") {
+			rma = rma || u == "rma"
+			amo = amo || u == "amo"
+			am = am || u == "am"
+		}
+		lanes = append(lanes, l.Transport+"/"+l.Device+" ("+l.Usage+")")
+	}
+	if am || (rma && amo) {
+		return nil
+	}
+	have := "no lane"
+	if len(lanes) > 0 {
+		have = "only " + strings.Join(lanes, ", ")
+	}
+	return fmt.Errorf("connect to PE %d: the transports selected (UCX_TLS=%s) give %s: no atomics, and no active messages to emulate RMA and atomics; "+
+		"shmem needs a transport with active messages (posix, sysv, tcp, and self for this PE): %w",
+		pe, cmp.Or(os.Getenv("UCX_TLS"), "all"), have, ucs.ErrUnsupported)
+}
+
+// runtimeHeapSize is the part of the symmetric heap that Init takes for the
+// library's own state (the barrier's counters and the team pool), with
+// st.npes set: the smallest SHMEM_SYMMETRIC_SIZE that works.
+func runtimeHeapSize() int {
+	const page = 4096 // the heap's size is a multiple of it
+	n := barrierLines()*counterStride + int(teamSlotSize())*MaxTeams
+	return (n + page - 1) / page * page
+}
+
+// sizeString writes n, a multiple of 1K, as SHMEM_SYMMETRIC_SIZE takes it,
+// rounded up to the largest unit that keeps it exact or small: "340K",
+// "2M".
+func sizeString(n int) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%dM", (n+1<<20-1)>>20)
+	}
+	return fmt.Sprintf("%dK", (n+1<<10-1)>>10)
 }
 
 // resetState forgets everything Init set.

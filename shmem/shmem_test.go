@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/symheap"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // nps are the job sizes every routine is tested with (odd sizes included).
@@ -664,6 +666,47 @@ func TestInitRejectsBadHeapSize(t *testing.T) {
 		if !strings.Contains(err.Error(), "SHMEM_SYMMETRIC_SIZE") {
 			t.Errorf("error %q does not name the variable", err)
 		}
+	}
+}
+
+// TestInitNamesMinimumHeap: a heap too small for the library's own state
+// fails Init with the minimum to give, and that minimum works.
+func TestInitNamesMinimumHeap(t *testing.T) {
+	if petest.IsPE() {
+		t.Skip("runs in the test process only")
+	}
+	t.Setenv("SHMEM_SYMMETRIC_SIZE", "4K")
+	err := shmem.Init()
+	if err == nil {
+		shmem.Finalize()
+		t.Fatal("Init with a heap of 4K succeeded")
+	}
+	m := regexp.MustCompile(`below the minimum of \d+ bytes \((\d+K)\)`).FindStringSubmatch(err.Error())
+	if m == nil || !errors.Is(err, symheap.ErrNoSpace) {
+		t.Fatalf("Init with a heap of 4K: %v; want the minimum SHMEM_SYMMETRIC_SIZE, wrapping symheap.ErrNoSpace", err)
+	}
+	t.Setenv("SHMEM_SYMMETRIC_SIZE", m[1])
+	if err := shmem.Init(); err != nil {
+		t.Fatalf("Init with the minimum it named, %s: %v", m[1], err)
+	}
+	shmem.Finalize()
+}
+
+// TestInitNeedsActiveMessages: transports that can neither do atomics nor
+// carry active messages (cma alone) fail Init, saying what is missing,
+// instead of the first barrier.
+func TestInitNeedsActiveMessages(t *testing.T) {
+	if petest.IsPE() {
+		t.Skip("runs in the test process only")
+	}
+	t.Setenv("UCX_TLS", "cma")
+	err := shmem.Init()
+	if err == nil {
+		t.Fatal("Init over cma alone succeeded")
+	}
+	if !errors.Is(err, ucs.ErrUnsupported) || !strings.Contains(err.Error(), "no atomics, and no active messages") ||
+		!strings.Contains(err.Error(), "UCX_TLS=cma") {
+		t.Errorf("Init over cma alone: %v; want ucs.ErrUnsupported saying that atomics and active messages are missing", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package shmem
 import (
 	"fmt"
 	"github.com/goshmem/goshmem/ucs"
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
@@ -118,12 +119,13 @@ type barrierState struct {
 
 const counterStride = symheap.MinAlign
 
+// barrierLines is the number of counter lines of the barrier: one per round
+// of the dissemination, then the arrival counter and release word.
+func barrierLines() int { return bits.Len(uint(st.npes-1)) + 2 }
+
 func (b *barrierState) init() error {
-	for n := 1; n < st.npes; n <<= 1 {
-		b.rounds++
-	}
-	// The rounds' counters, then the arrival counter and release word.
-	lines := b.rounds + 2
+	lines := barrierLines()
+	b.rounds = lines - 2
 	off, err := st.heap.Alloc(lines*counterStride, counterStride)
 	if err != nil {
 		return fmt.Errorf("barrier counters: %w", err)

@@ -132,13 +132,19 @@ func resetTeams() {
 	teamPool.off, teamPool.slotSize, teamPool.used, teamPool.held, teamPool.cursor = 0, 0, 0, 0, 0
 }
 
+// teamSlotSize is the size of a slot of the team pool: a record line, the
+// counter lines of a dissemination barrier over every PE, then the
+// collectives' words (coll.go).
+func teamSlotSize() uintptr {
+	rounds := bits.Len(uint(st.npes - 1))
+	return uintptr(1+rounds)*counterStride + collAreaSize()
+}
+
 // initTeams reserves the team pool and sets up TeamWorld and TeamShared.
 // Every PE calls it at Init, at the same point of the heap's allocation
 // sequence.
 func initTeams() error {
-	rounds := bits.Len(uint(st.npes - 1))
-	// The collectives' words (coll.go) follow the barrier's counter lines.
-	slotSize := uintptr(1+rounds)*counterStride + collAreaSize()
+	slotSize := teamSlotSize()
 	off, err := st.heap.Alloc(int(slotSize)*MaxTeams, counterStride)
 	if err != nil {
 		return fmt.Errorf("team pool: %w", err)

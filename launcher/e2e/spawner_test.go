@@ -63,7 +63,7 @@ func TestSpawners(t *testing.T) {
 			})
 			t.Run("kill9", func(t *testing.T) {
 				env := append([]string{"FAIL_PE=1"}, namedSegments...)
-				r := run(t, env, "-spawner", sp.spawner, "-np", "3", "-failure-timeout", "2s", peProgram, "kill9")
+				r := run(t, env, "-spawner", sp.spawner, "-np", "3", peProgram, "kill9")
 				checkFault(t, r, 137, 1, h, "was killed by signal 9 (killed)")
 				t.Logf("ended after %v", r.took.Round(time.Millisecond))
 				noLeftovers(t)

@@ -83,16 +83,21 @@
 // forwarded one whole line at a time.
 //
 // When a PE exits with a non-zero status or by a signal, or exits without
-// finalizing while the others still run, or stops answering, goshmem-run
-// names the PE, its host and how it ended, terminates the other PEs
-// (SIGTERM, then SIGKILL) and exits with that PE's status (128+signal for a
-// signal, 1 otherwise). A PE that calls a global exit (bootstrap's
-// Member.GlobalExit, shmem's GlobalExit) ends the job the same way, and
-// goshmem-run exits with its status. SIGINT, SIGTERM or SIGHUP to
-// goshmem-run ends every PE, and it exits with 128+signal. If goshmem-run
-// itself is killed, its agents end the PEs (at once on this host and where
-// the remote shell passes the signal on, else within the failure timeout).
-// Nothing is left in /dev/shm. A job that ends well exits with 0.
+// finalizing while the others still run, or is stopped, or stops
+// answering, goshmem-run names the PE, its host and how it ended,
+// terminates the other PEs (SIGTERM, then SIGKILL) and exits with that PE's
+// status (128+signal for a signal, 1 otherwise). It names the first cause:
+// not a PE that ended because it lost a peer that failed, or because its
+// agent ended it, whatever order the reports arrive in. A PE that calls a
+// global exit (bootstrap's Member.GlobalExit, shmem's GlobalExit) ends the
+// job the same way, and goshmem-run exits with its status. SIGINT, SIGTERM
+// or SIGHUP to goshmem-run ends every PE, and it exits with 128+signal. If
+// goshmem-run itself is killed, its agents end the PEs (at once on this
+// host and where the remote shell passes the signal on, else within the
+// failure timeout); if it is stopped for longer than half the failure
+// timeout, it names itself when it resumes and exits 1. A PROGRAM path that
+// does not exist exits 127. Nothing is left in /dev/shm. A job that ends
+// well exits with 0.
 //
 // Setting GOSHMEM_DEBUG=1 shows the memberlist logs of the seed and PEs.
 package main
@@ -106,6 +111,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -214,6 +220,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if build {
 		bin, cleanup, err := launcher.BuildProgram(program)
+		if _, serr := os.Stat(program); err != nil && errors.Is(serr, os.ErrNotExist) {
+			fmt.Fprintf(stderr, "goshmem-run: %s: no such file or directory, nor a Go package the go command can build: %v\n", program, err)
+			return 127
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "goshmem-run: %v\n", err)
 			return 1
@@ -305,7 +315,8 @@ func splitWords(s string) ([]string, error) {
 }
 
 // resolve tells whether prog is an executable to run or a Go package to
-// build first.
+// build first. A path that names a file, absolute or starting with ./ or
+// ../, must exist.
 func resolve(prog string) (path string, build bool, err error) {
 	fi, err := os.Stat(prog)
 	switch {
@@ -316,6 +327,11 @@ func resolve(prog string) (path string, build bool, err error) {
 			prog = "." + string(os.PathSeparator) + prog // not a PATH lookup
 		}
 		return prog, false, nil
+	case filepath.IsAbs(prog) || prog == "." || prog == ".." || strings.HasPrefix(prog, "./") || strings.HasPrefix(prog, "../"):
+		if errors.Is(err, os.ErrNotExist) {
+			return "", false, fmt.Errorf("%s: no such file or directory", prog)
+		}
+		return "", false, err
 	case !strings.ContainsRune(prog, '/'):
 		p, err := exec.LookPath(prog)
 		if err != nil {

@@ -10,11 +10,21 @@
 //	panic       PE $FAIL_PE panics (status 2)
 //	kill9       PE $FAIL_PE kills itself with SIGKILL
 //	nofinalize  PE $FAIL_PE exits with status 0 without Finalize
+//	kill9-traffic
+//	            every PE puts to and gets from every other PE without end;
+//	            PE $FAIL_PE kills itself with SIGKILL after 100 rounds
+//	stop        PE $FAIL_PE stops itself (SIGSTOP): alive but silent
+//	compute     PE $FAIL_PE computes for $COMPUTE (a Go duration) without
+//	            calling the library, then every PE meets in a barrier and
+//	            finalizes
 //	block       prints "ready PE pid PID" and waits to be ended
+//	await       prints "ready PE pid PID", waits for the file $AWAIT_FILE
+//	            to exist, then meets the others in a barrier and finalizes
 //	listeners   prints "listener ADDR" for each listening or bound socket
 //	            of this process, then finalizes
-//	segments    prints "segment NAME MODE" for each /dev/shm file of this
-//	            process, then finalizes
+//	segments    prints "segment PE NAME MODE STATE" for each named /dev/shm
+//	            segment this process maps (STATE: "named" while its file is
+//	            in /dev/shm, else "unlinked"), then finalizes
 //	reach       prints "reach PE OTHER direct" for each PE whose heap this PE
 //	            maps (shared memory), "reach PE OTHER remote" for the others
 //	            (reached through the network), after a put to each
@@ -101,6 +111,21 @@ func main() {
 			fmt.Printf("token back at PE 0 after %d hops\n", token[0])
 		}
 		shmem.BarrierAll()
+	case "stop":
+		if me == failPE {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			select {}
+		}
+		shmem.BarrierAll() // never completes
+	case "compute":
+		if me == failPE {
+			d, err := time.ParseDuration(os.Getenv("COMPUTE"))
+			if err != nil {
+				log.Fatalf("COMPUTE: %v", err)
+			}
+			fmt.Printf("computed %d\n", compute(d))
+		}
+		shmem.BarrierAll()
 	case "exit3", "panic", "kill9", "nofinalize":
 		if me == failPE {
 			switch mode {
@@ -116,9 +141,37 @@ func main() {
 			}
 		}
 		shmem.BarrierAll() // never completes
+	case "kill9-traffic":
+		buf, err := shmem.Calloc[int64](512)
+		if err != nil {
+			log.Fatal(err)
+		}
+		shmem.BarrierAll()
+		src := make([]int64, len(buf))
+		for round := 0; ; round++ {
+			if me == failPE && round == 100 {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+			for pe := range n {
+				if pe != me {
+					shmem.Put(buf, src, pe)
+					shmem.Get(src[:8], buf[:8], pe)
+				}
+			}
+		}
 	case "block":
 		fmt.Printf("ready %d pid %d\n", me, os.Getpid())
 		select {}
+	case "await":
+		fmt.Printf("ready %d pid %d\n", me, os.Getpid())
+		for {
+			if _, err := os.Stat(os.Getenv("AWAIT_FILE")); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		shmem.BarrierAll()
 	case "listeners":
 		shmem.BarrierAll()
 		for _, a := range listeners() {
@@ -145,11 +198,8 @@ func main() {
 		}
 	case "segments":
 		shmem.BarrierAll()
-		files, _ := filepath.Glob(fmt.Sprintf("/dev/shm/goshmem-%d-*", os.Getpid()))
-		for _, f := range files {
-			if fi, err := os.Stat(f); err == nil {
-				fmt.Printf("segment %d %s %v\n", me, filepath.Base(f), fi.Mode().Perm())
-			}
+		for _, seg := range mappedSegments() {
+			fmt.Printf("segment %d %s\n", me, seg)
 		}
 		shmem.BarrierAll()
 	default:
@@ -171,6 +221,48 @@ func globalExit(failPE int) {
 	}
 	m.Barrier() // never completes
 	select {}
+}
+
+// compute keeps a CPU busy for d, calling nothing but the clock now and
+// then, and returns what it computed.
+func compute(d time.Duration) uint64 {
+	end := time.Now().Add(d)
+	x := uint64(1)
+	for time.Now().Before(end) {
+		for range 1 << 20 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	return x
+}
+
+// mappedSegments describes the named /dev/shm segments of goshmem this
+// process maps: "NAME MODE STATE", the mode read through
+// /proc/self/map_files (which needs privileges: "?" without them).
+func mappedSegments() []string {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		log.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 6 || !strings.HasPrefix(f[5], "/dev/shm/goshmem-") || seen[f[5]] {
+			continue
+		}
+		seen[f[5]] = true
+		mode := "?"
+		if fi, err := os.Stat("/proc/self/map_files/" + f[0]); err == nil {
+			mode = fi.Mode().Perm().String()
+		}
+		state := "named"
+		if _, err := os.Stat(f[5]); err != nil {
+			state = "unlinked"
+		}
+		out = append(out, filepath.Base(f[5])+" "+mode+" "+state)
+	}
+	return out
 }
 
 // peakRSS returns VmHWM, in KiB.

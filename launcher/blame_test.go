@@ -1,0 +1,146 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/bootstrap"
+)
+
+// TestBlameFirstCause feeds the launcher's judge the ends of the PEs of a
+// job in which PE 1 died and PE 2, having lost it, ended too: PE 1 must be
+// named, whatever order the two ends arrive in; the PE that lost its peer
+// is named only when the peer did not fail by itself.
+func TestBlameFirstCause(t *testing.T) {
+	killed := peEnd{rank: 1, host: "h1", how: "was killed by signal 9 (killed)", code: 137}
+	lostIt := peEnd{rank: 2, host: "h2", how: "exited with status 1", code: 1}
+	terminated := peEnd{rank: 1, host: "h1", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
+	other := peEnd{rank: 0, host: "h0", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
+	tests := []struct {
+		name string
+		ends []peEnd
+		rank int
+		code int
+		how  string
+	}{
+		{"cause first", []peEnd{killed, lostIt, other}, 1, 137, "was killed by signal 9"},
+		{"consequence first", []peEnd{lostIt, killed, other}, 1, 137, "was killed by signal 9"},
+		{"consequence first, others ended before the cause", []peEnd{lostIt, other, killed}, 1, 137, "was killed by signal 9"},
+		{"the lost PE did not fail", []peEnd{lostIt, terminated, other}, 2, 1, "after it lost PE 1 (connection reset by peer)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := newJudgeJob(t, 3)
+			m := joinPE(t, j, 2)
+			if err := m.ReportLost(1, "connection reset by peer"); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range tt.ends {
+				j.ended(e)
+			}
+			j.concludeBlame()
+			if e := j.first; e == nil || e.Rank != tt.rank || e.Code != tt.code || !strings.Contains(e.How, tt.how) {
+				t.Errorf("the job is named after %+v, want PE %d (%q) with code %d", e, tt.rank, tt.how, tt.code)
+			}
+		})
+	}
+}
+
+// TestBlameMemberlistFirst: memberlist may declare a PE dead before its
+// agent's report of how it ended reaches the launcher (on a loaded machine,
+// with a short failure timeout): the report, which says how the PE ended,
+// still names the job, when it comes within an eighth of the failure
+// timeout; memberlist's word does otherwise.
+func TestBlameMemberlistFirst(t *testing.T) {
+	for _, reported := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reported=%v", reported), func(t *testing.T) {
+			j := newJudgeJob(t, 3)
+			for r := range j.pes {
+				j.pes[r].agent = 0
+			}
+			joinPE(t, j, 2)
+			for !j.seed.Joined(2) {
+				time.Sleep(time.Millisecond)
+			}
+			j.suspect(bootstrap.Failure{Rank: 2, Host: "h2", Reason: "left the job before finalize"})
+			if j.first != nil {
+				t.Fatalf("memberlist's word named the job at once: %v", j.first)
+			}
+			if reported {
+				j.ended(peEnd{rank: 2, host: "h2", how: "exited with status 0"})
+			}
+			for r, s := range j.suspects {
+				s.due = time.Now().Add(-time.Second)
+				j.suspects[r] = s
+			}
+			j.judgeSuspects()
+			want := "exited without finalize"
+			if !reported {
+				want = "failed: left the job before finalize"
+			}
+			if e := j.first; e == nil || e.Rank != 2 || e.Code != 1 || !strings.Contains(e.How, want) {
+				t.Errorf("the job is named after %v, want PE 2 that %s", e, want)
+			}
+		})
+	}
+}
+
+// newJudgeJob returns a job of np PEs that has a seed and started nothing,
+// for the judge (job.ended) alone.
+func newJudgeJob(t *testing.T, np int) *job {
+	t.Helper()
+	key, err := bootstrap.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := bootstrap.NewSeed(bootstrap.SeedConfig{Size: np, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seed.Close() })
+	j := &job{opts: Options{Logf: t.Logf}, np: np, seed: seed, key: key, host: "h", pes: make([]peState, np), running: np}
+	j.failureTimeout, j.alive = bootstrap.DefaultFailureTimeout, time.Now()
+	return j
+}
+
+// joinPE joins the job of j as the PE of rank, in this process.
+func joinPE(t *testing.T, j *job, rank int) *bootstrap.Member {
+	t.Helper()
+	m, err := bootstrap.Join(bootstrap.Env{JobID: j.seed.JobID(), Rank: rank, Size: j.np, LocalRank: rank, LocalSize: j.np,
+		Seed: j.seed.Addr(), Key: j.key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestThreadLimit: a PE whose runtime cannot create a thread says so among
+// hundreds of lines of crash dump; the launcher names the limit to raise,
+// and forwards only the start of the dump.
+func TestThreadLimit(t *testing.T) {
+	script := `if [ "$GOSHMEM_RANK" = 1 ]; then
+	echo "runtime/cgo: pthread_create failed: Resource temporarily unavailable" >&2
+	i=0; while [ $i -lt 300 ]; do echo "goroutine $i [running]:" >&2; i=$((i+1)); done
+	kill -ABRT $$
+fi
+sleep 60`
+	for _, lm := range launchModes[:2] {
+		t.Run(lm.name, func(t *testing.T) {
+			r := runJob(t, context.Background(), 2, "", func(o *Options) {
+				lm.set(t, o)
+				o.Program, o.Args = "sh", []string{"-c", script}
+			})
+			checkFailure(t, r, 134, 1, "could not create a thread, a limit on processes and threads was reached: the processes and threads of the user (ulimit -u: ")
+			if n := strings.Count(r.stderr, "goroutine "); n != crashLines {
+				t.Errorf("%d lines of the crash dump forwarded, want %d", n, crashLines)
+			}
+			if !strings.Contains(r.stderr, fmt.Sprintf("%d more lines of this crash dump not shown", 300-crashLines)) {
+				t.Errorf("stderr does not say how many lines of the dump it left out:\n%s", r.stderr)
+			}
+		})
+	}
+}
