@@ -83,7 +83,6 @@ import (
 	"github.com/goshmem/goshmem/symheap"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
-	"github.com/goshmem/goshmem/uct/sm"
 )
 
 // RMA is the set of standard RMA types of OpenSHMEM 1.5 in Go form.
@@ -312,7 +311,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	// named segments (UCX_POSIX_USE_SHM_OPEN) serve nobody any more, and
 	// without them nothing is left in /dev/shm however this PE ends, even
 	// killed together with the agent that would remove them.
-	if err := sm.UnlinkSegments(); err != nil {
+	if err := ctx.UnlinkMemoryNames(); err != nil {
 		fmt.Fprintf(os.Stderr, "goshmem: PE %d: %v\n", st.me, err)
 	}
 	if st.me == 0 {

@@ -22,10 +22,12 @@ func TestInitThreadLevels(t *testing.T) {
 	for _, level := range []shmem.ThreadLevel{shmem.ThreadSingle, shmem.ThreadFunneled, shmem.ThreadSerialized} {
 		t.Run(level.String(), func(t *testing.T) {
 			threadJob(t, level, []int{2}, func(t *testing.T, me, n int) {
-				// A second InitThread keeps the level Init provided.
+				// A second InitThread keeps the level Init provided; its
+				// Finalize is a barrier (OpenSHMEM 1.6).
 				if got, err := shmem.InitThread(shmem.ThreadMultiple); err != nil || got != level {
 					t.Errorf("second InitThread = %v, %v, want %v", got, err, level)
 				}
+				shmem.Finalize()
 				x := calloc[int64](t, 1)
 				shmem.AtomicAdd(&x[0], int64(me+1), (me+1)%n)
 				shmem.BarrierAll()

@@ -3,6 +3,7 @@ package ucp
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"unsafe"
@@ -265,6 +266,25 @@ func (c *Context) allocate(m *MemHandle, hint unsafe.Pointer, fixed bool) error 
 	}
 	return fmt.Errorf("ucp mem map: no method of UCX_ALLOC_PRIO=%s allocates %d bytes%s (%s): %w",
 		c.config.Get("ALLOC_PRIO"), m.length, where, strings.Join(why, "; "), ucs.ErrNoMemory)
+}
+
+// UnlinkMemoryNames removes from the file system the names through which
+// peers map the memory this context allocated (posix segments with
+// UCX_POSIX_USE_SHM_OPEN=y; see uct.NameUnlinker). Call it once every peer
+// has mapped what it needs (unpacked the keys and used them, or taken
+// their pointers): the memory then stays usable, and nothing is left in
+// /dev/shm however the process ends. Memory allocated later is named again
+// until the next call. This is goshmem's own; UCX has no such routine.
+func (c *Context) UnlinkMemoryNames() error {
+	var errs []error
+	for _, e := range c.mds {
+		if u, ok := e.md.(uct.NameUnlinker); ok {
+			if err := u.UnlinkNames(); err != nil {
+				errs = append(errs, fmt.Errorf("ucp: %s: %w", e.md.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // MemUnmap releases the mapping and, if MemMap allocated it, the memory

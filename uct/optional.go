@@ -2,8 +2,8 @@ package uct
 
 import "github.com/goshmem/goshmem/ucs"
 
-// Optional interfaces: a transport implements them on its Iface when it has
-// the capability; users find them with a type assertion.
+// Optional interfaces: a transport implements them on its Iface (or MD)
+// when it has the capability; users find them with a type assertion.
 
 // Event kinds an iface can be armed for (UCT_EVENT_*).
 const (
@@ -83,4 +83,15 @@ type EPChecker interface {
 	// completes on return (ucs.ErrInvalidParam otherwise). It is safe to
 	// call from any goroutine, concurrently with the EP's operations.
 	Check(flags uint32, comp *Completion) ucs.Status
+}
+
+// NameUnlinker is an optional interface of an MD whose allocations a peer
+// opens by a name in the file system (posix with USE_SHM_OPEN).
+// UnlinkNames removes the names of the memory this process allocated and
+// did not free: mappings already made stay, here and in every peer, and
+// MemFree still frees the memory, but no peer can map it any more. Once
+// every peer has mapped the memory it needs, nothing is then left in
+// /dev/shm however the process ends.
+type NameUnlinker interface {
+	UnlinkNames() error
 }

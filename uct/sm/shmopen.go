@@ -155,11 +155,12 @@ func RemoveStaleSegments(pid int) error {
 	return errors.Join(errs...)
 }
 
-// UnlinkSegments removes the files of the named segments this process
-// created and did not free yet (see RemoveStaleSegments). Their mappings
-// stay, here and in every peer that mapped them already, and MemFree still
-// frees them; a peer that has not mapped one yet cannot any more. Call it
-// once every peer that maps the segments has (shmem does at the end of
-// Init): nothing is then left in /dev/shm however the process ends, even
-// when nobody is left to call RemoveStaleSegments for it.
-func UnlinkSegments() error { return RemoveStaleSegments(int(pid)) }
+// UnlinkNames removes the files of the named segments this process
+// created and did not free yet (see RemoveStaleSegments and
+// uct.NameUnlinker). It does nothing for an MD of memfd segments.
+func (md *PosixMD) UnlinkNames() error {
+	if !md.named {
+		return nil
+	}
+	return RemoveStaleSegments(int(pid))
+}
