@@ -78,7 +78,8 @@ type Member struct {
 	mu        sync.Mutex
 	seq       uint64        // sequence of the latest collective
 	reply     chan *message // the reply to collective seq, while waiting
-	finAck    chan struct{} // closed when the seed acknowledges finalize
+	finAck    chan struct{} // closed when the seed acknowledges the latest finalize
+	finalized bool          // Finalize told the seed, and no collective came since
 	exitAck   chan struct{} // closed when the seed acknowledges a global exit
 	lostAck   chan struct{} // closed when the seed acknowledges a ReportLost
 	failures  []Failure
@@ -225,6 +226,7 @@ func (m *Member) Allgather(blob []byte) ([][]byte, error) {
 	seq := m.seq
 	reply := make(chan *message, 1)
 	m.reply = reply
+	m.finalized = false // the gather tells the seed this PE is active again
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -317,11 +319,12 @@ func (m *Member) recordFailure(f Failure) {
 }
 
 // Close finalizes the PE: it tells the seed that this PE ends cleanly
-// (waiting a few seconds at most for the acknowledgment), leaves the
-// cluster and shuts memberlist down. A collective pending in another
-// goroutine returns ErrClosed. Close is idempotent; calls after the first
-// return nil. An error means the seed could not be told (it is gone): the
-// launcher may then report this PE as failed.
+// (waiting a few seconds at most for the acknowledgment), unless Finalize
+// did since the last collective, leaves the cluster and shuts memberlist
+// down. A collective pending in another goroutine returns ErrClosed. Close
+// is idempotent; calls after the first return nil. An error means the seed
+// could not be told (it is gone): the launcher may then report this PE as
+// failed.
 func (m *Member) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -330,7 +333,7 @@ func (m *Member) Close() error {
 	}
 	m.closed = true
 	close(m.closeCh)
-	seedFailed := m.failed[-1]
+	seedFailed, finalized := m.failed[-1], m.finalized
 	m.mu.Unlock()
 	if m.list == nil {
 		return nil
@@ -339,25 +342,57 @@ func (m *Member) Close() error {
 	m.opMu.Lock() // wait for a pending collective to return
 	defer m.opMu.Unlock()
 	var err error
-	if !seedFailed {
-		msg := appendMessage(nil, &message{kind: kindFinalize, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr})
-		if serr := sendReliable(m.list, seedName, m.seedIP, m.seedPort, msg); serr != nil {
-			err = fmt.Errorf("bootstrap: PE %d: finalize: %w: %w", m.env.Rank, ucs.ErrUnreachable, serr)
-		} else {
-			t := time.NewTimer(finalizeTimeout)
-			select {
-			case <-m.finAck:
-			case <-t.C:
-				err = fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge finalize: %w", m.env.Rank, ucs.ErrTimedOut)
-			}
-			t.Stop()
-		}
+	if !seedFailed && !finalized {
+		err = m.finalize()
 	}
 	m.list.Leave(leaveTimeout) // a timeout only means nobody heard it
 	if serr := m.list.Shutdown(); serr != nil && err == nil {
 		err = fmt.Errorf("bootstrap: PE %d: %w", m.env.Rank, serr)
 	}
 	return err
+}
+
+// Finalize tells the seed that this PE ended its part of the job cleanly,
+// as Close does, but stays a member: a process that may initialize again
+// (OpenSHMEM 1.6 lets a program finalize and initialize more than once)
+// keeps its Member, and its next collective tells the seed that it is
+// active again, so that an exit without finalize is then a failure again.
+// Close after Finalize does not tell the seed twice. It returns ErrClosed
+// after Close, and the errors of Close.
+func (m *Member) Finalize() error {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if m.list == nil {
+		return nil
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	return m.finalize()
+}
+
+// finalize tells the seed that this PE finalized and waits a few seconds
+// at most for its acknowledgment. The caller holds opMu.
+func (m *Member) finalize() error {
+	m.mu.Lock()
+	ack := make(chan struct{})
+	m.finAck, m.finalized = ack, true
+	m.mu.Unlock()
+	msg := appendMessage(nil, &message{kind: kindFinalize, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr})
+	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, msg); err != nil {
+		return fmt.Errorf("bootstrap: PE %d: finalize: %w: %w", m.env.Rank, ucs.ErrUnreachable, err)
+	}
+	t := time.NewTimer(finalizeTimeout)
+	defer t.Stop()
+	select {
+	case <-ack:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge finalize: %w", m.env.Rank, ucs.ErrTimedOut)
+	}
 }
 
 // GlobalExit asks the launcher to end the whole job with exit status code:
@@ -438,6 +473,7 @@ func (m *Member) handle(b []byte) {
 		}
 		m.mu.Unlock()
 	case kindFinalizeAck, kindGlobalExitAck, kindLostAck:
+		m.mu.Lock()
 		ch := m.finAck
 		switch msg.kind {
 		case kindGlobalExitAck:
@@ -445,7 +481,6 @@ func (m *Member) handle(b []byte) {
 		case kindLostAck:
 			ch = m.lostAck
 		}
-		m.mu.Lock()
 		select {
 		case <-ch:
 		default:

@@ -246,8 +246,9 @@ func (s *Seed) terminateMsgLocked() []byte {
 	return appendMessage(nil, &message{kind: kindTerminate, jobID: s.jobID, rank: -1, reason: s.terminate})
 }
 
-// Finalized reports whether the PE of that rank called Close (and the seed
-// acknowledged it). It is false for ranks out of range.
+// Finalized reports whether the PE of that rank finalized (Close or
+// Finalize, which the seed acknowledged) and did not gather since. It is
+// false for ranks out of range.
 func (s *Seed) Finalized(rank int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -378,10 +379,6 @@ func (s *Seed) handle(b []byte) {
 		s.sendLocked([]int{m.rank}, ack)
 
 	case kindGather:
-		if pe.finalized {
-			s.logf("dropping gather message from rank %d: it finalized", m.rank)
-			return
-		}
 		if m.seq != s.done+1 {
 			s.logf("dropping gather message from rank %d: sequence %d, expecting %d", m.rank, m.seq, s.done+1)
 			return
@@ -390,6 +387,9 @@ func (s *Seed) handle(b []byte) {
 			s.logf("dropping duplicate gather message from rank %d for sequence %d", m.rank, m.seq)
 			return
 		}
+		// A PE that finalized and gathers again initialized again
+		// (Member.Finalize): it is active until it finalizes anew.
+		pe.finalized = false
 		s.have[m.rank] = true
 		s.blobs[m.rank] = m.payload
 		s.count++

@@ -77,6 +77,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/bootstrap"
@@ -188,16 +189,31 @@ func initThread(level ThreadLevel) error {
 	if err != nil {
 		return fmt.Errorf("shmem init: %w", err)
 	}
-	m, err := bootstrap.JoinFromOS()
-	if err != nil {
-		return fmt.Errorf("shmem init: join the job: %w", err)
+	m := member
+	if m == nil {
+		if m, err = bootstrap.JoinFromOS(); err != nil {
+			return fmt.Errorf("shmem init: join the job: %w", err)
+		}
+		m.OnFailure(onPeerFailure)
+		member = m
 	}
 	if err := initLocked(m, size, level, readEnv()); err != nil {
+		member = nil
 		m.Close()
 		return fmt.Errorf("shmem init (PE %d of %d): %w", m.Rank(), m.Size(), err)
 	}
 	return nil
 }
+
+// member is this process's membership in its job. The last Finalize
+// tells the launcher that the PE finalized but keeps the membership, so
+// that Init may start the library again (OpenSHMEM 1.6); the process ends
+// it by exiting.
+var member *bootstrap.Member
+
+// failuresEnd is set while a failure of another PE ends this one: from
+// Init until Finalize begins.
+var failuresEnd atomic.Bool
 
 func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSettings) (err error) {
 	params := new(ucp.Params).
@@ -301,7 +317,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	}
 	st.env = env
 	threadLevel = level
-	m.OnFailure(onPeerFailure)
+	failuresEnd.Store(true)
 	st.inited, st.inits = true, 1
 	if err := m.Barrier(); err != nil {
 		resetState()
@@ -386,10 +402,13 @@ func closePeers(peers []peer) {
 	}
 }
 
-// onPeerFailure ends this PE when another PE or the launcher fails: waiting
-// on a dead peer would hang.
+// onPeerFailure ends this PE when another PE or the launcher fails while
+// the library is initialized: waiting on a dead peer would hang.
 func onPeerFailure(f bootstrap.Failure) {
-	fmt.Fprintf(os.Stderr, "goshmem: PE %d: ending the job: %v\n", st.me, f)
+	if !failuresEnd.Load() {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "goshmem: PE %d: ending the job: %v\n", member.Rank(), f)
 	os.Exit(1)
 }
 
@@ -423,7 +442,7 @@ func Finalize() {
 	// its own operations are complete.
 	st.barrier.sync()
 	m := st.member
-	m.OnFailure(func(bootstrap.Failure) {})
+	failuresEnd.Store(false)
 	if err := m.Barrier(); err != nil {
 		fmt.Fprintf(os.Stderr, "goshmem: PE %d: finalize barrier: %v\n", st.me, err)
 	}
@@ -431,8 +450,8 @@ func Finalize() {
 	st.heap.Close()
 	st.worker.Destroy()
 	st.ctx.Cleanup()
-	if err := m.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "goshmem: PE %d: leave the job: %v\n", st.me, err)
+	if err := m.Finalize(); err != nil {
+		fmt.Fprintf(os.Stderr, "goshmem: PE %d: finalize: %v\n", st.me, err)
 	}
 	resetState()
 }

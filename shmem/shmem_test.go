@@ -163,7 +163,7 @@ func TestInitFinalizeRepeated(t *testing.T) {
 			if shmem.QueryInitialized() {
 				t.Fatal("QueryInitialized true before Init")
 			}
-			for round := 0; round < 1; round++ {
+			for round := 0; round < 2; round++ {
 				if err := shmem.Init(); err != nil {
 					t.Fatalf("round %d: Init: %v", round, err)
 				}
