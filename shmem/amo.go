@@ -170,6 +170,9 @@ const (
 //
 //go:noinline
 func (c *Ctx) amoSlow(routine string, pe int, off, size uintptr, op amoOp, v, cond uint64, mode int, fetch unsafe.Pointer) uint64 {
+	if c.session.Load() != nil {
+		c.flushBatch(routine, pe)
+	}
 	q := &c.peers[pe]
 	uop, needsReply := op.ucp()
 	raddr := q.raddr + uint64(off)

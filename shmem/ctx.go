@@ -90,6 +90,10 @@ type Ctx struct {
 	// worker is in multi mode).
 	shared    bool
 	destroyed bool
+	// session is the open session, if any (session.go), and spareSession
+	// the last one, kept for its buffers.
+	session      atomic.Pointer[session]
+	spareSession *session
 }
 
 // defaultCtx is the default context, set by Init.
@@ -294,9 +298,17 @@ func (c *Ctx) Quiet() {
 // same PE (shmem_ctx_fence).
 func (c *Ctx) Fence() {
 	c.check("(*Ctx).Fence")
+	c.fence("(*Ctx).Fence")
+}
+
+// fence orders the context's operations: the stores into mapped heaps
+// with a full memory barrier, the rest with the worker's fence, after
+// sending what a batch session gathered.
+func (c *Ctx) fence(routine string) {
+	c.flushBatches(routine)
 	fenceWord.Add(1)
 	if err := c.worker.Fence(); err != nil {
-		fatal("(*Ctx).Fence", st.me, err)
+		fatal(routine, st.me, err)
 	}
 }
 
@@ -353,6 +365,7 @@ func (c *Ctx) badPE(routine string, pe int) {
 // stores into mapped heaps, a worker flush for the rest, then the
 // completion callbacks of the non-blocking operations.
 func (c *Ctx) quiet(routine string) {
+	c.flushBatches(routine)
 	fenceWord.Add(1)
 	if err := c.flush(); err != nil {
 		fatal(routine, st.me, err)
@@ -382,6 +395,9 @@ func (c *Ctx) peQuiet(routine string, pes []int) {
 	}
 	if len(pes) == 0 {
 		return
+	}
+	for _, pe := range pes {
+		c.flushBatch(routine, pe)
 	}
 	fenceWord.Add(1)
 	for _, pe := range pes {

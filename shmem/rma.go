@@ -362,6 +362,9 @@ func ibput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 		return
 	}
 	// Every block's put in flight at once, then the wait for all.
+	if c.session.Load() != nil {
+		c.flushBatch(routine, pe)
+	}
 	reqs := make([]*ucp.Request, 0, nblocks)
 	for i := range nblocks {
 		b := bytesOf(src[i*srcStride : i*srcStride+bsize])
@@ -404,6 +407,9 @@ func ibget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 		return
 	}
 	// Every block's get in flight at once, then the wait for all.
+	if c.session.Load() != nil {
+		c.flushBatch(routine, pe)
+	}
 	reqs := make([]*ucp.Request, 0, nblocks)
 	for i := range nblocks {
 		b := bytesOf(dst[i*dstStride : i*dstStride+bsize])
@@ -442,6 +448,17 @@ func (c *Ctx) putSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	if len(b) == 0 {
 		return
 	}
+	if c.session.Load() != nil {
+		if c.gather(routine, pe, off, b) {
+			return
+		}
+		c.flushBatch(routine, pe)
+	}
+	c.sendPut(routine, pe, off, b, nbi)
+}
+
+// sendPut is putSlow without the batch of a session.
+func (c *Ctx) sendPut(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	q := &c.peers[pe]
 	raddr := q.raddr + uint64(off)
 	if !nbi {
@@ -460,6 +477,9 @@ func (c *Ctx) putSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 func (c *Ctx) getSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	if len(b) == 0 {
 		return
+	}
+	if c.session.Load() != nil {
+		c.flushBatch(routine, pe)
 	}
 	q := &c.peers[pe]
 	raddr := q.raddr + uint64(off)

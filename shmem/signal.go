@@ -143,7 +143,10 @@ func putSignal[T RMA](c *Ctx, routine string, dst, src []T, sig *uint64, signal 
 
 //go:noinline
 func (c *Ctx) putSignalSlow(routine string, pe int, off uintptr, b []byte, soff uintptr, op amoOp, signal uint64, nbi bool) {
-	c.putSlow(routine, pe, off, b, nbi)
+	if c.session.Load() != nil {
+		c.flushBatch(routine, pe)
+	}
+	c.sendPut(routine, pe, off, b, nbi)
 	// The fence keeps the signal behind the data on the way to pe.
 	if err := c.worker.Fence(); err != nil {
 		fatal(routine, pe, err)

@@ -74,10 +74,7 @@ func PEQuiet(pes []int) {
 // to the same PE (shmem_fence).
 func Fence() {
 	mustInit("Fence")
-	fenceWord.Add(1)
-	if err := st.worker.Fence(); err != nil {
-		fatal("Fence", st.me, err)
-	}
+	defaultCtx.fence("Fence")
 }
 
 // BarrierAll waits until every PE has called it, after completing every
