@@ -14,7 +14,7 @@ import (
 // (SHMEM_MAJOR_VERSION, SHMEM_MINOR_VERSION).
 const (
 	MajorVersion = 1
-	MinorVersion = 5
+	MinorVersion = 6
 )
 
 // MaxNameLen is the longest name InfoGetName returns, in bytes
@@ -23,10 +23,10 @@ const MaxNameLen = 256
 
 // VendorString is the name of this implementation (SHMEM_VENDOR_STRING),
 // which InfoGetName returns.
-const VendorString = "goshmem 0.1.0 (OpenSHMEM 1.5 for Go over UCX semantics)"
+const VendorString = "goshmem 0.1.0 (OpenSHMEM 1.6 for Go over UCX semantics)"
 
 // InfoGetVersion returns the major and minor version of the OpenSHMEM
-// specification this package implements (shmem_info_get_version): 1, 5.
+// specification this package implements (shmem_info_get_version): 1, 6.
 // It may be called before Init.
 func InfoGetVersion() (major, minor int) { return MajorVersion, MinorVersion }
 

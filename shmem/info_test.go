@@ -9,11 +9,11 @@ import (
 )
 
 func TestInfoVersionAndName(t *testing.T) {
-	if major, minor := shmem.InfoGetVersion(); major != 1 || minor != 5 {
-		t.Errorf("InfoGetVersion = %d.%d, want 1.5", major, minor)
+	if major, minor := shmem.InfoGetVersion(); major != 1 || minor != 6 {
+		t.Errorf("InfoGetVersion = %d.%d, want 1.6", major, minor)
 	}
-	if shmem.MajorVersion != 1 || shmem.MinorVersion != 5 {
-		t.Errorf("MajorVersion.MinorVersion = %d.%d, want 1.5", shmem.MajorVersion, shmem.MinorVersion)
+	if shmem.MajorVersion != 1 || shmem.MinorVersion != 6 {
+		t.Errorf("MajorVersion.MinorVersion = %d.%d, want 1.6", shmem.MajorVersion, shmem.MinorVersion)
 	}
 	name := shmem.InfoGetName()
 	if name == "" || len(name) > shmem.MaxNameLen || name != shmem.VendorString {
@@ -40,9 +40,9 @@ func TestSHMEMInfo(t *testing.T) {
 		petest.RunWith(t, petest.Options{Name: tr.name, NPs: []int{3}, Env: env,
 			Check: func(t *testing.T, out string) {
 				for _, want := range []string{
-					"[pe 0] goshmem: OpenSHMEM version 1.5, " + shmem.VendorString,
+					"[pe 0] goshmem: OpenSHMEM version 1.6, " + shmem.VendorString,
 					"[pe 0] goshmem: SHMEM_INFO",
-					"[pe 0]   version:         1.5",
+					"[pe 0]   version:         1.6",
 					"[pe 0]   PEs:             3",
 					"[pe 0]   symmetric heap:  67108864 bytes per PE",
 					"[pe 0]   thread level:    ThreadSingle",
@@ -74,7 +74,7 @@ func TestSHMEMInfo(t *testing.T) {
 func TestSHMEMVersion(t *testing.T) {
 	petest.RunWith(t, petest.Options{NPs: []int{2}, Env: []string{"SHMEM_VERSION=yes"},
 		Check: func(t *testing.T, out string) {
-			want := "[pe 0] goshmem: OpenSHMEM version 1.5, " + shmem.VendorString
+			want := "[pe 0] goshmem: OpenSHMEM version 1.6, " + shmem.VendorString
 			if strings.Count(out, "OpenSHMEM version") != 1 || !strings.Contains(out, want) {
 				t.Errorf("want %q once; output:\n%s", want, out)
 			}

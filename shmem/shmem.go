@@ -18,23 +18,31 @@
 // atomics through the cached pointer that ucp's rkey gives; for other PEs
 // they are ucp operations on the endpoint to that PE.
 //
-// The routines follow OpenSHMEM 1.5, one generic function per typed family
+// The routines follow OpenSHMEM 1.6, one generic function per typed family
 // (shmem_int_put, shmem_long_put, ... are Put[T]): RMA (Put, Get, P, G,
-// their Mem, NBI and strided IPut/IGet forms), put-with-signal (PutSignal,
+// their Mem, NBI, strided IPut/IGet and interleaved-block IBPut/IBGet
+// forms), put-with-signal (PutSignal, AddSignal, SetSignal,
 // SignalWaitUntil, SignalFetch), atomics (AtomicFetchAdd, AtomicFetchOr,
 // ..., with non-blocking fetching forms such as AtomicFetchAddNBI),
 // point-to-point synchronization (WaitUntil, Test and their All, Any, Some
-// and Vector forms), ordering and completion (Fence, Quiet), barriers and
-// distributed locks (SetLock, ClearLock, TestLock). Every communication
-// routine also exists on a communication context (Ctx): CtxPut,
-// CtxAtomicFetchAdd, ...; the routines without a context use CtxDefault.
+// and Vector forms), ordering and completion (Fence, Quiet, PEQuiet),
+// barriers, collectives on teams (coll.go; the scans SumInscan and
+// SumExscan among them) and distributed locks (SetLock, ClearLock,
+// TestLock). Every communication routine also exists on a communication
+// context (Ctx): CtxPut, CtxAtomicFetchAdd, ...; the routines without a
+// context use CtxDefault. A context's sessions (SessionStart) hint at the
+// patterns to come.
 //
 // Completion: a blocking routine returns when its local buffers may be
 // reused (and, for fetching routines, when the value is there). A
 // non-blocking (NBI) routine may return earlier; its buffers may be reused,
 // and the values it fetches are in place, after Quiet on its context.
 // Stores (puts, non-fetching atomics, signals) are complete at their target
-// after Quiet or a barrier; Fence orders them per target.
+// after Quiet or a barrier; Fence orders them per target, among the
+// operations of its own context only (as OpenSHMEM 1.6 says).
+//
+// The memory routines (Malloc, Calloc, Align, MallocWithHints, Realloc,
+// Free) are collective over TeamWorld.
 //
 // Goroutines: the default context, and the routines without a context
 // argument, serve one goroutine at a time after Init (ThreadSingle), and
