@@ -1,10 +1,11 @@
 package shmem
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 )
@@ -17,10 +18,11 @@ import (
 // symmetric addresses check that the range they touch lies inside one
 // object that is allocated now (not merely inside the heap).
 
-// ErrDebugMismatch reports, with SHMEM_DEBUG set, an allocation call that
-// is not the same on every PE. The allocation routines wrap it in their
-// error; Free, which returns nothing, panics with it.
-var ErrDebugMismatch = errors.New("SHMEM_DEBUG: the PEs made different allocation calls")
+// ErrDebugMismatch is ErrAllocMismatch, which SHMEM_DEBUG used to be
+// needed for: an allocation call that is not the same on every PE. The
+// allocation routines wrap it in their error; Free, which returns nothing,
+// panics with it.
+var ErrDebugMismatch = ErrAllocMismatch
 
 // Allocation calls, as debug records name them.
 const (
@@ -51,25 +53,73 @@ func resetDebug() {
 	debugState.blocks.Store(nil)
 }
 
-// describeCall describes an allocation call of a debug record.
+// describeCall describes the allocation call of a record of an allocation
+// exchange: [seq, recAlloc, call, bytes, align, offset, hints<<1 | done
+// here, allocation call number].
 func describeCall(r teamRecord) string {
 	name := callNames[r[2]]
+	var d string
 	switch r[2] {
 	case callRealloc:
-		return fmt.Sprintf("Realloc(object at heap offset %#x, to %d bytes)", r[5], r[3])
+		d = fmt.Sprintf("Realloc(object at heap offset %#x, to %d bytes)", r[5], r[3])
 	case callFree:
-		if r[5] == ^uint64(0) {
-			return "Free(nil)"
-		}
-		return fmt.Sprintf("Free(object at heap offset %#x)", r[5])
+		d = fmt.Sprintf("Free(object at heap offset %#x)", r[5])
 	case callMallocWithHints:
-		return fmt.Sprintf("MallocWithHints(%d bytes, hints %v)", r[3], MallocHints(r[6]))
+		d = fmt.Sprintf("MallocWithHints(%s, hints %v)", describeBytes(r[3]), MallocHints(r[6]>>1))
 	case 0:
 		return "no allocation call"
 	case callAlign:
-		return fmt.Sprintf("Align(%d bytes, alignment %d)", r[3], r[4])
+		d = fmt.Sprintf("Align(%s, alignment %d)", describeBytes(r[3]), r[4])
+	default:
+		d = fmt.Sprintf("%s(%s)", name, describeBytes(r[3]))
 	}
-	return fmt.Sprintf("%s(%d bytes)", name, r[3])
+	if r[6]&1 == 0 {
+		d += " (which failed there)"
+	}
+	return d
+}
+
+// describeBytes describes the size of a request; -1 (all ones) stands for
+// one that does not fit any heap.
+func describeBytes(n uint64) string {
+	if n == ^uint64(0) {
+		return "more bytes than the heap holds"
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// describeCalls describes the calls of an allocation exchange, grouped:
+// "PEs 0, 2: Malloc(64 bytes); PE 1: Malloc(128 bytes)".
+func describeCalls(recs []teamRecord) string {
+	var order []string
+	pes := map[string][]int{}
+	for pe, r := range recs {
+		var d string
+		switch {
+		case r[1] != recAlloc:
+			d = fmt.Sprintf("in %s, not an allocation", recNames[r[1]])
+		default:
+			d = fmt.Sprintf("allocation call #%d, %s", r[7], describeCall(r))
+		}
+		if _, ok := pes[d]; !ok {
+			order = append(order, d)
+		}
+		pes[d] = append(pes[d], pe)
+	}
+	parts := make([]string, len(order))
+	for i, d := range order {
+		list := pes[d]
+		who := "PE " + strconv.Itoa(list[0])
+		if len(list) > 1 {
+			strs := make([]string, len(list))
+			for j, pe := range list {
+				strs[j] = strconv.Itoa(pe)
+			}
+			who = "PEs " + strings.Join(strs, ", ")
+		}
+		parts[i] = who + ": " + d
+	}
+	return strings.Join(parts, "; ") + " (every PE must make the same allocation calls in the same order)"
 }
 
 // debugAlloc checks, with SHMEM_DEBUG set, that every PE makes the same
@@ -82,24 +132,15 @@ func debugAlloc(routine string, call, bytes, align, off int, hints MallocHints) 
 		return nil
 	}
 	debugState.calls++
-	rec := teamRecord{0, recAlloc, uint64(call), uint64(bytes), uint64(align), uint64(off), uint64(hints), debugState.calls}
+	rec := teamRecord{0, recAlloc, uint64(call), uint64(bytes), uint64(align), uint64(off), uint64(hints)<<1 | 1, debugState.calls}
 	recs := TeamWorld.exchange(routine, rec)
 	defer TeamWorld.sync(routine)
-	for pe, r := range recs {
-		var what string
-		switch {
-		case r[0] != recs[0][0] || r[1] != recAlloc || recs[0][1] != recAlloc:
-			what = fmt.Sprintf("PE %d is in collective #%d (%s), PE 0 in #%d (%s)", pe, r[0], recNames[r[1]], recs[0][0], recNames[recs[0][1]])
-		case r[7] != recs[0][7]:
-			what = fmt.Sprintf("PE %d is at its allocation call #%d, %s, PE 0 at #%d, %s", pe, r[7], describeCall(r), recs[0][7], describeCall(recs[0]))
-		case r[2] != recs[0][2] || r[3] != recs[0][3] || r[4] != recs[0][4] || r[5] != recs[0][5] || r[6] != recs[0][6]:
-			what = fmt.Sprintf("at allocation call #%d, PE %d called %s, PE 0 %s", r[7], pe, describeCall(r), describeCall(recs[0]))
-		default:
-			continue
+	for _, r := range recs {
+		if r != recs[0] {
+			err := fmt.Errorf("shmem.%s: SHMEM_DEBUG: %w: %s", routine, ErrAllocMismatch, describeCalls(recs))
+			fmt.Fprintf(os.Stderr, "goshmem: PE %d: %v\n", st.me, err)
+			return err
 		}
-		err := fmt.Errorf("shmem.%s: %w: %s", routine, ErrDebugMismatch, what)
-		fmt.Fprintf(os.Stderr, "goshmem: PE %d: %v\n", st.me, err)
-		return err
 	}
 	return nil
 }

@@ -1,7 +1,10 @@
 package shmem
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"reflect"
 	"strings"
 	"unsafe"
@@ -42,11 +45,54 @@ func mustInit(routine string) {
 	}
 }
 
+// ErrHeapExhausted is wrapped by the errors of the allocation routines
+// when the symmetric heap has no room for the object; SHMEM_SYMMETRIC_SIZE
+// sets the heap's size. The errors also wrap symheap.ErrNoSpace.
+var ErrHeapExhausted = errors.New("symmetric heap exhausted (SHMEM_SYMMETRIC_SIZE sets its size)")
+
+// ErrAllocMismatch is wrapped by the errors of the allocation routines,
+// on every PE, when the PEs did not make the same call: every allocation
+// checks that every PE asked for the same size, alignment, hints and
+// object. ErrDebugMismatch is the same error.
+var ErrAllocMismatch = errors.New("the PEs made different allocation calls")
+
+// allocKey digests an allocation call for the checked barrier: the call,
+// its size, alignment, object and hints, and whether it could be done
+// here (a PE whose heap had no room must not agree with one whose had).
+func allocKey(call, bytes, align, off int, hints MallocHints, ok bool) uint64 {
+	h := fnv.New64a()
+	var b [8 * 6]byte
+	for i, v := range []uint64{uint64(call), uint64(bytes), uint64(align), uint64(off), uint64(hints), b2u(ok)} {
+		binary.LittleEndian.PutUint64(b[8*i:], v)
+	}
+	h.Write(b[:])
+	return h.Sum64()
+}
+
+// checkedAllocBarrier is the barrier of an allocation call: BarrierAll
+// that also checks that every PE made the same call (allocKey). It
+// returns nil when they did; otherwise every PE learns it, exchanges its
+// call with the others, and returns the same error wrapping
+// ErrAllocMismatch, naming the calls and the PEs that made them.
+func checkedAllocBarrier(routine string, call, bytes, align, off int, hints MallocHints, ok bool) error {
+	Quiet()
+	st.allocCalls++
+	if st.barrier.syncChecked(routine, allocKey(call, bytes, align, off, hints, ok)) {
+		return nil
+	}
+	rec := teamRecord{0, recAlloc, uint64(call), uint64(bytes), uint64(align), uint64(off), uint64(hints)<<1 | b2u(ok), st.allocCalls}
+	recs := TeamWorld.exchange(routine, rec)
+	defer TeamWorld.sync(routine)
+	return fmt.Errorf("shmem.%s: %w: %s", routine, ErrAllocMismatch, describeCalls(recs))
+}
+
 // alloc is the common part of Malloc, Calloc, Align and MallocWithHints:
-// a collective allocation of n elements of T aligned to align, followed by
-// a barrier so that every PE has the object before any PE uses it. A
-// request of zero bytes does nothing and returns nil, without a barrier,
-// as OpenSHMEM says of every allocation routine.
+// a collective allocation of n elements of T aligned to align, ending
+// with a barrier so that every PE has the object before any PE uses it.
+// The barrier checks that every PE asked for the same (see
+// checkedAllocBarrier); when one did not, every PE gives its object back
+// and returns the error. A request of zero bytes does nothing and returns
+// nil, without a barrier, as OpenSHMEM says of every allocation routine.
 func alloc[T any](routine string, call, n, align int, hints MallocHints, zero bool) ([]T, error) {
 	mustInit(routine)
 	var z T
@@ -54,34 +100,57 @@ func alloc[T any](routine string, call, n, align int, hints MallocHints, zero bo
 	if zeroBytes[T](n) {
 		return nil, nil
 	}
-	if err := debugAlloc(routine, call, n*int(size), align, -1, hints); err != nil {
+	bytes := n * int(size)
+	if err := debugAlloc(routine, call, bytes, align, -1, hints); err != nil {
 		return nil, err
 	}
-	if err := checkNoPointers[T](routine); err != nil {
-		return nil, err
-	}
-	if n < 0 || (size > 0 && uintptr(n) > st.heapSize/size) {
-		return nil, fmt.Errorf("shmem.%s: %d elements of %d bytes do not fit a heap of %d bytes", routine, n, size, st.heapSize)
+	// An error of the arguments is found alike on every PE that passes
+	// the same ones; it still takes part in the barrier, so that a PE that
+	// passed others is not left waiting there.
+	err := checkNoPointers[T](routine)
+	if err == nil && (n < 0 || (size > 0 && uintptr(n) > st.heapSize/size)) {
+		err = fmt.Errorf("shmem.%s: %d elements of %d bytes do not fit a heap of %d bytes (SHMEM_SYMMETRIC_SIZE): %w", routine, n, size, st.heapSize, ErrHeapExhausted)
+		bytes = -1
 	}
 	if a := int(unsafe.Alignof(z)); align < a {
 		align = a
 	}
-	allocMu.Lock()
-	off, dirty, err := st.heap.AllocClean(n*int(size), align)
+	off, dirty := -1, 0
 	if err == nil {
-		debugTrack(off, n*int(size), true)
+		allocMu.Lock()
+		off, dirty, err = st.heap.AllocClean(bytes, align)
+		if err == nil {
+			debugTrack(off, bytes, true)
+		}
+		allocMu.Unlock()
+		if err != nil {
+			err = exhausted(routine, bytes, err)
+		}
 	}
-	allocMu.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("shmem.%s: %w", routine, err)
-	}
-	if zero {
+	if err == nil && zero {
 		// Memory past the allocator's high-water mark was never used: the
 		// fresh segment is zero there, and touching it would cost its pages.
 		clear(unsafe.Slice((*byte)(st.heap.At(off)), dirty))
 	}
-	BarrierAll()
+	if merr := checkedAllocBarrier(routine, call, bytes, align, -1, hints, err == nil); merr != nil {
+		if err == nil {
+			allocMu.Lock()
+			st.heap.Free(off)
+			debugTrack(off, 0, false)
+			allocMu.Unlock()
+		}
+		return nil, merr
+	}
+	if err != nil {
+		return nil, err
+	}
 	return unsafe.Slice((*T)(st.heap.At(off)), n), nil
+}
+
+// exhausted makes the error of an allocation of bytes that found no room.
+func exhausted(routine string, bytes int, err error) error {
+	return fmt.Errorf("shmem.%s: no room for %d bytes in the symmetric heap of %d bytes (%d in use); raise SHMEM_SYMMETRIC_SIZE: %w: %w",
+		routine, bytes, st.heapSize, st.heap.Used(), ErrHeapExhausted, err)
 }
 
 // Malloc allocates a symmetric array of n elements of T on every PE and
@@ -89,9 +158,12 @@ func alloc[T any](routine string, call, n, align int, hints MallocHints, zero bo
 // same n, and it returns once every PE has the object. The contents are not
 // initialized. A request of zero bytes (n is 0, or T has size 0) does
 // nothing, not even the barrier, and returns nil and no error. T must hold
-// no Go pointers; otherwise, or when the heap is exhausted, it returns an
-// error and allocates nothing. With SHMEM_DEBUG set, it returns an error
-// wrapping ErrDebugMismatch, on every PE, when the PEs' calls differ.
+// no Go pointers; otherwise, or when the heap is exhausted
+// (ErrHeapExhausted), it returns an error and allocates nothing. When the
+// PEs' calls differ (another size, alignment or hints on some PE), every
+// PE returns an error wrapping ErrAllocMismatch that names the calls and
+// the PEs, and allocates nothing: the check is part of the barrier, always
+// on.
 func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", callMalloc, n, 0, 0, false) }
 
 // Calloc is Malloc with the memory set to zero. Like Malloc, it does
@@ -196,33 +268,41 @@ func Realloc[T any](s []T, n int) ([]T, error) {
 		Free(s)
 		return nil, nil
 	}
-	if err := checkNoPointers[T]("Realloc"); err != nil {
-		return nil, err
-	}
 	var z T
 	size := int(unsafe.Sizeof(z))
 	off := blockOf("Realloc", s)
-	if err := debugAlloc("Realloc", callRealloc, n*size, 0, off, 0); err != nil {
+	bytes := n * size
+	if err := debugAlloc("Realloc", callRealloc, bytes, 0, off, 0); err != nil {
 		return nil, err
 	}
-	if n < 0 || (size > 0 && uintptr(n) > st.heapSize/uintptr(size)) {
-		return nil, fmt.Errorf("shmem.Realloc: %d elements of %d bytes do not fit a heap of %d bytes", n, size, st.heapSize)
+	err := checkNoPointers[T]("Realloc")
+	if err == nil && (n < 0 || (size > 0 && uintptr(n) > st.heapSize/uintptr(size))) {
+		err = fmt.Errorf("shmem.Realloc: %d elements of %d bytes do not fit a heap of %d bytes (SHMEM_SYMMETRIC_SIZE): %w", n, size, st.heapSize, ErrHeapExhausted)
+		bytes = -1
 	}
-	// Every PE must be done with the old object before it may move.
-	BarrierAll()
+	// Every PE must be done with the old object before it may move, and
+	// must ask for the same.
+	if merr := checkedAllocBarrier("Realloc", callRealloc, bytes, 0, off, 0, err == nil); merr != nil {
+		return nil, merr
+	}
+	if err != nil {
+		return nil, err
+	}
 	allocMu.Lock()
 	oldSize := st.heap.SizeOf(off)
-	newOff, moved, err := st.heap.Realloc(off, n*size)
+	newOff, moved, err := st.heap.Realloc(off, bytes)
 	if err == nil {
 		debugTrack(off, 0, false)
-		debugTrack(newOff, n*size, true)
+		debugTrack(newOff, bytes, true)
 	}
 	allocMu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("shmem.Realloc: %w", err)
+		// The heaps are alike on every PE (every call was checked), so
+		// every PE fails alike.
+		return nil, exhausted("Realloc", bytes, err)
 	}
 	if moved {
-		copy(unsafe.Slice((*byte)(st.heap.At(newOff)), n*size), unsafe.Slice((*byte)(st.heap.At(off)), oldSize))
+		copy(unsafe.Slice((*byte)(st.heap.At(newOff)), bytes), unsafe.Slice((*byte)(st.heap.At(off)), oldSize))
 	}
 	BarrierAll()
 	return unsafe.Slice((*T)(st.heap.At(newOff)), n), nil
@@ -230,8 +310,9 @@ func Realloc[T any](s []T, n int) ([]T, error) {
 
 // Free releases a symmetric array on every PE, collectively, after a barrier
 // (no PE may still be using it). A nil s does nothing, not even the
-// barrier. It panics if s was not allocated by this package, and, with
-// SHMEM_DEBUG set, when the PEs free different objects (ErrDebugMismatch).
+// barrier. It panics if s was not allocated by this package, and, on every
+// PE, when the PEs free different objects (ErrAllocMismatch, which the
+// barrier checks).
 func Free[T any](s []T) {
 	if s == nil {
 		return
@@ -241,7 +322,9 @@ func Free[T any](s []T) {
 	if err := debugAlloc("Free", callFree, 0, 0, off, 0); err != nil {
 		panic(err.Error())
 	}
-	BarrierAll()
+	if err := checkedAllocBarrier("Free", callFree, 0, 0, off, 0, true); err != nil {
+		panic(err.Error())
+	}
 	allocMu.Lock()
 	defer allocMu.Unlock()
 	if err := st.heap.Free(off); err != nil {

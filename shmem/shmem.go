@@ -155,6 +155,9 @@ type state struct {
 	env     envSettings
 	inited  bool
 	inits   int // Init and InitThread calls not yet matched by Finalize
+	// allocCalls counts the allocation calls, for the reports of calls
+	// that differ among the PEs.
+	allocCalls uint64
 }
 
 var (

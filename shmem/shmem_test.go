@@ -505,6 +505,71 @@ func TestAllocation(t *testing.T) {
 	})
 }
 
+// TestAllocMismatch: every allocation checks, always (no SHMEM_DEBUG),
+// that the PEs asked for the same: when the last PE asks for another size,
+// alignment or object, every PE fails with ErrAllocMismatch naming the PEs
+// and their calls, allocates nothing, and the heap stays the same on every
+// PE. The allocations used to succeed with different offsets and corrupt
+// data silently.
+func TestAllocMismatch(t *testing.T) {
+	jobWith(t, jobOptions{nps: []int{2, 3, 5}}, func(t *testing.T, me, n int) {
+		last := me == n-1
+		size := 16
+		if last {
+			size = 24
+		}
+		if _, err := shmem.Malloc[int64](size); !errors.Is(err, shmem.ErrAllocMismatch) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("PE %d: allocation call #1, Malloc(192 bytes)", n-1)) ||
+			!strings.Contains(err.Error(), "Malloc(128 bytes)") {
+			t.Fatalf("Malloc of different sizes: %v", err)
+		}
+		align := 64
+		if last {
+			align = 4096
+		}
+		if _, err := shmem.Align[int64](align, 4); !errors.Is(err, shmem.ErrAllocMismatch) ||
+			!strings.Contains(err.Error(), "alignment 4096") {
+			t.Fatalf("Align with different alignments: %v", err)
+		}
+		// A size too large for the heap on one PE is a mismatch too, on
+		// every PE (it used to fail there alone and leave the others in
+		// the barrier).
+		big := 4
+		if last {
+			big = 1 << 50
+		}
+		if _, err := shmem.Calloc[int64](big); !errors.Is(err, shmem.ErrAllocMismatch) ||
+			!strings.Contains(err.Error(), "more bytes than the heap holds") {
+			t.Fatalf("Calloc too large on one PE: %v", err)
+		}
+		// Nothing was allocated: the next allocation is where the first
+		// would have been on every PE, and puts through it land.
+		a := calloc[int64](t, n)
+		b := calloc[int64](t, n)
+		shmem.P(&a[me], int64(me+1), (me+1)%n)
+		shmem.BarrierAll()
+		if want := int64((me-1+n)%n + 1); a[(me-1+n)%n] != want {
+			t.Errorf("after the mismatches, a put landed as %d, want %d", a[(me-1+n)%n], want)
+		}
+		// Freeing different objects panics on every PE.
+		wrong := a
+		if last {
+			wrong = b
+		}
+		checkPanic(t, "Free of different objects", func() { shmem.Free(wrong) }, shmem.ErrAllocMismatch.Error())
+		// Exhaustion names SHMEM_SYMMETRIC_SIZE.
+		if _, err := shmem.Malloc[byte](int(^uint(0) >> 2)); !errors.Is(err, shmem.ErrHeapExhausted) || !strings.Contains(err.Error(), "SHMEM_SYMMETRIC_SIZE") {
+			t.Errorf("Malloc of more than the heap: %v", err)
+		}
+		if _, err := shmem.Malloc[byte](symheap.DefaultSize); !errors.Is(err, shmem.ErrHeapExhausted) || !errors.Is(err, symheap.ErrNoSpace) {
+			t.Errorf("Malloc of the whole heap: %v", err)
+		}
+		shmem.BarrierAll()
+		shmem.Free(b)
+		shmem.Free(a)
+	})
+}
+
 // TestZeroSizeAllocationsAreNoOps: OpenSHMEM's allocation routines do
 // nothing for zero bytes, not even their barrier, and neither does Free of
 // nil; Realloc to zero bytes frees the block. PE 0 alone makes the no-op

@@ -3,6 +3,7 @@ package shmem
 import (
 	"fmt"
 	"github.com/goshmem/goshmem/ucs"
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
@@ -129,7 +130,24 @@ func (b *barrierState) init() error {
 	}
 	clear(unsafe.Slice((*byte)(st.heap.At(off)), lines*counterStride))
 	b.off = uintptr(off)
+	// The central barrier's minimum words start above every key.
+	for par := range 2 {
+		*b.keyWord(b.rounds+1, par, 0) = math.MaxUint64
+	}
 	return nil
+}
+
+// A checked barrier (syncChecked) carries the least and the greatest key
+// that the PEs passed, in the cache line of each counter after the counter
+// word: at words 1 and 2 for barriers of even number, 3 and 4 for odd
+// ones. Two sets suffice: no PE can write the words of barrier e+2 into a
+// PE's line before that PE has left barrier e, since it cannot leave
+// barrier e+1 before that PE has entered it.
+
+// keyWord returns this PE's word of the key minimum (i 0) or maximum (i 1)
+// of barriers of parity par in counter line line.
+func (b *barrierState) keyWord(line, par, i int) *uint64 {
+	return (*uint64)(st.heap.At(int(b.off) + line*counterStride + 8*(1+2*par+i)))
 }
 
 // chooseCentral decides, the same way on every PE, whether barriers are
@@ -156,21 +174,48 @@ func (b *barrierState) chooseCentral() error {
 	return nil
 }
 
-func (b *barrierState) syncCentral() {
+// syncCentral is the centralized barrier; with checked, every PE also
+// folds key into the minimum and maximum words of PE 0's release line, and
+// it returns whether they are equal after the barrier. The last PE to
+// arrive resets the words of the next barrier (every PE has read those of
+// the previous one: it arrived at this one) before it releases the others.
+func (b *barrierState) syncCentral(checked bool, key uint64) bool {
 	root := st.peers[0].base
-	arrive := (*uint64)(unsafe.Add(root, b.off+uintptr(b.rounds*counterStride)))
-	release := (*uint64)(unsafe.Add(root, b.off+uintptr((b.rounds+1)*counterStride)))
-	if atomic.AddUint64(arrive, 1) == b.epoch*uint64(st.npes) {
-		atomic.StoreUint64(release, b.epoch)
-		return
+	line := func(l int) unsafe.Pointer { return unsafe.Add(root, b.off+uintptr(l*counterStride)) }
+	arrive := (*uint64)(line(b.rounds))
+	release := (*uint64)(line(b.rounds + 1))
+	par := int(b.epoch & 1)
+	lo := (*uint64)(unsafe.Add(line(b.rounds+1), 8*(1+2*par)))
+	hi := (*uint64)(unsafe.Add(line(b.rounds+1), 8*(2+2*par)))
+	if checked {
+		foldMin(lo, key)
+		foldMax(hi, key)
 	}
-	waitGE(release, b.epoch)
+	if atomic.AddUint64(arrive, 1) == b.epoch*uint64(st.npes) {
+		atomic.StoreUint64((*uint64)(unsafe.Add(line(b.rounds+1), 8*(1+2*(par^1)))), math.MaxUint64)
+		atomic.StoreUint64((*uint64)(unsafe.Add(line(b.rounds+1), 8*(2+2*(par^1)))), 0)
+		atomic.StoreUint64(release, b.epoch)
+	} else {
+		waitGE(release, b.epoch)
+	}
+	return !checked || atomic.LoadUint64(lo) == atomic.LoadUint64(hi)
+}
+
+// foldMin and foldMax lower or raise *p to v, atomically.
+func foldMin(p *uint64, v uint64) {
+	for old := atomic.LoadUint64(p); v < old && !atomic.CompareAndSwapUint64(p, old, v); old = atomic.LoadUint64(p) {
+	}
+}
+
+func foldMax(p *uint64, v uint64) {
+	for old := atomic.LoadUint64(p); v > old && !atomic.CompareAndSwapUint64(p, old, v); old = atomic.LoadUint64(p) {
+	}
 }
 
 func (b *barrierState) sync() {
 	b.epoch++
 	if b.central {
-		b.syncCentral()
+		b.syncCentral(false, 0)
 		return
 	}
 	for k, dist := 0, 1; k < b.rounds; k, dist = k+1, dist<<1 {
@@ -178,6 +223,39 @@ func (b *barrierState) sync() {
 		signalRound("BarrierAll", (st.me+dist)%st.npes, off, b.epoch)
 		waitGE((*uint64)(st.heap.At(int(off))), b.epoch)
 	}
+}
+
+// syncChecked is sync that also tells whether every PE passed the same
+// key: the least and the greatest key travel with the barrier's signals,
+// each PE folding in what it receives (in round k of the dissemination a
+// PE has heard of 2^(k+1) PEs; after the last, of all), so the check costs
+// two words per signal and no extra round. On one node they are stored
+// before the release store of the counter; over the network they are put
+// before the counter's add, behind a fence.
+func (b *barrierState) syncChecked(routine string, key uint64) bool {
+	b.epoch++
+	if b.central {
+		return b.syncCentral(true, key)
+	}
+	par := int(b.epoch & 1)
+	lo, hi := key, key
+	for k, dist := 0, 1; k < b.rounds; k, dist = k+1, dist<<1 {
+		off := b.off + uintptr(k*counterStride)
+		keys := off + uintptr(8*(1+2*par))
+		pe := (st.me + dist) % st.npes
+		if q := &st.peers[pe]; q.base != nil {
+			atomic.StoreUint64((*uint64)(unsafe.Add(q.base, keys)), lo)
+			atomic.StoreUint64((*uint64)(unsafe.Add(q.base, keys+8)), hi)
+			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), b.epoch)
+		} else {
+			v := [2]uint64{lo, hi}
+			defaultCtx.putSignalSlow(routine, pe, keys, unsafe.Slice((*byte)(unsafe.Pointer(&v)), 16), off, amoAdd, 1, false)
+		}
+		waitGE((*uint64)(st.heap.At(int(off))), b.epoch)
+		lo = min(lo, atomic.LoadUint64(b.keyWord(k, par, 0)))
+		hi = max(hi, atomic.LoadUint64(b.keyWord(k, par, 1)))
+	}
+	return lo == hi
 }
 
 // signalRound brings the round counter at heap offset off of the job's PE
