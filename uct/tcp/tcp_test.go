@@ -746,12 +746,13 @@ func TestPendingPurge(t *testing.T) {
 // TestRejectedPuts checks that puts with a wrong token, an unknown or
 // deregistered key, or a range outside the region leave the target's
 // memory untouched, are logged, and still flush; and that gets with such
-// keys complete with ucs.ErrInvalidAddr and are logged.
+// keys complete with ucs.ErrInvalidAddr and are logged. Each case has a
+// target iface of its own: an iface logs only the first few rejections
+// of a minute (see TestRejectionFlood).
 func TestRejectedPuts(t *testing.T) {
 	logs := captureLog(t)
 	md := testMD(t)
-	a, b := openIface(t, md, nil), openIface(t, md, nil)
-	ep := connect(t, a, b)
+	a := openIface(t, md, nil)
 	target := register(t, md, 4096)
 	dead := register(t, md, 64)
 	deadKey := dead.key
@@ -787,6 +788,8 @@ func TestRejectedPuts(t *testing.T) {
 	}{"key of another MD", foreign.key, foreign.base(), 8, "unknown key"})
 
 	for _, tt := range tests {
+		b := openIface(t, md, nil)
+		ep := connect(t, a, b)
 		for _, kind := range putKinds {
 			t.Run(tt.name+"/"+kind.name, func(t *testing.T) {
 				rk, err := (&Component{}).RkeyUnpack(tt.key)
@@ -840,16 +843,19 @@ func TestRejectedPuts(t *testing.T) {
 				}
 			})
 		}
-	}
-	// The connection survives rejected puts.
-	if st := ep.PutShort([]byte{1, 2, 3}, target.base(), target.rkey.Rkey); st != ucs.OK {
-		t.Fatal(st)
-	}
-	if st := flush(t, ep, b); st != ucs.OK {
-		t.Fatal(st)
-	}
-	if got := target.snapshot(); !bytes.Equal(got[:3], []byte{1, 2, 3}) {
-		t.Errorf("valid put after rejected ones: %x", got[:3])
+		if got, want := b.warn.rejected.Count(), uint64(len(putKinds)+2); got != want {
+			t.Errorf("%s: %d rejections counted, want %d", tt.name, got, want)
+		}
+		// The connection survives rejected puts.
+		if st := ep.PutShort([]byte{1, 2, 3}, target.base(), target.rkey.Rkey); st != ucs.OK {
+			t.Fatal(st)
+		}
+		if st := flush(t, ep, b); st != ucs.OK {
+			t.Fatal(st)
+		}
+		if got := target.snapshot(); !bytes.Equal(got[:3], []byte{1, 2, 3}) {
+			t.Errorf("%s: valid put after rejected ones: %x", tt.name, got[:3])
+		}
 	}
 }
 
@@ -925,7 +931,8 @@ func TestMalformedFrame(t *testing.T) {
 		name  string
 		frame []byte
 	}{
-		{"unknown type", hdr(9, 0, 0)},
+		{"unknown type", hdr(31, 0, 0)},
+		{"heartbeat from a client", hdr(frameAlive, 0, 0)},
 		{"ack from a client", append(hdr(frameAck, 0, 8), make([]byte, 8)...)},
 		{"AM id too large", append(hdr(frameAM, uct.AMMaxID, 8), make([]byte, 8)...)},
 		{"AM too long", hdr(frameAM, 1, DefaultRxSegSize+1)},

@@ -1,0 +1,157 @@
+package tcp
+
+import (
+	"container/list"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// Accepting connections.
+//
+// Anyone who reaches the listener can connect, with the job key or
+// without. What a stranger costs is bounded: an accepted connection has
+// UCX_TCP_HANDSHAKE_TIMEOUT to authenticate, at most UCX_TCP_MAX_HANDSHAKES
+// authenticate at once (a new one closes the oldest, so that idle
+// strangers cannot hold the listener: a client that means it answers
+// within a few round trips), and the refusals are logged through a
+// limiter, a few lines a minute and a count of the rest, whatever the rate
+// of attempts.
+
+// ifaceWarnings are an iface's warnings that a peer or a stranger can
+// cause at any rate, each kind through its own limiter.
+type ifaceWarnings struct {
+	refused  *ucs.LogLimiter // connections refused or dropped before authentication
+	rejected *ucs.LogLimiter // puts and gets that name no registered memory
+	closed   *ucs.LogLimiter // connections closed for a bad frame, or ended without a goodbye
+	dropped  *ucs.LogLimiter // active messages without a handler
+}
+
+// The limiters write warnBurst lines of each kind per warnInterval.
+const (
+	warnBurst    = 10
+	warnInterval = time.Minute
+)
+
+func newIfaceWarnings() ifaceWarnings {
+	return ifaceWarnings{
+		refused:  ucs.NewLogLimiter("refused connections", warnBurst, warnInterval, logf),
+		rejected: ucs.NewLogLimiter("rejected puts and gets", warnBurst, warnInterval, logf),
+		closed:   ucs.NewLogLimiter("connections closed for a bad frame or ended without a goodbye", warnBurst, warnInterval, logf),
+		dropped:  ucs.NewLogLimiter("dropped active messages", warnBurst, warnInterval, logf),
+	}
+}
+
+// flush writes the summaries the limiters hold back (at Close).
+func (w *ifaceWarnings) flush() {
+	for _, l := range []*ucs.LogLimiter{w.refused, w.rejected, w.closed, w.dropped} {
+		l.Flush()
+	}
+}
+
+// handshaking is an accepted connection that authenticates.
+type handshaking struct {
+	conn    net.Conn
+	evicted bool // closed for a newer one; guarded by Iface.mu
+}
+
+// accept accepts connections until the listener is closed.
+func (i *Iface) accept() {
+	defer i.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := i.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of descriptors, or the like: wait for some to be
+			// given back rather than give up listening.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			i.warn.refused.Logf("iface %s: accept: %v", i.ln.Addr(), err)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		i.mu.Lock()
+		if i.closed {
+			i.mu.Unlock()
+			c.Close()
+			return
+		}
+		var old *handshaking
+		if i.handshakes.Len() >= i.cfg.maxHS {
+			old = i.handshakes.Remove(i.handshakes.Front()).(*handshaking)
+			old.evicted = true
+		}
+		el := i.handshakes.PushBack(&handshaking{conn: c})
+		i.conns[c] = nil
+		i.wg.Add(1)
+		i.mu.Unlock()
+		if old != nil {
+			old.conn.Close()
+			i.warn.refused.Logf("iface %s: closed the connection from %v, which had not authenticated when %d newer ones came (UCX_TCP_MAX_HANDSHAKES)",
+				i.ln.Addr(), old.conn.RemoteAddr(), i.cfg.maxHS)
+		}
+		go i.serve(c, el)
+	}
+}
+
+// serve authenticates an accepted connection (el, in i.handshakes) and
+// then applies its frames until it ends.
+func (i *Iface) serve(c net.Conn, el *list.Element) {
+	defer i.wg.Done()
+	defer func() {
+		c.Close()
+		i.mu.Lock()
+		delete(i.conns, c)
+		i.mu.Unlock()
+	}()
+	from := c.RemoteAddr()
+	epID, err := serverHandshakeEP(c, i.cfg.key, i.id, time.Now().Add(i.cfg.hsTimeout), i.checkEP)
+	if err == nil && epID != 0 {
+		err = i.bindEP(epID)
+	}
+	i.mu.Lock()
+	hs := el.Value.(*handshaking)
+	if !hs.evicted {
+		i.handshakes.Remove(el)
+	}
+	closed := i.closed
+	i.mu.Unlock()
+	if err != nil {
+		if !closed && !hs.evicted {
+			i.warn.refused.Logf("iface %s: refused a connection from %v: %v", i.ln.Addr(), from, err)
+		}
+		return
+	}
+	tc := c.(*net.TCPConn)
+	i.cfg.setLiveness(tc)
+	s := &rxConn{iface: i, conn: c}
+	in, err := newInStream(i, tc, s, clientToServer, i.cfg.rxSegSize, 64<<10, i.cfg.beatEvery())
+	if err != nil {
+		i.warn.closed.Logf("iface %s: closed the connection from %v: %v", i.ln.Addr(), from, err)
+		return
+	}
+	s.in = in
+	i.mu.Lock()
+	if i.closed {
+		i.mu.Unlock()
+		return
+	}
+	i.conns[c] = s
+	i.mu.Unlock()
+	err = in.run()
+	switch {
+	case errors.Is(err, errEPClosed):
+		// The client closed its EP in order: nothing follows.
+	case i.isClosed():
+		s.goodbye()
+	case err == nil:
+		i.warn.closed.Logf("iface %s: the connection from %v ended without a goodbye (the peer exited or was killed)", i.ln.Addr(), from)
+	default:
+		i.warn.closed.Logf("iface %s: closed the connection from %v: %v", i.ln.Addr(), from, err)
+	}
+}
