@@ -137,12 +137,17 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 	}
 	s.in = in
 	i.mu.Lock()
-	if i.closed {
-		i.mu.Unlock()
+	closed = i.closed
+	if !closed {
+		i.conns[c] = s
+	}
+	i.mu.Unlock()
+	if closed {
+		// Close did not see the stream: say goodbye before reading
+		// anything, so that the client learns what was lost.
+		s.goodbye()
 		return
 	}
-	i.conns[c] = s
-	i.mu.Unlock()
 	err = in.run()
 	switch {
 	case errors.Is(err, errEPClosed):
