@@ -35,12 +35,16 @@ const (
 	warnInterval = time.Minute
 )
 
-func newIfaceWarnings() ifaceWarnings {
+// newIfaceWarnings returns the limiters of the iface listening on addr,
+// whose lines they begin with "iface ADDR: ".
+func newIfaceWarnings(addr net.Addr) ifaceWarnings {
+	prefix := "iface " + addr.String() + ": "
+	warnf := func(format string, args ...any) { logf(prefix+format, args...) }
 	return ifaceWarnings{
-		refused:  ucs.NewLogLimiter("refused connections", warnBurst, warnInterval, logf),
-		rejected: ucs.NewLogLimiter("rejected puts and gets", warnBurst, warnInterval, logf),
-		closed:   ucs.NewLogLimiter("connections closed for a bad frame or ended without a goodbye", warnBurst, warnInterval, logf),
-		dropped:  ucs.NewLogLimiter("dropped active messages", warnBurst, warnInterval, logf),
+		refused:  ucs.NewLogLimiter("refused connections", warnBurst, warnInterval, warnf),
+		rejected: ucs.NewLogLimiter("rejected puts and gets", warnBurst, warnInterval, warnf),
+		closed:   ucs.NewLogLimiter("connections closed for a bad frame or ended without a goodbye", warnBurst, warnInterval, warnf),
+		dropped:  ucs.NewLogLimiter("dropped active messages", warnBurst, warnInterval, warnf),
 	}
 }
 
@@ -70,7 +74,7 @@ func (i *Iface) accept() {
 			// Out of descriptors, or the like: wait for some to be
 			// given back rather than give up listening.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			i.warn.refused.Logf("iface %s: accept: %v", i.ln.Addr(), err)
+			i.warn.refused.Logf("accept: %v", err)
 			time.Sleep(backoff)
 			continue
 		}
@@ -92,8 +96,7 @@ func (i *Iface) accept() {
 		i.mu.Unlock()
 		if old != nil {
 			old.conn.Close()
-			i.warn.refused.Logf("iface %s: closed the connection from %v, which had not authenticated when %d newer ones came (UCX_TCP_MAX_HANDSHAKES)",
-				i.ln.Addr(), old.conn.RemoteAddr(), i.cfg.maxHS)
+			i.warn.refused.Logf("closed the connection from %v, which had not authenticated when %d newer ones came (UCX_TCP_MAX_HANDSHAKES)", old.conn.RemoteAddr(), i.cfg.maxHS)
 		}
 		go i.serve(c, el)
 	}
@@ -123,7 +126,7 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 	i.mu.Unlock()
 	if err != nil {
 		if !closed && !hs.evicted {
-			i.warn.refused.Logf("iface %s: refused a connection from %v: %v", i.ln.Addr(), from, err)
+			i.warn.refused.Logf("refused a connection from %v: %v", from, err)
 		}
 		return
 	}
@@ -132,7 +135,7 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 	s := &rxConn{iface: i, conn: c}
 	in, err := newInStream(i, tc, s, clientToServer, i.cfg.rxSegSize, 64<<10, i.cfg.beatEvery())
 	if err != nil {
-		i.warn.closed.Logf("iface %s: closed the connection from %v: %v", i.ln.Addr(), from, err)
+		i.warn.closed.Logf("closed the connection from %v: %v", from, err)
 		return
 	}
 	s.in = in
@@ -155,8 +158,8 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 	case i.isClosed():
 		s.goodbye()
 	case err == nil:
-		i.warn.closed.Logf("iface %s: the connection from %v ended without a goodbye (the peer exited or was killed)", i.ln.Addr(), from)
+		i.warn.closed.Logf("the connection from %v ended without a goodbye (the peer exited or was killed)", from)
 	default:
-		i.warn.closed.Logf("iface %s: closed the connection from %v: %v", i.ln.Addr(), from, err)
+		i.warn.closed.Logf("closed the connection from %v: %v", from, err)
 	}
 }

@@ -148,7 +148,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		epIDs:   make(map[uint64]*EP),
 		conns:   make(map[net.Conn]*rxConn),
 		poll:    openPollSet(),
-		warn:    newIfaceWarnings(),
+		warn:    newIfaceWarnings(ln.Addr()),
 	}
 	i.rxCond.L = &i.mu
 	i.errHandler, i.errHandlerArg = params.ErrHandler, params.ErrHandlerArg
@@ -376,7 +376,7 @@ func (i *Iface) deliver() int {
 		switch {
 		case h == nil:
 			i.tracer.Trace(uct.AMTraceRecvDrop, m.id, m.data)
-			i.warn.dropped.Logf("iface %s: dropped active message %d (%d bytes): no handler", i.ln.Addr(), m.id, len(m.data))
+			i.warn.dropped.Logf("dropped active message %d (%d bytes): no handler", m.id, len(m.data))
 			putBuf(m.data)
 		default:
 			i.tracer.Trace(uct.AMTraceRecv, m.id, m.data)
@@ -657,8 +657,7 @@ func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) error {
 func (i *Iface) target(p putHeader, n uint64, from net.Conn) *region {
 	r, why := i.md.access(p.key, p.token, p.raddr, n)
 	if r == nil {
-		i.warn.rejected.Logf("iface %s: rejected a put of %d bytes to %#x (key %#x) from %v: %s",
-			i.ln.Addr(), n, p.raddr, p.key, from.RemoteAddr(), why)
+		i.warn.rejected.Logf("rejected a put of %d bytes to %#x (key %#x) from %v: %s", n, p.raddr, p.key, from.RemoteAddr(), why)
 	}
 	return r
 }
@@ -671,8 +670,7 @@ func (s *rxConn) serveGet(g getHeader) error {
 	binary.LittleEndian.PutUint64(h[frameHeaderLen:], g.id)
 	r, why := s.iface.md.access(g.key, g.token, g.raddr, g.length)
 	if r == nil {
-		s.iface.warn.rejected.Logf("iface %s: rejected a get of %d bytes at %#x (key %#x) from %v: %s",
-			s.iface.ln.Addr(), g.length, g.raddr, g.key, s.conn.RemoteAddr(), why)
+		s.iface.warn.rejected.Logf("rejected a get of %d bytes at %#x (key %#x) from %v: %s", g.length, g.raddr, g.key, s.conn.RemoteAddr(), why)
 		putFrameHeader(h, frameGetRep, 0, getRepHeaderLen)
 		st := int64(ucs.ErrInvalidAddr)
 		binary.LittleEndian.PutUint64(h[frameHeaderLen+8:], uint64(st))
