@@ -29,10 +29,11 @@ import (
 // the same in every process of a job.
 //
 // The kernel's keepalive (UCX_TCP_KEEPIDLE, KEEPINTVL, KEEPCNT; by default
-// half the timeout, then five probes a tenth of it apart) and
-// TCP_USER_TIMEOUT (the timeout) also end connections whose peer host is
-// gone: accepted ones, which no heartbeat checks, and EPs with data
-// unacknowledged by a host that no longer answers.
+// half the timeout, then five probes a tenth of it apart) also ends idle
+// connections whose peer host is gone, the accepted ones included, which
+// no heartbeat checks. (TCP_USER_TIMEOUT is not set: it would also end a
+// connection whose peer keeps its receive window closed that long, which
+// a live peer that computes and leaves its messages unread does.)
 
 // errSilent is why an EP whose peer went silent failed.
 var errSilent = fmt.Errorf("the peer went silent: %w", ucs.ErrEndpointTimeout)
@@ -45,20 +46,10 @@ func (c *ifaceConfig) beatEvery() time.Duration { return c.peerTimeout / 5 }
 // peer; 0: never.
 func (c *ifaceConfig) checkEvery() time.Duration { return c.peerTimeout / 10 }
 
-// setLiveness turns on the kernel's keepalive of c and bounds the time its
-// data may stay unacknowledged; errors are ignored (the heartbeat still
-// covers the EPs).
+// setLiveness turns on the kernel's keepalive of conn; an error is
+// ignored (the heartbeat still covers the EPs).
 func (c *ifaceConfig) setLiveness(conn *net.TCPConn) {
 	conn.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: c.keepIdle, Interval: c.keepIntvl, Count: c.keepCnt})
-	if c.peerTimeout <= 0 {
-		return
-	}
-	ms := int(min(c.peerTimeout.Milliseconds(), 1<<31-1))
-	if raw, err := conn.SyscallConn(); err == nil {
-		raw.Control(func(fd uintptr) {
-			unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, ms)
-		})
-	}
 }
 
 // tick sends a heartbeat when nothing was written to the client since the
@@ -117,7 +108,7 @@ func (r *epReader) tick(reads uint64) error {
 
 // failStatus is the status an EP fails with when its stream ended with
 // err: ucs.ErrEndpointTimeout for a silent peer (no heartbeat, or the
-// kernel's keepalive or user timeout), ucs.ErrConnectionReset otherwise.
+// kernel's keepalive), ucs.ErrConnectionReset otherwise.
 func failStatus(err error) ucs.Status {
 	if errors.Is(err, ucs.ErrEndpointTimeout) || errors.Is(err, syscall.ETIMEDOUT) {
 		return ucs.ErrEndpointTimeout

@@ -111,10 +111,16 @@ func TestBusyPeerAlive(t *testing.T) {
 		{"computing", func(t *testing.T, p *peer, ep *EP) { p.spin(3 * testPeerTimeout) }},
 		{"receive queue full", func(t *testing.T, p *peer, ep *EP) {
 			// The peer's handler of message 1 is synchronous and nothing
-			// progresses it: after the first message its reader waits.
-			for range 4 {
-				if st := ep.AMShort(1, 0, make([]byte, 64)); st != ucs.OK {
-					t.Fatal(st)
+			// progresses it: after the first message its reader waits, its
+			// socket fills and keeps its window closed, and so does this
+			// side's, until the EP's queue is full.
+			for k := 0; ; k++ {
+				st := ep.AMShort(1, 0, make([]byte, 200))
+				if st == ucs.ErrNoResource {
+					break
+				}
+				if st != ucs.OK || k > 1<<20 {
+					t.Fatalf("message %d: %v", k, st)
 				}
 			}
 			time.Sleep(3 * testPeerTimeout)

@@ -71,10 +71,12 @@ func (i *Iface) Close() {
 	i.mu.Unlock()
 	// A reader waiting for room in the receive queue leaves once it sees
 	// closed; one that reads is kicked, and says goodbye. A connection
-	// still authenticating is closed.
+	// still authenticating has closeLinger to finish (its client, which
+	// may think it done, then hears the goodbye rather than an abrupt
+	// end).
 	for c, s := range conns {
 		if s == nil {
-			c.Close()
+			c.SetDeadline(time.Now().Add(closeLinger))
 			continue
 		}
 		c.SetWriteDeadline(time.Now().Add(closeLinger)) // a client that reads nothing cannot hold it
@@ -110,6 +112,7 @@ func (s *rxConn) goodbye() {
 	binary.LittleEndian.PutUint64(b[frameHeaderLen:], s.processed)
 	s.in.mu.Unlock()
 	c := s.conn.(*net.TCPConn)
+	c.SetWriteDeadline(time.Now().Add(closeLinger))
 	if _, err := c.Write(b[:]); err != nil {
 		return
 	}
