@@ -128,6 +128,7 @@ func TestBusyPeerAlive(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // each waits for several timeouts
 			p := startPeerCmd(t, exec.Command(os.Args[0], "-test.run=^TestPeerProcess$"), testKey, timeout, "RX_QUEUE_LEN=1")
 			var errs errCounter
 			i := openIface(t, testMD(t), errs.params(), timeout)
