@@ -95,7 +95,7 @@ func (s *rxConn) beatWhileWaiting() (stop func() bool) {
 // beats every fifth of the peer timeout, for the timeout less one check.
 func (r *epReader) tick(reads uint64) error {
 	now := time.Now()
-	if reads != r.reads || r.heard.IsZero() {
+	if reads != r.reads {
 		r.reads, r.heard = reads, now
 		return nil
 	}

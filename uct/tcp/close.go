@@ -47,7 +47,7 @@ func (e *ifaceClosedError) Error() string {
 }
 
 // Close closes the listener and every accepted connection and EP of the
-// iface, saying goodbye on each (see close.go): the EPs' outstanding
+// iface, saying goodbye on each (see the top of close.go): the EPs' outstanding
 // operations fail with ucs.ErrCanceled, and the peers' EPs end quietly.
 // It waits for the iface's goroutines to end (for each connection at most
 // a second after its goodbye, when the peer does not close its side), and

@@ -91,13 +91,12 @@ type EP struct {
 	writing bool     // an operation or the writer is writing
 	wbufs   [][]byte // buffers of a direct write; used by the operation that set writing
 	writeFn func(fd uintptr) bool
-	iov     []unix.Iovec // writeFn's scratch
-	wn      int          // result of writeFn
-	werr    error        // result of writeFn
-	ackReq  uint64       // frame count of the last acknowledgement request
-	lastOp  uint64       // frame count of the last frame that is not an acknowledgement request
-	failed  bool         // err is set
-
+	iov     []unix.Iovec      // writeFn's scratch
+	wn      int               // result of writeFn
+	werr    error             // result of writeFn
+	ackReq  uint64            // frame count of the last acknowledgement request
+	lastOp  uint64            // frame count of the last frame that is not an acknowledgement request
+	failed  bool              // err is set
 	pending uct.PendingGroup  // in iface.pending; Room is hasRoom
 	gets    map[uint64]*getOp // gets waiting for their reply, by id (get.go)
 	getID   uint64            // the id of the last get
@@ -372,7 +371,7 @@ func (e *EP) open() error {
 		return err
 	}
 	e.iface.cfg.setLiveness(e.conn)
-	e.in, err = newInStream(e.iface, e.conn, &epReader{e: e}, serverToClient, 0, 16<<10, e.iface.cfg.checkEvery())
+	e.in, err = newInStream(e.iface, e.conn, &epReader{e: e, heard: time.Now()}, serverToClient, 0, 16<<10, e.iface.cfg.checkEvery())
 	return err
 }
 
