@@ -27,8 +27,8 @@ import (
 // packed key of the segment and the segment's address on stdout; it then
 // reads the parent's worker address from stdin, connects an endpoint back
 // (the software protocols answer on it), progresses its worker on a
-// goroutine, prints "ready", and runs until its stdin is closed (or it is
-// killed).
+// goroutine, prints "ready", and runs until its stdin is closed (then it
+// destroys its worker and context and exits) or it is killed.
 const peerEnv = "GOSHMEM_UCP_TEST_PEER"
 
 // testJobKey is the job key the tcp transport authenticates the processes
@@ -55,10 +55,12 @@ func runPeer(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer c.Cleanup()
 	w, err := c.NewWorker(nil)
 	if err != nil {
 		return err
 	}
+	defer w.Destroy() // in order, as a program ends: its peers see no failure
 	m, err := c.MemMap(new(MemMapParams).SetLength(peerSegSize).SetFlags(MemMapAllocate))
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"log"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -26,7 +27,9 @@ import (
 // rkey carries a random token of the mapping (the "ucp-sw" entry), and a
 // request whose token is unknown, or whose range leaves the mapping, is
 // refused (puts are dropped and logged; gets and atomics are answered with
-// ucs.ErrInvalidAddr).
+// ucs.ErrInvalidAddr). The log takes the first few refused or malformed
+// messages of a minute and counts the rest (swWarnf): a peer cannot
+// flood it.
 //
 // Replies (get data, fetched values, flush acknowledgements) go back on the
 // target's endpoint to the initiator, found by the initiator's worker uid:
@@ -99,6 +102,31 @@ type swState struct {
 	mu   sync.Mutex
 	next uint64
 	reqs map[uint64]*swReq
+	// warn limits the warnings about refused and malformed messages,
+	// which a peer can send at any rate; made on first use, under mu.
+	warn *ucs.LogLimiter
+}
+
+// The software protocols log swWarnBurst refused or malformed messages a
+// worker received per swWarnInterval, and count the rest.
+const (
+	swWarnBurst    = 10
+	swWarnInterval = time.Minute
+)
+
+// swWarnf logs a refused or malformed software message, through the
+// worker's limiter.
+func (w *Worker) swWarnf(format string, args ...any) {
+	w.sw.mu.Lock()
+	if w.sw.warn == nil {
+		prefix := "ucp: worker " + w.name + ": "
+		w.sw.warn = ucs.NewLogLimiter("refused software messages", swWarnBurst, swWarnInterval, func(format string, args ...any) {
+			log.Printf(prefix+format, args...)
+		})
+	}
+	l := w.sw.warn
+	w.sw.mu.Unlock()
+	l.Logf(format, args...)
 }
 
 // swReq is an operation waiting for its reply.
@@ -328,7 +356,7 @@ func (w *Worker) wireBack(uid uint64, addr []byte) {
 		err = fmt.Errorf("address of worker %x sent by worker %x: %w", ra.uid, uid, ucs.ErrInvalidAddr)
 	}
 	if err != nil {
-		log.Printf("ucp: worker %s: dropped a wireup message: %v", w.name, err)
+		w.swWarnf("dropped a wireup message: %v", err)
 		return
 	}
 	w.wireMu.Lock()
@@ -337,7 +365,7 @@ func (w *Worker) wireBack(uid uint64, addr []byte) {
 		return
 	}
 	if _, err := w.NewEndpoint(new(EPParams).SetAddress(addr)); err != nil {
-		log.Printf("ucp: worker %s: no endpoint back to %s for replies: %v", w.name, ra.name, err)
+		w.swWarnf("no endpoint back to %s for replies: %v", ra.name, err)
 	}
 }
 
@@ -493,7 +521,7 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 	defer w.notify()
 	h, payload, err := decodeSwHeader(data)
 	if err != nil {
-		log.Printf("ucp: worker %s: dropped a malformed software message: %v", w.name, err)
+		w.swWarnf("dropped a malformed software message: %v", err)
 		return ucs.OK
 	}
 	switch id {
@@ -502,14 +530,14 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 	case amSwPut:
 		p, ok := w.ctx.region(h.token, h.raddr, uint64(len(payload)))
 		if !ok {
-			log.Printf("ucp: worker %s: refused a put of %d bytes at %#x: no such mapping", w.name, len(payload), h.raddr)
+			w.swWarnf("refused a put of %d bytes at %#x: no such mapping", len(payload), h.raddr)
 			return ucs.OK
 		}
 		ucs.Memcpy(unsafe.Slice((*byte)(p), len(payload)), payload)
 	case amSwGetReq:
 		ep := w.epByUID(h.src)
 		if ep == nil {
-			log.Printf("ucp: worker %s: get from a worker it has no endpoint to", w.name)
+			w.swWarnf("get from a worker it has no endpoint to")
 			return ucs.OK
 		}
 		rep := swHeader{reqID: h.reqID}
@@ -546,7 +574,7 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 				ep.swReply(amSwAtomicRep, &rep, nil)
 			}
 		} else if rep.status != 0 {
-			log.Printf("ucp: worker %s: refused an atomic at %#x: %v", w.name, h.raddr, ucs.Status(rep.status))
+			w.swWarnf("refused an atomic at %#x: %v", h.raddr, ucs.Status(rep.status))
 		}
 	case amSwAtomicRep:
 		if q := w.sw.take(h.reqID, true); q != nil {

@@ -30,9 +30,19 @@ const (
 	// DefaultMaxPoll is the number of active messages one Progress call
 	// delivers at most.
 	DefaultMaxPoll = 64
-	// DefaultConnTimeout bounds the connection and handshake of EPCreate,
-	// and the handshake of an accepted connection.
+	// DefaultConnTimeout bounds the connection and handshake of EPCreate.
 	DefaultConnTimeout = 10 * time.Second
+	// DefaultHandshakeTimeout bounds the handshake of an accepted
+	// connection: a client that means it answers in a few round trips.
+	DefaultHandshakeTimeout = 3 * time.Second
+	// DefaultMaxHandshakes is the number of accepted connections an iface
+	// authenticates at once; the oldest is dropped for a new one beyond
+	// it.
+	DefaultMaxHandshakes = 256
+	// DefaultPeerTimeout is how long an EP waits without a byte from its
+	// peer before it fails, when neither PEER_TIMEOUT nor
+	// GOSHMEM_FAILURE_TIMEOUT says otherwise.
+	DefaultPeerTimeout = 10 * time.Second
 
 	// maxShort is the largest short operation: the put data, or the 8-byte
 	// header and payload of an active message.
@@ -43,6 +53,15 @@ const (
 	maxSegSize = 16 << 20
 )
 
+// EnvFailureTimeout is the environment variable the peer timeout is taken
+// from when PEER_TIMEOUT (UCX_TCP_PEER_TIMEOUT) is not set: the job's
+// failure timeout that the launcher sets, a Go duration.
+const EnvFailureTimeout = "GOSHMEM_FAILURE_TIMEOUT"
+
+// minPeerTimeout bounds the peer timeout from below: a shorter one would
+// take a busy peer for a dead one.
+const minPeerTimeout = 100 * time.Millisecond
+
 // EnvKey is the environment variable the job key is taken from when
 // KEY (UCX_TCP_KEY) is not set: the launcher's job key, standard base64.
 const EnvKey = "GOSHMEM_KEY"
@@ -50,6 +69,12 @@ const EnvKey = "GOSHMEM_KEY"
 var ifaceConfigTable = []ucs.ConfigField{
 	{Name: "KEY", Default: "", Doc: "Job key authenticating tcp connections, standard base64 of at least 16 bytes; empty: " + EnvKey + ", or else a random key of this process"},
 	{Name: "CONN_TIMEOUT", Default: DefaultConnTimeout.String(), Doc: "Time allowed to connect and authenticate a tcp connection"},
+	{Name: "HANDSHAKE_TIMEOUT", Default: DefaultHandshakeTimeout.String(), Doc: "Time an accepted tcp connection has to authenticate"},
+	{Name: "MAX_HANDSHAKES", Default: "256", Doc: "Accepted tcp connections authenticating at once; beyond it the oldest is closed"},
+	{Name: "PEER_TIMEOUT", Default: "", Doc: "Time an EP waits without hearing from its peer before it fails (the peer's goroutines answer while it computes); must be the same in every process of a job; empty: " + EnvFailureTimeout + ", or else " + DefaultPeerTimeout.String() + "; inf: never"},
+	{Name: "KEEPIDLE", Default: "auto", Doc: "Idle time before the kernel's first tcp keepalive probe; auto: half the peer timeout"},
+	{Name: "KEEPINTVL", Default: "auto", Doc: "Time between tcp keepalive probes; auto: a tenth of the peer timeout"},
+	{Name: "KEEPCNT", Default: "auto", Doc: "Unanswered tcp keepalive probes before the connection fails; auto: 5"},
 	{Name: "SEG_SIZE", Default: "8k", Doc: "Largest tcp bcopy operation, in bytes"},
 	{Name: "RX_SEG_SIZE", Default: "64k", Doc: "Largest tcp active message (AM zcopy), in bytes; must be the same in every process of a job"},
 	{Name: "TX_QUEUE_LEN", Default: "4m", Doc: "Bytes an EP queues for sending before operations return no resource"},
@@ -61,11 +86,19 @@ var ifaceConfigTable = []ucs.ConfigField{
 type ifaceConfig struct {
 	key         []byte // handshake key, derived from the job key
 	connTimeout time.Duration
-	segSize     int
-	rxSegSize   int
-	txQueueLen  int
-	rxQueueLen  int
-	maxPoll     int
+	hsTimeout   time.Duration // HANDSHAKE_TIMEOUT
+	maxHS       int           // MAX_HANDSHAKES
+	// peerTimeout is PEER_TIMEOUT; 0 for inf.
+	peerTimeout time.Duration
+	// keepIdle, keepIntvl and keepCnt are the kernel's keepalive
+	// settings (KEEPIDLE, KEEPINTVL, KEEPCNT); 0 for the system's.
+	keepIdle, keepIntvl time.Duration
+	keepCnt             int
+	segSize             int
+	rxSegSize           int
+	txQueueLen          int
+	rxQueueLen          int
+	maxPoll             int
 }
 
 // processKey is the job key of a process with no key configured: its ifaces
@@ -113,6 +146,15 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 			return c, fmt.Errorf("uct/tcp: %s=%q: %w", name("CONN_TIMEOUT"), s, ucs.ErrInvalidParam)
 		}
 	}
+	c.hsTimeout = DefaultHandshakeTimeout
+	if s := get("HANDSHAKE_TIMEOUT"); s != "" {
+		if c.hsTimeout, err = ucs.ParseDuration(s); err != nil || c.hsTimeout == 0 {
+			return c, fmt.Errorf("uct/tcp: %s=%q: %w", name("HANDSHAKE_TIMEOUT"), s, ucs.ErrInvalidParam)
+		}
+	}
+	if err := c.parseLiveness(get, name); err != nil {
+		return c, err
+	}
 	sizes := []struct {
 		name   string
 		dst    *int
@@ -124,6 +166,7 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 		{"TX_QUEUE_LEN", &c.txQueueLen, DefaultTxQueueLen, 1, math.MaxInt32},
 		{"RX_QUEUE_LEN", &c.rxQueueLen, DefaultRxQueueLen, 1, math.MaxInt32},
 		{"MAX_POLL", &c.maxPoll, DefaultMaxPoll, 1, math.MaxInt32},
+		{"MAX_HANDSHAKES", &c.maxHS, DefaultMaxHandshakes, 1, math.MaxInt32},
 	}
 	for _, f := range sizes {
 		*f.dst = f.def
@@ -144,4 +187,51 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 		return c, fmt.Errorf("uct/tcp: %s=%d above %s=%d: %w", name("SEG_SIZE"), c.segSize, name("RX_SEG_SIZE"), c.rxSegSize, ucs.ErrInvalidParam)
 	}
 	return c, nil
+}
+
+// parseLiveness reads PEER_TIMEOUT and the keepalive settings.
+func (c *ifaceConfig) parseLiveness(get, name func(string) string) error {
+	c.peerTimeout = DefaultPeerTimeout
+	from, s := name("PEER_TIMEOUT"), get("PEER_TIMEOUT")
+	if s == "" {
+		from, s = EnvFailureTimeout, strings.TrimSpace(os.Getenv(EnvFailureTimeout))
+	}
+	if s != "" {
+		d, err := ucs.ParseDuration(s)
+		switch {
+		case err != nil:
+			return fmt.Errorf("uct/tcp: %s=%q: %w", from, s, ucs.ErrInvalidParam)
+		case d == math.MaxInt64:
+			d = 0 // inf: never
+		case d < minPeerTimeout:
+			return fmt.Errorf("uct/tcp: %s=%q below %v: %w", from, s, minPeerTimeout, ucs.ErrInvalidParam)
+		}
+		c.peerTimeout = d
+	}
+	if c.peerTimeout > 0 {
+		c.keepIdle, c.keepIntvl, c.keepCnt = c.peerTimeout/2, c.peerTimeout/10, 5
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"KEEPIDLE", &c.keepIdle}, {"KEEPINTVL", &c.keepIntvl}} {
+		s := get(f.name)
+		if s == "" || strings.EqualFold(s, "auto") {
+			continue
+		}
+		d, err := ucs.ParseDuration(s)
+		if err != nil || d < time.Second && d != 0 || d == math.MaxInt64 {
+			// The kernel counts keepalive times in whole seconds.
+			return fmt.Errorf("uct/tcp: %s=%q: not a time of at least 1s: %w", name(f.name), s, ucs.ErrInvalidParam)
+		}
+		*f.dst = d
+	}
+	if s := get("KEEPCNT"); s != "" && !strings.EqualFold(s, "auto") {
+		v, err := ucs.ParseSize(s)
+		if err != nil || v < 1 || v > 127 {
+			return fmt.Errorf("uct/tcp: %s=%q outside [1, 127]: %w", name("KEEPCNT"), s, ucs.ErrInvalidParam)
+		}
+		c.keepCnt = int(v)
+	}
+	return nil
 }

@@ -49,7 +49,10 @@
 // client answers with its own HMAC over the same values; the HMAC key is
 // derived from the job key. A connection that fails the handshake (wrong
 // key, wrong iface id, malformed message, timeout) is closed and logged, and
-// nothing it sent reaches a handler or memory. The job key is the iface
+// nothing it sent reaches a handler or memory. An accepted connection has
+// UCX_TCP_HANDSHAKE_TIMEOUT (3s) to authenticate, and at most
+// UCX_TCP_MAX_HANDSHAKES (256) authenticate at once: a newer one closes
+// the oldest (see accept.go). The job key is the iface
 // configuration variable KEY (UCX_TCP_KEY as ucp reads it; standard base64,
 // at least 16 bytes) or else the environment variable GOSHMEM_KEY that the
 // launcher sets. With neither, the process uses a random key of its own: its ifaces
@@ -60,11 +63,38 @@
 // After the handshake a connection carries frames: an 8-byte header (type,
 // active message id, reserved zero, body length; see frameHeaderLen) and a
 // body. Client to server: active messages (the message bytes), puts (key
-// id, token, remote address, data) and acknowledgement requests (empty).
-// Server to client: acknowledgements, the number of frames processed so
-// far, sent once the frames before a request were processed. Everything
-// read from the wire is validated; a malformed frame closes the connection,
-// and the EP fails with ucs.ErrConnectionReset.
+// id, token, remote address, data), gets, acknowledgement requests (empty)
+// and a goodbye (empty). Server to client: acknowledgements, the number of
+// frames processed so far, sent once the frames before a request were
+// processed; get replies; heartbeats (empty); and a goodbye with the
+// number of frames processed. Everything read from the wire is validated;
+// a malformed frame closes the connection, and the EP fails with
+// ucs.ErrConnectionReset.
+//
+// # Closing and failures
+//
+// A destroyed EP and a closing iface say goodbye on their connections, so
+// that a peer's normal teardown is no failure: an EP whose peer iface
+// closed after processing every operation it sent ends quietly (no error
+// handler, no log; later operations fail with ucs.ErrConnectionReset, a
+// flush of what was sent succeeds). A connection that ends without a
+// goodbye (the peer was killed or exited without closing), or a goodbye
+// after operations were lost, fails the EP with ucs.ErrConnectionReset: its
+// error handler is called and the failure logged. See close.go.
+//
+// A peer that is stopped, hung or cut off by the network says nothing: the
+// server side of every connection sends a heartbeat when it sent nothing
+// else for a fifth of UCX_TCP_PEER_TIMEOUT (by default the job's
+// GOSHMEM_FAILURE_TIMEOUT, else 10s), from a goroutine, so that a peer
+// that computes without calling the library still answers; an EP that
+// heard nothing for that long fails with ucs.ErrEndpointTimeout. The
+// kernel's keepalive (UCX_TCP_KEEPIDLE, KEEPINTVL, KEEPCNT) backs it up
+// for idle connections. See alive.go.
+//
+// What a peer or a stranger can cause at any rate (refused connections,
+// rejected puts and gets, bad frames, messages without a handler) is
+// logged through limiters: the first ten of a minute of each kind, then a
+// count (ucs.LogLimiter).
 //
 // # Sends, flush and pending requests
 //
@@ -91,7 +121,8 @@
 // # Threading
 //
 //   - One goroutine per listener accepts connections; one per accepted
-//     connection runs the handshake and then reads its frames.
+//     connection runs the handshake and then reads its frames (and sends
+//     the heartbeats).
 //   - Every connection is read by its goroutine, which waits for data
 //     through Go's network poller, and by Iface.Progress, which asks the
 //     iface's epoll set without waiting which sockets are readable and

@@ -75,12 +75,14 @@ type EP struct {
 	iface  *Iface
 	conn   *net.TCPConn
 	raw    syscall.RawConn
+	in     *inStream // the reader's stream of conn
 	peer   string
 	wake   chan struct{} // a frame was queued
 	done   chan struct{} // closed when the EP failed or was destroyed
 	issued atomic.Uint64 // frames posted
 	acked  atomic.Uint64 // frames the peer acknowledged
 	err    atomic.Int32  // the ucs.Status the EP failed with, or 0
+	gone   atomic.Bool   // the peer iface closed in order, every operation processed (close.go)
 
 	mu      sync.Mutex // guards the fields below
 	q       []*txFrame
@@ -93,6 +95,7 @@ type EP struct {
 	wn      int               // result of writeFn
 	werr    error             // result of writeFn
 	ackReq  uint64            // frame count of the last acknowledgement request
+	lastOp  uint64            // frame count of the last frame that is not an acknowledgement request
 	failed  bool              // err is set
 	pending uct.PendingGroup  // in iface.pending; Room is hasRoom
 	gets    map[uint64]*getOp // gets waiting for their reply, by id (get.go)
@@ -145,7 +148,7 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 	}
 	e.writeFn = e.writev
 	e.pending.Room = e.hasRoom
-	if e.raw, err = e.conn.SyscallConn(); err != nil {
+	if err := e.open(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("uct/tcp: ep create: %w: %w", ucs.ErrIOError, err)
 	}
@@ -201,6 +204,9 @@ func (e *EP) postFrame(f *txFrame, force bool) (st ucs.Status, seq uint64) {
 		return ucs.ErrNoResource, 0
 	}
 	seq = e.issued.Add(1)
+	if f.buf[0] != frameFlush {
+		e.lastOp = seq
+	}
 	if e.writing || len(e.q) > 0 {
 		e.q = append(e.q, f)
 		e.queued += f.size
@@ -357,18 +363,40 @@ func (e *EP) writer() {
 	}
 }
 
-// reader reads the peer's acknowledgements and get replies until the
-// connection ends, and then fails the EP.
+// open prepares the EP's connection: the kernel's keepalive, and the
+// stream its reader reads.
+func (e *EP) open() error {
+	var err error
+	if e.raw, err = e.conn.SyscallConn(); err != nil {
+		return err
+	}
+	e.iface.cfg.setLiveness(e.conn)
+	e.in, err = newInStream(e.iface, e.conn, &epReader{e: e, heard: time.Now()}, serverToClient, 0, 16<<10, e.iface.cfg.checkEvery())
+	return err
+}
+
+// errNoGoodbye is why an EP whose peer closed the connection without a
+// goodbye failed.
+var errNoGoodbye = fmt.Errorf("the peer closed the connection without a goodbye (it exited or was killed): %w", io.EOF)
+
+// reader reads the peer's acknowledgements, get replies and heartbeats
+// until the connection ends, and then ends the EP (see close.go) and
+// closes the connection.
 func (e *EP) reader() {
 	defer e.iface.wg.Done()
-	in, err := newInStream(e.iface, e.conn, &epReader{e: e}, 1<<frameAck|1<<frameGetRep, 0, 16<<10)
-	if err == nil {
-		err = in.run()
+	defer e.conn.Close()
+	err := e.in.run()
+	var closed *ifaceClosedError
+	switch {
+	case err == errKicked:
+		drain(e.conn) // this side said goodbye
+	case errors.As(err, &closed):
+		e.peerClosed(closed.processed)
+	case err == nil:
+		e.fail(ucs.ErrConnectionReset, errNoGoodbye)
+	default:
+		e.fail(failStatus(err), err)
 	}
-	if err == nil {
-		err = fmt.Errorf("read: %w", io.EOF)
-	}
-	e.fail(ucs.ErrConnectionReset, err)
 }
 
 // acknowledged records the peer's acknowledgement of the first n frames.
@@ -388,56 +416,9 @@ func (e *EP) acknowledged(n uint64) error {
 	return nil
 }
 
-// fail moves the EP to status st (once): the connection is closed, queued
-// frames are dropped and their completions signalled with st. A non-nil
-// cause is logged and the iface's error handler called from Progress; a nil
-// cause (Destroy, iface Close) fails quietly.
-func (e *EP) fail(st ucs.Status, cause error) {
-	e.mu.Lock()
-	if e.failed {
-		e.mu.Unlock()
-		return
-	}
-	e.failed = true
-	q := e.q
-	e.q, e.queued = nil, 0
-	gets := e.gets
-	e.gets = nil
-	// The error becomes visible under i.mu, with the EP queued for the
-	// error handler: Progress, which reads both under i.mu, never sees a
-	// flush end with the error before the handler is due.
-	i := e.iface
-	i.mu.Lock()
-	e.err.Store(int32(st))
-	for _, f := range q {
-		if f.comp != nil {
-			i.comps = append(i.comps, compEvent{f.comp, st})
-		}
-	}
-	for _, g := range gets {
-		if g.comp != nil {
-			i.comps = append(i.comps, compEvent{g.comp, st})
-		}
-	}
-	if cause != nil && !i.closed {
-		i.failed = append(i.failed, e)
-	}
-	closed := i.closed
-	i.mu.Unlock()
-	e.mu.Unlock()
-	close(e.done)
-	e.conn.Close()
-	for _, f := range q {
-		f.release()
-	}
-	i.markDirty()
-	// An orderly close by the peer (EOF) is how every job ends, one PE
-	// before another: the EP fails, its error handler runs, and nothing is
-	// logged.
-	if cause != nil && !closed && !errors.Is(cause, net.ErrClosed) && !errors.Is(cause, io.EOF) {
-		logf("ep to %s failed: %v", e.peer, cause)
-	}
-}
+// fail moves the EP to status st (once) because of cause, closing its
+// connection at once; see end. A nil cause fails it quietly.
+func (e *EP) fail(st ucs.Status, cause error) { e.end(st, cause, false) }
 
 // remoteRange checks a put of n bytes at raddr against the unpacked key
 // rkey and returns the key.
@@ -636,8 +617,8 @@ func (e *EP) AtomicCSwap32(uint32, uint32, uint64, uint64, *uint32, *uct.Complet
 }
 
 // Flush returns OK when the peer acknowledged every frame issued on the EP
-// before it (puts are then in the target's memory), and the EP's error when
-// it failed. Otherwise it returns ucs.InProgress, and comp (when not nil)
+// before it (puts are then in the target's memory; also after the peer
+// closed in order), and the EP's error when it failed. Otherwise it returns ucs.InProgress, and comp (when not nil)
 // is signalled from Progress once they are, or with the error if the EP
 // fails first. FlushFlagCancel is not distinguished: queued frames are
 // still sent.
@@ -658,6 +639,9 @@ func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status {
 // was posted after the last frame.
 func (e *EP) flushTarget() (uint64, ucs.Status) {
 	if st := e.status(); st.IsErr() {
+		if e.gone.Load() && e.acked.Load() >= e.issued.Load() {
+			return 0, ucs.OK // the peer closed in order after processing everything
+		}
 		return 0, st
 	}
 	if e.acked.Load() >= e.issued.Load() {
@@ -713,13 +697,14 @@ func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
 	}
 }
 
-// Destroy closes the EP's connection: frames not yet written are dropped,
+// Destroy closes the EP's connection, in order when nothing is being
+// written (see close.go): frames not yet written are dropped,
 // and the completions of their zcopy operations signalled with
 // ucs.ErrCanceled; pending requests are dropped. Flush first to have every
 // operation complete. The EP must not be used afterwards.
 func (e *EP) Destroy() {
 	e.PendingPurge(nil)
-	e.fail(ucs.ErrCanceled, nil)
+	e.end(ucs.ErrCanceled, nil, true)
 	i := e.iface
 	i.mu.Lock()
 	delete(i.eps, e)

@@ -131,7 +131,7 @@ func (e *EP) ConnectToEP(deviceAddr, epAddr []byte) error {
 	}
 	e.conn = c
 	e.peer = a.tcpAddr().String()
-	if e.raw, err = c.SyscallConn(); err != nil {
+	if err = e.open(); err != nil {
 		c.Close()
 		e.mu.Lock()
 		e.connecting = false

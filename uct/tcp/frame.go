@@ -22,13 +22,28 @@ const (
 	// frameGetRep, server to client: body = getRepHeader + the data (none
 	// when the status is an error).
 	frameGetRep uint8 = 6
+	// frameEPClose, client to server, empty: the EP closes in order;
+	// nothing follows (see close.go).
+	frameEPClose uint8 = 7
+	// frameIfaceClose, server to client: the iface closes in order;
+	// body = uint64 count of frames processed; nothing follows.
+	frameIfaceClose uint8 = 8
+	// frameAlive, server to client, empty: the server is alive, sent when
+	// it had nothing else to send for a while (see alive.go).
+	frameAlive uint8 = 9
+)
+
+// The frame types each side of a connection reads, as masks of 1<<type.
+const (
+	clientToServer uint32 = 1<<frameAM | 1<<framePut | 1<<frameFlush | 1<<frameGet | 1<<frameEPClose
+	serverToClient uint32 = 1<<frameAck | 1<<frameGetRep | 1<<frameIfaceClose | 1<<frameAlive
 )
 
 // frameHeaderLen is the length of a frame header.
 //
 // Layout, little-endian:
 //
-//	0  type   uint8   frameAM, framePut, frameAck, frameFlush, frameGet or frameGetRep
+//	0  type   uint8   frameAM ... frameAlive
 //	1  id     uint8   active message id (< uct.AMMaxID) for frameAM, else 0
 //	2  (zero) uint16
 //	4  length uint32  bytes of the body that follows
@@ -62,7 +77,8 @@ const getHeaderLen = 40
 //	8  status int64   ucs.Status: 0, then the data follows; an error, then nothing
 const getRepHeaderLen = 16
 
-// ackBodyLen is the length of an acknowledgement body.
+// ackBodyLen is the length of an acknowledgement body, and of that of a
+// frameIfaceClose.
 const ackBodyLen = 8
 
 // maxPutLen is the largest put, in data bytes: Put.MaxZcopy.
@@ -116,9 +132,13 @@ func decodeFrameHeader(b []byte, allowed uint32, maxAM int) (frameHeader, error)
 		if h.len != ackBodyLen {
 			return bad("acknowledgement of %d bytes", h.len)
 		}
-	case frameFlush:
+	case frameFlush, frameEPClose, frameAlive:
 		if h.len != 0 {
-			return bad("acknowledgement request of %d bytes", h.len)
+			return bad("frame of type %d with %d bytes", h.typ, h.len)
+		}
+	case frameIfaceClose:
+		if h.len != ackBodyLen {
+			return bad("close of %d bytes", h.len)
 		}
 	case frameGet:
 		if h.len != getHeaderLen {

@@ -91,12 +91,13 @@ func FuzzFrameHeaderDecode(f *testing.F) {
 		typ, id uint8
 		n       int
 	}{{frameAM, 0, 0}, {frameAM, uct.AMMaxID - 1, DefaultRxSegSize}, {framePut, 0, putHeaderLen},
-		{framePut, 0, putHeaderLen + maxPutLen}, {frameAck, 0, ackBodyLen}, {frameFlush, 0, 0}, {9, 0, 0},
-		{frameGet, 0, getHeaderLen}, {frameGetRep, 0, getRepHeaderLen + 8}} {
+		{framePut, 0, putHeaderLen + maxPutLen}, {frameAck, 0, ackBodyLen}, {frameFlush, 0, 0}, {31, 0, 0},
+		{frameGet, 0, getHeaderLen}, {frameGetRep, 0, getRepHeaderLen + 8}, {frameEPClose, 0, 0},
+		{frameIfaceClose, 0, ackBodyLen}, {frameAlive, 0, 0}} {
 		b := make([]byte, frameHeaderLen)
 		putFrameHeader(b, h.typ, h.id, h.n)
-		f.Add(b, uint32(1<<frameAM|1<<framePut|1<<frameFlush|1<<frameGet))
-		f.Add(b, uint32(1<<frameAck|1<<frameGetRep))
+		f.Add(b, clientToServer)
+		f.Add(b, serverToClient)
 	}
 	f.Add([]byte{1, 2, 3}, uint32(0xffffffff))
 	f.Fuzz(func(t *testing.T, b []byte, allowed uint32) {
@@ -116,13 +117,15 @@ func FuzzFrameHeaderDecode(f *testing.F) {
 			t.Fatalf("accepted put of %d bytes", h.len)
 		case h.typ == frameAck && (h.id != 0 || h.len != ackBodyLen):
 			t.Fatalf("accepted ack of %d bytes", h.len)
-		case h.typ == frameFlush && (h.id != 0 || h.len != 0):
-			t.Fatalf("accepted acknowledgement request of %d bytes", h.len)
+		case (h.typ == frameFlush || h.typ == frameEPClose || h.typ == frameAlive) && (h.id != 0 || h.len != 0):
+			t.Fatalf("accepted frame of type %d with %d bytes", h.typ, h.len)
+		case h.typ == frameIfaceClose && (h.id != 0 || h.len != ackBodyLen):
+			t.Fatalf("accepted iface close of %d bytes", h.len)
 		case h.typ == frameGet && (h.id != 0 || h.len != getHeaderLen):
 			t.Fatalf("accepted get of %d bytes", h.len)
 		case h.typ == frameGetRep && (h.id != 0 || h.len < getRepHeaderLen || h.len > getRepHeaderLen+maxPutLen):
 			t.Fatalf("accepted get reply of %d bytes", h.len)
-		case h.typ != frameAM && h.typ != framePut && h.typ != frameAck && h.typ != frameFlush && h.typ != frameGet && h.typ != frameGetRep:
+		case h.typ < frameAM || h.typ > frameAlive:
 			t.Fatalf("accepted type %d", h.typ)
 		}
 		e := make([]byte, frameHeaderLen)

@@ -3,6 +3,7 @@ package tcp
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -126,14 +127,16 @@ func (e *EP) postGet(g *getOp, raddr, rkey uint64) ucs.Status {
 }
 
 // epReader is the frameHandler of an EP's connection: it takes the
-// peer's acknowledgements and get replies.
+// peer's acknowledgements, get replies, heartbeats and goodbye.
 type epReader struct {
-	e   *EP
-	g   *getOp // the get whose reply is being read
-	id  uint64 // its id
-	st  ucs.Status
-	buf []byte // bcopy: the reply's data, for g.unpack
-	one [1][]byte
+	e     *EP
+	reads uint64    // the stream's reads at the last tick (alive.go)
+	heard time.Time // when they last changed
+	g     *getOp    // the get whose reply is being read
+	id    uint64    // its id
+	st    ucs.Status
+	buf   []byte // bcopy: the reply's data, for g.unpack
+	one   [1][]byte
 }
 
 // begin takes an acknowledgement, or the header of a get reply and
@@ -141,8 +144,13 @@ type epReader struct {
 // than asked, is a protocol error.
 func (r *epReader) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 	e := r.e
-	if h.typ == frameAck {
+	switch h.typ {
+	case frameAck:
 		return nil, e.acknowledged(binary.LittleEndian.Uint64(fixed))
+	case frameAlive:
+		return nil, nil // it was read: that is all it is for
+	case frameIfaceClose:
+		return nil, &ifaceClosedError{processed: binary.LittleEndian.Uint64(fixed)}
 	}
 	id := binary.LittleEndian.Uint64(fixed)
 	v := int64(binary.LittleEndian.Uint64(fixed[8:]))

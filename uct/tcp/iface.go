@@ -1,9 +1,9 @@
 package tcp
 
 import (
+	"container/list"
 	"crypto/subtle"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -99,8 +98,15 @@ type Iface struct {
 	failed     []*EP
 	eps        map[*EP]struct{}
 	epIDs      map[uint64]*EP // EPs created unconnected, by id
-	conns      map[net.Conn]struct{}
+	// conns are the accepted connections, with their receiving side once
+	// authenticated (nil before).
+	conns map[net.Conn]*rxConn
+	// handshakes are the accepted connections still authenticating,
+	// oldest first (accept.go).
+	handshakes list.List
 	closed     bool
+
+	warn ifaceWarnings // the warnings a peer or a stranger can cause at any rate
 }
 
 // IfaceOpen opens a tcp iface on the device params.DevName: it listens on
@@ -140,8 +146,9 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		bw:      deviceBandwidth(ifi),
 		eps:     make(map[*EP]struct{}),
 		epIDs:   make(map[uint64]*EP),
-		conns:   make(map[net.Conn]struct{}),
+		conns:   make(map[net.Conn]*rxConn),
 		poll:    openPollSet(),
+		warn:    newIfaceWarnings(ln.Addr()),
 	}
 	i.rxCond.L = &i.mu
 	i.errHandler, i.errHandlerArg = params.ErrHandler, params.ErrHandlerArg
@@ -369,7 +376,7 @@ func (i *Iface) deliver() int {
 		switch {
 		case h == nil:
 			i.tracer.Trace(uct.AMTraceRecvDrop, m.id, m.data)
-			logf("dropped active message %d (%d bytes): no handler", m.id, len(m.data))
+			i.warn.dropped.Logf("dropped active message %d (%d bytes): no handler", m.id, len(m.data))
 			putBuf(m.data)
 		default:
 			i.tracer.Trace(uct.AMTraceRecv, m.id, m.data)
@@ -394,7 +401,7 @@ func (i *Iface) takeDoneFlushesLocked(comps []compEvent) []compEvent {
 		}
 		st := ucs.OK
 		for _, t := range w.targets {
-			if s := t.ep.status(); s.IsErr() {
+			if s := t.ep.status(); s.IsErr() && t.ep.acked.Load() < t.issued {
 				st = s
 				break
 			}
@@ -469,108 +476,6 @@ func (*Iface) WakeupFD() (int, error) {
 	return -1, fmt.Errorf("uct/tcp: wakeup fd: %w", ucs.ErrUnsupported)
 }
 
-// Close closes the listener, every accepted connection and every EP of the
-// iface (their outstanding operations fail with ucs.ErrCanceled), waits for
-// the iface's goroutines to end, and unregisters Progress from the worker.
-// Queued messages are dropped.
-func (i *Iface) Close() {
-	i.mu.Lock()
-	if i.closed {
-		i.mu.Unlock()
-		return
-	}
-	i.closed = true
-	eps := make([]*EP, 0, len(i.eps))
-	for e := range i.eps {
-		eps = append(eps, e)
-	}
-	conns := make([]net.Conn, 0, len(i.conns))
-	for c := range i.conns {
-		conns = append(conns, c)
-	}
-	i.rxCond.Broadcast()
-	i.mu.Unlock()
-	// Closing a connection waits for its reader to leave the socket,
-	// which one waiting for room in the receive queue does only once it
-	// sees closed, under i.mu: the connections are closed without it.
-	for _, c := range conns {
-		c.Close()
-	}
-	i.ln.Close()
-	for _, e := range eps {
-		e.fail(ucs.ErrCanceled, nil)
-	}
-	i.wg.Wait()
-	if i.worker != nil {
-		i.worker.ProgressUnregister(i.progID)
-	}
-	i.progMu.Lock() // no Progress polls the set any more
-	i.poll.close()
-	i.progMu.Unlock()
-	i.mu.Lock()
-	for _, m := range i.rxq[i.rxHead:] {
-		putBuf(m.data)
-	}
-	i.rxq, i.rxHead, i.rxBytes = nil, 0, 0
-	i.mu.Unlock()
-}
-
-// accept accepts connections until the listener is closed.
-func (i *Iface) accept() {
-	defer i.wg.Done()
-	for {
-		c, err := i.ln.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				logf("iface %s: accept: %v", i.ln.Addr(), err)
-			}
-			return
-		}
-		i.mu.Lock()
-		if i.closed {
-			i.mu.Unlock()
-			c.Close()
-			return
-		}
-		i.conns[c] = struct{}{}
-		i.wg.Add(1)
-		i.mu.Unlock()
-		go i.serve(c)
-	}
-}
-
-// serve authenticates an accepted connection and then applies its frames
-// until it ends.
-func (i *Iface) serve(c net.Conn) {
-	defer i.wg.Done()
-	defer func() {
-		c.Close()
-		i.mu.Lock()
-		delete(i.conns, c)
-		i.mu.Unlock()
-	}()
-	from := c.RemoteAddr()
-	epID, err := serverHandshakeEP(c, i.cfg.key, i.id, time.Now().Add(i.cfg.connTimeout), i.checkEP)
-	if err == nil && epID != 0 {
-		err = i.bindEP(epID)
-	}
-	if err != nil {
-		if !i.isClosed() {
-			logf("iface %s: refused a connection from %v: %v", i.ln.Addr(), from, err)
-		}
-		return
-	}
-	s := &rxConn{iface: i, conn: c}
-	in, err := newInStream(i, c.(*net.TCPConn), s, 1<<frameAM|1<<framePut|1<<frameFlush|1<<frameGet, i.cfg.rxSegSize, 64<<10)
-	if err == nil {
-		s.in = in
-		err = in.run()
-	}
-	if err != nil && !i.isClosed() {
-		logf("iface %s: closed the connection from %v: %v", i.ln.Addr(), from, err)
-	}
-}
-
 func (i *Iface) isClosed() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -594,6 +499,7 @@ type rxConn struct {
 	acked     uint64 // the count last acknowledged
 	ackDue    bool   // the client asked for an acknowledgement
 	wrote     bool   // puts were applied since the worker was last signalled
+	sent      bool   // something was written to the client since the last tick
 	ack       [frameHeaderLen + ackBodyLen]byte
 	getRep    [frameHeaderLen + getRepHeaderLen]byte
 	repBuf    []byte // a small get reply
@@ -650,6 +556,8 @@ func (s *rxConn) end(progress bool) error {
 		if err := s.serveGet(s.get); err != nil {
 			return fmt.Errorf("answering a get: %w", err)
 		}
+	case frameEPClose:
+		return errEPClosed
 	}
 	s.processed++
 	return nil
@@ -717,7 +625,17 @@ func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) error {
 		}
 		i.mu.Lock()
 		if i.rxBytes >= i.cfg.rxQueueLen && !i.closed {
+			stop := s.beatWhileWaiting()
 			i.rxCond.Wait()
+			stop()
+			i.mu.Unlock()
+			// The goroutine waits for the program: it beats meanwhile, so
+			// that the client does not take a busy process for a dead one.
+			if err := s.tick(0); err != nil {
+				putBuf(data)
+				return err
+			}
+			i.mu.Lock()
 		}
 	}
 	if i.closed {
@@ -739,8 +657,7 @@ func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) error {
 func (i *Iface) target(p putHeader, n uint64, from net.Conn) *region {
 	r, why := i.md.access(p.key, p.token, p.raddr, n)
 	if r == nil {
-		logf("iface %s: rejected a put of %d bytes to %#x (key %#x) from %v: %s",
-			i.ln.Addr(), n, p.raddr, p.key, from.RemoteAddr(), why)
+		i.warn.rejected.Logf("rejected a put of %d bytes to %#x (key %#x) from %v: %s", n, p.raddr, p.key, from.RemoteAddr(), why)
 	}
 	return r
 }
@@ -753,8 +670,7 @@ func (s *rxConn) serveGet(g getHeader) error {
 	binary.LittleEndian.PutUint64(h[frameHeaderLen:], g.id)
 	r, why := s.iface.md.access(g.key, g.token, g.raddr, g.length)
 	if r == nil {
-		logf("iface %s: rejected a get of %d bytes at %#x (key %#x) from %v: %s",
-			s.iface.ln.Addr(), g.length, g.raddr, g.key, s.conn.RemoteAddr(), why)
+		s.iface.warn.rejected.Logf("rejected a get of %d bytes at %#x (key %#x) from %v: %s", g.length, g.raddr, g.key, s.conn.RemoteAddr(), why)
 		putFrameHeader(h, frameGetRep, 0, getRepHeaderLen)
 		st := int64(ucs.ErrInvalidAddr)
 		binary.LittleEndian.PutUint64(h[frameHeaderLen+8:], uint64(st))
@@ -782,6 +698,7 @@ func (s *rxConn) serveGet(g getHeader) error {
 // and otherwise waiting (through Go's poller) for room. Only the stream's
 // reader writes, under the stream's lock.
 func (s *rxConn) write(b []byte) error {
+	s.sent = true
 	n, err := writeNB(s.in.fd, b)
 	switch {
 	case err == nil && n == len(b):

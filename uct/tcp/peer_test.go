@@ -9,9 +9,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -20,10 +23,20 @@ import (
 
 // The two-process tests re-execute the test binary as a peer process
 // (TestPeerProcess with childEnv set to the job key), which registers a
-// region and opens an iface on the loopback, prints the packed key and its
-// addresses on stdout, and then answers "read OFFSET LENGTH" lines on stdin
-// with the hex bytes of its region, until stdin is closed.
-const childEnv = "GOSHMEM_TCP_TEST_PEER"
+// region and opens an iface (on the loopback, or the device childDevEnv
+// names, configured with the NAME=value settings, separated by spaces, of
+// childConfigEnv), installs a synchronous handler for active message 1
+// (which nothing progresses: its receive queue fills), prints the packed
+// key and its addresses on stdout, and then answers commands on stdin
+// until stdin is closed, when it closes its iface and exits:
+//
+//	read OFFSET LENGTH  the hex bytes of its region
+//	spin MILLISECONDS   keeps every processor busy that long, then "done"
+const (
+	childEnv       = "GOSHMEM_TCP_TEST_PEER"
+	childDevEnv    = "GOSHMEM_TCP_TEST_PEER_DEV"
+	childConfigEnv = "GOSHMEM_TCP_TEST_PEER_CONFIG"
+)
 
 // childRegionSize is the size of the peer's region.
 const childRegionSize = 1 << 20
@@ -57,16 +70,36 @@ func runPeer(key string) error {
 	}
 	cfg := ucs.ReadConfig("GOSHMEM_TCP_TEST_UNSET_", ifaceConfigTable)
 	cfg.Modify("KEY", key)
-	iface, err := md.IfaceOpen(nil, &uct.IfaceParams{DevName: "lo"}, cfg)
+	for _, kv := range strings.Fields(os.Getenv(childConfigEnv)) {
+		name, value, _ := strings.Cut(kv, "=")
+		if err := cfg.Modify(name, value); err != nil {
+			return err
+		}
+	}
+	dev := os.Getenv(childDevEnv)
+	if dev == "" {
+		dev = "lo"
+	}
+	iface, err := md.IfaceOpen(nil, &uct.IfaceParams{DevName: dev}, cfg)
 	if err != nil {
 		return err
 	}
 	defer iface.Close()
+	iface.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
 	fmt.Printf("%x %x %x\n", packed, iface.Address(), iface.DeviceAddress())
 	r := h.(*Memh).r
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		var off, n int
+		switch {
+		case strings.HasPrefix(in.Text(), "spin "):
+			if _, err := fmt.Sscanf(in.Text(), "spin %d", &n); err != nil {
+				return fmt.Errorf("command %q: %w", in.Text(), err)
+			}
+			spin(time.Duration(n) * time.Millisecond)
+			fmt.Println("done")
+			continue
+		}
 		if _, err := fmt.Sscanf(in.Text(), "read %d %d", &off, &n); err != nil {
 			return fmt.Errorf("command %q: %w", in.Text(), err)
 		}
@@ -75,6 +108,25 @@ func runPeer(key string) error {
 		r.mu.Unlock()
 	}
 	return in.Err()
+}
+
+// spin keeps every processor of the process busy for d, calling nothing:
+// a program that computes.
+func spin(d time.Duration) {
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for x := 0; time.Now().Before(end); x++ {
+				for range 1000 {
+					x = x*31 + 7
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // peer is the parent's view of a peer process.
@@ -95,8 +147,16 @@ type peer struct {
 func startPeer(tb testing.TB, key string) *peer {
 	tb.Helper()
 	loopbackDev(tb)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerProcess$")
-	cmd.Env = append(os.Environ(), childEnv+"="+key)
+	return startPeerCmd(tb, exec.Command(os.Args[0], "-test.run=^TestPeerProcess$"), key)
+}
+
+// startPeerCmd starts cmd, which runs TestPeerProcess of this binary (in a
+// namespace, say), as a peer process with the job key, and the iface
+// settings (NAME=value) when given; cmd.Env is added to this process's
+// environment.
+func startPeerCmd(tb testing.TB, cmd *exec.Cmd, key string, settings ...string) *peer {
+	tb.Helper()
+	cmd.Env = append(append(os.Environ(), cmd.Env...), childEnv+"="+key, childConfigEnv+"="+strings.Join(settings, " "))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -150,6 +210,17 @@ func (p *peer) read(off, n int) []byte {
 		p.tb.Fatal(err)
 	}
 	return b
+}
+
+// spin has the peer compute for d, calling nothing, and waits for it.
+func (p *peer) spin(d time.Duration) {
+	p.tb.Helper()
+	if _, err := fmt.Fprintf(p.stdin, "spin %d\n", d.Milliseconds()); err != nil {
+		p.tb.Fatal(err)
+	}
+	if line, err := p.stdout.ReadString('\n'); err != nil || line != "done\n" {
+		p.tb.Fatalf("peer answered %q, %v to spin", line, err)
+	}
 }
 
 // kill ends the peer with SIGKILL.

@@ -1,12 +1,15 @@
 package tcp
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,7 +36,10 @@ import (
 // Progress took it first; Progress may stop after a short read, as its
 // level-triggered set reports what is left. The goroutine alone ends the
 // stream: a reader that finds an error or the end records it, and the
-// goroutine returns it.
+// goroutine returns it (Progress wakes it through a read deadline in the
+// past). The goroutine also wakes every tick to let the handler check
+// its peer's liveness (see alive.go), and returns errKicked when the
+// stream's owner kicks it to close the connection in order (close.go).
 
 // frameHandler applies the frames an inStream reads.
 type frameHandler interface {
@@ -49,6 +55,11 @@ type frameHandler interface {
 	// caughtUp is called when every frame read so far was applied (the
 	// socket may have more).
 	caughtUp() error
+	// tick is called by the goroutine every tick of the stream, after it
+	// read what there was, with the number of reads that returned bytes
+	// so far; it may write (the socket is the stream's fd). An error ends
+	// the stream.
+	tick(reads uint64) error
 }
 
 // fixedLen returns the length of the fixed part of the body of a frame of
@@ -57,7 +68,7 @@ func fixedLen(typ uint8) int {
 	switch typ {
 	case framePut:
 		return putHeaderLen
-	case frameAck:
+	case frameAck, frameIfaceClose:
 		return ackBodyLen
 	case frameGet:
 		return getHeaderLen
@@ -74,6 +85,7 @@ const directRead = 4 << 10
 // inStream reads the frames of one connection; see the top of the file.
 type inStream struct {
 	iface   *Iface
+	conn    *net.TCPConn
 	raw     syscall.RawConn
 	h       frameHandler
 	allowed uint32 // frame types accepted, 1<<type
@@ -81,38 +93,47 @@ type inStream struct {
 	pollID  int32  // key in the iface's poll table (poll.go)
 	readFn  func(fd uintptr) bool
 	pollFn  func(fd uintptr)
+	tickFn  func(fd uintptr)
+	every   time.Duration // the tick; 0: none
+	kicked  atomic.Bool   // the owner asked the goroutine to stop
 
 	mu      sync.Mutex // one reader at a time; guards the fields below
 	buf     []byte
 	r, w    int  // buf[r:w] is read and not consumed yet
 	inFrame bool // begin was called, end not yet
 	dst     [][]byte
-	left    int   // body bytes of the frame still to read
-	fd      int   // the socket, while a reader holds mu
-	drained bool  // the last read into buf was short: the socket had no more
-	frames  int   // frames ended by the current reader
-	err     error // the stream ended: io.EOF, or why
+	left    int    // body bytes of the frame still to read
+	fd      int    // the socket, while a reader holds mu
+	drained bool   // the last read into buf was short: the socket had no more
+	frames  int    // frames ended by the current reader
+	reads   uint64 // reads that returned bytes
+	err     error  // the stream ended: io.EOF, or why
 }
 
+// errKicked is what run returns when the stream's owner kicked it.
+var errKicked = errors.New("stopped by its owner")
+
 // newInStream returns a stream reading c for h, with a buffer of bufLen
-// bytes.
-func newInStream(i *Iface, c *net.TCPConn, h frameHandler, allowed uint32, maxAM, bufLen int) (*inStream, error) {
+// bytes, whose goroutine ticks every every (0: never).
+func newInStream(i *Iface, c *net.TCPConn, h frameHandler, allowed uint32, maxAM, bufLen int, every time.Duration) (*inStream, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	s := &inStream{iface: i, raw: raw, h: h, allowed: allowed, maxAM: maxAM, buf: make([]byte, bufLen)}
+	s := &inStream{iface: i, conn: c, raw: raw, h: h, allowed: allowed, maxAM: maxAM, buf: make([]byte, bufLen), every: every, fd: -1}
 	s.readFn = s.readable
 	s.pollFn = s.polled
+	s.tickFn = s.ticked
 	return s, nil
 }
 
 // run reads the stream from its goroutine until it ends, and returns nil
-// at a clean end (the peer closed the connection between frames) or why
-// it ended. It removes the stream from the iface's poll set first.
+// at a clean end (the peer closed the connection between frames),
+// errKicked when its owner kicked it, or why it ended. It removes the
+// stream from the iface's poll set first.
 func (s *inStream) run() error {
 	s.iface.pollAdd(s)
-	err := s.raw.Read(s.readFn)
+	err := s.loop()
 	s.iface.pollRemove(s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -127,6 +148,57 @@ func (s *inStream) run() error {
 		return nil
 	}
 	return s.err
+}
+
+// loop waits for the socket and reads it until the stream ends or is
+// kicked, ticking every s.every.
+func (s *inStream) loop() error {
+	for {
+		if s.every > 0 {
+			s.conn.SetReadDeadline(time.Now().Add(s.every))
+		}
+		// After the deadline is set: a kick sets kicked, then a deadline
+		// in the past, and one of the two is seen.
+		if s.kicked.Load() {
+			return errKicked
+		}
+		err := s.raw.Read(s.readFn)
+		switch {
+		case err == nil:
+			return nil // s.err says why
+		case s.kicked.Load():
+			return errKicked
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			return err
+		}
+		// A tick, or Progress ended the stream and woke the goroutine.
+		if s.raw.Control(s.tickFn) != nil {
+			return net.ErrClosed
+		}
+	}
+}
+
+// ticked reads what came (a deadline may fire with bytes waiting) and
+// calls the handler's tick; it runs from the goroutine.
+func (s *inStream) ticked(fd uintptr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pump(int(fd), false)
+	if s.err != nil {
+		return
+	}
+	s.fd = int(fd)
+	if err := s.h.tick(s.reads); err != nil {
+		s.fail(err)
+	}
+	s.fd = -1
+}
+
+// kick makes the goroutine stop reading and return errKicked (for an
+// orderly close, which its owner then does).
+func (s *inStream) kick() {
+	s.kicked.Store(true)
+	s.conn.SetReadDeadline(time.Unix(1, 0))
 }
 
 // readable is the function of run's RawConn.Read: it reads what there is
@@ -151,6 +223,11 @@ func (s *inStream) poll() int {
 	s.frames = 0
 	if s.raw.Control(s.pollFn) != nil && s.err == nil {
 		s.err = net.ErrClosed
+	}
+	if s.err != nil {
+		// The goroutine waits for the socket, which may stay quiet: wake
+		// it to end the stream.
+		s.conn.SetReadDeadline(time.Unix(1, 0))
 	}
 	return s.frames
 }
@@ -313,6 +390,7 @@ func (s *inStream) readDone(n int, err error) bool {
 		s.fail(io.EOF)
 		return false
 	}
+	s.reads++
 	return true
 }
 

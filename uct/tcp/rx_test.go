@@ -43,8 +43,9 @@ func (r *recorder) end(bool) error {
 	return nil
 }
 
-func (r *recorder) abort(error)     { r.aborted++ }
-func (r *recorder) caughtUp() error { r.caught++; return nil }
+func (r *recorder) abort(error)       { r.aborted++ }
+func (r *recorder) caughtUp() error   { r.caught++; return nil }
+func (r *recorder) tick(uint64) error { return nil }
 
 func frameBytes(typ uint8, fixed, body string) []byte {
 	b := make([]byte, frameHeaderLen, frameHeaderLen+len(fixed)+len(body))

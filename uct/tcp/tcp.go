@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -41,6 +42,41 @@ func SetLogger(l *log.Logger) {
 }
 
 func logf(format string, args ...any) { logger.Load().Printf(format, args...) }
+
+// ifaceWarnings are an iface's warnings that a peer or a stranger can
+// cause at any rate, each kind through its own limiter.
+type ifaceWarnings struct {
+	refused  *ucs.LogLimiter // connections refused or dropped before authentication
+	rejected *ucs.LogLimiter // puts and gets that name no registered memory
+	closed   *ucs.LogLimiter // connections closed for a bad frame, or ended without a goodbye
+	dropped  *ucs.LogLimiter // active messages without a handler
+}
+
+// The limiters write warnBurst lines of each kind per warnInterval.
+const (
+	warnBurst    = 10
+	warnInterval = time.Minute
+)
+
+// newIfaceWarnings returns the limiters of the iface listening on addr,
+// whose lines they begin with "iface ADDR: ".
+func newIfaceWarnings(addr net.Addr) ifaceWarnings {
+	prefix := "iface " + addr.String() + ": "
+	warnf := func(format string, args ...any) { logf(prefix+format, args...) }
+	return ifaceWarnings{
+		refused:  ucs.NewLogLimiter("refused connections", warnBurst, warnInterval, warnf),
+		rejected: ucs.NewLogLimiter("rejected puts and gets", warnBurst, warnInterval, warnf),
+		closed:   ucs.NewLogLimiter("connections closed for a bad frame or ended without a goodbye", warnBurst, warnInterval, warnf),
+		dropped:  ucs.NewLogLimiter("dropped active messages", warnBurst, warnInterval, warnf),
+	}
+}
+
+// flush writes the summaries the limiters hold back (at Close).
+func (w *ifaceWarnings) flush() {
+	for _, l := range []*ucs.LogLimiter{w.refused, w.rejected, w.closed, w.dropped} {
+		l.Flush()
+	}
+}
 
 // randomID returns a random non-zero 64-bit value.
 func randomID() uint64 {

@@ -123,6 +123,8 @@ func TestConfig(t *testing.T) {
 	for _, s := range []string{
 		"KEY=not base64!", "KEY=c2hvcnQ=", "CONN_TIMEOUT=soon", "CONN_TIMEOUT=0",
 		"SEG_SIZE=1", "SEG_SIZE=1m", "RX_SEG_SIZE=1g", "TX_QUEUE_LEN=0", "MAX_POLL=x",
+		"HANDSHAKE_TIMEOUT=0", "HANDSHAKE_TIMEOUT=soon", "MAX_HANDSHAKES=0", "PEER_TIMEOUT=10ms",
+		"PEER_TIMEOUT=soon", "KEEPIDLE=10ms", "KEEPINTVL=x", "KEEPCNT=0", "KEEPCNT=200",
 	} {
 		_, err := md.IfaceOpen(nil, &uct.IfaceParams{DevName: dev}, testConfig(t, s))
 		if !errors.Is(err, ucs.ErrInvalidParam) {
@@ -135,6 +137,47 @@ func TestConfig(t *testing.T) {
 	i := openIface(t, md, nil, "SEG_SIZE=1k", "RX_SEG_SIZE=2k")
 	if ia, _ := i.Query(); ia.AM.MaxBcopy != 1024 || ia.AM.MaxZcopy != 2048 || ia.Put.MaxBcopy != 1024 {
 		t.Errorf("limits %+v after UCX_TCP_SEG_SIZE=1k UCX_TCP_RX_SEG_SIZE=2k", ia)
+	}
+}
+
+// TestLivenessConfig checks where the peer timeout comes from
+// (UCX_TCP_PEER_TIMEOUT, else GOSHMEM_FAILURE_TIMEOUT, else 10s) and what
+// it sets: the heartbeat and check periods and the kernel's keepalive,
+// which KEEPIDLE, KEEPINTVL and KEEPCNT override.
+func TestLivenessConfig(t *testing.T) {
+	tests := []struct {
+		env      string // GOSHMEM_FAILURE_TIMEOUT
+		settings []string
+		peer     time.Duration
+		idle     time.Duration
+		intvl    time.Duration
+		cnt      int
+	}{
+		{"", nil, DefaultPeerTimeout, 5 * time.Second, time.Second, 5},
+		{"3s", nil, 3 * time.Second, 1500 * time.Millisecond, 300 * time.Millisecond, 5},
+		{"3s", []string{"PEER_TIMEOUT=20s"}, 20 * time.Second, 10 * time.Second, 2 * time.Second, 5},
+		{"", []string{"PEER_TIMEOUT=inf"}, 0, 0, 0, 0},
+		{"", []string{"KEEPIDLE=7s", "KEEPINTVL=auto", "KEEPCNT=3"}, DefaultPeerTimeout, 7 * time.Second, time.Second, 3},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q %q", tt.env, tt.settings), func(t *testing.T) {
+			t.Setenv(EnvFailureTimeout, tt.env)
+			c, err := parseConfig(testConfig(t, tt.settings...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.peerTimeout != tt.peer || c.keepIdle != tt.idle || c.keepIntvl != tt.intvl || c.keepCnt != tt.cnt {
+				t.Errorf("peer timeout %v, keepalive %v %v %d; want %v, %v %v %d",
+					c.peerTimeout, c.keepIdle, c.keepIntvl, c.keepCnt, tt.peer, tt.idle, tt.intvl, tt.cnt)
+			}
+			if c.beatEvery() != tt.peer/5 || c.checkEvery() != tt.peer/10 {
+				t.Errorf("beat every %v, check every %v", c.beatEvery(), c.checkEvery())
+			}
+		})
+	}
+	t.Setenv(EnvFailureTimeout, "soon")
+	if _, err := parseConfig(testConfig(t)); !errors.Is(err, ucs.ErrInvalidParam) || !strings.Contains(err.Error(), EnvFailureTimeout) {
+		t.Errorf("a bad %s: err = %v, want ErrInvalidParam naming it", EnvFailureTimeout, err)
 	}
 }
 
@@ -746,12 +789,13 @@ func TestPendingPurge(t *testing.T) {
 // TestRejectedPuts checks that puts with a wrong token, an unknown or
 // deregistered key, or a range outside the region leave the target's
 // memory untouched, are logged, and still flush; and that gets with such
-// keys complete with ucs.ErrInvalidAddr and are logged.
+// keys complete with ucs.ErrInvalidAddr and are logged. Each case has a
+// target iface of its own: an iface logs only the first few rejections
+// of a minute (see TestRejectionFlood).
 func TestRejectedPuts(t *testing.T) {
 	logs := captureLog(t)
 	md := testMD(t)
-	a, b := openIface(t, md, nil), openIface(t, md, nil)
-	ep := connect(t, a, b)
+	a := openIface(t, md, nil)
 	target := register(t, md, 4096)
 	dead := register(t, md, 64)
 	deadKey := dead.key
@@ -787,6 +831,8 @@ func TestRejectedPuts(t *testing.T) {
 	}{"key of another MD", foreign.key, foreign.base(), 8, "unknown key"})
 
 	for _, tt := range tests {
+		b := openIface(t, md, nil)
+		ep := connect(t, a, b)
 		for _, kind := range putKinds {
 			t.Run(tt.name+"/"+kind.name, func(t *testing.T) {
 				rk, err := (&Component{}).RkeyUnpack(tt.key)
@@ -840,16 +886,19 @@ func TestRejectedPuts(t *testing.T) {
 				}
 			})
 		}
-	}
-	// The connection survives rejected puts.
-	if st := ep.PutShort([]byte{1, 2, 3}, target.base(), target.rkey.Rkey); st != ucs.OK {
-		t.Fatal(st)
-	}
-	if st := flush(t, ep, b); st != ucs.OK {
-		t.Fatal(st)
-	}
-	if got := target.snapshot(); !bytes.Equal(got[:3], []byte{1, 2, 3}) {
-		t.Errorf("valid put after rejected ones: %x", got[:3])
+		if got, want := b.warn.rejected.Count(), uint64(len(putKinds)+2); got != want {
+			t.Errorf("%s: %d rejections counted, want %d", tt.name, got, want)
+		}
+		// The connection survives rejected puts.
+		if st := ep.PutShort([]byte{1, 2, 3}, target.base(), target.rkey.Rkey); st != ucs.OK {
+			t.Fatal(st)
+		}
+		if st := flush(t, ep, b); st != ucs.OK {
+			t.Fatal(st)
+		}
+		if got := target.snapshot(); !bytes.Equal(got[:3], []byte{1, 2, 3}) {
+			t.Errorf("%s: valid put after rejected ones: %x", tt.name, got[:3])
+		}
 	}
 }
 
@@ -925,7 +974,8 @@ func TestMalformedFrame(t *testing.T) {
 		name  string
 		frame []byte
 	}{
-		{"unknown type", hdr(9, 0, 0)},
+		{"unknown type", hdr(31, 0, 0)},
+		{"heartbeat from a client", hdr(frameAlive, 0, 0)},
 		{"ack from a client", append(hdr(frameAck, 0, 8), make([]byte, 8)...)},
 		{"AM id too large", append(hdr(frameAM, uct.AMMaxID, 8), make([]byte, 8)...)},
 		{"AM too long", hdr(frameAM, 1, DefaultRxSegSize+1)},

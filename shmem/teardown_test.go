@@ -1,0 +1,53 @@
+package shmem_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/goshmem/goshmem/internal/petest"
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// TestTeardownQuiet checks that a normal teardown over tcp is no failure:
+// contexts that each PE creates, uses against every other PE and destroys
+// on its own (no barrier: its peers may still use theirs), and then
+// Finalize, print nothing about the transport (no "connection reset", no
+// failed endpoint, no connection ended without a goodbye) on any PE.
+func TestTeardownQuiet(t *testing.T) {
+	petest.RunWith(t, petest.Options{
+		Name: "tcp",
+		NPs:  []int{2, 4},
+		Env:  []string{"UCX_TLS=tcp,self"},
+		Check: func(t *testing.T, output string) {
+			for _, line := range strings.Split(output, "\n") {
+				if strings.Contains(line, "uct/tcp:") || strings.Contains(line, "ucp:") || strings.Contains(strings.ToLower(line), "connection reset") {
+					t.Errorf("a normal teardown printed: %s", line)
+				}
+			}
+		},
+	}, func(t *testing.T) {
+		if err := shmem.Init(); err != nil {
+			t.Fatalf("Init: %v", err)
+		}
+		defer shmem.Finalize()
+		defer petest.ExitIfFailed(t)
+		me, n := shmem.MyPE(), shmem.NPEs()
+		words := calloc[int64](t, n)
+		for round := range 5 {
+			ctx, err := shmem.CtxCreate(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for pe := range n {
+				shmem.CtxP(ctx, &words[me], int64(round), pe)
+				shmem.CtxAtomicAdd(ctx, &words[me], 1, pe)
+				if got := shmem.CtxG(ctx, &words[me], pe); got < int64(round) {
+					t.Errorf("round %d: PE %d has %d", round, pe, got)
+				}
+			}
+			ctx.Destroy()
+		}
+		shmem.BarrierAll()
+		shmem.Free(words)
+	})
+}

@@ -1,0 +1,176 @@
+package tcp
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// closedByPeer reports whether the server closed c: a read ends with EOF
+// (or a reset) instead of waiting. It waits for at most a minute, a guard.
+func closedByPeer(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	_, err := c.Read(make([]byte, 1))
+	return err != nil && !isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// TestHandshakeCap opens more idle connections than MAX_HANDSHAKES allows
+// to authenticate at once: the iface keeps the newest and closes the
+// older, logging a few of them, and a client with the key still connects.
+func TestHandshakeCap(t *testing.T) {
+	logs := captureLog(t)
+	const max, n = 4, 40
+	md := testMD(t)
+	b := openIface(t, md, nil, "MAX_HANDSHAKES=4", "HANDSHAKE_TIMEOUT=1m")
+	conns := make([]net.Conn, n)
+	for k := range conns {
+		c, err := net.Dial("tcp", b.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[k] = c
+	}
+	// The oldest were closed, the newest wait.
+	for k, c := range conns[:n-max] {
+		if !closedByPeer(c) {
+			t.Fatalf("connection %d of %d still open, with %d allowed to authenticate", k, n, max)
+		}
+	}
+	progressUntil(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.handshakes.Len() == max
+	})
+	b.mu.Lock()
+	waiting := map[string]bool{}
+	for el := b.handshakes.Front(); el != nil; el = el.Next() {
+		waiting[el.Value.(*handshaking).conn.RemoteAddr().String()] = true
+	}
+	b.mu.Unlock()
+	for k, c := range conns[n-max:] {
+		if !waiting[c.LocalAddr().String()] {
+			t.Errorf("connection %d, among the %d newest, is not the one waiting", n-max+k, max)
+		}
+	}
+	// A client with the key gets through (closing one more idle one).
+	a := openIface(t, md, nil)
+	ep := connect(t, a, b)
+	if st := ep.AMShort(1, 0, nil); st != ucs.OK {
+		t.Fatal(st)
+	}
+	if got := b.warn.refused.Count(); got != n-max+1 {
+		t.Errorf("%d refusals counted, want %d", got, n-max+1)
+	}
+	if got := strings.Count(logs.String(), "\n"); got > warnBurst {
+		t.Errorf("%d lines logged for %d refusals, want at most %d:\n%s", got, n-max+1, warnBurst, logs)
+	}
+}
+
+// TestHandshakeTimeout checks that a connection that says nothing is
+// closed after HANDSHAKE_TIMEOUT, however long CONN_TIMEOUT is.
+func TestHandshakeTimeout(t *testing.T) {
+	captureLog(t)
+	b := openIface(t, testMD(t), nil, "HANDSHAKE_TIMEOUT=50ms", "CONN_TIMEOUT=1h")
+	c, err := net.Dial("tcp", b.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !closedByPeer(c) {
+		t.Error("an idle connection was not closed within a minute, with UCX_TCP_HANDSHAKE_TIMEOUT=50ms")
+	}
+}
+
+// TestRefusalFlood connects many times without the key (a wrong MAC, or
+// garbage): each is refused, and the log says so a few times and then
+// counts, instead of writing a line for each.
+func TestRefusalFlood(t *testing.T) {
+	logs := captureLog(t)
+	const n = 300
+	b := openIface(t, testMD(t), nil)
+	wrongKey := deriveKey([]byte("not the job key, not the job key"))
+	for k := range n {
+		c, err := net.Dial("tcp", b.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k%2 == 0 {
+			if err := clientHandshake(c, wrongKey, b.id, time.Now().Add(time.Minute)); err == nil {
+				t.Fatal("handshake with the wrong key succeeded")
+			}
+		} else {
+			c.Write(bytes.Repeat([]byte("garbage!"), 8))
+			io.Copy(io.Discard, c) // until the iface closes it
+		}
+		c.Close()
+	}
+	progressUntil(t, func() bool { return b.warn.refused.Count() == n })
+	b.Close()
+	s := logs.String()
+	if got := strings.Count(s, "refused a connection"); got != warnBurst {
+		t.Errorf("%d refusals logged of %d, want %d", got, n, warnBurst)
+	}
+	if !strings.Contains(s, "290 more refused connections not logged") {
+		t.Errorf("the log has no summary of the %d refusals not logged:\n%s", n-warnBurst, s)
+	}
+}
+
+// TestRejectionFlood sends a stream of puts and gets outside registered
+// memory on an authenticated connection, as a peer with the key but a bug
+// could: each is dropped or refused, the connection stays usable, and the
+// log says so a few times and then counts.
+func TestRejectionFlood(t *testing.T) {
+	logs := captureLog(t)
+	const n = 1000
+	md := testMD(t)
+	b := openIface(t, md, nil)
+	var seen atomic.Int32
+	b.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { seen.Add(1); return ucs.OK }, nil, uct.CBFlagAsync)
+	c := rawClient(t, b)
+	go io.Copy(io.Discard, c) // the refused gets' replies
+	put := make([]byte, frameHeaderLen+putHeaderLen+8)
+	putFrameHeader(put, framePut, 0, putHeaderLen+8)
+	(&putHeader{key: 12345, token: 1, raddr: 4096}).encode(put[frameHeaderLen:])
+	get := make([]byte, frameHeaderLen+getHeaderLen)
+	putFrameHeader(get, frameGet, 0, getHeaderLen)
+	(&getHeader{key: 12345, token: 1, raddr: 4096, length: 8, id: 1}).encode(get[frameHeaderLen:])
+	var stream []byte
+	for k := range n {
+		if k%2 == 0 {
+			stream = append(stream, put...)
+		} else {
+			stream = append(stream, get...)
+		}
+	}
+	am := make([]byte, frameHeaderLen+8)
+	putFrameHeader(am, frameAM, 1, 8)
+	stream = append(stream, am...)
+	if _, err := c.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	progressUntil(t, func() bool { return seen.Load() == 1 }, b)
+	if got := b.warn.rejected.Count(); got != n {
+		t.Errorf("%d rejections counted, want %d", got, n)
+	}
+	b.warn.flush()
+	s := logs.String()
+	if got := strings.Count(s, "rejected a"); got != warnBurst {
+		t.Errorf("%d rejections logged of %d, want %d", got, n, warnBurst)
+	}
+	if !strings.Contains(s, "990 more rejected puts and gets not logged") {
+		t.Errorf("the log has no summary of the rejections not logged:\n%s", s)
+	}
+}
