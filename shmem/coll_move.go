@@ -27,6 +27,8 @@ func broadcast(routine string, t *Team, dest, source []byte, root int) error {
 	if err != nil {
 		return err
 	}
+	t.beginColl(routine)
+	defer t.endColl()
 	if root < 0 || root >= t.npes {
 		return argErr(routine, "root %d is not a PE of %v (valid: 0..%d)", root, t, t.npes-1)
 	}
@@ -72,6 +74,8 @@ func collect(routine string, t *Team, dest, source []byte, size int, fixed bool)
 	if err != nil {
 		return err
 	}
+	t.beginColl(routine)
+	defer t.endColl()
 	n, v, b := t.npes, t.me, len(source)
 	if fixed && len(dest)/n < b {
 		return argErr(routine, "dest has %d elements, fewer than the %d of %d PEs' %d", len(dest)/size, n*b/size, n, b/size)
@@ -156,6 +160,8 @@ func alltoall(routine string, t *Team, dest, source []byte, size int) error {
 	if err != nil {
 		return err
 	}
+	t.beginColl(routine)
+	defer t.endColl()
 	n, v := t.npes, t.me
 	if len(source)%(n*size) != 0 {
 		return argErr(routine, "source has %d elements, not a multiple of the %d PEs of %v", len(source)/size, n, t)
@@ -199,6 +205,8 @@ func alltoalls(routine string, t *Team, dest, source []byte, dst, sst, nelems, s
 	if err != nil {
 		return err
 	}
+	t.beginColl(routine)
+	defer t.endColl()
 	n, v := t.npes, t.me
 	switch {
 	case dst < 1 || sst < 1:

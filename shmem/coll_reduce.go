@@ -37,6 +37,8 @@ func reduce[T RMA](routine string, t *Team, dest, source []T, combine func(d, s 
 	if err != nil {
 		return err
 	}
+	t.beginColl(routine)
+	defer t.endColl()
 	nr := len(source)
 	if len(dest) < nr {
 		return argErr(routine, "dest has %d elements, fewer than the %d of source", len(dest), nr)

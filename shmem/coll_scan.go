@@ -40,6 +40,8 @@ func scan[T Arith](routine string, t *Team, dest, source []T, exclusive bool) er
 	if err != nil {
 		return err
 	}
+	t.beginColl(routine)
+	defer t.endColl()
 	nr := len(source)
 	if len(dest) < nr {
 		return argErr(routine, "dest has %d elements, fewer than the %d of source", len(dest), nr)

@@ -92,7 +92,10 @@ func (c *stagedCall) publish(b []byte, off uintptr) bool {
 	}
 	// Plain stores and a release store: an atomic store would wait, each
 	// time, until this CPU owns the cache line that the readers spin on.
-	hdr[1], hdr[2] = uint64(len(b)), uint64(off)
+	// The length's top byte is the kind of the collective, which the
+	// readers check (stall.go).
+	_, kind, _ := splitCollWord(atomic.LoadUint64(c.cs.team.collWord()))
+	hdr[1], hdr[2] = uint64(len(b))|kind<<56, uint64(off)
 	ucs.StoreRelease(&hdr[0], c.s)
 	return fits
 }
@@ -103,7 +106,11 @@ func (c *stagedCall) from(j int) []byte {
 	pe := c.cs.team.members[j]
 	hdr := (*[3]uint64)(unsafe.Add(st.peers[pe].base, c.slot))
 	waitGE(&hdr[0], c.s)
-	n, off := int(atomic.LoadUint64(&hdr[1])), uintptr(atomic.LoadUint64(&hdr[2]))
+	h1, off := atomic.LoadUint64(&hdr[1]), uintptr(atomic.LoadUint64(&hdr[2]))
+	n := int(h1 & (1<<56 - 1))
+	if _, kind, _ := splitCollWord(atomic.LoadUint64(c.cs.team.collWord())); h1>>56 != kind {
+		c.cs.team.stagedMismatch(j, h1>>56)
+	}
 	if n <= stageData {
 		off = c.slot + stageHeader
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"unsafe"
@@ -108,16 +107,7 @@ func describeCalls(recs []teamRecord) string {
 	}
 	parts := make([]string, len(order))
 	for i, d := range order {
-		list := pes[d]
-		who := "PE " + strconv.Itoa(list[0])
-		if len(list) > 1 {
-			strs := make([]string, len(list))
-			for j, pe := range list {
-				strs[j] = strconv.Itoa(pe)
-			}
-			who = "PEs " + strings.Join(strs, ", ")
-		}
-		parts[i] = who + ": " + d
+		parts[i] = describePEs(pes[d]) + ": " + d
 	}
 	return strings.Join(parts, "; ") + " (every PE must make the same allocation calls in the same order)"
 }

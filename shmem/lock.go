@@ -1,6 +1,8 @@
 package shmem
 
 import (
+	"context"
+	"fmt"
 	"sync/atomic"
 	"unsafe"
 )
@@ -60,10 +62,33 @@ func SetLock(lock *int64) {
 	// Queue behind prev; the fetch makes sure prev has it before this PE
 	// waits.
 	amoFetching(&defaultCtx, "SetLock", node, int(prev-1), amoAdd, me<<1, 0)
-	var w waiter
+	w := waiter{what: "SetLock"}
 	for atomic.LoadUint32(node)&lockHandOver == 0 {
 		w.pause()
 	}
+	w.done()
+}
+
+// SetLockContext acquires the distributed lock *lock as SetLock does, or
+// gives up when ctx is done, returning an error that wraps ctx.Err() and
+// holding nothing. Unlike SetLock it does not join the lock's queue (a
+// queued PE cannot leave it): it takes the lock when it finds it free, as
+// TestLock, and so may come after PEs that asked with SetLock later.
+func SetLockContext(ctx context.Context, lock *int64) error {
+	lockWords("SetLockContext", lock)
+	w := waiter{what: "SetLockContext"}
+	defer w.done()
+	for !TestLock(lock) {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("shmem.SetLockContext: %w", err)
+		}
+		// TestLock is a round trip to the lock's home PE: pause between
+		// tries, ever longer, up to a few hundred.
+		for range min(1+w.n/16, 256) {
+			w.pause()
+		}
+	}
+	return nil
 }
 
 // ClearLock releases the distributed lock *lock, which this PE holds
@@ -79,12 +104,13 @@ func ClearLock(lock *int64) {
 	}
 	// A PE swapped itself in behind this one: wait until it has written
 	// its number into this PE's node, then hand the lock over.
-	var w waiter
+	w := waiter{what: "ClearLock"}
 	next := atomic.LoadUint32(node) >> 1
 	for next == 0 {
 		w.pause()
 		next = atomic.LoadUint32(node) >> 1
 	}
+	w.done()
 	amoFetching(&defaultCtx, "ClearLock", node, int(next-1), amoAdd, lockHandOver, 0)
 }
 

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -77,8 +78,14 @@ func allocKey(call, bytes, align, off int, hints MallocHints, ok bool) uint64 {
 func checkedAllocBarrier(routine string, call, bytes, align, off int, hints MallocHints, ok bool) error {
 	Quiet()
 	st.allocCalls++
-	if st.barrier.syncChecked(routine, allocKey(call, bytes, align, off, hints, ok)) {
+	teamWorld.beginColl(routine)
+	defer teamWorld.endColl()
+	coll := atomic.LoadUint64(teamWorld.collWord())
+	if teamWorld.syncKey(routine, allocKey(call, bytes, align, off, hints, ok)^coll) {
 		return nil
+	}
+	if !teamWorld.collAgree(routine) {
+		teamWorld.collMismatch(routine)
 	}
 	rec := teamRecord{0, recAlloc, uint64(call), uint64(bytes), uint64(align), uint64(off), uint64(hints)<<1 | b2u(ok), st.allocCalls}
 	recs := TeamWorld.exchange(routine, rec)

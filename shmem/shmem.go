@@ -326,11 +326,16 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 		resetState()
 		return err
 	}
+	if err := startStallReports(); err != nil {
+		resetState()
+		return err
+	}
 	st.env = env
 	threadLevel = level
 	failuresEnd.Store(true)
 	st.inited, st.inits = true, 1
 	if err := m.Barrier(); err != nil {
+		stopStallReports()
 		resetState()
 		return fmt.Errorf("initial barrier: %w", err)
 	}
@@ -451,7 +456,7 @@ func Finalize() {
 	// barrier below does not progress it: pass the job's barrier first,
 	// which progresses while it waits and which every PE enters only once
 	// its own operations are complete.
-	st.barrier.sync()
+	teamWorld.sync("Finalize")
 	m := st.member
 	failuresEnd.Store(false)
 	if err := m.Barrier(); err != nil {
@@ -464,6 +469,7 @@ func Finalize() {
 	if err := m.Finalize(); err != nil {
 		fmt.Fprintf(os.Stderr, "goshmem: PE %d: finalize: %v\n", st.me, err)
 	}
+	stopStallReports()
 	resetState()
 }
 

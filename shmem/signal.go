@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -167,10 +168,33 @@ func SignalFetch(sig *uint64) uint64 {
 func SignalWaitUntil(sig *uint64, cmp Cmp, v uint64) uint64 {
 	checkPoint("SignalWaitUntil", sig)
 	checkCmp("SignalWaitUntil", cmp)
-	var w waiter
+	w := waiter{what: "SignalWaitUntil"}
 	for {
 		if x := atomic.LoadUint64(sig); compare(x, cmp, v) {
+			w.done()
 			return x
+		}
+		w.pause()
+	}
+}
+
+// SignalWaitUntilContext is SignalWaitUntil that gives up when ctx is
+// done, returning an error that wraps ctx.Err() (and the value it saw
+// last).
+func SignalWaitUntilContext(ctx context.Context, sig *uint64, cmp Cmp, v uint64) (uint64, error) {
+	checkPoint("SignalWaitUntilContext", sig)
+	checkCmp("SignalWaitUntilContext", cmp)
+	w := waiter{what: "SignalWaitUntilContext"}
+	defer w.done()
+	for {
+		x := atomic.LoadUint64(sig)
+		if compare(x, cmp, v) {
+			return x, nil
+		}
+		if w.n%ctxPolls == 0 {
+			if err := ctx.Err(); err != nil {
+				return x, fmt.Errorf("shmem.SignalWaitUntilContext: %w", err)
+			}
 		}
 		w.pause()
 	}

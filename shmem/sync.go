@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -83,14 +84,18 @@ func Fence() {
 // (shmem_barrier_all).
 func BarrierAll() {
 	Quiet()
-	st.barrier.sync()
+	teamWorld.beginColl("BarrierAll")
+	teamWorld.sync("BarrierAll")
+	teamWorld.endColl()
 }
 
 // SyncAll waits until every PE has called it, without completing
 // outstanding operations (shmem_sync_all).
 func SyncAll() {
 	mustInit("SyncAll")
-	st.barrier.sync()
+	teamWorld.beginColl("SyncAll")
+	teamWorld.sync("SyncAll")
+	teamWorld.endColl()
 }
 
 // barrierState is a dissemination barrier over the symmetric heap: in round
@@ -132,22 +137,9 @@ func (b *barrierState) init() error {
 	b.off = uintptr(off)
 	// The central barrier's minimum words start above every key.
 	for par := range 2 {
-		*b.keyWord(b.rounds+1, par, 0) = math.MaxUint64
+		*(*uint64)(st.heap.At(off + (b.rounds+1)*counterStride + 8*(1+2*par))) = math.MaxUint64
 	}
 	return nil
-}
-
-// A checked barrier (syncChecked) carries the least and the greatest key
-// that the PEs passed, in the cache line of each counter after the counter
-// word: at words 1 and 2 for barriers of even number, 3 and 4 for odd
-// ones. Two sets suffice: no PE can write the words of barrier e+2 into a
-// PE's line before that PE has left barrier e, since it cannot leave
-// barrier e+1 before that PE has entered it.
-
-// keyWord returns this PE's word of the key minimum (i 0) or maximum (i 1)
-// of barriers of parity par in counter line line.
-func (b *barrierState) keyWord(line, par, i int) *uint64 {
-	return (*uint64)(st.heap.At(int(b.off) + line*counterStride + 8*(1+2*par+i)))
 }
 
 // chooseCentral decides, the same way on every PE, whether barriers are
@@ -174,12 +166,12 @@ func (b *barrierState) chooseCentral() error {
 	return nil
 }
 
-// syncCentral is the centralized barrier; with checked, every PE also
-// folds key into the minimum and maximum words of PE 0's release line, and
-// it returns whether they are equal after the barrier. The last PE to
-// arrive resets the words of the next barrier (every PE has read those of
-// the previous one: it arrived at this one) before it releases the others.
-func (b *barrierState) syncCentral(checked bool, key uint64) bool {
+// syncCentral is the centralized barrier: every PE also folds key into
+// the minimum and maximum words of PE 0's release line, and it returns
+// whether they are equal after the barrier. The last PE to arrive resets
+// the words of the next barrier (every PE has read those of the previous
+// one: it arrived at this one) before it releases the others.
+func (b *barrierState) syncCentral(key uint64) bool {
 	root := st.peers[0].base
 	line := func(l int) unsafe.Pointer { return unsafe.Add(root, b.off+uintptr(l*counterStride)) }
 	arrive := (*uint64)(line(b.rounds))
@@ -187,10 +179,8 @@ func (b *barrierState) syncCentral(checked bool, key uint64) bool {
 	par := int(b.epoch & 1)
 	lo := (*uint64)(unsafe.Add(line(b.rounds+1), 8*(1+2*par)))
 	hi := (*uint64)(unsafe.Add(line(b.rounds+1), 8*(2+2*par)))
-	if checked {
-		foldMin(lo, key)
-		foldMax(hi, key)
-	}
+	foldMin(lo, key)
+	foldMax(hi, key)
 	if atomic.AddUint64(arrive, 1) == b.epoch*uint64(st.npes) {
 		atomic.StoreUint64((*uint64)(unsafe.Add(line(b.rounds+1), 8*(1+2*(par^1)))), math.MaxUint64)
 		atomic.StoreUint64((*uint64)(unsafe.Add(line(b.rounds+1), 8*(2+2*(par^1)))), 0)
@@ -198,7 +188,7 @@ func (b *barrierState) syncCentral(checked bool, key uint64) bool {
 	} else {
 		waitGE(release, b.epoch)
 	}
-	return !checked || atomic.LoadUint64(lo) == atomic.LoadUint64(hi)
+	return atomic.LoadUint64(lo) == atomic.LoadUint64(hi)
 }
 
 // foldMin and foldMax lower or raise *p to v, atomically.
@@ -212,48 +202,53 @@ func foldMax(p *uint64, v uint64) {
 	}
 }
 
-func (b *barrierState) sync() {
+// sync is the job's barrier. Every PE passes a key, and sync reports
+// whether all passed the same one; see disseminate.
+func (b *barrierState) sync(routine string, key uint64) bool {
 	b.epoch++
 	if b.central {
-		b.syncCentral(false, 0)
-		return
+		return b.syncCentral(key)
 	}
-	for k, dist := 0, 1; k < b.rounds; k, dist = k+1, dist<<1 {
-		off := b.off + uintptr(k*counterStride)
-		signalRound("BarrierAll", (st.me+dist)%st.npes, off, b.epoch)
-		waitGE((*uint64)(st.heap.At(int(off))), b.epoch)
-	}
+	return disseminate(routine, teamWorld.members, st.me, b.off, b.epoch, key)
 }
 
-// syncChecked is sync that also tells whether every PE passed the same
-// key: the least and the greatest key travel with the barrier's signals,
-// each PE folding in what it receives (in round k of the dissemination a
-// PE has heard of 2^(k+1) PEs; after the last, of all), so the check costs
-// two words per signal and no extra round. On one node they are stored
-// before the release store of the counter; over the network they are put
-// before the counter's add, behind a fence.
-func (b *barrierState) syncChecked(routine string, key uint64) bool {
-	b.epoch++
-	if b.central {
-		return b.syncCentral(true, key)
-	}
-	par := int(b.epoch & 1)
+// disseminate is a dissemination barrier over the job's PEs members (the
+// PEs of a team, in its order; me is this PE's place), whose round k
+// counter is the first word of the cache line at heap offset
+// off0+k*counterStride on every PE: in round k, PE i brings the round-k
+// counter of PE (i+2^k) mod n to epoch (a release store in a mapped heap,
+// an add of one over the network) and waits until its own counter reaches
+// it. Counters only grow, so back-to-back barriers need no reset.
+//
+// The least and the greatest key of the PEs travel with the signals, and
+// disseminate reports whether they are equal: in round k each PE folds in
+// what it received, having then heard of 2^(k+1) PEs, and after the last
+// round of all. They take words 1 and 2 of the counter's line for even
+// epochs, 3 and 4 for odd ones: no PE can write those of barrier e+2 into
+// a PE's line before that PE has left barrier e, since it cannot leave
+// barrier e+1 before that PE entered it. On one node the two words are
+// stored before the counter's release store, in the line the signal
+// brings anyway; over the network they are put before the counter's add,
+// behind a fence.
+func disseminate(routine string, members []int, me int, off0 uintptr, epoch, key uint64) bool {
+	n := len(members)
+	par := uintptr(epoch & 1)
 	lo, hi := key, key
-	for k, dist := 0, 1; k < b.rounds; k, dist = k+1, dist<<1 {
-		off := b.off + uintptr(k*counterStride)
-		keys := off + uintptr(8*(1+2*par))
-		pe := (st.me + dist) % st.npes
+	for k, dist := 0, 1; dist < n; k, dist = k+1, dist<<1 {
+		off := off0 + uintptr(k)*counterStride
+		keys := off + 8*(1+2*par)
+		pe := members[(me+dist)%n]
 		if q := &st.peers[pe]; q.base != nil {
 			atomic.StoreUint64((*uint64)(unsafe.Add(q.base, keys)), lo)
 			atomic.StoreUint64((*uint64)(unsafe.Add(q.base, keys+8)), hi)
-			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), b.epoch)
+			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), epoch)
 		} else {
 			v := [2]uint64{lo, hi}
 			defaultCtx.putSignalSlow(routine, pe, keys, unsafe.Slice((*byte)(unsafe.Pointer(&v)), 16), off, amoAdd, 1, false)
 		}
-		waitGE((*uint64)(st.heap.At(int(off))), b.epoch)
-		lo = min(lo, atomic.LoadUint64(b.keyWord(k, par, 0)))
-		hi = max(hi, atomic.LoadUint64(b.keyWord(k, par, 1)))
+		waitGE((*uint64)(st.heap.At(int(off))), epoch)
+		lo = min(lo, atomic.LoadUint64((*uint64)(st.heap.At(int(keys)))))
+		hi = max(hi, atomic.LoadUint64((*uint64)(st.heap.At(int(keys+8)))))
 	}
 	return lo == hi
 }
@@ -271,12 +266,13 @@ func signalRound(routine string, pe int, off uintptr, epoch uint64) {
 	defaultCtx.amoSlow(routine, pe, off, 8, amoAdd, 1, 0, amoPost, nil)
 }
 
-// waitGE waits until *p >= v.
+// waitGE waits until *p >= v, in a collective.
 func waitGE(p *uint64, v uint64) {
 	var w waiter
 	for atomic.LoadUint64(p) < v {
 		w.pause()
 	}
+	w.done()
 }
 
 // waiter paces a wait loop: it spins on the loads for a few microseconds
@@ -284,7 +280,24 @@ func waitGE(p *uint64, v uint64) {
 // worker's progress now and then, and then also yields the processor. On a
 // node with more PEs than cores the peer that must answer may not be running
 // at all, so there it yields almost at once.
-type waiter struct{ n int }
+//
+// A wait that lasts also serves the stall checks and reports (stall.go):
+// what names the routine of a point-to-point wait ("" in a collective),
+// and every stallPolls pauses past the spin budget the waiter calls slow.
+// A wait loop calls done when it ends.
+type waiter struct {
+	n        int
+	what     string
+	entry    *waitEntry    // the registered slow wait
+	next     time.Duration // when to check for a mismatch next
+	reported bool          // GOSHMEM_STALL_REPORT has reported it
+}
+
+// stallPolls is how many pauses past the spin budget a waiter makes
+// between two looks at the clock: each of those pauses yields the
+// processor or sleeps, so a clock reading among 64 costs nothing
+// measurable.
+const stallPolls = 64
 
 // Spin budgets, in loads, before a waiter starts yielding.
 const (
@@ -298,6 +311,9 @@ func (w *waiter) pause() {
 		st.worker.Progress()
 	}
 	if w.n > st.spin {
+		if (w.n-st.spin)%stallPolls == 0 {
+			w.slow()
+		}
 		if st.netPoll {
 			// Progress reads the sockets (see ucp.Worker.Idle): it runs
 			// at every pause, and Idle yields, or sleeps when nothing

@@ -37,9 +37,13 @@ type Team struct {
 	off     uintptr // heap offset of those words
 	epoch   uint64  // syncs done
 	xseq    uint64  // record exchanges done
-	config  TeamConfig
-	mask    TeamConfigMask
-	name    string
+	collSeq uint64  // collective calls made (stall.go)
+	// cur is the collective this PE is in or was in last on the team
+	// (call number << 8 | kind), for the stall reports.
+	cur    atomic.Uint64
+	config TeamConfig
+	mask   TeamConfigMask
+	name   string
 	// predefined: TeamWorld or TeamShared, which cannot be destroyed.
 	predefined bool
 	destroyed  bool
@@ -130,14 +134,18 @@ func resetTeams() {
 	teamWorld = Team{me: -1, npes: -1, name: "TeamWorld", predefined: true}
 	teamShared = Team{me: -1, npes: -1, name: "TeamShared", predefined: true}
 	teamPool.off, teamPool.slotSize, teamPool.used, teamPool.held, teamPool.cursor = 0, 0, 0, 0, 0
+	for i := range teamsBySlot {
+		teamsBySlot[i].Store(nil)
+	}
 }
 
 // teamSlotSize is the size of a slot of the team pool: a record line, the
-// counter lines of a dissemination barrier over every PE, then the
-// collectives' words (coll.go).
+// counter lines of a dissemination barrier over every PE, the collectives'
+// words (coll.go), and a line for the word that tells which collective
+// this PE is in (stall.go).
 func teamSlotSize() uintptr {
 	rounds := bits.Len(uint(st.npes - 1))
-	return uintptr(1+rounds)*counterStride + collAreaSize()
+	return uintptr(1+rounds)*counterStride + collAreaSize() + counterStride
 }
 
 // initTeams reserves the team pool and sets up TeamWorld and TeamShared.
@@ -168,6 +176,8 @@ func initTeams() error {
 	me := sort.SearchInts(shared, st.me)
 	teamShared = Team{me: me, npes: len(shared), members: shared, slot: slotShared,
 		off: teamPool.off + slotShared*slotSize, name: "TeamShared", predefined: true}
+	teamsBySlot[slotWorld].Store(&teamWorld)
+	teamsBySlot[slotShared].Store(&teamShared)
 	return nil
 }
 
@@ -280,26 +290,31 @@ func (t *Team) check(routine string) {
 // for a nil or destroyed team.
 func (t *Team) Sync() {
 	t.check("(*Team).Sync")
+	t.beginColl("(*Team).Sync")
 	t.sync("(*Team).Sync")
+	t.endColl()
 }
 
-// sync is a dissemination barrier over the team's members on the counter
-// lines of its slot (TeamWorld uses the job's barrier): in round k, the
-// team's PE i brings the round-k counter of its PE (i+2^k) mod n to the
-// sync's number (a release store in a mapped heap, an add of one over the
-// network, as in barrierState) and waits until its own counter reaches
-// it. Counters only grow, so consecutive syncs need no reset.
+// sync is a barrier of the team: a dissemination over its members on the
+// counter lines of its slot (disseminate), or the job's barrier for
+// TeamWorld. The PEs' keys are their collective words (stall.go), so a PE
+// in another collective of the team than the others is found here, by
+// every PE of the team at once, and each panics naming every PE's call
+// (collMismatch).
 func (t *Team) sync(routine string) {
+	if !t.syncKey(routine, atomic.LoadUint64(t.collWord())) {
+		t.collMismatch(routine)
+	}
+}
+
+// syncKey is a barrier of the team that reports whether every PE passed
+// the same key.
+func (t *Team) syncKey(routine string, key uint64) bool {
 	if t == &teamWorld {
-		st.barrier.sync()
-		return
+		return st.barrier.sync(routine, key)
 	}
 	t.epoch++
-	for k, dist := 0, 1; dist < t.npes; k, dist = k+1, dist<<1 {
-		off := t.off + uintptr(1+k)*counterStride
-		signalRound(routine, t.members[(t.me+dist)%t.npes], off, t.epoch)
-		waitGE((*uint64)(st.heap.At(int(off))), t.epoch)
-	}
+	return disseminate(routine, t.members, t.me, t.off+counterStride, t.epoch, key)
 }
 
 // teamRecord is what a PE publishes in an exchange of a team collective:
@@ -358,6 +373,8 @@ func (t *Team) exchange(routine string, rec teamRecord) []teamRecord {
 // collides with a concurrent split of another parent, every PE gives the
 // slots back and the exchange starts over.
 func (t *Team) split(routine string, kind uint64, args [3]int, ok bool, nslots int) ([]int, error) {
+	t.beginColl(routine)
+	defer t.endColl()
 	for {
 		slots, err := t.proposeSlots(routine, kind, args, ok, nslots)
 		if err != nil {
@@ -451,6 +468,7 @@ func (t *Team) proposeSlots(routine string, kind uint64, args [3]int, ok bool, n
 // one (see teamPool).
 func claimSlots(slots []int, parent int) bool {
 	var w waiter
+	defer w.done()
 	teamPool.mu.Lock()
 	defer teamPool.mu.Unlock()
 	for {
@@ -536,8 +554,10 @@ func newTeam(parent *Team, parentPEs []int, slot int, config TeamConfig, mask Te
 	teamPool.used |= 1 << slot
 	teamPool.held &^= 1 << slot
 	teamPool.mu.Unlock()
-	return &Team{me: me, npes: len(members), members: members, slot: slot, off: off,
+	t := &Team{me: me, npes: len(members), members: members, slot: slot, off: off,
 		config: config, mask: mask, name: name}
+	teamsBySlot[slot].Store(t)
+	return t
 }
 
 // configOK reports whether a split's configuration is acceptable.
@@ -735,8 +755,11 @@ func (t *Team) Destroy() {
 		// Every PE of the team made the same staged calls; once all are
 		// here, none reads this PE's slots any more, and a later team may
 		// clear them.
+		t.beginColl("(*Team).Destroy")
 		t.sync("(*Team).Destroy")
+		t.endColl()
 	}
+	teamsBySlot[t.slot].CompareAndSwap(t, nil)
 	teamPool.mu.Lock()
 	teamPool.used &^= 1 << t.slot
 	teamPool.mu.Unlock()

@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -148,8 +149,8 @@ func testSome[T Point](ivars []T, indices, status []int, cmp Cmp, v T, values []
 	return n, some
 }
 
-func waitAll[T Point](ivars []T, status []int, cmp Cmp, v T, values []T) {
-	var w waiter
+func waitAll[T Point](routine string, ivars []T, status []int, cmp Cmp, v T, values []T) {
+	w := waiter{what: routine}
 	// Elements are waited for in order: one that satisfied the condition
 	// once is not waited for again.
 	for i := range ivars {
@@ -157,10 +158,12 @@ func waitAll[T Point](ivars []T, status []int, cmp Cmp, v T, values []T) {
 			w.pause()
 		}
 	}
+	w.done()
 }
 
-func waitAny[T Point](ivars []T, status []int, cmp Cmp, v T, values []T) int {
-	var w waiter
+func waitAny[T Point](routine string, ivars []T, status []int, cmp Cmp, v T, values []T) int {
+	w := waiter{what: routine}
+	defer w.done()
 	for {
 		i, some := testAny(ivars, status, cmp, v, values)
 		if i >= 0 || !some {
@@ -170,8 +173,9 @@ func waitAny[T Point](ivars []T, status []int, cmp Cmp, v T, values []T) int {
 	}
 }
 
-func waitSome[T Point](ivars []T, indices, status []int, cmp Cmp, v T, values []T) int {
-	var w waiter
+func waitSome[T Point](routine string, ivars []T, indices, status []int, cmp Cmp, v T, values []T) int {
+	w := waiter{what: routine}
+	defer w.done()
 	for {
 		n, some := testSome(ivars, indices, status, cmp, v, values)
 		if n > 0 || !some {
@@ -186,10 +190,33 @@ func waitSome[T Point](ivars []T, indices, status []int, cmp Cmp, v T, values []
 func WaitUntil[T Point](ivar *T, cmp Cmp, v T) {
 	checkPoint("WaitUntil", ivar)
 	checkCmp("WaitUntil", cmp)
-	var w waiter
+	w := waiter{what: "WaitUntil"}
 	for !compare(loadPoint(ivar), cmp, v) {
 		w.pause()
 	}
+	w.done()
+}
+
+// ctxPolls is how often, in pauses, the waits with a context.Context look
+// at it.
+const ctxPolls = 64
+
+// WaitUntilContext is WaitUntil that gives up when ctx is done, returning
+// an error that wraps ctx.Err(); it returns nil once *ivar compares to v.
+func WaitUntilContext[T Point](ctx context.Context, ivar *T, cmp Cmp, v T) error {
+	checkPoint("WaitUntilContext", ivar)
+	checkCmp("WaitUntilContext", cmp)
+	w := waiter{what: "WaitUntilContext"}
+	defer w.done()
+	for !compare(loadPoint(ivar), cmp, v) {
+		if w.n%ctxPolls == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("shmem.WaitUntilContext: %w", err)
+			}
+		}
+		w.pause()
+	}
+	return nil
 }
 
 // WaitUntilAll waits until every element of the symmetric array ivars that
@@ -204,7 +231,7 @@ func WaitUntil[T Point](ivar *T, cmp Cmp, v T) {
 // ivars outside the symmetric heap, an invalid cmp) panic.
 func WaitUntilAll[T Point](ivars []T, status []int, cmp Cmp, v T) {
 	checkPoints("WaitUntilAll", ivars, status, cmp, nil)
-	waitAll(ivars, status, cmp, v, nil)
+	waitAll("WaitUntilAll", ivars, status, cmp, v, nil)
 }
 
 // WaitUntilAny waits until an element of the symmetric array ivars that
@@ -213,7 +240,7 @@ func WaitUntilAll[T Point](ivars []T, status []int, cmp Cmp, v T) {
 // once when ivars is empty or every element is excluded.
 func WaitUntilAny[T Point](ivars []T, status []int, cmp Cmp, v T) int {
 	checkPoints("WaitUntilAny", ivars, status, cmp, nil)
-	return waitAny(ivars, status, cmp, v, nil)
+	return waitAny("WaitUntilAny", ivars, status, cmp, v, nil)
 }
 
 // WaitUntilSome waits until at least one element of the symmetric array
@@ -225,7 +252,7 @@ func WaitUntilAny[T Point](ivars []T, status []int, cmp Cmp, v T) int {
 func WaitUntilSome[T Point](ivars []T, indices []int, status []int, cmp Cmp, v T) int {
 	checkPoints("WaitUntilSome", ivars, status, cmp, nil)
 	checkIndices("WaitUntilSome", indices, len(ivars))
-	return waitSome(ivars, indices, status, cmp, v, nil)
+	return waitSome("WaitUntilSome", ivars, indices, status, cmp, v, nil)
 }
 
 // WaitUntilAllVector is WaitUntilAll with a value per element: ivars[i] is
@@ -234,7 +261,7 @@ func WaitUntilSome[T Point](ivars []T, indices []int, status []int, cmp Cmp, v T
 func WaitUntilAllVector[T Point](ivars []T, status []int, cmp Cmp, cmpValues []T) {
 	checkPoints("WaitUntilAllVector", ivars, status, cmp, nonNil(cmpValues))
 	var z T
-	waitAll(ivars, status, cmp, z, nonNil(cmpValues))
+	waitAll("WaitUntilAllVector", ivars, status, cmp, z, nonNil(cmpValues))
 }
 
 // WaitUntilAnyVector is WaitUntilAny with a value per element
@@ -242,7 +269,7 @@ func WaitUntilAllVector[T Point](ivars []T, status []int, cmp Cmp, cmpValues []T
 func WaitUntilAnyVector[T Point](ivars []T, status []int, cmp Cmp, cmpValues []T) int {
 	checkPoints("WaitUntilAnyVector", ivars, status, cmp, nonNil(cmpValues))
 	var z T
-	return waitAny(ivars, status, cmp, z, nonNil(cmpValues))
+	return waitAny("WaitUntilAnyVector", ivars, status, cmp, z, nonNil(cmpValues))
 }
 
 // WaitUntilSomeVector is WaitUntilSome with a value per element
@@ -251,7 +278,7 @@ func WaitUntilSomeVector[T Point](ivars []T, indices []int, status []int, cmp Cm
 	checkPoints("WaitUntilSomeVector", ivars, status, cmp, nonNil(cmpValues))
 	checkIndices("WaitUntilSomeVector", indices, len(ivars))
 	var z T
-	return waitSome(ivars, indices, status, cmp, z, nonNil(cmpValues))
+	return waitSome("WaitUntilSomeVector", ivars, indices, status, cmp, z, nonNil(cmpValues))
 }
 
 // nonNil makes a nil slice of values an empty one, so that it is told

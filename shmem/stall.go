@@ -1,0 +1,409 @@
+package shmem
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// Hangs that explain themselves.
+//
+// Every collective call on a team counts: the PE publishes, in a word of
+// the team's slot, the number of its latest collective on the team and its
+// kind (collWord). A PE whose wait in the library lasts (stallCheckAfter
+// and then ever more rarely) reads the words of the teams it is in a
+// collective of: a member in the same call number but another routine is
+// a mismatch, a programming error that would hang the job forever. The PE
+// then reports it, naming both calls, waits a little so that the other PEs
+// of the team report it too, and panics.
+//
+// Stall reports say where a PE waits: the routine, the team, and the PEs
+// it waits for (those of the team that have not reached its call). A PE
+// prints one on its standard error when it gets SIGUSR2 (goshmem-run sends
+// it to every PE when it gets SIGQUIT), and, with GOSHMEM_STALL_REPORT set
+// to a duration (goshmem-run --stall-report), once for every wait that
+// lasts longer than that.
+
+// stallCheckAfter is how long a wait lasts before the PE first looks for a
+// collective mismatch; it then looks again after twice as long, and so
+// on, up to stallCheckMax apart.
+const (
+	stallCheckAfter = 500 * time.Millisecond
+	stallCheckMax   = 30 * time.Second
+	// mismatchGrace is how long a PE that found a mismatch waits before
+	// it panics, so that the others find it too.
+	mismatchGrace = 2 * time.Second
+)
+
+// collKinds numbers the collective routines for the team words; a
+// routine missing here is numbered after them.
+var collKinds = []string{"", "BarrierAll", "SyncAll", "(*Team).Sync", "(*Team).Destroy",
+	"Broadcast", "BroadcastMem", "Collect", "CollectMem", "FCollect", "FCollectMem",
+	"Alltoall", "AlltoallMem", "Alltoalls", "AlltoallsMem",
+	"SumReduce", "ProdReduce", "MinReduce", "MaxReduce", "AndReduce", "OrReduce", "XorReduce",
+	"SumInscan", "SumExscan", "TeamSplitStrided", "TeamSplit2D",
+	"Malloc", "Calloc", "Align", "MallocWithHints", "Realloc", "Free"}
+
+var collKindOf = func() map[string]uint64 {
+	m := make(map[string]uint64, len(collKinds))
+	for i, name := range collKinds {
+		m[name] = uint64(i)
+	}
+	return m
+}()
+
+func collKindName(k uint64) string {
+	if k < uint64(len(collKinds)) && k > 0 {
+		return collKinds[k]
+	}
+	return "a collective"
+}
+
+// teamsBySlot are this PE's teams, by slot, for the stall checks and
+// reports, which look at the collective words of every team.
+var teamsBySlot [MaxTeams]atomic.Pointer[Team]
+
+// beginColl counts a collective call of routine on t and publishes it in
+// the team's collective word: call number << 9 | kind << 1 | 1 while the
+// PE is in it. endColl clears the last bit. A collective that fails its
+// checks before it communicates does not count. Plain release stores: the
+// PE is the only writer of its word, and a barrier pays for nothing more.
+func (t *Team) beginColl(routine string) {
+	t.collSeq++
+	ucs.StoreRelease(t.collWord(), t.collSeq<<9|collKindOf[routine]<<1|1)
+}
+
+func (t *Team) endColl() {
+	p := t.collWord()
+	ucs.StoreRelease(p, atomic.LoadUint64(p)&^1)
+}
+
+// collWord returns this PE's collective word of the team.
+func (t *Team) collWord() *uint64 { return (*uint64)(st.heap.At(int(t.collWordOff()))) }
+
+// splitCollWord splits a collective word.
+func splitCollWord(w uint64) (seq, kind uint64, active bool) { return w >> 9, w >> 1 & 0xff, w&1 != 0 }
+
+// collWordOff is the heap offset of the team's collective word, the last
+// line of its slot.
+func (t *Team) collWordOff() uintptr { return t.off + teamPool.slotSize - counterStride }
+
+// peerColl reads the collective word of the team's PE i; ok is false
+// when that takes a get and remote is false (another goroutine than the
+// library's user may not use the default context).
+func (t *Team) peerColl(i int, remote bool) (seq, kind uint64, ok bool) {
+	var w uint64
+	pe := t.members[i]
+	if base := st.peers[pe].base; base != nil {
+		w = atomic.LoadUint64((*uint64)(unsafe.Add(base, t.collWordOff())))
+	} else if remote {
+		get2("stall check", pe, t.collWordOff(), unsafe.Slice((*byte)(unsafe.Pointer(&w)), 8))
+	} else {
+		return 0, 0, false
+	}
+	seq, kind, _ = splitCollWord(w)
+	return seq, kind, true
+}
+
+// waitEntry is a wait that lasted, for the stall reports.
+type waitEntry struct {
+	what  string // the routine of a point-to-point wait; "" in a collective
+	since time.Time
+}
+
+// slowWaits are the waits in the library that lasted, by entry.
+var slowWaits struct {
+	sync.Mutex
+	m map[*waitEntry]struct{}
+}
+
+// stallReportAfter is GOSHMEM_STALL_REPORT: 0 for none.
+var stallReportAfter time.Duration
+
+// slow is the part of a waiter for a wait that lasts: every stallPolls
+// pauses past its spin budget it looks at the clock, registers itself for
+// the stall reports, checks the collectives for a mismatch, and reports a
+// stall past GOSHMEM_STALL_REPORT.
+func (w *waiter) slow() {
+	now := time.Now()
+	if w.entry == nil {
+		w.entry = &waitEntry{what: w.what, since: now}
+		w.next = stallCheckAfter
+		slowWaits.Lock()
+		if slowWaits.m == nil {
+			slowWaits.m = make(map[*waitEntry]struct{})
+		}
+		slowWaits.m[w.entry] = struct{}{}
+		slowWaits.Unlock()
+		return
+	}
+	waited := now.Sub(w.entry.since)
+	if stallReportAfter > 0 && waited >= stallReportAfter && !w.reported {
+		w.reported = true
+		fmt.Fprint(os.Stderr, stallReport(st.me, w.entry, now, true))
+	}
+	if w.what == "" && waited >= w.next {
+		w.next = min(2*w.next, stallCheckMax)
+		checkMismatch()
+	}
+}
+
+// done ends a wait.
+func (w *waiter) done() {
+	if w.entry != nil {
+		slowWaits.Lock()
+		delete(slowWaits.m, w.entry)
+		slowWaits.Unlock()
+		w.entry = nil
+	}
+}
+
+// collWords reads the collective words of every PE of the team, in team
+// order.
+func (t *Team) collWords() []uint64 {
+	words := make([]uint64, t.npes)
+	for j := range words {
+		pe := t.members[j]
+		if base := st.peers[pe].base; base != nil {
+			words[j] = atomic.LoadUint64((*uint64)(unsafe.Add(base, t.collWordOff())))
+		} else {
+			get2("collective check", pe, t.collWordOff(), unsafe.Slice((*byte)(unsafe.Pointer(&words[j])), 8))
+		}
+	}
+	return words
+}
+
+// collAgree reports, after a sync of the team whose keys differed, whether
+// every PE is in the same collective (so the keys differed in something
+// else). Every PE of the team calls it alike and gets the same answer.
+func (t *Team) collAgree(routine string) bool {
+	words := t.collWords()
+	t.syncKey(routine, 0) // every PE has read before any moves on
+	for _, w := range words {
+		if w != words[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// collMismatch reports a sync of the team in which the PEs were in
+// different collectives: every PE of the team calls it at once, prints a
+// message naming every PE's call on its standard error, and panics with
+// it.
+func (t *Team) collMismatch(routine string) {
+	words := t.collWords()
+	t.syncKey(routine, 0) // every PE has read before any ends
+	var order []uint64
+	pes := map[uint64][]int{}
+	for j, w := range words {
+		if _, ok := pes[w]; !ok {
+			order = append(order, w)
+		}
+		pes[w] = append(pes[w], t.members[j])
+	}
+	parts := make([]string, len(order))
+	for i, w := range order {
+		seq, kind, active := splitCollWord(w)
+		d := fmt.Sprintf("collective #%d, %s", seq, collKindName(kind))
+		if !active {
+			d = fmt.Sprintf("past its collective #%d, %s", seq, collKindName(kind))
+		}
+		parts[i] = describePEs(pes[w]) + ": " + d
+	}
+	msg := fmt.Sprintf("shmem.%s: collective mismatch on %v: %s (every PE of a team must call the same collectives in the same order)",
+		routine, t, strings.Join(parts, "; "))
+	fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s\n", st.me, msg)
+	panic(msg)
+}
+
+// stagedMismatch reports a staged collective of the team whose
+// contribution from the team's PE j is of another kind than this PE's
+// call, and panics. The staged calls do not sync the team, so the PE that
+// reads the contribution is the one that finds it; the others find it in
+// their waits (checkMismatch).
+func (t *Team) stagedMismatch(j int, kind uint64) {
+	seq, mine, _ := splitCollWord(atomic.LoadUint64(t.collWord()))
+	routine := collKindName(mine)
+	msg := fmt.Sprintf("shmem.%s: collective mismatch on %v: this PE (PE %d) is in its collective #%d, %s, while PE %d contributed to a %s: every PE of a team must call the same collectives in the same order",
+		routine, t, st.me, seq, routine, t.members[j], collKindName(kind))
+	fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s\n", st.me, msg)
+	time.Sleep(mismatchGrace)
+	panic(msg)
+}
+
+// describePEs names a list of PEs: "PE 3", "PEs 0, 1, 2".
+func describePEs(list []int) string {
+	if len(list) == 1 {
+		return "PE " + strconv.Itoa(list[0])
+	}
+	strs := make([]string, len(list))
+	for j, pe := range list {
+		strs[j] = strconv.Itoa(pe)
+	}
+	return "PEs " + strings.Join(strs, ", ")
+}
+
+// checkMismatch looks at the words of every team this PE is in a
+// collective of; on a mismatch it reports it and, after mismatchGrace,
+// panics.
+func checkMismatch() {
+	for i := range teamsBySlot {
+		t := teamsBySlot[i].Load()
+		if t == nil {
+			continue
+		}
+		mySeq, myKind, active := splitCollWord(atomic.LoadUint64(t.collWord()))
+		if !active {
+			continue
+		}
+		for j := 0; j < t.npes; j++ {
+			if j == t.me {
+				continue
+			}
+			seq, kind, _ := t.peerColl(j, true)
+			if seq != mySeq || kind == myKind {
+				continue
+			}
+			routine := collKindName(myKind)
+			msg := fmt.Sprintf("shmem.%s: collective mismatch on %v: this PE (PE %d of the job) is in its collective #%d of the team, %s, while the team's PE %d (PE %d of the job) is in its #%d, %s: every PE of a team must call the same collectives in the same order",
+				routine, t, st.me, mySeq, routine, j, t.members[j], seq, collKindName(kind))
+			fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s\n", st.me, msg)
+			time.Sleep(mismatchGrace)
+			panic(msg)
+		}
+	}
+}
+
+// stallReport describes one wait of PE me: the routine, for how long, and
+// for a collective the team and the PEs it waits for (those reached only
+// through the network when remote is set: it takes gets).
+func stallReport(me int, e *waitEntry, now time.Time, remote bool) string {
+	waited := now.Sub(e.since).Round(time.Millisecond)
+	if e.what != "" {
+		return fmt.Sprintf("goshmem: PE %d: stall report: waiting %v in shmem.%s (for another PE's store, atomic or signal)\n", me, waited, e.what)
+	}
+	var b strings.Builder
+	for i := range teamsBySlot {
+		t := teamsBySlot[i].Load()
+		if t == nil {
+			continue
+		}
+		mySeq, myKind, active := splitCollWord(atomic.LoadUint64(t.collWord()))
+		if !active {
+			continue
+		}
+		fmt.Fprintf(&b, "goshmem: PE %d: stall report: waiting %v in shmem.%s, collective #%d of %v", me, waited, collKindName(myKind), mySeq, t)
+		var behind []string
+		for j := 0; j < t.npes; j++ {
+			if j == t.me {
+				continue
+			}
+			seq, kind, ok := t.peerColl(j, remote)
+			switch {
+			case !ok:
+				behind = append(behind, fmt.Sprintf("PE %d (maybe; reached through the network)", t.members[j]))
+			case seq < mySeq:
+				behind = append(behind, fmt.Sprintf("PE %d (at its #%d, %s)", t.members[j], seq, collKindName(kind)))
+			case seq == mySeq && kind != myKind:
+				behind = append(behind, fmt.Sprintf("PE %d (in #%d, %s: a mismatch)", t.members[j], seq, collKindName(kind)))
+			}
+		}
+		if len(behind) > 0 {
+			fmt.Fprintf(&b, "; waits for %s", strings.Join(behind, ", "))
+		}
+		b.WriteString("\n")
+	}
+	if b.Len() == 0 {
+		fmt.Fprintf(&b, "goshmem: PE %d: stall report: waiting %v in the library\n", me, waited)
+	}
+	return b.String()
+}
+
+// stallSignals serves SIGUSR2 while the library is initialized: each one
+// prints a report of every wait in the library that lasted, or that the
+// PE waits in none.
+var stallSignals struct {
+	ch     chan os.Signal
+	done   chan struct{} // closed to stop the goroutine
+	exited chan struct{} // closed when it stopped
+}
+
+// startStallReports reads GOSHMEM_STALL_REPORT and, for a PE that
+// goshmem-run started, listens for SIGUSR2 (Init).
+func startStallReports() error {
+	stallReportAfter = 0
+	if v := os.Getenv("GOSHMEM_STALL_REPORT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("GOSHMEM_STALL_REPORT=%q is not a positive duration (like 30s)", v)
+		}
+		stallReportAfter = d
+	}
+	if os.Getenv("GOSHMEM_RANK") == "" {
+		return nil // not started by goshmem-run: leave the program's signals alone
+	}
+	ch, done, exited := make(chan os.Signal, 1), make(chan struct{}), make(chan struct{})
+	signal.Notify(ch, syscall.SIGUSR2)
+	stallSignals.ch, stallSignals.done, stallSignals.exited = ch, done, exited
+	me := st.me
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			case <-ch:
+				fmt.Fprint(os.Stderr, allStalls(me))
+			}
+		}
+	}()
+	return nil
+}
+
+// stopStallReports stops listening for SIGUSR2 (Finalize).
+func stopStallReports() {
+	if stallSignals.ch != nil {
+		signal.Stop(stallSignals.ch)
+		close(stallSignals.done)
+		<-stallSignals.exited // a report under way reads the library's state
+		stallSignals.ch, stallSignals.done, stallSignals.exited = nil, nil, nil
+	}
+}
+
+// allStalls reports every wait that lasted.
+func allStalls(me int) string {
+	slowWaits.Lock()
+	entries := make([]*waitEntry, 0, len(slowWaits.m))
+	for e := range slowWaits.m {
+		entries = append(entries, e)
+	}
+	slowWaits.Unlock()
+	if len(entries) == 0 {
+		return fmt.Sprintf("goshmem: PE %d: stall report: not waiting in the library\n", me)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].since.Before(entries[j].since) })
+	now := time.Now()
+	var b strings.Builder
+	seenColl := false
+	for _, e := range entries {
+		if e.what == "" {
+			if seenColl {
+				continue // the collectives are reported once, all together
+			}
+			seenColl = true
+		}
+		b.WriteString(stallReport(me, e, now, false))
+	}
+	return b.String()
+}

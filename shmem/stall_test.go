@@ -1,0 +1,168 @@
+package shmem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/internal/petest"
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// stallJob runs body as every PE of jobs of each size in nps over shared
+// memory and tcp, with env added, expecting the job to end with exit
+// (0: success) and its output to satisfy check.
+func stallJob(t *testing.T, nps []int, env []string, exit int, check func(t *testing.T, np int, out string), body func(t *testing.T, me, n int)) {
+	t.Helper()
+	for _, tr := range transports[:2] {
+		for _, np := range nps {
+			e := append([]string{variantEnv + "=" + tr.name}, env...)
+			if tr.env != "" {
+				e = append(e, tr.env)
+			}
+			petest.RunWith(t, petest.Options{Name: tr.name, NPs: []int{np}, Env: e, WantExit: exit, Timeout: 60 * time.Second,
+				Check: func(t *testing.T, out string) { check(t, np, out) }}, func(t *testing.T) {
+				if err := shmem.Init(); err != nil {
+					t.Fatalf("Init: %v", err)
+				}
+				defer shmem.Finalize()
+				defer petest.ExitIfFailed(t)
+				body(t, shmem.MyPE(), shmem.NPEs())
+			})
+		}
+	}
+}
+
+// TestCollectiveMismatch: a PE that calls another collective than the
+// rest of its team (here Broadcast against SumReduce, as call #3 of
+// TeamWorld) used to hang the job forever with no output. Now every PE
+// reports the mismatch, naming both calls, and the job ends.
+func TestCollectiveMismatch(t *testing.T) {
+	stallJob(t, []int{2, 3, 5}, nil, 2, func(t *testing.T, np int, out string) {
+		for pe := 0; pe < np; pe++ {
+			prefix := fmt.Sprintf("goshmem: PE %d: shmem.", pe)
+			found := false
+			for _, line := range strings.Split(out, "\n") {
+				if strings.Contains(line, prefix) && strings.Contains(line, "collective mismatch on TeamWorld") &&
+					strings.Contains(line, "Broadcast") && strings.Contains(line, "SumReduce") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("PE %d did not report the mismatch naming Broadcast and SumReduce; output:\n%s", pe, out)
+			}
+		}
+	}, func(t *testing.T, me, n int) {
+		src, dst := calloc[int64](t, 4), calloc[int64](t, 4) // calls #1 and #2 of TeamWorld
+		if me == n-1 {
+			shmem.Broadcast(shmem.TeamWorld, dst, src, 0)
+		} else {
+			shmem.SumReduce(shmem.TeamWorld, dst, src)
+		}
+		t.Error("the mismatched collective returned")
+	})
+}
+
+// TestStallReport: with GOSHMEM_STALL_REPORT, a PE whose wait lasts
+// longer says where it waits and for whom: the others wait in a barrier
+// for PE 0, which sleeps; PE 0 then waits in WaitUntil for a put that
+// comes late. SIGUSR2 (what goshmem-run sends on SIGQUIT) makes a PE
+// report at once.
+func TestStallReport(t *testing.T) {
+	stallJob(t, []int{3}, []string{"GOSHMEM_STALL_REPORT=400ms"}, 0, func(t *testing.T, np int, out string) {
+		for pe := 1; pe < np; pe++ {
+			want := fmt.Sprintf("PE %d: stall report: waiting", pe)
+			found := false
+			for _, line := range strings.Split(out, "\n") {
+				if strings.Contains(line, want) && strings.Contains(line, "in shmem.BarrierAll, collective #") &&
+					strings.Contains(line, "of TeamWorld; waits for PE 0 (at its #") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("PE %d did not report its wait in the barrier for PE 0; output:\n%s", pe, out)
+			}
+		}
+		for _, want := range []string{"PE 0: stall report: waiting", "in shmem.WaitUntil (for another PE's store"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("no %q in the output:\n%s", want, out)
+			}
+		}
+		if strings.Count(out, "PE 1: stall report: not waiting in the library") != 1 {
+			t.Errorf("PE 1 did not answer SIGUSR2 once with 'not waiting in the library'; output:\n%s", out)
+		}
+	}, func(t *testing.T, me, n int) {
+		flag := calloc[int64](t, 1)
+		if me == 0 {
+			time.Sleep(time.Second)
+		}
+		shmem.BarrierAll()
+		if me == 1 {
+			syscall.Kill(os.Getpid(), syscall.SIGUSR2)
+			time.Sleep(200 * time.Millisecond) // the report, outside the library
+			time.Sleep(time.Second)
+			shmem.P(&flag[0], 1, 0)
+		}
+		if me == 0 {
+			shmem.WaitUntil(&flag[0], shmem.CmpEQ, 1)
+		}
+		shmem.BarrierAll()
+		shmem.Free(flag)
+	})
+}
+
+// TestWaitsWithContext: the context.Context forms of the blocking waits
+// give up when the context is done, and succeed when the wait ends first.
+func TestWaitsWithContext(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		x := calloc[int64](t, 1)
+		sig := calloc[uint64](t, 1)
+		lock := calloc[int64](t, 1)
+		short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := shmem.WaitUntilContext(short, &x[0], shmem.CmpEQ, 1); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("WaitUntilContext for a value nobody writes: %v", err)
+		}
+		if v, err := shmem.SignalWaitUntilContext(short, &sig[0], shmem.CmpGE, 1); !errors.Is(err, context.DeadlineExceeded) || v != 0 {
+			t.Errorf("SignalWaitUntilContext for a signal nobody sends: %d, %v", v, err)
+		}
+		shmem.BarrierAll()
+		shmem.P(&x[0], 1, (me+1)%n)
+		shmem.AddSignal(&sig[0], 5, (me+1)%n)
+		if err := shmem.WaitUntilContext(context.Background(), &x[0], shmem.CmpEQ, 1); err != nil {
+			t.Errorf("WaitUntilContext for a put: %v", err)
+		}
+		if v, err := shmem.SignalWaitUntilContext(context.Background(), &sig[0], shmem.CmpGE, 5); err != nil || v != 5 {
+			t.Errorf("SignalWaitUntilContext for a signal: %d, %v", v, err)
+		}
+		// The lock: PE 0 holds it while the others try with a deadline.
+		if me == 0 {
+			shmem.SetLock(&lock[0])
+		}
+		shmem.BarrierAll()
+		if me != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			if err := shmem.SetLockContext(ctx, &lock[0]); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("SetLockContext on a held lock: %v", err)
+			}
+			cancel()
+		}
+		shmem.BarrierAll()
+		if me == 0 {
+			shmem.ClearLock(&lock[0])
+		}
+		if err := shmem.SetLockContext(context.Background(), &lock[0]); err != nil {
+			t.Errorf("SetLockContext on a free lock: %v", err)
+		}
+		shmem.ClearLock(&lock[0])
+		shmem.BarrierAll()
+		shmem.Free(lock)
+		shmem.Free(sig)
+		shmem.Free(x)
+	})
+}
