@@ -2,6 +2,8 @@ package shmem
 
 import (
 	"fmt"
+	"math"
+	"reflect"
 	"sync/atomic"
 	"unsafe"
 
@@ -48,6 +50,7 @@ const (
 	amoAnd
 	amoOr
 	amoXor
+	amoFAdd // add of float32 or float64 bits: a compare-and-swap loop
 )
 
 // ucp returns the ucp operation that carries op, and whether it needs a
@@ -103,6 +106,13 @@ func amoDirect(a unsafe.Pointer, size uintptr, op amoOp, v, cond uint64) uint64 
 					return uint64(old)
 				}
 			}
+		case amoFAdd:
+			for {
+				old := atomic.LoadUint32(p)
+				if atomic.CompareAndSwapUint32(p, old, math.Float32bits(math.Float32frombits(old)+math.Float32frombits(x))) {
+					return uint64(old)
+				}
+			}
 		}
 		panic("shmem: invalid atomic operation")
 	}
@@ -135,8 +145,48 @@ func amoDirect(a unsafe.Pointer, size uintptr, op amoOp, v, cond uint64) uint64 
 				return old
 			}
 		}
+	case amoFAdd:
+		for {
+			old := atomic.LoadUint64(p)
+			if atomic.CompareAndSwapUint64(p, old, fadd(old, v, 8)) {
+				return old
+			}
+		}
 	}
 	panic("shmem: invalid atomic operation")
+}
+
+// fadd adds the floating-point numbers whose bits are a and b, of size
+// bytes (4 or 8), and returns the sum's bits.
+func fadd(a, b uint64, size uintptr) uint64 {
+	if size == 4 {
+		return uint64(math.Float32bits(math.Float32frombits(uint32(a)) + math.Float32frombits(uint32(b))))
+	}
+	return math.Float64bits(math.Float64frombits(a) + math.Float64frombits(b))
+}
+
+// floatAddSlow is a floating-point add through the network: no transport
+// adds floats, so it is a loop of compare-and-swaps of the bits, each a
+// round trip, until one finds the value it read. It returns the old
+// value. mode and fetch are those of amoSlow: the loop completes before
+// it returns whatever the mode, as a non-blocking routine may.
+func (c *Ctx) floatAddSlow(routine string, pe int, off, size uintptr, v uint64, mode int, fetch unsafe.Pointer) uint64 {
+	old := c.amoSlow(routine, pe, off, size, amoFetch, 0, 0, amoWait, nil)
+	for {
+		prev := c.amoSlow(routine, pe, off, size, amoCSwap, fadd(old, v, size), old, amoWait, nil)
+		if prev == old {
+			break
+		}
+		old = prev
+	}
+	if mode == amoNBI {
+		if size == 4 {
+			*(*uint32)(fetch) = uint32(old)
+		} else {
+			*(*uint64)(fetch) = old
+		}
+	}
+	return old
 }
 
 // amoTarget checks pe and the address of an atomic and returns the peer and
@@ -172,6 +222,9 @@ const (
 func (c *Ctx) amoSlow(routine string, pe int, off, size uintptr, op amoOp, v, cond uint64, mode int, fetch unsafe.Pointer) uint64 {
 	if c.session.Load() != nil {
 		c.flushBatch(routine, pe)
+	}
+	if op == amoFAdd {
+		return c.floatAddSlow(routine, pe, off, size, v, mode, fetch)
 	}
 	q := &c.peers[pe]
 	uop, needsReply := op.ucp()
@@ -304,25 +357,54 @@ func CtxAtomicInc[T AMO](ctx *Ctx, dst *T, pe int) {
 	amoPosted(ctx, "CtxAtomicInc", dst, pe, amoAdd, 1)
 }
 
+// AddAMO is the set of types of the add routines (AtomicAdd,
+// AtomicFetchAdd, AtomicFetchAddNBI): the standard AMO types and, as an
+// extension of goshmem, the floating-point types of the extended AMO set
+// (float and double in C), whose adds are atomic with respect to the
+// other atomics on the word: a compare-and-swap loop, on the CPU for a
+// mapped heap and through the network otherwise (a round trip per try).
+type AddAMO interface {
+	AMO | ~float32 | ~float64
+}
+
+// addOp is the operation of an add of T: amoFAdd for the floating-point
+// types.
+func addOp[T AddAMO]() amoOp {
+	var z T
+	switch any(z).(type) {
+	case int, int32, int64, uint, uint32, uint64, uintptr:
+		return amoAdd
+	case float32, float64:
+		return amoFAdd
+	}
+	if k := reflect.TypeFor[T]().Kind(); k == reflect.Float32 || k == reflect.Float64 {
+		return amoFAdd
+	}
+	return amoAdd
+}
+
 // AtomicFetchAdd adds v to *dst on pe and returns the old value
-// (shmem_atomic_fetch_add).
-func AtomicFetchAdd[T AMO](dst *T, v T, pe int) T {
-	return amoFetching(&defaultCtx, "AtomicFetchAdd", dst, pe, amoAdd, v, 0)
+// (shmem_atomic_fetch_add). For float32 and float64 see AddAMO.
+func AtomicFetchAdd[T AddAMO](dst *T, v T, pe int) T {
+	return amoFetching(&defaultCtx, "AtomicFetchAdd", dst, pe, addOp[T](), v, 0)
 }
 
 // CtxAtomicFetchAdd is AtomicFetchAdd on the context ctx
 // (shmem_ctx_atomic_fetch_add).
-func CtxAtomicFetchAdd[T AMO](ctx *Ctx, dst *T, v T, pe int) T {
-	return amoFetching(ctx, "CtxAtomicFetchAdd", dst, pe, amoAdd, v, 0)
+func CtxAtomicFetchAdd[T AddAMO](ctx *Ctx, dst *T, v T, pe int) T {
+	return amoFetching(ctx, "CtxAtomicFetchAdd", dst, pe, addOp[T](), v, 0)
 }
 
 // AtomicAdd adds v to *dst on pe (shmem_atomic_add). It may return before
-// the update is done; Quiet completes it.
-func AtomicAdd[T AMO](dst *T, v T, pe int) { amoPosted(&defaultCtx, "AtomicAdd", dst, pe, amoAdd, v) }
+// the update is done; Quiet completes it. For float32 and float64 see
+// AddAMO.
+func AtomicAdd[T AddAMO](dst *T, v T, pe int) {
+	amoPosted(&defaultCtx, "AtomicAdd", dst, pe, addOp[T](), v)
+}
 
 // CtxAtomicAdd is AtomicAdd on the context ctx (shmem_ctx_atomic_add).
-func CtxAtomicAdd[T AMO](ctx *Ctx, dst *T, v T, pe int) {
-	amoPosted(ctx, "CtxAtomicAdd", dst, pe, amoAdd, v)
+func CtxAtomicAdd[T AddAMO](ctx *Ctx, dst *T, v T, pe int) {
+	amoPosted(ctx, "CtxAtomicAdd", dst, pe, addOp[T](), v)
 }
 
 // AtomicFetchAnd stores *dst & v into *dst on pe and returns the old value
@@ -448,15 +530,15 @@ func CtxAtomicFetchIncNBI[T AMO](ctx *Ctx, fetch, dst *T, pe int) {
 }
 
 // AtomicFetchAddNBI adds v to *dst on pe, with the old value going to
-// *fetch (shmem_atomic_fetch_add_nbi).
-func AtomicFetchAddNBI[T AMO](fetch, dst *T, v T, pe int) {
-	amoNonBlocking(&defaultCtx, "AtomicFetchAddNBI", fetch, dst, pe, amoAdd, v, 0)
+// *fetch (shmem_atomic_fetch_add_nbi). For float32 and float64 see AddAMO.
+func AtomicFetchAddNBI[T AddAMO](fetch, dst *T, v T, pe int) {
+	amoNonBlocking(&defaultCtx, "AtomicFetchAddNBI", fetch, dst, pe, addOp[T](), v, 0)
 }
 
 // CtxAtomicFetchAddNBI is AtomicFetchAddNBI on the context ctx
 // (shmem_ctx_atomic_fetch_add_nbi).
-func CtxAtomicFetchAddNBI[T AMO](ctx *Ctx, fetch, dst *T, v T, pe int) {
-	amoNonBlocking(ctx, "CtxAtomicFetchAddNBI", fetch, dst, pe, amoAdd, v, 0)
+func CtxAtomicFetchAddNBI[T AddAMO](ctx *Ctx, fetch, dst *T, v T, pe int) {
+	amoNonBlocking(ctx, "CtxAtomicFetchAddNBI", fetch, dst, pe, addOp[T](), v, 0)
 }
 
 // AtomicFetchAndNBI stores *dst & v into *dst on pe, with the old value

@@ -83,20 +83,20 @@ func bytesOf[T any](s []T) []byte {
 // Put copies src into the symmetric array dst on pe (shmem_put). It returns
 // when src may be reused; the data is visible at pe after Quiet or a
 // barrier. dst must have at least len(src) elements.
-func Put[T RMA](dst, src []T, pe int) { put(&defaultCtx, "Put", dst, src, pe, false) }
+func Put[T Plain](dst, src []T, pe int) { put(&defaultCtx, "Put", dst, src, pe, false) }
 
 // CtxPut is Put on the context ctx (shmem_ctx_put).
-func CtxPut[T RMA](ctx *Ctx, dst, src []T, pe int) { put(ctx, "CtxPut", dst, src, pe, false) }
+func CtxPut[T Plain](ctx *Ctx, dst, src []T, pe int) { put(ctx, "CtxPut", dst, src, pe, false) }
 
 // PutNBI starts copying src into the symmetric array dst on pe
 // (shmem_put_nbi). It may return before src has been read: src may be
 // reused, and the data is visible at pe, after Quiet (or a barrier). dst
 // must have at least len(src) elements.
-func PutNBI[T RMA](dst, src []T, pe int) { put(&defaultCtx, "PutNBI", dst, src, pe, true) }
+func PutNBI[T Plain](dst, src []T, pe int) { put(&defaultCtx, "PutNBI", dst, src, pe, true) }
 
 // CtxPutNBI is PutNBI on the context ctx (shmem_ctx_put_nbi); ctx.Quiet
 // completes it.
-func CtxPutNBI[T RMA](ctx *Ctx, dst, src []T, pe int) { put(ctx, "CtxPutNBI", dst, src, pe, true) }
+func CtxPutNBI[T Plain](ctx *Ctx, dst, src []T, pe int) { put(ctx, "CtxPutNBI", dst, src, pe, true) }
 
 // PutMem copies the bytes of src into the symmetric bytes dst on pe
 // (shmem_putmem).
@@ -114,19 +114,19 @@ func CtxPutMemNBI(ctx *Ctx, dst, src []byte, pe int) { put(ctx, "CtxPutMemNBI", 
 // Get copies len(dst) elements of the symmetric array src on pe into dst
 // (shmem_get). It returns when dst holds the data. src must have at least
 // len(dst) elements.
-func Get[T RMA](dst, src []T, pe int) { get(&defaultCtx, "Get", dst, src, pe, false) }
+func Get[T Plain](dst, src []T, pe int) { get(&defaultCtx, "Get", dst, src, pe, false) }
 
 // CtxGet is Get on the context ctx (shmem_ctx_get).
-func CtxGet[T RMA](ctx *Ctx, dst, src []T, pe int) { get(ctx, "CtxGet", dst, src, pe, false) }
+func CtxGet[T Plain](ctx *Ctx, dst, src []T, pe int) { get(ctx, "CtxGet", dst, src, pe, false) }
 
 // GetNBI starts copying len(dst) elements of the symmetric array src on pe
 // into dst (shmem_get_nbi); dst holds the data after Quiet. src must have
 // at least len(dst) elements.
-func GetNBI[T RMA](dst, src []T, pe int) { get(&defaultCtx, "GetNBI", dst, src, pe, true) }
+func GetNBI[T Plain](dst, src []T, pe int) { get(&defaultCtx, "GetNBI", dst, src, pe, true) }
 
 // CtxGetNBI is GetNBI on the context ctx (shmem_ctx_get_nbi); ctx.Quiet
 // completes it.
-func CtxGetNBI[T RMA](ctx *Ctx, dst, src []T, pe int) { get(ctx, "CtxGetNBI", dst, src, pe, true) }
+func CtxGetNBI[T Plain](ctx *Ctx, dst, src []T, pe int) { get(ctx, "CtxGetNBI", dst, src, pe, true) }
 
 // GetMem copies the symmetric bytes src on pe into dst (shmem_getmem).
 func GetMem(dst, src []byte, pe int) { get(&defaultCtx, "GetMem", dst, src, pe, false) }
@@ -141,16 +141,16 @@ func GetMemNBI(dst, src []byte, pe int) { get(&defaultCtx, "GetMemNBI", dst, src
 func CtxGetMemNBI(ctx *Ctx, dst, src []byte, pe int) { get(ctx, "CtxGetMemNBI", dst, src, pe, true) }
 
 // P stores v into the symmetric object *dst on pe (shmem_p).
-func P[T RMA](dst *T, v T, pe int) { putValue(&defaultCtx, "P", dst, v, pe) }
+func P[T Plain](dst *T, v T, pe int) { putValue(&defaultCtx, "P", dst, v, pe) }
 
 // CtxP is P on the context ctx (shmem_ctx_p).
-func CtxP[T RMA](ctx *Ctx, dst *T, v T, pe int) { putValue(ctx, "CtxP", dst, v, pe) }
+func CtxP[T Plain](ctx *Ctx, dst *T, v T, pe int) { putValue(ctx, "CtxP", dst, v, pe) }
 
 // G loads the symmetric object *src on pe (shmem_g).
-func G[T RMA](src *T, pe int) T { return getValue(&defaultCtx, "G", src, pe) }
+func G[T Plain](src *T, pe int) T { return getValue(&defaultCtx, "G", src, pe) }
 
 // CtxG is G on the context ctx (shmem_ctx_g).
-func CtxG[T RMA](ctx *Ctx, src *T, pe int) T { return getValue(ctx, "CtxG", src, pe) }
+func CtxG[T Plain](ctx *Ctx, src *T, pe int) T { return getValue(ctx, "CtxG", src, pe) }
 
 // IPut copies nelems elements of src, taken every srcStride elements from
 // src[0], into the symmetric array dst on pe, every dstStride elements from
@@ -215,7 +215,8 @@ func CtxIBGet[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, bsize, nblock
 	ibget(ctx, "CtxIBGet", dst, src, dstStride, srcStride, bsize, nblocks, pe)
 }
 
-func put[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
+func put[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
+	checkPlain[T](routine)
 	q := c.peer(routine, pe)
 	n := len(src)
 	if len(dst) < n {
@@ -240,7 +241,7 @@ func put[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 }
 
 // copyOut copies src to the heap offset off of a peer mapped at base.
-func copyOut[T RMA](base unsafe.Pointer, off uintptr, src []T) {
+func copyOut[T any](base unsafe.Pointer, off uintptr, src []T) {
 	var z T
 	if nb := len(src) * int(unsafe.Sizeof(z)); nb >= largeCopy {
 		ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), bytesOf(src))
@@ -249,7 +250,8 @@ func copyOut[T RMA](base unsafe.Pointer, off uintptr, src []T) {
 	copy(unsafe.Slice((*T)(unsafe.Add(base, off)), len(src)), src)
 }
 
-func get[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
+func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
+	checkPlain[T](routine)
 	q := c.peer(routine, pe)
 	n := len(dst)
 	if len(src) < n {
@@ -272,7 +274,8 @@ func get[T RMA](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	c.getSlow(routine, pe, off, bytesOf(dst), nbi)
 }
 
-func putValue[T RMA](c *Ctx, routine string, dst *T, v T, pe int) {
+func putValue[T any](c *Ctx, routine string, dst *T, v T, pe int) {
+	checkPlain[T](routine)
 	q := c.peer(routine, pe)
 	off := offsetOf(routine, "dst", unsafe.Pointer(dst), int(unsafe.Sizeof(v)))
 	if q.base != nil {
@@ -282,7 +285,8 @@ func putValue[T RMA](c *Ctx, routine string, dst *T, v T, pe int) {
 	pSlow(c, routine, pe, off, v)
 }
 
-func getValue[T RMA](c *Ctx, routine string, src *T, pe int) T {
+func getValue[T any](c *Ctx, routine string, src *T, pe int) T {
+	checkPlain[T](routine)
 	q := c.peer(routine, pe)
 	var z T
 	off := offsetOf(routine, "src", unsafe.Pointer(src), int(unsafe.Sizeof(z)))
@@ -430,12 +434,12 @@ func ibget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 // everything on the stack.
 
 //go:noinline
-func pSlow[T RMA](c *Ctx, routine string, pe int, off uintptr, v T) {
+func pSlow[T any](c *Ctx, routine string, pe int, off uintptr, v T) {
 	c.putSlow(routine, pe, off, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)), false)
 }
 
 //go:noinline
-func gSlow[T RMA](c *Ctx, routine string, pe int, off uintptr) (v T) {
+func gSlow[T any](c *Ctx, routine string, pe int, off uintptr) (v T) {
 	c.getSlow(routine, pe, off, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)), false)
 	return v
 }
