@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/launcher"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 func runExample(t *testing.T, dir string, np int, args ...string) string {
@@ -38,7 +38,7 @@ func runBinary(t *testing.T, dir, bin string, np int, env []string, args ...stri
 	if err != nil || code != 0 {
 		t.Fatalf("%s with %d PEs %v: exit %d, %v; output:\n%s", dir, np, env, code, err, out.String())
 	}
-	if left := petest.ShmLeftovers(); len(left) > 0 {
+	if left := shmemtest.Leftovers(); len(left) > 0 {
 		t.Errorf("%s left %v in /dev/shm", dir, left)
 	}
 	return out.String()

@@ -3,8 +3,8 @@ package shmem_test
 import (
 	"testing"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // The benchmarks run in a 2-PE job on this node; PE 0 drives and PE 1 is
@@ -12,11 +12,7 @@ import (
 // per operation.
 
 func benchPair(b *testing.B, bytesPerOp int64, op func(n int, x []int64, big []byte)) {
-	petest.Bench(b, 2, bytesPerOp, func(measure func(fn func(n int))) {
-		if err := shmem.Init(); err != nil {
-			b.Fatal(err)
-		}
-		defer shmem.Finalize()
+	shmemtest.Bench(b, 2, bytesPerOp, func(measure func(fn func(n int))) {
 		x, err := shmem.Calloc[int64](8)
 		if err != nil {
 			b.Fatal(err)

@@ -4,19 +4,15 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // The collective benchmarks run on TeamWorld of a 2-PE job on this node;
 // PE 0 reports its time per call.
 
 func benchColl(b *testing.B, bytes int, op func(dest, source []byte) error) {
-	petest.Bench(b, 2, int64(bytes), func(measure func(fn func(n int))) {
-		if err := shmem.Init(); err != nil {
-			b.Fatal(err)
-		}
-		defer shmem.Finalize()
+	shmemtest.Bench(b, 2, int64(bytes), func(measure func(fn func(n int))) {
 		src, err := shmem.Calloc[byte](bytes)
 		if err != nil {
 			b.Fatal(err)

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // checkErr fails unless err wraps want.
@@ -17,7 +17,7 @@ func checkErr(t *testing.T, what string, err, want error) {
 }
 
 func TestCollBeforeInit(t *testing.T) {
-	if petest.IsPE() {
+	if shmemtest.IsPE() {
 		t.Skip("runs in the test process, before Init")
 	}
 	buf := make([]int64, 4)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // The collectives are checked against models computed here from the same
@@ -448,12 +448,7 @@ func TestCollLargerJobs(t *testing.T) {
 		{"sm", []int{5, 6, 7, 8}, []string{variantEnv + "=sm"}},
 		{"tcp", []int{5, 8}, []string{variantEnv + "=tcp", "UCX_TLS=tcp,self"}},
 	} {
-		petest.RunWith(t, petest.Options{Name: c.name, NPs: c.nps, Env: c.env, Timeout: 3 * petest.DefaultTimeout}, func(t *testing.T) {
-			if err := shmem.Init(); err != nil {
-				t.Fatalf("Init: %v", err)
-			}
-			defer shmem.Finalize()
-			defer petest.ExitIfFailed(t)
+		shmemtest.RunWith(t, shmemtest.Options{NPs: c.nps, Transports: []shmemtest.Transport{{Name: c.name, Env: c.env}}, Timeout: 3 * shmemtest.DefaultTimeout}, func(t *testing.T) {
 			n := shmem.NPEs()
 			withCollBufs(t, n, func(i64 collBufs[int64], u8 collBufs[uint8], f64 collBufs[float64], c128 collBufs[complex128]) {
 				checkEverything(t, "TeamWorld", shmem.TeamWorld, i64, u8, f64, c128)

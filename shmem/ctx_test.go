@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // unsafeBytes returns the bytes of s.
@@ -470,12 +470,8 @@ func TestCtxPoolReuse(t *testing.T) {
 // PE that waited for it.
 func TestCtxQuietServesPeers(t *testing.T) {
 	const rounds = 200
-	petest.RunWith(t, petest.Options{NPs: []int{2, 3}, Env: []string{"UCX_TLS=posix", "UCX_ALLOC_PRIO=md:sysv"}, Timeout: 60 * time.Second}, func(t *testing.T) {
-		if err := shmem.Init(); err != nil {
-			t.Fatalf("Init: %v", err)
-		}
-		defer shmem.Finalize()
-		defer petest.ExitIfFailed(t)
+	sysvHeapPosixOnly := shmemtest.Transport{Name: "posix-only", Env: []string{"UCX_TLS=posix", "UCX_ALLOC_PRIO=md:sysv"}}
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2, 3}, Transports: []shmemtest.Transport{sysvHeapPosixOnly}, Timeout: 60 * time.Second}, func(t *testing.T) {
 		me, n := shmem.MyPE(), shmem.NPEs()
 		x := calloc[int64](t, 1)
 		next := (me + 1) % n

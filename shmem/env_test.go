@@ -7,20 +7,15 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // debugJob runs body as every PE of a job of np PEs with SHMEM_DEBUG=1,
 // between Init and Finalize, and check with the job's output.
 func debugJob(t *testing.T, np int, check func(t *testing.T, out string), body func(t *testing.T, me, n int)) {
 	t.Helper()
-	petest.RunWith(t, petest.Options{NPs: []int{np}, Env: []string{"SHMEM_DEBUG=1"}, Check: check}, func(t *testing.T) {
-		if err := shmem.Init(); err != nil {
-			t.Fatal(err)
-		}
-		defer shmem.Finalize()
-		defer petest.ExitIfFailed(t)
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{np}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, Env: []string{"SHMEM_DEBUG=1"}, Check: check}, func(t *testing.T) {
 		body(t, shmem.MyPE(), shmem.NPEs())
 	})
 }

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 func TestInfoVersionAndName(t *testing.T) {
@@ -37,7 +37,7 @@ func TestSHMEMInfo(t *testing.T) {
 		if tr.env != "" {
 			env = append(env, tr.env)
 		}
-		petest.RunWith(t, petest.Options{Name: tr.name, NPs: []int{3}, Env: env,
+		shmemtest.RunWith(t, shmemtest.Options{NPs: []int{3}, Transports: []shmemtest.Transport{{Name: tr.name, Env: env}}, NoInit: true,
 			Check: func(t *testing.T, out string) {
 				for _, want := range []string{
 					"[pe 0] goshmem: OpenSHMEM version 1.6, " + shmem.VendorString,
@@ -72,7 +72,7 @@ func TestSHMEMInfo(t *testing.T) {
 // TestSHMEMVersion: with SHMEM_VERSION set, PE 0 prints the version once,
 // and nothing of SHMEM_INFO.
 func TestSHMEMVersion(t *testing.T) {
-	petest.RunWith(t, petest.Options{NPs: []int{2}, Env: []string{"SHMEM_VERSION=yes"},
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, NoInit: true, Env: []string{"SHMEM_VERSION=yes"},
 		Check: func(t *testing.T, out string) {
 			want := "[pe 0] goshmem: OpenSHMEM version 1.6, " + shmem.VendorString
 			if strings.Count(out, "OpenSHMEM version") != 1 || !strings.Contains(out, want) {
@@ -91,7 +91,7 @@ func TestSHMEMVersion(t *testing.T) {
 
 // TestSHMEMVersionOff: SHMEM_VERSION=0 prints nothing.
 func TestSHMEMVersionOff(t *testing.T) {
-	petest.RunWith(t, petest.Options{NPs: []int{1}, Env: []string{"SHMEM_VERSION=0", "SHMEM_INFO=no"},
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{1}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, NoInit: true, Env: []string{"SHMEM_VERSION=0", "SHMEM_INFO=no"},
 		Check: func(t *testing.T, out string) {
 			if strings.Contains(out, "OpenSHMEM version") {
 				t.Errorf("SHMEM_VERSION=0 printed the version:\n%s", out)

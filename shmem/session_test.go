@@ -3,8 +3,8 @@ package shmem_test
 import (
 	"testing"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // TestSessionBatch: puts gathered by a batch session arrive as if sent one
@@ -93,11 +93,7 @@ func BenchmarkPConsecutive(b *testing.B) {
 			name = "batch"
 		}
 		b.Run(name, func(b *testing.B) {
-			petest.Bench(b, 2, 8000, func(measure func(fn func(n int))) {
-				if err := shmem.Init(); err != nil {
-					b.Fatal(err)
-				}
-				defer shmem.Finalize()
+			shmemtest.Bench(b, 2, 8000, func(measure func(fn func(n int))) {
 				x, err := shmem.Calloc[int64](1000)
 				if err != nil {
 					b.Fatal(err)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 	"github.com/goshmem/goshmem/symheap"
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -26,10 +26,18 @@ var nps = []int{1, 2, 3, 4}
 // software), and mixed: odd PEs use only TCP, so the even PEs reach each
 // other through shared memory and the odd ones through TCP, and one word is
 // hit at once by CPU atomics and software atomics.
-var transports = []struct{ name, env string }{
-	{"sm", ""},
-	{"tcp", "UCX_TLS=tcp,self"},
-	{"mixed", ""},
+var transports = []shmemtest.Transport{
+	{Name: "sm", Env: []string{variantEnv + "=sm"}},
+	{Name: "tcp", Env: []string{variantEnv + "=tcp", "UCX_TLS=tcp,self"}},
+	{Name: "mixed", Env: []string{variantEnv + "=mixed"}},
+}
+
+// mixedSetup makes the odd PEs of the mixed variant use TCP only (before
+// Init).
+func mixedSetup(t *testing.T) {
+	if rank := os.Getenv("GOSHMEM_RANK"); variant() == "mixed" && rank != "" && rank[len(rank)-1]%2 == 1 {
+		os.Setenv("UCX_TLS", "tcp,self")
+	}
 }
 
 // variantEnv tells a PE which transport variant it runs.
@@ -48,12 +56,12 @@ func job(t *testing.T, body func(t *testing.T, me, n int)) {
 // jobOptions tune jobWith.
 type jobOptions struct {
 	nps     []int         // job sizes; nps if nil
-	timeout time.Duration // bound of each job; petest.DefaultTimeout if 0
+	timeout time.Duration // bound of each job; shmemtest.DefaultTimeout if 0
 	// thread: the PEs start with InitThread(level) in place of Init, and
 	// check that they got level.
 	thread bool
 	level  shmem.ThreadLevel
-	// check, if set, is called with each job's output (petest.Options.Check).
+	// check, if set, is called with each job's output (shmemtest.Options.Check).
 	check func(t *testing.T, output string)
 }
 
@@ -63,30 +71,17 @@ func jobWith(t *testing.T, o jobOptions, body func(t *testing.T, me, n int)) {
 	if o.nps == nil {
 		o.nps = nps
 	}
-	for _, tr := range transports {
-		env := []string{variantEnv + "=" + tr.name}
-		if tr.env != "" {
-			env = append(env, tr.env)
-		}
-		petest.RunWith(t, petest.Options{Name: tr.name, NPs: o.nps, Env: env, Timeout: o.timeout, Check: o.check}, func(t *testing.T) {
-			if variant() == "mixed" && os.Getenv("GOSHMEM_RANK") != "" && os.Getenv("GOSHMEM_RANK")[len(os.Getenv("GOSHMEM_RANK"))-1]%2 == 1 {
-				os.Setenv("UCX_TLS", "tcp,self")
-			}
-			if !o.thread {
-				if err := shmem.Init(); err != nil {
-					t.Fatalf("Init: %v", err)
-				}
-			} else if got, err := shmem.InitThread(o.level); err != nil {
-				t.Fatalf("InitThread(%v): %v", o.level, err)
-			} else if got != o.level || shmem.QueryThread() != o.level {
-				shmem.Finalize()
-				t.Fatalf("InitThread(%v) provided %v, QueryThread %v", o.level, got, shmem.QueryThread())
-			}
-			defer shmem.Finalize()
-			defer petest.ExitIfFailed(t)
-			body(t, shmem.MyPE(), shmem.NPEs())
-		})
+	level := shmem.ThreadSingle
+	if o.thread {
+		level = o.level
 	}
+	shmemtest.RunWith(t, shmemtest.Options{NPs: o.nps, Transports: transports, Timeout: o.timeout, Check: o.check,
+		ThreadLevel: level, Setup: mixedSetup}, func(t *testing.T) {
+		if shmem.QueryThread() != level {
+			t.Fatalf("QueryThread %v after asking for %v", shmem.QueryThread(), level)
+		}
+		body(t, shmem.MyPE(), shmem.NPEs())
+	})
 }
 
 // sameNode reports whether every PE maps every other's heap in this variant.
@@ -154,40 +149,34 @@ func TestInitAndQueries(t *testing.T) {
 // called more than once: each Init is matched by a Finalize, the last of
 // which ends the library, which a later Init starts again.
 func TestInitFinalizeRepeated(t *testing.T) {
-	for _, tr := range transports {
-		petest.RunWith(t, petest.Options{Name: tr.name, NPs: []int{1, 3}, Env: []string{variantEnv + "=" + tr.name, tr.env}}, func(t *testing.T) {
-			if variant() == "mixed" && os.Getenv("GOSHMEM_RANK") != "" && os.Getenv("GOSHMEM_RANK")[len(os.Getenv("GOSHMEM_RANK"))-1]%2 == 1 {
-				os.Setenv("UCX_TLS", "tcp,self")
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{1, 3}, Transports: transports, NoInit: true, Setup: mixedSetup}, func(t *testing.T) {
+		if shmem.QueryInitialized() {
+			t.Fatal("QueryInitialized true before Init")
+		}
+		for round := 0; round < 2; round++ {
+			if err := shmem.Init(); err != nil {
+				t.Fatalf("round %d: Init: %v", round, err)
 			}
-			defer petest.ExitIfFailed(t)
-			if shmem.QueryInitialized() {
-				t.Fatal("QueryInitialized true before Init")
+			if got, err := shmem.InitThread(shmem.ThreadMultiple); err != nil || got != shmem.ThreadSingle {
+				t.Errorf("round %d: InitThread after Init = %v, %v; want the level of Init, ThreadSingle", round, got, err)
 			}
-			for round := 0; round < 2; round++ {
-				if err := shmem.Init(); err != nil {
-					t.Fatalf("round %d: Init: %v", round, err)
-				}
-				if got, err := shmem.InitThread(shmem.ThreadMultiple); err != nil || got != shmem.ThreadSingle {
-					t.Errorf("round %d: InitThread after Init = %v, %v; want the level of Init, ThreadSingle", round, got, err)
-				}
-				if !shmem.QueryInitialized() {
-					t.Fatalf("round %d: QueryInitialized false after Init", round)
-				}
-				me, n := shmem.MyPE(), shmem.NPEs()
-				x := calloc[int64](t, 1)
-				shmem.AtomicAdd(&x[0], int64(round+1), (me+1)%n)
-				shmem.Finalize() // matches InitThread: a barrier
-				if !shmem.QueryInitialized() || x[0] != int64(round+1) {
-					t.Fatalf("round %d: after the inner Finalize: initialized %v, counter %d, want true, %d", round, shmem.QueryInitialized(), x[0], round+1)
-				}
-				shmem.Free(x)
-				shmem.Finalize()
-				if shmem.QueryInitialized() || shmem.MyPE() != -1 {
-					t.Fatalf("round %d: after the last Finalize: QueryInitialized %v, MyPE %d", round, shmem.QueryInitialized(), shmem.MyPE())
-				}
+			if !shmem.QueryInitialized() {
+				t.Fatalf("round %d: QueryInitialized false after Init", round)
 			}
-		})
-	}
+			me, n := shmem.MyPE(), shmem.NPEs()
+			x := calloc[int64](t, 1)
+			shmem.AtomicAdd(&x[0], int64(round+1), (me+1)%n)
+			shmem.Finalize() // matches InitThread: a barrier
+			if !shmem.QueryInitialized() || x[0] != int64(round+1) {
+				t.Fatalf("round %d: after the inner Finalize: initialized %v, counter %d, want true, %d", round, shmem.QueryInitialized(), x[0], round+1)
+			}
+			shmem.Free(x)
+			shmem.Finalize()
+			if shmem.QueryInitialized() || shmem.MyPE() != -1 {
+				t.Fatalf("round %d: after the last Finalize: QueryInitialized %v, MyPE %d", round, shmem.QueryInitialized(), shmem.MyPE())
+			}
+		}
+	})
 }
 
 // putGetRoundTrip checks Put, Get, P and G of T between every pair of PEs:
@@ -698,12 +687,7 @@ func TestSameNodeHotPathsAllocateNothing(t *testing.T) {
 }
 
 func TestLargeHeap(t *testing.T) {
-	petest.RunWith(t, petest.Options{NPs: []int{2}, Env: []string{"SHMEM_SYMMETRIC_SIZE=1G"}}, func(t *testing.T) {
-		if err := shmem.Init(); err != nil {
-			t.Fatalf("Init with a 1 GiB heap: %v", err)
-		}
-		defer shmem.Finalize()
-		defer petest.ExitIfFailed(t)
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, Env: []string{"SHMEM_SYMMETRIC_SIZE=1G"}}, func(t *testing.T) {
 		me, n := shmem.MyPE(), shmem.NPEs()
 		big := calloc[byte](t, 1000<<20)
 		// Touch only the far end: the rest of the pages stay unallocated.
@@ -718,7 +702,7 @@ func TestLargeHeap(t *testing.T) {
 }
 
 func TestInitRejectsBadHeapSize(t *testing.T) {
-	if petest.IsPE() {
+	if shmemtest.IsPE() {
 		t.Skip("runs in the test process only")
 	}
 	for _, v := range []string{"lots", "0", "-5M"} {
@@ -737,7 +721,7 @@ func TestInitRejectsBadHeapSize(t *testing.T) {
 // TestInitNamesMinimumHeap: a heap too small for the library's own state
 // fails Init with the minimum to give, and that minimum works.
 func TestInitNamesMinimumHeap(t *testing.T) {
-	if petest.IsPE() {
+	if shmemtest.IsPE() {
 		t.Skip("runs in the test process only")
 	}
 	t.Setenv("SHMEM_SYMMETRIC_SIZE", "4K")
@@ -761,7 +745,7 @@ func TestInitNamesMinimumHeap(t *testing.T) {
 // carry active messages (cma alone) fail Init, saying what is missing,
 // instead of the first barrier.
 func TestInitNeedsActiveMessages(t *testing.T) {
-	if petest.IsPE() {
+	if shmemtest.IsPE() {
 		t.Skip("runs in the test process only")
 	}
 	t.Setenv("UCX_TLS", "cma")
@@ -793,8 +777,8 @@ func TestPeerFailureEndsJob(t *testing.T) {
 		// (the harness checks /dev/shm after the job).
 		{"sigkill-named-segments", []string{"UCX_POSIX_USE_SHM_OPEN=y", "UCX_ALLOC_PRIO=md:posix"}, 137, "killed by signal 9", kill},
 	} {
-		petest.RunWith(t, petest.Options{
-			Name: how.name, NPs: []int{3}, WantExit: how.wantExit, Env: how.env,
+		shmemtest.RunWith(t, shmemtest.Options{
+			NPs: []int{3}, Transports: []shmemtest.Transport{{Name: how.name, Env: how.env}}, WantExit: how.wantExit, NoInit: true,
 			Check: func(t *testing.T, out string) {
 				if !strings.Contains(out, how.wantMsg) {
 					t.Errorf("output does not say %q:\n%s", how.wantMsg, out)

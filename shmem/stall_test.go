@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // stallJob runs body as every PE of jobs of each size in nps over shared
@@ -19,22 +19,11 @@ import (
 // (0: success) and its output to satisfy check.
 func stallJob(t *testing.T, nps []int, env []string, exit int, check func(t *testing.T, np int, out string), body func(t *testing.T, me, n int)) {
 	t.Helper()
-	for _, tr := range transports[:2] {
-		for _, np := range nps {
-			e := append([]string{variantEnv + "=" + tr.name}, env...)
-			if tr.env != "" {
-				e = append(e, tr.env)
-			}
-			petest.RunWith(t, petest.Options{Name: tr.name, NPs: []int{np}, Env: e, WantExit: exit, Timeout: 60 * time.Second,
-				Check: func(t *testing.T, out string) { check(t, np, out) }}, func(t *testing.T) {
-				if err := shmem.Init(); err != nil {
-					t.Fatalf("Init: %v", err)
-				}
-				defer shmem.Finalize()
-				defer petest.ExitIfFailed(t)
-				body(t, shmem.MyPE(), shmem.NPEs())
-			})
-		}
+	for _, np := range nps {
+		shmemtest.RunWith(t, shmemtest.Options{NPs: []int{np}, Transports: transports[:2], Env: env, WantExit: exit, Timeout: 60 * time.Second,
+			Check: func(t *testing.T, out string) { check(t, np, out) }}, func(t *testing.T) {
+			body(t, shmem.MyPE(), shmem.NPEs())
+		})
 	}
 }
 

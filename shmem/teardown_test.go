@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // TestTeardownQuiet checks that a normal teardown over tcp is no failure:
@@ -14,10 +14,9 @@ import (
 // Finalize, print nothing about the transport (no "connection reset", no
 // failed endpoint, no connection ended without a goodbye) on any PE.
 func TestTeardownQuiet(t *testing.T) {
-	petest.RunWith(t, petest.Options{
-		Name: "tcp",
-		NPs:  []int{2, 4},
-		Env:  []string{"UCX_TLS=tcp,self"},
+	shmemtest.RunWith(t, shmemtest.Options{
+		NPs:        []int{2, 4},
+		Transports: []shmemtest.Transport{shmemtest.TCP},
 		Check: func(t *testing.T, output string) {
 			for _, line := range strings.Split(output, "\n") {
 				if strings.Contains(line, "uct/tcp:") || strings.Contains(line, "ucp:") || strings.Contains(strings.ToLower(line), "connection reset") {
@@ -26,11 +25,6 @@ func TestTeardownQuiet(t *testing.T) {
 			}
 		},
 	}, func(t *testing.T) {
-		if err := shmem.Init(); err != nil {
-			t.Fatalf("Init: %v", err)
-		}
-		defer shmem.Finalize()
-		defer petest.ExitIfFailed(t)
 		me, n := shmem.MyPE(), shmem.NPEs()
 		words := calloc[int64](t, n)
 		for round := range 5 {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // threadJob is job with InitThread(level) in place of Init: it runs body
@@ -42,7 +42,7 @@ func TestInitThreadLevels(t *testing.T) {
 }
 
 func TestInitThreadInvalidLevel(t *testing.T) {
-	if petest.IsPE() {
+	if shmemtest.IsPE() {
 		t.Skip("runs in the test process only")
 	}
 	if _, err := shmem.InitThread(shmem.ThreadMultiple + 1); err == nil {

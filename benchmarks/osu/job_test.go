@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/launcher"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // osuBin is this program, built once by TestMain for the job tests.
@@ -49,7 +49,7 @@ func runJob(t *testing.T, np int, env []string, args ...string) (code int, stdou
 	if code == 0 && err != nil {
 		t.Fatalf("osu %q: %v", args, err)
 	}
-	if left := petest.ShmLeftovers(); len(left) > 0 {
+	if left := shmemtest.Leftovers(); len(left) > 0 {
 		t.Errorf("osu %q left %v in /dev/shm", args, left)
 	}
 	return code, out.String(), errb.String()

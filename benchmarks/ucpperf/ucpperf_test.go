@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/bootstrap"
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/launcher"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 var (
@@ -83,7 +83,7 @@ func runJob(t *testing.T, env []string, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	before := map[string]bool{}
-	for _, f := range petest.ShmLeftovers() {
+	for _, f := range shmemtest.Leftovers() {
 		before[f] = true // left by something else running on this machine
 	}
 	var out bytes.Buffer
@@ -92,7 +92,7 @@ func runJob(t *testing.T, env []string, args ...string) string {
 	if err != nil || code != 0 {
 		t.Fatalf("ucpperf %v (env %v): exit %d, %v; output:\n%s", args, env, code, err, out.String())
 	}
-	for _, f := range petest.ShmLeftovers() {
+	for _, f := range shmemtest.Leftovers() {
 		if !before[f] {
 			t.Errorf("ucpperf left %s in /dev/shm", f)
 		}

@@ -111,6 +111,9 @@ func runJob(t *testing.T, np int, o Options) {
 		t.Fatalf("job of %d PEs: %v; output:\n%s", np, err, output)
 	}
 	if code != o.WantExit {
+		for _, f := range PEFailures(output) {
+			t.Errorf("PE %d: %s", f.PE, f.Message)
+		}
 		t.Fatalf("job of %d PEs exited with %d, want %d (err %v); output:\n%s", np, code, o.WantExit, err, output)
 	}
 	if o.WantExit == 0 && !strings.Contains(output, "--- PASS: "+t.Name()) {
@@ -182,6 +185,49 @@ func launch(ctx context.Context, np int, args, env []string, tag bool) (int, str
 		Logf:      func(format string, args ...any) { fmt.Fprintf(w, "goshmem-run: "+format+"\n", args...) },
 	})
 	return code, w.String(), err
+}
+
+// Failure is a failure a PE's test reported: a line its *testing.T
+// logged (t.Error, t.Fatal and the like) in a test that failed.
+type Failure struct {
+	PE      int
+	Message string // "file_test.go:42: what went wrong"
+}
+
+// PEFailures finds, in a job's output tagged by PE ("[pe N] "), the lines
+// the PEs' tests logged with a file and line ("    x_test.go:12: ..."),
+// in the order they came, for the PEs whose test failed. A PE's test that
+// panicked reports its panic message.
+func PEFailures(output string) []Failure {
+	var logged []Failure
+	failed := map[int]bool{}
+	for _, line := range strings.Split(output, "\n") {
+		rest, ok := strings.CutPrefix(line, "[pe ")
+		if !ok {
+			continue
+		}
+		num, msg, ok := strings.Cut(rest, "] ")
+		pe, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			continue
+		}
+		switch trimmed := strings.TrimSpace(msg); {
+		case strings.HasPrefix(trimmed, "--- FAIL"), strings.HasPrefix(msg, "FAIL"):
+			failed[pe] = true
+		case strings.HasPrefix(msg, "panic: "):
+			failed[pe] = true
+			logged = append(logged, Failure{pe, trimmed})
+		case strings.HasPrefix(msg, "    ") && strings.Contains(trimmed, ".go:"):
+			logged = append(logged, Failure{pe, trimmed})
+		}
+	}
+	var out []Failure
+	for _, f := range logged {
+		if failed[f.PE] {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // skipReason returns the reason t.Skip gave in the PEs: with -test.v the

@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/launcher"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // hangGuard bounds every job; reaching it is a failure (a hang), not a
@@ -139,7 +139,7 @@ func (r jobResult) String() string {
 var shmBefore = map[string]bool{}
 
 func init() {
-	for _, f := range petest.ShmLeftovers() {
+	for _, f := range shmemtest.Leftovers() {
 		shmBefore[f] = true
 	}
 }
@@ -152,7 +152,7 @@ func noLeftovers(t *testing.T) {
 	deadline := time.Now().Add(hangGuard)
 	for {
 		var left []string
-		for _, f := range petest.ShmLeftovers() {
+		for _, f := range shmemtest.Leftovers() {
 			if !shmBefore[f] {
 				left = append(left, f)
 			}

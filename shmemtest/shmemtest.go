@@ -1,0 +1,163 @@
+// Package shmemtest runs tests of SPMD code as the PEs of real goshmem
+// jobs, from a plain `go test`.
+//
+// A test calls Run (or RunWith) with a body. In the test process, Run
+// starts, for every job size and transport asked for, a job whose PEs are
+// the test binary itself, started by the launcher goshmem-run uses, and
+// restricted to the calling test; each PE initializes the library, runs the
+// body with a *testing.T of its own, and finalizes. The job's output is
+// tagged by PE ("[pe 2] "); a PE whose body fails ends the job at once, and
+// the parent test fails, first listing each failing PE's messages with its
+// number, then the whole output. A job that runs past its timeout fails
+// the test, and so does one that leaves goshmem segments in /dev/shm.
+//
+//	func TestRing(t *testing.T) {
+//		shmemtest.Run(t, []int{2, 4}, func(t *testing.T) {
+//			me, n := shmem.MyPE(), shmem.NPEs()
+//			x, err := shmem.Calloc[int64](1)
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			shmem.P(&x[0], int64(me), (me+1)%n)
+//			shmem.BarrierAll()
+//			if want := int64((me + n - 1) % n); x[0] != want {
+//				t.Errorf("got %d, want %d", x[0], want)
+//			}
+//			shmem.Free(x)
+//		})
+//	}
+//
+// The subtests are named after the transport and the job size
+// ("TestRing/sm/np=4"), so `go test -run 'TestRing/tcp/np=2'` runs one job.
+// Code outside the body runs in the test process and in every PE alike;
+// IsPE tells them apart.
+package shmemtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/internal/petest"
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// Transport is a way the PEs of a job reach each other: a name for the
+// subtests and the environment that selects it.
+type Transport struct {
+	Name string
+	Env  []string
+}
+
+// The transports of the tests.
+var (
+	// SharedMemory is goshmem's default on one host: the PEs map each
+	// other's heaps, over the sm transports.
+	SharedMemory = Transport{Name: "sm"}
+	// TCP makes every PE use loopback TCP only (UCX_TLS=tcp,self), as PEs
+	// on different hosts do.
+	TCP = Transport{Name: "tcp", Env: []string{"UCX_TLS=tcp,self"}}
+)
+
+// DefaultTimeout bounds one job when Options.Timeout is zero.
+const DefaultTimeout = petest.DefaultTimeout
+
+// Options tune RunWith.
+type Options struct {
+	// NPs are the job sizes to run; {1, 2, 4} if empty.
+	NPs []int
+	// Transports are the transports to run every job size over;
+	// {SharedMemory, TCP} if empty.
+	Transports []Transport
+	// Env is added to the environment of every PE (for example
+	// SHMEM_SYMMETRIC_SIZE=64M).
+	Env []string
+	// Timeout bounds each job; DefaultTimeout if zero.
+	Timeout time.Duration
+	// ThreadLevel is the level each PE asks of shmem.InitThread; the zero
+	// value is ThreadSingle, which is shmem.Init.
+	ThreadLevel shmem.ThreadLevel
+	// NoInit leaves Init and Finalize to the body.
+	NoInit bool
+	// Setup, if set, runs in each PE before Init (to set a PE's own
+	// environment, say).
+	Setup func(t *testing.T)
+	// WantExit is the exit code the job must end with: 0, the default,
+	// for a job whose PEs all pass. A test of failures sets it and checks
+	// the output with Check.
+	WantExit int
+	// Check, if set, is called in the test process with each job's output
+	// (its lines tagged by PE) after the job ended with WantExit.
+	Check func(t *testing.T, output string)
+}
+
+// Run runs body as every PE of a job of each size in nps, over shared
+// memory and over TCP, between shmem.Init and shmem.Finalize.
+func Run(t *testing.T, nps []int, body func(t *testing.T)) {
+	t.Helper()
+	RunWith(t, Options{NPs: nps}, body)
+}
+
+// RunWith runs body as the PEs of jobs as o says.
+func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
+	t.Helper()
+	if len(o.NPs) == 0 {
+		o.NPs = []int{1, 2, 4}
+	}
+	if len(o.Transports) == 0 {
+		o.Transports = []Transport{SharedMemory, TCP}
+	}
+	for _, tr := range o.Transports {
+		env := append(append([]string(nil), o.Env...), tr.Env...)
+		petest.RunWith(t, petest.Options{Name: tr.Name, NPs: o.NPs, Env: env, Timeout: o.Timeout, WantExit: o.WantExit, Check: o.Check},
+			func(t *testing.T) { runPE(t, o, body) })
+	}
+}
+
+// runPE is one PE of a job: setup, Init, the body, and Finalize; a body
+// that failed ends the PE before Finalize, which the other PEs would never
+// join, so that the job ends at once.
+func runPE(t *testing.T, o Options, body func(t *testing.T)) {
+	if o.Setup != nil {
+		o.Setup(t)
+	}
+	if !o.NoInit {
+		if o.ThreadLevel == shmem.ThreadSingle {
+			if err := shmem.Init(); err != nil {
+				t.Fatalf("shmem.Init: %v", err)
+			}
+		} else if got, err := shmem.InitThread(o.ThreadLevel); err != nil {
+			t.Fatalf("shmem.InitThread(%v): %v", o.ThreadLevel, err)
+		} else if got != o.ThreadLevel {
+			t.Fatalf("shmem.InitThread(%v) provided %v", o.ThreadLevel, got)
+		}
+		defer shmem.Finalize()
+	}
+	defer petest.ExitIfFailed(t)
+	body(t)
+}
+
+// IsPE reports whether this process is a PE of a job that Run started (as
+// opposed to the test process).
+func IsPE() bool { return petest.IsPE() }
+
+// Leftovers lists the goshmem files in /dev/shm whose creating process is
+// gone: a job that ended well leaves none.
+func Leftovers() []string { return petest.ShmLeftovers() }
+
+// Bench runs a benchmark in a real job of np PEs, between shmem.Init and
+// shmem.Finalize. In every PE, body runs once and calls measure with a
+// function that does the operation n times; PE 0 times it (with n growing
+// until a run lasts a second) and counts its allocations, the others skip
+// it, and the benchmark reports PE 0's ns/op, B/op and allocs/op, and MB/s
+// when bytesPerOp is positive. Every PE must make the same collective
+// calls around measure.
+func Bench(b *testing.B, np int, bytesPerOp int64, body func(measure func(fn func(n int)))) {
+	b.Helper()
+	petest.Bench(b, np, bytesPerOp, func(measure func(fn func(n int))) {
+		if err := shmem.Init(); err != nil {
+			b.Fatalf("shmem.Init: %v", err)
+		}
+		defer shmem.Finalize()
+		body(measure)
+	})
+}

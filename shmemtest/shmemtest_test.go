@@ -1,0 +1,112 @@
+package shmemtest_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
+)
+
+// TestRun runs the package's example: a ring of puts, over shared memory
+// and TCP, at several job sizes.
+func TestRun(t *testing.T) {
+	shmemtest.Run(t, []int{1, 3}, func(t *testing.T) {
+		me, n := shmem.MyPE(), shmem.NPEs()
+		x, err := shmem.Calloc[int64](1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shmem.P(&x[0], int64(me), (me+1)%n)
+		shmem.BarrierAll()
+		if want := int64((me + n - 1) % n); x[0] != want {
+			t.Errorf("got %d, want %d", x[0], want)
+		}
+		shmem.Free(x)
+	})
+}
+
+// TestRunOptions: the options reach every PE (environment, Setup, thread
+// level), and Check sees the job's output tagged by PE.
+func TestRunOptions(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{
+		NPs:         []int{2},
+		Transports:  []shmemtest.Transport{shmemtest.SharedMemory},
+		Env:         []string{"SHMEMTEST_OPTION=yes"},
+		ThreadLevel: shmem.ThreadMultiple,
+		Setup:       func(t *testing.T) { os.Setenv("SHMEMTEST_SETUP", "done") },
+		Check: func(t *testing.T, out string) {
+			if !strings.Contains(out, "[pe 1] PE 1 ran") {
+				t.Errorf("no line of PE 1 in the output:\n%s", out)
+			}
+		},
+	}, func(t *testing.T) {
+		if os.Getenv("SHMEMTEST_OPTION") != "yes" || os.Getenv("SHMEMTEST_SETUP") != "done" {
+			t.Errorf("environment: option %q, setup %q", os.Getenv("SHMEMTEST_OPTION"), os.Getenv("SHMEMTEST_SETUP"))
+		}
+		if shmem.QueryThread() != shmem.ThreadMultiple {
+			t.Errorf("thread level %v", shmem.QueryThread())
+		}
+		os.Stdout.WriteString("PE " + string(rune('0'+shmem.MyPE())) + " ran\n")
+	})
+}
+
+// TestFromAnotherModule uses the harness as a user does: a module of its
+// own (testdata/usermod) requires goshmem and runs `go test` on a test
+// that passes and on one in which PE 1 fails. The failing run must exit
+// non-zero, name PE 1 with its message and line, and leave nothing in
+// /dev/shm.
+func TestFromAnotherModule(t *testing.T) {
+	if shmemtest.IsPE() {
+		t.Skip("runs in the test process only")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"ring_test.go.txt"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "usermod", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, strings.TrimSuffix(name, ".txt")), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gomod := "module example.com/usermod\n\ngo 1.26\n\nrequire github.com/goshmem/goshmem v0.0.0\n\nreplace github.com/goshmem/goshmem => " + root + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(goBin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("mod", "tidy"); err != nil {
+		t.Fatalf("go mod tidy in the user's module: %v\n%s", err, out)
+	}
+	out, err := run("test", "-count=1", "-run", "TestRingPasses", ".")
+	if err != nil || !strings.Contains(out, "ok") {
+		t.Fatalf("go test of a passing test in the user's module: %v\n%s", err, out)
+	}
+	out, err = run("test", "-count=1", "-run", "TestRingFailsOnPE1", ".")
+	if err == nil {
+		t.Fatalf("go test of a failing test in the user's module passed:\n%s", out)
+	}
+	if !strings.Contains(out, "PE 1: ring_test.go:") || !strings.Contains(out, "PE 1 disagrees") {
+		t.Errorf("the failure does not name PE 1 with its message and line:\n%s", out)
+	}
+	if left := shmemtest.Leftovers(); len(left) > 0 {
+		t.Errorf("left in /dev/shm: %v", left)
+	}
+}
