@@ -245,7 +245,6 @@ type amWorker struct {
 	reasm  map[amKey]*amReasm // eager messages being reassembled
 	sends  map[uint64]*amOp   // rendezvous sends waiting for the receiver
 	recvs  map[uint64]*amRecv // rendezvous receives waiting for data
-	rkeys  []*Rkey            // senders' keys, unpacked, oldest first
 	qlen   atomic.Int32       // len(queue), read by Progress without the lock
 	// lastSrc and lastEP cache the reply endpoint last looked up.
 	lastSrc uint64
@@ -287,12 +286,8 @@ func (w *Worker) amInit() error {
 	}
 	a := &w.am
 	a.rndvThr = amDefaultRndvThresh
-	if v := w.ctx.config.Get("RNDV_THRESH"); v != "" && v != "auto" {
-		n, err := ucs.ParseSize(v)
-		if err != nil {
-			return fmt.Errorf("UCX_RNDV_THRESH=%q: %w", v, ucs.ErrInvalidParam)
-		}
-		a.rndvThr = int(min(n, math.MaxInt))
+	if w.ctx.rndvThr >= 0 {
+		a.rndvThr = w.ctx.rndvThr
 	}
 	for _, wi := range w.ifaces {
 		if wi.attr.Flags&capAM == 0 {
@@ -498,7 +493,7 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	case rndv:
 		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(len(data)), protoAMRndv
 		if len(data) > 0 {
-			if key, m := w.amRndvKey(ep, data, param); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
+			if key, m := w.rndvKey(ep, data, param); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
 				op.key, op.memh = key, m
 				op.h.off = uint64(uintptr(unsafe.Pointer(&data[0])))
 				r.proto = protoAMRndvGet
@@ -536,38 +531,6 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 		r.release()
 		return nil, fmt.Errorf("ucp %s on %s: %w", r.proto, l, st)
 	}
-}
-
-// amRndvKey returns the packed key through which the receiver of a
-// rendezvous message may get data, or nil when it cannot: the key of
-// param's memory handle when data lies in it, or else of data registered
-// now (returned, to be unmapped when the send completes) with the memory
-// domains of the lanes to the peer that get.
-func (w *Worker) amRndvKey(ep *Endpoint, data []byte, param *RequestParam) ([]byte, *MemHandle) {
-	p := uintptr(unsafe.Pointer(&data[0]))
-	if param != nil && param.OpAttrMask&OpAttrFieldMemh != 0 && param.Memh != nil {
-		m := param.Memh
-		base := uintptr(m.address)
-		if p >= base && p-base <= uintptr(m.length) && uintptr(len(data)) <= uintptr(m.length)-(p-base) {
-			if key, err := w.ctx.RkeyPack(m); err == nil {
-				return key, nil
-			}
-		}
-	}
-	for _, c := range ep.cands {
-		if c.can(capGet) && c.wi.rsc.md.attr.Flags&uct.MDFlagReg != 0 {
-			m, err := w.ctx.MemMap(new(MemMapParams).SetAddress(unsafe.Pointer(&data[0])).SetLength(len(data)))
-			if err != nil {
-				return nil, nil
-			}
-			key, err := w.ctx.RkeyPack(m)
-			if err != nil {
-				return nil, m
-			}
-			return key, m
-		}
-	}
-	return nil, nil
 }
 
 // amSendHello sends the worker's address to the endpoint's worker once, so
@@ -687,15 +650,20 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 // can: the caller then asks the sender to push the data.
 func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags uint32) (r *Request, err error, ok bool) {
 	ep := desc.ep
-	rk := w.amRkey(ep, desc.key)
-	if rk == nil {
+	ref := w.rkc.get(ep, desc.key)
+	if ref == nil {
 		return nil, nil, false
 	}
+	rk := ref.rk
 	r = w.newRequest(param)
-	r.size, r.proto, r.lane = desc.length, protoAMRecvGet, rk.rma.l
+	r.size, r.proto, r.lane = desc.length, protoAMRecvGet, ep.am
+	if rk.rma != nil {
+		r.lane = rk.rma.l
+	}
 	w.inflight.Add(1)
 	sreq := desc.sreq
 	fin := func() {
+		w.rkc.put(ref)
 		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
 			log.Printf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
 		}
@@ -723,63 +691,6 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 	r.finish(ucs.OK)
 	r.release()
 	return nil, nil, true
-}
-
-// amRkeyCacheSize bounds the keys of senders' data a worker keeps unpacked.
-const amRkeyCacheSize = 32
-
-// amRkey returns the key packed as key, unpacked on ep, when a lane of ep
-// can get with it; nil otherwise. Keys stay unpacked in a small cache, so
-// that data sent again from the same memory (a memory handle the sender
-// passes) is not mapped again for every message.
-func (w *Worker) amRkey(ep *Endpoint, key []byte) *Rkey {
-	a := &w.am
-	a.mu.Lock()
-	for i, c := range a.rkeys {
-		if c.ep == ep && string(c.packed) == string(key) {
-			if !ep.closed.Load() {
-				a.mu.Unlock()
-				return c
-			}
-			a.rkeys = append(a.rkeys[:i], a.rkeys[i+1:]...)
-			break
-		}
-	}
-	a.mu.Unlock()
-	rk, err := ep.RkeyUnpack(key)
-	if err != nil {
-		return nil
-	}
-	if rk.rma == nil || !rk.rma.get {
-		rk.Destroy()
-		return nil
-	}
-	var old *Rkey
-	a.mu.Lock()
-	if len(a.rkeys) == amRkeyCacheSize {
-		old = a.rkeys[0]
-		a.rkeys = append(a.rkeys[:0], a.rkeys[1:]...)
-	}
-	a.rkeys = append(a.rkeys, rk)
-	a.mu.Unlock()
-	if old != nil {
-		old.Destroy()
-	}
-	return rk
-}
-
-// amDestroy releases the keys the worker keeps unpacked. The gets that
-// use them complete on issue on every transport that gets (posix, sysv,
-// cma, self), so none is in flight here, nor when one is evicted.
-func (w *Worker) amDestroy() {
-	a := &w.am
-	a.mu.Lock()
-	rkeys := a.rkeys
-	a.rkeys = nil
-	a.mu.Unlock()
-	for _, rk := range rkeys {
-		rk.Destroy()
-	}
 }
 
 // statusOf returns the ucs.Status an error carries (ucs.ErrIOError for

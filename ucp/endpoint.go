@@ -106,6 +106,7 @@ type lane struct {
 	// destroyed is set, under sendMu, when ep was destroyed: the software
 	// protocols and the keepalive then leave it alone.
 	destroyed bool
+	pk        lanePacker // packs the two-sided protocols' messages, under sendMu
 }
 
 func (l *lane) String() string {
@@ -131,6 +132,8 @@ type Endpoint struct {
 	swDirty    atomic.Bool  // software puts or atomics sent since the last flush
 	wiredBack  atomic.Bool  // the peer has this worker's address (swWireup)
 	amq        amEP         // active messages (am.go)
+	queued     atomic.Int32 // its sends in the worker's send queue (proto.go)
+	thresh     atomic.Pointer[protoThresh]
 }
 
 // NewEndpoint connects to the worker whose packed address params carries

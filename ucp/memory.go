@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -117,6 +119,11 @@ type MemHandle struct {
 	token    uint64       // names the mapping to software RMA requests; 0 if not remotely accessible
 	imported *importedMem // memory of another process, mapped from an exported memh buffer
 	unmapped bool
+	// key caches the packed key of memory MemMap mapped, for the sends of
+	// data inside it (keyFor).
+	key atomic.Pointer[[]byte]
+	// transient marks a registration made for one rendezvous send.
+	transient bool
 }
 
 // MemMap maps memory for remote access (ucp_mem_map), as the fields of p
@@ -210,6 +217,84 @@ func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
 		m.token = newToken()
 		c.regions.Store(m.token, m)
 	}
+	c.addMapped(m)
+	return m, nil
+}
+
+// addMapped records m in the context's address-ordered list of mapped
+// memory.
+func (c *Context) addMapped(m *MemHandle) {
+	c.mappedMu.Lock()
+	defer c.mappedMu.Unlock()
+	i := sort.Search(len(c.mapped), func(i int) bool { return uintptr(c.mapped[i].address) >= uintptr(m.address) })
+	c.mapped = append(c.mapped, nil)
+	copy(c.mapped[i+1:], c.mapped[i:])
+	c.mapped[i] = m
+}
+
+// removeMapped drops m from the list of mapped memory.
+func (c *Context) removeMapped(m *MemHandle) {
+	c.mappedMu.Lock()
+	defer c.mappedMu.Unlock()
+	for i, e := range c.mapped {
+		if e == m {
+			c.mapped = append(c.mapped[:i], c.mapped[i+1:]...)
+			return
+		}
+	}
+}
+
+// mappedAt returns mapped memory that holds the n bytes at p and peers may
+// read, or nil.
+func (c *Context) mappedAt(p uintptr, n int) *MemHandle {
+	c.mappedMu.RLock()
+	defer c.mappedMu.RUnlock()
+	// The last mapping that starts at or before p, then those before it
+	// (mappings may nest).
+	i := sort.Search(len(c.mapped), func(i int) bool { return uintptr(c.mapped[i].address) > p })
+	for i--; i >= 0; i-- {
+		m := c.mapped[i]
+		if m.contains(p, n) && m.prot&ProtRemoteRead != 0 {
+			return m
+		}
+	}
+	return nil
+}
+
+// contains reports whether the n bytes at p lie inside m.
+func (m *MemHandle) contains(p uintptr, n int) bool {
+	base := uintptr(m.address)
+	return p >= base && p-base <= uintptr(m.length) && uintptr(n) <= uintptr(m.length)-(p-base)
+}
+
+// keyFor returns the packed key of m when the n bytes at p lie inside it
+// and peers may read it, nil otherwise; the key is packed once.
+func (m *MemHandle) keyFor(p uintptr, n int) []byte {
+	if m.unmapped || m.imported != nil || m.prot&ProtRemoteRead == 0 || !m.contains(p, n) {
+		return nil
+	}
+	if k := m.key.Load(); k != nil {
+		return *k
+	}
+	k, err := m.ctx.RkeyPack(m)
+	if err != nil {
+		return nil
+	}
+	m.key.Store(&k)
+	return k
+}
+
+// memRegFor registers data with the memory domain e only, for the life of
+// one transfer: MemUnmap releases it.
+func (c *Context) memRegFor(data []byte, e *mdEntry) (*MemHandle, error) {
+	p := unsafe.Pointer(unsafe.SliceData(data))
+	memh, err := e.md.MemReg(p, len(data), uct.MemAccessDefault)
+	if err != nil {
+		return nil, err
+	}
+	m := &MemHandle{ctx: c, address: p, length: len(data), prot: ProtDefault, memhs: make([]uct.Memh, len(c.mds)),
+		regMDs: []*mdEntry{e}, transient: true}
+	m.memhs[e.index] = memh
 	return m, nil
 }
 
@@ -278,6 +363,9 @@ func (c *Context) MemUnmap(m *MemHandle) error {
 		return fmt.Errorf("ucp mem unmap: %w", ucs.ErrInvalidParam)
 	}
 	m.unmapped = true
+	if !m.transient {
+		c.removeMapped(m)
+	}
 	if m.imported != nil {
 		if err := m.imported.comp.RkeyRelease(m.imported.bundle); err != nil {
 			return fmt.Errorf("ucp mem unmap of imported memory: %w", err)

@@ -21,6 +21,10 @@ const (
 	OpAttrFieldMemoryType  uint32 = 1 << 6
 	OpAttrFieldRecvInfo    uint32 = 1 << 7
 	OpAttrFieldMemh        uint32 = 1 << 8
+	// OpAttrFieldGenericBuffer (goshmem's): RequestParam.GenericBuffer and
+	// GenericCount are the buffer a generic datatype's StartPack or
+	// StartUnpack gets, instead of the call's buf.
+	OpAttrFieldGenericBuffer uint32 = 1 << 15
 
 	// OpAttrFlagNoImmCmpl: always return a request, even when the operation
 	// completed at once; its callback is then called before return.
@@ -32,7 +36,8 @@ const (
 	OpAttrFlagForceImmCmpl uint32 = 1 << 18
 )
 
-// Datatype describes the elements of a buffer (ucp_datatype_t).
+// Datatype describes the elements of a buffer (ucp_datatype_t); see
+// datatype.go for its classes.
 type Datatype uint64
 
 // DatatypeContig returns the datatype of contiguous elements of elemSize
@@ -63,6 +68,19 @@ type RequestParam struct {
 	Reply      *uint64
 	MemoryType ucs.MemoryType
 	Memh       *MemHandle
+	// RecvCallback is the completion callback of a tag receive
+	// (ucp_tag_recv_nbx_callback_t); receives call it instead of Callback.
+	// Its bit is OpAttrFieldCallback.
+	RecvCallback TagRecvCallback
+	// RecvInfo receives the sender's tag and the message length when a
+	// receive completes at once (OpAttrFieldRecvInfo).
+	RecvInfo *TagRecvInfo
+	// IOV are the buffers of a DatatypeIOV operation (SetIOV).
+	IOV [][]byte
+	// GenericBuffer and GenericCount are what a generic datatype's
+	// StartPack or StartUnpack get (OpAttrFieldGenericBuffer).
+	GenericBuffer any
+	GenericCount  int
 }
 
 // SetCallback sets the completion callback.
@@ -80,6 +98,41 @@ func (p *RequestParam) SetUserData(d any) *RequestParam {
 // SetDatatype sets the datatype.
 func (p *RequestParam) SetDatatype(d Datatype) *RequestParam {
 	p.Datatype, p.OpAttrMask = d, p.OpAttrMask|OpAttrFieldDatatype
+	return p
+}
+
+// SetTagRecvCallback sets the completion callback of a tag receive.
+func (p *RequestParam) SetTagRecvCallback(cb TagRecvCallback) *RequestParam {
+	p.RecvCallback, p.OpAttrMask = cb, p.OpAttrMask|OpAttrFieldCallback
+	return p
+}
+
+// SetRecvInfo sets where a receive that completes at once puts the
+// sender's tag and the message length.
+func (p *RequestParam) SetRecvInfo(info *TagRecvInfo) *RequestParam {
+	p.RecvInfo, p.OpAttrMask = info, p.OpAttrMask|OpAttrFieldRecvInfo
+	return p
+}
+
+// SetIOV makes the operation's data the buffers of iov, in order (datatype
+// DatatypeIOV); the call's buf must then be nil. The buffers must stay
+// untouched until the operation completes.
+func (p *RequestParam) SetIOV(iov [][]byte) *RequestParam {
+	p.IOV, p.Datatype, p.OpAttrMask = iov, DatatypeIOV, p.OpAttrMask|OpAttrFieldDatatype
+	return p
+}
+
+// SetGenericBuffer sets the buffer and count a generic datatype's
+// StartPack or StartUnpack get (by default the call's buf and its length).
+func (p *RequestParam) SetGenericBuffer(buffer any, count int) *RequestParam {
+	p.GenericBuffer, p.GenericCount, p.OpAttrMask = buffer, count, p.OpAttrMask|OpAttrFieldGenericBuffer
+	return p
+}
+
+// SetMemh passes the memory handle the data lies in: a rendezvous
+// receiver then takes the data through its key without a registration.
+func (p *RequestParam) SetMemh(m *MemHandle) *RequestParam {
+	p.Memh, p.OpAttrMask = m, p.OpAttrMask|OpAttrFieldMemh
 	return p
 }
 
@@ -109,6 +162,8 @@ type Request struct {
 	w        *Worker
 	state    atomic.Int32 // ucs.Status: InProgress until completed
 	cb       SendCallback
+	rcb      TagRecvCallback // a tag receive's callback, called instead of cb
+	recv     bool            // a receive: not counted as in flight
 	userData any
 	reply    *uint64
 	result   uint64
@@ -122,6 +177,9 @@ type Request struct {
 	pending  uct.PendingReq
 	reserved []byte
 	inited   bool
+	dt       dtIter       // the data of a tag operation
+	tr       tagRecvState // a tag receive
+	top      *tagOp       // a tag send still in the worker's hands
 }
 
 var requestPools sync.Map // *Context -> *sync.Pool
@@ -160,7 +218,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	}
 	if param != nil {
 		if param.OpAttrMask&OpAttrFieldCallback != 0 {
-			r.cb = param.Callback
+			r.cb, r.rcb = param.Callback, param.RecvCallback
 		}
 		if param.OpAttrMask&OpAttrFieldUserData != 0 {
 			r.userData = param.UserData
@@ -193,12 +251,17 @@ func (r *Request) complete(status ucs.Status) {
 	if r.claimed.Swap(true) {
 		return
 	}
-	cb, ud := r.cb, r.userData
+	cb, rcb, ud := r.cb, r.rcb, r.userData
 	r.finish(status)
 	if status == ucs.InProgress {
 		status = ucs.OK
 	}
-	if cb != nil {
+	switch {
+	case rcb != nil && r.recv:
+		// The request stays ours until the fate word below: the info may
+		// be lent from it.
+		rcb(r, status.Err(), &r.tr.info, ud)
+	case cb != nil:
 		cb(r, status.Err(), ud)
 	}
 	if !r.fate.CompareAndSwap(fateRunning, fateDone) {
@@ -218,15 +281,19 @@ func (r *Request) finish(status ucs.Status) {
 			*r.reply = r.result
 		}
 	}
+	r.dt.finish()
 	r.state.Store(int32(status))
-	r.w.inflight.Add(-1)
+	if !r.recv {
+		r.w.inflight.Add(-1)
+	}
 }
 
 func (r *Request) release() {
 	if r.external {
 		return
 	}
-	r.cb, r.userData, r.reply, r.lane = nil, nil, nil, nil
+	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
+	r.recv, r.tr = false, tagRecvState{}
 	r.w.pool().Put(r)
 }
 

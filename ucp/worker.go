@@ -193,7 +193,10 @@ type Worker struct {
 	wake       wakeState // FeatureWakeup: EventFD, Arm, Wait, Signal (wakeup.go)
 	fail       failState // endpoints that failed, keepalive (errors.go)
 	closed     atomic.Bool
-	am         amWorker // active messages (am.go)
+	am         amWorker   // active messages (am.go)
+	tag        tagWorker  // tag matching (tag.go)
+	sendq      sendQueue  // protocol sends waiting for resources (proto.go)
+	rkc        rkeyCache  // senders' keys, for rendezvous receives (proto.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -288,6 +291,11 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		w.Destroy()
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
+	if err := w.tagInit(); err != nil {
+		w.Destroy()
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
+	w.uw.ProgressRegister(w.protoProgress)
 	return w, nil
 }
 
@@ -397,10 +405,11 @@ func (w *Worker) Destroy() {
 	eps := w.eps
 	w.eps = nil
 	w.epMu.Unlock()
-	w.amDestroy()
 	for _, ep := range eps {
 		ep.closeNow(ucs.ErrCanceled)
 	}
+	w.rkc.clear()
+	w.tagDestroy()
 	w.closeWakeup()
 	w.closeIfaces()
 	w.releaseWakeup()
