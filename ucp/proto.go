@@ -205,10 +205,10 @@ func laneLimitsOf(l *lane) laneLimits {
 // Rendezvous schemes (UCX_RNDV_SCHEME): how a receiver takes the data of
 // a rendezvous message.
 const (
-	rndvAuto    = iota // the best the lanes allow: rkey_ptr, get zcopy, am
-	rndvGet            // get zcopy (or am where no lane gets)
-	rndvPut            // the sender puts into the receiver's buffer (or am)
-	rndvAM             // the sender pushes the data in active messages
+	rndvAuto = iota // the best the lanes allow: rkey_ptr, get zcopy, am
+	rndvGet         // get zcopy (or am where no lane gets)
+	rndvPut         // the sender puts into the receiver's buffer (or am)
+	rndvAM          // the sender pushes the data in active messages
 	rndvSchemes
 )
 
