@@ -337,10 +337,25 @@ func (r *Request) Free() {
 func (r *Request) Release() { r.Free() }
 
 // Cancel asks for the request to end early with ucs.ErrCanceled
-// (ucp_request_cancel). RMA and atomics already handed to a transport run to
-// completion; only a request still waiting for resources is canceled.
+// (ucp_request_cancel): a tag receive that no message matched yet
+// completes with it at once (its callback runs); a send that still waits
+// for transport resources, nothing of it sent, does too. What a transport
+// or the peer has already started runs to completion: RMA, atomics, a
+// matched receive, a send partly or wholly handed over (UCX cancels tag
+// receives only). A completed request is left alone.
 func (r *Request) Cancel() {
-	if r.IsCompleted() || r.lane == nil {
+	if r.IsCompleted() {
+		return
+	}
+	if r.recv {
+		r.w.tagCancel(r)
+		return
+	}
+	if op := r.top; op != nil {
+		r.w.tagCancelSend(r, op)
+		return
+	}
+	if r.lane == nil {
 		return
 	}
 	canceled := false

@@ -175,7 +175,7 @@ func (w *Worker) tagInit() error {
 	t.sends = map[uint64]*tagOp{}
 	t.recvs = map[uint64]*Request{}
 	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData}
-	fns := []protoHandler{tagRecvEager, tagRecvEager, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData}
+	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData}
 	if err := w.setProtoHandlers(ids, fns); err != nil {
 		return err
 	}

@@ -746,3 +746,26 @@ func tagRecvAck(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 	}
 	return ucs.OK
 }
+
+// tagCancelSend cancels the tag send r, whose op is op, if it waits in the
+// worker's queue with nothing of it handed to the transport.
+func (w *Worker) tagCancelSend(r *Request, op *tagOp) {
+	q := &w.sendq
+	q.mu.Lock()
+	found := false
+	for i, o := range q.ops {
+		if o == protoOp(op) {
+			if op.r == r && !op.sent && op.off == 0 {
+				q.ops = append(q.ops[:i], q.ops[i+1:]...)
+				q.n.Store(int32(len(q.ops)))
+				found = true
+			}
+			break
+		}
+	}
+	q.mu.Unlock()
+	if found {
+		op.ep.queued.Add(-1)
+		op.abort(ucs.ErrCanceled)
+	}
+}
