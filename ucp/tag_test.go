@@ -1090,3 +1090,103 @@ func TestTagAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestTagMultiThread sends and receives from several goroutines at once on
+// workers in multi thread mode: every message arrives once, whole.
+func TestTagMultiThread(t *testing.T) {
+	const goroutines, perG = 4, 50
+	for _, tr := range tagTransports[1:3] {
+		t.Run(tr.name, func(t *testing.T) {
+			multi := new(WorkerParams).SetThreadMode(ucs.ThreadModeMulti)
+			ca, cb := newTagContext(t, tr.sendTLS), newTagContext(t, tr.recvTLS)
+			a, err := ca.NewWorker(multi)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(a.Destroy)
+			b, err := cb.NewWorker(multi)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(b.Destroy)
+			ep := connect(t, a, b, nil)
+			var wg sync.WaitGroup
+			errs := make(chan error, 2*goroutines)
+			seen := make([]int32, goroutines*perG)
+			var mu sync.Mutex
+			for g := range goroutines {
+				wg.Add(2)
+				go func() { // a sender
+					defer wg.Done()
+					for i := range perG {
+						k := g*perG + i
+						n := protoSizes[k%len(protoSizes)]
+						r, err := ep.TagSendNBX(pattern(n, k), uint64(k), nil)
+						for err == nil && r != nil && !r.IsCompleted() {
+							if a.Progress() == 0 {
+								a.Idle()
+							}
+						}
+						if err == nil && r != nil {
+							err = r.Status()
+							r.Free()
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+				go func() { // a receiver
+					defer wg.Done()
+					buf := make([]byte, 1<<20)
+					for range perG {
+						r, err := b.TagRecvNBX(buf, 0, 0, new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl))
+						if err != nil {
+							errs <- err
+							return
+						}
+						deadline := time.Now().Add(hangLimit)
+						for !r.IsCompleted() {
+							if b.Progress() == 0 {
+								a.Progress()
+								b.Idle()
+							}
+							if time.Now().After(deadline) {
+								errs <- errors.New("a receive waits too long")
+								return
+							}
+						}
+						var info TagRecvInfo
+						if err := r.TagRecvTest(&info); err != nil {
+							errs <- err
+							return
+						}
+						r.Free()
+						k := int(info.SenderTag)
+						n := protoSizes[k%len(protoSizes)]
+						if k >= len(seen) || info.Length != n || !bytes.Equal(buf[:n], pattern(n, k)) {
+							errs <- fmt.Errorf("message %d of %d bytes: wrong", k, info.Length)
+							return
+						}
+						mu.Lock()
+						seen[k]++
+						mu.Unlock()
+					}
+				}()
+			}
+			// Someone must serve the sender's rendezvous replies while the
+			// senders wait: they progress a themselves.
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			for k, c := range seen {
+				if c != 1 {
+					t.Fatalf("message %d received %d times", k, c)
+				}
+			}
+		})
+	}
+}
