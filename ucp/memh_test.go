@@ -162,7 +162,7 @@ func TestMemMapFixedAndProt(t *testing.T) {
 	if local.prot != ProtLocalRead|ProtLocalWrite || local.token != 0 {
 		t.Errorf("local protection %#x, token %#x", local.prot, local.token)
 	}
-	if _, ok := c.region(local.token, uint64(uintptr(local.Address())), 1); ok {
+	if _, ok := c.region(local.token, uint64(uintptr(local.Address())), 1, 0); ok {
 		t.Error("locally protected memory is reachable by software RMA")
 	}
 }

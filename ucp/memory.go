@@ -82,7 +82,11 @@ func (p *MemMapParams) SetFlags(f uint32) *MemMapParams {
 }
 
 // SetProt sets the protection (default ProtDefault: local and remote read
-// and write).
+// and write). Peers are held to the remote bits: through a key of memory
+// mapped without ProtRemoteWrite, puts and atomics fail with
+// ucs.ErrRejected and write nothing; without ProtRemoteRead, gets and
+// fetching atomics do (and rendezvous protocols do not read it in place).
+// (A pointer from Rkey.Ptr is the program's own to use.)
 func (p *MemMapParams) SetProt(prot uint32) *MemMapParams {
 	p.Prot, p.FieldMask = prot, p.FieldMask|MemMapParamFieldProt
 	return p
@@ -470,11 +474,14 @@ func (m *MemHandle) QueryAttr(attr *MemAttr) error {
 
 // Packed rkey layout (little endian):
 //
-//	magic "GRK" version(1)  u8 memory type  u64 address  u64 length
-//	u8 count, then per MD: u8 len component, u16 len mkey, mkey
+//	magic "GRK" version(2)  u8 memory type  u8 remote access  u64 address
+//	u64 length  u8 count, then per MD: u8 len component, u16 len mkey, mkey
+//
+// The remote access byte holds rkeyRead and rkeyWrite: what the mapping's
+// protection (ProtRemoteRead, ProtRemoteWrite) lets peers do.
 const (
 	rkeyMagic   = "GRK"
-	rkeyVersion = 1
+	rkeyVersion = 2
 	maxRkeyMDs  = 16
 	maxRkeyBlob = 4096
 )
@@ -491,7 +498,7 @@ func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
 	if m.imported != nil {
 		return nil, fmt.Errorf("ucp rkey pack: memory imported from another process: %w", ucs.ErrUnsupported)
 	}
-	b := append([]byte(rkeyMagic), rkeyVersion, byte(m.memType))
+	b := append([]byte(rkeyMagic), rkeyVersion, byte(m.memType), m.remoteAccess())
 	b = binary.LittleEndian.AppendUint64(b, uint64(uintptr(m.address)))
 	b = binary.LittleEndian.AppendUint64(b, uint64(m.length))
 	n := len(m.regMDs)
@@ -517,8 +524,27 @@ func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
 // RkeyBufferRelease exists for symmetry with ucp_rkey_buffer_release.
 func RkeyBufferRelease([]byte) {}
 
+// Remote access bits of a packed key.
+const (
+	rkeyRead  uint8 = 1 << 0
+	rkeyWrite uint8 = 1 << 1
+)
+
+// remoteAccess returns the remote access bits of m's protection.
+func (m *MemHandle) remoteAccess() uint8 {
+	var a uint8
+	if m.prot&ProtRemoteRead != 0 {
+		a |= rkeyRead
+	}
+	if m.prot&ProtRemoteWrite != 0 {
+		a |= rkeyWrite
+	}
+	return a
+}
+
 type packedRkey struct {
 	memType ucs.MemoryType
+	access  uint8
 	address uint64
 	length  uint64
 	mkeys   []packedMkey
@@ -545,10 +571,13 @@ func decodeRkey(b []byte) (*packedRkey, error) {
 	if v := d.u8(); v != rkeyVersion {
 		return nil, bad(fmt.Sprintf("version %d", v))
 	}
-	k := &packedRkey{memType: ucs.MemoryType(d.u8()), address: d.u64(), length: d.u64()}
+	k := &packedRkey{memType: ucs.MemoryType(d.u8()), access: d.u8(), address: d.u64(), length: d.u64()}
 	n := int(d.u8())
 	if d.err {
 		return nil, bad("truncated header")
+	}
+	if k.access&^(rkeyRead|rkeyWrite) != 0 {
+		return nil, bad(fmt.Sprintf("remote access %#x", k.access))
 	}
 	if k.memType != ucs.MemoryTypeHost {
 		return nil, bad(fmt.Sprintf("memory type %d", k.memType))
@@ -616,6 +645,7 @@ func newRkeyLane(c *Context, l *lane, rkey uint64) *rkeyLane {
 // domains that registered the remote memory, and what they need to reach it.
 type Rkey struct {
 	ep      *Endpoint
+	access  uint8 // rkeyRead, rkeyWrite: what the owner lets peers do
 	packed  []byte
 	address uint64
 	length  uint64
@@ -625,6 +655,27 @@ type Rkey struct {
 	amo     *rkeyLane // nil: software atomics over the AM lane
 	ptr     *rkeyEntry
 	base    unsafe.Pointer // through ptr: where the memory at address is mapped here
+}
+
+// allows checks that the key's owner lets peers access its memory the way
+// need (rkeyRead, rkeyWrite) says: memory mapped without ProtRemoteWrite is
+// not written, without ProtRemoteRead not read, and an operation that
+// would is refused with ucs.ErrRejected.
+func (rk *Rkey) allows(need uint8, what string) error {
+	if rk.access&need != need {
+		return fmt.Errorf("ucp %s: the memory is mapped without remote %s access: %w", what, accessName(need&^rk.access), ucs.ErrRejected)
+	}
+	return nil
+}
+
+func accessName(a uint8) string {
+	switch a {
+	case rkeyRead:
+		return "read"
+	case rkeyWrite:
+		return "write"
+	}
+	return "read and write"
 }
 
 // direct returns a local pointer to [raddr, raddr+n) when a transport that
@@ -638,11 +689,12 @@ func (rk *Rkey) direct(raddr uint64, n int) unsafe.Pointer {
 	return unsafe.Add(rk.base, raddr-rk.address)
 }
 
-// directOK reports whether an operation with param may complete through a
-// key's mapped memory at once, without a request: param asks for no
-// request, callback or flags.
-func directOK(param *RequestParam) bool {
-	return param == nil || param.OpAttrMask&(OpAttrFieldRequest|OpAttrFieldCallback|OpAttrFieldFlags) == 0
+// laneOrNil returns the lane of rl, or nil for none.
+func (rl *rkeyLane) laneOrNil() *lane {
+	if rl == nil {
+		return nil
+	}
+	return rl.l
 }
 
 // RkeyUnpack unpacks a key packed by Context.RkeyPack in the peer
@@ -661,7 +713,7 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
 	}
-	rk := &Rkey{ep: ep, packed: append([]byte(nil), packed...), address: k.address, length: k.length}
+	rk := &Rkey{ep: ep, access: k.access, packed: append([]byte(nil), packed...), address: k.address, length: k.length}
 	mkeys := map[string][]byte{}
 	for _, mk := range k.mkeys {
 		if mk.component == swComponent {
@@ -740,6 +792,7 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 				if pe, err := unpack(name); err == nil && pe.hasPtr {
 					if base, err := pe.comp.RkeyPtr(pe.bundle, rk.address); err == nil {
 						rk.ptr, rk.base = pe, base
+						ep.direct.Store(true)
 					}
 				}
 				break

@@ -394,7 +394,7 @@ func (ep *Endpoint) swGet(buf []byte, raddr uint64, rkey *Rkey, r *Request) (*Re
 
 // swAtomic sends an atomic to the target; a fetching one completes r when
 // the old value comes back, a posted one is complete locally at once.
-func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr uint64, rkey *Rkey, r *Request) (*Request, error) {
+func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr uint64, rkey *Rkey, r *Request, param *RequestParam) (*Request, error) {
 	if err := ep.swCheck(rkey, "atomic "+op.String()); err != nil {
 		return nil, err
 	}
@@ -404,6 +404,10 @@ func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr ui
 	if r.reply == nil {
 		ep.markSwDirty()
 		err := ep.swSend(amSwAtomicReq, &h, nil)
+		if err == nil && sendFlags(param)&OpAttrFlagNoImmCmpl != 0 {
+			r.complete(ucs.OK)
+			return r, nil
+		}
 		r.finish(ucs.OK)
 		r.release()
 		return nil, err
@@ -472,13 +476,17 @@ func (ep *Endpoint) swFlush() error {
 }
 
 // region returns the mapped memory that token names, if [raddr, raddr+n)
-// lies inside it.
-func (c *Context) region(token, raddr, n uint64) (unsafe.Pointer, bool) {
+// lies inside it and its protection lets peers access it as need
+// (ProtRemoteRead, ProtRemoteWrite) says.
+func (c *Context) region(token, raddr, n uint64, need uint32) (unsafe.Pointer, bool) {
 	v, ok := c.regions.Load(token)
 	if !ok {
 		return nil, false
 	}
 	m := v.(*MemHandle)
+	if m.prot&need != need {
+		return nil, false
+	}
 	base := uint64(uintptr(m.address))
 	if raddr < base || n > uint64(m.length) || raddr-base > uint64(m.length)-n {
 		return nil, false
@@ -500,9 +508,9 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 	case amSwWireup:
 		w.wireBack(h.src, payload)
 	case amSwPut:
-		p, ok := w.ctx.region(h.token, h.raddr, uint64(len(payload)))
+		p, ok := w.ctx.region(h.token, h.raddr, uint64(len(payload)), ProtRemoteWrite)
 		if !ok {
-			log.Printf("ucp: worker %s: refused a put of %d bytes at %#x: no such mapping", w.name, len(payload), h.raddr)
+			log.Printf("ucp: worker %s: refused a put of %d bytes at %#x: no such mapping, or not writable by peers", w.name, len(payload), h.raddr)
 			return ucs.OK
 		}
 		ucs.Memcpy(unsafe.Slice((*byte)(p), len(payload)), payload)
@@ -513,7 +521,7 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 			return ucs.OK
 		}
 		rep := swHeader{reqID: h.reqID}
-		p, ok := w.ctx.region(h.token, h.raddr, h.a)
+		p, ok := w.ctx.region(h.token, h.raddr, h.a, ProtRemoteRead)
 		if !ok {
 			rep.status = int8(ucs.ErrInvalidAddr)
 			ep.swReply(amSwGetRep, &rep, nil)
@@ -531,7 +539,11 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 		w.swGetReply(h, payload)
 	case amSwAtomicReq:
 		rep := swHeader{reqID: h.reqID}
-		p, ok := w.ctx.region(h.token, h.raddr, uint64(h.size))
+		need := ProtRemoteWrite
+		if h.fetch == 1 {
+			need |= ProtRemoteRead
+		}
+		p, ok := w.ctx.region(h.token, h.raddr, uint64(h.size), need)
 		if !ok || h.size == 0 || h.raddr%uint64(h.size) != 0 {
 			rep.status = int8(ucs.ErrInvalidAddr)
 		} else if h.size == 4 {

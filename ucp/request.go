@@ -307,6 +307,21 @@ func (r *Request) Status() error {
 	return st
 }
 
+// CheckStatus is Status under the name of the UCX call
+// (ucp_request_check_status).
+func (r *Request) CheckStatus() error { return r.Status() }
+
+// Test returns the request's status as Status does, and once a tag receive
+// completed fills in info (when not nil) with its message's tag and length
+// (ucp_request_test).
+func (r *Request) Test(info *TagRecvInfo) error {
+	err := r.Status()
+	if err != ucs.InProgress && info != nil && r.recv {
+		*info = r.tr.info
+	}
+	return err
+}
+
 // IsCompleted reports whether the request has completed
 // (ucp_request_is_completed).
 func (r *Request) IsCompleted() bool { return ucs.Status(r.state.Load()) != ucs.InProgress }

@@ -397,7 +397,7 @@ func (w *Worker) TagRecvNB(buffer any, count int, dt Datatype, tag, mask uint64,
 }
 
 // TagRecvNBR is TagRecvNB into request memory of the caller's
-// (ucp_tag_recv_nbr), without a callback: Request.TagRecvTest tells when
+// (ucp_tag_recv_nbr), without a callback: Request.TagRecvRequestTest tells when
 // it completed. It returns nil when the receive started (or completed).
 func (w *Worker) TagRecvNBR(buffer any, count int, dt Datatype, tag, mask uint64, req *Request) error {
 	if req == nil {
@@ -471,16 +471,10 @@ func (w *Worker) TagMsgRecvNB(buffer any, count int, dt Datatype, msg *TagMessag
 	return w.tagRecv(it, 0, 0, &p, msg)
 }
 
-// TagRecvTest returns the status of a tag receive, as Status does
+// TagRecvRequestTest returns the status of a tag receive, as Status does
 // (ucp_tag_recv_request_test), and once it completed fills in info with
 // the message's tag and length.
-func (r *Request) TagRecvTest(info *TagRecvInfo) error {
-	err := r.Status()
-	if err != ucs.InProgress && info != nil {
-		*info = r.tr.info
-	}
-	return err
-}
+func (r *Request) TagRecvRequestTest(info *TagRecvInfo) error { return r.Test(info) }
 
 // tagRecv posts a receive of data it, of tag under mask or of the probed
 // message msg.

@@ -332,7 +332,7 @@ func TestTagOrderWildcards(t *testing.T) {
 					r := reqs[k]
 					e.wait(t, "receive", r.IsCompleted)
 					var info TagRecvInfo
-					if err := r.TagRecvTest(&info); err != nil {
+					if err := r.TagRecvRequestTest(&info); err != nil {
 						t.Fatalf("receive %d: %v", k, err)
 					}
 					if info.SenderTag != tags[i] || info.Length != sizes[i] || !bytes.Equal(bufs[k][:sizes[i]], pattern(sizes[i], i)) {
@@ -888,7 +888,7 @@ func TestTagManySenders(t *testing.T) {
 					}
 				}
 				var info TagRecvInfo
-				if err := r.TagRecvTest(&info); err != nil {
+				if err := r.TagRecvRequestTest(&info); err != nil {
 					t.Fatal(err)
 				}
 				r.Free()
@@ -1023,8 +1023,8 @@ func TestTagOldAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var info TagRecvInfo
-	e.wait(t, "recv", func() bool { return req.TagRecvTest(&info) != ucs.InProgress })
-	if err := req.TagRecvTest(&info); err != nil || info.Length != 8 || string(iov[0])+string(iov[1]) != "abcdefgh" {
+	e.wait(t, "recv", func() bool { return req.TagRecvRequestTest(&info) != ucs.InProgress })
+	if err := req.TagRecvRequestTest(&info); err != nil || info.Length != 8 || string(iov[0])+string(iov[1]) != "abcdefgh" {
 		t.Fatalf("TagRecvNBR: %v, %+v, %q", err, info, iov)
 	}
 	req.Release()
@@ -1158,7 +1158,7 @@ func TestTagMultiThread(t *testing.T) {
 							}
 						}
 						var info TagRecvInfo
-						if err := r.TagRecvTest(&info); err != nil {
+						if err := r.TagRecvRequestTest(&info); err != nil {
 							errs <- err
 							return
 						}

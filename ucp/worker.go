@@ -456,10 +456,33 @@ func (w *Worker) Progress() int {
 }
 
 // Fence orders every RMA and atomic operation issued on the worker before it
-// before those issued after it, for each target (ucp_worker_fence).
+// before those issued after it, for each target (ucp_worker_fence), as
+// Endpoint.Fence does for each of the worker's endpoints. Endpoints that
+// failed (error mode PEER) or are closed are skipped.
 func (w *Worker) Fence() error {
 	if w.closed.Load() {
 		return fmt.Errorf("ucp worker fence: %w", errClosed)
+	}
+	// Most fences find every endpoint on paths its transports' fences
+	// order: look first, without copying anything.
+	strong := false
+	w.epMu.Lock()
+	for _, ep := range w.eps {
+		strong = strong || (ep.dead() == ucs.OK && ep.needsFlushFence())
+	}
+	w.epMu.Unlock()
+	if strong {
+		w.epMu.Lock()
+		eps := append([]*Endpoint(nil), w.eps...)
+		w.epMu.Unlock()
+		for _, ep := range eps {
+			if ep.dead() != ucs.OK || !ep.needsFlushFence() {
+				continue
+			}
+			if err := ep.fence(); err != nil && ep.dead() == ucs.OK {
+				return fmt.Errorf("ucp worker fence: %w", err)
+			}
+		}
 	}
 	for _, wi := range w.ifaces {
 		if st := wi.iface.Fence(0); st.IsErr() {
