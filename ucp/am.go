@@ -264,12 +264,14 @@ type amReasm struct {
 	wi    *workerIface
 }
 
-// amRecv is a rendezvous receive waiting for its data.
+// amRecv is a rendezvous receive waiting for its data, which goes into
+// the request's datatype.
 type amRecv struct {
-	r   *Request
-	buf []byte
-	got int
-	src uint64
+	r     *Request
+	total int
+	got   int
+	src   uint64
+	st    ucs.Status // the first error of unpacking
 }
 
 // Default rendezvous threshold of active messages when UCX_RNDV_THRESH is
@@ -442,9 +444,20 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	if flags&AMSendFlagEager != 0 && flags&AMSendFlagRNDV != 0 {
 		return nil, fmt.Errorf("ucp am send: both eager and rendezvous asked for: %w", ucs.ErrInvalidParam)
 	}
-	rndv := flags&AMSendFlagRNDV != 0 || (flags&AMSendFlagEager == 0 && (len(data) >= w.am.rndvThr || len(data) > amMaxEager))
-	if !rndv && len(data) > amMaxEager {
-		return nil, fmt.Errorf("ucp am send: eager message of %d bytes, more than %d: %w", len(data), amMaxEager, ucs.ErrExceedsLimit)
+	contig := !nonContig(param)
+	size := len(data)
+	var it dtIter
+	if !contig {
+		var err error
+		if it, err = dtFromParam(data, param, false); err != nil {
+			return nil, fmt.Errorf("ucp am send: %w", err)
+		}
+		size = it.length
+	}
+	rndv := flags&AMSendFlagRNDV != 0 || (flags&AMSendFlagEager == 0 && (size >= w.am.rndvThr || size > amMaxEager))
+	if !rndv && size > amMaxEager {
+		it.finish()
+		return nil, fmt.Errorf("ucp am send: eager message of %d bytes, more than %d: %w", size, amMaxEager, ucs.ErrExceedsLimit)
 	}
 	var hflags uint8
 	if flags&AMSendFlagReply != 0 {
@@ -452,12 +465,13 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	}
 	if (rndv || hflags != 0) && !ep.amq.hello.Load() {
 		if err := ep.amSendHello(); err != nil {
+			it.finish()
 			return nil, fmt.Errorf("ucp am send: %w", err)
 		}
 	}
-	lim := laneAMLimits(l)
-	single := !rndv && amHdrLen+len(header)+len(data) <= lim.bcopy
-	if single && ep.amq.queued.Load() == 0 {
+	lim := laneLimitsOf(l)
+	single := !rndv && amHdrLen+len(header)+size <= lim.bcopy
+	if single && contig && ep.amq.queued.Load() == 0 {
 		// The common small message: one copy, no request.
 		h := amHeader{typ: amSingle, flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
 		st := l.amBcopy(&h, header, data)
@@ -478,21 +492,25 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 		}
 	}
 	if !single && flags&OpAttrFlagForceImmCmpl != 0 {
-		return nil, fmt.Errorf("ucp am send of %d bytes cannot complete at once: %w", len(data), ucs.ErrNoResource)
+		it.finish()
+		return nil, fmt.Errorf("ucp am send of %d bytes cannot complete at once: %w", size, ucs.ErrNoResource)
 	}
-	op := &amOp{ep: ep, l: l, lim: lim, data: data}
+	if contig {
+		it = dtIter{contig: data, length: len(data)}
+	}
+	op := &amOp{ep: ep, l: l, lim: lim, dt: it}
 	if len(header) > 0 {
 		op.uhdr = append([]byte(nil), header...)
 	}
 	op.h = amHeader{flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
 	r := w.newRequest(param)
-	r.size, r.lane = len(data), l
+	r.size, r.lane = size, l
 	switch {
 	case single:
 		op.kind, op.h.typ, r.proto = opSingle, amSingle, protoAMSingle
 	case rndv:
-		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(len(data)), protoAMRndv
-		if len(data) > 0 {
+		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(size), protoAMRndv
+		if size > 0 && contig {
 			if key, m := w.rndvKey(ep, data, param); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
 				op.key, op.memh = key, m
 				op.h.off = uint64(uintptr(unsafe.Pointer(&data[0])))
@@ -502,7 +520,7 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 			}
 		}
 	default:
-		op.kind, op.h.typ, op.h.total, r.proto = opFrag, amFirst, uint64(len(data)), protoAMFrag
+		op.kind, op.h.typ, op.h.total, r.proto = opFrag, amFirst, uint64(size), protoAMFrag
 	}
 	op.r = r
 	w.inflight.Add(1)
@@ -516,6 +534,7 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	st := w.amStart(op)
 	switch {
 	case st == ucs.OK:
+		op.release()
 		if flags&OpAttrFlagNoImmCmpl != 0 {
 			r.complete(ucs.OK)
 			return r, nil
@@ -540,7 +559,7 @@ func (ep *Endpoint) amSendHello() error {
 		return nil
 	}
 	w := ep.w
-	if amHdrLen+len(w.address) > laneAMLimits(ep.am).bcopy {
+	if amHdrLen+len(w.address) > laneLimitsOf(ep.am).bcopy {
 		log.Printf("ucp: worker %s: its address (%d bytes) does not fit in an active message on %s; %s cannot create a reply endpoint", w.name, len(w.address), ep.am, ep.remoteName)
 		return nil
 	}
@@ -563,13 +582,22 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	if desc == nil || desc.w != w || desc.state == descDone {
 		return nil, fmt.Errorf("ucp am recv data: descriptor not valid: %w", ucs.ErrInvalidParam)
 	}
-	if len(buf) < desc.length {
-		return nil, fmt.Errorf("ucp am recv data: buffer of %d bytes for %d: %w", len(buf), desc.length, ucs.ErrMessageTruncated)
+	it, err := dtFromParam(buf, param, true)
+	if err != nil {
+		return nil, fmt.Errorf("ucp am recv data: %w", err)
+	}
+	if it.length < desc.length {
+		it.finish()
+		return nil, fmt.Errorf("ucp am recv data: buffer of %d bytes for %d: %w", it.length, desc.length, ucs.ErrMessageTruncated)
 	}
 	flags := sendFlags(param)
 	if !desc.rndv {
-		copy(buf, desc.data)
+		st := it.unpack(0, desc.data)
+		it.finish()
 		w.AMDataRelease(desc)
+		if st != ucs.OK {
+			return nil, fmt.Errorf("ucp am recv data: %w", st)
+		}
 		if flags&OpAttrFlagNoImmCmpl != 0 {
 			r := w.newRequest(param)
 			r.size, r.proto = desc.length, protoAMRecv
@@ -580,13 +608,14 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		return nil, nil
 	}
 	desc.state = descDone
-	if desc.key != nil {
+	if desc.key != nil && (it.isContig() || (it.class == DatatypeClassIOV && it.length == desc.length)) {
 		if r, err, ok := w.amRecvGet(desc, buf, param, flags); ok {
+			it.finish()
 			return r, err
 		}
 	}
 	r := w.newRequest(param)
-	r.size, r.proto, r.lane = desc.length, protoAMRecv, desc.ep.am
+	r.size, r.proto, r.lane, r.dt = desc.length, protoAMRecv, desc.ep.am, it
 	w.inflight.Add(1)
 	if desc.length == 0 {
 		// Nothing to fetch: tell the sender it is done.
@@ -607,7 +636,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	a.mu.Lock()
 	a.nextID++
 	rid := a.nextID
-	a.recvs[rid] = &amRecv{r: r, buf: buf[:desc.length], src: desc.src}
+	a.recvs[rid] = &amRecv{r: r, total: desc.length, src: desc.src, st: ucs.OK}
 	a.mu.Unlock()
 	if st := w.amControl(desc.ep, amHeader{typ: amRTR, msg: desc.sreq, total: rid}); st.IsErr() {
 		a.mu.Lock()
@@ -673,7 +702,13 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 		gr.Free()
 		r.complete(statusOf(st))
 	})
-	gr, err := ep.GetNBX(buf[:desc.length], desc.raddr, rk, gp)
+	if nonContig(param) {
+		gp.SetIOV(param.IOV)
+		buf = nil
+	} else {
+		buf = buf[:desc.length]
+	}
+	gr, err := ep.GetNBX(buf, desc.raddr, rk, gp)
 	if err != nil {
 		fin()
 		r.finish(statusOf(err))

@@ -24,12 +24,13 @@ const (
 type amOp struct {
 	ep   *Endpoint
 	l    *lane
-	lim  amLaneLimits
+	lim  laneLimits
 	r    *Request // nil for protocol messages
 	kind uint8
 	h    amHeader   // the first (or only) message's header
 	uhdr []byte     // user header
-	data []byte     // data (protocol messages: their payload)
+	data []byte     // protocol messages: their payload
+	dt   dtIter     // user messages: their data
 	off  int        // data bytes handed to the transport
 	sent bool       // the first message was handed to the transport
 	rid  uint64     // rendezvous: the receiver's request id
@@ -38,17 +39,20 @@ type amOp struct {
 
 	comp    uct.Completion // zero-copy sends; Count holds one for the issuer
 	hbuf    []byte         // header of a zero-copy fragment
-	iov     [1]uct.IOV
+	iov     []uct.IOV
 	waiting bool       // all handed over; the last zero-copy completion finishes
 	status  ucs.Status // the first error
 }
 
-// amPacker packs one message for AM bcopy; packers are pooled, with their
-// pack function made once, so that a send allocates nothing.
+// amPacker packs one message for AM bcopy: the header, a, then b or the
+// n bytes of it at off; packers are pooled, with their pack function made
+// once, so that a send allocates nothing.
 type amPacker struct {
-	h    amHeader
-	a, b []byte
-	fn   uct.PackFunc
+	h      amHeader
+	a, b   []byte
+	it     *dtIter
+	off, n int
+	fn     uct.PackFunc
 }
 
 var packerPool = sync.Pool{New: func() any {
@@ -58,24 +62,37 @@ var packerPool = sync.Pool{New: func() any {
 }}
 
 func (p *amPacker) pack(dst []byte) int {
-	n := amHdrLen + len(p.a) + len(p.b)
+	k := len(p.b)
+	if p.it != nil {
+		k = p.n
+	}
+	n := amHdrLen + len(p.a) + k
 	if n > len(dst) {
 		return -1
 	}
 	p.h.put(dst)
 	copy(dst[amHdrLen:], p.a)
+	if p.it != nil {
+		return amHdrLen + len(p.a) + p.it.pack(p.off, dst[amHdrLen+len(p.a):n])
+	}
 	copy(dst[amHdrLen+len(p.a):], p.b)
 	return n
 }
 
 // amBcopy sends one message, the header followed by a and b, copied.
 func (l *lane) amBcopy(h *amHeader, a, b []byte) ucs.Status {
+	return l.amBcopyIt(h, a, b, nil, 0, 0)
+}
+
+// amBcopyIt sends one message, the header followed by a, then b or (it
+// not nil) the n bytes of it at off, copied.
+func (l *lane) amBcopyIt(h *amHeader, a, b []byte, it *dtIter, off, n int) ucs.Status {
 	p := packerPool.Get().(*amPacker)
-	p.h, p.a, p.b = *h, a, b
+	p.h, p.a, p.b, p.it, p.off, p.n = *h, a, b, it, off, n
 	l.sendMu.Lock()
 	_, st := l.ep.AMBcopy(amUCP, p.fn, 0)
 	l.sendMu.Unlock()
-	p.a, p.b = nil, nil
+	p.a, p.b, p.it = nil, nil, nil
 	packerPool.Put(p)
 	return st
 }
@@ -144,7 +161,7 @@ func (w *Worker) amAdvance(op *amOp) ucs.Status {
 	case opCtrl:
 		return op.l.amBcopy(&op.h, op.data, nil)
 	case opSingle:
-		return op.l.amBcopy(&op.h, op.uhdr, op.data)
+		return op.l.amBcopyIt(&op.h, op.uhdr, nil, &op.dt, 0, op.dt.length)
 	case opRTS:
 		a := &w.am
 		a.mu.Lock()
@@ -160,7 +177,7 @@ func (w *Worker) amAdvance(op *amOp) ucs.Status {
 		return ucs.InProgress
 	}
 	// opFrag and opPush: fragments.
-	for op.off < len(op.data) {
+	for op.off < op.dt.length {
 		var h amHeader
 		var uhdr []byte
 		switch {
@@ -206,15 +223,23 @@ func (op *amOp) finalStatus() ucs.Status {
 // carry none when the user header fills it.
 func (op *amOp) sendFrag(h *amHeader, uhdr []byte) (ucs.Status, int) {
 	l, lim := op.l, op.lim
-	rest := op.data[op.off:]
-	if lim.zcopy == 0 || amHdrLen+len(uhdr) > lim.zhdr {
-		n := min(lim.bcopy-amHdrLen-len(uhdr), len(rest))
+	rest := op.dt.length - op.off
+	if lim.zcopy == 0 || amHdrLen+len(uhdr) > lim.zhdr || !op.dt.canZcopy() {
+		n := min(lim.bcopy-amHdrLen-len(uhdr), rest)
 		if n < 0 || (n == 0 && uhdr == nil) {
 			return ucs.ErrExceedsLimit, 0
 		}
-		return l.amBcopy(h, uhdr, rest[:n]), n
+		return l.amBcopyIt(h, uhdr, nil, &op.dt, op.off, n), n
 	}
-	n := min(lim.zcopy-amHdrLen-len(uhdr), len(rest))
+	n := min(lim.zcopy-amHdrLen-len(uhdr), rest)
+	if k := lim.ziov; k > 0 && op.dt.iovCount(op.off, n) > k {
+		op.iov = op.dt.zcopyIOV(op.iov[:0], op.off, n)
+		n = 0
+		for _, v := range op.iov[:k] {
+			n += len(v.Buffer)
+		}
+		clear(op.iov)
+	}
 	if n < 0 || (n == 0 && uhdr == nil) {
 		return ucs.ErrExceedsLimit, 0
 	}
@@ -224,12 +249,12 @@ func (op *amOp) sendFrag(h *amHeader, uhdr []byte) (ucs.Status, int) {
 	hb := op.hbuf[:amHdrLen+len(uhdr)]
 	h.put(hb)
 	copy(hb[amHdrLen:], uhdr)
-	op.iov[0] = uct.IOV{Buffer: rest[:n]}
+	op.iov = op.dt.zcopyIOV(op.iov[:0], op.off, n)
 	atomic.AddInt32(&op.comp.Count, 1)
 	l.sendMu.Lock()
-	st := l.ep.AMZcopy(amUCP, hb, op.iov[:], 0, &op.comp)
+	st := l.ep.AMZcopy(amUCP, hb, op.iov, 0, &op.comp)
 	l.sendMu.Unlock()
-	op.iov[0] = uct.IOV{}
+	clear(op.iov)
 	if st != ucs.InProgress {
 		atomic.AddInt32(&op.comp.Count, -1)
 	}
@@ -249,8 +274,10 @@ func (op *amOp) zcopyDone(*uct.Completion) {
 	op.ep.w.amFinish(op, op.finalStatus())
 }
 
-// release gives back what op registered.
+// release gives back what op registered, and ends its data's generic
+// state.
 func (op *amOp) release() {
+	op.dt.finish()
 	if op.memh != nil {
 		op.ep.w.ctx.MemUnmap(op.memh)
 		op.memh = nil
@@ -426,7 +453,7 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 		op.kind, op.rid = opPush, h.total
 		op.comp = uct.Completion{Count: 1, Func: op.zcopyDone}
-		if len(op.data) == 0 {
+		if op.dt.length == 0 {
 			w.amFinish(op, ucs.OK)
 			return ucs.OK
 		}
@@ -436,11 +463,11 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 	case amData:
 		a.mu.Lock()
 		rv := a.recvs[h.msg]
-		ok := rv != nil && rv.src == h.src && h.off == uint64(rv.got) && len(p) <= len(rv.buf)-rv.got
+		ok := rv != nil && rv.src == h.src && h.off == uint64(rv.got) && len(p) <= rv.total-rv.got
 		done := false
 		if ok {
 			rv.got += len(p)
-			done = rv.got == len(rv.buf)
+			done = rv.got == rv.total
 		}
 		if done || (rv != nil && !ok) {
 			delete(a.recvs, h.msg)
@@ -453,9 +480,12 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 			}
 			return ucs.OK
 		}
-		copy(rv.buf[h.off:], p)
+		st := rv.r.dt.unpack(int(h.off), p)
+		if st != ucs.OK && rv.st == ucs.OK {
+			rv.st = st
+		}
 		if done {
-			rv.r.complete(ucs.OK)
+			rv.r.complete(rv.st)
 		}
 	case amDrop:
 		op := w.amTakeSend(h, "drop")

@@ -105,7 +105,7 @@ type swState struct {
 type swReq struct {
 	ep      *Endpoint
 	r       *Request
-	buf     []byte // get: where the data goes
+	dt      dtIter // get: where the data goes
 	missing int    // get: bytes not yet received
 	done    chan struct{}
 	err     ucs.Status // flush: set before done is closed; OK on success
@@ -361,26 +361,26 @@ func (ep *Endpoint) swPut(buf []byte, raddr uint64, rkey *Rkey) error {
 	return nil
 }
 
-// swGet asks the target for len(buf) bytes at raddr; the request completes
-// when all of them arrived.
-func (ep *Endpoint) swGet(buf []byte, raddr uint64, rkey *Rkey, r *Request) (*Request, error) {
+// swGet asks the target for the it.length bytes at raddr, to unpack into
+// it; the request completes when all of them arrived.
+func (ep *Endpoint) swGet(it dtIter, raddr uint64, rkey *Rkey, r *Request) (*Request, error) {
 	if err := ep.swCheck(rkey, "get"); err != nil {
 		return nil, err
 	}
 	r.proto, r.lane = "get/sw", ep.am
 	ep.w.inflight.Add(1)
-	if len(buf) == 0 {
+	if it.length == 0 {
 		r.finish(ucs.OK)
 		r.release()
 		return nil, nil
 	}
-	id, st := ep.w.sw.addFor(ep, &swReq{r: r, buf: buf, missing: len(buf)})
+	id, st := ep.w.sw.addFor(ep, &swReq{r: r, dt: it, missing: it.length})
 	if st != ucs.OK {
 		r.finish(st)
 		r.release()
 		return nil, fmt.Errorf("ucp get/sw to %s: %w", ep.remoteName, st)
 	}
-	h := swHeader{token: rkey.swToken, raddr: raddr, a: uint64(len(buf)), reqID: id}
+	h := swHeader{token: rkey.swToken, raddr: raddr, a: uint64(it.length), reqID: id}
 	if err := ep.swSend(amSwGetReq, &h, nil); err != nil {
 		if ep.w.sw.take(id, true) == nil {
 			return r, nil // the endpoint failed, and its failure completed r
@@ -587,10 +587,10 @@ func (w *Worker) swGetReply(h swHeader, payload []byte) {
 		q.r.complete(ucs.Status(h.status))
 		return
 	}
-	if h.a > uint64(len(q.buf)) || uint64(len(payload)) > uint64(len(q.buf))-h.a {
+	if h.a > uint64(q.dt.length) || uint64(len(payload)) > uint64(q.dt.length)-h.a {
 		return // a reply that does not fit the request: ignore it
 	}
-	copy(q.buf[h.a:], payload)
+	q.dt.unpack(int(h.a), payload)
 	w.sw.mu.Lock()
 	q.missing -= len(payload)
 	last := q.missing <= 0

@@ -293,7 +293,7 @@ func (r *Request) release() {
 		return
 	}
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
-	r.recv, r.tr = false, tagRecvState{}
+	r.recv, r.tr, r.dt = false, tagRecvState{}, dtIter{}
 	r.w.pool().Put(r)
 }
 

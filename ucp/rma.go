@@ -154,6 +154,9 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	if err := rkey.allows(rkeyWrite, "put"); err != nil {
 		return nil, err
 	}
+	if nonContig(param) {
+		return ep.rmaIOV(buf, raddr, rkey, param, true)
+	}
 	w := ep.w
 	if p := rkey.direct(raddr, len(buf)); p != nil {
 		// Shared memory: one copy into the peer's mapped memory, as
@@ -213,6 +216,9 @@ func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	if err := rkey.allows(rkeyRead, "get"); err != nil {
 		return nil, err
 	}
+	if nonContig(param) {
+		return ep.rmaIOV(buf, raddr, rkey, param, false)
+	}
 	w := ep.w
 	if p := rkey.direct(raddr, len(buf)); p != nil {
 		ucs.Memcpy(buf, unsafe.Slice((*byte)(p), len(buf)))
@@ -231,7 +237,7 @@ func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 		}
 		r := w.newRequest(param)
 		r.size = len(buf)
-		return ep.swGet(buf, raddr, rkey, r)
+		return ep.swGet(dtIter{contig: buf, length: len(buf)}, raddr, rkey, r)
 	}
 	n := len(buf)
 	r := w.newRequest(param)
@@ -245,5 +251,98 @@ func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	}
 	r.proto = protoGetZcopy
 	iov := []uct.IOV{{Buffer: buf}}
+	return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.GetZcopy(iov, raddr, rl.rkey, &r.comp) })
+}
+
+// nonContig reports whether param's datatype is not contiguous.
+func nonContig(param *RequestParam) bool {
+	return param != nil && param.OpAttrMask&OpAttrFieldDatatype != 0 && param.Datatype.Class() != DatatypeClassContig
+}
+
+// rmaIOV puts (put) or gets the data of param's iov datatype to or from the
+// contiguous remote memory at raddr: through the key's mapping, in one
+// bcopy operation when it fits, or in one zero-copy operation of the
+// iov's buffers (at most the lane's iov limit; ucs.ErrExceedsLimit beyond),
+// or in software.
+func (ep *Endpoint) rmaIOV(buf []byte, raddr uint64, rkey *Rkey, param *RequestParam, put bool) (*Request, error) {
+	what := "get"
+	if put {
+		what = "put"
+	}
+	if param.Datatype.Class() != DatatypeClassIOV {
+		return nil, fmt.Errorf("ucp %s: datatype class %d: RMA takes contiguous or iov data: %w", what, param.Datatype.Class(), ucs.ErrUnsupported)
+	}
+	it, err := dtFromParam(buf, param, !put)
+	if err != nil {
+		return nil, fmt.Errorf("ucp %s: %w", what, err)
+	}
+	w, n := ep.w, it.length
+	if p := rkey.direct(raddr, n); p != nil {
+		mem := unsafe.Slice((*byte)(p), n)
+		proto := protoGetDirect
+		if put {
+			it.pack(0, mem)
+			proto = protoPutDirect
+		} else {
+			it.unpack(0, mem)
+		}
+		return w.completedNow(param, proto, rkey.rma.laneOrNil(), n)
+	}
+	rl := rkey.rma
+	if rl == nil || (!put && !rl.get) {
+		if put {
+			off := 0
+			for _, b := range it.iov {
+				if len(b) == 0 {
+					continue
+				}
+				if err := ep.swPut(b, raddr+uint64(off), rkey); err != nil {
+					return nil, err
+				}
+				off += len(b)
+			}
+			return w.completedNow(param, protoPutSw, ep.am, n)
+		}
+		if err := ep.swCheck(rkey, "get"); err != nil {
+			return nil, err
+		}
+		if forceImm(param) {
+			return nil, fmt.Errorf("ucp get/sw to %s cannot complete at once: %w", ep.remoteName, ucs.ErrNoResource)
+		}
+		r := w.newRequest(param)
+		r.size = n
+		return ep.swGet(it, raddr, rkey, r)
+	}
+	r := w.newRequest(param)
+	r.size, r.dt = n, it
+	switch {
+	case put && n <= rl.putBcopy:
+		r.proto = protoPutBcopy
+		pack := func(dst []byte) int { return r.dt.pack(0, dst[:n]) }
+		return w.post(rl.l, r, param, false, func(*Request) ucs.Status {
+			_, st := rl.ep.PutBcopy(pack, raddr, rl.rkey)
+			return st
+		})
+	case !put && n <= rl.getBcopy:
+		r.proto = protoGetBcopy
+		unpack := func(src []byte) { r.dt.unpack(0, src) }
+		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status {
+			return rl.ep.GetBcopy(unpack, n, raddr, rl.rkey, &r.comp)
+		})
+	}
+	iov := r.dt.zcopyIOV(nil, 0, n)
+	caps := rl.l.wi.attr.Put
+	if !put {
+		caps = rl.l.wi.attr.Get
+	}
+	if len(iov) > max(caps.MaxIOV, 1) {
+		r.release()
+		return nil, fmt.Errorf("ucp %s of %d buffers on %s, more than its %d: %w", what, len(iov), rl.l, caps.MaxIOV, ucs.ErrExceedsLimit)
+	}
+	if put {
+		r.proto = protoPutZcopy
+		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.PutZcopy(iov, raddr, rl.rkey, &r.comp) })
+	}
+	r.proto = protoGetZcopy
 	return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.GetZcopy(iov, raddr, rl.rkey, &r.comp) })
 }
