@@ -180,6 +180,7 @@ type Request struct {
 	dt       dtIter       // the data of a tag operation
 	tr       tagRecvState // a tag receive
 	top      *tagOp       // a tag send still in the worker's hands
+	rwi      *workerIface // a receive's data came on it, where no lane says
 }
 
 var requestPools sync.Map // *Context -> *sync.Pool
@@ -293,7 +294,7 @@ func (r *Request) release() {
 		return
 	}
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
-	r.recv, r.tr, r.dt = false, tagRecvState{}, dtIter{}
+	r.recv, r.tr, r.dt, r.rwi = false, tagRecvState{}, dtIter{}, nil
 	r.w.pool().Put(r)
 }
 
@@ -411,8 +412,11 @@ type RequestAttr struct {
 func (r *Request) Query() RequestAttr {
 	a := RequestAttr{Status: r.Status(), MemoryType: ucs.MemoryTypeHost}
 	tl := "none"
-	if r.lane != nil {
+	switch {
+	case r.lane != nil:
 		tl = r.lane.String()
+	case r.rwi != nil:
+		tl = r.rwi.rsc.tl.TLName + "/" + r.rwi.rsc.tl.DevName
 	}
 	a.DebugString = fmt.Sprintf("%s on %s, %d bytes", r.proto, tl, r.size)
 	return a

@@ -507,6 +507,7 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 	if msg.kind == msgEager {
 		// The common unexpected message: complete at once.
 		info := TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
+		wi := msg.wi
 		st := ucs.OK
 		if len(msg.parts) > 0 {
 			st = it.unpack(0, msg.parts[0].data)
@@ -518,7 +519,7 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		if flags&OpAttrFlagNoImmCmpl != 0 {
 			r := w.newRecv(param, it)
 			r.tr.info = info
-			r.proto = protoTagRecvEager
+			r.proto, r.rwi = protoTagRecvEager, wi
 			r.complete(st)
 			return r, nil
 		}
@@ -540,6 +541,7 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 	r := w.newRecv(param, it)
 	r.tr.info = TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
 	if msg.kind == msgFrag {
+		r.rwi = msg.wi
 		ack := msg.ackOf()
 		done := w.tagTakeFrag(r, msg)
 		t.unlock()

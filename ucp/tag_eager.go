@@ -627,12 +627,12 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 		t.unlock()
 		w.tagAck(ack)
 		r.tr.info = TagRecvInfo{SenderTag: tag, Length: len(p)}
-		r.proto = protoTagRecvEager
+		r.proto, r.rwi = protoTagRecvEager, wi
 		r.complete(r.dt.unpack(0, p))
 		return ucs.OK
 	}
 	m := t.newMsg()
-	m.tag, m.kind, m.length = tag, msgEager, len(p)
+	m.tag, m.kind, m.length, m.wi = tag, msgEager, len(p), wi
 	m.sync, m.src, m.sreq = ack.sreq != 0, ack.src, ack.sreq
 	st := ucs.OK
 	if len(p) > 0 {
@@ -663,7 +663,7 @@ func tagRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Sta
 	if r := t.m.match(h.tag); r != nil {
 		r.tr.info = TagRecvInfo{SenderTag: h.tag, Length: int(h.total)}
 		r.tr.got = len(p)
-		r.proto = protoTagRecvEager
+		r.proto, r.rwi = protoTagRecvEager, wi
 		t.frags[key] = fragDest{r: r}
 		t.unlock()
 		w.tagAck(ack)
@@ -673,7 +673,7 @@ func tagRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Sta
 		return ucs.OK
 	}
 	m := t.newMsg()
-	m.tag, m.kind, m.length, m.msg, m.got = h.tag, msgFrag, int(h.total), h.msg, len(p)
+	m.tag, m.kind, m.length, m.msg, m.got, m.wi = h.tag, msgFrag, int(h.total), h.msg, len(p), wi
 	m.sync, m.src, m.sreq = ack.sreq != 0, h.src, ack.sreq
 	st := t.keepPart(m, wi, p, data, flags)
 	t.frags[key] = fragDest{msg: m}
