@@ -226,9 +226,8 @@ var descPool = sync.Pool{New: func() any { return new(AMDesc) }}
 
 // amEP is an endpoint's active-message state.
 type amEP struct {
-	queued atomic.Int32 // its operations in the worker's queue
-	busy   atomic.Int32 // its operations not yet handed to the transport, or not yet completed by it
-	hello  atomic.Bool  // the worker address was sent
+	busy  atomic.Int32 // its operations not yet handed to the transport, or not yet completed by it
+	hello atomic.Bool  // the worker address was sent
 }
 
 // amWorker is a worker's active-message state.
@@ -241,11 +240,9 @@ type amWorker struct {
 
 	mu     sync.Mutex // guards what follows
 	nextID uint64
-	queue  []*amOp            // operations with work left, in issue order
 	reasm  map[amKey]*amReasm // eager messages being reassembled
 	sends  map[uint64]*amOp   // rendezvous sends waiting for the receiver
 	recvs  map[uint64]*amRecv // rendezvous receives waiting for data
-	qlen   atomic.Int32       // len(queue), read by Progress without the lock
 	// lastSrc and lastEP cache the reply endpoint last looked up.
 	lastSrc uint64
 	lastEP  *Endpoint
@@ -308,7 +305,6 @@ func (w *Worker) amInit() error {
 	a.sends = map[uint64]*amOp{}
 	a.recvs = map[uint64]*amRecv{}
 	a.enabled = true
-	w.uw.ProgressRegister(w.amProgress)
 	return nil
 }
 
@@ -471,7 +467,7 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	}
 	lim := laneLimitsOf(l)
 	single := !rndv && amHdrLen+len(header)+size <= lim.bcopy
-	if single && contig && ep.amq.queued.Load() == 0 {
+	if single && contig && ep.queued.Load() == 0 {
 		// The common small message: one copy, no request.
 		h := amHeader{typ: amSingle, flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
 		st := l.amBcopy(&h, header, data)
@@ -535,13 +531,7 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	switch {
 	case st == ucs.OK:
 		op.release()
-		if flags&OpAttrFlagNoImmCmpl != 0 {
-			r.complete(ucs.OK)
-			return r, nil
-		}
-		r.finish(ucs.OK)
-		r.release()
-		return nil, nil
+		return r.doneNow(flags), nil
 	case st == ucs.InProgress:
 		return r, nil
 	default:
@@ -624,13 +614,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 			r.release()
 			return nil, fmt.Errorf("ucp am recv data: %w", st)
 		}
-		if flags&OpAttrFlagNoImmCmpl != 0 {
-			r.complete(ucs.OK)
-			return r, nil
-		}
-		r.finish(ucs.OK)
-		r.release()
-		return nil, nil
+		return r.doneNow(flags), nil
 	}
 	a := &w.am
 	a.mu.Lock()
@@ -719,13 +703,7 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 		return r, nil, true
 	}
 	fin()
-	if flags&OpAttrFlagNoImmCmpl != 0 {
-		r.complete(ucs.OK)
-		return r, nil, true
-	}
-	r.finish(ucs.OK)
-	r.release()
-	return nil, nil, true
+	return r.doneNow(flags), nil, true
 }
 
 // statusOf returns the ucs.Status an error carries (ucs.ErrIOError for

@@ -108,45 +108,46 @@ func (w *Worker) amControl(ep *Endpoint, h amHeader) ucs.Status {
 	return w.amStart(&amOp{ep: ep, l: ep.am, kind: opCtrl, h: h})
 }
 
-// amStart runs op as far as the transport takes it, or queues it behind the
-// endpoint's queued operations. It returns OK when op is complete,
-// InProgress when it continues (queued, waiting for zero-copy completions,
-// or for a rendezvous receiver), or an error; queued operations then end
-// from Progress.
+// amStart runs op as far as the transport takes it, or queues it in the
+// worker's send queue behind the endpoint's queued sends. It returns OK
+// when op is complete, InProgress when it continues (queued, waiting for
+// zero-copy completions, or for a rendezvous receiver), or an error;
+// queued operations then end from Progress.
 func (w *Worker) amStart(op *amOp) ucs.Status {
 	if op.kind == opFrag {
 		op.comp = uct.Completion{Count: 1, Func: op.zcopyDone}
 	}
-	a := &w.am
 	op.ep.amq.busy.Add(1)
-	if op.ep.amq.queued.Load() > 0 {
-		a.mu.Lock()
-		if op.ep.amq.queued.Load() > 0 {
-			w.amEnqueue(op)
-			a.mu.Unlock()
-			return ucs.InProgress
-		}
-		a.mu.Unlock()
+	st := w.protoStart(op)
+	if st != ucs.InProgress {
+		op.ep.amq.busy.Add(-1)
 	}
-	st := w.amAdvance(op)
-	switch st {
-	case ucs.ErrNoResource:
-		a.mu.Lock()
-		w.amEnqueue(op)
-		a.mu.Unlock()
-		return ucs.InProgress
-	case ucs.InProgress:
-		return st
-	}
-	op.ep.amq.busy.Add(-1)
 	return st
 }
 
-// amEnqueue appends op to the worker's queue; the caller holds w.am.mu.
-func (w *Worker) amEnqueue(op *amOp) {
-	op.ep.amq.queued.Add(1)
-	w.am.queue = append(w.am.queue, op)
-	w.am.qlen.Store(int32(len(w.am.queue)))
+// advance is amAdvance, for the worker's send queue (protoOp).
+func (op *amOp) advance() ucs.Status { return op.ep.w.amAdvance(op) }
+
+// end finishes op with st, for the worker's send queue (protoOp).
+func (op *amOp) end(st ucs.Status) { op.ep.w.amFinish(op, st) }
+
+func (op *amOp) endpoint() *Endpoint { return op.ep }
+
+// abort ends op, queued, with st: fragments already handed to the
+// transport end it when their completions come.
+func (op *amOp) abort(st ucs.Status) {
+	if !op.status.IsErr() {
+		op.status = st
+	}
+	if op.kind != opFrag && op.kind != opPush {
+		op.end(st)
+		return
+	}
+	op.waiting = true
+	if atomic.AddInt32(&op.comp.Count, -1) == 0 {
+		op.waiting = false
+		op.end(op.finalStatus())
+	}
 }
 
 // amAdvance hands op's messages to the transport until it has no room. It
@@ -284,6 +285,40 @@ func (op *amOp) release() {
 	}
 }
 
+// amFailEP ends, with st, what waits for the peer of ep, which failed or
+// closed: the rendezvous sends it has not taken, and the rendezvous
+// receives it was to push data to.
+func (w *Worker) amFailEP(ep *Endpoint, st ucs.Status) {
+	a := &w.am
+	if !a.enabled {
+		return
+	}
+	var ops []*amOp
+	var recvs []*amRecv
+	a.mu.Lock()
+	for id, op := range a.sends {
+		if op.ep == ep {
+			delete(a.sends, id)
+			ops = append(ops, op)
+		}
+	}
+	if w.epByUID(ep.remoteUID) == nil {
+		for id, rv := range a.recvs {
+			if rv.src == ep.remoteUID {
+				delete(a.recvs, id)
+				recvs = append(recvs, rv)
+			}
+		}
+	}
+	a.mu.Unlock()
+	for _, op := range ops {
+		w.amFinish(op, st)
+	}
+	for _, rv := range recvs {
+		rv.r.complete(st)
+	}
+}
+
 // amFinish ends op with status, from Progress.
 func (w *Worker) amFinish(op *amOp, st ucs.Status) {
 	op.ep.amq.busy.Add(-1)
@@ -293,48 +328,6 @@ func (w *Worker) amFinish(op *amOp, st ucs.Status) {
 	} else if st.IsErr() && st != ucs.ErrCanceled {
 		log.Printf("ucp: worker %s: protocol message to %s: %v", w.name, op.ep.remoteName, st)
 	}
-}
-
-// amProgress advances the queued operations, in order per endpoint, and
-// returns how many ended or left the queue.
-func (w *Worker) amProgress() int {
-	a := &w.am
-	if a.qlen.Load() == 0 {
-		return 0
-	}
-	a.mu.Lock()
-	ops := a.queue
-	a.queue = nil
-	a.mu.Unlock()
-	var blocked []*Endpoint
-	keep := ops[:0]
-	n := 0
-	for _, op := range ops {
-		isBlocked := false
-		for _, ep := range blocked {
-			isBlocked = isBlocked || ep == op.ep
-		}
-		if isBlocked {
-			keep = append(keep, op)
-			continue
-		}
-		st := w.amAdvance(op)
-		if st == ucs.ErrNoResource {
-			blocked = append(blocked, op.ep)
-			keep = append(keep, op)
-			continue
-		}
-		n++
-		op.ep.amq.queued.Add(-1)
-		if st != ucs.InProgress {
-			w.amFinish(op, st)
-		}
-	}
-	a.mu.Lock()
-	a.queue = append(keep, a.queue...)
-	a.qlen.Store(int32(len(a.queue)))
-	a.mu.Unlock()
-	return n
 }
 
 // amFlush waits until every active-message operation of the endpoint was
@@ -457,9 +450,9 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 			w.amFinish(op, ucs.OK)
 			return ucs.OK
 		}
-		a.mu.Lock()
-		w.amEnqueue(op)
-		a.mu.Unlock()
+		if st := w.protoStart(op); st != ucs.InProgress {
+			w.amFinish(op, st)
+		}
 	case amData:
 		a.mu.Lock()
 		rv := a.recvs[h.msg]

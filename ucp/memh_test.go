@@ -18,6 +18,12 @@ import (
 // variables vars (name without prefix, then value, in pairs) set.
 func newContextCfg(t testing.TB, features Feature, vars ...string) *Context {
 	t.Helper()
+	return newContextParams(t, new(Params).SetFeatures(features), vars...)
+}
+
+// newContextParams is newContextCfg with params of the caller's.
+func newContextParams(t testing.TB, params *Params, vars ...string) *Context {
+	t.Helper()
 	cfg, err := ReadConfig("")
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +33,7 @@ func newContextCfg(t testing.TB, features Feature, vars ...string) *Context {
 			t.Fatalf("config %s=%s: %v", vars[i], vars[i+1], err)
 		}
 	}
-	c, err := Init(new(Params).SetFeatures(features), cfg)
+	c, err := Init(params, cfg)
 	if err != nil {
 		t.Fatalf("Init with %v: %v", vars, err)
 	}

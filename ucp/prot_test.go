@@ -25,21 +25,7 @@ func TestMemProtection(t *testing.T) {
 				a, b := newWorker(t, c), newWorker(t, c)
 				addr, _ := b.Address()
 				ep := connect(t, a, b, new(EPParams).SetAddress(addr))
-				stop := make(chan struct{})
-				done := make(chan struct{})
-				go func() { // the target serves software requests
-					defer close(done)
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-							if b.Progress() == 0 {
-								b.Idle()
-							}
-						}
-					}
-				}()
+				stop, done := serve(b) // the target serves software requests
 				defer func() { close(stop); <-done }()
 				for _, tc := range []struct {
 					prot          uint32

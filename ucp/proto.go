@@ -62,8 +62,13 @@ type protoOp interface {
 	// reply of the peer), ErrNoResource when it must be retried, or an
 	// error.
 	advance() ucs.Status
-	// end finishes the operation with a final status: OK or an error.
+	// end finishes the operation with a final status, OK or an error,
+	// once advance returned it.
 	end(st ucs.Status)
+	// abort gives the operation up with st while it is queued (advance
+	// has not returned a final status): it ends now, or when what the
+	// transport holds of it completes.
+	abort(st ucs.Status)
 	// endpoint is the endpoint the operation goes to.
 	endpoint() *Endpoint
 }
@@ -132,10 +137,14 @@ func (w *Worker) protoProgress() int {
 			keep = append(keep, op)
 			continue
 		}
-		st := ep.dead()
-		if st == ucs.OK {
-			st = op.advance()
+		if st := ep.dead(); st != ucs.OK {
+			// Failed or closed meanwhile: the queue gives the send up.
+			n++
+			ep.queued.Add(-1)
+			op.abort(st)
+			continue
 		}
+		st := op.advance()
 		if st == ucs.ErrNoResource {
 			blocked = append(blocked, ep)
 			keep = append(keep, op)
@@ -154,7 +163,7 @@ func (w *Worker) protoProgress() int {
 	return n
 }
 
-// protoPurge ends, with st, the queued sends of ep.
+// protoPurge gives up, with st, the queued sends of ep.
 func (w *Worker) protoPurge(ep *Endpoint, st ucs.Status) {
 	q := &w.sendq
 	q.mu.Lock()
@@ -173,7 +182,7 @@ func (w *Worker) protoPurge(ep *Endpoint, st ucs.Status) {
 	q.mu.Unlock()
 	for _, op := range gone {
 		ep.queued.Add(-1)
-		op.end(st)
+		op.abort(st)
 	}
 }
 

@@ -289,6 +289,20 @@ func (r *Request) finish(status ucs.Status) {
 	}
 }
 
+// doneNow ends r, an operation that completed inside its call: with
+// OpAttrFlagNoImmCmpl in flags it is returned completed, its callback run;
+// otherwise it completes without a callback, as in UCX, and is released
+// (nil is returned).
+func (r *Request) doneNow(flags uint32) *Request {
+	if flags&OpAttrFlagNoImmCmpl != 0 {
+		r.complete(ucs.OK)
+		return r
+	}
+	r.finish(ucs.OK)
+	r.release()
+	return nil
+}
+
 func (r *Request) release() {
 	if r.external {
 		return

@@ -52,14 +52,7 @@ func (w *Worker) post(l *lane, r *Request, param *RequestParam, defers bool, op 
 	case ucs.InProgress:
 		return r, nil
 	case ucs.OK:
-		if flags&OpAttrFlagNoImmCmpl != 0 {
-			r.complete(ucs.OK)
-			return r, nil
-		}
-		// Completed at once: no request and no callback, as in UCX.
-		r.finish(ucs.OK)
-		r.release()
-		return nil, nil
+		return r.doneNow(flags), nil
 	default:
 		w.inflight.Add(-1)
 		r.release()

@@ -456,13 +456,7 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 	case st == ucs.OK:
 		op.free()
 		r.top = nil
-		if flags&OpAttrFlagNoImmCmpl != 0 {
-			r.complete(ucs.OK)
-			return r, nil
-		}
-		r.finish(ucs.OK)
-		r.release()
-		return nil, nil
+		return r.doneNow(flags), nil
 	default:
 		if op.memh != nil {
 			w.ctx.MemUnmap(op.memh)
@@ -703,18 +697,11 @@ func tagRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 			r.complete(ucs.ErrIOError)
 			return w.tagDropped(fmt.Errorf("fragment of %d bytes at %d of message %d from %#x, expected at %d: %w", len(p), h.off, h.msg, h.src, r.tr.got, ucs.ErrInvalidParam))
 		}
-		r.tr.got += len(p)
-		done := r.tr.got == r.tr.info.Length
-		if done {
+		if r.tr.got += len(p); r.tr.got == r.tr.info.Length {
 			delete(t.frags, key)
 		}
 		t.unlock()
-		if st := r.dt.unpack(int(h.off), p); st != ucs.OK && r.tr.status == ucs.OK {
-			r.tr.status = st
-		}
-		if done {
-			r.complete(r.tr.status)
-		}
+		r.tagPiece(int(h.off), p)
 		return ucs.OK
 	}
 	m := d.msg
@@ -735,14 +722,32 @@ func tagRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 	return st
 }
 
+// tagPiece unpacks p, the data at offset off of the message a receive
+// took, and completes the receive when that was the last piece (r.tr.got,
+// counted by the caller, reached the message's length).
+func (r *Request) tagPiece(off int, p []byte) {
+	if st := r.dt.unpack(off, p); st != ucs.OK && r.tr.status == ucs.OK {
+		r.tr.status = st
+	}
+	if r.tr.got == r.tr.info.Length {
+		r.complete(r.tr.status)
+	}
+}
+
 // tagRecvAck handles the acknowledgement of a sync send.
 func tagRecvAck(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, _, err := decodeTag(amTagAck, data)
+	return w.tagRecvReply(amTagAck, data, "acknowledgement")
+}
+
+// tagRecvReply handles a receiver's reply that ends a send (a sync
+// acknowledgement, a rendezvous ATS), named what.
+func (w *Worker) tagRecvReply(id uint8, data []byte, what string) ucs.Status {
+	h, _, err := decodeTag(id, data)
 	if err != nil {
 		return w.tagDropped(err)
 	}
-	if op := w.tagTakeSend(h.sreq, h.src, "acknowledgement"); op != nil {
-		op.comp.Invoke(ucs.OK)
+	if op := w.tagTakeSend(h.sreq, h.src, what); op != nil {
+		op.comp.Invoke(h.status)
 	}
 	return ucs.OK
 }

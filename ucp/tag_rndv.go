@@ -280,14 +280,7 @@ func (w *Worker) tagGetFinish(r *Request, st ucs.Status) {
 
 // tagRecvATS handles a rendezvous acknowledgement: the send completes.
 func tagRecvATS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, _, err := decodeTag(amTagATS, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
-	if op := w.tagTakeSend(h.sreq, h.src, "rendezvous acknowledgement"); op != nil {
-		op.comp.Invoke(h.status)
-	}
-	return ucs.OK
+	return w.tagRecvReply(amTagATS, data, "rendezvous acknowledgement")
 }
 
 // tagRecvRTR handles a receiver's request for rendezvous data: the send
@@ -335,17 +328,10 @@ func tagRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Stat
 		}
 		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d: no such receive or not the next piece: %w", len(p), h.off, h.src, h.rreq, ucs.ErrInvalidParam))
 	}
-	r.tr.got += len(p)
-	done := r.tr.got == r.tr.info.Length
-	if done {
+	if r.tr.got += len(p); r.tr.got == r.tr.info.Length {
 		delete(t.recvs, h.rreq)
 	}
 	t.unlock()
-	if st := r.dt.unpack(int(h.off), p); st != ucs.OK && r.tr.status == ucs.OK {
-		r.tr.status = st
-	}
-	if done {
-		r.complete(r.tr.status)
-	}
+	r.tagPiece(int(h.off), p)
 	return ucs.OK
 }

@@ -39,23 +39,11 @@ type tagEnv struct {
 
 func newTagContext(t testing.TB, tls string, more ...func(*Params)) *Context {
 	t.Helper()
-	cfg, err := ReadConfig("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Modify("TLS", tls); err != nil {
-		t.Fatal(err)
-	}
 	p := new(Params).SetFeatures(FeatureTag | FeatureRMA)
 	for _, f := range more {
 		f(p)
 	}
-	c, err := Init(p, cfg)
-	if err != nil {
-		t.Fatalf("Init with UCX_TLS=%s: %v", tls, err)
-	}
-	t.Cleanup(c.Cleanup)
-	return c
+	return newContextParams(t, p, "TLS", tls)
 }
 
 func newTagEnv(t testing.TB, sendTLS, recvTLS string, self bool) *tagEnv {

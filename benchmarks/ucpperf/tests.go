@@ -197,12 +197,19 @@ func putLat(b *bench, n int, p *perf) error {
 }
 
 // stream posts n operations with post, as ucx_perftest's stream tests do:
-// before each, it waits until fewer than -O requests are outstanding (1 by
-// default: an operation that does not complete at once, such as a get or a
-// fetching atomic, is then waited for before the next one is posted); every
-// -W operations (when set) and at the end it waits for all of them and
-// flushes the worker.
+// before each, it waits until fewer than -O requests are outstanding (an
+// operation that does not complete at once, such as a get or a fetching
+// atomic, is then waited for before the next one is posted with -O 1);
+// every -W operations (when set) and at the end it waits for all of them
+// and flushes the worker.
 func (b *bench) stream(n int, p *perf, bytes int64, post func() (*ucp.Request, error)) error {
+	return b.windowed(n, p, bytes, post, b.w.Flush)
+}
+
+// windowed posts n operations with post, at most -O of them outstanding;
+// every -W operations (when set) and at the end it waits for all of them
+// and calls drained (if not nil).
+func (b *bench) windowed(n int, p *perf, bytes int64, post func() (*ucp.Request, error), drained func() error) error {
 	reqs := make([]*ucp.Request, 0, b.p.Outstanding)
 	drain := func() error {
 		for _, r := range reqs {
@@ -211,7 +218,10 @@ func (b *bench) stream(n int, p *perf, bytes int64, post func() (*ucp.Request, e
 			}
 		}
 		reqs = reqs[:0]
-		return b.w.Flush()
+		if drained == nil {
+			return nil
+		}
+		return drained()
 	}
 	for i := 0; i < n; i++ {
 		for len(reqs) >= b.p.Outstanding {
@@ -404,27 +414,8 @@ func tagLat(sync bool) func(b *bench, n int, p *perf) error {
 // one-byte acknowledgement.
 func tagBW(sync bool) func(b *bench, n int, p *perf) error {
 	return func(b *bench, n int, p *perf) error {
-		reqs := make([]*ucp.Request, 0, b.p.Outstanding)
-		for i := 0; i < n; i++ {
-			for len(reqs) >= b.p.Outstanding {
-				if err := b.wait(reqs[0], nil); err != nil {
-					return err
-				}
-				reqs = append(reqs[:0], reqs[1:]...)
-			}
-			r, err := b.tagSend(sync)
-			if err != nil {
-				return err
-			}
-			if r != nil {
-				reqs = append(reqs, r)
-			}
-			p.update(1, int64(b.p.Size))
-		}
-		for _, r := range reqs {
-			if err := b.wait(r, nil); err != nil {
-				return err
-			}
+		if err := b.windowed(n, p, int64(b.p.Size), func() (*ucp.Request, error) { return b.tagSend(sync) }, nil); err != nil {
+			return err
 		}
 		var ack [1]byte
 		return b.wait(b.w.TagRecvNBX(ack[:], perfTag, b.tagMask, nil))
@@ -434,27 +425,8 @@ func tagBW(sync bool) func(b *bench, n int, p *perf) error {
 // tagServe is the receiver of tag_bw: n receives, at most -O posted at
 // once, then the one-byte acknowledgement.
 func tagServe(b *bench, n int, p *perf) error {
-	reqs := make([]*ucp.Request, 0, b.p.Outstanding)
-	for i := 0; i < n; i++ {
-		for len(reqs) >= b.p.Outstanding {
-			if err := b.wait(reqs[0], nil); err != nil {
-				return err
-			}
-			reqs = append(reqs[:0], reqs[1:]...)
-		}
-		r, err := b.tagRecv(b.buf)
-		if err != nil {
-			return err
-		}
-		if r != nil {
-			reqs = append(reqs, r)
-		}
-		p.update(1, int64(b.p.Size))
-	}
-	for _, r := range reqs {
-		if err := b.wait(r, nil); err != nil {
-			return err
-		}
+	if err := b.windowed(n, p, int64(b.p.Size), func() (*ucp.Request, error) { return b.tagRecv(b.buf) }, nil); err != nil {
+		return err
 	}
 	return b.wait(b.ep.TagSendNBX(b.sbuf[:1], perfTag, nil))
 }
