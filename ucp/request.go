@@ -185,12 +185,19 @@ type Request struct {
 
 var requestPools sync.Map // *Context -> *sync.Pool
 
+// pool returns the pool of requests of the worker's context, looked up
+// once per worker.
 func (w *Worker) pool() *sync.Pool {
-	if p, ok := requestPools.Load(w.ctx); ok {
-		return p.(*sync.Pool)
+	if p := w.reqPool.Load(); p != nil {
+		return p
 	}
-	p, _ := requestPools.LoadOrStore(w.ctx, &sync.Pool{New: func() any { return new(Request) }})
-	return p.(*sync.Pool)
+	v, ok := requestPools.Load(w.ctx)
+	if !ok {
+		v, _ = requestPools.LoadOrStore(w.ctx, &sync.Pool{New: func() any { return new(Request) }})
+	}
+	p := v.(*sync.Pool)
+	w.reqPool.Store(p)
+	return p
 }
 
 // newRequest returns a request for an operation with the given params,

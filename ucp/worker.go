@@ -193,10 +193,11 @@ type Worker struct {
 	wake       wakeState // FeatureWakeup: EventFD, Arm, Wait, Signal (wakeup.go)
 	fail       failState // endpoints that failed, keepalive (errors.go)
 	closed     atomic.Bool
-	am         amWorker  // active messages (am.go)
-	tag        tagWorker // tag matching (tag.go)
-	sendq      sendQueue // protocol sends waiting for resources (proto.go)
-	rkc        rkeyCache // senders' keys, for rendezvous receives (proto.go)
+	am         amWorker                  // active messages (am.go)
+	tag        tagWorker                 // tag matching (tag.go)
+	sendq      sendQueue                 // protocol sends waiting for resources (proto.go)
+	rkc        rkeyCache                 // senders' keys, for rendezvous receives (proto.go)
+	reqPool    atomic.Pointer[sync.Pool] // the context's request pool (request.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
