@@ -507,7 +507,7 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	case rndv:
 		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(size), protoAMRndv
 		if size > 0 && contig {
-			if key, m := w.rndvKey(ep, data, param); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
+			if key, m := w.rndvKey(ep, data, param, false); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
 				op.key, op.memh = key, m
 				op.h.off = uint64(uintptr(unsafe.Pointer(&data[0])))
 				r.proto = protoAMRndvGet
@@ -663,7 +663,7 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 // can: the caller then asks the sender to push the data.
 func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags uint32) (r *Request, err error, ok bool) {
 	ep := desc.ep
-	ref := w.rkc.get(ep, desc.key)
+	ref := w.rkc.get(ep, desc.key, false)
 	if ref == nil {
 		return nil, nil, false
 	}

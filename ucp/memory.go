@@ -249,8 +249,8 @@ func (c *Context) removeMapped(m *MemHandle) {
 }
 
 // mappedAt returns mapped memory that holds the n bytes at p and peers may
-// read, or nil.
-func (c *Context) mappedAt(p uintptr, n int) *MemHandle {
+// access as prot says, or nil.
+func (c *Context) mappedAt(p uintptr, n int, prot uint32) *MemHandle {
 	c.mappedMu.RLock()
 	defer c.mappedMu.RUnlock()
 	// The last mapping that starts at or before p, then those before it
@@ -258,7 +258,7 @@ func (c *Context) mappedAt(p uintptr, n int) *MemHandle {
 	i := sort.Search(len(c.mapped), func(i int) bool { return uintptr(c.mapped[i].address) > p })
 	for i--; i >= 0; i-- {
 		m := c.mapped[i]
-		if m.contains(p, n) && m.prot&ProtRemoteRead != 0 {
+		if m.contains(p, n) && m.prot&prot == prot {
 			return m
 		}
 	}
@@ -272,9 +272,10 @@ func (m *MemHandle) contains(p uintptr, n int) bool {
 }
 
 // keyFor returns the packed key of m when the n bytes at p lie inside it
-// and peers may read it, nil otherwise; the key is packed once.
-func (m *MemHandle) keyFor(p uintptr, n int) []byte {
-	if m.unmapped || m.imported != nil || m.prot&ProtRemoteRead == 0 || !m.contains(p, n) {
+// and peers may access it as prot (ProtRemoteRead, ProtRemoteWrite) says,
+// nil otherwise; the key is packed once.
+func (m *MemHandle) keyFor(p uintptr, n int, prot uint32) []byte {
+	if m.unmapped || m.imported != nil || m.prot&prot != prot || !m.contains(p, n) {
 		return nil
 	}
 	if k := m.key.Load(); k != nil {

@@ -359,9 +359,9 @@ type rkeyRef struct {
 
 // get returns the key packed as key, unpacked on ep, with a reference the
 // caller gives back with put, when it can be used to take data from the
-// sender (its memory is mapped here, or a lane gets with it); nil
-// otherwise.
-func (c *rkeyCache) get(ep *Endpoint, key []byte) *rkeyRef {
+// peer (its memory is mapped here, or a lane gets with it) or, with
+// forPut, to write data there (mapped, or a lane puts); nil otherwise.
+func (c *rkeyCache) get(ep *Endpoint, key []byte, forPut bool) *rkeyRef {
 	c.mu.Lock()
 	for i, e := range c.entries {
 		if e.rk.ep == ep && string(e.rk.packed) == string(key) {
@@ -380,7 +380,7 @@ func (c *rkeyCache) get(ep *Endpoint, key []byte) *rkeyRef {
 	if err != nil {
 		return nil
 	}
-	if rk.base == nil && (rk.rma == nil || !rk.rma.get) {
+	if rk.base == nil && (rk.rma == nil || (!forPut && !rk.rma.get)) {
 		rk.Destroy()
 		return nil
 	}
@@ -427,28 +427,32 @@ func (c *rkeyCache) clear() {
 }
 
 // rndvKey returns the packed key through which the peer of ep may take
-// data, or nil when it cannot: the key of param's memory handle when data
-// lies in it, or of mapped memory the data lies in, or else of data
-// registered now (returned, to be unmapped when the send completes) with
-// the memory domain of a lane to the peer that gets. data must not be
-// empty.
-func (w *Worker) rndvKey(ep *Endpoint, data []byte, param *RequestParam) ([]byte, *MemHandle) {
+// data (get) or, with put, write it, or nil when it cannot: the key of
+// param's memory handle when data lies in it, or of mapped memory the data
+// lies in, or else of data registered now (returned, to be unmapped when
+// the transfer ends) with the memory domain of a lane to the peer that
+// gets (or puts). data must not be empty.
+func (w *Worker) rndvKey(ep *Endpoint, data []byte, param *RequestParam, put bool) ([]byte, *MemHandle) {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+	prot, caps := ProtRemoteRead, uint64(capGet)
+	if put {
+		prot, caps = ProtRemoteWrite, capRMA
+	}
 	if param != nil && param.OpAttrMask&OpAttrFieldMemh != 0 && param.Memh != nil {
-		if key := param.Memh.keyFor(p, len(data)); key != nil {
+		if key := param.Memh.keyFor(p, len(data), prot); key != nil {
 			return key, nil
 		}
 	}
-	if m := w.ctx.mappedAt(p, len(data)); m != nil {
-		if key := m.keyFor(p, len(data)); key != nil {
+	if m := w.ctx.mappedAt(p, len(data), prot); m != nil {
+		if key := m.keyFor(p, len(data), prot); key != nil {
 			return key, nil
 		}
 	}
 	for _, c := range ep.cands {
-		if c.can(capGet) && c.wi.rsc.md.attr.Flags&uct.MDFlagReg != 0 {
+		if c.can(caps) && c.wi.rsc.md.attr.Flags&uct.MDFlagReg != 0 {
 			m, err := w.ctx.memRegFor(data, c.wi.rsc.md)
 			if err != nil {
-				log.Printf("ucp: worker %s: registering %d bytes for a rendezvous send with %s: %v", w.name, len(data), c.wi.rsc.md.md.Name(), err)
+				log.Printf("ucp: worker %s: registering %d bytes for a rendezvous with %s: %v", w.name, len(data), c.wi.rsc.md.md.Name(), err)
 				return nil, nil
 			}
 			key, err := w.ctx.RkeyPack(m)

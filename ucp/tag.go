@@ -39,12 +39,13 @@ import (
 //     of the data where a lane to the sender can reach it) and the
 //     receiver takes the data when a receive matched it: through the
 //     sender's memory mapped here (rkey_ptr: shared memory), with a get
-//     (get zcopy: cma, tcp, self), or by asking the sender to push it in
-//     active messages, which the receiver unpacks as they come (am: a
-//     pipeline, what remains when nothing can reach the sender's memory,
-//     and what generic datatypes use). UCX_RNDV_SCHEME restricts the
-//     choice. The receiver then acknowledges (ATS), and the send
-//     completes.
+//     (get zcopy: cma, tcp, self), by having the sender put it into the
+//     receive's buffer (put zcopy, with UCX_RNDV_SCHEME=put_zcopy), or by
+//     asking the sender to push it in active messages, which the receiver
+//     unpacks as they come (am: a pipeline, what remains when nothing can
+//     reach the sender's memory, and what generic datatypes use).
+//     UCX_RNDV_SCHEME (auto, get_zcopy, put_zcopy, am) restricts the
+//     choice; see tag_rndv.go.
 //
 // A receive buffer shorter than its message completes the receive with
 // ucs.ErrMessageTruncated (the part that fits is delivered). Sends never
@@ -79,6 +80,7 @@ type tagRecvState struct {
 	rk         *rkeyRef   // rendezvous get: the sender's key
 	sreq       uint64     // rendezvous: the send's number, for the ATS
 	ep         *Endpoint  // rendezvous: the endpoint back to the sender
+	memh       *MemHandle // rendezvous put: the buffer registered for the sender
 }
 
 // TagMessage is a message that arrived before a receive took it
@@ -174,8 +176,8 @@ func (w *Worker) tagInit() error {
 	t.frags = map[fragKey]fragDest{}
 	t.sends = map[uint64]*tagOp{}
 	t.recvs = map[uint64]*Request{}
-	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData}
-	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData}
+	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP}
+	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP}
 	if err := w.setProtoHandlers(ids, fns); err != nil {
 		return err
 	}
@@ -628,6 +630,7 @@ const (
 	protoTagRecvRkeyPtr = "tag/recv/rndv/rkey_ptr"
 	protoTagRecvGet     = "tag/recv/rndv/get/zcopy"
 	protoTagRecvAM      = "tag/recv/rndv/am"
+	protoTagRecvPut     = "tag/recv/rndv/put/zcopy"
 )
 
 // tagCancel cancels the tag receive r if no message matched it yet; it
@@ -674,7 +677,7 @@ func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
 		op.comp.Invoke(st)
 	}
 	for _, r := range recvs {
-		r.complete(st)
+		w.tagRecvDone(r, st)
 	}
 }
 

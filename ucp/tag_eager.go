@@ -24,6 +24,7 @@ const (
 	protoTagSyncMultiZ = "tag/eager/sync/multi/zcopy"
 	protoTagRndv       = "tag/rndv"
 	protoTagRndvAM     = "tag/rndv/am"
+	protoTagRndvPut    = "tag/rndv/put/zcopy"
 )
 
 // Kinds of tagOp.
@@ -33,6 +34,7 @@ const (
 	topMulti               // an eager message in fragments
 	topRTS                 // a rendezvous request
 	topPush                // rendezvous data pushed to the receiver
+	topPut                 // rendezvous data put into the receiver's buffer, then the ATP
 )
 
 // tagOp is a tag send in progress: the messages it still has to hand to the
@@ -63,6 +65,8 @@ type tagOp struct {
 	dt    *dtIter
 	key   dtIter     // rendezvous: the packed key after the RTS header; control: a payload
 	memh  *MemHandle // rendezvous: the data registered for the send
+	ref   *rkeyRef   // put: the receiver's key
+	raddr uint64     // put: the receive's buffer
 	iov   []uct.IOV
 }
 
@@ -139,6 +143,9 @@ func (op *tagOp) abort(st ucs.Status) {
 func (op *tagOp) end(st ucs.Status) {
 	if op.memh != nil {
 		op.w.ctx.MemUnmap(op.memh)
+	}
+	if op.ref != nil {
+		op.w.rkc.put(op.ref)
 	}
 	if r := op.r; r != nil {
 		r.top = nil
@@ -252,6 +259,8 @@ func (op *tagOp) advance() ucs.Status {
 			return st
 		}
 		return op.drop(st)
+	case topPut:
+		return op.advancePut()
 	}
 	// topMulti and topPush: fragments.
 	for op.off < op.dt.length {
@@ -266,6 +275,56 @@ func (op *tagOp) advance() ucs.Status {
 		op.off += n
 	}
 	return op.drop(ucs.OK)
+}
+
+// advancePut puts the data into the receiver's buffer (copies it there
+// when the receiver's memory is mapped here), in zero-copy puts of at most
+// the lane's limits, and then sends the ATP on the AM lane, behind them.
+func (op *tagOp) advancePut() ucs.Status {
+	rk, n := op.ref.rk, op.dt.length
+	if !op.sent {
+		if p := rk.direct(op.raddr, n); p != nil {
+			op.dt.pack(0, unsafe.Slice((*byte)(p), n))
+			op.off = n
+		}
+		for rl := rk.rma; op.off < n; {
+			caps := rl.l.wi.attr.Put
+			k := n - op.off
+			if caps.MaxZcopy > 0 {
+				k = min(k, caps.MaxZcopy)
+			}
+			if m := max(caps.MaxIOV, 1); op.dt.iovCount(op.off, k) > m {
+				k = op.maxIOVBytes(m, k)
+			}
+			op.iov = op.dt.zcopyIOV(op.iov[:0], op.off, k)
+			atomic.AddInt32(&op.comp.Count, 1)
+			st := rl.ep.PutZcopy(op.iov, op.raddr+uint64(op.off), rl.rkey, &op.comp)
+			clear(op.iov)
+			if st != ucs.InProgress {
+				atomic.AddInt32(&op.comp.Count, -1)
+			}
+			if st == ucs.ErrNoResource {
+				return st
+			}
+			if st.IsErr() {
+				return op.drop(st)
+			}
+			op.off += k
+		}
+		op.sent = true
+	}
+	var hdr [tagATPLen]byte
+	put64(hdr[:], op.w.uid, op.rreq, 0)
+	var st ucs.Status
+	if op.th.lim.short >= tagATPLen {
+		st = op.l.amShortHdr(amTagATP, hdr[:], nil)
+	} else {
+		st = op.l.amPack(amTagATP, hdr[:], nil, 0, 0)
+	}
+	if st == ucs.ErrNoResource {
+		return st
+	}
+	return op.drop(st)
 }
 
 // sendCtrl sends a control message: AMShort where the lane has room for
@@ -730,7 +789,7 @@ func (r *Request) tagPiece(off int, p []byte) {
 		r.tr.status = st
 	}
 	if r.tr.got == r.tr.info.Length {
-		r.complete(r.tr.status)
+		r.w.tagRecvDone(r, r.tr.status)
 	}
 }
 

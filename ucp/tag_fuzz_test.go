@@ -12,9 +12,9 @@ import (
 
 // tagIDs are the uct ids of the tag messages, in the order of
 // tagHandlers.
-var tagIDs = []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData}
+var tagIDs = []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP}
 
-var tagHandlers = []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData}
+var tagHandlers = []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP}
 
 // encodeTag encodes header h of a tag message of uct id id, as the senders
 // do, followed by payload.
@@ -36,9 +36,11 @@ func encodeTag(id uint8, h tagHeader, payload []byte) []byte {
 	case amTagATS:
 		put64(b, h.src, h.sreq, uint64(int64(h.status)))
 	case amTagRTR:
-		put64(b, h.src, h.sreq, h.rreq)
+		put64(b, h.src, h.sreq, h.rreq, h.raddr)
 	case amTagData:
 		put64(b, h.src, h.rreq, h.off)
+	case amTagATP:
+		put64(b, h.src, h.rreq, uint64(int64(h.status)))
 	}
 	return append(b, payload...)
 }
@@ -60,6 +62,8 @@ func tagSeeds() (ids []uint8, msgs [][]byte) {
 	add(amTagATS, tagHeader{src: 9, sreq: 5, status: ucs.ErrIOError}, nil)
 	add(amTagRTR, tagHeader{src: 9, sreq: 5, rreq: 8}, nil)
 	add(amTagData, tagHeader{src: 9, rreq: 8, off: 0}, []byte("pushed"))
+	add(amTagRTR, tagHeader{src: 9, sreq: 5, rreq: 8, raddr: 1 << 20}, []byte("GRK\x02key"))
+	add(amTagATP, tagHeader{src: 9, rreq: 8}, nil)
 	return ids, msgs
 }
 
@@ -89,16 +93,17 @@ func FuzzTagHeader(f *testing.F) {
 			t.Fatalf("id %d: %x decodes to %+v, which encodes as %x", id, data[:n], h, b)
 		}
 		switch {
-		case (id == amTagEagerSync || id == amTagAck || id == amTagRTS || id == amTagATS || id == amTagRTR) && h.sreq == 0:
-			t.Fatalf("id %d accepted without a send number", id)
+		case (id == amTagEagerSync || id == amTagAck || id == amTagRTS || id == amTagATS || id == amTagRTR) && h.sreq == 0,
+			(id == amTagRTR || id == amTagData || id == amTagATP) && h.rreq == 0:
+			t.Fatalf("id %d accepted without a send or receive number", id)
 		case (id == amTagFirst || id == amTagMiddle) && h.msg == 0:
 			t.Fatalf("fragment accepted without a message number")
 		case id == amTagFirst && (h.total > tagMaxEager || h.total <= uint64(len(rest))):
 			t.Fatalf("first fragment of %d bytes announces %d", len(rest), h.total)
 		case id == amTagATS && h.status > 0:
 			t.Fatalf("ATS with status %d", h.status)
-		case id == amTagRTS && (len(rest) == 0) != (h.raddr == 0):
-			t.Fatalf("RTS with a key of %d bytes at address %#x", len(rest), h.raddr)
+		case (id == amTagRTS || id == amTagRTR) && (len(rest) == 0) != (h.raddr == 0):
+			t.Fatalf("id %d with a key of %d bytes at address %#x", id, len(rest), h.raddr)
 		}
 	})
 }
@@ -130,16 +135,20 @@ func FuzzTagRecv(f *testing.F) {
 		if own && len(msg) >= 16 {
 			// Name the worker itself as the sender, whose endpoint exists.
 			o := 8
-			if id == amTagMiddle || id == amTagAck || id == amTagATS || id == amTagRTR || id == amTagData {
+			if id == amTagMiddle || id == amTagAck || id == amTagATS || id == amTagRTR || id == amTagData || id == amTagATP {
 				o = 0
 			}
 			put64(msg[o:], w.uid)
 		}
-		if id == amTagRTS && len(msg) >= tagRTSHdrLen {
+		if (id == amTagRTS || id == amTagRTR) && len(msg) >= tagHdrLen(id) {
 			// No key: a peer's key names its own memory, which a forged one
-			// here would make the worker read.
-			msg = msg[:tagRTSHdrLen]
-			put64(msg[32:], 0)
+			// here would make the worker read or write.
+			msg = msg[:tagHdrLen(id)]
+			raddr := 32
+			if id == amTagRTR {
+				raddr = 24
+			}
+			put64(msg[raddr:], 0)
 		}
 		for i := range mem {
 			mem[i] = 0xee

@@ -15,7 +15,8 @@ import (
 // request that waits for the peer completes with the error, the endpoint's
 // error handler runs once, and nothing hangs. As sender, this process
 // waits for the peer's acknowledgement; as receiver, for the data the peer
-// pushes (scheme am) or that it gets from the peer (get_zcopy, over tcp).
+// pushes (scheme am) or puts (put_zcopy), or that it gets from the peer
+// (get_zcopy, over tcp).
 func TestTagPeerFailure(t *testing.T) {
 	variants := []struct {
 		name      string
@@ -37,6 +38,7 @@ func TestTagPeerFailure(t *testing.T) {
 		{"rndv-send", "auto", false, false},
 		{"sync-send", "auto", false, false},
 		{"rndv-recv-am", "am", false, true},
+		{"rndv-recv-put", "put_zcopy", false, true},
 		{"rndv-recv-get", "get_zcopy", true, true},
 	}
 	for _, v := range variants {

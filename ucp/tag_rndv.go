@@ -25,17 +25,24 @@ import (
 //   - get zcopy (auto, get_zcopy): a lane to the sender gets with the key
 //     (cma, tcp, self): the data is read into the receive's buffer in
 //     gets of at most the lane's limit, all in flight at once;
-//   - am (otherwise: no key, a generic receive datatype, am or put_zcopy):
-//     the receiver asks with an RTR, and the sender pushes the data in
+//   - put zcopy (put_zcopy): the receiver sends, with its RTR, the packed
+//     key of the receive's buffer (mapped memory, or registered for the
+//     receive) and its address; the sender puts the data there (copies it,
+//     where the receiver's memory is mapped at the sender) and then sends
+//     an ATP on the AM lane, which a transport cannot deliver before the
+//     data: the sender puts only on the AM lane's connection or through a
+//     transport done when its call returns, and pushes otherwise;
+//   - am (otherwise: no key, a generic receive datatype, or am): the
+//     receiver asks with an RTR, and the sender pushes the data in
 //     fragments (zero-copy where the lane has it), which the receiver
 //     unpacks as they come: a pipeline, in which no copy of the whole
 //     message is ever made, so a generic datatype's data goes in pieces.
 //
 // After rkey_ptr and get, the receiver acknowledges (ATS, with the status
-// of its get) and the send completes; after am, the send completes when the
-// transport is done with the data it pushed. A message longer than the
-// receive's buffer is acknowledged at once, without a transfer, and the
-// receive completes with ucs.ErrMessageTruncated.
+// of its get) and the send completes; after put and am, the send completes
+// when the transport is done with the data it put or pushed. A message
+// longer than the receive's buffer is acknowledged at once, without a
+// transfer, and the receive completes with ucs.ErrMessageTruncated.
 
 // rtsInfo is what a rendezvous request announces.
 type rtsInfo struct {
@@ -52,7 +59,7 @@ func (ep *Endpoint) tagRndvStart(op *tagOp, param *RequestParam, sync bool) erro
 	var key []byte
 	raddr := uint64(0)
 	if sch := w.ctx.rndvSch; op.dt.isContig() && op.dt.length > 0 && sch != rndvAM && sch != rndvPut {
-		key, op.memh = w.rndvKey(ep, op.dt.contig, param)
+		key, op.memh = w.rndvKey(ep, op.dt.contig, param, false)
 		if key != nil && tagRTSHdrLen+len(key) <= op.th.lim.bcopy {
 			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(op.dt.contig))))
 		} else {
@@ -135,7 +142,7 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 		return
 	}
 	if sch := w.ctx.rndvSch; len(rts.key) > 0 && (sch == rndvAuto || sch == rndvGet) {
-		if ref := w.rkc.get(ep, rts.key); ref != nil {
+		if ref := w.rkc.get(ep, rts.key, false); ref != nil {
 			rk := ref.rk
 			if p := rk.direct(rts.raddr, rts.length); p != nil && sch == rndvAuto {
 				r.proto = protoTagRecvRkeyPtr
@@ -155,14 +162,49 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 			w.rkc.put(ref)
 		}
 	}
-	// The sender pushes the data.
+	// The sender puts the data into the receive's buffer, or pushes it.
+	var key []byte
+	raddr := uint64(0)
+	r.proto = protoTagRecvAM
+	if w.ctx.rndvSch == rndvPut && r.dt.isContig() {
+		buf := r.dt.contig[:rts.length]
+		if key, r.tr.memh = w.rndvKey(ep, buf, nil, true); key != nil {
+			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+			r.proto = protoTagRecvPut
+		}
+	}
 	t := &w.tag
 	t.lock()
 	r.tr.rreq = t.newID()
 	t.recvs[r.tr.rreq] = r
 	t.unlock()
-	r.proto = protoTagRecvAM
-	w.tagCtrl(rts.src, amTagRTR, tagRTRLen, rts.sreq, r.tr.rreq)
+	w.tagRTR(ep, rts.sreq, r.tr.rreq, raddr, key)
+}
+
+// tagRTR asks the sender of rendezvous send sreq, through ep, to put the
+// data of receive rreq at raddr with key, or to push it (no key).
+func (w *Worker) tagRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) {
+	op := w.newTagOp(ep, topCtrl)
+	op.th, op.id, op.hlen = ep.thresholds(), amTagRTR, tagRTRLen
+	put64(op.hdr[:], w.uid, sreq, rreq, raddr)
+	op.key = dtIter{contig: key, length: len(key)}
+	switch st := w.protoStart(op); {
+	case st == ucs.OK:
+		op.free()
+	case st.IsErr():
+		w.tagLogf("rendezvous reply to %s: %v", ep.remoteName, st)
+		op.free()
+	}
+}
+
+// tagRecvDone completes r, a rendezvous receive the sender pushes or puts
+// data to, with st, and releases what it registered.
+func (w *Worker) tagRecvDone(r *Request, st ucs.Status) {
+	if m := r.tr.memh; m != nil {
+		r.tr.memh = nil
+		w.ctx.MemUnmap(m)
+	}
+	r.complete(st)
 }
 
 // rndvGetOp is the get of a rendezvous receive: the gets it still has to
@@ -284,11 +326,16 @@ func tagRecvATS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 }
 
 // tagRecvRTR handles a receiver's request for rendezvous data: the send
-// pushes it.
+// puts it into the receive's buffer (a key came) or pushes it.
 func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, _, err := decodeTag(amTagRTR, data)
+	h, key, err := decodeTag(amTagRTR, data)
 	if err != nil {
 		return w.tagDropped(err)
+	}
+	if len(key) > 0 {
+		if _, err := decodeRkey(key); err != nil {
+			return w.tagDropped(err)
+		}
 	}
 	op := w.tagTakeSend(h.sreq, h.src, "rendezvous reply")
 	if op == nil {
@@ -297,6 +344,21 @@ func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 	op.kind, op.rreq, op.off, op.sent = topPush, h.rreq, 0, false
 	op.zcopy = op.dt.canZcopy() && op.th.lim.zcopy > 0 && op.dt.length >= op.th.zcopy
 	op.r.proto = protoTagRndvAM
+	if len(key) > 0 && op.dt.canZcopy() {
+		// Put, where the receiver's memory is mapped here or a lane puts
+		// to it such that the ATP, sent next on the AM lane, cannot arrive
+		// before the data: the same connection, or a transport done when
+		// its call returns. Otherwise the data is pushed.
+		if ref := w.rkc.get(op.ep, key, true); ref != nil {
+			rk := ref.rk
+			if rk.base != nil || (rk.rma != nil && (rk.rma.l == op.ep.am || !rk.rma.l.deferred())) {
+				op.kind, op.ref, op.raddr = topPut, ref, h.raddr
+				op.r.proto = protoTagRndvPut
+			} else {
+				w.rkc.put(ref)
+			}
+		}
+	}
 	// A reference for the code that advances the push, then the reply's
 	// is given up: it came.
 	atomic.AddInt32(&op.comp.Count, 1)
@@ -324,7 +386,7 @@ func tagRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Stat
 		}
 		t.unlock()
 		if r != nil {
-			r.complete(ucs.ErrIOError)
+			w.tagRecvDone(r, ucs.ErrIOError)
 		}
 		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d: no such receive or not the next piece: %w", len(p), h.off, h.src, h.rreq, ucs.ErrInvalidParam))
 	}
@@ -333,5 +395,28 @@ func tagRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Stat
 	}
 	t.unlock()
 	r.tagPiece(int(h.off), p)
+	return ucs.OK
+}
+
+// tagRecvATP handles the sender's word that it put all of a rendezvous
+// message into the receive's buffer.
+func tagRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, _, err := decodeTag(amTagATP, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	t := &w.tag
+	t.lock()
+	r := t.recvs[h.rreq]
+	if r != nil && r.tr.src == h.src && r.tr.got == 0 {
+		delete(t.recvs, h.rreq)
+	} else {
+		r = nil
+	}
+	t.unlock()
+	if r == nil {
+		return w.tagDropped(fmt.Errorf("rendezvous put done from %#x for unknown receive %d: %w", h.src, h.rreq, ucs.ErrInvalidParam))
+	}
+	w.tagRecvDone(r, h.status)
 	return ucs.OK
 }

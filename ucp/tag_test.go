@@ -755,7 +755,7 @@ func TestTagGenericNoWholeCopy(t *testing.T) {
 // use) and from the Go heap (registered for the send).
 func TestTagRndvLarge(t *testing.T) {
 	const n = 64 << 20
-	for _, sch := range []string{"auto", "get_zcopy", "am"} {
+	for _, sch := range []string{"auto", "get_zcopy", "put_zcopy", "am"} {
 		for _, tr := range tagTransports {
 			t.Run(sch+"/"+tr.name, func(t *testing.T) {
 				t.Setenv("UCX_RNDV_SCHEME", sch)

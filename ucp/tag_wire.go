@@ -19,14 +19,18 @@ import (
 //	amTagAck        src u64, sreq u64
 //	amTagRTS        tag u64, src u64, sreq u64, length u64, raddr u64, flags u64 | packed key
 //	amTagATS        src u64, sreq u64, status i64
-//	amTagRTR        src u64, sreq u64, rreq u64
+//	amTagRTR        src u64, sreq u64, rreq u64, raddr u64         | packed key
 //	amTagData       src u64, rreq u64, off u64                     | data
+//	amTagATP        src u64, rreq u64, status i64
 //
 // src is always the uid of the sending worker; sreq the sender's number of
 // a send that waits for the receiver (a sync send, a rendezvous), 0 for none
 // in amTagFirst; rreq the receiver's number of a rendezvous receive; msg the
 // sender's number of a fragmented eager message. An RTS whose key is empty
 // has raddr 0: the receiver cannot take the data and asks for it (RTR).
+// An RTR with a key (and the address of the receive's buffer) asks the
+// sender to put the data there and then say so (ATP); one without asks it
+// to push the data (amTagData).
 const (
 	amTagEager uint8 = amUCP - 1 - iota
 	amTagEagerSync
@@ -37,6 +41,7 @@ const (
 	amTagATS
 	amTagRTR
 	amTagData
+	amTagATP
 )
 
 // Header lengths.
@@ -48,8 +53,9 @@ const (
 	tagAckLen       = 16
 	tagRTSHdrLen    = 48
 	tagATSLen       = 24
-	tagRTRLen       = 24
+	tagRTRLen       = 32
 	tagDataHdrLen   = 24
+	tagATPLen       = 24
 	// tagMaxHeader is the longest header in front of data.
 	tagMaxHeader = tagFirstHdrLen
 )
@@ -91,6 +97,8 @@ func tagHdrLen(id uint8) int {
 		return tagRTRLen
 	case amTagData:
 		return tagDataHdrLen
+	case amTagATP:
+		return tagATPLen
 	}
 	return 0
 }
@@ -157,10 +165,17 @@ func decodeTag(id uint8, b []byte) (tagHeader, []byte, error) {
 		}
 		h.status = ucs.Status(st)
 	case amTagRTR:
-		h.src, h.sreq, h.rreq = get64(b, 0), get64(b, 1), get64(b, 2)
-		if h.sreq == 0 || h.rreq == 0 || len(p) != 0 {
-			return bad("rendezvous reply to send %d for receive %d with %d bytes", h.sreq, h.rreq, len(p))
+		h.src, h.sreq, h.rreq, h.raddr = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3)
+		if h.sreq == 0 || h.rreq == 0 || len(p) > maxRkeyBlob || (len(p) == 0) != (h.raddr == 0) {
+			return bad("rendezvous reply to send %d for receive %d at %#x with a key of %d bytes", h.sreq, h.rreq, h.raddr, len(p))
 		}
+	case amTagATP:
+		h.src, h.rreq = get64(b, 0), get64(b, 1)
+		st := int64(get64(b, 2))
+		if h.rreq == 0 || len(p) != 0 || st > 0 || st < int64(ucs.ErrLast) {
+			return bad("rendezvous put done for receive %d, status %d, %d bytes", h.rreq, st, len(p))
+		}
+		h.status = ucs.Status(st)
 	case amTagData:
 		h.src, h.rreq, h.off = get64(b, 0), get64(b, 1), get64(b, 2)
 		if h.rreq == 0 || len(p) == 0 || h.off >= amMaxRndv {
