@@ -36,6 +36,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"unsafe"
 
@@ -67,6 +68,7 @@ type options struct {
 	host      string
 	finalOnly bool
 	info      bool
+	profile   string
 }
 
 func usage(fs *flag.FlagSet, out io.Writer) {
@@ -101,6 +103,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.bind, "a", "127.0.0.1", "address the server listens on (with GOSHMEM_KEY unset, anyone who can connect may run a test)")
 	fs.BoolVar(&o.finalOnly, "f", false, "print only the final numbers")
 	fs.BoolVar(&o.info, "I", false, "print the lanes of the endpoint to the peer")
+	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the measured iterations to this file")
 	fs.BoolVar(&o.Memh, "z", false, "pass the send buffer's memory handle to active-message and tag sends (a rendezvous receiver then gets from it without a registration)")
 	fs.BoolVar(&o.Wildcard, "C", false, "use the wildcard tag mask for tag tests")
 	fs.BoolVar(&o.Unexpected, "U", false, "force the unexpected flow of tag tests: probe for each message before receiving it")
@@ -370,8 +373,22 @@ func runTest(r rte, p params, o *options, inJob bool, out io.Writer) error {
 	if b.client {
 		printHeader(out, p.Percentile, finalOnly)
 	}
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	pf.reset()
-	if err := b.side(p.Iters, pf); err != nil {
+	err = b.side(p.Iters, pf)
+	if o.profile != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
 		return err
 	}
 	if b.client {
