@@ -597,6 +597,10 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		}
 		return nil, nil
 	}
+	if flags&OpAttrFlagForceImmCmpl != 0 && desc.length > 0 {
+		it.finish()
+		return nil, fmt.Errorf("ucp am recv data: rendezvous data cannot arrive at once: %w", ucs.ErrNoResource)
+	}
 	desc.state = descDone
 	if desc.key != nil && (it.isContig() || (it.class == DatatypeClassIOV && it.length == desc.length)) {
 		if r, err, ok := w.amRecvGet(desc, buf, param, flags); ok {

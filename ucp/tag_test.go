@@ -1178,3 +1178,65 @@ func TestTagMultiThread(t *testing.T) {
 		})
 	}
 }
+
+// TestTagRndvMixedPeers has one receiver take rendezvous messages at once
+// from a sender that reaches it through shared memory and one that reaches
+// it through tcp only, each sending from memory it mapped and from the Go
+// heap.
+func TestTagRndvMixedPeers(t *testing.T) {
+	const n = 4 << 20
+	cb := newTagContext(t, "all")
+	b := newWorker(t, cb)
+	var eps []*Endpoint
+	var workers []*Worker
+	for _, tls := range []string{"sm,self", "tcp,self"} {
+		a := newWorker(t, newTagContext(t, tls))
+		workers = append(workers, a)
+		eps = append(eps, connect(t, a, b, nil))
+	}
+	progress := func() {
+		b.Progress()
+		for _, a := range workers {
+			a.Progress()
+		}
+	}
+	var sends, recvs []*Request
+	bufs := map[uint64][]byte{}
+	for k, ep := range eps {
+		for j := range 2 {
+			tag := uint64(k<<1 | j)
+			src := pattern(n, int(tag))
+			if j == 0 {
+				m := mapMem(t, ep.w.ctx, new(MemMapParams).SetLength(n).SetFlags(MemMapAllocate))
+				copy(memBytes(m), src)
+				src = memBytes(m)
+			}
+			r, err := ep.TagSendNBX(src, tag, nil)
+			if err != nil || r == nil {
+				t.Fatalf("send %d: %v, %v", tag, r, err)
+			}
+			sends = append(sends, r)
+			bufs[tag] = make([]byte, n)
+		}
+	}
+	for tag, buf := range bufs {
+		r, err := b.TagRecvNBX(buf, tag, tagMaskFull, new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recvs = append(recvs, r)
+	}
+	for _, r := range append(recvs, sends...) {
+		progressUntil(t, b, "a rendezvous", func() bool { progress(); return r.IsCompleted() })
+		if err := r.Status(); err != nil {
+			t.Fatalf("%s: %v", r.Query().DebugString, err)
+		}
+		t.Log(r.Query().DebugString)
+		r.Free()
+	}
+	for tag, buf := range bufs {
+		if !bytes.Equal(buf, pattern(n, int(tag))) {
+			t.Errorf("message %d: data differs", tag)
+		}
+	}
+}
