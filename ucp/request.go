@@ -158,29 +158,30 @@ func (p *RequestParam) SetRequest(r *Request) *RequestParam {
 // with Status or IsCompleted, wait for it with Wait, and give it back with
 // Free.
 type Request struct {
-	comp     uct.Completion // first: a *uct.Completion is a *Request
-	w        *Worker
-	state    atomic.Int32 // ucs.Status: InProgress until completed
-	cb       SendCallback
-	rcb      TagRecvCallback // a tag receive's callback, called instead of cb
-	recv     bool            // a receive: not counted as in flight
-	userData any
-	reply    *uint64
-	result   uint64
-	result32 uint32
-	size     int
-	proto    string
-	lane     *lane
-	fate     atomic.Int32 // fate* value
-	claimed  atomic.Bool  // complete ran (or runs): a second completion is ignored
-	external bool
-	pending  uct.PendingReq
-	reserved []byte
-	inited   bool
-	dt       dtIter       // the data of a tag operation
-	tr       tagRecvState // a tag receive
-	top      *tagOp       // a tag send still in the worker's hands
-	rwi      *workerIface // a receive's data came on it, where no lane says
+	comp      uct.Completion // first: a *uct.Completion is a *Request
+	w         *Worker
+	state     atomic.Int32 // ucs.Status: InProgress until completed
+	cb        SendCallback
+	rcb       TagRecvCallback // a tag receive's callback, called instead of cb
+	recv      bool            // a receive: not counted as in flight
+	untracked bool            // a tag send: not counted as in flight either
+	userData  any
+	reply     *uint64
+	result    uint64
+	result32  uint32
+	size      int
+	proto     string
+	lane      *lane
+	fate      atomic.Int32 // fate* value
+	claimed   atomic.Bool  // complete ran (or runs): a second completion is ignored
+	external  bool
+	pending   uct.PendingReq
+	reserved  []byte
+	inited    bool
+	dt        dtIter       // the data of a tag operation
+	tr        tagRecvState // a tag receive
+	top       *tagOp       // a tag send still in the worker's hands
+	rwi       *workerIface // a receive's data came on it, where no lane says
 }
 
 var requestPools sync.Map // *Context -> *sync.Pool
@@ -291,7 +292,7 @@ func (r *Request) finish(status ucs.Status) {
 	}
 	r.dt.finish()
 	r.state.Store(int32(status))
-	if !r.recv {
+	if !r.recv && !r.untracked {
 		r.w.inflight.Add(-1)
 	}
 }
@@ -315,7 +316,7 @@ func (r *Request) release() {
 		return
 	}
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
-	r.recv, r.tr, r.dt, r.rwi = false, tagRecvState{}, dtIter{}, nil
+	r.recv, r.untracked, r.tr, r.dt, r.rwi = false, false, tagRecvState{}, dtIter{}, nil
 	r.w.pool().Put(r)
 }
 

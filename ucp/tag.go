@@ -681,18 +681,35 @@ func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
 	}
 }
 
-// tagDestroy gives back what the worker's unexpected messages hold.
+// tagDestroy gives back what the worker's unexpected messages hold, and
+// completes the receives no message matched with ucs.ErrCanceled.
 func (w *Worker) tagDestroy() {
 	t := &w.tag
 	if !t.enabled {
 		return
 	}
+	var posted []*Request
 	t.lock()
 	for m := t.m.unexpAll.head; m != nil; m = t.m.unexpAll.head {
 		t.m.removeUnexpected(m)
 		t.releaseMsg(m)
 	}
+	for _, qs := range []*[tagHashSize]reqQueue{&t.m.expHash, &t.m.expSrc} {
+		for k := range qs {
+			for r := qs[k].head; r != nil; r = qs[k].head {
+				t.m.unpost(r)
+				posted = append(posted, r)
+			}
+		}
+	}
+	for r := t.m.expWild.head; r != nil; r = t.m.expWild.head {
+		t.m.unpost(r)
+		posted = append(posted, r)
+	}
 	t.unlock()
+	for _, r := range posted {
+		r.complete(ucs.ErrCanceled)
+	}
 }
 
 // logf logs a problem of the worker's tag protocols.

@@ -453,9 +453,10 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 		return nil, fmt.Errorf("ucp tag send of %d bytes cannot complete at once: %w", n, ucs.ErrNoResource)
 	}
 	r := w.newRequest(param)
-	r.size, r.lane, r.dt, r.top = n, ep.am, it, op
+	// A tag send is not an RMA or atomic operation, which Worker.Flush
+	// waits for: it must not wait for a receiver that may never come.
+	r.size, r.lane, r.dt, r.top, r.untracked = n, ep.am, it, op, true
 	op.r, op.dt = r, &r.dt
-	w.inflight.Add(1)
 	if sync || rndv {
 		if err := ep.tagWireBack(); err != nil {
 			op.free()

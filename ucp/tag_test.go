@@ -1240,3 +1240,106 @@ func TestTagRndvMixedPeers(t *testing.T) {
 		}
 	}
 }
+
+// TestTagFlush checks that flushing a worker or an endpoint does not wait
+// for receives that a sync or rendezvous send waits for (they are not RMA),
+// and that it does wait until the sends a transport had no room for left:
+// a receiver finds all of them after the sender's flush.
+func TestTagFlush(t *testing.T) {
+	for _, tr := range tagTransports[1:3] {
+		t.Run(tr.name, func(t *testing.T) {
+			e := newTagEnv(t, tr.sendTLS, tr.recvTLS, false)
+			sync, err := e.ab.TagSendSyncNBX([]byte("unmatched"), 1, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rndv, err := e.ab.TagSendNBX(make([]byte, 4<<20), 2, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := noHang(t, "worker flush", e.a.Flush); err != nil {
+				t.Fatal(err)
+			}
+			if err := noHang(t, "endpoint flush", e.ab.Flush); err != nil {
+				t.Fatal(err)
+			}
+			if sync.IsCompleted() || rndv.IsCompleted() {
+				t.Fatal("a send completed without its receive")
+			}
+			// Many sends, more than the lane takes at once, then a flush.
+			const k = 2000
+			var reqs []*Request
+			for i := range k {
+				r, err := e.ab.TagSendNBX(make([]byte, 3000), 1<<20|uint64(i), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r != nil {
+					reqs = append(reqs, r)
+				}
+			}
+			queued := e.ab.queued.Load()
+			t.Logf("%d sends queued for room", queued)
+			done := make(chan error, 1)
+			go func() { done <- e.ab.Flush() }()
+			// The receiver must take messages for the sender to get room.
+			got := 0
+			e.b.Progress()
+			for got < k {
+				if m := e.b.TagProbeNB(1<<20, ^uint64(0xfff), true, nil); m != nil {
+					if r, err := e.b.TagMsgRecvNBX(make([]byte, 3000), m, nil); e.done(t, "recv", r, err) != nil {
+						t.Fatal(err)
+					}
+					got++
+					continue
+				}
+				e.b.Progress()
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if n := e.ab.queued.Load(); n != 0 {
+				t.Errorf("%d sends still queued after a flush (%d before it)", n, queued)
+			}
+			for _, r := range reqs {
+				if err := e.done(t, "send", r, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sync.Cancel()
+			rndv.Cancel()
+		})
+	}
+}
+
+// TestTagDestroyCancels checks that destroying a worker completes its
+// posted receives with ucs.ErrCanceled (their callbacks run) and gives
+// back its unexpected messages.
+func TestTagDestroyCancels(t *testing.T) {
+	c := newTagContext(t, "sm,self")
+	w, err := c.NewWorker(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := connect(t, w, w, nil)
+	if _, err := ep.TagSendNBX([]byte("left"), 9, nil); err != nil {
+		t.Fatal(err)
+	}
+	for w.TagProbeNB(9, tagMaskFull, false, nil) == nil {
+		w.Progress()
+	}
+	var ris []*recvInfo
+	for _, mask := range []uint64{tagMaskFull, 0xf} {
+		ri := &recvInfo{}
+		if _, err := w.TagRecvNBX(make([]byte, 4), 1, mask, ri.param()); err != nil {
+			t.Fatal(err)
+		}
+		ris = append(ris, ri)
+	}
+	w.Destroy()
+	for k, ri := range ris {
+		if ri.calls != 1 || !errors.Is(ri.status, ucs.ErrCanceled) {
+			t.Errorf("receive %d: callback %d times, %v", k, ri.calls, ri.status)
+		}
+	}
+}

@@ -394,7 +394,8 @@ func (w *Worker) packAddress(flags uint32) []byte {
 
 // Destroy closes every endpoint and interface of the worker
 // (ucp_worker_destroy): outstanding operations of its endpoints fail with
-// ucs.ErrCanceled, its keepalive goroutine ends, and its wakeup
+// ucs.ErrCanceled, so do its tag receives no message matched, its
+// keepalive goroutine ends, and its wakeup
 // descriptors are closed (or removed from an external event descriptor).
 // A second call does nothing.
 func (w *Worker) Destroy() {
