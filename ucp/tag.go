@@ -358,13 +358,14 @@ func (ep *Endpoint) TagSendSyncNB(buffer any, count int, dt Datatype, tag uint64
 
 // TagRecvNBX receives into buf the first message whose tag matches tag in
 // the bits of mask (ucp_tag_recv_nbx); param's datatype may describe
-// another buffer (an iov, a generic datatype). When a message that
+// another buffer (an iov, a generic datatype). When an eager message that
 // arrived already is taken whole, it returns (nil, nil), or
 // ucs.ErrMessageTruncated when buf was too short, and fills in
 // param.RecvInfo if set; with OpAttrFlagNoImmCmpl it returns a completed
 // request instead, after calling param.RecvCallback. Otherwise it returns
-// a request, which completes (RecvCallback) when the message is in buf;
-// it can be canceled while no message matched it. It fails with
+// a request, which completes (RecvCallback) when the message is in buf
+// (for a rendezvous message whose data could be copied at once, before
+// the call returns); it can be canceled while no message matched it. It fails with
 // ucs.ErrInvalidParam without FeatureTag or for a bad datatype, and with
 // ucs.ErrNoResource under OpAttrFlagForceImmCmpl when it cannot complete
 // at once.
@@ -548,38 +549,31 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		done := w.tagTakeFrag(r, msg)
 		t.unlock()
 		w.tagAck(ack)
-		if done {
+		switch {
+		case !done:
+			return r, nil
+		case flags&OpAttrFlagNoImmCmpl != 0:
 			r.complete(r.tr.status)
-			return w.recvDone(r, param, flags)
+			return r, nil
 		}
-		return r, nil
+		// All of it had arrived: complete at once, without a callback.
+		st, info := r.tr.status, r.tr.info
+		r.finish(st)
+		r.release()
+		if st == ucs.OK && param != nil && param.OpAttrMask&OpAttrFieldRecvInfo != 0 && param.RecvInfo != nil {
+			*param.RecvInfo = info
+		}
+		return nil, st.Err()
 	}
-	// A rendezvous request.
+	// A rendezvous request: the request is returned, even when the data
+	// came through mapped memory at once (its callback then ran already).
 	rts := rtsInfo{tag: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}
 	t.unlock()
 	w.tagRndvMatched(r, &rts)
 	t.lock()
 	t.releaseMsg(msg)
 	t.unlock()
-	if r.IsCompleted() {
-		return w.recvDone(r, param, flags)
-	}
 	return r, nil
-}
-
-// recvDone returns the result of a receive r that completed inside its
-// call: a completed request under OpAttrFlagNoImmCmpl (its callback ran),
-// and otherwise its status, r being released.
-func (w *Worker) recvDone(r *Request, param *RequestParam, flags uint32) (*Request, error) {
-	if flags&OpAttrFlagNoImmCmpl != 0 {
-		return r, nil
-	}
-	err := r.Status()
-	if err == nil && param != nil && param.OpAttrMask&OpAttrFieldRecvInfo != 0 && param.RecvInfo != nil {
-		*param.RecvInfo = r.tr.info
-	}
-	r.Free()
-	return nil, err
 }
 
 // newRecv returns a receive request of data it.
