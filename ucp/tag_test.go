@@ -1347,3 +1347,41 @@ func TestTagDestroyCancels(t *testing.T) {
 		}
 	}
 }
+
+// TestTagRecvReportsOnce receives messages of each protocol that arrived
+// already: a receive either completes at once (no request, no callback) or
+// returns a request whose callback runs exactly once.
+func TestTagRecvReportsOnce(t *testing.T) {
+	for _, tr := range tagTransports[1:3] {
+		t.Run(tr.name, func(t *testing.T) {
+			e := newTagEnv(t, tr.sendTLS, tr.recvTLS, false)
+			sreqs := sendAll(t, e.ab, protoSizes, 500, false)
+			for i, n := range protoSizes {
+				tag := uint64(500 + i)
+				e.wait(t, "the message", func() bool { return e.b.TagProbeNB(tag, tagMaskFull, false, nil) != nil })
+				ri := &recvInfo{}
+				r, err := e.b.TagRecvNBX(make([]byte, n), tag, tagMaskFull, ri.param())
+				if err != nil {
+					t.Fatalf("%d bytes: %v", n, err)
+				}
+				if r == nil {
+					if ri.calls != 0 {
+						t.Fatalf("%d bytes: completed at once, and its callback ran %d times", n, ri.calls)
+					}
+					continue
+				}
+				if err := e.done(t, "recv", r, nil); err != nil {
+					t.Fatal(err)
+				}
+				if ri.calls != 1 {
+					t.Fatalf("%d bytes: a request whose callback ran %d times", n, ri.calls)
+				}
+			}
+			for _, r := range sreqs {
+				if err := e.done(t, "send", r, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
