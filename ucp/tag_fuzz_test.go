@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"slices"
 	"testing"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -59,6 +60,7 @@ func tagSeeds() (ids []uint8, msgs [][]byte) {
 	add(amTagAck, tagHeader{src: 9, sreq: 4}, nil)
 	add(amTagRTS, tagHeader{tag: 7, src: 9, sreq: 5, total: 1 << 20}, nil)
 	add(amTagRTS, tagHeader{tag: 7, src: 9, sreq: 6, total: 100, flags: tagRTSSync}, nil)
+	add(amTagRTS, tagHeader{tag: 7, src: 9, sreq: 7, total: 1 << 20, raddr: 1 << 20}, []byte("GRK\x02key"))
 	add(amTagATS, tagHeader{src: 9, sreq: 5, status: ucs.ErrIOError}, nil)
 	add(amTagRTR, tagHeader{src: 9, sreq: 5, rreq: 8}, nil)
 	add(amTagData, tagHeader{src: 9, rreq: 8, off: 0}, []byte("pushed"))
@@ -125,8 +127,10 @@ func FuzzTagRecv(f *testing.F) {
 	mem := make([]byte, 4*(size+2*guard))
 	ids, msgs := tagSeeds()
 	for i, m := range msgs {
-		f.Add(uint8(i), m, true)
-		f.Add(uint8(i), m, false)
+		// kind selects the handler: that of the seed's own id.
+		k := uint8(slices.Index(tagIDs, ids[i]))
+		f.Add(k, m, true)
+		f.Add(k, m, false)
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte, own bool) {
 		k := int(kind) % len(tagIDs)
@@ -197,6 +201,5 @@ func FuzzTagRecv(f *testing.F) {
 			t.Fatalf("a real message after the fuzzed one: %v %q", err, got)
 		}
 		req.Free()
-		_ = ids
 	})
 }

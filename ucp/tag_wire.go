@@ -111,6 +111,13 @@ func put64(b []byte, vs ...uint64) {
 
 func get64(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
 
+// getStatus reads word i of b as a status; ok is false unless it is OK or
+// an error code.
+func getStatus(b []byte, i int) (st ucs.Status, ok bool) {
+	v := int64(get64(b, i))
+	return ucs.Status(v), v <= 0 && v >= int64(ucs.ErrLast)
+}
+
 // decodeTag parses and checks a tag message of uct id id and returns its
 // header and what follows it (data, or a packed key). Anything a field may
 // not hold fails with ucs.ErrInvalidParam; what it cannot check alone (that
@@ -159,11 +166,11 @@ func decodeTag(id uint8, b []byte) (tagHeader, []byte, error) {
 		}
 	case amTagATS:
 		h.src, h.sreq = get64(b, 0), get64(b, 1)
-		st := int64(get64(b, 2))
-		if h.sreq == 0 || len(p) != 0 || st > 0 || st < int64(ucs.ErrLast) {
-			return bad("rendezvous acknowledgement of send %d, status %d, %d bytes", h.sreq, st, len(p))
+		st, ok := getStatus(b, 2)
+		if h.sreq == 0 || len(p) != 0 || !ok {
+			return bad("rendezvous acknowledgement of send %d, status %d, %d bytes", h.sreq, int64(get64(b, 2)), len(p))
 		}
-		h.status = ucs.Status(st)
+		h.status = st
 	case amTagRTR:
 		h.src, h.sreq, h.rreq, h.raddr = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3)
 		if h.sreq == 0 || h.rreq == 0 || len(p) > maxRkeyBlob || (len(p) == 0) != (h.raddr == 0) {
@@ -171,11 +178,11 @@ func decodeTag(id uint8, b []byte) (tagHeader, []byte, error) {
 		}
 	case amTagATP:
 		h.src, h.rreq = get64(b, 0), get64(b, 1)
-		st := int64(get64(b, 2))
-		if h.rreq == 0 || len(p) != 0 || st > 0 || st < int64(ucs.ErrLast) {
-			return bad("rendezvous put done for receive %d, status %d, %d bytes", h.rreq, st, len(p))
+		st, ok := getStatus(b, 2)
+		if h.rreq == 0 || len(p) != 0 || !ok {
+			return bad("rendezvous put done for receive %d, status %d, %d bytes", h.rreq, int64(get64(b, 2)), len(p))
 		}
-		h.status = ucs.Status(st)
+		h.status = st
 	case amTagData:
 		h.src, h.rreq, h.off = get64(b, 0), get64(b, 1), get64(b, 2)
 		if h.rreq == 0 || len(p) == 0 || h.off >= amMaxRndv {
