@@ -164,25 +164,25 @@ func decodeTag(id uint8, b []byte) (tagHeader, []byte, error) {
 			(len(p) == 0) != (h.raddr == 0) || (len(p) > 0 && h.total == 0) {
 			return bad("rendezvous request %d: %d bytes at %#x, flags %#x, key of %d bytes", h.sreq, h.total, h.raddr, h.flags, len(p))
 		}
-	case amTagATS:
-		h.src, h.sreq = get64(b, 0), get64(b, 1)
+	case amTagATS, amTagATP:
+		// The sender's number (ATS) or the receiver's (ATP), and the status
+		// of the transfer.
+		num := get64(b, 1)
 		st, ok := getStatus(b, 2)
-		if h.sreq == 0 || len(p) != 0 || !ok {
-			return bad("rendezvous acknowledgement of send %d, status %d, %d bytes", h.sreq, int64(get64(b, 2)), len(p))
+		if num == 0 || len(p) != 0 || !ok {
+			return bad("end of rendezvous request %d, status %d, %d bytes", num, int64(get64(b, 2)), len(p))
 		}
-		h.status = st
+		h.src, h.status = get64(b, 0), st
+		if id == amTagATS {
+			h.sreq = num
+		} else {
+			h.rreq = num
+		}
 	case amTagRTR:
 		h.src, h.sreq, h.rreq, h.raddr = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3)
 		if h.sreq == 0 || h.rreq == 0 || len(p) > maxRkeyBlob || (len(p) == 0) != (h.raddr == 0) {
 			return bad("rendezvous reply to send %d for receive %d at %#x with a key of %d bytes", h.sreq, h.rreq, h.raddr, len(p))
 		}
-	case amTagATP:
-		h.src, h.rreq = get64(b, 0), get64(b, 1)
-		st, ok := getStatus(b, 2)
-		if h.rreq == 0 || len(p) != 0 || !ok {
-			return bad("rendezvous put done for receive %d, status %d, %d bytes", h.rreq, int64(get64(b, 2)), len(p))
-		}
-		h.status = st
 	case amTagData:
 		h.src, h.rreq, h.off = get64(b, 0), get64(b, 1), get64(b, 2)
 		if h.rreq == 0 || len(p) == 0 || h.off >= amMaxRndv {
