@@ -226,9 +226,8 @@ var descPool = sync.Pool{New: func() any { return new(AMDesc) }}
 
 // amEP is an endpoint's active-message state.
 type amEP struct {
-	queued atomic.Int32 // its operations in the worker's queue
-	busy   atomic.Int32 // its operations not yet handed to the transport, or not yet completed by it
-	hello  atomic.Bool  // the worker address was sent
+	busy  atomic.Int32 // its operations not yet handed to the transport, or not yet completed by it
+	hello atomic.Bool  // the worker address was sent
 }
 
 // amWorker is a worker's active-message state.
@@ -241,12 +240,9 @@ type amWorker struct {
 
 	mu     sync.Mutex // guards what follows
 	nextID uint64
-	queue  []*amOp            // operations with work left, in issue order
 	reasm  map[amKey]*amReasm // eager messages being reassembled
 	sends  map[uint64]*amOp   // rendezvous sends waiting for the receiver
 	recvs  map[uint64]*amRecv // rendezvous receives waiting for data
-	rkeys  []*Rkey            // senders' keys, unpacked, oldest first
-	qlen   atomic.Int32       // len(queue), read by Progress without the lock
 	// lastSrc and lastEP cache the reply endpoint last looked up.
 	lastSrc uint64
 	lastEP  *Endpoint
@@ -265,12 +261,14 @@ type amReasm struct {
 	wi    *workerIface
 }
 
-// amRecv is a rendezvous receive waiting for its data.
+// amRecv is a rendezvous receive waiting for its data, which goes into
+// the request's datatype.
 type amRecv struct {
-	r   *Request
-	buf []byte
-	got int
-	src uint64
+	r     *Request
+	total int
+	got   int
+	src   uint64
+	st    ucs.Status // the first error of unpacking
 }
 
 // Default rendezvous threshold of active messages when UCX_RNDV_THRESH is
@@ -287,12 +285,8 @@ func (w *Worker) amInit() error {
 	}
 	a := &w.am
 	a.rndvThr = amDefaultRndvThresh
-	if v := w.ctx.config.Get("RNDV_THRESH"); v != "" && v != "auto" {
-		n, err := ucs.ParseSize(v)
-		if err != nil {
-			return fmt.Errorf("UCX_RNDV_THRESH=%q: %w", v, ucs.ErrInvalidParam)
-		}
-		a.rndvThr = int(min(n, math.MaxInt))
+	if w.ctx.rndvThr >= 0 {
+		a.rndvThr = w.ctx.rndvThr
 	}
 	for _, wi := range w.ifaces {
 		if wi.attr.Flags&capAM == 0 {
@@ -311,7 +305,6 @@ func (w *Worker) amInit() error {
 	a.sends = map[uint64]*amOp{}
 	a.recvs = map[uint64]*amRecv{}
 	a.enabled = true
-	w.uw.ProgressRegister(w.amProgress)
 	return nil
 }
 
@@ -447,9 +440,20 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	if flags&AMSendFlagEager != 0 && flags&AMSendFlagRNDV != 0 {
 		return nil, fmt.Errorf("ucp am send: both eager and rendezvous asked for: %w", ucs.ErrInvalidParam)
 	}
-	rndv := flags&AMSendFlagRNDV != 0 || (flags&AMSendFlagEager == 0 && (len(data) >= w.am.rndvThr || len(data) > amMaxEager))
-	if !rndv && len(data) > amMaxEager {
-		return nil, fmt.Errorf("ucp am send: eager message of %d bytes, more than %d: %w", len(data), amMaxEager, ucs.ErrExceedsLimit)
+	contig := !nonContig(param)
+	size := len(data)
+	var it dtIter
+	if !contig {
+		var err error
+		if it, err = dtFromParam(data, param, false); err != nil {
+			return nil, fmt.Errorf("ucp am send: %w", err)
+		}
+		size = it.length
+	}
+	rndv := flags&AMSendFlagRNDV != 0 || (flags&AMSendFlagEager == 0 && (size >= w.am.rndvThr || size > amMaxEager))
+	if !rndv && size > amMaxEager {
+		it.finish()
+		return nil, fmt.Errorf("ucp am send: eager message of %d bytes, more than %d: %w", size, amMaxEager, ucs.ErrExceedsLimit)
 	}
 	var hflags uint8
 	if flags&AMSendFlagReply != 0 {
@@ -457,12 +461,13 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	}
 	if (rndv || hflags != 0) && !ep.amq.hello.Load() {
 		if err := ep.amSendHello(); err != nil {
+			it.finish()
 			return nil, fmt.Errorf("ucp am send: %w", err)
 		}
 	}
-	lim := laneAMLimits(l)
-	single := !rndv && amHdrLen+len(header)+len(data) <= lim.bcopy
-	if single && ep.amq.queued.Load() == 0 {
+	lim := laneLimitsOf(l)
+	single := !rndv && amHdrLen+len(header)+size <= lim.bcopy
+	if single && contig && ep.queued.Load() == 0 {
 		// The common small message: one copy, no request.
 		h := amHeader{typ: amSingle, flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
 		st := l.amBcopy(&h, header, data)
@@ -483,22 +488,26 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 		}
 	}
 	if !single && flags&OpAttrFlagForceImmCmpl != 0 {
-		return nil, fmt.Errorf("ucp am send of %d bytes cannot complete at once: %w", len(data), ucs.ErrNoResource)
+		it.finish()
+		return nil, fmt.Errorf("ucp am send of %d bytes cannot complete at once: %w", size, ucs.ErrNoResource)
 	}
-	op := &amOp{ep: ep, l: l, lim: lim, data: data}
+	if contig {
+		it = dtIter{contig: data, length: len(data)}
+	}
+	op := &amOp{ep: ep, l: l, lim: lim, dt: it}
 	if len(header) > 0 {
 		op.uhdr = append([]byte(nil), header...)
 	}
 	op.h = amHeader{flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
 	r := w.newRequest(param)
-	r.size, r.lane = len(data), l
+	r.size, r.lane = size, l
 	switch {
 	case single:
 		op.kind, op.h.typ, r.proto = opSingle, amSingle, protoAMSingle
 	case rndv:
-		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(len(data)), protoAMRndv
-		if len(data) > 0 {
-			if key, m := w.amRndvKey(ep, data, param); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
+		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(size), protoAMRndv
+		if size > 0 && contig {
+			if key, m := w.rndvKey(ep, data, param, false); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
 				op.key, op.memh = key, m
 				op.h.off = uint64(uintptr(unsafe.Pointer(&data[0])))
 				r.proto = protoAMRndvGet
@@ -507,7 +516,7 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 			}
 		}
 	default:
-		op.kind, op.h.typ, op.h.total, r.proto = opFrag, amFirst, uint64(len(data)), protoAMFrag
+		op.kind, op.h.typ, op.h.total, r.proto = opFrag, amFirst, uint64(size), protoAMFrag
 	}
 	op.r = r
 	w.inflight.Add(1)
@@ -521,13 +530,8 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	st := w.amStart(op)
 	switch {
 	case st == ucs.OK:
-		if flags&OpAttrFlagNoImmCmpl != 0 {
-			r.complete(ucs.OK)
-			return r, nil
-		}
-		r.finish(ucs.OK)
-		r.release()
-		return nil, nil
+		op.release()
+		return r.doneNow(flags), nil
 	case st == ucs.InProgress:
 		return r, nil
 	default:
@@ -538,38 +542,6 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	}
 }
 
-// amRndvKey returns the packed key through which the receiver of a
-// rendezvous message may get data, or nil when it cannot: the key of
-// param's memory handle when data lies in it, or else of data registered
-// now (returned, to be unmapped when the send completes) with the memory
-// domains of the lanes to the peer that get.
-func (w *Worker) amRndvKey(ep *Endpoint, data []byte, param *RequestParam) ([]byte, *MemHandle) {
-	p := uintptr(unsafe.Pointer(&data[0]))
-	if param != nil && param.OpAttrMask&OpAttrFieldMemh != 0 && param.Memh != nil {
-		m := param.Memh
-		base := uintptr(m.address)
-		if p >= base && p-base <= uintptr(m.length) && uintptr(len(data)) <= uintptr(m.length)-(p-base) {
-			if key, err := w.ctx.RkeyPack(m); err == nil {
-				return key, nil
-			}
-		}
-	}
-	for _, c := range ep.cands {
-		if c.can(capGet) && c.wi.rsc.md.attr.Flags&uct.MDFlagReg != 0 {
-			m, err := w.ctx.MemMap(new(MemMapParams).SetAddress(unsafe.Pointer(&data[0])).SetLength(len(data)))
-			if err != nil {
-				return nil, nil
-			}
-			key, err := w.ctx.RkeyPack(m)
-			if err != nil {
-				return nil, m
-			}
-			return key, m
-		}
-	}
-	return nil, nil
-}
-
 // amSendHello sends the worker's address to the endpoint's worker once, so
 // that it can reach this worker back (reply endpoints, rendezvous).
 func (ep *Endpoint) amSendHello() error {
@@ -577,7 +549,7 @@ func (ep *Endpoint) amSendHello() error {
 		return nil
 	}
 	w := ep.w
-	if amHdrLen+len(w.address) > laneAMLimits(ep.am).bcopy {
+	if amHdrLen+len(w.address) > laneLimitsOf(ep.am).bcopy {
 		log.Printf("ucp: worker %s: its address (%d bytes) does not fit in an active message on %s; %s cannot create a reply endpoint", w.name, len(w.address), ep.am, ep.remoteName)
 		return nil
 	}
@@ -600,13 +572,22 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	if desc == nil || desc.w != w || desc.state == descDone {
 		return nil, fmt.Errorf("ucp am recv data: descriptor not valid: %w", ucs.ErrInvalidParam)
 	}
-	if len(buf) < desc.length {
-		return nil, fmt.Errorf("ucp am recv data: buffer of %d bytes for %d: %w", len(buf), desc.length, ucs.ErrMessageTruncated)
+	it, err := dtFromParam(buf, param, true)
+	if err != nil {
+		return nil, fmt.Errorf("ucp am recv data: %w", err)
+	}
+	if it.length < desc.length {
+		it.finish()
+		return nil, fmt.Errorf("ucp am recv data: buffer of %d bytes for %d: %w", it.length, desc.length, ucs.ErrMessageTruncated)
 	}
 	flags := sendFlags(param)
 	if !desc.rndv {
-		copy(buf, desc.data)
+		st := it.unpack(0, desc.data)
+		it.finish()
 		w.AMDataRelease(desc)
+		if st != ucs.OK {
+			return nil, fmt.Errorf("ucp am recv data: %w", st)
+		}
 		if flags&OpAttrFlagNoImmCmpl != 0 {
 			r := w.newRequest(param)
 			r.size, r.proto = desc.length, protoAMRecv
@@ -616,14 +597,19 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		}
 		return nil, nil
 	}
+	if flags&OpAttrFlagForceImmCmpl != 0 && desc.length > 0 {
+		it.finish()
+		return nil, fmt.Errorf("ucp am recv data: rendezvous data cannot arrive at once: %w", ucs.ErrNoResource)
+	}
 	desc.state = descDone
-	if desc.key != nil {
+	if desc.key != nil && (it.isContig() || (it.class == DatatypeClassIOV && it.length == desc.length)) {
 		if r, err, ok := w.amRecvGet(desc, buf, param, flags); ok {
+			it.finish()
 			return r, err
 		}
 	}
 	r := w.newRequest(param)
-	r.size, r.proto, r.lane = desc.length, protoAMRecv, desc.ep.am
+	r.size, r.proto, r.lane, r.dt = desc.length, protoAMRecv, desc.ep.am, it
 	w.inflight.Add(1)
 	if desc.length == 0 {
 		// Nothing to fetch: tell the sender it is done.
@@ -632,19 +618,13 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 			r.release()
 			return nil, fmt.Errorf("ucp am recv data: %w", st)
 		}
-		if flags&OpAttrFlagNoImmCmpl != 0 {
-			r.complete(ucs.OK)
-			return r, nil
-		}
-		r.finish(ucs.OK)
-		r.release()
-		return nil, nil
+		return r.doneNow(flags), nil
 	}
 	a := &w.am
 	a.mu.Lock()
 	a.nextID++
 	rid := a.nextID
-	a.recvs[rid] = &amRecv{r: r, buf: buf[:desc.length], src: desc.src}
+	a.recvs[rid] = &amRecv{r: r, total: desc.length, src: desc.src, st: ucs.OK}
 	a.mu.Unlock()
 	if st := w.amControl(desc.ep, amHeader{typ: amRTR, msg: desc.sreq, total: rid}); st.IsErr() {
 		a.mu.Lock()
@@ -687,15 +667,20 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 // can: the caller then asks the sender to push the data.
 func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags uint32) (r *Request, err error, ok bool) {
 	ep := desc.ep
-	rk := w.amRkey(ep, desc.key)
-	if rk == nil {
+	ref := w.rkc.get(ep, desc.key, false)
+	if ref == nil {
 		return nil, nil, false
 	}
+	rk := ref.rk
 	r = w.newRequest(param)
-	r.size, r.proto, r.lane = desc.length, protoAMRecvGet, rk.rma.l
+	r.size, r.proto, r.lane = desc.length, protoAMRecvGet, ep.am
+	if rk.rma != nil {
+		r.lane = rk.rma.l
+	}
 	w.inflight.Add(1)
 	sreq := desc.sreq
 	fin := func() {
+		w.rkc.put(ref)
 		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
 			log.Printf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
 		}
@@ -705,7 +690,13 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 		gr.Free()
 		r.complete(statusOf(st))
 	})
-	gr, err := ep.GetNBX(buf[:desc.length], desc.raddr, rk, gp)
+	if nonContig(param) {
+		gp.SetIOV(param.IOV)
+		buf = nil
+	} else {
+		buf = buf[:desc.length]
+	}
+	gr, err := ep.GetNBX(buf, desc.raddr, rk, gp)
 	if err != nil {
 		fin()
 		r.finish(statusOf(err))
@@ -716,70 +707,7 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 		return r, nil, true
 	}
 	fin()
-	if flags&OpAttrFlagNoImmCmpl != 0 {
-		r.complete(ucs.OK)
-		return r, nil, true
-	}
-	r.finish(ucs.OK)
-	r.release()
-	return nil, nil, true
-}
-
-// amRkeyCacheSize bounds the keys of senders' data a worker keeps unpacked.
-const amRkeyCacheSize = 32
-
-// amRkey returns the key packed as key, unpacked on ep, when a lane of ep
-// can get with it; nil otherwise. Keys stay unpacked in a small cache, so
-// that data sent again from the same memory (a memory handle the sender
-// passes) is not mapped again for every message.
-func (w *Worker) amRkey(ep *Endpoint, key []byte) *Rkey {
-	a := &w.am
-	a.mu.Lock()
-	for i, c := range a.rkeys {
-		if c.ep == ep && string(c.packed) == string(key) {
-			if !ep.closed.Load() {
-				a.mu.Unlock()
-				return c
-			}
-			a.rkeys = append(a.rkeys[:i], a.rkeys[i+1:]...)
-			break
-		}
-	}
-	a.mu.Unlock()
-	rk, err := ep.RkeyUnpack(key)
-	if err != nil {
-		return nil
-	}
-	if rk.rma == nil || !rk.rma.get {
-		rk.Destroy()
-		return nil
-	}
-	var old *Rkey
-	a.mu.Lock()
-	if len(a.rkeys) == amRkeyCacheSize {
-		old = a.rkeys[0]
-		a.rkeys = append(a.rkeys[:0], a.rkeys[1:]...)
-	}
-	a.rkeys = append(a.rkeys, rk)
-	a.mu.Unlock()
-	if old != nil {
-		old.Destroy()
-	}
-	return rk
-}
-
-// amDestroy releases the keys the worker keeps unpacked. The gets that
-// use them complete on issue on every transport that gets (posix, sysv,
-// cma, self), so none is in flight here, nor when one is evicted.
-func (w *Worker) amDestroy() {
-	a := &w.am
-	a.mu.Lock()
-	rkeys := a.rkeys
-	a.rkeys = nil
-	a.mu.Unlock()
-	for _, rk := range rkeys {
-		rk.Destroy()
-	}
+	return r.doneNow(flags), nil, true
 }
 
 // statusOf returns the ucs.Status an error carries (ucs.ErrIOError for

@@ -24,12 +24,13 @@ const (
 type amOp struct {
 	ep   *Endpoint
 	l    *lane
-	lim  amLaneLimits
+	lim  laneLimits
 	r    *Request // nil for protocol messages
 	kind uint8
 	h    amHeader   // the first (or only) message's header
 	uhdr []byte     // user header
-	data []byte     // data (protocol messages: their payload)
+	data []byte     // protocol messages: their payload
+	dt   dtIter     // user messages: their data
 	off  int        // data bytes handed to the transport
 	sent bool       // the first message was handed to the transport
 	rid  uint64     // rendezvous: the receiver's request id
@@ -38,17 +39,20 @@ type amOp struct {
 
 	comp    uct.Completion // zero-copy sends; Count holds one for the issuer
 	hbuf    []byte         // header of a zero-copy fragment
-	iov     [1]uct.IOV
+	iov     []uct.IOV
 	waiting bool       // all handed over; the last zero-copy completion finishes
 	status  ucs.Status // the first error
 }
 
-// amPacker packs one message for AM bcopy; packers are pooled, with their
-// pack function made once, so that a send allocates nothing.
+// amPacker packs one message for AM bcopy: the header, a, then b or the
+// n bytes of it at off; packers are pooled, with their pack function made
+// once, so that a send allocates nothing.
 type amPacker struct {
-	h    amHeader
-	a, b []byte
-	fn   uct.PackFunc
+	h      amHeader
+	a, b   []byte
+	it     *dtIter
+	off, n int
+	fn     uct.PackFunc
 }
 
 var packerPool = sync.Pool{New: func() any {
@@ -58,24 +62,37 @@ var packerPool = sync.Pool{New: func() any {
 }}
 
 func (p *amPacker) pack(dst []byte) int {
-	n := amHdrLen + len(p.a) + len(p.b)
+	k := len(p.b)
+	if p.it != nil {
+		k = p.n
+	}
+	n := amHdrLen + len(p.a) + k
 	if n > len(dst) {
 		return -1
 	}
 	p.h.put(dst)
 	copy(dst[amHdrLen:], p.a)
+	if p.it != nil {
+		return amHdrLen + len(p.a) + p.it.pack(p.off, dst[amHdrLen+len(p.a):n])
+	}
 	copy(dst[amHdrLen+len(p.a):], p.b)
 	return n
 }
 
 // amBcopy sends one message, the header followed by a and b, copied.
 func (l *lane) amBcopy(h *amHeader, a, b []byte) ucs.Status {
+	return l.amBcopyIt(h, a, b, nil, 0, 0)
+}
+
+// amBcopyIt sends one message, the header followed by a, then b or (it
+// not nil) the n bytes of it at off, copied.
+func (l *lane) amBcopyIt(h *amHeader, a, b []byte, it *dtIter, off, n int) ucs.Status {
 	p := packerPool.Get().(*amPacker)
-	p.h, p.a, p.b = *h, a, b
+	p.h, p.a, p.b, p.it, p.off, p.n = *h, a, b, it, off, n
 	l.sendMu.Lock()
 	_, st := l.ep.AMBcopy(amUCP, p.fn, 0)
 	l.sendMu.Unlock()
-	p.a, p.b = nil, nil
+	p.a, p.b, p.it = nil, nil, nil
 	packerPool.Put(p)
 	return st
 }
@@ -91,45 +108,46 @@ func (w *Worker) amControl(ep *Endpoint, h amHeader) ucs.Status {
 	return w.amStart(&amOp{ep: ep, l: ep.am, kind: opCtrl, h: h})
 }
 
-// amStart runs op as far as the transport takes it, or queues it behind the
-// endpoint's queued operations. It returns OK when op is complete,
-// InProgress when it continues (queued, waiting for zero-copy completions,
-// or for a rendezvous receiver), or an error; queued operations then end
-// from Progress.
+// amStart runs op as far as the transport takes it, or queues it in the
+// worker's send queue behind the endpoint's queued sends. It returns OK
+// when op is complete, InProgress when it continues (queued, waiting for
+// zero-copy completions, or for a rendezvous receiver), or an error;
+// queued operations then end from Progress.
 func (w *Worker) amStart(op *amOp) ucs.Status {
 	if op.kind == opFrag {
 		op.comp = uct.Completion{Count: 1, Func: op.zcopyDone}
 	}
-	a := &w.am
 	op.ep.amq.busy.Add(1)
-	if op.ep.amq.queued.Load() > 0 {
-		a.mu.Lock()
-		if op.ep.amq.queued.Load() > 0 {
-			w.amEnqueue(op)
-			a.mu.Unlock()
-			return ucs.InProgress
-		}
-		a.mu.Unlock()
+	st := w.protoStart(op)
+	if st != ucs.InProgress {
+		op.ep.amq.busy.Add(-1)
 	}
-	st := w.amAdvance(op)
-	switch st {
-	case ucs.ErrNoResource:
-		a.mu.Lock()
-		w.amEnqueue(op)
-		a.mu.Unlock()
-		return ucs.InProgress
-	case ucs.InProgress:
-		return st
-	}
-	op.ep.amq.busy.Add(-1)
 	return st
 }
 
-// amEnqueue appends op to the worker's queue; the caller holds w.am.mu.
-func (w *Worker) amEnqueue(op *amOp) {
-	op.ep.amq.queued.Add(1)
-	w.am.queue = append(w.am.queue, op)
-	w.am.qlen.Store(int32(len(w.am.queue)))
+// advance is amAdvance, for the worker's send queue (protoOp).
+func (op *amOp) advance() ucs.Status { return op.ep.w.amAdvance(op) }
+
+// end finishes op with st, for the worker's send queue (protoOp).
+func (op *amOp) end(st ucs.Status) { op.ep.w.amFinish(op, st) }
+
+func (op *amOp) endpoint() *Endpoint { return op.ep }
+
+// abort ends op, queued, with st: fragments already handed to the
+// transport end it when their completions come.
+func (op *amOp) abort(st ucs.Status) {
+	if !op.status.IsErr() {
+		op.status = st
+	}
+	if op.kind != opFrag && op.kind != opPush {
+		op.end(st)
+		return
+	}
+	op.waiting = true
+	if atomic.AddInt32(&op.comp.Count, -1) == 0 {
+		op.waiting = false
+		op.end(op.finalStatus())
+	}
 }
 
 // amAdvance hands op's messages to the transport until it has no room. It
@@ -144,7 +162,7 @@ func (w *Worker) amAdvance(op *amOp) ucs.Status {
 	case opCtrl:
 		return op.l.amBcopy(&op.h, op.data, nil)
 	case opSingle:
-		return op.l.amBcopy(&op.h, op.uhdr, op.data)
+		return op.l.amBcopyIt(&op.h, op.uhdr, nil, &op.dt, 0, op.dt.length)
 	case opRTS:
 		a := &w.am
 		a.mu.Lock()
@@ -160,7 +178,7 @@ func (w *Worker) amAdvance(op *amOp) ucs.Status {
 		return ucs.InProgress
 	}
 	// opFrag and opPush: fragments.
-	for op.off < len(op.data) {
+	for op.off < op.dt.length {
 		var h amHeader
 		var uhdr []byte
 		switch {
@@ -206,15 +224,23 @@ func (op *amOp) finalStatus() ucs.Status {
 // carry none when the user header fills it.
 func (op *amOp) sendFrag(h *amHeader, uhdr []byte) (ucs.Status, int) {
 	l, lim := op.l, op.lim
-	rest := op.data[op.off:]
-	if lim.zcopy == 0 || amHdrLen+len(uhdr) > lim.zhdr {
-		n := min(lim.bcopy-amHdrLen-len(uhdr), len(rest))
+	rest := op.dt.length - op.off
+	if lim.zcopy == 0 || amHdrLen+len(uhdr) > lim.zhdr || !op.dt.canZcopy() {
+		n := min(lim.bcopy-amHdrLen-len(uhdr), rest)
 		if n < 0 || (n == 0 && uhdr == nil) {
 			return ucs.ErrExceedsLimit, 0
 		}
-		return l.amBcopy(h, uhdr, rest[:n]), n
+		return l.amBcopyIt(h, uhdr, nil, &op.dt, op.off, n), n
 	}
-	n := min(lim.zcopy-amHdrLen-len(uhdr), len(rest))
+	n := min(lim.zcopy-amHdrLen-len(uhdr), rest)
+	if k := lim.ziov; k > 0 && op.dt.iovCount(op.off, n) > k {
+		op.iov = op.dt.zcopyIOV(op.iov[:0], op.off, n)
+		n = 0
+		for _, v := range op.iov[:k] {
+			n += len(v.Buffer)
+		}
+		clear(op.iov)
+	}
 	if n < 0 || (n == 0 && uhdr == nil) {
 		return ucs.ErrExceedsLimit, 0
 	}
@@ -224,12 +250,12 @@ func (op *amOp) sendFrag(h *amHeader, uhdr []byte) (ucs.Status, int) {
 	hb := op.hbuf[:amHdrLen+len(uhdr)]
 	h.put(hb)
 	copy(hb[amHdrLen:], uhdr)
-	op.iov[0] = uct.IOV{Buffer: rest[:n]}
+	op.iov = op.dt.zcopyIOV(op.iov[:0], op.off, n)
 	atomic.AddInt32(&op.comp.Count, 1)
 	l.sendMu.Lock()
-	st := l.ep.AMZcopy(amUCP, hb, op.iov[:], 0, &op.comp)
+	st := l.ep.AMZcopy(amUCP, hb, op.iov, 0, &op.comp)
 	l.sendMu.Unlock()
-	op.iov[0] = uct.IOV{}
+	clear(op.iov)
 	if st != ucs.InProgress {
 		atomic.AddInt32(&op.comp.Count, -1)
 	}
@@ -249,11 +275,47 @@ func (op *amOp) zcopyDone(*uct.Completion) {
 	op.ep.w.amFinish(op, op.finalStatus())
 }
 
-// release gives back what op registered.
+// release gives back what op registered, and ends its data's generic
+// state.
 func (op *amOp) release() {
+	op.dt.finish()
 	if op.memh != nil {
 		op.ep.w.ctx.MemUnmap(op.memh)
 		op.memh = nil
+	}
+}
+
+// amFailEP ends, with st, what waits for the peer of ep, which failed or
+// closed: the rendezvous sends it has not taken, and the rendezvous
+// receives it was to push data to.
+func (w *Worker) amFailEP(ep *Endpoint, st ucs.Status) {
+	a := &w.am
+	if !a.enabled {
+		return
+	}
+	var ops []*amOp
+	var recvs []*amRecv
+	a.mu.Lock()
+	for id, op := range a.sends {
+		if op.ep == ep {
+			delete(a.sends, id)
+			ops = append(ops, op)
+		}
+	}
+	if w.epByUID(ep.remoteUID) == nil {
+		for id, rv := range a.recvs {
+			if rv.src == ep.remoteUID {
+				delete(a.recvs, id)
+				recvs = append(recvs, rv)
+			}
+		}
+	}
+	a.mu.Unlock()
+	for _, op := range ops {
+		w.amFinish(op, st)
+	}
+	for _, rv := range recvs {
+		rv.r.complete(st)
 	}
 }
 
@@ -268,54 +330,14 @@ func (w *Worker) amFinish(op *amOp, st ucs.Status) {
 	}
 }
 
-// amProgress advances the queued operations, in order per endpoint, and
-// returns how many ended or left the queue.
-func (w *Worker) amProgress() int {
-	a := &w.am
-	if a.qlen.Load() == 0 {
-		return 0
-	}
-	a.mu.Lock()
-	ops := a.queue
-	a.queue = nil
-	a.mu.Unlock()
-	var blocked []*Endpoint
-	keep := ops[:0]
-	n := 0
-	for _, op := range ops {
-		isBlocked := false
-		for _, ep := range blocked {
-			isBlocked = isBlocked || ep == op.ep
-		}
-		if isBlocked {
-			keep = append(keep, op)
-			continue
-		}
-		st := w.amAdvance(op)
-		if st == ucs.ErrNoResource {
-			blocked = append(blocked, op.ep)
-			keep = append(keep, op)
-			continue
-		}
-		n++
-		op.ep.amq.queued.Add(-1)
-		if st != ucs.InProgress {
-			w.amFinish(op, st)
-		}
-	}
-	a.mu.Lock()
-	a.queue = append(keep, a.queue...)
-	a.qlen.Store(int32(len(a.queue)))
-	a.mu.Unlock()
-	return n
-}
-
 // amFlush waits until every active-message operation of the endpoint was
-// handed to the transport and the transport completed its zero-copy sends;
-// rendezvous messages the receiver has not taken yet do not count.
+// handed to the transport and the transport completed its zero-copy sends,
+// and nothing of the endpoint waits in the worker's send queue (tag sends
+// included); rendezvous messages the receiver has not taken yet do not
+// count.
 func (ep *Endpoint) amFlush() error {
 	w := ep.w
-	for ep.amq.busy.Load() > w.amParked(ep) {
+	for ep.amq.busy.Load() > w.amParked(ep) || ep.queued.Load() > 0 {
 		if ep.closed.Load() {
 			return errClosed
 		}
@@ -426,21 +448,21 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 		op.kind, op.rid = opPush, h.total
 		op.comp = uct.Completion{Count: 1, Func: op.zcopyDone}
-		if len(op.data) == 0 {
+		if op.dt.length == 0 {
 			w.amFinish(op, ucs.OK)
 			return ucs.OK
 		}
-		a.mu.Lock()
-		w.amEnqueue(op)
-		a.mu.Unlock()
+		if st := w.protoStart(op); st != ucs.InProgress {
+			w.amFinish(op, st)
+		}
 	case amData:
 		a.mu.Lock()
 		rv := a.recvs[h.msg]
-		ok := rv != nil && rv.src == h.src && h.off == uint64(rv.got) && len(p) <= len(rv.buf)-rv.got
+		ok := rv != nil && rv.src == h.src && h.off == uint64(rv.got) && len(p) <= rv.total-rv.got
 		done := false
 		if ok {
 			rv.got += len(p)
-			done = rv.got == len(rv.buf)
+			done = rv.got == rv.total
 		}
 		if done || (rv != nil && !ok) {
 			delete(a.recvs, h.msg)
@@ -453,9 +475,12 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 			}
 			return ucs.OK
 		}
-		copy(rv.buf[h.off:], p)
+		st := rv.r.dt.unpack(int(h.off), p)
+		if st != ucs.OK && rv.st == ucs.OK {
+			rv.st = st
+		}
 		if done {
-			rv.r.complete(ucs.OK)
+			rv.r.complete(rv.st)
 		}
 	case amDrop:
 		op := w.amTakeSend(h, "drop")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/goshmem/goshmem/ucs"
-	"github.com/goshmem/goshmem/uct"
 )
 
 // amUCP is the uct active-message id that carries every ucp active message:
@@ -155,23 +154,4 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 		}
 	}
 	return h, p, nil
-}
-
-// amLaneLimits are the message sizes an AM lane takes, ucp header included.
-type amLaneLimits struct {
-	bcopy int // one message, copied
-	zcopy int // one zero-copy message, header included (0: no zcopy)
-	zhdr  int // the largest header of a zero-copy message
-}
-
-func laneAMLimits(l *lane) amLaneLimits {
-	at := l.wi.attr
-	lim := amLaneLimits{bcopy: at.AM.MaxBcopy}
-	if at.Flags&uct.IfaceFlagAMZcopy != 0 && l.remote.capFlags&uct.IfaceFlagAMZcopy != 0 && at.AM.MaxZcopy > amHdrLen {
-		lim.zcopy, lim.zhdr = at.AM.MaxZcopy, at.AM.MaxHdr
-		if lim.zhdr <= 0 || lim.zhdr > lim.zcopy {
-			lim.zhdr = lim.zcopy
-		}
-	}
-	return lim
 }

@@ -94,7 +94,14 @@ func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *R
 		// allocation on every call.
 		return nil, fmt.Errorf("%w (atomic %v)", err, op)
 	}
-	if directOK(param) {
+	need := rkeyWrite
+	if reply != nil {
+		need |= rkeyRead
+	}
+	if err := rkey.allows(need, "atomic"); err != nil {
+		return nil, fmt.Errorf("%w (atomic %v)", err, op)
+	}
+	{
 		if p := rkey.direct(raddr, size); p != nil {
 			// Shared memory: the CPU atomic on the mapped word, coherent
 			// with those of every transport and of software atomics.
@@ -117,7 +124,10 @@ func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *R
 			if reply != nil {
 				*reply = old
 			}
-			return nil, nil
+			if param == nil {
+				return nil, nil
+			}
+			return ep.w.completedNow(param, protoAMODirect, rkey.amo.laneOrNil(), size)
 		}
 	}
 	al := rkey.amo
@@ -125,13 +135,16 @@ func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *R
 		if err := ep.swCheck(rkey, "atomic "+op.String()); err != nil {
 			return nil, err
 		}
+		if reply != nil && forceImm(param) {
+			return nil, fmt.Errorf("ucp amo/sw %v to %s cannot complete at once: %w", op, ep.remoteName, ucs.ErrNoResource)
+		}
 		r := ep.w.newRequest(param)
 		r.size, r.reply = size, reply
 		compare := uint64(0)
 		if reply != nil {
 			compare = *reply
 		}
-		return ep.swAtomic(uop, size, value, compare, raddr, rkey, r)
+		return ep.swAtomic(uop, size, value, compare, raddr, rkey, r, param)
 	}
 	w := ep.w
 	caps := al.l.wi.attr.Atomic64
@@ -151,27 +164,27 @@ func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *R
 	if reply == nil {
 		r.proto = protoAMOPost
 		if size == 4 {
-			return w.post(al.l, r, param, func(*Request) ucs.Status { return uep.AtomicPost32(uop, uint32(value), raddr, rk) })
+			return w.post(al.l, r, param, false, func(*Request) ucs.Status { return uep.AtomicPost32(uop, uint32(value), raddr, rk) })
 		}
-		return w.post(al.l, r, param, func(*Request) ucs.Status { return uep.AtomicPost64(uop, value, raddr, rk) })
+		return w.post(al.l, r, param, false, func(*Request) ucs.Status { return uep.AtomicPost64(uop, value, raddr, rk) })
 	}
 	r.proto = protoAMOFetch
 	compare := *reply
 	switch {
 	case size == 4 && uop == uct.AtomicOpCSwap:
-		return w.post(al.l, r, param, func(r *Request) ucs.Status {
+		return w.post(al.l, r, param, true, func(r *Request) ucs.Status {
 			return uep.AtomicCSwap32(uint32(compare), uint32(value), raddr, rk, &r.result32, &r.comp)
 		})
 	case size == 4:
-		return w.post(al.l, r, param, func(r *Request) ucs.Status {
+		return w.post(al.l, r, param, true, func(r *Request) ucs.Status {
 			return uep.AtomicFetch32(uop, uint32(value), raddr, rk, &r.result32, &r.comp)
 		})
 	case uop == uct.AtomicOpCSwap:
-		return w.post(al.l, r, param, func(r *Request) ucs.Status {
+		return w.post(al.l, r, param, true, func(r *Request) ucs.Status {
 			return uep.AtomicCSwap64(compare, value, raddr, rk, &r.result, &r.comp)
 		})
 	default:
-		return w.post(al.l, r, param, func(r *Request) ucs.Status {
+		return w.post(al.l, r, param, true, func(r *Request) ucs.Status {
 			return uep.AtomicFetch64(uop, value, raddr, rk, &r.result, &r.comp)
 		})
 	}

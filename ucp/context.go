@@ -13,6 +13,7 @@ package ucp
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -162,7 +163,8 @@ var configTable = []ucs.ConfigField{
 	{Name: "TLS", Default: "all", Doc: "Transports to use: a comma-separated list of all, sm, shm, self, tcp, cma, posix, sysv; '^' excludes the listed ones"},
 	{Name: "NET_DEVICES", Default: "all", Doc: "Network devices to use (all, or a comma-separated list)"},
 	{Name: "ALLOC_PRIO", Default: "md:sysv,md:posix,mmap", Doc: "How mem map allocates memory, in order of preference: md:<name> or md:*, mmap"},
-	{Name: "RNDV_THRESH", Default: "auto", Doc: "Message size from which tag messages use rendezvous"},
+	{Name: "RNDV_THRESH", Default: "auto", Doc: "Message size from which tag messages use rendezvous (auto: chosen per endpoint from the lanes' performance estimates; active messages take 64k)"},
+	{Name: "RNDV_SCHEME", Default: "auto", Doc: "How a rendezvous receiver takes the data: auto (mapped memory, then get, then am), get_zcopy, put_zcopy, am (the sender pushes it in active messages)"},
 	{Name: "ZCOPY_THRESH", Default: "auto", Doc: "Message size from which zero-copy protocols are used (auto: chosen per lane)"},
 	{Name: "BCOPY_THRESH", Default: "0", Doc: "Message size from which buffered-copy protocols are used instead of short"},
 	{Name: "NUM_EPS", Default: "auto", Doc: "Expected number of endpoints; overrides estimated_num_eps"},
@@ -219,6 +221,12 @@ type Context struct {
 	nodeID    uint64
 	zcopyThr  int // 0: per lane
 	bcopyThr  int
+	rndvThr   int // UCX_RNDV_THRESH; -1: auto
+	rndvSch   int // UCX_RNDV_SCHEME: rndvAuto ...
+	// mapped lists the mapped memory in address order, so that a send of
+	// data inside it can use its key (mappedAt).
+	mappedMu  sync.RWMutex
+	mapped    []*MemHandle
 	keepalive time.Duration // UCX_KEEPALIVE_INTERVAL; 0: off
 	allocPrio []string
 	regions   sync.Map // software RMA token -> *MemHandle
@@ -313,6 +321,19 @@ func (c *Context) applyConfig() error {
 		}
 		*th.dst = int(n)
 	}
+	c.rndvThr = -1
+	if v := cfg.Get("RNDV_THRESH"); v != "auto" && v != "" {
+		n, err := ucs.ParseSize(v)
+		if err != nil {
+			return fmt.Errorf("ucp init: UCX_RNDV_THRESH=%q: %w", v, ucs.ErrInvalidParam)
+		}
+		c.rndvThr = int(min(n, math.MaxInt))
+	}
+	sch, err := parseRndvScheme(cfg.Get("RNDV_SCHEME"))
+	if err != nil {
+		return fmt.Errorf("ucp init: %w", err)
+	}
+	c.rndvSch = sch
 	ka, err := ucs.ParseDuration(cfg.Get("KEEPALIVE_INTERVAL"))
 	if err != nil {
 		return fmt.Errorf("ucp init: UCX_KEEPALIVE_INTERVAL: %w", err)

@@ -106,6 +106,7 @@ type lane struct {
 	// destroyed is set, under sendMu, when ep was destroyed: the software
 	// protocols and the keepalive then leave it alone.
 	destroyed bool
+	pk        lanePacker // packs the two-sided protocols' messages, under sendMu
 }
 
 func (l *lane) String() string {
@@ -130,7 +131,10 @@ type Endpoint struct {
 	closed     atomic.Bool  // closed: operations fail
 	swDirty    atomic.Bool  // software puts or atomics sent since the last flush
 	wiredBack  atomic.Bool  // the peer has this worker's address (swWireup)
+	direct     atomic.Bool  // a key unpacked on it maps the peer's memory here
 	amq        amEP         // active messages (am.go)
+	queued     atomic.Int32 // its sends in the worker's send queue (proto.go)
+	thresh     atomic.Pointer[protoThresh]
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
@@ -431,6 +435,84 @@ func (ep *Endpoint) flush() error {
 	}
 	return nil
 }
+
+// Fence orders the RMA and atomic operations issued on the endpoint before
+// it before those issued after it, at the target (ucp_ep_fence). Where they
+// all travel one transport connection, its fence orders them. Where they
+// may take different paths (software RMA and atomics, which the target
+// applies as their messages arrive, beside direct access to the target's
+// mapped memory or another lane), the fence waits until the earlier ones
+// completed at the target, as UCX's strong fence does: an emulated atomic
+// issued before the fence lands before a direct put issued after it. It
+// fails with the endpoint's error on a failed or closed endpoint.
+func (ep *Endpoint) Fence() error {
+	if ep.closed.Load() {
+		return fmt.Errorf("ucp ep fence: %w", errClosed)
+	}
+	if st := ep.failStatus.Load(); st != 0 {
+		return fmt.Errorf("ucp ep fence to %s: %w", ep.remoteName, ucs.Status(st))
+	}
+	if err := ep.fence(); err != nil {
+		return fmt.Errorf("ucp ep fence: %w", err)
+	}
+	return nil
+}
+
+// fence orders the endpoint's earlier operations before its later ones:
+// software operations are flushed (the target applies them when their
+// messages arrive), so are the RMA lanes whose transport completes at the
+// target after its call returned (network lanes) when another path (direct
+// access, another lane) could overtake them; the other lanes are fenced.
+func (ep *Endpoint) fence() error {
+	if ep.swDirty.Load() {
+		if err := ep.swFlush(); err != nil {
+			return err
+		}
+	}
+	strong := ep.deferredPaths()
+	for _, l := range ep.lanesSnapshot() {
+		var err error
+		if strong && l.usage&(usageRMA|usageAMO) != 0 && l.deferred() {
+			err = ep.w.waitStatus(func(c *uct.Completion) ucs.Status { return l.ep.Flush(0, c) })
+		} else if st := l.ep.Fence(0); st.IsErr() {
+			err = st
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", l, err)
+		}
+	}
+	return nil
+}
+
+// needsFlushFence reports whether a fence of the endpoint must wait for
+// earlier operations (see fence) rather than only fence its lanes.
+func (ep *Endpoint) needsFlushFence() bool {
+	return ep.swDirty.Load() || ep.deferredPaths()
+}
+
+// deferredPaths reports whether the endpoint has an RMA or atomic lane
+// whose operations complete at the target after their call returned,
+// beside another path to the target's memory.
+func (ep *Endpoint) deferredPaths() bool {
+	ep.laneMu.Lock()
+	defer ep.laneMu.Unlock()
+	paths, deferred := 0, false
+	if ep.direct.Load() {
+		paths++
+	}
+	for _, l := range ep.lanes {
+		if l.usage&(usageRMA|usageAMO) != 0 {
+			paths++
+			deferred = deferred || l.deferred()
+		}
+	}
+	return deferred && paths > 1
+}
+
+// deferred reports whether the lane's transport may complete an operation
+// at the target after its call returned (a network transport), where
+// shared memory, cma and self are done when the call returns.
+func (l *lane) deferred() bool { return l.wi.rsc.tl.DevType == uct.DeviceTypeNet }
 
 // Worker returns the endpoint's worker.
 func (ep *Endpoint) Worker() *Worker { return ep.w }

@@ -98,6 +98,9 @@ func (ep *Endpoint) purge(st ucs.Status) {
 		l.purgePending(st)
 	}
 	ep.w.sw.failEP(ep, st)
+	ep.w.protoPurge(ep, st)
+	ep.w.tagFailEP(ep, st)
+	ep.w.amFailEP(ep, st)
 }
 
 // purgePending completes with st the requests queued on the lane for

@@ -18,6 +18,12 @@ import (
 // variables vars (name without prefix, then value, in pairs) set.
 func newContextCfg(t testing.TB, features Feature, vars ...string) *Context {
 	t.Helper()
+	return newContextParams(t, new(Params).SetFeatures(features), vars...)
+}
+
+// newContextParams is newContextCfg with params of the caller's.
+func newContextParams(t testing.TB, params *Params, vars ...string) *Context {
+	t.Helper()
 	cfg, err := ReadConfig("")
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +33,7 @@ func newContextCfg(t testing.TB, features Feature, vars ...string) *Context {
 			t.Fatalf("config %s=%s: %v", vars[i], vars[i+1], err)
 		}
 	}
-	c, err := Init(new(Params).SetFeatures(features), cfg)
+	c, err := Init(params, cfg)
 	if err != nil {
 		t.Fatalf("Init with %v: %v", vars, err)
 	}
@@ -162,7 +168,7 @@ func TestMemMapFixedAndProt(t *testing.T) {
 	if local.prot != ProtLocalRead|ProtLocalWrite || local.token != 0 {
 		t.Errorf("local protection %#x, token %#x", local.prot, local.token)
 	}
-	if _, ok := c.region(local.token, uint64(uintptr(local.Address())), 1); ok {
+	if _, ok := c.region(local.token, uint64(uintptr(local.Address())), 1, 0); ok {
 		t.Error("locally protected memory is reachable by software RMA")
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -81,7 +83,11 @@ func (p *MemMapParams) SetFlags(f uint32) *MemMapParams {
 }
 
 // SetProt sets the protection (default ProtDefault: local and remote read
-// and write).
+// and write). Peers are held to the remote bits: through a key of memory
+// mapped without ProtRemoteWrite, puts and atomics fail with
+// ucs.ErrRejected and write nothing; without ProtRemoteRead, gets and
+// fetching atomics do (and rendezvous protocols do not read it in place).
+// (A pointer from Rkey.Ptr is the program's own to use.)
 func (p *MemMapParams) SetProt(prot uint32) *MemMapParams {
 	p.Prot, p.FieldMask = prot, p.FieldMask|MemMapParamFieldProt
 	return p
@@ -118,6 +124,11 @@ type MemHandle struct {
 	token    uint64       // names the mapping to software RMA requests; 0 if not remotely accessible
 	imported *importedMem // memory of another process, mapped from an exported memh buffer
 	unmapped bool
+	// key caches the packed key of memory MemMap mapped, for the sends of
+	// data inside it (keyFor).
+	key atomic.Pointer[[]byte]
+	// transient marks a registration made for one rendezvous send.
+	transient bool
 }
 
 // MemMap maps memory for remote access (ucp_mem_map), as the fields of p
@@ -211,6 +222,85 @@ func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
 		m.token = newToken()
 		c.regions.Store(m.token, m)
 	}
+	c.addMapped(m)
+	return m, nil
+}
+
+// addMapped records m in the context's address-ordered list of mapped
+// memory.
+func (c *Context) addMapped(m *MemHandle) {
+	c.mappedMu.Lock()
+	defer c.mappedMu.Unlock()
+	i := sort.Search(len(c.mapped), func(i int) bool { return uintptr(c.mapped[i].address) >= uintptr(m.address) })
+	c.mapped = append(c.mapped, nil)
+	copy(c.mapped[i+1:], c.mapped[i:])
+	c.mapped[i] = m
+}
+
+// removeMapped drops m from the list of mapped memory.
+func (c *Context) removeMapped(m *MemHandle) {
+	c.mappedMu.Lock()
+	defer c.mappedMu.Unlock()
+	for i, e := range c.mapped {
+		if e == m {
+			c.mapped = append(c.mapped[:i], c.mapped[i+1:]...)
+			return
+		}
+	}
+}
+
+// mappedAt returns mapped memory that holds the n bytes at p and peers may
+// access as prot says, or nil.
+func (c *Context) mappedAt(p uintptr, n int, prot uint32) *MemHandle {
+	c.mappedMu.RLock()
+	defer c.mappedMu.RUnlock()
+	// The last mapping that starts at or before p, then those before it
+	// (mappings may nest).
+	i := sort.Search(len(c.mapped), func(i int) bool { return uintptr(c.mapped[i].address) > p })
+	for i--; i >= 0; i-- {
+		m := c.mapped[i]
+		if m.contains(p, n) && m.prot&prot == prot {
+			return m
+		}
+	}
+	return nil
+}
+
+// contains reports whether the n bytes at p lie inside m.
+func (m *MemHandle) contains(p uintptr, n int) bool {
+	base := uintptr(m.address)
+	return p >= base && p-base <= uintptr(m.length) && uintptr(n) <= uintptr(m.length)-(p-base)
+}
+
+// keyFor returns the packed key of m when the n bytes at p lie inside it
+// and peers may access it as prot (ProtRemoteRead, ProtRemoteWrite) says,
+// nil otherwise; the key is packed once.
+func (m *MemHandle) keyFor(p uintptr, n int, prot uint32) []byte {
+	if m.unmapped || m.imported != nil || m.prot&prot != prot || !m.contains(p, n) {
+		return nil
+	}
+	if k := m.key.Load(); k != nil {
+		return *k
+	}
+	k, err := m.ctx.RkeyPack(m)
+	if err != nil {
+		return nil
+	}
+	m.key.Store(&k)
+	return k
+}
+
+// memRegFor registers data with the memory domain e only, for the life of
+// one transfer: MemUnmap releases it.
+func (c *Context) memRegFor(data []byte, e *mdEntry) (*MemHandle, error) {
+	p := unsafe.Pointer(unsafe.SliceData(data))
+	memh, err := e.md.MemReg(p, len(data), uct.MemAccessDefault)
+	if err != nil {
+		return nil, err
+	}
+	m := &MemHandle{ctx: c, address: p, length: len(data), prot: ProtDefault, memhs: make([]uct.Memh, len(c.mds)),
+		regMDs: []*mdEntry{e}, transient: true}
+	m.memhs[e.index] = memh
 	return m, nil
 }
 
@@ -298,6 +388,9 @@ func (c *Context) MemUnmap(m *MemHandle) error {
 		return fmt.Errorf("ucp mem unmap: %w", ucs.ErrInvalidParam)
 	}
 	m.unmapped = true
+	if !m.transient {
+		c.removeMapped(m)
+	}
 	if m.imported != nil {
 		if err := m.imported.comp.RkeyRelease(m.imported.bundle); err != nil {
 			return fmt.Errorf("ucp mem unmap of imported memory: %w", err)
@@ -402,11 +495,14 @@ func (m *MemHandle) QueryAttr(attr *MemAttr) error {
 
 // Packed rkey layout (little endian):
 //
-//	magic "GRK" version(1)  u8 memory type  u64 address  u64 length
-//	u8 count, then per MD: u8 len component, u16 len mkey, mkey
+//	magic "GRK" version(2)  u8 memory type  u8 remote access  u64 address
+//	u64 length  u8 count, then per MD: u8 len component, u16 len mkey, mkey
+//
+// The remote access byte holds rkeyRead and rkeyWrite: what the mapping's
+// protection (ProtRemoteRead, ProtRemoteWrite) lets peers do.
 const (
 	rkeyMagic   = "GRK"
-	rkeyVersion = 1
+	rkeyVersion = 2
 	maxRkeyMDs  = 16
 	maxRkeyBlob = 4096
 )
@@ -423,7 +519,7 @@ func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
 	if m.imported != nil {
 		return nil, fmt.Errorf("ucp rkey pack: memory imported from another process: %w", ucs.ErrUnsupported)
 	}
-	b := append([]byte(rkeyMagic), rkeyVersion, byte(m.memType))
+	b := append([]byte(rkeyMagic), rkeyVersion, byte(m.memType), m.remoteAccess())
 	b = binary.LittleEndian.AppendUint64(b, uint64(uintptr(m.address)))
 	b = binary.LittleEndian.AppendUint64(b, uint64(m.length))
 	n := len(m.regMDs)
@@ -449,8 +545,27 @@ func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
 // RkeyBufferRelease exists for symmetry with ucp_rkey_buffer_release.
 func RkeyBufferRelease([]byte) {}
 
+// Remote access bits of a packed key.
+const (
+	rkeyRead  uint8 = 1 << 0
+	rkeyWrite uint8 = 1 << 1
+)
+
+// remoteAccess returns the remote access bits of m's protection.
+func (m *MemHandle) remoteAccess() uint8 {
+	var a uint8
+	if m.prot&ProtRemoteRead != 0 {
+		a |= rkeyRead
+	}
+	if m.prot&ProtRemoteWrite != 0 {
+		a |= rkeyWrite
+	}
+	return a
+}
+
 type packedRkey struct {
 	memType ucs.MemoryType
+	access  uint8
 	address uint64
 	length  uint64
 	mkeys   []packedMkey
@@ -477,10 +592,13 @@ func decodeRkey(b []byte) (*packedRkey, error) {
 	if v := d.u8(); v != rkeyVersion {
 		return nil, bad(fmt.Sprintf("version %d", v))
 	}
-	k := &packedRkey{memType: ucs.MemoryType(d.u8()), address: d.u64(), length: d.u64()}
+	k := &packedRkey{memType: ucs.MemoryType(d.u8()), access: d.u8(), address: d.u64(), length: d.u64()}
 	n := int(d.u8())
 	if d.err {
 		return nil, bad("truncated header")
+	}
+	if k.access&^(rkeyRead|rkeyWrite) != 0 {
+		return nil, bad(fmt.Sprintf("remote access %#x", k.access))
 	}
 	if k.memType != ucs.MemoryTypeHost {
 		return nil, bad(fmt.Sprintf("memory type %d", k.memType))
@@ -548,6 +666,7 @@ func newRkeyLane(c *Context, l *lane, rkey uint64) *rkeyLane {
 // domains that registered the remote memory, and what they need to reach it.
 type Rkey struct {
 	ep      *Endpoint
+	access  uint8 // rkeyRead, rkeyWrite: what the owner lets peers do
 	packed  []byte
 	address uint64
 	length  uint64
@@ -557,6 +676,27 @@ type Rkey struct {
 	amo     *rkeyLane // nil: software atomics over the AM lane
 	ptr     *rkeyEntry
 	base    unsafe.Pointer // through ptr: where the memory at address is mapped here
+}
+
+// allows checks that the key's owner lets peers access its memory the way
+// need (rkeyRead, rkeyWrite) says: memory mapped without ProtRemoteWrite is
+// not written, without ProtRemoteRead not read, and an operation that
+// would is refused with ucs.ErrRejected.
+func (rk *Rkey) allows(need uint8, what string) error {
+	if rk.access&need != need {
+		return fmt.Errorf("ucp %s: the memory is mapped without remote %s access: %w", what, accessName(need&^rk.access), ucs.ErrRejected)
+	}
+	return nil
+}
+
+func accessName(a uint8) string {
+	switch a {
+	case rkeyRead:
+		return "read"
+	case rkeyWrite:
+		return "write"
+	}
+	return "read and write"
 }
 
 // direct returns a local pointer to [raddr, raddr+n) when a transport that
@@ -570,11 +710,12 @@ func (rk *Rkey) direct(raddr uint64, n int) unsafe.Pointer {
 	return unsafe.Add(rk.base, raddr-rk.address)
 }
 
-// directOK reports whether an operation with param may complete through a
-// key's mapped memory at once, without a request: param asks for no
-// request, callback or flags.
-func directOK(param *RequestParam) bool {
-	return param == nil || param.OpAttrMask&(OpAttrFieldRequest|OpAttrFieldCallback|OpAttrFieldFlags) == 0
+// laneOrNil returns the lane of rl, or nil for none.
+func (rl *rkeyLane) laneOrNil() *lane {
+	if rl == nil {
+		return nil
+	}
+	return rl.l
 }
 
 // RkeyUnpack unpacks a key packed by Context.RkeyPack in the peer
@@ -593,7 +734,7 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
 	}
-	rk := &Rkey{ep: ep, packed: append([]byte(nil), packed...), address: k.address, length: k.length}
+	rk := &Rkey{ep: ep, access: k.access, packed: append([]byte(nil), packed...), address: k.address, length: k.length}
 	mkeys := map[string][]byte{}
 	for _, mk := range k.mkeys {
 		if mk.component == swComponent {
@@ -672,6 +813,7 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 				if pe, err := unpack(name); err == nil && pe.hasPtr {
 					if base, err := pe.comp.RkeyPtr(pe.bundle, rk.address); err == nil {
 						rk.ptr, rk.base = pe, base
+						ep.direct.Store(true)
 					}
 				}
 				break

@@ -67,21 +67,7 @@ func TestMixedAtomicsCoherent(t *testing.T) {
 	}
 	// The target progresses, for transports whose handlers run from
 	// Progress.
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				if tb.Progress() == 0 {
-					tb.Idle()
-				}
-			}
-		}
-	}()
+	stop, done := serve(tb)
 	wg.Wait()
 	close(stop)
 	<-done

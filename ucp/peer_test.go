@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -30,6 +31,13 @@ import (
 // goroutine, prints "ready", and runs until its stdin is closed (then it
 // destroys its worker and context and exits) or it is killed.
 const peerEnv = "GOSHMEM_UCP_TEST_PEER"
+
+// peerTagSendEnv makes the peer send a tag message (peerTag) of that many
+// bytes of its segment to the parent once connected.
+const peerTagSendEnv = "GOSHMEM_UCP_TEST_PEER_TAG_SEND"
+
+// peerTag is the tag of the peer's message.
+const peerTag = 0x7a6
 
 // testJobKey is the job key the tcp transport authenticates the processes
 // of a test with (what the launcher passes as GOSHMEM_KEY).
@@ -51,7 +59,7 @@ func TestPeerProcess(t *testing.T) {
 
 // runPeer is the peer process.
 func runPeer(in io.Reader, out io.Writer) error {
-	c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64), nil)
+	c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64|FeatureTag), nil)
 	if err != nil {
 		return err
 	}
@@ -80,8 +88,15 @@ func runPeer(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.NewEndpoint(new(EPParams).SetAddress(parent)); err != nil {
+	ep, err := w.NewEndpoint(new(EPParams).SetAddress(parent))
+	if err != nil {
 		return err
+	}
+	if n, _ := strconv.Atoi(os.Getenv(peerTagSendEnv)); n > 0 {
+		// A tag message of n bytes from the segment, to the parent.
+		if _, err := ep.TagSendNBX(unsafe.Slice((*byte)(m.Address()), n), peerTag, nil); err != nil {
+			return err
+		}
 	}
 	var stop atomic.Bool
 	done := make(chan struct{})

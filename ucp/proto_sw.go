@@ -120,7 +120,7 @@ func (w *Worker) swWarnf(format string, args ...any) {
 	w.sw.mu.Lock()
 	if w.sw.warn == nil {
 		prefix := "ucp: worker " + w.name + ": "
-		w.sw.warn = ucs.NewLogLimiter("refused software messages", swWarnBurst, swWarnInterval, func(format string, args ...any) {
+		w.sw.warn = ucs.NewLogLimiter("warnings about peers' messages", swWarnBurst, swWarnInterval, func(format string, args ...any) {
 			log.Printf(prefix+format, args...)
 		})
 	}
@@ -133,7 +133,7 @@ func (w *Worker) swWarnf(format string, args ...any) {
 type swReq struct {
 	ep      *Endpoint
 	r       *Request
-	buf     []byte // get: where the data goes
+	dt      dtIter // get: where the data goes
 	missing int    // get: bytes not yet received
 	done    chan struct{}
 	err     ucs.Status // flush: set before done is closed; OK on success
@@ -389,26 +389,26 @@ func (ep *Endpoint) swPut(buf []byte, raddr uint64, rkey *Rkey) error {
 	return nil
 }
 
-// swGet asks the target for len(buf) bytes at raddr; the request completes
-// when all of them arrived.
-func (ep *Endpoint) swGet(buf []byte, raddr uint64, rkey *Rkey, r *Request) (*Request, error) {
+// swGet asks the target for the it.length bytes at raddr, to unpack into
+// it; the request completes when all of them arrived.
+func (ep *Endpoint) swGet(it dtIter, raddr uint64, rkey *Rkey, r *Request) (*Request, error) {
 	if err := ep.swCheck(rkey, "get"); err != nil {
 		return nil, err
 	}
 	r.proto, r.lane = "get/sw", ep.am
 	ep.w.inflight.Add(1)
-	if len(buf) == 0 {
+	if it.length == 0 {
 		r.finish(ucs.OK)
 		r.release()
 		return nil, nil
 	}
-	id, st := ep.w.sw.addFor(ep, &swReq{r: r, buf: buf, missing: len(buf)})
+	id, st := ep.w.sw.addFor(ep, &swReq{r: r, dt: it, missing: it.length})
 	if st != ucs.OK {
 		r.finish(st)
 		r.release()
 		return nil, fmt.Errorf("ucp get/sw to %s: %w", ep.remoteName, st)
 	}
-	h := swHeader{token: rkey.swToken, raddr: raddr, a: uint64(len(buf)), reqID: id}
+	h := swHeader{token: rkey.swToken, raddr: raddr, a: uint64(it.length), reqID: id}
 	if err := ep.swSend(amSwGetReq, &h, nil); err != nil {
 		if ep.w.sw.take(id, true) == nil {
 			return r, nil // the endpoint failed, and its failure completed r
@@ -422,7 +422,7 @@ func (ep *Endpoint) swGet(buf []byte, raddr uint64, rkey *Rkey, r *Request) (*Re
 
 // swAtomic sends an atomic to the target; a fetching one completes r when
 // the old value comes back, a posted one is complete locally at once.
-func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr uint64, rkey *Rkey, r *Request) (*Request, error) {
+func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr uint64, rkey *Rkey, r *Request, param *RequestParam) (*Request, error) {
 	if err := ep.swCheck(rkey, "atomic "+op.String()); err != nil {
 		return nil, err
 	}
@@ -432,6 +432,10 @@ func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr ui
 	if r.reply == nil {
 		ep.markSwDirty()
 		err := ep.swSend(amSwAtomicReq, &h, nil)
+		if err == nil && sendFlags(param)&OpAttrFlagNoImmCmpl != 0 {
+			r.complete(ucs.OK)
+			return r, nil
+		}
 		r.finish(ucs.OK)
 		r.release()
 		return nil, err
@@ -500,13 +504,17 @@ func (ep *Endpoint) swFlush() error {
 }
 
 // region returns the mapped memory that token names, if [raddr, raddr+n)
-// lies inside it.
-func (c *Context) region(token, raddr, n uint64) (unsafe.Pointer, bool) {
+// lies inside it and its protection lets peers access it as need
+// (ProtRemoteRead, ProtRemoteWrite) says.
+func (c *Context) region(token, raddr, n uint64, need uint32) (unsafe.Pointer, bool) {
 	v, ok := c.regions.Load(token)
 	if !ok {
 		return nil, false
 	}
 	m := v.(*MemHandle)
+	if m.prot&need != need {
+		return nil, false
+	}
 	base := uint64(uintptr(m.address))
 	if raddr < base || n > uint64(m.length) || raddr-base > uint64(m.length)-n {
 		return nil, false
@@ -528,9 +536,9 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 	case amSwWireup:
 		w.wireBack(h.src, payload)
 	case amSwPut:
-		p, ok := w.ctx.region(h.token, h.raddr, uint64(len(payload)))
+		p, ok := w.ctx.region(h.token, h.raddr, uint64(len(payload)), ProtRemoteWrite)
 		if !ok {
-			w.swWarnf("refused a put of %d bytes at %#x: no such mapping", len(payload), h.raddr)
+			w.swWarnf("refused a put of %d bytes at %#x: no such mapping, or not writable by peers", len(payload), h.raddr)
 			return ucs.OK
 		}
 		ucs.Memcpy(unsafe.Slice((*byte)(p), len(payload)), payload)
@@ -541,7 +549,7 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 			return ucs.OK
 		}
 		rep := swHeader{reqID: h.reqID}
-		p, ok := w.ctx.region(h.token, h.raddr, h.a)
+		p, ok := w.ctx.region(h.token, h.raddr, h.a, ProtRemoteRead)
 		if !ok {
 			rep.status = int8(ucs.ErrInvalidAddr)
 			ep.swReply(amSwGetRep, &rep, nil)
@@ -559,7 +567,11 @@ func (w *Worker) swRecv(id uint8, data []byte) ucs.Status {
 		w.swGetReply(h, payload)
 	case amSwAtomicReq:
 		rep := swHeader{reqID: h.reqID}
-		p, ok := w.ctx.region(h.token, h.raddr, uint64(h.size))
+		need := ProtRemoteWrite
+		if h.fetch == 1 {
+			need |= ProtRemoteRead
+		}
+		p, ok := w.ctx.region(h.token, h.raddr, uint64(h.size), need)
 		if !ok || h.size == 0 || h.raddr%uint64(h.size) != 0 {
 			rep.status = int8(ucs.ErrInvalidAddr)
 		} else if h.size == 4 {
@@ -603,10 +615,10 @@ func (w *Worker) swGetReply(h swHeader, payload []byte) {
 		q.r.complete(ucs.Status(h.status))
 		return
 	}
-	if h.a > uint64(len(q.buf)) || uint64(len(payload)) > uint64(len(q.buf))-h.a {
+	if h.a > uint64(q.dt.length) || uint64(len(payload)) > uint64(q.dt.length)-h.a {
 		return // a reply that does not fit the request: ignore it
 	}
-	copy(q.buf[h.a:], payload)
+	q.dt.unpack(int(h.a), payload)
 	w.sw.mu.Lock()
 	q.missing -= len(payload)
 	last := q.missing <= 0

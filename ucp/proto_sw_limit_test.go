@@ -55,7 +55,7 @@ func TestSwRefusalFlood(t *testing.T) {
 	if got := strings.Count(s, "\n"); got != swWarnBurst+1 {
 		t.Errorf("%d lines logged for %d refused messages, want %d and a summary:\n%s", got, n, swWarnBurst, s)
 	}
-	if !strings.Contains(s, "1990 more refused software messages") {
+	if !strings.Contains(s, "1990 more warnings about peers' messages") {
 		t.Errorf("the log has no summary of the refusals not logged:\n%s", s)
 	}
 }

@@ -130,21 +130,8 @@ func TestNetOnlyAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { back.Close(CloseModeForce) })
-	stop, done := make(chan struct{}), make(chan struct{})
+	stop, done := serve(b)
 	t.Cleanup(func() { close(stop); <-done })
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				if b.Progress() == 0 {
-					b.Idle()
-				}
-			}
-		}
-	}()
 
 	m := mapMem(t, c, new(MemMapParams).SetLength(1<<16).SetFlags(MemMapAllocate))
 	ep, err := a.NewEndpoint(new(EPParams).SetAddress(addr))

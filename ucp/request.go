@@ -21,6 +21,10 @@ const (
 	OpAttrFieldMemoryType  uint32 = 1 << 6
 	OpAttrFieldRecvInfo    uint32 = 1 << 7
 	OpAttrFieldMemh        uint32 = 1 << 8
+	// OpAttrFieldGenericBuffer (goshmem's): RequestParam.GenericBuffer and
+	// GenericCount are the buffer a generic datatype's StartPack or
+	// StartUnpack gets, instead of the call's buf.
+	OpAttrFieldGenericBuffer uint32 = 1 << 15
 
 	// OpAttrFlagNoImmCmpl: always return a request, even when the operation
 	// completed at once; its callback is then called before return.
@@ -32,7 +36,8 @@ const (
 	OpAttrFlagForceImmCmpl uint32 = 1 << 18
 )
 
-// Datatype describes the elements of a buffer (ucp_datatype_t).
+// Datatype describes the elements of a buffer (ucp_datatype_t); see
+// datatype.go for its classes.
 type Datatype uint64
 
 // DatatypeContig returns the datatype of contiguous elements of elemSize
@@ -63,6 +68,19 @@ type RequestParam struct {
 	Reply      *uint64
 	MemoryType ucs.MemoryType
 	Memh       *MemHandle
+	// RecvCallback is the completion callback of a tag receive
+	// (ucp_tag_recv_nbx_callback_t); receives call it instead of Callback.
+	// Its bit is OpAttrFieldCallback.
+	RecvCallback TagRecvCallback
+	// RecvInfo receives the sender's tag and the message length when a
+	// receive completes at once (OpAttrFieldRecvInfo).
+	RecvInfo *TagRecvInfo
+	// IOV are the buffers of a DatatypeIOV operation (SetIOV).
+	IOV [][]byte
+	// GenericBuffer and GenericCount are what a generic datatype's
+	// StartPack or StartUnpack get (OpAttrFieldGenericBuffer).
+	GenericBuffer any
+	GenericCount  int
 }
 
 // SetCallback sets the completion callback.
@@ -80,6 +98,41 @@ func (p *RequestParam) SetUserData(d any) *RequestParam {
 // SetDatatype sets the datatype.
 func (p *RequestParam) SetDatatype(d Datatype) *RequestParam {
 	p.Datatype, p.OpAttrMask = d, p.OpAttrMask|OpAttrFieldDatatype
+	return p
+}
+
+// SetTagRecvCallback sets the completion callback of a tag receive.
+func (p *RequestParam) SetTagRecvCallback(cb TagRecvCallback) *RequestParam {
+	p.RecvCallback, p.OpAttrMask = cb, p.OpAttrMask|OpAttrFieldCallback
+	return p
+}
+
+// SetRecvInfo sets where a receive that completes at once puts the
+// sender's tag and the message length.
+func (p *RequestParam) SetRecvInfo(info *TagRecvInfo) *RequestParam {
+	p.RecvInfo, p.OpAttrMask = info, p.OpAttrMask|OpAttrFieldRecvInfo
+	return p
+}
+
+// SetIOV makes the operation's data the buffers of iov, in order (datatype
+// DatatypeIOV); the call's buf must then be nil. The buffers must stay
+// untouched until the operation completes.
+func (p *RequestParam) SetIOV(iov [][]byte) *RequestParam {
+	p.IOV, p.Datatype, p.OpAttrMask = iov, DatatypeIOV, p.OpAttrMask|OpAttrFieldDatatype
+	return p
+}
+
+// SetGenericBuffer sets the buffer and count a generic datatype's
+// StartPack or StartUnpack get (by default the call's buf and its length).
+func (p *RequestParam) SetGenericBuffer(buffer any, count int) *RequestParam {
+	p.GenericBuffer, p.GenericCount, p.OpAttrMask = buffer, count, p.OpAttrMask|OpAttrFieldGenericBuffer
+	return p
+}
+
+// SetMemh passes the memory handle the data lies in: a rendezvous
+// receiver then takes the data through its key without a registration.
+func (p *RequestParam) SetMemh(m *MemHandle) *RequestParam {
+	p.Memh, p.OpAttrMask = m, p.OpAttrMask|OpAttrFieldMemh
 	return p
 }
 
@@ -105,33 +158,47 @@ func (p *RequestParam) SetRequest(r *Request) *RequestParam {
 // with Status or IsCompleted, wait for it with Wait, and give it back with
 // Free.
 type Request struct {
-	comp     uct.Completion // first: a *uct.Completion is a *Request
-	w        *Worker
-	state    atomic.Int32 // ucs.Status: InProgress until completed
-	cb       SendCallback
-	userData any
-	reply    *uint64
-	result   uint64
-	result32 uint32
-	size     int
-	proto    string
-	lane     *lane
-	fate     atomic.Int32 // fate* value
-	claimed  atomic.Bool  // complete ran (or runs): a second completion is ignored
-	external bool
-	pending  uct.PendingReq
-	reserved []byte
-	inited   bool
+	comp      uct.Completion // first: a *uct.Completion is a *Request
+	w         *Worker
+	state     atomic.Int32 // ucs.Status: InProgress until completed
+	cb        SendCallback
+	rcb       TagRecvCallback // a tag receive's callback, called instead of cb
+	recv      bool            // a receive: not counted as in flight
+	untracked bool            // a tag send: not counted as in flight either
+	userData  any
+	reply     *uint64
+	result    uint64
+	result32  uint32
+	size      int
+	proto     string
+	lane      *lane
+	fate      atomic.Int32 // fate* value
+	claimed   atomic.Bool  // complete ran (or runs): a second completion is ignored
+	external  bool
+	pending   uct.PendingReq
+	reserved  []byte
+	inited    bool
+	dt        dtIter       // the data of a tag operation
+	tr        tagRecvState // a tag receive
+	top       *tagOp       // a tag send still in the worker's hands
+	rwi       *workerIface // a receive's data came on it, where no lane says
 }
 
 var requestPools sync.Map // *Context -> *sync.Pool
 
+// pool returns the pool of requests of the worker's context, looked up
+// once per worker.
 func (w *Worker) pool() *sync.Pool {
-	if p, ok := requestPools.Load(w.ctx); ok {
-		return p.(*sync.Pool)
+	if p := w.reqPool.Load(); p != nil {
+		return p
 	}
-	p, _ := requestPools.LoadOrStore(w.ctx, &sync.Pool{New: func() any { return new(Request) }})
-	return p.(*sync.Pool)
+	v, ok := requestPools.Load(w.ctx)
+	if !ok {
+		v, _ = requestPools.LoadOrStore(w.ctx, &sync.Pool{New: func() any { return new(Request) }})
+	}
+	p := v.(*sync.Pool)
+	w.reqPool.Store(p)
+	return p
 }
 
 // newRequest returns a request for an operation with the given params,
@@ -160,7 +227,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	}
 	if param != nil {
 		if param.OpAttrMask&OpAttrFieldCallback != 0 {
-			r.cb = param.Callback
+			r.cb, r.rcb = param.Callback, param.RecvCallback
 		}
 		if param.OpAttrMask&OpAttrFieldUserData != 0 {
 			r.userData = param.UserData
@@ -193,12 +260,17 @@ func (r *Request) complete(status ucs.Status) {
 	if r.claimed.Swap(true) {
 		return
 	}
-	cb, ud := r.cb, r.userData
+	cb, rcb, ud := r.cb, r.rcb, r.userData
 	r.finish(status)
 	if status == ucs.InProgress {
 		status = ucs.OK
 	}
-	if cb != nil {
+	switch {
+	case rcb != nil && r.recv:
+		// The request stays ours until the fate word below: the info may
+		// be lent from it.
+		rcb(r, status.Err(), &r.tr.info, ud)
+	case cb != nil:
 		cb(r, status.Err(), ud)
 	}
 	if !r.fate.CompareAndSwap(fateRunning, fateDone) {
@@ -218,15 +290,33 @@ func (r *Request) finish(status ucs.Status) {
 			*r.reply = r.result
 		}
 	}
+	r.dt.finish()
 	r.state.Store(int32(status))
-	r.w.inflight.Add(-1)
+	if !r.recv && !r.untracked {
+		r.w.inflight.Add(-1)
+	}
+}
+
+// doneNow ends r, an operation that completed inside its call: with
+// OpAttrFlagNoImmCmpl in flags it is returned completed, its callback run;
+// otherwise it completes without a callback, as in UCX, and is released
+// (nil is returned).
+func (r *Request) doneNow(flags uint32) *Request {
+	if flags&OpAttrFlagNoImmCmpl != 0 {
+		r.complete(ucs.OK)
+		return r
+	}
+	r.finish(ucs.OK)
+	r.release()
+	return nil
 }
 
 func (r *Request) release() {
 	if r.external {
 		return
 	}
-	r.cb, r.userData, r.reply, r.lane = nil, nil, nil, nil
+	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
+	r.recv, r.untracked, r.tr, r.dt, r.rwi = false, false, tagRecvState{}, dtIter{}, nil
 	r.w.pool().Put(r)
 }
 
@@ -238,6 +328,21 @@ func (r *Request) Status() error {
 		return nil
 	}
 	return st
+}
+
+// CheckStatus is Status under the name of the UCX call
+// (ucp_request_check_status).
+func (r *Request) CheckStatus() error { return r.Status() }
+
+// Test returns the request's status as Status does, and once a tag receive
+// completed fills in info (when not nil) with its message's tag and length
+// (ucp_request_test).
+func (r *Request) Test(info *TagRecvInfo) error {
+	err := r.Status()
+	if err != ucs.InProgress && info != nil && r.recv {
+		*info = r.tr.info
+	}
+	return err
 }
 
 // IsCompleted reports whether the request has completed
@@ -270,10 +375,25 @@ func (r *Request) Free() {
 func (r *Request) Release() { r.Free() }
 
 // Cancel asks for the request to end early with ucs.ErrCanceled
-// (ucp_request_cancel). RMA and atomics already handed to a transport run to
-// completion; only a request still waiting for resources is canceled.
+// (ucp_request_cancel): a tag receive that no message matched yet
+// completes with it at once (its callback runs); a send that still waits
+// for transport resources, nothing of it sent, does too. What a transport
+// or the peer has already started runs to completion: RMA, atomics, a
+// matched receive, a send partly or wholly handed over (UCX cancels tag
+// receives only). A completed request is left alone.
 func (r *Request) Cancel() {
-	if r.IsCompleted() || r.lane == nil {
+	if r.IsCompleted() {
+		return
+	}
+	if r.recv {
+		r.w.tagCancel(r)
+		return
+	}
+	if op := r.top; op != nil {
+		r.w.tagCancelSend(r, op)
+		return
+	}
+	if r.lane == nil {
 		return
 	}
 	canceled := false
@@ -314,8 +434,11 @@ type RequestAttr struct {
 func (r *Request) Query() RequestAttr {
 	a := RequestAttr{Status: r.Status(), MemoryType: ucs.MemoryTypeHost}
 	tl := "none"
-	if r.lane != nil {
+	switch {
+	case r.lane != nil:
 		tl = r.lane.String()
+	case r.rwi != nil:
+		tl = r.rwi.rsc.tl.TLName + "/" + r.rwi.rsc.tl.DevName
 	}
 	a.DebugString = fmt.Sprintf("%s on %s, %d bytes", r.proto, tl, r.size)
 	return a

@@ -10,7 +10,7 @@ import (
 
 // encodeRkey packs k in the layout RkeyPack writes.
 func encodeRkey(k *packedRkey) []byte {
-	b := append([]byte(rkeyMagic), rkeyVersion, byte(k.memType))
+	b := append([]byte(rkeyMagic), rkeyVersion, byte(k.memType), k.access)
 	b = binary.LittleEndian.AppendUint64(b, k.address)
 	b = binary.LittleEndian.AppendUint64(b, k.length)
 	b = append(b, byte(len(k.mkeys)))

@@ -10,26 +10,38 @@ import (
 
 // Protocol names, as Request.Query reports them.
 const (
-	protoPutShort = "put/short"
-	protoPutBcopy = "put/bcopy"
-	protoPutZcopy = "put/zcopy"
-	protoGetBcopy = "get/bcopy"
-	protoGetZcopy = "get/zcopy"
-	protoAMOPost  = "amo/post"
-	protoAMOFetch = "amo/fetch"
-	protoPutSw    = "put/sw"
+	protoPutShort  = "put/short"
+	protoPutBcopy  = "put/bcopy"
+	protoPutZcopy  = "put/zcopy"
+	protoGetBcopy  = "get/bcopy"
+	protoGetZcopy  = "get/zcopy"
+	protoAMOPost   = "amo/post"
+	protoAMOFetch  = "amo/fetch"
+	protoPutSw     = "put/sw"
+	protoPutDirect = "put/rkey_ptr"
+	protoGetDirect = "get/rkey_ptr"
+	protoAMODirect = "amo/rkey_ptr"
 )
 
 // post issues op on lane l for request r and returns the UCP result: (nil,
 // nil) when the operation completed at once (r is released), r while it runs,
 // or an error. An operation the transport has no resources for is queued on
-// the lane's pending queue and retried from progress.
-func (w *Worker) post(l *lane, r *Request, param *RequestParam, op func(r *Request) ucs.Status) (*Request, error) {
+// the lane's pending queue and retried from progress. defers says that the
+// transport may complete the operation later (a network lane's gets,
+// zero-copy puts, fetching atomics): under OpAttrFlagForceImmCmpl it then
+// fails with ucs.ErrNoResource without being issued.
+func (w *Worker) post(l *lane, r *Request, param *RequestParam, defers bool, op func(r *Request) ucs.Status) (*Request, error) {
+	flags := sendFlags(param)
+	force := flags&OpAttrFlagForceImmCmpl != 0
+	if force && defers && l.wi.rsc.tl.DevType == uct.DeviceTypeNet {
+		r.release()
+		return nil, fmt.Errorf("ucp %s on %s cannot complete at once: %w", r.proto, l, ucs.ErrNoResource)
+	}
 	r.lane = l
 	w.inflight.Add(1)
 	st := op(r)
 	if st == ucs.ErrNoResource {
-		if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 && param.Flags&OpAttrFlagForceImmCmpl != 0 {
+		if force {
 			w.inflight.Add(-1)
 			r.release()
 			return nil, fmt.Errorf("ucp %s: %w", r.proto, ucs.ErrNoResource)
@@ -40,20 +52,31 @@ func (w *Worker) post(l *lane, r *Request, param *RequestParam, op func(r *Reque
 	case ucs.InProgress:
 		return r, nil
 	case ucs.OK:
-		if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 && param.Flags&OpAttrFlagNoImmCmpl != 0 {
-			r.complete(ucs.OK)
-			return r, nil
-		}
-		// Completed at once: no request and no callback, as in UCX.
-		r.finish(ucs.OK)
-		r.release()
-		return nil, nil
+		return r.doneNow(flags), nil
 	default:
 		w.inflight.Add(-1)
 		r.release()
 		return nil, fmt.Errorf("ucp %s on %s: %w", r.proto, l, st)
 	}
 }
+
+// completedNow is the result of an operation that completed inside its
+// call without a request: (nil, nil), or under OpAttrFlagNoImmCmpl a
+// completed request (proto on lane l, size bytes) whose callback ran.
+func (w *Worker) completedNow(param *RequestParam, proto string, l *lane, size int) (*Request, error) {
+	if sendFlags(param)&OpAttrFlagNoImmCmpl == 0 {
+		return nil, nil
+	}
+	r := w.newRequest(param)
+	r.size, r.proto, r.lane = size, proto, l
+	w.inflight.Add(1)
+	r.complete(ucs.OK)
+	return r, nil
+}
+
+// forceImm reports whether param asks for immediate completion or an
+// error (OpAttrFlagForceImmCmpl).
+func forceImm(param *RequestParam) bool { return sendFlags(param)&OpAttrFlagForceImmCmpl != 0 }
 
 // queue puts r on l's pending queue; it returns InProgress, or the result of
 // running op at once when the lane turns out to have resources. A request
@@ -121,31 +144,31 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	if err := ep.checkOp(rkey, "put"); err != nil {
 		return nil, err
 	}
-	if directOK(param) {
-		if p := rkey.direct(raddr, len(buf)); p != nil {
-			// Shared memory: one copy into the peer's mapped memory, as
-			// UCX's rkey_ptr protocol does.
-			ucs.Memcpy(unsafe.Slice((*byte)(p), len(buf)), buf)
+	if err := rkey.allows(rkeyWrite, "put"); err != nil {
+		return nil, err
+	}
+	if nonContig(param) {
+		return ep.rmaIOV(buf, raddr, rkey, param, true)
+	}
+	w := ep.w
+	if p := rkey.direct(raddr, len(buf)); p != nil {
+		// Shared memory: one copy into the peer's mapped memory, as
+		// UCX's rkey_ptr protocol does.
+		ucs.Memcpy(unsafe.Slice((*byte)(p), len(buf)), buf)
+		if param == nil {
 			return nil, nil
 		}
+		return w.completedNow(param, protoPutDirect, rkey.rma.laneOrNil(), len(buf))
 	}
 	rl := rkey.rma
-	w := ep.w
 	if rl == nil {
 		if err := ep.swPut(buf, raddr, rkey); err != nil {
 			return nil, err
 		}
-		if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 && param.Flags&OpAttrFlagNoImmCmpl != 0 {
-			r := w.newRequest(param)
-			r.size, r.proto, r.lane = len(buf), protoPutSw, ep.am
-			w.inflight.Add(1)
-			r.complete(ucs.OK)
-			return r, nil
-		}
-		return nil, nil
+		return w.completedNow(param, protoPutSw, ep.am, len(buf))
 	}
 	n := len(buf)
-	if n <= rl.putShort && (param == nil || param.OpAttrMask&(OpAttrFieldCallback|OpAttrFieldFlags) == 0) {
+	if n <= rl.putShort && (param == nil || sendFlags(param)&OpAttrFlagNoImmCmpl == 0) {
 		// The common small put: no request at all.
 		st := rl.ep.PutShort(buf, raddr, rl.rkey)
 		if st == ucs.OK {
@@ -160,18 +183,18 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	switch {
 	case n <= rl.putShort:
 		r.proto = protoPutShort
-		return w.post(rl.l, r, param, func(*Request) ucs.Status { return rl.ep.PutShort(buf, raddr, rl.rkey) })
+		return w.post(rl.l, r, param, false, func(*Request) ucs.Status { return rl.ep.PutShort(buf, raddr, rl.rkey) })
 	case n <= rl.putBcopy:
 		r.proto = protoPutBcopy
 		pack := func(dst []byte) int { return copy(dst, buf) }
-		return w.post(rl.l, r, param, func(*Request) ucs.Status {
+		return w.post(rl.l, r, param, false, func(*Request) ucs.Status {
 			_, st := rl.ep.PutBcopy(pack, raddr, rl.rkey)
 			return st
 		})
 	default:
 		r.proto = protoPutZcopy
 		iov := []uct.IOV{{Buffer: buf}}
-		return w.post(rl.l, r, param, func(r *Request) ucs.Status { return rl.ep.PutZcopy(iov, raddr, rl.rkey, &r.comp) })
+		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.PutZcopy(iov, raddr, rl.rkey, &r.comp) })
 	}
 }
 
@@ -183,21 +206,31 @@ func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	if err := ep.checkOp(rkey, "get"); err != nil {
 		return nil, err
 	}
-	if directOK(param) {
-		if p := rkey.direct(raddr, len(buf)); p != nil {
-			ucs.Memcpy(buf, unsafe.Slice((*byte)(p), len(buf)))
-			return nil, nil
-		}
+	if err := rkey.allows(rkeyRead, "get"); err != nil {
+		return nil, err
+	}
+	if nonContig(param) {
+		return ep.rmaIOV(buf, raddr, rkey, param, false)
 	}
 	w := ep.w
+	if p := rkey.direct(raddr, len(buf)); p != nil {
+		ucs.Memcpy(buf, unsafe.Slice((*byte)(p), len(buf)))
+		if param == nil {
+			return nil, nil
+		}
+		return w.completedNow(param, protoGetDirect, rkey.rma.laneOrNil(), len(buf))
+	}
 	rl := rkey.rma
 	if rl == nil || !rl.get {
 		if err := ep.swCheck(rkey, "get"); err != nil {
 			return nil, err
 		}
+		if forceImm(param) {
+			return nil, fmt.Errorf("ucp get/sw to %s cannot complete at once: %w", ep.remoteName, ucs.ErrNoResource)
+		}
 		r := w.newRequest(param)
 		r.size = len(buf)
-		return ep.swGet(buf, raddr, rkey, r)
+		return ep.swGet(dtIter{contig: buf, length: len(buf)}, raddr, rkey, r)
 	}
 	n := len(buf)
 	r := w.newRequest(param)
@@ -205,11 +238,104 @@ func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	if n <= rl.getBcopy {
 		r.proto = protoGetBcopy
 		unpack := func(src []byte) { copy(buf, src) }
-		return w.post(rl.l, r, param, func(r *Request) ucs.Status {
+		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status {
 			return rl.ep.GetBcopy(unpack, n, raddr, rl.rkey, &r.comp)
 		})
 	}
 	r.proto = protoGetZcopy
 	iov := []uct.IOV{{Buffer: buf}}
-	return w.post(rl.l, r, param, func(r *Request) ucs.Status { return rl.ep.GetZcopy(iov, raddr, rl.rkey, &r.comp) })
+	return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.GetZcopy(iov, raddr, rl.rkey, &r.comp) })
+}
+
+// nonContig reports whether param's datatype is not contiguous.
+func nonContig(param *RequestParam) bool {
+	return param != nil && param.OpAttrMask&OpAttrFieldDatatype != 0 && param.Datatype.Class() != DatatypeClassContig
+}
+
+// rmaIOV puts (put) or gets the data of param's iov datatype to or from the
+// contiguous remote memory at raddr: through the key's mapping, in one
+// bcopy operation when it fits, or in one zero-copy operation of the
+// iov's buffers (at most the lane's iov limit; ucs.ErrExceedsLimit beyond),
+// or in software.
+func (ep *Endpoint) rmaIOV(buf []byte, raddr uint64, rkey *Rkey, param *RequestParam, put bool) (*Request, error) {
+	what := "get"
+	if put {
+		what = "put"
+	}
+	if param.Datatype.Class() != DatatypeClassIOV {
+		return nil, fmt.Errorf("ucp %s: datatype class %d: RMA takes contiguous or iov data: %w", what, param.Datatype.Class(), ucs.ErrUnsupported)
+	}
+	it, err := dtFromParam(buf, param, !put)
+	if err != nil {
+		return nil, fmt.Errorf("ucp %s: %w", what, err)
+	}
+	w, n := ep.w, it.length
+	if p := rkey.direct(raddr, n); p != nil {
+		mem := unsafe.Slice((*byte)(p), n)
+		proto := protoGetDirect
+		if put {
+			it.pack(0, mem)
+			proto = protoPutDirect
+		} else {
+			it.unpack(0, mem)
+		}
+		return w.completedNow(param, proto, rkey.rma.laneOrNil(), n)
+	}
+	rl := rkey.rma
+	if rl == nil || (!put && !rl.get) {
+		if put {
+			off := 0
+			for _, b := range it.iov {
+				if len(b) == 0 {
+					continue
+				}
+				if err := ep.swPut(b, raddr+uint64(off), rkey); err != nil {
+					return nil, err
+				}
+				off += len(b)
+			}
+			return w.completedNow(param, protoPutSw, ep.am, n)
+		}
+		if err := ep.swCheck(rkey, "get"); err != nil {
+			return nil, err
+		}
+		if forceImm(param) {
+			return nil, fmt.Errorf("ucp get/sw to %s cannot complete at once: %w", ep.remoteName, ucs.ErrNoResource)
+		}
+		r := w.newRequest(param)
+		r.size = n
+		return ep.swGet(it, raddr, rkey, r)
+	}
+	r := w.newRequest(param)
+	r.size, r.dt = n, it
+	switch {
+	case put && n <= rl.putBcopy:
+		r.proto = protoPutBcopy
+		pack := func(dst []byte) int { return r.dt.pack(0, dst[:n]) }
+		return w.post(rl.l, r, param, false, func(*Request) ucs.Status {
+			_, st := rl.ep.PutBcopy(pack, raddr, rl.rkey)
+			return st
+		})
+	case !put && n <= rl.getBcopy:
+		r.proto = protoGetBcopy
+		unpack := func(src []byte) { r.dt.unpack(0, src) }
+		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status {
+			return rl.ep.GetBcopy(unpack, n, raddr, rl.rkey, &r.comp)
+		})
+	}
+	iov := r.dt.zcopyIOV(nil, 0, n)
+	caps := rl.l.wi.attr.Put
+	if !put {
+		caps = rl.l.wi.attr.Get
+	}
+	if len(iov) > max(caps.MaxIOV, 1) {
+		r.release()
+		return nil, fmt.Errorf("ucp %s of %d buffers on %s, more than its %d: %w", what, len(iov), rl.l, caps.MaxIOV, ucs.ErrExceedsLimit)
+	}
+	if put {
+		r.proto = protoPutZcopy
+		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.PutZcopy(iov, raddr, rl.rkey, &r.comp) })
+	}
+	r.proto = protoGetZcopy
+	return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.GetZcopy(iov, raddr, rl.rkey, &r.comp) })
 }

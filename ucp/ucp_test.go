@@ -261,20 +261,9 @@ func testSoftwareRMA(t *testing.T, withBack bool) {
 		}
 		t.Cleanup(func() { back.Close(CloseModeForce) })
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	t.Cleanup(func() { close(stop); <-done })
 	p := newPair(t, c, a, b, 4<<20)
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				b.Progress()
-			}
-		}
-	}()
+	stop, done := serve(b)
+	t.Cleanup(func() { close(stop); <-done })
 	if p.rkey.swToken == 0 {
 		t.Fatal("packed rkey carries no software token")
 	}

@@ -193,7 +193,11 @@ type Worker struct {
 	wake       wakeState // FeatureWakeup: EventFD, Arm, Wait, Signal (wakeup.go)
 	fail       failState // endpoints that failed, keepalive (errors.go)
 	closed     atomic.Bool
-	am         amWorker // active messages (am.go)
+	am         amWorker                  // active messages (am.go)
+	tag        tagWorker                 // tag matching (tag.go)
+	sendq      sendQueue                 // protocol sends waiting for resources (proto.go)
+	rkc        rkeyCache                 // senders' keys, for rendezvous receives (proto.go)
+	reqPool    atomic.Pointer[sync.Pool] // the context's request pool (request.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -288,6 +292,11 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		w.Destroy()
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
+	if err := w.tagInit(); err != nil {
+		w.Destroy()
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
+	w.uw.ProgressRegister(w.protoProgress)
 	return w, nil
 }
 
@@ -385,7 +394,8 @@ func (w *Worker) packAddress(flags uint32) []byte {
 
 // Destroy closes every endpoint and interface of the worker
 // (ucp_worker_destroy): outstanding operations of its endpoints fail with
-// ucs.ErrCanceled, its keepalive goroutine ends, and its wakeup
+// ucs.ErrCanceled, so do its tag receives no message matched, its
+// keepalive goroutine ends, and its wakeup
 // descriptors are closed (or removed from an external event descriptor).
 // A second call does nothing.
 func (w *Worker) Destroy() {
@@ -397,10 +407,11 @@ func (w *Worker) Destroy() {
 	eps := w.eps
 	w.eps = nil
 	w.epMu.Unlock()
-	w.amDestroy()
 	for _, ep := range eps {
 		ep.closeNow(ucs.ErrCanceled)
 	}
+	w.rkc.clear()
+	w.tagDestroy()
 	w.closeWakeup()
 	w.closeIfaces()
 	w.releaseWakeup()
@@ -447,10 +458,33 @@ func (w *Worker) Progress() int {
 }
 
 // Fence orders every RMA and atomic operation issued on the worker before it
-// before those issued after it, for each target (ucp_worker_fence).
+// before those issued after it, for each target (ucp_worker_fence), as
+// Endpoint.Fence does for each of the worker's endpoints. Endpoints that
+// failed (error mode PEER) or are closed are skipped.
 func (w *Worker) Fence() error {
 	if w.closed.Load() {
 		return fmt.Errorf("ucp worker fence: %w", errClosed)
+	}
+	// Most fences find every endpoint on paths its transports' fences
+	// order: look first, without copying anything.
+	strong := false
+	w.epMu.Lock()
+	for _, ep := range w.eps {
+		strong = strong || (ep.dead() == ucs.OK && ep.needsFlushFence())
+	}
+	w.epMu.Unlock()
+	if strong {
+		w.epMu.Lock()
+		eps := append([]*Endpoint(nil), w.eps...)
+		w.epMu.Unlock()
+		for _, ep := range eps {
+			if ep.dead() != ucs.OK || !ep.needsFlushFence() {
+				continue
+			}
+			if err := ep.fence(); err != nil && ep.dead() == ucs.OK {
+				return fmt.Errorf("ucp worker fence: %w", err)
+			}
+		}
 	}
 	for _, wi := range w.ifaces {
 		if st := wi.iface.Fence(0); st.IsErr() {

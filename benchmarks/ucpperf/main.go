@@ -36,6 +36,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"unsafe"
 
@@ -53,6 +54,8 @@ type params struct {
 	FlushEvery  int
 	Percentile  float64
 	Memh        bool
+	Wildcard    bool // tag tests: receive with the wildcard mask (-C)
+	Unexpected  bool // tag tests: probe before each receive (-U)
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -65,6 +68,7 @@ type options struct {
 	host      string
 	finalOnly bool
 	info      bool
+	profile   string
 }
 
 func usage(fs *flag.FlagSet, out io.Writer) {
@@ -92,14 +96,17 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.Size, "s", 8, "message size in bytes")
 	fs.IntVar(&o.Iters, "n", 1000000, "number of iterations to run")
 	fs.IntVar(&o.Warmup, "w", 10000, "number of warm-up iterations (at most a tenth of -n are run)")
-	fs.IntVar(&o.Outstanding, "O", 1, "maximal number of uncompleted outstanding operations in stream tests")
+	fs.IntVar(&o.Outstanding, "O", 0, "maximal number of uncompleted outstanding operations in stream tests (0: the test's window, as in ucx_perftest: 32 for ucp_put_bw, ucp_am_bw, tag_bw and tag_sync_bw, 1 for the others)")
 	fs.IntVar(&o.FlushEvery, "W", 0, "flush the worker every this many operations in stream tests (0: only at the end)")
 	fs.Float64Var(&o.Percentile, "R", 50, "percentile rank of the percentile column")
 	fs.IntVar(&o.port, "p", 13337, "TCP port of the server")
 	fs.StringVar(&o.bind, "a", "127.0.0.1", "address the server listens on (with GOSHMEM_KEY unset, anyone who can connect may run a test)")
 	fs.BoolVar(&o.finalOnly, "f", false, "print only the final numbers")
 	fs.BoolVar(&o.info, "I", false, "print the lanes of the endpoint to the peer")
-	fs.BoolVar(&o.Memh, "z", false, "pass the send buffer's memory handle to active-message sends (a rendezvous receiver then gets from it without a registration)")
+	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the measured iterations to this file")
+	fs.BoolVar(&o.Memh, "z", false, "pass the send buffer's memory handle to active-message and tag sends (a rendezvous receiver then gets from it without a registration)")
+	fs.BoolVar(&o.Wildcard, "C", false, "use the wildcard tag mask for tag tests")
+	fs.BoolVar(&o.Unexpected, "U", false, "force the unexpected flow of tag tests: probe for each message before receiving it")
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
@@ -132,10 +139,13 @@ func (p *params) check() (*testDef, error) {
 		return nil, fmt.Errorf("%s works on 8-byte words: -s 8", t.name)
 	case p.Iters < 1 || p.Warmup < 0:
 		return nil, fmt.Errorf("iterations %d, warm-up %d", p.Iters, p.Warmup)
-	case p.Outstanding < 1 || p.FlushEvery < 0:
-		return nil, fmt.Errorf("outstanding %d, flush every %d: want at least 1 and 0", p.Outstanding, p.FlushEvery)
+	case p.Outstanding < 0 || p.FlushEvery < 0:
+		return nil, fmt.Errorf("outstanding %d, flush every %d: want at least 0 and 0", p.Outstanding, p.FlushEvery)
 	case p.Percentile <= 0 || p.Percentile > 100:
 		return nil, fmt.Errorf("percentile rank %g: want (0, 100]", p.Percentile)
+	}
+	if p.Outstanding == 0 {
+		p.Outstanding = t.window
 	}
 	return t, nil
 }
@@ -233,7 +243,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // keys with the peer and connects to it.
 func setup(r rte, p params, t *testDef) (*bench, error) {
 	b := &bench{p: p, test: t, client: r.client()}
-	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureRMA|ucp.FeatureAMO64|ucp.FeatureAM).
+	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureRMA|ucp.FeatureAMO64|ucp.FeatureAM|ucp.FeatureTag).
 		SetEstimatedNumEPs(1).SetName("ucpperf"), nil)
 	if err != nil {
 		return nil, err
@@ -282,6 +292,9 @@ func setup(r rte, p params, t *testDef) (*bench, error) {
 		return b, fmt.Errorf("the peer's key: %w", err)
 	}
 	b.raddr = praddr
+	if !p.Wildcard {
+		b.tagMask = ^uint64(0)
+	}
 	for _, l := range b.ep.Query().Lanes {
 		b.netPoll = b.netPoll || l.Transport == "tcp"
 	}
@@ -342,10 +355,8 @@ func runTest(r rte, p params, o *options, inJob bool, out io.Writer) error {
 		factor = 2
 	}
 	phase := func(n int, pf *perf) error {
-		if b.client || t.pingpong {
-			if err := t.loop(b, n, pf); err != nil {
-				return err
-			}
+		if err := b.side(n, pf); err != nil {
+			return err
 		}
 		return b.serveWhile(r.barrier)
 	}
@@ -362,17 +373,42 @@ func runTest(r rte, p params, o *options, inJob bool, out io.Writer) error {
 	if b.client {
 		printHeader(out, p.Percentile, finalOnly)
 	}
-	pf.reset()
-	if b.client || t.pingpong {
-		if err := t.loop(b, p.Iters, pf); err != nil {
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
 			return err
 		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	pf.reset()
+	err = b.side(p.Iters, pf)
+	if o.profile != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return err
 	}
 	if b.client {
 		pf.final(finalOnly)
 	}
 	if err := b.serveWhile(r.barrier); err != nil {
 		return fmt.Errorf("final barrier: %w", err)
+	}
+	return nil
+}
+
+// side runs this process's part of n iterations of the test: the loop on
+// the client and on both sides of a ping-pong, the server's part of a
+// stream test that has one.
+func (b *bench) side(n int, pf *perf) error {
+	switch t := b.test; {
+	case b.client || t.pingpong:
+		return t.loop(b, n, pf)
+	case t.serve != nil:
+		return t.serve(b, n, pf)
 	}
 	return nil
 }

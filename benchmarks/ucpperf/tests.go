@@ -19,7 +19,11 @@ type testDef struct {
 	desc     string // as ucx_perftest's server prints it
 	pingpong bool
 	am       bool // needs the active-message handler
+	window   int  // the default of -O, ucx_perftest's window size
 	loop     func(b *bench, n int, p *perf) error
+	// serve, if set, is what the server of a stream test runs instead of
+	// only progressing (the receives of tag_bw).
+	serve func(b *bench, n int, p *perf) error
 }
 
 // The tests and their semantics (those of ucx_perftest's UCP tests):
@@ -29,8 +33,9 @@ type testDef struct {
 //     put changes the last byte of its own buffer. Latency is half the
 //     round trip.
 //   - The others are streams (see bench.stream): the client posts
-//     operations with at most -O requests outstanding (1 by default, as in
-//     ucx_perftest), and flushes the worker at the end (and every -W
+//     operations with at most -O requests outstanding (by default the
+//     test's window, as in ucx_perftest: 32 for the bandwidth tests, 1 for
+//     the others), and flushes the worker at the end (and every -W
 //     operations when -W is set; ucx_perftest flushes only at the end).
 //   - ucp_put_bw: puts; those that complete at once (short and bcopy ones)
 //     leave no request, so small puts stream.
@@ -44,16 +49,30 @@ type testDef struct {
 //     UCX_RNDV_THRESH on, are received into a buffer before they count).
 //   - ucp_am_bw: active messages in a stream (rendezvous ones leave a
 //     request until the receiver took them).
+//   - tag_lat, tag_sync_lat: ping-pong of tagged messages (tag 0x1337a880,
+//     received with the full mask, or none with -C): the client sends and
+//     then receives, the server receives and then sends, each waiting for
+//     its request (a sync send completes once the peer's receive took its
+//     message). With -U each receive first probes until the message is
+//     there (the unexpected path).
+//   - tag_bw, tag_sync_bw: the client sends, with at most -O sends
+//     outstanding, while the server receives with at most -O receives
+//     posted; at the end the server sends a one-byte message that the
+//     client waits for, so the client's time covers the receiver's.
 var tests = []*testDef{
-	{name: "ucp_put_lat", desc: "put latency", pingpong: true, loop: putLat},
-	{name: "ucp_put_bw", desc: "put bandwidth", loop: putBW},
-	{name: "ucp_get", desc: "get latency / bandwidth / message rate", loop: getLat},
-	{name: "ucp_add", aliases: []string{"ucp_atomic_add"}, desc: "atomic add bandwidth / message rate", loop: atomicAdd},
-	{name: "ucp_fadd", aliases: []string{"ucp_atomic_fadd"}, desc: "atomic fetch-and-add latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpAdd)},
-	{name: "ucp_swap", aliases: []string{"ucp_atomic_swap"}, desc: "atomic swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpSwap)},
-	{name: "ucp_cswap", aliases: []string{"ucp_atomic_cswap"}, desc: "atomic compare-and-swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpCSwap)},
-	{name: "ucp_am_lat", desc: "am latency", pingpong: true, am: true, loop: amLat},
-	{name: "ucp_am_bw", desc: "am bandwidth / message rate", am: true, loop: amBW},
+	{name: "ucp_put_lat", window: 1, desc: "put latency", pingpong: true, loop: putLat},
+	{name: "ucp_put_bw", window: 32, desc: "put bandwidth", loop: putBW},
+	{name: "ucp_get", window: 1, desc: "get latency / bandwidth / message rate", loop: getLat},
+	{name: "ucp_add", window: 1, aliases: []string{"ucp_atomic_add"}, desc: "atomic add bandwidth / message rate", loop: atomicAdd},
+	{name: "ucp_fadd", window: 1, aliases: []string{"ucp_atomic_fadd"}, desc: "atomic fetch-and-add latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpAdd)},
+	{name: "ucp_swap", window: 1, aliases: []string{"ucp_atomic_swap"}, desc: "atomic swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpSwap)},
+	{name: "ucp_cswap", window: 1, aliases: []string{"ucp_atomic_cswap"}, desc: "atomic compare-and-swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpCSwap)},
+	{name: "ucp_am_lat", window: 1, desc: "am latency", pingpong: true, am: true, loop: amLat},
+	{name: "ucp_am_bw", window: 32, desc: "am bandwidth / message rate", am: true, loop: amBW},
+	{name: "tag_lat", window: 1, desc: "tag match latency", pingpong: true, loop: tagLat(false)},
+	{name: "tag_bw", window: 32, desc: "tag match bandwidth", loop: tagBW(false), serve: tagServe},
+	{name: "tag_sync_lat", window: 1, desc: "tag sync match latency", pingpong: true, loop: tagLat(true)},
+	{name: "tag_sync_bw", window: 32, desc: "tag sync match bandwidth", loop: tagBW(true), serve: tagServe},
 }
 
 func findTest(name string) *testDef {
@@ -92,6 +111,7 @@ type bench struct {
 	// sendParam passes the send buffer's memory handle (-z), or is nil.
 	sendParam *ucp.RequestParam
 	smem      *ucp.MemHandle
+	tagMask   uint64 // of the tag tests' receives (0 with -C)
 }
 
 // spinTime is how long waitFor polls without events before it parks, where
@@ -177,12 +197,19 @@ func putLat(b *bench, n int, p *perf) error {
 }
 
 // stream posts n operations with post, as ucx_perftest's stream tests do:
-// before each, it waits until fewer than -O requests are outstanding (1 by
-// default: an operation that does not complete at once, such as a get or a
-// fetching atomic, is then waited for before the next one is posted); every
-// -W operations (when set) and at the end it waits for all of them and
-// flushes the worker.
+// before each, it waits until fewer than -O requests are outstanding (an
+// operation that does not complete at once, such as a get or a fetching
+// atomic, is then waited for before the next one is posted with -O 1);
+// every -W operations (when set) and at the end it waits for all of them
+// and flushes the worker.
 func (b *bench) stream(n int, p *perf, bytes int64, post func() (*ucp.Request, error)) error {
+	return b.windowed(n, p, bytes, post, b.w.Flush)
+}
+
+// windowed posts n operations with post, at most -O of them outstanding;
+// every -W operations (when set) and at the end it waits for all of them
+// and calls drained (if not nil).
+func (b *bench) windowed(n int, p *perf, bytes int64, post func() (*ucp.Request, error), drained func() error) error {
 	reqs := make([]*ucp.Request, 0, b.p.Outstanding)
 	drain := func() error {
 		for _, r := range reqs {
@@ -191,7 +218,10 @@ func (b *bench) stream(n int, p *perf, bytes int64, post func() (*ucp.Request, e
 			}
 		}
 		reqs = reqs[:0]
-		return b.w.Flush()
+		if drained == nil {
+			return nil
+		}
+		return drained()
 	}
 	for i := 0; i < n; i++ {
 		for len(reqs) >= b.p.Outstanding {
@@ -336,4 +366,67 @@ func (b *bench) serveWhile(fn func() error) error {
 			}
 		}
 	}
+}
+
+// perfTag is the tag of the tag tests' messages, as in ucx_perftest.
+const perfTag = 0x1337a880
+
+// tagSend sends the send buffer as a tagged message (sync or not).
+func (b *bench) tagSend(sync bool) (*ucp.Request, error) {
+	if sync {
+		return b.ep.TagSendSyncNBX(b.sbuf, perfTag, b.sendParam)
+	}
+	return b.ep.TagSendNBX(b.sbuf, perfTag, b.sendParam)
+}
+
+// tagRecv posts a receive of a tagged message into buf; with -U it first
+// probes until the message has arrived.
+func (b *bench) tagRecv(buf []byte) (*ucp.Request, error) {
+	if b.p.Unexpected {
+		b.waitFor(func() bool { return b.w.TagProbeNB(perfTag, b.tagMask, false, nil) != nil })
+	}
+	return b.w.TagRecvNBX(buf, perfTag, b.tagMask, nil)
+}
+
+func tagLat(sync bool) func(b *bench, n int, p *perf) error {
+	return func(b *bench, n int, p *perf) error {
+		for i := 0; i < n; i++ {
+			if b.client {
+				if err := b.wait(b.tagSend(sync)); err != nil {
+					return err
+				}
+			}
+			if err := b.wait(b.tagRecv(b.buf)); err != nil {
+				return err
+			}
+			if !b.client {
+				if err := b.wait(b.tagSend(sync)); err != nil {
+					return err
+				}
+			}
+			p.update(1, int64(b.p.Size))
+		}
+		return nil
+	}
+}
+
+// tagBW is the sender of tag_bw: a stream of sends, then the receiver's
+// one-byte acknowledgement.
+func tagBW(sync bool) func(b *bench, n int, p *perf) error {
+	return func(b *bench, n int, p *perf) error {
+		if err := b.windowed(n, p, int64(b.p.Size), func() (*ucp.Request, error) { return b.tagSend(sync) }, nil); err != nil {
+			return err
+		}
+		var ack [1]byte
+		return b.wait(b.w.TagRecvNBX(ack[:], perfTag, b.tagMask, nil))
+	}
+}
+
+// tagServe is the receiver of tag_bw: n receives, at most -O posted at
+// once, then the one-byte acknowledgement.
+func tagServe(b *bench, n int, p *perf) error {
+	if err := b.windowed(n, p, int64(b.p.Size), func() (*ucp.Request, error) { return b.tagRecv(b.buf) }, nil); err != nil {
+		return err
+	}
+	return b.wait(b.ep.TagSendNBX(b.sbuf[:1], perfTag, nil))
 }

@@ -115,13 +115,13 @@ func TestJob(t *testing.T) {
 	for _, tt := range tests {
 		cases = append(cases, tc{tt.name, 8, ""})
 	}
-	for _, name := range []string{"ucp_put_lat", "ucp_get", "ucp_atomic_fadd", "ucp_am_lat", "ucp_am_bw"} {
+	for _, name := range []string{"ucp_put_lat", "ucp_get", "ucp_atomic_fadd", "ucp_am_lat", "ucp_am_bw", "tag_lat", "tag_sync_bw"} {
 		cases = append(cases, tc{name, 8, "tcp,self"})
 	}
-	for _, name := range []string{"ucp_put_bw", "ucp_get", "ucp_am_lat", "ucp_am_bw"} {
+	for _, name := range []string{"ucp_put_bw", "ucp_get", "ucp_am_lat", "ucp_am_bw", "tag_lat", "tag_bw", "tag_sync_lat"} {
 		cases = append(cases, tc{name, 100000, ""}) // zero-copy sizes; rendezvous for active messages
 	}
-	cases = append(cases, tc{"ucp_am_lat", 100000, "tcp,self"})
+	cases = append(cases, tc{"ucp_am_lat", 100000, "tcp,self"}, tc{"tag_bw", 1 << 20, "tcp,self"}, tc{"tag_lat", 1 << 20, ""})
 	for _, c := range cases {
 		name := fmt.Sprintf("%s/%d", c.test, c.size)
 		var env []string
@@ -314,11 +314,12 @@ func TestCheckParams(t *testing.T) {
 		{"valid", func(*params) {}, true},
 		{"alias", func(p *params) { p.Test = "ucp_atomic_cswap" }, true},
 		{"no test", func(p *params) { p.Test = "" }, false},
-		{"unknown test", func(p *params) { p.Test = "tag_lat" }, false},
+		{"unknown test", func(p *params) { p.Test = "tag_nope" }, false},
 		{"atomic of 4 bytes", func(p *params) { p.Test, p.Size = "ucp_fadd", 4 }, false},
 		{"size 0", func(p *params) { p.Size = 0 }, false},
 		{"no iterations", func(p *params) { p.Iters = 0 }, false},
-		{"outstanding 0", func(p *params) { p.Outstanding = 0 }, false},
+		{"outstanding 0: the test's window", func(p *params) { p.Outstanding = 0 }, true},
+		{"outstanding -1", func(p *params) { p.Outstanding = -1 }, false},
 		{"flush every -1", func(p *params) { p.FlushEvery = -1 }, false},
 		{"percentile 0", func(p *params) { p.Percentile = 0 }, false},
 	} {

@@ -1,0 +1,110 @@
+package ucp
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// TestOpFlagsEveryCall checks that every nbx call honours
+// OpAttrFlagNoImmCmpl and OpAttrFlagForceImmCmpl the same way, whether
+// they are set in OpAttrMask (as in UCX) or through SetFlags: an operation
+// that completes at once returns, under NoImmCmpl, a completed request
+// whose callback ran; under ForceImmCmpl one that cannot fails with
+// ucs.ErrNoResource.
+func TestOpFlagsEveryCall(t *testing.T) {
+	for _, tls := range []string{"sm", "tcp,self"} {
+		t.Run(tls, func(t *testing.T) {
+			c := newContextCfg(t, FeatureRMA|FeatureAMO64|FeatureAM|FeatureTag, "TLS", tls)
+			a, b := newWorker(t, c), newWorker(t, c)
+			p := newPair(t, c, a, b, 4096)
+			ops := []struct {
+				name string
+				op   func(param *RequestParam) (*Request, error)
+			}{
+				{"put", func(param *RequestParam) (*Request, error) { return p.ep.PutNBX([]byte("x"), p.base, p.rkey, param) }},
+				{"atomic", func(param *RequestParam) (*Request, error) {
+					return p.ep.AtomicOpNBX(AtomicOpAdd, 1, p.base, p.rkey, param)
+				}},
+				{"get", func(param *RequestParam) (*Request, error) {
+					return p.ep.GetNBX(make([]byte, 8), p.base, p.rkey, param)
+				}},
+				{"am", func(param *RequestParam) (*Request, error) { return p.ep.AMSendNBX(1, nil, []byte("x"), param) }},
+				{"tag", func(param *RequestParam) (*Request, error) { return p.ep.TagSendNBX([]byte("x"), 1, param) }},
+			}
+			for _, how := range []string{"mask", "flags"} {
+				for _, o := range ops {
+					t.Run(how+"/"+o.name, func(t *testing.T) {
+						calls := 0
+						param := new(RequestParam).SetCallback(func(*Request, error, any) { calls++ })
+						if how == "mask" {
+							param.OpAttrMask |= OpAttrFlagNoImmCmpl
+						} else {
+							param.SetFlags(OpAttrFlagNoImmCmpl)
+						}
+						r, err := o.op(param)
+						if err != nil || r == nil {
+							t.Fatalf("NoImmCmpl: %v, %v; want a request", r, err)
+						}
+						if r.IsCompleted() && calls != 1 {
+							t.Errorf("NoImmCmpl: completed request, callback called %d times", calls)
+						}
+						if err := wait(r, nil); err != nil {
+							t.Fatal(err)
+						}
+						force := new(RequestParam)
+						if how == "mask" {
+							force.OpAttrMask |= OpAttrFlagForceImmCmpl
+						} else {
+							force.SetFlags(OpAttrFlagForceImmCmpl)
+						}
+						r, err = o.op(force)
+						switch {
+						case errors.Is(err, ucs.ErrNoResource):
+						case err != nil:
+							t.Errorf("ForceImmCmpl: %v", err)
+						case r != nil:
+							t.Errorf("ForceImmCmpl: a request (%s)", r.Query().DebugString)
+							wait(r, nil)
+						}
+					})
+				}
+			}
+			if err := a.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRequestStatusCalls checks CheckStatus, Test and TagRecvRequestTest
+// on a receive before and after it completes.
+func TestRequestStatusCalls(t *testing.T) {
+	e := newTagEnv(t, "sm,self", "sm,self", false)
+	r, err := e.b.TagRecvNBX(make([]byte, 4), 3, tagMaskFull, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := TagRecvInfo{SenderTag: 99}
+	if err := r.CheckStatus(); err != ucs.InProgress {
+		t.Errorf("CheckStatus of a posted receive: %v", err)
+	}
+	if err := r.Test(&info); err != ucs.InProgress || info.SenderTag != 99 {
+		t.Errorf("Test of a posted receive: %v, %+v", err, info)
+	}
+	if _, err := e.ab.TagSendNBX([]byte("abcd"), 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, "recv", r.IsCompleted)
+	for name, test := range map[string]func(*TagRecvInfo) error{"Test": r.Test, "TagRecvRequestTest": r.TagRecvRequestTest} {
+		info = TagRecvInfo{}
+		if err := test(&info); err != nil || info != (TagRecvInfo{SenderTag: 3, Length: 4}) {
+			t.Errorf("%s of a completed receive: %v, %+v", name, err, info)
+		}
+	}
+	if err := r.CheckStatus(); err != nil {
+		t.Errorf("CheckStatus: %v", err)
+	}
+	r.Release()
+}

@@ -1,0 +1,713 @@
+package ucp
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Tag matching (the "UCP Communication routines" of the UCX documents for
+// two-sided messaging).
+//
+// An endpoint sends a message with a 64-bit tag (TagSendNBX, or
+// TagSendSyncNBX, which completes only once a receive took the message); a
+// worker receives the first message whose tag matches a tag and mask
+// (TagRecvNBX), or looks for one first (TagProbeNB) and receives it by its
+// handle (TagMsgRecvNBX). The worker's context must have FeatureTag.
+// Messages from one endpoint are received in the order they were sent, by
+// receives in the order they were posted (see tag_match.go).
+//
+// Protocols, chosen per message by its size and the endpoint's AM lane
+// (Request.Query names the one a request took):
+//
+//   - tag/eager/short: the tag and the data in one AMShort (data up to
+//     the lane's short limit; no request);
+//   - tag/eager/bcopy, tag/eager/zcopy: the tag and the data in one
+//     message, copied into the transport's buffer or sent from where it
+//     lies (from UCX_ZCOPY_THRESH; auto: above one bcopy message, where the
+//     lane's zero-copy messages are larger);
+//   - tag/eager/multi/bcopy, .../zcopy: in fragments, which the receiver
+//     reassembles by message number;
+//   - tag/eager/sync/...: the same, and the receiver acknowledges the
+//     message when a receive takes it (TagSendSyncNBX);
+//   - tag/rndv: from UCX_RNDV_THRESH (auto: from the lanes' estimates, per
+//     endpoint) the sender announces the message (RTS, with the packed key
+//     of the data where a lane to the sender can reach it) and the
+//     receiver takes the data when a receive matched it: through the
+//     sender's memory mapped here (rkey_ptr: shared memory), with a get
+//     (get zcopy: cma, tcp, self), by having the sender put it into the
+//     receive's buffer (put zcopy, with UCX_RNDV_SCHEME=put_zcopy), or by
+//     asking the sender to push it in active messages, which the receiver
+//     unpacks as they come (am: a pipeline, what remains when nothing can
+//     reach the sender's memory, and what generic datatypes use).
+//     UCX_RNDV_SCHEME (auto, get_zcopy, put_zcopy, am) restricts the
+//     choice; see tag_rndv.go.
+//
+// A receive buffer shorter than its message completes the receive with
+// ucs.ErrMessageTruncated (the part that fits is delivered). Sends never
+// block: what the transport has no room for waits in the worker's queue.
+
+// TagRecvInfo describes a received message (ucp_tag_recv_info_t): the
+// sender's tag and the message's length (the sender's packed length, even
+// when the receive truncated it).
+type TagRecvInfo struct {
+	SenderTag uint64
+	Length    int
+}
+
+// TagRecvCallback is called when a tag receive completes
+// (ucp_tag_recv_nbx_callback_t): status is nil, ucs.ErrMessageTruncated,
+// ucs.ErrCanceled or another error; info describes the message (valid
+// during the call only). It runs from Worker.Progress, or from the
+// receive's call when that completes at once with OpAttrFlagNoImmCmpl.
+type TagRecvCallback func(req *Request, status error, info *TagRecvInfo, userData any)
+
+// tagRecvState is the part of a request that a tag receive uses.
+type tagRecvState struct {
+	next, prev *Request  // in an expected queue
+	q          *reqQueue // the queue it is in, nil once matched
+	sn         uint64    // posting order
+	tag, mask  uint64
+	info       TagRecvInfo
+	got        int        // bytes of the message received
+	status     ucs.Status // the first error of a message still arriving
+	rreq       uint64     // rendezvous: the receive's number at the sender
+	src        uint64     // rendezvous: the sender
+	rk         *rkeyRef   // rendezvous get: the sender's key
+	sreq       uint64     // rendezvous: the send's number, for the ATS
+	ep         *Endpoint  // rendezvous: the endpoint back to the sender
+	memh       *MemHandle // rendezvous put: the buffer registered for the sender
+}
+
+// TagMessage is a message that arrived before a receive took it
+// (ucp_tag_message_h): TagProbeNB returns it, TagMsgRecvNBX receives it.
+type TagMessage struct {
+	links  [numLists]msgLink
+	tag    uint64
+	kind   uint8
+	sync   bool
+	queued bool // on the unexpected lists
+	probed bool // returned by a probe that removed it: never recycled
+	done   bool // received (or released): the handle is stale
+	src    uint64
+	sreq   uint64 // sync or rendezvous: the send's number
+	length int
+	// eager: the data; fragmented: what arrived, in order
+	parts []tagPart
+	got   int // fragmented: bytes arrived
+	msg   uint64
+	// rendezvous
+	raddr uint64
+	key   []byte
+	raw   []byte // the transport buffer key lies in, if held
+	wi    *workerIface
+}
+
+// Kinds of TagMessage.
+const (
+	msgEager = iota // the whole message
+	msgFrag         // a fragmented message, whose fragments may still arrive
+	msgRTS          // a rendezvous request: the data is at the sender
+)
+
+// tagPart is data of an unexpected message: a transport buffer held (raw,
+// from wi), or a buffer of the worker's.
+type tagPart struct {
+	data []byte
+	raw  []byte
+	wi   *workerIface
+}
+
+// fragKey names a fragmented message: the sender and its number.
+type fragKey struct{ src, msg uint64 }
+
+// fragDest is where the next fragments of a message go: a receive that
+// took it, or the unexpected message they are kept in.
+type fragDest struct {
+	r   *Request
+	msg *TagMessage
+}
+
+// tagWorker is a worker's tag-matching state. In the worker's multi thread
+// mode mu guards it; otherwise only one goroutine at a time uses it (the
+// one that calls the worker, from which Progress runs the handlers).
+type tagWorker struct {
+	enabled bool
+	multi   bool
+	mu      sync.Mutex
+	m       tagMatch
+	frags   map[fragKey]fragDest
+	nextID  uint64
+	sends   map[uint64]*tagOp   // sends that wait for the receiver (sync acknowledgement, rendezvous reply)
+	recvs   map[uint64]*Request // rendezvous receives the sender pushes data to
+	free    *TagMessage         // recycled messages, linked through links[0].next
+	bufs    [tagBufClasses][][]byte
+	lastSrc uint64 // the reply endpoint last looked up
+	lastEP  *Endpoint
+}
+
+func (t *tagWorker) lock() {
+	if t.multi {
+		t.mu.Lock()
+	}
+}
+
+func (t *tagWorker) unlock() {
+	if t.multi {
+		t.mu.Unlock()
+	}
+}
+
+// tagInit prepares the worker for tag matching when its context has
+// FeatureTag: it installs the handlers of the tag messages.
+func (w *Worker) tagInit() error {
+	if w.ctx.features&FeatureTag == 0 {
+		return nil
+	}
+	t := &w.tag
+	t.multi = w.mode == ucs.ThreadModeMulti
+	if p := &w.ctx.params; p.FieldMask&ParamFieldTagSenderMask != 0 {
+		t.m.senderMask = p.TagSenderMask
+	}
+	t.frags = map[fragKey]fragDest{}
+	t.sends = map[uint64]*tagOp{}
+	t.recvs = map[uint64]*Request{}
+	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP}
+	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP}
+	if err := w.setProtoHandlers(ids, fns); err != nil {
+		return err
+	}
+	t.enabled = true
+	return nil
+}
+
+// tagCheck checks that the worker may do tag matching.
+func (w *Worker) tagCheck(what string) error {
+	if w.closed.Load() {
+		return fmt.Errorf("ucp %s: %w", what, errClosed)
+	}
+	if !w.tag.enabled {
+		return fmt.Errorf("ucp %s: the context was created without FeatureTag: %w", what, ucs.ErrInvalidParam)
+	}
+	return nil
+}
+
+// newID returns a number for a message, a send or a receive; the tag lock
+// is held.
+func (t *tagWorker) newID() uint64 {
+	t.nextID++
+	return t.nextID
+}
+
+// Buffers of the worker's own, for unexpected data a transport does not
+// let it keep: free lists by power-of-two size, from 64 bytes to 64 KiB.
+const (
+	tagBufMin     = 6
+	tagBufClasses = 11
+)
+
+// getBuf returns a buffer of n bytes; the tag lock is held.
+func (t *tagWorker) getBuf(n int) []byte {
+	c := max(bits.Len(uint(n-1)), tagBufMin) - tagBufMin
+	if n <= 0 || c >= tagBufClasses {
+		return make([]byte, n)
+	}
+	if l := t.bufs[c]; len(l) > 0 {
+		b := l[len(l)-1]
+		t.bufs[c] = l[:len(l)-1]
+		return b[:n]
+	}
+	return make([]byte, n, 1<<(c+tagBufMin))
+}
+
+// putBuf gives back a buffer from getBuf; the tag lock is held.
+func (t *tagWorker) putBuf(b []byte) {
+	c := bits.Len(uint(cap(b))) - 1 - tagBufMin
+	if c < 0 || c >= tagBufClasses || cap(b) != 1<<(c+tagBufMin) || len(t.bufs[c]) >= 64 {
+		return
+	}
+	t.bufs[c] = append(t.bufs[c], b[:0])
+}
+
+// newMsg returns an unexpected message; the tag lock is held.
+func (t *tagWorker) newMsg() *TagMessage {
+	if m := t.free; m != nil {
+		t.free = m.links[0].next
+		m.links[0].next = nil
+		return m
+	}
+	return new(TagMessage)
+}
+
+// keepPart stores data of an unexpected message: the transport's buffer
+// raw is held when flags allow it (the handler then returns InProgress),
+// and data copied into a buffer of the worker's otherwise. It returns the
+// handler's status. The tag lock is held.
+func (t *tagWorker) keepPart(m *TagMessage, wi *workerIface, data, raw []byte, flags uint32) ucs.Status {
+	if flags&uct.CBParamFlagDesc != 0 {
+		m.parts = append(m.parts, tagPart{data: data, raw: raw, wi: wi})
+		return ucs.InProgress
+	}
+	b := t.getBuf(len(data))
+	copy(b, data)
+	m.parts = append(m.parts, tagPart{data: b})
+	return ucs.OK
+}
+
+// releaseMsg gives back what an unexpected message holds; the tag lock is
+// held.
+func (t *tagWorker) releaseMsg(m *TagMessage) {
+	for i := range m.parts {
+		t.releasePart(&m.parts[i])
+	}
+	if m.raw != nil {
+		m.wi.iface.ReleaseDesc(m.raw)
+	}
+	m.done = true
+	if m.probed {
+		return // its handle may still be held: let the collector have it
+	}
+	parts := m.parts[:0]
+	*m = TagMessage{parts: parts}
+	m.links[0].next = t.free
+	t.free = m
+}
+
+func (t *tagWorker) releasePart(p *tagPart) {
+	if p.raw != nil {
+		p.wi.iface.ReleaseDesc(p.raw)
+	} else {
+		t.putBuf(p.data)
+	}
+	*p = tagPart{}
+}
+
+// replyEP returns the worker's endpoint to the worker uid, or nil; the
+// tag lock is not held.
+func (w *Worker) replyEP(uid uint64) *Endpoint {
+	t := &w.tag
+	t.lock()
+	if ep := t.lastEP; ep != nil && t.lastSrc == uid && ep.dead() == ucs.OK {
+		t.unlock()
+		return ep
+	}
+	t.unlock()
+	ep := w.epByUID(uid)
+	if ep != nil {
+		t.lock()
+		t.lastSrc, t.lastEP = uid, ep
+		t.unlock()
+	}
+	return ep
+}
+
+// TagSendNBX sends buf as a message with tag to the endpoint's worker
+// (ucp_tag_send_nbx); param's datatype may describe other data (an iov, a
+// generic datatype; buf is then nil or the generic buffer). It returns
+// (nil, nil) when the data may be reused at once, or a request that
+// completes when it may. It fails with ucs.ErrInvalidParam without
+// FeatureTag or for a bad datatype, with the endpoint's error on a failed
+// or closed endpoint, with ucs.ErrNoResource under OpAttrFlagForceImmCmpl
+// when the send cannot complete at once, and with the transport's error
+// otherwise.
+func (ep *Endpoint) TagSendNBX(buf []byte, tag uint64, param *RequestParam) (*Request, error) {
+	return ep.tagSend(buf, tag, param, false)
+}
+
+// TagSendSyncNBX is TagSendNBX for a message whose send completes only
+// once a receive on the peer took it (ucp_tag_send_sync_nbx); it never
+// completes at once.
+func (ep *Endpoint) TagSendSyncNBX(buf []byte, tag uint64, param *RequestParam) (*Request, error) {
+	return ep.tagSend(buf, tag, param, true)
+}
+
+// TagSendNB is the older form of TagSendNBX (ucp_tag_send_nb): count
+// elements of datatype dt in buffer (a []byte for a contiguous datatype, a
+// [][]byte for DatatypeIOV, what StartPack takes for a generic one). cb,
+// if not nil, is called when a send that did not complete at once
+// completes.
+func (ep *Endpoint) TagSendNB(buffer any, count int, dt Datatype, tag uint64, cb SendCallback) (*Request, error) {
+	it, err := dtFromArgs(buffer, count, dt, false)
+	if err != nil {
+		return nil, fmt.Errorf("ucp tag send: %w", err)
+	}
+	p := RequestParam{}
+	if cb != nil {
+		p.SetCallback(cb)
+	}
+	return ep.tagSendIter(it, tag, &p, false)
+}
+
+// TagSendSyncNB is the older form of TagSendSyncNBX (ucp_tag_send_sync_nb),
+// with the arguments of TagSendNB.
+func (ep *Endpoint) TagSendSyncNB(buffer any, count int, dt Datatype, tag uint64, cb SendCallback) (*Request, error) {
+	it, err := dtFromArgs(buffer, count, dt, false)
+	if err != nil {
+		return nil, fmt.Errorf("ucp tag send sync: %w", err)
+	}
+	p := RequestParam{}
+	if cb != nil {
+		p.SetCallback(cb)
+	}
+	return ep.tagSendIter(it, tag, &p, true)
+}
+
+// TagRecvNBX receives into buf the first message whose tag matches tag in
+// the bits of mask (ucp_tag_recv_nbx); param's datatype may describe
+// another buffer (an iov, a generic datatype). When an eager message that
+// arrived already is taken whole, it returns (nil, nil), or
+// ucs.ErrMessageTruncated when buf was too short, and fills in
+// param.RecvInfo if set; with OpAttrFlagNoImmCmpl it returns a completed
+// request instead, after calling param.RecvCallback. Otherwise it returns
+// a request, which completes (RecvCallback) when the message is in buf
+// (for a rendezvous message whose data could be copied at once, before
+// the call returns); it can be canceled while no message matched it. It fails with
+// ucs.ErrInvalidParam without FeatureTag or for a bad datatype, and with
+// ucs.ErrNoResource under OpAttrFlagForceImmCmpl when it cannot complete
+// at once.
+func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (*Request, error) {
+	if err := w.tagCheck("tag recv"); err != nil {
+		return nil, err
+	}
+	it, err := dtFromParam(buf, param, true)
+	if err != nil {
+		return nil, fmt.Errorf("ucp tag recv: %w", err)
+	}
+	return w.tagRecv(it, tag, mask, param, nil)
+}
+
+// TagRecvNB is the older form of TagRecvNBX (ucp_tag_recv_nb): count
+// elements of datatype dt in buffer (see TagSendNB). It always returns a
+// request; cb, if not nil, is called when it completes (before the call
+// returns when a message that arrived already completes it).
+func (w *Worker) TagRecvNB(buffer any, count int, dt Datatype, tag, mask uint64, cb TagRecvCallback) (*Request, error) {
+	if err := w.tagCheck("tag recv"); err != nil {
+		return nil, err
+	}
+	it, err := dtFromArgs(buffer, count, dt, true)
+	if err != nil {
+		return nil, fmt.Errorf("ucp tag recv: %w", err)
+	}
+	p := RequestParam{OpAttrMask: OpAttrFlagNoImmCmpl}
+	if cb != nil {
+		p.SetTagRecvCallback(cb)
+	}
+	return w.tagRecv(it, tag, mask, &p, nil)
+}
+
+// TagRecvNBR is TagRecvNB into request memory of the caller's
+// (ucp_tag_recv_nbr), without a callback: Request.TagRecvRequestTest tells when
+// it completed. It returns nil when the receive started (or completed).
+func (w *Worker) TagRecvNBR(buffer any, count int, dt Datatype, tag, mask uint64, req *Request) error {
+	if req == nil {
+		return fmt.Errorf("ucp tag recv nbr: no request: %w", ucs.ErrInvalidParam)
+	}
+	if err := w.tagCheck("tag recv"); err != nil {
+		return err
+	}
+	it, err := dtFromArgs(buffer, count, dt, true)
+	if err != nil {
+		return fmt.Errorf("ucp tag recv nbr: %w", err)
+	}
+	p := RequestParam{OpAttrMask: OpAttrFlagNoImmCmpl | OpAttrFieldRequest, Request: req}
+	_, err = w.tagRecv(it, tag, mask, &p, nil)
+	return err
+}
+
+// TagProbeNB looks for a message that arrived and no receive took whose
+// tag matches tag in the bits of mask (ucp_tag_probe_nb), and returns it,
+// or nil. info, if not nil, gets its tag and length. With remove the
+// message leaves the worker's queue: no receive matches it any more, and
+// the caller must receive it with TagMsgRecvNBX. Without remove it stays
+// queued, and the handle is only good for looking.
+func (w *Worker) TagProbeNB(tag, mask uint64, remove bool, info *TagRecvInfo) *TagMessage {
+	if w.tagCheck("tag probe") != nil {
+		return nil
+	}
+	t := &w.tag
+	t.lock()
+	m := t.m.searchUnexpected(tag, mask, remove)
+	if m != nil {
+		if info != nil {
+			*info = TagRecvInfo{SenderTag: m.tag, Length: m.length}
+		}
+		if remove {
+			m.probed = true
+		}
+	}
+	t.unlock()
+	return m
+}
+
+// TagMsgRecvNBX receives the message msg that TagProbeNB removed into buf
+// (ucp_tag_msg_recv_nbx), as TagRecvNBX receives a matched message. It
+// fails with ucs.ErrInvalidParam for a nil handle or one received already.
+func (w *Worker) TagMsgRecvNBX(buf []byte, msg *TagMessage, param *RequestParam) (*Request, error) {
+	if err := w.tagCheck("tag msg recv"); err != nil {
+		return nil, err
+	}
+	it, err := dtFromParam(buf, param, true)
+	if err != nil {
+		return nil, fmt.Errorf("ucp tag msg recv: %w", err)
+	}
+	return w.tagRecv(it, 0, 0, param, msg)
+}
+
+// TagMsgRecvNB is the older form of TagMsgRecvNBX (ucp_tag_msg_recv_nb),
+// with the arguments of TagRecvNB.
+func (w *Worker) TagMsgRecvNB(buffer any, count int, dt Datatype, msg *TagMessage, cb TagRecvCallback) (*Request, error) {
+	if err := w.tagCheck("tag msg recv"); err != nil {
+		return nil, err
+	}
+	it, err := dtFromArgs(buffer, count, dt, true)
+	if err != nil {
+		return nil, fmt.Errorf("ucp tag msg recv: %w", err)
+	}
+	p := RequestParam{OpAttrMask: OpAttrFlagNoImmCmpl}
+	if cb != nil {
+		p.SetTagRecvCallback(cb)
+	}
+	return w.tagRecv(it, 0, 0, &p, msg)
+}
+
+// TagRecvRequestTest returns the status of a tag receive, as Status does
+// (ucp_tag_recv_request_test), and once it completed fills in info with
+// the message's tag and length.
+func (r *Request) TagRecvRequestTest(info *TagRecvInfo) error { return r.Test(info) }
+
+// tagRecv posts a receive of data it, of tag under mask or of the probed
+// message msg.
+func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *TagMessage) (*Request, error) {
+	t := &w.tag
+	flags := sendFlags(param)
+	t.lock()
+	if msg != nil {
+		if msg.done || (!msg.probed && !msg.queued) {
+			t.unlock()
+			it.finish()
+			return nil, fmt.Errorf("ucp tag msg recv: message handle received already: %w", ucs.ErrInvalidParam)
+		}
+		t.m.removeUnexpected(msg)
+	} else {
+		msg = t.m.searchUnexpected(tag, mask, true)
+	}
+	if msg == nil {
+		if flags&OpAttrFlagForceImmCmpl != 0 {
+			t.unlock()
+			it.finish()
+			return nil, fmt.Errorf("ucp tag recv: no message yet: %w", ucs.ErrNoResource)
+		}
+		r := w.newRecv(param, it)
+		r.tr.tag, r.tr.mask = tag, mask
+		t.m.post(r)
+		t.unlock()
+		return r, nil
+	}
+	if msg.kind == msgEager {
+		// The common unexpected message: complete at once.
+		info := TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
+		wi := msg.wi
+		st := ucs.OK
+		if len(msg.parts) > 0 {
+			st = it.unpack(0, msg.parts[0].data)
+		}
+		ack := msg.ackOf()
+		t.releaseMsg(msg)
+		t.unlock()
+		w.tagAck(ack)
+		if flags&OpAttrFlagNoImmCmpl != 0 {
+			r := w.newRecv(param, it)
+			r.tr.info = info
+			r.proto, r.rwi = protoTagRecvEager, wi
+			r.complete(st)
+			return r, nil
+		}
+		it.finish()
+		if st == ucs.OK && param != nil && param.OpAttrMask&OpAttrFieldRecvInfo != 0 && param.RecvInfo != nil {
+			*param.RecvInfo = info
+		}
+		return nil, st.Err()
+	}
+	if flags&OpAttrFlagForceImmCmpl != 0 && (msg.kind != msgFrag || msg.got < msg.length) {
+		// It cannot complete at once: leave the message where it was.
+		if !msg.probed {
+			t.m.addUnexpected(msg)
+		}
+		t.unlock()
+		it.finish()
+		return nil, fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)
+	}
+	r := w.newRecv(param, it)
+	r.tr.info = TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
+	if msg.kind == msgFrag {
+		r.rwi = msg.wi
+		ack := msg.ackOf()
+		done := w.tagTakeFrag(r, msg)
+		t.unlock()
+		w.tagAck(ack)
+		switch {
+		case !done:
+			return r, nil
+		case flags&OpAttrFlagNoImmCmpl != 0:
+			r.complete(r.tr.status)
+			return r, nil
+		}
+		// All of it had arrived: complete at once, without a callback.
+		st, info := r.tr.status, r.tr.info
+		r.finish(st)
+		r.release()
+		if st == ucs.OK && param != nil && param.OpAttrMask&OpAttrFieldRecvInfo != 0 && param.RecvInfo != nil {
+			*param.RecvInfo = info
+		}
+		return nil, st.Err()
+	}
+	// A rendezvous request: the request is returned, even when the data
+	// came through mapped memory at once (its callback then ran already).
+	rts := rtsInfo{tag: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}
+	t.unlock()
+	w.tagRndvMatched(r, &rts)
+	t.lock()
+	t.releaseMsg(msg)
+	t.unlock()
+	return r, nil
+}
+
+// newRecv returns a receive request of data it.
+func (w *Worker) newRecv(param *RequestParam, it dtIter) *Request {
+	r := w.newRequest(param)
+	r.recv, r.dt, r.size = true, it, it.length
+	r.tr = tagRecvState{status: ucs.OK}
+	r.proto = protoTagRecv
+	return r
+}
+
+// tagTakeFrag gives the unexpected fragmented message msg to the receive
+// r: the data that arrived goes into r's buffer, and the fragments still
+// to come will follow it. It reports whether the message is complete (the
+// caller then completes r). The tag lock is held.
+func (w *Worker) tagTakeFrag(r *Request, msg *TagMessage) bool {
+	t := &w.tag
+	r.proto = protoTagRecvEager
+	off := 0
+	for i := range msg.parts {
+		if st := r.dt.unpack(off, msg.parts[i].data); st != ucs.OK && r.tr.status == ucs.OK {
+			r.tr.status = st
+		}
+		off += len(msg.parts[i].data)
+	}
+	r.tr.got = msg.got
+	done := msg.got == msg.length
+	if !done {
+		t.frags[fragKey{msg.src, msg.msg}] = fragDest{r: r}
+	}
+	t.releaseMsg(msg)
+	return done
+}
+
+// ackOf returns the acknowledgement a receive that takes m owes its
+// sender (none for a message not sent sync).
+func (m *TagMessage) ackOf() tagAckTo {
+	if !m.sync || m.kind == msgRTS {
+		return tagAckTo{}
+	}
+	return tagAckTo{src: m.src, sreq: m.sreq}
+}
+
+// Protocol names of receives, as Request.Query reports them.
+const (
+	protoTagRecv        = "tag/recv"
+	protoTagRecvEager   = "tag/recv/eager"
+	protoTagRecvRkeyPtr = "tag/recv/rndv/rkey_ptr"
+	protoTagRecvGet     = "tag/recv/rndv/get/zcopy"
+	protoTagRecvAM      = "tag/recv/rndv/am"
+	protoTagRecvPut     = "tag/recv/rndv/put/zcopy"
+)
+
+// tagCancel cancels the tag receive r if no message matched it yet; it
+// reports whether it did (r is then complete with ucs.ErrCanceled).
+func (w *Worker) tagCancel(r *Request) bool {
+	t := &w.tag
+	t.lock()
+	ok := t.m.unpost(r)
+	t.unlock()
+	if ok {
+		r.complete(ucs.ErrCanceled)
+	}
+	return ok
+}
+
+// tagFailEP ends what waits for the peer of ep, which failed or closed
+// with st: the sends that wait for its acknowledgement or rendezvous
+// reply, and the rendezvous receives it was to push data to.
+func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
+	t := &w.tag
+	if !t.enabled {
+		return
+	}
+	var ops []*tagOp
+	var recvs []*Request
+	t.lock()
+	for id, op := range t.sends {
+		if op.ep == ep {
+			delete(t.sends, id)
+			ops = append(ops, op)
+		}
+	}
+	for id, r := range t.recvs {
+		if r.tr.ep == ep {
+			delete(t.recvs, id)
+			recvs = append(recvs, r)
+		}
+	}
+	if t.lastEP == ep {
+		t.lastEP = nil
+	}
+	t.unlock()
+	for _, op := range ops {
+		op.comp.Invoke(st)
+	}
+	for _, r := range recvs {
+		w.tagRecvDone(r, st)
+	}
+}
+
+// tagDestroy gives back what the worker's unexpected messages hold, and
+// completes the receives no message matched with ucs.ErrCanceled.
+func (w *Worker) tagDestroy() {
+	t := &w.tag
+	if !t.enabled {
+		return
+	}
+	var posted []*Request
+	t.lock()
+	for m := t.m.unexpAll.head; m != nil; m = t.m.unexpAll.head {
+		t.m.removeUnexpected(m)
+		t.releaseMsg(m)
+	}
+	for _, qs := range []*[tagHashSize]reqQueue{&t.m.expHash, &t.m.expSrc} {
+		for k := range qs {
+			for r := qs[k].head; r != nil; r = qs[k].head {
+				t.m.unpost(r)
+				posted = append(posted, r)
+			}
+		}
+	}
+	for r := t.m.expWild.head; r != nil; r = t.m.expWild.head {
+		t.m.unpost(r)
+		posted = append(posted, r)
+	}
+	t.unlock()
+	for _, r := range posted {
+		r.complete(ucs.ErrCanceled)
+	}
+}
+
+// tagLogf logs a problem of the worker's tag protocols. A peer can cause
+// these (malformed or stray messages), so they share the worker's limited
+// log with the software protocols' warnings.
+func (w *Worker) tagLogf(format string, args ...any) {
+	w.swWarnf(format, args...)
+}

@@ -1,0 +1,422 @@
+package ucp
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// The rendezvous protocol of tag messages.
+//
+// The sender announces the message with an RTS: its tag, its length, its
+// send number and, when the data is one buffer that a lane from the
+// receiver can reach, the data's address and packed key (of the memory
+// handle the caller passed, of mapped memory the data lies in, or of a
+// registration made for this send). The send waits in the worker's sends.
+//
+// When a receive matched the RTS, the receiver takes the data, as
+// UCX_RNDV_SCHEME allows:
+//
+//   - rkey_ptr (auto): the key's memory is mapped here (shared memory): the
+//     data is copied (unpacked) straight from it;
+//   - get zcopy (auto, get_zcopy): a lane to the sender gets with the key
+//     (cma, tcp, self): the data is read into the receive's buffer in
+//     gets of at most the lane's limit, all in flight at once;
+//   - put zcopy (put_zcopy): the receiver sends, with its RTR, the packed
+//     key of the receive's buffer (mapped memory, or registered for the
+//     receive) and its address; the sender puts the data there (copies it,
+//     where the receiver's memory is mapped at the sender) and then sends
+//     an ATP on the AM lane, which a transport cannot deliver before the
+//     data: the sender puts only on the AM lane's connection or through a
+//     transport done when its call returns, and pushes otherwise;
+//   - am (otherwise: no key, a generic receive datatype, or am): the
+//     receiver asks with an RTR, and the sender pushes the data in
+//     fragments (zero-copy where the lane has it), which the receiver
+//     unpacks as they come: a pipeline, in which no copy of the whole
+//     message is ever made, so a generic datatype's data goes in pieces.
+//
+// After rkey_ptr and get, the receiver acknowledges (ATS, with the status
+// of its get) and the send completes; after put and am, the send completes
+// when the transport is done with the data it put or pushed. A message
+// longer than the receive's buffer is acknowledged at once, without a
+// transfer, and the receive completes with ucs.ErrMessageTruncated.
+
+// rtsInfo is what a rendezvous request announces.
+type rtsInfo struct {
+	tag, src, sreq uint64
+	length         int
+	raddr          uint64
+	key            []byte
+	sync           bool
+}
+
+// tagRndvStart prepares op, a rendezvous send, for its RTS.
+func (ep *Endpoint) tagRndvStart(op *tagOp, param *RequestParam, sync bool) error {
+	w := ep.w
+	var key []byte
+	raddr := uint64(0)
+	if sch := w.ctx.rndvSch; op.dt.isContig() && op.dt.length > 0 && sch != rndvAM && sch != rndvPut {
+		key, op.memh = w.rndvKey(ep, op.dt.contig, param, false)
+		if key != nil && tagRTSHdrLen+len(key) <= op.th.lim.bcopy {
+			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(op.dt.contig))))
+		} else {
+			key = nil
+			if op.memh != nil {
+				w.ctx.MemUnmap(op.memh)
+				op.memh = nil
+			}
+		}
+	}
+	flags := uint64(0)
+	if sync {
+		flags |= tagRTSSync
+	}
+	op.hlen = tagRTSHdrLen
+	put64(op.hdr[:], op.tag, w.uid, op.sreq, uint64(op.dt.length), raddr, flags)
+	op.key = dtIter{contig: key, length: len(key)}
+	return nil
+}
+
+// tagRecvRTS handles a rendezvous request.
+func tagRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, key, err := decodeTag(amTagRTS, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	if h.total > uint64(maxInt) {
+		return w.tagDropped(fmt.Errorf("rendezvous message of %d bytes: %w", h.total, ucs.ErrExceedsLimit))
+	}
+	if len(key) > 0 {
+		if _, err := decodeRkey(key); err != nil {
+			return w.tagDropped(err)
+		}
+	}
+	rts := rtsInfo{tag: h.tag, src: h.src, sreq: h.sreq, length: int(h.total), raddr: h.raddr, key: key, sync: h.flags&tagRTSSync != 0}
+	t := &w.tag
+	t.lock()
+	if r := t.m.match(h.tag); r != nil {
+		t.unlock()
+		w.tagRndvMatched(r, &rts)
+		return ucs.OK
+	}
+	m := t.newMsg()
+	m.tag, m.kind, m.length, m.src, m.sreq, m.raddr, m.sync = h.tag, msgRTS, rts.length, h.src, h.sreq, h.raddr, rts.sync
+	st := ucs.OK
+	switch {
+	case len(key) == 0:
+	case flags&uct.CBParamFlagDesc != 0:
+		m.key, m.raw, m.wi, st = key, data, wi, ucs.InProgress
+	default:
+		st = t.keepPart(m, wi, key, data, flags)
+		m.key = m.parts[0].data
+	}
+	t.m.addUnexpected(m)
+	t.unlock()
+	return st
+}
+
+// tagRndvMatched starts the transfer of rendezvous message rts into the
+// receive r that matched it.
+func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
+	r.tr.info = TagRecvInfo{SenderTag: rts.tag, Length: rts.length}
+	r.tr.src, r.tr.sreq = rts.src, rts.sreq
+	ep := w.replyEP(rts.src)
+	if ep == nil || ep.am == nil {
+		w.tagLogf("rendezvous message from %#x: no endpoint back to the sender", rts.src)
+		r.complete(ucs.ErrUnreachable)
+		return
+	}
+	r.tr.ep, r.lane = ep, ep.am
+	if rts.length > r.dt.length || rts.length == 0 {
+		// Nothing to take (or nothing that fits): the send completes, the
+		// receive is truncated.
+		w.tagCtrl(rts.src, amTagATS, tagATSLen, rts.sreq, 0)
+		st := ucs.OK
+		if rts.length > r.dt.length {
+			st = ucs.ErrMessageTruncated
+		}
+		r.complete(st)
+		return
+	}
+	if sch := w.ctx.rndvSch; len(rts.key) > 0 && (sch == rndvAuto || sch == rndvGet) {
+		if ref := w.rkc.get(ep, rts.key, false); ref != nil {
+			rk := ref.rk
+			if p := rk.direct(rts.raddr, rts.length); p != nil && sch == rndvAuto {
+				r.proto = protoTagRecvRkeyPtr
+				if rk.rma != nil {
+					r.lane = rk.rma.l
+				}
+				st := r.dt.unpack(0, unsafe.Slice((*byte)(p), rts.length))
+				w.rkc.put(ref)
+				w.tagCtrl(rts.src, amTagATS, tagATSLen, rts.sreq, 0)
+				r.complete(st)
+				return
+			}
+			if rk.rma != nil && rk.rma.get && r.dt.canZcopy() {
+				w.tagRndvGet(r, ref, rts)
+				return
+			}
+			w.rkc.put(ref)
+		}
+	}
+	// The sender puts the data into the receive's buffer, or pushes it.
+	var key []byte
+	raddr := uint64(0)
+	r.proto = protoTagRecvAM
+	if w.ctx.rndvSch == rndvPut && r.dt.isContig() {
+		buf := r.dt.contig[:rts.length]
+		if key, r.tr.memh = w.rndvKey(ep, buf, nil, true); key != nil {
+			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+			r.proto = protoTagRecvPut
+		}
+	}
+	t := &w.tag
+	t.lock()
+	r.tr.rreq = t.newID()
+	t.recvs[r.tr.rreq] = r
+	t.unlock()
+	w.tagRTR(ep, rts.sreq, r.tr.rreq, raddr, key)
+}
+
+// tagRTR asks the sender of rendezvous send sreq, through ep, to put the
+// data of receive rreq at raddr with key, or to push it (no key).
+func (w *Worker) tagRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) {
+	op := w.newTagOp(ep, topCtrl)
+	op.th, op.id, op.hlen = ep.thresholds(), amTagRTR, tagRTRLen
+	put64(op.hdr[:], w.uid, sreq, rreq, raddr)
+	op.key = dtIter{contig: key, length: len(key)}
+	switch st := w.protoStart(op); {
+	case st == ucs.OK:
+		op.free()
+	case st.IsErr():
+		w.tagLogf("rendezvous reply to %s: %v", ep.remoteName, st)
+		op.free()
+	}
+}
+
+// tagRecvDone completes r, a rendezvous receive the sender pushes or puts
+// data to, with st, and releases what it registered.
+func (w *Worker) tagRecvDone(r *Request, st ucs.Status) {
+	if m := r.tr.memh; m != nil {
+		r.tr.memh = nil
+		w.ctx.MemUnmap(m)
+	}
+	r.complete(st)
+}
+
+// rndvGetOp is the get of a rendezvous receive: the gets it still has to
+// issue, as an operation of the worker's send queue.
+type rndvGetOp struct {
+	w     *Worker
+	r     *Request
+	ref   *rkeyRef
+	ep    *Endpoint
+	raddr uint64
+	off   int // bytes whose get was issued
+	max   int // the largest get
+	maxIO int // the most iov elements of one get
+	iov   []uct.IOV
+}
+
+// tagRndvGet gets the data of rts into r through the key ref.
+func (w *Worker) tagRndvGet(r *Request, ref *rkeyRef, rts *rtsInfo) {
+	rl := ref.rk.rma
+	at := rl.l.wi.attr
+	g := &rndvGetOp{w: w, r: r, ref: ref, ep: ref.rk.ep, raddr: rts.raddr,
+		max: at.Get.MaxZcopy, maxIO: max(at.Get.MaxIOV, 1)}
+	if g.max <= 0 {
+		g.max = maxInt
+	}
+	r.proto, r.lane, r.tr.rk = protoTagRecvGet, rl.l, ref
+	r.comp = uct.Completion{Count: 1, Func: tagGetDone}
+	switch st := w.protoStart(g); {
+	case st == ucs.OK:
+		g.end(ucs.OK)
+	case st.IsErr():
+		g.end(st)
+	}
+}
+
+func (g *rndvGetOp) endpoint() *Endpoint { return g.ep }
+
+// advance issues the remaining gets (protoOp).
+func (g *rndvGetOp) advance() ucs.Status {
+	r, rl := g.r, g.ref.rk.rma
+	n := r.tr.info.Length
+	for g.off < n {
+		k := min(g.max, n-g.off)
+		g.iov = r.dt.zcopyIOV(g.iov[:0], g.off, k)
+		if len(g.iov) > g.maxIO {
+			k = 0
+			for _, v := range g.iov[:g.maxIO] {
+				k += len(v.Buffer)
+			}
+			g.iov = g.iov[:g.maxIO]
+		}
+		atomic.AddInt32(&r.comp.Count, 1)
+		st := rl.ep.GetZcopy(g.iov, g.raddr+uint64(g.off), rl.rkey, &r.comp)
+		clear(g.iov)
+		switch st {
+		case ucs.InProgress:
+		case ucs.OK:
+			atomic.AddInt32(&r.comp.Count, -1)
+		default:
+			atomic.AddInt32(&r.comp.Count, -1)
+			if st == ucs.ErrNoResource {
+				return st
+			}
+			r.comp.Status = st
+			return g.drop()
+		}
+		g.off += k
+	}
+	return g.drop()
+}
+
+// drop releases the issuer's reference of the receive's completion.
+func (g *rndvGetOp) drop() ucs.Status {
+	if atomic.AddInt32(&g.r.comp.Count, -1) == 0 {
+		if g.r.comp.Status.IsErr() {
+			return g.r.comp.Status
+		}
+		return ucs.OK
+	}
+	return ucs.InProgress
+}
+
+func (g *rndvGetOp) abort(st ucs.Status) {
+	g.r.comp.Status = st
+	if fin := g.drop(); fin != ucs.InProgress {
+		g.end(fin)
+	}
+}
+
+// end finishes the get with st: the sender hears of it, and the receive
+// completes.
+func (g *rndvGetOp) end(st ucs.Status) {
+	g.w.tagGetFinish(g.r, st)
+}
+
+// tagGetDone is the completion of a rendezvous get's last transfer.
+func tagGetDone(c *uct.Completion) {
+	r := (*Request)(unsafe.Pointer(c))
+	st := c.Status
+	if !st.IsErr() {
+		st = ucs.OK
+	}
+	r.w.tagGetFinish(r, st)
+}
+
+// tagGetFinish ends the rendezvous get of r with st.
+func (w *Worker) tagGetFinish(r *Request, st ucs.Status) {
+	if ref := r.tr.rk; ref != nil {
+		r.tr.rk = nil
+		w.rkc.put(ref)
+	}
+	w.tagCtrl(r.tr.src, amTagATS, tagATSLen, r.tr.sreq, uint64(int64(st)))
+	r.complete(st)
+}
+
+// tagRecvATS handles a rendezvous acknowledgement: the send completes.
+func tagRecvATS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	return w.tagRecvReply(amTagATS, data, "rendezvous acknowledgement")
+}
+
+// tagRecvRTR handles a receiver's request for rendezvous data: the send
+// puts it into the receive's buffer (a key came) or pushes it.
+func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, key, err := decodeTag(amTagRTR, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	if len(key) > 0 {
+		if _, err := decodeRkey(key); err != nil {
+			return w.tagDropped(err)
+		}
+	}
+	op := w.tagTakeSend(h.sreq, h.src, "rendezvous reply")
+	if op == nil {
+		return ucs.OK
+	}
+	op.kind, op.rreq, op.off, op.sent = topPush, h.rreq, 0, false
+	op.zcopy = op.dt.canZcopy() && op.th.lim.zcopy > 0 && op.dt.length >= op.th.zcopy
+	op.r.proto = protoTagRndvAM
+	if len(key) > 0 && op.dt.canZcopy() {
+		// Put, where the receiver's memory is mapped here or a lane puts
+		// to it such that the ATP, sent next on the AM lane, cannot arrive
+		// before the data: the same connection, or a transport done when
+		// its call returns. Otherwise the data is pushed.
+		if ref := w.rkc.get(op.ep, key, true); ref != nil {
+			rk := ref.rk
+			if rk.base != nil || (rk.rma != nil && (rk.rma.l == op.ep.am || !rk.rma.l.deferred())) {
+				op.kind, op.ref, op.raddr = topPut, ref, h.raddr
+				op.r.proto = protoTagRndvPut
+			} else {
+				w.rkc.put(ref)
+			}
+		}
+	}
+	// A reference for the code that advances the push, then the reply's
+	// is given up: it came.
+	atomic.AddInt32(&op.comp.Count, 1)
+	op.comp.Invoke(ucs.OK)
+	if st := w.protoStart(op); st != ucs.InProgress {
+		op.end(st)
+	}
+	return ucs.OK
+}
+
+// tagRecvData handles pushed rendezvous data.
+func tagRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, p, err := decodeTag(amTagData, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	t := &w.tag
+	t.lock()
+	r := t.recvs[h.rreq]
+	if r == nil || r.tr.src != h.src || int(h.off) != r.tr.got || len(p) > r.tr.info.Length-r.tr.got {
+		if r != nil && r.tr.src == h.src {
+			delete(t.recvs, h.rreq)
+		} else {
+			r = nil
+		}
+		t.unlock()
+		if r != nil {
+			w.tagRecvDone(r, ucs.ErrIOError)
+		}
+		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d: no such receive or not the next piece: %w", len(p), h.off, h.src, h.rreq, ucs.ErrInvalidParam))
+	}
+	if r.tr.got += len(p); r.tr.got == r.tr.info.Length {
+		delete(t.recvs, h.rreq)
+	}
+	t.unlock()
+	r.tagPiece(int(h.off), p)
+	return ucs.OK
+}
+
+// tagRecvATP handles the sender's word that it put all of a rendezvous
+// message into the receive's buffer.
+func tagRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, _, err := decodeTag(amTagATP, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	t := &w.tag
+	t.lock()
+	r := t.recvs[h.rreq]
+	if r != nil && r.tr.src == h.src && r.tr.got == 0 {
+		delete(t.recvs, h.rreq)
+	} else {
+		r = nil
+	}
+	t.unlock()
+	if r == nil {
+		return w.tagDropped(fmt.Errorf("rendezvous put done from %#x for unknown receive %d: %w", h.src, h.rreq, ucs.ErrInvalidParam))
+	}
+	w.tagRecvDone(r, h.status)
+	return ucs.OK
+}

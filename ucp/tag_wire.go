@@ -1,0 +1,193 @@
+package ucp
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// The wire messages of tag matching. Each has its own uct active-message id,
+// so that the common message, an eager one, carries nothing but the tag in
+// front of its data (as an AMShort header where the lane has it). Headers
+// are little endian; what follows the header is the message's data.
+//
+//	amTagEager      tag u64                                        | data
+//	amTagEagerSync  tag u64, src u64, sreq u64                     | data
+//	amTagFirst      tag u64, src u64, msg u64, total u64, sreq u64 | data
+//	amTagMiddle     src u64, msg u64, off u64                      | data
+//	amTagAck        src u64, sreq u64
+//	amTagRTS        tag u64, src u64, sreq u64, length u64, raddr u64, flags u64 | packed key
+//	amTagATS        src u64, sreq u64, status i64
+//	amTagRTR        src u64, sreq u64, rreq u64, raddr u64         | packed key
+//	amTagData       src u64, rreq u64, off u64                     | data
+//	amTagATP        src u64, rreq u64, status i64
+//
+// src is always the uid of the sending worker; sreq the sender's number of
+// a send that waits for the receiver (a sync send, a rendezvous), 0 for none
+// in amTagFirst; rreq the receiver's number of a rendezvous receive; msg the
+// sender's number of a fragmented eager message. An RTS whose key is empty
+// has raddr 0: the receiver cannot take the data and asks for it (RTR).
+// An RTR with a key (and the address of the receive's buffer) asks the
+// sender to put the data there and then say so (ATP); one without asks it
+// to push the data (amTagData).
+const (
+	amTagEager uint8 = amUCP - 1 - iota
+	amTagEagerSync
+	amTagFirst
+	amTagMiddle
+	amTagAck
+	amTagRTS
+	amTagATS
+	amTagRTR
+	amTagData
+	amTagATP
+)
+
+// Header lengths.
+const (
+	tagEagerHdrLen  = 8
+	tagSyncHdrLen   = 24
+	tagFirstHdrLen  = 40
+	tagMiddleHdrLen = 24
+	tagAckLen       = 16
+	tagRTSHdrLen    = 48
+	tagATSLen       = 24
+	tagRTRLen       = 32
+	tagDataHdrLen   = 24
+	tagATPLen       = 24
+	// tagMaxHeader is the longest header in front of data.
+	tagMaxHeader = tagFirstHdrLen
+)
+
+// tagRTSSync in an RTS's flags: the send is a sync send.
+const tagRTSSync = 1 << 0
+
+// tagMaxEager bounds the length a first fragment announces: the receiver
+// allocates it when the message is unexpected.
+const tagMaxEager = 1 << 30
+
+// tagHeader is the decoded header of a tag message; which fields count
+// depends on the message's id.
+type tagHeader struct {
+	tag, src, sreq, rreq, msg uint64
+	total, off, raddr, flags  uint64
+	status                    ucs.Status
+}
+
+// tagHdrLen returns the header length of tag messages of uct id id, 0 for
+// an id that is not one.
+func tagHdrLen(id uint8) int {
+	switch id {
+	case amTagEager:
+		return tagEagerHdrLen
+	case amTagEagerSync:
+		return tagSyncHdrLen
+	case amTagFirst:
+		return tagFirstHdrLen
+	case amTagMiddle:
+		return tagMiddleHdrLen
+	case amTagAck:
+		return tagAckLen
+	case amTagRTS:
+		return tagRTSHdrLen
+	case amTagATS:
+		return tagATSLen
+	case amTagRTR:
+		return tagRTRLen
+	case amTagData:
+		return tagDataHdrLen
+	case amTagATP:
+		return tagATPLen
+	}
+	return 0
+}
+
+func put64(b []byte, vs ...uint64) {
+	for i, v := range vs {
+		binary.LittleEndian.PutUint64(b[8*i:], v)
+	}
+}
+
+func get64(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
+
+// getStatus reads word i of b as a status; ok is false unless it is OK or
+// an error code.
+func getStatus(b []byte, i int) (st ucs.Status, ok bool) {
+	v := int64(get64(b, i))
+	return ucs.Status(v), v <= 0 && v >= int64(ucs.ErrLast)
+}
+
+// decodeTag parses and checks a tag message of uct id id and returns its
+// header and what follows it (data, or a packed key). Anything a field may
+// not hold fails with ucs.ErrInvalidParam; what it cannot check alone (that
+// a fragment belongs to a message in progress) the receiver checks.
+func decodeTag(id uint8, b []byte) (tagHeader, []byte, error) {
+	var h tagHeader
+	bad := func(format string, args ...any) (tagHeader, []byte, error) {
+		return tagHeader{}, nil, fmt.Errorf("ucp: tag message %d: "+format+": %w", append(append([]any{id}, args...), ucs.ErrInvalidParam)...)
+	}
+	need := tagHdrLen(id)
+	if need == 0 {
+		return bad("unknown")
+	}
+	if len(b) < need {
+		return bad("%d bytes, shorter than its header", len(b))
+	}
+	p := b[need:]
+	switch id {
+	case amTagEager:
+		h.tag = get64(b, 0)
+	case amTagEagerSync:
+		h.tag, h.src, h.sreq = get64(b, 0), get64(b, 1), get64(b, 2)
+		if h.sreq == 0 {
+			return bad("sync message without send number")
+		}
+	case amTagFirst:
+		h.tag, h.src, h.msg, h.total, h.sreq = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3), get64(b, 4)
+		if h.msg == 0 || h.total > tagMaxEager || h.total <= uint64(len(p)) {
+			return bad("first fragment of %d bytes, message %d of %d bytes", len(p), h.msg, h.total)
+		}
+	case amTagMiddle:
+		h.src, h.msg, h.off = get64(b, 0), get64(b, 1), get64(b, 2)
+		if h.msg == 0 || len(p) == 0 || h.off == 0 || h.off >= tagMaxEager {
+			return bad("fragment of %d bytes at %d of message %d", len(p), h.off, h.msg)
+		}
+	case amTagAck:
+		h.src, h.sreq = get64(b, 0), get64(b, 1)
+		if h.sreq == 0 || len(p) != 0 {
+			return bad("acknowledgement of send %d with %d bytes", h.sreq, len(p))
+		}
+	case amTagRTS:
+		h.tag, h.src, h.sreq, h.total, h.raddr, h.flags = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3), get64(b, 4), get64(b, 5)
+		if h.sreq == 0 || h.total > amMaxRndv || h.flags&^tagRTSSync != 0 || len(p) > maxRkeyBlob ||
+			(len(p) == 0) != (h.raddr == 0) || (len(p) > 0 && h.total == 0) {
+			return bad("rendezvous request %d: %d bytes at %#x, flags %#x, key of %d bytes", h.sreq, h.total, h.raddr, h.flags, len(p))
+		}
+	case amTagATS, amTagATP:
+		// The sender's number (ATS) or the receiver's (ATP), and the status
+		// of the transfer.
+		num := get64(b, 1)
+		st, ok := getStatus(b, 2)
+		if num == 0 || len(p) != 0 || !ok {
+			return bad("end of rendezvous request %d, status %d, %d bytes", num, int64(get64(b, 2)), len(p))
+		}
+		h.src, h.status = get64(b, 0), st
+		if id == amTagATS {
+			h.sreq = num
+		} else {
+			h.rreq = num
+		}
+	case amTagRTR:
+		h.src, h.sreq, h.rreq, h.raddr = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3)
+		if h.sreq == 0 || h.rreq == 0 || len(p) > maxRkeyBlob || (len(p) == 0) != (h.raddr == 0) {
+			return bad("rendezvous reply to send %d for receive %d at %#x with a key of %d bytes", h.sreq, h.rreq, h.raddr, len(p))
+		}
+	case amTagData:
+		h.src, h.rreq, h.off = get64(b, 0), get64(b, 1), get64(b, 2)
+		if h.rreq == 0 || len(p) == 0 || h.off >= amMaxRndv {
+			return bad("rendezvous data of %d bytes at %d for receive %d", len(p), h.off, h.rreq)
+		}
+	}
+	return h, p, nil
+}
