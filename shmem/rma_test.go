@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // sliceDiff is cmp.Diff for large slices: cmp only runs when they differ
@@ -366,6 +368,43 @@ func TestPEQuietAndSignalRoutines(t *testing.T) {
 		shmem.PEQuiet(nil) // nothing to wait for
 		checkPanic(t, "PEQuiet of PE n", func() { shmem.PEQuiet([]int{0, n}) }, fmt.Sprintf("shmem.PEQuiet: PE %d is not a PE of the job", n))
 		ctx.Destroy()
+		shmem.BarrierAll()
+		shmem.Free(sig)
+		shmem.Free(data)
+	})
+}
+
+// TestPutSignalOrderAcrossLanes: with UCX_TLS=tcp,posix the heaps are not
+// mapped (they are sysv segments), so puts go over tcp while the signal's
+// atomic goes in software over posix's active messages: the fence between
+// them must keep the signal behind the data even though they travel on
+// different transports. Every PE puts a round's pattern and signals its
+// right neighbour, which checks the pattern when it sees the signal.
+func TestPutSignalOrderAcrossLanes(t *testing.T) {
+	const rounds, words = 300, 512
+	tcpPosix := shmemtest.Transport{Name: "tcp,posix", Env: []string{"UCX_TLS=tcp,posix"}}
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2, 3}, Transports: []shmemtest.Transport{tcpPosix}, Timeout: 60 * time.Second}, func(t *testing.T) {
+		me, n := shmem.MyPE(), shmem.NPEs()
+		data := calloc[int64](t, 2*words)
+		sig := calloc[uint64](t, 1)
+		next := (me + 1) % n
+		src := make([]int64, words)
+		for r := 1; r <= rounds; r++ {
+			for i := range src {
+				src[i] = int64(r*words + i)
+			}
+			half := data[(r%2)*words : (r%2+1)*words]
+			shmem.PutSignal(half, src, &sig[0], 1, shmem.SignalAdd, next)
+			shmem.SignalWaitUntil(&sig[0], shmem.CmpGE, uint64(r))
+			for i, v := range data[(r%2)*words : (r%2+1)*words] {
+				if v != int64(r*words+i) {
+					t.Fatalf("round %d: element %d is %d when the signal came, want %d: the signal overtook the data", r, i, v, r*words+i)
+				}
+			}
+			// The halves alternate; a sync keeps a PE from writing the
+			// half its neighbour still reads two rounds later.
+			shmem.SyncAll()
+		}
 		shmem.BarrierAll()
 		shmem.Free(sig)
 		shmem.Free(data)

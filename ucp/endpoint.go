@@ -501,8 +501,13 @@ func (ep *Endpoint) deferredPaths() bool {
 		paths++
 	}
 	for _, l := range ep.lanes {
-		if l.usage&(usageRMA|usageAMO) != 0 {
+		// The active message lane is a path too: it carries the
+		// software puts and atomics (another transport's, with
+		// UCX_TLS=tcp,posix).
+		if l.usage&(usageRMA|usageAMO|usageAM) != 0 {
 			paths++
+		}
+		if l.usage&(usageRMA|usageAMO) != 0 {
 			deferred = deferred || l.deferred()
 		}
 	}
