@@ -167,10 +167,15 @@ func (e *EP) open(c *net.TCPConn) error {
 func (e *EP) status() ucs.Status { return ucs.Status(e.err.Load()) }
 
 // hasRoom reports whether an operation would be taken now (or fail with the
-// EP's error).
+// EP's error). With the queue full it first writes what the socket takes:
+// a caller that waits for room (a handler sending a reply, which cannot
+// progress the iface) needs no Progress to get it.
 func (e *EP) hasRoom() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if !e.failed && e.queued >= e.iface.cfg.txQueueLen && !e.writing {
+		e.writeQueueLocked()
+	}
 	return e.failed || e.queued < e.iface.cfg.txQueueLen
 }
 

@@ -63,8 +63,8 @@ func (i *Iface) poller() {
 		if closing && i.poll.n.Load() == 0 {
 			return
 		}
-		if !closing && time.Since(last) < delay {
-			// Progress ran lately: it reads.
+		if !closing && (time.Since(last) < delay || i.poll.n.Load() == 0) {
+			// Progress ran lately: it reads. (Or there is nothing to read.)
 			timer.Reset(min(delay, houseEvery))
 			select {
 			case <-timer.C:
