@@ -114,8 +114,22 @@ func BenchmarkGetZcopy8(b *testing.B) {
 // peerRoundTrip connects to a progressing peer and times op, which starts
 // one operation completing comp, waiting for each.
 func peerRoundTrip(b *testing.B, op func(ep *EP, p *peer, comp *uct.Completion) ucs.Status) {
-	p := startPeer(b, testKey)
-	p.progress()
+	peerRoundTripTo(b, false, nil, op)
+}
+
+// peerRoundTripTo is peerRoundTrip to a peer with the iface settings
+// (NAME=value) that progresses, or that computes, calling nothing, when
+// computing is set.
+func peerRoundTripTo(b *testing.B, computing bool, settings []string, op func(ep *EP, p *peer, comp *uct.Completion) ucs.Status) {
+	p := startPeerCmd(b, peerCmd(b), testKey, settings...)
+	if computing {
+		b.Cleanup(p.kill) // before stop, which would wait for the computing
+		if _, err := fmt.Fprintln(p.stdin, "spin 600000"); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		p.progress()
+	}
 	i := openIface(b, testMD(b), nil)
 	uep, err := i.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
 	if err != nil {
@@ -148,6 +162,28 @@ func BenchmarkPeerGet8(b *testing.B) {
 	peerRoundTrip(b, func(ep *EP, p *peer, comp *uct.Completion) ucs.Status {
 		return ep.GetZcopy(iov, p.base, p.rkey.Rkey, comp)
 	})
+}
+
+// BenchmarkPassiveGet8 measures what UCX_TCP_PASSIVE_DELAY costs: an
+// 8-byte get from a peer that progresses (which the poller then leaves
+// alone, looking every delay whether Progress still runs), and from one
+// that computes on every processor, calling nothing (its poller answers,
+// once it gets a processor).
+func BenchmarkPassiveGet8(b *testing.B) {
+	iov := []uct.IOV{{Buffer: make([]byte, 8)}}
+	for _, computing := range []bool{false, true} {
+		for _, delay := range []string{"0", "100us", "1ms", "10ms"} {
+			name := "progressing"
+			if computing {
+				name = "computing"
+			}
+			b.Run(name+"/PASSIVE_DELAY="+delay, func(b *testing.B) {
+				peerRoundTripTo(b, computing, []string{"PASSIVE_DELAY=" + delay}, func(ep *EP, p *peer, comp *uct.Completion) ucs.Status {
+					return ep.GetZcopy(iov, p.base, p.rkey.Rkey, comp)
+				})
+			})
+		}
+	}
 }
 
 // BenchmarkPeerFetchAdd measures an 8-byte fetch-and-add on a word of
