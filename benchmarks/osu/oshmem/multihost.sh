@@ -76,7 +76,14 @@ cat >"$rsh" <<EOF
 host=\$1; shift
 exec nsenter -t "\$(cat "$out/ns/\$host.pid")" -n -i -u -m -- "\$@"
 EOF
-chmod +x "$rsh"
+# oshrun's agent gets its command as one string, for a shell, as ssh does.
+shrsh=$out/ns/nsrsh-sh
+cat >"$shrsh" <<EOF
+#!/bin/sh
+host=\$1; shift
+exec nsenter -t "\$(cat "$out/ns/\$host.pid")" -n -i -u -m -- sh -c "\$*"
+EOF
+chmod +x "$rsh" "$shrsh"
 
 for ppn in $ppns; do
 	np=$((nhosts * ppn))
@@ -86,7 +93,7 @@ for ppn in $ppns; do
 		for r in $(seq "$rounds"); do
 			# shellcheck disable=SC2086
 			timeout 600 oshrun --allow-run-as-root --oversubscribe -np "$np" --host "$hl" --map-by node \
-				--mca plm_rsh_agent "$rsh" --mca oob_tcp_if_include "$subnet.0/24" \
+				--mca plm_rsh_agent "$shrsh" --mca oob_tcp_if_include "$subnet.0/24" \
 				-x UCX_NET_DEVICES=eth0 -x PATH \
 				"$out/bin/osu_oshm" "$t" -precision 3 $args >"$out/oshmem-$t-$nhosts"x"$ppn-$r.txt" 2>"$out/oshmem-$t-$nhosts"x"$ppn-$r.err" || true
 			# shellcheck disable=SC2086
