@@ -29,6 +29,25 @@ func wait(tb testing.TB, i *Iface, op func(comp *uct.Completion) ucs.Status) ucs
 	return comp.Status
 }
 
+// progressLoop calls i.Progress in a loop in a goroutine of its own until
+// the function it returns is called (which may be called more than once),
+// and returns once the loop ended.
+func progressLoop(i *Iface) func() {
+	var stop atomic.Bool
+	var done sync.WaitGroup
+	done.Add(1)
+	go func() {
+		defer done.Done()
+		for !stop.Load() {
+			i.Progress()
+		}
+	}()
+	return func() {
+		stop.Store(true)
+		done.Wait()
+	}
+}
+
 // TestComputingPeerAnswers checks passive progress: a peer process that
 // computes, calling nothing, still applies puts, answers gets and atomics
 // and acknowledges flushes, through its iface's poller, whatever the
@@ -121,15 +140,7 @@ func TestFloodWhileProgress(t *testing.T) {
 				return ucs.OK
 			}, nil, uct.CBFlagSync)
 			region := register(t, md, senders*frames*8+senders*8)
-			var stop atomic.Bool
-			var progressing sync.WaitGroup
-			progressing.Add(1)
-			go func() {
-				defer progressing.Done()
-				for !stop.Load() {
-					target.Progress()
-				}
-			}()
+			stopProgress := progressLoop(target)
 			var wg sync.WaitGroup
 			for s := range senders {
 				wg.Add(1)
@@ -184,8 +195,7 @@ func TestFloodWhileProgress(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}
-			stop.Store(true)
-			progressing.Wait()
+			stopProgress()
 			mem := region.snapshot()
 			for s := range senders {
 				if n := got[s].Load(); n != frames {
@@ -249,15 +259,7 @@ func TestCloseAtEveryStage(t *testing.T) {
 				t.Fatal(err)
 			}
 			ep := uep.(*EP)
-			var stop atomic.Bool
-			var progressing sync.WaitGroup
-			progressing.Add(1)
-			go func() {
-				defer progressing.Done()
-				for !stop.Load() {
-					target.Progress()
-				}
-			}()
+			stopProgress := progressLoop(target)
 			comp := &uct.Completion{}
 			var olds [256]uint64
 			bufs := make([]byte, 256*8)
@@ -289,16 +291,14 @@ func TestCloseAtEveryStage(t *testing.T) {
 				}
 			}
 			if tt.iface {
-				stop.Store(true)
-				progressing.Wait()
+				stopProgress()
 				target.Close()
 			} else {
 				ep.Destroy()
 			}
 			// Every operation completes, with OK or the EP's error.
 			progressUntil(t, func() bool { return atomic.LoadInt32(&comp.Count) == 0 }, src)
-			stop.Store(true)
-			progressing.Wait()
+			stopProgress()
 			if tt.iface {
 				progressUntil(t, func() bool { return ep.status().IsErr() }, src)
 				ep.Destroy()
