@@ -13,7 +13,8 @@
 # Environment: HOSTS (default 2), PPNS (PEs per host, default "1 2"), TESTS
 # (default "put get atomics barrier broadcast reduce collect alltoall"),
 # ROUNDS (default 3), ARGS (extra flags of both sides, e.g. "-max 65536").
-# Both sides use their defaults for transports: shared memory within a
+# Both sides fill each host before the next (PE i < n/2 works with PE
+# i+n/2, on the other host), and use their defaults for transports: shared memory within a
 # host, tcp (the hosts' eth0) between hosts. oshrun binds nothing: each
 # host's daemon would otherwise bind its PEs from core 0 on, and every
 # host's first PE would share one core. Needs root, ip(8), unshare,
@@ -94,7 +95,7 @@ for ppn in $ppns; do
 	for t in $tests; do
 		for r in $(seq "$rounds"); do
 			# shellcheck disable=SC2086
-			timeout 600 oshrun --allow-run-as-root --oversubscribe -np "$np" --host "$hl" --map-by node --bind-to none \
+			timeout 600 oshrun --allow-run-as-root --oversubscribe -np "$np" --host "$hl" --map-by slot --bind-to none \
 				--mca plm_rsh_agent "$shrsh" --mca oob_tcp_if_include "$subnet.0/24" \
 				-x UCX_NET_DEVICES=eth0 -x PATH \
 				"$out/bin/osu_oshm" "$t" -precision 3 $args >"$out/oshmem-$t-$nhosts"x"$ppn-$r.txt" 2>"$out/oshmem-$t-$nhosts"x"$ppn-$r.err" || true
