@@ -14,12 +14,12 @@
 # (default "put get atomics barrier broadcast reduce collect alltoall"),
 # ROUNDS (default 3), ARGS (extra flags of both sides, e.g. "-max 65536").
 # Both sides fill each host before the next (PE i < n/2 works with PE
-# i+n/2, on the other host), and use their defaults for transports: shared memory within a
-# host, tcp (the hosts' eth0) between hosts. oshrun binds nothing: each
-# host's daemon would otherwise bind its PEs from core 0 on, and every
-# host's first PE would share one core. Needs root, ip(8), unshare,
-# nsenter, oshcc and oshrun (Debian: iproute2 util-linux openmpi-bin
-# libopenmpi-dev).
+# i+n/2, on the other host) and use their default transports: shared
+# memory within a host, tcp (the hosts' eth0) between hosts. oshrun binds
+# nothing: each host's daemon would otherwise bind its PEs from core 0
+# on, and every host's first PE would share one core. Needs root, ip(8),
+# unshare, nsenter, oshcc and oshrun (Debian: iproute2 util-linux
+# openmpi-bin libopenmpi-dev).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
