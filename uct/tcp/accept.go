@@ -54,7 +54,7 @@ func (i *Iface) accept() {
 			old.evicted = true
 		}
 		el := i.handshakes.PushBack(&handshaking{conn: c})
-		i.conns[c] = nil
+		i.hsConns[c] = struct{}{}
 		i.wg.Add(1)
 		i.mu.Unlock()
 		if old != nil {
@@ -65,16 +65,12 @@ func (i *Iface) accept() {
 	}
 }
 
-// serve authenticates an accepted connection (el, in i.handshakes) and
-// then applies its frames until it ends.
+// serve authenticates an accepted connection (el, in i.handshakes), takes
+// it out of Go's poller and enters its stream in the poll set, where
+// Progress and the poller read it (rx.go); a connection authenticated
+// after Close began hears the goodbye at once.
 func (i *Iface) serve(c net.Conn, el *list.Element) {
 	defer i.wg.Done()
-	defer func() {
-		c.Close()
-		i.mu.Lock()
-		delete(i.conns, c)
-		i.mu.Unlock()
-	}()
 	from := c.RemoteAddr()
 	epID, err := serverHandshakeEP(c, i.cfg.key, i.id, time.Now().Add(i.cfg.hsTimeout), i.checkEP)
 	if err == nil && epID != 0 {
@@ -85,9 +81,11 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 	if !hs.evicted {
 		i.handshakes.Remove(el)
 	}
+	delete(i.hsConns, c)
 	closed := i.closed
 	i.mu.Unlock()
 	if err != nil {
+		c.Close()
 		if !closed && !hs.evicted {
 			i.warn.refused.Logf("refused a connection from %v: %v", from, err)
 		}
@@ -95,34 +93,23 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 	}
 	tc := c.(*net.TCPConn)
 	i.cfg.setLiveness(tc)
-	s := &rxConn{iface: i, conn: c}
-	in, err := newInStream(i, tc, s, clientToServer, i.cfg.rxSegSize, 64<<10, i.cfg.beatEvery())
+	sk, err := detach(tc)
 	if err != nil {
 		i.warn.closed.Logf("closed the connection from %v: %v", from, err)
 		return
 	}
-	s.in = in
+	s := &rxConn{iface: i, from: from}
+	s.in = newInStream(i, sk, s, clientToServer, i.cfg.rxSegSize, 64<<10, i.cfg.beatEvery())
 	i.mu.Lock()
+	i.rxConns[s] = struct{}{}
+	i.pollAdd(s.in)
 	closed = i.closed
-	if !closed {
-		i.conns[c] = s
-	}
 	i.mu.Unlock()
 	if closed {
-		// Close did not see the stream: say goodbye before reading
-		// anything, so that the client learns what was lost.
-		s.goodbye()
-		return
-	}
-	err = in.run()
-	switch {
-	case errors.Is(err, errEPClosed):
-		// The client closed its EP in order: nothing follows.
-	case i.isClosed():
-		s.goodbye()
-	case err == nil:
-		i.warn.closed.Logf("the connection from %v ended without a goodbye (the peer exited or was killed)", from)
-	default:
-		i.warn.closed.Logf("closed the connection from %v: %v", from, err)
+		// Close did not see the stream: it says goodbye before reading
+		// anything, so that the client learns what was lost. The
+		// poller, which Close keeps until the handshakes returned, ends
+		// it.
+		s.closeInOrder(time.Now().Add(closeLinger))
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -18,15 +16,14 @@ import (
 // connection), but one that is stopped (SIGSTOP), hung, or cut off by the
 // network says nothing at all: its kernel even acknowledges what is sent
 // to a stopped process. So the server side of every connection (the
-// accepted connection's goroutine) sends a frameAlive whenever it wrote
-// nothing else for a fifth of the peer timeout (UCX_TCP_PEER_TIMEOUT,
-// by default the job's GOSHMEM_FAILURE_TIMEOUT), and the EP's reader
-// goroutine fails the EP with ucs.ErrEndpointTimeout once it read nothing
-// for nearly the whole timeout. The heartbeat comes from a goroutine, not
-// from the program: a peer that computes for minutes without calling the
-// library still answers, and so does one whose receive queue is full (its
-// reader waits for room, and beats while it waits). The timeout must be
-// the same in every process of a job.
+// accepted connection's stream) sends a frameAlive whenever it wrote
+// nothing else for a fifth of the peer timeout (UCX_TCP_PEER_TIMEOUT, by
+// default the job's GOSHMEM_FAILURE_TIMEOUT), and the EP fails with
+// ucs.ErrEndpointTimeout once its stream read nothing for nearly the whole
+// timeout. Both are ticks of the iface's poller goroutine (poller.go),
+// not of the program: a peer that computes for minutes without calling
+// the library still beats, and so does one whose receive queue is full.
+// The timeout must be the same in every process of a job.
 //
 // The kernel's keepalive (UCX_TCP_KEEPIDLE, KEEPINTVL, KEEPCNT; by default
 // half the timeout, then five probes a tenth of it apart) also ends idle
@@ -53,42 +50,18 @@ func (c *ifaceConfig) setLiveness(conn *net.TCPConn) {
 }
 
 // tick sends a heartbeat when nothing was written to the client since the
-// last tick. A socket with no room takes none: the client then has bytes
-// to read anyway.
+// last tick. Nothing is sent while a reply waits to be written: the
+// client then has bytes to read anyway.
 func (s *rxConn) tick(uint64) error {
-	if s.sent {
+	if s.sent || len(s.in.out) > 0 {
 		s.sent = false
 		return nil
 	}
-	var b [frameHeaderLen]byte
-	putFrameHeader(b[:], frameAlive, 0, 0)
-	n, err := writeNB(s.in.fd, b[:])
-	switch {
-	case err == unix.EAGAIN:
-		return nil
-	case err != nil:
+	putFrameHeader(s.beat[:], frameAlive, 0, 0)
+	if err := s.in.send(nil, s.beat[:], nil); err != nil {
 		return fmt.Errorf("sending a heartbeat: %w", err)
-	case n < len(b):
-		return s.write(b[n:]) // the rest of the frame must follow
 	}
 	return nil
-}
-
-// beatWhileWaiting arranges for a reader that waits for room in the
-// receive queue (i.mu held, as by rxCond.Wait) to wake at its next tick,
-// so that it keeps beating; the returned function cancels it.
-func (s *rxConn) beatWhileWaiting() (stop func() bool) {
-	i := s.iface
-	every := s.in.every
-	if every <= 0 {
-		return func() bool { return false }
-	}
-	t := time.AfterFunc(every, func() {
-		i.mu.Lock()
-		i.rxCond.Broadcast()
-		i.mu.Unlock()
-	})
-	return t.Stop
 }
 
 // tick fails the EP's stream when it read nothing from the peer, which

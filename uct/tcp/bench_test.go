@@ -1,8 +1,14 @@
 package tcp
 
 import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
 	"runtime"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -94,6 +100,189 @@ func BenchmarkGetZcopy8(b *testing.B) {
 			if x.Progress()+y.Progress() == 0 {
 				idle(spins)
 			}
+		}
+	}
+}
+
+// The two-process benchmarks measure a round trip to a peer process (the
+// test binary run as TestPeerProcess) that calls Progress in a loop, as a
+// process waiting in a barrier does: 8-byte gets and fetch-and-adds, each
+// completed before the next, with their allocations; and, beside them as
+// the floor, BenchmarkSocketPingPong, 8 bytes there and back on a plain
+// loopback socket between two processes that both poll it.
+
+// peerRoundTrip connects to a progressing peer and times op, which starts
+// one operation completing comp, waiting for each.
+func peerRoundTrip(b *testing.B, op func(ep *EP, p *peer, comp *uct.Completion) ucs.Status) {
+	peerRoundTripTo(b, false, nil, op)
+}
+
+// peerRoundTripTo is peerRoundTrip to a peer with the iface settings
+// (NAME=value) that progresses, or that computes, calling nothing, when
+// computing is set.
+func peerRoundTripTo(b *testing.B, computing bool, settings []string, op func(ep *EP, p *peer, comp *uct.Completion) ucs.Status) {
+	p := startPeerCmd(b, peerCmd(b), testKey, settings...)
+	if computing {
+		b.Cleanup(p.kill) // before stop, which would wait for the computing
+		if _, err := fmt.Fprintln(p.stdin, "spin 600000"); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		p.progress()
+	}
+	i := openIface(b, testMD(b), nil)
+	uep, err := i.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer uep.Destroy()
+	ep := uep.(*EP)
+	done := 0
+	comp := &uct.Completion{Func: func(*uct.Completion) { done++ }}
+	b.ReportAllocs()
+	for k := 0; b.Loop(); k++ {
+		comp.Count = 1
+		if st := op(ep, p, comp); st != ucs.InProgress {
+			b.Fatal(st)
+		}
+		for spins := 0; done == k; spins++ {
+			if i.Progress() == 0 {
+				idle(spins)
+			}
+		}
+		if comp.Status != ucs.OK {
+			b.Fatal(comp.Status)
+		}
+	}
+}
+
+// BenchmarkPeerGet8 measures an 8-byte get from another process.
+func BenchmarkPeerGet8(b *testing.B) {
+	iov := []uct.IOV{{Buffer: make([]byte, 8)}}
+	peerRoundTrip(b, func(ep *EP, p *peer, comp *uct.Completion) ucs.Status {
+		return ep.GetZcopy(iov, p.base, p.rkey.Rkey, comp)
+	})
+}
+
+// BenchmarkPassiveGet8 measures what UCX_TCP_PASSIVE_DELAY costs: an
+// 8-byte get from a peer that progresses (which the poller then leaves
+// alone, looking every delay whether Progress still runs), and from one
+// that computes on every processor, calling nothing (its poller answers,
+// once it gets a processor).
+func BenchmarkPassiveGet8(b *testing.B) {
+	iov := []uct.IOV{{Buffer: make([]byte, 8)}}
+	for _, computing := range []bool{false, true} {
+		for _, delay := range []string{"0", "100us", "1ms", "10ms"} {
+			name := "progressing"
+			if computing {
+				name = "computing"
+			}
+			b.Run(name+"/PASSIVE_DELAY="+delay, func(b *testing.B) {
+				peerRoundTripTo(b, computing, []string{"PASSIVE_DELAY=" + delay}, func(ep *EP, p *peer, comp *uct.Completion) ucs.Status {
+					return ep.GetZcopy(iov, p.base, p.rkey.Rkey, comp)
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkPeerFetchAdd measures an 8-byte fetch-and-add on a word of
+// another process.
+func BenchmarkPeerFetchAdd(b *testing.B) {
+	var old uint64
+	peerRoundTrip(b, func(ep *EP, p *peer, comp *uct.Completion) ucs.Status {
+		return ep.AtomicFetch64(uct.AtomicOpAdd, 1, p.base, p.rkey.Rkey, &old, comp)
+	})
+}
+
+// echoEnv makes the test binary TestEchoProcess, the peer of
+// BenchmarkSocketPingPong.
+const echoEnv = "GOSHMEM_TCP_TEST_ECHO"
+
+// TestEchoProcess listens on the loopback, prints its port, and sends
+// back whatever its one connection brings, polling the socket without
+// waiting, until the connection ends.
+func TestEchoProcess(t *testing.T) {
+	if os.Getenv(echoEnv) == "" {
+		t.Skip("helper process of BenchmarkSocketPingPong: runs only with " + echoEnv + " set")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk, err := detach(c.(*net.TCPConn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	for {
+		n, err := readNB(sk.fd, buf)
+		switch {
+		case err == unix.EAGAIN:
+			continue
+		case err != nil || n == 0:
+			os.Exit(0)
+		}
+		for b := buf[:n]; len(b) > 0; {
+			m, err := writeNB(sk.fd, b)
+			if err != nil && err != unix.EAGAIN {
+				os.Exit(1)
+			}
+			b = b[max(m, 0):]
+		}
+	}
+}
+
+// BenchmarkSocketPingPong is the floor of the round trips: 8 bytes to an
+// echoing process and back over a loopback TCP socket (TCP_NODELAY, as
+// the transport's), both sides polling with non-blocking reads, nothing
+// else.
+func BenchmarkSocketPingPong(b *testing.B) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEchoProcess$")
+	cmd.Env = append(os.Environ(), echoEnv+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	var port int
+	if _, err := fmt.Fscan(out, &port); err != nil {
+		b.Fatalf("reading the echo process's port: %v", err)
+	}
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sk, err := detach(c.(*net.TCPConn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sk.close()
+	msg, got := make([]byte, 8), make([]byte, 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		if n, err := writeNB(sk.fd, msg); n != len(msg) || err != nil {
+			b.Fatalf("write: %d, %v", n, err)
+		}
+		for k := 0; k < len(got); {
+			n, err := readNB(sk.fd, got[k:])
+			switch {
+			case err == unix.EAGAIN:
+				continue
+			case err != nil || n == 0:
+				b.Fatalf("read: %d, %v", n, err)
+			}
+			k += n
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -46,12 +47,17 @@ func (e *ifaceClosedError) Error() string {
 	return fmt.Sprintf("the peer iface closed after processing %d frames", e.processed)
 }
 
+// errNoGoodbye is why an EP whose peer closed the connection without a
+// goodbye failed.
+var errNoGoodbye = fmt.Errorf("the peer closed the connection without a goodbye (it exited or was killed): %w", io.EOF)
+
 // Close closes the listener and every accepted connection and EP of the
-// iface, saying goodbye on each (see the top of close.go): the EPs' outstanding
-// operations fail with ucs.ErrCanceled, and the peers' EPs end quietly.
-// It waits for the iface's goroutines to end (for each connection at most
-// a second after its goodbye, when the peer does not close its side), and
-// unregisters Progress from the worker. Queued messages are dropped.
+// iface, saying goodbye on each (see the top of close.go): the EPs'
+// outstanding operations fail with ucs.ErrCanceled, and the peers' EPs end
+// quietly. It waits until every connection ended (at most a second after
+// its goodbye, when the peer does not close its side) and the iface's
+// goroutines returned, and unregisters Progress from the worker. Queued
+// messages are dropped.
 func (i *Iface) Close() {
 	i.mu.Lock()
 	if i.closed {
@@ -63,30 +69,37 @@ func (i *Iface) Close() {
 	for e := range i.eps {
 		eps = append(eps, e)
 	}
-	conns := make(map[net.Conn]*rxConn, len(i.conns))
-	for c, s := range i.conns {
-		conns[c] = s
+	rx := make([]*rxConn, 0, len(i.rxConns))
+	for c := range i.rxConns {
+		rx = append(rx, c)
 	}
-	i.rxCond.Broadcast()
+	hs := make([]net.Conn, 0, len(i.hsConns))
+	for c := range i.hsConns {
+		hs = append(hs, c)
+	}
 	i.mu.Unlock()
-	// A reader waiting for room in the receive queue leaves once it sees
-	// closed; one that reads is kicked, and says goodbye. A connection
-	// still authenticating has closeLinger to finish (its client, which
-	// may think it done, then hears the goodbye rather than an abrupt
-	// end).
-	for c, s := range conns {
-		if s == nil {
-			c.SetDeadline(time.Now().Add(closeLinger))
-			continue
-		}
-		c.SetWriteDeadline(time.Now().Add(closeLinger)) // a client that reads nothing cannot hold it
-		s.in.kick()
+	deadline := time.Now().Add(closeLinger)
+	// A connection still authenticating has closeLinger to finish (its
+	// client, which may think it done, then hears the goodbye rather than
+	// an abrupt end).
+	for _, c := range hs {
+		c.SetDeadline(deadline)
 	}
 	i.ln.Close()
+	for _, c := range rx {
+		c.closeInOrder(deadline)
+	}
 	for _, e := range eps {
 		e.end(ucs.ErrCanceled, nil, true)
 	}
-	i.wg.Wait()
+	i.wg.Wait() // the listener's goroutine and the handshakes
+	// The poller ends the streams: it reads and writes them, whether
+	// Progress runs or not, until each peer closed its side or the
+	// linger ended.
+	i.closing.Store(true)
+	close(i.pollerStop)
+	i.wakePoller()
+	<-i.pollerDone
 	if i.worker != nil {
 		i.worker.ProgressUnregister(i.progID)
 	}
@@ -97,48 +110,98 @@ func (i *Iface) Close() {
 	for _, m := range i.rxq[i.rxHead:] {
 		putBuf(m.data)
 	}
-	i.rxq, i.rxHead, i.rxBytes = nil, 0, 0
+	i.rxq, i.rxHead, i.rxBytes, i.parked = nil, 0, 0, nil
+	i.rxOver.Store(false)
 	i.mu.Unlock()
 	i.warn.flush()
 }
 
-// goodbye tells the client that the iface closes, with the count of its
-// frames processed, and waits for the client to close its side; the
-// stream's goroutine calls it once the stream ended.
-func (s *rxConn) goodbye() {
-	var b [frameHeaderLen + ackBodyLen]byte
-	s.in.mu.Lock()
-	putFrameHeader(b[:], frameIfaceClose, 0, ackBodyLen)
-	binary.LittleEndian.PutUint64(b[frameHeaderLen:], s.processed)
-	s.in.mu.Unlock()
-	c := s.conn.(*net.TCPConn)
-	c.SetWriteDeadline(time.Now().Add(closeLinger))
-	if _, err := c.Write(b[:]); err != nil {
+// closeInOrder says goodbye to the client, with the count of its frames
+// processed (after the reply being written, if any; a frame being read is
+// dropped), then shuts the sending side down and drains until the client
+// closes its side; deadline ends it anyway.
+func (c *rxConn) closeInOrder(deadline time.Time) {
+	s := c.in
+	s.mu.Lock()
+	if s.state != streamOpen {
+		s.mu.Unlock()
 		return
 	}
-	c.CloseWrite()
-	drain(c)
+	if s.inFrame {
+		s.inFrame = false
+		s.h.abort(errGoodbye)
+	}
+	putFrameHeader(c.bye[:], frameIfaceClose, 0, ackBodyLen)
+	binary.LittleEndian.PutUint64(c.bye[frameHeaderLen:], c.processed)
+	s.out = append(s.out, c.bye[:])
+	s.state, s.deadline = streamClosing, deadline
+	s.interest(false, true)
+	// Write it now if the socket takes it; the poller goes on otherwise.
+	n, ended := s.serveLocked(false)
+	_ = n
+	err := s.err
+	s.mu.Unlock()
+	if ended {
+		s.ended(err, false)
+	}
 }
 
-// drain reads and drops what c still receives until the peer closes its
-// side or closeLinger passed, so that closing c then sends no reset.
-func drain(c *net.TCPConn) {
-	c.SetReadDeadline(time.Now().Add(closeLinger))
-	var b [512]byte
-	for {
-		if _, err := c.Read(b[:]); err != nil {
-			return
+// startDrain has the stream of an EP that said goodbye drop what still
+// comes until the peer closes its side, or until deadline.
+func (s *inStream) startDrain(deadline time.Time) {
+	s.mu.Lock()
+	if s.state == streamOpen {
+		if s.inFrame {
+			s.inFrame = false
+			s.h.abort(errGoodbye)
 		}
+		s.state, s.deadline = streamDraining, deadline
+		s.interest(true, false)
+	}
+	s.mu.Unlock()
+	s.interestTx(false)
+}
+
+// ended ends the EP whose stream ended (see frameHandler).
+func (r *epReader) ended(err error) {
+	e := r.e
+	var closed *ifaceClosedError
+	switch {
+	case err == errGoodbye:
+		// This side said goodbye: the EP ended already.
+	case errors.As(err, &closed):
+		e.peerClosed(closed.processed)
+	case err == io.EOF:
+		e.fail(ucs.ErrConnectionReset, errNoGoodbye)
+	default:
+		e.fail(failStatus(err), err)
+	}
+}
+
+// ended forgets the connection, and logs why it ended unless in order
+// (the client's or this side's goodbye, or the iface closing).
+func (c *rxConn) ended(err error) {
+	i := c.iface
+	i.mu.Lock()
+	delete(i.rxConns, c)
+	closed := i.closed
+	i.mu.Unlock()
+	switch {
+	case err == errGoodbye, errors.Is(err, errEPClosed), closed:
+	case err == io.EOF:
+		i.warn.closed.Logf("the connection from %v ended without a goodbye (the peer exited or was killed)", c.from)
+	default:
+		i.warn.closed.Logf("closed the connection from %v: %v", c.from, err)
 	}
 }
 
 // end moves the EP to status st, once: queued frames are dropped and
-// their completions, and those of its gets, signalled with st. A non-nil
-// cause is a failure: it is logged and the iface's error handler called
-// from Progress (unless the iface closes). With bye the EP closes in
-// order (Destroy, iface Close): it says goodbye when the connection is
-// between frames, and its reader then waits for the peer to close;
-// otherwise the connection is closed at once.
+// their completions, and those of its gets and atomics, signalled with
+// st. A non-nil cause is a failure: it is logged and the iface's error
+// handler called from Progress (unless the iface closes). With bye the EP
+// closes in order (Destroy, iface Close): it says goodbye when the
+// connection is between frames, and its stream then drains until the
+// peer closes; otherwise the connection is closed at once.
 func (e *EP) end(st ucs.Status, cause error, bye bool) {
 	e.mu.Lock()
 	e.endLocked(st, cause, bye)
@@ -157,24 +220,16 @@ func (e *EP) endLocked(st ucs.Status, cause error, bye bool) {
 	if bye {
 		e.writing = true // for good: nothing is written after the goodbye
 	}
-	q := e.q
-	e.q, e.queued = nil, 0
-	gets := e.gets
-	e.gets = nil
+	waits := e.takeWaits()
 	// The error becomes visible under i.mu, with the EP queued for the
 	// error handler: Progress, which reads both under i.mu, never sees a
 	// flush end with the error before the handler is due.
 	i := e.iface
 	i.mu.Lock()
 	e.err.Store(int32(st))
-	for _, f := range q {
-		if f.comp != nil {
-			i.comps = append(i.comps, compEvent{f.comp, st})
-		}
-	}
-	for _, g := range gets {
-		if g.comp != nil {
-			i.comps = append(i.comps, compEvent{g.comp, st})
+	for _, w := range waits {
+		if w.comp != nil {
+			i.comps = append(i.comps, compEvent{w.comp, st})
 		}
 	}
 	if cause != nil && !i.closed {
@@ -182,13 +237,16 @@ func (e *EP) endLocked(st ucs.Status, cause error, bye bool) {
 	}
 	closed := i.closed
 	i.mu.Unlock()
-	e.mu.Unlock()
-	close(e.done)
-	if !bye || !e.goodbye() {
-		e.conn.Close()
+	if !e.writing || bye {
+		// A writer that is at it drops the queue once its write returns.
+		e.dropQueueLocked(st)
 	}
-	for _, f := range q {
-		f.release()
+	e.mu.Unlock()
+	if e.in != nil && (!bye || !e.goodbye()) {
+		e.in.end(net.ErrClosed, true)
+	}
+	for _, w := range waits {
+		w.release()
 	}
 	i.markDirty()
 	if cause != nil && !closed && !errors.Is(cause, net.ErrClosed) {
@@ -196,18 +254,30 @@ func (e *EP) endLocked(st ucs.Status, cause error, bye bool) {
 	}
 }
 
-// goodbye writes a frameEPClose, shuts the sending side down and kicks the
-// reader, which then waits for the peer to close; it reports whether the
-// socket took the frame at once.
+// dropQueueLocked drops the frames queued on the failed EP, signalling
+// their completions with st; e.mu is held.
+func (e *EP) dropQueueLocked(st ucs.Status) {
+	for k, f := range e.q {
+		if f.comp != nil {
+			e.iface.pushCompQuiet(f.comp, st)
+		}
+		f.release()
+		e.q[k] = nil
+	}
+	e.q, e.queued = e.q[:0], 0
+}
+
+// goodbye writes a frameEPClose, shuts the sending side down and has the
+// stream drain until the peer closes; it reports whether the socket took
+// the frame at once.
 func (e *EP) goodbye() bool {
 	var b [frameHeaderLen]byte
 	putFrameHeader(b[:], frameEPClose, 0, 0)
-	n, werr := 0, error(nil)
-	if err := e.raw.Control(func(fd uintptr) { n, werr = writeNB(int(fd), b[:]) }); err != nil || werr != nil || n != len(b) {
+	if n, err := e.sock.write(b[:]); err != nil || n != len(b) {
 		return false
 	}
-	e.conn.CloseWrite()
-	e.in.kick()
+	e.sock.shutdownWrite()
+	e.in.startDrain(time.Now().Add(closeLinger))
 	return true
 }
 

@@ -39,6 +39,9 @@ const (
 	// authenticates at once; the oldest is dropped for a new one beyond
 	// it.
 	DefaultMaxHandshakes = 256
+	// DefaultPassiveDelay is how long Progress may go uncalled before the
+	// iface's poller reads the sockets itself (poller.go).
+	DefaultPassiveDelay = time.Millisecond
 	// DefaultPeerTimeout is how long an EP waits without a byte from its
 	// peer before it fails, when neither PEER_TIMEOUT nor
 	// GOSHMEM_FAILURE_TIMEOUT says otherwise.
@@ -62,6 +65,10 @@ const EnvFailureTimeout = "GOSHMEM_FAILURE_TIMEOUT"
 // take a busy peer for a dead one.
 const minPeerTimeout = 100 * time.Millisecond
 
+// maxPassiveDelay bounds PASSIVE_DELAY: passive progress also carries the
+// heartbeats, which a peer waits for.
+const maxPassiveDelay = 10 * time.Second
+
 // EnvKey is the environment variable the job key is taken from when
 // KEY (UCX_TCP_KEY) is not set: the launcher's job key, standard base64.
 const EnvKey = "GOSHMEM_KEY"
@@ -75,6 +82,7 @@ var ifaceConfigTable = []ucs.ConfigField{
 	{Name: "KEEPIDLE", Default: "auto", Doc: "Idle time before the kernel's first tcp keepalive probe; auto: half the peer timeout"},
 	{Name: "KEEPINTVL", Default: "auto", Doc: "Time between tcp keepalive probes; auto: a tenth of the peer timeout"},
 	{Name: "KEEPCNT", Default: "auto", Doc: "Unanswered tcp keepalive probes before the connection fails; auto: 5"},
+	{Name: "PASSIVE_DELAY", Default: DefaultPassiveDelay.String(), Doc: "Time without a progress call after which the iface's poller goroutine reads the sockets itself, so that a process that computes still answers gets and atomics (at most 10s; 0: the poller always reads too, and every frame wakes it)"},
 	{Name: "SEG_SIZE", Default: "8k", Doc: "Largest tcp bcopy operation, in bytes"},
 	{Name: "RX_SEG_SIZE", Default: "64k", Doc: "Largest tcp active message (AM zcopy), in bytes; must be the same in every process of a job"},
 	{Name: "TX_QUEUE_LEN", Default: "4m", Doc: "Bytes an EP queues for sending before operations return no resource"},
@@ -87,7 +95,9 @@ type ifaceConfig struct {
 	key         []byte // handshake key, derived from the job key
 	connTimeout time.Duration
 	hsTimeout   time.Duration // HANDSHAKE_TIMEOUT
-	maxHS       int           // MAX_HANDSHAKES
+	// passiveDelay is PASSIVE_DELAY.
+	passiveDelay time.Duration
+	maxHS        int // MAX_HANDSHAKES
 	// peerTimeout is PEER_TIMEOUT; 0 for inf.
 	peerTimeout time.Duration
 	// keepIdle, keepIntvl and keepCnt are the kernel's keepalive
@@ -150,6 +160,12 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 	if s := get("HANDSHAKE_TIMEOUT"); s != "" {
 		if c.hsTimeout, err = ucs.ParseDuration(s); err != nil || c.hsTimeout == 0 {
 			return c, fmt.Errorf("uct/tcp: %s=%q: %w", name("HANDSHAKE_TIMEOUT"), s, ucs.ErrInvalidParam)
+		}
+	}
+	c.passiveDelay = DefaultPassiveDelay
+	if s := get("PASSIVE_DELAY"); s != "" {
+		if c.passiveDelay, err = ucs.ParseDuration(s); err != nil || c.passiveDelay > maxPassiveDelay {
+			return c, fmt.Errorf("uct/tcp: %s=%q: not a time of at most %v: %w", name("PASSIVE_DELAY"), s, maxPassiveDelay, ucs.ErrInvalidParam)
 		}
 	}
 	if err := c.parseLiveness(get, name); err != nil {

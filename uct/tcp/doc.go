@@ -1,6 +1,6 @@
 // Package tcp is the TCP transport of goshmem (UCX's uct/tcp): active
-// messages and one-sided puts between processes on any hosts that can reach
-// each other over TCP.
+// messages, one-sided puts and gets, and 32- and 64-bit atomics between
+// processes on any hosts that can reach each other over TCP.
 //
 // Importing the package registers the component "tcp" with uct.Register. Its
 // one memory domain, "tcp", registers memory (MemReg) but cannot allocate
@@ -63,13 +63,14 @@
 // After the handshake a connection carries frames: an 8-byte header (type,
 // active message id, reserved zero, body length; see frameHeaderLen) and a
 // body. Client to server: active messages (the message bytes), puts (key
-// id, token, remote address, data), gets, acknowledgement requests (empty)
-// and a goodbye (empty). Server to client: acknowledgements, the number of
-// frames processed so far, sent once the frames before a request were
-// processed; get replies; heartbeats (empty); and a goodbye with the
-// number of frames processed. Everything read from the wire is validated;
-// a malformed frame closes the connection, and the EP fails with
-// ucs.ErrConnectionReset.
+// id, token, remote address, data), gets, atomics (applied by the target
+// with the CPU's atomic instructions; see atomic.go), acknowledgement
+// requests (empty) and a goodbye (empty). Server to client:
+// acknowledgements, the number of frames processed so far, sent once the
+// frames before a request were processed; get and atomic replies;
+// heartbeats (empty); and a goodbye with the number of frames processed.
+// Everything read from the wire is validated; a malformed frame closes the
+// connection, and the EP fails with ucs.ErrConnectionReset.
 //
 // # Closing and failures
 //
@@ -85,11 +86,11 @@
 // A peer that is stopped, hung or cut off by the network says nothing: the
 // server side of every connection sends a heartbeat when it sent nothing
 // else for a fifth of UCX_TCP_PEER_TIMEOUT (by default the job's
-// GOSHMEM_FAILURE_TIMEOUT, else 10s), from a goroutine, so that a peer
-// that computes without calling the library still answers; an EP that
-// heard nothing for that long fails with ucs.ErrEndpointTimeout. The
-// kernel's keepalive (UCX_TCP_KEEPIDLE, KEEPINTVL, KEEPCNT) backs it up
-// for idle connections. See alive.go.
+// GOSHMEM_FAILURE_TIMEOUT, else 10s), from the iface's poller goroutine,
+// so that a peer that computes without calling the library still beats;
+// an EP that heard nothing for that long fails with ucs.ErrEndpointTimeout.
+// The kernel's keepalive (UCX_TCP_KEEPIDLE, KEEPINTVL, KEEPCNT) backs it
+// up for idle connections. See alive.go.
 //
 // What a peer or a stranger can cause at any rate (refused connections,
 // rejected puts and gets, bad frames, messages without a handler) is
@@ -101,8 +102,9 @@
 // EP operations never block. When nothing else is being written on the EP,
 // an operation writes its frame itself with one non-blocking writev (the
 // header and the caller's buffers: zcopy operations copy nothing); what
-// the socket does not take at once is queued, and the EP's writer goroutine
-// writes the queue (through net.Buffers) while operations queue behind it.
+// the socket does not take at once is queued, and written (one writev for
+// the queue) by the next operation, or by Progress or the poller once the
+// socket has room.
 // Short and bcopy operations copy their data and return ucs.OK. Zcopy
 // operations return ucs.OK when the socket took everything at once, and
 // otherwise ucs.InProgress, and their Completion is signalled from
@@ -118,31 +120,42 @@
 // the target received them. Fence returns ucs.OK: the frames of an EP are
 // applied in the order they were issued.
 //
-// # Threading
+// # Threading and progress
+//
+// As UCX's tcp transport does, the worker's progress reads the sockets
+// itself; no goroutine waits for a connection, and no goroutine is woken
+// for a frame that Progress can read.
 //
 //   - One goroutine per listener accepts connections; one per accepted
-//     connection runs the handshake and then reads its frames (and sends
-//     the heartbeats).
-//   - Every connection is read by its goroutine, which waits for data
-//     through Go's network poller, and by Iface.Progress, which asks the
-//     iface's epoll set without waiting which sockets are readable and
-//     reads those itself (see rx.go): a goroutine that spins on Progress
-//     sees a reply without waiting for the scheduler to run another
-//     goroutine, and a process that calls nothing is still served.
-//   - Puts are applied to memory by whichever reads them: the target need
-//     not call anything (passive progress).
+//     connection runs the handshake, and ends.
+//   - After its handshake a connection's socket leaves Go's network poller
+//     (a non-blocking descriptor of the transport's own, in the iface's
+//     epoll set). Iface.Progress asks the set without waiting which
+//     sockets are ready and reads those itself (see rx.go): it applies
+//     puts and atomics, answers gets and atomics with one reply frame
+//     written at once from the reading goroutine, acknowledges flushes,
+//     and completes the gets and fetching atomics of this side's EPs in
+//     the goroutine that polls.
+//   - Passive progress: each iface has one poller goroutine, which steps
+//     in only when Progress has not run for UCX_TCP_PASSIVE_DELAY
+//     (default 1ms; at most 10s). Then it waits on the epoll set itself
+//     and serves what comes as Progress would, until Progress runs again:
+//     a process that computes without calling the library still has its
+//     puts applied, its gets and atomics answered and its flushes
+//     acknowledged, each within about the delay (those that follow at
+//     once). A smaller delay answers such a process sooner and costs a
+//     wake-up of the poller every delay while Progress runs; 0 has the
+//     poller wait on the set beside Progress, woken by every frame. The
+//     poller also sends the heartbeats, checks liveness, and ends the
+//     connections that linger after a goodbye (see poller.go).
 //   - Active messages for handlers installed with uct.CBFlagAsync are
 //     delivered by their reader, at once; those for uct.CBFlagSync
 //     handlers are queued and delivered by Iface.Progress. The queue holds
-//     at most UCX_TCP_RX_QUEUE_LEN bytes: beyond that the reading
-//     goroutine stops reading (Progress reads no more until there is
-//     room), and TCP flow control pushes back on the sender. Handlers get
+//     at most UCX_TCP_RX_QUEUE_LEN bytes: beyond that the connection is
+//     not read (it leaves the epoll set) until Progress made room, and TCP
+//     flow control pushes back on the sender. Handlers get
 //     uct.CBParamFlagDesc and may keep data by returning ucs.InProgress
 //     until Iface.ReleaseDesc.
-//   - Operations write to the socket from the calling goroutine when they
-//     can; one writer goroutine per EP writes what was queued, and one
-//     reader goroutine per EP reads the acknowledgements and get replies
-//     (with Progress, as above).
 //   - Completions, flush completions, EP error handlers and pending requests
 //     are called only from Iface.Progress.
 //

@@ -2,13 +2,10 @@ package tcp
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -66,40 +63,35 @@ func (f *txFrame) release() {
 // EP is a tcp endpoint: an authenticated connection to a peer iface. An
 // operation writes its frame to the socket itself, without blocking, when
 // nothing else is being written; what the socket does not take at once is
-// queued for the EP's writer goroutine. A reader goroutine takes the
-// peer's acknowledgements. Its operations may be called from several
-// goroutines. An EP created with EPParams.Unconnected has no connection
-// until ConnectToEP (see epconn.go); until then its operations fail with
-// ucs.ErrNotConnected.
+// queued, and written by the next operation, or by the iface's Progress
+// (or its poller) once the socket has room. The same readers read the
+// peer's acknowledgements and replies (rx.go). Its operations may be
+// called from several goroutines. An EP created with EPParams.Unconnected
+// has no connection until ConnectToEP (see epconn.go); until then its
+// operations fail with ucs.ErrNotConnected.
 type EP struct {
 	iface  *Iface
-	conn   *net.TCPConn
-	raw    syscall.RawConn
-	in     *inStream // the reader's stream of conn
+	sock   *sock     // the connection's socket; nil until connected
+	in     *inStream // the stream of its replies
 	peer   string
-	wake   chan struct{} // a frame was queued
-	done   chan struct{} // closed when the EP failed or was destroyed
 	issued atomic.Uint64 // frames posted
 	acked  atomic.Uint64 // frames the peer acknowledged
 	err    atomic.Int32  // the ucs.Status the EP failed with, or 0
 	gone   atomic.Bool   // the peer iface closed in order, every operation processed (close.go)
 
-	mu      sync.Mutex // guards the fields below
-	q       []*txFrame
-	spare   []*txFrame
-	queued  int      // bytes queued for the writer or being written by it
-	writing bool     // an operation or the writer is writing
-	wbufs   [][]byte // buffers of a direct write; used by the operation that set writing
-	writeFn func(fd uintptr) bool
-	iov     []unix.Iovec      // writeFn's scratch
-	wn      int               // result of writeFn
-	werr    error             // result of writeFn
-	ackReq  uint64            // frame count of the last acknowledgement request
-	lastOp  uint64            // frame count of the last frame that is not an acknowledgement request
-	failed  bool              // err is set
-	pending uct.PendingGroup  // in iface.pending; Room is hasRoom
-	gets    map[uint64]*getOp // gets waiting for their reply, by id (get.go)
-	getID   uint64            // the id of the last get
+	mu       sync.Mutex // guards the fields below
+	q        []*txFrame
+	queued   int              // bytes queued
+	writing  bool             // an operation, Progress or the poller writes to the socket
+	wbufs    [][]byte         // the buffers of a write; used by whoever set writing
+	iov      []unix.Iovec     // the same, as the kernel's vector
+	ackReq   uint64           // frame count of the last acknowledgement request
+	lastOp   uint64           // frame count of the last frame that is not an acknowledgement request
+	failed   bool             // err is set
+	pending  uct.PendingGroup // in iface.pending; Room is hasRoom
+	waits    []*waitOp        // gets and atomics waiting for their reply, in order (get.go)
+	waitHead int              // waits[:waitHead] were answered
+	opID     uint64           // the id of the last get or fetching atomic
 
 	// Connect to EP (epconn.go).
 	id         uint64 // non-zero for an EP created unconnected
@@ -139,64 +131,83 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 		c.Close()
 		return nil, fmt.Errorf("uct/tcp: ep create: handshake with %s: %w: %w", peer, ucs.ErrUnreachable, err)
 	}
-	e := &EP{
-		iface: i,
-		conn:  c.(*net.TCPConn),
-		peer:  peer,
-		wake:  make(chan struct{}, 1),
-		done:  make(chan struct{}),
-	}
-	e.writeFn = e.writev
+	e := &EP{iface: i, peer: peer}
 	e.pending.Room = e.hasRoom
-	if err := e.open(); err != nil {
-		c.Close()
+	if err := e.open(c.(*net.TCPConn)); err != nil {
 		return nil, fmt.Errorf("uct/tcp: ep create: %w: %w", ucs.ErrIOError, err)
 	}
 	i.mu.Lock()
 	if i.closed {
 		i.mu.Unlock()
-		c.Close()
+		e.sock.close()
 		return nil, fmt.Errorf("uct/tcp: ep create: iface closed: %w", ucs.ErrCanceled)
 	}
 	i.eps[e] = struct{}{}
-	i.wg.Add(2)
+	i.pollAdd(e.in)
 	i.mu.Unlock()
-	go e.writer()
-	go e.reader()
 	return e, nil
+}
+
+// open takes the EP's authenticated connection c out of Go's poller and
+// prepares its stream: the kernel's keepalive, and the reader of the
+// peer's replies. The caller enters the stream in the poll set.
+func (e *EP) open(c *net.TCPConn) error {
+	e.iface.cfg.setLiveness(c)
+	sk, err := detach(c)
+	if err != nil {
+		return err
+	}
+	e.sock = sk
+	e.in = newInStream(e.iface, sk, &epReader{e: e, heard: time.Now()}, serverToClient, 0, 16<<10, e.iface.cfg.checkEvery())
+	e.in.tx = e
+	return nil
 }
 
 // status returns the status the EP failed with, or OK.
 func (e *EP) status() ucs.Status { return ucs.Status(e.err.Load()) }
 
 // hasRoom reports whether an operation would be taken now (or fail with the
-// EP's error).
+// EP's error). With the queue full it first writes what the socket takes:
+// a caller that waits for room (a handler sending a reply, which cannot
+// progress the iface) needs no Progress to get it.
 func (e *EP) hasRoom() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if !e.failed && e.queued >= e.iface.cfg.txQueueLen && !e.writing {
+		e.writeQueueLocked()
+	}
 	return e.failed || e.queued < e.iface.cfg.txQueueLen
 }
 
 // post sends f: it returns ucs.OK when the socket took the whole frame at
-// once, and ucs.InProgress when (the rest of) f was queued for the writer.
-// Unless force is set it fails with ucs.ErrNoResource when
-// UCX_TCP_TX_QUEUE_LEN bytes are queued; it fails with the EP's error when the
-// EP failed. f is released unless it was queued. seq is the frame's number
-// (the issued count with it).
+// once, and ucs.InProgress when (the rest of) f was queued. Unless force
+// is set it fails with ucs.ErrNoResource when UCX_TCP_TX_QUEUE_LEN bytes
+// are queued; it fails with the EP's error when the EP failed. f is
+// released unless it was queued. seq is the frame's number (the issued
+// count with it).
 func (e *EP) post(f *txFrame, force bool) (st ucs.Status, seq uint64) {
 	if tr := e.iface.tracer.Load(); tr != nil {
 		return e.postTraced(tr, f, force)
 	}
-	return e.postFrame(f, force)
+	return e.postOp(f, force, nil, 0)
 }
 
-// postFrame is post without tracing.
-func (e *EP) postFrame(f *txFrame, force bool) (st ucs.Status, seq uint64) {
+// postOp is post without tracing; with w, a get or fetching atomic, it
+// numbers w, writes its id at f.buf[idOff:] and records it as waiting for
+// its reply, unless it fails (ucs.ErrNoResource, or the EP's error): then
+// w is not recorded. A recorded w completes through its completion, also
+// when the EP fails.
+func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status, seq uint64) {
 	e.mu.Lock()
 	if e.failed {
 		e.mu.Unlock()
 		f.release()
 		return e.status(), 0
+	}
+	if !force && e.queued >= e.iface.cfg.txQueueLen && !e.writing {
+		// Sends go out from the caller too: the socket may have room
+		// that no Progress saw yet.
+		e.writeQueueLocked()
 	}
 	if !force && e.queued >= e.iface.cfg.txQueueLen {
 		e.mu.Unlock()
@@ -207,196 +218,145 @@ func (e *EP) postFrame(f *txFrame, force bool) (st ucs.Status, seq uint64) {
 	if f.buf[0] != frameFlush {
 		e.lastOp = seq
 	}
+	if w != nil {
+		e.opID++
+		w.id = e.opID
+		binary.LittleEndian.PutUint64(f.buf[idOff:], w.id)
+		e.waits = append(e.waits, w)
+	}
 	if e.writing || len(e.q) > 0 {
 		e.q = append(e.q, f)
 		e.queued += f.size
+		if !e.writing {
+			e.writeQueueLocked() // in order, behind what waits
+		}
 		e.mu.Unlock()
-		e.wakeWriter()
 		return ucs.InProgress, seq
 	}
 	e.writing = true
 	e.mu.Unlock()
 
 	e.wbufs = f.appendBuffers(e.wbufs[:0])
-	n, err := e.tryWrite(e.wbufs)
+	n, err := e.sock.writev(e.wbufs, &e.iov)
 	clear(e.wbufs)
 	if err != nil {
 		e.mu.Lock()
 		e.writing = false
 		e.mu.Unlock()
 		f.release()
-		e.fail(ucs.ErrConnectionReset, fmt.Errorf("write: %w", err))
+		e.fail(ucs.ErrConnectionReset, err)
+		if w != nil {
+			return ucs.InProgress, seq // the failure completes it
+		}
 		return e.status(), 0
 	}
 	e.mu.Lock()
 	e.writing = false
-	if n == f.size {
-		more := len(e.q) > 0
-		e.mu.Unlock()
-		f.release()
-		if more {
-			e.wakeWriter()
-		}
-		return ucs.OK, seq
-	}
 	if e.failed {
-		// Destroyed meanwhile: the frame is dropped like the queued ones.
+		// Destroyed meanwhile: what is queued is dropped, and so is
+		// the rest of the frame.
+		e.dropQueueLocked(e.status())
 		e.mu.Unlock()
-		if f.comp != nil {
+		if n < f.size && f.comp != nil {
 			e.iface.pushComp(f.comp, e.status())
 		}
 		f.release()
+		if n == f.size {
+			return ucs.OK, seq
+		}
 		return ucs.InProgress, seq
 	}
-	// The rest goes first, before what others queued meanwhile.
+	if n == f.size {
+		if len(e.q) > 0 {
+			e.writeQueueLocked() // others queued meanwhile
+		}
+		e.mu.Unlock()
+		f.release()
+		return ucs.OK, seq
+	}
+	// The rest goes first, before what others queued meanwhile; Progress
+	// writes it once the socket has room.
 	f.off = n
 	e.q = append(e.q, nil)
 	copy(e.q[1:], e.q)
 	e.q[0] = f
 	e.queued += f.size - n
+	e.in.interestTx(true)
 	e.mu.Unlock()
-	e.wakeWriter()
 	return ucs.InProgress, seq
 }
 
-// tryWrite writes bufs to the socket with one non-blocking writev and
-// returns the number of bytes the socket took. Only the goroutine that set
-// e.writing calls it.
-func (e *EP) tryWrite(bufs [][]byte) (int, error) {
-	e.wbufs = bufs
-	err := e.raw.Write(e.writeFn)
-	n, werr := e.wn, e.werr
-	e.wn, e.werr = 0, nil
-	switch {
-	case err != nil:
-		return 0, err
-	case werr == unix.EAGAIN:
-		return 0, nil
-	case werr != nil:
-		return 0, werr
+// maxWriteIOV bounds the buffers of one writev (the kernel's IOV_MAX).
+const maxWriteIOV = 1024
+
+// flushTx writes what the EP's queue holds, as much as the socket takes,
+// unless someone else is writing; Progress and the poller call it when
+// the socket has room.
+func (e *EP) flushTx() {
+	e.mu.Lock()
+	if !e.writing && !e.failed {
+		e.writeQueueLocked()
 	}
-	return n, nil
+	e.mu.Unlock()
 }
 
-// writev is the function of tryWrite's RawConn.Write (a method value made
-// once, so that writes allocate nothing): one attempt, retried only when
-// interrupted.
-func (e *EP) writev(fd uintptr) bool {
-	for {
-		e.wn, e.werr = writevNB(int(fd), e.wbufs, &e.iov)
-		if e.werr != unix.EINTR {
-			return true
+// writeQueueLocked writes the queue with one writev, while nobody else
+// writes: the frames written whole leave it, their completions are
+// signalled from Progress; the socket is polled for room while frames
+// remain. e.mu is held (and released during the write).
+func (e *EP) writeQueueLocked() {
+	if len(e.q) == 0 {
+		return
+	}
+	e.writing = true
+	bufs := e.wbufs[:0]
+	nf := 0
+	for _, f := range e.q {
+		if nf > 0 && len(bufs)+1+len(f.iov) > maxWriteIOV {
+			break
 		}
+		bufs = f.appendBuffers(bufs)
+		nf++
 	}
-}
-
-func (e *EP) wakeWriter() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
+	e.mu.Unlock()
+	n, err := e.sock.writev(bufs, &e.iov)
+	clear(bufs)
+	e.wbufs = bufs[:0]
+	e.mu.Lock()
+	e.writing = false
+	if err != nil {
+		e.mu.Unlock()
+		e.fail(ucs.ErrConnectionReset, err) // completes the queued frames
+		e.mu.Lock()
+		return
 	}
-}
-
-// writer writes the queued frames, as many as are queued in one writev,
-// while no operation writes directly, until the EP fails.
-func (e *EP) writer() {
-	defer e.iface.wg.Done()
-	var bufs net.Buffers
+	if e.failed {
+		e.dropQueueLocked(e.status()) // end left it to this writer
+		return
+	}
 	i := e.iface
-	for {
-		select {
-		case <-e.wake:
-		case <-e.done:
-			return
+	done := 0
+	for done < len(e.q) && n > 0 {
+		f := e.q[done]
+		k := min(n, f.size-f.off)
+		n -= k
+		e.queued -= k
+		if f.off += k; f.off < f.size {
+			break
 		}
-		for {
-			e.mu.Lock()
-			if e.writing || len(e.q) == 0 || e.failed {
-				e.mu.Unlock()
-				break
-			}
-			batch := e.q
-			e.q, e.spare = e.spare, nil
-			e.writing = true
-			e.mu.Unlock()
-			bufs = bufs[:0]
-			size := 0
-			for _, f := range batch {
-				bufs = f.appendBuffers(bufs)
-				size += f.size - f.off
-			}
-			w := bufs // WriteTo consumes its receiver
-			_, err := w.WriteTo(e.conn)
-			clear(bufs)
-			st := ucs.OK
-			if err != nil {
-				e.fail(ucs.ErrConnectionReset, fmt.Errorf("write: %w", err))
-				st = e.status() // ErrCanceled when destroyed meanwhile
-			}
-			ncomp := 0
-			i.mu.Lock()
-			for _, f := range batch {
-				if f.comp != nil {
-					i.comps = append(i.comps, compEvent{f.comp, st})
-					ncomp++
-				}
-			}
-			i.mu.Unlock()
-			for k, f := range batch {
-				f.release()
-				batch[k] = nil
-			}
-			e.mu.Lock()
-			e.writing = false
-			if !e.failed {
-				e.queued -= size
-			}
-			e.spare = batch[:0]
-			e.mu.Unlock()
-			if ncomp > 0 || i.pending.Len() > 0 {
-				i.markDirty()
-			}
-			if err != nil {
-				return
-			}
+		if f.comp != nil {
+			i.pushCompQuiet(f.comp, ucs.OK)
 		}
+		f.release()
+		done++
 	}
-}
-
-// open prepares the EP's connection: the kernel's keepalive, and the
-// stream its reader reads.
-func (e *EP) open() error {
-	var err error
-	if e.raw, err = e.conn.SyscallConn(); err != nil {
-		return err
+	if done > 0 {
+		m := copy(e.q, e.q[done:])
+		clear(e.q[m:])
+		e.q = e.q[:m]
+		i.markDirty() // completions, or room for pending requests
 	}
-	e.iface.cfg.setLiveness(e.conn)
-	e.in, err = newInStream(e.iface, e.conn, &epReader{e: e, heard: time.Now()}, serverToClient, 0, 16<<10, e.iface.cfg.checkEvery())
-	return err
-}
-
-// errNoGoodbye is why an EP whose peer closed the connection without a
-// goodbye failed.
-var errNoGoodbye = fmt.Errorf("the peer closed the connection without a goodbye (it exited or was killed): %w", io.EOF)
-
-// reader reads the peer's acknowledgements, get replies and heartbeats
-// until the connection ends, and then ends the EP (see close.go) and
-// closes the connection.
-func (e *EP) reader() {
-	defer e.iface.wg.Done()
-	defer e.conn.Close()
-	err := e.in.run()
-	var closed *ifaceClosedError
-	switch {
-	case err == errKicked:
-		drain(e.conn) // this side said goodbye
-	case errors.As(err, &closed):
-		e.peerClosed(closed.processed)
-	case err == nil:
-		e.fail(ucs.ErrConnectionReset, errNoGoodbye)
-	default:
-		e.fail(failStatus(err), err)
-	}
+	e.in.interestTx(len(e.q) > 0)
 }
 
 // acknowledged records the peer's acknowledgement of the first n frames.
@@ -584,36 +544,6 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 	putFrameHeader(f.buf, frameAM, id, n)
 	copy(f.buf[frameHeaderLen:], header)
 	return e.postZcopy(f, iov, n-len(header), comp)
-}
-
-// AtomicPost64 fails with ucs.ErrUnsupported: tcp has no atomics.
-func (e *EP) AtomicPost64(uct.AtomicOp, uint64, uint64, uint64) ucs.Status {
-	return ucs.ErrUnsupported
-}
-
-// AtomicPost32 fails with ucs.ErrUnsupported: tcp has no atomics.
-func (e *EP) AtomicPost32(uct.AtomicOp, uint32, uint64, uint64) ucs.Status {
-	return ucs.ErrUnsupported
-}
-
-// AtomicFetch64 fails with ucs.ErrUnsupported: tcp has no atomics.
-func (e *EP) AtomicFetch64(uct.AtomicOp, uint64, uint64, uint64, *uint64, *uct.Completion) ucs.Status {
-	return ucs.ErrUnsupported
-}
-
-// AtomicFetch32 fails with ucs.ErrUnsupported: tcp has no atomics.
-func (e *EP) AtomicFetch32(uct.AtomicOp, uint32, uint64, uint64, *uint32, *uct.Completion) ucs.Status {
-	return ucs.ErrUnsupported
-}
-
-// AtomicCSwap64 fails with ucs.ErrUnsupported: tcp has no atomics.
-func (e *EP) AtomicCSwap64(uint64, uint64, uint64, uint64, *uint64, *uct.Completion) ucs.Status {
-	return ucs.ErrUnsupported
-}
-
-// AtomicCSwap32 fails with ucs.ErrUnsupported: tcp has no atomics.
-func (e *EP) AtomicCSwap32(uint32, uint32, uint64, uint64, *uint32, *uct.Completion) ucs.Status {
-	return ucs.ErrUnsupported
 }
 
 // Flush returns OK when the peer acknowledged every frame issued on the EP

@@ -62,14 +62,11 @@ func (i *Iface) createUnconnected(params *uct.EPParams) (uct.EP, error) {
 	}
 	e := &EP{
 		iface:  i,
-		wake:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
 		id:     randomID(),
 		unconn: true,
 		failed: true,
 	}
 	e.err.Store(int32(ucs.ErrNotConnected))
-	e.writeFn = e.writev
 	e.pending.Room = e.hasRoom
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -129,10 +126,8 @@ func (e *EP) ConnectToEP(deviceAddr, epAddr []byte) error {
 		e.mu.Unlock()
 		return err
 	}
-	e.conn = c
 	e.peer = a.tcpAddr().String()
-	if err = e.open(); err != nil {
-		c.Close()
+	if err = e.open(c); err != nil {
 		e.mu.Lock()
 		e.connecting = false
 		e.mu.Unlock()
@@ -150,10 +145,8 @@ func (e *EP) ConnectToEP(deviceAddr, epAddr []byte) error {
 		e.fail(ucs.ErrCanceled, nil)
 		return fmt.Errorf("uct/tcp: connect to ep: ep destroyed or iface closed: %w", ucs.ErrCanceled)
 	}
-	i.wg.Add(2)
+	i.pollAdd(e.in)
 	i.mu.Unlock()
-	go e.writer()
-	go e.reader()
 	return nil
 }
 

@@ -31,19 +31,25 @@ const (
 	// frameAlive, server to client, empty: the server is alive, sent when
 	// it had nothing else to send for a while (see alive.go).
 	frameAlive uint8 = 9
+	// frameAtomic, client to server: an atomic; body = atomicHeader. A
+	// fetching one is answered with a frameAtomicRep on the same
+	// connection.
+	frameAtomic uint8 = 10
+	// frameAtomicRep, server to client: body = atomicRep.
+	frameAtomicRep uint8 = 11
 )
 
 // The frame types each side of a connection reads, as masks of 1<<type.
 const (
-	clientToServer uint32 = 1<<frameAM | 1<<framePut | 1<<frameFlush | 1<<frameGet | 1<<frameEPClose
-	serverToClient uint32 = 1<<frameAck | 1<<frameGetRep | 1<<frameIfaceClose | 1<<frameAlive
+	clientToServer uint32 = 1<<frameAM | 1<<framePut | 1<<frameFlush | 1<<frameGet | 1<<frameEPClose | 1<<frameAtomic
+	serverToClient uint32 = 1<<frameAck | 1<<frameGetRep | 1<<frameIfaceClose | 1<<frameAlive | 1<<frameAtomicRep
 )
 
 // frameHeaderLen is the length of a frame header.
 //
 // Layout, little-endian:
 //
-//	0  type   uint8   frameAM ... frameAlive
+//	0  type   uint8   frameAM ... frameAtomicRep
 //	1  id     uint8   active message id (< uct.AMMaxID) for frameAM, else 0
 //	2  (zero) uint16
 //	4  length uint32  bytes of the body that follows
@@ -76,6 +82,31 @@ const getHeaderLen = 40
 //	0  id     uint64  the get's id
 //	8  status int64   ucs.Status: 0, then the data follows; an error, then nothing
 const getRepHeaderLen = 16
+
+// atomicHeaderLen is the length of an atomic body.
+//
+// Layout, little-endian:
+//
+//	0  key     uint64  key id of the target region
+//	8  token   uint64  token of the key
+//	16 raddr   uint64  address of the word, aligned to its size
+//	24 value   uint64  the operand (its low 32 bits for a 4-byte word)
+//	32 compare uint64  AtomicOpCSwap: the value compared
+//	40 id      uint64  a fetching atomic: the client's number, echoed in the
+//	                   reply (not 0); a posted one: 0
+//	48 op      uint8   uct.AtomicOp; posted: Add, And, Or or Xor
+//	49 size    uint8   4 or 8
+//	50 (zero)  6 bytes
+const atomicHeaderLen = 56
+
+// atomicRepLen is the length of an atomic reply body.
+//
+// Layout, little-endian:
+//
+//	0  id      uint64  the atomic's id
+//	8  status  int64   ucs.Status: 0, or an error (ucs.ErrInvalidAddr)
+//	16 value   uint64  the word's old value (0 for an error)
+const atomicRepLen = 24
 
 // ackBodyLen is the length of an acknowledgement body, and of that of a
 // frameIfaceClose.
@@ -148,6 +179,14 @@ func decodeFrameHeader(b []byte, allowed uint32, maxAM int) (frameHeader, error)
 		if h.len < getRepHeaderLen || h.len-getRepHeaderLen > maxPutLen {
 			return bad("get reply body of %d bytes", h.len)
 		}
+	case frameAtomic:
+		if h.len != atomicHeaderLen {
+			return bad("atomic body of %d bytes", h.len)
+		}
+	case frameAtomicRep:
+		if h.len != atomicRepLen {
+			return bad("atomic reply body of %d bytes", h.len)
+		}
 	default:
 		return bad("unknown type %d", h.typ)
 	}
@@ -196,4 +235,36 @@ func decodeGetHeader(b []byte) (getHeader, error) {
 		return g, fmt.Errorf("uct/tcp: get of %d bytes: %w", g.length, ucs.ErrInvalidParam)
 	}
 	return g, nil
+}
+
+// atomicHeader is a decoded atomic header.
+type atomicHeader struct {
+	key, token, raddr, value, compare, id uint64
+	op                                    uct.AtomicOp
+	size                                  uint8
+}
+
+func (a *atomicHeader) encode(b []byte) {
+	for k, v := range [...]uint64{a.key, a.token, a.raddr, a.value, a.compare, a.id} {
+		binary.LittleEndian.PutUint64(b[8*k:], v)
+	}
+	b[48], b[49] = uint8(a.op), a.size
+	clear(b[50:atomicHeaderLen])
+}
+
+// decodeAtomicHeader decodes an atomic body strictly: an unknown op or
+// size, a posted op that fetches by nature (Swap, CSwap), or reserved
+// bytes set fail with ucs.ErrInvalidParam.
+func decodeAtomicHeader(b []byte) (atomicHeader, error) {
+	var v [6]uint64
+	for k := range v {
+		v[k] = binary.LittleEndian.Uint64(b[8*k:])
+	}
+	a := atomicHeader{key: v[0], token: v[1], raddr: v[2], value: v[3], compare: v[4], id: v[5], op: uct.AtomicOp(b[48]), size: b[49]}
+	bad := a.op > uct.AtomicOpCSwap || (a.size != 4 && a.size != 8) ||
+		a.id == 0 && a.op > uct.AtomicOpXor || binary.LittleEndian.Uint64(b[48:])>>16 != 0
+	if bad {
+		return a, fmt.Errorf("uct/tcp: atomic op %d of %d bytes, id %d: %w", a.op, a.size, a.id, ucs.ErrInvalidParam)
+	}
+	return a, nil
 }

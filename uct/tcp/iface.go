@@ -13,8 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
@@ -78,18 +76,26 @@ type Iface struct {
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
 	tracer   uct.AMTraceHook // see SetAMTracer
 
-	poll    *pollSet         // the sockets Progress reads (poll.go)
-	dirty   atomic.Bool      // Progress has something to do
-	nflush  atomic.Int32     // flush waiters
-	pending uct.PendingQueue // the EPs' pending requests
-	progMu  sync.Mutex       // one Progress at a time
-	batch   []amMsg          // Progress's delivery buffer; guarded by progMu
+	poll      *pollSet         // the sockets Progress reads (poll.go)
+	dirty     atomic.Bool      // Progress has something to do
+	nflush    atomic.Int32     // flush waiters
+	rxOver    atomic.Bool      // the receive queue is full (rxBytes >= UCX_TCP_RX_QUEUE_LEN)
+	unparkDue atomic.Bool      // parked streams may read again (poll.go)
+	progSeq   atomic.Uint64    // Progress calls that polled, for the poller (poller.go)
+	closing   atomic.Bool      // Close waits for the poller to end the streams
+	pending   uct.PendingQueue // the EPs' pending requests
+	progMu    sync.Mutex       // one Progress at a time
+	batch     []amMsg          // Progress's delivery buffer; guarded by progMu
 	// spareComps is the completion list Progress gave back, which the
 	// next Progress hands to comps; guarded by progMu.
 	spareComps []compEvent
+	// readComps are the completions of replies that Progress read
+	// itself, which it signals before it returns; guarded by progMu.
+	readComps  []compEvent
+	pollerStop chan struct{} // closed by Close: the poller ends the streams and returns
+	pollerDone chan struct{} // closed when the poller returned
 	wg         sync.WaitGroup
 	mu         sync.Mutex // guards the fields below
-	rxCond     sync.Cond  // signalled when the receive queue shrinks or the iface closes
 	rxq        []amMsg
 	rxHead     int
 	rxBytes    int
@@ -98,23 +104,23 @@ type Iface struct {
 	failed     []*EP
 	eps        map[*EP]struct{}
 	epIDs      map[uint64]*EP // EPs created unconnected, by id
-	// conns are the accepted connections, with their receiving side once
-	// authenticated (nil before).
-	conns map[net.Conn]*rxConn
+	rxConns    map[*rxConn]struct{}
+	parked     []*inStream // streams waiting for room in the receive queue (poll.go)
 	// handshakes are the accepted connections still authenticating,
-	// oldest first (accept.go).
+	// oldest first (accept.go), and hsConns the same as a set.
 	handshakes list.List
+	hsConns    map[net.Conn]struct{}
 	closed     bool
 
 	warn ifaceWarnings // the warnings a peer or a stranger can cause at any rate
 }
 
 // IfaceOpen opens a tcp iface on the device params.DevName: it listens on
-// the device's address, on a port the kernel picks, and registers its
-// Progress with worker (when not nil). params.ErrHandler, when set, is
-// called from Progress when an EP fails. An unknown device, or one without
-// a usable address, fails with ucs.ErrNoDevice; bad configuration values
-// with ucs.ErrInvalidParam.
+// the device's address, on a port the kernel picks, starts its poller
+// (poller.go), and registers its Progress with worker (when not nil).
+// params.ErrHandler, when set, is called from Progress when an EP fails.
+// An unknown device, or one without a usable address, fails with
+// ucs.ErrNoDevice; bad configuration values with ucs.ErrInvalidParam.
 func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
 	if params == nil || params.DevName == "" || (params.TLName != "" && params.TLName != TLName) {
 		return nil, fmt.Errorf("uct/tcp: iface open: no tcp device named: %w", ucs.ErrNoDevice)
@@ -131,26 +137,33 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	if err != nil {
 		return nil, err
 	}
+	ps, err := openPollSet()
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip})
 	if err != nil {
+		ps.close()
 		return nil, fmt.Errorf("uct/tcp: iface open on %s: listen on %v: %w: %w", params.DevName, ip, ucs.ErrIOError, err)
 	}
 	i := &Iface{
-		md:      m,
-		worker:  worker,
-		cfg:     cfg,
-		devName: params.DevName,
-		ip:      ip,
-		id:      randomID(),
-		ln:      ln,
-		bw:      deviceBandwidth(ifi),
-		eps:     make(map[*EP]struct{}),
-		epIDs:   make(map[uint64]*EP),
-		conns:   make(map[net.Conn]*rxConn),
-		poll:    openPollSet(),
-		warn:    newIfaceWarnings(ln.Addr()),
+		md:         m,
+		worker:     worker,
+		cfg:        cfg,
+		devName:    params.DevName,
+		ip:         ip,
+		id:         randomID(),
+		ln:         ln,
+		bw:         deviceBandwidth(ifi),
+		eps:        make(map[*EP]struct{}),
+		epIDs:      make(map[uint64]*EP),
+		rxConns:    make(map[*rxConn]struct{}),
+		hsConns:    make(map[net.Conn]struct{}),
+		poll:       ps,
+		pollerStop: make(chan struct{}),
+		pollerDone: make(chan struct{}),
+		warn:       newIfaceWarnings(ln.Addr()),
 	}
-	i.rxCond.L = &i.mu
 	i.errHandler, i.errHandlerArg = params.ErrHandler, params.ErrHandlerArg
 	a := ifaceAddr{ip: ip, port: uint16(ln.Addr().(*net.TCPAddr).Port), id: i.id}
 	i.addr = a.encode()
@@ -164,6 +177,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	i.devAddr = i.dev.encode()
 	i.wg.Add(1)
 	go i.accept()
+	go i.poller()
 	if worker != nil {
 		i.progID = worker.ProgressRegister(i.Progress)
 	}
@@ -186,10 +200,14 @@ func deviceBandwidth(ifi *net.Interface) float64 {
 	return 1.25e9
 }
 
-// Query describes the iface: active messages, puts and gets, no atomics
-// (ucp emulates them over active messages).
+// Query describes the iface: active messages, puts, gets, and 32- and
+// 64-bit atomics applied by the target's CPU (IfaceFlagAtomicCPU: with
+// the same CPU atomics as the shared-memory transports, so a word that
+// peers on the node and across the network hit at once stays coherent).
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	return &uct.IfaceAttr{
+		Atomic32: uct.AtomicCaps{OpFlags: atomicOps, FopFlags: atomicFops},
+		Atomic64: uct.AtomicCaps{OpFlags: atomicOps, FopFlags: atomicFops},
 		Put: uct.OpCaps{MaxShort: maxShort, MaxBcopy: i.cfg.segSize, MaxZcopy: maxPutLen,
 			OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV},
 		Get: uct.OpCaps{MaxBcopy: i.cfg.segSize, MaxZcopy: maxPutLen, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV},
@@ -197,7 +215,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 			OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV, MaxHdr: i.cfg.segSize},
 		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
 			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy |
+			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
 			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync |
 			uct.IfaceFlagErrhandlePeerDown | uct.IfaceFlagFlushAfterAM,
 		DeviceAddrLen: DeviceAddrLen,
@@ -279,7 +297,7 @@ func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32)
 // by returning ucs.InProgress.
 func (i *Iface) ReleaseDesc(data []byte) { putBuf(data) }
 
-// markDirty tells Progress it has work.
+// markDirty tells Progress it has work, and wakes the worker's waiter.
 func (i *Iface) markDirty() {
 	i.dirty.Store(true)
 	if i.worker != nil {
@@ -287,13 +305,16 @@ func (i *Iface) markDirty() {
 	}
 }
 
-// Progress reads the connections whose sockets are readable (one
-// epoll_wait that does not wait; see rx.go), delivers up to
-// UCX_TCP_MAX_POLL queued active messages to their handlers, calls the
-// error handler for failed EPs, signals the completions of zcopy
-// operations and flushes, and calls pending requests of EPs that have room
-// again. It returns the number of events handled; with no connection and
-// nothing to do it costs one atomic load.
+// Progress serves the connections whose sockets are ready (one
+// epoll_wait that does not wait; see rx.go and poll.go): it reads and
+// applies their frames, answers gets and atomics, writes what waits in
+// the EPs' queues, and signals the completions of the replies it read.
+// Then it delivers up to UCX_TCP_MAX_POLL queued active messages to their
+// handlers, calls the error handler for failed EPs, signals the other
+// completions (zcopy operations, flushes, replies the poller read), and
+// calls pending requests of EPs that have room again. It returns the
+// number of events handled; with no connection and nothing to do it costs
+// one atomic load.
 func (i *Iface) Progress() int {
 	polling := i.poll.n.Load() > 0
 	if !polling && !i.dirty.Load() {
@@ -303,13 +324,20 @@ func (i *Iface) Progress() int {
 	defer i.progMu.Unlock()
 	n := 0
 	if polling {
+		i.progSeq.Add(1)
 		n = i.pollStreams()
+		if len(i.readComps) > 0 {
+			n += i.signalRead()
+		}
 	}
 	if !i.dirty.Load() {
 		return n
 	}
 	i.dirty.Store(false)
 	n += i.deliver()
+	if i.unparkDue.Load() {
+		n += i.unpark()
+	}
 
 	i.mu.Lock()
 	comps := i.comps
@@ -341,6 +369,31 @@ func (i *Iface) Progress() int {
 	return n
 }
 
+// signalRead signals the completions of the replies Progress read;
+// i.progMu is held. A completion may start operations, which may add to
+// the list meanwhile.
+func (i *Iface) signalRead() int {
+	n := 0
+	for k := 0; k < len(i.readComps); k++ {
+		c := i.readComps[k]
+		i.readComps[k] = compEvent{}
+		c.comp.Invoke(c.status)
+		n++
+	}
+	i.readComps = i.readComps[:0]
+	return n
+}
+
+// complete signals c with st: from Progress at once (before it returns)
+// when Progress read the reply, otherwise through the completion queue.
+func (i *Iface) complete(c *uct.Completion, st ucs.Status, progress bool) {
+	if progress {
+		i.readComps = append(i.readComps, compEvent{c, st})
+		return
+	}
+	i.pushComp(c, st)
+}
+
 // deliver calls the handlers of up to UCX_TCP_MAX_POLL queued messages.
 func (i *Iface) deliver() int {
 	i.mu.Lock()
@@ -352,10 +405,10 @@ func (i *Iface) deliver() int {
 	i.batch = append(i.batch[:0], i.rxq[i.rxHead:i.rxHead+k]...)
 	clear(i.rxq[i.rxHead : i.rxHead+k])
 	i.rxHead += k
-	full := i.rxBytes >= i.cfg.rxQueueLen
 	for _, m := range i.batch {
 		i.rxBytes -= len(m.data) + rxMsgCost
 	}
+	i.rxOver.Store(i.rxBytes >= i.cfg.rxQueueLen)
 	switch {
 	case i.rxHead == len(i.rxq):
 		i.rxq, i.rxHead = i.rxq[:0], 0
@@ -365,10 +418,10 @@ func (i *Iface) deliver() int {
 		i.rxq, i.rxHead = i.rxq[:n], 0
 	}
 	if len(i.rxq) > i.rxHead {
-		i.markDirty()
+		i.dirty.Store(true)
 	}
-	if full {
-		i.rxCond.Broadcast()
+	if len(i.parked) > 0 && i.rxBytes < i.cfg.rxQueueLen {
+		i.unparkDue.Store(true)
 	}
 	i.mu.Unlock()
 	for k, m := range i.batch {
@@ -426,10 +479,15 @@ func (w *flushWaiter) done() bool {
 
 // pushComp queues a completion for Progress.
 func (i *Iface) pushComp(c *uct.Completion, st ucs.Status) {
+	i.pushCompQuiet(c, st)
+	i.markDirty()
+}
+
+// pushCompQuiet queues a completion; the caller marks the iface dirty.
+func (i *Iface) pushCompQuiet(c *uct.Completion, st ucs.Status) {
 	i.mu.Lock()
 	i.comps = append(i.comps, compEvent{c, st})
 	i.mu.Unlock()
-	i.markDirty()
 }
 
 // addFlush registers a flush waiter; Progress signals it.
@@ -483,46 +541,51 @@ func (i *Iface) isClosed() bool {
 }
 
 // rxFull reports whether the queue of received active messages is full.
-func (i *Iface) rxFull() bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.rxBytes >= i.cfg.rxQueueLen
-}
+func (i *Iface) rxFull() bool { return i.rxOver.Load() }
 
 // rxConn is the receiving side of an authenticated connection: the
 // frameHandler of its inStream.
 type rxConn struct {
 	iface     *Iface
-	conn      net.Conn
+	from      net.Addr // the client's address, for the log
 	in        *inStream
 	processed uint64 // frames applied or queued
 	acked     uint64 // the count last acknowledged
 	ackDue    bool   // the client asked for an acknowledgement
 	wrote     bool   // puts were applied since the worker was last signalled
 	sent      bool   // something was written to the client since the last tick
-	ack       [frameHeaderLen + ackBodyLen]byte
-	getRep    [frameHeaderLen + getRepHeaderLen]byte
-	repBuf    []byte // a small get reply
+	// The frames it writes; each buffer stays unchanged while it waits
+	// in the stream's out.
+	ack    [frameHeaderLen + ackBodyLen]byte
+	getRep [frameHeaderLen + getRepHeaderLen]byte
+	amoRep [frameHeaderLen + atomicRepLen]byte
+	beat   [frameHeaderLen]byte
+	bye    [frameHeaderLen + ackBodyLen]byte
+	repBuf []byte // a small get reply
 
 	// The frame being read.
 	typ  uint8
-	id   uint8     // an active message's id
-	data []byte    // an active message's buffer
-	put  *region   // a put's target, locked for reading; nil: dropped
-	get  getHeader // a get
-	one  [1][]byte // the body's one buffer
+	id   uint8        // an active message's id
+	data []byte       // an active message's buffer
+	put  *region      // a put's target, locked for reading; nil: dropped
+	get  getHeader    // a get
+	amo  atomicHeader // an atomic
+	one  [1][]byte    // the body's one buffer
 }
 
 func (s *rxConn) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 	s.typ = h.typ
 	switch h.typ {
 	case frameAM:
+		if hd := s.iface.handlers[h.id].Load(); (hd == nil || hd.flags != uct.CBFlagAsync) && s.iface.rxOver.Load() {
+			return nil, errRxFull
+		}
 		s.id, s.data = h.id, getBuf(int(h.len))
 		s.one[0] = s.data
 		return s.one[:], nil
 	case framePut:
 		p, n := decodePutHeader(fixed), uint64(h.len-putHeaderLen)
-		if s.put = s.iface.target(p, n, s.conn); s.put == nil {
+		if s.put = s.iface.target(p, n, s.from); s.put == nil {
 			return nil, nil
 		}
 		off := p.raddr - s.put.key.addr
@@ -531,6 +594,10 @@ func (s *rxConn) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 	case frameGet:
 		g, err := decodeGetHeader(fixed)
 		s.get = g
+		return nil, err
+	case frameAtomic:
+		a, err := decodeAtomicHeader(fixed)
+		s.amo = a
 		return nil, err
 	}
 	return nil, nil
@@ -541,9 +608,7 @@ func (s *rxConn) end(progress bool) error {
 	case frameAM:
 		data := s.data
 		s.data, s.one[0] = nil, nil
-		if err := s.receiveAM(s.id, data, progress); err != nil {
-			return err
-		}
+		s.receiveAM(s.id, data, progress)
 	case framePut:
 		if s.put != nil {
 			s.put.mu.RUnlock()
@@ -556,6 +621,11 @@ func (s *rxConn) end(progress bool) error {
 		if err := s.serveGet(s.get); err != nil {
 			return fmt.Errorf("answering a get: %w", err)
 		}
+	case frameAtomic:
+		if err := s.serveAtomic(s.amo); err != nil {
+			return fmt.Errorf("answering an atomic: %w", err)
+		}
+		s.wrote = true
 	case frameEPClose:
 		return errEPClosed
 	}
@@ -575,13 +645,14 @@ func (s *rxConn) abort(error) {
 }
 
 // caughtUp acknowledges what was processed, when the client asked, and
-// signals the worker after puts: a goroutine waiting for memory to change
-// may wait for them.
-func (s *rxConn) caughtUp() error {
+// signals the worker after puts and atomics that the poller applied: a
+// goroutine waiting for memory to change may wait for them. (Progress
+// runs in the goroutine that waits.)
+func (s *rxConn) caughtUp(progress bool) error {
 	if err := s.sendAck(); err != nil {
 		return err
 	}
-	if s.wrote && s.iface.worker != nil {
+	if s.wrote && !progress && s.iface.worker != nil {
 		s.iface.worker.Signal()
 	}
 	s.wrote = false
@@ -596,7 +667,7 @@ func (s *rxConn) sendAck() error {
 	s.ackDue = false
 	putFrameHeader(s.ack[:], frameAck, 0, ackBodyLen)
 	binary.LittleEndian.PutUint64(s.ack[frameHeaderLen:], s.processed)
-	if err := s.write(s.ack[:]); err != nil {
+	if err := s.write(nil, s.ack[:], nil); err != nil {
 		return fmt.Errorf("sending an acknowledgement: %w", err)
 	}
 	s.acked = s.processed
@@ -604,60 +675,35 @@ func (s *rxConn) sendAck() error {
 }
 
 // receiveAM hands a message to its asynchronous handler, or queues it for
-// Progress. Read by the goroutine, it waits (after acknowledging what came
-// before) while the queue is full; read by Progress, it queues it anyway
-// (Progress reads no more until there is room).
-func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) error {
+// Progress (begin checked that the queue has room).
+func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) {
 	i := s.iface
 	if h := i.handlers[id].Load(); h != nil && h.flags == uct.CBFlagAsync {
 		i.tracer.Trace(uct.AMTraceRecv, id, data)
 		if h.cb(h.arg, data, uct.CBParamFlagDesc) != ucs.InProgress {
 			putBuf(data)
 		}
-		return nil
+		return
 	}
 	i.mu.Lock()
-	for !progress && i.rxBytes >= i.cfg.rxQueueLen && !i.closed {
-		i.mu.Unlock()
-		if err := s.sendAck(); err != nil {
-			putBuf(data)
-			return err
-		}
-		i.mu.Lock()
-		if i.rxBytes >= i.cfg.rxQueueLen && !i.closed {
-			stop := s.beatWhileWaiting()
-			i.rxCond.Wait()
-			stop()
-			i.mu.Unlock()
-			// The goroutine waits for the program: it beats meanwhile, so
-			// that the client does not take a busy process for a dead one.
-			if err := s.tick(0); err != nil {
-				putBuf(data)
-				return err
-			}
-			i.mu.Lock()
-		}
-	}
-	if i.closed {
-		i.mu.Unlock()
-		i.tracer.Trace(uct.AMTraceRecvDrop, id, data)
-		putBuf(data)
-		return net.ErrClosed
-	}
 	i.rxq = append(i.rxq, amMsg{id, data})
 	i.rxBytes += len(data) + rxMsgCost
+	i.rxOver.Store(i.rxBytes >= i.cfg.rxQueueLen)
 	i.mu.Unlock()
-	i.markDirty()
-	return nil
+	if progress {
+		i.dirty.Store(true) // delivered before Progress returns
+	} else {
+		i.markDirty()
+	}
 }
 
 // target returns the region a put of n bytes writes, locked for reading,
 // or nil (and logs why) when the put is refused: its data is then read and
 // dropped.
-func (i *Iface) target(p putHeader, n uint64, from net.Conn) *region {
+func (i *Iface) target(p putHeader, n uint64, from net.Addr) *region {
 	r, why := i.md.access(p.key, p.token, p.raddr, n)
 	if r == nil {
-		i.warn.rejected.Logf("rejected a put of %d bytes to %#x (key %#x) from %v: %s", n, p.raddr, p.key, from.RemoteAddr(), why)
+		i.warn.rejected.Logf("rejected a put of %d bytes to %#x (key %#x) from %v: %s", n, p.raddr, p.key, from, why)
 	}
 	return r
 }
@@ -670,44 +716,32 @@ func (s *rxConn) serveGet(g getHeader) error {
 	binary.LittleEndian.PutUint64(h[frameHeaderLen:], g.id)
 	r, why := s.iface.md.access(g.key, g.token, g.raddr, g.length)
 	if r == nil {
-		s.iface.warn.rejected.Logf("rejected a get of %d bytes at %#x (key %#x) from %v: %s", g.length, g.raddr, g.key, s.conn.RemoteAddr(), why)
+		s.iface.warn.rejected.Logf("rejected a get of %d bytes at %#x (key %#x) from %v: %s", g.length, g.raddr, g.key, s.from, why)
 		putFrameHeader(h, frameGetRep, 0, getRepHeaderLen)
 		st := int64(ucs.ErrInvalidAddr)
 		binary.LittleEndian.PutUint64(h[frameHeaderLen+8:], uint64(st))
-		return s.write(h)
+		return s.write(nil, h, nil)
 	}
-	defer r.mu.RUnlock()
 	putFrameHeader(h, frameGetRep, 0, getRepHeaderLen+int(g.length))
 	binary.LittleEndian.PutUint64(h[frameHeaderLen+8:], 0)
 	off := g.raddr - r.key.addr
 	data := r.mem[off : off+g.length]
 	if len(data) <= getRepInline {
-		// One write for a small reply.
+		// One buffer for a small reply: the region is free at once.
 		b := append(s.repBuf[:0], h...)
 		b = append(b, data...)
+		r.mu.RUnlock()
 		s.repBuf = b[:0]
-		return s.write(b)
+		return s.write(nil, b, nil)
 	}
-	if err := s.write(h); err != nil {
-		return err
-	}
-	return s.write(data)
+	return s.write(r, h, data) // straight from the registered memory
 }
 
-// write writes b to the connection: at once when the socket takes it,
-// and otherwise waiting (through Go's poller) for room. Only the stream's
-// reader writes, under the stream's lock.
-func (s *rxConn) write(b []byte) error {
+// write sends a and b to the client (see inStream.send; hold is b's
+// region, read-locked).
+func (s *rxConn) write(hold *region, a, b []byte) error {
 	s.sent = true
-	n, err := writeNB(s.in.fd, b)
-	switch {
-	case err == nil && n == len(b):
-		return nil
-	case err != nil && err != unix.EAGAIN:
-		return fmt.Errorf("write: %w", os.NewSyscallError("write", err))
-	}
-	_, err = s.conn.Write(b[n:])
-	return err
+	return s.in.send(hold, a, b)
 }
 
 // getRepInline is the largest get reply sent with its header in one write.

@@ -32,6 +32,9 @@ import (
 //
 //	read OFFSET LENGTH  the hex bytes of its region
 //	spin MILLISECONDS   keeps every processor busy that long, then "done"
+//	progress            calls Progress in a loop from now on, yielding
+//	                    when it finds nothing (as a process that waits
+//	                    does), then "done"
 const (
 	childEnv       = "GOSHMEM_TCP_TEST_PEER"
 	childDevEnv    = "GOSHMEM_TCP_TEST_PEER_DEV"
@@ -88,10 +91,26 @@ func runPeer(key string) error {
 	iface.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
 	fmt.Printf("%x %x %x\n", packed, iface.Address(), iface.DeviceAddress())
 	r := h.(*Memh).r
+	var stop atomic.Bool
+	var polling sync.WaitGroup
+	defer polling.Wait()
+	defer stop.Store(true)
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		var off, n int
 		switch {
+		case in.Text() == "progress":
+			polling.Add(1)
+			go func() {
+				defer polling.Done()
+				for !stop.Load() {
+					if iface.Progress() == 0 {
+						runtime.Gosched()
+					}
+				}
+			}()
+			fmt.Println("done")
+			continue
 		case strings.HasPrefix(in.Text(), "spin "):
 			if _, err := fmt.Sscanf(in.Text(), "spin %d", &n); err != nil {
 				return fmt.Errorf("command %q: %w", in.Text(), err)
@@ -210,6 +229,17 @@ func (p *peer) read(off, n int) []byte {
 		p.tb.Fatal(err)
 	}
 	return b
+}
+
+// progress has the peer call Progress in a loop from now on.
+func (p *peer) progress() {
+	p.tb.Helper()
+	if _, err := fmt.Fprintln(p.stdin, "progress"); err != nil {
+		p.tb.Fatal(err)
+	}
+	if line, err := p.stdout.ReadString('\n'); err != nil || line != "done\n" {
+		p.tb.Fatalf("peer answered %q, %v to progress", line, err)
+	}
 }
 
 // spin has the peer compute for d, calling nothing, and waits for it.

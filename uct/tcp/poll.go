@@ -1,94 +1,115 @@
 package tcp
 
 import (
+	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
 )
 
-// pollSet is an iface's epoll set of the sockets its streams read, which
-// Progress asks without waiting (as UCX's tcp transport polls its event
-// set from progress). It is level-triggered: a socket stays ready while
-// unread bytes remain, whoever reads them.
+// pollSet is an iface's epoll set of the sockets of its connections,
+// which Progress asks without waiting, as UCX's tcp transport polls its
+// event set from progress, and the poller waits on when Progress does not
+// run (poller.go). It is level-triggered: a socket stays ready while
+// unread bytes remain, whoever reads them. A stream's socket is polled
+// for reading, and for writing while bytes wait to be sent (rx.go's
+// interest); a parked stream is not in the set.
 type pollSet struct {
-	fd      int          // the epoll descriptor, or -1 when it could not be made
-	n       atomic.Int32 // streams in the set
+	fd      int          // the epoll descriptor
+	wake    int          // an eventfd in the set (id 0) that Close writes to wake the poller
+	n       atomic.Int32 // streams in the table
 	mu      sync.Mutex
-	streams map[int32]*inStream
+	streams map[int32]*inStream // every stream of the iface that has not ended
 	next    int32
 	events  [64]unix.EpollEvent // Progress's; guarded by Iface.progMu
-	ready   []*inStream         // Progress's; guarded by Iface.progMu
+	ready   []readyStream       // Progress's; guarded by Iface.progMu
 }
 
-// openPollSet makes the set. Without one (epoll_create failed), Progress
-// polls nothing and the streams' goroutines read everything.
-func openPollSet() *pollSet {
+// readyStream is a stream the set reported, with its events.
+type readyStream struct {
+	s      *inStream
+	events uint32
+}
+
+// openPollSet makes the set and its wake descriptor.
+func openPollSet() (*pollSet, error) {
 	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		logf("no epoll set, the reading goroutines alone read the sockets: %v", err)
-		fd = -1
+		return nil, fmt.Errorf("uct/tcp: epoll set: %w: %w", ucs.ErrIOError, os.NewSyscallError("epoll_create1", err))
 	}
-	return &pollSet{fd: fd, streams: make(map[int32]*inStream)}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err == nil {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN}
+		err = unix.EpollCtl(fd, unix.EPOLL_CTL_ADD, wake, &ev)
+		if err != nil {
+			unix.Close(wake)
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("uct/tcp: epoll set: %w: %w", ucs.ErrIOError, os.NewSyscallError("eventfd", err))
+	}
+	return &pollSet{fd: fd, wake: wake, streams: make(map[int32]*inStream)}, nil
 }
 
-// close closes the set's descriptor; the streams must have left it.
+// close closes the set's descriptors; the streams must have ended.
 func (p *pollSet) close() {
-	if p.fd >= 0 {
-		unix.Close(p.fd)
-		p.fd = -1
-	}
+	unix.Close(p.wake)
+	unix.Close(p.fd)
+	p.fd, p.wake = -1, -1
 }
 
-// pollAdd adds the stream's socket to the iface's set.
+// pollAdd enters the stream in the iface's table and registers its socket
+// for what it wants.
 func (i *Iface) pollAdd(s *inStream) {
 	p := i.poll
-	if p.fd < 0 {
-		return
-	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for {
 		p.next++
 		if p.next <= 0 {
-			p.next = 1
+			p.next = 1 // 0 is the wake descriptor
 		}
 		if p.streams[p.next] == nil {
 			break
 		}
 	}
-	var err error
-	ctl := s.raw.Control(func(fd uintptr) {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: p.next}
-		err = unix.EpollCtl(p.fd, unix.EPOLL_CTL_ADD, int(fd), &ev)
-	})
-	if ctl != nil || err != nil {
-		return // closed already, or not pollable: the goroutine reads it
-	}
-	s.pollID = p.next
-	p.streams[s.pollID] = s
+	id := p.next
+	p.streams[id] = s
 	p.n.Add(1)
+	p.mu.Unlock()
+	s.evMu.Lock()
+	s.id = id
+	s.register()
+	s.evMu.Unlock()
 }
 
-// pollRemove takes the stream's socket out of the iface's set.
+// pollRemove takes the ended stream out of the set and the table.
 func (i *Iface) pollRemove(s *inStream) {
 	p := i.poll
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s.pollID == 0 || p.streams[s.pollID] != s {
+	s.evMu.Lock()
+	s.gone = true
+	if s.events != 0 {
+		s.sock.ctl(p.fd, unix.EPOLL_CTL_DEL, 0, s.id)
+		s.events = 0
+	}
+	id := s.id
+	s.evMu.Unlock()
+	if id == 0 {
 		return
 	}
-	delete(p.streams, s.pollID)
-	p.n.Add(-1)
-	// A socket still open must leave the set (a closed one left it
-	// when it was closed: the set holds no other reference to it).
-	s.raw.Control(func(fd uintptr) {
-		unix.EpollCtl(p.fd, unix.EPOLL_CTL_DEL, int(fd), nil)
-	})
-	s.pollID = 0
+	p.mu.Lock()
+	if p.streams[id] == s {
+		delete(p.streams, id)
+		p.n.Add(-1)
+	}
+	p.mu.Unlock()
 }
 
-// pollStreams reads the streams whose sockets are readable, without
+// pollStreams serves the streams whose sockets are ready, without
 // waiting, and returns the number of frames they ended; i.progMu is held.
 func (i *Iface) pollStreams() int {
 	p := i.poll
@@ -97,18 +118,71 @@ func (i *Iface) pollStreams() int {
 		return 0
 	}
 	frames := 0
+	frames, p.ready = i.serveReady(p.events[:n], p.ready, true)
+	return frames
+}
+
+// serveReady serves the streams of the events evs: it writes the EP's
+// queue of one ready for writing, and reads one ready for reading (or
+// writes the replies that wait in it). ready is scratch space, returned
+// for reuse. It returns the number of frames read.
+func (i *Iface) serveReady(evs []unix.EpollEvent, ready []readyStream, progress bool) (int, []readyStream) {
+	p := i.poll
+	ready = ready[:0]
 	p.mu.Lock()
-	ready := p.ready[:0]
-	for _, ev := range p.events[:n] {
+	for _, ev := range evs {
 		if s := p.streams[ev.Fd]; s != nil {
-			ready = append(ready, s)
+			ready = append(ready, readyStream{s, ev.Events})
 		}
 	}
 	p.mu.Unlock()
-	for k, s := range ready {
-		frames += s.poll()
-		ready[k] = nil
+	frames := 0
+	for k, r := range ready {
+		if r.events&unix.EPOLLOUT != 0 && r.s.tx != nil {
+			r.s.tx.flushTx()
+		}
+		if r.events&^unix.EPOLLOUT != 0 || r.s.tx == nil {
+			frames += r.s.poll(progress)
+		}
+		ready[k] = readyStream{}
 	}
-	p.ready = ready[:0]
-	return frames
+	return frames, ready[:0]
+}
+
+// park takes the stream, whose next frame is an active message that the
+// receive queue has no room for, out of the set: deliver makes room and
+// has Progress read it again (unpark). When there is room already, the
+// next Progress reads it. s.mu is held.
+func (i *Iface) park(s *inStream) {
+	i.mu.Lock()
+	i.parked = append(i.parked, s)
+	room := i.rxBytes < i.cfg.rxQueueLen
+	if !room {
+		s.interest(false, false)
+	}
+	i.mu.Unlock()
+	if room {
+		i.unparkDue.Store(true)
+		i.markDirty()
+	}
+}
+
+// unpark reads the parked streams again, now that the receive queue has
+// room; i.progMu is held.
+func (i *Iface) unpark() int {
+	i.unparkDue.Store(false)
+	i.mu.Lock()
+	parked := i.parked
+	i.parked = nil
+	i.mu.Unlock()
+	n := 0
+	for _, s := range parked {
+		s.mu.Lock()
+		if s.state == streamOpen && len(s.out) == 0 {
+			s.interest(true, false)
+		}
+		s.mu.Unlock()
+		n += s.poll(true)
+	}
+	return n
 }

@@ -71,15 +71,16 @@ func TestResources(t *testing.T) {
 	}
 	want := uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPutShort |
 		uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy | uct.IfaceFlagPending | uct.IfaceFlagConnectToIface |
-		uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync | uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy
+		uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync | uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU
 	if ia.Flags&want != want {
 		t.Errorf("iface flags %#x lack %#x", ia.Flags, want&^ia.Flags)
 	}
-	if bad := uct.IfaceFlagGetShort | uct.IfaceFlagAtomicCPU | uct.IfaceFlagAtomicDevice; ia.Flags&bad != 0 {
-		t.Errorf("iface flags %#x claim get short or atomics", ia.Flags)
+	if bad := uct.IfaceFlagGetShort | uct.IfaceFlagAtomicDevice; ia.Flags&bad != 0 {
+		t.Errorf("iface flags %#x claim get short or device atomics", ia.Flags)
 	}
-	if ia.Atomic32 != (uct.AtomicCaps{}) || ia.Atomic64 != (uct.AtomicCaps{}) || ia.Get.MaxShort != 0 || ia.Get.MaxZcopy != maxPutLen {
-		t.Errorf("iface claims atomics or get short, or get limits are off: %+v", ia)
+	ops := uct.AtomicCaps{OpFlags: 0xf, FopFlags: 0x3f} // add, and, or, xor; and swap, cswap fetching
+	if ia.Atomic32 != ops || ia.Atomic64 != ops || ia.Get.MaxShort != 0 || ia.Get.MaxZcopy != maxPutLen {
+		t.Errorf("iface atomics are not %+v, or it claims get short, or get limits are off: %+v", ops, ia)
 	}
 	if ia.AM.MaxBcopy != DefaultSegSize || ia.AM.MaxZcopy != DefaultRxSegSize || ia.Put.MaxZcopy != maxPutLen {
 		t.Errorf("iface limits %+v", ia)
@@ -99,13 +100,17 @@ func TestResources(t *testing.T) {
 	for name, st := range map[string]ucs.Status{
 		"get no key":       ep.GetBcopy(func([]byte) {}, 8, 0, 0, nil),
 		"get zcopy no key": ep.GetZcopy(nil, 0, 0, nil),
-		"post64":           ep.AtomicPost64(uct.AtomicOpAdd, 1, 0, 0),
-		"post32":           ep.AtomicPost32(uct.AtomicOpAdd, 1, 0, 0),
-		"fetch64":          ep.AtomicFetch64(uct.AtomicOpAdd, 1, 0, 0, &r, nil),
-		"fetch32":          ep.AtomicFetch32(uct.AtomicOpAdd, 1, 0, 0, nil, nil),
-		"cswap64":          ep.AtomicCSwap64(1, 2, 0, 0, &r, nil),
-		"cswap32":          ep.AtomicCSwap32(1, 2, 0, 0, nil, nil),
+		"post64 no key":    ep.AtomicPost64(uct.AtomicOpAdd, 1, 0, 0),
+		"post32 no key":    ep.AtomicPost32(uct.AtomicOpAdd, 1, 0, 0),
+		"fetch64 no key":   ep.AtomicFetch64(uct.AtomicOpAdd, 1, 0, 0, &r, nil),
+		"fetch32 no key":   ep.AtomicFetch32(uct.AtomicOpAdd, 1, 0, 0, nil, nil),
+		"cswap64 no key":   ep.AtomicCSwap64(1, 2, 0, 0, &r, nil),
+		"cswap32 no key":   ep.AtomicCSwap32(1, 2, 0, 0, nil, nil),
 		"put no key":       ep.PutShort([]byte{1}, 8, 12345),
+		"posted swap":      ep.AtomicPost64(uct.AtomicOpSwap, 1, 0, 0),
+		"posted cswap":     ep.AtomicPost32(uct.AtomicOpCSwap, 1, 0, 0),
+		"fetched cswap":    ep.AtomicFetch64(uct.AtomicOpCSwap, 1, 0, 0, &r, nil),
+		"unknown op":       ep.AtomicFetch32(uct.AtomicOp(9), 1, 0, 0, nil, nil),
 	} {
 		want := ucs.ErrUnsupported
 		if strings.HasSuffix(name, "no key") {

@@ -13,14 +13,14 @@ import (
 // may release the frame's buffer.
 func (e *EP) postTraced(tr *uct.AMTrace, f *txFrame, force bool) (ucs.Status, uint64) {
 	if len(f.buf) < frameHeaderLen || f.buf[0] != frameAM {
-		return e.postFrame(f, force)
+		return e.postOp(f, force, nil, 0)
 	}
 	id := f.buf[1]
 	msg := append([]byte(nil), f.buf[frameHeaderLen:]...)
 	for _, b := range f.iov {
 		msg = append(msg, b...)
 	}
-	st, seq := e.postFrame(f, force)
+	st, seq := e.postOp(f, force, nil, 0)
 	switch st {
 	case ucs.OK, ucs.InProgress:
 		tr.Call(uct.AMTraceSend, id, msg)

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# multihost.sh: sidebyside.sh across hosts. It makes HOSTS "hosts" out of
+# namespaces (each with its own network, joined to this one by a bridge,
+# and its own IPC, host name and /dev/shm, as launcher/e2e/multihost_test.go
+# makes them), and runs the OSU-style tests with goshmem (benchmarks/osu
+# through goshmem-run -hosts) and with the reference OpenSHMEM (osu_oshm.c
+# through oshrun --host, its remote agent entering the namespaces) on the
+# same hosts, interleaved, PPN PEs per host. It prints one comparison table
+# per test and layout, the median of ROUNDS runs of each side, with plots.
+#
+#   benchmarks/osu/oshmem/multihost.sh [OUTDIR]
+#
+# Environment: HOSTS (default 2), PPNS (PEs per host, default "1 2"), TESTS
+# (default "put get atomics barrier broadcast reduce collect alltoall"),
+# ROUNDS (default 3), ARGS (extra flags of both sides, e.g. "-max 65536").
+# Both sides fill each host before the next (PE i < n/2 works with PE
+# i+n/2, on the other host) and use their default transports: shared
+# memory within a host, tcp (the hosts' eth0) between hosts. oshrun binds
+# nothing: each host's daemon would otherwise bind its PEs from core 0
+# on, and every host's first PE would share one core. Needs root, ip(8),
+# unshare, nsenter, oshcc and oshrun (Debian: iproute2 util-linux
+# openmpi-bin libopenmpi-dev).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+out=${1:-$(mktemp -d /tmp/osu-multihost.XXXXXX)}
+nhosts=${HOSTS:-2}
+ppns=${PPNS:-1 2}
+tests=${TESTS:-put get atomics barrier broadcast reduce collect alltoall}
+rounds=${ROUNDS:-3}
+args=${ARGS:-}
+
+[ "$(id -u)" = 0 ] || { echo "multihost: needs root (namespaces, veth pairs, a bridge)" >&2; exit 2; }
+for tool in ip unshare nsenter oshcc oshrun go; do
+	command -v "$tool" >/dev/null || { echo "multihost: $tool not found" >&2; exit 2; }
+done
+mkdir -p "$out/bin" "$out/ns"
+oshcc -O2 -o "$out/bin/osu_oshm" "$here/osu_oshm.c"
+(cd "$root" && go build -o "$out/bin/" ./launcher/cmd/goshmem-run ./benchmarks/osu)
+
+# The hosts: 10.X.Y.11, .12, ... behind a bridge at 10.X.Y.1; each is
+# named by its address (oshrun then needs no name service), and held by a
+# sleeping process whose pid the remote shell enters.
+id=$(printf '%04x' $((RANDOM % 65536)))
+subnet=10.$((100 + RANDOM % 100)).$((RANDOM % 256))
+bridge=gsb$id
+seed=$subnet.1
+holders=()
+cleanup() {
+	for p in "${holders[@]}"; do kill "$p" 2>/dev/null || true; done
+	ip link del "$bridge" 2>/dev/null || true
+}
+trap cleanup EXIT
+ip link add "$bridge" type bridge
+ip addr add "$seed/24" dev "$bridge"
+ip link set "$bridge" up
+hosts=()
+for i in $(seq "$nhosts"); do
+	h=$subnet.$((10 + i))
+	fifo=$out/ns/$h.ready
+	mkfifo "$fifo"
+	unshare --net --ipc --uts --mount --propagation private -- sh -c \
+		"mount -t tmpfs -o mode=1777 tmpfs /dev/shm && hostname h$i && ip link set lo up && echo ready >$fifo && exec sleep 100000" &
+	pid=$!
+	holders+=("$pid")
+	read -r _ <"$fifo"
+	veth=gsv$id$i
+	ip link add "$veth" type veth peer name eth0 netns "$pid"
+	ip link set "$veth" master "$bridge" up
+	nsenter -t "$pid" -n ip addr add "$h/24" dev eth0
+	nsenter -t "$pid" -n ip link set eth0 up
+	echo "$pid" >"$out/ns/$h.pid"
+	hosts+=("$h")
+done
+rsh=$out/ns/nsrsh
+cat >"$rsh" <<EOF
+#!/bin/sh
+host=\$1; shift
+exec nsenter -t "\$(cat "$out/ns/\$host.pid")" -n -i -u -m -- "\$@"
+EOF
+# oshrun's agent gets its command as one string, for a shell, as ssh does.
+shrsh=$out/ns/nsrsh-sh
+cat >"$shrsh" <<EOF
+#!/bin/sh
+host=\$1; shift
+exec nsenter -t "\$(cat "$out/ns/\$host.pid")" -n -i -u -m -- sh -c "\$*"
+EOF
+chmod +x "$rsh" "$shrsh"
+
+for ppn in $ppns; do
+	np=$((nhosts * ppn))
+	hl=$(printf "%s:$ppn," "${hosts[@]}")
+	hl=${hl%,}
+	for t in $tests; do
+		for r in $(seq "$rounds"); do
+			# shellcheck disable=SC2086
+			timeout 600 oshrun --allow-run-as-root --oversubscribe -np "$np" --host "$hl" --map-by slot --bind-to none \
+				--mca plm_rsh_agent "$shrsh" --mca oob_tcp_if_include "$subnet.0/24" \
+				-x UCX_NET_DEVICES=eth0 -x PATH \
+				"$out/bin/osu_oshm" "$t" -precision 3 $args >"$out/oshmem-$t-$nhosts"x"$ppn-$r.txt" 2>"$out/oshmem-$t-$nhosts"x"$ppn-$r.err" || true
+			# shellcheck disable=SC2086
+			timeout 600 "$out/bin/goshmem-run" -hosts "$hl" -rsh "$rsh" -bind "$seed" \
+				"$out/bin/osu" "$t" -precision 3 $args >"$out/goshmem-$t-$nhosts"x"$ppn-$r.txt" 2>"$out/goshmem-$t-$nhosts"x"$ppn-$r.err" || true
+		done
+		list() { local s=; for r in $(seq "$rounds"); do s+="${s:+,}$out/$1-$t-$nhosts"x"$ppn-$r.txt"; done; echo "$s"; }
+		echo "## $t, $nhosts hosts x $ppn PEs (median of $rounds runs)"
+		"$out/bin/osu" compare -a goshmem -b OSHMEM -svg "$out/$t-$nhosts"x"$ppn.svg" "$(list goshmem)" "$(list oshmem)" || true
+		echo
+	done
+done
+echo "runs and plots: $out" >&2
