@@ -39,7 +39,7 @@ type group struct {
 	tagNow   atomic.Bool
 	replayed bool
 	grace    time.Duration
-	logf      func(format string, args ...any)
+	logf     func(format string, args ...any)
 
 	pes     map[int]*proc
 	running int
