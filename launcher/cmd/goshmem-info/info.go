@@ -11,6 +11,7 @@ import (
 
 	"github.com/Mellanox/rdmamap"
 
+	goversion "github.com/goshmem/goshmem/internal/version"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -22,54 +23,20 @@ import (
 	_ "github.com/goshmem/goshmem/uct/tcp"
 )
 
-// modulePath is the path of the goshmem module.
-const modulePath = "github.com/goshmem/goshmem"
-
 // printVersion prints the -v section.
 func printVersion(p *printer) {
+	version, revision := goversion.Module()
 	p.f("# Library version: %s", ucp.VersionString())
 	p.f("# Go version: %s", runtime.Version())
-	version, revision := "(unknown)", "(unknown)"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		switch {
-		case bi.Main.Path == modulePath:
-			version = bi.Main.Version
-		default:
-			for _, d := range bi.Deps {
-				if d.Path == modulePath {
-					version = d.Version
-				}
-			}
-		}
-		s := settings(bi)
-		if r, ok := s["vcs.revision"]; ok {
-			revision = r
-			if t, ok := s["vcs.time"]; ok {
-				revision += " " + t
-			}
-			if s["vcs.modified"] == "true" {
-				revision += " (modified)"
-			}
-		}
-	}
-	p.f("# Module: %s %s", modulePath, version)
+	p.f("# Module: %s %s", goversion.ModulePath, version)
 	p.f("# VCS revision: %s", revision)
-}
-
-// settings returns the build settings of bi as a map.
-func settings(bi *debug.BuildInfo) map[string]string {
-	m := make(map[string]string, len(bi.Settings))
-	for _, s := range bi.Settings {
-		m[s.Key] = s.Value
-	}
-	return m
 }
 
 // printBuild prints the -b section.
 func printBuild(p *printer) {
 	s := map[string]string{}
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		s = settings(bi)
+		s = goversion.Settings(bi)
 	}
 	get := func(k, def string) string {
 		if v, ok := s[k]; ok {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/Mellanox/rdmamap"
 
+	goversion "github.com/goshmem/goshmem/internal/version"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -46,7 +47,7 @@ func contains(t *testing.T, out string, wants ...string) {
 func TestVersion(t *testing.T) {
 	out := mustInfo(t, "-v")
 	contains(t, out, "# Library version: "+ucp.VersionString()+"\n", "# Go version: "+runtime.Version()+"\n",
-		"# Module: "+modulePath+" ", "# VCS revision: ")
+		"# Module: "+goversion.ModulePath+" ", "# VCS revision: ")
 }
 
 func TestDevices(t *testing.T) {

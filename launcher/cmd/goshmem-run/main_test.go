@@ -2,23 +2,147 @@ package main
 
 import (
 	"bytes"
-	"io"
+	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/launcher"
 )
 
-// The test binary is goshmem-run's agent too (run uses its own executable).
+// envStallPE makes the test binary a PE that answers stall reports.
+const envStallPE = "GOSHMEM_RUN_TEST_STALL_PE"
+
+// The test binary is goshmem-run's agent too (run uses its own
+// executable), and the PE of TestStallReportOnSIGQUIT.
 func TestMain(m *testing.M) {
 	if code, ok := launcher.AgentMain(); ok {
 		os.Exit(code)
 	}
+	if os.Getenv(envStallPE) != "" {
+		os.Exit(stallPE())
+	}
 	os.Exit(m.Run())
+}
+
+// stallPE is a PE that handles SIGUSR2 as shmem does: it joins the job,
+// says it is ready on stdout, and when signalled says where it waits on
+// stderr; then it finalizes.
+func stallPE() int {
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	m, err := bootstrap.JoinFromOS()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "join: %v\n", err)
+		return 10
+	}
+	fmt.Printf("ready\n")
+	<-usr2
+	fmt.Fprintf(os.Stderr, "PE %d waits in BarrierAll on TeamWorld for PE %d\n", m.Rank(), (m.Rank()+1)%m.Size())
+	if err := m.Barrier(); err != nil {
+		return 11
+	}
+	if err := m.Close(); err != nil {
+		return 12
+	}
+	return 0
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestStallReportOnSIGQUIT sends SIGQUIT to goshmem-run (this process)
+// while its PEs wait: it prints the header and has every PE signalled,
+// whose reports come tagged, and the job goes on to end well.
+func TestStallReportOnSIGQUIT(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const np = 3
+	var stdout, stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"-np", strconv.Itoa(np), "-x", envStallPE + "=1", self}, &stdout, &stderr) }()
+	// Once every PE is ready, goshmem-run handles SIGQUIT (it did before
+	// starting them). Ask again until every PE has answered: a PE answers
+	// once.
+	deadline := time.After(time.Minute)
+	for strings.Count(stdout.String(), "ready\n") < np {
+		select {
+		case code := <-done:
+			t.Fatalf("goshmem-run ended with %d before its PEs were ready; stderr:\n%s", code, stderr.String())
+		case <-deadline:
+			t.Fatalf("PEs not ready within a minute; stdout %q, stderr:\n%s", stdout.String(), stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	var code int
+	for asking := true; asking; {
+		syscall.Kill(os.Getpid(), syscall.SIGQUIT)
+		select {
+		case code = <-done:
+			asking = false
+		case <-deadline:
+			t.Fatalf("goshmem-run did not end within a minute; stderr:\n%s", stderr.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if code != 0 {
+		t.Errorf("goshmem-run = %d, want 0; stderr:\n%s", code, stderr.String())
+	}
+	if want := "goshmem-run: stall report requested; PEs report where they wait:\n"; !strings.HasPrefix(stderr.String(), want) {
+		t.Errorf("stderr %q does not start with %q", stderr.String(), want)
+	}
+	for r := range np {
+		want := fmt.Sprintf("[pe %d] PE %d waits in BarrierAll on TeamWorld for PE %d\n", r, r, (r+1)%np)
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if strings.Contains(stdout.String(), "[pe ") {
+		t.Errorf("stdout %q: the lines written before the stall report are tagged", stdout.String())
+	}
+}
+
+// TestRunRefusesLibraryPackage gives goshmem-run a package that is not a
+// main package: a usage error that names it.
+func TestRunRefusesLibraryPackage(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("skipping: no go command in PATH to build with")
+	}
+	if testing.Short() {
+		t.Skip("skipping: building a package is slow in -short mode")
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-np", "2", "../../../internal/version"}, &stdout, &stderr)
+	want := "goshmem-run: ../../../internal/version is package version, not a main package: nothing to run\n"
+	if code != 2 || !strings.HasPrefix(stderr.String(), want) || stdout.Len() > 0 {
+		t.Errorf("goshmem-run of a library package = %d, stdout %q, stderr %q; want 2 and %q", code, stdout.String(), stderr.String(), want)
+	}
 }
 
 func TestRun(t *testing.T) {
@@ -26,28 +150,41 @@ func TestRun(t *testing.T) {
 		name string
 		args []string
 		code int
-		msg  string // in stderr
+		msg  string // in stderr, which must be empty for a code 0 without msg
+		out  string // in stdout
 	}{
-		{"no flags", nil, 2, "usage:"},
-		{"bad flag", []string{"-bogus", "true"}, 2, "usage:"},
-		{"np zero", []string{"-np", "0", "true"}, 2, "-np must be at least 1"},
-		{"no program", []string{"-np", "2"}, 2, "no PROGRAM"},
-		{"missing command", []string{"-np", "2", "no-such-command-goshmem"}, 127, "not a file"},
-		{"missing path", []string{"-np", "2", "./no/such/program"}, 127, "./no/such/program: no such file or directory"},
-		{"missing absolute path", []string{"-np", "2", "/no/such/program"}, 127, "/no/such/program: no such file or directory"},
-		{"missing package path", []string{"-np", "2", "no.such.host/x/cmd"}, 127, "no.such.host/x/cmd: no such file or directory, nor a Go package"},
-		{"true", []string{"-np", "2", "true"}, 0, ""},
-		{"exit status", []string{"--np", "2", "sh", "-c", "exit 7"}, 7, "exited with status 7"},
-		{"program args are not flags", []string{"-np", "1", "sh", "-c", "test \"$1\" = -np", "sh", "-np"}, 0, ""},
-		{"hosts and hostfile", []string{"-hosts", "a:1", "-hostfile", "f", "true"}, 2, "not both"},
-		{"bad hosts", []string{"-hosts", "a:0", "true"}, 2, "slots must be a positive integer"},
-		{"missing hostfile", []string{"-hostfile", "/nonexistent/hosts", "true"}, 2, "no such file"},
-		{"spawner and hosts", []string{"-spawner", "srun", "-hosts", "a:1", "true"}, 2, "no -hosts"},
-		{"unterminated rsh", []string{"-rsh", "ssh -o 'x", "-hosts", "a:1", "true"}, 2, "unterminated quote"},
-		{"too many PEs for the hosts", []string{"-np", "3", "-hosts", "localhost:2", "true"}, 2, "do not fit"},
-		{"local hosts", []string{"-hosts", "localhost:2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, ""},
-		{"x flag", []string{"-np", "2", "-x", "GOSHMEM_TEST_X=yes", "sh", "-c", "test $GOSHMEM_TEST_X = yes"}, 0, ""},
-		{"single host tcp on loopback", []string{"-np", "1", "sh", "-c", "test $UCX_NET_DEVICES = lo"}, 0, ""},
+		{"no flags", nil, 2, "usage:", ""},
+		{"help", []string{"-help"}, 0, "", "usage: goshmem-run -np N"},
+		{"help long", []string{"--help"}, 0, "", "-np int"},
+		{"h", []string{"-h", "-np", "2", "true"}, 0, "", "usage: goshmem-run"},
+		{"version", []string{"--version"}, 0, "", "goshmem-run: goshmem "},
+		{"version and more", []string{"-version", "-np", "2", "true"}, 0, "", "OpenSHMEM 1."},
+		{"n alias", []string{"-n", "2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, "", ""},
+		{"n alias double dash", []string{"--n", "3", "sh", "-c", "test $GOSHMEM_SIZE = 3"}, 0, "", ""},
+		{"go file", []string{"-np", "2", "../../testdata/hello/main.go"}, 2,
+			"../../testdata/hello/main.go is a Go source file, not a program: give the directory of its main package (../../testdata/hello)", ""},
+		{"stall report", []string{"-np", "2", "-stall-report", "1500ms", "sh", "-c", "test $GOSHMEM_STALL_REPORT = 1.5s"}, 0, "", ""},
+		{"no stall report", []string{"-np", "1", "sh", "-c", "test -z \"$GOSHMEM_STALL_REPORT\""}, 0, "", ""},
+		{"negative stall report", []string{"-np", "2", "-stall-report", "-1s", "true"}, 2, "-stall-report -1s: want a positive duration", ""},
+		{"bad flag", []string{"-bogus", "true"}, 2, "usage:", ""},
+		{"np zero", []string{"-np", "0", "true"}, 2, "-np must be at least 1", ""},
+		{"no program", []string{"-np", "2"}, 2, "no PROGRAM", ""},
+		{"missing command", []string{"-np", "2", "no-such-command-goshmem"}, 127, "not a file", ""},
+		{"missing path", []string{"-np", "2", "./no/such/program"}, 127, "./no/such/program: no such file or directory", ""},
+		{"missing absolute path", []string{"-np", "2", "/no/such/program"}, 127, "/no/such/program: no such file or directory", ""},
+		{"missing package path", []string{"-np", "2", "no.such.host/x/cmd"}, 127, "no.such.host/x/cmd: no such file or directory, nor a Go package", ""},
+		{"true", []string{"-np", "2", "true"}, 0, "", ""},
+		{"exit status", []string{"--np", "2", "sh", "-c", "exit 7"}, 7, "exited with status 7", ""},
+		{"program args are not flags", []string{"-np", "1", "sh", "-c", "test \"$1\" = -np", "sh", "-np"}, 0, "", ""},
+		{"hosts and hostfile", []string{"-hosts", "a:1", "-hostfile", "f", "true"}, 2, "not both", ""},
+		{"bad hosts", []string{"-hosts", "a:0", "true"}, 2, "slots must be a positive integer", ""},
+		{"missing hostfile", []string{"-hostfile", "/nonexistent/hosts", "true"}, 2, "no such file", ""},
+		{"spawner and hosts", []string{"-spawner", "srun", "-hosts", "a:1", "true"}, 2, "no -hosts", ""},
+		{"unterminated rsh", []string{"-rsh", "ssh -o 'x", "-hosts", "a:1", "true"}, 2, "unterminated quote", ""},
+		{"too many PEs for the hosts", []string{"-np", "3", "-hosts", "localhost:2", "true"}, 2, "do not fit", ""},
+		{"local hosts", []string{"-hosts", "localhost:2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, "", ""},
+		{"x flag", []string{"-np", "2", "-x", "GOSHMEM_TEST_X=yes", "sh", "-c", "test $GOSHMEM_TEST_X = yes"}, 0, "", ""},
+		{"single host tcp on loopback", []string{"-np", "1", "sh", "-c", "test $UCX_NET_DEVICES = lo"}, 0, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,10 +195,17 @@ func TestRun(t *testing.T) {
 					}
 				}
 			}
-			var stderr bytes.Buffer
-			code := run(tt.args, io.Discard, &stderr)
-			if code != tt.code || !strings.Contains(stderr.String(), tt.msg) {
-				t.Errorf("goshmem-run %q = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.msg)
+			var stdout, stderr bytes.Buffer
+			code := run(tt.args, &stdout, &stderr)
+			if code != tt.code || !strings.Contains(stderr.String(), tt.msg) || !strings.Contains(stdout.String(), tt.out) {
+				t.Errorf("goshmem-run %q = %d, stdout %q, stderr %q; want %d, %q in stdout and %q in stderr",
+					tt.args, code, stdout.String(), stderr.String(), tt.code, tt.out, tt.msg)
+			}
+			if code == 0 && tt.msg == "" && stderr.Len() > 0 {
+				t.Errorf("goshmem-run %q: stderr %q, want none", tt.args, stderr.String())
+			}
+			if code == 2 && stdout.Len() > 0 {
+				t.Errorf("goshmem-run %q: a usage error wrote %q on stdout", tt.args, stdout.String())
 			}
 		})
 	}
