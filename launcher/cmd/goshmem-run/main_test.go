@@ -86,7 +86,9 @@ func TestStallReportOnSIGQUIT(t *testing.T) {
 	const np = 3
 	var stdout, stderr lockedBuffer
 	done := make(chan int, 1)
-	go func() { done <- run([]string{"-np", strconv.Itoa(np), "-x", envStallPE + "=1", self}, &stdout, &stderr) }()
+	go func() {
+		done <- run([]string{"-np", strconv.Itoa(np), "-x", envStallPE + "=1", self}, &stdout, &stderr)
+	}()
 	// Once every PE is ready, goshmem-run handles SIGQUIT (it did before
 	// starting them). Ask again until every PE has answered: a PE answers
 	// once.
