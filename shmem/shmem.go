@@ -341,6 +341,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	if st.me == 0 {
 		printStartup(os.Stdout)
 	}
+	profStart()
 	return nil
 }
 
@@ -461,6 +462,7 @@ func Finalize() {
 	if err := m.Finalize(); err != nil {
 		fmt.Fprintf(os.Stderr, "goshmem: PE %d: finalize: %v\n", st.me, err)
 	}
+	profStop()
 	resetState()
 }
 

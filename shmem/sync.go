@@ -186,6 +186,7 @@ func (b *barrierState) sync() {
 // over the network. No flush: the peer waits for the signal, and the
 // operations before a barrier were completed by its Quiet already.
 func signalRound(routine string, pe int, off uintptr, epoch uint64) {
+	profJob(routine, pe, 8)
 	if q := &st.peers[pe]; q.base != nil {
 		ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), epoch)
 		return
