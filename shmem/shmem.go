@@ -441,6 +441,9 @@ func Finalize() {
 		BarrierAll()
 		return
 	}
+	// The profile ends before the job's last barrier, which the program
+	// did not call; and every PE has written its files once any returns.
+	profStop()
 	Quiet()
 	destroyContexts()
 	// A PE may be completing operations that need another PE's progress
@@ -462,7 +465,6 @@ func Finalize() {
 	if err := m.Finalize(); err != nil {
 		fmt.Fprintf(os.Stderr, "goshmem: PE %d: finalize: %v\n", st.me, err)
 	}
-	profStop()
 	resetState()
 }
 

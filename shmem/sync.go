@@ -160,6 +160,7 @@ func (b *barrierState) syncCentral() {
 	root := st.peers[0].base
 	arrive := (*uint64)(unsafe.Add(root, b.off+uintptr(b.rounds*counterStride)))
 	release := (*uint64)(unsafe.Add(root, b.off+uintptr((b.rounds+1)*counterStride)))
+	profJob("BarrierAll", 0, 8)
 	if atomic.AddUint64(arrive, 1) == b.epoch*uint64(st.npes) {
 		atomic.StoreUint64(release, b.epoch)
 		return

@@ -45,6 +45,8 @@
 //	                    that exits or is killed is noticed at once)
 //	-stall-report D     have each PE report where it waits when one of its
 //	                    waits lasts longer than D (GOSHMEM_STALL_REPORT)
+//	-profile DIR        have each PE write its CPU profile and a summary
+//	                    of its communication into DIR (see below)
 //	-agent-path PATH    goshmem-run on the other hosts (default this one's
 //	                    path)
 //	-help               print this usage on standard output and exit 0
@@ -72,6 +74,7 @@
 //	GOSHMEM_LOCAL_SIZE       the number of PEs on its host
 //	GOSHMEM_FAILURE_TIMEOUT  the failure timeout (when set)
 //	GOSHMEM_STALL_REPORT     the duration of -stall-report (when given)
+//	GOSHMEM_PROFILE          the directory of -profile (when given)
 //
 // For a job on this host alone, goshmem-run also sets UCX_NET_DEVICES=lo
 // (unless it is set), so that every listener of the job is on the loopback.
@@ -120,6 +123,18 @@
 // timeout, it names itself when it resumes and exits 1. A PROGRAM path that
 // does not exist exits 127. Nothing is left in /dev/shm. A job that ends
 // well exits with 0.
+//
+// With -profile DIR (made absolute, created, and cleared of the files of
+// an earlier profile), each PE that uses shmem records a CPU profile and
+// counts the operations it initiates and their bytes, per routine and
+// target PE, from Init to its last Finalize, which writes them into DIR on
+// the PE's host: pe-N.cpu.pprof (for go tool pprof) and pe-N.comm.json (a
+// shmem.CommSummary). After the job, goshmem-run reads the summaries found
+// in DIR on this host and writes comm.txt, the operations and bytes of
+// each routine over the job and the matrix of bytes from each PE to each
+// PE, and comm-matrix.svg, that matrix as a heatmap; it names the PEs
+// whose summary is missing (a PE that did not reach its last Finalize, or
+// ran on another host without a shared DIR).
 //
 // Setting GOSHMEM_DEBUG=1 shows the memberlist logs of the seed and PEs.
 package main
@@ -186,6 +201,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	grace := fs.Duration("kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when ending the job")
 	failTimeout := fs.Duration("failure-timeout", bootstrap.DefaultFailureTimeout, "time to notice a PE, host or launcher that stopped answering")
 	stallReport := fs.Duration("stall-report", 0, "have each PE report where it waits when a wait lasts longer than this (GOSHMEM_STALL_REPORT)")
+	profile := fs.String("profile", "", "write each PE's CPU profile and communication summary to DIR, and the job's PE-to-PE byte matrix (GOSHMEM_PROFILE)")
 	agentPath := fs.String("agent-path", "", "path of goshmem-run on the other hosts (default: this one's)")
 	version := fs.Bool("version", false, "print the version and exit")
 	usageTo := func(w io.Writer) {
@@ -244,6 +260,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *stallReport > 0 {
 		env = append(env, envStallReport+"="+stallReport.String())
+	}
+	if *profile != "" {
+		dir, err := filepath.Abs(*profile)
+		if err == nil {
+			err = prepareProfileDir(dir)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "goshmem-run: -profile: %v\n", err)
+			return 1
+		}
+		*profile = dir
+		env = append(env, envProfile+"="+dir)
 	}
 	rshWords, err := splitWords(*rsh)
 	if err != nil || len(rshWords) == 0 {
@@ -338,6 +366,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "goshmem-run: "+format+"\n", args...)
 		},
 	})
+	if *profile != "" {
+		writeProfile(*profile, *np, stderr)
+	}
 	select {
 	case s := <-got:
 		return 128 + int(s)
