@@ -2,132 +2,24 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/launcher"
 )
 
-// envStallPE makes the test binary a PE that answers stall reports.
-const envStallPE = "GOSHMEM_RUN_TEST_STALL_PE"
-
-// The test binary is goshmem-run's agent too (run uses its own
-// executable), and the PE of TestStallReportOnSIGQUIT.
+// The test binary is goshmem-run's agent too: run uses its own
+// executable. (SIGQUIT's stall reports are tested in launcher/e2e, with
+// shmem's PEs.)
 func TestMain(m *testing.M) {
 	if code, ok := launcher.AgentMain(); ok {
 		os.Exit(code)
 	}
-	if os.Getenv(envStallPE) != "" {
-		os.Exit(stallPE())
-	}
 	os.Exit(m.Run())
-}
-
-// stallPE is a PE that handles SIGUSR2 as shmem does: it joins the job,
-// says it is ready on stdout, and when signalled says where it waits on
-// stderr; then it finalizes.
-func stallPE() int {
-	usr2 := make(chan os.Signal, 1)
-	signal.Notify(usr2, syscall.SIGUSR2)
-	m, err := bootstrap.JoinFromOS()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "join: %v\n", err)
-		return 10
-	}
-	fmt.Printf("ready\n")
-	<-usr2
-	fmt.Fprintf(os.Stderr, "PE %d waits in BarrierAll on TeamWorld for PE %d\n", m.Rank(), (m.Rank()+1)%m.Size())
-	if err := m.Barrier(); err != nil {
-		return 11
-	}
-	if err := m.Close(); err != nil {
-		return 12
-	}
-	return 0
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// TestStallReportOnSIGQUIT sends SIGQUIT to goshmem-run (this process)
-// while its PEs wait: it prints the header and has every PE signalled,
-// whose reports come tagged, and the job goes on to end well.
-func TestStallReportOnSIGQUIT(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const np = 3
-	var stdout, stderr lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run([]string{"-np", strconv.Itoa(np), "-x", envStallPE + "=1", self}, &stdout, &stderr)
-	}()
-	// Once every PE is ready, goshmem-run handles SIGQUIT (it did before
-	// starting them). Ask again until every PE has answered: a PE answers
-	// once.
-	deadline := time.After(time.Minute)
-	for strings.Count(stdout.String(), "ready\n") < np {
-		select {
-		case code := <-done:
-			t.Fatalf("goshmem-run ended with %d before its PEs were ready; stderr:\n%s", code, stderr.String())
-		case <-deadline:
-			t.Fatalf("PEs not ready within a minute; stdout %q, stderr:\n%s", stdout.String(), stderr.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	var code int
-	for asking := true; asking; {
-		syscall.Kill(os.Getpid(), syscall.SIGQUIT)
-		select {
-		case code = <-done:
-			asking = false
-		case <-deadline:
-			t.Fatalf("goshmem-run did not end within a minute; stderr:\n%s", stderr.String())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	if code != 0 {
-		t.Errorf("goshmem-run = %d, want 0; stderr:\n%s", code, stderr.String())
-	}
-	if want := "goshmem-run: stall report requested; PEs report where they wait:\n"; !strings.HasPrefix(stderr.String(), want) {
-		t.Errorf("stderr %q does not start with %q", stderr.String(), want)
-	}
-	for r := range np {
-		want := fmt.Sprintf("[pe %d] PE %d waits in BarrierAll on TeamWorld for PE %d\n", r, r, (r+1)%np)
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
-		}
-	}
-	if strings.Contains(stdout.String(), "[pe ") {
-		t.Errorf("stdout %q: the lines written before the stall report are tagged", stdout.String())
-	}
 }
 
 // TestRunRefusesLibraryPackage gives goshmem-run a package that is not a
