@@ -122,7 +122,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "osu: %s is not available in this build: %s\n", name, c.unavailable)
 		return 1
 	}
-	o, err := parseOptions(name, args[1:], c.defaults, stderr)
+	o, err := parseOptions(name, args[1:], c.defaults, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

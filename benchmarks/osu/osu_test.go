@@ -37,7 +37,7 @@ func TestParseOptions(t *testing.T) {
 		{"settle longer", []string{"-settle", "1s"}, func(o *Options) { o.Settle = time.Second }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseOptions("put", tt.args, pt2ptDefaults, io.Discard)
+			got, err := parseOptions("put", tt.args, pt2ptDefaults, io.Discard, io.Discard)
 			if err != nil {
 				t.Fatalf("parseOptions(%q): %v", tt.args, err)
 			}
@@ -67,7 +67,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		{[]string{"-nosuchflag"}, "not defined"},
 		{[]string{"-max", "lots"}, "invalid value"},
 	} {
-		_, err := parseOptions("put", tt.args, pt2ptDefaults, io.Discard)
+		_, err := parseOptions("put", tt.args, pt2ptDefaults, io.Discard, io.Discard)
 		if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.msg) {
 			t.Errorf("parseOptions(%q) = %v, want a usage error containing %q", tt.args, err, tt.msg)
 		}
@@ -448,8 +448,31 @@ func TestCompareRefusesDifferentTests(t *testing.T) {
 			}
 		})
 	}
-	var out, errb bytes.Buffer
-	if code := run([]string{"compare", "-help"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "usage: osu compare") || errb.Len() > 0 {
-		t.Errorf("osu compare -help = %d, stdout %q, stderr %q; want 0 and the usage on stdout", code, out.String(), errb.String())
+}
+
+// TestHelpOnStdout: -help prints the usage on stdout with status 0, for
+// osu and each sub-command; a bad flag prints it on stderr with status 2.
+func TestHelpOnStdout(t *testing.T) {
+	for _, tt := range []struct {
+		args  []string
+		code  int
+		usage string
+		onOut bool
+	}{
+		{[]string{"-help"}, 0, "usage: goshmem-run -np N osu TEST", true},
+		{[]string{"put", "-help"}, 0, "usage: osu put ", true},
+		{[]string{"compare", "--help"}, 0, "usage: osu compare ", true},
+		{[]string{"put", "-bogus"}, 2, "usage: osu put ", false},
+		{[]string{"compare", "-bogus"}, 2, "usage: osu compare ", false},
+	} {
+		var out, errb bytes.Buffer
+		code := run(tt.args, &out, &errb)
+		where, other := &errb, &out
+		if tt.onOut {
+			where, other = &out, &errb
+		}
+		if code != tt.code || !strings.Contains(where.String(), tt.usage) || strings.Contains(other.String(), "usage:") {
+			t.Errorf("osu %q = %d, stdout %q, stderr %q; want %d and the usage on stdout=%v", tt.args, code, out.String(), errb.String(), tt.code, tt.onOut)
+		}
 	}
 }
