@@ -42,6 +42,7 @@ type Agent struct {
 	why     string
 	closed  bool
 	closeCh chan struct{}
+	stall   chan []int // see StallReports
 }
 
 // JoinAgent joins the job described by env (its JobID, Size, Seed, Key and
@@ -76,6 +77,7 @@ func JoinAgent(env Env, id int) (*Agent, error) {
 		seedPort: uint16(seed.Port),
 		done:     make(chan struct{}),
 		closeCh:  make(chan struct{}),
+		stall:    make(chan []int, 1),
 	}
 	logger := debugLogger("goshmem " + agentName(id) + ": ")
 	a.logger = logger
@@ -256,6 +258,8 @@ func (a *Agent) handle(b []byte) {
 		a.mu.Unlock()
 	case kindTerminate:
 		a.terminate(msg.reason)
+	case kindStallReport:
+		a.stallReport(msg.ranks)
 	default:
 		a.logger.Printf("[WARN] goshmem: dropping unexpected %v message", msg.kind)
 	}

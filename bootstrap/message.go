@@ -48,6 +48,8 @@ import (
 //	    addrLen uint16, addr (host:port of the PE's memberlist node),
 //	    rank int32 (the PE it lost), reasonLen uint16, reason
 //	kindLostAck (seed → PE): nothing
+//	kindStallReport (seed → agent; have PEs report where they wait):
+//	    count uint32, then count times: rank int32 (a PE to ask)
 //
 // The encoding is canonical: a message that decodes re-encodes to the same
 // bytes, and trailing bytes are an error.
@@ -72,6 +74,7 @@ const (
 	kindTerminate
 	kindLost
 	kindLostAck
+	kindStallReport
 )
 
 // flagEndedByAgent, in an agent report, says that the agent had told the PE
@@ -107,6 +110,8 @@ func (k msgKind) String() string {
 		return "lost"
 	case kindLostAck:
 		return "lost-ack"
+	case kindStallReport:
+		return "stall-report"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -143,6 +148,7 @@ type message struct {
 	code     int    // global exit, agent report
 	flags    uint8  // agent report
 	why      string // agent report: why the agent ended the PE
+	ranks    []int  // stall report: the PEs to ask
 }
 
 // errMalformed is wrapped by every decoding error.
@@ -192,6 +198,11 @@ func appendMessage(b []byte, m *message) []byte {
 		b = appendString16(b, m.addr)
 		b = binary.BigEndian.AppendUint32(b, uint32(int32(m.failRank)))
 		b = appendString16(b, m.reason)
+	case kindStallReport:
+		b = binary.BigEndian.AppendUint32(b, uint32(len(m.ranks)))
+		for _, r := range m.ranks {
+			b = binary.BigEndian.AppendUint32(b, uint32(int32(r)))
+		}
 	}
 	return b
 }
@@ -325,6 +336,17 @@ func decodeMessage(b []byte) (*message, error) {
 			}
 		}
 	case kindFinalizeAck, kindGlobalExitAck, kindAgentAck, kindLostAck:
+	case kindStallReport:
+		n := d.u32("count")
+		if d.err == nil && (n > maxRanks || int(n) > len(d.b)/4) {
+			d.fail("rank count too large")
+		}
+		if d.err == nil {
+			m.ranks = make([]int, n)
+		}
+		for i := range m.ranks {
+			m.ranks[i] = d.rank("rank to ask")
+		}
 	case kindFailure:
 		m.failRank = d.rank("failed rank")
 		m.host = d.string16("host")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"slices"
 	"testing"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -29,6 +30,8 @@ var sampleMessages = []*message{
 	{kind: kindAgentAck, jobID: "job-1", rank: -1, seq: 4},
 	{kind: kindLost, jobID: "job-1", rank: 2, addr: "127.0.0.1:4000", failRank: 1, reason: "connection reset by peer"},
 	{kind: kindLostAck, jobID: "job-1", rank: -1},
+	{kind: kindStallReport, jobID: "job-1", rank: -1, ranks: []int{0, 5, 2}},
+	{kind: kindStallReport, jobID: "job-1", rank: -1, ranks: []int{}},
 	{kind: kindTerminate, jobID: "job-1", rank: -1, reason: "PE 3 on host h2 was killed by signal 9 (killed)"},
 }
 
@@ -36,7 +39,7 @@ func equalMessages(a, b *message) bool {
 	if a.kind != b.kind || a.jobID != b.jobID || a.rank != b.rank || a.seq != b.seq ||
 		a.addr != b.addr || !bytes.Equal(a.payload, b.payload) || len(a.table) != len(b.table) ||
 		a.failRank != b.failRank || a.host != b.host || a.reason != b.reason || a.code != b.code ||
-		a.flags != b.flags || a.why != b.why {
+		a.flags != b.flags || a.why != b.why || !slices.Equal(a.ranks, b.ranks) {
 		return false
 	}
 	for i := range a.table {

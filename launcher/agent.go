@@ -277,6 +277,8 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 			done = nil
 			endedBy = cmp.Or(endedBy, "the agent was cancelled")
 			g.terminate()
+		case ranks := <-agent.StallReports():
+			g.stallReport(ranks)
 		case <-g.kill:
 			g.killAll()
 		}

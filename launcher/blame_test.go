@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -135,8 +136,12 @@ sleep 60`
 				o.Program, o.Args = "sh", []string{"-c", script}
 			})
 			checkFailure(t, r, 134, 1, "could not create a thread, a limit on processes and threads was reached: the processes and threads of the user (ulimit -u: ")
-			if n := strings.Count(r.stderr, "goroutine "); n != crashLines {
-				t.Errorf("%d lines of the crash dump forwarded, want %d", n, crashLines)
+			// The start of the dump as the PE wrote it, and, tagged, the
+			// last lines of the PE shown again after the failure.
+			forwarded := regexp.MustCompile(`(?m)^goroutine `).FindAllStringIndex(r.stderr, -1)
+			replayed := strings.Count(r.stderr, "[pe 1] goroutine ")
+			if len(forwarded) != crashLines || replayed > crashLines {
+				t.Errorf("%d lines of the crash dump forwarded, %d shown again; want %d and at most %d", len(forwarded), replayed, crashLines, crashLines)
 			}
 			if !strings.Contains(r.stderr, fmt.Sprintf("%d more lines of this crash dump not shown", 300-crashLines)) {
 				t.Errorf("stderr does not say how many lines of the dump it left out:\n%s", r.stderr)

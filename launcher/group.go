@@ -33,8 +33,13 @@ type group struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	outMu     sync.Mutex // one for all output: lines never mix
-	grace     time.Duration
-	logf      func(format string, args ...any)
+	// tagNow turns on the "[pe N] " prefix of output that was not asked to
+	// be tagged (tag false): the job fails (tagFromNow). replayed is set
+	// once the last lines of a PE that failed were shown (replay).
+	tagNow   atomic.Bool
+	replayed bool
+	grace    time.Duration
+	logf     func(format string, args ...any)
 
 	pes     map[int]*proc
 	running int
@@ -54,7 +59,8 @@ type proc struct {
 	cmd    *exec.Cmd
 	out    *lineWriter
 	errw   *lineWriter
-	file   *os.File // the PE's output file (outputDir), if any
+	last   *lastLines // the PE's last lines, when its output is not tagged
+	file   *os.File   // the PE's output file (outputDir), if any
 	exited bool
 	// signalled is set before the group signals the PE while it still
 	// runs: its end is then the group's doing (read by the goroutine that
@@ -89,10 +95,7 @@ func newGroup(program string, args []string, n int) *group {
 // standard input (see stdinFor); the others read /dev/null.
 func (g *group) start(rank int, env []string, stdin io.Reader) error {
 	p := &proc{rank: rank}
-	var prefix []byte
-	if g.tag {
-		prefix = []byte("[pe " + strconv.Itoa(rank) + "] ")
-	}
+	prefix := peTag(rank)
 	if g.outputDir != "" {
 		if err := os.MkdirAll(g.outputDir, 0o755); err != nil {
 			return fmt.Errorf("output directory: %w", err)
@@ -108,6 +111,11 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 	} else {
 		p.out = &lineWriter{mu: &g.outMu, dst: g.stdout, prefix: prefix}
 		p.errw = &lineWriter{mu: &g.outMu, dst: g.stderr, prefix: prefix}
+		if !g.tag {
+			p.last = new(lastLines)
+			p.out.tagOn, p.errw.tagOn = &g.tagNow, &g.tagNow
+			p.out.last, p.errw.last = p.last, p.last
+		}
 	}
 	p.errw.threads = new(threadWatch)
 	cmd := exec.Command(g.program, g.args...)
@@ -175,12 +183,64 @@ func (p *proc) closeFile() {
 // PE of rank.
 func OutputFileName(rank int) string { return "pe-" + strconv.Itoa(rank) + ".out" }
 
-// exited records the end of a PE (an event read from g.exits).
+// peTag is the prefix of the lines of the PE of rank in tagged output.
+func peTag(rank int) []byte { return []byte("[pe " + strconv.Itoa(rank) + "] ") }
+
+// exited records the end of a PE (an event read from g.exits). A PE that
+// failed by itself makes the output tagged from now on, and the first such
+// PE has its last lines shown again (replay).
 func (g *group) exited(e peExit) {
-	if p := g.pes[e.rank]; p != nil && !p.exited {
-		p.exited = true
-		g.running--
+	p := g.pes[e.rank]
+	if p == nil || p.exited {
+		return
 	}
+	p.exited = true
+	g.running--
+	if _, code := describe(e); code != 0 && !e.signalled {
+		g.replay(p, e)
+	}
+}
+
+// tagFromNow prefixes every line of the PEs' output with "[pe N] " from
+// now on, when that was not asked for: the job fails, or hangs (a stall
+// report was asked for), and the lines must say whose they are.
+func (g *group) tagFromNow() { g.tagNow.Store(true) }
+
+// replay handles the first PE of the group that failed by itself, when
+// its output was not tagged: it turns tagging on, and shows again, tagged,
+// on standard error, the lines of the PE that say why it failed (see
+// lastLines), which were forwarded untagged as the PE wrote them. With an
+// output directory it says which file holds the PE's output instead.
+func (g *group) replay(p *proc, e peExit) {
+	if g.tag || g.replayed {
+		return
+	}
+	g.replayed = true
+	how, _ := describe(e)
+	if g.outputDir != "" {
+		g.logf("PE %d %s; its output is in %s", p.rank, how, filepath.Join(g.outputDir, OutputFileName(p.rank)))
+		return
+	}
+	g.tagFromNow()
+	// The PE's writers were flushed before its exit was sent: last is
+	// complete, and no longer written.
+	lines := p.last.lines()
+	if len(lines) == 0 {
+		return
+	}
+	what := "the last lines it wrote"
+	if p.last.crash != nil {
+		what = "the start of its crash report"
+	}
+	g.logf("PE %d %s; %s:", p.rank, how, what)
+	prefix := peTag(p.rank)
+	var b []byte
+	for _, l := range lines {
+		b = append(append(append(b, prefix...), l...), '\n')
+	}
+	g.outMu.Lock()
+	defer g.outMu.Unlock()
+	g.stderr.Write(b)
 }
 
 // terminate sends SIGTERM to every PE still running and arms g.kill.
@@ -189,6 +249,7 @@ func (g *group) terminate() {
 		return
 	}
 	g.ending = true
+	g.tagFromNow()
 	for _, p := range g.pes {
 		if !p.exited {
 			signalPE(p, syscall.SIGTERM)

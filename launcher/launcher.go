@@ -118,6 +118,15 @@ type Options struct {
 	// the launcher is killed. Empty means that the launcher starts the PEs
 	// itself, and then only on this host.
 	AgentPath string
+	// StallReports, when not nil, asks for stall reports: for each value it
+	// receives, the launcher logs "stall report requested; PEs report where
+	// they wait:" and has SIGUSR2 sent to every running PE that joined the
+	// job (by its agent, or by the launcher for its own PEs; to the PE's
+	// process, not to its process group). A PE handles it by writing where
+	// it waits to its standard error (shmem does); one that does not handle
+	// it dies. PEs that did not join yet are not signalled: they may not
+	// handle it yet. The output is tagged ("[pe N] ") from then on.
+	StallReports <-chan struct{}
 	// Logf receives the launcher's messages (which PE failed, how).
 	// Nil means standard error, each message prefixed with
 	// "goshmem-run: ".
@@ -731,6 +740,8 @@ func (j *job) wait(ctx context.Context) {
 				j.opts.Logf("interrupted: terminating %d running PE(s)", j.running)
 				j.terminate("the launcher was interrupted")
 			}
+		case <-j.opts.StallReports:
+			j.stallReport()
 		case <-groupKill:
 			j.group.killAll()
 		case <-j.unitTerm:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // maxLine is the longest line forwarded in one piece. Longer lines are
@@ -19,7 +20,14 @@ type lineWriter struct {
 	mu     *sync.Mutex
 	dst    io.Writer
 	prefix []byte
-	buf    []byte // the partial line not forwarded yet
+	// tagOn, when set, says whether prefix is used yet: the output of a job
+	// that was not asked to be tagged is tagged from the moment the job
+	// fails (see group.tagFromNow).
+	tagOn *atomic.Bool
+	// last, when set, keeps the last lines written (under mu), to be shown
+	// again, tagged, when the PE fails (see group.replay).
+	last *lastLines
+	buf  []byte // the partial line not forwarded yet
 	// midLine is true when a piece of an overlong line was forwarded, so
 	// that its continuation gets no prefix.
 	midLine bool
@@ -54,6 +62,11 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// tagged reports whether the lines get the prefix.
+func (w *lineWriter) tagged() bool {
+	return len(w.prefix) > 0 && (w.tagOn == nil || w.tagOn.Load())
+}
+
 // emit writes one line (or a piece of one) under the shared lock.
 func (w *lineWriter) emit(line []byte, complete bool) {
 	if w.threads != nil && !w.midLine && !w.threads.line(line) {
@@ -61,7 +74,10 @@ func (w *lineWriter) emit(line []byte, complete bool) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.midLine && len(w.prefix) > 0 {
+	if w.last != nil {
+		w.last.add(line, w.midLine)
+	}
+	if !w.midLine && w.tagged() {
 		// One Write per line: dst may be unbuffered and shared.
 		out := make([]byte, 0, len(w.prefix)+len(line))
 		out = append(append(out, w.prefix...), line...)
@@ -78,12 +94,12 @@ func (w *lineWriter) emit(line []byte, complete bool) {
 func (w *lineWriter) flush() {
 	defer w.flushNote()
 	if len(w.buf) == 0 {
-		if w.midLine && len(w.prefix) > 0 {
+		if w.midLine && w.tagged() {
 			w.emit([]byte("\n"), true)
 		}
 		return
 	}
-	if len(w.prefix) > 0 {
+	if w.tagged() {
 		w.buf = append(w.buf, '\n')
 	}
 	w.emit(w.buf, true)
@@ -99,5 +115,77 @@ func (w *lineWriter) flushNote() {
 	w.threads.dropped = 0
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !w.tagged() {
+		w.dst.Write([]byte(note))
+		return
+	}
 	w.dst.Write(append(append([]byte{}, w.prefix...), note...))
+}
+
+// The lines of a PE that lastLines keeps: the last replayLines of them, each
+// cut to replayLineMax bytes, or, when the PE's runtime crashed, the first
+// replayLines of its crash report, which say why, where the goroutine
+// stacks that follow do not.
+const (
+	replayLines   = 20
+	replayLineMax = 512
+)
+
+// crashStarts begin the lines with which the Go runtime starts a crash
+// report.
+var crashStarts = [][]byte{[]byte("panic: "), []byte("fatal error: ")}
+
+// lastLines keeps the last lines a PE wrote, on both streams in the order
+// written, for a replay when it fails. Its lineWriters call add under
+// their shared lock; lines reads it once they are flushed.
+type lastLines struct {
+	ring  [replayLines][]byte // reused buffers
+	next  int                 // slot of the next line
+	n     int                 // lines kept, up to replayLines
+	crash [][]byte            // from the first line of a crash report on
+}
+
+// add keeps one line (or a piece of an overlong one: cont says it
+// continues the previous piece, which then stands for both).
+func (l *lastLines) add(line []byte, cont bool) {
+	if cont {
+		return
+	}
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	if len(line) > replayLineMax {
+		line = line[:replayLineMax]
+	}
+	switch {
+	case l.crash != nil:
+		if len(l.crash) < replayLines {
+			l.crash = append(l.crash, bytes.Clone(line))
+		}
+	case hasAnyPrefix(line, crashStarts):
+		l.crash = [][]byte{bytes.Clone(line)}
+	}
+	l.ring[l.next] = append(l.ring[l.next][:0], line...)
+	l.next = (l.next + 1) % replayLines
+	l.n = min(l.n+1, replayLines)
+}
+
+// lines returns the lines to show: the start of the crash report, or else
+// the last lines, oldest first.
+func (l *lastLines) lines() [][]byte {
+	if l.crash != nil {
+		return l.crash
+	}
+	out := make([][]byte, 0, l.n)
+	for i := range l.n {
+		out = append(out, l.ring[(l.next-l.n+i+replayLines)%replayLines])
+	}
+	return out
+}
+
+func hasAnyPrefix(b []byte, prefixes [][]byte) bool {
+	for _, p := range prefixes {
+		if bytes.HasPrefix(b, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -258,6 +258,7 @@ func amoFetching[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v, con
 	if off >= st.heapSize || unsafe.Sizeof(v) > st.heapSize-off || off%unsafe.Sizeof(v) != 0 || st.env.debug {
 		amoTarget(c, routine, dst, pe) // panics with the message (or makes the SHMEM_DEBUG checks)
 	}
+	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
 	if q.base != nil {
 		return fromBits[T](amoDirect(unsafe.Add(q.base, off), unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond)))
 	}
@@ -267,6 +268,7 @@ func amoFetching[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v, con
 // amoPosted runs a non-fetching atomic.
 func amoPosted[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v T) {
 	q, off := amoTarget(c, routine, dst, pe)
+	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
 	if q.base != nil {
 		amoDirect(unsafe.Add(q.base, off), unsafe.Sizeof(v), op, bitsOf(v), 0)
 		return
@@ -281,6 +283,7 @@ func amoNonBlocking[T any](c *Ctx, routine string, fetch, dst *T, pe int, op amo
 	if fetch == nil {
 		panic("shmem." + routine + ": fetch is nil")
 	}
+	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
 	if q.base != nil {
 		*fetch = fromBits[T](amoDirect(unsafe.Add(q.base, off), unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond)))
 		return

@@ -228,6 +228,7 @@ func put[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	var z T
 	nb := n * int(unsafe.Sizeof(z))
 	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
+	profCtx(c, routine, pe, nb)
 	if q.base != nil {
 		// copyOut, by hand: this is the hot path.
 		if nb >= largeCopy {
@@ -263,6 +264,7 @@ func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	var z T
 	nb := n * int(unsafe.Sizeof(z))
 	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), nb)
+	profCtx(c, routine, pe, nb)
 	if q.base != nil {
 		if nb >= largeCopy {
 			ucs.Memcpy(bytesOf(dst), unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb))
@@ -278,6 +280,7 @@ func putValue[T any](c *Ctx, routine string, dst *T, v T, pe int) {
 	checkPlain[T](routine)
 	q := c.peer(routine, pe)
 	off := offsetOf(routine, "dst", unsafe.Pointer(dst), int(unsafe.Sizeof(v)))
+	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
 	if q.base != nil {
 		*(*T)(unsafe.Add(q.base, off)) = v
 		return
@@ -290,6 +293,7 @@ func getValue[T any](c *Ctx, routine string, src *T, pe int) T {
 	q := c.peer(routine, pe)
 	var z T
 	off := offsetOf(routine, "src", unsafe.Pointer(src), int(unsafe.Sizeof(z)))
+	profCtx(c, routine, pe, int(unsafe.Sizeof(z)))
 	if q.base != nil {
 		return *(*T)(unsafe.Add(q.base, off))
 	}
@@ -348,6 +352,7 @@ func ibput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 	var z T
 	size := unsafe.Sizeof(z)
 	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), dspan*int(size))
+	profCtx(c, routine, pe, nblocks*bsize*int(size))
 	if q.base != nil {
 		d := unsafe.Slice((*T)(unsafe.Add(q.base, off)), dspan)
 		if bsize == 1 {
@@ -399,6 +404,7 @@ func ibget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 	var z T
 	size := unsafe.Sizeof(z)
 	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), sspan*int(size))
+	profCtx(c, routine, pe, nblocks*bsize*int(size))
 	if q.base != nil {
 		s := unsafe.Slice((*T)(unsafe.Add(q.base, off)), sspan)
 		for i := range nblocks {

@@ -349,6 +349,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	if st.me == 0 {
 		printStartup(os.Stdout)
 	}
+	profStart()
 	return nil
 }
 
@@ -448,6 +449,9 @@ func Finalize() {
 		BarrierAll()
 		return
 	}
+	// The profile ends before the job's last barrier, which the program
+	// did not call; and every PE has written its files once any returns.
+	profStop()
 	Quiet()
 	destroyContexts()
 	// A PE may be completing operations that need another PE's progress

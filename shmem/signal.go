@@ -130,6 +130,7 @@ func putSignal[T RMA](c *Ctx, routine string, dst, src []T, sig *uint64, signal 
 	if n > 0 {
 		off = offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
 	}
+	profCtx(c, routine, pe, nb+8)
 	if q.base != nil {
 		if n > 0 {
 			copyOut(q.base, off, src[:n])

@@ -171,7 +171,7 @@ func (b *barrierState) chooseCentral() error {
 // whether they are equal after the barrier. The last PE to arrive resets
 // the words of the next barrier (every PE has read those of the previous
 // one: it arrived at this one) before it releases the others.
-func (b *barrierState) syncCentral(key uint64) bool {
+func (b *barrierState) syncCentral(routine string, key uint64) bool {
 	root := st.peers[0].base
 	line := func(l int) unsafe.Pointer { return unsafe.Add(root, b.off+uintptr(l*counterStride)) }
 	arrive := (*uint64)(line(b.rounds))
@@ -181,6 +181,7 @@ func (b *barrierState) syncCentral(key uint64) bool {
 	hi := (*uint64)(unsafe.Add(line(b.rounds+1), 8*(2+2*par)))
 	foldMin(lo, key)
 	foldMax(hi, key)
+	profJob(routine, 0, 8)
 	if atomic.AddUint64(arrive, 1) == b.epoch*uint64(st.npes) {
 		atomic.StoreUint64((*uint64)(unsafe.Add(line(b.rounds+1), 8*(1+2*(par^1)))), math.MaxUint64)
 		atomic.StoreUint64((*uint64)(unsafe.Add(line(b.rounds+1), 8*(2+2*(par^1)))), 0)
@@ -207,7 +208,7 @@ func foldMax(p *uint64, v uint64) {
 func (b *barrierState) sync(routine string, key uint64) bool {
 	b.epoch++
 	if b.central {
-		return b.syncCentral(key)
+		return b.syncCentral(routine, key)
 	}
 	return disseminate(routine, teamWorld.members, st.me, b.off, b.epoch, key)
 }
@@ -259,6 +260,7 @@ func disseminate(routine string, members []int, me int, off0 uintptr, epoch, key
 // over the network. No flush: the peer waits for the signal, and the
 // operations before a barrier were completed by its Quiet already.
 func signalRound(routine string, pe int, off uintptr, epoch uint64) {
+	profJob(routine, pe, 8)
 	if q := &st.peers[pe]; q.base != nil {
 		ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), epoch)
 		return

@@ -25,19 +25,24 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	svg := fs.String("svg", "", "write a plot of both results to this SVG file")
 	metric := fs.String("metric", "", "figure to compare: latency, bandwidth or rate (default: the first result's)")
 	prec := fs.Int("precision", 3, "decimals in the table")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: osu compare [flags] A B\n\nA and B are -json documents or OSU text tables, or comma-separated lists\nof runs of one test, whose rows are their medians.\n\nflags:\n")
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: osu compare [flags] A B\n\nA and B are -json documents or OSU text tables, or comma-separated lists\nof runs of one test, whose rows are their medians; all must be results\nof one test.\n\nflags:\n")
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
+	fs.Usage = func() {} // printed below: on stdout for -help
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
 			return 0
 		}
+		usage(stderr)
 		return 2
 	}
 	if fs.NArg() != 2 {
 		fmt.Fprintf(stderr, "osu compare: want two results, A and B, got %d arguments\n", fs.NArg())
-		fs.Usage()
+		usage(stderr)
 		return 2
 	}
 	if *prec < 0 || *prec > 9 {
@@ -47,8 +52,12 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	var reps [2]*Report
 	for i, arg := range fs.Args() {
 		var runs []*Report
-		for _, path := range strings.Split(arg, ",") {
+		paths := strings.Split(arg, ",")
+		for j, path := range paths {
 			r, err := readReport(path)
+			if err == nil && j > 0 {
+				err = sameTest(runs[0], r, paths[0], path)
+			}
 			if err != nil {
 				fmt.Fprintf(stderr, "osu compare: %v\n", err)
 				return 1
@@ -56,6 +65,10 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 			runs = append(runs, r)
 		}
 		reps[i] = medianReport(runs)
+	}
+	if err := sameTest(reps[0], reps[1], fs.Arg(0), fs.Arg(1)); err != nil {
+		fmt.Fprintf(stderr, "osu compare: %v\n", err)
+		return 1
 	}
 	names := [2]string{*nameA, *nameB}
 	for i := range names {
@@ -94,6 +107,22 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// sameTest returns an error unless a (read from pathA) and b (from pathB)
+// are results of one test, which alone can be compared: the same
+// sub-command when both are known (an OSU table without a title is not),
+// and the same metric. The "name microseconds" lines of oshm_ref are a
+// reference for any test whose rows are operations.
+func sameTest(a, b *Report, pathA, pathB string) error {
+	if a.Test != "" && b.Test != "" && a.Test != b.Test && a.Test != refTest && b.Test != refTest {
+		return fmt.Errorf("%s is a result of the %s test (%s), %s of the %s test (%s): compare results of one test",
+			pathA, a.Test, a.Title, pathB, b.Test, b.Title)
+	}
+	if a.Metric != b.Metric {
+		return fmt.Errorf("%s measures %s, %s measures %s: compare results of one test", pathA, a.Metric, pathB, b.Metric)
+	}
+	return nil
 }
 
 // medianReport merges runs of one test: the first run's rows, each figure

@@ -60,7 +60,9 @@
 // lines of shared/bench/oshm_ref.c and benchmarks/oshmref), and prints
 // them side by side with the ratio A/B, row by row (by size or operation).
 // With -svg it also draws the main figure (latency, bandwidth or rate)
-// against the message size, on a log2 axis, into an SVG file.
+// against the message size, on a log2 axis, into an SVG file. It refuses
+// (status 1, naming both) two results of different tests, or of different
+// metrics; the "name value" lines compare with any test of operations.
 //
 // A usage error exits with status 2, a failed run with 1.
 package main
@@ -120,7 +122,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "osu: %s is not available in this build: %s\n", name, c.unavailable)
 		return 1
 	}
-	o, err := parseOptions(name, args[1:], c.defaults, stderr)
+	o, err := parseOptions(name, args[1:], c.defaults, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -72,10 +72,14 @@ func (o *Options) loops(size int) (iters, warmup int) {
 // (-warmup-large) applies to every size. The OSU programs' positional
 // "heap" or "global" argument is accepted as well as -heap, -global and
 // -mem.
-func parseOptions(name string, args []string, defaults Options, stderr io.Writer) (*Options, error) {
+//
+// -help prints the flags on stdout and returns flag.ErrHelp; a bad flag
+// prints them on stderr.
+func parseOptions(name string, args []string, defaults Options, stdout, stderr io.Writer) (*Options, error) {
 	o := defaults
 	fs := flag.NewFlagSet("osu "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {} // printed below: on stdout for -help
 	fs.IntVar(&o.Min, "min", o.Min, "smallest message size in bytes")
 	fs.IntVar(&o.Max, "max", o.Max, "largest message size in bytes")
 	fs.IntVar(&o.Iters, "iters", o.Iters, "timed iterations per size (all sizes unless -iters-large is given)")
@@ -96,6 +100,13 @@ func parseOptions(name string, args []string, defaults Options, stderr io.Writer
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			w := stderr
+			if errors.Is(err, flag.ErrHelp) {
+				w = stdout
+			}
+			fmt.Fprintf(w, "usage: osu %s [flags] [heap|global]\n\nflags:\n", name)
+			fs.SetOutput(w)
+			fs.PrintDefaults()
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
 		if fs.NArg() == 0 {

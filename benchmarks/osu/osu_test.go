@@ -37,7 +37,7 @@ func TestParseOptions(t *testing.T) {
 		{"settle longer", []string{"-settle", "1s"}, func(o *Options) { o.Settle = time.Second }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseOptions("put", tt.args, pt2ptDefaults, io.Discard)
+			got, err := parseOptions("put", tt.args, pt2ptDefaults, io.Discard, io.Discard)
 			if err != nil {
 				t.Fatalf("parseOptions(%q): %v", tt.args, err)
 			}
@@ -67,7 +67,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		{[]string{"-nosuchflag"}, "not defined"},
 		{[]string{"-max", "lots"}, "invalid value"},
 	} {
-		_, err := parseOptions("put", tt.args, pt2ptDefaults, io.Discard)
+		_, err := parseOptions("put", tt.args, pt2ptDefaults, io.Discard, io.Discard)
 		if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.msg) {
 			t.Errorf("parseOptions(%q) = %v, want a usage error containing %q", tt.args, err, tt.msg)
 		}
@@ -403,5 +403,76 @@ func TestCompareMedianOfRuns(t *testing.T) {
 	rows := tableRows(t, table)
 	if got := rows["2"]; !cmp.Equal(got, []string{"0.020", "0.040", "0.50"}) {
 		t.Errorf("row 2 = %q, want the median 0.020 against 0.040\n%s", got, table)
+	}
+}
+
+// TestCompareRefusesDifferentTests: osu compare compares results of one
+// test only, and says which tests it was given; -help is on stdout.
+func TestCompareRefusesDifferentTests(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	getText := write("osu_get.txt", "# OSU OpenSHMEM Get Test v5.8\n# Size  Latency (us)\n1  0.03\n8  0.04\n")
+	bwText := write("osu_put_bw.txt", "# OSU OpenSHMEM Put Bandwidth Test v5.8\n# Size  Bandwidth (MB/s)\n1  10.0\n8  80.0\n")
+	untitled := write("untitled.txt", "# Size  Latency (us)\n1  0.03\n8  0.04\n")
+	for _, tt := range []struct {
+		name, a, b string
+		code       int
+		stderr     string // the start of the error, or "" for none
+	}{
+		{"put and get", "testdata/put_a.json", getText, 1,
+			"osu compare: testdata/put_a.json is a result of the put test (OSU OpenSHMEM Put Test), " + getText + " of the get test (OSU OpenSHMEM Get Test v5.8): compare results of one test\n"},
+		{"latency and bandwidth of put", "testdata/osu_put.txt", bwText, 1,
+			"osu compare: testdata/osu_put.txt is a result of the put test (OSU OpenSHMEM Put Test v5.8), " + bwText + " of the put_bw test"},
+		{"runs of different tests", "testdata/put_a.json," + getText, "testdata/put_b.json", 1,
+			"osu compare: testdata/put_a.json is a result of the put test"},
+		{"untitled table of another metric", untitled, bwText, 1,
+			"osu compare: " + untitled + " measures latency, " + bwText + " measures bandwidth: compare results of one test\n"},
+		{"one test", "testdata/put_a.json", "testdata/osu_put.txt", 0, ""},
+		{"untitled table of the same metric", "testdata/put_a.json", untitled, 0, ""},
+		{"a reference of operations", "testdata/osu_atomics.txt", "testdata/oshm_ref.txt", 0, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run([]string{"compare", tt.a, tt.b}, &out, &errb)
+			if code != tt.code || !strings.HasPrefix(errb.String(), tt.stderr) || (tt.stderr == "") != (errb.Len() == 0) {
+				t.Errorf("osu compare %s %s = %d, stderr %q; want %d, stderr starting %q", tt.a, tt.b, code, errb.String(), tt.code, tt.stderr)
+			}
+			if (code == 0) != (out.Len() > 0) {
+				t.Errorf("osu compare = %d with stdout %q", code, out.String())
+			}
+		})
+	}
+}
+
+// TestHelpOnStdout: -help prints the usage on stdout with status 0, for
+// osu and each sub-command; a bad flag prints it on stderr with status 2.
+func TestHelpOnStdout(t *testing.T) {
+	for _, tt := range []struct {
+		args  []string
+		code  int
+		usage string
+		onOut bool
+	}{
+		{[]string{"-help"}, 0, "usage: goshmem-run -np N osu TEST", true},
+		{[]string{"put", "-help"}, 0, "usage: osu put ", true},
+		{[]string{"compare", "--help"}, 0, "usage: osu compare ", true},
+		{[]string{"put", "-bogus"}, 2, "usage: osu put ", false},
+		{[]string{"compare", "-bogus"}, 2, "usage: osu compare ", false},
+	} {
+		var out, errb bytes.Buffer
+		code := run(tt.args, &out, &errb)
+		where, other := &errb, &out
+		if tt.onOut {
+			where, other = &out, &errb
+		}
+		if code != tt.code || !strings.Contains(where.String(), tt.usage) || strings.Contains(other.String(), "usage:") {
+			t.Errorf("osu %q = %d, stdout %q, stderr %q; want %d and the usage on stdout=%v", tt.args, code, out.String(), errb.String(), tt.code, tt.onOut)
+		}
 	}
 }

@@ -247,6 +247,9 @@ var (
 	}
 )
 
+// refTest is the Test of the "name microseconds" lines of oshm_ref.
+const refTest = "oshm_ref"
+
 // testOfTitle guesses the sub-command of an OSU title.
 func testOfTitle(title string) string {
 	for _, t := range titleTests {
@@ -314,7 +317,7 @@ func parseText(rd io.Reader) (*Report, error) {
 		if len(simple) == 0 {
 			return nil, errors.New("no OSU table (no \"# Size ...\" or \"# Operation ...\" header) and no \"name value\" lines")
 		}
-		r.Title, r.Test, r.Metric = "name microseconds", "oshm_ref", metricLatency
+		r.Title, r.Test, r.Metric = "name microseconds", refTest, metricLatency
 		r.Columns = []string{colOperation, colLatency}
 		r.Rows = simple
 		return r, nil

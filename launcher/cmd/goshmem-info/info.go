@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"sort"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/Mellanox/rdmamap"
 
+	"github.com/goshmem/goshmem/bootstrap"
+	goversion "github.com/goshmem/goshmem/internal/version"
+	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -22,54 +26,20 @@ import (
 	_ "github.com/goshmem/goshmem/uct/tcp"
 )
 
-// modulePath is the path of the goshmem module.
-const modulePath = "github.com/goshmem/goshmem"
-
 // printVersion prints the -v section.
 func printVersion(p *printer) {
+	version, revision := goversion.Module()
 	p.f("# Library version: %s", ucp.VersionString())
 	p.f("# Go version: %s", runtime.Version())
-	version, revision := "(unknown)", "(unknown)"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		switch {
-		case bi.Main.Path == modulePath:
-			version = bi.Main.Version
-		default:
-			for _, d := range bi.Deps {
-				if d.Path == modulePath {
-					version = d.Version
-				}
-			}
-		}
-		s := settings(bi)
-		if r, ok := s["vcs.revision"]; ok {
-			revision = r
-			if t, ok := s["vcs.time"]; ok {
-				revision += " " + t
-			}
-			if s["vcs.modified"] == "true" {
-				revision += " (modified)"
-			}
-		}
-	}
-	p.f("# Module: %s %s", modulePath, version)
+	p.f("# Module: %s %s", goversion.ModulePath, version)
 	p.f("# VCS revision: %s", revision)
-}
-
-// settings returns the build settings of bi as a map.
-func settings(bi *debug.BuildInfo) map[string]string {
-	m := make(map[string]string, len(bi.Settings))
-	for _, s := range bi.Settings {
-		m[s.Key] = s.Value
-	}
-	return m
 }
 
 // printBuild prints the -b section.
 func printBuild(p *printer) {
 	s := map[string]string{}
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		s = settings(bi)
+		s = goversion.Settings(bi)
 	}
 	get := func(k, def string) string {
 		if v, ok := s[k]; ok {
@@ -101,10 +71,81 @@ func printBuild(p *printer) {
 	}
 }
 
-// printConfig prints the -c section: every variable, as ucp reads it: the
+// printSummary prints the -s section, the default: what oshmem_info
+// prints first, for goshmem.
+func printSummary(p *printer) {
+	version, revision := goversion.Module()
+	major, minor := shmem.InfoGetVersion()
+	p.f("# Package: %s %s", goversion.ModulePath, version)
+	p.f("# VCS revision: %s", revision)
+	p.f("# OpenSHMEM version: %d.%d", major, minor)
+	p.f("# OpenSHMEM name: %s", shmem.InfoGetName())
+	p.f("# UCP library version: %s", ucp.VersionString())
+	p.f("# Go version: %s %s/%s", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	p.f("# Thread support: %s", listOrNone([]string{
+		shmem.ThreadSingle.String(), shmem.ThreadFunneled.String(), shmem.ThreadSerialized.String(), shmem.ThreadMultiple.String()}))
+	var tls []string
+	for _, comp := range uct.Components() {
+		mds, err := comp.MDResources()
+		if err != nil {
+			tls = append(tls, fmt.Sprintf("%s (unavailable: %v)", comp.Name(), err))
+			continue
+		}
+		for _, mdr := range mds {
+			tls = append(tls, transportSummary(comp, mdr.Name)...)
+		}
+	}
+	p.f("# Transports: %s", listOrNone(tls))
+	heap := os.Getenv(envSymmetricSize)
+	if heap == "" {
+		heap = "default (" + envSymmetricSize + " not set)"
+	}
+	p.f("# Symmetric heap per PE: %s", heap)
+	p.f("# Launcher: goshmem-run -np N PROGRAM (oshrun's conventions: -n, -x, -hostfile)")
+	p.f("# More: goshmem-info -v (version), -d (devices), -c (variables), -b (build)")
+}
+
+// envSymmetricSize is the variable of the symmetric heap size.
+const envSymmetricSize = "SHMEM_SYMMETRIC_SIZE"
+
+// transportSummary lists the transports of a memory domain as
+// "tcp/eth0", one per device.
+func transportSummary(comp uct.Component, name string) []string {
+	md, err := comp.OpenMD(name, ucs.ReadConfig(ucp.ComponentEnvPrefix(ucs.DefaultEnvPrefix, name), comp.MDConfigTable()))
+	if err != nil {
+		return []string{fmt.Sprintf("%s (cannot open: %v)", name, err)}
+	}
+	defer md.Close()
+	tls, err := md.TLResources()
+	if err != nil {
+		return []string{fmt.Sprintf("%s (cannot list: %v)", name, err)}
+	}
+	var out []string
+	for _, tl := range tls {
+		out = append(out, tl.TLName+"/"+tl.DevName)
+	}
+	return out
+}
+
+// printConfig prints the -c section: the OpenSHMEM and goshmem variables
+// (shmem.EnvVars), then every UCX variable, as ucp reads it: the
 // context's under UCX_, each memory domain's under UCX_<MD>_ and each
 // transport's under UCX_<TL>_ (ucp.ComponentEnvPrefix).
 func printConfig(p *printer) {
+	p.f("#")
+	p.f("# OpenSHMEM and goshmem")
+	for _, v := range shmem.EnvVars() {
+		p.f("#")
+		p.f("# %s", v.Doc)
+		switch val, ok := os.LookupEnv(v.Name); {
+		case !ok:
+			p.f("# %s is not set", v.Name)
+		case v.Name == bootstrap.EnvKey:
+			p.f("# %s is set (not shown: it is the job's secret)", v.Name)
+		default:
+			p.f("%s=%s", v.Name, val)
+		}
+	}
 	table := func(title, prefix string, fields []ucs.ConfigField) {
 		p.f("#")
 		p.f("# %s", title)
@@ -381,6 +422,7 @@ var (
 		{uct.IfaceFlagAMDup, "am_dup"},
 		{uct.IfaceFlagCBSync, "cb_sync"},
 		{uct.IfaceFlagCBAsync, "cb_async"},
+		{uct.IfaceFlagFlushAfterAM, "flush_after_am"},
 	}
 	atomicNames = []named{
 		{uct.AtomicOpAdd.OpMask(), "add"},

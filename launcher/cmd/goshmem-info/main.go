@@ -1,12 +1,16 @@
 // Command goshmem-info describes the goshmem library, its transports and
-// its configuration, as ucx_info does for UCX.
+// its configuration, as oshmem_info and ucx_info do.
 //
 // Usage:
 //
-//	goshmem-info [-v] [-d] [-c] [-b]
+//	goshmem-info [-s] [-v] [-d] [-c] [-b]
 //
-// The flags are:
+// With no flag, goshmem-info prints the summary (-s). The flags are:
 //
+//	-s  the summary, as oshmem_info prints it: the package and its
+//	    version, the OpenSHMEM version and name, the ucp library version,
+//	    the Go version and platform, the thread levels, the transports and
+//	    their devices, the symmetric heap size, and the launcher
 //	-v  the version: the ucp library version, the Go version that built
 //	    the binary, the module version and its VCS revision
 //	-d  the memory domains and transports: for every registered component,
@@ -15,16 +19,18 @@
 //	    the limits of every operation, the atomic operations, latency,
 //	    bandwidth, overhead, priority, address lengths); then the RDMA
 //	    devices of the host with their ports, network devices and
-//	    character devices, or "RDMA devices: none"
-//	-c  every configuration variable (UCX_*): those of the ucp context,
-//	    of every memory domain and of every transport's ifaces, each with
-//	    its documentation, its default and its current value (from the
-//	    environment)
+//	    character devices, or "RDMA devices: none". Flags print by name.
+//	-c  every configuration variable: the OpenSHMEM ones (SHMEM_*) and
+//	    goshmem's own (GOSHMEM_*), each with its documentation and its
+//	    value in the environment; then the UCX_* ones, those of the ucp
+//	    context, of every memory domain and of every transport's ifaces,
+//	    each with its documentation, its default and its current value
 //	-b  the build: CGO_ENABLED, GOOS/GOARCH, whether the race detector is
 //	    on, build tags and the other settings the Go command recorded
+//	-help  this usage, on standard output
 //
 // Several flags may be given; their sections are printed in the order
-// above. With no flag, or a bad one, goshmem-info prints this usage and
+// above. A bad flag or an argument prints the usage on standard error and
 // exits with status 2.
 //
 // Output lines that describe things start with '#', as ucx_info's do;
@@ -32,6 +38,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,27 +53,38 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("goshmem-info", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	summary := fs.Bool("s", false, "print the summary (the default)")
 	version := fs.Bool("v", false, "print the version")
 	devices := fs.Bool("d", false, "print the memory domains, transports and RDMA devices")
-	config := fs.Bool("c", false, "print every configuration variable with its default and current value")
+	config := fs.Bool("c", false, "print every configuration variable (SHMEM_*, GOSHMEM_*, UCX_*) with its current value")
 	build := fs.Bool("b", false, "print the build flags")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: goshmem-info [-v] [-d] [-c] [-b]\n\nflags:\n")
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: goshmem-info [-s] [-v] [-d] [-c] [-b]\n\nWith no flag, the summary (-s).\n\nflags:\n")
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
+	fs.Usage = func() {} // printed below: on stdout for -help
 	if err := fs.Parse(args); err != nil {
-		return 2 // the flag package printed the error and the usage
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return 0
+		}
+		usage(stderr) // after the flag package's error
+		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "goshmem-info: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
+		usage(stderr)
 		return 2
 	}
 	if !*version && !*devices && !*config && !*build {
-		fs.Usage()
-		return 2
+		*summary = true
 	}
 	p := &printer{w: stdout}
+	if *summary {
+		printSummary(p)
+	}
 	if *version {
 		printVersion(p)
 	}

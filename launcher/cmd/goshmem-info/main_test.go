@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/Mellanox/rdmamap"
 
+	goversion "github.com/goshmem/goshmem/internal/version"
+	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -46,7 +50,7 @@ func contains(t *testing.T, out string, wants ...string) {
 func TestVersion(t *testing.T) {
 	out := mustInfo(t, "-v")
 	contains(t, out, "# Library version: "+ucp.VersionString()+"\n", "# Go version: "+runtime.Version()+"\n",
-		"# Module: "+modulePath+" ", "# VCS revision: ")
+		"# Module: "+goversion.ModulePath+" ", "# VCS revision: ")
 }
 
 func TestDevices(t *testing.T) {
@@ -150,7 +154,7 @@ func TestBuild(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"-x"}, {"-v", "extra"}, {"-d=maybe"}, {"--c", "-bogus"}} {
+	for _, args := range [][]string{{"-x"}, {"-v", "extra"}, {"-d=maybe"}, {"--c", "-bogus"}} {
 		code, out, errs := info(t, args...)
 		if code != 2 || out != "" || !strings.Contains(errs, "usage: goshmem-info") {
 			t.Errorf("goshmem-info %q = %d, stdout %q, stderr %q; want 2, no output and the usage", args, code, out, errs)
@@ -162,6 +166,7 @@ func TestUsage(t *testing.T) {
 // each exits 0 and prints the sections asked for, in the documented order.
 func TestEveryFlagCombination(t *testing.T) {
 	flags := []struct{ flag, marker string }{
+		{"-s", "# OpenSHMEM version: "},
 		{"-v", "# Library version: "},
 		{"-d", "# Memory domain: "},
 		{"-c", "UCX_TLS="},
@@ -205,5 +210,65 @@ func TestWriteError(t *testing.T) {
 	var errb bytes.Buffer
 	if code := run([]string{"-v"}, failWriter{}, &errb); code != 1 || !strings.Contains(errb.String(), "disk full") {
 		t.Errorf("goshmem-info -v to a failing writer = %d, stderr %q; want 1 and the error", code, errb.String())
+	}
+}
+
+// TestSummary: with no flag, or -s, goshmem-info prints the summary, as
+// oshmem_info does.
+func TestSummary(t *testing.T) {
+	t.Setenv("SHMEM_SYMMETRIC_SIZE", "64M")
+	for _, args := range [][]string{nil, {"-s"}} {
+		out := mustInfo(t, args...)
+		major, minor := shmem.InfoGetVersion()
+		contains(t, out, "# Package: "+goversion.ModulePath+" ", fmt.Sprintf("# OpenSHMEM version: %d.%d\n", major, minor),
+			"# OpenSHMEM name: "+shmem.InfoGetName()+"\n", "# UCP library version: "+ucp.VersionString()+"\n",
+			"# Go version: "+runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH+"\n",
+			"# Thread support: ThreadSingle, ThreadFunneled, ThreadSerialized, ThreadMultiple\n",
+			"self/memory0", "posix/memory", "# Symmetric heap per PE: 64M\n", "# Launcher: goshmem-run")
+		if strings.Contains(out, "# Memory domain: ") || strings.Contains(out, "UCX_") {
+			t.Errorf("goshmem-info %q prints more than the summary:\n%s", args, out)
+		}
+	}
+}
+
+// TestHelp: -help and --help print the usage on stdout and exit 0.
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-help", "--help", "-h"} {
+		code, out, errs := info(t, arg)
+		if code != 0 || !strings.HasPrefix(out, "usage: goshmem-info") || errs != "" {
+			t.Errorf("goshmem-info %s = %d, stdout %q, stderr %q; want 0 and the usage on stdout", arg, code, out, errs)
+		}
+	}
+}
+
+// TestConfigShmemVariables: -c lists the SHMEM_* and GOSHMEM_* variables
+// before the UCX_* ones, with their values, and does not show the job key.
+func TestConfigShmemVariables(t *testing.T) {
+	t.Setenv("SHMEM_DEBUG", "1")
+	t.Setenv("GOSHMEM_STALL_REPORT", "30s")
+	t.Setenv("GOSHMEM_KEY", "c2VjcmV0c2VjcmV0c2VjcmV0")
+	os.Unsetenv("SHMEM_INFO") // t.Setenv above restores the environment
+	out := mustInfo(t, "-c")
+	for _, v := range shmem.EnvVars() {
+		contains(t, out, "# "+v.Doc+"\n")
+	}
+	contains(t, out, "# OpenSHMEM and goshmem\n", "SHMEM_DEBUG=1\n", "GOSHMEM_STALL_REPORT=30s\n", "# SHMEM_INFO is not set\n",
+		"# GOSHMEM_KEY is set (not shown: it is the job's secret)\n", "# GOSHMEM_PROFILE", "# SHMEM_SYMMETRIC_SIZE")
+	if strings.Contains(out, "c2VjcmV0") {
+		t.Error("goshmem-info -c shows the job key")
+	}
+	if shm, ucx := strings.Index(out, "SHMEM_DEBUG=1"), strings.Index(out, "UCX_TLS="); shm < 0 || ucx < shm {
+		t.Errorf("the SHMEM_* variables do not come before the UCX_* ones:\n%s", out)
+	}
+}
+
+// TestDevicesFlagNames: every flag of every memory domain and transport
+// prints by name, none in hex.
+func TestDevicesFlagNames(t *testing.T) {
+	out := mustInfo(t, "-d")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "0x") {
+			t.Errorf("a flag without a name: %q", line)
+		}
 	}
 }

@@ -7,17 +7,19 @@
 //	goshmem-run -np N [flags] PROGRAM [ARGS...]
 //	goshmem-run --hosts h1:4,h2:4 [-np N] [flags] PROGRAM [ARGS...]
 //	goshmem-run --spawner 'srun --overcommit' -np N [flags] PROGRAM [ARGS...]
+//	goshmem-run --help | --version
 //
 // It starts N processing elements (PEs), each running PROGRAM with ARGS.
 // PROGRAM is an executable (a path, or a name looked up in PATH), or a Go
 // main package: a directory such as ./examples/hello, or a package path,
 // which goshmem-run builds once with the go command before starting the
-// PEs. Flags must come before PROGRAM; everything after it goes to the
-// program.
+// PEs. A Go source file, or a package that is not a main package, is
+// refused with a usage error (status 2). Flags must come before PROGRAM;
+// everything after it goes to the program.
 //
 // The flags are:
 //
-//	-np N               number of PEs (at least 1; with --hosts or
+//	-np N, -n N         number of PEs (at least 1; with --hosts or
 //	                    --hostfile, default one per slot)
 //	-hosts LIST         hosts and their slots: "h1:4,h2:4" (a host without
 //	                    ":N" has one slot); the slots are filled in order
@@ -41,8 +43,14 @@
 //	-failure-timeout D  time the job may take to notice a PE, host or
 //	                    launcher that stopped answering (default 10s; a PE
 //	                    that exits or is killed is noticed at once)
+//	-stall-report D     have each PE report where it waits when one of its
+//	                    waits lasts longer than D (GOSHMEM_STALL_REPORT)
+//	-profile DIR        have each PE write its CPU profile and a summary
+//	                    of its communication into DIR (see below)
 //	-agent-path PATH    goshmem-run on the other hosts (default this one's
 //	                    path)
+//	-help               print this usage on standard output and exit 0
+//	-version            print the version on standard output and exit 0
 //
 // Both -flag and --flag forms work.
 //
@@ -65,6 +73,8 @@
 //	GOSHMEM_LOCAL_RANK       the PE's rank on its host
 //	GOSHMEM_LOCAL_SIZE       the number of PEs on its host
 //	GOSHMEM_FAILURE_TIMEOUT  the failure timeout (when set)
+//	GOSHMEM_STALL_REPORT     the duration of -stall-report (when given)
+//	GOSHMEM_PROFILE          the directory of -profile (when given)
 //
 // For a job on this host alone, goshmem-run also sets UCX_NET_DEVICES=lo
 // (unless it is set), so that every listener of the job is on the loopback.
@@ -80,7 +90,22 @@
 // MPI's, MPICH's or Slurm's variables).
 //
 // Standard input goes to PE 0. The PEs' standard output and error are
-// forwarded one whole line at a time.
+// forwarded one whole line at a time, untagged unless -tag-output asks for
+// "[pe N] " prefixes. When the job fails, or a stall report is asked for,
+// the lines that follow are tagged, whatever -tag-output says; and the
+// first PE of each agent (each host) that fails by itself has the lines
+// that say why shown again, tagged, on standard error: the start of its
+// crash report (from the Go runtime's "panic: " or "fatal error: " line, 20
+// lines), or else its last 20 lines, on both streams (with -output-dir,
+// goshmem-run names the PE's output file instead).
+//
+// SIGQUIT (Ctrl-\) to goshmem-run does not end the job: it asks for a stall
+// report. goshmem-run prints "goshmem-run: stall report requested; PEs
+// report where they wait:" and every agent sends SIGUSR2 to each of its
+// running PEs that joined the job (shmem handles it by printing, on the
+// PE's standard error, the routine it waits in, the team, and the PE it
+// waits for); PEs that have not joined the job yet are named and not
+// signalled, because they may not handle it yet.
 //
 // When a PE exits with a non-zero status or by a signal, or exits without
 // finalizing while the others still run, or is stopped, or stops
@@ -99,6 +124,18 @@
 // does not exist exits 127. Nothing is left in /dev/shm. A job that ends
 // well exits with 0.
 //
+// With -profile DIR (made absolute, created, and cleared of the files of
+// an earlier profile), each PE that uses shmem records a CPU profile and
+// counts the operations it initiates and their bytes, per routine and
+// target PE, from Init to its last Finalize, which writes them into DIR on
+// the PE's host: pe-N.cpu.pprof (for go tool pprof) and pe-N.comm.json (a
+// shmem.CommSummary). After the job, goshmem-run reads the summaries found
+// in DIR on this host and writes comm.txt, the operations and bytes of
+// each routine over the job and the matrix of bytes from each PE to each
+// PE, and comm-matrix.svg, that matrix as a heatmap; it names the PEs
+// whose summary is missing (a PE that did not reach its last Finalize, or
+// ran on another host without a shared DIR).
+//
 // Setting GOSHMEM_DEBUG=1 shows the memberlist logs of the seed and PEs.
 package main
 
@@ -112,11 +149,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
 	"github.com/goshmem/goshmem/bootstrap"
+	goversion "github.com/goshmem/goshmem/internal/version"
 	"github.com/goshmem/goshmem/launcher"
+	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 func main() {
@@ -147,31 +188,49 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("goshmem-run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	np := fs.Int("np", 0, "number of PEs (at least 1; with -hosts or -hostfile, default one per slot)")
+	fs.IntVar(np, "n", 0, "the same as -np")
 	hostList := fs.String("hosts", "", `hosts and slots, "h1:4,h2:4"`)
 	hostfile := fs.String("hostfile", "", `file of hosts, one per line: "h1", "h1:4" or "h1 slots=4"`)
 	rsh := fs.String("rsh", "ssh", "remote shell: CMD HOST COMMAND... runs COMMAND on HOST")
 	spawner := fs.String("spawner", "", `spawner that places the PEs: "srun ...", "mpirun ..." or another command`)
-	tag := fs.Bool("tag-output", false, `prefix every output line with "[pe N] "`)
+	tag := fs.Bool("tag-output", false, `prefix every output line with "[pe N] " (a failing job's lines are tagged anyway)`)
 	outDir := fs.String("output-dir", "", "write the output of PE N to DIR/pe-N.out instead of the terminal")
 	var env envFlags
 	fs.Var(&env, "x", "pass NAME[=VALUE] to the PEs (repeatable)")
 	bind := fs.String("bind", "", "IP address of the bootstrap seed (default: 127.0.0.1 on one host, else chosen by route)")
 	grace := fs.Duration("kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when ending the job")
 	failTimeout := fs.Duration("failure-timeout", bootstrap.DefaultFailureTimeout, "time to notice a PE, host or launcher that stopped answering")
+	stallReport := fs.Duration("stall-report", 0, "have each PE report where it waits when a wait lasts longer than this (GOSHMEM_STALL_REPORT)")
+	profile := fs.String("profile", "", "write each PE's CPU profile and communication summary to DIR, and the job's PE-to-PE byte matrix (GOSHMEM_PROFILE)")
 	agentPath := fs.String("agent-path", "", "path of goshmem-run on the other hosts (default: this one's)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: goshmem-run -np N [flags] PROGRAM [ARGS...]\n"+
+	version := fs.Bool("version", false, "print the version and exit")
+	usageTo := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: goshmem-run -np N [flags] PROGRAM [ARGS...]\n"+
 			"       goshmem-run -hosts h1:4,h2:4 [-np N] [flags] PROGRAM [ARGS...]\n"+
-			"       goshmem-run -spawner 'srun ...' -np N [flags] PROGRAM [ARGS...]\n\n"+
-			"PROGRAM is an executable or a Go main package (directory or package path).\n\nflags:\n")
+			"       goshmem-run -spawner 'srun ...' -np N [flags] PROGRAM [ARGS...]\n"+
+			"       goshmem-run -help | -version\n\n"+
+			"PROGRAM is an executable or a Go main package (directory or package path).\n"+
+			"SIGQUIT (Ctrl-\\) asks the PEs where they wait, without ending the job.\n\nflags:\n")
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
+	fs.Usage = func() {} // printed below: on stdout for -help
 	if err := fs.Parse(args); err != nil {
-		return 2 // flag printed the error and the usage
+		if errors.Is(err, flag.ErrHelp) {
+			usageTo(stdout)
+			return 0
+		}
+		usageTo(stderr) // after flag's message
+		return 2
+	}
+	if *version {
+		printVersion(stdout)
+		return 0
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "goshmem-run: "+format+"\n", a...)
-		fs.Usage()
+		usageTo(stderr)
 		return 2
 	}
 	var hosts []launcher.Host
@@ -196,6 +255,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() < 1 {
 		return usage("no PROGRAM")
 	}
+	if *stallReport < 0 {
+		return usage("-stall-report %v: want a positive duration", *stallReport)
+	}
+	if *stallReport > 0 {
+		env = append(env, envStallReport+"="+stallReport.String())
+	}
+	if *profile != "" {
+		dir, err := filepath.Abs(*profile)
+		if err == nil {
+			err = prepareProfileDir(dir)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "goshmem-run: -profile: %v\n", err)
+			return 1
+		}
+		*profile = dir
+		env = append(env, envProfile+"="+dir)
+	}
 	rshWords, err := splitWords(*rsh)
 	if err != nil || len(rshWords) == 0 {
 		return usage("-rsh %q: %v", *rsh, err)
@@ -214,6 +291,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	program, build, err := resolve(fs.Arg(0))
+	if errors.Is(err, ucs.ErrInvalidParam) {
+		return usage("%s", plain(err))
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "goshmem-run: %v\n", err)
 		return 127
@@ -223,6 +303,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if _, serr := os.Stat(program); err != nil && errors.Is(serr, os.ErrNotExist) {
 			fmt.Fprintf(stderr, "goshmem-run: %s: no such file or directory, nor a Go package the go command can build: %v\n", program, err)
 			return 127
+		}
+		if errors.Is(err, ucs.ErrInvalidParam) {
+			return usage("%s", plain(err))
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "goshmem-run: %v\n", err)
@@ -244,6 +327,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cancel()
 		}
 	}()
+	// SIGQUIT asks for a stall report instead of ending goshmem-run with a
+	// dump of its own goroutines.
+	quits := make(chan os.Signal, 1)
+	signal.Notify(quits, syscall.SIGQUIT)
+	defer func() {
+		signal.Stop(quits)
+		close(quits) // nothing sends on it any more
+	}()
+	stallReports := make(chan struct{}, 1)
+	go func() {
+		for range quits {
+			select {
+			case stallReports <- struct{}{}:
+			default: // one is pending
+			}
+		}
+	}()
 
 	code, err := launcher.Run(ctx, launcher.Options{
 		NP:             *np,
@@ -259,12 +359,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		RSH:            rshWords,
 		Spawner:        spawnerWords,
 		AgentPath:      *agentPath,
+		StallReports:   stallReports,
 		Stdout:         stdout,
 		Stderr:         stderr,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "goshmem-run: "+format+"\n", args...)
 		},
 	})
+	if *profile != "" {
+		writeProfile(*profile, *np, stderr)
+	}
 	select {
 	case s := <-got:
 		return 128 + int(s)
@@ -314,14 +418,40 @@ func splitWords(s string) ([]string, error) {
 	return words, nil
 }
 
+// plain is the message of a usage error without the "launcher: " and
+// ": Invalid parameter" that frame it for a library's caller.
+func plain(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "launcher: ")
+	return strings.TrimSuffix(msg, ": "+ucs.ErrInvalidParam.Error())
+}
+
+// envStallReport is the PE environment variable of -stall-report.
+const envStallReport = "GOSHMEM_STALL_REPORT"
+
+// printVersion prints goshmem-run's version, as -version does.
+func printVersion(w io.Writer) {
+	version, revision := goversion.Module()
+	fmt.Fprintf(w, "goshmem-run: %s\n", shmem.VendorString)
+	fmt.Fprintf(w, "OpenSHMEM %d.%d; module %s %s; revision %s; built with %s\n",
+		shmem.MajorVersion, shmem.MinorVersion, goversion.ModulePath, version, revision, runtime.Version())
+}
+
 // resolve tells whether prog is an executable to run or a Go package to
 // build first. A path that names a file, absolute or starting with ./ or
-// ../, must exist.
+// ../, must exist. A Go source file is an error that wraps
+// ucs.ErrInvalidParam.
 func resolve(prog string) (path string, build bool, err error) {
 	fi, err := os.Stat(prog)
 	switch {
 	case err == nil && fi.IsDir():
 		return prog, true, nil
+	case err == nil && strings.HasSuffix(prog, ".go"):
+		dir := filepath.Dir(prog)
+		if !filepath.IsAbs(dir) && dir != "." && !strings.HasPrefix(dir, ".") {
+			dir = "./" + dir
+		}
+		return "", false, fmt.Errorf("%s is a Go source file, not a program: give the directory of its main package (%s), or a binary built from it: %w",
+			prog, dir, ucs.ErrInvalidParam)
 	case err == nil:
 		if !strings.ContainsRune(prog, os.PathSeparator) {
 			prog = "." + string(os.PathSeparator) + prog // not a PATH lookup

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +12,9 @@ import (
 	"github.com/goshmem/goshmem/launcher"
 )
 
-// The test binary is goshmem-run's agent too (run uses its own executable).
+// The test binary is goshmem-run's agent too: run uses its own
+// executable. (SIGQUIT's stall reports are tested in launcher/e2e, with
+// shmem's PEs.)
 func TestMain(m *testing.M) {
 	if code, ok := launcher.AgentMain(); ok {
 		os.Exit(code)
@@ -21,33 +22,63 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// TestRunRefusesLibraryPackage gives goshmem-run a package that is not a
+// main package: a usage error that names it.
+func TestRunRefusesLibraryPackage(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("skipping: no go command in PATH to build with")
+	}
+	if testing.Short() {
+		t.Skip("skipping: building a package is slow in -short mode")
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-np", "2", "../../../internal/version"}, &stdout, &stderr)
+	want := "goshmem-run: ../../../internal/version is package version, not a main package: nothing to run\n"
+	if code != 2 || !strings.HasPrefix(stderr.String(), want) || stdout.Len() > 0 {
+		t.Errorf("goshmem-run of a library package = %d, stdout %q, stderr %q; want 2 and %q", code, stdout.String(), stderr.String(), want)
+	}
+}
+
 func TestRun(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
 		code int
-		msg  string // in stderr
+		msg  string // in stderr, which must be empty for a code 0 without msg
+		out  string // in stdout
 	}{
-		{"no flags", nil, 2, "usage:"},
-		{"bad flag", []string{"-bogus", "true"}, 2, "usage:"},
-		{"np zero", []string{"-np", "0", "true"}, 2, "-np must be at least 1"},
-		{"no program", []string{"-np", "2"}, 2, "no PROGRAM"},
-		{"missing command", []string{"-np", "2", "no-such-command-goshmem"}, 127, "not a file"},
-		{"missing path", []string{"-np", "2", "./no/such/program"}, 127, "./no/such/program: no such file or directory"},
-		{"missing absolute path", []string{"-np", "2", "/no/such/program"}, 127, "/no/such/program: no such file or directory"},
-		{"missing package path", []string{"-np", "2", "no.such.host/x/cmd"}, 127, "no.such.host/x/cmd: no such file or directory, nor a Go package"},
-		{"true", []string{"-np", "2", "true"}, 0, ""},
-		{"exit status", []string{"--np", "2", "sh", "-c", "exit 7"}, 7, "exited with status 7"},
-		{"program args are not flags", []string{"-np", "1", "sh", "-c", "test \"$1\" = -np", "sh", "-np"}, 0, ""},
-		{"hosts and hostfile", []string{"-hosts", "a:1", "-hostfile", "f", "true"}, 2, "not both"},
-		{"bad hosts", []string{"-hosts", "a:0", "true"}, 2, "slots must be a positive integer"},
-		{"missing hostfile", []string{"-hostfile", "/nonexistent/hosts", "true"}, 2, "no such file"},
-		{"spawner and hosts", []string{"-spawner", "srun", "-hosts", "a:1", "true"}, 2, "no -hosts"},
-		{"unterminated rsh", []string{"-rsh", "ssh -o 'x", "-hosts", "a:1", "true"}, 2, "unterminated quote"},
-		{"too many PEs for the hosts", []string{"-np", "3", "-hosts", "localhost:2", "true"}, 2, "do not fit"},
-		{"local hosts", []string{"-hosts", "localhost:2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, ""},
-		{"x flag", []string{"-np", "2", "-x", "GOSHMEM_TEST_X=yes", "sh", "-c", "test $GOSHMEM_TEST_X = yes"}, 0, ""},
-		{"single host tcp on loopback", []string{"-np", "1", "sh", "-c", "test $UCX_NET_DEVICES = lo"}, 0, ""},
+		{"no flags", nil, 2, "usage:", ""},
+		{"help", []string{"-help"}, 0, "", "usage: goshmem-run -np N"},
+		{"help long", []string{"--help"}, 0, "", "-np int"},
+		{"h", []string{"-h", "-np", "2", "true"}, 0, "", "usage: goshmem-run"},
+		{"version", []string{"--version"}, 0, "", "goshmem-run: goshmem "},
+		{"version and more", []string{"-version", "-np", "2", "true"}, 0, "", "OpenSHMEM 1."},
+		{"n alias", []string{"-n", "2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, "", ""},
+		{"n alias double dash", []string{"--n", "3", "sh", "-c", "test $GOSHMEM_SIZE = 3"}, 0, "", ""},
+		{"go file", []string{"-np", "2", "../../testdata/hello/main.go"}, 2,
+			"../../testdata/hello/main.go is a Go source file, not a program: give the directory of its main package (../../testdata/hello)", ""},
+		{"stall report", []string{"-np", "2", "-stall-report", "1500ms", "sh", "-c", "test $GOSHMEM_STALL_REPORT = 1.5s"}, 0, "", ""},
+		{"no stall report", []string{"-np", "1", "sh", "-c", "test -z \"$GOSHMEM_STALL_REPORT\""}, 0, "", ""},
+		{"negative stall report", []string{"-np", "2", "-stall-report", "-1s", "true"}, 2, "-stall-report -1s: want a positive duration", ""},
+		{"bad flag", []string{"-bogus", "true"}, 2, "usage:", ""},
+		{"np zero", []string{"-np", "0", "true"}, 2, "-np must be at least 1", ""},
+		{"no program", []string{"-np", "2"}, 2, "no PROGRAM", ""},
+		{"missing command", []string{"-np", "2", "no-such-command-goshmem"}, 127, "not a file", ""},
+		{"missing path", []string{"-np", "2", "./no/such/program"}, 127, "./no/such/program: no such file or directory", ""},
+		{"missing absolute path", []string{"-np", "2", "/no/such/program"}, 127, "/no/such/program: no such file or directory", ""},
+		{"missing package path", []string{"-np", "2", "no.such.host/x/cmd"}, 127, "no.such.host/x/cmd: no such file or directory, nor a Go package", ""},
+		{"true", []string{"-np", "2", "true"}, 0, "", ""},
+		{"exit status", []string{"--np", "2", "sh", "-c", "exit 7"}, 7, "exited with status 7", ""},
+		{"program args are not flags", []string{"-np", "1", "sh", "-c", "test \"$1\" = -np", "sh", "-np"}, 0, "", ""},
+		{"hosts and hostfile", []string{"-hosts", "a:1", "-hostfile", "f", "true"}, 2, "not both", ""},
+		{"bad hosts", []string{"-hosts", "a:0", "true"}, 2, "slots must be a positive integer", ""},
+		{"missing hostfile", []string{"-hostfile", "/nonexistent/hosts", "true"}, 2, "no such file", ""},
+		{"spawner and hosts", []string{"-spawner", "srun", "-hosts", "a:1", "true"}, 2, "no -hosts", ""},
+		{"unterminated rsh", []string{"-rsh", "ssh -o 'x", "-hosts", "a:1", "true"}, 2, "unterminated quote", ""},
+		{"too many PEs for the hosts", []string{"-np", "3", "-hosts", "localhost:2", "true"}, 2, "do not fit", ""},
+		{"local hosts", []string{"-hosts", "localhost:2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, "", ""},
+		{"x flag", []string{"-np", "2", "-x", "GOSHMEM_TEST_X=yes", "sh", "-c", "test $GOSHMEM_TEST_X = yes"}, 0, "", ""},
+		{"single host tcp on loopback", []string{"-np", "1", "sh", "-c", "test $UCX_NET_DEVICES = lo"}, 0, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,10 +89,17 @@ func TestRun(t *testing.T) {
 					}
 				}
 			}
-			var stderr bytes.Buffer
-			code := run(tt.args, io.Discard, &stderr)
-			if code != tt.code || !strings.Contains(stderr.String(), tt.msg) {
-				t.Errorf("goshmem-run %q = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.msg)
+			var stdout, stderr bytes.Buffer
+			code := run(tt.args, &stdout, &stderr)
+			if code != tt.code || !strings.Contains(stderr.String(), tt.msg) || !strings.Contains(stdout.String(), tt.out) {
+				t.Errorf("goshmem-run %q = %d, stdout %q, stderr %q; want %d, %q in stdout and %q in stderr",
+					tt.args, code, stdout.String(), stderr.String(), tt.code, tt.out, tt.msg)
+			}
+			if code == 0 && tt.msg == "" && stderr.Len() > 0 {
+				t.Errorf("goshmem-run %q: stderr %q, want none", tt.args, stderr.String())
+			}
+			if code == 2 && stdout.Len() > 0 {
+				t.Errorf("goshmem-run %q: a usage error wrote %q on stdout", tt.args, stdout.String())
 			}
 		})
 	}

@@ -20,6 +20,9 @@
 //	block       prints "ready PE pid PID" and waits to be ended
 //	await       prints "ready PE pid PID", waits for the file $AWAIT_FILE
 //	            to exist, then meets the others in a barrier and finalizes
+//	late        prints "ready PE pid PID"; PE $FAIL_PE then waits for the
+//	            file $AWAIT_FILE to exist, outside the library, while the
+//	            others wait for it in a barrier; then they finalize
 //	listeners   prints "listener ADDR" for each listening or bound socket
 //	            of this process, then finalizes
 //	segments    prints "segment PE NAME MODE STATE" for each named /dev/shm
@@ -165,11 +168,12 @@ func main() {
 		select {}
 	case "await":
 		fmt.Printf("ready %d pid %d\n", me, os.Getpid())
-		for {
-			if _, err := os.Stat(os.Getenv("AWAIT_FILE")); err == nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+		awaitFile()
+		shmem.BarrierAll()
+	case "late":
+		fmt.Printf("ready %d pid %d\n", me, os.Getpid())
+		if me == failPE {
+			awaitFile()
 		}
 		shmem.BarrierAll()
 	case "listeners":
@@ -324,4 +328,14 @@ func hexAddr(s string) string {
 		return fmt.Sprintf("%d.%d.%d.%d:%d", byte(v), byte(v>>8), byte(v>>16), byte(v>>24), p)
 	}
 	return ip + ":" + strconv.FormatUint(p, 10)
+}
+
+// awaitFile waits for the file $AWAIT_FILE to exist.
+func awaitFile() {
+	for {
+		if _, err := os.Stat(os.Getenv("AWAIT_FILE")); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -1,0 +1,30 @@
+package bootstrap
+
+// RequestStallReport asks the agent of that id to have the PEs of the given
+// ranks report where they wait (see Agent.StallReports). It returns at
+// once: the request goes out in the background, and an agent that did not
+// join yet, or left, misses it.
+func (s *Seed) RequestStallReport(agent int, ranks []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || agent < 0 || agent >= len(s.agentSt) || s.agentSt[agent].left {
+		return
+	}
+	s.sendAgentsLocked([]int{agent}, appendMessage(nil, &message{kind: kindStallReport, jobID: s.jobID, rank: -1, ranks: ranks}))
+}
+
+// StallReports returns a channel that receives the ranks of the PEs to
+// signal each time the launcher asks for a stall report
+// (Seed.RequestStallReport): each of them then reports where it waits. A
+// request that arrives while one is pending is dropped: the pending one
+// asks the same PEs or, the job having changed in the meantime, the PEs
+// still there.
+func (a *Agent) StallReports() <-chan []int { return a.stall }
+
+// stallReport passes on a request of the seed for a stall report.
+func (a *Agent) stallReport(ranks []int) {
+	select {
+	case a.stall <- ranks:
+	default: // one is pending
+	}
+}

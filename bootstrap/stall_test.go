@@ -1,0 +1,75 @@
+package bootstrap
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestStallReportRequest checks that a request of the seed reaches the
+// agent it is for, with the ranks to ask, and that a request that finds
+// one pending is dropped.
+func TestStallReportRequest(t *testing.T) {
+	const size = 2
+	key := newTestKey(t)
+	seed, err := NewSeed(SeedConfig{Size: size, Agents: 2, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	var agents []*Agent
+	for id := range 2 {
+		a, err := JoinAgent(agentEnv(seed, key, size), id)
+		if err != nil {
+			t.Fatalf("JoinAgent %d: %v", id, err)
+		}
+		defer a.Close()
+		agents = append(agents, a)
+	}
+	for _, a := range agents {
+		select {
+		case <-a.StallReports():
+			t.Fatalf("agent %d: a stall report before any request", a.ID())
+		default:
+		}
+	}
+	// The seed learns of an agent's address a little after its join
+	// returns: ask until each agent has heard.
+	deadline := time.Now().Add(waitLimit)
+	for i, a := range agents {
+		want := []int{i, i + 2}
+		for heard := false; !heard; {
+			if time.Now().After(deadline) {
+				t.Fatalf("agent %d: no stall report request within %v", i, waitLimit)
+			}
+			seed.RequestStallReport(i, want)
+			select {
+			case got := <-a.StallReports():
+				if !slices.Equal(got, want) {
+					t.Errorf("agent %d asked for ranks %v, want %v", i, got, want)
+				}
+				heard = true
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if i == 0 {
+			select {
+			case r := <-agents[1].StallReports():
+				t.Errorf("agent 1 got the request for agent 0: %v", r)
+			default:
+			}
+		}
+	}
+	// A request that finds one pending is dropped.
+	a := agents[0]
+	a.stallReport([]int{1})
+	a.stallReport([]int{2})
+	if got := <-a.StallReports(); !slices.Equal(got, []int{1}) {
+		t.Errorf("pending request %v, want [1]", got)
+	}
+	select {
+	case r := <-a.StallReports():
+		t.Errorf("the second request %v was not dropped", r)
+	default:
+	}
+}
