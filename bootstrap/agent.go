@@ -477,6 +477,11 @@ type Stats struct {
 	// TableBytes the size of the largest table it published to its PEs.
 	Collectives uint64
 	TableBytes  int
+	// MaxSilence is the longest a PE that had joined went without a
+	// frame to its agent (the agent pings every eighth of the failure
+	// timeout, and names a PE silent for seven eighths of it): the margin
+	// the failure timeout leaves on a loaded host.
+	MaxSilence time.Duration
 }
 
 // Stats returns the agent's counters.
@@ -770,7 +775,11 @@ func (a *Agent) serve(p *localPE) {
 func (a *Agent) fromPE(p *localPE, m *message) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	p.heard = time.Now()
+	now := time.Now()
+	if !p.heard.IsZero() {
+		a.stats.MaxSilence = max(a.stats.MaxSilence, now.Sub(p.heard))
+	}
+	p.heard = now
 	if m.jobID != a.env.JobID || m.rank != p.rank {
 		// Not the PE this channel was made for: nothing it says counts.
 		a.logf("PE %d: closing its channel: a %v message of job %q from rank %d", p.rank, m.kind, m.jobID, m.rank)

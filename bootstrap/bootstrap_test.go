@@ -598,6 +598,10 @@ func TestMessagesPerAgent(t *testing.T) {
 				if s.Collectives != before[id].Collectives+2*rounds {
 					t.Errorf("agent %d completed %d collectives, want %d", id, s.Collectives-before[id].Collectives, 2*rounds)
 				}
+				if s.LocalFrames > 0 && s.MaxSilence <= 0 {
+					// Its PEs said hello, then gathered: some time passed.
+					t.Errorf("agent %d heard its PEs several times, and its longest silence is %v", id, s.MaxSilence)
+				}
 			}
 		})
 	}

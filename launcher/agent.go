@@ -367,9 +367,9 @@ func statsLine(agent *bootstrap.Agent, pes int) string {
 	return fmt.Sprintf("bootstrap-stats agent=%d pes=%d msgs_sent=%d bytes_sent=%d msgs_received=%d bytes_received=%d "+
 		"packets_sent=%d packet_bytes_sent=%d packets_received=%d packet_bytes_received=%d "+
 		"streams_opened=%d stream_bytes_sent=%d streams_accepted=%d stream_bytes_received=%d "+
-		"local_frames=%d local_bytes=%d collectives=%d table_bytes=%d",
+		"local_frames=%d local_bytes=%d collectives=%d table_bytes=%d max_silence_ms=%d",
 		agent.ID(), pes, s.MsgsSent, s.BytesSent, s.MsgsReceived, s.BytesReceived,
 		s.PacketsSent, s.PacketBytesSent, s.PacketsReceived, s.PacketBytesReceived,
 		s.StreamsOpened, s.StreamBytesSent, s.StreamsAccepted, s.StreamBytesReceived,
-		s.LocalFrames, s.LocalBytes, s.Collectives, s.TableBytes)
+		s.LocalFrames, s.LocalBytes, s.Collectives, s.TableBytes, s.MaxSilence.Milliseconds())
 }
