@@ -21,6 +21,9 @@ const (
 	tcpTimeout = 10 * time.Second
 	// leaveTimeout bounds the wait for a leave broadcast.
 	leaveTimeout = 500 * time.Millisecond
+	// gossipInterval is how often a member gossips its news (see
+	// newConfig).
+	gossipInterval = 20 * time.Millisecond
 	// sendTries is how often a reliable message is attempted.
 	sendTries = 3
 )
@@ -62,6 +65,12 @@ func newConfig(name, bindAddr, jobID string, key []byte, logger *log.Logger, fai
 	// its small messages: with 64 PEs on 2 cores it took a sixth of each
 	// PE's start-up CPU (allocating its tables).
 	c.EnableCompression = false
+	// Gossip only goes out when there is news, and the members are the
+	// agents (one per host) and the seed: gossiping often costs little
+	// and gets news out fast. A leaving agent waits until its leave was
+	// gossiped RetransmitMult times: at the default 100 ms that added
+	// 0.15 s to every job's end.
+	c.GossipInterval = gossipInterval
 	c.Logger = logger
 	c.LogOutput = nil
 	if configHook != nil {
