@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log"
 	"net"
+	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -17,50 +21,124 @@ import (
 // report.
 const reportTimeout = 5 * time.Second
 
-// Agent is a member of a job that is not a PE: the process that starts and
-// watches the PEs of one host (or one PE) for the launcher, when the
-// launcher cannot do it itself (PEs on other hosts, started through a
-// remote shell or a cluster manager). It tells the seed how each of its PEs
-// ended (Report), learns when the launcher ends the job (Terminated), and
-// notices when the launcher is gone. Its methods are safe for concurrent
-// use.
+// AgentConfig describes an agent's place in its job.
+type AgentConfig struct {
+	// ID is the agent's id, in [0, Agents).
+	ID int
+	// Agents is the number of agents of the job (the seed's
+	// SeedConfig.Agents).
+	Agents int
+	// Ranks are the PEs the agent starts (Attach).
+	Ranks []int
+	// Node names the node the agent runs on, for its PEs' peers: PEs
+	// whose agents give the same Node share memory (Table.Node). Empty
+	// means this agent's id: a node of its own.
+	Node string
+}
+
+// Agent is the member of a job that stands for the PEs of one host (or of
+// one PE, under a spawner): the process that starts and watches them for
+// the launcher. Agents are the only members of the job besides the seed:
+// an agent's PEs reach it over a local channel (Attach), and it carries
+// their collectives (gathering them with the other agents in a tree, and
+// publishing each allgather's table once for all of them), their
+// finalize, global exit and loss reports, and the notices of failures.
+// It tells the seed how each of its PEs ended (Report), learns when the
+// launcher ends the job (Terminated), notices when the launcher is gone,
+// and notices a PE that stops answering (Silent). Its methods are safe for
+// concurrent use.
 type Agent struct {
-	id       int
-	env      Env
-	list     *memberlist.Memberlist
-	seedIP   net.IP
-	seedPort uint16
-	addr     string
-	logger   interface{ Printf(string, ...any) }
+	id, agents int
+	env        Env
+	ranks      []int
+	nodeName   string
+	list       *memberlist.Memberlist
+	transport  *guardedTransport
+	seedIP     net.IP
+	seedPort   uint16
+	addr       string
+	logger     *log.Logger
+	// send delivers a message to an agent (the seed with id -1); tests
+	// replace it.
+	send  func(id int, addr string, msg []byte) error
+	sends sync.WaitGroup // messages in flight
 
-	reportMu sync.Mutex // one report at a time
+	// The PEs' liveness: pinged every pingEvery, silent after silentAfter
+	// without a word.
+	pingEvery, silentAfter time.Duration
+	silent                 chan int
+	stopPing               chan struct{}
 
-	mu      sync.Mutex
-	seq     uint64        // of the latest report
-	ack     chan struct{} // closed when report seq is acknowledged
-	done    chan struct{} // closed at the first of: terminate, seed gone
-	why     string
-	closed  bool
-	closeCh chan struct{}
-	stall   chan []int // see StallReports
+	mu       sync.Mutex
+	pes      map[int]*localPE
+	joined   bool // some PE connected (evJoined was queued)
+	dirKnown bool
+	node     int           // this agent's node number (from the directory)
+	parent   agentEntry    // valid with dirKnown, when id > 0
+	children []agentEntry  // valid with dirKnown
+	done     uint64        // the last collective completed
+	coll     *collective   // the one being gathered, if any
+	failures []*message    // failure notices, for PEs that connect later
+	stats    Stats         // the counters under mu
+	term     chan struct{} // closed at the first of: terminate, seed gone
+	why      string
+	closed   bool
+	closeCh  chan struct{}
+	stall    chan []int // see StallReports
+
+	// Reports go to the seed in batches, one batch in flight.
+	repMu    sync.Mutex
+	repQueue []pendingEvent
+	repKick  chan struct{}
+	repSeq   uint64
+	repAck   chan uint64
+	repDone  chan struct{}
+}
+
+// pendingEvent is an event waiting to be reported; done receives the
+// outcome.
+type pendingEvent struct {
+	ev   event
+	done chan error
+}
+
+// localPE is what an agent knows of one of its PEs.
+type localPE struct {
+	rank      int
+	conn      *localConn
+	joined    bool   // it said hello
+	finalized bool   // it finalized and did not gather since
+	seq       uint64 // of its last gather
+	heard     time.Time
+	silentSet bool // reported on Silent
+	gone      bool // its channel closed
 }
 
 // JoinAgent joins the job described by env (its JobID, Size, Seed, Key and
-// FailureTimeout; the rank fields are not used) as the agent id, which must
-// be in [0, agents) for the agents count the seed was configured with. The
-// error wraps ucs.ErrInvalidParam for a malformed env or id, and
-// ucs.ErrUnreachable when the seed cannot be joined (it is not there, or it
-// has another key).
-func JoinAgent(env Env, id int) (*Agent, error) {
-	if id < 0 || id >= maxRanks {
-		return nil, fmt.Errorf("bootstrap: agent id %d out of range: %w", id, ucs.ErrInvalidParam)
+// FailureTimeout; the rank fields are not used) as the agent cfg
+// describes. The error wraps ucs.ErrInvalidParam for a malformed env or
+// configuration, and ucs.ErrUnreachable when the seed cannot be joined (it
+// is not there, or it has another key).
+func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
+	if cfg.Agents < 1 || cfg.Agents > maxRanks || cfg.ID < 0 || cfg.ID >= cfg.Agents {
+		return nil, fmt.Errorf("bootstrap: agent %d of %d: out of range: %w", cfg.ID, cfg.Agents, ucs.ErrInvalidParam)
 	}
 	if env.Seed == "" {
-		return nil, fmt.Errorf("bootstrap: agent %d: no seed: %w", id, ucs.ErrInvalidParam)
+		return nil, fmt.Errorf("bootstrap: agent %d: no seed: %w", cfg.ID, ucs.ErrInvalidParam)
 	}
-	env.Rank, env.LocalRank, env.LocalSize = 0, 0, 1 // not an agent's
+	env.Rank, env.LocalRank, env.LocalSize, env.AgentFD = 0, 0, 1, 0 // not an agent's
 	if err := checkEnv(env); err != nil {
 		return nil, err
+	}
+	ranks := slices.Clone(cfg.Ranks)
+	slices.Sort(ranks)
+	for i, r := range ranks {
+		if r < 0 || r >= env.Size || (i > 0 && ranks[i-1] == r) {
+			return nil, fmt.Errorf("bootstrap: agent %d: rank %d out of range [0, %d) or repeated: %w", cfg.ID, r, env.Size, ucs.ErrInvalidParam)
+		}
+	}
+	if len(cfg.Node) > maxNodeName {
+		return nil, fmt.Errorf("bootstrap: agent %d: node name of %d bytes: %w", cfg.ID, len(cfg.Node), ucs.ErrInvalidParam)
 	}
 	seed, err := net.ResolveTCPAddr("tcp", env.Seed)
 	if err != nil || seed.Port == 0 {
@@ -70,75 +148,203 @@ func JoinAgent(env Env, id int) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: no route to seed %s: %w: %w", env.Seed, ucs.ErrUnreachable, err)
 	}
-	a := &Agent{
-		id:       id,
-		env:      env,
-		seedIP:   seed.IP,
-		seedPort: uint16(seed.Port),
-		done:     make(chan struct{}),
-		closeCh:  make(chan struct{}),
-		stall:    make(chan []int, 1),
+	timeout := env.FailureTimeout
+	if timeout <= 0 {
+		timeout = DefaultFailureTimeout
 	}
-	logger := debugLogger("goshmem " + agentName(id) + ": ")
-	a.logger = logger
-	nodes := 2*env.Size + 1
-	c := newConfig(agentName(id), bind, env.JobID, env.Key, logger, env.FailureTimeout, nodes)
+	a := &Agent{
+		id:          cfg.ID,
+		agents:      cfg.Agents,
+		env:         env,
+		ranks:       ranks,
+		nodeName:    cfg.Node,
+		seedIP:      seed.IP,
+		seedPort:    uint16(seed.Port),
+		pingEvery:   timeout / 8,
+		silentAfter: timeout - timeout/8,
+		silent:      make(chan int, len(ranks)),
+		stopPing:    make(chan struct{}),
+		pes:         make(map[int]*localPE, len(ranks)),
+		term:        make(chan struct{}),
+		closeCh:     make(chan struct{}),
+		stall:       make(chan []int, 1),
+		repKick:     make(chan struct{}, 1),
+		repAck:      make(chan uint64, 1),
+		repDone:     make(chan struct{}),
+	}
+	if a.nodeName == "" {
+		a.nodeName = "agent-" + strconv.Itoa(cfg.ID)
+	}
+	a.logger = debugLogger("goshmem " + agentName(cfg.ID) + ": ")
+	nodes := cfg.Agents + 1
+	c := newConfig(agentName(cfg.ID), bind, env.JobID, env.Key, a.logger, env.FailureTimeout, nodes)
 	c.Delegate = agentDelegate{a}
 	c.Events = agentDelegate{a}
-	list, _, err := createList(c, nodes)
+	list, tr, err := createList(c, nodes)
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap: agent %d: starting memberlist: %w", id, err)
+		return nil, fmt.Errorf("bootstrap: agent %d: starting memberlist: %w", cfg.ID, err)
 	}
+	a.mu.Lock() // memberlist's goroutines read these under a.mu
+	a.list, a.transport = list, tr
+	a.addr = nodeAddr(list.LocalNode())
+	a.send = func(id int, addr string, msg []byte) error {
+		if id < 0 {
+			return sendReliable(list, seedName, a.seedIP, a.seedPort, msg)
+		}
+		ip, port, err := parseNodeAddr(addr)
+		if err != nil {
+			return err
+		}
+		return sendReliable(list, agentName(id), ip, port, msg)
+	}
+	a.mu.Unlock()
 	if _, err := list.Join([]string{seed.String()}); err != nil {
 		list.Shutdown()
-		return nil, fmt.Errorf("bootstrap: agent %d cannot join the seed %s (wrong key or job?): %w: %w", id, env.Seed, ucs.ErrUnreachable, err)
+		return nil, fmt.Errorf("bootstrap: agent %d cannot join the seed %s (wrong key or job?): %w: %w", cfg.ID, env.Seed, ucs.ErrUnreachable, err)
 	}
-	a.mu.Lock()
-	a.list = list
-	a.addr = nodeAddr(list.LocalNode())
-	a.mu.Unlock()
+	go a.reportLoop()
+	go a.pingLoop()
 	return a, nil
 }
 
 // ID returns the agent's id.
 func (a *Agent) ID() int { return a.id }
 
+// Attach opens the local channel of the PE rank, one of the agent's
+// Ranks, and returns the PE's end: the caller hands it to the PE process
+// (as an inherited descriptor whose number it gives in GOSHMEM_AGENT_FD,
+// Env.AgentFD) and closes its own copy once the PE started. Attaching a
+// rank again replaces its channel (a PE started again). The error wraps
+// ucs.ErrInvalidParam for a rank that is not the agent's, and is ErrClosed
+// after Close.
+func (a *Agent) Attach(rank int) (*os.File, error) {
+	if _, ok := slices.BinarySearch(a.ranks, rank); !ok {
+		return nil, fmt.Errorf("bootstrap: agent %d: PE %d is not one of its PEs: %w", a.id, rank, ucs.ErrInvalidParam)
+	}
+	conn, f, err := newLocalPair()
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		conn.close()
+		f.Close()
+		return nil, ErrClosed
+	}
+	if old := a.pes[rank]; old != nil {
+		old.conn.close()
+	}
+	p := &localPE{rank: rank, conn: conn}
+	a.pes[rank] = p
+	a.mu.Unlock()
+	go a.serve(p)
+	return f, nil
+}
+
+// Silent returns the channel on which the agent names (by rank) each of its
+// PEs that connected and then stopped answering it for most of the failure
+// timeout, without exiting: hung, or frozen. Each PE is named once. The
+// caller should report it (Report, its end being the failure) and kill it.
+func (a *Agent) Silent() <-chan int { return a.silent }
+
 // Report tells the seed that the PE rank ended: how says how ("exited with
 // status 3"), code is the exit code that stands for it, host names the
 // host. endedBy, when not empty, says that the agent had told the PE to end
 // while it still ran, and why ("the launcher ends the job", Why, or a
 // signal the agent got): its end is then a consequence, not a failure of
-// its own (Report.EndedByAgent). Report returns once the seed acknowledged
-// the report (the launcher then has it), retrying for a few seconds; a
-// seed whose port refuses the connection is gone (the process ended), and
-// the agent then counts as terminated (SeedGone). The error wraps
+// its own (Report.EndedByAgent). Whether the PE joined the job and
+// finalized goes with it. Report returns once the seed acknowledged the
+// report (the launcher then has it), retrying for a few seconds. A seed
+// whose port refuses the connection is gone (the process ended), and the
+// agent then counts as terminated (SeedGone). The error wraps
 // ucs.ErrInvalidParam for a rank out of range, ucs.ErrConnectionReset when
 // the seed is gone, ucs.ErrTimedOut when it did not answer, and is
 // ErrClosed after Close.
 func (a *Agent) Report(rank int, host, how string, code int, endedBy string) error {
-	if rank < 0 || rank >= a.env.Size {
-		return fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, rank, a.env.Size, ucs.ErrInvalidParam)
-	}
-	host, how, endedBy = clip(host), clip(how), clip(endedBy)
-	a.reportMu.Lock()
-	defer a.reportMu.Unlock()
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return ErrClosed
-	}
-	a.seq++
-	seq := a.seq
-	ack := make(chan struct{})
-	a.ack = ack
-	a.mu.Unlock()
+	return <-a.Post(rank, host, how, code, endedBy)
+}
 
-	m := &message{kind: kindAgentReport, jobID: a.env.JobID, rank: a.id, seq: seq,
-		addr: a.addr, failRank: rank, code: code, host: host, reason: how}
-	if endedBy != "" {
-		m.flags, m.why = flagEndedByAgent, endedBy
+// Post is Report that does not wait: it queues the report and returns a
+// channel that receives its outcome. Reports go to the seed in the order
+// they were posted, those posted while another is in flight together, in
+// one message.
+func (a *Agent) Post(rank int, host, how string, code int, endedBy string) <-chan error {
+	if rank < 0 || rank >= a.env.Size {
+		done := make(chan error, 1)
+		done <- fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, rank, a.env.Size, ucs.ErrInvalidParam)
+		return done
 	}
-	msg := appendMessage(nil, m)
+	ev := event{kind: evExit, rank: rank, code: code, other: -1, host: clip(host), how: clip(how)}
+	if endedBy != "" {
+		ev.flags, ev.why = flagEndedByAgent, clip(endedBy)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p := a.pes[rank]; p != nil {
+		if p.joined {
+			ev.flags |= flagJoined
+		}
+		if p.finalized {
+			ev.flags |= flagFinalized
+		}
+	}
+	return a.queueEventLocked(ev)
+}
+
+// reportLoop sends the queued events to the seed, all that are queued in
+// one report, and waits for each report's acknowledgment.
+func (a *Agent) reportLoop() {
+	defer close(a.repDone)
+	for {
+		select {
+		case <-a.repKick:
+		case <-a.closeCh:
+			a.failQueued(ErrClosed)
+			return
+		}
+		for {
+			a.repMu.Lock()
+			batch := a.repQueue
+			if len(batch) > maxEvents {
+				batch = batch[:maxEvents]
+			}
+			a.repQueue = a.repQueue[len(batch):]
+			a.repMu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			err := a.sendReport(batch)
+			if err != nil && err != ErrClosed {
+				err = fmt.Errorf("bootstrap: agent %d: report to the seed: %w", a.id, err)
+			}
+			for _, p := range batch {
+				p.done <- err
+			}
+		}
+	}
+}
+
+// failQueued ends the queued events with err.
+func (a *Agent) failQueued(err error) {
+	a.repMu.Lock()
+	defer a.repMu.Unlock()
+	for _, p := range a.repQueue {
+		p.done <- err
+	}
+	a.repQueue = nil
+}
+
+// sendReport sends one report and waits for its acknowledgment, trying
+// again for reportTimeout.
+func (a *Agent) sendReport(batch []pendingEvent) error {
+	a.repSeq++
+	seq := a.repSeq
+	evs := make([]event, len(batch))
+	for i, p := range batch {
+		evs[i] = p.ev
+	}
+	msg := appendMessage(nil, &message{kind: kindAgentReport, jobID: a.env.JobID, rank: a.id, seq: seq, addr: a.addr, events: evs})
 	deadline := time.NewTimer(reportTimeout)
 	defer deadline.Stop()
 	for {
@@ -146,32 +352,60 @@ func (a *Agent) Report(rank int, host, how string, code int, endedBy string) err
 			// One try, not waiting for an answer: a launcher that was only
 			// stopped reads it when it resumes.
 			a.list.SendReliable(&memberlist.Node{Name: seedName, Addr: a.seedIP, Port: a.seedPort}, msg)
-			return fmt.Errorf("bootstrap: agent %d: report of PE %d: the seed is gone: %w", a.id, rank, ucs.ErrConnectionReset)
+			return fmt.Errorf("the seed is gone: %w", ucs.ErrConnectionReset)
 		}
-		err := sendReliable(a.list, seedName, a.seedIP, a.seedPort, msg)
+		err := a.sendCounted(-1, "", msg)
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			// Nothing listens on the seed's port: the launcher's process
 			// is gone, whatever memberlist will conclude later.
 			a.terminate(reasonSeedGone)
-			return fmt.Errorf("bootstrap: agent %d: report of PE %d: the seed is gone: %w", a.id, rank, ucs.ErrConnectionReset)
+			return fmt.Errorf("the seed is gone: %w", ucs.ErrConnectionReset)
 		}
 		retry := time.NewTimer(reportTimeout / 5)
-		select {
-		case <-ack:
-			retry.Stop()
-			return nil
-		case <-a.closeCh:
-			retry.Stop()
-			return ErrClosed
-		case <-deadline.C:
-			retry.Stop()
-			if err != nil {
-				return fmt.Errorf("bootstrap: agent %d: report of PE %d: %w: %w", a.id, rank, ucs.ErrUnreachable, err)
+		for acked := false; !acked; {
+			select {
+			case s := <-a.repAck:
+				if s != seq {
+					continue // an old report's second acknowledgment
+				}
+				retry.Stop()
+				return nil
+			case <-a.closeCh:
+				retry.Stop()
+				return ErrClosed
+			case <-deadline.C:
+				retry.Stop()
+				if err != nil {
+					return fmt.Errorf("%w: %w", ucs.ErrUnreachable, err)
+				}
+				return fmt.Errorf("the seed did not acknowledge: %w", ucs.ErrTimedOut)
+			case <-retry.C:
+				acked = true // send it again
 			}
-			return fmt.Errorf("bootstrap: agent %d: the seed did not acknowledge the report of PE %d: %w", a.id, rank, ucs.ErrTimedOut)
-		case <-retry.C:
 		}
 	}
+}
+
+// sendCounted sends msg to agent id at addr (the seed for -1) and counts
+// it.
+func (a *Agent) sendCounted(id int, addr string, msg []byte) error {
+	a.mu.Lock()
+	send := a.send
+	a.stats.MsgsSent++
+	a.stats.BytesSent += uint64(len(msg))
+	a.mu.Unlock()
+	return send(id, addr, msg)
+}
+
+// sendAsync sends msg to agent id at addr in the background.
+func (a *Agent) sendAsync(id int, addr string, msg []byte) {
+	a.sends.Add(1)
+	go func() {
+		defer a.sends.Done()
+		if err := a.sendCounted(id, addr, msg); err != nil {
+			a.logf("sending to agent %d: %v", id, err)
+		}
+	}()
 }
 
 // clip cuts s to the longest string a message carries.
@@ -188,7 +422,7 @@ func (a *Agent) SeedGone() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	select {
-	case <-a.done:
+	case <-a.term:
 		return a.why == reasonSeedGone
 	default:
 		return false
@@ -198,7 +432,7 @@ func (a *Agent) SeedGone() bool {
 // Terminated returns a channel that is closed when the agent should end
 // its PEs: the launcher ends the job (Seed.Terminate), or the seed left or
 // was declared dead. Why then says which.
-func (a *Agent) Terminated() <-chan struct{} { return a.done }
+func (a *Agent) Terminated() <-chan struct{} { return a.term }
 
 // Why returns why Terminated was closed, or "" while it is not.
 func (a *Agent) Why() string {
@@ -207,20 +441,67 @@ func (a *Agent) Why() string {
 	return a.why
 }
 
+// terminate closes Terminated, saying why. When the seed is gone, the PEs
+// learn it as a failure of the launcher: their collectives cannot
+// complete.
 func (a *Agent) terminate(why string) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	select {
-	case <-a.done:
+	case <-a.term:
+		a.mu.Unlock()
+		return
 	default:
-		a.why = why
-		close(a.done)
+	}
+	a.why = why
+	close(a.term)
+	a.mu.Unlock()
+	if why == reasonSeedGone {
+		a.failure(&message{kind: kindFailure, jobID: a.env.JobID, rank: -1, failRank: -1, reason: reasonSeedGone})
 	}
 }
 
-// Close leaves the job and shuts memberlist down; a Report in progress
-// returns ErrClosed. Call it once every PE of the agent ended and was
-// reported. It is idempotent.
+// Stats counts an agent's bootstrap traffic and what it keeps for its PEs.
+type Stats struct {
+	// MsgsSent, BytesSent, MsgsReceived and BytesReceived count the
+	// bootstrap's messages between this agent and the seed or other
+	// agents (directory, collectives, reports).
+	MsgsSent, BytesSent, MsgsReceived, BytesReceived uint64
+	// Packets* and Streams* count memberlist's traffic on the agent's
+	// node, its messages above included (gossip and probes go in UDP
+	// packets, joins and reliable messages in TCP streams): packets and
+	// streams sent and received, and their bytes.
+	PacketsSent, PacketsReceived, PacketBytesSent, PacketBytesReceived   uint64
+	StreamsOpened, StreamsAccepted, StreamBytesSent, StreamBytesReceived uint64
+	// LocalFrames and LocalBytes count the frames, both ways, on the
+	// local channels with the agent's PEs.
+	LocalFrames, LocalBytes uint64
+	// Collectives is the number of collectives the agent completed;
+	// TableBytes the size of the largest table it published to its PEs.
+	Collectives uint64
+	TableBytes  int
+	// MaxSilence is the longest a PE that had joined went without a
+	// frame to its agent (the agent pings every eighth of the failure
+	// timeout, and names a PE silent for seven eighths of it): the margin
+	// the failure timeout leaves on a loaded host.
+	MaxSilence time.Duration
+}
+
+// Stats returns the agent's counters.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	s := a.stats
+	for _, p := range a.pes {
+		s.LocalFrames += p.conn.sent.msgs.Load() + p.conn.received.msgs.Load()
+		s.LocalBytes += p.conn.sent.bytes.Load() + p.conn.received.bytes.Load()
+	}
+	a.mu.Unlock()
+	a.transport.addStats(&s)
+	return s
+}
+
+// Close closes the local channels, leaves the job and shuts memberlist
+// down; a Report in progress returns ErrClosed. Call it once every PE of
+// the agent ended and was reported. It is idempotent.
 func (a *Agent) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -229,7 +510,13 @@ func (a *Agent) Close() error {
 	}
 	a.closed = true
 	close(a.closeCh)
+	close(a.stopPing)
+	for _, p := range a.pes {
+		p.conn.close()
+	}
 	a.mu.Unlock()
+	<-a.repDone
+	a.sends.Wait()
 	a.list.Leave(leaveTimeout) // a timeout only means nobody heard it
 	if err := a.list.Shutdown(); err != nil {
 		return fmt.Errorf("bootstrap: agent %d: %w", a.id, err)
@@ -237,38 +524,401 @@ func (a *Agent) Close() error {
 	return nil
 }
 
-// handle processes a message from the seed.
+func (a *Agent) logf(format string, args ...any) {
+	a.logger.Printf("[WARN] goshmem agent: "+format, args...)
+}
+
+// handle processes a message from the seed or another agent. Everything is
+// validated; what is wrong is logged and dropped.
 func (a *Agent) handle(b []byte) {
 	msg, err := decodeMessage(bytes.Clone(b))
 	if err != nil {
-		a.logger.Printf("[WARN] goshmem: dropping message: %v", err)
+		a.logf("dropping message: %v", err)
 		return
 	}
-	if msg.jobID != a.env.JobID || msg.rank != -1 {
-		a.logger.Printf("[WARN] goshmem: dropping %v message from rank %d of job %q", msg.kind, msg.rank, msg.jobID)
+	if msg.jobID != a.env.JobID {
+		a.logf("dropping %v message of job %q", msg.kind, msg.jobID)
 		return
 	}
+	a.mu.Lock()
+	a.stats.MsgsReceived++
+	a.stats.BytesReceived += uint64(len(b))
+	a.mu.Unlock()
 	switch msg.kind {
 	case kindAgentAck:
-		a.mu.Lock()
-		if msg.seq == a.seq && a.ack != nil {
-			close(a.ack)
-			a.ack = nil
+		if msg.rank == -1 {
+			select {
+			case a.repAck <- msg.seq:
+			default: // one acknowledgment waits at most; the sender retries
+			}
 		}
-		a.mu.Unlock()
 	case kindTerminate:
-		a.terminate(msg.reason)
+		if msg.rank == -1 {
+			a.terminate(msg.reason)
+		}
 	case kindStallReport:
-		a.stallReport(msg.ranks)
+		if msg.rank == -1 {
+			a.stallReport(msg.ranks)
+		}
+	case kindFailure:
+		if msg.rank == -1 && msg.failRank >= -1 && msg.failRank < a.env.Size {
+			a.failure(msg)
+		}
+	case kindDirectory:
+		a.directory(msg)
+	case kindUp:
+		a.up(msg)
+	case kindDown, kindAbort:
+		a.down(msg)
 	default:
-		a.logger.Printf("[WARN] goshmem: dropping unexpected %v message", msg.kind)
+		a.logf("dropping unexpected %v message from %d", msg.kind, msg.rank)
+	}
+}
+
+// failure passes a failure notice of the seed on to the PEs, and keeps it
+// for those that connect later.
+func (a *Agent) failure(msg *message) {
+	msg = &message{kind: kindFailure, jobID: a.env.JobID, rank: -1, failRank: msg.failRank, host: msg.host, reason: msg.reason}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.failures = append(a.failures, msg)
+	for _, p := range a.pes {
+		if p.joined && !p.gone {
+			a.toPE(p, msg, -1)
+		}
+	}
+}
+
+// directory takes the directory of this agent's subtree, and passes each
+// child its part.
+func (a *Agent) directory(msg *message) {
+	parent := treeParent(a.id)
+	if msg.rank != parent || len(msg.agents) == 0 || msg.agents[0].id != a.id {
+		a.logf("dropping a directory from %d (the parent is %d)", msg.rank, parent)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dirKnown || a.closed {
+		return
+	}
+	a.node = msg.agents[0].node
+	if parent >= 0 {
+		a.parent = agentEntry{id: parent, addr: msg.addr}
+	}
+	for _, c := range treeChildren(a.id, a.agents) {
+		sub := subDirectory(msg.agents, c)
+		if len(sub) == 0 || sub[0].id != c {
+			a.logf("the directory has no entry for child agent %d", c)
+			return
+		}
+		a.children = append(a.children, sub[0])
+		out := appendMessage(nil, &message{kind: kindDirectory, jobID: a.env.JobID, rank: a.id, addr: a.addr, agents: sub})
+		a.sendAsync(c, sub[0].addr, out)
+	}
+	a.dirKnown = true
+	a.advanceLocked()
+}
+
+// up takes what a child's subtree gathered.
+func (a *Agent) up(msg *message) {
+	if !slices.Contains(treeChildren(a.id, a.agents), msg.rank) || msg.count > a.env.Size {
+		a.logf("dropping an up message from %d", msg.rank)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.collLocked(msg.seq, msg.flags&flagBarrier != 0)
+	if err == nil && c.children[msg.rank] != nil {
+		err = errors.New("a second contribution")
+	}
+	if err != nil {
+		a.logf("dropping an up message from agent %d: %v", msg.rank, err)
+		return
+	}
+	c.children[msg.rank] = msg
+	a.advanceLocked()
+}
+
+// down takes the result of a collective from the parent.
+func (a *Agent) down(msg *message) {
+	if msg.rank != treeParent(a.id) || msg.rank < 0 {
+		a.logf("dropping a %v message from %d", msg.kind, msg.rank)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.coll
+	if c == nil || !c.sentUp || msg.seq != c.seq || (msg.kind == kindDown && c.barrier != (msg.flags&flagBarrier != 0)) {
+		a.logf("dropping a %v message for sequence %d (at %d)", msg.kind, msg.seq, a.done)
+		return
+	}
+	if msg.kind == kindDown && !c.barrier {
+		if _, err := completeTable(msg.entries, a.env.Size); err != nil {
+			msg = &message{kind: kindAbort, jobID: a.env.JobID, seq: msg.seq, reason: "the table from the parent agent: " + err.Error()}
+		}
+	}
+	a.deliverLocked(msg)
+}
+
+// collLocked returns the collective of sequence seq, which must be the
+// next one, starting it if needed.
+func (a *Agent) collLocked(seq uint64, barrier bool) (*collective, error) {
+	if seq != a.done+1 {
+		return nil, fmt.Errorf("sequence %d, expecting %d", seq, a.done+1)
+	}
+	if a.coll == nil {
+		a.coll = &collective{seq: seq, local: make(map[int][]byte), children: make(map[int]*message)}
+	}
+	if a.coll.sentUp {
+		return nil, errors.New("the collective was sent up already")
+	}
+	return a.coll, a.coll.check(barrier)
+}
+
+// advanceLocked sends what the subtree gathered up once every PE of the
+// agent and every child contributed; the root completes the collective.
+func (a *Agent) advanceLocked() {
+	c := a.coll
+	if c == nil || c.sentUp || len(c.local) < len(a.ranks) || a.closed {
+		return
+	}
+	if a.agents > 1 && !a.dirKnown {
+		return // the parent's address, the node number
+	}
+	if len(c.children) < len(treeChildren(a.id, a.agents)) {
+		return
+	}
+	c.sentUp = true
+	count, es := c.gathered(a.node)
+	var flags uint8
+	if c.barrier {
+		flags = flagBarrier
+	}
+	if a.id != 0 {
+		msg := appendMessage(nil, &message{kind: kindUp, jobID: a.env.JobID, rank: a.id, seq: c.seq, flags: flags, count: count, entries: es})
+		a.sendAsync(a.parent.id, a.parent.addr, msg)
+		return
+	}
+	result := &message{kind: kindDown, jobID: a.env.JobID, rank: a.id, seq: c.seq, flags: flags}
+	var err error
+	if count != a.env.Size {
+		err = fmt.Errorf("%d PEs gathered for a job of %d", count, a.env.Size)
+	} else if !c.barrier {
+		result.entries, err = completeTable(es, a.env.Size)
+	}
+	if err != nil {
+		result = &message{kind: kindAbort, jobID: a.env.JobID, rank: a.id, seq: c.seq, reason: err.Error()}
+	}
+	a.deliverLocked(result)
+}
+
+// deliverLocked completes the collective with result (a down or abort
+// message): it passes it on to the children and to the PEs.
+func (a *Agent) deliverLocked(result *message) {
+	c := a.coll
+	a.coll = nil
+	a.done = c.seq
+	a.stats.Collectives++
+	out := *result
+	out.rank = a.id
+	wire := appendMessage(nil, &out)
+	for _, ch := range a.children {
+		a.sendAsync(ch.id, ch.addr, wire)
+	}
+	toPEs := &message{kind: kindResult, jobID: a.env.JobID, rank: -1, seq: c.seq}
+	fd := -1
+	switch {
+	case result.kind == kindAbort:
+		toPEs = &message{kind: kindAbort, jobID: a.env.JobID, rank: -1, seq: c.seq, reason: result.reason}
+	case c.barrier:
+		toPEs.flags = flagBarrier
+	default:
+		table := encodeTable(result.entries)
+		var err error
+		if fd, err = writeTableFile(table); err != nil {
+			toPEs = &message{kind: kindAbort, jobID: a.env.JobID, rank: -1, seq: c.seq, reason: err.Error()}
+		} else {
+			toPEs.size = uint64(len(table))
+			a.stats.TableBytes = max(a.stats.TableBytes, len(table))
+		}
+	}
+	for r := range c.local {
+		if p := a.pes[r]; p != nil && !p.gone {
+			a.toPE(p, toPEs, fd)
+		}
+	}
+	closeFD(fd)
+}
+
+// toPE sends msg (with the descriptor fd, when >= 0) to the PE p; a PE
+// that cannot be written to is gone.
+func (a *Agent) toPE(p *localPE, msg *message, fd int) {
+	if err := p.conn.send(msg, fd); err != nil {
+		a.logf("PE %d: %v", p.rank, err)
+		p.gone = true
+		p.conn.close()
+	}
+}
+
+// serve reads the frames of the PE p until its channel closes.
+func (a *Agent) serve(p *localPE) {
+	for {
+		m, fd, err := p.conn.recv()
+		closeFD(fd) // a PE sends no descriptor
+		if err != nil {
+			a.mu.Lock()
+			p.gone = true
+			a.mu.Unlock()
+			p.conn.close()
+			return
+		}
+		a.fromPE(p, m)
+	}
+}
+
+// fromPE handles a frame of the PE p.
+func (a *Agent) fromPE(p *localPE, m *message) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if !p.heard.IsZero() {
+		a.stats.MaxSilence = max(a.stats.MaxSilence, now.Sub(p.heard))
+	}
+	p.heard = now
+	if m.jobID != a.env.JobID || m.rank != p.rank {
+		// Not the PE this channel was made for: nothing it says counts.
+		a.logf("PE %d: closing its channel: a %v message of job %q from rank %d", p.rank, m.kind, m.jobID, m.rank)
+		p.gone = true
+		p.conn.close()
+		return
+	}
+	if !p.joined && m.kind != kindHello {
+		a.logf("PE %d: dropping a %v message before its hello", p.rank, m.kind)
+		return
+	}
+	switch m.kind {
+	case kindHello:
+		if p.joined {
+			return
+		}
+		p.joined = true
+		a.toPE(p, &message{kind: kindWelcome, jobID: a.env.JobID, rank: -1}, -1)
+		for _, f := range a.failures {
+			a.toPE(p, f, -1)
+		}
+		if !a.joined {
+			a.joined = true
+			a.queueEventLocked(event{kind: evJoined, rank: p.rank, other: -1})
+		}
+	case kindGather:
+		c, err := a.collLocked(m.seq, m.flags&flagBarrier != 0)
+		switch {
+		case err != nil:
+		case m.seq != p.seq+1:
+			err = fmt.Errorf("sequence %d after %d", m.seq, p.seq)
+		case c.local[p.rank] != nil:
+			err = errors.New("a second contribution")
+		}
+		if err != nil {
+			a.logf("PE %d: dropping a gather: %v", p.rank, err)
+			a.toPE(p, &message{kind: kindAbort, jobID: a.env.JobID, rank: -1, seq: m.seq, reason: err.Error()}, -1)
+			return
+		}
+		p.seq, p.finalized = m.seq, false
+		if m.payload == nil {
+			m.payload = []byte{}
+		}
+		c.local[p.rank] = m.payload
+		a.advanceLocked()
+	case kindFinalize:
+		p.finalized = true
+		a.toPE(p, &message{kind: kindFinalizeAck, jobID: a.env.JobID, rank: -1}, -1)
+	case kindGlobalExit:
+		a.relayLocked(p, event{kind: evGlobalExit, rank: p.rank, code: m.code, other: -1, host: m.host}, kindGlobalExitAck)
+	case kindLost:
+		if m.failRank < 0 || m.failRank >= a.env.Size || m.failRank == p.rank {
+			a.logf("PE %d: dropping a report of lost PE %d", p.rank, m.failRank)
+			return
+		}
+		a.relayLocked(p, event{kind: evLost, rank: p.rank, other: m.failRank, how: m.reason}, kindLostAck)
+	case kindPong:
+	default:
+		a.logf("PE %d: dropping unexpected %v message", p.rank, m.kind)
+	}
+}
+
+// relayLocked reports ev to the seed and, once the seed acknowledged it,
+// acknowledges it to the PE p with a message of kind ack.
+func (a *Agent) relayLocked(p *localPE, ev event, ack msgKind) {
+	done := a.queueEventLocked(ev)
+	go func() {
+		if err := <-done; err != nil {
+			a.logf("PE %d: the seed was not told of its %v: %v", p.rank, ack, err)
+			return // the PE's wait times out
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if !p.gone {
+			a.toPE(p, &message{kind: ack, jobID: a.env.JobID, rank: -1}, -1)
+		}
+	}()
+}
+
+// queueEventLocked queues ev for the seed; the returned channel gets the
+// outcome. The caller holds a.mu.
+func (a *Agent) queueEventLocked(ev event) chan error {
+	done := make(chan error, 1)
+	if a.closed {
+		done <- ErrClosed
+		return done
+	}
+	a.repMu.Lock()
+	a.repQueue = append(a.repQueue, pendingEvent{ev, done})
+	a.repMu.Unlock()
+	select {
+	case a.repKick <- struct{}{}:
+	default:
+	}
+	return done
+}
+
+// pingLoop pings the PEs that connected, and names on Silent those that
+// stay silent for silentAfter.
+func (a *Agent) pingLoop() {
+	t := time.NewTicker(a.pingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stopPing:
+			return
+		case now := <-t.C:
+			a.mu.Lock()
+			for _, p := range a.pes {
+				if !p.joined || p.gone || p.silentSet {
+					continue
+				}
+				if now.Sub(p.heard) >= a.silentAfter {
+					p.silentSet = true
+					select {
+					case a.silent <- p.rank:
+					default: // named already (a PE attached again)
+					}
+					continue
+				}
+				a.toPE(p, &message{kind: kindPing, jobID: a.env.JobID, rank: -1}, -1)
+			}
+			a.mu.Unlock()
+		}
 	}
 }
 
 // agentDelegate receives an agent's memberlist callbacks.
 type agentDelegate struct{ a *Agent }
 
-func (d agentDelegate) NodeMeta(limit int) []byte                  { return hostMeta(limit) }
+func (d agentDelegate) NodeMeta(limit int) []byte {
+	return nodeMeta(limit, d.a.nodeName, d.a.ranks)
+}
 func (d agentDelegate) NotifyMsg(b []byte)                         { d.a.handle(b) }
 func (d agentDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d agentDelegate) LocalState(join bool) []byte                { return nil }

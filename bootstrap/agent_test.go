@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +61,7 @@ func TestAgentReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer seed.Close()
-	a0, err := JoinAgent(agentEnv(seed, key, size), 0)
+	a0, err := JoinAgent(agentEnv(seed, key, size), AgentConfig{ID: 0, Agents: 2, Ranks: []int{0, 1, 2}})
 	if err != nil {
 		t.Fatalf("JoinAgent 0: %v", err)
 	}
@@ -103,7 +102,7 @@ func TestAgentReports(t *testing.T) {
 	if why := a0.Why(); why != "PE 1 on host h0 exited with status 3" {
 		t.Errorf("agent 0: Why() = %q", why)
 	}
-	a1, err := JoinAgent(agentEnv(seed, key, size), 1)
+	a1, err := JoinAgent(agentEnv(seed, key, size), AgentConfig{ID: 1, Agents: 2, Ranks: []int{3}})
 	if err != nil {
 		t.Fatalf("JoinAgent 1: %v", err)
 	}
@@ -129,20 +128,29 @@ func TestAgentBadJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer seed.Close()
-	if _, err := JoinAgent(agentEnv(seed, key, 2), -1); !errors.Is(err, ucs.ErrInvalidParam) {
-		t.Errorf("agent id -1: got %v, want ucs.ErrInvalidParam", err)
+	for _, cfg := range []AgentConfig{
+		{ID: -1, Agents: 1},
+		{ID: 1, Agents: 1},
+		{ID: 0, Agents: 0},
+		{ID: 0, Agents: 1, Ranks: []int{2}},
+		{ID: 0, Agents: 1, Ranks: []int{1, 1}},
+		{ID: 0, Agents: 1, Node: strings.Repeat("n", maxNodeName+1)},
+	} {
+		if _, err := JoinAgent(agentEnv(seed, key, 2), cfg); !errors.Is(err, ucs.ErrInvalidParam) {
+			t.Errorf("agent %+v: got %v, want ucs.ErrInvalidParam", cfg, err)
+		}
 	}
-	if _, err := JoinAgent(Env{JobID: seed.JobID(), Size: 2, Key: key}, 0); !errors.Is(err, ucs.ErrInvalidParam) {
+	if _, err := JoinAgent(Env{JobID: seed.JobID(), Size: 2, Key: key}, AgentConfig{Agents: 1}); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("agent without seed: got %v, want ucs.ErrInvalidParam", err)
 	}
-	if a, err := JoinAgent(agentEnv(seed, newTestKey(t), 2), 0); !errors.Is(err, ucs.ErrUnreachable) {
+	if a, err := JoinAgent(agentEnv(seed, newTestKey(t), 2), AgentConfig{Agents: 1}); !errors.Is(err, ucs.ErrUnreachable) {
 		if err == nil {
 			a.Close()
 		}
 		t.Errorf("agent with another key: got %v, want ucs.ErrUnreachable", err)
 	}
 	// An agent id the seed does not expect is ignored.
-	a, err := JoinAgent(agentEnv(seed, key, 2), 5)
+	a, err := JoinAgent(agentEnv(seed, key, 2), AgentConfig{ID: 5, Agents: 6})
 	if err != nil {
 		t.Fatalf("JoinAgent 5: %v", err)
 	}
@@ -158,6 +166,9 @@ func TestAgentBadJoin(t *testing.T) {
 		t.Fatal("report of an unexpected agent still blocked")
 	}
 	noReport(t, seed)
+	if _, err := a.Attach(0); !errors.Is(err, ucs.ErrInvalidParam) {
+		t.Errorf("Attach of a PE that is not the agent's: got %v, want ucs.ErrInvalidParam", err)
+	}
 }
 
 // TestAgentSeedGone: an agent learns that the seed left, or died.
@@ -171,7 +182,7 @@ func TestAgentSeedGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer seed.Close()
-			a, err := JoinAgent(agentEnv(seed, key, 1), 0)
+			a, err := JoinAgent(agentEnv(seed, key, 1), AgentConfig{Agents: 1, Ranks: []int{0}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +215,7 @@ func TestAgentSeedRefuses(t *testing.T) {
 	}
 	env := agentEnv(seed, key, 2)
 	env.FailureTimeout = time.Hour
-	a, err := JoinAgent(env, 0)
+	a, err := JoinAgent(env, AgentConfig{Agents: 1, Ranks: []int{0, 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +236,6 @@ func TestAgentSeedRefuses(t *testing.T) {
 func vanishSeed(s *Seed) {
 	s.mu.Lock()
 	s.closed = true
-	close(s.failures)
 	close(s.reports)
 	s.mu.Unlock()
 	s.list.Shutdown()
@@ -263,25 +273,26 @@ func TestGlobalExit(t *testing.T) {
 }
 
 // TestGlobalExitBeforeJoin: a global exit request that reaches the seed
-// before memberlist tells it of the PE's node names the host as every other
-// report does, by name and address (it once named it by address alone).
+// before memberlist tells it of the agent's node names the host as every
+// other report does, by name and address.
 func TestGlobalExitBeforeJoin(t *testing.T) {
-	s, err := NewSeed(SeedConfig{Size: 3, Key: newTestKey(t), JobID: "job-1"})
+	s, err := NewSeed(SeedConfig{Size: 3, Agents: 1, Key: newTestKey(t), JobID: "job-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	s.mu.Lock()
-	s.send = func(int, net.IP, uint16, []byte) error { return nil }
+	s.sendAgent = func(int, net.IP, uint16, []byte) error { return nil }
 	s.mu.Unlock()
-	s.handle(appendMessage(nil, &message{kind: kindGlobalExit, jobID: "job-1", rank: 1, addr: "192.0.2.2:7946", code: 7, host: "n2"}))
+	s.handle(appendMessage(nil, &message{kind: kindAgentReport, jobID: "job-1", rank: 0, seq: 1, addr: "192.0.2.2:7946",
+		events: []event{{kind: evGlobalExit, rank: 1, code: 7, other: -1, host: "n2"}}}))
 	got := nextReport(t, s)
 	want := Report{Kind: ReportGlobalExit, Rank: 1, Agent: -1, Host: "n2 (192.0.2.2)", Code: 7}
 	if got != want {
 		t.Errorf("seed passed on %+v, want %+v", got, want)
 	}
 	if s.Joined(1) {
-		t.Errorf("PE 1 counts as joined before its node did")
+		t.Errorf("PE 1 counts as joined before its agent said so")
 	}
 }
 
@@ -316,34 +327,106 @@ func TestTuneFailureDetection(t *testing.T) {
 }
 
 // TestFailureTimeout: with a short failure timeout configured the way the
-// launcher does (no test hook), a member that vanishes is reported.
+// launcher does (no test hook), an agent that vanishes is reported, and
+// the PEs of the other agents learn that its PE failed.
 func TestFailureTimeout(t *testing.T) {
 	const n = 3
 	key := newTestKey(t)
-	seed, err := NewSeed(SeedConfig{Size: n, Key: key, FailureTimeout: time.Second})
+	seed, err := NewSeed(SeedConfig{Size: n, Agents: n, Key: key, FailureTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer seed.Close()
-	var members []*Member
-	for r := range n {
-		m, err := Join(Env{JobID: seed.JobID(), Rank: r, Size: n, LocalRank: r, LocalSize: n, Seed: seed.Addr(), Key: key, FailureTimeout: time.Second})
+	var agents []*Agent
+	for id := range n {
+		env := agentEnv(seed, key, n)
+		env.FailureTimeout = time.Second
+		a, err := JoinAgent(env, AgentConfig{ID: id, Agents: n, Ranks: []int{id}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer m.Close()
-		members = append(members, m)
+		defer a.Close()
+		agents = append(agents, a)
 	}
 	start := time.Now()
-	vanish(members[1])
-	select {
-	case f := <-seed.Failures():
-		if f.Rank != 1 || f.Reason != reasonGone {
-			t.Errorf("seed reported %+v, want PE 1 %q", f, reasonGone)
+	vanishAgent(agents[1])
+	got := nextReport(t, seed)
+	if got.Kind != ReportAgentLeft || got.Agent != 1 {
+		t.Errorf("seed reported %+v, want agent 1 gone", got)
+	}
+	t.Logf("declared dead after %v (failure timeout 1s)", time.Since(start).Round(time.Millisecond))
+	for _, r := range []int{0, 2} {
+		if peer, _, ok := seed.Lost(r); !ok || peer != 1 {
+			t.Errorf("PE %d was not told that PE 1 failed: %d, %v", r, peer, ok)
 		}
-		t.Logf("declared dead after %v (failure timeout 1s)", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// vanishAgent shuts a's memberlist down without Leave, as if its process
+// died, and marks it closed.
+func vanishAgent(a *Agent) {
+	a.mu.Lock()
+	a.closed = true
+	close(a.closeCh)
+	close(a.stopPing)
+	a.mu.Unlock()
+	a.list.Shutdown()
+}
+
+// TestSilentPE: the agent names a PE that joined and then stopped
+// answering its pings, once; a PE that answers is not named.
+func TestSilentPE(t *testing.T) {
+	key := newTestKey(t)
+	seed, err := NewSeed(SeedConfig{Size: 2, Agents: 1, Key: key, FailureTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	env := agentEnv(seed, key, 2)
+	env.FailureTimeout = time.Second
+	a, err := JoinAgent(env, AgentConfig{Agents: 1, Ranks: []int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	j := &job{key: key, seed: seed, agents: []*Agent{a}, members: make([]*Member, 2), agentOf: []int{0, 0}}
+	m0, err := j.join(t, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m0.Close()
+	// PE 1 says hello on its channel and then nothing: it is hung.
+	f, err := a.Attach(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := fileConn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if err := c.send(&message{kind: kindHello, jobID: seed.JobID(), rank: 1}, -1); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	select {
+	case r := <-a.Silent():
+		if r != 1 {
+			t.Errorf("agent named PE %d silent, want PE 1", r)
+		}
+		t.Logf("named after %v (failure timeout 1s)", time.Since(start).Round(time.Millisecond))
 	case <-time.After(waitLimit):
-		t.Fatalf("the vanished PE was not reported within %v", waitLimit)
+		t.Fatalf("the silent PE was not named within %v", waitLimit)
+	}
+	// PE 0 answers: a few more pings do not name it.
+	if err := m0.Finalize(); err != nil { // a round trip on its channel
+		t.Fatal(err)
+	}
+	select {
+	case r := <-a.Silent():
+		t.Errorf("agent named PE %d silent again, or PE 0", r)
+	default:
 	}
 }
 
@@ -352,7 +435,7 @@ func TestFailureTimeout(t *testing.T) {
 // do nothing.
 func TestPlaintextRefused(t *testing.T) {
 	key := newTestKey(t)
-	seed, err := NewSeed(SeedConfig{Size: 2, Key: key})
+	seed, err := NewSeed(SeedConfig{Size: 2, Agents: 1, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +446,7 @@ func TestPlaintextRefused(t *testing.T) {
 		key  []byte
 	}{{"no key", nil}, {"another key", newTestKey(t)}} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newConfig(peName(0), "127.0.0.1", seed.JobID(), tt.key, discardLogger(), 0, 3)
+			c := newConfig(agentName(0), "127.0.0.1", seed.JobID(), tt.key, discardLogger(), 0, 3)
 			list, err := memberlist.Create(c)
 			if err != nil {
 				t.Fatal(err)
@@ -380,51 +463,16 @@ func TestPlaintextRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.SetDeadline(time.Now().Add(waitLimit))
-	// A plaintext user message (memberlist's userMsg type byte, 8), then a
-	// gather message of PE 0 that would count if it were accepted.
-	raw := append([]byte{8}, appendMessage(nil, &message{kind: kindGather, jobID: seed.JobID(), rank: 0, seq: 1, addr: "127.0.0.1:9", payload: []byte("x")})...)
+	// A plaintext user message (memberlist's userMsg type byte, 8), then an
+	// agent report that would count if it were accepted.
+	raw := append([]byte{8}, appendMessage(nil, &message{kind: kindAgentReport, jobID: seed.JobID(), rank: 0, seq: 1, addr: "127.0.0.1:9",
+		events: []event{{kind: evJoined, rank: 0, other: -1}}})...)
 	conn.Write(raw)
 	if _, err := io.ReadAll(conn); err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Logf("reading the seed's answer: %v", err)
 	}
 	conn.Close() // the seed closed it (EOF or reset) without answering
-	seed.mu.Lock()
-	count := seed.count
-	seed.mu.Unlock()
-	if count != 0 || seed.Joined(0) {
-		t.Errorf("the seed accepted a plaintext message: count %d, joined %v", count, seed.Joined(0))
-	}
-}
-
-// TestMessagesPerPE checks that a collective costs each PE one message to
-// the seed and one answer, whatever the job size: the seed sends exactly N
-// messages per collective.
-func TestMessagesPerPE(t *testing.T) {
-	for _, n := range []int{4, 16} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			j := startJob(t, n)
-			var mu sync.Mutex
-			sent := map[int]int{}
-			j.seed.mu.Lock()
-			orig := j.seed.send
-			j.seed.send = func(rank int, ip net.IP, port uint16, msg []byte) error {
-				mu.Lock()
-				sent[rank]++
-				mu.Unlock()
-				return orig(rank, ip, port, msg)
-			}
-			j.seed.mu.Unlock()
-			const rounds = 3
-			for range rounds {
-				j.each(t, "barrier", func(m *Member) error { return m.Barrier() })
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for r := range n {
-				if sent[r] != rounds {
-					t.Errorf("seed sent %d messages to PE %d for %d barriers, want %d", sent[r], r, rounds, rounds)
-				}
-			}
-		})
+	if seed.Joined(0) || seed.AnyJoined() {
+		t.Errorf("the seed accepted a plaintext message")
 	}
 }

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
@@ -32,20 +33,13 @@ func fastFailureDetection(t *testing.T) {
 	t.Cleanup(func() { configHook = nil })
 }
 
-// vanish shuts m's memberlist down without Close or Leave, as if its
-// process died, and marks m closed so that the test's cleanup leaves it be.
-func vanish(m *Member) {
-	m.mu.Lock()
-	m.closed = true
-	close(m.closeCh)
-	m.mu.Unlock()
-	m.list.Shutdown()
-}
-
-// job is a seed and its members, all in this process.
+// job is a seed, its agents and their PEs, all in this process.
 type job struct {
+	key     []byte
 	seed    *Seed
+	agents  []*Agent
 	members []*Member
+	agentOf []int // by rank
 }
 
 func newTestKey(t testing.TB) []byte {
@@ -57,24 +51,46 @@ func newTestKey(t testing.TB) []byte {
 	return k
 }
 
-// startJob starts a seed and n members joining it concurrently.
-func startJob(t testing.TB, n int) *job {
+// startJob starts a seed, one agent and n PEs.
+func startJob(t testing.TB, n int) *job { return startJobOn(t, n, 1, nil) }
+
+// startJobOn starts a seed, agents agents (PEs spread in order, as the
+// launcher places them), and n PEs joining through them concurrently;
+// node(id) names agent id's node (nil: one node for all).
+func startJobOn(t testing.TB, n, agents int, node func(id int) string) *job {
 	t.Helper()
 	key := newTestKey(t)
-	seed, err := NewSeed(SeedConfig{Size: n, Key: key})
+	seed, err := NewSeed(SeedConfig{Size: n, Agents: agents, Key: key})
 	if err != nil {
 		t.Fatalf("NewSeed: %v", err)
 	}
 	t.Cleanup(func() { seed.Close() })
-	j := &job{seed: seed, members: make([]*Member, n)}
+	j := &job{key: key, seed: seed, agents: make([]*Agent, agents), members: make([]*Member, n), agentOf: make([]int, n)}
+	per := (n + agents - 1) / agents
+	for id := range agents {
+		var ranks []int
+		for r := id * per; r < min(n, (id+1)*per); r++ {
+			ranks = append(ranks, r)
+			j.agentOf[r] = id
+		}
+		cfg := AgentConfig{ID: id, Agents: agents, Ranks: ranks, Node: "node"}
+		if node != nil {
+			cfg.Node = node(id)
+		}
+		a, err := JoinAgent(agentEnv(seed, key, n), cfg)
+		if err != nil {
+			t.Fatalf("JoinAgent %d: %v", id, err)
+		}
+		t.Cleanup(func() { a.Close() })
+		j.agents[id] = a
+	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			env := Env{JobID: seed.JobID(), Rank: r, Size: n, LocalRank: r, LocalSize: n, Seed: seed.Addr(), Key: key}
-			j.members[r], errs[r] = Join(env)
+			j.members[r], errs[r] = j.join(t, r)
 		}()
 	}
 	wg.Wait()
@@ -88,11 +104,32 @@ func startJob(t testing.TB, n int) *job {
 	return j
 }
 
+// join joins the PE rank through its agent's channel.
+func (j *job) join(t testing.TB, rank int) (*Member, error) {
+	a := j.agents[j.agentOf[rank]]
+	f, err := a.Attach(rank)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	n := len(j.members)
+	return Join(Env{JobID: j.seed.JobID(), Rank: rank, Size: n, LocalRank: 0, LocalSize: 1, Seed: j.seed.Addr(), Key: j.key, AgentFD: fd})
+}
+
 // each runs f for every member concurrently and fails the test on errors.
 func (j *job) each(t testing.TB, what string, f func(m *Member) error) {
 	t.Helper()
-	errs := make(chan error, len(j.members))
-	for _, m := range j.members {
+	eachOf(t, j.members, what, f)
+}
+
+func eachOf(t testing.TB, members []*Member, what string, f func(m *Member) error) {
+	t.Helper()
+	errs := make(chan error, len(members))
+	for _, m := range members {
 		go func() {
 			if err := f(m); err != nil {
 				errs <- fmt.Errorf("%s on PE %d: %w", what, m.Rank(), err)
@@ -102,7 +139,7 @@ func (j *job) each(t testing.TB, what string, f func(m *Member) error) {
 		}()
 	}
 	timeout := time.After(waitLimit)
-	for range j.members {
+	for range members {
 		select {
 		case err := <-errs:
 			if err != nil {
@@ -125,14 +162,19 @@ func blobFor(rank, round, size int) []byte {
 	return b
 }
 
+// TestAllgather runs allgathers of several sizes and barriers among PEs of
+// one agent and of trees of agents (6 agents make a tree of two levels, 22
+// of three), and checks that every PE finalized.
 func TestAllgather(t *testing.T) {
-	sizes := []int{1, 2, 4, 16}
+	type shape struct{ n, agents int }
+	shapes := []shape{{1, 1}, {2, 1}, {4, 2}, {16, 1}, {16, 6}, {16, 16}}
 	if !testing.Short() && !raceEnabled {
-		sizes = append(sizes, 64)
+		shapes = append(shapes, shape{64, 22}, shape{64, 1})
 	}
-	for _, n := range sizes {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			j := startJob(t, n)
+	for _, sh := range shapes {
+		t.Run(fmt.Sprintf("N=%d/agents=%d", sh.n, sh.agents), func(t *testing.T) {
+			n := sh.n
+			j := startJobOn(t, n, sh.agents, nil)
 			// Blob sizes per round: empty, tiny, uneven, 1 MiB in all.
 			rounds := []func(rank int) int{
 				func(int) int { return 0 },
@@ -156,23 +198,80 @@ func TestAllgather(t *testing.T) {
 					}
 					return nil
 				})
+				j.each(t, "barrier", func(m *Member) error { return m.Barrier() })
 			}
-			j.each(t, "barrier", func(m *Member) error { return m.Barrier() })
 			j.each(t, "close", func(m *Member) error { return m.Close() })
-			for r := range n {
-				if !j.seed.Finalized(r) {
-					t.Errorf("seed: Finalized(%d) = false after Close", r)
+			for r, m := range j.members {
+				if err := j.agents[j.agentOf[r]].Report(r, "h", "exited with status 0", 0, ""); err != nil {
+					t.Fatalf("report of PE %d: %v", m.Rank(), err)
 				}
-			}
-			select {
-			case f := <-j.seed.Failures():
-				t.Errorf("seed reported a failure of a job that finalized: %v", f)
-			default:
+				if got := nextReport(t, j.seed); got.Kind != ReportExit || got.Rank != r {
+					t.Errorf("seed passed on %+v, want the end of PE %d", got, r)
+				}
+				if !j.seed.Finalized(r) || !j.seed.Joined(r) {
+					t.Errorf("seed: PE %d finalized %v, joined %v after Close; want both", r, j.seed.Finalized(r), j.seed.Joined(r))
+				}
 			}
 			if err := j.seed.Close(); err != nil {
 				t.Errorf("seed Close: %v", err)
 			}
 		})
+	}
+}
+
+// TestExchangeTable: the table of an Exchange numbers the nodes of the
+// agents (agents on one node share a number), is mapped read-only from a
+// file the agent wrote once, and is the same file for the PEs of an agent.
+func TestExchangeTable(t *testing.T) {
+	const n, agents = 8, 4
+	nodes := []string{"a", "b", "a", "c"} // agents 0 and 2 share a node
+	j := startJobOn(t, n, agents, func(id int) string { return nodes[id] })
+	tables := make([]*Table, n)
+	j.each(t, "exchange", func(m *Member) error {
+		tab, err := m.Exchange([]byte(fmt.Sprintf("blob of %d", m.Rank())))
+		tables[m.Rank()] = tab
+		return err
+	})
+	wantNode := []int{0, 0, 1, 1, 0, 0, 2, 2} // agent 0 first: node a is 0
+	for r, tab := range tables {
+		if tab.Len() != n || tab.Nodes() != 3 {
+			t.Errorf("PE %d: table of %d PEs on %d nodes, want %d on 3", r, tab.Len(), tab.Nodes(), n)
+		}
+		for pe := range n {
+			if got, want := string(tab.Blob(pe)), fmt.Sprintf("blob of %d", pe); got != want {
+				t.Errorf("PE %d: blob of PE %d = %q, want %q", r, pe, got, want)
+			}
+			if tab.Node(pe) != wantNode[pe] {
+				t.Errorf("PE %d: node of PE %d = %d, want %d", r, pe, tab.Node(pe), wantNode[pe])
+			}
+		}
+	}
+	// The PEs of one agent map the same memory: what the kernel says of
+	// the mapping's page is the same file, read-only.
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := strings.Count(string(maps), "memfd:goshmem-table"); c != n {
+		t.Errorf("%d mappings of table files, want %d (one per PE)", c, n)
+	}
+	for _, l := range strings.Split(string(maps), "\n") {
+		if strings.Contains(l, "memfd:goshmem-table") && !strings.Contains(l, " r--s ") {
+			t.Errorf("a table mapping is not read-only and shared: %s", l)
+		}
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Blob(-1) did not panic")
+			}
+		}()
+		tables[0].Blob(-1)
+	}()
+	for _, tab := range tables {
+		if err := tab.Close(); err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -197,37 +296,16 @@ func TestAllgatherTooLarge(t *testing.T) {
 	if _, err := m.Allgather(make([]byte, MaxAllgather+1)); !errors.Is(err, ucs.ErrExceedsLimit) {
 		t.Errorf("Allgather of %d bytes: got %v, want ucs.ErrExceedsLimit", MaxAllgather+1, err)
 	}
-}
-
-func TestWrongKey(t *testing.T) {
-	seed, err := NewSeed(SeedConfig{Size: 2, Key: newTestKey(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seed.Close()
-	done := make(chan error, 1)
-	go func() {
-		m, err := Join(Env{JobID: seed.JobID(), Rank: 0, Size: 2, LocalSize: 2, Seed: seed.Addr(), Key: newTestKey(t)})
-		if err == nil {
-			m.Close()
+	// Blobs within the limit each, too large together: every PE learns it.
+	j := startJobOn(t, 3, 2, nil)
+	j.each(t, "allgather of 3 times 6 MiB", func(m *Member) error {
+		_, err := m.Allgather(make([]byte, 6<<20))
+		if !errors.Is(err, ucs.ErrExceedsLimit) {
+			return fmt.Errorf("got %v, want ucs.ErrExceedsLimit", err)
 		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("Join with the wrong key succeeded")
-		}
-		if !errors.Is(err, ucs.ErrUnreachable) {
-			t.Errorf("Join with the wrong key: got %v, want an error wrapping ucs.ErrUnreachable", err)
-		}
-		t.Logf("Join with the wrong key: %v", err)
-	case <-time.After(waitLimit):
-		t.Fatalf("Join with the wrong key still blocked after %v", waitLimit)
-	}
-	if seed.Joined(0) {
-		t.Error("seed: Joined(0) after a join with the wrong key")
-	}
+		return nil
+	})
+	j.each(t, "barrier after", func(m *Member) error { return m.Barrier() })
 }
 
 func TestSingleton(t *testing.T) {
@@ -248,6 +326,10 @@ func TestSingleton(t *testing.T) {
 	if err != nil || len(got) != 1 || !bytes.Equal(got[0], blob) {
 		t.Errorf("singleton Allgather = %q, %v; want [%q]", got, err, blob)
 	}
+	tab, err := m.Exchange(blob)
+	if err != nil || tab.Len() != 1 || tab.Nodes() != 1 || !bytes.Equal(tab.Blob(0), blob) {
+		t.Errorf("singleton Exchange = %v, %v", tab, err)
+	}
 	if err := m.Barrier(); err != nil {
 		t.Errorf("singleton Barrier: %v", err)
 	}
@@ -267,11 +349,12 @@ func TestJoinBadEnv(t *testing.T) {
 		env  Env
 	}{
 		{"size 0", Env{Size: 0, LocalSize: 1}},
-		{"rank out of range", Env{Rank: 2, Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j"}},
+		{"rank out of range", Env{Rank: 2, Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j", AgentFD: 3}},
 		{"no seed for 2", Env{Size: 2, LocalSize: 1, Key: key, JobID: "j"}},
-		{"short key", Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key[:5], JobID: "j"}},
-		{"bad job id", Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "a b"}},
-		{"local rank", Env{Size: 2, LocalRank: 1, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j"}},
+		{"short key", Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key[:5], JobID: "j", AgentFD: 3}},
+		{"bad job id", Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "a b", AgentFD: 3}},
+		{"local rank", Env{Size: 2, LocalRank: 1, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j", AgentFD: 3}},
+		{"agent channel", Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j", AgentFD: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -280,43 +363,51 @@ func TestJoinBadEnv(t *testing.T) {
 			}
 		})
 	}
+	// A descriptor that is not a unix socket, and one that is nobody's.
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, _ := unix.Dup(int(devNull.Fd()))
+	devNull.Close()
+	for _, fd := range []int{fd, 1000} {
+		env := Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j", AgentFD: fd}
+		if _, err := Join(env); !errors.Is(err, ucs.ErrUnreachable) {
+			t.Errorf("Join through descriptor %d: got %v, want ucs.ErrUnreachable", fd, err)
+		}
+	}
 }
 
-// TestMemberFailure kills a member's memberlist without Close: the seed
-// must report it, and the other members' pending Barrier must fail.
+// TestMemberFailure: a PE that ends without finalize, as its agent
+// reports, fails the pending collectives of the others, which learn it
+// through their agents; the seed counts their ends as consequences.
 func TestMemberFailure(t *testing.T) {
-	fastFailureDetection(t)
-	const n, victim = 4, 3
-	j := startJob(t, n)
+	const n, victim = 6, 5
+	j := startJobOn(t, n, 3, nil)
 	notified := make(chan Failure, n)
 	for _, m := range j.members[:victim] {
 		m.OnFailure(func(f Failure) { notified <- f })
 	}
-	vanish(j.members[victim])
-
-	survivors := &job{seed: j.seed, members: j.members[:victim]}
-	survivors.each(t, "barrier with a dead PE", func(m *Member) error {
+	j.members[victim].conn.close() // as if it died
+	if err := j.agents[j.agentOf[victim]].Report(victim, "h2", "was killed by signal 9 (killed)", 137, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := nextReport(t, j.seed); got.Kind != ReportExit || got.Rank != victim || got.Code != 137 {
+		t.Errorf("seed passed on %+v, want PE %d killed", got, victim)
+	}
+	eachOf(t, j.members[:victim], "barrier with a dead PE", func(m *Member) error {
 		err := m.Barrier()
 		var f Failure
 		switch {
 		case err == nil:
 			return errors.New("Barrier succeeded without the dead PE")
-		case !errors.As(err, &f) || f.Rank != victim:
+		case !errors.As(err, &f) || f.Rank != victim || f.Host != "h2" || !strings.Contains(f.Reason, "signal 9"):
 			return fmt.Errorf("got %v, want a Failure of PE %d", err, victim)
 		case !errors.Is(err, ucs.ErrConnectionReset):
 			return fmt.Errorf("got %v, want an error wrapping ucs.ErrConnectionReset", err)
 		}
 		return nil
 	})
-	select {
-	case f := <-j.seed.Failures():
-		if f.Rank != victim || f.Reason != reasonGone {
-			t.Errorf("seed reported %+v, want PE %d %q", f, victim, reasonGone)
-		}
-		t.Logf("seed reported: %v", f)
-	case <-time.After(waitLimit):
-		t.Fatalf("seed did not report the dead PE within %v", waitLimit)
-	}
 	for range victim {
 		select {
 		case f := <-notified:
@@ -327,10 +418,7 @@ func TestMemberFailure(t *testing.T) {
 			t.Fatalf("OnFailure not called within %v", waitLimit)
 		}
 	}
-	// A later collective fails at once, and OnFailure reports past failures.
-	if err := j.members[0].Barrier(); err == nil {
-		t.Error("Barrier after a failure succeeded")
-	}
+	// OnFailure reports past failures.
 	late := make(chan Failure, 1)
 	j.members[0].OnFailure(func(f Failure) { late <- f })
 	select {
@@ -349,6 +437,38 @@ func TestMemberFailure(t *testing.T) {
 		if peer, why, ok := j.seed.Lost(r); !ok || peer != victim || !strings.Contains(why, "seed told it") {
 			t.Errorf("seed: Lost(%d) = %d, %q, %v; want PE %d, told by the seed", r, peer, why, ok, victim)
 		}
+	}
+}
+
+// TestExitWithoutJoin: a PE that exits 0 without joining fails nobody (it
+// may not be a goshmem program); one that exits with an error does.
+func TestExitWithoutJoin(t *testing.T) {
+	key := newTestKey(t)
+	seed, err := NewSeed(SeedConfig{Size: 3, Agents: 1, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	a, err := JoinAgent(agentEnv(seed, key, 3), AgentConfig{Agents: 1, Ranks: []int{0, 1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for _, r := range []int{0, 1} {
+		code := r // PE 0 exits 0, PE 1 with 1
+		if err := a.Report(r, "h", "exited with status "+fmt.Sprint(code), code, ""); err != nil {
+			t.Fatal(err)
+		}
+		nextReport(t, seed)
+		if seed.Joined(r) || seed.AnyJoined() {
+			t.Errorf("PE %d counts as joined", r)
+		}
+	}
+	if _, _, ok := seed.Lost(2); !ok {
+		t.Error("PE 2 was not told that PE 1 failed")
+	}
+	if peer, _, _ := seed.Lost(2); peer != 1 {
+		t.Errorf("PE 2 lost PE %d, want 1 (PE 0 ended without joining, with status 0)", peer)
 	}
 }
 
@@ -376,14 +496,16 @@ func TestReportLost(t *testing.T) {
 			t.Errorf("ReportLost(%d): %v, want ucs.ErrInvalidParam", bad, err)
 		}
 	}
-	// A forged message naming the sender itself is dropped.
-	j.seed.handle(appendMessage(nil, &message{kind: kindLost, jobID: j.seed.JobID(), rank: 0, addr: "127.0.0.1:9", failRank: 0}))
+	// A forged event naming the sender itself is dropped.
+	j.seed.handle(appendMessage(nil, &message{kind: kindAgentReport, jobID: j.seed.JobID(), rank: 0, seq: 99, addr: "127.0.0.1:9",
+		events: []event{{kind: evLost, rank: 0, other: 0}}}))
 	if _, _, ok := j.seed.Lost(0); ok {
 		t.Error("seed: PE 0 lost itself")
 	}
 }
 
-// TestSeedLeaves closes the seed under members blocked in Barrier.
+// TestSeedLeaves closes the seed under PEs blocked in Barrier: their agent
+// takes the launcher for gone, and so do they.
 func TestSeedLeaves(t *testing.T) {
 	const n = 3
 	j := startJob(t, n)
@@ -392,24 +514,23 @@ func TestSeedLeaves(t *testing.T) {
 		m.OnFailure(func(f Failure) { notified <- f })
 	}
 	// PEs 0 and 1 enter a barrier that PE 2 never joins.
-	pending := &job{seed: j.seed, members: j.members[:2]}
 	started := make(chan struct{}, 2)
 	go func() {
 		for range 2 {
 			<-started
 		}
-		time.Sleep(50 * time.Millisecond) // let the gathers reach the seed; correctness does not depend on it
 		j.seed.Close()
 	}()
-	pending.each(t, "barrier while the seed leaves", func(m *Member) error {
+	eachOf(t, j.members[:2], "barrier while the seed leaves", func(m *Member) error {
 		started <- struct{}{}
 		err := m.Barrier()
 		var f Failure
 		if !errors.As(err, &f) || f.Rank != -1 {
-			return fmt.Errorf("got %v, want a Failure of the seed (rank -1)", err)
+			return fmt.Errorf("got %v, want a Failure of the launcher (rank -1)", err)
 		}
 		return nil
 	})
+	waitClosed(t, j.agents[0].Terminated(), "agent noticing the seed gone")
 	for range n {
 		select {
 		case f := <-notified:
@@ -424,77 +545,76 @@ func TestSeedLeaves(t *testing.T) {
 	j.each(t, "close", func(m *Member) error { return m.Close() })
 }
 
-// TestSeedValidates feeds the seed bad messages directly.
-func TestSeedValidates(t *testing.T) {
-	const n = 3
-	s, err := NewSeed(SeedConfig{Size: n, Key: newTestKey(t), JobID: "job-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var sent sync.Mutex
-	var got []int
-	s.mu.Lock()
-	s.send = func(rank int, _ net.IP, _ uint16, _ []byte) error {
-		sent.Lock()
-		got = append(got, rank)
-		sent.Unlock()
-		return nil
-	}
-	s.mu.Unlock()
-
-	gather := func(job string, rank int, seq uint64, addr string) []byte {
-		return appendMessage(nil, &message{kind: kindGather, jobID: job, rank: rank, seq: seq, addr: addr, payload: []byte("p")})
-	}
-	const addr = "127.0.0.1:9"
-	bad := []struct {
-		name string
-		msg  []byte
-	}{
-		{"garbage", []byte("hello, seed")},
-		{"empty", nil},
-		{"other job", gather("job-2", 0, 1, addr)},
-		{"rank too large", gather("job-1", n, 1, addr)},
-		{"rank negative", gather("job-1", -1, 1, addr)},
-		{"future sequence", gather("job-1", 0, 2, addr)},
-		{"past sequence", gather("job-1", 0, 0, addr)},
-		{"bad address", gather("job-1", 0, 1, "localhost:9")},
-		{"no port", gather("job-1", 0, 1, "127.0.0.1")},
-		{"table to the seed", appendMessage(nil, &message{kind: kindTable, jobID: "job-1", rank: 0, seq: 1, table: [][]byte{{1}}})},
-	}
-	for _, b := range bad {
-		s.handle(b.msg)
-		s.mu.Lock()
-		count := s.count
-		s.mu.Unlock()
-		if count != 0 {
-			t.Fatalf("%s: seed accepted it (count %d)", b.name, count)
+// TestAgentGone: a PE whose agent closes its channel (the agent died)
+// takes the launcher for gone.
+func TestAgentGone(t *testing.T) {
+	j := startJob(t, 2)
+	j.agents[0].Close()
+	j.each(t, "barrier without the agent", func(m *Member) error {
+		err := m.Barrier()
+		var f Failure
+		if !errors.As(err, &f) || f.Rank != -1 || f.Reason != reasonAgentGone {
+			return fmt.Errorf("got %v, want a Failure of the launcher (rank -1): %s", err, reasonAgentGone)
 		}
-	}
-	s.handle(gather("job-1", 1, 1, addr))
-	s.handle(gather("job-1", 1, 1, addr)) // duplicate
-	s.mu.Lock()
-	count := s.count
-	s.mu.Unlock()
-	if count != 1 {
-		t.Fatalf("after one gather and its duplicate: count %d, want 1", count)
-	}
-	s.handle(gather("job-1", 0, 1, addr))
-	s.handle(gather("job-1", 2, 1, addr))
-	s.Close() // waits for the replies
-	if len(got) != n {
-		t.Errorf("seed sent %d tables, want %d", len(got), n)
+		return nil
+	})
+}
+
+// TestMessagesPerAgent checks that a collective costs each agent at most
+// one message up and one down to each child, and the seed nothing,
+// whatever the number of PEs.
+func TestMessagesPerAgent(t *testing.T) {
+	for _, sh := range []struct{ n, agents int }{{4, 4}, {16, 6}, {32, 16}} {
+		t.Run(fmt.Sprintf("N=%d/agents=%d", sh.n, sh.agents), func(t *testing.T) {
+			j := startJobOn(t, sh.n, sh.agents, nil)
+			j.each(t, "first barrier", func(m *Member) error { return m.Barrier() }) // the directory came
+			// Each agent reported that one of its PEs joined.
+			for id := range j.agents {
+				for deadline := time.Now().Add(waitLimit); !agentJoinedSeen(j, id); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the seed does not know that a PE of agent %d joined", id)
+					}
+				}
+			}
+			before := make([]Stats, sh.agents)
+			for id, a := range j.agents {
+				before[id] = a.Stats()
+			}
+			const rounds = 3
+			for range rounds {
+				j.each(t, "barrier", func(m *Member) error { return m.Barrier() })
+				j.each(t, "allgather", func(m *Member) error { _, err := m.Allgather([]byte("x")); return err })
+			}
+			for id, a := range j.agents {
+				s := a.Stats()
+				up := 1
+				if id == 0 {
+					up = 0
+				}
+				want := uint64(2 * rounds * (up + len(treeChildren(id, sh.agents))))
+				if got := s.MsgsSent - before[id].MsgsSent; got != want {
+					t.Errorf("agent %d sent %d messages for %d collectives, want %d", id, got, 2*rounds, want)
+				}
+				if s.Collectives != before[id].Collectives+2*rounds {
+					t.Errorf("agent %d completed %d collectives, want %d", id, s.Collectives-before[id].Collectives, 2*rounds)
+				}
+				if s.LocalFrames > 0 && s.MaxSilence <= 0 {
+					// Its PEs said hello, then gathered: some time passed.
+					t.Errorf("agent %d heard its PEs several times, and its longest silence is %v", id, s.MaxSilence)
+				}
+			}
+		})
 	}
 }
 
 // BenchmarkAllgather measures one allgather of 200-byte blobs among N
-// in-process members (and, reported separately, the time they took to
-// join the seed).
+// in-process PEs of 4 agents (and, reported separately, the time they took
+// to join).
 func BenchmarkAllgather(b *testing.B) {
 	for _, n := range []int{16, 64} {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
 			start := time.Now()
-			j := startJob(b, n)
+			j := startJobOn(b, n, 4, nil)
 			join := time.Since(start)
 			b.ResetTimer()
 			for round := range b.N {
@@ -506,4 +626,15 @@ func BenchmarkAllgather(b *testing.B) {
 			b.ReportMetric(float64(join.Microseconds())/1000, "join-ms")
 		})
 	}
+}
+
+// agentJoinedSeen reports whether the seed knows that a PE of agent id
+// joined.
+func agentJoinedSeen(j *job, id int) bool {
+	for r, a := range j.agentOf {
+		if a == id && j.seed.Joined(r) {
+			return true
+		}
+	}
+	return false
 }

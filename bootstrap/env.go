@@ -30,6 +30,10 @@ const (
 	// that a PE or the launcher stopped answering, as a Go duration
 	// ("3s"). Unset or empty means DefaultFailureTimeout.
 	EnvFailureTimeout = "GOSHMEM_FAILURE_TIMEOUT"
+	// EnvAgentFD is the number of the inherited file descriptor of the
+	// PE's local channel to its agent (see Agent.Attach). A PE of a job of
+	// more than one PE needs it: the agent that starts the PE sets it.
+	EnvAgentFD = "GOSHMEM_AGENT_FD"
 )
 
 // EnvDebug, when set to a non-empty value other than "0", routes
@@ -43,10 +47,12 @@ const EnvDebug = "GOSHMEM_DEBUG"
 // noticed at once by the process that started it; this timeout is for the
 // silent failures.
 //
-// The default is generous: a host with many more PEs than cores (64 on 2)
-// can keep a healthy PE from answering for seconds, and a PE declared dead
-// ends the job.
-const DefaultFailureTimeout = 10 * time.Second
+// PEs are not members of memberlist (their agents are, one per host), so a
+// host with many more PEs than cores (64 on 2) still has one member to
+// keep answering, and its PEs answer their agent's pings over a local
+// channel: measured with 64 PEs computing on 2 cores, nothing comes near
+// this timeout.
+const DefaultFailureTimeout = 5 * time.Second
 
 // minFailureTimeout bounds the failure timeout from below: shorter ones
 // make an overloaded host look dead.
@@ -54,7 +60,7 @@ const minFailureTimeout = 500 * time.Millisecond
 
 // contractVars are the variables whose presence says that the launcher
 // started this process.
-var contractVars = []string{EnvJobID, EnvRank, EnvSize, EnvSeed, EnvKey, EnvLocalRank, EnvLocalSize}
+var contractVars = []string{EnvJobID, EnvRank, EnvSize, EnvSeed, EnvKey, EnvLocalRank, EnvLocalSize, EnvAgentFD}
 
 // Env describes a PE's place in its job, as the launcher hands it over in
 // the environment.
@@ -69,6 +75,10 @@ type Env struct {
 	// FailureTimeout is how long the job may take to notice a member that
 	// stopped answering; zero means DefaultFailureTimeout.
 	FailureTimeout time.Duration
+	// AgentFD is the descriptor of the PE's channel to its agent
+	// (GOSHMEM_AGENT_FD), which Join takes over; 0 for none (a
+	// singleton).
+	AgentFD int
 }
 
 // singletonEnv is the job of a program started without the launcher.
@@ -79,8 +89,8 @@ var singletonEnv = Env{JobID: "singleton", Size: 1, LocalSize: 1}
 // When none of the contract variables is set, the process was not started
 // by the launcher: EnvFromOS returns false and no error, and the program is
 // a job of one PE. When some are set, GOSHMEM_JOBID, GOSHMEM_SIZE,
-// GOSHMEM_SEED and GOSHMEM_KEY must be present and well formed, and so
-// must the PE's place: GOSHMEM_RANK, GOSHMEM_LOCAL_RANK and
+// GOSHMEM_SEED, GOSHMEM_KEY and GOSHMEM_AGENT_FD must be present and well
+// formed, and so must the PE's place: GOSHMEM_RANK, GOSHMEM_LOCAL_RANK and
 // GOSHMEM_LOCAL_SIZE, or, where GOSHMEM_RANK is not set, the variables of
 // the spawner that started the process (see PlaceFromOS). Otherwise the
 // error names the offending variable and wraps ucs.ErrInvalidParam.
@@ -310,6 +320,15 @@ func envFromLookup(lookup func(string) (string, bool)) (Env, bool, error) {
 			err = fmt.Errorf("bootstrap: %s: %w", EnvKey, err)
 		}
 	}
+	if s, ok := lookup(EnvAgentFD); ok && err == nil {
+		fd, perr := strconv.Atoi(s)
+		if perr != nil || fd < 3 {
+			bad(EnvAgentFD, s, "not a descriptor number above 2")
+		}
+		e.AgentFD = fd
+	} else if err == nil {
+		err = fmt.Errorf("bootstrap: %s is not set (the other launcher variables are): a PE is started by its agent (goshmem-run): %w", EnvAgentFD, ucs.ErrInvalidParam)
+	}
 	if s, ok := lookup(EnvFailureTimeout); ok && s != "" && err == nil {
 		d, perr := time.ParseDuration(s)
 		switch {
@@ -352,6 +371,9 @@ func (e Env) Environ() []string {
 	}
 	if e.FailureTimeout != 0 {
 		vars = append(vars, EnvFailureTimeout+"="+e.FailureTimeout.String())
+	}
+	if e.AgentFD != 0 {
+		vars = append(vars, EnvAgentFD+"="+strconv.Itoa(e.AgentFD))
 	}
 	return vars
 }

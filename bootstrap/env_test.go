@@ -26,6 +26,7 @@ func goodVars() map[string]string {
 		EnvKey:       EncodeKey(bytes.Repeat([]byte{7}, 32)),
 		EnvLocalRank: "0",
 		EnvLocalSize: "2",
+		EnvAgentFD:   "3",
 	}
 }
 
@@ -34,9 +35,9 @@ func TestEnvFromLookup(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("good environment: %v, %v", ok, err)
 	}
-	want := Env{JobID: "job-1", Rank: 2, Size: 4, LocalRank: 0, LocalSize: 2, Seed: "127.0.0.1:7946", Key: bytes.Repeat([]byte{7}, 32)}
+	want := Env{JobID: "job-1", Rank: 2, Size: 4, LocalRank: 0, LocalSize: 2, Seed: "127.0.0.1:7946", Key: bytes.Repeat([]byte{7}, 32), AgentFD: 3}
 	if e.JobID != want.JobID || e.Rank != want.Rank || e.Size != want.Size || e.LocalRank != want.LocalRank ||
-		e.LocalSize != want.LocalSize || e.Seed != want.Seed || !bytes.Equal(e.Key, want.Key) {
+		e.LocalSize != want.LocalSize || e.Seed != want.Seed || !bytes.Equal(e.Key, want.Key) || e.AgentFD != want.AgentFD {
 		t.Errorf("got %+v, want %+v", e, want)
 	}
 
@@ -61,6 +62,9 @@ func TestEnvFromLookup(t *testing.T) {
 		{"key too short", EnvKey, EncodeKey([]byte("short"))},
 		{"job id empty", EnvJobID, ""},
 		{"job id with space", EnvJobID, "a b"},
+		{"missing agent channel", EnvAgentFD, "-"},
+		{"agent channel not a number", EnvAgentFD, "x"},
+		{"agent channel on stderr", EnvAgentFD, "2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,14 +86,14 @@ func TestEnvFromLookup(t *testing.T) {
 }
 
 func TestEnvironRoundTrip(t *testing.T) {
-	want := Env{JobID: "j", Rank: 1, Size: 3, LocalRank: 1, LocalSize: 3, Seed: "[::1]:9", Key: bytes.Repeat([]byte{1}, 16)}
+	want := Env{JobID: "j", Rank: 1, Size: 3, LocalRank: 1, LocalSize: 3, Seed: "[::1]:9", Key: bytes.Repeat([]byte{1}, 16), AgentFD: 5}
 	vars := map[string]string{}
 	for _, kv := range want.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
 		vars[k] = v
 	}
 	got, ok, err := envFromLookup(lookupFrom(vars))
-	if !ok || err != nil || got.JobID != want.JobID || got.Rank != want.Rank || got.Seed != want.Seed || !bytes.Equal(got.Key, want.Key) {
+	if !ok || err != nil || got.JobID != want.JobID || got.Rank != want.Rank || got.Seed != want.Seed || !bytes.Equal(got.Key, want.Key) || got.AgentFD != want.AgentFD {
 		t.Errorf("Environ round trip: got %+v, %v, %v; want %+v", got, ok, err, want)
 	}
 }

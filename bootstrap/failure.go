@@ -7,24 +7,23 @@ import (
 	"github.com/goshmem/goshmem/ucs"
 )
 
-// Failure reports that a PE, or the seed (the launcher), failed or left the
-// job before finalizing. Failure implements error and unwraps to
+// Failure reports that a PE, or the launcher (its seed, or the PE's
+// agent), failed or left the job before finalizing. Failure implements error and unwraps to
 // ucs.ErrConnectionReset, so a collective that ended because of it can be
 // matched with errors.Is(err, ucs.ErrConnectionReset), and the Failure
 // itself can be retrieved with errors.As.
 type Failure struct {
-	Rank   int    // the PE that failed; -1 for the seed (the launcher)
+	Rank   int    // the PE that failed; -1 for the launcher (the seed, or the PE's agent)
 	Host   string // the host it ran on, as it reported itself (or its address)
 	Reason string // what happened
 }
 
 // Error returns a message naming the PE (or the launcher), its host and the
-// reason, such as "PE 2 on host n1 (10.0.0.7): left the job before
-// finalize".
+// reason, such as "PE 2 on host n1: exited with status 3".
 func (f Failure) Error() string {
 	who := "PE " + strconv.Itoa(f.Rank)
 	if f.Rank < 0 {
-		who = "the launcher (bootstrap seed)"
+		who = "the launcher (goshmem-run)"
 	}
 	if f.Host != "" {
 		who += " on host " + f.Host
@@ -39,10 +38,9 @@ func (f Failure) Unwrap() error { return ucs.ErrConnectionReset }
 // ucs.ErrNotConnected.
 var ErrClosed = fmt.Errorf("bootstrap: member is closed: %w", ucs.ErrNotConnected)
 
-// Reasons given in Failure.Reason. memberlist does not tell a node that
-// left from one that died, and a PE only leaves after finalize, so both
-// read the same.
+// Reasons given in Failure.Reason for the launcher (Rank -1): memberlist
+// does not tell a seed that left from one that died.
 const (
-	reasonGone     = "left the job before finalize (it exited, was killed or stopped responding)"
-	reasonSeedGone = "left the job (the launcher ended, was killed or stopped responding)"
+	reasonSeedGone  = "left the job (the launcher ended, was killed or stopped responding)"
+	reasonAgentGone = "is gone: the channel to this PE's agent (goshmem-run) closed (the agent ended or was killed)"
 )

@@ -1,98 +1,108 @@
 // Package bootstrap connects the processing elements (PEs) of a goshmem job:
 // membership, allgather, barrier and failure notice.
 //
-// The launcher (goshmem-run, package launcher) runs a Seed and starts each
-// PE with the environment described by Env (GOSHMEM_JOBID, GOSHMEM_RANK,
+// The launcher (goshmem-run, package launcher) runs a Seed, a memberlist
+// node, and one Agent per host (per PE under a cluster manager's spawner),
+// which joins the seed's memberlist cluster: traffic is encrypted with the
+// job key, so nobody without it joins, and labelled with the job id. The
+// agents are the job's only members: a PE is not one. Its agent starts it
+// with the environment described by Env (GOSHMEM_JOBID, GOSHMEM_RANK,
 // GOSHMEM_SIZE, GOSHMEM_SEED, GOSHMEM_KEY, GOSHMEM_LOCAL_RANK,
-// GOSHMEM_LOCAL_SIZE). A PE calls JoinFromOS, which joins the seed's
-// memberlist cluster: traffic is encrypted with the job key, so nobody
-// without it joins, and labelled with the job id.
+// GOSHMEM_LOCAL_SIZE, GOSHMEM_AGENT_FD) and a local channel to it (a unix
+// socket pair, Agent.Attach); the PE calls JoinFromOS, which says hello on
+// that channel.
 //
-// Collectives never wait for gossip to converge. Allgather (and Barrier,
-// an Allgather of nothing) is a star: each PE sends its blob to the seed in
-// a reliable memberlist message; once the seed has the blobs of all PEs it
-// answers each PE with the full table. memberlist's failure detection tells
-// the seed when a PE dies or leaves before Close; the seed then tells the
-// other PEs, whose pending collectives return the Failure, as they do when
-// the seed itself leaves or dies.
+// Collectives never wait for gossip to converge. A PE sends its blob to its
+// agent; the agents gather their PEs' blobs in a tree (tree.go), each
+// sending its subtree's in one message to its parent, and the result comes
+// back down the tree. Each agent writes an allgather's table once, into a
+// sealed memory file that its PEs map read-only (Exchange returns it as a
+// Table): a PE reads the entries it needs, and no PE copies the N entries.
+// A collective costs each agent a handful of messages, whatever the job's
+// size, and O(log agents) hops. Barrier gathers no blobs.
+//
+// Failures: an agent sees its PEs exit, and tells the seed how each ended
+// (Agent.Report); it also pings those that joined, and names one that stops
+// answering (Agent.Silent). The seed tells every agent, and each agent its
+// PEs, when a PE failed: the PEs' pending collectives return the Failure.
+// memberlist's failure detection tells the seed when an agent (a host)
+// dies, and the agents when the seed does; an agent whose seed is gone ends
+// its PEs, and a PE whose agent is gone learns it as a failure of the
+// launcher (Rank -1). memberlist is tuned so that a member that stops
+// answering is declared dead within about the job's failure timeout
+// (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT, DefaultFailureTimeout). A
+// PE that ends because it lost a peer says so first (Member.ReportLost),
+// and so do agents of the PEs they ended themselves, so that the launcher
+// names the first cause of a job's end (Seed.Lost, Report.EndedByAgent). A
+// PE can end the whole job with an exit status of its choosing
+// (Member.GlobalExit).
 //
 // A program started without the launcher is a job of one PE: JoinFromOS
 // returns a singleton Member that opens no socket.
 //
-// Where the launcher cannot start and watch the PEs itself (other hosts,
-// a cluster manager's spawner), an Agent on the PEs' host does: it joins
-// the job as a member that is not a PE (JoinAgent), reports how each of its
-// PEs ended (the seed passes it on, Seed.Reports), and learns when the
-// launcher ends the job (Seed.Terminate) or is gone. A PE can end the whole
-// job with an exit status of its choosing (Member.GlobalExit).
-//
-// Failure detection is memberlist's, tuned so that a member that stops
-// answering is declared dead within about the job's failure timeout
-// (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT, DefaultFailureTimeout).
-// Members that exit are noticed at once by the process that started them.
-// A PE that ends because it lost a peer says so first (Member.ReportLost),
-// and so do agents of the PEs they ended themselves, so that the launcher
-// names the first cause of a job's end (Seed.Lost, Report.EndedByAgent).
-//
 // Inbound memberlist streams are bounded before they are authenticated
 // (transport.go): how many are read at once, and how many bytes they may
 // bring, per node and per remote address.
-//
-// Bootstrap messages cost each PE one message to the seed and one answer
-// per collective, whatever the job size; memberlist's own gossip of the
-// membership reaches each member O(N) times in all.
-//
-// memberlist's log is discarded unless GOSHMEM_DEBUG is set, in which case
-// it goes to standard error.
 package bootstrap
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
-	"github.com/hashicorp/memberlist"
 )
 
-// finalizeTimeout bounds the wait for the seed to acknowledge a finalize.
+// finalizeTimeout bounds the wait for the agent to acknowledge a finalize,
+// a global exit or a report of a lost peer.
 const finalizeTimeout = 5 * time.Second
 
-// Member is a PE's membership in its job. Its methods are safe for
-// concurrent use, but the collectives (Allgather, Barrier) are serialized:
-// each must be called by every PE of the job, in the same order.
-type Member struct {
-	env       Env
-	list      *memberlist.Memberlist // nil for a singleton
-	transport *guardedTransport      // list's
-	seedIP    net.IP
-	seedPort  uint16
-	addr      string // host:port of this PE's node
-	logger    interface{ Printf(string, ...any) }
+// joinTimeout bounds the wait for the agent's welcome.
+const joinTimeout = 30 * time.Second
 
-	opMu sync.Mutex // serializes collectives and finalize
+// Member is a PE's membership in its job. Its methods are safe for
+// concurrent use; collectives (Allgather, Exchange, Barrier) are
+// serialized.
+type Member struct {
+	env    Env
+	conn   *localConn // nil for a singleton
+	logger *log.Logger
+
+	opMu sync.Mutex // one collective (or finalize) at a time
 
 	mu        sync.Mutex
-	seq       uint64        // sequence of the latest collective
-	reply     chan *message // the reply to collective seq, while waiting
-	finAck    chan struct{} // closed when the seed acknowledges the latest finalize
-	finalized bool          // Finalize told the seed, and no collective came since
-	exitAck   chan struct{} // closed when the seed acknowledges a global exit
-	lostAck   chan struct{} // closed when the seed acknowledges a ReportLost
-	failures  []Failure
+	seq       uint64 // of the last collective
+	reply     chan reply
+	finalized bool // Finalize told the agent, and no collective since
+	welcome   chan struct{}
+	finAck    chan struct{}
+	exitAck   chan struct{}
+	lostAck   chan struct{}
 	failed    map[int]bool
+	failures  []Failure
 	failCh    chan struct{} // closed at the first failure
 	callbacks []func(Failure)
 	closed    bool
 	closeCh   chan struct{}
 }
 
+// reply is what the agent answered to a collective: a result (with the
+// table's descriptor) or an abort.
+type reply struct {
+	m  *message
+	fd int
+}
+
 // JoinFromOS joins the job described by the environment (see EnvFromOS). A
-// process started without the launcher is a job of one PE: JoinFromOS then
-// returns a singleton Member.
+// process started without the launcher is a job of one PE: JoinFromOS
+// then returns a singleton Member.
 func JoinFromOS() (*Member, error) {
 	env, ok, err := EnvFromOS()
 	if err != nil {
@@ -104,17 +114,19 @@ func JoinFromOS() (*Member, error) {
 	return Join(env)
 }
 
-// Join joins the job through its seed at env.Seed and returns when the
-// seed has accepted this PE. With env.Size 1 and no seed, it returns a
-// singleton Member that uses no network. The error wraps
-// ucs.ErrInvalidParam for a malformed env, and ucs.ErrUnreachable when the
-// seed cannot be joined (it is not there, or it has another key).
+// Join joins the job through the agent's channel env.AgentFD (which it
+// takes over) and returns when the agent has welcomed this PE. With
+// env.Size 1 and no seed, it returns a singleton Member that uses no
+// channel. The error wraps ucs.ErrInvalidParam for a malformed env, and
+// ucs.ErrUnreachable when the agent does not answer.
 func Join(env Env) (*Member, error) {
 	if err := checkEnv(env); err != nil {
 		return nil, err
 	}
 	m := &Member{
 		env:     env,
+		logger:  debugLogger("goshmem pe-" + strconv.Itoa(env.Rank) + ": "),
+		welcome: make(chan struct{}),
 		finAck:  make(chan struct{}),
 		exitAck: make(chan struct{}),
 		lostAck: make(chan struct{}),
@@ -125,32 +137,38 @@ func Join(env Env) (*Member, error) {
 	if env.Seed == "" {
 		return m, nil // singleton
 	}
-	seed, err := net.ResolveTCPAddr("tcp", env.Seed)
-	if err != nil || seed.Port == 0 {
-		return nil, fmt.Errorf("bootstrap: seed %q: cannot resolve: %v: %w", env.Seed, err, ucs.ErrInvalidParam)
-	}
-	m.seedIP, m.seedPort = seed.IP, uint16(seed.Port)
-	bind, err := localIPFor(seed.String())
+	f := os.NewFile(uintptr(env.AgentFD), "goshmem-agent-channel")
+	conn, err := fileConn(f)
+	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap: no route to seed %s: %w: %w", env.Seed, ucs.ErrUnreachable, err)
+		return nil, fmt.Errorf("bootstrap: PE %d: %s=%d: %w: %w", env.Rank, EnvAgentFD, env.AgentFD, ucs.ErrUnreachable, err)
 	}
-	logger := debugLogger("goshmem " + peName(env.Rank) + ": ")
-	m.logger = logger
-	nodes := 2*env.Size + 1 // the seed, the PEs and up to one agent per PE
-	c := newConfig(peName(env.Rank), bind, env.JobID, env.Key, logger, env.FailureTimeout, nodes)
-	c.Delegate = memberDelegate{m}
-	c.Events = memberDelegate{m}
-	list, tr, err := createList(c, nodes)
-	if err != nil {
-		return nil, fmt.Errorf("bootstrap: PE %d: starting memberlist: %w", env.Rank, err)
+	m.conn = conn
+	go m.readLoop()
+	fail := func(err error) (*Member, error) {
+		m.mu.Lock()
+		m.closed = true
+		close(m.closeCh)
+		m.mu.Unlock()
+		conn.close()
+		return nil, fmt.Errorf("bootstrap: PE %d: joining through its agent: %w: %w", env.Rank, ucs.ErrUnreachable, err)
 	}
-	if _, err := list.Join([]string{seed.String()}); err != nil {
-		list.Shutdown()
-		return nil, fmt.Errorf("bootstrap: PE %d cannot join the seed %s (wrong key or job?): %w: %w", env.Rank, env.Seed, ucs.ErrUnreachable, err)
+	if err := conn.send(&message{kind: kindHello, jobID: env.JobID, rank: env.Rank}, -1); err != nil {
+		return fail(err)
 	}
-	m.list, m.transport = list, tr
-	m.addr = nodeAddr(list.LocalNode())
-	return m, nil
+	t := time.NewTimer(joinTimeout)
+	defer t.Stop()
+	select {
+	case <-m.welcome:
+		return m, nil
+	case <-m.failCh:
+		m.mu.Lock()
+		err := m.failures[0]
+		m.mu.Unlock()
+		return fail(err)
+	case <-t.C:
+		return fail(errors.New("no welcome from the agent within " + joinTimeout.String()))
+	}
 }
 
 func checkEnv(e Env) error {
@@ -170,6 +188,8 @@ func checkEnv(e Env) error {
 		return bad("no seed for a job of " + strconv.Itoa(e.Size) + " PEs")
 	case e.Seed != "" && !validJobID(e.JobID):
 		return bad("job id " + strconv.Quote(e.JobID))
+	case e.AgentFD < 0:
+		return bad("agent channel " + strconv.Itoa(e.AgentFD))
 	}
 	if e.Seed != "" {
 		return checkKey(e.Key)
@@ -192,41 +212,96 @@ func (m *Member) LocalSize() int { return m.env.LocalSize }
 // JobID returns the job id.
 func (m *Member) JobID() string { return m.env.JobID }
 
-// Allgather sends blob to every PE and returns the blobs of all PEs,
-// indexed by rank (this PE's entry is a copy of blob). It is collective:
-// every PE must call it, and calls are matched by their order. Blobs may
-// differ in size; their total must not exceed MaxAllgather (the error then
-// wraps ucs.ErrExceedsLimit).
+// Exchange sends blob to every PE and returns the blobs of all PEs, and
+// the node of each, in a Table that the PEs of this host share (read-only,
+// mapped from the memory file their agent wrote): reading an entry copies
+// nothing, and entries that are not read cost nothing. The caller closes
+// the Table. It is collective: every PE must call it (or Allgather), and
+// calls are matched by their order. Blobs may differ in size; their total
+// must not exceed MaxAllgather (the error then wraps ucs.ErrExceedsLimit).
 //
-// If a PE or the seed fails or leaves before Close, a pending or later
-// Allgather returns an error wrapping the Failure (and
+// If a PE, an agent or the seed fails or leaves before Close, a pending or
+// later Exchange returns an error wrapping the Failure (and
 // ucs.ErrConnectionReset). After Close it returns ErrClosed.
-func (m *Member) Allgather(blob []byte) ([][]byte, error) {
+func (m *Member) Exchange(blob []byte) (*Table, error) {
 	if len(blob) > MaxAllgather {
 		return nil, fmt.Errorf("bootstrap: allgather of %d bytes exceeds the limit of %d: %w", len(blob), MaxAllgather, ucs.ErrExceedsLimit)
 	}
-	if m.list == nil {
-		m.mu.Lock()
-		closed := m.closed
-		m.mu.Unlock()
-		if closed {
-			return nil, ErrClosed
+	if m.conn == nil {
+		if err := m.singletonErr(); err != nil {
+			return nil, err
 		}
-		return [][]byte{bytes.Clone(blob)}, nil
+		return parseTable(encodeTable([]entry{{blob: blob}}), 1)
 	}
+	r, err := m.collective(blob, 0)
+	if err != nil {
+		return nil, err
+	}
+	t, err := mapTable(r.fd, r.m.size, m.env.Size)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(t.Blob(m.env.Rank), blob) {
+		t.Close()
+		return nil, fmt.Errorf("bootstrap: the agent answered with another blob for this PE %d: %w", m.env.Rank, ucs.ErrInvalidParam)
+	}
+	return t, nil
+}
 
+// Allgather is Exchange that returns a copy of the blobs, indexed by rank
+// (this PE's entry is a copy of blob).
+func (m *Member) Allgather(blob []byte) ([][]byte, error) {
+	t, err := m.Exchange(blob)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	all := make([][]byte, t.Len())
+	for i := range all {
+		all[i] = bytes.Clone(t.Blob(i))
+		if all[i] == nil {
+			all[i] = []byte{}
+		}
+	}
+	return all, nil
+}
+
+// Barrier returns when every PE has called it. It is collective and
+// ordered with Allgather and Exchange, and fails like them.
+func (m *Member) Barrier() error {
+	if m.conn == nil {
+		return m.singletonErr()
+	}
+	_, err := m.collective(nil, flagBarrier)
+	return err
+}
+
+// singletonErr is what a collective of a singleton returns: ErrClosed
+// after Close.
+func (m *Member) singletonErr() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// collective sends this PE's contribution to the next collective and waits
+// for the agent's result.
+func (m *Member) collective(blob []byte, flags uint8) (reply, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	m.mu.Lock()
 	if err := m.errLocked(); err != nil {
 		m.mu.Unlock()
-		return nil, err
+		return reply{}, err
 	}
 	m.seq++
 	seq := m.seq
-	reply := make(chan *message, 1)
-	m.reply = reply
-	m.finalized = false // the gather tells the seed this PE is active again
+	ch := make(chan reply, 1)
+	m.reply = ch
+	m.finalized = false // the gather tells the agent this PE is active again
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -234,36 +309,33 @@ func (m *Member) Allgather(blob []byte) ([][]byte, error) {
 		m.mu.Unlock()
 	}()
 
-	msg := appendMessage(nil, &message{kind: kindGather, jobID: m.env.JobID, rank: m.env.Rank,
-		seq: seq, addr: m.addr, payload: blob})
-	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, msg); err != nil {
+	msg := &message{kind: kindGather, jobID: m.env.JobID, rank: m.env.Rank, seq: seq, flags: flags, payload: blob}
+	if err := m.conn.send(msg, -1); err != nil {
 		m.mu.Lock()
 		ferr := m.errLocked()
 		m.mu.Unlock()
 		if ferr != nil {
-			return nil, ferr
+			return reply{}, ferr
 		}
-		return nil, fmt.Errorf("bootstrap: PE %d: sending to the seed %s: %w: %w", m.env.Rank, m.env.Seed, ucs.ErrUnreachable, err)
+		return reply{}, fmt.Errorf("bootstrap: PE %d: sending to its agent: %w: %w", m.env.Rank, ucs.ErrUnreachable, err)
 	}
-
 	select {
-	case r := <-reply:
-		if r.kind == kindAbort {
-			return nil, fmt.Errorf("bootstrap: allgather aborted by the seed: %s: %w", r.reason, ucs.ErrExceedsLimit)
+	case r := <-ch:
+		if r.m.kind == kindAbort {
+			return reply{}, fmt.Errorf("bootstrap: allgather aborted: %s: %w", r.m.reason, ucs.ErrExceedsLimit)
 		}
-		if len(r.table) != m.env.Size {
-			return nil, fmt.Errorf("bootstrap: seed answered with %d blobs for a job of %d PEs: %w", len(r.table), m.env.Size, ucs.ErrInvalidParam)
+		if r.m.flags != flags || (flags&flagBarrier == 0) != (r.fd >= 0) {
+			closeFD(r.fd)
+			return reply{}, fmt.Errorf("bootstrap: PE %d: the agent answered a %v with another kind of result: %w",
+				m.env.Rank, map[bool]string{true: "barrier", false: "allgather"}[flags&flagBarrier != 0], ucs.ErrInvalidParam)
 		}
-		if !bytes.Equal(r.table[m.env.Rank], blob) {
-			return nil, fmt.Errorf("bootstrap: seed answered with another blob for this PE %d: %w", m.env.Rank, ucs.ErrInvalidParam)
-		}
-		return r.table, nil
+		return r, nil
 	case <-m.failCh:
 	case <-m.closeCh:
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return nil, m.errLocked()
+	return reply{}, m.errLocked()
 }
 
 // errLocked returns the error that ends collectives, if any.
@@ -277,17 +349,11 @@ func (m *Member) errLocked() error {
 	return nil
 }
 
-// Barrier returns when every PE has called it. It is collective and
-// ordered with Allgather, and fails like it.
-func (m *Member) Barrier() error {
-	_, err := m.Allgather(nil)
-	return err
-}
-
 // OnFailure registers fn to be called, in a goroutine of its own, for each
-// PE that fails or leaves before Close, and with Rank -1 when the seed (the
-// launcher) leaves or fails. Failures that happened before OnFailure are
-// reported too. No call is made after Close. A singleton never fails.
+// PE that fails or leaves before Close, and with Rank -1 when the launcher
+// (its seed, or this PE's agent) leaves or fails. Failures that happened
+// before OnFailure are reported too. No call is made after Close. A
+// singleton never fails.
 func (m *Member) OnFailure(fn func(f Failure)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -318,13 +384,12 @@ func (m *Member) recordFailure(f Failure) {
 	}
 }
 
-// Close finalizes the PE: it tells the seed that this PE ends cleanly
+// Close finalizes the PE: it tells its agent that this PE ends cleanly
 // (waiting a few seconds at most for the acknowledgment), unless Finalize
-// did since the last collective, leaves the cluster and shuts memberlist
-// down. A collective pending in another goroutine returns ErrClosed. Close
-// is idempotent; calls after the first return nil. An error means the seed
-// could not be told (it is gone): the launcher may then report this PE as
-// failed.
+// did since the last collective, and closes the channel. A collective
+// pending in another goroutine returns ErrClosed. Close is idempotent;
+// calls after the first return nil. An error means the agent could not be
+// told (it is gone): the launcher may then report this PE as failed.
 func (m *Member) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -333,31 +398,27 @@ func (m *Member) Close() error {
 	}
 	m.closed = true
 	close(m.closeCh)
-	seedFailed, finalized := m.failed[-1], m.finalized
+	lost, finalized := m.failed[-1], m.finalized
 	m.mu.Unlock()
-	if m.list == nil {
+	if m.conn == nil {
 		return nil
 	}
-
 	m.opMu.Lock() // wait for a pending collective to return
 	defer m.opMu.Unlock()
 	var err error
-	if !seedFailed && !finalized {
+	if !lost && !finalized {
 		err = m.finalize()
 	}
-	m.list.Leave(leaveTimeout) // a timeout only means nobody heard it
-	if serr := m.list.Shutdown(); serr != nil && err == nil {
-		err = fmt.Errorf("bootstrap: PE %d: %w", m.env.Rank, serr)
-	}
+	m.conn.close()
 	return err
 }
 
-// Finalize tells the seed that this PE ended its part of the job cleanly,
+// Finalize tells the agent that this PE ended its part of the job cleanly,
 // as Close does, but stays a member: a process that may initialize again
 // (OpenSHMEM 1.6 lets a program finalize and initialize more than once)
-// keeps its Member, and its next collective tells the seed that it is
+// keeps its Member, and its next collective tells the agent that it is
 // active again, so that an exit without finalize is then a failure again.
-// Close after Finalize does not tell the seed twice. It returns ErrClosed
+// Close after Finalize does not tell the agent twice. It returns ErrClosed
 // after Close, and the errors of Close.
 func (m *Member) Finalize() error {
 	m.mu.Lock()
@@ -366,7 +427,7 @@ func (m *Member) Finalize() error {
 	if closed {
 		return ErrClosed
 	}
-	if m.list == nil {
+	if m.conn == nil {
 		return nil
 	}
 	m.opMu.Lock()
@@ -374,71 +435,67 @@ func (m *Member) Finalize() error {
 	return m.finalize()
 }
 
-// finalize tells the seed that this PE finalized and waits a few seconds
+// finalize tells the agent that this PE finalized and waits a few seconds
 // at most for its acknowledgment. The caller holds opMu.
 func (m *Member) finalize() error {
 	m.mu.Lock()
 	ack := make(chan struct{})
 	m.finAck, m.finalized = ack, true
 	m.mu.Unlock()
-	msg := appendMessage(nil, &message{kind: kindFinalize, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr})
-	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, msg); err != nil {
-		return fmt.Errorf("bootstrap: PE %d: finalize: %w: %w", m.env.Rank, ucs.ErrUnreachable, err)
-	}
-	t := time.NewTimer(finalizeTimeout)
-	defer t.Stop()
-	select {
-	case <-ack:
-		return nil
-	case <-t.C:
-		return fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge finalize: %w", m.env.Rank, ucs.ErrTimedOut)
-	}
+	return m.sendWait(&message{kind: kindFinalize, jobID: m.env.JobID, rank: m.env.Rank}, ack, "finalize")
 }
 
 // GlobalExit asks the launcher to end the whole job with exit status code:
-// it tells the seed (waiting a few seconds at most for its
-// acknowledgment), after which the launcher ends every PE and exits with
-// code. The caller should then exit with code itself (as OpenSHMEM's
+// it tells the seed, through the agent (waiting a few seconds at most for
+// the acknowledgment), after which the launcher ends every PE and exits
+// with code. The caller should then exit with code itself (as OpenSHMEM's
 // shmem_global_exit does); the launcher ends it otherwise. GlobalExit does
 // not wait for a pending collective, and may be called after a failure. For
 // a singleton it does nothing. The error wraps ucs.ErrUnreachable when the
-// seed cannot be told, ucs.ErrTimedOut when it did not acknowledge, and is
-// ErrClosed after Close.
+// agent cannot be told, ucs.ErrTimedOut when the seed did not acknowledge,
+// and is ErrClosed after Close.
 func (m *Member) GlobalExit(code int) error {
-	msg := &message{kind: kindGlobalExit, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, code: code,
-		host: string(hostMeta(maxString))}
-	return m.tellSeed(msg, m.exitAck, "global exit")
+	msg := &message{kind: kindGlobalExit, jobID: m.env.JobID, rank: m.env.Rank, code: code, host: hostName(maxString)}
+	return m.tellAgent(msg, m.exitAck, "global exit")
 }
 
-// ReportLost tells the seed that this PE is about to end because it lost
-// the PE rank (a connection to it failed: reason says how), and waits a few
-// seconds at most for the seed's acknowledgment. The launcher then takes
-// this PE's end for a consequence of that PE's failure, and names the PE
-// that failed first, whatever order the ends of the two reach it in. Call
-// it before exiting; only the first loss a PE reports counts. For a
-// singleton it does nothing. The error wraps ucs.ErrInvalidParam for a rank
-// out of range or this PE's own, and is otherwise that of GlobalExit.
+// ReportLost tells the seed, through the agent, that this PE is about to
+// end because it lost the PE rank (a connection to it failed: reason says
+// how), and waits a few seconds at most for the seed's acknowledgment. The
+// launcher then takes this PE's end for a consequence of that PE's
+// failure, and names the PE that failed first, whatever order the ends of
+// the two reach it in. Call it before exiting; only the first loss a PE
+// reports counts. For a singleton it does nothing. The error wraps
+// ucs.ErrInvalidParam for a rank out of range or this PE's own, and is
+// otherwise that of GlobalExit.
 func (m *Member) ReportLost(rank int, reason string) error {
 	if rank < 0 || rank >= m.env.Size || rank == m.env.Rank {
 		return fmt.Errorf("bootstrap: PE %d: report of lost PE %d: out of range [0, %d) or this PE: %w", m.env.Rank, rank, m.env.Size, ucs.ErrInvalidParam)
 	}
-	msg := &message{kind: kindLost, jobID: m.env.JobID, rank: m.env.Rank, addr: m.addr, failRank: rank, reason: clip(reason)}
-	return m.tellSeed(msg, m.lostAck, "report of lost PE "+strconv.Itoa(rank))
+	msg := &message{kind: kindLost, jobID: m.env.JobID, rank: m.env.Rank, failRank: rank, reason: clip(reason)}
+	return m.tellAgent(msg, m.lostAck, "report of lost PE "+strconv.Itoa(rank))
 }
 
-// tellSeed sends msg to the seed and waits, finalizeTimeout at most, for ack
-// to be closed (by the seed's acknowledgment).
-func (m *Member) tellSeed(msg *message, ack chan struct{}, what string) error {
+// tellAgent sends msg to the agent and waits, finalizeTimeout at most, for
+// ack to be closed (by the acknowledgment). It returns ErrClosed after
+// Close.
+func (m *Member) tellAgent(msg *message, ack chan struct{}, what string) error {
 	m.mu.Lock()
 	closed := m.closed
 	m.mu.Unlock()
 	if closed {
 		return ErrClosed
 	}
-	if m.list == nil {
+	return m.sendWait(msg, ack, what)
+}
+
+// sendWait sends msg to the agent and waits, finalizeTimeout at most, for
+// ack to be closed.
+func (m *Member) sendWait(msg *message, ack chan struct{}, what string) error {
+	if m.conn == nil {
 		return nil
 	}
-	if err := sendReliable(m.list, seedName, m.seedIP, m.seedPort, appendMessage(nil, msg)); err != nil {
+	if err := m.conn.send(msg, -1); err != nil {
 		return fmt.Errorf("bootstrap: PE %d: %s: %w: %w", m.env.Rank, what, ucs.ErrUnreachable, err)
 	}
 	t := time.NewTimer(finalizeTimeout)
@@ -447,35 +504,56 @@ func (m *Member) tellSeed(msg *message, ack chan struct{}, what string) error {
 	case <-ack:
 		return nil
 	case <-t.C:
-		return fmt.Errorf("bootstrap: PE %d: the seed did not acknowledge the %s: %w", m.env.Rank, what, ucs.ErrTimedOut)
+		return fmt.Errorf("bootstrap: PE %d: the %s was not acknowledged: %w", m.env.Rank, what, ucs.ErrTimedOut)
 	}
 }
 
-// handle processes a message from the seed.
-func (m *Member) handle(b []byte) {
-	msg, err := decodeMessage(bytes.Clone(b))
-	if err != nil {
-		m.logger.Printf("[WARN] goshmem: dropping message: %v", err)
-		return
+// readLoop reads the agent's frames until the channel closes; a channel
+// that closes before Close is a lost agent.
+func (m *Member) readLoop() {
+	for {
+		msg, fd, err := m.conn.recv()
+		if err != nil {
+			m.mu.Lock()
+			closed := m.closed
+			m.mu.Unlock()
+			if !closed {
+				why := reasonAgentGone
+				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+					why += ": " + err.Error()
+				}
+				m.recordFailure(Failure{Rank: -1, Host: hostName(maxString), Reason: why})
+			}
+			return
+		}
+		m.handle(msg, fd)
 	}
+}
+
+// handle processes a frame of the agent.
+func (m *Member) handle(msg *message, fd int) {
 	if msg.jobID != m.env.JobID || msg.rank != -1 {
-		m.logger.Printf("[WARN] goshmem: dropping %v message from rank %d of job %q", msg.kind, msg.rank, msg.jobID)
+		m.logger.Printf("[WARN] goshmem: dropping %v message from %d of job %q", msg.kind, msg.rank, msg.jobID)
+		closeFD(fd)
 		return
 	}
 	switch msg.kind {
-	case kindTable, kindAbort:
+	case kindResult, kindAbort:
 		m.mu.Lock()
 		if msg.seq == m.seq && m.reply != nil {
-			m.reply <- msg // buffered, and m.reply is cleared below
+			m.reply <- reply{msg, fd} // buffered, and m.reply is cleared below
 			m.reply = nil
+			fd = -1
 		} else {
 			m.logger.Printf("[WARN] goshmem: dropping %v message for sequence %d (at %d)", msg.kind, msg.seq, m.seq)
 		}
 		m.mu.Unlock()
-	case kindFinalizeAck, kindGlobalExitAck, kindLostAck:
+	case kindWelcome, kindFinalizeAck, kindGlobalExitAck, kindLostAck:
 		m.mu.Lock()
-		ch := m.finAck
+		ch := m.welcome
 		switch msg.kind {
+		case kindFinalizeAck:
+			ch = m.finAck
 		case kindGlobalExitAck:
 			ch = m.exitAck
 		case kindLostAck:
@@ -487,34 +565,18 @@ func (m *Member) handle(b []byte) {
 			close(ch)
 		}
 		m.mu.Unlock()
+	case kindPing:
+		if err := m.conn.send(&message{kind: kindPong, jobID: m.env.JobID, rank: m.env.Rank}, -1); err != nil {
+			m.logger.Printf("[WARN] goshmem: answering the agent: %v", err)
+		}
 	case kindFailure:
 		if msg.failRank < -1 || msg.failRank >= m.env.Size {
 			m.logger.Printf("[WARN] goshmem: dropping failure message for rank %d", msg.failRank)
-			return
+			break
 		}
 		m.recordFailure(Failure{Rank: msg.failRank, Host: msg.host, Reason: msg.reason})
 	default:
 		m.logger.Printf("[WARN] goshmem: dropping unexpected %v message", msg.kind)
 	}
-}
-
-// memberDelegate receives a PE's memberlist callbacks.
-type memberDelegate struct{ m *Member }
-
-func (d memberDelegate) NodeMeta(limit int) []byte                  { return hostMeta(limit) }
-func (d memberDelegate) NotifyMsg(b []byte)                         { d.m.handle(b) }
-func (d memberDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d memberDelegate) LocalState(join bool) []byte                { return nil }
-func (d memberDelegate) MergeRemoteState(buf []byte, join bool)     {}
-func (d memberDelegate) NotifyJoin(n *memberlist.Node)              {}
-func (d memberDelegate) NotifyUpdate(n *memberlist.Node)            {}
-
-// NotifyLeave reports the seed leaving or failing. Other PEs are the
-// seed's business: it knows whether they finalized first.
-func (d memberDelegate) NotifyLeave(n *memberlist.Node) {
-	if n.Name != seedName {
-		return
-	}
-	f := Failure{Rank: -1, Host: nodeHost(n), Reason: reasonSeedGone}
-	d.m.recordFailure(f) // takes only the Member's lock: memberlist holds its own here
+	closeFD(fd)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,6 +17,10 @@ import (
 type SeedConfig struct {
 	// Size is the number of PEs in the job (at least 1).
 	Size int
+	// Agents is the number of agents (see JoinAgent) that will join the
+	// job, with ids 0 to Agents-1 (at least 1): one per host, or one per
+	// PE under a spawner.
+	Agents int
 	// Key is the job key (16, 24 or 32 bytes), used as memberlist's
 	// encryption key: only nodes that have it can join or talk to the job.
 	Key []byte
@@ -23,17 +28,13 @@ type SeedConfig struct {
 	// means a random one; Seed.JobID reports it.
 	JobID string
 	// BindAddr is the IP address the seed listens on. Empty means
-	// "127.0.0.1", which only reaches PEs of the same host.
+	// "127.0.0.1", which only reaches agents of the same host.
 	BindAddr string
 	// Logger receives memberlist's log and the seed's diagnostics (such
 	// as rejected messages). Nil discards them.
 	Logger *log.Logger
-	// Agents is the number of agents (see JoinAgent) that will join the
-	// job, with ids 0 to Agents-1; zero when the launcher starts the PEs
-	// itself.
-	Agents int
 	// FailureTimeout is how long the job may take to notice a member that
-	// stopped answering; zero means DefaultFailureTimeout. PEs and agents
+	// stopped answering; zero means DefaultFailureTimeout. Agents and PEs
 	// should use the same (the launcher hands it over in
 	// GOSHMEM_FAILURE_TIMEOUT).
 	FailureTimeout time.Duration
@@ -57,8 +58,7 @@ const (
 	ReportAgentLeft
 )
 
-// Report is an event of the job that the seed passes on to the launcher,
-// besides failures (see Seed.Failures).
+// Report is an event of the job that the seed passes on to the launcher.
 type Report struct {
 	Kind  ReportKind
 	Rank  int    // the PE; -1 for ReportAgentLeft
@@ -74,11 +74,14 @@ type Report struct {
 	Why          string
 }
 
-// Seed is the memberlist node that the PEs of a job join. It gathers the
-// blobs of every Allgather and Barrier and answers each PE with the full
-// table (a star, so that nothing waits for gossip to converge), records
-// which PEs finalized, and reports PEs that fail or leave before finalize.
-// The launcher runs one Seed per job.
+// Seed is the memberlist node that the agents of a job join: the
+// launcher's. It hands the agents their directory once all joined (they
+// then gather their PEs' collectives among themselves, see JoinAgent),
+// passes on what the agents report (how each PE ended, global exits) to
+// the launcher, records which PEs joined, finalized or ended because they
+// lost a peer, tells every agent, for its PEs, when a PE fails, and tells
+// the agents when the launcher ends the job. The launcher runs one Seed
+// per job.
 type Seed struct {
 	size      int
 	agents    int
@@ -87,23 +90,16 @@ type Seed struct {
 	transport *guardedTransport
 	logger    *log.Logger
 
-	sends sync.WaitGroup // outstanding replies
-	// send delivers a message to a PE, sendAgent to an agent; tests
-	// replace them.
-	send      func(rank int, ip net.IP, port uint16, msg []byte) error
+	sends sync.WaitGroup // messages in flight
+	// sendAgent delivers a message to an agent; tests replace it.
 	sendAgent func(id int, ip net.IP, port uint16, msg []byte) error
 
-	mu       sync.Mutex
-	pes      []peState
-	done     uint64   // last completed collective
-	blobs    [][]byte // contributions to collective done+1
-	have     []bool
-	count    int // len of the have[i] that are true
-	failures chan Failure
-	reports  chan Report
-	agentSt  []agentState
-	exited   []bool // an agent reported the PE's end
-	gexit    []bool // the PE asked for a global exit
+	mu        sync.Mutex
+	pes       []peState
+	anyJoined bool
+	agentSt   []agentState
+	dirSent   bool
+	reports   chan Report
 	// terminate is the reason the job is being ended (Terminate), sent to
 	// every agent, including those that join later; empty until then.
 	terminate string
@@ -112,10 +108,7 @@ type Seed struct {
 
 // peState is what the seed knows of one PE.
 type peState struct {
-	joined, finalized, failed bool
-	host                      string
-	ip                        net.IP // where replies go; nil until known
-	port                      uint16
+	joined, finalized, exited, gexit bool
 	// lost is set when the PE learned that the PE lostRank failed (it
 	// said so, or the seed told it): the PE's own end is then a
 	// consequence of that failure.
@@ -127,7 +120,8 @@ type peState struct {
 // agentState is what the seed knows of one agent.
 type agentState struct {
 	joined, left bool
-	host         string
+	host, node   string
+	first, count int    // its PEs, when they are consecutive (count 0: unknown)
 	ip           net.IP // where messages go; nil until known
 	port         uint16
 }
@@ -137,6 +131,9 @@ type agentState struct {
 func NewSeed(cfg SeedConfig) (*Seed, error) {
 	if cfg.Size < 1 || cfg.Size > maxRanks {
 		return nil, fmt.Errorf("bootstrap: seed size %d out of range [1, %d]: %w", cfg.Size, maxRanks, ucs.ErrInvalidParam)
+	}
+	if cfg.Agents < 1 || cfg.Agents > maxRanks {
+		return nil, fmt.Errorf("bootstrap: %d agents out of range [1, %d]: %w", cfg.Agents, maxRanks, ucs.ErrInvalidParam)
 	}
 	if err := checkKey(cfg.Key); err != nil {
 		return nil, err
@@ -153,9 +150,6 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 	if net.ParseIP(cfg.BindAddr) == nil {
 		return nil, fmt.Errorf("bootstrap: seed bind address %q is not an IP address: %w", cfg.BindAddr, ucs.ErrInvalidParam)
 	}
-	if cfg.Agents < 0 || cfg.Agents > maxRanks {
-		return nil, fmt.Errorf("bootstrap: %d agents out of range [0, %d]: %w", cfg.Agents, maxRanks, ucs.ErrInvalidParam)
-	}
 	if cfg.FailureTimeout != 0 && cfg.FailureTimeout < minFailureTimeout {
 		return nil, fmt.Errorf("bootstrap: failure timeout %v below the minimum of %v: %w", cfg.FailureTimeout, minFailureTimeout, ucs.ErrInvalidParam)
 	}
@@ -163,22 +157,17 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 		cfg.Logger = discardLogger()
 	}
 	s := &Seed{
-		size:     cfg.Size,
-		agents:   cfg.Agents,
-		jobID:    cfg.JobID,
-		logger:   cfg.Logger,
-		pes:      make([]peState, cfg.Size),
-		blobs:    make([][]byte, cfg.Size),
-		have:     make([]bool, cfg.Size),
-		failures: make(chan Failure, cfg.Size),
+		size:   cfg.Size,
+		agents: cfg.Agents,
+		jobID:  cfg.JobID,
+		logger: cfg.Logger,
+		pes:    make([]peState, cfg.Size),
 		// Each PE ends once and asks for a global exit at most once, each
 		// agent leaves once: sends never block.
 		reports: make(chan Report, 2*cfg.Size+cfg.Agents),
 		agentSt: make([]agentState, cfg.Agents),
-		exited:  make([]bool, cfg.Size),
-		gexit:   make([]bool, cfg.Size),
 	}
-	nodes := cfg.Size + cfg.Agents + 1
+	nodes := cfg.Agents + 1
 	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, cfg.Logger, cfg.FailureTimeout, nodes)
 	c.Delegate = seedDelegate{s}
 	c.Events = seedDelegate{s}
@@ -188,9 +177,6 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 	}
 	s.mu.Lock() // memberlist's goroutines read these under s.mu
 	s.list, s.transport = list, tr
-	s.send = func(rank int, ip net.IP, port uint16, msg []byte) error {
-		return sendReliable(list, peName(rank), ip, port, msg)
-	}
 	s.sendAgent = func(id int, ip net.IP, port uint16, msg []byte) error {
 		return sendReliable(list, agentName(id), ip, port, msg)
 	}
@@ -204,12 +190,6 @@ func (s *Seed) Addr() string { return nodeAddr(s.list.LocalNode()) }
 // JobID returns the job id, the value of GOSHMEM_JOBID.
 func (s *Seed) JobID() string { return s.jobID }
 
-// Failures returns the channel on which the seed reports each PE that
-// failed (memberlist declared it dead) or left before calling Close, once
-// per PE. It has room for one report per PE, so reports are not lost when
-// nobody reads. It is closed by Close.
-func (s *Seed) Failures() <-chan Failure { return s.failures }
-
 // Reports returns the channel on which the seed passes on what agents
 // report (the end of each PE they started, once per PE; their own leaving,
 // once per agent) and the global exit requests of PEs (once per PE). It has
@@ -219,7 +199,7 @@ func (s *Seed) Reports() <-chan Report { return s.reports }
 
 // Terminate tells every agent, those that join later included, to end the
 // PEs it started (see Agent.Terminated), giving reason. Only the first call
-// has an effect. PEs that no agent started are the launcher's to end.
+// has an effect.
 func (s *Seed) Terminate(reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -229,26 +209,17 @@ func (s *Seed) Terminate(reason string) {
 	if reason == "" {
 		reason = "the launcher ends the job"
 	}
-	if len(reason) > maxString {
-		reason = reason[:maxString]
-	}
-	s.terminate = reason
-	var ids []int
-	for id := range s.agentSt {
-		if a := &s.agentSt[id]; a.ip != nil && !a.left {
-			ids = append(ids, id)
-		}
-	}
-	s.sendAgentsLocked(ids, s.terminateMsgLocked())
+	s.terminate = clip(reason)
+	s.sendAgentsLocked(s.liveAgentsLocked(), s.terminateMsgLocked())
 }
 
 func (s *Seed) terminateMsgLocked() []byte {
 	return appendMessage(nil, &message{kind: kindTerminate, jobID: s.jobID, rank: -1, reason: s.terminate})
 }
 
-// Finalized reports whether the PE of that rank finalized (Close or
-// Finalize, which the seed acknowledged) and did not gather since. It is
-// false for ranks out of range.
+// Finalized reports whether the PE of that rank ended having finalized
+// (Member.Finalize or Close, and no collective since), as its agent
+// reported. It is false for ranks out of range.
 func (s *Seed) Finalized(rank int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -257,9 +228,10 @@ func (s *Seed) Finalized(rank int) bool {
 
 // Lost reports whether the PE of that rank learned, before it ended, that
 // another PE failed: it told the seed so (Member.ReportLost), or the seed
-// told it (a Failure). Its end is then a consequence of the failure of PE
-// peer, not a failure of its own; why says how it learned it. ok is false
-// for a PE that learned of no failure and for ranks out of range.
+// told it (through its agent). Its end is then a consequence of the
+// failure of PE peer, not a failure of its own; why says how it learned
+// it. ok is false for a PE that learned of no failure and for ranks out of
+// range.
 func (s *Seed) Lost(rank int) (peer int, why string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -270,16 +242,25 @@ func (s *Seed) Lost(rank int) (peer int, why string, ok bool) {
 	return pe.lostRank, pe.lostWhy, true
 }
 
-// Joined reports whether the PE of that rank has joined the job. It is
-// false for ranks out of range.
+// Joined reports whether the PE of that rank joined the job (connected to
+// its agent), as far as the seed knows: an agent says so for the first of
+// its PEs that joins, and for each PE when it reports its end. It is false
+// for ranks out of range.
 func (s *Seed) Joined(rank int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return rank >= 0 && rank < s.size && s.pes[rank].joined
 }
 
-// Close leaves the job and shuts the seed down. PEs still in the job see
-// the seed leave (a Failure with Rank -1). Close waits for replies in
+// AnyJoined reports whether some PE joined the job.
+func (s *Seed) AnyJoined() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.anyJoined
+}
+
+// Close leaves the job and shuts the seed down. Agents still in the job
+// see the seed leave (and end their PEs). Close waits for messages in
 // flight to end; it is idempotent.
 func (s *Seed) Close() error {
 	s.mu.Lock()
@@ -288,7 +269,6 @@ func (s *Seed) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.failures)
 	close(s.reports)
 	s.mu.Unlock()
 
@@ -305,8 +285,8 @@ func (s *Seed) logf(format string, args ...any) {
 	s.logger.Printf("[WARN] goshmem seed: "+format, args...)
 }
 
-// handle processes one message from a PE or an agent. Everything is
-// validated; what is wrong is logged and dropped.
+// handle processes a message from an agent. Everything is validated; what
+// is wrong is logged and dropped.
 func (s *Seed) handle(b []byte) {
 	m, err := decodeMessage(bytes.Clone(b))
 	if err != nil {
@@ -317,104 +297,18 @@ func (s *Seed) handle(b []byte) {
 		s.logf("dropping %v message for job %q (this is job %q)", m.kind, m.jobID, s.jobID)
 		return
 	}
-	switch m.kind {
-	case kindGather, kindFinalize, kindGlobalExit, kindLost:
-		if m.rank < 0 || m.rank >= s.size {
-			s.logf("dropping %v message from rank %d: out of range [0, %d)", m.kind, m.rank, s.size)
-			return
-		}
-	case kindAgentReport:
-		s.handleAgent(m)
-		return
-	default:
-		s.logf("dropping unexpected %v message from rank %d", m.kind, m.rank)
+	if m.kind != kindAgentReport {
+		s.logf("dropping unexpected %v message from %d", m.kind, m.rank)
 		return
 	}
-	ip, port, err := parseNodeAddr(m.addr)
-	if err != nil {
-		s.logf("dropping %v message from rank %d: %v", m.kind, m.rank, err)
-		return
-	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	pe := &s.pes[m.rank]
-	if pe.failed && m.kind != kindGlobalExit && m.kind != kindLost {
-		s.logf("dropping %v message from rank %d: it was reported failed", m.kind, m.rank)
-		return
-	}
-	pe.ip, pe.port = ip, port
-	switch m.kind {
-	case kindFinalize:
-		if len(m.payload) != 0 {
-			s.logf("dropping finalize message from rank %d: non-empty payload", m.rank)
-			return
-		}
-		pe.finalized = true
-		ack := appendMessage(nil, &message{kind: kindFinalizeAck, jobID: s.jobID, rank: -1, seq: m.seq})
-		s.sendLocked([]int{m.rank}, ack)
-
-	case kindGlobalExit:
-		if !s.gexit[m.rank] {
-			s.gexit[m.rank] = true
-			// The request names the PE's host itself: it may come before
-			// memberlist tells the seed of the PE's node.
-			s.reports <- Report{Kind: ReportGlobalExit, Rank: m.rank, Agent: -1, Host: hostAt(m.host, ip), Code: m.code}
-		}
-		ack := appendMessage(nil, &message{kind: kindGlobalExitAck, jobID: s.jobID, rank: -1, seq: m.seq})
-		s.sendLocked([]int{m.rank}, ack)
-
-	case kindLost:
-		if m.failRank < 0 || m.failRank >= s.size || m.failRank == m.rank {
-			s.logf("dropping lost message from rank %d: PE %d out of range [0, %d) or itself", m.rank, m.failRank, s.size)
-			return
-		}
-		if !pe.lost { // the first loss it learned of is the cause
-			pe.lost, pe.lostRank, pe.lostWhy = true, m.failRank, m.reason
-		}
-		ack := appendMessage(nil, &message{kind: kindLostAck, jobID: s.jobID, rank: -1, seq: m.seq})
-		s.sendLocked([]int{m.rank}, ack)
-
-	case kindGather:
-		if m.seq != s.done+1 {
-			s.logf("dropping gather message from rank %d: sequence %d, expecting %d", m.rank, m.seq, s.done+1)
-			return
-		}
-		if s.have[m.rank] {
-			s.logf("dropping duplicate gather message from rank %d for sequence %d", m.rank, m.seq)
-			return
-		}
-		// A PE that finalized and gathers again initialized again
-		// (Member.Finalize): it is active until it finalizes anew.
-		pe.finalized = false
-		s.have[m.rank] = true
-		s.blobs[m.rank] = m.payload
-		s.count++
-		if s.count == s.size {
-			s.completeLocked()
-		}
-	}
-}
-
-// handleAgent processes a report of an agent: it passes the end of a PE on
-// to the launcher (once per PE) and acknowledges every well-formed report,
-// so that an agent that retries is answered.
-func (s *Seed) handleAgent(m *message) {
 	id := m.rank
 	if id < 0 || id >= s.agents {
-		s.logf("dropping %v message from agent %d: out of range [0, %d)", m.kind, id, s.agents)
-		return
-	}
-	if m.failRank < 0 || m.failRank >= s.size {
-		s.logf("dropping %v message from agent %d: PE %d out of range [0, %d)", m.kind, id, m.failRank, s.size)
+		s.logf("dropping a report from agent %d: out of range [0, %d)", id, s.agents)
 		return
 	}
 	ip, port, err := parseNodeAddr(m.addr)
 	if err != nil {
-		s.logf("dropping %v message from agent %d: %v", m.kind, id, err)
+		s.logf("dropping a report from agent %d: %v", id, err)
 		return
 	}
 	s.mu.Lock()
@@ -424,96 +318,118 @@ func (s *Seed) handleAgent(m *message) {
 	}
 	a := &s.agentSt[id]
 	a.ip, a.port = ip, port
-	if !s.exited[m.failRank] {
-		s.exited[m.failRank] = true
-		s.reports <- Report{Kind: ReportExit, Rank: m.failRank, Agent: id, Host: m.host, How: m.reason, Code: m.code,
-			EndedByAgent: m.flags&flagEndedByAgent != 0, Why: m.why}
+	for _, e := range m.events {
+		s.eventLocked(id, ip, e)
 	}
-	ack := appendMessage(nil, &message{kind: kindAgentAck, jobID: s.jobID, rank: -1, seq: m.seq})
-	s.sendAgentsLocked([]int{id}, ack)
+	// Every well-formed report is acknowledged, so that an agent that
+	// retries is answered: the events count once.
+	s.sendAgentsLocked([]int{id}, appendMessage(nil, &message{kind: kindAgentAck, jobID: s.jobID, rank: -1, seq: m.seq}))
 }
 
-// completeLocked answers every PE with the table of the collective that
-// just completed and starts the next one.
-func (s *Seed) completeLocked() {
-	s.done++
-	total := 0
-	for _, b := range s.blobs {
-		total += len(b)
+// eventLocked handles one event of a report of agent id.
+func (s *Seed) eventLocked(id int, ip net.IP, e event) {
+	if e.rank < 0 || e.rank >= s.size {
+		s.logf("dropping a %d event of agent %d: PE %d out of range [0, %d)", e.kind, id, e.rank, s.size)
+		return
 	}
-	reply := &message{kind: kindTable, jobID: s.jobID, rank: -1, seq: s.done, table: s.blobs}
-	if total > MaxAllgather {
-		reply = &message{kind: kindAbort, jobID: s.jobID, rank: -1, seq: s.done,
-			reason: fmt.Sprintf("allgather of %d bytes in all exceeds the limit of %d", total, MaxAllgather)}
+	pe := &s.pes[e.rank]
+	switch e.kind {
+	case evJoined:
+		pe.joined, s.anyJoined = true, true
+	case evExit:
+		if pe.exited {
+			return
+		}
+		pe.exited = true
+		if e.flags&flagJoined != 0 {
+			pe.joined, s.anyJoined = true, true
+		}
+		pe.finalized = e.flags&flagFinalized != 0
+		s.reports <- Report{Kind: ReportExit, Rank: e.rank, Agent: id, Host: e.host, How: e.how, Code: e.code,
+			EndedByAgent: e.flags&flagEndedByAgent != 0, Why: e.why}
+		if !pe.finalized && (pe.joined || e.code != 0) {
+			s.failLocked(Failure{Rank: e.rank, Host: e.host, Reason: e.how})
+		}
+	case evLost:
+		if e.other < 0 || e.other >= s.size || e.other == e.rank {
+			s.logf("dropping a lost event of PE %d: PE %d out of range [0, %d) or itself", e.rank, e.other, s.size)
+			return
+		}
+		if !pe.lost { // the first loss it learned of is the cause
+			pe.lost, pe.lostRank, pe.lostWhy = true, e.other, e.how
+		}
+	case evGlobalExit:
+		if !pe.gexit {
+			pe.gexit = true
+			s.reports <- Report{Kind: ReportGlobalExit, Rank: e.rank, Agent: -1, Host: hostAt(e.host, ip), Code: e.code}
+		}
 	}
-	msg := appendMessage(nil, reply)
-	s.blobs = make([][]byte, s.size)
-	clear(s.have)
-	s.count = 0
-	all := make([]int, s.size)
-	for i := range all {
-		all[i] = i
-	}
-	s.sendLocked(all, msg)
 }
 
-// maxParallelSends bounds the concurrent replies of one broadcast.
+// failLocked tells every agent, for its PEs, that the PE f.Rank failed,
+// unless the job is being ended already (or ends by that PE's global
+// exit): the PEs still running learn it as the cause of their own end.
+func (s *Seed) failLocked(f Failure) {
+	s.logf("%v", f)
+	if s.terminate != "" || s.pes[f.Rank].gexit {
+		return
+	}
+	for i := range s.pes {
+		if p := &s.pes[i]; i != f.Rank && !p.exited && !p.finalized && !p.lost {
+			p.lost, p.lostRank, p.lostWhy = true, f.Rank, "the seed told it that "+f.Error()
+		}
+	}
+	msg := appendMessage(nil, &message{kind: kindFailure, jobID: s.jobID, rank: -1, failRank: f.Rank, host: f.Host, reason: f.Reason})
+	s.sendAgentsLocked(s.liveAgentsLocked(), msg)
+}
+
+// liveAgentsLocked returns the agents that joined and did not leave.
+func (s *Seed) liveAgentsLocked() []int {
+	var ids []int
+	for id := range s.agentSt {
+		if a := &s.agentSt[id]; a.ip != nil && !a.left {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// maxParallelSends bounds the concurrent messages of one broadcast.
 const maxParallelSends = 16
 
-// sendLocked sends msg to the PEs of the given ranks in the background.
-func (s *Seed) sendLocked(ranks []int, msg []byte) {
+// sendAgentsLocked sends msg to the agents of the given ids in the
+// background.
+func (s *Seed) sendAgentsLocked(ids []int, msg []byte) {
 	type dest struct {
-		rank int
+		id   int
 		ip   net.IP
 		port uint16
 	}
-	dests := make([]dest, 0, len(ranks))
-	for _, r := range ranks {
-		pe := &s.pes[r]
-		if pe.ip == nil {
-			s.logf("cannot reach rank %d: address unknown", r)
-			continue
+	var dests []dest
+	for _, id := range ids {
+		if a := &s.agentSt[id]; a.ip != nil {
+			dests = append(dests, dest{id, a.ip, a.port})
 		}
-		dests = append(dests, dest{r, pe.ip, pe.port})
 	}
 	s.sends.Add(len(dests))
-	send := s.send
+	send := s.sendAgent
 	sem := make(chan struct{}, maxParallelSends)
 	go func() {
 		for _, d := range dests {
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; s.sends.Done() }()
-				if err := send(d.rank, d.ip, d.port, msg); err != nil {
-					s.logf("sending to rank %d: %v", d.rank, err)
+				if err := send(d.id, d.ip, d.port, msg); err != nil {
+					s.logf("sending to agent %d: %v", d.id, err)
 				}
 			}()
 		}
 	}()
 }
 
-// sendAgentsLocked sends msg to the agents of the given ids in the
-// background.
-func (s *Seed) sendAgentsLocked(ids []int, msg []byte) {
-	send := s.sendAgent
-	for _, id := range ids {
-		a := &s.agentSt[id]
-		if a.ip == nil {
-			continue
-		}
-		ip, port := a.ip, a.port
-		s.sends.Add(1)
-		go func() {
-			defer s.sends.Done()
-			if err := send(id, ip, port, msg); err != nil {
-				s.logf("sending to agent %d: %v", id, err)
-			}
-		}()
-	}
-}
-
-// agentJoined records an agent's node, and tells it to end its PEs at once
-// when the job is being ended already.
+// agentJoined records an agent's node, tells it to end its PEs at once
+// when the job is being ended already, and sends agent 0 the directory
+// once every agent joined.
 func (s *Seed) agentJoined(id int, n *memberlist.Node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -522,17 +438,54 @@ func (s *Seed) agentJoined(id int, n *memberlist.Node) {
 		return
 	}
 	a := &s.agentSt[id]
+	a.ip, a.port = n.Addr, n.Port
+	if a.joined {
+		return
+	}
 	a.joined = true
+	_, a.node, a.first, a.count = parseNodeMeta(n.Meta)
 	a.host = nodeHost(n)
-	if a.ip == nil {
-		a.ip, a.port = n.Addr, n.Port
+	if a.first+a.count > s.size {
+		a.first, a.count = 0, 0
+	}
+	if a.node == "" {
+		a.node = agentName(id)
 	}
 	if s.terminate != "" && !s.closed {
 		s.sendAgentsLocked([]int{id}, s.terminateMsgLocked())
 	}
+	s.sendDirectoryLocked()
 }
 
-// agentLeft reports an agent that left or was declared dead.
+// sendDirectoryLocked sends agent 0 the directory of every agent, with
+// their nodes numbered, once they all joined (a job of one agent needs
+// none).
+func (s *Seed) sendDirectoryLocked() {
+	if s.dirSent || s.agents == 1 || s.closed {
+		return
+	}
+	for i := range s.agentSt {
+		if !s.agentSt[i].joined {
+			return
+		}
+	}
+	s.dirSent = true
+	nodes := map[string]int{}
+	dir := make([]agentEntry, s.agents)
+	for id := range s.agentSt {
+		a := &s.agentSt[id]
+		n, ok := nodes[a.node]
+		if !ok {
+			n = len(nodes)
+			nodes[a.node] = n
+		}
+		dir[id] = agentEntry{id: id, node: n, addr: net.JoinHostPort(a.ip.String(), strconv.Itoa(int(a.port))), host: clip(a.host)}
+	}
+	s.sendAgentsLocked([]int{0}, appendMessage(nil, &message{kind: kindDirectory, jobID: s.jobID, rank: -1, agents: dir}))
+}
+
+// agentLeft reports an agent that left or was declared dead; when some of
+// its PEs did not end, the others learn that the first of them failed.
 func (s *Seed) agentLeft(id int, n *memberlist.Node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -541,81 +494,36 @@ func (s *Seed) agentLeft(id int, n *memberlist.Node) {
 	}
 	a := &s.agentSt[id]
 	a.left = true
-	s.reports <- Report{Kind: ReportAgentLeft, Rank: -1, Agent: id, Host: nodeHost(n),
-		How: "left the job (it ended, was killed or stopped responding)"}
-}
-
-// peJoined records a PE's node.
-func (s *Seed) peJoined(n *memberlist.Node) {
-	if n.Name == seedName {
-		return
-	}
-	if id := agentOf(n.Name); id >= 0 {
-		s.agentJoined(id, n)
-		return
-	}
-	r := rankOf(n.Name)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r < 0 || r >= s.size {
-		s.logf("node %q joined: not a PE of this job of %d", n.Name, s.size)
-		return
-	}
-	pe := &s.pes[r]
-	pe.joined = true
-	pe.host = nodeHost(n)
-	if pe.ip == nil {
-		pe.ip, pe.port = n.Addr, n.Port
-	}
-}
-
-// peLeft reports a PE that left or died before finalize.
-func (s *Seed) peLeft(n *memberlist.Node) {
-	if id := agentOf(n.Name); id >= 0 {
-		s.agentLeft(id, n)
-		return
-	}
-	r := rankOf(n.Name)
-	if r < 0 || r >= s.size {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	pe := &s.pes[r]
-	if s.closed || pe.finalized || pe.failed {
-		return
-	}
-	pe.failed = true
-	f := Failure{Rank: r, Host: nodeHost(n), Reason: reasonGone}
-	s.logf("%v", f)
-	s.failures <- f // never blocks: room for one per PE, each reported once
-	if s.terminate != "" || s.gexit[r] {
-		// The job is being ended (or ends by this PE's global exit): the
-		// other PEs are told to end, not that a peer failed.
-		return
-	}
-	msg := appendMessage(nil, &message{kind: kindFailure, jobID: s.jobID, rank: -1,
-		failRank: f.Rank, host: f.Host, reason: f.Reason})
-	var others []int // sendLocked skips those with no known address
-	for i := range s.pes {
-		if p := &s.pes[i]; !p.failed && !p.finalized {
-			others = append(others, i)
-			if !p.lost {
-				p.lost, p.lostRank, p.lostWhy = true, r, "the seed told it that "+f.Error()
-			}
+	how := "left the job (it ended, was killed or stopped responding)"
+	s.reports <- Report{Kind: ReportAgentLeft, Rank: -1, Agent: id, Host: nodeHost(n), How: how}
+	for r := a.first; r < a.first+a.count; r++ {
+		if !s.pes[r].exited {
+			s.failLocked(Failure{Rank: r, Host: nodeHost(n), Reason: "its agent " + how})
+			return
 		}
 	}
-	s.sendLocked(others, msg)
 }
 
 // seedDelegate receives the seed's memberlist callbacks.
 type seedDelegate struct{ s *Seed }
 
-func (d seedDelegate) NodeMeta(limit int) []byte                  { return hostMeta(limit) }
+func (d seedDelegate) NodeMeta(limit int) []byte                  { return nodeMeta(limit, "", nil) }
 func (d seedDelegate) NotifyMsg(b []byte)                         { d.s.handle(b) }
 func (d seedDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d seedDelegate) LocalState(join bool) []byte                { return nil }
 func (d seedDelegate) MergeRemoteState(buf []byte, join bool)     {}
-func (d seedDelegate) NotifyJoin(n *memberlist.Node)              { d.s.peJoined(n) }
-func (d seedDelegate) NotifyLeave(n *memberlist.Node)             { d.s.peLeft(n) }
 func (d seedDelegate) NotifyUpdate(n *memberlist.Node)            {}
+
+func (d seedDelegate) NotifyJoin(n *memberlist.Node) {
+	if id := agentOf(n.Name); id >= 0 {
+		d.s.agentJoined(id, n)
+	} else if n.Name != seedName {
+		d.s.logf("node %q joined: not an agent", n.Name)
+	}
+}
+
+func (d seedDelegate) NotifyLeave(n *memberlist.Node) {
+	if id := agentOf(n.Name); id >= 0 {
+		d.s.agentLeft(id, n)
+	}
+}

@@ -10,7 +10,7 @@ import (
 // agent it is for, with the ranks to ask, and that a request that finds
 // one pending is dropped.
 func TestStallReportRequest(t *testing.T) {
-	const size = 2
+	const size = 4
 	key := newTestKey(t)
 	seed, err := NewSeed(SeedConfig{Size: size, Agents: 2, Key: key})
 	if err != nil {
@@ -19,7 +19,7 @@ func TestStallReportRequest(t *testing.T) {
 	defer seed.Close()
 	var agents []*Agent
 	for id := range 2 {
-		a, err := JoinAgent(agentEnv(seed, key, size), id)
+		a, err := JoinAgent(agentEnv(seed, key, size), AgentConfig{ID: id, Agents: 2, Ranks: []int{id, id + 2}})
 		if err != nil {
 			t.Fatalf("JoinAgent %d: %v", id, err)
 		}

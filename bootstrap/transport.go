@@ -75,6 +75,12 @@ type guardedTransport struct {
 	active  atomic.Int64  // inbound streams being read
 	refused atomic.Uint64 // inbound streams refused, in all
 
+	// Traffic counters (Agent.Stats).
+	packets                       chan *memberlist.Packet
+	packetsOut, packetsIn         traffic
+	streamsOut, streamsIn         traffic // counts are streams
+	streamBytesOut, streamBytesIn atomic.Uint64
+
 	closing  chan struct{} // closed at Shutdown: refuse what comes
 	done     chan struct{} // closed once the NetTransport is shut down
 	shutOnce sync.Once
@@ -105,9 +111,88 @@ func newGuardedTransport(bindAddr string, nodes int, logger *log.Logger) (*guard
 		logger:       logger,
 		closing:      make(chan struct{}),
 		done:         make(chan struct{}),
+		packets:      make(chan *memberlist.Packet),
 	}
 	go g.forward()
+	go g.forwardPackets()
 	return g, nil
+}
+
+// PacketCh returns the inbound packets, counted.
+func (g *guardedTransport) PacketCh() <-chan *memberlist.Packet { return g.packets }
+
+// forwardPackets passes the NetTransport's inbound packets on to
+// memberlist, counting them.
+func (g *guardedTransport) forwardPackets() {
+	for {
+		select {
+		case p := <-g.NetTransport.PacketCh():
+			g.packetsIn.add(len(p.Buf))
+			select {
+			case g.packets <- p:
+			case <-g.done:
+				return
+			}
+		case <-g.done:
+			return
+		}
+	}
+}
+
+// WriteToAddress sends a packet, counting it.
+func (g *guardedTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
+	g.packetsOut.add(len(b))
+	return g.NetTransport.WriteToAddress(b, addr)
+}
+
+// WriteTo sends a packet, counting it.
+func (g *guardedTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	g.packetsOut.add(len(b))
+	return g.NetTransport.WriteTo(b, addr)
+}
+
+// DialAddressTimeout opens an outbound stream, counted.
+func (g *guardedTransport) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	c, err := g.NetTransport.DialAddressTimeout(addr, timeout)
+	return g.countOut(c, err)
+}
+
+// DialTimeout opens an outbound stream, counted.
+func (g *guardedTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := g.NetTransport.DialTimeout(addr, timeout)
+	return g.countOut(c, err)
+}
+
+func (g *guardedTransport) countOut(c net.Conn, err error) (net.Conn, error) {
+	if err != nil {
+		return nil, err
+	}
+	g.streamsOut.msgs.Add(1)
+	return &countedConn{Conn: c, written: &g.streamBytesOut}, nil
+}
+
+// countedConn counts the bytes written to an outbound stream.
+type countedConn struct {
+	net.Conn
+	written *atomic.Uint64
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.written.Add(uint64(n))
+	return n, err
+}
+
+// addStats adds the transport's counters to s.
+func (g *guardedTransport) addStats(s *Stats) {
+	s.PacketsSent += g.packetsOut.msgs.Load()
+	s.PacketBytesSent += g.packetsOut.bytes.Load()
+	s.PacketsReceived += g.packetsIn.msgs.Load()
+	s.PacketBytesReceived += g.packetsIn.bytes.Load()
+	s.StreamsOpened += g.streamsOut.msgs.Load()
+	s.StreamBytesSent += g.streamBytesOut.Load()
+	s.StreamsAccepted += g.streamsIn.msgs.Load()
+	s.StreamBytesReceived += g.streamBytesIn.Load()
 }
 
 // StreamCh returns the inbound streams that are within the limits.
@@ -156,6 +241,7 @@ func (g *guardedTransport) forward() {
 			continue
 		}
 		g.active.Add(1)
+		g.streamsIn.msgs.Add(1)
 		gc := &guardedConn{Conn: c, g: g}
 		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 			gc.peer = a.IP.String()
@@ -215,6 +301,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 	c.mu.Unlock()
 	if !parsed {
 		n, err := c.Conn.Read(p[:1])
+		c.g.streamBytesIn.Add(uint64(n))
 		if n == 1 {
 			if perr := c.parse(p[0]); perr != nil {
 				return n, perr
@@ -229,6 +316,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		p = p[:allowed]
 	}
 	n, err := c.Conn.Read(p)
+	c.g.streamBytesIn.Add(uint64(n))
 	c.mu.Lock()
 	c.allowed -= int64(n)
 	c.mu.Unlock()

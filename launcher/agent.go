@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct/sm"
 )
 
 // AgentArg is the argument that makes a binary run as an agent (see
@@ -39,9 +41,11 @@ type agentConfig struct {
 	Key            []byte
 	Size           int
 	FailureTimeout time.Duration
-	// Agent is the agent's id; with no Ranks (one agent per PE, started
-	// by a spawner) the id is the rank of the PE.
-	Agent int
+	// Agent is the agent's id, and Agents the number of agents of the
+	// job; with no Ranks (one agent per PE, started by a spawner) the id
+	// is the rank of the PE and there are Size agents.
+	Agent  int
+	Agents int
 	// Ranks are the PEs to start, their local ranks in this order. Empty:
 	// the one PE that the spawner's variables name (see
 	// bootstrap.PlaceFromOS).
@@ -117,7 +121,7 @@ func readAgentConfig(stdin io.Reader) (*agentConfig, bool, error) {
 	if err := dec.Decode(&c); err != nil {
 		return nil, false, fmt.Errorf("malformed configuration: %w: %w", err, ucs.ErrInvalidParam)
 	}
-	if c.Program == "" || c.Size < 1 || c.Agent < 0 {
+	if c.Program == "" || c.Size < 1 || c.Agent < 0 || c.Agents < 0 || (len(c.Ranks) > 0 && c.Agent >= max(c.Agents, 1)) {
 		return nil, false, fmt.Errorf("incomplete configuration: %w", ucs.ErrInvalidParam)
 	}
 	for _, r := range c.Ranks {
@@ -128,7 +132,7 @@ func readAgentConfig(stdin io.Reader) (*agentConfig, bool, error) {
 	return &c, fromEnv, nil
 }
 
-// runAgent is the agent; it returns its exit status.
+// runAgent is the agent process; it returns its exit status.
 func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -140,11 +144,7 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 	signal.Notify(pipes, syscall.SIGPIPE)
 	defer signal.Stop(pipes)
 
-	host, _ := os.Hostname()
-	if host == "" {
-		host = "localhost"
-	}
-	logger := log.New(stderr, "goshmem-run agent on "+host+": ", 0)
+	logger := log.New(stderr, "goshmem-run agent on "+hostName()+": ", 0)
 	cfg, fromEnv, err := readAgentConfig(stdin)
 	if err != nil {
 		logger.Printf("%v", err)
@@ -161,11 +161,10 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 		}
 		base = append(base, kv)
 	}
-	base = append(base, cfg.Env...)
-
-	type slot struct{ rank, localRank, localSize int }
-	var slots []slot
-	id := cfg.Agent
+	run := &agentRun{cfg: cfg, base: append(base, cfg.Env...), stdout: stdout, stderr: stderr, logf: logger.Printf, sigs: sigs}
+	if cfg.Stdin || fromEnv {
+		run.stdin = stdin
+	}
 	if len(cfg.Ranks) == 0 {
 		p, ok, err := bootstrap.PlaceFromOS()
 		switch {
@@ -179,67 +178,117 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 			logger.Printf("the spawner started %d processes (%s's size), for a job of %d PEs", p.Size, p.Source, cfg.Size)
 			return 1
 		}
-		slots = []slot{{p.Rank, p.LocalRank, p.LocalSize}}
-		id = p.Rank
+		run.slots = []slot{{p.Rank, p.LocalRank, p.LocalSize}}
+		cfg.Agent, cfg.Agents = p.Rank, cfg.Size
 	} else {
 		for i, r := range cfg.Ranks {
-			slots = append(slots, slot{r, i, len(cfg.Ranks)})
+			run.slots = append(run.slots, slot{r, i, len(cfg.Ranks)})
 		}
 	}
+	return run.serve(ctx)
+}
 
+// slot is the place of a PE an agent starts.
+type slot struct{ rank, localRank, localSize int }
+
+// agentRun is an agent at work: in its own process (runAgent), or in the
+// launcher's for a job on this host alone.
+type agentRun struct {
+	cfg            *agentConfig
+	slots          []slot
+	base           []string // the PEs' environment, before the contract
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	logf           func(format string, args ...any)
+	sigs           <-chan os.Signal // nil in the launcher's process
+}
+
+// hostName returns this host's name, or "localhost".
+func hostName() string {
+	if h, _ := os.Hostname(); h != "" {
+		return h
+	}
+	return "localhost"
+}
+
+// serve joins the job, starts the PEs, reports how each ended, and ends
+// them when the launcher ends the job, when the launcher is gone, on a
+// signal (sigs) or when ctx is done. It returns the agent's exit status.
+func (r *agentRun) serve(ctx context.Context) int {
+	cfg, host := r.cfg, hostName()
+	ranks := make([]int, len(r.slots))
+	for i, s := range r.slots {
+		ranks[i] = s.rank
+	}
+	agents := cmp.Or(cfg.Agents, 1)
 	agent, err := bootstrap.JoinAgent(bootstrap.Env{JobID: cfg.JobID, Size: cfg.Size, Seed: cfg.Seed, Key: cfg.Key,
-		FailureTimeout: cfg.FailureTimeout}, id)
+		FailureTimeout: cfg.FailureTimeout}, bootstrap.AgentConfig{ID: cfg.Agent, Agents: agents, Ranks: ranks,
+		Node: hex.EncodeToString(sm.DomainAddress())})
 	if err != nil {
-		logger.Printf("%v", err)
+		r.logf("%v", err)
 		return 1
 	}
 	defer agent.Close()
 
-	g := newGroup(cfg.Program, cfg.Args, len(slots))
+	g := newGroup(cfg.Program, cfg.Args, len(r.slots))
 	g.tag = cfg.TagOutput
 	g.outputDir = cfg.OutputDir
-	g.stdout, g.stderr = stdout, stderr
+	g.stdout, g.stderr = r.stdout, r.stderr
 	g.grace = cfg.KillGrace
 	if g.grace <= 0 {
 		g.grace = DefaultKillGrace
 	}
-	g.logf = logger.Printf
-	g.stallLimit = cmp.Or(cfg.FailureTimeout, bootstrap.DefaultFailureTimeout) / 2
+	g.logf = r.logf
+	failureTimeout := cmp.Or(cfg.FailureTimeout, bootstrap.DefaultFailureTimeout)
+	g.stallLimit = failureTimeout / 2
 	if cfg.Dir != "" {
 		if fi, err := os.Stat(cfg.Dir); err == nil && fi.IsDir() {
 			g.dir = cfg.Dir
 		}
 	}
 
-	// Reports go out one at a time, in the order the PEs ended, without
-	// holding up the loop below.
+	// Reports go out in the order the PEs ended, without holding up the
+	// loop below; those made while one is in flight travel together.
 	type report struct {
 		rank    int
 		how     string
 		code    int
 		endedBy string // why the agent had told the PE to end, if it had
 	}
-	reports := make(chan report, len(slots))
+	reports := make(chan report, 2*len(r.slots))
 	reported := make(chan bool, 1)
 	go func() {
+		type posted struct {
+			report
+			done <-chan error
+		}
+		var all []posted
+		for rep := range reports {
+			all = append(all, posted{rep, agent.Post(rep.rank, host, rep.how, rep.code, rep.endedBy)})
+		}
 		ok := true
-		for r := range reports {
-			if err := agent.Report(r.rank, host, r.how, r.code, r.endedBy); err != nil {
-				logger.Printf("PE %d %s, and the launcher could not be told: %v", r.rank, r.how, err)
+		for _, p := range all {
+			if err := <-p.done; err != nil {
+				r.logf("PE %d %s, and the launcher could not be told: %v", p.rank, p.how, err)
 				ok = false
 			}
 		}
 		reported <- ok
 	}()
 
-	for _, s := range slots {
+	for _, s := range r.slots {
 		env := bootstrap.Env{JobID: cfg.JobID, Rank: s.rank, Size: cfg.Size, LocalRank: s.localRank, LocalSize: s.localSize,
-			Seed: cfg.Seed, Key: cfg.Key, FailureTimeout: cfg.FailureTimeout}
+			Seed: cfg.Seed, Key: cfg.Key, FailureTimeout: cfg.FailureTimeout, AgentFD: peAgentFD}
 		var in io.Reader
-		if s.rank == 0 && (cfg.Stdin || fromEnv) {
-			in = stdin
+		if s.rank == 0 {
+			in = r.stdin
 		}
-		if err := g.start(s.rank, append(base[:len(base):len(base)], env.Environ()...), in); err != nil {
+		channel, err := agent.Attach(s.rank)
+		if err == nil {
+			err = g.start(s.rank, append(r.base[:len(r.base):len(r.base)], env.Environ()...), in, channel)
+			channel.Close() // the PE has its copy
+		}
+		if err != nil {
 			reports <- report{s.rank, "could not be started (" + cfg.Program + "): " + err.Error(), 127, ""}
 		}
 	}
@@ -253,24 +302,32 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 		select {
 		case <-stalls.C:
 			g.checkStalled()
+		case rank := <-agent.Silent():
+			// Hung or frozen: it may not die before it runs again, so its
+			// end is reported now, and again (to no effect) when it exits.
+			how := fmt.Sprintf("stopped answering its agent for %v, most of the failure timeout of %v (hung: it neither ran nor exited)",
+				failureTimeout-failureTimeout/8, failureTimeout)
+			if g.stall(rank, how) {
+				reports <- report{rank, how, 1, ""}
+			}
 		case e := <-g.exits:
 			g.exited(e)
 			how, code := describe(e)
-			r := report{e.rank, how, code, ""}
+			rep := report{e.rank, how, code, ""}
 			if e.signalled {
-				r.endedBy = endedBy
+				rep.endedBy = endedBy
 			}
-			reports <- r
+			reports <- rep
 		case <-terminated:
 			terminated = nil
 			if agent.SeedGone() {
-				logger.Printf("the launcher is gone: ending %d PE(s)", g.running)
+				r.logf("the launcher is gone: ending %d PE(s)", g.running)
 				endedBy = cmp.Or(endedBy, "the agent lost the launcher, which "+agent.Why())
 			}
 			endedBy = cmp.Or(endedBy, "the launcher ends the job: "+agent.Why())
 			g.terminate()
-		case s := <-sigs:
-			logger.Printf("%v: ending %d PE(s)", s, g.running)
+		case s := <-r.sigs:
+			r.logf("%v: ending %d PE(s)", s, g.running)
 			endedBy = cmp.Or(endedBy, "the agent got signal "+s.String())
 			g.terminate()
 		case <-done:
@@ -285,11 +342,36 @@ func runAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) in
 	}
 	close(reports)
 	ok := <-reported
+	if os.Getenv(EnvStats) != "" {
+		r.logf("%s", statsLine(agent, len(r.slots)))
+	}
 	if err := agent.Close(); err != nil && !errors.Is(err, bootstrap.ErrClosed) {
-		logger.Printf("%v", err)
+		r.logf("%v", err)
 	}
 	if !ok {
 		return 1
 	}
 	return 0
+}
+
+// peAgentFD is the descriptor number of a PE's channel to its agent: the
+// first after standard input, output and error.
+const peAgentFD = 3
+
+// EnvStats, when set to a non-empty value, has every agent write its
+// bootstrap counters (bootstrap.Stats) on its standard error as it ends, on
+// one line that starts with "bootstrap-stats".
+const EnvStats = "GOSHMEM_STATS"
+
+// statsLine formats the counters of agent, which started pes PEs.
+func statsLine(agent *bootstrap.Agent, pes int) string {
+	s := agent.Stats()
+	return fmt.Sprintf("bootstrap-stats agent=%d pes=%d msgs_sent=%d bytes_sent=%d msgs_received=%d bytes_received=%d "+
+		"packets_sent=%d packet_bytes_sent=%d packets_received=%d packet_bytes_received=%d "+
+		"streams_opened=%d stream_bytes_sent=%d streams_accepted=%d stream_bytes_received=%d "+
+		"local_frames=%d local_bytes=%d collectives=%d table_bytes=%d max_silence_ms=%d",
+		agent.ID(), pes, s.MsgsSent, s.BytesSent, s.MsgsReceived, s.BytesReceived,
+		s.PacketsSent, s.PacketBytesSent, s.PacketsReceived, s.PacketBytesReceived,
+		s.StreamsOpened, s.StreamBytesSent, s.StreamsAccepted, s.StreamBytesReceived,
+		s.LocalFrames, s.LocalBytes, s.Collectives, s.TableBytes, s.MaxSilence.Milliseconds())
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,45 +51,6 @@ func TestBlameFirstCause(t *testing.T) {
 	}
 }
 
-// TestBlameMemberlistFirst: memberlist may declare a PE dead before its
-// agent's report of how it ended reaches the launcher (on a loaded machine,
-// with a short failure timeout): the report, which says how the PE ended,
-// still names the job, when it comes within an eighth of the failure
-// timeout; memberlist's word does otherwise.
-func TestBlameMemberlistFirst(t *testing.T) {
-	for _, reported := range []bool{true, false} {
-		t.Run(fmt.Sprintf("reported=%v", reported), func(t *testing.T) {
-			j := newJudgeJob(t, 3)
-			for r := range j.pes {
-				j.pes[r].agent = 0
-			}
-			joinPE(t, j, 2)
-			for !j.seed.Joined(2) {
-				time.Sleep(time.Millisecond)
-			}
-			j.suspect(bootstrap.Failure{Rank: 2, Host: "h2", Reason: "left the job before finalize"})
-			if j.first != nil {
-				t.Fatalf("memberlist's word named the job at once: %v", j.first)
-			}
-			if reported {
-				j.ended(peEnd{rank: 2, host: "h2", how: "exited with status 0"})
-			}
-			for r, s := range j.suspects {
-				s.due = time.Now().Add(-time.Second)
-				j.suspects[r] = s
-			}
-			j.judgeSuspects()
-			want := "exited without finalize"
-			if !reported {
-				want = "failed: left the job before finalize"
-			}
-			if e := j.first; e == nil || e.Rank != 2 || e.Code != 1 || !strings.Contains(e.How, want) {
-				t.Errorf("the job is named after %v, want PE 2 that %s", e, want)
-			}
-		})
-	}
-}
-
 // newJudgeJob returns a job of np PEs that has a seed and started nothing,
 // for the judge (job.ended) alone.
 func newJudgeJob(t *testing.T, np int) *job {
@@ -97,7 +59,7 @@ func newJudgeJob(t *testing.T, np int) *job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed, err := bootstrap.NewSeed(bootstrap.SeedConfig{Size: np, Key: key})
+	seed, err := bootstrap.NewSeed(bootstrap.SeedConfig{Size: np, Agents: 1, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,11 +69,27 @@ func newJudgeJob(t *testing.T, np int) *job {
 	return j
 }
 
-// joinPE joins the job of j as the PE of rank, in this process.
+// joinPE joins the job of j as the PE of rank, in this process, through an
+// agent of its own.
 func joinPE(t *testing.T, j *job, rank int) *bootstrap.Member {
 	t.Helper()
-	m, err := bootstrap.Join(bootstrap.Env{JobID: j.seed.JobID(), Rank: rank, Size: j.np, LocalRank: rank, LocalSize: j.np,
-		Seed: j.seed.Addr(), Key: j.key})
+	agent, err := bootstrap.JoinAgent(bootstrap.Env{JobID: j.seed.JobID(), Size: j.np, Seed: j.seed.Addr(), Key: j.key},
+		bootstrap.AgentConfig{Agents: 1, Ranks: []int{rank}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.Close() })
+	f, err := agent.Attach(rank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := bootstrap.Join(bootstrap.Env{JobID: j.seed.JobID(), Rank: rank, Size: j.np, LocalRank: 0, LocalSize: 1,
+		Seed: j.seed.Addr(), Key: j.key, AgentFD: fd})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,8 +92,9 @@ func newGroup(program string, args []string, n int) *group {
 }
 
 // start starts the PE of rank with env. stdin, when not nil, is its
-// standard input (see stdinFor); the others read /dev/null.
-func (g *group) start(rank int, env []string, stdin io.Reader) error {
+// standard input (see stdinFor); the others read /dev/null. channel, the
+// PE's end of its channel to the agent, becomes its descriptor 3.
+func (g *group) start(rank int, env []string, stdin io.Reader, channel *os.File) error {
 	p := &proc{rank: rank}
 	prefix := peTag(rank)
 	if g.outputDir != "" {
@@ -123,6 +124,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader) error {
 	cmd.Dir = g.dir
 	cmd.Stdout = p.out
 	cmd.Stderr = p.errw
+	cmd.ExtraFiles = []*os.File{channel}
 	// Let the output of a PE's descendants drain for a while after it
 	// exits, not forever.
 	cmd.WaitDelay = g.grace
@@ -290,14 +292,24 @@ func (g *group) checkStalled() {
 			continue
 		}
 		if d := now.Sub(p.stoppedSince); d >= g.stallLimit {
-			how := fmt.Sprintf("was stopped (SIGSTOP or SIGTSTP) for %v, longer than half the failure timeout", d.Round(time.Millisecond))
-			p.stalled.Store(&how)
-			g.logf("PE %d %s: killing it", p.rank, how)
-			if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
-				p.cmd.Process.Kill()
-			}
+			g.stall(p.rank, fmt.Sprintf("was stopped (SIGSTOP or SIGTSTP) for %v, longer than half the failure timeout", d.Round(time.Millisecond)))
 		}
 	}
+}
+
+// stall kills the PE of rank, which stalled as how says, as a failure of
+// its own that its exit reports (peExit.stalled). It reports whether it
+// did: the PE ran and had not stalled already.
+func (g *group) stall(rank int, how string) bool {
+	p := g.pes[rank]
+	if p == nil || p.exited || !p.stalled.CompareAndSwap(nil, &how) {
+		return false
+	}
+	g.logf("PE %d %s: killing it", p.rank, how)
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		p.cmd.Process.Kill()
+	}
+	return true
 }
 
 // procState returns the state of process pid (R, S, D, T, t, Z, ...), or 0

@@ -159,18 +159,17 @@ func (e *JobError) Error() string {
 //
 // The first PE that exits with a non-zero status or by a signal, exits
 // with status 0 without finalizing while others still run and some PE
-// joined the job, stays stopped (SIGSTOP) for half the failure timeout, is
-// reported failed by the seed, or never reports how it ended because its
-// agent or spawner ended first, ends the job: Run logs which PE on which
+// joined the job, stays stopped (SIGSTOP) for half the failure timeout,
+// stops answering its agent for most of the failure timeout (hung), is
+// lost with its agent (its host stopped answering), or never reports how
+// it ended because its agent or spawner ended first, ends the job: Run logs which PE on which
 // host ended how, sends SIGTERM to the other PEs, SIGKILL to those still
 // there after KillGrace, and returns a *JobError with the exit code: the
 // PE's status, 128+signal for a signal, 1 otherwise. The PE named is the
 // first cause: a PE that ended because it learned that another failed
 // (bootstrap.Member.ReportLost, or the seed's notice), or that its agent
 // ended, ends the job at once but is named only when no PE it lost failed
-// by itself; a PE memberlist declares dead is named after its agent's
-// report when that comes within an eighth of the failure timeout. A
-// launcher that did not run for longer than half the failure timeout (it
+// by itself. A launcher that did not run for longer than half the failure timeout (it
 // was stopped) names itself (Rank -1), with code 1. A PE that calls
 // bootstrap.Member.GlobalExit(code) ends the job the same way, and Run
 // returns code (with a nil error for 0). When ctx is done first, Run ends
@@ -231,8 +230,7 @@ type job struct {
 	outMu  sync.Mutex
 
 	pes     []peState
-	running int    // PEs whose end is not known
-	group   *group // the PEs the launcher started itself, if any
+	running int // PEs whose end is not known
 	units   []*unit
 	unitsUp int // units still running
 	unitEnd chan unitExit
@@ -254,42 +252,36 @@ type job struct {
 	alive          time.Time
 	failureTimeout time.Duration
 	continued      chan os.Signal
-	// suspects are the PEs memberlist declared dead, waiting for their
-	// agents' reports (see suspect).
-	suspects map[int]suspect
 	// idle holds the ranks that exited 0 without finalize and without
 	// having joined while no PE had joined: they fail the job if a PE
 	// joins later while others still run.
 	idle []int
 }
 
-// suspect is a PE that memberlist declared dead: err ends the job at due
-// unless its agent reports its end first.
-type suspect struct {
-	err *JobError
-	due time.Time
-}
-
 // peState is what the launcher knows of a PE.
 type peState struct {
 	ended bool
-	agent int // the agent that started it; -1 for the launcher itself
+	agent int // the agent that started it
 }
 
-// unit is a process the launcher started to start PEs: an agent (directly
-// or through the remote shell) or a spawner.
+// unit is what the launcher started to start PEs: an agent (directly or
+// through the remote shell, or in the launcher's own process) or a
+// spawner.
 type unit struct {
 	name  string // "the agent for host h2 (ssh h2 ...)"
 	host  string
-	ranks []int // the PEs it starts; nil: all (a spawner)
-	cmd   *exec.Cmd
-	ended bool
+	ranks []int     // the PEs it starts; nil: all (a spawner)
+	cmd   *exec.Cmd // nil for the agent in the launcher's process
+	// cancel ends the agent in the launcher's process (its PEs first).
+	cancel context.CancelFunc
+	ended  bool
 }
 
 type unitExit struct {
 	u     *unit
 	state *os.ProcessState
 	err   error
+	code  int // of the agent in the launcher's process (cmd nil)
 }
 
 // plan checks the options and places the PEs.
@@ -331,6 +323,7 @@ func (j *job) plan() error {
 		return fmt.Errorf("launcher: PEs on other hosts need an agent binary (AgentPath): %w", ucs.ErrInvalidParam)
 	}
 	if j.single && o.AgentPath == "" {
+		// One agent, in this process, for every PE.
 		ranks := make([]int, np)
 		for r := range ranks {
 			ranks[r] = r
@@ -416,12 +409,9 @@ func (j *job) run(ctx context.Context) (int, error) {
 	if v := os.Getenv(bootstrap.EnvDebug); v != "" && v != "0" {
 		logger = log.New(logfWriter(o.Logf), "seed: ", 0)
 	}
-	agents := 0
-	switch {
-	case len(o.Spawner) > 0:
+	agents := len(j.places)
+	if len(o.Spawner) > 0 {
 		agents = j.np
-	case o.AgentPath != "":
-		agents = len(j.places)
 	}
 	j.seed, err = bootstrap.NewSeed(bootstrap.SeedConfig{Size: j.np, Key: j.key, BindAddr: bind, Logger: logger,
 		Agents: agents, FailureTimeout: o.FailureTimeout})
@@ -459,31 +449,11 @@ func (j *job) run(ctx context.Context) (int, error) {
 	return 0, nil
 }
 
-// startAll starts the PEs, the agents or the spawner.
+// startAll starts the agents (one in this process, for a job on this host
+// without AgentPath) or the spawner.
 func (j *job) startAll() (int, error) {
 	o := &j.opts
-	if o.AgentPath == "" {
-		g := newGroup(o.Program, o.Args, j.np)
-		g.tag, g.outputDir, g.stdout, g.stderr, g.grace, g.logf = o.TagOutput, o.OutputDir, o.Stdout, o.Stderr, o.KillGrace, o.Logf
-		g.stallLimit = j.failureTimeout / 2
-		j.group = g
-		base := j.baseEnv()
-		for r := range j.np {
-			j.pes[r].agent = -1
-			env := bootstrap.Env{JobID: j.seed.JobID(), Rank: r, Size: j.np, LocalRank: r, LocalSize: j.np,
-				Seed: j.seed.Addr(), Key: j.key, FailureTimeout: o.FailureTimeout}
-			var in io.Reader
-			if r == 0 {
-				in = o.Stdin
-			}
-			if err := g.start(r, append(base[:len(base):len(base)], env.Environ()...), in); err != nil {
-				o.Logf("cannot start PE %d (%s): %v", r, o.Program, err)
-				return 127, fmt.Errorf("launcher: starting PE %d: %w", r, err)
-			}
-		}
-		return 0, nil
-	}
-	cfg := agentConfig{JobID: j.seed.JobID(), Seed: j.seed.Addr(), Key: j.key, Size: j.np,
+	cfg := agentConfig{JobID: j.seed.JobID(), Seed: j.seed.Addr(), Key: j.key, Size: j.np, Agents: len(j.places),
 		FailureTimeout: o.FailureTimeout, Program: o.Program, Args: o.Args, Env: j.forwardedEnv(),
 		TagOutput: o.TagOutput, OutputDir: o.OutputDir, KillGrace: o.KillGrace}
 	if wd, err := os.Getwd(); err == nil {
@@ -493,6 +463,7 @@ func (j *job) startAll() (int, error) {
 		for r := range j.pes {
 			j.pes[r].agent = r
 		}
+		cfg.Agents = j.np
 		return j.startSpawner(cfg)
 	}
 	for id, p := range j.places {
@@ -502,6 +473,10 @@ func (j *job) startAll() (int, error) {
 		c.Ranks = p.ranks
 		for _, r := range p.ranks {
 			j.pes[r].agent = id
+		}
+		if o.AgentPath == "" {
+			j.startInProcess(&c)
+			continue
 		}
 		argv := []string{o.AgentPath, AgentArg}
 		name := "the agent for host " + p.host.Name
@@ -524,6 +499,25 @@ func (j *job) startAll() (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// startInProcess runs the agent of cfg in this process: the launcher
+// starts the PEs of a job on this host itself.
+func (j *job) startInProcess(cfg *agentConfig) {
+	o := &j.opts
+	ctx, cancel := context.WithCancel(context.Background())
+	u := &unit{name: "the launcher's agent", host: j.host, ranks: cfg.Ranks, cancel: cancel}
+	run := &agentRun{cfg: cfg, base: j.baseEnv(), stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, logf: o.Logf}
+	for i, r := range cfg.Ranks {
+		run.slots = append(run.slots, slot{r, i, len(cfg.Ranks)})
+	}
+	j.units = append(j.units, u)
+	j.unitsUp++
+	go func() {
+		code := run.serve(ctx)
+		cancel()
+		j.unitEnd <- unitExit{u: u, code: code}
+	}()
 }
 
 // startSpawner runs the spawner, which starts one agent per PE.
@@ -667,13 +661,8 @@ func localIPFor(addr string) (net.IP, error) {
 // wait handles PE exits, reports, failures, unit exits and cancellation
 // until every PE ended and every unit exited.
 func (j *job) wait(ctx context.Context) {
-	failures := j.seed.Failures()
 	reports := j.seed.Reports()
 	done := ctx.Done()
-	var groupExits chan peExit
-	if j.group != nil {
-		groupExits = j.group.exits
-	}
 	var ticker *time.Ticker
 	var tick <-chan time.Time
 	defer func() {
@@ -683,57 +672,27 @@ func (j *job) wait(ctx context.Context) {
 	}()
 	// watch: a launcher that is stopped (SIGSTOP, Ctrl-Z) longer than the
 	// failure timeout finds its job ended by the PEs and agents that took
-	// it for gone (checkStopped); its own PEs may be stopped too
-	// (group.checkStalled); and the members memberlist declared dead are
-	// judged once their agents had time to say how they ended (suspects).
+	// it for gone (checkStopped).
 	watch := time.NewTicker(j.failureTimeout / 8)
 	defer watch.Stop()
-	for j.activeGroup() || j.unitsUp > 0 {
+	for j.unitsUp > 0 {
 		if len(j.idle) > 0 && ticker == nil {
 			ticker = time.NewTicker(100 * time.Millisecond)
 			tick = ticker.C
 		}
-		var groupKill <-chan time.Time
-		if j.group != nil {
-			groupKill = j.group.kill
-		}
 		select {
-		case e := <-groupExits:
-			j.group.exited(e)
-			how, code := describe(e)
-			end := peEnd{rank: e.rank, host: j.host, how: how, code: code}
-			if e.signalled {
-				end.endedBy = "the launcher ends the job"
-			}
-			j.ended(end)
 		case r, ok := <-reports:
 			if !ok {
 				reports = nil
 				break
 			}
 			j.report(r)
-		case f, ok := <-failures:
-			if !ok {
-				failures = nil
-				break
-			}
-			if f.Rank >= 0 && f.Rank < len(j.pes) && j.pes[f.Rank].ended {
-				break // its end was handled
-			}
-			if j.ending && !(j.blameOpen && f.Rank == j.lostPeer) {
-				break // ended with the job, or a consequence of its end
-			}
-			j.suspect(f)
 		case u := <-j.unitEnd:
 			j.unitExited(u, reports)
 		case <-tick:
 			j.checkIdle()
 		case <-watch.C:
 			j.checkStopped()
-			if j.group != nil {
-				j.group.checkStalled()
-			}
-			j.judgeSuspects()
 		case <-done:
 			done = nil
 			if !j.ending {
@@ -742,8 +701,6 @@ func (j *job) wait(ctx context.Context) {
 			}
 		case <-j.opts.StallReports:
 			j.stallReport()
-		case <-groupKill:
-			j.group.killAll()
 		case <-j.unitTerm:
 			j.unitTerm = nil
 			j.signalUnits(syscall.SIGTERM)
@@ -764,8 +721,6 @@ func (j *job) concludeBlame() {
 		j.name(j.consequence)
 	}
 }
-
-func (j *job) activeGroup() bool { return j.group != nil && j.group.running > 0 }
 
 // report handles a report the seed passed on.
 func (j *job) report(r bootstrap.Report) {
@@ -800,9 +755,7 @@ func (j *job) report(r bootstrap.Report) {
 			// the shell's connection closes).
 			if u := j.units[r.Agent]; !u.ended {
 				j.opts.Logf("%s stopped answering: killing it", u.name)
-				if err := syscall.Kill(-u.cmd.Process.Pid, syscall.SIGKILL); err != nil {
-					u.cmd.Process.Kill()
-				}
+				u.signal(syscall.SIGKILL)
 			}
 		}
 	}
@@ -899,7 +852,10 @@ func (j *job) unitExited(e unitExit, reports <-chan bootstrap.Report) {
 			more = false
 		}
 	}
-	how, code := describe(peExit{state: e.state, err: e.err})
+	how, code := "ended with status "+strconv.Itoa(e.code), e.code
+	if e.u.cmd != nil {
+		how, code = describe(peExit{state: e.state, err: e.err})
+	}
 	var missing []int
 	for rank := range j.pes {
 		if !j.pes[rank].ended && (e.u.ranks == nil || contains(e.u.ranks, rank)) {
@@ -943,63 +899,7 @@ func (j *job) checkIdle() {
 	j.fail(&JobError{Rank: r, Host: j.host, How: how, Code: 1})
 }
 
-func (j *job) anyJoined() bool {
-	for r := range j.pes {
-		if j.seed.Joined(r) {
-			return true
-		}
-	}
-	return false
-}
-
-// suspect handles a member that memberlist declared dead. A PE that the
-// launcher started and that exited is judged by its exit, which follows; one
-// that an agent started is judged by its agent's report, which is more
-// precise (it exited with status 3, it was stopped), when the report comes
-// within an eighth of the failure timeout (judgeSuspects: memberlist takes
-// about 0.7 of it to declare a member dead, see bootstrap); the launcher is
-// judged at once.
-func (j *job) suspect(f bootstrap.Failure) {
-	fail := &JobError{Rank: f.Rank, Host: f.Host, How: "failed: " + f.Reason, Code: 1}
-	switch {
-	case f.Rank < 0 || f.Rank >= len(j.pes):
-		j.fail(fail)
-	case j.pes[f.Rank].agent < 0:
-		p := j.group.pes[f.Rank]
-		if p != nil && ended(p.cmd.Process.Pid) {
-			return // its exit is on its way
-		}
-		if p != nil && procState(p.cmd.Process.Pid) == 'T' {
-			fail.How = "was stopped (SIGSTOP or SIGTSTP) and stopped answering"
-		}
-		j.fail(fail)
-	default:
-		if j.suspects == nil {
-			j.suspects = make(map[int]suspect)
-		}
-		if _, ok := j.suspects[f.Rank]; !ok {
-			j.suspects[f.Rank] = suspect{fail, time.Now().Add(j.failureTimeout / 8)}
-		}
-	}
-}
-
-// judgeSuspects fails the job for the first member declared dead whose end
-// its agent did not report in time.
-func (j *job) judgeSuspects() {
-	var first *suspect
-	now := time.Now()
-	for rank, s := range j.suspects {
-		switch {
-		case j.pes[rank].ended:
-			delete(j.suspects, rank)
-		case now.After(s.due) && (first == nil || s.due.Before(first.due)):
-			first = &s
-		}
-	}
-	if first != nil && (!j.ending || (j.blameOpen && first.err.Rank == j.lostPeer)) {
-		j.fail(first.err)
-	}
-}
+func (j *job) anyJoined() bool { return j.seed.AnyJoined() }
 
 // checkStopped ends the job, naming the launcher, when the launcher did not
 // run for longer than the failure timeout (it was starved of CPU), or for
@@ -1067,24 +967,31 @@ func (j *job) terminate(reason string) {
 		return
 	}
 	j.ending = true
-	if j.group != nil {
-		j.group.terminate()
-	}
 	j.seed.Terminate(reason)
 	if j.unitsUp > 0 {
 		j.unitTerm = time.After(2*j.opts.KillGrace + time.Second)
 	}
 }
 
-// signalUnits signals the process group of every unit still running.
+// signalUnits signals every unit still running.
 func (j *job) signalUnits(sig syscall.Signal) {
 	for _, u := range j.units {
 		if !u.ended {
 			j.opts.Logf("%s did not end after its PEs were told to: sending it %v", u.name, sig)
-			if err := syscall.Kill(-u.cmd.Process.Pid, sig); err != nil {
-				u.cmd.Process.Signal(sig)
-			}
+			u.signal(sig)
 		}
+	}
+}
+
+// signal signals the process group of the unit; the agent in the
+// launcher's process is cancelled instead (it ends its PEs).
+func (u *unit) signal(sig syscall.Signal) {
+	if u.cmd == nil {
+		u.cancel()
+		return
+	}
+	if err := syscall.Kill(-u.cmd.Process.Pid, sig); err != nil {
+		u.cmd.Process.Signal(sig)
 	}
 }
 

@@ -7,28 +7,22 @@ import (
 )
 
 // stallReport asks every running PE that joined the job to report where
-// it waits (see Options.StallReports): its own PEs directly, the others
-// through their agents.
+// it waits (see Options.StallReports), through the agent that runs it.
 func (j *job) stallReport() {
 	j.opts.Logf("stall report requested; PEs report where they wait:")
-	var own, notJoined []int
+	var notJoined []int
 	byAgent := map[int][]int{}
 	for r := range j.pes {
 		switch p := &j.pes[r]; {
 		case p.ended:
 		case !j.seed.Joined(r):
 			notJoined = append(notJoined, r)
-		case p.agent < 0:
-			own = append(own, r)
 		default:
 			byAgent[p.agent] = append(byAgent[p.agent], r)
 		}
 	}
 	if len(notJoined) > 0 {
 		j.opts.Logf("not asking PE %s: not in the job yet (before Init)", rankList(notJoined))
-	}
-	if j.group != nil && len(own) > 0 {
-		j.group.stallReport(own)
 	}
 	for id, ranks := range byAgent {
 		j.seed.RequestStallReport(id, ranks)

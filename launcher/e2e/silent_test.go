@@ -37,7 +37,7 @@ func TestSilentPeers(t *testing.T) {
 				noLeftovers(t)
 			})
 			t.Run("hung", func(t *testing.T) {
-				// Frozen, it is not stopped: memberlist declares it dead.
+				// Frozen, it is not stopped: it stops answering its agent.
 				fz := newFreezer(t)
 				cmd, pids, stderr := startBlocked(t, env, "-np", "3", "-failure-timeout", silentTimeout, peProgram, "block")
 				start := time.Now()
@@ -51,7 +51,7 @@ func TestSilentPeers(t *testing.T) {
 					t.Fatal(err)
 				}
 				r := jobResult{code: cmd.ProcessState.ExitCode(), stderr: stderr(), took: took}
-				checkFault(t, r, 1, 1, h, "failed: left the job before finalize")
+				checkFault(t, r, 1, 1, h, "stopped answering its agent for")
 				t.Logf("ended after %v", took.Round(time.Millisecond))
 				waitGone(t, pids, "the job ended")
 				noLeftovers(t)

@@ -14,9 +14,9 @@
 //	            every PE puts to and gets from every other PE without end;
 //	            PE $FAIL_PE kills itself with SIGKILL after 100 rounds
 //	stop        PE $FAIL_PE stops itself (SIGSTOP): alive but silent
-//	compute     PE $FAIL_PE computes for $COMPUTE (a Go duration) without
-//	            calling the library, then every PE meets in a barrier and
-//	            finalizes
+//	compute     PE $FAIL_PE (every PE when $COMPUTE_ALL is set) computes
+//	            for $COMPUTE (a Go duration) without calling the library,
+//	            then every PE meets in a barrier and finalizes
 //	block       prints "ready PE pid PID" and waits to be ended
 //	await       prints "ready PE pid PID", waits for the file $AWAIT_FILE
 //	            to exist, then meets the others in a barrier and finalizes
@@ -121,7 +121,7 @@ func main() {
 		}
 		shmem.BarrierAll() // never completes
 	case "compute":
-		if me == failPE {
+		if me == failPE || os.Getenv("COMPUTE_ALL") != "" {
 			d, err := time.ParseDuration(os.Getenv("COMPUTE"))
 			if err != nil {
 				log.Fatalf("COMPUTE: %v", err)

@@ -1,0 +1,186 @@
+package bootstrap
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// A PE and its agent talk over a local channel: a unix stream socket pair
+// whose PE end the agent hands to the PE when it starts it (inherited,
+// numbered by GOSHMEM_AGENT_FD), so that no name is needed and nobody else
+// can connect. On it, every message is a frame: a 4-byte big-endian length,
+// then the message (appendMessage). A frame may carry one file descriptor
+// (SCM_RIGHTS): the memory file of a table, which travels with the first
+// byte of its frame.
+
+// maxFrame bounds a frame: the largest message, a gather of MaxAllgather
+// bytes, and its header.
+const maxFrame = MaxAllgather + 1<<10
+
+// agentWriteTimeout bounds an agent's write to one of its PEs.
+const agentWriteTimeout = 5 * time.Second
+
+// localConn is one end of a local channel. Writes are serialized; reads
+// are for one goroutine.
+type localConn struct {
+	c   *net.UnixConn
+	wmu sync.Mutex
+	// wtimeout, when set, bounds each write: an agent does not wait on a
+	// PE that does not read.
+	wtimeout time.Duration
+	// sent and received count frames and bytes (for Stats).
+	sent, received traffic
+}
+
+// traffic counts messages and bytes.
+type traffic struct {
+	msgs, bytes atomic.Uint64
+}
+
+func (t *traffic) add(n int) {
+	t.msgs.Add(1)
+	t.bytes.Add(uint64(n))
+}
+
+// newLocalPair returns a connected pair of local channels' ends: the
+// agent's, as a localConn, and the PE's, as a file to hand to the PE.
+func newLocalPair() (*localConn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bootstrap: socketpair: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "goshmem-agent-channel")
+	c, err := fileConn(mine)
+	mine.Close()
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	c.wtimeout = agentWriteTimeout
+	return c, os.NewFile(uintptr(fds[1]), "goshmem-pe-channel"), nil
+}
+
+// fileConn makes a localConn of f (a unix stream socket), which it dups:
+// the caller closes f.
+func fileConn(f *os.File) (*localConn, error) {
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: the local channel: %w", err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("bootstrap: the local channel is a %T, not a unix socket: %w", c, ucs.ErrInvalidParam)
+	}
+	return &localConn{c: uc}, nil
+}
+
+// send writes m as one frame, with the file descriptor fd when fd >= 0.
+func (l *localConn) send(m *message, fd int) error {
+	b := appendMessage(make([]byte, 4, 64), m)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.wtimeout > 0 {
+		l.c.SetWriteDeadline(time.Now().Add(l.wtimeout))
+	}
+	var err error
+	if fd >= 0 {
+		// Frames that carry a descriptor are small: one sendmsg sends
+		// them whole.
+		var n int
+		n, _, err = l.c.WriteMsgUnix(b, unix.UnixRights(fd), nil)
+		if err == nil && n != len(b) {
+			err = io.ErrShortWrite
+		}
+	} else {
+		_, err = l.c.Write(b)
+	}
+	if err != nil {
+		return fmt.Errorf("bootstrap: local channel: %w", err)
+	}
+	l.sent.add(len(b))
+	return nil
+}
+
+// recv reads the next frame and decodes it; fd is the descriptor that
+// came with it, or -1. A decoding error closes the descriptor.
+func (l *localConn) recv() (m *message, fd int, err error) {
+	var head [4]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	fd = -1
+	// The header is read with recvmsg: a descriptor comes with the first
+	// byte of its frame. The body is read exactly, so that no read takes
+	// bytes of the next frame.
+	for got := 0; got < len(head); {
+		n, oobn, _, _, rerr := l.c.ReadMsgUnix(head[got:], oob)
+		if oobn > 0 {
+			for _, f := range rights(oob[:oobn]) {
+				if fd < 0 {
+					fd = f
+				} else {
+					unix.Close(f) // one descriptor per frame
+				}
+			}
+		}
+		got += n
+		if rerr != nil {
+			if got > 0 && errors.Is(rerr, io.EOF) {
+				rerr = io.ErrUnexpectedEOF
+			}
+			closeFD(fd)
+			return nil, -1, rerr
+		}
+	}
+	size := binary.BigEndian.Uint32(head[:])
+	if size > maxFrame {
+		closeFD(fd)
+		return nil, -1, malformed(fmt.Sprintf("frame of %d bytes", size))
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(l.c, body); err != nil {
+		closeFD(fd)
+		return nil, -1, err
+	}
+	l.received.add(4 + int(size))
+	m, err = decodeMessage(body)
+	if err != nil {
+		closeFD(fd)
+		return nil, -1, err
+	}
+	return m, fd, nil
+}
+
+// rights returns the descriptors of the SCM_RIGHTS messages in oob.
+func rights(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+func closeFD(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+func (l *localConn) close() error { return l.c.Close() }
