@@ -21,10 +21,23 @@ func (s *Seed) RequestStallReport(agent int, ranks []int) {
 // still there.
 func (a *Agent) StallReports() <-chan []int { return a.stall }
 
-// stallReport passes on a request of the seed for a stall report.
+// stallReport passes on a request of the seed for a stall report, for
+// those of its PEs that joined and are still connected: a PE that has not
+// joined yet may not listen for the signal (its default action ends it).
 func (a *Agent) stallReport(ranks []int) {
+	a.mu.Lock()
+	var ask []int
+	for _, r := range ranks {
+		if p := a.pes[r]; p != nil && p.joined && !p.gone {
+			ask = append(ask, r)
+		}
+	}
+	a.mu.Unlock()
+	if len(ask) == 0 {
+		return
+	}
 	select {
-	case a.stall <- ranks:
+	case a.stall <- ask:
 	default: // one is pending
 	}
 }

@@ -33,16 +33,41 @@ func TestStallReportRequest(t *testing.T) {
 		default:
 		}
 	}
+	// No PE joined yet: a request asks none (a PE before Init would die
+	// of the signal).
+	agents[0].stallReport([]int{0, 2})
+	select {
+	case r := <-agents[0].StallReports():
+		t.Fatalf("a request passed on PEs %v that had not joined", r)
+	default:
+	}
+	// The agents' PEs join (as a hello would mark them), but for rank 3;
+	// they have no connection to close when the agents close.
+	for i, a := range agents {
+		a.mu.Lock()
+		for _, r := range []int{i, i + 2} {
+			a.pes[r] = &localPE{rank: r, joined: r != 3}
+		}
+		a.mu.Unlock()
+		defer func() {
+			a.mu.Lock()
+			clear(a.pes)
+			a.mu.Unlock()
+		}()
+	}
 	// The seed learns of an agent's address a little after its join
 	// returns: ask until each agent has heard.
 	deadline := time.Now().Add(waitLimit)
 	for i, a := range agents {
 		want := []int{i, i + 2}
+		if i == 1 {
+			want = []int{1} // rank 3 did not join
+		}
 		for heard := false; !heard; {
 			if time.Now().After(deadline) {
 				t.Fatalf("agent %d: no stall report request within %v", i, waitLimit)
 			}
-			seed.RequestStallReport(i, want)
+			seed.RequestStallReport(i, []int{i, i + 2})
 			select {
 			case got := <-a.StallReports():
 				if !slices.Equal(got, want) {
@@ -62,10 +87,10 @@ func TestStallReportRequest(t *testing.T) {
 	}
 	// A request that finds one pending is dropped.
 	a := agents[0]
-	a.stallReport([]int{1})
+	a.stallReport([]int{0})
 	a.stallReport([]int{2})
-	if got := <-a.StallReports(); !slices.Equal(got, []int{1}) {
-		t.Errorf("pending request %v, want [1]", got)
+	if got := <-a.StallReports(); !slices.Equal(got, []int{0}) {
+		t.Errorf("pending request %v, want [0]", got)
 	}
 	select {
 	case r := <-a.StallReports():

@@ -1,48 +1,21 @@
 package launcher
 
-import (
-	"fmt"
-	"strings"
-	"syscall"
-)
+import "syscall"
 
-// stallReport asks every running PE that joined the job to report where
-// it waits (see Options.StallReports), through the agent that runs it.
+// stallReport asks every running PE to report where it waits (see
+// Options.StallReports), through the agent that runs it: the agent asks
+// those that joined the job (a PE before Init is not asked).
 func (j *job) stallReport() {
 	j.opts.Logf("stall report requested; PEs report where they wait:")
-	var notJoined []int
 	byAgent := map[int][]int{}
 	for r := range j.pes {
-		switch p := &j.pes[r]; {
-		case p.ended:
-		case !j.seed.Joined(r):
-			notJoined = append(notJoined, r)
-		default:
+		if p := &j.pes[r]; !p.ended {
 			byAgent[p.agent] = append(byAgent[p.agent], r)
 		}
-	}
-	if len(notJoined) > 0 {
-		j.opts.Logf("not asking PE %s: not in the job yet (before Init)", rankList(notJoined))
 	}
 	for id, ranks := range byAgent {
 		j.seed.RequestStallReport(id, ranks)
 	}
-}
-
-// rankList formats ranks as "1, 4, 7", the first 16 of them.
-func rankList(ranks []int) string {
-	var b strings.Builder
-	for i, r := range ranks {
-		if i == 16 {
-			fmt.Fprintf(&b, " and %d more", len(ranks)-i)
-			break
-		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprint(&b, r)
-	}
-	return b.String()
 }
 
 // stallReport sends SIGUSR2 to the PEs of the given ranks that still run,

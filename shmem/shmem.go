@@ -202,6 +202,9 @@ func initThread(level ThreadLevel) error {
 	}
 	m := member
 	if m == nil {
+		// Once it joined, its agent may signal it for a stall report;
+		// until Init listens for that signal it must not end the PE.
+		ignoreStallSignal()
 		if m, err = bootstrap.JoinFromOS(); err != nil {
 			return fmt.Errorf("shmem init: join the job: %w", err)
 		}

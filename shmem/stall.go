@@ -339,6 +339,14 @@ var stallSignals struct {
 	exited chan struct{} // closed when it stopped
 }
 
+// ignoreStallSignal ignores SIGUSR2 in a PE that goshmem-run started,
+// until startStallReports listens for it.
+func ignoreStallSignal() {
+	if os.Getenv("GOSHMEM_RANK") != "" && !signal.Ignored(syscall.SIGUSR2) {
+		signal.Ignore(syscall.SIGUSR2)
+	}
+}
+
 // startStallReports reads GOSHMEM_STALL_REPORT and, for a PE that
 // goshmem-run started, listens for SIGUSR2 (Init).
 func startStallReports() error {
