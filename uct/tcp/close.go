@@ -226,6 +226,11 @@ func (e *EP) endLocked(st ucs.Status, cause error, bye bool) {
 	// flush end with the error before the handler is due.
 	i := e.iface
 	i.mu.Lock()
+	// The log names the peer before the error handler can run: whoever
+	// handles the failure finds it logged.
+	if cause != nil && !i.closed && !errors.Is(cause, net.ErrClosed) {
+		logf("ep to %s failed: %v", e.peer, cause)
+	}
 	e.err.Store(int32(st))
 	for _, w := range waits {
 		if w.comp != nil {
@@ -235,7 +240,6 @@ func (e *EP) endLocked(st ucs.Status, cause error, bye bool) {
 	if cause != nil && !i.closed {
 		i.failed = append(i.failed, e)
 	}
-	closed := i.closed
 	i.mu.Unlock()
 	if !e.writing || bye {
 		// A writer that is at it drops the queue once its write returns.
@@ -249,9 +253,6 @@ func (e *EP) endLocked(st ucs.Status, cause error, bye bool) {
 		w.release()
 	}
 	i.markDirty()
-	if cause != nil && !closed && !errors.Is(cause, net.ErrClosed) {
-		logf("ep to %s failed: %v", e.peer, cause)
-	}
 }
 
 // dropQueueLocked drops the frames queued on the failed EP, signalling
