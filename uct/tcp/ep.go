@@ -242,6 +242,11 @@ func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status
 	if err != nil {
 		e.mu.Lock()
 		e.writing = false
+		if e.failed {
+			// It failed while this write ran: end left the queue
+			// to this writer.
+			e.dropQueueLocked(e.status())
+		}
 		e.mu.Unlock()
 		f.release()
 		e.fail(ucs.ErrConnectionReset, err)
@@ -324,14 +329,16 @@ func (e *EP) writeQueueLocked() {
 	e.wbufs = bufs[:0]
 	e.mu.Lock()
 	e.writing = false
+	if e.failed {
+		// It failed while this write ran (the write's own error
+		// included): end left the queue to this writer.
+		e.dropQueueLocked(e.status())
+		return
+	}
 	if err != nil {
 		e.mu.Unlock()
 		e.fail(ucs.ErrConnectionReset, err) // completes the queued frames
 		e.mu.Lock()
-		return
-	}
-	if e.failed {
-		e.dropQueueLocked(e.status()) // end left it to this writer
 		return
 	}
 	i := e.iface
