@@ -254,19 +254,27 @@ func describePEs(list []int) string {
 	return "PEs " + strings.Join(strs, ", ")
 }
 
-// checkMismatch looks at the words of every team this PE is in a
-// collective of; on a mismatch it reports it and, after mismatchGrace,
-// panics.
-func checkMismatch() {
+// activeColls yields each team this PE is in a collective of, with its
+// collective word (splitCollWord).
+func activeColls(yield func(t *Team, word uint64) bool) {
 	for i := range teamsBySlot {
 		t := teamsBySlot[i].Load()
 		if t == nil {
 			continue
 		}
-		mySeq, myKind, active := splitCollWord(atomic.LoadUint64(t.collWord()))
-		if !active {
-			continue
+		w := atomic.LoadUint64(t.collWord())
+		if _, _, active := splitCollWord(w); active && !yield(t, w) {
+			return
 		}
+	}
+}
+
+// checkMismatch looks at the words of every team this PE is in a
+// collective of; on a mismatch it reports it and, after mismatchGrace,
+// panics.
+func checkMismatch() {
+	for t, w := range activeColls {
+		mySeq, myKind, _ := splitCollWord(w)
 		for j := 0; j < t.npes; j++ {
 			if j == t.me {
 				continue
@@ -294,15 +302,8 @@ func stallReport(me int, e *waitEntry, now time.Time, remote bool) string {
 		return fmt.Sprintf("goshmem: PE %d: stall report: waiting %v in shmem.%s (for another PE's store, atomic or signal)\n", me, waited, e.what)
 	}
 	var b strings.Builder
-	for i := range teamsBySlot {
-		t := teamsBySlot[i].Load()
-		if t == nil {
-			continue
-		}
-		mySeq, myKind, active := splitCollWord(atomic.LoadUint64(t.collWord()))
-		if !active {
-			continue
-		}
+	for t, w := range activeColls {
+		mySeq, myKind, _ := splitCollWord(w)
 		fmt.Fprintf(&b, "goshmem: PE %d: stall report: waiting %v in shmem.%s, collective #%d of %v", me, waited, collKindName(myKind), mySeq, t)
 		var behind []string
 		for j := 0; j < t.npes; j++ {
