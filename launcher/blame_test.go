@@ -15,7 +15,9 @@ import (
 // TestBlameFirstCause feeds the launcher's judge the ends of the PEs of a
 // job in which PE 1 died and PE 2, having lost it, ended too: PE 1 must be
 // named, whatever order the two ends arrive in; the PE that lost its peer
-// is named only when the peer did not fail by itself.
+// is named only when the peer did not fail by itself. A PE that a signal
+// killed failed by itself even when the seed counts it as told of another's
+// end (told: it was dying when the seed passed on PE 2's end).
 func TestBlameFirstCause(t *testing.T) {
 	killed := peEnd{rank: 1, host: "h1", how: "was killed by signal 9 (killed)", code: 137}
 	lostIt := peEnd{rank: 2, host: "h2", how: "exited with status 1", code: 1}
@@ -23,15 +25,17 @@ func TestBlameFirstCause(t *testing.T) {
 	other := peEnd{rank: 0, host: "h0", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
 	tests := []struct {
 		name string
+		told bool
 		ends []peEnd
 		rank int
 		code int
 		how  string
 	}{
-		{"cause first", []peEnd{killed, lostIt, other}, 1, 137, "was killed by signal 9"},
-		{"consequence first", []peEnd{lostIt, killed, other}, 1, 137, "was killed by signal 9"},
-		{"consequence first, others ended before the cause", []peEnd{lostIt, other, killed}, 1, 137, "was killed by signal 9"},
-		{"the lost PE did not fail", []peEnd{lostIt, terminated, other}, 2, 1, "after it lost PE 1 (connection reset by peer)"},
+		{"cause first", false, []peEnd{killed, lostIt, other}, 1, 137, "was killed by signal 9"},
+		{"consequence first", false, []peEnd{lostIt, killed, other}, 1, 137, "was killed by signal 9"},
+		{"consequence first, others ended before the cause", false, []peEnd{lostIt, other, killed}, 1, 137, "was killed by signal 9"},
+		{"consequence first, the cause told of it", true, []peEnd{lostIt, killed, other}, 1, 137, "was killed by signal 9"},
+		{"the lost PE did not fail", false, []peEnd{lostIt, terminated, other}, 2, 1, "after it lost PE 1 (connection reset by peer)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,6 +43,11 @@ func TestBlameFirstCause(t *testing.T) {
 			m := joinPE(t, j, 2)
 			if err := m.ReportLost(1, "connection reset by peer"); err != nil {
 				t.Fatal(err)
+			}
+			if tt.told {
+				if err := joinPE(t, j, 1).ReportLost(2, "the seed told it that PE 2 exited with status 1"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for _, e := range tt.ends {
 				j.ended(e)
@@ -123,6 +132,42 @@ sleep 60`
 			}
 			if !strings.Contains(r.stderr, fmt.Sprintf("%d more lines of this crash dump not shown", 300-crashLines)) {
 				t.Errorf("stderr does not say how many lines of the dump it left out:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestEndedBySignal: a PE the group had signalled ended by the group's
+// doing, unless it died of a signal the group never sent (its own SIGKILL,
+// still under way when the group's SIGTERM found it running).
+func TestEndedBySignal(t *testing.T) {
+	const (
+		exit1    = syscall.WaitStatus(1 << 8)
+		killed9  = syscall.WaitStatus(syscall.SIGKILL)
+		killed15 = syscall.WaitStatus(syscall.SIGTERM)
+	)
+	tests := []struct {
+		name string
+		sent []syscall.Signal
+		ws   syscall.WaitStatus
+		want bool
+	}{
+		{"not signalled, exit 1", nil, exit1, false},
+		{"not signalled, killed by 9", nil, killed9, false},
+		{"sent 15, exit 1", []syscall.Signal{syscall.SIGTERM}, exit1, true},
+		{"sent 15, killed by 15", []syscall.Signal{syscall.SIGTERM}, killed15, true},
+		{"sent 15, killed by 9", []syscall.Signal{syscall.SIGTERM}, killed9, false},
+		{"sent 15 and 9, killed by 9", []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}, killed9, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &proc{}
+			for _, s := range tt.sent {
+				p.sent.Or(1 << uint(s))
+				p.signalled.Store(true)
+			}
+			if got := p.endedByStatus(tt.ws); got != tt.want {
+				t.Errorf("endedByStatus(%#x) = %v, want %v", uint32(tt.ws), got, tt.want)
 			}
 		})
 	}

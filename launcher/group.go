@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -66,6 +67,8 @@ type proc struct {
 	// runs: its end is then the group's doing (read by the goroutine that
 	// waits for it).
 	signalled atomic.Bool
+	// sent holds a bit for each signal the group sent the PE (1<<signo).
+	sent atomic.Uint64
 	// stoppedSince is when checkStalled first saw the PE stopped; stalled
 	// says how it stalled once checkStalled kills it for it (read by the
 	// goroutine that waits for it).
@@ -165,7 +168,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader, channel *os.File)
 		p.out.flush()
 		p.errw.flush()
 		p.closeFile()
-		e := peExit{rank: rank, state: cmd.ProcessState, err: err, signalled: p.signalled.Load(), noThread: p.errw.threads.hit}
+		e := peExit{rank: rank, state: cmd.ProcessState, err: err, signalled: p.endedBySignal(cmd.ProcessState), noThread: p.errw.threads.hit}
 		if how := p.stalled.Load(); how != nil {
 			e.stalled = *how
 		}
@@ -333,11 +336,36 @@ func procState(pid int) byte {
 func signalPE(p *proc, sig syscall.Signal) {
 	pid := p.cmd.Process.Pid
 	if !ended(pid) {
+		p.sent.Or(1 << uint(sig))
 		p.signalled.Store(true)
 	}
 	if err := syscall.Kill(-pid, sig); err != nil {
 		p.cmd.Process.Signal(sig)
 	}
+}
+
+// endedBySignal reports whether the end of the PE, whose state is st, was
+// the group's doing: the group had signalled it, and it did not die of a
+// signal that the group never sent. A PE that a SIGKILL of its own (or the
+// kernel's) ends is still dying, not yet a zombie, when the group's SIGTERM
+// finds it; its end is its own.
+func (p *proc) endedBySignal(st *os.ProcessState) bool {
+	var ws syscall.WaitStatus
+	if st != nil {
+		ws, _ = st.Sys().(syscall.WaitStatus)
+	}
+	return p.endedByStatus(ws)
+}
+
+// endedByStatus is endedBySignal for the wait status ws.
+func (p *proc) endedByStatus(ws syscall.WaitStatus) bool {
+	if !p.signalled.Load() {
+		return false
+	}
+	if ws.Signaled() && ws.Signal() < 64 {
+		return p.sent.Load()&(1<<uint(ws.Signal())) != 0
+	}
+	return true
 }
 
 // ended reports whether the child process pid has ended: it is waitable (a
@@ -382,6 +410,14 @@ func describe(e peExit) (string, int) {
 	return how, code
 }
 
+// killedPrefix starts the description (describeStatus) of a PE that a
+// signal killed.
+const killedPrefix = "was killed by signal "
+
+// killedBySignal reports whether how, a description made by
+// describeStatus, says that a signal killed the PE.
+func killedBySignal(how string) bool { return strings.HasPrefix(how, killedPrefix) }
+
 // describeStatus says how a PE ended, from its status.
 func describeStatus(e peExit) (string, int) {
 	if e.state == nil {
@@ -389,7 +425,7 @@ func describeStatus(e peExit) (string, int) {
 	}
 	if ws, ok := e.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		sig := ws.Signal()
-		return fmt.Sprintf("was killed by signal %d (%v)", int(sig), sig), 128 + int(sig)
+		return fmt.Sprintf("%s%d (%v)", killedPrefix, int(sig), sig), 128 + int(sig)
 	}
 	code := e.state.ExitCode()
 	if code != 0 {

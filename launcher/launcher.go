@@ -804,9 +804,12 @@ func (j *job) ended(e peEnd) {
 		}
 		return
 	}
-	if peer, why, ok := j.seed.Lost(e.rank); ok && (j.blameOpen || !j.pes[peer].ended) {
+	if peer, why, ok := j.seed.Lost(e.rank); ok && !killedBySignal(e.how) && (j.blameOpen || !j.pes[peer].ended) {
 		// It ended because PE peer failed, or so it says: end the job now,
-		// and name peer when its own failure turns up.
+		// and name peer when its own failure turns up. A PE that a signal
+		// killed (one its agent did not send: endedBy is empty) did not end
+		// because it learned of a loss; the seed may have counted it as told
+		// of one while it was dying.
 		if j.consequence == nil {
 			j.consequence = &JobError{Rank: e.rank, Host: e.host,
 				How: fmt.Sprintf("%s after it lost PE %d (%s)", e.how, peer, why), Code: e.code}
