@@ -2,16 +2,14 @@ package shmem
 
 import (
 	"fmt"
-	"github.com/goshmem/goshmem/ucs"
 	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goshmem/goshmem/symheap"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // Cmp is a comparison of the point-to-point synchronization routines.
@@ -325,6 +323,6 @@ func (w *waiter) pause() {
 			}
 			return
 		}
-		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		ucs.YieldThread()
 	}
 }

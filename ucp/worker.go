@@ -323,8 +323,14 @@ func (w *Worker) AMAlignment() int { return w.amAlign }
 // rounds sleeps below a millisecond up to about one when it has nothing
 // else to do.
 func (w *Worker) Idle() {
-	if !w.netPoll || w.idleRun.Add(1) <= idleSpin {
+	if !w.netPoll {
 		runtime.Gosched()
+		return
+	}
+	if w.idleRun.Add(1) <= idleSpin {
+		// The reply may need a process that waits for this core.
+		runtime.Gosched()
+		ucs.YieldThread()
 		return
 	}
 	atomic.StoreUint32(&w.sleeping, 1)
@@ -342,7 +348,8 @@ func (w *Worker) Idle() {
 const idleWait = 30 * time.Microsecond
 
 // idleSpin is how many times Idle yields, when the worker reads from the
-// network, before it sleeps: a few hundred microseconds of polling.
+// network, before it sleeps: a few hundred microseconds of polling, each
+// poll giving the core to whoever else waits for it.
 const idleSpin = 512
 
 // notify tells the worker's waiters that something happened: it wakes a

@@ -43,3 +43,11 @@ func FutexWake(addr *uint32, private bool) {
 	}
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), op, math.MaxInt32, 0, 0, 0)
 }
+
+// YieldThread gives the calling thread's processor to another runnable
+// thread of the machine, if there is one (sched_yield). runtime.Gosched
+// yields only to goroutines of this process: on a node with more busy
+// processes than cores, a waiter that only calls it keeps its core for a
+// whole scheduler time slice (milliseconds) while the process it waits
+// for cannot run.
+func YieldThread() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
