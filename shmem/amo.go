@@ -226,7 +226,7 @@ func (c *Ctx) amoSlow(routine string, pe int, off, size uintptr, op amoOp, v, co
 	if op == amoFAdd {
 		return c.floatAddSlow(routine, pe, off, size, v, mode, fetch)
 	}
-	q := &c.peers[pe]
+	q := c.remote(routine, pe)
 	uop, needsReply := op.ucp()
 	raddr := q.raddr + uint64(off)
 	if mode == amoWait {

@@ -152,23 +152,16 @@ func takeConn(mode ucs.ThreadMode) (*ctxConn, error) {
 	return &ctxConn{worker: w, name: name, mode: mode, eps: make([]peer, st.npes)}, nil
 }
 
-// ep returns the endpoint and heap key of pe, connecting them first if
-// needed.
-func (cc *ctxConn) ep(pe int) (peer, error) {
+// ep returns the endpoint and heap key of the job's PE pe, connecting
+// them first if needed.
+func (cc *ctxConn) ep(pe int) (*peer, error) {
 	q := &cc.eps[pe]
 	if q.ep == nil {
-		ep, err := cc.worker.NewEndpoint(new(ucp.EPParams).SetAddress(st.addrs[pe]).SetName(fmt.Sprintf("%s->pe%d", cc.name, pe)))
-		if err != nil {
-			return peer{}, err
+		if err := connectPeer(q, cc.worker, fmt.Sprintf("%s->pe%d", cc.name, pe), pe, st.table.Blob(pe)); err != nil {
+			return nil, err
 		}
-		rk, err := ep.RkeyUnpack(st.rkeys[pe])
-		if err != nil {
-			ep.Close(ucp.CloseModeForce)
-			return peer{}, err
-		}
-		q.ep, q.rkey, q.raddr = ep, rk, st.peers[pe].raddr
 	}
-	return *q, nil
+	return q, nil
 }
 
 // putConn gives a destroyed context's resources back to the pool, or
@@ -230,16 +223,12 @@ func newCtx(routine string, team *Team, options CtxOptions) (*Ctx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shmem.%s: %w", routine, err)
 	}
+	// The endpoints are made on first use (Ctx.remote).
 	peers := make([]peer, team.npes)
 	for i, pe := range team.members {
 		if base := st.peers[pe].base; base != nil {
 			// Same memory, same mapping: no endpoint needed.
-			peers[i].base = base
-			continue
-		}
-		if peers[i], err = cc.ep(pe); err != nil {
-			putConn(cc)
-			return nil, fmt.Errorf("shmem.%s: connect to PE %d: %w", routine, pe, err)
+			peers[i].base, peers[i].ready = base, 1
 		}
 	}
 	c := &Ctx{peers: peers, worker: cc.worker, conn: cc, options: options, team: team, shared: mode == ucs.ThreadModeMulti}
@@ -343,13 +332,52 @@ func (c *Ctx) badCtx(routine string) {
 
 // peer returns the peer record of pe in the context, panicking with a clear
 // message for a PE outside the job, a context that cannot be used, or use
-// before Init.
+// before Init. Its endpoint may not be connected yet: see remote.
 func (c *Ctx) peer(routine string, pe int) *peer {
 	if c == nil || uint(pe) >= uint(len(c.peers)) {
 		c.badPE(routine, pe)
 	}
 	return &c.peers[pe]
 }
+
+// connectMu serializes the connections made on first use.
+var connectMu sync.Mutex
+
+// remote returns the peer record of pe (a valid PE of the context) with its
+// endpoint and heap key, connecting them on first use; a PE that cannot be
+// connected ends this one, as a failed operation does.
+func (c *Ctx) remote(routine string, pe int) *peer {
+	q := &c.peers[pe]
+	if atomic.LoadUint32(&q.ready) == 0 {
+		if err := c.connect(pe); err != nil {
+			fatal(routine, pe, err)
+		}
+	}
+	return q
+}
+
+// connect connects the context to its PE pe, unless that is done.
+func (c *Ctx) connect(pe int) error {
+	connectMu.Lock()
+	defer connectMu.Unlock()
+	q := &c.peers[pe]
+	if q.ready != 0 {
+		return nil
+	}
+	if c.conn == nil { // the default context
+		return connectPeer(q, st.worker, fmt.Sprintf("pe%d->pe%d", st.me, pe), pe, st.table.Blob(pe))
+	}
+	p, err := c.conn.ep(c.team.members[pe])
+	if err != nil {
+		return err
+	}
+	q.ep, q.rkey, q.raddr = p.ep, p.rkey, p.raddr
+	atomic.StoreUint32(&q.ready, 1)
+	return nil
+}
+
+// connected reports whether the endpoint of the context to pe is made.
+func (q *peer) connected() bool { return atomic.LoadUint32(&q.ready) != 0 && q.ep != nil }
 
 //go:noinline
 func (c *Ctx) badPE(routine string, pe int) {
@@ -401,7 +429,7 @@ func (c *Ctx) peQuiet(routine string, pes []int) {
 	}
 	fenceWord.Add(1)
 	for _, pe := range pes {
-		if q := &c.peers[pe]; q.ep != nil {
+		if q := &c.peers[pe]; q.connected() {
 			if err := c.withDefaultProgress(q.ep.Flush); err != nil {
 				fatal(routine, pe, err)
 			}

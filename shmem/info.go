@@ -118,14 +118,17 @@ func onOff(b bool) string {
 }
 
 // transportsTo describes how this PE reaches pe: a direct mapping of its
-// heap, and the lanes of the default context's endpoint to it.
+// heap, and the lanes of the default context's endpoint to it, which for
+// a PE of another host is made on first use.
 func transportsTo(pe int) string {
 	q := &st.peers[pe]
 	var parts []string
 	if q.base != nil {
 		parts = append(parts, "heap mapped (loads, stores and CPU atomics)")
 	}
-	if q.ep != nil {
+	if !q.connected() {
+		parts = append(parts, "not connected yet (a PE of another host is connected on first use)")
+	} else {
 		for _, l := range q.ep.Query().Lanes {
 			parts = append(parts, fmt.Sprintf("%s/%s for %s", l.Transport, l.Device, l.Usage))
 		}

@@ -356,9 +356,10 @@ func Ptr[T any](p *T, pe int) *T {
 }
 
 // PEAccessible reports whether pe is a PE of the job that this PE can reach
-// with the routines of this package.
+// with the routines of this package. A PE of another host is connected
+// first, if that was not done yet.
 func PEAccessible(pe int) bool {
-	return st.inited && pe >= 0 && pe < st.npes && st.peers[pe].ep != nil
+	return st.inited && pe >= 0 && pe < st.npes && defaultCtx.connect(pe) == nil
 }
 
 // AddrAccessible reports whether *p is a symmetric object that pe can be

@@ -374,6 +374,7 @@ func ibput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 	if c.session.Load() != nil {
 		c.flushBatch(routine, pe)
 	}
+	q = c.remote(routine, pe)
 	reqs := make([]*ucp.Request, 0, nblocks)
 	for i := range nblocks {
 		b := bytesOf(src[i*srcStride : i*srcStride+bsize])
@@ -420,6 +421,7 @@ func ibget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 	if c.session.Load() != nil {
 		c.flushBatch(routine, pe)
 	}
+	q = c.remote(routine, pe)
 	reqs := make([]*ucp.Request, 0, nblocks)
 	for i := range nblocks {
 		b := bytesOf(dst[i*dstStride : i*dstStride+bsize])
@@ -469,7 +471,7 @@ func (c *Ctx) putSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 
 // sendPut is putSlow without the batch of a session.
 func (c *Ctx) sendPut(routine string, pe int, off uintptr, b []byte, nbi bool) {
-	q := &c.peers[pe]
+	q := c.remote(routine, pe)
 	raddr := q.raddr + uint64(off)
 	if !nbi {
 		req, err := q.ep.PutNBX(b, raddr, q.rkey, nil)
@@ -491,7 +493,7 @@ func (c *Ctx) getSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	if c.session.Load() != nil {
 		c.flushBatch(routine, pe)
 	}
-	q := &c.peers[pe]
+	q := c.remote(routine, pe)
 	raddr := q.raddr + uint64(off)
 	if !nbi {
 		req, err := q.ep.GetNBX(b, raddr, q.rkey, nil)

@@ -132,6 +132,12 @@ type peer struct {
 	ep    *ucp.Endpoint
 	rkey  *ucp.Rkey
 	raddr uint64 // the peer's heap base address, in the peer's address space
+	// ready is set, atomically, once ep and rkey are in place: at Init for
+	// the PEs of this node (whose heaps may be mapped, which the
+	// collectives must know from the start), on first use for the others
+	// (Ctx.remote), so that a PE that talks to a few PEs of other hosts
+	// never connects to the rest.
+	ready uint32
 }
 
 // state is the library state of this PE. The hot paths read it without
@@ -141,10 +147,10 @@ type state struct {
 	heapBase uintptr
 	heapSize uintptr
 	peers    []peer // those of the default context
-	// addrs and rkeys are every PE's worker address and packed heap key, for
-	// the endpoints of the contexts CtxCreate makes.
-	addrs   [][]byte
-	rkeys   [][]byte
+	// table holds every PE's worker address and packed heap key (its init
+	// blob), in memory the PEs of this host share, for the endpoints made
+	// on first use.
+	table   *bootstrap.Table
 	heap    *symheap.Heap
 	member  *bootstrap.Member
 	ctx     *ucp.Context
@@ -266,48 +272,38 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	if err != nil {
 		return err
 	}
-	blobs, err := m.Allgather(encodeBlob(addr, rkey, uint64(uintptr(heap.Base())), uint64(heap.Size())))
+	table, err := m.Exchange(encodeBlob(addr, rkey, uint64(uintptr(heap.Base())), uint64(heap.Size())))
 	if err != nil {
 		return fmt.Errorf("exchange addresses: %w", err)
 	}
+	cleanup = append(cleanup, func() { table.Close() })
 	peers := make([]peer, m.Size())
-	addrs := make([][]byte, m.Size())
-	rkeys := make([][]byte, m.Size())
 	cleanup = append(cleanup, func() { closePeers(peers) })
-	for pe, b := range blobs {
-		a, k, base, n, err := decodeBlob(b)
+	node := table.Node(m.Rank())
+	for pe := range peers {
+		_, _, base, n, err := decodeBlob(table.Blob(pe))
 		if err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}
-		addrs[pe], rkeys[pe] = a, k
 		if n != uint64(heap.Size()) {
 			return fmt.Errorf("PE %d has a heap of %d bytes and this PE %d: SHMEM_SYMMETRIC_SIZE must be the same everywhere", pe, n, heap.Size())
 		}
-		ep, err := worker.NewEndpoint(new(ucp.EPParams).SetAddress(a).SetName(fmt.Sprintf("pe%d->pe%d", m.Rank(), pe)))
-		if err != nil {
-			return fmt.Errorf("connect to PE %d: %w", pe, err)
+		peers[pe].raddr = base
+		if table.Node(pe) != node {
+			continue // connected on first use
 		}
-		peers[pe].ep = ep
-		rk, err := ep.RkeyUnpack(k)
-		if err != nil {
-			return fmt.Errorf("heap key of PE %d: %w", pe, err)
-		}
-		if err := checkLanes(ep, pe); err != nil { // its lanes are chosen now
+		if err := connectPeer(&peers[pe], worker, fmt.Sprintf("pe%d->pe%d", m.Rank(), pe), pe, table.Blob(pe)); err != nil {
 			return err
-		}
-		peers[pe].rkey, peers[pe].raddr = rk, base
-		if p, err := rk.Ptr(base); err == nil {
-			peers[pe].base = p
 		}
 	}
 	st.me, st.npes = m.Rank(), m.Size()
 	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
-	st.peers, st.addrs, st.rkeys = peers, addrs, rkeys
+	st.peers, st.table = peers, table
 	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, shared: level == ThreadMultiple}
 	st.spin = spinDedicated
 	for i := range peers {
-		st.netPoll = st.netPoll || peers[i].base == nil
+		st.netPoll = st.netPoll || peers[i].base == nil // so are those of other nodes
 	}
 	if m.LocalSize() > runtime.NumCPU() {
 		st.spin = spinOversubscribed
@@ -353,6 +349,39 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 		printStartup(os.Stdout)
 	}
 	profStart()
+	return nil
+}
+
+// connectPeer connects q, the record of pe, through worker: the endpoint
+// (named name) from the worker address in pe's init blob, and the heap key,
+// mapped when this process can map it; then it sets q.ready.
+func connectPeer(q *peer, worker *ucp.Worker, name string, pe int, blob []byte) error {
+	addr, rkey, base, _, err := decodeBlob(blob)
+	if err != nil {
+		return fmt.Errorf("blob of PE %d: %w", pe, err)
+	}
+	ep, err := worker.NewEndpoint(new(ucp.EPParams).SetAddress(addr).SetName(name))
+	if err != nil {
+		return fmt.Errorf("connect to PE %d: %w", pe, err)
+	}
+	rk, err := ep.RkeyUnpack(rkey)
+	if err == nil {
+		err = checkLanes(ep, pe) // its lanes are chosen now
+	} else {
+		err = fmt.Errorf("heap key of PE %d: %w", pe, err)
+	}
+	if err != nil {
+		if rk != nil {
+			rk.Destroy()
+		}
+		ep.Close(ucp.CloseModeForce)
+		return err
+	}
+	q.ep, q.rkey, q.raddr = ep, rk, base
+	if p, err := rk.Ptr(base); err == nil {
+		q.base = p
+	}
+	atomic.StoreUint32(&q.ready, 1)
 	return nil
 }
 
@@ -470,6 +499,7 @@ func Finalize() {
 		fmt.Fprintf(os.Stderr, "goshmem: PE %d: finalize barrier: %v\n", st.me, err)
 	}
 	closePeers(st.peers)
+	st.table.Close()
 	st.heap.Close()
 	st.worker.Destroy()
 	st.ctx.Cleanup()

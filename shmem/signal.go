@@ -153,7 +153,7 @@ func (c *Ctx) putSignalSlow(routine string, pe int, off uintptr, b []byte, soff 
 	// the endpoint's: a fence of the worker may wait for every peer it
 	// sent to in software, and a peer that has left a barrier need not
 	// progress again before this PE's signal lets another leave it.
-	if err := c.peers[pe].ep.Fence(); err != nil {
+	if err := c.remote(routine, pe).ep.Fence(); err != nil {
 		fatal(routine, pe, err)
 	}
 	c.amoSlow(routine, pe, soff, 8, op, signal, 0, amoPost, nil)

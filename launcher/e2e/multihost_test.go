@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -224,6 +225,30 @@ func TestMultiHost(t *testing.T) {
 		}
 		if seen != 25 {
 			t.Errorf("%d reach lines, want 25; %v", seen, r)
+		}
+	})
+	t.Run("endpoints to other hosts on first use", func(t *testing.T) {
+		// At the end of Init (SHMEM_INFO prints then) PE 0 is connected to
+		// the PEs of its host, whose heaps it maps, and to no other.
+		r := run(t, []string{"SHMEM_INFO=1"}, append(flags, peProgram, "hello")...)
+		if r.code != 0 {
+			t.Fatalf("%v", r)
+		}
+		line := regexp.MustCompile(`(?m)^    PE (\d+): (.*)$`)
+		seen := 0
+		for _, m := range line.FindAllStringSubmatch(r.stdout, -1) {
+			pe, _ := strconv.Atoi(m[1])
+			seen++
+			local := hostOf(pe) == hostOf(0)
+			if mapped := strings.Contains(m[2], "heap mapped"); mapped != local {
+				t.Errorf("PE 0 reaches PE %d (%s) as %q", pe, hostOf(pe), m[2])
+			}
+			if lazy := strings.Contains(m[2], "not connected yet"); lazy == local {
+				t.Errorf("PE 0 reaches PE %d (%s) as %q", pe, hostOf(pe), m[2])
+			}
+		}
+		if seen != 5 {
+			t.Errorf("%d transport lines, want 5; %v", seen, r)
 		}
 	})
 	t.Run("tcp between hosts", func(t *testing.T) {
