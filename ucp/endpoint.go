@@ -3,6 +3,7 @@ package ucp
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,11 @@ type EPParams struct {
 	UserData   any
 	Flags      uint32
 	Name       string
+	// SockAddr, LocalSockAddr and ConnRequest make client-server
+	// endpoints (ep_sockaddr.go).
+	SockAddr      netip.AddrPort
+	LocalSockAddr netip.AddrPort
+	ConnRequest   *ConnRequest
 }
 
 // SetAddress sets the remote worker address (mandatory for this kind of
@@ -135,17 +141,39 @@ type Endpoint struct {
 	amq        amEP         // active messages (am.go)
 	queued     atomic.Int32 // its sends in the worker's send queue (proto.go)
 	thresh     atomic.Pointer[protoThresh]
+	sock       sockAddrs // of a client-server endpoint (ep_sockaddr.go)
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
 // (ucp_ep_create). It fails with ucs.ErrInvalidAddr for a malformed address
 // and ucs.ErrUnreachable when no selected transport reaches the peer.
 //
+// In place of the worker's address, params may carry a listener's socket
+// address (SetSockAddr, with EPParamsFlagClientServer), to connect as a
+// client: NewEndpoint then runs the handshake with the listener (see
+// Listener) and returns when the server's application accepted, with the
+// endpoint wired to the server's worker; it fails with ucs.ErrRejected
+// when the server rejected the client or its key does not match,
+// ucs.ErrUnreachable when the address cannot be reached, ucs.ErrTimedOut
+// or ucs.ErrConnectionReset when the server did not answer in time
+// (UCX_CS_HANDSHAKE_TIMEOUT for each step, UCX_CS_ACCEPT_TIMEOUT, 30s, for
+// the application's decision) or went away. Unlike UCX's, this call waits
+// for the server: the server's worker must be progressed by another
+// goroutine or process meanwhile. Or params may carry a connection
+// request from a listener's ConnHandler (SetConnRequest), to accept it as
+// the server: NewEndpoint wires the endpoint to the client's worker and
+// returns when the client confirmed; it fails with ucs.ErrConnectionReset
+// or ucs.ErrTimedOut when the client left or did not confirm in time.
+//
 // In the worker's multi thread mode it may be called from several
 // goroutines at once.
 func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 	if w.closed.Load() {
 		return nil, fmt.Errorf("ucp ep create: %w", errClosed)
+	}
+	if params != nil && (params.FieldMask&(EPParamFieldSockAddr|EPParamFieldConnRequest) != 0 ||
+		params.FieldMask&EPParamFieldFlags != 0 && params.Flags&EPParamsFlagClientServer != 0) {
+		return w.newSockaddrEndpoint(params)
 	}
 	if params == nil || params.FieldMask&EPParamFieldRemoteAddress == 0 {
 		return nil, fmt.Errorf("ucp ep create: remote address not set: %w", ucs.ErrInvalidParam)
@@ -154,6 +182,11 @@ func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ucp ep create: %w", err)
 	}
+	return w.newEndpointTo(params, ra)
+}
+
+// newEndpointTo creates an endpoint to the worker with address ra.
+func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress) (*Endpoint, error) {
 	ep := &Endpoint{w: w, params: *params, remoteUID: ra.uid, remoteName: ra.name}
 	if params.FieldMask&EPParamFieldErrMode == 0 {
 		ep.params.ErrMode = ErrHandlingModeNone
@@ -169,7 +202,7 @@ func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 		ep.name = fmt.Sprintf("%s->%s", w.name, ra.name)
 	}
 	ep.laneMu.Lock()
-	err = ep.wireup(ra)
+	err := ep.wireup(ra)
 	ep.laneMu.Unlock()
 	if err != nil {
 		ep.destroyLanes()
@@ -538,11 +571,15 @@ type EPAttr struct {
 	Name       string
 	RemoteName string
 	Lanes      []LaneInfo
+	// LocalSockAddr and RemoteSockAddr are, for a client-server endpoint,
+	// the two ends of the connection it was set up over (the server's
+	// listening address is the client's remote one); zero otherwise.
+	LocalSockAddr, RemoteSockAddr netip.AddrPort
 }
 
 // Query describes the endpoint and its lanes (ucp_ep_query).
 func (ep *Endpoint) Query() EPAttr {
-	a := EPAttr{Name: ep.name, RemoteName: ep.remoteName}
+	a := EPAttr{Name: ep.name, RemoteName: ep.remoteName, LocalSockAddr: ep.sock.local, RemoteSockAddr: ep.sock.remote}
 	ep.laneMu.Lock()
 	defer ep.laneMu.Unlock()
 	for _, l := range ep.lanes {
