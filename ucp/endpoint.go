@@ -182,11 +182,13 @@ func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ucp ep create: %w", err)
 	}
-	return w.newEndpointTo(params, ra)
+	return w.newEndpointTo(params, ra, "")
 }
 
-// newEndpointTo creates an endpoint to the worker with address ra.
-func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress) (*Endpoint, error) {
+// newEndpointTo creates an endpoint to the worker with address ra, with
+// network lanes only from interfaces on netDev when it is not "" (a
+// client-server endpoint's, ep_sockaddr.go).
+func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress, netDev string) (*Endpoint, error) {
 	ep := &Endpoint{w: w, params: *params, remoteUID: ra.uid, remoteName: ra.name}
 	if params.FieldMask&EPParamFieldErrMode == 0 {
 		ep.params.ErrMode = ErrHandlingModeNone
@@ -202,7 +204,7 @@ func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress) (*Endpoint, 
 		ep.name = fmt.Sprintf("%s->%s", w.name, ra.name)
 	}
 	ep.laneMu.Lock()
-	err := ep.wireup(ra)
+	err := ep.wireup(ra, netDev)
 	ep.laneMu.Unlock()
 	if err != nil {
 		ep.destroyLanes()
@@ -243,16 +245,17 @@ const (
 
 // wireup finds the candidate lanes to the remote worker: every pair of a
 // local and a remote interface of the same transport that the local one
-// reaches, ranked by the latency and overhead both sides advertise. The
+// reaches (of the local network interfaces, those on netDev, unless it is
+// ""), ranked by the latency and overhead both sides advertise. The
 // active-message lane (the best candidate that carries AMs) is connected
 // now; RMA and atomic lanes are chosen per remote key, among the candidates
 // whose memory domain registered the key's memory (Endpoint.RkeyUnpack), and
 // connected then.
-func (ep *Endpoint) wireup(ra *workerAddress) error {
+func (ep *Endpoint) wireup(ra *workerAddress, netDev string) error {
 	for i := range ra.ifaces {
 		r := &ra.ifaces[i]
 		for _, wi := range ep.w.ifaces {
-			if wi.rsc.tl.TLName != r.tlName || wi.rsc.md.comp.Name() != r.component {
+			if wi.rsc.tl.TLName != r.tlName || wi.rsc.md.comp.Name() != r.component || !onNetDev(wi, netDev) {
 				continue
 			}
 			if !wi.iface.IsReachable(r.deviceAddr, r.ifaceAddr) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
 )
 
 // SetSockAddr sets the socket address of a listener to connect to, the
@@ -112,7 +113,10 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 		}
 		return fail(fmt.Errorf("the listener requires a key (UCX_TCP_KEY or GOSHMEM_KEY), and this client has none: %w", ucs.ErrRejected))
 	}
-	req := csMsg{typ: csRequest, addr: w.address, mac: csMAC(key, 'C', hello.clientID, &hello.nonce, &ch.nonce, w.address)}
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	dev := w.csNetDev(local.Addr())
+	addr := w.csAddress(dev)
+	req := csMsg{typ: csRequest, addr: addr, mac: csMAC(key, 'C', hello.clientID, &hello.nonce, &ch.nonce, addr)}
 	if _, err := c.Write(req.encode()); err != nil {
 		return fail(csIOErr("sending the request", err))
 	}
@@ -133,7 +137,7 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 		return fail(err)
 	}
 	c.SetDeadline(time.Now().Add(hs))
-	ep, err := w.newEndpointTo(p, ra)
+	ep, err := w.newEndpointTo(p, ra, dev)
 	if err != nil {
 		return nil, err // closing c tells the server
 	}
@@ -142,7 +146,7 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 		ep.Close(CloseModeForce)
 		return fail(csIOErr("confirming", err))
 	}
-	ep.sock = sockAddrs{local: c.LocalAddr().(*net.TCPAddr).AddrPort(), remote: c.RemoteAddr().(*net.TCPAddr).AddrPort()}
+	ep.sock = sockAddrs{local: local, remote: c.RemoteAddr().(*net.TCPAddr).AddrPort()}
 	return ep, nil
 }
 
@@ -162,7 +166,8 @@ func (w *Worker) acceptConnRequest(p *EPParams) (*Endpoint, error) {
 	}
 	defer close(r.accepted)
 	defer r.c.Close()
-	ep, err := w.newEndpointTo(p, r.ra)
+	dev := w.csNetDev(r.local.Addr())
+	ep, err := w.newEndpointTo(p, r.ra, dev)
 	if err != nil {
 		r.c.SetWriteDeadline(time.Now().Add(r.l.hsTimeout))
 		r.c.Write((&csMsg{typ: csReject, reason: csReasonRefused}).encode())
@@ -170,7 +175,8 @@ func (w *Worker) acceptConnRequest(p *EPParams) (*Endpoint, error) {
 	}
 	h := &r.hello
 	r.c.SetDeadline(time.Now().Add(r.l.hsTimeout))
-	m := csMsg{typ: csAccept, addr: w.address, mac: csMAC(r.l.key, 'S', h.clientID, &h.nonce, &r.snonce, w.address)}
+	addr := w.csAddress(dev)
+	m := csMsg{typ: csAccept, addr: addr, mac: csMAC(r.l.key, 'S', h.clientID, &h.nonce, &r.snonce, addr)}
 	if _, err = r.c.Write(m.encode()); err == nil {
 		err = <-r.ready
 	}
@@ -180,6 +186,61 @@ func (w *Worker) acceptConnRequest(p *EPParams) (*Endpoint, error) {
 	}
 	ep.sock = sockAddrs{local: r.local, remote: r.client}
 	return ep, nil
+}
+
+// csNetDev returns the network device that a client-server connection
+// whose local end is ip went through, when the worker has a network
+// interface on it, or "". As UCX's client-server wireup does, the
+// endpoint's network lanes are then only on that device, on both sides:
+// the worker offers only its network interfaces on it (csAddress) and
+// connects only from them (newEndpointTo), so that neither side picks an
+// interface the other cannot reach, or be answered from (another network,
+// the other side of a network namespace).
+func (w *Worker) csNetDev(ip netip.Addr) string {
+	dev := netDevOf(ip.Unmap())
+	for _, wi := range w.ifaces {
+		if dev != "" && wi.rsc.tl.DevType == uct.DeviceTypeNet && wi.rsc.tl.DevName == dev {
+			return dev
+		}
+	}
+	return ""
+}
+
+// csAddress returns the worker's address with, of its network interfaces,
+// only those on dev (all of them when dev is "").
+func (w *Worker) csAddress(dev string) []byte {
+	if dev == "" {
+		return w.address
+	}
+	return w.packAddressOf(0, func(wi *workerIface) bool { return onNetDev(wi, dev) })
+}
+
+// onNetDev reports whether wi is not a network interface or one on dev
+// (any, for "").
+func onNetDev(wi *workerIface, dev string) bool {
+	return dev == "" || wi.rsc.tl.DevType != uct.DeviceTypeNet || wi.rsc.tl.DevName == dev
+}
+
+// netDevOf returns the name of the network interface that has ip, or "".
+func netDevOf(ip netip.Addr) string {
+	ifis, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	for _, ifi := range ifis {
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if p, ok := netip.AddrFromSlice(n.IP); ok && p.Unmap() == ip.WithZone("") {
+					return ifi.Name
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // csRejectErr is the error of a client the server refused for reason.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/netip"
 	"sync"
@@ -472,9 +473,13 @@ func (l *Listener) progress() int {
 			continue
 		}
 		ep, err := l.w.NewEndpoint(new(EPParams).SetConnRequest(r))
-		if err == nil {
-			l.params.AcceptHandler(ep, l.params.HandlerArg)
+		if err != nil {
+			// The client learns of it too (rejected, or its
+			// connection closed); the server has no one else to tell.
+			log.Printf("ucp: worker %s: listener on %v: %v", l.w.name, l.addr, err)
+			continue
 		}
+		l.params.AcceptHandler(ep, l.params.HandlerArg)
 	}
 	return n
 }

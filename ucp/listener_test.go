@@ -190,8 +190,8 @@ func TestListenerConnect(t *testing.T) {
 					t.Errorf("%s: no lanes", a.Name)
 				}
 				for _, l := range a.Lanes {
-					if l.Transport != tt.lane {
-						t.Errorf("%s: lane %+v, want %s", a.Name, l, tt.lane)
+					if l.Transport != tt.lane || (l.Transport == "tcp" && l.Device != "lo") {
+						t.Errorf("%s: lane %+v, want %s (on lo, the connection's device, for tcp)", a.Name, l, tt.lane)
 					}
 				}
 			}
@@ -330,11 +330,19 @@ func TestListenerManyClients(t *testing.T) {
 			t.Errorf("receive %d: %q, want %q", i, bufs[i], want)
 		}
 	}
-	mu.Lock()
-	if len(eps) != n {
-		t.Errorf("%d endpoints accepted, want %d", len(eps), n)
+	// The server's accepts return after their clients' confirmation,
+	// which may be after the clients' messages came.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		got := len(eps)
+		mu.Unlock()
+		if got == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d endpoints accepted after 30 s, want %d", got, n)
+		}
 	}
-	mu.Unlock()
 }
 
 // TestListenerReject rejects a client, which fails with ucs.ErrRejected,

@@ -367,12 +367,20 @@ func (w *Worker) idle() { w.Idle() }
 // WorkerAddressFlagNetOnly only those on network devices (see
 // Worker.QueryAttr).
 func (w *Worker) packAddress(flags uint32) []byte {
+	return w.packAddressOf(flags, nil)
+}
+
+// packAddressOf is packAddress of the interfaces keep accepts (nil: all).
+func (w *Worker) packAddressOf(flags uint32, keep func(*workerIface) bool) []byte {
 	a := workerAddress{uid: w.uid, name: w.name}
 	if flags&WorkerAddressFlagNetOnly != 0 {
 		a.flags |= addrFlagNetOnly
 	}
 	for _, wi := range w.ifaces {
 		if flags&WorkerAddressFlagNetOnly != 0 && wi.rsc.tl.DevType != uct.DeviceTypeNet {
+			continue
+		}
+		if keep != nil && !keep(wi) {
 			continue
 		}
 		at := wi.attr
