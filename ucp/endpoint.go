@@ -161,9 +161,12 @@ type Endpoint struct {
 // for the server: the server's worker must be progressed by another
 // goroutine or process meanwhile. Or params may carry a connection
 // request from a listener's ConnHandler (SetConnRequest), to accept it as
-// the server: NewEndpoint wires the endpoint to the client's worker and
-// returns when the client confirmed; it fails with ucs.ErrConnectionReset
-// or ucs.ErrTimedOut when the client left or did not confirm in time.
+// the server: NewEndpoint wires the endpoint to the client's worker, sends
+// the server's address and returns; it fails with ucs.ErrConnectionReset
+// when the client left. When the client then does not confirm within the
+// handshake timeout (it left, or could not connect its side), an endpoint
+// in error mode PEER fails, as on the loss of any peer, with
+// ucs.ErrConnectionReset or ucs.ErrTimedOut.
 //
 // In the worker's multi thread mode it may be called from several
 // goroutines at once.

@@ -151,38 +151,37 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 }
 
 // acceptConnRequest accepts a connection request: it wires the endpoint to
-// the client's worker address, sends the server's, and waits for the
-// client's confirmation.
+// the client's worker address and sends the server's. The listener's
+// goroutine of the request waits for the client's confirmation (see
+// Listener.serve), so that a slow client does not hold up the caller,
+// which is often Progress.
 func (w *Worker) acceptConnRequest(p *EPParams) (*Endpoint, error) {
 	r := p.ConnRequest
 	if r == nil || r.l.w != w {
 		return nil, fmt.Errorf("ucp ep create: connection request of another worker: %w", ucs.ErrInvalidParam)
 	}
-	fail := func(err error) (*Endpoint, error) {
+	if err := r.take(); err != nil {
 		return nil, fmt.Errorf("ucp ep create: accept %v: %w", r.client, err)
 	}
-	if err := r.take(); err != nil {
-		return fail(err)
-	}
-	defer close(r.accepted)
-	defer r.c.Close()
+	var ep *Endpoint
+	defer func() { r.accepted <- ep }()
 	dev := w.csNetDev(r.local.Addr())
 	ep, err := w.newEndpointTo(p, r.ra, dev)
+	deadline := time.Now().Add(r.l.hsTimeout)
+	r.c.SetWriteDeadline(deadline)
 	if err != nil {
-		r.c.SetWriteDeadline(time.Now().Add(r.l.hsTimeout))
 		r.c.Write((&csMsg{typ: csReject, reason: csReasonRefused}).encode())
 		return nil, err
 	}
+	// The listener's goroutine reads the confirmation: bound its wait.
+	r.c.SetReadDeadline(deadline)
 	h := &r.hello
-	r.c.SetDeadline(time.Now().Add(r.l.hsTimeout))
 	addr := w.csAddress(dev)
 	m := csMsg{typ: csAccept, addr: addr, mac: csMAC(r.l.key, 'S', h.clientID, &h.nonce, &r.snonce, addr)}
-	if _, err = r.c.Write(m.encode()); err == nil {
-		err = <-r.ready
-	}
-	if err != nil {
+	if _, err = r.c.Write(m.encode()); err != nil {
 		ep.Close(CloseModeForce)
-		return fail(csIOErr("waiting for the client's confirmation", err))
+		ep = nil
+		return nil, fmt.Errorf("ucp ep create: accept %v: %w", r.client, csIOErr("sending the acceptance", err))
 	}
 	ep.sock = sockAddrs{local: r.local, remote: r.client}
 	return ep, nil

@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -154,16 +155,18 @@ const (
 // (ucp_conn_request_h), which the application accepts by creating an
 // endpoint from it or refuses with Listener.Reject, once.
 type ConnRequest struct {
-	l        *Listener
-	c        net.Conn
-	client   netip.AddrPort
-	local    netip.AddrPort
-	hello    csMsg
-	snonce   [csNonceLen]byte
-	ra       *workerAddress
-	state    atomic.Int32
-	ready    chan error // the client's confirmation after csAccept
-	accepted chan struct{}
+	l      *Listener
+	c      net.Conn
+	client netip.AddrPort
+	local  netip.AddrPort
+	hello  csMsg
+	snonce [csNonceLen]byte
+	ra     *workerAddress
+	state  atomic.Int32
+	// accepted receives, from the accept or reject that took the
+	// request, once it answered the client, the endpoint it made (nil
+	// for none).
+	accepted chan *Endpoint
 }
 
 // ConnRequestAttr describes a connection request (ucp_conn_request_attr_t).
@@ -318,7 +321,7 @@ func (l *Listener) Reject(req *ConnRequest) error {
 	req.c.SetWriteDeadline(time.Now().Add(l.hsTimeout))
 	_, err := req.c.Write((&csMsg{typ: csReject, reason: csReasonRefused}).encode())
 	req.c.Close()
-	close(req.accepted)
+	req.accepted <- nil
 	if err != nil {
 		return fmt.Errorf("ucp listener reject %v: %w: %w", req.client, err, ucs.ErrConnectionReset)
 	}
@@ -349,7 +352,7 @@ func (l *Listener) acceptLoop() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		req := &ConnRequest{l: l, c: c, ready: make(chan error, 1), accepted: make(chan struct{})}
+		req := &ConnRequest{l: l, c: c, accepted: make(chan *Endpoint, 1)}
 		req.client = c.RemoteAddr().(*net.TCPAddr).AddrPort()
 		req.local = c.LocalAddr().(*net.TCPAddr).AddrPort()
 		if !l.track(req) {
@@ -418,22 +421,34 @@ func (l *Listener) serve(r *ConnRequest) {
 	if !l.enqueue(r) {
 		return
 	}
-	// The next message is the client's confirmation of an accept; until
-	// then a read that ends means the client left (or was rejected, or
-	// the listener closed).
+	// The next message is the client's confirmation of an accept; one
+	// before the application took the request means that the client left
+	// (or misbehaved, or the listener closed).
 	m, err := readCSMsg(r.c, csReady)
 	if err == nil {
 		if want := csMAC(l.key, 'D', hello.clientID, &hello.nonce, &snonce, nil); !macEqual(want, m.mac) {
 			err = errCSAuth
 		}
 	}
-	if err != nil && r.state.CompareAndSwap(reqPending, reqGone) {
+	if r.state.CompareAndSwap(reqPending, reqGone) {
 		return
 	}
-	r.ready <- err
-	// The accept (or reject) that took the request closes the connection
-	// when done with it.
-	<-r.accepted
+	ep := <-r.accepted
+	if err == nil || ep == nil {
+		return
+	}
+	// The client did not confirm: it left, or could not wire its side.
+	// The endpoint fails as on any loss of its peer.
+	st := ucs.ErrConnectionReset
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		st = ucs.ErrTimedOut
+	case errors.Is(err, ucs.ErrRejected):
+		st = ucs.ErrRejected
+	}
+	if ep.params.ErrMode == ErrHandlingModePeer {
+		ep.setFailed(st)
+	}
 }
 
 // enqueue queues an authenticated request for the handler.

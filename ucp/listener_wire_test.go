@@ -149,8 +149,9 @@ func TestListenerBadClients(t *testing.T) {
 }
 
 // TestListenerClientDies ends a client at every stage of the handshake:
-// the server's side ends with a clear error, the listener stays usable,
-// and the worker keeps no endpoint of it.
+// the server's side ends with a clear error (the accept's, or the
+// endpoint's failure in error mode PEER when the client does not confirm),
+// the listener stays usable, and the worker keeps no endpoint of it.
 func TestListenerClientDies(t *testing.T) {
 	setKey(t, 0)
 	c := newCSContext(t, "posix")
@@ -166,27 +167,26 @@ func TestListenerClientDies(t *testing.T) {
 		stop(r)
 		r.c.Close()
 	}
+	readAccept := func(r *rawClient) {
+		if _, err := readCSMsg(r.c, csAccept); err != nil {
+			t.Errorf("accept: %v", err)
+		}
+	}
 	for _, tt := range []struct {
 		name string
-		// after runs once the application has the request, until the
-		// client stops.
-		after func(r *rawClient)
-		want  error
+		// before runs once the application has the request, after once
+		// it accepted it.
+		before, after func(r *rawClient)
+		want          error
+		// alt is also right when the accept may take the request before
+		// the listener read what the client did.
+		alt error
 	}{
-		{"after its request", func(r *rawClient) { r.c.Close() }, ucs.ErrConnectionReset},
-		{"after the accept", func(r *rawClient) {
-			if _, err := readCSMsg(r.c, csAccept); err != nil {
-				t.Errorf("accept: %v", err)
-			}
-			r.c.Close()
-		}, ucs.ErrConnectionReset},
-		{"silent after the accept", func(r *rawClient) {}, ucs.ErrTimedOut},
-		{"forged confirmation", func(r *rawClient) {
-			if _, err := readCSMsg(r.c, csAccept); err != nil {
-				t.Errorf("accept: %v", err)
-			}
-			r.write((&csMsg{typ: csReady}).encode())
-		}, ucs.ErrRejected},
+		{"after its request", func(r *rawClient) { r.c.Close() }, func(r *rawClient) {}, ucs.ErrConnectionReset, nil},
+		{"after the accept", func(r *rawClient) {}, func(r *rawClient) { readAccept(r); r.c.Close() }, ucs.ErrConnectionReset, nil},
+		{"silent after the accept", func(r *rawClient) {}, func(r *rawClient) {}, ucs.ErrTimedOut, nil},
+		{"confirms too early", func(r *rawClient) { r.write((&csMsg{typ: csReady}).encode()) }, func(r *rawClient) {}, ucs.ErrConnectionReset, ucs.ErrRejected},
+		{"forged confirmation", func(r *rawClient) {}, func(r *rawClient) { readAccept(r); r.write((&csMsg{typ: csReady}).encode()) }, ucs.ErrRejected, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := dialRaw(t, s.addr)
@@ -197,24 +197,32 @@ func TestListenerClientDies(t *testing.T) {
 			if q := req.Query(); q.ClientID != 7 {
 				t.Errorf("client id %d, want 7", q.ClientID)
 			}
-			done := make(chan struct{})
-			go func() { defer close(done); tt.after(r) }()
-			if tt.name == "after its request" {
-				<-done
-			}
+			tt.before(r)
 			s.w.epMu.Lock()
 			before := len(s.w.eps)
 			s.w.epMu.Unlock()
-			ep, err := s.w.NewEndpoint(new(EPParams).SetConnRequest(req))
-			<-done
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("accept: %v (endpoint %v), want %v", err, ep != nil, tt.want)
+			failed := make(chan error, 1)
+			ep, err := s.w.NewEndpoint(new(EPParams).SetConnRequest(req).SetErrMode(ErrHandlingModePeer).
+				SetErrHandler(func(_ any, ep *Endpoint, st error) { failed <- st }))
+			if err == nil {
+				tt.after(r)
+				select {
+				case err = <-failed:
+				case <-time.After(20 * time.Second):
+					t.Fatal("the accepted endpoint did not fail in 20 s")
+				}
+				ep.Close(CloseModeForce)
+			}
+			// A client that left before the accept may be seen to leave
+			// by the accept or, once it was accepted, by the listener.
+			if !errors.Is(err, tt.want) && (tt.alt == nil || !errors.Is(err, tt.alt)) {
+				t.Fatalf("server side: %v, want %v", err, tt.want)
 			}
 			s.w.epMu.Lock()
 			after := len(s.w.eps)
 			s.w.epMu.Unlock()
 			if after != before {
-				t.Errorf("the worker has %d endpoints after the failed accept, %d before", after, before)
+				t.Errorf("the worker has %d endpoints after the failure, %d before", after, before)
 			}
 		})
 	}
