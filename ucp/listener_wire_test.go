@@ -8,6 +8,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -363,4 +366,104 @@ func FuzzListenerHandshake(f *testing.F) {
 			t.Fatalf("%x passed the handshake without the server's nonce", b)
 		}
 	})
+}
+
+// TestListenerSlowClient keeps a client that never confirms its accept
+// beside a good one: the listener's accept handler (which runs from the
+// server's Progress) does not wait for the slow one, so the good one is
+// served long before the slow one's handshake timeout (10 minutes here).
+func TestListenerSlowClient(t *testing.T) {
+	setKey(t, 0)
+	c := newCSContext(t, "posix")
+	accepted := make(chan *Endpoint, 2)
+	s := startCSServer(t, c, new(ListenerParams).SetSockAddr(loopback4).SetHandshakeTimeout(10*time.Minute).
+		SetAcceptHandler(func(ep *Endpoint, _ any) { accepted <- ep }, nil))
+	cw := newWorker(t, c)
+	slow := dialRaw(t, s.addr)
+	slow.sendHello()
+	slow.readChallenge()
+	slow.write(slow.request(cw.address).encode())
+	if _, err := readCSMsg(slow.c, csAccept); err != nil {
+		t.Fatalf("the slow client's accept: %v", err)
+	}
+	if r := result(t, dial(cw, s.addr, nil)); r.err != nil {
+		t.Fatalf("the good client: %v", r.err)
+	}
+	for range 2 {
+		(<-accepted).Close(CloseModeForce)
+	}
+}
+
+// TestListenerDestroy destroys a listener with clients in every state,
+// and a worker with a live listener: their goroutines end and their
+// descriptors are closed.
+func TestListenerDestroy(t *testing.T) {
+	setKey(t, 0)
+	c := newCSContext(t, "posix")
+	cw := newWorker(t, c)
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skipf("cannot count descriptors: %v", err)
+		}
+		return len(ents)
+	}
+	listenerStacks := func() string {
+		buf := make([]byte, 1<<20)
+		var found []string
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "ucp.(*Listener)") {
+				found = append(found, g)
+			}
+		}
+		return strings.Join(found, "\n\n")
+	}
+	for _, how := range []string{"Listener.Destroy", "Worker.Destroy"} {
+		t.Run(how, func(t *testing.T) {
+			sw, err := c.NewWorker(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sw.Destroy()
+			var reqs []*ConnRequest
+			l, err := sw.NewListener(new(ListenerParams).SetSockAddr(loopback4).
+				SetConnHandler(func(r *ConnRequest, _ any) { reqs = append(reqs, r) }, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Query().SockAddr
+			before := fds()
+			silent := dialRaw(t, addr)
+			pending := dialRaw(t, addr)
+			pending.sendHello()
+			pending.readChallenge()
+			pending.write(pending.request(cw.address).encode())
+			for len(reqs) == 0 {
+				sw.Progress()
+			}
+			if how == "Listener.Destroy" {
+				l.Destroy()
+			} else {
+				sw.Destroy()
+			}
+			for _, r := range []*rawClient{silent, pending} {
+				if !r.closed() {
+					t.Error("a client connection stayed open")
+				}
+				r.c.Close()
+			}
+			if n := fds(); n > before {
+				t.Errorf("%d descriptors open after %s, %d before the clients came", n, how, before)
+			}
+			if g := listenerStacks(); g != "" {
+				t.Errorf("listener goroutines after %s:\n%s", how, g)
+			}
+			if _, err := sw.NewEndpoint(new(EPParams).SetConnRequest(reqs[0])); err == nil {
+				t.Error("accepted a request of a destroyed listener")
+			}
+			if _, err := net.Dial("tcp", addr.String()); err == nil {
+				t.Errorf("%v still accepts connections", addr)
+			}
+		})
+	}
 }
