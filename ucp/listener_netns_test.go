@@ -2,14 +2,14 @@ package ucp
 
 import (
 	"bufio"
-	"crypto/rand"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goshmem/goshmem/internal/nstest"
 )
 
 // csServerEnv makes the test binary a client-server test's server process
@@ -77,80 +77,15 @@ func runCSServerProcess(sa netip.AddrPort) error {
 	}
 }
 
-// nsHost is a network, IPC, UTS and mount namespace with its own /dev/shm
-// (another host, as far as goshmem can tell), joined to this one by a veth
-// pair, held by a sleeping process.
-type nsHost struct {
-	pid      int
-	ip, peer netip.Addr // its address, and this host's on the pair
-}
-
-// newNSHost makes a namespace host, or skips the test saying why it
-// cannot; the host goes away when the test ends.
-func newNSHost(t *testing.T) *nsHost {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("not root: making namespaces and veth pairs needs root")
-	}
-	for _, c := range []string{"ip", "unshare", "nsenter", "mount", "hostname"} {
-		if _, err := exec.LookPath(c); err != nil {
-			t.Skipf("%s is not installed (iproute2, util-linux)", c)
-		}
-	}
-	var rnd [2]byte
-	rand.Read(rnd[:])
-	id := fmt.Sprintf("%02x%02x", rnd[0], rnd[1])
-	holder := exec.Command("unshare", "--net", "--ipc", "--uts", "--mount", "--propagation", "private", "--",
-		"sh", "-c", "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && hostname gscs"+id+
-			" && ip link set lo up && echo ready && exec sleep 100000")
-	out, err := holder.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Start(); err != nil {
-		t.Skipf("cannot make namespaces: %v", err)
-	}
-	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
-	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "ready" {
-		t.Skipf("cannot make namespaces (unshare said %q)", line)
-	}
-	h := &nsHost{pid: holder.Process.Pid}
-	subnet := fmt.Sprintf("10.%d.%d", 100+int(rnd[0])%100, rnd[1])
-	h.peer, h.ip = netip.MustParseAddr(subnet+".1"), netip.MustParseAddr(subnet+".2")
-	outer, inner := "gscs"+id+"a", "gscs"+id+"b"
-	if out, err := exec.Command("ip", "link", "add", outer, "type", "veth", "peer", "name", inner).CombinedOutput(); err != nil {
-		t.Skipf("cannot make a veth pair (%v: %s)", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { exec.Command("ip", "link", "del", outer).Run() })
-	ns := []string{"nsenter", "-t", fmt.Sprint(h.pid), "-n"}
-	for _, cmd := range [][]string{
-		{"ip", "link", "set", inner, "netns", fmt.Sprint(h.pid)},
-		{"ip", "addr", "add", h.peer.String() + "/24", "dev", outer},
-		{"ip", "link", "set", outer, "up"},
-		append(ns, "ip", "addr", "add", h.ip.String()+"/24", "dev", inner),
-		append(ns, "ip", "link", "set", inner, "up"),
-	} {
-		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%q: %v: %s", cmd, err, out)
-		}
-	}
-	return h
-}
-
-// command returns a command that runs in the host's namespaces.
-func (h *nsHost) command(name string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"-t", fmt.Sprint(h.pid), "-n", "-i", "-u", "-m", "--", name}, args...)...)
-}
-
 // TestListenerNetns connects to a server in another network namespace (and
 // IPC, UTS and mount namespace: another host): the handshake crosses the
 // veth pair, the lanes are tcp, and tagged messages go both ways.
 func TestListenerNetns(t *testing.T) {
-	h := newNSHost(t)
+	h := nstest.New(t)
 	t.Setenv("GOSHMEM_KEY", testJobKey)
 	t.Setenv("UCX_TCP_KEY", "")
-	srv := h.command(os.Args[0], "-test.run=^TestListenerServerProcess$")
-	srv.Env = append(os.Environ(), csServerEnv+"="+netip.AddrPortFrom(h.ip, 0).String())
+	srv := h.Command(os.Args[0], "-test.run=^TestListenerServerProcess$")
+	srv.Env = append(os.Environ(), csServerEnv+"="+netip.AddrPortFrom(h.IP, 0).String())
 	var serr strings.Builder
 	srv.Stderr = &serr
 	out, err := srv.StdoutPipe()
@@ -185,8 +120,8 @@ func TestListenerNetns(t *testing.T) {
 		t.Fatalf("connect to %v: %v\nserver: %s", addr, r.err, serr.String())
 	}
 	a := r.ep.Query()
-	if a.RemoteSockAddr != addr || a.LocalSockAddr.Addr() != h.peer {
-		t.Errorf("connection %v -> %v, want %v -> %v", a.LocalSockAddr, a.RemoteSockAddr, h.peer, addr)
+	if a.RemoteSockAddr != addr || a.LocalSockAddr.Addr() != h.PeerIP {
+		t.Errorf("connection %v -> %v, want %v -> %v", a.LocalSockAddr, a.RemoteSockAddr, h.PeerIP, addr)
 	}
 	for _, l := range a.Lanes {
 		if l.Transport != "tcp" {

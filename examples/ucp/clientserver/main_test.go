@@ -7,18 +7,21 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/nstest"
 	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/launcher"
 )
 
 // TestClientServer runs a server and four clients at once over loopback,
-// over shared memory and over tcp (with a key they share): every client
+// over shared memory and over tcp (with a key they share), and with the
+// server on another host (namespaces, see nstest) over tcp: every client
 // runs its tag and am rounds on lanes of that transport, the server serves
 // all of them and exits, and nothing stays in /dev/shm.
 func TestClientServer(t *testing.T) {
@@ -31,12 +34,25 @@ func TestClientServer(t *testing.T) {
 	rand.Read(k)
 	key := "GOSHMEM_KEY=" + base64.StdEncoding.EncodeToString(k)
 	const clients = 4
-	for _, tt := range []struct{ tls, lane string }{{"sm", "posix"}, {"tcp", "tcp"}} {
-		t.Run(tt.tls, func(t *testing.T) {
+	for _, tt := range []struct {
+		name, tls, lane string
+		otherHost       bool
+	}{
+		{"sm", "sm", "posix", false},
+		{"tcp", "tcp", "tcp", false},
+		{"other host", "sm,tcp", "tcp", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			env := append(os.Environ(), "UCX_TLS="+tt.tls, key)
-			server := exec.CommandContext(ctx, bin, "-listen", "127.0.0.1:0", "-clients", fmt.Sprint(clients))
+			args := []string{"-listen", "127.0.0.1:0", "-clients", fmt.Sprint(clients)}
+			server := exec.CommandContext(ctx, bin, args...)
+			if tt.otherHost {
+				h := nstest.New(t)
+				args[1] = netip.AddrPortFrom(h.IP, 0).String()
+				server = h.CommandContext(ctx, bin, args...)
+			}
 			server.Env = env
 			var serr bytes.Buffer
 			server.Stderr = &serr
