@@ -380,11 +380,12 @@ func (l *Listener) track(r *ConnRequest) bool {
 	return true
 }
 
-// refuseBusy tells a client the listener is busy, without waiting for it,
-// and closes its connection.
+// refuseBusy tells a client the listener is busy and closes its
+// connection. The few bytes fit the new socket's buffer: the write does not
+// wait for the client, and its deadline only bounds the unexpected.
 func (l *Listener) refuseBusy(c net.Conn) {
-	c.SetWriteDeadline(time.Now())
-	c.Write((&csMsg{typ: csReject, reason: csReasonBusy}).encode()) // fits the socket buffer
+	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	c.Write((&csMsg{typ: csReject, reason: csReasonBusy}).encode())
 	c.Close()
 }
 

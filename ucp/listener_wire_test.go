@@ -467,3 +467,30 @@ func TestListenerDestroy(t *testing.T) {
 		})
 	}
 }
+
+// TestListenerBusy fills every handshake slot with silent clients: the next
+// client is refused as busy, and served once a slot is free.
+func TestListenerBusy(t *testing.T) {
+	setKey(t, 0)
+	c := newCSContext(t, "posix")
+	s := startCSServer(t, c, new(ListenerParams).SetSockAddr(loopback4).SetHandshakeTimeout(10*time.Minute))
+	cw := newWorker(t, c)
+	silent := make([]*rawClient, maxHandshakes)
+	for i := range silent {
+		silent[i] = dialRaw(t, s.addr)
+	}
+	waitSlots := func(cond func(n int) bool) {
+		for deadline := time.Now().Add(20 * time.Second); !cond(len(s.l.hsSem)); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d handshakes after 20 s", len(s.l.hsSem))
+			}
+		}
+	}
+	waitSlots(func(n int) bool { return n == maxHandshakes })
+	if r := result(t, dial(cw, s.addr, nil)); !errors.Is(r.err, ucs.ErrBusy) {
+		t.Fatalf("client of a full listener: %v, want ucs.ErrBusy", r.err)
+	}
+	silent[0].c.Close()
+	waitSlots(func(n int) bool { return n < maxHandshakes })
+	s.acceptNext(t, dial(cw, s.addr, nil))
+}
