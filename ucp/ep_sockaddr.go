@@ -78,10 +78,7 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 	if err != nil {
 		return fail(err)
 	}
-	hs, acceptTO, err := w.ctx.csTimeouts()
-	if err != nil {
-		return fail(err)
-	}
+	hs, acceptTO := w.ctx.csHandshake, w.ctx.csAccept
 	d := net.Dialer{Timeout: hs}
 	if p.FieldMask&EPParamFieldLocalSockAddr != 0 {
 		d.LocalAddr = net.TCPAddrFromAddrPort(p.LocalSockAddr)

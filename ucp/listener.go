@@ -97,7 +97,7 @@ func (p *ListenerParams) SetFlags(f uint32) *ListenerParams {
 // SetHandshakeTimeout sets the time a client has, from its connection to
 // its authenticated request, and again from the acceptance to its
 // confirmation, before the listener drops it (default
-// UCX_CS_HANDSHAKE_TIMEOUT, 5s).
+// UCX_CS_HANDSHAKE_TIMEOUT of the context, 5s).
 func (p *ListenerParams) SetHandshakeTimeout(d time.Duration) *ListenerParams {
 	p.HandshakeTimeout, p.FieldMask = d, p.FieldMask|ListenerParamFieldHandshakeTimeout
 	return p
@@ -190,16 +190,10 @@ type ListenerAttr struct {
 	SockAddr netip.AddrPort
 }
 
-// csConfigTable is the client-server configuration, read under the
-// context's prefix (UCX_).
-var csConfigTable = []ucs.ConfigField{
-	{Name: "CS_HANDSHAKE_TIMEOUT", Default: "5s", Doc: "Time a client-server handshake step may take before the connection is dropped"},
-	{Name: "CS_ACCEPT_TIMEOUT", Default: "30s", Doc: "Time a client waits for the server application to accept or reject its connection"},
-}
-
-// csTimeouts returns the configured handshake and accept timeouts.
-func (c *Context) csTimeouts() (hs, accept time.Duration, err error) {
-	cfg := ucs.ReadConfig(c.config.Prefix(), csConfigTable)
+// csTimeouts parses the client-server timeouts of a context
+// configuration: UCX_CS_HANDSHAKE_TIMEOUT and UCX_CS_ACCEPT_TIMEOUT,
+// positive durations.
+func csTimeouts(cfg *ucs.Config) (hs, accept time.Duration, err error) {
 	get := func(name string) (time.Duration, error) {
 		s := cfg.Get(name)
 		d, err := ucs.ParseDuration(s)
@@ -209,10 +203,10 @@ func (c *Context) csTimeouts() (hs, accept time.Duration, err error) {
 		return d, nil
 	}
 	if hs, err = get("CS_HANDSHAKE_TIMEOUT"); err != nil {
-		return
+		return 0, 0, err
 	}
 	accept, err = get("CS_ACCEPT_TIMEOUT")
-	return
+	return hs, accept, err
 }
 
 // NewListener listens on params' socket address (ucp_listener_create).
@@ -251,10 +245,7 @@ func (w *Worker) NewListener(params *ListenerParams) (*Listener, error) {
 	if !keyed && !sa.Addr().IsLoopback() && flags&ListenerFlagAllowUnauthenticated == 0 {
 		return bad("no key is configured (UCX_TCP_KEY or GOSHMEM_KEY), so %v, which is not loopback, needs ListenerFlagAllowUnauthenticated", sa)
 	}
-	hs, _, err := w.ctx.csTimeouts()
-	if err != nil {
-		return nil, fmt.Errorf("ucp listener create: %w", err)
-	}
+	hs := w.ctx.csHandshake
 	if params.FieldMask&ListenerParamFieldHandshakeTimeout != 0 {
 		if hs = params.HandshakeTimeout; hs <= 0 {
 			return bad("handshake timeout %v", hs)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -445,6 +446,22 @@ func TestListenerParams(t *testing.T) {
 		if l != nil {
 			l.Destroy()
 			l.Destroy()
+		}
+	}
+	for _, v := range []string{"CS_HANDSHAKE_TIMEOUT=0", "CS_ACCEPT_TIMEOUT=soon", "CS_HANDSHAKE_TIMEOUT=-1s"} {
+		cfg, err := ReadConfig("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, val, _ := strings.Cut(v, "=")
+		if err := cfg.Modify(name, val); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := Init(new(Params).SetFeatures(FeatureTag), cfg); !errors.Is(err, ucs.ErrInvalidParam) {
+			t.Errorf("Init with UCX_%s: %v, want ucs.ErrInvalidParam", v, err)
+			if c != nil {
+				c.Cleanup()
+			}
 		}
 	}
 	// The port of a live listener is busy.
