@@ -438,6 +438,7 @@ func TestListenerParams(t *testing.T) {
 		{"unauthenticated, all addresses", new(ListenerParams).SetSockAddr(any4).SetConnHandler(h, nil), ucs.ErrInvalidParam},
 		{"unauthenticated, all addresses, allowed", new(ListenerParams).SetSockAddr(any4).SetConnHandler(h, nil).SetFlags(ListenerFlagAllowUnauthenticated), nil},
 		{"loopback", new(ListenerParams).SetSockAddr(loopback4).SetConnHandler(h, nil), nil},
+		{"IPv4-mapped loopback", new(ListenerParams).SetSockAddr(netip.MustParseAddrPort("[::ffff:127.0.0.1]:0")).SetConnHandler(h, nil), nil},
 	} {
 		l, err := w.NewListener(tt.p)
 		if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
