@@ -171,6 +171,8 @@ var configTable = []ucs.ConfigField{
 	{Name: "NUM_PPN", Default: "auto", Doc: "Expected number of processes per node; overrides estimated_num_ppn"},
 	{Name: "LOCAL_NODE_ID", Default: "auto", Doc: "Node-local id of the process; overrides node_local_id"},
 	{Name: "KEEPALIVE_INTERVAL", Default: "20s", Doc: "How often a worker checks that the peers of its endpoints in error mode PEER live, on transports that can tell (shared memory); inf or 0 turns it off"},
+	{Name: "CS_HANDSHAKE_TIMEOUT", Default: "5s", Doc: "Time each step of a client-server handshake may take (a listener drops a client that is slower; a client gives up on a server that is)"},
+	{Name: "CS_ACCEPT_TIMEOUT", Default: "30s", Doc: "Time a client waits for the server application to accept or reject its connection"},
 }
 
 // Config is the configuration of a context, read from UCX_* variables
@@ -228,9 +230,12 @@ type Context struct {
 	mappedMu  sync.RWMutex
 	mapped    []*MemHandle
 	keepalive time.Duration // UCX_KEEPALIVE_INTERVAL; 0: off
-	allocPrio []string
-	regions   sync.Map // software RMA token -> *MemHandle
-	closed    atomic.Bool
+	// csHandshake and csAccept are UCX_CS_HANDSHAKE_TIMEOUT and
+	// UCX_CS_ACCEPT_TIMEOUT (listener.go).
+	csHandshake, csAccept time.Duration
+	allocPrio             []string
+	regions               sync.Map // software RMA token -> *MemHandle
+	closed                atomic.Bool
 }
 
 var contextCount atomic.Int64
@@ -339,6 +344,9 @@ func (c *Context) applyConfig() error {
 		return fmt.Errorf("ucp init: UCX_KEEPALIVE_INTERVAL: %w", err)
 	}
 	c.keepalive = ka
+	if c.csHandshake, c.csAccept, err = csTimeouts(cfg.Config); err != nil {
+		return fmt.Errorf("ucp init: %w", err)
+	}
 	for _, m := range strings.Split(cfg.Get("ALLOC_PRIO"), ",") {
 		if m = strings.TrimSpace(m); m != "" {
 			if m != "mmap" && m != "heap" && !strings.HasPrefix(m, "md:") {

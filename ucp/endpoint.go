@@ -3,6 +3,7 @@ package ucp
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,11 @@ type EPParams struct {
 	UserData   any
 	Flags      uint32
 	Name       string
+	// SockAddr, LocalSockAddr and ConnRequest make client-server
+	// endpoints (ep_sockaddr.go).
+	SockAddr      netip.AddrPort
+	LocalSockAddr netip.AddrPort
+	ConnRequest   *ConnRequest
 }
 
 // SetAddress sets the remote worker address (mandatory for this kind of
@@ -135,17 +141,42 @@ type Endpoint struct {
 	amq        amEP         // active messages (am.go)
 	queued     atomic.Int32 // its sends in the worker's send queue (proto.go)
 	thresh     atomic.Pointer[protoThresh]
+	sock       sockAddrs // of a client-server endpoint (ep_sockaddr.go)
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
 // (ucp_ep_create). It fails with ucs.ErrInvalidAddr for a malformed address
 // and ucs.ErrUnreachable when no selected transport reaches the peer.
 //
+// In place of the worker's address, params may carry a listener's socket
+// address (SetSockAddr, with EPParamsFlagClientServer), to connect as a
+// client: NewEndpoint then runs the handshake with the listener (see
+// Listener) and returns when the server's application accepted, with the
+// endpoint wired to the server's worker; it fails with ucs.ErrRejected
+// when the server rejected the client or its key does not match,
+// ucs.ErrUnreachable when the address cannot be reached, ucs.ErrTimedOut
+// or ucs.ErrConnectionReset when the server did not answer in time
+// (UCX_CS_HANDSHAKE_TIMEOUT for each step, UCX_CS_ACCEPT_TIMEOUT, 30s, for
+// the application's decision) or went away. Unlike UCX's, this call waits
+// for the server: the server's worker must be progressed by another
+// goroutine or process meanwhile. Or params may carry a connection
+// request from a listener's ConnHandler (SetConnRequest), to accept it as
+// the server: NewEndpoint wires the endpoint to the client's worker, sends
+// the server's address and returns; it fails with ucs.ErrConnectionReset
+// when the client left. When the client then does not confirm within the
+// handshake timeout (it left, or could not connect its side), an endpoint
+// in error mode PEER fails, as on the loss of any peer, with
+// ucs.ErrConnectionReset or ucs.ErrTimedOut.
+//
 // In the worker's multi thread mode it may be called from several
 // goroutines at once.
 func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 	if w.closed.Load() {
 		return nil, fmt.Errorf("ucp ep create: %w", errClosed)
+	}
+	if params != nil && (params.FieldMask&(EPParamFieldSockAddr|EPParamFieldConnRequest) != 0 ||
+		params.FieldMask&EPParamFieldFlags != 0 && params.Flags&EPParamsFlagClientServer != 0) {
+		return w.newSockaddrEndpoint(params)
 	}
 	if params == nil || params.FieldMask&EPParamFieldRemoteAddress == 0 {
 		return nil, fmt.Errorf("ucp ep create: remote address not set: %w", ucs.ErrInvalidParam)
@@ -154,6 +185,13 @@ func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ucp ep create: %w", err)
 	}
+	return w.newEndpointTo(params, ra, "")
+}
+
+// newEndpointTo creates an endpoint to the worker with address ra, with
+// network lanes only from interfaces on netDev when it is not "" (a
+// client-server endpoint's, ep_sockaddr.go).
+func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress, netDev string) (*Endpoint, error) {
 	ep := &Endpoint{w: w, params: *params, remoteUID: ra.uid, remoteName: ra.name}
 	if params.FieldMask&EPParamFieldErrMode == 0 {
 		ep.params.ErrMode = ErrHandlingModeNone
@@ -169,7 +207,7 @@ func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 		ep.name = fmt.Sprintf("%s->%s", w.name, ra.name)
 	}
 	ep.laneMu.Lock()
-	err = ep.wireup(ra)
+	err := ep.wireup(ra, netDev)
 	ep.laneMu.Unlock()
 	if err != nil {
 		ep.destroyLanes()
@@ -210,16 +248,17 @@ const (
 
 // wireup finds the candidate lanes to the remote worker: every pair of a
 // local and a remote interface of the same transport that the local one
-// reaches, ranked by the latency and overhead both sides advertise. The
+// reaches (of the local network interfaces, those on netDev, unless it is
+// ""), ranked by the latency and overhead both sides advertise. The
 // active-message lane (the best candidate that carries AMs) is connected
 // now; RMA and atomic lanes are chosen per remote key, among the candidates
 // whose memory domain registered the key's memory (Endpoint.RkeyUnpack), and
 // connected then.
-func (ep *Endpoint) wireup(ra *workerAddress) error {
+func (ep *Endpoint) wireup(ra *workerAddress, netDev string) error {
 	for i := range ra.ifaces {
 		r := &ra.ifaces[i]
 		for _, wi := range ep.w.ifaces {
-			if wi.rsc.tl.TLName != r.tlName || wi.rsc.md.comp.Name() != r.component {
+			if wi.rsc.tl.TLName != r.tlName || wi.rsc.md.comp.Name() != r.component || !onNetDev(wi, netDev) {
 				continue
 			}
 			if !wi.iface.IsReachable(r.deviceAddr, r.ifaceAddr) {
@@ -538,11 +577,15 @@ type EPAttr struct {
 	Name       string
 	RemoteName string
 	Lanes      []LaneInfo
+	// LocalSockAddr and RemoteSockAddr are, for a client-server endpoint,
+	// the two ends of the connection it was set up over (the server's
+	// listening address is the client's remote one); zero otherwise.
+	LocalSockAddr, RemoteSockAddr netip.AddrPort
 }
 
 // Query describes the endpoint and its lanes (ucp_ep_query).
 func (ep *Endpoint) Query() EPAttr {
-	a := EPAttr{Name: ep.name, RemoteName: ep.remoteName}
+	a := EPAttr{Name: ep.name, RemoteName: ep.remoteName, LocalSockAddr: ep.sock.local, RemoteSockAddr: ep.sock.remote}
 	ep.laneMu.Lock()
 	defer ep.laneMu.Unlock()
 	for _, l := range ep.lanes {

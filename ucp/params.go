@@ -7,8 +7,8 @@ package ucp
 
 // Endpoint flags (ucp_ep_params_flags_field), for EPParams.SetFlags.
 const (
-	// EPParamsFlagClientServer: connect through a socket address (client
-	// and server). goshmem endpoints connect by worker address only.
+	// EPParamsFlagClientServer: connect through a socket address, to a
+	// Listener (EPParams.SetSockAddr; see Worker.NewEndpoint).
 	EPParamsFlagClientServer uint32 = 1 << 0
 	// EPParamsFlagNoLoopback: an endpoint to its own worker is not
 	// connected to itself; it affects protocols that send to a particular

@@ -198,6 +198,7 @@ type Worker struct {
 	sendq      sendQueue                 // protocol sends waiting for resources (proto.go)
 	rkc        rkeyCache                 // senders' keys, for rendezvous receives (proto.go)
 	reqPool    atomic.Pointer[sync.Pool] // the context's request pool (request.go)
+	listeners  listenerSet               // listener.go
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -373,12 +374,20 @@ func (w *Worker) idle() { w.Idle() }
 // WorkerAddressFlagNetOnly only those on network devices (see
 // Worker.QueryAttr).
 func (w *Worker) packAddress(flags uint32) []byte {
+	return w.packAddressOf(flags, nil)
+}
+
+// packAddressOf is packAddress of the interfaces keep accepts (nil: all).
+func (w *Worker) packAddressOf(flags uint32, keep func(*workerIface) bool) []byte {
 	a := workerAddress{uid: w.uid, name: w.name}
 	if flags&WorkerAddressFlagNetOnly != 0 {
 		a.flags |= addrFlagNetOnly
 	}
 	for _, wi := range w.ifaces {
 		if flags&WorkerAddressFlagNetOnly != 0 && wi.rsc.tl.DevType != uct.DeviceTypeNet {
+			continue
+		}
+		if keep != nil && !keep(wi) {
 			continue
 		}
 		at := wi.attr
@@ -402,13 +411,14 @@ func (w *Worker) packAddress(flags uint32) []byte {
 // Destroy closes every endpoint and interface of the worker
 // (ucp_worker_destroy): outstanding operations of its endpoints fail with
 // ucs.ErrCanceled, so do its tag receives no message matched, its
-// keepalive goroutine ends, and its wakeup
+// listeners are destroyed, its keepalive goroutine ends, and its wakeup
 // descriptors are closed (or removed from an external event descriptor).
 // A second call does nothing.
 func (w *Worker) Destroy() {
 	if w.closed.Swap(true) {
 		return
 	}
+	w.listeners.destroyAll()
 	w.stopKeepalive()
 	w.epMu.Lock()
 	eps := w.eps

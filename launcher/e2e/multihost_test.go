@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goshmem/goshmem/internal/nstest"
 )
 
 // nsHost is a "host" made of namespaces: its own network (joined to the
@@ -35,19 +37,6 @@ type nsCluster struct {
 	rshDetached string
 }
 
-// nsWhyNot says why network namespaces cannot be made here, or "".
-func nsWhyNot() string {
-	if os.Geteuid() != 0 {
-		return "not root: making namespaces, veth pairs and a bridge needs root"
-	}
-	for _, c := range []string{"ip", "unshare", "nsenter", "mount", "hostname"} {
-		if _, err := exec.LookPath(c); err != nil {
-			return c + " is not installed (iproute2, util-linux)"
-		}
-	}
-	return ""
-}
-
 func sh(t *testing.T, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
@@ -59,7 +48,7 @@ func sh(t *testing.T, args ...string) {
 // when the test ends. It skips the test, saying why, where namespaces
 // cannot be made.
 func newNSCluster(t *testing.T, n int) *nsCluster {
-	skipUnless(t, "netns", nsWhyNot())
+	skipUnless(t, "netns", nstest.WhyNot())
 	var rnd [2]byte
 	rand.Read(rnd[:])
 	id := fmt.Sprintf("%02x%02x", rnd[0], rnd[1])

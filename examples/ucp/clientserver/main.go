@@ -1,0 +1,147 @@
+// Command clientserver is a UCP server that serves many clients at once,
+// and its client, as UCX's client-server example is: the server listens
+// on a socket address (a ucp.Listener), each client connects to it with
+// an endpoint made from that address, and the two then talk through ucp
+// alone, over whatever lanes ucp wired between their workers (shared
+// memory on one host, tcp between hosts).
+//
+//	clientserver -listen 127.0.0.1:13337 [-clients N]  # the server
+//	clientserver -connect 127.0.0.1:13337 -id 7        # a client
+//
+// Each client runs -iters rounds of every service (-services; "tag,am" by
+// default): in a tag round it sends -size bytes with a tag made of its id
+// and the round, and the server echoes them back with the reply bit set;
+// in an am round it sends an active message asking for a reply endpoint,
+// and the server answers through that endpoint with the bytes reversed.
+// Then it says goodbye (a last tagged message) and closes its endpoint.
+// The server accepts a client whose id is not in use and rejects one whose
+// id is (the client fails with "rejected"); it serves until killed, or
+// until -clients clients have said goodbye.
+//
+// Security: a server with a key (UCX_TCP_KEY, or GOSHMEM_KEY) accepts
+// only clients that prove they have it, and tcp lanes need it on both
+// sides anyway; set the same key in both. Without a key the server can
+// listen only on a loopback address.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/goshmem/goshmem/ucp"
+)
+
+// Tags: the client's id in the high 32 bits, the round in the low ones;
+// the server's echo has replyBit set; bye is the round of the goodbye.
+const (
+	replyBit = 1 << 31
+	bye      = replyBit - 1
+)
+
+// Active message ids: the request and the server's answer.
+const (
+	amRequest = 1
+	amAnswer  = 2
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:13337", "address the server listens on")
+	connect := flag.String("connect", "", "address of the server: run as a client")
+	id := flag.Uint("id", 1, "the client's id (non-zero, unique among the server's clients)")
+	clients := flag.Int("clients", 0, "the server exits after this many clients said goodbye (0: never)")
+	iters := flag.Int("iters", 10, "rounds of each service a client runs")
+	size := flag.Int("size", 1024, "bytes per message (at most 8192)")
+	services := flag.String("services", "tag,am", "services a client uses: "+strings.Join(serviceNames(), ","))
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("clientserver: ")
+	if *size < 1 || *size > 8192 {
+		log.Fatalf("-size %d: not in [1, 8192]", *size)
+	}
+	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureTag|ucp.FeatureAM).SetName("clientserver"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Cleanup()
+	if *connect != "" {
+		addr, err := netip.ParseAddrPort(*connect)
+		if err != nil {
+			log.Fatalf("-connect: %v", err)
+		}
+		if *id == 0 || *id >= 1<<32 {
+			log.Fatalf("-id %d: not in [1, 2^32)", *id)
+		}
+		err = runClient(ctx, addr, uint32(*id), strings.Split(*services, ","), *iters, *size)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	addr, err := netip.ParseAddrPort(*listen)
+	if err != nil {
+		log.Fatalf("-listen: %v", err)
+	}
+	if err := runServer(ctx, addr, *clients, *size); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A service is one kind of exchange: the client's side of a round
+// (client.go) and the server's side of it (server.go). A stream service
+// joins tag and am here once ucp has the stream API: its client round
+// sends with StreamSendNBX and receives the echo with StreamRecvNBX, and
+// its server side polls StreamWorkerPoll for the endpoints with data.
+type service struct {
+	round func(c *client, round int, msg []byte) error
+}
+
+var services = map[string]service{
+	"tag": {round: (*client).tagRound},
+	"am":  {round: (*client).amRound},
+}
+
+func serviceNames() []string {
+	var n []string
+	for k := range services {
+		n = append(n, k)
+	}
+	slices.Sort(n)
+	return n
+}
+
+// lanes describes an endpoint's lanes.
+func lanes(a ucp.EPAttr) string {
+	var s []string
+	for _, l := range a.Lanes {
+		s = append(s, fmt.Sprintf("%s:%s/%s", l.Usage, l.Transport, l.Device))
+	}
+	return strings.Join(s, " ")
+}
+
+// wait progresses w until r (if any) completes and returns its status (or
+// err), and frees r.
+func wait(w *ucp.Worker, r *ucp.Request, err error) error {
+	if err != nil || r == nil {
+		return err
+	}
+	for !r.IsCompleted() {
+		if w.Progress() == 0 {
+			w.Idle()
+		}
+	}
+	err = r.Status()
+	r.Free()
+	return err
+}
+
+func init() {
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [-listen ADDR [-clients N]] | -connect ADDR -id ID [-iters N] [-size N] [-services tag,am]\n", os.Args[0])
+		flag.PrintDefaults()
+	}
+}

@@ -1,0 +1,267 @@
+package ucp
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// SetSockAddr sets the socket address of a listener to connect to, the
+// client side of a client-server connection (ucp_ep_params_t.sockaddr;
+// goes with EPParamsFlagClientServer). See Worker.NewEndpoint.
+func (p *EPParams) SetSockAddr(a netip.AddrPort) *EPParams {
+	p.SockAddr, p.FieldMask = a, p.FieldMask|EPParamFieldSockAddr
+	return p
+}
+
+// SetLocalSockAddr sets the local address (and port, 0 for any) the
+// client's connection to the listener is made from (default: the system
+// chooses).
+func (p *EPParams) SetLocalSockAddr(a netip.AddrPort) *EPParams {
+	p.LocalSockAddr, p.FieldMask = a, p.FieldMask|EPParamFieldLocalSockAddr
+	return p
+}
+
+// SetConnRequest sets the connection request to accept, the server side of
+// a client-server connection (ucp_ep_params_t.conn_request).
+func (p *EPParams) SetConnRequest(r *ConnRequest) *EPParams {
+	p.ConnRequest, p.FieldMask = r, p.FieldMask|EPParamFieldConnRequest
+	return p
+}
+
+// sockAddrs are the socket addresses of the connection a client-server
+// endpoint was set up over, for Endpoint.Query.
+type sockAddrs struct {
+	local, remote netip.AddrPort
+}
+
+// newSockaddrEndpoint creates an endpoint of a client-server connection:
+// a client's, to params' socket address, or a server's, from a connection
+// request.
+func (w *Worker) newSockaddrEndpoint(p *EPParams) (*Endpoint, error) {
+	n := 0
+	for _, f := range []uint64{EPParamFieldRemoteAddress, EPParamFieldSockAddr, EPParamFieldConnRequest} {
+		if p.FieldMask&f != 0 {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, fmt.Errorf("ucp ep create: exactly one of the remote address, the socket address and the connection request must be set: %w", ucs.ErrInvalidParam)
+	}
+	if p.FieldMask&EPParamFieldConnRequest != 0 {
+		return w.acceptConnRequest(p)
+	}
+	return w.connectSockAddr(p)
+}
+
+// connectSockAddr connects to the listener at p.SockAddr: it runs the
+// client side of the handshake, and once the server accepted, wires the
+// endpoint to the server's worker address and confirms.
+func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
+	sa := p.SockAddr
+	fail := func(err error) (*Endpoint, error) {
+		return nil, fmt.Errorf("ucp ep create to %v: %w", sa, err)
+	}
+	if !sa.IsValid() || sa.Port() == 0 {
+		return fail(fmt.Errorf("socket address %v: %w", sa, ucs.ErrInvalidParam))
+	}
+	key, keyed, err := w.ctx.listenerKey()
+	if err != nil {
+		return fail(err)
+	}
+	hs, acceptTO := w.ctx.csHandshake, w.ctx.csAccept
+	d := net.Dialer{Timeout: hs}
+	if p.FieldMask&EPParamFieldLocalSockAddr != 0 {
+		d.LocalAddr = net.TCPAddrFromAddrPort(p.LocalSockAddr)
+	}
+	c, err := d.Dial("tcp", sa.String())
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", err, ucs.ErrUnreachable))
+	}
+	defer c.Close()
+	hello := csMsg{typ: csHello}
+	rand.Read(hello.nonce[:])
+	if p.FieldMask&EPParamFieldFlags != 0 && p.Flags&EPParamsFlagSendClientID != 0 {
+		hello.flags, hello.clientID = csFlagClientID, w.params.ClientID
+	}
+	c.SetDeadline(time.Now().Add(hs))
+	if _, err := c.Write(hello.encode()); err != nil {
+		return fail(csIOErr("sending the hello", err))
+	}
+	ch, err := readCSMsg(c, csChallenge, csReject)
+	if err != nil {
+		return fail(csIOErr("waiting for the challenge", err))
+	}
+	if ch.typ == csReject {
+		return fail(csRejectErr(ch.reason))
+	}
+	if srvKeyed := ch.flags&csFlagKeyed != 0; srvKeyed != keyed {
+		if keyed {
+			return fail(fmt.Errorf("the listener does not authenticate, and this client has a key: %w", ucs.ErrRejected))
+		}
+		return fail(fmt.Errorf("the listener requires a key (UCX_TCP_KEY or GOSHMEM_KEY), and this client has none: %w", ucs.ErrRejected))
+	}
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	dev := w.csNetDev(local.Addr())
+	addr := w.csAddress(dev)
+	req := csMsg{typ: csRequest, addr: addr, mac: csMAC(key, 'C', hello.clientID, &hello.nonce, &ch.nonce, addr)}
+	if _, err := c.Write(req.encode()); err != nil {
+		return fail(csIOErr("sending the request", err))
+	}
+	// The server's application decides, in its own time.
+	c.SetDeadline(time.Now().Add(acceptTO))
+	m, err := readCSMsg(c, csAccept, csReject)
+	if err != nil {
+		return fail(csIOErr("waiting for the server to accept", err))
+	}
+	if m.typ == csReject {
+		return fail(csRejectErr(m.reason))
+	}
+	if want := csMAC(key, 'S', hello.clientID, &hello.nonce, &ch.nonce, m.addr); !macEqual(want, m.mac) {
+		return fail(fmt.Errorf("the server's answer does not verify (not the same key): %w", ucs.ErrRejected))
+	}
+	ra, err := decodeWorkerAddress(m.addr)
+	if err != nil {
+		return fail(err)
+	}
+	c.SetDeadline(time.Now().Add(hs))
+	ep, err := w.newEndpointTo(p, ra, dev)
+	if err != nil {
+		return nil, err // closing c tells the server
+	}
+	ready := csMsg{typ: csReady, mac: csMAC(key, 'D', hello.clientID, &hello.nonce, &ch.nonce, nil)}
+	if _, err := c.Write(ready.encode()); err != nil {
+		ep.Close(CloseModeForce)
+		return fail(csIOErr("confirming", err))
+	}
+	ep.sock = sockAddrs{local: local, remote: c.RemoteAddr().(*net.TCPAddr).AddrPort()}
+	return ep, nil
+}
+
+// acceptConnRequest accepts a connection request: it wires the endpoint to
+// the client's worker address and sends the server's. The listener's
+// goroutine of the request waits for the client's confirmation (see
+// Listener.serve), so that a slow client does not hold up the caller,
+// which is often Progress.
+func (w *Worker) acceptConnRequest(p *EPParams) (*Endpoint, error) {
+	r := p.ConnRequest
+	if r == nil || r.l.w != w {
+		return nil, fmt.Errorf("ucp ep create: connection request of another worker: %w", ucs.ErrInvalidParam)
+	}
+	if err := r.take(); err != nil {
+		return nil, fmt.Errorf("ucp ep create: accept %v: %w", r.client, err)
+	}
+	var ep *Endpoint
+	defer func() { r.accepted <- ep }()
+	dev := w.csNetDev(r.local.Addr())
+	ep, err := w.newEndpointTo(p, r.ra, dev)
+	deadline := time.Now().Add(r.l.hsTimeout)
+	r.c.SetWriteDeadline(deadline)
+	if err != nil {
+		r.c.Write((&csMsg{typ: csReject, reason: csReasonRefused}).encode())
+		return nil, err
+	}
+	// The listener's goroutine reads the confirmation: bound its wait.
+	r.c.SetReadDeadline(deadline)
+	h := &r.hello
+	addr := w.csAddress(dev)
+	m := csMsg{typ: csAccept, addr: addr, mac: csMAC(r.l.key, 'S', h.clientID, &h.nonce, &r.snonce, addr)}
+	if _, err = r.c.Write(m.encode()); err != nil {
+		ep.Close(CloseModeForce)
+		ep = nil
+		return nil, fmt.Errorf("ucp ep create: accept %v: %w", r.client, csIOErr("sending the acceptance", err))
+	}
+	ep.sock = sockAddrs{local: r.local, remote: r.client}
+	return ep, nil
+}
+
+// csNetDev returns the network device that a client-server connection
+// whose local end is ip went through, when the worker has a network
+// interface on it, or "". As UCX's client-server wireup does, the
+// endpoint's network lanes are then only on that device, on both sides:
+// the worker offers only its network interfaces on it (csAddress) and
+// connects only from them (newEndpointTo), so that neither side picks an
+// interface the other cannot reach, or be answered from (another network,
+// the other side of a network namespace).
+func (w *Worker) csNetDev(ip netip.Addr) string {
+	dev := netDevOf(ip.Unmap())
+	for _, wi := range w.ifaces {
+		if dev != "" && wi.rsc.tl.DevType == uct.DeviceTypeNet && wi.rsc.tl.DevName == dev {
+			return dev
+		}
+	}
+	return ""
+}
+
+// csAddress returns the worker's address with, of its network interfaces,
+// only those on dev (all of them when dev is "").
+func (w *Worker) csAddress(dev string) []byte {
+	if dev == "" {
+		return w.address
+	}
+	return w.packAddressOf(0, func(wi *workerIface) bool { return onNetDev(wi, dev) })
+}
+
+// onNetDev reports whether wi is not a network interface or one on dev
+// (any, for "").
+func onNetDev(wi *workerIface, dev string) bool {
+	return dev == "" || wi.rsc.tl.DevType != uct.DeviceTypeNet || wi.rsc.tl.DevName == dev
+}
+
+// netDevOf returns the name of the network interface that has ip, or "".
+func netDevOf(ip netip.Addr) string {
+	ifis, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	for _, ifi := range ifis {
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if p, ok := netip.AddrFromSlice(n.IP); ok && p.Unmap() == ip.WithZone("") {
+					return ifi.Name
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// csRejectErr is the error of a client the server refused for reason.
+func csRejectErr(reason uint8) error {
+	switch reason {
+	case csReasonAuth:
+		return fmt.Errorf("the server refused the connection: authentication failed (not the same key): %w", ucs.ErrRejected)
+	case csReasonBusy:
+		return fmt.Errorf("the server refused the connection: too many connections: %w", ucs.ErrBusy)
+	}
+	return fmt.Errorf("the server rejected the connection: %w", ucs.ErrRejected)
+}
+
+// csIOErr names what a handshake's read or write failed doing, with a
+// status: ucs.ErrTimedOut past a deadline, ucs.ErrConnectionReset when the
+// peer closed the connection.
+func csIOErr(doing string, err error) error {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%s: the peer did not answer in time: %w", doing, ucs.ErrTimedOut)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
+		return fmt.Errorf("%s: the peer closed the connection: %w", doing, ucs.ErrConnectionReset)
+	case errors.Is(err, ucs.ErrInvalidParam), errors.Is(err, ucs.ErrRejected), errors.Is(err, ucs.ErrInvalidAddr):
+		return fmt.Errorf("%s: %w", doing, err)
+	}
+	return fmt.Errorf("%s: %w: %w", doing, err, ucs.ErrIOError)
+}
