@@ -237,7 +237,7 @@ var failuresEnd atomic.Bool
 
 func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSettings) (err error) {
 	params := new(ucp.Params).
-		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64).
+		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64 | ucp.FeatureAM).
 		SetEstimatedNumEPs(m.Size()).
 		SetEstimatedNumPPN(m.LocalSize()).
 		SetNodeLocalID(uint64(m.LocalRank())).
@@ -299,6 +299,10 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	st.me, st.npes = m.Rank(), m.Size()
 	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
+	if err := worker.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amRound).SetCB(recvRound)); err != nil {
+		resetState()
+		return fmt.Errorf("barrier messages: %w", err)
+	}
 	st.peers, st.table = peers, table
 	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, shared: level == ThreadMultiple}
 	st.spin = spinDedicated

@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -9,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/goshmem/goshmem/symheap"
+	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -104,7 +106,8 @@ func SyncAll() {
 // satisfy anyway. PE i is the only writer of that counter, so in a mapped
 // heap it stores the number with a release store (an atomic add would
 // stall it until its CPU owned the peer's cache line: a third of a 2-PE
-// barrier here); over the network it adds one.
+// barrier here); over the network an active message has the peer store it
+// (sendRound).
 //
 // On a node with more PEs than cores, where every wait may need a peer that
 // is not running, a centralized barrier waits once instead of log2(N) times:
@@ -227,8 +230,8 @@ func (b *barrierState) sync(routine string, key uint64) bool {
 // a PE's line before that PE has left barrier e, since it cannot leave
 // barrier e+1 before that PE entered it. On one node the two words are
 // stored before the counter's release store, in the line the signal
-// brings anyway; over the network they are put before the counter's add,
-// behind a fence.
+// brings anyway; over the network one active message brings all three
+// (sendRound).
 func disseminate(routine string, members []int, me int, off0 uintptr, epoch, key uint64) bool {
 	n := len(members)
 	par := uintptr(epoch & 1)
@@ -242,8 +245,7 @@ func disseminate(routine string, members []int, me int, off0 uintptr, epoch, key
 			atomic.StoreUint64((*uint64)(unsafe.Add(q.base, keys+8)), hi)
 			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), epoch)
 		} else {
-			v := [2]uint64{lo, hi}
-			defaultCtx.putSignalSlow(routine, pe, keys, unsafe.Slice((*byte)(unsafe.Pointer(&v)), 16), off, amoAdd, 1, false)
+			sendRound(routine, pe, off, epoch, lo, hi)
 		}
 		waitGE((*uint64)(st.heap.At(int(off))), epoch)
 		lo = min(lo, atomic.LoadUint64((*uint64)(st.heap.At(int(keys)))))
@@ -252,18 +254,50 @@ func disseminate(routine string, members []int, me int, off0 uintptr, epoch, key
 	return lo == hi
 }
 
-// signalRound brings the round counter at heap offset off of the job's PE
-// pe to epoch, in a dissemination barrier or sync whose only writer of that
-// counter is this PE: a release store into a mapped heap, an add of one
-// over the network. No flush: the peer waits for the signal, and the
-// operations before a barrier were completed by its Quiet already.
-func signalRound(routine string, pe int, off uintptr, epoch uint64) {
-	profJob(routine, pe, 8)
-	if q := &st.peers[pe]; q.base != nil {
-		ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), epoch)
-		return
+// amRound is the id of the active message that brings a round of a
+// barrier or sync (disseminate) to a PE whose heap is not mapped here: the
+// offset of the round's counter, the barrier's number and the two keys, in
+// one message (roundMsgLen bytes of header). A put of the keys and an
+// atomic on the counter took two, and the next Quiet waited for the peer
+// to acknowledge them; an active message is complete once sent. shmem
+// owns the ids of its worker.
+const (
+	amRound     = 0
+	roundMsgLen = 32
+)
+
+// sendRound brings the round counter at heap offset off of the job's PE pe
+// to epoch, with the keys lo and hi (see disseminate), in an amRound
+// message.
+func sendRound(routine string, pe int, off uintptr, epoch, lo, hi uint64) {
+	profJob(routine, pe, roundMsgLen)
+	var h [roundMsgLen]byte
+	binary.LittleEndian.PutUint64(h[0:], uint64(off))
+	binary.LittleEndian.PutUint64(h[8:], epoch)
+	binary.LittleEndian.PutUint64(h[16:], lo)
+	binary.LittleEndian.PutUint64(h[24:], hi)
+	req, err := defaultCtx.remote(routine, pe).ep.AMSendNBX(amRound, h[:], nil, nil)
+	defaultCtx.wait(routine, pe, req, err)
+}
+
+// recvRound handles an amRound message, from the worker's Progress: it
+// stores the keys, then the counter with a release store, as a PE that
+// maps this heap does. A message that does not name a counter line of the
+// heap is dropped.
+func recvRound(_ any, header, _ []byte, _ *ucp.AMRecvParam) ucs.Status {
+	if len(header) != roundMsgLen {
+		return ucs.OK
 	}
-	defaultCtx.amoSlow(routine, pe, off, 8, amoAdd, 1, 0, amoPost, nil)
+	off := binary.LittleEndian.Uint64(header)
+	epoch := binary.LittleEndian.Uint64(header[8:])
+	if off%counterStride != 0 || off > uint64(st.heapSize) || uint64(st.heapSize)-off < counterStride {
+		return ucs.OK
+	}
+	keys := int(off) + 8*(1+2*int(epoch&1))
+	atomic.StoreUint64((*uint64)(st.heap.At(keys)), binary.LittleEndian.Uint64(header[16:]))
+	atomic.StoreUint64((*uint64)(st.heap.At(keys+8)), binary.LittleEndian.Uint64(header[24:]))
+	ucs.StoreRelease((*uint64)(st.heap.At(int(off))), epoch)
+	return ucs.OK
 }
 
 // waitGE waits until *p >= v, in a collective.

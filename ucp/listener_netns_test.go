@@ -84,6 +84,9 @@ func TestListenerNetns(t *testing.T) {
 	h := nstest.New(t)
 	t.Setenv("GOSHMEM_KEY", testJobKey)
 	t.Setenv("UCX_TCP_KEY", "")
+	// Hosts meet over tcp, whatever transports the suite runs with (CI
+	// runs it with UCX_TLS=sm too).
+	t.Setenv("UCX_TLS", "posix,tcp")
 	srv := h.Command(os.Args[0], "-test.run=^TestListenerServerProcess$")
 	srv.Env = append(os.Environ(), csServerEnv+"="+netip.AddrPortFrom(h.IP, 0).String())
 	var serr strings.Builder

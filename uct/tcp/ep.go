@@ -87,6 +87,12 @@ type EP struct {
 	iov      []unix.Iovec     // the same, as the kernel's vector
 	ackReq   uint64           // frame count of the last acknowledgement request
 	lastOp   uint64           // frame count of the last frame that is not an acknowledgement request
+	// lastRemote is the frame count of the last frame that completes at
+	// the peer (a put, get or atomic): a flush waits for the peer to
+	// acknowledge it. An active message is complete once written, as in
+	// UCX's tcp transport: a flush after active messages alone costs no
+	// round trip.
+	lastRemote uint64
 	failed   bool             // err is set
 	pending  uct.PendingGroup // in iface.pending; Room is hasRoom
 	waits    []*waitOp        // gets and atomics waiting for their reply, in order (get.go)
@@ -217,6 +223,9 @@ func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status
 	seq = e.issued.Add(1)
 	if f.buf[0] != frameFlush {
 		e.lastOp = seq
+		if f.buf[0] != frameAM {
+			e.lastRemote = seq
+		}
 	}
 	if w != nil {
 		e.opID++
@@ -570,10 +579,11 @@ func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status {
 	return ucs.InProgress
 }
 
-// flushTarget returns OK when every frame posted was acknowledged, the EP's
-// error when it failed, and otherwise InProgress with the frame count to
-// wait for: that of an acknowledgement request, which it posts unless one
-// was posted after the last frame.
+// flushTarget returns OK when every frame posted was acknowledged, or
+// written whole when it is an active message, the EP's error when it
+// failed, and otherwise InProgress with the frame count to wait for: that
+// of an acknowledgement request, which it posts unless one was posted
+// after the last frame.
 func (e *EP) flushTarget() (uint64, ucs.Status) {
 	if st := e.status(); st.IsErr() {
 		if e.gone.Load() && e.acked.Load() >= e.issued.Load() {
@@ -585,6 +595,10 @@ func (e *EP) flushTarget() (uint64, ucs.Status) {
 		return 0, ucs.OK
 	}
 	e.mu.Lock()
+	if len(e.q) == 0 && !e.writing && e.acked.Load() >= e.lastRemote {
+		e.mu.Unlock()
+		return 0, ucs.OK // active messages since, all written
+	}
 	if req := e.ackReq; req == e.issued.Load() {
 		e.mu.Unlock()
 		return req, ucs.InProgress

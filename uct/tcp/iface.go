@@ -217,7 +217,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
 			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
 			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync |
-			uct.IfaceFlagErrhandlePeerDown | uct.IfaceFlagFlushAfterAM,
+			uct.IfaceFlagErrhandlePeerDown,
 		DeviceAddrLen: DeviceAddrLen,
 		IfaceAddrLen:  IfaceAddrLen,
 		Overhead:      1e-6,

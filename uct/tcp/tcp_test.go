@@ -665,6 +665,45 @@ func TestFlush(t *testing.T) {
 	}
 }
 
+// TestFlushAfterActiveMessages: active messages are complete once written,
+// so a flush after them alone is complete at once, with the peer not
+// progressing; a put among them makes the flush wait for the peer.
+func TestFlushAfterActiveMessages(t *testing.T) {
+	md := testMD(t)
+	a, b := openIface(t, md, nil), openIface(t, md, nil)
+	var got atomic.Int32
+	b.SetAMHandler(2, func(any, []byte, uint32) ucs.Status { got.Add(1); return ucs.OK }, nil, uct.CBFlagSync)
+	target := register(t, md, 8)
+	tests := []struct {
+		name    string
+		put     bool
+		settled ucs.Status // the flush before the peer progresses
+	}{
+		{"active messages", false, ucs.OK},
+		{"a put, then active messages", true, ucs.InProgress},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ep := connect(t, a, b)
+			if tt.put {
+				if st := ep.PutShort([]byte{1}, target.base(), target.rkey.Rkey); st != ucs.OK {
+					t.Fatal(st)
+				}
+			}
+			for range 3 {
+				if st := ep.AMShort(2, 0, []byte("signal")); st != ucs.OK {
+					t.Fatal(st)
+				}
+			}
+			if st := ep.Flush(0, nil); st != tt.settled {
+				t.Errorf("flush = %v, want %v", st, tt.settled)
+			}
+			progressUntil(t, func() bool { return ep.Flush(0, nil) == ucs.OK }, a, b)
+		})
+	}
+	progressUntil(t, func() bool { return got.Load() == 6 }, a, b) // every message arrives
+}
+
 // TestPending fills an EP's queue against a receiver that does not progress
 // and checks that ErrNoResource, PendingAdd and Progress deliver every
 // message, in order.
@@ -1083,7 +1122,10 @@ func TestEPFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ep2.Destroy()
-			if st := ep2.AMShort(1, 0, nil); st != ucs.OK {
+			// A put completes at the peer: the flush waits for its
+			// acknowledgement.
+			r := register(t, md, 8)
+			if st := ep2.PutShort([]byte{1}, r.base(), r.rkey.Rkey); st != ucs.OK {
 				t.Fatal(st)
 			}
 			done := false
