@@ -354,6 +354,11 @@ func (w *waiter) pause() {
 			// came for long.
 			if st.worker.Progress() == 0 {
 				defaultCtx.idle()
+				if st.spin == spinOversubscribed {
+					// The peer that must answer may be waiting for
+					// this core.
+					ucs.YieldThread()
+				}
 			}
 			return
 		}

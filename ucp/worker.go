@@ -328,10 +328,14 @@ func (w *Worker) Idle() {
 		runtime.Gosched()
 		return
 	}
-	if w.idleRun.Add(1) <= idleSpin {
-		// The reply may need a process that waits for this core.
+	if n := w.idleRun.Add(1); n <= idleSpin {
+		// The reply may need a process that waits for this core: now and
+		// then, give the core away (a system call each time would slow
+		// the polling of a process that has a core of its own).
 		runtime.Gosched()
-		ucs.YieldThread()
+		if n%idleYieldEvery == 0 {
+			ucs.YieldThread()
+		}
 		return
 	}
 	atomic.StoreUint32(&w.sleeping, 1)
@@ -349,9 +353,12 @@ func (w *Worker) Idle() {
 const idleWait = 30 * time.Microsecond
 
 // idleSpin is how many times Idle yields, when the worker reads from the
-// network, before it sleeps: a few hundred microseconds of polling, each
-// poll giving the core to whoever else waits for it.
-const idleSpin = 512
+// network, before it sleeps: a few hundred microseconds of polling, every
+// idleYieldEvery-th poll giving the core to whoever else waits for it.
+const (
+	idleSpin       = 512
+	idleYieldEvery = 16
+)
 
 // notify tells the worker's waiters that something happened: it wakes a
 // goroutine sleeping in Idle, if any (the next Idle returns at once
