@@ -1,11 +1,13 @@
 package shmem
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/symheap"
+	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -116,7 +118,7 @@ func (cs *collState) signal(routine string, pe, i int) {
 		atomic.AddUint64((*uint64)(unsafe.Add(q.base, off)), 1)
 		return
 	}
-	defaultCtx.amoSlow(routine, pe, off, 8, amoAdd, 1, 0, amoPost, nil)
+	sendSignal(routine, pe, 0, nil, off)
 }
 
 // put2 copies b to heap offset off of the job's PE pe, returning when b may
@@ -145,7 +147,67 @@ func (cs *collState) putSignal(routine string, pe int, off uintptr, b []byte, i 
 		atomic.AddUint64((*uint64)(unsafe.Add(q.base, cs.area+uintptr(i)*8)), 1)
 		return
 	}
+	if len(b) <= maxSignalData {
+		sendSignal(routine, pe, off, b, cs.area+uintptr(i)*8)
+		return
+	}
 	defaultCtx.putSignalSlow(routine, pe, off, b, cs.area+uintptr(i)*8, amoAdd, 1, false)
+}
+
+// amSignal is the id of the active message that brings a collective's data
+// and signal to a PE whose heap is not mapped here (collState.signal and
+// putSignal): the header holds the heap offsets of the data and of the
+// signal word (signalMsgLen bytes), the message's data is the data. The
+// handler copies the data, then adds one to the word. That is one message
+// where a put, a fence and an atomic were three, and it is complete once
+// sent: the next Quiet does not wait for the peer's acknowledgement.
+// Data above maxSignalData goes as a put and an atomic.
+const (
+	amSignal      = 1
+	signalMsgLen  = 16
+	maxSignalData = 8 << 10
+)
+
+// eagerParam sends an active message eagerly (its data in the message).
+var eagerParam = new(ucp.RequestParam).SetFlags(ucp.AMSendFlagEager)
+
+// sendSignal sends b to heap offset off of the job's PE pe, and one to add
+// to its signal word at soff, in an amSignal message, behind everything
+// this PE sent pe before (puts of the same collective may go by another
+// lane: the endpoint's fence orders them).
+func sendSignal(routine string, pe int, off uintptr, b []byte, soff uintptr) {
+	c := &defaultCtx
+	if c.session.Load() != nil {
+		c.flushBatch(routine, pe)
+	}
+	ep := c.remote(routine, pe).ep
+	if err := ep.Fence(); err != nil {
+		fatal(routine, pe, err)
+	}
+	var h [signalMsgLen]byte
+	binary.LittleEndian.PutUint64(h[0:], uint64(off))
+	binary.LittleEndian.PutUint64(h[8:], uint64(soff))
+	req, err := ep.AMSendNBX(amSignal, h[:], b, eagerParam)
+	c.wait(routine, pe, req, err)
+}
+
+// recvSignal handles an amSignal message, from the worker's Progress. A
+// message whose data or signal word falls outside the heap is dropped.
+func recvSignal(_ any, header, data []byte, p *ucp.AMRecvParam) ucs.Status {
+	if len(header) != signalMsgLen || p.RecvAttr&ucp.AMRecvAttrFlagRNDV != 0 {
+		return ucs.OK
+	}
+	off := binary.LittleEndian.Uint64(header)
+	soff := binary.LittleEndian.Uint64(header[8:])
+	size := uint64(st.heapSize)
+	if soff%8 != 0 || soff > size-8 || off > size || uint64(len(data)) > size-off {
+		return ucs.OK
+	}
+	if len(data) > 0 {
+		copyBytes(unsafe.Slice((*byte)(st.heap.At(int(off))), len(data)), data)
+	}
+	atomic.AddUint64((*uint64)(st.heap.At(int(soff))), 1)
+	return ucs.OK
 }
 
 // get2 copies len(b) bytes from heap offset off of the job's PE pe into b.

@@ -299,9 +299,11 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	st.me, st.npes = m.Rank(), m.Size()
 	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
 	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
-	if err := worker.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amRound).SetCB(recvRound)); err != nil {
-		resetState()
-		return fmt.Errorf("barrier messages: %w", err)
+	for id, cb := range map[uint32]ucp.AMRecvCallback{amRound: recvRound, amSignal: recvSignal} {
+		if err := worker.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(id).SetCB(cb)); err != nil {
+			resetState()
+			return fmt.Errorf("collective messages: %w", err)
+		}
 	}
 	st.peers, st.table = peers, table
 	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, shared: level == ThreadMultiple}
