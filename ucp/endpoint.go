@@ -55,6 +55,9 @@ type EPParams struct {
 	UserData   any
 	Flags      uint32
 	Name       string
+	// internal: the worker made the endpoint for itself (replies to a
+	// peer); it takes no stream connection number (stream.go).
+	internal bool
 }
 
 // SetAddress sets the remote worker address (mandatory for this kind of
@@ -135,6 +138,7 @@ type Endpoint struct {
 	amq        amEP         // active messages (am.go)
 	queued     atomic.Int32 // its sends in the worker's send queue (proto.go)
 	thresh     atomic.Pointer[protoThresh]
+	strm       *streamQ // its stream (stream.go); nil without FeatureStream
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
@@ -178,6 +182,7 @@ func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 	w.epMu.Lock()
 	w.eps = append(w.eps, ep)
 	w.epMu.Unlock()
+	w.streamAddEP(ep)
 	if w.closed.Load() { // destroyed meanwhile: Destroy may have missed ep
 		ep.closeNow(ucs.ErrCanceled)
 		return nil, fmt.Errorf("ucp ep create: %w", errClosed)

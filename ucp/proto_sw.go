@@ -364,7 +364,9 @@ func (w *Worker) wireBack(uid uint64, addr []byte) {
 	if w.epByUID(uid) != nil {
 		return
 	}
-	if _, err := w.NewEndpoint(new(EPParams).SetAddress(addr)); err != nil {
+	p := new(EPParams).SetAddress(addr)
+	p.internal = true
+	if _, err := w.NewEndpoint(p); err != nil {
 		w.swWarnf("no endpoint back to %s for replies: %v", ra.name, err)
 	}
 }

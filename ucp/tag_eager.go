@@ -35,6 +35,7 @@ const (
 	topRTS                 // a rendezvous request
 	topPush                // rendezvous data pushed to the receiver
 	topPut                 // rendezvous data put into the receiver's buffer, then the ATP
+	topStream              // stream data, in pieces that each carry the stream header (stream.go)
 )
 
 // tagOp is a tag send in progress: the messages it still has to hand to the
@@ -262,7 +263,7 @@ func (op *tagOp) advance() ucs.Status {
 	case topPut:
 		return op.advancePut()
 	}
-	// topMulti and topPush: fragments.
+	// topMulti, topPush and topStream: fragments.
 	for op.off < op.dt.length {
 		st, n := op.sendFrag()
 		if st == ucs.ErrNoResource {
@@ -343,6 +344,8 @@ func (op *tagOp) sendFrag() (ucs.Status, int) {
 	var h []byte
 	id := amTagMiddle
 	switch {
+	case op.kind == topStream:
+		id, h = amStreamData, op.hdr[:streamHdrLen]
 	case op.kind == topPush:
 		id, h = amTagData, hdr[:tagDataHdrLen]
 		put64(h, op.w.uid, op.rreq, uint64(op.off))
