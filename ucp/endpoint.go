@@ -377,29 +377,16 @@ const (
 // mode fails with ucs.ErrInvalidParam. In multi mode several goroutines may
 // close endpoints at once.
 func (ep *Endpoint) Close(mode int) error {
-	if mode != CloseModeFlush && mode != CloseModeForce {
-		return fmt.Errorf("ucp ep close: mode %d: %w", mode, ucs.ErrInvalidParam)
+	r, err := ep.EPCloseNB(mode)
+	if err != nil || r == nil {
+		return err
 	}
-	if !ep.closing.CompareAndSwap(false, true) {
-		return nil
+	err = r.Wait()
+	r.Free()
+	if err != nil {
+		return fmt.Errorf("ucp ep close: %w", err)
 	}
-	var err error
-	if mode == CloseModeFlush && ep.failStatus.Load() == 0 {
-		if err = ep.flush(); err != nil {
-			err = fmt.Errorf("ucp ep close: %w", err)
-		}
-	}
-	w := ep.w
-	w.epMu.Lock()
-	for i, e := range w.eps {
-		if e == ep {
-			w.eps = append(w.eps[:i], w.eps[i+1:]...)
-			break
-		}
-	}
-	w.epMu.Unlock()
-	ep.closeNow(ucs.ErrCanceled)
-	return err
+	return nil
 }
 
 // closeNow marks the endpoint closed, completes its queued and software
@@ -427,16 +414,14 @@ func (ep *Endpoint) Flush() error {
 }
 
 func (ep *Endpoint) flush() error {
-	if err := ep.swFlush(); err != nil {
-		return fmt.Errorf("ucp ep flush: %w", err)
+	r, err := ep.flushStart(nil, false)
+	if err != nil || r == nil {
+		return err
 	}
-	if err := ep.amFlush(); err != nil {
-		return fmt.Errorf("ucp ep flush: %w", err)
-	}
-	for _, l := range ep.lanesSnapshot() {
-		if err := ep.w.waitStatus(func(c *uct.Completion) ucs.Status { return l.ep.Flush(0, c) }); err != nil {
-			return fmt.Errorf("ucp ep flush %s: %w", l, err)
-		}
+	err = r.Wait()
+	r.Free()
+	if err != nil {
+		return fmt.Errorf("ucp ep flush to %s: %w", ep.remoteName, err)
 	}
 	return nil
 }

@@ -196,6 +196,7 @@ type Worker struct {
 	am         amWorker                  // active messages (am.go)
 	tag        tagWorker                 // tag matching (tag.go)
 	stream     streamWorker              // streams (stream.go)
+	flushes    epFlushes                 // non-blocking endpoint flushes (ep_close.go)
 	sendq      sendQueue                 // protocol sends waiting for resources (proto.go)
 	rkc        rkeyCache                 // senders' keys, for rendezvous receives (proto.go)
 	reqPool    atomic.Pointer[sync.Pool] // the context's request pool (request.go)
