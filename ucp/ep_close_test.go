@@ -84,8 +84,10 @@ func TestEPFlushNB(t *testing.T) {
 				if !sw {
 					got = streamRecvAll(t, e, e.ba, size, size)
 				}
-				if fr == nil && !sw {
-					t.Fatal("flush with a 1 MiB stream outstanding completed at once")
+				if fr == nil && !sw && tr.name == "tcp" {
+					// (Over shared memory the stream may lie whole in the
+					// peer's FIFO already: delivered, nothing to wait for.)
+					t.Fatal("flush with a 1 MiB stream outstanding over tcp completed at once")
 				}
 				if fr != nil {
 					e.wait(t, "flush", fr.IsCompleted)
