@@ -378,12 +378,10 @@ const (
 // close endpoints at once.
 func (ep *Endpoint) Close(mode int) error {
 	r, err := ep.EPCloseNB(mode)
-	if err != nil || r == nil {
+	if err != nil {
 		return err
 	}
-	err = r.Wait()
-	r.Free()
-	if err != nil {
+	if err := waitDone(r, nil); err != nil {
 		return fmt.Errorf("ucp ep close: %w", err)
 	}
 	return nil
@@ -415,12 +413,10 @@ func (ep *Endpoint) Flush() error {
 
 func (ep *Endpoint) flush() error {
 	r, err := ep.flushStart(nil, false)
-	if err != nil || r == nil {
+	if err != nil {
 		return err
 	}
-	err = r.Wait()
-	r.Free()
-	if err != nil {
+	if err := waitDone(r, nil); err != nil {
 		return fmt.Errorf("ucp ep flush to %s: %w", ep.remoteName, err)
 	}
 	return nil
