@@ -314,13 +314,13 @@ func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 		if !r.streamDone() {
 			break
 		}
-		q.reqs[0] = nil
-		q.reqs = q.reqs[1:]
+		// Shifted down rather than resliced, so that the slice's memory
+		// serves the next receives.
+		n := copy(q.reqs, q.reqs[1:])
+		q.reqs[n] = nil
+		q.reqs = q.reqs[:n]
 		r.sr.q = nil
 		done = append(done, r)
-	}
-	if len(q.reqs) == 0 {
-		q.reqs = q.reqs[:0:0]
 	}
 	st := ucs.OK
 	if len(p) > 0 {

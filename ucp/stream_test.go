@@ -556,3 +556,53 @@ func TestStreamPeerFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamAllocs checks that a small stream send and its receive, posted
+// before the data or after it, allocate nothing.
+func TestStreamAllocs(t *testing.T) {
+	for _, tr := range tagTransports[:3] {
+		t.Run(tr.name, func(t *testing.T) {
+			e := newStreamEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
+			src, dst := make([]byte, 64), make([]byte, 64)
+			wait := new(RequestParam).SetFlags(StreamRecvFlagWaitAll)
+			send := func() {
+				r, err := e.ab.StreamSendNBX(src, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r != nil {
+					for !r.IsCompleted() {
+						e.progress()
+					}
+					r.Free()
+				}
+			}
+			expected := func() {
+				r, _, err := e.ba.StreamRecvNBX(dst, wait)
+				if err != nil || r == nil {
+					t.Fatal(r, err)
+				}
+				send()
+				for !r.IsCompleted() {
+					e.progress()
+				}
+				r.Free()
+			}
+			unexpected := func() {
+				send()
+				for e.ba.strm.bytes < len(src) {
+					e.progress()
+				}
+				if r, n, err := e.ba.StreamRecvNBX(dst, wait); r != nil || n != len(dst) || err != nil {
+					t.Fatalf("receive of arrived data: %v, %d, %v", r, n, err)
+				}
+			}
+			for name, f := range map[string]func(){"expected": expected, "unexpected": unexpected} {
+				f()
+				if n := testing.AllocsPerRun(200, f); n > 0 {
+					t.Errorf("%s small stream message: %v allocations", name, n)
+				}
+			}
+		})
+	}
+}

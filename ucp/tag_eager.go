@@ -340,12 +340,15 @@ func (op *tagOp) sendCtrl() ucs.Status {
 // sendFrag sends the next fragment of a fragmented eager message or of
 // pushed rendezvous data and returns how many data bytes it carried.
 func (op *tagOp) sendFrag() (ucs.Status, int) {
+	if op.kind == topStream {
+		// Every piece has the same header, op's: nothing to build (a
+		// header built here escapes to the heap, with the lane's packer).
+		return op.sendPiece(amStreamData, op.hdr[:streamHdrLen])
+	}
 	var hdr [tagMaxHeader]byte
 	var h []byte
 	id := amTagMiddle
 	switch {
-	case op.kind == topStream:
-		id, h = amStreamData, op.hdr[:streamHdrLen]
 	case op.kind == topPush:
 		id, h = amTagData, hdr[:tagDataHdrLen]
 		put64(h, op.w.uid, op.rreq, uint64(op.off))
@@ -355,6 +358,13 @@ func (op *tagOp) sendFrag() (ucs.Status, int) {
 		h = hdr[:tagMiddleHdrLen]
 		put64(h, op.w.uid, op.msg, uint64(op.off))
 	}
+	return op.sendPiece(id, h)
+}
+
+// sendPiece sends, with header h, as much of op's data from op.off on as
+// one message of uct id id takes, and returns how many data bytes it
+// carried.
+func (op *tagOp) sendPiece(id uint8, h []byte) (ucs.Status, int) {
 	rest := op.dt.length - op.off
 	lim := op.th.lim
 	if op.zcopy && len(h) <= lim.zhdr {
