@@ -432,21 +432,7 @@ func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error)
 	op.r, op.dt = r, &r.dt
 	op.hlen = streamHdrLen
 	put64(op.hdr[:], w.uid, q.peerSN)
-	st := w.protoStart(op)
-	switch {
-	case st == ucs.InProgress:
-		return r, nil
-	case st == ucs.OK:
-		op.free()
-		r.top = nil
-		return r.doneNow(flags), nil
-	default:
-		op.free()
-		r.top = nil
-		r.finish(st)
-		r.release()
-		return nil, fmt.Errorf("ucp stream send on %s: %w", ep.am, st)
-	}
+	return op.started(w.protoStart(op), flags, "stream send")
 }
 
 // StreamRecvNBX receives stream data of the endpoint into buf

@@ -523,6 +523,15 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 	} else {
 		st = w.protoStart(op)
 	}
+	return op.started(st, flags, "tag send")
+}
+
+// started returns the result of a send whose op (a tag or stream send)
+// was started with status st: its request while it runs; when done at
+// once, nil (or under OpAttrFlagNoImmCmpl in flags the completed request);
+// on an error, the error, for the operation named what.
+func (op *tagOp) started(st ucs.Status, flags uint32, what string) (*Request, error) {
+	r, ep := op.r, op.ep
 	switch {
 	case st == ucs.InProgress:
 		return r, nil
@@ -532,13 +541,13 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 		return r.doneNow(flags), nil
 	default:
 		if op.memh != nil {
-			w.ctx.MemUnmap(op.memh)
+			op.w.ctx.MemUnmap(op.memh)
 		}
 		op.free()
 		r.top = nil
 		r.finish(st)
 		r.release()
-		return nil, fmt.Errorf("ucp tag send on %s: %w", ep.am, st)
+		return nil, fmt.Errorf("ucp %s on %s: %w", what, ep.am, st)
 	}
 }
 
