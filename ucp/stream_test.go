@@ -560,6 +560,9 @@ func TestStreamPeerFailure(t *testing.T) {
 // TestStreamAllocs checks that a small stream send and its receive, posted
 // before the data or after it, allocate nothing.
 func TestStreamAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("-race: sync.Pool drops recycled requests at random, so allocations are not counted")
+	}
 	for _, tr := range tagTransports[:3] {
 		t.Run(tr.name, func(t *testing.T) {
 			e := newStreamEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
