@@ -330,24 +330,6 @@ func (w *Worker) amFinish(op *amOp, st ucs.Status) {
 	}
 }
 
-// amFlush waits until every active-message operation of the endpoint was
-// handed to the transport and the transport completed its zero-copy sends,
-// and nothing of the endpoint waits in the worker's send queue (tag sends
-// included); rendezvous messages the receiver has not taken yet do not
-// count.
-func (ep *Endpoint) amFlush() error {
-	w := ep.w
-	for ep.amq.busy.Load() > w.amParked(ep) || ep.queued.Load() > 0 {
-		if ep.closed.Load() {
-			return errClosed
-		}
-		if w.Progress() == 0 {
-			w.Idle()
-		}
-	}
-	return nil
-}
-
 // amParked counts ep's rendezvous sends waiting for their receiver.
 func (w *Worker) amParked(ep *Endpoint) int32 {
 	a := &w.am

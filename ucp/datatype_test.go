@@ -147,7 +147,7 @@ func TestRMAIOV(t *testing.T) {
 					src := pattern(n, n)
 					iov := [][]byte{src[:n/3], nil, src[n/3 : n/2], src[n/2:]}
 					r, err := p.ep.PutNBX(nil, p.base+64, p.rkey, new(RequestParam).SetIOV(iov))
-					if err := wait(r, err); err != nil {
+					if err := waitDone(r, err); err != nil {
 						t.Fatalf("iov put of %d bytes: %v", n, err)
 					}
 					if err := p.ep.Flush(); err != nil {
@@ -159,7 +159,7 @@ func TestRMAIOV(t *testing.T) {
 					got := make([]byte, n)
 					giov := [][]byte{got[:n/4], got[n/4 : n/2], {}, got[n/2:]}
 					r, err = p.ep.GetNBX(nil, p.base+64, p.rkey, new(RequestParam).SetIOV(giov))
-					if err := wait(r, err); err != nil {
+					if err := waitDone(r, err); err != nil {
 						t.Fatalf("iov get of %d bytes: %v", n, err)
 					}
 					if !bytes.Equal(got, src) {

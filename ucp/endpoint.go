@@ -61,6 +61,9 @@ type EPParams struct {
 	SockAddr      netip.AddrPort
 	LocalSockAddr netip.AddrPort
 	ConnRequest   *ConnRequest
+	// internal: the worker made the endpoint for itself (replies to a
+	// peer); it takes no stream connection number (stream.go).
+	internal bool
 }
 
 // SetAddress sets the remote worker address (mandatory for this kind of
@@ -142,6 +145,7 @@ type Endpoint struct {
 	queued     atomic.Int32 // its sends in the worker's send queue (proto.go)
 	thresh     atomic.Pointer[protoThresh]
 	sock       sockAddrs // of a client-server endpoint (ep_sockaddr.go)
+	strm       *streamQ  // its stream (stream.go); nil without FeatureStream
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
@@ -216,6 +220,7 @@ func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress, netDev strin
 	w.epMu.Lock()
 	w.eps = append(w.eps, ep)
 	w.epMu.Unlock()
+	w.streamAddEP(ep)
 	if w.closed.Load() { // destroyed meanwhile: Destroy may have missed ep
 		ep.closeNow(ucs.ErrCanceled)
 		return nil, fmt.Errorf("ucp ep create: %w", errClosed)
@@ -411,29 +416,14 @@ const (
 // mode fails with ucs.ErrInvalidParam. In multi mode several goroutines may
 // close endpoints at once.
 func (ep *Endpoint) Close(mode int) error {
-	if mode != CloseModeFlush && mode != CloseModeForce {
-		return fmt.Errorf("ucp ep close: mode %d: %w", mode, ucs.ErrInvalidParam)
+	r, err := ep.EPCloseNB(mode)
+	if err != nil {
+		return err
 	}
-	if !ep.closing.CompareAndSwap(false, true) {
-		return nil
+	if err := waitDone(r, nil); err != nil {
+		return fmt.Errorf("ucp ep close: %w", err)
 	}
-	var err error
-	if mode == CloseModeFlush && ep.failStatus.Load() == 0 {
-		if err = ep.flush(); err != nil {
-			err = fmt.Errorf("ucp ep close: %w", err)
-		}
-	}
-	w := ep.w
-	w.epMu.Lock()
-	for i, e := range w.eps {
-		if e == ep {
-			w.eps = append(w.eps[:i], w.eps[i+1:]...)
-			break
-		}
-	}
-	w.epMu.Unlock()
-	ep.closeNow(ucs.ErrCanceled)
-	return err
+	return nil
 }
 
 // closeNow marks the endpoint closed, completes its queued and software
@@ -461,16 +451,12 @@ func (ep *Endpoint) Flush() error {
 }
 
 func (ep *Endpoint) flush() error {
-	if err := ep.swFlush(); err != nil {
-		return fmt.Errorf("ucp ep flush: %w", err)
+	r, err := ep.flushStart(nil, false)
+	if err != nil {
+		return err
 	}
-	if err := ep.amFlush(); err != nil {
-		return fmt.Errorf("ucp ep flush: %w", err)
-	}
-	for _, l := range ep.lanesSnapshot() {
-		if err := ep.w.waitStatus(func(c *uct.Completion) ucs.Status { return l.ep.Flush(0, c) }); err != nil {
-			return fmt.Errorf("ucp ep flush %s: %w", l, err)
-		}
+	if err := waitDone(r, nil); err != nil {
+		return fmt.Errorf("ucp ep flush to %s: %w", ep.remoteName, err)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func runCSServerProcess(sa netip.AddrPort) error {
 		if info.SenderTag == 0 {
 			return ep.Close(CloseModeFlush)
 		}
-		if err := wait(ep.TagSendNBX(buf[:info.Length], info.SenderTag|1, nil)); err != nil {
+		if err := waitDone(ep.TagSendNBX(buf[:info.Length], info.SenderTag|1, nil)); err != nil {
 			return err
 		}
 	}

@@ -137,11 +137,11 @@ func (s *csServer) acceptNext(t testing.TB, ch <-chan epResult) (client, server 
 	return r.ep, sep, req
 }
 
-// mustWait waits for r (prot_test.go's wait) and fails the test on an
+// mustWait waits for r (waitDone) and fails the test on an
 // error.
 func mustWait(t testing.TB, what string, r *Request, err error) {
 	t.Helper()
-	if err := wait(r, err); err != nil {
+	if err := waitDone(r, err); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }

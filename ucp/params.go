@@ -11,8 +11,9 @@ const (
 	// Listener (EPParams.SetSockAddr; see Worker.NewEndpoint).
 	EPParamsFlagClientServer uint32 = 1 << 0
 	// EPParamsFlagNoLoopback: an endpoint to its own worker is not
-	// connected to itself; it affects protocols that send to a particular
-	// remote endpoint (stream), which goshmem does not have yet.
+	// connected to itself: what it sends on its stream goes to another
+	// endpoint to self with this flag (the first such endpoint pairs with
+	// the second, and so on; see stream.go), not to itself.
 	EPParamsFlagNoLoopback uint32 = 1 << 1
 	// EPParamsFlagSendClientID: send the worker's client id with a
 	// client-server connection request.

@@ -36,6 +36,10 @@ const peerEnv = "GOSHMEM_UCP_TEST_PEER"
 // bytes of its segment to the parent once connected.
 const peerTagSendEnv = "GOSHMEM_UCP_TEST_PEER_TAG_SEND"
 
+// peerStreamSendEnv makes the peer send that many bytes of its segment on
+// its endpoint's stream to the parent once connected.
+const peerStreamSendEnv = "GOSHMEM_UCP_TEST_PEER_STREAM_SEND"
+
 // peerTag is the tag of the peer's message.
 const peerTag = 0x7a6
 
@@ -59,7 +63,7 @@ func TestPeerProcess(t *testing.T) {
 
 // runPeer is the peer process.
 func runPeer(in io.Reader, out io.Writer) error {
-	c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64|FeatureTag), nil)
+	c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64|FeatureTag|FeatureStream), nil)
 	if err != nil {
 		return err
 	}
@@ -95,6 +99,12 @@ func runPeer(in io.Reader, out io.Writer) error {
 	if n, _ := strconv.Atoi(os.Getenv(peerTagSendEnv)); n > 0 {
 		// A tag message of n bytes from the segment, to the parent.
 		if _, err := ep.TagSendNBX(unsafe.Slice((*byte)(m.Address()), n), peerTag, nil); err != nil {
+			return err
+		}
+	}
+	if n, _ := strconv.Atoi(os.Getenv(peerStreamSendEnv)); n > 0 {
+		// n stream bytes from the segment, to the parent.
+		if _, err := ep.StreamSendNBX(unsafe.Slice((*byte)(m.Address()), n), nil); err != nil {
 			return err
 		}
 	}

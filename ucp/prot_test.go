@@ -61,7 +61,7 @@ func TestMemProtection(t *testing.T) {
 						}
 					}
 					r, err := ep.PutNBX([]byte("written!"), base, rk, nil)
-					check("put", tc.write, wait(r, err))
+					check("put", tc.write, waitDone(r, err))
 					if err := ep.Flush(); err != nil {
 						t.Fatal(err)
 					}
@@ -70,27 +70,17 @@ func TestMemProtection(t *testing.T) {
 					}
 					got := make([]byte, 8)
 					r, err = ep.GetNBX(got, base, rk, nil)
-					check("get", tc.read, wait(r, err))
+					check("get", tc.read, waitDone(r, err))
 					r, err = ep.AtomicOpNBX(AtomicOpAdd, 1, base+8, rk, nil)
-					check("posted atomic", tc.atomic, wait(r, err))
+					check("posted atomic", tc.atomic, waitDone(r, err))
 					var old uint64
 					r, err = ep.AtomicOpNBX(AtomicOpAdd, 1, base+8, rk, new(RequestParam).SetReply(&old))
-					check("fetching atomic", tc.fetch, wait(r, err))
+					check("fetching atomic", tc.fetch, waitDone(r, err))
 					rk.Destroy()
 				}
 			})
 		}
 	}
-}
-
-// wait waits for r, if any, and returns its status (or err).
-func wait(r *Request, err error) error {
-	if err != nil || r == nil {
-		return err
-	}
-	err = r.Wait()
-	r.Free()
-	return err
 }
 
 // TestSwRegionProtection checks the target's own check of software

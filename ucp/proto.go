@@ -13,8 +13,7 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// What the two-sided protocols (tag matching; the stream API will be the
-// next) share: the dispatch of their uct active messages, the worker's
+// What the two-sided protocols (tag matching, streams) share: the dispatch of their uct active messages, the worker's
 // queue of sends that wait for transport resources, the protocol limits of
 // a lane, the thresholds that choose a protocol by size, and the cache of
 // the keys of senders' data that rendezvous receivers unpack.

@@ -364,7 +364,9 @@ func (w *Worker) wireBack(uid uint64, addr []byte) {
 	if w.epByUID(uid) != nil {
 		return
 	}
-	if _, err := w.NewEndpoint(new(EPParams).SetAddress(addr)); err != nil {
+	p := new(EPParams).SetAddress(addr)
+	p.internal = true
+	if _, err := w.NewEndpoint(p); err != nil {
 		w.swWarnf("no endpoint back to %s for replies: %v", ra.name, err)
 	}
 }
@@ -464,28 +466,8 @@ func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr ui
 // callers flush the endpoint's lanes next. It fails with the endpoint's
 // status when the endpoint fails before the target answers.
 func (ep *Endpoint) swFlush() error {
-	if !ep.swDirty.Swap(false) {
-		return nil
-	}
-	ep.w.swDirtyEPs.Add(-1)
-	if f := ep.am.remote.capFlags; f&uct.IfaceFlagCBAsync != 0 && f&uct.IfaceFlagFlushAfterAM != 0 {
-		// The target's transport runs the software handlers as it receives
-		// each message and acknowledges a flush only after them: the flush
-		// of the lane, which every caller does next, covers them, and a
-		// request of our own would cost a second round trip.
-		return nil
-	}
-	q := &swReq{done: make(chan struct{})}
-	id, st := ep.w.sw.addFor(ep, q)
-	if st != ucs.OK {
-		return fmt.Errorf("ucp flush/sw to %s: %w", ep.remoteName, st)
-	}
-	h := swHeader{reqID: id}
-	if err := ep.swSend(amSwFlushReq, &h, nil); err != nil {
-		if ep.w.sw.take(id, true) == nil {
-			<-q.done // the endpoint failed, and its failure ended q
-			return fmt.Errorf("ucp flush/sw to %s: %w", ep.remoteName, q.err)
-		}
+	q, err := ep.swFlushStart()
+	if q == nil {
 		return err
 	}
 	for {
@@ -501,6 +483,38 @@ func (ep *Endpoint) swFlush() error {
 			ep.w.idle()
 		}
 	}
+}
+
+// swFlushStart sends the target a flush request behind the software
+// operations sent to it, when there are any the lane's flush does not
+// cover, and returns it: it is done (q.done closed, q.err set) when the
+// target answered or the endpoint failed. It returns nil when there is
+// nothing to wait for.
+func (ep *Endpoint) swFlushStart() (*swReq, error) {
+	if !ep.swDirty.Swap(false) {
+		return nil, nil
+	}
+	ep.w.swDirtyEPs.Add(-1)
+	if f := ep.am.remote.capFlags; f&uct.IfaceFlagCBAsync != 0 && f&uct.IfaceFlagFlushAfterAM != 0 {
+		// The target's transport runs the software handlers as it receives
+		// each message and acknowledges a flush only after them: the flush
+		// of the lane, which every caller does next, covers them, and a
+		// request of our own would cost a second round trip.
+		return nil, nil
+	}
+	q := &swReq{done: make(chan struct{})}
+	id, st := ep.w.sw.addFor(ep, q)
+	if st != ucs.OK {
+		return nil, fmt.Errorf("ucp flush/sw to %s: %w", ep.remoteName, st)
+	}
+	h := swHeader{reqID: id}
+	if err := ep.swSend(amSwFlushReq, &h, nil); err != nil {
+		if ep.w.sw.take(id, true) == nil {
+			return q, nil // the endpoint failed, and its failure ended q
+		}
+		return nil, err
+	}
+	return q, nil
 }
 
 // region returns the mapped memory that token names, if [raddr, raddr+n)

@@ -72,6 +72,10 @@ type RequestParam struct {
 	// (ucp_tag_recv_nbx_callback_t); receives call it instead of Callback.
 	// Its bit is OpAttrFieldCallback.
 	RecvCallback TagRecvCallback
+	// StreamRecvCallback is the completion callback of a stream receive
+	// (ucp_stream_recv_nbx_callback_t); stream receives call it instead of
+	// Callback. Its bit is OpAttrFieldCallback.
+	StreamRecvCallback StreamRecvCallback
 	// RecvInfo receives the sender's tag and the message length when a
 	// receive completes at once (OpAttrFieldRecvInfo).
 	RecvInfo *TagRecvInfo
@@ -178,10 +182,12 @@ type Request struct {
 	pending   uct.PendingReq
 	reserved  []byte
 	inited    bool
-	dt        dtIter       // the data of a tag operation
-	tr        tagRecvState // a tag receive
-	top       *tagOp       // a tag send still in the worker's hands
-	rwi       *workerIface // a receive's data came on it, where no lane says
+	dt        dtIter             // the data of a tag operation
+	tr        tagRecvState       // a tag receive
+	top       *tagOp             // a tag send still in the worker's hands
+	rwi       *workerIface       // a receive's data came on it, where no lane says
+	scb       StreamRecvCallback // a stream receive's callback, called instead of cb
+	sr        streamRecvState    // a stream receive
 }
 
 var requestPools sync.Map // *Context -> *sync.Pool
@@ -260,12 +266,14 @@ func (r *Request) complete(status ucs.Status) {
 	if r.claimed.Swap(true) {
 		return
 	}
-	cb, rcb, ud := r.cb, r.rcb, r.userData
+	cb, rcb, scb, ud := r.cb, r.rcb, r.scb, r.userData
 	r.finish(status)
 	if status == ucs.InProgress {
 		status = ucs.OK
 	}
 	switch {
+	case scb != nil && r.recv:
+		scb(r, status.Err(), r.tr.got, ud)
 	case rcb != nil && r.recv:
 		// The request stays ours until the fate word below: the info may
 		// be lent from it.
@@ -317,6 +325,7 @@ func (r *Request) release() {
 	}
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
 	r.recv, r.untracked, r.tr, r.dt, r.rwi = false, false, tagRecvState{}, dtIter{}, nil
+	r.scb, r.sr = nil, streamRecvState{}
 	r.w.pool().Put(r)
 }
 
@@ -375,14 +384,19 @@ func (r *Request) Free() {
 func (r *Request) Release() { r.Free() }
 
 // Cancel asks for the request to end early with ucs.ErrCanceled
-// (ucp_request_cancel): a tag receive that no message matched yet
-// completes with it at once (its callback runs); a send that still waits
+// (ucp_request_cancel): a tag receive that no message matched yet, or a
+// stream receive still waiting for data (what it received stays in its
+// buffer), completes with it at once (its callback runs); a send that still waits
 // for transport resources, nothing of it sent, does too. What a transport
 // or the peer has already started runs to completion: RMA, atomics, a
 // matched receive, a send partly or wholly handed over (UCX cancels tag
 // receives only). A completed request is left alone.
 func (r *Request) Cancel() {
 	if r.IsCompleted() {
+		return
+	}
+	if r.recv && r.proto == protoStreamRecv {
+		r.w.streamCancel(r)
 		return
 	}
 	if r.recv {

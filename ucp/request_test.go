@@ -50,7 +50,7 @@ func TestOpFlagsEveryCall(t *testing.T) {
 						if r.IsCompleted() && calls != 1 {
 							t.Errorf("NoImmCmpl: completed request, callback called %d times", calls)
 						}
-						if err := wait(r, nil); err != nil {
+						if err := waitDone(r, nil); err != nil {
 							t.Fatal(err)
 						}
 						force := new(RequestParam)
@@ -66,7 +66,7 @@ func TestOpFlagsEveryCall(t *testing.T) {
 							t.Errorf("ForceImmCmpl: %v", err)
 						case r != nil:
 							t.Errorf("ForceImmCmpl: a request (%s)", r.Query().DebugString)
-							wait(r, nil)
+							waitDone(r, nil)
 						}
 					})
 				}

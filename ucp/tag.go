@@ -144,7 +144,7 @@ type tagWorker struct {
 	sends   map[uint64]*tagOp   // sends that wait for the receiver (sync acknowledgement, rendezvous reply)
 	recvs   map[uint64]*Request // rendezvous receives the sender pushes data to
 	free    *TagMessage         // recycled messages, linked through links[0].next
-	bufs    [tagBufClasses][][]byte
+	bufs    bufPool
 	lastSrc uint64 // the reply endpoint last looked up
 	lastEP  *Endpoint
 }
@@ -209,27 +209,37 @@ const (
 	tagBufClasses = 11
 )
 
+// bufPool holds free buffers by power-of-two size class; its owner's
+// lock guards it (the tag lock, the stream lock).
+type bufPool [tagBufClasses][][]byte
+
 // getBuf returns a buffer of n bytes; the tag lock is held.
-func (t *tagWorker) getBuf(n int) []byte {
+func (t *tagWorker) getBuf(n int) []byte { return t.bufs.get(n) }
+
+// putBuf gives back a buffer from getBuf; the tag lock is held.
+func (t *tagWorker) putBuf(b []byte) { t.bufs.put(b) }
+
+// get returns a buffer of n bytes.
+func (p *bufPool) get(n int) []byte {
 	c := max(bits.Len(uint(n-1)), tagBufMin) - tagBufMin
 	if n <= 0 || c >= tagBufClasses {
 		return make([]byte, n)
 	}
-	if l := t.bufs[c]; len(l) > 0 {
+	if l := p[c]; len(l) > 0 {
 		b := l[len(l)-1]
-		t.bufs[c] = l[:len(l)-1]
+		p[c] = l[:len(l)-1]
 		return b[:n]
 	}
 	return make([]byte, n, 1<<(c+tagBufMin))
 }
 
-// putBuf gives back a buffer from getBuf; the tag lock is held.
-func (t *tagWorker) putBuf(b []byte) {
+// put gives back a buffer from get.
+func (p *bufPool) put(b []byte) {
 	c := bits.Len(uint(cap(b))) - 1 - tagBufMin
-	if c < 0 || c >= tagBufClasses || cap(b) != 1<<(c+tagBufMin) || len(t.bufs[c]) >= 64 {
+	if c < 0 || c >= tagBufClasses || cap(b) != 1<<(c+tagBufMin) || len(p[c]) >= 64 {
 		return
 	}
-	t.bufs[c] = append(t.bufs[c], b[:0])
+	p[c] = append(p[c], b[:0])
 }
 
 // newMsg returns an unexpected message; the tag lock is held.

@@ -35,6 +35,7 @@ const (
 	topRTS                 // a rendezvous request
 	topPush                // rendezvous data pushed to the receiver
 	topPut                 // rendezvous data put into the receiver's buffer, then the ATP
+	topStream              // stream data, in pieces that each carry the stream header (stream.go)
 )
 
 // tagOp is a tag send in progress: the messages it still has to hand to the
@@ -262,7 +263,7 @@ func (op *tagOp) advance() ucs.Status {
 	case topPut:
 		return op.advancePut()
 	}
-	// topMulti and topPush: fragments.
+	// topMulti, topPush and topStream: fragments.
 	for op.off < op.dt.length {
 		st, n := op.sendFrag()
 		if st == ucs.ErrNoResource {
@@ -339,6 +340,11 @@ func (op *tagOp) sendCtrl() ucs.Status {
 // sendFrag sends the next fragment of a fragmented eager message or of
 // pushed rendezvous data and returns how many data bytes it carried.
 func (op *tagOp) sendFrag() (ucs.Status, int) {
+	if op.kind == topStream {
+		// Every piece has the same header, op's: nothing to build (a
+		// header built here escapes to the heap, with the lane's packer).
+		return op.sendPiece(amStreamData, op.hdr[:streamHdrLen])
+	}
 	var hdr [tagMaxHeader]byte
 	var h []byte
 	id := amTagMiddle
@@ -352,6 +358,13 @@ func (op *tagOp) sendFrag() (ucs.Status, int) {
 		h = hdr[:tagMiddleHdrLen]
 		put64(h, op.w.uid, op.msg, uint64(op.off))
 	}
+	return op.sendPiece(id, h)
+}
+
+// sendPiece sends, with header h, as much of op's data from op.off on as
+// one message of uct id id takes, and returns how many data bytes it
+// carried.
+func (op *tagOp) sendPiece(id uint8, h []byte) (ucs.Status, int) {
 	rest := op.dt.length - op.off
 	lim := op.th.lim
 	if op.zcopy && len(h) <= lim.zhdr {
@@ -510,6 +523,15 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 	} else {
 		st = w.protoStart(op)
 	}
+	return op.started(st, flags, "tag send")
+}
+
+// started returns the result of a send whose op (a tag or stream send)
+// was started with status st: its request while it runs; when done at
+// once, nil (or under OpAttrFlagNoImmCmpl in flags the completed request);
+// on an error, the error, for the operation named what.
+func (op *tagOp) started(st ucs.Status, flags uint32, what string) (*Request, error) {
+	r, ep := op.r, op.ep
 	switch {
 	case st == ucs.InProgress:
 		return r, nil
@@ -519,13 +541,13 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 		return r.doneNow(flags), nil
 	default:
 		if op.memh != nil {
-			w.ctx.MemUnmap(op.memh)
+			op.w.ctx.MemUnmap(op.memh)
 		}
 		op.free()
 		r.top = nil
 		r.finish(st)
 		r.release()
-		return nil, fmt.Errorf("ucp tag send on %s: %w", ep.am, st)
+		return nil, fmt.Errorf("ucp %s on %s: %w", what, ep.am, st)
 	}
 }
 

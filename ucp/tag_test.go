@@ -46,13 +46,13 @@ func newTagContext(t testing.TB, tls string, more ...func(*Params)) *Context {
 	return newContextParams(t, p, "TLS", tls)
 }
 
-func newTagEnv(t testing.TB, sendTLS, recvTLS string, self bool) *tagEnv {
+func newTagEnv(t testing.TB, sendTLS, recvTLS string, self bool, more ...func(*Params)) *tagEnv {
 	t.Helper()
-	e := &tagEnv{ca: newTagContext(t, sendTLS)}
+	e := &tagEnv{ca: newTagContext(t, sendTLS, more...)}
 	e.a = newWorker(t, e.ca)
 	e.cb, e.b = e.ca, e.a
 	if !self {
-		e.cb = newTagContext(t, recvTLS)
+		e.cb = newTagContext(t, recvTLS, more...)
 		e.b = newWorker(t, e.cb)
 	}
 	e.ab = connect(t, e.a, e.b, nil)

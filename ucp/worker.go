@@ -195,6 +195,8 @@ type Worker struct {
 	closed     atomic.Bool
 	am         amWorker                  // active messages (am.go)
 	tag        tagWorker                 // tag matching (tag.go)
+	stream     streamWorker              // streams (stream.go)
+	flushes    epFlushes                 // non-blocking endpoint flushes (ep_close.go)
 	sendq      sendQueue                 // protocol sends waiting for resources (proto.go)
 	rkc        rkeyCache                 // senders' keys, for rendezvous receives (proto.go)
 	reqPool    atomic.Pointer[sync.Pool] // the context's request pool (request.go)
@@ -294,6 +296,10 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
 	if err := w.tagInit(); err != nil {
+		w.Destroy()
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
+	if err := w.streamInit(); err != nil {
 		w.Destroy()
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
@@ -436,6 +442,7 @@ func (w *Worker) Destroy() {
 	}
 	w.rkc.clear()
 	w.tagDestroy()
+	w.streamDestroy()
 	w.closeWakeup()
 	w.closeIfaces()
 	w.releaseWakeup()

@@ -96,7 +96,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.Size, "s", 8, "message size in bytes")
 	fs.IntVar(&o.Iters, "n", 1000000, "number of iterations to run")
 	fs.IntVar(&o.Warmup, "w", 10000, "number of warm-up iterations (at most a tenth of -n are run)")
-	fs.IntVar(&o.Outstanding, "O", 0, "maximal number of uncompleted outstanding operations in stream tests (0: the test's window, as in ucx_perftest: 32 for ucp_put_bw, ucp_am_bw, tag_bw and tag_sync_bw, 1 for the others)")
+	fs.IntVar(&o.Outstanding, "O", 0, "maximal number of uncompleted outstanding operations in stream tests (0: the test's window, as in ucx_perftest: 32 for ucp_put_bw, ucp_am_bw, tag_bw, tag_sync_bw and stream_bw, 1 for the others)")
 	fs.IntVar(&o.FlushEvery, "W", 0, "flush the worker every this many operations in stream tests (0: only at the end)")
 	fs.Float64Var(&o.Percentile, "R", 50, "percentile rank of the percentile column")
 	fs.IntVar(&o.port, "p", 13337, "TCP port of the server")
@@ -243,7 +243,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // keys with the peer and connects to it.
 func setup(r rte, p params, t *testDef) (*bench, error) {
 	b := &bench{p: p, test: t, client: r.client()}
-	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureRMA|ucp.FeatureAMO64|ucp.FeatureAM|ucp.FeatureTag).
+	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureRMA|ucp.FeatureAMO64|ucp.FeatureAM|ucp.FeatureTag|ucp.FeatureStream).
 		SetEstimatedNumEPs(1).SetName("ucpperf"), nil)
 	if err != nil {
 		return nil, err

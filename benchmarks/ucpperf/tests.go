@@ -59,6 +59,14 @@ type testDef struct {
 //     outstanding, while the server receives with at most -O receives
 //     posted; at the end the server sends a one-byte message that the
 //     client waits for, so the client's time covers the receiver's.
+//   - stream_lat: ping-pong on the endpoints' streams: the client sends
+//     the message and then receives as many bytes (a receive with
+//     StreamRecvFlagWaitAll), the server receives and then sends, as
+//     ucx_perftest's does.
+//   - stream_bw: the client sends, with at most -O sends outstanding,
+//     while the server receives the messages' bytes with at most -O
+//     wait-all receives of one message each posted; at the end the server
+//     sends one byte that the client waits for, as in tag_bw.
 var tests = []*testDef{
 	{name: "ucp_put_lat", window: 1, desc: "put latency", pingpong: true, loop: putLat},
 	{name: "ucp_put_bw", window: 32, desc: "put bandwidth", loop: putBW},
@@ -73,6 +81,8 @@ var tests = []*testDef{
 	{name: "tag_bw", window: 32, desc: "tag match bandwidth", loop: tagBW(false), serve: tagServe},
 	{name: "tag_sync_lat", window: 1, desc: "tag sync match latency", pingpong: true, loop: tagLat(true)},
 	{name: "tag_sync_bw", window: 32, desc: "tag sync match bandwidth", loop: tagBW(true), serve: tagServe},
+	{name: "stream_lat", window: 1, desc: "stream latency", pingpong: true, loop: streamLat},
+	{name: "stream_bw", window: 32, desc: "stream bandwidth", loop: streamBW, serve: streamServe},
 }
 
 func findTest(name string) *testDef {
@@ -429,4 +439,59 @@ func tagServe(b *bench, n int, p *perf) error {
 		return err
 	}
 	return b.wait(b.ep.TagSendNBX(b.sbuf[:1], perfTag, nil))
+}
+
+// streamSend sends the send buffer on the endpoint's stream.
+func (b *bench) streamSend() (*ucp.Request, error) {
+	return b.ep.StreamSendNBX(b.sbuf, b.sendParam)
+}
+
+// streamWaitAll is the parameter of the stream tests' receives: each
+// completes once its buffer is full.
+var streamWaitAll = new(ucp.RequestParam).SetFlags(ucp.StreamRecvFlagWaitAll)
+
+// streamRecv posts a receive of len(buf) stream bytes into buf.
+func (b *bench) streamRecv(buf []byte) (*ucp.Request, error) {
+	r, _, err := b.ep.StreamRecvNBX(buf, streamWaitAll)
+	return r, err
+}
+
+func streamLat(b *bench, n int, p *perf) error {
+	for i := 0; i < n; i++ {
+		if b.client {
+			if err := b.wait(b.streamSend()); err != nil {
+				return err
+			}
+		}
+		if err := b.wait(b.streamRecv(b.buf[:b.p.Size])); err != nil {
+			return err
+		}
+		if !b.client {
+			if err := b.wait(b.streamSend()); err != nil {
+				return err
+			}
+		}
+		p.update(1, int64(b.p.Size))
+	}
+	return nil
+}
+
+// streamBW is the sender of stream_bw: a stream of sends, then the
+// receiver's one-byte acknowledgement.
+func streamBW(b *bench, n int, p *perf) error {
+	if err := b.windowed(n, p, int64(b.p.Size), b.streamSend, nil); err != nil {
+		return err
+	}
+	var ack [1]byte
+	return b.wait(b.streamRecv(ack[:]))
+}
+
+// streamServe is the receiver of stream_bw: n receives of one message's
+// bytes, at most -O posted at once, then the one-byte acknowledgement.
+func streamServe(b *bench, n int, p *perf) error {
+	buf := b.buf[:b.p.Size]
+	if err := b.windowed(n, p, int64(b.p.Size), func() (*ucp.Request, error) { return b.streamRecv(buf) }, nil); err != nil {
+		return err
+	}
+	return b.wait(b.ep.StreamSendNBX(b.sbuf[:1], nil))
 }

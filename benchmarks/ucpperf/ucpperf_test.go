@@ -115,13 +115,13 @@ func TestJob(t *testing.T) {
 	for _, tt := range tests {
 		cases = append(cases, tc{tt.name, 8, ""})
 	}
-	for _, name := range []string{"ucp_put_lat", "ucp_get", "ucp_atomic_fadd", "ucp_am_lat", "ucp_am_bw", "tag_lat", "tag_sync_bw"} {
+	for _, name := range []string{"ucp_put_lat", "ucp_get", "ucp_atomic_fadd", "ucp_am_lat", "ucp_am_bw", "tag_lat", "tag_sync_bw", "stream_lat", "stream_bw"} {
 		cases = append(cases, tc{name, 8, "tcp,self"})
 	}
-	for _, name := range []string{"ucp_put_bw", "ucp_get", "ucp_am_lat", "ucp_am_bw", "tag_lat", "tag_bw", "tag_sync_lat"} {
+	for _, name := range []string{"ucp_put_bw", "ucp_get", "ucp_am_lat", "ucp_am_bw", "tag_lat", "tag_bw", "tag_sync_lat", "stream_lat", "stream_bw"} {
 		cases = append(cases, tc{name, 100000, ""}) // zero-copy sizes; rendezvous for active messages
 	}
-	cases = append(cases, tc{"ucp_am_lat", 100000, "tcp,self"}, tc{"tag_bw", 1 << 20, "tcp,self"}, tc{"tag_lat", 1 << 20, ""})
+	cases = append(cases, tc{"ucp_am_lat", 100000, "tcp,self"}, tc{"tag_bw", 1 << 20, "tcp,self"}, tc{"tag_lat", 1 << 20, ""}, tc{"stream_bw", 1 << 20, "tcp,self"})
 	for _, c := range cases {
 		name := fmt.Sprintf("%s/%d", c.test, c.size)
 		var env []string

@@ -1,0 +1,734 @@
+package ucp
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// The stream API (the ucp_stream_* calls of the UCX documents).
+//
+// An endpoint of a worker whose context has FeatureStream sends bytes to
+// its peer endpoint with StreamSendNBX; the peer receives them, in the
+// order they were sent and without message boundaries, with
+// StreamRecvNBX (into a buffer of its own: the receive completes with
+// what arrived, or only once the buffer is full with StreamRecvFlagWaitAll)
+// or StreamRecvDataNB (the data where it arrived, given back with
+// StreamDataRelease). Worker.StreamWorkerPoll names the endpoints that
+// have data no receive took.
+//
+// Wire and order: as in UCX, a stream has no rendezvous protocol. A send
+// goes as a sequence of amStreamData messages on the endpoint's AM lane
+// (stream_wire.go), copied into the transport's buffer or, above
+// UCX_ZCOPY_THRESH, zero-copy, in pieces of at most one transport message;
+// it reuses the fragment machinery of tag sends (tagOp). Every piece of
+// every send of an endpoint thus travels one connection, in order, and
+// sends that wait for transport resources wait in the worker's queue
+// behind the earlier ones of their endpoint: large and small sends cannot
+// overtake each other, and no RMA lane is involved.
+//
+// Which endpoint receives: a stream connects one endpoint of each side.
+// The n-th endpoint a worker creates to a peer worker (its connection
+// number n, counted per peer from 0) is paired with the peer's n-th
+// endpoint to it, as UCX pairs endpoints by their connection sequence
+// numbers; a message names the sending worker and the receiving
+// endpoint's number. An endpoint to the worker's own worker receives what
+// it sends itself (loopback); endpoints to self with
+// EPParamsFlagNoLoopback are numbered apart and paired with each other:
+// the first with the second, the third with the fourth, and so on. Data that arrives
+// before its endpoint is created waits for it; data for an endpoint that
+// was closed is dropped. Endpoints the worker creates for itself (to
+// reply to a peer) take no number.
+
+// Flags of stream receives (ucp_stream_recv_flags_t), in
+// RequestParam.Flags (RequestParam.SetFlags) or the flags of StreamRecvNB.
+const (
+	// StreamRecvFlagWaitAll: the receive completes only once its whole
+	// buffer is filled (or with an error), not with what arrived first.
+	StreamRecvFlagWaitAll uint32 = 1 << 0
+)
+
+// StreamRecvCallback is called when a stream receive completes
+// (ucp_stream_recv_nbx_callback_t): status is nil or the error it ended
+// with; length is the number of bytes received into the buffer. It runs
+// from Worker.Progress, or from the receive's call when that completes at
+// once with OpAttrFlagNoImmCmpl.
+type StreamRecvCallback func(req *Request, status error, length int, userData any)
+
+// SetStreamRecvCallback sets the completion callback of a stream receive.
+func (p *RequestParam) SetStreamRecvCallback(cb StreamRecvCallback) *RequestParam {
+	p.StreamRecvCallback, p.OpAttrMask = cb, p.OpAttrMask|OpAttrFieldCallback
+	return p
+}
+
+// StreamPollEP is an endpoint that has stream data to receive, as
+// Worker.StreamWorkerPoll reports it (ucp_stream_poll_ep_t).
+type StreamPollEP struct {
+	EP       *Endpoint
+	UserData any // the endpoint's user data (EPParams.SetUserData)
+	Flags    uint32
+}
+
+// streamNoLoopback marks the connection numbers of endpoints to self with
+// EPParamsFlagNoLoopback, counted apart from the others: they pair with
+// each other, and a loopback endpoint to self takes none of their numbers.
+const streamNoLoopback = 1 << 63
+
+// gone reports whether the endpoint numbered sn to the worker uid was
+// created already (and so, having no stream now, closed); the lock is held.
+func (s *streamWorker) gone(uid, sn uint64) bool {
+	if sn&streamNoLoopback != 0 {
+		return sn&^streamNoLoopback < s.nextNL
+	}
+	return sn < s.next[uid]
+}
+
+// streamKey names a stream at the receiver: the sending worker and the
+// receiving endpoint's connection number.
+type streamKey struct{ uid, sn uint64 }
+
+// streamQ is the receive side of one endpoint's stream: the data no
+// receive took yet and the receives waiting for data. It exists from the
+// creation of its endpoint, or from the first data that arrived for it.
+type streamQ struct {
+	ep     *Endpoint // nil until the endpoint is created
+	key    streamKey
+	peerSN uint64    // the connection number sends name (the peer endpoint's)
+	segs   []tagPart // queued data, in order, from segs[head]
+	head   int
+	off    int // bytes of segs[head] taken
+	bytes  int // queued bytes
+	reqs   []*Request
+	// On the worker's list of endpoints with data (StreamWorkerPoll).
+	ready      bool
+	prev, next *streamQ
+}
+
+// streamRecvState is the part of a request that a stream receive uses
+// (the bytes received are in tr.got, the first error in tr.status).
+type streamRecvState struct {
+	q       *streamQ // posted on it, nil once taken off
+	waitAll bool
+	gran    int // a partial completion takes whole elements of this size
+}
+
+// streamWorker is a worker's stream state. In the worker's multi thread
+// mode mu guards it; otherwise only one goroutine at a time uses it.
+type streamWorker struct {
+	enabled bool
+	multi   bool
+	mu      sync.Mutex
+	qs      map[streamKey]*streamQ
+	next    map[uint64]uint64 // per peer worker: the next connection number
+	nextNL  uint64            // the next number of a no-loopback endpoint to self
+	ready   streamQ           // the list head of endpoints with data
+	lent    map[*byte]tagPart // data handed out by StreamRecvDataNB
+	bufs    bufPool
+}
+
+func (s *streamWorker) lock() {
+	if s.multi {
+		s.mu.Lock()
+	}
+}
+
+func (s *streamWorker) unlock() {
+	if s.multi {
+		s.mu.Unlock()
+	}
+}
+
+// streamInit prepares the worker for streams when its context has
+// FeatureStream: it installs the handler of stream messages.
+func (w *Worker) streamInit() error {
+	if w.ctx.features&FeatureStream == 0 {
+		return nil
+	}
+	s := &w.stream
+	s.multi = w.mode == ucs.ThreadModeMulti
+	s.qs = map[streamKey]*streamQ{}
+	s.next = map[uint64]uint64{}
+	s.lent = map[*byte]tagPart{}
+	s.ready.prev, s.ready.next = &s.ready, &s.ready
+	if err := w.setProtoHandlers([]uint8{amStreamData}, []protoHandler{streamRecvData}); err != nil {
+		return err
+	}
+	s.enabled = true
+	return nil
+}
+
+// streamCheck checks that the worker may use streams.
+func (w *Worker) streamCheck(what string) error {
+	if w.closed.Load() {
+		return fmt.Errorf("ucp %s: %w", what, errClosed)
+	}
+	if !w.stream.enabled {
+		return fmt.Errorf("ucp %s: the context was created without FeatureStream: %w", what, ucs.ErrInvalidParam)
+	}
+	return nil
+}
+
+// streamAddEP gives a new endpoint its connection number and its stream,
+// with the data that arrived for it already.
+func (w *Worker) streamAddEP(ep *Endpoint) {
+	s := &w.stream
+	if !s.enabled || ep.params.internal {
+		return
+	}
+	s.lock()
+	var sn, peer uint64
+	if ep.remoteUID == w.uid && ep.params.FieldMask&EPParamFieldFlags != 0 && ep.params.Flags&EPParamsFlagNoLoopback != 0 {
+		sn = streamNoLoopback | s.nextNL
+		s.nextNL++
+		peer = sn ^ 1
+	} else {
+		sn = s.next[ep.remoteUID]
+		s.next[ep.remoteUID] = sn + 1
+		peer = sn
+	}
+	key := streamKey{ep.remoteUID, sn}
+	q := s.qs[key]
+	if q == nil {
+		q = &streamQ{key: key}
+		s.qs[key] = q
+	}
+	q.ep, q.peerSN = ep, peer
+	ep.strm = q
+	if q.bytes > 0 {
+		s.setReady(q)
+	}
+	s.unlock()
+}
+
+// setReady puts q on the list of endpoints with data; the lock is held.
+func (s *streamWorker) setReady(q *streamQ) {
+	if q.ready || q.ep == nil {
+		return
+	}
+	q.ready = true
+	q.prev, q.next = s.ready.prev, &s.ready
+	s.ready.prev.next = q
+	s.ready.prev = q
+}
+
+// unready takes q off the list of endpoints with data; the lock is held.
+func (s *streamWorker) unready(q *streamQ) {
+	if !q.ready {
+		return
+	}
+	q.ready = false
+	q.prev.next, q.next.prev = q.next, q.prev
+	q.prev, q.next = nil, nil
+}
+
+// releasePart gives back a piece of data: the transport's buffer, or one
+// of the worker's; the lock is held.
+func (s *streamWorker) releasePart(p *tagPart) {
+	if p.raw != nil {
+		p.wi.iface.ReleaseDesc(p.raw)
+	} else {
+		s.bufs.put(p.data)
+	}
+	*p = tagPart{}
+}
+
+// want returns how many of avail bytes the stream receive r takes now: as
+// many as its buffer has room for, but when that does not fill it and it
+// may complete partially, whole elements only.
+func (r *Request) streamWant(avail int) int {
+	room := r.dt.length - r.tr.got
+	k := min(room, avail)
+	if k < room && !r.sr.waitAll && r.sr.gran > 1 {
+		k -= (r.tr.got + k) % r.sr.gran
+	}
+	return max(k, 0)
+}
+
+// streamDone reports whether the stream receive r is complete.
+func (r *Request) streamDone() bool {
+	return r.tr.got == r.dt.length || (!r.sr.waitAll && r.tr.got > 0)
+}
+
+// takeQueued unpacks n queued bytes of q into r; the lock is held.
+func (s *streamWorker) takeQueued(q *streamQ, r *Request, n int) {
+	for n > 0 && q.head < len(q.segs) {
+		seg := &q.segs[q.head]
+		d := seg.data[q.off:]
+		k := min(n, len(d))
+		if st := r.dt.unpack(r.tr.got, d[:k]); st != ucs.OK && r.tr.status == ucs.OK {
+			r.tr.status = st
+		}
+		r.tr.got += k
+		q.off += k
+		q.bytes -= k
+		n -= k
+		if q.off == len(seg.data) {
+			s.releasePart(seg)
+			q.head++
+			q.off = 0
+		}
+	}
+	if q.head == len(q.segs) {
+		q.segs, q.head = q.segs[:0], 0
+	}
+}
+
+// streamRecvData handles a piece of a stream.
+func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	src, sn, p, err := decodeStream(data)
+	if err != nil {
+		w.tagLogf("dropped a stream message: %v", err)
+		return ucs.OK
+	}
+	s := &w.stream
+	key := streamKey{src, sn}
+	s.lock()
+	q := s.qs[key]
+	if q == nil {
+		if s.gone(src, sn) {
+			// Its endpoint was closed.
+			s.unlock()
+			w.tagLogf("dropped %d stream bytes from %#x for a closed endpoint", len(p), src)
+			return ucs.OK
+		}
+		q = &streamQ{key: key}
+		s.qs[key] = q
+	}
+	var doneBuf [4]*Request
+	done := doneBuf[:0]
+	for len(q.reqs) > 0 {
+		r := q.reqs[0]
+		k := r.streamWant(q.bytes + len(p))
+		kq := min(k, q.bytes)
+		s.takeQueued(q, r, kq)
+		if kp := k - kq; kp > 0 {
+			if st := r.dt.unpack(r.tr.got, p[:kp]); st != ucs.OK && r.tr.status == ucs.OK {
+				r.tr.status = st
+			}
+			r.tr.got += kp
+			p = p[kp:]
+		}
+		if !r.streamDone() {
+			break
+		}
+		// Shifted down rather than resliced, so that the slice's memory
+		// serves the next receives.
+		n := copy(q.reqs, q.reqs[1:])
+		q.reqs[n] = nil
+		q.reqs = q.reqs[:n]
+		r.sr.q = nil
+		done = append(done, r)
+	}
+	st := ucs.OK
+	if len(p) > 0 {
+		if flags&uct.CBParamFlagDesc != 0 {
+			q.segs = append(q.segs, tagPart{data: p, raw: data, wi: wi})
+			st = ucs.InProgress
+		} else {
+			b := s.bufs.get(len(p))
+			copy(b, p)
+			q.segs = append(q.segs, tagPart{data: b})
+		}
+		q.bytes += len(p)
+		if len(q.reqs) == 0 {
+			s.setReady(q)
+		}
+	}
+	s.unlock()
+	for _, r := range done {
+		r.rwi = wi
+		r.complete(r.tr.status)
+	}
+	return st
+}
+
+// StreamSendNBX sends buf on the endpoint's stream (ucp_stream_send_nbx);
+// param's datatype may describe other data (an iov, a generic datatype;
+// buf is then nil or the generic buffer). It returns (nil, nil) when the
+// data may be reused at once, or a request that completes when it may; the
+// peer receives the bytes after those of every earlier send of the
+// endpoint. It fails with ucs.ErrInvalidParam without FeatureStream or for
+// a bad datatype, with the endpoint's error on a failed or closed
+// endpoint, with ucs.ErrNoResource under OpAttrFlagForceImmCmpl when the
+// send cannot complete at once, and with the transport's error otherwise.
+func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, error) {
+	if err := ep.w.streamCheck("stream send"); err != nil {
+		return nil, err
+	}
+	it, err := dtFromParam(buf, param, false)
+	if err != nil {
+		return nil, fmt.Errorf("ucp stream send: %w", err)
+	}
+	return ep.streamSend(it, param)
+}
+
+// StreamSendNB is the older form of StreamSendNBX (ucp_stream_send_nb):
+// count elements of datatype dt in buffer (a []byte for a contiguous
+// datatype, a [][]byte for DatatypeIOV, what StartPack takes for a generic
+// one). cb, if not nil, is called when a send that did not complete at
+// once completes. flags must be 0 (the UCX documents reserve them).
+func (ep *Endpoint) StreamSendNB(buffer any, count int, dt Datatype, cb SendCallback, flags uint32) (*Request, error) {
+	if err := ep.w.streamCheck("stream send"); err != nil {
+		return nil, err
+	}
+	if flags != 0 {
+		return nil, fmt.Errorf("ucp stream send: flags %#x: %w", flags, ucs.ErrInvalidParam)
+	}
+	it, err := dtFromArgs(buffer, count, dt, false)
+	if err != nil {
+		return nil, fmt.Errorf("ucp stream send: %w", err)
+	}
+	p := RequestParam{}
+	if cb != nil {
+		p.SetCallback(cb)
+	}
+	return ep.streamSend(it, &p)
+}
+
+// Protocol names of stream sends and receives, as Request.Query reports
+// them.
+const (
+	protoStreamBcopy = "stream/eager/bcopy"
+	protoStreamZcopy = "stream/eager/zcopy"
+	protoStreamRecv  = "stream/recv"
+)
+
+// streamSend starts a stream send of the data it.
+func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error) {
+	w := ep.w
+	if err := ep.sendCheck("stream send"); err != nil {
+		it.finish()
+		return nil, err
+	}
+	q := ep.strm
+	if q == nil {
+		it.finish()
+		return nil, fmt.Errorf("ucp stream send: an endpoint the worker made for replies has no stream: %w", ucs.ErrInvalidParam)
+	}
+	flags := sendFlags(param)
+	n := it.length
+	if n == 0 {
+		it.finish()
+		return w.completedNow(param, protoStreamBcopy, ep.am, 0)
+	}
+	th := ep.thresholds()
+	op := w.newTagOp(ep, topStream)
+	op.th = th
+	op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && n >= th.zcopy && streamHdrLen <= th.lim.zhdr
+	if flags&OpAttrFlagForceImmCmpl != 0 && (op.zcopy || ep.queued.Load() > 0 || streamHdrLen+n > th.lim.bcopy) {
+		op.free()
+		it.finish()
+		return nil, fmt.Errorf("ucp stream send of %d bytes cannot complete at once: %w", n, ucs.ErrNoResource)
+	}
+	r := w.newRequest(param)
+	r.size, r.lane, r.dt, r.top, r.untracked = n, ep.am, it, op, true
+	r.proto = protoStreamBcopy
+	if op.zcopy {
+		r.proto = protoStreamZcopy
+	}
+	op.r, op.dt = r, &r.dt
+	op.hlen = streamHdrLen
+	put64(op.hdr[:], w.uid, q.peerSN)
+	return op.started(w.protoStart(op), flags, "stream send")
+}
+
+// StreamRecvNBX receives stream data of the endpoint into buf
+// (ucp_stream_recv_nbx); param's datatype may describe another buffer (an
+// iov, a generic datatype). The receive takes the data that arrived and no
+// earlier receive took, and completes as soon as it has some (for a
+// contiguous datatype of elements larger than a byte, whole elements), or,
+// with StreamRecvFlagWaitAll in param's flags, once buf is full. When it
+// completes at once it returns (nil, length, nil), or under
+// OpAttrFlagNoImmCmpl a completed request whose callback ran; otherwise it
+// returns a request whose StreamRecvCallback (RequestParam.
+// SetStreamRecvCallback) gets the length, as does
+// Request.StreamRecvRequestTest. Receives of one endpoint complete in the
+// order they were posted. It fails with ucs.ErrInvalidParam without
+// FeatureStream, for a bad datatype or unknown flags, with the endpoint's
+// error on a failed or closed endpoint, and with ucs.ErrNoResource under
+// OpAttrFlagForceImmCmpl when it cannot complete at once.
+func (ep *Endpoint) StreamRecvNBX(buf []byte, param *RequestParam) (*Request, int, error) {
+	if err := ep.w.streamCheck("stream recv"); err != nil {
+		return nil, 0, err
+	}
+	it, err := dtFromParam(buf, param, true)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ucp stream recv: %w", err)
+	}
+	gran := 1
+	if param != nil && param.OpAttrMask&OpAttrFieldDatatype != 0 && param.Datatype.Class() == DatatypeClassContig {
+		gran = max(param.Datatype.ElemSize(), 1)
+	}
+	f := uint32(0)
+	if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 {
+		// The field shares its bits with the OpAttrFlag* ones.
+		f = param.Flags &^ (OpAttrFlagNoImmCmpl | OpAttrFlagFastCmpl | OpAttrFlagForceImmCmpl)
+	}
+	return ep.streamRecv(it, param, f, gran)
+}
+
+// StreamRecvNB is the older form of StreamRecvNBX (ucp_stream_recv_nb):
+// count elements of datatype dt in buffer (see StreamSendNB), flags
+// StreamRecvFlag* bits. cb, if not nil, is called when a receive that did
+// not complete at once completes; one that did returns (nil, length, nil).
+func (ep *Endpoint) StreamRecvNB(buffer any, count int, dt Datatype, cb StreamRecvCallback, flags uint32) (*Request, int, error) {
+	if err := ep.w.streamCheck("stream recv"); err != nil {
+		return nil, 0, err
+	}
+	it, err := dtFromArgs(buffer, count, dt, true)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ucp stream recv: %w", err)
+	}
+	gran := 1
+	if dt.Class() == DatatypeClassContig {
+		gran = max(dt.ElemSize(), 1)
+	}
+	p := RequestParam{}
+	if cb != nil {
+		p.SetStreamRecvCallback(cb)
+	}
+	return ep.streamRecv(it, &p, flags, gran)
+}
+
+// StreamRecvRequestTest returns the status of a stream receive, as Status
+// does (ucp_stream_recv_request_test), and once it completed fills in
+// length (when not nil) with the bytes it received.
+func (r *Request) StreamRecvRequestTest(length *int) error {
+	err := r.Status()
+	if err != ucs.InProgress && length != nil {
+		*length = r.tr.got
+	}
+	return err
+}
+
+// streamRecv posts a stream receive of the data it.
+func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gran int) (*Request, int, error) {
+	w := ep.w
+	fail := func(err error) (*Request, int, error) {
+		it.finish()
+		return nil, 0, err
+	}
+	if flags&^StreamRecvFlagWaitAll != 0 {
+		return fail(fmt.Errorf("ucp stream recv: flags %#x: %w", flags, ucs.ErrInvalidParam))
+	}
+	if ep.closed.Load() {
+		return fail(fmt.Errorf("ucp stream recv: %w", errClosed))
+	}
+	q := ep.strm
+	if q == nil {
+		return fail(fmt.Errorf("ucp stream recv: an endpoint the worker made for replies has no stream: %w", ucs.ErrInvalidParam))
+	}
+	imm := sendFlags(param)
+	s := &w.stream
+	r := w.newRequest(param)
+	r.recv, r.dt, r.size, r.proto, r.lane = true, it, it.length, protoStreamRecv, ep.am
+	r.tr = tagRecvState{status: ucs.OK}
+	r.sr = streamRecvState{waitAll: flags&StreamRecvFlagWaitAll != 0, gran: gran}
+	if param != nil && param.OpAttrMask&OpAttrFieldCallback != 0 {
+		r.scb = param.StreamRecvCallback
+	}
+	s.lock()
+	k := 0
+	if len(q.reqs) == 0 {
+		k = r.streamWant(q.bytes)
+	}
+	if now := r.tr.got+k == r.dt.length || (!r.sr.waitAll && k > 0); !now {
+		if st := ep.dead(); st != ucs.OK || imm&OpAttrFlagForceImmCmpl != 0 {
+			s.unlock()
+			r.finish(ucs.ErrCanceled)
+			r.release()
+			if st != ucs.OK {
+				return nil, 0, fmt.Errorf("ucp stream recv from %s: %w", ep.remoteName, st)
+			}
+			return nil, 0, fmt.Errorf("ucp stream recv: not enough data yet: %w", ucs.ErrNoResource)
+		}
+	}
+	s.takeQueued(q, r, k)
+	if q.bytes == 0 {
+		s.unready(q)
+	}
+	if !r.streamDone() {
+		r.sr.q = q
+		q.reqs = append(q.reqs, r)
+		s.unlock()
+		return r, 0, nil
+	}
+	s.unlock()
+	n, st := r.tr.got, r.tr.status
+	if imm&OpAttrFlagNoImmCmpl != 0 {
+		r.complete(st)
+		return r, n, nil
+	}
+	r.finish(st)
+	r.release()
+	if st != ucs.OK {
+		return nil, n, fmt.Errorf("ucp stream recv: %w", st)
+	}
+	return nil, n, nil
+}
+
+// StreamRecvDataNB returns the endpoint's stream data that arrived and no
+// receive took, where it lies (ucp_stream_recv_data_nb): the next piece of
+// the stream (one transport message's worth, or what remains of it), or
+// nil when there is none. The data stays valid, and the transport's
+// buffer it may lie in stays held, until StreamDataRelease gives it back.
+// It fails with ucs.ErrInvalidParam without FeatureStream, and with the
+// endpoint's error on a closed or failed endpoint that has no data.
+func (ep *Endpoint) StreamRecvDataNB() ([]byte, error) {
+	w := ep.w
+	if err := w.streamCheck("stream recv data"); err != nil {
+		return nil, err
+	}
+	if ep.closed.Load() {
+		return nil, fmt.Errorf("ucp stream recv data: %w", errClosed)
+	}
+	q := ep.strm
+	if q == nil {
+		return nil, fmt.Errorf("ucp stream recv data: an endpoint the worker made for replies has no stream: %w", ucs.ErrInvalidParam)
+	}
+	s := &w.stream
+	s.lock()
+	if q.bytes == 0 || len(q.reqs) > 0 {
+		s.unlock()
+		if st := ep.dead(); st != ucs.OK {
+			return nil, fmt.Errorf("ucp stream recv data from %s: %w", ep.remoteName, st)
+		}
+		return nil, nil
+	}
+	seg := q.segs[q.head]
+	data := seg.data[q.off:]
+	q.segs[q.head] = tagPart{}
+	q.head++
+	q.bytes -= len(data)
+	q.off = 0
+	if q.head == len(q.segs) {
+		q.segs, q.head = q.segs[:0], 0
+	}
+	if q.bytes == 0 {
+		s.unready(q)
+	}
+	s.lent[unsafe.SliceData(data)] = seg
+	s.unlock()
+	return data, nil
+}
+
+// StreamDataRelease gives back data that StreamRecvDataNB returned on the
+// endpoint (ucp_stream_data_release); the data must not be used after it.
+// Data not lent, or given back already, is ignored with a logged warning.
+func (ep *Endpoint) StreamDataRelease(data []byte) {
+	w := ep.w
+	s := &w.stream
+	if !s.enabled || len(data) == 0 {
+		return
+	}
+	s.lock()
+	seg, ok := s.lent[unsafe.SliceData(data)]
+	if ok {
+		delete(s.lent, unsafe.SliceData(data))
+		s.releasePart(&seg)
+	}
+	s.unlock()
+	if !ok {
+		w.tagLogf("stream data release of %d bytes that StreamRecvDataNB did not lend", len(data))
+	}
+}
+
+// StreamWorkerPoll fills polls with the endpoints that have stream data no
+// receive took (ucp_stream_worker_poll) and returns how many it filled. An
+// endpoint is reported once: again only after more data arrived, once the
+// data it had was taken. flags must be 0. It returns 0 without
+// FeatureStream.
+func (w *Worker) StreamWorkerPoll(polls []StreamPollEP, flags uint32) int {
+	s := &w.stream
+	if !s.enabled || flags != 0 || w.closed.Load() {
+		return 0
+	}
+	n := 0
+	s.lock()
+	for n < len(polls) && s.ready.next != &s.ready {
+		q := s.ready.next
+		s.unready(q)
+		polls[n] = StreamPollEP{EP: q.ep, UserData: q.ep.UserData()}
+		n++
+	}
+	s.unlock()
+	return n
+}
+
+// streamCancel cancels the stream receive r if it still waits for data;
+// what it received already stays in its buffer, and its length tells.
+func (w *Worker) streamCancel(r *Request) {
+	s := &w.stream
+	s.lock()
+	q := r.sr.q
+	found := false
+	if q != nil {
+		for i, o := range q.reqs {
+			if o == r {
+				q.reqs = append(q.reqs[:i], q.reqs[i+1:]...)
+				r.sr.q = nil
+				found = true
+				break
+			}
+		}
+	}
+	s.unlock()
+	if found {
+		r.complete(ucs.ErrCanceled)
+	}
+}
+
+// streamFailEP ends the stream receives of ep, which failed or closed,
+// with st; a closed endpoint's stream is gone: its data is given back.
+func (w *Worker) streamFailEP(ep *Endpoint, st ucs.Status) {
+	s := &w.stream
+	q := ep.strm
+	if !s.enabled || q == nil {
+		return
+	}
+	s.lock()
+	reqs := q.reqs
+	q.reqs = nil
+	for _, r := range reqs {
+		r.sr.q = nil
+	}
+	if ep.closed.Load() {
+		s.unready(q)
+		s.dropQueued(q)
+		delete(s.qs, q.key)
+	}
+	s.unlock()
+	for _, r := range reqs {
+		r.complete(st)
+	}
+}
+
+// dropQueued gives back the data queued on q; the lock is held.
+func (s *streamWorker) dropQueued(q *streamQ) {
+	for i := q.head; i < len(q.segs); i++ {
+		s.releasePart(&q.segs[i])
+	}
+	q.segs, q.head, q.off, q.bytes = nil, 0, 0, 0
+}
+
+// streamDestroy gives back the data of streams whose endpoint was never
+// created, and what StreamRecvDataNB lent.
+func (w *Worker) streamDestroy() {
+	s := &w.stream
+	if !s.enabled {
+		return
+	}
+	s.lock()
+	for k, q := range s.qs {
+		s.dropQueued(q)
+		delete(s.qs, k)
+	}
+	for k, seg := range s.lent {
+		s.releasePart(&seg)
+		delete(s.lent, k)
+	}
+	s.unlock()
+}

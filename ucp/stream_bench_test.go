@@ -1,0 +1,82 @@
+package ucp
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The stream benchmarks run a sender and a receiver worker in this
+// process, progressing both from the benchmark's goroutine, as the tag
+// benchmarks do; -benchmem shows what a send and a receive allocate.
+
+// BenchmarkStreamPingPong measures a round trip on the endpoints'
+// streams: each side receives with a wait-all receive posted before the
+// data comes.
+func BenchmarkStreamPingPong(b *testing.B) {
+	for _, tr := range tagTransports[1:3] {
+		for _, n := range []int{8, 4096, 64 << 10, 1 << 20} {
+			b.Run(fmt.Sprintf("%s/%d", tr.name, n), func(b *testing.B) {
+				e := newStreamEnv(b, tr.sendTLS, tr.recvTLS, false)
+				src, dst := make([]byte, n), make([]byte, n)
+				wait := new(RequestParam).SetFlags(StreamRecvFlagWaitAll)
+				b.SetBytes(int64(n))
+				b.ReportAllocs()
+				for b.Loop() {
+					rb, _, err := e.ba.StreamRecvNBX(dst, wait)
+					e.check(b, err)
+					sa, err := e.ab.StreamSendNBX(src, nil)
+					e.check(b, err)
+					e.finish(b, rb, nil)
+					ra, _, err := e.ab.StreamRecvNBX(dst, wait)
+					e.check(b, err)
+					sb, err := e.ba.StreamSendNBX(src, nil)
+					e.check(b, err)
+					e.finish(b, ra, nil)
+					e.finish(b, sa, nil)
+					e.finish(b, sb, nil)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkStreamUnexpected measures small sends received after they
+// arrived: a receive that completes at once from the queued data, and one
+// that takes the data where it lies (StreamRecvDataNB).
+func BenchmarkStreamUnexpected(b *testing.B) {
+	for _, tr := range tagTransports[1:3] {
+		for _, zc := range []bool{false, true} {
+			name := tr.name + "/copy"
+			if zc {
+				name = tr.name + "/recv_data"
+			}
+			b.Run(name, func(b *testing.B) {
+				e := newStreamEnv(b, tr.sendTLS, tr.recvTLS, false)
+				src, dst := make([]byte, 8), make([]byte, 8)
+				b.ReportAllocs()
+				for b.Loop() {
+					r, err := e.ab.StreamSendNBX(src, nil)
+					e.finish(b, r, err)
+					for e.ba.strm.bytes < len(src) {
+						e.progress()
+					}
+					if zc {
+						d, err := e.ba.StreamRecvDataNB()
+						e.check(b, err)
+						e.ba.StreamDataRelease(d)
+						continue
+					}
+					r, _, err = e.ba.StreamRecvNBX(dst, nil)
+					e.finish(b, r, err)
+				}
+			})
+		}
+	}
+}
+
+// check fails the benchmark on an error.
+func (e *tagEnv) check(b *testing.B, err error) {
+	if err != nil {
+		b.Fatal(err)
+	}
+}
