@@ -21,7 +21,7 @@ var loopback4 = netip.MustParseAddrPort("127.0.0.1:0")
 // newCSContext is a context for client-server tests, with UCX_TLS=tls.
 func newCSContext(t testing.TB, tls string) *Context {
 	t.Helper()
-	return newContextParams(t, new(Params).SetFeatures(FeatureTag|FeatureAM|FeatureRMA), "TLS", tls)
+	return newContextParams(t, new(Params).SetFeatures(FeatureTag|FeatureAM|FeatureRMA|FeatureStream), "TLS", tls)
 }
 
 // csServer is a worker in multi thread mode that a goroutine progresses,
@@ -201,10 +201,28 @@ func TestListenerConnect(t *testing.T) {
 	}
 }
 
-// csTraffic sends a tag message each way and an active message from the
-// client, and puts into memory of the server that it mapped.
+// csTraffic sends a tag message and a stream each way and an active
+// message from the client, and puts into memory of the server that it
+// mapped.
 func csTraffic(t testing.TB, c *Context, cw, sw *Worker, cep, sep *Endpoint) {
 	t.Helper()
+	for _, d := range []struct {
+		name     string
+		from, to *Endpoint
+	}{{"client to server", cep, sep}, {"server to client", sep, cep}} {
+		want := bytes.Repeat([]byte(d.name), 1000)
+		buf := make([]byte, len(want))
+		rr, _, err := d.to.StreamRecvNBX(buf, new(RequestParam).SetFlags(StreamRecvFlagWaitAll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sr, err := d.from.StreamSendNBX(want, nil)
+		mustWait(t, d.name+": stream send", sr, err)
+		mustWait(t, d.name+": stream receive", rr, nil)
+		if !bytes.Equal(buf, want) {
+			t.Errorf("%s: the stream's bytes differ", d.name)
+		}
+	}
 	for _, d := range []struct {
 		name     string
 		from     *Endpoint
