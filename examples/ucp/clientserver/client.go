@@ -119,3 +119,24 @@ func (c *client) amRound(round int, msg []byte) error {
 	}
 	return nil
 }
+
+// streamRound sends msg on the endpoint's stream and checks the server's
+// echo, received whole (wait-all).
+func (c *client) streamRound(_ int, msg []byte) error {
+	got := make([]byte, len(msg))
+	rr, _, err := c.ep.StreamRecvNBX(got, new(ucp.RequestParam).SetFlags(ucp.StreamRecvFlagWaitAll))
+	if err != nil {
+		return err
+	}
+	sr, err := c.ep.StreamSendNBX(msg, nil)
+	if err := wait(c.w, sr, err); err != nil {
+		return err
+	}
+	if err := wait(c.w, rr, nil); err != nil {
+		return err
+	}
+	if !bytes.Equal(got, msg) {
+		return fmt.Errorf("the echo differs")
+	}
+	return nil
+}

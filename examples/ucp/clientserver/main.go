@@ -8,11 +8,14 @@
 //	clientserver -listen 127.0.0.1:13337 [-clients N]  # the server
 //	clientserver -connect 127.0.0.1:13337 -id 7        # a client
 //
-// Each client runs -iters rounds of every service (-services; "tag,am" by
-// default): in a tag round it sends -size bytes with a tag made of its id
-// and the round, and the server echoes them back with the reply bit set;
-// in an am round it sends an active message asking for a reply endpoint,
-// and the server answers through that endpoint with the bytes reversed.
+// Each client runs -iters rounds of every service (-services;
+// "tag,am,stream" by default): in a tag round it sends -size bytes with a
+// tag made of its id and the round, and the server echoes them back with
+// the reply bit set; in an am round it sends an active message asking for
+// a reply endpoint, and the server answers through that endpoint with the
+// bytes reversed; in a stream round it sends -size bytes on the
+// endpoint's stream and the server, which polls for the endpoints that
+// have stream data, echoes the bytes back on the stream.
 // Then it says goodbye (a last tagged message) and closes its endpoint.
 // The server accepts a client whose id is not in use and rejects one whose
 // id is (the client fails with "rejected"); it serves until killed, or
@@ -56,14 +59,14 @@ func main() {
 	clients := flag.Int("clients", 0, "the server exits after this many clients said goodbye (0: never)")
 	iters := flag.Int("iters", 10, "rounds of each service a client runs")
 	size := flag.Int("size", 1024, "bytes per message (at most 8192)")
-	services := flag.String("services", "tag,am", "services a client uses: "+strings.Join(serviceNames(), ","))
+	services := flag.String("services", "tag,am,stream", "services a client uses: "+strings.Join(serviceNames(), ","))
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("clientserver: ")
 	if *size < 1 || *size > 8192 {
 		log.Fatalf("-size %d: not in [1, 8192]", *size)
 	}
-	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureTag|ucp.FeatureAM).SetName("clientserver"), nil)
+	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureTag|ucp.FeatureAM|ucp.FeatureStream).SetName("clientserver"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -92,17 +95,15 @@ func main() {
 }
 
 // A service is one kind of exchange: the client's side of a round
-// (client.go) and the server's side of it (server.go). A stream service
-// joins tag and am here once ucp has the stream API: its client round
-// sends with StreamSendNBX and receives the echo with StreamRecvNBX, and
-// its server side polls StreamWorkerPoll for the endpoints with data.
+// (client.go); the server serves every kind in its loop (server.go).
 type service struct {
 	round func(c *client, round int, msg []byte) error
 }
 
 var services = map[string]service{
-	"tag": {round: (*client).tagRound},
-	"am":  {round: (*client).amRound},
+	"tag":    {round: (*client).tagRound},
+	"am":     {round: (*client).amRound},
+	"stream": {round: (*client).streamRound},
 }
 
 func serviceNames() []string {
@@ -141,7 +142,7 @@ func wait(w *ucp.Worker, r *ucp.Request, err error) error {
 
 func init() {
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [-listen ADDR [-clients N]] | -connect ADDR -id ID [-iters N] [-size N] [-services tag,am]\n", os.Args[0])
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [-listen ADDR [-clients N]] | -connect ADDR -id ID [-iters N] [-size N] [-services tag,am,stream]\n", os.Args[0])
 		flag.PrintDefaults()
 	}
 }

@@ -22,8 +22,8 @@ import (
 // TestClientServer runs a server and four clients at once over loopback,
 // over shared memory and over tcp (with a key they share), and with the
 // server on another host (namespaces, see nstest) over tcp: every client
-// runs its tag and am rounds on lanes of that transport, the server serves
-// all of them and exits, and nothing stays in /dev/shm.
+// runs its tag, am and stream rounds on lanes of that transport, the
+// server serves all of them and exits, and nothing stays in /dev/shm.
 func TestClientServer(t *testing.T) {
 	bin, cleanup, err := launcher.BuildProgram(".")
 	if err != nil {
@@ -100,7 +100,7 @@ func TestClientServer(t *testing.T) {
 					continue
 				}
 				o := string(r.out)
-				for _, want := range []string{"20 tag rounds of 1024 bytes ok", "20 am rounds of 1024 bytes ok", "lanes am:" + tt.lane + "/"} {
+				for _, want := range []string{"20 tag rounds of 1024 bytes ok", "20 am rounds of 1024 bytes ok", "20 stream rounds of 1024 bytes ok", "lanes am:" + tt.lane + "/"} {
 					if !strings.Contains(o, want) {
 						t.Errorf("client output lacks %q:\n%s", want, o)
 					}

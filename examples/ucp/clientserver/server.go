@@ -19,6 +19,7 @@ type server struct {
 	pending []*ucp.ConnRequest       // from the connection handler
 	clients map[uint32]*ucp.Endpoint // by client id
 	answers []answer                 // active message answers to send
+	polls   []ucp.StreamPollEP       // endpoints with stream data
 	failed  []uint32                 // clients whose endpoints failed
 	buf     []byte                   // the tag receive's buffer
 	recv    *ucp.Request             // the tag receive posted for any client
@@ -60,6 +61,7 @@ func runServer(ctx *ucp.Context, addr netip.AddrPort, clients, size int) error {
 			return err
 		}
 		s.sendAnswers()
+		s.serveStreams()
 		s.dropFailed()
 	}
 	fmt.Printf("served %d clients\n", s.done)
@@ -166,4 +168,28 @@ func (s *server) dropFailed() {
 		}
 	}
 	s.failed = s.failed[:0]
+}
+
+// serveStreams echoes the stream data of every endpoint that has some,
+// taking it where it arrived (StreamRecvDataNB) and sending a copy back.
+func (s *server) serveStreams() {
+	if s.polls == nil {
+		s.polls = make([]ucp.StreamPollEP, 16)
+	}
+	n := s.w.StreamWorkerPoll(s.polls, 0)
+	for _, p := range s.polls[:n] {
+		for {
+			data, err := p.EP.StreamRecvDataNB()
+			if err != nil || data == nil {
+				break
+			}
+			r, err := p.EP.StreamSendNBX(bytes.Clone(data), nil)
+			p.EP.StreamDataRelease(data)
+			if r != nil {
+				r.Free()
+			} else if err != nil {
+				fmt.Printf("stream echo: %v\n", err)
+			}
+		}
+	}
 }
