@@ -57,6 +57,10 @@ type epFlushes struct {
 	mu  sync.Mutex
 	ops []*epFlushOp
 	id  int // the progress callback's id; 0 when none is registered
+	// busy counts the calls of flushProgress advancing ops they took out
+	// of ops: while one does, ops may be empty, and the callback must
+	// stay.
+	busy int
 }
 
 // EPFlushNBX starts a flush of the endpoint (ucp_ep_flush_nbx): every
@@ -203,6 +207,7 @@ func (w *Worker) flushProgress() int {
 	fl.mu.Lock()
 	ops := fl.ops
 	fl.ops = nil
+	fl.busy++
 	fl.mu.Unlock()
 	keep := ops[:0]
 	for _, op := range ops {
@@ -214,10 +219,16 @@ func (w *Worker) flushProgress() int {
 	}
 	n := len(ops) - len(keep)
 	fl.mu.Lock()
+	fl.busy--
 	fl.ops = append(keep, fl.ops...)
-	if len(fl.ops) == 0 && fl.id != 0 {
+	switch {
+	case len(fl.ops) == 0 && fl.busy == 0 && fl.id != 0:
 		w.uw.ProgressUnregister(fl.id)
 		fl.id = 0
+	case len(fl.ops) > 0 && fl.id == 0:
+		// Not expected (busy keeps the callback while ops are out), but
+		// a flush without its callback would wait forever.
+		fl.id = w.uw.ProgressRegister(w.flushProgress)
 	}
 	fl.mu.Unlock()
 	return n
