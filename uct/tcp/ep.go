@@ -79,25 +79,25 @@ type EP struct {
 	err    atomic.Int32  // the ucs.Status the EP failed with, or 0
 	gone   atomic.Bool   // the peer iface closed in order, every operation processed (close.go)
 
-	mu       sync.Mutex // guards the fields below
-	q        []*txFrame
-	queued   int              // bytes queued
-	writing  bool             // an operation, Progress or the poller writes to the socket
-	wbufs    [][]byte         // the buffers of a write; used by whoever set writing
-	iov      []unix.Iovec     // the same, as the kernel's vector
-	ackReq   uint64           // frame count of the last acknowledgement request
-	lastOp   uint64           // frame count of the last frame that is not an acknowledgement request
+	mu      sync.Mutex // guards the fields below
+	q       []*txFrame
+	queued  int          // bytes queued
+	writing bool         // an operation, Progress or the poller writes to the socket
+	wbufs   [][]byte     // the buffers of a write; used by whoever set writing
+	iov     []unix.Iovec // the same, as the kernel's vector
+	ackReq  uint64       // frame count of the last acknowledgement request
+	lastOp  uint64       // frame count of the last frame that is not an acknowledgement request
 	// lastRemote is the frame count of the last frame that completes at
 	// the peer (a put, get or atomic): a flush waits for the peer to
 	// acknowledge it. An active message is complete once written, as in
 	// UCX's tcp transport: a flush after active messages alone costs no
 	// round trip.
 	lastRemote uint64
-	failed   bool             // err is set
-	pending  uct.PendingGroup // in iface.pending; Room is hasRoom
-	waits    []*waitOp        // gets and atomics waiting for their reply, in order (get.go)
-	waitHead int              // waits[:waitHead] were answered
-	opID     uint64           // the id of the last get or fetching atomic
+	failed     bool             // err is set
+	pending    uct.PendingGroup // in iface.pending; Room is hasRoom
+	waits      []*waitOp        // gets and atomics waiting for their reply, in order (get.go)
+	waitHead   int              // waits[:waitHead] were answered
+	opID       uint64           // the id of the last get or fetching atomic
 
 	// Connect to EP (epconn.go).
 	id         uint64 // non-zero for an EP created unconnected
