@@ -432,7 +432,7 @@ func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error)
 	op.r, op.dt = r, &r.dt
 	op.hlen = streamHdrLen
 	put64(op.hdr[:], w.uid, q.peerSN)
-	return op.started(w.protoStart(op), flags, "stream send")
+	return op.started(r, ep, w.protoStart(op), flags, "stream send")
 }
 
 // StreamRecvNBX receives stream data of the endpoint into buf

@@ -523,15 +523,16 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 	} else {
 		st = w.protoStart(op)
 	}
-	return op.started(st, flags, "tag send")
+	return op.started(r, ep, st, flags, "tag send")
 }
 
-// started returns the result of a send whose op (a tag or stream send)
-// was started with status st: its request while it runs; when done at
-// once, nil (or under OpAttrFlagNoImmCmpl in flags the completed request);
-// on an error, the error, for the operation named what.
-func (op *tagOp) started(st ucs.Status, flags uint32, what string) (*Request, error) {
-	r, ep := op.r, op.ep
+// started returns the result of a send whose op (a tag or stream send, of
+// request r on ep) was started with status st: r while it runs; when done
+// at once, nil (or under OpAttrFlagNoImmCmpl in flags the completed
+// request); on an error, the error, for the operation named what. While
+// it runs, op belongs to whoever completes it (Progress, maybe in another
+// goroutine, which frees it): started reads nothing of it then.
+func (op *tagOp) started(r *Request, ep *Endpoint, st ucs.Status, flags uint32, what string) (*Request, error) {
 	switch {
 	case st == ucs.InProgress:
 		return r, nil
