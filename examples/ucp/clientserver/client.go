@@ -79,6 +79,12 @@ func (c *client) tagRound(round int, msg []byte) error {
 		return err
 	}
 	sr, err := c.ep.TagSendNBX(msg, c.tag(round), nil)
+	return c.echoed(sr, err, rr, got, msg)
+}
+
+// echoed waits for the send (sr, err) of msg and then for the receive rr of
+// its echo into got, and checks the echo.
+func (c *client) echoed(sr *ucp.Request, err error, rr *ucp.Request, got, msg []byte) error {
 	if err := wait(c.w, sr, err); err != nil {
 		return err
 	}
@@ -129,14 +135,5 @@ func (c *client) streamRound(_ int, msg []byte) error {
 		return err
 	}
 	sr, err := c.ep.StreamSendNBX(msg, nil)
-	if err := wait(c.w, sr, err); err != nil {
-		return err
-	}
-	if err := wait(c.w, rr, nil); err != nil {
-		return err
-	}
-	if !bytes.Equal(got, msg) {
-		return fmt.Errorf("the echo differs")
-	}
-	return nil
+	return c.echoed(sr, err, rr, got, msg)
 }
