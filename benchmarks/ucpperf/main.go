@@ -11,7 +11,11 @@
 // the job's bootstrap; rank 0 is the client, which measures and prints, and
 // rank 1 the server. As server and client, they exchange them over a TCP
 // socket: the server listens on -a (127.0.0.1 by default) port -p and serves
-// one client, which sends it the test parameters. When GOSHMEM_KEY is set,
+// one client, which sends it the test parameters. With -listener the client's
+// endpoint is not made from the server's worker address but through a
+// ucp.Listener the server opens on the same address (client-server wireup:
+// the listener's handshake, then lanes as for any endpoint); the socket
+// then carries only the parameters, the remote key and the barriers. When GOSHMEM_KEY is set,
 // both sides prove they have it (HMAC over random nonces) before anything
 // else; otherwise the server hands the client a fresh key for the tcp
 // transport (UCX_TCP_KEY), which both processes must share.
@@ -56,6 +60,7 @@ type params struct {
 	Memh        bool
 	Wildcard    bool // tag tests: receive with the wildcard mask (-C)
 	Unexpected  bool // tag tests: probe before each receive (-U)
+	Listener    bool // server/client: connect through a ucp.Listener (-listener)
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -107,6 +112,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.Memh, "z", false, "pass the send buffer's memory handle to active-message and tag sends (a rendezvous receiver then gets from it without a registration)")
 	fs.BoolVar(&o.Wildcard, "C", false, "use the wildcard tag mask for tag tests")
 	fs.BoolVar(&o.Unexpected, "U", false, "force the unexpected flow of tag tests: probe for each message before receiving it")
+	fs.BoolVar(&o.Listener, "listener", false, "server/client mode: the client connects its endpoint to a ucp.Listener of the server (client-server wireup over a socket address) instead of to the server's worker address")
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
@@ -232,6 +238,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		r = s
 	}
 	defer r.close()
+	if p.Listener && inJob {
+		fmt.Fprintf(stderr, "ucpperf: -listener is for the server/client mode, not a goshmem-run job\n")
+		return 2
+	}
 	if err := runTest(r, p, o, inJob, stdout); err != nil {
 		fmt.Fprintf(stderr, "ucpperf: %s: %v\n", p.Test, err)
 		return 1
@@ -277,6 +287,18 @@ func setup(r rte, p params, t *testDef) (*bench, error) {
 	if err != nil {
 		return b, err
 	}
+	if p.Listener {
+		// The endpoint comes from the listener's handshake; only the
+		// key and the buffer's address travel out of band.
+		s, ok := r.(*sockRTE)
+		if !ok {
+			return b, errors.New("-listener needs the server/client mode")
+		}
+		if b.ep, err = connectListener(s, b.w); err != nil {
+			return b, fmt.Errorf("connect through a listener: %w", err)
+		}
+		addr = nil
+	}
 	peer, err := r.exchange(encodeBlob(addr, rkey, uint64(uintptr(b.mem.Address()))))
 	if err != nil {
 		return b, fmt.Errorf("exchange addresses: %w", err)
@@ -285,8 +307,10 @@ func setup(r rte, p params, t *testDef) (*bench, error) {
 	if err != nil {
 		return b, fmt.Errorf("the peer's address and key: %w", err)
 	}
-	if b.ep, err = b.w.NewEndpoint(new(ucp.EPParams).SetAddress(paddr)); err != nil {
-		return b, fmt.Errorf("connect to the peer: %w", err)
+	if b.ep == nil {
+		if b.ep, err = b.w.NewEndpoint(new(ucp.EPParams).SetAddress(paddr)); err != nil {
+			return b, fmt.Errorf("connect to the peer: %w", err)
+		}
 	}
 	if b.rkey, err = b.ep.RkeyUnpack(prkey); err != nil {
 		return b, fmt.Errorf("the peer's key: %w", err)

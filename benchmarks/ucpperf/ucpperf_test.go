@@ -242,6 +242,35 @@ func TestServerClient(t *testing.T) {
 			t.Errorf("server output:\n%s", sout())
 		}
 	})
+	// -listener: the endpoint comes from a ucp.Listener's handshake, on
+	// shared memory when both sides may use it, and every kind of test
+	// (two-sided, streams, RMA with the key sent out of band) runs on it.
+	for _, tc := range []struct{ tls, lane, test string }{
+		{"sm,self", "posix/memory", "tag_lat"},
+		{"sm,self", "posix/memory", "ucp_put_lat"},
+		{"tcp,self", "tcp/lo", "tag_bw"},
+		{"tcp,self", "tcp/lo", "stream_lat"},
+		{"tcp,self", "tcp/lo", "ucp_get"},
+	} {
+		t.Run("listener/"+tc.tls+"/"+tc.test, func(t *testing.T) {
+			env := []string{"UCX_TLS=" + tc.tls}
+			port := freePort(t)
+			sout, done := startServer(t, env, port)
+			out, err := runClient(t, env, "-p", fmt.Sprint(port), "127.0.0.1", "-listener", "-I", "-t", tc.test, "-n", "300", "-f")
+			if err != nil {
+				t.Fatalf("client: %v\n%s", err, out)
+			}
+			if iters, _ := finalLine(t, out, false); iters != 300 {
+				t.Errorf("%d iterations", iters)
+			}
+			if !strings.Contains(out, tc.lane) {
+				t.Errorf("no lane on %s:\n%s", tc.lane, out)
+			}
+			if err := <-done; err != nil {
+				t.Errorf("server: %v\n%s", err, sout())
+			}
+		})
+	}
 	t.Run("key", func(t *testing.T) {
 		k1, _ := bootstrap.NewKey()
 		k2, _ := bootstrap.NewKey()
