@@ -401,6 +401,14 @@ const (
 	protoAMRecvGet = "am/rndv/recv/get"
 )
 
+// amSendConnecting is AMSendNBX on an endpoint that connects (kept out of
+// it, so that what it captures does not leave the fast path's frame).
+func (ep *Endpoint) amSendConnecting(st *epConnect, id uint32, header, data []byte, param *RequestParam) (*Request, bool, error) {
+	return ep.whileConnecting(st, "am send", param, false, func(p *RequestParam) (*Request, error) {
+		return ep.AMSendNBX(id, header, data, p)
+	})
+}
+
 // AMSendNBX sends an active message with user AM id, user header and data
 // to the endpoint's worker (ucp_am_send_nbx). The header is copied before
 // the call returns (as with AMSendFlagCopyHeader); data must stay untouched
@@ -417,6 +425,11 @@ const (
 // transport's error otherwise.
 func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestParam) (*Request, error) {
 	w := ep.w
+	if st := ep.conn.Load(); st != nil {
+		if r, handled, err := ep.amSendConnecting(st, id, header, data, param); handled {
+			return r, err
+		}
+	}
 	if ep.closed.Load() {
 		return nil, fmt.Errorf("ucp am send: %w", errClosed)
 	}

@@ -145,7 +145,10 @@ type Endpoint struct {
 	queued     atomic.Int32 // its sends in the worker's send queue (proto.go)
 	thresh     atomic.Pointer[protoThresh]
 	sock       sockAddrs // of a client-server endpoint (ep_sockaddr.go)
-	strm       *streamQ  // its stream (stream.go); nil without FeatureStream
+	// conn is set while a client-server endpoint connects, and after its
+	// connection failed (ep_connect.go); nil on a wired endpoint.
+	conn atomic.Pointer[epConnect]
+	strm *streamQ // its stream (stream.go); nil without FeatureStream
 }
 
 // NewEndpoint connects to the worker whose packed address params carries
@@ -154,16 +157,22 @@ type Endpoint struct {
 //
 // In place of the worker's address, params may carry a listener's socket
 // address (SetSockAddr, with EPParamsFlagClientServer), to connect as a
-// client: NewEndpoint then runs the handshake with the listener (see
-// Listener) and returns when the server's application accepted, with the
-// endpoint wired to the server's worker; it fails with ucs.ErrRejected
-// when the server rejected the client or its key does not match,
-// ucs.ErrUnreachable when the address cannot be reached, ucs.ErrTimedOut
-// or ucs.ErrConnectionReset when the server did not answer in time
-// (UCX_CS_HANDSHAKE_TIMEOUT for each step, UCX_CS_ACCEPT_TIMEOUT, 30s, for
-// the application's decision) or went away. Unlike UCX's, this call waits
-// for the server: the server's worker must be progressed by another
-// goroutine or process meanwhile. Or params may carry a connection
+// client: NewEndpoint then returns the endpoint at once, connecting, as
+// UCX's ucp_ep_create does, and runs the handshake with the listener (see
+// Listener) in the background; the worker's Progress wires the endpoint to
+// the server's worker once the server's application accepted. Sends,
+// active messages, stream sends, flushes and closes issued meanwhile
+// return a request and start, in order, when it is wired (a request's
+// debug string says "endpoint connecting" until then); RkeyUnpack, stream
+// receives and Fence progress the worker until it is. The connection fails
+// with ucs.ErrRejected when the server rejected the client or its key does
+// not match, ucs.ErrUnreachable when the address cannot be reached,
+// ucs.ErrTimedOut or ucs.ErrConnectionReset when the server did not
+// answer in time (UCX_CS_HANDSHAKE_TIMEOUT for each step,
+// UCX_CS_ACCEPT_TIMEOUT, 30s, for the application's decision) or went
+// away: the waiting requests complete with that error, later operations
+// and Status return it, and in error mode PEER the error handler is
+// called. Only bad parameters make NewEndpoint itself fail. Or params may carry a connection
 // request from a listener's ConnHandler (SetConnRequest), to accept it as
 // the server: NewEndpoint wires the endpoint to the client's worker, sends
 // the server's address and returns; it fails with ucs.ErrConnectionReset
@@ -196,11 +205,22 @@ func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 // network lanes only from interfaces on netDev when it is not "" (a
 // client-server endpoint's, ep_sockaddr.go).
 func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress, netDev string) (*Endpoint, error) {
-	ep := &Endpoint{w: w, params: *params, remoteUID: ra.uid, remoteName: ra.name}
+	if m := params.ErrMode; params.FieldMask&EPParamFieldErrMode != 0 && m != ErrHandlingModeNone && m != ErrHandlingModePeer {
+		return nil, fmt.Errorf("ucp ep create: error handling mode %d: %w", m, ucs.ErrInvalidParam)
+	}
+	ep := w.newEndpointShell(params, ra.name)
+	if err := ep.wireTo(ra, netDev); err != nil {
+		return nil, err
+	}
+	return ep, nil
+}
+
+// newEndpointShell returns an endpoint with params (checked) and no lanes,
+// to the worker named remote.
+func (w *Worker) newEndpointShell(params *EPParams, remote string) *Endpoint {
+	ep := &Endpoint{w: w, params: *params, remoteName: remote}
 	if params.FieldMask&EPParamFieldErrMode == 0 {
 		ep.params.ErrMode = ErrHandlingModeNone
-	} else if m := params.ErrMode; m != ErrHandlingModeNone && m != ErrHandlingModePeer {
-		return nil, fmt.Errorf("ucp ep create: error handling mode %d: %w", m, ucs.ErrInvalidParam)
 	}
 	if params.FieldMask&EPParamFieldUserData == 0 {
 		ep.params.UserData = nil
@@ -208,14 +228,22 @@ func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress, netDev strin
 	if params.FieldMask&EPParamFieldName != 0 {
 		ep.name = params.Name
 	} else {
-		ep.name = fmt.Sprintf("%s->%s", w.name, ra.name)
+		ep.name = fmt.Sprintf("%s->%s", w.name, remote)
 	}
+	return ep
+}
+
+// wireTo connects the endpoint's lanes to the worker with address ra and
+// makes it one of the worker's endpoints.
+func (ep *Endpoint) wireTo(ra *workerAddress, netDev string) error {
+	w := ep.w
+	ep.remoteUID, ep.remoteName = ra.uid, ra.name
 	ep.laneMu.Lock()
 	err := ep.wireup(ra, netDev)
 	ep.laneMu.Unlock()
 	if err != nil {
 		ep.destroyLanes()
-		return nil, fmt.Errorf("ucp ep create to %q: %w", ra.name, err)
+		return fmt.Errorf("ucp ep create to %q: %w", ra.name, err)
 	}
 	w.epMu.Lock()
 	w.eps = append(w.eps, ep)
@@ -223,12 +251,12 @@ func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress, netDev strin
 	w.streamAddEP(ep)
 	if w.closed.Load() { // destroyed meanwhile: Destroy may have missed ep
 		ep.closeNow(ucs.ErrCanceled)
-		return nil, fmt.Errorf("ucp ep create: %w", errClosed)
+		return fmt.Errorf("ucp ep create: %w", errClosed)
 	}
 	if ep.params.ErrMode == ErrHandlingModePeer {
 		w.startKeepalive()
 	}
-	return ep, nil
+	return nil
 }
 
 type candidate struct {
@@ -383,15 +411,21 @@ func (ep *Endpoint) dead() ucs.Status {
 	return ucs.OK
 }
 
-// Status returns nil while the endpoint works, the error it failed with
-// in error mode PEER (a ucs.Status such as ucs.ErrConnectionReset), or an
-// error once it is closed.
+// Status returns nil while the endpoint works (or a client-server one
+// connects), the error it failed with in error mode PEER (a ucs.Status such
+// as ucs.ErrConnectionReset), the error a client-server endpoint's
+// connection failed with, or an error once it is closed.
 func (ep *Endpoint) Status() error {
 	if st := ep.failStatus.Load(); st != 0 {
 		return ucs.Status(st)
 	}
 	if ep.closed.Load() {
 		return errClosed
+	}
+	if cs := ep.conn.Load(); cs != nil {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		return cs.failErr
 	}
 	return nil
 }
@@ -429,6 +463,9 @@ func (ep *Endpoint) Close(mode int) error {
 // closeNow marks the endpoint closed, completes its queued and software
 // requests with st and destroys its lanes.
 func (ep *Endpoint) closeNow(st ucs.Status) {
+	if cs := ep.conn.Load(); cs != nil {
+		ep.abortConnect(cs)
+	}
 	ep.closing.Store(true)
 	ep.closed.Store(true)
 	ep.purge(st)
@@ -439,7 +476,8 @@ func (ep *Endpoint) closeNow(st ucs.Status) {
 // Flush waits until every operation issued on the endpoint has completed at
 // the target (ucp_ep_flush). On an endpoint that failed (mode PEER) it
 // fails at once with the endpoint's error, and a failure while it waits
-// ends it with that error.
+// ends it with that error. On a client-server endpoint that connects it
+// first waits for the connection, and fails with its error.
 func (ep *Endpoint) Flush() error {
 	if ep.closed.Load() {
 		return fmt.Errorf("ucp ep flush: %w", errClosed)
@@ -473,6 +511,9 @@ func (ep *Endpoint) flush() error {
 func (ep *Endpoint) Fence() error {
 	if ep.closed.Load() {
 		return fmt.Errorf("ucp ep fence: %w", errClosed)
+	}
+	if err := ep.waitConnected(); err != nil {
+		return fmt.Errorf("ucp ep fence: %w", err)
 	}
 	if st := ep.failStatus.Load(); st != 0 {
 		return fmt.Errorf("ucp ep fence to %s: %w", ep.remoteName, ucs.Status(st))

@@ -159,6 +159,13 @@ func (ep *Endpoint) closeFinal() {
 // close is set.
 func (ep *Endpoint) flushStart(param *RequestParam, close bool) (*Request, error) {
 	w := ep.w
+	if st := ep.conn.Load(); st != nil {
+		if r, handled, err := ep.whileConnecting(st, "ep flush", param, close, func(p *RequestParam) (*Request, error) {
+			return ep.flushStart(p, close)
+		}); handled {
+			return r, err
+		}
+	}
 	op := &epFlushOp{ep: ep, close: close}
 	sw, err := ep.swFlushStart()
 	if err != nil {

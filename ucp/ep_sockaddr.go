@@ -63,21 +63,38 @@ func (w *Worker) newSockaddrEndpoint(p *EPParams) (*Endpoint, error) {
 	return w.connectSockAddr(p)
 }
 
-// connectSockAddr connects to the listener at p.SockAddr: it runs the
-// client side of the handshake, and once the server accepted, wires the
-// endpoint to the server's worker address and confirms.
+// connectSockAddr creates the client's endpoint to the listener at
+// p.SockAddr and returns it at once, connecting: the handshake runs in a
+// goroutine of its own, and the worker's Progress wires the endpoint once
+// the server accepted (ep_connect.go). Only bad parameters fail here.
 func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 	sa := p.SockAddr
-	fail := func(err error) (*Endpoint, error) {
-		return nil, fmt.Errorf("ucp ep create to %v: %w", sa, err)
-	}
 	if !sa.IsValid() || sa.Port() == 0 {
-		return fail(fmt.Errorf("socket address %v: %w", sa, ucs.ErrInvalidParam))
+		return nil, fmt.Errorf("ucp ep create to %v: socket address %v: %w", sa, sa, ucs.ErrInvalidParam)
 	}
 	key, keyed, err := w.ctx.listenerKey()
 	if err != nil {
-		return fail(err)
+		return nil, fmt.Errorf("ucp ep create to %v: %w", sa, err)
 	}
+	if p.FieldMask&EPParamFieldErrMode != 0 && p.ErrMode != ErrHandlingModeNone && p.ErrMode != ErrHandlingModePeer {
+		return nil, fmt.Errorf("ucp ep create: error handling mode %d: %w", p.ErrMode, ucs.ErrInvalidParam)
+	}
+	ep := w.newEndpointShell(p, sa.String())
+	st := &epConnect{sa: sa}
+	ep.conn.Store(st)
+	if err := w.cs.add(w, ep); err != nil {
+		return nil, err
+	}
+	go w.csClientHandshake(ep, st, p, key, keyed)
+	return ep, nil
+}
+
+// csClientHandshake runs the client side of the handshake with the
+// listener, up to the server's acceptance, and hands the result to the
+// worker's Progress (epConnect.finish), which wires the endpoint and
+// confirms.
+func (w *Worker) csClientHandshake(ep *Endpoint, st *epConnect, p *EPParams, key []byte, keyed bool) {
+	sa := p.SockAddr
 	hs, acceptTO := w.ctx.csHandshake, w.ctx.csAccept
 	d := net.Dialer{Timeout: hs}
 	if p.FieldMask&EPParamFieldLocalSockAddr != 0 {
@@ -85,9 +102,14 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 	}
 	c, err := d.Dial("tcp", sa.String())
 	if err != nil {
-		return fail(fmt.Errorf("%w: %w", err, ucs.ErrUnreachable))
+		st.finish(w, nil, fmt.Errorf("%w: %w", err, ucs.ErrUnreachable))
+		return
 	}
-	defer c.Close()
+	if !st.setConn(c) { // the endpoint was closed meanwhile
+		c.Close()
+		return
+	}
+	fail := func(err error) { st.finish(w, nil, err) }
 	hello := csMsg{typ: csHello}
 	rand.Read(hello.nonce[:])
 	if p.FieldMask&EPParamFieldFlags != 0 && p.Flags&EPParamsFlagSendClientID != 0 {
@@ -95,56 +117,58 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 	}
 	c.SetDeadline(time.Now().Add(hs))
 	if _, err := c.Write(hello.encode()); err != nil {
-		return fail(csIOErr("sending the hello", err))
+		fail(csIOErr("sending the hello", err))
+		return
 	}
 	ch, err := readCSMsg(c, csChallenge, csReject)
 	if err != nil {
-		return fail(csIOErr("waiting for the challenge", err))
+		fail(csIOErr("waiting for the challenge", err))
+		return
 	}
 	if ch.typ == csReject {
-		return fail(csRejectErr(ch.reason))
+		fail(csRejectErr(ch.reason))
+		return
 	}
 	if srvKeyed := ch.flags&csFlagKeyed != 0; srvKeyed != keyed {
 		if keyed {
-			return fail(fmt.Errorf("the listener does not authenticate, and this client has a key: %w", ucs.ErrRejected))
+			fail(fmt.Errorf("the listener does not authenticate, and this client has a key: %w", ucs.ErrRejected))
+		} else {
+			fail(fmt.Errorf("the listener requires a key (UCX_TCP_KEY or GOSHMEM_KEY), and this client has none: %w", ucs.ErrRejected))
 		}
-		return fail(fmt.Errorf("the listener requires a key (UCX_TCP_KEY or GOSHMEM_KEY), and this client has none: %w", ucs.ErrRejected))
+		return
 	}
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
 	dev := w.csNetDev(local.Addr())
 	addr := w.csAddress(dev)
 	req := csMsg{typ: csRequest, addr: addr, mac: csMAC(key, 'C', hello.clientID, &hello.nonce, &ch.nonce, addr)}
 	if _, err := c.Write(req.encode()); err != nil {
-		return fail(csIOErr("sending the request", err))
+		fail(csIOErr("sending the request", err))
+		return
 	}
 	// The server's application decides, in its own time.
 	c.SetDeadline(time.Now().Add(acceptTO))
 	m, err := readCSMsg(c, csAccept, csReject)
 	if err != nil {
-		return fail(csIOErr("waiting for the server to accept", err))
+		fail(csIOErr("waiting for the server to accept", err))
+		return
 	}
 	if m.typ == csReject {
-		return fail(csRejectErr(m.reason))
+		fail(csRejectErr(m.reason))
+		return
 	}
 	if want := csMAC(key, 'S', hello.clientID, &hello.nonce, &ch.nonce, m.addr); !macEqual(want, m.mac) {
-		return fail(fmt.Errorf("the server's answer does not verify (not the same key): %w", ucs.ErrRejected))
+		fail(fmt.Errorf("the server's answer does not verify (not the same key): %w", ucs.ErrRejected))
+		return
 	}
 	ra, err := decodeWorkerAddress(m.addr)
 	if err != nil {
-		return fail(err)
+		fail(err)
+		return
 	}
 	c.SetDeadline(time.Now().Add(hs))
-	ep, err := w.newEndpointTo(p, ra, dev)
-	if err != nil {
-		return nil, err // closing c tells the server
-	}
 	ready := csMsg{typ: csReady, mac: csMAC(key, 'D', hello.clientID, &hello.nonce, &ch.nonce, nil)}
-	if _, err := c.Write(ready.encode()); err != nil {
-		ep.Close(CloseModeForce)
-		return fail(csIOErr("confirming", err))
-	}
-	ep.sock = sockAddrs{local: local, remote: c.RemoteAddr().(*net.TCPAddr).AddrPort()}
-	return ep, nil
+	st.finish(w, &csAccepted{ra: ra, dev: dev, ready: ready.encode(),
+		sock: sockAddrs{local: local, remote: c.RemoteAddr().(*net.TCPAddr).AddrPort()}}, nil)
 }
 
 // acceptConnRequest accepts a connection request: it wires the endpoint to

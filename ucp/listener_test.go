@@ -91,8 +91,9 @@ type epResult struct {
 	err error
 }
 
-// dial connects w to addr in a goroutine; the endpoint comes out of the
-// channel.
+// dial connects w to addr in a goroutine, which progresses w until the
+// endpoint, returned connecting, is wired or failed; the endpoint (nil on
+// failure) comes out of the channel.
 func dial(w *Worker, addr netip.AddrPort, params *EPParams) <-chan epResult {
 	if params == nil {
 		params = new(EPParams)
@@ -101,6 +102,12 @@ func dial(w *Worker, addr netip.AddrPort, params *EPParams) <-chan epResult {
 	ch := make(chan epResult, 1)
 	go func() {
 		ep, err := w.NewEndpoint(params)
+		if err == nil {
+			if err = ep.waitConnected(); err != nil {
+				ep.Close(CloseModeForce)
+				ep = nil
+			}
+		}
 		ch <- epResult{ep, err}
 	}()
 	return ch

@@ -728,6 +728,9 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 	if ep.closed.Load() {
 		return nil, fmt.Errorf("ucp rkey unpack: %w", errClosed)
 	}
+	if err := ep.waitConnected(); err != nil {
+		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
+	}
 	ep.laneMu.Lock() // lanes and their usages; several goroutines may unpack at once
 	defer ep.laneMu.Unlock()
 	k, err := decodeRkey(packed)

@@ -85,6 +85,9 @@ type RequestParam struct {
 	// StartPack or StartUnpack get (OpAttrFieldGenericBuffer).
 	GenericBuffer any
 	GenericCount  int
+	// resumed: the operation waited for its endpoint's connection and
+	// starts now (ep_connect.go).
+	resumed bool
 }
 
 // SetCallback sets the completion callback.

@@ -396,9 +396,27 @@ const (
 	protoStreamRecv  = "stream/recv"
 )
 
+// streamSendConnecting is streamSend on an endpoint that connects (kept
+// out of it, so that what it captures does not leave the fast path's
+// frame).
+func (ep *Endpoint) streamSendConnecting(st *epConnect, it dtIter, param *RequestParam) (*Request, bool, error) {
+	r, handled, err := ep.whileConnecting(st, "stream send", param, false, func(p *RequestParam) (*Request, error) {
+		return ep.streamSend(it, p)
+	})
+	if handled && err != nil {
+		it.finish()
+	}
+	return r, handled, err
+}
+
 // streamSend starts a stream send of the data it.
 func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error) {
 	w := ep.w
+	if st := ep.conn.Load(); st != nil {
+		if r, handled, err := ep.streamSendConnecting(st, it, param); handled {
+			return r, err
+		}
+	}
 	if err := ep.sendCheck("stream send"); err != nil {
 		it.finish()
 		return nil, err
@@ -511,6 +529,9 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 		it.finish()
 		return nil, 0, err
 	}
+	if err := ep.waitConnected(); err != nil {
+		return fail(fmt.Errorf("ucp stream recv: %w", err))
+	}
 	if flags&^StreamRecvFlagWaitAll != 0 {
 		return fail(fmt.Errorf("ucp stream recv: flags %#x: %w", flags, ucs.ErrInvalidParam))
 	}
@@ -581,6 +602,9 @@ func (ep *Endpoint) StreamRecvDataNB() ([]byte, error) {
 	w := ep.w
 	if err := w.streamCheck("stream recv data"); err != nil {
 		return nil, err
+	}
+	if err := ep.waitConnected(); err != nil {
+		return nil, fmt.Errorf("ucp stream recv data: %w", err)
 	}
 	if ep.closed.Load() {
 		return nil, fmt.Errorf("ucp stream recv data: %w", errClosed)

@@ -423,9 +423,26 @@ func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam, sync bo
 	return ep.tagSendIter(it, tag, param, sync)
 }
 
+// tagSendConnecting is tagSendIter on an endpoint that connects (kept out
+// of it, so that what it captures does not leave the fast path's frame).
+func (ep *Endpoint) tagSendConnecting(st *epConnect, it dtIter, tag uint64, param *RequestParam, sync bool) (*Request, bool, error) {
+	r, handled, err := ep.whileConnecting(st, "tag send", param, false, func(p *RequestParam) (*Request, error) {
+		return ep.tagSendIter(it, tag, p, sync)
+	})
+	if handled && err != nil {
+		it.finish()
+	}
+	return r, handled, err
+}
+
 // tagSendIter starts a tag send of the data it, choosing its protocol.
 func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync bool) (*Request, error) {
 	w := ep.w
+	if st := ep.conn.Load(); st != nil {
+		if r, handled, err := ep.tagSendConnecting(st, it, tag, param, sync); handled {
+			return r, err
+		}
+	}
 	if err := w.tagCheck("tag send"); err != nil {
 		it.finish()
 		return nil, err

@@ -201,6 +201,7 @@ type Worker struct {
 	rkc        rkeyCache                 // senders' keys, for rendezvous receives (proto.go)
 	reqPool    atomic.Pointer[sync.Pool] // the context's request pool (request.go)
 	listeners  listenerSet               // listener.go
+	cs         csConnects                // client-server endpoints that connect (ep_connect.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -432,6 +433,7 @@ func (w *Worker) Destroy() {
 		return
 	}
 	w.listeners.destroyAll()
+	w.cs.abortAll()
 	w.stopKeepalive()
 	w.epMu.Lock()
 	eps := w.eps

@@ -47,6 +47,12 @@ func runClient(ctx *ucp.Context, addr netip.AddrPort, id uint32, names []string,
 	if err != nil {
 		return fmt.Errorf("client %d: %w", id, err)
 	}
+	// The endpoint comes back connecting, as UCX's does; sends could go
+	// at once and would wait. A flush waits for the connection (and fails
+	// with its error), so the lanes can be printed.
+	if err := c.ep.Flush(); err != nil {
+		return fmt.Errorf("client %d: connect: %w", id, err)
+	}
 	a := c.ep.Query()
 	fmt.Printf("client %d: connected %v -> %v in %v, lanes %s\n", id, a.LocalSockAddr, a.RemoteSockAddr,
 		time.Since(start).Round(time.Microsecond), lanes(a))

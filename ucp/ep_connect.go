@@ -1,0 +1,345 @@
+package ucp
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// A client-server endpoint is returned by NewEndpoint at once, connecting,
+// as UCX's is: the handshake with the listener runs in a goroutine, and
+// the worker's Progress wires the endpoint's lanes once the server
+// accepted (on the goroutine that progresses the worker, as every wireup).
+// Meanwhile, sends and flushes (tag, stream, active messages, flush and
+// close) return a request at once and start, in the order they were
+// issued, when the endpoint is wired: the request completes when the
+// operation it stands for does, or with the connection's error. Calls that
+// need the wired endpoint to answer (RkeyUnpack, stream receives, Fence)
+// progress the worker until it is. When the connection fails, the waiting
+// operations complete with its error and later ones fail with it; in error
+// mode PEER the endpoint fails as on the loss of a peer (its error handler
+// is called from Progress).
+
+// csConnects are the worker's client-server endpoints that connect.
+type csConnects struct {
+	mu     sync.Mutex
+	eps    []*Endpoint
+	done   atomic.Bool // a handshake ended: Progress has an endpoint to settle
+	progID int         // the progress callback's, while eps is not empty
+}
+
+// add records the connecting endpoint ep.
+func (cs *csConnects) add(w *Worker, ep *Endpoint) error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if w.closed.Load() {
+		return fmt.Errorf("ucp ep create: %w", errClosed)
+	}
+	cs.eps = append(cs.eps, ep)
+	if cs.progID == 0 {
+		cs.progID = w.uw.ProgressRegister(w.csProgress)
+	}
+	return nil
+}
+
+// remove forgets ep; the caller holds cs.mu.
+func (cs *csConnects) removeLocked(w *Worker, ep *Endpoint) {
+	for i, e := range cs.eps {
+		if e == ep {
+			cs.eps = append(cs.eps[:i], cs.eps[i+1:]...)
+			break
+		}
+	}
+	if len(cs.eps) == 0 && cs.progID != 0 {
+		w.uw.ProgressUnregister(cs.progID)
+		cs.progID = 0
+	}
+}
+
+// abortAll closes the endpoints that still connect (Worker.Destroy).
+func (cs *csConnects) abortAll() {
+	cs.mu.Lock()
+	eps := append([]*Endpoint(nil), cs.eps...)
+	cs.mu.Unlock()
+	for _, ep := range eps {
+		ep.closeNow(ucs.ErrCanceled)
+	}
+}
+
+// csProgress settles the endpoints whose handshake ended: it wires them,
+// or fails them. It returns how many it settled.
+func (w *Worker) csProgress() int {
+	cs := &w.cs
+	if !cs.done.Swap(false) {
+		return 0
+	}
+	var ready []*Endpoint
+	cs.mu.Lock()
+	for i := 0; i < len(cs.eps); {
+		ep := cs.eps[i]
+		if st := ep.conn.Load(); st != nil && st.hasFinished() {
+			ready = append(ready, ep)
+			cs.removeLocked(w, ep)
+			continue
+		}
+		i++
+	}
+	cs.mu.Unlock()
+	for _, ep := range ready {
+		ep.settle()
+	}
+	return len(ready)
+}
+
+// epConnect is the state of a client-server endpoint that connects, or
+// whose connection failed.
+type epConnect struct {
+	sa       netip.AddrPort
+	mu       sync.Mutex
+	c        net.Conn // the handshake's connection, once dialled
+	aborted  bool     // the endpoint was closed: c is closed
+	finished bool     // the handshake ended, with acc or err
+	acc      *csAccepted
+	err      error
+	settled  bool  // wired or failed: operations no longer wait
+	failErr  error // the connection failed with it
+	deferred []deferredOp
+}
+
+// csAccepted is what a client needs from an accepted handshake to wire its
+// endpoint and confirm.
+type csAccepted struct {
+	ra    *workerAddress
+	dev   string
+	ready []byte // the confirmation to send once wired
+	sock  sockAddrs
+}
+
+// deferredOp is an operation issued on an endpoint that connects; proxy
+// is the request its caller got.
+type deferredOp struct {
+	proxy *Request
+	param RequestParam
+	start func(*RequestParam) (*Request, error)
+	close bool // a close: the endpoint closes even if the connection fails
+}
+
+// setConn records the dialled connection; false when the endpoint was
+// closed meanwhile.
+func (st *epConnect) setConn(c net.Conn) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.aborted {
+		return false
+	}
+	st.c = c
+	return true
+}
+
+// finish records the handshake's end and tells the worker.
+func (st *epConnect) finish(w *Worker, acc *csAccepted, err error) {
+	st.mu.Lock()
+	if st.finished {
+		st.mu.Unlock()
+		return
+	}
+	st.finished, st.acc, st.err = true, acc, err
+	c := st.c
+	st.mu.Unlock()
+	if err != nil && c != nil {
+		c.Close() // tells the server
+	}
+	w.cs.done.Store(true)
+	w.notify()
+}
+
+func (st *epConnect) hasFinished() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.finished
+}
+
+// settle wires the endpoint to the worker the server's handshake named and
+// confirms, or fails it; then it starts the operations that waited.
+func (ep *Endpoint) settle() {
+	st := ep.conn.Load()
+	st.mu.Lock()
+	acc, err, c, aborted := st.acc, st.err, st.c, st.aborted
+	st.mu.Unlock()
+	if aborted {
+		return
+	}
+	if err == nil {
+		if err = ep.wireTo(acc.ra, acc.dev); err == nil {
+			if _, werr := c.Write(acc.ready); werr != nil {
+				err = csIOErr("confirming", werr)
+				ep.closeFinal()
+			} else {
+				ep.sock = acc.sock
+			}
+		}
+	}
+	if c != nil {
+		c.Close()
+	}
+	if err != nil {
+		ep.connectFailed(st, fmt.Errorf("ucp ep create to %v: %w", st.sa, err))
+		return
+	}
+	ep.drainDeferred(st)
+}
+
+// drainDeferred starts the operations that waited for the connection, in
+// order, with those issued meanwhile, until none is left.
+func (ep *Endpoint) drainDeferred(st *epConnect) {
+	for {
+		st.mu.Lock()
+		ops := st.deferred
+		st.deferred = nil
+		if len(ops) == 0 {
+			st.settled = true
+			ep.conn.Store(nil)
+			st.mu.Unlock()
+			return
+		}
+		st.mu.Unlock()
+		for i := range ops {
+			ops[i].run()
+		}
+	}
+}
+
+// connectFailed ends the connection with err: the waiting operations
+// complete with its status and later ones fail with it; an endpoint in
+// error mode PEER fails.
+func (ep *Endpoint) connectFailed(st *epConnect, err error) {
+	st.mu.Lock()
+	st.failErr, st.settled = err, true
+	ops := st.deferred
+	st.deferred = nil
+	st.mu.Unlock()
+	status := statusOf(err)
+	closing := false
+	for _, d := range ops {
+		d.proxy.complete(status)
+		closing = closing || d.close
+	}
+	switch {
+	case closing:
+		ep.closeNow(ucs.ErrCanceled)
+	case ep.params.ErrMode == ErrHandlingModePeer:
+		ep.setFailed(status)
+	}
+}
+
+// abortConnect ends the connection of an endpoint closed while it
+// connects: the handshake stops (the server sees the client leave) and the
+// waiting operations complete with ucs.ErrCanceled.
+func (ep *Endpoint) abortConnect(st *epConnect) {
+	w := ep.w
+	w.cs.mu.Lock()
+	w.cs.removeLocked(w, ep)
+	w.cs.mu.Unlock()
+	st.mu.Lock()
+	if st.settled {
+		st.mu.Unlock()
+		return
+	}
+	st.aborted, st.settled = true, true
+	st.failErr = fmt.Errorf("ucp ep to %v: closed while connecting: %w", st.sa, errClosed)
+	c, ops := st.c, st.deferred
+	st.deferred = nil
+	st.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	for _, d := range ops {
+		d.proxy.complete(ucs.ErrCanceled)
+	}
+}
+
+// whileConnecting handles an operation issued on an endpoint that
+// connects (ep.conn set): it returns handled false when the endpoint is
+// wired and the operation runs now; otherwise the operation was deferred
+// (a request that stands for it) or fails (the connection's error, or
+// ucs.ErrNoResource under OpAttrFlagForceImmCmpl).
+func (ep *Endpoint) whileConnecting(st *epConnect, what string, param *RequestParam, close bool,
+	start func(*RequestParam) (*Request, error)) (r *Request, handled bool, err error) {
+	if param != nil && param.resumed {
+		return nil, false, nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.failErr != nil:
+		return nil, true, fmt.Errorf("ucp %s: %w", what, st.failErr)
+	case st.settled && len(st.deferred) == 0:
+		return nil, false, nil
+	case sendFlags(param)&OpAttrFlagForceImmCmpl != 0:
+		return nil, true, fmt.Errorf("ucp %s: the endpoint connects: %w", what, ucs.ErrNoResource)
+	}
+	d := deferredOp{start: start, close: close}
+	if param != nil {
+		d.param = *param
+	}
+	d.proxy = ep.w.newRequest(param)
+	d.proxy.untracked, d.proxy.proto = true, protoConnecting
+	st.deferred = append(st.deferred, d)
+	return d.proxy, true, nil
+}
+
+// protoConnecting is the protocol name of an operation waiting for its
+// endpoint's connection.
+const protoConnecting = "deferred: endpoint connecting"
+
+// run starts the operation; its request then completes the proxy.
+func (d *deferredOp) run() {
+	p := d.param
+	p.OpAttrMask = p.OpAttrMask&^OpAttrFieldRequest | OpAttrFieldCallback | OpAttrFieldUserData
+	p.Flags &^= OpAttrFlagForceImmCmpl
+	p.Callback, p.UserData, p.Request, p.resumed = deferredDone, d.proxy, nil, true
+	r, err := d.start(&p)
+	switch {
+	case err != nil:
+		d.proxy.complete(statusOf(err))
+	case r == nil:
+		d.proxy.complete(ucs.OK)
+	}
+}
+
+// deferredDone completes a proxy with the status of the operation it
+// stood for.
+func deferredDone(r *Request, status error, proxy any) {
+	proxy.(*Request).complete(statusOf(status))
+	r.Free()
+}
+
+// waitConnected progresses the worker until the endpoint is wired, and
+// returns nil then, or the connection's error.
+func (ep *Endpoint) waitConnected() error {
+	for {
+		st := ep.conn.Load()
+		if st == nil {
+			return nil
+		}
+		st.mu.Lock()
+		fe, done := st.failErr, st.settled && len(st.deferred) == 0
+		st.mu.Unlock()
+		if fe != nil {
+			return fe
+		}
+		if done {
+			return nil
+		}
+		if ep.closed.Load() {
+			return errClosed
+		}
+		if ep.w.Progress() == 0 {
+			ep.w.Idle()
+		}
+	}
+}
