@@ -126,7 +126,7 @@ func DiscardLogger() Logger { return discardLogger{} }
 
 type discardLogger struct{}
 
-func (discardLogger) Enabled(LogLevel) bool          { return false }
+func (discardLogger) Enabled(LogLevel) bool         { return false }
 func (discardLogger) Logf(LogLevel, string, ...any) {}
 
 // LogLevelEnv is the environment variable that sets the default logger's
