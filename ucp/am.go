@@ -3,7 +3,6 @@ package ucp
 import (
 	"errors"
 	"fmt"
-	"log"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -332,7 +331,7 @@ func (w *Worker) amMaxHeader() int {
 // flags, and ucs.ErrUnsupported when the context lacks FeatureAM.
 func (w *Worker) SetAMRecvHandler(p *AMHandlerParam) error {
 	if w.closed.Load() {
-		return fmt.Errorf("ucp set am handler: %w", errClosed)
+		return fmt.Errorf("ucp set am handler: %w", ErrClosed)
 	}
 	if !w.am.enabled {
 		return fmt.Errorf("ucp set am handler: the context was created without FeatureAM: %w", ucs.ErrUnsupported)
@@ -418,7 +417,7 @@ const (
 func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestParam) (*Request, error) {
 	w := ep.w
 	if ep.closed.Load() {
-		return nil, fmt.Errorf("ucp am send: %w", errClosed)
+		return nil, fmt.Errorf("ucp am send: %w", ErrClosed)
 	}
 	if st := ep.failStatus.Load(); st != 0 {
 		return nil, fmt.Errorf("ucp am send to %s: %w", ep.remoteName, ucs.Status(st))
@@ -550,7 +549,7 @@ func (ep *Endpoint) amSendHello() error {
 	}
 	w := ep.w
 	if amHdrLen+len(w.address) > laneLimitsOf(ep.am).bcopy {
-		log.Printf("ucp: worker %s: its address (%d bytes) does not fit in an active message on %s; %s cannot create a reply endpoint", w.name, len(w.address), ep.am, ep.remoteName)
+		w.warnf("ucp: worker %s: its address (%d bytes) does not fit in an active message on %s; %s cannot create a reply endpoint", w.name, len(w.address), ep.am, ep.remoteName)
 		return nil
 	}
 	op := &amOp{ep: ep, l: ep.am, kind: opCtrl, h: amHeader{typ: amHello, src: w.uid}, data: w.address}
@@ -649,7 +648,7 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 	desc.state = descDone
 	if desc.rndv {
 		if st := w.amControl(desc.ep, amHeader{typ: amDrop, msg: desc.sreq}); st.IsErr() {
-			log.Printf("ucp: worker %s: dropping a rendezvous message: %v", w.name, st)
+			w.warnf("ucp: worker %s: dropping a rendezvous message: %v", w.name, st)
 		}
 		return
 	}
@@ -682,7 +681,7 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 	fin := func() {
 		w.rkc.put(ref)
 		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
-			log.Printf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
+			w.warnf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
 		}
 	}
 	gp := new(RequestParam).SetCallback(func(gr *Request, st error, _ any) {

@@ -176,7 +176,7 @@ type Endpoint struct {
 // goroutines at once.
 func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 	if w.closed.Load() {
-		return nil, fmt.Errorf("ucp ep create: %w", errClosed)
+		return nil, fmt.Errorf("ucp ep create: %w", ErrClosed)
 	}
 	if params != nil && (params.FieldMask&(EPParamFieldSockAddr|EPParamFieldConnRequest) != 0 ||
 		params.FieldMask&EPParamFieldFlags != 0 && params.Flags&EPParamsFlagClientServer != 0) {
@@ -223,7 +223,7 @@ func (w *Worker) newEndpointTo(params *EPParams, ra *workerAddress, netDev strin
 	w.streamAddEP(ep)
 	if w.closed.Load() { // destroyed meanwhile: Destroy may have missed ep
 		ep.closeNow(ucs.ErrCanceled)
-		return nil, fmt.Errorf("ucp ep create: %w", errClosed)
+		return nil, fmt.Errorf("ucp ep create: %w", ErrClosed)
 	}
 	if ep.params.ErrMode == ErrHandlingModePeer {
 		w.startKeepalive()
@@ -318,7 +318,7 @@ const (
 // caller holds ep.laneMu.
 func (ep *Endpoint) laneFor(c *candidate) (*lane, error) {
 	if ep.closed.Load() {
-		return nil, errClosed
+		return nil, ErrClosed
 	}
 	for _, l := range ep.lanes {
 		if l.wi == c.wi && l.remote == c.remote {
@@ -391,7 +391,7 @@ func (ep *Endpoint) Status() error {
 		return ucs.Status(st)
 	}
 	if ep.closed.Load() {
-		return errClosed
+		return ErrClosed
 	}
 	return nil
 }
@@ -442,7 +442,7 @@ func (ep *Endpoint) closeNow(st ucs.Status) {
 // ends it with that error.
 func (ep *Endpoint) Flush() error {
 	if ep.closed.Load() {
-		return fmt.Errorf("ucp ep flush: %w", errClosed)
+		return fmt.Errorf("ucp ep flush: %w", ErrClosed)
 	}
 	if st := ep.failStatus.Load(); st != 0 {
 		return fmt.Errorf("ucp ep flush to %s: %w", ep.remoteName, ucs.Status(st))
@@ -472,7 +472,7 @@ func (ep *Endpoint) flush() error {
 // fails with the endpoint's error on a failed or closed endpoint.
 func (ep *Endpoint) Fence() error {
 	if ep.closed.Load() {
-		return fmt.Errorf("ucp ep fence: %w", errClosed)
+		return fmt.Errorf("ucp ep fence: %w", ErrClosed)
 	}
 	if st := ep.failStatus.Load(); st != 0 {
 		return fmt.Errorf("ucp ep fence to %s: %w", ep.remoteName, ucs.Status(st))

@@ -161,7 +161,7 @@ func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
 		return nil, fmt.Errorf("ucp mem map: neither length nor exported memh buffer set: %w", ucs.ErrInvalidParam)
 	}
 	if c.closed.Load() {
-		return nil, fmt.Errorf("ucp mem map: %w", errClosed)
+		return nil, fmt.Errorf("ucp mem map: %w", ErrClosed)
 	}
 	var (
 		flags uint32
@@ -726,7 +726,7 @@ func (rl *rkeyLane) laneOrNil() *lane {
 // ucs.ErrUnreachable when nothing can reach the memory.
 func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 	if ep.closed.Load() {
-		return nil, fmt.Errorf("ucp rkey unpack: %w", errClosed)
+		return nil, fmt.Errorf("ucp rkey unpack: %w", ErrClosed)
 	}
 	ep.laneMu.Lock() // lanes and their usages; several goroutines may unpack at once
 	defer ep.laneMu.Unlock()
