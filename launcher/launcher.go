@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"os"
 	"os/exec"
@@ -128,8 +127,9 @@ type Options struct {
 	// handle it yet. The output is tagged ("[pe N] ") from then on.
 	StallReports <-chan struct{}
 	// Logf receives the launcher's messages (which PE failed, how).
-	// Nil means standard error, each message prefixed with
-	// "goshmem-run: ".
+	// Nil means ucs.DefaultLogger() at ucs.LogWarn (standard error,
+	// unless UCX_LOG_LEVEL is fatal or error), each message prefixed
+	// with "goshmem-run: ".
 	Logf func(format string, args ...any)
 }
 
@@ -208,8 +208,9 @@ func Run(ctx context.Context, opts Options) (exitCode int, err error) {
 		opts.RSH = []string{"ssh"}
 	}
 	if opts.Logf == nil {
-		l := log.New(os.Stderr, "goshmem-run: ", 0)
-		opts.Logf = l.Printf
+		opts.Logf = func(format string, args ...any) {
+			ucs.DefaultLogger().Logf(ucs.LogWarn, "goshmem-run: "+format, args...)
+		}
 	}
 	j := &job{opts: opts}
 	if err := j.plan(); err != nil {
@@ -405,9 +406,9 @@ func (j *job) run(ctx context.Context) (int, error) {
 			return 2, err
 		}
 	}
-	var logger *log.Logger
+	var logger ucs.Logger
 	if v := os.Getenv(bootstrap.EnvDebug); v != "" && v != "0" {
-		logger = log.New(logfWriter(o.Logf), "seed: ", 0)
+		logger = logfLogger(func(format string, args ...any) { o.Logf("seed: "+format, args...) })
 	}
 	agents := len(j.places)
 	if len(o.Spawner) > 0 {
@@ -998,10 +999,10 @@ func (u *unit) signal(sig syscall.Signal) {
 	}
 }
 
-// logfWriter adapts a Logf function to an io.Writer for log.Logger.
-type logfWriter func(format string, args ...any)
+// logfLogger adapts a Logf function to a ucs.Logger that writes the lines
+// of every level.
+type logfLogger func(format string, args ...any)
 
-func (f logfWriter) Write(p []byte) (int, error) {
-	f("%s", strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
+func (logfLogger) Enabled(ucs.LogLevel) bool { return true }
+
+func (f logfLogger) Logf(_ ucs.LogLevel, format string, args ...any) { f(format, args...) }
