@@ -38,19 +38,8 @@ func (l *recordLogger) all() string {
 // warnings of the transports its workers open (here self's, about an
 // active message no handler takes).
 func TestLoggerReachesTransports(t *testing.T) {
-	cfg, err := ReadConfig("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Modify("TLS", "self"); err != nil {
-		t.Fatal(err)
-	}
 	rec := new(recordLogger)
-	c, err := Init(new(Params).SetFeatures(FeatureAM).SetLogger(rec), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Cleanup()
+	c := newContextParams(t, new(Params).SetFeatures(FeatureAM).SetLogger(rec), "TLS", "self")
 	w := newWorker(t, c)
 	var self uct.Iface
 	for _, wi := range w.ifaces {
