@@ -34,6 +34,10 @@ type AgentConfig struct {
 	// whose agents give the same Node share memory (Table.Node). Empty
 	// means this agent's id: a node of its own.
 	Node string
+	// Logger receives the agent's log (memberlist's, and the messages
+	// it drops), at LogDebug (see EnvDebug); nil means
+	// ucs.DefaultLogger().
+	Logger ucs.Logger
 }
 
 // Agent is the member of a job that stands for the PEs of one host (or of
@@ -175,7 +179,7 @@ func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
 	if a.nodeName == "" {
 		a.nodeName = "agent-" + strconv.Itoa(cfg.ID)
 	}
-	a.logger = debugLogger("goshmem " + agentName(cfg.ID) + ": ")
+	a.logger = debugLogger(cfg.Logger, "goshmem "+agentName(cfg.ID)+": ")
 	nodes := cfg.Agents + 1
 	c := newConfig(agentName(cfg.ID), bind, env.JobID, env.Key, a.logger, env.FailureTimeout, nodes)
 	c.Delegate = agentDelegate{a}

@@ -36,8 +36,10 @@ const (
 	EnvAgentFD = "GOSHMEM_AGENT_FD"
 )
 
-// EnvDebug, when set to a non-empty value other than "0", routes
-// memberlist's log of a PE to standard error.
+// EnvDebug, when set to a non-empty value other than "0", writes the log
+// of a PE's or an agent's membership (memberlist's, and the messages it
+// drops) to its logger at ucs.LogPrint, whatever the logger's level;
+// otherwise those lines are ucs.LogDebug.
 const EnvDebug = "GOSHMEM_DEBUG"
 
 // DefaultFailureTimeout is the failure timeout of a job whose launcher sets
@@ -79,6 +81,10 @@ type Env struct {
 	// (GOSHMEM_AGENT_FD), which Join takes over; 0 for none (a
 	// singleton).
 	AgentFD int
+	// Logger receives the member's log (see EnvDebug); nil means
+	// ucs.DefaultLogger(). It is no part of the launcher contract:
+	// EnvFromOS leaves it nil.
+	Logger ucs.Logger
 }
 
 // singletonEnv is the job of a program started without the launcher.

@@ -102,8 +102,12 @@ type reply struct {
 
 // JoinFromOS joins the job described by the environment (see EnvFromOS). A
 // process started without the launcher is a job of one PE: JoinFromOS
-// then returns a singleton Member.
-func JoinFromOS() (*Member, error) {
+// then returns a singleton Member. It is JoinFromOSWithLogger(nil).
+func JoinFromOS() (*Member, error) { return JoinFromOSWithLogger(nil) }
+
+// JoinFromOSWithLogger is JoinFromOS for a member whose log goes to l
+// (Env.Logger).
+func JoinFromOSWithLogger(l ucs.Logger) (*Member, error) {
 	env, ok, err := EnvFromOS()
 	if err != nil {
 		return nil, err
@@ -111,6 +115,7 @@ func JoinFromOS() (*Member, error) {
 	if !ok {
 		env = singletonEnv
 	}
+	env.Logger = l
 	return Join(env)
 }
 
@@ -125,7 +130,7 @@ func Join(env Env) (*Member, error) {
 	}
 	m := &Member{
 		env:     env,
-		logger:  debugLogger("goshmem pe-" + strconv.Itoa(env.Rank) + ": "),
+		logger:  debugLogger(env.Logger, "goshmem pe-"+strconv.Itoa(env.Rank)+": "),
 		welcome: make(chan struct{}),
 		finAck:  make(chan struct{}),
 		exitAck: make(chan struct{}),

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"bytes"
 	"io"
 	"log"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -104,13 +106,51 @@ func tuneFailureDetection(c *memberlist.Config, timeout time.Duration, nodes int
 	c.SuspicionMaxTimeoutMult = 1
 }
 
-// debugLogger returns a logger to stderr when GOSHMEM_DEBUG is set, and one
-// that discards everything otherwise.
-func debugLogger(prefix string) *log.Logger {
+// debugLogger returns the logger of a member or an agent, for memberlist
+// and the bootstrap's own diagnostics: its lines, prefixed with prefix and
+// the time, go to l (nil: ucs.DefaultLogger()) at LogDebug or their own
+// level if less important, so that they show at UCX_LOG_LEVEL=debug; when
+// GOSHMEM_DEBUG is set, at LogPrint, so that they all show.
+func debugLogger(l ucs.Logger, prefix string) *log.Logger {
+	w := levelWriter{l: ucs.LoggerOrDefault(l), floor: ucs.LogDebug}
 	if v := os.Getenv(EnvDebug); v != "" && v != "0" {
-		return log.New(os.Stderr, prefix, log.LstdFlags|log.Lmicroseconds)
+		w.force = true
 	}
-	return discardLogger()
+	return log.New(w, prefix, log.LstdFlags|log.Lmicroseconds)
+}
+
+// levelWriter passes the lines of a *log.Logger (memberlist writes to
+// one) to a ucs.Logger, at the level their memberlist tag names ([ERR],
+// [WARN], [INFO], [DEBUG]; LogInfo without one), made no more important
+// than floor; or, when force is set, at LogPrint.
+type levelWriter struct {
+	l     ucs.Logger
+	floor ucs.LogLevel
+	force bool
+}
+
+func (w levelWriter) Write(p []byte) (int, error) {
+	level := ucs.LogPrint
+	if !w.force {
+		level = max(lineLevel(p), w.floor)
+	}
+	if w.l.Enabled(level) {
+		w.l.Logf(level, "%s", strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// lineLevel returns the level that memberlist's tag in line names.
+func lineLevel(line []byte) ucs.LogLevel {
+	for _, t := range []struct {
+		tag   string
+		level ucs.LogLevel
+	}{{"[ERR]", ucs.LogError}, {"[WARN]", ucs.LogWarn}, {"[INFO]", ucs.LogInfo}, {"[DEBUG]", ucs.LogDebug}} {
+		if bytes.Contains(line, []byte(t.tag)) {
+			return t.level
+		}
+	}
+	return ucs.LogInfo
 }
 
 func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }

@@ -31,8 +31,10 @@ type SeedConfig struct {
 	// "127.0.0.1", which only reaches agents of the same host.
 	BindAddr string
 	// Logger receives memberlist's log and the seed's diagnostics (such
-	// as rejected messages). Nil discards them.
-	Logger *log.Logger
+	// as rejected messages), each at the level of its memberlist tag
+	// ([ERR], [WARN], [INFO], [DEBUG]; LogInfo without one). Nil discards
+	// them.
+	Logger ucs.Logger
 	// FailureTimeout is how long the job may take to notice a member that
 	// stopped answering; zero means DefaultFailureTimeout. Agents and PEs
 	// should use the same (the launcher hands it over in
@@ -153,14 +155,15 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 	if cfg.FailureTimeout != 0 && cfg.FailureTimeout < minFailureTimeout {
 		return nil, fmt.Errorf("bootstrap: failure timeout %v below the minimum of %v: %w", cfg.FailureTimeout, minFailureTimeout, ucs.ErrInvalidParam)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = discardLogger()
+	logger := discardLogger()
+	if cfg.Logger != nil {
+		logger = log.New(levelWriter{l: cfg.Logger, floor: ucs.LogFatal}, "", 0)
 	}
 	s := &Seed{
 		size:   cfg.Size,
 		agents: cfg.Agents,
 		jobID:  cfg.JobID,
-		logger: cfg.Logger,
+		logger: logger,
 		pes:    make([]peState, cfg.Size),
 		// Each PE ends once and asks for a global exit at most once, each
 		// agent leaves once: sends never block.
@@ -168,7 +171,7 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 		agentSt: make([]agentState, cfg.Agents),
 	}
 	nodes := cfg.Agents + 1
-	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, cfg.Logger, cfg.FailureTimeout, nodes)
+	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, logger, cfg.FailureTimeout, nodes)
 	c.Delegate = seedDelegate{s}
 	c.Events = seedDelegate{s}
 	list, tr, err := createList(c, nodes)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -502,7 +501,7 @@ func (b *byteBudget) grantLocked() {
 func createList(c *memberlist.Config, nodes int) (*memberlist.Memberlist, *guardedTransport, error) {
 	logger := c.Logger
 	if logger == nil {
-		logger = log.New(os.Stderr, "", log.LstdFlags)
+		logger = discardLogger()
 	}
 	t, err := newGuardedTransport(c.BindAddr, nodes, logger)
 	if err != nil {

@@ -22,21 +22,28 @@ import (
 // source may be changed; it does not complete other operations of this PE
 // (Quiet does).
 //
-// The routines return an error, without communicating, for a nil or
-// destroyed team, use before Init, a root outside the team, a length that
+// The routines return an error, without communicating, for the invalid
+// team (nil, SHMEM_TEAM_INVALID), a root outside the team, a length that
 // does not fit, or a source or dest outside the symmetric heap. Every PE
 // that passes the same arguments finds the same error; a PE that passes
 // arguments of its own while the others pass valid ones leaves those
-// waiting, as OpenSHMEM leaves such calls undefined.
+// waiting, as OpenSHMEM leaves such calls undefined. Use before Init and
+// a destroyed team are programming errors: they panic, as in every
+// routine (see the package documentation's table).
 
-// ErrInvalidTeam is wrapped by the errors of the collective routines
-// called with a nil or destroyed team, or before Init.
+// ErrInvalidTeam is wrapped by the errors of the routines with an error
+// result (the collectives, the splits, (*Team).CreateCtx,
+// (*Team).GetConfig) called with the invalid team, nil
+// (SHMEM_TEAM_INVALID).
 var ErrInvalidTeam = errors.New("invalid team")
 
-// ErrInvalidArgument is wrapped by the errors of the collective routines
-// called with arguments that do not fit: a root outside the team, arrays
-// too short for the data, arrays outside the symmetric heap, negative
-// counts or strides below 1.
+// ErrInvalidArgument is wrapped by the errors of the routines with an
+// error result called with arguments that do not fit: for the collectives
+// a root outside the team, arrays too short for the data, arrays outside
+// the symmetric heap, negative counts or strides below 1; for the splits
+// a start, stride, size or xrange outside the parent team; unknown
+// options of CtxCreate and (*Team).CreateCtx, unknown mask bits of
+// (*Team).GetConfig.
 var ErrInvalidArgument = errors.New("invalid argument")
 
 // BitwiseReduce is the set of types of the bitwise reductions (AndReduce,
@@ -242,14 +249,17 @@ func prodInto[T Arith](d, s []T) {
 	}
 }
 
-// collTeam checks the team of a collective and returns its state.
+// collTeam checks the team of a collective and returns its state: an
+// error for the invalid team (nil), a panic before Init and for a
+// destroyed team.
 func collTeam(routine string, t *Team) (*collState, error) {
+	mustInit(routine)
 	switch {
-	case !st.inited:
-		return nil, fmt.Errorf("shmem.%s called before shmem.Init: %w", routine, ErrInvalidTeam)
 	case t == nil:
 		return nil, fmt.Errorf("shmem.%s: nil team (the splits return nil to the PEs outside the new team): %w", routine, ErrInvalidTeam)
-	case t.destroyed || t.npes < 1:
+	case t.destroyed:
+		t.check(routine) // panics
+	case t.npes < 1:
 		return nil, fmt.Errorf("shmem.%s: %v: %w", routine, t, ErrInvalidTeam)
 	}
 	return t.coll(routine), nil

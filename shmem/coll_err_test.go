@@ -20,10 +20,13 @@ func TestCollBeforeInit(t *testing.T) {
 	if shmemtest.IsPE() {
 		t.Skip("runs in the test process, before Init")
 	}
+	// Use before Init is a programming error: it panics, in the
+	// collectives as everywhere.
 	buf := make([]int64, 4)
-	checkErr(t, "Broadcast before Init", shmem.Broadcast(shmem.TeamWorld, buf, buf, 0), shmem.ErrInvalidTeam)
-	checkErr(t, "SumReduce before Init", shmem.SumReduce(shmem.TeamWorld, buf, buf), shmem.ErrInvalidTeam)
-	checkErr(t, "Collect before Init", shmem.Collect(shmem.TeamWorld, buf, buf), shmem.ErrInvalidTeam)
+	checkPanic(t, "Broadcast before Init", func() { shmem.Broadcast(shmem.TeamWorld, buf, buf, 0) }, "called before shmem.Init")
+	checkPanic(t, "SumReduce before Init", func() { shmem.SumReduce(shmem.TeamWorld, buf, buf) }, "called before shmem.Init")
+	checkPanic(t, "Collect before Init", func() { shmem.Collect(shmem.TeamWorld, buf, buf) }, "called before shmem.Init")
+	checkPanic(t, "Broadcast on nil before Init", func() { shmem.Broadcast(nil, buf, buf, 0) }, "called before shmem.Init")
 }
 
 func TestCollErrors(t *testing.T) {
@@ -47,8 +50,9 @@ func TestCollErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		team.Destroy()
-		checkErr(t, "Broadcast on a destroyed team", shmem.Broadcast(team, b, a[:1], 0), inv)
-		checkErr(t, "MaxReduce on a destroyed team", shmem.MaxReduce(team, b, a), inv)
+		// A destroyed team is a programming error: a panic.
+		checkPanic(t, "Broadcast on a destroyed team", func() { shmem.Broadcast(team, b, a[:1], 0) }, "was destroyed")
+		checkPanic(t, "MaxReduce on a destroyed team", func() { shmem.MaxReduce(team, b, a) }, "was destroyed")
 
 		w := shmem.TeamWorld
 		checkErr(t, "Broadcast from root -1", shmem.Broadcast(w, b, a[:1], -1), arg)

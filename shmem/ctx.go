@@ -208,7 +208,7 @@ func CtxCreate(options CtxOptions) (*Ctx, error) {
 // order.
 func newCtx(routine string, team *Team, options CtxOptions) (*Ctx, error) {
 	if options&^ctxAllOptions != 0 {
-		return nil, fmt.Errorf("shmem.%s: unknown options %v (valid: CtxSerialized, CtxPrivate, CtxNostore)", routine, options)
+		return nil, fmt.Errorf("shmem.%s: unknown options %v (valid: CtxSerialized, CtxPrivate, CtxNostore): %w", routine, options, ErrInvalidArgument)
 	}
 	mode := ucs.ThreadModeMulti
 	switch {

@@ -2,11 +2,12 @@ package shmem
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // With SHMEM_DEBUG set, every allocation call (Malloc, Calloc, Align,
@@ -128,7 +129,7 @@ func debugAlloc(routine string, call, bytes, align, off int, hints MallocHints) 
 	for _, r := range recs {
 		if r != recs[0] {
 			err := fmt.Errorf("shmem.%s: SHMEM_DEBUG: %w: %s", routine, ErrAllocMismatch, describeCalls(recs))
-			fmt.Fprintf(os.Stderr, "goshmem: PE %d: %v\n", st.me, err)
+			lg().Logf(ucs.LogError, "goshmem: PE %d: %v", st.me, err)
 			return err
 		}
 	}

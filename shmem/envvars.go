@@ -1,6 +1,9 @@
 package shmem
 
-import "github.com/goshmem/goshmem/bootstrap"
+import (
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/ucs"
+)
 
 // EnvVar is an environment variable that goshmem reads.
 type EnvVar struct {
@@ -11,7 +14,8 @@ type EnvVar struct {
 }
 
 // goshmemEnvVars are goshmem's own variables: the launcher contract, which
-// goshmem-run sets for every PE, and the tools.
+// goshmem-run sets for every PE, the tools, and the log level (UCX's
+// variable, which no configuration table holds).
 var goshmemEnvVars = []EnvVar{
 	{bootstrap.EnvJobID, "the job id, 1 to 64 of [A-Za-z0-9._-] (set by goshmem-run; without the contract's variables a program is a job of one PE)"},
 	{bootstrap.EnvRank, "this PE's number, 0 to GOSHMEM_SIZE-1 (set by goshmem-run, or taken from Open MPI's, MPICH's or Slurm's variables)"},
@@ -23,7 +27,8 @@ var goshmemEnvVars = []EnvVar{
 	{bootstrap.EnvFailureTimeout, "how long the job may take to notice a PE or launcher that stopped answering, a Go duration (default 10s; goshmem-run -failure-timeout)"},
 	{envStallReport, "when set, a Go duration: a PE reports where it waits when one of its waits lasts longer (default off; goshmem-run -stall-report)"},
 	{envProfile, "when set, a directory: each PE writes its CPU profile and a summary of its communication there at the last Finalize (default off; goshmem-run -profile)"},
-	{bootstrap.EnvDebug, "when set to anything but 0, the bootstrap's diagnostics (memberlist's log) go to standard error (default off)"},
+	{bootstrap.EnvDebug, "when set to anything but 0, the bootstrap's diagnostics (memberlist's log) are logged whatever UCX_LOG_LEVEL says (default off: they are at level debug)"},
+	{ucs.LogLevelEnv, "the level of the library's log on standard error: fatal, error, warn, diag, info, debug, trace, req, data, async, func or poll (default warn; shmem.SetLogger replaces the logger)"},
 }
 
 // envStallReport is the variable of the stall reports (goshmem-run
@@ -32,7 +37,7 @@ const envStallReport = "GOSHMEM_STALL_REPORT"
 
 // EnvVars returns the environment variables that goshmem reads: the
 // SHMEM_* variables of the OpenSHMEM specification, then goshmem's own
-// GOSHMEM_* ones. The UCX_* variables are configuration tables (see
+// GOSHMEM_* ones and UCX_LOG_LEVEL. The UCX_* variables are configuration tables (see
 // ucp.ConfigTable and the transports' tables), which goshmem-info -c lists
 // with these. It may be called before Init.
 func EnvVars() []EnvVar {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucp"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // The version of the OpenSHMEM specification this package implements
@@ -148,7 +149,7 @@ func transportsTo(pe int) string {
 func GlobalExit(code int) {
 	if m := st.member; m != nil {
 		if err := m.GlobalExit(code); err != nil {
-			fmt.Fprintf(os.Stderr, "shmem.GlobalExit(%d): the launcher could not be told: %v\n", code, err)
+			lg().Logf(ucs.LogError, "shmem.GlobalExit(%d): the launcher could not be told: %v", code, err)
 		}
 	}
 	os.Exit(code)

@@ -3,7 +3,6 @@ package shmem
 import (
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // Profiling (GOSHMEM_PROFILE=DIR, which goshmem-run -profile sets): from
@@ -107,7 +108,7 @@ func profStart() {
 		return
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s: %v\n", st.me, envProfile, err)
+		lg().Logf(ucs.LogWarn, "goshmem: PE %d: %s: %v", st.me, envProfile, err)
 		return
 	}
 	prof.dir = dir
@@ -123,7 +124,7 @@ func profStart() {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s: no CPU profile: %v\n", st.me, envProfile, err)
+		lg().Logf(ucs.LogWarn, "goshmem: PE %d: %s: no CPU profile: %v", st.me, envProfile, err)
 	} else {
 		prof.cpu = f
 	}
@@ -140,7 +141,7 @@ func profStop() {
 	if prof.cpu != nil {
 		pprof.StopCPUProfile()
 		if err := prof.cpu.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s: %v\n", st.me, envProfile, err)
+			lg().Logf(ucs.LogWarn, "goshmem: PE %d: %s: %v", st.me, envProfile, err)
 		}
 		prof.cpu = nil
 	}
@@ -149,7 +150,7 @@ func profStop() {
 		err = writeFileAtomic(filepath.Join(prof.dir, CommSummaryFile(st.me)), append(b, '\n'))
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s: communication summary: %v\n", st.me, envProfile, err)
+		lg().Logf(ucs.LogWarn, "goshmem: PE %d: %s: communication summary: %v", st.me, envProfile, err)
 	}
 }
 

@@ -45,7 +45,7 @@ func badLen(routine string, dstLen, srcLen int) {
 //
 //go:noinline
 func fatal(routine string, pe int, err error) {
-	fmt.Fprintf(os.Stderr, "goshmem: PE %d: shmem.%s to PE %d failed: %v\n", st.me, routine, pe, err)
+	lg().Logf(ucs.LogFatal, "goshmem: PE %d: shmem.%s to PE %d failed: %v", st.me, routine, pe, err)
 	if m := st.member; m != nil && pe != st.me && peerGone(err) {
 		m.ReportLost(pe, err.Error()) // the exit below is the report that matters
 	}

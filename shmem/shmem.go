@@ -70,12 +70,69 @@
 //     at Init.
 //   - SHMEM_VERSION: when set, PE 0 prints the version at Init.
 //
-// Errors: a call that can fail in a correct program returns an error (Init,
-// allocation, team split, context creation). A programming error that OpenSHMEM leaves undefined (an
-// invalid PE number, an address outside the symmetric heap, a length
-// mismatch, use before Init) panics with a message naming the routine, the
-// argument and the valid range. A failure of another PE ends the job with a
-// message naming it.
+// # Errors
+//
+// The rule: a routine with an error result (Init, InitThread, the
+// allocation routines, CtxCreate and (*Team).CreateCtx, the team splits,
+// (*Team).GetConfig and the collectives) reports with an error what can
+// go wrong in a correct program and the mistakes of its arguments that
+// every PE finds alike; the routines without one (RMA, atomics, signals,
+// waits, locks, Fence, Quiet, barriers, (*Team).Sync, Free, Ptr and
+// TeamPtr) cannot report, and panic for a mistake in their arguments. The
+// Context forms of the waits and of SetLock return their context's error
+// only, and panic as the other forms do. Mistakes about the library's
+// state (use before Init, a destroyed team or context, an array that
+// Malloc did not allocate given to Realloc or Free) are programming
+// errors that panic everywhere. The queries answer instead of panicking.
+// A panic's message names the routine, the argument and the valid range.
+//
+//	mistake                          with an error result         without one
+//	-------------------------------  ---------------------------  ------------------
+//	use before Init                  panic                        panic
+//	PE number outside the job/team   error (ErrInvalidArgument)   panic
+//	address outside the heap, or     error (ErrInvalidArgument)   panic
+//	  nil where memory is needed
+//	length that does not fit         error (ErrInvalidArgument;   panic
+//	                                   ErrHeapExhausted in an
+//	                                   allocation)
+//	unknown option, cmp or op bits   error (ErrInvalidArgument)   panic
+//	arguments that differ among PEs  error on every PE (splits,   undefined (may hang)
+//	                                   allocation); undefined
+//	                                   (may hang) in collectives
+//	collectives called out of order  panic (collective mismatch, found while waiting)
+//	the invalid team (nil)           error (ErrInvalidTeam)       panic ((*Team).Sync)
+//	a destroyed team                 panic                        panic
+//	a nil or destroyed *Ctx          panic                        panic
+//	an array not from Malloc & co.   panic (Realloc)              panic (Free)
+//	heap exhausted                   error (ErrHeapExhausted)     -
+//	allocation calls that differ     error (ErrAllocMismatch,     -
+//	  (SHMEM_DEBUG)                    on every PE)
+//	a failed peer or transport       fatal (below)                fatal (below)
+//
+// The queries with a sentinel: MyPE and NPEs return -1 before Init;
+// (*Team).MyPE and (*Team).NPEs -1 for a nil or destroyed team;
+// TeamTranslatePE -1 for a PE outside either team or a nil or destroyed
+// team; TeamPtr nil for the invalid team (and where the memory is not
+// mapped). (*Team).Destroy of nil or of a destroyed team does nothing;
+// Finalize without Init does nothing.
+//
+// The library ends the process (os.Exit) only in GlobalExit, which ends
+// the job with the program's code, and on two fatal paths, each after a
+// line at ucs.LogFatal on its logger (SetLogger) and with status 1: a
+// communication failure in a routine without an error result (its
+// operation cannot complete, and waiting would hang the job); and the
+// failure of another PE or of the launcher while the library is
+// initialized (waiting on a dead peer would hang).
+//
+// # Logging
+//
+// The library writes nothing to standard error by itself: its warnings,
+// the errors it cannot return (of Finalize), stall reports and the lines
+// of the fatal paths go to its logger, and so do those of ucp, the
+// transports and the bootstrap below it. The logger is
+// ucs.DefaultLogger() (standard error, at the level UCX_LOG_LEVEL names:
+// fatal, error, warn (the default), diag, info, debug, trace, ...), or
+// the one SetLogger sets before Init.
 package shmem
 
 import (
@@ -211,7 +268,7 @@ func initThread(level ThreadLevel) error {
 		// Once it joined, its agent may signal it for a stall report;
 		// until Init listens for that signal it must not end the PE.
 		ignoreStallSignal()
-		if m, err = bootstrap.JoinFromOS(); err != nil {
+		if m, err = bootstrap.JoinFromOSWithLogger(lg()); err != nil {
 			return fmt.Errorf("shmem init: join the job: %w", err)
 		}
 		m.OnFailure(onPeerFailure)
@@ -241,7 +298,8 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 		SetEstimatedNumEPs(m.Size()).
 		SetEstimatedNumPPN(m.LocalSize()).
 		SetNodeLocalID(uint64(m.LocalRank())).
-		SetName(fmt.Sprintf("goshmem-pe%d", m.Rank()))
+		SetName(fmt.Sprintf("goshmem-pe%d", m.Rank())).
+		SetLogger(lg())
 	ctx, err := ucp.Init(params, nil)
 	if err != nil {
 		return err
@@ -349,7 +407,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	// without them nothing is left in /dev/shm however this PE ends, even
 	// killed together with the agent that would remove them.
 	if err := ctx.UnlinkMemoryNames(); err != nil {
-		fmt.Fprintf(os.Stderr, "goshmem: PE %d: %v\n", st.me, err)
+		lg().Logf(ucs.LogWarn, "goshmem: PE %d: %v", st.me, err)
 	}
 	if st.me == 0 {
 		printStartup(os.Stdout)
@@ -463,7 +521,7 @@ func onPeerFailure(f bootstrap.Failure) {
 	if !failuresEnd.Load() {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "goshmem: PE %d: ending the job: %v\n", member.Rank(), f)
+	lg().Logf(ucs.LogFatal, "goshmem: PE %d: ending the job: %v", member.Rank(), f)
 	os.Exit(1)
 }
 
@@ -502,7 +560,7 @@ func Finalize() {
 	m := st.member
 	failuresEnd.Store(false)
 	if err := m.Barrier(); err != nil {
-		fmt.Fprintf(os.Stderr, "goshmem: PE %d: finalize barrier: %v\n", st.me, err)
+		lg().Logf(ucs.LogError, "goshmem: PE %d: finalize barrier: %v", st.me, err)
 	}
 	closePeers(st.peers)
 	st.table.Close()
@@ -510,7 +568,7 @@ func Finalize() {
 	st.worker.Destroy()
 	st.ctx.Cleanup()
 	if err := m.Finalize(); err != nil {
-		fmt.Fprintf(os.Stderr, "goshmem: PE %d: finalize: %v\n", st.me, err)
+		lg().Logf(ucs.LogError, "goshmem: PE %d: finalize: %v", st.me, err)
 	}
 	stopStallReports()
 	resetState()

@@ -150,7 +150,7 @@ func (w *waiter) slow() {
 	waited := now.Sub(w.entry.since)
 	if stallReportAfter > 0 && waited >= stallReportAfter && !w.reported {
 		w.reported = true
-		fmt.Fprint(os.Stderr, stallReport(st.me, w.entry, now, true))
+		lg().Logf(ucs.LogPrint, "%s", stallReport(st.me, w.entry, now, true))
 	}
 	if w.what == "" && waited >= w.next {
 		w.next = min(2*w.next, stallCheckMax)
@@ -223,7 +223,7 @@ func (t *Team) collMismatch(routine string) {
 	}
 	msg := fmt.Sprintf("shmem.%s: collective mismatch on %v: %s (every PE of a team must call the same collectives in the same order)",
 		routine, t, strings.Join(parts, "; "))
-	fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s\n", st.me, msg)
+	lg().Logf(ucs.LogError, "goshmem: PE %d: %s", st.me, msg)
 	panic(msg)
 }
 
@@ -237,7 +237,7 @@ func (t *Team) stagedMismatch(j int, kind uint64) {
 	routine := collKindName(mine)
 	msg := fmt.Sprintf("shmem.%s: collective mismatch on %v: this PE (PE %d) is in its collective #%d, %s, while PE %d contributed to a %s: every PE of a team must call the same collectives in the same order",
 		routine, t, st.me, seq, routine, t.members[j], collKindName(kind))
-	fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s\n", st.me, msg)
+	lg().Logf(ucs.LogError, "goshmem: PE %d: %s", st.me, msg)
 	time.Sleep(mismatchGrace)
 	panic(msg)
 }
@@ -286,7 +286,7 @@ func checkMismatch() {
 			routine := collKindName(myKind)
 			msg := fmt.Sprintf("shmem.%s: collective mismatch on %v: this PE (PE %d of the job) is in its collective #%d of the team, %s, while the team's PE %d (PE %d of the job) is in its #%d, %s: every PE of a team must call the same collectives in the same order",
 				routine, t, st.me, mySeq, routine, j, t.members[j], seq, collKindName(kind))
-			fmt.Fprintf(os.Stderr, "goshmem: PE %d: %s\n", st.me, msg)
+			lg().Logf(ucs.LogError, "goshmem: PE %d: %s", st.me, msg)
 			time.Sleep(mismatchGrace)
 			panic(msg)
 		}
@@ -373,7 +373,7 @@ func startStallReports() error {
 			case <-done:
 				return
 			case <-ch:
-				fmt.Fprint(os.Stderr, allStalls(me))
+				lg().Logf(ucs.LogPrint, "%s", allStalls(me))
 			}
 		}
 	}()

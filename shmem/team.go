@@ -256,14 +256,17 @@ func (t *Team) String() string {
 // GetConfig returns the configuration the team was created with
 // (shmem_team_get_config), with the fields that mask names filled in and
 // the others zero. A field the split's mask did not name has its default.
-// It returns an error for a nil or destroyed team and for unknown mask
-// bits.
+// It returns an error for the invalid team, nil (ErrInvalidTeam), and for
+// unknown mask bits (ErrInvalidArgument); it panics for a destroyed team.
 func (t *Team) GetConfig(mask TeamConfigMask) (TeamConfig, error) {
-	if t == nil || t.destroyed || t.npes < 0 {
-		return TeamConfig{}, fmt.Errorf("shmem.(*Team).GetConfig: %v is not a valid team", t)
+	if t == nil || t.npes < 0 {
+		return TeamConfig{}, fmt.Errorf("shmem.(*Team).GetConfig: %v is not a valid team: %w", t, ErrInvalidTeam)
+	}
+	if t.destroyed {
+		t.check("(*Team).GetConfig") // panics
 	}
 	if mask&^teamAllConfig != 0 {
-		return TeamConfig{}, fmt.Errorf("shmem.(*Team).GetConfig: unknown mask bits %#x (valid: TeamNumContexts)", int(mask&^teamAllConfig))
+		return TeamConfig{}, fmt.Errorf("shmem.(*Team).GetConfig: unknown mask bits %#x (valid: TeamNumContexts): %w", int(mask&^teamAllConfig), ErrInvalidArgument)
 	}
 	var c TeamConfig
 	if mask&TeamNumContexts != 0 && t.mask&TeamNumContexts != 0 {
@@ -433,11 +436,11 @@ func (t *Team) proposeSlots(routine string, kind uint64, args [3]int, ok bool, n
 				routine, i, t, t.members[i], r[0], recNames[r[1]], recs[t.me][0], recNames[kind])
 		}
 		if r[2] != rec[2] || r[3] != rec[3] || r[4] != rec[4] {
-			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) passed arguments %v, this PE %v: every PE of the parent team must pass the same ones",
-				routine, i, t, t.members[i], []int{int(r[2]), int(r[3]), int(r[4])}, args[:])
+			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) passed arguments %v, this PE %v: every PE of the parent team must pass the same ones: %w",
+				routine, i, t, t.members[i], []int{int(r[2]), int(r[3]), int(r[4])}, args[:], ErrInvalidArgument)
 		}
 		if r[5]&1 == 0 {
-			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) passed an invalid team configuration", routine, i, t, t.members[i])
+			return nil, fmt.Errorf("shmem.%s: PE %d of %v (PE %d of the job) passed an invalid team configuration: %w", routine, i, t, t.members[i], ErrInvalidArgument)
 		}
 		busy = busy || r[5]&2 != 0
 		common &= r[6]
@@ -513,19 +516,19 @@ func checkSplitArgs(routine string, kind uint64, args [3]int, n int) error {
 		start, stride, size := args[0], args[1], args[2]
 		switch {
 		case size < 1:
-			return fmt.Errorf("shmem.%s: size %d (valid: 1..%d)", routine, size, n)
+			return fmt.Errorf("shmem.%s: size %d (valid: 1..%d): %w", routine, size, n, ErrInvalidArgument)
 		case start < 0 || start >= n:
-			return fmt.Errorf("shmem.%s: start %d (valid: 0..%d, the parent team's PEs)", routine, start, n-1)
+			return fmt.Errorf("shmem.%s: start %d (valid: 0..%d, the parent team's PEs): %w", routine, start, n-1, ErrInvalidArgument)
 		case size > 1 && stride == 0:
-			return fmt.Errorf("shmem.%s: stride 0 with size %d (valid: size 1 with stride 0)", routine, size)
+			return fmt.Errorf("shmem.%s: stride 0 with size %d (valid: size 1 with stride 0): %w", routine, size, ErrInvalidArgument)
 		case size > 1 && stride > 0 && stride > (n-1-start)/(size-1):
-			return fmt.Errorf("shmem.%s: start %d, stride %d and size %d reach PE %d of a parent team of %d PEs (a split may not wrap around)", routine, start, stride, size, start+stride*(size-1), n)
+			return fmt.Errorf("shmem.%s: start %d, stride %d and size %d reach PE %d of a parent team of %d PEs (a split may not wrap around): %w", routine, start, stride, size, start+stride*(size-1), n, ErrInvalidArgument)
 		case size > 1 && stride < 0 && -stride > start/(size-1):
-			return fmt.Errorf("shmem.%s: start %d, stride %d and size %d reach PE %d of the parent team (a split may not wrap around)", routine, start, stride, size, start+stride*(size-1))
+			return fmt.Errorf("shmem.%s: start %d, stride %d and size %d reach PE %d of the parent team (a split may not wrap around): %w", routine, start, stride, size, start+stride*(size-1), ErrInvalidArgument)
 		}
 	case recSplit2D:
 		if args[0] < 1 {
-			return fmt.Errorf("shmem.%s: xrange %d (valid: 1 or more)", routine, args[0])
+			return fmt.Errorf("shmem.%s: xrange %d (valid: 1 or more): %w", routine, args[0], ErrInvalidArgument)
 		}
 	}
 	return nil
@@ -713,13 +716,14 @@ func TeamPtr[T any](team *Team, p *T, pe int) *T {
 // (shmem_team_create_ctx): PE numbers given to the routines on it are
 // numbers in the team (0..t.NPEs()-1), and its Team method returns t. It
 // is not collective. options are those of CtxCreate, and so are the errors;
-// it also returns an error for a nil or destroyed team. Destroying the
-// team destroys its contexts.
+// it also returns an error for the invalid team, nil (ErrInvalidTeam), and
+// panics for a destroyed team. Destroying the team destroys its contexts.
 func (t *Team) CreateCtx(options CtxOptions) (*Ctx, error) {
 	mustInit("(*Team).CreateCtx")
-	if t == nil || t.destroyed {
-		return nil, fmt.Errorf("shmem.(*Team).CreateCtx: %v is not a valid team", t)
+	if t == nil {
+		return nil, fmt.Errorf("shmem.(*Team).CreateCtx: %v is not a valid team: %w", t, ErrInvalidTeam)
 	}
+	t.check("(*Team).CreateCtx") // panics for a destroyed team
 	return newCtx("(*Team).CreateCtx", t, options)
 }
 

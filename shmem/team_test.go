@@ -296,6 +296,9 @@ func TestTeamInvalidSplits(t *testing.T) {
 			if !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s: error %q does not say %q", c.name, err, c.want)
 			}
+			if !errors.Is(err, shmem.ErrInvalidArgument) {
+				t.Errorf("%s: error %q does not wrap ErrInvalidArgument", c.name, err)
+			}
 		}
 		for _, xrange := range []int{0, -3} {
 			if x, y, err := shmem.TeamSplit2D(w, xrange, shmem.TeamConfig{}, 0, shmem.TeamConfig{}, 0); err == nil || x != nil || y != nil {
@@ -317,18 +320,22 @@ func TestTeamInvalidSplits(t *testing.T) {
 		checkTeamRoundTrip(t, "split after invalid ones", team, pes(0, 1, n), buf)
 		team.Destroy()
 		// Nil and destroyed teams.
-		if _, err := (*shmem.Team)(nil).CreateCtx(0); err == nil {
-			t.Error("CreateCtx of a nil team succeeded")
+		// (The error policy: the invalid team gives errors, a destroyed
+		// one panics.)
+		if _, err := (*shmem.Team)(nil).CreateCtx(0); !errors.Is(err, shmem.ErrInvalidTeam) {
+			t.Errorf("CreateCtx of a nil team: %v, want ErrInvalidTeam", err)
 		}
-		if _, err := team.CreateCtx(0); err == nil {
-			t.Error("CreateCtx of a destroyed team succeeded")
-		}
-		if _, err := w.CreateCtx(1 << 8); err == nil || !strings.Contains(err.Error(), "unknown options") {
+		checkPanic(t, "CreateCtx of a destroyed team", func() { team.CreateCtx(0) }, "was destroyed")
+		if _, err := w.CreateCtx(1 << 8); !errors.Is(err, shmem.ErrInvalidArgument) || !strings.Contains(err.Error(), "unknown options") {
 			t.Errorf("CreateCtx with unknown options: %v", err)
 		}
-		if _, err := team.GetConfig(shmem.TeamNumContexts); err == nil {
-			t.Error("GetConfig of a destroyed team succeeded")
+		if _, err := (*shmem.Team)(nil).GetConfig(shmem.TeamNumContexts); !errors.Is(err, shmem.ErrInvalidTeam) {
+			t.Errorf("GetConfig of a nil team: %v, want ErrInvalidTeam", err)
 		}
+		if _, err := w.GetConfig(1 << 5); !errors.Is(err, shmem.ErrInvalidArgument) {
+			t.Errorf("GetConfig with unknown mask bits: %v, want ErrInvalidArgument", err)
+		}
+		checkPanic(t, "GetConfig of a destroyed team", func() { team.GetConfig(shmem.TeamNumContexts) }, "was destroyed")
 		checkPanic(t, "Sync of nil", (*shmem.Team)(nil).Sync, "nil team")
 		checkPanic(t, "Sync of a destroyed team", team.Sync, "was destroyed")
 		// Splitting SHMEM_TEAM_INVALID (nil) creates nothing: nil teams and

@@ -1,7 +1,6 @@
 package ucp
 
 import (
-	"log"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -326,7 +325,7 @@ func (w *Worker) amFinish(op *amOp, st ucs.Status) {
 	if op.r != nil {
 		op.r.complete(st)
 	} else if st.IsErr() && st != ucs.ErrCanceled {
-		log.Printf("ucp: worker %s: protocol message to %s: %v", w.name, op.ep.remoteName, st)
+		w.warnf("ucp: worker %s: protocol message to %s: %v", w.name, op.ep.remoteName, st)
 	}
 }
 
@@ -370,7 +369,7 @@ func (w *Worker) amReplyEP(uid uint64) *Endpoint {
 func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 	h, p, err := decodeAMHeader(data)
 	if err != nil {
-		log.Printf("ucp: worker %s: dropped a malformed active message: %v", w.name, err)
+		w.warnf("ucp: worker %s: dropped a malformed active message: %v", w.name, err)
 		return ucs.OK
 	}
 	canKeep := flags&uct.CBParamFlagDesc != 0
@@ -394,7 +393,7 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 		a.mu.Unlock()
 		if dup {
-			log.Printf("ucp: worker %s: dropped a first fragment of message %d from %#x already in progress", w.name, h.msg, h.src)
+			w.warnf("ucp: worker %s: dropped a first fragment of message %d from %#x already in progress", w.name, h.msg, h.src)
 		}
 	case amMiddle:
 		k := amKey{h.src, h.msg}
@@ -413,7 +412,7 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 		a.mu.Unlock()
 		if !ok {
-			log.Printf("ucp: worker %s: dropped a fragment of %d bytes at %d of message %d from %#x: no such message or not the next fragment", w.name, len(p), h.off, h.msg, h.src)
+			w.warnf("ucp: worker %s: dropped a fragment of %d bytes at %d of message %d from %#x: no such message or not the next fragment", w.name, len(p), h.off, h.msg, h.src)
 			return ucs.OK
 		}
 		copy(m.buf[m.hlen+int(h.off):], p)
@@ -451,7 +450,7 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 		a.mu.Unlock()
 		if !ok {
-			log.Printf("ucp: worker %s: dropped rendezvous data of %d bytes at %d from %#x for request %d: no such request or not the next fragment", w.name, len(p), h.off, h.src, h.msg)
+			w.warnf("ucp: worker %s: dropped rendezvous data of %d bytes at %d from %#x for request %d: no such request or not the next fragment", w.name, len(p), h.off, h.src, h.msg)
 			if rv != nil {
 				rv.r.complete(ucs.ErrIOError)
 			}
@@ -491,7 +490,7 @@ func (w *Worker) amTakeSend(h amHeader, what string) *amOp {
 	}
 	a.mu.Unlock()
 	if op == nil {
-		log.Printf("ucp: worker %s: dropped a rendezvous %s from %#x for unknown request %d", w.name, what, h.src, h.msg)
+		w.warnf("ucp: worker %s: dropped a rendezvous %s from %#x for unknown request %d", w.name, what, h.src, h.msg)
 	}
 	return op
 }
@@ -501,7 +500,7 @@ func (w *Worker) amTakeSend(h amHeader, what string) *amOp {
 func (w *Worker) amDeliver(wi *workerIface, h amHeader, uhdr, data, raw []byte, canKeep bool) ucs.Status {
 	hd := w.amHandler(h.id)
 	if hd == nil {
-		log.Printf("ucp: worker %s: dropped active message %d (%d bytes) from %#x: no handler", w.name, h.id, len(data), h.src)
+		w.warnf("ucp: worker %s: dropped active message %d (%d bytes) from %#x: no handler", w.name, h.id, len(data), h.src)
 		return ucs.OK
 	}
 	if !canKeep && hd.flags&AMFlagPersistentData != 0 {
@@ -514,7 +513,7 @@ func (w *Worker) amDeliver(wi *workerIface, h amHeader, uhdr, data, raw []byte, 
 func (w *Worker) amDeliverOwned(h amHeader, uhdr, data []byte) {
 	hd := w.amHandler(h.id)
 	if hd == nil {
-		log.Printf("ucp: worker %s: dropped active message %d (%d bytes) from %#x: no handler", w.name, h.id, len(data), h.src)
+		w.warnf("ucp: worker %s: dropped active message %d (%d bytes) from %#x: no handler", w.name, h.id, len(data), h.src)
 		return
 	}
 	w.amCall(hd, h, uhdr, data, nil, nil, true)
@@ -549,7 +548,7 @@ func (w *Worker) amCall(hd *amHandler, h amHeader, uhdr, data, raw []byte, wi *w
 	*p = AMRecvParam{}
 	if d == nil {
 		if st == ucs.InProgress {
-			log.Printf("ucp: worker %s: the handler of active message %d returned InProgress without AMRecvAttrFlagData; its data is reused", w.name, h.id)
+			w.warnf("ucp: worker %s: the handler of active message %d returned InProgress without AMRecvAttrFlagData; its data is reused", w.name, h.id)
 		}
 		return ucs.OK
 	}
@@ -588,14 +587,14 @@ var recvParamPool = sync.Pool{New: func() any { return new(AMRecvParam) }}
 func (w *Worker) amDeliverRndv(h amHeader, uhdr []byte) {
 	ep := w.amReplyEP(h.src)
 	if ep == nil {
-		log.Printf("ucp: worker %s: dropped rendezvous message %d from %#x: no endpoint back to the sender", w.name, h.id, h.src)
+		w.warnf("ucp: worker %s: dropped rendezvous message %d from %#x: no endpoint back to the sender", w.name, h.id, h.src)
 		return
 	}
 	d := &AMDesc{w: w, state: descInCallback, rndv: true, length: int(h.total), src: h.src, sreq: h.msg, ep: ep}
 	if len(uhdr) > int(h.hlen) {
 		key := uhdr[h.hlen:]
 		if _, err := decodeRkey(key); err != nil {
-			log.Printf("ucp: worker %s: dropped rendezvous message %d from %#x: %v", w.name, h.id, h.src, err)
+			w.warnf("ucp: worker %s: dropped rendezvous message %d from %#x: %v", w.name, h.id, h.src, err)
 			return
 		}
 		d.key, d.raddr = append([]byte(nil), key...), h.off
@@ -603,12 +602,12 @@ func (w *Worker) amDeliverRndv(h amHeader, uhdr []byte) {
 	}
 	hd := w.amHandler(h.id)
 	if hd == nil {
-		log.Printf("ucp: worker %s: dropped active message %d (%d bytes, rendezvous) from %#x: no handler", w.name, h.id, h.total, h.src)
+		w.warnf("ucp: worker %s: dropped active message %d (%d bytes, rendezvous) from %#x: no handler", w.name, h.id, h.total, h.src)
 		w.AMDataRelease(d)
 		return
 	}
 	if h.total > uint64(maxInt) {
-		log.Printf("ucp: worker %s: dropped active message %d of %d bytes: too large", w.name, h.id, h.total)
+		w.warnf("ucp: worker %s: dropped active message %d of %d bytes: too large", w.name, h.id, h.total)
 		w.AMDataRelease(d)
 		return
 	}

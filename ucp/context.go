@@ -11,7 +11,6 @@
 package ucp
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -76,6 +75,7 @@ const (
 	ParamFieldEstimatedNumPPN uint64 = 1 << 7
 	ParamFieldName            uint64 = 1 << 8
 	ParamFieldNodeLocalID     uint64 = 1 << 9
+	ParamFieldLogger          uint64 = 1 << 10
 )
 
 // Params are the parameters of Init (ucp_params_t). Build them with the
@@ -94,6 +94,7 @@ type Params struct {
 	EstimatedNumPPN int
 	Name            string
 	NodeLocalID     uint64
+	Logger          ucs.Logger
 }
 
 // SetFeatures sets the features to initialize; the field is mandatory.
@@ -158,6 +159,14 @@ func (p *Params) SetNodeLocalID(id uint64) *Params {
 	return p
 }
 
+// SetLogger sets the logger of the context, its workers and their
+// transports (default: ucs.DefaultLogger(), standard error at the level of
+// UCX_LOG_LEVEL). A nil l means the default.
+func (p *Params) SetLogger(l ucs.Logger) *Params {
+	p.Logger, p.FieldMask = l, p.FieldMask|ParamFieldLogger
+	return p
+}
+
 // configTable lists the context variables (read as UCX_<name>).
 var configTable = []ucs.ConfigField{
 	{Name: "TLS", Default: "all", Doc: "Transports to use: a comma-separated list of all, sm, shm, self, tcp, cma, posix, sysv; '^' excludes the listed ones"},
@@ -216,6 +225,7 @@ type Context struct {
 	config    *Config
 	name      string
 	features  Feature
+	log       ucs.Logger // Params.Logger or ucs.DefaultLogger()
 	mds       []*mdEntry
 	resources []resource
 	numEPs    int
@@ -270,6 +280,10 @@ func Init(params *Params, config *Config) (*Context, error) {
 	}
 	if params.FieldMask&ParamFieldNodeLocalID != 0 {
 		c.nodeID = params.NodeLocalID
+	}
+	c.log = ucs.DefaultLogger()
+	if params.FieldMask&ParamFieldLogger != 0 && params.Logger != nil {
+		c.log = params.Logger
 	}
 	if err := c.applyConfig(); err != nil {
 		return nil, err
@@ -462,4 +476,16 @@ func (c *Context) Cleanup() {
 	c.mds, c.resources = nil, nil
 }
 
-var errClosed = errors.New("ucp: use of a released object")
+// ErrClosed is the error of a call on a context, worker, endpoint or
+// listener that was released (Context.Cleanup, Worker.Destroy,
+// Endpoint.Close...), possibly wrapped with the name of the call. It
+// matches ucs.ErrCanceled too, with errors.Is, as operations cut short by a
+// release do:
+//
+//	if errors.Is(err, ucp.ErrClosed) { ... } // or errors.Is(err, ucs.ErrCanceled)
+var ErrClosed error = closedError{}
+
+type closedError struct{}
+
+func (closedError) Error() string { return "ucp: use of a released object" }
+func (closedError) Unwrap() error { return ucs.ErrCanceled }

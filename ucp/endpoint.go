@@ -185,7 +185,7 @@ type Endpoint struct {
 // goroutines at once.
 func (w *Worker) NewEndpoint(params *EPParams) (*Endpoint, error) {
 	if w.closed.Load() {
-		return nil, fmt.Errorf("ucp ep create: %w", errClosed)
+		return nil, fmt.Errorf("ucp ep create: %w", ErrClosed)
 	}
 	if params != nil && (params.FieldMask&(EPParamFieldSockAddr|EPParamFieldConnRequest) != 0 ||
 		params.FieldMask&EPParamFieldFlags != 0 && params.Flags&EPParamsFlagClientServer != 0) {
@@ -251,7 +251,7 @@ func (ep *Endpoint) wireTo(ra *workerAddress, netDev string) error {
 	w.streamAddEP(ep)
 	if w.closed.Load() { // destroyed meanwhile: Destroy may have missed ep
 		ep.closeNow(ucs.ErrCanceled)
-		return fmt.Errorf("ucp ep create: %w", errClosed)
+		return fmt.Errorf("ucp ep create: %w", ErrClosed)
 	}
 	if ep.params.ErrMode == ErrHandlingModePeer {
 		w.startKeepalive()
@@ -346,7 +346,7 @@ const (
 // caller holds ep.laneMu.
 func (ep *Endpoint) laneFor(c *candidate) (*lane, error) {
 	if ep.closed.Load() {
-		return nil, errClosed
+		return nil, ErrClosed
 	}
 	for _, l := range ep.lanes {
 		if l.wi == c.wi && l.remote == c.remote {
@@ -420,7 +420,7 @@ func (ep *Endpoint) Status() error {
 		return ucs.Status(st)
 	}
 	if ep.closed.Load() {
-		return errClosed
+		return ErrClosed
 	}
 	if cs := ep.conn.Load(); cs != nil {
 		cs.mu.Lock()
@@ -480,7 +480,7 @@ func (ep *Endpoint) closeNow(st ucs.Status) {
 // first waits for the connection, and fails with its error.
 func (ep *Endpoint) Flush() error {
 	if ep.closed.Load() {
-		return fmt.Errorf("ucp ep flush: %w", errClosed)
+		return fmt.Errorf("ucp ep flush: %w", ErrClosed)
 	}
 	if st := ep.failStatus.Load(); st != 0 {
 		return fmt.Errorf("ucp ep flush to %s: %w", ep.remoteName, ucs.Status(st))
@@ -510,7 +510,7 @@ func (ep *Endpoint) flush() error {
 // fails with the endpoint's error on a failed or closed endpoint.
 func (ep *Endpoint) Fence() error {
 	if ep.closed.Load() {
-		return fmt.Errorf("ucp ep fence: %w", errClosed)
+		return fmt.Errorf("ucp ep fence: %w", ErrClosed)
 	}
 	if err := ep.waitConnected(); err != nil {
 		return fmt.Errorf("ucp ep fence: %w", err)

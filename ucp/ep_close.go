@@ -73,7 +73,7 @@ type epFlushes struct {
 // endpoint.
 func (ep *Endpoint) EPFlushNBX(param *RequestParam) (*Request, error) {
 	if ep.closed.Load() {
-		return nil, fmt.Errorf("ucp ep flush: %w", errClosed)
+		return nil, fmt.Errorf("ucp ep flush: %w", ErrClosed)
 	}
 	if st := ep.failStatus.Load(); st != 0 {
 		return nil, fmt.Errorf("ucp ep flush to %s: %w", ep.remoteName, ucs.Status(st))

@@ -37,7 +37,7 @@ func (cs *csConnects) add(w *Worker, ep *Endpoint) error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if w.closed.Load() {
-		return fmt.Errorf("ucp ep create: %w", errClosed)
+		return fmt.Errorf("ucp ep create: %w", ErrClosed)
 	}
 	cs.eps = append(cs.eps, ep)
 	if cs.progID == 0 {
@@ -250,7 +250,7 @@ func (ep *Endpoint) abortConnect(st *epConnect) {
 		return
 	}
 	st.aborted, st.settled = true, true
-	st.failErr = fmt.Errorf("ucp ep to %v: closed while connecting: %w", st.sa, errClosed)
+	st.failErr = fmt.Errorf("ucp ep to %v: closed while connecting: %w", st.sa, ErrClosed)
 	c, ops := st.c, st.deferred
 	st.deferred = nil
 	st.mu.Unlock()
@@ -336,7 +336,7 @@ func (ep *Endpoint) waitConnected() error {
 			return nil
 		}
 		if ep.closed.Load() {
-			return errClosed
+			return ErrClosed
 		}
 		if ep.w.Progress() == 0 {
 			ep.w.Idle()

@@ -57,7 +57,7 @@ func (ep *Endpoint) EvaluatePerf(p *EPEvaluatePerfParams) (EPEvaluatePerfAttr, e
 		return EPEvaluatePerfAttr{}, fmt.Errorf("ucp ep evaluate perf: message size not set or negative: %w", ucs.ErrInvalidParam)
 	}
 	if ep.closed.Load() {
-		return EPEvaluatePerfAttr{}, fmt.Errorf("ucp ep evaluate perf: %w", errClosed)
+		return EPEvaluatePerfAttr{}, fmt.Errorf("ucp ep evaluate perf: %w", ErrClosed)
 	}
 	best := math.Inf(1)
 	for i := range ep.cands {

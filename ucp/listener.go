@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/netip"
 	"os"
@@ -218,7 +217,7 @@ func csTimeouts(cfg *ucs.Config) (hs, accept time.Duration, err error) {
 // address is in use, and ucs.ErrIOError for another socket error.
 func (w *Worker) NewListener(params *ListenerParams) (*Listener, error) {
 	if w.closed.Load() {
-		return nil, fmt.Errorf("ucp listener create: %w", errClosed)
+		return nil, fmt.Errorf("ucp listener create: %w", ErrClosed)
 	}
 	bad := func(why string, args ...any) (*Listener, error) {
 		return nil, fmt.Errorf("ucp listener create: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidParam)
@@ -264,7 +263,7 @@ func (w *Worker) NewListener(params *ListenerParams) (*Listener, error) {
 	l.addr = ln.Addr().(*net.TCPAddr).AddrPort()
 	if !w.listeners.add(l) {
 		ln.Close()
-		return nil, fmt.Errorf("ucp listener create: %w", errClosed)
+		return nil, fmt.Errorf("ucp listener create: %w", ErrClosed)
 	}
 	l.progID = w.uw.ProgressRegister(l.progress)
 	l.wg.Add(1)
@@ -483,7 +482,7 @@ func (l *Listener) progress() int {
 		if err != nil {
 			// The client learns of it too (rejected, or its
 			// connection closed); the server has no one else to tell.
-			log.Printf("ucp: worker %s: listener on %v: %v", l.w.name, l.addr, err)
+			l.w.warnf("ucp: worker %s: listener on %v: %v", l.w.name, l.addr, err)
 			continue
 		}
 		l.params.AcceptHandler(ep, l.params.HandlerArg)

@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"fmt"
-	"log"
 	"math"
 	"strings"
 	"sync"
@@ -451,7 +450,7 @@ func (w *Worker) rndvKey(ep *Endpoint, data []byte, param *RequestParam, put boo
 		if c.can(caps) && c.wi.rsc.md.attr.Flags&uct.MDFlagReg != 0 {
 			m, err := w.ctx.memRegFor(data, c.wi.rsc.md)
 			if err != nil {
-				log.Printf("ucp: worker %s: registering %d bytes for a rendezvous with %s: %v", w.name, len(data), c.wi.rsc.md.md.Name(), err)
+				w.warnf("ucp: worker %s: registering %d bytes for a rendezvous with %s: %v", w.name, len(data), c.wi.rsc.md.md.Name(), err)
 				return nil, nil
 			}
 			key, err := w.ctx.RkeyPack(m)

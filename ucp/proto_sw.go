@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"log"
 	"runtime"
 	"sync"
 	"time"
@@ -121,7 +120,7 @@ func (w *Worker) swWarnf(format string, args ...any) {
 	if w.sw.warn == nil {
 		prefix := "ucp: worker " + w.name + ": "
 		w.sw.warn = ucs.NewLogLimiter("warnings about peers' messages", swWarnBurst, swWarnInterval, func(format string, args ...any) {
-			log.Printf(prefix+format, args...)
+			w.warnf(prefix+format, args...)
 		})
 	}
 	l := w.sw.warn
@@ -317,7 +316,7 @@ func (ep *Endpoint) swClean() {
 
 func (ep *Endpoint) swCheck(rkey *Rkey, what string) error {
 	if ep.closed.Load() {
-		return fmt.Errorf("ucp %s: %w", what, errClosed)
+		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
 	}
 	if ep.am == nil || ep.swChunk() <= 0 {
 		return fmt.Errorf("ucp %s: no lane to %s can do it, and no active-message lane to emulate it: %w", what, ep.remoteName, ucs.ErrUnsupported)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
-	"log"
 	"testing"
 	"unsafe"
 
@@ -97,10 +95,7 @@ func FuzzSwHeader(f *testing.F) {
 // mapping changes, and a put that fits the mapping with the right token
 // lands there.
 func FuzzSwRecv(f *testing.F) {
-	prev := log.Writer()
-	log.SetOutput(io.Discard) // refused requests are logged
-	f.Cleanup(func() { log.SetOutput(prev) })
-	c := newContext(f)
+	c := newContextParams(f, new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64).SetLogger(ucs.DiscardLogger())) // refused requests are logged
 	w := newWorker(f, c)
 	addr, _ := w.Address()
 	ep, err := w.NewEndpoint(new(EPParams).SetAddress(addr))

@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"bytes"
-	"log"
 	"strings"
 	"testing"
 
@@ -16,12 +15,8 @@ import (
 // headers and wireups. Each is refused; the log says so a few times and
 // then counts, instead of writing a line for each.
 func TestSwRefusalFlood(t *testing.T) {
-	var logs bytes.Buffer // the log's own lock orders the writes; read once they are done
-	prev, flags := log.Writer(), log.Flags()
-	log.SetOutput(&logs)
-	log.SetFlags(0)
-	t.Cleanup(func() { log.SetOutput(prev); log.SetFlags(flags) })
-	w := newWorker(t, newContext(t))
+	var logs bytes.Buffer // the logger's lock orders the writes; read once they are done
+	w := newWorker(t, newContextParams(t, new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64).SetLogger(ucs.NewLogger(&logs, "", ucs.LogWarn))))
 	msg := func(h swHeader, payload []byte) []byte {
 		b := make([]byte, swHeaderLen+len(payload))
 		h.put(b)

@@ -224,7 +224,7 @@ func (w *Worker) QueryAttr(attr *WorkerAttr) error {
 		return fmt.Errorf("ucp worker query: %w", ucs.ErrInvalidParam)
 	}
 	if w.closed.Load() {
-		return fmt.Errorf("ucp worker query: %w", errClosed)
+		return fmt.Errorf("ucp worker query: %w", ErrClosed)
 	}
 	mask, flags := attr.FieldMask, uint32(0)
 	if mask&WorkerAttrFieldAddressFlags != 0 {

@@ -388,6 +388,7 @@ func TestParamSetters(t *testing.T) {
 		{"estimated_num_ppn", new(Params).SetEstimatedNumPPN(2).FieldMask, ParamFieldEstimatedNumPPN},
 		{"name", new(Params).SetName("n").FieldMask, ParamFieldName},
 		{"node_local_id", new(Params).SetNodeLocalID(3).FieldMask, ParamFieldNodeLocalID},
+		{"logger", new(Params).SetLogger(ucs.DiscardLogger()).FieldMask, ParamFieldLogger},
 		{"worker thread_mode", new(WorkerParams).SetThreadMode(ucs.ThreadModeMulti).FieldMask, WorkerParamFieldThreadMode},
 		{"worker cpu_mask", new(WorkerParams).SetCPUMask([]int{0}).FieldMask, WorkerParamFieldCPUMask},
 		{"worker events", (&WorkerParams{FieldMask: WorkerParamFieldEvents}).FieldMask, WorkerParamFieldEvents},

@@ -120,10 +120,10 @@ func (w *Worker) queue(l *lane, r *Request, op func(r *Request) ucs.Status) ucs.
 }
 
 // checkOp validates an operation's endpoint and key: a closed endpoint
-// fails with errClosed, a failed one (mode PEER) with its status.
+// fails with ErrClosed, a failed one (mode PEER) with its status.
 func (ep *Endpoint) checkOp(rkey *Rkey, what string) error {
 	if ep.closed.Load() {
-		return fmt.Errorf("ucp %s: %w", what, errClosed)
+		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
 	}
 	if st := ep.failStatus.Load(); st != 0 {
 		return fmt.Errorf("ucp %s to %s: %w", what, ep.remoteName, ucs.Status(st))

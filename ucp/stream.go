@@ -163,7 +163,7 @@ func (w *Worker) streamInit() error {
 // streamCheck checks that the worker may use streams.
 func (w *Worker) streamCheck(what string) error {
 	if w.closed.Load() {
-		return fmt.Errorf("ucp %s: %w", what, errClosed)
+		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
 	}
 	if !w.stream.enabled {
 		return fmt.Errorf("ucp %s: the context was created without FeatureStream: %w", what, ucs.ErrInvalidParam)
@@ -536,7 +536,7 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 		return fail(fmt.Errorf("ucp stream recv: flags %#x: %w", flags, ucs.ErrInvalidParam))
 	}
 	if ep.closed.Load() {
-		return fail(fmt.Errorf("ucp stream recv: %w", errClosed))
+		return fail(fmt.Errorf("ucp stream recv: %w", ErrClosed))
 	}
 	q := ep.strm
 	if q == nil {
@@ -607,7 +607,7 @@ func (ep *Endpoint) StreamRecvDataNB() ([]byte, error) {
 		return nil, fmt.Errorf("ucp stream recv data: %w", err)
 	}
 	if ep.closed.Load() {
-		return nil, fmt.Errorf("ucp stream recv data: %w", errClosed)
+		return nil, fmt.Errorf("ucp stream recv data: %w", ErrClosed)
 	}
 	q := ep.strm
 	if q == nil {

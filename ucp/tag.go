@@ -187,7 +187,7 @@ func (w *Worker) tagInit() error {
 // tagCheck checks that the worker may do tag matching.
 func (w *Worker) tagCheck(what string) error {
 	if w.closed.Load() {
-		return fmt.Errorf("ucp %s: %w", what, errClosed)
+		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
 	}
 	if !w.tag.enabled {
 		return fmt.Errorf("ucp %s: the context was created without FeatureTag: %w", what, ucs.ErrInvalidParam)

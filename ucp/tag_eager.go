@@ -597,7 +597,7 @@ func (op *tagOp) protoName(sync bool) string {
 // sendCheck checks that the endpoint may send two-sided messages.
 func (ep *Endpoint) sendCheck(what string) error {
 	if ep.closed.Load() {
-		return fmt.Errorf("ucp %s: %w", what, errClosed)
+		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
 	}
 	if st := ep.failStatus.Load(); st != 0 {
 		return fmt.Errorf("ucp %s to %s: %w", what, ep.remoteName, ucs.Status(st))

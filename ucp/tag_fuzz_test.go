@@ -3,8 +3,6 @@ package ucp
 import (
 	"bytes"
 	"errors"
-	"io"
-	"log"
 	"slices"
 	"testing"
 
@@ -116,10 +114,8 @@ func FuzzTagHeader(f *testing.F) {
 // Whatever comes in, no receive writes outside its buffer, nothing panics,
 // and afterwards a real message is still received whole.
 func FuzzTagRecv(f *testing.F) {
-	prev := log.Writer()
-	log.SetOutput(io.Discard) // dropped messages are logged
-	f.Cleanup(func() { log.SetOutput(prev) })
-	c := newTagContext(f, "self")
+	// Dropped messages are logged.
+	c := newTagContext(f, "self", func(p *Params) { p.SetLogger(ucs.DiscardLogger()) })
 	w := newWorker(f, c)
 	ep := connect(f, w, w, nil)
 	wi := w.ifaces[0]

@@ -185,7 +185,7 @@ func drainEventFD(fd int) bool {
 // UCX).
 func (w *Worker) wakeCheck(what string) error {
 	if w.closed.Load() {
-		return fmt.Errorf("ucp worker %s: %w", what, errClosed)
+		return fmt.Errorf("ucp worker %s: %w", what, ErrClosed)
 	}
 	if !w.wake.enabled {
 		return fmt.Errorf("ucp worker %s: the context was not initialized with FeatureWakeup: %w", what, ucs.ErrInvalidParam)
@@ -226,7 +226,7 @@ func (w *Worker) Arm() error {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.closed {
-		return fmt.Errorf("ucp worker arm: %w", errClosed)
+		return fmt.Errorf("ucp worker arm: %w", ErrClosed)
 	}
 	if drainEventFD(ws.sigfd) {
 		return ucs.ErrBusy
@@ -297,7 +297,7 @@ func (w *Worker) Signal() error {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.closed {
-		return fmt.Errorf("ucp worker signal: %w", errClosed)
+		return fmt.Errorf("ucp worker signal: %w", ErrClosed)
 	}
 	writeEventFD(ws.sigfd)
 	return nil

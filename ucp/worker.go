@@ -210,7 +210,7 @@ type Worker struct {
 // event descriptor), ucs.ErrNoDevice when no interface can be opened.
 func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	if c.closed.Load() {
-		return nil, fmt.Errorf("ucp worker create: %w", errClosed)
+		return nil, fmt.Errorf("ucp worker create: %w", ErrClosed)
 	}
 	w := &Worker{ctx: c, amAlign: 1}
 	if params != nil {
@@ -262,7 +262,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		r := &c.resources[i]
 		cfg := ucs.ReadConfig(c.componentPrefix(r.tl.TLName), r.md.md.IfaceConfigTable())
 		iface, err := r.md.md.IfaceOpen(w.uw, &uct.IfaceParams{TLName: r.tl.TLName, DevName: r.tl.DevName,
-			ErrHandler: laneErrHandler, ErrHandlerArg: w}, cfg)
+			ErrHandler: laneErrHandler, ErrHandlerArg: w, Logger: c.log}, cfg)
 		if err != nil {
 			continue // a resource that cannot open here is skipped, as in UCX
 		}
@@ -462,7 +462,7 @@ func (w *Worker) closeIfaces() {
 // modified.
 func (w *Worker) Address() ([]byte, error) {
 	if w.closed.Load() {
-		return nil, fmt.Errorf("ucp worker address: %w", errClosed)
+		return nil, fmt.Errorf("ucp worker address: %w", ErrClosed)
 	}
 	return w.address, nil
 }
@@ -496,7 +496,7 @@ func (w *Worker) Progress() int {
 // failed (error mode PEER) or are closed are skipped.
 func (w *Worker) Fence() error {
 	if w.closed.Load() {
-		return fmt.Errorf("ucp worker fence: %w", errClosed)
+		return fmt.Errorf("ucp worker fence: %w", ErrClosed)
 	}
 	// Most fences find every endpoint on paths its transports' fences
 	// order: look first, without copying anything.
@@ -532,7 +532,7 @@ func (w *Worker) Fence() error {
 // or are closed are skipped: their operations completed with an error.
 func (w *Worker) Flush() error {
 	if w.closed.Load() {
-		return fmt.Errorf("ucp worker flush: %w", errClosed)
+		return fmt.Errorf("ucp worker flush: %w", ErrClosed)
 	}
 	if w.swDirtyEPs.Load() > 0 {
 		w.epMu.Lock()
@@ -595,3 +595,6 @@ func (w *Worker) waitStatus(op func(c *uct.Completion) ucs.Status) error {
 		return st
 	}
 }
+
+// warnf writes a warning to the context's logger.
+func (w *Worker) warnf(format string, args ...any) { w.ctx.log.Logf(ucs.LogWarn, format, args...) }

@@ -72,6 +72,19 @@ type IfaceParams struct {
 	// (peer dead, connection lost); status says how.
 	ErrHandler    func(arg any, ep EP, status ucs.Status)
 	ErrHandlerArg any
+
+	// Logger receives the iface's log lines (dropped messages, refused
+	// connections, failed peers); nil means ucs.DefaultLogger(). ucp
+	// passes its context's logger.
+	Logger ucs.Logger
+}
+
+// Log returns p.Logger, or ucs.DefaultLogger() when p or p.Logger is nil.
+func (p *IfaceParams) Log() ucs.Logger {
+	if p == nil {
+		return ucs.DefaultLogger()
+	}
+	return ucs.LoggerOrDefault(p.Logger)
 }
 
 // Iface is a communication interface on one device (uct_iface_h).

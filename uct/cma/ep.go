@@ -2,7 +2,6 @@ package cma
 
 import (
 	"errors"
-	"log"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -163,7 +162,7 @@ func (e *EP) fail(err error) ucs.Status {
 		}
 	case ucs.ErrUnreachable:
 		e.iface.permOnce.Do(func() {
-			log.Printf("uct/cma: process_vm_writev/readv of pid %d: %v; %s", e.pid, err, ptraceHint())
+			e.iface.log.Logf(ucs.LogWarn, "uct/cma: process_vm_writev/readv of pid %d: %v; %s", e.pid, err, ptraceHint())
 		})
 	}
 	return s

@@ -135,6 +135,7 @@ func ptraceHint() string {
 type Iface struct {
 	md      *MD
 	worker  *uct.Worker
+	log     ucs.Logger // IfaceParams.Logger
 	progID  int
 	segSize int
 	probe   *uint64 // holds the iface id; its address is in the iface address
@@ -163,7 +164,7 @@ func openIface(md *MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		}
 		segSize = int(v)
 	}
-	i := &Iface{md: md, worker: worker, segSize: segSize, probe: new(uint64)}
+	i := &Iface{md: md, worker: worker, segSize: segSize, probe: new(uint64), log: params.Log()}
 	i.bufs.New = func() any { b := make([]byte, segSize); return &b }
 	*i.probe = randomID()
 	a := ifaceAddr{pid: pid, pidns: pidNamespace(), id: *i.probe, probe: uint64(uintptr(unsafe.Pointer(i.probe)))}

@@ -3,7 +3,6 @@ package self
 import (
 	"encoding/binary"
 	"fmt"
-	"log"
 	"math"
 	"os"
 	"strconv"
@@ -72,6 +71,7 @@ type Iface struct {
 
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
 	tracer   uct.AMTraceHook // see SetAMTracer
+	log      ucs.Logger      // IfaceParams.Logger
 
 	progressMu sync.Mutex // one Progress at a time
 	mu         sync.Mutex // guards the fields below
@@ -105,7 +105,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	if err != nil {
 		return nil, err
 	}
-	i := &Iface{md: m, worker: worker, id: randomID(), segSize: segSize, qlen: qlen}
+	i := &Iface{md: m, worker: worker, id: randomID(), segSize: segSize, qlen: qlen, log: params.Log()}
 	i.addr = make([]byte, IfaceAddrLen)
 	binary.LittleEndian.PutUint32(i.addr, uint32(os.Getpid()))
 	binary.LittleEndian.PutUint64(i.addr[4:], i.id)
@@ -266,7 +266,7 @@ func (i *Iface) deliver(m amMsg) bool {
 	h := i.handlers[m.id].Load()
 	if h == nil {
 		i.tracer.Trace(uct.AMTraceRecvDrop, m.id, m.data)
-		log.Printf("uct/self: dropped active message %d (%d bytes): no handler", m.id, len(m.data))
+		i.log.Logf(ucs.LogWarn, "uct/self: dropped active message %d (%d bytes): no handler", m.id, len(m.data))
 		return true
 	}
 	i.tracer.Trace(uct.AMTraceRecv, m.id, m.data)

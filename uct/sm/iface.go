@@ -3,7 +3,6 @@ package sm
 import (
 	"encoding/binary"
 	"fmt"
-	"log"
 	"math"
 	"strconv"
 	"sync"
@@ -141,6 +140,7 @@ type Iface struct {
 	addr     []byte
 	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
 	tracer   uct.AMTraceHook // see SetAMTracer
+	log      ucs.Logger      // IfaceParams.Logger
 
 	pendMu  sync.Mutex
 	pending uct.PendingQueue // the EPs' pending requests
@@ -172,7 +172,7 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 		return nil, err
 	}
 	initFIFO(m.addr, ncells, stride)
-	i := &Iface{md: md, worker: worker, seg: k, rx: viewFIFO(m.addr, ncells, stride), segSize: segSize, maxPoll: maxPoll}
+	i := &Iface{md: md, worker: worker, seg: k, rx: viewFIFO(m.addr, ncells, stride), segSize: segSize, maxPoll: maxPoll, log: params.Log()}
 	a := ifaceAddr{pid: pid, fd: int32(m.fd), ncells: uint32(ncells), id: k.id, stride: uint32(stride)}
 	i.addr = a.encode()
 	if worker != nil {
@@ -277,7 +277,7 @@ func (i *Iface) deliver(c unsafe.Pointer) {
 	id, n, err := decodeCellHeader(header(c), i.rx.payload)
 	if err != nil {
 		i.tracer.Trace(uct.AMTraceRecvDrop, header(c)[4], nil)
-		log.Printf("uct/sm: dropped a malformed message: %v", err)
+		i.log.Logf(ucs.LogWarn, "uct/sm: dropped a malformed message: %v", err)
 		return
 	}
 	if id == voidID {
@@ -286,12 +286,12 @@ func (i *Iface) deliver(c unsafe.Pointer) {
 	h := i.handlers[id].Load()
 	if h == nil {
 		i.tracer.Trace(uct.AMTraceRecvDrop, id, i.rx.data(c)[:n])
-		log.Printf("uct/sm: dropped active message %d (%d bytes): no handler", id, n)
+		i.log.Logf(ucs.LogWarn, "uct/sm: dropped active message %d (%d bytes): no handler", id, n)
 		return
 	}
 	i.tracer.Trace(uct.AMTraceRecv, id, i.rx.data(c)[:n])
 	if h.cb(h.arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
-		log.Printf("uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
+		i.log.Logf(ucs.LogWarn, "uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
 	}
 }
 

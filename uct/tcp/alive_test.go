@@ -193,6 +193,7 @@ func TestCutLink(t *testing.T) {
 	var errs errCounter
 	params := errs.params()
 	params.TLName, params.DevName = TLName, veth
+	params.Logger = capturedLog
 	ui, err := testMD(t).IfaceOpen(nil, params, testConfig(t, timeout))
 	if err != nil {
 		t.Fatal(err)

@@ -229,7 +229,7 @@ func (e *EP) endLocked(st ucs.Status, cause error, bye bool) {
 	// The log names the peer before the error handler can run: whoever
 	// handles the failure finds it logged.
 	if cause != nil && !i.closed && !errors.Is(cause, net.ErrClosed) {
-		logf("ep to %s failed: %v", e.peer, cause)
+		i.log.Logf(ucs.LogWarn, "uct/tcp: ep to %s failed: %v", e.peer, cause)
 	}
 	e.err.Store(int32(st))
 	for _, w := range waits {

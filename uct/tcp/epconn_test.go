@@ -27,6 +27,7 @@ func unconnected(tb testing.TB, i *Iface) (*EP, []byte) {
 }
 
 func TestConnectToEP(t *testing.T) {
+	logs := captureLog(t)
 	md := testMD(t)
 	a, b := openIface(t, md, nil), openIface(t, md, nil)
 	if _, err := a.EPCreate(&uct.EPParams{Unconnected: true, IfaceAddr: b.Address()}); !errors.Is(err, ucs.ErrInvalidParam) {
@@ -43,7 +44,6 @@ func TestConnectToEP(t *testing.T) {
 	if err := ea.ConnectToEP(b.DeviceAddress(), bAddr[:EPAddrLen-1]); !errors.Is(err, ucs.ErrInvalidAddr) {
 		t.Errorf("ConnectToEP(truncated) = %v, want ErrInvalidAddr", err)
 	}
-	logs := captureLog(t)
 	unknown := append([]byte(nil), bAddr...)
 	unknown[IfaceAddrLen] ^= 1
 	if err := ea.ConnectToEP(b.DeviceAddress(), unknown); !errors.Is(err, ucs.ErrUnreachable) {

@@ -3,7 +3,6 @@ package tcp
 import (
 	"bytes"
 	"encoding/base64"
-	"log"
 	"runtime"
 	"strings"
 	"sync"
@@ -62,6 +61,9 @@ func openIface(tb testing.TB, md *MD, params *uct.IfaceParams, settings ...strin
 		params = &uct.IfaceParams{}
 	}
 	params.TLName, params.DevName = TLName, loopbackDev(tb)
+	if params.Logger == nil {
+		params.Logger = capturedLog
+	}
 	i, err := md.IfaceOpen(nil, params, testConfig(tb, settings...))
 	if err != nil {
 		tb.Fatal(err)
@@ -194,11 +196,16 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-// captureLog sends the package's log to a buffer for the rest of the test.
+// capturedLog is the logger that openIface gives the ifaces it opens
+// without one, when set (by captureLog).
+var capturedLog ucs.Logger
+
+// captureLog sends the log of the ifaces opened afterwards in the test
+// (by openIface, or with logger(l) in their params) to a buffer.
 func captureLog(tb testing.TB) *logBuffer {
 	l := &logBuffer{}
-	old := logger.Load()
-	SetLogger(log.New(l, "", 0))
-	tb.Cleanup(func() { logger.Store(old) })
+	old := capturedLog
+	capturedLog = ucs.NewLogger(l, "", ucs.LogWarn)
+	tb.Cleanup(func() { capturedLog = old })
 	return l
 }

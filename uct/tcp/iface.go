@@ -112,6 +112,7 @@ type Iface struct {
 	hsConns    map[net.Conn]struct{}
 	closed     bool
 
+	log  ucs.Logger    // IfaceParams.Logger
 	warn ifaceWarnings // the warnings a peer or a stranger can cause at any rate
 }
 
@@ -162,7 +163,8 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		poll:       ps,
 		pollerStop: make(chan struct{}),
 		pollerDone: make(chan struct{}),
-		warn:       newIfaceWarnings(ln.Addr()),
+		log:        params.Log(),
+		warn:       newIfaceWarnings(params.Log(), ln.Addr()),
 	}
 	i.errHandler, i.errHandlerArg = params.ErrHandler, params.ErrHandlerArg
 	a := ifaceAddr{ip: ip, port: uint16(ln.Addr().(*net.TCPAddr).Port), id: i.id}

@@ -4,12 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"io"
-	"log"
 	"net"
-	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -25,23 +21,6 @@ const (
 )
 
 func init() { uct.Register(&Component{}) }
-
-// logger receives the warnings of the package (rejected connections and
-// writes, malformed frames, dropped messages).
-var logger atomic.Pointer[log.Logger]
-
-func init() { logger.Store(log.New(os.Stderr, "uct/tcp: ", log.LstdFlags)) }
-
-// SetLogger sets the logger of the package's warnings; nil silences them.
-// The default writes to standard error.
-func SetLogger(l *log.Logger) {
-	if l == nil {
-		l = log.New(io.Discard, "", 0)
-	}
-	logger.Store(l)
-}
-
-func logf(format string, args ...any) { logger.Load().Printf(format, args...) }
 
 // ifaceWarnings are an iface's warnings that a peer or a stranger can
 // cause at any rate, each kind through its own limiter.
@@ -59,10 +38,11 @@ const (
 )
 
 // newIfaceWarnings returns the limiters of the iface listening on addr,
-// whose lines they begin with "iface ADDR: ".
-func newIfaceWarnings(addr net.Addr) ifaceWarnings {
-	prefix := "iface " + addr.String() + ": "
-	warnf := func(format string, args ...any) { logf(prefix+format, args...) }
+// which write to log at LogWarn lines that begin with
+// "uct/tcp: iface ADDR: ".
+func newIfaceWarnings(log ucs.Logger, addr net.Addr) ifaceWarnings {
+	prefix := "uct/tcp: iface " + addr.String() + ": "
+	warnf := func(format string, args ...any) { log.Logf(ucs.LogWarn, prefix+format, args...) }
 	return ifaceWarnings{
 		refused:  ucs.NewLogLimiter("refused connections", warnBurst, warnInterval, warnf),
 		rejected: ucs.NewLogLimiter("rejected puts and gets", warnBurst, warnInterval, warnf),

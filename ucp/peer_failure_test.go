@@ -133,8 +133,8 @@ func TestCloseForceCancels(t *testing.T) {
 			if rec.calls.Load() != 0 {
 				t.Errorf("error handler called %d times by a close", rec.calls.Load())
 			}
-			if _, err := p.ep.GetNBX(make([]byte, 8), p.base, p.rkey, nil); !errors.Is(err, errClosed) {
-				t.Errorf("get after the close: %v, want errClosed", err)
+			if _, err := p.ep.GetNBX(make([]byte, 8), p.base, p.rkey, nil); !errors.Is(err, ErrClosed) {
+				t.Errorf("get after the close: %v, want ErrClosed", err)
 			}
 			if err := p.ep.Close(CloseModeForce); err != nil {
 				t.Errorf("second close: %v", err)

@@ -1,7 +1,6 @@
 package ucp
 
 import (
-	"log"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -197,7 +196,7 @@ func (w *Worker) keepalive(interval time.Duration, stop, done chan struct{}) {
 			set.Set(cpu)
 		}
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			log.Printf("ucp: worker %s: CPU mask %v not applied to its keepalive thread: %v", w.name, w.cpuMask, err)
+			w.warnf("ucp: worker %s: CPU mask %v not applied to its keepalive thread: %v", w.name, w.cpuMask, err)
 		}
 		var got unix.CPUSet
 		if unix.SchedGetaffinity(0, &got) == nil {

@@ -1,0 +1,388 @@
+package ucp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Packed rkey layout (little endian):
+//
+//	magic "GRK" version(2)  u8 memory type  u8 remote access  u64 address
+//	u64 length  u8 count, then per MD: u8 len component, u16 len mkey, mkey
+//
+// The remote access byte holds rkeyRead and rkeyWrite: what the mapping's
+// protection (ProtRemoteRead, ProtRemoteWrite) lets peers do.
+const (
+	rkeyMagic   = "GRK"
+	rkeyVersion = 2
+	maxRkeyMDs  = 16
+	maxRkeyBlob = 4096
+)
+
+// RkeyPack packs the remote key of m, for peers to unpack with
+// Endpoint.RkeyUnpack (ucp_rkey_pack).
+// It fails with ucs.ErrInvalidParam for a nil or unmapped handle, and with
+// ucs.ErrUnsupported for imported memory (another process's, which only
+// that process can key).
+func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
+	if m == nil || m.unmapped {
+		return nil, fmt.Errorf("ucp rkey pack: %w", ucs.ErrInvalidParam)
+	}
+	if m.imported != nil {
+		return nil, fmt.Errorf("ucp rkey pack: memory imported from another process: %w", ucs.ErrUnsupported)
+	}
+	b := append([]byte(rkeyMagic), rkeyVersion, byte(m.memType), m.remoteAccess())
+	b = binary.LittleEndian.AppendUint64(b, uint64(uintptr(m.address)))
+	b = binary.LittleEndian.AppendUint64(b, uint64(m.length))
+	n := len(m.regMDs)
+	if m.token != 0 {
+		n++
+	}
+	b = append(b, byte(n))
+	if m.token != 0 {
+		b = appendStr8(b, swComponent)
+		b = appendBlob16(b, binary.LittleEndian.AppendUint64(nil, m.token))
+	}
+	for _, e := range m.regMDs {
+		mk, err := e.md.MkeyPack(m.memhs[e.index])
+		if err != nil {
+			return nil, fmt.Errorf("ucp rkey pack %s: %w", e.md.Name(), err)
+		}
+		b = appendStr8(b, e.comp.Name())
+		b = appendBlob16(b, mk)
+	}
+	return b, nil
+}
+
+// RkeyBufferRelease exists for symmetry with ucp_rkey_buffer_release.
+func RkeyBufferRelease([]byte) {}
+
+// Remote access bits of a packed key.
+const (
+	rkeyRead  uint8 = 1 << 0
+	rkeyWrite uint8 = 1 << 1
+)
+
+// remoteAccess returns the remote access bits of m's protection.
+func (m *MemHandle) remoteAccess() uint8 {
+	var a uint8
+	if m.prot&ProtRemoteRead != 0 {
+		a |= rkeyRead
+	}
+	if m.prot&ProtRemoteWrite != 0 {
+		a |= rkeyWrite
+	}
+	return a
+}
+
+type packedRkey struct {
+	memType ucs.MemoryType
+	access  uint8
+	address uint64
+	length  uint64
+	mkeys   []packedMkey
+}
+
+type packedMkey struct {
+	component string
+	mkey      []byte
+}
+
+// decodeRkey parses a packed rkey; anything malformed fails with
+// ucs.ErrInvalidParam.
+func decodeRkey(b []byte) (*packedRkey, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("ucp: packed rkey (%d bytes): %s: %w", len(b), why, ucs.ErrInvalidParam)
+	}
+	if len(b) > maxRkeyBlob {
+		return nil, bad("too long")
+	}
+	d := decoder{b: b}
+	if string(d.take(len(rkeyMagic))) != rkeyMagic {
+		return nil, bad("bad magic")
+	}
+	if v := d.u8(); v != rkeyVersion {
+		return nil, bad(fmt.Sprintf("version %d", v))
+	}
+	k := &packedRkey{memType: ucs.MemoryType(d.u8()), access: d.u8(), address: d.u64(), length: d.u64()}
+	n := int(d.u8())
+	if d.err {
+		return nil, bad("truncated header")
+	}
+	if k.access&^(rkeyRead|rkeyWrite) != 0 {
+		return nil, bad(fmt.Sprintf("remote access %#x", k.access))
+	}
+	if k.memType != ucs.MemoryTypeHost {
+		return nil, bad(fmt.Sprintf("memory type %d", k.memType))
+	}
+	if k.length == 0 || k.address+k.length < k.address {
+		return nil, bad("empty or wrapping range")
+	}
+	if n > maxRkeyMDs {
+		return nil, bad(fmt.Sprintf("%d memory domains", n))
+	}
+	for i := 0; i < n; i++ {
+		mk := packedMkey{component: d.str8(), mkey: d.blob16()}
+		if d.err || mk.component == "" {
+			return nil, bad(fmt.Sprintf("memory domain %d truncated or unnamed", i))
+		}
+		k.mkeys = append(k.mkeys, mk)
+	}
+	if len(d.b) != 0 {
+		return nil, bad(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	return k, nil
+}
+
+// rkeyEntry is one unpacked memory key.
+type rkeyEntry struct {
+	comp   uct.Component
+	bundle uct.RkeyBundle
+	hasPtr bool
+}
+
+// rkeyLane is the lane an Rkey's operations take, with the uct key and the
+// protocol limits that go with it.
+type rkeyLane struct {
+	l        *lane
+	ep       uct.EP
+	rkey     uint64
+	putShort int  // largest put sent short (-1: none)
+	putBcopy int  // largest put sent bcopy (then zcopy)
+	getBcopy int  // largest get done bcopy (then zcopy)
+	get      bool // the lane does gets
+}
+
+func newRkeyLane(c *Context, l *lane, rkey uint64) *rkeyLane {
+	at := l.wi.attr
+	rl := &rkeyLane{l: l, ep: l.ep, rkey: rkey, putShort: at.Put.MaxShort, putBcopy: at.Put.MaxBcopy,
+		getBcopy: at.Get.MaxBcopy, get: at.Flags&capGet != 0 && l.remote.capFlags&capGet != 0}
+	if thr := c.zcopyThr; thr > 0 {
+		rl.putBcopy = min(rl.putBcopy, thr-1)
+		rl.getBcopy = min(rl.getBcopy, thr-1)
+	}
+	if thr := c.bcopyThr; thr > 0 {
+		rl.putShort = min(rl.putShort, thr-1)
+	}
+	if at.Flags&uct.IfaceFlagPutShort == 0 {
+		rl.putShort = -1
+	}
+	if at.Flags&uct.IfaceFlagGetBcopy == 0 {
+		rl.getBcopy = -1
+	}
+	return rl
+}
+
+// Rkey is a remote key unpacked on an endpoint (ucp_rkey_h): the lanes its
+// operations take, chosen among the endpoint's candidates by the memory
+// domains that registered the remote memory, and what they need to reach it.
+type Rkey struct {
+	ep      *Endpoint
+	access  uint8 // rkeyRead, rkeyWrite: what the owner lets peers do
+	packed  []byte
+	address uint64
+	length  uint64
+	entries []rkeyEntry
+	swToken uint64    // token for software RMA and atomics; 0 if none
+	rma     *rkeyLane // nil: software RMA over the AM lane
+	amo     *rkeyLane // nil: software atomics over the AM lane
+	ptr     *rkeyEntry
+	base    unsafe.Pointer // through ptr: where the memory at address is mapped here
+}
+
+// allows checks that the key's owner lets peers access its memory the way
+// need (rkeyRead, rkeyWrite) says: memory mapped without ProtRemoteWrite is
+// not written, without ProtRemoteRead not read, and an operation that
+// would is refused with ucs.ErrRejected.
+func (rk *Rkey) allows(need uint8, what string) error {
+	if rk.access&need != need {
+		return fmt.Errorf("ucp %s: the memory is mapped without remote %s access: %w", what, accessName(need&^rk.access), ucs.ErrRejected)
+	}
+	return nil
+}
+
+func accessName(a uint8) string {
+	switch a {
+	case rkeyRead:
+		return "read"
+	case rkeyWrite:
+		return "write"
+	}
+	return "read and write"
+}
+
+// direct returns a local pointer to [raddr, raddr+n) when a transport that
+// reaches the peer maps the key's memory here, and nil otherwise. The
+// memory of a key is mapped in one piece, so the pointer is an offset from
+// base.
+func (rk *Rkey) direct(raddr uint64, n int) unsafe.Pointer {
+	if rk.base == nil || raddr < rk.address || uint64(n) > rk.length || raddr-rk.address > rk.length-uint64(n) {
+		return nil
+	}
+	return unsafe.Add(rk.base, raddr-rk.address)
+}
+
+// laneOrNil returns the lane of rl, or nil for none.
+func (rl *rkeyLane) laneOrNil() *lane {
+	if rl == nil {
+		return nil
+	}
+	return rl.l
+}
+
+// RkeyUnpack unpacks a key packed by Context.RkeyPack in the peer
+// (ucp_ep_rkey_unpack) and picks, for its RMA and for its atomics, the best
+// candidate lane whose memory domain registered the memory, connecting it if
+// needed. Operations no lane can do are done in software over the AM lane.
+// It fails with ucs.ErrInvalidParam for malformed input and
+// ucs.ErrUnreachable when nothing can reach the memory.
+func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
+	if ep.closed.Load() {
+		return nil, fmt.Errorf("ucp rkey unpack: %w", ErrClosed)
+	}
+	if err := ep.waitConnected(); err != nil {
+		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
+	}
+	ep.laneMu.Lock() // lanes and their usages; several goroutines may unpack at once
+	defer ep.laneMu.Unlock()
+	k, err := decodeRkey(packed)
+	if err != nil {
+		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
+	}
+	rk := &Rkey{ep: ep, access: k.access, packed: append([]byte(nil), packed...), address: k.address, length: k.length}
+	mkeys := map[string][]byte{}
+	for _, mk := range k.mkeys {
+		if mk.component == swComponent {
+			if len(mk.mkey) != 8 {
+				return nil, fmt.Errorf("ucp rkey unpack: software token of %d bytes: %w", len(mk.mkey), ucs.ErrInvalidParam)
+			}
+			rk.swToken = binary.LittleEndian.Uint64(mk.mkey)
+			continue
+		}
+		mkeys[mk.component] = mk.mkey
+	}
+	// unpack returns the entry of the component's key, unpacking it once.
+	unpack := func(name string) (*rkeyEntry, error) {
+		for i := range rk.entries {
+			if rk.entries[i].comp.Name() == name {
+				return &rk.entries[i], nil
+			}
+		}
+		comp, err := uct.LookupComponent(name)
+		if err != nil {
+			return nil, err
+		}
+		b, err := comp.RkeyUnpack(mkeys[name])
+		if err != nil {
+			return nil, err
+		}
+		hasPtr := false
+		for _, e := range ep.w.ctx.mds {
+			if e.comp == comp && e.attr.Flags&uct.MDFlagRkeyPtr != 0 {
+				hasPtr = true
+			}
+		}
+		rk.entries = append(rk.entries, rkeyEntry{comp: comp, bundle: b, hasPtr: hasPtr})
+		return &rk.entries[len(rk.entries)-1], nil
+	}
+	rk.entries = make([]rkeyEntry, 0, len(mkeys))
+	for i := range ep.cands {
+		c := &ep.cands[i]
+		name := c.wi.rsc.md.comp.Name()
+		if _, ok := mkeys[name]; !ok || (rk.rma != nil && rk.amo != nil) {
+			continue
+		}
+		wantRMA, wantAMO := rk.rma == nil && c.can(capRMA), rk.amo == nil && c.canAMO()
+		if !wantRMA && !wantAMO {
+			continue
+		}
+		e, err := unpack(name)
+		if err != nil {
+			continue // this lane cannot use the key; a later one may
+		}
+		l, err := ep.laneFor(c)
+		if err != nil {
+			continue
+		}
+		if wantRMA {
+			rk.rma, l.usage = newRkeyLane(ep.w.ctx, l, e.bundle.Rkey), l.usage|usageRMA
+		}
+		if wantAMO {
+			rk.amo, l.usage = &rkeyLane{l: l, ep: l.ep, rkey: e.bundle.Rkey}, l.usage|usageAMO
+		}
+	}
+	// Direct access: any key whose component maps the memory here, among
+	// the components that reach the peer through this endpoint (one from a
+	// WorkerAddressFlagNetOnly address reaches none).
+	for name := range mkeys {
+		if rk.ptr != nil {
+			break
+		}
+		if !ep.reachesComponent(name) {
+			continue
+		}
+		for _, e := range ep.w.ctx.mds {
+			// Only through a transport UCX_TLS selected: an MD kept just to
+			// allocate memory must not open a path the user excluded.
+			if e.comp.Name() == name && e.attr.Flags&uct.MDFlagRkeyPtr != 0 && e.selected > 0 {
+				if pe, err := unpack(name); err == nil && pe.hasPtr {
+					if base, err := pe.comp.RkeyPtr(pe.bundle, rk.address); err == nil {
+						rk.ptr, rk.base = pe, base
+						ep.direct.Store(true)
+					}
+				}
+				break
+			}
+		}
+	}
+	if rk.rma == nil && rk.amo == nil && rk.ptr == nil && (rk.swToken == 0 || ep.am == nil) {
+		rk.Destroy()
+		return nil, fmt.Errorf("ucp rkey unpack: no lane of %s can reach the memory: %w", ep.name, ucs.ErrUnreachable)
+	}
+	return rk, nil
+}
+
+// reachesComponent reports whether a candidate lane of the endpoint belongs
+// to the component name.
+func (ep *Endpoint) reachesComponent(name string) bool {
+	for i := range ep.cands {
+		if ep.cands[i].wi.rsc.md.comp.Name() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Ptr returns a local pointer through which the remote address raddr can be
+// read and written directly (ucp_rkey_ptr); ucs.ErrUnreachable where no
+// transport maps the peer's memory here, ucs.ErrOutOfRange outside the key.
+func (rk *Rkey) Ptr(raddr uint64) (unsafe.Pointer, error) {
+	if raddr < rk.address || raddr-rk.address >= rk.length {
+		return nil, fmt.Errorf("ucp rkey ptr 0x%x: %w", raddr, ucs.ErrOutOfRange)
+	}
+	if rk.ptr == nil {
+		return nil, fmt.Errorf("ucp rkey ptr: %w", ucs.ErrUnreachable)
+	}
+	p, err := rk.ptr.comp.RkeyPtr(rk.ptr.bundle, raddr)
+	if err != nil {
+		return nil, fmt.Errorf("ucp rkey ptr: %w", err)
+	}
+	return p, nil
+}
+
+// Compare orders two keys by their packed form (ucp_rkey_compare): 0 when
+// they key the same memory the same way.
+func (rk *Rkey) Compare(o *Rkey) int { return bytes.Compare(rk.packed, o.packed) }
+
+// Destroy releases the key (ucp_rkey_destroy).
+func (rk *Rkey) Destroy() {
+	for _, e := range rk.entries {
+		e.comp.RkeyRelease(e.bundle)
+	}
+	rk.entries, rk.ptr, rk.rma, rk.amo, rk.base = nil, nil, nil, nil, nil
+}
