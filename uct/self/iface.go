@@ -1,17 +1,16 @@
 package self
 
 import (
-	"encoding/binary"
 	"fmt"
 	"log"
 	"math"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Iface configuration defaults (see IfaceConfigTable).
@@ -33,18 +32,8 @@ var ifaceConfigTable = []ucs.ConfigField{
 // id of the iface.
 const IfaceAddrLen = 12
 
-// amHandler is an installed active message handler.
-type amHandler struct {
-	cb    uct.AMCallback
-	arg   any
-	flags uint32
-}
-
-// amMsg is a queued active message.
-type amMsg struct {
-	id   uint8
-	data []byte
-}
+// ifaceAddrFormat is the layout of a self iface address: pid, iface id.
+var ifaceAddrFormat = base.Format{Name: "uct/self: iface address", Size: IfaceAddrLen, Err: ucs.ErrInvalidAddr}
 
 // pendingEntry is a request queued by EP.PendingAdd.
 type pendingEntry struct {
@@ -70,13 +59,13 @@ type Iface struct {
 	qlen    int
 	progID  int
 
-	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
+	handlers [uct.AMMaxID]atomic.Pointer[base.AMHandler]
 	tracer   uct.AMTraceHook // see SetAMTracer
 
 	progressMu sync.Mutex // one Progress at a time
 	mu         sync.Mutex // guards the fields below
-	queue      []amMsg
-	spare      []amMsg
+	queue      []base.AMMsg
+	spare      []base.AMMsg
 	used       int      // queue slots taken, including messages being packed
 	free       [][]byte // recycled message buffers of segSize bytes
 	pending    []pendingEntry
@@ -94,8 +83,8 @@ type Iface struct {
 // the defaults of IfaceConfigTable; bad values fail with
 // ucs.ErrInvalidParam, another resource with ucs.ErrNoDevice.
 func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
-	if params != nil && ((params.TLName != "" && params.TLName != TLName) || (params.DevName != "" && params.DevName != DevName)) {
-		return nil, fmt.Errorf("uct/self: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
+	if err := m.CheckIface(params); err != nil {
+		return nil, err
 	}
 	segSize, err := config.SizeIn("SEG_SIZE", DefaultSegSize, 16, math.MaxInt32)
 	if err != nil {
@@ -106,9 +95,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		return nil, err
 	}
 	i := &Iface{md: m, worker: worker, id: randomID(), segSize: segSize, qlen: qlen}
-	i.addr = make([]byte, IfaceAddrLen)
-	binary.LittleEndian.PutUint32(i.addr, uint32(os.Getpid()))
-	binary.LittleEndian.PutUint64(i.addr[4:], i.id)
+	i.addr = ifaceAddrFormat.Encode(0, base.Pid, i.id)
 	if worker != nil {
 		i.progID = worker.ProgressRegister(i.Progress)
 	}
@@ -118,19 +105,14 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 // Query describes the iface. Every RMA and atomic operation completes on
 // return; active messages are bounded by SEG_SIZE.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
-	const allOps = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpAnd | 1<<uct.AtomicOpOr | 1<<uct.AtomicOpXor
-	const allFops = allOps | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
 	return &uct.IfaceAttr{
-		Put: uct.OpCaps{MaxShort: math.MaxInt32, MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		Get: uct.OpCaps{MaxBcopy: math.MaxInt32, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		AM: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: i.segSize, OptZcopyAlign: 1, AlignMTU: 1,
-			MaxIOV: math.MaxInt32, MaxHdr: i.segSize},
-		Atomic32: uct.AtomicCaps{OpFlags: allOps, FopFlags: allFops},
-		Atomic64: uct.AtomicCaps{OpFlags: allOps, FopFlags: allFops},
-		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
-			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync,
+		Put:      base.OpCaps(math.MaxInt32, i.segSize, math.MaxInt, math.MaxInt32),
+		Get:      base.OpCaps(0, math.MaxInt32, math.MaxInt, math.MaxInt32),
+		AM:       base.AMCaps(i.segSize, i.segSize, i.segSize, math.MaxInt32, i.segSize),
+		Atomic32: base.AllAtomics,
+		Atomic64: base.AllAtomics,
+		Flags: base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
+			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP,
 		DeviceAddrLen: 0,
 		IfaceAddrLen:  IfaceAddrLen,
 		Overhead:      10e-9,
@@ -166,7 +148,7 @@ func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32)
 		i.handlers[id].Store(nil)
 		return nil
 	}
-	i.handlers[id].Store(&amHandler{cb: cb, arg: arg, flags: flags})
+	i.handlers[id].Store(&base.AMHandler{CB: cb, Arg: arg, Flags: flags})
 	return nil
 }
 
@@ -201,7 +183,7 @@ func (i *Iface) reserve() ([]byte, bool) {
 func (i *Iface) enqueue(id uint8, data []byte) {
 	i.tracer.Trace(uct.AMTraceSend, id, data)
 	i.mu.Lock()
-	i.queue = append(i.queue, amMsg{id, data})
+	i.queue = append(i.queue, base.AMMsg{ID: id, Data: data})
 	i.nqueued.Store(int32(len(i.queue)))
 	if i.armed {
 		i.wakeLocked()
@@ -238,17 +220,17 @@ func (i *Iface) Progress() int {
 	var kept int
 	for k, m := range q {
 		if !i.deliver(m) {
-			q[k].data = nil // kept by the handler until ReleaseDesc
+			q[k].Data = nil // kept by the handler until ReleaseDesc
 			kept++
 		}
 	}
 	i.mu.Lock()
 	i.used -= len(q)
 	for k := range q {
-		if q[k].data != nil {
-			i.free = append(i.free, q[k].data[:cap(q[k].data)])
+		if q[k].Data != nil {
+			i.free = append(i.free, q[k].Data[:cap(q[k].Data)])
 		}
-		q[k] = amMsg{}
+		q[k] = base.AMMsg{}
 	}
 	i.spare = q[:0]
 	i.mu.Unlock()
@@ -262,15 +244,15 @@ func (i *Iface) Progress() int {
 
 // deliver calls the handler of m and reports whether the data may be
 // recycled (false when the handler kept it).
-func (i *Iface) deliver(m amMsg) bool {
-	h := i.handlers[m.id].Load()
+func (i *Iface) deliver(m base.AMMsg) bool {
+	h := i.handlers[m.ID].Load()
 	if h == nil {
-		i.tracer.Trace(uct.AMTraceRecvDrop, m.id, m.data)
-		log.Printf("uct/self: dropped active message %d (%d bytes): no handler", m.id, len(m.data))
+		i.tracer.Trace(uct.AMTraceRecvDrop, m.ID, m.Data)
+		log.Printf("uct/self: dropped active message %d (%d bytes): no handler", m.ID, len(m.Data))
 		return true
 	}
-	i.tracer.Trace(uct.AMTraceRecv, m.id, m.data)
-	return h.cb(h.arg, m.data, uct.CBParamFlagDesc) != ucs.InProgress
+	i.tracer.Trace(uct.AMTraceRecv, m.ID, m.Data)
+	return h.CB(h.Arg, m.Data, uct.CBParamFlagDesc) != ucs.InProgress
 }
 
 // progressPending calls pending requests in order until one finds no

@@ -1,0 +1,121 @@
+package base
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// Names are the names of a transport whose component has a single memory
+// domain and whose MD offers one kind of transport resource.
+type Names struct {
+	Pkg       string         // the package, which begins errors: "uct/sm"
+	Component string         // the component
+	MD        string         // its one memory domain
+	TL        string         // the transport of its resources
+	Dev       string         // the device of its one resource; "" when it has several
+	DevType   uct.DeviceType // the device type of its resources
+}
+
+// Transport names a transport: an empty type of the transport's package
+// whose Names method returns its names, the type argument of Component and
+// MD (so that their zero values are ready to use).
+type Transport interface {
+	Names() *Names
+}
+
+func names[T Transport]() *Names {
+	var t T
+	return t.Names()
+}
+
+// Component implements the methods of uct.Component that a component with
+// a single memory domain shares; a transport embeds it in its component
+// and adds OpenMD (calling CheckMD) and the rkey methods.
+type Component[T Transport] struct{}
+
+// Name returns the name of the component.
+func (Component[T]) Name() string { return names[T]().Component }
+
+// MDResources returns the one memory domain of the component.
+func (Component[T]) MDResources() ([]uct.MDResource, error) {
+	return []uct.MDResource{{Name: names[T]().MD}}, nil
+}
+
+// MDConfigTable returns nil: the MD has no configuration.
+func (Component[T]) MDConfigTable() []ucs.ConfigField { return nil }
+
+// CheckMD returns nil when name is the name of the component's memory
+// domain, and otherwise an error that wraps ucs.ErrNoDevice.
+func (Component[T]) CheckMD(name string) error {
+	if n := names[T](); name != n.MD {
+		return fmt.Errorf("%s: open MD %q: %w", n.Pkg, name, ucs.ErrNoDevice)
+	}
+	return nil
+}
+
+// MD implements the methods of uct.MD that the single memory domains of the
+// transports share; a transport embeds it in its MD.
+type MD[T Transport] struct{}
+
+// Name returns the name of the memory domain.
+func (MD[T]) Name() string { return names[T]().MD }
+
+// TLResources returns the one transport resource of the MD.
+func (MD[T]) TLResources() ([]uct.TLResource, error) {
+	n := names[T]()
+	return []uct.TLResource{{TLName: n.TL, DevName: n.Dev, DevType: n.DevType}}, nil
+}
+
+// Attr returns the attributes of the MD with its component name, flags and
+// packed key size filled in; the transport sets the others.
+func (MD[T]) Attr(flags uint64, rkeyPackedSize int) uct.MDAttr {
+	return uct.MDAttr{ComponentName: names[T]().Component, Flags: flags, RkeyPackedSize: rkeyPackedSize}
+}
+
+// CheckIface returns nil when params (nil for any) name the MD's resource
+// or leave its transport and device empty, and otherwise an error that
+// wraps ucs.ErrNoDevice.
+func (MD[T]) CheckIface(params *uct.IfaceParams) error {
+	n := names[T]()
+	if params != nil && ((params.TLName != "" && params.TLName != n.TL) || (params.DevName != "" && params.DevName != n.Dev)) {
+		return fmt.Errorf("%s: iface open on %s/%s: %w", n.Pkg, params.TLName, params.DevName, ucs.ErrNoDevice)
+	}
+	return nil
+}
+
+// Close does nothing: registrations, allocations and ifaces are released
+// on their own.
+func (MD[T]) Close() {}
+
+// RegisterOnly implements MemAlloc and MemFree of an MD that only
+// registers memory; a transport embeds it in its MD.
+type RegisterOnly[T Transport] struct{}
+
+// MemAlloc fails with ucs.ErrUnsupported: the MD only registers memory
+// allocated by others.
+func (RegisterOnly[T]) MemAlloc(int, uint32, string) (uct.Allocation, error) {
+	return uct.Allocation{}, fmt.Errorf("%s: mem alloc: %w", names[T]().Pkg, ucs.ErrUnsupported)
+}
+
+// MemFree fails with ucs.ErrUnsupported, as MemAlloc does.
+func (RegisterOnly[T]) MemFree(uct.Memh) error {
+	return fmt.Errorf("%s: mem free: %w", names[T]().Pkg, ucs.ErrUnsupported)
+}
+
+// AllocateOnly implements MemReg and MemDereg of an MD that only allocates
+// memory; a transport embeds it in its MD.
+type AllocateOnly[T Transport] struct{}
+
+// MemReg fails with ucs.ErrUnsupported: the memory of the MD must be
+// allocated by it.
+func (AllocateOnly[T]) MemReg(unsafe.Pointer, int, uint32) (uct.Memh, error) {
+	return nil, fmt.Errorf("%s: %s mem reg: %w", names[T]().Pkg, names[T]().MD, ucs.ErrUnsupported)
+}
+
+// MemDereg fails with ucs.ErrUnsupported, as MemReg does.
+func (AllocateOnly[T]) MemDereg(uct.Memh) error {
+	return fmt.Errorf("%s: %s mem dereg: %w", names[T]().Pkg, names[T]().MD, ucs.ErrUnsupported)
+}
