@@ -1,17 +1,16 @@
 package cma
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Names of the component, its memory domain and its transport resource.
@@ -21,6 +20,13 @@ const (
 	TLName        = "cma"
 	DevName       = "memory"
 )
+
+// transport names the cma transport for the base types.
+type transport struct{}
+
+var names = base.Names{Pkg: "uct/cma", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeShm}
+
+func (transport) Names() *base.Names { return &names }
 
 func init() { uct.Register(&Component{}) }
 
@@ -37,15 +43,17 @@ func init() { uct.Register(&Component{}) }
 //	24 length  uint64  bytes of the range
 const MkeyPackedSize = 32
 
+// mkeyFormat is the layout of a packed cma key (see MkeyPackedSize).
+var mkeyFormat = base.Format{Name: "uct/cma: packed key", Size: MkeyPackedSize, Magic: 0x4d435347, Versions: []uint16{1}, Err: ucs.ErrInvalidParam}
+
+// Bounds of pids and addresses in keys and addresses.
 const (
-	mkeyMagic   uint32 = 0x4d435347 // "GSCM"
-	mkeyVersion uint16 = 1
-	maxPid             = 1 << 22 // PID_MAX_LIMIT
-	maxAddr            = 1 << 57 // above any user address (5-level paging)
+	maxPid  = base.MaxPid
+	maxAddr = base.MaxAddr
 )
 
 // pid is this process's id as it appears in keys and addresses.
-var pid = uint32(os.Getpid())
+var pid = base.Pid
 
 // mkey is a decoded key.
 type mkey struct {
@@ -55,71 +63,36 @@ type mkey struct {
 }
 
 // encode packs k.
-func (k *mkey) encode() []byte {
-	b := make([]byte, MkeyPackedSize)
-	binary.LittleEndian.PutUint32(b[0:], mkeyMagic)
-	binary.LittleEndian.PutUint16(b[4:], mkeyVersion)
-	binary.LittleEndian.PutUint32(b[8:], k.pid)
-	binary.LittleEndian.PutUint64(b[16:], k.addr)
-	binary.LittleEndian.PutUint64(b[24:], k.length)
-	return b
-}
+func (k *mkey) encode() []byte { return mkeyFormat.Encode(1, k.pid, base.Zero(4), k.addr, k.length) }
 
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
 // size, magic and version, with zero reserved bits, a valid pid and a
 // non-empty range that lies below 2^57 fails with ucs.ErrInvalidParam.
 func decodeMkey(b []byte) (mkey, error) {
-	bad := func(why string, args ...any) (mkey, error) {
-		return mkey{}, fmt.Errorf("uct/cma: packed key: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidParam)
-	}
-	if len(b) != MkeyPackedSize {
-		return bad("%d bytes, want %d", len(b), MkeyPackedSize)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != mkeyMagic {
-		return bad("magic %#x", m)
-	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != mkeyVersion {
-		return bad("version %d", v)
-	}
-	if binary.LittleEndian.Uint16(b[6:]) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0 {
-		return bad("reserved bits set")
-	}
-	k := mkey{
-		pid:    binary.LittleEndian.Uint32(b[8:]),
-		addr:   binary.LittleEndian.Uint64(b[16:]),
-		length: binary.LittleEndian.Uint64(b[24:]),
+	var k mkey
+	if _, err := mkeyFormat.Decode(b, &k.pid, base.Zero(4), &k.addr, &k.length); err != nil {
+		return mkey{}, err
 	}
 	switch {
-	case k.pid == 0 || k.pid >= maxPid:
-		return bad("pid %d", k.pid)
-	case k.length == 0:
-		return bad("zero length")
-	case k.addr == 0 || k.addr >= maxAddr || k.length > maxAddr-k.addr:
-		return bad("range %#x+%d", k.addr, k.length)
+	case !base.ValidPid(k.pid):
+		return mkey{}, mkeyFormat.Errorf("pid %d", k.pid)
+	case !base.ValidRange(k.addr, k.length):
+		return mkey{}, mkeyFormat.Errorf("range %#x+%d", k.addr, k.length)
 	}
 	return k, nil
 }
 
 // Component is the "cma" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.
-type Component struct{}
-
-// Name returns "cma".
-func (*Component) Name() string { return ComponentName }
-
-// MDResources returns the one memory domain "cma".
-func (*Component) MDResources() ([]uct.MDResource, error) {
-	return []uct.MDResource{{Name: MDName}}, nil
+type Component struct {
+	base.Component[transport]
 }
-
-// MDConfigTable returns nil: the cma MD has no configuration.
-func (*Component) MDConfigTable() []ucs.ConfigField { return nil }
 
 // OpenMD opens the memory domain "cma"; another name fails with
 // ucs.ErrNoDevice. config is ignored.
 func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if name != MDName {
-		return nil, fmt.Errorf("uct/cma: open MD %q: %w", name, ucs.ErrNoDevice)
+	if err := c.CheckMD(name); err != nil {
+		return nil, err
 	}
 	return &MD{comp: c}, nil
 }
@@ -172,6 +145,8 @@ func (*Component) RkeyRelease(rkey uct.RkeyBundle) error {
 // MD is the "cma" memory domain: it registers any memory of the process
 // and allocates none.
 type MD struct {
+	base.MD[transport]
+	base.RegisterOnly[transport]
 	comp *Component
 }
 
@@ -185,29 +160,12 @@ type Memh struct {
 // Component returns the cma component.
 func (m *MD) Component() uct.Component { return m.comp }
 
-// Name returns "cma".
-func (*MD) Name() string { return MDName }
-
 // Query reports MDFlagReg and MDFlagNeedRkey (no allocation, no rkey ptr).
-func (*MD) Query() (uct.MDAttr, error) {
-	return uct.MDAttr{
-		ComponentName:  ComponentName,
-		Flags:          uct.MDFlagReg | uct.MDFlagNeedRkey,
-		MaxReg:         math.MaxInt64,
-		RkeyPackedSize: MkeyPackedSize,
-		RegCost:        uct.LinearModel{C: 10e-9},
-	}, nil
-}
-
-// MemAlloc fails with ucs.ErrUnsupported: the cma MD registers memory
-// allocated by others.
-func (*MD) MemAlloc(int, uint32, string) (uct.Allocation, error) {
-	return uct.Allocation{}, fmt.Errorf("uct/cma: mem alloc: %w", ucs.ErrUnsupported)
-}
-
-// MemFree fails with ucs.ErrUnsupported, as MemAlloc does.
-func (*MD) MemFree(uct.Memh) error {
-	return fmt.Errorf("uct/cma: mem free: %w", ucs.ErrUnsupported)
+func (m *MD) Query() (uct.MDAttr, error) {
+	a := m.Attr(uct.MDFlagReg|uct.MDFlagNeedRkey, MkeyPackedSize)
+	a.MaxReg = math.MaxInt64
+	a.RegCost = uct.LinearModel{C: 10e-9}
+	return a, nil
 }
 
 // MemReg registers length bytes at addr: it only checks the range (non-nil,
@@ -216,7 +174,7 @@ func (*MD) MemFree(uct.Memh) error {
 // ignored.
 func (*MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
 	a := uint64(uintptr(addr))
-	if addr == nil || length <= 0 || a >= maxAddr || uint64(length) > maxAddr-a {
+	if addr == nil || length <= 0 || !base.ValidRange(a, uint64(length)) {
 		return nil, fmt.Errorf("uct/cma: mem reg of %p+%d: %w", addr, length, ucs.ErrInvalidParam)
 	}
 	return &Memh{Address: addr, Length: length}, nil
@@ -245,11 +203,6 @@ func (*MD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	return k.encode(), nil
 }
 
-// TLResources returns the one resource {cma, memory, DeviceTypeShm}.
-func (*MD) TLResources() ([]uct.TLResource, error) {
-	return []uct.TLResource{{TLName: TLName, DevName: DevName, DevType: uct.DeviceTypeShm}}, nil
-}
-
 // IfaceConfigTable is the configuration of cma ifaces: SEG_SIZE (see
 // Iface).
 func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
@@ -259,14 +212,11 @@ func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
 // not nil. config may be nil for the defaults; bad values fail with
 // ucs.ErrInvalidParam.
 func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
-	if params != nil && ((params.TLName != "" && params.TLName != TLName) || (params.DevName != "" && params.DevName != DevName)) {
-		return nil, fmt.Errorf("uct/cma: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
+	if err := m.CheckIface(params); err != nil {
+		return nil, err
 	}
 	return openIface(m, worker, params, config)
 }
-
-// Close does nothing: registrations and ifaces are released on their own.
-func (*MD) Close() {}
 
 // errnoStatus maps the error of a failed transfer to a status (see
 // EP.fail for the side effects).

@@ -1,8 +1,6 @@
 package cma
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -17,7 +15,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
-	"github.com/goshmem/goshmem/uct/sm"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // DefaultSegSize is the default SEG_SIZE: the largest put short, put bcopy
@@ -44,7 +42,8 @@ var ifaceConfigTable = []ucs.ConfigField{
 //	24 probe  uint64  address of a word holding id in that process
 const IfaceAddrLen = 32
 
-const ifaceAddrMagic uint32 = 0x41435347 // "GSCA"
+// ifaceAddrFormat is the layout of a cma iface address (see IfaceAddrLen).
+var ifaceAddrFormat = base.Format{Name: "uct/cma: iface address", Size: IfaceAddrLen, Magic: 0x41435347, Err: ucs.ErrInvalidAddr}
 
 // ifaceAddr is a decoded iface address.
 type ifaceAddr struct {
@@ -54,41 +53,22 @@ type ifaceAddr struct {
 	probe uint64
 }
 
-func (a *ifaceAddr) encode() []byte {
-	b := make([]byte, IfaceAddrLen)
-	binary.LittleEndian.PutUint32(b[0:], ifaceAddrMagic)
-	binary.LittleEndian.PutUint32(b[4:], a.pid)
-	binary.LittleEndian.PutUint64(b[8:], a.pidns)
-	binary.LittleEndian.PutUint64(b[16:], a.id)
-	binary.LittleEndian.PutUint64(b[24:], a.probe)
-	return b
-}
+func (a *ifaceAddr) encode() []byte { return ifaceAddrFormat.Encode(0, a.pid, a.pidns, a.id, a.probe) }
 
 // decodeIfaceAddr decodes an iface address strictly; malformed input fails
 // with ucs.ErrInvalidAddr.
 func decodeIfaceAddr(b []byte) (ifaceAddr, error) {
-	bad := func(why string, args ...any) (ifaceAddr, error) {
-		return ifaceAddr{}, fmt.Errorf("uct/cma: iface address: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidAddr)
-	}
-	if len(b) != IfaceAddrLen {
-		return bad("%d bytes, want %d", len(b), IfaceAddrLen)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != ifaceAddrMagic {
-		return bad("magic %#x", m)
-	}
-	a := ifaceAddr{
-		pid:   binary.LittleEndian.Uint32(b[4:]),
-		pidns: binary.LittleEndian.Uint64(b[8:]),
-		id:    binary.LittleEndian.Uint64(b[16:]),
-		probe: binary.LittleEndian.Uint64(b[24:]),
+	var a ifaceAddr
+	if _, err := ifaceAddrFormat.Decode(b, &a.pid, &a.pidns, &a.id, &a.probe); err != nil {
+		return ifaceAddr{}, err
 	}
 	switch {
-	case a.pid == 0 || a.pid >= maxPid:
-		return bad("pid %d", a.pid)
+	case !base.ValidPid(a.pid):
+		return ifaceAddr{}, ifaceAddrFormat.Errorf("pid %d", a.pid)
 	case a.id == 0:
-		return bad("zero iface id")
-	case a.probe == 0 || a.probe%8 != 0 || a.probe >= maxAddr:
-		return bad("probe address %#x", a.probe)
+		return ifaceAddr{}, ifaceAddrFormat.Errorf("zero iface id")
+	case a.probe == 0 || a.probe%8 != 0 || a.probe >= base.MaxAddr:
+		return ifaceAddr{}, ifaceAddrFormat.Errorf("probe address %#x", a.probe)
 	}
 	return a, nil
 }
@@ -103,17 +83,7 @@ var pidNamespace = sync.OnceValue(func() uint64 {
 })
 
 // randomID returns a random non-zero 64-bit id.
-func randomID() uint64 {
-	var b [8]byte
-	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic("uct/cma: no randomness: " + err.Error())
-		}
-		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
-			return v
-		}
-	}
-}
+func randomID() uint64 { return base.RandomID("uct/cma") }
 
 // ptraceHint names what decides whether CMA may access another process.
 func ptraceHint() string {
@@ -183,13 +153,12 @@ func openIface(md *MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 // and of dead peers are reported, not fatal.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	return &uct.IfaceAttr{
-		Put: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		Get: uct.OpCaps{MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		Flags: uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagConnectToIface |
+		Put: base.OpCaps(i.segSize, i.segSize, math.MaxInt, math.MaxInt32),
+		Get: base.OpCaps(0, i.segSize, math.MaxInt, math.MaxInt32),
+		Flags: base.RMAFlags | uct.IfaceFlagConnectToIface |
 			uct.IfaceFlagErrhandleShort | uct.IfaceFlagErrhandleBcopy | uct.IfaceFlagErrhandleZcopy |
 			uct.IfaceFlagErrhandlePeerDown,
-		DeviceAddrLen: sm.DeviceAddrLen,
+		DeviceAddrLen: base.DomainAddrLen,
 		IfaceAddrLen:  IfaceAddrLen,
 		// One system call per operation (plus the kernel's page pinning):
 		// about 1.5 µs where a system call costs a few hundred ns, 2.7-3.3
@@ -204,8 +173,8 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 }
 
 // DeviceAddress returns the shared-memory domain of this process
-// (sm.DomainAddress).
-func (*Iface) DeviceAddress() []byte { return sm.DomainAddress() }
+// (the device address of uct/sm's ifaces too, sm.DomainAddress).
+func (*Iface) DeviceAddress() []byte { return append([]byte(nil), base.DomainAddress()...) }
 
 // Address returns the IfaceAddrLen-byte address of the iface.
 func (i *Iface) Address() []byte { return append([]byte(nil), i.addr...) }
@@ -223,14 +192,14 @@ func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
 // Malformed addresses fail with ucs.ErrInvalidAddr, an unreachable iface
 // with ucs.ErrUnreachable.
 func (i *Iface) check(deviceAddr, addr []byte) (ifaceAddr, error) {
-	if len(deviceAddr) != sm.DeviceAddrLen {
+	if len(deviceAddr) != base.DomainAddrLen {
 		return ifaceAddr{}, fmt.Errorf("uct/cma: device address of %d bytes: %w", len(deviceAddr), ucs.ErrInvalidAddr)
 	}
 	a, err := decodeIfaceAddr(addr)
 	if err != nil {
 		return a, err
 	}
-	if string(deviceAddr) != string(sm.DomainAddress()) {
+	if string(deviceAddr) != string(base.DomainAddress()) {
 		return a, fmt.Errorf("uct/cma: device %x is another shared-memory domain: %w", deviceAddr, ucs.ErrUnreachable)
 	}
 	if a.pidns != pidNamespace() {
