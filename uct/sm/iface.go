@@ -1,7 +1,6 @@
 package sm
 
 import (
-	"encoding/binary"
 	"fmt"
 	"log"
 	"math"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Iface configuration defaults (see IfaceConfigTable).
@@ -49,7 +49,8 @@ var ifaceConfigTable = []ucs.ConfigField{
 //	28 (zero) uint32
 const IfaceAddrLen = 32
 
-const ifaceAddrMagic uint32 = 0x41465347 // "GSFA"
+// ifaceAddrFormat is the layout of a posix iface address (see IfaceAddrLen).
+var ifaceAddrFormat = base.Format{Name: "uct/sm: iface address", Size: IfaceAddrLen, Magic: 0x41465347, Err: ucs.ErrInvalidAddr}
 
 // ifaceAddr is a decoded iface address.
 type ifaceAddr struct {
@@ -61,56 +62,29 @@ type ifaceAddr struct {
 }
 
 func (a *ifaceAddr) encode() []byte {
-	b := make([]byte, IfaceAddrLen)
-	binary.LittleEndian.PutUint32(b[0:], ifaceAddrMagic)
-	binary.LittleEndian.PutUint32(b[4:], a.pid)
-	binary.LittleEndian.PutUint32(b[8:], uint32(a.fd))
-	binary.LittleEndian.PutUint32(b[12:], a.ncells)
-	binary.LittleEndian.PutUint64(b[16:], a.id)
-	binary.LittleEndian.PutUint32(b[24:], a.stride)
-	return b
+	return ifaceAddrFormat.Encode(0, a.pid, a.fd, a.ncells, a.id, a.stride, base.Zero(4))
 }
 
 // decodeIfaceAddr decodes an iface address strictly; malformed input fails
 // with ucs.ErrInvalidAddr.
 func decodeIfaceAddr(b []byte) (ifaceAddr, error) {
-	bad := func(why string, args ...any) (ifaceAddr, error) {
-		return ifaceAddr{}, fmt.Errorf("uct/sm: iface address: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidAddr)
-	}
-	if len(b) != IfaceAddrLen {
-		return bad("%d bytes, want %d", len(b), IfaceAddrLen)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != ifaceAddrMagic {
-		return bad("magic %#x", m)
-	}
-	a := ifaceAddr{
-		pid:    binary.LittleEndian.Uint32(b[4:]),
-		fd:     int32(binary.LittleEndian.Uint32(b[8:])),
-		ncells: binary.LittleEndian.Uint32(b[12:]),
-		id:     binary.LittleEndian.Uint64(b[16:]),
-		stride: binary.LittleEndian.Uint32(b[24:]),
+	var a ifaceAddr
+	if _, err := ifaceAddrFormat.Decode(b, &a.pid, &a.fd, &a.ncells, &a.id, &a.stride, base.Zero(4)); err != nil {
+		return ifaceAddr{}, err
 	}
 	switch {
-	case binary.LittleEndian.Uint32(b[28:]) != 0:
-		return bad("reserved bits set")
-	case a.pid == 0 || a.pid >= maxPid:
-		return bad("pid %d", a.pid)
+	case !base.ValidPid(a.pid):
+		return ifaceAddr{}, ifaceAddrFormat.Errorf("pid %d", a.pid)
 	case a.fd < 0:
-		return bad("descriptor %d", a.fd)
+		return ifaceAddr{}, ifaceAddrFormat.Errorf("descriptor %d", a.fd)
 	case a.id == 0:
-		return bad("zero segment id")
+		return ifaceAddr{}, ifaceAddrFormat.Errorf("zero segment id")
 	case a.ncells < minFIFOCells || a.ncells > maxFIFOCells || a.ncells&(a.ncells-1) != 0:
-		return bad("%d FIFO cells", a.ncells)
+		return ifaceAddr{}, ifaceAddrFormat.Errorf("%d FIFO cells", a.ncells)
 	case a.stride%cellAlign != 0 || a.stride < uint32(cellStride(minSegSize)) || a.stride > uint32(cellStride(maxSegSize)):
-		return bad("cell stride %d", a.stride)
+		return ifaceAddr{}, ifaceAddrFormat.Errorf("cell stride %d", a.stride)
 	}
 	return a, nil
-}
-
-// amHandler is an installed active message handler.
-type amHandler struct {
-	cb  uct.AMCallback
-	arg any
 }
 
 // Iface is a posix iface: it owns a receive FIFO (FIFO_SIZE cells of
@@ -139,7 +113,7 @@ type Iface struct {
 	segSize  int
 	maxPoll  int
 	addr     []byte
-	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
+	handlers [uct.AMMaxID]atomic.Pointer[base.AMHandler]
 	tracer   uct.AMTraceHook // see SetAMTracer
 
 	pendMu  sync.Mutex
@@ -186,19 +160,13 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 // and have no size limit beyond their kind (short and bcopy up to
 // SEG_SIZE); active messages are bounded by SEG_SIZE, header included.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
-	const ops = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpAnd | 1<<uct.AtomicOpOr | 1<<uct.AtomicOpXor
-	const fops = ops | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
 	return &uct.IfaceAttr{
-		Put: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		Get: uct.OpCaps{MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		AM: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: i.segSize, OptZcopyAlign: 1, AlignMTU: 1,
-			MaxIOV: math.MaxInt32, MaxHdr: i.segSize},
-		Atomic32: uct.AtomicCaps{OpFlags: ops, FopFlags: fops},
-		Atomic64: uct.AtomicCaps{OpFlags: ops, FopFlags: fops},
-		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
-			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync,
+		Put:           base.OpCaps(i.segSize, i.segSize, math.MaxInt, math.MaxInt32),
+		Get:           base.OpCaps(0, i.segSize, math.MaxInt, math.MaxInt32),
+		AM:            base.AMCaps(i.segSize, i.segSize, i.segSize, math.MaxInt32, i.segSize),
+		Atomic32:      base.AllAtomics,
+		Atomic64:      base.AllAtomics,
+		Flags:         base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU | uct.IfaceFlagConnectToIface,
 		DeviceAddrLen: DeviceAddrLen,
 		IfaceAddrLen:  IfaceAddrLen,
 		Overhead:      10e-9,
@@ -240,7 +208,7 @@ func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32)
 		i.handlers[id].Store(nil)
 		return nil
 	}
-	i.handlers[id].Store(&amHandler{cb: cb, arg: arg})
+	i.handlers[id].Store(&base.AMHandler{CB: cb, Arg: arg, Flags: flags})
 	return nil
 }
 
@@ -290,7 +258,7 @@ func (i *Iface) deliver(c unsafe.Pointer) {
 		return
 	}
 	i.tracer.Trace(uct.AMTraceRecv, id, i.rx.data(c)[:n])
-	if h.cb(h.arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
+	if h.CB(h.Arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
 		log.Printf("uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
 	}
 }
