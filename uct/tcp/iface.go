@@ -13,20 +13,8 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
-
-// amHandler is an installed active message handler.
-type amHandler struct {
-	cb    uct.AMCallback
-	arg   any
-	flags uint32
-}
-
-// amMsg is a received active message waiting for Progress.
-type amMsg struct {
-	id   uint8
-	data []byte
-}
 
 // compEvent is a completion that Progress signals.
 type compEvent struct {
@@ -71,7 +59,7 @@ type Iface struct {
 	errHandler    func(arg any, ep uct.EP, status ucs.Status)
 	errHandlerArg any
 
-	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
+	handlers [uct.AMMaxID]atomic.Pointer[base.AMHandler]
 	tracer   uct.AMTraceHook // see SetAMTracer
 
 	poll      *pollSet         // the sockets Progress reads (poll.go)
@@ -83,7 +71,7 @@ type Iface struct {
 	closing   atomic.Bool      // Close waits for the poller to end the streams
 	pending   uct.PendingQueue // the EPs' pending requests
 	progMu    sync.Mutex       // one Progress at a time
-	batch     []amMsg          // Progress's delivery buffer; guarded by progMu
+	batch     []base.AMMsg     // Progress's delivery buffer; guarded by progMu
 	// spareComps is the completion list Progress gave back, which the
 	// next Progress hands to comps; guarded by progMu.
 	spareComps []compEvent
@@ -94,7 +82,7 @@ type Iface struct {
 	pollerDone chan struct{} // closed when the poller returned
 	wg         sync.WaitGroup
 	mu         sync.Mutex // guards the fields below
-	rxq        []amMsg
+	rxq        []base.AMMsg
 	rxHead     int
 	rxBytes    int
 	comps      []compEvent
@@ -204,18 +192,13 @@ func deviceBandwidth(ifi *net.Interface) float64 {
 // peers on the node and across the network hit at once stays coherent).
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	return &uct.IfaceAttr{
-		Atomic32: uct.AtomicCaps{OpFlags: atomicOps, FopFlags: atomicFops},
-		Atomic64: uct.AtomicCaps{OpFlags: atomicOps, FopFlags: atomicFops},
-		Put: uct.OpCaps{MaxShort: maxShort, MaxBcopy: i.cfg.segSize, MaxZcopy: maxPutLen,
-			OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV},
-		Get: uct.OpCaps{MaxBcopy: i.cfg.segSize, MaxZcopy: maxPutLen, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV},
-		AM: uct.OpCaps{MaxShort: min(maxShort, i.cfg.rxSegSize), MaxBcopy: i.cfg.segSize, MaxZcopy: i.cfg.rxSegSize,
-			OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV, MaxHdr: i.cfg.segSize},
-		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
-			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync |
-			uct.IfaceFlagErrhandlePeerDown,
+		Atomic32: base.AllAtomics,
+		Atomic64: base.AllAtomics,
+		Put:      base.OpCaps(maxShort, i.cfg.segSize, maxPutLen, maxIOV),
+		Get:      base.OpCaps(0, i.cfg.segSize, maxPutLen, maxIOV),
+		AM:       base.AMCaps(min(maxShort, i.cfg.rxSegSize), i.cfg.segSize, i.cfg.rxSegSize, maxIOV, i.cfg.segSize),
+		Flags: base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
+			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown,
 		DeviceAddrLen: DeviceAddrLen,
 		IfaceAddrLen:  IfaceAddrLen,
 		Overhead:      1e-6,
@@ -287,7 +270,7 @@ func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32)
 		i.handlers[id].Store(nil)
 		return nil
 	}
-	i.handlers[id].Store(&amHandler{cb: cb, arg: arg, flags: flags})
+	i.handlers[id].Store(&base.AMHandler{CB: cb, Arg: arg, Flags: flags})
 	return nil
 }
 
@@ -404,7 +387,7 @@ func (i *Iface) deliver() int {
 	clear(i.rxq[i.rxHead : i.rxHead+k])
 	i.rxHead += k
 	for _, m := range i.batch {
-		i.rxBytes -= len(m.data) + rxMsgCost
+		i.rxBytes -= len(m.Data) + rxMsgCost
 	}
 	i.rxOver.Store(i.rxBytes >= i.cfg.rxQueueLen)
 	switch {
@@ -423,19 +406,19 @@ func (i *Iface) deliver() int {
 	}
 	i.mu.Unlock()
 	for k, m := range i.batch {
-		h := i.handlers[m.id].Load()
+		h := i.handlers[m.ID].Load()
 		switch {
 		case h == nil:
-			i.tracer.Trace(uct.AMTraceRecvDrop, m.id, m.data)
-			i.warn.dropped.Logf("dropped active message %d (%d bytes): no handler", m.id, len(m.data))
-			putBuf(m.data)
+			i.tracer.Trace(uct.AMTraceRecvDrop, m.ID, m.Data)
+			i.warn.dropped.Logf("dropped active message %d (%d bytes): no handler", m.ID, len(m.Data))
+			putBuf(m.Data)
 		default:
-			i.tracer.Trace(uct.AMTraceRecv, m.id, m.data)
-			if h.cb(h.arg, m.data, uct.CBParamFlagDesc) != ucs.InProgress {
-				putBuf(m.data)
+			i.tracer.Trace(uct.AMTraceRecv, m.ID, m.Data)
+			if h.CB(h.Arg, m.Data, uct.CBParamFlagDesc) != ucs.InProgress {
+				putBuf(m.Data)
 			}
 		}
-		i.batch[k] = amMsg{}
+		i.batch[k] = base.AMMsg{}
 	}
 	return k
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // The target side of the iface: what answers the frames that peers send on
@@ -48,7 +49,7 @@ func (s *rxConn) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 	s.typ = h.typ
 	switch h.typ {
 	case frameAM:
-		if hd := s.iface.handlers[h.id].Load(); (hd == nil || hd.flags != uct.CBFlagAsync) && s.iface.rxOver.Load() {
+		if hd := s.iface.handlers[h.id].Load(); (hd == nil || hd.Flags != uct.CBFlagAsync) && s.iface.rxOver.Load() {
 			return nil, errRxFull
 		}
 		s.id, s.data = h.id, getBuf(int(h.len))
@@ -149,15 +150,15 @@ func (s *rxConn) sendAck() error {
 // Progress (begin checked that the queue has room).
 func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) {
 	i := s.iface
-	if h := i.handlers[id].Load(); h != nil && h.flags == uct.CBFlagAsync {
+	if h := i.handlers[id].Load(); h != nil && h.Flags == uct.CBFlagAsync {
 		i.tracer.Trace(uct.AMTraceRecv, id, data)
-		if h.cb(h.arg, data, uct.CBParamFlagDesc) != ucs.InProgress {
+		if h.CB(h.Arg, data, uct.CBParamFlagDesc) != ucs.InProgress {
 			putBuf(data)
 		}
 		return
 	}
 	i.mu.Lock()
-	i.rxq = append(i.rxq, amMsg{id, data})
+	i.rxq = append(i.rxq, base.AMMsg{ID: id, Data: data})
 	i.rxBytes += len(data) + rxMsgCost
 	i.rxOver.Store(i.rxBytes >= i.cfg.rxQueueLen)
 	i.mu.Unlock()

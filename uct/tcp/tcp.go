@@ -1,8 +1,6 @@
 package tcp
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"log"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Names of the component, its memory domain and its transport.
@@ -23,6 +22,13 @@ const (
 	MDName        = "tcp"
 	TLName        = "tcp"
 )
+
+// transport names the tcp transport for the base types.
+type transport struct{}
+
+var names = base.Names{Pkg: "uct/tcp", Component: ComponentName, MD: MDName, TL: TLName, DevType: uct.DeviceTypeNet}
+
+func (transport) Names() *base.Names { return &names }
 
 func init() { uct.Register(&Component{}) }
 
@@ -79,38 +85,19 @@ func (w *ifaceWarnings) flush() {
 }
 
 // randomID returns a random non-zero 64-bit value.
-func randomID() uint64 {
-	var b [8]byte
-	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic("uct/tcp: no randomness: " + err.Error())
-		}
-		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
-			return v
-		}
-	}
-}
+func randomID() uint64 { return base.RandomID("uct/tcp") }
 
 // Component is the "tcp" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.
-type Component struct{}
-
-// Name returns "tcp".
-func (*Component) Name() string { return ComponentName }
-
-// MDResources returns the one memory domain "tcp".
-func (*Component) MDResources() ([]uct.MDResource, error) {
-	return []uct.MDResource{{Name: MDName}}, nil
+type Component struct {
+	base.Component[transport]
 }
-
-// MDConfigTable returns nil: the tcp MD has no configuration.
-func (*Component) MDConfigTable() []ucs.ConfigField { return nil }
 
 // OpenMD opens the memory domain "tcp"; another name fails with
 // ucs.ErrNoDevice. config is ignored.
 func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if name != MDName {
-		return nil, fmt.Errorf("uct/tcp: open MD %q: %w", name, ucs.ErrNoDevice)
+	if err := c.CheckMD(name); err != nil {
+		return nil, err
 	}
 	return &MD{comp: c, regions: make(map[uint64]*region)}, nil
 }
@@ -195,6 +182,8 @@ type region struct {
 // MD is the "tcp" memory domain: a registry of the memory its ifaces let
 // peers write.
 type MD struct {
+	base.MD[transport]
+	base.RegisterOnly[transport]
 	comp    *Component
 	mu      sync.RWMutex
 	regions map[uint64]*region // by key id
@@ -208,29 +197,13 @@ type Memh struct {
 // Component returns the tcp component.
 func (m *MD) Component() uct.Component { return m.comp }
 
-// Name returns "tcp".
-func (*MD) Name() string { return MDName }
-
 // Query reports MDFlagReg and MDFlagNeedRkey: memory must be registered to
 // be written by peers, and MemAlloc is not offered.
-func (*MD) Query() (uct.MDAttr, error) {
-	return uct.MDAttr{
-		ComponentName:  ComponentName,
-		Flags:          uct.MDFlagReg | uct.MDFlagNeedRkey,
-		MaxReg:         maxAddr,
-		RkeyPackedSize: MkeyPackedSize,
-		RegCost:        uct.LinearModel{C: 1e-7},
-	}, nil
-}
-
-// MemAlloc fails with ucs.ErrUnsupported: the tcp MD only registers.
-func (*MD) MemAlloc(int, uint32, string) (uct.Allocation, error) {
-	return uct.Allocation{}, fmt.Errorf("uct/tcp: mem alloc: %w", ucs.ErrUnsupported)
-}
-
-// MemFree fails with ucs.ErrUnsupported, as MemAlloc does.
-func (*MD) MemFree(uct.Memh) error {
-	return fmt.Errorf("uct/tcp: mem free: %w", ucs.ErrUnsupported)
+func (m *MD) Query() (uct.MDAttr, error) {
+	a := m.Attr(uct.MDFlagReg|uct.MDFlagNeedRkey, MkeyPackedSize)
+	a.MaxReg = maxAddr
+	a.RegCost = uct.LinearModel{C: 1e-7}
+	return a, nil
 }
 
 // MemReg registers the length bytes at addr under a new random key id and
@@ -238,12 +211,12 @@ func (*MD) MemFree(uct.Memh) error {
 // positive fails with ucs.ErrInvalidParam. The memory must stay valid until
 // MemDereg.
 func (m *MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
-	base := uint64(uintptr(addr))
-	if addr == nil || length <= 0 || base >= maxAddr || uint64(length) > maxAddr-base {
+	start := uint64(uintptr(addr))
+	if addr == nil || length <= 0 || !base.ValidRange(start, uint64(length)) {
 		return nil, fmt.Errorf("uct/tcp: mem reg of %d bytes at %p: %w", length, addr, ucs.ErrInvalidParam)
 	}
 	r := &region{mem: unsafe.Slice((*byte)(addr), length), owner: m}
-	r.key = mkey{addr: base, length: uint64(length), token: randomID()}
+	r.key = mkey{addr: start, length: uint64(length), token: randomID()}
 	m.mu.Lock()
 	for {
 		r.key.id = randomID()
@@ -348,8 +321,5 @@ func deviceIP(ifi *net.Interface) (net.IP, error) {
 // the prefix UCX_TCP_ (UCX_TCP_KEY, UCX_TCP_CONN_TIMEOUT, ...).
 func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
 
-// Close does nothing: registrations and ifaces are released on their own.
-func (*MD) Close() {}
-
 // maxAddr bounds addresses: above any user address (5-level paging).
-const maxAddr = 1 << 57
+const maxAddr = base.MaxAddr
