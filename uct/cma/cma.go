@@ -21,14 +21,8 @@ const (
 	DevName       = "memory"
 )
 
-// transport names the cma transport for the base types.
-type transport struct{}
-
+// names are the names of the transport, which the base types report.
 var names = base.Names{Pkg: "uct/cma", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeShm}
-
-func (transport) Names() *base.Names { return &names }
-
-func init() { uct.Register(&Component{}) }
 
 // MkeyPackedSize is the length of a key packed by the cma MD.
 //
@@ -81,6 +75,13 @@ func decodeMkey(b []byte) (mkey, error) {
 	}
 	return k, nil
 }
+
+// transport names the transport for the base types that Component embeds.
+type transport struct{}
+
+func (transport) Names() *base.Names { return &names }
+
+func init() { uct.Register(&Component{}) }
 
 // Component is the "cma" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.

@@ -105,22 +105,12 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 // Query describes the iface. Every RMA and atomic operation completes on
 // return; active messages are bounded by SEG_SIZE.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
-	return &uct.IfaceAttr{
-		Put:      base.OpCaps(math.MaxInt32, i.segSize, math.MaxInt, math.MaxInt32),
-		Get:      base.OpCaps(0, math.MaxInt32, math.MaxInt, math.MaxInt32),
-		AM:       base.AMCaps(i.segSize, i.segSize, i.segSize, math.MaxInt32, i.segSize),
-		Atomic32: base.AllAtomics,
-		Atomic64: base.AllAtomics,
-		Flags: base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP,
-		DeviceAddrLen: 0,
-		IfaceAddrLen:  IfaceAddrLen,
-		Overhead:      10e-9,
-		Bandwidth:     uct.Bandwidth{Dedicated: 6911e6},
-		Latency:       uct.LinearModel{C: 0},
-		Priority:      0,
-		MaxNumEPs:     math.MaxInt32,
-	}, nil
+	a := base.IfaceAttr(base.AMFlags|base.RMAFlags|uct.IfaceFlagAtomicCPU|uct.IfaceFlagConnectToIface|uct.IfaceFlagConnectToEP,
+		0, IfaceAddrLen, 10e-9, 0, uct.Bandwidth{Dedicated: 6911e6})
+	base.SetMemoryOps(a, i.segSize)
+	a.Put.MaxShort = math.MaxInt32
+	a.Get.MaxBcopy = math.MaxInt32
+	return a, nil
 }
 
 // DeviceAddress returns an empty address: the device is the process.

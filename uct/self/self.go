@@ -38,12 +38,8 @@ const (
 	DevName       = "memory0"
 )
 
-// transport names the self transport for the base types.
-type transport struct{}
-
+// names are the names of the transport, which the base types report.
 var names = base.Names{Pkg: "uct/self", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeSelf}
-
-func (transport) Names() *base.Names { return &names }
 
 // MkeyPackedSize is the length of a key packed by the self MD: a magic word,
 // the pid and the random id of the packing process.
@@ -59,6 +55,11 @@ var processID = randomID()
 
 // randomID returns a random non-zero 64-bit id.
 func randomID() uint64 { return base.RandomID("uct/self") }
+
+// transport names the transport for the base types that Component embeds.
+type transport struct{}
+
+func (transport) Names() *base.Names { return &names }
 
 func init() { uct.Register(&Component{}) }
 

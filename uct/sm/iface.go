@@ -160,21 +160,10 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 // and have no size limit beyond their kind (short and bcopy up to
 // SEG_SIZE); active messages are bounded by SEG_SIZE, header included.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
-	return &uct.IfaceAttr{
-		Put:           base.OpCaps(i.segSize, i.segSize, math.MaxInt, math.MaxInt32),
-		Get:           base.OpCaps(0, i.segSize, math.MaxInt, math.MaxInt32),
-		AM:            base.AMCaps(i.segSize, i.segSize, i.segSize, math.MaxInt32, i.segSize),
-		Atomic32:      base.AllAtomics,
-		Atomic64:      base.AllAtomics,
-		Flags:         base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU | uct.IfaceFlagConnectToIface,
-		DeviceAddrLen: DeviceAddrLen,
-		IfaceAddrLen:  IfaceAddrLen,
-		Overhead:      10e-9,
-		Bandwidth:     uct.Bandwidth{Dedicated: 12e9},
-		Latency:       uct.LinearModel{C: 80e-9},
-		Priority:      0,
-		MaxNumEPs:     math.MaxInt32,
-	}, nil
+	a := base.IfaceAttr(base.AMFlags|base.RMAFlags|uct.IfaceFlagAtomicCPU|uct.IfaceFlagConnectToIface,
+		DeviceAddrLen, IfaceAddrLen, 10e-9, 80e-9, uct.Bandwidth{Dedicated: 12e9})
+	base.SetMemoryOps(a, i.segSize)
+	return a, nil
 }
 
 // DeviceAddress returns the DeviceAddrLen-byte name of this process's

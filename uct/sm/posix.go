@@ -21,10 +21,11 @@ const (
 	DevName            = "memory"
 )
 
-// posixTransport names the posix transport for the base types.
-type posixTransport struct{}
-
+// posixNames are the names of the transport, which the base types report.
 var posixNames = base.Names{Pkg: "uct/sm", Component: PosixComponentName, MD: PosixMDName, TL: PosixTLName, Dev: DevName, DevType: uct.DeviceTypeShm}
+
+// posixTransport names the transport for the base types that PosixComponent embeds.
+type posixTransport struct{}
 
 func (posixTransport) Names() *base.Names { return &posixNames }
 

@@ -24,14 +24,8 @@ const (
 	SysvTLName        = "sysv"
 )
 
-// sysvTransport names the sysv transport for the base types.
-type sysvTransport struct{}
-
+// sysvNames are the names of the transport, which the base types report.
 var sysvNames = base.Names{Pkg: "uct/sm", Component: SysvComponentName, MD: SysvMDName, TL: SysvTLName, Dev: DevName, DevType: uct.DeviceTypeShm}
-
-func (sysvTransport) Names() *base.Names { return &sysvNames }
-
-func init() { uct.Register(&SysvComponent{}) }
 
 // SysvMkeyPackedSize is the length of a key packed by the sysv MD.
 //
@@ -190,6 +184,13 @@ func attachSysv(k sysvMkey) (*mapping, error) {
 	}
 	return &mapping{addr: unsafe.Pointer(unsafe.SliceData(b)), length: uint64(len(b)), fd: -1, sysv: true}, nil
 }
+
+// sysvTransport names the transport for the base types that SysvComponent embeds.
+type sysvTransport struct{}
+
+func (sysvTransport) Names() *base.Names { return &sysvNames }
+
+func init() { uct.Register(&SysvComponent{}) }
 
 // SysvComponent is the "sysv" component: System V shared memory segments.
 // The zero value is ready to use; the package registers one instance with

@@ -3,7 +3,6 @@ package tcp
 import (
 	"container/list"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"strconv"
@@ -191,22 +190,14 @@ func deviceBandwidth(ifi *net.Interface) float64 {
 // the same CPU atomics as the shared-memory transports, so a word that
 // peers on the node and across the network hit at once stays coherent).
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
-	return &uct.IfaceAttr{
-		Atomic32: base.AllAtomics,
-		Atomic64: base.AllAtomics,
-		Put:      base.OpCaps(maxShort, i.cfg.segSize, maxPutLen, maxIOV),
-		Get:      base.OpCaps(0, i.cfg.segSize, maxPutLen, maxIOV),
-		AM:       base.AMCaps(min(maxShort, i.cfg.rxSegSize), i.cfg.segSize, i.cfg.rxSegSize, maxIOV, i.cfg.segSize),
-		Flags: base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown,
-		DeviceAddrLen: DeviceAddrLen,
-		IfaceAddrLen:  IfaceAddrLen,
-		Overhead:      1e-6,
-		Bandwidth:     uct.Bandwidth{Shared: i.bw},
-		Latency:       uct.LinearModel{C: 10e-6},
-		Priority:      0,
-		MaxNumEPs:     math.MaxInt32,
-	}, nil
+	flags := base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
+		uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown
+	a := base.IfaceAttr(flags, DeviceAddrLen, IfaceAddrLen, 1e-6, 10e-6, uct.Bandwidth{Shared: i.bw})
+	a.Atomic32, a.Atomic64 = base.AllAtomics, base.AllAtomics
+	a.Put = base.OpCaps(maxShort, i.cfg.segSize, maxPutLen, maxIOV)
+	a.Get = base.OpCaps(0, i.cfg.segSize, maxPutLen, maxIOV)
+	a.AM = base.AMCaps(min(maxShort, i.cfg.rxSegSize), i.cfg.segSize, i.cfg.rxSegSize, maxIOV, i.cfg.segSize)
+	return a, nil
 }
 
 // maxIOV is the largest iov of a zcopy operation.

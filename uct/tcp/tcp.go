@@ -23,14 +23,8 @@ const (
 	TLName        = "tcp"
 )
 
-// transport names the tcp transport for the base types.
-type transport struct{}
-
+// names are the names of the transport, which the base types report.
 var names = base.Names{Pkg: "uct/tcp", Component: ComponentName, MD: MDName, TL: TLName, DevType: uct.DeviceTypeNet}
-
-func (transport) Names() *base.Names { return &names }
-
-func init() { uct.Register(&Component{}) }
 
 // logger receives the warnings of the package (rejected connections and
 // writes, malformed frames, dropped messages).
@@ -86,6 +80,13 @@ func (w *ifaceWarnings) flush() {
 
 // randomID returns a random non-zero 64-bit value.
 func randomID() uint64 { return base.RandomID("uct/tcp") }
+
+// transport names the transport for the base types that Component embeds.
+type transport struct{}
+
+func (transport) Names() *base.Names { return &names }
+
+func init() { uct.Register(&Component{}) }
 
 // Component is the "tcp" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.

@@ -1,6 +1,10 @@
 package base
 
-import "github.com/goshmem/goshmem/uct"
+import (
+	"math"
+
+	"github.com/goshmem/goshmem/uct"
+)
 
 // The atomic operations of the transports that offer them all, as
 // AtomicCaps bits: add, and, or and xor posted; those and swap and
@@ -38,4 +42,33 @@ func AMCaps(maxShort, maxBcopy, maxZcopy, maxIOV, maxHdr int) uct.OpCaps {
 	c := OpCaps(maxShort, maxBcopy, maxZcopy, maxIOV)
 	c.MaxHdr = maxHdr
 	return c
+}
+
+// IfaceAttr returns the attributes of an iface with these flags, address
+// lengths and cost model (overhead and latency in seconds), priority 0 and
+// any number of EPs (math.MaxInt32); the caller sets the limits of the
+// operations it offers.
+func IfaceAttr(flags uint64, deviceAddrLen, ifaceAddrLen int, overhead, latency float64, bw uct.Bandwidth) *uct.IfaceAttr {
+	return &uct.IfaceAttr{
+		Flags:         flags,
+		DeviceAddrLen: deviceAddrLen,
+		IfaceAddrLen:  ifaceAddrLen,
+		Overhead:      overhead,
+		Bandwidth:     bw,
+		Latency:       uct.LinearModel{C: latency},
+		MaxNumEPs:     math.MaxInt32,
+	}
+}
+
+// SetMemoryOps sets in a the limits of an iface that reaches memory with
+// the CPU and carries active messages in segments of segSize bytes (self,
+// sm): puts short and bcopy up to segSize, gets bcopy up to segSize, RMA
+// zcopy of any size and iov, active messages and their headers up to
+// segSize, and every atomic operation on 32- and 64-bit words.
+func SetMemoryOps(a *uct.IfaceAttr, segSize int) {
+	a.Put = OpCaps(segSize, segSize, math.MaxInt, math.MaxInt32)
+	a.Get = OpCaps(0, segSize, math.MaxInt, math.MaxInt32)
+	a.AM = AMCaps(segSize, segSize, segSize, math.MaxInt32, segSize)
+	a.Atomic32 = AllAtomics
+	a.Atomic64 = AllAtomics
 }
