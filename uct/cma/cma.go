@@ -21,9 +21,6 @@ const (
 	DevName       = "memory"
 )
 
-// names are the names of the transport, which the base types report.
-var names = base.Names{Pkg: "uct/cma", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeShm}
-
 // MkeyPackedSize is the length of a key packed by the cma MD.
 //
 // Layout, little-endian:
@@ -76,26 +73,10 @@ func decodeMkey(b []byte) (mkey, error) {
 	return k, nil
 }
 
-// transport names the transport for the base types that Component embeds.
-type transport struct{}
-
-func (transport) Names() *base.Names { return &names }
-
-func init() { uct.Register(&Component{}) }
-
 // Component is the "cma" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.
 type Component struct {
 	base.Component[transport]
-}
-
-// OpenMD opens the memory domain "cma"; another name fails with
-// ucs.ErrNoDevice. config is ignored.
-func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if err := c.CheckMD(name); err != nil {
-		return nil, err
-	}
-	return &MD{comp: c}, nil
 }
 
 // rkeyHandle is the private part of an unpacked rkey.
@@ -148,7 +129,6 @@ func (*Component) RkeyRelease(rkey uct.RkeyBundle) error {
 type MD struct {
 	base.MD[transport]
 	base.RegisterOnly[transport]
-	comp *Component
 }
 
 // Memh is the memory handle of a cma registration: the range, nothing more.
@@ -157,9 +137,6 @@ type Memh struct {
 	Length  int
 	freed   bool
 }
-
-// Component returns the cma component.
-func (m *MD) Component() uct.Component { return m.comp }
 
 // Query reports MDFlagReg and MDFlagNeedRkey (no allocation, no rkey ptr).
 func (m *MD) Query() (uct.MDAttr, error) {
@@ -204,18 +181,11 @@ func (*MD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	return k.encode(), nil
 }
 
-// IfaceConfigTable is the configuration of cma ifaces: SEG_SIZE (see
-// Iface).
-func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
-
 // IfaceOpen opens an iface on {cma, memory} (another resource fails with
 // ucs.ErrNoDevice) and registers its Progress with worker when worker is
 // not nil. config may be nil for the defaults; bad values fail with
 // ucs.ErrInvalidParam.
 func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
-	if err := m.CheckIface(params); err != nil {
-		return nil, err
-	}
 	return openIface(m, worker, params, config)
 }
 
@@ -232,3 +202,16 @@ func errnoStatus(err error) ucs.Status {
 	}
 	return ucs.ErrIOError
 }
+
+// transport is the transport as seen by the base types that Component and its MD
+// embed: its names and how it opens its MD.
+type transport struct{}
+
+func (transport) Names() base.Names {
+	return base.Names{Pkg: "uct/cma", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeShm,
+		IfaceConfig: ifaceConfigTable}
+}
+
+func (transport) NewMD(*ucs.Config) (uct.MD, error) { return &MD{}, nil }
+
+func init() { uct.Register(&Component{}) }

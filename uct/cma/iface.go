@@ -120,8 +120,11 @@ type Iface struct {
 	closed   bool
 }
 
-// openIface creates an iface.
+// openIface creates an iface on the resource params name (see MD.IfaceOpen).
 func openIface(md *MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (*Iface, error) {
+	if err := md.CheckIface(params); err != nil {
+		return nil, err
+	}
 	segSize := DefaultSegSize
 	if config != nil && config.Get("SEG_SIZE") != "" {
 		v, err := ucs.ParseSize(config.Get("SEG_SIZE"))

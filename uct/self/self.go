@@ -38,9 +38,6 @@ const (
 	DevName       = "memory0"
 )
 
-// names are the names of the transport, which the base types report.
-var names = base.Names{Pkg: "uct/self", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeSelf}
-
 // MkeyPackedSize is the length of a key packed by the self MD: a magic word,
 // the pid and the random id of the packing process.
 const MkeyPackedSize = 16
@@ -56,26 +53,10 @@ var processID = randomID()
 // randomID returns a random non-zero 64-bit id.
 func randomID() uint64 { return base.RandomID("uct/self") }
 
-// transport names the transport for the base types that Component embeds.
-type transport struct{}
-
-func (transport) Names() *base.Names { return &names }
-
-func init() { uct.Register(&Component{}) }
-
 // Component is the "self" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.
 type Component struct {
 	base.Component[transport]
-}
-
-// OpenMD opens the memory domain "self"; any other name fails with
-// ucs.ErrNoDevice. config is ignored.
-func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if err := c.CheckMD(name); err != nil {
-		return nil, err
-	}
-	return &MD{comp: c}, nil
 }
 
 // RkeyUnpack accepts only keys packed by this process. The returned rkey is
@@ -121,7 +102,6 @@ func decodeMkey(b []byte) (pid uint32, id uint64, err error) {
 type MD struct {
 	base.MD[transport]
 	base.RegisterOnly[transport]
-	comp *Component
 }
 
 // Memh is the memory handle of the self MD: the registered range.
@@ -129,9 +109,6 @@ type Memh struct {
 	Address unsafe.Pointer
 	Length  int
 }
-
-// Component returns the self component.
-func (m *MD) Component() uct.Component { return m.comp }
 
 // Query reports MDFlagReg and MDFlagRkeyPtr: registration is free and
 // RkeyPtr gives direct access; MemAlloc is not offered.
@@ -168,5 +145,15 @@ func (*MD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	return encodeMkey(), nil
 }
 
-// IfaceConfigTable is the configuration of self ifaces (see IfaceOpen).
-func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
+// transport is the transport as seen by the base types that Component and its MD
+// embed: its names and how it opens its MD.
+type transport struct{}
+
+func (transport) Names() base.Names {
+	return base.Names{Pkg: "uct/self", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeSelf,
+		IfaceConfig: ifaceConfigTable}
+}
+
+func (transport) NewMD(*ucs.Config) (uct.MD, error) { return &MD{}, nil }
+
+func init() { uct.Register(&Component{}) }

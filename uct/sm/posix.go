@@ -21,16 +21,6 @@ const (
 	DevName            = "memory"
 )
 
-// posixNames are the names of the transport, which the base types report.
-var posixNames = base.Names{Pkg: "uct/sm", Component: PosixComponentName, MD: PosixMDName, TL: PosixTLName, Dev: DevName, DevType: uct.DeviceTypeShm}
-
-// posixTransport names the transport for the base types that PosixComponent embeds.
-type posixTransport struct{}
-
-func (posixTransport) Names() *base.Names { return &posixNames }
-
-func init() { uct.Register(&PosixComponent{}) }
-
 // PosixComponent is the "posix" component. The zero value is ready to use;
 // the package registers one instance with uct.Register.
 type PosixComponent struct {
@@ -48,24 +38,6 @@ var posixMDConfigTable = []ucs.ConfigField{
 // (default n) makes MemAlloc create named /dev/shm segments instead of
 // memfds (see shmopen.go and RemoveStaleSegments).
 func (*PosixComponent) MDConfigTable() []ucs.ConfigField { return posixMDConfigTable }
-
-// OpenMD opens the memory domain "posix"; another name fails with
-// ucs.ErrNoDevice. config may be nil for the defaults; a USE_SHM_OPEN that
-// is not a boolean fails with ucs.ErrInvalidParam.
-func (c *PosixComponent) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if err := c.CheckMD(name); err != nil {
-		return nil, err
-	}
-	md := &PosixMD{comp: c}
-	if config != nil && config.Get("USE_SHM_OPEN") != "" {
-		v, err := ucs.ParseBool(config.Get("USE_SHM_OPEN"))
-		if err != nil {
-			return nil, fmt.Errorf("uct/sm: USE_SHM_OPEN: %w: %w", err, ucs.ErrInvalidParam)
-		}
-		md.named = v
-	}
-	return md, nil
-}
 
 // rkeyHandle is the private part of an unpacked posix rkey.
 type rkeyHandle struct {
@@ -154,7 +126,6 @@ func rkeyRelease(rkey uct.RkeyBundle, cache *segCache) error {
 type PosixMD struct {
 	base.MD[posixTransport]
 	base.AllocateOnly[posixTransport]
-	comp  *PosixComponent
 	named bool // USE_SHM_OPEN: named /dev/shm segments instead of memfds
 }
 
@@ -168,9 +139,6 @@ type Memh struct {
 	Path      string         // the file of a named segment (USE_SHM_OPEN), or ""
 	freed     bool
 }
-
-// Component returns the posix component.
-func (m *PosixMD) Component() uct.Component { return m.comp }
 
 // Query reports MDFlagAlloc, MDFlagRkeyPtr and MDFlagNeedRkey.
 func (m *PosixMD) Query() (uct.MDAttr, error) {
@@ -249,10 +217,6 @@ func (*PosixMD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	return k.encode(), nil
 }
 
-// IfaceConfigTable is the configuration of posix ifaces: FIFO_SIZE,
-// SEG_SIZE and FIFO_MAX_POLL (see Iface).
-func (*PosixMD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
-
 // IfaceOpen opens an iface on {posix, memory} (another resource fails with
 // ucs.ErrNoDevice) and registers its Progress with worker when worker is
 // not nil. config may be nil for the defaults; bad values fail with
@@ -263,3 +227,28 @@ func (m *PosixMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config 
 	}
 	return openIface(m, worker, params, config)
 }
+
+// posixTransport is the transport as seen by the base types that PosixComponent and its MD
+// embed: its names and how it opens its MD.
+type posixTransport struct{}
+
+func (posixTransport) Names() base.Names {
+	return base.Names{Pkg: "uct/sm", Component: PosixComponentName, MD: PosixMDName, TL: PosixTLName, Dev: DevName, DevType: uct.DeviceTypeShm,
+		IfaceConfig: ifaceConfigTable}
+}
+
+// NewMD opens a posix MD; a USE_SHM_OPEN that is not a boolean fails with
+// ucs.ErrInvalidParam.
+func (posixTransport) NewMD(config *ucs.Config) (uct.MD, error) {
+	md := &PosixMD{}
+	if config != nil && config.Get("USE_SHM_OPEN") != "" {
+		v, err := ucs.ParseBool(config.Get("USE_SHM_OPEN"))
+		if err != nil {
+			return nil, fmt.Errorf("uct/sm: USE_SHM_OPEN: %w: %w", err, ucs.ErrInvalidParam)
+		}
+		md.named = v
+	}
+	return md, nil
+}
+
+func init() { uct.Register(&PosixComponent{}) }

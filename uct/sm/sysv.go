@@ -24,9 +24,6 @@ const (
 	SysvTLName        = "sysv"
 )
 
-// sysvNames are the names of the transport, which the base types report.
-var sysvNames = base.Names{Pkg: "uct/sm", Component: SysvComponentName, MD: SysvMDName, TL: SysvTLName, Dev: DevName, DevType: uct.DeviceTypeShm}
-
 // SysvMkeyPackedSize is the length of a key packed by the sysv MD.
 //
 // Layout, little-endian:
@@ -185,27 +182,11 @@ func attachSysv(k sysvMkey) (*mapping, error) {
 	return &mapping{addr: unsafe.Pointer(unsafe.SliceData(b)), length: uint64(len(b)), fd: -1, sysv: true}, nil
 }
 
-// sysvTransport names the transport for the base types that SysvComponent embeds.
-type sysvTransport struct{}
-
-func (sysvTransport) Names() *base.Names { return &sysvNames }
-
-func init() { uct.Register(&SysvComponent{}) }
-
 // SysvComponent is the "sysv" component: System V shared memory segments.
 // The zero value is ready to use; the package registers one instance with
 // uct.Register.
 type SysvComponent struct {
 	base.Component[sysvTransport]
-}
-
-// OpenMD opens the memory domain "sysv"; another name fails with
-// ucs.ErrNoDevice. config is ignored.
-func (c *SysvComponent) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if err := c.CheckMD(name); err != nil {
-		return nil, err
-	}
-	return &SysvMD{comp: c}, nil
 }
 
 // RkeyUnpack decodes a key from SysvMD.MkeyPack and attaches its segment
@@ -258,7 +239,6 @@ func (*SysvComponent) RkeyRelease(rkey uct.RkeyBundle) error {
 type SysvMD struct {
 	base.MD[sysvTransport]
 	base.AllocateOnly[sysvTransport]
-	comp *SysvComponent
 }
 
 // SysvMemh is the memory handle of a sysv allocation.
@@ -269,9 +249,6 @@ type SysvMemh struct {
 	Name    string         // the label given to MemAlloc
 	freed   bool
 }
-
-// Component returns the sysv component.
-func (m *SysvMD) Component() uct.Component { return m.comp }
 
 // Query reports MDFlagAlloc, MDFlagRkeyPtr and MDFlagNeedRkey; MaxAlloc is
 // kernel.shmmax.
@@ -329,10 +306,6 @@ func (*SysvMD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	return k.encode(), nil
 }
 
-// IfaceConfigTable is the configuration of sysv ifaces, that of posix
-// ifaces: FIFO_SIZE, SEG_SIZE and FIFO_MAX_POLL (see Iface).
-func (*SysvMD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
-
 // IfaceOpen opens an iface on {sysv, memory} (another resource fails with
 // ucs.ErrNoDevice): an Iface as posix opens, whose RMA and atomics work on
 // the segments of sysv keys unpacked by SysvComponent (the rkey is a delta
@@ -345,3 +318,16 @@ func (m *SysvMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *
 	}
 	return openIface(m, worker, params, config)
 }
+
+// sysvTransport is the transport as seen by the base types that SysvComponent and its MD
+// embed: its names and how it opens its MD.
+type sysvTransport struct{}
+
+func (sysvTransport) Names() base.Names {
+	return base.Names{Pkg: "uct/sm", Component: SysvComponentName, MD: SysvMDName, TL: SysvTLName, Dev: DevName, DevType: uct.DeviceTypeShm,
+		IfaceConfig: ifaceConfigTable}
+}
+
+func (sysvTransport) NewMD(*ucs.Config) (uct.MD, error) { return &SysvMD{}, nil }
+
+func init() { uct.Register(&SysvComponent{}) }

@@ -23,9 +23,6 @@ const (
 	TLName        = "tcp"
 )
 
-// names are the names of the transport, which the base types report.
-var names = base.Names{Pkg: "uct/tcp", Component: ComponentName, MD: MDName, TL: TLName, DevType: uct.DeviceTypeNet}
-
 // logger receives the warnings of the package (rejected connections and
 // writes, malformed frames, dropped messages).
 var logger atomic.Pointer[log.Logger]
@@ -81,26 +78,10 @@ func (w *ifaceWarnings) flush() {
 // randomID returns a random non-zero 64-bit value.
 func randomID() uint64 { return base.RandomID("uct/tcp") }
 
-// transport names the transport for the base types that Component embeds.
-type transport struct{}
-
-func (transport) Names() *base.Names { return &names }
-
-func init() { uct.Register(&Component{}) }
-
 // Component is the "tcp" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.
 type Component struct {
 	base.Component[transport]
-}
-
-// OpenMD opens the memory domain "tcp"; another name fails with
-// ucs.ErrNoDevice. config is ignored.
-func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if err := c.CheckMD(name); err != nil {
-		return nil, err
-	}
-	return &MD{comp: c, regions: make(map[uint64]*region)}, nil
 }
 
 // rkeyEntry is an unpacked key: what a put frame needs to name the remote
@@ -185,7 +166,6 @@ type region struct {
 type MD struct {
 	base.MD[transport]
 	base.RegisterOnly[transport]
-	comp    *Component
 	mu      sync.RWMutex
 	regions map[uint64]*region // by key id
 }
@@ -194,9 +174,6 @@ type MD struct {
 type Memh struct {
 	r *region
 }
-
-// Component returns the tcp component.
-func (m *MD) Component() uct.Component { return m.comp }
 
 // Query reports MDFlagReg and MDFlagNeedRkey: memory must be registered to
 // be written by peers, and MemAlloc is not offered.
@@ -318,9 +295,20 @@ func deviceIP(ifi *net.Interface) (net.IP, error) {
 	return nil, fmt.Errorf("uct/tcp: interface %s has no usable address: %w", ifi.Name, ucs.ErrNoDevice)
 }
 
-// IfaceConfigTable is the configuration of tcp ifaces; ucp reads it under
-// the prefix UCX_TCP_ (UCX_TCP_KEY, UCX_TCP_CONN_TIMEOUT, ...).
-func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
-
 // maxAddr bounds addresses: above any user address (5-level paging).
 const maxAddr = base.MaxAddr
+
+// transport is the transport as seen by the base types that Component and its MD
+// embed: its names and how it opens its MD.
+type transport struct{}
+
+func (transport) Names() base.Names {
+	return base.Names{Pkg: "uct/tcp", Component: ComponentName, MD: MDName, TL: TLName, DevType: uct.DeviceTypeNet,
+		IfaceConfig: ifaceConfigTable}
+}
+
+func (transport) NewMD(config *ucs.Config) (uct.MD, error) {
+	return &MD{regions: make(map[uint64]*region)}, nil
+}
+
+func init() { uct.Register(&Component{}) }

@@ -17,23 +17,31 @@ type Names struct {
 	TL        string         // the transport of its resources
 	Dev       string         // the device of its one resource; "" when it has several
 	DevType   uct.DeviceType // the device type of its resources
+	// IfaceConfig is the configuration of its ifaces, which ucp reads
+	// under the prefix UCX_<TL>_.
+	IfaceConfig []ucs.ConfigField
 }
 
-// Transport names a transport: an empty type of the transport's package
-// whose Names method returns its names, the type argument of Component and
-// MD (so that their zero values are ready to use).
+// Transport is a transport as the base types see it: an empty type of the
+// transport's package, the type argument of Component and MD (so that
+// their zero values are ready to use).
 type Transport interface {
-	Names() *Names
+	// Names returns the names of the transport.
+	Names() Names
+	// NewMD returns a new memory domain of the transport configured by
+	// config (nil for the defaults); bad values fail with
+	// ucs.ErrInvalidParam.
+	NewMD(config *ucs.Config) (uct.MD, error)
 }
 
-func names[T Transport]() *Names {
+func names[T Transport]() Names {
 	var t T
 	return t.Names()
 }
 
 // Component implements the methods of uct.Component that a component with
 // a single memory domain shares; a transport embeds it in its component
-// and adds OpenMD (calling CheckMD) and the rkey methods.
+// and adds the rkey methods.
 type Component[T Transport] struct{}
 
 // Name returns the name of the component.
@@ -47,13 +55,15 @@ func (Component[T]) MDResources() ([]uct.MDResource, error) {
 // MDConfigTable returns nil: the MD has no configuration.
 func (Component[T]) MDConfigTable() []ucs.ConfigField { return nil }
 
-// CheckMD returns nil when name is the name of the component's memory
-// domain, and otherwise an error that wraps ucs.ErrNoDevice.
-func (Component[T]) CheckMD(name string) error {
+// OpenMD opens the memory domain of the component, configured by config
+// (nil for the defaults; see the transport's MDConfigTable). Another name
+// fails with ucs.ErrNoDevice, a bad configuration with ucs.ErrInvalidParam.
+func (Component[T]) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
 	if n := names[T](); name != n.MD {
-		return fmt.Errorf("%s: open MD %q: %w", n.Pkg, name, ucs.ErrNoDevice)
+		return nil, fmt.Errorf("%s: open MD %q: %w", n.Pkg, name, ucs.ErrNoDevice)
 	}
-	return nil
+	var t T
+	return t.NewMD(config)
 }
 
 // MD implements the methods of uct.MD that the single memory domains of the
@@ -63,11 +73,22 @@ type MD[T Transport] struct{}
 // Name returns the name of the memory domain.
 func (MD[T]) Name() string { return names[T]().MD }
 
+// Component returns the component of the memory domain, the one registered
+// with uct.Register.
+func (MD[T]) Component() uct.Component {
+	c, _ := uct.LookupComponent(names[T]().Component)
+	return c
+}
+
 // TLResources returns the one transport resource of the MD.
 func (MD[T]) TLResources() ([]uct.TLResource, error) {
 	n := names[T]()
 	return []uct.TLResource{{TLName: n.TL, DevName: n.Dev, DevType: n.DevType}}, nil
 }
+
+// IfaceConfigTable returns the configuration of the MD's ifaces (the
+// transport's Names.IfaceConfig).
+func (MD[T]) IfaceConfigTable() []ucs.ConfigField { return names[T]().IfaceConfig }
 
 // Attr returns the attributes of the MD with its component name, flags and
 // packed key size filled in; the transport sets the others.
