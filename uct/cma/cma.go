@@ -13,14 +13,6 @@ import (
 	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
-// Names of the component, its memory domain and its transport resource.
-const (
-	ComponentName = "cma"
-	MDName        = "cma"
-	TLName        = "cma"
-	DevName       = "memory"
-)
-
 // MkeyPackedSize is the length of a key packed by the cma MD.
 //
 // Layout, little-endian:
@@ -208,8 +200,7 @@ func errnoStatus(err error) ucs.Status {
 type transport struct{}
 
 func (transport) Names() base.Names {
-	return base.Names{Pkg: "uct/cma", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeShm,
-		IfaceConfig: ifaceConfigTable}
+	return base.Names{Pkg: "uct/cma", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable}
 }
 
 func (transport) NewMD(*ucs.Config) (uct.MD, error) { return &MD{}, nil }

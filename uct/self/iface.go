@@ -59,7 +59,7 @@ type Iface struct {
 	qlen    int
 	progID  int
 
-	handlers [uct.AMMaxID]atomic.Pointer[base.AMHandler]
+	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 
 	progressMu sync.Mutex // one Progress at a time
@@ -128,18 +128,7 @@ func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
 // uct.AMMaxID and flags one of CBFlagSync and CBFlagAsync
 // (ucs.ErrInvalidParam otherwise).
 func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
-	if id >= uct.AMMaxID {
-		return fmt.Errorf("uct/self: AM id %d >= %d: %w", id, uct.AMMaxID, ucs.ErrInvalidParam)
-	}
-	if flags&^(uct.CBFlagSync|uct.CBFlagAsync) != 0 || flags == 0 {
-		return fmt.Errorf("uct/self: AM handler flags %#x: %w", flags, ucs.ErrInvalidParam)
-	}
-	if cb == nil {
-		i.handlers[id].Store(nil)
-		return nil
-	}
-	i.handlers[id].Store(&base.AMHandler{CB: cb, Arg: arg, Flags: flags})
-	return nil
+	return i.handlers.Set("uct/self", id, cb, arg, flags, false)
 }
 
 // ReleaseDesc gives back data that a handler kept by returning InProgress.

@@ -113,7 +113,7 @@ type Iface struct {
 	segSize  int
 	maxPoll  int
 	addr     []byte
-	handlers [uct.AMMaxID]atomic.Pointer[base.AMHandler]
+	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 
 	pendMu  sync.Mutex
@@ -187,18 +187,7 @@ func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
 // uct.AMMaxID and flags one of CBFlagSync and CBFlagAsync
 // (ucs.ErrInvalidParam otherwise).
 func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
-	if id >= uct.AMMaxID {
-		return fmt.Errorf("uct/sm: AM id %d >= %d: %w", id, uct.AMMaxID, ucs.ErrInvalidParam)
-	}
-	if flags&^(uct.CBFlagSync|uct.CBFlagAsync) != 0 || flags == 0 {
-		return fmt.Errorf("uct/sm: AM handler flags %#x: %w", flags, ucs.ErrInvalidParam)
-	}
-	if cb == nil {
-		i.handlers[id].Store(nil)
-		return nil
-	}
-	i.handlers[id].Store(&base.AMHandler{CB: cb, Arg: arg, Flags: flags})
-	return nil
+	return i.handlers.Set("uct/sm", id, cb, arg, flags, false)
 }
 
 // ReleaseDesc does nothing: handlers never get CBParamFlagDesc, so they
@@ -297,12 +286,12 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 // the WakeupFD descriptor is closed.
 func (i *Iface) Close() {
 	i.pendMu.Lock()
-	if i.closed {
-		i.pendMu.Unlock()
-		return
-	}
+	already := i.closed
 	i.closed = true
 	i.pendMu.Unlock()
+	if already {
+		return
+	}
 	if i.worker != nil {
 		i.worker.ProgressUnregister(i.progID)
 	}

@@ -12,15 +12,6 @@ import (
 	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
-// Names of the posix component, its memory domain and its transport
-// resource.
-const (
-	PosixComponentName = "posix"
-	PosixMDName        = "posix"
-	PosixTLName        = "posix"
-	DevName            = "memory"
-)
-
 // PosixComponent is the "posix" component. The zero value is ready to use;
 // the package registers one instance with uct.Register.
 type PosixComponent struct {
@@ -233,8 +224,7 @@ func (m *PosixMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config 
 type posixTransport struct{}
 
 func (posixTransport) Names() base.Names {
-	return base.Names{Pkg: "uct/sm", Component: PosixComponentName, MD: PosixMDName, TL: PosixTLName, Dev: DevName, DevType: uct.DeviceTypeShm,
-		IfaceConfig: ifaceConfigTable}
+	return base.Names{Pkg: "uct/sm", Component: PosixComponentName, MD: PosixMDName, TL: PosixTLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable}
 }
 
 // NewMD opens a posix MD; a USE_SHM_OPEN that is not a boolean fails with

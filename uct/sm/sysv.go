@@ -16,14 +16,6 @@ import (
 	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
-// Names of the sysv component, its memory domain and its transport
-// resource (whose device is DevName, as posix's).
-const (
-	SysvComponentName = "sysv"
-	SysvMDName        = "sysv"
-	SysvTLName        = "sysv"
-)
-
 // SysvMkeyPackedSize is the length of a key packed by the sysv MD.
 //
 // Layout, little-endian:
@@ -324,8 +316,7 @@ func (m *SysvMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *
 type sysvTransport struct{}
 
 func (sysvTransport) Names() base.Names {
-	return base.Names{Pkg: "uct/sm", Component: SysvComponentName, MD: SysvMDName, TL: SysvTLName, Dev: DevName, DevType: uct.DeviceTypeShm,
-		IfaceConfig: ifaceConfigTable}
+	return base.Names{Pkg: "uct/sm", Component: SysvComponentName, MD: SysvMDName, TL: SysvTLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable}
 }
 
 func (sysvTransport) NewMD(*ucs.Config) (uct.MD, error) { return &SysvMD{}, nil }

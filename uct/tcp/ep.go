@@ -640,12 +640,7 @@ func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
 // PendingPurge removes every request queued on the EP, calling cb (when not
 // nil) on each.
 func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
-	purged := e.iface.pending.Purge(&e.pending)
-	if cb != nil {
-		for _, r := range purged {
-			cb(r)
-		}
-	}
+	e.iface.pending.PurgeEach(&e.pending, cb)
 }
 
 // Destroy closes the EP's connection, in order when nothing is being

@@ -58,7 +58,7 @@ type Iface struct {
 	errHandler    func(arg any, ep uct.EP, status ucs.Status)
 	errHandlerArg any
 
-	handlers [uct.AMMaxID]atomic.Pointer[base.AMHandler]
+	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 
 	poll      *pollSet         // the sockets Progress reads (poll.go)
@@ -251,18 +251,7 @@ func (i *Iface) reachable(devAddr, ifAddr []byte) error {
 // message, concurrently with everything else); ucs.ErrInvalidParam
 // otherwise.
 func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
-	if id >= uct.AMMaxID {
-		return fmt.Errorf("uct/tcp: AM id %d >= %d: %w", id, uct.AMMaxID, ucs.ErrInvalidParam)
-	}
-	if flags != uct.CBFlagSync && flags != uct.CBFlagAsync {
-		return fmt.Errorf("uct/tcp: AM handler flags %#x: %w", flags, ucs.ErrInvalidParam)
-	}
-	if cb == nil {
-		i.handlers[id].Store(nil)
-		return nil
-	}
-	i.handlers[id].Store(&base.AMHandler{CB: cb, Arg: arg, Flags: flags})
-	return nil
+	return i.handlers.Set("uct/tcp", id, cb, arg, flags, true)
 }
 
 // ReleaseDesc gives back the data of an active message that a handler kept

@@ -16,13 +16,6 @@ import (
 	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
-// Names of the component, its memory domain and its transport.
-const (
-	ComponentName = "tcp"
-	MDName        = "tcp"
-	TLName        = "tcp"
-)
-
 // logger receives the warnings of the package (rejected connections and
 // writes, malformed frames, dropped messages).
 var logger atomic.Pointer[log.Logger]
@@ -303,8 +296,7 @@ const maxAddr = base.MaxAddr
 type transport struct{}
 
 func (transport) Names() base.Names {
-	return base.Names{Pkg: "uct/tcp", Component: ComponentName, MD: MDName, TL: TLName, DevType: uct.DeviceTypeNet,
-		IfaceConfig: ifaceConfigTable}
+	return base.Names{Pkg: "uct/tcp", Component: ComponentName, MD: MDName, TL: TLName, DevType: uct.DeviceTypeNet, IfaceConfig: ifaceConfigTable}
 }
 
 func (transport) NewMD(config *ucs.Config) (uct.MD, error) {
