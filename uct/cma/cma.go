@@ -51,18 +51,9 @@ func (k *mkey) encode() []byte { return mkeyFormat.Encode(1, k.pid, base.Zero(4)
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
 // size, magic and version, with zero reserved bits, a valid pid and a
 // non-empty range that lies below 2^57 fails with ucs.ErrInvalidParam.
-func decodeMkey(b []byte) (mkey, error) {
-	var k mkey
-	if _, err := mkeyFormat.Decode(b, &k.pid, base.Zero(4), &k.addr, &k.length); err != nil {
-		return mkey{}, err
-	}
-	switch {
-	case !base.ValidPid(k.pid):
-		return mkey{}, mkeyFormat.Errorf("pid %d", k.pid)
-	case !base.ValidRange(k.addr, k.length):
-		return mkey{}, mkeyFormat.Errorf("range %#x+%d", k.addr, k.length)
-	}
-	return k, nil
+func decodeMkey(b []byte) (k mkey, err error) {
+	_, err = mkeyFormat.Decode(b, &k.pid, base.Zero(4), &k.addr, &k.length, base.CheckPid(&k.pid), base.CheckRange(&k.addr, &k.length))
+	return k, err
 }
 
 // Component is the "cma" component. The zero value is ready to use; the
@@ -119,8 +110,7 @@ func (*Component) RkeyRelease(rkey uct.RkeyBundle) error {
 // MD is the "cma" memory domain: it registers any memory of the process
 // and allocates none.
 type MD struct {
-	base.MD[transport]
-	base.RegisterOnly[transport]
+	base.RegisterMD[transport]
 }
 
 // Memh is the memory handle of a cma registration: the range, nothing more.

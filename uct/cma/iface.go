@@ -57,20 +57,21 @@ func (a *ifaceAddr) encode() []byte { return ifaceAddrFormat.Encode(0, a.pid, a.
 
 // decodeIfaceAddr decodes an iface address strictly; malformed input fails
 // with ucs.ErrInvalidAddr.
-func decodeIfaceAddr(b []byte) (ifaceAddr, error) {
-	var a ifaceAddr
-	if _, err := ifaceAddrFormat.Decode(b, &a.pid, &a.pidns, &a.id, &a.probe); err != nil {
-		return ifaceAddr{}, err
+func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
+	_, err = ifaceAddrFormat.Decode(b, &a.pid, &a.pidns, &a.id, &a.probe,
+		base.CheckPid(&a.pid), base.CheckNonZero("iface id", &a.id), checkProbe(&a.probe))
+	return a, err
+}
+
+// checkProbe checks that *p may be the address of a probe word: aligned,
+// not zero, below base.MaxAddr.
+func checkProbe(p *uint64) base.Check {
+	return func(f *base.Format) error {
+		if *p == 0 || *p%8 != 0 || *p >= base.MaxAddr {
+			return f.Errorf("probe address %#x", *p)
+		}
+		return nil
 	}
-	switch {
-	case !base.ValidPid(a.pid):
-		return ifaceAddr{}, ifaceAddrFormat.Errorf("pid %d", a.pid)
-	case a.id == 0:
-		return ifaceAddr{}, ifaceAddrFormat.Errorf("zero iface id")
-	case a.probe == 0 || a.probe%8 != 0 || a.probe >= base.MaxAddr:
-		return ifaceAddr{}, ifaceAddrFormat.Errorf("probe address %#x", a.probe)
-	}
-	return a, nil
 }
 
 // pidNamespace returns a hash of this process's PID namespace: pids in

@@ -100,8 +100,7 @@ func decodeMkey(b []byte) (pid uint32, id uint64, err error) {
 
 // MD is the "self" memory domain.
 type MD struct {
-	base.MD[transport]
-	base.RegisterOnly[transport]
+	base.RegisterMD[transport]
 }
 
 // Memh is the memory handle of the self MD: the registered range.

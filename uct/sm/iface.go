@@ -67,24 +67,19 @@ func (a *ifaceAddr) encode() []byte {
 
 // decodeIfaceAddr decodes an iface address strictly; malformed input fails
 // with ucs.ErrInvalidAddr.
-func decodeIfaceAddr(b []byte) (ifaceAddr, error) {
-	var a ifaceAddr
-	if _, err := ifaceAddrFormat.Decode(b, &a.pid, &a.fd, &a.ncells, &a.id, &a.stride, base.Zero(4)); err != nil {
-		return ifaceAddr{}, err
-	}
+func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
+	_, err = ifaceAddrFormat.Decode(b, &a.pid, &a.fd, &a.ncells, &a.id, &a.stride, base.Zero(4),
+		base.CheckPid(&a.pid), base.CheckNonZero("segment id", &a.id))
 	switch {
-	case !base.ValidPid(a.pid):
-		return ifaceAddr{}, ifaceAddrFormat.Errorf("pid %d", a.pid)
+	case err != nil:
 	case a.fd < 0:
-		return ifaceAddr{}, ifaceAddrFormat.Errorf("descriptor %d", a.fd)
-	case a.id == 0:
-		return ifaceAddr{}, ifaceAddrFormat.Errorf("zero segment id")
+		err = ifaceAddrFormat.Errorf("descriptor %d", a.fd)
 	case a.ncells < minFIFOCells || a.ncells > maxFIFOCells || a.ncells&(a.ncells-1) != 0:
-		return ifaceAddr{}, ifaceAddrFormat.Errorf("%d FIFO cells", a.ncells)
+		err = ifaceAddrFormat.Errorf("%d FIFO cells", a.ncells)
 	case a.stride%cellAlign != 0 || a.stride < uint32(cellStride(minSegSize)) || a.stride > uint32(cellStride(maxSegSize)):
-		return ifaceAddr{}, ifaceAddrFormat.Errorf("cell stride %d", a.stride)
+		err = ifaceAddrFormat.Errorf("cell stride %d", a.stride)
 	}
-	return a, nil
+	return a, err
 }
 
 // Iface is a posix iface: it owns a receive FIFO (FIFO_SIZE cells of

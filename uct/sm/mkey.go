@@ -63,22 +63,12 @@ func (k *mkey) encode() []byte {
 // size, magic and a known version, with a valid pid and descriptor (zero for
 // a named segment), a non-zero segment id, and a non-empty range that lies
 // below 2^57 (above any user address) fails with ucs.ErrInvalidParam.
-func decodeMkey(b []byte) (mkey, error) {
-	var k mkey
-	v, err := mkeyFormat.Decode(b, &k.pid, &k.fd, &k.id, &k.length, &k.addr)
-	if err != nil {
-		return mkey{}, err
-	}
+func decodeMkey(b []byte) (k mkey, err error) {
+	v, err := mkeyFormat.Decode(b, &k.pid, &k.fd, &k.id, &k.length, &k.addr,
+		base.CheckPid(&k.pid), base.CheckNonZero("segment id", &k.id), base.CheckRange(&k.addr, &k.length))
 	k.named = v == mkeyVersionNamed
-	switch {
-	case !base.ValidPid(k.pid):
-		return mkey{}, mkeyFormat.Errorf("pid %d", k.pid)
-	case k.fd < 0 || (k.named && k.fd != 0):
-		return mkey{}, mkeyFormat.Errorf("descriptor %d", k.fd)
-	case k.id == 0:
-		return mkey{}, mkeyFormat.Errorf("zero segment id")
-	case !base.ValidRange(k.addr, k.length):
-		return mkey{}, mkeyFormat.Errorf("range %#x+%d", k.addr, k.length)
+	if err == nil && (k.fd < 0 || (k.named && k.fd != 0)) {
+		err = mkeyFormat.Errorf("descriptor %d", k.fd)
 	}
-	return k, nil
+	return k, err
 }

@@ -115,8 +115,7 @@ func rkeyRelease(rkey uct.RkeyBundle, cache *segCache) error {
 // PosixMD is the "posix" memory domain: it allocates shared segments; it
 // cannot register existing memory.
 type PosixMD struct {
-	base.MD[posixTransport]
-	base.AllocateOnly[posixTransport]
+	base.AllocateMD[posixTransport]
 	named bool // USE_SHM_OPEN: named /dev/shm segments instead of memfds
 }
 

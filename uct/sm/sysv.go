@@ -79,20 +79,12 @@ func (k *sysvMkey) encode() []byte { return sysvMkeyFormat.Encode(1, k.pid, k.sh
 // decodeSysvMkey decodes a packed sysv key strictly: anything but a key of
 // the exact size, magic and version, with a valid pid and shmid and a
 // non-empty range below 2^57 fails with ucs.ErrInvalidParam.
-func decodeSysvMkey(b []byte) (sysvMkey, error) {
-	var k sysvMkey
-	if _, err := sysvMkeyFormat.Decode(b, &k.pid, &k.shmid, &k.length, &k.addr); err != nil {
-		return sysvMkey{}, err
+func decodeSysvMkey(b []byte) (k sysvMkey, err error) {
+	_, err = sysvMkeyFormat.Decode(b, &k.pid, &k.shmid, &k.length, &k.addr, base.CheckPid(&k.pid), base.CheckRange(&k.addr, &k.length))
+	if err == nil && k.shmid < 0 {
+		err = sysvMkeyFormat.Errorf("shmid %d", k.shmid)
 	}
-	switch {
-	case !base.ValidPid(k.pid):
-		return sysvMkey{}, sysvMkeyFormat.Errorf("pid %d", k.pid)
-	case k.shmid < 0:
-		return sysvMkey{}, sysvMkeyFormat.Errorf("shmid %d", k.shmid)
-	case !base.ValidRange(k.addr, k.length):
-		return sysvMkey{}, sysvMkeyFormat.Errorf("range %#x+%d", k.addr, k.length)
-	}
-	return k, nil
+	return k, err
 }
 
 // shmdt detaches the System V segment attached at addr.
@@ -229,8 +221,7 @@ func (*SysvComponent) RkeyRelease(rkey uct.RkeyBundle) error {
 // posix (their receive FIFOs are memfd segments, which need no shmmax or
 // shmmni headroom), on the resource {sysv, memory}.
 type SysvMD struct {
-	base.MD[sysvTransport]
-	base.AllocateOnly[sysvTransport]
+	base.AllocateMD[sysvTransport]
 }
 
 // SysvMemh is the memory handle of a sysv allocation.

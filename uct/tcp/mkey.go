@@ -35,20 +35,10 @@ func (k *mkey) encode() []byte { return mkeyFormat.Encode(1, k.id, k.addr, k.len
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
 // size, magic and version, with zero reserved bits, non-zero id and token,
 // and a non-empty range below 2^57 fails with ucs.ErrInvalidParam.
-func decodeMkey(b []byte) (mkey, error) {
-	var k mkey
-	if _, err := mkeyFormat.Decode(b, &k.id, &k.addr, &k.length, &k.token); err != nil {
-		return mkey{}, err
-	}
-	switch {
-	case k.id == 0:
-		return mkey{}, mkeyFormat.Errorf("zero key id")
-	case k.token == 0:
-		return mkey{}, mkeyFormat.Errorf("zero token")
-	case !base.ValidRange(k.addr, k.length):
-		return mkey{}, mkeyFormat.Errorf("range %#x+%d", k.addr, k.length)
-	}
-	return k, nil
+func decodeMkey(b []byte) (k mkey, err error) {
+	_, err = mkeyFormat.Decode(b, &k.id, &k.addr, &k.length, &k.token,
+		base.CheckNonZero("key id", &k.id), base.CheckNonZero("token", &k.token), base.CheckRange(&k.addr, &k.length))
+	return k, err
 }
 
 // contains reports whether [raddr, raddr+n) lies inside the key's range.

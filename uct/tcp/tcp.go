@@ -157,8 +157,7 @@ type region struct {
 // MD is the "tcp" memory domain: a registry of the memory its ifaces let
 // peers write.
 type MD struct {
-	base.MD[transport]
-	base.RegisterOnly[transport]
+	base.RegisterMD[transport]
 	mu      sync.RWMutex
 	regions map[uint64]*region // by key id
 }

@@ -111,32 +111,32 @@ func (MD[T]) CheckIface(params *uct.IfaceParams) error {
 // on their own.
 func (MD[T]) Close() {}
 
-// RegisterOnly implements MemAlloc and MemFree of an MD that only
-// registers memory; a transport embeds it in its MD.
-type RegisterOnly[T Transport] struct{}
+// RegisterMD is the MD of a transport that only registers memory: MD with
+// MemAlloc and MemFree that fail; a transport embeds it in its MD.
+type RegisterMD[T Transport] struct{ MD[T] }
 
 // MemAlloc fails with ucs.ErrUnsupported: the MD only registers memory
 // allocated by others.
-func (RegisterOnly[T]) MemAlloc(int, uint32, string) (uct.Allocation, error) {
+func (RegisterMD[T]) MemAlloc(int, uint32, string) (uct.Allocation, error) {
 	return uct.Allocation{}, fmt.Errorf("%s: mem alloc: %w", names[T]().Pkg, ucs.ErrUnsupported)
 }
 
 // MemFree fails with ucs.ErrUnsupported, as MemAlloc does.
-func (RegisterOnly[T]) MemFree(uct.Memh) error {
+func (RegisterMD[T]) MemFree(uct.Memh) error {
 	return fmt.Errorf("%s: mem free: %w", names[T]().Pkg, ucs.ErrUnsupported)
 }
 
-// AllocateOnly implements MemReg and MemDereg of an MD that only allocates
-// memory; a transport embeds it in its MD.
-type AllocateOnly[T Transport] struct{}
+// AllocateMD is the MD of a transport that only allocates memory: MD with
+// MemReg and MemDereg that fail; a transport embeds it in its MD.
+type AllocateMD[T Transport] struct{ MD[T] }
 
 // MemReg fails with ucs.ErrUnsupported: the memory of the MD must be
 // allocated by it.
-func (AllocateOnly[T]) MemReg(unsafe.Pointer, int, uint32) (uct.Memh, error) {
+func (AllocateMD[T]) MemReg(unsafe.Pointer, int, uint32) (uct.Memh, error) {
 	return nil, fmt.Errorf("%s: %s mem reg: %w", names[T]().Pkg, names[T]().MD, ucs.ErrUnsupported)
 }
 
 // MemDereg fails with ucs.ErrUnsupported, as MemReg does.
-func (AllocateOnly[T]) MemDereg(uct.Memh) error {
+func (AllocateMD[T]) MemDereg(uct.Memh) error {
 	return fmt.Errorf("%s: %s mem dereg: %w", names[T]().Pkg, names[T]().MD, ucs.ErrUnsupported)
 }

@@ -35,6 +35,41 @@ type Format struct {
 // Decode fails unless they are zero.
 type Zero int
 
+// A Check is a condition on the fields that Decode read, given to Decode
+// after the fields: it returns nil when they meet it, and otherwise the
+// error of f that says why.
+type Check func(f *Format) error
+
+// CheckPid checks that *p may be a process id (ValidPid).
+func CheckPid(p *uint32) Check {
+	return func(f *Format) error {
+		if !ValidPid(*p) {
+			return f.Errorf("pid %d", *p)
+		}
+		return nil
+	}
+}
+
+// CheckRange checks that *addr and *length are a valid range (ValidRange).
+func CheckRange(addr, length *uint64) Check {
+	return func(f *Format) error {
+		if !ValidRange(*addr, *length) {
+			return f.Errorf("range %#x+%d", *addr, *length)
+		}
+		return nil
+	}
+}
+
+// CheckNonZero checks that *p, the field what, is not zero.
+func CheckNonZero(what string, p *uint64) Check {
+	return func(f *Format) error {
+		if *p == 0 {
+			return f.Errorf("zero %s", what)
+		}
+		return nil
+	}
+}
+
 // Errorf returns the error "Name: message: Err", for the checks that a
 // transport makes on the fields Decode read.
 func (f *Format) Errorf(format string, args ...any) error {
@@ -56,8 +91,10 @@ func (f *Format) headerLen() int {
 // format with a header, begin with Magic, one of Versions and zero reserved
 // bits. The fields after the header are read in order into fields, each a
 // *uint8, *uint16, *uint32, *int32 or *uint64, a []byte (filled whole), or
-// a Zero (bytes that must be zero). Decode returns the version (0 for a
-// format without one); any mismatch fails with an error that wraps Err. A
+// a Zero (bytes that must be zero). Checks among fields run in order once
+// every field is read, and the first that fails is Decode's error. Decode
+// returns the version (0 for a format without one); any mismatch fails with
+// an error that wraps Err. A
 // field list that does not cover exactly Size bytes is a bug of the caller:
 // Decode panics.
 func (f *Format) Decode(b []byte, fields ...any) (version uint16, err error) {
@@ -79,8 +116,11 @@ func (f *Format) Decode(b []byte, fields ...any) (version uint16, err error) {
 		}
 	}
 	off := f.headerLen()
+	var checks []Check
 	for _, field := range fields {
 		switch p := field.(type) {
+		case Check:
+			checks = append(checks, p)
 		case *uint8:
 			*p = b[off]
 			off++
@@ -111,6 +151,11 @@ func (f *Format) Decode(b []byte, fields ...any) (version uint16, err error) {
 	}
 	if off != f.Size {
 		panic(fmt.Sprintf("base: %s: fields of %d bytes, want %d", f.Name, off, f.Size))
+	}
+	for _, c := range checks {
+		if err := c(f); err != nil {
+			return 0, err
+		}
 	}
 	return version, nil
 }
