@@ -46,13 +46,17 @@ type mkey struct {
 }
 
 // encode packs k.
-func (k *mkey) encode() []byte { return mkeyFormat.Encode(1, k.pid, base.Zero(4), k.addr, k.length) }
+// fields are the fields of the packed key, in order.
+func (k *mkey) fields() []any { return []any{&k.pid, base.Zero(4), &k.addr, &k.length} }
+
+// encode packs k.
+func (k *mkey) encode() []byte { return mkeyFormat.Encode(1, k.fields()...) }
 
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
 // size, magic and version, with zero reserved bits, a valid pid and a
 // non-empty range that lies below 2^57 fails with ucs.ErrInvalidParam.
 func decodeMkey(b []byte) (k mkey, err error) {
-	_, err = mkeyFormat.Decode(b, &k.pid, base.Zero(4), &k.addr, &k.length, base.CheckPid(&k.pid), base.CheckRange(&k.addr, &k.length))
+	_, err = mkeyFormat.Decode(b, append(k.fields(), base.CheckPid(&k.pid), base.CheckRange(&k.addr, &k.length))...)
 	return k, err
 }
 

@@ -53,13 +53,16 @@ type ifaceAddr struct {
 	probe uint64
 }
 
-func (a *ifaceAddr) encode() []byte { return ifaceAddrFormat.Encode(0, a.pid, a.pidns, a.id, a.probe) }
+// fields are the fields of the address, in order.
+func (a *ifaceAddr) fields() []any { return []any{&a.pid, &a.pidns, &a.id, &a.probe} }
+
+func (a *ifaceAddr) encode() []byte { return ifaceAddrFormat.Encode(0, a.fields()...) }
 
 // decodeIfaceAddr decodes an iface address strictly; malformed input fails
 // with ucs.ErrInvalidAddr.
 func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
-	_, err = ifaceAddrFormat.Decode(b, &a.pid, &a.pidns, &a.id, &a.probe,
-		base.CheckPid(&a.pid), base.CheckNonZero("iface id", &a.id), checkProbe(&a.probe))
+	_, err = ifaceAddrFormat.Decode(b, append(a.fields(),
+		base.CheckPid(&a.pid), base.CheckNonZero("iface id", &a.id), checkProbe(&a.probe))...)
 	return a, err
 }
 

@@ -61,15 +61,17 @@ type ifaceAddr struct {
 	stride uint32
 }
 
-func (a *ifaceAddr) encode() []byte {
-	return ifaceAddrFormat.Encode(0, a.pid, a.fd, a.ncells, a.id, a.stride, base.Zero(4))
+// fields are the fields of the address, in order.
+func (a *ifaceAddr) fields() []any {
+	return []any{&a.pid, &a.fd, &a.ncells, &a.id, &a.stride, base.Zero(4)}
 }
+
+func (a *ifaceAddr) encode() []byte { return ifaceAddrFormat.Encode(0, a.fields()...) }
 
 // decodeIfaceAddr decodes an iface address strictly; malformed input fails
 // with ucs.ErrInvalidAddr.
 func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
-	_, err = ifaceAddrFormat.Decode(b, &a.pid, &a.fd, &a.ncells, &a.id, &a.stride, base.Zero(4),
-		base.CheckPid(&a.pid), base.CheckNonZero("segment id", &a.id))
+	_, err = ifaceAddrFormat.Decode(b, append(a.fields(), base.CheckPid(&a.pid), base.CheckNonZero("segment id", &a.id))...)
 	switch {
 	case err != nil:
 	case a.fd < 0:

@@ -74,13 +74,17 @@ type sysvMkey struct {
 }
 
 // encode packs k.
-func (k *sysvMkey) encode() []byte { return sysvMkeyFormat.Encode(1, k.pid, k.shmid, k.length, k.addr) }
+// fields are the fields of the packed key, in order.
+func (k *sysvMkey) fields() []any { return []any{&k.pid, &k.shmid, &k.length, &k.addr} }
+
+// encode packs k.
+func (k *sysvMkey) encode() []byte { return sysvMkeyFormat.Encode(1, k.fields()...) }
 
 // decodeSysvMkey decodes a packed sysv key strictly: anything but a key of
 // the exact size, magic and version, with a valid pid and shmid and a
 // non-empty range below 2^57 fails with ucs.ErrInvalidParam.
 func decodeSysvMkey(b []byte) (k sysvMkey, err error) {
-	_, err = sysvMkeyFormat.Decode(b, &k.pid, &k.shmid, &k.length, &k.addr, base.CheckPid(&k.pid), base.CheckRange(&k.addr, &k.length))
+	_, err = sysvMkeyFormat.Decode(b, append(k.fields(), base.CheckPid(&k.pid), base.CheckRange(&k.addr, &k.length))...)
 	if err == nil && k.shmid < 0 {
 		err = sysvMkeyFormat.Errorf("shmid %d", k.shmid)
 	}

@@ -162,7 +162,8 @@ func (f *Format) Decode(b []byte, fields ...any) (version uint16, err error) {
 
 // Encode returns a new packing of Size bytes: the header with version
 // (ignored by a format without versions) and the fields in order, each a
-// uint8, uint16, uint32, int32, uint64, []byte or Zero. A field list that
+// uint8, uint16, uint32, int32 or uint64 or a pointer to one, a []byte or
+// a Zero: the field list of Decode serves Encode too. A field list that
 // does not cover exactly Size bytes is a bug of the caller: Encode panics.
 func (f *Format) Encode(version uint16, fields ...any) []byte {
 	b := make([]byte, f.Size)
@@ -174,6 +175,18 @@ func (f *Format) Encode(version uint16, fields ...any) []byte {
 	}
 	off := f.headerLen()
 	for _, field := range fields {
+		switch v := field.(type) {
+		case *uint8:
+			field = *v
+		case *uint16:
+			field = *v
+		case *uint32:
+			field = *v
+		case *int32:
+			field = *v
+		case *uint64:
+			field = *v
+		}
 		switch v := field.(type) {
 		case uint8:
 			b[off] = v
