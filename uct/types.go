@@ -1,6 +1,7 @@
 package uct
 
 import (
+	"strconv"
 	"sync/atomic"
 	"unsafe"
 
@@ -93,12 +94,29 @@ const (
 	AtomicOpCSwap
 )
 
+// atomicOpNames are the names of the atomic operations, by value.
+var atomicOpNames = [...]string{"add", "and", "or", "xor", "swap", "cswap"}
+
+// Valid reports whether op is one of the atomic operations.
+func (op AtomicOp) Valid() bool { return op >= 0 && int(op) < len(atomicOpNames) }
+
+// String returns the name of op ("add", "cswap", ...), or "AtomicOp(N)"
+// for a value that is no operation.
 func (op AtomicOp) String() string {
-	return [...]string{"add", "and", "or", "xor", "swap", "cswap"}[op]
+	if !op.Valid() {
+		return "AtomicOp(" + strconv.Itoa(int(op)) + ")"
+	}
+	return atomicOpNames[op]
 }
 
-// OpMask returns the bit of op in the atomic masks of IfaceAttr.
-func (op AtomicOp) OpMask() uint64 { return 1 << uint(op) }
+// OpMask returns the bit of op in the atomic masks of IfaceAttr, or 0 for a
+// value that is no operation.
+func (op AtomicOp) OpMask() uint64 {
+	if !op.Valid() {
+		return 0
+	}
+	return 1 << uint(op)
+}
 
 // LinearModel is a cost of the form C + M*n seconds for an n-endpoint job
 // (ucs_linear_func_t).
