@@ -295,7 +295,7 @@ func (ep *Endpoint) wireup(ra *workerAddress, netDev string) error {
 }
 
 // can reports whether both sides of the candidate have one of flags.
-func (c candidate) can(flags uint64) bool {
+func (c candidate) can(flags uct.IfaceFlags) bool {
 	return c.wi.attr.Flags&flags != 0 && c.remote.capFlags&flags != 0
 }
 

@@ -40,10 +40,10 @@ type MD interface {
 	// MemAlloc allocates at least length bytes that remote peers can reach
 	// through keys packed with MkeyPack; name labels it for debugging. It
 	// fails with ucs.ErrUnsupported on an MD without MDFlagAlloc.
-	MemAlloc(length int, flags uint32, name string) (Allocation, error)
+	MemAlloc(length int, flags MemFlags, name string) (Allocation, error)
 	MemFree(memh Memh) error
 	// MemReg registers existing memory; ucs.ErrUnsupported without MDFlagReg.
-	MemReg(addr unsafe.Pointer, length int, flags uint32) (Memh, error)
+	MemReg(addr unsafe.Pointer, length int, flags MemFlags) (Memh, error)
 	MemDereg(memh Memh) error
 	// MkeyPack packs the remote key of memh, RkeyPackedSize bytes.
 	MkeyPack(memh Memh) ([]byte, error)
@@ -87,13 +87,13 @@ type Iface interface {
 	IsReachable(deviceAddr, ifaceAddr []byte) bool
 	// SetAMHandler installs cb for active messages with id (< AMMaxID);
 	// a nil cb removes the handler. flags is CBFlagSync or CBFlagAsync.
-	SetAMHandler(id uint8, cb AMCallback, arg any, flags uint32) error
+	SetAMHandler(id uint8, cb AMCallback, arg any, flags CBFlags) error
 	// ReleaseDesc gives back AM data a handler kept by returning InProgress.
 	ReleaseDesc(data []byte)
 	// Progress does pending work (receives, completions) and returns the
 	// number of events handled.
 	Progress() int
-	Flush(flags uint32, comp *Completion) ucs.Status
+	Flush(flags FlushFlags, comp *Completion) ucs.Status
 	Fence(flags uint32) ucs.Status
 	// EPCreate connects a new EP to the remote iface whose addresses are
 	// given (connect to iface). It fails with ucs.ErrInvalidAddr for
@@ -157,7 +157,7 @@ type EP interface {
 
 	// Flush completes (or, with FlushFlagCancel, cancels) every operation
 	// issued on the EP before it: OK when done, InProgress with comp.
-	Flush(flags uint32, comp *Completion) ucs.Status
+	Flush(flags FlushFlags, comp *Completion) ucs.Status
 	// Fence orders operations issued before it before those issued after.
 	Fence(flags uint32) ucs.Status
 	// PendingAdd queues r until the EP has resources; it returns ucs.ErrBusy

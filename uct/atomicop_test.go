@@ -11,7 +11,7 @@ func TestAtomicOpValues(t *testing.T) {
 		op    AtomicOp
 		valid bool
 		name  string
-		mask  uint64
+		mask  AtomicOpMask
 	}{
 		{AtomicOpAdd, true, "add", 1 << 0},
 		{AtomicOpAnd, true, "and", 1 << 1},

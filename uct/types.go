@@ -46,38 +46,42 @@ type TLResource struct {
 	DevType DeviceType
 }
 
+// IfaceFlags are the capabilities of an iface (IfaceAttr.Flags), a set of
+// IfaceFlag* bits.
+type IfaceFlags uint64
+
 // Iface capability flags (UCT_IFACE_FLAG_*), with the bit numbers of the UCX
 // documents.
 const (
-	IfaceFlagAMShort           uint64 = 1 << 0
-	IfaceFlagAMBcopy           uint64 = 1 << 1
-	IfaceFlagAMZcopy           uint64 = 1 << 2
-	IfaceFlagPending           uint64 = 1 << 3
-	IfaceFlagPutShort          uint64 = 1 << 4
-	IfaceFlagPutBcopy          uint64 = 1 << 5
-	IfaceFlagPutZcopy          uint64 = 1 << 6
-	IfaceFlagGetShort          uint64 = 1 << 8
-	IfaceFlagGetBcopy          uint64 = 1 << 9
-	IfaceFlagGetZcopy          uint64 = 1 << 10
-	IfaceFlagAtomicCPU         uint64 = 1 << 30
-	IfaceFlagAtomicDevice      uint64 = 1 << 31
-	IfaceFlagErrhandleShort    uint64 = 1 << 32
-	IfaceFlagErrhandleBcopy    uint64 = 1 << 33
-	IfaceFlagErrhandleZcopy    uint64 = 1 << 34
-	IfaceFlagErrhandleAMID     uint64 = 1 << 35
-	IfaceFlagErrhandleBcopyLn  uint64 = 1 << 36
-	IfaceFlagErrhandlePeerDown uint64 = 1 << 37
-	IfaceFlagConnectToIface    uint64 = 1 << 40
-	IfaceFlagConnectToEP       uint64 = 1 << 41
-	IfaceFlagAMDup             uint64 = 1 << 43
-	IfaceFlagCBSync            uint64 = 1 << 44
-	IfaceFlagCBAsync           uint64 = 1 << 45
+	IfaceFlagAMShort           IfaceFlags = 1 << 0
+	IfaceFlagAMBcopy           IfaceFlags = 1 << 1
+	IfaceFlagAMZcopy           IfaceFlags = 1 << 2
+	IfaceFlagPending           IfaceFlags = 1 << 3
+	IfaceFlagPutShort          IfaceFlags = 1 << 4
+	IfaceFlagPutBcopy          IfaceFlags = 1 << 5
+	IfaceFlagPutZcopy          IfaceFlags = 1 << 6
+	IfaceFlagGetShort          IfaceFlags = 1 << 8
+	IfaceFlagGetBcopy          IfaceFlags = 1 << 9
+	IfaceFlagGetZcopy          IfaceFlags = 1 << 10
+	IfaceFlagAtomicCPU         IfaceFlags = 1 << 30
+	IfaceFlagAtomicDevice      IfaceFlags = 1 << 31
+	IfaceFlagErrhandleShort    IfaceFlags = 1 << 32
+	IfaceFlagErrhandleBcopy    IfaceFlags = 1 << 33
+	IfaceFlagErrhandleZcopy    IfaceFlags = 1 << 34
+	IfaceFlagErrhandleAMID     IfaceFlags = 1 << 35
+	IfaceFlagErrhandleBcopyLn  IfaceFlags = 1 << 36
+	IfaceFlagErrhandlePeerDown IfaceFlags = 1 << 37
+	IfaceFlagConnectToIface    IfaceFlags = 1 << 40
+	IfaceFlagConnectToEP       IfaceFlags = 1 << 41
+	IfaceFlagAMDup             IfaceFlags = 1 << 43
+	IfaceFlagCBSync            IfaceFlags = 1 << 44
+	IfaceFlagCBAsync           IfaceFlags = 1 << 45
 
 	// IfaceFlagFlushAfterAM (a goshmem addition, in a bit UCX leaves
 	// unused): a completed flush of an EP means the peer has returned from
 	// its asynchronous AM handlers for every message the EP sent before the
 	// flush, so what those handlers do is complete too.
-	IfaceFlagFlushAfterAM uint64 = 1 << 62
+	IfaceFlagFlushAfterAM IfaceFlags = 1 << 62
 )
 
 // AtomicOp is an atomic operation (uct_atomic_op_t).
@@ -111,7 +115,7 @@ func (op AtomicOp) String() string {
 
 // OpMask returns the bit of op in the atomic masks of IfaceAttr, or 0 for a
 // value that is no operation.
-func (op AtomicOp) OpMask() uint64 {
+func (op AtomicOp) OpMask() AtomicOpMask {
 	if !op.Valid() {
 		return 0
 	}
@@ -138,17 +142,21 @@ type OpCaps struct {
 	MaxHdr        int // AM only: largest zcopy header
 }
 
-// AtomicCaps are the atomic operations an iface does, as OpMask bits.
+// AtomicOpMask is a set of atomic operations, each the OpMask bit of its
+// AtomicOp.
+type AtomicOpMask uint64
+
+// AtomicCaps are the atomic operations an iface does.
 type AtomicCaps struct {
-	OpFlags  uint64 // posted operations
-	FopFlags uint64 // fetching operations
+	OpFlags  AtomicOpMask // posted operations
+	FopFlags AtomicOpMask // fetching operations
 }
 
 // IfaceAttr is the answer of Iface.Query (uct_iface_attr_t).
 type IfaceAttr struct {
 	Put, Get, AM       OpCaps
 	Atomic32, Atomic64 AtomicCaps
-	Flags              uint64 // IfaceFlag* bits
+	Flags              IfaceFlags
 	EventFlags         uint64
 	DeviceAddrLen      int
 	IfaceAddrLen       int
@@ -160,35 +168,43 @@ type IfaceAttr struct {
 	MaxNumEPs          int
 }
 
+// MDFlags are the capabilities of a memory domain (MDAttr.Flags), a set of
+// MDFlag* bits.
+type MDFlags uint64
+
 // MD capability flags (UCT_MD_FLAG_*).
 const (
-	MDFlagAlloc    uint64 = 1 << 0 // MemAlloc works
-	MDFlagReg      uint64 = 1 << 1 // MemReg works
-	MDFlagNeedMemh uint64 = 1 << 2 // local memory must be registered
-	MDFlagNeedRkey uint64 = 1 << 3 // remote access needs an rkey
-	MDFlagAdvise   uint64 = 1 << 4
-	MDFlagFixed    uint64 = 1 << 5
-	MDFlagRkeyPtr  uint64 = 1 << 6 // RkeyPtr gives direct access
+	MDFlagAlloc    MDFlags = 1 << 0 // MemAlloc works
+	MDFlagReg      MDFlags = 1 << 1 // MemReg works
+	MDFlagNeedMemh MDFlags = 1 << 2 // local memory must be registered
+	MDFlagNeedRkey MDFlags = 1 << 3 // remote access needs an rkey
+	MDFlagAdvise   MDFlags = 1 << 4
+	MDFlagFixed    MDFlags = 1 << 5
+	MDFlagRkeyPtr  MDFlags = 1 << 6 // RkeyPtr gives direct access
 )
 
 // MDAttr is the answer of MD.Query (uct_md_attr_t).
 type MDAttr struct {
 	ComponentName  string
-	Flags          uint64 // MDFlag* bits
+	Flags          MDFlags
 	MaxAlloc       uint64
 	MaxReg         uint64
 	RkeyPackedSize int
 	RegCost        LinearModel
 }
 
+// MemFlags are the flags of MD.MemAlloc and MD.MemReg, a set of MemFlag*
+// and MemAccess* bits; the MDs of goshmem accept and ignore them.
+type MemFlags uint32
+
 // Memory allocation and registration flags (UCT_MD_MEM_*).
 const (
-	MemFlagNonblock  uint32 = 1 << 0
-	MemFlagFixed     uint32 = 1 << 1
-	MemFlagLock      uint32 = 1 << 2
-	MemFlagHide      uint32 = 1 << 3
-	MemAccessLocal   uint32 = 1 << 5
-	MemAccessRemote  uint32 = 1 << 6 // remote put, get and atomics
+	MemFlagNonblock  MemFlags = 1 << 0
+	MemFlagFixed     MemFlags = 1 << 1
+	MemFlagLock      MemFlags = 1 << 2
+	MemFlagHide      MemFlags = 1 << 3
+	MemAccessLocal   MemFlags = 1 << 5
+	MemAccessRemote  MemFlags = 1 << 6 // remote put, get and atomics
 	MemAccessDefault        = MemAccessLocal | MemAccessRemote
 )
 
@@ -254,10 +270,14 @@ const (
 	CBParamFlagDesc uint32 = 1 << 0
 )
 
+// CBFlags are the flags of Iface.SetAMHandler: how the handler may be
+// called.
+type CBFlags uint32
+
 // AM handler flags (UCT_CB_FLAG_*), for Iface.SetAMHandler.
 const (
-	CBFlagSync  uint32 = 1 << 1 // called only from Progress
-	CBFlagAsync uint32 = 1 << 2 // may be called from any goroutine
+	CBFlagSync  CBFlags = 1 << 1 // called only from Progress
+	CBFlagAsync CBFlags = 1 << 2 // may be called from any goroutine
 )
 
 // AMCallback handles one active message. data is the whole message: for
@@ -282,8 +302,11 @@ type PackFunc func(dst []byte) int
 // UnpackFunc consumes the data of a get bcopy from the transport's buffer.
 type UnpackFunc func(src []byte)
 
+// FlushFlags are the flags of Iface.Flush and EP.Flush.
+type FlushFlags uint32
+
 // Flush flags (UCT_FLUSH_FLAG_*).
 const (
-	FlushFlagLocal  uint32 = 0      // wait until every operation completes
-	FlushFlagCancel uint32 = 1 << 0 // cancel what has not started and fail it
+	FlushFlagLocal  FlushFlags = 0      // wait until every operation completes
+	FlushFlagCancel FlushFlags = 1 << 0 // cancel what has not started and fail it
 )

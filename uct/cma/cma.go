@@ -136,7 +136,7 @@ func (m *MD) Query() (uct.MDAttr, error) {
 // positive length, below 2^57; ucs.ErrInvalidParam otherwise), since
 // process_vm_readv/writev reach any memory of the process. flags are
 // ignored.
-func (*MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
+func (*MD) MemReg(addr unsafe.Pointer, length int, flags uct.MemFlags) (uct.Memh, error) {
 	a := uint64(uintptr(addr))
 	if addr == nil || length <= 0 || !base.ValidRange(a, uint64(length)) {
 		return nil, fmt.Errorf("uct/cma: mem reg of %p+%d: %w", addr, length, ucs.ErrInvalidParam)

@@ -223,7 +223,7 @@ func (i *Iface) check(deviceAddr, addr []byte) (ifaceAddr, error) {
 }
 
 // SetAMHandler fails with ucs.ErrUnsupported: cma has no active messages.
-func (*Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
+func (*Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBFlags) error {
 	return fmt.Errorf("uct/cma: active messages: %w", ucs.ErrUnsupported)
 }
 
@@ -258,7 +258,7 @@ func (i *Iface) epFailed(e *EP) {
 }
 
 // Flush returns OK: every operation completes on return.
-func (*Iface) Flush(uint32, *uct.Completion) ucs.Status { return ucs.OK }
+func (*Iface) Flush(uct.FlushFlags, *uct.Completion) ucs.Status { return ucs.OK }
 
 // Fence returns OK: every operation completes on return, in order.
 func (*Iface) Fence(uint32) ucs.Status { return ucs.OK }

@@ -127,7 +127,7 @@ func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
 // SetAMHandler installs cb for id; a nil cb removes it. id must be below
 // uct.AMMaxID and flags one of CBFlagSync and CBFlagAsync
 // (ucs.ErrInvalidParam otherwise).
-func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
+func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBFlags) error {
 	return i.handlers.Set("uct/self", id, cb, arg, flags, false)
 }
 
@@ -262,7 +262,7 @@ func (i *Iface) progressPending() int {
 }
 
 // Flush returns OK: every operation of the iface completes on return.
-func (*Iface) Flush(uint32, *uct.Completion) ucs.Status { return ucs.OK }
+func (*Iface) Flush(uct.FlushFlags, *uct.Completion) ucs.Status { return ucs.OK }
 
 // Fence issues a full memory barrier and returns OK.
 func (*Iface) Fence(uint32) ucs.Status {

@@ -119,7 +119,7 @@ func (m *MD) Query() (uct.MDAttr, error) {
 
 // MemReg returns a *Memh recording the range; a negative length fails with
 // ucs.ErrInvalidParam.
-func (*MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
+func (*MD) MemReg(addr unsafe.Pointer, length int, flags uct.MemFlags) (uct.Memh, error) {
 	if length < 0 {
 		return nil, fmt.Errorf("uct/self: mem reg of %d bytes: %w", length, ucs.ErrInvalidParam)
 	}

@@ -234,7 +234,7 @@ func atomic32(op uct.AtomicOp, v, cmp uint32, p unsafe.Pointer, old *uint32) ucs
 }
 
 // Flush returns OK: every operation completed on return.
-func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status { return ucs.OK }
+func (e *EP) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status { return ucs.OK }
 
 // Fence issues a full memory barrier.
 func (e *EP) Fence(flags uint32) ucs.Status {

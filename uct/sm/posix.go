@@ -148,7 +148,7 @@ func (m *PosixMD) Query() (uct.MDAttr, error) {
 // /dev/shm/goshmem-<pid>-<id> (mode 0600, created with O_EXCL), which
 // MemFree unlinks; if the process dies first the file stays until
 // RemoveStaleSegments removes it.
-func (md *PosixMD) MemAlloc(length int, flags uint32, name string) (uct.Allocation, error) {
+func (md *PosixMD) MemAlloc(length int, flags uct.MemFlags, name string) (uct.Allocation, error) {
 	if length <= 0 {
 		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)
 	}

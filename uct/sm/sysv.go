@@ -254,7 +254,7 @@ func (m *SysvMD) Query() (uct.MDAttr, error) {
 // (ucs.ErrInvalidParam); a segment beyond kernel.shmmax, or one the system
 // refuses, fails with ucs.ErrNoMemory. flags are ignored; name labels the
 // handle.
-func (*SysvMD) MemAlloc(length int, flags uint32, name string) (uct.Allocation, error) {
+func (*SysvMD) MemAlloc(length int, flags uct.MemFlags, name string) (uct.Allocation, error) {
 	if length <= 0 {
 		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)
 	}

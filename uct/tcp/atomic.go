@@ -31,7 +31,7 @@ const (
 // (posted when post is set) fails with ucs.ErrUnsupported, a word outside
 // the key or not aligned with ucs.ErrInvalidParam.
 func atomicFrame(op uct.AtomicOp, post bool, size int, value, compare, raddr, rkey uint64) (*txFrame, ucs.Status) {
-	mask := uint64(atomicFops)
+	mask := atomicFops
 	if post {
 		mask = atomicOps
 	}

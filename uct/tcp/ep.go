@@ -568,7 +568,7 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 // is signalled from Progress once they are, or with the error if the EP
 // fails first. FlushFlagCancel is not distinguished: queued frames are
 // still sent.
-func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status {
+func (e *EP) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
 	target, st := e.flushTarget()
 	if st != ucs.InProgress {
 		return st

@@ -250,7 +250,7 @@ func (i *Iface) reachable(devAddr, ifAddr []byte) error {
 // and uct.CBFlagAsync (cb is called from the goroutine that received the
 // message, concurrently with everything else); ucs.ErrInvalidParam
 // otherwise.
-func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
+func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBFlags) error {
 	return i.handlers.Set("uct/tcp", id, cb, arg, flags, true)
 }
 
@@ -465,7 +465,7 @@ func (i *Iface) addFlush(w *flushWaiter) {
 // (failed EPs are skipped); otherwise ucs.InProgress, and comp (when not
 // nil) is signalled from Progress once they are, with the error of an EP
 // that failed meanwhile.
-func (i *Iface) Flush(flags uint32, comp *uct.Completion) ucs.Status {
+func (i *Iface) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
 	i.mu.Lock()
 	eps := make([]*EP, 0, len(i.eps))
 	for e := range i.eps {

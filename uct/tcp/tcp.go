@@ -180,7 +180,7 @@ func (m *MD) Query() (uct.MDAttr, error) {
 // token, and returns a *Memh. A nil address or a length that is not
 // positive fails with ucs.ErrInvalidParam. The memory must stay valid until
 // MemDereg.
-func (m *MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
+func (m *MD) MemReg(addr unsafe.Pointer, length int, flags uct.MemFlags) (uct.Memh, error) {
 	start := uint64(uintptr(addr))
 	if addr == nil || length <= 0 || !base.ValidRange(start, uint64(length)) {
 		return nil, fmt.Errorf("uct/tcp: mem reg of %d bytes at %p: %w", length, addr, ucs.ErrInvalidParam)

@@ -12,7 +12,7 @@ import (
 type AMHandler struct {
 	CB    uct.AMCallback
 	Arg   any
-	Flags uint32 // the uct.CBFlag* it was installed with
+	Flags uct.CBFlags // how it was installed
 }
 
 // AMMsg is a received active message waiting for delivery.
@@ -30,7 +30,7 @@ type AMHandlers [uct.AMMaxID]atomic.Pointer[AMHandler]
 // and uct.CBFlagAsync when oneMode is set, or any non-empty combination of
 // the two otherwise; anything else fails with ucs.ErrInvalidParam, in an
 // error that pkg begins.
-func (h *AMHandlers) Set(pkg string, id uint8, cb uct.AMCallback, arg any, flags uint32, oneMode bool) error {
+func (h *AMHandlers) Set(pkg string, id uint8, cb uct.AMCallback, arg any, flags uct.CBFlags, oneMode bool) error {
 	if id >= uct.AMMaxID {
 		return fmt.Errorf("%s: AM id %d >= %d: %w", pkg, id, uct.AMMaxID, ucs.ErrInvalidParam)
 	}

@@ -10,8 +10,8 @@ import (
 // AtomicCaps bits: add, and, or and xor posted; those and swap and
 // compare-and-swap fetching.
 const (
-	AllAtomicOps  = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpAnd | 1<<uct.AtomicOpOr | 1<<uct.AtomicOpXor
-	AllAtomicFops = AllAtomicOps | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
+	AllAtomicOps  uct.AtomicOpMask = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpAnd | 1<<uct.AtomicOpOr | 1<<uct.AtomicOpXor
+	AllAtomicFops                  = AllAtomicOps | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
 )
 
 // AllAtomics are the capabilities of a transport that offers every atomic
@@ -48,7 +48,7 @@ func AMCaps(maxShort, maxBcopy, maxZcopy, maxIOV, maxHdr int) uct.OpCaps {
 // lengths and cost model (overhead and latency in seconds), priority 0 and
 // any number of EPs (math.MaxInt32); the caller sets the limits of the
 // operations it offers.
-func IfaceAttr(flags uint64, deviceAddrLen, ifaceAddrLen int, overhead, latency float64, bw uct.Bandwidth) *uct.IfaceAttr {
+func IfaceAttr(flags uct.IfaceFlags, deviceAddrLen, ifaceAddrLen int, overhead, latency float64, bw uct.Bandwidth) *uct.IfaceAttr {
 	return &uct.IfaceAttr{
 		Flags:         flags,
 		DeviceAddrLen: deviceAddrLen,

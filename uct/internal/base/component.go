@@ -92,7 +92,7 @@ func (MD[T]) IfaceConfigTable() []ucs.ConfigField { return names[T]().IfaceConfi
 
 // Attr returns the attributes of the MD with its component name, flags and
 // packed key size filled in; the transport sets the others.
-func (MD[T]) Attr(flags uint64, rkeyPackedSize int) uct.MDAttr {
+func (MD[T]) Attr(flags uct.MDFlags, rkeyPackedSize int) uct.MDAttr {
 	return uct.MDAttr{ComponentName: names[T]().Component, Flags: flags, RkeyPackedSize: rkeyPackedSize}
 }
 
@@ -117,7 +117,7 @@ type RegisterMD[T Transport] struct{ MD[T] }
 
 // MemAlloc fails with ucs.ErrUnsupported: the MD only registers memory
 // allocated by others.
-func (RegisterMD[T]) MemAlloc(int, uint32, string) (uct.Allocation, error) {
+func (RegisterMD[T]) MemAlloc(int, uct.MemFlags, string) (uct.Allocation, error) {
 	return uct.Allocation{}, fmt.Errorf("%s: mem alloc: %w", names[T]().Pkg, ucs.ErrUnsupported)
 }
 
@@ -132,7 +132,7 @@ type AllocateMD[T Transport] struct{ MD[T] }
 
 // MemReg fails with ucs.ErrUnsupported: the memory of the MD must be
 // allocated by it.
-func (AllocateMD[T]) MemReg(unsafe.Pointer, int, uint32) (uct.Memh, error) {
+func (AllocateMD[T]) MemReg(unsafe.Pointer, int, uct.MemFlags) (uct.Memh, error) {
 	return nil, fmt.Errorf("%s: %s mem reg: %w", names[T]().Pkg, names[T]().MD, ucs.ErrUnsupported)
 }
 
