@@ -205,7 +205,7 @@ const (
 	MemFlagHide      MemFlags = 1 << 3
 	MemAccessLocal   MemFlags = 1 << 5
 	MemAccessRemote  MemFlags = 1 << 6 // remote put, get and atomics
-	MemAccessDefault        = MemAccessLocal | MemAccessRemote
+	MemAccessDefault          = MemAccessLocal | MemAccessRemote
 )
 
 // Memh is a memory handle returned by MemAlloc or MemReg. Its content is
