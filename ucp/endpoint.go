@@ -54,7 +54,7 @@ type EPParams struct {
 	ErrMode    ErrHandlingMode
 	ErrHandler ErrHandler
 	UserData   any
-	Flags      uint32
+	Flags      EPParamsFlags
 	Name       string
 	// SockAddr, LocalSockAddr and ConnRequest make client-server
 	// endpoints (ep_sockaddr.go).
