@@ -19,6 +19,8 @@ const (
 	DeviceTypeSelf                   // loopback inside a process
 )
 
+// String returns the name ucx_info gives the device type ("network",
+// "intra-node", "accelerator", "loopback"), or "unknown".
 func (t DeviceType) String() string {
 	switch t {
 	case DeviceTypeNet:
@@ -35,15 +37,15 @@ func (t DeviceType) String() string {
 
 // MDResource names a memory domain of a component (uct_md_resource_desc_t).
 type MDResource struct {
-	Name string
+	Name string // the name to give Component.OpenMD
 }
 
 // TLResource names a transport on a device of a memory domain
 // (uct_tl_resource_desc_t).
 type TLResource struct {
-	TLName  string
-	DevName string
-	DevType DeviceType
+	TLName  string     // the transport, as in UCX_TLS
+	DevName string     // the device, as in UCX_NET_DEVICES
+	DevType DeviceType // the kind of device
 }
 
 // IfaceFlags are the capabilities of an iface (IfaceAttr.Flags), a set of
@@ -51,7 +53,12 @@ type TLResource struct {
 type IfaceFlags uint64
 
 // Iface capability flags (UCT_IFACE_FLAG_*), with the bit numbers of the UCX
-// documents.
+// documents. AM, Put and Get flags say which variants of the operation the
+// iface offers (short, bcopy, zcopy); Pending that EP.PendingAdd queues
+// requests; AtomicCPU that its atomics are coherent with CPU atomics on the
+// target's memory; Errhandle* which failures are reported to the error
+// handler rather than fatal; ConnectToIface and ConnectToEP how EPs
+// connect; CBSync and CBAsync the handler modes of SetAMHandler.
 const (
 	IfaceFlagAMShort           IfaceFlags = 1 << 0
 	IfaceFlagAMBcopy           IfaceFlags = 1 << 1
@@ -131,14 +138,15 @@ type LinearModel struct{ C, M float64 }
 type Bandwidth struct{ Dedicated, Shared float64 }
 
 // OpCaps are the size limits of one operation kind.
+// Sizes are in bytes; 0 where the iface lacks that variant.
 type OpCaps struct {
-	MaxShort      int // largest short operation in bytes; 0 if unsupported
-	MaxBcopy      int
-	MinZcopy      int
-	MaxZcopy      int
-	OptZcopyAlign int
-	AlignMTU      int
-	MaxIOV        int
+	MaxShort      int // largest short operation
+	MaxBcopy      int // largest bcopy operation
+	MinZcopy      int // smallest zcopy operation
+	MaxZcopy      int // largest zcopy operation
+	OptZcopyAlign int // best alignment of zcopy buffers
+	AlignMTU      int // alignment unit of zcopy buffers
+	MaxIOV        int // most iov elements of a zcopy operation
 	MaxHdr        int // AM only: largest zcopy header
 }
 
@@ -154,18 +162,18 @@ type AtomicCaps struct {
 
 // IfaceAttr is the answer of Iface.Query (uct_iface_attr_t).
 type IfaceAttr struct {
-	Put, Get, AM       OpCaps
-	Atomic32, Atomic64 AtomicCaps
-	Flags              IfaceFlags
-	EventFlags         uint64
-	DeviceAddrLen      int
-	IfaceAddrLen       int
-	EPAddrLen          int
-	Overhead           float64 // seconds of CPU per message
-	Bandwidth          Bandwidth
+	Put, Get, AM       OpCaps     // limits of each kind of operation
+	Atomic32, Atomic64 AtomicCaps // atomic operations on 32- and 64-bit words
+	Flags              IfaceFlags // capabilities
+	EventFlags         uint64     // event capabilities (UCT_IFACE_FLAG_EVENT_*); unused, 0
+	DeviceAddrLen      int        // length of Iface.DeviceAddress
+	IfaceAddrLen       int        // length of Iface.Address
+	EPAddrLen          int        // 0: transports give their EP address length as a constant (EPAddrLen)
+	Overhead           float64    // seconds of CPU per message
+	Bandwidth          Bandwidth  // bytes per second
 	Latency            LinearModel
-	Priority           uint8
-	MaxNumEPs          int
+	Priority           uint8 // preference among ifaces of equal cost, higher first
+	MaxNumEPs          int   // most EPs of the iface
 }
 
 // MDFlags are the capabilities of a memory domain (MDAttr.Flags), a set of
@@ -178,19 +186,19 @@ const (
 	MDFlagReg      MDFlags = 1 << 1 // MemReg works
 	MDFlagNeedMemh MDFlags = 1 << 2 // local memory must be registered
 	MDFlagNeedRkey MDFlags = 1 << 3 // remote access needs an rkey
-	MDFlagAdvise   MDFlags = 1 << 4
-	MDFlagFixed    MDFlags = 1 << 5
+	MDFlagAdvise   MDFlags = 1 << 4 // memory advice works (no MD of goshmem has it)
+	MDFlagFixed    MDFlags = 1 << 5 // fixed-address allocation works (none has it)
 	MDFlagRkeyPtr  MDFlags = 1 << 6 // RkeyPtr gives direct access
 )
 
 // MDAttr is the answer of MD.Query (uct_md_attr_t).
 type MDAttr struct {
-	ComponentName  string
-	Flags          MDFlags
-	MaxAlloc       uint64
-	MaxReg         uint64
-	RkeyPackedSize int
-	RegCost        LinearModel
+	ComponentName  string      // the MD's component
+	Flags          MDFlags     // capabilities
+	MaxAlloc       uint64      // largest MemAlloc; 0 without MDFlagAlloc
+	MaxReg         uint64      // largest MemReg; 0 without MDFlagReg
+	RkeyPackedSize int         // length of the keys MkeyPack packs
+	RegCost        LinearModel // cost of MemReg in seconds
 }
 
 // MemFlags are the flags of MD.MemAlloc and MD.MemReg, a set of MemFlag*
@@ -199,13 +207,13 @@ type MemFlags uint32
 
 // Memory allocation and registration flags (UCT_MD_MEM_*).
 const (
-	MemFlagNonblock  MemFlags = 1 << 0
-	MemFlagFixed     MemFlags = 1 << 1
-	MemFlagLock      MemFlags = 1 << 2
-	MemFlagHide      MemFlags = 1 << 3
-	MemAccessLocal   MemFlags = 1 << 5
-	MemAccessRemote  MemFlags = 1 << 6 // remote put, get and atomics
-	MemAccessDefault          = MemAccessLocal | MemAccessRemote
+	MemFlagNonblock  MemFlags = 1 << 0                           // do not wait for pages to be mapped
+	MemFlagFixed     MemFlags = 1 << 1                           // allocate at the given address
+	MemFlagLock      MemFlags = 1 << 2                           // lock the pages in memory
+	MemFlagHide      MemFlags = 1 << 3                           // hide the memory from forked children
+	MemAccessLocal   MemFlags = 1 << 5                           // local access
+	MemAccessRemote  MemFlags = 1 << 6                           // remote put, get and atomics
+	MemAccessDefault          = MemAccessLocal | MemAccessRemote // local and remote access
 )
 
 // Memh is a memory handle returned by MemAlloc or MemReg. Its content is
@@ -214,16 +222,16 @@ type Memh any
 
 // Allocation is memory obtained with MD.MemAlloc.
 type Allocation struct {
-	Address unsafe.Pointer
-	Length  int
-	Memh    Memh
+	Address unsafe.Pointer // where the memory is mapped in this process
+	Length  int            // bytes allocated: the length asked for, rounded up
+	Memh    Memh           // the handle for MemFree and MkeyPack
 }
 
 // RkeyBundle is an unpacked remote key (uct_rkey_bundle_t). Rkey is what the
 // EP operations take; Handle is private to the component that unpacked it.
 type RkeyBundle struct {
-	Rkey   uint64
-	Handle any
+	Rkey   uint64 // for the EP operations
+	Handle any    // private to the component
 }
 
 // Completion signals the end of a non-blocking operation (uct_completion_t).
@@ -258,11 +266,12 @@ func (c *Completion) Invoke(status ucs.Status) {
 // it returns OK when it posted its operation (the request is then removed) or
 // ErrNoResource to stay queued.
 type PendingReq struct {
-	Func func(r *PendingReq) ucs.Status
-	Arg  any
+	Func func(r *PendingReq) ucs.Status // posts the operation
+	Arg  any                            // for Func's use
 }
 
-// AM callback flags (UCT_CB_PARAM_FLAG_*), passed to an AMCallback.
+// AM callback flags (UCT_CB_PARAM_FLAG_*), passed to an AMCallback; 0 when
+// data is valid only during the call.
 const (
 	// CBParamFlagDesc: data lives in a transport descriptor that the handler may
 	// keep by returning InProgress and later give back with
@@ -286,13 +295,14 @@ const (
 // or InProgress to keep data (allowed only when flags has CBParamFlagDesc).
 type AMCallback func(arg any, data []byte, flags uint32) ucs.Status
 
-// AMMaxID bounds the active message ids (UCT_AM_ID_MAX).
+// AMMaxID bounds the active message ids (UCT_AM_ID_MAX): ids are 0 to
+// AMMaxID-1.
 const AMMaxID = 64
 
 // IOV is one element of a zero-copy buffer list (uct_iov_t).
 type IOV struct {
-	Buffer []byte
-	Memh   Memh
+	Buffer []byte // the bytes
+	Memh   Memh   // their registration, nil where the MD needs none
 }
 
 // PackFunc copies the data of a bcopy operation into the transport's buffer
