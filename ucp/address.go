@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
 )
 
 // Worker address layout (little endian):
@@ -30,7 +31,7 @@ type addrIface struct {
 	component  string
 	tlName     string
 	devType    uint8
-	capFlags   uint64
+	capFlags   uct.IfaceFlags
 	atomics    uint64
 	latency    float64
 	bandwidth  float64
@@ -68,7 +69,7 @@ func (a *workerAddress) encode() []byte {
 		b = appendStr8(b, f.component)
 		b = appendStr8(b, f.tlName)
 		b = append(b, f.devType)
-		b = binary.LittleEndian.AppendUint64(b, f.capFlags)
+		b = binary.LittleEndian.AppendUint64(b, uint64(f.capFlags))
 		b = binary.LittleEndian.AppendUint64(b, f.atomics)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f.latency))
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f.bandwidth))
@@ -163,7 +164,7 @@ func decodeWorkerAddress(b []byte) (*workerAddress, error) {
 	for i := 0; i < n; i++ {
 		f := addrIface{
 			component: d.str8(), tlName: d.str8(), devType: d.u8(),
-			capFlags: d.u64(), atomics: d.u64(),
+			capFlags: uct.IfaceFlags(d.u64()), atomics: d.u64(),
 			latency: d.f64(), bandwidth: d.f64(), overhead: d.f64(),
 			priority: d.u8(), deviceAddr: d.blob16(), ifaceAddr: d.blob16(),
 		}
@@ -181,6 +182,6 @@ func decodeWorkerAddress(b []byte) (*workerAddress, error) {
 	return a, nil
 }
 
-func packAtomics(op32, fop32, op64, fop64 uint64) uint64 {
-	return op32&0xff | (fop32&0xff)<<8 | (op64&0xff)<<16 | (fop64&0xff)<<24
+func packAtomics(op32, fop32, op64, fop64 uct.AtomicOpMask) uint64 {
+	return uint64(op32&0xff | (fop32&0xff)<<8 | (op64&0xff)<<16 | (fop64&0xff)<<24)
 }

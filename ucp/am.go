@@ -61,15 +61,19 @@ const (
 	AMHandlerParamFieldArg   uint64 = 1 << 3
 )
 
+// AMHandlerFlags are the flags of an active message handler
+// (AMHandlerParam.Flags).
+type AMHandlerFlags uint32
+
 // Flags of AMHandlerParam (ucp_am_cb_flags).
 const (
 	// AMFlagWholeMsg: the handler gets each message whole, in one call.
 	// goshmem always delivers messages whole, with or without this flag.
-	AMFlagWholeMsg uint32 = 1 << 0
+	AMFlagWholeMsg AMHandlerFlags = 1 << 0
 	// AMFlagPersistentData: every eager message reaches the handler with
 	// AMRecvAttrFlagData, so that its data may be kept after the callback
 	// (copying it first where the transport lends it only for the call).
-	AMFlagPersistentData uint32 = 1 << 1
+	AMFlagPersistentData AMHandlerFlags = 1 << 1
 )
 
 // Send flags of AMSendNBX (ucp_send_am_flags), in RequestParam.Flags (set
@@ -116,7 +120,7 @@ type AMHandlerParam struct {
 	// ID is the active-message id, 0 to MaxAMID (mandatory).
 	ID uint32
 	// Flags holds AMFlag* bits (default 0).
-	Flags uint32
+	Flags AMHandlerFlags
 	// CB is the callback; unset or nil removes the handler of ID.
 	CB AMRecvCallback
 	// Arg is passed to every call of CB (default nil).
@@ -130,7 +134,7 @@ func (p *AMHandlerParam) SetID(id uint32) *AMHandlerParam {
 }
 
 // SetFlags sets AMFlag* flags (default 0).
-func (p *AMHandlerParam) SetFlags(f uint32) *AMHandlerParam {
+func (p *AMHandlerParam) SetFlags(f AMHandlerFlags) *AMHandlerParam {
 	p.Flags, p.FieldMask = f, p.FieldMask|AMHandlerParamFieldFlags
 	return p
 }

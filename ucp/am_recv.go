@@ -36,7 +36,7 @@ type AMRecvParam struct {
 type amHandler struct {
 	cb    AMRecvCallback
 	arg   any
-	flags uint32
+	flags AMHandlerFlags
 }
 
 // AMDesc stands for the data of a received active message beyond the

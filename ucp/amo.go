@@ -7,56 +7,28 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// AtomicOp is an atomic operation of AtomicOpNBX (ucp_atomic_op_t), with the
-// numbering of the UCX documents.
+// AtomicOp is an atomic operation of AtomicOpNBX (ucp_atomic_op_t). Its
+// values are those of uct.AtomicOp (not the numbering of the UCX
+// documents), so that a valid op converts to uct.AtomicOp by a cast.
 type AtomicOp int
 
 // Atomic operations. Add, And, Or and Xor are posted when no reply buffer is
 // given and fetching otherwise; Swap and CSwap always fetch.
 const (
-	AtomicOpAdd AtomicOp = iota
-	AtomicOpSwap
-	AtomicOpCSwap
-	AtomicOpAnd
-	AtomicOpOr
-	AtomicOpXor
+	AtomicOpAdd   = AtomicOp(uct.AtomicOpAdd)
+	AtomicOpAnd   = AtomicOp(uct.AtomicOpAnd)
+	AtomicOpOr    = AtomicOp(uct.AtomicOpOr)
+	AtomicOpXor   = AtomicOp(uct.AtomicOpXor)
+	AtomicOpSwap  = AtomicOp(uct.AtomicOpSwap)
+	AtomicOpCSwap = AtomicOp(uct.AtomicOpCSwap)
 )
 
-func (op AtomicOp) String() string {
-	switch op {
-	case AtomicOpAdd:
-		return "add"
-	case AtomicOpSwap:
-		return "swap"
-	case AtomicOpCSwap:
-		return "cswap"
-	case AtomicOpAnd:
-		return "and"
-	case AtomicOpOr:
-		return "or"
-	case AtomicOpXor:
-		return "xor"
-	}
-	return fmt.Sprintf("AtomicOp(%d)", int(op))
-}
+// String returns the name of op ("add", "cswap", ...), or "AtomicOp(N)"
+// for a value that is no operation.
+func (op AtomicOp) String() string { return uct.AtomicOp(op).String() }
 
-func (op AtomicOp) uct() (uct.AtomicOp, bool) {
-	switch op {
-	case AtomicOpAdd:
-		return uct.AtomicOpAdd, true
-	case AtomicOpSwap:
-		return uct.AtomicOpSwap, true
-	case AtomicOpCSwap:
-		return uct.AtomicOpCSwap, true
-	case AtomicOpAnd:
-		return uct.AtomicOpAnd, true
-	case AtomicOpOr:
-		return uct.AtomicOpOr, true
-	case AtomicOpXor:
-		return uct.AtomicOpXor, true
-	}
-	return 0, false
-}
+// uct returns op as a uct.AtomicOp, and false when op is no operation.
+func (op AtomicOp) uct() (uct.AtomicOp, bool) { return uct.AtomicOp(op), uct.AtomicOp(op).Valid() }
 
 // AtomicOpNBX applies op with operand value to the 4- or 8-byte word at
 // raddr in the memory of rkey (ucp_atomic_op_nbx). The operand size is the

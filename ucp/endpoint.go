@@ -54,7 +54,7 @@ type EPParams struct {
 	ErrMode    ErrHandlingMode
 	ErrHandler ErrHandler
 	UserData   any
-	Flags      uint32
+	Flags      EPParamsFlags
 	Name       string
 	// SockAddr, LocalSockAddr and ConnRequest make client-server
 	// endpoints (ep_sockaddr.go).
@@ -323,7 +323,7 @@ func (ep *Endpoint) wireup(ra *workerAddress, netDev string) error {
 }
 
 // can reports whether both sides of the candidate have one of flags.
-func (c candidate) can(flags uint64) bool {
+func (c candidate) can(flags uct.IfaceFlags) bool {
 	return c.wi.attr.Flags&flags != 0 && c.remote.capFlags&flags != 0
 }
 

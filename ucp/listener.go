@@ -35,7 +35,10 @@ const (
 // THEN CONNECT, and with its endpoint read and write the memory the server
 // exposes through remote keys it hands out. Without the flag such a
 // listener binds only to loopback addresses; with a key it is not needed.
-const ListenerFlagAllowUnauthenticated uint32 = 1 << 0
+const ListenerFlagAllowUnauthenticated ListenerFlags = 1 << 0
+
+// ListenerFlags are the flags of a listener (ListenerParams.Flags).
+type ListenerFlags uint32
 
 // ConnHandler receives a connection request that passed the listener's
 // handshake (ucp_listener_conn_handler_t). It runs from Worker.Progress of
@@ -59,7 +62,7 @@ type ListenerParams struct {
 	AcceptHandler    AcceptHandler
 	ConnHandler      ConnHandler
 	HandlerArg       any
-	Flags            uint32
+	Flags            ListenerFlags
 	HandshakeTimeout time.Duration
 }
 
@@ -88,7 +91,7 @@ func (p *ListenerParams) SetConnHandler(h ConnHandler, arg any) *ListenerParams 
 
 // SetFlags sets ListenerFlag* flags (default 0); unknown flags make
 // NewListener fail with ucs.ErrInvalidParam.
-func (p *ListenerParams) SetFlags(f uint32) *ListenerParams {
+func (p *ListenerParams) SetFlags(f ListenerFlags) *ListenerParams {
 	p.Flags, p.FieldMask = f, p.FieldMask|ListenerParamFieldFlags
 	return p
 }
@@ -230,7 +233,7 @@ func (w *Worker) NewListener(params *ListenerParams) (*Listener, error) {
 	if accept == conn {
 		return bad("exactly one of the accept and connection handlers must be set")
 	}
-	var flags uint32
+	var flags ListenerFlags
 	if params.FieldMask&ListenerParamFieldFlags != 0 {
 		if flags = params.Flags; flags&^ListenerFlagAllowUnauthenticated != 0 {
 			return bad("flags %#x", flags)

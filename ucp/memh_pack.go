@@ -17,11 +17,15 @@ const (
 )
 
 // Flags of MemhPackParams (ucp_memh_pack_flags).
+// MemhPackFlags are the flags of Context.MemhPack (MemhPackParams.Flags).
+type MemhPackFlags uint64
+
+// Flags of MemhPackParams (ucp_memh_pack_flags).
 const (
 	// MemhPackFlagExport packs the handle so that another process on this
 	// node can map the same memory: MemMap with
 	// MemMapParams.SetExportedMemhBuffer.
-	MemhPackFlagExport uint64 = 1 << 0
+	MemhPackFlagExport MemhPackFlags = 1 << 0
 )
 
 // MemhPackParams are the parameters of Context.MemhPack
@@ -29,11 +33,11 @@ const (
 // in FieldMask; it is 0 otherwise.
 type MemhPackParams struct {
 	FieldMask uint64
-	Flags     uint64
+	Flags     MemhPackFlags
 }
 
 // SetFlags sets the MemhPackFlag* flags (default 0).
-func (p *MemhPackParams) SetFlags(f uint64) *MemhPackParams {
+func (p *MemhPackParams) SetFlags(f MemhPackFlags) *MemhPackParams {
 	p.Flags, p.FieldMask = f, p.FieldMask|MemhPackParamFieldFlags
 	return p
 }
@@ -170,7 +174,7 @@ func (c *Context) MemhPack(m *MemHandle, p *MemhPackParams) ([]byte, error) {
 	if m == nil || m.unmapped || m.ctx != c {
 		return nil, fmt.Errorf("ucp memh pack: %w", ucs.ErrInvalidParam)
 	}
-	var flags uint64
+	var flags MemhPackFlags
 	if p != nil && p.FieldMask&MemhPackParamFieldFlags != 0 {
 		flags = p.Flags
 	}

@@ -432,7 +432,7 @@ func (c *rkeyCache) clear() {
 // gets (or puts). data must not be empty.
 func (w *Worker) rndvKey(ep *Endpoint, data []byte, param *RequestParam, put bool) ([]byte, *MemHandle) {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
-	prot, caps := ProtRemoteRead, uint64(capGet)
+	prot, caps := ProtRemoteRead, uct.IfaceFlags(capGet)
 	if put {
 		prot, caps = ProtRemoteWrite, capRMA
 	}

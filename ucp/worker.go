@@ -45,12 +45,16 @@ const (
 )
 
 // Worker flags (ucp_worker_flags_t), for WorkerParams.SetFlags.
+// WorkerFlags are the flags of a worker (WorkerParams.Flags).
+type WorkerFlags uint64
+
+// Worker flags (ucp_worker_flags_t), for WorkerParams.SetFlags.
 const (
 	// WorkerFlagIgnoreRequestLeak: do not warn about requests that were not
 	// freed when the worker is destroyed. goshmem never warns about them
 	// (requests come from a garbage-collected pool); the flag is accepted
 	// for compatibility.
-	WorkerFlagIgnoreRequestLeak uint64 = 1 << 0
+	WorkerFlagIgnoreRequestLeak WorkerFlags = 1 << 0
 )
 
 // WorkerParams are the parameters of Context.NewWorker (ucp_worker_params_t).
@@ -63,7 +67,7 @@ type WorkerParams struct {
 	Events      uint32
 	UserData    any
 	EventFD     int
-	Flags       uint64
+	Flags       WorkerFlags
 	Name        string
 	AMAlignment int
 	ClientID    uint64
@@ -119,7 +123,7 @@ func (p *WorkerParams) SetEventFD(fd int) *WorkerParams {
 
 // SetFlags sets WorkerFlag* flags (default 0); unknown flags make NewWorker
 // fail with ucs.ErrInvalidParam.
-func (p *WorkerParams) SetFlags(f uint64) *WorkerParams {
+func (p *WorkerParams) SetFlags(f WorkerFlags) *WorkerParams {
 	p.Flags, p.FieldMask = f, p.FieldMask|WorkerParamFieldFlags
 	return p
 }

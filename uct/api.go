@@ -34,30 +34,50 @@ type Component interface {
 // MD is a memory domain: the unit that allocates, registers and keys memory
 // (uct_md_h).
 type MD interface {
+	// Component returns the component of the MD.
 	Component() Component
+	// Name returns the name of the MD, one of its component's MDResources.
 	Name() string
+	// Query describes the MD: its MDFlag* capabilities, the largest
+	// allocation and registration, the size of its packed keys.
 	Query() (MDAttr, error)
 	// MemAlloc allocates at least length bytes that remote peers can reach
 	// through keys packed with MkeyPack; name labels it for debugging. It
 	// fails with ucs.ErrUnsupported on an MD without MDFlagAlloc.
-	MemAlloc(length int, flags uint32, name string) (Allocation, error)
+	// A length that is not positive fails with ucs.ErrInvalidParam, an
+	// allocation the system refuses with ucs.ErrNoMemory.
+	MemAlloc(length int, flags MemFlags, name string) (Allocation, error)
+	// MemFree releases an allocation of MemAlloc; a handle MemAlloc did not
+	// return, or one freed already, fails with ucs.ErrInvalidParam.
 	MemFree(memh Memh) error
-	// MemReg registers existing memory; ucs.ErrUnsupported without MDFlagReg.
-	MemReg(addr unsafe.Pointer, length int, flags uint32) (Memh, error)
+	// MemReg registers the length bytes at addr, which must stay valid
+	// until MemDereg; ucs.ErrUnsupported without MDFlagReg,
+	// ucs.ErrInvalidParam for a range the MD cannot register.
+	MemReg(addr unsafe.Pointer, length int, flags MemFlags) (Memh, error)
+	// MemDereg releases a registration of MemReg; a handle MemReg did not
+	// return, or one released already, fails with ucs.ErrInvalidParam.
 	MemDereg(memh Memh) error
-	// MkeyPack packs the remote key of memh, RkeyPackedSize bytes.
+	// MkeyPack packs the remote key of memh, RkeyPackedSize bytes, for
+	// Component.RkeyUnpack in any process; a handle of another MD, or one
+	// released, fails with ucs.ErrInvalidParam.
 	MkeyPack(memh Memh) ([]byte, error)
 	// TLResources lists the transports and devices of the MD.
 	TLResources() ([]TLResource, error)
 	// IfaceConfigTable is the configuration table of the MD's ifaces.
 	IfaceConfigTable() []ucs.ConfigField
-	// IfaceOpen opens an interface on a resource of the MD.
+	// IfaceOpen opens an interface on the resource params name (any of
+	// the MD's when params leaves them empty) and registers its Progress
+	// with worker when worker is not nil. config holds the values of
+	// IfaceConfigTable (nil for the defaults). Another resource fails with
+	// ucs.ErrNoDevice, a bad configuration with ucs.ErrInvalidParam.
 	IfaceOpen(worker *Worker, params *IfaceParams, config *ucs.Config) (Iface, error)
 	// Close releases the MD; memory and ifaces must be released first.
 	Close()
 }
 
-// Iface open modes (UCT_IFACE_OPEN_MODE_*).
+// Iface open modes (UCT_IFACE_OPEN_MODE_*). IfaceOpenModeDevice, opening
+// an iface on a device, is the only mode goshmem has; IfaceParams does not
+// carry it.
 const (
 	IfaceOpenModeDevice uint64 = 1 << 0
 )
@@ -70,7 +90,10 @@ type IfaceParams struct {
 
 	// ErrHandler is called from progress when an EP of the iface fails
 	// (peer dead, connection lost); status says how.
-	ErrHandler    func(arg any, ep EP, status ucs.Status)
+	// Nil by default: failures are then seen only in the status of the
+	// EP's operations.
+	ErrHandler func(arg any, ep EP, status ucs.Status)
+	// ErrHandlerArg is passed to every call of ErrHandler.
 	ErrHandlerArg any
 
 	// Logger receives the iface's log lines (dropped messages, refused
@@ -89,6 +112,8 @@ func (p *IfaceParams) Log() ucs.Logger {
 
 // Iface is a communication interface on one device (uct_iface_h).
 type Iface interface {
+	// Query describes the iface: its IfaceFlag* capabilities, the limits
+	// of each operation, the lengths of its addresses, its cost model.
 	Query() (*IfaceAttr, error)
 	// DeviceAddress and Address describe the iface to remote peers; the
 	// lengths are those of IfaceAttr.
@@ -99,14 +124,22 @@ type Iface interface {
 	// reachable.
 	IsReachable(deviceAddr, ifaceAddr []byte) bool
 	// SetAMHandler installs cb for active messages with id (< AMMaxID);
-	// a nil cb removes the handler. flags is CBFlagSync or CBFlagAsync.
-	SetAMHandler(id uint8, cb AMCallback, arg any, flags uint32) error
+	// a nil cb removes the handler. flags is CBFlagSync or CBFlagAsync
+	// (transports that call every handler from Progress accept both at
+	// once). An id of AMMaxID or more, or other flags, fail with
+	// ucs.ErrInvalidParam.
+	SetAMHandler(id uint8, cb AMCallback, arg any, flags CBFlags) error
 	// ReleaseDesc gives back AM data a handler kept by returning InProgress.
 	ReleaseDesc(data []byte)
 	// Progress does pending work (receives, completions) and returns the
 	// number of events handled.
 	Progress() int
-	Flush(flags uint32, comp *Completion) ucs.Status
+	// Flush completes every operation issued on the iface's EPs before it:
+	// OK when all are done, InProgress when comp will be signalled (see
+	// EP.Flush for flags).
+	Flush(flags FlushFlags, comp *Completion) ucs.Status
+	// Fence orders the operations issued on the iface's EPs before it
+	// before those issued after; flags are reserved (0).
 	Fence(flags uint32) ucs.Status
 	// EPCreate connects a new EP to the remote iface whose addresses are
 	// given (connect to iface). It fails with ucs.ErrInvalidAddr for
@@ -117,11 +150,16 @@ type Iface interface {
 	// WakeupFD returns a file descriptor that becomes readable when the
 	// iface has events, or ucs.ErrUnsupported.
 	WakeupFD() (int, error)
+	// Close releases the iface: it unregisters Progress from the worker
+	// and drops the messages not delivered. The iface and its EPs must not
+	// be used afterwards.
 	Close()
 }
 
 // EPParams are the parameters of Iface.EPCreate (uct_ep_params_t).
 type EPParams struct {
+	// DeviceAddr and IfaceAddr are the addresses of the remote iface
+	// (its Iface.DeviceAddress and Iface.Address).
 	DeviceAddr []byte
 	IfaceAddr  []byte
 	// PathIndex selects among several paths to the peer; 0 by default.
@@ -139,6 +177,10 @@ type EPParams struct {
 // (uct_ep_h). An EP is used from one goroutine at a time unless the worker
 // was created with ucs.ThreadModeMulti.
 type EP interface {
+	// Every operation returns OK when it completed, InProgress when comp
+	// will be signalled, ucs.ErrNoResource when the EP has no room now
+	// (retry, or queue with PendingAdd), or the error that ended it.
+
 	// PutShort writes buf (at most IfaceAttr.Put.MaxShort bytes) to raddr.
 	PutShort(buf []byte, raddr uint64, rkey uint64) ucs.Status
 	// PutBcopy writes what pack produces (at most Put.MaxBcopy bytes) and
@@ -147,12 +189,22 @@ type EP interface {
 	// PutZcopy writes the iov without an intermediate copy; comp is
 	// signalled when the buffers may be reused if the result is InProgress.
 	PutZcopy(iov []IOV, raddr uint64, rkey uint64, comp *Completion) ucs.Status
+	// GetBcopy reads length bytes (at most Get.MaxBcopy) at raddr and hands
+	// them to unpack: before returning OK, or before comp is signalled
+	// when it returns InProgress.
 	GetBcopy(unpack UnpackFunc, length int, raddr uint64, rkey uint64, comp *Completion) ucs.Status
+	// GetZcopy reads into the iov without an intermediate copy; with
+	// InProgress, the data is there when comp is signalled.
 	GetZcopy(iov []IOV, raddr uint64, rkey uint64, comp *Completion) ucs.Status
 
 	// AMShort sends the 8-byte header and payload to handler id.
 	AMShort(id uint8, header uint64, payload []byte) ucs.Status
+	// AMBcopy sends what pack produces (at most AM.MaxBcopy bytes) to
+	// handler id and returns its length; flags are ignored.
 	AMBcopy(id uint8, pack PackFunc, flags uint32) (int, ucs.Status)
+	// AMZcopy sends header (at most AM.MaxHdr bytes) and the iov to handler
+	// id without an intermediate copy; with InProgress the buffers may be
+	// reused once comp is signalled. flags are ignored.
 	AMZcopy(id uint8, header []byte, iov []IOV, flags uint32, comp *Completion) ucs.Status
 
 	// AtomicPost64/32 apply a posted op (Add, And, Or, Xor) to raddr.
@@ -170,7 +222,7 @@ type EP interface {
 
 	// Flush completes (or, with FlushFlagCancel, cancels) every operation
 	// issued on the EP before it: OK when done, InProgress with comp.
-	Flush(flags uint32, comp *Completion) ucs.Status
+	Flush(flags FlushFlags, comp *Completion) ucs.Status
 	// Fence orders operations issued before it before those issued after.
 	Fence(flags uint32) ucs.Status
 	// PendingAdd queues r until the EP has resources; it returns ucs.ErrBusy

@@ -47,6 +47,17 @@ func (q *PendingQueue) Purge(g *PendingGroup) []*PendingReq {
 	return purged
 }
 
+// PurgeEach removes every request of g and calls cb (when not nil) on each,
+// in order: the body of an EP's PendingPurge.
+func (q *PendingQueue) PurgeEach(g *PendingGroup, cb func(r *PendingReq)) {
+	purged := q.Purge(g)
+	if cb != nil {
+		for _, r := range purged {
+			cb(r)
+		}
+	}
+}
+
 // Len returns the number of queued requests; one atomic load.
 func (q *PendingQueue) Len() int { return int(q.n.Load()) }
 

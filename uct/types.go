@@ -1,6 +1,7 @@
 package uct
 
 import (
+	"strconv"
 	"sync/atomic"
 	"unsafe"
 
@@ -18,6 +19,8 @@ const (
 	DeviceTypeSelf                   // loopback inside a process
 )
 
+// String returns the name ucx_info gives the device type ("network",
+// "intra-node", "accelerator", "loopback"), or "unknown".
 func (t DeviceType) String() string {
 	switch t {
 	case DeviceTypeNet:
@@ -34,49 +37,58 @@ func (t DeviceType) String() string {
 
 // MDResource names a memory domain of a component (uct_md_resource_desc_t).
 type MDResource struct {
-	Name string
+	Name string // the name to give Component.OpenMD
 }
 
 // TLResource names a transport on a device of a memory domain
 // (uct_tl_resource_desc_t).
 type TLResource struct {
-	TLName  string
-	DevName string
-	DevType DeviceType
+	TLName  string     // the transport, as in UCX_TLS
+	DevName string     // the device, as in UCX_NET_DEVICES
+	DevType DeviceType // the kind of device
 }
 
+// IfaceFlags are the capabilities of an iface (IfaceAttr.Flags), a set of
+// IfaceFlag* bits.
+type IfaceFlags uint64
+
 // Iface capability flags (UCT_IFACE_FLAG_*), with the bit numbers of the UCX
-// documents.
+// documents. AM, Put and Get flags say which variants of the operation the
+// iface offers (short, bcopy, zcopy); Pending that EP.PendingAdd queues
+// requests; AtomicCPU that its atomics are coherent with CPU atomics on the
+// target's memory; Errhandle* which failures are reported to the error
+// handler rather than fatal; ConnectToIface and ConnectToEP how EPs
+// connect; CBSync and CBAsync the handler modes of SetAMHandler.
 const (
-	IfaceFlagAMShort           uint64 = 1 << 0
-	IfaceFlagAMBcopy           uint64 = 1 << 1
-	IfaceFlagAMZcopy           uint64 = 1 << 2
-	IfaceFlagPending           uint64 = 1 << 3
-	IfaceFlagPutShort          uint64 = 1 << 4
-	IfaceFlagPutBcopy          uint64 = 1 << 5
-	IfaceFlagPutZcopy          uint64 = 1 << 6
-	IfaceFlagGetShort          uint64 = 1 << 8
-	IfaceFlagGetBcopy          uint64 = 1 << 9
-	IfaceFlagGetZcopy          uint64 = 1 << 10
-	IfaceFlagAtomicCPU         uint64 = 1 << 30
-	IfaceFlagAtomicDevice      uint64 = 1 << 31
-	IfaceFlagErrhandleShort    uint64 = 1 << 32
-	IfaceFlagErrhandleBcopy    uint64 = 1 << 33
-	IfaceFlagErrhandleZcopy    uint64 = 1 << 34
-	IfaceFlagErrhandleAMID     uint64 = 1 << 35
-	IfaceFlagErrhandleBcopyLn  uint64 = 1 << 36
-	IfaceFlagErrhandlePeerDown uint64 = 1 << 37
-	IfaceFlagConnectToIface    uint64 = 1 << 40
-	IfaceFlagConnectToEP       uint64 = 1 << 41
-	IfaceFlagAMDup             uint64 = 1 << 43
-	IfaceFlagCBSync            uint64 = 1 << 44
-	IfaceFlagCBAsync           uint64 = 1 << 45
+	IfaceFlagAMShort           IfaceFlags = 1 << 0
+	IfaceFlagAMBcopy           IfaceFlags = 1 << 1
+	IfaceFlagAMZcopy           IfaceFlags = 1 << 2
+	IfaceFlagPending           IfaceFlags = 1 << 3
+	IfaceFlagPutShort          IfaceFlags = 1 << 4
+	IfaceFlagPutBcopy          IfaceFlags = 1 << 5
+	IfaceFlagPutZcopy          IfaceFlags = 1 << 6
+	IfaceFlagGetShort          IfaceFlags = 1 << 8
+	IfaceFlagGetBcopy          IfaceFlags = 1 << 9
+	IfaceFlagGetZcopy          IfaceFlags = 1 << 10
+	IfaceFlagAtomicCPU         IfaceFlags = 1 << 30
+	IfaceFlagAtomicDevice      IfaceFlags = 1 << 31
+	IfaceFlagErrhandleShort    IfaceFlags = 1 << 32
+	IfaceFlagErrhandleBcopy    IfaceFlags = 1 << 33
+	IfaceFlagErrhandleZcopy    IfaceFlags = 1 << 34
+	IfaceFlagErrhandleAMID     IfaceFlags = 1 << 35
+	IfaceFlagErrhandleBcopyLn  IfaceFlags = 1 << 36
+	IfaceFlagErrhandlePeerDown IfaceFlags = 1 << 37
+	IfaceFlagConnectToIface    IfaceFlags = 1 << 40
+	IfaceFlagConnectToEP       IfaceFlags = 1 << 41
+	IfaceFlagAMDup             IfaceFlags = 1 << 43
+	IfaceFlagCBSync            IfaceFlags = 1 << 44
+	IfaceFlagCBAsync           IfaceFlags = 1 << 45
 
 	// IfaceFlagFlushAfterAM (a goshmem addition, in a bit UCX leaves
 	// unused): a completed flush of an EP means the peer has returned from
 	// its asynchronous AM handlers for every message the EP sent before the
 	// flush, so what those handlers do is complete too.
-	IfaceFlagFlushAfterAM uint64 = 1 << 62
+	IfaceFlagFlushAfterAM IfaceFlags = 1 << 62
 )
 
 // AtomicOp is an atomic operation (uct_atomic_op_t).
@@ -93,12 +105,29 @@ const (
 	AtomicOpCSwap
 )
 
+// atomicOpNames are the names of the atomic operations, by value.
+var atomicOpNames = [...]string{"add", "and", "or", "xor", "swap", "cswap"}
+
+// Valid reports whether op is one of the atomic operations.
+func (op AtomicOp) Valid() bool { return op >= 0 && int(op) < len(atomicOpNames) }
+
+// String returns the name of op ("add", "cswap", ...), or "AtomicOp(N)"
+// for a value that is no operation.
 func (op AtomicOp) String() string {
-	return [...]string{"add", "and", "or", "xor", "swap", "cswap"}[op]
+	if !op.Valid() {
+		return "AtomicOp(" + strconv.Itoa(int(op)) + ")"
+	}
+	return atomicOpNames[op]
 }
 
-// OpMask returns the bit of op in the atomic masks of IfaceAttr.
-func (op AtomicOp) OpMask() uint64 { return 1 << uint(op) }
+// OpMask returns the bit of op in the atomic masks of IfaceAttr, or 0 for a
+// value that is no operation.
+func (op AtomicOp) OpMask() AtomicOpMask {
+	if !op.Valid() {
+		return 0
+	}
+	return 1 << uint(op)
+}
 
 // LinearModel is a cost of the form C + M*n seconds for an n-endpoint job
 // (ucs_linear_func_t).
@@ -109,69 +138,82 @@ type LinearModel struct{ C, M float64 }
 type Bandwidth struct{ Dedicated, Shared float64 }
 
 // OpCaps are the size limits of one operation kind.
+// Sizes are in bytes; 0 where the iface lacks that variant.
 type OpCaps struct {
-	MaxShort      int // largest short operation in bytes; 0 if unsupported
-	MaxBcopy      int
-	MinZcopy      int
-	MaxZcopy      int
-	OptZcopyAlign int
-	AlignMTU      int
-	MaxIOV        int
+	MaxShort      int // largest short operation
+	MaxBcopy      int // largest bcopy operation
+	MinZcopy      int // smallest zcopy operation
+	MaxZcopy      int // largest zcopy operation
+	OptZcopyAlign int // best alignment of zcopy buffers
+	AlignMTU      int // alignment unit of zcopy buffers
+	MaxIOV        int // most iov elements of a zcopy operation
 	MaxHdr        int // AM only: largest zcopy header
 }
 
-// AtomicCaps are the atomic operations an iface does, as OpMask bits.
+// AtomicOpMask is a set of atomic operations, each the OpMask bit of its
+// AtomicOp.
+type AtomicOpMask uint64
+
+// AtomicCaps are the atomic operations an iface does.
 type AtomicCaps struct {
-	OpFlags  uint64 // posted operations
-	FopFlags uint64 // fetching operations
+	OpFlags  AtomicOpMask // posted operations
+	FopFlags AtomicOpMask // fetching operations
 }
 
 // IfaceAttr is the answer of Iface.Query (uct_iface_attr_t).
 type IfaceAttr struct {
-	Put, Get, AM       OpCaps
-	Atomic32, Atomic64 AtomicCaps
-	Flags              uint64 // IfaceFlag* bits
-	EventFlags         uint64
-	DeviceAddrLen      int
-	IfaceAddrLen       int
-	EPAddrLen          int
-	Overhead           float64 // seconds of CPU per message
-	Bandwidth          Bandwidth
+	Put, Get, AM       OpCaps     // limits of each kind of operation
+	Atomic32, Atomic64 AtomicCaps // atomic operations on 32- and 64-bit words
+	Flags              IfaceFlags // capabilities
+	EventFlags         uint64     // event capabilities (UCT_IFACE_FLAG_EVENT_*); unused, 0
+	DeviceAddrLen      int        // length of Iface.DeviceAddress
+	IfaceAddrLen       int        // length of Iface.Address
+	EPAddrLen          int        // 0: transports give their EP address length as a constant (EPAddrLen)
+	Overhead           float64    // seconds of CPU per message
+	Bandwidth          Bandwidth  // bytes per second
 	Latency            LinearModel
-	Priority           uint8
-	MaxNumEPs          int
+	Priority           uint8 // preference among ifaces of equal cost, higher first
+	MaxNumEPs          int   // most EPs of the iface
 }
+
+// MDFlags are the capabilities of a memory domain (MDAttr.Flags), a set of
+// MDFlag* bits.
+type MDFlags uint64
 
 // MD capability flags (UCT_MD_FLAG_*).
 const (
-	MDFlagAlloc    uint64 = 1 << 0 // MemAlloc works
-	MDFlagReg      uint64 = 1 << 1 // MemReg works
-	MDFlagNeedMemh uint64 = 1 << 2 // local memory must be registered
-	MDFlagNeedRkey uint64 = 1 << 3 // remote access needs an rkey
-	MDFlagAdvise   uint64 = 1 << 4
-	MDFlagFixed    uint64 = 1 << 5
-	MDFlagRkeyPtr  uint64 = 1 << 6 // RkeyPtr gives direct access
+	MDFlagAlloc    MDFlags = 1 << 0 // MemAlloc works
+	MDFlagReg      MDFlags = 1 << 1 // MemReg works
+	MDFlagNeedMemh MDFlags = 1 << 2 // local memory must be registered
+	MDFlagNeedRkey MDFlags = 1 << 3 // remote access needs an rkey
+	MDFlagAdvise   MDFlags = 1 << 4 // memory advice works (no MD of goshmem has it)
+	MDFlagFixed    MDFlags = 1 << 5 // fixed-address allocation works (none has it)
+	MDFlagRkeyPtr  MDFlags = 1 << 6 // RkeyPtr gives direct access
 )
 
 // MDAttr is the answer of MD.Query (uct_md_attr_t).
 type MDAttr struct {
-	ComponentName  string
-	Flags          uint64 // MDFlag* bits
-	MaxAlloc       uint64
-	MaxReg         uint64
-	RkeyPackedSize int
-	RegCost        LinearModel
+	ComponentName  string      // the MD's component
+	Flags          MDFlags     // capabilities
+	MaxAlloc       uint64      // largest MemAlloc; 0 without MDFlagAlloc
+	MaxReg         uint64      // largest MemReg; 0 without MDFlagReg
+	RkeyPackedSize int         // length of the keys MkeyPack packs
+	RegCost        LinearModel // cost of MemReg in seconds
 }
+
+// MemFlags are the flags of MD.MemAlloc and MD.MemReg, a set of MemFlag*
+// and MemAccess* bits; the MDs of goshmem accept and ignore them.
+type MemFlags uint32
 
 // Memory allocation and registration flags (UCT_MD_MEM_*).
 const (
-	MemFlagNonblock  uint32 = 1 << 0
-	MemFlagFixed     uint32 = 1 << 1
-	MemFlagLock      uint32 = 1 << 2
-	MemFlagHide      uint32 = 1 << 3
-	MemAccessLocal   uint32 = 1 << 5
-	MemAccessRemote  uint32 = 1 << 6 // remote put, get and atomics
-	MemAccessDefault        = MemAccessLocal | MemAccessRemote
+	MemFlagNonblock  MemFlags = 1 << 0                           // do not wait for pages to be mapped
+	MemFlagFixed     MemFlags = 1 << 1                           // allocate at the given address
+	MemFlagLock      MemFlags = 1 << 2                           // lock the pages in memory
+	MemFlagHide      MemFlags = 1 << 3                           // hide the memory from forked children
+	MemAccessLocal   MemFlags = 1 << 5                           // local access
+	MemAccessRemote  MemFlags = 1 << 6                           // remote put, get and atomics
+	MemAccessDefault          = MemAccessLocal | MemAccessRemote // local and remote access
 )
 
 // Memh is a memory handle returned by MemAlloc or MemReg. Its content is
@@ -180,16 +222,16 @@ type Memh any
 
 // Allocation is memory obtained with MD.MemAlloc.
 type Allocation struct {
-	Address unsafe.Pointer
-	Length  int
-	Memh    Memh
+	Address unsafe.Pointer // where the memory is mapped in this process
+	Length  int            // bytes allocated: the length asked for, rounded up
+	Memh    Memh           // the handle for MemFree and MkeyPack
 }
 
 // RkeyBundle is an unpacked remote key (uct_rkey_bundle_t). Rkey is what the
 // EP operations take; Handle is private to the component that unpacked it.
 type RkeyBundle struct {
-	Rkey   uint64
-	Handle any
+	Rkey   uint64 // for the EP operations
+	Handle any    // private to the component
 }
 
 // Completion signals the end of a non-blocking operation (uct_completion_t).
@@ -224,11 +266,12 @@ func (c *Completion) Invoke(status ucs.Status) {
 // it returns OK when it posted its operation (the request is then removed) or
 // ErrNoResource to stay queued.
 type PendingReq struct {
-	Func func(r *PendingReq) ucs.Status
-	Arg  any
+	Func func(r *PendingReq) ucs.Status // posts the operation
+	Arg  any                            // for Func's use
 }
 
-// AM callback flags (UCT_CB_PARAM_FLAG_*), passed to an AMCallback.
+// AM callback flags (UCT_CB_PARAM_FLAG_*), passed to an AMCallback; 0 when
+// data is valid only during the call.
 const (
 	// CBParamFlagDesc: data lives in a transport descriptor that the handler may
 	// keep by returning InProgress and later give back with
@@ -236,10 +279,14 @@ const (
 	CBParamFlagDesc uint32 = 1 << 0
 )
 
+// CBFlags are the flags of Iface.SetAMHandler: how the handler may be
+// called.
+type CBFlags uint32
+
 // AM handler flags (UCT_CB_FLAG_*), for Iface.SetAMHandler.
 const (
-	CBFlagSync  uint32 = 1 << 1 // called only from Progress
-	CBFlagAsync uint32 = 1 << 2 // may be called from any goroutine
+	CBFlagSync  CBFlags = 1 << 1 // called only from Progress
+	CBFlagAsync CBFlags = 1 << 2 // may be called from any goroutine
 )
 
 // AMCallback handles one active message. data is the whole message: for
@@ -248,13 +295,14 @@ const (
 // or InProgress to keep data (allowed only when flags has CBParamFlagDesc).
 type AMCallback func(arg any, data []byte, flags uint32) ucs.Status
 
-// AMMaxID bounds the active message ids (UCT_AM_ID_MAX).
+// AMMaxID bounds the active message ids (UCT_AM_ID_MAX): ids are 0 to
+// AMMaxID-1.
 const AMMaxID = 64
 
 // IOV is one element of a zero-copy buffer list (uct_iov_t).
 type IOV struct {
-	Buffer []byte
-	Memh   Memh
+	Buffer []byte // the bytes
+	Memh   Memh   // their registration, nil where the MD needs none
 }
 
 // PackFunc copies the data of a bcopy operation into the transport's buffer
@@ -264,8 +312,11 @@ type PackFunc func(dst []byte) int
 // UnpackFunc consumes the data of a get bcopy from the transport's buffer.
 type UnpackFunc func(src []byte)
 
+// FlushFlags are the flags of Iface.Flush and EP.Flush.
+type FlushFlags uint32
+
 // Flush flags (UCT_FLUSH_FLAG_*).
 const (
-	FlushFlagLocal  uint32 = 0      // wait until every operation completes
-	FlushFlagCancel uint32 = 1 << 0 // cancel what has not started and fail it
+	FlushFlagLocal  FlushFlags = 0      // wait until every operation completes
+	FlushFlagCancel FlushFlags = 1 << 0 // cancel what has not started and fail it
 )

@@ -1,28 +1,17 @@
 package cma
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
-
-// Names of the component, its memory domain and its transport resource.
-const (
-	ComponentName = "cma"
-	MDName        = "cma"
-	TLName        = "cma"
-	DevName       = "memory"
-)
-
-func init() { uct.Register(&Component{}) }
 
 // MkeyPackedSize is the length of a key packed by the cma MD.
 //
@@ -37,15 +26,17 @@ func init() { uct.Register(&Component{}) }
 //	24 length  uint64  bytes of the range
 const MkeyPackedSize = 32
 
+// mkeyFormat is the layout of a packed cma key (see MkeyPackedSize).
+var mkeyFormat = base.Format{Name: "uct/cma: packed key", Size: MkeyPackedSize, Magic: 0x4d435347, Versions: []uint16{1}, Err: ucs.ErrInvalidParam}
+
+// Bounds of pids and addresses in keys and addresses.
 const (
-	mkeyMagic   uint32 = 0x4d435347 // "GSCM"
-	mkeyVersion uint16 = 1
-	maxPid             = 1 << 22 // PID_MAX_LIMIT
-	maxAddr            = 1 << 57 // above any user address (5-level paging)
+	maxPid  = base.MaxPid
+	maxAddr = base.MaxAddr
 )
 
 // pid is this process's id as it appears in keys and addresses.
-var pid = uint32(os.Getpid())
+var pid = base.Pid
 
 // mkey is a decoded key.
 type mkey struct {
@@ -55,73 +46,24 @@ type mkey struct {
 }
 
 // encode packs k.
-func (k *mkey) encode() []byte {
-	b := make([]byte, MkeyPackedSize)
-	binary.LittleEndian.PutUint32(b[0:], mkeyMagic)
-	binary.LittleEndian.PutUint16(b[4:], mkeyVersion)
-	binary.LittleEndian.PutUint32(b[8:], k.pid)
-	binary.LittleEndian.PutUint64(b[16:], k.addr)
-	binary.LittleEndian.PutUint64(b[24:], k.length)
-	return b
-}
+// fields are the fields of the packed key, in order.
+func (k *mkey) fields() []any { return []any{&k.pid, base.Zero(4), &k.addr, &k.length} }
+
+// encode packs k.
+func (k *mkey) encode() []byte { return mkeyFormat.Encode(1, k.fields()...) }
 
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
 // size, magic and version, with zero reserved bits, a valid pid and a
 // non-empty range that lies below 2^57 fails with ucs.ErrInvalidParam.
-func decodeMkey(b []byte) (mkey, error) {
-	bad := func(why string, args ...any) (mkey, error) {
-		return mkey{}, fmt.Errorf("uct/cma: packed key: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidParam)
-	}
-	if len(b) != MkeyPackedSize {
-		return bad("%d bytes, want %d", len(b), MkeyPackedSize)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != mkeyMagic {
-		return bad("magic %#x", m)
-	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != mkeyVersion {
-		return bad("version %d", v)
-	}
-	if binary.LittleEndian.Uint16(b[6:]) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0 {
-		return bad("reserved bits set")
-	}
-	k := mkey{
-		pid:    binary.LittleEndian.Uint32(b[8:]),
-		addr:   binary.LittleEndian.Uint64(b[16:]),
-		length: binary.LittleEndian.Uint64(b[24:]),
-	}
-	switch {
-	case k.pid == 0 || k.pid >= maxPid:
-		return bad("pid %d", k.pid)
-	case k.length == 0:
-		return bad("zero length")
-	case k.addr == 0 || k.addr >= maxAddr || k.length > maxAddr-k.addr:
-		return bad("range %#x+%d", k.addr, k.length)
-	}
-	return k, nil
+func decodeMkey(b []byte) (k mkey, err error) {
+	_, err = mkeyFormat.Decode(b, append(k.fields(), base.CheckPid(&k.pid), base.CheckRange(&k.addr, &k.length))...)
+	return k, err
 }
 
 // Component is the "cma" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.
-type Component struct{}
-
-// Name returns "cma".
-func (*Component) Name() string { return ComponentName }
-
-// MDResources returns the one memory domain "cma".
-func (*Component) MDResources() ([]uct.MDResource, error) {
-	return []uct.MDResource{{Name: MDName}}, nil
-}
-
-// MDConfigTable returns nil: the cma MD has no configuration.
-func (*Component) MDConfigTable() []ucs.ConfigField { return nil }
-
-// OpenMD opens the memory domain "cma"; another name fails with
-// ucs.ErrNoDevice. config is ignored.
-func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if name != MDName {
-		return nil, fmt.Errorf("uct/cma: open MD %q: %w", name, ucs.ErrNoDevice)
-	}
-	return &MD{comp: c}, nil
+type Component struct {
+	base.Component[transport]
 }
 
 // rkeyHandle is the private part of an unpacked rkey.
@@ -172,7 +114,7 @@ func (*Component) RkeyRelease(rkey uct.RkeyBundle) error {
 // MD is the "cma" memory domain: it registers any memory of the process
 // and allocates none.
 type MD struct {
-	comp *Component
+	base.RegisterMD[transport]
 }
 
 // Memh is the memory handle of a cma registration: the range, nothing more.
@@ -182,41 +124,21 @@ type Memh struct {
 	freed   bool
 }
 
-// Component returns the cma component.
-func (m *MD) Component() uct.Component { return m.comp }
-
-// Name returns "cma".
-func (*MD) Name() string { return MDName }
-
 // Query reports MDFlagReg and MDFlagNeedRkey (no allocation, no rkey ptr).
-func (*MD) Query() (uct.MDAttr, error) {
-	return uct.MDAttr{
-		ComponentName:  ComponentName,
-		Flags:          uct.MDFlagReg | uct.MDFlagNeedRkey,
-		MaxReg:         math.MaxInt64,
-		RkeyPackedSize: MkeyPackedSize,
-		RegCost:        uct.LinearModel{C: 10e-9},
-	}, nil
-}
-
-// MemAlloc fails with ucs.ErrUnsupported: the cma MD registers memory
-// allocated by others.
-func (*MD) MemAlloc(int, uint32, string) (uct.Allocation, error) {
-	return uct.Allocation{}, fmt.Errorf("uct/cma: mem alloc: %w", ucs.ErrUnsupported)
-}
-
-// MemFree fails with ucs.ErrUnsupported, as MemAlloc does.
-func (*MD) MemFree(uct.Memh) error {
-	return fmt.Errorf("uct/cma: mem free: %w", ucs.ErrUnsupported)
+func (m *MD) Query() (uct.MDAttr, error) {
+	a := m.Attr(uct.MDFlagReg|uct.MDFlagNeedRkey, MkeyPackedSize)
+	a.MaxReg = math.MaxInt64
+	a.RegCost = uct.LinearModel{C: 10e-9}
+	return a, nil
 }
 
 // MemReg registers length bytes at addr: it only checks the range (non-nil,
 // positive length, below 2^57; ucs.ErrInvalidParam otherwise), since
 // process_vm_readv/writev reach any memory of the process. flags are
 // ignored.
-func (*MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
+func (*MD) MemReg(addr unsafe.Pointer, length int, flags uct.MemFlags) (uct.Memh, error) {
 	a := uint64(uintptr(addr))
-	if addr == nil || length <= 0 || a >= maxAddr || uint64(length) > maxAddr-a {
+	if addr == nil || length <= 0 || !base.ValidRange(a, uint64(length)) {
 		return nil, fmt.Errorf("uct/cma: mem reg of %p+%d: %w", addr, length, ucs.ErrInvalidParam)
 	}
 	return &Memh{Address: addr, Length: length}, nil
@@ -245,28 +167,13 @@ func (*MD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	return k.encode(), nil
 }
 
-// TLResources returns the one resource {cma, memory, DeviceTypeShm}.
-func (*MD) TLResources() ([]uct.TLResource, error) {
-	return []uct.TLResource{{TLName: TLName, DevName: DevName, DevType: uct.DeviceTypeShm}}, nil
-}
-
-// IfaceConfigTable is the configuration of cma ifaces: SEG_SIZE (see
-// Iface).
-func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
-
 // IfaceOpen opens an iface on {cma, memory} (another resource fails with
 // ucs.ErrNoDevice) and registers its Progress with worker when worker is
 // not nil. config may be nil for the defaults; bad values fail with
 // ucs.ErrInvalidParam.
 func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
-	if params != nil && ((params.TLName != "" && params.TLName != TLName) || (params.DevName != "" && params.DevName != DevName)) {
-		return nil, fmt.Errorf("uct/cma: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
-	}
 	return openIface(m, worker, params, config)
 }
-
-// Close does nothing: registrations and ifaces are released on their own.
-func (*MD) Close() {}
 
 // errnoStatus maps the error of a failed transfer to a status (see
 // EP.fail for the side effects).
@@ -281,3 +188,15 @@ func errnoStatus(err error) ucs.Status {
 	}
 	return ucs.ErrIOError
 }
+
+// transport is the transport as seen by the base types that Component and its MD
+// embed: its names and how it opens its MD.
+type transport struct{}
+
+func (transport) Names() base.Names {
+	return base.Names{Pkg: "uct/cma", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable}
+}
+
+func (transport) NewMD(*ucs.Config) (uct.MD, error) { return &MD{}, nil }
+
+func init() { uct.Register(&Component{}) }

@@ -35,3 +35,11 @@
 // the kernel refuses for lack of ptrace permission fails with
 // ucs.ErrUnreachable, and a message naming ptrace_scope is logged once.
 package cma
+
+// Names of the component, its memory domain and its transport resource.
+const (
+	ComponentName = "cma"
+	MDName        = "cma"
+	TLName        = "cma"
+	DevName       = "memory"
+)

@@ -207,7 +207,7 @@ func (*EP) AtomicCSwap32(uint32, uint32, uint64, uint64, *uint32, *uct.Completio
 
 // Flush returns OK, every operation having completed on return, or
 // ucs.ErrConnectionReset once the peer was found dead.
-func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status {
+func (e *EP) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
 	if e.failed.Load() {
 		return ucs.ErrConnectionReset
 	}

@@ -1,8 +1,6 @@
 package cma
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -17,7 +15,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
-	"github.com/goshmem/goshmem/uct/sm"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // DefaultSegSize is the default SEG_SIZE: the largest put short, put bcopy
@@ -44,7 +42,8 @@ var ifaceConfigTable = []ucs.ConfigField{
 //	24 probe  uint64  address of a word holding id in that process
 const IfaceAddrLen = 32
 
-const ifaceAddrMagic uint32 = 0x41435347 // "GSCA"
+// ifaceAddrFormat is the layout of a cma iface address (see IfaceAddrLen).
+var ifaceAddrFormat = base.Format{Name: "uct/cma: iface address", Size: IfaceAddrLen, Magic: 0x41435347, Err: ucs.ErrInvalidAddr}
 
 // ifaceAddr is a decoded iface address.
 type ifaceAddr struct {
@@ -54,43 +53,28 @@ type ifaceAddr struct {
 	probe uint64
 }
 
-func (a *ifaceAddr) encode() []byte {
-	b := make([]byte, IfaceAddrLen)
-	binary.LittleEndian.PutUint32(b[0:], ifaceAddrMagic)
-	binary.LittleEndian.PutUint32(b[4:], a.pid)
-	binary.LittleEndian.PutUint64(b[8:], a.pidns)
-	binary.LittleEndian.PutUint64(b[16:], a.id)
-	binary.LittleEndian.PutUint64(b[24:], a.probe)
-	return b
-}
+// fields are the fields of the address, in order.
+func (a *ifaceAddr) fields() []any { return []any{&a.pid, &a.pidns, &a.id, &a.probe} }
+
+func (a *ifaceAddr) encode() []byte { return ifaceAddrFormat.Encode(0, a.fields()...) }
 
 // decodeIfaceAddr decodes an iface address strictly; malformed input fails
 // with ucs.ErrInvalidAddr.
-func decodeIfaceAddr(b []byte) (ifaceAddr, error) {
-	bad := func(why string, args ...any) (ifaceAddr, error) {
-		return ifaceAddr{}, fmt.Errorf("uct/cma: iface address: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidAddr)
+func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
+	_, err = ifaceAddrFormat.Decode(b, append(a.fields(),
+		base.CheckPid(&a.pid), base.CheckNonZero("iface id", &a.id), checkProbe(&a.probe))...)
+	return a, err
+}
+
+// checkProbe checks that *p may be the address of a probe word: aligned,
+// not zero, below base.MaxAddr.
+func checkProbe(p *uint64) base.Check {
+	return func(f *base.Format) error {
+		if *p == 0 || *p%8 != 0 || *p >= base.MaxAddr {
+			return f.Errorf("probe address %#x", *p)
+		}
+		return nil
 	}
-	if len(b) != IfaceAddrLen {
-		return bad("%d bytes, want %d", len(b), IfaceAddrLen)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != ifaceAddrMagic {
-		return bad("magic %#x", m)
-	}
-	a := ifaceAddr{
-		pid:   binary.LittleEndian.Uint32(b[4:]),
-		pidns: binary.LittleEndian.Uint64(b[8:]),
-		id:    binary.LittleEndian.Uint64(b[16:]),
-		probe: binary.LittleEndian.Uint64(b[24:]),
-	}
-	switch {
-	case a.pid == 0 || a.pid >= maxPid:
-		return bad("pid %d", a.pid)
-	case a.id == 0:
-		return bad("zero iface id")
-	case a.probe == 0 || a.probe%8 != 0 || a.probe >= maxAddr:
-		return bad("probe address %#x", a.probe)
-	}
-	return a, nil
 }
 
 // pidNamespace returns a hash of this process's PID namespace: pids in
@@ -103,17 +87,7 @@ var pidNamespace = sync.OnceValue(func() uint64 {
 })
 
 // randomID returns a random non-zero 64-bit id.
-func randomID() uint64 {
-	var b [8]byte
-	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic("uct/cma: no randomness: " + err.Error())
-		}
-		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
-			return v
-		}
-	}
-}
+func randomID() uint64 { return base.RandomID("uct/cma") }
 
 // ptraceHint names what decides whether CMA may access another process.
 func ptraceHint() string {
@@ -151,8 +125,11 @@ type Iface struct {
 	closed   bool
 }
 
-// openIface creates an iface.
+// openIface creates an iface on the resource params name (see MD.IfaceOpen).
 func openIface(md *MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (*Iface, error) {
+	if err := md.CheckIface(params); err != nil {
+		return nil, err
+	}
 	segSize := DefaultSegSize
 	if config != nil && config.Get("SEG_SIZE") != "" {
 		v, err := ucs.ParseSize(config.Get("SEG_SIZE"))
@@ -183,30 +160,21 @@ func openIface(md *MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 // zcopy; no active messages, no atomics; errors of invalid remote buffers
 // and of dead peers are reported, not fatal.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
-	return &uct.IfaceAttr{
-		Put: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		Get: uct.OpCaps{MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		Flags: uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagConnectToIface |
-			uct.IfaceFlagErrhandleShort | uct.IfaceFlagErrhandleBcopy | uct.IfaceFlagErrhandleZcopy |
-			uct.IfaceFlagErrhandlePeerDown,
-		DeviceAddrLen: sm.DeviceAddrLen,
-		IfaceAddrLen:  IfaceAddrLen,
-		// One system call per operation (plus the kernel's page pinning):
-		// about 1.5 µs where a system call costs a few hundred ns, 2.7-3.3
-		// µs for 8 bytes on a VM whose getppid takes 1 µs; 1 MiB copies ran
-		// at 14-19 GB/s there.
-		Overhead:  0.5e-6,
-		Bandwidth: uct.Bandwidth{Dedicated: 10e9},
-		Latency:   uct.LinearModel{C: 1.5e-6},
-		Priority:  0,
-		MaxNumEPs: math.MaxInt32,
-	}, nil
+	flags := base.RMAFlags | uct.IfaceFlagConnectToIface |
+		uct.IfaceFlagErrhandleShort | uct.IfaceFlagErrhandleBcopy | uct.IfaceFlagErrhandleZcopy | uct.IfaceFlagErrhandlePeerDown
+	// One system call per operation (plus the kernel's page pinning): about
+	// 1.5 µs where a system call costs a few hundred ns, 2.7-3.3 µs for 8
+	// bytes on a VM whose getppid takes 1 µs; 1 MiB copies ran at 14-19
+	// GB/s there.
+	a := base.IfaceAttr(flags, base.DomainAddrLen, IfaceAddrLen, 0.5e-6, 1.5e-6, uct.Bandwidth{Dedicated: 10e9})
+	a.Put = base.OpCaps(i.segSize, i.segSize, math.MaxInt, math.MaxInt32)
+	a.Get = base.OpCaps(0, i.segSize, math.MaxInt, math.MaxInt32)
+	return a, nil
 }
 
 // DeviceAddress returns the shared-memory domain of this process
-// (sm.DomainAddress).
-func (*Iface) DeviceAddress() []byte { return sm.DomainAddress() }
+// (the device address of uct/sm's ifaces too, sm.DomainAddress).
+func (*Iface) DeviceAddress() []byte { return append([]byte(nil), base.DomainAddress()...) }
 
 // Address returns the IfaceAddrLen-byte address of the iface.
 func (i *Iface) Address() []byte { return append([]byte(nil), i.addr...) }
@@ -224,14 +192,14 @@ func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
 // Malformed addresses fail with ucs.ErrInvalidAddr, an unreachable iface
 // with ucs.ErrUnreachable.
 func (i *Iface) check(deviceAddr, addr []byte) (ifaceAddr, error) {
-	if len(deviceAddr) != sm.DeviceAddrLen {
+	if len(deviceAddr) != base.DomainAddrLen {
 		return ifaceAddr{}, fmt.Errorf("uct/cma: device address of %d bytes: %w", len(deviceAddr), ucs.ErrInvalidAddr)
 	}
 	a, err := decodeIfaceAddr(addr)
 	if err != nil {
 		return a, err
 	}
-	if string(deviceAddr) != string(sm.DomainAddress()) {
+	if string(deviceAddr) != string(base.DomainAddress()) {
 		return a, fmt.Errorf("uct/cma: device %x is another shared-memory domain: %w", deviceAddr, ucs.ErrUnreachable)
 	}
 	if a.pidns != pidNamespace() {
@@ -256,7 +224,7 @@ func (i *Iface) check(deviceAddr, addr []byte) (ifaceAddr, error) {
 }
 
 // SetAMHandler fails with ucs.ErrUnsupported: cma has no active messages.
-func (*Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
+func (*Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBFlags) error {
 	return fmt.Errorf("uct/cma: active messages: %w", ucs.ErrUnsupported)
 }
 
@@ -291,7 +259,7 @@ func (i *Iface) epFailed(e *EP) {
 }
 
 // Flush returns OK: every operation completes on return.
-func (*Iface) Flush(uint32, *uct.Completion) ucs.Status { return ucs.OK }
+func (*Iface) Flush(uct.FlushFlags, *uct.Completion) ucs.Status { return ucs.OK }
 
 // Fence returns OK: every operation completes on return, in order.
 func (*Iface) Fence(uint32) ucs.Status { return ucs.OK }

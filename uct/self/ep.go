@@ -263,7 +263,7 @@ func atomic32(op uct.AtomicOp, v, cmp uint32, raddr, rkey uint64, old *uint32) u
 
 // Flush returns OK: every operation completed on return; it fails with
 // ucs.ErrNotConnected before ConnectToEP.
-func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status {
+func (e *EP) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
 	if !e.connected.Load() {
 		return ucs.ErrNotConnected
 	}

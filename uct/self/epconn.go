@@ -1,11 +1,11 @@
 package self
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // EPAddrLen is the length of a self EP address: the IfaceAddrLen-byte
@@ -18,17 +18,19 @@ var _ uct.EPConnector = (*EP)(nil)
 // decodeEPAddr splits an EP address into its iface address and EP id;
 // malformed input fails with ucs.ErrInvalidAddr.
 func decodeEPAddr(b []byte) (ifaceAddr []byte, id uint64, err error) {
-	if len(b) != EPAddrLen {
-		return nil, 0, fmt.Errorf("uct/self: ep address: %d bytes, want %d: %w", len(b), EPAddrLen, ucs.ErrInvalidAddr)
+	ifaceAddr, id, err = base.SplitEPAddr("uct/self", b, IfaceAddrLen)
+	if err != nil {
+		return nil, 0, err
 	}
-	id = binary.LittleEndian.Uint64(b[IfaceAddrLen:])
-	if id == 0 {
-		return nil, 0, fmt.Errorf("uct/self: ep address: zero ep id: %w", ucs.ErrInvalidAddr)
+	var pid uint32
+	var iid uint64
+	if _, err := ifaceAddrFormat.Decode(ifaceAddr, &pid, &iid); err != nil {
+		return nil, 0, err
 	}
-	if binary.LittleEndian.Uint32(b) == 0 || binary.LittleEndian.Uint64(b[4:]) == 0 {
-		return nil, 0, fmt.Errorf("uct/self: ep address: zero pid or iface id: %w", ucs.ErrInvalidAddr)
+	if pid == 0 || iid == 0 {
+		return nil, 0, ifaceAddrFormat.Errorf("zero pid or iface id")
 	}
-	return b[:IfaceAddrLen], id, nil
+	return ifaceAddr, id, nil
 }
 
 // EPAddress returns the EPAddrLen-byte address of an EP created
@@ -38,10 +40,7 @@ func (e *EP) EPAddress() ([]byte, error) {
 	if e.id == 0 {
 		return nil, fmt.Errorf("uct/self: ep address of an ep connected to an iface: %w", ucs.ErrUnsupported)
 	}
-	b := make([]byte, EPAddrLen)
-	copy(b, e.iface.addr)
-	binary.LittleEndian.PutUint64(b[IfaceAddrLen:], e.id)
-	return b, nil
+	return base.EncodeEPAddr(e.iface.addr, e.id), nil
 }
 
 // ConnectToEP binds the EP to the EP whose address is epAddr, which must be

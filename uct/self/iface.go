@@ -1,16 +1,15 @@
 package self
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Iface configuration defaults (see IfaceConfigTable).
@@ -32,18 +31,8 @@ var ifaceConfigTable = []ucs.ConfigField{
 // id of the iface.
 const IfaceAddrLen = 12
 
-// amHandler is an installed active message handler.
-type amHandler struct {
-	cb    uct.AMCallback
-	arg   any
-	flags uint32
-}
-
-// amMsg is a queued active message.
-type amMsg struct {
-	id   uint8
-	data []byte
-}
+// ifaceAddrFormat is the layout of a self iface address: pid, iface id.
+var ifaceAddrFormat = base.Format{Name: "uct/self: iface address", Size: IfaceAddrLen, Err: ucs.ErrInvalidAddr}
 
 // pendingEntry is a request queued by EP.PendingAdd.
 type pendingEntry struct {
@@ -69,14 +58,14 @@ type Iface struct {
 	qlen    int
 	progID  int
 
-	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
+	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 	log      ucs.Logger      // IfaceParams.Logger
 
 	progressMu sync.Mutex // one Progress at a time
 	mu         sync.Mutex // guards the fields below
-	queue      []amMsg
-	spare      []amMsg
+	queue      []base.AMMsg
+	spare      []base.AMMsg
 	used       int      // queue slots taken, including messages being packed
 	free       [][]byte // recycled message buffers of segSize bytes
 	pending    []pendingEntry
@@ -94,8 +83,8 @@ type Iface struct {
 // the defaults of IfaceConfigTable; bad values fail with
 // ucs.ErrInvalidParam, another resource with ucs.ErrNoDevice.
 func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
-	if params != nil && ((params.TLName != "" && params.TLName != TLName) || (params.DevName != "" && params.DevName != DevName)) {
-		return nil, fmt.Errorf("uct/self: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
+	if err := m.CheckIface(params); err != nil {
+		return nil, err
 	}
 	segSize, err := config.SizeIn("SEG_SIZE", DefaultSegSize, 16, math.MaxInt32)
 	if err != nil {
@@ -106,9 +95,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		return nil, err
 	}
 	i := &Iface{md: m, worker: worker, id: randomID(), segSize: segSize, qlen: qlen, log: params.Log()}
-	i.addr = make([]byte, IfaceAddrLen)
-	binary.LittleEndian.PutUint32(i.addr, uint32(os.Getpid()))
-	binary.LittleEndian.PutUint64(i.addr[4:], i.id)
+	i.addr = ifaceAddrFormat.Encode(0, base.Pid, i.id)
 	if worker != nil {
 		i.progID = worker.ProgressRegister(i.Progress)
 	}
@@ -118,27 +105,12 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 // Query describes the iface. Every RMA and atomic operation completes on
 // return; active messages are bounded by SEG_SIZE.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
-	const allOps = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpAnd | 1<<uct.AtomicOpOr | 1<<uct.AtomicOpXor
-	const allFops = allOps | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
-	return &uct.IfaceAttr{
-		Put: uct.OpCaps{MaxShort: math.MaxInt32, MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		Get: uct.OpCaps{MaxBcopy: math.MaxInt32, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		AM: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: i.segSize, OptZcopyAlign: 1, AlignMTU: 1,
-			MaxIOV: math.MaxInt32, MaxHdr: i.segSize},
-		Atomic32: uct.AtomicCaps{OpFlags: allOps, FopFlags: allFops},
-		Atomic64: uct.AtomicCaps{OpFlags: allOps, FopFlags: allFops},
-		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
-			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync,
-		DeviceAddrLen: 0,
-		IfaceAddrLen:  IfaceAddrLen,
-		Overhead:      10e-9,
-		Bandwidth:     uct.Bandwidth{Dedicated: 6911e6},
-		Latency:       uct.LinearModel{C: 0},
-		Priority:      0,
-		MaxNumEPs:     math.MaxInt32,
-	}, nil
+	a := base.IfaceAttr(base.AMFlags|base.RMAFlags|uct.IfaceFlagAtomicCPU|uct.IfaceFlagConnectToIface|uct.IfaceFlagConnectToEP,
+		0, IfaceAddrLen, 10e-9, 0, uct.Bandwidth{Dedicated: 6911e6})
+	base.SetMemoryOps(a, i.segSize)
+	a.Put.MaxShort = math.MaxInt32
+	a.Get.MaxBcopy = math.MaxInt32
+	return a, nil
 }
 
 // DeviceAddress returns an empty address: the device is the process.
@@ -155,19 +127,8 @@ func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
 // SetAMHandler installs cb for id; a nil cb removes it. id must be below
 // uct.AMMaxID and flags one of CBFlagSync and CBFlagAsync
 // (ucs.ErrInvalidParam otherwise).
-func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
-	if id >= uct.AMMaxID {
-		return fmt.Errorf("uct/self: AM id %d >= %d: %w", id, uct.AMMaxID, ucs.ErrInvalidParam)
-	}
-	if flags&^(uct.CBFlagSync|uct.CBFlagAsync) != 0 || flags == 0 {
-		return fmt.Errorf("uct/self: AM handler flags %#x: %w", flags, ucs.ErrInvalidParam)
-	}
-	if cb == nil {
-		i.handlers[id].Store(nil)
-		return nil
-	}
-	i.handlers[id].Store(&amHandler{cb: cb, arg: arg, flags: flags})
-	return nil
+func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBFlags) error {
+	return i.handlers.Set("uct/self", id, cb, arg, flags, false)
 }
 
 // ReleaseDesc gives back data that a handler kept by returning InProgress.
@@ -201,7 +162,7 @@ func (i *Iface) reserve() ([]byte, bool) {
 func (i *Iface) enqueue(id uint8, data []byte) {
 	i.tracer.Trace(uct.AMTraceSend, id, data)
 	i.mu.Lock()
-	i.queue = append(i.queue, amMsg{id, data})
+	i.queue = append(i.queue, base.AMMsg{ID: id, Data: data})
 	i.nqueued.Store(int32(len(i.queue)))
 	if i.armed {
 		i.wakeLocked()
@@ -238,17 +199,17 @@ func (i *Iface) Progress() int {
 	var kept int
 	for k, m := range q {
 		if !i.deliver(m) {
-			q[k].data = nil // kept by the handler until ReleaseDesc
+			q[k].Data = nil // kept by the handler until ReleaseDesc
 			kept++
 		}
 	}
 	i.mu.Lock()
 	i.used -= len(q)
 	for k := range q {
-		if q[k].data != nil {
-			i.free = append(i.free, q[k].data[:cap(q[k].data)])
+		if q[k].Data != nil {
+			i.free = append(i.free, q[k].Data[:cap(q[k].Data)])
 		}
-		q[k] = amMsg{}
+		q[k] = base.AMMsg{}
 	}
 	i.spare = q[:0]
 	i.mu.Unlock()
@@ -262,15 +223,15 @@ func (i *Iface) Progress() int {
 
 // deliver calls the handler of m and reports whether the data may be
 // recycled (false when the handler kept it).
-func (i *Iface) deliver(m amMsg) bool {
-	h := i.handlers[m.id].Load()
+func (i *Iface) deliver(m base.AMMsg) bool {
+	h := i.handlers[m.ID].Load()
 	if h == nil {
-		i.tracer.Trace(uct.AMTraceRecvDrop, m.id, m.data)
-		i.log.Logf(ucs.LogWarn, "uct/self: dropped active message %d (%d bytes): no handler", m.id, len(m.data))
+		i.tracer.Trace(uct.AMTraceRecvDrop, m.ID, m.Data)
+		i.log.Logf(ucs.LogWarn, "uct/self: dropped active message %d (%d bytes): no handler", m.ID, len(m.Data))
 		return true
 	}
-	i.tracer.Trace(uct.AMTraceRecv, m.id, m.data)
-	return h.cb(h.arg, m.data, uct.CBParamFlagDesc) != ucs.InProgress
+	i.tracer.Trace(uct.AMTraceRecv, m.ID, m.Data)
+	return h.CB(h.Arg, m.Data, uct.CBParamFlagDesc) != ucs.InProgress
 }
 
 // progressPending calls pending requests in order until one finds no
@@ -301,7 +262,7 @@ func (i *Iface) progressPending() int {
 }
 
 // Flush returns OK: every operation of the iface completes on return.
-func (*Iface) Flush(uint32, *uct.Completion) ucs.Status { return ucs.OK }
+func (*Iface) Flush(uct.FlushFlags, *uct.Completion) ucs.Status { return ucs.OK }
 
 // Fence issues a full memory barrier and returns OK.
 func (*Iface) Fence(uint32) ucs.Status {

@@ -22,14 +22,12 @@
 package self
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
-	"os"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Names of the component, its memory domain and its transport resource.
@@ -44,8 +42,8 @@ const (
 // the pid and the random id of the packing process.
 const MkeyPackedSize = 16
 
-// mkeyMagic starts every packed self key ("GSSF", little-endian).
-const mkeyMagic uint32 = 0x46535347
+// mkeyFormat is the layout of a packed self key: magic "GSSF", pid, id.
+var mkeyFormat = base.Format{Name: "uct/self: packed key", Size: MkeyPackedSize, Magic: 0x46535347, Err: ucs.ErrInvalidParam}
 
 // processID is a random id of this process, carried in packed keys and iface
 // addresses so that a key or address from another process (even one that
@@ -53,42 +51,12 @@ const mkeyMagic uint32 = 0x46535347
 var processID = randomID()
 
 // randomID returns a random non-zero 64-bit id.
-func randomID() uint64 {
-	var b [8]byte
-	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic("uct/self: no randomness: " + err.Error())
-		}
-		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
-			return v
-		}
-	}
-}
-
-func init() { uct.Register(&Component{}) }
+func randomID() uint64 { return base.RandomID("uct/self") }
 
 // Component is the "self" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.
-type Component struct{}
-
-// Name returns "self".
-func (*Component) Name() string { return ComponentName }
-
-// MDResources returns the one memory domain "self".
-func (*Component) MDResources() ([]uct.MDResource, error) {
-	return []uct.MDResource{{Name: MDName}}, nil
-}
-
-// MDConfigTable returns nil: the self MD has no configuration.
-func (*Component) MDConfigTable() []ucs.ConfigField { return nil }
-
-// OpenMD opens the memory domain "self"; any other name fails with
-// ucs.ErrNoDevice. config is ignored.
-func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if name != MDName {
-		return nil, fmt.Errorf("uct/self: open MD %q: %w", name, ucs.ErrNoDevice)
-	}
-	return &MD{comp: c}, nil
+type Component struct {
+	base.Component[transport]
 }
 
 // RkeyUnpack accepts only keys packed by this process. The returned rkey is
@@ -99,7 +67,7 @@ func (*Component) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
 	if err != nil {
 		return uct.RkeyBundle{}, err
 	}
-	if pid != uint32(os.Getpid()) || id != processID {
+	if pid != base.Pid || id != processID {
 		return uct.RkeyBundle{}, fmt.Errorf("uct/self: key of process %d: %w", pid, ucs.ErrUnreachable)
 	}
 	return uct.RkeyBundle{Rkey: 0}, nil
@@ -115,34 +83,24 @@ func (*Component) RkeyPtr(rkey uct.RkeyBundle, raddr uint64) (unsafe.Pointer, er
 func (*Component) RkeyRelease(uct.RkeyBundle) error { return nil }
 
 // encodeMkey packs the key of this process.
-func encodeMkey() []byte {
-	b := make([]byte, MkeyPackedSize)
-	binary.LittleEndian.PutUint32(b[0:], mkeyMagic)
-	binary.LittleEndian.PutUint32(b[4:], uint32(os.Getpid()))
-	binary.LittleEndian.PutUint64(b[8:], processID)
-	return b
-}
+func encodeMkey() []byte { return mkeyFormat.Encode(0, base.Pid, processID) }
 
 // decodeMkey decodes a packed self key; it fails with ucs.ErrInvalidParam
-// unless b has the exact size and magic of a self key.
+// unless b has the exact size and magic of a self key and a non-zero pid
+// and id.
 func decodeMkey(b []byte) (pid uint32, id uint64, err error) {
-	if len(b) != MkeyPackedSize {
-		return 0, 0, fmt.Errorf("uct/self: packed key of %d bytes, want %d: %w", len(b), MkeyPackedSize, ucs.ErrInvalidParam)
+	if _, err := mkeyFormat.Decode(b, &pid, &id); err != nil {
+		return 0, 0, err
 	}
-	if m := binary.LittleEndian.Uint32(b); m != mkeyMagic {
-		return 0, 0, fmt.Errorf("uct/self: packed key magic %#x: %w", m, ucs.ErrInvalidParam)
-	}
-	pid = binary.LittleEndian.Uint32(b[4:])
-	id = binary.LittleEndian.Uint64(b[8:])
 	if pid == 0 || id == 0 {
-		return 0, 0, fmt.Errorf("uct/self: packed key with zero pid or id: %w", ucs.ErrInvalidParam)
+		return 0, 0, mkeyFormat.Errorf("zero pid or id")
 	}
 	return pid, id, nil
 }
 
 // MD is the "self" memory domain.
 type MD struct {
-	comp *Component
+	base.RegisterMD[transport]
 }
 
 // Memh is the memory handle of the self MD: the registered range.
@@ -151,36 +109,17 @@ type Memh struct {
 	Length  int
 }
 
-// Component returns the self component.
-func (m *MD) Component() uct.Component { return m.comp }
-
-// Name returns "self".
-func (*MD) Name() string { return MDName }
-
 // Query reports MDFlagReg and MDFlagRkeyPtr: registration is free and
 // RkeyPtr gives direct access; MemAlloc is not offered.
-func (*MD) Query() (uct.MDAttr, error) {
-	return uct.MDAttr{
-		ComponentName:  ComponentName,
-		Flags:          uct.MDFlagReg | uct.MDFlagRkeyPtr,
-		MaxReg:         ^uint64(0),
-		RkeyPackedSize: MkeyPackedSize,
-	}, nil
-}
-
-// MemAlloc fails with ucs.ErrUnsupported: the self MD only registers.
-func (*MD) MemAlloc(int, uint32, string) (uct.Allocation, error) {
-	return uct.Allocation{}, fmt.Errorf("uct/self: mem alloc: %w", ucs.ErrUnsupported)
-}
-
-// MemFree fails with ucs.ErrUnsupported, as MemAlloc does.
-func (*MD) MemFree(uct.Memh) error {
-	return fmt.Errorf("uct/self: mem free: %w", ucs.ErrUnsupported)
+func (m *MD) Query() (uct.MDAttr, error) {
+	a := m.Attr(uct.MDFlagReg|uct.MDFlagRkeyPtr, MkeyPackedSize)
+	a.MaxReg = ^uint64(0)
+	return a, nil
 }
 
 // MemReg returns a *Memh recording the range; a negative length fails with
 // ucs.ErrInvalidParam.
-func (*MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
+func (*MD) MemReg(addr unsafe.Pointer, length int, flags uct.MemFlags) (uct.Memh, error) {
 	if length < 0 {
 		return nil, fmt.Errorf("uct/self: mem reg of %d bytes: %w", length, ucs.ErrInvalidParam)
 	}
@@ -205,13 +144,14 @@ func (*MD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	return encodeMkey(), nil
 }
 
-// TLResources returns the one resource {self, memory0, DeviceTypeSelf}.
-func (*MD) TLResources() ([]uct.TLResource, error) {
-	return []uct.TLResource{{TLName: TLName, DevName: DevName, DevType: uct.DeviceTypeSelf}}, nil
+// transport is the transport as seen by the base types that Component and its MD
+// embed: its names and how it opens its MD.
+type transport struct{}
+
+func (transport) Names() base.Names {
+	return base.Names{Pkg: "uct/self", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeSelf, IfaceConfig: ifaceConfigTable}
 }
 
-// IfaceConfigTable is the configuration of self ifaces (see IfaceOpen).
-func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
+func (transport) NewMD(*ucs.Config) (uct.MD, error) { return &MD{}, nil }
 
-// Close does nothing.
-func (*MD) Close() {}
+func init() { uct.Register(&Component{}) }

@@ -72,3 +72,20 @@
 // DomainAddress exports the device address (the shared-memory domain) for
 // transports that share it, such as uct/cma.
 package sm
+
+// Names of the posix component, its memory domain and its transport
+// resource.
+const (
+	PosixComponentName = "posix"
+	PosixMDName        = "posix"
+	PosixTLName        = "posix"
+	DevName            = "memory"
+)
+
+// Names of the sysv component, its memory domain and its transport
+// resource (whose device is DevName, as posix's).
+const (
+	SysvComponentName = "sysv"
+	SysvMDName        = "sysv"
+	SysvTLName        = "sysv"
+)

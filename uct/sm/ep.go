@@ -234,7 +234,7 @@ func atomic32(op uct.AtomicOp, v, cmp uint32, p unsafe.Pointer, old *uint32) ucs
 }
 
 // Flush returns OK: every operation completed on return.
-func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status { return ucs.OK }
+func (e *EP) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status { return ucs.OK }
 
 // Fence issues a full memory barrier.
 func (e *EP) Fence(flags uint32) ucs.Status {
@@ -259,12 +259,7 @@ func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
 // PendingPurge removes every request queued on the EP, calling cb (when not
 // nil) on each.
 func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
-	purged := e.iface.pending.Purge(&e.pending)
-	if cb != nil {
-		for _, r := range purged {
-			cb(r)
-		}
-	}
+	e.iface.pending.PurgeEach(&e.pending, cb)
 }
 
 // Check implements uct.EPChecker: it tells whether the process of the peer

@@ -1,7 +1,6 @@
 package sm
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Iface configuration defaults (see IfaceConfigTable).
@@ -48,7 +48,8 @@ var ifaceConfigTable = []ucs.ConfigField{
 //	28 (zero) uint32
 const IfaceAddrLen = 32
 
-const ifaceAddrMagic uint32 = 0x41465347 // "GSFA"
+// ifaceAddrFormat is the layout of a posix iface address (see IfaceAddrLen).
+var ifaceAddrFormat = base.Format{Name: "uct/sm: iface address", Size: IfaceAddrLen, Magic: 0x41465347, Err: ucs.ErrInvalidAddr}
 
 // ifaceAddr is a decoded iface address.
 type ifaceAddr struct {
@@ -59,57 +60,27 @@ type ifaceAddr struct {
 	stride uint32
 }
 
-func (a *ifaceAddr) encode() []byte {
-	b := make([]byte, IfaceAddrLen)
-	binary.LittleEndian.PutUint32(b[0:], ifaceAddrMagic)
-	binary.LittleEndian.PutUint32(b[4:], a.pid)
-	binary.LittleEndian.PutUint32(b[8:], uint32(a.fd))
-	binary.LittleEndian.PutUint32(b[12:], a.ncells)
-	binary.LittleEndian.PutUint64(b[16:], a.id)
-	binary.LittleEndian.PutUint32(b[24:], a.stride)
-	return b
+// fields are the fields of the address, in order.
+func (a *ifaceAddr) fields() []any {
+	return []any{&a.pid, &a.fd, &a.ncells, &a.id, &a.stride, base.Zero(4)}
 }
+
+func (a *ifaceAddr) encode() []byte { return ifaceAddrFormat.Encode(0, a.fields()...) }
 
 // decodeIfaceAddr decodes an iface address strictly; malformed input fails
 // with ucs.ErrInvalidAddr.
-func decodeIfaceAddr(b []byte) (ifaceAddr, error) {
-	bad := func(why string, args ...any) (ifaceAddr, error) {
-		return ifaceAddr{}, fmt.Errorf("uct/sm: iface address: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidAddr)
-	}
-	if len(b) != IfaceAddrLen {
-		return bad("%d bytes, want %d", len(b), IfaceAddrLen)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != ifaceAddrMagic {
-		return bad("magic %#x", m)
-	}
-	a := ifaceAddr{
-		pid:    binary.LittleEndian.Uint32(b[4:]),
-		fd:     int32(binary.LittleEndian.Uint32(b[8:])),
-		ncells: binary.LittleEndian.Uint32(b[12:]),
-		id:     binary.LittleEndian.Uint64(b[16:]),
-		stride: binary.LittleEndian.Uint32(b[24:]),
-	}
+func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
+	_, err = ifaceAddrFormat.Decode(b, append(a.fields(), base.CheckPid(&a.pid), base.CheckNonZero("segment id", &a.id))...)
 	switch {
-	case binary.LittleEndian.Uint32(b[28:]) != 0:
-		return bad("reserved bits set")
-	case a.pid == 0 || a.pid >= maxPid:
-		return bad("pid %d", a.pid)
+	case err != nil:
 	case a.fd < 0:
-		return bad("descriptor %d", a.fd)
-	case a.id == 0:
-		return bad("zero segment id")
+		err = ifaceAddrFormat.Errorf("descriptor %d", a.fd)
 	case a.ncells < minFIFOCells || a.ncells > maxFIFOCells || a.ncells&(a.ncells-1) != 0:
-		return bad("%d FIFO cells", a.ncells)
+		err = ifaceAddrFormat.Errorf("%d FIFO cells", a.ncells)
 	case a.stride%cellAlign != 0 || a.stride < uint32(cellStride(minSegSize)) || a.stride > uint32(cellStride(maxSegSize)):
-		return bad("cell stride %d", a.stride)
+		err = ifaceAddrFormat.Errorf("cell stride %d", a.stride)
 	}
-	return a, nil
-}
-
-// amHandler is an installed active message handler.
-type amHandler struct {
-	cb  uct.AMCallback
-	arg any
+	return a, err
 }
 
 // Iface is a posix iface: it owns a receive FIFO (FIFO_SIZE cells of
@@ -138,7 +109,7 @@ type Iface struct {
 	segSize  int
 	maxPoll  int
 	addr     []byte
-	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
+	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 	log      ucs.Logger      // IfaceParams.Logger
 
@@ -186,27 +157,10 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 // and have no size limit beyond their kind (short and bcopy up to
 // SEG_SIZE); active messages are bounded by SEG_SIZE, header included.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
-	const ops = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpAnd | 1<<uct.AtomicOpOr | 1<<uct.AtomicOpXor
-	const fops = ops | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
-	return &uct.IfaceAttr{
-		Put: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		Get: uct.OpCaps{MaxBcopy: i.segSize, MaxZcopy: math.MaxInt, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: math.MaxInt32},
-		AM: uct.OpCaps{MaxShort: i.segSize, MaxBcopy: i.segSize, MaxZcopy: i.segSize, OptZcopyAlign: 1, AlignMTU: 1,
-			MaxIOV: math.MaxInt32, MaxHdr: i.segSize},
-		Atomic32: uct.AtomicCaps{OpFlags: ops, FopFlags: fops},
-		Atomic64: uct.AtomicCaps{OpFlags: ops, FopFlags: fops},
-		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
-			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync,
-		DeviceAddrLen: DeviceAddrLen,
-		IfaceAddrLen:  IfaceAddrLen,
-		Overhead:      10e-9,
-		Bandwidth:     uct.Bandwidth{Dedicated: 12e9},
-		Latency:       uct.LinearModel{C: 80e-9},
-		Priority:      0,
-		MaxNumEPs:     math.MaxInt32,
-	}, nil
+	a := base.IfaceAttr(base.AMFlags|base.RMAFlags|uct.IfaceFlagAtomicCPU|uct.IfaceFlagConnectToIface,
+		DeviceAddrLen, IfaceAddrLen, 10e-9, 80e-9, uct.Bandwidth{Dedicated: 12e9})
+	base.SetMemoryOps(a, i.segSize)
+	return a, nil
 }
 
 // DeviceAddress returns the DeviceAddrLen-byte name of this process's
@@ -229,19 +183,8 @@ func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
 // SetAMHandler installs cb for id; a nil cb removes it. id must be below
 // uct.AMMaxID and flags one of CBFlagSync and CBFlagAsync
 // (ucs.ErrInvalidParam otherwise).
-func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
-	if id >= uct.AMMaxID {
-		return fmt.Errorf("uct/sm: AM id %d >= %d: %w", id, uct.AMMaxID, ucs.ErrInvalidParam)
-	}
-	if flags&^(uct.CBFlagSync|uct.CBFlagAsync) != 0 || flags == 0 {
-		return fmt.Errorf("uct/sm: AM handler flags %#x: %w", flags, ucs.ErrInvalidParam)
-	}
-	if cb == nil {
-		i.handlers[id].Store(nil)
-		return nil
-	}
-	i.handlers[id].Store(&amHandler{cb: cb, arg: arg})
-	return nil
+func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBFlags) error {
+	return i.handlers.Set("uct/sm", id, cb, arg, flags, false)
 }
 
 // ReleaseDesc does nothing: handlers never get CBParamFlagDesc, so they
@@ -290,14 +233,14 @@ func (i *Iface) deliver(c unsafe.Pointer) {
 		return
 	}
 	i.tracer.Trace(uct.AMTraceRecv, id, i.rx.data(c)[:n])
-	if h.cb(h.arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
+	if h.CB(h.Arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
 		i.log.Logf(ucs.LogWarn, "uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
 	}
 }
 
 // Flush returns OK: every operation of the iface completes on return (a
 // sent message is in the peer's FIFO).
-func (*Iface) Flush(uint32, *uct.Completion) ucs.Status { return ucs.OK }
+func (*Iface) Flush(uct.FlushFlags, *uct.Completion) ucs.Status { return ucs.OK }
 
 // Fence issues a full memory barrier and returns OK.
 func (*Iface) Fence(uint32) ucs.Status {
@@ -340,12 +283,12 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 // the WakeupFD descriptor is closed.
 func (i *Iface) Close() {
 	i.pendMu.Lock()
-	if i.closed {
-		i.pendMu.Unlock()
-		return
-	}
+	already := i.closed
 	i.closed = true
 	i.pendMu.Unlock()
+	if already {
+		return
+	}
 	if i.worker != nil {
 		i.worker.ProgressUnregister(i.progID)
 	}

@@ -1,10 +1,8 @@
 package sm
 
 import (
-	"encoding/binary"
-	"fmt"
-
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // MkeyPackedSize is the length of a key packed by the posix MD.
@@ -26,14 +24,20 @@ import (
 // carried, so no key can make a peer open anything but such a file.
 const MkeyPackedSize = 40
 
+// Versions of posix keys.
 const (
-	mkeyMagic   uint32 = 0x58505347 // "GSPX"
-	mkeyVersion uint16 = 1          // memfd segment
-	// mkeyVersionNamed is the version of keys of named /dev/shm segments
-	// (USE_SHM_OPEN).
-	mkeyVersionNamed uint16 = 2
-	maxPid                  = 1 << 22 // PID_MAX_LIMIT
-	maxAddr                 = 1 << 57 // above any user address (5-level paging)
+	mkeyVersion      uint16 = 1 // memfd segment
+	mkeyVersionNamed uint16 = 2 // named /dev/shm segment (USE_SHM_OPEN)
+)
+
+// mkeyFormat is the layout of a packed posix key (see MkeyPackedSize).
+var mkeyFormat = base.Format{Name: "uct/sm: packed key", Size: MkeyPackedSize, Magic: 0x58505347,
+	Versions: []uint16{mkeyVersion, mkeyVersionNamed}, Err: ucs.ErrInvalidParam}
+
+// Bounds of pids and addresses in keys and addresses.
+const (
+	maxPid  = base.MaxPid
+	maxAddr = base.MaxAddr
 )
 
 // mkey is a decoded posix key.
@@ -48,61 +52,23 @@ type mkey struct {
 
 // encode packs k.
 func (k *mkey) encode() []byte {
-	b := make([]byte, MkeyPackedSize)
-	binary.LittleEndian.PutUint32(b[0:], mkeyMagic)
 	v, fd := mkeyVersion, k.fd
 	if k.named {
 		v, fd = mkeyVersionNamed, 0
 	}
-	binary.LittleEndian.PutUint16(b[4:], v)
-	binary.LittleEndian.PutUint32(b[8:], k.pid)
-	binary.LittleEndian.PutUint32(b[12:], uint32(fd))
-	binary.LittleEndian.PutUint64(b[16:], k.id)
-	binary.LittleEndian.PutUint64(b[24:], k.length)
-	binary.LittleEndian.PutUint64(b[32:], k.addr)
-	return b
+	return mkeyFormat.Encode(v, k.pid, fd, k.id, k.length, k.addr)
 }
 
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
 // size, magic and a known version, with a valid pid and descriptor (zero for
 // a named segment), a non-zero segment id, and a non-empty range that lies
 // below 2^57 (above any user address) fails with ucs.ErrInvalidParam.
-func decodeMkey(b []byte) (mkey, error) {
-	bad := func(why string, args ...any) (mkey, error) {
-		return mkey{}, fmt.Errorf("uct/sm: packed key: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidParam)
+func decodeMkey(b []byte) (k mkey, err error) {
+	v, err := mkeyFormat.Decode(b, &k.pid, &k.fd, &k.id, &k.length, &k.addr,
+		base.CheckPid(&k.pid), base.CheckNonZero("segment id", &k.id), base.CheckRange(&k.addr, &k.length))
+	k.named = v == mkeyVersionNamed
+	if err == nil && (k.fd < 0 || (k.named && k.fd != 0)) {
+		err = mkeyFormat.Errorf("descriptor %d", k.fd)
 	}
-	if len(b) != MkeyPackedSize {
-		return bad("%d bytes, want %d", len(b), MkeyPackedSize)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != mkeyMagic {
-		return bad("magic %#x", m)
-	}
-	v := binary.LittleEndian.Uint16(b[4:])
-	if v != mkeyVersion && v != mkeyVersionNamed {
-		return bad("version %d", v)
-	}
-	if r := binary.LittleEndian.Uint16(b[6:]); r != 0 {
-		return bad("reserved bits %#x", r)
-	}
-	k := mkey{
-		pid:    binary.LittleEndian.Uint32(b[8:]),
-		fd:     int32(binary.LittleEndian.Uint32(b[12:])),
-		id:     binary.LittleEndian.Uint64(b[16:]),
-		length: binary.LittleEndian.Uint64(b[24:]),
-		addr:   binary.LittleEndian.Uint64(b[32:]),
-		named:  v == mkeyVersionNamed,
-	}
-	switch {
-	case k.pid == 0 || k.pid >= maxPid:
-		return bad("pid %d", k.pid)
-	case k.fd < 0 || (k.named && k.fd != 0):
-		return bad("descriptor %d", k.fd)
-	case k.id == 0:
-		return bad("zero segment id")
-	case k.length == 0:
-		return bad("zero length")
-	case k.addr == 0 || k.addr >= maxAddr || k.length > maxAddr-k.addr:
-		return bad("range %#x+%d", k.addr, k.length)
-	}
-	return k, nil
+	return k, err
 }

@@ -9,29 +9,13 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
-
-// Names of the posix component, its memory domain and its transport
-// resource.
-const (
-	PosixComponentName = "posix"
-	PosixMDName        = "posix"
-	PosixTLName        = "posix"
-	DevName            = "memory"
-)
-
-func init() { uct.Register(&PosixComponent{}) }
 
 // PosixComponent is the "posix" component. The zero value is ready to use;
 // the package registers one instance with uct.Register.
-type PosixComponent struct{}
-
-// Name returns "posix".
-func (*PosixComponent) Name() string { return PosixComponentName }
-
-// MDResources returns the one memory domain "posix".
-func (*PosixComponent) MDResources() ([]uct.MDResource, error) {
-	return []uct.MDResource{{Name: PosixMDName}}, nil
+type PosixComponent struct {
+	base.Component[posixTransport]
 }
 
 // posixMDConfigTable is the configuration of the posix MD (read by ucp as
@@ -45,24 +29,6 @@ var posixMDConfigTable = []ucs.ConfigField{
 // (default n) makes MemAlloc create named /dev/shm segments instead of
 // memfds (see shmopen.go and RemoveStaleSegments).
 func (*PosixComponent) MDConfigTable() []ucs.ConfigField { return posixMDConfigTable }
-
-// OpenMD opens the memory domain "posix"; another name fails with
-// ucs.ErrNoDevice. config may be nil for the defaults; a USE_SHM_OPEN that
-// is not a boolean fails with ucs.ErrInvalidParam.
-func (c *PosixComponent) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if name != PosixMDName {
-		return nil, fmt.Errorf("uct/sm: open MD %q: %w", name, ucs.ErrNoDevice)
-	}
-	md := &PosixMD{comp: c}
-	if config != nil && config.Get("USE_SHM_OPEN") != "" {
-		v, err := ucs.ParseBool(config.Get("USE_SHM_OPEN"))
-		if err != nil {
-			return nil, fmt.Errorf("uct/sm: USE_SHM_OPEN: %w: %w", err, ucs.ErrInvalidParam)
-		}
-		md.named = v
-	}
-	return md, nil
-}
 
 // rkeyHandle is the private part of an unpacked posix rkey.
 type rkeyHandle struct {
@@ -149,7 +115,7 @@ func rkeyRelease(rkey uct.RkeyBundle, cache *segCache) error {
 // PosixMD is the "posix" memory domain: it allocates shared segments; it
 // cannot register existing memory.
 type PosixMD struct {
-	comp  *PosixComponent
+	base.AllocateMD[posixTransport]
 	named bool // USE_SHM_OPEN: named /dev/shm segments instead of memfds
 }
 
@@ -164,20 +130,11 @@ type Memh struct {
 	freed     bool
 }
 
-// Component returns the posix component.
-func (m *PosixMD) Component() uct.Component { return m.comp }
-
-// Name returns "posix".
-func (*PosixMD) Name() string { return PosixMDName }
-
 // Query reports MDFlagAlloc, MDFlagRkeyPtr and MDFlagNeedRkey.
-func (*PosixMD) Query() (uct.MDAttr, error) {
-	return uct.MDAttr{
-		ComponentName:  PosixComponentName,
-		Flags:          uct.MDFlagAlloc | uct.MDFlagRkeyPtr | uct.MDFlagNeedRkey,
-		MaxAlloc:       math.MaxInt64,
-		RkeyPackedSize: MkeyPackedSize,
-	}, nil
+func (m *PosixMD) Query() (uct.MDAttr, error) {
+	a := m.Attr(uct.MDFlagAlloc|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey, MkeyPackedSize)
+	a.MaxAlloc = math.MaxInt64
+	return a, nil
 }
 
 // MemAlloc allocates a shared segment of length bytes, rounded up to the
@@ -191,7 +148,7 @@ func (*PosixMD) Query() (uct.MDAttr, error) {
 // /dev/shm/goshmem-<pid>-<id> (mode 0600, created with O_EXCL), which
 // MemFree unlinks; if the process dies first the file stays until
 // RemoveStaleSegments removes it.
-func (md *PosixMD) MemAlloc(length int, flags uint32, name string) (uct.Allocation, error) {
+func (md *PosixMD) MemAlloc(length int, flags uct.MemFlags, name string) (uct.Allocation, error) {
 	if length <= 0 {
 		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)
 	}
@@ -235,17 +192,6 @@ func (*PosixMD) MemFree(memh uct.Memh) error {
 	return uerr
 }
 
-// MemReg fails with ucs.ErrUnsupported: posix memory must be allocated by
-// the MD.
-func (*PosixMD) MemReg(unsafe.Pointer, int, uint32) (uct.Memh, error) {
-	return nil, fmt.Errorf("uct/sm: mem reg: %w", ucs.ErrUnsupported)
-}
-
-// MemDereg fails with ucs.ErrUnsupported, as MemReg does.
-func (*PosixMD) MemDereg(uct.Memh) error {
-	return fmt.Errorf("uct/sm: mem dereg: %w", ucs.ErrUnsupported)
-}
-
 // MkeyPack packs the key of an allocation, MkeyPackedSize bytes (see there
 // for the layout). A handle that is not from MemAlloc, or freed, fails with
 // ucs.ErrInvalidParam.
@@ -261,25 +207,37 @@ func (*PosixMD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	return k.encode(), nil
 }
 
-// TLResources returns the one resource {posix, memory, DeviceTypeShm}.
-func (*PosixMD) TLResources() ([]uct.TLResource, error) {
-	return []uct.TLResource{{TLName: PosixTLName, DevName: DevName, DevType: uct.DeviceTypeShm}}, nil
-}
-
-// IfaceConfigTable is the configuration of posix ifaces: FIFO_SIZE,
-// SEG_SIZE and FIFO_MAX_POLL (see Iface).
-func (*PosixMD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
-
 // IfaceOpen opens an iface on {posix, memory} (another resource fails with
 // ucs.ErrNoDevice) and registers its Progress with worker when worker is
 // not nil. config may be nil for the defaults; bad values fail with
 // ucs.ErrInvalidParam.
 func (m *PosixMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
-	if params != nil && ((params.TLName != "" && params.TLName != PosixTLName) || (params.DevName != "" && params.DevName != DevName)) {
-		return nil, fmt.Errorf("uct/sm: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
+	if err := m.CheckIface(params); err != nil {
+		return nil, err
 	}
 	return openIface(m, worker, params, config)
 }
 
-// Close does nothing: allocations and ifaces are released on their own.
-func (*PosixMD) Close() {}
+// posixTransport is the transport as seen by the base types that PosixComponent and its MD
+// embed: its names and how it opens its MD.
+type posixTransport struct{}
+
+func (posixTransport) Names() base.Names {
+	return base.Names{Pkg: "uct/sm", Component: PosixComponentName, MD: PosixMDName, TL: PosixTLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable}
+}
+
+// NewMD opens a posix MD; a USE_SHM_OPEN that is not a boolean fails with
+// ucs.ErrInvalidParam.
+func (posixTransport) NewMD(config *ucs.Config) (uct.MD, error) {
+	md := &PosixMD{}
+	if config != nil && config.Get("USE_SHM_OPEN") != "" {
+		v, err := ucs.ParseBool(config.Get("USE_SHM_OPEN"))
+		if err != nil {
+			return nil, fmt.Errorf("uct/sm: USE_SHM_OPEN: %w: %w", err, ucs.ErrInvalidParam)
+		}
+		md.named = v
+	}
+	return md, nil
+}
+
+func init() { uct.Register(&PosixComponent{}) }

@@ -1,8 +1,6 @@
 package sm
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // segmentMode is the file mode of every segment: only the owning user may
@@ -49,20 +48,10 @@ type segCache struct {
 var segments, sysvSegments segCache
 
 // pid is this process's id as it appears in keys and addresses.
-var pid = uint32(os.Getpid())
+var pid = base.Pid
 
 // randomID returns a random non-zero 64-bit id.
-func randomID() uint64 {
-	var b [8]byte
-	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic("uct/sm: no randomness: " + err.Error())
-		}
-		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
-			return v
-		}
-	}
-}
+func randomID() uint64 { return base.RandomID("uct/sm") }
 
 // segmentName is the memfd name of segment id; the kernel shows it as the
 // link "/memfd:<name> (deleted)" under /proc/<pid>/fd.

@@ -1,7 +1,6 @@
 package sm
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -14,17 +13,8 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
-
-// Names of the sysv component, its memory domain and its transport
-// resource (whose device is DevName, as posix's).
-const (
-	SysvComponentName = "sysv"
-	SysvMDName        = "sysv"
-	SysvTLName        = "sysv"
-)
-
-func init() { uct.Register(&SysvComponent{}) }
 
 // SysvMkeyPackedSize is the length of a key packed by the sysv MD.
 //
@@ -39,10 +29,12 @@ func init() { uct.Register(&SysvComponent{}) }
 //	24 address uint64  base address of the segment in that process
 const SysvMkeyPackedSize = 32
 
-const (
-	sysvMkeyMagic   uint32 = 0x56535347 // "GSSV"
-	sysvMkeyVersion uint16 = 1
+// sysvMkeyFormat is the layout of a packed sysv key (see
+// SysvMkeyPackedSize).
+var sysvMkeyFormat = base.Format{Name: "uct/sm: packed sysv key", Size: SysvMkeyPackedSize, Magic: 0x56535347,
+	Versions: []uint16{1}, Err: ucs.ErrInvalidParam}
 
+const (
 	// shmNoReserve is SHM_NORESERVE, a shmget flag: no swap is reserved,
 	// so that a large segment costs nothing until its pages are touched (as
 	// a memfd).
@@ -82,53 +74,21 @@ type sysvMkey struct {
 }
 
 // encode packs k.
-func (k *sysvMkey) encode() []byte {
-	b := make([]byte, SysvMkeyPackedSize)
-	binary.LittleEndian.PutUint32(b[0:], sysvMkeyMagic)
-	binary.LittleEndian.PutUint16(b[4:], sysvMkeyVersion)
-	binary.LittleEndian.PutUint32(b[8:], k.pid)
-	binary.LittleEndian.PutUint32(b[12:], uint32(k.shmid))
-	binary.LittleEndian.PutUint64(b[16:], k.length)
-	binary.LittleEndian.PutUint64(b[24:], k.addr)
-	return b
-}
+// fields are the fields of the packed key, in order.
+func (k *sysvMkey) fields() []any { return []any{&k.pid, &k.shmid, &k.length, &k.addr} }
+
+// encode packs k.
+func (k *sysvMkey) encode() []byte { return sysvMkeyFormat.Encode(1, k.fields()...) }
 
 // decodeSysvMkey decodes a packed sysv key strictly: anything but a key of
 // the exact size, magic and version, with a valid pid and shmid and a
 // non-empty range below 2^57 fails with ucs.ErrInvalidParam.
-func decodeSysvMkey(b []byte) (sysvMkey, error) {
-	bad := func(why string, args ...any) (sysvMkey, error) {
-		return sysvMkey{}, fmt.Errorf("uct/sm: packed sysv key: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidParam)
+func decodeSysvMkey(b []byte) (k sysvMkey, err error) {
+	_, err = sysvMkeyFormat.Decode(b, append(k.fields(), base.CheckPid(&k.pid), base.CheckRange(&k.addr, &k.length))...)
+	if err == nil && k.shmid < 0 {
+		err = sysvMkeyFormat.Errorf("shmid %d", k.shmid)
 	}
-	if len(b) != SysvMkeyPackedSize {
-		return bad("%d bytes, want %d", len(b), SysvMkeyPackedSize)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != sysvMkeyMagic {
-		return bad("magic %#x", m)
-	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != sysvMkeyVersion {
-		return bad("version %d", v)
-	}
-	if r := binary.LittleEndian.Uint16(b[6:]); r != 0 {
-		return bad("reserved bits %#x", r)
-	}
-	k := sysvMkey{
-		pid:    binary.LittleEndian.Uint32(b[8:]),
-		shmid:  int32(binary.LittleEndian.Uint32(b[12:])),
-		length: binary.LittleEndian.Uint64(b[16:]),
-		addr:   binary.LittleEndian.Uint64(b[24:]),
-	}
-	switch {
-	case k.pid == 0 || k.pid >= maxPid:
-		return bad("pid %d", k.pid)
-	case k.shmid < 0:
-		return bad("shmid %d", k.shmid)
-	case k.length == 0:
-		return bad("zero length")
-	case k.addr == 0 || k.addr >= maxAddr || k.length > maxAddr-k.addr:
-		return bad("range %#x+%d", k.addr, k.length)
-	}
-	return k, nil
+	return k, err
 }
 
 // shmdt detaches the System V segment attached at addr.
@@ -213,26 +173,8 @@ func attachSysv(k sysvMkey) (*mapping, error) {
 // SysvComponent is the "sysv" component: System V shared memory segments.
 // The zero value is ready to use; the package registers one instance with
 // uct.Register.
-type SysvComponent struct{}
-
-// Name returns "sysv".
-func (*SysvComponent) Name() string { return SysvComponentName }
-
-// MDResources returns the one memory domain "sysv".
-func (*SysvComponent) MDResources() ([]uct.MDResource, error) {
-	return []uct.MDResource{{Name: SysvMDName}}, nil
-}
-
-// MDConfigTable returns nil: the sysv MD has no configuration.
-func (*SysvComponent) MDConfigTable() []ucs.ConfigField { return nil }
-
-// OpenMD opens the memory domain "sysv"; another name fails with
-// ucs.ErrNoDevice. config is ignored.
-func (c *SysvComponent) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if name != SysvMDName {
-		return nil, fmt.Errorf("uct/sm: open MD %q: %w", name, ucs.ErrNoDevice)
-	}
-	return &SysvMD{comp: c}, nil
+type SysvComponent struct {
+	base.Component[sysvTransport]
 }
 
 // RkeyUnpack decodes a key from SysvMD.MkeyPack and attaches its segment
@@ -283,7 +225,7 @@ func (*SysvComponent) RkeyRelease(rkey uct.RkeyBundle) error {
 // posix (their receive FIFOs are memfd segments, which need no shmmax or
 // shmmni headroom), on the resource {sysv, memory}.
 type SysvMD struct {
-	comp *SysvComponent
+	base.AllocateMD[sysvTransport]
 }
 
 // SysvMemh is the memory handle of a sysv allocation.
@@ -295,21 +237,12 @@ type SysvMemh struct {
 	freed   bool
 }
 
-// Component returns the sysv component.
-func (m *SysvMD) Component() uct.Component { return m.comp }
-
-// Name returns "sysv".
-func (*SysvMD) Name() string { return SysvMDName }
-
 // Query reports MDFlagAlloc, MDFlagRkeyPtr and MDFlagNeedRkey; MaxAlloc is
 // kernel.shmmax.
-func (*SysvMD) Query() (uct.MDAttr, error) {
-	return uct.MDAttr{
-		ComponentName:  SysvComponentName,
-		Flags:          uct.MDFlagAlloc | uct.MDFlagRkeyPtr | uct.MDFlagNeedRkey,
-		MaxAlloc:       shmMax(),
-		RkeyPackedSize: SysvMkeyPackedSize,
-	}, nil
+func (m *SysvMD) Query() (uct.MDAttr, error) {
+	a := m.Attr(uct.MDFlagAlloc|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey, SysvMkeyPackedSize)
+	a.MaxAlloc = shmMax()
+	return a, nil
 }
 
 // MemAlloc allocates a System V segment of length bytes, rounded up to the
@@ -321,7 +254,7 @@ func (*SysvMD) Query() (uct.MDAttr, error) {
 // (ucs.ErrInvalidParam); a segment beyond kernel.shmmax, or one the system
 // refuses, fails with ucs.ErrNoMemory. flags are ignored; name labels the
 // handle.
-func (*SysvMD) MemAlloc(length int, flags uint32, name string) (uct.Allocation, error) {
+func (*SysvMD) MemAlloc(length int, flags uct.MemFlags, name string) (uct.Allocation, error) {
 	if length <= 0 {
 		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)
 	}
@@ -348,17 +281,6 @@ func (*SysvMD) MemFree(memh uct.Memh) error {
 	return sysvSegments.release(segKey{pid, uint64(h.ShmID)}, true, sysvName(int32(h.ShmID)))
 }
 
-// MemReg fails with ucs.ErrUnsupported: sysv memory must be allocated by the
-// MD.
-func (*SysvMD) MemReg(unsafe.Pointer, int, uint32) (uct.Memh, error) {
-	return nil, fmt.Errorf("uct/sm: sysv mem reg: %w", ucs.ErrUnsupported)
-}
-
-// MemDereg fails with ucs.ErrUnsupported, as MemReg does.
-func (*SysvMD) MemDereg(uct.Memh) error {
-	return fmt.Errorf("uct/sm: sysv mem dereg: %w", ucs.ErrUnsupported)
-}
-
 // MkeyPack packs the key of an allocation, SysvMkeyPackedSize bytes (see
 // there for the layout). A handle that is not from MemAlloc, or freed, fails
 // with ucs.ErrInvalidParam.
@@ -371,15 +293,6 @@ func (*SysvMD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	return k.encode(), nil
 }
 
-// TLResources returns the one resource {sysv, memory, DeviceTypeShm}.
-func (*SysvMD) TLResources() ([]uct.TLResource, error) {
-	return []uct.TLResource{{TLName: SysvTLName, DevName: DevName, DevType: uct.DeviceTypeShm}}, nil
-}
-
-// IfaceConfigTable is the configuration of sysv ifaces, that of posix
-// ifaces: FIFO_SIZE, SEG_SIZE and FIFO_MAX_POLL (see Iface).
-func (*SysvMD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
-
 // IfaceOpen opens an iface on {sysv, memory} (another resource fails with
 // ucs.ErrNoDevice): an Iface as posix opens, whose RMA and atomics work on
 // the segments of sysv keys unpacked by SysvComponent (the rkey is a delta
@@ -387,11 +300,20 @@ func (*SysvMD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
 // not nil. config may be nil for the defaults; bad values fail with
 // ucs.ErrInvalidParam.
 func (m *SysvMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.Config) (uct.Iface, error) {
-	if params != nil && ((params.TLName != "" && params.TLName != SysvTLName) || (params.DevName != "" && params.DevName != DevName)) {
-		return nil, fmt.Errorf("uct/sm: iface open on %s/%s: %w", params.TLName, params.DevName, ucs.ErrNoDevice)
+	if err := m.CheckIface(params); err != nil {
+		return nil, err
 	}
 	return openIface(m, worker, params, config)
 }
 
-// Close does nothing: allocations and ifaces are released on their own.
-func (*SysvMD) Close() {}
+// sysvTransport is the transport as seen by the base types that SysvComponent and its MD
+// embed: its names and how it opens its MD.
+type sysvTransport struct{}
+
+func (sysvTransport) Names() base.Names {
+	return base.Names{Pkg: "uct/sm", Component: SysvComponentName, MD: SysvMDName, TL: SysvTLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable}
+}
+
+func (sysvTransport) NewMD(*ucs.Config) (uct.MD, error) { return &SysvMD{}, nil }
+
+func init() { uct.Register(&SysvComponent{}) }

@@ -2,14 +2,10 @@ package tcp
 
 import (
 	"encoding/binary"
-	"fmt"
-	"hash/fnv"
 	"net"
-	"os"
-	"strings"
-	"sync"
 
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // IfaceAddrLen is the length of a tcp iface address.
@@ -36,9 +32,14 @@ const IfaceAddrLen = 32
 //	                    namespace (non-zero); others: zero
 const DeviceAddrLen = 16
 
-const (
-	ifaceAddrMagic uint32 = 0x41545347 // "GSTA"
-	devFlagLoop    uint8  = 1 << 0
+// devFlagLoop marks the device address of a loopback device.
+const devFlagLoop uint8 = 1 << 0
+
+// ifaceAddrFormat and deviceAddrFormat are the layouts of iface and device
+// addresses (see IfaceAddrLen and DeviceAddrLen).
+var (
+	ifaceAddrFormat  = base.Format{Name: "uct/tcp: iface address", Size: IfaceAddrLen, Magic: 0x41545347, Err: ucs.ErrInvalidAddr}
+	deviceAddrFormat = base.Format{Name: "uct/tcp: device address", Size: DeviceAddrLen, Err: ucs.ErrInvalidAddr}
 )
 
 // ifaceAddr is a decoded iface address.
@@ -49,18 +50,15 @@ type ifaceAddr struct {
 }
 
 func (a *ifaceAddr) encode() []byte {
-	b := make([]byte, IfaceAddrLen)
-	binary.LittleEndian.PutUint32(b, ifaceAddrMagic)
+	var ip [16]byte
+	family := uint8(6)
 	if ip4 := a.ip.To4(); ip4 != nil {
-		b[4] = 4
-		copy(b[8:], ip4)
+		family = 4
+		copy(ip[:], ip4)
 	} else {
-		b[4] = 6
-		copy(b[8:], a.ip.To16())
+		copy(ip[:], a.ip.To16())
 	}
-	binary.BigEndian.PutUint16(b[6:], a.port)
-	binary.LittleEndian.PutUint64(b[24:], a.id)
-	return b
+	return ifaceAddrFormat.Encode(0, family, base.Zero(1), binary.BigEndian.AppendUint16(nil, a.port), ip[:], a.id)
 }
 
 // tcpAddr returns the address to dial.
@@ -69,42 +67,38 @@ func (a *ifaceAddr) tcpAddr() *net.TCPAddr { return &net.TCPAddr{IP: a.ip, Port:
 // decodeIfaceAddr decodes an iface address strictly; malformed input fails
 // with ucs.ErrInvalidAddr.
 func decodeIfaceAddr(b []byte) (ifaceAddr, error) {
-	bad := func(why string, args ...any) (ifaceAddr, error) {
-		return ifaceAddr{}, fmt.Errorf("uct/tcp: iface address: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidAddr)
+	bad := ifaceAddrFormat.Errorf
+	var (
+		a      ifaceAddr
+		family uint8
+		port   [2]byte
+		ip     [16]byte
+	)
+	if _, err := ifaceAddrFormat.Decode(b, &family, base.Zero(1), port[:], ip[:], &a.id); err != nil {
+		return ifaceAddr{}, err
 	}
-	if len(b) != IfaceAddrLen {
-		return bad("%d bytes, want %d", len(b), IfaceAddrLen)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != ifaceAddrMagic {
-		return bad("magic %#x", m)
-	}
-	if b[5] != 0 {
-		return bad("reserved bits set")
-	}
-	a := ifaceAddr{port: binary.BigEndian.Uint16(b[6:]), id: binary.LittleEndian.Uint64(b[24:])}
-	switch b[4] {
+	a.port = binary.BigEndian.Uint16(port[:])
+	switch family {
 	case 4:
-		for _, c := range b[12:24] {
-			if c != 0 {
-				return bad("IPv4 address with trailing bytes")
-			}
+		if ip != [16]byte{0: ip[0], 1: ip[1], 2: ip[2], 3: ip[3]} {
+			return ifaceAddr{}, bad("IPv4 address with trailing bytes")
 		}
-		a.ip = net.IP(append([]byte(nil), b[8:12]...))
+		a.ip = net.IP(append([]byte(nil), ip[:4]...))
 	case 6:
-		a.ip = net.IP(append([]byte(nil), b[8:24]...))
+		a.ip = net.IP(append([]byte(nil), ip[:]...))
 		if a.ip.To4() != nil {
-			return bad("IPv4-mapped IPv6 address %v", a.ip)
+			return ifaceAddr{}, bad("IPv4-mapped IPv6 address %v", a.ip)
 		}
 	default:
-		return bad("family %d", b[4])
+		return ifaceAddr{}, bad("family %d", family)
 	}
 	switch {
 	case a.ip.IsUnspecified() || a.ip.IsMulticast() || a.ip.Equal(net.IPv4bcast):
-		return bad("IP %v", a.ip)
+		return ifaceAddr{}, bad("IP %v", a.ip)
 	case a.port == 0:
-		return bad("port 0")
+		return ifaceAddr{}, bad("port 0")
 	case a.id == 0:
-		return bad("zero iface id")
+		return ifaceAddr{}, bad("zero iface id")
 	}
 	return a, nil
 }
@@ -117,38 +111,31 @@ type deviceAddr struct {
 }
 
 func (d *deviceAddr) encode() []byte {
-	b := make([]byte, DeviceAddrLen)
-	b[0] = d.family
+	var flags uint8
 	if d.loopback {
-		b[1] = devFlagLoop
+		flags = devFlagLoop
 	}
-	binary.LittleEndian.PutUint64(b[8:], d.host)
-	return b
+	return deviceAddrFormat.Encode(0, d.family, flags, base.Zero(6), d.host)
 }
 
 // decodeDeviceAddr decodes a device address strictly; malformed input
 // fails with ucs.ErrInvalidAddr.
 func decodeDeviceAddr(b []byte) (deviceAddr, error) {
-	bad := func(why string, args ...any) (deviceAddr, error) {
-		return deviceAddr{}, fmt.Errorf("uct/tcp: device address: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidAddr)
+	var (
+		d     deviceAddr
+		flags uint8
+	)
+	if _, err := deviceAddrFormat.Decode(b, &d.family, &flags, base.Zero(6), &d.host); err != nil {
+		return deviceAddr{}, err
 	}
-	if len(b) != DeviceAddrLen {
-		return bad("%d bytes, want %d", len(b), DeviceAddrLen)
-	}
-	d := deviceAddr{family: b[0], loopback: b[1]&devFlagLoop != 0, host: binary.LittleEndian.Uint64(b[8:])}
-	if d.family != 4 && d.family != 6 {
-		return bad("family %d", d.family)
-	}
-	if b[1]&^devFlagLoop != 0 {
-		return bad("flags %#x", b[1])
-	}
-	for _, c := range b[2:8] {
-		if c != 0 {
-			return bad("reserved bits set")
-		}
-	}
-	if d.loopback != (d.host != 0) {
-		return bad("host %#x for loopback=%v", d.host, d.loopback)
+	d.loopback = flags&devFlagLoop != 0
+	switch {
+	case d.family != 4 && d.family != 6:
+		return deviceAddr{}, deviceAddrFormat.Errorf("family %d", d.family)
+	case flags&^devFlagLoop != 0:
+		return deviceAddr{}, deviceAddrFormat.Errorf("flags %#x", flags)
+	case d.loopback != (d.host != 0):
+		return deviceAddr{}, deviceAddrFormat.Errorf("host %#x for loopback=%v", d.host, d.loopback)
 	}
 	return d, nil
 }
@@ -156,12 +143,4 @@ func decodeDeviceAddr(b []byte) (deviceAddr, error) {
 // hostID returns a non-zero hash naming the loopback network of this
 // process: the boot id of the kernel and the network namespace. Two
 // processes with the same value reach each other's loopback listeners.
-var hostID = sync.OnceValue(func() uint64 {
-	h := fnv.New64a()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	h.Write([]byte(strings.TrimSpace(string(boot))))
-	h.Write([]byte{0})
-	netns, _ := os.Readlink("/proc/self/ns/net")
-	h.Write([]byte(netns))
-	return h.Sum64() | 1
-})
+var hostID = base.LoopbackHostID

@@ -6,6 +6,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Atomics: the EP sends a frameAtomic naming the key, the word and the
@@ -21,8 +22,8 @@ import (
 
 // The atomic operations of the iface: posted and fetching.
 const (
-	atomicOps  = 1<<uct.AtomicOpAdd | 1<<uct.AtomicOpAnd | 1<<uct.AtomicOpOr | 1<<uct.AtomicOpXor
-	atomicFops = atomicOps | 1<<uct.AtomicOpSwap | 1<<uct.AtomicOpCSwap
+	atomicOps  = base.AllAtomicOps
+	atomicFops = base.AllAtomicFops
 )
 
 // atomicFrame returns the request of an atomic on the size-byte word at
@@ -30,7 +31,7 @@ const (
 // (posted when post is set) fails with ucs.ErrUnsupported, a word outside
 // the key or not aligned with ucs.ErrInvalidParam.
 func atomicFrame(op uct.AtomicOp, post bool, size int, value, compare, raddr, rkey uint64) (*txFrame, ucs.Status) {
-	mask := uint64(atomicFops)
+	mask := atomicFops
 	if post {
 		mask = atomicOps
 	}

@@ -165,3 +165,10 @@
 //
 // WakeupFD is unsupported: ifaces are polled.
 package tcp
+
+// Names of the component, its memory domain and its transport.
+const (
+	ComponentName = "tcp"
+	MDName        = "tcp"
+	TLName        = "tcp"
+)

@@ -568,7 +568,7 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 // is signalled from Progress once they are, or with the error if the EP
 // fails first. FlushFlagCancel is not distinguished: queued frames are
 // still sent.
-func (e *EP) Flush(flags uint32, comp *uct.Completion) ucs.Status {
+func (e *EP) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
 	target, st := e.flushTarget()
 	if st != ucs.InProgress {
 		return st
@@ -640,12 +640,7 @@ func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
 // PendingPurge removes every request queued on the EP, calling cb (when not
 // nil) on each.
 func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
-	purged := e.iface.pending.Purge(&e.pending)
-	if cb != nil {
-		for _, r := range purged {
-			cb(r)
-		}
-	}
+	e.iface.pending.PurgeEach(&e.pending, cb)
 }
 
 // Destroy closes the EP's connection, in order when nothing is being

@@ -1,13 +1,13 @@
 package tcp
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net"
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Connect to EP (uct.EPConnector, IfaceFlagConnectToEP).
@@ -41,16 +41,13 @@ var _ uct.EPConnector = (*EP)(nil)
 // decodeEPAddr decodes an EP address strictly; malformed input fails with
 // ucs.ErrInvalidAddr.
 func decodeEPAddr(b []byte) (ifaceAddr, uint64, error) {
-	if len(b) != EPAddrLen {
-		return ifaceAddr{}, 0, fmt.Errorf("uct/tcp: ep address: %d bytes, want %d: %w", len(b), EPAddrLen, ucs.ErrInvalidAddr)
-	}
-	a, err := decodeIfaceAddr(b[:IfaceAddrLen])
+	ia, id, err := base.SplitEPAddr("uct/tcp", b, IfaceAddrLen)
 	if err != nil {
 		return ifaceAddr{}, 0, err
 	}
-	id := binary.LittleEndian.Uint64(b[IfaceAddrLen:])
-	if id == 0 {
-		return ifaceAddr{}, 0, fmt.Errorf("uct/tcp: ep address: zero ep id: %w", ucs.ErrInvalidAddr)
+	a, err := decodeIfaceAddr(ia)
+	if err != nil {
+		return ifaceAddr{}, 0, err
 	}
 	return a, id, nil
 }
@@ -88,10 +85,7 @@ func (e *EP) EPAddress() ([]byte, error) {
 	if e.id == 0 {
 		return nil, fmt.Errorf("uct/tcp: ep address of an ep connected to an iface: %w", ucs.ErrUnsupported)
 	}
-	b := make([]byte, EPAddrLen)
-	copy(b, e.iface.addr)
-	binary.LittleEndian.PutUint64(b[IfaceAddrLen:], e.id)
-	return b, nil
+	return base.EncodeEPAddr(e.iface.addr, e.id), nil
 }
 
 // ConnectToEP connects the EP to the iface of the EP whose address is

@@ -2,10 +2,7 @@ package tcp
 
 import (
 	"container/list"
-	"crypto/subtle"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"strconv"
@@ -15,20 +12,8 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
-
-// amHandler is an installed active message handler.
-type amHandler struct {
-	cb    uct.AMCallback
-	arg   any
-	flags uint32
-}
-
-// amMsg is a received active message waiting for Progress.
-type amMsg struct {
-	id   uint8
-	data []byte
-}
 
 // compEvent is a completion that Progress signals.
 type compEvent struct {
@@ -73,7 +58,7 @@ type Iface struct {
 	errHandler    func(arg any, ep uct.EP, status ucs.Status)
 	errHandlerArg any
 
-	handlers [uct.AMMaxID]atomic.Pointer[amHandler]
+	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 
 	poll      *pollSet         // the sockets Progress reads (poll.go)
@@ -85,7 +70,7 @@ type Iface struct {
 	closing   atomic.Bool      // Close waits for the poller to end the streams
 	pending   uct.PendingQueue // the EPs' pending requests
 	progMu    sync.Mutex       // one Progress at a time
-	batch     []amMsg          // Progress's delivery buffer; guarded by progMu
+	batch     []base.AMMsg     // Progress's delivery buffer; guarded by progMu
 	// spareComps is the completion list Progress gave back, which the
 	// next Progress hands to comps; guarded by progMu.
 	spareComps []compEvent
@@ -96,7 +81,7 @@ type Iface struct {
 	pollerDone chan struct{} // closed when the poller returned
 	wg         sync.WaitGroup
 	mu         sync.Mutex // guards the fields below
-	rxq        []amMsg
+	rxq        []base.AMMsg
 	rxHead     int
 	rxBytes    int
 	comps      []compEvent
@@ -207,27 +192,14 @@ func deviceBandwidth(ifi *net.Interface) float64 {
 // the same CPU atomics as the shared-memory transports, so a word that
 // peers on the node and across the network hit at once stays coherent).
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
-	return &uct.IfaceAttr{
-		Atomic32: uct.AtomicCaps{OpFlags: atomicOps, FopFlags: atomicFops},
-		Atomic64: uct.AtomicCaps{OpFlags: atomicOps, FopFlags: atomicFops},
-		Put: uct.OpCaps{MaxShort: maxShort, MaxBcopy: i.cfg.segSize, MaxZcopy: maxPutLen,
-			OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV},
-		Get: uct.OpCaps{MaxBcopy: i.cfg.segSize, MaxZcopy: maxPutLen, OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV},
-		AM: uct.OpCaps{MaxShort: min(maxShort, i.cfg.rxSegSize), MaxBcopy: i.cfg.segSize, MaxZcopy: i.cfg.rxSegSize,
-			OptZcopyAlign: 1, AlignMTU: 1, MaxIOV: maxIOV, MaxHdr: i.cfg.segSize},
-		Flags: uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPending |
-			uct.IfaceFlagPutShort | uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy |
-			uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
-			uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync |
-			uct.IfaceFlagErrhandlePeerDown,
-		DeviceAddrLen: DeviceAddrLen,
-		IfaceAddrLen:  IfaceAddrLen,
-		Overhead:      1e-6,
-		Bandwidth:     uct.Bandwidth{Shared: i.bw},
-		Latency:       uct.LinearModel{C: 10e-6},
-		Priority:      0,
-		MaxNumEPs:     math.MaxInt32,
-	}, nil
+	flags := base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
+		uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown
+	a := base.IfaceAttr(flags, DeviceAddrLen, IfaceAddrLen, 1e-6, 10e-6, uct.Bandwidth{Shared: i.bw})
+	a.Atomic32, a.Atomic64 = base.AllAtomics, base.AllAtomics
+	a.Put = base.OpCaps(maxShort, i.cfg.segSize, maxPutLen, maxIOV)
+	a.Get = base.OpCaps(0, i.cfg.segSize, maxPutLen, maxIOV)
+	a.AM = base.AMCaps(min(maxShort, i.cfg.rxSegSize), i.cfg.segSize, i.cfg.rxSegSize, maxIOV, i.cfg.segSize)
+	return a, nil
 }
 
 // maxIOV is the largest iov of a zcopy operation.
@@ -280,19 +252,8 @@ func (i *Iface) reachable(devAddr, ifAddr []byte) error {
 // and uct.CBFlagAsync (cb is called from the goroutine that received the
 // message, concurrently with everything else); ucs.ErrInvalidParam
 // otherwise.
-func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uint32) error {
-	if id >= uct.AMMaxID {
-		return fmt.Errorf("uct/tcp: AM id %d >= %d: %w", id, uct.AMMaxID, ucs.ErrInvalidParam)
-	}
-	if flags != uct.CBFlagSync && flags != uct.CBFlagAsync {
-		return fmt.Errorf("uct/tcp: AM handler flags %#x: %w", flags, ucs.ErrInvalidParam)
-	}
-	if cb == nil {
-		i.handlers[id].Store(nil)
-		return nil
-	}
-	i.handlers[id].Store(&amHandler{cb: cb, arg: arg, flags: flags})
-	return nil
+func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBFlags) error {
+	return i.handlers.Set("uct/tcp", id, cb, arg, flags, true)
 }
 
 // ReleaseDesc gives back the data of an active message that a handler kept
@@ -408,7 +369,7 @@ func (i *Iface) deliver() int {
 	clear(i.rxq[i.rxHead : i.rxHead+k])
 	i.rxHead += k
 	for _, m := range i.batch {
-		i.rxBytes -= len(m.data) + rxMsgCost
+		i.rxBytes -= len(m.Data) + rxMsgCost
 	}
 	i.rxOver.Store(i.rxBytes >= i.cfg.rxQueueLen)
 	switch {
@@ -427,19 +388,19 @@ func (i *Iface) deliver() int {
 	}
 	i.mu.Unlock()
 	for k, m := range i.batch {
-		h := i.handlers[m.id].Load()
+		h := i.handlers[m.ID].Load()
 		switch {
 		case h == nil:
-			i.tracer.Trace(uct.AMTraceRecvDrop, m.id, m.data)
-			i.warn.dropped.Logf("dropped active message %d (%d bytes): no handler", m.id, len(m.data))
-			putBuf(m.data)
+			i.tracer.Trace(uct.AMTraceRecvDrop, m.ID, m.Data)
+			i.warn.dropped.Logf("dropped active message %d (%d bytes): no handler", m.ID, len(m.Data))
+			putBuf(m.Data)
 		default:
-			i.tracer.Trace(uct.AMTraceRecv, m.id, m.data)
-			if h.cb(h.arg, m.data, uct.CBParamFlagDesc) != ucs.InProgress {
-				putBuf(m.data)
+			i.tracer.Trace(uct.AMTraceRecv, m.ID, m.Data)
+			if h.CB(h.Arg, m.Data, uct.CBParamFlagDesc) != ucs.InProgress {
+				putBuf(m.Data)
 			}
 		}
-		i.batch[k] = amMsg{}
+		i.batch[k] = base.AMMsg{}
 	}
 	return k
 }
@@ -506,7 +467,7 @@ func (i *Iface) addFlush(w *flushWaiter) {
 // (failed EPs are skipped); otherwise ucs.InProgress, and comp (when not
 // nil) is signalled from Progress once they are, with the error of an EP
 // that failed meanwhile.
-func (i *Iface) Flush(flags uint32, comp *uct.Completion) ucs.Status {
+func (i *Iface) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
 	i.mu.Lock()
 	eps := make([]*EP, 0, len(i.eps))
 	for e := range i.eps {
@@ -544,277 +505,3 @@ func (i *Iface) isClosed() bool {
 
 // rxFull reports whether the queue of received active messages is full.
 func (i *Iface) rxFull() bool { return i.rxOver.Load() }
-
-// rxConn is the receiving side of an authenticated connection: the
-// frameHandler of its inStream.
-type rxConn struct {
-	iface     *Iface
-	from      net.Addr // the client's address, for the log
-	in        *inStream
-	processed uint64 // frames applied or queued
-	acked     uint64 // the count last acknowledged
-	ackDue    bool   // the client asked for an acknowledgement
-	wrote     bool   // puts were applied since the worker was last signalled
-	sent      bool   // something was written to the client since the last tick
-	// The frames it writes; each buffer stays unchanged while it waits
-	// in the stream's out.
-	ack    [frameHeaderLen + ackBodyLen]byte
-	getRep [frameHeaderLen + getRepHeaderLen]byte
-	amoRep [frameHeaderLen + atomicRepLen]byte
-	beat   [frameHeaderLen]byte
-	bye    [frameHeaderLen + ackBodyLen]byte
-	repBuf []byte // a small get reply
-
-	// The frame being read.
-	typ  uint8
-	id   uint8        // an active message's id
-	data []byte       // an active message's buffer
-	put  *region      // a put's target, locked for reading; nil: dropped
-	get  getHeader    // a get
-	amo  atomicHeader // an atomic
-	one  [1][]byte    // the body's one buffer
-}
-
-func (s *rxConn) begin(h frameHeader, fixed []byte) ([][]byte, error) {
-	s.typ = h.typ
-	switch h.typ {
-	case frameAM:
-		if hd := s.iface.handlers[h.id].Load(); (hd == nil || hd.flags != uct.CBFlagAsync) && s.iface.rxOver.Load() {
-			return nil, errRxFull
-		}
-		s.id, s.data = h.id, getBuf(int(h.len))
-		s.one[0] = s.data
-		return s.one[:], nil
-	case framePut:
-		p, n := decodePutHeader(fixed), uint64(h.len-putHeaderLen)
-		if s.put = s.iface.target(p, n, s.from); s.put == nil {
-			return nil, nil
-		}
-		off := p.raddr - s.put.key.addr
-		s.one[0] = s.put.mem[off : off+n]
-		return s.one[:], nil
-	case frameGet:
-		g, err := decodeGetHeader(fixed)
-		s.get = g
-		return nil, err
-	case frameAtomic:
-		a, err := decodeAtomicHeader(fixed)
-		s.amo = a
-		return nil, err
-	}
-	return nil, nil
-}
-
-func (s *rxConn) end(progress bool) error {
-	switch s.typ {
-	case frameAM:
-		data := s.data
-		s.data, s.one[0] = nil, nil
-		s.receiveAM(s.id, data, progress)
-	case framePut:
-		if s.put != nil {
-			s.put.mu.RUnlock()
-			s.put, s.one[0] = nil, nil
-		}
-		s.wrote = true
-	case frameFlush:
-		s.ackDue = true
-	case frameGet:
-		if err := s.serveGet(s.get); err != nil {
-			return fmt.Errorf("answering a get: %w", err)
-		}
-	case frameAtomic:
-		if err := s.serveAtomic(s.amo); err != nil {
-			return fmt.Errorf("answering an atomic: %w", err)
-		}
-		s.wrote = true
-	case frameEPClose:
-		return errEPClosed
-	}
-	s.processed++
-	return nil
-}
-
-func (s *rxConn) abort(error) {
-	switch {
-	case s.data != nil:
-		putBuf(s.data)
-		s.data, s.one[0] = nil, nil
-	case s.put != nil:
-		s.put.mu.RUnlock()
-		s.put, s.one[0] = nil, nil
-	}
-}
-
-// caughtUp acknowledges what was processed, when the client asked, and
-// signals the worker after puts and atomics that the poller applied: a
-// goroutine waiting for memory to change may wait for them. (Progress
-// runs in the goroutine that waits.)
-func (s *rxConn) caughtUp(progress bool) error {
-	if err := s.sendAck(); err != nil {
-		return err
-	}
-	if s.wrote && !progress && s.iface.worker != nil {
-		s.iface.worker.Signal()
-	}
-	s.wrote = false
-	return nil
-}
-
-// sendAck acknowledges the frames processed, when the client asked.
-func (s *rxConn) sendAck() error {
-	if !s.ackDue || s.processed == s.acked {
-		return nil
-	}
-	s.ackDue = false
-	putFrameHeader(s.ack[:], frameAck, 0, ackBodyLen)
-	binary.LittleEndian.PutUint64(s.ack[frameHeaderLen:], s.processed)
-	if err := s.write(nil, s.ack[:], nil); err != nil {
-		return fmt.Errorf("sending an acknowledgement: %w", err)
-	}
-	s.acked = s.processed
-	return nil
-}
-
-// receiveAM hands a message to its asynchronous handler, or queues it for
-// Progress (begin checked that the queue has room).
-func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) {
-	i := s.iface
-	if h := i.handlers[id].Load(); h != nil && h.flags == uct.CBFlagAsync {
-		i.tracer.Trace(uct.AMTraceRecv, id, data)
-		if h.cb(h.arg, data, uct.CBParamFlagDesc) != ucs.InProgress {
-			putBuf(data)
-		}
-		return
-	}
-	i.mu.Lock()
-	i.rxq = append(i.rxq, amMsg{id, data})
-	i.rxBytes += len(data) + rxMsgCost
-	i.rxOver.Store(i.rxBytes >= i.cfg.rxQueueLen)
-	i.mu.Unlock()
-	if progress {
-		i.dirty.Store(true) // delivered before Progress returns
-	} else {
-		i.markDirty()
-	}
-}
-
-// target returns the region a put of n bytes writes, locked for reading,
-// or nil (and logs why) when the put is refused: its data is then read and
-// dropped.
-func (i *Iface) target(p putHeader, n uint64, from net.Addr) *region {
-	r, why := i.md.access(p.key, p.token, p.raddr, n)
-	if r == nil {
-		i.warn.rejected.Logf("rejected a put of %d bytes to %#x (key %#x) from %v: %s", n, p.raddr, p.key, from, why)
-	}
-	return r
-}
-
-// serveGet answers a get on the connection: with the bytes asked for when
-// the get is valid, and otherwise with ucs.ErrInvalidAddr and a logged
-// warning. It fails only when the connection does.
-func (s *rxConn) serveGet(g getHeader) error {
-	h := s.getRep[:]
-	binary.LittleEndian.PutUint64(h[frameHeaderLen:], g.id)
-	r, why := s.iface.md.access(g.key, g.token, g.raddr, g.length)
-	if r == nil {
-		s.iface.warn.rejected.Logf("rejected a get of %d bytes at %#x (key %#x) from %v: %s", g.length, g.raddr, g.key, s.from, why)
-		putFrameHeader(h, frameGetRep, 0, getRepHeaderLen)
-		st := int64(ucs.ErrInvalidAddr)
-		binary.LittleEndian.PutUint64(h[frameHeaderLen+8:], uint64(st))
-		return s.write(nil, h, nil)
-	}
-	putFrameHeader(h, frameGetRep, 0, getRepHeaderLen+int(g.length))
-	binary.LittleEndian.PutUint64(h[frameHeaderLen+8:], 0)
-	off := g.raddr - r.key.addr
-	data := r.mem[off : off+g.length]
-	if len(data) <= getRepInline {
-		// One buffer for a small reply: the region is free at once.
-		b := append(s.repBuf[:0], h...)
-		b = append(b, data...)
-		r.mu.RUnlock()
-		s.repBuf = b[:0]
-		return s.write(nil, b, nil)
-	}
-	return s.write(r, h, data) // straight from the registered memory
-}
-
-// write sends a and b to the client (see inStream.send; hold is b's
-// region, read-locked).
-func (s *rxConn) write(hold *region, a, b []byte) error {
-	s.sent = true
-	return s.in.send(hold, a, b)
-}
-
-// getRepInline is the largest get reply sent with its header in one write.
-const getRepInline = 16 << 10
-
-// access returns the live region that key and token name, locked for
-// reading, when [raddr, raddr+n) lies inside it; otherwise nil and why not.
-// The caller unlocks the region.
-func (m *MD) access(key, token, raddr, n uint64) (*region, string) {
-	r := m.lookup(key)
-	switch {
-	case r == nil:
-		return nil, "unknown key"
-	case subtle.ConstantTimeEq(int32(token>>32), int32(r.key.token>>32))&
-		subtle.ConstantTimeEq(int32(token), int32(r.key.token)) != 1:
-		return nil, "wrong token"
-	case !r.key.contains(raddr, n):
-		return nil, fmt.Sprintf("outside the registered range %#x+%d", r.key.addr, r.key.length)
-	}
-	r.mu.RLock()
-	if r.dead {
-		r.mu.RUnlock()
-		return nil, "deregistered key"
-	}
-	return r, ""
-}
-
-// The buffers of active messages and bcopy frames come from free lists by
-// size class (plain stacks: a sync.Pool of slices would allocate on every
-// Put); larger ones are allocated.
-var (
-	bufClasses = [...]int{512, 16 << 10, 128 << 10}
-	bufKeep    = [...]int{4096, 256, 64} // buffers a list keeps at most
-	bufLists   [len(bufClasses)]struct {
-		sync.Mutex
-		free [][]byte
-	}
-)
-
-// getBuf returns a buffer of n bytes.
-func getBuf(n int) []byte {
-	for k, c := range bufClasses {
-		if n <= c {
-			l := &bufLists[k]
-			l.Lock()
-			if m := len(l.free); m > 0 {
-				b := l.free[m-1]
-				l.free[m-1] = nil
-				l.free = l.free[:m-1]
-				l.Unlock()
-				return b[:n]
-			}
-			l.Unlock()
-			return make([]byte, n, c)
-		}
-	}
-	return make([]byte, n)
-}
-
-// putBuf gives back a buffer from getBuf; others are left to the garbage
-// collector.
-func putBuf(b []byte) {
-	for k, c := range bufClasses {
-		if cap(b) == c {
-			l := &bufLists[k]
-			l.Lock()
-			if len(l.free) < bufKeep[k] {
-				l.free = append(l.free, b[:c])
-			}
-			l.Unlock()
-			return
-		}
-	}
-}

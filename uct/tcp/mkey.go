@@ -1,10 +1,8 @@
 package tcp
 
 import (
-	"encoding/binary"
-	"fmt"
-
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // MkeyPackedSize is the length of a key packed by the tcp MD.
@@ -20,10 +18,8 @@ import (
 //	32 token   uint64  random token that every put must carry
 const MkeyPackedSize = 40
 
-const (
-	mkeyMagic   uint32 = 0x4b545347 // "GSTK"
-	mkeyVersion uint16 = 1
-)
+// mkeyFormat is the layout of a packed tcp key (see MkeyPackedSize).
+var mkeyFormat = base.Format{Name: "uct/tcp: packed key", Size: MkeyPackedSize, Magic: 0x4b545347, Versions: []uint16{1}, Err: ucs.ErrInvalidParam}
 
 // mkey is a decoded tcp key.
 type mkey struct {
@@ -34,53 +30,19 @@ type mkey struct {
 }
 
 // encode packs k.
-func (k *mkey) encode() []byte {
-	b := make([]byte, MkeyPackedSize)
-	binary.LittleEndian.PutUint32(b[0:], mkeyMagic)
-	binary.LittleEndian.PutUint16(b[4:], mkeyVersion)
-	binary.LittleEndian.PutUint64(b[8:], k.id)
-	binary.LittleEndian.PutUint64(b[16:], k.addr)
-	binary.LittleEndian.PutUint64(b[24:], k.length)
-	binary.LittleEndian.PutUint64(b[32:], k.token)
-	return b
-}
+// fields are the fields of the packed key, in order.
+func (k *mkey) fields() []any { return []any{&k.id, &k.addr, &k.length, &k.token} }
+
+// encode packs k.
+func (k *mkey) encode() []byte { return mkeyFormat.Encode(1, k.fields()...) }
 
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
 // size, magic and version, with zero reserved bits, non-zero id and token,
 // and a non-empty range below 2^57 fails with ucs.ErrInvalidParam.
-func decodeMkey(b []byte) (mkey, error) {
-	bad := func(why string, args ...any) (mkey, error) {
-		return mkey{}, fmt.Errorf("uct/tcp: packed key: %s: %w", fmt.Sprintf(why, args...), ucs.ErrInvalidParam)
-	}
-	if len(b) != MkeyPackedSize {
-		return bad("%d bytes, want %d", len(b), MkeyPackedSize)
-	}
-	if m := binary.LittleEndian.Uint32(b); m != mkeyMagic {
-		return bad("magic %#x", m)
-	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != mkeyVersion {
-		return bad("version %d", v)
-	}
-	if r := binary.LittleEndian.Uint16(b[6:]); r != 0 {
-		return bad("reserved bits %#x", r)
-	}
-	k := mkey{
-		id:     binary.LittleEndian.Uint64(b[8:]),
-		addr:   binary.LittleEndian.Uint64(b[16:]),
-		length: binary.LittleEndian.Uint64(b[24:]),
-		token:  binary.LittleEndian.Uint64(b[32:]),
-	}
-	switch {
-	case k.id == 0:
-		return bad("zero key id")
-	case k.token == 0:
-		return bad("zero token")
-	case k.length == 0:
-		return bad("zero length")
-	case k.addr == 0 || k.addr >= maxAddr || k.length > maxAddr-k.addr:
-		return bad("range %#x+%d", k.addr, k.length)
-	}
-	return k, nil
+func decodeMkey(b []byte) (k mkey, err error) {
+	_, err = mkeyFormat.Decode(b, append(k.fields(),
+		base.CheckNonZero("key id", &k.id), base.CheckNonZero("token", &k.token), base.CheckRange(&k.addr, &k.length))...)
+	return k, err
 }
 
 // contains reports whether [raddr, raddr+n) lies inside the key's range.

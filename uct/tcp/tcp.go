@@ -1,8 +1,6 @@
 package tcp
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
@@ -11,16 +9,8 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
-
-// Names of the component, its memory domain and its transport.
-const (
-	ComponentName = "tcp"
-	MDName        = "tcp"
-	TLName        = "tcp"
-)
-
-func init() { uct.Register(&Component{}) }
 
 // ifaceWarnings are an iface's warnings that a peer or a stranger can
 // cause at any rate, each kind through its own limiter.
@@ -59,40 +49,12 @@ func (w *ifaceWarnings) flush() {
 }
 
 // randomID returns a random non-zero 64-bit value.
-func randomID() uint64 {
-	var b [8]byte
-	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic("uct/tcp: no randomness: " + err.Error())
-		}
-		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
-			return v
-		}
-	}
-}
+func randomID() uint64 { return base.RandomID("uct/tcp") }
 
 // Component is the "tcp" component. The zero value is ready to use; the
 // package registers one instance with uct.Register.
-type Component struct{}
-
-// Name returns "tcp".
-func (*Component) Name() string { return ComponentName }
-
-// MDResources returns the one memory domain "tcp".
-func (*Component) MDResources() ([]uct.MDResource, error) {
-	return []uct.MDResource{{Name: MDName}}, nil
-}
-
-// MDConfigTable returns nil: the tcp MD has no configuration.
-func (*Component) MDConfigTable() []ucs.ConfigField { return nil }
-
-// OpenMD opens the memory domain "tcp"; another name fails with
-// ucs.ErrNoDevice. config is ignored.
-func (c *Component) OpenMD(name string, config *ucs.Config) (uct.MD, error) {
-	if name != MDName {
-		return nil, fmt.Errorf("uct/tcp: open MD %q: %w", name, ucs.ErrNoDevice)
-	}
-	return &MD{comp: c, regions: make(map[uint64]*region)}, nil
+type Component struct {
+	base.Component[transport]
 }
 
 // rkeyEntry is an unpacked key: what a put frame needs to name the remote
@@ -175,7 +137,7 @@ type region struct {
 // MD is the "tcp" memory domain: a registry of the memory its ifaces let
 // peers write.
 type MD struct {
-	comp    *Component
+	base.RegisterMD[transport]
 	mu      sync.RWMutex
 	regions map[uint64]*region // by key id
 }
@@ -185,45 +147,26 @@ type Memh struct {
 	r *region
 }
 
-// Component returns the tcp component.
-func (m *MD) Component() uct.Component { return m.comp }
-
-// Name returns "tcp".
-func (*MD) Name() string { return MDName }
-
 // Query reports MDFlagReg and MDFlagNeedRkey: memory must be registered to
 // be written by peers, and MemAlloc is not offered.
-func (*MD) Query() (uct.MDAttr, error) {
-	return uct.MDAttr{
-		ComponentName:  ComponentName,
-		Flags:          uct.MDFlagReg | uct.MDFlagNeedRkey,
-		MaxReg:         maxAddr,
-		RkeyPackedSize: MkeyPackedSize,
-		RegCost:        uct.LinearModel{C: 1e-7},
-	}, nil
-}
-
-// MemAlloc fails with ucs.ErrUnsupported: the tcp MD only registers.
-func (*MD) MemAlloc(int, uint32, string) (uct.Allocation, error) {
-	return uct.Allocation{}, fmt.Errorf("uct/tcp: mem alloc: %w", ucs.ErrUnsupported)
-}
-
-// MemFree fails with ucs.ErrUnsupported, as MemAlloc does.
-func (*MD) MemFree(uct.Memh) error {
-	return fmt.Errorf("uct/tcp: mem free: %w", ucs.ErrUnsupported)
+func (m *MD) Query() (uct.MDAttr, error) {
+	a := m.Attr(uct.MDFlagReg|uct.MDFlagNeedRkey, MkeyPackedSize)
+	a.MaxReg = maxAddr
+	a.RegCost = uct.LinearModel{C: 1e-7}
+	return a, nil
 }
 
 // MemReg registers the length bytes at addr under a new random key id and
 // token, and returns a *Memh. A nil address or a length that is not
 // positive fails with ucs.ErrInvalidParam. The memory must stay valid until
 // MemDereg.
-func (m *MD) MemReg(addr unsafe.Pointer, length int, flags uint32) (uct.Memh, error) {
-	base := uint64(uintptr(addr))
-	if addr == nil || length <= 0 || base >= maxAddr || uint64(length) > maxAddr-base {
+func (m *MD) MemReg(addr unsafe.Pointer, length int, flags uct.MemFlags) (uct.Memh, error) {
+	start := uint64(uintptr(addr))
+	if addr == nil || length <= 0 || !base.ValidRange(start, uint64(length)) {
 		return nil, fmt.Errorf("uct/tcp: mem reg of %d bytes at %p: %w", length, addr, ucs.ErrInvalidParam)
 	}
 	r := &region{mem: unsafe.Slice((*byte)(addr), length), owner: m}
-	r.key = mkey{addr: base, length: uint64(length), token: randomID()}
+	r.key = mkey{addr: start, length: uint64(length), token: randomID()}
 	m.mu.Lock()
 	for {
 		r.key.id = randomID()
@@ -324,12 +267,19 @@ func deviceIP(ifi *net.Interface) (net.IP, error) {
 	return nil, fmt.Errorf("uct/tcp: interface %s has no usable address: %w", ifi.Name, ucs.ErrNoDevice)
 }
 
-// IfaceConfigTable is the configuration of tcp ifaces; ucp reads it under
-// the prefix UCX_TCP_ (UCX_TCP_KEY, UCX_TCP_CONN_TIMEOUT, ...).
-func (*MD) IfaceConfigTable() []ucs.ConfigField { return ifaceConfigTable }
-
-// Close does nothing: registrations and ifaces are released on their own.
-func (*MD) Close() {}
-
 // maxAddr bounds addresses: above any user address (5-level paging).
-const maxAddr = 1 << 57
+const maxAddr = base.MaxAddr
+
+// transport is the transport as seen by the base types that Component and its MD
+// embed: its names and how it opens its MD.
+type transport struct{}
+
+func (transport) Names() base.Names {
+	return base.Names{Pkg: "uct/tcp", Component: ComponentName, MD: MDName, TL: TLName, DevType: uct.DeviceTypeNet, IfaceConfig: ifaceConfigTable}
+}
+
+func (transport) NewMD(config *ucs.Config) (uct.MD, error) {
+	return &MD{regions: make(map[uint64]*region)}, nil
+}
+
+func init() { uct.Register(&Component{}) }

@@ -446,7 +446,7 @@ func TestAM(t *testing.T) {
 	ep := connect(t, a, b)
 	attr, _ := a.Query()
 	for _, kind := range amKinds {
-		for _, flags := range []uint32{uct.CBFlagSync, uct.CBFlagAsync} {
+		for _, flags := range []uct.CBFlags{uct.CBFlagSync, uct.CBFlagAsync} {
 			for _, size := range []int{8, 9, 100, kind.max(attr) - 1, kind.max(attr)} {
 				name := fmt.Sprintf("%s/flags=%d/%d", kind.name, flags, size)
 				t.Run(name, func(t *testing.T) {
@@ -503,7 +503,7 @@ func TestAM(t *testing.T) {
 	if st := ep.AMShort(uct.AMMaxID, 0, nil); st != ucs.ErrInvalidParam {
 		t.Errorf("AMShort to id %d = %v", uct.AMMaxID, st)
 	}
-	for _, f := range []uint32{0, uct.CBFlagSync | uct.CBFlagAsync, 1} {
+	for _, f := range []uct.CBFlags{0, uct.CBFlagSync | uct.CBFlagAsync, 1} {
 		if err := b.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, f); !errors.Is(err, ucs.ErrInvalidParam) {
 			t.Errorf("SetAMHandler flags %#x err = %v", f, err)
 		}

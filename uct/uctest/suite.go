@@ -136,7 +136,7 @@ func runResource(t *testing.T, r resourceID, devType uct.DeviceType) {
 
 // need is an iface capability flag a case requires.
 type need struct {
-	flag uint64
+	flag uct.IfaceFlags
 	name string
 }
 

@@ -288,7 +288,7 @@ func printTL(p *printer, md uct.MD, tl uct.TLResource) {
 	p.f("#            bandwidth: %.2f/ppn + %.2f MB/sec", a.Bandwidth.Shared/mbyte, a.Bandwidth.Dedicated/mbyte)
 	p.f("#              latency: %s", latency(a.Latency))
 	p.f("#             overhead: %.0f nsec", a.Overhead*1e9)
-	op := func(name string, flag uint64, caps uct.OpCaps) {
+	op := func(name string, flag uct.IfaceFlags, caps uct.OpCaps) {
 		if a.Flags&flag == 0 {
 			return
 		}
@@ -381,15 +381,15 @@ func size(n int) string {
 	return fmt.Sprint(n)
 }
 
-// named is a flag bit and its name.
-type named struct {
-	bit  uint64
+// named is a flag bit of a flag family F and its name.
+type named[F ~uint64] struct {
+	bit  F
 	name string
 }
 
 // The names of the flags, as ucx_info prints them.
 var (
-	mdFlagNames = []named{
+	mdFlagNames = []named[uct.MDFlags]{
 		{uct.MDFlagAlloc, "alloc"},
 		{uct.MDFlagReg, "reg"},
 		{uct.MDFlagNeedMemh, "need_memh"},
@@ -398,7 +398,7 @@ var (
 		{uct.MDFlagFixed, "fixed"},
 		{uct.MDFlagRkeyPtr, "rkey_ptr"},
 	}
-	ifaceFlagNames = []named{
+	ifaceFlagNames = []named[uct.IfaceFlags]{
 		{uct.IfaceFlagAMShort, "am_short"},
 		{uct.IfaceFlagAMBcopy, "am_bcopy"},
 		{uct.IfaceFlagAMZcopy, "am_zcopy"},
@@ -424,7 +424,7 @@ var (
 		{uct.IfaceFlagCBAsync, "cb_async"},
 		{uct.IfaceFlagFlushAfterAM, "flush_after_am"},
 	}
-	atomicNames = []named{
+	atomicNames = []named[uct.AtomicOpMask]{
 		{uct.AtomicOpAdd.OpMask(), "add"},
 		{uct.AtomicOpAnd.OpMask(), "and"},
 		{uct.AtomicOpOr.OpMask(), "or"},
@@ -440,7 +440,7 @@ const errhandleFlags = uct.IfaceFlagErrhandleShort | uct.IfaceFlagErrhandleBcopy
 
 // flagNames names the bits of flags, in the order of names, and gives the
 // bits that have no name in hex; "none" when flags is 0.
-func flagNames(flags uint64, names []named) string {
+func flagNames[F ~uint64](flags F, names []named[F]) string {
 	var out []string
 	for _, n := range names {
 		if flags&n.bit != 0 {
