@@ -176,8 +176,6 @@ func bitsVal(pe, i, it int) int { return (pe*37 + i*11 + it*5 + 1) & 0x7f }
 // mixedVal gives values of both signs.
 func mixedVal(pe, i, it int) int { return (pe*13+i*7+it)%41 - 20 }
 
-var reduceLens = []int{1, 7, 3000}
-
 func checkSum[T shmem.Arith](t *testing.T, what string, team *shmem.Team, lens []int) {
 	bufs := newCollBufs[T](t, 3000)
 	checkReduce(t, what+" SumReduce", team, bufs, lens, shmem.SumReduce[T], func(a, b T) T { return a + b }, smallVal)

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -553,18 +552,6 @@ func TestAgentKilled(t *testing.T) {
 		}
 	}
 	noLeftovers(t)
-}
-
-// sortedLines returns the lines of s that start with prefix, sorted.
-func sortedLines(s, prefix string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // writeScript writes an executable shell script into dir.
