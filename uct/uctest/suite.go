@@ -270,11 +270,10 @@ func (e *env) connect(t testing.TB) (*conn, error) {
 	if e.inProcess {
 		c.tgt = &localTarget{e.local}
 	} else {
-		p, err := startPeer(e.rid)
+		p, err := startPeer(t, e.rid)
 		if err != nil {
 			return nil, err
 		}
-		t.Cleanup(func() { p.logStderr(t) })
 		c.tgt = p
 	}
 	c.addr = c.tgt.info()
