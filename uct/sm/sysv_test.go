@@ -349,7 +349,7 @@ func TestSysvTwoProcess(t *testing.T) {
 	p := startPeerMD(t, sysvTest)
 	t.Run("RMA", func(t *testing.T) { testTwoProcessRMA(t, p) })
 	t.Run("Atomics", func(t *testing.T) { testTwoProcessAtomics(t, p) })
-	peerPid := p.pid
+	peerPid := p.Pid()
 	p.stop()
 	if left := sysvSegmentsOf(t, os.Getpid(), peerPid); len(left) != 0 {
 		t.Errorf("segments left in ipcs -m: %v", left)
@@ -417,14 +417,14 @@ func TestSysvForgedKeys(t *testing.T) {
 	}
 	ptr, _ := c.RkeyPtr(rk, p.base+8)
 	*(*uint64)(ptr) = 0x1234
-	p.stdin.Close()
-	p.stdin = nil
-	p.cmd.Process.Kill()
-	p.cmd.Wait()
+	p.Kill()
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
 	if *(*uint64)(ptr) != 0x1234 {
 		t.Error("segment changed after its owner died")
 	}
-	if _, ok := sysvSegmentsOf(t, p.pid)[int(k.shmid)]; !ok {
+	if _, ok := sysvSegmentsOf(t, p.Pid())[int(k.shmid)]; !ok {
 		t.Error("segment gone while attached here")
 	}
 	if rk2, err := c.RkeyUnpack(p.key); err != nil || rk2.Rkey != rk.Rkey {
@@ -433,7 +433,7 @@ func TestSysvForgedKeys(t *testing.T) {
 		c.RkeyRelease(rk2)
 	}
 	c.RkeyRelease(rk)
-	if left := sysvSegmentsOf(t, p.pid); len(left) != 0 {
+	if left := sysvSegmentsOf(t, p.Pid()); len(left) != 0 {
 		t.Errorf("segments of the dead peer left in ipcs -m: %v", left)
 	}
 	if _, err := c.RkeyUnpack(p.key); !errors.Is(err, ucs.ErrUnreachable) {
