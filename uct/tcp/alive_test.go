@@ -78,14 +78,14 @@ func TestPeerExitsInOrder(t *testing.T) {
 func TestSilentPeer(t *testing.T) {
 	logs := captureLog(t)
 	timeout := "PEER_TIMEOUT=" + testPeerTimeout.String()
-	p := startPeerCmd(t, exec.Command(os.Args[0], "-test.run=^TestPeerProcess$"), testKey, timeout)
+	p := startPeer(t, testKey, timeout)
 	var errs errCounter
 	i := openIface(t, testMD(t), errs.params(), timeout)
 	ep := connectPeer(t, i, p)
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer p.cmd.Process.Signal(syscall.SIGCONT)
+	defer p.Signal(syscall.SIGCONT)
 	progressUntil(t, func() bool { return errs.calls.Load() != 0 }, i)
 	if st := ucs.Status(errs.last.Load()); st != ucs.ErrEndpointTimeout {
 		t.Errorf("error handler status %v, want ErrEndpointTimeout", st)
@@ -129,7 +129,7 @@ func TestBusyPeerAlive(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel() // each waits for several timeouts
-			p := startPeerCmd(t, exec.Command(os.Args[0], "-test.run=^TestPeerProcess$"), testKey, timeout, "RX_QUEUE_LEN=1")
+			p := startPeer(t, testKey, timeout, "RX_QUEUE_LEN=1")
 			var errs errCounter
 			i := openIface(t, testMD(t), errs.params(), timeout)
 			ep := connectPeer(t, i, p)
@@ -186,9 +186,10 @@ func TestCutLink(t *testing.T) {
 		}
 	}
 	timeout := "PEER_TIMEOUT=" + testPeerTimeout.String()
-	cmd := exec.Command("nsenter", "-t", pid, "-n", "--", os.Args[0], "-test.run=^TestPeerProcess$")
-	cmd.Env = []string{childDevEnv + "=eth0"}
-	p := startPeerCmd(t, cmd, testKey, timeout)
+	inNetns := func(name string, arg ...string) *exec.Cmd {
+		return exec.Command("nsenter", append([]string{"-t", pid, "-n", "--", name}, arg...)...)
+	}
+	p := startPeerOn(t, inNetns, "eth0", testKey, timeout)
 	logs := captureLog(t)
 	var errs errCounter
 	params := errs.params()
