@@ -544,9 +544,12 @@ func TestPtraceDenied(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-test.run=^TestPeerProcess$")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	p := spawnPeer(t, cmd)
+	asNobody := func(_ string, arg ...string) *exec.Cmd {
+		cmd := exec.Command(bin, arg...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		return cmd
+	}
+	p := spawnPeer(t, asNobody)
 	i := openTestIface(t, nil)
 	// Root reaches the peer ...
 	if !i.IsReachable(p.dev, p.addr) {
