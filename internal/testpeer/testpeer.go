@@ -192,6 +192,25 @@ func (p *Peer) Next() (string, error) {
 	}
 }
 
+// Rest reads the lines the peer writes until its output ends, waits for
+// it to exit (at most HangLimit for both), and returns those lines and
+// what Wait returns.
+func (p *Peer) Rest() ([]string, error) {
+	var lines []string
+	timeout := time.After(HangLimit)
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				return lines, p.Wait()
+			}
+			lines = append(lines, line)
+		case <-timeout:
+			return lines, fmt.Errorf("peer %s (%d) still writes after %v", p.role, p.Pid(), HangLimit)
+		}
+	}
+}
+
 // Send writes line and a newline to the peer's standard input.
 func (p *Peer) Send(line string) error {
 	if p.stdin == nil {
