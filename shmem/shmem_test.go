@@ -20,11 +20,13 @@ import (
 
 // nps are the job sizes every routine is tested with (odd sizes included);
 // quickNPs those of them that `go test` runs unless the full matrix is
-// asked for (GOSHMEM_TEST_FULL=1, as .ci/run does): one PE alone, and an
-// odd size where the mixed variant has PEs of both kinds.
+// asked for (GOSHMEM_TEST_FULL=1, as .ci/run does): an odd size, where the
+// mixed variant has PEs of both kinds, and one PE alone, over shared memory
+// only (a PE alone reaches only itself, whatever the transports).
 var (
-	nps      = []int{1, 2, 3, 4}
-	quickNPs = []int{1, 3}
+	nps          = []int{1, 2, 3, 4}
+	quickNPs     = []int{3}
+	quickNPsSelf = []int{1, 3}
 )
 
 // transports are the ways the routines are tested: over shared memory (the
@@ -62,7 +64,7 @@ func job(t *testing.T, body func(t *testing.T, me, n int)) {
 // jobOptions tune jobWith.
 type jobOptions struct {
 	nps     []int         // job sizes; nps if nil
-	quick   []int         // the sizes of nps that run unless full; quickNPs if nps is nil, all if nil
+	quick   []int         // the sizes of nps that run unless full (all if nil); with nps nil, quickNPs (quickNPsSelf over sm)
 	timeout time.Duration // bound of each job; shmemtest.DefaultTimeout if 0
 	// thread: the PEs start with InitThread(level) in place of Init, and
 	// check that they got level.
@@ -75,20 +77,29 @@ type jobOptions struct {
 // jobWith is job with options.
 func jobWith(t *testing.T, o jobOptions, body func(t *testing.T, me, n int)) {
 	t.Helper()
-	if o.nps == nil {
-		o.nps, o.quick = nps, quickNPs
-	}
+	// The jobs of a test mostly wait for their processes to start and
+	// meet: those of two tests overlap.
+	t.Parallel()
 	level := shmem.ThreadSingle
 	if o.thread {
 		level = o.level
 	}
-	shmemtest.RunWith(t, shmemtest.Options{NPs: o.nps, QuickNPs: o.quick, Transports: transports, Timeout: o.timeout, Check: o.check,
-		ThreadLevel: level, Setup: mixedSetup}, func(t *testing.T) {
-		if shmem.QueryThread() != level {
-			t.Fatalf("QueryThread %v after asking for %v", shmem.QueryThread(), level)
+	for _, tr := range transports {
+		sizes, quick := o.nps, o.quick
+		if sizes == nil {
+			sizes, quick = nps, quickNPs
+			if tr.Name == "sm" {
+				quick = quickNPsSelf
+			}
 		}
-		body(t, shmem.MyPE(), shmem.NPEs())
-	})
+		shmemtest.RunWith(t, shmemtest.Options{NPs: sizes, QuickNPs: quick, Transports: []shmemtest.Transport{tr}, Timeout: o.timeout, Check: o.check,
+			ThreadLevel: level, Setup: mixedSetup}, func(t *testing.T) {
+			if shmem.QueryThread() != level {
+				t.Fatalf("QueryThread %v after asking for %v", shmem.QueryThread(), level)
+			}
+			body(t, shmem.MyPE(), shmem.NPEs())
+		})
+	}
 }
 
 // sameNode reports whether every PE maps every other's heap in this variant.
