@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,6 +55,15 @@ func TestMain(m *testing.M) {
 		}
 		*b.out = bin
 		cleanups = append(cleanups, cleanup)
+	}
+	// The tests wait, mostly (for processes to start, for failure
+	// timeouts): run more of them at once than there are processors,
+	// unless -test.parallel says otherwise.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		flag.Set("test.parallel", "4")
 	}
 	code := m.Run()
 	for _, c := range cleanups {
@@ -217,6 +227,7 @@ func TestStdin(t *testing.T) {
 
 // TestHello64 starts 64 PEs on this (2-core) host.
 func TestHello64(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipping 64 PEs in -short mode")
 	}
