@@ -24,6 +24,7 @@ package testpeer
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -192,6 +193,26 @@ func (p *Peer) Next() (string, error) {
 	}
 }
 
+// NextHex reads the next line the peer wrote as n fields of hex bytes (an
+// address, a packed key), as Next does.
+func (p *Peer) NextHex(n int) ([][]byte, error) {
+	line, err := p.Next()
+	if err != nil {
+		return nil, err
+	}
+	f := strings.Fields(line)
+	if len(f) != n {
+		return nil, fmt.Errorf("peer %s (%d) line %q: %d fields, want %d", p.role, p.Pid(), line, len(f), n)
+	}
+	b := make([][]byte, n)
+	for i := range f {
+		if b[i], err = hex.DecodeString(f[i]); err != nil {
+			return nil, fmt.Errorf("peer %s (%d) line %q: %w", p.role, p.Pid(), line, err)
+		}
+	}
+	return b, nil
+}
+
 // Rest reads the lines the peer writes until its output ends, waits for
 // it to exit (at most HangLimit for both), and returns those lines and
 // what Wait returns.
@@ -248,11 +269,13 @@ func (p *Peer) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // Kill kills the peer with SIGKILL without waiting for it: until Wait (or
 // the end of the test) reaps it, it stays a zombie. Its exit status is no
-// failure.
+// failure. Its input is closed after the signal, never before: a peer that
+// saw the end of its input would end in order, not killed.
 func (p *Peer) Kill() error {
 	p.killed = true
+	err := p.cmd.Process.Kill()
 	p.CloseInput()
-	return p.cmd.Process.Kill()
+	return err
 }
 
 // Wait waits for the peer to exit, at most HangLimit, and returns its exit

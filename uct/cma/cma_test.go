@@ -2,7 +2,6 @@ package cma
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 	"github.com/goshmem/goshmem/uct/sm"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
 
 func TestResources(t *testing.T) {
@@ -195,18 +195,7 @@ func TestMkeyDecode(t *testing.T) {
 	if k, err := decodeMkey(good); err != nil || k.pid != 100 || k.addr != 0x7f0000000000 || k.length != 4096 {
 		t.Fatalf("decode(good) = %+v, %v", k, err)
 	}
-	mod := func(off int, v uint64, size int) []byte {
-		b := append([]byte(nil), good...)
-		switch size {
-		case 2:
-			binary.LittleEndian.PutUint16(b[off:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(b[off:], uint32(v))
-		case 8:
-			binary.LittleEndian.PutUint64(b[off:], v)
-		}
-		return b
-	}
+	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
 	tests := []struct {
 		name string
 		key  []byte

@@ -140,18 +140,9 @@ func spawnPeer(tb testing.TB, command func(string, ...string) *exec.Cmd) *peer {
 	tb.Helper()
 	p := &peer{Peer: testpeer.Start(tb, "cma", testpeer.Options{Command: command}), tb: tb}
 	tb.Cleanup(p.release)
-	line, err := p.Next()
+	fields, err := p.NextHex(3)
 	if err != nil {
 		tb.Fatalf("reading the peer's addresses: %v", err)
-	}
-	var fields [3][]byte
-	for k, f := range strings.Fields(line) {
-		if k < 3 {
-			fields[k], err = hex.DecodeString(f)
-		}
-		if err != nil {
-			tb.Fatalf("peer line %q: %v", line, err)
-		}
 	}
 	p.key, p.addr, p.dev = fields[0], fields[1], fields[2]
 	k, err := decodeMkey(p.key)

@@ -203,18 +203,9 @@ func startPeerMD(tb testing.TB, md testMD) *peer {
 	tb.Helper()
 	p := &peer{Peer: testpeer.Start(tb, "sm", testpeer.Options{Args: []string{md.name}}), tb: tb, md: md}
 	tb.Cleanup(p.release)
-	line, err := p.Next()
+	fields, err := p.NextHex(3)
 	if err != nil {
 		tb.Fatalf("reading the peer's addresses: %v", err)
-	}
-	var fields [3][]byte
-	for k, f := range strings.Fields(line) {
-		if k < 3 {
-			fields[k], err = hex.DecodeString(f)
-		}
-		if err != nil {
-			tb.Fatalf("peer line %q: %v", line, err)
-		}
 	}
 	p.key, p.addr, p.dev = fields[0], fields[1], fields[2]
 	if p.base, err = md.base(p.key); err != nil {

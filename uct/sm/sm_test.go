@@ -14,6 +14,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
 
 func pattern(n, seed int) []byte {
@@ -111,18 +112,7 @@ func TestMkeyDecode(t *testing.T) {
 	if k, err := decodeMkey(good); err != nil || k.pid != 100 || k.fd != 7 || k.id != 0xabcdef || k.length != 4096 || k.addr != 0x7f0000000000 {
 		t.Fatalf("decode(good) = %+v, %v", k, err)
 	}
-	mod := func(off int, v uint64, size int) []byte {
-		b := append([]byte(nil), good...)
-		switch size {
-		case 2:
-			binary.LittleEndian.PutUint16(b[off:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(b[off:], uint32(v))
-		case 8:
-			binary.LittleEndian.PutUint64(b[off:], v)
-		}
-		return b
-	}
+	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
 	tests := []struct {
 		name string
 		key  []byte

@@ -3,7 +3,6 @@ package sm
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
 
 // sysvSegmentsOf lists the System V segments that processes pids created,
@@ -199,18 +199,7 @@ func TestSysvMkeyDecode(t *testing.T) {
 	if k, err := decodeSysvMkey(good); err != nil || k.pid != 100 || k.shmid != 7 || k.length != 4096 || k.addr != 0x7f0000000000 {
 		t.Fatalf("decode(good) = %+v, %v", k, err)
 	}
-	mod := func(off int, v uint64, size int) []byte {
-		b := append([]byte(nil), good...)
-		switch size {
-		case 2:
-			binary.LittleEndian.PutUint16(b[off:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(b[off:], uint32(v))
-		case 8:
-			binary.LittleEndian.PutUint64(b[off:], v)
-		}
-		return b
-	}
+	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
 	posixKey := (&mkey{pid: 100, fd: 7, id: 1, length: 4096, addr: 0x7f0000000000}).encode()
 	tests := []struct {
 		name string

@@ -16,10 +16,15 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// testPeerTimeout is the peer timeout of the liveness tests: short, so
-// that they take seconds, and long enough that a busy machine does not
-// make a live peer look dead.
+// testPeerTimeout is the peer timeout of the tests of dead peers: short,
+// so that they take a second.
 const testPeerTimeout = time.Second
+
+// busyPeerTimeout is the peer timeout of the tests of busy peers, which
+// must not be taken for dead: long enough that a loaded machine (the
+// suite running beside another) does not starve a live peer's goroutines
+// that long, as it did for a second.
+const busyPeerTimeout = 2500 * time.Millisecond
 
 // connectPeer creates an EP from i to the peer process p, checks with a
 // put that it works, and returns it; it is destroyed at the end of the
@@ -103,12 +108,12 @@ func TestSilentPeer(t *testing.T) {
 // is not taken for dead, however long that lasts: its goroutines answer.
 func TestBusyPeerAlive(t *testing.T) {
 	captureLog(t)
-	timeout := "PEER_TIMEOUT=" + testPeerTimeout.String()
+	timeout := "PEER_TIMEOUT=" + busyPeerTimeout.String()
 	tests := []struct {
 		name string
 		busy func(t *testing.T, p *peer, ep *EP)
 	}{
-		{"computing", func(t *testing.T, p *peer, ep *EP) { p.spin(3 * testPeerTimeout) }},
+		{"computing", func(t *testing.T, p *peer, ep *EP) { p.spin(2 * busyPeerTimeout) }},
 		{"receive queue full", func(t *testing.T, p *peer, ep *EP) {
 			// The peer's handler of message 1 is synchronous and nothing
 			// progresses it: after the first message its reader waits, its
@@ -123,7 +128,7 @@ func TestBusyPeerAlive(t *testing.T) {
 					t.Fatalf("message %d: %v", k, st)
 				}
 			}
-			time.Sleep(3 * testPeerTimeout)
+			time.Sleep(2 * busyPeerTimeout)
 		}},
 	}
 	for _, tt := range tests {

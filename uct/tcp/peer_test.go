@@ -168,19 +168,11 @@ func startPeerOn(tb testing.TB, command func(string, ...string) *exec.Cmd, dev, 
 	args := append([]string{key, dev}, settings...)
 	p := &peer{Peer: testpeer.Start(tb, "tcp", testpeer.Options{Args: args, Command: command}), tb: tb}
 	tb.Cleanup(p.release)
-	line, err := p.Next()
+	fields, err := p.NextHex(3)
 	if err != nil {
 		tb.Fatalf("reading the peer's addresses: %v", err)
 	}
-	f := strings.Fields(line)
-	if len(f) != 3 {
-		tb.Fatalf("peer line %q", line)
-	}
-	for k, dst := range []*[]byte{&p.key, &p.addr, &p.dev} {
-		if *dst, err = hex.DecodeString(f[k]); err != nil {
-			tb.Fatalf("peer line %q: %v", line, err)
-		}
-	}
+	p.key, p.addr, p.dev = fields[0], fields[1], fields[2]
 	k, err := decodeMkey(p.key)
 	if err != nil {
 		tb.Fatal(err)

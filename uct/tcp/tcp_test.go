@@ -15,6 +15,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
 
 func TestResources(t *testing.T) {
@@ -243,18 +244,7 @@ func TestMkeyDecode(t *testing.T) {
 	if got, err := decodeMkey(good); err != nil || got != k {
 		t.Fatalf("decode(good) = %+v, %v", got, err)
 	}
-	mod := func(off int, v uint64, size int) []byte {
-		b := append([]byte(nil), good...)
-		switch size {
-		case 2:
-			binary.LittleEndian.PutUint16(b[off:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(b[off:], uint32(v))
-		case 8:
-			binary.LittleEndian.PutUint64(b[off:], v)
-		}
-		return b
-	}
+	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
 	tests := []struct {
 		name string
 		key  []byte
