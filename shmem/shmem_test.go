@@ -78,8 +78,12 @@ type jobOptions struct {
 func jobWith(t *testing.T, o jobOptions, body func(t *testing.T, me, n int)) {
 	t.Helper()
 	// The jobs of a test mostly wait for their processes to start and
-	// meet: those of two tests overlap.
-	t.Parallel()
+	// meet: those of two tests overlap. (Not in a PE, which runs one test
+	// alone, and whose body may count allocations: testing forbids it in
+	// parallel tests.)
+	if !shmemtest.IsPE() {
+		t.Parallel()
+	}
 	level := shmem.ThreadSingle
 	if o.thread {
 		level = o.level
