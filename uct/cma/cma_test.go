@@ -196,34 +196,18 @@ func TestMkeyDecode(t *testing.T) {
 		t.Fatalf("decode(good) = %+v, %v", k, err)
 	}
 	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
-	tests := []struct {
-		name string
-		key  []byte
-	}{
-		{"empty", nil},
-		{"short", good[:MkeyPackedSize-1]},
-		{"long", append(append([]byte(nil), good...), 0)},
-		{"magic", mod(0, 0x12345678, 4)},
-		{"version", mod(4, 2, 2)},
-		{"reserved 6", mod(6, 1, 2)},
-		{"reserved 12", mod(12, 1, 4)},
-		{"zero pid", mod(8, 0, 4)},
-		{"huge pid", mod(8, maxPid, 4)},
-		{"zero address", mod(16, 0, 8)},
-		{"zero length", mod(24, 0, 8)},
-		{"wrapping range", mod(16, ^uint64(0)-100, 8)},
-		{"range above user space", mod(24, maxAddr, 8)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := decodeMkey(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("decode err = %v, want ErrInvalidParam", err)
-			}
-			if _, err := (&Component{}).RkeyUnpack(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("RkeyUnpack err = %v, want ErrInvalidParam", err)
-			}
-		})
-	}
+	uctest.CheckBadKeys(t, &Component{}, good, func(b []byte) error { _, err := decodeMkey(b); return err }, []uctest.BadKey{
+		{Name: "magic", Key: mod(0, 0x12345678, 4)},
+		{Name: "version", Key: mod(4, 2, 2)},
+		{Name: "reserved 6", Key: mod(6, 1, 2)},
+		{Name: "reserved 12", Key: mod(12, 1, 4)},
+		{Name: "zero pid", Key: mod(8, 0, 4)},
+		{Name: "huge pid", Key: mod(8, maxPid, 4)},
+		{Name: "zero address", Key: mod(16, 0, 8)},
+		{Name: "zero length", Key: mod(24, 0, 8)},
+		{Name: "wrapping range", Key: mod(16, ^uint64(0)-100, 8)},
+		{Name: "range above user space", Key: mod(24, maxAddr, 8)},
+	}...)
 	// A well-formed key of a process that does not exist.
 	dead := (&mkey{pid: maxPid - 1, addr: 0x10000, length: 8}).encode()
 	if _, err := (&Component{}).RkeyUnpack(dead); !errors.Is(err, ucs.ErrUnreachable) {

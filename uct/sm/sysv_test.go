@@ -201,35 +201,19 @@ func TestSysvMkeyDecode(t *testing.T) {
 	}
 	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
 	posixKey := (&mkey{pid: 100, fd: 7, id: 1, length: 4096, addr: 0x7f0000000000}).encode()
-	tests := []struct {
-		name string
-		key  []byte
-	}{
-		{"empty", nil},
-		{"short", good[:SysvMkeyPackedSize-1]},
-		{"long", append(append([]byte(nil), good...), 0)},
-		{"posix key", posixKey},
-		{"magic", mod(0, 0x12345678, 4)},
-		{"version", mod(4, 2, 2)},
-		{"reserved", mod(6, 1, 2)},
-		{"zero pid", mod(8, 0, 4)},
-		{"huge pid", mod(8, maxPid, 4)},
-		{"negative shmid", mod(12, 0xffffffff, 4)},
-		{"zero length", mod(16, 0, 8)},
-		{"zero address", mod(24, 0, 8)},
-		{"wrapping range", mod(24, ^uint64(0)-100, 8)},
-		{"range above user space", mod(16, maxAddr, 8)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := decodeSysvMkey(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("decode err = %v, want ErrInvalidParam", err)
-			}
-			if _, err := (&SysvComponent{}).RkeyUnpack(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("RkeyUnpack err = %v, want ErrInvalidParam", err)
-			}
-		})
-	}
+	uctest.CheckBadKeys(t, &SysvComponent{}, good, func(b []byte) error { _, err := decodeSysvMkey(b); return err }, []uctest.BadKey{
+		{Name: "posix key", Key: posixKey},
+		{Name: "magic", Key: mod(0, 0x12345678, 4)},
+		{Name: "version", Key: mod(4, 2, 2)},
+		{Name: "reserved", Key: mod(6, 1, 2)},
+		{Name: "zero pid", Key: mod(8, 0, 4)},
+		{Name: "huge pid", Key: mod(8, maxPid, 4)},
+		{Name: "negative shmid", Key: mod(12, 0xffffffff, 4)},
+		{Name: "zero length", Key: mod(16, 0, 8)},
+		{Name: "zero address", Key: mod(24, 0, 8)},
+		{Name: "wrapping range", Key: mod(24, ^uint64(0)-100, 8)},
+		{Name: "range above user space", Key: mod(16, maxAddr, 8)},
+	}...)
 	// A sysv key is not a posix key either.
 	if _, err := (&PosixComponent{}).RkeyUnpack(good); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("posix RkeyUnpack of a sysv key err = %v", err)
