@@ -88,14 +88,18 @@ func TestStallReport(t *testing.T) {
 		}
 	}, func(t *testing.T, me, n int) {
 		flag := calloc[int64](t, 1)
+		// The PEs start the waits together (started under load, they
+		// may come seconds apart), and each wait lasts several times
+		// GOSHMEM_STALL_REPORT, so that a loaded machine still reports it.
+		shmem.BarrierAll()
 		if me == 0 {
-			time.Sleep(time.Second)
+			time.Sleep(1500 * time.Millisecond)
 		}
 		shmem.BarrierAll()
 		if me == 1 {
 			syscall.Kill(os.Getpid(), syscall.SIGUSR2)
 			time.Sleep(200 * time.Millisecond) // the report, outside the library
-			time.Sleep(time.Second)
+			time.Sleep(1500 * time.Millisecond)
 			shmem.P(&flag[0], 1, 0)
 		}
 		if me == 0 {
