@@ -18,8 +18,8 @@ import (
 )
 
 // reportTimeout bounds the wait for the seed to acknowledge an agent's
-// report.
-const reportTimeout = 5 * time.Second
+// report (a variable for the tests that wait for it to pass).
+var reportTimeout = 5 * time.Second
 
 // AgentConfig describes an agent's place in its job.
 type AgentConfig struct {
@@ -888,19 +888,29 @@ func (a *Agent) queueEventLocked(ev event) chan error {
 }
 
 // pingLoop pings the PEs that connected, and names on Silent those that
-// stay silent for silentAfter.
+// stay silent for silentAfter while the agent runs: after a gap in the
+// agent's own ticks (it was stopped, or starved of CPU, as its process is
+// when it is the launcher's and the launcher was stopped), its PEs got no
+// pings to answer, and their silence counts from then.
 func (a *Agent) pingLoop() {
 	t := time.NewTicker(a.pingEvery)
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-a.stopPing:
 			return
-		case now := <-t.C:
+		case <-t.C:
+			now := time.Now()
+			gap := now.Sub(last) > 2*a.pingEvery
+			last = now
 			a.mu.Lock()
 			for _, p := range a.pes {
 				if !p.joined || p.gone || p.silentSet {
 					continue
+				}
+				if gap {
+					p.heard = now
 				}
 				if now.Sub(p.heard) >= a.silentAfter {
 					p.silentSet = true

@@ -149,7 +149,10 @@ func TestAgentBadJoin(t *testing.T) {
 		}
 		t.Errorf("agent with another key: got %v, want ucs.ErrUnreachable", err)
 	}
-	// An agent id the seed does not expect is ignored.
+	// An agent id the seed does not expect is ignored: its report times
+	// out (sooner here than in a job).
+	defer func(d time.Duration) { reportTimeout = d }(reportTimeout)
+	reportTimeout = 500 * time.Millisecond
 	a, err := JoinAgent(agentEnv(seed, key, 2), AgentConfig{ID: 5, Agents: 6})
 	if err != nil {
 		t.Fatalf("JoinAgent 5: %v", err)

@@ -301,15 +301,6 @@ func appendEntries(b []byte, es []entry) []byte {
 	return b
 }
 
-// entriesSize is the encoded size of es.
-func entriesSize(es []entry) int {
-	n := 4
-	for _, e := range es {
-		n += 12 + len(e.blob)
-	}
-	return n
-}
-
 // decoder reads a message, remembering the first error.
 type decoder struct {
 	b   []byte

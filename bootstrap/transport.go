@@ -42,9 +42,6 @@ const (
 	// largest bootstrap message: an Allgather table of MaxAllgather bytes
 	// and its framing) and room for the small ones.
 	budgetBytes = 24 << 20
-	// headerBytes bounds what a stream sends before its message: the label
-	// header (type, length, label) and the message type and length.
-	headerBytes = 2 + memberlist.LabelMaxSize + 1 + 4
 	// trailerBytes is what a stream may send after its message.
 	trailerBytes = 4 << 10
 	// refusalLogEvery is how often refused streams are logged at most.

@@ -47,16 +47,6 @@ func inSubtree(x, root int) bool {
 	return x == root
 }
 
-// treeDepth returns the number of levels of a tree of agents.
-func treeDepth(agents int) int {
-	d, level := 0, 1
-	for n := 0; n < agents; level *= treeFanout {
-		n += level
-		d++
-	}
-	return d
-}
-
 // collective is an agent's part in the collective it is gathering.
 type collective struct {
 	seq      uint64

@@ -11,18 +11,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/launcher"
 	"github.com/goshmem/goshmem/shmemtest"
 )
 
-func runExample(t *testing.T, dir string, np int, args ...string) string {
+// buildExample builds the example program of dir, removed at the end of
+// the test, and returns its path.
+func buildExample(t *testing.T, dir string) string {
 	t.Helper()
 	bin, cleanup, err := launcher.BuildProgram(dir)
 	if err != nil {
 		t.Fatalf("build %s: %v", dir, err)
 	}
-	defer cleanup()
-	return runBinary(t, dir, bin, np, nil, args...)
+	t.Cleanup(cleanup)
+	return bin
 }
 
 // runBinary runs the built example bin of dir as a job of np PEs with env
@@ -56,11 +59,8 @@ var transports = []struct {
 // job's output.
 func runEverywhere(t *testing.T, dir string, nps []int, args []string, check func(t *testing.T, np int, out string)) {
 	t.Helper()
-	bin, cleanup, err := launcher.BuildProgram(dir)
-	if err != nil {
-		t.Fatalf("build %s: %v", dir, err)
-	}
-	defer cleanup()
+	t.Parallel() // the jobs wait for their processes to start and meet
+	bin := buildExample(t, dir)
 	for _, tr := range transports {
 		for _, np := range nps {
 			t.Run(fmt.Sprintf("%s/np=%d", tr.name, np), func(t *testing.T) {
@@ -71,8 +71,10 @@ func runEverywhere(t *testing.T, dir string, nps []int, args []string, check fun
 }
 
 func TestHello(t *testing.T) {
+	t.Parallel()
+	bin := buildExample(t, "./hello")
 	for _, np := range []int{1, 3, 4} {
-		out := runExample(t, "./hello", np)
+		out := runBinary(t, "./hello", bin, np, nil)
 		for pe := 0; pe < np; pe++ {
 			line := fmt.Sprintf("Hello from PE %d of %d\n", pe, np)
 			if strings.Count(out, line) != 1 {
@@ -94,15 +96,15 @@ var helloRounds = flag.Int("hello.rounds", 1, "runs of each job of TestHelloEver
 // for a flush reply from a PE already in the bootstrap's barrier, which
 // does not progress the worker.
 func TestHelloEveryTransportSelection(t *testing.T) {
-	bin, cleanup, err := launcher.BuildProgram("./hello")
-	if err != nil {
-		t.Fatalf("build hello: %v", err)
-	}
-	defer cleanup()
+	t.Parallel()
+	bin := buildExample(t, "./hello")
 	for _, tls := range []string{"all", "sm", "shm", "posix", "sysv", "posix,self", "posix,cma", "sysv,self",
 		"^sysv", "^posix", "^cma", "tcp", "tcp,self", "tcp,posix"} {
 		for _, np := range []int{2, 3, 5} {
 			t.Run(fmt.Sprintf("%s/np=%d", tls, np), func(t *testing.T) {
+				if np != 3 && !petest.Full() {
+					t.Skipf("np=%d is in the full matrix only: %s=1 runs it (.ci/run does)", np, petest.FullEnv)
+				}
 				for range *helloRounds {
 					out := runBinary(t, "./hello", bin, np, []string{"UCX_TLS=" + tls})
 					if got := strings.Count(out, "Hello from PE"); got != np {
@@ -115,8 +117,10 @@ func TestHelloEveryTransportSelection(t *testing.T) {
 }
 
 func TestRing(t *testing.T) {
+	t.Parallel()
+	bin := buildExample(t, "./ring")
 	for _, tt := range []struct{ np, laps int }{{1, 1}, {2, 3}, {4, 1}, {5, 2}} {
-		out := runExample(t, "./ring", tt.np, fmt.Sprintf("-laps=%d", tt.laps))
+		out := runBinary(t, "./ring", bin, tt.np, nil, fmt.Sprintf("-laps=%d", tt.laps))
 		want := fmt.Sprintf("token after %d lap(s) around %d PEs: %d\n", tt.laps, tt.np, tt.laps*tt.np*(tt.np-1)/2)
 		if !strings.Contains(out, want) {
 			t.Errorf("np=%d laps=%d: want %q; output:\n%s", tt.np, tt.laps, want, out)

@@ -19,6 +19,7 @@ import (
 // killed failed by itself even when the seed counts it as told of another's
 // end (told: it was dying when the seed passed on PE 2's end).
 func TestBlameFirstCause(t *testing.T) {
+	t.Parallel()
 	killed := peEnd{rank: 1, host: "h1", how: "was killed by signal 9 (killed)", code: 137}
 	lostIt := peEnd{rank: 2, host: "h2", how: "exited with status 1", code: 1}
 	terminated := peEnd{rank: 1, host: "h1", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}

@@ -76,6 +76,7 @@ func startLauncher(t *testing.T, np int, env ...string) (*exec.Cmd, *syncBuffer,
 // TestLauncherKilled kills the launcher with SIGKILL: every PE must end,
 // and, with an agent, the named segments of the PEs must be removed.
 func TestLauncherKilled(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipping: kills a launcher and waits for its PEs to end")
 	}
@@ -128,11 +129,13 @@ func TestLauncherKilled(t *testing.T) {
 // their memberlist nodes, took the launcher for gone). The launcher must
 // then name itself, not a PE its agent ended.
 func TestLauncherStopped(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipping: waits for the failure timeout")
 	}
 	for _, agent := range []bool{false, true} {
 		t.Run(fmt.Sprintf("agent=%v", agent), func(t *testing.T) {
+			t.Parallel() // each waits for the failure timeout
 			env := []string{"TEST_FAILURE_TIMEOUT=2s"}
 			if agent {
 				env = append(env, "TEST_AGENT=1")
@@ -192,6 +195,7 @@ func TestRemoteShellFails(t *testing.T) {
 }
 
 func TestGlobalExitCode(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		for _, code := range []int{42, 0} {
 			t.Run(fmt.Sprintf("code=%d", code), func(t *testing.T) {
@@ -212,6 +216,7 @@ func TestGlobalExitCode(t *testing.T) {
 }
 
 func TestOutputDir(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		const np = 3
 		dir := filepath.Join(t.TempDir(), "out")

@@ -39,7 +39,18 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(envLauncherMode); mode != "" {
 		os.Exit(launcherMain(mode))
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "launcher-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := writeScripts(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // peMain is a PE of the test jobs. It returns the exit status.
@@ -240,6 +251,7 @@ var launchModes = []launchMode{
 func forEachMode(t *testing.T, f func(t *testing.T, lm launchMode)) {
 	for _, lm := range launchModes {
 		t.Run(lm.name, func(t *testing.T) {
+			t.Parallel() // the jobs mostly wait: for their PEs, their timeouts
 			if raceEnabled && (lm.name == "agent" || lm.name == "spawner") {
 				t.Skip("skipping under the race detector: the rsh mode runs the same launcher code with more agents")
 			}
@@ -270,33 +282,41 @@ func testBinary(t *testing.T) string {
 	return self
 }
 
-// writeScript writes an executable shell script.
-func writeScript(t *testing.T, name, body string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
-		t.Fatal(err)
+// The scripts of the tests, written before any test runs: one written
+// while a parallel test forks could not be run (ETXTBSY, as long as the
+// forked child holds the file open).
+var fakeRSHPath, fakeSpawnerPath string
+
+// writeScripts writes the scripts into dir.
+func writeScripts(dir string) error {
+	fakeRSHPath = filepath.Join(dir, "fake-rsh")
+	fakeSpawnerPath = filepath.Join(dir, "fake-spawner")
+	for path, body := range map[string]string{fakeRSHPath: fakeRSHScript, fakeSpawnerPath: fakeSpawnerScript} {
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			return err
+		}
 	}
-	return path
+	return nil
 }
 
 // fakeRSH is a remote shell that runs the command on this host; for the
 // host named in FAKE_RSH_FAIL it fails as ssh does when it cannot connect.
-func fakeRSH(t *testing.T) string {
-	return writeScript(t, "fake-rsh", `host=$1; shift
+func fakeRSH(*testing.T) string { return fakeRSHPath }
+
+const fakeRSHScript = `host=$1; shift
 if [ "$host" = "$FAKE_RSH_FAIL" ]; then
 	echo "ssh: connect to host $host port 22: Connection refused" >&2
 	exit 255
 fi
 exec "$@"
-`)
-}
+`
 
 // fakeSpawner starts GOSHMEM_SIZE copies of its arguments, each with its
 // place in GOSHMEM_RANK, GOSHMEM_LOCAL_RANK and GOSHMEM_LOCAL_SIZE, the
 // first one with the spawner's standard input.
-func fakeSpawner(t *testing.T) string {
-	return writeScript(t, "fake-spawner", `i=1
+func fakeSpawner(*testing.T) string { return fakeSpawnerPath }
+
+const fakeSpawnerScript = `i=1
 exec 3<&0 # background commands read /dev/null, unless told otherwise
 GOSHMEM_RANK=0 GOSHMEM_LOCAL_RANK=0 GOSHMEM_LOCAL_SIZE=$GOSHMEM_SIZE "$@" <&3 3<&- &
 while [ $i -lt "$GOSHMEM_SIZE" ]; do
@@ -304,8 +324,7 @@ while [ $i -lt "$GOSHMEM_SIZE" ]; do
 	i=$((i+1))
 done
 wait
-`)
-}
+`
 
 // runJob runs np PEs of this test binary in the given mode.
 func runJob(t *testing.T, ctx context.Context, np int, mode string, change func(*Options)) result {
@@ -358,6 +377,7 @@ func runJob(t *testing.T, ctx context.Context, np int, mode string, change func(
 }
 
 func TestEnvAndRanks(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, testEnvAndRanks)
 }
 
@@ -398,6 +418,7 @@ func testEnvAndRanks(t *testing.T, lm launchMode) {
 }
 
 func TestOutput(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, testOutput)
 }
 
@@ -445,6 +466,7 @@ func testOutput(t *testing.T, lm launchMode) {
 }
 
 func TestStdinToPE0(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		r := runJob(t, context.Background(), 2, "stdin", func(o *Options) {
 			o.Stdin = strings.NewReader("a\nb\n")
@@ -484,6 +506,7 @@ func checkFailure(t *testing.T, r result, code, rank int, how string) {
 }
 
 func TestFirstFailingExitCode(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		r := runJob(t, context.Background(), 4, "exit", func(o *Options) { lm.set(t, o) })
 		checkFailure(t, r, 3, 1, "exited with status 3")
@@ -491,6 +514,7 @@ func TestFirstFailingExitCode(t *testing.T) {
 }
 
 func TestPEKilled(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		r := runJob(t, context.Background(), 3, "sigkill", func(o *Options) { lm.set(t, o) })
 		checkFailure(t, r, 128+int(syscall.SIGKILL), 1, "killed by signal 9")
@@ -501,11 +525,13 @@ func TestPEKilled(t *testing.T) {
 // launcher that started it sees it stopped (before memberlist declares it
 // dead) and ends the job naming it.
 func TestPEStopped(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipping: memberlist takes seconds to declare a node dead")
 	}
 	for _, lm := range launchModes[:2] {
 		t.Run(lm.name, func(t *testing.T) {
+			t.Parallel() // each waits for the stop to be seen
 			r := runJob(t, context.Background(), 3, "stop", func(o *Options) {
 				lm.set(t, o)
 				o.KillGrace = 100 * time.Millisecond
@@ -517,6 +543,7 @@ func TestPEStopped(t *testing.T) {
 }
 
 func TestExitWithoutFinalize(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		r := runJob(t, context.Background(), 3, "nofinalize", func(o *Options) { lm.set(t, o) })
 		checkFailure(t, r, 1, 0, "without finalize")
@@ -524,6 +551,7 @@ func TestExitWithoutFinalize(t *testing.T) {
 }
 
 func TestKillAfterGrace(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		r := runJob(t, context.Background(), 3, "ignoreterm", func(o *Options) {
 			lm.set(t, o)
@@ -542,6 +570,7 @@ func TestKillAfterGrace(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		const np = 3
 		ctx, cancel := context.WithCancel(context.Background())
@@ -587,6 +616,7 @@ func TestBadOptions(t *testing.T) {
 }
 
 func TestBuildProgram(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("skipping: no go command in PATH to build with")
 	}

@@ -85,6 +85,7 @@ func (w *lineWatch) count() int {
 // job gets SIGUSR2 and answers on standard error, tagged; a PE that did
 // not join yet is not signalled (it would die).
 func TestStallReport(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		for _, late := range []bool{false, true} {
 			t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) { testStallReport(t, lm, late) })

@@ -45,6 +45,7 @@ func init() {
 // PE failed, with the start of the failed PE's crash report shown again,
 // tagged.
 func TestFailingJobTagged(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, lm launchMode) {
 		const np = 3
 		r := runJob(t, context.Background(), np, "failoutput", func(o *Options) { lm.set(t, o) })

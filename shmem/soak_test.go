@@ -57,7 +57,7 @@ func TestSoak(t *testing.T) {
 			}
 		}
 	}
-	jobWith(t, jobOptions{nps: []int{2, 3, 4}, timeout: timeout, check: report}, func(t *testing.T, me, n int) {
+	jobWith(t, jobOptions{nps: []int{2, 3, 4}, quick: []int{3}, timeout: timeout, check: report}, func(t *testing.T, me, n int) {
 		soak(t, me, n, d)
 	})
 }

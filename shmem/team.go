@@ -38,12 +38,9 @@ type Team struct {
 	epoch   uint64  // syncs done
 	xseq    uint64  // record exchanges done
 	collSeq uint64  // collective calls made (stall.go)
-	// cur is the collective this PE is in or was in last on the team
-	// (call number << 8 | kind), for the stall reports.
-	cur    atomic.Uint64
-	config TeamConfig
-	mask   TeamConfigMask
-	name   string
+	config  TeamConfig
+	mask    TeamConfigMask
+	name    string
 	// predefined: TeamWorld or TeamShared, which cannot be destroyed.
 	predefined bool
 	destroyed  bool

@@ -65,6 +65,10 @@ const DefaultTimeout = petest.DefaultTimeout
 type Options struct {
 	// NPs are the job sizes to run; {1, 2, 4} if empty.
 	NPs []int
+	// QuickNPs, if set, are the sizes of NPs that run unless the
+	// environment asks for the full matrices (GOSHMEM_TEST_FULL=1, as
+	// .ci/run sets it); the others are then skipped subtests that say so.
+	QuickNPs []int
 	// Transports are the transports to run every job size over;
 	// {SharedMemory, TCP} if empty.
 	Transports []Transport
@@ -108,7 +112,7 @@ func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
 	}
 	for _, tr := range o.Transports {
 		env := append(append([]string(nil), o.Env...), tr.Env...)
-		petest.RunWith(t, petest.Options{Name: tr.Name, NPs: o.NPs, Env: env, Timeout: o.Timeout, WantExit: o.WantExit, Check: o.Check},
+		petest.RunWith(t, petest.Options{Name: tr.Name, NPs: o.NPs, QuickNPs: o.QuickNPs, Env: env, Timeout: o.Timeout, WantExit: o.WantExit, Check: o.Check},
 			func(t *testing.T) { runPE(t, o, body) })
 	}
 }

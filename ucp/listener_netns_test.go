@@ -1,35 +1,29 @@
 package ucp
 
 import (
-	"bufio"
 	"fmt"
+	"io"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/goshmem/goshmem/internal/nstest"
+	"github.com/goshmem/goshmem/internal/testpeer"
 )
 
-// csServerEnv makes the test binary a client-server test's server process
-// (TestListenerServerProcess): it listens on the address in the variable,
-// prints "listening on ADDR", accepts one client, echoes its tagged
-// messages (tag|1) until the tag 0, and exits.
-const csServerEnv = "GOSHMEM_UCP_TEST_CS_SERVER"
-
-func TestListenerServerProcess(t *testing.T) {
-	if os.Getenv(csServerEnv) == "" {
-		t.Skip("helper process of TestListenerNetns: runs only with " + csServerEnv + " set")
+// runCSServerProcess is a client-server test's server process (testpeer
+// role "ucp-listener"): it listens on the address of its argument, prints
+// "listening on ADDR", accepts one client, prints the lanes of the
+// endpoint ("server lane TRANSPORT"), echoes its tagged messages (tag|1)
+// until the tag 0, and exits.
+func runCSServerProcess(args []string, _ io.Reader, out io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("arguments %q, want an address", args)
 	}
-	if err := runCSServerProcess(netip.MustParseAddrPort(os.Getenv(csServerEnv))); err != nil {
-		fmt.Fprintln(os.Stderr, "ucp test server:", err)
-		os.Exit(1)
+	sa, err := netip.ParseAddrPort(args[0])
+	if err != nil {
+		return err
 	}
-	os.Exit(0)
-}
-
-func runCSServerProcess(sa netip.AddrPort) error {
 	c, err := Init(new(Params).SetFeatures(FeatureTag), nil)
 	if err != nil {
 		return err
@@ -46,7 +40,7 @@ func runCSServerProcess(sa netip.AddrPort) error {
 		return err
 	}
 	defer l.Destroy()
-	fmt.Printf("listening on %v\n", l.Query().SockAddr)
+	fmt.Fprintf(out, "listening on %v\n", l.Query().SockAddr)
 	for len(eps) == 0 {
 		if w.Progress() == 0 {
 			w.Idle()
@@ -54,7 +48,7 @@ func runCSServerProcess(sa netip.AddrPort) error {
 	}
 	ep := eps[0]
 	for _, ln := range ep.Query().Lanes {
-		fmt.Printf("server lane %s\n", ln.Transport)
+		fmt.Fprintf(out, "server lane %s\n", ln.Transport)
 	}
 	buf := make([]byte, 256)
 	for {
@@ -87,40 +81,25 @@ func TestListenerNetns(t *testing.T) {
 	// Hosts meet over tcp, whatever transports the suite runs with (CI
 	// runs it with UCX_TLS=sm too).
 	t.Setenv("UCX_TLS", "posix,tcp")
-	srv := h.Command(os.Args[0], "-test.run=^TestListenerServerProcess$")
-	srv.Env = append(os.Environ(), csServerEnv+"="+netip.AddrPortFrom(h.IP, 0).String())
-	var serr strings.Builder
-	srv.Stderr = &serr
-	out, err := srv.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := false
-	t.Cleanup(func() {
-		if !exited {
-			srv.Process.Kill()
-			srv.Wait()
-		}
+	srv := testpeer.Start(t, "ucp-listener", testpeer.Options{
+		Args:    []string{netip.AddrPortFrom(h.IP, 0).String()},
+		Command: h.Command,
 	})
-	sc := bufio.NewScanner(out)
-	var addr netip.AddrPort
-	if sc.Scan() {
-		addr, _ = netip.ParseAddrPort(strings.TrimPrefix(sc.Text(), "listening on "))
+	line, err := srv.Next()
+	if err != nil {
+		t.Fatalf("the server did not say where it listens: %v", err)
 	}
-	if !addr.IsValid() {
-		t.Fatalf("the server did not say where it listens: %s", serr.String())
+	addr, err := netip.ParseAddrPort(strings.TrimPrefix(line, "listening on "))
+	if err != nil {
+		t.Fatalf("the server said %q: %v", line, err)
 	}
 	c := newCSContext(t, "posix,tcp")
 	w := newWorker(t, c)
 	r := result(t, dial(w, addr, nil))
 	if r.err != nil {
-		srv.Process.Kill()
+		srv.Kill()
 		srv.Wait() // for its last words
-		exited = true
-		t.Fatalf("connect to %v: %v\nserver: %s", addr, r.err, serr.String())
+		t.Fatalf("connect to %v: %v\nserver: %s", addr, r.err, srv.Stderr())
 	}
 	a := r.ep.Query()
 	if a.RemoteSockAddr != addr || a.LocalSockAddr.Addr() != h.PeerIP {
@@ -148,22 +127,12 @@ func TestListenerNetns(t *testing.T) {
 	sr, err := r.ep.TagSendNBX(nil, 0, nil)
 	mustWait(t, "goodbye", sr, err)
 	r.ep.Close(CloseModeFlush)
-	var sout strings.Builder
-	for sc.Scan() {
-		sout.WriteString(sc.Text() + "\n")
+	rest, err := srv.Rest()
+	sout := strings.Join(rest, "\n")
+	if err != nil {
+		t.Fatalf("server: %v\n%s", err, sout)
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Wait() }()
-	select {
-	case err := <-done:
-		exited = true
-		if err != nil {
-			t.Fatalf("server: %v\n%s%s", err, sout.String(), serr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the server did not exit in 30 s:\n%s%s", sout.String(), serr.String())
-	}
-	if !strings.Contains(sout.String(), "server lane tcp") || strings.Contains(sout.String(), "server lane posix") {
-		t.Errorf("server lanes:\n%s", sout.String())
+	if !strings.Contains(sout, "server lane tcp") || strings.Contains(sout, "server lane posix") {
+		t.Errorf("server lanes:\n%s", sout)
 	}
 }

@@ -86,6 +86,33 @@ func (s *csServer) next(t testing.TB) *ConnRequest {
 	}
 }
 
+// acceptRetry accepts the connection of the client that dial starts, as
+// acceptNext does; a client that fails before its request reaches the
+// server (its handshake outlasted the short timeout of the tests, on a
+// loaded machine) dials again, twice at most.
+func (s *csServer) acceptRetry(t testing.TB, dial func() <-chan epResult) {
+	t.Helper()
+	for try := 1; ; try++ {
+		ch := dial()
+		select {
+		case r := <-ch:
+			if r.err == nil {
+				r.ep.Close(CloseModeForce)
+				t.Fatal("the client connected before the server accepted its request")
+			}
+			if try == 3 {
+				t.Fatalf("client, try %d: %v", try, r.err)
+			}
+			t.Logf("client, try %d: %v; dialing again", try, r.err)
+		case req := <-s.reqs:
+			s.accept(t, req, ch)
+			return
+		case <-time.After(30 * time.Second):
+			t.Fatal("no connection request after 30 s")
+		}
+	}
+}
+
 type epResult struct {
 	ep  *Endpoint
 	err error
@@ -131,7 +158,13 @@ func result(t testing.TB, ch <-chan epResult) epResult {
 // acceptNext accepts the next request and returns both endpoints.
 func (s *csServer) acceptNext(t testing.TB, ch <-chan epResult) (client, server *Endpoint, req *ConnRequest) {
 	t.Helper()
-	req = s.next(t)
+	return s.accept(t, s.next(t), ch)
+}
+
+// accept accepts req, the request of the client whose endpoint comes out
+// of ch, as acceptNext does.
+func (s *csServer) accept(t testing.TB, req *ConnRequest, ch <-chan epResult) (client, server *Endpoint, _ *ConnRequest) {
+	t.Helper()
 	sep, err := s.w.NewEndpoint(new(EPParams).SetConnRequest(req))
 	if err != nil {
 		t.Fatalf("accept: %v", err)

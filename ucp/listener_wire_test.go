@@ -147,7 +147,7 @@ func TestListenerBadClients(t *testing.T) {
 			if !r.closed() {
 				t.Fatal("the listener kept the connection past its handshake timeout")
 			}
-			s.acceptNext(t, dial(cw, s.addr, nil))
+			s.acceptRetry(t, func() <-chan epResult { return dial(cw, s.addr, nil) })
 			select {
 			case req := <-s.reqs:
 				t.Fatalf("a request from %v reached the application", req.Query().ClientAddress)

@@ -43,8 +43,8 @@ func TestPeerExitsInOrder(t *testing.T) {
 			if err := ep.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			p.stdin.Close()
-			if err := noHang(t, "the peer's exit", p.cmd.Wait); err != nil {
+			p.CloseInput()
+			if err := p.Wait(); err != nil {
 				t.Fatalf("peer: %v", err)
 			}
 			// The goodbyes have arrived once its connections ended: an EP to

@@ -7,30 +7,35 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/goshmem/goshmem/internal/testpeer"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
 
-// The two-process tests re-execute the test binary as a peer process
-// (TestPeerProcess with peerEnv set), as the tests of uct/sm and uct/tcp
-// do: the peer creates a context and a worker (with the UCX_* variables it
-// was started with), maps a segment, and prints its worker address, the
-// packed key of the segment and the segment's address on stdout; it then
-// reads the parent's worker address from stdin, connects an endpoint back
-// (the software protocols answer on it), progresses its worker on a
-// goroutine, prints "ready", and runs until its stdin is closed (then it
-// destroys its worker and context and exits) or it is killed.
-const peerEnv = "GOSHMEM_UCP_TEST_PEER"
+// The two-process tests run a peer process (testpeer role "ucp"), as the
+// tests of uct/sm and uct/tcp do: the peer creates a context and a worker
+// (with the UCX_* variables it was started with), maps a segment, and
+// prints its worker address, the packed key of the segment and the
+// segment's address; it then reads the parent's worker address from its
+// input, connects an endpoint back (the software protocols answer on it),
+// progresses its worker on a goroutine, prints "ready", and runs until its
+// input is closed (then it destroys its worker and context and exits) or
+// it is killed.
+func TestMain(m *testing.M) {
+	testpeer.Serve(
+		testpeer.Role{Name: "ucp", Run: func(_ []string, in io.Reader, out io.Writer) error { return runPeer(in, out) }},
+		testpeer.Role{Name: "ucp-listener", Run: runCSServerProcess},
+	)
+	os.Exit(m.Run())
+}
 
 // peerTagSendEnv makes the peer send a tag message (peerTag) of that many
 // bytes of its segment to the parent once connected.
@@ -49,17 +54,6 @@ const testJobKey = "dWNwIHRlc3Qgam9iIGtleSAwMTIzNDU2Nzg5"
 
 // peerSegSize is the size of the peer's segment.
 const peerSegSize = 1 << 20
-
-func TestPeerProcess(t *testing.T) {
-	if os.Getenv(peerEnv) == "" {
-		t.Skip("helper process of the two-process tests: runs only with " + peerEnv + " set")
-	}
-	if err := runPeer(os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "ucp test peer:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
 
 // runPeer is the peer process.
 func runPeer(in io.Reader, out io.Writer) error {
@@ -128,39 +122,19 @@ func runPeer(in io.Reader, out io.Writer) error {
 
 // peerProc is the parent's view of a peer process.
 type peerProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-	addr  []byte // the peer worker's address
-	rkey  []byte // packed key of its segment
-	base  uint64 // address of its segment
+	*testpeer.Peer
+	addr []byte // the peer worker's address
+	rkey []byte // packed key of its segment
+	base uint64 // address of its segment
 }
 
 // startPeer starts a peer process with env added to its environment. It is
 // killed, if still running, at the end of the test.
 func startPeer(t *testing.T, env []string) *peerProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerProcess$", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), peerEnv+"=1", "GORACE=atexit_sleep_ms=0"), env...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &peerProc{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
-	t.Cleanup(func() {
-		stdin.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	line, err := p.out.ReadString('\n')
+	p := &peerProc{Peer: testpeer.Start(t, "ucp", testpeer.Options{Env: env})}
+	t.Cleanup(func() { p.Kill() })
+	line, err := p.Next()
 	if err != nil {
 		t.Fatalf("reading the peer's address: %v", err)
 	}
@@ -184,10 +158,7 @@ func startPeer(t *testing.T, env []string) *peerProc {
 func (p *peerProc) connect(t *testing.T, w *Worker) {
 	t.Helper()
 	addr, _ := w.Address()
-	if _, err := fmt.Fprintf(p.stdin, "%x\n", addr); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := p.out.ReadString('\n'); err != nil || line != "ready\n" {
+	if line, err := p.Call(hex.EncodeToString(addr)); err != nil || line != "ready" {
 		t.Fatalf("peer answered %q, %v; want ready", line, err)
 	}
 }
@@ -196,25 +167,16 @@ func (p *peerProc) connect(t *testing.T, w *Worker) {
 // stopped, so that it answers nothing any more.
 func (p *peerProc) stop(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the peer to stop", func() bool {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-		if err != nil {
-			return false
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		return len(f) > 0 && (f[0] == "T" || f[0] == "t")
-	})
 }
 
 // kill kills the peer (SIGKILL) without reaping it: until the test ends it
 // stays a zombie, which the failure detection must see through.
 func (p *peerProc) kill(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Kill(); err != nil {
+	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
 }

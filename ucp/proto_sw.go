@@ -222,20 +222,22 @@ func (w *Worker) installSwHandlers() {
 			flags = uct.CBFlagAsync
 		}
 		for id := amSwWireup; id <= amSwPut; id++ {
-			wi.iface.SetAMHandler(id, swHandlers[amSwPut-id], w, flags)
+			wi.iface.SetAMHandler(id, swHandlers[id], w, flags)
 		}
 	}
 }
 
-var swHandlers = [...]uct.AMCallback{
-	amSwPut - amSwPut:       func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwPut, d) },
-	amSwPut - amSwGetReq:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwGetReq, d) },
-	amSwPut - amSwGetRep:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwGetRep, d) },
-	amSwPut - amSwAtomicReq: func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwAtomicReq, d) },
-	amSwPut - amSwAtomicRep: func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwAtomicRep, d) },
-	amSwPut - amSwFlushReq:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushReq, d) },
-	amSwPut - amSwFlushRep:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushRep, d) },
-	amSwPut - amSwWireup:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwWireup, d) },
+// swHandlers holds the handler of each software protocol's AM id, indexed
+// by that id.
+var swHandlers = [uct.AMMaxID]uct.AMCallback{
+	amSwPut:       func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwPut, d) },
+	amSwGetReq:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwGetReq, d) },
+	amSwGetRep:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwGetRep, d) },
+	amSwAtomicReq: func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwAtomicReq, d) },
+	amSwAtomicRep: func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwAtomicRep, d) },
+	amSwFlushReq:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushReq, d) },
+	amSwFlushRep:  func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwFlushRep, d) },
+	amSwWireup:    func(arg any, d []byte, _ uint32) ucs.Status { return arg.(*Worker).swRecv(amSwWireup, d) },
 }
 
 // swSend sends one software message on the endpoint's AM lane. While the

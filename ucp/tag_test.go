@@ -240,14 +240,14 @@ func TestTagOrderWildcards(t *testing.T) {
 	// The messages' tags, in send order, and the receives, in post order.
 	tags := []uint64{me | 1, me | 2, me | 1, me | 3, me | 2, me | 1, me | 4, me | 1}
 	recvs := []recv{
-		{me | 1, tagMaskFull},       // exact
-		{0, 0},                      // anything
-		{me | 1, tagMaskFull},       // exact
-		{me, senderMask},            // any tag from this sender
-		{me | 2, tagMaskFull},       // exact
-		{0, 0},                      // anything
-		{me | 1, tagMaskFull | 0x0}, // exact
-		{me, senderMask},            // any tag from this sender
+		{me | 1, tagMaskFull}, // exact
+		{0, 0},                // anything
+		{me | 1, tagMaskFull}, // exact
+		{me, senderMask},      // any tag from this sender
+		{me | 2, tagMaskFull}, // exact
+		{0, 0},                // anything
+		{me | 1, tagMaskFull}, // exact
+		{me, senderMask},      // any tag from this sender
 	}
 	// model assigns each message, in order, the first posted receive that
 	// is still free and takes it.

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,10 +37,22 @@ const childEnv = "GOSHMEM_PETEST"
 // DefaultTimeout bounds one job; a job that runs longer fails its test.
 const DefaultTimeout = 90 * time.Second
 
+// FullEnv is the environment variable that asks for the full matrices of
+// job sizes: set to 1 (as .ci/run sets it), every size of Options.NPs
+// runs; unset, only Options.QuickNPs do, so that `go test ./...` stays
+// quick.
+const FullEnv = "GOSHMEM_TEST_FULL"
+
+// Full reports whether the full matrices were asked for (FullEnv=1).
+func Full() bool { return os.Getenv(FullEnv) == "1" }
+
 // Options tune RunWith.
 type Options struct {
 	// NPs lists the job sizes to run, each as a subtest "np=N".
 	NPs []int
+	// QuickNPs, if set, are the sizes of NPs that run unless Full: the
+	// others are then skipped subtests that say so.
+	QuickNPs []int
 	// Env is added to every PE's environment (UCX_TLS=tcp,self, ...).
 	Env []string
 	// Name, if set, names the subtest level above "np=N" (for example the
@@ -70,6 +83,9 @@ func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
 	run := func(t *testing.T) {
 		for _, np := range o.NPs {
 			t.Run("np="+strconv.Itoa(np), func(t *testing.T) {
+				if o.QuickNPs != nil && !slices.Contains(o.QuickNPs, np) && !Full() {
+					t.Skipf("np=%d is in the full matrix only: %s=1 runs it (.ci/run does)", np, FullEnv)
+				}
 				if IsPE() {
 					body(t)
 					return

@@ -9,12 +9,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,6 +55,15 @@ func TestMain(m *testing.M) {
 		}
 		*b.out = bin
 		cleanups = append(cleanups, cleanup)
+	}
+	// The tests wait, mostly (for processes to start, for failure
+	// timeouts): run more of them at once than there are processors,
+	// unless -test.parallel says otherwise.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		flag.Set("test.parallel", "4")
 	}
 	code := m.Run()
 	for _, c := range cleanups {
@@ -218,6 +227,7 @@ func TestStdin(t *testing.T) {
 
 // TestHello64 starts 64 PEs on this (2-core) host.
 func TestHello64(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipping 64 PEs in -short mode")
 	}
@@ -553,18 +563,6 @@ func TestAgentKilled(t *testing.T) {
 		}
 	}
 	noLeftovers(t)
-}
-
-// sortedLines returns the lines of s that start with prefix, sorted.
-func sortedLines(s, prefix string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // writeScript writes an executable shell script into dir.

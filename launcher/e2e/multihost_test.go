@@ -163,6 +163,7 @@ func (c *nsCluster) noLeftoversOn() {
 // through a remote shell: PEs on different hosts reach each other over
 // tcp, those on one host over shared memory.
 func TestMultiHost(t *testing.T) {
+	t.Parallel()
 	needBinaries(t)
 	c := newNSCluster(t, 3)
 	slots := []int{2, 2, 1}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ const silentTimeout = "3s"
 // failure timeout without calling the library is never declared dead. Over
 // shared memory and over tcp.
 func TestSilentPeers(t *testing.T) {
+	t.Parallel() // its jobs wait for failure timeouts
 	h := hostname(t)
 	for _, tr := range []struct{ name, tls string }{{"sm", ""}, {"tcp", "tcp,self"}} {
 		env := []string{"FAIL_PE=1"}
@@ -29,7 +31,9 @@ func TestSilentPeers(t *testing.T) {
 			env = append(env, "UCX_TLS="+tr.tls)
 		}
 		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
 			t.Run("stopped", func(t *testing.T) {
+				t.Parallel()
 				// Its agent sees it stopped.
 				r := run(t, env, "-np", "3", "-failure-timeout", silentTimeout, peProgram, "stop")
 				checkFault(t, r, 1, 1, h, "was stopped (SIGSTOP or SIGTSTP) for")
@@ -37,6 +41,7 @@ func TestSilentPeers(t *testing.T) {
 				noLeftovers(t)
 			})
 			t.Run("hung", func(t *testing.T) {
+				t.Parallel()
 				// Frozen, it is not stopped: it stops answering its agent.
 				fz := newFreezer(t)
 				cmd, pids, stderr := startBlocked(t, env, "-np", "3", "-failure-timeout", silentTimeout, peProgram, "block")
@@ -57,6 +62,7 @@ func TestSilentPeers(t *testing.T) {
 				noLeftovers(t)
 			})
 			t.Run("agent stopped", func(t *testing.T) {
+				t.Parallel()
 				cmd, pids, stderr := startBlocked(t, env, "-np", "3", "-failure-timeout", silentTimeout, peProgram, "block")
 				agent := parentOf(t, pids[0])
 				start := time.Now()
@@ -72,6 +78,7 @@ func TestSilentPeers(t *testing.T) {
 				noLeftovers(t)
 			})
 			t.Run("computing", func(t *testing.T) {
+				t.Parallel()
 				r := run(t, append(env, "COMPUTE=8s"), "-np", "3", "-failure-timeout", silentTimeout, peProgram, "compute")
 				if r.code != 0 || !strings.Contains(r.stdout, "computed ") {
 					t.Errorf("a PE that computed for 8s, with a failure timeout of %s: %v", silentTimeout, r)
@@ -90,10 +97,14 @@ type freezer struct {
 	frozen, thawed string // what file takes
 }
 
+// freezers numbers the freezers of this process: tests that run in
+// parallel each have their own.
+var freezers atomic.Int64
+
 // newFreezer makes a cgroup to freeze processes in, removed when the test
 // ends; it skips the test, saying why, where it cannot.
 func newFreezer(t *testing.T) *freezer {
-	name := fmt.Sprintf("goshmem-e2e-%d", os.Getpid())
+	name := fmt.Sprintf("goshmem-e2e-%d-%d", os.Getpid(), freezers.Add(1))
 	f := &freezer{t: t}
 	if _, err := os.Stat("/sys/fs/cgroup/freezer/cgroup.procs"); err == nil {
 		f.dir, f.file, f.frozen, f.thawed = filepath.Join("/sys/fs/cgroup/freezer", name), "freezer.state", "FROZEN", "THAWED"

@@ -2,7 +2,6 @@ package cma
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 	"github.com/goshmem/goshmem/uct/sm"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
 
 func TestResources(t *testing.T) {
@@ -195,46 +195,19 @@ func TestMkeyDecode(t *testing.T) {
 	if k, err := decodeMkey(good); err != nil || k.pid != 100 || k.addr != 0x7f0000000000 || k.length != 4096 {
 		t.Fatalf("decode(good) = %+v, %v", k, err)
 	}
-	mod := func(off int, v uint64, size int) []byte {
-		b := append([]byte(nil), good...)
-		switch size {
-		case 2:
-			binary.LittleEndian.PutUint16(b[off:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(b[off:], uint32(v))
-		case 8:
-			binary.LittleEndian.PutUint64(b[off:], v)
-		}
-		return b
-	}
-	tests := []struct {
-		name string
-		key  []byte
-	}{
-		{"empty", nil},
-		{"short", good[:MkeyPackedSize-1]},
-		{"long", append(append([]byte(nil), good...), 0)},
-		{"magic", mod(0, 0x12345678, 4)},
-		{"version", mod(4, 2, 2)},
-		{"reserved 6", mod(6, 1, 2)},
-		{"reserved 12", mod(12, 1, 4)},
-		{"zero pid", mod(8, 0, 4)},
-		{"huge pid", mod(8, maxPid, 4)},
-		{"zero address", mod(16, 0, 8)},
-		{"zero length", mod(24, 0, 8)},
-		{"wrapping range", mod(16, ^uint64(0)-100, 8)},
-		{"range above user space", mod(24, maxAddr, 8)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := decodeMkey(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("decode err = %v, want ErrInvalidParam", err)
-			}
-			if _, err := (&Component{}).RkeyUnpack(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("RkeyUnpack err = %v, want ErrInvalidParam", err)
-			}
-		})
-	}
+	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
+	uctest.CheckBadKeys(t, &Component{}, good, func(b []byte) error { _, err := decodeMkey(b); return err }, []uctest.BadKey{
+		{Name: "magic", Key: mod(0, 0x12345678, 4)},
+		{Name: "version", Key: mod(4, 2, 2)},
+		{Name: "reserved 6", Key: mod(6, 1, 2)},
+		{Name: "reserved 12", Key: mod(12, 1, 4)},
+		{Name: "zero pid", Key: mod(8, 0, 4)},
+		{Name: "huge pid", Key: mod(8, maxPid, 4)},
+		{Name: "zero address", Key: mod(16, 0, 8)},
+		{Name: "zero length", Key: mod(24, 0, 8)},
+		{Name: "wrapping range", Key: mod(16, ^uint64(0)-100, 8)},
+		{Name: "range above user space", Key: mod(24, maxAddr, 8)},
+	}...)
 	// A well-formed key of a process that does not exist.
 	dead := (&mkey{pid: maxPid - 1, addr: 0x10000, length: 8}).encode()
 	if _, err := (&Component{}).RkeyUnpack(dead); !errors.Is(err, ucs.ErrUnreachable) {
@@ -544,9 +517,12 @@ func TestPtraceDenied(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-test.run=^TestPeerProcess$")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	p := spawnPeer(t, cmd)
+	asNobody := func(_ string, arg ...string) *exec.Cmd {
+		cmd := exec.Command(bin, arg...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		return cmd
+	}
+	p := spawnPeer(t, asNobody)
 	i := openTestIface(t, nil)
 	// Root reaches the peer ...
 	if !i.IsReachable(p.dev, p.addr) {

@@ -13,14 +13,14 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/goshmem/goshmem/internal/testpeer"
 	"github.com/goshmem/goshmem/uct"
 )
 
-// The two-process tests re-execute the test binary as a peer process
-// (TestPeerProcess with childEnv set). The peer registers a buffer and
-// opens an iface, prints the packed key and the iface and device addresses
-// on stdout, then answers commands read from stdin, one a line, until
-// stdin is closed:
+// The two-process tests run a peer process (testpeer role "cma"). The peer
+// registers a buffer and opens an iface, prints the packed key and the
+// iface and device addresses, then answers commands read from its input,
+// one a line, until the input is closed:
 //
 //	sum OFF N        -> the SHA-256 of buffer[OFF:OFF+N], in hex
 //	fill OFF N SEED  -> fills buffer[OFF:OFF+N] with pattern(N, SEED); "ok"
@@ -28,7 +28,10 @@ import (
 //	                    this device) and prints "ok" or the error
 //	put PID RADDR    -> puts 8 bytes at RADDR of process PID through an EP
 //	                    made without checks; prints the status
-const childEnv = "GOSHMEM_CMA_TEST_PEER"
+func TestMain(m *testing.M) {
+	testpeer.Serve(testpeer.Role{Name: "cma", Run: runPeer})
+	os.Exit(m.Run())
+}
 
 // childBufSize is the size of the peer's registered buffer.
 const childBufSize = 9 << 20
@@ -44,19 +47,8 @@ func pattern(n, seed int) []byte {
 	return b
 }
 
-func TestPeerProcess(t *testing.T) {
-	if os.Getenv(childEnv) == "" {
-		t.Skip("helper process of the two-process tests: runs only with " + childEnv + " set")
-	}
-	if err := runPeer(); err != nil {
-		fmt.Fprintln(os.Stderr, "peer:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
 // runPeer is the peer process.
-func runPeer() error {
+func runPeer(_ []string, stdin io.Reader, stdout io.Writer) error {
 	md, err := (&Component{}).OpenMD(MDName, nil)
 	if err != nil {
 		return err
@@ -74,8 +66,8 @@ func runPeer() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%x %x %x\n", key, iface.Address(), iface.DeviceAddress())
-	in := bufio.NewScanner(os.Stdin)
+	fmt.Fprintf(stdout, "%x %x %x\n", key, iface.Address(), iface.DeviceAddress())
+	in := bufio.NewScanner(stdin)
 	for in.Scan() {
 		f := strings.Fields(in.Text())
 		num := func(k int) int {
@@ -88,23 +80,23 @@ func runPeer() error {
 		switch {
 		case len(f) == 3 && f[0] == "sum":
 			off, n := num(1), num(2)
-			fmt.Printf("%x\n", sha256.Sum256(peerBuf[off:off+n]))
+			fmt.Fprintf(stdout, "%x\n", sha256.Sum256(peerBuf[off:off+n]))
 		case len(f) == 4 && f[0] == "fill":
 			off, n := num(1), num(2)
 			copy(peerBuf[off:off+n], pattern(n, num(3)))
-			fmt.Println("ok")
+			fmt.Fprintln(stdout, "ok")
 		case len(f) == 2 && f[0] == "connect":
 			addr, _ := hex.DecodeString(f[1])
 			if ep, err := iface.EPCreate(&uct.EPParams{DeviceAddr: iface.DeviceAddress(), IfaceAddr: addr}); err != nil {
-				fmt.Println(strings.ReplaceAll(err.Error(), "\n", " "))
+				fmt.Fprintln(stdout, strings.ReplaceAll(err.Error(), "\n", " "))
 			} else {
 				ep.Destroy()
-				fmt.Println("ok")
+				fmt.Fprintln(stdout, "ok")
 			}
 		case len(f) == 3 && f[0] == "put":
 			raddr, _ := strconv.ParseUint(f[2], 0, 64)
 			ep := &EP{iface: iface.(*Iface), pid: num(1)}
-			fmt.Println(ep.PutShort(make([]byte, 8), raddr, uint64(ep.pid)).Error())
+			fmt.Fprintln(stdout, ep.PutShort(make([]byte, 8), raddr, uint64(ep.pid)).Error())
 		default:
 			return fmt.Errorf("bad command %q", in.Text())
 		}
@@ -114,11 +106,8 @@ func runPeer() error {
 
 // peer is the parent's view of a peer process.
 type peer struct {
+	*testpeer.Peer
 	tb    testing.TB
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-	pid   int
 	key   []byte // packed key of the peer's buffer
 	addr  []byte // the peer's iface address
 	dev   []byte
@@ -132,7 +121,7 @@ type peer struct {
 // key; everything is released at the end of the test.
 func startPeer(tb testing.TB) *peer {
 	tb.Helper()
-	p := spawnPeer(tb, exec.Command(os.Args[0], "-test.run=^TestPeerProcess$"))
+	p := spawnPeer(tb, nil)
 	p.iface = openTestIface(tb, nil)
 	ep, err := p.iface.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
 	if err != nil {
@@ -145,36 +134,15 @@ func startPeer(tb testing.TB) *peer {
 	return p
 }
 
-// spawnPeer starts cmd as a peer process and reads its addresses.
-func spawnPeer(tb testing.TB, cmd *exec.Cmd) *peer {
+// spawnPeer starts a peer process, through command (testpeer.Options) when
+// it is not nil, and reads its addresses.
+func spawnPeer(tb testing.TB, command func(string, ...string) *exec.Cmd) *peer {
 	tb.Helper()
-	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	p := &peer{tb: tb, cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), pid: cmd.Process.Pid}
-	tb.Cleanup(p.stop)
-	line, err := p.out.ReadString('\n')
+	p := &peer{Peer: testpeer.Start(tb, "cma", testpeer.Options{Command: command}), tb: tb}
+	tb.Cleanup(p.release)
+	fields, err := p.NextHex(3)
 	if err != nil {
 		tb.Fatalf("reading the peer's addresses: %v", err)
-	}
-	var fields [3][]byte
-	for k, f := range strings.Fields(line) {
-		if k < 3 {
-			fields[k], err = hex.DecodeString(f)
-		}
-		if err != nil {
-			tb.Fatalf("peer line %q: %v", line, err)
-		}
 	}
 	p.key, p.addr, p.dev = fields[0], fields[1], fields[2]
 	k, err := decodeMkey(p.key)
@@ -185,15 +153,8 @@ func spawnPeer(tb testing.TB, cmd *exec.Cmd) *peer {
 	return p
 }
 
-// stop ends the peer and releases what startPeer took.
-func (p *peer) stop() {
-	if p.stdin != nil {
-		p.stdin.Close()
-		p.stdin = nil
-		if err := p.cmd.Wait(); err != nil {
-			p.tb.Errorf("peer process: %v", err)
-		}
-	}
+// release releases the rkey and the EP of startPeer.
+func (p *peer) release() {
 	if p.rkey.Handle != nil {
 		(&Component{}).RkeyRelease(p.rkey)
 		p.rkey = uct.RkeyBundle{}
@@ -206,21 +167,18 @@ func (p *peer) stop() {
 
 // kill kills the peer and waits for its end.
 func (p *peer) kill() {
-	p.stdin.Close()
-	p.stdin = nil
-	p.cmd.Process.Kill()
-	p.cmd.Wait()
+	p.Kill()
+	if err := p.Wait(); err != nil {
+		p.tb.Error(err)
+	}
 }
 
 // call sends a command to the peer and returns its answer.
 func (p *peer) call(format string, args ...any) string {
 	p.tb.Helper()
-	if _, err := fmt.Fprintf(p.stdin, format+"\n", args...); err != nil {
-		p.tb.Fatalf("peer command: %v", err)
-	}
-	line, err := p.out.ReadString('\n')
+	line, err := p.Call(fmt.Sprintf(format, args...))
 	if err != nil {
-		p.tb.Fatalf("peer answer: %v", err)
+		p.tb.Fatalf("peer command: %v", err)
 	}
 	return strings.TrimSpace(line)
 }

@@ -47,14 +47,15 @@ import (
 // The magic is the format version: format 02 added armed and wseq, format
 // 03 counts seq from the lap; a peer of another format is refused with
 // ucs.ErrInvalidAddr at EP creation.
+const fifoMagic uint64 = 0x33304f4649465347 // "GSFIFO03"
+
 const (
-	fifoMagic      uint64 = 0x33304f4649465347 // "GSFIFO03"
-	fifoHeaderSize        = 256
-	fifoTailOff           = 64
-	fifoArmedOff          = 128
-	fifoWseqOff           = 132
-	cellHeaderSize        = 16
-	cellAlign             = 64
+	fifoHeaderSize = 256
+	fifoTailOff    = 64
+	fifoArmedOff   = 128
+	fifoWseqOff    = 132
+	cellHeaderSize = 16
+	cellAlign      = 64
 
 	// voidID marks a claimed cell that carries no message (its sender's
 	// pack function failed).

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -15,17 +14,24 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goshmem/goshmem/internal/testpeer"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
 
-// The two-process tests re-execute the test binary as a peer process
-// (TestPeerProcess with childEnv set), which allocates a segment and opens an
-// iface, prints its packed key and addresses on stdout, reads the parent's
-// iface address from stdin, and then serves the active messages below until
-// its stdin is closed. The value of childEnv names the MD of the peer's
-// segment: "posix" or "sysv".
-const childEnv = "GOSHMEM_SM_TEST_PEER"
+// The two-process tests run a peer process (testpeer role "sm", its
+// argument the MD of the peer's segment: "posix" or "sysv"), which
+// allocates a segment and opens an iface, prints its packed key and
+// addresses, reads the parent's iface address, connects back and prints
+// "ready", and then serves the active messages below until its input is
+// closed.
+func TestMain(m *testing.M) {
+	testpeer.Serve(
+		testpeer.Role{Name: "sm", Run: runPeer},
+		testpeer.Role{Name: "sm-named-segment", Run: runNamedSegmentChild},
+	)
+	os.Exit(m.Run())
+}
 
 // testMD is an MD under test: its name and component, and how the base
 // address is read from one of its packed keys.
@@ -61,26 +67,15 @@ const (
 	amLateEcho  = 8 // header: delay in ms; the peer sleeps, then echoes the payload
 )
 
-func TestPeerProcess(t *testing.T) {
-	if os.Getenv(childEnv) == "" {
-		t.Skip("helper process of the two-process tests: runs only with " + childEnv + " set")
-	}
-	if err := runPeer(); err != nil {
-		fmt.Fprintln(os.Stderr, "peer:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
 type reply struct {
 	id   uint8
 	data []byte
 }
 
 // runPeer is the peer process.
-func runPeer() error {
+func runPeer(args []string, stdin io.Reader, stdout io.Writer) error {
 	tm := posixTest
-	if os.Getenv(childEnv) == SysvMDName {
+	if len(args) == 1 && args[0] == SysvMDName {
 		tm = sysvTest
 	}
 	md, err := tm.comp.OpenMD(tm.name, nil)
@@ -99,9 +94,9 @@ func runPeer() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%x %x %x\n", key, iface.Address(), iface.DeviceAddress())
+	fmt.Fprintf(stdout, "%x %x %x\n", key, iface.Address(), iface.DeviceAddress())
 
-	in := bufio.NewReader(os.Stdin)
+	in := bufio.NewReader(stdin)
 	line, err := in.ReadString('\n')
 	if err != nil {
 		return err
@@ -114,6 +109,7 @@ func runPeer() error {
 	if err != nil {
 		return err
 	}
+	fmt.Fprintln(stdout, "ready")
 	var done atomic.Bool
 	go func() {
 		io.Copy(io.Discard, in)
@@ -184,11 +180,9 @@ func runPeer() error {
 
 // peer is the parent's view of a peer process.
 type peer struct {
+	*testpeer.Peer
 	tb      testing.TB
 	md      testMD // the MD of the peer's segment
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	pid     int
 	key     []byte // packed key of the peer's segment
 	addr    []byte // the peer's iface address
 	dev     []byte
@@ -207,37 +201,13 @@ func startPeer(tb testing.TB) *peer { return startPeerMD(tb, posixTest) }
 // startPeerMD is startPeer with the peer's segment allocated by md.
 func startPeerMD(tb testing.TB, md testMD) *peer {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerProcess$")
-	cmd.Env = append(os.Environ(), childEnv+"="+md.name)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	p := &peer{tb: tb, md: md, cmd: cmd, stdin: stdin, pid: cmd.Process.Pid}
-	tb.Cleanup(p.stop)
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	p := &peer{Peer: testpeer.Start(tb, "sm", testpeer.Options{Args: []string{md.name}}), tb: tb, md: md}
+	tb.Cleanup(p.release)
+	fields, err := p.NextHex(3)
 	if err != nil {
 		tb.Fatalf("reading the peer's addresses: %v", err)
 	}
-	var fields [3][]byte
-	for k, f := range strings.Fields(line) {
-		if k < 3 {
-			fields[k], err = hex.DecodeString(f)
-		}
-		if err != nil {
-			tb.Fatalf("peer line %q: %v", line, err)
-		}
-	}
 	p.key, p.addr, p.dev = fields[0], fields[1], fields[2]
-	go io.Copy(io.Discard, stdout)
 	if p.base, err = md.base(p.key); err != nil {
 		tb.Fatal(err)
 	}
@@ -249,8 +219,9 @@ func startPeerMD(tb testing.TB, md testMD) *peer {
 			return ucs.OK
 		}, id, uct.CBFlagSync)
 	}
-	if _, err := fmt.Fprintf(stdin, "%x\n", p.iface.Address()); err != nil {
-		tb.Fatal(err)
+	// The peer connects back before the test may close the iface.
+	if ans, err := p.Call(hex.EncodeToString(p.iface.Address())); err != nil || ans != "ready" {
+		tb.Fatalf("peer answered %q, %v to the parent's address; want ready", ans, err)
 	}
 	ep, err := p.iface.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
 	if err != nil {
@@ -263,15 +234,17 @@ func startPeerMD(tb testing.TB, md testMD) *peer {
 	return p
 }
 
-// stop ends the peer and releases what startPeer took.
+// stop ends the peer, failing the test if it failed, and releases what
+// startPeer took.
 func (p *peer) stop() {
-	if p.stdin != nil {
-		p.stdin.Close()
-		p.stdin = nil
-		if err := p.cmd.Wait(); err != nil {
-			p.tb.Errorf("peer process: %v", err)
-		}
+	if err := p.Close(); err != nil {
+		p.tb.Error(err)
 	}
+	p.release()
+}
+
+// release releases the rkey and the EP of startPeer.
+func (p *peer) release() {
 	if p.rkey.Handle != nil {
 		p.md.comp.RkeyRelease(p.rkey)
 		p.rkey = uct.RkeyBundle{}
@@ -367,9 +340,7 @@ func TestPeerCheck(t *testing.T) {
 	if st := p.ep.Check(0, new(uct.Completion)); st != ucs.ErrInvalidParam {
 		t.Errorf("Check with a completion = %v, want ErrInvalidParam", st)
 	}
-	p.stdin.Close()
-	p.stdin = nil
-	if err := p.cmd.Process.Kill(); err != nil {
+	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	// Not reaped yet: the peer is a zombie until Wait.
@@ -379,7 +350,9 @@ func TestPeerCheck(t *testing.T) {
 		}
 		runtime.Gosched() // SIGKILL is delivered asynchronously
 	}
-	p.cmd.Wait()
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
 	if st := p.ep.Check(0, nil); st != ucs.ErrEndpointTimeout {
 		t.Errorf("Check of a reaped peer = %v, want ErrEndpointTimeout", st)
 	}

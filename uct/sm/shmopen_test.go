@@ -3,8 +3,9 @@ package sm
 import (
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -12,13 +13,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goshmem/goshmem/internal/testpeer"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
-
-// namedChildEnv carries the hex key of a named segment to the child process
-// of TestNamedSegment.
-const namedChildEnv = "GOSHMEM_SM_TEST_NAMED_KEY"
 
 // namedSize is the size of the segment of TestNamedSegment.
 const namedSize = 3 * 4096
@@ -54,41 +52,38 @@ func TestPosixMDConfig(t *testing.T) {
 	}
 }
 
-// TestNamedSegmentChild is the child of TestNamedSegment: it maps the
-// segment whose key it is given, checks the parent's pattern and writes its
-// own.
-func TestNamedSegmentChild(t *testing.T) {
-	hk := os.Getenv(namedChildEnv)
-	if hk == "" {
-		t.Skip("helper process of TestNamedSegment")
+// runNamedSegmentChild is the peer of TestNamedSegment (role
+// "sm-named-segment"): it maps the segment whose hex key it is given,
+// checks the parent's pattern and writes its own.
+func runNamedSegmentChild(args []string, _ io.Reader, _ io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("arguments %q, want a key", args)
 	}
-	key, err := hex.DecodeString(hk)
+	key, err := hex.DecodeString(args[0])
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	k, err := decodeMkey(key)
 	if err != nil || !k.named || k.pid == pid {
-		t.Fatalf("key %+v, %v", k, err)
+		return fmt.Errorf("key %+v, %v", k, err)
 	}
 	c := &PosixComponent{}
 	rk, err := c.RkeyUnpack(key)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	p, err := c.RkeyPtr(rk, k.addr)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	mem := unsafe.Slice((*byte)(p), namedSize)
 	for i := range mem {
 		if mem[i] != byte(i*7) {
-			t.Fatalf("byte %d is %d, want %d", i, mem[i], byte(i*7))
+			return fmt.Errorf("byte %d is %d, want %d", i, mem[i], byte(i*7))
 		}
 		mem[i] = byte(i * 3)
 	}
-	if err := c.RkeyRelease(rk); err != nil {
-		t.Fatal(err)
-	}
+	return c.RkeyRelease(rk)
 }
 
 func TestNamedSegment(t *testing.T) {
@@ -128,10 +123,9 @@ func TestNamedSegment(t *testing.T) {
 	}
 	c.RkeyRelease(rk)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestNamedSegmentChild$")
-	cmd.Env = append(os.Environ(), namedChildEnv+"="+hex.EncodeToString(key))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
+	child := testpeer.Start(t, "sm-named-segment", testpeer.Options{Args: []string{hex.EncodeToString(key)}})
+	if err := child.Wait(); err != nil {
+		t.Fatal(err)
 	}
 	for i := range mem {
 		if mem[i] != byte(i*3) {

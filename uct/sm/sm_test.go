@@ -14,6 +14,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
 
 func pattern(n, seed int) []byte {
@@ -111,48 +112,20 @@ func TestMkeyDecode(t *testing.T) {
 	if k, err := decodeMkey(good); err != nil || k.pid != 100 || k.fd != 7 || k.id != 0xabcdef || k.length != 4096 || k.addr != 0x7f0000000000 {
 		t.Fatalf("decode(good) = %+v, %v", k, err)
 	}
-	mod := func(off int, v uint64, size int) []byte {
-		b := append([]byte(nil), good...)
-		switch size {
-		case 2:
-			binary.LittleEndian.PutUint16(b[off:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(b[off:], uint32(v))
-		case 8:
-			binary.LittleEndian.PutUint64(b[off:], v)
-		}
-		return b
-	}
-	tests := []struct {
-		name string
-		key  []byte
-	}{
-		{"empty", nil},
-		{"short", good[:MkeyPackedSize-1]},
-		{"long", append(append([]byte(nil), good...), 0)},
-		{"magic", mod(0, 0x12345678, 4)},
-		{"version", mod(4, 3, 2)},
-		{"reserved", mod(6, 1, 2)},
-		{"zero pid", mod(8, 0, 4)},
-		{"huge pid", mod(8, maxPid, 4)},
-		{"negative fd", mod(12, 0xffffffff, 4)},
-		{"zero id", mod(16, 0, 8)},
-		{"zero length", mod(24, 0, 8)},
-		{"zero address", mod(32, 0, 8)},
-		{"wrapping range", mod(32, ^uint64(0)-100, 8)},
-		{"range above user space", mod(24, maxAddr, 8)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := decodeMkey(tt.key)
-			if !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("decode err = %v, want ErrInvalidParam", err)
-			}
-			if _, err := (&PosixComponent{}).RkeyUnpack(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("RkeyUnpack err = %v, want ErrInvalidParam", err)
-			}
-		})
-	}
+	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
+	uctest.CheckBadKeys(t, &PosixComponent{}, good, func(b []byte) error { _, err := decodeMkey(b); return err }, []uctest.BadKey{
+		{Name: "magic", Key: mod(0, 0x12345678, 4)},
+		{Name: "version", Key: mod(4, 3, 2)},
+		{Name: "reserved", Key: mod(6, 1, 2)},
+		{Name: "zero pid", Key: mod(8, 0, 4)},
+		{Name: "huge pid", Key: mod(8, maxPid, 4)},
+		{Name: "negative fd", Key: mod(12, 0xffffffff, 4)},
+		{Name: "zero id", Key: mod(16, 0, 8)},
+		{Name: "zero length", Key: mod(24, 0, 8)},
+		{Name: "zero address", Key: mod(32, 0, 8)},
+		{Name: "wrapping range", Key: mod(32, ^uint64(0)-100, 8)},
+		{Name: "range above user space", Key: mod(24, maxAddr, 8)},
+	}...)
 }
 
 // TestLocalRkey unpacks keys of this process: delta 0, one mapping shared,

@@ -3,7 +3,6 @@ package sm
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
 
 // sysvSegmentsOf lists the System V segments that processes pids created,
@@ -199,48 +199,21 @@ func TestSysvMkeyDecode(t *testing.T) {
 	if k, err := decodeSysvMkey(good); err != nil || k.pid != 100 || k.shmid != 7 || k.length != 4096 || k.addr != 0x7f0000000000 {
 		t.Fatalf("decode(good) = %+v, %v", k, err)
 	}
-	mod := func(off int, v uint64, size int) []byte {
-		b := append([]byte(nil), good...)
-		switch size {
-		case 2:
-			binary.LittleEndian.PutUint16(b[off:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(b[off:], uint32(v))
-		case 8:
-			binary.LittleEndian.PutUint64(b[off:], v)
-		}
-		return b
-	}
+	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
 	posixKey := (&mkey{pid: 100, fd: 7, id: 1, length: 4096, addr: 0x7f0000000000}).encode()
-	tests := []struct {
-		name string
-		key  []byte
-	}{
-		{"empty", nil},
-		{"short", good[:SysvMkeyPackedSize-1]},
-		{"long", append(append([]byte(nil), good...), 0)},
-		{"posix key", posixKey},
-		{"magic", mod(0, 0x12345678, 4)},
-		{"version", mod(4, 2, 2)},
-		{"reserved", mod(6, 1, 2)},
-		{"zero pid", mod(8, 0, 4)},
-		{"huge pid", mod(8, maxPid, 4)},
-		{"negative shmid", mod(12, 0xffffffff, 4)},
-		{"zero length", mod(16, 0, 8)},
-		{"zero address", mod(24, 0, 8)},
-		{"wrapping range", mod(24, ^uint64(0)-100, 8)},
-		{"range above user space", mod(16, maxAddr, 8)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := decodeSysvMkey(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("decode err = %v, want ErrInvalidParam", err)
-			}
-			if _, err := (&SysvComponent{}).RkeyUnpack(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("RkeyUnpack err = %v, want ErrInvalidParam", err)
-			}
-		})
-	}
+	uctest.CheckBadKeys(t, &SysvComponent{}, good, func(b []byte) error { _, err := decodeSysvMkey(b); return err }, []uctest.BadKey{
+		{Name: "posix key", Key: posixKey},
+		{Name: "magic", Key: mod(0, 0x12345678, 4)},
+		{Name: "version", Key: mod(4, 2, 2)},
+		{Name: "reserved", Key: mod(6, 1, 2)},
+		{Name: "zero pid", Key: mod(8, 0, 4)},
+		{Name: "huge pid", Key: mod(8, maxPid, 4)},
+		{Name: "negative shmid", Key: mod(12, 0xffffffff, 4)},
+		{Name: "zero length", Key: mod(16, 0, 8)},
+		{Name: "zero address", Key: mod(24, 0, 8)},
+		{Name: "wrapping range", Key: mod(24, ^uint64(0)-100, 8)},
+		{Name: "range above user space", Key: mod(16, maxAddr, 8)},
+	}...)
 	// A sysv key is not a posix key either.
 	if _, err := (&PosixComponent{}).RkeyUnpack(good); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("posix RkeyUnpack of a sysv key err = %v", err)
@@ -349,7 +322,7 @@ func TestSysvTwoProcess(t *testing.T) {
 	p := startPeerMD(t, sysvTest)
 	t.Run("RMA", func(t *testing.T) { testTwoProcessRMA(t, p) })
 	t.Run("Atomics", func(t *testing.T) { testTwoProcessAtomics(t, p) })
-	peerPid := p.pid
+	peerPid := p.Pid()
 	p.stop()
 	if left := sysvSegmentsOf(t, os.Getpid(), peerPid); len(left) != 0 {
 		t.Errorf("segments left in ipcs -m: %v", left)
@@ -417,14 +390,14 @@ func TestSysvForgedKeys(t *testing.T) {
 	}
 	ptr, _ := c.RkeyPtr(rk, p.base+8)
 	*(*uint64)(ptr) = 0x1234
-	p.stdin.Close()
-	p.stdin = nil
-	p.cmd.Process.Kill()
-	p.cmd.Wait()
+	p.Kill()
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
 	if *(*uint64)(ptr) != 0x1234 {
 		t.Error("segment changed after its owner died")
 	}
-	if _, ok := sysvSegmentsOf(t, p.pid)[int(k.shmid)]; !ok {
+	if _, ok := sysvSegmentsOf(t, p.Pid())[int(k.shmid)]; !ok {
 		t.Error("segment gone while attached here")
 	}
 	if rk2, err := c.RkeyUnpack(p.key); err != nil || rk2.Rkey != rk.Rkey {
@@ -433,7 +406,7 @@ func TestSysvForgedKeys(t *testing.T) {
 		c.RkeyRelease(rk2)
 	}
 	c.RkeyRelease(rk)
-	if left := sysvSegmentsOf(t, p.pid); len(left) != 0 {
+	if left := sysvSegmentsOf(t, p.Pid()); len(left) != 0 {
 		t.Errorf("segments of the dead peer left in ipcs -m: %v", left)
 	}
 	if _, err := c.RkeyUnpack(p.key); !errors.Is(err, ucs.ErrUnreachable) {

@@ -16,10 +16,15 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// testPeerTimeout is the peer timeout of the liveness tests: short, so
-// that they take seconds, and long enough that a busy machine does not
-// make a live peer look dead.
+// testPeerTimeout is the peer timeout of the tests of dead peers: short,
+// so that they take a second.
 const testPeerTimeout = time.Second
+
+// busyPeerTimeout is the peer timeout of the tests of busy peers, which
+// must not be taken for dead: long enough that a loaded machine (the
+// suite running beside another) does not starve a live peer's goroutines
+// that long, as it did for a second.
+const busyPeerTimeout = 2500 * time.Millisecond
 
 // connectPeer creates an EP from i to the peer process p, checks with a
 // put that it works, and returns it; it is destroyed at the end of the
@@ -78,14 +83,14 @@ func TestPeerExitsInOrder(t *testing.T) {
 func TestSilentPeer(t *testing.T) {
 	logs := captureLog(t)
 	timeout := "PEER_TIMEOUT=" + testPeerTimeout.String()
-	p := startPeerCmd(t, exec.Command(os.Args[0], "-test.run=^TestPeerProcess$"), testKey, timeout)
+	p := startPeer(t, testKey, timeout)
 	var errs errCounter
 	i := openIface(t, testMD(t), errs.params(), timeout)
 	ep := connectPeer(t, i, p)
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer p.cmd.Process.Signal(syscall.SIGCONT)
+	defer p.Signal(syscall.SIGCONT)
 	progressUntil(t, func() bool { return errs.calls.Load() != 0 }, i)
 	if st := ucs.Status(errs.last.Load()); st != ucs.ErrEndpointTimeout {
 		t.Errorf("error handler status %v, want ErrEndpointTimeout", st)
@@ -103,12 +108,12 @@ func TestSilentPeer(t *testing.T) {
 // is not taken for dead, however long that lasts: its goroutines answer.
 func TestBusyPeerAlive(t *testing.T) {
 	captureLog(t)
-	timeout := "PEER_TIMEOUT=" + testPeerTimeout.String()
+	timeout := "PEER_TIMEOUT=" + busyPeerTimeout.String()
 	tests := []struct {
 		name string
 		busy func(t *testing.T, p *peer, ep *EP)
 	}{
-		{"computing", func(t *testing.T, p *peer, ep *EP) { p.spin(3 * testPeerTimeout) }},
+		{"computing", func(t *testing.T, p *peer, ep *EP) { p.spin(2 * busyPeerTimeout) }},
 		{"receive queue full", func(t *testing.T, p *peer, ep *EP) {
 			// The peer's handler of message 1 is synchronous and nothing
 			// progresses it: after the first message its reader waits, its
@@ -123,13 +128,13 @@ func TestBusyPeerAlive(t *testing.T) {
 					t.Fatalf("message %d: %v", k, st)
 				}
 			}
-			time.Sleep(3 * testPeerTimeout)
+			time.Sleep(2 * busyPeerTimeout)
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel() // each waits for several timeouts
-			p := startPeerCmd(t, exec.Command(os.Args[0], "-test.run=^TestPeerProcess$"), testKey, timeout, "RX_QUEUE_LEN=1")
+			p := startPeer(t, testKey, timeout, "RX_QUEUE_LEN=1")
 			var errs errCounter
 			i := openIface(t, testMD(t), errs.params(), timeout)
 			ep := connectPeer(t, i, p)
@@ -186,9 +191,10 @@ func TestCutLink(t *testing.T) {
 		}
 	}
 	timeout := "PEER_TIMEOUT=" + testPeerTimeout.String()
-	cmd := exec.Command("nsenter", "-t", pid, "-n", "--", os.Args[0], "-test.run=^TestPeerProcess$")
-	cmd.Env = []string{childDevEnv + "=eth0"}
-	p := startPeerCmd(t, cmd, testKey, timeout)
+	inNetns := func(name string, arg ...string) *exec.Cmd {
+		return exec.Command("nsenter", append([]string{"-t", pid, "-n", "--", name}, arg...)...)
+	}
+	p := startPeerOn(t, inNetns, "eth0", testKey, timeout)
 	logs := captureLog(t)
 	var errs errCounter
 	params := errs.params()

@@ -2,14 +2,16 @@ package tcp
 
 import (
 	"fmt"
+	"io"
 	"net"
-	"os"
-	"os/exec"
 	"runtime"
+	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goshmem/goshmem/internal/testpeer"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
@@ -105,7 +107,7 @@ func BenchmarkGetZcopy8(b *testing.B) {
 }
 
 // The two-process benchmarks measure a round trip to a peer process (the
-// test binary run as TestPeerProcess) that calls Progress in a loop, as a
+// test binary run as testpeer role "tcp") that calls Progress in a loop, as a
 // process waiting in a barrier does: 8-byte gets and fetch-and-adds, each
 // completed before the next, with their allocations; and, beside them as
 // the floor, BenchmarkSocketPingPong, 8 bytes there and back on a plain
@@ -121,12 +123,9 @@ func peerRoundTrip(b *testing.B, op func(ep *EP, p *peer, comp *uct.Completion) 
 // (NAME=value) that progresses, or that computes, calling nothing, when
 // computing is set.
 func peerRoundTripTo(b *testing.B, computing bool, settings []string, op func(ep *EP, p *peer, comp *uct.Completion) ucs.Status) {
-	p := startPeerCmd(b, peerCmd(b), testKey, settings...)
+	p := startPeer(b, testKey, settings...)
 	if computing {
-		b.Cleanup(p.kill) // before stop, which would wait for the computing
-		if _, err := fmt.Fprintln(p.stdin, "spin 600000"); err != nil {
-			b.Fatal(err)
-		}
+		p.startSpin(600 * time.Second)
 	} else {
 		p.progress()
 	}
@@ -195,29 +194,23 @@ func BenchmarkPeerFetchAdd(b *testing.B) {
 	})
 }
 
-// echoEnv makes the test binary TestEchoProcess, the peer of
-// BenchmarkSocketPingPong.
-const echoEnv = "GOSHMEM_TCP_TEST_ECHO"
-
-// TestEchoProcess listens on the loopback, prints its port, and sends
-// back whatever its one connection brings, polling the socket without
-// waiting, until the connection ends.
-func TestEchoProcess(t *testing.T) {
-	if os.Getenv(echoEnv) == "" {
-		t.Skip("helper process of BenchmarkSocketPingPong: runs only with " + echoEnv + " set")
-	}
+// runEcho is the peer of BenchmarkSocketPingPong (testpeer role
+// "tcp-echo"): it listens on the loopback, prints its port, and sends back
+// whatever its one connection brings, polling the socket without waiting,
+// until the connection ends.
+func runEcho(_ []string, _ io.Reader, stdout io.Writer) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	fmt.Fprintln(stdout, ln.Addr().(*net.TCPAddr).Port)
 	c, err := ln.Accept()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	sk, err := detach(c.(*net.TCPConn))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	buf := make([]byte, 64)
 	for {
@@ -226,12 +219,12 @@ func TestEchoProcess(t *testing.T) {
 		case err == unix.EAGAIN:
 			continue
 		case err != nil || n == 0:
-			os.Exit(0)
+			return nil
 		}
 		for b := buf[:n]; len(b) > 0; {
 			m, err := writeNB(sk.fd, b)
 			if err != nil && err != unix.EAGAIN {
-				os.Exit(1)
+				return err
 			}
 			b = b[max(m, 0):]
 		}
@@ -243,21 +236,14 @@ func TestEchoProcess(t *testing.T) {
 // the transport's), both sides polling with non-blocking reads, nothing
 // else.
 func BenchmarkSocketPingPong(b *testing.B) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEchoProcess$")
-	cmd.Env = append(os.Environ(), echoEnv+"=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	echo := testpeer.Start(b, "tcp-echo", testpeer.Options{})
+	line, err := echo.Next()
 	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	var port int
-	if _, err := fmt.Fscan(out, &port); err != nil {
 		b.Fatalf("reading the echo process's port: %v", err)
+	}
+	port, err := strconv.Atoi(line)
+	if err != nil {
+		b.Fatalf("the echo process's port %q: %v", line, err)
 	}
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {

@@ -155,13 +155,8 @@ func deriveKey(jobKey []byte) []byte {
 	return h.Sum(nil)
 }
 
-// handshakeMAC is the MAC of side ('C' or 'S') over the handshake values.
-func handshakeMAC(key []byte, side byte, ifaceID uint64, cnonce, snonce *[nonceLen]byte) [macLen]byte {
-	return handshakeMACEP(key, side, ifaceID, 0, cnonce, snonce)
-}
-
-// handshakeMACEP is handshakeMAC with the ep id of an hsHelloEP (0 for
-// hsHello, which leaves it out).
+// handshakeMACEP is the MAC of side ('C' or 'S') over the handshake values
+// and the ep id of an hsHelloEP (0 for hsHello, which leaves it out).
 func handshakeMACEP(key []byte, side byte, ifaceID, epID uint64, cnonce, snonce *[nonceLen]byte) [macLen]byte {
 	h := hmac.New(sha256.New, key)
 	var b [17]byte

@@ -497,11 +497,5 @@ func (*Iface) WakeupFD() (int, error) {
 	return -1, fmt.Errorf("uct/tcp: wakeup fd: %w", ucs.ErrUnsupported)
 }
 
-func (i *Iface) isClosed() bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.closed
-}
-
 // rxFull reports whether the queue of received active messages is full.
 func (i *Iface) rxFull() bool { return i.rxOver.Load() }

@@ -2,10 +2,7 @@ package tcp
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -55,15 +52,12 @@ func progressLoop(i *Iface) func() {
 func TestComputingPeerAnswers(t *testing.T) {
 	for _, delay := range []string{"0", "1ms", "20ms"} {
 		t.Run("PASSIVE_DELAY="+delay, func(t *testing.T) {
-			p := startPeerCmd(t, peerCmd(t), testKey, "PASSIVE_DELAY="+delay)
-			t.Cleanup(p.kill) // before stop, which would wait for the computing
+			p := startPeer(t, testKey, "PASSIVE_DELAY="+delay)
 			i := openIface(t, testMD(t), nil)
 			ep := connectPeer(t, i, p)
 			// The peer computes for much longer than the operations take
 			// (they are answered within about the delay).
-			if _, err := fmt.Fprintln(p.stdin, "spin 20000"); err != nil {
-				t.Fatal(err)
-			}
+			p.startSpin(20 * time.Second)
 			const off = 64
 			raddr := p.base + off
 			rkey := p.rkey.Rkey
@@ -103,18 +97,11 @@ func TestComputingPeerAnswers(t *testing.T) {
 			}); st != ucs.OK || binary.LittleEndian.Uint64(got) != 8 {
 				t.Fatalf("get after the atomics: %v, %d; want OK, 8", st, binary.LittleEndian.Uint64(got))
 			}
-			if p.stdout.Buffered() > 0 {
+			if p.Buffered() {
 				t.Log("the peer finished computing before the operations did: they tested less")
 			}
 		})
 	}
-}
-
-// peerCmd is the command of a peer process on the loopback.
-func peerCmd(tb testing.TB) *exec.Cmd {
-	tb.Helper()
-	loopbackDev(tb)
-	return exec.Command(os.Args[0], "-test.run=^TestPeerProcess$")
 }
 
 // TestFloodWhileProgress sends a flood of frames (synchronous active

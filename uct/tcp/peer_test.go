@@ -17,47 +17,41 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goshmem/goshmem/internal/testpeer"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
 
-// The two-process tests re-execute the test binary as a peer process
-// (TestPeerProcess with childEnv set to the job key), which registers a
-// region and opens an iface (on the loopback, or the device childDevEnv
-// names, configured with the NAME=value settings, separated by spaces, of
-// childConfigEnv), installs a synchronous handler for active message 1
-// (which nothing progresses: its receive queue fills), prints the packed
-// key and its addresses on stdout, and then answers commands on stdin
-// until stdin is closed, when it closes its iface and exits:
+// The two-process tests run a peer process (testpeer role "tcp", its
+// arguments the job key, the device — "lo" if empty — and NAME=value iface
+// settings), which registers a region and opens an iface on that device,
+// installs a synchronous handler for active message 1 (which nothing
+// progresses: its receive queue fills), prints the packed key and its
+// addresses, and then answers commands on its input until the input is
+// closed, when it closes its iface and exits:
 //
 //	read OFFSET LENGTH  the hex bytes of its region
 //	spin MILLISECONDS   keeps every processor busy that long, then "done"
 //	progress            calls Progress in a loop from now on, yielding
 //	                    when it finds nothing (as a process that waits
 //	                    does), then "done"
-const (
-	childEnv       = "GOSHMEM_TCP_TEST_PEER"
-	childDevEnv    = "GOSHMEM_TCP_TEST_PEER_DEV"
-	childConfigEnv = "GOSHMEM_TCP_TEST_PEER_CONFIG"
-)
+func TestMain(m *testing.M) {
+	testpeer.Serve(
+		testpeer.Role{Name: "tcp", Run: runPeer},
+		testpeer.Role{Name: "tcp-echo", Run: runEcho},
+	)
+	os.Exit(m.Run())
+}
 
 // childRegionSize is the size of the peer's region.
 const childRegionSize = 1 << 20
 
-func TestPeerProcess(t *testing.T) {
-	key := os.Getenv(childEnv)
-	if key == "" {
-		t.Skip("helper process of the two-process tests: runs only with " + childEnv + " set")
-	}
-	if err := runPeer(key); err != nil {
-		fmt.Fprintln(os.Stderr, "peer:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
 // runPeer is the peer process.
-func runPeer(key string) error {
+func runPeer(args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) < 2 {
+		return fmt.Errorf("arguments %q, want a key, a device and settings", args)
+	}
+	key, dev, settings := args[0], args[1], args[2:]
 	md, err := (&Component{}).OpenMD(MDName, nil)
 	if err != nil {
 		return err
@@ -73,13 +67,12 @@ func runPeer(key string) error {
 	}
 	cfg := ucs.ReadConfig("GOSHMEM_TCP_TEST_UNSET_", ifaceConfigTable)
 	cfg.Modify("KEY", key)
-	for _, kv := range strings.Fields(os.Getenv(childConfigEnv)) {
+	for _, kv := range settings {
 		name, value, _ := strings.Cut(kv, "=")
 		if err := cfg.Modify(name, value); err != nil {
 			return err
 		}
 	}
-	dev := os.Getenv(childDevEnv)
 	if dev == "" {
 		dev = "lo"
 	}
@@ -89,13 +82,13 @@ func runPeer(key string) error {
 	}
 	defer iface.Close()
 	iface.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
-	fmt.Printf("%x %x %x\n", packed, iface.Address(), iface.DeviceAddress())
+	fmt.Fprintf(stdout, "%x %x %x\n", packed, iface.Address(), iface.DeviceAddress())
 	r := h.(*Memh).r
 	var stop atomic.Bool
 	var polling sync.WaitGroup
 	defer polling.Wait()
 	defer stop.Store(true)
-	in := bufio.NewScanner(os.Stdin)
+	in := bufio.NewScanner(stdin)
 	for in.Scan() {
 		var off, n int
 		switch {
@@ -109,21 +102,21 @@ func runPeer(key string) error {
 					}
 				}
 			}()
-			fmt.Println("done")
+			fmt.Fprintln(stdout, "done")
 			continue
 		case strings.HasPrefix(in.Text(), "spin "):
 			if _, err := fmt.Sscanf(in.Text(), "spin %d", &n); err != nil {
 				return fmt.Errorf("command %q: %w", in.Text(), err)
 			}
 			spin(time.Duration(n) * time.Millisecond)
-			fmt.Println("done")
+			fmt.Fprintln(stdout, "done")
 			continue
 		}
 		if _, err := fmt.Sscanf(in.Text(), "read %d %d", &off, &n); err != nil {
 			return fmt.Errorf("command %q: %w", in.Text(), err)
 		}
 		r.mu.Lock() // orders the read after the puts applied so far
-		fmt.Printf("%x\n", mem[off:off+n])
+		fmt.Fprintf(stdout, "%x\n", mem[off:off+n])
 		r.mu.Unlock()
 	}
 	return in.Err()
@@ -150,59 +143,36 @@ func spin(d time.Duration) {
 
 // peer is the parent's view of a peer process.
 type peer struct {
-	tb     testing.TB
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stdout *bufio.Reader
-	key    []byte
-	addr   []byte
-	dev    []byte
-	base   uint64
-	rkey   uct.RkeyBundle
+	*testpeer.Peer
+	tb   testing.TB
+	key  []byte
+	addr []byte
+	dev  []byte
+	base uint64
+	rkey uct.RkeyBundle
 }
 
-// startPeer starts a peer process with the job key; it is stopped at the
-// end of the test.
-func startPeer(tb testing.TB, key string) *peer {
+// startPeer starts a peer process on the loopback with the job key and the
+// iface settings (NAME=value); it is stopped at the end of the test.
+func startPeer(tb testing.TB, key string, settings ...string) *peer {
 	tb.Helper()
 	loopbackDev(tb)
-	return startPeerCmd(tb, exec.Command(os.Args[0], "-test.run=^TestPeerProcess$"), key)
+	return startPeerOn(tb, nil, "", key, settings...)
 }
 
-// startPeerCmd starts cmd, which runs TestPeerProcess of this binary (in a
-// namespace, say), as a peer process with the job key, and the iface
-// settings (NAME=value) when given; cmd.Env is added to this process's
-// environment.
-func startPeerCmd(tb testing.TB, cmd *exec.Cmd, key string, settings ...string) *peer {
+// startPeerOn starts a peer process on the device dev with the job key and
+// the iface settings (NAME=value), through command (testpeer.Options) when
+// it is not nil: in a namespace, say.
+func startPeerOn(tb testing.TB, command func(string, ...string) *exec.Cmd, dev, key string, settings ...string) *peer {
 	tb.Helper()
-	cmd.Env = append(append(os.Environ(), cmd.Env...), childEnv+"="+key, childConfigEnv+"="+strings.Join(settings, " "))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	p := &peer{tb: tb, cmd: cmd, stdin: stdin, stdout: bufio.NewReader(stdout)}
-	tb.Cleanup(p.stop)
-	line, err := p.stdout.ReadString('\n')
+	args := append([]string{key, dev}, settings...)
+	p := &peer{Peer: testpeer.Start(tb, "tcp", testpeer.Options{Args: args, Command: command}), tb: tb}
+	tb.Cleanup(p.release)
+	fields, err := p.NextHex(3)
 	if err != nil {
 		tb.Fatalf("reading the peer's addresses: %v", err)
 	}
-	f := strings.Fields(line)
-	if len(f) != 3 {
-		tb.Fatalf("peer line %q", line)
-	}
-	for k, dst := range []*[]byte{&p.key, &p.addr, &p.dev} {
-		if *dst, err = hex.DecodeString(f[k]); err != nil {
-			tb.Fatalf("peer line %q: %v", line, err)
-		}
-	}
+	p.key, p.addr, p.dev = fields[0], fields[1], fields[2]
 	k, err := decodeMkey(p.key)
 	if err != nil {
 		tb.Fatal(err)
@@ -214,17 +184,21 @@ func startPeerCmd(tb testing.TB, cmd *exec.Cmd, key string, settings ...string) 
 	return p
 }
 
-// read returns n bytes at offset off of the peer's region, read by the peer.
-func (p *peer) read(off, n int) []byte {
+// command sends the peer a command and returns its answer, or fails the
+// test.
+func (p *peer) command(cmd string) string {
 	p.tb.Helper()
-	if _, err := fmt.Fprintf(p.stdin, "read %d %d\n", off, n); err != nil {
-		p.tb.Fatal(err)
-	}
-	line, err := p.stdout.ReadString('\n')
+	line, err := p.Call(cmd)
 	if err != nil {
 		p.tb.Fatal(err)
 	}
-	b, err := hex.DecodeString(strings.TrimSpace(line))
+	return line
+}
+
+// read returns n bytes at offset off of the peer's region, read by the peer.
+func (p *peer) read(off, n int) []byte {
+	p.tb.Helper()
+	b, err := hex.DecodeString(p.command(fmt.Sprintf("read %d %d", off, n)))
 	if err != nil {
 		p.tb.Fatal(err)
 	}
@@ -234,41 +208,48 @@ func (p *peer) read(off, n int) []byte {
 // progress has the peer call Progress in a loop from now on.
 func (p *peer) progress() {
 	p.tb.Helper()
-	if _, err := fmt.Fprintln(p.stdin, "progress"); err != nil {
-		p.tb.Fatal(err)
-	}
-	if line, err := p.stdout.ReadString('\n'); err != nil || line != "done\n" {
-		p.tb.Fatalf("peer answered %q, %v to progress", line, err)
+	if line := p.command("progress"); line != "done" {
+		p.tb.Fatalf("peer answered %q to progress", line)
 	}
 }
 
 // spin has the peer compute for d, calling nothing, and waits for it.
 func (p *peer) spin(d time.Duration) {
 	p.tb.Helper()
-	if _, err := fmt.Fprintf(p.stdin, "spin %d\n", d.Milliseconds()); err != nil {
+	if line := p.command(fmt.Sprintf("spin %d", d.Milliseconds())); line != "done" {
+		p.tb.Fatalf("peer answered %q to spin", line)
+	}
+}
+
+// startSpin has the peer compute for d, calling nothing, and does not wait:
+// the peer is killed at the end of the test (closing it would wait for the
+// computing).
+func (p *peer) startSpin(d time.Duration) {
+	p.tb.Helper()
+	p.tb.Cleanup(p.kill)
+	if err := p.Send(fmt.Sprintf("spin %d", d.Milliseconds())); err != nil {
 		p.tb.Fatal(err)
 	}
-	if line, err := p.stdout.ReadString('\n'); err != nil || line != "done\n" {
-		p.tb.Fatalf("peer answered %q, %v to spin", line, err)
-	}
 }
 
-// kill ends the peer with SIGKILL.
+// kill ends the peer with SIGKILL and waits for it.
 func (p *peer) kill() {
-	p.cmd.Process.Kill()
-	p.cmd.Wait()
-	p.stdin = nil
+	p.Kill()
+	if err := p.Wait(); err != nil {
+		p.tb.Error(err)
+	}
 }
 
-// stop ends the peer (if it still runs) and releases its rkey.
+// stop ends the peer, failing the test if it failed, and releases its rkey.
 func (p *peer) stop() {
-	if p.stdin != nil {
-		p.stdin.Close()
-		p.stdin = nil
-		if err := p.cmd.Wait(); err != nil {
-			p.tb.Errorf("peer process: %v", err)
-		}
+	if err := p.Close(); err != nil {
+		p.tb.Error(err)
 	}
+	p.release()
+}
+
+// release releases the peer's rkey.
+func (p *peer) release() {
 	if p.rkey.Handle != nil {
 		(&Component{}).RkeyRelease(p.rkey)
 		p.rkey = uct.RkeyBundle{}

@@ -86,9 +86,6 @@ func (k *sock) closeFD() {
 	}
 }
 
-// closed reports whether close was called.
-func (k *sock) closed() bool { return k.state.Load()&sockClosing != 0 }
-
 // write is a non-blocking write of b: the bytes the socket took, 0 and
 // no error when it took none (EAGAIN), or the error of a socket that
 // failed or closed.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/uctest"
 )
 
 func TestResources(t *testing.T) {
@@ -243,45 +244,18 @@ func TestMkeyDecode(t *testing.T) {
 	if got, err := decodeMkey(good); err != nil || got != k {
 		t.Fatalf("decode(good) = %+v, %v", got, err)
 	}
-	mod := func(off int, v uint64, size int) []byte {
-		b := append([]byte(nil), good...)
-		switch size {
-		case 2:
-			binary.LittleEndian.PutUint16(b[off:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(b[off:], uint32(v))
-		case 8:
-			binary.LittleEndian.PutUint64(b[off:], v)
-		}
-		return b
-	}
-	tests := []struct {
-		name string
-		key  []byte
-	}{
-		{"empty", nil},
-		{"short", good[:MkeyPackedSize-1]},
-		{"long", append(append([]byte(nil), good...), 0)},
-		{"magic", mod(0, 0x12345678, 4)},
-		{"version", mod(4, 2, 2)},
-		{"reserved", mod(6, 1, 2)},
-		{"zero id", mod(8, 0, 8)},
-		{"zero address", mod(16, 0, 8)},
-		{"zero length", mod(24, 0, 8)},
-		{"wrapping range", mod(24, ^uint64(0)-100, 8)},
-		{"range above user space", mod(16, maxAddr, 8)},
-		{"zero token", mod(32, 0, 8)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := decodeMkey(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("decode err = %v, want ErrInvalidParam", err)
-			}
-			if _, err := (&Component{}).RkeyUnpack(tt.key); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("RkeyUnpack err = %v, want ErrInvalidParam", err)
-			}
-		})
-	}
+	mod := func(off int, v uint64, size int) []byte { return uctest.Patched(good, off, size, v) }
+	uctest.CheckBadKeys(t, &Component{}, good, func(b []byte) error { _, err := decodeMkey(b); return err }, []uctest.BadKey{
+		{Name: "magic", Key: mod(0, 0x12345678, 4)},
+		{Name: "version", Key: mod(4, 2, 2)},
+		{Name: "reserved", Key: mod(6, 1, 2)},
+		{Name: "zero id", Key: mod(8, 0, 8)},
+		{Name: "zero address", Key: mod(16, 0, 8)},
+		{Name: "zero length", Key: mod(24, 0, 8)},
+		{Name: "wrapping range", Key: mod(24, ^uint64(0)-100, 8)},
+		{Name: "range above user space", Key: mod(16, maxAddr, 8)},
+		{Name: "zero token", Key: mod(32, 0, 8)},
+	}...)
 }
 
 func TestMemReg(t *testing.T) {

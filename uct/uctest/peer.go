@@ -2,13 +2,10 @@ package uctest
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,13 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/testpeer"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
-
-// peerEnv is the environment variable that makes a test binary a peer; its
-// value is the JSON of the resource to serve.
-const peerEnv = "GOSHMEM_UCTEST_PEER"
 
 // resourceID names one transport resource.
 type resourceID struct {
@@ -38,17 +32,7 @@ func (r resourceID) String() string {
 // environment says so): it then serves the resource until its standard
 // input closes and exits, never returning. Otherwise it returns at once.
 // Call it first thing in TestMain of every package that calls Run.
-func RunPeerIfChild() {
-	v, ok := os.LookupEnv(peerEnv)
-	if !ok {
-		return
-	}
-	if err := runPeer(v, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "uctest peer:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
+func RunPeerIfChild() { testpeer.Serve(peerRole) }
 
 // openResource opens the component, memory domain and an iface of r, with
 // the configuration of the UCX_* environment variables, as ucp does.
@@ -75,7 +59,7 @@ func openResource(r resourceID, errHandler func(any, uct.EP, ucs.Status)) (uct.C
 func runPeer(spec string, in io.Reader, out io.Writer) error {
 	var r resourceID
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
-		return fmt.Errorf("%s=%q: %w", peerEnv, spec, err)
+		return fmt.Errorf("resource %q: %w", spec, err)
 	}
 	_, md, iface, err := openResource(r, nil)
 	if err != nil {
@@ -220,86 +204,39 @@ func (l *localTarget) info() helloInfo {
 
 // peerTarget is a server in a peer process.
 type peerTarget struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // the peer's output lines; closed at its end
-	stderr *syncBuffer
-	hello  helloInfo
-	exited chan struct{} // closed when the process was waited for
-	err    error         // its exit status, once exited is closed
-	killed bool
+	*testpeer.Peer
+	hello helloInfo
 }
 
-// callLimit bounds the wait for the answer of a peer.
-const callLimit = 20 * time.Second
+// peerRole is the role of a peer: it serves the resource whose JSON is
+// its argument.
+var peerRole = testpeer.Role{Name: "uctest", Run: func(args []string, in io.Reader, out io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("arguments %q, want a resource", args)
+	}
+	return runPeer(args[0], in, out)
+}}
 
-// startPeer starts a peer process serving r and reads its hello line.
-func startPeer(r resourceID) (*peerTarget, error) {
+// startPeer starts a peer process serving r and reads its hello line; the
+// peer ends with the test.
+func startPeer(t testing.TB, r resourceID) (*peerTarget, error) {
 	spec, err := json.Marshal(r)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), peerEnv+"="+string(spec))
-	if _, ok := os.LookupEnv("GORACE"); !ok {
-		// A race-enabled peer would wait a second at exit for reports
-		// still being written; it has none in flight when told to exit.
-		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
-	}
-	p := &peerTarget{cmd: cmd, lines: make(chan string, 16), stderr: new(syncBuffer), exited: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
+	p := &peerTarget{Peer: testpeer.Start(t, peerRole.Name, testpeer.Options{Args: []string{string(spec)}})}
+	line, err := p.Next()
 	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start peer: %w", err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 64<<20)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	line, err := p.next("hello")
-	if err != nil {
-		p.close()
 		return nil, fmt.Errorf("%w (does TestMain call uctest.RunPeerIfChild?)", err)
 	}
 	if p.hello, err = parseHello(line); err != nil {
-		p.close()
 		return nil, err
 	}
 	return p, nil
 }
 
-// next returns the next output line of the peer, failing when the peer
-// ends or stays silent for callLimit.
-func (p *peerTarget) next(what string) (string, error) {
-	select {
-	case line, ok := <-p.lines:
-		if !ok {
-			<-p.exited
-			return "", fmt.Errorf("peer %d ended before answering %s: %v; its stderr: %q", p.cmd.Process.Pid, what, p.err, p.stderr.String())
-		}
-		return line, nil
-	case <-time.After(callLimit):
-		return "", fmt.Errorf("peer %d gave no answer to %s in %v", p.cmd.Process.Pid, what, callLimit)
-	}
-}
-
 func (p *peerTarget) call(cmd string) ([]string, error) {
-	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
-		return nil, fmt.Errorf("peer command %.40q: %w", cmd, err)
-	}
-	line, err := p.next(strconv.Quote(cmd))
+	line, err := p.Call(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -310,64 +247,10 @@ func (p *peerTarget) poll()           {}
 func (p *peerTarget) info() helloInfo { return p.hello }
 
 func (p *peerTarget) kill() error {
-	p.killed = true
-	if err := p.cmd.Process.Kill(); err != nil {
+	if err := p.Kill(); err != nil {
 		return err
 	}
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(callLimit):
-		return fmt.Errorf("peer %d still runs %v after SIGKILL", p.cmd.Process.Pid, callLimit)
-	}
+	return p.Wait()
 }
 
-// close asks the peer to exit and waits for it (killing it if it does not
-// exit in time); it returns an error for a peer that failed.
-func (p *peerTarget) close() error {
-	if p.stdin != nil {
-		io.WriteString(p.stdin, "exit\n")
-		p.stdin.Close()
-		p.stdin = nil
-	}
-	go func() {
-		for range p.lines {
-		}
-	}()
-	select {
-	case <-p.exited:
-	case <-time.After(callLimit):
-		p.cmd.Process.Kill()
-		<-p.exited
-		return fmt.Errorf("peer %d did not exit in %v; killed", p.cmd.Process.Pid, callLimit)
-	}
-	if p.err != nil && !p.killed {
-		return fmt.Errorf("peer %d: %w; its stderr: %q", p.cmd.Process.Pid, p.err, p.stderr.String())
-	}
-	return nil
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// logStderr logs what the peer wrote on its standard error, if anything.
-func (p *peerTarget) logStderr(t testing.TB) {
-	if s := p.stderr.String(); s != "" {
-		t.Logf("peer %d stderr:\n%s", p.cmd.Process.Pid, s)
-	}
-}
+func (p *peerTarget) close() error { return p.Close() }
