@@ -24,11 +24,18 @@ const (
 	MemMapParamFieldExportedMemhBuffer uint64 = 1 << 5
 )
 
+// MemMapFlags are the flags of MemMapParams.Flags (UCP_MEM_MAP_*).
+type MemMapFlags uint32
+
 // Mem map flags (UCP_MEM_MAP_*).
 const (
-	MemMapNonblock uint32 = 1 << 0
-	MemMapAllocate uint32 = 1 << 1
-	MemMapFixed    uint32 = 1 << 2
+	// MemMapNonblock: map without populating the pages now.
+	MemMapNonblock MemMapFlags = 1 << 0
+	// MemMapAllocate: allocate the memory (the address is a hint, or
+	// ignored) instead of registering the caller's.
+	MemMapAllocate MemMapFlags = 1 << 1
+	// MemMapFixed: with MemMapAllocate, at exactly the given address.
+	MemMapFixed MemMapFlags = 1 << 2
 )
 
 // Memory protection bits (UCP_MEM_MAP_PROT_*).
@@ -50,7 +57,7 @@ type MemMapParams struct {
 	FieldMask  uint64
 	Address    unsafe.Pointer
 	Length     int
-	Flags      uint32
+	Flags      MemMapFlags
 	Prot       uint32
 	MemoryType ucs.MemoryType
 	// ExportedMemhBuffer is a buffer from Context.MemhPack with
@@ -75,7 +82,7 @@ func (p *MemMapParams) SetLength(n int) *MemMapParams {
 }
 
 // SetFlags sets MemMap* flags (default 0).
-func (p *MemMapParams) SetFlags(f uint32) *MemMapParams {
+func (p *MemMapParams) SetFlags(f MemMapFlags) *MemMapParams {
 	p.Flags, p.FieldMask = f, p.FieldMask|MemMapParamFieldFlags
 	return p
 }
@@ -162,7 +169,7 @@ func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
 		return nil, fmt.Errorf("ucp mem map: %w", ErrClosed)
 	}
 	var (
-		flags uint32
+		flags MemMapFlags
 		addr  unsafe.Pointer
 	)
 	if p.FieldMask&MemMapParamFieldFlags != 0 {

@@ -154,13 +154,17 @@ const (
 		WorkerAttrFieldName | WorkerAttrFieldMaxDebugString | WorkerAttrFieldUID
 )
 
+// WorkerAddressFlags are the flags of WorkerAttr.AddressFlags
+// (ucp_worker_address_flags_t).
+type WorkerAddressFlags uint32
+
 // Worker address flags (ucp_worker_address_flags_t), for
 // WorkerAttr.AddressFlags.
 const (
 	// WorkerAddressFlagNetOnly asks for an address with only the worker's
 	// interfaces on network devices (tcp): an endpoint created from it uses
 	// only network transports, even on the same node.
-	WorkerAddressFlagNetOnly uint32 = 1 << 0
+	WorkerAddressFlagNetOnly WorkerAddressFlags = 1 << 0
 )
 
 // addrFlagNetOnly marks a packed worker address made with
@@ -181,7 +185,7 @@ type WorkerAttr struct {
 	ThreadMode ucs.ThreadMode
 	// AddressFlags (input) shapes Address: WorkerAddressFlag* bits, 0 when
 	// WorkerAttrFieldAddressFlags is not set.
-	AddressFlags uint32
+	AddressFlags WorkerAddressFlags
 	// Address is the worker's packed address, for Worker.NewEndpoint in a
 	// peer, and AddressLength its length. It must not be modified.
 	Address       []byte
@@ -226,7 +230,7 @@ func (w *Worker) QueryAttr(attr *WorkerAttr) error {
 	if w.closed.Load() {
 		return fmt.Errorf("ucp worker query: %w", ErrClosed)
 	}
-	mask, flags := attr.FieldMask, uint32(0)
+	mask, flags := attr.FieldMask, WorkerAddressFlags(0)
 	if mask&WorkerAttrFieldAddressFlags != 0 {
 		flags = attr.AddressFlags
 	}

@@ -391,12 +391,12 @@ func (w *Worker) idle() { w.Idle() }
 // packAddress packs the address of the worker: every interface, or with
 // WorkerAddressFlagNetOnly only those on network devices (see
 // Worker.QueryAttr).
-func (w *Worker) packAddress(flags uint32) []byte {
+func (w *Worker) packAddress(flags WorkerAddressFlags) []byte {
 	return w.packAddressOf(flags, nil)
 }
 
 // packAddressOf is packAddress of the interfaces keep accepts (nil: all).
-func (w *Worker) packAddressOf(flags uint32, keep func(*workerIface) bool) []byte {
+func (w *Worker) packAddressOf(flags WorkerAddressFlags, keep func(*workerIface) bool) []byte {
 	a := workerAddress{uid: w.uid, name: w.name}
 	if flags&WorkerAddressFlagNetOnly != 0 {
 		a.flags |= addrFlagNetOnly
