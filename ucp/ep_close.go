@@ -163,6 +163,9 @@ func (ep *Endpoint) flushStart(param *RequestParam, close bool) (*Request, error
 		if r, handled, err := ep.whileConnecting(st, "ep flush", param, close, func(p *RequestParam) (*Request, error) {
 			return ep.flushStart(p, close)
 		}); handled {
+			if err != nil && close {
+				ep.closeFinal() // the connection failed: nothing to flush
+			}
 			return r, err
 		}
 	}

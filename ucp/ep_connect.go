@@ -269,8 +269,8 @@ func (ep *Endpoint) abortConnect(st *epConnect) {
 // ucs.ErrNoResource under OpAttrFlagForceImmCmpl).
 func (ep *Endpoint) whileConnecting(st *epConnect, what string, param *RequestParam, close bool,
 	start func(*RequestParam) (*Request, error)) (r *Request, handled bool, err error) {
-	if param != nil && param.resumed {
-		return nil, false, nil
+	if (param != nil && param.resumed) || ep.closed.Load() {
+		return nil, false, nil // run, or fail as closed
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -252,8 +252,12 @@ func TestClientEndpointConnectFails(t *testing.T) {
 			if calls != 1 || !errors.Is(herr, tt.want) {
 				t.Errorf("error handler: %d calls, last %v; want 1 with %v", calls, herr, tt.want)
 			}
-			if err := ep.Close(CloseModeForce); err != nil {
-				t.Errorf("close: %v", err)
+			// A failed endpoint closes at once, in either mode.
+			if err := ep.Close(CloseModeFlush); err != nil && !errors.Is(err, tt.want) {
+				t.Errorf("close in flush mode: %v", err)
+			}
+			if _, err := ep.TagSendNBX([]byte("closed"), 1, nil); !errors.Is(err, ErrClosed) {
+				t.Errorf("send after close: %v, want ErrClosed", err)
 			}
 		})
 	}
@@ -308,5 +312,37 @@ func TestClientEndpointClosedWhileConnecting(t *testing.T) {
 	}
 	if _, err := ep2.TagSendNBX([]byte("x"), 1, nil); err == nil {
 		t.Error("send on an endpoint of a destroyed worker succeeded")
+	}
+}
+
+// TestClientEndpointConnectFailsModeNone: in error mode NONE a failed
+// connection calls no handler; operations fail with its error, and a close
+// in flush mode reports it and closes the endpoint.
+func TestClientEndpointConnectFailsModeNone(t *testing.T) {
+	c := newCSContext(t, "tcp")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().(*net.TCPAddr).AddrPort()
+	ln.Close()
+	w, err := c.NewWorker(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Destroy()
+	ep, err := w.NewEndpoint(new(EPParams).SetSockAddr(closed).SetFlags(EPParamsFlagClientServer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ep.Flush() // waits for the connection
+	if !errors.Is(err, ucs.ErrUnreachable) {
+		t.Fatalf("flush: %v, want ErrUnreachable", err)
+	}
+	if err := ep.Close(CloseModeFlush); !errors.Is(err, ucs.ErrUnreachable) {
+		t.Errorf("close in flush mode: %v, want ErrUnreachable", err)
+	}
+	if _, err := ep.StreamSendNBX([]byte("x"), nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("send after close: %v, want ErrClosed", err)
 	}
 }

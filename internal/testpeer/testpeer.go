@@ -160,6 +160,14 @@ func start(role string, o Options) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	if cmd.SysProcAttr.Pdeathsig == 0 {
+		// A test binary killed by go test's timeout takes its peers
+		// along instead of leaving them spinning.
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start peer %s: %w", role, err)
 	}
