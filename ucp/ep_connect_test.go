@@ -13,22 +13,26 @@ import (
 )
 
 // progressAll progresses the workers, from this goroutine alone, until
-// done reports true; it fails the test after 30 s.
+// done reports true (waitFor's limit).
 func progressAll(t *testing.T, what string, done func() bool, ws ...*Worker) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !done() {
-		n := 0
+	waitFor(t, what, func() bool {
 		for _, w := range ws {
-			n += w.Progress()
+			w.Progress()
 		}
-		if n == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not after 30 s", what)
-			}
-			time.Sleep(10 * time.Microsecond)
-		}
+		return done()
+	})
+}
+
+// closedPort returns a loopback address nobody listens on.
+func closedPort(t *testing.T) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
 // TestClientEndpointConnectsInBackground runs a server and a client in one
@@ -172,13 +176,7 @@ func TestClientEndpointConnectsInBackground(t *testing.T) {
 // in error mode PEER the error handler is called once.
 func TestClientEndpointConnectFails(t *testing.T) {
 	c := newCSContext(t, "tcp")
-	// A port nobody listens on.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().(*net.TCPAddr).AddrPort()
-	ln.Close()
+	closed := closedPort(t)
 	// A listener that rejects every client.
 	rw, err := c.NewWorker(new(WorkerParams).SetThreadMode(ucs.ThreadModeMulti))
 	if err != nil {
@@ -320,12 +318,7 @@ func TestClientEndpointClosedWhileConnecting(t *testing.T) {
 // in flush mode reports it and closes the endpoint.
 func TestClientEndpointConnectFailsModeNone(t *testing.T) {
 	c := newCSContext(t, "tcp")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().(*net.TCPAddr).AddrPort()
-	ln.Close()
+	closed := closedPort(t)
 	w, err := c.NewWorker(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -69,7 +69,7 @@ func runClient(ctx *ucp.Context, addr netip.AddrPort, id uint32, names []string,
 		fmt.Printf("client %d: %d %s rounds of %d bytes ok\n", id, iters, n, size)
 	}
 	r, err := c.ep.TagSendNBX(nil, c.tag(bye), nil)
-	if err := wait(w, r, err); err != nil {
+	if err := wait(r, err); err != nil {
 		return fmt.Errorf("client %d: goodbye: %w", id, err)
 	}
 	return c.ep.Close(ucp.CloseModeFlush)
@@ -91,10 +91,10 @@ func (c *client) tagRound(round int, msg []byte) error {
 // echoed waits for the send (sr, err) of msg and then for the receive rr of
 // its echo into got, and checks the echo.
 func (c *client) echoed(sr *ucp.Request, err error, rr *ucp.Request, got, msg []byte) error {
-	if err := wait(c.w, sr, err); err != nil {
+	if err := wait(sr, err); err != nil {
 		return err
 	}
-	if err := wait(c.w, rr, nil); err != nil {
+	if err := wait(rr, nil); err != nil {
 		return err
 	}
 	if !bytes.Equal(got, msg) {
@@ -108,7 +108,7 @@ func (c *client) echoed(sr *ucp.Request, err error, rr *ucp.Request, got, msg []
 func (c *client) amRound(round int, msg []byte) error {
 	hdr := binary.LittleEndian.AppendUint32(nil, uint32(round))
 	r, err := c.ep.AMSendNBX(amRequest, hdr, msg, new(ucp.RequestParam).SetFlags(ucp.AMSendFlagReply))
-	if err := wait(c.w, r, err); err != nil {
+	if err := wait(r, err); err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(time.Minute); len(c.answers) == 0; {

@@ -124,18 +124,13 @@ func lanes(a ucp.EPAttr) string {
 	return strings.Join(s, " ")
 }
 
-// wait progresses w until r (if any) completes and returns its status (or
-// err), and frees r.
-func wait(w *ucp.Worker, r *ucp.Request, err error) error {
+// wait waits for r (if any), progressing its worker (Request.Wait), and
+// returns its status (or err); r is freed.
+func wait(r *ucp.Request, err error) error {
 	if err != nil || r == nil {
 		return err
 	}
-	for !r.IsCompleted() {
-		if w.Progress() == 0 {
-			w.Idle()
-		}
-	}
-	err = r.Status()
+	err = r.Wait()
 	r.Free()
 	return err
 }
