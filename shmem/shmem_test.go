@@ -21,12 +21,10 @@ import (
 // nps are the job sizes every routine is tested with (odd sizes included);
 // quickNPs those of them that `go test` runs unless the full matrix is
 // asked for (GOSHMEM_TEST_FULL=1, as .ci/run does): an odd size, where the
-// mixed variant has PEs of both kinds, and one PE alone, over shared memory
-// only (a PE alone reaches only itself, whatever the transports).
+// mixed variant has PEs of both kinds, and one PE alone.
 var (
-	nps          = []int{1, 2, 3, 4}
-	quickNPs     = []int{3}
-	quickNPsSelf = []int{1, 3}
+	nps      = []int{1, 2, 3, 4}
+	quickNPs = []int{1, 3}
 )
 
 // transports are the ways the routines are tested: over shared memory (the
@@ -64,7 +62,7 @@ func job(t *testing.T, body func(t *testing.T, me, n int)) {
 // jobOptions tune jobWith.
 type jobOptions struct {
 	nps     []int         // job sizes; nps if nil
-	quick   []int         // the sizes of nps that run unless full (all if nil); with nps nil, quickNPs (quickNPsSelf over sm)
+	quick   []int         // the sizes of nps that run unless full (all if nil); with nps nil, quickNPs
 	timeout time.Duration // bound of each job; shmemtest.DefaultTimeout if 0
 	// thread: the PEs start with InitThread(level) in place of Init, and
 	// check that they got level.
@@ -74,36 +72,26 @@ type jobOptions struct {
 	check func(t *testing.T, output string)
 }
 
-// jobWith is job with options.
+// jobWith is job with options. The jobs are shared with the other tests
+// that use jobWith with the same thread level (shmemtest.Options.Shared):
+// a body frees what it allocates.
 func jobWith(t *testing.T, o jobOptions, body func(t *testing.T, me, n int)) {
 	t.Helper()
-	// The jobs of a test mostly wait for their processes to start and
-	// meet: those of two tests overlap. (Not in a PE, which runs one test
-	// alone, and whose body may count allocations: testing forbids it in
-	// parallel tests.)
-	if !shmemtest.IsPE() {
-		t.Parallel()
-	}
 	level := shmem.ThreadSingle
 	if o.thread {
 		level = o.level
 	}
-	for _, tr := range transports {
-		sizes, quick := o.nps, o.quick
-		if sizes == nil {
-			sizes, quick = nps, quickNPs
-			if tr.Name == "sm" {
-				quick = quickNPsSelf
-			}
-		}
-		shmemtest.RunWith(t, shmemtest.Options{NPs: sizes, QuickNPs: quick, Transports: []shmemtest.Transport{tr}, Timeout: o.timeout, Check: o.check,
-			ThreadLevel: level, Setup: mixedSetup}, func(t *testing.T) {
-			if shmem.QueryThread() != level {
-				t.Fatalf("QueryThread %v after asking for %v", shmem.QueryThread(), level)
-			}
-			body(t, shmem.MyPE(), shmem.NPEs())
-		})
+	sizes, quick := o.nps, o.quick
+	if sizes == nil {
+		sizes, quick = nps, quickNPs
 	}
+	shmemtest.RunWith(t, shmemtest.Options{NPs: sizes, QuickNPs: quick, Transports: transports, Timeout: o.timeout, Check: o.check,
+		ThreadLevel: level, Setup: mixedSetup, Shared: true}, func(t *testing.T) {
+		if shmem.QueryThread() != level {
+			t.Fatalf("QueryThread %v after asking for %v", shmem.QueryThread(), level)
+		}
+		body(t, shmem.MyPE(), shmem.NPEs())
+	})
 }
 
 // sameNode reports whether every PE maps every other's heap in this variant.

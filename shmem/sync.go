@@ -329,9 +329,10 @@ type waiter struct {
 
 // stallPolls is how many pauses past the spin budget a waiter makes
 // between two looks at the clock: each of those pauses yields the
-// processor or sleeps, so a clock reading among 64 costs nothing
-// measurable.
-const stallPolls = 64
+// processor or sleeps, so a clock reading among 16 costs nothing
+// measurable. It is small because on a loaded node one yield can last
+// milliseconds, and a wait must still be seen to last.
+const stallPolls = 16
 
 // Spin budgets, in loads, before a waiter starts yielding.
 const (
@@ -345,7 +346,8 @@ func (w *waiter) pause() {
 		st.worker.Progress()
 	}
 	if w.n > st.spin {
-		if (w.n-st.spin)%stallPolls == 0 {
+		// The first pause past the budget starts the clock of the wait.
+		if (w.n-st.spin)%stallPolls == 1 {
 			w.slow()
 		}
 		if st.netPoll {
@@ -362,6 +364,19 @@ func (w *waiter) pause() {
 			}
 			return
 		}
+		if st.spin == spinOversubscribed && w.n-st.spin > napAfter {
+			ucs.Nap(napFor)
+			return
+		}
 		ucs.YieldThread()
 	}
 }
+
+// On a node with more PEs than cores, a wait that lasted napAfter yields
+// sleeps napFor at each pause instead: a yield gives the core to another
+// runnable process, but a dozen waiters yielding to each other still keep
+// the cores busy, and the PEs that have work to do get only their share.
+const (
+	napAfter = 256
+	napFor   = 20 * time.Microsecond
+)

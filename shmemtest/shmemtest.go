@@ -34,6 +34,8 @@
 package shmemtest
 
 import (
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -92,6 +94,19 @@ type Options struct {
 	// Check, if set, is called in the test process with each job's output
 	// (its lines tagged by PE) after the job ended with WantExit.
 	Check func(t *testing.T, output string)
+	// Shared lets the test's jobs be shared with those of the other tests
+	// of the package that set it with the same options (Env, ThreadLevel,
+	// NoInit and Setup): one job per transport and size, whose PEs run the
+	// tests' bodies one after another, each between its own Init and
+	// Finalize. Most of a small job's time is its start, so a package of
+	// many such tests runs several times faster. RunWith then marks the
+	// test parallel (t.Parallel) in the test process, so a test that sets
+	// Shared calls RunWith once, from its top-level function. A body must
+	// leave nothing behind for the next: what it allocates, it frees. A
+	// test that fails in a shared job runs again alone, so that its failure
+	// comes with its own output; WantExit and Check, and subtests, get jobs
+	// of their own.
+	Shared bool
 }
 
 // Run runs body as every PE of a job of each size in nps, over shared
@@ -110,10 +125,20 @@ func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
 	if len(o.Transports) == 0 {
 		o.Transports = []Transport{SharedMemory, TCP}
 	}
-	for _, tr := range o.Transports {
-		env := append(append([]string(nil), o.Env...), tr.Env...)
-		petest.RunWith(t, petest.Options{Name: tr.Name, NPs: o.NPs, QuickNPs: o.QuickNPs, Env: env, Timeout: o.Timeout, WantExit: o.WantExit, Check: o.Check},
-			func(t *testing.T) { runPE(t, o, body) })
+	jobs := make([]petest.Options, len(o.Transports))
+	for i, tr := range o.Transports {
+		jobs[i] = petest.Options{Name: tr.Name, NPs: o.NPs, QuickNPs: o.QuickNPs, Env: append(append([]string(nil), o.Env...), tr.Env...),
+			Timeout: o.Timeout, WantExit: o.WantExit, Check: o.Check}
+		if o.Shared {
+			// Jobs can be shared by PEs that start alike.
+			jobs[i].Share = fmt.Sprintf("level=%v noinit=%v setup=%#x", o.ThreadLevel, o.NoInit, reflect.ValueOf(o.Setup).Pointer())
+		}
+	}
+	if o.Shared {
+		petest.Share(t, jobs...)
+	}
+	for _, j := range jobs {
+		petest.RunWith(t, j, func(t *testing.T) { runPE(t, o, body) })
 	}
 }
 

@@ -55,10 +55,10 @@ func TestRunOptions(t *testing.T) {
 }
 
 // TestFromAnotherModule uses the harness as a user does: a module of its
-// own (testdata/usermod) requires goshmem and runs `go test` on a test
-// that passes and on one in which PE 1 fails. The failing run must exit
-// non-zero, name PE 1 with its message and line, and leave nothing in
-// /dev/shm.
+// own (testdata/usermod) requires goshmem and runs its tests: one that
+// passes, then three that share their job, of which the middle one fails
+// on PE 1. That run must exit non-zero, name PE 1 with its message and
+// line, pass the two others, and leave nothing in /dev/shm.
 func TestFromAnotherModule(t *testing.T) {
 	if shmemtest.IsPE() {
 		t.Skip("runs in the test process only")
@@ -95,16 +95,35 @@ func TestFromAnotherModule(t *testing.T) {
 	if out, err := run("mod", "tidy"); err != nil {
 		t.Fatalf("go mod tidy in the user's module: %v\n%s", err, out)
 	}
-	out, err := run("test", "-count=1", "-run", "TestRingPasses", ".")
-	if err != nil || !strings.Contains(out, "ok") {
-		t.Fatalf("go test of a passing test in the user's module: %v\n%s", err, out)
+	// One test binary (go test -c) serves both runs: linking is most of
+	// a build whose packages are cached.
+	if out, err := run("test", "-c", "-o", "usermod.test", "."); err != nil {
+		t.Fatalf("go test -c in the user's module: %v\n%s", err, out)
 	}
-	out, err = run("test", "-count=1", "-run", "TestRingFailsOnPE1", ".")
+	test := func(pattern string) (string, error) {
+		cmd := exec.Command("./usermod.test", "-test.count=1", "-test.v", "-test.run", pattern)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := test("TestRingPasses")
+	if err != nil || !strings.Contains(out, "\nPASS") {
+		t.Fatalf("a passing test in the user's module: %v\n%s", err, out)
+	}
+	out, err = test("TestRingShared|TestRingFailsOnPE1")
 	if err == nil {
-		t.Fatalf("go test of a failing test in the user's module passed:\n%s", out)
+		t.Fatalf("a failing test in the user's module passed:\n%s", out)
 	}
 	if !strings.Contains(out, "PE 1: ring_test.go:") || !strings.Contains(out, "PE 1 disagrees") {
 		t.Errorf("the failure does not name PE 1 with its message and line:\n%s", out)
+	}
+	for _, want := range []string{"--- PASS: TestRingSharedPasses ", "--- PASS: TestRingSharedPassesAfter ", "--- FAIL: TestRingFailsOnPE1 "} {
+		if !strings.Contains(out, "\n"+want) {
+			t.Errorf("no %q in the output:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "shared job of 3 PEs and 3 tests") {
+		t.Errorf("the tests did not share a job:\n%s", out)
 	}
 	if left := shmemtest.Leftovers(); len(left) > 0 {
 		t.Errorf("left in /dev/shm: %v", left)

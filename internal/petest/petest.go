@@ -66,6 +66,11 @@ type Options struct {
 	// Check, if set, is called in the parent with the job's combined output
 	// after the job ends with WantExit.
 	Check func(t *testing.T, output string)
+	// Share, if not empty, lets the test's jobs be shared with those of the
+	// other tests of the binary that set the same Share, Name, Env and job
+	// size: one job whose PEs run the tests' bodies one after another. The
+	// test registers them first, with the function Share.
+	Share string
 }
 
 // IsPE reports whether this process is a PE started by the harness.
@@ -88,6 +93,9 @@ func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
 				}
 				if IsPE() {
 					body(t)
+					return
+				}
+				if o.Share != "" && fromShared(t) {
 					return
 				}
 				runJob(t, np, o)
@@ -134,7 +142,7 @@ func runJob(t *testing.T, np int, o Options) {
 	}
 	if o.WantExit == 0 && !strings.Contains(output, "--- PASS: "+t.Name()) {
 		if strings.Contains(output, "--- SKIP: "+t.Name()) {
-			t.Skipf("the PEs skipped: %s", skipReason(output))
+			t.Skipf("the PEs skipped: %s", skipReason(output, t.Name()))
 		}
 		t.Fatalf("job of %d PEs ran no test; output:\n%s", np, output)
 	}
@@ -246,14 +254,15 @@ func PEFailures(output string) []Failure {
 	return out
 }
 
-// skipReason returns the reason t.Skip gave in the PEs: with -test.v the
+// skipReason returns the reason the test named name gave t.Skip in the
+// PEs: with -test.v the
 // test's log lines stream out before its "--- SKIP" line, so it is the last
 // line the skipping PE logged before that one (without -test.v, the line
 // after it).
-func skipReason(output string) string {
+func skipReason(output, name string) string {
 	lines := strings.Split(output, "\n")
 	for i, l := range lines {
-		j := strings.Index(l, "--- SKIP: ")
+		j := strings.Index(l, "--- SKIP: "+name+" (")
 		if j < 0 {
 			continue
 		}
@@ -263,7 +272,7 @@ func skipReason(output string) string {
 		}
 		for b := i - 1; b >= 0; b-- {
 			if rest, ok := strings.CutPrefix(lines[b], tag); ok && strings.HasPrefix(rest, "    ") && strings.Contains(rest, ".go:") {
-				return strings.TrimSpace(lines[b])
+				return strings.TrimSpace(rest)
 			}
 			if strings.Contains(lines[b], tag+"=== RUN") {
 				break
