@@ -364,19 +364,6 @@ func (w *waiter) pause() {
 			}
 			return
 		}
-		if st.spin == spinOversubscribed && w.n-st.spin > napAfter {
-			ucs.Nap(napFor)
-			return
-		}
 		ucs.YieldThread()
 	}
 }
-
-// On a node with more PEs than cores, a wait that lasted napAfter yields
-// sleeps napFor at each pause instead: a yield gives the core to another
-// runnable process, but a dozen waiters yielding to each other still keep
-// the cores busy, and the PEs that have work to do get only their share.
-const (
-	napAfter = 256
-	napFor   = 20 * time.Microsecond
-)

@@ -52,13 +52,3 @@ func FutexWake(addr *uint32, private bool) {
 // for cannot run.
 func YieldThread() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
-// Nap sleeps the calling thread for about d (nanosleep; the kernel's timer
-// slack, 50 µs by default, adds to it). Unlike time.Sleep it does not park
-// the goroutine on the runtime's timers, whose wake-up may wait for the
-// scheduler; unlike YieldThread it leaves the core idle for others for
-// certain, which is what a waiter on an oversubscribed node wants once its
-// wait has lasted.
-func Nap(d time.Duration) {
-	ts := unix.NsecToTimespec(int64(d))
-	unix.Nanosleep(&ts, nil)
-}
