@@ -169,7 +169,7 @@ const (
 )
 
 // eagerParam sends an active message eagerly (its data in the message).
-var eagerParam = new(ucp.RequestParam).SetFlags(ucp.AMSendFlagEager)
+var eagerParam = new(ucp.RequestParam).SetAMSendFlags(ucp.AMSendFlagEager)
 
 // sendSignal sends b to heap offset off of the job's PE pe, and one to add
 // to its signal word at soff, in an amSignal message, behind everything

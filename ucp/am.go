@@ -76,20 +76,22 @@ const (
 	AMFlagPersistentData AMHandlerFlags = 1 << 1
 )
 
-// Send flags of AMSendNBX (ucp_send_am_flags), in RequestParam.Flags (set
-// with RequestParam.SetFlags; they share the field with the OpAttrFlag*
-// bits, which lie above them).
+// AMSendFlags are the send flags of AMSendNBX (ucp_send_am_flags), in
+// RequestParam.Flags (RequestParam.SetAMSendFlags).
+type AMSendFlags uint32
+
+// Send flags of AMSendNBX.
 const (
 	// AMSendFlagReply: give the receiver a reply endpoint
 	// (AMRecvParam.ReplyEP) to this worker.
-	AMSendFlagReply uint32 = 1 << 0
+	AMSendFlagReply AMSendFlags = 1 << 0
 	// AMSendFlagEager: use the eager protocol, whatever the size.
-	AMSendFlagEager uint32 = 1 << 1
+	AMSendFlagEager AMSendFlags = 1 << 1
 	// AMSendFlagRNDV: use the rendezvous protocol, whatever the size.
-	AMSendFlagRNDV uint32 = 1 << 2
+	AMSendFlagRNDV AMSendFlags = 1 << 2
 	// AMSendFlagCopyHeader: the header may be reused once AMSendNBX returns.
 	// goshmem always copies the header, so this flag changes nothing.
-	AMSendFlagCopyHeader uint32 = 1 << 3
+	AMSendFlagCopyHeader AMSendFlags = 1 << 3
 )
 
 // Receive attributes (ucp_am_recv_attr_t), in AMRecvParam.RecvAttr.
@@ -233,7 +235,7 @@ func sendFlags(param *RequestParam) uint32 {
 	if param == nil {
 		return 0
 	}
-	f := param.OpAttrMask & (OpAttrFlagNoImmCmpl | OpAttrFlagFastCmpl | OpAttrFlagForceImmCmpl)
+	f := uint32(param.OpAttrMask & opAttrFlags)
 	if param.OpAttrMask&OpAttrFieldFlags != 0 {
 		f |= param.Flags
 	}
@@ -299,7 +301,7 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 		return nil, fmt.Errorf("ucp am send: header of %d bytes, more than %d: %w", len(header), w.am.maxHdr, ucs.ErrExceedsLimit)
 	}
 	flags := sendFlags(param)
-	if flags&AMSendFlagEager != 0 && flags&AMSendFlagRNDV != 0 {
+	if flags&amFlagEager != 0 && flags&amFlagRNDV != 0 {
 		return nil, fmt.Errorf("ucp am send: both eager and rendezvous asked for: %w", ucs.ErrInvalidParam)
 	}
 	contig := !nonContig(param)
@@ -312,13 +314,13 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 		}
 		size = it.length
 	}
-	rndv := flags&AMSendFlagRNDV != 0 || (flags&AMSendFlagEager == 0 && (size >= w.am.rndvThr || size > amMaxEager))
+	rndv := flags&amFlagRNDV != 0 || (flags&amFlagEager == 0 && (size >= w.am.rndvThr || size > amMaxEager))
 	if !rndv && size > amMaxEager {
 		it.finish()
 		return nil, fmt.Errorf("ucp am send: eager message of %d bytes, more than %d: %w", size, amMaxEager, ucs.ErrExceedsLimit)
 	}
 	var hflags uint8
-	if flags&AMSendFlagReply != 0 {
+	if flags&amFlagReply != 0 {
 		hflags = amHdrReply
 	}
 	if (rndv || hflags != 0) && !ep.amq.hello.Load() {
@@ -335,7 +337,7 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 		st := l.amBcopy(&h, header, data)
 		switch {
 		case st == ucs.OK:
-			if flags&OpAttrFlagNoImmCmpl != 0 {
+			if flags&flagNoImmCmpl != 0 {
 				r := w.newRequest(param)
 				r.size, r.lane, r.proto = len(data), l, protoAMSingle
 				w.inflight.Add(1)
@@ -345,11 +347,11 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 			return nil, nil
 		case st != ucs.ErrNoResource:
 			return nil, fmt.Errorf("ucp am send on %s: %w", l, st)
-		case flags&OpAttrFlagForceImmCmpl != 0:
+		case flags&flagForceImmCmpl != 0:
 			return nil, fmt.Errorf("ucp am send on %s: %w", l, ucs.ErrNoResource)
 		}
 	}
-	if !single && flags&OpAttrFlagForceImmCmpl != 0 {
+	if !single && flags&flagForceImmCmpl != 0 {
 		it.finish()
 		return nil, fmt.Errorf("ucp am send of %d bytes cannot complete at once: %w", size, ucs.ErrNoResource)
 	}

@@ -189,7 +189,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		if st != ucs.OK {
 			return nil, fmt.Errorf("ucp am recv data: %w", st)
 		}
-		if flags&OpAttrFlagNoImmCmpl != 0 {
+		if flags&flagNoImmCmpl != 0 {
 			r := w.newRequest(param)
 			r.size, r.proto = desc.length, protoAMRecv
 			w.inflight.Add(1)
@@ -198,7 +198,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		}
 		return nil, nil
 	}
-	if flags&OpAttrFlagForceImmCmpl != 0 && desc.length > 0 {
+	if flags&flagForceImmCmpl != 0 && desc.length > 0 {
 		it.finish()
 		return nil, fmt.Errorf("ucp am recv data: rendezvous data cannot arrive at once: %w", ucs.ErrNoResource)
 	}

@@ -143,13 +143,13 @@ func TestAMSendRecv(t *testing.T) {
 				for _, hl := range []int{0, 3, maxHdr} {
 					for _, mode := range []struct {
 						name  string
-						flags uint32
+						flags AMSendFlags
 					}{{"auto", 0}, {"eager", AMSendFlagEager}, {"rndv", AMSendFlagRNDV}} {
 						what := fmt.Sprintf("%d bytes, header %d, %s", n, hl, mode.name)
 						got = got[:0]
 						hdr, data := pattern(hl, n+1), pattern(n, hl)
 						// Always a request, to see its protocol.
-						param := new(RequestParam).SetFlags(mode.flags | OpAttrFlagNoImmCmpl)
+						param := new(RequestParam).SetAMSendFlags(mode.flags).SetOpAttrFlags(OpAttrFlagNoImmCmpl)
 						r, err := e.ab.AMSendNBX(7, hdr, data, param)
 						if err != nil {
 							t.Fatalf("%s: send: %v", what, err)
@@ -268,7 +268,7 @@ func TestAMReplyAndDrop(t *testing.T) {
 					t.Errorf("no reply endpoint (attr %#x)", p.RecvAttr)
 					return ucs.OK
 				}
-				if _, err := p.ReplyEP.AMSendNBX(2, header, data, new(RequestParam).SetFlags(AMSendFlagEager)); err != nil {
+				if _, err := p.ReplyEP.AMSendNBX(2, header, data, new(RequestParam).SetAMSendFlags(AMSendFlagEager)); err != nil {
 					t.Errorf("reply: %v", err)
 				}
 				return ucs.OK
@@ -281,7 +281,7 @@ func TestAMReplyAndDrop(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, n := range []int{5, 20000} {
-				r, err := e.ab.AMSendNBX(1, []byte("hdr"), pattern(n, 1), new(RequestParam).SetFlags(AMSendFlagReply|AMSendFlagEager))
+				r, err := e.ab.AMSendNBX(1, []byte("hdr"), pattern(n, 1), new(RequestParam).SetAMSendFlags(AMSendFlagReply|AMSendFlagEager))
 				e.waitReq(t, "send with reply", r, err)
 				e.wait(t, "reply", func() bool { return len(replies) > 0 })
 				if string(replies[0].header) != "hdr" || !bytes.Equal(replies[0].data, pattern(n, 1)) {
@@ -309,7 +309,7 @@ func TestAMReplyAndDrop(t *testing.T) {
 				}
 				var cbStatus error = ucs.InProgress
 				var cbUser any
-				param := new(RequestParam).SetFlags(AMSendFlagRNDV).SetUserData("ud").
+				param := new(RequestParam).SetAMSendFlags(AMSendFlagRNDV).SetUserData("ud").
 					SetCallback(func(_ *Request, st error, ud any) { cbStatus, cbUser = st, ud })
 				r, err := e.ab.AMSendNBX(3, nil, make([]byte, 1000), param)
 				if err != nil || r == nil {
@@ -384,8 +384,8 @@ func TestAMErrors(t *testing.T) {
 		{"remove handler", e.a.SetAMRecvHandler(new(AMHandlerParam).SetID(MaxAMID)), nil},
 		{"id too large", sendErr(e.ab.AMSendNBX(MaxAMID+1, nil, nil, nil)), ucs.ErrInvalidParam},
 		{"header too large", sendErr(e.ab.AMSendNBX(1, make([]byte, maxHdr+1), nil, nil)), ucs.ErrExceedsLimit},
-		{"eager and rndv", sendErr(e.ab.AMSendNBX(1, nil, nil, new(RequestParam).SetFlags(AMSendFlagEager|AMSendFlagRNDV))), ucs.ErrInvalidParam},
-		{"rndv with force immediate", sendErr(e.ab.AMSendNBX(1, nil, nil, new(RequestParam).SetFlags(AMSendFlagRNDV|OpAttrFlagForceImmCmpl))), ucs.ErrNoResource},
+		{"eager and rndv", sendErr(e.ab.AMSendNBX(1, nil, nil, new(RequestParam).SetAMSendFlags(AMSendFlagEager|AMSendFlagRNDV))), ucs.ErrInvalidParam},
+		{"rndv with force immediate", sendErr(e.ab.AMSendNBX(1, nil, nil, new(RequestParam).SetAMSendFlags(AMSendFlagRNDV).SetOpAttrFlags(OpAttrFlagForceImmCmpl))), ucs.ErrNoResource},
 		{"recv nil descriptor", sendErr(e.a.AMRecvDataNBX(nil, nil, nil)), ucs.ErrInvalidParam},
 	} {
 		if !errors.Is(tt.err, tt.want) && !(tt.want == nil && tt.err == nil) {
@@ -400,7 +400,7 @@ func TestAMErrors(t *testing.T) {
 	if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(9).SetCB(recorder(&got))); err != nil {
 		t.Fatal(err)
 	}
-	r, err = e.ab.AMSendNBX(9, nil, []byte("kept"), new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl))
+	r, err = e.ab.AMSendNBX(9, nil, []byte("kept"), new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 	if err != nil || r == nil {
 		t.Fatalf("send with NoImmCmpl: %v %v", r, err)
 	}
@@ -554,7 +554,7 @@ func TestAMRndvMemh(t *testing.T) {
 	if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(1).SetCB(recorder(&got))); err != nil {
 		t.Fatal(err)
 	}
-	param := new(RequestParam).SetFlags(AMSendFlagRNDV)
+	param := new(RequestParam).SetAMSendFlags(AMSendFlagRNDV)
 	param.Memh, param.OpAttrMask = m, param.OpAttrMask|OpAttrFieldMemh
 	r, err := e.ab.AMSendNBX(1, nil, src[100:], param)
 	if err != nil || r == nil {
@@ -618,7 +618,7 @@ func TestAMTwoEndpoints(t *testing.T) {
 				if i%2 == 1 {
 					ep = ep2
 				}
-				r, err := ep.AMSendNBX(1, []byte{byte(i)}, pattern(size, i), new(RequestParam).SetFlags(AMSendFlagEager))
+				r, err := ep.AMSendNBX(1, []byte{byte(i)}, pattern(size, i), new(RequestParam).SetAMSendFlags(AMSendFlagEager))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -684,7 +684,7 @@ func TestAMAlignment(t *testing.T) {
 			}
 			for _, n := range []int{1, 100, 20000} {
 				got = got[:0]
-				r, err := e.ab.AMSendNBX(1, []byte("odd"), pattern(n, 5), new(RequestParam).SetFlags(AMSendFlagEager))
+				r, err := e.ab.AMSendNBX(1, []byte("odd"), pattern(n, 5), new(RequestParam).SetAMSendFlags(AMSendFlagEager))
 				e.waitReq(t, "send", r, err)
 				e.wait(t, "delivery", func() bool { return len(got) > 0 })
 				if !bytes.Equal(got[0].data, pattern(n, 5)) {

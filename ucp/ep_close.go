@@ -19,11 +19,15 @@ import (
 // force mode it closes at once. Flush and Close are these calls, waited
 // for.
 
-// Flags of EPCloseNBX (ucp_ep_close_flags_t), in RequestParam.Flags.
+// EPCloseFlags are the flags of EPCloseNBX (ucp_ep_close_flags_t), in
+// RequestParam.Flags (RequestParam.SetEPCloseFlags).
+type EPCloseFlags uint32
+
+// Flags of EPCloseNBX.
 const (
 	// EPCloseFlagForce: close at once, as CloseModeForce; without it the
 	// endpoint is flushed first, as CloseModeFlush.
-	EPCloseFlagForce uint32 = 1 << 0
+	EPCloseFlagForce EPCloseFlags = 1 << 0
 )
 
 // Protocol names of flush and close requests, as Request.Query reports
@@ -107,10 +111,10 @@ func (ep *Endpoint) EPFlushNB(flags uint32, cb SendCallback) (*Request, error) {
 // whose close began already returns (nil, nil). Unknown flags fail with
 // ucs.ErrInvalidParam.
 func (ep *Endpoint) EPCloseNBX(param *RequestParam) (*Request, error) {
-	f := uint32(0)
+	f := EPCloseFlags(0)
 	if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 {
 		// The field shares its bits with the OpAttrFlag* ones.
-		f = param.Flags &^ (OpAttrFlagNoImmCmpl | OpAttrFlagFastCmpl | OpAttrFlagForceImmCmpl)
+		f = EPCloseFlags(param.Flags &^ uint32(opAttrFlags))
 	}
 	if f&^EPCloseFlagForce != 0 {
 		return nil, fmt.Errorf("ucp ep close: flags %#x: %w", f, ucs.ErrInvalidParam)
@@ -133,7 +137,7 @@ func (ep *Endpoint) EPCloseNB(mode int) (*Request, error) {
 	switch mode {
 	case CloseModeFlush:
 	case CloseModeForce:
-		p.SetFlags(EPCloseFlagForce)
+		p.SetEPCloseFlags(EPCloseFlagForce)
 	default:
 		return nil, fmt.Errorf("ucp ep close: mode %d: %w", mode, ucs.ErrInvalidParam)
 	}
@@ -190,7 +194,7 @@ func (ep *Endpoint) flushStart(param *RequestParam, close bool) (*Request, error
 		if close {
 			ep.closeFinal()
 		}
-		if sendFlags(param)&OpAttrFlagNoImmCmpl != 0 {
+		if sendFlags(param)&flagNoImmCmpl != 0 {
 			r.complete(st)
 			return r, nil
 		}

@@ -123,7 +123,7 @@ func TestEPFlushNB(t *testing.T) {
 				if r != nil || err != nil {
 					t.Fatalf("idle old-style flush: %v, %v", r, err)
 				}
-				r, err = e.ab.EPFlushNBX(new(RequestParam).SetCallback(func(*Request, error, any) { calls++ }).SetFlags(OpAttrFlagNoImmCmpl))
+				r, err = e.ab.EPFlushNBX(new(RequestParam).SetCallback(func(*Request, error, any) { calls++ }).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 				if err != nil || r == nil || !r.IsCompleted() || calls != 1 {
 					t.Fatalf("idle flush with NoImmCmpl: %v, %v, callback %d times", r, err, calls)
 				}
@@ -143,7 +143,7 @@ func TestEPCloseNB(t *testing.T) {
 		force bool
 	}{
 		{"flush", nil, false},
-		{"force", new(RequestParam).SetFlags(EPCloseFlagForce), true},
+		{"force", new(RequestParam).SetEPCloseFlags(EPCloseFlagForce), true},
 	}
 	for _, tr := range tagTransports[1:3] {
 		for _, tc := range cases {

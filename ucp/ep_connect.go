@@ -279,7 +279,7 @@ func (ep *Endpoint) whileConnecting(st *epConnect, what string, param *RequestPa
 		return nil, true, fmt.Errorf("ucp %s: %w", what, st.failErr)
 	case st.settled && len(st.deferred) == 0:
 		return nil, false, nil
-	case sendFlags(param)&OpAttrFlagForceImmCmpl != 0:
+	case sendFlags(param)&flagForceImmCmpl != 0:
 		return nil, true, fmt.Errorf("ucp %s: the endpoint connects: %w", what, ucs.ErrNoResource)
 	}
 	d := deferredOp{start: start, close: close}
@@ -300,7 +300,7 @@ const protoConnecting = "deferred: endpoint connecting"
 func (d *deferredOp) run() {
 	p := d.param
 	p.OpAttrMask = p.OpAttrMask&^OpAttrFieldRequest | OpAttrFieldCallback | OpAttrFieldUserData
-	p.Flags &^= OpAttrFlagForceImmCmpl
+	p.Flags &^= flagForceImmCmpl
 	p.Callback, p.UserData, p.Request, p.resumed = deferredDone, d.proxy, nil, true
 	r, err := d.start(&p)
 	switch {

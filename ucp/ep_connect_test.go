@@ -83,7 +83,7 @@ func TestClientEndpointConnectsInBackground(t *testing.T) {
 				}
 				reqs = append(reqs, r)
 			}
-			if _, err := cep.TagSendNBX([]byte("x"), 7, new(RequestParam).SetFlags(OpAttrFlagForceImmCmpl)); !errors.Is(err, ucs.ErrNoResource) {
+			if _, err := cep.TagSendNBX([]byte("x"), 7, new(RequestParam).SetOpAttrFlags(OpAttrFlagForceImmCmpl)); !errors.Is(err, ucs.ErrNoResource) {
 				t.Errorf("force-immediate send while connecting: %v, want ErrNoResource", err)
 			}
 			sr, err := cep.StreamSendNBX([]byte("stream bytes"), nil)
@@ -142,7 +142,7 @@ func TestClientEndpointConnectsInBackground(t *testing.T) {
 				}
 			}
 			sbuf := make([]byte, len("stream bytes"))
-			rr, _, err := sep.StreamRecvNBX(sbuf, new(RequestParam).SetFlags(StreamRecvFlagWaitAll))
+			rr, _, err := sep.StreamRecvNBX(sbuf, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
 			if err != nil {
 				t.Fatal(err)
 			}

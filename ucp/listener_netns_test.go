@@ -53,7 +53,7 @@ func runCSServerProcess(args []string, _ io.Reader, out io.Writer) error {
 	buf := make([]byte, 256)
 	for {
 		var info TagRecvInfo
-		r, err := w.TagRecvNBX(buf, 0, 0, new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl))
+		r, err := w.TagRecvNBX(buf, 0, 0, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 		if err == nil {
 			err = r.Wait()
 			r.Test(&info)

@@ -252,7 +252,7 @@ func csTraffic(t testing.TB, c *Context, cw, sw *Worker, cep, sep *Endpoint) {
 	}{{"client to server", cep, sep}, {"server to client", sep, cep}} {
 		want := bytes.Repeat([]byte(d.name), 1000)
 		buf := make([]byte, len(want))
-		rr, _, err := d.to.StreamRecvNBX(buf, new(RequestParam).SetFlags(StreamRecvFlagWaitAll))
+		rr, _, err := d.to.StreamRecvNBX(buf, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
 		if err != nil {
 			t.Fatal(err)
 		}

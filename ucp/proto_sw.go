@@ -435,7 +435,7 @@ func (ep *Endpoint) swAtomic(op uct.AtomicOp, size int, value, compare, raddr ui
 	if r.reply == nil {
 		ep.markSwDirty()
 		err := ep.swSend(amSwAtomicReq, &h, nil)
-		if err == nil && sendFlags(param)&OpAttrFlagNoImmCmpl != 0 {
+		if err == nil && sendFlags(param)&flagNoImmCmpl != 0 {
 			r.complete(ucs.OK)
 			return r, nil
 		}

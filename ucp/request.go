@@ -10,30 +10,36 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// Fields and flags of RequestParam.OpAttrMask (ucp_op_attr_t).
+// OpAttr holds the fields and flags of RequestParam.OpAttrMask
+// (ucp_op_attr_t): an OpAttrField bit says that a field of the
+// RequestParam counts, an OpAttrFlag bit asks something of the operation.
+// Every nbx call honours the flags the same way.
+type OpAttr uint32
+
+// Fields and flags of RequestParam.OpAttrMask.
 const (
-	OpAttrFieldRequest     uint32 = 1 << 0
-	OpAttrFieldCallback    uint32 = 1 << 1
-	OpAttrFieldUserData    uint32 = 1 << 2
-	OpAttrFieldDatatype    uint32 = 1 << 3
-	OpAttrFieldFlags       uint32 = 1 << 4
-	OpAttrFieldReplyBuffer uint32 = 1 << 5
-	OpAttrFieldMemoryType  uint32 = 1 << 6
-	OpAttrFieldRecvInfo    uint32 = 1 << 7
-	OpAttrFieldMemh        uint32 = 1 << 8
+	OpAttrFieldRequest     OpAttr = 1 << 0
+	OpAttrFieldCallback    OpAttr = 1 << 1
+	OpAttrFieldUserData    OpAttr = 1 << 2
+	OpAttrFieldDatatype    OpAttr = 1 << 3
+	OpAttrFieldFlags       OpAttr = 1 << 4
+	OpAttrFieldReplyBuffer OpAttr = 1 << 5
+	OpAttrFieldMemoryType  OpAttr = 1 << 6
+	OpAttrFieldRecvInfo    OpAttr = 1 << 7
+	OpAttrFieldMemh        OpAttr = 1 << 8
 	// OpAttrFieldGenericBuffer (goshmem's): RequestParam.GenericBuffer and
 	// GenericCount are the buffer a generic datatype's StartPack or
 	// StartUnpack gets, instead of the call's buf.
-	OpAttrFieldGenericBuffer uint32 = 1 << 15
+	OpAttrFieldGenericBuffer OpAttr = 1 << 15
 
 	// OpAttrFlagNoImmCmpl: always return a request, even when the operation
 	// completed at once; its callback is then called before return.
-	OpAttrFlagNoImmCmpl uint32 = 1 << 16
+	OpAttrFlagNoImmCmpl OpAttr = 1 << 16
 	// OpAttrFlagFastCmpl: complete as fast as possible (a hint).
-	OpAttrFlagFastCmpl uint32 = 1 << 17
+	OpAttrFlagFastCmpl OpAttr = 1 << 17
 	// OpAttrFlagForceImmCmpl: fail with ucs.ErrNoResource rather than return
 	// a request.
-	OpAttrFlagForceImmCmpl uint32 = 1 << 18
+	OpAttrFlagForceImmCmpl OpAttr = 1 << 18
 )
 
 // Datatype describes the elements of a buffer (ucp_datatype_t); see
@@ -54,8 +60,12 @@ type SendCallback func(req *Request, status error, userData any)
 // RequestParam are the parameters of an operation (ucp_request_param_t);
 // only the fields whose OpAttrField bit is set count.
 type RequestParam struct {
-	OpAttrMask uint32
-	Flags      uint32
+	OpAttrMask OpAttr
+	// Flags are the flags of the operation: AMSendFlags for AMSendNBX,
+	// StreamRecvFlags for StreamRecvNBX, EPCloseFlags for EPCloseNBX
+	// (OpAttrFieldFlags; set them with SetAMSendFlags, SetStreamRecvFlags
+	// or SetEPCloseFlags).
+	Flags uint32
 	// Request is memory for the request, instead of one from the worker.
 	Request  *Request
 	Callback SendCallback
@@ -149,11 +159,34 @@ func (p *RequestParam) SetReply(r *uint64) *RequestParam {
 	return p
 }
 
-// SetFlags sets OpAttrFlag* flags.
+// SetFlags sets the flags of the operation (RequestParam.Flags) as a raw
+// word; SetAMSendFlags, SetStreamRecvFlags and SetEPCloseFlags are the
+// typed forms.
 func (p *RequestParam) SetFlags(f uint32) *RequestParam {
 	p.Flags, p.OpAttrMask = f, p.OpAttrMask|OpAttrFieldFlags
 	return p
 }
+
+// SetAMSendFlags sets the flags of an AMSendNBX.
+func (p *RequestParam) SetAMSendFlags(f AMSendFlags) *RequestParam { return p.SetFlags(uint32(f)) }
+
+// SetStreamRecvFlags sets the flags of a StreamRecvNBX.
+func (p *RequestParam) SetStreamRecvFlags(f StreamRecvFlags) *RequestParam {
+	return p.SetFlags(uint32(f))
+}
+
+// SetEPCloseFlags sets the flags of an EPCloseNBX.
+func (p *RequestParam) SetEPCloseFlags(f EPCloseFlags) *RequestParam { return p.SetFlags(uint32(f)) }
+
+// SetOpAttrFlags adds OpAttrFlag bits (OpAttrFlagNoImmCmpl,
+// OpAttrFlagFastCmpl, OpAttrFlagForceImmCmpl) to OpAttrMask.
+func (p *RequestParam) SetOpAttrFlags(f OpAttr) *RequestParam {
+	p.OpAttrMask |= f & opAttrFlags
+	return p
+}
+
+// opAttrFlags are the OpAttrFlag bits.
+const opAttrFlags = OpAttrFlagNoImmCmpl | OpAttrFlagFastCmpl | OpAttrFlagForceImmCmpl
 
 // SetRequest sets user-provided request memory.
 func (p *RequestParam) SetRequest(r *Request) *RequestParam {
@@ -313,7 +346,7 @@ func (r *Request) finish(status ucs.Status) {
 // otherwise it completes without a callback, as in UCX, and is released
 // (nil is returned).
 func (r *Request) doneNow(flags uint32) *Request {
-	if flags&OpAttrFlagNoImmCmpl != 0 {
+	if flags&flagNoImmCmpl != 0 {
 		r.complete(ucs.OK)
 		return r
 	}
@@ -460,3 +493,15 @@ func (r *Request) Query() RequestAttr {
 	a.DebugString = fmt.Sprintf("%s on %s, %d bytes", r.proto, tl, r.size)
 	return a
 }
+
+// The flags of an operation as one word (sendFlags): the OpAttrFlag bits of
+// OpAttrMask and those of RequestParam.Flags, which lie below them.
+const (
+	flagNoImmCmpl    = uint32(OpAttrFlagNoImmCmpl)
+	flagForceImmCmpl = uint32(OpAttrFlagForceImmCmpl)
+
+	amFlagReply       = uint32(AMSendFlagReply)
+	amFlagEager       = uint32(AMSendFlagEager)
+	amFlagRNDV        = uint32(AMSendFlagRNDV)
+	streamFlagWaitAll = uint32(StreamRecvFlagWaitAll)
+)

@@ -9,7 +9,7 @@ import (
 
 // TestOpFlagsEveryCall checks that every nbx call honours
 // OpAttrFlagNoImmCmpl and OpAttrFlagForceImmCmpl the same way, whether
-// they are set in OpAttrMask (as in UCX) or through SetFlags: an operation
+// they are set in OpAttrMask (as in UCX) or in the raw Flags word: an operation
 // that completes at once returns, under NoImmCmpl, a completed request
 // whose callback ran; under ForceImmCmpl one that cannot fails with
 // ucs.ErrNoResource.
@@ -41,7 +41,7 @@ func TestOpFlagsEveryCall(t *testing.T) {
 						if how == "mask" {
 							param.OpAttrMask |= OpAttrFlagNoImmCmpl
 						} else {
-							param.SetFlags(OpAttrFlagNoImmCmpl)
+							param.SetFlags(uint32(OpAttrFlagNoImmCmpl))
 						}
 						r, err := o.op(param)
 						if err != nil || r == nil {
@@ -57,7 +57,7 @@ func TestOpFlagsEveryCall(t *testing.T) {
 						if how == "mask" {
 							force.OpAttrMask |= OpAttrFlagForceImmCmpl
 						} else {
-							force.SetFlags(OpAttrFlagForceImmCmpl)
+							force.SetFlags(uint32(OpAttrFlagForceImmCmpl))
 						}
 						r, err = o.op(force)
 						switch {

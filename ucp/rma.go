@@ -32,7 +32,7 @@ const (
 // fails with ucs.ErrNoResource without being issued.
 func (w *Worker) post(l *lane, r *Request, param *RequestParam, defers bool, op func(r *Request) ucs.Status) (*Request, error) {
 	flags := sendFlags(param)
-	force := flags&OpAttrFlagForceImmCmpl != 0
+	force := flags&flagForceImmCmpl != 0
 	if force && defers && l.wi.rsc.tl.DevType == uct.DeviceTypeNet {
 		r.release()
 		return nil, fmt.Errorf("ucp %s on %s cannot complete at once: %w", r.proto, l, ucs.ErrNoResource)
@@ -64,7 +64,7 @@ func (w *Worker) post(l *lane, r *Request, param *RequestParam, defers bool, op 
 // call without a request: (nil, nil), or under OpAttrFlagNoImmCmpl a
 // completed request (proto on lane l, size bytes) whose callback ran.
 func (w *Worker) completedNow(param *RequestParam, proto string, l *lane, size int) (*Request, error) {
-	if sendFlags(param)&OpAttrFlagNoImmCmpl == 0 {
+	if sendFlags(param)&flagNoImmCmpl == 0 {
 		return nil, nil
 	}
 	r := w.newRequest(param)
@@ -76,7 +76,7 @@ func (w *Worker) completedNow(param *RequestParam, proto string, l *lane, size i
 
 // forceImm reports whether param asks for immediate completion or an
 // error (OpAttrFlagForceImmCmpl).
-func forceImm(param *RequestParam) bool { return sendFlags(param)&OpAttrFlagForceImmCmpl != 0 }
+func forceImm(param *RequestParam) bool { return sendFlags(param)&flagForceImmCmpl != 0 }
 
 // queue puts r on l's pending queue; it returns InProgress, or the result of
 // running op at once when the lane turns out to have resources. A request
@@ -168,7 +168,7 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 		return w.completedNow(param, protoPutSw, ep.am, len(buf))
 	}
 	n := len(buf)
-	if n <= rl.putShort && (param == nil || sendFlags(param)&OpAttrFlagNoImmCmpl == 0) {
+	if n <= rl.putShort && (param == nil || sendFlags(param)&flagNoImmCmpl == 0) {
 		// The common small put: no request at all.
 		st := rl.ep.PutShort(buf, raddr, rl.rkey)
 		if st == ucs.OK {

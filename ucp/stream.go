@@ -43,12 +43,16 @@ import (
 // was closed is dropped. Endpoints the worker creates for itself (to
 // reply to a peer) take no number.
 
-// Flags of stream receives (ucp_stream_recv_flags_t), in
-// RequestParam.Flags (RequestParam.SetFlags) or the flags of StreamRecvNB.
+// StreamRecvFlags are the flags of stream receives
+// (ucp_stream_recv_flags_t), in RequestParam.Flags
+// (RequestParam.SetStreamRecvFlags) or the flags of StreamRecvNB.
+type StreamRecvFlags uint32
+
+// Flags of stream receives.
 const (
 	// StreamRecvFlagWaitAll: the receive completes only once its whole
 	// buffer is filled (or with an error), not with what arrived first.
-	StreamRecvFlagWaitAll uint32 = 1 << 0
+	StreamRecvFlagWaitAll StreamRecvFlags = 1 << 0
 )
 
 // StreamRecvCallback is called when a stream receive completes
@@ -436,7 +440,7 @@ func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error)
 	op := w.newTagOp(ep, topStream)
 	op.th = th
 	op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && n >= th.zcopy && streamHdrLen <= th.lim.zhdr
-	if flags&OpAttrFlagForceImmCmpl != 0 && (op.zcopy || ep.queued.Load() > 0 || streamHdrLen+n > th.lim.bcopy) {
+	if flags&flagForceImmCmpl != 0 && (op.zcopy || ep.queued.Load() > 0 || streamHdrLen+n > th.lim.bcopy) {
 		op.free()
 		it.finish()
 		return nil, fmt.Errorf("ucp stream send of %d bytes cannot complete at once: %w", n, ucs.ErrNoResource)
@@ -483,7 +487,7 @@ func (ep *Endpoint) StreamRecvNBX(buf []byte, param *RequestParam) (*Request, in
 	f := uint32(0)
 	if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 {
 		// The field shares its bits with the OpAttrFlag* ones.
-		f = param.Flags &^ (OpAttrFlagNoImmCmpl | OpAttrFlagFastCmpl | OpAttrFlagForceImmCmpl)
+		f = param.Flags &^ uint32(opAttrFlags)
 	}
 	return ep.streamRecv(it, param, f, gran)
 }
@@ -492,7 +496,7 @@ func (ep *Endpoint) StreamRecvNBX(buf []byte, param *RequestParam) (*Request, in
 // count elements of datatype dt in buffer (see StreamSendNB), flags
 // StreamRecvFlag* bits. cb, if not nil, is called when a receive that did
 // not complete at once completes; one that did returns (nil, length, nil).
-func (ep *Endpoint) StreamRecvNB(buffer any, count int, dt Datatype, cb StreamRecvCallback, flags uint32) (*Request, int, error) {
+func (ep *Endpoint) StreamRecvNB(buffer any, count int, dt Datatype, cb StreamRecvCallback, flags StreamRecvFlags) (*Request, int, error) {
 	if err := ep.w.streamCheck("stream recv"); err != nil {
 		return nil, 0, err
 	}
@@ -508,7 +512,7 @@ func (ep *Endpoint) StreamRecvNB(buffer any, count int, dt Datatype, cb StreamRe
 	if cb != nil {
 		p.SetStreamRecvCallback(cb)
 	}
-	return ep.streamRecv(it, &p, flags, gran)
+	return ep.streamRecv(it, &p, uint32(flags), gran)
 }
 
 // StreamRecvRequestTest returns the status of a stream receive, as Status
@@ -532,7 +536,7 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 	if err := ep.waitConnected(); err != nil {
 		return fail(fmt.Errorf("ucp stream recv: %w", err))
 	}
-	if flags&^StreamRecvFlagWaitAll != 0 {
+	if flags&^streamFlagWaitAll != 0 {
 		return fail(fmt.Errorf("ucp stream recv: flags %#x: %w", flags, ucs.ErrInvalidParam))
 	}
 	if ep.closed.Load() {
@@ -547,7 +551,7 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 	r := w.newRequest(param)
 	r.recv, r.dt, r.size, r.proto, r.lane = true, it, it.length, protoStreamRecv, ep.am
 	r.tr = tagRecvState{status: ucs.OK}
-	r.sr = streamRecvState{waitAll: flags&StreamRecvFlagWaitAll != 0, gran: gran}
+	r.sr = streamRecvState{waitAll: flags&streamFlagWaitAll != 0, gran: gran}
 	if param != nil && param.OpAttrMask&OpAttrFieldCallback != 0 {
 		r.scb = param.StreamRecvCallback
 	}
@@ -557,7 +561,7 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 		k = r.streamWant(q.bytes)
 	}
 	if now := r.tr.got+k == r.dt.length || (!r.sr.waitAll && k > 0); !now {
-		if st := ep.dead(); st != ucs.OK || imm&OpAttrFlagForceImmCmpl != 0 {
+		if st := ep.dead(); st != ucs.OK || imm&flagForceImmCmpl != 0 {
 			s.unlock()
 			r.finish(ucs.ErrCanceled)
 			r.release()
@@ -579,7 +583,7 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 	}
 	s.unlock()
 	n, st := r.tr.got, r.tr.status
-	if imm&OpAttrFlagNoImmCmpl != 0 {
+	if imm&flagNoImmCmpl != 0 {
 		r.complete(st)
 		return r, n, nil
 	}

@@ -18,7 +18,7 @@ func BenchmarkStreamPingPong(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%d", tr.name, n), func(b *testing.B) {
 				e := newStreamEnv(b, tr.sendTLS, tr.recvTLS, false)
 				src, dst := make([]byte, n), make([]byte, n)
-				wait := new(RequestParam).SetFlags(StreamRecvFlagWaitAll)
+				wait := new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll)
 				b.SetBytes(int64(n))
 				b.ReportAllocs()
 				for b.Loop() {

@@ -102,7 +102,7 @@ func TestStreamOrder(t *testing.T) {
 					// their buffer, posted before anything was sent.
 					for off := 0; off < total; off += 3000 {
 						b := make([]byte, min(3000, total-off))
-						r, _, err := e.ba.StreamRecvNBX(b, new(RequestParam).SetFlags(StreamRecvFlagWaitAll))
+						r, _, err := e.ba.StreamRecvNBX(b, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
 						if err != nil || r == nil {
 							t.Fatalf("early stream recv: %v, %v; want a request", r, err)
 						}
@@ -189,7 +189,7 @@ func TestStreamPartialAndWaitAll(t *testing.T) {
 
 			// Wait-all: 2 bytes queued, 5000 wanted, sent in 3 pieces.
 			wa := make([]byte, 5000)
-			r, _, err = e.ba.StreamRecvNBX(wa, new(RequestParam).SetFlags(StreamRecvFlagWaitAll))
+			r, _, err = e.ba.StreamRecvNBX(wa, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
 			if err != nil || r == nil {
 				t.Fatalf("wait-all recv: %v, %v; want a request", r, err)
 			}
@@ -214,7 +214,7 @@ func TestStreamPartialAndWaitAll(t *testing.T) {
 			checkStream(t, wa, 108)
 
 			// Forced immediate completion without enough data.
-			if _, _, err := e.ba.StreamRecvNBX(wa, new(RequestParam).SetFlags(OpAttrFlagForceImmCmpl)); !errors.Is(err, ucs.ErrNoResource) {
+			if _, _, err := e.ba.StreamRecvNBX(wa, new(RequestParam).SetOpAttrFlags(OpAttrFlagForceImmCmpl)); !errors.Is(err, ucs.ErrNoResource) {
 				t.Fatalf("forced recv with nothing queued: %v, want ErrNoResource", err)
 			}
 			// A canceled receive completes with ErrCanceled.
@@ -310,7 +310,7 @@ func TestStreamDatatypes(t *testing.T) {
 						// Receive all of it.
 						got := make([]byte, n)
 						var rr *Request
-						wait := new(RequestParam).SetFlags(StreamRecvFlagWaitAll)
+						wait := new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll)
 						var sp []byte
 						switch rk {
 						case "contig":
@@ -415,7 +415,7 @@ func TestStreamLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 4)
-	r, _, err := self.StreamRecvNBX(buf, new(RequestParam).SetFlags(StreamRecvFlagWaitAll))
+	r, _, err := self.StreamRecvNBX(buf, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
 	if err := e.done(t, "loopback", r, err); err != nil || string(buf) != "loop" {
 		t.Fatalf("loopback: %v, %q", err, buf)
 	}
@@ -437,7 +437,7 @@ func TestStreamLoopback(t *testing.T) {
 		want string
 	}{{y, "to y"}, {x, "to x"}} {
 		b := make([]byte, 4)
-		r, _, err := c.ep.StreamRecvNBX(b, new(RequestParam).SetFlags(StreamRecvFlagWaitAll))
+		r, _, err := c.ep.StreamRecvNBX(b, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
 		if err := e.done(t, c.want, r, err); err != nil || string(b) != c.want {
 			t.Fatalf("no-loopback pair: got %q (%v), want %q", b, err, c.want)
 		}
@@ -532,7 +532,7 @@ func TestStreamPeerFailure(t *testing.T) {
 			defer ep.Close(CloseModeForce)
 			p.connect(t, w)
 			buf := make([]byte, 2*sent)
-			r, _, err := ep.StreamRecvNBX(buf, new(RequestParam).SetFlags(StreamRecvFlagWaitAll))
+			r, _, err := ep.StreamRecvNBX(buf, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
 			if err != nil || r == nil {
 				t.Fatalf("stream recv: %v, %v; want a request", r, err)
 			}
@@ -567,7 +567,7 @@ func TestStreamAllocs(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			e := newStreamEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
 			src, dst := make([]byte, 64), make([]byte, 64)
-			wait := new(RequestParam).SetFlags(StreamRecvFlagWaitAll)
+			wait := new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll)
 			send := func() {
 				r, err := e.ab.StreamSendNBX(src, nil)
 				if err != nil {

@@ -505,7 +505,7 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		msg = t.m.searchUnexpected(tag, mask, true)
 	}
 	if msg == nil {
-		if flags&OpAttrFlagForceImmCmpl != 0 {
+		if flags&flagForceImmCmpl != 0 {
 			t.unlock()
 			it.finish()
 			return nil, fmt.Errorf("ucp tag recv: no message yet: %w", ucs.ErrNoResource)
@@ -528,7 +528,7 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		t.releaseMsg(msg)
 		t.unlock()
 		w.tagAck(ack)
-		if flags&OpAttrFlagNoImmCmpl != 0 {
+		if flags&flagNoImmCmpl != 0 {
 			r := w.newRecv(param, it)
 			r.tr.info = info
 			r.proto, r.rwi = protoTagRecvEager, wi
@@ -541,7 +541,7 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		}
 		return nil, st.Err()
 	}
-	if flags&OpAttrFlagForceImmCmpl != 0 && (msg.kind != msgFrag || msg.got < msg.length) {
+	if flags&flagForceImmCmpl != 0 && (msg.kind != msgFrag || msg.got < msg.length) {
 		// It cannot complete at once: leave the message where it was.
 		if !msg.probed {
 			t.m.addUnexpected(msg)
@@ -561,7 +561,7 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		switch {
 		case !done:
 			return r, nil
-		case flags&OpAttrFlagNoImmCmpl != 0:
+		case flags&flagNoImmCmpl != 0:
 			r.complete(r.tr.status)
 			return r, nil
 		}

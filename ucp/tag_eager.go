@@ -476,7 +476,7 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 			op.kind = topMulti
 		}
 	}
-	force := flags&OpAttrFlagForceImmCmpl != 0
+	force := flags&flagForceImmCmpl != 0
 	if force && (sync || rndv || op.kind != topSingle || op.zcopy || ep.queued.Load() > 0) {
 		op.free()
 		it.finish()

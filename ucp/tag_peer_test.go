@@ -140,7 +140,7 @@ func TestTagFromPeerProcess(t *testing.T) {
 			p.connect(t, w) // the peer's endpoint back, and its message
 
 			buf := make([]byte, n)
-			req, err := w.TagRecvNBX(buf, peerTag, tagMaskFull, new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl))
+			req, err := w.TagRecvNBX(buf, peerTag, tagMaskFull, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 			if err != nil {
 				t.Fatal(err)
 			}

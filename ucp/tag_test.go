@@ -160,7 +160,7 @@ func TestTagSendRecv(t *testing.T) {
 					if expected {
 						post()
 					}
-					sp := new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl)
+					sp := new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl)
 					sr, err := e.ab.TagSendNBX(src, tag, sp)
 					if err != nil {
 						t.Fatalf("send %d: %v", n, err)
@@ -286,7 +286,7 @@ func TestTagOrderWildcards(t *testing.T) {
 					for k, r := range recvs {
 						bufs[k] = make([]byte, 1<<20)
 						var err error
-						p := new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl)
+						p := new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl)
 						if reqs[k], err = e.b.TagRecvNBX(bufs[k], r.tag, r.mask, p); err != nil {
 							t.Fatal(err)
 						}
@@ -395,7 +395,7 @@ func TestTagTruncation(t *testing.T) {
 					var rr *Request
 					var rerr error
 					post := func() {
-						p := ri.param().SetFlags(OpAttrFlagNoImmCmpl)
+						p := ri.param().SetOpAttrFlags(OpAttrFlagNoImmCmpl)
 						rr, rerr = e.b.TagRecvNBX(buf, 9, tagMaskFull, p)
 					}
 					if expected {
@@ -530,7 +530,7 @@ func TestTagCancel(t *testing.T) {
 			var queued *Request
 			var sent []*Request
 			for i := 0; i < 1<<16 && queued == nil; i++ {
-				r, err := e.ab.TagSendNBX(make([]byte, 4000), 6, new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl))
+				r, err := e.ab.TagSendNBX(make([]byte, 4000), 6, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -862,7 +862,7 @@ func TestTagManySenders(t *testing.T) {
 			buf := make([]byte, 1<<20)
 			deadline := time.Now().Add(hangLimit)
 			for k := 0; k < senders*perSender; k++ {
-				r, err := b.TagRecvNBX(buf, 0, 0, new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl))
+				r, err := b.TagRecvNBX(buf, 0, 0, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -940,20 +940,20 @@ func TestTagImmediateCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wait(t, "the message", func() bool { return e.b.TagProbeNB(4, tagMaskFull, false, nil) != nil })
-	r, err := e.b.TagRecvNBX(buf, 4, tagMaskFull, ri.param().SetFlags(OpAttrFlagNoImmCmpl))
+	r, err := e.b.TagRecvNBX(buf, 4, tagMaskFull, ri.param().SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 	if err != nil || r == nil || !r.IsCompleted() || ri.calls != 1 || ri.info.Length != 5 {
 		t.Fatalf("NoImmCmpl receive: %v, %v, callback %d", r, err, ri.calls)
 	}
 	r.Free()
 	sent := 0
-	s, err := e.ab.TagSendNBX([]byte("x"), 4, new(RequestParam).SetCallback(func(*Request, error, any) { sent++ }).SetFlags(OpAttrFlagNoImmCmpl))
+	s, err := e.ab.TagSendNBX([]byte("x"), 4, new(RequestParam).SetCallback(func(*Request, error, any) { sent++ }).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 	if err != nil || s == nil || !s.IsCompleted() || sent != 1 {
 		t.Fatalf("NoImmCmpl send: %v, %v, callback %d", s, err, sent)
 	}
 	s.Free()
 	// ForceImmCmpl: a receive with nothing to take, a sync or rendezvous
 	// send fail with ucs.ErrNoResource and leave nothing behind.
-	force := new(RequestParam).SetFlags(OpAttrFlagForceImmCmpl)
+	force := new(RequestParam).SetOpAttrFlags(OpAttrFlagForceImmCmpl)
 	if _, err := e.b.TagRecvNBX(buf, 99, tagMaskFull, force); !errors.Is(err, ucs.ErrNoResource) {
 		t.Errorf("ForceImmCmpl receive with nothing to take: %v", err)
 	}
@@ -1133,7 +1133,7 @@ func TestTagMultiThread(t *testing.T) {
 					defer wg.Done()
 					buf := make([]byte, 1<<20)
 					for range perG {
-						r, err := b.TagRecvNBX(buf, 0, 0, new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl))
+						r, err := b.TagRecvNBX(buf, 0, 0, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 						if err != nil {
 							errs <- err
 							return
@@ -1224,7 +1224,7 @@ func TestTagRndvMixedPeers(t *testing.T) {
 		}
 	}
 	for tag, buf := range bufs {
-		r, err := b.TagRecvNBX(buf, tag, tagMaskFull, new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl))
+		r, err := b.TagRecvNBX(buf, tag, tagMaskFull, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 		if err != nil {
 			t.Fatal(err)
 		}

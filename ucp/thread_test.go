@@ -186,7 +186,7 @@ func hammer(w *Worker, p pair, sw *Rkey, g int, mine uint64, n int, counter uint
 		if status == nil {
 			calls.Add(1)
 		}
-	}).SetFlags(OpAttrFlagNoImmCmpl)
+	}).SetOpAttrFlags(OpAttrFlagNoImmCmpl)
 	data, got := make([]byte, n), make([]byte, n)
 	for r := range rounds {
 		rk := p.rkey

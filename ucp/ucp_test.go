@@ -424,7 +424,7 @@ func TestRequestCallbacks(t *testing.T) {
 	p := newPair(t, c, a, b, 1<<20)
 	var calls atomic.Int32
 	var gotUser any
-	param := new(RequestParam).SetFlags(OpAttrFlagNoImmCmpl).SetUserData("ud").
+	param := new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl).SetUserData("ud").
 		SetCallback(func(r *Request, status error, user any) {
 			if status != nil {
 				t.Errorf("callback status %v", status)
@@ -453,7 +453,7 @@ func TestRequestCallbacks(t *testing.T) {
 	}
 	// User-provided request memory.
 	var mine Request
-	req, err = p.ep.PutNBX([]byte("y"), p.base, p.rkey, new(RequestParam).SetRequest(&mine).SetFlags(OpAttrFlagNoImmCmpl))
+	req, err = p.ep.PutNBX([]byte("y"), p.base, p.rkey, new(RequestParam).SetRequest(&mine).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
 	if err != nil || req != &mine {
 		t.Fatalf("user request: %p %v", req, err)
 	}

@@ -51,4 +51,3 @@ func FutexWake(addr *uint32, private bool) {
 // whole scheduler time slice (milliseconds) while the process it waits
 // for cannot run.
 func YieldThread() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
-

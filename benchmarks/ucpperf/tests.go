@@ -448,7 +448,7 @@ func (b *bench) streamSend() (*ucp.Request, error) {
 
 // streamWaitAll is the parameter of the stream tests' receives: each
 // completes once its buffer is full.
-var streamWaitAll = new(ucp.RequestParam).SetFlags(ucp.StreamRecvFlagWaitAll)
+var streamWaitAll = new(ucp.RequestParam).SetStreamRecvFlags(ucp.StreamRecvFlagWaitAll)
 
 // streamRecv posts a receive of len(buf) stream bytes into buf.
 func (b *bench) streamRecv(buf []byte) (*ucp.Request, error) {

@@ -107,7 +107,7 @@ func (c *client) echoed(sr *ucp.Request, err error, rr *ucp.Request, got, msg []
 // msg reversed.
 func (c *client) amRound(round int, msg []byte) error {
 	hdr := binary.LittleEndian.AppendUint32(nil, uint32(round))
-	r, err := c.ep.AMSendNBX(amRequest, hdr, msg, new(ucp.RequestParam).SetFlags(ucp.AMSendFlagReply))
+	r, err := c.ep.AMSendNBX(amRequest, hdr, msg, new(ucp.RequestParam).SetAMSendFlags(ucp.AMSendFlagReply))
 	if err := wait(r, err); err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (c *client) amRound(round int, msg []byte) error {
 // echo, received whole (wait-all).
 func (c *client) streamRound(_ int, msg []byte) error {
 	got := make([]byte, len(msg))
-	rr, _, err := c.ep.StreamRecvNBX(got, new(ucp.RequestParam).SetFlags(ucp.StreamRecvFlagWaitAll))
+	rr, _, err := c.ep.StreamRecvNBX(got, new(ucp.RequestParam).SetStreamRecvFlags(ucp.StreamRecvFlagWaitAll))
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func (s *server) accept() {
 
 // postRecv posts the receive of the next tagged message of any client.
 func (s *server) postRecv() (err error) {
-	s.recv, err = s.w.TagRecvNBX(s.buf, 0, 0, new(ucp.RequestParam).SetFlags(ucp.OpAttrFlagNoImmCmpl))
+	s.recv, err = s.w.TagRecvNBX(s.buf, 0, 0, new(ucp.RequestParam).SetOpAttrFlags(ucp.OpAttrFlagNoImmCmpl))
 	return err
 }
 

@@ -113,7 +113,7 @@ func ping(w *ucp.Worker, ep *ucp.Endpoint, maxSize int) error {
 		}
 		got := make([]byte, size)
 		start := time.Now()
-		rr, err := w.TagRecvNBX(got, uint64(size)|echoBit, ^uint64(0), new(ucp.RequestParam).SetFlags(ucp.OpAttrFlagNoImmCmpl))
+		rr, err := w.TagRecvNBX(got, uint64(size)|echoBit, ^uint64(0), new(ucp.RequestParam).SetOpAttrFlags(ucp.OpAttrFlagNoImmCmpl))
 		if err != nil {
 			return err
 		}
