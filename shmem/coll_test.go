@@ -445,7 +445,7 @@ func TestCollLargerJobs(t *testing.T) {
 		env   []string
 	}{
 		{"sm", []int{5, 6, 7, 8}, []int{7}, []string{variantEnv + "=sm"}},
-		{"tcp", []int{5, 8}, nil, []string{variantEnv + "=tcp", "UCX_TLS=tcp,self"}},
+		{"tcp", []int{5, 8}, []int{5}, []string{variantEnv + "=tcp", "UCX_TLS=tcp,self"}},
 	} {
 		shmemtest.RunWith(t, shmemtest.Options{NPs: c.nps, QuickNPs: c.quick, Transports: []shmemtest.Transport{{Name: c.name, Env: c.env}}, Timeout: 3 * shmemtest.DefaultTimeout}, func(t *testing.T) {
 			n := shmem.NPEs()

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/launcher"
 	"github.com/goshmem/goshmem/shmemtest"
 )
@@ -225,11 +226,13 @@ func TestStdin(t *testing.T) {
 	checkStdin(t, runIn(t, "a\nb\n", nil, stdinArgs...))
 }
 
-// TestHello64 starts 64 PEs on this (2-core) host.
+// TestHello64 starts 64 PEs on this (2-core) host. It is in the full
+// matrix only (GOSHMEM_TEST_FULL=1, as .ci/run sets it): 64 PEs take some
+// ten seconds of CPU here.
 func TestHello64(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("skipping 64 PEs in -short mode")
+	if testing.Short() || !petest.Full() {
+		t.Skipf("skipping 64 PEs: in the full matrix only (%s=1 runs it; .ci/run does), and not in -short mode", petest.FullEnv)
 	}
 	h := hostname(t)
 	r := run(t, nil, "-np", "64", peProgram, "hello")
