@@ -447,7 +447,7 @@ func TestCollLargerJobs(t *testing.T) {
 		{"sm", []int{5, 6, 7, 8}, []int{7}, []string{variantEnv + "=sm"}},
 		{"tcp", []int{5, 8}, []int{5}, []string{variantEnv + "=tcp", "UCX_TLS=tcp,self"}},
 	} {
-		shmemtest.RunWith(t, shmemtest.Options{NPs: c.nps, QuickNPs: c.quick, Transports: []shmemtest.Transport{{Name: c.name, Env: c.env}}, Timeout: 3 * shmemtest.DefaultTimeout}, func(t *testing.T) {
+		shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: c.nps, QuickNPs: c.quick, Transports: []shmemtest.Transport{{Name: c.name, Env: c.env}}, Timeout: 3 * shmemtest.DefaultTimeout}, func(t *testing.T) {
 			n := shmem.NPEs()
 			withCollBufs(t, n, func(i64 collBufs[int64], u8 collBufs[uint8], f64 collBufs[float64], c128 collBufs[complex128]) {
 				checkEverything(t, "TeamWorld", shmem.TeamWorld, i64, u8, f64, c128)

@@ -473,7 +473,7 @@ func TestCtxPoolReuse(t *testing.T) {
 func TestCtxQuietServesPeers(t *testing.T) {
 	const rounds = 200
 	sysvHeapPosixOnly := shmemtest.Transport{Name: "posix-only", Env: []string{"UCX_TLS=posix", "UCX_ALLOC_PRIO=md:sysv"}}
-	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2, 3}, Transports: []shmemtest.Transport{sysvHeapPosixOnly}, Timeout: 60 * time.Second}, func(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{2, 3}, Transports: []shmemtest.Transport{sysvHeapPosixOnly}, Timeout: 60 * time.Second}, func(t *testing.T) {
 		me, n := shmem.MyPE(), shmem.NPEs()
 		x := calloc[int64](t, 1)
 		next := (me + 1) % n

@@ -37,7 +37,7 @@ func TestSHMEMInfo(t *testing.T) {
 		if tr.env != "" {
 			env = append(env, tr.env)
 		}
-		shmemtest.RunWith(t, shmemtest.Options{NPs: []int{3}, Transports: []shmemtest.Transport{{Name: tr.name, Env: env}}, NoInit: true,
+		shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{3}, Transports: []shmemtest.Transport{{Name: tr.name, Env: env}}, NoInit: true,
 			Check: func(t *testing.T, out string) {
 				for _, want := range []string{
 					"[pe 0] goshmem: OpenSHMEM version 1.6, " + shmem.VendorString,
@@ -72,7 +72,7 @@ func TestSHMEMInfo(t *testing.T) {
 // TestSHMEMVersion: with SHMEM_VERSION set, PE 0 prints the version once,
 // and nothing of SHMEM_INFO.
 func TestSHMEMVersion(t *testing.T) {
-	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, NoInit: true, Env: []string{"SHMEM_VERSION=yes"},
+	shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{2}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, NoInit: true, Env: []string{"SHMEM_VERSION=yes"},
 		Check: func(t *testing.T, out string) {
 			want := "[pe 0] goshmem: OpenSHMEM version 1.6, " + shmem.VendorString
 			if strings.Count(out, "OpenSHMEM version") != 1 || !strings.Contains(out, want) {
@@ -91,7 +91,7 @@ func TestSHMEMVersion(t *testing.T) {
 
 // TestSHMEMVersionOff: SHMEM_VERSION=0 prints nothing.
 func TestSHMEMVersionOff(t *testing.T) {
-	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{1}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, NoInit: true, Env: []string{"SHMEM_VERSION=0", "SHMEM_INFO=no"},
+	shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{1}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, NoInit: true, Env: []string{"SHMEM_VERSION=0", "SHMEM_INFO=no"},
 		Check: func(t *testing.T, out string) {
 			if strings.Contains(out, "OpenSHMEM version") {
 				t.Errorf("SHMEM_VERSION=0 printed the version:\n%s", out)

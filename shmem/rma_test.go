@@ -383,7 +383,7 @@ func TestPEQuietAndSignalRoutines(t *testing.T) {
 func TestPutSignalOrderAcrossLanes(t *testing.T) {
 	const rounds, words = 300, 512
 	tcpPosix := shmemtest.Transport{Name: "tcp,posix", Env: []string{"UCX_TLS=tcp,posix"}}
-	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2, 3}, Transports: []shmemtest.Transport{tcpPosix}, Timeout: 60 * time.Second}, func(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{2, 3}, Transports: []shmemtest.Transport{tcpPosix}, Timeout: 60 * time.Second}, func(t *testing.T) {
 		me, n := shmem.MyPE(), shmem.NPEs()
 		data := calloc[int64](t, 2*words)
 		sig := calloc[uint64](t, 1)

@@ -159,7 +159,7 @@ func TestInitAndQueries(t *testing.T) {
 // called more than once: each Init is matched by a Finalize, the last of
 // which ends the library, which a later Init starts again.
 func TestInitFinalizeRepeated(t *testing.T) {
-	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{1, 3}, Transports: transports, NoInit: true, Setup: mixedSetup}, func(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{1, 3}, Transports: transports, NoInit: true, Setup: mixedSetup}, func(t *testing.T) {
 		if shmem.QueryInitialized() {
 			t.Fatal("QueryInitialized true before Init")
 		}
@@ -697,7 +697,7 @@ func TestSameNodeHotPathsAllocateNothing(t *testing.T) {
 }
 
 func TestLargeHeap(t *testing.T) {
-	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, Env: []string{"SHMEM_SYMMETRIC_SIZE=1G"}}, func(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{2}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, Env: []string{"SHMEM_SYMMETRIC_SIZE=1G"}}, func(t *testing.T) {
 		me, n := shmem.MyPE(), shmem.NPEs()
 		big := calloc[byte](t, 1000<<20)
 		// Touch only the far end: the rest of the pages stay unallocated.
@@ -787,7 +787,7 @@ func TestPeerFailureEndsJob(t *testing.T) {
 		// (the harness checks /dev/shm after the job).
 		{"sigkill-named-segments", []string{"UCX_POSIX_USE_SHM_OPEN=y", "UCX_ALLOC_PRIO=md:posix"}, 137, "killed by signal 9", kill},
 	} {
-		shmemtest.RunWith(t, shmemtest.Options{
+		shmemtest.RunWith(t, shmemtest.Options{Shared: true,
 			NPs: []int{3}, Transports: []shmemtest.Transport{{Name: how.name, Env: how.env}}, WantExit: how.wantExit, NoInit: true,
 			Check: func(t *testing.T, out string) {
 				if !strings.Contains(out, how.wantMsg) {

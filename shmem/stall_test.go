@@ -21,7 +21,7 @@ import (
 func stallJob(t *testing.T, nps, quick []int, env []string, exit int, check func(t *testing.T, np int, out string), body func(t *testing.T, me, n int)) {
 	t.Helper()
 	for _, np := range nps {
-		shmemtest.RunWith(t, shmemtest.Options{NPs: []int{np}, QuickNPs: quick, Transports: transports[:2], Env: env, WantExit: exit, Timeout: 60 * time.Second,
+		shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{np}, QuickNPs: quick, Transports: transports[:2], Env: env, WantExit: exit, Timeout: 60 * time.Second,
 			Check: func(t *testing.T, out string) { check(t, np, out) }}, func(t *testing.T) {
 			body(t, shmem.MyPE(), shmem.NPEs())
 		})

@@ -14,7 +14,7 @@ import (
 // Finalize, print nothing about the transport (no "connection reset", no
 // failed endpoint, no connection ended without a goodbye) on any PE.
 func TestTeardownQuiet(t *testing.T) {
-	shmemtest.RunWith(t, shmemtest.Options{
+	shmemtest.RunWith(t, shmemtest.Options{Shared: true,
 		NPs:        []int{2, 4},
 		Transports: []shmemtest.Transport{shmemtest.TCP},
 		Check: func(t *testing.T, output string) {
