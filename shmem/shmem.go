@@ -221,6 +221,8 @@ type state struct {
 	// allocCalls counts the allocation calls, for the reports of calls
 	// that differ among the PEs.
 	allocCalls uint64
+	// oldProcs is GOMAXPROCS before shareCores changed it; 0 if it did not.
+	oldProcs int
 }
 
 var (
@@ -238,7 +240,10 @@ const blobVersion = 1
 // endpoint to each, sets up TeamWorld and TeamShared, and waits for every
 // PE to get there. The thread level is ThreadSingle (InitThread asks for
 // another). The environment variables SHMEM_DEBUG, SHMEM_INFO and
-// SHMEM_VERSION are read here (see the package documentation).
+// SHMEM_VERSION are read here (see the package documentation). On a node
+// with more PEs than cores, Init sets GOMAXPROCS to the PE's share of the
+// cores (at least 1), unless the environment sets GOMAXPROCS; the last
+// Finalize sets it back.
 //
 // Init may be called more than once (OpenSHMEM 1.6): a call while the
 // library is initialized does nothing but count, and each call must be
@@ -371,6 +376,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	}
 	if m.LocalSize() > runtime.NumCPU() {
 		st.spin = spinOversubscribed
+		shareCores(m.LocalSize())
 	}
 	if need := runtimeHeapSize(); need > heap.Size() {
 		resetState()
@@ -495,8 +501,24 @@ func sizeString(n int) string {
 	return fmt.Sprintf("%dK", (n+1<<10-1)>>10)
 }
 
+// shareCores gives this PE its share of the node's cores as the Go
+// runtime's processors (GOMAXPROCS), when the node has more PEs than cores
+// and the environment does not set GOMAXPROCS: with a processor per core
+// in every PE, the runtimes' idle processors spin and wake each other
+// (about a fifth of an oversubscribed job's CPU time), on cores that the
+// PEs' own work needs. resetState gives the old value back.
+func shareCores(localPEs int) {
+	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+		return
+	}
+	st.oldProcs = runtime.GOMAXPROCS(max(1, runtime.NumCPU()/localPEs))
+}
+
 // resetState forgets everything Init set.
 func resetState() {
+	if st.oldProcs != 0 {
+		runtime.GOMAXPROCS(st.oldProcs)
+	}
 	st = state{}
 	defaultCtx = Ctx{}
 	resetTeams()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -803,6 +804,42 @@ func TestPeerFailureEndsJob(t *testing.T) {
 			}
 			shmem.BarrierAll() // never completes: PE 1 is gone
 			t.Error("BarrierAll returned without PE 1")
+		})
+	}
+}
+
+// TestSharesCoresWhenOversubscribed: on a node with more PEs than cores,
+// Init gives each PE its share of the cores as GOMAXPROCS (at least 1), the
+// last Finalize gives the old value back, and a GOMAXPROCS set in the
+// environment is left alone.
+func TestSharesCoresWhenOversubscribed(t *testing.T) {
+	cores := runtime.NumCPU()
+	if cores > 8 {
+		t.Skipf("%d cores: a job with more PEs than cores would be too large for this test", cores)
+	}
+	for _, c := range []struct {
+		name string
+		env  []string
+		want func(before int) int
+	}{
+		{"default", nil, func(int) int { return max(1, cores/(cores+1)) }},
+		{"GOMAXPROCS set", []string{"GOMAXPROCS=2"}, func(before int) int { return before }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{cores + 1}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, Env: c.env, NoInit: true}, func(t *testing.T) {
+				before := runtime.GOMAXPROCS(0)
+				if err := shmem.Init(); err != nil {
+					t.Fatal(err)
+				}
+				got := runtime.GOMAXPROCS(0)
+				shmem.Finalize()
+				if want := c.want(before); got != want {
+					t.Errorf("GOMAXPROCS in a job of %d PEs on %d cores: %d, want %d", cores+1, cores, got, want)
+				}
+				if after := runtime.GOMAXPROCS(0); after != before {
+					t.Errorf("GOMAXPROCS after Finalize: %d, want %d as before Init", after, before)
+				}
+			})
 		})
 	}
 }
