@@ -13,9 +13,14 @@ import (
 // wake-ups, keeps waking every 20 us instead of backing off to 10 ms, and
 // on a busy machine each wake-up takes the core of a spinning process for
 // a moment. A loopback round trip between two spinning processes measured
-// 22 us with Syscall and 16.5 us with RawSyscall. Calls that may copy
-// much (rawMax) go through Syscall, so that a long one lets the runtime
-// run other goroutines.
+// 22 us with Syscall and 16.5 us with RawSyscall. The large reads and
+// writes of bulk data are raw too: through Syscall, each of them had the
+// monitor hand the goroutine's P to another thread and the goroutine
+// wait for one on its return, and a 1 MiB tag_bw stream made twice the
+// context switches (and thread migrations) it makes raw. Only calls that
+// may copy more than rawMax bytes go through Syscall, so that a very
+// long one lets the runtime run other goroutines (and stop the world);
+// a read asks for at most rawMax bytes.
 //
 // The descriptors are sockets, and the calls are the socket calls
 // (recvfrom, sendto, sendmsg), as UCX's tcp transport makes them, rather
@@ -24,8 +29,11 @@ import (
 // processes 0.15 to 0.2 us shorter. Sends carry MSG_NOSIGNAL: a write to
 // a connection the peer reset fails with EPIPE and raises no SIGPIPE.
 
-// rawMax is the most bytes moved by one raw read or write.
-const rawMax = 64 << 10
+// rawMax is the most bytes moved by one raw read or write: a copy of a
+// few hundred microseconds at most. A non-blocking send moves at most
+// what the socket's send buffer has room for (net.core.wmem_max, 4 MiB
+// by default).
+const rawMax = 2 << 20
 
 // readNB is a non-blocking recv(2) into b (not empty).
 func readNB(fd int, b []byte) (int, error) {
@@ -97,15 +105,34 @@ func epollWaitNB(epfd int, ev []unix.EpollEvent) (int, error) {
 	return int(r), nil
 }
 
-// readv is readv(2) into bufs, retried when interrupted.
-func readv(fd int, bufs [][]byte) (int, error) {
-	for {
-		n, err := unix.Readv(fd, bufs)
-		if err != unix.EINTR {
-			if n < 0 {
-				n = 0
-			}
-			return n, err
+// readvNB is a non-blocking recvmsg(2) into bufs, of at most rawMax
+// bytes (bufs beyond are left for the next read); iov is scratch space
+// for the vector.
+func readvNB(fd int, bufs [][]byte, iov *[]unix.Iovec) (int, error) {
+	n := 0
+	v := (*iov)[:0]
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if n+len(b) > rawMax {
+			b = b[:rawMax-n]
+		}
+		n += len(b)
+		e := unix.Iovec{Base: &b[0]}
+		e.SetLen(len(b))
+		v = append(v, e)
+		if n == rawMax || len(v) == maxWriteIOV {
+			break
 		}
 	}
+	*iov = v
+	if len(v) == 0 {
+		return 0, nil
+	}
+	defer clear(v) // holds no buffer once done
+	var m unix.Msghdr
+	m.Iov = &v[0]
+	m.SetIovlen(len(v))
+	return sysIO(unix.SYS_RECVMSG, fd, unsafe.Pointer(&m), 0, 0, true)
 }
