@@ -298,7 +298,7 @@ func (s *inStream) readBody() bool {
 	if s.left < directRead || len(s.dst) == 0 {
 		return s.fill(1)
 	}
-	n, err := readv(s.fd, s.dst)
+	n, err := readvNB(s.fd, s.dst, &s.iov)
 	if !s.readDone(n, err) {
 		return false
 	}
