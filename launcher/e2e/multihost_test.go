@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/nstest"
+	"github.com/goshmem/goshmem/internal/petest"
 )
 
 // nsHost is a "host" made of namespaces: its own network (joined to the
@@ -185,6 +186,7 @@ func TestMultiHost(t *testing.T) {
 		c.noLeftoversOn()
 	})
 	t.Run("ring", func(t *testing.T) {
+		fullMatrixOnly(t)
 		r := run(t, namedSegments, append(flags, peProgram, "ring")...)
 		if r.code != 0 || !strings.Contains(r.stdout, "token back at PE 0 after 5 hops") {
 			t.Errorf("ring across hosts: %v", r)
@@ -266,10 +268,12 @@ func TestMultiHost(t *testing.T) {
 		}
 	})
 	t.Run("stdin", func(t *testing.T) {
+		fullMatrixOnly(t)
 		// PE 0 is on the first host, behind the remote shell.
 		checkStdin(t, runIn(t, "a\nb\n", nil, append(flags, stdinArgs...)...))
 	})
 	t.Run("output dir", func(t *testing.T) {
+		fullMatrixOnly(t)
 		dir := t.TempDir()
 		r := run(t, nil, append(flags, "-output-dir", dir, peProgram, "hello")...)
 		if r.code != 0 {
@@ -283,6 +287,7 @@ func TestMultiHost(t *testing.T) {
 		}
 	})
 	t.Run("launcher killed", func(t *testing.T) {
+		fullMatrixOnly(t)
 		killLauncher(t, namedSegments, append(flags, "-np", "5", peProgram, "block")...)
 		c.noLeftoversOn()
 	})
@@ -294,6 +299,9 @@ func TestMultiHost(t *testing.T) {
 	})
 	for _, f := range faults {
 		t.Run(f.mode, func(t *testing.T) {
+			if f.mode != "kill9" {
+				fullMatrixOnly(t)
+			}
 			// PE 3 is on the second host.
 			env := append([]string{"FAIL_PE=3"}, namedSegments...)
 			r := run(t, env, append(flags, peProgram, f.mode)...)
@@ -301,5 +309,16 @@ func TestMultiHost(t *testing.T) {
 			t.Logf("ended after %v", r.took.Round(time.Millisecond))
 			c.noLeftoversOn()
 		})
+	}
+}
+
+// fullMatrixOnly skips t unless the full matrix is asked for
+// (GOSHMEM_TEST_FULL=1, as .ci/run sets it): a job across the namespaced
+// hosts takes a second or two of CPU, and a quick run keeps one of each
+// kind.
+func fullMatrixOnly(t *testing.T) {
+	t.Helper()
+	if !petest.Full() {
+		t.Skipf("in the full matrix only (%s=1 runs it; .ci/run does)", petest.FullEnv)
 	}
 }
