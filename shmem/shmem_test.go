@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,10 +23,12 @@ import (
 // nps are the job sizes every routine is tested with (odd sizes included);
 // quickNPs those of them that `go test` runs unless the full matrix is
 // asked for (GOSHMEM_TEST_FULL=1, as .ci/run does): an odd size, where the
-// mixed variant has PEs of both kinds, and one PE alone.
+// mixed variant has PEs of both kinds, and, over shared memory only, one
+// PE alone (it reaches only itself, whatever the transports).
 var (
-	nps      = []int{1, 2, 3, 4}
-	quickNPs = []int{1, 3}
+	nps          = []int{1, 2, 3, 4}
+	quickNPs     = []int{3}
+	quickNPsSelf = []int{1, 3}
 )
 
 // transports are the ways the routines are tested: over shared memory (the
@@ -82,11 +85,13 @@ func jobWith(t *testing.T, o jobOptions, body func(t *testing.T, me, n int)) {
 	if o.thread {
 		level = o.level
 	}
-	sizes, quick := o.nps, o.quick
+	sizes, quick, trs := o.nps, o.quick, transports
 	if sizes == nil {
 		sizes, quick = nps, quickNPs
+		trs = slices.Clone(transports)
+		trs[0].QuickNPs = quickNPsSelf // shared memory
 	}
-	shmemtest.RunWith(t, shmemtest.Options{NPs: sizes, QuickNPs: quick, Transports: transports, Timeout: o.timeout, Check: o.check,
+	shmemtest.RunWith(t, shmemtest.Options{NPs: sizes, QuickNPs: quick, Transports: trs, Timeout: o.timeout, Check: o.check,
 		ThreadLevel: level, Setup: mixedSetup, Shared: true}, func(t *testing.T) {
 		if shmem.QueryThread() != level {
 			t.Fatalf("QueryThread %v after asking for %v", shmem.QueryThread(), level)

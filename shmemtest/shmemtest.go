@@ -48,6 +48,8 @@ import (
 type Transport struct {
 	Name string
 	Env  []string
+	// QuickNPs, if set, replaces Options.QuickNPs over this transport.
+	QuickNPs []int
 }
 
 // The transports of the tests.
@@ -127,7 +129,11 @@ func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
 	}
 	jobs := make([]petest.Options, len(o.Transports))
 	for i, tr := range o.Transports {
-		jobs[i] = petest.Options{Name: tr.Name, NPs: o.NPs, QuickNPs: o.QuickNPs, Env: append(append([]string(nil), o.Env...), tr.Env...),
+		quick := o.QuickNPs
+		if tr.QuickNPs != nil {
+			quick = tr.QuickNPs
+		}
+		jobs[i] = petest.Options{Name: tr.Name, NPs: o.NPs, QuickNPs: quick, Env: append(append([]string(nil), o.Env...), tr.Env...),
 			Timeout: o.Timeout, WantExit: o.WantExit, Check: o.Check}
 		if o.Shared {
 			// Jobs can be shared by PEs that start alike.
