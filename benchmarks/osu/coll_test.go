@@ -9,6 +9,7 @@ import (
 // TestCollectives runs each collective test as 2 and 3 PEs, as a full
 // table and as JSON.
 func TestCollectives(t *testing.T) {
+	t.Parallel() // its jobs mostly wait for their processes to start
 	for _, name := range collNames {
 		for _, np := range []int{2, 3} {
 			t.Run(fmt.Sprintf("%s/np=%d", name, np), func(t *testing.T) {

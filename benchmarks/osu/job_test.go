@@ -123,6 +123,7 @@ func checkSizeRows(t *testing.T, r *Report, metric string) {
 // TestPointToPoint runs each point-to-point test as 2 PEs, as a table and
 // as JSON, and checks both.
 func TestPointToPoint(t *testing.T) {
+	t.Parallel() // its jobs mostly wait for their processes to start
 	for _, tt := range p2pTests {
 		t.Run(tt.name, func(t *testing.T) {
 			text := mustRun(t, 2, nil, append([]string{tt.name}, tinyArgs...)...)
@@ -181,6 +182,7 @@ func cmpStrings(a, b []string) bool {
 
 // TestAtomicsAndBarrier runs atomics and barrier (full) as 2 and 3 PEs.
 func TestAtomicsAndBarrier(t *testing.T) {
+	t.Parallel() // its jobs mostly wait for their processes to start
 	for _, np := range []int{2, 3} {
 		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
 			r := decodeReport(t, mustRun(t, np, nil, "atomics", "-json", "-iters", "50", "-warmup", "5"))
@@ -213,6 +215,7 @@ func TestAtomicsAndBarrier(t *testing.T) {
 // TestPairs runs the tests that pair PE i with PE i+n/2 as 4 PEs (two
 // pairs) and 3 PEs (one pair, PE 2 idle).
 func TestPairs(t *testing.T) {
+	t.Parallel() // its jobs mostly wait for their processes to start
 	for _, tt := range []struct {
 		np     int
 		args   []string
@@ -237,6 +240,7 @@ func TestPairs(t *testing.T) {
 // TestGlobalMemoryAndTCP runs put and get with global memory, over shared
 // memory and over loopback TCP only.
 func TestGlobalMemoryAndTCP(t *testing.T) {
+	t.Parallel() // its jobs mostly wait for their processes to start
 	for _, tr := range []struct {
 		name   string
 		env    []string

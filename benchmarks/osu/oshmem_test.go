@@ -17,6 +17,7 @@ import (
 // row keys), so that compare pairs every row. Without oshcc and oshrun
 // (Debian: openmpi-bin libopenmpi-dev) it is skipped, saying so.
 func TestReferenceProgram(t *testing.T) {
+	t.Parallel() // its jobs mostly wait for their processes to start
 	oshcc, err1 := exec.LookPath("oshcc")
 	oshrun, err2 := exec.LookPath("oshrun")
 	if err1 != nil || err2 != nil {
