@@ -72,9 +72,16 @@ func (i *Iface) accept() {
 func (i *Iface) serve(c net.Conn, el *list.Element) {
 	defer i.wg.Done()
 	from := c.RemoteAddr()
-	epID, err := serverHandshakeEP(c, i.cfg.key, i.id, time.Now().Add(i.cfg.hsTimeout), i.checkEP)
-	if err == nil && epID != 0 {
-		err = i.bindEP(epID)
+	var reserved uint64
+	_, err := serverHandshakeEP(c, i.cfg.key, i.id, time.Now().Add(i.cfg.hsTimeout), func(id uint64) error {
+		if err := i.reserveEP(id); err != nil {
+			return err
+		}
+		reserved = id
+		return nil
+	})
+	if err != nil && reserved != 0 {
+		i.releaseEP(reserved)
 	}
 	i.mu.Lock()
 	hs := el.Value.(*handshaking)

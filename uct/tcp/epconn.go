@@ -160,15 +160,14 @@ func (i *Iface) dialEP(a ifaceAddr, peerID uint64) (*net.TCPConn, error) {
 	return c.(*net.TCPConn), nil
 }
 
-// checkEP accepts the id of a live EP created unconnected that no
-// connection was bound to yet.
-func (i *Iface) checkEP(id uint64) error {
+// reserveEP accepts the id of a live EP created unconnected that no
+// connection was bound to yet, and binds it to the connection whose hello
+// named it: at once, before the handshake answers, so that a second
+// connection for the same EP is refused while the first one authenticates.
+// releaseEP undoes it when that handshake fails.
+func (i *Iface) reserveEP(id uint64) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	return i.checkEPLocked(id)
-}
-
-func (i *Iface) checkEPLocked(id uint64) error {
 	e := i.epIDs[id]
 	switch {
 	case e == nil:
@@ -176,17 +175,16 @@ func (i *Iface) checkEPLocked(id uint64) error {
 	case e.bound:
 		return fmt.Errorf("hello for ep %#x, bound already: %w", id, ucs.ErrRejected)
 	}
+	e.bound = true
 	return nil
 }
 
-// bindEP records that an authenticated connection named the ep id, which
-// checkEP must still accept.
-func (i *Iface) bindEP(id uint64) error {
+// releaseEP unbinds the EP id that reserveEP bound to a connection whose
+// handshake then failed.
+func (i *Iface) releaseEP(id uint64) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if err := i.checkEPLocked(id); err != nil {
-		return err
+	if e := i.epIDs[id]; e != nil {
+		e.bound = false
 	}
-	i.epIDs[id].bound = true
-	return nil
 }
