@@ -40,9 +40,11 @@ var spawners = []struct {
 // TestSpawners runs jobs whose PEs srun or mpirun place: hello, stdin to
 // PE 0, a PE killed, and the launcher's global exit.
 func TestSpawners(t *testing.T) {
+	t.Parallel() // its jobs mostly wait for processes to start
 	h := hostname(t)
 	for _, sp := range spawners {
 		t.Run(sp.name, func(t *testing.T) {
+			t.Parallel()
 			skipUnless(t, sp.name, sp.ready())
 			t.Run("hello", func(t *testing.T) {
 				r := run(t, nil, "-spawner", sp.spawner, "-np", "4", "-tag-output", peProgram, "hello")
