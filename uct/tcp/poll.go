@@ -19,9 +19,13 @@ import (
 // for reading, and for writing while bytes wait to be sent (rx.go's
 // interest); a parked stream is not in the set.
 type pollSet struct {
-	fd      int          // the epoll descriptor
-	wake    int          // an eventfd in the set (id 0) that Close writes to wake the poller
-	n       atomic.Int32 // streams in the table
+	fd   int          // the epoll descriptor
+	wake int          // an eventfd in the set (id 0) that Close writes to wake the poller
+	n    atomic.Int32 // streams in the table
+	// added is signalled when a stream enters the table, so that the
+	// poller of an iface without connections (a job on one host) sleeps
+	// until one comes, not a wake-up every delay.
+	added   chan struct{}
 	mu      sync.Mutex
 	streams map[int32]*inStream // every stream of the iface that has not ended
 	next    int32
@@ -53,7 +57,7 @@ func openPollSet() (*pollSet, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("uct/tcp: epoll set: %w: %w", ucs.ErrIOError, os.NewSyscallError("eventfd", err))
 	}
-	return &pollSet{fd: fd, wake: wake, streams: make(map[int32]*inStream)}, nil
+	return &pollSet{fd: fd, wake: wake, added: make(chan struct{}, 1), streams: make(map[int32]*inStream)}, nil
 }
 
 // close closes the set's descriptors; the streams must have ended.
@@ -81,6 +85,10 @@ func (i *Iface) pollAdd(s *inStream) {
 	p.streams[id] = s
 	p.n.Add(1)
 	p.mu.Unlock()
+	select {
+	case p.added <- struct{}{}:
+	default:
+	}
 	s.evMu.Lock()
 	s.id = id
 	s.register()

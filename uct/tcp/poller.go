@@ -17,6 +17,8 @@ import (
 // which steps in only when Progress has not run for UCX_TCP_PASSIVE_DELAY
 // (default 1ms):
 //
+//   - While the iface has no connection, the poller sleeps until one
+//     comes (a job on one host never wakes it).
 //   - While Progress runs, the poller sleeps on a timer and looks, every
 //     delay (at least every houseEvery), whether Progress ran meanwhile.
 //     It never waits on the sockets then, so a frame that arrives wakes
@@ -63,8 +65,16 @@ func (i *Iface) poller() {
 		if closing && i.poll.n.Load() == 0 {
 			return
 		}
-		if !closing && (time.Since(last) < delay || i.poll.n.Load() == 0) {
-			// Progress ran lately: it reads. (Or there is nothing to read.)
+		if !closing && i.poll.n.Load() == 0 {
+			// Nothing to read or tick until a connection comes.
+			select {
+			case <-i.poll.added:
+			case <-i.pollerStop:
+			}
+			continue
+		}
+		if !closing && time.Since(last) < delay {
+			// Progress ran lately: it reads.
 			timer.Reset(min(delay, houseEvery))
 			select {
 			case <-timer.C:
