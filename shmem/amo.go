@@ -259,8 +259,8 @@ func amoFetching[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v, con
 		amoTarget(c, routine, dst, pe) // panics with the message (or makes the SHMEM_DEBUG checks)
 	}
 	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
-	if q.base != nil {
-		return fromBits[T](amoDirect(unsafe.Add(q.base, off), unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond)))
+	if base := q.heap(); base != nil {
+		return fromBits[T](amoDirect(unsafe.Add(base, off), unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond)))
 	}
 	return fromBits[T](c.amoSlow(routine, pe, off, unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond), amoWait, nil))
 }
@@ -269,8 +269,8 @@ func amoFetching[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v, con
 func amoPosted[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v T) {
 	q, off := amoTarget(c, routine, dst, pe)
 	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
-	if q.base != nil {
-		amoDirect(unsafe.Add(q.base, off), unsafe.Sizeof(v), op, bitsOf(v), 0)
+	if base := q.heap(); base != nil {
+		amoDirect(unsafe.Add(base, off), unsafe.Sizeof(v), op, bitsOf(v), 0)
 		return
 	}
 	c.amoSlow(routine, pe, off, unsafe.Sizeof(v), op, bitsOf(v), 0, amoPost, nil)
@@ -284,8 +284,8 @@ func amoNonBlocking[T any](c *Ctx, routine string, fetch, dst *T, pe int, op amo
 		panic("shmem." + routine + ": fetch is nil")
 	}
 	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
-	if q.base != nil {
-		*fetch = fromBits[T](amoDirect(unsafe.Add(q.base, off), unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond)))
+	if base := q.heap(); base != nil {
+		*fetch = fromBits[T](amoDirect(unsafe.Add(base, off), unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond)))
 		return
 	}
 	c.amoSlow(routine, pe, off, unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond), amoNBI, unsafe.Pointer(fetch))

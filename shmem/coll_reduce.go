@@ -70,7 +70,7 @@ func reduceDirect[T RMA](routine string, cs *collState, dest []T, doff, soff uin
 	var z T
 	size := int(unsafe.Sizeof(z))
 	src := func(j int) []T {
-		return unsafe.Slice((*T)(unsafe.Add(st.peers[t.members[j]].base, soff)), nr)
+		return unsafe.Slice((*T)(unsafe.Add(jobPeer(routine, t.members[j]).base, soff)), nr)
 	}
 	if nr*size <= stageData {
 		reduceStaged(cs, dest, bytesOf(src(t.me)), soff, combine)

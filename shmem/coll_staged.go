@@ -63,7 +63,7 @@ func (cs *collState) stagedBegin() stagedCall {
 
 // doneWord returns the done word of the team's PE j.
 func (c *stagedCall) doneWord(j int) *uint64 {
-	return (*uint64)(unsafe.Add(st.peers[c.cs.team.members[j]].base, c.cs.stage))
+	return (*uint64)(unsafe.Add(jobPeer("collective", c.cs.team.members[j]).base, c.cs.stage))
 }
 
 // waitDone waits until every PE of the team has finished call s.
@@ -104,7 +104,7 @@ func (c *stagedCall) publish(b []byte, off uintptr) bool {
 // in j's slot or at j's source.
 func (c *stagedCall) from(j int) []byte {
 	pe := c.cs.team.members[j]
-	hdr := (*[3]uint64)(unsafe.Add(st.peers[pe].base, c.slot))
+	hdr := (*[3]uint64)(unsafe.Add(jobPeer("collective", pe).base, c.slot))
 	waitGE(&hdr[0], c.s)
 	h1, off := atomic.LoadUint64(&hdr[1]), uintptr(atomic.LoadUint64(&hdr[2]))
 	n := int(h1 & (1<<56 - 1))

@@ -82,7 +82,7 @@ func (t *Team) coll(routine string) *collState {
 	cs := &collState{team: t, heap: st.heap, area: area, stage: area + collWordsSize(), direct: true}
 	mine := uint64(1)
 	for _, pe := range t.members {
-		if st.peers[pe].base == nil {
+		if !st.peers[pe].mapped {
 			mine = 0
 		}
 	}
@@ -114,7 +114,7 @@ func (cs *collState) wait(i int, n uint64) {
 func (cs *collState) signal(routine string, pe, i int) {
 	off := cs.area + uintptr(i)*8
 	profJob(routine, pe, 8)
-	if q := &st.peers[pe]; q.base != nil {
+	if q := jobPeer(routine, pe); q.base != nil {
 		atomic.AddUint64((*uint64)(unsafe.Add(q.base, off)), 1)
 		return
 	}
@@ -128,7 +128,7 @@ func put2(routine string, pe int, off uintptr, b []byte) {
 		return
 	}
 	profJob(routine, pe, len(b))
-	if q := &st.peers[pe]; q.base != nil {
+	if q := jobPeer(routine, pe); q.base != nil {
 		copyBytes(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
 		return
 	}
@@ -139,7 +139,7 @@ func put2(routine string, pe int, off uintptr, b []byte) {
 // one to its signal word i: a PE that sees the signal sees the data.
 func (cs *collState) putSignal(routine string, pe int, off uintptr, b []byte, i int) {
 	profJob(routine, pe, len(b)+8)
-	if q := &st.peers[pe]; q.base != nil {
+	if q := jobPeer(routine, pe); q.base != nil {
 		if len(b) > 0 {
 			copyBytes(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
 		}
@@ -216,7 +216,7 @@ func get2(routine string, pe int, off uintptr, b []byte) {
 		return
 	}
 	profJob(routine, pe, len(b))
-	if q := &st.peers[pe]; q.base != nil {
+	if q := jobPeer(routine, pe); q.base != nil {
 		copyBytes(b, unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)))
 		return
 	}
@@ -229,7 +229,7 @@ func peerBytes(pe int, off uintptr, n int) []byte {
 	if n == 0 {
 		return nil
 	}
-	return unsafe.Slice((*byte)(unsafe.Add(st.peers[pe].base, off)), n)
+	return unsafe.Slice((*byte)(unsafe.Add(jobPeer("collective", pe).base, off)), n)
 }
 
 // localBytes returns the n bytes at heap offset off of this PE.

@@ -226,10 +226,9 @@ func newCtx(routine string, team *Team, options CtxOptions) (*Ctx, error) {
 	// The endpoints are made on first use (Ctx.remote).
 	peers := make([]peer, team.npes)
 	for i, pe := range team.members {
-		if base := st.peers[pe].base; base != nil {
-			// Same memory, same mapping: no endpoint needed.
-			peers[i].base, peers[i].ready = base, 1
-		}
+		// Same memory, same mapping: no endpoint needed (a peer still to
+		// connect is connected, and mapped, on first use).
+		peers[i].mapped, peers[i].base = st.peers[pe].mapped, st.peers[pe].heap()
 	}
 	c := &Ctx{peers: peers, worker: cc.worker, conn: cc, options: options, team: team, shared: mode == ucs.ThreadModeMulti}
 	contexts[c] = struct{}{}
@@ -332,7 +331,9 @@ func (c *Ctx) badCtx(routine string) {
 
 // peer returns the peer record of pe in the context, panicking with a clear
 // message for a PE outside the job, a context that cannot be used, or use
-// before Init. Its endpoint may not be connected yet: see remote.
+// before Init. Its endpoint may not be connected yet, and the base of a
+// heap mapped on connection not set yet: the routines take their slow
+// path then, which connects (see remote).
 func (c *Ctx) peer(routine string, pe int) *peer {
 	if c == nil || uint(pe) >= uint(len(c.peers)) {
 		c.badPE(routine, pe)
@@ -367,9 +368,25 @@ func (c *Ctx) connect(pe int) error {
 	if c.conn == nil { // the default context
 		return connectPeer(q, st.worker, fmt.Sprintf("pe%d->pe%d", st.me, pe), pe, st.table.Blob(pe))
 	}
-	p, err := c.conn.ep(c.team.members[pe])
+	gpe := c.team.members[pe]
+	var base unsafe.Pointer
+	if q.mapped {
+		// The default context's mapping serves every context; the
+		// context's own endpoint serves the operation that connects.
+		g := &st.peers[gpe]
+		if g.ready == 0 {
+			if err := connectPeer(g, st.worker, fmt.Sprintf("pe%d->pe%d", st.me, gpe), gpe, st.table.Blob(gpe)); err != nil {
+				return err
+			}
+		}
+		base = g.base
+	}
+	p, err := c.conn.ep(gpe)
 	if err != nil {
 		return err
+	}
+	if base != nil {
+		atomic.StorePointer(&q.base, base)
 	}
 	q.ep, q.rkey, q.raddr = p.ep, p.rkey, p.raddr
 	atomic.StoreUint32(&q.ready, 1)
@@ -378,6 +395,22 @@ func (c *Ctx) connect(pe int) error {
 
 // connected reports whether the endpoint of the context to pe is made.
 func (q *peer) connected() bool { return atomic.LoadUint32(&q.ready) != 0 && q.ep != nil }
+
+// heap returns the peer's heap as mapped here, or nil when it is not
+// mapped, or not yet (the routines then take their slow path, which
+// connects): it connects nothing.
+func (q *peer) heap() unsafe.Pointer { return atomic.LoadPointer(&q.base) }
+
+// jobPeer returns the default context's record of the job's PE pe, with
+// its heap's base in place when this PE maps it: a peer still to connect
+// is connected first.
+func jobPeer(routine string, pe int) *peer {
+	q := &st.peers[pe]
+	if atomic.LoadUint32(&q.toMap) != 0 {
+		defaultCtx.remote(routine, pe)
+	}
+	return q
+}
 
 //go:noinline
 func (c *Ctx) badPE(routine string, pe int) {

@@ -126,11 +126,13 @@ func onOff(b bool) string {
 func transportsTo(pe int) string {
 	q := &st.peers[pe]
 	var parts []string
-	if q.base != nil {
+	if q.heap() != nil {
 		parts = append(parts, "heap mapped (loads, stores and CPU atomics)")
+	} else if q.mapped {
+		parts = append(parts, "heap mapped on first use")
 	}
 	if !q.connected() {
-		parts = append(parts, "not connected yet (a PE of another host is connected on first use)")
+		parts = append(parts, "not connected yet (connected on first use)")
 	} else {
 		for _, l := range q.ep.Query().Lanes {
 			parts = append(parts, fmt.Sprintf("%s/%s for %s", l.Transport, l.Device, l.Usage))

@@ -347,17 +347,18 @@ func Free[T any](s []T) {
 func Ptr[T any](p *T, pe int) *T {
 	mustInit("Ptr")
 	var z T
-	q := defaultCtx.peer("Ptr", pe)
+	defaultCtx.peer("Ptr", pe) // checks pe
 	off := offsetOf("Ptr", "p", unsafe.Pointer(p), int(unsafe.Sizeof(z)))
-	if q.base == nil {
+	base := jobPeer("Ptr", pe).base
+	if base == nil {
 		return nil
 	}
-	return (*T)(unsafe.Add(q.base, off))
+	return (*T)(unsafe.Add(base, off))
 }
 
 // PEAccessible reports whether pe is a PE of the job that this PE can reach
-// with the routines of this package. A PE of another host is connected
-// first, if that was not done yet.
+// with the routines of this package. The PE is connected first, if that was
+// not done yet.
 func PEAccessible(pe int) bool {
 	return st.inited && pe >= 0 && pe < st.npes && defaultCtx.connect(pe) == nil
 }

@@ -229,13 +229,13 @@ func put[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	nb := n * int(unsafe.Sizeof(z))
 	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
 	profCtx(c, routine, pe, nb)
-	if q.base != nil {
+	if base := q.heap(); base != nil {
 		// copyOut, by hand: this is the hot path.
 		if nb >= largeCopy {
-			ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb), bytesOf(src))
+			ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), bytesOf(src))
 			return
 		}
-		copy(unsafe.Slice((*T)(unsafe.Add(q.base, off)), n), src)
+		copy(unsafe.Slice((*T)(unsafe.Add(base, off)), n), src)
 		return
 	}
 	c.putSlow(routine, pe, off, bytesOf(src), nbi)
@@ -265,12 +265,12 @@ func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	nb := n * int(unsafe.Sizeof(z))
 	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), nb)
 	profCtx(c, routine, pe, nb)
-	if q.base != nil {
+	if base := q.heap(); base != nil {
 		if nb >= largeCopy {
-			ucs.Memcpy(bytesOf(dst), unsafe.Slice((*byte)(unsafe.Add(q.base, off)), nb))
+			ucs.Memcpy(bytesOf(dst), unsafe.Slice((*byte)(unsafe.Add(base, off)), nb))
 			return
 		}
-		copy(dst, unsafe.Slice((*T)(unsafe.Add(q.base, off)), n))
+		copy(dst, unsafe.Slice((*T)(unsafe.Add(base, off)), n))
 		return
 	}
 	c.getSlow(routine, pe, off, bytesOf(dst), nbi)
@@ -281,8 +281,8 @@ func putValue[T any](c *Ctx, routine string, dst *T, v T, pe int) {
 	q := c.peer(routine, pe)
 	off := offsetOf(routine, "dst", unsafe.Pointer(dst), int(unsafe.Sizeof(v)))
 	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
-	if q.base != nil {
-		*(*T)(unsafe.Add(q.base, off)) = v
+	if base := q.heap(); base != nil {
+		*(*T)(unsafe.Add(base, off)) = v
 		return
 	}
 	pSlow(c, routine, pe, off, v)
@@ -294,8 +294,8 @@ func getValue[T any](c *Ctx, routine string, src *T, pe int) T {
 	var z T
 	off := offsetOf(routine, "src", unsafe.Pointer(src), int(unsafe.Sizeof(z)))
 	profCtx(c, routine, pe, int(unsafe.Sizeof(z)))
-	if q.base != nil {
-		return *(*T)(unsafe.Add(q.base, off))
+	if base := q.heap(); base != nil {
+		return *(*T)(unsafe.Add(base, off))
 	}
 	return gSlow[T](c, routine, pe, off)
 }
@@ -353,8 +353,8 @@ func ibput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 	size := unsafe.Sizeof(z)
 	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), dspan*int(size))
 	profCtx(c, routine, pe, nblocks*bsize*int(size))
-	if q.base != nil {
-		d := unsafe.Slice((*T)(unsafe.Add(q.base, off)), dspan)
+	if base := q.heap(); base != nil {
+		d := unsafe.Slice((*T)(unsafe.Add(base, off)), dspan)
 		if bsize == 1 {
 			for i := range nblocks {
 				d[i*dstStride] = src[i*srcStride]
@@ -362,7 +362,7 @@ func ibput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 			return
 		}
 		for i := range nblocks {
-			copyOut(q.base, off+uintptr(i*dstStride)*size, src[i*srcStride:i*srcStride+bsize])
+			copyOut(base, off+uintptr(i*dstStride)*size, src[i*srcStride:i*srcStride+bsize])
 		}
 		return
 	}
@@ -406,8 +406,8 @@ func ibget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 	size := unsafe.Sizeof(z)
 	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), sspan*int(size))
 	profCtx(c, routine, pe, nblocks*bsize*int(size))
-	if q.base != nil {
-		s := unsafe.Slice((*T)(unsafe.Add(q.base, off)), sspan)
+	if base := q.heap(); base != nil {
+		s := unsafe.Slice((*T)(unsafe.Add(base, off)), sspan)
 		for i := range nblocks {
 			copy(dst[i*dstStride:i*dstStride+bsize], s[i*srcStride:i*srcStride+bsize])
 		}

@@ -189,12 +189,19 @@ type peer struct {
 	ep    *ucp.Endpoint
 	rkey  *ucp.Rkey
 	raddr uint64 // the peer's heap base address, in the peer's address space
-	// ready is set, atomically, once ep and rkey are in place: at Init for
-	// the PEs of this node (whose heaps may be mapped, which the
-	// collectives must know from the start), on first use for the others
-	// (Ctx.remote), so that a PE that talks to a few PEs of other hosts
-	// never connects to the rest.
+	// ready is set, atomically, once ep and rkey are in place (and base,
+	// for a mapped heap): on first use (Ctx.remote), so that a PE that
+	// talks to a few PEs never connects to the rest.
 	ready uint32
+	// mapped says that the peer's heap is mapped here once it is
+	// connected: decided at Init without connecting
+	// (ucp.Worker.MapsRemoteKey), since the collectives must know from the
+	// start which heaps every PE maps.
+	mapped bool
+	// toMap is non-zero, atomically, while the peer is a mapped one still
+	// to connect (Init leaves them to their first use): Ctx.peer connects
+	// it first, so that base is in place before any routine reads it.
+	toMap uint32
 }
 
 // state is the library state of this PE. The hot paths read it without
@@ -343,6 +350,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	peers := make([]peer, m.Size())
 	cleanup = append(cleanup, func() { closePeers(peers) })
 	node := table.Node(m.Rank())
+	named := ctx.NamesMemory()
 	for pe := range peers {
 		_, _, base, n, err := decodeBlob(table.Blob(pe))
 		if err != nil {
@@ -351,11 +359,23 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 		if n != uint64(heap.Size()) {
 			return fmt.Errorf("PE %d has a heap of %d bytes and this PE %d: SHMEM_SYMMETRIC_SIZE must be the same everywhere", pe, n, heap.Size())
 		}
-		peers[pe].raddr = base
+		q := &peers[pe]
+		q.raddr = base
 		if table.Node(pe) != node {
 			continue // connected on first use
 		}
-		if err := connectPeer(&peers[pe], worker, fmt.Sprintf("pe%d->pe%d", m.Rank(), pe), pe, table.Blob(pe)); err != nil {
+		addr, rkey, _, _, _ := decodeBlob(table.Blob(pe))
+		if q.mapped, err = worker.MapsRemoteKey(addr, rkey); err != nil {
+			return fmt.Errorf("blob of PE %d: %w", pe, err)
+		}
+		if q.mapped && pe != m.Rank() && !named {
+			q.toMap = 1 // connected on first use, mapped then
+			continue
+		}
+		// This PE itself, a peer whose heap only ucp reaches (that may
+		// fail to connect: better now), and every peer of the node when
+		// memory has names, which the end of Init removes.
+		if err := connectPeer(q, worker, fmt.Sprintf("pe%d->pe%d", m.Rank(), pe), pe, table.Blob(pe)); err != nil {
 			return err
 		}
 	}
@@ -372,7 +392,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, shared: level == ThreadMultiple}
 	st.spin = spinDedicated
 	for i := range peers {
-		st.netPoll = st.netPoll || peers[i].base == nil // so are those of other nodes
+		st.netPoll = st.netPoll || !peers[i].mapped // so are those of other nodes
 	}
 	if m.LocalSize() > runtime.NumCPU() {
 		st.spin = spinOversubscribed
@@ -447,11 +467,16 @@ func connectPeer(q *peer, worker *ucp.Worker, name string, pe int, blob []byte) 
 		ep.Close(ucp.CloseModeForce)
 		return err
 	}
-	q.ep, q.rkey, q.raddr = ep, rk, base
 	if p, err := rk.Ptr(base); err == nil {
-		q.base = p
+		atomic.StorePointer(&q.base, p)
+	} else if q.mapped {
+		rk.Destroy()
+		ep.Close(ucp.CloseModeForce)
+		return fmt.Errorf("map the heap of PE %d, which its address said this PE maps: %w", pe, err)
 	}
+	q.ep, q.rkey, q.raddr = ep, rk, base
 	atomic.StoreUint32(&q.ready, 1)
+	atomic.StoreUint32(&q.toMap, 0)
 	return nil
 }
 

@@ -131,13 +131,13 @@ func putSignal[T RMA](c *Ctx, routine string, dst, src []T, sig *uint64, signal 
 		off = offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
 	}
 	profCtx(c, routine, pe, nb+8)
-	if q.base != nil {
+	if base := q.heap(); base != nil {
 		if n > 0 {
-			copyOut(q.base, off, src[:n])
+			copyOut(base, off, src[:n])
 		}
 		// The atomic orders the copy before the signal for every reader
 		// that loads the signal atomically.
-		amoDirect(unsafe.Add(q.base, soff), 8, aop, signal, 0)
+		amoDirect(unsafe.Add(base, soff), 8, aop, signal, 0)
 		return
 	}
 	c.putSignalSlow(routine, pe, off, bytesOf(src), soff, aop, signal, nbi)

@@ -104,7 +104,7 @@ func (t *Team) collWordOff() uintptr { return t.off + teamPool.slotSize - counte
 func (t *Team) peerColl(i int, remote bool) (seq, kind uint64, ok bool) {
 	var w uint64
 	pe := t.members[i]
-	if base := st.peers[pe].base; base != nil {
+	if base := st.peers[pe].heap(); base != nil {
 		w = atomic.LoadUint64((*uint64)(unsafe.Add(base, t.collWordOff())))
 	} else if remote {
 		get2("stall check", pe, t.collWordOff(), unsafe.Slice((*byte)(unsafe.Pointer(&w)), 8))
@@ -174,7 +174,7 @@ func (t *Team) collWords() []uint64 {
 	words := make([]uint64, t.npes)
 	for j := range words {
 		pe := t.members[j]
-		if base := st.peers[pe].base; base != nil {
+		if base := st.peers[pe].heap(); base != nil {
 			words[j] = atomic.LoadUint64((*uint64)(unsafe.Add(base, t.collWordOff())))
 		} else {
 			get2("collective check", pe, t.collWordOff(), unsafe.Slice((*byte)(unsafe.Pointer(&words[j])), 8))

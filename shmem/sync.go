@@ -150,7 +150,7 @@ func (b *barrierState) init() error {
 func (b *barrierState) chooseCentral() error {
 	mapped := byte(1)
 	for i := range st.peers {
-		if st.peers[i].base == nil {
+		if !st.peers[i].mapped {
 			mapped = 0
 		}
 	}
@@ -173,7 +173,7 @@ func (b *barrierState) chooseCentral() error {
 // the words of the next barrier (every PE has read those of the previous
 // one: it arrived at this one) before it releases the others.
 func (b *barrierState) syncCentral(routine string, key uint64) bool {
-	root := st.peers[0].base
+	root := jobPeer(routine, 0).base
 	line := func(l int) unsafe.Pointer { return unsafe.Add(root, b.off+uintptr(l*counterStride)) }
 	arrive := (*uint64)(line(b.rounds))
 	release := (*uint64)(line(b.rounds + 1))
@@ -240,7 +240,7 @@ func disseminate(routine string, members []int, me int, off0 uintptr, epoch, key
 		off := off0 + uintptr(k)*counterStride
 		keys := off + 8*(1+2*par)
 		pe := members[(me+dist)%n]
-		if q := &st.peers[pe]; q.base != nil {
+		if q := jobPeer(routine, pe); q.base != nil {
 			atomic.StoreUint64((*uint64)(unsafe.Add(q.base, keys)), lo)
 			atomic.StoreUint64((*uint64)(unsafe.Add(q.base, keys+8)), hi)
 			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), epoch)

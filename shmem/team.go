@@ -191,7 +191,7 @@ func sharedMembers() ([]int, error) {
 	n := st.npes
 	mine := make([]byte, (n+7)/8)
 	for pe := range st.peers {
-		if st.peers[pe].base != nil || pe == st.me {
+		if st.peers[pe].mapped || pe == st.me {
 			mine[pe/8] |= 1 << (pe % 8)
 		}
 	}
@@ -350,7 +350,7 @@ func (t *Team) exchange(routine string, rec teamRecord) []teamRecord {
 	t.sync(routine)
 	out := make([]teamRecord, t.npes)
 	for i, pe := range t.members {
-		q := &st.peers[pe]
+		q := jobPeer(routine, pe)
 		switch {
 		case i == t.me:
 			out[i] = rec
@@ -705,7 +705,7 @@ func TeamPtr[T any](team *Team, p *T, pe int) *T {
 	}
 	var z T
 	off := offsetOf(routine, "p", unsafe.Pointer(p), int(unsafe.Sizeof(z)))
-	base := st.peers[team.members[pe]].base
+	base := jobPeer(routine, team.members[pe]).base
 	if base == nil {
 		return nil
 	}

@@ -288,23 +288,10 @@ const (
 // whose memory domain registered the key's memory (Endpoint.RkeyUnpack), and
 // connected then.
 func (ep *Endpoint) wireup(ra *workerAddress, netDev string) error {
-	for i := range ra.ifaces {
-		r := &ra.ifaces[i]
-		for _, wi := range ep.w.ifaces {
-			if wi.rsc.tl.TLName != r.tlName || wi.rsc.md.comp.Name() != r.component || !onNetDev(wi, netDev) {
-				continue
-			}
-			if !wi.iface.IsReachable(r.deviceAddr, r.ifaceAddr) {
-				continue
-			}
-			lat := math.Max(wi.attr.Latency.C, r.latency) + wi.attr.Overhead + r.overhead
-			ep.cands = append(ep.cands, candidate{wi: wi, remote: r, score: lat})
-		}
-	}
+	ep.cands = ep.w.candidates(ep.cands, ra, netDev)
 	if len(ep.cands) == 0 {
 		return fmt.Errorf("no transport reaches the peer: %w", ucs.ErrUnreachable)
 	}
-	sort.SliceStable(ep.cands, func(i, j int) bool { return ep.cands[i].better(ep.cands[j]) })
 	useful := false
 	for _, c := range ep.cands {
 		useful = useful || c.can(capRMA) || c.canAMO()
@@ -320,6 +307,29 @@ func (ep *Endpoint) wireup(ra *workerAddress, netDev string) error {
 		return fmt.Errorf("no transport offers RMA, atomics or active messages to the peer: %w", ucs.ErrUnreachable)
 	}
 	return nil
+}
+
+// candidates appends to cands the candidate lanes of the worker to the
+// remote worker ra (of the local network interfaces, those on netDev,
+// unless it is ""), best first: every pair of a local and a remote
+// interface of the same transport that the local one reaches, ranked by
+// the latency and overhead both sides advertise.
+func (w *Worker) candidates(cands []candidate, ra *workerAddress, netDev string) []candidate {
+	for i := range ra.ifaces {
+		r := &ra.ifaces[i]
+		for _, wi := range w.ifaces {
+			if wi.rsc.tl.TLName != r.tlName || wi.rsc.md.comp.Name() != r.component || !onNetDev(wi, netDev) {
+				continue
+			}
+			if !wi.iface.IsReachable(r.deviceAddr, r.ifaceAddr) {
+				continue
+			}
+			lat := math.Max(wi.attr.Latency.C, r.latency) + wi.attr.Overhead + r.overhead
+			cands = append(cands, candidate{wi: wi, remote: r, score: lat})
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].better(cands[j]) })
+	return cands
 }
 
 // can reports whether both sides of the candidate have one of flags.

@@ -363,6 +363,19 @@ func (c *Context) allocate(m *MemHandle, hint unsafe.Pointer, fixed bool) error 
 		c.config.Get("ALLOC_PRIO"), m.length, where, strings.Join(why, "; "), ucs.ErrNoMemory)
 }
 
+// NamesMemory reports whether peers map memory of this context by names in
+// the file system (UCX_POSIX_USE_SHM_OPEN=y), which UnlinkMemoryNames
+// removes: a peer must then map what it needs before that call. This is
+// goshmem's own; UCX has no such routine.
+func (c *Context) NamesMemory() bool {
+	for _, e := range c.mds {
+		if u, ok := e.md.(uct.NameUnlinker); ok && u.NamesMemory() {
+			return true
+		}
+	}
+	return false
+}
+
 // UnlinkMemoryNames removes from the file system the names through which
 // peers map the memory this context allocated (posix segments with
 // UCX_POSIX_USE_SHM_OPEN=y; see uct.NameUnlinker). Call it once every peer

@@ -323,20 +323,13 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 		if rk.ptr != nil {
 			break
 		}
-		if !ep.reachesComponent(name) {
+		if !reachesComponent(ep.cands, name) || !ep.w.ctx.mapsComponent(name) {
 			continue
 		}
-		for _, e := range ep.w.ctx.mds {
-			// Only through a transport UCX_TLS selected: an MD kept just to
-			// allocate memory must not open a path the user excluded.
-			if e.comp.Name() == name && e.attr.Flags&uct.MDFlagRkeyPtr != 0 && e.selected > 0 {
-				if pe, err := unpack(name); err == nil && pe.hasPtr {
-					if base, err := pe.comp.RkeyPtr(pe.bundle, rk.address); err == nil {
-						rk.ptr, rk.base = pe, base
-						ep.direct.Store(true)
-					}
-				}
-				break
+		if pe, err := unpack(name); err == nil && pe.hasPtr {
+			if base, err := pe.comp.RkeyPtr(pe.bundle, rk.address); err == nil {
+				rk.ptr, rk.base = pe, base
+				ep.direct.Store(true)
 			}
 		}
 	}
@@ -347,15 +340,56 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 	return rk, nil
 }
 
-// reachesComponent reports whether a candidate lane of the endpoint belongs
-// to the component name.
-func (ep *Endpoint) reachesComponent(name string) bool {
-	for i := range ep.cands {
-		if ep.cands[i].wi.rsc.md.comp.Name() == name {
+// reachesComponent reports whether one of the candidate lanes cands
+// belongs to the component name.
+func reachesComponent(cands []candidate, name string) bool {
+	for i := range cands {
+		if cands[i].wi.rsc.md.comp.Name() == name {
 			return true
 		}
 	}
 	return false
+}
+
+// mapsComponent reports whether the context maps the memory of the
+// component name's remote keys here (an MD with uct.MDFlagRkeyPtr). Only
+// through a transport UCX_TLS selected: an MD kept just to allocate memory
+// must not open a path the user excluded.
+func (c *Context) mapsComponent(name string) bool {
+	for _, e := range c.mds {
+		if e.comp.Name() == name && e.attr.Flags&uct.MDFlagRkeyPtr != 0 && e.selected > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// MapsRemoteKey reports, without connecting or mapping anything, whether
+// an endpoint of this worker to the worker whose address is addr would map
+// the memory of the packed remote key rkey here, so that Rkey.Ptr would
+// give a pointer to it: whether a transport that reaches that worker maps
+// the key's memory. (A goshmem extension: it lets a caller that talks to
+// many peers decide how to reach each before it connects to it, and
+// connect on first use.) The mapping itself may still fail when the
+// endpoint unpacks the key, for instance when the peer is gone. A malformed
+// address fails with ucs.ErrInvalidAddr, a malformed key with
+// ucs.ErrInvalidParam.
+func (w *Worker) MapsRemoteKey(addr, rkey []byte) (bool, error) {
+	ra, err := decodeWorkerAddress(addr)
+	if err != nil {
+		return false, fmt.Errorf("ucp maps remote key: %w", err)
+	}
+	k, err := decodeRkey(rkey)
+	if err != nil {
+		return false, fmt.Errorf("ucp maps remote key: %w", err)
+	}
+	cands := w.candidates(nil, ra, "")
+	for _, mk := range k.mkeys {
+		if mk.component != swComponent && reachesComponent(cands, mk.component) && w.ctx.mapsComponent(mk.component) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Ptr returns a local pointer through which the remote address raddr can be

@@ -104,3 +104,62 @@ func TestRkeyCompare(t *testing.T) {
 		t.Errorf("keys of different memory compare %d and %d", x, y)
 	}
 }
+
+// TestMapsRemoteKey: Worker.MapsRemoteKey says, without connecting,
+// exactly what an endpoint's RkeyUnpack then does: whether Rkey.Ptr maps
+// the peer's memory, for every pair of transport selections; a malformed
+// address fails with ucs.ErrInvalidAddr, a malformed key with
+// ucs.ErrInvalidParam.
+func TestMapsRemoteKey(t *testing.T) {
+	for _, tt := range []struct{ local, remote, alloc string }{
+		{"posix", "posix", "md:posix"},
+		{"posix", "posix", "mmap"},
+		{"sysv", "sysv", "md:sysv"},
+		{"sm", "sm", "md:posix"},
+		{"posix,tcp", "posix,tcp", "md:posix"},
+		{"tcp", "posix,tcp", "md:posix"},
+		{"posix,tcp", "tcp", "md:posix"},
+		{"tcp", "tcp", "md:posix"},
+		{"sysv,tcp", "posix,tcp", "md:posix"},
+	} {
+		t.Run(tt.local+"/"+tt.remote+"/"+tt.alloc, func(t *testing.T) {
+			lc := newContextTLS(t, tt.local)
+			rc := newContextCfg(t, FeatureRMA|FeatureAMO64, "TLS", tt.remote, "ALLOC_PRIO", tt.alloc)
+			lw, rw := newWorker(t, lc), newWorker(t, rc)
+			m := mapMem(t, rc, new(MemMapParams).SetLength(8192).SetFlags(MemMapAllocate))
+			packed, err := rc.RkeyPack(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, err := rw.Address()
+			if err != nil {
+				t.Fatal(err)
+			}
+			says, err := lw.MapsRemoteKey(addr, packed)
+			if err != nil {
+				t.Fatalf("MapsRemoteKey: %v", err)
+			}
+			ep, err := lw.NewEndpoint(new(EPParams).SetAddress(addr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ep.Close(CloseModeForce)
+			rk, err := ep.RkeyUnpack(packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rk.Destroy()
+			_, err = rk.Ptr(uint64(uintptr(m.Address())))
+			if maps := err == nil; maps != says {
+				t.Errorf("MapsRemoteKey says %v, but Ptr gives %v", says, err)
+			}
+			t.Logf("maps: %v", says)
+			if _, err := lw.MapsRemoteKey(addr[:len(addr)/2], packed); !errors.Is(err, ucs.ErrInvalidAddr) {
+				t.Errorf("half an address: %v, want ucs.ErrInvalidAddr", err)
+			}
+			if _, err := lw.MapsRemoteKey(addr, packed[:len(packed)-1]); !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Errorf("a truncated key: %v, want ucs.ErrInvalidParam", err)
+			}
+		})
+	}
+}

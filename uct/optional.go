@@ -91,7 +91,9 @@ type EPChecker interface {
 // did not free: mappings already made stay, here and in every peer, and
 // MemFree still frees the memory, but no peer can map it any more. Once
 // every peer has mapped the memory it needs, nothing is then left in
-// /dev/shm however the process ends.
+// /dev/shm however the process ends. NamesMemory reports whether the MD
+// names its memory at all (UnlinkNames then has something to do).
 type NameUnlinker interface {
 	UnlinkNames() error
+	NamesMemory() bool
 }

@@ -155,6 +155,10 @@ func RemoveStaleSegments(pid int) error {
 	return errors.Join(errs...)
 }
 
+// NamesMemory reports whether the MD makes named segments (USE_SHM_OPEN),
+// see uct.NameUnlinker.
+func (md *PosixMD) NamesMemory() bool { return md.named }
+
 // UnlinkNames removes the files of the named segments this process
 // created and did not free yet (see RemoveStaleSegments and
 // uct.NameUnlinker). It does nothing for an MD of memfd segments.
