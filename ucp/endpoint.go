@@ -318,10 +318,7 @@ func (w *Worker) candidates(cands []candidate, ra *workerAddress, netDev string)
 	for i := range ra.ifaces {
 		r := &ra.ifaces[i]
 		for _, wi := range w.ifaces {
-			if wi.rsc.tl.TLName != r.tlName || wi.rsc.md.comp.Name() != r.component || !onNetDev(wi, netDev) {
-				continue
-			}
-			if !wi.iface.IsReachable(r.deviceAddr, r.ifaceAddr) {
+			if !onNetDev(wi, netDev) || !wi.reaches(r) {
 				continue
 			}
 			lat := math.Max(wi.attr.Latency.C, r.latency) + wi.attr.Overhead + r.overhead
@@ -330,6 +327,12 @@ func (w *Worker) candidates(cands []candidate, ra *workerAddress, netDev string)
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].better(cands[j]) })
 	return cands
+}
+
+// reaches reports whether the interface reaches the remote one r: the same
+// transport of the same component, and reachable as the transport says.
+func (wi *workerIface) reaches(r *addrIface) bool {
+	return wi.rsc.tl.TLName == r.tlName && wi.rsc.md.comp.Name() == r.component && wi.iface.IsReachable(r.deviceAddr, r.ifaceAddr)
 }
 
 // can reports whether both sides of the candidate have one of flags.

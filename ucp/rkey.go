@@ -383,13 +383,28 @@ func (w *Worker) MapsRemoteKey(addr, rkey []byte) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("ucp maps remote key: %w", err)
 	}
-	cands := w.candidates(nil, ra, "")
 	for _, mk := range k.mkeys {
-		if mk.component != swComponent && reachesComponent(cands, mk.component) && w.ctx.mapsComponent(mk.component) {
+		if mk.component != swComponent && w.ctx.mapsComponent(mk.component) && w.reachesComponent(ra, mk.component) {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// reachesComponent reports whether an interface of the worker of the
+// component name reaches one of the remote worker ra: whether an endpoint
+// to ra would have a candidate lane of that component (see candidates).
+func (w *Worker) reachesComponent(ra *workerAddress, name string) bool {
+	for i := range ra.ifaces {
+		if r := &ra.ifaces[i]; r.component == name {
+			for _, wi := range w.ifaces {
+				if wi.reaches(r) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Ptr returns a local pointer through which the remote address raddr can be
