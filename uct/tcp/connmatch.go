@@ -11,8 +11,8 @@ import (
 // UCX's tcp transport matches its connections, ucs_conn_match).
 //
 // An iface tells connMatch of every connection between it and a peer iface
-// that an EP may send on: its own dials (startDial through claimOrDial,
-// dialDone), and the connections a peer dialed to it (hello, accepted).
+// that an EP may send on: its own dials (claimOrDial, handshakeDone),
+// and the connections a peer dialed to it (hello, handshakeDone).
 // An EP to a peer first looks for a connection the peer dialed that no EP
 // of this iface sends on yet, and takes it (claim); only when there is
 // none does it dial, and the lookup and the record of the dial are one
@@ -124,10 +124,12 @@ func (m *connMatch) claimOrDial(peer, want uint64, oneWay bool) (c *matchConn, w
 	return c, nil, false
 }
 
-// dialDone records the end of the handshake of this iface's dial c:
-// accepted (ok), it stays known, and a simultaneous dial of the peer may
-// be told to use it; otherwise it is forgotten.
-func (m *connMatch) dialDone(c *matchConn, ok bool) {
+// handshakeDone records the end of the handshake of c, a dial of this
+// iface or an inbound connection: authenticated (ok), a dial stays known,
+// and a simultaneous dial of the peer may be pointed at it, and an
+// inbound connection may be taken by an EP of this iface; otherwise c is
+// forgotten.
+func (m *connMatch) handshakeDone(c *matchConn, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !ok {
@@ -161,20 +163,6 @@ func (m *connMatch) hello(peer, id uint64, oneWay bool) (verdict uint8, mine uin
 	m.peers[peer] = append(m.peers[peer], c)
 	m.notifyLocked()
 	return hsAccept, 0, c
-}
-
-// accepted records the end of the handshake of the inbound connection c:
-// authenticated (ok), an EP of this iface may take it; otherwise it is
-// forgotten.
-func (m *connMatch) accepted(c *matchConn, ok bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !ok {
-		m.removeLocked(c)
-		return
-	}
-	c.state = matchOpen
-	m.notifyLocked()
 }
 
 // forget removes c, whose connection ended (or whose peer's EP said
@@ -219,7 +207,7 @@ func (m *connMatch) connect(peer uint64, deadline time.Time, dial func(c *matchC
 			return c, nil
 		}
 		err := dial(c, oneWay)
-		m.dialDone(c, err == nil)
+		m.handshakeDone(c, err == nil)
 		var u *useMineError
 		if errors.As(err, &u) && !oneWay {
 			want = u.connID

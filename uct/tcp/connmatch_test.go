@@ -46,7 +46,7 @@ func (n *simNet) dialer(from, to *connMatch) func(c *matchConn, oneWay bool) err
 			go func() {
 				defer n.wg.Done()
 				n.pause()
-				to.accepted(in, true)
+				to.handshakeDone(in, true)
 			}()
 		}
 		return nil
@@ -126,7 +126,7 @@ func TestConnMatch(t *testing.T) {
 		}},
 		{"wait while it authenticates", func(t *testing.T, n *simNet, x, p *connMatch) {
 			_, _, in := x.hello(p.self, 77, false)
-			go func() { time.Sleep(20 * time.Millisecond); x.accepted(in, true) }()
+			go func() { time.Sleep(20 * time.Millisecond); x.handshakeDone(in, true) }()
 			cx, err := x.connect(p.self, time.Now().Add(time.Minute), func(*matchConn, bool) error {
 				t.Error("x dialed although p's connection authenticated")
 				return nil
@@ -137,7 +137,7 @@ func TestConnMatch(t *testing.T) {
 		}},
 		{"not taken twice", func(t *testing.T, n *simNet, x, p *connMatch) {
 			_, _, in := x.hello(p.self, 77, false)
-			x.accepted(in, true)
+			x.handshakeDone(in, true)
 			c1, _ := x.connect(p.self, time.Now().Add(time.Minute), n.dialer(x, p))
 			c2, _ := x.connect(p.self, time.Now().Add(time.Minute), n.dialer(x, p))
 			if c1 != in || c2 == in || !c2.dialed {
@@ -146,7 +146,7 @@ func TestConnMatch(t *testing.T) {
 		}},
 		{"failed handshake is forgotten", func(t *testing.T, n *simNet, x, p *connMatch) {
 			_, _, in := x.hello(p.self, 77, false)
-			go func() { time.Sleep(10 * time.Millisecond); x.accepted(in, false) }()
+			go func() { time.Sleep(10 * time.Millisecond); x.handshakeDone(in, false) }()
 			cx, err := x.connect(p.self, time.Now().Add(time.Minute), n.dialer(x, p))
 			if err != nil || !cx.dialed {
 				t.Fatalf("x: %+v, %v", cx, err)
@@ -198,7 +198,7 @@ func TestConnMatch(t *testing.T) {
 		}},
 		{"forget", func(t *testing.T, n *simNet, x, p *connMatch) {
 			_, _, in := x.hello(p.self, 77, false)
-			x.accepted(in, true)
+			x.handshakeDone(in, true)
 			x.forget(in)
 			cx, err := x.connect(p.self, time.Now().Add(time.Minute), n.dialer(x, p))
 			if err != nil || cx == in || !cx.dialed {
