@@ -13,11 +13,11 @@ import (
 // An iface tells connMatch of every connection between it and a peer iface
 // that an EP may send on: its own dials (claimOrDial, handshakeDone),
 // and the connections a peer dialed to it (hello, handshakeDone).
-// An EP to a peer first looks for a connection the peer dialed that no EP
-// of this iface sends on yet, and takes it (claim); only when there is
+// An EP to a peer (connect) first looks for a connection the peer dialed
+// that no EP of this iface sends on yet, and takes it; only when there is
 // none does it dial, and the lookup and the record of the dial are one
-// step, so that a peer's hello sees either the dial or the taken
-// connection.
+// step (claimOrDial), so that a peer's hello sees either the dial or the
+// taken connection.
 //
 // Both ifaces dialing at once is the common case (every process creates
 // its EPs at start): the server side of the peer's hello then sees a dial
