@@ -73,12 +73,14 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 	defer i.wg.Done()
 	from := c.RemoteAddr()
 	var reserved uint64
-	_, err := serverHandshakeEP(c, i.cfg.key, i.id, time.Now().Add(i.cfg.hsTimeout), func(id uint64) error {
-		if err := i.reserveEP(id); err != nil {
-			return err
+	hello, err := serverHandshake(c, i.cfg.key, i.id, time.Now().Add(i.cfg.hsTimeout), func(h *handshake) (uint8, uint64, error) {
+		if h.typ == hsHelloEP {
+			if err := i.reserveEP(h.epID); err != nil {
+				return 0, 0, err
+			}
+			reserved = h.epID
 		}
-		reserved = id
-		return nil
+		return hsAccept, 0, nil
 	})
 	if err != nil && reserved != 0 {
 		i.releaseEP(reserved)
@@ -105,7 +107,7 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 		i.warn.closed.Logf("closed the connection from %v: %v", from, err)
 		return
 	}
-	s := &rxConn{iface: i, from: from}
+	s := &rxConn{iface: i, from: from, peerID: hello.clientID}
 	s.in = newInStream(i, sk, s, clientToServer, i.cfg.rxSegSize, 64<<10, i.cfg.beatEvery())
 	i.mu.Lock()
 	i.rxConns[s] = struct{}{}

@@ -108,7 +108,7 @@ func TestRefusalFlood(t *testing.T) {
 			t.Fatal(err)
 		}
 		if k%2 == 0 {
-			if err := clientHandshake(c, wrongKey, b.id, time.Now().Add(time.Minute)); err == nil {
+			if err := clientHandshake(c, wrongKey, testHello(b), time.Now().Add(time.Minute)); err == nil {
 				t.Fatal("handshake with the wrong key succeeded")
 			}
 		} else {

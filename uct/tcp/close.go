@@ -189,9 +189,9 @@ func (c *rxConn) ended(err error) {
 	switch {
 	case err == errGoodbye, errors.Is(err, errEPClosed), closed:
 	case err == io.EOF:
-		i.warn.closed.Logf("the connection from %v ended without a goodbye (the peer exited or was killed)", c.from)
+		i.warn.closed.Logf("the connection from %v (iface %#x) ended without a goodbye (the peer exited or was killed)", c.from, c.peerID)
 	default:
-		i.warn.closed.Logf("closed the connection from %v: %v", c.from, err)
+		i.warn.closed.Logf("closed the connection from %v (iface %#x): %v", c.from, c.peerID, err)
 	}
 }
 

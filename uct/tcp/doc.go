@@ -43,11 +43,13 @@
 // EP, carrying this EP's frames one way; the peer EP's own ConnectToEP
 // opens the other. See epconn.go.
 //
-// Every connection starts with a mutual handshake: the client sends a nonce
-// and the id of the iface it means to reach, the server answers with its
-// own nonce and an HMAC-SHA256 over both nonces and the iface id, and the
-// client answers with its own HMAC over the same values; the HMAC key is
-// derived from the job key. A connection that fails the handshake (wrong
+// Every connection starts with a mutual handshake: the client sends a nonce,
+// the id of the iface it means to reach, the id of its own iface and a
+// random id of the connection; the server answers with its own nonce, a
+// verdict and an HMAC-SHA256 over everything both sent, and the client
+// answers with its own HMAC over the same; the HMAC key is derived from
+// the job key (see handshake.go). The server keeps the client's iface id
+// with the connection (its log lines name it). A connection that fails the handshake (wrong
 // key, wrong iface id, malformed message, timeout) is closed and logged, and
 // nothing it sent reaches a handler or memory. An accepted connection has
 // UCX_TCP_HANDSHAKE_TIMEOUT (3s) to authenticate, and at most

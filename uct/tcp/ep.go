@@ -133,7 +133,8 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("uct/tcp: ep create: connect to %s: %w: %w", peer, ucs.ErrUnreachable, err)
 	}
-	if err := clientHandshake(c, i.cfg.key, a.id, deadline); err != nil {
+	hello := handshake{ifaceID: a.id, clientID: i.id, connID: randomID()}
+	if err := clientHandshake(c, i.cfg.key, hello, deadline); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("uct/tcp: ep create: handshake with %s: %w: %w", peer, ucs.ErrUnreachable, err)
 	}

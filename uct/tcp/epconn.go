@@ -153,7 +153,8 @@ func (i *Iface) dialEP(a ifaceAddr, peerID uint64) (*net.TCPConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("uct/tcp: connect to ep: connect to %s: %w: %w", peer, ucs.ErrUnreachable, err)
 	}
-	if err := clientHandshakeEP(c, i.cfg.key, a.id, peerID, deadline); err != nil {
+	hello := handshake{ifaceID: a.id, epID: peerID, clientID: i.id, connID: randomID(), flags: hsFlagOneWay}
+	if err := clientHandshake(c, i.cfg.key, hello, deadline); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("uct/tcp: connect to ep %#x: handshake with %s: %w: %w", peerID, peer, ucs.ErrUnreachable, err)
 	}

@@ -137,12 +137,14 @@ func FuzzFrameHeaderDecode(f *testing.F) {
 }
 
 // FuzzHandshakeDecode checks that the handshake decoder accepts only
-// messages of the expected type and exact length, which encode back to the
-// same bytes.
+// messages of the expected type and exact length, with the ids their type
+// needs and no reserved bit set, which encode back to the same bytes.
 func FuzzHandshakeDecode(f *testing.F) {
-	hello := handshake{typ: hsHello, ifaceID: 5}
+	hello := handshake{typ: hsHello, ifaceID: 5, clientID: 6, connID: 7}
 	hello.nonce[0] = 1
-	for _, m := range []handshake{hello, {typ: hsChallenge}, {typ: hsProof}} {
+	helloEP := handshake{typ: hsHelloEP, ifaceID: 5, epID: 8, clientID: 6, connID: 7, flags: hsFlagOneWay}
+	useMine := handshake{typ: hsChallenge, verdict: hsUseMine, connID: 9}
+	for _, m := range []handshake{hello, helloEP, {typ: hsChallenge}, useMine, {typ: hsProof}} {
 		f.Add(m.encode(), m.typ)
 	}
 	f.Add([]byte{}, hsHello)
@@ -155,8 +157,18 @@ func FuzzHandshakeDecode(f *testing.F) {
 			}
 			return
 		}
-		if m.typ != typ || len(b) != hsLen(typ) || (typ == hsHello && m.ifaceID == 0) {
+		if m.typ != typ || len(b) != hsLen(typ) {
 			t.Fatalf("accepted %+v from %d bytes", m, len(b))
+		}
+		switch typ {
+		case hsHello, hsHelloEP:
+			if m.ifaceID == 0 || m.clientID == 0 || m.connID == 0 || (typ == hsHelloEP) != (m.epID != 0) || m.flags&^hsFlagOneWay != 0 {
+				t.Fatalf("accepted the hello %+v", m)
+			}
+		case hsChallenge:
+			if m.verdict > hsUseMine || (m.verdict == hsUseMine) != (m.connID != 0) {
+				t.Fatalf("accepted the challenge %+v", m)
+			}
 		}
 		if !bytes.Equal(m.encode(), b) {
 			t.Fatalf("%x decodes to %+v, which encodes differently", b, m)
@@ -192,12 +204,13 @@ func FuzzEPAddrDecode(f *testing.F) {
 }
 
 // FuzzReadHello checks that the server's first read accepts only an hsHello
-// or an hsHelloEP (with non-zero ids), fails everything else with
-// ucs.ErrInvalidParam (or a short read), and never reads past the message.
+// or an hsHelloEP (with non-zero ids, an ep id exactly in an hsHelloEP),
+// fails everything else with ucs.ErrInvalidParam (or a short read), and
+// never reads past the message.
 func FuzzReadHello(f *testing.F) {
-	h := handshake{typ: hsHello, ifaceID: 5}
+	h := handshake{typ: hsHello, ifaceID: 5, clientID: 6, connID: 7}
 	f.Add(h.encode())
-	h = handshake{typ: hsHelloEP, ifaceID: 5, epID: 9}
+	h = handshake{typ: hsHelloEP, ifaceID: 5, epID: 9, clientID: 6, connID: 7, flags: hsFlagOneWay}
 	f.Add(append(h.encode(), 0xff))
 	f.Add((&handshake{typ: hsProof}).encode())
 	f.Add([]byte{})
@@ -211,7 +224,7 @@ func FuzzReadHello(f *testing.F) {
 			return
 		}
 		n := len(b) - r.Len()
-		if (m.typ != hsHello && m.typ != hsHelloEP) || n != hsLen(m.typ) || m.ifaceID == 0 || (m.typ == hsHelloEP && m.epID == 0) {
+		if (m.typ != hsHello && m.typ != hsHelloEP) || n != hsLen(m.typ) || m.ifaceID == 0 || m.clientID == 0 || m.connID == 0 || (m.typ == hsHelloEP) != (m.epID != 0) {
 			t.Fatalf("accepted %+v from %d bytes", m, n)
 		}
 		if !bytes.Equal(m.encode(), b[:n]) {

@@ -16,26 +16,41 @@ import (
 // The handshake has three messages, all little-endian with the header
 //
 //	0  magic   uint32  "GSTH"
-//	4  version uint16  1
-//	6  type    uint8   hsHello, hsChallenge or hsProof
+//	4  version uint16  2
+//	6  type    uint8   hsHello, hsHelloEP, hsChallenge or hsProof
 //	7  (zero)  uint8
 //
 // followed by
 //
-//	hsHello (client):     iface id uint64 (of the iface the client means to
-//	                      reach), client nonce [32]byte
-//	hsChallenge (server): server nonce [32]byte, server MAC [32]byte
-//	hsProof (client):     client MAC [32]byte
-//	hsHelloEP (client):   iface id uint64, ep id uint64 (of the unconnected
-//	                      EP the client means to bind to, see epconn.go),
-//	                      client nonce [32]byte; in place of hsHello
+//	hsHello, hsHelloEP (client):
+//	  0  iface id  uint64    the iface the client means to reach (not 0)
+//	  8  ep id     uint64    hsHelloEP: the unconnected EP of that iface the
+//	                         client means to bind to (not 0, see epconn.go);
+//	                         hsHello: 0
+//	  16 client id uint64    the id of the client's own iface (not 0)
+//	  24 conn id   uint64    a random id of the connection, the client's (not 0)
+//	  32 flags     uint8     hsFlagOneWay; the other bits zero
+//	  33 (zero)    7 bytes
+//	  40 nonce     [32]byte  the client nonce
+//	hsChallenge (server):
+//	  0  nonce     [32]byte  the server nonce
+//	  32 verdict   uint8     hsAccept or hsUseMine
+//	  33 (zero)    7 bytes
+//	  40 conn id   uint64    hsUseMine: the conn id of a connection that the
+//	                         server's iface dialed to the client's iface, which
+//	                         the client is to use instead (not 0); hsAccept: 0
+//	  48 MAC       [32]byte  the server MAC
+//	hsProof (client):
+//	  0  MAC       [32]byte  the client MAC
 //
-// where the server MAC is HMAC-SHA256(k, "S" || iface id || client nonce ||
-// server nonce) (with the ep id after the iface id when the client sent
-// hsHelloEP), the client MAC the same with "C", and k the handshake key
-// derived from the job key (see deriveKey). Each side checks the other's
-// MAC, so both prove they know the job key, and the server's fresh nonce
-// keeps a recorded proof from being replayed.
+// The server MAC is HMAC-SHA256(k, "S" || hello || challenge), over the
+// whole hello message and the challenge message up to its MAC; the client
+// MAC the same with "C"; k is the handshake key derived from the job key
+// (see deriveKey). Each side checks the other's MAC, so both prove they
+// know the job key, everything either side sent is covered (the client's
+// iface id and flags included), and the server's fresh nonce keeps a
+// recorded proof from being replayed. A client answered hsUseMine sends no
+// proof: both sides close that connection.
 const (
 	hsHello     uint8 = 1
 	hsChallenge uint8 = 2
@@ -45,7 +60,24 @@ const (
 	hsHeaderLen = 8
 	nonceLen    = 32
 	macLen      = sha256.Size
-	hsVersion   = 1
+	hsVersion   = 2
+	// hsHelloLen is the length of both hellos, hsChallengeLen that of a
+	// challenge.
+	hsHelloLen     = hsHeaderLen + 40 + nonceLen
+	hsChallengeLen = hsHeaderLen + nonceLen + 16 + macLen
+)
+
+// Hello flags.
+const (
+	// hsFlagOneWay: the connection carries the client's frames and the
+	// answers to them only (a connection to an EP, see epconn.go).
+	hsFlagOneWay uint8 = 1 << 0
+)
+
+// Challenge verdicts.
+const (
+	hsAccept  uint8 = 0 // the handshake goes on: the client proves itself
+	hsUseMine uint8 = 1 // the client is to use the server's connection connID instead
 )
 
 const hsMagic uint32 = 0x48545347 // "GSTH"
@@ -53,14 +85,12 @@ const hsMagic uint32 = 0x48545347 // "GSTH"
 // hsLen returns the length of a handshake message of type typ.
 func hsLen(typ uint8) int {
 	switch typ {
-	case hsHello:
-		return hsHeaderLen + 8 + nonceLen
+	case hsHello, hsHelloEP:
+		return hsHelloLen
 	case hsChallenge:
-		return hsHeaderLen + nonceLen + macLen
+		return hsChallengeLen
 	case hsProof:
 		return hsHeaderLen + macLen
-	case hsHelloEP:
-		return hsHeaderLen + 16 + nonceLen
 	}
 	return 0
 }
@@ -68,11 +98,15 @@ func hsLen(typ uint8) int {
 // handshake is a decoded handshake message; the fields a type lacks are
 // zero.
 type handshake struct {
-	typ     uint8
-	ifaceID uint64
-	epID    uint64 // hsHelloEP only
-	nonce   [nonceLen]byte
-	mac     [macLen]byte
+	typ      uint8
+	ifaceID  uint64 // hellos: the server's iface
+	epID     uint64 // hsHelloEP
+	clientID uint64 // hellos: the client's iface
+	connID   uint64 // hellos: the client's id of the connection; hsUseMine: the server's
+	flags    uint8  // hellos
+	verdict  uint8  // hsChallenge
+	nonce    [nonceLen]byte
+	mac      [macLen]byte
 }
 
 func (m *handshake) encode() []byte {
@@ -82,18 +116,20 @@ func (m *handshake) encode() []byte {
 	b[6] = m.typ
 	p := b[hsHeaderLen:]
 	switch m.typ {
-	case hsHello:
-		binary.LittleEndian.PutUint64(p, m.ifaceID)
-		copy(p[8:], m.nonce[:])
-	case hsChallenge:
-		copy(p, m.nonce[:])
-		copy(p[nonceLen:], m.mac[:])
-	case hsProof:
-		copy(p, m.mac[:])
-	case hsHelloEP:
+	case hsHello, hsHelloEP:
 		binary.LittleEndian.PutUint64(p, m.ifaceID)
 		binary.LittleEndian.PutUint64(p[8:], m.epID)
-		copy(p[16:], m.nonce[:])
+		binary.LittleEndian.PutUint64(p[16:], m.clientID)
+		binary.LittleEndian.PutUint64(p[24:], m.connID)
+		p[32] = m.flags
+		copy(p[40:], m.nonce[:])
+	case hsChallenge:
+		copy(p, m.nonce[:])
+		p[32] = m.verdict
+		binary.LittleEndian.PutUint64(p[40:], m.connID)
+		copy(p[48:], m.mac[:])
+	case hsProof:
+		copy(p, m.mac[:])
 	}
 	return b
 }
@@ -126,24 +162,36 @@ func decodeHandshake(b []byte, typ uint8) (handshake, error) {
 	m := handshake{typ: typ}
 	p := b[hsHeaderLen:]
 	switch typ {
-	case hsHello:
+	case hsHello, hsHelloEP:
 		m.ifaceID = binary.LittleEndian.Uint64(p)
-		copy(m.nonce[:], p[8:])
-		if m.ifaceID == 0 {
-			return bad("zero iface id")
+		m.epID = binary.LittleEndian.Uint64(p[8:])
+		m.clientID = binary.LittleEndian.Uint64(p[16:])
+		m.connID = binary.LittleEndian.Uint64(p[24:])
+		m.flags = p[32]
+		copy(m.nonce[:], p[40:])
+		switch {
+		case m.ifaceID == 0 || m.clientID == 0 || m.connID == 0:
+			return bad("zero iface, client or conn id")
+		case (typ == hsHelloEP) != (m.epID != 0):
+			return bad("ep id %#x in a hello of type %d", m.epID, typ)
+		case m.flags&^hsFlagOneWay != 0 || binary.LittleEndian.Uint64(p[32:])>>8 != 0:
+			return bad("reserved flags set")
 		}
 	case hsChallenge:
 		copy(m.nonce[:], p)
-		copy(m.mac[:], p[nonceLen:])
+		m.verdict = p[32]
+		m.connID = binary.LittleEndian.Uint64(p[40:])
+		copy(m.mac[:], p[48:])
+		switch {
+		case binary.LittleEndian.Uint64(p[32:])>>8 != 0:
+			return bad("reserved bits set")
+		case m.verdict > hsUseMine:
+			return bad("verdict %d", m.verdict)
+		case (m.verdict == hsUseMine) != (m.connID != 0):
+			return bad("conn id %#x with verdict %d", m.connID, m.verdict)
+		}
 	case hsProof:
 		copy(m.mac[:], p)
-	case hsHelloEP:
-		m.ifaceID = binary.LittleEndian.Uint64(p)
-		m.epID = binary.LittleEndian.Uint64(p[8:])
-		copy(m.nonce[:], p[16:])
-		if m.ifaceID == 0 || m.epID == 0 {
-			return bad("zero iface or ep id")
-		}
 	}
 	return m, nil
 }
@@ -151,25 +199,29 @@ func decodeHandshake(b []byte, typ uint8) (handshake, error) {
 // deriveKey returns the handshake key of a job key.
 func deriveKey(jobKey []byte) []byte {
 	h := hmac.New(sha256.New, jobKey)
-	h.Write([]byte("goshmem uct/tcp handshake v1"))
+	h.Write([]byte("goshmem uct/tcp handshake v2"))
 	return h.Sum(nil)
 }
 
-// handshakeMACEP is the MAC of side ('C' or 'S') over the handshake values
-// and the ep id of an hsHelloEP (0 for hsHello, which leaves it out).
-func handshakeMACEP(key []byte, side byte, ifaceID, epID uint64, cnonce, snonce *[nonceLen]byte) [macLen]byte {
+// transcript is what the MACs cover: the hello message and the challenge
+// up to its MAC, as sent.
+type transcript struct {
+	hello, challenge []byte
+}
+
+// newTranscript encodes the hello and the challenge (whose MAC is left
+// out).
+func newTranscript(hello, ch *handshake) transcript {
+	c := ch.encode()
+	return transcript{hello: hello.encode(), challenge: c[:len(c)-macLen]}
+}
+
+// mac is the MAC of side ('C' or 'S') over the transcript.
+func (t transcript) mac(key []byte, side byte) [macLen]byte {
 	h := hmac.New(sha256.New, key)
-	var b [17]byte
-	b[0] = side
-	binary.LittleEndian.PutUint64(b[1:], ifaceID)
-	if epID != 0 {
-		binary.LittleEndian.PutUint64(b[9:], epID)
-		h.Write(b[:])
-	} else {
-		h.Write(b[:9])
-	}
-	h.Write(cnonce[:])
-	h.Write(snonce[:])
+	h.Write([]byte{side})
+	h.Write(t.hello)
+	h.Write(t.challenge)
 	var mac [macLen]byte
 	h.Sum(mac[:0])
 	return mac
@@ -187,20 +239,30 @@ func readHandshake(r io.Reader, typ uint8) (handshake, error) {
 // errAuth is the cause of a handshake whose MAC does not verify.
 var errAuth = fmt.Errorf("authentication failed (not the same job key): %w", ucs.ErrRejected)
 
-// clientHandshake runs the client side on c, which must reach the iface
-// with id ifaceID, before deadline.
-func clientHandshake(c net.Conn, key []byte, ifaceID uint64, deadline time.Time) error {
-	return clientHandshakeEP(c, key, ifaceID, 0, deadline)
+// useMineError is how a client handshake ends that the server answered
+// with hsUseMine: the client is to use the server's connection connID to
+// it instead.
+type useMineError struct{ connID uint64 }
+
+func (e *useMineError) Error() string {
+	return fmt.Sprintf("the peer iface asks to use its connection %#x instead", e.connID)
 }
 
-// clientHandshakeEP is clientHandshake naming, when epID is not 0, the
-// unconnected EP with that id on the peer iface (hsHelloEP).
-func clientHandshakeEP(c net.Conn, key []byte, ifaceID, epID uint64, deadline time.Time) error {
+// Unwrap makes a useMineError a refusal to a caller that does not act on it.
+func (e *useMineError) Unwrap() error { return ucs.ErrRejected }
+
+// clientHandshake runs the client side on c, which must reach the iface
+// with id hello.ifaceID, before deadline. hello gives the iface ids, the
+// ep id of an hsHelloEP, the conn id and the flags; its type, when 0, is
+// hsHello, or hsHelloEP for a non-zero ep id, and its nonce is drawn here.
+// A server that answers hsUseMine ends it with a *useMineError, once its
+// MAC verified.
+func clientHandshake(c net.Conn, key []byte, hello handshake, deadline time.Time) error {
 	c.SetDeadline(deadline)
 	defer c.SetDeadline(time.Time{})
-	hello := handshake{typ: hsHello, ifaceID: ifaceID}
-	if epID != 0 {
-		hello.typ, hello.epID = hsHelloEP, epID
+	hello.typ = hsHello
+	if hello.epID != 0 {
+		hello.typ = hsHelloEP
 	}
 	rand.Read(hello.nonce[:])
 	if _, err := c.Write(hello.encode()); err != nil {
@@ -213,25 +275,24 @@ func clientHandshakeEP(c net.Conn, key []byte, ifaceID, epID uint64, deadline ti
 		}
 		return err
 	}
-	want := handshakeMACEP(key, 'S', ifaceID, epID, &hello.nonce, &ch.nonce)
+	t := newTranscript(&hello, &ch)
+	want := t.mac(key, 'S')
 	if !hmac.Equal(want[:], ch.mac[:]) {
 		return errAuth
 	}
-	proof := handshake{typ: hsProof, mac: handshakeMACEP(key, 'C', ifaceID, epID, &hello.nonce, &ch.nonce)}
+	if ch.verdict == hsUseMine {
+		return &useMineError{connID: ch.connID}
+	}
+	proof := handshake{typ: hsProof, mac: t.mac(key, 'C')}
 	_, err = c.Write(proof.encode())
 	return err
 }
 
-// serverHandshake runs the server side on c for the iface with id ifaceID,
-// before deadline. A client naming an EP (hsHelloEP) is refused.
-func serverHandshake(c net.Conn, key []byte, ifaceID uint64, deadline time.Time) error {
-	_, err := serverHandshakeEP(c, key, ifaceID, deadline, nil)
-	return err
-}
-
-// readHello reads a client's first message, hsHello or hsHelloEP.
+// readHello reads a client's first message, hsHello or hsHelloEP. A header
+// that is not one fails before the rest is read: a stranger that sends
+// something else is refused at once.
 func readHello(r io.Reader) (handshake, error) {
-	b := make([]byte, hsLen(hsHelloEP))
+	b := make([]byte, hsHelloLen)
 	if _, err := io.ReadFull(r, b[:hsHeaderLen]); err != nil {
 		return handshake{}, err
 	}
@@ -239,48 +300,57 @@ func readHello(r io.Reader) (handshake, error) {
 	if typ != hsHello && typ != hsHelloEP {
 		typ = hsHello // decodeHandshake reports the wrong type
 	}
-	b = b[:hsLen(typ)]
+	if binary.LittleEndian.Uint32(b) != hsMagic || binary.LittleEndian.Uint16(b[4:]) != hsVersion || b[6] != typ {
+		return decodeHandshake(b, typ) // fails on the header
+	}
 	if _, err := io.ReadFull(r, b[hsHeaderLen:]); err != nil {
 		return handshake{}, err
 	}
 	return decodeHandshake(b, typ)
 }
 
-// serverHandshakeEP runs the server side on c for the iface with id
-// ifaceID, before deadline, and returns the ep id the client named (0 for
-// a plain hsHello). A client naming an ep id is refused, before the
-// challenge, unless checkEP (when not nil) accepts the id.
-func serverHandshakeEP(c net.Conn, key []byte, ifaceID uint64, deadline time.Time, checkEP func(epID uint64) error) (uint64, error) {
+// serverHandshake runs the server side on c for the iface with id ifaceID,
+// before deadline, and returns the client's hello. Once the hello is read
+// and names this iface, decide (when not nil) says how to answer it: an
+// error refuses the client before the challenge; hsUseMine with a conn id
+// sends it the challenge with that verdict, and the handshake ends with a
+// *useMineError; hsAccept goes on. Without decide, a client naming an EP
+// (hsHelloEP) is refused and the rest accepted.
+func serverHandshake(c net.Conn, key []byte, ifaceID uint64, deadline time.Time, decide func(hello *handshake) (verdict uint8, connID uint64, err error)) (handshake, error) {
 	c.SetDeadline(deadline)
 	defer c.SetDeadline(time.Time{})
 	hello, err := readHello(c)
 	if err != nil {
-		return 0, err
+		return hello, err
 	}
 	if hello.ifaceID != ifaceID {
-		return 0, fmt.Errorf("hello for iface %#x, this is %#x: %w", hello.ifaceID, ifaceID, ucs.ErrRejected)
+		return hello, fmt.Errorf("hello for iface %#x, this is %#x: %w", hello.ifaceID, ifaceID, ucs.ErrRejected)
 	}
-	if hello.typ == hsHelloEP {
-		if checkEP == nil {
-			return 0, fmt.Errorf("hello for ep %#x: %w", hello.epID, ucs.ErrRejected)
+	ch := handshake{typ: hsChallenge, verdict: hsAccept}
+	switch {
+	case decide != nil:
+		if ch.verdict, ch.connID, err = decide(&hello); err != nil {
+			return hello, err
 		}
-		if err := checkEP(hello.epID); err != nil {
-			return 0, err
-		}
+	case hello.typ == hsHelloEP:
+		return hello, fmt.Errorf("hello for ep %#x: %w", hello.epID, ucs.ErrRejected)
 	}
-	ch := handshake{typ: hsChallenge}
 	rand.Read(ch.nonce[:])
-	ch.mac = handshakeMACEP(key, 'S', ifaceID, hello.epID, &hello.nonce, &ch.nonce)
+	t := newTranscript(&hello, &ch)
+	ch.mac = t.mac(key, 'S')
 	if _, err := c.Write(ch.encode()); err != nil {
-		return 0, err
+		return hello, err
+	}
+	if ch.verdict == hsUseMine {
+		return hello, &useMineError{connID: ch.connID}
 	}
 	proof, err := readHandshake(c, hsProof)
 	if err != nil {
-		return 0, err
+		return hello, err
 	}
-	want := handshakeMACEP(key, 'C', ifaceID, hello.epID, &hello.nonce, &ch.nonce)
+	want := t.mac(key, 'C')
 	if !hmac.Equal(want[:], proof.mac[:]) {
-		return 0, errAuth
+		return hello, errAuth
 	}
-	return hello.epID, nil
+	return hello, nil
 }

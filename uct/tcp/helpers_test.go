@@ -209,3 +209,9 @@ func captureLog(tb testing.TB) *logBuffer {
 	tb.Cleanup(func() { capturedLog = old })
 	return l
 }
+
+// testHello is the hello of a client that means to reach i from an iface
+// of its own with a made-up id.
+func testHello(i *Iface) handshake {
+	return handshake{ifaceID: i.id, clientID: 0xc11e47, connID: randomID()}
+}

@@ -20,6 +20,7 @@ import (
 type rxConn struct {
 	iface     *Iface
 	from      net.Addr // the client's address, for the log
+	peerID    uint64   // the client's iface id, from its hello
 	in        *inStream
 	processed uint64 // frames applied or queued
 	acked     uint64 // the count last acknowledged

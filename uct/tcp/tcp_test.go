@@ -969,7 +969,7 @@ func rawClient(t *testing.T, i *Iface) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := clientHandshake(c, i.cfg.key, i.id, time.Now().Add(time.Minute)); err != nil {
+	if err := clientHandshake(c, i.cfg.key, testHello(i), time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -1042,7 +1042,7 @@ func fakeServer(t *testing.T, i *Iface, serve func(c net.Conn)) (dev, addr []byt
 			return
 		}
 		defer c.Close()
-		if err := serverHandshake(c, i.cfg.key, id, time.Now().Add(time.Minute)); err != nil {
+		if _, err := serverHandshake(c, i.cfg.key, id, time.Now().Add(time.Minute), nil); err != nil {
 			t.Errorf("fake server handshake: %v", err)
 			return
 		}
