@@ -34,6 +34,13 @@ import (
 // no server answers hsUseMine: the pair then uses two connections, one
 // each way, as it would without matching. An EP never changes
 // connections: it gets one before it can send anything.
+//
+// Not wired in yet: EPCreate and the accept path still use one connection
+// per EP. Sharing a socket needs one writer per socket (the iface's
+// replies queued behind the EP's frames, so that no reader stops reading)
+// and a goodbye per direction first: with today's flow control, two EPs on
+// one socket can each stop reading while their replies wait behind a large
+// put the other has not read (issue 13).
 
 // matchState is the state of a matchConn.
 type matchState uint8
