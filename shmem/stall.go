@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,8 +36,9 @@ import (
 // lasts longer than that.
 
 // stallCheckAfter is how long a wait lasts before the PE first looks for a
-// collective mismatch; it then looks again after twice as long, and so
-// on, up to stallCheckMax apart.
+// collective mismatch (times the node's PEs per core, where it has more PEs
+// than cores: see firstMismatchCheck); it then looks again after twice as
+// long, and so on, up to stallCheckMax apart.
 const (
 	stallCheckAfter = 500 * time.Millisecond
 	stallCheckMax   = 30 * time.Second
@@ -138,7 +140,7 @@ func (w *waiter) slow() {
 	now := time.Now()
 	if w.entry == nil {
 		w.entry = &waitEntry{what: w.what, since: now}
-		w.next = stallCheckAfter
+		w.next = firstMismatchCheck()
 		slowWaits.Lock()
 		if slowWaits.m == nil {
 			slowWaits.m = make(map[*waitEntry]struct{})
@@ -156,6 +158,21 @@ func (w *waiter) slow() {
 		w.next = min(2*w.next, stallCheckMax)
 		checkMismatch()
 	}
+}
+
+// firstMismatchCheck is how long a wait lasts before the first look for a
+// collective mismatch. A look reads the collective word of every PE of the
+// team, which connects to those not connected yet and maps their heaps: on
+// a node with more PEs than cores, where every wait is slow, looking after
+// stallCheckAfter had every PE of a 256-PE job on two cores map all 255
+// other heaps (and unmap them at Finalize: 80 s of a job that otherwise
+// takes 10). There it waits as many times longer as the node has PEs per
+// core.
+func firstMismatchCheck() time.Duration {
+	if st.member == nil {
+		return stallCheckAfter
+	}
+	return stallCheckAfter * time.Duration(max(1, (st.member.LocalSize()+runtime.NumCPU()-1)/runtime.NumCPU()))
 }
 
 // done ends a wait.
