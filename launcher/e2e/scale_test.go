@@ -73,8 +73,9 @@ func TestScaleModel(t *testing.T) {
 	for rep := range reps {
 		for _, sc := range cases { // interleaved: a slow minute touches every case
 			r, err := scaleJob(c, sc)
-			if err != nil {
-				t.Fatalf("%d PEs on %d hosts: %v", sc.np, sc.hosts, err)
+			if err != nil { // reported; the other shapes still make the model
+				t.Errorf("%d PEs on %d hosts: %v", sc.np, sc.hosts, err)
+				continue
 			}
 			results[sc] = append(results[sc], r)
 			t.Logf("rep %d: %d PEs on %d hosts: %v", rep, sc.np, sc.hosts, r.wall.Round(time.Millisecond))
@@ -101,6 +102,7 @@ func TestScaleModel(t *testing.T) {
 			single["oshrun"] = append(single["oshrun"], [2]float64{float64(np), median(o)})
 		}
 	}
+	cases = slices.DeleteFunc(cases, func(sc scaleCase) bool { return len(results[sc]) == 0 })
 	report := scaleReport(cases, results, single)
 	dir := cmp.Or(os.Getenv(EnvScaleOut), t.TempDir())
 	for name, body := range map[string]string{"scale.md": report, "startup.svg": startupSVG(single)} {
