@@ -199,8 +199,10 @@ type peer struct {
 	// start which heaps every PE maps.
 	mapped bool
 	// toMap is non-zero, atomically, while the peer is a mapped one still
-	// to connect (Init leaves them to their first use): Ctx.peer connects
-	// it first, so that base is in place before any routine reads it.
+	// to connect (Init leaves them to their first use): jobPeer connects it
+	// first, so that base is in place before the collectives read it; the
+	// routines' hot paths see a nil base and take their slow path, which
+	// connects.
 	toMap uint32
 }
 
@@ -352,7 +354,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	node := table.Node(m.Rank())
 	named := ctx.NamesMemory()
 	for pe := range peers {
-		_, _, base, n, err := decodeBlob(table.Blob(pe))
+		addr, rkey, base, n, err := decodeBlob(table.Blob(pe))
 		if err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}
@@ -364,7 +366,6 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 		if table.Node(pe) != node {
 			continue // connected on first use
 		}
-		addr, rkey, _, _, _ := decodeBlob(table.Blob(pe))
 		if q.mapped, err = worker.MapsRemoteKey(addr, rkey); err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}

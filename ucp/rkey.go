@@ -323,7 +323,7 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 		if rk.ptr != nil {
 			break
 		}
-		if !reachesComponent(ep.cands, name) || !ep.w.ctx.mapsComponent(name) {
+		if !hasCandidateOf(ep.cands, name) || !ep.w.ctx.mapsComponent(name) {
 			continue
 		}
 		if pe, err := unpack(name); err == nil && pe.hasPtr {
@@ -340,9 +340,9 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 	return rk, nil
 }
 
-// reachesComponent reports whether one of the candidate lanes cands
+// hasCandidateOf reports whether one of the candidate lanes cands
 // belongs to the component name.
-func reachesComponent(cands []candidate, name string) bool {
+func hasCandidateOf(cands []candidate, name string) bool {
 	for i := range cands {
 		if cands[i].wi.rsc.md.comp.Name() == name {
 			return true
