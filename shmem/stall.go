@@ -161,13 +161,11 @@ func (w *waiter) slow() {
 }
 
 // firstMismatchCheck is how long a wait lasts before the first look for a
-// collective mismatch. A look reads the collective word of every PE of the
-// team, which connects to those not connected yet and maps their heaps: on
-// a node with more PEs than cores, where every wait is slow, looking after
-// stallCheckAfter had every PE of a 256-PE job on two cores map all 255
-// other heaps (and unmap them at Finalize: 80 s of a job that otherwise
-// takes 10). There it waits as many times longer as the node has PEs per
-// core.
+// collective mismatch. A look may connect to a few PEs not connected yet
+// and map their heaps (checkPartners); on a node with more PEs than cores,
+// where every wait is slow, it waits as many times longer as the node has
+// PEs per core, so that a start-up of many PEs on few cores does not pay
+// for it.
 func firstMismatchCheck() time.Duration {
 	if st.member == nil {
 		return stallCheckAfter
@@ -287,15 +285,12 @@ func activeColls(yield func(t *Team, word uint64) bool) {
 }
 
 // checkMismatch looks at the words of every team this PE is in a
-// collective of; on a mismatch it reports it and, after mismatchGrace,
-// panics.
+// collective of (checkPartners says which members it reads); on a
+// mismatch it reports it and, after mismatchGrace, panics.
 func checkMismatch() {
 	for t, w := range activeColls {
 		mySeq, myKind, _ := splitCollWord(w)
-		for j := 0; j < t.npes; j++ {
-			if j == t.me {
-				continue
-			}
+		for j := range t.checkPartners {
 			seq, kind, _ := t.peerColl(j, true)
 			if seq != mySeq || kind == myKind {
 				continue
@@ -306,6 +301,43 @@ func checkMismatch() {
 			lg().Logf(ucs.LogError, "goshmem: PE %d: %s", st.me, msg)
 			time.Sleep(mismatchGrace)
 			panic(msg)
+		}
+	}
+}
+
+// checkPartners yields the team indexes whose collective words a look for
+// a mismatch reads: every member whose heap is mapped here already (a
+// load), and the members at distances ±1, ±2, ±4, ... in the team's order,
+// whatever reaching them takes. Reading every member's word instead made
+// every waiting PE of a large job connect to all the others at once (a
+// handshake storm that cut connections at 256 PEs) and map every heap of
+// its node: N² connections for the job, where this is N·2·log₂N at most.
+// A mismatch that hangs a team leaves two neighbours in the ring of its
+// members in the same call number and different routines, and the
+// distance-1 partners alone find those when every member waits in the
+// same call number; the others find more of the rest, and sooner.
+func (t *Team) checkPartners(yield func(j int) bool) {
+	n := t.npes
+	if n <= 1 {
+		return
+	}
+	partner := func(j int) bool {
+		for d := 1; d < n; d <<= 1 {
+			if j == (t.me+d)%n || j == (t.me-d%n+n)%n {
+				return true
+			}
+		}
+		return false
+	}
+	for j := 0; j < n; j++ {
+		if j == t.me {
+			continue
+		}
+		if st.peers[t.members[j]].heap() == nil && !partner(j) {
+			continue
+		}
+		if !yield(j) {
+			return
 		}
 	}
 }
