@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -173,4 +174,93 @@ func TestRejectionFlood(t *testing.T) {
 	if !strings.Contains(s, "990 more rejected puts and gets not logged") {
 		t.Errorf("the log has no summary of the rejections not logged:\n%s", s)
 	}
+}
+
+// TestDialRetriesDroppedHandshake: a server too busy to authenticate a
+// connection in time (its handshake timeout, or newer connections that
+// evicted it) closes or resets it before answering the hello; the client
+// tries again, within UCX_TCP_CONN_TIMEOUT, instead of failing the EP. A
+// proxy in front of the iface drops the first connections that way, then
+// forwards; a proxy that drops every one still makes EPCreate fail, after
+// dialTries tries.
+func TestDialRetriesDroppedHandshake(t *testing.T) {
+	md := testMD(t)
+	a, b := openIface(t, md, nil), openIface(t, md, nil)
+	real, err := decodeIfaceAddr(b.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		drop    int // connections dropped before the rest are forwarded
+		reset   bool
+		wantErr bool
+	}{
+		{"closed once", 1, false, false},
+		{"reset twice", 2, true, false},
+		{"dropped always", dialTries, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", net.JoinHostPort(real.ip.String(), "0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			var accepted atomic.Int32
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					if int(accepted.Add(1)) <= tt.drop {
+						if tt.reset {
+							c.(*net.TCPConn).SetLinger(0)
+						}
+						c.Close()
+						continue
+					}
+					go forward(c, real.tcpAddr().String())
+				}
+			}()
+			via := real
+			via.port = uint16(ln.Addr().(*net.TCPAddr).Port)
+			ep, err := a.EPCreate(&uct.EPParams{DeviceAddr: b.DeviceAddress(), IfaceAddr: via.encode()})
+			if tt.wantErr {
+				if err == nil {
+					ep.Destroy()
+					t.Fatal("EPCreate through a proxy that drops every connection succeeded")
+				}
+				if !errors.Is(err, ucs.ErrUnreachable) || int(accepted.Load()) != dialTries {
+					t.Fatalf("EPCreate: %v after %d connections; want ErrUnreachable after %d", err, accepted.Load(), dialTries)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("EPCreate after %d dropped handshakes: %v", tt.drop, err)
+			}
+			defer ep.Destroy()
+			if got := int(accepted.Load()); got != tt.drop+1 {
+				t.Errorf("%d connections, want %d", got, tt.drop+1)
+			}
+			if st := flush(t, ep.(*EP), a, b); st != ucs.OK {
+				t.Errorf("flush over the retried connection: %v", st)
+			}
+		})
+	}
+}
+
+// forward copies c to and from a new connection to addr, until either
+// side ends.
+func forward(c net.Conn, addr string) {
+	defer c.Close()
+	d, err := net.Dial("tcp", addr)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(d, c); done <- struct{}{} }()
+	go func() { io.Copy(c, d); done <- struct{}{} }()
+	<-done
 }

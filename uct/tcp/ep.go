@@ -126,21 +126,14 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 		return nil, fmt.Errorf("uct/tcp: ep create: %w", err)
 	}
 	a, _ := decodeIfaceAddr(params.IfaceAddr)
-	deadline := time.Now().Add(i.cfg.connTimeout)
-	d := net.Dialer{Deadline: deadline, LocalAddr: &net.TCPAddr{IP: i.ip}}
 	peer := a.tcpAddr().String()
-	c, err := d.Dial("tcp", peer)
+	c, err := i.dial(a, handshake{ifaceID: a.id, clientID: i.id, connID: randomID()})
 	if err != nil {
-		return nil, fmt.Errorf("uct/tcp: ep create: connect to %s: %w: %w", peer, ucs.ErrUnreachable, err)
-	}
-	hello := handshake{ifaceID: a.id, clientID: i.id, connID: randomID()}
-	if err := clientHandshake(c, i.cfg.key, hello, deadline); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("uct/tcp: ep create: handshake with %s: %w: %w", peer, ucs.ErrUnreachable, err)
+		return nil, fmt.Errorf("uct/tcp: ep create: %w", err)
 	}
 	e := &EP{iface: i, peer: peer}
 	e.pending.Room = e.hasRoom
-	if err := e.open(c.(*net.TCPConn)); err != nil {
+	if err := e.open(c); err != nil {
 		return nil, fmt.Errorf("uct/tcp: ep create: %w: %w", ucs.ErrIOError, err)
 	}
 	i.mu.Lock()

@@ -1,8 +1,11 @@
 package tcp
 
 import (
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -146,19 +149,52 @@ func (e *EP) ConnectToEP(deviceAddr, epAddr []byte) error {
 
 // dialEP connects to the iface a and authenticates naming the ep peerID.
 func (i *Iface) dialEP(a ifaceAddr, peerID uint64) (*net.TCPConn, error) {
+	c, err := i.dial(a, handshake{ifaceID: a.id, epID: peerID, clientID: i.id, connID: randomID(), flags: hsFlagOneWay})
+	if err != nil {
+		return nil, fmt.Errorf("uct/tcp: connect to ep %#x: %w", peerID, err)
+	}
+	return c, nil
+}
+
+// dialTries is how many times dial tries a handshake that the server ended
+// before answering, and dialBackoff the first pause between two tries
+// (doubled each time, with jitter).
+const (
+	dialTries   = 4
+	dialBackoff = 20 * time.Millisecond
+)
+
+// dial connects to the iface a and runs the client handshake hello on the
+// connection, within UCX_TCP_CONN_TIMEOUT. A server that closes or resets
+// the connection before it answers the hello may have refused it, or may
+// have been too busy to authenticate it in time (a storm of connections:
+// its handshake timeout, UCX_TCP_MAX_HANDSHAKES; a reset even before the
+// connect returned): dial tries again, up to
+// dialTries times while the time allows, before it gives up. Failures wrap
+// ucs.ErrUnreachable.
+func (i *Iface) dial(a ifaceAddr, hello handshake) (*net.TCPConn, error) {
 	deadline := time.Now().Add(i.cfg.connTimeout)
 	d := net.Dialer{Deadline: deadline, LocalAddr: &net.TCPAddr{IP: i.ip}}
 	peer := a.tcpAddr().String()
-	c, err := d.Dial("tcp", peer)
-	if err != nil {
-		return nil, fmt.Errorf("uct/tcp: connect to ep: connect to %s: %w: %w", peer, ucs.ErrUnreachable, err)
+	pause := dialBackoff
+	for try := 1; ; try++ {
+		what := "connect to"
+		c, err := d.Dial("tcp", peer)
+		if err == nil {
+			what = "handshake with"
+			if err = clientHandshake(c, i.cfg.key, hello, deadline); err == nil {
+				return c.(*net.TCPConn), nil
+			}
+			c.Close()
+		}
+		pause += time.Duration(rand.Int64N(int64(pause)))
+		again := errors.Is(err, errNoChallenge) || errors.Is(err, syscall.ECONNRESET)
+		if !again || try == dialTries || time.Now().Add(pause).After(deadline) {
+			return nil, fmt.Errorf("%s %s (try %d): %w: %w", what, peer, try, ucs.ErrUnreachable, err)
+		}
+		time.Sleep(pause)
+		pause *= 2
 	}
-	hello := handshake{ifaceID: a.id, epID: peerID, clientID: i.id, connID: randomID(), flags: hsFlagOneWay}
-	if err := clientHandshake(c, i.cfg.key, hello, deadline); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("uct/tcp: connect to ep %#x: handshake with %s: %w: %w", peerID, peer, ucs.ErrUnreachable, err)
-	}
-	return c.(*net.TCPConn), nil
 }
 
 // reserveEP accepts the id of a live EP created unconnected that no

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -236,6 +238,12 @@ func readHandshake(r io.Reader, typ uint8) (handshake, error) {
 	return decodeHandshake(b, typ)
 }
 
+// errNoChallenge marks a client handshake that the server ended before it
+// answered the hello: it refused it, or it was too busy (its handshake
+// timeout ran out, or newer connections evicted this one; see accept.go).
+// The client cannot tell which, so it tries again a few times (dial).
+var errNoChallenge = errors.New("no challenge")
+
 // errAuth is the cause of a handshake whose MAC does not verify.
 var errAuth = fmt.Errorf("authentication failed (not the same job key): %w", ucs.ErrRejected)
 
@@ -271,7 +279,10 @@ func clientHandshake(c net.Conn, key []byte, hello handshake, deadline time.Time
 	ch, err := readHandshake(c, hsChallenge)
 	if err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return fmt.Errorf("the peer closed the connection (another iface, an unknown ep, or another job key): %w", ucs.ErrRejected)
+			return fmt.Errorf("the peer closed the connection (another iface, an unknown ep, or another job key): %w: %w", ucs.ErrRejected, errNoChallenge)
+		}
+		if errors.Is(err, syscall.ECONNRESET) {
+			return fmt.Errorf("%w: %w", err, errNoChallenge)
 		}
 		return err
 	}
