@@ -20,10 +20,14 @@ import (
 // EnvScaleOut names the folder its table (scale.md) and plot (startup.svg)
 // go to (default: a temporary folder, named in the log); EnvScaleReps is
 // how many jobs of each shape it runs (default 3; medians are reported).
+// EnvScaleCases, as "hosts:PEs,..." (16:256 for 256 PEs on 16 hosts),
+// runs only those shapes, and not the single-host runs beside oshrun: to
+// look at one shape again.
 const (
-	EnvScale     = "GOSHMEM_SCALE"
-	EnvScaleOut  = "GOSHMEM_SCALE_OUT"
-	EnvScaleReps = "GOSHMEM_SCALE_REPS"
+	EnvScale      = "GOSHMEM_SCALE"
+	EnvScaleOut   = "GOSHMEM_SCALE_OUT"
+	EnvScaleReps  = "GOSHMEM_SCALE_REPS"
+	EnvScaleCases = "GOSHMEM_SCALE_CASES"
 )
 
 // scaleFailureTimeout is the failure timeout of the scale model's jobs:
@@ -69,6 +73,19 @@ func TestScaleModel(t *testing.T) {
 			cases = append(cases, scaleCase{h, np})
 		}
 	}
+	only := os.Getenv(EnvScaleCases)
+	if only != "" {
+		cases = nil
+		for _, f := range strings.Split(only, ",") {
+			h, np, _ := strings.Cut(f, ":")
+			hosts, err1 := strconv.Atoi(h)
+			n, err2 := strconv.Atoi(np)
+			if err1 != nil || err2 != nil || hosts < 1 || hosts > 16 || n < hosts {
+				t.Fatalf("%s=%q: want hosts:PEs,... with 1 to 16 hosts", EnvScaleCases, only)
+			}
+			cases = append(cases, scaleCase{hosts, n})
+		}
+	}
 	results := map[scaleCase][]scaleRun{}
 	for rep := range reps {
 		for _, sc := range cases { // interleaved: a slow minute touches every case
@@ -83,7 +100,11 @@ func TestScaleModel(t *testing.T) {
 	}
 	// oshrun beside goshmem-run on one host, for the plot.
 	single := map[string][][2]float64{}
-	for _, np := range []int{2, 16, 64, 128, 256} {
+	singleNPs := []int{2, 16, 64, 128, 256}
+	if only != "" {
+		singleNPs = nil
+	}
+	for _, np := range singleNPs {
 		var g, o []float64
 		for range reps {
 			r := run(t, nil, "-np", strconv.Itoa(np), "-failure-timeout", scaleFailureTimeout, peProgram, "hello")
@@ -105,7 +126,11 @@ func TestScaleModel(t *testing.T) {
 	cases = slices.DeleteFunc(cases, func(sc scaleCase) bool { return len(results[sc]) == 0 })
 	report := scaleReport(cases, results, single)
 	dir := cmp.Or(os.Getenv(EnvScaleOut), t.TempDir())
-	for name, body := range map[string]string{"scale.md": report, "startup.svg": startupSVG(single)} {
+	files := map[string]string{"scale.md": report}
+	if len(single) > 0 {
+		files["startup.svg"] = startupSVG(single)
+	}
+	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
