@@ -287,8 +287,8 @@ func TestGlobalExitBeforeJoin(t *testing.T) {
 	s.mu.Lock()
 	s.sendAgent = func(int, net.IP, uint16, []byte) error { return nil }
 	s.mu.Unlock()
-	s.handle(appendMessage(nil, &message{kind: kindAgentReport, jobID: "job-1", rank: 0, seq: 1, addr: "192.0.2.2:7946",
-		events: []event{{kind: evGlobalExit, rank: 1, code: 7, other: -1, host: "n2"}}}))
+	s.handle(AppendMessage(nil, &Message{Kind: KindAgentReport, JobID: "job-1", Rank: 0, Seq: 1, Addr: "192.0.2.2:7946",
+		Events: []Event{{Kind: EvGlobalExit, Rank: 1, Code: 7, Other: -1, Host: "n2"}}}))
 	got := nextReport(t, s)
 	want := Report{Kind: ReportGlobalExit, Rank: 1, Agent: -1, Host: "n2 (192.0.2.2)", Code: 7}
 	if got != want {
@@ -404,12 +404,12 @@ func TestSilentPE(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	c, err := fileConn(f)
+	c, err := FileConn(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
-	if err := c.send(&message{kind: kindHello, jobID: seed.JobID(), rank: 1}, -1); err != nil {
+	defer c.Close()
+	if err := c.Send(&Message{Kind: KindHello, JobID: seed.JobID(), Rank: 1}, -1); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -449,7 +449,7 @@ func TestPlaintextRefused(t *testing.T) {
 		key  []byte
 	}{{"no key", nil}, {"another key", newTestKey(t)}} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newConfig(agentName(0), "127.0.0.1", seed.JobID(), tt.key, discardLogger(), 0, 3)
+			c := newConfig(agentName(0), "127.0.0.1", seed.JobID(), tt.key, DiscardLogger(), 0, 3)
 			list, err := memberlist.Create(c)
 			if err != nil {
 				t.Fatal(err)
@@ -468,8 +468,8 @@ func TestPlaintextRefused(t *testing.T) {
 	conn.SetDeadline(time.Now().Add(waitLimit))
 	// A plaintext user message (memberlist's userMsg type byte, 8), then an
 	// agent report that would count if it were accepted.
-	raw := append([]byte{8}, appendMessage(nil, &message{kind: kindAgentReport, jobID: seed.JobID(), rank: 0, seq: 1, addr: "127.0.0.1:9",
-		events: []event{{kind: evJoined, rank: 0, other: -1}}})...)
+	raw := append([]byte{8}, AppendMessage(nil, &Message{Kind: KindAgentReport, JobID: seed.JobID(), Rank: 0, Seq: 1, Addr: "127.0.0.1:9",
+		Events: []Event{{Kind: EvJoined, Rank: 0, Other: -1}}})...)
 	conn.Write(raw)
 	if _, err := io.ReadAll(conn); err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Logf("reading the seed's answer: %v", err)

@@ -388,7 +388,7 @@ func TestMemberFailure(t *testing.T) {
 	for _, m := range j.members[:victim] {
 		m.OnFailure(func(f Failure) { notified <- f })
 	}
-	j.members[victim].conn.close() // as if it died
+	j.members[victim].conn.Close() // as if it died
 	if err := j.agents[j.agentOf[victim]].Report(victim, "h2", "was killed by signal 9 (killed)", 137, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -497,8 +497,8 @@ func TestReportLost(t *testing.T) {
 		}
 	}
 	// A forged event naming the sender itself is dropped.
-	j.seed.handle(appendMessage(nil, &message{kind: kindAgentReport, jobID: j.seed.JobID(), rank: 0, seq: 99, addr: "127.0.0.1:9",
-		events: []event{{kind: evLost, rank: 0, other: 0}}}))
+	j.seed.handle(AppendMessage(nil, &Message{Kind: KindAgentReport, JobID: j.seed.JobID(), Rank: 0, Seq: 99, Addr: "127.0.0.1:9",
+		Events: []Event{{Kind: EvLost, Rank: 0, Other: 0}}}))
 	if _, _, ok := j.seed.Lost(0); ok {
 		t.Error("seed: PE 0 lost itself")
 	}

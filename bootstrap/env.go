@@ -56,9 +56,9 @@ const EnvDebug = "GOSHMEM_DEBUG"
 // this timeout.
 const DefaultFailureTimeout = 5 * time.Second
 
-// minFailureTimeout bounds the failure timeout from below: shorter ones
+// MinFailureTimeout bounds the failure timeout from below: shorter ones
 // make an overloaded host look dead.
-const minFailureTimeout = 500 * time.Millisecond
+const MinFailureTimeout = 500 * time.Millisecond
 
 // contractVars are the variables whose presence says that the launcher
 // started this process.
@@ -167,8 +167,8 @@ func placeFromLookup(lookup func(string) (string, bool)) (Place, bool, error) {
 			return n
 		}
 		p.Size = num(sv.size)
-		if err == nil && (p.Size < 1 || p.Size > maxRanks) {
-			err = fmt.Errorf("bootstrap: %s=%d: out of range [1, %d]: %w", sv.size, p.Size, maxRanks, ucs.ErrInvalidParam)
+		if err == nil && (p.Size < 1 || p.Size > MaxRanks) {
+			err = fmt.Errorf("bootstrap: %s=%d: out of range [1, %d]: %w", sv.size, p.Size, MaxRanks, ucs.ErrInvalidParam)
 		}
 		p.Rank = num(sv.rank)
 		if err == nil && (p.Rank < 0 || p.Rank >= p.Size) {
@@ -277,7 +277,7 @@ func envFromLookup(lookup func(string) (string, bool)) (Env, bool, error) {
 	}
 
 	e.JobID = get(EnvJobID)
-	if err == nil && !validJobID(e.JobID) {
+	if err == nil && !ValidJobID(e.JobID) {
 		bad(EnvJobID, e.JobID, "want 1 to 64 characters of [A-Za-z0-9._-]")
 	}
 	size := get(EnvSize)
@@ -286,8 +286,8 @@ func envFromLookup(lookup func(string) (string, bool)) (Env, bool, error) {
 		switch {
 		case perr != nil:
 			bad(EnvSize, size, "not an integer")
-		case n < 1 || n > maxRanks:
-			bad(EnvSize, size, "out of range [1, "+strconv.Itoa(maxRanks)+"]")
+		case n < 1 || n > MaxRanks:
+			bad(EnvSize, size, "out of range [1, "+strconv.Itoa(MaxRanks)+"]")
 		}
 		e.Size = n
 	}
@@ -340,8 +340,8 @@ func envFromLookup(lookup func(string) (string, bool)) (Env, bool, error) {
 		switch {
 		case perr != nil:
 			bad(EnvFailureTimeout, s, "not a duration")
-		case d < minFailureTimeout:
-			bad(EnvFailureTimeout, s, "below the minimum of "+minFailureTimeout.String())
+		case d < MinFailureTimeout:
+			bad(EnvFailureTimeout, s, "below the minimum of "+MinFailureTimeout.String())
 		}
 		e.FailureTimeout = d
 	}
@@ -384,8 +384,8 @@ func (e Env) Environ() []string {
 	return vars
 }
 
-func validJobID(s string) bool {
-	if len(s) < 1 || len(s) > maxJobID {
+func ValidJobID(s string) bool {
+	if len(s) < 1 || len(s) > MaxJobID {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -422,13 +422,13 @@ func DecodeKey(s string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: key is not base64: %w", ucs.ErrInvalidParam)
 	}
-	if err := checkKey(k); err != nil {
+	if err := CheckKey(k); err != nil {
 		return nil, err
 	}
 	return k, nil
 }
 
-func checkKey(k []byte) error {
+func CheckKey(k []byte) error {
 	switch len(k) {
 	case 16, 24, 32:
 		return nil

@@ -106,36 +106,36 @@ func tuneFailureDetection(c *memberlist.Config, timeout time.Duration, nodes int
 	c.SuspicionMaxTimeoutMult = 1
 }
 
-// debugLogger returns the logger of a member or an agent, for memberlist
+// DebugLogger returns the logger of a member or an agent, for memberlist
 // and the bootstrap's own diagnostics: its lines, prefixed with prefix and
 // the time, go to l (nil: ucs.DefaultLogger()) at LogDebug or their own
 // level if less important, so that they show at UCX_LOG_LEVEL=debug; when
 // GOSHMEM_DEBUG is set, at LogPrint, so that they all show.
-func debugLogger(l ucs.Logger, prefix string) *log.Logger {
-	w := levelWriter{l: ucs.LoggerOrDefault(l), floor: ucs.LogDebug}
+func DebugLogger(l ucs.Logger, prefix string) *log.Logger {
+	w := LevelWriter{Logger: ucs.LoggerOrDefault(l), Floor: ucs.LogDebug}
 	if v := os.Getenv(EnvDebug); v != "" && v != "0" {
-		w.force = true
+		w.Force = true
 	}
 	return log.New(w, prefix, log.LstdFlags|log.Lmicroseconds)
 }
 
-// levelWriter passes the lines of a *log.Logger (memberlist writes to
+// LevelWriter passes the lines of a *log.Logger (memberlist writes to
 // one) to a ucs.Logger, at the level their memberlist tag names ([ERR],
 // [WARN], [INFO], [DEBUG]; LogInfo without one), made no more important
 // than floor; or, when force is set, at LogPrint.
-type levelWriter struct {
-	l     ucs.Logger
-	floor ucs.LogLevel
-	force bool
+type LevelWriter struct {
+	Logger ucs.Logger
+	Floor  ucs.LogLevel
+	Force  bool
 }
 
-func (w levelWriter) Write(p []byte) (int, error) {
+func (w LevelWriter) Write(p []byte) (int, error) {
 	level := ucs.LogPrint
-	if !w.force {
-		level = max(lineLevel(p), w.floor)
+	if !w.Force {
+		level = max(lineLevel(p), w.Floor)
 	}
-	if w.l.Enabled(level) {
-		w.l.Logf(level, "%s", strings.TrimSuffix(string(p), "\n"))
+	if w.Logger.Enabled(level) {
+		w.Logger.Logf(level, "%s", strings.TrimSuffix(string(p), "\n"))
 	}
 	return len(p), nil
 }
@@ -153,15 +153,15 @@ func lineLevel(line []byte) ucs.LogLevel {
 	return ucs.LogInfo
 }
 
-func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+func DiscardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
 
 // nodeAddr returns the host:port of a memberlist node.
 func nodeAddr(n *memberlist.Node) string {
 	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 }
 
-// hostName returns this host's name, cut to limit.
-func hostName(limit int) string {
+// HostName returns this host's name, cut to limit.
+func HostName(limit int) string {
 	h, _ := os.Hostname()
 	if len(h) > limit {
 		h = h[:limit]
@@ -181,7 +181,7 @@ func nodeMeta(limit int, node string, ranks []int) []byte {
 		first, count = ranks[0], len(ranks)
 	}
 	tail := node + "\x00" + strconv.Itoa(first) + " " + strconv.Itoa(count) + "\x00"
-	return []byte(hostName(max(limit-len(tail)-1, 0)) + "\x00" + tail)
+	return []byte(HostName(max(limit-len(tail)-1, 0)) + "\x00" + tail)
 }
 
 // parseNodeMeta parses what nodeMeta makes; what is malformed is left
@@ -194,7 +194,7 @@ func parseNodeMeta(b []byte) (host, node string, first, count int) {
 	f, c, ok := strings.Cut(parts[2], " ")
 	first, err1 := strconv.Atoi(f)
 	count, err2 := strconv.Atoi(c)
-	if !ok || err1 != nil || err2 != nil || first < 0 || count < 0 || first > maxRanks || count > maxRanks {
+	if !ok || err1 != nil || err2 != nil || first < 0 || count < 0 || first > MaxRanks || count > MaxRanks {
 		first, count = 0, 0
 	}
 	return parts[0], parts[1], first, count

@@ -14,8 +14,8 @@ import (
 // an agent and its PEs as frames on their local channel (see frame.go).
 // Every message has the same header:
 //
-//	version  uint8  (wireVersion)
-//	kind     uint8  (msgKind)
+//	version  uint8  (Version)
+//	kind     uint8  (Kind)
 //	jobLen   uint8, job id (jobLen bytes)
 //	rank     int32  sender: a PE's rank, an agent's id, -1 for the seed
 //	                and for an agent talking to its PEs
@@ -25,37 +25,37 @@ import (
 // strings are a uint16 length and the bytes):
 //
 //	Between an agent and its PEs:
-//	kindHello (PE → agent, first frame): nothing
-//	kindWelcome (agent → PE, the answer): nothing
-//	kindGather (PE → agent): flags uint8 (flagBarrier), payLen uint32, payload
-//	kindResult (agent → PE; the table's memory file travels with the frame,
+//	KindHello (PE → agent, first frame): nothing
+//	KindWelcome (agent → PE, the answer): nothing
+//	KindGather (PE → agent): flags uint8 (FlagBarrier), payLen uint32, payload
+//	KindResult (agent → PE; the table's memory file travels with the frame,
 //	    except for a barrier): flags uint8, size uint64 (of the file)
-//	kindFinalize, kindFinalizeAck, kindPing, kindPong: nothing
-//	kindGlobalExit (PE → agent): code int32, host string
-//	kindLost (PE → agent): rank int32 (the PE it lost), reason string
-//	kindGlobalExitAck, kindLostAck (agent → PE): nothing
-//	kindFailure (seed → agent, agent → PE): rank int32 (the PE that failed,
+//	KindFinalize, KindFinalizeAck, KindPing, KindPong: nothing
+//	KindGlobalExit (PE → agent): code int32, host string
+//	KindLost (PE → agent): rank int32 (the PE it lost), reason string
+//	KindGlobalExitAck, KindLostAck (agent → PE): nothing
+//	KindFailure (seed → agent, agent → PE): rank int32 (the PE that failed,
 //	    -1 for the seed), host string, reason string
 //
 //	Between agents (the tree of the collectives) and with the seed:
-//	kindDirectory (seed → agent 0, agent → child): addr string (the
+//	KindDirectory (seed → agent 0, agent → child): addr string (the
 //	    sender's node: the receiver's parent; empty from the seed), count
 //	    uint32, then count times: id uint32, node uint32, addr string, host
 //	    string (the agents of the receiver's subtree, itself first)
-//	kindUp (agent → parent): flags uint8, count uint32 (PEs gathered in the
-//	    subtree), then unless flagBarrier the entries (see below)
-//	kindDown (agent → child): flags uint8, then unless flagBarrier the
+//	KindUp (agent → parent): flags uint8, count uint32 (PEs gathered in the
+//	    subtree), then unless FlagBarrier the entries (see below)
+//	KindDown (agent → child): flags uint8, then unless FlagBarrier the
 //	    entries of every PE
-//	kindAbort (agent → child, agent → PE): reason string
-//	kindAgentReport (agent → seed; seq numbers the agent's reports from 1):
+//	KindAbort (agent → child, agent → PE): reason string
+//	KindAgentReport (agent → seed; seq numbers the agent's reports from 1):
 //	    addr string (the agent's node), count uint16, then count events:
-//	    kind uint8 (evJoined, evExit, evLost, evGlobalExit), rank int32 (the
-//	    PE), code int32, flags uint8 (evExit: flagEndedByAgent, flagJoined,
-//	    flagFinalized), other int32 (evLost: the PE it lost), host string,
+//	    kind uint8 (EvJoined, EvExit, EvLost, EvGlobalExit), rank int32 (the
+//	    PE), code int32, flags uint8 (EvExit: FlagEndedByAgent, FlagJoined,
+//	    FlagFinalized), other int32 (EvLost: the PE it lost), host string,
 //	    how string, why string
-//	kindAgentAck (seed → agent; seq is that of the report): nothing
-//	kindTerminate (seed → agent): reason string
-//	kindStallReport (seed → agent; have PEs report where they wait):
+//	KindAgentAck (seed → agent; seq is that of the report): nothing
+//	KindTerminate (seed → agent): reason string
+//	KindStallReport (seed → agent; have PEs report where they wait):
 //	    count uint32, then count times: rank int32 (a PE to ask)
 //
 // Entries: count uint32, then count times: rank int32, node uint32, len
@@ -64,147 +64,150 @@ import (
 // The encoding is canonical: a message that decodes re-encodes to the same
 // bytes, and trailing bytes are an error.
 
-// wireVersion 3 made the agents the only members of the job: PEs talk to
+// Version 3 made the agents the only members of the job: PEs talk to
 // their agent, agents gather in a tree.
-const wireVersion = 3
+const Version = 3
 
-type msgKind uint8
+// Kind is the kind of a message.
+type Kind uint8
 
+// The kinds of message (see the layout above).
 const (
-	kindHello msgKind = 1 + iota
-	kindWelcome
-	kindGather
-	kindResult
-	kindFinalize
-	kindFinalizeAck
-	kindPing
-	kindPong
-	kindGlobalExit
-	kindGlobalExitAck
-	kindLost
-	kindLostAck
-	kindFailure
-	kindDirectory
-	kindUp
-	kindDown
-	kindAbort
-	kindAgentReport
-	kindAgentAck
-	kindTerminate
-	kindStallReport
-	kindLast = kindStallReport
+	KindHello Kind = 1 + iota
+	KindWelcome
+	KindGather
+	KindResult
+	KindFinalize
+	KindFinalizeAck
+	KindPing
+	KindPong
+	KindGlobalExit
+	KindGlobalExitAck
+	KindLost
+	KindLostAck
+	KindFailure
+	KindDirectory
+	KindUp
+	KindDown
+	KindAbort
+	KindAgentReport
+	KindAgentAck
+	KindTerminate
+	KindStallReport
+	kindLast = KindStallReport
 )
 
 var kindNames = [...]string{
-	kindHello: "hello", kindWelcome: "welcome", kindGather: "gather", kindResult: "result",
-	kindFinalize: "finalize", kindFinalizeAck: "finalize-ack", kindPing: "ping", kindPong: "pong",
-	kindGlobalExit: "global-exit", kindGlobalExitAck: "global-exit-ack", kindLost: "lost", kindLostAck: "lost-ack",
-	kindFailure: "failure", kindDirectory: "directory", kindUp: "up", kindDown: "down", kindAbort: "abort",
-	kindAgentReport: "agent-report", kindAgentAck: "agent-ack", kindTerminate: "terminate", kindStallReport: "stall-report",
+	KindHello: "hello", KindWelcome: "welcome", KindGather: "gather", KindResult: "result",
+	KindFinalize: "finalize", KindFinalizeAck: "finalize-ack", KindPing: "ping", KindPong: "pong",
+	KindGlobalExit: "global-exit", KindGlobalExitAck: "global-exit-ack", KindLost: "lost", KindLostAck: "lost-ack",
+	KindFailure: "failure", KindDirectory: "directory", KindUp: "up", KindDown: "down", KindAbort: "abort",
+	KindAgentReport: "agent-report", KindAgentAck: "agent-ack", KindTerminate: "terminate", KindStallReport: "stall-report",
 }
 
-func (k msgKind) String() string {
+// String returns the name of k ("hello", "gather", ...).
+func (k Kind) String() string {
 	if k >= 1 && k <= kindLast {
 		return kindNames[k]
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// flagBarrier, in a gather, a result, an up or a down message, says that
+// FlagBarrier, in a gather, a result, an up or a down message, says that
 // the collective is a barrier: it gathers no blobs.
-const flagBarrier = 1
+const FlagBarrier = 1
 
-// The events of an agent report.
-type eventKind uint8
+// EventKind is the kind of an event of an agent report.
+type EventKind uint8
 
 const (
-	// evJoined: the PE rank connected to its agent (the first PE of the
+	// EvJoined: the PE rank connected to its agent (the first PE of the
 	// agent that did; the others say so when they end).
-	evJoined eventKind = 1 + iota
-	// evExit: the PE rank ended; how says how, code is the exit code that
+	EvJoined EventKind = 1 + iota
+	// EvExit: the PE rank ended; how says how, code is the exit code that
 	// stands for it, flags say what the agent knew of it.
-	evExit
-	// evLost: the PE rank is about to end because it lost the PE other.
-	evLost
-	// evGlobalExit: the PE rank asked to end the job with status code.
-	evGlobalExit
-	evLast = evGlobalExit
+	EvExit
+	// EvLost: the PE rank is about to end because it lost the PE other.
+	EvLost
+	// EvGlobalExit: the PE rank asked to end the job with status code.
+	EvGlobalExit
+	evLast = EvGlobalExit
 )
 
-// Flags of an evExit event.
+// Flags of an EvExit event.
 const (
-	// flagEndedByAgent: the agent had told the PE to end (SIGTERM, then
+	// FlagEndedByAgent: the agent had told the PE to end (SIGTERM, then
 	// SIGKILL) while it still ran: its end is a consequence (of the job
 	// being ended, or of what why says), not a failure of its own.
-	flagEndedByAgent = 1 << iota
-	// flagJoined: the PE had connected to its agent (it called Join).
-	flagJoined
-	// flagFinalized: the PE had finalized and not gathered since.
-	flagFinalized
-	exitFlags = flagEndedByAgent | flagJoined | flagFinalized
+	FlagEndedByAgent = 1 << iota
+	// FlagJoined: the PE had connected to its agent (it called Join).
+	FlagJoined
+	// FlagFinalized: the PE had finalized and not gathered since.
+	FlagFinalized
+	exitFlags = FlagEndedByAgent | FlagJoined | FlagFinalized
 )
 
 const (
-	// maxJobID is the longest job id (it must fit the uint8 length).
-	maxJobID = 64
-	// maxString bounds addresses, host names and reasons.
-	maxString = 1024
+	// MaxJobID is the longest job id (it must fit the uint8 length).
+	MaxJobID = 64
+	// MaxString bounds addresses, host names and reasons.
+	MaxString = 1024
 	// MaxAllgather is the largest total size, in bytes, of the blobs of
 	// one Allgather (the sum over all PEs). memberlist refuses stream
 	// messages above 20 MiB; this leaves room for framing and encryption.
 	MaxAllgather = 16 << 20
-	// maxRanks bounds the size of a job.
-	maxRanks = 1 << 20
-	// maxEvents bounds the events of one agent report.
-	maxEvents = 1 << 12
+	// MaxRanks bounds the size of a job.
+	MaxRanks = 1 << 20
+	// MaxEvents bounds the events of one agent report.
+	MaxEvents = 1 << 12
 )
 
-// entry is a PE's contribution to an allgather: its blob, and the node
+// Entry is a PE's contribution to an allgather: its blob, and the node
 // (shared-memory domain) of its agent.
-type entry struct {
-	rank, node int
-	blob       []byte
+type Entry struct {
+	Rank, Node int
+	Blob       []byte
 }
 
-// agentEntry is an agent of the directory.
-type agentEntry struct {
-	id, node   int
-	addr, host string
+// AgentEntry is an agent of the directory.
+type AgentEntry struct {
+	ID, Node   int
+	Addr, Host string
 }
 
-// event is one event of an agent report.
-type event struct {
-	kind      eventKind
-	rank      int
-	code      int
-	flags     uint8
-	other     int
-	host, how string
-	why       string
+// Event is one event of an agent report.
+type Event struct {
+	Kind      EventKind
+	Rank      int
+	Code      int
+	Flags     uint8
+	Other     int
+	Host, How string
+	Why       string
 }
 
-// message is a decoded bootstrap message. Which fields are meaningful
+// Message is a decoded bootstrap message. Which fields are meaningful
 // depends on kind; the others are zero.
-type message struct {
-	kind  msgKind
-	jobID string
-	rank  int // sender
-	seq   uint64
+type Message struct {
+	Kind  Kind
+	JobID string
+	Rank  int // sender
+	Seq   uint64
 
-	flags   uint8   // gather, result, up, down
-	payload []byte  // gather
-	size    uint64  // result
-	count   int     // up: PEs gathered
-	entries []entry // up, down (not barriers)
-	addr    string  // directory, agent report
-	agents  []agentEntry
-	events  []event
+	Flags   uint8   // gather, result, up, down
+	Payload []byte  // gather
+	Size    uint64  // result
+	Count   int     // up: PEs gathered
+	Entries []Entry // up, down (not barriers)
+	Addr    string  // directory, agent report
+	Agents  []AgentEntry
+	Events  []Event
 
-	failRank int    // failure, lost
-	host     string // failure, global exit
-	reason   string // failure, abort, terminate, lost
-	ranks    []int  // stall report: the PEs to ask
-	code     int    // global exit
+	FailRank int    // failure, lost
+	Host     string // failure, global exit
+	Reason   string // failure, abort, terminate, lost
+	Ranks    []int  // stall report: the PEs to ask
+	Code     int    // global exit
 }
 
 // errMalformed is wrapped by every decoding error.
@@ -214,70 +217,70 @@ func malformed(what string) error {
 	return fmt.Errorf("%w: %s", errMalformed, what)
 }
 
-// appendMessage appends the encoding of m to b. It does not validate m
+// AppendMessage appends the encoding of m to b. It does not validate m
 // beyond what the encoding needs; callers build valid messages.
-func appendMessage(b []byte, m *message) []byte {
-	b = append(b, wireVersion, byte(m.kind), byte(len(m.jobID)))
-	b = append(b, m.jobID...)
-	b = appendI32(b, m.rank)
-	b = binary.BigEndian.AppendUint64(b, m.seq)
-	switch m.kind {
-	case kindGather:
-		b = append(b, m.flags)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(m.payload)))
-		b = append(b, m.payload...)
-	case kindResult:
-		b = append(b, m.flags)
-		b = binary.BigEndian.AppendUint64(b, m.size)
-	case kindGlobalExit:
-		b = appendI32(b, m.code)
-		b = appendString16(b, m.host)
-	case kindLost:
-		b = appendI32(b, m.failRank)
-		b = appendString16(b, m.reason)
-	case kindFailure:
-		b = appendI32(b, m.failRank)
-		b = appendString16(b, m.host)
-		b = appendString16(b, m.reason)
-	case kindDirectory:
-		b = appendString16(b, m.addr)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(m.agents)))
-		for _, a := range m.agents {
-			b = binary.BigEndian.AppendUint32(b, uint32(a.id))
-			b = binary.BigEndian.AppendUint32(b, uint32(a.node))
-			b = appendString16(b, a.addr)
-			b = appendString16(b, a.host)
+func AppendMessage(b []byte, m *Message) []byte {
+	b = append(b, Version, byte(m.Kind), byte(len(m.JobID)))
+	b = append(b, m.JobID...)
+	b = appendI32(b, m.Rank)
+	b = binary.BigEndian.AppendUint64(b, m.Seq)
+	switch m.Kind {
+	case KindGather:
+		b = append(b, m.Flags)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Payload)))
+		b = append(b, m.Payload...)
+	case KindResult:
+		b = append(b, m.Flags)
+		b = binary.BigEndian.AppendUint64(b, m.Size)
+	case KindGlobalExit:
+		b = appendI32(b, m.Code)
+		b = appendString16(b, m.Host)
+	case KindLost:
+		b = appendI32(b, m.FailRank)
+		b = appendString16(b, m.Reason)
+	case KindFailure:
+		b = appendI32(b, m.FailRank)
+		b = appendString16(b, m.Host)
+		b = appendString16(b, m.Reason)
+	case KindDirectory:
+		b = appendString16(b, m.Addr)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Agents)))
+		for _, a := range m.Agents {
+			b = binary.BigEndian.AppendUint32(b, uint32(a.ID))
+			b = binary.BigEndian.AppendUint32(b, uint32(a.Node))
+			b = appendString16(b, a.Addr)
+			b = appendString16(b, a.Host)
 		}
-	case kindUp:
-		b = append(b, m.flags)
-		b = binary.BigEndian.AppendUint32(b, uint32(m.count))
-		if m.flags&flagBarrier == 0 {
-			b = appendEntries(b, m.entries)
+	case KindUp:
+		b = append(b, m.Flags)
+		b = binary.BigEndian.AppendUint32(b, uint32(m.Count))
+		if m.Flags&FlagBarrier == 0 {
+			b = appendEntries(b, m.Entries)
 		}
-	case kindDown:
-		b = append(b, m.flags)
-		if m.flags&flagBarrier == 0 {
-			b = appendEntries(b, m.entries)
+	case KindDown:
+		b = append(b, m.Flags)
+		if m.Flags&FlagBarrier == 0 {
+			b = appendEntries(b, m.Entries)
 		}
-	case kindAbort, kindTerminate:
-		b = appendString16(b, m.reason)
-	case kindStallReport:
-		b = binary.BigEndian.AppendUint32(b, uint32(len(m.ranks)))
-		for _, r := range m.ranks {
+	case KindAbort, KindTerminate:
+		b = appendString16(b, m.Reason)
+	case KindStallReport:
+		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Ranks)))
+		for _, r := range m.Ranks {
 			b = binary.BigEndian.AppendUint32(b, uint32(int32(r)))
 		}
-	case kindAgentReport:
-		b = appendString16(b, m.addr)
-		b = binary.BigEndian.AppendUint16(b, uint16(len(m.events)))
-		for _, e := range m.events {
-			b = append(b, byte(e.kind))
-			b = appendI32(b, e.rank)
-			b = appendI32(b, e.code)
-			b = append(b, e.flags)
-			b = appendI32(b, e.other)
-			b = appendString16(b, e.host)
-			b = appendString16(b, e.how)
-			b = appendString16(b, e.why)
+	case KindAgentReport:
+		b = appendString16(b, m.Addr)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(m.Events)))
+		for _, e := range m.Events {
+			b = append(b, byte(e.Kind))
+			b = appendI32(b, e.Rank)
+			b = appendI32(b, e.Code)
+			b = append(b, e.Flags)
+			b = appendI32(b, e.Other)
+			b = appendString16(b, e.Host)
+			b = appendString16(b, e.How)
+			b = appendString16(b, e.Why)
 		}
 	}
 	return b
@@ -290,13 +293,13 @@ func appendString16(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendEntries(b []byte, es []entry) []byte {
+func appendEntries(b []byte, es []Entry) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(es)))
 	for _, e := range es {
-		b = appendI32(b, e.rank)
-		b = binary.BigEndian.AppendUint32(b, uint32(e.node))
-		b = binary.BigEndian.AppendUint32(b, uint32(len(e.blob)))
-		b = append(b, e.blob...)
+		b = appendI32(b, e.Rank)
+		b = binary.BigEndian.AppendUint32(b, uint32(e.Node))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(e.Blob)))
+		b = append(b, e.Blob...)
 	}
 	return b
 }
@@ -357,19 +360,19 @@ func (d *decoder) u64(what string) uint64 {
 
 func (d *decoder) i32(what string) int { return int(int32(d.u32(what))) }
 
-// rank reads a rank: -1 (the seed, or none) or one in [0, maxRanks).
+// rank reads a rank: -1 (the seed, or none) or one in [0, MaxRanks).
 func (d *decoder) rank(what string) int {
 	r := d.i32(what)
-	if d.err == nil && (r < -1 || r >= maxRanks) {
+	if d.err == nil && (r < -1 || r >= MaxRanks) {
 		d.fail(what + " out of range")
 	}
 	return r
 }
 
-// index reads a non-negative number below maxRanks (an agent id, a node).
+// index reads a non-negative number below MaxRanks (an agent id, a node).
 func (d *decoder) index(what string) int {
 	v := d.u32(what)
-	if d.err == nil && v >= maxRanks {
+	if d.err == nil && v >= MaxRanks {
 		d.fail(what + " out of range")
 	}
 	return int(v)
@@ -377,7 +380,7 @@ func (d *decoder) index(what string) int {
 
 func (d *decoder) string16(what string) string {
 	n := int(d.u16(what + " length"))
-	if d.err == nil && n > maxString {
+	if d.err == nil && n > MaxString {
 		d.fail(what + " too long")
 		return ""
 	}
@@ -403,21 +406,21 @@ func (d *decoder) count(what string, minSize, limit int) int {
 	return int(n)
 }
 
-func (d *decoder) entries() []entry {
-	n := d.count("entry count", 12, maxRanks)
+func (d *decoder) entries() []Entry {
+	n := d.count("entry count", 12, MaxRanks)
 	if d.err != nil {
 		return nil
 	}
-	es := make([]entry, n)
+	es := make([]Entry, n)
 	total := 0
 	for i := range es {
-		es[i].rank = d.rank("entry rank")
-		if d.err == nil && es[i].rank < 0 {
+		es[i].Rank = d.rank("entry rank")
+		if d.err == nil && es[i].Rank < 0 {
 			d.fail("entry rank out of range")
 		}
-		es[i].node = d.index("entry node")
-		es[i].blob = d.blob("entry")
-		total += len(es[i].blob)
+		es[i].Node = d.index("entry node")
+		es[i].Blob = d.blob("entry")
+		total += len(es[i].Blob)
 		if d.err == nil && total > MaxAllgather {
 			d.fail("entries too large")
 		}
@@ -428,117 +431,117 @@ func (d *decoder) entries() []entry {
 	return es
 }
 
-// decodeMessage decodes b. Byte slices in the result (payload, entries)
+// DecodeMessage decodes b. Byte slices in the result (payload, entries)
 // alias b. Any malformed input gives an error wrapping ucs.ErrInvalidParam;
-// decodeMessage never panics.
-func decodeMessage(b []byte) (*message, error) {
+// DecodeMessage never panics.
+func DecodeMessage(b []byte) (*Message, error) {
 	d := &decoder{b: b}
-	if v := d.u8("version"); d.err == nil && v != wireVersion {
+	if v := d.u8("version"); d.err == nil && v != Version {
 		return nil, malformed("unknown version " + strconv.Itoa(int(v)))
 	}
-	m := &message{kind: msgKind(d.u8("kind"))}
+	m := &Message{Kind: Kind(d.u8("kind"))}
 	jobLen := int(d.u8("job id length"))
-	if d.err == nil && jobLen > maxJobID {
+	if d.err == nil && jobLen > MaxJobID {
 		d.fail("job id too long")
 	}
-	m.jobID = string(d.bytes(jobLen, "job id"))
-	m.rank = d.rank("rank")
-	m.seq = d.u64("sequence")
+	m.JobID = string(d.bytes(jobLen, "job id"))
+	m.Rank = d.rank("rank")
+	m.Seq = d.u64("sequence")
 	if d.err != nil {
 		return nil, d.err
 	}
-	switch m.kind {
-	case kindHello, kindWelcome, kindFinalize, kindFinalizeAck, kindPing, kindPong,
-		kindGlobalExitAck, kindLostAck, kindAgentAck:
-	case kindGather:
-		m.flags = d.u8("flags")
-		m.payload = d.blob("payload")
-	case kindResult:
-		m.flags = d.u8("flags")
-		m.size = d.u64("size")
-		if d.err == nil && m.size > 2*MaxAllgather {
+	switch m.Kind {
+	case KindHello, KindWelcome, KindFinalize, KindFinalizeAck, KindPing, KindPong,
+		KindGlobalExitAck, KindLostAck, KindAgentAck:
+	case KindGather:
+		m.Flags = d.u8("flags")
+		m.Payload = d.blob("payload")
+	case KindResult:
+		m.Flags = d.u8("flags")
+		m.Size = d.u64("size")
+		if d.err == nil && m.Size > 2*MaxAllgather {
 			d.fail("table too large")
 		}
-	case kindGlobalExit:
-		m.code = d.i32("code")
-		m.host = d.string16("host")
-	case kindLost:
-		m.failRank = d.rank("lost rank")
-		m.reason = d.string16("reason")
-	case kindFailure:
-		m.failRank = d.rank("failed rank")
-		m.host = d.string16("host")
-		m.reason = d.string16("reason")
-	case kindDirectory:
-		m.addr = d.string16("address")
-		n := d.count("agent count", 12, maxRanks)
+	case KindGlobalExit:
+		m.Code = d.i32("code")
+		m.Host = d.string16("host")
+	case KindLost:
+		m.FailRank = d.rank("lost rank")
+		m.Reason = d.string16("reason")
+	case KindFailure:
+		m.FailRank = d.rank("failed rank")
+		m.Host = d.string16("host")
+		m.Reason = d.string16("reason")
+	case KindDirectory:
+		m.Addr = d.string16("address")
+		n := d.count("agent count", 12, MaxRanks)
 		if d.err == nil {
-			m.agents = make([]agentEntry, n)
+			m.Agents = make([]AgentEntry, n)
 		}
-		for i := range m.agents {
-			a := &m.agents[i]
-			a.id = d.index("agent id")
-			a.node = d.index("agent node")
-			a.addr = d.string16("agent address")
-			a.host = d.string16("agent host")
+		for i := range m.Agents {
+			a := &m.Agents[i]
+			a.ID = d.index("agent id")
+			a.Node = d.index("agent node")
+			a.Addr = d.string16("agent address")
+			a.Host = d.string16("agent host")
 			if d.err != nil {
 				break
 			}
 		}
-	case kindUp:
-		m.flags = d.u8("flags")
-		m.count = d.index("count")
-		if m.flags&flagBarrier == 0 {
-			m.entries = d.entries()
+	case KindUp:
+		m.Flags = d.u8("flags")
+		m.Count = d.index("count")
+		if m.Flags&FlagBarrier == 0 {
+			m.Entries = d.entries()
 		}
-	case kindDown:
-		m.flags = d.u8("flags")
-		if m.flags&flagBarrier == 0 {
-			m.entries = d.entries()
+	case KindDown:
+		m.Flags = d.u8("flags")
+		if m.Flags&FlagBarrier == 0 {
+			m.Entries = d.entries()
 		}
-	case kindAbort, kindTerminate:
-		m.reason = d.string16("reason")
-	case kindStallReport:
-		n := d.count("rank count", 4, maxRanks)
+	case KindAbort, KindTerminate:
+		m.Reason = d.string16("reason")
+	case KindStallReport:
+		n := d.count("rank count", 4, MaxRanks)
 		if d.err == nil {
-			m.ranks = make([]int, n)
+			m.Ranks = make([]int, n)
 		}
-		for i := range m.ranks {
-			m.ranks[i] = d.rank("rank to ask")
+		for i := range m.Ranks {
+			m.Ranks[i] = d.rank("rank to ask")
 		}
-	case kindAgentReport:
-		m.addr = d.string16("address")
+	case KindAgentReport:
+		m.Addr = d.string16("address")
 		n := int(d.u16("event count"))
-		if d.err == nil && (n > maxEvents || n > len(d.b)/20) {
+		if d.err == nil && (n > MaxEvents || n > len(d.b)/20) {
 			d.fail("event count too large")
 		}
 		if d.err == nil {
-			m.events = make([]event, n)
+			m.Events = make([]Event, n)
 		}
-		for i := range m.events {
-			e := &m.events[i]
-			e.kind = eventKind(d.u8("event kind"))
-			if d.err == nil && (e.kind < 1 || e.kind > evLast) {
+		for i := range m.Events {
+			e := &m.Events[i]
+			e.Kind = EventKind(d.u8("event kind"))
+			if d.err == nil && (e.Kind < 1 || e.Kind > evLast) {
 				d.fail("unknown event kind")
 			}
-			e.rank = d.rank("event rank")
-			e.code = d.i32("event code")
-			e.flags = d.u8("event flags")
-			if d.err == nil && e.flags&^exitFlags != 0 {
+			e.Rank = d.rank("event rank")
+			e.Code = d.i32("event code")
+			e.Flags = d.u8("event flags")
+			if d.err == nil && e.Flags&^exitFlags != 0 {
 				d.fail("unknown event flags")
 			}
-			e.other = d.rank("event peer")
-			e.host = d.string16("event host")
-			e.how = d.string16("event how")
-			e.why = d.string16("event why")
+			e.Other = d.rank("event peer")
+			e.Host = d.string16("event host")
+			e.How = d.string16("event how")
+			e.Why = d.string16("event why")
 			if d.err != nil {
 				break
 			}
 		}
 	default:
-		return nil, malformed("unknown kind " + m.kind.String())
+		return nil, malformed("unknown kind " + m.Kind.String())
 	}
-	if d.err == nil && m.flags&^flagBarrier != 0 {
+	if d.err == nil && m.Flags&^FlagBarrier != 0 {
 		d.fail("unknown flags")
 	}
 	if d.err != nil {
@@ -550,9 +553,9 @@ func decodeMessage(b []byte) (*message, error) {
 	return m, nil
 }
 
-// parseNodeAddr parses the host:port of a memberlist node. The host must be
+// ParseNodeAddr parses the host:port of a memberlist node. The host must be
 // an IP address literal.
-func parseNodeAddr(s string) (net.IP, uint16, error) {
+func ParseNodeAddr(s string) (net.IP, uint16, error) {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
 		return nil, 0, malformed("address: " + err.Error())

@@ -11,53 +11,53 @@ import (
 )
 
 // sampleMessages is a message of each kind, the fuzz seed corpus.
-var sampleMessages = []*message{
-	{kind: kindHello, jobID: "job-1", rank: 3},
-	{kind: kindWelcome, jobID: "job-1", rank: -1},
-	{kind: kindGather, jobID: "job-1", rank: 3, seq: 7, payload: []byte("worker address")},
-	{kind: kindGather, jobID: "j", rank: 0, seq: 1, flags: flagBarrier, payload: []byte{}},
-	{kind: kindResult, jobID: "job-1", rank: -1, seq: 7, size: 4096},
-	{kind: kindResult, jobID: "job-1", rank: -1, seq: 8, flags: flagBarrier},
-	{kind: kindFinalize, jobID: "job-1", rank: 2},
-	{kind: kindFinalizeAck, jobID: "job-1", rank: -1},
-	{kind: kindPing, jobID: "job-1", rank: -1},
-	{kind: kindPong, jobID: "job-1", rank: 2},
-	{kind: kindGlobalExit, jobID: "job-1", rank: 2, code: 3, host: "n1"},
-	{kind: kindGlobalExit, jobID: "job-1", rank: 0, code: -7},
-	{kind: kindGlobalExitAck, jobID: "job-1", rank: -1},
-	{kind: kindLost, jobID: "job-1", rank: 2, failRank: 1, reason: "connection reset by peer"},
-	{kind: kindLostAck, jobID: "job-1", rank: -1},
-	{kind: kindFailure, jobID: "job-1", rank: -1, failRank: 5, host: "n1 (10.0.0.2)", reason: "exited with status 3"},
-	{kind: kindFailure, jobID: "job-1", rank: -1, failRank: -1, host: "", reason: reasonSeedGone},
-	{kind: kindDirectory, jobID: "job-1", rank: -1, agents: []agentEntry{{0, 0, "10.0.0.1:7946", "h1"}, {1, 0, "10.0.0.2:7946", "h2"}}},
-	{kind: kindDirectory, jobID: "job-1", rank: 0, addr: "10.0.0.1:7946", agents: []agentEntry{{4, 2, "[::1]:1", ""}}},
-	{kind: kindUp, jobID: "job-1", rank: 3, seq: 2, count: 2, entries: []entry{{5, 1, []byte("a")}, {6, 1, []byte{}}}},
-	{kind: kindUp, jobID: "job-1", rank: 3, seq: 3, flags: flagBarrier, count: 7},
-	{kind: kindDown, jobID: "job-1", rank: 0, seq: 2, entries: []entry{{0, 0, []byte("a")}, {1, 0, []byte("bb")}}},
-	{kind: kindDown, jobID: "job-1", rank: 0, seq: 3, flags: flagBarrier},
-	{kind: kindAbort, jobID: "job-1", rank: 0, seq: 3, reason: "too large"},
-	{kind: kindAgentReport, jobID: "job-1", rank: 1, seq: 4, addr: "10.0.0.1:7946", events: []event{
-		{kind: evExit, rank: 3, code: 137, other: -1, host: "h2", how: "was killed by signal 9 (killed)", flags: flagJoined},
-		{kind: evExit, rank: 0, code: 143, other: -1, host: "h1", how: "was killed by signal 15 (terminated)",
-			flags: flagEndedByAgent | flagJoined | flagFinalized, why: reasonSeedGone},
-		{kind: evJoined, rank: 2, other: -1},
-		{kind: evLost, rank: 2, other: 1, how: "connection reset by peer"},
-		{kind: evGlobalExit, rank: 2, code: 7, other: -1, host: "h1"},
+var sampleMessages = []*Message{
+	{Kind: KindHello, JobID: "job-1", Rank: 3},
+	{Kind: KindWelcome, JobID: "job-1", Rank: -1},
+	{Kind: KindGather, JobID: "job-1", Rank: 3, Seq: 7, Payload: []byte("worker address")},
+	{Kind: KindGather, JobID: "j", Rank: 0, Seq: 1, Flags: FlagBarrier, Payload: []byte{}},
+	{Kind: KindResult, JobID: "job-1", Rank: -1, Seq: 7, Size: 4096},
+	{Kind: KindResult, JobID: "job-1", Rank: -1, Seq: 8, Flags: FlagBarrier},
+	{Kind: KindFinalize, JobID: "job-1", Rank: 2},
+	{Kind: KindFinalizeAck, JobID: "job-1", Rank: -1},
+	{Kind: KindPing, JobID: "job-1", Rank: -1},
+	{Kind: KindPong, JobID: "job-1", Rank: 2},
+	{Kind: KindGlobalExit, JobID: "job-1", Rank: 2, Code: 3, Host: "n1"},
+	{Kind: KindGlobalExit, JobID: "job-1", Rank: 0, Code: -7},
+	{Kind: KindGlobalExitAck, JobID: "job-1", Rank: -1},
+	{Kind: KindLost, JobID: "job-1", Rank: 2, FailRank: 1, Reason: "connection reset by peer"},
+	{Kind: KindLostAck, JobID: "job-1", Rank: -1},
+	{Kind: KindFailure, JobID: "job-1", Rank: -1, FailRank: 5, Host: "n1 (10.0.0.2)", Reason: "exited with status 3"},
+	{Kind: KindFailure, JobID: "job-1", Rank: -1, FailRank: -1, Host: "", Reason: reasonSeedGone},
+	{Kind: KindDirectory, JobID: "job-1", Rank: -1, Agents: []AgentEntry{{0, 0, "10.0.0.1:7946", "h1"}, {1, 0, "10.0.0.2:7946", "h2"}}},
+	{Kind: KindDirectory, JobID: "job-1", Rank: 0, Addr: "10.0.0.1:7946", Agents: []AgentEntry{{4, 2, "[::1]:1", ""}}},
+	{Kind: KindUp, JobID: "job-1", Rank: 3, Seq: 2, Count: 2, Entries: []Entry{{5, 1, []byte("a")}, {6, 1, []byte{}}}},
+	{Kind: KindUp, JobID: "job-1", Rank: 3, Seq: 3, Flags: FlagBarrier, Count: 7},
+	{Kind: KindDown, JobID: "job-1", Rank: 0, Seq: 2, Entries: []Entry{{0, 0, []byte("a")}, {1, 0, []byte("bb")}}},
+	{Kind: KindDown, JobID: "job-1", Rank: 0, Seq: 3, Flags: FlagBarrier},
+	{Kind: KindAbort, JobID: "job-1", Rank: 0, Seq: 3, Reason: "too large"},
+	{Kind: KindAgentReport, JobID: "job-1", Rank: 1, Seq: 4, Addr: "10.0.0.1:7946", Events: []Event{
+		{Kind: EvExit, Rank: 3, Code: 137, Other: -1, Host: "h2", How: "was killed by signal 9 (killed)", Flags: FlagJoined},
+		{Kind: EvExit, Rank: 0, Code: 143, Other: -1, Host: "h1", How: "was killed by signal 15 (terminated)",
+			Flags: FlagEndedByAgent | FlagJoined | FlagFinalized, Why: reasonSeedGone},
+		{Kind: EvJoined, Rank: 2, Other: -1},
+		{Kind: EvLost, Rank: 2, Other: 1, How: "connection reset by peer"},
+		{Kind: EvGlobalExit, Rank: 2, Code: 7, Other: -1, Host: "h1"},
 	}},
-	{kind: kindAgentAck, jobID: "job-1", rank: -1, seq: 4},
-	{kind: kindTerminate, jobID: "job-1", rank: -1, reason: "PE 3 on host h2 was killed by signal 9 (killed)"},
-	{kind: kindStallReport, jobID: "job-1", rank: -1, ranks: []int{0, 5, 9}},
+	{Kind: KindAgentAck, JobID: "job-1", Rank: -1, Seq: 4},
+	{Kind: KindTerminate, JobID: "job-1", Rank: -1, Reason: "PE 3 on host h2 was killed by signal 9 (killed)"},
+	{Kind: KindStallReport, JobID: "job-1", Rank: -1, Ranks: []int{0, 5, 9}},
 }
 
-func equalMessages(a, b *message) bool {
-	if a.kind != b.kind || a.jobID != b.jobID || a.rank != b.rank || a.seq != b.seq || a.flags != b.flags ||
-		!bytes.Equal(a.payload, b.payload) || a.size != b.size || a.count != b.count || a.addr != b.addr ||
-		a.failRank != b.failRank || a.host != b.host || a.reason != b.reason || a.code != b.code ||
-		len(a.entries) != len(b.entries) || !slices.Equal(a.agents, b.agents) || !slices.Equal(a.events, b.events) {
+func equalMessages(a, b *Message) bool {
+	if a.Kind != b.Kind || a.JobID != b.JobID || a.Rank != b.Rank || a.Seq != b.Seq || a.Flags != b.Flags ||
+		!bytes.Equal(a.Payload, b.Payload) || a.Size != b.Size || a.Count != b.Count || a.Addr != b.Addr ||
+		a.FailRank != b.FailRank || a.Host != b.Host || a.Reason != b.Reason || a.Code != b.Code ||
+		len(a.Entries) != len(b.Entries) || !slices.Equal(a.Agents, b.Agents) || !slices.Equal(a.Events, b.Events) {
 		return false
 	}
-	for i := range a.entries {
-		if x, y := a.entries[i], b.entries[i]; x.rank != y.rank || x.node != y.node || !bytes.Equal(x.blob, y.blob) {
+	for i := range a.Entries {
+		if x, y := a.Entries[i], b.Entries[i]; x.Rank != y.Rank || x.Node != y.Node || !bytes.Equal(x.Blob, y.Blob) {
 			return false
 		}
 	}
@@ -66,50 +66,50 @@ func equalMessages(a, b *message) bool {
 
 func TestMessageRoundTrip(t *testing.T) {
 	for _, m := range sampleMessages {
-		b := appendMessage(nil, m)
-		got, err := decodeMessage(b)
+		b := AppendMessage(nil, m)
+		got, err := DecodeMessage(b)
 		if err != nil {
-			t.Errorf("%v message: decode: %v", m.kind, err)
+			t.Errorf("%v message: decode: %v", m.Kind, err)
 			continue
 		}
 		if !equalMessages(got, m) {
-			t.Errorf("%v message: decoded %+v, want %+v", m.kind, got, m)
+			t.Errorf("%v message: decoded %+v, want %+v", m.Kind, got, m)
 		}
 	}
 }
 
 func TestDecodeMalformed(t *testing.T) {
-	good := appendMessage(nil, sampleMessages[2])
-	down := appendMessage(nil, sampleMessages[21])
+	good := AppendMessage(nil, sampleMessages[2])
+	down := AppendMessage(nil, sampleMessages[21])
 	tests := []struct {
 		name string
 		b    []byte
 	}{
 		{"empty", nil},
 		{"version", append([]byte{9}, good[1:]...)},
-		{"unknown kind", append([]byte{wireVersion, 99}, good[2:]...)},
+		{"unknown kind", append([]byte{Version, 99}, good[2:]...)},
 		{"truncated", good[:len(good)-1]},
 		{"trailing", append(append([]byte{}, good...), 0)},
 		{"truncated entries", down[:len(down)-2]},
 		{"huge count", func() []byte {
-			m := appendMessage(nil, &message{kind: kindDown, jobID: "j", rank: 0, seq: 1})
+			m := AppendMessage(nil, &Message{Kind: KindDown, JobID: "j", Rank: 0, Seq: 1})
 			m[len(m)-1] = 0xff // count 255 with no entries
 			return m
 		}()},
-		{"rank below -1", appendMessage(nil, &message{kind: kindGather, jobID: "j", rank: -2, seq: 1})},
-		{"negative entry rank", appendMessage(nil, &message{kind: kindDown, jobID: "j", rank: 0, seq: 1, entries: []entry{{-1, 0, nil}}})},
-		{"long job id", appendMessage(nil, &message{kind: kindFinalizeAck, jobID: string(make([]byte, maxJobID+1)), rank: -1})},
-		{"unknown flag", appendMessage(nil, &message{kind: kindGather, jobID: "j", rank: 0, seq: 1, flags: 2})},
-		{"unknown event flag", appendMessage(nil, &message{kind: kindAgentReport, jobID: "j", rank: 0, seq: 1, addr: "127.0.0.1:1",
-			events: []event{{kind: evExit, flags: 8}}})},
-		{"unknown event", appendMessage(nil, &message{kind: kindAgentReport, jobID: "j", rank: 0, seq: 1, addr: "127.0.0.1:1",
-			events: []event{{kind: evLast + 1}}})},
-		{"huge table", appendMessage(nil, &message{kind: kindResult, jobID: "j", rank: -1, seq: 1, size: 1 << 40})},
+		{"rank below -1", AppendMessage(nil, &Message{Kind: KindGather, JobID: "j", Rank: -2, Seq: 1})},
+		{"negative entry rank", AppendMessage(nil, &Message{Kind: KindDown, JobID: "j", Rank: 0, Seq: 1, Entries: []Entry{{-1, 0, nil}}})},
+		{"long job id", AppendMessage(nil, &Message{Kind: KindFinalizeAck, JobID: string(make([]byte, MaxJobID+1)), Rank: -1})},
+		{"unknown flag", AppendMessage(nil, &Message{Kind: KindGather, JobID: "j", Rank: 0, Seq: 1, Flags: 2})},
+		{"unknown event flag", AppendMessage(nil, &Message{Kind: KindAgentReport, JobID: "j", Rank: 0, Seq: 1, Addr: "127.0.0.1:1",
+			Events: []Event{{Kind: EvExit, Flags: 8}}})},
+		{"unknown event", AppendMessage(nil, &Message{Kind: KindAgentReport, JobID: "j", Rank: 0, Seq: 1, Addr: "127.0.0.1:1",
+			Events: []Event{{Kind: evLast + 1}}})},
+		{"huge table", AppendMessage(nil, &Message{Kind: KindResult, JobID: "j", Rank: -1, Seq: 1, Size: 1 << 40})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if m, err := decodeMessage(tt.b); !errors.Is(err, ucs.ErrInvalidParam) || !errors.Is(err, errMalformed) {
-				t.Errorf("decodeMessage = %+v, %v; want a malformed-message error", m, err)
+			if m, err := DecodeMessage(tt.b); !errors.Is(err, ucs.ErrInvalidParam) || !errors.Is(err, errMalformed) {
+				t.Errorf("DecodeMessage = %+v, %v; want a malformed-message error", m, err)
 			}
 		})
 	}
@@ -131,9 +131,9 @@ func TestParseNodeAddr(t *testing.T) {
 		{"", false, "", 0},
 	}
 	for _, tt := range tests {
-		ip, port, err := parseNodeAddr(tt.in)
+		ip, port, err := ParseNodeAddr(tt.in)
 		if (err == nil) != tt.ok || (tt.ok && (!ip.Equal(net.ParseIP(tt.ip)) || port != tt.port)) {
-			t.Errorf("parseNodeAddr(%q) = %v, %d, %v", tt.in, ip, port, err)
+			t.Errorf("ParseNodeAddr(%q) = %v, %d, %v", tt.in, ip, port, err)
 		}
 	}
 }
@@ -142,19 +142,19 @@ func TestParseNodeAddr(t *testing.T) {
 // decodes re-encodes to the same bytes.
 func FuzzDecodeMessage(f *testing.F) {
 	for _, m := range sampleMessages {
-		f.Add(appendMessage(nil, m))
+		f.Add(AppendMessage(nil, m))
 	}
 	f.Add([]byte{})
-	f.Add([]byte{wireVersion, byte(kindDown), 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{Version, byte(KindDown), 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := decodeMessage(b)
+		m, err := DecodeMessage(b)
 		if err != nil {
 			if !errors.Is(err, ucs.ErrInvalidParam) {
 				t.Fatalf("error %v does not wrap ucs.ErrInvalidParam", err)
 			}
 			return
 		}
-		if again := appendMessage(nil, m); !bytes.Equal(again, b) {
+		if again := AppendMessage(nil, m); !bytes.Equal(again, b) {
 			t.Fatalf("re-encoding %+v gives\n%x\nwant\n%x", m, again, b)
 		}
 	})
@@ -164,7 +164,7 @@ func FuzzDecodeMessage(f *testing.F) {
 // nor count a PE outside the job.
 func FuzzSeedHandle(f *testing.F) {
 	for _, m := range sampleMessages {
-		f.Add(appendMessage(nil, m))
+		f.Add(AppendMessage(nil, m))
 	}
 	s, err := NewSeed(SeedConfig{Size: 4, Agents: 2, Key: newTestKey(f), JobID: "job-1"})
 	if err != nil {
@@ -195,7 +195,7 @@ func newFuzzAgent() *Agent {
 		id: 1, agents: 6,
 		env:      Env{JobID: "job-1", Size: 4},
 		ranks:    []int{1, 2},
-		logger:   discardLogger(),
+		logger:   DiscardLogger(),
 		send:     func(int, string, []byte) error { return nil },
 		silent:   make(chan int, 2),
 		pes:      map[int]*localPE{},
@@ -213,11 +213,11 @@ func newFuzzAgent() *Agent {
 // it.
 func FuzzAgentHandle(f *testing.F) {
 	for _, m := range sampleMessages {
-		f.Add(appendMessage(nil, m))
+		f.Add(AppendMessage(nil, m))
 	}
-	f.Add(appendMessage(nil, &message{kind: kindDirectory, jobID: "job-1", rank: 0, addr: "127.0.0.1:9",
-		agents: []agentEntry{{1, 0, "127.0.0.1:9", "h"}, {5, 1, "127.0.0.1:10", "h"}, {6, 1, "127.0.0.1:11", "h"}}}))
-	f.Add(appendMessage(nil, &message{kind: kindUp, jobID: "job-1", rank: 5, seq: 1, count: 1, entries: []entry{{3, 0, []byte("x")}}}))
+	f.Add(AppendMessage(nil, &Message{Kind: KindDirectory, JobID: "job-1", Rank: 0, Addr: "127.0.0.1:9",
+		Agents: []AgentEntry{{1, 0, "127.0.0.1:9", "h"}, {5, 1, "127.0.0.1:10", "h"}, {6, 1, "127.0.0.1:11", "h"}}}))
+	f.Add(AppendMessage(nil, &Message{Kind: KindUp, JobID: "job-1", Rank: 5, Seq: 1, Count: 1, Entries: []Entry{{3, 0, []byte("x")}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		a := newFuzzAgent()
 		a.handle(b)
@@ -225,7 +225,7 @@ func FuzzAgentHandle(f *testing.F) {
 		a.sends.Wait()
 		select {
 		case <-a.term:
-			if m, err := decodeMessage(b); err != nil || m.kind != kindTerminate {
+			if m, err := DecodeMessage(b); err != nil || m.Kind != KindTerminate {
 				t.Fatalf("agent terminated by %+v (%v)", m, err)
 			}
 		default:
@@ -239,28 +239,28 @@ func FuzzAgentHandle(f *testing.F) {
 // FuzzMemberHandle feeds a member arbitrary frames from "its agent".
 func FuzzMemberHandle(f *testing.F) {
 	for _, m := range sampleMessages {
-		f.Add(appendMessage(nil, m))
+		f.Add(AppendMessage(nil, m))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		msg, err := decodeMessage(b)
+		msg, err := DecodeMessage(b)
 		if err != nil {
 			return // the channel's reader drops it before handle
 		}
-		agent, pe, err := newLocalPair()
+		agent, pe, err := NewLocalPair()
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer agent.close()
-		conn, err := fileConn(pe)
+		defer agent.Close()
+		conn, err := FileConn(pe)
 		pe.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.close()
+		defer conn.Close()
 		m := &Member{
 			env:     Env{JobID: "job-1", Rank: 1, Size: 4, LocalRank: 1, LocalSize: 4},
 			conn:    conn,
-			logger:  discardLogger(),
+			logger:  DiscardLogger(),
 			welcome: make(chan struct{}),
 			finAck:  make(chan struct{}),
 			exitAck: make(chan struct{}),

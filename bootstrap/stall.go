@@ -10,7 +10,7 @@ func (s *Seed) RequestStallReport(agent int, ranks []int) {
 	if s.closed || agent < 0 || agent >= len(s.agentSt) || s.agentSt[agent].left {
 		return
 	}
-	s.sendAgentsLocked([]int{agent}, appendMessage(nil, &message{kind: kindStallReport, jobID: s.jobID, rank: -1, ranks: ranks}))
+	s.sendAgentsLocked([]int{agent}, AppendMessage(nil, &Message{Kind: KindStallReport, JobID: s.jobID, Rank: -1, Ranks: ranks}))
 }
 
 // StallReports returns a channel that receives the ranks of the PEs to

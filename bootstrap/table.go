@@ -29,34 +29,34 @@ type Table struct {
 }
 
 const (
-	tableMagic      = "GSHT"
-	tableVersion    = 1
-	tableHeaderSize = 16
-	tableEntrySize  = 12
+	TableMagic      = "GSHT"
+	TableVersion    = 1
+	TableHeaderSize = 16
+	TableEntrySize  = 12
 )
 
-// encodeTable returns the table of es, which hold one entry per rank in
+// EncodeTable returns the table of es, which hold one entry per rank in
 // rank order.
-func encodeTable(es []entry) []byte {
+func EncodeTable(es []Entry) []byte {
 	total, nodes := 0, 0
 	for _, e := range es {
-		total += len(e.blob)
-		nodes = max(nodes, e.node+1)
+		total += len(e.Blob)
+		nodes = max(nodes, e.Node+1)
 	}
-	start := tableHeaderSize + tableEntrySize*len(es)
+	start := TableHeaderSize + TableEntrySize*len(es)
 	b := make([]byte, start, start+total)
-	copy(b, tableMagic)
-	binary.LittleEndian.PutUint32(b[4:], tableVersion)
+	copy(b, TableMagic)
+	binary.LittleEndian.PutUint32(b[4:], TableVersion)
 	binary.LittleEndian.PutUint32(b[8:], uint32(len(es)))
 	binary.LittleEndian.PutUint32(b[12:], uint32(nodes))
 	off := 0
 	for i, e := range es {
-		p := b[tableHeaderSize+tableEntrySize*i:]
+		p := b[TableHeaderSize+TableEntrySize*i:]
 		binary.LittleEndian.PutUint32(p, uint32(off))
-		binary.LittleEndian.PutUint32(p[4:], uint32(len(e.blob)))
-		binary.LittleEndian.PutUint32(p[8:], uint32(e.node))
-		b = append(b, e.blob...)
-		off += len(e.blob)
+		binary.LittleEndian.PutUint32(p[4:], uint32(len(e.Blob)))
+		binary.LittleEndian.PutUint32(p[8:], uint32(e.Node))
+		b = append(b, e.Blob...)
+		off += len(e.Blob)
 	}
 	return b
 }
@@ -67,23 +67,23 @@ func parseTable(data []byte, n int) (*Table, error) {
 	bad := func(what string) (*Table, error) {
 		return nil, fmt.Errorf("bootstrap: malformed table of %d bytes: %s: %w", len(data), what, ucs.ErrInvalidParam)
 	}
-	if len(data) < tableHeaderSize || string(data[:4]) != tableMagic {
+	if len(data) < TableHeaderSize || string(data[:4]) != TableMagic {
 		return bad("no header")
 	}
-	if v := binary.LittleEndian.Uint32(data[4:]); v != tableVersion {
+	if v := binary.LittleEndian.Uint32(data[4:]); v != TableVersion {
 		return bad(fmt.Sprintf("version %d", v))
 	}
 	if c := binary.LittleEndian.Uint32(data[8:]); uint64(c) != uint64(n) {
 		return bad(fmt.Sprintf("%d entries for a job of %d PEs", c, n))
 	}
 	nodes := binary.LittleEndian.Uint32(data[12:])
-	start := uint64(tableHeaderSize) + tableEntrySize*uint64(n)
+	start := uint64(TableHeaderSize) + TableEntrySize*uint64(n)
 	if start > uint64(len(data)) || nodes > uint32(n) {
 		return bad("entries truncated")
 	}
 	blobs := uint64(len(data)) - start
 	for i := range n {
-		p := data[tableHeaderSize+tableEntrySize*i:]
+		p := data[TableHeaderSize+TableEntrySize*i:]
 		off, l := uint64(binary.LittleEndian.Uint32(p)), uint64(binary.LittleEndian.Uint32(p[4:]))
 		if off+l > blobs || binary.LittleEndian.Uint32(p[8:]) >= nodes {
 			return bad(fmt.Sprintf("entry %d out of bounds", i))
@@ -92,9 +92,9 @@ func parseTable(data []byte, n int) (*Table, error) {
 	return &Table{data: data, n: n, nodes: int(nodes), start: int(start)}, nil
 }
 
-// writeTableFile writes the table b into a new sealed memory file and
+// WriteTableFile writes the table b into a new sealed memory file and
 // returns its descriptor.
-func writeTableFile(b []byte) (int, error) {
+func WriteTableFile(b []byte) (int, error) {
 	fd, err := unix.MemfdCreate("goshmem-table", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, fmt.Errorf("bootstrap: memfd_create: %w", err)
@@ -160,7 +160,7 @@ func (t *Table) entry(rank int) []byte {
 	if uint(rank) >= uint(t.n) {
 		panic(fmt.Sprintf("bootstrap: rank %d out of range [0, %d) of the table", rank, t.n))
 	}
-	return t.data[tableHeaderSize+tableEntrySize*rank:]
+	return t.data[TableHeaderSize+TableEntrySize*rank:]
 }
 
 // Node returns the node the PE rank runs on: PEs of one node share its

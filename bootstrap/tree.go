@@ -52,7 +52,7 @@ type collective struct {
 	seq      uint64
 	barrier  bool
 	local    map[int][]byte   // the blobs of its PEs, by rank
-	children map[int]*message // the up messages of its children, by id
+	children map[int]*Message // the up messages of its children, by id
 	sentUp   bool
 }
 
@@ -68,37 +68,37 @@ func (c *collective) check(barrier bool) error {
 
 // gathered returns the number of PEs the subtree gathered and, for an
 // allgather, their entries, this agent's tagged with node.
-func (c *collective) gathered(node int) (int, []entry) {
+func (c *collective) gathered(node int) (int, []Entry) {
 	count := len(c.local)
 	for _, m := range c.children {
-		count += m.count
+		count += m.Count
 	}
 	if c.barrier {
 		return count, nil
 	}
-	es := make([]entry, 0, count)
+	es := make([]Entry, 0, count)
 	for r, b := range c.local {
-		es = append(es, entry{rank: r, node: node, blob: b})
+		es = append(es, Entry{Rank: r, Node: node, Blob: b})
 	}
 	for _, m := range c.children {
-		es = append(es, m.entries...)
+		es = append(es, m.Entries...)
 	}
 	return count, es
 }
 
 // completeTable checks that es hold exactly one entry for each of the size
 // ranks, sorts them by rank, and bounds their total size.
-func completeTable(es []entry, size int) ([]entry, error) {
+func completeTable(es []Entry, size int) ([]Entry, error) {
 	if len(es) != size {
 		return nil, fmt.Errorf("%d entries gathered for %d PEs", len(es), size)
 	}
-	slices.SortFunc(es, func(a, b entry) int { return a.rank - b.rank })
+	slices.SortFunc(es, func(a, b Entry) int { return a.Rank - b.Rank })
 	total := 0
 	for i, e := range es {
-		if e.rank != i {
+		if e.Rank != i {
 			return nil, fmt.Errorf("PE %d is missing or contributed twice", i)
 		}
-		total += len(e.blob)
+		total += len(e.Blob)
 	}
 	if total > MaxAllgather {
 		return nil, fmt.Errorf("allgather of %d bytes in all exceeds the limit of %d", total, MaxAllgather)
@@ -107,10 +107,10 @@ func completeTable(es []entry, size int) ([]entry, error) {
 }
 
 // subDirectory returns the entries of dir in the subtree of agent root.
-func subDirectory(dir []agentEntry, root int) []agentEntry {
-	var sub []agentEntry
+func subDirectory(dir []AgentEntry, root int) []AgentEntry {
+	var sub []AgentEntry
 	for _, a := range dir {
-		if inSubtree(a.id, root) {
+		if inSubtree(a.ID, root) {
 			sub = append(sub, a)
 		}
 	}
