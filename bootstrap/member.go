@@ -58,6 +58,8 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
+
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // finalizeTimeout bounds the wait for the agent to acknowledge a finalize,
@@ -67,12 +69,17 @@ const finalizeTimeout = 5 * time.Second
 // joinTimeout bounds the wait for the agent's welcome.
 const joinTimeout = 30 * time.Second
 
+// MaxAllgather is the largest total size, in bytes, of the blobs of one
+// Allgather or Exchange (the sum over all PEs). memberlist refuses stream
+// messages above 20 MiB; this leaves room for framing and encryption.
+const MaxAllgather = wire.MaxAllgather
+
 // Member is a PE's membership in its job. Its methods are safe for
 // concurrent use; collectives (Allgather, Exchange, Barrier) are
 // serialized.
 type Member struct {
 	env    Env
-	conn   *Conn // nil for a singleton
+	conn   *wire.Conn // nil for a singleton
 	logger *log.Logger
 
 	opMu sync.Mutex // one collective (or finalize) at a time
@@ -96,7 +103,7 @@ type Member struct {
 // reply is what the agent answered to a collective: a result (with the
 // table's descriptor) or an abort.
 type reply struct {
-	m  *Message
+	m  *wire.Message
 	fd int
 }
 
@@ -130,7 +137,7 @@ func Join(env Env) (*Member, error) {
 	}
 	m := &Member{
 		env:     env,
-		logger:  DebugLogger(env.Logger, "goshmem pe-"+strconv.Itoa(env.Rank)+": "),
+		logger:  wire.DebugLogger(env.Logger, "goshmem pe-"+strconv.Itoa(env.Rank)+": "),
 		welcome: make(chan struct{}),
 		finAck:  make(chan struct{}),
 		exitAck: make(chan struct{}),
@@ -143,7 +150,7 @@ func Join(env Env) (*Member, error) {
 		return m, nil // singleton
 	}
 	f := os.NewFile(uintptr(env.AgentFD), "goshmem-agent-channel")
-	conn, err := FileConn(f)
+	conn, err := wire.FileConn(f)
 	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: PE %d: %s=%d: %w: %w", env.Rank, EnvAgentFD, env.AgentFD, ucs.ErrUnreachable, err)
@@ -158,7 +165,7 @@ func Join(env Env) (*Member, error) {
 		conn.Close()
 		return nil, fmt.Errorf("bootstrap: PE %d: joining through its agent: %w: %w", env.Rank, ucs.ErrUnreachable, err)
 	}
-	if err := conn.Send(&Message{Kind: KindHello, JobID: env.JobID, Rank: env.Rank}, -1); err != nil {
+	if err := conn.Send(&wire.Message{Kind: wire.KindHello, JobID: env.JobID, Rank: env.Rank}, -1); err != nil {
 		return fail(err)
 	}
 	t := time.NewTimer(joinTimeout)
@@ -182,7 +189,7 @@ func (e Env) Validate() error {
 		return fmt.Errorf("bootstrap: env: %s: %w", what, ucs.ErrInvalidParam)
 	}
 	switch {
-	case e.Size < 1 || e.Size > MaxRanks:
+	case e.Size < 1 || e.Size > wire.MaxRanks:
 		return bad("size " + strconv.Itoa(e.Size) + " out of range")
 	case e.Rank < 0 || e.Rank >= e.Size:
 		return bad("rank " + strconv.Itoa(e.Rank) + " out of range [0, " + strconv.Itoa(e.Size) + ")")
@@ -192,13 +199,13 @@ func (e Env) Validate() error {
 		return bad("local rank " + strconv.Itoa(e.LocalRank) + " out of range")
 	case e.Seed == "" && e.Size != 1:
 		return bad("no seed for a job of " + strconv.Itoa(e.Size) + " PEs")
-	case e.Seed != "" && !ValidJobID(e.JobID):
+	case e.Seed != "" && !wire.ValidJobID(e.JobID):
 		return bad("job id " + strconv.Quote(e.JobID))
 	case e.AgentFD < 0:
 		return bad("agent channel " + strconv.Itoa(e.AgentFD))
 	}
 	if e.Seed != "" {
-		return CheckKey(e.Key)
+		return wire.CheckKey(e.Key)
 	}
 	return nil
 }
@@ -237,7 +244,7 @@ func (m *Member) Exchange(blob []byte) (*Table, error) {
 		if err := m.singletonErr(); err != nil {
 			return nil, err
 		}
-		return parseTable(EncodeTable([]Entry{{Blob: blob}}), 1)
+		return parseTable(wire.EncodeTable([]wire.Entry{{Blob: blob}}), 1)
 	}
 	r, err := m.collective(blob, 0)
 	if err != nil {
@@ -278,7 +285,7 @@ func (m *Member) Barrier() error {
 	if m.conn == nil {
 		return m.singletonErr()
 	}
-	_, err := m.collective(nil, FlagBarrier)
+	_, err := m.collective(nil, wire.FlagBarrier)
 	return err
 }
 
@@ -315,7 +322,7 @@ func (m *Member) collective(blob []byte, flags uint8) (reply, error) {
 		m.mu.Unlock()
 	}()
 
-	msg := &Message{Kind: KindGather, JobID: m.env.JobID, Rank: m.env.Rank, Seq: seq, Flags: flags, Payload: blob}
+	msg := &wire.Message{Kind: wire.KindGather, JobID: m.env.JobID, Rank: m.env.Rank, Seq: seq, Flags: flags, Payload: blob}
 	if err := m.conn.Send(msg, -1); err != nil {
 		m.mu.Lock()
 		ferr := m.errLocked()
@@ -327,13 +334,13 @@ func (m *Member) collective(blob []byte, flags uint8) (reply, error) {
 	}
 	select {
 	case r := <-ch:
-		if r.m.Kind == KindAbort {
+		if r.m.Kind == wire.KindAbort {
 			return reply{}, fmt.Errorf("bootstrap: allgather aborted: %s: %w", r.m.Reason, ucs.ErrExceedsLimit)
 		}
-		if r.m.Flags != flags || (flags&FlagBarrier == 0) != (r.fd >= 0) {
-			CloseFD(r.fd)
+		if r.m.Flags != flags || (flags&wire.FlagBarrier == 0) != (r.fd >= 0) {
+			wire.CloseFD(r.fd)
 			return reply{}, fmt.Errorf("bootstrap: PE %d: the agent answered a %v with another kind of result: %w",
-				m.env.Rank, map[bool]string{true: "barrier", false: "allgather"}[flags&FlagBarrier != 0], ucs.ErrInvalidParam)
+				m.env.Rank, map[bool]string{true: "barrier", false: "allgather"}[flags&wire.FlagBarrier != 0], ucs.ErrInvalidParam)
 		}
 		return r, nil
 	case <-m.failCh:
@@ -448,7 +455,7 @@ func (m *Member) finalize() error {
 	ack := make(chan struct{})
 	m.finAck, m.finalized = ack, true
 	m.mu.Unlock()
-	return m.sendWait(&Message{Kind: KindFinalize, JobID: m.env.JobID, Rank: m.env.Rank}, ack, "finalize")
+	return m.sendWait(&wire.Message{Kind: wire.KindFinalize, JobID: m.env.JobID, Rank: m.env.Rank}, ack, "finalize")
 }
 
 // GlobalExit asks the launcher to end the whole job with exit status code:
@@ -461,7 +468,7 @@ func (m *Member) finalize() error {
 // agent cannot be told, ucs.ErrTimedOut when the seed did not acknowledge,
 // and is ErrClosed after Close.
 func (m *Member) GlobalExit(code int) error {
-	msg := &Message{Kind: KindGlobalExit, JobID: m.env.JobID, Rank: m.env.Rank, Code: code, Host: HostName(MaxString)}
+	msg := &wire.Message{Kind: wire.KindGlobalExit, JobID: m.env.JobID, Rank: m.env.Rank, Code: code, Host: wire.HostName(wire.MaxString)}
 	return m.tellAgent(msg, m.exitAck, "global exit")
 }
 
@@ -478,14 +485,14 @@ func (m *Member) ReportLost(rank int, reason string) error {
 	if rank < 0 || rank >= m.env.Size || rank == m.env.Rank {
 		return fmt.Errorf("bootstrap: PE %d: report of lost PE %d: out of range [0, %d) or this PE: %w", m.env.Rank, rank, m.env.Size, ucs.ErrInvalidParam)
 	}
-	msg := &Message{Kind: KindLost, JobID: m.env.JobID, Rank: m.env.Rank, FailRank: rank, Reason: Clip(reason)}
+	msg := &wire.Message{Kind: wire.KindLost, JobID: m.env.JobID, Rank: m.env.Rank, FailRank: rank, Reason: wire.Clip(reason)}
 	return m.tellAgent(msg, m.lostAck, "report of lost PE "+strconv.Itoa(rank))
 }
 
 // tellAgent sends msg to the agent and waits, finalizeTimeout at most, for
 // ack to be closed (by the acknowledgment). It returns ErrClosed after
 // Close.
-func (m *Member) tellAgent(msg *Message, ack chan struct{}, what string) error {
+func (m *Member) tellAgent(msg *wire.Message, ack chan struct{}, what string) error {
 	m.mu.Lock()
 	closed := m.closed
 	m.mu.Unlock()
@@ -497,7 +504,7 @@ func (m *Member) tellAgent(msg *Message, ack chan struct{}, what string) error {
 
 // sendWait sends msg to the agent and waits, finalizeTimeout at most, for
 // ack to be closed.
-func (m *Member) sendWait(msg *Message, ack chan struct{}, what string) error {
+func (m *Member) sendWait(msg *wire.Message, ack chan struct{}, what string) error {
 	if m.conn == nil {
 		return nil
 	}
@@ -524,11 +531,11 @@ func (m *Member) readLoop() {
 			closed := m.closed
 			m.mu.Unlock()
 			if !closed {
-				why := reasonAgentGone
+				why := wire.ReasonAgentGone
 				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 					why += ": " + err.Error()
 				}
-				m.recordFailure(Failure{Rank: -1, Host: HostName(MaxString), Reason: why})
+				m.recordFailure(Failure{Rank: -1, Host: wire.HostName(wire.MaxString), Reason: why})
 			}
 			return
 		}
@@ -537,14 +544,14 @@ func (m *Member) readLoop() {
 }
 
 // handle processes a frame of the agent.
-func (m *Member) handle(msg *Message, fd int) {
+func (m *Member) handle(msg *wire.Message, fd int) {
 	if msg.JobID != m.env.JobID || msg.Rank != -1 {
 		m.logger.Printf("[WARN] goshmem: dropping %v message from %d of job %q", msg.Kind, msg.Rank, msg.JobID)
-		CloseFD(fd)
+		wire.CloseFD(fd)
 		return
 	}
 	switch msg.Kind {
-	case KindResult, KindAbort:
+	case wire.KindResult, wire.KindAbort:
 		m.mu.Lock()
 		if msg.Seq == m.seq && m.reply != nil {
 			m.reply <- reply{msg, fd} // buffered, and m.reply is cleared below
@@ -554,15 +561,15 @@ func (m *Member) handle(msg *Message, fd int) {
 			m.logger.Printf("[WARN] goshmem: dropping %v message for sequence %d (at %d)", msg.Kind, msg.Seq, m.seq)
 		}
 		m.mu.Unlock()
-	case KindWelcome, KindFinalizeAck, KindGlobalExitAck, KindLostAck:
+	case wire.KindWelcome, wire.KindFinalizeAck, wire.KindGlobalExitAck, wire.KindLostAck:
 		m.mu.Lock()
 		ch := m.welcome
 		switch msg.Kind {
-		case KindFinalizeAck:
+		case wire.KindFinalizeAck:
 			ch = m.finAck
-		case KindGlobalExitAck:
+		case wire.KindGlobalExitAck:
 			ch = m.exitAck
-		case KindLostAck:
+		case wire.KindLostAck:
 			ch = m.lostAck
 		}
 		select {
@@ -571,11 +578,11 @@ func (m *Member) handle(msg *Message, fd int) {
 			close(ch)
 		}
 		m.mu.Unlock()
-	case KindPing:
-		if err := m.conn.Send(&Message{Kind: KindPong, JobID: m.env.JobID, Rank: m.env.Rank}, -1); err != nil {
+	case wire.KindPing:
+		if err := m.conn.Send(&wire.Message{Kind: wire.KindPong, JobID: m.env.JobID, Rank: m.env.Rank}, -1); err != nil {
 			m.logger.Printf("[WARN] goshmem: answering the agent: %v", err)
 		}
-	case KindFailure:
+	case wire.KindFailure:
 		if msg.FailRank < -1 || msg.FailRank >= m.env.Size {
 			m.logger.Printf("[WARN] goshmem: dropping failure message for rank %d", msg.FailRank)
 			break
@@ -584,5 +591,5 @@ func (m *Member) handle(msg *Message, fd int) {
 	default:
 		m.logger.Printf("[WARN] goshmem: dropping unexpected %v message", msg.Kind)
 	}
-	CloseFD(fd)
+	wire.CloseFD(fd)
 }

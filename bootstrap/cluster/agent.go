@@ -1,4 +1,4 @@
-package bootstrap
+package cluster
 
 import (
 	"bytes"
@@ -15,6 +15,9 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // reportTimeout bounds the wait for the seed to acknowledge an agent's
@@ -53,7 +56,7 @@ type AgentConfig struct {
 // concurrent use.
 type Agent struct {
 	id, agents int
-	env        Env
+	env        bootstrap.Env
 	ranks      []int
 	nodeName   string
 	list       *memberlist.Memberlist
@@ -77,14 +80,14 @@ type Agent struct {
 	pes      map[int]*localPE
 	joined   bool // some PE connected (EvJoined was queued)
 	dirKnown bool
-	node     int           // this agent's node number (from the directory)
-	parent   AgentEntry    // valid with dirKnown, when id > 0
-	children []AgentEntry  // valid with dirKnown
-	done     uint64        // the last collective completed
-	coll     *collective   // the one being gathered, if any
-	failures []*Message    // failure notices, for PEs that connect later
-	stats    Stats         // the counters under mu
-	term     chan struct{} // closed at the first of: terminate, seed gone
+	node     int               // this agent's node number (from the directory)
+	parent   wire.AgentEntry   // valid with dirKnown, when id > 0
+	children []wire.AgentEntry // valid with dirKnown
+	done     uint64            // the last collective completed
+	coll     *collective       // the one being gathered, if any
+	failures []*wire.Message   // failure notices, for PEs that connect later
+	stats    Stats             // the counters under mu
+	term     chan struct{}     // closed at the first of: terminate, seed gone
 	why      string
 	closed   bool
 	closeCh  chan struct{}
@@ -102,14 +105,14 @@ type Agent struct {
 // pendingEvent is an event waiting to be reported; done receives the
 // outcome.
 type pendingEvent struct {
-	ev   Event
+	ev   wire.Event
 	done chan error
 }
 
 // localPE is what an agent knows of one of its PEs.
 type localPE struct {
 	rank      int
-	conn      *Conn
+	conn      *wire.Conn
 	joined    bool   // it said hello
 	finalized bool   // it finalized and did not gather since
 	seq       uint64 // of its last gather
@@ -123,8 +126,8 @@ type localPE struct {
 // describes. The error wraps ucs.ErrInvalidParam for a malformed env or
 // configuration, and ucs.ErrUnreachable when the seed cannot be joined (it
 // is not there, or it has another key).
-func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
-	if cfg.Agents < 1 || cfg.Agents > MaxRanks || cfg.ID < 0 || cfg.ID >= cfg.Agents {
+func JoinAgent(env bootstrap.Env, cfg AgentConfig) (*Agent, error) {
+	if cfg.Agents < 1 || cfg.Agents > wire.MaxRanks || cfg.ID < 0 || cfg.ID >= cfg.Agents {
 		return nil, fmt.Errorf("bootstrap: agent %d of %d: out of range: %w", cfg.ID, cfg.Agents, ucs.ErrInvalidParam)
 	}
 	if env.Seed == "" {
@@ -154,7 +157,7 @@ func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
 	}
 	timeout := env.FailureTimeout
 	if timeout <= 0 {
-		timeout = DefaultFailureTimeout
+		timeout = bootstrap.DefaultFailureTimeout
 	}
 	a := &Agent{
 		id:          cfg.ID,
@@ -179,7 +182,7 @@ func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
 	if a.nodeName == "" {
 		a.nodeName = "agent-" + strconv.Itoa(cfg.ID)
 	}
-	a.logger = DebugLogger(cfg.Logger, "goshmem "+agentName(cfg.ID)+": ")
+	a.logger = wire.DebugLogger(cfg.Logger, "goshmem "+agentName(cfg.ID)+": ")
 	nodes := cfg.Agents + 1
 	c := newConfig(agentName(cfg.ID), bind, env.JobID, env.Key, a.logger, env.FailureTimeout, nodes)
 	c.Delegate = agentDelegate{a}
@@ -195,7 +198,7 @@ func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
 		if id < 0 {
 			return sendReliable(list, seedName, a.seedIP, a.seedPort, msg)
 		}
-		ip, port, err := ParseNodeAddr(addr)
+		ip, port, err := wire.ParseNodeAddr(addr)
 		if err != nil {
 			return err
 		}
@@ -225,7 +228,7 @@ func (a *Agent) Attach(rank int) (*os.File, error) {
 	if _, ok := slices.BinarySearch(a.ranks, rank); !ok {
 		return nil, fmt.Errorf("bootstrap: agent %d: PE %d is not one of its PEs: %w", a.id, rank, ucs.ErrInvalidParam)
 	}
-	conn, f, err := NewLocalPair()
+	conn, f, err := wire.NewLocalPair()
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +237,7 @@ func (a *Agent) Attach(rank int) (*os.File, error) {
 		a.mu.Unlock()
 		conn.Close()
 		f.Close()
-		return nil, ErrClosed
+		return nil, bootstrap.ErrClosed
 	}
 	if old := a.pes[rank]; old != nil {
 		old.conn.Close()
@@ -279,18 +282,18 @@ func (a *Agent) Post(rank int, host, how string, code int, endedBy string) <-cha
 		done <- fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, rank, a.env.Size, ucs.ErrInvalidParam)
 		return done
 	}
-	ev := Event{Kind: EvExit, Rank: rank, Code: code, Other: -1, Host: Clip(host), How: Clip(how)}
+	ev := wire.Event{Kind: wire.EvExit, Rank: rank, Code: code, Other: -1, Host: wire.Clip(host), How: wire.Clip(how)}
 	if endedBy != "" {
-		ev.Flags, ev.Why = FlagEndedByAgent, Clip(endedBy)
+		ev.Flags, ev.Why = wire.FlagEndedByAgent, wire.Clip(endedBy)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if p := a.pes[rank]; p != nil {
 		if p.joined {
-			ev.Flags |= FlagJoined
+			ev.Flags |= wire.FlagJoined
 		}
 		if p.finalized {
-			ev.Flags |= FlagFinalized
+			ev.Flags |= wire.FlagFinalized
 		}
 	}
 	return a.queueEventLocked(ev)
@@ -304,14 +307,14 @@ func (a *Agent) reportLoop() {
 		select {
 		case <-a.repKick:
 		case <-a.closeCh:
-			a.failQueued(ErrClosed)
+			a.failQueued(bootstrap.ErrClosed)
 			return
 		}
 		for {
 			a.repMu.Lock()
 			batch := a.repQueue
-			if len(batch) > MaxEvents {
-				batch = batch[:MaxEvents]
+			if len(batch) > wire.MaxEvents {
+				batch = batch[:wire.MaxEvents]
 			}
 			a.repQueue = a.repQueue[len(batch):]
 			a.repMu.Unlock()
@@ -319,7 +322,7 @@ func (a *Agent) reportLoop() {
 				break
 			}
 			err := a.sendReport(batch)
-			if err != nil && err != ErrClosed {
+			if err != nil && err != bootstrap.ErrClosed {
 				err = fmt.Errorf("bootstrap: agent %d: report to the seed: %w", a.id, err)
 			}
 			for _, p := range batch {
@@ -344,11 +347,11 @@ func (a *Agent) failQueued(err error) {
 func (a *Agent) sendReport(batch []pendingEvent) error {
 	a.repSeq++
 	seq := a.repSeq
-	evs := make([]Event, len(batch))
+	evs := make([]wire.Event, len(batch))
 	for i, p := range batch {
 		evs[i] = p.ev
 	}
-	msg := AppendMessage(nil, &Message{Kind: KindAgentReport, JobID: a.env.JobID, Rank: a.id, Seq: seq, Addr: a.addr, Events: evs})
+	msg := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindAgentReport, JobID: a.env.JobID, Rank: a.id, Seq: seq, Addr: a.addr, Events: evs})
 	deadline := time.NewTimer(reportTimeout)
 	defer deadline.Stop()
 	for {
@@ -362,7 +365,7 @@ func (a *Agent) sendReport(batch []pendingEvent) error {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			// Nothing listens on the seed's port: the launcher's process
 			// is gone, whatever memberlist will conclude later.
-			a.terminate(reasonSeedGone)
+			a.terminate(wire.ReasonSeedGone)
 			return fmt.Errorf("the seed is gone: %w", ucs.ErrConnectionReset)
 		}
 		retry := time.NewTimer(reportTimeout / 5)
@@ -376,7 +379,7 @@ func (a *Agent) sendReport(batch []pendingEvent) error {
 				return nil
 			case <-a.closeCh:
 				retry.Stop()
-				return ErrClosed
+				return bootstrap.ErrClosed
 			case <-deadline.C:
 				retry.Stop()
 				if err != nil {
@@ -412,14 +415,6 @@ func (a *Agent) sendAsync(id int, addr string, msg []byte) {
 	}()
 }
 
-// Clip cuts s to the longest string a message carries.
-func Clip(s string) string {
-	if len(s) > MaxString {
-		return s[:MaxString]
-	}
-	return s
-}
-
 // SeedGone reports whether the seed (the launcher) left the job or was
 // declared dead: Terminated is then closed too.
 func (a *Agent) SeedGone() bool {
@@ -427,7 +422,7 @@ func (a *Agent) SeedGone() bool {
 	defer a.mu.Unlock()
 	select {
 	case <-a.term:
-		return a.why == reasonSeedGone
+		return a.why == wire.ReasonSeedGone
 	default:
 		return false
 	}
@@ -459,8 +454,8 @@ func (a *Agent) terminate(why string) {
 	a.why = why
 	close(a.term)
 	a.mu.Unlock()
-	if why == reasonSeedGone {
-		a.failure(&Message{Kind: KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: -1, Reason: reasonSeedGone})
+	if why == wire.ReasonSeedGone {
+		a.failure(&wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: -1, Reason: wire.ReasonSeedGone})
 	}
 }
 
@@ -535,7 +530,7 @@ func (a *Agent) logf(format string, args ...any) {
 // handle processes a message from the seed or another agent. Everything is
 // validated; what is wrong is logged and dropped.
 func (a *Agent) handle(b []byte) {
-	msg, err := DecodeMessage(bytes.Clone(b))
+	msg, err := wire.DecodeMessage(bytes.Clone(b))
 	if err != nil {
 		a.logf("dropping message: %v", err)
 		return
@@ -549,30 +544,30 @@ func (a *Agent) handle(b []byte) {
 	a.stats.BytesReceived += uint64(len(b))
 	a.mu.Unlock()
 	switch msg.Kind {
-	case KindAgentAck:
+	case wire.KindAgentAck:
 		if msg.Rank == -1 {
 			select {
 			case a.repAck <- msg.Seq:
 			default: // one acknowledgment waits at most; the sender retries
 			}
 		}
-	case KindTerminate:
+	case wire.KindTerminate:
 		if msg.Rank == -1 {
 			a.terminate(msg.Reason)
 		}
-	case KindStallReport:
+	case wire.KindStallReport:
 		if msg.Rank == -1 {
 			a.stallReport(msg.Ranks)
 		}
-	case KindFailure:
+	case wire.KindFailure:
 		if msg.Rank == -1 && msg.FailRank >= -1 && msg.FailRank < a.env.Size {
 			a.failure(msg)
 		}
-	case KindDirectory:
+	case wire.KindDirectory:
 		a.directory(msg)
-	case KindUp:
+	case wire.KindUp:
 		a.up(msg)
-	case KindDown, KindAbort:
+	case wire.KindDown, wire.KindAbort:
 		a.down(msg)
 	default:
 		a.logf("dropping unexpected %v message from %d", msg.Kind, msg.Rank)
@@ -581,8 +576,8 @@ func (a *Agent) handle(b []byte) {
 
 // failure passes a failure notice of the seed on to the PEs, and keeps it
 // for those that connect later.
-func (a *Agent) failure(msg *Message) {
-	msg = &Message{Kind: KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: msg.FailRank, Host: msg.Host, Reason: msg.Reason}
+func (a *Agent) failure(msg *wire.Message) {
+	msg = &wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: msg.FailRank, Host: msg.Host, Reason: msg.Reason}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.failures = append(a.failures, msg)
@@ -595,7 +590,7 @@ func (a *Agent) failure(msg *Message) {
 
 // directory takes the directory of this agent's subtree, and passes each
 // child its part.
-func (a *Agent) directory(msg *Message) {
+func (a *Agent) directory(msg *wire.Message) {
 	parent := treeParent(a.id)
 	if msg.Rank != parent || len(msg.Agents) == 0 || msg.Agents[0].ID != a.id {
 		a.logf("dropping a directory from %d (the parent is %d)", msg.Rank, parent)
@@ -608,7 +603,7 @@ func (a *Agent) directory(msg *Message) {
 	}
 	a.node = msg.Agents[0].Node
 	if parent >= 0 {
-		a.parent = AgentEntry{ID: parent, Addr: msg.Addr}
+		a.parent = wire.AgentEntry{ID: parent, Addr: msg.Addr}
 	}
 	for _, c := range treeChildren(a.id, a.agents) {
 		sub := subDirectory(msg.Agents, c)
@@ -617,7 +612,7 @@ func (a *Agent) directory(msg *Message) {
 			return
 		}
 		a.children = append(a.children, sub[0])
-		out := AppendMessage(nil, &Message{Kind: KindDirectory, JobID: a.env.JobID, Rank: a.id, Addr: a.addr, Agents: sub})
+		out := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindDirectory, JobID: a.env.JobID, Rank: a.id, Addr: a.addr, Agents: sub})
 		a.sendAsync(c, sub[0].Addr, out)
 	}
 	a.dirKnown = true
@@ -625,14 +620,14 @@ func (a *Agent) directory(msg *Message) {
 }
 
 // up takes what a child's subtree gathered.
-func (a *Agent) up(msg *Message) {
+func (a *Agent) up(msg *wire.Message) {
 	if !slices.Contains(treeChildren(a.id, a.agents), msg.Rank) || msg.Count > a.env.Size {
 		a.logf("dropping an up message from %d", msg.Rank)
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c, err := a.collLocked(msg.Seq, msg.Flags&FlagBarrier != 0)
+	c, err := a.collLocked(msg.Seq, msg.Flags&wire.FlagBarrier != 0)
 	if err == nil && c.children[msg.Rank] != nil {
 		err = errors.New("a second contribution")
 	}
@@ -645,7 +640,7 @@ func (a *Agent) up(msg *Message) {
 }
 
 // down takes the result of a collective from the parent.
-func (a *Agent) down(msg *Message) {
+func (a *Agent) down(msg *wire.Message) {
 	if msg.Rank != treeParent(a.id) || msg.Rank < 0 {
 		a.logf("dropping a %v message from %d", msg.Kind, msg.Rank)
 		return
@@ -653,13 +648,13 @@ func (a *Agent) down(msg *Message) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.coll
-	if c == nil || !c.sentUp || msg.Seq != c.seq || (msg.Kind == KindDown && c.barrier != (msg.Flags&FlagBarrier != 0)) {
+	if c == nil || !c.sentUp || msg.Seq != c.seq || (msg.Kind == wire.KindDown && c.barrier != (msg.Flags&wire.FlagBarrier != 0)) {
 		a.logf("dropping a %v message for sequence %d (at %d)", msg.Kind, msg.Seq, a.done)
 		return
 	}
-	if msg.Kind == KindDown && !c.barrier {
+	if msg.Kind == wire.KindDown && !c.barrier {
 		if _, err := completeTable(msg.Entries, a.env.Size); err != nil {
-			msg = &Message{Kind: KindAbort, JobID: a.env.JobID, Seq: msg.Seq, Reason: "the table from the parent agent: " + err.Error()}
+			msg = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Seq: msg.Seq, Reason: "the table from the parent agent: " + err.Error()}
 		}
 	}
 	a.deliverLocked(msg)
@@ -672,7 +667,7 @@ func (a *Agent) collLocked(seq uint64, barrier bool) (*collective, error) {
 		return nil, fmt.Errorf("sequence %d, expecting %d", seq, a.done+1)
 	}
 	if a.coll == nil {
-		a.coll = &collective{seq: seq, local: make(map[int][]byte), children: make(map[int]*Message)}
+		a.coll = &collective{seq: seq, local: make(map[int][]byte), children: make(map[int]*wire.Message)}
 	}
 	if a.coll.sentUp {
 		return nil, errors.New("the collective was sent up already")
@@ -697,14 +692,14 @@ func (a *Agent) advanceLocked() {
 	count, es := c.gathered(a.node)
 	var flags uint8
 	if c.barrier {
-		flags = FlagBarrier
+		flags = wire.FlagBarrier
 	}
 	if a.id != 0 {
-		msg := AppendMessage(nil, &Message{Kind: KindUp, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Flags: flags, Count: count, Entries: es})
+		msg := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindUp, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Flags: flags, Count: count, Entries: es})
 		a.sendAsync(a.parent.ID, a.parent.Addr, msg)
 		return
 	}
-	result := &Message{Kind: KindDown, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Flags: flags}
+	result := &wire.Message{Kind: wire.KindDown, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Flags: flags}
 	var err error
 	if count != a.env.Size {
 		err = fmt.Errorf("%d PEs gathered for a job of %d", count, a.env.Size)
@@ -712,36 +707,36 @@ func (a *Agent) advanceLocked() {
 		result.Entries, err = completeTable(es, a.env.Size)
 	}
 	if err != nil {
-		result = &Message{Kind: KindAbort, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Reason: err.Error()}
+		result = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Reason: err.Error()}
 	}
 	a.deliverLocked(result)
 }
 
 // deliverLocked completes the collective with result (a down or abort
 // message): it passes it on to the children and to the PEs.
-func (a *Agent) deliverLocked(result *Message) {
+func (a *Agent) deliverLocked(result *wire.Message) {
 	c := a.coll
 	a.coll = nil
 	a.done = c.seq
 	a.stats.Collectives++
 	out := *result
 	out.Rank = a.id
-	wire := AppendMessage(nil, &out)
+	down := wire.AppendMessage(nil, &out)
 	for _, ch := range a.children {
-		a.sendAsync(ch.ID, ch.Addr, wire)
+		a.sendAsync(ch.ID, ch.Addr, down)
 	}
-	toPEs := &Message{Kind: KindResult, JobID: a.env.JobID, Rank: -1, Seq: c.seq}
+	toPEs := &wire.Message{Kind: wire.KindResult, JobID: a.env.JobID, Rank: -1, Seq: c.seq}
 	fd := -1
 	switch {
-	case result.Kind == KindAbort:
-		toPEs = &Message{Kind: KindAbort, JobID: a.env.JobID, Rank: -1, Seq: c.seq, Reason: result.Reason}
+	case result.Kind == wire.KindAbort:
+		toPEs = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: -1, Seq: c.seq, Reason: result.Reason}
 	case c.barrier:
-		toPEs.Flags = FlagBarrier
+		toPEs.Flags = wire.FlagBarrier
 	default:
-		table := EncodeTable(result.Entries)
+		table := wire.EncodeTable(result.Entries)
 		var err error
-		if fd, err = WriteTableFile(table); err != nil {
-			toPEs = &Message{Kind: KindAbort, JobID: a.env.JobID, Rank: -1, Seq: c.seq, Reason: err.Error()}
+		if fd, err = wire.WriteTableFile(table); err != nil {
+			toPEs = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: -1, Seq: c.seq, Reason: err.Error()}
 		} else {
 			toPEs.Size = uint64(len(table))
 			a.stats.TableBytes = max(a.stats.TableBytes, len(table))
@@ -752,12 +747,12 @@ func (a *Agent) deliverLocked(result *Message) {
 			a.toPE(p, toPEs, fd)
 		}
 	}
-	CloseFD(fd)
+	wire.CloseFD(fd)
 }
 
 // toPE sends msg (with the descriptor fd, when >= 0) to the PE p; a PE
 // that cannot be written to is gone.
-func (a *Agent) toPE(p *localPE, msg *Message, fd int) {
+func (a *Agent) toPE(p *localPE, msg *wire.Message, fd int) {
 	if err := p.conn.Send(msg, fd); err != nil {
 		a.logf("PE %d: %v", p.rank, err)
 		p.gone = true
@@ -769,7 +764,7 @@ func (a *Agent) toPE(p *localPE, msg *Message, fd int) {
 func (a *Agent) serve(p *localPE) {
 	for {
 		m, fd, err := p.conn.Recv()
-		CloseFD(fd) // a PE sends no descriptor
+		wire.CloseFD(fd) // a PE sends no descriptor
 		if err != nil {
 			a.mu.Lock()
 			p.gone = true
@@ -782,7 +777,7 @@ func (a *Agent) serve(p *localPE) {
 }
 
 // fromPE handles a frame of the PE p.
-func (a *Agent) fromPE(p *localPE, m *Message) {
+func (a *Agent) fromPE(p *localPE, m *wire.Message) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
@@ -797,26 +792,26 @@ func (a *Agent) fromPE(p *localPE, m *Message) {
 		p.conn.Close()
 		return
 	}
-	if !p.joined && m.Kind != KindHello {
+	if !p.joined && m.Kind != wire.KindHello {
 		a.logf("PE %d: dropping a %v message before its hello", p.rank, m.Kind)
 		return
 	}
 	switch m.Kind {
-	case KindHello:
+	case wire.KindHello:
 		if p.joined {
 			return
 		}
 		p.joined = true
-		a.toPE(p, &Message{Kind: KindWelcome, JobID: a.env.JobID, Rank: -1}, -1)
+		a.toPE(p, &wire.Message{Kind: wire.KindWelcome, JobID: a.env.JobID, Rank: -1}, -1)
 		for _, f := range a.failures {
 			a.toPE(p, f, -1)
 		}
 		if !a.joined {
 			a.joined = true
-			a.queueEventLocked(Event{Kind: EvJoined, Rank: p.rank, Other: -1})
+			a.queueEventLocked(wire.Event{Kind: wire.EvJoined, Rank: p.rank, Other: -1})
 		}
-	case KindGather:
-		c, err := a.collLocked(m.Seq, m.Flags&FlagBarrier != 0)
+	case wire.KindGather:
+		c, err := a.collLocked(m.Seq, m.Flags&wire.FlagBarrier != 0)
 		switch {
 		case err != nil:
 		case m.Seq != p.seq+1:
@@ -826,7 +821,7 @@ func (a *Agent) fromPE(p *localPE, m *Message) {
 		}
 		if err != nil {
 			a.logf("PE %d: dropping a gather: %v", p.rank, err)
-			a.toPE(p, &Message{Kind: KindAbort, JobID: a.env.JobID, Rank: -1, Seq: m.Seq, Reason: err.Error()}, -1)
+			a.toPE(p, &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: -1, Seq: m.Seq, Reason: err.Error()}, -1)
 			return
 		}
 		p.seq, p.finalized = m.Seq, false
@@ -835,18 +830,18 @@ func (a *Agent) fromPE(p *localPE, m *Message) {
 		}
 		c.local[p.rank] = m.Payload
 		a.advanceLocked()
-	case KindFinalize:
+	case wire.KindFinalize:
 		p.finalized = true
-		a.toPE(p, &Message{Kind: KindFinalizeAck, JobID: a.env.JobID, Rank: -1}, -1)
-	case KindGlobalExit:
-		a.relayLocked(p, Event{Kind: EvGlobalExit, Rank: p.rank, Code: m.Code, Other: -1, Host: m.Host}, KindGlobalExitAck)
-	case KindLost:
+		a.toPE(p, &wire.Message{Kind: wire.KindFinalizeAck, JobID: a.env.JobID, Rank: -1}, -1)
+	case wire.KindGlobalExit:
+		a.relayLocked(p, wire.Event{Kind: wire.EvGlobalExit, Rank: p.rank, Code: m.Code, Other: -1, Host: m.Host}, wire.KindGlobalExitAck)
+	case wire.KindLost:
 		if m.FailRank < 0 || m.FailRank >= a.env.Size || m.FailRank == p.rank {
 			a.logf("PE %d: dropping a report of lost PE %d", p.rank, m.FailRank)
 			return
 		}
-		a.relayLocked(p, Event{Kind: EvLost, Rank: p.rank, Other: m.FailRank, How: m.Reason}, KindLostAck)
-	case KindPong:
+		a.relayLocked(p, wire.Event{Kind: wire.EvLost, Rank: p.rank, Other: m.FailRank, How: m.Reason}, wire.KindLostAck)
+	case wire.KindPong:
 	default:
 		a.logf("PE %d: dropping unexpected %v message", p.rank, m.Kind)
 	}
@@ -854,7 +849,7 @@ func (a *Agent) fromPE(p *localPE, m *Message) {
 
 // relayLocked reports ev to the seed and, once the seed acknowledged it,
 // acknowledges it to the PE p with a message of kind ack.
-func (a *Agent) relayLocked(p *localPE, ev Event, ack Kind) {
+func (a *Agent) relayLocked(p *localPE, ev wire.Event, ack wire.Kind) {
 	done := a.queueEventLocked(ev)
 	go func() {
 		if err := <-done; err != nil {
@@ -864,17 +859,17 @@ func (a *Agent) relayLocked(p *localPE, ev Event, ack Kind) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if !p.gone {
-			a.toPE(p, &Message{Kind: ack, JobID: a.env.JobID, Rank: -1}, -1)
+			a.toPE(p, &wire.Message{Kind: ack, JobID: a.env.JobID, Rank: -1}, -1)
 		}
 	}()
 }
 
 // queueEventLocked queues ev for the seed; the returned channel gets the
 // outcome. The caller holds a.mu.
-func (a *Agent) queueEventLocked(ev Event) chan error {
+func (a *Agent) queueEventLocked(ev wire.Event) chan error {
 	done := make(chan error, 1)
 	if a.closed {
-		done <- ErrClosed
+		done <- bootstrap.ErrClosed
 		return done
 	}
 	a.repMu.Lock()
@@ -920,7 +915,7 @@ func (a *Agent) pingLoop() {
 					}
 					continue
 				}
-				a.toPE(p, &Message{Kind: KindPing, JobID: a.env.JobID, Rank: -1}, -1)
+				a.toPE(p, &wire.Message{Kind: wire.KindPing, JobID: a.env.JobID, Rank: -1}, -1)
 			}
 			a.mu.Unlock()
 		}
@@ -943,6 +938,6 @@ func (d agentDelegate) NotifyUpdate(n *memberlist.Node)            {}
 // NotifyLeave ends the agent's PEs when the seed leaves or dies.
 func (d agentDelegate) NotifyLeave(n *memberlist.Node) {
 	if n.Name == seedName {
-		d.a.terminate(reasonSeedGone)
+		d.a.terminate(wire.ReasonSeedGone)
 	}
 }

@@ -1,4 +1,4 @@
-package bootstrap
+package cluster
 
 import (
 	"encoding/binary"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // Inbound streams of memberlist are authenticated only once memberlist has
@@ -73,8 +75,8 @@ type guardedTransport struct {
 
 	// Traffic counters (Agent.Stats).
 	packets                       chan *memberlist.Packet
-	packetsOut, packetsIn         Traffic
-	streamsOut, streamsIn         Traffic // counts are streams
+	packetsOut, packetsIn         wire.Traffic
+	streamsOut, streamsIn         wire.Traffic // counts are streams
 	streamBytesOut, streamBytesIn atomic.Uint64
 
 	closing  chan struct{} // closed at Shutdown: refuse what comes
@@ -123,7 +125,7 @@ func (g *guardedTransport) forwardPackets() {
 	for {
 		select {
 		case p := <-g.NetTransport.PacketCh():
-			g.packetsIn.add(len(p.Buf))
+			g.packetsIn.Add(len(p.Buf))
 			select {
 			case g.packets <- p:
 			case <-g.done:
@@ -137,13 +139,13 @@ func (g *guardedTransport) forwardPackets() {
 
 // WriteToAddress sends a packet, counting it.
 func (g *guardedTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
-	g.packetsOut.add(len(b))
+	g.packetsOut.Add(len(b))
 	return g.NetTransport.WriteToAddress(b, addr)
 }
 
 // WriteTo sends a packet, counting it.
 func (g *guardedTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	g.packetsOut.add(len(b))
+	g.packetsOut.Add(len(b))
 	return g.NetTransport.WriteTo(b, addr)
 }
 
@@ -498,7 +500,7 @@ func (b *byteBudget) grantLocked() {
 func createList(c *memberlist.Config, nodes int) (*memberlist.Memberlist, *guardedTransport, error) {
 	logger := c.Logger
 	if logger == nil {
-		logger = DiscardLogger()
+		logger = wire.DiscardLogger()
 	}
 	t, err := newGuardedTransport(c.BindAddr, nodes, logger)
 	if err != nil {

@@ -1,8 +1,10 @@
-package bootstrap
+package cluster
 
 import (
 	"fmt"
 	"slices"
+
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // The agents of a job gather the contributions of their PEs in a tree:
@@ -51,8 +53,8 @@ func inSubtree(x, root int) bool {
 type collective struct {
 	seq      uint64
 	barrier  bool
-	local    map[int][]byte   // the blobs of its PEs, by rank
-	children map[int]*Message // the up messages of its children, by id
+	local    map[int][]byte        // the blobs of its PEs, by rank
+	children map[int]*wire.Message // the up messages of its children, by id
 	sentUp   bool
 }
 
@@ -68,7 +70,7 @@ func (c *collective) check(barrier bool) error {
 
 // gathered returns the number of PEs the subtree gathered and, for an
 // allgather, their entries, this agent's tagged with node.
-func (c *collective) gathered(node int) (int, []Entry) {
+func (c *collective) gathered(node int) (int, []wire.Entry) {
 	count := len(c.local)
 	for _, m := range c.children {
 		count += m.Count
@@ -76,9 +78,9 @@ func (c *collective) gathered(node int) (int, []Entry) {
 	if c.barrier {
 		return count, nil
 	}
-	es := make([]Entry, 0, count)
+	es := make([]wire.Entry, 0, count)
 	for r, b := range c.local {
-		es = append(es, Entry{Rank: r, Node: node, Blob: b})
+		es = append(es, wire.Entry{Rank: r, Node: node, Blob: b})
 	}
 	for _, m := range c.children {
 		es = append(es, m.Entries...)
@@ -88,11 +90,11 @@ func (c *collective) gathered(node int) (int, []Entry) {
 
 // completeTable checks that es hold exactly one entry for each of the size
 // ranks, sorts them by rank, and bounds their total size.
-func completeTable(es []Entry, size int) ([]Entry, error) {
+func completeTable(es []wire.Entry, size int) ([]wire.Entry, error) {
 	if len(es) != size {
 		return nil, fmt.Errorf("%d entries gathered for %d PEs", len(es), size)
 	}
-	slices.SortFunc(es, func(a, b Entry) int { return a.Rank - b.Rank })
+	slices.SortFunc(es, func(a, b wire.Entry) int { return a.Rank - b.Rank })
 	total := 0
 	for i, e := range es {
 		if e.Rank != i {
@@ -100,15 +102,15 @@ func completeTable(es []Entry, size int) ([]Entry, error) {
 		}
 		total += len(e.Blob)
 	}
-	if total > MaxAllgather {
-		return nil, fmt.Errorf("allgather of %d bytes in all exceeds the limit of %d", total, MaxAllgather)
+	if total > wire.MaxAllgather {
+		return nil, fmt.Errorf("allgather of %d bytes in all exceeds the limit of %d", total, wire.MaxAllgather)
 	}
 	return es, nil
 }
 
 // subDirectory returns the entries of dir in the subtree of agent root.
-func subDirectory(dir []AgentEntry, root int) []AgentEntry {
-	var sub []AgentEntry
+func subDirectory(dir []wire.AgentEntry, root int) []wire.AgentEntry {
+	var sub []wire.AgentEntry
 	for _, a := range dir {
 		if inSubtree(a.ID, root) {
 			sub = append(sub, a)

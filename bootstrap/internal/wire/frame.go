@@ -1,4 +1,4 @@
-package bootstrap
+package wire
 
 import (
 	"encoding/binary"
@@ -48,7 +48,8 @@ type Traffic struct {
 	Msgs, Bytes atomic.Uint64
 }
 
-func (t *Traffic) add(n int) {
+// Add counts one message of n bytes.
+func (t *Traffic) Add(n int) {
 	t.Msgs.Add(1)
 	t.Bytes.Add(uint64(n))
 }
@@ -110,7 +111,7 @@ func (l *Conn) Send(m *Message, fd int) error {
 	if err != nil {
 		return fmt.Errorf("bootstrap: local channel: %w", err)
 	}
-	l.Sent.add(len(b))
+	l.Sent.Add(len(b))
 	return nil
 }
 
@@ -153,7 +154,7 @@ func (l *Conn) Recv() (m *Message, fd int, err error) {
 		CloseFD(fd)
 		return nil, -1, err
 	}
-	l.Received.add(4 + int(size))
+	l.Received.Add(4 + int(size))
 	m, err = DecodeMessage(body)
 	if err != nil {
 		CloseFD(fd)

@@ -1,4 +1,4 @@
-package bootstrap
+package wire
 
 import (
 	"bytes"
@@ -9,45 +9,6 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 )
-
-// sampleMessages is a message of each kind, the fuzz seed corpus.
-var sampleMessages = []*Message{
-	{Kind: KindHello, JobID: "job-1", Rank: 3},
-	{Kind: KindWelcome, JobID: "job-1", Rank: -1},
-	{Kind: KindGather, JobID: "job-1", Rank: 3, Seq: 7, Payload: []byte("worker address")},
-	{Kind: KindGather, JobID: "j", Rank: 0, Seq: 1, Flags: FlagBarrier, Payload: []byte{}},
-	{Kind: KindResult, JobID: "job-1", Rank: -1, Seq: 7, Size: 4096},
-	{Kind: KindResult, JobID: "job-1", Rank: -1, Seq: 8, Flags: FlagBarrier},
-	{Kind: KindFinalize, JobID: "job-1", Rank: 2},
-	{Kind: KindFinalizeAck, JobID: "job-1", Rank: -1},
-	{Kind: KindPing, JobID: "job-1", Rank: -1},
-	{Kind: KindPong, JobID: "job-1", Rank: 2},
-	{Kind: KindGlobalExit, JobID: "job-1", Rank: 2, Code: 3, Host: "n1"},
-	{Kind: KindGlobalExit, JobID: "job-1", Rank: 0, Code: -7},
-	{Kind: KindGlobalExitAck, JobID: "job-1", Rank: -1},
-	{Kind: KindLost, JobID: "job-1", Rank: 2, FailRank: 1, Reason: "connection reset by peer"},
-	{Kind: KindLostAck, JobID: "job-1", Rank: -1},
-	{Kind: KindFailure, JobID: "job-1", Rank: -1, FailRank: 5, Host: "n1 (10.0.0.2)", Reason: "exited with status 3"},
-	{Kind: KindFailure, JobID: "job-1", Rank: -1, FailRank: -1, Host: "", Reason: reasonSeedGone},
-	{Kind: KindDirectory, JobID: "job-1", Rank: -1, Agents: []AgentEntry{{0, 0, "10.0.0.1:7946", "h1"}, {1, 0, "10.0.0.2:7946", "h2"}}},
-	{Kind: KindDirectory, JobID: "job-1", Rank: 0, Addr: "10.0.0.1:7946", Agents: []AgentEntry{{4, 2, "[::1]:1", ""}}},
-	{Kind: KindUp, JobID: "job-1", Rank: 3, Seq: 2, Count: 2, Entries: []Entry{{5, 1, []byte("a")}, {6, 1, []byte{}}}},
-	{Kind: KindUp, JobID: "job-1", Rank: 3, Seq: 3, Flags: FlagBarrier, Count: 7},
-	{Kind: KindDown, JobID: "job-1", Rank: 0, Seq: 2, Entries: []Entry{{0, 0, []byte("a")}, {1, 0, []byte("bb")}}},
-	{Kind: KindDown, JobID: "job-1", Rank: 0, Seq: 3, Flags: FlagBarrier},
-	{Kind: KindAbort, JobID: "job-1", Rank: 0, Seq: 3, Reason: "too large"},
-	{Kind: KindAgentReport, JobID: "job-1", Rank: 1, Seq: 4, Addr: "10.0.0.1:7946", Events: []Event{
-		{Kind: EvExit, Rank: 3, Code: 137, Other: -1, Host: "h2", How: "was killed by signal 9 (killed)", Flags: FlagJoined},
-		{Kind: EvExit, Rank: 0, Code: 143, Other: -1, Host: "h1", How: "was killed by signal 15 (terminated)",
-			Flags: FlagEndedByAgent | FlagJoined | FlagFinalized, Why: reasonSeedGone},
-		{Kind: EvJoined, Rank: 2, Other: -1},
-		{Kind: EvLost, Rank: 2, Other: 1, How: "connection reset by peer"},
-		{Kind: EvGlobalExit, Rank: 2, Code: 7, Other: -1, Host: "h1"},
-	}},
-	{Kind: KindAgentAck, JobID: "job-1", Rank: -1, Seq: 4},
-	{Kind: KindTerminate, JobID: "job-1", Rank: -1, Reason: "PE 3 on host h2 was killed by signal 9 (killed)"},
-	{Kind: KindStallReport, JobID: "job-1", Rank: -1, Ranks: []int{0, 5, 9}},
-}
 
 func equalMessages(a, b *Message) bool {
 	if a.Kind != b.Kind || a.JobID != b.JobID || a.Rank != b.Rank || a.Seq != b.Seq || a.Flags != b.Flags ||
@@ -65,7 +26,7 @@ func equalMessages(a, b *Message) bool {
 }
 
 func TestMessageRoundTrip(t *testing.T) {
-	for _, m := range sampleMessages {
+	for _, m := range SampleMessages() {
 		b := AppendMessage(nil, m)
 		got, err := DecodeMessage(b)
 		if err != nil {
@@ -79,8 +40,8 @@ func TestMessageRoundTrip(t *testing.T) {
 }
 
 func TestDecodeMalformed(t *testing.T) {
-	good := AppendMessage(nil, sampleMessages[2])
-	down := AppendMessage(nil, sampleMessages[21])
+	good := AppendMessage(nil, SampleMessages()[2])
+	down := AppendMessage(nil, SampleMessages()[21])
 	tests := []struct {
 		name string
 		b    []byte
@@ -141,7 +102,7 @@ func TestParseNodeAddr(t *testing.T) {
 // FuzzDecodeMessage checks that decoding never panics and that what
 // decodes re-encodes to the same bytes.
 func FuzzDecodeMessage(f *testing.F) {
-	for _, m := range sampleMessages {
+	for _, m := range SampleMessages() {
 		f.Add(AppendMessage(nil, m))
 	}
 	f.Add([]byte{})
@@ -156,127 +117,6 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 		if again := AppendMessage(nil, m); !bytes.Equal(again, b) {
 			t.Fatalf("re-encoding %+v gives\n%x\nwant\n%x", m, again, b)
-		}
-	})
-}
-
-// FuzzSeedHandle feeds the seed arbitrary messages: it must never panic
-// nor count a PE outside the job.
-func FuzzSeedHandle(f *testing.F) {
-	for _, m := range sampleMessages {
-		f.Add(AppendMessage(nil, m))
-	}
-	s, err := NewSeed(SeedConfig{Size: 4, Agents: 2, Key: newTestKey(f), JobID: "job-1"})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { s.Close() })
-	s.mu.Lock()
-	s.sendAgent = func(int, net.IP, uint16, []byte) error { return nil }
-	s.mu.Unlock()
-	go func() {
-		for range s.Reports() {
-		}
-	}()
-	f.Fuzz(func(t *testing.T, b []byte) {
-		s.handle(b)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if len(s.pes) != 4 {
-			t.Fatalf("seed has %d PEs for 4", len(s.pes))
-		}
-	})
-}
-
-// newFuzzAgent returns an agent of a job of 4 PEs, agent 1 of 6 with PEs
-// 1 and 2, that sends nothing and has no memberlist.
-func newFuzzAgent() *Agent {
-	a := &Agent{
-		id: 1, agents: 6,
-		env:      Env{JobID: "job-1", Size: 4},
-		ranks:    []int{1, 2},
-		logger:   DiscardLogger(),
-		send:     func(int, string, []byte) error { return nil },
-		silent:   make(chan int, 2),
-		pes:      map[int]*localPE{},
-		term:     make(chan struct{}),
-		closeCh:  make(chan struct{}),
-		repKick:  make(chan struct{}, 1),
-		repAck:   make(chan uint64, 1),
-		stopPing: make(chan struct{}),
-	}
-	return a
-}
-
-// FuzzAgentHandle feeds an agent arbitrary messages from "the seed" and
-// "other agents": it must never panic, and only a terminate message may end
-// it.
-func FuzzAgentHandle(f *testing.F) {
-	for _, m := range sampleMessages {
-		f.Add(AppendMessage(nil, m))
-	}
-	f.Add(AppendMessage(nil, &Message{Kind: KindDirectory, JobID: "job-1", Rank: 0, Addr: "127.0.0.1:9",
-		Agents: []AgentEntry{{1, 0, "127.0.0.1:9", "h"}, {5, 1, "127.0.0.1:10", "h"}, {6, 1, "127.0.0.1:11", "h"}}}))
-	f.Add(AppendMessage(nil, &Message{Kind: KindUp, JobID: "job-1", Rank: 5, Seq: 1, Count: 1, Entries: []Entry{{3, 0, []byte("x")}}}))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		a := newFuzzAgent()
-		a.handle(b)
-		a.handle(b) // twice: a repeated message must not panic
-		a.sends.Wait()
-		select {
-		case <-a.term:
-			if m, err := DecodeMessage(b); err != nil || m.Kind != KindTerminate {
-				t.Fatalf("agent terminated by %+v (%v)", m, err)
-			}
-		default:
-		}
-		if a.done > 1 {
-			t.Fatalf("agent completed %d collectives out of nothing", a.done)
-		}
-	})
-}
-
-// FuzzMemberHandle feeds a member arbitrary frames from "its agent".
-func FuzzMemberHandle(f *testing.F) {
-	for _, m := range sampleMessages {
-		f.Add(AppendMessage(nil, m))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		msg, err := DecodeMessage(b)
-		if err != nil {
-			return // the channel's reader drops it before handle
-		}
-		agent, pe, err := NewLocalPair()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer agent.Close()
-		conn, err := FileConn(pe)
-		pe.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		m := &Member{
-			env:     Env{JobID: "job-1", Rank: 1, Size: 4, LocalRank: 1, LocalSize: 4},
-			conn:    conn,
-			logger:  DiscardLogger(),
-			welcome: make(chan struct{}),
-			finAck:  make(chan struct{}),
-			exitAck: make(chan struct{}),
-			lostAck: make(chan struct{}),
-			failed:  make(map[int]bool),
-			failCh:  make(chan struct{}),
-			closeCh: make(chan struct{}),
-			seq:     7,
-			reply:   make(chan reply, 1),
-		}
-		m.handle(msg, -1)
-		m.handle(msg, -1) // twice: a repeated reply or ack must not block or panic
-		for _, f := range m.failures {
-			if f.Rank < -1 || f.Rank >= m.env.Size {
-				t.Fatalf("recorded a failure of rank %d in a job of %d", f.Rank, m.env.Size)
-			}
 		}
 	})
 }
