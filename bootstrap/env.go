@@ -33,7 +33,7 @@ const (
 	// ("3s"). Unset or empty means DefaultFailureTimeout.
 	EnvFailureTimeout = "GOSHMEM_FAILURE_TIMEOUT"
 	// EnvAgentFD is the number of the inherited file descriptor of the
-	// PE's local channel to its agent (see Agent.Attach). A PE of a job of
+	// PE's local channel to its agent (see cluster.Agent.Attach). A PE of a job of
 	// more than one PE needs it: the agent that starts the PE sets it.
 	EnvAgentFD = "GOSHMEM_AGENT_FD"
 )

@@ -1,48 +1,51 @@
 // Package bootstrap connects the processing elements (PEs) of a goshmem job:
 // membership, allgather, barrier and failure notice.
 //
-// The launcher (goshmem-run, package launcher) runs a Seed, a memberlist
-// node, and one Agent per host (per PE under a cluster manager's spawner),
+// The launcher (goshmem-run, package launcher) runs a seed, a memberlist
+// node, and one agent per host (per PE under a cluster manager's spawner),
 // which joins the seed's memberlist cluster: traffic is encrypted with the
 // job key, so nobody without it joins, and labelled with the job id. The
 // agents are the job's only members: a PE is not one. Its agent starts it
 // with the environment described by Env (GOSHMEM_JOBID, GOSHMEM_RANK,
 // GOSHMEM_SIZE, GOSHMEM_SEED, GOSHMEM_KEY, GOSHMEM_LOCAL_RANK,
 // GOSHMEM_LOCAL_SIZE, GOSHMEM_AGENT_FD) and a local channel to it (a unix
-// socket pair, Agent.Attach); the PE calls JoinFromOS, which says hello on
-// that channel.
+// socket pair, cluster.Agent.Attach); the PE calls JoinFromOS, which says
+// hello on that channel.
 //
 // Collectives never wait for gossip to converge. A PE sends its blob to its
-// agent; the agents gather their PEs' blobs in a tree (tree.go), each
-// sending its subtree's in one message to its parent, and the result comes
-// back down the tree. Each agent writes an allgather's table once, into a
-// sealed memory file that its PEs map read-only (Exchange returns it as a
-// Table): a PE reads the entries it needs, and no PE copies the N entries.
-// A collective costs each agent a handful of messages, whatever the job's
-// size, and O(log agents) hops. Barrier gathers no blobs.
+// agent; the agents gather their PEs' blobs in a tree (package cluster),
+// each sending its subtree's in one message to its parent, and the result
+// comes back down the tree. Each agent writes an allgather's table once,
+// into a sealed memory file that its PEs map read-only (Exchange returns it
+// as a Table): a PE reads the entries it needs, and no PE copies the N
+// entries. A collective costs each agent a handful of messages, whatever the
+// job's size, and O(log agents) hops. Barrier gathers no blobs.
 //
 // Failures: an agent sees its PEs exit, and tells the seed how each ended
-// (Agent.Report); it also pings those that joined, and names one that stops
-// answering (Agent.Silent). The seed tells every agent, and each agent its
-// PEs, when a PE failed: the PEs' pending collectives return the Failure.
-// memberlist's failure detection tells the seed when an agent (a host)
-// dies, and the agents when the seed does; an agent whose seed is gone ends
-// its PEs, and a PE whose agent is gone learns it as a failure of the
-// launcher (Rank -1). memberlist is tuned so that a member that stops
-// answering is declared dead within about the job's failure timeout
-// (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT, DefaultFailureTimeout). A
-// PE that ends because it lost a peer says so first (Member.ReportLost),
-// and so do agents of the PEs they ended themselves, so that the launcher
-// names the first cause of a job's end (Seed.Lost, Report.EndedByAgent). A
-// PE can end the whole job with an exit status of its choosing
-// (Member.GlobalExit).
+// (cluster.Agent.Report); it also pings those that joined, and names one
+// that stops answering (cluster.Agent.Silent). The seed tells every agent,
+// and each agent its PEs, when a PE failed: the PEs' pending collectives
+// return the Failure. memberlist's failure detection tells the seed when an
+// agent (a host) dies, and the agents when the seed does; an agent whose
+// seed is gone ends its PEs, and a PE whose agent is gone learns it as a
+// failure of the launcher (Rank -1). memberlist is tuned so that a member
+// that stops answering is declared dead within about the job's failure
+// timeout (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT,
+// DefaultFailureTimeout). A PE that ends because it lost a peer says so
+// first (Member.ReportLost), and so do agents of the PEs they ended
+// themselves, so that the launcher names the first cause of a job's end
+// (cluster.Seed.Lost, cluster.Report.EndedByAgent). A PE can end the whole
+// job with an exit status of its choosing (Member.GlobalExit).
 //
 // A program started without the launcher is a job of one PE: JoinFromOS
 // returns a singleton Member that opens no socket.
 //
-// Inbound memberlist streams are bounded before they are authenticated
-// (transport.go): how many are read at once, and how many bytes they may
-// bring, per node and per remote address.
+// This package is the PE's side: Member, Env, Table and Failure. The agent's
+// side, the seed and memberlist are package bootstrap/cluster, which the
+// launcher imports and a PE never does: a PE binary links neither memberlist
+// nor what it brings (net/http, go-metrics, ...), and starts without their
+// initialisation. What both sides share (the messages, the local channel,
+// the table file) is bootstrap/internal/wire.
 package bootstrap
 
 import (

@@ -34,7 +34,7 @@ type AgentConfig struct {
 	// Ranks are the PEs the agent starts (Attach).
 	Ranks []int
 	// Node names the node the agent runs on, for its PEs' peers: PEs
-	// whose agents give the same Node share memory (Table.Node). Empty
+	// whose agents give the same Node share memory (bootstrap.Table.Node). Empty
 	// means this agent's id: a node of its own.
 	Node string
 	// Logger receives the agent's log (memberlist's, and the messages
@@ -220,7 +220,7 @@ func (a *Agent) ID() int { return a.id }
 // Attach opens the local channel of the PE rank, one of the agent's
 // Ranks, and returns the PE's end: the caller hands it to the PE process
 // (as an inherited descriptor whose number it gives in GOSHMEM_AGENT_FD,
-// Env.AgentFD) and closes its own copy once the PE started. Attaching a
+// bootstrap.Env.AgentFD) and closes its own copy once the PE started. Attaching a
 // rank again replaces its channel (a PE started again). The error wraps
 // ucs.ErrInvalidParam for a rank that is not the agent's, and is ErrClosed
 // after Close.

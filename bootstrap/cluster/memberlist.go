@@ -47,8 +47,8 @@ func agentOf(name string) int {
 	return id
 }
 
-// newConfig returns the memberlist configuration shared by seeds, agents
-// and PEs: DefaultLocalConfig on a random port of bindAddr, encrypted with
+// newConfig returns the memberlist configuration shared by the seed and
+// the agents: DefaultLocalConfig on a random port of bindAddr, encrypted with
 // key and labelled with the job id so that no other job's traffic is
 // accepted, with failure detection tuned to failureTimeout for a cluster of
 // about nodes members (see tuneFailureDetection).

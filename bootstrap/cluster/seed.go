@@ -56,7 +56,7 @@ const (
 	// Code is the exit code that stands for it.
 	ReportExit ReportKind = 1 + iota
 	// ReportGlobalExit: the PE Rank asked to end the whole job with exit
-	// status Code (Member.GlobalExit).
+	// status Code (bootstrap.Member.GlobalExit).
 	ReportGlobalExit
 	// ReportAgentLeft: the agent Agent left the job (How says whether it
 	// left or was declared dead). An agent leaves once every PE it
@@ -225,7 +225,7 @@ func (s *Seed) terminateMsgLocked() []byte {
 }
 
 // Finalized reports whether the PE of that rank ended having finalized
-// (Member.Finalize or Close, and no collective since), as its agent
+// (bootstrap.Member.Finalize or Close, and no collective since), as its agent
 // reported. It is false for ranks out of range.
 func (s *Seed) Finalized(rank int) bool {
 	s.mu.Lock()
@@ -234,7 +234,7 @@ func (s *Seed) Finalized(rank int) bool {
 }
 
 // Lost reports whether the PE of that rank learned, before it ended, that
-// another PE failed: it told the seed so (Member.ReportLost), or the seed
+// another PE failed: it told the seed so (bootstrap.Member.ReportLost), or the seed
 // told it (through its agent). Its end is then a consequence of the
 // failure of PE peer, not a failure of its own; why says how it learned
 // it. ok is false for a PE that learned of no failure and for ranks out of
