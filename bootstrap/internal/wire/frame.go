@@ -87,7 +87,7 @@ func FileConn(f *os.File) (*Conn, error) {
 	return &Conn{c: uc}, nil
 }
 
-// send writes m as one frame, with the file descriptor fd when fd >= 0.
+// Send writes m as one frame, with the file descriptor fd when fd >= 0.
 func (l *Conn) Send(m *Message, fd int) error {
 	b := AppendMessage(make([]byte, 4, 64), m)
 	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
@@ -115,7 +115,7 @@ func (l *Conn) Send(m *Message, fd int) error {
 	return nil
 }
 
-// recv reads the next frame and decodes it; fd is the descriptor that
+// Recv reads the next frame and decodes it; fd is the descriptor that
 // came with it, or -1. A decoding error closes the descriptor.
 func (l *Conn) Recv() (m *Message, fd int, err error) {
 	var head [4]byte
@@ -178,6 +178,7 @@ func rights(oob []byte) []int {
 	return fds
 }
 
+// CloseFD closes fd unless it is negative (no descriptor).
 func CloseFD(fd int) {
 	if fd >= 0 {
 		unix.Close(fd)
