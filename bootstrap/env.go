@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
+
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // The environment variables of the launcher contract. goshmem-run sets all
@@ -31,7 +33,7 @@ const (
 	// ("3s"). Unset or empty means DefaultFailureTimeout.
 	EnvFailureTimeout = "GOSHMEM_FAILURE_TIMEOUT"
 	// EnvAgentFD is the number of the inherited file descriptor of the
-	// PE's local channel to its agent (see Agent.Attach). A PE of a job of
+	// PE's local channel to its agent (see cluster.Agent.Attach). A PE of a job of
 	// more than one PE needs it: the agent that starts the PE sets it.
 	EnvAgentFD = "GOSHMEM_AGENT_FD"
 )
@@ -40,7 +42,7 @@ const (
 // of a PE's or an agent's membership (memberlist's, and the messages it
 // drops) to its logger at ucs.LogPrint, whatever the logger's level;
 // otherwise those lines are ucs.LogDebug.
-const EnvDebug = "GOSHMEM_DEBUG"
+const EnvDebug = wire.EnvDebug
 
 // DefaultFailureTimeout is the failure timeout of a job whose launcher sets
 // none: within about this time after a PE or the launcher stops answering
@@ -55,10 +57,6 @@ const EnvDebug = "GOSHMEM_DEBUG"
 // channel: measured with 64 PEs computing on 2 cores, nothing comes near
 // this timeout.
 const DefaultFailureTimeout = 5 * time.Second
-
-// minFailureTimeout bounds the failure timeout from below: shorter ones
-// make an overloaded host look dead.
-const minFailureTimeout = 500 * time.Millisecond
 
 // contractVars are the variables whose presence says that the launcher
 // started this process.
@@ -167,8 +165,8 @@ func placeFromLookup(lookup func(string) (string, bool)) (Place, bool, error) {
 			return n
 		}
 		p.Size = num(sv.size)
-		if err == nil && (p.Size < 1 || p.Size > maxRanks) {
-			err = fmt.Errorf("bootstrap: %s=%d: out of range [1, %d]: %w", sv.size, p.Size, maxRanks, ucs.ErrInvalidParam)
+		if err == nil && (p.Size < 1 || p.Size > wire.MaxRanks) {
+			err = fmt.Errorf("bootstrap: %s=%d: out of range [1, %d]: %w", sv.size, p.Size, wire.MaxRanks, ucs.ErrInvalidParam)
 		}
 		p.Rank = num(sv.rank)
 		if err == nil && (p.Rank < 0 || p.Rank >= p.Size) {
@@ -277,7 +275,7 @@ func envFromLookup(lookup func(string) (string, bool)) (Env, bool, error) {
 	}
 
 	e.JobID = get(EnvJobID)
-	if err == nil && !validJobID(e.JobID) {
+	if err == nil && !wire.ValidJobID(e.JobID) {
 		bad(EnvJobID, e.JobID, "want 1 to 64 characters of [A-Za-z0-9._-]")
 	}
 	size := get(EnvSize)
@@ -286,8 +284,8 @@ func envFromLookup(lookup func(string) (string, bool)) (Env, bool, error) {
 		switch {
 		case perr != nil:
 			bad(EnvSize, size, "not an integer")
-		case n < 1 || n > maxRanks:
-			bad(EnvSize, size, "out of range [1, "+strconv.Itoa(maxRanks)+"]")
+		case n < 1 || n > wire.MaxRanks:
+			bad(EnvSize, size, "out of range [1, "+strconv.Itoa(wire.MaxRanks)+"]")
 		}
 		e.Size = n
 	}
@@ -340,8 +338,8 @@ func envFromLookup(lookup func(string) (string, bool)) (Env, bool, error) {
 		switch {
 		case perr != nil:
 			bad(EnvFailureTimeout, s, "not a duration")
-		case d < minFailureTimeout:
-			bad(EnvFailureTimeout, s, "below the minimum of "+minFailureTimeout.String())
+		case d < wire.MinFailureTimeout:
+			bad(EnvFailureTimeout, s, "below the minimum of "+wire.MinFailureTimeout.String())
 		}
 		e.FailureTimeout = d
 	}
@@ -384,21 +382,6 @@ func (e Env) Environ() []string {
 	return vars
 }
 
-func validJobID(s string) bool {
-	if len(s) < 1 || len(s) > maxJobID {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // KeySize is the size in bytes of the keys NewKey makes (AES-256).
 const KeySize = 32
 
@@ -422,23 +405,8 @@ func DecodeKey(s string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: key is not base64: %w", ucs.ErrInvalidParam)
 	}
-	if err := checkKey(k); err != nil {
+	if err := wire.CheckKey(k); err != nil {
 		return nil, err
 	}
 	return k, nil
-}
-
-func checkKey(k []byte) error {
-	switch len(k) {
-	case 16, 24, 32:
-		return nil
-	}
-	return fmt.Errorf("bootstrap: key is %d bytes, want 16, 24 or 32: %w", len(k), ucs.ErrInvalidParam)
-}
-
-// newJobID returns a random job id.
-func newJobID() string {
-	var b [8]byte
-	rand.Read(b[:]) // never fails (crypto/rand.Read panics rather than fail)
-	return fmt.Sprintf("%x", b[:])
 }

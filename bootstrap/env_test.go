@@ -129,8 +129,8 @@ func FuzzEnv(f *testing.F) {
 			}
 			return
 		}
-		if err := checkEnv(e); err != nil {
-			t.Fatalf("parsed env %+v fails checkEnv: %v", e, err)
+		if err := e.Validate(); err != nil {
+			t.Fatalf("parsed env %+v fails Validate: %v", e, err)
 		}
 		again := map[string]string{}
 		for _, kv := range e.Environ() {

@@ -37,10 +37,3 @@ func (f Failure) Unwrap() error { return ucs.ErrConnectionReset }
 // ErrClosed is returned by calls on a Member after Close. It wraps
 // ucs.ErrNotConnected.
 var ErrClosed = fmt.Errorf("bootstrap: member is closed: %w", ucs.ErrNotConnected)
-
-// Reasons given in Failure.Reason for the launcher (Rank -1): memberlist
-// does not tell a seed that left from one that died.
-const (
-	reasonSeedGone  = "left the job (the launcher ended, was killed or stopped responding)"
-	reasonAgentGone = "is gone: the channel to this PE's agent (goshmem-run) closed (the agent ended or was killed)"
-)

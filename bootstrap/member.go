@@ -1,48 +1,51 @@
 // Package bootstrap connects the processing elements (PEs) of a goshmem job:
 // membership, allgather, barrier and failure notice.
 //
-// The launcher (goshmem-run, package launcher) runs a Seed, a memberlist
-// node, and one Agent per host (per PE under a cluster manager's spawner),
+// The launcher (goshmem-run, package launcher) runs a seed, a memberlist
+// node, and one agent per host (per PE under a cluster manager's spawner),
 // which joins the seed's memberlist cluster: traffic is encrypted with the
 // job key, so nobody without it joins, and labelled with the job id. The
 // agents are the job's only members: a PE is not one. Its agent starts it
 // with the environment described by Env (GOSHMEM_JOBID, GOSHMEM_RANK,
 // GOSHMEM_SIZE, GOSHMEM_SEED, GOSHMEM_KEY, GOSHMEM_LOCAL_RANK,
 // GOSHMEM_LOCAL_SIZE, GOSHMEM_AGENT_FD) and a local channel to it (a unix
-// socket pair, Agent.Attach); the PE calls JoinFromOS, which says hello on
-// that channel.
+// socket pair, cluster.Agent.Attach); the PE calls JoinFromOS, which says
+// hello on that channel.
 //
 // Collectives never wait for gossip to converge. A PE sends its blob to its
-// agent; the agents gather their PEs' blobs in a tree (tree.go), each
-// sending its subtree's in one message to its parent, and the result comes
-// back down the tree. Each agent writes an allgather's table once, into a
-// sealed memory file that its PEs map read-only (Exchange returns it as a
-// Table): a PE reads the entries it needs, and no PE copies the N entries.
-// A collective costs each agent a handful of messages, whatever the job's
-// size, and O(log agents) hops. Barrier gathers no blobs.
+// agent; the agents gather their PEs' blobs in a tree (package cluster),
+// each sending its subtree's in one message to its parent, and the result
+// comes back down the tree. Each agent writes an allgather's table once,
+// into a sealed memory file that its PEs map read-only (Exchange returns it
+// as a Table): a PE reads the entries it needs, and no PE copies the N
+// entries. A collective costs each agent a handful of messages, whatever the
+// job's size, and O(log agents) hops. Barrier gathers no blobs.
 //
 // Failures: an agent sees its PEs exit, and tells the seed how each ended
-// (Agent.Report); it also pings those that joined, and names one that stops
-// answering (Agent.Silent). The seed tells every agent, and each agent its
-// PEs, when a PE failed: the PEs' pending collectives return the Failure.
-// memberlist's failure detection tells the seed when an agent (a host)
-// dies, and the agents when the seed does; an agent whose seed is gone ends
-// its PEs, and a PE whose agent is gone learns it as a failure of the
-// launcher (Rank -1). memberlist is tuned so that a member that stops
-// answering is declared dead within about the job's failure timeout
-// (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT, DefaultFailureTimeout). A
-// PE that ends because it lost a peer says so first (Member.ReportLost),
-// and so do agents of the PEs they ended themselves, so that the launcher
-// names the first cause of a job's end (Seed.Lost, Report.EndedByAgent). A
-// PE can end the whole job with an exit status of its choosing
-// (Member.GlobalExit).
+// (cluster.Agent.Report); it also pings those that joined, and names one
+// that stops answering (cluster.Agent.Silent). The seed tells every agent,
+// and each agent its PEs, when a PE failed: the PEs' pending collectives
+// return the Failure. memberlist's failure detection tells the seed when an
+// agent (a host) dies, and the agents when the seed does; an agent whose
+// seed is gone ends its PEs, and a PE whose agent is gone learns it as a
+// failure of the launcher (Rank -1). memberlist is tuned so that a member
+// that stops answering is declared dead within about the job's failure
+// timeout (Env.FailureTimeout, GOSHMEM_FAILURE_TIMEOUT,
+// DefaultFailureTimeout). A PE that ends because it lost a peer says so
+// first (Member.ReportLost), and so do agents of the PEs they ended
+// themselves, so that the launcher names the first cause of a job's end
+// (cluster.Seed.Lost, cluster.Report.EndedByAgent). A PE can end the whole
+// job with an exit status of its choosing (Member.GlobalExit).
 //
 // A program started without the launcher is a job of one PE: JoinFromOS
 // returns a singleton Member that opens no socket.
 //
-// Inbound memberlist streams are bounded before they are authenticated
-// (transport.go): how many are read at once, and how many bytes they may
-// bring, per node and per remote address.
+// This package is the PE's side: Member, Env, Table and Failure. The agent's
+// side, the seed and memberlist are package bootstrap/cluster, which the
+// launcher imports and a PE never does: a PE binary links neither memberlist
+// nor what it brings (net/http, go-metrics, ...), and starts without their
+// initialisation. What both sides share (the messages, the local channel,
+// the table file) is bootstrap/internal/wire.
 package bootstrap
 
 import (
@@ -58,6 +61,8 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
+
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // finalizeTimeout bounds the wait for the agent to acknowledge a finalize,
@@ -67,12 +72,17 @@ const finalizeTimeout = 5 * time.Second
 // joinTimeout bounds the wait for the agent's welcome.
 const joinTimeout = 30 * time.Second
 
+// MaxAllgather is the largest total size, in bytes, of the blobs of one
+// Allgather or Exchange (the sum over all PEs). memberlist refuses stream
+// messages above 20 MiB; this leaves room for framing and encryption.
+const MaxAllgather = wire.MaxAllgather
+
 // Member is a PE's membership in its job. Its methods are safe for
 // concurrent use; collectives (Allgather, Exchange, Barrier) are
 // serialized.
 type Member struct {
 	env    Env
-	conn   *localConn // nil for a singleton
+	conn   *wire.Conn // nil for a singleton
 	logger *log.Logger
 
 	opMu sync.Mutex // one collective (or finalize) at a time
@@ -96,7 +106,7 @@ type Member struct {
 // reply is what the agent answered to a collective: a result (with the
 // table's descriptor) or an abort.
 type reply struct {
-	m  *message
+	m  *wire.Message
 	fd int
 }
 
@@ -125,12 +135,12 @@ func JoinFromOSWithLogger(l ucs.Logger) (*Member, error) {
 // channel. The error wraps ucs.ErrInvalidParam for a malformed env, and
 // ucs.ErrUnreachable when the agent does not answer.
 func Join(env Env) (*Member, error) {
-	if err := checkEnv(env); err != nil {
+	if err := env.Validate(); err != nil {
 		return nil, err
 	}
 	m := &Member{
 		env:     env,
-		logger:  debugLogger(env.Logger, "goshmem pe-"+strconv.Itoa(env.Rank)+": "),
+		logger:  wire.DebugLogger(env.Logger, "goshmem pe-"+strconv.Itoa(env.Rank)+": "),
 		welcome: make(chan struct{}),
 		finAck:  make(chan struct{}),
 		exitAck: make(chan struct{}),
@@ -143,7 +153,7 @@ func Join(env Env) (*Member, error) {
 		return m, nil // singleton
 	}
 	f := os.NewFile(uintptr(env.AgentFD), "goshmem-agent-channel")
-	conn, err := fileConn(f)
+	conn, err := wire.FileConn(f)
 	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: PE %d: %s=%d: %w: %w", env.Rank, EnvAgentFD, env.AgentFD, ucs.ErrUnreachable, err)
@@ -155,10 +165,10 @@ func Join(env Env) (*Member, error) {
 		m.closed = true
 		close(m.closeCh)
 		m.mu.Unlock()
-		conn.close()
+		conn.Close()
 		return nil, fmt.Errorf("bootstrap: PE %d: joining through its agent: %w: %w", env.Rank, ucs.ErrUnreachable, err)
 	}
-	if err := conn.send(&message{kind: kindHello, jobID: env.JobID, rank: env.Rank}, -1); err != nil {
+	if err := conn.Send(&wire.Message{Kind: wire.KindHello, JobID: env.JobID, Rank: env.Rank}, -1); err != nil {
 		return fail(err)
 	}
 	t := time.NewTimer(joinTimeout)
@@ -176,12 +186,13 @@ func Join(env Env) (*Member, error) {
 	}
 }
 
-func checkEnv(e Env) error {
+// Validate checks e as Join does. The error wraps ucs.ErrInvalidParam.
+func (e Env) Validate() error {
 	bad := func(what string) error {
 		return fmt.Errorf("bootstrap: env: %s: %w", what, ucs.ErrInvalidParam)
 	}
 	switch {
-	case e.Size < 1 || e.Size > maxRanks:
+	case e.Size < 1 || e.Size > wire.MaxRanks:
 		return bad("size " + strconv.Itoa(e.Size) + " out of range")
 	case e.Rank < 0 || e.Rank >= e.Size:
 		return bad("rank " + strconv.Itoa(e.Rank) + " out of range [0, " + strconv.Itoa(e.Size) + ")")
@@ -191,13 +202,13 @@ func checkEnv(e Env) error {
 		return bad("local rank " + strconv.Itoa(e.LocalRank) + " out of range")
 	case e.Seed == "" && e.Size != 1:
 		return bad("no seed for a job of " + strconv.Itoa(e.Size) + " PEs")
-	case e.Seed != "" && !validJobID(e.JobID):
+	case e.Seed != "" && !wire.ValidJobID(e.JobID):
 		return bad("job id " + strconv.Quote(e.JobID))
 	case e.AgentFD < 0:
 		return bad("agent channel " + strconv.Itoa(e.AgentFD))
 	}
 	if e.Seed != "" {
-		return checkKey(e.Key)
+		return wire.CheckKey(e.Key)
 	}
 	return nil
 }
@@ -236,13 +247,13 @@ func (m *Member) Exchange(blob []byte) (*Table, error) {
 		if err := m.singletonErr(); err != nil {
 			return nil, err
 		}
-		return parseTable(encodeTable([]entry{{blob: blob}}), 1)
+		return parseTable(wire.EncodeTable([]wire.Entry{{Blob: blob}}), 1)
 	}
 	r, err := m.collective(blob, 0)
 	if err != nil {
 		return nil, err
 	}
-	t, err := mapTable(r.fd, r.m.size, m.env.Size)
+	t, err := mapTable(r.fd, r.m.Size, m.env.Size)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +288,7 @@ func (m *Member) Barrier() error {
 	if m.conn == nil {
 		return m.singletonErr()
 	}
-	_, err := m.collective(nil, flagBarrier)
+	_, err := m.collective(nil, wire.FlagBarrier)
 	return err
 }
 
@@ -314,8 +325,8 @@ func (m *Member) collective(blob []byte, flags uint8) (reply, error) {
 		m.mu.Unlock()
 	}()
 
-	msg := &message{kind: kindGather, jobID: m.env.JobID, rank: m.env.Rank, seq: seq, flags: flags, payload: blob}
-	if err := m.conn.send(msg, -1); err != nil {
+	msg := &wire.Message{Kind: wire.KindGather, JobID: m.env.JobID, Rank: m.env.Rank, Seq: seq, Flags: flags, Payload: blob}
+	if err := m.conn.Send(msg, -1); err != nil {
 		m.mu.Lock()
 		ferr := m.errLocked()
 		m.mu.Unlock()
@@ -326,13 +337,13 @@ func (m *Member) collective(blob []byte, flags uint8) (reply, error) {
 	}
 	select {
 	case r := <-ch:
-		if r.m.kind == kindAbort {
-			return reply{}, fmt.Errorf("bootstrap: allgather aborted: %s: %w", r.m.reason, ucs.ErrExceedsLimit)
+		if r.m.Kind == wire.KindAbort {
+			return reply{}, fmt.Errorf("bootstrap: allgather aborted: %s: %w", r.m.Reason, ucs.ErrExceedsLimit)
 		}
-		if r.m.flags != flags || (flags&flagBarrier == 0) != (r.fd >= 0) {
-			closeFD(r.fd)
+		if r.m.Flags != flags || (flags&wire.FlagBarrier == 0) != (r.fd >= 0) {
+			wire.CloseFD(r.fd)
 			return reply{}, fmt.Errorf("bootstrap: PE %d: the agent answered a %v with another kind of result: %w",
-				m.env.Rank, map[bool]string{true: "barrier", false: "allgather"}[flags&flagBarrier != 0], ucs.ErrInvalidParam)
+				m.env.Rank, map[bool]string{true: "barrier", false: "allgather"}[flags&wire.FlagBarrier != 0], ucs.ErrInvalidParam)
 		}
 		return r, nil
 	case <-m.failCh:
@@ -414,7 +425,7 @@ func (m *Member) Close() error {
 	if !lost && !finalized {
 		err = m.finalize()
 	}
-	m.conn.close()
+	m.conn.Close()
 	return err
 }
 
@@ -447,7 +458,7 @@ func (m *Member) finalize() error {
 	ack := make(chan struct{})
 	m.finAck, m.finalized = ack, true
 	m.mu.Unlock()
-	return m.sendWait(&message{kind: kindFinalize, jobID: m.env.JobID, rank: m.env.Rank}, ack, "finalize")
+	return m.sendWait(&wire.Message{Kind: wire.KindFinalize, JobID: m.env.JobID, Rank: m.env.Rank}, ack, "finalize")
 }
 
 // GlobalExit asks the launcher to end the whole job with exit status code:
@@ -460,7 +471,7 @@ func (m *Member) finalize() error {
 // agent cannot be told, ucs.ErrTimedOut when the seed did not acknowledge,
 // and is ErrClosed after Close.
 func (m *Member) GlobalExit(code int) error {
-	msg := &message{kind: kindGlobalExit, jobID: m.env.JobID, rank: m.env.Rank, code: code, host: hostName(maxString)}
+	msg := &wire.Message{Kind: wire.KindGlobalExit, JobID: m.env.JobID, Rank: m.env.Rank, Code: code, Host: wire.HostName(wire.MaxString)}
 	return m.tellAgent(msg, m.exitAck, "global exit")
 }
 
@@ -477,14 +488,14 @@ func (m *Member) ReportLost(rank int, reason string) error {
 	if rank < 0 || rank >= m.env.Size || rank == m.env.Rank {
 		return fmt.Errorf("bootstrap: PE %d: report of lost PE %d: out of range [0, %d) or this PE: %w", m.env.Rank, rank, m.env.Size, ucs.ErrInvalidParam)
 	}
-	msg := &message{kind: kindLost, jobID: m.env.JobID, rank: m.env.Rank, failRank: rank, reason: clip(reason)}
+	msg := &wire.Message{Kind: wire.KindLost, JobID: m.env.JobID, Rank: m.env.Rank, FailRank: rank, Reason: wire.Clip(reason)}
 	return m.tellAgent(msg, m.lostAck, "report of lost PE "+strconv.Itoa(rank))
 }
 
 // tellAgent sends msg to the agent and waits, finalizeTimeout at most, for
 // ack to be closed (by the acknowledgment). It returns ErrClosed after
 // Close.
-func (m *Member) tellAgent(msg *message, ack chan struct{}, what string) error {
+func (m *Member) tellAgent(msg *wire.Message, ack chan struct{}, what string) error {
 	m.mu.Lock()
 	closed := m.closed
 	m.mu.Unlock()
@@ -496,11 +507,11 @@ func (m *Member) tellAgent(msg *message, ack chan struct{}, what string) error {
 
 // sendWait sends msg to the agent and waits, finalizeTimeout at most, for
 // ack to be closed.
-func (m *Member) sendWait(msg *message, ack chan struct{}, what string) error {
+func (m *Member) sendWait(msg *wire.Message, ack chan struct{}, what string) error {
 	if m.conn == nil {
 		return nil
 	}
-	if err := m.conn.send(msg, -1); err != nil {
+	if err := m.conn.Send(msg, -1); err != nil {
 		return fmt.Errorf("bootstrap: PE %d: %s: %w: %w", m.env.Rank, what, ucs.ErrUnreachable, err)
 	}
 	t := time.NewTimer(finalizeTimeout)
@@ -517,17 +528,17 @@ func (m *Member) sendWait(msg *message, ack chan struct{}, what string) error {
 // that closes before Close is a lost agent.
 func (m *Member) readLoop() {
 	for {
-		msg, fd, err := m.conn.recv()
+		msg, fd, err := m.conn.Recv()
 		if err != nil {
 			m.mu.Lock()
 			closed := m.closed
 			m.mu.Unlock()
 			if !closed {
-				why := reasonAgentGone
+				why := wire.ReasonAgentGone
 				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 					why += ": " + err.Error()
 				}
-				m.recordFailure(Failure{Rank: -1, Host: hostName(maxString), Reason: why})
+				m.recordFailure(Failure{Rank: -1, Host: wire.HostName(wire.MaxString), Reason: why})
 			}
 			return
 		}
@@ -536,32 +547,32 @@ func (m *Member) readLoop() {
 }
 
 // handle processes a frame of the agent.
-func (m *Member) handle(msg *message, fd int) {
-	if msg.jobID != m.env.JobID || msg.rank != -1 {
-		m.logger.Printf("[WARN] goshmem: dropping %v message from %d of job %q", msg.kind, msg.rank, msg.jobID)
-		closeFD(fd)
+func (m *Member) handle(msg *wire.Message, fd int) {
+	if msg.JobID != m.env.JobID || msg.Rank != -1 {
+		m.logger.Printf("[WARN] goshmem: dropping %v message from %d of job %q", msg.Kind, msg.Rank, msg.JobID)
+		wire.CloseFD(fd)
 		return
 	}
-	switch msg.kind {
-	case kindResult, kindAbort:
+	switch msg.Kind {
+	case wire.KindResult, wire.KindAbort:
 		m.mu.Lock()
-		if msg.seq == m.seq && m.reply != nil {
+		if msg.Seq == m.seq && m.reply != nil {
 			m.reply <- reply{msg, fd} // buffered, and m.reply is cleared below
 			m.reply = nil
 			fd = -1
 		} else {
-			m.logger.Printf("[WARN] goshmem: dropping %v message for sequence %d (at %d)", msg.kind, msg.seq, m.seq)
+			m.logger.Printf("[WARN] goshmem: dropping %v message for sequence %d (at %d)", msg.Kind, msg.Seq, m.seq)
 		}
 		m.mu.Unlock()
-	case kindWelcome, kindFinalizeAck, kindGlobalExitAck, kindLostAck:
+	case wire.KindWelcome, wire.KindFinalizeAck, wire.KindGlobalExitAck, wire.KindLostAck:
 		m.mu.Lock()
 		ch := m.welcome
-		switch msg.kind {
-		case kindFinalizeAck:
+		switch msg.Kind {
+		case wire.KindFinalizeAck:
 			ch = m.finAck
-		case kindGlobalExitAck:
+		case wire.KindGlobalExitAck:
 			ch = m.exitAck
-		case kindLostAck:
+		case wire.KindLostAck:
 			ch = m.lostAck
 		}
 		select {
@@ -570,18 +581,18 @@ func (m *Member) handle(msg *message, fd int) {
 			close(ch)
 		}
 		m.mu.Unlock()
-	case kindPing:
-		if err := m.conn.send(&message{kind: kindPong, jobID: m.env.JobID, rank: m.env.Rank}, -1); err != nil {
+	case wire.KindPing:
+		if err := m.conn.Send(&wire.Message{Kind: wire.KindPong, JobID: m.env.JobID, Rank: m.env.Rank}, -1); err != nil {
 			m.logger.Printf("[WARN] goshmem: answering the agent: %v", err)
 		}
-	case kindFailure:
-		if msg.failRank < -1 || msg.failRank >= m.env.Size {
-			m.logger.Printf("[WARN] goshmem: dropping failure message for rank %d", msg.failRank)
+	case wire.KindFailure:
+		if msg.FailRank < -1 || msg.FailRank >= m.env.Size {
+			m.logger.Printf("[WARN] goshmem: dropping failure message for rank %d", msg.FailRank)
 			break
 		}
-		m.recordFailure(Failure{Rank: msg.failRank, Host: msg.host, Reason: msg.reason})
+		m.recordFailure(Failure{Rank: msg.FailRank, Host: msg.Host, Reason: msg.Reason})
 	default:
-		m.logger.Printf("[WARN] goshmem: dropping unexpected %v message", msg.kind)
+		m.logger.Printf("[WARN] goshmem: dropping unexpected %v message", msg.Kind)
 	}
-	closeFD(fd)
+	wire.CloseFD(fd)
 }

@@ -7,6 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/ucs"
+
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // Table is the result of an Exchange: the blob of every PE of the job and
@@ -28,91 +30,35 @@ type Table struct {
 	mmap  bool // data is a mapping to unmap at Close
 }
 
-const (
-	tableMagic      = "GSHT"
-	tableVersion    = 1
-	tableHeaderSize = 16
-	tableEntrySize  = 12
-)
-
-// encodeTable returns the table of es, which hold one entry per rank in
-// rank order.
-func encodeTable(es []entry) []byte {
-	total, nodes := 0, 0
-	for _, e := range es {
-		total += len(e.blob)
-		nodes = max(nodes, e.node+1)
-	}
-	start := tableHeaderSize + tableEntrySize*len(es)
-	b := make([]byte, start, start+total)
-	copy(b, tableMagic)
-	binary.LittleEndian.PutUint32(b[4:], tableVersion)
-	binary.LittleEndian.PutUint32(b[8:], uint32(len(es)))
-	binary.LittleEndian.PutUint32(b[12:], uint32(nodes))
-	off := 0
-	for i, e := range es {
-		p := b[tableHeaderSize+tableEntrySize*i:]
-		binary.LittleEndian.PutUint32(p, uint32(off))
-		binary.LittleEndian.PutUint32(p[4:], uint32(len(e.blob)))
-		binary.LittleEndian.PutUint32(p[8:], uint32(e.node))
-		b = append(b, e.blob...)
-		off += len(e.blob)
-	}
-	return b
-}
-
 // parseTable checks that data is a table of n entries and returns it. It
 // reads every entry once (no blob), so that the accessors need no check.
 func parseTable(data []byte, n int) (*Table, error) {
 	bad := func(what string) (*Table, error) {
 		return nil, fmt.Errorf("bootstrap: malformed table of %d bytes: %s: %w", len(data), what, ucs.ErrInvalidParam)
 	}
-	if len(data) < tableHeaderSize || string(data[:4]) != tableMagic {
+	if len(data) < wire.TableHeaderSize || string(data[:4]) != wire.TableMagic {
 		return bad("no header")
 	}
-	if v := binary.LittleEndian.Uint32(data[4:]); v != tableVersion {
+	if v := binary.LittleEndian.Uint32(data[4:]); v != wire.TableVersion {
 		return bad(fmt.Sprintf("version %d", v))
 	}
 	if c := binary.LittleEndian.Uint32(data[8:]); uint64(c) != uint64(n) {
 		return bad(fmt.Sprintf("%d entries for a job of %d PEs", c, n))
 	}
 	nodes := binary.LittleEndian.Uint32(data[12:])
-	start := uint64(tableHeaderSize) + tableEntrySize*uint64(n)
+	start := uint64(wire.TableHeaderSize) + wire.TableEntrySize*uint64(n)
 	if start > uint64(len(data)) || nodes > uint32(n) {
 		return bad("entries truncated")
 	}
 	blobs := uint64(len(data)) - start
 	for i := range n {
-		p := data[tableHeaderSize+tableEntrySize*i:]
+		p := data[wire.TableHeaderSize+wire.TableEntrySize*i:]
 		off, l := uint64(binary.LittleEndian.Uint32(p)), uint64(binary.LittleEndian.Uint32(p[4:]))
 		if off+l > blobs || binary.LittleEndian.Uint32(p[8:]) >= nodes {
 			return bad(fmt.Sprintf("entry %d out of bounds", i))
 		}
 	}
 	return &Table{data: data, n: n, nodes: int(nodes), start: int(start)}, nil
-}
-
-// writeTableFile writes the table b into a new sealed memory file and
-// returns its descriptor.
-func writeTableFile(b []byte) (int, error) {
-	fd, err := unix.MemfdCreate("goshmem-table", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return -1, fmt.Errorf("bootstrap: memfd_create: %w", err)
-	}
-	for off := 0; off < len(b); {
-		n, err := unix.Pwrite(fd, b[off:], int64(off))
-		if err != nil {
-			unix.Close(fd)
-			return -1, fmt.Errorf("bootstrap: writing the table: %w", err)
-		}
-		off += n
-	}
-	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("bootstrap: sealing the table: %w", err)
-	}
-	return fd, nil
 }
 
 // mapTable maps the table file fd of size bytes, read-only, checks it for
@@ -160,7 +106,7 @@ func (t *Table) entry(rank int) []byte {
 	if uint(rank) >= uint(t.n) {
 		panic(fmt.Sprintf("bootstrap: rank %d out of range [0, %d) of the table", rank, t.n))
 	}
-	return t.data[tableHeaderSize+tableEntrySize*rank:]
+	return t.data[wire.TableHeaderSize+wire.TableEntrySize*rank:]
 }
 
 // Node returns the node the PE rank runs on: PEs of one node share its

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/cluster"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct/sm"
 )
@@ -221,8 +222,8 @@ func (r *agentRun) serve(ctx context.Context) int {
 		ranks[i] = s.rank
 	}
 	agents := cmp.Or(cfg.Agents, 1)
-	agent, err := bootstrap.JoinAgent(bootstrap.Env{JobID: cfg.JobID, Size: cfg.Size, Seed: cfg.Seed, Key: cfg.Key,
-		FailureTimeout: cfg.FailureTimeout}, bootstrap.AgentConfig{ID: cfg.Agent, Agents: agents, Ranks: ranks,
+	agent, err := cluster.JoinAgent(bootstrap.Env{JobID: cfg.JobID, Size: cfg.Size, Seed: cfg.Seed, Key: cfg.Key,
+		FailureTimeout: cfg.FailureTimeout}, cluster.AgentConfig{ID: cfg.Agent, Agents: agents, Ranks: ranks,
 		Node: hex.EncodeToString(sm.DomainAddress())})
 	if err != nil {
 		r.logf("%v", err)
@@ -359,12 +360,12 @@ func (r *agentRun) serve(ctx context.Context) int {
 const peAgentFD = 3
 
 // EnvStats, when set to a non-empty value, has every agent write its
-// bootstrap counters (bootstrap.Stats) on its standard error as it ends, on
+// bootstrap counters (cluster.Stats) on its standard error as it ends, on
 // one line that starts with "bootstrap-stats".
 const EnvStats = "GOSHMEM_STATS"
 
 // statsLine formats the counters of agent, which started pes PEs.
-func statsLine(agent *bootstrap.Agent, pes int) string {
+func statsLine(agent *cluster.Agent, pes int) string {
 	s := agent.Stats()
 	return fmt.Sprintf("bootstrap-stats agent=%d pes=%d msgs_sent=%d bytes_sent=%d msgs_received=%d bytes_received=%d "+
 		"packets_sent=%d packet_bytes_sent=%d packets_received=%d packet_bytes_received=%d "+

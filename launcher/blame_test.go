@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/cluster"
 )
 
 // TestBlameFirstCause feeds the launcher's judge the ends of the PEs of a
@@ -69,7 +70,7 @@ func newJudgeJob(t *testing.T, np int) *job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed, err := bootstrap.NewSeed(bootstrap.SeedConfig{Size: np, Agents: 1, Key: key})
+	seed, err := cluster.NewSeed(cluster.SeedConfig{Size: np, Agents: 1, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +84,8 @@ func newJudgeJob(t *testing.T, np int) *job {
 // agent of its own.
 func joinPE(t *testing.T, j *job, rank int) *bootstrap.Member {
 	t.Helper()
-	agent, err := bootstrap.JoinAgent(bootstrap.Env{JobID: j.seed.JobID(), Size: j.np, Seed: j.seed.Addr(), Key: j.key},
-		bootstrap.AgentConfig{Agents: 1, Ranks: []int{rank}})
+	agent, err := cluster.JoinAgent(bootstrap.Env{JobID: j.seed.JobID(), Size: j.np, Seed: j.seed.Addr(), Key: j.key},
+		cluster.AgentConfig{Agents: 1, Ranks: []int{rank}})
 	if err != nil {
 		t.Fatal(err)
 	}

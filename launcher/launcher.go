@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/cluster"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -224,7 +225,7 @@ type job struct {
 	np     int
 	places []placement // with Hosts, or this host alone; nil with a spawner
 	single bool        // every PE on this host
-	seed   *bootstrap.Seed
+	seed   *cluster.Seed
 	key    []byte
 	host   string // this host's name
 	outMu  sync.Mutex
@@ -238,7 +239,7 @@ type job struct {
 	first  *JobError // the failure that ended the job
 	ending bool      // PEs were told to terminate
 	// consequence is the first end of a PE that learned of another PE's
-	// failure first (bootstrap.Seed.Lost): the job is ended at once, but
+	// failure first (cluster.Seed.Lost): the job is ended at once, but
 	// the PE it lost, lostPeer, is named if its own failure turns up
 	// (blameOpen until then); consequence is named only if none does.
 	consequence *JobError
@@ -305,7 +306,7 @@ func (j *job) run(ctx context.Context) (int, error) {
 	if len(o.Spawner) > 0 {
 		agents = j.np
 	}
-	j.seed, err = bootstrap.NewSeed(bootstrap.SeedConfig{Size: j.np, Key: j.key, BindAddr: bind, Logger: logger,
+	j.seed, err = cluster.NewSeed(cluster.SeedConfig{Size: j.np, Key: j.key, BindAddr: bind, Logger: logger,
 		Agents: agents, FailureTimeout: o.FailureTimeout})
 	if err != nil {
 		return 1, fmt.Errorf("launcher: %w", err)

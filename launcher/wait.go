@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/cluster"
 )
 
 // wait handles PE exits, reports, failures, unit exits and cancellation
@@ -76,9 +76,9 @@ func (j *job) concludeBlame() {
 }
 
 // report handles a report the seed passed on.
-func (j *job) report(r bootstrap.Report) {
+func (j *job) report(r cluster.Report) {
 	switch r.Kind {
-	case bootstrap.ReportExit:
+	case cluster.ReportExit:
 		if r.Rank < 0 || r.Rank >= len(j.pes) || j.pes[r.Rank].agent != r.Agent {
 			j.opts.Logf("ignoring a report of agent %d on PE %d, which it did not start", r.Agent, r.Rank)
 			return
@@ -88,12 +88,12 @@ func (j *job) report(r bootstrap.Report) {
 			end.endedBy = cmp.Or(r.Why, "its agent ended it")
 		}
 		j.ended(end)
-	case bootstrap.ReportGlobalExit:
+	case cluster.ReportGlobalExit:
 		if j.ending {
 			return
 		}
 		j.fail(&JobError{Rank: r.Rank, Host: r.Host, How: "called global exit with status " + strconv.Itoa(r.Code), Code: r.Code})
-	case bootstrap.ReportAgentLeft:
+	case cluster.ReportAgentLeft:
 		// Every PE of an agent is reported before it leaves.
 		lost := false
 		for rank := range j.pes {
@@ -127,7 +127,7 @@ type peEnd struct {
 
 // ended judges the end of a PE. The job is named after its first cause: a
 // PE that failed by itself, not one that ended because it learned that
-// another PE failed (bootstrap.Seed.Lost) nor one that its agent ended,
+// another PE failed (cluster.Seed.Lost) nor one that its agent ended,
 // whatever order their ends arrive in.
 func (j *job) ended(e peEnd) {
 	if e.rank < 0 || e.rank >= len(j.pes) || j.pes[e.rank].ended {
@@ -191,7 +191,7 @@ func (j *job) lost(rank int, host, how string) {
 
 // unitExited handles the exit of a unit: its PEs that were not reported
 // are lost.
-func (j *job) unitExited(e unitExit, reports <-chan bootstrap.Report) {
+func (j *job) unitExited(e unitExit, reports <-chan cluster.Report) {
 	e.u.ended = true
 	j.unitsUp--
 	// Reports of the unit's agents reached the seed before the agents

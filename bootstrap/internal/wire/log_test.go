@@ -1,4 +1,4 @@
-package bootstrap
+package wire
 
 import (
 	"strings"
@@ -14,12 +14,12 @@ func TestDebugLogger(t *testing.T) {
 	var b strings.Builder
 	l := ucs.NewLogger(&b, "", ucs.LogWarn)
 	t.Setenv(EnvDebug, "")
-	debugLogger(l, "pe-0: ").Printf("[WARN] memberlist: hidden at warn")
+	DebugLogger(l, "pe-0: ").Printf("[WARN] memberlist: hidden at warn")
 	if b.Len() != 0 {
 		t.Errorf("a member's memberlist warning shows at warn: %q", b.String())
 	}
 	t.Setenv(EnvDebug, "1")
-	debugLogger(l, "pe-0: ").Printf("[DEBUG] memberlist: shown")
+	DebugLogger(l, "pe-0: ").Printf("[DEBUG] memberlist: shown")
 	if !strings.Contains(b.String(), "pe-0: ") || !strings.HasSuffix(b.String(), "[DEBUG] memberlist: shown\n") {
 		t.Errorf("with %s set, the member's line is %q", EnvDebug, b.String())
 	}

@@ -1,4 +1,8 @@
-package bootstrap
+package cluster
+
+import (
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
+)
 
 // RequestStallReport asks the agent of that id to have the PEs of the given
 // ranks report where they wait (see Agent.StallReports). It returns at
@@ -10,7 +14,7 @@ func (s *Seed) RequestStallReport(agent int, ranks []int) {
 	if s.closed || agent < 0 || agent >= len(s.agentSt) || s.agentSt[agent].left {
 		return
 	}
-	s.sendAgentsLocked([]int{agent}, appendMessage(nil, &message{kind: kindStallReport, jobID: s.jobID, rank: -1, ranks: ranks}))
+	s.sendAgentsLocked([]int{agent}, wire.AppendMessage(nil, &wire.Message{Kind: wire.KindStallReport, JobID: s.jobID, Rank: -1, Ranks: ranks}))
 }
 
 // StallReports returns a channel that receives the ranks of the PEs to

@@ -1,4 +1,4 @@
-package bootstrap
+package cluster
 
 import (
 	"bytes"
@@ -15,6 +15,9 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // reportTimeout bounds the wait for the seed to acknowledge an agent's
@@ -31,7 +34,7 @@ type AgentConfig struct {
 	// Ranks are the PEs the agent starts (Attach).
 	Ranks []int
 	// Node names the node the agent runs on, for its PEs' peers: PEs
-	// whose agents give the same Node share memory (Table.Node). Empty
+	// whose agents give the same Node share memory (bootstrap.Table.Node). Empty
 	// means this agent's id: a node of its own.
 	Node string
 	// Logger receives the agent's log (memberlist's, and the messages
@@ -53,7 +56,7 @@ type AgentConfig struct {
 // concurrent use.
 type Agent struct {
 	id, agents int
-	env        Env
+	env        bootstrap.Env
 	ranks      []int
 	nodeName   string
 	list       *memberlist.Memberlist
@@ -75,16 +78,16 @@ type Agent struct {
 
 	mu       sync.Mutex
 	pes      map[int]*localPE
-	joined   bool // some PE connected (evJoined was queued)
+	joined   bool // some PE connected (EvJoined was queued)
 	dirKnown bool
-	node     int           // this agent's node number (from the directory)
-	parent   agentEntry    // valid with dirKnown, when id > 0
-	children []agentEntry  // valid with dirKnown
-	done     uint64        // the last collective completed
-	coll     *collective   // the one being gathered, if any
-	failures []*message    // failure notices, for PEs that connect later
-	stats    Stats         // the counters under mu
-	term     chan struct{} // closed at the first of: terminate, seed gone
+	node     int               // this agent's node number (from the directory)
+	parent   wire.AgentEntry   // valid with dirKnown, when id > 0
+	children []wire.AgentEntry // valid with dirKnown
+	done     uint64            // the last collective completed
+	coll     *collective       // the one being gathered, if any
+	failures []*wire.Message   // failure notices, for PEs that connect later
+	stats    Stats             // the counters under mu
+	term     chan struct{}     // closed at the first of: terminate, seed gone
 	why      string
 	closed   bool
 	closeCh  chan struct{}
@@ -102,14 +105,14 @@ type Agent struct {
 // pendingEvent is an event waiting to be reported; done receives the
 // outcome.
 type pendingEvent struct {
-	ev   event
+	ev   wire.Event
 	done chan error
 }
 
 // localPE is what an agent knows of one of its PEs.
 type localPE struct {
 	rank      int
-	conn      *localConn
+	conn      *wire.Conn
 	joined    bool   // it said hello
 	finalized bool   // it finalized and did not gather since
 	seq       uint64 // of its last gather
@@ -123,15 +126,15 @@ type localPE struct {
 // describes. The error wraps ucs.ErrInvalidParam for a malformed env or
 // configuration, and ucs.ErrUnreachable when the seed cannot be joined (it
 // is not there, or it has another key).
-func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
-	if cfg.Agents < 1 || cfg.Agents > maxRanks || cfg.ID < 0 || cfg.ID >= cfg.Agents {
+func JoinAgent(env bootstrap.Env, cfg AgentConfig) (*Agent, error) {
+	if cfg.Agents < 1 || cfg.Agents > wire.MaxRanks || cfg.ID < 0 || cfg.ID >= cfg.Agents {
 		return nil, fmt.Errorf("bootstrap: agent %d of %d: out of range: %w", cfg.ID, cfg.Agents, ucs.ErrInvalidParam)
 	}
 	if env.Seed == "" {
 		return nil, fmt.Errorf("bootstrap: agent %d: no seed: %w", cfg.ID, ucs.ErrInvalidParam)
 	}
 	env.Rank, env.LocalRank, env.LocalSize, env.AgentFD = 0, 0, 1, 0 // not an agent's
-	if err := checkEnv(env); err != nil {
+	if err := env.Validate(); err != nil {
 		return nil, err
 	}
 	ranks := slices.Clone(cfg.Ranks)
@@ -154,7 +157,7 @@ func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
 	}
 	timeout := env.FailureTimeout
 	if timeout <= 0 {
-		timeout = DefaultFailureTimeout
+		timeout = bootstrap.DefaultFailureTimeout
 	}
 	a := &Agent{
 		id:          cfg.ID,
@@ -179,7 +182,7 @@ func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
 	if a.nodeName == "" {
 		a.nodeName = "agent-" + strconv.Itoa(cfg.ID)
 	}
-	a.logger = debugLogger(cfg.Logger, "goshmem "+agentName(cfg.ID)+": ")
+	a.logger = wire.DebugLogger(cfg.Logger, "goshmem "+agentName(cfg.ID)+": ")
 	nodes := cfg.Agents + 1
 	c := newConfig(agentName(cfg.ID), bind, env.JobID, env.Key, a.logger, env.FailureTimeout, nodes)
 	c.Delegate = agentDelegate{a}
@@ -195,7 +198,7 @@ func JoinAgent(env Env, cfg AgentConfig) (*Agent, error) {
 		if id < 0 {
 			return sendReliable(list, seedName, a.seedIP, a.seedPort, msg)
 		}
-		ip, port, err := parseNodeAddr(addr)
+		ip, port, err := wire.ParseNodeAddr(addr)
 		if err != nil {
 			return err
 		}
@@ -217,7 +220,7 @@ func (a *Agent) ID() int { return a.id }
 // Attach opens the local channel of the PE rank, one of the agent's
 // Ranks, and returns the PE's end: the caller hands it to the PE process
 // (as an inherited descriptor whose number it gives in GOSHMEM_AGENT_FD,
-// Env.AgentFD) and closes its own copy once the PE started. Attaching a
+// bootstrap.Env.AgentFD) and closes its own copy once the PE started. Attaching a
 // rank again replaces its channel (a PE started again). The error wraps
 // ucs.ErrInvalidParam for a rank that is not the agent's, and is ErrClosed
 // after Close.
@@ -225,19 +228,19 @@ func (a *Agent) Attach(rank int) (*os.File, error) {
 	if _, ok := slices.BinarySearch(a.ranks, rank); !ok {
 		return nil, fmt.Errorf("bootstrap: agent %d: PE %d is not one of its PEs: %w", a.id, rank, ucs.ErrInvalidParam)
 	}
-	conn, f, err := newLocalPair()
+	conn, f, err := wire.NewLocalPair()
 	if err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		conn.close()
+		conn.Close()
 		f.Close()
-		return nil, ErrClosed
+		return nil, bootstrap.ErrClosed
 	}
 	if old := a.pes[rank]; old != nil {
-		old.conn.close()
+		old.conn.Close()
 	}
 	p := &localPE{rank: rank, conn: conn}
 	a.pes[rank] = p
@@ -279,18 +282,18 @@ func (a *Agent) Post(rank int, host, how string, code int, endedBy string) <-cha
 		done <- fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, rank, a.env.Size, ucs.ErrInvalidParam)
 		return done
 	}
-	ev := event{kind: evExit, rank: rank, code: code, other: -1, host: clip(host), how: clip(how)}
+	ev := wire.Event{Kind: wire.EvExit, Rank: rank, Code: code, Other: -1, Host: wire.Clip(host), How: wire.Clip(how)}
 	if endedBy != "" {
-		ev.flags, ev.why = flagEndedByAgent, clip(endedBy)
+		ev.Flags, ev.Why = wire.FlagEndedByAgent, wire.Clip(endedBy)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if p := a.pes[rank]; p != nil {
 		if p.joined {
-			ev.flags |= flagJoined
+			ev.Flags |= wire.FlagJoined
 		}
 		if p.finalized {
-			ev.flags |= flagFinalized
+			ev.Flags |= wire.FlagFinalized
 		}
 	}
 	return a.queueEventLocked(ev)
@@ -304,14 +307,14 @@ func (a *Agent) reportLoop() {
 		select {
 		case <-a.repKick:
 		case <-a.closeCh:
-			a.failQueued(ErrClosed)
+			a.failQueued(bootstrap.ErrClosed)
 			return
 		}
 		for {
 			a.repMu.Lock()
 			batch := a.repQueue
-			if len(batch) > maxEvents {
-				batch = batch[:maxEvents]
+			if len(batch) > wire.MaxEvents {
+				batch = batch[:wire.MaxEvents]
 			}
 			a.repQueue = a.repQueue[len(batch):]
 			a.repMu.Unlock()
@@ -319,7 +322,7 @@ func (a *Agent) reportLoop() {
 				break
 			}
 			err := a.sendReport(batch)
-			if err != nil && err != ErrClosed {
+			if err != nil && err != bootstrap.ErrClosed {
 				err = fmt.Errorf("bootstrap: agent %d: report to the seed: %w", a.id, err)
 			}
 			for _, p := range batch {
@@ -344,11 +347,11 @@ func (a *Agent) failQueued(err error) {
 func (a *Agent) sendReport(batch []pendingEvent) error {
 	a.repSeq++
 	seq := a.repSeq
-	evs := make([]event, len(batch))
+	evs := make([]wire.Event, len(batch))
 	for i, p := range batch {
 		evs[i] = p.ev
 	}
-	msg := appendMessage(nil, &message{kind: kindAgentReport, jobID: a.env.JobID, rank: a.id, seq: seq, addr: a.addr, events: evs})
+	msg := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindAgentReport, JobID: a.env.JobID, Rank: a.id, Seq: seq, Addr: a.addr, Events: evs})
 	deadline := time.NewTimer(reportTimeout)
 	defer deadline.Stop()
 	for {
@@ -362,7 +365,7 @@ func (a *Agent) sendReport(batch []pendingEvent) error {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			// Nothing listens on the seed's port: the launcher's process
 			// is gone, whatever memberlist will conclude later.
-			a.terminate(reasonSeedGone)
+			a.terminate(wire.ReasonSeedGone)
 			return fmt.Errorf("the seed is gone: %w", ucs.ErrConnectionReset)
 		}
 		retry := time.NewTimer(reportTimeout / 5)
@@ -376,7 +379,7 @@ func (a *Agent) sendReport(batch []pendingEvent) error {
 				return nil
 			case <-a.closeCh:
 				retry.Stop()
-				return ErrClosed
+				return bootstrap.ErrClosed
 			case <-deadline.C:
 				retry.Stop()
 				if err != nil {
@@ -412,14 +415,6 @@ func (a *Agent) sendAsync(id int, addr string, msg []byte) {
 	}()
 }
 
-// clip cuts s to the longest string a message carries.
-func clip(s string) string {
-	if len(s) > maxString {
-		return s[:maxString]
-	}
-	return s
-}
-
 // SeedGone reports whether the seed (the launcher) left the job or was
 // declared dead: Terminated is then closed too.
 func (a *Agent) SeedGone() bool {
@@ -427,7 +422,7 @@ func (a *Agent) SeedGone() bool {
 	defer a.mu.Unlock()
 	select {
 	case <-a.term:
-		return a.why == reasonSeedGone
+		return a.why == wire.ReasonSeedGone
 	default:
 		return false
 	}
@@ -459,8 +454,8 @@ func (a *Agent) terminate(why string) {
 	a.why = why
 	close(a.term)
 	a.mu.Unlock()
-	if why == reasonSeedGone {
-		a.failure(&message{kind: kindFailure, jobID: a.env.JobID, rank: -1, failRank: -1, reason: reasonSeedGone})
+	if why == wire.ReasonSeedGone {
+		a.failure(&wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: -1, Reason: wire.ReasonSeedGone})
 	}
 }
 
@@ -495,8 +490,8 @@ func (a *Agent) Stats() Stats {
 	a.mu.Lock()
 	s := a.stats
 	for _, p := range a.pes {
-		s.LocalFrames += p.conn.sent.msgs.Load() + p.conn.received.msgs.Load()
-		s.LocalBytes += p.conn.sent.bytes.Load() + p.conn.received.bytes.Load()
+		s.LocalFrames += p.conn.Sent.Msgs.Load() + p.conn.Received.Msgs.Load()
+		s.LocalBytes += p.conn.Sent.Bytes.Load() + p.conn.Received.Bytes.Load()
 	}
 	a.mu.Unlock()
 	a.transport.addStats(&s)
@@ -516,7 +511,7 @@ func (a *Agent) Close() error {
 	close(a.closeCh)
 	close(a.stopPing)
 	for _, p := range a.pes {
-		p.conn.close()
+		p.conn.Close()
 	}
 	a.mu.Unlock()
 	<-a.repDone
@@ -535,54 +530,54 @@ func (a *Agent) logf(format string, args ...any) {
 // handle processes a message from the seed or another agent. Everything is
 // validated; what is wrong is logged and dropped.
 func (a *Agent) handle(b []byte) {
-	msg, err := decodeMessage(bytes.Clone(b))
+	msg, err := wire.DecodeMessage(bytes.Clone(b))
 	if err != nil {
 		a.logf("dropping message: %v", err)
 		return
 	}
-	if msg.jobID != a.env.JobID {
-		a.logf("dropping %v message of job %q", msg.kind, msg.jobID)
+	if msg.JobID != a.env.JobID {
+		a.logf("dropping %v message of job %q", msg.Kind, msg.JobID)
 		return
 	}
 	a.mu.Lock()
 	a.stats.MsgsReceived++
 	a.stats.BytesReceived += uint64(len(b))
 	a.mu.Unlock()
-	switch msg.kind {
-	case kindAgentAck:
-		if msg.rank == -1 {
+	switch msg.Kind {
+	case wire.KindAgentAck:
+		if msg.Rank == -1 {
 			select {
-			case a.repAck <- msg.seq:
+			case a.repAck <- msg.Seq:
 			default: // one acknowledgment waits at most; the sender retries
 			}
 		}
-	case kindTerminate:
-		if msg.rank == -1 {
-			a.terminate(msg.reason)
+	case wire.KindTerminate:
+		if msg.Rank == -1 {
+			a.terminate(msg.Reason)
 		}
-	case kindStallReport:
-		if msg.rank == -1 {
-			a.stallReport(msg.ranks)
+	case wire.KindStallReport:
+		if msg.Rank == -1 {
+			a.stallReport(msg.Ranks)
 		}
-	case kindFailure:
-		if msg.rank == -1 && msg.failRank >= -1 && msg.failRank < a.env.Size {
+	case wire.KindFailure:
+		if msg.Rank == -1 && msg.FailRank >= -1 && msg.FailRank < a.env.Size {
 			a.failure(msg)
 		}
-	case kindDirectory:
+	case wire.KindDirectory:
 		a.directory(msg)
-	case kindUp:
+	case wire.KindUp:
 		a.up(msg)
-	case kindDown, kindAbort:
+	case wire.KindDown, wire.KindAbort:
 		a.down(msg)
 	default:
-		a.logf("dropping unexpected %v message from %d", msg.kind, msg.rank)
+		a.logf("dropping unexpected %v message from %d", msg.Kind, msg.Rank)
 	}
 }
 
 // failure passes a failure notice of the seed on to the PEs, and keeps it
 // for those that connect later.
-func (a *Agent) failure(msg *message) {
-	msg = &message{kind: kindFailure, jobID: a.env.JobID, rank: -1, failRank: msg.failRank, host: msg.host, reason: msg.reason}
+func (a *Agent) failure(msg *wire.Message) {
+	msg = &wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: msg.FailRank, Host: msg.Host, Reason: msg.Reason}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.failures = append(a.failures, msg)
@@ -595,10 +590,10 @@ func (a *Agent) failure(msg *message) {
 
 // directory takes the directory of this agent's subtree, and passes each
 // child its part.
-func (a *Agent) directory(msg *message) {
+func (a *Agent) directory(msg *wire.Message) {
 	parent := treeParent(a.id)
-	if msg.rank != parent || len(msg.agents) == 0 || msg.agents[0].id != a.id {
-		a.logf("dropping a directory from %d (the parent is %d)", msg.rank, parent)
+	if msg.Rank != parent || len(msg.Agents) == 0 || msg.Agents[0].ID != a.id {
+		a.logf("dropping a directory from %d (the parent is %d)", msg.Rank, parent)
 		return
 	}
 	a.mu.Lock()
@@ -606,60 +601,60 @@ func (a *Agent) directory(msg *message) {
 	if a.dirKnown || a.closed {
 		return
 	}
-	a.node = msg.agents[0].node
+	a.node = msg.Agents[0].Node
 	if parent >= 0 {
-		a.parent = agentEntry{id: parent, addr: msg.addr}
+		a.parent = wire.AgentEntry{ID: parent, Addr: msg.Addr}
 	}
 	for _, c := range treeChildren(a.id, a.agents) {
-		sub := subDirectory(msg.agents, c)
-		if len(sub) == 0 || sub[0].id != c {
+		sub := subDirectory(msg.Agents, c)
+		if len(sub) == 0 || sub[0].ID != c {
 			a.logf("the directory has no entry for child agent %d", c)
 			return
 		}
 		a.children = append(a.children, sub[0])
-		out := appendMessage(nil, &message{kind: kindDirectory, jobID: a.env.JobID, rank: a.id, addr: a.addr, agents: sub})
-		a.sendAsync(c, sub[0].addr, out)
+		out := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindDirectory, JobID: a.env.JobID, Rank: a.id, Addr: a.addr, Agents: sub})
+		a.sendAsync(c, sub[0].Addr, out)
 	}
 	a.dirKnown = true
 	a.advanceLocked()
 }
 
 // up takes what a child's subtree gathered.
-func (a *Agent) up(msg *message) {
-	if !slices.Contains(treeChildren(a.id, a.agents), msg.rank) || msg.count > a.env.Size {
-		a.logf("dropping an up message from %d", msg.rank)
+func (a *Agent) up(msg *wire.Message) {
+	if !slices.Contains(treeChildren(a.id, a.agents), msg.Rank) || msg.Count > a.env.Size {
+		a.logf("dropping an up message from %d", msg.Rank)
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c, err := a.collLocked(msg.seq, msg.flags&flagBarrier != 0)
-	if err == nil && c.children[msg.rank] != nil {
+	c, err := a.collLocked(msg.Seq, msg.Flags&wire.FlagBarrier != 0)
+	if err == nil && c.children[msg.Rank] != nil {
 		err = errors.New("a second contribution")
 	}
 	if err != nil {
-		a.logf("dropping an up message from agent %d: %v", msg.rank, err)
+		a.logf("dropping an up message from agent %d: %v", msg.Rank, err)
 		return
 	}
-	c.children[msg.rank] = msg
+	c.children[msg.Rank] = msg
 	a.advanceLocked()
 }
 
 // down takes the result of a collective from the parent.
-func (a *Agent) down(msg *message) {
-	if msg.rank != treeParent(a.id) || msg.rank < 0 {
-		a.logf("dropping a %v message from %d", msg.kind, msg.rank)
+func (a *Agent) down(msg *wire.Message) {
+	if msg.Rank != treeParent(a.id) || msg.Rank < 0 {
+		a.logf("dropping a %v message from %d", msg.Kind, msg.Rank)
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.coll
-	if c == nil || !c.sentUp || msg.seq != c.seq || (msg.kind == kindDown && c.barrier != (msg.flags&flagBarrier != 0)) {
-		a.logf("dropping a %v message for sequence %d (at %d)", msg.kind, msg.seq, a.done)
+	if c == nil || !c.sentUp || msg.Seq != c.seq || (msg.Kind == wire.KindDown && c.barrier != (msg.Flags&wire.FlagBarrier != 0)) {
+		a.logf("dropping a %v message for sequence %d (at %d)", msg.Kind, msg.Seq, a.done)
 		return
 	}
-	if msg.kind == kindDown && !c.barrier {
-		if _, err := completeTable(msg.entries, a.env.Size); err != nil {
-			msg = &message{kind: kindAbort, jobID: a.env.JobID, seq: msg.seq, reason: "the table from the parent agent: " + err.Error()}
+	if msg.Kind == wire.KindDown && !c.barrier {
+		if _, err := completeTable(msg.Entries, a.env.Size); err != nil {
+			msg = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Seq: msg.Seq, Reason: "the table from the parent agent: " + err.Error()}
 		}
 	}
 	a.deliverLocked(msg)
@@ -672,7 +667,7 @@ func (a *Agent) collLocked(seq uint64, barrier bool) (*collective, error) {
 		return nil, fmt.Errorf("sequence %d, expecting %d", seq, a.done+1)
 	}
 	if a.coll == nil {
-		a.coll = &collective{seq: seq, local: make(map[int][]byte), children: make(map[int]*message)}
+		a.coll = &collective{seq: seq, local: make(map[int][]byte), children: make(map[int]*wire.Message)}
 	}
 	if a.coll.sentUp {
 		return nil, errors.New("the collective was sent up already")
@@ -697,53 +692,53 @@ func (a *Agent) advanceLocked() {
 	count, es := c.gathered(a.node)
 	var flags uint8
 	if c.barrier {
-		flags = flagBarrier
+		flags = wire.FlagBarrier
 	}
 	if a.id != 0 {
-		msg := appendMessage(nil, &message{kind: kindUp, jobID: a.env.JobID, rank: a.id, seq: c.seq, flags: flags, count: count, entries: es})
-		a.sendAsync(a.parent.id, a.parent.addr, msg)
+		msg := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindUp, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Flags: flags, Count: count, Entries: es})
+		a.sendAsync(a.parent.ID, a.parent.Addr, msg)
 		return
 	}
-	result := &message{kind: kindDown, jobID: a.env.JobID, rank: a.id, seq: c.seq, flags: flags}
+	result := &wire.Message{Kind: wire.KindDown, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Flags: flags}
 	var err error
 	if count != a.env.Size {
 		err = fmt.Errorf("%d PEs gathered for a job of %d", count, a.env.Size)
 	} else if !c.barrier {
-		result.entries, err = completeTable(es, a.env.Size)
+		result.Entries, err = completeTable(es, a.env.Size)
 	}
 	if err != nil {
-		result = &message{kind: kindAbort, jobID: a.env.JobID, rank: a.id, seq: c.seq, reason: err.Error()}
+		result = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Reason: err.Error()}
 	}
 	a.deliverLocked(result)
 }
 
 // deliverLocked completes the collective with result (a down or abort
 // message): it passes it on to the children and to the PEs.
-func (a *Agent) deliverLocked(result *message) {
+func (a *Agent) deliverLocked(result *wire.Message) {
 	c := a.coll
 	a.coll = nil
 	a.done = c.seq
 	a.stats.Collectives++
 	out := *result
-	out.rank = a.id
-	wire := appendMessage(nil, &out)
+	out.Rank = a.id
+	down := wire.AppendMessage(nil, &out)
 	for _, ch := range a.children {
-		a.sendAsync(ch.id, ch.addr, wire)
+		a.sendAsync(ch.ID, ch.Addr, down)
 	}
-	toPEs := &message{kind: kindResult, jobID: a.env.JobID, rank: -1, seq: c.seq}
+	toPEs := &wire.Message{Kind: wire.KindResult, JobID: a.env.JobID, Rank: -1, Seq: c.seq}
 	fd := -1
 	switch {
-	case result.kind == kindAbort:
-		toPEs = &message{kind: kindAbort, jobID: a.env.JobID, rank: -1, seq: c.seq, reason: result.reason}
+	case result.Kind == wire.KindAbort:
+		toPEs = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: -1, Seq: c.seq, Reason: result.Reason}
 	case c.barrier:
-		toPEs.flags = flagBarrier
+		toPEs.Flags = wire.FlagBarrier
 	default:
-		table := encodeTable(result.entries)
+		table := wire.EncodeTable(result.Entries)
 		var err error
-		if fd, err = writeTableFile(table); err != nil {
-			toPEs = &message{kind: kindAbort, jobID: a.env.JobID, rank: -1, seq: c.seq, reason: err.Error()}
+		if fd, err = wire.WriteTableFile(table); err != nil {
+			toPEs = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: -1, Seq: c.seq, Reason: err.Error()}
 		} else {
-			toPEs.size = uint64(len(table))
+			toPEs.Size = uint64(len(table))
 			a.stats.TableBytes = max(a.stats.TableBytes, len(table))
 		}
 	}
@@ -752,29 +747,29 @@ func (a *Agent) deliverLocked(result *message) {
 			a.toPE(p, toPEs, fd)
 		}
 	}
-	closeFD(fd)
+	wire.CloseFD(fd)
 }
 
 // toPE sends msg (with the descriptor fd, when >= 0) to the PE p; a PE
 // that cannot be written to is gone.
-func (a *Agent) toPE(p *localPE, msg *message, fd int) {
-	if err := p.conn.send(msg, fd); err != nil {
+func (a *Agent) toPE(p *localPE, msg *wire.Message, fd int) {
+	if err := p.conn.Send(msg, fd); err != nil {
 		a.logf("PE %d: %v", p.rank, err)
 		p.gone = true
-		p.conn.close()
+		p.conn.Close()
 	}
 }
 
 // serve reads the frames of the PE p until its channel closes.
 func (a *Agent) serve(p *localPE) {
 	for {
-		m, fd, err := p.conn.recv()
-		closeFD(fd) // a PE sends no descriptor
+		m, fd, err := p.conn.Recv()
+		wire.CloseFD(fd) // a PE sends no descriptor
 		if err != nil {
 			a.mu.Lock()
 			p.gone = true
 			a.mu.Unlock()
-			p.conn.close()
+			p.conn.Close()
 			return
 		}
 		a.fromPE(p, m)
@@ -782,7 +777,7 @@ func (a *Agent) serve(p *localPE) {
 }
 
 // fromPE handles a frame of the PE p.
-func (a *Agent) fromPE(p *localPE, m *message) {
+func (a *Agent) fromPE(p *localPE, m *wire.Message) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
@@ -790,71 +785,71 @@ func (a *Agent) fromPE(p *localPE, m *message) {
 		a.stats.MaxSilence = max(a.stats.MaxSilence, now.Sub(p.heard))
 	}
 	p.heard = now
-	if m.jobID != a.env.JobID || m.rank != p.rank {
+	if m.JobID != a.env.JobID || m.Rank != p.rank {
 		// Not the PE this channel was made for: nothing it says counts.
-		a.logf("PE %d: closing its channel: a %v message of job %q from rank %d", p.rank, m.kind, m.jobID, m.rank)
+		a.logf("PE %d: closing its channel: a %v message of job %q from rank %d", p.rank, m.Kind, m.JobID, m.Rank)
 		p.gone = true
-		p.conn.close()
+		p.conn.Close()
 		return
 	}
-	if !p.joined && m.kind != kindHello {
-		a.logf("PE %d: dropping a %v message before its hello", p.rank, m.kind)
+	if !p.joined && m.Kind != wire.KindHello {
+		a.logf("PE %d: dropping a %v message before its hello", p.rank, m.Kind)
 		return
 	}
-	switch m.kind {
-	case kindHello:
+	switch m.Kind {
+	case wire.KindHello:
 		if p.joined {
 			return
 		}
 		p.joined = true
-		a.toPE(p, &message{kind: kindWelcome, jobID: a.env.JobID, rank: -1}, -1)
+		a.toPE(p, &wire.Message{Kind: wire.KindWelcome, JobID: a.env.JobID, Rank: -1}, -1)
 		for _, f := range a.failures {
 			a.toPE(p, f, -1)
 		}
 		if !a.joined {
 			a.joined = true
-			a.queueEventLocked(event{kind: evJoined, rank: p.rank, other: -1})
+			a.queueEventLocked(wire.Event{Kind: wire.EvJoined, Rank: p.rank, Other: -1})
 		}
-	case kindGather:
-		c, err := a.collLocked(m.seq, m.flags&flagBarrier != 0)
+	case wire.KindGather:
+		c, err := a.collLocked(m.Seq, m.Flags&wire.FlagBarrier != 0)
 		switch {
 		case err != nil:
-		case m.seq != p.seq+1:
-			err = fmt.Errorf("sequence %d after %d", m.seq, p.seq)
+		case m.Seq != p.seq+1:
+			err = fmt.Errorf("sequence %d after %d", m.Seq, p.seq)
 		case c.local[p.rank] != nil:
 			err = errors.New("a second contribution")
 		}
 		if err != nil {
 			a.logf("PE %d: dropping a gather: %v", p.rank, err)
-			a.toPE(p, &message{kind: kindAbort, jobID: a.env.JobID, rank: -1, seq: m.seq, reason: err.Error()}, -1)
+			a.toPE(p, &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: -1, Seq: m.Seq, Reason: err.Error()}, -1)
 			return
 		}
-		p.seq, p.finalized = m.seq, false
-		if m.payload == nil {
-			m.payload = []byte{}
+		p.seq, p.finalized = m.Seq, false
+		if m.Payload == nil {
+			m.Payload = []byte{}
 		}
-		c.local[p.rank] = m.payload
+		c.local[p.rank] = m.Payload
 		a.advanceLocked()
-	case kindFinalize:
+	case wire.KindFinalize:
 		p.finalized = true
-		a.toPE(p, &message{kind: kindFinalizeAck, jobID: a.env.JobID, rank: -1}, -1)
-	case kindGlobalExit:
-		a.relayLocked(p, event{kind: evGlobalExit, rank: p.rank, code: m.code, other: -1, host: m.host}, kindGlobalExitAck)
-	case kindLost:
-		if m.failRank < 0 || m.failRank >= a.env.Size || m.failRank == p.rank {
-			a.logf("PE %d: dropping a report of lost PE %d", p.rank, m.failRank)
+		a.toPE(p, &wire.Message{Kind: wire.KindFinalizeAck, JobID: a.env.JobID, Rank: -1}, -1)
+	case wire.KindGlobalExit:
+		a.relayLocked(p, wire.Event{Kind: wire.EvGlobalExit, Rank: p.rank, Code: m.Code, Other: -1, Host: m.Host}, wire.KindGlobalExitAck)
+	case wire.KindLost:
+		if m.FailRank < 0 || m.FailRank >= a.env.Size || m.FailRank == p.rank {
+			a.logf("PE %d: dropping a report of lost PE %d", p.rank, m.FailRank)
 			return
 		}
-		a.relayLocked(p, event{kind: evLost, rank: p.rank, other: m.failRank, how: m.reason}, kindLostAck)
-	case kindPong:
+		a.relayLocked(p, wire.Event{Kind: wire.EvLost, Rank: p.rank, Other: m.FailRank, How: m.Reason}, wire.KindLostAck)
+	case wire.KindPong:
 	default:
-		a.logf("PE %d: dropping unexpected %v message", p.rank, m.kind)
+		a.logf("PE %d: dropping unexpected %v message", p.rank, m.Kind)
 	}
 }
 
 // relayLocked reports ev to the seed and, once the seed acknowledged it,
 // acknowledges it to the PE p with a message of kind ack.
-func (a *Agent) relayLocked(p *localPE, ev event, ack msgKind) {
+func (a *Agent) relayLocked(p *localPE, ev wire.Event, ack wire.Kind) {
 	done := a.queueEventLocked(ev)
 	go func() {
 		if err := <-done; err != nil {
@@ -864,17 +859,17 @@ func (a *Agent) relayLocked(p *localPE, ev event, ack msgKind) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if !p.gone {
-			a.toPE(p, &message{kind: ack, jobID: a.env.JobID, rank: -1}, -1)
+			a.toPE(p, &wire.Message{Kind: ack, JobID: a.env.JobID, Rank: -1}, -1)
 		}
 	}()
 }
 
 // queueEventLocked queues ev for the seed; the returned channel gets the
 // outcome. The caller holds a.mu.
-func (a *Agent) queueEventLocked(ev event) chan error {
+func (a *Agent) queueEventLocked(ev wire.Event) chan error {
 	done := make(chan error, 1)
 	if a.closed {
-		done <- ErrClosed
+		done <- bootstrap.ErrClosed
 		return done
 	}
 	a.repMu.Lock()
@@ -920,7 +915,7 @@ func (a *Agent) pingLoop() {
 					}
 					continue
 				}
-				a.toPE(p, &message{kind: kindPing, jobID: a.env.JobID, rank: -1}, -1)
+				a.toPE(p, &wire.Message{Kind: wire.KindPing, JobID: a.env.JobID, Rank: -1}, -1)
 			}
 			a.mu.Unlock()
 		}
@@ -943,6 +938,6 @@ func (d agentDelegate) NotifyUpdate(n *memberlist.Node)            {}
 // NotifyLeave ends the agent's PEs when the seed leaves or dies.
 func (d agentDelegate) NotifyLeave(n *memberlist.Node) {
 	if n.Name == seedName {
-		d.a.terminate(reasonSeedGone)
+		d.a.terminate(wire.ReasonSeedGone)
 	}
 }

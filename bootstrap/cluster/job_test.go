@@ -1,10 +1,11 @@
-package bootstrap
+package cluster
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,9 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // waitLimit bounds every wait in these tests; reaching it is a failure,
@@ -38,13 +42,15 @@ type job struct {
 	key     []byte
 	seed    *Seed
 	agents  []*Agent
-	members []*Member
+	members []*bootstrap.Member
 	agentOf []int // by rank
+	// inode is the inode of each PE's end of its channel (see kill).
+	inode []uint64
 }
 
 func newTestKey(t testing.TB) []byte {
 	t.Helper()
-	k, err := NewKey()
+	k, err := bootstrap.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +71,7 @@ func startJobOn(t testing.TB, n, agents int, node func(id int) string) *job {
 		t.Fatalf("NewSeed: %v", err)
 	}
 	t.Cleanup(func() { seed.Close() })
-	j := &job{key: key, seed: seed, agents: make([]*Agent, agents), members: make([]*Member, n), agentOf: make([]int, n)}
+	j := &job{key: key, seed: seed, agents: make([]*Agent, agents), members: make([]*bootstrap.Member, n), agentOf: make([]int, n), inode: make([]uint64, n)}
 	per := (n + agents - 1) / agents
 	for id := range agents {
 		var ranks []int
@@ -105,11 +111,15 @@ func startJobOn(t testing.TB, n, agents int, node func(id int) string) *job {
 }
 
 // join joins the PE rank through its agent's channel.
-func (j *job) join(t testing.TB, rank int) (*Member, error) {
+func (j *job) join(t testing.TB, rank int) (*bootstrap.Member, error) {
 	a := j.agents[j.agentOf[rank]]
 	f, err := a.Attach(rank)
 	if err != nil {
 		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err == nil && rank < len(j.inode) {
+		j.inode[rank] = st.Ino
 	}
 	fd, err := unix.Dup(int(f.Fd()))
 	f.Close()
@@ -117,16 +127,38 @@ func (j *job) join(t testing.TB, rank int) (*Member, error) {
 		return nil, err
 	}
 	n := len(j.members)
-	return Join(Env{JobID: j.seed.JobID(), Rank: rank, Size: n, LocalRank: 0, LocalSize: 1, Seed: j.seed.Addr(), Key: j.key, AgentFD: fd})
+	return bootstrap.Join(bootstrap.Env{JobID: j.seed.JobID(), Rank: rank, Size: n, LocalRank: 0, LocalSize: 1, Seed: j.seed.Addr(), Key: j.key, AgentFD: fd})
+}
+
+// kill shuts the PE rank's end of its channel down, as if the PE died:
+// its agent reads the end of the channel. The descriptor is the Member's
+// own, found by the socket's inode in /proc/self/fd.
+func (j *job) kill(t testing.TB, rank int) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("socket:[%d]", j.inode[rank])
+	for _, e := range ents {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target == want {
+			fd, _ := strconv.Atoi(e.Name())
+			if err := unix.Shutdown(fd, unix.SHUT_RDWR); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("PE %d: no descriptor of its channel (%s) in /proc/self/fd", rank, want)
 }
 
 // each runs f for every member concurrently and fails the test on errors.
-func (j *job) each(t testing.TB, what string, f func(m *Member) error) {
+func (j *job) each(t testing.TB, what string, f func(m *bootstrap.Member) error) {
 	t.Helper()
 	eachOf(t, j.members, what, f)
 }
 
-func eachOf(t testing.TB, members []*Member, what string, f func(m *Member) error) {
+func eachOf(t testing.TB, members []*bootstrap.Member, what string, f func(m *bootstrap.Member) error) {
 	t.Helper()
 	errs := make(chan error, len(members))
 	for _, m := range members {
@@ -183,7 +215,7 @@ func TestAllgather(t *testing.T) {
 				func(int) int { return (1 << 20) / n },
 			}
 			for round, size := range rounds {
-				j.each(t, fmt.Sprintf("allgather round %d", round), func(m *Member) error {
+				j.each(t, fmt.Sprintf("allgather round %d", round), func(m *bootstrap.Member) error {
 					got, err := m.Allgather(blobFor(m.Rank(), round, size(m.Rank())))
 					if err != nil {
 						return err
@@ -198,9 +230,9 @@ func TestAllgather(t *testing.T) {
 					}
 					return nil
 				})
-				j.each(t, "barrier", func(m *Member) error { return m.Barrier() })
+				j.each(t, "barrier", func(m *bootstrap.Member) error { return m.Barrier() })
 			}
-			j.each(t, "close", func(m *Member) error { return m.Close() })
+			j.each(t, "close", func(m *bootstrap.Member) error { return m.Close() })
 			for r, m := range j.members {
 				if err := j.agents[j.agentOf[r]].Report(r, "h", "exited with status 0", 0, ""); err != nil {
 					t.Fatalf("report of PE %d: %v", m.Rank(), err)
@@ -226,8 +258,8 @@ func TestExchangeTable(t *testing.T) {
 	const n, agents = 8, 4
 	nodes := []string{"a", "b", "a", "c"} // agents 0 and 2 share a node
 	j := startJobOn(t, n, agents, func(id int) string { return nodes[id] })
-	tables := make([]*Table, n)
-	j.each(t, "exchange", func(m *Member) error {
+	tables := make([]*bootstrap.Table, n)
+	j.each(t, "exchange", func(m *bootstrap.Member) error {
 		tab, err := m.Exchange([]byte(fmt.Sprintf("blob of %d", m.Rank())))
 		tables[m.Rank()] = tab
 		return err
@@ -277,9 +309,9 @@ func TestExchangeTable(t *testing.T) {
 
 func TestAllgatherAfterClose(t *testing.T) {
 	j := startJob(t, 2)
-	j.each(t, "close", func(m *Member) error { return m.Close() })
+	j.each(t, "close", func(m *bootstrap.Member) error { return m.Close() })
 	for _, m := range j.members {
-		if _, err := m.Allgather([]byte("x")); !errors.Is(err, ErrClosed) {
+		if _, err := m.Allgather([]byte("x")); !errors.Is(err, bootstrap.ErrClosed) {
 			t.Errorf("PE %d: Allgather after Close: got %v, want ErrClosed", m.Rank(), err)
 		}
 		if err := m.Close(); err != nil {
@@ -289,93 +321,23 @@ func TestAllgatherAfterClose(t *testing.T) {
 }
 
 func TestAllgatherTooLarge(t *testing.T) {
-	m, err := Join(Env{Size: 1, LocalSize: 1})
+	m, err := bootstrap.Join(bootstrap.Env{Size: 1, LocalSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Allgather(make([]byte, MaxAllgather+1)); !errors.Is(err, ucs.ErrExceedsLimit) {
-		t.Errorf("Allgather of %d bytes: got %v, want ucs.ErrExceedsLimit", MaxAllgather+1, err)
+	if _, err := m.Allgather(make([]byte, wire.MaxAllgather+1)); !errors.Is(err, ucs.ErrExceedsLimit) {
+		t.Errorf("Allgather of %d bytes: got %v, want ucs.ErrExceedsLimit", wire.MaxAllgather+1, err)
 	}
 	// Blobs within the limit each, too large together: every PE learns it.
 	j := startJobOn(t, 3, 2, nil)
-	j.each(t, "allgather of 3 times 6 MiB", func(m *Member) error {
+	j.each(t, "allgather of 3 times 6 MiB", func(m *bootstrap.Member) error {
 		_, err := m.Allgather(make([]byte, 6<<20))
 		if !errors.Is(err, ucs.ErrExceedsLimit) {
 			return fmt.Errorf("got %v, want ucs.ErrExceedsLimit", err)
 		}
 		return nil
 	})
-	j.each(t, "barrier after", func(m *Member) error { return m.Barrier() })
-}
-
-func TestSingleton(t *testing.T) {
-	for _, v := range contractVars {
-		if _, ok := os.LookupEnv(v); ok {
-			t.Skipf("skipping: %s is set in the test environment", v)
-		}
-	}
-	m, err := JoinFromOS()
-	if err != nil {
-		t.Fatalf("JoinFromOS without launcher: %v", err)
-	}
-	if m.Rank() != 0 || m.Size() != 1 || m.LocalRank() != 0 || m.LocalSize() != 1 {
-		t.Errorf("singleton: rank %d size %d local %d/%d, want 0 1 0/1", m.Rank(), m.Size(), m.LocalRank(), m.LocalSize())
-	}
-	blob := []byte("hello")
-	got, err := m.Allgather(blob)
-	if err != nil || len(got) != 1 || !bytes.Equal(got[0], blob) {
-		t.Errorf("singleton Allgather = %q, %v; want [%q]", got, err, blob)
-	}
-	tab, err := m.Exchange(blob)
-	if err != nil || tab.Len() != 1 || tab.Nodes() != 1 || !bytes.Equal(tab.Blob(0), blob) {
-		t.Errorf("singleton Exchange = %v, %v", tab, err)
-	}
-	if err := m.Barrier(); err != nil {
-		t.Errorf("singleton Barrier: %v", err)
-	}
-	m.OnFailure(func(f Failure) { t.Errorf("singleton failure: %v", f) })
-	if err := m.Close(); err != nil {
-		t.Errorf("singleton Close: %v", err)
-	}
-	if err := m.Barrier(); !errors.Is(err, ErrClosed) {
-		t.Errorf("singleton Barrier after Close: got %v, want ErrClosed", err)
-	}
-}
-
-func TestJoinBadEnv(t *testing.T) {
-	key := newTestKey(t)
-	tests := []struct {
-		name string
-		env  Env
-	}{
-		{"size 0", Env{Size: 0, LocalSize: 1}},
-		{"rank out of range", Env{Rank: 2, Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j", AgentFD: 3}},
-		{"no seed for 2", Env{Size: 2, LocalSize: 1, Key: key, JobID: "j"}},
-		{"short key", Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key[:5], JobID: "j", AgentFD: 3}},
-		{"bad job id", Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "a b", AgentFD: 3}},
-		{"local rank", Env{Size: 2, LocalRank: 1, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j", AgentFD: 3}},
-		{"agent channel", Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j", AgentFD: -1}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Join(tt.env); !errors.Is(err, ucs.ErrInvalidParam) {
-				t.Errorf("Join(%+v): got %v, want ucs.ErrInvalidParam", tt.env, err)
-			}
-		})
-	}
-	// A descriptor that is not a unix socket, and one that is nobody's.
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, _ := unix.Dup(int(devNull.Fd()))
-	devNull.Close()
-	for _, fd := range []int{fd, 1000} {
-		env := Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j", AgentFD: fd}
-		if _, err := Join(env); !errors.Is(err, ucs.ErrUnreachable) {
-			t.Errorf("Join through descriptor %d: got %v, want ucs.ErrUnreachable", fd, err)
-		}
-	}
+	j.each(t, "barrier after", func(m *bootstrap.Member) error { return m.Barrier() })
 }
 
 // TestMemberFailure: a PE that ends without finalize, as its agent
@@ -384,20 +346,20 @@ func TestJoinBadEnv(t *testing.T) {
 func TestMemberFailure(t *testing.T) {
 	const n, victim = 6, 5
 	j := startJobOn(t, n, 3, nil)
-	notified := make(chan Failure, n)
+	notified := make(chan bootstrap.Failure, n)
 	for _, m := range j.members[:victim] {
-		m.OnFailure(func(f Failure) { notified <- f })
+		m.OnFailure(func(f bootstrap.Failure) { notified <- f })
 	}
-	j.members[victim].conn.close() // as if it died
+	j.kill(t, victim) // as if it died
 	if err := j.agents[j.agentOf[victim]].Report(victim, "h2", "was killed by signal 9 (killed)", 137, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := nextReport(t, j.seed); got.Kind != ReportExit || got.Rank != victim || got.Code != 137 {
 		t.Errorf("seed passed on %+v, want PE %d killed", got, victim)
 	}
-	eachOf(t, j.members[:victim], "barrier with a dead PE", func(m *Member) error {
+	eachOf(t, j.members[:victim], "barrier with a dead PE", func(m *bootstrap.Member) error {
 		err := m.Barrier()
-		var f Failure
+		var f bootstrap.Failure
 		switch {
 		case err == nil:
 			return errors.New("Barrier succeeded without the dead PE")
@@ -419,8 +381,8 @@ func TestMemberFailure(t *testing.T) {
 		}
 	}
 	// OnFailure reports past failures.
-	late := make(chan Failure, 1)
-	j.members[0].OnFailure(func(f Failure) { late <- f })
+	late := make(chan bootstrap.Failure, 1)
+	j.members[0].OnFailure(func(f bootstrap.Failure) { late <- f })
 	select {
 	case f := <-late:
 		if f.Rank != victim {
@@ -497,8 +459,8 @@ func TestReportLost(t *testing.T) {
 		}
 	}
 	// A forged event naming the sender itself is dropped.
-	j.seed.handle(appendMessage(nil, &message{kind: kindAgentReport, jobID: j.seed.JobID(), rank: 0, seq: 99, addr: "127.0.0.1:9",
-		events: []event{{kind: evLost, rank: 0, other: 0}}}))
+	j.seed.handle(wire.AppendMessage(nil, &wire.Message{Kind: wire.KindAgentReport, JobID: j.seed.JobID(), Rank: 0, Seq: 99, Addr: "127.0.0.1:9",
+		Events: []wire.Event{{Kind: wire.EvLost, Rank: 0, Other: 0}}}))
 	if _, _, ok := j.seed.Lost(0); ok {
 		t.Error("seed: PE 0 lost itself")
 	}
@@ -509,9 +471,9 @@ func TestReportLost(t *testing.T) {
 func TestSeedLeaves(t *testing.T) {
 	const n = 3
 	j := startJob(t, n)
-	notified := make(chan Failure, n)
+	notified := make(chan bootstrap.Failure, n)
 	for _, m := range j.members {
-		m.OnFailure(func(f Failure) { notified <- f })
+		m.OnFailure(func(f bootstrap.Failure) { notified <- f })
 	}
 	// PEs 0 and 1 enter a barrier that PE 2 never joins.
 	started := make(chan struct{}, 2)
@@ -521,10 +483,10 @@ func TestSeedLeaves(t *testing.T) {
 		}
 		j.seed.Close()
 	}()
-	eachOf(t, j.members[:2], "barrier while the seed leaves", func(m *Member) error {
+	eachOf(t, j.members[:2], "barrier while the seed leaves", func(m *bootstrap.Member) error {
 		started <- struct{}{}
 		err := m.Barrier()
-		var f Failure
+		var f bootstrap.Failure
 		if !errors.As(err, &f) || f.Rank != -1 {
 			return fmt.Errorf("got %v, want a Failure of the launcher (rank -1)", err)
 		}
@@ -534,15 +496,15 @@ func TestSeedLeaves(t *testing.T) {
 	for range n {
 		select {
 		case f := <-notified:
-			if f.Rank != -1 || f.Reason != reasonSeedGone {
-				t.Errorf("OnFailure got %+v, want rank -1 %q", f, reasonSeedGone)
+			if f.Rank != -1 || f.Reason != wire.ReasonSeedGone {
+				t.Errorf("OnFailure got %+v, want rank -1 %q", f, wire.ReasonSeedGone)
 			}
 		case <-time.After(waitLimit):
 			t.Fatalf("OnFailure not called within %v", waitLimit)
 		}
 	}
 	// Close does not wait for a seed that is gone.
-	j.each(t, "close", func(m *Member) error { return m.Close() })
+	j.each(t, "close", func(m *bootstrap.Member) error { return m.Close() })
 }
 
 // TestAgentGone: a PE whose agent closes its channel (the agent died)
@@ -550,11 +512,11 @@ func TestSeedLeaves(t *testing.T) {
 func TestAgentGone(t *testing.T) {
 	j := startJob(t, 2)
 	j.agents[0].Close()
-	j.each(t, "barrier without the agent", func(m *Member) error {
+	j.each(t, "barrier without the agent", func(m *bootstrap.Member) error {
 		err := m.Barrier()
-		var f Failure
-		if !errors.As(err, &f) || f.Rank != -1 || f.Reason != reasonAgentGone {
-			return fmt.Errorf("got %v, want a Failure of the launcher (rank -1): %s", err, reasonAgentGone)
+		var f bootstrap.Failure
+		if !errors.As(err, &f) || f.Rank != -1 || f.Reason != wire.ReasonAgentGone {
+			return fmt.Errorf("got %v, want a Failure of the launcher (rank -1): %s", err, wire.ReasonAgentGone)
 		}
 		return nil
 	})
@@ -567,7 +529,7 @@ func TestMessagesPerAgent(t *testing.T) {
 	for _, sh := range []struct{ n, agents int }{{4, 4}, {16, 6}, {32, 16}} {
 		t.Run(fmt.Sprintf("N=%d/agents=%d", sh.n, sh.agents), func(t *testing.T) {
 			j := startJobOn(t, sh.n, sh.agents, nil)
-			j.each(t, "first barrier", func(m *Member) error { return m.Barrier() }) // the directory came
+			j.each(t, "first barrier", func(m *bootstrap.Member) error { return m.Barrier() }) // the directory came
 			// Each agent reported that one of its PEs joined.
 			for id := range j.agents {
 				for deadline := time.Now().Add(waitLimit); !agentJoinedSeen(j, id); time.Sleep(time.Millisecond) {
@@ -582,8 +544,8 @@ func TestMessagesPerAgent(t *testing.T) {
 			}
 			const rounds = 3
 			for range rounds {
-				j.each(t, "barrier", func(m *Member) error { return m.Barrier() })
-				j.each(t, "allgather", func(m *Member) error { _, err := m.Allgather([]byte("x")); return err })
+				j.each(t, "barrier", func(m *bootstrap.Member) error { return m.Barrier() })
+				j.each(t, "allgather", func(m *bootstrap.Member) error { _, err := m.Allgather([]byte("x")); return err })
 			}
 			for id, a := range j.agents {
 				s := a.Stats()
@@ -618,7 +580,7 @@ func BenchmarkAllgather(b *testing.B) {
 			join := time.Since(start)
 			b.ResetTimer()
 			for round := range b.N {
-				j.each(b, "allgather", func(m *Member) error {
+				j.each(b, "allgather", func(m *bootstrap.Member) error {
 					_, err := m.Allgather(blobFor(m.Rank(), round, 200))
 					return err
 				})

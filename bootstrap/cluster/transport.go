@@ -1,4 +1,4 @@
-package bootstrap
+package cluster
 
 import (
 	"encoding/binary"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // Inbound streams of memberlist are authenticated only once memberlist has
@@ -73,8 +75,8 @@ type guardedTransport struct {
 
 	// Traffic counters (Agent.Stats).
 	packets                       chan *memberlist.Packet
-	packetsOut, packetsIn         traffic
-	streamsOut, streamsIn         traffic // counts are streams
+	packetsOut, packetsIn         wire.Traffic
+	streamsOut, streamsIn         wire.Traffic // counts are streams
 	streamBytesOut, streamBytesIn atomic.Uint64
 
 	closing  chan struct{} // closed at Shutdown: refuse what comes
@@ -123,7 +125,7 @@ func (g *guardedTransport) forwardPackets() {
 	for {
 		select {
 		case p := <-g.NetTransport.PacketCh():
-			g.packetsIn.add(len(p.Buf))
+			g.packetsIn.Add(len(p.Buf))
 			select {
 			case g.packets <- p:
 			case <-g.done:
@@ -137,13 +139,13 @@ func (g *guardedTransport) forwardPackets() {
 
 // WriteToAddress sends a packet, counting it.
 func (g *guardedTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
-	g.packetsOut.add(len(b))
+	g.packetsOut.Add(len(b))
 	return g.NetTransport.WriteToAddress(b, addr)
 }
 
 // WriteTo sends a packet, counting it.
 func (g *guardedTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	g.packetsOut.add(len(b))
+	g.packetsOut.Add(len(b))
 	return g.NetTransport.WriteTo(b, addr)
 }
 
@@ -163,7 +165,7 @@ func (g *guardedTransport) countOut(c net.Conn, err error) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.streamsOut.msgs.Add(1)
+	g.streamsOut.Msgs.Add(1)
 	return &countedConn{Conn: c, written: &g.streamBytesOut}, nil
 }
 
@@ -181,13 +183,13 @@ func (c *countedConn) Write(p []byte) (int, error) {
 
 // addStats adds the transport's counters to s.
 func (g *guardedTransport) addStats(s *Stats) {
-	s.PacketsSent += g.packetsOut.msgs.Load()
-	s.PacketBytesSent += g.packetsOut.bytes.Load()
-	s.PacketsReceived += g.packetsIn.msgs.Load()
-	s.PacketBytesReceived += g.packetsIn.bytes.Load()
-	s.StreamsOpened += g.streamsOut.msgs.Load()
+	s.PacketsSent += g.packetsOut.Msgs.Load()
+	s.PacketBytesSent += g.packetsOut.Bytes.Load()
+	s.PacketsReceived += g.packetsIn.Msgs.Load()
+	s.PacketBytesReceived += g.packetsIn.Bytes.Load()
+	s.StreamsOpened += g.streamsOut.Msgs.Load()
 	s.StreamBytesSent += g.streamBytesOut.Load()
-	s.StreamsAccepted += g.streamsIn.msgs.Load()
+	s.StreamsAccepted += g.streamsIn.Msgs.Load()
 	s.StreamBytesReceived += g.streamBytesIn.Load()
 }
 
@@ -237,7 +239,7 @@ func (g *guardedTransport) forward() {
 			continue
 		}
 		g.active.Add(1)
-		g.streamsIn.msgs.Add(1)
+		g.streamsIn.Msgs.Add(1)
 		gc := &guardedConn{Conn: c, g: g}
 		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 			gc.peer = a.IP.String()
@@ -498,7 +500,7 @@ func (b *byteBudget) grantLocked() {
 func createList(c *memberlist.Config, nodes int) (*memberlist.Memberlist, *guardedTransport, error) {
 	logger := c.Logger
 	if logger == nil {
-		logger = discardLogger()
+		logger = wire.DiscardLogger()
 	}
 	t, err := newGuardedTransport(c.BindAddr, nodes, logger)
 	if err != nil {

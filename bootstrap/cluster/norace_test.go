@@ -1,5 +1,5 @@
 //go:build !race
 
-package bootstrap
+package cluster
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package bootstrap
+package wire
 
 import (
 	"encoding/binary"
@@ -20,7 +20,7 @@ import (
 // whose PE end the agent hands to the PE when it starts it (inherited,
 // numbered by GOSHMEM_AGENT_FD), so that no name is needed and nobody else
 // can connect. On it, every message is a frame: a 4-byte big-endian length,
-// then the message (appendMessage). A frame may carry one file descriptor
+// then the message (AppendMessage). A frame may carry one file descriptor
 // (SCM_RIGHTS): the memory file of a table, which travels with the first
 // byte of its frame.
 
@@ -31,37 +31,38 @@ const maxFrame = MaxAllgather + 1<<10
 // agentWriteTimeout bounds an agent's write to one of its PEs.
 const agentWriteTimeout = 5 * time.Second
 
-// localConn is one end of a local channel. Writes are serialized; reads
+// Conn is one end of a local channel. Writes are serialized; reads
 // are for one goroutine.
-type localConn struct {
+type Conn struct {
 	c   *net.UnixConn
 	wmu sync.Mutex
 	// wtimeout, when set, bounds each write: an agent does not wait on a
 	// PE that does not read.
 	wtimeout time.Duration
 	// sent and received count frames and bytes (for Stats).
-	sent, received traffic
+	Sent, Received Traffic
 }
 
-// traffic counts messages and bytes.
-type traffic struct {
-	msgs, bytes atomic.Uint64
+// Traffic counts messages and bytes.
+type Traffic struct {
+	Msgs, Bytes atomic.Uint64
 }
 
-func (t *traffic) add(n int) {
-	t.msgs.Add(1)
-	t.bytes.Add(uint64(n))
+// Add counts one message of n bytes.
+func (t *Traffic) Add(n int) {
+	t.Msgs.Add(1)
+	t.Bytes.Add(uint64(n))
 }
 
-// newLocalPair returns a connected pair of local channels' ends: the
-// agent's, as a localConn, and the PE's, as a file to hand to the PE.
-func newLocalPair() (*localConn, *os.File, error) {
+// NewLocalPair returns a connected pair of local channels' ends: the
+// agent's, as a Conn, and the PE's, as a file to hand to the PE.
+func NewLocalPair() (*Conn, *os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bootstrap: socketpair: %w", err)
 	}
 	mine := os.NewFile(uintptr(fds[0]), "goshmem-agent-channel")
-	c, err := fileConn(mine)
+	c, err := FileConn(mine)
 	mine.Close()
 	if err != nil {
 		unix.Close(fds[1])
@@ -71,9 +72,9 @@ func newLocalPair() (*localConn, *os.File, error) {
 	return c, os.NewFile(uintptr(fds[1]), "goshmem-pe-channel"), nil
 }
 
-// fileConn makes a localConn of f (a unix stream socket), which it dups:
+// FileConn makes a Conn of f (a unix stream socket), which it dups:
 // the caller closes f.
-func fileConn(f *os.File) (*localConn, error) {
+func FileConn(f *os.File) (*Conn, error) {
 	c, err := net.FileConn(f)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: the local channel: %w", err)
@@ -83,12 +84,12 @@ func fileConn(f *os.File) (*localConn, error) {
 		c.Close()
 		return nil, fmt.Errorf("bootstrap: the local channel is a %T, not a unix socket: %w", c, ucs.ErrInvalidParam)
 	}
-	return &localConn{c: uc}, nil
+	return &Conn{c: uc}, nil
 }
 
-// send writes m as one frame, with the file descriptor fd when fd >= 0.
-func (l *localConn) send(m *message, fd int) error {
-	b := appendMessage(make([]byte, 4, 64), m)
+// Send writes m as one frame, with the file descriptor fd when fd >= 0.
+func (l *Conn) Send(m *Message, fd int) error {
+	b := AppendMessage(make([]byte, 4, 64), m)
 	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
@@ -110,13 +111,13 @@ func (l *localConn) send(m *message, fd int) error {
 	if err != nil {
 		return fmt.Errorf("bootstrap: local channel: %w", err)
 	}
-	l.sent.add(len(b))
+	l.Sent.Add(len(b))
 	return nil
 }
 
-// recv reads the next frame and decodes it; fd is the descriptor that
+// Recv reads the next frame and decodes it; fd is the descriptor that
 // came with it, or -1. A decoding error closes the descriptor.
-func (l *localConn) recv() (m *message, fd int, err error) {
+func (l *Conn) Recv() (m *Message, fd int, err error) {
 	var head [4]byte
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	fd = -1
@@ -139,24 +140,24 @@ func (l *localConn) recv() (m *message, fd int, err error) {
 			if got > 0 && errors.Is(rerr, io.EOF) {
 				rerr = io.ErrUnexpectedEOF
 			}
-			closeFD(fd)
+			CloseFD(fd)
 			return nil, -1, rerr
 		}
 	}
 	size := binary.BigEndian.Uint32(head[:])
 	if size > maxFrame {
-		closeFD(fd)
+		CloseFD(fd)
 		return nil, -1, malformed(fmt.Sprintf("frame of %d bytes", size))
 	}
 	body := make([]byte, size)
 	if _, err := io.ReadFull(l.c, body); err != nil {
-		closeFD(fd)
+		CloseFD(fd)
 		return nil, -1, err
 	}
-	l.received.add(4 + int(size))
-	m, err = decodeMessage(body)
+	l.Received.Add(4 + int(size))
+	m, err = DecodeMessage(body)
 	if err != nil {
-		closeFD(fd)
+		CloseFD(fd)
 		return nil, -1, err
 	}
 	return m, fd, nil
@@ -177,10 +178,12 @@ func rights(oob []byte) []int {
 	return fds
 }
 
-func closeFD(fd int) {
+// CloseFD closes fd unless it is negative (no descriptor).
+func CloseFD(fd int) {
 	if fd >= 0 {
 		unix.Close(fd)
 	}
 }
 
-func (l *localConn) close() error { return l.c.Close() }
+// Close closes the channel.
+func (l *Conn) Close() error { return l.c.Close() }

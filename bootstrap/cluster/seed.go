@@ -1,7 +1,8 @@
-package bootstrap
+package cluster
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
 	"log"
 	"net"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // SeedConfig configures a Seed.
@@ -52,7 +56,7 @@ const (
 	// Code is the exit code that stands for it.
 	ReportExit ReportKind = 1 + iota
 	// ReportGlobalExit: the PE Rank asked to end the whole job with exit
-	// status Code (Member.GlobalExit).
+	// status Code (bootstrap.Member.GlobalExit).
 	ReportGlobalExit
 	// ReportAgentLeft: the agent Agent left the job (How says whether it
 	// left or was declared dead). An agent leaves once every PE it
@@ -131,19 +135,19 @@ type agentState struct {
 // NewSeed starts a seed on a random port of cfg.BindAddr. The error wraps
 // ucs.ErrInvalidParam for a bad configuration.
 func NewSeed(cfg SeedConfig) (*Seed, error) {
-	if cfg.Size < 1 || cfg.Size > maxRanks {
-		return nil, fmt.Errorf("bootstrap: seed size %d out of range [1, %d]: %w", cfg.Size, maxRanks, ucs.ErrInvalidParam)
+	if cfg.Size < 1 || cfg.Size > wire.MaxRanks {
+		return nil, fmt.Errorf("bootstrap: seed size %d out of range [1, %d]: %w", cfg.Size, wire.MaxRanks, ucs.ErrInvalidParam)
 	}
-	if cfg.Agents < 1 || cfg.Agents > maxRanks {
-		return nil, fmt.Errorf("bootstrap: %d agents out of range [1, %d]: %w", cfg.Agents, maxRanks, ucs.ErrInvalidParam)
+	if cfg.Agents < 1 || cfg.Agents > wire.MaxRanks {
+		return nil, fmt.Errorf("bootstrap: %d agents out of range [1, %d]: %w", cfg.Agents, wire.MaxRanks, ucs.ErrInvalidParam)
 	}
-	if err := checkKey(cfg.Key); err != nil {
+	if err := wire.CheckKey(cfg.Key); err != nil {
 		return nil, err
 	}
 	if cfg.JobID == "" {
 		cfg.JobID = newJobID()
 	}
-	if !validJobID(cfg.JobID) {
+	if !wire.ValidJobID(cfg.JobID) {
 		return nil, fmt.Errorf("bootstrap: job id %q: want 1 to 64 characters of [A-Za-z0-9._-]: %w", cfg.JobID, ucs.ErrInvalidParam)
 	}
 	if cfg.BindAddr == "" {
@@ -152,12 +156,12 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 	if net.ParseIP(cfg.BindAddr) == nil {
 		return nil, fmt.Errorf("bootstrap: seed bind address %q is not an IP address: %w", cfg.BindAddr, ucs.ErrInvalidParam)
 	}
-	if cfg.FailureTimeout != 0 && cfg.FailureTimeout < minFailureTimeout {
-		return nil, fmt.Errorf("bootstrap: failure timeout %v below the minimum of %v: %w", cfg.FailureTimeout, minFailureTimeout, ucs.ErrInvalidParam)
+	if cfg.FailureTimeout != 0 && cfg.FailureTimeout < wire.MinFailureTimeout {
+		return nil, fmt.Errorf("bootstrap: failure timeout %v below the minimum of %v: %w", cfg.FailureTimeout, wire.MinFailureTimeout, ucs.ErrInvalidParam)
 	}
-	logger := discardLogger()
+	logger := wire.DiscardLogger()
 	if cfg.Logger != nil {
-		logger = log.New(levelWriter{l: cfg.Logger, floor: ucs.LogFatal}, "", 0)
+		logger = log.New(wire.LevelWriter{Logger: cfg.Logger, Floor: ucs.LogFatal}, "", 0)
 	}
 	s := &Seed{
 		size:   cfg.Size,
@@ -212,16 +216,16 @@ func (s *Seed) Terminate(reason string) {
 	if reason == "" {
 		reason = "the launcher ends the job"
 	}
-	s.terminate = clip(reason)
+	s.terminate = wire.Clip(reason)
 	s.sendAgentsLocked(s.liveAgentsLocked(), s.terminateMsgLocked())
 }
 
 func (s *Seed) terminateMsgLocked() []byte {
-	return appendMessage(nil, &message{kind: kindTerminate, jobID: s.jobID, rank: -1, reason: s.terminate})
+	return wire.AppendMessage(nil, &wire.Message{Kind: wire.KindTerminate, JobID: s.jobID, Rank: -1, Reason: s.terminate})
 }
 
 // Finalized reports whether the PE of that rank ended having finalized
-// (Member.Finalize or Close, and no collective since), as its agent
+// (bootstrap.Member.Finalize or Close, and no collective since), as its agent
 // reported. It is false for ranks out of range.
 func (s *Seed) Finalized(rank int) bool {
 	s.mu.Lock()
@@ -230,7 +234,7 @@ func (s *Seed) Finalized(rank int) bool {
 }
 
 // Lost reports whether the PE of that rank learned, before it ended, that
-// another PE failed: it told the seed so (Member.ReportLost), or the seed
+// another PE failed: it told the seed so (bootstrap.Member.ReportLost), or the seed
 // told it (through its agent). Its end is then a consequence of the
 // failure of PE peer, not a failure of its own; why says how it learned
 // it. ok is false for a PE that learned of no failure and for ranks out of
@@ -291,25 +295,25 @@ func (s *Seed) logf(format string, args ...any) {
 // handle processes a message from an agent. Everything is validated; what
 // is wrong is logged and dropped.
 func (s *Seed) handle(b []byte) {
-	m, err := decodeMessage(bytes.Clone(b))
+	m, err := wire.DecodeMessage(bytes.Clone(b))
 	if err != nil {
 		s.logf("dropping message: %v", err)
 		return
 	}
-	if m.jobID != s.jobID {
-		s.logf("dropping %v message for job %q (this is job %q)", m.kind, m.jobID, s.jobID)
+	if m.JobID != s.jobID {
+		s.logf("dropping %v message for job %q (this is job %q)", m.Kind, m.JobID, s.jobID)
 		return
 	}
-	if m.kind != kindAgentReport {
-		s.logf("dropping unexpected %v message from %d", m.kind, m.rank)
+	if m.Kind != wire.KindAgentReport {
+		s.logf("dropping unexpected %v message from %d", m.Kind, m.Rank)
 		return
 	}
-	id := m.rank
+	id := m.Rank
 	if id < 0 || id >= s.agents {
 		s.logf("dropping a report from agent %d: out of range [0, %d)", id, s.agents)
 		return
 	}
-	ip, port, err := parseNodeAddr(m.addr)
+	ip, port, err := wire.ParseNodeAddr(m.Addr)
 	if err != nil {
 		s.logf("dropping a report from agent %d: %v", id, err)
 		return
@@ -321,50 +325,50 @@ func (s *Seed) handle(b []byte) {
 	}
 	a := &s.agentSt[id]
 	a.ip, a.port = ip, port
-	for _, e := range m.events {
+	for _, e := range m.Events {
 		s.eventLocked(id, ip, e)
 	}
 	// Every well-formed report is acknowledged, so that an agent that
 	// retries is answered: the events count once.
-	s.sendAgentsLocked([]int{id}, appendMessage(nil, &message{kind: kindAgentAck, jobID: s.jobID, rank: -1, seq: m.seq}))
+	s.sendAgentsLocked([]int{id}, wire.AppendMessage(nil, &wire.Message{Kind: wire.KindAgentAck, JobID: s.jobID, Rank: -1, Seq: m.Seq}))
 }
 
 // eventLocked handles one event of a report of agent id.
-func (s *Seed) eventLocked(id int, ip net.IP, e event) {
-	if e.rank < 0 || e.rank >= s.size {
-		s.logf("dropping a %d event of agent %d: PE %d out of range [0, %d)", e.kind, id, e.rank, s.size)
+func (s *Seed) eventLocked(id int, ip net.IP, e wire.Event) {
+	if e.Rank < 0 || e.Rank >= s.size {
+		s.logf("dropping a %d event of agent %d: PE %d out of range [0, %d)", e.Kind, id, e.Rank, s.size)
 		return
 	}
-	pe := &s.pes[e.rank]
-	switch e.kind {
-	case evJoined:
+	pe := &s.pes[e.Rank]
+	switch e.Kind {
+	case wire.EvJoined:
 		pe.joined, s.anyJoined = true, true
-	case evExit:
+	case wire.EvExit:
 		if pe.exited {
 			return
 		}
 		pe.exited = true
-		if e.flags&flagJoined != 0 {
+		if e.Flags&wire.FlagJoined != 0 {
 			pe.joined, s.anyJoined = true, true
 		}
-		pe.finalized = e.flags&flagFinalized != 0
-		s.reports <- Report{Kind: ReportExit, Rank: e.rank, Agent: id, Host: e.host, How: e.how, Code: e.code,
-			EndedByAgent: e.flags&flagEndedByAgent != 0, Why: e.why}
-		if !pe.finalized && (pe.joined || e.code != 0) {
-			s.failLocked(Failure{Rank: e.rank, Host: e.host, Reason: e.how})
+		pe.finalized = e.Flags&wire.FlagFinalized != 0
+		s.reports <- Report{Kind: ReportExit, Rank: e.Rank, Agent: id, Host: e.Host, How: e.How, Code: e.Code,
+			EndedByAgent: e.Flags&wire.FlagEndedByAgent != 0, Why: e.Why}
+		if !pe.finalized && (pe.joined || e.Code != 0) {
+			s.failLocked(bootstrap.Failure{Rank: e.Rank, Host: e.Host, Reason: e.How})
 		}
-	case evLost:
-		if e.other < 0 || e.other >= s.size || e.other == e.rank {
-			s.logf("dropping a lost event of PE %d: PE %d out of range [0, %d) or itself", e.rank, e.other, s.size)
+	case wire.EvLost:
+		if e.Other < 0 || e.Other >= s.size || e.Other == e.Rank {
+			s.logf("dropping a lost event of PE %d: PE %d out of range [0, %d) or itself", e.Rank, e.Other, s.size)
 			return
 		}
 		if !pe.lost { // the first loss it learned of is the cause
-			pe.lost, pe.lostRank, pe.lostWhy = true, e.other, e.how
+			pe.lost, pe.lostRank, pe.lostWhy = true, e.Other, e.How
 		}
-	case evGlobalExit:
+	case wire.EvGlobalExit:
 		if !pe.gexit {
 			pe.gexit = true
-			s.reports <- Report{Kind: ReportGlobalExit, Rank: e.rank, Agent: -1, Host: hostAt(e.host, ip), Code: e.code}
+			s.reports <- Report{Kind: ReportGlobalExit, Rank: e.Rank, Agent: -1, Host: hostAt(e.Host, ip), Code: e.Code}
 		}
 	}
 }
@@ -372,7 +376,7 @@ func (s *Seed) eventLocked(id int, ip net.IP, e event) {
 // failLocked tells every agent, for its PEs, that the PE f.Rank failed,
 // unless the job is being ended already (or ends by that PE's global
 // exit): the PEs still running learn it as the cause of their own end.
-func (s *Seed) failLocked(f Failure) {
+func (s *Seed) failLocked(f bootstrap.Failure) {
 	s.logf("%v", f)
 	if s.terminate != "" || s.pes[f.Rank].gexit {
 		return
@@ -382,7 +386,7 @@ func (s *Seed) failLocked(f Failure) {
 			p.lost, p.lostRank, p.lostWhy = true, f.Rank, "the seed told it that "+f.Error()
 		}
 	}
-	msg := appendMessage(nil, &message{kind: kindFailure, jobID: s.jobID, rank: -1, failRank: f.Rank, host: f.Host, reason: f.Reason})
+	msg := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindFailure, JobID: s.jobID, Rank: -1, FailRank: f.Rank, Host: f.Host, Reason: f.Reason})
 	s.sendAgentsLocked(s.liveAgentsLocked(), msg)
 }
 
@@ -474,7 +478,7 @@ func (s *Seed) sendDirectoryLocked() {
 	}
 	s.dirSent = true
 	nodes := map[string]int{}
-	dir := make([]agentEntry, s.agents)
+	dir := make([]wire.AgentEntry, s.agents)
 	for id := range s.agentSt {
 		a := &s.agentSt[id]
 		n, ok := nodes[a.node]
@@ -482,9 +486,9 @@ func (s *Seed) sendDirectoryLocked() {
 			n = len(nodes)
 			nodes[a.node] = n
 		}
-		dir[id] = agentEntry{id: id, node: n, addr: net.JoinHostPort(a.ip.String(), strconv.Itoa(int(a.port))), host: clip(a.host)}
+		dir[id] = wire.AgentEntry{ID: id, Node: n, Addr: net.JoinHostPort(a.ip.String(), strconv.Itoa(int(a.port))), Host: wire.Clip(a.host)}
 	}
-	s.sendAgentsLocked([]int{0}, appendMessage(nil, &message{kind: kindDirectory, jobID: s.jobID, rank: -1, agents: dir}))
+	s.sendAgentsLocked([]int{0}, wire.AppendMessage(nil, &wire.Message{Kind: wire.KindDirectory, JobID: s.jobID, Rank: -1, Agents: dir}))
 }
 
 // agentLeft reports an agent that left or was declared dead; when some of
@@ -501,7 +505,7 @@ func (s *Seed) agentLeft(id int, n *memberlist.Node) {
 	s.reports <- Report{Kind: ReportAgentLeft, Rank: -1, Agent: id, Host: nodeHost(n), How: how}
 	for r := a.first; r < a.first+a.count; r++ {
 		if !s.pes[r].exited {
-			s.failLocked(Failure{Rank: r, Host: nodeHost(n), Reason: "its agent " + how})
+			s.failLocked(bootstrap.Failure{Rank: r, Host: nodeHost(n), Reason: "its agent " + how})
 			return
 		}
 	}
@@ -529,4 +533,11 @@ func (d seedDelegate) NotifyLeave(n *memberlist.Node) {
 	if id := agentOf(n.Name); id >= 0 {
 		d.s.agentLeft(id, n)
 	}
+}
+
+// newJobID returns a random job id.
+func newJobID() string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand.Read panics rather than fail)
+	return fmt.Sprintf("%x", b[:])
 }

@@ -1,4 +1,4 @@
-package bootstrap
+package cluster
 
 import (
 	"errors"
@@ -12,6 +12,9 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // nextReport returns the next report of the seed, failing the test after
@@ -49,8 +52,8 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 }
 
 // agentEnv is the environment an agent of s gets.
-func agentEnv(s *Seed, key []byte, size int) Env {
-	return Env{JobID: s.JobID(), Size: size, Seed: s.Addr(), Key: key}
+func agentEnv(s *Seed, key []byte, size int) bootstrap.Env {
+	return bootstrap.Env{JobID: s.JobID(), Size: size, Seed: s.Addr(), Key: key}
 }
 
 func TestAgentReports(t *testing.T) {
@@ -116,7 +119,7 @@ func TestAgentReports(t *testing.T) {
 	if got := nextReport(t, seed); got.Kind != ReportAgentLeft || got.Agent != 1 || !strings.HasPrefix(got.How, "left the job") {
 		t.Errorf("after agent 1 left: %+v", got)
 	}
-	if err := a1.Report(2, "h1", "after close", 1, ""); !errors.Is(err, ErrClosed) {
+	if err := a1.Report(2, "h1", "after close", 1, ""); !errors.Is(err, bootstrap.ErrClosed) {
 		t.Errorf("Report after Close: got %v, want ErrClosed", err)
 	}
 }
@@ -140,7 +143,7 @@ func TestAgentBadJoin(t *testing.T) {
 			t.Errorf("agent %+v: got %v, want ucs.ErrInvalidParam", cfg, err)
 		}
 	}
-	if _, err := JoinAgent(Env{JobID: seed.JobID(), Size: 2, Key: key}, AgentConfig{Agents: 1}); !errors.Is(err, ucs.ErrInvalidParam) {
+	if _, err := JoinAgent(bootstrap.Env{JobID: seed.JobID(), Size: 2, Key: key}, AgentConfig{Agents: 1}); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("agent without seed: got %v, want ucs.ErrInvalidParam", err)
 	}
 	if a, err := JoinAgent(agentEnv(seed, newTestKey(t), 2), AgentConfig{Agents: 1}); !errors.Is(err, ucs.ErrUnreachable) {
@@ -196,8 +199,8 @@ func TestAgentSeedGone(t *testing.T) {
 				seed.Close()
 			}
 			waitClosed(t, a.Terminated(), "agent noticing the seed gone")
-			if a.Why() != reasonSeedGone {
-				t.Errorf("Why() = %q, want %q", a.Why(), reasonSeedGone)
+			if a.Why() != wire.ReasonSeedGone {
+				t.Errorf("Why() = %q, want %q", a.Why(), wire.ReasonSeedGone)
 			}
 			if err := a.Report(0, "h", "exited", 0, ""); !errors.Is(err, ucs.ErrConnectionReset) && !errors.Is(err, ucs.ErrTimedOut) {
 				t.Errorf("report to a seed that is gone: %v", err)
@@ -229,8 +232,8 @@ func TestAgentSeedRefuses(t *testing.T) {
 			t.Errorf("report of PE %d to a seed whose port is closed: %v, want ucs.ErrConnectionReset", rank, err)
 		}
 	}
-	if !a.SeedGone() || a.Why() != reasonSeedGone {
-		t.Errorf("after a refused report: SeedGone() = %v, Why() = %q; want true, %q", a.SeedGone(), a.Why(), reasonSeedGone)
+	if !a.SeedGone() || a.Why() != wire.ReasonSeedGone {
+		t.Errorf("after a refused report: SeedGone() = %v, Why() = %q; want true, %q", a.SeedGone(), a.Why(), wire.ReasonSeedGone)
 	}
 }
 
@@ -262,7 +265,7 @@ func TestGlobalExit(t *testing.T) {
 	}
 	noReport(t, j.seed)
 
-	single, err := Join(Env{Size: 1, LocalSize: 1})
+	single, err := bootstrap.Join(bootstrap.Env{Size: 1, LocalSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +273,7 @@ func TestGlobalExit(t *testing.T) {
 		t.Errorf("singleton GlobalExit: %v", err)
 	}
 	single.Close()
-	if err := single.GlobalExit(3); !errors.Is(err, ErrClosed) {
+	if err := single.GlobalExit(3); !errors.Is(err, bootstrap.ErrClosed) {
 		t.Errorf("GlobalExit after Close: got %v, want ErrClosed", err)
 	}
 }
@@ -287,8 +290,8 @@ func TestGlobalExitBeforeJoin(t *testing.T) {
 	s.mu.Lock()
 	s.sendAgent = func(int, net.IP, uint16, []byte) error { return nil }
 	s.mu.Unlock()
-	s.handle(appendMessage(nil, &message{kind: kindAgentReport, jobID: "job-1", rank: 0, seq: 1, addr: "192.0.2.2:7946",
-		events: []event{{kind: evGlobalExit, rank: 1, code: 7, other: -1, host: "n2"}}}))
+	s.handle(wire.AppendMessage(nil, &wire.Message{Kind: wire.KindAgentReport, JobID: "job-1", Rank: 0, Seq: 1, Addr: "192.0.2.2:7946",
+		Events: []wire.Event{{Kind: wire.EvGlobalExit, Rank: 1, Code: 7, Other: -1, Host: "n2"}}}))
 	got := nextReport(t, s)
 	want := Report{Kind: ReportGlobalExit, Rank: 1, Agent: -1, Host: "n2 (192.0.2.2)", Code: 7}
 	if got != want {
@@ -309,7 +312,7 @@ func TestTuneFailureDetection(t *testing.T) {
 			tuneFailureDetection(c, timeout, nodes)
 			want := timeout
 			if want == 0 {
-				want = DefaultFailureTimeout
+				want = bootstrap.DefaultFailureTimeout
 			}
 			scale := math.Max(1, math.Log10(float64(nodes)))
 			suspicion := time.Duration(float64(c.SuspicionMult) * scale * float64(c.ProbeInterval))
@@ -392,7 +395,7 @@ func TestSilentPE(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	j := &job{key: key, seed: seed, agents: []*Agent{a}, members: make([]*Member, 2), agentOf: []int{0, 0}}
+	j := &job{key: key, seed: seed, agents: []*Agent{a}, members: make([]*bootstrap.Member, 2), agentOf: []int{0, 0}}
 	m0, err := j.join(t, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -404,12 +407,12 @@ func TestSilentPE(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	c, err := fileConn(f)
+	c, err := wire.FileConn(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
-	if err := c.send(&message{kind: kindHello, jobID: seed.JobID(), rank: 1}, -1); err != nil {
+	defer c.Close()
+	if err := c.Send(&wire.Message{Kind: wire.KindHello, JobID: seed.JobID(), Rank: 1}, -1); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -449,7 +452,7 @@ func TestPlaintextRefused(t *testing.T) {
 		key  []byte
 	}{{"no key", nil}, {"another key", newTestKey(t)}} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newConfig(agentName(0), "127.0.0.1", seed.JobID(), tt.key, discardLogger(), 0, 3)
+			c := newConfig(agentName(0), "127.0.0.1", seed.JobID(), tt.key, wire.DiscardLogger(), 0, 3)
 			list, err := memberlist.Create(c)
 			if err != nil {
 				t.Fatal(err)
@@ -468,8 +471,8 @@ func TestPlaintextRefused(t *testing.T) {
 	conn.SetDeadline(time.Now().Add(waitLimit))
 	// A plaintext user message (memberlist's userMsg type byte, 8), then an
 	// agent report that would count if it were accepted.
-	raw := append([]byte{8}, appendMessage(nil, &message{kind: kindAgentReport, jobID: seed.JobID(), rank: 0, seq: 1, addr: "127.0.0.1:9",
-		events: []event{{kind: evJoined, rank: 0, other: -1}}})...)
+	raw := append([]byte{8}, wire.AppendMessage(nil, &wire.Message{Kind: wire.KindAgentReport, JobID: seed.JobID(), Rank: 0, Seq: 1, Addr: "127.0.0.1:9",
+		Events: []wire.Event{{Kind: wire.EvJoined, Rank: 0, Other: -1}}})...)
 	conn.Write(raw)
 	if _, err := io.ReadAll(conn); err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Logf("reading the seed's answer: %v", err)

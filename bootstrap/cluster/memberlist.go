@@ -1,18 +1,17 @@
-package bootstrap
+package cluster
 
 import (
-	"bytes"
-	"io"
 	"log"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 const (
@@ -48,8 +47,8 @@ func agentOf(name string) int {
 	return id
 }
 
-// newConfig returns the memberlist configuration shared by seeds, agents
-// and PEs: DefaultLocalConfig on a random port of bindAddr, encrypted with
+// newConfig returns the memberlist configuration shared by the seed and
+// the agents: DefaultLocalConfig on a random port of bindAddr, encrypted with
 // key and labelled with the job id so that no other job's traffic is
 // accepted, with failure detection tuned to failureTimeout for a cluster of
 // about nodes members (see tuneFailureDetection).
@@ -96,7 +95,7 @@ const suspicionMult = 2
 // takes longer rather than failing healthy members.
 func tuneFailureDetection(c *memberlist.Config, timeout time.Duration, nodes int) {
 	if timeout <= 0 {
-		timeout = DefaultFailureTimeout
+		timeout = bootstrap.DefaultFailureTimeout
 	}
 	scale := math.Max(1, math.Log10(float64(max(nodes, 1))))
 	interval := time.Duration(float64(timeout) / (suspicionMult*scale + 3))
@@ -106,67 +105,9 @@ func tuneFailureDetection(c *memberlist.Config, timeout time.Duration, nodes int
 	c.SuspicionMaxTimeoutMult = 1
 }
 
-// debugLogger returns the logger of a member or an agent, for memberlist
-// and the bootstrap's own diagnostics: its lines, prefixed with prefix and
-// the time, go to l (nil: ucs.DefaultLogger()) at LogDebug or their own
-// level if less important, so that they show at UCX_LOG_LEVEL=debug; when
-// GOSHMEM_DEBUG is set, at LogPrint, so that they all show.
-func debugLogger(l ucs.Logger, prefix string) *log.Logger {
-	w := levelWriter{l: ucs.LoggerOrDefault(l), floor: ucs.LogDebug}
-	if v := os.Getenv(EnvDebug); v != "" && v != "0" {
-		w.force = true
-	}
-	return log.New(w, prefix, log.LstdFlags|log.Lmicroseconds)
-}
-
-// levelWriter passes the lines of a *log.Logger (memberlist writes to
-// one) to a ucs.Logger, at the level their memberlist tag names ([ERR],
-// [WARN], [INFO], [DEBUG]; LogInfo without one), made no more important
-// than floor; or, when force is set, at LogPrint.
-type levelWriter struct {
-	l     ucs.Logger
-	floor ucs.LogLevel
-	force bool
-}
-
-func (w levelWriter) Write(p []byte) (int, error) {
-	level := ucs.LogPrint
-	if !w.force {
-		level = max(lineLevel(p), w.floor)
-	}
-	if w.l.Enabled(level) {
-		w.l.Logf(level, "%s", strings.TrimSuffix(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-// lineLevel returns the level that memberlist's tag in line names.
-func lineLevel(line []byte) ucs.LogLevel {
-	for _, t := range []struct {
-		tag   string
-		level ucs.LogLevel
-	}{{"[ERR]", ucs.LogError}, {"[WARN]", ucs.LogWarn}, {"[INFO]", ucs.LogInfo}, {"[DEBUG]", ucs.LogDebug}} {
-		if bytes.Contains(line, []byte(t.tag)) {
-			return t.level
-		}
-	}
-	return ucs.LogInfo
-}
-
-func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
-
 // nodeAddr returns the host:port of a memberlist node.
 func nodeAddr(n *memberlist.Node) string {
 	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-}
-
-// hostName returns this host's name, cut to limit.
-func hostName(limit int) string {
-	h, _ := os.Hostname()
-	if len(h) > limit {
-		h = h[:limit]
-	}
-	return h
 }
 
 // maxNodeName bounds the node name an agent gives (AgentConfig.Node).
@@ -181,7 +122,7 @@ func nodeMeta(limit int, node string, ranks []int) []byte {
 		first, count = ranks[0], len(ranks)
 	}
 	tail := node + "\x00" + strconv.Itoa(first) + " " + strconv.Itoa(count) + "\x00"
-	return []byte(hostName(max(limit-len(tail)-1, 0)) + "\x00" + tail)
+	return []byte(wire.HostName(max(limit-len(tail)-1, 0)) + "\x00" + tail)
 }
 
 // parseNodeMeta parses what nodeMeta makes; what is malformed is left
@@ -194,7 +135,7 @@ func parseNodeMeta(b []byte) (host, node string, first, count int) {
 	f, c, ok := strings.Cut(parts[2], " ")
 	first, err1 := strconv.Atoi(f)
 	count, err2 := strconv.Atoi(c)
-	if !ok || err1 != nil || err2 != nil || first < 0 || count < 0 || first > maxRanks || count > maxRanks {
+	if !ok || err1 != nil || err2 != nil || first < 0 || count < 0 || first > wire.MaxRanks || count > wire.MaxRanks {
 		first, count = 0, 0
 	}
 	return parts[0], parts[1], first, count

@@ -1,8 +1,10 @@
-package bootstrap
+package cluster
 
 import (
 	"fmt"
 	"slices"
+
+	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
 // The agents of a job gather the contributions of their PEs in a tree:
@@ -51,8 +53,8 @@ func inSubtree(x, root int) bool {
 type collective struct {
 	seq      uint64
 	barrier  bool
-	local    map[int][]byte   // the blobs of its PEs, by rank
-	children map[int]*message // the up messages of its children, by id
+	local    map[int][]byte        // the blobs of its PEs, by rank
+	children map[int]*wire.Message // the up messages of its children, by id
 	sentUp   bool
 }
 
@@ -68,49 +70,49 @@ func (c *collective) check(barrier bool) error {
 
 // gathered returns the number of PEs the subtree gathered and, for an
 // allgather, their entries, this agent's tagged with node.
-func (c *collective) gathered(node int) (int, []entry) {
+func (c *collective) gathered(node int) (int, []wire.Entry) {
 	count := len(c.local)
 	for _, m := range c.children {
-		count += m.count
+		count += m.Count
 	}
 	if c.barrier {
 		return count, nil
 	}
-	es := make([]entry, 0, count)
+	es := make([]wire.Entry, 0, count)
 	for r, b := range c.local {
-		es = append(es, entry{rank: r, node: node, blob: b})
+		es = append(es, wire.Entry{Rank: r, Node: node, Blob: b})
 	}
 	for _, m := range c.children {
-		es = append(es, m.entries...)
+		es = append(es, m.Entries...)
 	}
 	return count, es
 }
 
 // completeTable checks that es hold exactly one entry for each of the size
 // ranks, sorts them by rank, and bounds their total size.
-func completeTable(es []entry, size int) ([]entry, error) {
+func completeTable(es []wire.Entry, size int) ([]wire.Entry, error) {
 	if len(es) != size {
 		return nil, fmt.Errorf("%d entries gathered for %d PEs", len(es), size)
 	}
-	slices.SortFunc(es, func(a, b entry) int { return a.rank - b.rank })
+	slices.SortFunc(es, func(a, b wire.Entry) int { return a.Rank - b.Rank })
 	total := 0
 	for i, e := range es {
-		if e.rank != i {
+		if e.Rank != i {
 			return nil, fmt.Errorf("PE %d is missing or contributed twice", i)
 		}
-		total += len(e.blob)
+		total += len(e.Blob)
 	}
-	if total > MaxAllgather {
-		return nil, fmt.Errorf("allgather of %d bytes in all exceeds the limit of %d", total, MaxAllgather)
+	if total > wire.MaxAllgather {
+		return nil, fmt.Errorf("allgather of %d bytes in all exceeds the limit of %d", total, wire.MaxAllgather)
 	}
 	return es, nil
 }
 
 // subDirectory returns the entries of dir in the subtree of agent root.
-func subDirectory(dir []agentEntry, root int) []agentEntry {
-	var sub []agentEntry
+func subDirectory(dir []wire.AgentEntry, root int) []wire.AgentEntry {
+	var sub []wire.AgentEntry
 	for _, a := range dir {
-		if inSubtree(a.id, root) {
+		if inSubtree(a.ID, root) {
 			sub = append(sub, a)
 		}
 	}

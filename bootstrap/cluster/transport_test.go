@@ -1,4 +1,4 @@
-package bootstrap
+package cluster
 
 import (
 	"encoding/binary"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/goshmem/goshmem/bootstrap"
 )
 
 // floodStream opens a stream to addr labelled with the job's label, as a
@@ -89,7 +91,7 @@ func TestStreamFlood(t *testing.T) {
 		t.Errorf("the heap grew by %d MiB under the flood, more than %d MiB", grew>>20, limit>>20)
 	}
 	noReport(t, j.seed) // no agent declared dead
-	j.each(t, "barrier after the flood", func(m *Member) error { return m.Barrier() })
+	j.each(t, "barrier after the flood", func(m *bootstrap.Member) error { return m.Barrier() })
 }
 
 // TestStreamCap opens many idle streams to the seed: it reads a bounded
@@ -131,7 +133,7 @@ func TestStreamCap(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	j.each(t, "barrier after the idle streams", func(m *Member) error { return m.Barrier() })
+	j.each(t, "barrier after the idle streams", func(m *bootstrap.Member) error { return m.Barrier() })
 }
 
 // TestByteBudget checks the budget's rules: the total, a peer's half, a
