@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -122,8 +123,9 @@ func attachNamed(path string, length uint64) (unsafe.Pointer, error) {
 	return addr, nil
 }
 
-// staleName matches the base name of a named segment file.
-var staleName = regexp.MustCompile(`^goshmem-([0-9]+)-[0-9a-f]{16}$`)
+// staleName matches the base name of a named segment file; compiled on
+// first use, not at every process start (every PE links this package).
+var staleName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^goshmem-([0-9]+)-[0-9a-f]{16}$`) })
 
 // RemoveStaleSegments removes the named shared-memory segments that process
 // pid created with the posix MD's USE_SHM_OPEN option and did not free:
@@ -144,7 +146,7 @@ func RemoveStaleSegments(pid int) error {
 	}
 	var errs []error
 	for _, m := range matches {
-		sub := staleName.FindStringSubmatch(filepath.Base(m))
+		sub := staleName().FindStringSubmatch(filepath.Base(m))
 		if sub == nil || sub[1] != strconv.Itoa(pid) {
 			continue
 		}
