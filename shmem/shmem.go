@@ -354,18 +354,20 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	node := table.Node(m.Rank())
 	named := ctx.NamesMemory()
 	for pe := range peers {
-		addr, rkey, base, n, err := decodeBlob(table.Blob(pe))
+		if table.Node(pe) != node {
+			// Connected on first use, which reads its blob (and checks
+			// its heap's size) then: a PE of a large job reads the
+			// blobs of its own node only, not the whole table.
+			continue
+		}
+		addr, rkey, _, n, err := decodeBlob(table.Blob(pe))
 		if err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}
-		if n != uint64(heap.Size()) {
-			return fmt.Errorf("PE %d has a heap of %d bytes and this PE %d: SHMEM_SYMMETRIC_SIZE must be the same everywhere", pe, n, heap.Size())
+		if err := checkHeapSize(pe, n, heap.Size()); err != nil {
+			return err
 		}
 		q := &peers[pe]
-		q.raddr = base
-		if table.Node(pe) != node {
-			continue // connected on first use
-		}
 		if q.mapped, err = worker.MapsRemoteKey(addr, rkey); err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}
@@ -447,9 +449,14 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 // (named name) from the worker address in pe's init blob, and the heap key,
 // mapped when this process can map it; then it sets q.ready.
 func connectPeer(q *peer, worker *ucp.Worker, name string, pe int, blob []byte) error {
-	addr, rkey, base, _, err := decodeBlob(blob)
+	addr, rkey, base, size, err := decodeBlob(blob)
 	if err != nil {
 		return fmt.Errorf("blob of PE %d: %w", pe, err)
+	}
+	if st.heapSize != 0 { // after Init, which checked the PEs of its node
+		if err := checkHeapSize(pe, size, int(st.heapSize)); err != nil {
+			return err
+		}
 	}
 	ep, err := worker.NewEndpoint(new(ucp.EPParams).SetAddress(addr).SetName(name))
 	if err != nil {
@@ -478,6 +485,15 @@ func connectPeer(q *peer, worker *ucp.Worker, name string, pe int, blob []byte) 
 	q.ep, q.rkey, q.raddr = ep, rk, base
 	atomic.StoreUint32(&q.ready, 1)
 	atomic.StoreUint32(&q.toMap, 0)
+	return nil
+}
+
+// checkHeapSize fails when the heap of PE pe, of size bytes, is not of
+// this PE's size mine.
+func checkHeapSize(pe int, size uint64, mine int) error {
+	if size != uint64(mine) {
+		return fmt.Errorf("PE %d has a heap of %d bytes and this PE %d: SHMEM_SYMMETRIC_SIZE must be the same everywhere: %w", pe, size, mine, ErrInvalidArgument)
+	}
 	return nil
 }
 

@@ -848,3 +848,24 @@ func TestSharesCoresWhenOversubscribed(t *testing.T) {
 		})
 	}
 }
+
+// TestHeapSizeMismatch: PEs whose SHMEM_SYMMETRIC_SIZE differs fail Init
+// with an error that names the variable, rather than running with heaps
+// whose offsets do not match.
+func TestHeapSizeMismatch(t *testing.T) {
+	setup := func(t *testing.T) {
+		if os.Getenv("GOSHMEM_RANK") == "1" {
+			os.Setenv("SHMEM_SYMMETRIC_SIZE", "48M")
+		}
+	}
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: transports[:2], Env: []string{"SHMEM_SYMMETRIC_SIZE=32M"}, NoInit: true, Setup: setup}, func(t *testing.T) {
+		err := shmem.Init()
+		if err == nil {
+			shmem.Finalize()
+			t.Fatal("Init succeeded with heaps of 32M and 48M")
+		}
+		if !errors.Is(err, shmem.ErrInvalidArgument) || !strings.Contains(err.Error(), "SHMEM_SYMMETRIC_SIZE must be the same everywhere") {
+			t.Errorf("Init: %v; want ErrInvalidArgument naming SHMEM_SYMMETRIC_SIZE", err)
+		}
+	})
+}
