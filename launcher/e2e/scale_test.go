@@ -208,6 +208,37 @@ func fitLine(xs, ys []float64) (a, b float64) {
 	return (sy - b*sx) / n, b
 }
 
+// fitPlane fits y = a + b*x1 + c*x2 by least squares (the normal
+// equations, solved by Cramer's rule); it returns zeros when the points do
+// not determine a plane.
+func fitPlane(x1, x2, ys []float64) (a, b, c float64) {
+	var n, s1, s2, s11, s12, s22, sy, s1y, s2y float64
+	for i := range ys {
+		n++
+		s1, s2, sy = s1+x1[i], s2+x2[i], sy+ys[i]
+		s11, s12, s22 = s11+x1[i]*x1[i], s12+x1[i]*x2[i], s22+x2[i]*x2[i]
+		s1y, s2y = s1y+x1[i]*ys[i], s2y+x2[i]*ys[i]
+	}
+	det3 := func(m [3][3]float64) float64 {
+		return m[0][0]*(m[1][1]*m[2][2]-m[1][2]*m[2][1]) - m[0][1]*(m[1][0]*m[2][2]-m[1][2]*m[2][0]) + m[0][2]*(m[1][0]*m[2][1]-m[1][1]*m[2][0])
+	}
+	m := [3][3]float64{{n, s1, s2}, {s1, s11, s12}, {s2, s12, s22}}
+	d := det3(m)
+	if d == 0 {
+		return 0, 0, 0
+	}
+	rhs := [3]float64{sy, s1y, s2y}
+	var out [3]float64
+	for k := range 3 {
+		mk := m
+		for r := range 3 {
+			mk[r][k] = rhs[r]
+		}
+		out[k] = det3(mk) / d
+	}
+	return out[0], out[1], out[2]
+}
+
 // scaleReport writes the measured table, the fits and the prediction for
 // 10,000 PEs on 1,000 hosts, as Markdown.
 func scaleReport(cases []scaleCase, results map[scaleCase][]scaleRun, single map[string][][2]float64) string {
@@ -248,21 +279,25 @@ func scaleReport(cases []scaleCase, results map[scaleCase][]scaleRun, single map
 		}
 	}
 	_, tHost := fitLine(append(hx, 0), append(hy, 0))
-	var bx, by, mx, my, rx, ry []float64
+	var bx, by, mx, my, rp, rx, ry []float64
 	for _, sc := range cases {
-		bx, by = append(bx, float64(sc.np)), append(by, med(sc, func(r scaleRun) float64 { return r.byteHost }))
+		if sc.hosts > 1 { // one host exchanges nothing over the network
+			bx, by = append(bx, float64(sc.np)), append(by, med(sc, func(r scaleRun) float64 { return r.byteHost }))
+		}
 		mx, my = append(mx, math.Log2(float64(sc.hosts))), append(my, med(sc, func(r scaleRun) float64 { return r.msgsHost }))
-		rx, ry = append(rx, float64(sc.np)), append(ry, med(sc, func(r scaleRun) float64 { return r.rssPE }))
+		rp, rx, ry = append(rp, float64(sc.np/sc.hosts)), append(rx, float64(sc.np)), append(ry, med(sc, func(r scaleRun) float64 { return r.rssPE }))
 	}
 	b0, bN := fitLine(bx, by)
 	m0, mH := fitLine(mx, my)
-	r0, rN := fitLine(rx, ry)
+	// Memory per PE: what a PE keeps of each PE of its host (it decodes
+	// their addresses at Init) and of each PE of the job.
+	r0, rP, rN := fitPlane(rp, rx, ry)
 	fmt.Fprintf(&b, "\nFits (least squares over the medians above):\n\n")
 	fmt.Fprintf(&b, "- one host: wall = %.3f s + %.2f ms x N (the work of a PE, on this machine's cores)\n", t0, tPE*1000)
 	fmt.Fprintf(&b, "- more hosts, at equal N: %+.1f ms per added host (agents and the tree, on the same cores)\n", tHost*1000)
-	fmt.Fprintf(&b, "- bootstrap bytes per host = %.0f + %.1f x N\n", b0, bN)
+	fmt.Fprintf(&b, "- bootstrap bytes per host (more than one host) = %.0f + %.1f x N\n", b0, bN)
 	fmt.Fprintf(&b, "- bootstrap messages per host = %.0f + %.1f x log2(hosts)\n", m0, mH)
-	fmt.Fprintf(&b, "- peak RSS per PE = %.1f MB + %.4f MB x N\n", r0, rN)
+	fmt.Fprintf(&b, "- peak RSS per PE = %.2f MB + %.2f KB x PEs of its host + %.2f KB x N\n", r0, rP*1024, rN*1024)
 	const n, hosts = 10000, 1000
 	perHost := t0 + tPE*float64(n/hosts)
 	depth := math.Ceil(math.Log(hosts) / math.Log(4)) // the agents' tree has fanout 4
@@ -270,7 +305,7 @@ func scaleReport(cases []scaleCase, results map[scaleCase][]scaleRun, single map
 	fmt.Fprintf(&b, "- the PEs of a host start as a %d-PE job on one host does here: %.2f s\n", n/hosts, perHost)
 	fmt.Fprintf(&b, "- the tree of agents is %.0f levels deep; each collective crosses it twice\n", depth)
 	fmt.Fprintf(&b, "- bootstrap traffic per host: %.1f MB in %.0f messages\n", (b0+bN*n)/1e6, m0+mH*math.Log2(hosts))
-	fmt.Fprintf(&b, "- peak RSS per PE: %.1f MB\n", r0+rN*n)
+	fmt.Fprintf(&b, "- peak RSS per PE: %.1f MB\n", r0+rP*float64(n/hosts)+rN*n)
 	if len(single["oshrun"]) > 0 {
 		fmt.Fprintf(&b, "\nOne host, goshmem-run against oshrun (medians, s):\n\n| N | goshmem-run | oshrun |\n|---|---|---|\n")
 		for i, p := range single["goshmem-run"] {
@@ -328,4 +363,33 @@ func startupSVG(lines map[string][][2]float64) string {
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// TestFits: the scale model's least-squares fits recover the line and the
+// plane that made exact points, and fitPlane gives zeros for points that
+// do not determine a plane.
+func TestFits(t *testing.T) {
+	xs, ys := []float64{1, 2, 4, 8}, []float64{}
+	for _, x := range xs {
+		ys = append(ys, 3+0.5*x)
+	}
+	if a, b := fitLine(xs, ys); math.Abs(a-3) > 1e-9 || math.Abs(b-0.5) > 1e-9 {
+		t.Errorf("fitLine: %v + %v x, want 3 + 0.5 x", a, b)
+	}
+	for _, tt := range []struct {
+		x1, x2  []float64
+		a, b, c float64
+	}{
+		{[]float64{16, 64, 4, 16, 1, 16}, []float64{16, 64, 16, 64, 16, 256}, 7.5, 0.002, 0.003},
+		{[]float64{1, 2, 3}, []float64{2, 4, 6}, 0, 0, 0}, // x2 = 2 x1: no plane
+	} {
+		var y []float64
+		for i := range tt.x1 {
+			y = append(y, 7.5+0.002*tt.x1[i]+0.003*tt.x2[i])
+		}
+		a, b, c := fitPlane(tt.x1, tt.x2, y)
+		if math.Abs(a-tt.a) > 1e-6 || math.Abs(b-tt.b) > 1e-9 || math.Abs(c-tt.c) > 1e-9 {
+			t.Errorf("fitPlane(%v, %v): %v, %v, %v; want %v, %v, %v", tt.x1, tt.x2, a, b, c, tt.a, tt.b, tt.c)
+		}
+	}
 }
