@@ -97,7 +97,7 @@ func printInfo(w io.Writer) {
 	fmt.Fprintf(w, "  symmetric heap:  %d bytes per PE\n", st.heapSize)
 	fmt.Fprintf(w, "  thread level:    %v\n", threadLevel)
 	fmt.Fprintf(w, "  debug checks:    %v\n", onOff(st.env.debug))
-	fmt.Fprintf(w, "  barrier:         %s\n", map[bool]string{false: "dissemination", true: "central (node oversubscribed)"}[st.barrier.central])
+	fmt.Fprintf(w, "  barrier:         %s\n", st.barrier.scheme())
 	fmt.Fprintf(w, "  GOMAXPROCS:      %d%s\n", runtime.GOMAXPROCS(0), map[bool]string{false: "", true: " (its share of an oversubscribed node's cores)"}[st.oldProcs != 0])
 	fmt.Fprintf(w, "  transports from PE %d:\n", st.me)
 	for pe := range st.peers {

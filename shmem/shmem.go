@@ -410,7 +410,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 		resetState()
 		return err
 	}
-	if err := st.barrier.chooseCentral(); err != nil {
+	if err := st.barrier.chooseScheme(); err != nil {
 		resetState()
 		return err
 	}

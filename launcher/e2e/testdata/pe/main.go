@@ -95,6 +95,30 @@ func main() {
 		shmem.Free(count)
 		// Before Finalize, as the OSHMEM side of the benchmark does.
 		fmt.Printf("stats %d %.1f %d\n", me, float64(initTime.Microseconds())/1000, peakRSS())
+	case "barriers":
+		// Every round, each PE puts the round's number into its slot on
+		// every PE, and after the barrier finds every slot at that
+		// round: a barrier that let a PE through early, or before the
+		// others' puts were complete, shows as a stale slot.
+		const rounds = 200
+		slots, err := shmem.Calloc[int64](n)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for r := int64(1); r <= rounds; r++ {
+			for pe := range n {
+				shmem.P(&slots[me], r, pe)
+			}
+			shmem.BarrierAll()
+			for pe, v := range slots {
+				if v != r {
+					log.Fatalf("round %d: PE %d's slot is %d after the barrier", r, pe, v)
+				}
+			}
+			shmem.BarrierAll() // nobody writes round r+1 before all have read
+		}
+		shmem.Free(slots)
+		fmt.Printf("barriers %d passed %d rounds\n", me, rounds)
 	case "ring":
 		token, err := shmem.Calloc[int64](1)
 		if err != nil {
