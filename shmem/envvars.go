@@ -26,6 +26,7 @@ var goshmemEnvVars = []EnvVar{
 	{bootstrap.EnvLocalSize, "the number of PEs on this PE's host (set by goshmem-run)"},
 	{bootstrap.EnvFailureTimeout, "how long the job may take to notice a PE or launcher that stopped answering, a Go duration (default 10s; goshmem-run -failure-timeout)"},
 	{envStallReport, "when set, a Go duration: a PE reports where it waits when one of its waits lasts longer (default off; goshmem-run -stall-report)"},
+	{envBarrier, "the job's barrier: auto (the default: a dissemination over every PE, or a central one on a node with more PEs than cores) or node-aware (where the job spans nodes, the PEs of each node gather at a leader through shared memory and only the leaders cross the network; every PE must ask for it)"},
 	{envProfile, "when set, a directory: each PE writes its CPU profile and a summary of its communication there at the last Finalize (default off; goshmem-run -profile)"},
 	{bootstrap.EnvDebug, "when set to anything but 0, the bootstrap's diagnostics (memberlist's log) are logged whatever UCX_LOG_LEVEL says (default off: they are at level debug)"},
 	{ucs.LogLevelEnv, "the level of the library's log on standard error: fatal, error, warn, diag, info, debug, trace, req, data, async, func or poll (default warn; shmem.SetLogger replaces the logger)"},

@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -53,6 +54,7 @@ func Pcontrol(level int) { pcontrolLevel.Store(int64(level)) }
 // goshmem reads at Init.
 type envSettings struct {
 	debug, info, version bool
+	barrier              string // GOSHMEM_BARRIER: barrierAuto or barrierNodeAware
 }
 
 // The environment variables of the specification, with what they do.
@@ -74,7 +76,16 @@ func envOn(name string) bool {
 }
 
 func readEnv() envSettings {
-	return envSettings{debug: envOn("SHMEM_DEBUG"), info: envOn("SHMEM_INFO"), version: envOn("SHMEM_VERSION")}
+	return envSettings{debug: envOn("SHMEM_DEBUG"), info: envOn("SHMEM_INFO"), version: envOn("SHMEM_VERSION"),
+		barrier: cmp.Or(strings.ToLower(strings.TrimSpace(os.Getenv(envBarrier))), barrierAuto)}
+}
+
+// check fails for a setting Init cannot take.
+func (e envSettings) check() error {
+	if e.barrier != barrierAuto && e.barrier != barrierNodeAware {
+		return fmt.Errorf("%s=%q: want %s or %s: %w", envBarrier, os.Getenv(envBarrier), barrierAuto, barrierNodeAware, ErrInvalidArgument)
+	}
+	return nil
 }
 
 // printStartup prints what SHMEM_VERSION and SHMEM_INFO ask for (PE 0 only).

@@ -307,6 +307,9 @@ var member *bootstrap.Member
 var failuresEnd atomic.Bool
 
 func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSettings) (err error) {
+	if err := env.check(); err != nil {
+		return err
+	}
 	params := new(ucp.Params).
 		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64 | ucp.FeatureAM).
 		SetEstimatedNumEPs(m.Size()).
@@ -410,6 +413,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 		resetState()
 		return err
 	}
+	st.env = env
 	if err := st.barrier.chooseScheme(); err != nil {
 		resetState()
 		return err

@@ -869,3 +869,40 @@ func TestHeapSizeMismatch(t *testing.T) {
 		}
 	})
 }
+
+// TestBarrierSetting: GOSHMEM_BARRIER takes auto and node-aware (which on
+// one node is the dissemination: there is nothing to gather); anything
+// else fails Init, naming the variable.
+func TestBarrierSetting(t *testing.T) {
+	for _, tt := range []struct {
+		value   string
+		wantErr bool
+	}{
+		{"auto", false},
+		{"node-aware", false},
+		{"tree", true},
+	} {
+		t.Run(tt.value, func(t *testing.T) {
+			shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: transports[:1], Env: []string{"GOSHMEM_BARRIER=" + tt.value}, NoInit: true}, func(t *testing.T) {
+				err := shmem.Init()
+				if tt.wantErr {
+					if err == nil {
+						shmem.Finalize()
+						t.Fatal("Init succeeded")
+					}
+					if !errors.Is(err, shmem.ErrInvalidArgument) || !strings.Contains(err.Error(), "GOSHMEM_BARRIER") {
+						t.Errorf("Init: %v; want ErrInvalidArgument naming GOSHMEM_BARRIER", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("Init: %v", err)
+				}
+				for range 10 {
+					shmem.BarrierAll()
+				}
+				shmem.Finalize()
+			})
+		})
+	}
+}

@@ -192,17 +192,22 @@ func TestMultiHost(t *testing.T) {
 			t.Errorf("ring across hosts: %v", r)
 		}
 	})
-	t.Run("node-aware barrier", func(t *testing.T) {
-		// A leader per host gathers its host's PEs through shared memory,
-		// and only the leaders cross the network.
-		r := run(t, []string{"SHMEM_INFO=1"}, append(flags, peProgram, "barriers")...)
-		if r.code != 0 || strings.Count(r.stdout, "passed 200 rounds") != 5 {
-			t.Fatalf("barriers across hosts: %v", r)
-		}
-		if !strings.Contains(r.stdout, "barrier:         node-aware (a leader for each of 3 nodes)") {
-			t.Errorf("SHMEM_INFO does not name the node-aware barrier: %v", r)
-		}
-	})
+	for _, tt := range []struct{ barrier, scheme string }{
+		{"auto", "dissemination"},
+		{"node-aware", "node-aware (a leader for each of 3 nodes)"},
+	} {
+		t.Run("barrier "+tt.barrier, func(t *testing.T) {
+			// node-aware: a leader per host gathers its host's PEs through
+			// shared memory, and only the leaders cross the network.
+			r := run(t, []string{"SHMEM_INFO=1", "GOSHMEM_BARRIER=" + tt.barrier}, append(flags, peProgram, "barriers")...)
+			if r.code != 0 || strings.Count(r.stdout, "passed 200 rounds") != 5 {
+				t.Fatalf("barriers across hosts: %v", r)
+			}
+			if !strings.Contains(r.stdout, "barrier:         "+tt.scheme+"\n") {
+				t.Errorf("SHMEM_INFO does not name the barrier %q: %v", tt.scheme, r)
+			}
+		})
+	}
 	t.Run("shared memory on a host, tcp between hosts", func(t *testing.T) {
 		// Each PE maps the heaps of the PEs of its host, and only those.
 		r := run(t, nil, append(flags, peProgram, "reach")...)

@@ -12,7 +12,10 @@
 #
 # Environment: HOSTS (default 2), PPNS (PEs per host, default "1 2"), TESTS
 # (default "put get atomics barrier broadcast reduce collect alltoall"),
-# ROUNDS (default 3), ARGS (extra flags of both sides, e.g. "-max 65536").
+# ROUNDS (default 3), ARGS (extra flags of both sides, e.g. "-max 65536"),
+# CORES_PER_HOST (default unset: every host's processes run on all of this
+# machine's cores; k: host i's processes are bound to cores of their own,
+# (i-1)*k to i*k-1 modulo the machine's, as on hosts of k cores each).
 # Both sides fill each host before the next (PE i < n/2 works with PE
 # i+n/2, on the other host) and use their default transports: shared
 # memory within a host, tcp (the hosts' eth0) between hosts. oshrun binds
@@ -32,7 +35,7 @@ rounds=${ROUNDS:-3}
 args=${ARGS:-}
 
 [ "$(id -u)" = 0 ] || { echo "multihost: needs root (namespaces, veth pairs, a bridge)" >&2; exit 2; }
-for tool in ip unshare nsenter oshcc oshrun go; do
+for tool in ip unshare nsenter taskset oshcc oshrun go; do
 	command -v "$tool" >/dev/null || { echo "multihost: $tool not found" >&2; exit 2; }
 done
 mkdir -p "$out/bin" "$out/ns"
@@ -71,20 +74,25 @@ for i in $(seq "$nhosts"); do
 	nsenter -t "$pid" -n ip addr add "$h/24" dev eth0
 	nsenter -t "$pid" -n ip link set eth0 up
 	echo "$pid" >"$out/ns/$h.pid"
+	cores=0-$(($(nproc) - 1))
+	if [ -n "${CORES_PER_HOST:-}" ]; then
+		cores=$(seq -s, $(((i - 1) * CORES_PER_HOST)) $((i * CORES_PER_HOST - 1)) | tr ',' '\n' | awk -v n="$(nproc)" '{print $1 % n}' | paste -sd,)
+	fi
+	echo "$cores" >"$out/ns/$h.cores"
 	hosts+=("$h")
 done
 rsh=$out/ns/nsrsh
 cat >"$rsh" <<EOF
 #!/bin/sh
 host=\$1; shift
-exec nsenter -t "\$(cat "$out/ns/\$host.pid")" -n -i -u -m -- "\$@"
+exec taskset -c "\$(cat "$out/ns/\$host.cores")" nsenter -t "\$(cat "$out/ns/\$host.pid")" -n -i -u -m -- "\$@"
 EOF
 # oshrun's agent gets its command as one string, for a shell, as ssh does.
 shrsh=$out/ns/nsrsh-sh
 cat >"$shrsh" <<EOF
 #!/bin/sh
 host=\$1; shift
-exec nsenter -t "\$(cat "$out/ns/\$host.pid")" -n -i -u -m -- sh -c "\$*"
+exec taskset -c "\$(cat "$out/ns/\$host.cores")" nsenter -t "\$(cat "$out/ns/\$host.pid")" -n -i -u -m -- sh -c "\$*"
 EOF
 chmod +x "$rsh" "$shrsh"
 
