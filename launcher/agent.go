@@ -12,6 +12,8 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -277,6 +279,12 @@ func (r *agentRun) serve(ctx context.Context) int {
 		reported <- ok
 	}()
 
+	base := r.base[:len(r.base):len(r.base)]
+	if len(r.slots) > 0 {
+		if procs := shareOfCores(base, r.slots[0].localSize); procs != "" {
+			base = append(base, procs)
+		}
+	}
 	for _, s := range r.slots {
 		env := bootstrap.Env{JobID: cfg.JobID, Rank: s.rank, Size: cfg.Size, LocalRank: s.localRank, LocalSize: s.localSize,
 			Seed: cfg.Seed, Key: cfg.Key, FailureTimeout: cfg.FailureTimeout, AgentFD: peAgentFD}
@@ -286,7 +294,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 		}
 		channel, err := agent.Attach(s.rank)
 		if err == nil {
-			err = g.start(s.rank, append(r.base[:len(r.base):len(r.base)], env.Environ()...), in, channel)
+			err = g.start(s.rank, append(base[:len(base):len(base)], env.Environ()...), in, channel)
 			channel.Close() // the PE has its copy
 		}
 		if err != nil {
@@ -375,4 +383,24 @@ func statsLine(agent *cluster.Agent, pes int) string {
 		s.PacketsSent, s.PacketBytesSent, s.PacketsReceived, s.PacketBytesReceived,
 		s.StreamsOpened, s.StreamBytesSent, s.StreamsAccepted, s.StreamBytesReceived,
 		s.LocalFrames, s.LocalBytes, s.Collectives, s.TableBytes, s.MaxSilence.Milliseconds())
+}
+
+// shareOfCores returns the GOMAXPROCS setting ("GOMAXPROCS=N") of the PEs
+// of a host that runs pes of them on fewer cores, each PE's share of the
+// cores (at least 1), or "" where the host has a core for each PE or the
+// environment env sets GOMAXPROCS already. shmem.Init would set the same
+// share itself, but changing GOMAXPROCS stops the world of a runtime that
+// started with a processor per core: 4% of a PE's CPU in a 64-PE start
+// on 2 cores.
+func shareOfCores(env []string, pes int) string {
+	cores := runtime.NumCPU()
+	if pes <= cores {
+		return ""
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			return ""
+		}
+	}
+	return "GOMAXPROCS=" + strconv.Itoa(max(1, cores/pes))
 }

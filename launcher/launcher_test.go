@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -645,5 +646,25 @@ func TestBuildProgram(t *testing.T) {
 
 	if _, _, err := BuildProgram("./testdata/nosuchdir"); err == nil {
 		t.Error("BuildProgram of a missing package succeeded")
+	}
+}
+
+// TestShareOfCores: the PEs of a host with fewer cores than PEs start with
+// their share of the cores as GOMAXPROCS, unless the environment sets it.
+func TestShareOfCores(t *testing.T) {
+	cores := runtime.NumCPU()
+	for _, tt := range []struct {
+		env  []string
+		pes  int
+		want string
+	}{
+		{nil, cores, ""},
+		{nil, 1, ""},
+		{nil, 2*cores + 1, "GOMAXPROCS=1"},
+		{[]string{"PATH=/bin", "GOMAXPROCS=3"}, 4 * cores, ""},
+	} {
+		if got := shareOfCores(tt.env, tt.pes); got != tt.want {
+			t.Errorf("shareOfCores(%q, %d) on %d cores = %q, want %q", tt.env, tt.pes, cores, got, tt.want)
+		}
 	}
 }

@@ -109,7 +109,7 @@ func printInfo(w io.Writer) {
 	fmt.Fprintf(w, "  thread level:    %v\n", threadLevel)
 	fmt.Fprintf(w, "  debug checks:    %v\n", onOff(st.env.debug))
 	fmt.Fprintf(w, "  barrier:         %s\n", st.barrier.scheme())
-	fmt.Fprintf(w, "  GOMAXPROCS:      %d%s\n", runtime.GOMAXPROCS(0), map[bool]string{false: "", true: " (its share of an oversubscribed node's cores)"}[st.oldProcs != 0])
+	fmt.Fprintf(w, "  GOMAXPROCS:      %d%s\n", runtime.GOMAXPROCS(0), map[bool]string{false: "", true: " (its share of an oversubscribed node's cores)"}[st.oldProcs != 0 || st.spin == spinOversubscribed])
 	fmt.Fprintf(w, "  transports from PE %d:\n", st.me)
 	for pe := range st.peers {
 		fmt.Fprintf(w, "    PE %d: %s\n", pe, transportsTo(pe))

@@ -251,8 +251,9 @@ const blobVersion = 1
 // another). The environment variables SHMEM_DEBUG, SHMEM_INFO and
 // SHMEM_VERSION are read here (see the package documentation). On a node
 // with more PEs than cores, Init sets GOMAXPROCS to the PE's share of the
-// cores (at least 1), unless the environment sets GOMAXPROCS; the last
-// Finalize sets it back.
+// cores (at least 1), unless the environment sets GOMAXPROCS (goshmem-run
+// sets it so in the environment of such a host's PEs, so that their
+// runtimes start that way); the last Finalize sets it back.
 //
 // Init may be called more than once (OpenSHMEM 1.6): a call while the
 // library is initialized does nothing but count, and each call must be
