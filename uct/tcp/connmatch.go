@@ -60,6 +60,7 @@ type matchConn struct {
 	oneWay   bool   // dialed with hsFlagOneWay: never pointed at
 	promised bool   // dialed: a peer's client was told to use it (hsUseMine)
 	state    matchState
+	ep       *EP // its EP, once authenticated (set before handshakeDone)
 }
 
 // connMatch is an iface's record of its connections by peer iface; its
@@ -170,6 +171,18 @@ func (m *connMatch) hello(peer, id uint64, oneWay bool) (verdict uint8, mine uin
 	m.peers[peer] = append(m.peers[peer], c)
 	m.notifyLocked()
 	return hsAccept, 0, c
+}
+
+// release forgets c, an inbound connection, when no EP of this iface took
+// it yet (its peer's EP said goodbye: none will): true then.
+func (m *connMatch) release(c *matchConn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.dialed || c.state != matchOpen {
+		return false
+	}
+	m.removeLocked(c)
+	return true
 }
 
 // forget removes c, whose connection ended (or whose peer's EP said

@@ -203,6 +203,9 @@ func (s *inStream) serveLocked(progress bool) (int, bool) {
 	}
 	s.fd = -1
 	s.sock.release()
+	if s.sock.closing() {
+		s.fail(net.ErrClosed) // its EP broke the connection (EP.killLocked)
+	}
 	if s.err != nil {
 		return s.frames, s.finish()
 	}
