@@ -306,34 +306,40 @@ func (e *EP) settleLocked() {
 // queueGoodbyeLocked drops the operations not started, finishes one
 // started from a copy of its rest (its completion is signalled with
 // ucs.ErrCanceled: the caller's buffers are free), and queues the goodbye
-// kind; nobody writes, and e.mu is held.
+// kind after the replies; nobody writes, and e.mu is held.
 func (e *EP) queueGoodbyeLocked(kind uint8) {
 	i := e.iface
-	kept := e.q[:e.front]
-	for _, f := range e.q[e.front:] {
-		if f.reply { // an earlier goodbye
-			kept = append(kept, f)
+	kept := e.q[:0]
+	front := 0
+	for k, f := range e.q {
+		switch {
+		case f.reply: // replies, and an earlier goodbye
+		case k == 0 && f.off > 0:
+			if f.comp != nil {
+				rest := newFrame(f.size - f.off)
+				b := rest.buf[:0]
+				for _, p := range f.appendBuffers(nil) {
+					b = append(b, p...)
+				}
+				i.pushCompQuiet(f.comp, ucs.ErrCanceled)
+				f.release()
+				f = rest
+			}
+		default:
+			if f.comp != nil {
+				i.pushCompQuiet(f.comp, ucs.ErrCanceled)
+			}
+			e.queued -= f.size - f.off
+			f.release()
 			continue
 		}
-		if f.comp != nil {
-			i.pushCompQuiet(f.comp, ucs.ErrCanceled)
+		kept = append(kept, f)
+		if !f.bye {
+			front = len(kept)
 		}
-		e.queued -= f.size - f.off
-		f.release()
 	}
 	clear(e.q[len(kept):])
-	e.q = kept
-	if len(e.q) > 0 && !e.q[0].reply && e.q[0].comp != nil {
-		f := e.q[0]
-		rest := newFrame(f.size - f.off)
-		b := rest.buf[:0]
-		for _, p := range f.appendBuffers(nil) {
-			b = append(b, p...)
-		}
-		i.pushCompQuiet(f.comp, ucs.ErrCanceled)
-		f.release()
-		e.q[0] = rest
-	}
+	e.q, e.front = kept, front
 	var f *txFrame
 	switch {
 	case kind == byeIface && e.rx != nil && !e.rxDone:
@@ -350,7 +356,7 @@ func (e *EP) queueGoodbyeLocked(kind uint8) {
 		e.rxDone = true
 	}
 	if f != nil {
-		f.reply = true // not an operation: it counts against no queue
+		f.reply, f.bye = true, true // not an operation: it counts against no queue
 		e.q = append(e.q, f)
 	}
 	i.markDirty()
@@ -403,7 +409,7 @@ func (r *epReader) ended(err error) {
 		e.killLocked(failStatus(err), err)
 	}
 	e.killLocked(ucs.ErrConnectionReset, nil)
-	serving := e.rx != nil && !e.peerBye
+	serving := e.rx != nil && (err != io.EOF || !e.peerBye)
 	e.mu.Unlock()
 	if e.match != nil {
 		i.match.forget(e.match)

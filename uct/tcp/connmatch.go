@@ -109,6 +109,15 @@ func (m *connMatch) removeLocked(c *matchConn) {
 func (m *connMatch) claimOrDial(peer, want uint64, oneWay bool) (c *matchConn, wait <-chan struct{}, gone bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !oneWay && want == 0 {
+		// An EP of this iface shares a connection with the peer, or
+		// dials one to share, already: only one pair of EPs shares.
+		for _, x := range m.peers[peer] {
+			if x.dialed && !x.oneWay || !x.dialed && x.state == matchClaimed {
+				oneWay = true
+			}
+		}
+	}
 	if !oneWay {
 		var handshaking bool
 		for _, x := range m.peers[peer] {
@@ -226,10 +235,10 @@ func (m *connMatch) connect(peer uint64, deadline time.Time, dial func(c *matchC
 		if !c.dialed {
 			return c, nil
 		}
-		err := dial(c, oneWay)
+		err := dial(c, c.oneWay)
 		m.handshakeDone(c, err == nil)
 		var u *useMineError
-		if errors.As(err, &u) && !oneWay {
+		if errors.As(err, &u) && !c.oneWay {
 			want = u.connID
 			waitUntil = time.Now().Add(time.Until(deadline) / 2)
 			continue

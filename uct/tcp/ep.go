@@ -18,12 +18,14 @@ import (
 // and whatever was copied (the whole frame for short and bcopy operations),
 // iov the caller's buffers of a zcopy operation.
 type txFrame struct {
-	buf  []byte
-	iov  [][]byte
+	buf   []byte
+	iov   [][]byte
 	size  int // bytes of the frame
 	off   int // bytes of it written already
 	comp  *uct.Completion
 	reply bool // an answer of the iface's target role, not an operation of the EP
+	ack   bool // a whole acknowledgement (reply): a newer one may take its place
+	bye   bool // a goodbye (reply): the last frame of its role (close.go)
 }
 
 // appendBuffers appends the bytes of f not written yet to bufs.
@@ -83,10 +85,10 @@ func (f *txFrame) release() {
 // epconn.go); until then its operations fail with ucs.ErrNotConnected.
 type EP struct {
 	iface  *Iface
-	sock   *sock       // the connection's socket; nil until connected
-	in     *inStream   // the stream of what the peer sends
-	rx     *rxConn     // the target role: answers the peer's operations; nil on a one-way connection
-	match  *matchConn  // connection matching's record of the connection; nil for connect to EP
+	sock   *sock      // the connection's socket; nil until connected
+	in     *inStream  // the stream of what the peer sends
+	rx     *rxConn    // the target role: answers the peer's operations; nil on a one-way connection
+	match  *matchConn // connection matching's record of the connection; nil for connect to EP
 	peer   string
 	issued atomic.Uint64 // frames posted
 	acked  atomic.Uint64 // frames the peer acknowledged
@@ -95,15 +97,18 @@ type EP struct {
 	wrote  atomic.Uint64 // writes that took bytes (heartbeats, alive.go)
 	shutAt atomic.Int64  // when this side shut its sending side down (UnixNano), or 0
 
-	mu     sync.Mutex // guards the fields below
-	q      []*txFrame
-	front  int          // q[:front] are a frame started and replies: replies queue behind them
-	queued int          // bytes of operations queued
-	writing bool         // an operation, a reply, Progress or the poller writes to the socket
-	wbufs   [][]byte     // the buffers of a write; used by whoever set writing
-	iov     []unix.Iovec // the same, as the kernel's vector
-	ackReq  uint64       // frame count of the last acknowledgement request
-	lastOp  uint64       // frame count of the last frame that is not an acknowledgement request
+	mu    sync.Mutex // guards the fields below
+	q     []*txFrame
+	front int // q[:front] are a frame started and replies: replies queue behind them
+	// inflight is the number of frames at the head of q that a write has
+	// in flight (writeQueueLocked): a reply queues behind them too.
+	inflight int
+	queued   int          // bytes of operations queued
+	writing  bool         // an operation, a reply, Progress or the poller writes to the socket
+	wbufs    [][]byte     // the buffers of a write; used by whoever set writing
+	iov      []unix.Iovec // the same, as the kernel's vector
+	ackReq   uint64       // frame count of the last acknowledgement request
+	lastOp   uint64       // frame count of the last frame that is not an acknowledgement request
 	// lastRemote is the frame count of the last frame that completes at
 	// the peer (a put, get or atomic): a flush waits for the peer to
 	// acknowledge it. An active message is complete once written, as in
@@ -391,7 +396,7 @@ func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status
 		f.release()
 		return ucs.InProgress, seq
 	}
-	e.settleLocked() // others queued meanwhile, a goodbye due
+	e.writeQueueLocked() // others queued meanwhile, a goodbye due
 	e.mu.Unlock()
 	f.release()
 	return ucs.OK, seq
@@ -433,12 +438,13 @@ func (e *EP) writeQueueLocked() {
 		bufs = f.appendBuffers(bufs)
 		nf++
 	}
+	e.inflight = nf
 	e.mu.Unlock()
 	n, err := e.sock.writev(bufs, &e.iov)
 	clear(bufs)
 	e.wbufs = bufs[:0]
 	e.mu.Lock()
-	e.writing = false
+	e.writing, e.inflight = false, 0
 	if n > 0 {
 		e.wrote.Add(1)
 	}
@@ -527,20 +533,24 @@ func (e *EP) reply(hold *region, a, b []byte) error {
 			e.front++
 			e.in.interestTx(true)
 		}
-		e.settleLocked()
+		e.writeQueueLocked() // others queued meanwhile, a goodbye due
 		return nil
 	}
 	if !e.writing && e.front > 0 && len(b) == 0 && a[0] == frameAck {
-		if last := e.q[e.front-1]; last.reply && last.off == 0 && last.buf[0] == frameAck {
+		if last := e.q[e.front-1]; last.ack && last.off == 0 {
 			copy(last.buf, a)
 			return nil
 		}
 	}
 	f := replyFrame(a, b)
+	f.ack = len(b) == 0 && a[0] == frameAck
+	// Behind the frame started and the replies, and behind the frames a
+	// write has in flight.
+	pos := max(e.front, e.inflight)
 	e.q = append(e.q, nil)
-	copy(e.q[e.front+1:], e.q[e.front:])
-	e.q[e.front] = f
-	e.front++
+	copy(e.q[pos+1:], e.q[pos:])
+	e.q[pos] = f
+	e.front = pos + 1
 	if !e.writing {
 		e.writeQueueLocked()
 	}

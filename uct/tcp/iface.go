@@ -88,7 +88,7 @@ type Iface struct {
 	flushes    []*flushWaiter
 	failed     []*EP
 	eps        map[*EP]struct{}
-	epIDs      map[uint64]*EP // EPs created unconnected, by id
+	epIDs      map[uint64]*EP       // EPs created unconnected, by id
 	rxConns    map[*rxConn]struct{} // the one-way connections accepted
 	conns      map[*EP]struct{}     // the EPs of every other connection, those no user holds included
 	match      *connMatch
