@@ -35,12 +35,19 @@ import (
 // each way, as it would without matching. An EP never changes
 // connections: it gets one before it can send anything.
 //
-// Not wired in yet: EPCreate and the accept path still use one connection
-// per EP. Sharing a socket needs one writer per socket (the iface's
-// replies queued behind the EP's frames, so that no reader stops reading)
-// and a goodbye per direction first: with today's flow control, two EPs on
-// one socket can each stop reading while their replies wait behind a large
-// put the other has not read (issue 13).
+// Wiring (ep.go, accept.go): EPCreate runs connect, with a dial that
+// opens the connection's EP (openConn) before the handshake is recorded
+// done; an accepted hello goes through hello, and an accepted connection
+// that may be shared gets its EP before handshakeDone, so that the EP an
+// EP of this iface takes (claim) is there. Only one EP per peer iface
+// shares a connection: claimOrDial dials one-way when this iface shares
+// one with the peer already (a dial of its own that is not one-way, or an
+// inbound connection taken). A connection that no EP of this iface took
+// is released (release) when the peer's EP says goodbye on it; the record
+// of every other one is forgotten when it ends. One writer per socket
+// (the EP, with the iface's answers queued behind the frame started) and
+// a goodbye per role (close.go) make the sharing safe: no reader stops
+// reading because its answers cannot be written.
 
 // matchState is the state of a matchConn.
 type matchState uint8
