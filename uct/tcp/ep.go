@@ -23,9 +23,10 @@ type txFrame struct {
 	size  int // bytes of the frame
 	off   int // bytes of it written already
 	comp  *uct.Completion
-	reply bool // an answer of the iface's target role, not an operation of the EP
-	ack   bool // a whole acknowledgement (reply): a newer one may take its place
-	bye   bool // a goodbye (reply): the last frame of its role (close.go)
+	reply bool    // an answer of the iface's target role, not an operation of the EP
+	ack   bool    // a whole acknowledgement (reply): a newer one may take its place
+	bye   bool    // a goodbye (reply): the last frame of its role (close.go)
+	pin   *region // the region iov lies in, pinned until the frame is released (EP.reply)
 }
 
 // appendBuffers appends the bytes of f not written yet to bufs.
@@ -57,6 +58,9 @@ func newFrame(hdr int) *txFrame {
 
 // release gives f and its buffer back to their pools.
 func (f *txFrame) release() {
+	if f.pin != nil {
+		f.pin.pins.Add(-1)
+	}
 	putBuf(f.buf)
 	clear(f.iov)
 	*f = txFrame{iov: f.iov[:0]}
@@ -494,8 +498,10 @@ func (e *EP) writeQueueLocked() {
 // iface's target role (rxConn.write), at the next frame boundary: now,
 // when nothing is queued or being written, otherwise queued behind the
 // frame started and the replies queued, ahead of operations not started
-// yet. What is queued is copied; hold, when not nil, is the region b
-// lies in, read-locked: it is unlocked before reply returns. An
+// yet. What is queued is copied, but for the data of a get reply: hold,
+// when not nil, is the region b lies in, read-locked (it is unlocked
+// before reply returns), and the queued frame pins it instead, so that
+// MemDereg waits until it was written, and no reader waits for it. An
 // acknowledgement queued last and not started yet takes the count of a
 // newer one. The caller, the stream's reader, holds the stream's lock:
 // a write that fails is returned (the stream ends, and with it the EP),
@@ -526,7 +532,7 @@ func (e *EP) reply(hold *region, a, b []byte) error {
 		}
 		if n < len(a)+len(b) && !e.dead {
 			k := min(n, len(a))
-			f := replyFrame(a[k:], b[n-k:])
+			f := replyFrame(hold, a[k:], b[n-k:])
 			e.q = append(e.q, nil)
 			copy(e.q[1:], e.q)
 			e.q[0] = f
@@ -542,7 +548,7 @@ func (e *EP) reply(hold *region, a, b []byte) error {
 			return nil
 		}
 	}
-	f := replyFrame(a, b)
+	f := replyFrame(hold, a, b)
 	f.ack = len(b) == 0 && a[0] == frameAck
 	// Behind the frame started and the replies, and behind the frames a
 	// write has in flight.
@@ -557,8 +563,20 @@ func (e *EP) reply(hold *region, a, b []byte) error {
 	return nil
 }
 
-// replyFrame returns a reply frame holding a copy of a and b.
-func replyFrame(a, b []byte) *txFrame {
+// replyFrame returns a reply frame holding a copy of a and b; or of a
+// only, when b lies in the region hold (read-locked): b is then sent from
+// the region, which the frame pins.
+func replyFrame(hold *region, a, b []byte) *txFrame {
+	if hold != nil && len(b) > 0 {
+		f := newFrame(len(a))
+		copy(f.buf, a)
+		f.iov = append(f.iov, b)
+		f.size += len(b)
+		f.pin = hold
+		hold.pins.Add(1)
+		f.reply = true
+		return f
+	}
 	f := newFrame(len(a) + len(b))
 	copy(f.buf, a)
 	copy(f.buf[len(a):], b)
