@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -316,5 +317,55 @@ func TestSharedDestroyOneSide(t *testing.T) {
 	}
 	if s := logs.String(); s != "" {
 		t.Errorf("logged:\n%s", s)
+	}
+}
+
+// TestSharedGetReplyPinsRegion checks that a large get reply queued on a
+// shared connection is sent from the registered memory, which it pins:
+// MemDereg of that memory waits until it was written.
+func TestSharedGetReplyPinsRegion(t *testing.T) {
+	md := testMD(t)
+	a, b := openIface(t, md, nil), openIface(t, md, nil)
+	ab, ba := connectBoth(t, a, b)
+	if ba.rx == nil {
+		t.Fatal("not a shared connection")
+	}
+	const size = 8 << 20
+	src := pattern(size, 5)
+	bmem := make([]byte, size)
+	copy(bmem, src)
+	h, err := md.MemReg(unsafe.Pointer(&bmem[0]), size, uct.MemAccessDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed, _ := md.MkeyPack(h)
+	rk, err := (&Component{}).RkeyUnpack(packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer (&Component{}).RkeyRelease(rk)
+	dst := make([]byte, size)
+	done := false
+	comp := &uct.Completion{Count: 1, Func: func(*uct.Completion) { done = true }}
+	if st := ab.GetZcopy([]uct.IOV{{Buffer: dst}}, uint64(uintptr(unsafe.Pointer(&bmem[0]))), rk.Rkey, comp); st != ucs.InProgress {
+		t.Fatal(st)
+	}
+	// b reads the get and answers; a does not read, so the reply waits.
+	pinned := func() bool { return h.(*Memh).r.pins.Load() > 0 }
+	progressUntil(t, pinned, b)
+	dereg := make(chan error, 1)
+	go func() { dereg <- md.MemDereg(h) }()
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case err := <-dereg:
+		t.Fatalf("MemDereg returned (%v) while a reply from the region waits", err)
+	default:
+	}
+	progressUntil(t, func() bool { return done }, a, b)
+	if comp.Status != ucs.OK || !bytes.Equal(dst, src) {
+		t.Fatalf("get: %v, data equal %v", comp.Status, bytes.Equal(dst, src))
+	}
+	if err := <-dereg; err != nil {
+		t.Fatal(err)
 	}
 }
