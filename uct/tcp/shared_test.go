@@ -325,12 +325,13 @@ func TestSharedDestroyOneSide(t *testing.T) {
 // MemDereg of that memory waits until it was written.
 func TestSharedGetReplyPinsRegion(t *testing.T) {
 	md := testMD(t)
-	a, b := openIface(t, md, nil), openIface(t, md, nil)
+	// a's poller does not step in: a reads only when the test progresses it.
+	a, b := openIface(t, md, nil, "PASSIVE_DELAY=10s"), openIface(t, md, nil)
 	ab, ba := connectBoth(t, a, b)
 	if ba.rx == nil {
 		t.Fatal("not a shared connection")
 	}
-	const size = 8 << 20
+	const size = 32 << 20 // more than the sockets' buffers hold
 	src := pattern(size, 5)
 	bmem := make([]byte, size)
 	copy(bmem, src)
