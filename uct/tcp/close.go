@@ -410,6 +410,7 @@ func (r *epReader) ended(err error) {
 	}
 	e.killLocked(ucs.ErrConnectionReset, nil)
 	serving := e.rx != nil && (err != io.EOF || !e.peerBye)
+	from := e.peer
 	e.mu.Unlock()
 	if e.match != nil {
 		i.match.forget(e.match)
@@ -422,9 +423,9 @@ func (r *epReader) ended(err error) {
 		return
 	}
 	if err == io.EOF {
-		i.warn.closed.Logf("the connection from %v (iface %#x) ended without a goodbye (the peer exited or was killed)", e.peer, e.rx.peerID)
+		i.warn.closed.Logf("the connection with %v (iface %#x) ended without a goodbye (the peer exited or was killed)", from, e.rx.peerID)
 	} else {
-		i.warn.closed.Logf("closed the connection from %v (iface %#x): %v", e.peer, e.rx.peerID, err)
+		i.warn.closed.Logf("closed the connection with %v (iface %#x): %v", from, e.rx.peerID, err)
 	}
 }
 

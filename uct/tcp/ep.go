@@ -185,7 +185,7 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 		if err != nil {
 			return nil, fmt.Errorf("uct/tcp: ep create: %w", err)
 		}
-		if e := mc.ep; e.claim() {
+		if e := mc.ep; e.claim(peer) {
 			return e, nil
 		}
 		// The connection ended before the EP took it.
@@ -226,16 +226,16 @@ func (i *Iface) openConn(c *net.TCPConn, peer string, rx bool, mc *matchConn, in
 	return e, nil
 }
 
-// claim makes the EP the caller's (EPCreate): false when its connection
-// ended already.
-func (e *EP) claim() bool {
+// claim makes the EP the caller's (EPCreate), whose log lines name the
+// peer iface's address peer: false when its connection ended already.
+func (e *EP) claim(peer string) bool {
 	i := e.iface
 	e.mu.Lock()
 	if e.dead || e.failed {
 		e.mu.Unlock()
 		return false
 	}
-	e.claimed = true
+	e.claimed, e.peer = true, peer
 	e.mu.Unlock()
 	i.mu.Lock()
 	i.eps[e] = struct{}{}
