@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // Accepting connections.
@@ -67,23 +69,35 @@ func (i *Iface) accept() {
 
 // serve authenticates an accepted connection (el, in i.handshakes), takes
 // it out of Go's poller and enters its stream in the poll set, where
-// Progress and the poller read it (rx.go); a connection authenticated
-// after Close began hears the goodbye at once.
+// Progress and the poller read it (rx.go). A hello that may share the
+// connection goes through connection matching (connmatch.go): the
+// connection gets an EP, which an EP of this iface to the client's iface
+// may take (EPCreate), or the client is told to use a connection this
+// iface dialed to it. A one-way hello (a connection to an EP, or a second
+// EP of the client's iface) gets a one-way stream. A connection
+// authenticated after Close began hears the goodbye at once.
 func (i *Iface) serve(c net.Conn, el *list.Element) {
 	defer i.wg.Done()
 	from := c.RemoteAddr()
 	var reserved uint64
+	var mc *matchConn
 	hello, err := serverHandshake(c, i.cfg.key, i.id, time.Now().Add(i.cfg.hsTimeout), func(h *handshake) (uint8, uint64, error) {
 		if h.typ == hsHelloEP {
 			if err := i.reserveEP(h.epID); err != nil {
 				return 0, 0, err
 			}
 			reserved = h.epID
+			return hsAccept, 0, nil
 		}
-		return hsAccept, 0, nil
+		verdict, mine, m := i.match.hello(h.clientID, h.connID, h.flags&hsFlagOneWay != 0)
+		mc = m
+		return verdict, mine, nil
 	})
 	if err != nil && reserved != 0 {
 		i.releaseEP(reserved)
+	}
+	if err != nil && mc != nil {
+		i.match.handshakeDone(mc, false)
 	}
 	i.mu.Lock()
 	hs := el.Value.(*handshaking)
@@ -95,12 +109,26 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 	i.mu.Unlock()
 	if err != nil {
 		c.Close()
-		if !closed && !hs.evicted {
+		var u *useMineError
+		if !closed && !hs.evicted && !errors.As(err, &u) {
 			i.warn.refused.Logf("refused a connection from %v: %v", from, err)
 		}
 		return
 	}
 	tc := c.(*net.TCPConn)
+	if mc != nil {
+		e, err := i.openConn(tc, from.String(), true, mc, true)
+		if err != nil {
+			i.match.handshakeDone(mc, false)
+			if !errors.Is(err, ucs.ErrCanceled) {
+				i.warn.closed.Logf("closed the connection from %v: %v", from, err)
+			}
+			return
+		}
+		mc.ep = e
+		i.match.handshakeDone(mc, true)
+		return
+	}
 	i.cfg.setLiveness(tc)
 	sk, err := detach(tc)
 	if err != nil {

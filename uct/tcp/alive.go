@@ -51,8 +51,21 @@ func (c *ifaceConfig) setLiveness(conn *net.TCPConn) {
 
 // tick sends a heartbeat when nothing was written to the client since the
 // last tick. Nothing is sent while a reply waits to be written: the
-// client then has bytes to read anyway.
+// client then has bytes to read anyway. On a shared connection the
+// target role beats until it said goodbye, or the peer's EP did.
 func (s *rxConn) tick(uint64) error {
+	if e := s.ep; e != nil {
+		// Whatever the EP wrote counts, its operations included.
+		w := e.wrote.Load()
+		e.mu.Lock()
+		busy := w != s.lastWrote || len(e.q) > 0 || e.writing || e.rxDone
+		e.mu.Unlock()
+		if s.lastWrote = w; busy {
+			return nil
+		}
+		putFrameHeader(s.beat[:], frameAlive, 0, 0)
+		return s.write(nil, s.beat[:], nil)
+	}
 	if s.sent || len(s.in.out) > 0 {
 		s.sent = false
 		return nil
@@ -64,11 +77,21 @@ func (s *rxConn) tick(uint64) error {
 	return nil
 }
 
-// tick fails the EP's stream when it read nothing from the peer, which
-// beats every fifth of the peer timeout, for the timeout less one check.
+// tick fails the stream of an EP the user holds when it read nothing from
+// the peer, which beats every fifth of the peer timeout, for the timeout
+// less one check; on a shared connection it also ticks the target role.
 func (r *epReader) tick(reads uint64) error {
+	e := r.e
+	if e.rx != nil {
+		if err := e.rx.tick(reads); err != nil {
+			return err
+		}
+	}
 	now := time.Now()
-	if reads != r.reads {
+	e.mu.Lock()
+	live := e.claimed && !e.failed
+	e.mu.Unlock()
+	if reads != r.reads || !live {
 		r.reads, r.heard = reads, now
 		return nil
 	}

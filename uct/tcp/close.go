@@ -15,23 +15,40 @@ import (
 //
 // Every job ends with each process closing its EPs and ifaces while its
 // peers still run, and a peer must tell that apart from a death. So each
-// side says goodbye before it closes: a destroyed EP writes a
-// frameEPClose, and a closing iface writes a frameIfaceClose on each
-// connection it accepted, with the number of the client's frames it
-// processed. The side that said goodbye shuts its sending side down and
-// reads what still comes until the other side closes too (at most
-// closeLinger), so that no unread byte makes its kernel answer with a
-// reset that the other side would take for a failure.
+// side says goodbye before it closes, once per role it has on a
+// connection:
 //
-// A server that reads frameEPClose ends the connection quietly. An EP that
-// reads frameIfaceClose ends quietly when the peer processed every
-// operation it sent (all but acknowledgement requests after them): later
-// operations fail with ucs.ErrConnectionReset, a flush of what was
-// acknowledged succeeds, and neither the error handler nor the log hears
-// of it. When operations were lost it fails as on any error. A connection
-// that ends without a goodbye (the peer was killed, or exited without
-// closing) is a failure: the EP's error handler is called, the iface logs
-// it.
+//   - frameEPClose: "no more operations from me". A destroyed EP writes
+//     it (after the frame being written, if any; the operations not
+//     started are dropped); so does the iface for a shared connection
+//     that no EP of it took, once the peer's EP said goodbye (nothing
+//     will take it any more).
+//   - frameIfaceClose, with the number of the peer's frames processed:
+//     "no more answers, and no more operations, from me". A closing iface
+//     writes it on every connection where it answers a peer's EP (after
+//     the replies queued), or frameEPClose where it has only an EP.
+//
+// A side has said all it will when its EP role ended (its goodbye queued,
+// or it has none: a one-way connection accepted) and its target role
+// ended (the peer said frameEPClose, so nothing more is to be answered;
+// its own frameIfaceClose; or it has none: a one-way connection dialed).
+// Once all it queued is written it shuts its sending side down, and reads
+// what still comes until the other side closes too (at most closeLinger),
+// so that no unread byte makes its kernel answer with a reset that the
+// other side would take for a failure. A connection thus closes when both
+// roles of both sides are done.
+//
+// A target role that reads frameEPClose stops answering (frames of the
+// peer's operations after it close the connection); the EP of that side,
+// if any, goes on sending. An EP that reads frameIfaceClose ends quietly
+// when the peer processed every operation it sent (all but
+// acknowledgement requests after them): later operations fail with
+// ucs.ErrConnectionReset, a flush of what was acknowledged succeeds, and
+// neither the error handler nor the log hears of it. When operations were
+// lost it fails as on any error. A connection that ends without the
+// goodbyes due (the peer was killed, or exited without closing) is a
+// failure: the EP's error handler is called (an EP of the user's that is
+// live), the iface logs it.
 
 // closeLinger bounds how long the side that said goodbye waits for the
 // other to close its side.
@@ -51,8 +68,8 @@ func (e *ifaceClosedError) Error() string {
 // goodbye failed.
 var errNoGoodbye = fmt.Errorf("the peer closed the connection without a goodbye (it exited or was killed): %w", io.EOF)
 
-// Close closes the listener and every accepted connection and EP of the
-// iface, saying goodbye on each (see the top of close.go): the EPs'
+// Close closes the listener and every connection and EP of the iface,
+// saying goodbye on each (see the top of close.go): the EPs'
 // outstanding operations fail with ucs.ErrCanceled, and the peers' EPs end
 // quietly. It waits until every connection ended (at most a second after
 // its goodbye, when the peer does not close its side) and the iface's
@@ -65,9 +82,15 @@ func (i *Iface) Close() {
 		return
 	}
 	i.closed = true
-	eps := make([]*EP, 0, len(i.eps))
+	var unconn []*EP // EPs without a connection
 	for e := range i.eps {
-		eps = append(eps, e)
+		if e.sock == nil {
+			unconn = append(unconn, e)
+		}
+	}
+	conns := make([]*EP, 0, len(i.conns))
+	for e := range i.conns {
+		conns = append(conns, e)
 	}
 	rx := make([]*rxConn, 0, len(i.rxConns))
 	for c := range i.rxConns {
@@ -89,8 +112,13 @@ func (i *Iface) Close() {
 	for _, c := range rx {
 		c.closeInOrder(deadline)
 	}
-	for _, e := range eps {
-		e.end(ucs.ErrCanceled, nil, true)
+	for _, e := range conns {
+		e.closeInOrder(deadline)
+	}
+	for _, e := range unconn {
+		e.mu.Lock()
+		e.endTxLocked(ucs.ErrCanceled, nil)
+		e.mu.Unlock()
 	}
 	i.wg.Wait() // the listener's goroutine and the handshakes
 	// The poller ends the streams: it reads and writes them, whether
@@ -146,38 +174,6 @@ func (c *rxConn) closeInOrder(deadline time.Time) {
 	}
 }
 
-// startDrain has the stream of an EP that said goodbye drop what still
-// comes until the peer closes its side, or until deadline.
-func (s *inStream) startDrain(deadline time.Time) {
-	s.mu.Lock()
-	if s.state == streamOpen {
-		if s.inFrame {
-			s.inFrame = false
-			s.h.abort(errGoodbye)
-		}
-		s.state, s.deadline = streamDraining, deadline
-		s.interest(true, false)
-	}
-	s.mu.Unlock()
-	s.interestTx(false)
-}
-
-// ended ends the EP whose stream ended (see frameHandler).
-func (r *epReader) ended(err error) {
-	e := r.e
-	var closed *ifaceClosedError
-	switch {
-	case err == errGoodbye:
-		// This side said goodbye: the EP ended already.
-	case errors.As(err, &closed):
-		e.peerClosed(closed.processed)
-	case err == io.EOF:
-		e.fail(ucs.ErrConnectionReset, errNoGoodbye)
-	default:
-		e.fail(failStatus(err), err)
-	}
-}
-
 // ended forgets the connection, and logs why it ended unless in order
 // (the client's or this side's goodbye, or the iface closing).
 func (c *rxConn) ended(err error) {
@@ -195,40 +191,36 @@ func (c *rxConn) ended(err error) {
 	}
 }
 
-// end moves the EP to status st, once: queued frames are dropped and
-// their completions, and those of its gets and atomics, signalled with
-// st. A non-nil cause is a failure: it is logged and the iface's error
-// handler called from Progress (unless the iface closes). With bye the EP
-// closes in order (Destroy, iface Close): it says goodbye when the
-// connection is between frames, and its stream then drains until the
-// peer closes; otherwise the connection is closed at once.
-func (e *EP) end(st ucs.Status, cause error, bye bool) {
-	e.mu.Lock()
-	e.endLocked(st, cause, bye)
-}
+// Goodbyes that wait for the EP's writer (EP.byeDue), in the order in
+// which a later one covers an earlier one.
+const (
+	byeEP    uint8 = 1 // the EP ended: frameEPClose
+	byeIface uint8 = 2 // the iface closes: frameIfaceClose, or frameEPClose without a target role
+)
 
-// endLocked is end with e.mu held; it unlocks it.
-func (e *EP) endLocked(st ucs.Status, cause error, bye bool) {
+// endTxLocked ends the EP's role, once: operations fail with st from now
+// on, and the gets and atomics waiting for replies complete with st
+// (replies still due to them are dropped when they come). A non-nil cause
+// is a failure of an EP the user holds: it is logged and the iface's error
+// handler called from Progress (unless the iface closes). e.mu is held.
+func (e *EP) endTxLocked(st ucs.Status, cause error) {
 	if e.failed {
-		e.mu.Unlock()
 		return
 	}
 	e.failed = true
-	// A goodbye must not cut a frame in two: nobody may be writing, and
-	// no frame may be written in part.
-	bye = bye && e.in != nil && !e.writing && (len(e.q) == 0 || e.q[0].off == 0)
-	if bye {
-		e.writing = true // for good: nothing is written after the goodbye
-	}
 	waits := e.takeWaits()
+	if !e.dead {
+		e.abandoned += len(waits)
+	}
 	// The error becomes visible under i.mu, with the EP queued for the
 	// error handler: Progress, which reads both under i.mu, never sees a
 	// flush end with the error before the handler is due.
 	i := e.iface
 	i.mu.Lock()
+	report := cause != nil && e.claimed && !i.closed
 	// The log names the peer before the error handler can run: whoever
 	// handles the failure finds it logged.
-	if cause != nil && !i.closed && !errors.Is(cause, net.ErrClosed) {
+	if report && !errors.Is(cause, net.ErrClosed) {
 		i.log.Logf(ucs.LogWarn, "uct/tcp: ep to %s failed: %v", e.peer, cause)
 	}
 	e.err.Store(int32(st))
@@ -237,26 +229,35 @@ func (e *EP) endLocked(st ucs.Status, cause error, bye bool) {
 			i.comps = append(i.comps, compEvent{w.comp, st})
 		}
 	}
-	if cause != nil && !i.closed {
+	if report {
 		i.failed = append(i.failed, e)
 	}
 	i.mu.Unlock()
-	if !e.writing || bye {
-		// A writer that is at it drops the queue once its write returns.
-		e.dropQueueLocked(st)
-	}
-	e.mu.Unlock()
-	if e.in != nil && (!bye || !e.goodbye()) {
-		e.in.end(net.ErrClosed, true)
-	}
 	for _, w := range waits {
 		w.release()
 	}
 	i.markDirty()
 }
 
-// dropQueueLocked drops the frames queued on the failed EP, signalling
-// their completions with st; e.mu is held.
+// killLocked breaks the connection, once: the EP's role ends with st
+// (endTxLocked; cause as there), what is queued is dropped (by the writer
+// at it, if any), and the socket is closed at once; its stream sees that
+// when it is served or ticked next (within houseEvery) and ends. It takes
+// no lock of the stream, whose reader may be the caller. e.mu is held.
+func (e *EP) killLocked(st ucs.Status, cause error) {
+	if e.dead {
+		return
+	}
+	e.dead = true
+	e.endTxLocked(st, cause)
+	if !e.writing {
+		e.dropQueueLocked(e.status())
+	}
+	e.sock.close()
+}
+
+// dropQueueLocked drops the frames queued, signalling the completions of
+// their operations with st; e.mu is held.
 func (e *EP) dropQueueLocked(st ucs.Status) {
 	for k, f := range e.q {
 		if f.comp != nil {
@@ -265,36 +266,201 @@ func (e *EP) dropQueueLocked(st ucs.Status) {
 		f.release()
 		e.q[k] = nil
 	}
-	e.q, e.queued = e.q[:0], 0
+	e.q, e.queued, e.front = e.q[:0], 0, 0
+	e.iface.markDirty()
 }
 
-// goodbye writes a frameEPClose, shuts the sending side down and has the
-// stream drain until the peer closes; it reports whether the socket took
-// the frame at once.
-func (e *EP) goodbye() bool {
-	var b [frameHeaderLen]byte
-	putFrameHeader(b[:], frameEPClose, 0, 0)
-	if n, err := e.sock.write(b[:]); err != nil || n != len(b) {
-		return false
+// sayGoodbyeLocked has the writer queue the goodbye kind (byeEP or
+// byeIface) at once, or when the write at it returned; e.mu is held.
+func (e *EP) sayGoodbyeLocked(kind uint8) {
+	e.byeDue = max(e.byeDue, kind)
+	if !e.writing {
+		e.writeQueueLocked()
 	}
-	e.sock.shutdownWrite()
-	e.in.startDrain(time.Now().Add(closeLinger))
-	return true
 }
 
-// peerClosed ends the EP whose peer iface closed in order after
-// processing its first processed frames: quietly when they include every
-// operation, as a failure otherwise.
-func (e *EP) peerClosed(processed uint64) {
+// settleLocked does what the state of the writer made due, while nobody
+// writes: it drops the queue of a broken connection, queues a goodbye
+// that waited (and writes it), and shuts the sending side down once this
+// side said all it will (see the top of the file). e.mu is held.
+func (e *EP) settleLocked() {
+	switch {
+	case e.writing:
+	case e.dead:
+		if len(e.q) > 0 {
+			e.dropQueueLocked(e.status())
+		}
+	case e.byeDue != 0:
+		kind := e.byeDue
+		e.byeDue = 0
+		e.queueGoodbyeLocked(kind)
+		e.writeQueueLocked()
+	case e.txDone && e.rxDone && len(e.q) == 0 && !e.shut:
+		e.shut = true
+		e.sock.shutdownWrite()
+		e.shutAt.Store(time.Now().UnixNano())
+		e.in.interestTx(false)
+	}
+}
+
+// queueGoodbyeLocked drops the operations not started, finishes one
+// started from a copy of its rest (its completion is signalled with
+// ucs.ErrCanceled: the caller's buffers are free), and queues the goodbye
+// kind after the replies; nobody writes, and e.mu is held.
+func (e *EP) queueGoodbyeLocked(kind uint8) {
+	i := e.iface
+	kept := e.q[:0]
+	front := 0
+	for k, f := range e.q {
+		switch {
+		case f.reply: // replies, and an earlier goodbye
+		case k == 0 && f.off > 0:
+			if f.comp != nil {
+				rest := newFrame(f.size - f.off)
+				b := rest.buf[:0]
+				for _, p := range f.appendBuffers(nil) {
+					b = append(b, p...)
+				}
+				i.pushCompQuiet(f.comp, ucs.ErrCanceled)
+				f.release()
+				f = rest
+			}
+		default:
+			if f.comp != nil {
+				i.pushCompQuiet(f.comp, ucs.ErrCanceled)
+			}
+			e.queued -= f.size - f.off
+			f.release()
+			continue
+		}
+		kept = append(kept, f)
+		if !f.bye {
+			front = len(kept)
+		}
+	}
+	clear(e.q[len(kept):])
+	e.q, e.front = kept, front
+	var f *txFrame
+	switch {
+	case kind == byeIface && e.rx != nil && !e.rxDone:
+		f = newFrame(frameHeaderLen + ackBodyLen)
+		putFrameHeader(f.buf, frameIfaceClose, 0, ackBodyLen)
+		binary.LittleEndian.PutUint64(f.buf[frameHeaderLen:], e.rx.processed)
+		e.txDone, e.rxDone = true, true
+	case !e.txDone:
+		f = newFrame(frameHeaderLen)
+		putFrameHeader(f.buf, frameEPClose, 0, 0)
+		e.txDone = true
+	}
+	if kind == byeIface {
+		e.rxDone = true
+	}
+	if f != nil {
+		f.reply, f.bye = true, true // not an operation: it counts against no queue
+		e.q = append(e.q, f)
+	}
+	i.markDirty()
+}
+
+// closeInOrder ends the EP and its connection as its iface closes: what
+// comes is dropped from now on, operations fail with ucs.ErrCanceled,
+// and the goodbye (frameIfaceClose, or frameEPClose) is written after
+// the frame started and the replies queued; deadline ends the stream
+// anyway.
+func (e *EP) closeInOrder(deadline time.Time) {
+	s := e.in
+	s.mu.Lock()
+	if s.state == streamOpen {
+		if s.inFrame {
+			s.inFrame = false
+			s.h.abort(errGoodbye)
+		}
+		s.state, s.deadline = streamDraining, deadline
+		s.interest(true, false)
+	}
+	s.mu.Unlock()
 	e.mu.Lock()
+	e.endTxLocked(ucs.ErrCanceled, nil)
+	e.sayGoodbyeLocked(byeIface)
+	e.mu.Unlock()
+}
+
+// ended ends the EP whose stream ended (see frameHandler): in order when
+// the goodbyes due were said, as a failure otherwise; the connection is
+// forgotten.
+func (r *epReader) ended(err error) {
+	e := r.e
+	i := e.iface
+	var closed *ifaceClosedError
+	e.mu.Lock()
+	live := e.claimed && !e.failed
+	orderly := true
+	switch {
+	case err == errGoodbye || e.dead: // this side said goodbye, or broke it
+	case errors.As(err, &closed):
+		e.peerClosedLocked(closed.processed)
+	case err == io.EOF && (e.shut || e.peerBye && e.txDone):
+		// Both sides said all they would.
+	case err == io.EOF:
+		orderly = false
+		e.killLocked(ucs.ErrConnectionReset, errNoGoodbye)
+	default:
+		orderly = false
+		e.killLocked(failStatus(err), err)
+	}
+	e.killLocked(ucs.ErrConnectionReset, nil)
+	serving := e.rx != nil && (err != io.EOF || !e.peerBye)
+	from := e.peer
+	e.mu.Unlock()
+	if e.match != nil {
+		i.match.forget(e.match)
+	}
+	i.mu.Lock()
+	delete(i.conns, e)
+	closing := i.closed
+	i.mu.Unlock()
+	if orderly || live || !serving || closing {
+		return
+	}
+	if err == io.EOF {
+		i.warn.closed.Logf("the connection with %v (iface %#x) ended without a goodbye (the peer exited or was killed)", from, e.rx.peerID)
+	} else {
+		i.warn.closed.Logf("closed the connection with %v (iface %#x): %v", from, e.rx.peerID, err)
+	}
+}
+
+// peerClosedLocked ends the EP whose peer iface closed in order after
+// processing its first processed frames: quietly when they include every
+// operation, as a failure otherwise; e.mu is held.
+func (e *EP) peerClosedLocked(processed uint64) {
+	if e.failed {
+		return
+	}
 	issued := e.issued.Load() // posts take e.mu: it stays
 	if processed > issued || processed < e.lastOp {
-		e.mu.Unlock()
-		e.fail(ucs.ErrConnectionReset, fmt.Errorf("the peer iface closed after processing %d of the %d frames sent: %w", processed, issued, ucs.ErrConnectionReset))
+		e.killLocked(ucs.ErrConnectionReset, fmt.Errorf("the peer iface closed after processing %d of the %d frames sent: %w", processed, issued, ucs.ErrConnectionReset))
 		return
 	}
 	// What is left are acknowledgement requests: their flushes are done.
 	e.acked.Store(issued)
 	e.gone.Store(true)
-	e.endLocked(ucs.ErrConnectionReset, nil, false)
+	e.endTxLocked(ucs.ErrConnectionReset, nil)
+}
+
+// peerSaidBye takes the peer's frameEPClose: its target role answers
+// nothing more, and no frame of the peer's operations may follow. A
+// connection that no EP of this iface took will never be taken: this
+// side says its goodbye for it too. The stream's lock is held.
+func (e *EP) peerSaidBye() {
+	e.in.allowed &^= clientToServer
+	untaken := e.match != nil && e.iface.match.release(e.match)
+	e.mu.Lock()
+	e.peerBye, e.rxDone = true, true
+	if untaken {
+		e.endTxLocked(ucs.ErrCanceled, nil)
+		e.sayGoodbyeLocked(byeEP)
+	} else if !e.writing {
+		e.settleLocked()
+	}
+	e.mu.Unlock()
 }

@@ -35,12 +35,19 @@ import (
 // each way, as it would without matching. An EP never changes
 // connections: it gets one before it can send anything.
 //
-// Not wired in yet: EPCreate and the accept path still use one connection
-// per EP. Sharing a socket needs one writer per socket (the iface's
-// replies queued behind the EP's frames, so that no reader stops reading)
-// and a goodbye per direction first: with today's flow control, two EPs on
-// one socket can each stop reading while their replies wait behind a large
-// put the other has not read (issue 13).
+// Wiring (ep.go, accept.go): EPCreate runs connect, with a dial that
+// opens the connection's EP (openConn) before the handshake is recorded
+// done; an accepted hello goes through hello, and an accepted connection
+// that may be shared gets its EP before handshakeDone, so that the EP an
+// EP of this iface takes (claim) is there. Only one EP per peer iface
+// shares a connection: claimOrDial dials one-way when this iface shares
+// one with the peer already (a dial of its own that is not one-way, or an
+// inbound connection taken). A connection that no EP of this iface took
+// is released (release) when the peer's EP says goodbye on it; the record
+// of every other one is forgotten when it ends. One writer per socket
+// (the EP, with the iface's answers queued behind the frame started) and
+// a goodbye per role (close.go) make the sharing safe: no reader stops
+// reading because its answers cannot be written.
 
 // matchState is the state of a matchConn.
 type matchState uint8
@@ -60,6 +67,7 @@ type matchConn struct {
 	oneWay   bool   // dialed with hsFlagOneWay: never pointed at
 	promised bool   // dialed: a peer's client was told to use it (hsUseMine)
 	state    matchState
+	ep       *EP // its EP, once authenticated (set before handshakeDone)
 }
 
 // connMatch is an iface's record of its connections by peer iface; its
@@ -108,6 +116,15 @@ func (m *connMatch) removeLocked(c *matchConn) {
 func (m *connMatch) claimOrDial(peer, want uint64, oneWay bool) (c *matchConn, wait <-chan struct{}, gone bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !oneWay && want == 0 {
+		// An EP of this iface shares a connection with the peer, or
+		// dials one to share, already: only one pair of EPs shares.
+		for _, x := range m.peers[peer] {
+			if x.dialed && !x.oneWay || !x.dialed && x.state == matchClaimed {
+				oneWay = true
+			}
+		}
+	}
 	if !oneWay {
 		var handshaking bool
 		for _, x := range m.peers[peer] {
@@ -172,6 +189,18 @@ func (m *connMatch) hello(peer, id uint64, oneWay bool) (verdict uint8, mine uin
 	return hsAccept, 0, c
 }
 
+// release forgets c, an inbound connection, when no EP of this iface took
+// it yet (its peer's EP said goodbye: none will): true then.
+func (m *connMatch) release(c *matchConn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.dialed || c.state != matchOpen {
+		return false
+	}
+	m.removeLocked(c)
+	return true
+}
+
 // forget removes c, whose connection ended (or whose peer's EP said
 // goodbye before an EP of this iface took it): no EP takes it any more.
 func (m *connMatch) forget(c *matchConn) {
@@ -213,10 +242,10 @@ func (m *connMatch) connect(peer uint64, deadline time.Time, dial func(c *matchC
 		if !c.dialed {
 			return c, nil
 		}
-		err := dial(c, oneWay)
+		err := dial(c, c.oneWay)
 		m.handshakeDone(c, err == nil)
 		var u *useMineError
-		if errors.As(err, &u) && !oneWay {
+		if errors.As(err, &u) && !c.oneWay {
 			want = u.connID
 			waitUntil = time.Now().Add(time.Until(deadline) / 2)
 			continue

@@ -30,8 +30,25 @@
 // An Iface listens on the address of its device only (127.0.0.1 for "lo"),
 // on a port the kernel picks; its address is that IP and port plus a random
 // iface id. EPCreate connects eagerly (UCX_TCP_CONN_TIMEOUT bounds the dial and
-// the handshake): one connection per EP, which carries the EP's frames to
-// the peer iface and the peer's acknowledgements back.
+// the handshake).
+//
+// A pair of ifaces shares one connection both ways, as UCX's tcp transport
+// matches its connections (see connmatch.go): an EP to a peer iface takes
+// the connection that the peer iface dialed to this one, when no EP of this
+// iface sends on it yet, and dials otherwise; when both ifaces dial at once
+// (every process creates its EPs at start) the dial of the iface with the
+// lower id wins, and the other's client is told to use it (hsUseMine). Such
+// a connection carries this side's EP frames and this iface's answers to
+// the peer's EP (acknowledgements, get and atomic replies, heartbeats)
+// one way, and the peer's the other: a round trip of messages between two
+// processes uses one socket, whose reads carry the acknowledgements of
+// the kernel's TCP with the data. Each side has both roles on it from the
+// handshake on, before an EP of it takes it. Only one EP of an iface per
+// peer iface shares a connection: a further EP to the same peer iface
+// (and a connection to an EP, below) dials a one-way connection
+// (hsFlagOneWay), which carries that EP's frames to the peer and the
+// answers back, and nothing the other way; so does an EP whose promised
+// connection does not come in time.
 //
 // Ifaces also have uct.IfaceFlagConnectToEP: EPCreate with
 // EPParams.Unconnected creates an EP with a random 64-bit id and no
@@ -39,17 +56,19 @@
 // (EPAddrLen bytes). ConnectToEP dials the iface of the peer EP and names
 // the peer's EP id in the handshake; the peer refuses an id that names no
 // live unconnected EP of its iface, or one a connection was bound to
-// already. After that the connection is exactly that of a connect-to-iface
-// EP, carrying this EP's frames one way; the peer EP's own ConnectToEP
-// opens the other. See epconn.go.
+// already. After that the connection is a one-way connection, carrying
+// this EP's frames one way; the peer EP's own ConnectToEP opens the other.
+// See epconn.go.
 //
 // Every connection starts with a mutual handshake: the client sends a nonce,
 // the id of the iface it means to reach, the id of its own iface and a
 // random id of the connection; the server answers with its own nonce, a
 // verdict and an HMAC-SHA256 over everything both sent, and the client
 // answers with its own HMAC over the same; the HMAC key is derived from
-// the job key (see handshake.go). The server keeps the client's iface id
-// with the connection (its log lines name it). A connection that fails the handshake (wrong
+// the job key (see handshake.go); the hello also carries the client's
+// iface id, a random id of the connection and the one-way flag, for
+// connection matching. The server keeps the client's iface id with the
+// connection (its log lines name it). A connection that fails the handshake (wrong
 // key, wrong iface id, malformed message, timeout) is closed and logged, and
 // nothing it sent reaches a handler or memory. An accepted connection has
 // UCX_TCP_HANDSHAKE_TIMEOUT (3s) to authenticate, and at most
@@ -64,30 +83,42 @@
 //
 // After the handshake a connection carries frames: an 8-byte header (type,
 // active message id, reserved zero, body length; see frameHeaderLen) and a
-// body. Client to server: active messages (the message bytes), puts (key
-// id, token, remote address, data), gets, atomics (applied by the target
-// with the CPU's atomic instructions; see atomic.go), acknowledgement
-// requests (empty) and a goodbye (empty). Server to client:
-// acknowledgements, the number of frames processed so far, sent once the
-// frames before a request were processed; get and atomic replies;
-// heartbeats (empty); and a goodbye with the number of frames processed.
-// Everything read from the wire is validated; a malformed frame closes the
+// body. From an EP to the peer's target role: active messages (the
+// message bytes), puts (key id, token, remote address, data), gets,
+// atomics (applied by the target with the CPU's atomic instructions; see
+// atomic.go), acknowledgement requests (empty) and the EP's goodbye
+// (empty). From the target role to the peer's EP: acknowledgements, the
+// number of frames processed so far, sent once the frames before a
+// request were processed; get and atomic replies; heartbeats (empty); and
+// the iface's goodbye with the number of frames processed. A one-way
+// connection carries the first kind from client to server and the second
+// back; a shared one both kinds both ways. Everything read from the wire
+// is validated; a frame of a kind the connection does not carry that way
+// (or an operation after the peer EP's goodbye, a reply to no request, an
+// acknowledgement of frames never sent) and any malformed frame close the
 // connection, and the EP fails with ucs.ErrConnectionReset.
 //
 // # Closing and failures
 //
-// A destroyed EP and a closing iface say goodbye on their connections, so
-// that a peer's normal teardown is no failure: an EP whose peer iface
-// closed after processing every operation it sent ends quietly (no error
-// handler, no log; later operations fail with ucs.ErrConnectionReset, a
-// flush of what was sent succeeds). A connection that ends without a
-// goodbye (the peer was killed or exited without closing), or a goodbye
-// after operations were lost, fails the EP with ucs.ErrConnectionReset: its
-// error handler is called and the failure logged. See close.go.
+// A destroyed EP and a closing iface say goodbye on their connections, one
+// goodbye per role, so that a peer's normal teardown is no failure: a
+// destroyed EP says "no more operations from me" (its connection, if
+// shared, goes on carrying the peer EP's operations and this iface's
+// answers to them), a closing iface "no more of anything from me" with
+// the number of the peer's frames it processed. A connection closes once
+// both roles of both sides said goodbye (or have none). An EP whose peer
+// iface closed after processing every operation it sent ends quietly (no
+// error handler, no log; later operations fail with
+// ucs.ErrConnectionReset, a flush of what was sent succeeds); so does
+// nothing change for an EP whose peer EP was destroyed. A connection that
+// ends without the goodbyes due (the peer was killed or exited without
+// closing), or a goodbye after operations were lost, fails the EP with
+// ucs.ErrConnectionReset: its error handler is called and the failure
+// logged. See close.go.
 //
 // A peer that is stopped, hung or cut off by the network says nothing: the
-// server side of every connection sends a heartbeat when it sent nothing
-// else for a fifth of UCX_TCP_PEER_TIMEOUT (by default the job's
+// target role of every connection sends a heartbeat when its side sent
+// nothing else for a fifth of UCX_TCP_PEER_TIMEOUT (by default the job's
 // GOSHMEM_FAILURE_TIMEOUT, else 10s), from the iface's poller goroutine,
 // so that a peer that computes without calling the library still beats;
 // an EP that heard nothing for that long fails with ucs.ErrEndpointTimeout.
@@ -101,12 +132,19 @@
 //
 // # Sends, flush and pending requests
 //
-// EP operations never block. When nothing else is being written on the EP,
-// an operation writes its frame itself with one non-blocking writev (the
-// header and the caller's buffers: zcopy operations copy nothing); what
-// the socket does not take at once is queued, and written (one writev for
-// the queue) by the next operation, or by Progress or the poller once the
-// socket has room.
+// EP operations never block. When nothing else is being written on the
+// EP's connection, an operation writes its frame itself with one
+// non-blocking writev (the header and the caller's buffers: zcopy
+// operations copy nothing); what the socket does not take at once is
+// queued, and written (one writev for the queue) by the next operation,
+// or by Progress or the poller once the socket has room. The EP is the
+// one writer of its socket: on a shared connection the iface's answers to
+// the peer's EP go into the same queue, at frame boundaries, behind the
+// frame being written and ahead of the operations not started yet (a
+// partly written 1 GiB put delays them, nothing else does); they are
+// copied when they cannot be written at once, and count against no
+// queue: they are bounded by what was received (an acknowledgement
+// waiting last takes the count of a newer one).
 // Short and bcopy operations copy their data and return ucs.OK. Zcopy
 // operations return ucs.OK when the socket took everything at once, and
 // otherwise ucs.InProgress, and their Completion is signalled from
@@ -135,7 +173,10 @@
 //     epoll set). Iface.Progress asks the set without waiting which
 //     sockets are ready and reads those itself (see rx.go): it applies
 //     puts and atomics, answers gets and atomics with one reply frame
-//     written at once from the reading goroutine, acknowledges flushes,
+//     written at once from the reading goroutine (or queued: a reader
+//     never stops reading because an answer cannot be written, so that
+//     two sides that both write large frames both read on), acknowledges
+//     flushes,
 //     and completes the gets and fetching atomics of this side's EPs in
 //     the goroutine that polls.
 //   - Passive progress: each iface has one poller goroutine, which steps
@@ -155,7 +196,10 @@
 //     handlers are queued and delivered by Iface.Progress. The queue holds
 //     at most UCX_TCP_RX_QUEUE_LEN bytes: beyond that the connection is
 //     not read (it leaves the epoll set) until Progress made room, and TCP
-//     flow control pushes back on the sender. Handlers get
+//     flow control pushes back on the sender; its queue is still written.
+//     (The peer's answers wait behind the message that does not fit, for
+//     this side's Progress, which delivers the queue whatever the peer
+//     does: no cycle between the two sides.) Handlers get
 //     uct.CBParamFlagDesc and may keep data by returning ucs.InProgress
 //     until Iface.ReleaseDesc.
 //   - Completions, flush completions, EP error handlers and pending requests

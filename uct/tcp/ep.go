@@ -18,11 +18,15 @@ import (
 // and whatever was copied (the whole frame for short and bcopy operations),
 // iov the caller's buffers of a zcopy operation.
 type txFrame struct {
-	buf  []byte
-	iov  [][]byte
-	size int // bytes of the frame
-	off  int // bytes of it written already
-	comp *uct.Completion
+	buf   []byte
+	iov   [][]byte
+	size  int // bytes of the frame
+	off   int // bytes of it written already
+	comp  *uct.Completion
+	reply bool    // an answer of the iface's target role, not an operation of the EP
+	ack   bool    // a whole acknowledgement (reply): a newer one may take its place
+	bye   bool    // a goodbye (reply): the last frame of its role (close.go)
+	pin   *region // the region iov lies in, pinned until the frame is released (EP.reply)
 }
 
 // appendBuffers appends the bytes of f not written yet to bufs.
@@ -54,46 +58,76 @@ func newFrame(hdr int) *txFrame {
 
 // release gives f and its buffer back to their pools.
 func (f *txFrame) release() {
+	if f.pin != nil {
+		f.pin.pins.Add(-1)
+	}
 	putBuf(f.buf)
 	clear(f.iov)
 	*f = txFrame{iov: f.iov[:0]}
 	framePool.Put(f)
 }
 
-// EP is a tcp endpoint: an authenticated connection to a peer iface. An
-// operation writes its frame to the socket itself, without blocking, when
-// nothing else is being written; what the socket does not take at once is
-// queued, and written by the next operation, or by the iface's Progress
-// (or its poller) once the socket has room. The same readers read the
-// peer's acknowledgements and replies (rx.go). Its operations may be
-// called from several goroutines. An EP created with EPParams.Unconnected
-// has no connection until ConnectToEP (see epconn.go); until then its
-// operations fail with ucs.ErrNotConnected.
+// EP is a tcp endpoint: an authenticated connection to a peer iface, and
+// the one writer of its socket. An operation writes its frame to the
+// socket itself, without blocking, when nothing else is being written;
+// what the socket does not take at once is queued, and written by the next
+// operation, or by the iface's Progress (or its poller) once the socket
+// has room. The same readers read the peer's acknowledgements and replies
+// (rx.go).
+//
+// A connection that two ifaces share (connmatch.go) carries both ways the
+// frames of an EP and the answers of the iface's target role to the
+// peer's EP: the EP is then also the writer of those answers (rx, reply),
+// which go into the same queue at frame boundaries, ahead of the
+// operations not yet started. An EP of this kind exists from the
+// handshake on, also for an inbound connection that no EP of this iface
+// took yet (claimed is false): its target role serves the peer meanwhile.
+// See doc.go and close.go for how its two roles say goodbye.
+//
+// Its operations may be called from several goroutines. An EP created
+// with EPParams.Unconnected has no connection until ConnectToEP (see
+// epconn.go); until then its operations fail with ucs.ErrNotConnected.
 type EP struct {
 	iface  *Iface
-	sock   *sock     // the connection's socket; nil until connected
-	in     *inStream // the stream of its replies
+	sock   *sock      // the connection's socket; nil until connected
+	in     *inStream  // the stream of what the peer sends
+	rx     *rxConn    // the target role: answers the peer's operations; nil on a one-way connection
+	match  *matchConn // connection matching's record of the connection; nil for connect to EP
 	peer   string
 	issued atomic.Uint64 // frames posted
 	acked  atomic.Uint64 // frames the peer acknowledged
 	err    atomic.Int32  // the ucs.Status the EP failed with, or 0
 	gone   atomic.Bool   // the peer iface closed in order, every operation processed (close.go)
+	wrote  atomic.Uint64 // writes that took bytes (heartbeats, alive.go)
+	shutAt atomic.Int64  // when this side shut its sending side down (UnixNano), or 0
 
-	mu      sync.Mutex // guards the fields below
-	q       []*txFrame
-	queued  int          // bytes queued
-	writing bool         // an operation, Progress or the poller writes to the socket
-	wbufs   [][]byte     // the buffers of a write; used by whoever set writing
-	iov     []unix.Iovec // the same, as the kernel's vector
-	ackReq  uint64       // frame count of the last acknowledgement request
-	lastOp  uint64       // frame count of the last frame that is not an acknowledgement request
+	mu    sync.Mutex // guards the fields below
+	q     []*txFrame
+	front int // q[:front] are a frame started and replies: replies queue behind them
+	// inflight is the number of frames at the head of q that a write has
+	// in flight (writeQueueLocked): a reply queues behind them too.
+	inflight int
+	queued   int          // bytes of operations queued
+	writing  bool         // an operation, a reply, Progress or the poller writes to the socket
+	wbufs    [][]byte     // the buffers of a write; used by whoever set writing
+	iov      []unix.Iovec // the same, as the kernel's vector
+	ackReq   uint64       // frame count of the last acknowledgement request
+	lastOp   uint64       // frame count of the last frame that is not an acknowledgement request
 	// lastRemote is the frame count of the last frame that completes at
 	// the peer (a put, get or atomic): a flush waits for the peer to
 	// acknowledge it. An active message is complete once written, as in
 	// UCX's tcp transport: a flush after active messages alone costs no
 	// round trip.
 	lastRemote uint64
-	failed     bool             // err is set
+	failed     bool             // err is set: operations fail (the EP's role ended)
+	claimed    bool             // EPCreate or ConnectToEP returned it, and Destroy was not called
+	dead       bool             // the connection ended or broke: nothing more is written
+	txDone     bool             // this side's goodbye for its operations is queued, or it has none to say
+	rxDone     bool             // this side answers nothing more (close.go)
+	peerBye    bool             // the peer said goodbye for its operations, or has none
+	byeDue     uint8            // a goodbye that waits for the writer (close.go)
+	shut       bool             // the sending side was shut down
+	abandoned  int              // replies still due to operations the EP dropped when it ended
 	pending    uct.PendingGroup // in iface.pending; Room is hasRoom
 	waits      []*waitOp        // gets and atomics waiting for their reply, in order (get.go)
 	waitHead   int              // waits[:waitHead] were answered
@@ -106,12 +140,15 @@ type EP struct {
 	bound      bool   // a peer's connection named id; guarded by iface.mu
 }
 
-// EPCreate connects to the iface whose addresses params gives and
-// authenticates the connection, within UCX_TCP_CONN_TIMEOUT. Malformed
-// addresses fail with ucs.ErrInvalidAddr; an iface that IsReachable says
-// cannot be reached, one that does not answer, refuses the connection or
-// fails the handshake (another job key, another iface at that port), with
-// ucs.ErrUnreachable (and ucs.ErrRejected for a failed handshake).
+// EPCreate connects to the iface whose addresses params gives, within
+// UCX_TCP_CONN_TIMEOUT: it takes the connection that the peer iface
+// dialed to this one, when no EP of this iface sends on it yet, or else
+// dials and authenticates one (connection matching, connmatch.go).
+// Malformed addresses fail with ucs.ErrInvalidAddr; an iface that
+// IsReachable says cannot be reached, one that does not answer, refuses
+// the connection or fails the handshake (another job key, another iface at
+// that port), with ucs.ErrUnreachable (and ucs.ErrRejected for a failed
+// handshake).
 //
 // With params.Unconnected it creates an unconnected EP instead, for
 // uct.EPConnector (see EP.ConnectToEP).
@@ -127,39 +164,114 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 	}
 	a, _ := decodeIfaceAddr(params.IfaceAddr)
 	peer := a.tcpAddr().String()
-	c, err := i.dial(a, handshake{ifaceID: a.id, clientID: i.id, connID: randomID()})
-	if err != nil {
-		return nil, fmt.Errorf("uct/tcp: ep create: %w", err)
+	deadline := time.Now().Add(i.cfg.connTimeout)
+	for try := 1; ; try++ {
+		mc, err := i.match.connect(a.id, deadline, func(c *matchConn, oneWay bool) error {
+			h := handshake{ifaceID: a.id, clientID: i.id, connID: c.id}
+			if oneWay {
+				h.flags = hsFlagOneWay
+			}
+			conn, err := i.dial(a, h)
+			if err != nil {
+				return err
+			}
+			e, err := i.openConn(conn, peer, !oneWay, c, false)
+			if err != nil {
+				return err
+			}
+			c.ep = e
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("uct/tcp: ep create: %w", err)
+		}
+		if e := mc.ep; e.claim(peer) {
+			return e, nil
+		}
+		// The connection ended before the EP took it.
+		if try == dialTries || time.Now().After(deadline) {
+			return nil, fmt.Errorf("uct/tcp: ep create: the connection to %s ended at once: %w", peer, ucs.ErrUnreachable)
+		}
 	}
-	e := &EP{iface: i, peer: peer}
+}
+
+// openConn takes the authenticated connection c to or from the peer iface
+// peer out of Go's poller and returns its EP, entered in the iface's
+// poll set and not claimed yet: with the target role when rx is set, for
+// connection matching's record mc (nil: none). When the iface closed
+// meanwhile it fails; a connection accepted (inOrder: the iface's Close
+// waits for its handshake) then hears the goodbye at once.
+func (i *Iface) openConn(c *net.TCPConn, peer string, rx bool, mc *matchConn, inOrder bool) (*EP, error) {
+	e := &EP{iface: i, peer: peer, match: mc}
 	e.pending.Room = e.hasRoom
-	if err := e.open(c); err != nil {
-		return nil, fmt.Errorf("uct/tcp: ep create: %w: %w", ucs.ErrIOError, err)
+	if err := e.open(c, rx); err != nil {
+		return nil, fmt.Errorf("%w: %w", ucs.ErrIOError, err)
 	}
 	i.mu.Lock()
-	if i.closed {
+	closed := i.closed
+	if closed && !inOrder {
 		i.mu.Unlock()
 		e.sock.close()
-		return nil, fmt.Errorf("uct/tcp: ep create: iface closed: %w", ucs.ErrCanceled)
+		return nil, fmt.Errorf("iface closed: %w", ucs.ErrCanceled)
 	}
-	i.eps[e] = struct{}{}
+	i.conns[e] = struct{}{}
 	i.pollAdd(e.in)
 	i.mu.Unlock()
+	if closed {
+		// Close did not see it: the poller, which Close keeps until the
+		// handshakes returned, ends it.
+		e.closeInOrder(time.Now().Add(closeLinger))
+		return nil, fmt.Errorf("iface closed: %w", ucs.ErrCanceled)
+	}
 	return e, nil
 }
 
+// claim makes the EP the caller's (EPCreate), whose log lines name the
+// peer iface's address peer: false when its connection ended already.
+func (e *EP) claim(peer string) bool {
+	i := e.iface
+	e.mu.Lock()
+	if e.dead || e.failed {
+		e.mu.Unlock()
+		return false
+	}
+	e.claimed, e.peer = true, peer
+	e.mu.Unlock()
+	i.mu.Lock()
+	i.eps[e] = struct{}{}
+	i.mu.Unlock()
+	return true
+}
+
 // open takes the EP's authenticated connection c out of Go's poller and
-// prepares its stream: the kernel's keepalive, and the reader of the
-// peer's replies. The caller enters the stream in the poll set.
-func (e *EP) open(c *net.TCPConn) error {
+// prepares its stream: the kernel's keepalive, and the reader of what the
+// peer sends: its replies, and its operations when rx is set (a shared
+// connection). The caller enters the stream in the poll set.
+func (e *EP) open(c *net.TCPConn, rx bool) error {
 	e.iface.cfg.setLiveness(c)
+	from := c.RemoteAddr()
 	sk, err := detach(c)
 	if err != nil {
 		return err
 	}
 	e.sock = sk
-	e.in = newInStream(e.iface, sk, &epReader{e: e, heard: time.Now()}, serverToClient, 0, 16<<10, e.iface.cfg.checkEvery())
+	r := &epReader{e: e, heard: time.Now()}
+	allowed, maxAM := serverToClient, 0
+	if rx {
+		e.rx = &rxConn{iface: e.iface, from: from, ep: e}
+		if e.match != nil {
+			e.rx.peerID = e.match.peer
+		}
+		allowed |= clientToServer
+		maxAM = e.iface.cfg.rxSegSize
+	} else {
+		e.rxDone, e.peerBye = true, true
+	}
+	e.in = newInStream(e.iface, sk, r, allowed, maxAM, 64<<10, e.iface.cfg.checkEvery())
 	e.in.tx = e
+	if e.rx != nil {
+		e.rx.in = e.in
+	}
 	return nil
 }
 
@@ -172,11 +284,12 @@ func (e *EP) status() ucs.Status { return ucs.Status(e.err.Load()) }
 // progress the iface) needs no Progress to get it.
 func (e *EP) hasRoom() bool {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if !e.failed && e.queued >= e.iface.cfg.txQueueLen && !e.writing {
 		e.writeQueueLocked()
 	}
-	return e.failed || e.queued < e.iface.cfg.txQueueLen
+	room := e.failed || e.queued < e.iface.cfg.txQueueLen
+	e.mu.Unlock()
+	return room
 }
 
 // post sends f: it returns ucs.OK when the socket took the whole frame at
@@ -197,6 +310,9 @@ func (e *EP) post(f *txFrame, force bool) (st ucs.Status, seq uint64) {
 // its reply, unless it fails (ucs.ErrNoResource, or the EP's error): then
 // w is not recorded. A recorded w completes through its completion, also
 // when the EP fails.
+//
+// It takes no lock of the stream: an asynchronous handler, which its
+// reader calls, may post on the same connection.
 func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status, seq uint64) {
 	e.mu.Lock()
 	if e.failed {
@@ -208,6 +324,11 @@ func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status
 		// Sends go out from the caller too: the socket may have room
 		// that no Progress saw yet.
 		e.writeQueueLocked()
+		if e.failed {
+			e.mu.Unlock()
+			f.release()
+			return e.status(), 0
+		}
 	}
 	if !force && e.queued >= e.iface.cfg.txQueueLen {
 		e.mu.Unlock()
@@ -242,56 +363,47 @@ func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status
 	e.wbufs = f.appendBuffers(e.wbufs[:0])
 	n, err := e.sock.writev(e.wbufs, &e.iov)
 	clear(e.wbufs)
+	e.mu.Lock()
+	e.writing = false
+	if n > 0 {
+		e.wrote.Add(1)
+	}
 	if err != nil {
-		e.mu.Lock()
-		e.writing = false
-		if e.failed {
-			// It failed while this write ran: end left the queue
-			// to this writer.
-			e.dropQueueLocked(e.status())
-		}
+		e.killLocked(ucs.ErrConnectionReset, err)
 		e.mu.Unlock()
 		f.release()
-		e.fail(ucs.ErrConnectionReset, err)
 		if w != nil {
 			return ucs.InProgress, seq // the failure completes it
 		}
 		return e.status(), 0
 	}
-	e.mu.Lock()
-	e.writing = false
-	if e.failed {
-		// Destroyed meanwhile: what is queued is dropped, and so is
-		// the rest of the frame.
-		e.dropQueueLocked(e.status())
-		e.mu.Unlock()
-		if n < f.size && f.comp != nil {
+	if n < f.size {
+		if !e.dead {
+			// The rest goes first, before what others queued
+			// meanwhile; Progress writes it once the socket has room.
+			f.off = n
+			e.q = append(e.q, nil)
+			copy(e.q[1:], e.q)
+			e.q[0] = f
+			e.front++
+			e.queued += f.size - n
+			e.in.interestTx(true)
+			e.settleLocked()
+			e.mu.Unlock()
+			return ucs.InProgress, seq
+		}
+		// It broke meanwhile: the rest is dropped.
+		if f.comp != nil {
 			e.iface.pushComp(f.comp, e.status())
 		}
-		f.release()
-		if n == f.size {
-			return ucs.OK, seq
-		}
-		return ucs.InProgress, seq
-	}
-	if n == f.size {
-		if len(e.q) > 0 {
-			e.writeQueueLocked() // others queued meanwhile
-		}
 		e.mu.Unlock()
 		f.release()
-		return ucs.OK, seq
+		return ucs.InProgress, seq
 	}
-	// The rest goes first, before what others queued meanwhile; Progress
-	// writes it once the socket has room.
-	f.off = n
-	e.q = append(e.q, nil)
-	copy(e.q[1:], e.q)
-	e.q[0] = f
-	e.queued += f.size - n
-	e.in.interestTx(true)
+	e.writeQueueLocked() // others queued meanwhile, a goodbye due
 	e.mu.Unlock()
-	return ucs.InProgress, seq
+	f.release()
+	return ucs.OK, seq
 }
 
 // maxWriteIOV bounds the buffers of one writev (the kernel's IOV_MAX).
@@ -302,18 +414,22 @@ const maxWriteIOV = 1024
 // the socket has room.
 func (e *EP) flushTx() {
 	e.mu.Lock()
-	if !e.writing && !e.failed {
+	if !e.writing {
 		e.writeQueueLocked()
 	}
 	e.mu.Unlock()
 }
 
 // writeQueueLocked writes the queue with one writev, while nobody else
-// writes: the frames written whole leave it, their completions are
-// signalled from Progress; the socket is polled for room while frames
-// remain. e.mu is held (and released during the write).
+// writes: the frames written whole leave it, the completions of
+// operations are signalled from Progress; the socket is polled for room
+// while frames remain. Then it settles what the write made due (a
+// goodbye, shutting the sending side down). A write that fails breaks the
+// connection (killLocked). e.mu is held (and released during the write);
+// it takes no lock of the stream.
 func (e *EP) writeQueueLocked() {
-	if len(e.q) == 0 {
+	if len(e.q) == 0 || e.dead {
+		e.settleLocked()
 		return
 	}
 	e.writing = true
@@ -326,22 +442,24 @@ func (e *EP) writeQueueLocked() {
 		bufs = f.appendBuffers(bufs)
 		nf++
 	}
+	e.inflight = nf
 	e.mu.Unlock()
 	n, err := e.sock.writev(bufs, &e.iov)
 	clear(bufs)
 	e.wbufs = bufs[:0]
 	e.mu.Lock()
-	e.writing = false
-	if e.failed {
-		// It failed while this write ran (the write's own error
-		// included): end left the queue to this writer.
-		e.dropQueueLocked(e.status())
-		return
+	e.writing, e.inflight = false, 0
+	if n > 0 {
+		e.wrote.Add(1)
 	}
 	if err != nil {
-		e.mu.Unlock()
-		e.fail(ucs.ErrConnectionReset, err) // completes the queued frames
-		e.mu.Lock()
+		e.killLocked(ucs.ErrConnectionReset, err) // completes the queued frames
+		return
+	}
+	if e.dead {
+		// It broke while this write ran: the queue was left to this
+		// writer.
+		e.settleLocked()
 		return
 	}
 	i := e.iface
@@ -350,7 +468,9 @@ func (e *EP) writeQueueLocked() {
 		f := e.q[done]
 		k := min(n, f.size-f.off)
 		n -= k
-		e.queued -= k
+		if !f.reply {
+			e.queued -= k
+		}
 		if f.off += k; f.off < f.size {
 			break
 		}
@@ -364,9 +484,104 @@ func (e *EP) writeQueueLocked() {
 		m := copy(e.q, e.q[done:])
 		clear(e.q[m:])
 		e.q = e.q[:m]
+		e.front = max(e.front-done, 0)
 		i.markDirty() // completions, or room for pending requests
 	}
+	if len(e.q) > 0 && e.q[0].off > 0 {
+		e.front = max(e.front, 1) // started: nothing goes before its rest
+	}
 	e.in.interestTx(len(e.q) > 0)
+	e.settleLocked()
+}
+
+// reply sends a and then b (either may be empty), one frame of the
+// iface's target role (rxConn.write), at the next frame boundary: now,
+// when nothing is queued or being written, otherwise queued behind the
+// frame started and the replies queued, ahead of operations not started
+// yet. What is queued is copied, but for the data of a get reply: hold,
+// when not nil, is the region b lies in, read-locked (it is unlocked
+// before reply returns), and the queued frame pins it instead, so that
+// MemDereg waits until it was written, and no reader waits for it. An
+// acknowledgement queued last and not started yet takes the count of a
+// newer one. The caller, the stream's reader, holds the stream's lock:
+// a write that fails is returned (the stream ends, and with it the EP),
+// not acted on here. Nothing is sent after this side's goodbye.
+func (e *EP) reply(hold *region, a, b []byte) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if hold != nil {
+		defer hold.mu.RUnlock()
+	}
+	if e.dead || e.rxDone {
+		return nil
+	}
+	if !e.writing && len(e.q) == 0 {
+		e.writing = true
+		e.mu.Unlock()
+		bufs := append(e.wbufs[:0], a, b)
+		n, err := e.sock.writev(bufs, &e.iov)
+		clear(bufs)
+		e.wbufs = bufs[:0]
+		e.mu.Lock()
+		e.writing = false
+		if n > 0 {
+			e.wrote.Add(1)
+		}
+		if err != nil {
+			return err
+		}
+		if n < len(a)+len(b) && !e.dead {
+			k := min(n, len(a))
+			f := replyFrame(hold, a[k:], b[n-k:])
+			e.q = append(e.q, nil)
+			copy(e.q[1:], e.q)
+			e.q[0] = f
+			e.front++
+			e.in.interestTx(true)
+		}
+		e.writeQueueLocked() // others queued meanwhile, a goodbye due
+		return nil
+	}
+	if !e.writing && e.front > 0 && len(b) == 0 && a[0] == frameAck {
+		if last := e.q[e.front-1]; last.ack && last.off == 0 {
+			copy(last.buf, a)
+			return nil
+		}
+	}
+	f := replyFrame(hold, a, b)
+	f.ack = len(b) == 0 && a[0] == frameAck
+	// Behind the frame started and the replies, and behind the frames a
+	// write has in flight.
+	pos := max(e.front, e.inflight)
+	e.q = append(e.q, nil)
+	copy(e.q[pos+1:], e.q[pos:])
+	e.q[pos] = f
+	e.front = pos + 1
+	if !e.writing {
+		e.writeQueueLocked()
+	}
+	return nil
+}
+
+// replyFrame returns a reply frame holding a copy of a and b; or of a
+// only, when b lies in the region hold (read-locked): b is then sent from
+// the region, which the frame pins.
+func replyFrame(hold *region, a, b []byte) *txFrame {
+	if hold != nil && len(b) > 0 {
+		f := newFrame(len(a))
+		copy(f.buf, a)
+		f.iov = append(f.iov, b)
+		f.size += len(b)
+		f.pin = hold
+		hold.pins.Add(1)
+		f.reply = true
+		return f
+	}
+	f := newFrame(len(a) + len(b))
+	copy(f.buf, a)
+	copy(f.buf[len(a):], b)
+	f.reply = true
+	return f
 }
 
 // acknowledged records the peer's acknowledgement of the first n frames.
@@ -386,9 +601,13 @@ func (e *EP) acknowledged(n uint64) error {
 	return nil
 }
 
-// fail moves the EP to status st (once) because of cause, closing its
-// connection at once; see end. A nil cause fails it quietly.
-func (e *EP) fail(st ucs.Status, cause error) { e.end(st, cause, false) }
+// fail breaks the EP's connection because of cause: the EP moves to
+// status st (once), and the connection closes at once; see killLocked.
+func (e *EP) fail(st ucs.Status, cause error) {
+	e.mu.Lock()
+	e.killLocked(st, cause)
+	e.mu.Unlock()
+}
 
 // remoteRange checks a put of n bytes at raddr against the unpacked key
 // rkey and returns the key.
@@ -589,7 +808,7 @@ func (e *EP) flushTarget() (uint64, ucs.Status) {
 		return 0, ucs.OK
 	}
 	e.mu.Lock()
-	if len(e.q) == 0 && !e.writing && e.acked.Load() >= e.lastRemote {
+	if e.queued == 0 && !e.writing && e.acked.Load() >= e.lastRemote {
 		e.mu.Unlock()
 		return 0, ucs.OK // active messages since, all written
 	}
@@ -637,14 +856,23 @@ func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
 	e.iface.pending.PurgeEach(&e.pending, cb)
 }
 
-// Destroy closes the EP's connection, in order when nothing is being
-// written (see close.go): frames not yet written are dropped,
+// Destroy ends the EP (see close.go): frames not yet written are dropped,
 // and the completions of their zcopy operations signalled with
-// ucs.ErrCanceled; pending requests are dropped. Flush first to have every
-// operation complete. The EP must not be used afterwards.
+// ucs.ErrCanceled (a frame written in part is finished from a copy);
+// pending requests are dropped. It says goodbye to the peer: on a
+// connection of its own that then closes, on a shared one the iface's
+// target role goes on answering the peer's EP until that says goodbye
+// too. Flush first to have every operation complete. The EP must not be
+// used afterwards.
 func (e *EP) Destroy() {
 	e.PendingPurge(nil)
-	e.end(ucs.ErrCanceled, nil, true)
+	e.mu.Lock()
+	e.claimed = false
+	e.endTxLocked(ucs.ErrCanceled, nil)
+	if e.sock != nil {
+		e.sayGoodbyeLocked(byeEP)
+	}
+	e.mu.Unlock()
 	i := e.iface
 	i.mu.Lock()
 	delete(i.eps, e)
@@ -652,4 +880,5 @@ func (e *EP) Destroy() {
 		delete(i.epIDs, e.id)
 	}
 	i.mu.Unlock()
+	i.markDirty()
 }

@@ -124,7 +124,7 @@ func (e *EP) ConnectToEP(deviceAddr, epAddr []byte) error {
 		return err
 	}
 	e.peer = a.tcpAddr().String()
-	if err = e.open(c); err != nil {
+	if err = e.open(c, false); err != nil {
 		e.mu.Lock()
 		e.connecting = false
 		e.mu.Unlock()
@@ -133,7 +133,7 @@ func (e *EP) ConnectToEP(deviceAddr, epAddr []byte) error {
 	// From here on the EP is an ordinary connected EP: fail (Destroy,
 	// iface Close) closes the connection.
 	e.mu.Lock()
-	e.unconn, e.failed = false, false
+	e.unconn, e.failed, e.claimed = false, false, true
 	e.err.Store(0)
 	e.mu.Unlock()
 	i.mu.Lock()
@@ -142,6 +142,7 @@ func (e *EP) ConnectToEP(deviceAddr, epAddr []byte) error {
 		e.fail(ucs.ErrCanceled, nil)
 		return fmt.Errorf("uct/tcp: connect to ep: ep destroyed or iface closed: %w", ucs.ErrCanceled)
 	}
+	i.conns[e] = struct{}{}
 	i.pollAdd(e.in)
 	i.mu.Unlock()
 	return nil

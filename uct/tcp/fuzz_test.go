@@ -93,11 +93,13 @@ func FuzzFrameHeaderDecode(f *testing.F) {
 	}{{frameAM, 0, 0}, {frameAM, uct.AMMaxID - 1, DefaultRxSegSize}, {framePut, 0, putHeaderLen},
 		{framePut, 0, putHeaderLen + maxPutLen}, {frameAck, 0, ackBodyLen}, {frameFlush, 0, 0}, {31, 0, 0},
 		{frameGet, 0, getHeaderLen}, {frameGetRep, 0, getRepHeaderLen + 8}, {frameEPClose, 0, 0},
-		{frameIfaceClose, 0, ackBodyLen}, {frameAlive, 0, 0}} {
+		{frameIfaceClose, 0, ackBodyLen}, {frameAlive, 0, 0}, {frameAtomic, 0, atomicHeaderLen},
+		{frameAtomicRep, 0, atomicRepLen}} {
 		b := make([]byte, frameHeaderLen)
 		putFrameHeader(b, h.typ, h.id, h.n)
 		f.Add(b, clientToServer)
 		f.Add(b, serverToClient)
+		f.Add(b, clientToServer|serverToClient) // a shared connection
 	}
 	f.Add([]byte{1, 2, 3}, uint32(0xffffffff))
 	f.Fuzz(func(t *testing.T, b []byte, allowed uint32) {
@@ -125,7 +127,11 @@ func FuzzFrameHeaderDecode(f *testing.F) {
 			t.Fatalf("accepted get of %d bytes", h.len)
 		case h.typ == frameGetRep && (h.id != 0 || h.len < getRepHeaderLen || h.len > getRepHeaderLen+maxPutLen):
 			t.Fatalf("accepted get reply of %d bytes", h.len)
-		case h.typ < frameAM || h.typ > frameAlive:
+		case h.typ == frameAtomic && (h.id != 0 || h.len != atomicHeaderLen):
+			t.Fatalf("accepted atomic of %d bytes", h.len)
+		case h.typ == frameAtomicRep && (h.id != 0 || h.len != atomicRepLen):
+			t.Fatalf("accepted atomic reply of %d bytes", h.len)
+		case h.typ < frameAM || h.typ > frameAtomicRep:
 			t.Fatalf("accepted type %d", h.typ)
 		}
 		e := make([]byte, frameHeaderLen)

@@ -122,9 +122,12 @@ func (e *EP) postWait(f *txFrame, w *waitOp, idOff int) ucs.Status {
 }
 
 // epReader is the frameHandler of an EP's connection: it takes the
-// peer's acknowledgements, replies, heartbeats and goodbye.
+// peer's acknowledgements, replies, heartbeats and goodbye, and hands the
+// frames of the peer's operations on a shared connection to the iface's
+// target role (e.rx).
 type epReader struct {
 	e     *EP
+	inRx  bool      // the frame begun last is the target role's
 	reads uint64    // the stream's reads at the last tick (alive.go)
 	heard time.Time // when they last changed
 	w     *waitOp   // the operation whose reply is being read
@@ -135,18 +138,27 @@ type epReader struct {
 }
 
 // begin takes an acknowledgement, a heartbeat, a goodbye, or the header
-// of a reply, and returns where a get's data goes. A reply that does not
-// answer the first waiting operation, or not as asked, is a protocol
-// error.
+// of a reply, and returns where a get's data goes; the frames of the
+// peer's operations go to the target role. A reply that does not answer
+// the first waiting operation, or not as asked, is a protocol error; so
+// is one to an EP that ended, beyond those it dropped.
 func (r *epReader) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 	e := r.e
+	r.inRx = false
 	switch h.typ {
+	case frameEPClose:
+		e.peerSaidBye()
+		return nil, nil
 	case frameAck:
 		return nil, e.acknowledged(binary.LittleEndian.Uint64(fixed))
 	case frameAlive:
 		return nil, nil // it was read: that is all it is for
 	case frameIfaceClose:
 		return nil, &ifaceClosedError{processed: binary.LittleEndian.Uint64(fixed)}
+	case frameGetRep, frameAtomicRep:
+	default:
+		r.inRx = true
+		return e.rx.begin(h, fixed)
 	}
 	id := binary.LittleEndian.Uint64(fixed)
 	v := int64(binary.LittleEndian.Uint64(fixed[8:]))
@@ -157,6 +169,12 @@ func (r *epReader) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 	st := ucs.Status(v)
 	e.mu.Lock()
 	w := e.firstWait()
+	if w == nil && e.failed && e.abandoned > 0 {
+		// The EP ended and dropped the operation: so is the reply.
+		e.abandoned--
+		e.mu.Unlock()
+		return nil, nil
+	}
 	if w == nil || w.id != id || w.reply != h.typ {
 		e.mu.Unlock()
 		return nil, fmt.Errorf("reply (type %d) to operation %d, which is not the first waiting: %w", h.typ, id, ucs.ErrInvalidParam)
@@ -184,6 +202,9 @@ func (r *epReader) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 
 // end completes the operation whose reply was read.
 func (r *epReader) end(progress bool) error {
+	if r.inRx {
+		return r.e.rx.end(progress)
+	}
 	w := r.w
 	if w == nil {
 		return nil // an acknowledgement or a heartbeat
@@ -209,7 +230,11 @@ func (r *epReader) end(progress bool) error {
 
 // abort gives the operation whose reply was cut short back to the EP,
 // which fails next and completes it with its error.
-func (r *epReader) abort(error) {
+func (r *epReader) abort(err error) {
+	if r.inRx {
+		r.e.rx.abort(err)
+		return
+	}
 	w := r.w
 	if w == nil {
 		return
@@ -234,7 +259,13 @@ func (r *epReader) abort(error) {
 	}
 }
 
-func (r *epReader) caughtUp(bool) error { return nil }
+// caughtUp has the target role acknowledge what it processed.
+func (r *epReader) caughtUp(progress bool) error {
+	if r.e.rx != nil {
+		return r.e.rx.caughtUp(progress)
+	}
+	return nil
+}
 
 // The queue of waiting operations, in the order of their requests; e.mu
 // is held.

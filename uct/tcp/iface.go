@@ -88,8 +88,10 @@ type Iface struct {
 	flushes    []*flushWaiter
 	failed     []*EP
 	eps        map[*EP]struct{}
-	epIDs      map[uint64]*EP // EPs created unconnected, by id
-	rxConns    map[*rxConn]struct{}
+	epIDs      map[uint64]*EP       // EPs created unconnected, by id
+	rxConns    map[*rxConn]struct{} // the one-way connections accepted
+	conns      map[*EP]struct{}     // the EPs of every other connection, those no user holds included
+	match      *connMatch
 	parked     []*inStream // streams waiting for room in the receive queue (poll.go)
 	// handshakes are the accepted connections still authenticating,
 	// oldest first (accept.go), and hsConns the same as a set.
@@ -144,6 +146,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		eps:        make(map[*EP]struct{}),
 		epIDs:      make(map[uint64]*EP),
 		rxConns:    make(map[*rxConn]struct{}),
+		conns:      make(map[*EP]struct{}),
 		hsConns:    make(map[net.Conn]struct{}),
 		poll:       ps,
 		pollerStop: make(chan struct{}),
@@ -152,6 +155,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		warn:       newIfaceWarnings(params.Log(), ln.Addr()),
 	}
 	i.errHandler, i.errHandlerArg = params.ErrHandler, params.ErrHandlerArg
+	i.match = newConnMatch(i.id)
 	a := ifaceAddr{ip: ip, port: uint16(ln.Addr().(*net.TCPAddr).Port), id: i.id}
 	i.addr = a.encode()
 	i.dev = deviceAddr{family: 6, loopback: ip.IsLoopback()}

@@ -32,6 +32,9 @@ import (
 //
 //	read OFFSET LENGTH  the hex bytes of its region
 //	spin MILLISECONDS   keeps every processor busy that long, then "done"
+//	ep IFACE DEVICE     creates an EP to the iface with those (hex)
+//	                    addresses, sends it active message 2, then "done"
+//	                    and whether it took the iface's connection
 //	progress            calls Progress in a loop from now on, yielding
 //	                    when it finds nothing (as a process that waits
 //	                    does), then "done"
@@ -103,6 +106,22 @@ func runPeer(args []string, stdin io.Reader, stdout io.Writer) error {
 				}
 			}()
 			fmt.Fprintln(stdout, "done")
+			continue
+		case strings.HasPrefix(in.Text(), "ep "):
+			var ia, da []byte
+			if _, err := fmt.Sscanf(in.Text(), "ep %x %x", &ia, &da); err != nil {
+				return fmt.Errorf("command %q: %w", in.Text(), err)
+			}
+			uep, err := iface.EPCreate(&uct.EPParams{DeviceAddr: da, IfaceAddr: ia})
+			if err != nil {
+				return err
+			}
+			ep := uep.(*EP)
+			if st := ep.AMShort(2, 0, nil); st != ucs.OK {
+				return fmt.Errorf("AMShort: %v", st)
+			}
+			shared := ep.rx != nil && ep.match != nil && !ep.match.dialed
+			fmt.Fprintln(stdout, "done", shared)
 			continue
 		case strings.HasPrefix(in.Text(), "spin "):
 			if _, err := fmt.Sscanf(in.Text(), "spin %d", &n); err != nil {
@@ -295,20 +314,31 @@ func TestPeerWrongKey(t *testing.T) {
 }
 
 // TestPeerKilled kills the peer process and checks that the EP fails: its
-// error handler is called, operations and flush return an error.
+// error handler is called (once), operations and flush return an error.
+// The peer's EP to this iface shares the EP's connection, both ways.
 func TestPeerKilled(t *testing.T) {
 	captureLog(t)
 	p := startPeer(t, testKey)
-	var failed atomic.Int32
+	var failed, calls atomic.Int32
 	i := openIface(t, testMD(t), &uct.IfaceParams{ErrHandler: func(_ any, _ uct.EP, st ucs.Status) {
 		failed.Store(int32(st))
+		calls.Add(1)
 	}})
+	var heard atomic.Bool
+	i.SetAMHandler(2, func(any, []byte, uint32) ucs.Status { heard.Store(true); return ucs.OK }, nil, uct.CBFlagAsync)
 	uep, err := i.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer uep.Destroy()
 	ep := uep.(*EP)
+	if got := p.command(fmt.Sprintf("ep %x %x", i.Address(), i.DeviceAddress())); got != "done true" {
+		t.Fatalf("the peer's EP: %q, want it on this EP's connection", got)
+	}
+	progressUntil(t, heard.Load, i)
+	if n, _ := connCount(i); n != 1 {
+		t.Fatalf("%d connections, want 1", n)
+	}
 	if st := ep.PutShort([]byte{1}, p.base, p.rkey.Rkey); st != ucs.OK {
 		t.Fatal(st)
 	}
@@ -328,5 +358,9 @@ func TestPeerKilled(t *testing.T) {
 	}
 	if st := ep.Flush(0, nil); st != ucs.ErrConnectionReset {
 		t.Errorf("Flush = %v", st)
+	}
+	i.Progress()
+	if n := calls.Load(); n != 1 {
+		t.Errorf("error handler called %d times", n)
 	}
 }

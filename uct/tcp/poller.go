@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"net"
 	"time"
 	"unsafe"
 
@@ -140,8 +141,18 @@ func (i *Iface) housekeep(now time.Time, streams []*inStream) []*inStream {
 // lingers past its deadline.
 func (s *inStream) housekeep(now time.Time) {
 	s.mu.Lock()
+	if s.sock.closing() {
+		s.fail(net.ErrClosed) // its EP broke the connection (EP.killLocked)
+	}
 	switch s.state {
 	case streamOpen:
+		if t := s.tx; t != nil {
+			// Its EP shut its sending side down, said all it will:
+			// the peer has closeLinger to close its side.
+			if at := t.shutAt.Load(); at != 0 && now.UnixNano()-at > int64(closeLinger) {
+				s.fail(errGoodbye)
+			}
+		}
 		if s.every > 0 && !now.Before(s.nextTick) {
 			s.nextTick = now.Add(s.every)
 			if s.sock.acquire() {

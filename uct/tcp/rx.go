@@ -15,10 +15,11 @@ import (
 // Reading a connection.
 //
 // Each connection has an inStream that reads its frames without blocking
-// and hands them to a frameHandler: the iface's side of an accepted
-// connection (rxConn: active messages, puts, gets, atomics, flush
-// requests) or the EP's side of its own (acknowledgements, get and atomic
-// replies). No goroutine waits for a connection: its socket left Go's
+// and hands them to a frameHandler: the iface's target role on a one-way
+// connection it accepted (rxConn: active messages, puts, gets, atomics,
+// flush requests), or the EP's reader on every other (epReader:
+// acknowledgements, get and atomic replies, and on a shared connection
+// the peer's operations too, which it hands to the target role). No goroutine waits for a connection: its socket left Go's
 // network poller (sock.go), and two readers share it, one at a time under
 // inStream.mu:
 //
@@ -36,11 +37,15 @@ import (
 // (heartbeats and liveness checks, alive.go) and ends those that linger
 // after a goodbye (close.go).
 //
-// A stream is open while it reads frames. An accepted connection's stream
-// writes its replies (acknowledgements, get and atomic replies) itself,
-// without waiting: what the socket does not take waits in out, and the
-// stream reads nothing more until it is written (the client, which reads
-// whatever it sends, then sees its sends back up). A stream whose next
+// A stream is open while it reads frames. A one-way accepted connection's
+// stream writes its replies (acknowledgements, get and atomic replies)
+// itself, without waiting: what the socket does not take waits in out,
+// and the stream reads nothing more until it is written (the client,
+// which reads whatever it sends and writes nothing else on it, then sees
+// its sends back up). On every other connection the EP writes the target
+// role's replies (EP.reply): they are queued when they cannot be written,
+// and the stream reads on, as it must where both sides write large frames
+// on one socket. A stream whose next
 // frame is an active message that the iface's receive queue has no room
 // for leaves the poll set (it is parked) until Progress makes room. After
 // a goodbye (close.go) a stream drains: it drops what still comes until
@@ -203,6 +208,9 @@ func (s *inStream) serveLocked(progress bool) (int, bool) {
 	}
 	s.fd = -1
 	s.sock.release()
+	if s.sock.closing() {
+		s.fail(net.ErrClosed) // its EP broke the connection (EP.killLocked)
+	}
 	if s.err != nil {
 		return s.frames, s.finish()
 	}

@@ -70,6 +70,9 @@ func (k *sock) release() {
 	}
 }
 
+// closing reports whether close was called.
+func (k *sock) closing() bool { return k.state.Load()&sockClosing != 0 }
+
 // close closes the socket: at once when nobody uses it, otherwise when its
 // last user releases it. Later acquires fail. It may be called more than
 // once.

@@ -15,13 +15,17 @@ import (
 // the connections it accepted (active messages, puts, gets, atomics and
 // flush requests), and the checks of the memory they name.
 
-// rxConn is the receiving side of an authenticated connection: the
-// frameHandler of its inStream.
+// rxConn is the target role of the iface on an authenticated connection:
+// the frameHandler of the inStream of a one-way connection it accepted,
+// or the part of the EP's reader (epReader) that takes the peer's
+// operations on a shared one, whose EP (ep) then writes its answers.
 type rxConn struct {
 	iface     *Iface
 	from      net.Addr // the client's address, for the log
 	peerID    uint64   // the client's iface id, from its hello
 	in        *inStream
+	ep        *EP    // a shared connection's EP, the writer of the answers; nil: one-way
+	lastWrote uint64 // ep.wrote at the last tick (alive.go)
 	processed uint64 // frames applied or queued
 	acked     uint64 // the count last acknowledged
 	ackDue    bool   // the client asked for an acknowledgement
@@ -210,10 +214,13 @@ func (s *rxConn) serveGet(g getHeader) error {
 	return s.write(r, h, data) // straight from the registered memory
 }
 
-// write sends a and b to the client (see inStream.send; hold is b's
-// region, read-locked).
+// write sends a and b to the client (see inStream.send, or EP.reply on a
+// shared connection; hold is b's region, read-locked).
 func (s *rxConn) write(hold *region, a, b []byte) error {
 	s.sent = true
+	if s.ep != nil {
+		return s.ep.reply(hold, a, b)
+	}
 	return s.in.send(hold, a, b)
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -132,6 +133,12 @@ type region struct {
 	mem   []byte // the registered bytes
 	dead  bool   // deregistered; guarded by mu
 	owner *MD
+	// pins counts the get replies queued with bytes of mem, not written
+	// yet (EP.reply): MemDereg waits for them. A pin is taken only with
+	// mu read-locked and the region live, so none is taken after
+	// MemDereg marked it dead; holding one blocks no reader, as a read
+	// lock would once MemDereg waits to lock mu.
+	pins atomic.Int32
 }
 
 // MD is the "tcp" memory domain: a registry of the memory its ifaces let
@@ -198,6 +205,12 @@ func (m *MD) MemDereg(memh uct.Memh) error {
 	h.r.mu.Lock()
 	h.r.dead = true
 	h.r.mu.Unlock()
+	// Get replies queued with bytes of the region are written by
+	// Progress or the poller, and the peer reads them whatever it does:
+	// they go soon.
+	for h.r.pins.Load() > 0 {
+		time.Sleep(50 * time.Microsecond)
+	}
 	return nil
 }
 

@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -961,15 +963,23 @@ func TestWrongKey(t *testing.T) {
 	}
 }
 
-// rawClient connects to i and passes the handshake with the test key.
+// rawClient connects to i and passes the handshake with the test key, for
+// a connection that the client's iface and i may share (as EPCreate
+// dials).
 func rawClient(t *testing.T, i *Iface) net.Conn {
+	t.Helper()
+	return rawClientHello(t, i, testHello(i))
+}
+
+// rawClientHello is rawClient with the hello h.
+func rawClientHello(t *testing.T, i *Iface, h handshake) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", i.ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := clientHandshake(c, i.cfg.key, testHello(i), time.Now().Add(time.Minute)); err != nil {
+	if err := clientHandshake(c, i.cfg.key, h, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -988,37 +998,57 @@ func TestMalformedFrame(t *testing.T) {
 		putFrameHeader(h, typ, id, int(n))
 		return h
 	}
+	u64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
 	tests := []struct {
-		name  string
-		frame []byte
+		name   string
+		frame  []byte
+		oneWay bool // a one-way connection: the client's iface only sends operations on it
 	}{
-		{"unknown type", hdr(31, 0, 0)},
-		{"heartbeat from a client", hdr(frameAlive, 0, 0)},
-		{"ack from a client", append(hdr(frameAck, 0, 8), make([]byte, 8)...)},
-		{"AM id too large", append(hdr(frameAM, uct.AMMaxID, 8), make([]byte, 8)...)},
-		{"AM too long", hdr(frameAM, 1, DefaultRxSegSize+1)},
-		{"reserved bits", func() []byte { h := hdr(frameAM, 1, 0); h[3] = 1; return h }()},
-		{"put without header", append(hdr(framePut, 0, 4), make([]byte, 4)...)},
-		{"put with id", append(hdr(framePut, 1, putHeaderLen), make([]byte, putHeaderLen)...)},
-		{"put too long", hdr(framePut, 0, putHeaderLen+maxPutLen+1)},
+		{"unknown type", hdr(31, 0, 0), false},
+		{"heartbeat from a one-way client", hdr(frameAlive, 0, 0), true},
+		{"ack from a one-way client", append(hdr(frameAck, 0, 8), make([]byte, 8)...), true},
+		{"iface close from a one-way client", append(hdr(frameIfaceClose, 0, 8), make([]byte, 8)...), true},
+		// A shared connection: the iface's EP sent nothing on it.
+		{"ack of frames never sent", append(hdr(frameAck, 0, 8), u64(3)...), false},
+		{"get reply to no get", append(hdr(frameGetRep, 0, getRepHeaderLen), make([]byte, getRepHeaderLen)...), false},
+		{"atomic reply to no atomic", append(hdr(frameAtomicRep, 0, atomicRepLen), make([]byte, atomicRepLen)...), false},
+		{"operation after the goodbye", append(append(hdr(frameEPClose, 0, 0), hdr(frameAM, 1, 8)...), make([]byte, 8)...), false},
+		{"AM id too large", append(hdr(frameAM, uct.AMMaxID, 8), make([]byte, 8)...), false},
+		{"AM too long", hdr(frameAM, 1, DefaultRxSegSize+1), false},
+		{"reserved bits", func() []byte { h := hdr(frameAM, 1, 0); h[3] = 1; return h }(), false},
+		{"put without header", append(hdr(framePut, 0, 4), make([]byte, 4)...), false},
+		{"put with id", append(hdr(framePut, 1, putHeaderLen), make([]byte, putHeaderLen)...), false},
+		{"put too long", hdr(framePut, 0, putHeaderLen+maxPutLen+1), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := rawClient(t, b)
+			h := testHello(b)
+			if tt.oneWay {
+				h.flags = hsFlagOneWay
+			}
+			c := rawClientHello(t, b, h)
 			if _, err := c.Write(tt.frame); err != nil {
 				t.Fatal(err)
 			}
 			c.SetReadDeadline(time.Now().Add(time.Minute))
-			if n, err := c.Read(make([]byte, 64)); err == nil {
-				t.Errorf("the iface answered %d bytes instead of closing", n)
+			got, err := io.ReadAll(c)
+			if tt.frame[0] == frameEPClose && bytes.Equal(got, hdr(frameEPClose, 0, 0)) {
+				// The iface's goodbye for the connection, which no EP
+				// of it took and none will.
+				got = nil
+			}
+			if len(got) > 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("the iface answered %x (%v) instead of closing", got, err)
 			}
 		})
 	}
 	if n := seen.Load(); n != 0 {
 		t.Errorf("handlers saw %d messages", n)
 	}
-	if got := strings.Count(logs.String(), "closed the connection"); got != len(tests) {
-		t.Errorf("%d connections closed in the log, want %d:\n%s", got, len(tests), logs)
+	// The limiter logs ten a minute, and counts the rest.
+	progressUntil(t, func() bool { return b.warn.closed.Count() == uint64(len(tests)) }, b)
+	if got, want := strings.Count(logs.String(), "closed the connection"), min(len(tests), 10); got != want {
+		t.Errorf("%d connections closed in the log, want %d:\n%s", got, want, logs)
 	}
 	// A good frame on a fresh connection still goes through.
 	c := rawClient(t, b)
