@@ -434,20 +434,6 @@ func (s *inStream) ended(err error, quiet bool) {
 	s.sock.close()
 }
 
-// end ends the stream at once with err, unless it ended already, and
-// tells the handler (unless quiet). The caller holds no lock of the
-// stream.
-func (s *inStream) end(err error, quiet bool) {
-	s.mu.Lock()
-	s.fail(err)
-	ended := s.finish()
-	err = s.err
-	s.mu.Unlock()
-	if ended {
-		s.ended(err, quiet)
-	}
-}
-
 // send writes a and then b (either may be empty) now, as much as the
 // socket takes, and leaves the rest in out, to be written before the
 // stream reads anything more. hold, when not nil, is the region b lies

@@ -89,18 +89,6 @@ func (k *sock) closeFD() {
 	}
 }
 
-// write is a non-blocking write of b: the bytes the socket took, 0 and
-// no error when it took none (EAGAIN), or the error of a socket that
-// failed or closed.
-func (k *sock) write(b []byte) (int, error) {
-	if !k.acquire() {
-		return 0, net.ErrClosed
-	}
-	n, err := writeNB(k.fd, b)
-	k.release()
-	return wrote(n, err)
-}
-
 // writev is write for the buffers bufs; iov is scratch space for the
 // vector.
 func (k *sock) writev(bufs [][]byte, iov *[]unix.Iovec) (int, error) {
