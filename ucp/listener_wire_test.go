@@ -461,7 +461,14 @@ func TestListenerDestroy(t *testing.T) {
 			if n := fds(); n > before {
 				t.Errorf("%d descriptors open after %s, %d before the clients came", n, how, before)
 			}
-			if g := listenerStacks(); g != "" {
+			// A goroutine that has signalled its wait group may still be
+			// on its way out (runnable at its last line): give it a
+			// moment, bounded, before calling it left behind.
+			g := listenerStacks()
+			for deadline := time.Now().Add(5 * time.Second); g != "" && time.Now().Before(deadline); g = listenerStacks() {
+				time.Sleep(time.Millisecond)
+			}
+			if g != "" {
 				t.Errorf("listener goroutines after %s:\n%s", how, g)
 			}
 			if _, err := sw.NewEndpoint(new(EPParams).SetConnRequest(reqs[0])); err == nil {

@@ -198,6 +198,7 @@ func blobFor(rank, round, size int) []byte {
 // one agent and of trees of agents (6 agents make a tree of two levels, 22
 // of three), and checks that every PE finalized.
 func TestAllgather(t *testing.T) {
+	t.Parallel() // none of these touches configHook; they run after the tests that do
 	type shape struct{ n, agents int }
 	shapes := []shape{{1, 1}, {2, 1}, {4, 2}, {16, 1}, {16, 6}, {16, 16}}
 	if !testing.Short() && !raceEnabled {
@@ -321,6 +322,7 @@ func TestAllgatherAfterClose(t *testing.T) {
 }
 
 func TestAllgatherTooLarge(t *testing.T) {
+	t.Parallel() // none of these touches configHook; they run after the tests that do
 	m, err := bootstrap.Join(bootstrap.Env{Size: 1, LocalSize: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -526,6 +528,7 @@ func TestAgentGone(t *testing.T) {
 // one message up and one down to each child, and the seed nothing,
 // whatever the number of PEs.
 func TestMessagesPerAgent(t *testing.T) {
+	t.Parallel() // none of these touches configHook; they run after the tests that do
 	for _, sh := range []struct{ n, agents int }{{4, 4}, {16, 6}, {32, 16}} {
 		t.Run(fmt.Sprintf("N=%d/agents=%d", sh.n, sh.agents), func(t *testing.T) {
 			j := startJobOn(t, sh.n, sh.agents, nil)

@@ -47,6 +47,7 @@ func floodStream(addr, jobID string, size int, deadline time.Time) {
 // job goes on. (Unbounded, 20 streams of 19 MB took a node from 13 MB to
 // 713 MB.)
 func TestStreamFlood(t *testing.T) {
+	t.Parallel() // none of these touches configHook; they run after the tests that do
 	if testing.Short() {
 		t.Skip("skipping: sends 380 MB over the loopback")
 	}
