@@ -322,11 +322,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 		case e := <-g.exits:
 			g.exited(e)
 			how, code := describe(e)
-			rep := report{e.rank, how, code, ""}
-			if e.signalled {
-				rep.endedBy = endedBy
-			}
-			reports <- rep
+			reports <- report{e.rank, how, code, e.endedBy(endedBy)}
 		case <-terminated:
 			terminated = nil
 			if agent.SeedGone() {

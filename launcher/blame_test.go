@@ -174,3 +174,27 @@ func TestEndedBySignal(t *testing.T) {
 		})
 	}
 }
+
+// TestPEExitEndedBy: an agent reports a PE that it ended as ended by it
+// (why), but not one that ended by itself, nor one that it killed for
+// stalling, even when the job's end signalled it while it died: the stall
+// is a failure of its own, which the launcher names as the job's first
+// cause (TestSilentPeers/tcp/stopped named the PE that lost it instead,
+// once, under load).
+func TestPEExitEndedBy(t *testing.T) {
+	const why = "the launcher ends the job: PE 2 failed"
+	for _, tt := range []struct {
+		name string
+		e    peExit
+		want string
+	}{
+		{"by itself", peExit{}, ""},
+		{"signalled", peExit{signalled: true}, why},
+		{"stalled", peExit{stalled: "was stopped"}, ""},
+		{"stalled, then signalled", peExit{signalled: true, stalled: "was stopped"}, ""},
+	} {
+		if got := tt.e.endedBy(why); got != tt.want {
+			t.Errorf("%s: endedBy = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -90,6 +90,18 @@ type peExit struct {
 	stalled string
 }
 
+// endedBy is why the PE of e ended, as its report says it (why, the reason
+// the agent had for ending its PEs), or "" when its end was a failure of
+// its own: it was not signalled, or it was killed for stalling, whatever
+// signal reached it after (a SIGTERM of the job's end finds it dying of the
+// stall's SIGKILL, and its stall is then still the job's first cause).
+func (e peExit) endedBy(why string) string {
+	if !e.signalled || e.stalled != "" {
+		return ""
+	}
+	return why
+}
+
 func newGroup(program string, args []string, n int) *group {
 	return &group{program: program, args: args, pes: make(map[int]*proc, n), exits: make(chan peExit, n)}
 }
