@@ -314,7 +314,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 		case rank := <-agent.Silent():
 			// Hung or frozen: it may not die before it runs again, so its
 			// end is reported now, and again (to no effect) when it exits.
-			how := fmt.Sprintf("stopped answering its agent for %v, most of the failure timeout of %v (hung: it neither ran nor exited)",
+			how := fmt.Sprintf(hungPrefix+"%v, most of the failure timeout of %v (hung: it neither ran nor exited)",
 				failureTimeout-failureTimeout/8, failureTimeout)
 			if g.stall(rank, how) {
 				reports <- report{rank, how, 1, ""}

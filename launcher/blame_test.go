@@ -25,6 +25,7 @@ func TestBlameFirstCause(t *testing.T) {
 	lostIt := peEnd{rank: 2, host: "h2", how: "exited with status 1", code: 1}
 	terminated := peEnd{rank: 1, host: "h1", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
 	other := peEnd{rank: 0, host: "h0", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
+	stopped := peEnd{rank: 1, host: "h1", how: stoppedPrefix + "1.875s, longer than half the failure timeout", code: 1}
 	tests := []struct {
 		name string
 		told bool
@@ -37,6 +38,7 @@ func TestBlameFirstCause(t *testing.T) {
 		{"consequence first", false, []peEnd{lostIt, killed, other}, 1, 137, "was killed by signal 9"},
 		{"consequence first, others ended before the cause", false, []peEnd{lostIt, other, killed}, 1, 137, "was killed by signal 9"},
 		{"consequence first, the cause told of it", true, []peEnd{lostIt, killed, other}, 1, 137, "was killed by signal 9"},
+		{"consequence first, the stopped cause told of it", true, []peEnd{lostIt, stopped, other}, 1, 1, "was stopped (SIGSTOP or SIGTSTP) for"},
 		{"the lost PE did not fail", false, []peEnd{lostIt, terminated, other}, 2, 1, "after it lost PE 1 (connection reset by peer)"},
 	}
 	for _, tt := range tests {

@@ -307,7 +307,7 @@ func (g *group) checkStalled() {
 			continue
 		}
 		if d := now.Sub(p.stoppedSince); d >= g.stallLimit {
-			g.stall(p.rank, fmt.Sprintf("was stopped (SIGSTOP or SIGTSTP) for %v, longer than half the failure timeout", d.Round(time.Millisecond)))
+			g.stall(p.rank, fmt.Sprintf(stoppedPrefix+"%v, longer than half the failure timeout", d.Round(time.Millisecond)))
 		}
 	}
 }
@@ -425,6 +425,21 @@ func describe(e peExit) (string, int) {
 // killedPrefix starts the description (describeStatus) of a PE that a
 // signal killed.
 const killedPrefix = "was killed by signal "
+
+// stoppedPrefix and hungPrefix start the descriptions of a PE that its
+// agent killed for stalling (checkStalled, and a PE that stopped answering
+// its agent), which the launcher reads back (stalled).
+const (
+	stoppedPrefix = "was stopped (SIGSTOP or SIGTSTP) for "
+	hungPrefix    = "stopped answering its agent for "
+)
+
+// stalled reports whether how says that the PE's agent killed it for
+// stalling: a failure of the PE's own, whatever the seed says it had been
+// told of another PE's end while it stalled.
+func stalled(how string) bool {
+	return strings.HasPrefix(how, stoppedPrefix) || strings.HasPrefix(how, hungPrefix)
+}
 
 // killedBySignal reports whether how, a description made by
 // describeStatus, says that a signal killed the PE.

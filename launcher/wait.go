@@ -157,12 +157,13 @@ func (j *job) ended(e peEnd) {
 		}
 		return
 	}
-	if peer, why, ok := j.seed.Lost(e.rank); ok && !killedBySignal(e.how) && (j.blameOpen || !j.pes[peer].ended) {
+	if peer, why, ok := j.seed.Lost(e.rank); ok && !killedBySignal(e.how) && !stalled(e.how) && (j.blameOpen || !j.pes[peer].ended) {
 		// It ended because PE peer failed, or so it says: end the job now,
 		// and name peer when its own failure turns up. A PE that a signal
-		// killed (one its agent did not send: endedBy is empty) did not end
-		// because it learned of a loss; the seed may have counted it as told
-		// of one while it was dying.
+		// killed (one its agent did not send: endedBy is empty), or that its
+		// agent killed for stalling, did not end because it learned of a
+		// loss; the seed may have counted it as told of one while it was
+		// dying or stalled.
 		if j.consequence == nil {
 			j.consequence = &JobError{Rank: e.rank, Host: e.host,
 				How: fmt.Sprintf("%s after it lost PE %d (%s)", e.how, peer, why), Code: e.code}
