@@ -129,6 +129,22 @@ func JoinFromOSWithLogger(l ucs.Logger) (*Member, error) {
 	return Join(env)
 }
 
+// newMember returns the Member of env, logging to logger, with no channel
+// to its agent yet.
+func newMember(env Env, logger *log.Logger) *Member {
+	return &Member{
+		env:     env,
+		logger:  logger,
+		welcome: make(chan struct{}),
+		finAck:  make(chan struct{}),
+		exitAck: make(chan struct{}),
+		lostAck: make(chan struct{}),
+		failed:  make(map[int]bool),
+		failCh:  make(chan struct{}),
+		closeCh: make(chan struct{}),
+	}
+}
+
 // Join joins the job through the agent's channel env.AgentFD (which it
 // takes over) and returns when the agent has welcomed this PE. With
 // env.Size 1 and no seed, it returns a singleton Member that uses no
@@ -138,17 +154,7 @@ func Join(env Env) (*Member, error) {
 	if err := env.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Member{
-		env:     env,
-		logger:  wire.DebugLogger(env.Logger, "goshmem pe-"+strconv.Itoa(env.Rank)+": "),
-		welcome: make(chan struct{}),
-		finAck:  make(chan struct{}),
-		exitAck: make(chan struct{}),
-		lostAck: make(chan struct{}),
-		failed:  make(map[int]bool),
-		failCh:  make(chan struct{}),
-		closeCh: make(chan struct{}),
-	}
+	m := newMember(env, wire.DebugLogger(env.Logger, "goshmem pe-"+strconv.Itoa(env.Rank)+": "))
 	if env.Seed == "" {
 		return m, nil // singleton
 	}

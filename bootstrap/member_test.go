@@ -107,20 +107,8 @@ func FuzzMemberHandle(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		m := &Member{
-			env:     Env{JobID: "job-1", Rank: 1, Size: 4, LocalRank: 1, LocalSize: 4},
-			conn:    conn,
-			logger:  wire.DiscardLogger(),
-			welcome: make(chan struct{}),
-			finAck:  make(chan struct{}),
-			exitAck: make(chan struct{}),
-			lostAck: make(chan struct{}),
-			failed:  make(map[int]bool),
-			failCh:  make(chan struct{}),
-			closeCh: make(chan struct{}),
-			seq:     7,
-			reply:   make(chan reply, 1),
-		}
+		m := newMember(Env{JobID: "job-1", Rank: 1, Size: 4, LocalRank: 1, LocalSize: 4}, wire.DiscardLogger())
+		m.conn, m.seq, m.reply = conn, 7, make(chan reply, 1)
 		m.handle(msg, -1)
 		m.handle(msg, -1) // twice: a repeated reply or ack must not block or panic
 		for _, f := range m.failures {

@@ -76,7 +76,7 @@ for i in $(seq "$nhosts"); do
 	echo "$pid" >"$out/ns/$h.pid"
 	cores=0-$(($(nproc) - 1))
 	if [ -n "${CORES_PER_HOST:-}" ]; then
-		cores=$(seq -s, $(((i - 1) * CORES_PER_HOST)) $((i * CORES_PER_HOST - 1)) | tr ',' '\n' | awk -v n="$(nproc)" '{print $1 % n}' | paste -sd,)
+		cores=$(seq $(((i - 1) * CORES_PER_HOST)) $((i * CORES_PER_HOST - 1)) | awk -v n="$(nproc)" '{print $1 % n}' | paste -sd,)
 	fi
 	echo "$cores" >"$out/ns/$h.cores"
 	hosts+=("$h")
