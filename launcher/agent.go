@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -381,16 +380,15 @@ func statsLine(agent *cluster.Agent, pes int) string {
 		s.LocalFrames, s.LocalBytes, s.Collectives, s.TableBytes, s.MaxSilence.Milliseconds())
 }
 
-// shareOfCores returns the GOMAXPROCS setting ("GOMAXPROCS=N") of the PEs
-// of a host that runs pes of them on fewer cores, each PE's share of the
-// cores (at least 1), or "" where the host has a core for each PE or the
-// environment env sets GOMAXPROCS already. shmem.Init would set the same
+// shareOfCores returns the GOMAXPROCS setting of the PEs of a host that
+// runs pes of them on fewer cores, "GOMAXPROCS=1" (a PE's share of the
+// cores, rounded up to one), or "" where the host has a core for each PE
+// or the environment env sets GOMAXPROCS already. shmem.Init would set the same
 // share itself, but changing GOMAXPROCS stops the world of a runtime that
 // started with a processor per core: 4% of a PE's CPU in a 64-PE start
 // on 2 cores.
 func shareOfCores(env []string, pes int) string {
-	cores := runtime.NumCPU()
-	if pes <= cores {
+	if pes <= runtime.NumCPU() {
 		return ""
 	}
 	for _, kv := range env {
@@ -398,5 +396,5 @@ func shareOfCores(env []string, pes int) string {
 			return ""
 		}
 	}
-	return "GOMAXPROCS=" + strconv.Itoa(max(1, cores/pes))
+	return "GOMAXPROCS=1"
 }
