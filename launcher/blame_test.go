@@ -26,6 +26,7 @@ func TestBlameFirstCause(t *testing.T) {
 	terminated := peEnd{rank: 1, host: "h1", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
 	other := peEnd{rank: 0, host: "h0", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
 	stopped := peEnd{rank: 1, host: "h1", how: stoppedPrefix + "1.875s, longer than half the failure timeout", code: 1}
+	left := peEnd{rank: 1, host: "h1", how: "exited with status 0", code: 0}
 	tests := []struct {
 		name string
 		told bool
@@ -39,6 +40,8 @@ func TestBlameFirstCause(t *testing.T) {
 		{"consequence first, others ended before the cause", false, []peEnd{lostIt, other, killed}, 1, 137, "was killed by signal 9"},
 		{"consequence first, the cause told of it", true, []peEnd{lostIt, killed, other}, 1, 137, "was killed by signal 9"},
 		{"consequence first, the stopped cause told of it", true, []peEnd{lostIt, stopped, other}, 1, 1, "was stopped (SIGSTOP or SIGTSTP) for"},
+		{"consequence first, the cause left without finalize", false, []peEnd{lostIt, other, left}, 1, 1, "exited without finalize"},
+		{"cause left without finalize first", false, []peEnd{left, lostIt, other}, 1, 1, "exited without finalize"},
 		{"the lost PE did not fail", false, []peEnd{lostIt, terminated, other}, 2, 1, "after it lost PE 1 (connection reset by peer)"},
 	}
 	for _, tt := range tests {

@@ -147,10 +147,16 @@ func (j *job) ended(e peEnd) {
 		return // the launcher is ending it
 	}
 	if e.code == 0 {
+		noFinalize := &JobError{Rank: e.rank, Host: e.host, How: "exited without finalize (status 0) while other PEs still run", Code: 1}
 		switch {
-		case j.ending, j.seed.Finalized(e.rank) || j.running == 0:
+		case j.seed.Finalized(e.rank):
+		case j.blameOpen && e.rank == j.lostPeer:
+			// The PE that another PE lost left early: its end, reported
+			// after the loss, is the cause though the job is ending.
+			j.fail(noFinalize)
+		case j.ending, j.running == 0:
 		case j.seed.Joined(e.rank) || j.anyJoined():
-			j.fail(&JobError{Rank: e.rank, Host: e.host, How: "exited without finalize (status 0) while other PEs still run", Code: 1})
+			j.fail(noFinalize)
 		default:
 			// Not a goshmem program, or one that has not initialized yet.
 			j.idle = append(j.idle, e.rank)
