@@ -148,13 +148,16 @@ func (c *Ctx) putSignalSlow(routine string, pe int, off uintptr, b []byte, soff 
 	if c.session.Load() != nil {
 		c.flushBatch(routine, pe)
 	}
-	c.sendPut(routine, pe, off, b, nbi)
-	// The fence keeps the signal behind the data on the way to pe. It is
-	// the endpoint's: a fence of the worker may wait for every peer it
-	// sent to in software, and a peer that has left a barrier need not
-	// progress again before this PE's signal lets another leave it.
-	if err := c.remote(routine, pe).ep.Fence(); err != nil {
-		fatal(routine, pe, err)
+	if len(b) > 0 {
+		// (A signal alone, SetSignal and AddSignal, is the atomic alone.)
+		c.sendPut(routine, pe, off, b, nbi)
+		// The fence keeps the signal behind the data on the way to pe. It
+		// is the endpoint's: a fence of the worker may wait for every peer
+		// it sent to in software, and a peer that has left a barrier need
+		// not progress again before this PE's signal lets another leave it.
+		if err := c.remote(routine, pe).ep.Fence(); err != nil {
+			fatal(routine, pe, err)
+		}
 	}
 	c.amoSlow(routine, pe, soff, 8, op, signal, 0, amoPost, nil)
 }
