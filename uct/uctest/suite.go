@@ -112,11 +112,11 @@ func runMD(t *testing.T, comp uct.Component, mdName string, named bool) {
 func runResource(t *testing.T, r resourceID, devType uct.DeviceType) {
 	e := &env{rid: r, devType: devType, inProcess: devType == uct.DeviceTypeSelf, replies: make(map[uint8][][]byte)}
 	if err := e.open(); err != nil {
-		if errors.Is(err, ucs.ErrNoDevice) && !deviceExists(r.Dev) {
+		if errors.Is(err, ucs.ErrNoDevice) && !deviceUp(r.Dev) {
 			// A device of another test (a veth pair of a test of
-			// network namespaces running beside) went away since it was
-			// listed.
-			t.Skipf("skipped: device %s is gone: %v", r.Dev, err)
+			// network namespaces running beside) went away or down since
+			// it was listed.
+			t.Skipf("skipped: device %s is gone or down: %v", r.Dev, err)
 		}
 		t.Fatalf("%v: %v", r, err)
 	}
@@ -126,6 +126,9 @@ func runResource(t *testing.T, r resourceID, devType uct.DeviceType) {
 	}
 	c, err := e.connect(t)
 	if err != nil {
+		if !deviceUp(r.Dev) {
+			t.Skipf("skipped: device %s went away or down while the suite connected: %v", r.Dev, err)
+		}
 		t.Fatalf("connect to the target: %v", err)
 	}
 	e.main = c
@@ -518,8 +521,8 @@ func (e *env) fill(t testing.TB, c *conn, off, n int, b byte) {
 // capped returns n, at most sizeCap.
 func capped(n int) int { return min(n, sizeCap) }
 
-// deviceExists reports whether the network interface dev exists now.
-func deviceExists(dev string) bool {
-	_, err := net.InterfaceByName(dev)
-	return err == nil
+// deviceUp reports whether the network interface dev exists and is up now.
+func deviceUp(dev string) bool {
+	ifi, err := net.InterfaceByName(dev)
+	return err == nil && ifi.Flags&net.FlagUp != 0
 }
