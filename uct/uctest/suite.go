@@ -112,7 +112,7 @@ func runMD(t *testing.T, comp uct.Component, mdName string, named bool) {
 func runResource(t *testing.T, r resourceID, devType uct.DeviceType) {
 	e := &env{rid: r, devType: devType, inProcess: devType == uct.DeviceTypeSelf, replies: make(map[uint8][][]byte)}
 	if err := e.open(); err != nil {
-		if errors.Is(err, ucs.ErrNoDevice) && !deviceUp(r.Dev) {
+		if errors.Is(err, ucs.ErrNoDevice) && devType == uct.DeviceTypeNet && !deviceUp(r.Dev) {
 			// A device of another test (a veth pair of a test of
 			// network namespaces running beside) went away or down since
 			// it was listed.
@@ -126,7 +126,7 @@ func runResource(t *testing.T, r resourceID, devType uct.DeviceType) {
 	}
 	c, err := e.connect(t)
 	if err != nil {
-		if !deviceUp(r.Dev) {
+		if devType == uct.DeviceTypeNet && !deviceUp(r.Dev) {
 			t.Skipf("skipped: device %s went away or down while the suite connected: %v", r.Dev, err)
 		}
 		t.Fatalf("connect to the target: %v", err)
