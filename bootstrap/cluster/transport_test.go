@@ -57,7 +57,15 @@ func TestStreamFlood(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 
-	const streams, size = 20, 19 << 20
+	const streams = 20
+	size := 19 << 20
+	if raceEnabled {
+		// The agent reads and tries to decrypt what it is sent: under the
+		// race detector, on 2 cores beside other packages' tests, 380 MB
+		// of that kept its job's barrier waiting for over a minute (a CI
+		// dry run). The bound is checked at full size without it.
+		size = 2 << 20
+	}
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(waitLimit)
 	for range streams {
