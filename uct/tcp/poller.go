@@ -24,8 +24,10 @@ import (
 //     delay (at least every houseEvery), whether Progress ran meanwhile.
 //     It never waits on the sockets then, so a frame that arrives wakes
 //     nothing but the goroutine that polls.
-//   - Once Progress has not run for the delay, the poller waits on the
-//     epoll set itself (a blocking epoll_wait, on a thread of its own)
+//   - Once Progress has not run for the delay (a call under way counts as
+//     running for up to houseEvery: one write of a large get reply lasts
+//     a while), the poller waits on the epoll set itself (a blocking
+//     epoll_wait, on a thread of its own)
 //     and serves what is ready as Progress would: it applies puts and
 //     atomics, answers gets, acknowledges, writes the EPs' queues. The
 //     completions of replies and the synchronous active messages it reads
