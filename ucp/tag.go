@@ -500,9 +500,10 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 			it.finish()
 			return nil, fmt.Errorf("ucp tag msg recv: message handle received already: %w", ucs.ErrInvalidParam)
 		}
-		t.m.removeUnexpected(msg)
 	} else {
-		msg = t.m.searchUnexpected(tag, mask, true)
+		// Found, not yet taken: a receive that cannot take it leaves it
+		// where it is, in its order.
+		msg = t.m.searchUnexpected(tag, mask, false)
 	}
 	if msg == nil {
 		if flags&flagForceImmCmpl != 0 {
@@ -516,6 +517,13 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		t.unlock()
 		return r, nil
 	}
+	if flags&flagForceImmCmpl != 0 && msg.kind != msgEager && (msg.kind != msgFrag || msg.got < msg.length) {
+		// It cannot complete at once: the message stays where it was.
+		t.unlock()
+		it.finish()
+		return nil, fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)
+	}
+	t.m.removeUnexpected(msg)
 	if msg.kind == msgEager {
 		// The common unexpected message: complete at once.
 		info := TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
@@ -540,15 +548,6 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 			*param.RecvInfo = info
 		}
 		return nil, st.Err()
-	}
-	if flags&flagForceImmCmpl != 0 && (msg.kind != msgFrag || msg.got < msg.length) {
-		// It cannot complete at once: leave the message where it was.
-		if !msg.probed {
-			t.m.addUnexpected(msg)
-		}
-		t.unlock()
-		it.finish()
-		return nil, fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)
 	}
 	r := w.newRecv(param, it)
 	r.tr.info = TagRecvInfo{SenderTag: msg.tag, Length: msg.length}

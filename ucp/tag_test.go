@@ -1385,3 +1385,52 @@ func TestTagRecvReportsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestTagForceImmKeepsOrder tries a receive with OpAttrFlagForceImmCmpl on
+// a message that cannot complete at once (rendezvous, or fragments still
+// to come) and checks that the ucs.ErrNoResource it gets leaves the
+// message where it was: the next receives take it, and the messages sent
+// after it, in the order they were sent.
+func TestTagForceImmKeepsOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		probe bool // the message is tried by a non-removing probe's handle
+	}{{"recv", false}, {"probe", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTagEnv(t, "tcp,self", "tcp,self", false)
+			sizes := []int{1 << 20, 8, 200}
+			sreqs := sendAll(t, e.ab, sizes, 0, false)
+			// Every message has tag 0 under mask 0xf0: one tag to receives.
+			e.wait(t, "the messages", func() bool { return e.b.TagProbeNB(2, tagMaskFull, false, nil) != nil })
+			force := new(RequestParam).SetOpAttrFlags(OpAttrFlagForceImmCmpl)
+			var err error
+			if tc.probe {
+				m := e.b.TagProbeNB(0, 0xf0, false, nil)
+				_, err = e.b.TagMsgRecvNBX(make([]byte, 1<<20), m, force)
+			} else {
+				_, err = e.b.TagRecvNBX(make([]byte, 1<<20), 0, 0xf0, force)
+			}
+			if !errors.Is(err, ucs.ErrNoResource) {
+				t.Fatalf("ForceImmCmpl receive of a rendezvous message: %v, want ucs.ErrNoResource", err)
+			}
+			for i, n := range sizes {
+				buf := make([]byte, 1<<20)
+				var info TagRecvInfo
+				r, err := e.b.TagRecvNBX(buf, 0, 0xf0, new(RequestParam).SetRecvInfo(&info))
+				if r != nil {
+					e.wait(t, "recv", r.IsCompleted)
+					err = r.TagRecvRequestTest(&info)
+					r.Free()
+				}
+				if err != nil || info.SenderTag != uint64(i) || info.Length != n {
+					t.Fatalf("receive %d: %v, %+v; want tag %d of %d bytes", i, err, info, i, n)
+				}
+			}
+			for _, r := range sreqs {
+				if err := e.done(t, "send", r, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
