@@ -1434,3 +1434,81 @@ func TestTagForceImmKeepsOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestTagRecvNoCallbackInCall receives rendezvous messages that arrived
+// already, where the data can be taken inside the call (shared memory, the
+// self transport), and a truncated one: without OpAttrFlagNoImmCmpl no
+// callback runs before the call returns (UCX calls it there only with the
+// flag): the receive completes at once, as (nil, its status) with
+// RecvInfo filled in, or returns a request whose callback runs later, once.
+// With the flag it returns a request, its callback run once.
+func TestTagRecvNoCallbackInCall(t *testing.T) {
+	const n = 1 << 20
+	for _, tr := range tagTransports[:2] {
+		for _, tc := range []struct {
+			name     string
+			buf      int
+			noImm    bool
+			wantErr  error
+			wantInfo bool
+		}{
+			{"whole", n, false, nil, true},
+			{"truncated", n - 1, false, ucs.ErrMessageTruncated, false},
+			{"whole/NoImmCmpl", n, true, nil, false},
+			{"truncated/NoImmCmpl", n - 1, true, ucs.ErrMessageTruncated, false},
+		} {
+			t.Run(tr.name+"/"+tc.name, func(t *testing.T) {
+				e := newTagEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
+				sreqs := sendAll(t, e.ab, []int{n}, 3, false)
+				e.wait(t, "the message", func() bool { return e.b.TagProbeNB(3, tagMaskFull, false, nil) != nil })
+				ri := &recvInfo{}
+				var info TagRecvInfo
+				p := ri.param().SetRecvInfo(&info)
+				if tc.noImm {
+					p.SetOpAttrFlags(OpAttrFlagNoImmCmpl)
+				}
+				buf := make([]byte, tc.buf)
+				r, err := e.b.TagRecvNBX(buf, 3, tagMaskFull, p)
+				calls := ri.calls
+				switch {
+				case tc.noImm:
+					if r == nil || err != nil || calls > 1 {
+						t.Fatalf("NoImmCmpl: %v, %v, callback %d times before return", r, err, calls)
+					}
+				case r == nil:
+					if !errors.Is(err, tc.wantErr) && err != tc.wantErr {
+						t.Fatalf("completed at once with %v, want %v", err, tc.wantErr)
+					}
+					if calls != 0 {
+						t.Fatalf("completed at once, and its callback ran %d times", calls)
+					}
+					if tc.wantInfo && info != (TagRecvInfo{SenderTag: 3, Length: n}) {
+						t.Fatalf("completed at once: info %+v", info)
+					}
+				default:
+					if err != nil || calls != 0 {
+						t.Fatalf("a request (%v), and its callback ran %d times before the call returned", err, calls)
+					}
+				}
+				if r != nil {
+					e.wait(t, "recv", r.IsCompleted)
+					if err := r.Status(); !errors.Is(err, tc.wantErr) && err != tc.wantErr {
+						t.Fatalf("request status %v, want %v", err, tc.wantErr)
+					}
+					r.Free()
+					if ri.calls != 1 || ri.info != (TagRecvInfo{SenderTag: 3, Length: n}) {
+						t.Fatalf("callback %d times, info %+v", ri.calls, ri.info)
+					}
+				}
+				if tc.wantErr == nil && !bytes.Equal(buf, pattern(n, 0)) {
+					t.Fatal("data differs")
+				}
+				for _, r := range sreqs {
+					if err := e.done(t, "send", r, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
