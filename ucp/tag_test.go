@@ -1512,3 +1512,34 @@ func TestTagRecvNoCallbackInCall(t *testing.T) {
 		}
 	}
 }
+
+// TestTagFeatureConnecting sends tag messages without FeatureTag on a
+// client endpoint whose server has not answered yet: the calls fail at
+// once with ucs.ErrInvalidParam, as on a connected endpoint, instead of
+// waiting for the connection.
+func TestTagFeatureConnecting(t *testing.T) {
+	s := startCSServer(t, newCSContext(t, "tcp"), nil)
+	c := newContextParams(t, new(Params).SetFeatures(FeatureAM|FeatureStream), "TLS", "tcp")
+	w := newWorker(t, c)
+	ep, err := w.NewEndpoint(new(EPParams).SetSockAddr(s.addr).SetFlags(EPParamsFlagClientServer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close(CloseModeForce) })
+	for _, tc := range []struct {
+		name string
+		send func() (*Request, error)
+	}{
+		{"TagSendNBX", func() (*Request, error) { return ep.TagSendNBX([]byte("x"), 1, nil) }},
+		{"TagSendSyncNBX", func() (*Request, error) { return ep.TagSendSyncNBX([]byte("x"), 1, nil) }},
+		{"TagSendNB", func() (*Request, error) { return ep.TagSendNB([]byte("x"), 1, DatatypeContig(1), 1, nil) }},
+	} {
+		r, err := tc.send()
+		if r != nil {
+			r.Free()
+		}
+		if r != nil || !errors.Is(err, ucs.ErrInvalidParam) {
+			t.Errorf("%s without FeatureTag on a connecting endpoint: request %v, %v; want ucs.ErrInvalidParam", tc.name, r != nil, err)
+		}
+	}
+}
