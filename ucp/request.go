@@ -214,6 +214,7 @@ type Request struct {
 	lane      *lane
 	fate      atomic.Int32 // fate* value
 	claimed   atomic.Bool  // complete ran (or runs): a second completion is ignored
+	held      atomic.Int32 // held* value: completion inside the call that started it
 	external  bool
 	pending   uct.PendingReq
 	reserved  []byte
@@ -256,6 +257,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	r.w = w
 	r.fate.Store(fateRunning)
 	r.claimed.Store(false)
+	r.held.Store(heldNone)
 	r.state.Store(int32(ucs.InProgress))
 	r.comp = uct.Completion{Func: requestCompleted, Count: 1}
 	if !r.inited {
@@ -290,6 +292,29 @@ const (
 	fateFreed                // freed while running; completion releases it
 )
 
+// Holds of a request: whether a completion while the call that started it
+// still runs is left to that call to report (Request.hold).
+const (
+	heldNone   int32 = iota // completion reports itself
+	heldInCall              // the call runs: a completion now is the call's
+	heldDone                // completed while held: the call reports it
+)
+
+// hold makes a completion of r, until unhold, finish r without its
+// callback: the call that started r reports it, as completed at once.
+func (r *Request) hold() { r.held.Store(heldInCall) }
+
+// unhold ends hold and reports whether r completed meanwhile (the caller
+// then reports the completion: r's callback did not run). Otherwise r
+// completes later, as usual.
+func (r *Request) unhold() bool {
+	if r.held.CompareAndSwap(heldInCall, heldNone) {
+		return false
+	}
+	r.held.Store(heldNone)
+	return true
+}
+
 // complete finishes r with status: results are delivered, the callback is
 // called, and a request its owner already freed goes back to the pool. It
 // may run on a transport's receive goroutine while the owner waits, frees
@@ -304,6 +329,15 @@ func (r *Request) complete(status ucs.Status) {
 	}
 	cb, rcb, scb, ud := r.cb, r.rcb, r.scb, r.userData
 	r.finish(status)
+	if r.held.Load() == heldInCall && r.held.CompareAndSwap(heldInCall, heldDone) {
+		return // the call that started r reports it (unhold)
+	}
+	r.notify(status, cb, rcb, scb, ud)
+}
+
+// notify calls the callback of r, completed with status (one of cb, rcb,
+// scb, with ud), and releases r if its owner freed it already.
+func (r *Request) notify(status ucs.Status, cb SendCallback, rcb TagRecvCallback, scb StreamRecvCallback, ud any) {
 	if status == ucs.InProgress {
 		status = ucs.OK
 	}

@@ -372,12 +372,14 @@ func (ep *Endpoint) TagSendSyncNB(buffer any, count int, dt Datatype, tag uint64
 // ucs.ErrMessageTruncated when buf was too short, and fills in
 // param.RecvInfo if set; with OpAttrFlagNoImmCmpl it returns a completed
 // request instead, after calling param.RecvCallback. Otherwise it returns
-// a request, which completes (RecvCallback) when the message is in buf
-// (for a rendezvous message whose data could be copied at once, before
-// the call returns); it can be canceled while no message matched it. It fails with
-// ucs.ErrInvalidParam without FeatureTag or for a bad datatype, and with
-// ucs.ErrNoResource under OpAttrFlagForceImmCmpl when it cannot complete
-// at once.
+// a request, which completes (RecvCallback) when the message is in buf; it
+// can be canceled while no message matched it. A rendezvous message that
+// arrived already and whose data is taken inside the call (from mapped
+// memory, or none when it is truncated) completes at once the same way:
+// no callback runs before the call returns without OpAttrFlagNoImmCmpl. It
+// fails with ucs.ErrInvalidParam without FeatureTag or for a bad datatype,
+// and with ucs.ErrNoResource under OpAttrFlagForceImmCmpl when it cannot
+// complete at once.
 func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (*Request, error) {
 	if err := w.tagCheck("tag recv"); err != nil {
 		return nil, err
@@ -500,9 +502,10 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 			it.finish()
 			return nil, fmt.Errorf("ucp tag msg recv: message handle received already: %w", ucs.ErrInvalidParam)
 		}
-		t.m.removeUnexpected(msg)
 	} else {
-		msg = t.m.searchUnexpected(tag, mask, true)
+		// Found, not yet taken: a receive that cannot take it leaves it
+		// where it is, in its order.
+		msg = t.m.searchUnexpected(tag, mask, false)
 	}
 	if msg == nil {
 		if flags&flagForceImmCmpl != 0 {
@@ -516,6 +519,13 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		t.unlock()
 		return r, nil
 	}
+	if flags&flagForceImmCmpl != 0 && msg.kind != msgEager && (msg.kind != msgFrag || msg.got < msg.length) {
+		// It cannot complete at once: the message stays where it was.
+		t.unlock()
+		it.finish()
+		return nil, fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)
+	}
+	t.m.removeUnexpected(msg)
 	if msg.kind == msgEager {
 		// The common unexpected message: complete at once.
 		info := TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
@@ -541,15 +551,6 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		}
 		return nil, st.Err()
 	}
-	if flags&flagForceImmCmpl != 0 && (msg.kind != msgFrag || msg.got < msg.length) {
-		// It cannot complete at once: leave the message where it was.
-		if !msg.probed {
-			t.m.addUnexpected(msg)
-		}
-		t.unlock()
-		it.finish()
-		return nil, fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)
-	}
 	r := w.newRecv(param, it)
 	r.tr.info = TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
 	if msg.kind == msgFrag {
@@ -574,15 +575,31 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		}
 		return nil, st.Err()
 	}
-	// A rendezvous request: the request is returned, even when the data
-	// came through mapped memory at once (its callback then ran already).
+	// A rendezvous request. Its data may come inside the call (through
+	// mapped memory, a get done at once), or none may (truncated): it then
+	// completes at once, as an eager message does, its callback run only
+	// with OpAttrFlagNoImmCmpl.
 	rts := rtsInfo{tag: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}
 	t.unlock()
+	r.hold()
 	w.tagRndvMatched(r, &rts)
 	t.lock()
 	t.releaseMsg(msg)
 	t.unlock()
-	return r, nil
+	if !r.unhold() {
+		return r, nil // its callback runs when it completes
+	}
+	st := ucs.Status(r.state.Load())
+	if flags&flagNoImmCmpl != 0 {
+		r.notify(st, r.cb, r.rcb, r.scb, r.userData)
+		return r, nil
+	}
+	info := r.tr.info
+	r.release()
+	if st == ucs.OK && param != nil && param.OpAttrMask&OpAttrFieldRecvInfo != 0 && param.RecvInfo != nil {
+		*param.RecvInfo = info
+	}
+	return nil, st.Err()
 }
 
 // newRecv returns a receive request of data it.

@@ -438,14 +438,16 @@ func (ep *Endpoint) tagSendConnecting(st *epConnect, it dtIter, tag uint64, para
 // tagSendIter starts a tag send of the data it, choosing its protocol.
 func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync bool) (*Request, error) {
 	w := ep.w
+	// Without FeatureTag the call fails, whether the endpoint connects or
+	// not.
+	if err := w.tagCheck("tag send"); err != nil {
+		it.finish()
+		return nil, err
+	}
 	if st := ep.conn.Load(); st != nil {
 		if r, handled, err := ep.tagSendConnecting(st, it, tag, param, sync); handled {
 			return r, err
 		}
-	}
-	if err := w.tagCheck("tag send"); err != nil {
-		it.finish()
-		return nil, err
 	}
 	if err := ep.sendCheck("tag send"); err != nil {
 		it.finish()

@@ -1385,3 +1385,161 @@ func TestTagRecvReportsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestTagForceImmKeepsOrder tries a receive with OpAttrFlagForceImmCmpl on
+// a message that cannot complete at once (rendezvous, or fragments still
+// to come) and checks that the ucs.ErrNoResource it gets leaves the
+// message where it was: the next receives take it, and the messages sent
+// after it, in the order they were sent.
+func TestTagForceImmKeepsOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		probe bool // the message is tried by a non-removing probe's handle
+	}{{"recv", false}, {"probe", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTagEnv(t, "tcp,self", "tcp,self", false)
+			sizes := []int{1 << 20, 8, 200}
+			sreqs := sendAll(t, e.ab, sizes, 0, false)
+			// Every message has tag 0 under mask 0xf0: one tag to receives.
+			e.wait(t, "the messages", func() bool { return e.b.TagProbeNB(2, tagMaskFull, false, nil) != nil })
+			force := new(RequestParam).SetOpAttrFlags(OpAttrFlagForceImmCmpl)
+			var err error
+			if tc.probe {
+				m := e.b.TagProbeNB(0, 0xf0, false, nil)
+				_, err = e.b.TagMsgRecvNBX(make([]byte, 1<<20), m, force)
+			} else {
+				_, err = e.b.TagRecvNBX(make([]byte, 1<<20), 0, 0xf0, force)
+			}
+			if !errors.Is(err, ucs.ErrNoResource) {
+				t.Fatalf("ForceImmCmpl receive of a rendezvous message: %v, want ucs.ErrNoResource", err)
+			}
+			for i, n := range sizes {
+				buf := make([]byte, 1<<20)
+				var info TagRecvInfo
+				r, err := e.b.TagRecvNBX(buf, 0, 0xf0, new(RequestParam).SetRecvInfo(&info))
+				if r != nil {
+					e.wait(t, "recv", r.IsCompleted)
+					err = r.TagRecvRequestTest(&info)
+					r.Free()
+				}
+				if err != nil || info.SenderTag != uint64(i) || info.Length != n {
+					t.Fatalf("receive %d: %v, %+v; want tag %d of %d bytes", i, err, info, i, n)
+				}
+			}
+			for _, r := range sreqs {
+				if err := e.done(t, "send", r, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestTagRecvNoCallbackInCall receives rendezvous messages that arrived
+// already, where the data can be taken inside the call (shared memory, the
+// self transport), and a truncated one: without OpAttrFlagNoImmCmpl no
+// callback runs before the call returns (UCX calls it there only with the
+// flag): the receive completes at once, as (nil, its status) with
+// RecvInfo filled in, or returns a request whose callback runs later, once.
+// With the flag it returns a request, its callback run once.
+func TestTagRecvNoCallbackInCall(t *testing.T) {
+	const n = 1 << 20
+	for _, tr := range tagTransports[:2] {
+		for _, tc := range []struct {
+			name     string
+			buf      int
+			noImm    bool
+			wantErr  error
+			wantInfo bool
+		}{
+			{"whole", n, false, nil, true},
+			{"truncated", n - 1, false, ucs.ErrMessageTruncated, false},
+			{"whole/NoImmCmpl", n, true, nil, false},
+			{"truncated/NoImmCmpl", n - 1, true, ucs.ErrMessageTruncated, false},
+		} {
+			t.Run(tr.name+"/"+tc.name, func(t *testing.T) {
+				e := newTagEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
+				sreqs := sendAll(t, e.ab, []int{n}, 3, false)
+				e.wait(t, "the message", func() bool { return e.b.TagProbeNB(3, tagMaskFull, false, nil) != nil })
+				ri := &recvInfo{}
+				var info TagRecvInfo
+				p := ri.param().SetRecvInfo(&info)
+				if tc.noImm {
+					p.SetOpAttrFlags(OpAttrFlagNoImmCmpl)
+				}
+				buf := make([]byte, tc.buf)
+				r, err := e.b.TagRecvNBX(buf, 3, tagMaskFull, p)
+				calls := ri.calls
+				switch {
+				case tc.noImm:
+					if r == nil || err != nil || calls > 1 {
+						t.Fatalf("NoImmCmpl: %v, %v, callback %d times before return", r, err, calls)
+					}
+				case r == nil:
+					if !errors.Is(err, tc.wantErr) && err != tc.wantErr {
+						t.Fatalf("completed at once with %v, want %v", err, tc.wantErr)
+					}
+					if calls != 0 {
+						t.Fatalf("completed at once, and its callback ran %d times", calls)
+					}
+					if tc.wantInfo && info != (TagRecvInfo{SenderTag: 3, Length: n}) {
+						t.Fatalf("completed at once: info %+v", info)
+					}
+				default:
+					if err != nil || calls != 0 {
+						t.Fatalf("a request (%v), and its callback ran %d times before the call returned", err, calls)
+					}
+				}
+				if r != nil {
+					e.wait(t, "recv", r.IsCompleted)
+					if err := r.Status(); !errors.Is(err, tc.wantErr) && err != tc.wantErr {
+						t.Fatalf("request status %v, want %v", err, tc.wantErr)
+					}
+					r.Free()
+					if ri.calls != 1 || ri.info != (TagRecvInfo{SenderTag: 3, Length: n}) {
+						t.Fatalf("callback %d times, info %+v", ri.calls, ri.info)
+					}
+				}
+				if tc.wantErr == nil && !bytes.Equal(buf, pattern(n, 0)) {
+					t.Fatal("data differs")
+				}
+				for _, r := range sreqs {
+					if err := e.done(t, "send", r, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestTagFeatureConnecting sends tag messages without FeatureTag on a
+// client endpoint whose server has not answered yet: the calls fail at
+// once with ucs.ErrInvalidParam, as on a connected endpoint, instead of
+// waiting for the connection.
+func TestTagFeatureConnecting(t *testing.T) {
+	s := startCSServer(t, newCSContext(t, "tcp"), nil)
+	c := newContextParams(t, new(Params).SetFeatures(FeatureAM|FeatureStream), "TLS", "tcp")
+	w := newWorker(t, c)
+	ep, err := w.NewEndpoint(new(EPParams).SetSockAddr(s.addr).SetFlags(EPParamsFlagClientServer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close(CloseModeForce) })
+	for _, tc := range []struct {
+		name string
+		send func() (*Request, error)
+	}{
+		{"TagSendNBX", func() (*Request, error) { return ep.TagSendNBX([]byte("x"), 1, nil) }},
+		{"TagSendSyncNBX", func() (*Request, error) { return ep.TagSendSyncNBX([]byte("x"), 1, nil) }},
+		{"TagSendNB", func() (*Request, error) { return ep.TagSendNB([]byte("x"), 1, DatatypeContig(1), 1, nil) }},
+	} {
+		r, err := tc.send()
+		if r != nil {
+			r.Free()
+		}
+		if r != nil || !errors.Is(err, ucs.ErrInvalidParam) {
+			t.Errorf("%s without FeatureTag on a connecting endpoint: request %v, %v; want ucs.ErrInvalidParam", tc.name, r != nil, err)
+		}
+	}
+}
