@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -134,6 +135,9 @@ type inStream struct {
 	wantTx  bool       // the EP's queue waits (ep.go)
 	events  uint32     // what the socket is registered for; 0: not in the set
 	gone    bool       // ended: never registered again
+	// readOnly is set while the socket is registered for reading alone
+	// (pollStreams may then read it without asking the set).
+	readOnly atomic.Bool
 
 	mu       sync.Mutex // one reader at a time; guards the fields below
 	state    int
@@ -564,5 +568,6 @@ func (s *inStream) register() {
 	}
 	if err := s.sock.ctl(s.iface.poll.fd, op, ev, s.id); err == nil {
 		s.events = ev
+		s.readOnly.Store(ev == unix.EPOLLIN|unix.EPOLLRDHUP)
 	}
 }
