@@ -67,10 +67,13 @@ type GenericDatatypeOps struct {
 	// longer message is truncated).
 	PackedSize func(state any) int
 	// Pack writes the packed data from offset on into dest (at most
-	// len(dest) bytes) and returns how many bytes it wrote.
+	// len(dest) bytes) and returns how many bytes it wrote. It may write
+	// less: it is then called again for the rest, from the offset where it
+	// stopped.
 	Pack func(state any, offset int, dest []byte) int
 	// Unpack takes the packed data src that starts at offset. Pieces come
-	// in order. An error ends the receive with it.
+	// in order. An error ends the receive with it: the request completes
+	// with that status, and Unpack gets no more pieces of the message.
 	Unpack func(state any, offset int, src []byte) error
 	// Finish ends the state, once the operation no longer needs it.
 	Finish func(state any)
@@ -204,7 +207,8 @@ type dtIter struct {
 	iovIdx, iovBase int
 	gen             *genericDatatype
 	state           any
-	started         bool // state must be finished
+	started         bool       // state must be finished
+	genErr          ucs.Status // the generic Unpack's first error
 }
 
 // dtFromParam returns the iterator over the data of a call: buf for a
@@ -312,7 +316,18 @@ func (it *dtIter) pack(off int, dst []byte) int {
 		}
 		return done
 	default:
-		return min(max(it.gen.ops.Pack(it.state, off, dst[:n]), 0), n)
+		// Pack may write less than it is offered (ucp_generic_dt_ops: at
+		// most max_length): it is called again from where it stopped,
+		// until dst is full or it writes nothing.
+		done := 0
+		for done < n {
+			k := min(max(it.gen.ops.Pack(it.state, off+done, dst[done:n]), 0), n-done)
+			if k == 0 {
+				break
+			}
+			done += k
+		}
+		return done
 	}
 }
 
@@ -339,8 +354,14 @@ func (it *dtIter) unpack(off int, src []byte) ucs.Status {
 			in = 0
 		}
 	default:
+		// After an Unpack error the receive has failed: the state gets no
+		// more data (UCX unpacks only while the request's status is OK).
+		if it.genErr != ucs.OK {
+			return it.genErr
+		}
 		if err := it.gen.ops.Unpack(it.state, off, src); err != nil {
-			return statusOf(err)
+			it.genErr = statusOf(err)
+			return it.genErr
 		}
 	}
 	return st

@@ -263,3 +263,241 @@ func TestAMDatatypes(t *testing.T) {
 		})
 	}
 }
+
+// checkedDT is a generic datatype over a []byte, packed as it is, that
+// records its misuse: a routine called on a finished state or on a state
+// of the other direction, a state finished twice, an offset out of range,
+// Unpack called again after it failed. Unpack fails, with
+// ucs.ErrUnsupported, for the piece that holds offset failAt (-1: never);
+// Pack writes at most a multiple of chunk bytes (0: all it is offered).
+type checkedDT struct {
+	failAt, chunk     int
+	started, finished int
+	bad               []string
+}
+
+type checkedState struct {
+	buf                      []byte
+	count                    int
+	unpack, finished, failed bool
+}
+
+func (c *checkedDT) badf(f string, a ...any) { c.bad = append(c.bad, fmt.Sprintf(f, a...)) }
+
+func (c *checkedDT) ops() *GenericDatatypeOps {
+	start := func(unpack bool) func(_ any, buffer any, count int) any {
+		return func(_ any, buffer any, count int) any {
+			c.started++
+			return &checkedState{buf: buffer.([]byte), count: count, unpack: unpack}
+		}
+	}
+	return &GenericDatatypeOps{
+		StartPack:   start(false),
+		StartUnpack: start(true),
+		PackedSize:  func(st any) int { return st.(*checkedState).count },
+		Pack: func(st any, off int, dst []byte) int {
+			s := st.(*checkedState)
+			if s.finished || s.unpack || off < 0 || off >= s.count {
+				c.badf("pack at %d of %d (finished %v, unpack state %v)", off, s.count, s.finished, s.unpack)
+				return 0
+			}
+			if c.chunk > 0 && len(dst) > c.chunk {
+				dst = dst[:len(dst)/c.chunk*c.chunk]
+			}
+			return copy(dst, s.buf[off:s.count])
+		},
+		Unpack: func(st any, off int, src []byte) error {
+			s := st.(*checkedState)
+			if s.finished || !s.unpack || s.failed || off < 0 || off+len(src) > s.count {
+				c.badf("unpack of %d at %d of %d (finished %v, pack state %v, failed before %v)", len(src), off, s.count, s.finished, !s.unpack, s.failed)
+				return ucs.ErrMessageTruncated
+			}
+			if off <= c.failAt && c.failAt < off+len(src) {
+				s.failed = true
+				return ucs.ErrUnsupported
+			}
+			copy(s.buf[off:], src)
+			return nil
+		},
+		Finish: func(st any) {
+			s := st.(*checkedState)
+			if s.finished {
+				c.badf("state finished twice")
+			}
+			s.finished = true
+			c.finished++
+		},
+	}
+}
+
+// check fails the test on misuse, or states not finished exactly once.
+func (c *checkedDT) check(t *testing.T) {
+	t.Helper()
+	if c.started != c.finished || len(c.bad) > 0 {
+		t.Errorf("generic states: %d started, %d finished; misuse: %v", c.started, c.finished, c.bad[:min(len(c.bad), 5)])
+	}
+}
+
+// TestGenericUnpackError receives tag, stream and active-message
+// (rendezvous) data of each protocol into a generic datatype whose Unpack
+// fails on its first piece: the receive ends with Unpack's error, Unpack
+// gets no more pieces after it failed, and the state is finished once.
+func TestGenericUnpackError(t *testing.T) {
+	cd := &checkedDT{failAt: 3}
+	dt, err := DatatypeCreateGeneric(cd.ops(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer DatatypeDestroy(dt)
+	recvParam := func(buf []byte) *RequestParam {
+		return new(RequestParam).SetDatatype(dt).SetGenericBuffer(buf, len(buf))
+	}
+	for _, tr := range tagTransports[:3] {
+		t.Run(tr.name, func(t *testing.T) {
+			e := newStreamEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
+			cd.bad = nil
+			for _, n := range protoSizes[1:] {
+				// Tag: the receive posted before and after the message came.
+				for _, early := range []bool{true, false} {
+					var rr *Request
+					if early {
+						if rr, err = e.b.TagRecvNBX(nil, 5, tagMaskFull, recvParam(make([]byte, n))); err != nil {
+							t.Fatal(err)
+						}
+					}
+					sr, serr := e.ab.TagSendNBX(pattern(n, n), 5, nil)
+					if !early {
+						for i := 0; i < 20; i++ {
+							e.progress()
+						}
+						rr, err = e.b.TagRecvNBX(nil, 5, tagMaskFull, recvParam(make([]byte, n)))
+					}
+					if err := e.done(t, "tag recv", rr, err); !errors.Is(err, ucs.ErrUnsupported) {
+						t.Errorf("tag, %d bytes, receive posted first %v: %v, want Unpack's error", n, early, err)
+					}
+					e.done(t, "tag send", sr, serr)
+				}
+				// Stream: the failed receive takes its n bytes all the same.
+				sr, serr := e.ab.StreamSendNBX(pattern(n, n), nil)
+				rr, _, err := e.ba.StreamRecvNBX(nil, recvParam(make([]byte, n)).SetStreamRecvFlags(StreamRecvFlagWaitAll))
+				if err := e.done(t, "stream recv", rr, err); !errors.Is(err, ucs.ErrUnsupported) {
+					t.Errorf("stream, %d bytes: %v, want Unpack's error", n, err)
+				}
+				if err := e.done(t, "stream send", sr, serr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cd.check(t)
+		})
+	}
+	for _, tr := range amTransports {
+		t.Run("am/"+tr.name, func(t *testing.T) {
+			e := newAMEnv(t, tr.tls, tr.self)
+			cd.bad = nil
+			var got []amMsg
+			if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(7).SetCB(recorder(&got))); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{8, 5000, 200 << 10} {
+				got = got[:0]
+				r, err := e.ab.AMSendNBX(7, []byte("h"), pattern(n, n), new(RequestParam).SetAMSendFlags(AMSendFlagRNDV))
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.wait(t, "the message", func() bool { return len(got) == 1 })
+				rr, err := e.b.AMRecvDataNBX(got[0].desc, nil, recvParam(make([]byte, n)))
+				if rr != nil {
+					e.wait(t, "receive data", rr.IsCompleted)
+					err = rr.Status()
+					rr.Free()
+				}
+				if !errors.Is(err, ucs.ErrUnsupported) {
+					t.Errorf("%d bytes: %v, want Unpack's error", n, err)
+				}
+				if r != nil {
+					e.wait(t, "send", r.IsCompleted)
+					r.Free()
+				}
+			}
+			cd.check(t)
+		})
+	}
+}
+
+// TestGenericShortPack sends tag, stream and active messages (eager and
+// rendezvous) of a generic datatype whose Pack writes only whole 7-byte
+// elements, less than it is offered: it is called again from where it
+// stopped, and the receiver gets all the data.
+func TestGenericShortPack(t *testing.T) {
+	cd := &checkedDT{failAt: -1, chunk: 7}
+	dt, err := DatatypeCreateGeneric(cd.ops(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer DatatypeDestroy(dt)
+	sendParam := func(b []byte) *RequestParam { return new(RequestParam).SetDatatype(dt).SetGenericBuffer(b, len(b)) }
+	sizes := []int{8, 5000, 30000, 200 << 10}
+	for _, tr := range tagTransports[:3] {
+		t.Run(tr.name, func(t *testing.T) {
+			e := newStreamEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
+			cd.bad = nil
+			for _, n := range sizes {
+				want := pattern(n, n+1)
+				got := make([]byte, n)
+				rr, err := e.b.TagRecvNBX(got, 9, tagMaskFull, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sr, err := e.ab.TagSendNBX(nil, 9, sendParam(want))
+				if err := e.done(t, "tag send", sr, err); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.done(t, "tag recv", rr, nil); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("tag, %d bytes: %v, data differs at %d", n, err, firstDiff(got, want))
+				}
+				got = make([]byte, n)
+				sr, serr := e.ab.StreamSendNBX(nil, sendParam(want))
+				rr, _, err = e.ba.StreamRecvNBX(got, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
+				if err := e.done(t, "stream recv", rr, err); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("stream, %d bytes: %v, data differs at %d", n, err, firstDiff(got, want))
+				}
+				if err := e.done(t, "stream send", sr, serr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cd.check(t)
+		})
+	}
+	for _, tr := range amTransports {
+		t.Run("am/"+tr.name, func(t *testing.T) {
+			e := newAMEnv(t, tr.tls, tr.self)
+			cd.bad = nil
+			var got []amMsg
+			if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(7).SetCB(recorder(&got))); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range sizes {
+				for _, fl := range []AMSendFlags{AMSendFlagEager, AMSendFlagRNDV} {
+					got = got[:0]
+					want := pattern(n, n)
+					r, err := e.ab.AMSendNBX(7, []byte("h"), nil, sendParam(want).SetAMSendFlags(fl))
+					if err != nil {
+						t.Fatal(err)
+					}
+					e.wait(t, "the message", func() bool { return len(got) == 1 })
+					data := got[0].data
+					if got[0].desc != nil {
+						data = make([]byte, n)
+						rr, err := e.b.AMRecvDataNBX(got[0].desc, data, nil)
+						e.waitReq(t, "receive data", rr, err)
+					}
+					e.waitReq(t, "send", r, nil)
+					if !bytes.Equal(data, want) {
+						t.Fatalf("%d bytes, flags %#x: data differs at %d", n, fl, firstDiff(data, want))
+					}
+				}
+			}
+			cd.check(t)
+		})
+	}
+}
