@@ -214,7 +214,7 @@ type Request struct {
 	lane      *lane
 	fate      atomic.Int32 // fate* value
 	claimed   atomic.Bool  // complete ran (or runs): a second completion is ignored
-	held      atomic.Int32 // held* value: completion inside the call that started it
+	held      atomic.Int32 // held* value; heldNone outside hold..unhold, so a pooled request needs no reset
 	external  bool
 	pending   uct.PendingReq
 	reserved  []byte
@@ -257,7 +257,6 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	r.w = w
 	r.fate.Store(fateRunning)
 	r.claimed.Store(false)
-	r.held.Store(heldNone)
 	r.state.Store(int32(ucs.InProgress))
 	r.comp = uct.Completion{Func: requestCompleted, Count: 1}
 	if !r.inited {
