@@ -98,6 +98,17 @@ type amMsg struct {
 
 // recorder returns a callback that records messages; rndv messages are
 // kept (InProgress) for the test to receive.
+// record makes recorder worker b's handler of active message id (with
+// flags) and returns what it records.
+func (e *amEnv) record(t *testing.T, id uint32, flags AMHandlerFlags) *[]amMsg {
+	t.Helper()
+	got := new([]amMsg)
+	if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(id).SetCB(recorder(got)).SetFlags(flags)); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 func recorder(got *[]amMsg) AMRecvCallback {
 	return func(arg any, header, data []byte, p *AMRecvParam) ucs.Status {
 		m := amMsg{header: bytes.Clone(header), data: bytes.Clone(data), attr: p.RecvAttr, length: p.Length, reply: p.ReplyEP}

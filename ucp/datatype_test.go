@@ -206,10 +206,7 @@ func TestAMDatatypes(t *testing.T) {
 	for _, tr := range amTransports {
 		t.Run(tr.name, func(t *testing.T) {
 			e := newAMEnv(t, tr.tls, tr.self)
-			var got []amMsg
-			if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(7).SetCB(recorder(&got))); err != nil {
-				t.Fatal(err)
-			}
+			got := e.record(t, 7, 0)
 			for _, n := range []int{5, 5000, 30000, 200 << 10} {
 				for _, kind := range []string{"iov", "generic"} {
 					want := pattern(n, n+len(kind))
@@ -224,13 +221,13 @@ func TestAMDatatypes(t *testing.T) {
 						}
 						sp.SetDatatype(dt).SetGenericBuffer(sb, n)
 					}
-					got = got[:0]
+					*got = (*got)[:0]
 					r, err := e.ab.AMSendNBX(7, []byte("h"), nil, sp)
 					if err != nil {
 						t.Fatalf("%s AM of %d bytes: %v", kind, n, err)
 					}
-					e.wait(t, "the message", func() bool { return len(got) == 1 })
-					m := got[0]
+					e.wait(t, "the message", func() bool { return len(*got) == 1 })
+					m := (*got)[0]
 					data := m.data
 					if m.desc != nil {
 						// Rendezvous: receive into the other kind.
@@ -394,18 +391,15 @@ func TestGenericUnpackError(t *testing.T) {
 		t.Run("am/"+tr.name, func(t *testing.T) {
 			e := newAMEnv(t, tr.tls, tr.self)
 			cd.bad = nil
-			var got []amMsg
-			if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(7).SetCB(recorder(&got))); err != nil {
-				t.Fatal(err)
-			}
+			got := e.record(t, 7, 0)
 			for _, n := range []int{8, 5000, 200 << 10} {
-				got = got[:0]
+				*got = (*got)[:0]
 				r, err := e.ab.AMSendNBX(7, []byte("h"), pattern(n, n), new(RequestParam).SetAMSendFlags(AMSendFlagRNDV))
 				if err != nil {
 					t.Fatal(err)
 				}
-				e.wait(t, "the message", func() bool { return len(got) == 1 })
-				rr, err := e.b.AMRecvDataNBX(got[0].desc, nil, recvParam(make([]byte, n)))
+				e.wait(t, "the message", func() bool { return len(*got) == 1 })
+				rr, err := e.b.AMRecvDataNBX((*got)[0].desc, nil, recvParam(make([]byte, n)))
 				if rr != nil {
 					e.wait(t, "receive data", rr.IsCompleted)
 					err = rr.Status()
@@ -472,23 +466,20 @@ func TestGenericShortPack(t *testing.T) {
 		t.Run("am/"+tr.name, func(t *testing.T) {
 			e := newAMEnv(t, tr.tls, tr.self)
 			cd.bad = nil
-			var got []amMsg
-			if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(7).SetCB(recorder(&got))); err != nil {
-				t.Fatal(err)
-			}
+			got := e.record(t, 7, 0)
 			for _, n := range sizes {
 				for _, fl := range []AMSendFlags{AMSendFlagEager, AMSendFlagRNDV} {
-					got = got[:0]
+					*got = (*got)[:0]
 					want := pattern(n, n)
 					r, err := e.ab.AMSendNBX(7, []byte("h"), nil, sendParam(want).SetAMSendFlags(fl))
 					if err != nil {
 						t.Fatal(err)
 					}
-					e.wait(t, "the message", func() bool { return len(got) == 1 })
-					data := got[0].data
-					if got[0].desc != nil {
+					e.wait(t, "the message", func() bool { return len(*got) == 1 })
+					data := (*got)[0].data
+					if (*got)[0].desc != nil {
 						data = make([]byte, n)
-						rr, err := e.b.AMRecvDataNBX(got[0].desc, data, nil)
+						rr, err := e.b.AMRecvDataNBX((*got)[0].desc, data, nil)
 						e.waitReq(t, "receive data", rr, err)
 					}
 					e.waitReq(t, "send", r, nil)
