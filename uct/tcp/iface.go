@@ -61,18 +61,16 @@ type Iface struct {
 	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 
-	poll      *pollSet     // the sockets Progress reads (poll.go)
-	dirty     atomic.Bool  // Progress has something to do
-	nflush    atomic.Int32 // flush waiters
-	rxOver    atomic.Bool  // the receive queue is full (rxBytes >= UCX_TCP_RX_QUEUE_LEN)
-	unparkDue atomic.Bool  // parked streams may read again (poll.go)
-	// progSeq counts the starts and ends of the Progress calls that
-	// poll, for the poller (poller.go): it is odd while one runs.
-	progSeq atomic.Uint64
-	closing atomic.Bool      // Close waits for the poller to end the streams
-	pending uct.PendingQueue // the EPs' pending requests
-	progMu  sync.Mutex       // one Progress at a time
-	batch   []base.AMMsg     // Progress's delivery buffer; guarded by progMu
+	poll      *pollSet         // the sockets Progress reads (poll.go)
+	dirty     atomic.Bool      // Progress has something to do
+	nflush    atomic.Int32     // flush waiters
+	rxOver    atomic.Bool      // the receive queue is full (rxBytes >= UCX_TCP_RX_QUEUE_LEN)
+	unparkDue atomic.Bool      // parked streams may read again (poll.go)
+	progSeq   atomic.Uint64    // starts and ends of the Progress calls that poll (odd while one runs), for the poller (poller.go)
+	closing   atomic.Bool      // Close waits for the poller to end the streams
+	pending   uct.PendingQueue // the EPs' pending requests
+	progMu    sync.Mutex       // one Progress at a time
+	batch     []base.AMMsg     // Progress's delivery buffer; guarded by progMu
 	// spareComps is the completion list Progress gave back, which the
 	// next Progress hands to comps; guarded by progMu.
 	spareComps []compEvent
