@@ -173,7 +173,7 @@ var configTable = []ucs.ConfigField{
 	{Name: "NET_DEVICES", Default: "all", Doc: "Network devices to use (all, or a comma-separated list)"},
 	{Name: "ALLOC_PRIO", Default: "md:sysv,md:posix,mmap", Doc: "How mem map allocates memory, in order of preference: md:<name> or md:*, mmap"},
 	{Name: "RNDV_THRESH", Default: "auto", Doc: "Message size from which tag messages use rendezvous (auto: chosen per endpoint from the lanes' performance estimates; active messages take 64k)"},
-	{Name: "RNDV_SCHEME", Default: "auto", Doc: "How a rendezvous receiver takes the data: auto (mapped memory, then get, then am), get_zcopy, put_zcopy, am (the sender pushes it in active messages)"},
+	{Name: "RNDV_SCHEME", Default: "auto", Doc: "How a rendezvous receiver takes the data: auto (mapped memory, then get, but put where the get would cross the network connection to the sender, then am), get_zcopy, put_zcopy, am (the sender pushes it in active messages)"},
 	{Name: "ZCOPY_THRESH", Default: "auto", Doc: "Message size from which zero-copy protocols are used (auto: chosen per lane)"},
 	{Name: "BCOPY_THRESH", Default: "0", Doc: "Message size from which buffered-copy protocols are used instead of short"},
 	{Name: "NUM_EPS", Default: "auto", Doc: "Expected number of endpoints; overrides estimated_num_eps"},

@@ -38,8 +38,9 @@ import (
 //     of the data where a lane to the sender can reach it) and the
 //     receiver takes the data when a receive matched it: through the
 //     sender's memory mapped here (rkey_ptr: shared memory), with a get
-//     (get zcopy: cma, tcp, self), by having the sender put it into the
-//     receive's buffer (put zcopy, with UCX_RNDV_SCHEME=put_zcopy), or by
+//     (get zcopy: cma, self; tcp with UCX_RNDV_SCHEME=get_zcopy), by
+//     having the sender put it into the receive's buffer (put zcopy: tcp,
+//     or any lane with UCX_RNDV_SCHEME=put_zcopy), or by
 //     asking the sender to push it in active messages, which the receiver
 //     unpacks as they come (am: a pipeline, what remains when nothing can
 //     reach the sender's memory, and what generic datatypes use).

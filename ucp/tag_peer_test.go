@@ -120,12 +120,13 @@ func TestTagPeerFailure(t *testing.T) {
 
 // TestTagFromPeerProcess receives a rendezvous message from another
 // process over each path, from memory the peer mapped: through the
-// mapping (shared memory) or a get (tcp).
+// mapping (shared memory) or a put by the peer into the receive's buffer
+// (tcp, where a get would be a request the peer answers).
 func TestTagFromPeerProcess(t *testing.T) {
 	const n = 1 << 20
 	for _, v := range []struct{ name, tls, want string }{
 		{"sm", "sm,self", protoTagRecvRkeyPtr},
-		{"tcp", "tcp,self", protoTagRecvGet},
+		{"tcp", "tcp,self", protoTagRecvPut},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			t.Setenv("GOSHMEM_KEY", testJobKey)
