@@ -266,7 +266,7 @@ func (e *EP) dropQueueLocked(st ucs.Status) {
 		f.release()
 		e.q[k] = nil
 	}
-	e.q, e.queued, e.front = e.q[:0], 0, 0
+	e.q, e.queued, e.front, e.batched = e.q[:0], 0, 0, false
 	e.iface.markDirty()
 }
 
@@ -309,6 +309,7 @@ func (e *EP) settleLocked() {
 // kind after the replies; nobody writes, and e.mu is held.
 func (e *EP) queueGoodbyeLocked(kind uint8) {
 	i := e.iface
+	e.batched = false
 	kept := e.q[:0]
 	front := 0
 	for k, f := range e.q {

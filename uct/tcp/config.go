@@ -47,6 +47,9 @@ const (
 	// DefaultPassiveDelay is how long Progress may go uncalled before the
 	// iface's poller reads the sockets itself (poller.go).
 	DefaultPassiveDelay = time.Millisecond
+	// DefaultTxBatch is how many bytes of small frames an EP gathers
+	// before it writes them (batch.go).
+	DefaultTxBatch = 16 << 10
 	// DefaultPeerTimeout is how long an EP waits without a byte from its
 	// peer before it fails, when neither PEER_TIMEOUT nor
 	// GOSHMEM_FAILURE_TIMEOUT says otherwise.
@@ -90,6 +93,7 @@ var ifaceConfigTable = []ucs.ConfigField{
 	{Name: "PASSIVE_DELAY", Default: DefaultPassiveDelay.String(), Doc: "Time without a progress call after which the iface's poller goroutine reads the sockets itself, so that a process that computes still answers gets and atomics (at most 10s; 0: the poller always reads too, and every frame wakes it)"},
 	{Name: "SEG_SIZE", Default: "8k", Doc: "Largest tcp bcopy operation, in bytes"},
 	{Name: "RX_SEG_SIZE", Default: "64k", Doc: "Largest tcp active message (AM zcopy), in bytes; must be the same in every process of a job"},
+	{Name: "TX_BATCH", Default: "16k", Doc: "Bytes of small frames an EP gathers into one write while operations follow each other without a progress call; they go out at the next progress call, flush, larger frame or reply, or after PASSIVE_DELAY (0: every frame is written at once)"},
 	{Name: "TX_QUEUE_LEN", Default: "4m", Doc: "Bytes an EP queues for sending before operations return no resource"},
 	{Name: "RX_QUEUE_LEN", Default: "1m", Doc: "Bytes of received active messages waiting for progress before the receiver pushes back"},
 	{Name: "MAX_POLL", Default: "64", Doc: "Active messages one progress call delivers at most"},
@@ -112,6 +116,7 @@ type ifaceConfig struct {
 	segSize             int
 	rxSegSize           int
 	txQueueLen          int
+	txBatch             int // TX_BATCH
 	rxQueueLen          int
 	maxPoll             int
 }
@@ -185,6 +190,7 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 		{"SEG_SIZE", &c.segSize, DefaultSegSize, minSegSize, maxSegSize},
 		{"RX_SEG_SIZE", &c.rxSegSize, DefaultRxSegSize, minSegSize, maxSegSize},
 		{"TX_QUEUE_LEN", &c.txQueueLen, DefaultTxQueueLen, 1, math.MaxInt32},
+		{"TX_BATCH", &c.txBatch, DefaultTxBatch, 0, 1 << 20},
 		{"RX_QUEUE_LEN", &c.rxQueueLen, DefaultRxQueueLen, 1, math.MaxInt32},
 		{"MAX_POLL", &c.maxPoll, DefaultMaxPoll, 1, math.MaxInt32},
 		{"MAX_HANDSHAKES", &c.maxHS, DefaultMaxHandshakes, 1, math.MaxInt32},

@@ -100,6 +100,9 @@ type EP struct {
 	gone   atomic.Bool   // the peer iface closed in order, every operation processed (close.go)
 	wrote  atomic.Uint64 // writes that took bytes (heartbeats, alive.go)
 	shutAt atomic.Int64  // when this side shut its sending side down (UnixNano), or 0
+	// batchListed: the EP is in its iface's list of EPs that hold a
+	// batch (batch.go).
+	batchListed atomic.Bool
 
 	mu    sync.Mutex // guards the fields below
 	q     []*txFrame
@@ -132,6 +135,13 @@ type EP struct {
 	waits      []*waitOp        // gets and atomics waiting for their reply, in order (get.go)
 	waitHead   int              // waits[:waitHead] were answered
 	opID       uint64           // the id of the last get or fetching atomic
+
+	// Batches of small frames (batch.go). batched: q holds only a batch,
+	// no frame of it started, and nobody polls the socket for it.
+	// lastWrite: the iface's progSeq+1 when the EP last wrote a frame at
+	// once; 0 before it did.
+	batched   bool
+	lastWrite uint64
 
 	// Connect to EP (epconn.go).
 	id         uint64 // non-zero for an EP created unconnected
@@ -349,15 +359,25 @@ func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status
 		e.waits = append(e.waits, w)
 	}
 	if e.writing || len(e.q) > 0 {
+		join := e.batched && e.gathers(f)
 		e.q = append(e.q, f)
 		e.queued += f.size
-		if !e.writing {
+		if !e.writing && !join {
 			e.writeQueueLocked() // in order, behind what waits
 		}
 		e.mu.Unlock()
 		return ucs.InProgress, seq
 	}
+	if e.gathers(f) {
+		e.q = append(e.q, f)
+		e.queued += f.size
+		e.batched = true
+		e.mu.Unlock()
+		e.iface.startBatch(e)
+		return ucs.InProgress, seq
+	}
 	e.writing = true
+	e.lastWrite = e.iface.progSeq.Load() + 1
 	e.mu.Unlock()
 
 	e.wbufs = f.appendBuffers(e.wbufs[:0])
@@ -428,6 +448,7 @@ func (e *EP) flushTx() {
 // connection (killLocked). e.mu is held (and released during the write);
 // it takes no lock of the stream.
 func (e *EP) writeQueueLocked() {
+	e.batched = false
 	if len(e.q) == 0 || e.dead {
 		e.settleLocked()
 		return
@@ -808,6 +829,9 @@ func (e *EP) flushTarget() (uint64, ucs.Status) {
 		return 0, ucs.OK
 	}
 	e.mu.Lock()
+	if e.batched && !e.writing {
+		e.writeQueueLocked() // what a flush waits for goes out now
+	}
 	if e.queued == 0 && !e.writing && e.acked.Load() >= e.lastRemote {
 		e.mu.Unlock()
 		return 0, ucs.OK // active messages since, all written

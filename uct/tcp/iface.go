@@ -76,7 +76,18 @@ type Iface struct {
 	spareComps []compEvent
 	// readComps are the completions of replies that Progress read
 	// itself, which it signals before it returns; guarded by progMu.
-	readComps  []compEvent
+	readComps []compEvent
+
+	// The EPs that hold a batch of small frames (batch.go): nbatch is
+	// len(batchEPs), batchSince when the list last became non-empty
+	// (UnixNano); pollerBlocked is set while the poller waits on the
+	// sockets.
+	batchMu       sync.Mutex
+	batchEPs      []*EP
+	nbatch        atomic.Int32
+	batchSince    atomic.Int64
+	pollerBlocked atomic.Bool
+
 	pollerStop chan struct{} // closed by Close: the poller ends the streams and returns
 	pollerDone chan struct{} // closed when the poller returned
 	wg         sync.WaitGroup
@@ -293,6 +304,13 @@ func (i *Iface) Progress() int {
 	if polling {
 		i.progSeq.Add(1)
 		defer i.progSeq.Add(1)
+		// Batches go out before the sockets are read, and those that
+		// handlers and completions gathered during the call before it
+		// returns (batch.go).
+		if i.nbatch.Load() > 0 {
+			i.writeBatches()
+		}
+		defer i.writeBatchesAtEnd()
 		n = i.pollStreams()
 		if len(i.readComps) > 0 {
 			n += i.signalRead()

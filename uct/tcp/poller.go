@@ -21,7 +21,9 @@ import (
 //   - While the iface has no connection, the poller sleeps until one
 //     comes (a job on one host never wakes it).
 //   - While Progress runs, the poller sleeps on a timer and looks, every
-//     delay (at least every houseEvery), whether Progress ran meanwhile.
+//     delay (at least every houseEvery), whether Progress ran meanwhile,
+//     and writes the batches of small frames (batch.go) that waited for
+//     it longer than the delay.
 //     It never waits on the sockets then, so a frame that arrives wakes
 //     nothing but the goroutine that polls.
 //   - Once Progress has not run for the delay (a call under way counts as
@@ -89,7 +91,15 @@ func (i *Iface) poller() {
 				timer.Stop()
 			}
 		} else {
-			n, err := unix.EpollWait(i.poll.fd, events[:], int(houseEvery/time.Millisecond))
+			// Set before the batches are looked at: an EP that starts
+			// the first batch then wakes the poller (startBatch).
+			i.pollerBlocked.Store(true)
+			wait := houseEvery
+			if due, ok := i.batchDue(time.Now()); ok {
+				wait = min(wait, max(due, time.Millisecond))
+			}
+			n, err := unix.EpollWait(i.poll.fd, events[:], int((wait+time.Millisecond-1)/time.Millisecond))
+			i.pollerBlocked.Store(false)
 			// A Progress that ran during the wait, or runs now, serves what
 			// woke it: the poller, serving too, would take the sockets'
 			// locks and a core from the goroutine that progresses (tcp
@@ -112,6 +122,10 @@ func (i *Iface) poller() {
 			seen, last, since = s, now, now
 		} else if progressing(s, seen, since) {
 			last = now
+		}
+		if due, ok := i.batchDue(now); ok && due <= 0 {
+			// Progress did not run for the delay: the poller writes.
+			i.writeBatches()
 		}
 		if closing || !now.Before(nextHouse) {
 			streams = i.housekeep(now, streams)
