@@ -144,7 +144,11 @@
 // partly written 1 GiB put delays them, nothing else does); they are
 // copied when they cannot be written at once, and count against no
 // queue: they are bounded by what was received (an acknowledgement
-// waiting last takes the count of a newer one).
+// waiting last takes the count of a newer one). Small frames that
+// operations post back to back, with no Progress call between them (a loop
+// of puts), are gathered instead, up to UCX_TCP_TX_BATCH bytes, and written
+// together at the next Progress call, flush, larger frame or reply, or by
+// the poller after UCX_TCP_PASSIVE_DELAY (see batch.go).
 // Short and bcopy operations copy their data and return ucs.OK. Zcopy
 // operations return ucs.OK when the socket took everything at once, and
 // otherwise ucs.InProgress, and their Completion is signalled from
