@@ -34,7 +34,7 @@ import (
 //   - tag/eager/sync/...: the same, and the receiver acknowledges the
 //     message when a receive takes it (TagSendSyncNBX);
 //   - tag/rndv: from UCX_RNDV_THRESH (auto: from the lanes' estimates, per
-//     endpoint) the sender announces the message (RTS, with the packed key
+//     endpoint; over tcp, beyond one eager message) the sender announces the message (RTS, with the packed key
 //     of the data where a lane to the sender can reach it) and the
 //     receiver takes the data when a receive matched it: through the
 //     sender's memory mapped here (rkey_ptr: shared memory), with a get

@@ -1543,3 +1543,41 @@ func TestTagFeatureConnecting(t *testing.T) {
 		}
 	}
 }
+
+// TestTagAutoRndvNetwork: with UCX_RNDV_THRESH=auto, a tcp endpoint sends
+// data that fits one eager message eagerly, and the next size by
+// rendezvous, not in eager fragments.
+func TestTagAutoRndvNetwork(t *testing.T) {
+	for _, tr := range tagTransports[2:] { // tcp, mixed
+		t.Run(tr.name, func(t *testing.T) {
+			e := newTagEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
+			th := e.ab.thresholds()
+			one := max(th.lim.bcopy, th.lim.zcopy) - tagEagerHdrLen // the most one eager message carries
+			for _, c := range []struct {
+				n    int
+				want string
+			}{{one, "tag/eager/"}, {one + 1, protoTagRndv}} {
+				dst := make([]byte, c.n)
+				rr, err := e.b.TagRecvNBX(dst, 5, tagMaskFull, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sr, err := e.ab.TagSendNBX(make([]byte, c.n), 5, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+				if err != nil || sr == nil {
+					t.Fatalf("send of %d bytes: %v, %v", c.n, sr, err)
+				}
+				got := sr.Query().DebugString
+				if err := e.done(t, "send", sr, nil); err != nil {
+					t.Fatal(err)
+				}
+				e.wait(t, "recv", rr.IsCompleted)
+				if err := e.done(t, "recv", rr, nil); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasPrefix(got, c.want) || strings.Contains(got, "multi") {
+					t.Errorf("send of %d bytes (one eager message carries %d) took %s, want %s", c.n, one, got, c.want)
+				}
+			}
+		})
+	}
+}
