@@ -149,7 +149,10 @@ func TestHandshakeOldVersion(t *testing.T) {
 	if d := time.Since(start); d >= b.cfg.hsTimeout {
 		t.Errorf("refused after %v, the handshake timeout", d)
 	}
-	progressUntil(t, func() bool { return b.warn.refused.Count() == 1 }, b)
+	// The refusal is counted before it is logged: wait for its line.
+	progressUntil(t, func() bool {
+		return b.warn.refused.Count() == 1 && strings.Contains(logs.String(), "refused a connection")
+	}, b)
 	if !strings.Contains(logs.String(), "version 1") {
 		t.Errorf("the refusal does not name the version:\n%s", logs)
 	}
