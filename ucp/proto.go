@@ -251,6 +251,9 @@ type protoThresh struct {
 	short int // largest data sent in one AMShort after an 8-byte header; -1: none
 	zcopy int // data from this size goes zero-copy where the lane has it
 	rndv  int // data from this size goes by rendezvous
+	// netPut: with UCX_RNDV_SCHEME=auto, rendezvous data moves by a put
+	// from the sender (see rndvByPut).
+	netPut bool
 }
 
 // thresholds returns the endpoint's protocol thresholds, computing them on
@@ -285,8 +288,32 @@ func (ep *Endpoint) thresholds() *protoThresh {
 	} else {
 		t.rndv = ep.autoRndvThresh(t)
 	}
+	t.netPut = ep.rndvByPut()
 	ep.thresh.Store(t)
 	return t
+}
+
+// rndvByPut reports whether, with UCX_RNDV_SCHEME=auto, the data of a
+// rendezvous with the peer moves by a put from the sender: the AM lane is
+// a network connection (tcp), and no other lane reaches the peer's memory
+// by mapping it or by a get that this side's kernel or CPU does (cma,
+// shared memory). A get over the network connection would be a request
+// that the sender's progress answers with the data: the sender's put moves
+// it with as many messages and without that reply path, as UCX, whose tcp
+// has no get, does (tcp tag_bw 1 MiB: by get 0.65 of the put's
+// bandwidth). The sender then announces no key (nothing to register), and
+// the receiver sends the key of its buffer with its RTR.
+func (ep *Endpoint) rndvByPut() bool {
+	if ep.am == nil || !ep.am.deferred() {
+		return false
+	}
+	for i := range ep.cands {
+		c := &ep.cands[i]
+		if c.wi.rsc.tl.DevType != uct.DeviceTypeNet && (c.can(capGet) || c.wi.rsc.md.attr.Flags&uct.MDFlagRkeyPtr != 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // autoRndvThresh chooses the rendezvous threshold from the lanes'

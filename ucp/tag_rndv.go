@@ -25,16 +25,17 @@ import (
 //   - get zcopy (auto, get_zcopy): a lane to the sender gets with the key
 //     (cma, tcp, self): the data is read into the receive's buffer in
 //     gets of at most the lane's limit, all in flight at once; auto does
-//     not get over the network connection the RTR would take (tcp), where
-//     the get is a request the sender's progress answers, and puts;
-//   - put zcopy (put_zcopy; auto instead of a get over the network): the
-//     receiver sends, with its RTR, the packed key of the receive's buffer
-//     (mapped memory, or registered for the receive) and its address; the
-//     sender puts the data there (copies it, where the receiver's memory
-//     is mapped at the sender) and then sends an ATP on the AM lane, which
-//     a transport cannot deliver before the data: the sender puts only on
-//     the AM lane's connection or through a transport done when its call
-//     returns, and pushes otherwise;
+//     not get over the network (tcp), where the get is a request that the
+//     sender's progress answers: it puts (Endpoint.rndvByPut);
+//   - put zcopy (put_zcopy; auto where only the network reaches the
+//     sender, which then announces no key): the receiver sends, with its
+//     RTR, the packed key of the receive's buffer (mapped memory, or
+//     registered for the receive) and its address; the sender puts the
+//     data there (copies it, where the receiver's memory is mapped at the
+//     sender) and then sends an ATP on the AM lane, which a transport
+//     cannot deliver before the data: the sender puts only on the AM
+//     lane's connection or through a transport done when its call returns,
+//     and pushes otherwise;
 //   - am (otherwise: no key, a generic receive datatype, or am): the
 //     receiver asks with an RTR, and the sender pushes the data in
 //     fragments (zero-copy where the lane has it), which the receiver
@@ -61,7 +62,9 @@ func (ep *Endpoint) tagRndvStart(op *tagOp, param *RequestParam, sync bool) erro
 	w := ep.w
 	var key []byte
 	raddr := uint64(0)
-	if sch := w.ctx.rndvSch; op.dt.isContig() && op.dt.length > 0 && sch != rndvAM && sch != rndvPut {
+	// The key lets the receiver map or get the data; with put_zcopy and
+	// am, and where auto puts, it sends the data itself.
+	if sch := w.ctx.rndvSch; op.dt.isContig() && op.dt.length > 0 && (sch == rndvGet || sch == rndvAuto && !op.th.netPut) {
 		key, op.memh = w.rndvKey(ep, op.dt.contig, param, false)
 		if key != nil && tagRTSHdrLen+len(key) <= op.th.lim.bcopy {
 			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(op.dt.contig))))
@@ -144,8 +147,9 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 		r.complete(st)
 		return
 	}
-	put := w.ctx.rndvSch == rndvPut
-	if sch := w.ctx.rndvSch; len(rts.key) > 0 && (sch == rndvAuto || sch == rndvGet) {
+	sch := w.ctx.rndvSch
+	put := sch == rndvPut || sch == rndvAuto && ep.thresholds().netPut
+	if len(rts.key) > 0 && (sch == rndvAuto || sch == rndvGet) {
 		if ref := w.rkc.get(ep, rts.key, false); ref != nil {
 			rk := ref.rk
 			if p := rk.direct(rts.raddr, rts.length); p != nil && sch == rndvAuto {
@@ -159,17 +163,9 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 				r.complete(st)
 				return
 			}
-			switch {
-			case rk.rma == nil || !rk.rma.get || !r.dt.canZcopy():
-			case sch == rndvAuto && rk.rma.l == ep.am && rk.rma.l.deferred() && r.dt.isContig():
-				// A get over the network connection to the sender (tcp)
-				// is a request that the sender's progress answers with
-				// the data: a put from the sender moves the same data
-				// with as many messages, without the reply path (as UCX,
-				// whose tcp has no get, does). tcp tag_bw 1 MiB: 0.65
-				// of the put's bandwidth by get.
-				put = true
-			default:
+			// Auto does not get over the network where the sender puts
+			// (rndvByPut).
+			if rk.rma != nil && rk.rma.get && r.dt.canZcopy() && !(put && rk.rma.l.deferred()) {
 				w.tagRndvGet(r, ref, rts)
 				return
 			}

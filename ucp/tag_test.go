@@ -1546,17 +1546,21 @@ func TestTagFeatureConnecting(t *testing.T) {
 
 // TestTagAutoRndvNetwork: with UCX_RNDV_THRESH=auto, a tcp endpoint sends
 // data that fits one eager message eagerly, and the next size by
-// rendezvous, not in eager fragments.
+// rendezvous, not in eager fragments, whose data the sender puts into the
+// receive's buffer (UCX_RNDV_SCHEME=auto).
 func TestTagAutoRndvNetwork(t *testing.T) {
 	for _, tr := range tagTransports[2:] { // tcp, mixed
 		t.Run(tr.name, func(t *testing.T) {
 			e := newTagEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
 			th := e.ab.thresholds()
 			one := max(th.lim.bcopy, th.lim.zcopy) - tagEagerHdrLen // the most one eager message carries
+			if !th.netPut {
+				t.Error("a rendezvous over tcp alone does not go by put")
+			}
 			for _, c := range []struct {
-				n    int
-				want string
-			}{{one, "tag/eager/"}, {one + 1, protoTagRndv}} {
+				n          int
+				want, recv string
+			}{{one, "tag/eager/", protoTagRecvEager}, {one + 1, protoTagRndv, protoTagRecvPut}} {
 				dst := make([]byte, c.n)
 				rr, err := e.b.TagRecvNBX(dst, 5, tagMaskFull, nil)
 				if err != nil {
@@ -1571,6 +1575,9 @@ func TestTagAutoRndvNetwork(t *testing.T) {
 					t.Fatal(err)
 				}
 				e.wait(t, "recv", rr.IsCompleted)
+				if rgot := rr.Query().DebugString; !strings.HasPrefix(rgot, c.recv) {
+					t.Errorf("receive of %d bytes took %s, want %s", c.n, rgot, c.recv)
+				}
 				if err := e.done(t, "recv", rr, nil); err != nil {
 					t.Fatal(err)
 				}
