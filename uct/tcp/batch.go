@@ -83,8 +83,12 @@ func (i *Iface) startBatch(e *EP) {
 	}
 }
 
-// writeBatches writes the batches of the EPs that hold one.
+// writeBatches writes the batches of the EPs that hold one; with none it
+// costs one atomic load.
 func (i *Iface) writeBatches() {
+	if i.nbatch.Load() == 0 {
+		return
+	}
 	i.batchMu.Lock()
 	eps := i.batchEPs
 	i.batchEPs = nil
@@ -110,12 +114,4 @@ func (i *Iface) batchDue(now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return i.cfg.passiveDelay - now.Sub(time.Unix(0, i.batchSince.Load())), true
-}
-
-// writeBatchesAtEnd writes the batches gathered during a Progress call,
-// before it returns.
-func (i *Iface) writeBatchesAtEnd() {
-	if i.nbatch.Load() > 0 {
-		i.writeBatches()
-	}
 }

@@ -304,13 +304,11 @@ func (i *Iface) Progress() int {
 	if polling {
 		i.progSeq.Add(1)
 		defer i.progSeq.Add(1)
-		// Batches go out before the sockets are read, and those that
-		// handlers and completions gathered during the call before it
+		// Batches go out before the sockets are read, and one that
+		// another goroutine started as the call began goes out before it
 		// returns (batch.go).
-		if i.nbatch.Load() > 0 {
-			i.writeBatches()
-		}
-		defer i.writeBatchesAtEnd()
+		i.writeBatches()
+		defer i.writeBatches()
 		n = i.pollStreams()
 		if len(i.readComps) > 0 {
 			n += i.signalRead()
