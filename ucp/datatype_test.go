@@ -328,6 +328,20 @@ func (c *checkedDT) ops() *GenericDatatypeOps {
 }
 
 // check fails the test on misuse, or states not finished exactly once.
+// overAM runs body over each active-message transport, with an env whose
+// handler 7 records the messages, and checks c's record of misuse after
+// it.
+func (c *checkedDT) overAM(t *testing.T, body func(t *testing.T, e *amEnv, got *[]amMsg)) {
+	for _, tr := range amTransports {
+		t.Run("am/"+tr.name, func(t *testing.T) {
+			e := newAMEnv(t, tr.tls, tr.self)
+			c.bad = nil
+			body(t, e, e.record(t, 7, 0))
+			c.check(t)
+		})
+	}
+}
+
 func (c *checkedDT) check(t *testing.T) {
 	t.Helper()
 	if c.started != c.finished || len(c.bad) > 0 {
@@ -387,35 +401,29 @@ func TestGenericUnpackError(t *testing.T) {
 			cd.check(t)
 		})
 	}
-	for _, tr := range amTransports {
-		t.Run("am/"+tr.name, func(t *testing.T) {
-			e := newAMEnv(t, tr.tls, tr.self)
-			cd.bad = nil
-			got := e.record(t, 7, 0)
-			for _, n := range []int{8, 5000, 200 << 10} {
-				*got = (*got)[:0]
-				r, err := e.ab.AMSendNBX(7, []byte("h"), pattern(n, n), new(RequestParam).SetAMSendFlags(AMSendFlagRNDV))
-				if err != nil {
-					t.Fatal(err)
-				}
-				e.wait(t, "the message", func() bool { return len(*got) == 1 })
-				rr, err := e.b.AMRecvDataNBX((*got)[0].desc, nil, recvParam(make([]byte, n)))
-				if rr != nil {
-					e.wait(t, "receive data", rr.IsCompleted)
-					err = rr.Status()
-					rr.Free()
-				}
-				if !errors.Is(err, ucs.ErrUnsupported) {
-					t.Errorf("%d bytes: %v, want Unpack's error", n, err)
-				}
-				if r != nil {
-					e.wait(t, "send", r.IsCompleted)
-					r.Free()
-				}
+	cd.overAM(t, func(t *testing.T, e *amEnv, got *[]amMsg) {
+		for _, n := range []int{8, 5000, 200 << 10} {
+			*got = (*got)[:0]
+			r, err := e.ab.AMSendNBX(7, []byte("h"), pattern(n, n), new(RequestParam).SetAMSendFlags(AMSendFlagRNDV))
+			if err != nil {
+				t.Fatal(err)
 			}
-			cd.check(t)
-		})
-	}
+			e.wait(t, "the message", func() bool { return len(*got) == 1 })
+			rr, err := e.b.AMRecvDataNBX((*got)[0].desc, nil, recvParam(make([]byte, n)))
+			if rr != nil {
+				e.wait(t, "receive data", rr.IsCompleted)
+				err = rr.Status()
+				rr.Free()
+			}
+			if !errors.Is(err, ucs.ErrUnsupported) {
+				t.Errorf("%d bytes: %v, want Unpack's error", n, err)
+			}
+			if r != nil {
+				e.wait(t, "send", r.IsCompleted)
+				r.Free()
+			}
+		}
+	})
 }
 
 // TestGenericShortPack sends tag, stream and active messages (eager and
@@ -462,33 +470,27 @@ func TestGenericShortPack(t *testing.T) {
 			cd.check(t)
 		})
 	}
-	for _, tr := range amTransports {
-		t.Run("am/"+tr.name, func(t *testing.T) {
-			e := newAMEnv(t, tr.tls, tr.self)
-			cd.bad = nil
-			got := e.record(t, 7, 0)
-			for _, n := range sizes {
-				for _, fl := range []AMSendFlags{AMSendFlagEager, AMSendFlagRNDV} {
-					*got = (*got)[:0]
-					want := pattern(n, n)
-					r, err := e.ab.AMSendNBX(7, []byte("h"), nil, sendParam(want).SetAMSendFlags(fl))
-					if err != nil {
-						t.Fatal(err)
-					}
-					e.wait(t, "the message", func() bool { return len(*got) == 1 })
-					data := (*got)[0].data
-					if (*got)[0].desc != nil {
-						data = make([]byte, n)
-						rr, err := e.b.AMRecvDataNBX((*got)[0].desc, data, nil)
-						e.waitReq(t, "receive data", rr, err)
-					}
-					e.waitReq(t, "send", r, nil)
-					if !bytes.Equal(data, want) {
-						t.Fatalf("%d bytes, flags %#x: data differs at %d", n, fl, firstDiff(data, want))
-					}
+	cd.overAM(t, func(t *testing.T, e *amEnv, got *[]amMsg) {
+		for _, n := range sizes {
+			for _, fl := range []AMSendFlags{AMSendFlagEager, AMSendFlagRNDV} {
+				*got = (*got)[:0]
+				want := pattern(n, n)
+				r, err := e.ab.AMSendNBX(7, []byte("h"), nil, sendParam(want).SetAMSendFlags(fl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.wait(t, "the message", func() bool { return len(*got) == 1 })
+				data := (*got)[0].data
+				if (*got)[0].desc != nil {
+					data = make([]byte, n)
+					rr, err := e.b.AMRecvDataNBX((*got)[0].desc, data, nil)
+					e.waitReq(t, "receive data", rr, err)
+				}
+				e.waitReq(t, "send", r, nil)
+				if !bytes.Equal(data, want) {
+					t.Fatalf("%d bytes, flags %#x: data differs at %d", n, fl, firstDiff(data, want))
 				}
 			}
-			cd.check(t)
-		})
-	}
+		}
+	})
 }
