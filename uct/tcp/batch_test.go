@@ -94,19 +94,9 @@ func TestBatch(t *testing.T) {
 			// The receiver's Close waits for the sender's goodbye, which
 			// the sender's poller would read only after the delay.
 			t.Cleanup(func() {
-				stop := make(chan struct{})
-				go func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-							a.Progress()
-						}
-					}
-				}()
+				stop := progressLoop(a)
 				b.Close()
-				close(stop)
+				stop()
 			})
 			if tt.end != nil && tt.batched && time.Since(start) >= 10*time.Second {
 				t.Error("the batch came after the passive delay: the end step did not send it, the poller did")
