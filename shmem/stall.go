@@ -123,10 +123,13 @@ type waitEntry struct {
 	since time.Time
 }
 
-// slowWaits are the waits in the library that lasted, by entry.
+// slowWaits are the waits in the library that lasted, by entry, and the
+// entries of those that ended, for reuse: a contended lock or a late peer
+// makes waits last often, and registering one must not allocate.
 var slowWaits struct {
 	sync.Mutex
-	m map[*waitEntry]struct{}
+	m    map[*waitEntry]struct{}
+	free []*waitEntry
 }
 
 // stallReportAfter is GOSHMEM_STALL_REPORT: 0 for none.
@@ -139,12 +142,18 @@ var stallReportAfter time.Duration
 func (w *waiter) slow() {
 	now := time.Now()
 	if w.entry == nil {
-		w.entry = &waitEntry{what: w.what, since: now}
 		w.next = firstMismatchCheck()
 		slowWaits.Lock()
 		if slowWaits.m == nil {
 			slowWaits.m = make(map[*waitEntry]struct{})
 		}
+		if n := len(slowWaits.free); n > 0 {
+			w.entry = slowWaits.free[n-1]
+			slowWaits.free = slowWaits.free[:n-1]
+		} else {
+			w.entry = new(waitEntry)
+		}
+		*w.entry = waitEntry{what: w.what, since: now}
 		slowWaits.m[w.entry] = struct{}{}
 		slowWaits.Unlock()
 		return
@@ -178,6 +187,7 @@ func (w *waiter) done() {
 	if w.entry != nil {
 		slowWaits.Lock()
 		delete(slowWaits.m, w.entry)
+		slowWaits.free = append(slowWaits.free, w.entry)
 		slowWaits.Unlock()
 		w.entry = nil
 	}
@@ -441,10 +451,12 @@ func stopStallReports() {
 
 // allStalls reports every wait that lasted.
 func allStalls(me int) string {
+	// Copies: an entry is reused once its wait ends.
 	slowWaits.Lock()
 	entries := make([]*waitEntry, 0, len(slowWaits.m))
 	for e := range slowWaits.m {
-		entries = append(entries, e)
+		c := *e
+		entries = append(entries, &c)
 	}
 	slowWaits.Unlock()
 	if len(entries) == 0 {

@@ -2,6 +2,7 @@ package shmem
 
 import (
 	"math/bits"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -55,5 +56,31 @@ func TestCheckPartners(t *testing.T) {
 				t.Errorf("n=%d me=%d: a small team should read every member, got %v", n, me, got)
 			}
 		}
+	}
+}
+
+// TestSlowWaitAllocatesNothing: registering a wait that lasts reuses the
+// entry of one that ended, so a contended lock, whose waits on an
+// oversubscribed node nearly all last, allocates nothing; and a stall
+// report lists the waits under way, from copies.
+func TestSlowWaitAllocatesNothing(t *testing.T) {
+	wait := func() {
+		w := waiter{what: "SetLock"}
+		w.slow()
+		w.done()
+	}
+	wait()
+	if a := testing.AllocsPerRun(100, wait); a != 0 {
+		t.Errorf("a slow wait allocates %v times", a)
+	}
+	w := waiter{what: "SetLock"}
+	w.slow()
+	report := allStalls(0)
+	w.done()
+	if !strings.Contains(report, "SetLock") {
+		t.Errorf("stall report during a slow SetLock:\n%s", report)
+	}
+	if report := allStalls(0); !strings.Contains(report, "not waiting") {
+		t.Errorf("stall report after the wait:\n%s", report)
 	}
 }
