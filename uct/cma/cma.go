@@ -45,7 +45,6 @@ type mkey struct {
 	length uint64
 }
 
-// encode packs k.
 // fields are the fields of the packed key, in order.
 func (k *mkey) fields() []any { return []any{&k.pid, base.Zero(4), &k.addr, &k.length} }
 

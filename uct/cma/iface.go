@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -118,9 +117,8 @@ type Iface struct {
 	errCB   func(arg any, ep uct.EP, status ucs.Status)
 	errArg  any
 
+	failed   base.Handoff[*EP] // EPs whose failure the error handler has not seen yet
 	mu       sync.Mutex
-	failed   []*EP // EPs whose failure the error handler has not seen yet
-	nfailed  atomic.Int32
 	permOnce sync.Once // logs the ptrace hint once
 	closed   bool
 }
@@ -234,29 +232,15 @@ func (*Iface) ReleaseDesc([]byte) {}
 // Progress calls the iface's error handler for each EP that failed since
 // the last call and returns their number.
 func (i *Iface) Progress() int {
-	if i.nfailed.Load() == 0 {
-		return 0
-	}
-	i.mu.Lock()
-	failed := i.failed
-	i.failed = nil
-	i.nfailed.Store(0)
-	i.mu.Unlock()
-	for _, e := range failed {
+	return i.failed.Take(func(e *EP) {
 		if i.errCB != nil {
 			i.errCB(i.errArg, e, ucs.ErrConnectionReset)
 		}
-	}
-	return len(failed)
+	})
 }
 
 // epFailed queues e for the error handler.
-func (i *Iface) epFailed(e *EP) {
-	i.mu.Lock()
-	i.failed = append(i.failed, e)
-	i.nfailed.Add(1)
-	i.mu.Unlock()
-}
+func (i *Iface) epFailed(e *EP) { i.failed.Add(e) }
 
 // Flush returns OK: every operation completes on return.
 func (*Iface) Flush(uct.FlushFlags, *uct.Completion) ucs.Status { return ucs.OK }

@@ -73,7 +73,6 @@ type sysvMkey struct {
 	addr   uint64
 }
 
-// encode packs k.
 // fields are the fields of the packed key, in order.
 func (k *sysvMkey) fields() []any { return []any{&k.pid, &k.shmid, &k.length, &k.addr} }
 

@@ -70,15 +70,13 @@ func (i *Iface) startBatch(e *EP) {
 	if !e.batchListed.CompareAndSwap(false, true) {
 		return
 	}
-	i.batchMu.Lock()
-	i.batchEPs = append(i.batchEPs, e)
-	first := len(i.batchEPs) == 1
-	if first {
-		i.batchSince.Store(time.Now().UnixNano())
+	if !i.batchEPs.Add(e) {
+		return
 	}
-	i.nbatch.Store(int32(len(i.batchEPs)))
-	i.batchMu.Unlock()
-	if first && i.pollerBlocked.Load() {
+	// A poller that reads the list before the time is stored writes the
+	// batch early, which is harmless.
+	i.batchSince.Store(time.Now().UnixNano())
+	if i.pollerBlocked.Load() {
 		i.wakePoller()
 	}
 }
@@ -86,31 +84,17 @@ func (i *Iface) startBatch(e *EP) {
 // writeBatches writes the batches of the EPs that hold one; with none it
 // costs one atomic load.
 func (i *Iface) writeBatches() {
-	if i.nbatch.Load() == 0 {
-		return
-	}
-	i.batchMu.Lock()
-	eps := i.batchEPs
-	i.batchEPs = nil
-	i.nbatch.Store(0)
-	i.batchMu.Unlock()
-	for k, e := range eps {
+	i.batchEPs.Take(func(e *EP) {
 		e.batchListed.Store(false)
 		e.flushTx()
-		eps[k] = nil
-	}
-	i.batchMu.Lock()
-	if i.batchEPs == nil {
-		i.batchEPs = eps[:0] // no allocation per batch
-	}
-	i.batchMu.Unlock()
+	})
 }
 
 // batchDue returns how long the oldest batch may still wait for Progress
 // before the poller writes it (at most 0: now), and false when no EP holds
 // a batch.
 func (i *Iface) batchDue(now time.Time) (time.Duration, bool) {
-	if i.nbatch.Load() == 0 {
+	if i.batchEPs.Len() == 0 {
 		return 0, false
 	}
 	return i.cfg.passiveDelay - now.Sub(time.Unix(0, i.batchSince.Load())), true

@@ -78,13 +78,10 @@ type Iface struct {
 	// itself, which it signals before it returns; guarded by progMu.
 	readComps []compEvent
 
-	// The EPs that hold a batch of small frames (batch.go): nbatch is
-	// len(batchEPs), batchSince when the list last became non-empty
-	// (UnixNano); pollerBlocked is set while the poller waits on the
-	// sockets.
-	batchMu       sync.Mutex
-	batchEPs      []*EP
-	nbatch        atomic.Int32
+	// The EPs that hold a batch of small frames (batch.go), batchSince
+	// when the list last became non-empty (UnixNano); pollerBlocked is set
+	// while the poller waits on the sockets.
+	batchEPs      base.Handoff[*EP]
 	batchSince    atomic.Int64
 	pollerBlocked atomic.Bool
 

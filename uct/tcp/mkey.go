@@ -29,7 +29,6 @@ type mkey struct {
 	token  uint64
 }
 
-// encode packs k.
 // fields are the fields of the packed key, in order.
 func (k *mkey) fields() []any { return []any{&k.id, &k.addr, &k.length, &k.token} }
 
