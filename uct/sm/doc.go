@@ -52,7 +52,7 @@
 // Ifaces implement WakeupFD and uct.EventArmer (wakeup.go). A peer cannot
 // open another process's eventfd (/proc/<pid>/fd/N of an eventfd gives
 // ENXIO, and pidfd_getfd needs ptrace rights), so wakeups go through the
-// FIFO memory that senders map already: its header (format "GSFIFO03") holds
+// FIFO memory that senders map already: its header (format "GSFIFO04") holds
 // a 32-bit armed word and a 32-bit futex sequence word. EventArm(EventRecv)
 // returns ucs.ErrBusy when a message waits in the FIFO; otherwise it sets
 // armed, checks the FIFO again (ErrBusy, disarmed, if a message came

@@ -206,8 +206,10 @@ func (i *Iface) Progress() int {
 			break
 		}
 		i.deliver(c)
-		i.rx.release(c, i.head)
 		i.head++
+	}
+	if n > 0 {
+		i.rx.done(i.head)
 	}
 	if i.pending.Len() != 0 {
 		n += i.pending.Dispatch()
