@@ -38,8 +38,12 @@ func (h *Handoff[T]) Len() int { return int(h.n.Load()) }
 // for the next Take.
 func (h *Handoff[T]) Take(fn func(T)) int {
 	if h.n.Load() == 0 {
-		return 0
+		return 0 // inlined: the hot path makes no call
 	}
+	return h.take(fn)
+}
+
+func (h *Handoff[T]) take(fn func(T)) int {
 	h.mu.Lock()
 	items := h.items
 	h.items = nil
