@@ -34,16 +34,17 @@ import (
 //   - tag/eager/sync/...: the same, and the receiver acknowledges the
 //     message when a receive takes it (TagSendSyncNBX);
 //   - tag/rndv: from UCX_RNDV_THRESH (auto: from the lanes' estimates, per
-//     endpoint; over tcp, beyond one eager message) the sender announces the message (RTS, with the packed key
-//     of the data where a lane to the sender can reach it) and the
-//     receiver takes the data when a receive matched it: through the
-//     sender's memory mapped here (rkey_ptr: shared memory), with a get
-//     (get zcopy: cma, self; tcp with UCX_RNDV_SCHEME=get_zcopy), by
-//     having the sender put it into the receive's buffer (put zcopy: tcp,
-//     or any lane with UCX_RNDV_SCHEME=put_zcopy), or by
-//     asking the sender to push it in active messages, which the receiver
-//     unpacks as they come (am: a pipeline, what remains when nothing can
-//     reach the sender's memory, and what generic datatypes use).
+//     endpoint; over tcp, beyond one eager message) the sender announces
+//     the message (RTS, with the packed key of the data where a lane to
+//     the sender can reach it) and the receiver takes the data when a
+//     receive matched it: through the sender's memory mapped here
+//     (rkey_ptr: shared memory), with a get (get zcopy: cma, self; tcp
+//     with UCX_RNDV_SCHEME=get_zcopy), by having the sender put it into
+//     the receive's buffer (put zcopy: tcp, or any lane with
+//     UCX_RNDV_SCHEME=put_zcopy), or by asking the sender to push it in
+//     active messages, which the receiver unpacks as they come (am: a
+//     pipeline, what remains when nothing can reach the sender's memory,
+//     and what generic datatypes use).
 //     UCX_RNDV_SCHEME (auto, get_zcopy, put_zcopy, am) restricts the
 //     choice; see tag_rndv.go.
 //

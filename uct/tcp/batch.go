@@ -14,9 +14,9 @@ import "time"
 // most maxBatchFrame bytes (not a flush request nor one whose completion
 // someone waits for), posted while nothing else is queued and no Progress
 // call runs, when the EP wrote last after the last start or end of a
-// Progress call, is queued
-// without a write, as are the small frames that follow it, up to
-// UCX_TCP_TX_BATCH bytes. The batch goes out in one writev:
+// Progress call, is queued without a write, as are the small frames that
+// follow it, up to UCX_TCP_TX_BATCH bytes. The batch goes out in one
+// writev:
 //
 //   - at once when a frame that is not gathered follows it (a large one, a
 //     flush request, a zero-copy frame, a reply), or when it would grow
