@@ -11,6 +11,7 @@ import (
 
 	"github.com/Mellanox/rdmamap"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	goversion "github.com/goshmem/goshmem/internal/version"
 	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/ucp"
@@ -270,5 +271,21 @@ func TestDevicesFlagNames(t *testing.T) {
 		if strings.Contains(line, "0x") {
 			t.Errorf("a flag without a name: %q", line)
 		}
+	}
+}
+
+// TestConfigFailureTimeoutDefault: -c states the failure timeout's default
+// as the one goshmem-run and the launcher use, bootstrap's.
+func TestConfigFailureTimeoutDefault(t *testing.T) {
+	t.Setenv(bootstrap.EnvFailureTimeout, "")
+	os.Unsetenv(bootstrap.EnvFailureTimeout) // t.Setenv restores it
+	out := mustInfo(t, "-c")
+	i := strings.Index(out, "\n# "+bootstrap.EnvFailureTimeout+" is not set\n")
+	if i < 0 {
+		t.Fatalf("-c has no line for %s:\n%s", bootstrap.EnvFailureTimeout, out)
+	}
+	doc := out[strings.LastIndex(out[:i], "\n")+1 : i]
+	if want := "(default " + bootstrap.DefaultFailureTimeout.String() + ";"; !strings.Contains(doc, want) {
+		t.Errorf("-c documents %s as %q; want it to say %q", bootstrap.EnvFailureTimeout, doc, want)
 	}
 }

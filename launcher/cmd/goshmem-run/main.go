@@ -41,7 +41,7 @@
 //	-kill-grace D       time PEs get between SIGTERM and SIGKILL when the job
 //	                    is ended (default 2s)
 //	-failure-timeout D  time the job may take to notice a PE, host or
-//	                    launcher that stopped answering (default 10s; a PE
+//	                    launcher that stopped answering (default 5s; a PE
 //	                    that exits or is killed is noticed at once)
 //	-stall-report D     have each PE report where it waits when one of its
 //	                    waits lasts longer than D (GOSHMEM_STALL_REPORT)
@@ -72,7 +72,7 @@
 //	                         and the key of tcp connections between PEs)
 //	GOSHMEM_LOCAL_RANK       the PE's rank on its host
 //	GOSHMEM_LOCAL_SIZE       the number of PEs on its host
-//	GOSHMEM_FAILURE_TIMEOUT  the failure timeout (when set)
+//	GOSHMEM_FAILURE_TIMEOUT  the failure timeout (-failure-timeout)
 //	GOSHMEM_STALL_REPORT     the duration of -stall-report (when given)
 //	GOSHMEM_PROFILE          the directory of -profile (when given)
 //

@@ -6,9 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/launcher"
 )
 
@@ -159,6 +161,40 @@ func TestHostfileFlag(t *testing.T) {
 	for _, want := range []string{"[pe 0] 0/3\n", "[pe 1] 1/3\n", "[pe 2] 2/3\n"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout %q lacks %q", stdout.String(), want)
+		}
+	}
+}
+
+// TestDocumentedDefaults: the README and this command's documentation
+// state the defaults of the duration flags as the values the flags take,
+// which the launcher owns.
+func TestDocumentedDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failure, grace := bootstrap.DefaultFailureTimeout.String(), launcher.DefaultKillGrace.String()
+	for _, c := range []struct {
+		where string
+		text  []byte
+		re    string // its first group is the default stated
+		want  string
+	}{
+		{"README, goshmem-run's flags", readme, "`--failure-timeout` \\(default ([^)]+)\\)", failure},
+		{"README, goshmem-run's flags", readme, "`--kill-grace` \\([^)]*default ([^)]+)\\)", grace},
+		{"README, the PE's environment", readme, "\\| `GOSHMEM_FAILURE_TIMEOUT` \\|[^|\\n]*default `([^`]+)`", failure},
+		{"goshmem-run's doc", doc, "-failure-timeout D [^(]*\\(default ([^;)]+)", failure},
+		{"goshmem-run's doc", doc, "-kill-grace D [^(]*\\(default ([^;)]+)", grace},
+	} {
+		m := regexp.MustCompile(c.re).FindSubmatch(c.text)
+		if m == nil {
+			t.Errorf("%s: nothing matches %q: does it still state the default?", c.where, c.re)
+		} else if string(m[1]) != c.want {
+			t.Errorf("%s: %q states the default as %s; the flag's is %s", c.where, m[0], m[1], c.want)
 		}
 	}
 }
