@@ -9,7 +9,8 @@
 //
 //	if err := shmem.Init(); err != nil { log.Fatal(err) }
 //	defer shmem.Finalize()
-//	buf, _ := shmem.Malloc[int64](4)
+//	buf, err := shmem.Malloc[int64](4) // collective: every PE asks for the same size
+//	if err != nil { log.Fatal(err) }
 //	shmem.Put(buf, []int64{1, 2, 3, 4}, (shmem.MyPE()+1)%shmem.NPEs())
 //	shmem.BarrierAll()
 //
