@@ -50,7 +50,7 @@ func contains(t *testing.T, out string, wants ...string) {
 
 func TestVersion(t *testing.T) {
 	out := mustInfo(t, "-v")
-	contains(t, out, "# Library version: "+ucp.VersionString()+"\n", "# Go version: "+runtime.Version()+"\n",
+	contains(t, out, "# UCP library version: "+ucp.VersionString()+"\n", "# Go version: "+runtime.Version()+"\n",
 		"# Module: "+goversion.ModulePath+" ", "# VCS revision: ")
 }
 
@@ -164,11 +164,12 @@ func TestUsage(t *testing.T) {
 }
 
 // TestEveryFlagCombination runs every non-empty combination of the flags:
-// each exits 0 and prints the sections asked for, in the documented order.
+// each exits 0 and prints the sections asked for, in the documented order,
+// and the facts that several sections give once.
 func TestEveryFlagCombination(t *testing.T) {
 	flags := []struct{ flag, marker string }{
 		{"-s", "# OpenSHMEM version: "},
-		{"-v", "# Library version: "},
+		{"-v", "# Module: "},
 		{"-d", "# Memory domain: "},
 		{"-c", "UCX_TLS="},
 		{"-b", "# GOOS/GOARCH: "},
@@ -197,6 +198,11 @@ func TestEveryFlagCombination(t *testing.T) {
 					t.Errorf("goshmem-info %q: section %s out of order", args, f.flag)
 				}
 				last = at
+			}
+		}
+		for _, fact := range []string{"# Go version: ", "# VCS revision: ", "# UCP library version: "} {
+			if n := strings.Count(out, "\n"+fact); n > 1 {
+				t.Errorf("goshmem-info %q prints %q %d times:\n%s", args, fact, n, out)
 			}
 		}
 	}
