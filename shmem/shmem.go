@@ -277,7 +277,11 @@ const blobVersion = 1
 // with more PEs than cores, Init sets GOMAXPROCS to the PE's share of the
 // cores (at least 1), unless the environment sets GOMAXPROCS (goshmem-run
 // sets it so in the environment of such a host's PEs, so that their
-// runtimes start that way); the last Finalize sets it back.
+// runtimes start that way); the last Finalize sets it back. When UCX_TLS
+// leaves out a transport that would keep a PE's operations on its own
+// heap, or those between the PEs of PE 0's node, in memory (tcp without
+// self, tcp without sm, posix alone), PE 0 logs one warning (ucs.LogWarn,
+// once per process) that names the UCX_TLS that would.
 //
 // Init may be called more than once (OpenSHMEM 1.6): a call while the
 // library is initialized does nothing but count, and each call must be
@@ -471,6 +475,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	}
 	if st.me == 0 {
 		printStartup(os.Stdout)
+		warnSlowSelection()
 	}
 	profStart()
 	return nil
