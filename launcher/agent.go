@@ -286,7 +286,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 	}
 	for _, s := range r.slots {
 		env := bootstrap.Env{JobID: cfg.JobID, Rank: s.rank, Size: cfg.Size, LocalRank: s.localRank, LocalSize: s.localSize,
-			Seed: cfg.Seed, Key: cfg.Key, FailureTimeout: cfg.FailureTimeout, AgentFD: peAgentFD}
+			Seed: cfg.Seed, Key: cfg.Key, FailureTimeout: failureTimeout, AgentFD: peAgentFD}
 		var in io.Reader
 		if s.rank == 0 {
 			in = r.stdin

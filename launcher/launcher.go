@@ -82,8 +82,9 @@ type Options struct {
 	// host or network gone; a PE that exits or is killed is noticed at
 	// once). A PE stopped (SIGSTOP, SIGTSTP) for half of it is killed by
 	// its agent (or the launcher) and named as stopped. Zero means
-	// bootstrap.DefaultFailureTimeout. PEs get it in
-	// GOSHMEM_FAILURE_TIMEOUT.
+	// bootstrap.DefaultFailureTimeout. PEs get it, the default too, in
+	// GOSHMEM_FAILURE_TIMEOUT, so that their tcp endpoints time out with
+	// it (uct/tcp's own default is for processes outside a job).
 	FailureTimeout time.Duration
 	// Hosts places the PEs: the slots of each host are filled in order
 	// (PEs 0 to Slots-1 on the first host, and so on). Empty means NP PEs

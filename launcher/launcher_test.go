@@ -78,7 +78,7 @@ func peMain(mode string) int {
 	case "env":
 		m := join()
 		var pairs []string
-		for _, v := range []string{bootstrap.EnvJobID, bootstrap.EnvSize, bootstrap.EnvSeed, "EXTRA"} {
+		for _, v := range []string{bootstrap.EnvJobID, bootstrap.EnvSize, bootstrap.EnvSeed, bootstrap.EnvFailureTimeout, "EXTRA"} {
 			pairs = append(pairs, v+"="+os.Getenv(v))
 		}
 		table, err := m.Allgather([]byte(strconv.Itoa(m.Rank())))
@@ -408,7 +408,10 @@ func testEnvAndRanks(t *testing.T, lm launchMode) {
 				if !strings.HasPrefix(line, want) {
 					t.Errorf("line %q, want prefix %q", line, want)
 				}
-				for _, s := range []string{"EXTRA=yes", bootstrap.EnvSize + "=" + strconv.Itoa(np), bootstrap.EnvSeed + "=127.0.0.1:"} {
+				// The failure timeout, the default too: the PEs' tcp
+				// endpoints time out with the job's.
+				for _, s := range []string{"EXTRA=yes", bootstrap.EnvSize + "=" + strconv.Itoa(np), bootstrap.EnvSeed + "=127.0.0.1:",
+					bootstrap.EnvFailureTimeout + "=" + bootstrap.DefaultFailureTimeout.String() + " "} {
 					if !strings.Contains(line, s) {
 						t.Errorf("line %q lacks %q", line, s)
 					}

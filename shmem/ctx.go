@@ -319,8 +319,8 @@ func (c *Ctx) check(routine string) {
 //go:noinline
 func (c *Ctx) badCtx(routine string) {
 	switch {
-	case !st.inited:
-		panic("shmem." + routine + " called before shmem.Init")
+	case st.phase != initialized:
+		panicUninit(routine)
 	case c == nil:
 		panic("shmem." + routine + ": nil context (use shmem.CtxDefault or one from shmem.CtxCreate)")
 	case c.destroyed:

@@ -24,7 +24,7 @@ var goshmemEnvVars = []EnvVar{
 	{bootstrap.EnvKey, "the job key, standard base64 of 16, 24 or 32 bytes: it encrypts the bootstrap's traffic and authenticates tcp connections (set by goshmem-run)"},
 	{bootstrap.EnvLocalRank, "this PE's number among the PEs of its host (set by goshmem-run)"},
 	{bootstrap.EnvLocalSize, "the number of PEs on this PE's host (set by goshmem-run)"},
-	{bootstrap.EnvFailureTimeout, "how long the job may take to notice a PE or launcher that stopped answering, a Go duration (default 10s; goshmem-run -failure-timeout)"},
+	{bootstrap.EnvFailureTimeout, "how long the job may take to notice a PE or launcher that stopped answering, a Go duration (default " + bootstrap.DefaultFailureTimeout.String() + "; goshmem-run -failure-timeout)"},
 	{envStallReport, "when set, a Go duration: a PE reports where it waits when one of its waits lasts longer (default off; goshmem-run -stall-report)"},
 	{envBarrier, "the job's barrier: auto (the default: a dissemination over every PE, or a central one on a node with more PEs than cores) or node-aware (where the job spans nodes, the PEs of each node gather at a leader through shared memory and only the leaders cross the network; every PE must ask for it)"},
 	{envProfile, "when set, a directory: each PE writes its CPU profile and a summary of its communication there at the last Finalize (default off; goshmem-run -profile)"},

@@ -33,9 +33,14 @@ func Example() {
 }
 
 func ExamplePut() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	dst, _ := shmem.Calloc[float64](4)
+	dst, err := shmem.Calloc[float64](4)
+	if err != nil {
+		log.Fatal(err)
+	}
 	shmem.Put(dst, []float64{1.5, 2.5, 3.5}, 0) // the first three elements on PE 0
 	shmem.Quiet()                               // complete at PE 0
 	fmt.Println(dst)
@@ -44,9 +49,14 @@ func ExamplePut() {
 }
 
 func ExampleGet() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	src, _ := shmem.Malloc[int32](3)
+	src, err := shmem.Malloc[int32](3)
+	if err != nil {
+		log.Fatal(err)
+	}
 	copy(src, []int32{7, 8, 9})
 	shmem.BarrierAll()
 	got := make([]int32, 2)
@@ -57,9 +67,14 @@ func ExampleGet() {
 }
 
 func ExampleAtomicFetchAdd() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	counter, _ := shmem.Calloc[int64](1)
+	counter, err := shmem.Calloc[int64](1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// Every PE takes a ticket from the counter on PE 0.
 	ticket := shmem.AtomicFetchAdd(&counter[0], 1, 0)
 	shmem.BarrierAll()
@@ -69,10 +84,18 @@ func ExampleAtomicFetchAdd() {
 }
 
 func ExampleSumReduce() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	src, _ := shmem.Malloc[int64](2)
-	dst, _ := shmem.Malloc[int64](2)
+	src, err := shmem.Malloc[int64](2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	dst, err := shmem.Malloc[int64](2)
+	if err != nil {
+		log.Fatal(err)
+	}
 	src[0], src[1] = int64(shmem.MyPE()), 10
 	if err := shmem.SumReduce(shmem.TeamWorld, dst, src); err != nil {
 		log.Fatal(err)
@@ -84,10 +107,18 @@ func ExampleSumReduce() {
 }
 
 func ExampleSumInscan() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	src, _ := shmem.Malloc[int64](1)
-	dst, _ := shmem.Malloc[int64](1)
+	src, err := shmem.Malloc[int64](1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	dst, err := shmem.Malloc[int64](1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	src[0] = 5
 	// PE i gets the sum of the sources of PEs 0..i.
 	if err := shmem.SumInscan(shmem.TeamWorld, dst, src); err != nil {
@@ -100,7 +131,9 @@ func ExampleSumInscan() {
 }
 
 func ExampleTeamSplitStrided() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
 	// The even PEs of the job: PE 0, 2, 4, ...
 	evens, err := shmem.TeamSplitStrided(shmem.TeamWorld, 0, 2, (shmem.NPEs()+1)/2, shmem.TeamConfig{}, 0)
@@ -115,9 +148,14 @@ func ExampleTeamSplitStrided() {
 }
 
 func ExampleCtxCreate() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	x, _ := shmem.Calloc[int64](1)
+	x, err := shmem.Calloc[int64](1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// A context whose operations complete independently of the others:
 	// one per goroutine, or per phase of a program.
 	ctx, err := shmem.CtxCreate(shmem.CtxPrivate)
@@ -134,10 +172,18 @@ func ExampleCtxCreate() {
 }
 
 func ExamplePutSignal() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	data, _ := shmem.Calloc[int32](2)
-	sig, _ := shmem.Calloc[uint64](1)
+	data, err := shmem.Calloc[int32](2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	sig, err := shmem.Calloc[uint64](1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// The data, then the signal: a PE that sees the signal sees the data.
 	shmem.PutSignal(data, []int32{4, 2}, &sig[0], 1, shmem.SignalSet, 0)
 	shmem.SignalWaitUntil(&sig[0], shmem.CmpEQ, 1)
@@ -148,23 +194,36 @@ func ExamplePutSignal() {
 }
 
 func ExampleWaitUntilContext() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	flag, _ := shmem.Calloc[int64](1)
+	flag, err := shmem.Calloc[int64](1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	// Nobody sets the flag: the wait gives up when ctx is done.
-	err := shmem.WaitUntilContext(ctx, &flag[0], shmem.CmpEQ, 1)
+	err = shmem.WaitUntilContext(ctx, &flag[0], shmem.CmpEQ, 1)
 	fmt.Println(err)
 	shmem.Free(flag)
 	// Output: shmem.WaitUntilContext: context deadline exceeded
 }
 
 func ExampleSetLock() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	lock, _ := shmem.Calloc[int64](1) // zero on every PE before first use
-	total, _ := shmem.Calloc[int64](1)
+	lock, err := shmem.Calloc[int64](1) // zero on every PE before first use
+	if err != nil {
+		log.Fatal(err)
+	}
+	total, err := shmem.Calloc[int64](1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	shmem.SetLock(&lock[0])
 	v := shmem.G(&total[0], 0) // a read-modify-write under the lock
 	shmem.P(&total[0], v+1, 0)
@@ -177,9 +236,14 @@ func ExampleSetLock() {
 }
 
 func ExampleCtx_SessionStart() {
-	shmem.Init()
+	if err := shmem.Init(); err != nil {
+		log.Fatal(err)
+	}
 	defer shmem.Finalize()
-	table, _ := shmem.Calloc[int64](1000)
+	table, err := shmem.Calloc[int64](1000)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// A batch of small puts: to PEs on other hosts, goshmem sends them
 	// together.
 	shmem.CtxDefault.SessionStart(shmem.SessionBatch, shmem.SessionConfig{TotalOps: len(table)}, shmem.SessionTotalOps)

@@ -41,8 +41,8 @@ func hasPointers(t reflect.Type) bool {
 }
 
 func mustInit(routine string) {
-	if !st.inited {
-		panic("shmem." + routine + " called before shmem.Init")
+	if st.phase != initialized {
+		panicUninit(routine)
 	}
 }
 
@@ -360,7 +360,7 @@ func Ptr[T any](p *T, pe int) *T {
 // with the routines of this package. The PE is connected first, if that was
 // not done yet.
 func PEAccessible(pe int) bool {
-	return st.inited && pe >= 0 && pe < st.npes && defaultCtx.connect(pe) == nil
+	return st.phase == initialized && pe >= 0 && pe < st.npes && defaultCtx.connect(pe) == nil
 }
 
 // AddrAccessible reports whether *p is a symmetric object that pe can be

@@ -26,8 +26,8 @@ func offsetOf(routine, arg string, p unsafe.Pointer, n int) uintptr {
 
 //go:noinline
 func badAddr(routine, arg string, p unsafe.Pointer, n int) {
-	if !st.inited {
-		panic("shmem." + routine + " called before shmem.Init")
+	if st.phase != initialized {
+		panicUninit(routine)
 	}
 	panic(fmt.Sprintf("shmem.%s: %s (%d bytes at %p) is not inside the symmetric heap %#x..%#x",
 		routine, arg, n, p, st.heapBase, st.heapBase+st.heapSize))

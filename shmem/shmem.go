@@ -9,7 +9,8 @@
 //
 //	if err := shmem.Init(); err != nil { log.Fatal(err) }
 //	defer shmem.Finalize()
-//	buf, _ := shmem.Malloc[int64](4)
+//	buf, err := shmem.Malloc[int64](4) // collective: every PE asks for the same size
+//	if err != nil { log.Fatal(err) }
 //	shmem.Put(buf, []int64{1, 2, 3, 4}, (shmem.MyPE()+1)%shmem.NPEs())
 //	shmem.BarrierAll()
 //
@@ -81,14 +82,14 @@
 // TeamPtr) cannot report, and panic for a mistake in their arguments. The
 // Context forms of the waits and of SetLock return their context's error
 // only, and panic as the other forms do. Mistakes about the library's
-// state (use before Init, a destroyed team or context, an array that
-// Malloc did not allocate given to Realloc or Free) are programming
-// errors that panic everywhere. The queries answer instead of panicking.
+// state (use before Init or after the last Finalize, a destroyed team or
+// context, an array that Malloc did not allocate given to Realloc or
+// Free) are programming errors that panic everywhere. The queries answer instead of panicking.
 // A panic's message names the routine, the argument and the valid range.
 //
 //	mistake                          with an error result         without one
 //	-------------------------------  ---------------------------  ------------------
-//	use before Init                  panic                        panic
+//	use before Init, after Finalize  panic                        panic
 //	PE number outside the job/team   error (ErrInvalidArgument)   panic
 //	address outside the heap, or     error (ErrInvalidArgument)   panic
 //	  nil where memory is needed
@@ -225,7 +226,7 @@ type state struct {
 	spin    int  // loads a waiter spins before yielding
 	netPoll bool // some peer is reached through the network
 	env     envSettings
-	inited  bool
+	phase   phase
 	inits   int // Init and InitThread calls not yet matched by Finalize
 	// allocCalls counts the allocation calls, for the reports of calls
 	// that differ among the PEs.
@@ -238,6 +239,29 @@ var (
 	st      state
 	allocMu sync.Mutex // serializes the collective allocation calls
 )
+
+// phase is where the library is in its life on this PE. Init and Finalize
+// alone change it; the routines read it to tell a use before Init from a
+// use after Finalize.
+type phase uint8
+
+const (
+	notInitialized phase = iota // before the first successful Init
+	initialized                 // Init succeeded; the last Finalize did not come yet
+	finalized                   // the last Finalize ended the library; Init starts it again
+)
+
+// panicUninit panics for routine, called while the library is not
+// initialized, saying whether Init was not called yet or Finalize ended
+// the library.
+//
+//go:noinline
+func panicUninit(routine string) {
+	if st.phase == finalized {
+		panic("shmem." + routine + " called after shmem.Finalize (the library ended; Init starts it again)")
+	}
+	panic("shmem." + routine + " called before shmem.Init")
+}
 
 // blobVersion starts the blob each PE publishes at Init.
 const blobVersion = 1
@@ -253,14 +277,18 @@ const blobVersion = 1
 // with more PEs than cores, Init sets GOMAXPROCS to the PE's share of the
 // cores (at least 1), unless the environment sets GOMAXPROCS (goshmem-run
 // sets it so in the environment of such a host's PEs, so that their
-// runtimes start that way); the last Finalize sets it back.
+// runtimes start that way); the last Finalize sets it back. When UCX_TLS
+// leaves out a transport that would keep a PE's operations on its own
+// heap, or those between the PEs of PE 0's node, in memory (tcp without
+// self, tcp without sm, posix alone), PE 0 logs one warning (ucs.LogWarn,
+// once per process) that names the UCX_TLS that would.
 //
 // Init may be called more than once (OpenSHMEM 1.6): a call while the
 // library is initialized does nothing but count, and each call must be
 // matched by a call to Finalize, the last of which ends the library. After
 // that, Init starts it again.
 func Init() error {
-	if st.inited {
+	if st.phase == initialized {
 		st.inits++
 		return nil
 	}
@@ -271,7 +299,7 @@ func Init() error {
 // InitThread succeeded and the matching last Finalize has not been called
 // (shmem_query_initialized). It may be called at any time, from any
 // goroutine that does not race with Init and Finalize.
-func QueryInitialized() bool { return st.inited }
+func QueryInitialized() bool { return st.phase == initialized }
 
 func initThread(level ThreadLevel) error {
 	size, err := symheap.SizeFromEnv()
@@ -430,10 +458,12 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	st.env = env
 	threadLevel = level
 	failuresEnd.Store(true)
-	st.inited, st.inits = true, 1
+	before := st.phase
+	st.phase, st.inits = initialized, 1
 	if err := m.Barrier(); err != nil {
 		stopStallReports()
 		resetState()
+		st.phase = before
 		return fmt.Errorf("initial barrier: %w", err)
 	}
 	// Every PE mapped the heaps it maps before the barrier: the names of
@@ -445,6 +475,7 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	}
 	if st.me == 0 {
 		printStartup(os.Stdout)
+		warnSlowSelection()
 	}
 	profStart()
 	return nil
@@ -561,12 +592,13 @@ func shareCores(localPEs int) {
 	st.oldProcs = runtime.GOMAXPROCS(max(1, runtime.NumCPU()/localPEs))
 }
 
-// resetState forgets everything Init set.
+// resetState forgets everything Init set but the phase, which only Init
+// and Finalize change.
 func resetState() {
 	if st.oldProcs != 0 {
 		runtime.GOMAXPROCS(st.oldProcs)
 	}
-	st = state{}
+	st = state{phase: st.phase}
 	defaultCtx = Ctx{}
 	resetTeams()
 	resetDebug()
@@ -606,7 +638,7 @@ func onPeerFailure(f bootstrap.Failure) {
 // and release nothing. Calling it without Init, or after the library
 // ended, does nothing.
 func Finalize() {
-	if !st.inited {
+	if st.phase != initialized {
 		return
 	}
 	if st.inits > 1 {
@@ -641,19 +673,22 @@ func Finalize() {
 	}
 	stopStallReports()
 	resetState()
+	st.phase = finalized
 }
 
-// MyPE returns the number of this PE, from 0 to NPEs()-1; -1 before Init.
+// MyPE returns the number of this PE, from 0 to NPEs()-1; -1 before Init
+// and after the last Finalize.
 func MyPE() int {
-	if !st.inited {
+	if st.phase != initialized {
 		return -1
 	}
 	return st.me
 }
 
-// NPEs returns the number of PEs of the job; -1 before Init.
+// NPEs returns the number of PEs of the job; -1 before Init and after the
+// last Finalize.
 func NPEs() int {
-	if !st.inited {
+	if st.phase != initialized {
 		return -1
 	}
 	return st.npes

@@ -195,6 +195,34 @@ func TestInitFinalizeRepeated(t *testing.T) {
 	})
 }
 
+// TestUseAfterFinalize: a routine called after the last Finalize panics
+// saying so, not that it was called before Init (which TestCollBeforeInit
+// checks in the test process, where Init was not called yet).
+func TestUseAfterFinalize(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{1}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, NoInit: true}, func(t *testing.T) {
+		if err := shmem.Init(); err != nil {
+			t.Fatal(err)
+		}
+		x := calloc[int64](t, 1)
+		shmem.Finalize()
+		const want = "called after shmem.Finalize"
+		for _, c := range []struct {
+			name string
+			fn   func()
+		}{
+			{"P", func() { shmem.P(&x[0], 1, 0) }},                  // a symmetric address
+			{"Malloc", func() { shmem.Malloc[int64](1) }},           // an allocation
+			{"Quiet", func() { shmem.Quiet() }},                     // the default context
+			{"Broadcast", func() { shmem.Broadcast(nil, x, x, 0) }}, // a collective
+		} {
+			checkPanic(t, c.name+" after Finalize", c.fn, want)
+		}
+		if shmem.MyPE() != -1 || shmem.QueryInitialized() {
+			t.Errorf("after Finalize: MyPE %d, QueryInitialized %v; want -1, false", shmem.MyPE(), shmem.QueryInitialized())
+		}
+	})
+}
+
 // putGetRoundTrip checks Put, Get, P and G of T between every pair of PEs:
 // PE i writes a pattern of its own into its slot on every PE, and every PE
 // then reads every slot back from every PE.

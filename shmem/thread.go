@@ -57,7 +57,7 @@ var threadLevel = ThreadSingle
 // Finalize must match (see Init), and returns the level provided then. It returns an error for a level outside
 // ThreadSingle..ThreadMultiple, and every error of Init.
 func InitThread(requested ThreadLevel) (ThreadLevel, error) {
-	if st.inited {
+	if st.phase == initialized {
 		st.inits++
 		return threadLevel, nil
 	}

@@ -55,10 +55,13 @@ func TestRunOptions(t *testing.T) {
 }
 
 // TestFromAnotherModule uses the harness as a user does: a module of its
-// own (testdata/usermod) requires goshmem and runs its tests: one that
-// passes, then three that share their job, of which the middle one fails
-// on PE 1. That run must exit non-zero, name PE 1 with its message and
-// line, pass the two others, and leave nothing in /dev/shm.
+// own (testdata/usermod) takes goshmem from this checkout as the README
+// says (its "A local checkout" commands: a replace directive, go mod
+// tidy, and the checkout's goshmem-run running the module's program),
+// and runs its tests: one that passes, then three that share their job,
+// of which the middle one fails on PE 1. That run must exit non-zero,
+// name PE 1 with its message and line, pass the two others, and leave
+// nothing in /dev/shm.
 func TestFromAnotherModule(t *testing.T) {
 	if shmemtest.IsPE() {
 		t.Skip("runs in the test process only")
@@ -72,7 +75,7 @@ func TestFromAnotherModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for _, name := range []string{"ring_test.go.txt"} {
+	for _, name := range []string{"ring_test.go.txt", "main.go.txt"} {
 		b, err := os.ReadFile(filepath.Join("testdata", "usermod", name))
 		if err != nil {
 			t.Fatal(err)
@@ -81,10 +84,6 @@ func TestFromAnotherModule(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gomod := "module example.com/usermod\n\ngo 1.26\n\nrequire github.com/goshmem/goshmem v0.0.0\n\nreplace github.com/goshmem/goshmem => " + root + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command(goBin, args...)
 		cmd.Dir = dir
@@ -92,8 +91,17 @@ func TestFromAnotherModule(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run("mod", "tidy"); err != nil {
-		t.Fatalf("go mod tidy in the user's module: %v\n%s", err, out)
+	if out, err := run("mod", "init", "example.com/usermod"); err != nil {
+		t.Fatalf("go mod init: %v\n%s", err, out)
+	}
+	for _, args := range readmeLocalCheckout(t, root) {
+		out, err := run(args[1:]...)
+		if err != nil {
+			t.Fatalf("the README's %q in the user's module: %v\n%s", args, err, out)
+		}
+		if args[1] == "run" && !strings.Contains(out, "Hello from PE 1 of 2\n") {
+			t.Errorf("the README's %q: no hello of PE 1 of 2:\n%s", args, out)
+		}
 	}
 	// One test binary (go test -c) serves both runs: linking is most of
 	// a build whose packages are cached.
@@ -128,4 +136,31 @@ func TestFromAnotherModule(t *testing.T) {
 	if left := shmemtest.Leftovers(); len(left) > 0 {
 		t.Errorf("left in /dev/shm: %v", left)
 	}
+}
+
+// readmeLocalCheckout returns the commands of the README's "A local
+// checkout" block (go commands, each as its words), with the checkout's
+// path, root, in place of /path/to/goshmem.
+func readmeLocalCheckout(t *testing.T, root string) [][]string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "**A local checkout**")
+	_, block, ok2 := strings.Cut(after, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("the README has no \"A local checkout\" paragraph followed by a sh block")
+	}
+	var cmds [][]string
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		line, _, _ = strings.Cut(line, " #")
+		words := strings.Fields(strings.ReplaceAll(line, "/path/to/goshmem", root))
+		if len(words) < 2 || words[0] != "go" {
+			t.Fatalf("the README's local checkout block has %q, not a go command", line)
+		}
+		cmds = append(cmds, words)
+	}
+	return cmds
 }

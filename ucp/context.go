@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -246,6 +247,9 @@ type Context struct {
 	allocPrio             []string
 	regions               sync.Map // software RMA token -> *MemHandle
 	closed                atomic.Bool
+	// leftOut are the transports this host offers that UCX_TLS left out,
+	// for SelectionWith.
+	leftOut []string
 }
 
 var contextCount atomic.Int64
@@ -423,6 +427,9 @@ func (c *Context) selectResources() error {
 			selected := 0
 			for _, tl := range tlrs {
 				if !tls.Allows(func(item string) bool { return tlMatches(item, tl.TLName) }) {
+					if !slices.Contains(c.leftOut, tl.TLName) {
+						c.leftOut = append(c.leftOut, tl.TLName)
+					}
 					continue
 				}
 				if tl.DevType == uct.DeviceTypeNet && !devs.Allows(func(item string) bool { return item == "all" || item == tl.DevName }) {
@@ -445,6 +452,49 @@ func (c *Context) selectResources() error {
 		return fmt.Errorf("ucp init: no transport selected by UCX_TLS=%s: %w", c.config.Get("TLS"), ucs.ErrNoDevice)
 	}
 	return nil
+}
+
+// SelectionWith returns a value of UCX_TLS that selects what the
+// context's selects and also the transports of names (transports or
+// aliases such as "self" and "sm") that this host offers and UCX_TLS left
+// out: the list with those names added ("tcp" with "self" gives
+// "tcp,self"), or, for a list of exclusions, without the items that
+// exclude them ("^sm,cma" with "sm" gives "^cma"; "all" when none is
+// left). It returns "" when UCX_TLS leaves out none of them: a selection
+// that names them changes nothing.
+func (c *Context) SelectionWith(names ...string) string {
+	tls, err := ucs.ParseAllowList(c.config.Get("TLS"))
+	if err != nil {
+		return "" // Init parsed it
+	}
+	var add, tlsAdded []string
+	for _, name := range names {
+		n := len(tlsAdded)
+		for _, tl := range c.leftOut {
+			if tlMatches(name, tl) {
+				tlsAdded = append(tlsAdded, tl)
+			}
+		}
+		if len(tlsAdded) > n {
+			add = append(add, name)
+		}
+	}
+	switch {
+	case len(add) == 0:
+		return ""
+	case !tls.Negate:
+		return strings.Join(append(tls.Names, add...), ",")
+	}
+	var keep []string
+	for _, item := range tls.Names {
+		if !slices.ContainsFunc(tlsAdded, func(tl string) bool { return tlMatches(item, tl) }) {
+			keep = append(keep, item)
+		}
+	}
+	if len(keep) == 0 {
+		return "all"
+	}
+	return "^" + strings.Join(keep, ",")
 }
 
 // componentPrefix is the environment prefix of the configuration of a

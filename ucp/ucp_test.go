@@ -564,3 +564,31 @@ func FuzzRkey(f *testing.F) {
 		}
 	})
 }
+
+// TestSelectionWith: the UCX_TLS that adds transports left out, for the
+// advice on a selection that loses a fast path.
+func TestSelectionWith(t *testing.T) {
+	tests := []struct {
+		tls   string
+		names []string
+		want  string
+	}{
+		{"tcp", []string{"self"}, "tcp,self"},
+		{"tcp", []string{"self", "sm"}, "tcp,self,sm"},
+		{"sm,tcp", []string{"self"}, "sm,tcp,self"},
+		{"posix", []string{"sm"}, "posix,sm"}, // sysv is left out
+		{"tcp,self", []string{"self"}, ""},    // selected already
+		{"all", []string{"self", "sm"}, ""},
+		{"tcp", []string{"ib"}, ""}, // not offered here
+		{"^sm", []string{"sm"}, "all"},
+		{"^posix", []string{"sm"}, "all"},
+		{"^sm,tcp", []string{"sm"}, "^tcp"},
+		{"^self,tcp", []string{"self", "sm"}, "^tcp"},
+	}
+	for _, tt := range tests {
+		c := newContextTLS(t, tt.tls)
+		if got := c.SelectionWith(tt.names...); got != tt.want {
+			t.Errorf("UCX_TLS=%s: SelectionWith(%q) = %q, want %q", tt.tls, tt.names, got, tt.want)
+		}
+	}
+}

@@ -29,10 +29,10 @@ import (
 // printVersion prints the -v section.
 func printVersion(p *printer) {
 	version, revision := goversion.Module()
-	p.f("# Library version: %s", ucp.VersionString())
-	p.f("# Go version: %s", runtime.Version())
-	p.f("# Module: %s %s", goversion.ModulePath, version)
-	p.f("# VCS revision: %s", revision)
+	p.fact("UCP library version", "%s", ucp.VersionString())
+	p.fact("Go version", "%s", runtime.Version())
+	p.fact("Module", "%s %s", goversion.ModulePath, version)
+	p.fact("VCS revision", "%s", revision)
 }
 
 // printBuild prints the -b section.
@@ -47,7 +47,7 @@ func printBuild(p *printer) {
 		}
 		return def
 	}
-	p.f("# Go version: %s", runtime.Version())
+	p.fact("Go version", "%s", runtime.Version())
 	p.f("# GOOS/GOARCH: %s/%s", runtime.GOOS, runtime.GOARCH)
 	p.f("# CGO_ENABLED: %s", get("CGO_ENABLED", "(not recorded)"))
 	race := "no"
@@ -77,11 +77,11 @@ func printSummary(p *printer) {
 	version, revision := goversion.Module()
 	major, minor := shmem.InfoGetVersion()
 	p.f("# Package: %s %s", goversion.ModulePath, version)
-	p.f("# VCS revision: %s", revision)
+	p.fact("VCS revision", "%s", revision)
 	p.f("# OpenSHMEM version: %d.%d", major, minor)
 	p.f("# OpenSHMEM name: %s", shmem.InfoGetName())
-	p.f("# UCP library version: %s", ucp.VersionString())
-	p.f("# Go version: %s %s/%s", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	p.fact("UCP library version", "%s", ucp.VersionString())
+	p.fact("Go version", "%s %s/%s", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	p.f("# Thread support: %s", listOrNone([]string{
 		shmem.ThreadSingle.String(), shmem.ThreadFunneled.String(), shmem.ThreadSerialized.String(), shmem.ThreadMultiple.String()}))
 	var tls []string

@@ -30,7 +30,8 @@
 //	-help  this usage, on standard output
 //
 // Several flags may be given; their sections are printed in the order
-// above. A bad flag or an argument prints the usage on standard error and
+// above, and a line that an earlier section printed (the Go version, the
+// VCS revision, the ucp library version) is not printed again. A bad flag or an argument prints the usage on standard error and
 // exits with status 2.
 //
 // Output lines that describe things start with '#', as ucx_info's do;
@@ -108,6 +109,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 type printer struct {
 	w   io.Writer
 	err error
+	// facts are the labels that fact printed: a fact that several
+	// sections give (the Go version, in -s, -v and -b) is printed once.
+	facts map[string]bool
 }
 
 // f writes one formatted line.
@@ -115,4 +119,17 @@ func (p *printer) f(format string, args ...any) {
 	if p.err == nil {
 		_, p.err = fmt.Fprintf(p.w, format+"\n", args...)
 	}
+}
+
+// fact writes "# label: value" (the value formatted), unless a section
+// printed before wrote the fact of that label.
+func (p *printer) fact(label, format string, args ...any) {
+	if p.facts[label] {
+		return
+	}
+	if p.facts == nil {
+		p.facts = map[string]bool{}
+	}
+	p.facts[label] = true
+	p.f("# "+label+": "+format, args...)
 }

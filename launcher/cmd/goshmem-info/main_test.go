@@ -11,6 +11,7 @@ import (
 
 	"github.com/Mellanox/rdmamap"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	goversion "github.com/goshmem/goshmem/internal/version"
 	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/ucp"
@@ -49,7 +50,7 @@ func contains(t *testing.T, out string, wants ...string) {
 
 func TestVersion(t *testing.T) {
 	out := mustInfo(t, "-v")
-	contains(t, out, "# Library version: "+ucp.VersionString()+"\n", "# Go version: "+runtime.Version()+"\n",
+	contains(t, out, "# UCP library version: "+ucp.VersionString()+"\n", "# Go version: "+runtime.Version()+"\n",
 		"# Module: "+goversion.ModulePath+" ", "# VCS revision: ")
 }
 
@@ -163,11 +164,12 @@ func TestUsage(t *testing.T) {
 }
 
 // TestEveryFlagCombination runs every non-empty combination of the flags:
-// each exits 0 and prints the sections asked for, in the documented order.
+// each exits 0 and prints the sections asked for, in the documented order,
+// and the facts that several sections give once.
 func TestEveryFlagCombination(t *testing.T) {
 	flags := []struct{ flag, marker string }{
 		{"-s", "# OpenSHMEM version: "},
-		{"-v", "# Library version: "},
+		{"-v", "# Module: "},
 		{"-d", "# Memory domain: "},
 		{"-c", "UCX_TLS="},
 		{"-b", "# GOOS/GOARCH: "},
@@ -196,6 +198,11 @@ func TestEveryFlagCombination(t *testing.T) {
 					t.Errorf("goshmem-info %q: section %s out of order", args, f.flag)
 				}
 				last = at
+			}
+		}
+		for _, fact := range []string{"# Go version: ", "# VCS revision: ", "# UCP library version: "} {
+			if n := strings.Count(out, "\n"+fact); n > 1 {
+				t.Errorf("goshmem-info %q prints %q %d times:\n%s", args, fact, n, out)
 			}
 		}
 	}
@@ -270,5 +277,21 @@ func TestDevicesFlagNames(t *testing.T) {
 		if strings.Contains(line, "0x") {
 			t.Errorf("a flag without a name: %q", line)
 		}
+	}
+}
+
+// TestConfigFailureTimeoutDefault: -c states the failure timeout's default
+// as the one goshmem-run and the launcher use, bootstrap's.
+func TestConfigFailureTimeoutDefault(t *testing.T) {
+	t.Setenv(bootstrap.EnvFailureTimeout, "")
+	os.Unsetenv(bootstrap.EnvFailureTimeout) // t.Setenv restores it
+	out := mustInfo(t, "-c")
+	i := strings.Index(out, "\n# "+bootstrap.EnvFailureTimeout+" is not set\n")
+	if i < 0 {
+		t.Fatalf("-c has no line for %s:\n%s", bootstrap.EnvFailureTimeout, out)
+	}
+	doc := out[strings.LastIndex(out[:i], "\n")+1 : i]
+	if want := "(default " + bootstrap.DefaultFailureTimeout.String() + ";"; !strings.Contains(doc, want) {
+		t.Errorf("-c documents %s as %q; want it to say %q", bootstrap.EnvFailureTimeout, doc, want)
 	}
 }

@@ -41,7 +41,7 @@
 //	-kill-grace D       time PEs get between SIGTERM and SIGKILL when the job
 //	                    is ended (default 2s)
 //	-failure-timeout D  time the job may take to notice a PE, host or
-//	                    launcher that stopped answering (default 10s; a PE
+//	                    launcher that stopped answering (default 5s; a PE
 //	                    that exits or is killed is noticed at once)
 //	-stall-report D     have each PE report where it waits when one of its
 //	                    waits lasts longer than D (GOSHMEM_STALL_REPORT)
@@ -72,7 +72,7 @@
 //	                         and the key of tcp connections between PEs)
 //	GOSHMEM_LOCAL_RANK       the PE's rank on its host
 //	GOSHMEM_LOCAL_SIZE       the number of PEs on its host
-//	GOSHMEM_FAILURE_TIMEOUT  the failure timeout (when set)
+//	GOSHMEM_FAILURE_TIMEOUT  the failure timeout (-failure-timeout)
 //	GOSHMEM_STALL_REPORT     the duration of -stall-report (when given)
 //	GOSHMEM_PROFILE          the directory of -profile (when given)
 //
@@ -150,8 +150,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/goshmem/goshmem/bootstrap"
 	goversion "github.com/goshmem/goshmem/internal/version"
@@ -198,9 +200,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var env envFlags
 	fs.Var(&env, "x", "pass NAME[=VALUE] to the PEs (repeatable)")
 	bind := fs.String("bind", "", "IP address of the bootstrap seed (default: 127.0.0.1 on one host, else chosen by route)")
-	grace := fs.Duration("kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when ending the job")
-	failTimeout := fs.Duration("failure-timeout", bootstrap.DefaultFailureTimeout, "time to notice a PE, host or launcher that stopped answering")
-	stallReport := fs.Duration("stall-report", 0, "have each PE report where it waits when a wait lasts longer than this (GOSHMEM_STALL_REPORT)")
+	grace := durationVar(fs, "kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when ending the job")
+	failTimeout := durationVar(fs, "failure-timeout", bootstrap.DefaultFailureTimeout, "time to notice a PE, host or launcher that stopped answering")
+	stallReport := durationVar(fs, "stall-report", 0, "have each PE report where it waits when a wait lasts longer than this, in GOSHMEM_STALL_REPORT")
 	profile := fs.String("profile", "", "write each PE's CPU profile and communication summary to DIR, and the job's PE-to-PE byte matrix (GOSHMEM_PROFILE)")
 	agentPath := fs.String("agent-path", "", "path of goshmem-run on the other hosts (default: this one's)")
 	version := fs.Bool("version", false, "print the version and exit")
@@ -379,6 +381,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goshmem-run: %v\n", err) // a failed PE was reported already
 	}
 	return code
+}
+
+// durationFlag is a flag's duration (time.ParseDuration's form) whose
+// parse error says the form, which the flag package's does not ("parse
+// error"): "30" is a number of seconds to most people, and the message
+// names 30s.
+type durationFlag time.Duration
+
+func (d *durationFlag) String() string { return time.Duration(*d).String() }
+
+func (d *durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return fmt.Errorf("a duration needs a unit: %ss for seconds, %sm for minutes", s, s)
+		}
+		return fmt.Errorf("want a duration such as 30s, 1m or 1m30s")
+	}
+	*d = durationFlag(v)
+	return nil
+}
+
+// durationVar defines a duration flag, as fs.Duration does, whose usage
+// line names its argument "duration" and gives examples of the form.
+func durationVar(fs *flag.FlagSet, name string, value time.Duration, usage string) *time.Duration {
+	d := (*durationFlag)(&value)
+	fs.Var(d, name, usage+" (a `duration` such as 30s or 1m)")
+	return (*time.Duration)(d)
 }
 
 // splitWords splits a command line into words at spaces, keeping what is

@@ -6,9 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/launcher"
 )
 
@@ -60,6 +62,13 @@ func TestRun(t *testing.T) {
 		{"stall report", []string{"-np", "2", "-stall-report", "1500ms", "sh", "-c", "test $GOSHMEM_STALL_REPORT = 1.5s"}, 0, "", ""},
 		{"no stall report", []string{"-np", "1", "sh", "-c", "test -z \"$GOSHMEM_STALL_REPORT\""}, 0, "", ""},
 		{"negative stall report", []string{"-np", "2", "-stall-report", "-1s", "true"}, 2, "-stall-report -1s: want a positive duration", ""},
+		{"stall report without unit", []string{"-np", "2", "--stall-report", "30", "true"}, 2,
+			`invalid value "30" for flag -stall-report: a duration needs a unit: 30s for seconds, 30m for minutes`, ""},
+		{"failure timeout without unit", []string{"-np", "2", "--failure-timeout", "2.5", "true"}, 2,
+			`invalid value "2.5" for flag -failure-timeout: a duration needs a unit: 2.5s for seconds`, ""},
+		{"kill grace not a duration", []string{"-np", "2", "--kill-grace", "soon", "true"}, 2,
+			`invalid value "soon" for flag -kill-grace: want a duration such as 30s, 1m or 1m30s`, ""},
+		{"usage names the duration form", []string{"-help"}, 0, "", "-kill-grace duration\n"},
 		{"bad flag", []string{"-bogus", "true"}, 2, "usage:", ""},
 		{"np zero", []string{"-np", "0", "true"}, 2, "-np must be at least 1", ""},
 		{"no program", []string{"-np", "2"}, 2, "no PROGRAM", ""},
@@ -159,6 +168,40 @@ func TestHostfileFlag(t *testing.T) {
 	for _, want := range []string{"[pe 0] 0/3\n", "[pe 1] 1/3\n", "[pe 2] 2/3\n"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout %q lacks %q", stdout.String(), want)
+		}
+	}
+}
+
+// TestDocumentedDefaults: the README and this command's documentation
+// state the defaults of the duration flags as the values the flags take,
+// which the launcher owns.
+func TestDocumentedDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failure, grace := bootstrap.DefaultFailureTimeout.String(), launcher.DefaultKillGrace.String()
+	for _, c := range []struct {
+		where string
+		text  []byte
+		re    string // its first group is the default stated
+		want  string
+	}{
+		{"README, goshmem-run's flags", readme, "`--failure-timeout` \\(default ([^)]+)\\)", failure},
+		{"README, goshmem-run's flags", readme, "`--kill-grace` \\([^)]*default ([^)]+)\\)", grace},
+		{"README, the PE's environment", readme, "\\| `GOSHMEM_FAILURE_TIMEOUT` \\|[^|\\n]*default `([^`]+)`", failure},
+		{"goshmem-run's doc", doc, "-failure-timeout D [^(]*\\(default ([^;)]+)", failure},
+		{"goshmem-run's doc", doc, "-kill-grace D [^(]*\\(default ([^;)]+)", grace},
+	} {
+		m := regexp.MustCompile(c.re).FindSubmatch(c.text)
+		if m == nil {
+			t.Errorf("%s: nothing matches %q: does it still state the default?", c.where, c.re)
+		} else if string(m[1]) != c.want {
+			t.Errorf("%s: %q states the default as %s; the flag's is %s", c.where, m[0], m[1], c.want)
 		}
 	}
 }
