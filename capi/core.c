@@ -389,7 +389,10 @@ int gsh_reduce(shmem_team_t team, int op, int ty, void *dest, const void *source
 /* The deprecated active-set collectives: the set is PE_start,
  * PE_start + 2^logPE_stride, ... (PE_size PEs), and pSync (every element
  * SHMEM_SYNC_VALUE before the call, and so again after it) holds the
- * counters: pSync[0] counts arrivals, pSync[1] releases and offsets. */
+ * counters, one use each so that an operation never takes another's
+ * count: pSync[0] counts arrivals at the set's first PE, pSync[1] its
+ * releases, pSync[2] the data of broadcast, collect, fcollect and
+ * alltoall(s) arrived, pSync[3] carries collect's offsets. */
 struct gsh_aset {
     int start, stride, size, idx;
 };
@@ -430,8 +433,8 @@ static void gsh_aset_sync(struct gsh_aset s, long *pSync) {
  * until every member's is. */
 static void gsh_aset_done(struct gsh_aset s, long *pSync) {
     shmem_quiet();
-    for (int i = 0; i < s.size; i++) shmem_long_atomic_add(&pSync[0], 1, gsh_aset_pe(s, i));
-    gsh_counted(&pSync[0], s.size);
+    for (int i = 0; i < s.size; i++) shmem_long_atomic_add(&pSync[2], 1, gsh_aset_pe(s, i));
+    gsh_counted(&pSync[2], s.size);
 }
 
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync) {
@@ -454,9 +457,9 @@ static void gsh_aset_broadcast(const char *fn, void *dest, const void *source, s
             if (i != root) shmem_putmem(dest, source, bytes, gsh_aset_pe(s, i));
         shmem_quiet();
         for (int i = 0; i < size; i++)
-            if (i != root) shmem_long_atomic_add(&pSync[0], 1, gsh_aset_pe(s, i));
+            if (i != root) shmem_long_atomic_add(&pSync[2], 1, gsh_aset_pe(s, i));
     } else {
-        gsh_counted(&pSync[0], 1);
+        gsh_counted(&pSync[2], 1);
     }
 }
 void shmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync) {
@@ -478,18 +481,18 @@ void shmem_fcollect64(void *dest, const void *source, size_t nelems, int PE_star
     gsh_aset_fcollect(__func__, dest, source, nelems * 8, PE_start, logPE_stride, PE_size, pSync);
 }
 
-/* collect: the offsets travel down the set, PE by PE, in pSync[1] (the
+/* collect: the offsets travel down the set, PE by PE, in pSync[3] (the
  * offset plus one, so that 0 means none yet). */
 static void gsh_aset_collect(const char *fn, void *dest, const void *source, size_t bytes, int start, int log, int size, long *pSync) {
     struct gsh_aset s = gsh_aset(fn, start, log, size, pSync);
     long off = 0;
     if (s.idx > 0) {
         unsigned k = 0;
-        while ((off = __atomic_load_n(&pSync[1], __ATOMIC_ACQUIRE)) == 0) gsh_wait_pause(&k);
-        __atomic_store_n(&pSync[1], 0, __ATOMIC_RELAXED);
+        while ((off = __atomic_load_n(&pSync[3], __ATOMIC_ACQUIRE)) == 0) gsh_wait_pause(&k);
+        __atomic_store_n(&pSync[3], 0, __ATOMIC_RELAXED);
         off--;
     }
-    if (s.idx + 1 < size) shmem_long_atomic_set(&pSync[1], off + (long)bytes + 1, gsh_aset_pe(s, s.idx + 1));
+    if (s.idx + 1 < size) shmem_long_atomic_set(&pSync[3], off + (long)bytes + 1, gsh_aset_pe(s, s.idx + 1));
     for (int i = 0; i < size; i++) shmem_putmem((char *)dest + off, source, bytes, gsh_aset_pe(s, i));
     gsh_aset_done(s, pSync);
 }

@@ -140,14 +140,29 @@ static inline void gsh_put_signal(shmem_ctx_t ctx, void *dest, const void *sourc
                                   int op, int pe, int nbi, const char *fn) {
     if (GSH_UNLIKELY(op != SHMEM_SIGNAL_SET && op != SHMEM_SIGNAL_ADD)) gsh_fatal(fn, "sig_op %d is neither SHMEM_SIGNAL_SET nor SHMEM_SIGNAL_ADD", op);
     char *a = gsh_map(dest, n, pe, fn);
-    char *s = a ? gsh_map(sig, 8, pe, fn) : NULL;
-    if (GSH_LIKELY(s != NULL)) {
+    char *s = gsh_map(sig, 8, pe, fn);
+    if (GSH_LIKELY(a != NULL && s != NULL)) {
         memcpy(a, source, n);
         gsh_signal_local((uint64_t *)s, signal, op);
         return;
     }
     gsh_go_pending = 1;
-    goshmem_go_put_signal((uintptr_t)ctx, dest, (void *)source, n, sig, signal, op, nbi, pe);
+    if (a == NULL && s == NULL) {
+        goshmem_go_put_signal((uintptr_t)ctx, dest, (void *)source, n, sig, signal, op, nbi, pe);
+        return;
+    }
+    /* One mapped and one not (static data is mapped on the host, the heap
+     * reached through a transport): the data is complete before the
+     * signal goes. */
+    if (a != NULL) {
+        memcpy(a, source, n);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        goshmem_go_amo((uintptr_t)ctx, op == SHMEM_SIGNAL_ADD ? GSH_AMO_ADD : GSH_AMO_SET, sig, signal, 0, 8, pe);
+        return;
+    }
+    goshmem_go_rma((uintptr_t)ctx, GSH_RMA_PUT, dest, (void *)source, n, pe);
+    goshmem_go_quiet((uintptr_t)ctx);
+    gsh_signal_local((uint64_t *)s, signal, op);
 }
 
 #define GSH_AMO_LOCAL(B)                                                                              \
