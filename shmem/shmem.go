@@ -695,7 +695,8 @@ func NPEs() int {
 }
 
 // Blob layout: u8 version, u32 len + worker address, u32 len + rkey,
-// u64 heap base, u64 heap size (little endian).
+// u64 heap base, u64 heap size (little endian), and, when SetInitExtra
+// gave some, u32 len + the extra bytes.
 func encodeBlob(addr, rkey []byte, base, size uint64) []byte {
 	b := make([]byte, 0, 1+4+len(addr)+4+len(rkey)+16)
 	b = append(b, blobVersion)
@@ -704,7 +705,12 @@ func encodeBlob(addr, rkey []byte, base, size uint64) []byte {
 	b = appendU32(b, uint32(len(rkey)))
 	b = append(b, rkey...)
 	b = appendU64(b, base)
-	return appendU64(b, size)
+	b = appendU64(b, size)
+	if x := initExtra; len(x) > 0 {
+		b = appendU32(b, uint32(len(x)))
+		b = append(b, x...)
+	}
+	return b
 }
 
 func appendU32(b []byte, v uint32) []byte {
@@ -743,8 +749,13 @@ func decodeBlob(b []byte) (addr, rkey []byte, base, size uint64, err error) {
 	hi, ok2 := u32()
 	slo, ok3 := u32()
 	shi, ok4 := u32()
-	if !ok1 || !ok2 || !ok3 || !ok4 || len(b) != 0 {
+	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return nil, nil, 0, 0, bad
+	}
+	if len(b) != 0 { // the extra bytes (blobExtra reads them)
+		if n, ok := u32(); !ok || uint64(n) != uint64(len(b)) {
+			return nil, nil, 0, 0, bad
+		}
 	}
 	return addr, rkey, uint64(hi)<<32 | uint64(lo), uint64(shi)<<32 | uint64(slo), nil
 }

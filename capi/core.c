@@ -1,0 +1,588 @@
+//go:build cgo && goshmem_capi
+
+/* core.c: the untyped routines of goshmem's C library, the slow paths of
+ * the hot ones, the program's static data as a symmetric region, the
+ * deprecated active-set collectives and the locks. */
+#define _GNU_SOURCE
+#include "gsh.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int gsh_npes, gsh_me = -1;
+uintptr_t gsh_heap_lo, gsh_heap_size, gsh_data_lo, gsh_data_size;
+static char *gsh_no_peers[1];
+char **gsh_heap_peer = gsh_no_peers, **gsh_data_peer = gsh_no_peers;
+unsigned char *gsh_checked;
+int gsh_go_pending;
+static int gsh_inited, gsh_finalized, gsh_thread_level;
+static pthread_mutex_t gsh_connect_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void gsh_fatal(const char *fn, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "goshmem: PE %d: %s: ", gsh_me, fn);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (gsh_inited) shmem_global_exit(1);
+    exit(1);
+}
+
+void gsh_bad_pe(const char *fn, int pe) {
+    if (!gsh_inited) gsh_fatal(fn, "called before shmem_init");
+    gsh_fatal(fn, "PE %d is not a PE of the job (valid: 0..%d)", pe, gsh_npes - 1);
+}
+
+/* gsh_connect is gsh_map's slow path: on the first use of pe it has Go
+ * connect the PE and fill its entries of the tables, then looks again. It
+ * returns NULL for an object in the heap that only the transports reach,
+ * and ends the job for static data that is not reachable. */
+char *gsh_connect(const void *p, size_t n, int pe, const char *fn) {
+    if (!gsh_checked[pe]) {
+        pthread_mutex_lock(&gsh_connect_mu);
+        if (!gsh_checked[pe]) {
+            goshmem_go_connect(pe);
+            __atomic_store_n(&gsh_checked[pe], 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&gsh_connect_mu);
+        char *a = gsh_addr(p, n, pe);
+        if (a) return a;
+    }
+    uintptr_t off = (uintptr_t)p - gsh_data_lo;
+    if (off < gsh_data_size) {
+        if (n > gsh_data_size - off) gsh_fatal(fn, "%zu bytes at %p run past the end of the static data", n, p);
+        gsh_fatal(fn, "static data at %p cannot reach PE %d: goshmem maps a program's global and static "
+                      "variables only between PEs of one host that run the same program (use shmem_malloc "
+                      "for objects that PEs of other hosts or programs reach)", p, pe);
+    }
+    off = (uintptr_t)p - gsh_heap_lo;
+    if (off >= gsh_heap_size || n > gsh_heap_size - off)
+        gsh_fatal(fn, "%zu bytes at %p are not symmetric: neither in the symmetric heap (%p, %zu bytes) nor in the "
+                      "program's static data (%p, %zu bytes)", n, p, (void *)gsh_heap_lo, (size_t)gsh_heap_size,
+                  (void *)gsh_data_lo, (size_t)gsh_data_size);
+    return NULL;
+}
+
+/* gsh_wait_pause is a waiting loop's pause: spin a little, then yield the
+ * core (PEs may outnumber cores), then sleep briefly now and then. */
+void gsh_wait_pause(unsigned *n) {
+    unsigned i = (*n)++;
+    if (i < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        return;
+    }
+    if (i % 64 != 0) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
+/* Static data. Before main runs, the writable data and bss of the
+ * program (the PT_LOAD segment with PF_W of the executable, less its
+ * RELRO part) are moved onto a memfd mapped shared at the same address,
+ * so that the other PEs of the host map them by opening
+ * /proc/PID/fd/FD: puts, gets and atomics on static variables are then
+ * loads, stores and CPU atomics like those on the heap. */
+struct gsh_data_info {
+    char magic[8];
+    char boot_id[40];
+    uint64_t pidns;
+    int64_t pid, fd;
+    uint64_t size;
+};
+static int gsh_data_fd = -1;
+static struct gsh_data_info gsh_data_me;
+
+static int gsh_find_data(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    uintptr_t *r = arg, lo = 0, hi = 0, relro = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_W)) {
+            lo = info->dlpi_addr + ph->p_vaddr;
+            hi = lo + ph->p_memsz;
+        }
+        if (ph->p_type == PT_GNU_RELRO) relro = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+    }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (relro > lo) lo = (relro + page - 1) & ~(page - 1);
+    r[0] = lo & ~(page - 1);
+    r[1] = (hi + page - 1) & ~(page - 1);
+    return 1; /* the first object is the executable */
+}
+
+static void gsh_read_id(const char *path, char *buf, size_t n) {
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0) return;
+    ssize_t k = read(f, buf, n - 1);
+    close(f);
+    if (k > 0) buf[k] = 0;
+}
+
+__attribute__((constructor(101))) static void gsh_share_data(void) {
+    if (getenv("GOSHMEM_STATIC_DATA") && strcmp(getenv("GOSHMEM_STATIC_DATA"), "0") == 0) return;
+    uintptr_t r[2] = {0, 0};
+    dl_iterate_phdr(gsh_find_data, r);
+    if (r[1] <= r[0]) return;
+    size_t size = r[1] - r[0];
+    int fd = memfd_create("goshmem-static-data", MFD_CLOEXEC);
+    if (fd < 0) return;
+    if (ftruncate(fd, (off_t)size) != 0) {
+        close(fd);
+        return;
+    }
+    void *tmp = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (tmp == MAP_FAILED) {
+        close(fd);
+        return;
+    }
+    memcpy(tmp, (void *)r[0], size);
+    /* One mmap replaces the pages: no moment without them. */
+    void *at = mmap((void *)r[0], size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    munmap(tmp, size);
+    if (at == MAP_FAILED) {
+        close(fd);
+        return;
+    }
+    gsh_data_fd = fd;
+    gsh_data_lo = r[0];
+    gsh_data_size = size;
+    memcpy(gsh_data_me.magic, "gshdata1", 8);
+    gsh_read_id("/proc/sys/kernel/random/boot_id", gsh_data_me.boot_id, sizeof gsh_data_me.boot_id);
+    struct stat sb;
+    if (stat("/proc/self/ns/pid", &sb) == 0) gsh_data_me.pidns = sb.st_ino;
+    gsh_data_me.pid = getpid();
+    gsh_data_me.fd = fd;
+    gsh_data_me.size = size;
+}
+
+/* gsh_data_publish returns what this PE publishes of its static data for
+ * the others (Go puts it in the init blob). */
+size_t gsh_data_publish(void **p) {
+    if (gsh_data_fd < 0) return 0;
+    *p = &gsh_data_me;
+    return sizeof gsh_data_me;
+}
+
+/* gsh_data_attach maps PE pe's static data here from what it published,
+ * when it runs the same program on this host; otherwise leaves it NULL. */
+void gsh_data_attach(int pe, const void *b, size_t n) {
+    struct gsh_data_info in;
+    if (pe == gsh_me) {
+        gsh_data_peer[pe] = gsh_data_size ? (char *)gsh_data_lo : NULL;
+        return;
+    }
+    if (n != sizeof in || gsh_data_fd < 0) return;
+    memcpy(&in, b, n);
+    if (memcmp(in.magic, gsh_data_me.magic, 8) != 0 || strcmp(in.boot_id, gsh_data_me.boot_id) != 0 ||
+        in.pidns != gsh_data_me.pidns || in.size != gsh_data_size)
+        return;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)in.pid, (long long)in.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "goshmem: PE %d: cannot map the static data of PE %d (%s: %s); it is reached only where mapped\n",
+                gsh_me, pe, path, strerror(errno));
+        return;
+    }
+    void *m = mmap(NULL, in.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m != MAP_FAILED) gsh_data_peer[pe] = m;
+}
+
+/* gsh_tables_init sizes the tables for npes PEs; Go fills them. */
+void gsh_tables_init(int me, int npes, void *heap, size_t heap_size) {
+    gsh_heap_peer = calloc((size_t)npes, sizeof(char *));
+    gsh_data_peer = calloc((size_t)npes, sizeof(char *));
+    gsh_checked = calloc((size_t)npes, 1);
+    if (!gsh_heap_peer || !gsh_data_peer || !gsh_checked) gsh_fatal("shmem_init", "out of memory for %d PEs", npes);
+    gsh_heap_lo = (uintptr_t)heap;
+    gsh_heap_size = heap_size;
+    gsh_heap_peer[me] = heap;
+    gsh_data_peer[me] = gsh_data_size ? (char *)gsh_data_lo : NULL;
+    gsh_me = me;
+    gsh_npes = npes;
+    gsh_inited = 1;
+}
+
+/* gsh_tables_free forgets the tables at the last finalize. */
+void gsh_tables_free(void) {
+    for (int pe = 0; pe < gsh_npes; pe++)
+        if (pe != gsh_me && gsh_data_peer[pe]) munmap(gsh_data_peer[pe], gsh_data_size);
+    free(gsh_heap_peer);
+    free(gsh_data_peer);
+    free(gsh_checked);
+    gsh_heap_peer = gsh_data_peer = gsh_no_peers;
+    gsh_checked = NULL;
+    gsh_npes = 0;
+    gsh_heap_lo = gsh_heap_size = 0;
+    gsh_inited = 0;
+    gsh_finalized = 1;
+}
+
+/* Setup. */
+void shmem_init(void) {
+    if (goshmem_go_init(SHMEM_THREAD_SINGLE, NULL) != 0) exit(1);
+}
+int shmem_init_thread(int requested, int *provided) {
+    if (requested < SHMEM_THREAD_SINGLE || requested > SHMEM_THREAD_MULTIPLE) {
+        fprintf(stderr, "goshmem: shmem_init_thread: requested thread level %d is not one of SHMEM_THREAD_*\n", requested);
+        return -1;
+    }
+    int p = requested;
+    int r = goshmem_go_init(requested, &p);
+    if (r == 0) gsh_thread_level = p;
+    if (provided) *provided = p;
+    return r;
+}
+void shmem_query_thread(int *provided) { *provided = gsh_thread_level; }
+int shmem_query_initialized(int *initialized) {
+    *initialized = gsh_inited;
+    return 0;
+}
+int shmem_query_finalized(int *finalized) {
+    *finalized = gsh_finalized && !gsh_inited;
+    return 0;
+}
+void shmem_finalize(void) {
+    if (gsh_inited) goshmem_go_finalize();
+}
+int shmem_my_pe(void) { return gsh_inited ? gsh_me : -1; }
+int shmem_n_pes(void) { return gsh_inited ? gsh_npes : -1; }
+void start_pes(int npes) {
+    (void)npes;
+    if (!gsh_inited) shmem_init();
+}
+int _my_pe(void) { return shmem_my_pe(); }
+int _num_pes(void) { return shmem_n_pes(); }
+void shmem_info_get_version(int *major, int *minor) {
+    *major = SHMEM_MAJOR_VERSION;
+    *minor = SHMEM_MINOR_VERSION;
+}
+void shmem_info_get_name(char *name) {
+    strncpy(name, SHMEM_VENDOR_STRING, SHMEM_MAX_NAME_LEN - 1);
+    name[SHMEM_MAX_NAME_LEN - 1] = 0;
+}
+
+void *shmem_ptr(const void *dest, int pe) {
+    if (!gsh_inited || pe < 0 || pe >= gsh_npes) return NULL;
+    char *a = gsh_addr(dest, 1, pe);
+    if (a || gsh_checked[pe]) return a;
+    uintptr_t h = (uintptr_t)dest - gsh_heap_lo, d = (uintptr_t)dest - gsh_data_lo;
+    if (h >= gsh_heap_size && d >= gsh_data_size) return NULL;
+    return gsh_connect(dest, 1, pe, "shmem_ptr");
+}
+int shmem_addr_accessible(const void *addr, int pe) {
+    if (!shmem_pe_accessible(pe)) return 0;
+    if ((uintptr_t)addr - gsh_heap_lo < gsh_heap_size) return 1;
+    return shmem_ptr(addr, pe) != NULL;
+}
+void shmemx_heap_bounds(void **base, size_t *size) {
+    *base = (void *)gsh_heap_lo;
+    *size = gsh_heap_size;
+}
+void shmemx_data_bounds(void **base, size_t *size) {
+    *base = (void *)gsh_data_lo;
+    *size = gsh_data_size;
+}
+
+/* Untyped RMA. */
+GSH_BOTHV(putmem, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe),
+          { gsh_put(ctx, dest, source, nelems, pe, 0, __func__); })
+GSH_BOTHV(getmem, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe),
+          { gsh_get(ctx, dest, source, nelems, pe, 0, __func__); })
+GSH_BOTHV(putmem_nbi, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe),
+          { gsh_put(ctx, dest, source, nelems, pe, 1, __func__); })
+GSH_BOTHV(getmem_nbi, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe),
+          { gsh_get(ctx, dest, source, nelems, pe, 1, __func__); })
+GSH_BOTHV(putmem_signal, (void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe),
+          (dest, source, nelems, sig_addr, signal, sig_op, pe),
+          { gsh_put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, 0, __func__); })
+GSH_BOTHV(putmem_signal_nbi, (void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe),
+          (dest, source, nelems, sig_addr, signal, sig_op, pe),
+          { gsh_put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, 1, __func__); })
+
+/* Signals. */
+uint64_t shmem_signal_fetch(const uint64_t *sig_addr) { return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE); }
+GSH_SYNC(gsh_u64, uint64_t)
+uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value) {
+    shmem_gsh_u64_wait_until(sig_addr, cmp, cmp_value);
+    return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
+}
+GSH_BOTHV(signal_add, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, signal, pe),
+          { gsh_amo64(ctx, GSH_AMO_ADD, sig_addr, signal, 0, pe, __func__); })
+GSH_BOTHV(signal_set, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, signal, pe),
+          { gsh_amo64(ctx, GSH_AMO_SET, sig_addr, signal, 0, pe, __func__); })
+
+/* Ordering and completion: a CPU fence orders the stores to mapped
+ * memory; Go completes what went through it. */
+void shmem_ctx_quiet(shmem_ctx_t ctx) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&gsh_go_pending, __ATOMIC_RELAXED)) goshmem_go_quiet((uintptr_t)ctx);
+}
+void shmem_quiet(void) { shmem_ctx_quiet(SHMEM_CTX_DEFAULT); }
+void shmem_ctx_fence(shmem_ctx_t ctx) { shmem_ctx_quiet(ctx); }
+void shmem_fence(void) { shmem_ctx_quiet(SHMEM_CTX_DEFAULT); }
+void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes) {
+    for (size_t i = 0; i < npes; i++) gsh_check_pe(__func__, target_pes[i]);
+    shmem_ctx_quiet(ctx);
+}
+void shmem_pe_quiet(const int *target_pes, size_t npes) { shmem_ctx_pe_quiet(SHMEM_CTX_DEFAULT, target_pes, npes); }
+
+/* Team collectives without a type. */
+int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems, int PE_root) {
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_BROADCAST, dest, (void *)source, nelems, PE_root, 0, 1);
+}
+int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_COLLECT, dest, (void *)source, nelems, 0, 0, 1);
+}
+int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_FCOLLECT, dest, (void *)source, nelems, 0, 0, 1);
+}
+int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALL, dest, (void *)source, nelems, 0, 0, 1);
+}
+int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) {
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALLS, dest, (void *)source, nelems, dst, sst, 1);
+}
+
+/* gsh_reduce runs a team reduction or scan in Go; for a type Go has no
+ * form of (long double) it gathers the sources with gets and folds them
+ * here, in team order. */
+int gsh_reduce(shmem_team_t team, int op, int ty, void *dest, const void *source, size_t n, size_t esize, gsh_combine_fn f,
+               const char *fn) {
+    int r = goshmem_go_reduce((uintptr_t)team, op, ty, dest, (void *)source, n);
+    if (r != -2) return r;
+    int tn = shmem_team_n_pes(team), tme = shmem_team_my_pe(team);
+    if (tn < 0) gsh_fatal(fn, "invalid team");
+    size_t bytes = n * esize;
+    char *acc = malloc(bytes ? bytes : 1), *tmp = malloc(bytes ? bytes : 1);
+    if (!acc || !tmp) gsh_fatal(fn, "out of memory for %zu bytes", bytes);
+    if (shmem_team_sync(team) != 0) return -1;
+    int last = op == 7 ? tme : op == 8 ? tme - 1 : tn - 1;
+    for (int i = 0; i <= last; i++) {
+        int pe = shmem_team_translate_pe(team, i, SHMEM_TEAM_WORLD);
+        shmem_getmem(i == 0 ? acc : tmp, source, bytes, pe);
+        if (i > 0) f(acc, tmp, n);
+    }
+    if (shmem_team_sync(team) != 0) return -1;
+    if (last >= 0) memcpy(dest, acc, bytes);
+    free(acc);
+    free(tmp);
+    return 0;
+}
+
+/* The deprecated active-set collectives: the set is PE_start,
+ * PE_start + 2^logPE_stride, ... (PE_size PEs), and pSync (every element
+ * SHMEM_SYNC_VALUE before the call, and so again after it) holds the
+ * counters, one use each so that an operation never takes another's
+ * count: pSync[0] counts arrivals at the set's first PE, pSync[1] its
+ * releases, pSync[2] the data of broadcast, collect, fcollect and
+ * alltoall(s) arrived, pSync[3] carries collect's offsets. */
+struct gsh_aset {
+    int start, stride, size, idx;
+};
+static struct gsh_aset gsh_aset(const char *fn, int start, int log, int size, long *pSync) {
+    struct gsh_aset s = {start, 1 << log, size, -1};
+    if (!gsh_inited) gsh_fatal(fn, "called before shmem_init");
+    if (start < 0 || log < 0 || log > 30 || size < 1 || start + (long)(size - 1) * s.stride >= gsh_npes)
+        gsh_fatal(fn, "active set PE_start %d, logPE_stride %d, PE_size %d does not fit the job's %d PEs", start, log,
+                  size, gsh_npes);
+    if ((gsh_me - start) % s.stride == 0 && gsh_me >= start && (gsh_me - start) / s.stride < size)
+        s.idx = (gsh_me - start) / s.stride;
+    if (s.idx < 0) gsh_fatal(fn, "PE %d is not in the active set (PE_start %d, logPE_stride %d, PE_size %d)", gsh_me, start, log, size);
+    if (!pSync) gsh_fatal(fn, "pSync is NULL");
+    return s;
+}
+static int gsh_aset_pe(struct gsh_aset s, int i) { return s.start + i * s.stride; }
+
+/* gsh_counted waits until *c reaches n, then takes n off. */
+static void gsh_counted(long *c, long n) {
+    unsigned k = 0;
+    while (__atomic_load_n(c, __ATOMIC_ACQUIRE) < n) gsh_wait_pause(&k);
+    __atomic_fetch_sub(c, n, __ATOMIC_ACQ_REL);
+}
+
+static void gsh_aset_sync(struct gsh_aset s, long *pSync) {
+    if (s.size == 1) return;
+    int root = s.start;
+    if (gsh_me == root) {
+        gsh_counted(&pSync[0], s.size - 1);
+        for (int i = 1; i < s.size; i++) shmem_long_atomic_add(&pSync[1], 1, gsh_aset_pe(s, i));
+    } else {
+        shmem_long_atomic_add(&pSync[0], 1, root);
+        gsh_counted(&pSync[1], 1);
+    }
+}
+
+/* gsh_aset_done tells every member that this PE's data is there and waits
+ * until every member's is. */
+static void gsh_aset_done(struct gsh_aset s, long *pSync) {
+    shmem_quiet();
+    for (int i = 0; i < s.size; i++) shmem_long_atomic_add(&pSync[2], 1, gsh_aset_pe(s, i));
+    gsh_counted(&pSync[2], s.size);
+}
+
+void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    struct gsh_aset s = gsh_aset(__func__, PE_start, logPE_stride, PE_size, pSync);
+    shmem_quiet();
+    gsh_aset_sync(s, pSync);
+}
+void shmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    struct gsh_aset s = gsh_aset(__func__, PE_start, logPE_stride, PE_size, pSync);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    gsh_aset_sync(s, pSync);
+}
+
+static void gsh_aset_broadcast(const char *fn, void *dest, const void *source, size_t bytes, int root, int start, int log,
+                               int size, long *pSync) {
+    struct gsh_aset s = gsh_aset(fn, start, log, size, pSync);
+    if (root < 0 || root >= size) gsh_fatal(fn, "PE_root %d is not in 0..%d", root, size - 1);
+    if (s.idx == root) {
+        for (int i = 0; i < size; i++)
+            if (i != root) shmem_putmem(dest, source, bytes, gsh_aset_pe(s, i));
+        shmem_quiet();
+        for (int i = 0; i < size; i++)
+            if (i != root) shmem_long_atomic_add(&pSync[2], 1, gsh_aset_pe(s, i));
+    } else {
+        gsh_counted(&pSync[2], 1);
+    }
+}
+void shmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_broadcast(__func__, dest, source, nelems * 4, PE_root, PE_start, logPE_stride, PE_size, pSync);
+}
+void shmem_broadcast64(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_broadcast(__func__, dest, source, nelems * 8, PE_root, PE_start, logPE_stride, PE_size, pSync);
+}
+
+static void gsh_aset_fcollect(const char *fn, void *dest, const void *source, size_t bytes, int start, int log, int size, long *pSync) {
+    struct gsh_aset s = gsh_aset(fn, start, log, size, pSync);
+    for (int i = 0; i < size; i++) shmem_putmem((char *)dest + (size_t)s.idx * bytes, source, bytes, gsh_aset_pe(s, i));
+    gsh_aset_done(s, pSync);
+}
+void shmem_fcollect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_fcollect(__func__, dest, source, nelems * 4, PE_start, logPE_stride, PE_size, pSync);
+}
+void shmem_fcollect64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_fcollect(__func__, dest, source, nelems * 8, PE_start, logPE_stride, PE_size, pSync);
+}
+
+/* collect: the offsets travel down the set, PE by PE, in pSync[3] (the
+ * offset plus one, so that 0 means none yet). */
+static void gsh_aset_collect(const char *fn, void *dest, const void *source, size_t bytes, int start, int log, int size, long *pSync) {
+    struct gsh_aset s = gsh_aset(fn, start, log, size, pSync);
+    long off = 0;
+    if (s.idx > 0) {
+        unsigned k = 0;
+        while ((off = __atomic_load_n(&pSync[3], __ATOMIC_ACQUIRE)) == 0) gsh_wait_pause(&k);
+        __atomic_store_n(&pSync[3], 0, __ATOMIC_RELAXED);
+        off--;
+    }
+    if (s.idx + 1 < size) shmem_long_atomic_set(&pSync[3], off + (long)bytes + 1, gsh_aset_pe(s, s.idx + 1));
+    for (int i = 0; i < size; i++) shmem_putmem((char *)dest + off, source, bytes, gsh_aset_pe(s, i));
+    gsh_aset_done(s, pSync);
+}
+void shmem_collect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_collect(__func__, dest, source, nelems * 4, PE_start, logPE_stride, PE_size, pSync);
+}
+void shmem_collect64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_collect(__func__, dest, source, nelems * 8, PE_start, logPE_stride, PE_size, pSync);
+}
+
+static void gsh_aset_alltoalls(const char *fn, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+                               size_t esize, int start, int log, int size, long *pSync) {
+    struct gsh_aset s = gsh_aset(fn, start, log, size, pSync);
+    for (int j = 0; j < size; j++) {
+        int i = (s.idx + j) % size; /* start with the next PE, not all with the first */
+        gsh_strided(SHMEM_CTX_DEFAULT, 0, (char *)dest + (size_t)s.idx * nelems * dst * esize,
+                    (const char *)source + (size_t)i * nelems * sst * esize, dst, sst, 1, nelems, esize, gsh_aset_pe(s, i), fn);
+    }
+    gsh_aset_done(s, pSync);
+}
+void shmem_alltoall32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_alltoalls(__func__, dest, source, 1, 1, nelems, 4, PE_start, logPE_stride, PE_size, pSync);
+}
+void shmem_alltoall64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_alltoalls(__func__, dest, source, 1, 1, nelems, 8, PE_start, logPE_stride, PE_size, pSync);
+}
+void shmem_alltoalls32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_alltoalls(__func__, dest, source, dst, sst, nelems, 4, PE_start, logPE_stride, PE_size, pSync);
+}
+void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_alltoalls(__func__, dest, source, dst, sst, nelems, 8, PE_start, logPE_stride, PE_size, pSync);
+}
+
+/* shmem_TYPE_OP_to_all: every member gets every member's source, in set
+ * order, folds them here, and stores the result once all have read. */
+void gsh_to_all(void *dest, const void *source, int nreduce, size_t esize, int PE_start, int logPE_stride, int PE_size,
+                long *pSync, gsh_combine_fn f, const char *fn) {
+    struct gsh_aset s = gsh_aset(fn, PE_start, logPE_stride, PE_size, pSync);
+    if (nreduce < 0) gsh_fatal(fn, "nreduce %d is negative", nreduce);
+    size_t bytes = (size_t)nreduce * esize;
+    char *acc = malloc(bytes ? bytes : 1), *tmp = malloc(bytes ? bytes : 1);
+    if (!acc || !tmp) gsh_fatal(fn, "out of memory for %zu bytes", bytes);
+    shmem_quiet();
+    gsh_aset_sync(s, pSync);
+    for (int i = 0; i < PE_size; i++) {
+        shmem_getmem(i == 0 ? acc : tmp, source, bytes, gsh_aset_pe(s, i));
+        if (i > 0) f(acc, tmp, (size_t)nreduce);
+    }
+    gsh_aset_sync(s, pSync);
+    memcpy(dest, acc, bytes);
+    free(acc);
+    free(tmp);
+}
+
+/* Locks: a ticket lock in the lock word of PE 0 (the next ticket in the
+ * high 32 bits, the ticket served in the low 32), so it works the same
+ * for a lock in the heap or in static data. */
+void shmem_set_lock(long *lock) {
+    uint64_t t = gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_FETCH_ADD, lock, 1ULL << 32, 0, 0, __func__) >> 32;
+    unsigned k = 0;
+    while ((uint32_t)gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_FETCH, lock, 0, 0, 0, __func__) != (uint32_t)t) gsh_wait_pause(&k);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+void shmem_clear_lock(long *lock) {
+    shmem_quiet();
+    gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_ADD, lock, 1, 0, 0, __func__);
+    shmem_quiet();
+}
+int shmem_test_lock(long *lock) {
+    uint64_t v = gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_FETCH, lock, 0, 0, 0, __func__);
+    if ((uint32_t)(v >> 32) != (uint32_t)v) return 1;
+    if (gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_COMPARE_SWAP, lock, v + (1ULL << 32), v, 0, __func__) != v) return 1;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* Deprecated memory routines and the cache routines (no-ops: the CPUs
+ * keep caches coherent). */
+void *shmalloc(size_t size) { return shmem_malloc(size); }
+void shfree(void *ptr) { shmem_free(ptr); }
+void *shrealloc(void *ptr, size_t size) { return shmem_realloc(ptr, size); }
+void *shmemalign(size_t alignment, size_t size) { return shmem_align(alignment, size); }
+void shmem_clear_cache_inv(void) {}
+void shmem_set_cache_inv(void) {}
+void shmem_clear_cache_line_inv(void *dest) { (void)dest; }
+void shmem_set_cache_line_inv(void *dest) { (void)dest; }
+void shmem_udcflush(void) {}
+void shmem_udcflush_line(void *dest) { (void)dest; }
+
+void *shmem_team_ptr(shmem_team_t team, const void *dest, int pe) {
+    int w = shmem_team_translate_pe(team, pe, SHMEM_TEAM_WORLD);
+    return w < 0 ? NULL : shmem_ptr(dest, w);
+}
