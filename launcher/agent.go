@@ -222,6 +222,12 @@ func (r *agentRun) serve(ctx context.Context) int {
 	for i, s := range r.slots {
 		ranks[i] = s.rank
 	}
+	// PEs that cannot all start would die one by one with crash dumps,
+	// and this agent with them.
+	if err := checkProcessRoom(len(r.slots), cfg.Program, 0); err != nil {
+		r.logf("cannot start %d PE(s): %v", len(r.slots), err)
+		return startStatus(err)
+	}
 	agents := cmp.Or(cfg.Agents, 1)
 	agent, err := cluster.JoinAgent(bootstrap.Env{JobID: cfg.JobID, Size: cfg.Size, Seed: cfg.Seed, Key: cfg.Key,
 		FailureTimeout: cfg.FailureTimeout}, cluster.AgentConfig{ID: cfg.Agent, Agents: agents, Ranks: ranks,
@@ -297,7 +303,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 			channel.Close() // the PE has its copy
 		}
 		if err != nil {
-			reports <- report{s.rank, "could not be started (" + cfg.Program + "): " + err.Error(), 127, ""}
+			reports <- report{s.rank, "could not be started (" + cfg.Program + "): " + startError(err).Error(), startStatus(err), ""}
 		}
 	}
 
