@@ -59,7 +59,7 @@ func checkBacking(size int, named bool) error {
 }
 
 func backingError(size uint64, what string) error {
-	asked := "the heap of " + sizeText(size)
+	asked := "the heap of " + sizeText(size) + " (SHMEM_SYMMETRIC_SIZE, not set: the default)"
 	if v := os.Getenv("SHMEM_SYMMETRIC_SIZE"); v != "" {
 		asked = "SHMEM_SYMMETRIC_SIZE=" + v + " asks for a heap of " + sizeText(size) + ", which"
 	}

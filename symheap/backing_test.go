@@ -116,4 +116,9 @@ func TestCheckBacking(t *testing.T) {
 	if want := "symheap: SHMEM_SYMMETRIC_SIZE=3G asks for a heap of 3221225472 bytes (3.0G), which is larger than the memory of this host"; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("checkBacking = %v, want %q...", err, want)
 	}
+	t.Setenv("SHMEM_SYMMETRIC_SIZE", "")
+	err = checkBacking(3*g, false)
+	if want := "symheap: the heap of 3221225472 bytes (3.0G) (SHMEM_SYMMETRIC_SIZE, not set: the default) is larger than"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("checkBacking = %v, want %q...", err, want)
+	}
 }
