@@ -82,8 +82,10 @@ type agentConfig struct {
 // (memberlist notices within the failure timeout), or on SIGTERM, SIGINT or
 // SIGHUP, it ends its PEs: SIGTERM, then SIGKILL after the kill grace. It
 // removes the named shared-memory segments of every PE that exited. It
-// exits 1 when it cannot join the job, start, or report (its errors go to
-// standard error, prefixed with "goshmem-run agent on HOST: ").
+// exits 71, before joining, when its PEs cannot all start under the limit
+// on processes and threads (ulimit -u, the cgroup's pids.max), and 1 when
+// it cannot join the job, start, or report (its errors go to standard
+// error, prefixed with "goshmem-run agent on HOST: ").
 func AgentMain() (int, bool) {
 	if len(os.Args) < 2 || os.Args[1] != AgentArg {
 		return 0, false

@@ -174,8 +174,14 @@ func (e *JobError) Error() string {
 // bootstrap.Member.GlobalExit(code) ends the job the same way, and Run
 // returns code (with a nil error for 0). When ctx is done first, Run ends
 // every PE the same way and returns 1 and ctx.Err(). Other errors end the
-// job too: 127 for a program that cannot be started, 2 for options that
-// are wrong (the error wraps ucs.ErrInvalidParam).
+// job too: 71 for PEs or agents that cannot be started for lack of
+// resources (fork, exec or a pipe fail with EAGAIN, EMFILE, ENFILE or
+// ENOMEM; the message names the limit to raise), or that cannot all start
+// under the limit on processes and threads (ulimit -u, the cgroup's
+// pids.max; checked for this host before anything is started, and by each
+// agent for its own), 127 for a program that cannot be started otherwise
+// (not found), 2 for options that are wrong (the error wraps
+// ucs.ErrInvalidParam).
 func Run(ctx context.Context, opts Options) (exitCode int, err error) {
 	if opts.Program == "" {
 		return 2, fmt.Errorf("launcher: no program: %w", ucs.ErrInvalidParam)

@@ -53,11 +53,7 @@ func (w *threadWatch) line(b []byte) []byte {
 // threadLimitHint says what limits of this host a process that cannot
 // create a thread or a process may have reached, and what to do.
 func threadLimitHint() string {
-	var limits []string
-	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NPROC, &rl) == nil {
-		limits = append(limits, "the processes and threads of the user (ulimit -u: "+rlimitString(rl.Cur)+")")
-	}
+	limits := []string{"the processes and threads of the user (ulimit -u: " + rlimitText(unix.RLIMIT_NPROC) + ")"}
 	if max, _ := cgroupPids(); max >= 0 {
 		limits = append(limits, "those of the cgroup (pids.max: "+strconv.FormatInt(max, 10)+")")
 	}
@@ -77,12 +73,17 @@ func remoteThreadLimitHint(host string) func() string {
 	}
 }
 
-// rlimitString writes a resource limit as ulimit does.
-func rlimitString(v uint64) string {
-	if v == unix.RLIM_INFINITY {
+// rlimitText writes the soft limit on resource res of this process as
+// ulimit does, or "?" when it cannot be read.
+func rlimitText(res int) string {
+	var rl unix.Rlimit
+	switch {
+	case unix.Getrlimit(res, &rl) != nil:
+		return "?"
+	case rl.Cur == unix.RLIM_INFINITY:
 		return "unlimited"
 	}
-	return strconv.FormatUint(v, 10)
+	return strconv.FormatUint(rl.Cur, 10)
 }
 
 // cgroupPids returns the pids.max and pids.current of this process's
@@ -151,12 +152,8 @@ func startError(err error) error {
 	case errors.Is(err, syscall.EAGAIN):
 		return fmt.Errorf("%w (%s)", err, threadLimitHint())
 	case errors.Is(err, syscall.EMFILE):
-		var rl unix.Rlimit
-		v := "?"
-		if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil {
-			v = rlimitString(rl.Cur)
-		}
-		return fmt.Errorf("%w (a limit on open files was reached: those of a process (ulimit -n: %s); raise it, or start fewer PEs per host)", err, v)
+		return fmt.Errorf("%w (a limit on open files was reached: those of a process (ulimit -n: %s); raise it, or start fewer PEs per host)",
+			err, rlimitText(unix.RLIMIT_NOFILE))
 	case errors.Is(err, syscall.ENFILE):
 		v := "?"
 		if b, err := os.ReadFile("/proc/sys/fs/file-max"); err == nil {
@@ -164,12 +161,8 @@ func startError(err error) error {
 		}
 		return fmt.Errorf("%w (a limit on open files was reached: those of the system (fs.file-max: %s); raise it, or start fewer PEs per host)", err, v)
 	case errors.Is(err, syscall.ENOMEM):
-		var rl unix.Rlimit
-		v := "?"
-		if unix.Getrlimit(unix.RLIMIT_AS, &rl) == nil {
-			v = rlimitString(rl.Cur)
-		}
-		return fmt.Errorf("%w (out of memory: the address space of a process (ulimit -v: %s) or the memory of the host; raise it, or start fewer PEs per host)", err, v)
+		return fmt.Errorf("%w (out of memory: the address space of a process (ulimit -v: %s) or the memory of the host; raise it, or start fewer PEs per host)",
+			err, rlimitText(unix.RLIMIT_AS))
 	}
 	return err
 }
@@ -198,8 +191,11 @@ const (
 // CAP_SYS_RESOURCE, CAP_SYS_ADMIN). The error wraps syscall.EAGAIN, the
 // error fork returns at the limit (startStatus gives exitNoResources).
 func checkProcessRoom(pes int, program string, agents int) error {
-	if pes <= 0 {
-		return nil
+	var rl unix.Rlimit
+	nproc := unix.Getrlimit(unix.RLIMIT_NPROC, &rl) == nil && rl.Cur != unix.RLIM_INFINITY && !nprocExempt()
+	max, current := cgroupPids()
+	if pes <= 0 || (!nproc && max < 0) {
+		return nil // the usual case: nothing to count
 	}
 	per := otherThreadsMin
 	if isGoProgram(program) {
@@ -210,15 +206,14 @@ func checkProcessRoom(pes int, program string, agents int) error {
 	if agents > 0 {
 		what += " and their agent"
 	}
-	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NPROC, &rl) == nil && rl.Cur != unix.RLIM_INFINITY && !nprocExempt() {
+	if nproc {
 		uid := os.Getuid()
 		if used := userTasks(uid); used+need > int64(rl.Cur) {
 			return fmt.Errorf("%s take at least %d processes and threads, and user %d has %d of the %d that ulimit -u allows: raise it, or start fewer PEs per host (%w)",
 				what, need, uid, used, rl.Cur, syscall.EAGAIN)
 		}
 	}
-	if max, current := cgroupPids(); max >= 0 && current+need > max {
+	if max >= 0 && current+need > max {
 		return fmt.Errorf("%s take at least %d processes and threads, and the cgroup has %d of the %d that its pids.max allows: raise it, or start fewer PEs per host (%w)",
 			what, need, current, max, syscall.EAGAIN)
 	}

@@ -59,7 +59,10 @@
 // specification):
 //
 //   - SHMEM_SYMMETRIC_SIZE: the size of each PE's symmetric heap, with an
-//     optional K, M, G or T suffix (default 256M).
+//     optional K, M, G or T suffix (default 256M). Init fails, before it
+//     reaches any peer, for a heap too small for the library's own state
+//     (naming the minimum), and for one larger than the memory that can
+//     ever back it (an error that wraps ucs.ErrNoMemory; see symheap.New).
 //   - SHMEM_DEBUG: when set (to anything but 0, n, no, false or off), every
 //     allocation call first checks that every PE makes the same call, and
 //     reports a mismatch (ErrDebugMismatch) naming the call and the PE; and
