@@ -200,14 +200,19 @@ func limitedCommand(t *testing.T, env ...string) *exec.Cmd {
 	return cmd
 }
 
-// TestProcessRoom runs a launcher, and an agent, under ulimit -u 25 (as an
-// unprivileged user), with 8 PEs of a Go program to start: they refuse at
-// once, with one line that names the limit and exit status 71, instead of
+// TestProcessRoom runs a launcher, and an agent, under ulimit -u 25 (as
+// user 65534; a user that is not root gets 20 more than it has), with 8 PEs
+// of a Go program to start, which take at least 32: they refuse at once,
+// with one line that names the limit and exit status 71, instead of
 // starting processes that die for want of threads with crash dumps of
 // hundreds of lines (the launcher and the agent among them).
 func TestProcessRoom(t *testing.T) {
 	t.Parallel()
-	const np, nproc = 8, 25
+	const np = 8
+	nproc := int64(25)
+	if uid := os.Getuid(); uid != 0 {
+		nproc = userTasks(uid) + 20 // room for the runtime of the test binary
+	}
 	ranks := make([]int, np)
 	for r := range ranks {
 		ranks[r] = r
@@ -231,7 +236,7 @@ func TestProcessRoom(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cmd := limitedCommand(t, append(tt.env, envNproc+"="+strconv.Itoa(nproc))...)
+			cmd := limitedCommand(t, append(tt.env, envNproc+"="+strconv.FormatInt(nproc, 10))...)
 			if tt.stdin != nil {
 				cmd.Args = []string{cmd.Path, AgentArg}
 				cmd.Stdin = strings.NewReader(tt.stdin(cmd.Path))
