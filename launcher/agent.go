@@ -82,8 +82,10 @@ type agentConfig struct {
 // (memberlist notices within the failure timeout), or on SIGTERM, SIGINT or
 // SIGHUP, it ends its PEs: SIGTERM, then SIGKILL after the kill grace. It
 // removes the named shared-memory segments of every PE that exited. It
-// exits 1 when it cannot join the job, start, or report (its errors go to
-// standard error, prefixed with "goshmem-run agent on HOST: ").
+// exits 71, before joining, when its PEs cannot all start under the limit
+// on processes and threads (ulimit -u, the cgroup's pids.max), and 1 when
+// it cannot join the job, start, or report (its errors go to standard
+// error, prefixed with "goshmem-run agent on HOST: ").
 func AgentMain() (int, bool) {
 	if len(os.Args) < 2 || os.Args[1] != AgentArg {
 		return 0, false
@@ -222,6 +224,12 @@ func (r *agentRun) serve(ctx context.Context) int {
 	for i, s := range r.slots {
 		ranks[i] = s.rank
 	}
+	// PEs that cannot all start would die one by one with crash dumps,
+	// and this agent with them.
+	if err := checkProcessRoom(len(r.slots), cfg.Program, 0); err != nil {
+		r.logf("cannot start %d PE(s): %v", len(r.slots), err)
+		return startStatus(err)
+	}
 	agents := cmp.Or(cfg.Agents, 1)
 	agent, err := cluster.JoinAgent(bootstrap.Env{JobID: cfg.JobID, Size: cfg.Size, Seed: cfg.Seed, Key: cfg.Key,
 		FailureTimeout: cfg.FailureTimeout}, cluster.AgentConfig{ID: cfg.Agent, Agents: agents, Ranks: ranks,
@@ -297,7 +305,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 			channel.Close() // the PE has its copy
 		}
 		if err != nil {
-			reports <- report{s.rank, "could not be started (" + cfg.Program + "): " + err.Error(), 127, ""}
+			reports <- report{s.rank, "could not be started (" + cfg.Program + "): " + startError(err).Error(), startStatus(err), ""}
 		}
 	}
 

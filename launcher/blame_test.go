@@ -1,9 +1,6 @@
 package launcher
 
 import (
-	"context"
-	"fmt"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -111,37 +108,6 @@ func joinPE(t *testing.T, j *job, rank int) *bootstrap.Member {
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
-}
-
-// TestThreadLimit: a PE whose runtime cannot create a thread says so among
-// hundreds of lines of crash dump; the launcher names the limit to raise,
-// and forwards only the start of the dump.
-func TestThreadLimit(t *testing.T) {
-	script := `if [ "$GOSHMEM_RANK" = 1 ]; then
-	echo "runtime/cgo: pthread_create failed: Resource temporarily unavailable" >&2
-	i=0; while [ $i -lt 300 ]; do echo "goroutine $i [running]:" >&2; i=$((i+1)); done
-	kill -ABRT $$
-fi
-sleep 60`
-	for _, lm := range launchModes[:2] {
-		t.Run(lm.name, func(t *testing.T) {
-			r := runJob(t, context.Background(), 2, "", func(o *Options) {
-				lm.set(t, o)
-				o.Program, o.Args = "sh", []string{"-c", script}
-			})
-			checkFailure(t, r, 134, 1, "could not create a thread, a limit on processes and threads was reached: the processes and threads of the user (ulimit -u: ")
-			// The start of the dump as the PE wrote it, and, tagged, the
-			// last lines of the PE shown again after the failure.
-			forwarded := regexp.MustCompile(`(?m)^goroutine `).FindAllStringIndex(r.stderr, -1)
-			replayed := strings.Count(r.stderr, "[pe 1] goroutine ")
-			if len(forwarded) != crashLines || replayed > crashLines {
-				t.Errorf("%d lines of the crash dump forwarded, %d shown again; want %d and at most %d", len(forwarded), replayed, crashLines, crashLines)
-			}
-			if !strings.Contains(r.stderr, fmt.Sprintf("%d more lines of this crash dump not shown", 300-crashLines)) {
-				t.Errorf("stderr does not say how many lines of the dump it left out:\n%s", r.stderr)
-			}
-		})
-	}
 }
 
 // TestEndedBySignal: a PE the group had signalled ended by the group's

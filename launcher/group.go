@@ -133,7 +133,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader, channel *os.File)
 			p.out.last, p.errw.last = p.last, p.last
 		}
 	}
-	p.errw.threads = new(threadWatch)
+	p.errw.threads = &threadWatch{who: "PE " + strconv.Itoa(rank), hint: threadLimitHint}
 	cmd := exec.Command(g.program, g.args...)
 	cmd.Env = env
 	cmd.Dir = g.dir
@@ -161,7 +161,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader, channel *os.File)
 	}
 	if err := cmd.Start(); err != nil {
 		p.closeFile()
-		return startError(err)
+		return err
 	}
 	p.cmd = cmd
 	g.pes[rank] = p

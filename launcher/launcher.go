@@ -175,8 +175,14 @@ func (e *JobError) Error() string {
 // bootstrap.Member.GlobalExit(code) ends the job the same way, and Run
 // returns code (with a nil error for 0). When ctx is done first, Run ends
 // every PE the same way and returns 1 and ctx.Err(). Other errors end the
-// job too: 127 for a program that cannot be started, 2 for options that
-// are wrong (the error wraps ucs.ErrInvalidParam).
+// job too: 71 for PEs or agents that cannot be started for lack of
+// resources (fork, exec or a pipe fail with EAGAIN, EMFILE, ENFILE or
+// ENOMEM; the message names the limit to raise), or that cannot all start
+// under the limit on processes and threads (ulimit -u, the cgroup's
+// pids.max; checked for this host before anything is started, and by each
+// agent for its own), 127 for a program that cannot be started otherwise
+// (not found), 2 for options that are wrong (the error wraps
+// ucs.ErrInvalidParam).
 func Run(ctx context.Context, opts Options) (exitCode int, err error) {
 	if opts.Program == "" {
 		return 2, fmt.Errorf("launcher: no program: %w", ucs.ErrInvalidParam)
@@ -277,6 +283,10 @@ type unit struct {
 	// cancel ends the agent in the launcher's process (its PEs first).
 	cancel context.CancelFunc
 	ended  bool
+	// threads watches the standard error of an agent (not a spawner's,
+	// which mixes those of many agents) for its runtime's report that it
+	// could not create a thread.
+	threads *threadWatch
 }
 
 type unitExit struct {
@@ -298,6 +308,9 @@ func (j *job) run(ctx context.Context) (int, error) {
 		if bind, err = j.chooseBindAddr(); err != nil {
 			return 2, err
 		}
+	}
+	if err := j.checkRoom(); err != nil {
+		return startStatus(err), err
 	}
 	var logger ucs.Logger
 	if v := os.Getenv(bootstrap.EnvDebug); v != "" && v != "0" {
@@ -341,6 +354,27 @@ func (j *job) run(ctx context.Context) (int, error) {
 		return 1, ctx.Err()
 	}
 	return 0, nil
+}
+
+// checkRoom fails, before anything is started, when the PEs of this host
+// and the agent that starts them cannot all start under the limits on
+// processes and threads (see checkProcessRoom): the launcher itself would
+// be as likely as any of them to die for want of a thread, with a crash
+// dump that no one cuts.
+func (j *job) checkRoom() error {
+	pes, agents := 0, 0
+	for _, p := range j.places {
+		if p.local {
+			pes += len(p.ranks)
+			if j.opts.AgentPath != "" {
+				agents++
+			}
+		}
+	}
+	if err := checkProcessRoom(pes, j.opts.Program, agents); err != nil {
+		return fmt.Errorf("launcher: cannot start the job on this host: %w", err)
+	}
+	return nil
 }
 
 // startAll starts the agents (one in this process, for a job on this host
@@ -387,9 +421,16 @@ func (j *job) startAll() (int, error) {
 			tail = o.Stdin
 		}
 		u := &unit{name: name, host: p.host.Name, ranks: c.Ranks}
+		// The agent's runtime may fail to create a thread as its PEs
+		// start: what it writes then is cut to one line (threadWatch).
+		u.threads = &threadWatch{who: "the agent for host " + p.host.Name, hint: threadLimitHint}
+		if !p.local {
+			u.threads.hint = remoteThreadLimitHint(p.host.Name)
+		}
 		if err := j.startUnit(u, argv, nil, append(line, '\n'), tail); err != nil {
+			err = startError(err)
 			o.Logf("cannot start %s: %v", name, err)
-			return 127, fmt.Errorf("launcher: starting %s: %w", name, err)
+			return startStatus(err), fmt.Errorf("launcher: starting %s: %w", name, err)
 		}
 	}
 	return 0, nil
@@ -434,8 +475,9 @@ func (j *job) startSpawner(cfg agentConfig) (int, error) {
 	env := append(j.baseEnv(), EnvAgentConfig+"="+string(line), bootstrap.EnvSize+"="+np)
 	u := &unit{name: filepath.Base(o.Spawner[0]) + " (" + strings.Join(argv, " ") + ")", host: j.host}
 	if err := j.startUnit(u, argv, env, nil, o.Stdin); err != nil {
+		err = startError(err)
 		o.Logf("cannot start the spawner %s: %v", o.Spawner[0], err)
-		return 127, fmt.Errorf("launcher: starting the spawner: %w", err)
+		return startStatus(err), fmt.Errorf("launcher: starting the spawner: %w", err)
 	}
 	return 0, nil
 }
@@ -449,7 +491,7 @@ func (j *job) startUnit(u *unit, argv, env []string, head []byte, tail io.Reader
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	out := &lineWriter{mu: &j.outMu, dst: j.opts.Stdout}
-	errw := &lineWriter{mu: &j.outMu, dst: j.opts.Stderr}
+	errw := &lineWriter{mu: &j.outMu, dst: j.opts.Stderr, threads: u.threads}
 	cmd.Stdout, cmd.Stderr = out, errw
 	cmd.WaitDelay = j.opts.KillGrace
 	// SIGTERM, not SIGKILL, when the launcher dies: an agent then ends

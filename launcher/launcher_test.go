@@ -31,6 +31,13 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if err := setTestLimits(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if len(os.Args) > 1 && os.Args[1] == AgentArg && os.Getenv(envAgentCrash) != "" {
+		os.Exit(crashLikeRuntime(os.Stderr))
+	}
 	if code, ok := AgentMain(); ok {
 		os.Exit(code)
 	}

@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -32,7 +31,8 @@ type lineWriter struct {
 	// that its continuation gets no prefix.
 	midLine bool
 	// threads, when set, watches the lines for the runtime's report that
-	// it could not create a thread, and cuts the crash dump that follows.
+	// it could not create a thread, and puts one line naming the limits in
+	// place of the crash dump that follows.
 	threads *threadWatch
 }
 
@@ -69,8 +69,13 @@ func (w *lineWriter) tagged() bool {
 
 // emit writes one line (or a piece of one) under the shared lock.
 func (w *lineWriter) emit(line []byte, complete bool) {
-	if w.threads != nil && !w.midLine && !w.threads.line(line) {
-		return
+	if w.threads != nil && !w.midLine {
+		// Once the dump started, midLine stays false: every piece comes
+		// here and is dropped.
+		if line = w.threads.line(line); line == nil {
+			return
+		}
+		complete = complete || w.threads.hit
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -92,7 +97,6 @@ func (w *lineWriter) emit(line []byte, complete bool) {
 // output) it ends the line with a newline so that the next tagged line
 // starts on its own.
 func (w *lineWriter) flush() {
-	defer w.flushNote()
 	if len(w.buf) == 0 {
 		if w.midLine && w.tagged() {
 			w.emit([]byte("\n"), true)
@@ -104,22 +108,6 @@ func (w *lineWriter) flush() {
 	}
 	w.emit(w.buf, true)
 	w.buf = nil
-}
-
-// flushNote says how many lines of a crash dump were not forwarded.
-func (w *lineWriter) flushNote() {
-	if w.threads == nil || w.threads.dropped == 0 {
-		return
-	}
-	note := fmt.Sprintf("goshmem-run: %d more lines of this crash dump not shown: the runtime could not create a thread\n", w.threads.dropped)
-	w.threads.dropped = 0
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.tagged() {
-		w.dst.Write([]byte(note))
-		return
-	}
-	w.dst.Write(append(append([]byte{}, w.prefix...), note...))
 }
 
 // The lines of a PE that lastLines keeps: the last replayLines of them, each

@@ -95,14 +95,16 @@ func (j *job) report(r cluster.Report) {
 		j.fail(&JobError{Rank: r.Rank, Host: r.Host, How: "called global exit with status " + strconv.Itoa(r.Code), Code: r.Code})
 	case cluster.ReportAgentLeft:
 		// Every PE of an agent is reported before it leaves.
-		lost := false
+		var lost []int
 		for rank := range j.pes {
 			if p := &j.pes[rank]; p.agent == r.Agent && !p.ended {
-				j.lost(rank, r.Host, "was lost: the agent that started it "+r.How)
-				lost = true
+				lost = append(lost, rank)
 			}
 		}
-		if lost && len(j.opts.Spawner) == 0 && r.Agent >= 0 && r.Agent < len(j.units) {
+		if len(lost) > 0 {
+			j.lose(lost, &JobError{Rank: lost[0], Host: r.Host, How: "was lost: the agent that started it " + r.How, Code: 1})
+		}
+		if len(lost) > 0 && len(j.opts.Spawner) == 0 && r.Agent >= 0 && r.Agent < len(j.units) {
 			// It did not leave, it died or hangs: it cannot be told to end
 			// its PEs, which die with it (or, behind a remote shell, when
 			// the shell's connection closes).
@@ -184,15 +186,17 @@ func (j *job) ended(e peEnd) {
 	j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.how, Code: e.code})
 }
 
-// lost records a PE whose end will never be reported.
-func (j *job) lost(rank int, host, how string) {
-	if j.pes[rank].ended {
-		return
+// lose records the PEs of ranks, whose ends will never be reported (none
+// has ended yet), as ended, and then, unless the job is ending, fails it
+// with e, the end of the first: the count of running PEs that the failure
+// logs leaves them all out.
+func (j *job) lose(ranks []int, e *JobError) {
+	for _, rank := range ranks {
+		j.pes[rank].ended = true
+		j.running--
 	}
-	j.pes[rank].ended = true
-	j.running--
 	if !j.ending {
-		j.fail(&JobError{Rank: rank, Host: host, How: how, Code: 1})
+		j.fail(e)
 	}
 }
 
@@ -219,6 +223,9 @@ func (j *job) unitExited(e unitExit, reports <-chan cluster.Report) {
 	if e.u.cmd != nil {
 		how, code = describe(peExit{state: e.state, err: e.err})
 	}
+	if w := e.u.threads; w != nil && w.hit {
+		how += ": it could not create a thread, " + w.hint()
+	}
 	var missing []int
 	for rank := range j.pes {
 		if !j.pes[rank].ended && (e.u.ranks == nil || contains(e.u.ranks, rank)) {
@@ -231,13 +238,8 @@ func (j *job) unitExited(e unitExit, reports <-chan cluster.Report) {
 		}
 		return
 	}
-	if !j.ending {
-		j.fail(&JobError{Rank: missing[0], Host: e.u.host,
-			How: fmt.Sprintf("never reported how it ended: %s %s", e.u.name, how), Code: max(code, 1)})
-	}
-	for _, rank := range missing {
-		j.lost(rank, e.u.host, "")
-	}
+	j.lose(missing, &JobError{Rank: missing[0], Host: e.u.host,
+		How: fmt.Sprintf("never reported how it ended: %s %s", e.u.name, how), Code: max(code, 1)})
 }
 
 func contains(s []int, v int) bool {

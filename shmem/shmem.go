@@ -60,7 +60,10 @@
 // specification):
 //
 //   - SHMEM_SYMMETRIC_SIZE: the size of each PE's symmetric heap, with an
-//     optional K, M, G or T suffix (default 256M).
+//     optional K, M, G or T suffix (default 256M). Init fails, before it
+//     reaches any peer, for a heap too small for the library's own state
+//     (naming the minimum), and for one larger than the memory that can
+//     ever back it (an error that wraps ucs.ErrNoMemory; see symheap.New).
 //   - SHMEM_DEBUG: when set (to anything but 0, n, no, false or off), every
 //     allocation call first checks that every PE makes the same call, and
 //     reports a mismatch (ErrDebugMismatch) naming the call and the PE; and
@@ -339,6 +342,16 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	if err := env.check(); err != nil {
 		return err
 	}
+	// A heap too small for the library's own state (its size depends on
+	// the job's) fails before this PE reaches any peer: a peer that got
+	// further would see this PE go as a connection refused, and might
+	// report that first.
+	st.npes = m.Size()
+	if need, heapSize := runtimeHeapSize(), (size+pageSize-1)/pageSize*pageSize; need > heapSize {
+		resetState()
+		return fmt.Errorf("SHMEM_SYMMETRIC_SIZE of %d bytes is below the minimum of %d bytes (%s) that goshmem takes for its own state in a job of %d PEs: %w",
+			heapSize, need, sizeString(need), m.Size(), symheap.ErrNoSpace)
+	}
 	params := new(ucp.Params).
 		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64 | ucp.FeatureAM).
 		SetEstimatedNumEPs(m.Size()).
@@ -432,11 +445,6 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	if m.LocalSize() > runtime.NumCPU() {
 		st.spin = spinOversubscribed
 		shareCores(m.LocalSize())
-	}
-	if need := runtimeHeapSize(); need > heap.Size() {
-		resetState()
-		return fmt.Errorf("SHMEM_SYMMETRIC_SIZE of %d bytes is below the minimum of %d bytes (%s) that goshmem takes for its own state in a job of %d PEs: %w",
-			heap.Size(), need, sizeString(need), m.Size(), symheap.ErrNoSpace)
 	}
 	if err := st.barrier.init(); err != nil {
 		resetState()
@@ -564,10 +572,12 @@ func checkLanes(ep *ucp.Endpoint, pe int) error {
 // library's own state (the barrier's counters and the team pool), with
 // st.npes set: the smallest SHMEM_SYMMETRIC_SIZE that works.
 func runtimeHeapSize() int {
-	const page = 4096 // the heap's size is a multiple of it
 	n := barrierLines()*counterStride + int(teamSlotSize())*MaxTeams
-	return (n + page - 1) / page * page
+	return (n + pageSize - 1) / pageSize * pageSize
 }
+
+// pageSize is the unit of the heap's size (symheap.New rounds it up).
+const pageSize = 4096
 
 // sizeString writes n, a multiple of 1K, as SHMEM_SYMMETRIC_SIZE takes it,
 // rounded up to the largest unit that keeps it exact or small: "340K",

@@ -39,7 +39,9 @@ type Heap struct {
 	*Allocator
 }
 
-// New maps a heap of size bytes through ctx. The memory is zeroed.
+// New maps a heap of size bytes through ctx. The memory is zeroed. A heap
+// larger than the memory that can ever back it (see checkBacking) fails
+// with an error that wraps ucs.ErrNoMemory.
 func New(ctx *ucp.Context, size int) (*Heap, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("symheap: size %d: %w", size, ucs.ErrInvalidParam)
@@ -49,6 +51,10 @@ func New(ctx *ucp.Context, size int) (*Heap, error) {
 	memh, err := ctx.MemMap(p)
 	if err != nil {
 		return nil, fmt.Errorf("symheap: map %d bytes: %w", size, err)
+	}
+	if err := checkBacking(size, ctx.NamesMemory() && memh.Query().Method == "md:posix"); err != nil {
+		ctx.MemUnmap(memh)
+		return nil, err
 	}
 	return &Heap{ctx: ctx, memh: memh, base: memh.Address(), size: size, Allocator: NewAllocator(size)}, nil
 }
