@@ -12,7 +12,7 @@ import (
 // compute a peer's address from the offset into the heap and the peer's
 // heap as Ptr maps it).
 func HeapBounds() (base unsafe.Pointer, size int) {
-	if !st.inited {
+	if st.phase != initialized {
 		return nil, 0
 	}
 	return st.heap.Base(), int(st.heapSize)
@@ -30,7 +30,7 @@ var initExtra []byte
 // does not publish). It panics when called while the library is
 // initialized or for more than 64 KiB.
 func SetInitExtra(b []byte) {
-	if st.inited {
+	if st.phase == initialized {
 		panic("shmem.SetInitExtra called while the library is initialized")
 	}
 	if len(b) > 64<<10 {
@@ -43,7 +43,7 @@ func SetInitExtra(b []byte) {
 // Init (nil if none), or nil before Init. It panics for a pe outside the
 // job.
 func PeerExtra(pe int) []byte {
-	if !st.inited {
+	if st.phase != initialized {
 		return nil
 	}
 	if pe < 0 || pe >= st.npes {
