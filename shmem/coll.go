@@ -43,7 +43,8 @@ var ErrInvalidTeam = errors.New("invalid team")
 // the symmetric heap, negative counts or strides below 1; for the splits
 // a start, stride, size or xrange outside the parent team; unknown
 // options of CtxCreate and (*Team).CreateCtx, unknown mask bits of
-// (*Team).GetConfig.
+// (*Team).GetConfig; the alignment of Align when it is not a power of two
+// or above symheap.MaxAlign.
 var ErrInvalidArgument = errors.New("invalid argument")
 
 // BitwiseReduce is the set of types of the bitwise reductions (AndReduce,

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/goshmem/goshmem/symheap"
 )
 
 // checkNoPointers reports an error if T holds Go pointers: the symmetric heap
@@ -178,15 +180,19 @@ func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", callMalloc, n
 func Calloc[T any](n int) ([]T, error) { return alloc[T]("Calloc", callCalloc, n, 0, 0, true) }
 
 // Align is Malloc with the start of the array aligned to alignment bytes,
-// which must be a power of two (otherwise it returns an error). Like
-// Malloc, it does nothing and returns nil for a request of zero bytes,
-// whatever the alignment.
+// which must be a power of two no larger than symheap.MaxAlign (2 MiB, the
+// huge page; the heap starts on such a boundary on every PE). Otherwise it
+// returns an error wrapping symheap.ErrBadAlign and ErrInvalidArgument, on
+// every PE that passed it, without communicating. The alignment holds for
+// this PE's copy; a pointer to another PE's copy (Ptr) is aligned to the
+// page only. Like Malloc, it does nothing and returns nil for a request of
+// zero bytes, whatever the alignment.
 func Align[T any](alignment, n int) ([]T, error) {
 	if zeroBytes[T](n) {
 		return alloc[T]("Align", callAlign, n, 0, 0, false)
 	}
-	if alignment <= 0 || alignment&(alignment-1) != 0 {
-		return nil, fmt.Errorf("shmem.Align: alignment %d is not a power of two", alignment)
+	if alignment <= 0 || alignment&(alignment-1) != 0 || alignment > symheap.MaxAlign {
+		return nil, fmt.Errorf("shmem.Align: alignment %d: %w: %w", alignment, symheap.ErrBadAlign, ErrInvalidArgument)
 	}
 	return alloc[T]("Align", callAlign, n, alignment, 0, false)
 }
