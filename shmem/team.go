@@ -140,7 +140,7 @@ func resetTeams() {
 // teamSlotSize is the size of a slot of the team pool: a record line, the
 // counter lines of a dissemination barrier over every PE, the collectives'
 // words (coll.go), and a line for the word that tells which collective
-// this PE is in (stall.go).
+// this PE is in (stall.go) and the arguments of the call (coll_args.go).
 func teamSlotSize() uintptr {
 	rounds := bits.Len(uint(st.npes - 1))
 	return uintptr(1+rounds)*counterStride + collAreaSize() + counterStride
@@ -777,8 +777,8 @@ func (t *Team) CreateCtx(options CtxOptions) (*Ctx, error) {
 // synchronization words for later teams. Every PE of the team must destroy
 // it before the words can be reused, and no PE may use the team
 // afterwards. A team that ran staged collectives (broadcast, collect,
-// fcollect or a short reduction on one node, which other PEs read from
-// this PE's words after it returned) is synchronized first, so Destroy is
+// fcollect or a reduction on one node, which other PEs read from this
+// PE's words after it returned) is synchronized first, so Destroy is
 // then collective over the team, as shmem_team_destroy is; otherwise it
 // does not wait for the others. Destroying nil or a destroyed team does
 // nothing; it panics for TeamWorld and TeamShared.
