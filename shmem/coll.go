@@ -271,6 +271,7 @@ func collTeam(routine string, t *Team) (*collState, error) {
 	case t.npes < 1:
 		return nil, fmt.Errorf("shmem.%s: %v: %w", routine, t, ErrInvalidTeam)
 	}
+	profCall(routine)
 	return t.coll(routine), nil
 }
 

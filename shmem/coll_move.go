@@ -51,7 +51,14 @@ func broadcast(routine string, t *Team, dest, source []byte, root, size int) err
 		}
 	}
 	if cs.direct {
-		return broadcastStaged(routine, cs, dest, source, soff, size, root)
+		err := broadcastStaged(routine, cs, dest, source, soff, size, root)
+		if err == nil && t.me == root {
+			profTeam(routine, t, 0, n)
+		}
+		return err
+	}
+	if t.me == root {
+		profTeam(routine, t, 0, n)
 	}
 	if n == 0 {
 		return nil
@@ -98,7 +105,11 @@ func collect(routine string, t *Team, dest, source []byte, size int, fixed bool)
 		return nil
 	}
 	if cs.direct {
-		return collectStaged(routine, cs, dest, source, soff, size, fixed)
+		err := collectStaged(routine, cs, dest, source, soff, size, fixed)
+		if err == nil {
+			profTeam(routine, t, 0, b)
+		}
+		return err
 	}
 	args := collArgs{nelems: -1, size: size}
 	if fixed {
@@ -134,6 +145,7 @@ func collect(routine string, t *Team, dest, source []byte, size int, fixed bool)
 			return nil
 		}
 	}
+	profTeam(routine, t, 0, b)
 	copyBytes(dest[pos[v]:pos[v+1]], source)
 	cs.allgather(routine, doff, dest, pos, sigA)
 	return nil
@@ -187,6 +199,7 @@ func alltoall(routine string, t *Team, dest, source []byte, size int) error {
 	if err := t.syncArgs(routine, collArgs{nelems: len(source) / size, size: size}); err != nil || b == 0 {
 		return err
 	}
+	profTeam(routine, t, 0, b)
 	if cs.direct {
 		for i := range n {
 			j := (v + i) % n
@@ -236,6 +249,7 @@ func alltoalls(routine string, t *Team, dest, source []byte, dst, sst, nelems, s
 		if err := t.syncArgs(routine, collArgs{nelems: nelems, size: size, dst: dst, sst: sst}); err != nil || nelems == 0 {
 			return err
 		}
+		profTeam(routine, t, 0, nelems*size)
 	} else if nelems == 0 {
 		return nil
 	}

@@ -61,12 +61,17 @@ func reduce[T RMA](routine string, t *Team, dest, source []T, combine func(d, s 
 		return nil
 	}
 	if cs.direct {
-		return reduceDirect(routine, cs, dest, sb, doff, soff, combine)
+		err := reduceDirect(routine, cs, dest, sb, doff, soff, combine)
+		if err == nil {
+			profTeam(routine, t, 0, len(sb))
+		}
+		return err
 	}
 	var z T
 	if err := t.syncArgs(routine, collArgs{nelems: nr, size: int(unsafe.Sizeof(z))}); err != nil || nr == 0 {
 		return err
 	}
+	profTeam(routine, t, 0, len(sb))
 	reduceRabenseifner(routine, cs, dest, source, doff, combine)
 	return nil
 }

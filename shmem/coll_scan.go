@@ -70,6 +70,7 @@ func scan[T Arith](routine string, t *Team, dest, source []T, exclusive bool) er
 	if err := t.syncArgs(routine, collArgs{nelems: nr, size: int(unsafe.Sizeof(z))}); err != nil || nr == 0 {
 		return err
 	}
+	profTeam(routine, t, me+1, len(sb))
 	// Two private vectors: what this PE reads, and the exclusive sum.
 	both := scratch[T](cs, 2*nr)
 	tmp, sum := both[:nr], both[nr:]

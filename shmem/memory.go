@@ -157,6 +157,7 @@ func (c allocCall) String() string {
 // an allocation panics, as in every collective (collAgree).
 func checkedAllocBarrier(routine string, c allocCall) error {
 	Quiet()
+	profCall(routine)
 	st.allocCalls++
 	teamWorld.beginColl(routine)
 	defer teamWorld.endColl()

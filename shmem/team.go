@@ -294,6 +294,7 @@ func (t *Team) check(routine string) {
 // for a nil or destroyed team.
 func (t *Team) Sync() {
 	t.check("(*Team).Sync")
+	profCall("(*Team).Sync")
 	t.beginColl("(*Team).Sync")
 	t.sync("(*Team).Sync")
 	t.endColl()
@@ -419,6 +420,7 @@ const maxText = 1 << 10
 // collides with a concurrent split of another parent, every PE gives the
 // slots back and the exchange starts over.
 func (t *Team) split(routine string, kind uint64, args [3]int, ok bool, nslots int) ([]int, error) {
+	profCall(routine)
 	t.beginColl(routine)
 	defer t.endColl()
 	for {
@@ -790,6 +792,7 @@ func (t *Team) Destroy() {
 		panic("shmem.(*Team).Destroy: " + t.name + " cannot be destroyed (it lives until Finalize)")
 	}
 	mustInit("(*Team).Destroy")
+	profCall("(*Team).Destroy")
 	ctxMu.Lock()
 	for c := range contexts {
 		if c.team == t {
