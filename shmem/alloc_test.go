@@ -1,9 +1,14 @@
 package shmem_test
 
 import (
+	"errors"
+	"os"
+	"syscall"
 	"testing"
 
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
+	"github.com/goshmem/goshmem/symheap"
 )
 
 // TestSameNodeRoutinesAllocateNothing: the routines to a PE whose heap is
@@ -94,5 +99,53 @@ func TestSameNodeRoutinesAllocateNothing(t *testing.T) {
 		shmem.Free(sig)
 		shmem.Free(u)
 		shmem.Free(x)
+	})
+}
+
+// TestAlignBeyondPage: Align aligns to every power of two up to
+// symheap.MaxAlign on every PE, whatever place the kernel gives the heap's
+// mapping, and refuses a larger alignment on every PE without
+// communicating. The heap used to start wherever its mapping did, on any
+// page, so that alignments of 8 KiB and more failed on some PEs of a
+// 7-PE job about one run in three; each round here maps one more page
+// before Init, which moves the heap's mapping by a page.
+func TestAlignBeyondPage(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{7}, NoInit: true}, func(t *testing.T) {
+		var pads [][]byte
+		defer func() {
+			for _, p := range pads {
+				syscall.Munmap(p)
+			}
+		}()
+		for round := range 4 {
+			pad, err := syscall.Mmap(-1, 0, os.Getpagesize(), syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pads = append(pads, pad)
+			if err := shmem.Init(); err != nil {
+				t.Fatal(err)
+			}
+			var objs [][]int64
+			for align := 4096; align <= symheap.MaxAlign; align *= 2 {
+				a, err := shmem.Align[int64](align, 3)
+				if err != nil {
+					t.Fatalf("round %d: Align(%d): %v", round, align, err)
+				}
+				if addrOf(a)%uintptr(align) != 0 {
+					t.Errorf("round %d: Align(%d) gave %#x on PE %d", round, align, addrOf(a), shmem.MyPE())
+				}
+				objs = append(objs, a)
+			}
+			for _, align := range []int{2 * symheap.MaxAlign, 1 << 40, 3 << 12} {
+				if a, err := shmem.Align[int64](align, 3); !errors.Is(err, symheap.ErrBadAlign) || !errors.Is(err, shmem.ErrInvalidArgument) || a != nil {
+					t.Errorf("round %d: Align(%d) = %#x, %v; want an error wrapping symheap.ErrBadAlign and ErrInvalidArgument", round, align, addrOf(a), err)
+				}
+			}
+			for _, a := range objs {
+				shmem.Free(a)
+			}
+			shmem.Finalize()
+		}
 	})
 }

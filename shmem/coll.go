@@ -25,11 +25,17 @@ import (
 // The routines return an error, without communicating, for the invalid
 // team (nil, SHMEM_TEAM_INVALID), a root outside the team, a length that
 // does not fit, or a source or dest outside the symmetric heap. Every PE
-// that passes the same arguments finds the same error; a PE that passes
-// arguments of its own while the others pass valid ones leaves those
-// waiting, as OpenSHMEM leaves such calls undefined. Use before Init and
-// a destroyed team are programming errors: they panic, as in every
-// routine (see the package documentation's table).
+// that passes the same arguments finds the same error; a PE that finds
+// such an error in its own arguments while the others pass valid ones
+// leaves those waiting, as OpenSHMEM leaves such calls undefined. Valid
+// arguments that differ among the PEs (lengths, element types, roots,
+// strides) are found before any data moves, and the routine returns an
+// error wrapping ErrInvalidArgument that names each PE's arguments, on
+// every PE of the team; on one node the root of a broadcast, which reads
+// no other PE's arguments, finds it only with SHMEM_DEBUG set (the other
+// PEs always do). See coll_args.go. Use before Init and a destroyed team
+// are programming errors: they panic, as in every routine (see the
+// package documentation's table).
 
 // ErrInvalidTeam is wrapped by the errors of the routines with an error
 // result (the collectives, the splits, (*Team).CreateCtx,
@@ -40,10 +46,12 @@ var ErrInvalidTeam = errors.New("invalid team")
 // ErrInvalidArgument is wrapped by the errors of the routines with an
 // error result called with arguments that do not fit: for the collectives
 // a root outside the team, arrays too short for the data, arrays outside
-// the symmetric heap, negative counts or strides below 1; for the splits
+// the symmetric heap, negative counts or strides below 1, and lengths,
+// element types, roots or strides that differ among the team's PEs; for the splits
 // a start, stride, size or xrange outside the parent team; unknown
 // options of CtxCreate and (*Team).CreateCtx, unknown mask bits of
-// (*Team).GetConfig.
+// (*Team).GetConfig; the alignment of Align when it is not a power of two
+// or above symheap.MaxAlign.
 var ErrInvalidArgument = errors.New("invalid argument")
 
 // BitwiseReduce is the set of types of the bitwise reductions (AndReduce,
@@ -80,12 +88,13 @@ type Arith interface {
 // 0..team.NPEs()-1, a dest shorter than source, or arrays outside the
 // symmetric heap (ErrInvalidArgument).
 func Broadcast[T RMA](team *Team, dest, source []T, root int) error {
-	return broadcast("Broadcast", team, bytesOf(dest), bytesOf(source), root)
+	var z T
+	return broadcast("Broadcast", team, bytesOf(dest), bytesOf(source), root, int(unsafe.Sizeof(z)))
 }
 
 // BroadcastMem is Broadcast of bytes (shmem_broadcastmem).
 func BroadcastMem(team *Team, dest, source []byte, root int) error {
-	return broadcast("BroadcastMem", team, dest, source, root)
+	return broadcast("BroadcastMem", team, dest, source, root, 1)
 }
 
 // Collect concatenates the source arrays of the team's PEs, in the order of
@@ -262,6 +271,7 @@ func collTeam(routine string, t *Team) (*collState, error) {
 	case t.npes < 1:
 		return nil, fmt.Errorf("shmem.%s: %v: %w", routine, t, ErrInvalidTeam)
 	}
+	profCall(routine)
 	return t.coll(routine), nil
 }
 

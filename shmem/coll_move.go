@@ -22,7 +22,7 @@ import (
 // alltoall puts block j to PE j in the order me+1, me+2, ... so that no PE
 // is the target of every PE at once.
 
-func broadcast(routine string, t *Team, dest, source []byte, root int) error {
+func broadcast(routine string, t *Team, dest, source []byte, root, size int) error {
 	cs, err := collTeam(routine, t)
 	if err != nil {
 		return err
@@ -34,22 +34,35 @@ func broadcast(routine string, t *Team, dest, source []byte, root int) error {
 	}
 	n := len(source)
 	if len(dest) < n {
-		return argErr(routine, "dest has %d bytes, fewer than the %d of source", len(dest), n)
+		return argErr(routine, "dest has %d elements, fewer than the %d of source", len(dest)/size, n/size)
 	}
 	dest = dest[:n]
 	doff, soff, err := symOffsets(routine, dest, source)
-	if err != nil || n == 0 {
+	if err != nil {
 		return err
 	}
 	if t.npes == 1 {
 		copyBytes(dest, source)
 		return nil
 	}
+	if !cs.direct || st.env.debug {
+		if err := t.syncArgs(routine, collArgs{nelems: n / size, size: size, root: root}); err != nil {
+			return err
+		}
+	}
 	if cs.direct {
-		broadcastStaged(cs, dest, source, soff, root)
+		err := broadcastStaged(routine, cs, dest, source, soff, size, root)
+		if err == nil && t.me == root {
+			profTeam(routine, t, 0, n)
+		}
+		return err
+	}
+	if t.me == root {
+		profTeam(routine, t, 0, n)
+	}
+	if n == 0 {
 		return nil
 	}
-	t.sync(routine)
 	v := (t.me - root + t.npes) % t.npes
 	if v == 0 {
 		copyBytes(dest, source)
@@ -84,9 +97,6 @@ func collect(routine string, t *Team, dest, source []byte, size int, fixed bool)
 	if err != nil {
 		return err
 	}
-	if fixed && b == 0 {
-		return nil
-	}
 	if n == 1 {
 		if len(dest) < b {
 			return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, b/size)
@@ -95,10 +105,18 @@ func collect(routine string, t *Team, dest, source []byte, size int, fixed bool)
 		return nil
 	}
 	if cs.direct {
-		if total := collectStaged(cs, dest, source, soff, fixed); total >= 0 {
-			return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, total/size)
+		err := collectStaged(routine, cs, dest, source, soff, size, fixed)
+		if err == nil {
+			profTeam(routine, t, 0, b)
 		}
-		return nil
+		return err
+	}
+	args := collArgs{nelems: -1, size: size}
+	if fixed {
+		args.nelems = b / size
+	}
+	if err := t.syncArgs(routine, args); err != nil || fixed && b == 0 {
+		return err
 	}
 	pos := make([]int, n+1)
 	if fixed {
@@ -106,7 +124,6 @@ func collect(routine string, t *Team, dest, source []byte, size int, fixed bool)
 			pos[j] = j * b
 		}
 	}
-	t.sync(routine)
 	if !fixed {
 		// Every PE's length first, gathered into the lens words of the
 		// team's area (collSigs+j for the team's PE j).
@@ -128,6 +145,7 @@ func collect(routine string, t *Team, dest, source []byte, size int, fixed bool)
 			return nil
 		}
 	}
+	profTeam(routine, t, 0, b)
 	copyBytes(dest[pos[v]:pos[v+1]], source)
 	cs.allgather(routine, doff, dest, pos, sigA)
 	return nil
@@ -174,15 +192,15 @@ func alltoall(routine string, t *Team, dest, source []byte, size int) error {
 		return err
 	}
 	b := len(source) / n
-	if b == 0 {
-		return nil
-	}
 	if n == 1 {
 		copyBytes(dest, source)
 		return nil
 	}
+	if err := t.syncArgs(routine, collArgs{nelems: len(source) / size, size: size}); err != nil || b == 0 {
+		return err
+	}
+	profTeam(routine, t, 0, b)
 	if cs.direct {
-		t.sync(routine)
 		for i := range n {
 			j := (v + i) % n
 			copyBytes(dest[j*b:(j+1)*b], peerBytes(t.members[j], soff+uintptr(v*b), b))
@@ -190,7 +208,6 @@ func alltoall(routine string, t *Team, dest, source []byte, size int) error {
 		t.sync(routine)
 		return nil
 	}
-	t.sync(routine)
 	copyBytes(dest[v*b:(v+1)*b], source[v*b:(v+1)*b])
 	for i := 1; i < n; i++ {
 		j := (v + i) % n
@@ -213,29 +230,33 @@ func alltoalls(routine string, t *Team, dest, source []byte, dst, sst, nelems, s
 		return argErr(routine, "strides dst %d and sst %d (valid: 1 or more)", dst, sst)
 	case nelems < 0:
 		return argErr(routine, "nelems %d (valid: 0 or more)", nelems)
-	case nelems == 0:
-		_, _, err := symOffsets(routine, dest, source)
-		return err
 	}
 	last := n*nelems - 1 // the last element of either array
-	if len(source)/size <= last*sst {
+	if nelems > 0 && len(source)/size <= last*sst {
 		return argErr(routine, "source has %d elements; %d PEs' %d elements at stride %d reach element %d", len(source)/size, n, nelems, sst, last*sst)
 	}
-	if len(dest)/size <= last*dst {
+	if nelems > 0 && len(dest)/size <= last*dst {
 		return argErr(routine, "dest has %d elements; %d PEs' %d elements at stride %d reach element %d", len(dest)/size, n, nelems, dst, last*dst)
 	}
-	dest, source = dest[:(last*dst+1)*size], source[:(last*sst+1)*size]
+	if nelems > 0 {
+		dest, source = dest[:(last*dst+1)*size], source[:(last*sst+1)*size]
+	}
 	doff, soff, err := symOffsets(routine, dest, source)
 	if err != nil {
 		return err
+	}
+	if n > 1 {
+		if err := t.syncArgs(routine, collArgs{nelems: nelems, size: size, dst: dst, sst: sst}); err != nil || nelems == 0 {
+			return err
+		}
+		profTeam(routine, t, 0, nelems*size)
+	} else if nelems == 0 {
+		return nil
 	}
 	// elem returns the byte offset of element k of the block of PE j in an
 	// array of stride s.
 	elem := func(j, k, s int) int { return (j*nelems + k) * s * size }
 	if n == 1 || cs.direct {
-		if n > 1 {
-			t.sync(routine)
-		}
 		for i := range n {
 			j := (v + i) % n
 			pe := t.members[j]
@@ -248,7 +269,6 @@ func alltoalls(routine string, t *Team, dest, source []byte, dst, sst, nelems, s
 		}
 		return nil
 	}
-	t.sync(routine)
 	for k := range nelems {
 		copy(dest[elem(v, k, dst):elem(v, k, dst)+size], source[elem(v, k, sst):elem(v, k, sst)+size])
 	}

@@ -7,14 +7,18 @@ import (
 
 // The reductions.
 //
-// On one node every PE reads the sources of the other PEs straight out of
-// their heaps. A short vector (collSmallReduce bytes at most) is reduced
-// whole by every PE into private memory between two syncs, then stored into
-// dest (so dest may be source: every PE has read the sources before any
-// writes). A longer one is split into one slice per PE: each PE reduces its
-// slice, and after a second sync stores it into the dest of every PE; a
-// third sync ends the call. The PEs combine the sources in the order of
-// their team numbers, so every PE gets the same bits.
+// On one node every PE first publishes its source as a staged contribution
+// (coll_staged.go): a copy in its slot when it fits (stageData bytes), its
+// length and element size in any case, which every PE checks, and which
+// tell that the PE is in the call with its source ready. A vector that fits
+// is combined out of the slots into dest. A short one (collSmallReduce
+// bytes at most) is reduced whole by every PE out of the others' sources,
+// straight out of their heaps, into private memory, then stored into dest
+// after a sync (so dest may be source: every PE has read the sources before
+// any writes). A longer one is split into one slice per PE: each PE reduces
+// its slice, and after a sync stores it into the dest of every PE; a second
+// sync ends the call. The PEs combine the sources in the order of their
+// team numbers, so every PE gets the same bits.
 //
 // Across nodes the reduction is Rabenseifner's: a reduce-scatter by
 // recursive halving, then an allgather by recursive doubling, over the
@@ -46,7 +50,7 @@ func reduce[T RMA](routine string, t *Team, dest, source []T, combine func(d, s 
 	dest = dest[:nr]
 	db, sb := bytesOf(dest), bytesOf(source)
 	doff, soff, err := symOffsets(routine, db, sb)
-	if err != nil || nr == 0 {
+	if err != nil {
 		return err
 	}
 	if doff != soff && doff < soff+uintptr(len(sb)) && soff < doff+uintptr(len(db)) {
@@ -57,42 +61,71 @@ func reduce[T RMA](routine string, t *Team, dest, source []T, combine func(d, s 
 		return nil
 	}
 	if cs.direct {
-		reduceDirect(routine, cs, dest, doff, soff, combine)
-		return nil
+		err := reduceDirect(routine, cs, dest, sb, doff, soff, combine)
+		if err == nil {
+			profTeam(routine, t, 0, len(sb))
+		}
+		return err
 	}
+	var z T
+	if err := t.syncArgs(routine, collArgs{nelems: nr, size: int(unsafe.Sizeof(z))}); err != nil || nr == 0 {
+		return err
+	}
+	profTeam(routine, t, 0, len(sb))
 	reduceRabenseifner(routine, cs, dest, source, doff, combine)
 	return nil
 }
 
-func reduceDirect[T RMA](routine string, cs *collState, dest []T, doff, soff uintptr, combine func(d, s []T)) {
+// reduceDirect is a reduction on one node. Every PE first publishes its
+// source as a staged contribution (coll_staged.go), whose header every PE
+// reads: that checks the PEs' lengths, and says that every PE is in the
+// call with its source ready, as a sync of the team would. A vector that
+// fits a slot is then combined out of the slots; a longer one out of the
+// sources, between syncs.
+func reduceDirect[T RMA](routine string, cs *collState, dest []T, sb []byte, doff, soff uintptr, combine func(d, s []T)) error {
 	t := cs.team
 	n, nr := t.npes, len(dest)
 	var z T
 	size := int(unsafe.Sizeof(z))
-	src := func(j int) []T {
-		return unsafe.Slice((*T)(unsafe.Add(jobPeer(routine, t.members[j]).base, soff)), nr)
+	c := cs.stagedBegin()
+	c.publish(sb, soff, size)
+	if err := c.checkSame(routine, sb, size); err != nil {
+		c.finish(false)
+		return err
+	}
+	// Every PE's contribution is in: its slot's copy of its source when
+	// it fits, which dest may then overwrite (dest may be source), or its
+	// source, which no PE changes before the sync that follows the reads.
+	vec := func(j int) []T {
+		b, _ := c.from(j)
+		return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), nr)
 	}
 	if nr*size <= stageData {
-		reduceStaged(cs, dest, bytesOf(src(t.me)), soff, combine)
-		return
+		if nr > 0 {
+			copy(dest, vec(0))
+			for j := 1; j < n; j++ {
+				combine(dest, vec(j))
+			}
+		}
+		c.finish(false)
+		return nil
 	}
+	defer c.finish(false)
 	if nr*size <= collSmallReduce {
 		tmp := scratch[T](cs, nr)
-		t.sync(routine)
-		copy(tmp, src(0))
+		copy(tmp, vec(0))
 		for j := 1; j < n; j++ {
-			combine(tmp, src(j))
+			combine(tmp, vec(j))
 		}
-		t.sync(routine)
+		t.sync(routine) // every PE has read the sources: dests may change
 		copy(dest, tmp)
-		return
+		return nil
 	}
 	lo, hi := nr*t.me/n, nr*(t.me+1)/n
 	tmp := scratch[T](cs, hi-lo)
-	t.sync(routine)
-	copy(tmp, src(0)[lo:hi])
+	copy(tmp, vec(0)[lo:hi])
 	for j := 1; j < n; j++ {
-		combine(tmp, src(j)[lo:hi])
+		combine(tmp, vec(j)[lo:hi])
 	}
 	t.sync(routine) // every PE has read the sources: dests may change
 	tb := bytesOf(tmp)
@@ -101,6 +134,7 @@ func reduceDirect[T RMA](routine string, cs *collState, dest []T, doff, soff uin
 		copyBytes(peerBytes(pe, doff+uintptr(lo*size), len(tb)), tb)
 	}
 	t.sync(routine)
+	return nil
 }
 
 func reduceRabenseifner[T RMA](routine string, cs *collState, dest, source []T, doff uintptr, combine func(d, s []T)) {
@@ -117,7 +151,6 @@ func reduceRabenseifner[T RMA](routine string, cs *collState, dest, source []T, 
 		}
 		return t.members[w+r]
 	}
-	t.sync(routine)
 	copy(dest, source)
 	tmp := scratch[T](cs, nr)
 	if v < 2*r && v%2 == 0 {

@@ -1,5 +1,7 @@
 package shmem
 
+import "unsafe"
+
 // The scans (OpenSHMEM 1.6): prefix sums over the team's PEs in the order
 // of their team numbers.
 //
@@ -49,7 +51,7 @@ func scan[T Arith](routine string, t *Team, dest, source []T, exclusive bool) er
 	dest = dest[:nr]
 	db, sb := bytesOf(dest), bytesOf(source)
 	doff, soff, err := symOffsets(routine, db, sb)
-	if err != nil || nr == 0 {
+	if err != nil {
 		return err
 	}
 	if doff != soff && doff < soff+uintptr(len(sb)) && soff < doff+uintptr(len(db)) {
@@ -64,7 +66,11 @@ func scan[T Arith](routine string, t *Team, dest, source []T, exclusive bool) er
 		}
 		return nil
 	}
-	t.sync(routine)
+	var z T
+	if err := t.syncArgs(routine, collArgs{nelems: nr, size: int(unsafe.Sizeof(z))}); err != nil || nr == 0 {
+		return err
+	}
+	profTeam(routine, t, me+1, len(sb))
 	// Two private vectors: what this PE reads, and the exclusive sum.
 	both := scratch[T](cs, 2*nr)
 	tmp, sum := both[:nr], both[nr:]

@@ -77,11 +77,12 @@ func (c *stagedCall) waitDone(s uint64) {
 	c.cs.allDone = max(c.cs.allDone, low)
 }
 
-// publish makes b, whose heap offset is off, this PE's contribution to the
-// call: its header, and a copy of b when it fits the slot. It reports
-// whether it copied b; if not, the PE must call finish(true) so that its
-// source outlives the readers.
-func (c *stagedCall) publish(b []byte, off uintptr) bool {
+// publish makes b, whose heap offset is off and whose elements have size
+// bytes, this PE's contribution to the call: its header, and a copy of b
+// when it fits the slot. It reports whether it copied b; if not, the PE
+// must call finish(true) so that its source outlives the readers (or
+// sync the team before it returns).
+func (c *stagedCall) publish(b []byte, off uintptr, size int) bool {
 	if c.s > stageSlots && c.cs.allDone < c.s-stageSlots {
 		c.waitDone(c.s - stageSlots)
 	}
@@ -93,28 +94,41 @@ func (c *stagedCall) publish(b []byte, off uintptr) bool {
 	// Plain stores and a release store: an atomic store would wait, each
 	// time, until this CPU owns the cache line that the readers spin on.
 	// The length's top byte is the kind of the collective, which the
-	// readers check (stall.go).
+	// readers check (stall.go), and the next the element size, which they
+	// check with the length (coll_args.go).
 	_, kind, _ := splitCollWord(atomic.LoadUint64(c.cs.team.collWord()))
-	hdr[1], hdr[2] = uint64(len(b))|kind<<56, uint64(off)
+	hdr[1], hdr[2] = uint64(len(b))|uint64(size&0xff)<<48|kind<<56, uint64(off)
 	ucs.StoreRelease(&hdr[0], c.s)
 	return fits
 }
 
 // from waits for the contribution of the team's PE j and returns its bytes,
-// in j's slot or at j's source.
-func (c *stagedCall) from(j int) []byte {
+// in j's slot or at j's source, and the size of their elements.
+func (c *stagedCall) from(j int) ([]byte, int) {
 	pe := c.cs.team.members[j]
 	hdr := (*[3]uint64)(unsafe.Add(jobPeer("collective", pe).base, c.slot))
 	waitGE(&hdr[0], c.s)
 	h1, off := atomic.LoadUint64(&hdr[1]), uintptr(atomic.LoadUint64(&hdr[2]))
-	n := int(h1 & (1<<56 - 1))
+	n := int(h1 & (1<<48 - 1))
 	if _, kind, _ := splitCollWord(atomic.LoadUint64(c.cs.team.collWord())); h1>>56 != kind {
 		c.cs.team.stagedMismatch(j, h1>>56)
 	}
 	if n <= stageData {
 		off = c.slot + stageHeader
 	}
-	return peerBytes(pe, off, n)
+	return peerBytes(pe, off, n), int(h1 >> 48 & 0xff)
+}
+
+// argsOf returns the arguments of the team's PE j in the call, from its
+// contribution: its element count and size (-1 elements for collect,
+// where they may differ).
+func (c *stagedCall) argsOf(j int, fixed bool) collArgs {
+	b, size := c.from(j)
+	a := collArgs{nelems: -1, size: size}
+	if fixed && size > 0 {
+		a.nelems = len(b) / size
+	}
+	return a
 }
 
 // finish says that this PE read every contribution it needed; with wait it
@@ -127,66 +141,89 @@ func (c *stagedCall) finish(wait bool) {
 }
 
 // broadcastStaged is broadcast on one node: the root publishes, the others
-// copy.
-func broadcastStaged(cs *collState, dest, source []byte, soff uintptr, root int) {
+// copy. A non-root whose length or element size is not the root's returns
+// an error instead, after the copy of nothing.
+func broadcastStaged(routine string, cs *collState, dest, source []byte, soff uintptr, size, root int) error {
 	c := cs.stagedBegin()
 	if cs.team.me != root {
-		copyBytes(dest, c.from(root))
+		b, rsize := c.from(root)
+		if len(b) != len(source) || rsize != size {
+			c.finish(false)
+			mine, theirs := collArgs{nelems: len(source) / size, size: size, root: root}, collArgs{size: rsize, root: root}
+			if rsize > 0 {
+				theirs.nelems = len(b) / rsize
+			}
+			return argErr(routine, "the root, PE %d, broadcasts %s, and this PE (PE %d) passed %s (every PE of the team must pass the same lengths and element type)",
+				cs.team.members[root], theirs.describe(routine), st.me, mine.describe(routine))
+		}
+		copyBytes(dest, b)
 		c.finish(false)
-		return
+		return nil
 	}
-	fits := c.publish(source, soff)
+	fits := c.publish(source, soff, size)
 	copyBytes(dest, source)
 	c.finish(!fits)
+	return nil
 }
 
 // collectStaged is collect and fcollect on one node: every PE publishes its
 // block and copies every block, its own included, to its place in dest.
-// With fixed, every block has len(source) bytes. It reports the total
-// length when dest is too short for it (every PE alike), else -1.
-func collectStaged(cs *collState, dest, source []byte, soff uintptr, fixed bool) int {
+// With fixed, every block has len(source) bytes. It returns an error, the
+// same on every PE, when the blocks' lengths (with fixed) or element sizes
+// differ, or dest is too short for them.
+func collectStaged(routine string, cs *collState, dest, source []byte, soff uintptr, size int, fixed bool) error {
 	c := cs.stagedBegin()
-	fits := c.publish(source, soff)
+	fits := c.publish(source, soff, size)
 	n, v := cs.team.npes, cs.team.me
 	if fixed {
-		b := len(source)
+		b, same := len(source), true
 		for i := range n {
 			j := (v + i) % n
-			copyBytes(dest[j*b:(j+1)*b], c.from(j))
+			if src, s := c.from(j); same && len(src) == b && s == size {
+				copyBytes(dest[j*b:(j+1)*b], src)
+			} else {
+				same = false
+			}
+		}
+		var err error
+		if !same {
+			err = argsErr(routine, cs.team, func(j int) collArgs { return c.argsOf(j, true) })
 		}
 		c.finish(!fits)
-		return -1
+		return err
 	}
-	total := 0
+	total, same := 0, true
 	for j := range n {
-		total += len(c.from(j))
+		src, s := c.from(j)
+		total += len(src)
+		same = same && s == size
 	}
-	if total > len(dest) {
-		c.finish(!fits)
-		return total
-	}
-	pos := 0
-	for j := range n {
-		b := c.from(j)
-		copyBytes(dest[pos:pos+len(b)], b)
-		pos += len(b)
+	var err error
+	switch {
+	case !same:
+		err = argsErr(routine, cs.team, func(j int) collArgs { return c.argsOf(j, false) })
+	case total > len(dest):
+		err = argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, total/size)
+	default:
+		pos := 0
+		for j := range n {
+			b, _ := c.from(j)
+			copyBytes(dest[pos:pos+len(b)], b)
+			pos += len(b)
+		}
 	}
 	c.finish(!fits)
-	return -1
+	return err
 }
 
-// reduceStaged is a reduction of a vector that fits a slot, on one node:
-// every PE publishes its source and combines the published vectors in the
-// order of the team's PE numbers into dest (which may be source: its
-// published copy is read, not source).
-func reduceStaged[T RMA](cs *collState, dest []T, source []byte, soff uintptr, combine func(d, s []T)) {
-	c := cs.stagedBegin()
-	c.publish(source, soff)
-	nr := len(dest)
-	vec := func(j int) []T { return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(c.from(j)))), nr) }
-	copy(dest, vec(0))
-	for j := 1; j < cs.team.npes; j++ {
-		combine(dest, vec(j))
+// checkSame returns, once every PE of the team contributed to the call, an
+// error naming every PE's arguments when their lengths or element sizes
+// differ, or nil.
+func (c *stagedCall) checkSame(routine string, b []byte, size int) error {
+	for j := range c.cs.team.npes {
+		if src, s := c.from(j); len(src) != len(b) || s != size {
+			return argsErr(routine, c.cs.team, func(j int) collArgs { return c.argsOf(j, true) })
+		}
 	}
-	c.finish(false)
+	return nil
 }

@@ -113,7 +113,6 @@ func (cs *collState) wait(i int, n uint64) {
 // signal adds one to signal word i of the job's PE pe.
 func (cs *collState) signal(routine string, pe, i int) {
 	off := cs.area + uintptr(i)*8
-	profJob(routine, pe, 8)
 	if q := jobPeer(routine, pe); q.base != nil {
 		atomic.AddUint64((*uint64)(unsafe.Add(q.base, off)), 1)
 		return
@@ -127,7 +126,6 @@ func put2(routine string, pe int, off uintptr, b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	profJob(routine, pe, len(b))
 	if q := jobPeer(routine, pe); q.base != nil {
 		copyBytes(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
 		return
@@ -138,7 +136,6 @@ func put2(routine string, pe int, off uintptr, b []byte) {
 // putSignal copies b to heap offset off of the job's PE pe and then adds
 // one to its signal word i: a PE that sees the signal sees the data.
 func (cs *collState) putSignal(routine string, pe int, off uintptr, b []byte, i int) {
-	profJob(routine, pe, len(b)+8)
 	if q := jobPeer(routine, pe); q.base != nil {
 		if len(b) > 0 {
 			copyBytes(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
@@ -215,7 +212,6 @@ func get2(routine string, pe int, off uintptr, b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	profJob(routine, pe, len(b))
 	if q := jobPeer(routine, pe); q.base != nil {
 		copyBytes(b, unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)))
 		return

@@ -26,8 +26,8 @@ func debugJob(t *testing.T, np int, check func(t *testing.T, out string), body f
 func TestDebugMismatchedMalloc(t *testing.T) {
 	debugJob(t, 3, func(t *testing.T, out string) {
 		for _, want := range []string{
-			"goshmem: PE 0: shmem.Malloc: SHMEM_DEBUG: the PEs made different allocation calls: PEs 0, 2: allocation call #1, Malloc(160 bytes); PE 1: allocation call #1, Malloc(80 bytes)",
-			"goshmem: PE 2: shmem.Calloc: SHMEM_DEBUG",
+			"goshmem: PE 0: SHMEM_DEBUG: shmem.Malloc: the PEs made different allocation calls: PEs 0, 2: allocation call #1, Malloc[int64](20): 160 bytes, alignment 8; PE 1: allocation call #1, Malloc[int64](10): 80 bytes, alignment 8",
+			"goshmem: PE 2: SHMEM_DEBUG: shmem.Calloc: the PEs made different allocation calls",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output does not report %q:\n%s", want, out)
@@ -40,7 +40,7 @@ func TestDebugMismatchedMalloc(t *testing.T) {
 			size = 10
 		}
 		_, err := shmem.Malloc[int64](size)
-		if !errors.Is(err, shmem.ErrDebugMismatch) || !strings.Contains(err.Error(), "PE 1: allocation call #1, Malloc(80 bytes)") {
+		if !errors.Is(err, shmem.ErrDebugMismatch) || !strings.Contains(err.Error(), "PE 1: allocation call #1, Malloc[int64](10): 80 bytes") {
 			t.Fatalf("mismatched Malloc: %v, want ErrDebugMismatch naming PE 1", err)
 		}
 		// PE 2 calls Calloc where the others call Malloc.
@@ -49,7 +49,7 @@ func TestDebugMismatchedMalloc(t *testing.T) {
 		} else {
 			_, err = shmem.Malloc[int64](4)
 		}
-		if !errors.Is(err, shmem.ErrDebugMismatch) || !strings.Contains(err.Error(), "PEs 0, 1: allocation call #2, Malloc(32 bytes); PE 2: allocation call #2, Calloc(32 bytes)") {
+		if !errors.Is(err, shmem.ErrDebugMismatch) || !strings.Contains(err.Error(), "PEs 0, 1: allocation call #2, Malloc[int64](4): 32 bytes, alignment 8; PE 2: allocation call #2, Calloc[int64](4): 32 bytes, alignment 8") {
 			t.Fatalf("Calloc against Malloc: %v", err)
 		}
 		// Matching calls work, hints included.
@@ -78,7 +78,7 @@ func TestDebugMismatchedMalloc(t *testing.T) {
 		if me == n-1 {
 			wrong = b
 		}
-		checkPanic(t, "Free of different objects", func() { shmem.Free(wrong) }, fmt.Sprintf("PE %d: allocation call #7, Free(object at heap offset", n-1))
+		checkPanic(t, "Free of different objects", func() { shmem.Free(wrong) }, fmt.Sprintf("PE %d: allocation call #7, Free[int64](object at heap offset", n-1))
 		// And the heap works afterwards.
 		shmem.P(&a[me], int64(me+1), 0)
 		shmem.BarrierAll()

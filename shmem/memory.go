@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/goshmem/goshmem/symheap"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // checkNoPointers reports an error if T holds Go pointers: the symmetric heap
@@ -53,44 +56,133 @@ var ErrHeapExhausted = errors.New("symmetric heap exhausted (SHMEM_SYMMETRIC_SIZ
 
 // ErrAllocMismatch is wrapped by the errors of the allocation routines,
 // on every PE, when the PEs did not make the same call: every allocation
-// checks that every PE asked for the same size, alignment, hints and
-// object. ErrDebugMismatch is the same error.
+// checks that every PE called the same routine (Malloc, Calloc, Align,
+// MallocWithHints, Realloc or Free) for the same number of elements of the
+// same size, placed alike (the alignment, at least a cache line), with
+// the same hints and object; the error names each PE's call (routine,
+// type, element count, bytes, alignment, hints). Free, which returns
+// nothing, panics with it. ErrDebugMismatch is the same error.
 var ErrAllocMismatch = errors.New("the PEs made different allocation calls")
 
-// allocKey digests an allocation call for the checked barrier: the call,
-// its size, alignment, object and hints, and whether it could be done
-// here (a PE whose heap had no room must not agree with one whose had).
-func allocKey(call, bytes, align, off int, hints MallocHints, ok bool) uint64 {
+// Allocation calls, as allocCall names them.
+const (
+	callMalloc = 1 + iota
+	callCalloc
+	callAlign
+	callMallocWithHints
+	callRealloc
+	callFree
+)
+
+var callNames = map[int]string{callMalloc: "Malloc", callCalloc: "Calloc", callAlign: "Align",
+	callMallocWithHints: "MallocWithHints", callRealloc: "Realloc", callFree: "Free"}
+
+// allocCall is an allocation call, as the checked barrier compares and
+// reports it.
+type allocCall struct {
+	call    int    // callMalloc, ...
+	typ     string // the element type
+	n, size int    // element count and element size (0 for Free)
+	arg     int    // the alignment argument of Align
+	align   int    // the alignment of the object: Align's, or the type's
+	off     int    // heap offset of the object of Realloc and Free; -1 for none
+	hints   MallocHints
+	ok      bool // the call could be done on this PE
+}
+
+// newAllocCall describes a call of n elements of T aligned to align
+// (Align's argument, or 0) at heap offset off (-1 for none).
+func newAllocCall[T any](call, n, align, off int, hints MallocHints) allocCall {
+	var z T
+	c := allocCall{call: call, typ: reflect.TypeFor[T]().String(), n: n, size: int(unsafe.Sizeof(z)), arg: align,
+		align: max(align, int(unsafe.Alignof(z))), off: off, hints: hints}
+	if call == callFree {
+		c.n, c.size = 0, 0 // any slice of the object frees it
+	}
+	return c
+}
+
+// key digests what must be the same on every PE: a PE whose heap had no
+// room (not ok) must not agree with one whose had, and alignments below a
+// cache line place the object alike.
+func (c allocCall) key() uint64 {
 	h := fnv.New64a()
-	var b [8 * 6]byte
-	for i, v := range []uint64{uint64(call), uint64(bytes), uint64(align), uint64(off), uint64(hints), b2u(ok)} {
+	var b [8 * 7]byte
+	for i, v := range []uint64{uint64(c.call), uint64(c.n), uint64(c.size), uint64(max(c.align, symheap.MinAlign)), uint64(c.off), uint64(c.hints), b2u(c.ok)} {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
 	}
 	h.Write(b[:])
 	return h.Sum64()
 }
 
+// String describes the call: "Malloc[int64](20): 160 bytes, alignment 8".
+func (c allocCall) String() string {
+	name := callNames[c.call]
+	var d string
+	switch c.call {
+	case callFree:
+		return fmt.Sprintf("Free[%s](object at heap offset %#x)", c.typ, c.off)
+	case callRealloc:
+		d = fmt.Sprintf("Realloc[%s](object at heap offset %#x, %d)", c.typ, c.off, c.n)
+	case callAlign:
+		d = fmt.Sprintf("Align[%s](%d, %d)", c.typ, c.arg, c.n)
+	case callMallocWithHints:
+		d = fmt.Sprintf("MallocWithHints[%s](%d, %v)", c.typ, c.n, c.hints)
+	default:
+		d = fmt.Sprintf("%s[%s](%d)", name, c.typ, c.n)
+	}
+	switch {
+	case c.n < 0:
+		d += ": a negative count"
+	case c.size > 0 && uintptr(c.n) > st.heapSize/uintptr(c.size):
+		d += ": more bytes than the heap holds"
+	default:
+		d += fmt.Sprintf(": %d bytes", c.n*c.size)
+	}
+	if c.call != callRealloc {
+		d += fmt.Sprintf(", alignment %d", c.align)
+	}
+	if !c.ok {
+		d += " (which failed there)"
+	}
+	return d
+}
+
 // checkedAllocBarrier is the barrier of an allocation call: BarrierAll
-// that also checks that every PE made the same call (allocKey). It
-// returns nil when they did; otherwise every PE learns it, exchanges its
-// call with the others, and returns the same error wrapping
-// ErrAllocMismatch, naming the calls and the PEs that made them.
-func checkedAllocBarrier(routine string, call, bytes, align, off int, hints MallocHints, ok bool) error {
+// that also checks that every PE made the same call (allocCall.key). It
+// returns nil when they did; otherwise every PE learns it, exchanges the
+// description of its call with the others, and returns the same error
+// wrapping ErrAllocMismatch, naming the calls and the PEs that made them
+// (and, with SHMEM_DEBUG set, logs it). A PE in another collective than
+// an allocation panics, as in every collective (collAgree).
+func checkedAllocBarrier(routine string, c allocCall) error {
 	Quiet()
+	profCall(routine)
 	st.allocCalls++
 	teamWorld.beginColl(routine)
 	defer teamWorld.endColl()
-	coll := atomic.LoadUint64(teamWorld.collWord())
-	if teamWorld.syncKey(routine, allocKey(call, bytes, align, off, hints, ok)^coll) {
+	if teamWorld.syncKey(routine, c.key()^collKey(atomic.LoadUint64(teamWorld.collWord()))) {
 		return nil
 	}
-	if !teamWorld.collAgree(routine) {
-		teamWorld.collMismatch(routine)
+	teamWorld.collAgree(routine)
+	calls := TeamWorld.exchangeText(routine, fmt.Sprintf("allocation call #%d, %v", st.allocCalls, c))
+	var order []string
+	pes := map[string][]int{}
+	for pe, d := range calls {
+		if _, ok := pes[d]; !ok {
+			order = append(order, d)
+		}
+		pes[d] = append(pes[d], pe)
 	}
-	rec := teamRecord{0, recAlloc, uint64(call), uint64(bytes), uint64(align), uint64(off), uint64(hints)<<1 | b2u(ok), st.allocCalls}
-	recs := TeamWorld.exchange(routine, rec)
-	defer TeamWorld.sync(routine)
-	return fmt.Errorf("shmem.%s: %w: %s", routine, ErrAllocMismatch, describeCalls(recs))
+	parts := make([]string, len(order))
+	for i, d := range order {
+		parts[i] = describePEs(pes[d]) + ": " + d
+	}
+	err := fmt.Errorf("shmem.%s: %w: %s (every PE must make the same allocation calls in the same order)", routine, ErrAllocMismatch, strings.Join(parts, "; "))
+	if st.env.debug {
+		lg().Logf(ucs.LogError, "goshmem: PE %d: SHMEM_DEBUG: %v", st.me, err)
+	}
+	return err
 }
 
 // alloc is the common part of Malloc, Calloc, Align and MallocWithHints:
@@ -102,30 +194,22 @@ func checkedAllocBarrier(routine string, call, bytes, align, off int, hints Mall
 // nil, without a barrier, as OpenSHMEM says of every allocation routine.
 func alloc[T any](routine string, call, n, align int, hints MallocHints, zero bool) ([]T, error) {
 	mustInit(routine)
-	var z T
-	size := unsafe.Sizeof(z)
 	if zeroBytes[T](n) {
 		return nil, nil
 	}
-	bytes := n * int(size)
-	if err := debugAlloc(routine, call, bytes, align, -1, hints); err != nil {
-		return nil, err
-	}
+	c := newAllocCall[T](call, n, align, -1, hints)
 	// An error of the arguments is found alike on every PE that passes
 	// the same ones; it still takes part in the barrier, so that a PE that
 	// passed others is not left waiting there.
 	err := checkNoPointers[T](routine)
-	if err == nil && (n < 0 || (size > 0 && uintptr(n) > st.heapSize/size)) {
-		err = fmt.Errorf("shmem.%s: %d elements of %d bytes do not fit a heap of %d bytes (SHMEM_SYMMETRIC_SIZE): %w", routine, n, size, st.heapSize, ErrHeapExhausted)
-		bytes = -1
+	if err == nil && (n < 0 || c.size > 0 && uintptr(n) > st.heapSize/uintptr(c.size)) {
+		err = fmt.Errorf("shmem.%s: %d elements of %d bytes do not fit a heap of %d bytes (SHMEM_SYMMETRIC_SIZE): %w", routine, n, c.size, st.heapSize, ErrHeapExhausted)
 	}
-	if a := int(unsafe.Alignof(z)); align < a {
-		align = a
-	}
+	bytes := n * c.size
 	off, dirty := -1, 0
 	if err == nil {
 		allocMu.Lock()
-		off, dirty, err = st.heap.AllocClean(bytes, align)
+		off, dirty, err = st.heap.AllocClean(bytes, c.align)
 		if err == nil {
 			debugTrack(off, bytes, true)
 		}
@@ -139,7 +223,8 @@ func alloc[T any](routine string, call, n, align int, hints MallocHints, zero bo
 		// fresh segment is zero there, and touching it would cost its pages.
 		clear(unsafe.Slice((*byte)(st.heap.At(off)), dirty))
 	}
-	if merr := checkedAllocBarrier(routine, call, bytes, align, -1, hints, err == nil); merr != nil {
+	c.ok = err == nil
+	if merr := checkedAllocBarrier(routine, c); merr != nil {
 		if err == nil {
 			allocMu.Lock()
 			st.heap.Free(off)
@@ -167,10 +252,10 @@ func exhausted(routine string, bytes int, err error) error {
 // nothing, not even the barrier, and returns nil and no error. T must hold
 // no Go pointers; otherwise, or when the heap is exhausted
 // (ErrHeapExhausted), it returns an error and allocates nothing. When the
-// PEs' calls differ (another size, alignment or hints on some PE), every
-// PE returns an error wrapping ErrAllocMismatch that names the calls and
-// the PEs, and allocates nothing: the check is part of the barrier, always
-// on.
+// PEs' calls differ (another routine, element count or size, alignment or
+// hints on some PE), every PE returns an error wrapping ErrAllocMismatch
+// that names the calls and the PEs, and allocates nothing (a PE in Free
+// panics with it): the check is part of the barrier, always on.
 func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", callMalloc, n, 0, 0, false) }
 
 // Calloc is Malloc with the memory set to zero. Like Malloc, it does
@@ -178,15 +263,19 @@ func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", callMalloc, n
 func Calloc[T any](n int) ([]T, error) { return alloc[T]("Calloc", callCalloc, n, 0, 0, true) }
 
 // Align is Malloc with the start of the array aligned to alignment bytes,
-// which must be a power of two (otherwise it returns an error). Like
-// Malloc, it does nothing and returns nil for a request of zero bytes,
-// whatever the alignment.
+// which must be a power of two no larger than symheap.MaxAlign (2 MiB, the
+// huge page; the heap starts on such a boundary on every PE). Otherwise it
+// returns an error wrapping symheap.ErrBadAlign and ErrInvalidArgument, on
+// every PE that passed it, without communicating. The alignment holds for
+// this PE's copy; a pointer to another PE's copy (Ptr) is aligned to the
+// page only. Like Malloc, it does nothing and returns nil for a request of
+// zero bytes, whatever the alignment.
 func Align[T any](alignment, n int) ([]T, error) {
 	if zeroBytes[T](n) {
 		return alloc[T]("Align", callAlign, n, 0, 0, false)
 	}
-	if alignment <= 0 || alignment&(alignment-1) != 0 {
-		return nil, fmt.Errorf("shmem.Align: alignment %d is not a power of two", alignment)
+	if alignment <= 0 || alignment&(alignment-1) != 0 || alignment > symheap.MaxAlign {
+		return nil, fmt.Errorf("shmem.Align: alignment %d: %w: %w", alignment, symheap.ErrBadAlign, ErrInvalidArgument)
 	}
 	return alloc[T]("Align", callAlign, n, alignment, 0, false)
 }
@@ -264,8 +353,8 @@ func blockOf[T any](routine string, s []T) int {
 // the two lengths are kept. s must come from Malloc, Calloc, Align or
 // Realloc; a nil s allocates like Malloc (and so does nothing for zero
 // bytes). A request of zero bytes for a non-nil s frees s as Free does and
-// returns nil. On error (heap exhausted, or with SHMEM_DEBUG set a call
-// that differs among the PEs) s is left as it was.
+// returns nil. On error (heap exhausted, or a call that differs among the
+// PEs, ErrAllocMismatch) s is left as it was.
 func Realloc[T any](s []T, n int) ([]T, error) {
 	mustInit("Realloc")
 	if s == nil {
@@ -275,21 +364,17 @@ func Realloc[T any](s []T, n int) ([]T, error) {
 		Free(s)
 		return nil, nil
 	}
-	var z T
-	size := int(unsafe.Sizeof(z))
 	off := blockOf("Realloc", s)
-	bytes := n * size
-	if err := debugAlloc("Realloc", callRealloc, bytes, 0, off, 0); err != nil {
-		return nil, err
-	}
+	c := newAllocCall[T](callRealloc, n, 0, off, 0)
+	bytes := n * c.size
 	err := checkNoPointers[T]("Realloc")
-	if err == nil && (n < 0 || (size > 0 && uintptr(n) > st.heapSize/uintptr(size))) {
-		err = fmt.Errorf("shmem.Realloc: %d elements of %d bytes do not fit a heap of %d bytes (SHMEM_SYMMETRIC_SIZE): %w", n, size, st.heapSize, ErrHeapExhausted)
-		bytes = -1
+	if err == nil && (n < 0 || c.size > 0 && uintptr(n) > st.heapSize/uintptr(c.size)) {
+		err = fmt.Errorf("shmem.Realloc: %d elements of %d bytes do not fit a heap of %d bytes (SHMEM_SYMMETRIC_SIZE): %w", n, c.size, st.heapSize, ErrHeapExhausted)
 	}
 	// Every PE must be done with the old object before it may move, and
 	// must ask for the same.
-	if merr := checkedAllocBarrier("Realloc", callRealloc, bytes, 0, off, 0, err == nil); merr != nil {
+	c.ok = err == nil
+	if merr := checkedAllocBarrier("Realloc", c); merr != nil {
 		return nil, merr
 	}
 	if err != nil {
@@ -326,10 +411,9 @@ func Free[T any](s []T) {
 	}
 	mustInit("Free")
 	off := blockOf("Free", s)
-	if err := debugAlloc("Free", callFree, 0, 0, off, 0); err != nil {
-		panic(err.Error())
-	}
-	if err := checkedAllocBarrier("Free", callFree, 0, 0, off, 0, true); err != nil {
+	c := newAllocCall[T](callFree, 0, 0, off, 0)
+	c.ok = true
+	if err := checkedAllocBarrier("Free", c); err != nil {
 		panic(err.Error())
 	}
 	allocMu.Lock()

@@ -16,10 +16,13 @@ import (
 
 // Profiling (GOSHMEM_PROFILE=DIR, which goshmem-run -profile sets): from
 // Init to the last Finalize a PE records a CPU profile and counts, per
-// routine and target PE, the operations it initiates and their bytes; the
-// last Finalize writes both into DIR. The routines count with one call to
-// profCtx or profJob, which costs one predictable branch on profOn when
-// profiling is off, and no allocation when it is on.
+// routine and target PE, the operations it initiates and their bytes, and
+// the calls of the collective routines; the last Finalize writes both into
+// DIR. The routines count with one call to profCtx, profTeam or profCall,
+// which costs one predictable branch on profOn when profiling is off, and
+// no allocation when it is on. Collectives count the data of their
+// definition, not the transfers of their algorithms (see CommSummary), so
+// a program's profile is the same on every transport.
 
 // envProfile is the variable that turns profiling on: the directory that
 // receives the files.
@@ -39,9 +42,10 @@ var prof struct {
 }
 
 // profRoutine counts the operations of one routine, per target PE (of the
-// job).
+// job), and its calls if it is a collective.
 type profRoutine struct {
 	cells []profCell
+	calls atomic.Uint64
 }
 
 type profCell struct {
@@ -56,28 +60,56 @@ func profCtx(c *Ctx, routine string, pe, n int) {
 	}
 }
 
-// profJob counts an operation of routine on the job's PE pe, moving n
-// bytes.
-func profJob(routine string, pe, n int) {
-	if profOn {
-		profAdd(routine, pe, n)
+// profTeam counts a collective call of routine on team t that delivers n
+// bytes of this PE's data to each PE of the team numbered lo or more, this
+// PE excepted: one operation on each (none for n = 0).
+func profTeam(routine string, t *Team, lo, n int) {
+	if profOn && n > 0 {
+		profAddTeam(routine, t, lo, n)
 	}
 }
 
-// profAdd counts one operation. The table of routines is copied on write:
-// a routine's first operation adds it under prof.mu, the others only read.
+// profCall counts a call of the collective routine.
+func profCall(routine string) {
+	if profOn {
+		profRoutineOf(routine).calls.Add(1)
+	}
+}
+
+// profAdd counts one operation.
 //
 //go:noinline
 func profAdd(routine string, pe, n int) {
-	r := (*prof.routines.Load())[routine]
-	if r == nil {
-		r = profAddRoutine(routine)
+	profRoutineOf(routine).add(pe, n)
+}
+
+//go:noinline
+func profAddTeam(routine string, t *Team, lo, n int) {
+	r := profRoutineOf(routine)
+	for j := lo; j < t.npes; j++ {
+		if j != t.me {
+			r.add(t.members[j], n)
+		}
 	}
+}
+
+// add counts an operation on the job's PE pe, moving n bytes.
+func (r *profRoutine) add(pe, n int) {
 	if uint(pe) < uint(len(r.cells)) {
 		c := &r.cells[pe]
 		c.ops.Add(1)
 		c.bytes.Add(uint64(n))
 	}
+}
+
+// profRoutineOf returns the counters of routine. The table of routines is
+// copied on write: a routine's first count adds it under prof.mu, the
+// others only read.
+func profRoutineOf(routine string) *profRoutine {
+	if r := (*prof.routines.Load())[routine]; r != nil {
+		return r
+	}
+	return profAddRoutine(routine)
 }
 
 // profAddRoutine returns the counters of routine, adding them to the table.
@@ -176,12 +208,28 @@ func CommSummaryFile(pe int) string { return "pe-" + strconv.Itoa(pe) + ".comm.j
 
 // CommSummary is what one PE initiated from Init to the last Finalize,
 // which writes it when GOSHMEM_PROFILE is set: per routine, the operations
-// on each target PE and their bytes. Puts, put-with-signal and atomics
-// count the bytes they send or update at the target (a signal or atomic
-// operand counts its size), gets and fetches the bytes they read from it;
-// collectives count the transfers they make to each member (in the job's
-// numbering), under their own name, and not the loads of a peer's heap
-// that the PE maps. Operations on this PE itself count too.
+// on each target PE and their bytes, and the calls of collective routines.
+// Puts, put-with-signal and atomics count the bytes they send or update at
+// the target (a signal or atomic operand counts its size), gets and
+// fetches the bytes they read from it; operations on this PE itself count
+// too.
+//
+// A collective call counts one call, and one operation on each other
+// member of its team (in the job's numbering) that its definition has this
+// PE's data delivered to, with the bytes of that data: the root of a
+// broadcast its source to every member; collect and fcollect this PE's
+// block to every member; alltoall and alltoalls the block for each member
+// to it; a reduction this PE's source to every member, and a scan to every
+// member after this PE in the team. That is whatever algorithm and
+// transport carry the data (a tree relays a broadcast, a reduction across
+// nodes halves its vector, and on one node the members load what they
+// need straight from this PE's heap), so a program's profile is the same on
+// every transport, and its collectives' bytes are those the program asked
+// to move. The library's own traffic (the syncs and signals inside
+// collectives, barriers and allocations, and the checks of their
+// arguments) is not counted: barriers, syncs, allocations, Free, the
+// splits and Destroy count their calls only. A call that fails its checks
+// counts its call and no data.
 type CommSummary struct {
 	PE       int           `json:"pe"`
 	NPEs     int           `json:"npes"`
@@ -189,9 +237,11 @@ type CommSummary struct {
 }
 
 // RoutineComm is what one routine ("Put", "CtxGetNBI", "AtomicFetchAdd",
-// "Broadcast", ...) initiated, per target PE.
+// "Broadcast", ...) initiated, per target PE, and for a collective routine
+// its calls.
 type RoutineComm struct {
 	Routine string   `json:"routine"`
+	Calls   uint64   `json:"calls,omitempty"`
 	Targets []PEComm `json:"targets"`
 }
 
@@ -207,13 +257,13 @@ type PEComm struct {
 func profSummary() *CommSummary {
 	s := &CommSummary{PE: st.me, NPEs: prof.npes, Routines: []RoutineComm{}}
 	for name, r := range *prof.routines.Load() {
-		rc := RoutineComm{Routine: name}
+		rc := RoutineComm{Routine: name, Calls: r.calls.Load(), Targets: []PEComm{}}
 		for pe := range r.cells {
 			if ops := r.cells[pe].ops.Load(); ops > 0 {
 				rc.Targets = append(rc.Targets, PEComm{PE: pe, Ops: ops, Bytes: r.cells[pe].bytes.Load()})
 			}
 		}
-		if len(rc.Targets) > 0 {
+		if len(rc.Targets) > 0 || rc.Calls > 0 {
 			s.Routines = append(s.Routines, rc)
 		}
 	}

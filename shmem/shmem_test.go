@@ -552,8 +552,8 @@ func TestAllocMismatch(t *testing.T) {
 			size = 24
 		}
 		if _, err := shmem.Malloc[int64](size); !errors.Is(err, shmem.ErrAllocMismatch) ||
-			!strings.Contains(err.Error(), fmt.Sprintf("PE %d: allocation call #1, Malloc(192 bytes)", n-1)) ||
-			!strings.Contains(err.Error(), "Malloc(128 bytes)") {
+			!strings.Contains(err.Error(), fmt.Sprintf("PE %d: allocation call #1, Malloc[int64](24): 192 bytes", n-1)) ||
+			!strings.Contains(err.Error(), "Malloc[int64](16): 128 bytes") {
 			t.Fatalf("Malloc of different sizes: %v", err)
 		}
 		align := 64
@@ -600,6 +600,73 @@ func TestAllocMismatch(t *testing.T) {
 		shmem.BarrierAll()
 		shmem.Free(b)
 		shmem.Free(a)
+	})
+}
+
+// TestAllocMismatchAcrossRoutines: two PEs in different allocation
+// routines, or in one routine for different types of the same bytes, get
+// ErrAllocMismatch on every PE (a panic in Free), as the routines' doc
+// says, with a message that shows what differs; then the heap works on.
+// Align against Malloc and MallocWithHints against Malloc used to panic
+// as a collective mismatch, and Malloc[int32](8) against Malloc[int64](4)
+// was reported as two calls of "Malloc(32 bytes)".
+func TestAllocMismatchAcrossRoutines(t *testing.T) {
+	jobWith(t, jobOptions{nps: []int{3}}, func(t *testing.T, me, n int) {
+		last := me == n-1
+		obj := calloc[int64](t, 4)
+		for _, c := range []struct {
+			name         string
+			mine, others func() error // the last PE's call, the others'
+			want         []string     // in the error, on every PE
+		}{
+			{"Align against Malloc",
+				func() error { _, err := shmem.Align[int64](64, 4); return err },
+				func() error { _, err := shmem.Malloc[int64](4); return err },
+				[]string{fmt.Sprintf("PE %d: allocation call #2, Align[int64](64, 4): 32 bytes, alignment 64", n-1), "allocation call #2, Malloc[int64](4): 32 bytes, alignment 8"}},
+			{"MallocWithHints against Malloc",
+				func() error { _, err := shmem.MallocWithHints[int64](4, shmem.MallocAtomicsRemote); return err },
+				func() error { _, err := shmem.Malloc[int64](4); return err },
+				[]string{"MallocWithHints[int64](4, MallocAtomicsRemote): 32 bytes, alignment 8", "Malloc[int64](4): 32 bytes"}},
+			{"same bytes of another type",
+				func() error { _, err := shmem.Malloc[int32](8); return err },
+				func() error { _, err := shmem.Malloc[int64](4); return err },
+				[]string{fmt.Sprintf("PE %d: allocation call #4, Malloc[int32](8): 32 bytes, alignment 4", n-1), "Malloc[int64](4): 32 bytes, alignment 8"}},
+			{"Realloc against Calloc",
+				func() error { _, err := shmem.Realloc(obj, 8); return err },
+				func() error { _, err := shmem.Calloc[int64](8); return err },
+				[]string{"Realloc[int64](object at heap offset", ", 8): 64 bytes", "Calloc[int64](8): 64 bytes, alignment 8"}},
+		} {
+			call := c.others
+			if last {
+				call = c.mine
+			}
+			err := call()
+			if !errors.Is(err, shmem.ErrAllocMismatch) {
+				t.Fatalf("%s: %v, want ErrAllocMismatch", c.name, err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: %v\ndoes not say %q", c.name, err, w)
+				}
+			}
+		}
+		// Free against Malloc: Free panics, Malloc returns the error.
+		if last {
+			checkPanic(t, "Free against Malloc", func() { shmem.Free(obj) }, "Free[int64](object at heap offset")
+		} else if _, err := shmem.Malloc[int64](4); !errors.Is(err, shmem.ErrAllocMismatch) || !strings.Contains(err.Error(), "Free[int64]") {
+			t.Errorf("Malloc against Free: %v", err)
+		}
+		// Nothing was allocated or freed: the heaps are alike, and work.
+		a := calloc[int64](t, n)
+		shmem.P(&a[me], int64(me+1), (me+1)%n)
+		shmem.P(&obj[0], int64(me+1), (me+1)%n)
+		shmem.BarrierAll()
+		if want := int64((me-1+n)%n + 1); a[(me-1+n)%n] != want || obj[0] != want {
+			t.Errorf("after the mismatches, puts landed as %d and %d, want %d", a[(me-1+n)%n], obj[0], want)
+		}
+		shmem.BarrierAll()
+		shmem.Free(a)
+		shmem.Free(obj)
 	})
 }
 

@@ -71,6 +71,27 @@ func collKindName(k uint64) string {
 	return "a collective"
 }
 
+// sameCollKind reports whether two PEs whose collective words hold kinds a
+// and b, in the same call number, make the same collective: the same
+// routine, or two allocation routines, whose differences the allocation's
+// checked barrier reports as an error (ErrAllocMismatch).
+func sameCollKind(a, b uint64) bool {
+	alloc := func(k uint64) bool { return k >= allocKinds[0] && k <= allocKinds[1] }
+	return a == b || alloc(a) && alloc(b)
+}
+
+// allocKinds are the first and last kinds of the allocation routines.
+var allocKinds = [2]uint64{collKindOf["Malloc"], collKindOf["Free"]}
+
+// collKey is the key of a sync of a team whose PEs' collective words are
+// w: the same for two words of the same collective (sameCollKind).
+func collKey(w uint64) uint64 {
+	if k := w >> 1 & 0xff; k > allocKinds[0] && k <= allocKinds[1] {
+		w = w&^(0xff<<1) | allocKinds[0]<<1
+	}
+	return w
+}
+
 // teamsBySlot are this PE's teams, by slot, for the stall checks and
 // reports, which look at the collective words of every team.
 var teamsBySlot [MaxTeams]atomic.Pointer[Team]
@@ -208,18 +229,21 @@ func (t *Team) collWords() []uint64 {
 	return words
 }
 
-// collAgree reports, after a sync of the team whose keys differed, whether
-// every PE is in the same collective (so the keys differed in something
-// else). Every PE of the team calls it alike and gets the same answer.
-func (t *Team) collAgree(routine string) bool {
+// collAgree returns, after a sync of the team whose keys differed, when
+// every PE is in the same collective (sameCollKind: so the keys differed
+// in something else); otherwise it reports the mismatch as collMismatch
+// does, with the same single sync, so that a PE here and one in
+// collMismatch sync alike. Every PE of the team calls it at once.
+func (t *Team) collAgree(routine string) {
 	words := t.collWords()
 	t.syncKey(routine, 0) // every PE has read before any moves on
 	for _, w := range words {
-		if w != words[0] {
-			return false
+		seq, kind, active := splitCollWord(w)
+		seq0, kind0, active0 := splitCollWord(words[0])
+		if seq != seq0 || active != active0 || !sameCollKind(kind, kind0) {
+			t.reportMismatch(routine, words)
 		}
 	}
-	return true
 }
 
 // collMismatch reports a sync of the team in which the PEs were in
@@ -229,6 +253,11 @@ func (t *Team) collAgree(routine string) bool {
 func (t *Team) collMismatch(routine string) {
 	words := t.collWords()
 	t.syncKey(routine, 0) // every PE has read before any ends
+	t.reportMismatch(routine, words)
+}
+
+// reportMismatch is collMismatch once every PE's collective word is read.
+func (t *Team) reportMismatch(routine string, words []uint64) {
 	var order []uint64
 	pes := map[uint64][]int{}
 	for j, w := range words {
@@ -302,7 +331,7 @@ func checkMismatch() {
 		mySeq, myKind, _ := splitCollWord(w)
 		for j := range t.checkPartners {
 			seq, kind, _ := t.peerColl(j, true)
-			if seq != mySeq || kind == myKind {
+			if seq != mySeq || sameCollKind(kind, myKind) {
 				continue
 			}
 			routine := collKindName(myKind)

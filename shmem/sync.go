@@ -84,6 +84,7 @@ func Fence() {
 // (shmem_barrier_all).
 func BarrierAll() {
 	Quiet()
+	profCall("BarrierAll")
 	teamWorld.beginColl("BarrierAll")
 	teamWorld.sync("BarrierAll")
 	teamWorld.endColl()
@@ -93,6 +94,7 @@ func BarrierAll() {
 // outstanding operations (shmem_sync_all).
 func SyncAll() {
 	mustInit("SyncAll")
+	profCall("SyncAll")
 	teamWorld.beginColl("SyncAll")
 	teamWorld.sync("SyncAll")
 	teamWorld.endColl()
@@ -271,7 +273,6 @@ func (b *barrierState) syncNodes(routine string, key uint64) bool {
 	if b.lrank < 0 {
 		foldMin(lo, key)
 		foldMax(hi, key)
-		profJob(routine, b.leader, 8)
 		atomic.AddUint64(arrive, 1)
 		waitGE(release, b.epoch)
 		return atomic.LoadUint64(outcome) == 1
@@ -305,7 +306,6 @@ func (b *barrierState) syncCentral(routine string, key uint64) bool {
 	hi := (*uint64)(unsafe.Add(line(b.rounds+1), 8*(2+2*par)))
 	foldMin(lo, key)
 	foldMax(hi, key)
-	profJob(routine, 0, 8)
 	if atomic.AddUint64(arrive, 1) == b.epoch*uint64(st.npes) {
 		atomic.StoreUint64((*uint64)(unsafe.Add(line(b.rounds+1), 8*(1+2*(par^1)))), math.MaxUint64)
 		atomic.StoreUint64((*uint64)(unsafe.Add(line(b.rounds+1), 8*(2+2*(par^1)))), 0)
@@ -401,7 +401,6 @@ const (
 // to epoch, with the keys lo and hi (see disseminate), in an amRound
 // message.
 func sendRound(routine string, pe int, off uintptr, epoch, lo, hi uint64) {
-	profJob(routine, pe, roundMsgLen)
 	var h [roundMsgLen]byte
 	binary.LittleEndian.PutUint64(h[0:], uint64(off))
 	binary.LittleEndian.PutUint64(h[8:], epoch)

@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"sort"
@@ -139,7 +140,7 @@ func resetTeams() {
 // teamSlotSize is the size of a slot of the team pool: a record line, the
 // counter lines of a dissemination barrier over every PE, the collectives'
 // words (coll.go), and a line for the word that tells which collective
-// this PE is in (stall.go).
+// this PE is in (stall.go) and the arguments of the call (coll_args.go).
 func teamSlotSize() uintptr {
 	rounds := bits.Len(uint(st.npes - 1))
 	return uintptr(1+rounds)*counterStride + collAreaSize() + counterStride
@@ -293,6 +294,7 @@ func (t *Team) check(routine string) {
 // for a nil or destroyed team.
 func (t *Team) Sync() {
 	t.check("(*Team).Sync")
+	profCall("(*Team).Sync")
 	t.beginColl("(*Team).Sync")
 	t.sync("(*Team).Sync")
 	t.endColl()
@@ -305,7 +307,7 @@ func (t *Team) Sync() {
 // every PE of the team at once, and each panics naming every PE's call
 // (collMismatch).
 func (t *Team) sync(routine string) {
-	if !t.syncKey(routine, atomic.LoadUint64(t.collWord())) {
+	if !t.syncKey(routine, collKey(atomic.LoadUint64(t.collWord()))) {
 		t.collMismatch(routine)
 	}
 }
@@ -329,11 +331,11 @@ type teamRecord [8]uint64
 const (
 	recSplitStrided = 1 + iota
 	recSplit2D
-	recAlloc
 	recClaim // the second exchange of a split
+	recText  // exchangeText
 )
 
-var recNames = map[uint64]string{recSplitStrided: "TeamSplitStrided", recSplit2D: "TeamSplit2D", recAlloc: "an allocation", recClaim: "a split's claim of team slots"}
+var recNames = map[uint64]string{recSplitStrided: "TeamSplitStrided", recSplit2D: "TeamSplit2D", recClaim: "a split's claim of team slots", recText: "a report of different calls"}
 
 // exchange publishes rec (its first word replaced by the exchange's
 // sequence number) as this PE's record of a collective over t and returns
@@ -366,6 +368,48 @@ func (t *Team) exchange(routine string, rec teamRecord) []teamRecord {
 	return out
 }
 
+// exchangeText is exchange for a text of every PE, at most maxText bytes
+// (a longer one is cut), in team order: a first exchange gives the
+// lengths, then each one moves textChunk bytes of every text. Reports of
+// calls that differ among the PEs take it, to name each PE's call in full;
+// it syncs the team after each exchange, as exchange asks.
+func (t *Team) exchangeText(routine, text string) []string {
+	const textChunk = 6 * 8 // words 2 to 7 of a record
+	if len(text) > maxText {
+		text = text[:maxText]
+	}
+	recs := t.exchange(routine, teamRecord{0, recText, uint64(len(text))})
+	t.sync(routine)
+	lens, longest := make([]int, t.npes), 0
+	for i, r := range recs {
+		lens[i] = min(int(r[2]), maxText)
+		longest = max(longest, lens[i])
+	}
+	texts := make([][]byte, t.npes)
+	for at := 0; at < longest; at += textChunk {
+		var b [textChunk]byte
+		copy(b[:], text[min(at, len(text)):])
+		rec := teamRecord{0, recText}
+		for w := range textChunk / 8 {
+			rec[2+w] = binary.LittleEndian.Uint64(b[8*w:])
+		}
+		for i, r := range t.exchange(routine, rec) {
+			for w := range textChunk / 8 {
+				texts[i] = binary.LittleEndian.AppendUint64(texts[i], r[2+w])
+			}
+		}
+		t.sync(routine)
+	}
+	out := make([]string, t.npes)
+	for i := range out {
+		out[i] = string(texts[i][:lens[i]])
+	}
+	return out
+}
+
+// maxText is the longest text exchangeText moves.
+const maxText = 1 << 10
+
 // split runs the exchanges of a split of t and returns nslots team slots
 // that are free on every PE of t and now held by this split on this PE
 // (the caller takes each into a team with newTeam, or gives it back with
@@ -376,6 +420,7 @@ func (t *Team) exchange(routine string, rec teamRecord) []teamRecord {
 // collides with a concurrent split of another parent, every PE gives the
 // slots back and the exchange starts over.
 func (t *Team) split(routine string, kind uint64, args [3]int, ok bool, nslots int) ([]int, error) {
+	profCall(routine)
 	t.beginColl(routine)
 	defer t.endColl()
 	for {
@@ -734,8 +779,8 @@ func (t *Team) CreateCtx(options CtxOptions) (*Ctx, error) {
 // synchronization words for later teams. Every PE of the team must destroy
 // it before the words can be reused, and no PE may use the team
 // afterwards. A team that ran staged collectives (broadcast, collect,
-// fcollect or a short reduction on one node, which other PEs read from
-// this PE's words after it returned) is synchronized first, so Destroy is
+// fcollect or a reduction on one node, which other PEs read from this
+// PE's words after it returned) is synchronized first, so Destroy is
 // then collective over the team, as shmem_team_destroy is; otherwise it
 // does not wait for the others. Destroying nil or a destroyed team does
 // nothing; it panics for TeamWorld and TeamShared.
@@ -747,6 +792,7 @@ func (t *Team) Destroy() {
 		panic("shmem.(*Team).Destroy: " + t.name + " cannot be destroyed (it lives until Finalize)")
 	}
 	mustInit("(*Team).Destroy")
+	profCall("(*Team).Destroy")
 	ctxMu.Lock()
 	for c := range contexts {
 		if c.team == t {

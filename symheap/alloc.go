@@ -23,6 +23,18 @@ var ErrBadOffset = errors.New("not an allocated block of the symmetric heap")
 // blocks never share one and remote writes to one never slow the other).
 const MinAlign = 64
 
+// MaxAlign is the largest alignment Alloc gives a block, and the alignment
+// of the start of a Heap on every PE, so that a block at an offset aligned
+// to a is at an address aligned to a: 2 MiB, the huge page of x86-64 and
+// arm64, which the largest alignments programs ask for (page and
+// huge-page buffers) divide. Each heap's segment is MaxAlign bytes longer
+// than the heap for it, in address space only (see Heap).
+const MaxAlign = 2 << 20
+
+// ErrBadAlign reports an alignment that is not a power of two or is above
+// MaxAlign.
+var ErrBadAlign = errors.New("alignment must be a power of two no larger than MaxAlign (2 MiB)")
+
 // block is a free range [off, off+size).
 type block struct{ off, size int }
 
@@ -49,9 +61,10 @@ func NewAllocator(size int) *Allocator {
 func alignUp(n, a int) int { return (n + a - 1) &^ (a - 1) }
 
 // Alloc returns the offset of a new block of at least n bytes aligned to
-// align (rounded up to MinAlign; it must be a power of two). A zero n gives a
-// block of MinAlign bytes, so every allocation has a distinct offset. It
-// fails with ErrNoSpace when no free block fits.
+// align (rounded up to MinAlign; it must be a power of two no larger than
+// MaxAlign, or Alloc fails with ErrBadAlign). A zero n gives a block of
+// MinAlign bytes, so every allocation has a distinct offset. It fails with
+// ErrNoSpace when no free block fits.
 func (a *Allocator) Alloc(n, align int) (int, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("symheap alloc of %d bytes: negative size", n)
@@ -59,8 +72,8 @@ func (a *Allocator) Alloc(n, align int) (int, error) {
 	if align < MinAlign {
 		align = MinAlign
 	}
-	if align&(align-1) != 0 {
-		return 0, fmt.Errorf("symheap alloc: alignment %d is not a power of two", align)
+	if align&(align-1) != 0 || align > MaxAlign {
+		return 0, fmt.Errorf("symheap alloc: alignment %d: %w", align, ErrBadAlign)
 	}
 	n = alignUp(max(n, 1), MinAlign)
 	for i, b := range a.free {

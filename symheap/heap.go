@@ -31,6 +31,16 @@ func SizeFromEnv() (int, error) {
 // Heap is a PE's symmetric heap: a segment mapped with ucp (allocated on the
 // shared-memory domain when UCX_ALLOC_PRIO allows, so same-node peers map it
 // directly) and an Allocator over it.
+//
+// The heap starts at an address aligned to MaxAlign, so that a block whose
+// offset the Allocator aligned lies at an address aligned alike on every
+// PE. Neither ucp nor the kernel places a mapping on more than a page, so
+// the segment is MaxAlign-pageSize bytes longer than the heap, which starts
+// at its first MaxAlign boundary; the pages before and after are never
+// touched and cost address space only. The alignment holds for the
+// addresses the PE uses in its own heap; a peer maps the segment wherever
+// its kernel puts it, so a pointer into another PE's heap (shmem.Ptr) is
+// aligned to the page only.
 type Heap struct {
 	ctx  *ucp.Context
 	memh *ucp.MemHandle
@@ -39,15 +49,17 @@ type Heap struct {
 	*Allocator
 }
 
-// New maps a heap of size bytes through ctx. The memory is zeroed. A heap
-// larger than the memory that can ever back it (see checkBacking) fails
-// with an error that wraps ucs.ErrNoMemory.
+// New maps a heap of size bytes (rounded up to the page size) through
+// ctx, starting at an address aligned to MaxAlign. The memory is zeroed. A
+// heap larger than the memory that can ever back it (see checkBacking)
+// fails with an error that wraps ucs.ErrNoMemory.
 func New(ctx *ucp.Context, size int) (*Heap, error) {
-	if size <= 0 {
+	page := os.Getpagesize()
+	if size <= 0 || size > math.MaxInt-MaxAlign-page {
 		return nil, fmt.Errorf("symheap: size %d: %w", size, ucs.ErrInvalidParam)
 	}
-	size = alignUp(size, 4096)
-	p := new(ucp.MemMapParams).SetLength(size).SetFlags(ucp.MemMapAllocate)
+	size = alignUp(size, page)
+	p := new(ucp.MemMapParams).SetLength(size + MaxAlign - page).SetFlags(ucp.MemMapAllocate)
 	memh, err := ctx.MemMap(p)
 	if err != nil {
 		return nil, fmt.Errorf("symheap: map %d bytes: %w", size, err)
@@ -56,10 +68,13 @@ func New(ctx *ucp.Context, size int) (*Heap, error) {
 		ctx.MemUnmap(memh)
 		return nil, err
 	}
-	return &Heap{ctx: ctx, memh: memh, base: memh.Address(), size: size, Allocator: NewAllocator(size)}, nil
+	start := memh.Address()
+	base := unsafe.Add(start, alignUp(int(uintptr(start)), MaxAlign)-int(uintptr(start)))
+	return &Heap{ctx: ctx, memh: memh, base: base, size: size, Allocator: NewAllocator(size)}, nil
 }
 
-// Base returns the address of the start of the heap.
+// Base returns the address of the start of the heap, a multiple of
+// MaxAlign.
 func (h *Heap) Base() unsafe.Pointer { return h.base }
 
 // Size returns the size of the heap in bytes.
@@ -68,7 +83,8 @@ func (h *Heap) Size() int { return h.size }
 // MemHandle returns the ucp mapping of the heap.
 func (h *Heap) MemHandle() *ucp.MemHandle { return h.memh }
 
-// PackRkey returns the packed remote key of the heap.
+// PackRkey returns the packed remote key of the heap's segment, which
+// holds the heap (from Base, as peers address it, to Base plus Size).
 func (h *Heap) PackRkey() ([]byte, error) { return h.ctx.RkeyPack(h.memh) }
 
 // Offset returns the offset of p in the heap and whether the n bytes from p

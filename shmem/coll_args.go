@@ -1,0 +1,147 @@
+package shmem
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// Arguments that every PE of a team must pass alike.
+//
+// A collective whose PEs pass different lengths (or element types, roots,
+// strides) would move data by each PE's own idea of them: a reduction
+// combined vectors of different lengths and wrote past the dest of a PE
+// with a shorter one. Every collective therefore checks, before it moves
+// any data, that its PEs agree, and returns an error wrapping
+// ErrInvalidArgument on every PE that finds they do not, naming each PE's
+// arguments:
+//
+//   - The algorithms that start with a sync of the team (every one across
+//     nodes, and alltoall, alltoalls and the scans on one node) fold the
+//     arguments into the sync's key (syncArgs): a PE whose key differs
+//     makes every PE read every PE's arguments, which each PE stores in
+//     the line of its collective word, and report them.
+//   - The staged algorithms on one node (broadcast, collect, fcollect and
+//     the reductions) read the length and element size that each PE
+//     publishes with its contribution, and check them before they copy.
+//     Every PE reads every contribution of collect, fcollect and a
+//     reduction, and so finds the same error; only the non-roots read the
+//     root's of a broadcast, so a broadcast's root finds a difference only
+//     with SHMEM_DEBUG set, which adds syncArgs to the staged broadcast.
+//
+// A call of zero elements takes part too, so that a PE that passed none
+// while the others passed some is not left behind.
+
+// collArgs are the arguments of a collective call that every PE of the
+// team must pass alike.
+type collArgs struct {
+	nelems   int // elements of source (of a PE's block for fcollect); -1 where PEs may differ (collect)
+	size     int // bytes of an element
+	root     int // of a broadcast; 0 otherwise
+	dst, sst int // strides of alltoalls; 0 otherwise
+}
+
+// collArgWords is the number of words of a collArgs, which follow the
+// collective word in its line.
+const collArgWords = 5
+
+func (a collArgs) words() [collArgWords]uint64 {
+	return [collArgWords]uint64{uint64(a.nelems), uint64(a.size), uint64(a.root), uint64(a.dst), uint64(a.sst)}
+}
+
+func argsOfWords(w []uint64) collArgs {
+	return collArgs{int(w[0]), int(w[1]), int(w[2]), int(w[3]), int(w[4])}
+}
+
+// key digests the arguments for a sync's key.
+func (a collArgs) key() uint64 {
+	k := uint64(0x9e3779b97f4a7c15)
+	for _, v := range a.words() {
+		k = (k ^ v) * 0xff51afd7ed558ccd
+		k ^= k >> 29
+	}
+	return k
+}
+
+// describe names the arguments of routine's call: "10 elements of 8
+// bytes, root 2".
+func (a collArgs) describe(routine string) string {
+	var d string
+	switch {
+	case a.nelems < 0:
+		d = fmt.Sprintf("elements of %d bytes", a.size)
+	case strings.HasSuffix(routine, "Mem"):
+		d = fmt.Sprintf("%d bytes", a.nelems)
+	default:
+		d = fmt.Sprintf("%d elements of %d bytes", a.nelems, a.size)
+	}
+	if strings.HasPrefix(routine, "Broadcast") {
+		d += fmt.Sprintf(", root %d", a.root)
+	}
+	if strings.HasPrefix(routine, "Alltoalls") {
+		d += fmt.Sprintf(", strides dst %d and sst %d", a.dst, a.sst)
+	}
+	return d
+}
+
+// argsErr makes the error of a call whose PEs passed different arguments:
+// args[j] are those of the team's PE j, grouped by value.
+func argsErr(routine string, t *Team, args func(j int) collArgs) error {
+	var order []string
+	pes := map[string][]int{}
+	for j := range t.npes {
+		d := args(j).describe(routine)
+		if _, ok := pes[d]; !ok {
+			order = append(order, d)
+		}
+		pes[d] = append(pes[d], t.members[j])
+	}
+	parts := make([]string, len(order))
+	for i, d := range order {
+		parts[i] = describePEs(pes[d]) + ": " + d
+	}
+	return argErr(routine, "the PEs of %v passed different arguments: %s (every PE of the team must pass the same lengths, element type, root and strides)",
+		t, strings.Join(parts, "; "))
+}
+
+// syncArgs is the sync of the team that starts a collective call: it also
+// checks that every PE passed the arguments a. When one did not, every PE
+// of the team returns the same error naming every PE's arguments
+// (argsErr); a PE in another collective panics, as t.sync does.
+func (t *Team) syncArgs(routine string, a collArgs) error {
+	line := (*[1 + collArgWords]uint64)(st.heap.At(int(t.collWordOff())))
+	for i, v := range a.words() {
+		// The sync that follows publishes them, to the PEs that read them
+		// after a sync whose keys differed.
+		ucs.StoreRelease(&line[1+i], v)
+	}
+	if t.syncKey(routine, collKey(atomic.LoadUint64(&line[0]))^a.key()) {
+		return nil
+	}
+	lines := make([][1 + collArgWords]uint64, t.npes)
+	for j := range lines {
+		pe := t.members[j]
+		if base := st.peers[pe].heap(); base != nil {
+			l := (*[1 + collArgWords]uint64)(unsafe.Add(base, t.collWordOff()))
+			for i := range l {
+				lines[j][i] = atomic.LoadUint64(&l[i])
+			}
+		} else {
+			get2("collective check", pe, t.collWordOff(), unsafe.Slice((*byte)(unsafe.Pointer(&lines[j])), len(lines[j])*8))
+		}
+	}
+	t.syncKey(routine, 0) // every PE has read before any moves on
+	words := make([]uint64, t.npes)
+	for j := range lines {
+		words[j] = lines[j][0]
+	}
+	for _, w := range words {
+		if collKey(w) != collKey(words[0]) {
+			t.reportMismatch(routine, words)
+		}
+	}
+	return argsErr(routine, t, func(j int) collArgs { return argsOfWords(lines[j][1:]) })
+}
