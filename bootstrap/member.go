@@ -174,7 +174,8 @@ func Join(env Env) (*Member, error) {
 		conn.Close()
 		return nil, fmt.Errorf("bootstrap: PE %d: joining through its agent: %w: %w", env.Rank, ucs.ErrUnreachable, err)
 	}
-	if err := conn.Send(&wire.Message{Kind: wire.KindHello, JobID: env.JobID, Rank: env.Rank}, -1); err != nil {
+	_, build := wire.Speaks()
+	if err := conn.Send(&wire.Message{Kind: wire.KindHello, JobID: env.JobID, Rank: env.Rank, Build: build}, -1); err != nil {
 		return fail(err)
 	}
 	t := time.NewTimer(joinTimeout)
@@ -540,16 +541,35 @@ func (m *Member) readLoop() {
 			closed := m.closed
 			m.mu.Unlock()
 			if !closed {
-				why := wire.ReasonAgentGone
-				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-					why += ": " + err.Error()
-				}
-				m.recordFailure(Failure{Rank: -1, Host: wire.HostName(wire.MaxString), Reason: why})
+				m.recordFailure(Failure{Rank: -1, Host: wire.HostName(wire.MaxString), Reason: m.agentLost(err)})
 			}
 			return
 		}
 		m.handle(msg, fd)
 	}
+}
+
+// agentLost says why the channel to the agent failed with err: the agent
+// is gone, or was built from another goshmem (it answered the hello with
+// a welcome of another version, or, older than version 4, closed the
+// channel without one).
+func (m *Member) agentLost(err error) string {
+	var ve *wire.VersionError
+	if errors.As(err, &ve) {
+		return "is built from another goshmem version than the program: " + ve.Advice(true)
+	}
+	why := wire.ReasonAgentGone
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		return why + ": " + err.Error()
+	}
+	select {
+	case <-m.welcome:
+		return why
+	default:
+	}
+	v, build := wire.Speaks()
+	return why + " before it welcomed this PE: if goshmem-run is built from a goshmem older than the program's (which speaks version " +
+		strconv.Itoa(v) + " of the bootstrap's messages, goshmem " + build + "), it could not read the PE's hello: then " + wire.AdviceRebuild
 }
 
 // handle processes a frame of the agent.

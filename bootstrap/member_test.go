@@ -2,8 +2,12 @@ package bootstrap
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"io"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -117,4 +121,66 @@ func FuzzMemberHandle(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestJoinOtherVersion: a PE whose agent (goshmem-run) was built from
+// another goshmem fails to join with an error that names both versions
+// and says what to do: an agent of a later version answers the hello
+// with a welcome of its own version, whose layout every version keeps; an
+// older one, which cannot read the hello, closes the channel.
+func TestJoinOtherVersion(t *testing.T) {
+	key, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, build := wire.Speaks()
+	tests := []struct {
+		name   string
+		answer func(agent *os.File) // after reading the hello
+		want   []string
+	}{
+		{"later agent", func(agent *os.File) {
+			b := wire.AppendMessage(make([]byte, 4), &wire.Message{Kind: wire.KindWelcome, JobID: "j", Rank: -1, Build: "v9.9.9-fake"})
+			binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+			b[4] = 9 // the version
+			agent.Write(b)
+		}, []string{"the launcher (goshmem-run) on host ", "is built from another goshmem version than the program: the program speaks version " +
+			strconv.Itoa(v) + " (goshmem " + build + ") of the bootstrap's messages, goshmem-run version 9 (goshmem v9.9.9-fake): " + wire.AdviceRebuild}},
+		{"older agent", func(*os.File) {}, []string{"before it welcomed this PE: if goshmem-run is built from a goshmem older than the program's", wire.AdviceRebuild}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent := os.NewFile(uintptr(fds[0]), "fake agent")
+			go func() {
+				defer agent.Close()
+				var head [4]byte
+				if _, err := io.ReadFull(agent, head[:]); err != nil {
+					t.Errorf("reading the hello: %v", err)
+					return
+				}
+				body := make([]byte, binary.BigEndian.Uint32(head[:]))
+				if _, err := io.ReadFull(agent, body); err != nil {
+					t.Errorf("reading the hello: %v", err)
+					return
+				}
+				if m, err := wire.DecodeMessage(body); err != nil || m.Kind != wire.KindHello || m.Build != build {
+					t.Errorf("the PE's first frame: %+v, %v; want a hello that says %q", m, err, build)
+				}
+				tt.answer(agent)
+			}()
+			_, err = Join(Env{Size: 2, LocalSize: 1, Seed: "127.0.0.1:1", Key: key, JobID: "j", AgentFD: fds[1]})
+			if err == nil {
+				t.Fatal("Join succeeded")
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Join: %v\nlacks %q", err, want)
+				}
+			}
+		})
+	}
 }

@@ -329,6 +329,9 @@ func (r *agentRun) serve(ctx context.Context) int {
 		case e := <-g.exits:
 			g.exited(e)
 			how, code := describe(e)
+			if err := agent.VersionMismatch(e.rank); err != nil {
+				how += "; " + err.Error()
+			}
 			reports <- report{e.rank, how, code, e.endedBy(endedBy)}
 		case <-terminated:
 			terminated = nil

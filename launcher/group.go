@@ -225,9 +225,11 @@ func (g *group) tagFromNow() { g.tagNow.Store(true) }
 
 // replay handles the first PE of the group that failed by itself, when
 // its output was not tagged: it turns tagging on, and shows again, tagged,
-// on standard error, the lines of the PE that say why it failed (see
-// lastLines), which were forwarded untagged as the PE wrote them. With an
-// output directory it says which file holds the PE's output instead.
+// on standard error, the last lines of the PE (see lastLines), which were
+// forwarded untagged as the PE wrote them. A PE whose runtime crashed
+// needs no replay: its crash report, which says why, was tagged from its
+// first line (lineWriter.emit), and is shown once. With an output
+// directory it says which file holds the PE's output instead.
 func (g *group) replay(p *proc, e peExit) {
 	if g.tag || g.replayed {
 		return
@@ -242,14 +244,10 @@ func (g *group) replay(p *proc, e peExit) {
 	// The PE's writers were flushed before its exit was sent: last is
 	// complete, and no longer written.
 	lines := p.last.lines()
-	if len(lines) == 0 {
+	if len(lines) == 0 || p.last.crash != nil {
 		return
 	}
-	what := "the last lines it wrote"
-	if p.last.crash != nil {
-		what = "the start of its crash report"
-	}
-	g.logf("PE %d %s; %s:", p.rank, how, what)
+	g.logf("PE %d %s; the last lines it wrote:", p.rank, how)
 	prefix := peTag(p.rank)
 	var b []byte
 	for _, l := range lines {

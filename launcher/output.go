@@ -21,7 +21,8 @@ type lineWriter struct {
 	prefix []byte
 	// tagOn, when set, says whether prefix is used yet: the output of a job
 	// that was not asked to be tagged is tagged from the moment the job
-	// fails (see group.tagFromNow).
+	// fails (see group.tagFromNow), or a PE's crash report starts: the
+	// report is then shown once, tagged as it comes.
 	tagOn *atomic.Bool
 	// last, when set, keeps the last lines written (under mu), to be shown
 	// again, tagged, when the PE fails (see group.replay).
@@ -79,8 +80,8 @@ func (w *lineWriter) emit(line []byte, complete bool) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.last != nil {
-		w.last.add(line, w.midLine)
+	if w.last != nil && w.last.add(line, w.midLine) && w.tagOn != nil {
+		w.tagOn.Store(true)
 	}
 	if !w.midLine && w.tagged() {
 		// One Write per line: dst may be unbuffered and shared.
@@ -124,8 +125,9 @@ const (
 var crashStarts = [][]byte{[]byte("panic: "), []byte("fatal error: ")}
 
 // lastLines keeps the last lines a PE wrote, on both streams in the order
-// written, for a replay when it fails. Its lineWriters call add under
-// their shared lock; lines reads it once they are flushed.
+// written, for a replay when it fails (the crash report, tagged as it
+// comes, needs none). Its lineWriters call add under their shared lock;
+// lines reads it once they are flushed.
 type lastLines struct {
 	ring  [replayLines][]byte // reused buffers
 	next  int                 // slot of the next line
@@ -134,10 +136,11 @@ type lastLines struct {
 }
 
 // add keeps one line (or a piece of an overlong one: cont says it
-// continues the previous piece, which then stands for both).
-func (l *lastLines) add(line []byte, cont bool) {
+// continues the previous piece, which then stands for both). It reports
+// whether the line starts the PE's crash report.
+func (l *lastLines) add(line []byte, cont bool) (crashStart bool) {
 	if cont {
-		return
+		return false
 	}
 	line = bytes.TrimSuffix(line, []byte("\n"))
 	if len(line) > replayLineMax {
@@ -150,10 +153,12 @@ func (l *lastLines) add(line []byte, cont bool) {
 		}
 	case hasAnyPrefix(line, crashStarts):
 		l.crash = [][]byte{bytes.Clone(line)}
+		crashStart = true
 	}
 	l.ring[l.next] = append(l.ring[l.next][:0], line...)
 	l.next = (l.next + 1) % replayLines
 	l.n = min(l.n+1, replayLines)
+	return crashStart
 }
 
 // lines returns the lines to show: the start of the crash report, or else

@@ -62,7 +62,7 @@ func SetLock(lock *int64) {
 	// Queue behind prev; the fetch makes sure prev has it before this PE
 	// waits.
 	amoFetching(&defaultCtx, "SetLock", node, int(prev-1), amoAdd, me<<1, 0)
-	w := waiter{what: "SetLock"}
+	w := waiter{what: "SetLock", on: waitForLock(lock, int(prev-1))}
 	for atomic.LoadUint32(node)&lockHandOver == 0 {
 		w.pause()
 	}
@@ -76,7 +76,7 @@ func SetLock(lock *int64) {
 // TestLock, and so may come after PEs that asked with SetLock later.
 func SetLockContext(ctx context.Context, lock *int64) error {
 	lockWords("SetLockContext", lock)
-	w := waiter{what: "SetLockContext"}
+	w := waiter{what: "SetLockContext", on: waitForLock(lock, -1)}
 	defer w.done()
 	for !TestLock(lock) {
 		if err := ctx.Err(); err != nil {
@@ -104,7 +104,7 @@ func ClearLock(lock *int64) {
 	}
 	// A PE swapped itself in behind this one: wait until it has written
 	// its number into this PE's node, then hand the lock over.
-	w := waiter{what: "ClearLock"}
+	w := waiter{what: "ClearLock", on: waitForLock(lock, -1)}
 	next := atomic.LoadUint32(node) >> 1
 	for next == 0 {
 		w.pause()

@@ -175,7 +175,7 @@ func SignalFetch(sig *uint64) uint64 {
 func SignalWaitUntil(sig *uint64, cmp Cmp, v uint64) uint64 {
 	checkPoint("SignalWaitUntil", sig)
 	checkCmp("SignalWaitUntil", cmp)
-	w := waiter{what: "SignalWaitUntil"}
+	w := waiter{what: "SignalWaitUntil", on: waitFor(sig, 1, cmp, v, false)}
 	for {
 		if x := atomic.LoadUint64(sig); compare(x, cmp, v) {
 			w.done()
@@ -191,7 +191,7 @@ func SignalWaitUntil(sig *uint64, cmp Cmp, v uint64) uint64 {
 func SignalWaitUntilContext(ctx context.Context, sig *uint64, cmp Cmp, v uint64) (uint64, error) {
 	checkPoint("SignalWaitUntilContext", sig)
 	checkCmp("SignalWaitUntilContext", cmp)
-	w := waiter{what: "SignalWaitUntilContext"}
+	w := waiter{what: "SignalWaitUntilContext", on: waitFor(sig, 1, cmp, v, false)}
 	defer w.done()
 	for {
 		x := atomic.LoadUint64(sig)

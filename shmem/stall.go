@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goshmem/goshmem/internal/version"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -138,10 +140,128 @@ func (t *Team) peerColl(i int, remote bool) (seq, kind uint64, ok bool) {
 	return seq, kind, true
 }
 
-// waitEntry is a wait that lasted, for the stall reports.
+// waitEntry is a wait that lasted, for the stall reports: the routine,
+// what it waits for, since when, and the call stack it was registered from
+// (program counters only: a report resolves them, and finds the program's
+// call site, callSite).
 type waitEntry struct {
 	what  string // the routine of a point-to-point wait; "" in a collective
+	on    waitOn
 	since time.Time
+	pcs   [callDepth]uintptr
+	npc   int
+}
+
+// callDepth bounds the frames a slow wait keeps: those of the library
+// between a wait and the program's call are fewer.
+const callDepth = 32
+
+// waitOn is what a point-to-point wait waits for, for its stall report:
+// n symmetric variables of size bytes from addr (one for the routines on
+// one variable), compared with a value (whose bits value holds), or with
+// one value each (vector); or, with lock set, the lock at addr, and ahead,
+// 1 + the PE ahead of this one in the lock's queue (0: unknown). The zero
+// value records nothing (a collective's wait).
+type waitOn struct {
+	addr   unsafe.Pointer
+	n      int
+	size   uint8
+	signed bool
+	vector bool
+	lock   bool
+	cmp    Cmp
+	value  uint64
+	ahead  int
+}
+
+// waitFor describes a wait on the n variables of type T from p, compared
+// with v (or, with vector, with values of their own). It is a few stores:
+// the waits build it before they know whether they will last.
+func waitFor[T Point](p *T, n int, cmp Cmp, v T, vector bool) waitOn {
+	var z T
+	return waitOn{addr: unsafe.Pointer(p), n: n, size: uint8(unsafe.Sizeof(z)), signed: ^z < 0, vector: vector, cmp: cmp, value: uint64(v)}
+}
+
+// waitForArray is waitFor of the array ivars (of values, when not nil).
+func waitForArray[T Point](ivars []T, cmp Cmp, v T, values []T) waitOn {
+	return waitFor(unsafe.SliceData(ivars), len(ivars), cmp, v, values != nil)
+}
+
+// waitForLock describes a wait for the lock at lock, behind the PE ahead
+// (-1: unknown).
+func waitForLock(lock *int64, ahead int) waitOn {
+	return waitOn{addr: unsafe.Pointer(lock), n: 1, size: 8, lock: true, ahead: ahead + 1}
+}
+
+// describe says what the wait waits for: " until *0x... (heap offset
+// 0x40) CmpEQ 1 (it holds 0; ...)", " for the lock at ..., queued behind
+// PE 2 ...".
+func (o *waitOn) describe() string {
+	if o.n == 0 {
+		return ""
+	}
+	where := fmt.Sprintf("%p (heap offset %#x)", o.addr, uintptr(o.addr)-st.heapBase)
+	if o.lock {
+		s := " for the lock at " + where
+		if o.ahead > 0 {
+			s += fmt.Sprintf(", queued behind PE %d (which holds the lock, or waits for it ahead of this PE: its own stall report says which)", o.ahead-1)
+		}
+		return s
+	}
+	const by = "another PE's store, atomic or signal"
+	if o.n > 1 || o.vector {
+		what := fmt.Sprintf("%d elements at %s", o.n, where)
+		if o.vector {
+			return fmt.Sprintf(" until the %s compare %v to their cmpValues (%s)", what, o.cmp, by)
+		}
+		return fmt.Sprintf(" until the %s compare %v %s (%s)", what, o.cmp, o.format(o.value), by)
+	}
+	return fmt.Sprintf(" until *%s %v %s (it holds %s; %s)", where, o.cmp, o.format(o.value), o.format(o.load()), by)
+}
+
+// load reads the (first) variable atomically.
+func (o *waitOn) load() uint64 {
+	switch o.size {
+	case 2:
+		return uint64(loadPoint((*uint16)(o.addr)))
+	case 4:
+		return uint64(loadPoint((*uint32)(o.addr)))
+	default:
+		return loadPoint((*uint64)(o.addr))
+	}
+}
+
+// format prints the bits v of a variable as the program wrote its value.
+func (o *waitOn) format(v uint64) string {
+	if !o.signed {
+		return strconv.FormatUint(v&(1<<(8*uint(o.size))-1), 10)
+	}
+	shift := 64 - 8*uint(o.size)
+	return strconv.FormatInt(int64(v<<shift)>>shift, 10)
+}
+
+// callSite names the program's call that led to the wait whose stack is
+// pcs: the first frame outside the library (inLibrary), " at file.go:42
+// (pkg.Func)"; "" when every frame is the library's.
+func callSite(pcs []uintptr) string {
+	frames := runtime.CallersFrames(pcs)
+	for {
+		f, more := frames.Next()
+		if f.Function != "" && !inLibrary(f.Function, f.File) {
+			return fmt.Sprintf(" at %s:%d (%s)", filepath.Base(f.File), f.Line, f.Function[strings.LastIndexByte(f.Function, '/')+1:])
+		}
+		if !more {
+			return ""
+		}
+	}
+}
+
+// inLibrary reports whether the function fn, defined in file, is part of
+// goshmem rather than of the program: a function of a package of the
+// goshmem module that is not in a test file. (A main package's functions
+// are named main.*: the module's commands and examples count as programs.)
+func inLibrary(fn, file string) bool {
+	return strings.HasPrefix(fn, version.ModulePath+"/") && !strings.HasSuffix(file, "_test.go")
 }
 
 // slowWaits are the waits in the library that lasted, by entry, and the
@@ -174,7 +294,9 @@ func (w *waiter) slow() {
 		} else {
 			w.entry = new(waitEntry)
 		}
-		*w.entry = waitEntry{what: w.what, since: now}
+		w.entry.what, w.entry.on, w.entry.since = w.what, w.on, now
+		// Skipping runtime.Callers and slow: the stack from pause on.
+		w.entry.npc = runtime.Callers(2, w.entry.pcs[:])
 		slowWaits.m[w.entry] = struct{}{}
 		slowWaits.Unlock()
 		return
@@ -386,13 +508,18 @@ func (t *Team) checkPartners(yield func(j int) bool) {
 // through the network when remote is set: it takes gets).
 func stallReport(me int, e *waitEntry, now time.Time, remote bool) string {
 	waited := now.Sub(e.since).Round(time.Millisecond)
+	site := callSite(e.pcs[:e.npc])
 	if e.what != "" {
-		return fmt.Sprintf("goshmem: PE %d: stall report: waiting %v in shmem.%s (for another PE's store, atomic or signal)\n", me, waited, e.what)
+		on := e.on.describe()
+		if on == "" {
+			on = " (for another PE's store, atomic or signal)"
+		}
+		return fmt.Sprintf("goshmem: PE %d: stall report: waiting %v in shmem.%s%s%s\n", me, waited, e.what, site, on)
 	}
 	var b strings.Builder
 	for t, w := range activeColls {
 		mySeq, myKind, _ := splitCollWord(w)
-		fmt.Fprintf(&b, "goshmem: PE %d: stall report: waiting %v in shmem.%s, collective #%d of %v", me, waited, collKindName(myKind), mySeq, t)
+		fmt.Fprintf(&b, "goshmem: PE %d: stall report: waiting %v in shmem.%s%s, collective #%d of %v", me, waited, collKindName(myKind), site, mySeq, t)
 		var behind []string
 		for j := 0; j < t.npes; j++ {
 			if j == t.me {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -59,28 +60,32 @@ func TestCollectiveMismatch(t *testing.T) {
 }
 
 // TestStallReport: with GOSHMEM_STALL_REPORT, a PE whose wait lasts
-// longer says where it waits and for whom: the others wait in a barrier
-// for PE 0, which sleeps; PE 0 then waits in WaitUntil for a put that
-// comes late. SIGUSR2 (what goshmem-run sends on SIGQUIT) makes a PE
-// report at once.
+// longer says where it waits, from which line of the program, and for
+// whom or what: the others wait in a barrier for PE 0, which sleeps; PE 0
+// then waits in WaitUntil for a put that comes late; PE 1 then waits in
+// SetLock for the lock PE 0 holds. SIGUSR2 (what goshmem-run sends on
+// SIGQUIT) makes a PE report at once.
 func TestStallReport(t *testing.T) {
 	stallJob(t, []int{3}, nil, []string{"GOSHMEM_STALL_REPORT=400ms"}, 0, func(t *testing.T, np int, out string) {
 		for pe := 1; pe < np; pe++ {
 			want := fmt.Sprintf("PE %d: stall report: waiting", pe)
 			found := false
 			for _, line := range strings.Split(out, "\n") {
-				if strings.Contains(line, want) && strings.Contains(line, "in shmem.BarrierAll, collective #") &&
-					strings.Contains(line, "of TeamWorld; waits for PE 0 (at its #") {
+				if strings.Contains(line, want) && strings.Contains(line, "in shmem.BarrierAll at stall_test.go:") &&
+					strings.Contains(line, ", collective #") && strings.Contains(line, "of TeamWorld; waits for PE 0 (at its #") {
 					found = true
 				}
 			}
 			if !found {
-				t.Errorf("PE %d did not report its wait in the barrier for PE 0; output:\n%s", pe, out)
+				t.Errorf("PE %d did not report its wait in the barrier for PE 0, from its line; output:\n%s", pe, out)
 			}
 		}
-		for _, want := range []string{"PE 0: stall report: waiting", "in shmem.WaitUntil (for another PE's store"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("no %q in the output:\n%s", want, out)
+		for _, want := range []*regexp.Regexp{
+			regexp.MustCompile(`PE 0: stall report: waiting \S+ in shmem\.WaitUntil at stall_test\.go:\d+ \(shmem_test\.TestStallReport\.func\d+\) until \*0x[0-9a-f]+ \(heap offset 0x[0-9a-f]+\) CmpEQ 1 \(it holds 0; another PE's store`),
+			regexp.MustCompile(`PE 1: stall report: waiting \S+ in shmem\.SetLock at stall_test\.go:\d+ \(shmem_test\.TestStallReport\.func\d+\) for the lock at 0x[0-9a-f]+ \(heap offset 0x[0-9a-f]+\), queued behind PE 0 \(which holds the lock`),
+		} {
+			if !want.MatchString(out) {
+				t.Errorf("no line matching %q in the output:\n%s", want, out)
 			}
 		}
 		if strings.Count(out, "PE 1: stall report: not waiting in the library") != 1 {
@@ -105,7 +110,21 @@ func TestStallReport(t *testing.T) {
 		if me == 0 {
 			shmem.WaitUntil(&flag[0], shmem.CmpEQ, 1)
 		}
+		lock := calloc[int64](t, 1)
+		if me == 0 {
+			shmem.SetLock(&lock[0])
+		}
 		shmem.BarrierAll()
+		switch me {
+		case 0:
+			time.Sleep(1500 * time.Millisecond)
+			shmem.ClearLock(&lock[0])
+		case 1:
+			shmem.SetLock(&lock[0])
+			shmem.ClearLock(&lock[0])
+		}
+		shmem.BarrierAll()
+		shmem.Free(lock)
 		shmem.Free(flag)
 	})
 }

@@ -448,10 +448,12 @@ func waitGE(p *uint64, v uint64) {
 // A wait that lasts also serves the stall checks and reports (stall.go):
 // what names the routine of a point-to-point wait ("" in a collective),
 // and every stallPolls pauses past the spin budget the waiter calls slow.
-// A wait loop calls done when it ends.
+// on, when set, says what a point-to-point wait waits for (the variable
+// and value, or the lock). A wait loop calls done when it ends.
 type waiter struct {
 	n        int
 	what     string
+	on       waitOn
 	entry    *waitEntry    // the registered slow wait
 	next     time.Duration // when to check for a mismatch next
 	reported bool          // GOSHMEM_STALL_REPORT has reported it

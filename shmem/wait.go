@@ -150,7 +150,7 @@ func testSome[T Point](ivars []T, indices, status []int, cmp Cmp, v T, values []
 }
 
 func waitAll[T Point](routine string, ivars []T, status []int, cmp Cmp, v T, values []T) {
-	w := waiter{what: routine}
+	w := waiter{what: routine, on: waitForArray(ivars, cmp, v, values)}
 	// Elements are waited for in order: one that satisfied the condition
 	// once is not waited for again.
 	for i := range ivars {
@@ -162,7 +162,7 @@ func waitAll[T Point](routine string, ivars []T, status []int, cmp Cmp, v T, val
 }
 
 func waitAny[T Point](routine string, ivars []T, status []int, cmp Cmp, v T, values []T) int {
-	w := waiter{what: routine}
+	w := waiter{what: routine, on: waitForArray(ivars, cmp, v, values)}
 	defer w.done()
 	for {
 		i, some := testAny(ivars, status, cmp, v, values)
@@ -174,7 +174,7 @@ func waitAny[T Point](routine string, ivars []T, status []int, cmp Cmp, v T, val
 }
 
 func waitSome[T Point](routine string, ivars []T, indices, status []int, cmp Cmp, v T, values []T) int {
-	w := waiter{what: routine}
+	w := waiter{what: routine, on: waitForArray(ivars, cmp, v, values)}
 	defer w.done()
 	for {
 		n, some := testSome(ivars, indices, status, cmp, v, values)
@@ -190,7 +190,7 @@ func waitSome[T Point](routine string, ivars []T, indices, status []int, cmp Cmp
 func WaitUntil[T Point](ivar *T, cmp Cmp, v T) {
 	checkPoint("WaitUntil", ivar)
 	checkCmp("WaitUntil", cmp)
-	w := waiter{what: "WaitUntil"}
+	w := waiter{what: "WaitUntil", on: waitFor(ivar, 1, cmp, v, false)}
 	for !compare(loadPoint(ivar), cmp, v) {
 		w.pause()
 	}
@@ -206,7 +206,7 @@ const ctxPolls = 64
 func WaitUntilContext[T Point](ctx context.Context, ivar *T, cmp Cmp, v T) error {
 	checkPoint("WaitUntilContext", ivar)
 	checkCmp("WaitUntilContext", cmp)
-	w := waiter{what: "WaitUntilContext"}
+	w := waiter{what: "WaitUntilContext", on: waitFor(ivar, 1, cmp, v, false)}
 	defer w.done()
 	for !compare(loadPoint(ivar), cmp, v) {
 		if w.n%ctxPolls == 0 {

@@ -9,7 +9,8 @@
 // tagged by PE ("[pe 2] "); a PE whose body fails ends the job at once, and
 // the parent test fails, first listing each failing PE's messages with its
 // number, then the whole output. A job that runs past its timeout fails
-// the test, and so does one that leaves goshmem segments in /dev/shm.
+// the test, listing where each PE waited (its stall report), and so does
+// one that leaves goshmem segments in /dev/shm.
 //
 //	func TestRing(t *testing.T) {
 //		shmemtest.Run(t, []int{2, 4}, func(t *testing.T) {
@@ -34,6 +35,7 @@
 package shmemtest
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
 	"testing"
@@ -62,8 +64,12 @@ var (
 	TCP = Transport{Name: "tcp", Env: []string{"UCX_TLS=tcp,self"}}
 )
 
-// DefaultTimeout bounds one job when Options.Timeout is zero.
-const DefaultTimeout = petest.DefaultTimeout
+// DefaultTimeout bounds one job when Options.Timeout is zero: 90 seconds.
+// A job that runs longer is asked where its PEs wait: each PE in the
+// library prints a stall report (the routine, the program's line that
+// called it, the team and the PEs it waits for, or the variable and
+// value), which the failure lists, PE by PE, before the job is ended.
+const DefaultTimeout = 90 * time.Second
 
 // Options tune RunWith.
 type Options struct {
@@ -79,7 +85,8 @@ type Options struct {
 	// Env is added to the environment of every PE (for example
 	// SHMEM_SYMMETRIC_SIZE=64M).
 	Env []string
-	// Timeout bounds each job; DefaultTimeout if zero.
+	// Timeout bounds each job; DefaultTimeout if zero. A job that runs
+	// longer fails the test, listing the stall report of each PE.
 	Timeout time.Duration
 	// ThreadLevel is the level each PE asks of shmem.InitThread; the zero
 	// value is ThreadSingle, which is shmem.Init.
@@ -134,7 +141,7 @@ func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
 			quick = tr.QuickNPs
 		}
 		jobs[i] = petest.Options{Name: tr.Name, NPs: o.NPs, QuickNPs: quick, Env: append(append([]string(nil), o.Env...), tr.Env...),
-			Timeout: o.Timeout, WantExit: o.WantExit, Check: o.Check}
+			Timeout: cmp.Or(o.Timeout, DefaultTimeout), WantExit: o.WantExit, Check: o.Check}
 		if o.Shared {
 			// Jobs can be shared by PEs that start alike.
 			jobs[i].Share = fmt.Sprintf("level=%v noinit=%v setup=%#x", o.ThreadLevel, o.NoInit, reflect.ValueOf(o.Setup).Pointer())
@@ -150,11 +157,16 @@ func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
 
 // runPE is one PE of a job: setup, Init, the body, and Finalize; a body
 // that failed ends the PE before Finalize, which the other PEs would never
-// join, so that the job ends at once.
+// join, so that the job ends at once. A body that panicked does not
+// finalize either: Finalize's collective, met by the other PEs' collectives
+// of the body, would be reported as a collective mismatch on every PE
+// before the panic that caused it; the panic ends the PE, and the
+// launcher the job.
 func runPE(t *testing.T, o Options, body func(t *testing.T)) {
 	if o.Setup != nil {
 		o.Setup(t)
 	}
+	returned := false
 	if !o.NoInit {
 		if o.ThreadLevel == shmem.ThreadSingle {
 			if err := shmem.Init(); err != nil {
@@ -165,10 +177,15 @@ func runPE(t *testing.T, o Options, body func(t *testing.T)) {
 		} else if got != o.ThreadLevel {
 			t.Fatalf("shmem.InitThread(%v) provided %v", o.ThreadLevel, got)
 		}
-		defer shmem.Finalize()
+		defer func() {
+			if returned || t.Skipped() {
+				shmem.Finalize()
+			}
+		}()
 	}
 	defer petest.ExitIfFailed(t)
 	body(t)
+	returned = true
 }
 
 // IsPE reports whether this process is a PE of a job that Run started (as

@@ -4,8 +4,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/shmemtest"
@@ -163,4 +165,81 @@ func readmeLocalCheckout(t *testing.T, root string) [][]string {
 		cmds = append(cmds, words)
 	}
 	return cmds
+}
+
+// TestPanicInBody: a body that panics on one PE while the others wait in
+// a collective ends the job with the panic, said once: the panicking PE
+// does not finalize, which the others would see, and report, as a
+// collective mismatch.
+func TestPanicInBody(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{
+		NPs:        []int{3},
+		Transports: []shmemtest.Transport{shmemtest.SharedMemory},
+		WantExit:   2, // a test binary's panic
+		Check: func(t *testing.T, out string) {
+			if !strings.Contains(out, "[pe 1] panic: PE 1 gives up") {
+				t.Errorf("no panic of PE 1 in the output:\n%s", out)
+			}
+			if strings.Contains(out, "collective mismatch") {
+				t.Errorf("the panic was reported as a collective mismatch:\n%s", out)
+			}
+		},
+	}, func(t *testing.T) {
+		if shmem.MyPE() == 1 {
+			panic("PE 1 gives up")
+		}
+		shmem.BarrierAll()
+	})
+}
+
+// hangEnv makes TestHang run: TestTimeoutSaysWhere runs it in a test
+// process of its own, since it fails.
+const hangEnv = "SHMEMTEST_HANG"
+
+// TestHang is a job that hangs: PE 0 waits for a store that never comes,
+// PE 1 in a barrier for PE 0.
+func TestHang(t *testing.T) {
+	if os.Getenv(hangEnv) == "" {
+		t.Skipf("a test that fails, for TestTimeoutSaysWhere: %s=1 runs it", hangEnv)
+	}
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, Timeout: 20 * time.Second},
+		func(t *testing.T) {
+			x, err := shmem.Calloc[int64](1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if shmem.MyPE() == 0 {
+				shmem.WaitUntil(&x[0], shmem.CmpEQ, 1)
+			}
+			shmem.BarrierAll()
+		})
+}
+
+// TestTimeoutSaysWhere: a job that runs past its timeout fails its test
+// with the stall report of each PE (the routine, the line of the test
+// that called it, what or whom it waits for), and the failure names the
+// test's file, not the harness's.
+func TestTimeoutSaysWhere(t *testing.T) {
+	if shmemtest.IsPE() {
+		t.Skip("runs in the test process only")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHang$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), hangEnv+"=1")
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	if err == nil {
+		t.Fatalf("TestHang passed:\n%s", out)
+	}
+	for _, want := range []string{
+		`(?m)^\s+shmemtest_test\.go:\d+: PE 0: goshmem: PE 0: stall report: waiting \S+ in shmem\.WaitUntil at shmemtest_test\.go:\d+ \(shmemtest_test\.TestHang\.func1\) until \*0x[0-9a-f]+ \(heap offset 0x[0-9a-f]+\) CmpEQ 1 \(it holds 0;`,
+		`(?m)^\s+shmemtest_test\.go:\d+: PE 1: goshmem: PE 1: stall report: waiting \S+ in shmem\.BarrierAll at shmemtest_test\.go:\d+ \(shmemtest_test\.TestHang\.func1\), collective #\d+ of TeamWorld; waits for PE 0 `,
+		`(?m)^\s+shmemtest_test\.go:\d+: job of 2 PEs did not end within 20s`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("no line matching %q in the output:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "petest.go:") {
+		t.Errorf("a failure names the harness's file, not the test's:\n%s", out)
+	}
 }

@@ -119,6 +119,9 @@ type localPE struct {
 	heard     time.Time
 	silentSet bool // reported on Silent
 	gone      bool // its channel closed
+	// other is set when the PE's first frame was of another version of
+	// the messages: the program was built from another goshmem.
+	other *wire.VersionError
 }
 
 // JoinAgent joins the job described by env (its JobID, Size, Seed, Key and
@@ -767,6 +770,17 @@ func (a *Agent) serve(p *localPE) {
 		wire.CloseFD(fd) // a PE sends no descriptor
 		if err != nil {
 			a.mu.Lock()
+			var ve *wire.VersionError
+			if errors.As(err, &ve) && !p.joined && p.other == nil {
+				// A hello of another version: the PE learns this
+				// agent's version from the welcome (its layout is
+				// every version's), and the launcher from the PE's
+				// report (VersionMismatch).
+				p.other = ve
+				_, build := wire.Speaks()
+				a.toPE(p, &wire.Message{Kind: wire.KindWelcome, JobID: a.env.JobID, Rank: -1, Build: build}, -1)
+				a.logf("PE %d: a hello of another goshmem version: %s", p.rank, ve.Advice(false))
+			}
 			p.gone = true
 			a.mu.Unlock()
 			p.conn.Close()
@@ -774,6 +788,20 @@ func (a *Agent) serve(p *localPE) {
 		}
 		a.fromPE(p, m)
 	}
+}
+
+// VersionMismatch returns, for the PE rank, an error that says that its
+// program is built from another goshmem version than the agent (its hello
+// was of another version of the bootstrap's messages), naming both and
+// what to do; nil if it is not. The PE reports it too, and ends: the
+// caller says it with the PE's end (Report).
+func (a *Agent) VersionMismatch(rank int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p := a.pes[rank]; p != nil && p.other != nil {
+		return errors.New("the program is built from another goshmem version than goshmem-run: " + p.other.Advice(false))
+	}
+	return nil
 }
 
 // fromPE handles a frame of the PE p.

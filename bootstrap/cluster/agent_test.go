@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -480,5 +482,55 @@ func TestPlaintextRefused(t *testing.T) {
 	conn.Close() // the seed closed it (EOF or reset) without answering
 	if seed.Joined(0) || seed.AnyJoined() {
 		t.Errorf("the seed accepted a plaintext message")
+	}
+}
+
+// TestAgentOtherVersion: a PE whose program was built from another goshmem
+// says hello in another version of the messages. The agent answers with a
+// welcome that the PE can read whatever its version (it names the agent's
+// goshmem), closes the channel, and names both versions, with what to do,
+// for the launcher (VersionMismatch).
+func TestAgentOtherVersion(t *testing.T) {
+	key := newTestKey(t)
+	seed, err := NewSeed(SeedConfig{Size: 2, Agents: 1, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	a, err := JoinAgent(agentEnv(seed, key, 2), AgentConfig{Agents: 1, Ranks: []int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	f, err := a.Attach(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hello := wire.AppendMessage(make([]byte, 4), &wire.Message{Kind: wire.KindHello, JobID: seed.JobID(), Rank: 1, Build: "v9.9.9-fake"})
+	binary.BigEndian.PutUint32(hello, uint32(len(hello)-4))
+	hello[4] = 9 // the version
+	if _, err := f.Write(hello); err != nil {
+		t.Fatal(err)
+	}
+	c, err := wire.FileConn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	v, build := wire.Speaks()
+	if m, _, err := c.Recv(); err != nil || m.Kind != wire.KindWelcome || m.Build != build {
+		t.Fatalf("the agent's answer: %+v, %v; want a welcome that says %q", m, err, build)
+	}
+	if _, _, err := c.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the welcome: %v, want the channel closed", err)
+	}
+	want := "the program is built from another goshmem version than goshmem-run: the program speaks version 9 (goshmem v9.9.9-fake) of the bootstrap's messages, goshmem-run version " +
+		strconv.Itoa(v) + " (goshmem " + build + "): " + wire.AdviceRebuild
+	if err := a.VersionMismatch(1); err == nil || err.Error() != want {
+		t.Errorf("VersionMismatch(1) = %v, want %q", err, want)
+	}
+	if err := a.VersionMismatch(0); err != nil {
+		t.Errorf("VersionMismatch(0) = %v for a PE that said nothing", err)
 	}
 }

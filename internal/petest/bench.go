@@ -2,7 +2,6 @@ package petest
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -48,9 +47,10 @@ func Bench(b *testing.B, np int, bytesPerOp int64, body func(measure func(fn fun
 		report(b, v, bytesPerOp)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
-	defer cancel()
-	code, out, err := launch(ctx, np, []string{"-test.run=^$", "-test.bench=" + runPattern(b.Name()), "-test.benchtime=1x", "-test.count=1"}, nil, false)
+	code, out, timedOut, err := launch(DefaultTimeout, np, []string{"-test.run=^$", "-test.bench=" + runPattern(b.Name()), "-test.benchtime=1x", "-test.count=1"}, nil, false)
+	if timedOut {
+		b.Fatalf("benchmark job of %d PEs did not end within %v; output, with the stall reports of its PEs:\n%s", np, DefaultTimeout, out)
+	}
 	if err != nil || code != 0 {
 		b.Fatalf("benchmark job of %d PEs: exit %d, %v; output:\n%s", np, code, err, out)
 	}

@@ -34,8 +34,13 @@ import (
 // childEnv marks a process started by the harness as a PE.
 const childEnv = "GOSHMEM_PETEST"
 
-// DefaultTimeout bounds one job; a job that runs longer fails its test.
+// DefaultTimeout bounds one job; a job that runs longer fails its test,
+// with the stall report of each PE (where it waits, and for whom).
 const DefaultTimeout = 90 * time.Second
+
+// stallReportGrace bounds the wait for the stall reports of a job that
+// timed out, before it is ended.
+const stallReportGrace = 5 * time.Second
 
 // FullEnv is the environment variable that asks for the full matrices of
 // job sizes: set to 1 (as .ci/run sets it), every size of Options.NPs
@@ -85,9 +90,13 @@ func Run(t *testing.T, nps []int, body func(t *testing.T)) {
 // RunWith is Run with options.
 func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
 	t.Helper()
+	// Every function between the caller's RunWith and the checks is a
+	// helper, in the subtests too: a failure names the caller's line.
 	run := func(t *testing.T) {
+		t.Helper()
 		for _, np := range o.NPs {
 			t.Run("np="+strconv.Itoa(np), func(t *testing.T) {
+				t.Helper()
 				if o.QuickNPs != nil && !slices.Contains(o.QuickNPs, np) && !Full() {
 					t.Skipf("np=%d is in the full matrix only: %s=1 runs it (.ci/run does)", np, FullEnv)
 				}
@@ -120,16 +129,18 @@ func runPattern(name string) string {
 }
 
 func runJob(t *testing.T, np int, o Options) {
+	t.Helper()
 	timeout := o.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	code, output, err := launch(ctx, np, []string{"-test.run=" + runPattern(t.Name()), "-test.count=1", "-test.v"}, o.Env, true)
-	if ctx.Err() != nil {
-		t.Fatalf("job of %d PEs did not end within %v; output:\n%s", np, timeout, output)
+	code, output, timedOut, err := launch(timeout, np, []string{"-test.run=" + runPattern(t.Name()), "-test.count=1", "-test.v"}, o.Env, true)
+	if timedOut {
+		for _, r := range StallReports(output) {
+			t.Errorf("PE %d: %s", r.PE, r.Message)
+		}
+		t.Fatalf("job of %d PEs did not end within %v (the stall reports of its PEs are above); output:\n%s", np, timeout, output)
 	}
 	if err != nil && code == 0 {
 		t.Fatalf("job of %d PEs: %v; output:\n%s", np, err, output)
@@ -194,21 +205,92 @@ func ExitIfFailed(t *testing.T) {
 }
 
 // launch runs np PEs of this test binary with args, through the launcher,
-// and returns the exit code and the PEs' combined output.
-func launch(ctx context.Context, np int, args, env []string, tag bool) (int, string, error) {
+// and returns the exit code and the PEs' combined output. A job that runs
+// past timeout is asked for stall reports (each PE in the library says
+// where it waits), which it gets stallReportGrace to give, and is then
+// ended; timedOut says so.
+func launch(timeout time.Duration, np int, args, env []string, tag bool) (code int, output string, timedOut bool, err error) {
 	w := &lockedWriter{buf: new(bytes.Buffer)}
-	code, err := launcher.Run(ctx, launcher.Options{
-		NP:        np,
-		Program:   os.Args[0],
-		Args:      args,
-		Env:       append([]string{childEnv + "=1"}, env...),
-		TagOutput: tag,
-		Stdin:     strings.NewReader(""),
-		Stdout:    w,
-		Stderr:    w,
-		Logf:      func(format string, args ...any) { fmt.Fprintf(w, "goshmem-run: "+format+"\n", args...) },
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stalls := make(chan struct{}, 1)
+	expired := make(chan struct{})
+	timer := time.AfterFunc(timeout, func() {
+		close(expired)
+		stalls <- struct{}{}
+		grace := time.NewTimer(stallReportGrace)
+		defer grace.Stop()
+		poll := time.NewTicker(50 * time.Millisecond)
+		defer poll.Stop()
+		for len(StallReports(w.String())) < np {
+			select {
+			case <-grace.C:
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			case <-poll.C:
+			}
+		}
+		cancel()
 	})
-	return code, w.String(), err
+	defer timer.Stop()
+	code, err = launcher.Run(ctx, launcher.Options{
+		NP:           np,
+		Program:      os.Args[0],
+		Args:         args,
+		Env:          append([]string{childEnv + "=1"}, env...),
+		TagOutput:    tag,
+		Stdin:        strings.NewReader(""),
+		Stdout:       w,
+		Stderr:       w,
+		StallReports: stalls,
+		Logf:         func(format string, args ...any) { fmt.Fprintf(w, "goshmem-run: "+format+"\n", args...) },
+	})
+	select {
+	case <-expired:
+		timedOut = true
+	default:
+	}
+	return code, w.String(), timedOut, err
+}
+
+// stallRequested is what the launcher logs when it asks for stall
+// reports; the reports follow it.
+const stallRequested = "goshmem-run: stall report requested"
+
+// StallReports finds, in a job's output tagged by PE, the stall reports
+// the PEs gave after the launcher asked for them (a job that timed out),
+// each line of a report once, in the order they came. A PE waiting in
+// several places gives several lines.
+func StallReports(output string) []Failure {
+	i := strings.Index(output, stallRequested)
+	if i < 0 {
+		return nil
+	}
+	var reports []Failure
+	for _, line := range strings.Split(output[i:], "\n") {
+		pe, msg, ok := peLine(line)
+		if ok && strings.Contains(msg, fmt.Sprintf("goshmem: PE %d: stall report: ", pe)) {
+			reports = append(reports, Failure{pe, strings.TrimSpace(msg)})
+		}
+	}
+	return reports
+}
+
+// peLine splits a line of output tagged by PE ("[pe 3] text") into the
+// PE and its text.
+func peLine(line string) (pe int, msg string, ok bool) {
+	rest, ok := strings.CutPrefix(line, "[pe ")
+	if !ok {
+		return 0, "", false
+	}
+	num, msg, ok := strings.Cut(rest, "] ")
+	pe, err := strconv.Atoi(num)
+	if !ok || err != nil {
+		return 0, "", false
+	}
+	return pe, msg, true
 }
 
 // Failure is a failure a PE's test reported: a line its *testing.T
@@ -226,13 +308,8 @@ func PEFailures(output string) []Failure {
 	var logged []Failure
 	failed := map[int]bool{}
 	for _, line := range strings.Split(output, "\n") {
-		rest, ok := strings.CutPrefix(line, "[pe ")
+		pe, msg, ok := peLine(line)
 		if !ok {
-			continue
-		}
-		num, msg, ok := strings.Cut(rest, "] ")
-		pe, err := strconv.Atoi(num)
-		if !ok || err != nil {
 			continue
 		}
 		switch trimmed := strings.TrimSpace(msg); {

@@ -1,7 +1,6 @@
 package petest
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"regexp"
@@ -175,10 +174,9 @@ func (j *sharedJob) run() {
 		names[i] = regexp.QuoteMeta(n)
 	}
 	pattern := "^(" + strings.Join(names, "|") + ")$/" + runPattern(strings.Join(j.path, "/"))
-	ctx, cancel := context.WithTimeout(context.Background(), j.timeout)
-	defer cancel()
-	j.code, j.output, j.err = launch(ctx, j.np, []string{"-test.run=" + pattern, "-test.count=1", "-test.v"}, j.env, true)
-	if ctx.Err() != nil {
+	var timedOut bool
+	j.code, j.output, timedOut, j.err = launch(j.timeout, j.np, []string{"-test.run=" + pattern, "-test.count=1", "-test.v"}, j.env, true)
+	if timedOut {
 		j.err = fmt.Errorf("did not end within %v", j.timeout)
 	}
 	j.took = time.Since(start)

@@ -1,9 +1,11 @@
 // Package version says which goshmem a command was built from, for the
-// version output of goshmem-run and goshmem-info.
+// version output of goshmem-run and goshmem-info, and for the bootstrap's
+// version handshake between a PE and goshmem-run.
 package version
 
 import (
 	"runtime/debug"
+	"strings"
 )
 
 // ModulePath is the path of the goshmem module.
@@ -48,4 +50,37 @@ func Settings(bi *debug.BuildInfo) map[string]string {
 		m[s.Key] = s.Value
 	}
 	return m
+}
+
+// Build describes the goshmem this binary was built from, in a few words
+// that tell two builds apart: the module's version ("v0.3.0"), with the
+// directory that replaced it, if any, and, for a binary of the goshmem
+// module itself (goshmem-run, goshmem-info, the module's tests), the VCS
+// revision it was built from ("(devel) revision 99c3ea0d12ab (modified)").
+// It reads the binary's build information: "(unknown)" without it.
+func Build() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	if bi.Main.Path != ModulePath {
+		for _, d := range bi.Deps {
+			if d.Path == ModulePath {
+				if r := d.Replace; r != nil {
+					return strings.TrimSpace(d.Version + " replaced by " + r.Path + " " + r.Version)
+				}
+				return d.Version
+			}
+		}
+		return "(unknown)"
+	}
+	s := Settings(bi)
+	b := bi.Main.Version
+	if r := s["vcs.revision"]; r != "" {
+		b += " revision " + r[:min(len(r), 12)]
+		if s["vcs.modified"] == "true" {
+			b += " (modified)"
+		}
+	}
+	return b
 }

@@ -288,6 +288,28 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// TestFailureSaidOnce: the output of a job that a PE's failure ends over
+// tcp says the cause once: a panic's report once, tagged, and nothing from
+// the survivors' transports, which only notice the PE's end (they said it
+// was reset, or closed without a goodbye, once the job was already
+// ending).
+func TestFailureSaidOnce(t *testing.T) {
+	for _, f := range faults[:2] {
+		t.Run(f.mode, func(t *testing.T) {
+			r := run(t, []string{"FAIL_PE=1", "UCX_TLS=tcp,self"}, "-np", "3", peProgram, f.mode)
+			checkFault(t, r, f.code, 1, hostname(t), f.how)
+			if n := strings.Count(r.stderr, "panic: the test asked for it"); f.mode == "panic" && n != 1 {
+				t.Errorf("the panic is in the output %d times, want once; %v", n, r)
+			}
+			for _, line := range strings.Split(r.stdout+r.stderr, "\n") {
+				if strings.Contains(line, "uct/tcp:") || strings.Contains(line, "connection reset") || strings.Contains(line, "without a goodbye") {
+					t.Errorf("a survivor's transport repeats the failure: %q; %v", line, r)
+				}
+			}
+		})
+	}
+}
+
 // TestBlameUnderTraffic kills a PE while every PE talks to every other over
 // tcp: the survivors that lose it end too, and their ends may reach
 // goshmem-run first, yet the job must be named after the killed PE, with

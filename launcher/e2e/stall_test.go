@@ -14,8 +14,9 @@ import (
 // TestStallReportOnSIGQUIT sends SIGQUIT to goshmem-run while two PEs of
 // three wait in BarrierAll for the third, which waits outside the library:
 // each PE in the barrier says, tagged with its number, that it waits in
-// shmem.BarrierAll on TeamWorld for PE 1, and PE 1 that it waits in
-// nothing; then PE 1 comes and the job ends well.
+// shmem.BarrierAll, called from the program's main.go, on TeamWorld for
+// PE 1, and PE 1 that it waits in nothing; then PE 1 comes and the job
+// ends well.
 func TestStallReportOnSIGQUIT(t *testing.T) {
 	const np, late = 3, 1
 	await := filepath.Join(t.TempDir(), "go")
@@ -23,7 +24,7 @@ func TestStallReportOnSIGQUIT(t *testing.T) {
 		"-np", fmt.Sprint(np), peProgram, "late")
 	var wants []*regexp.Regexp
 	for pe := range np {
-		w := fmt.Sprintf(`(?m)^\[pe %d\] goshmem: PE %d: stall report: waiting \S+ in shmem\.BarrierAll, collective #\d+ of TeamWorld; waits for PE %d \(at its #\d+`, pe, pe, late)
+		w := fmt.Sprintf(`(?m)^\[pe %d\] goshmem: PE %d: stall report: waiting \S+ in shmem\.BarrierAll at main\.go:\d+ \(main\.main\), collective #\d+ of TeamWorld; waits for PE %d \(at its #\d+`, pe, pe, late)
 		if pe == late {
 			w = fmt.Sprintf(`(?m)^\[pe %d\] goshmem: PE %d: stall report: not waiting in the library$`, pe, pe)
 		}

@@ -184,8 +184,8 @@ func (c *rxConn) ended(err error) {
 	i.mu.Unlock()
 	switch {
 	case err == errGoodbye, errors.Is(err, errEPClosed), closed:
-	case err == io.EOF:
-		i.warn.closed.Logf("the connection from %v (iface %#x) ended without a goodbye (the peer exited or was killed)", c.from, c.peerID)
+	case peerEnded(err):
+		i.warn.ended.Logf("the connection from %v (iface %#x) ended without a goodbye (the peer exited or was killed): %v", c.from, c.peerID, err)
 	default:
 		i.warn.closed.Logf("closed the connection from %v (iface %#x): %v", c.from, c.peerID, err)
 	}
@@ -219,9 +219,14 @@ func (e *EP) endTxLocked(st ucs.Status, cause error) {
 	i.mu.Lock()
 	report := cause != nil && e.claimed && !i.closed
 	// The log names the peer before the error handler can run: whoever
-	// handles the failure finds it logged.
+	// handles the failure finds it logged (at LogDiag when the peer
+	// ended: that is reported where it ran, see peerEnded).
 	if report && !errors.Is(cause, net.ErrClosed) {
-		i.log.Logf(ucs.LogWarn, "uct/tcp: ep to %s failed: %v", e.peer, cause)
+		level := ucs.LogWarn
+		if peerEnded(cause) {
+			level = ucs.LogDiag
+		}
+		i.log.Logf(level, "uct/tcp: ep to %s failed: %v", e.peer, cause)
 	}
 	e.err.Store(int32(st))
 	for _, w := range waits {
@@ -423,8 +428,8 @@ func (r *epReader) ended(err error) {
 	if orderly || live || !serving || closing {
 		return
 	}
-	if err == io.EOF {
-		i.warn.closed.Logf("the connection with %v (iface %#x) ended without a goodbye (the peer exited or was killed)", from, e.rx.peerID)
+	if peerEnded(err) {
+		i.warn.ended.Logf("the connection with %v (iface %#x) ended without a goodbye (the peer exited or was killed): %v", from, e.rx.peerID, err)
 	} else {
 		i.warn.closed.Logf("closed the connection with %v (iface %#x): %v", from, e.rx.peerID, err)
 	}

@@ -201,11 +201,15 @@ func (l *logBuffer) String() string {
 var capturedLog ucs.Logger
 
 // captureLog sends the log of the ifaces opened afterwards in the test
-// (by openIface, or with logger(l) in their params) to a buffer.
-func captureLog(tb testing.TB) *logBuffer {
+// (by openIface, or with logger(l) in their params) to a buffer, up to
+// LogWarn.
+func captureLog(tb testing.TB) *logBuffer { return captureLogAt(tb, ucs.LogWarn) }
+
+// captureLogAt is captureLog up to level.
+func captureLogAt(tb testing.TB, level ucs.LogLevel) *logBuffer {
 	l := &logBuffer{}
 	old := capturedLog
-	capturedLog = ucs.NewLogger(l, "", ucs.LogWarn)
+	capturedLog = ucs.NewLogger(l, "", level)
 	tb.Cleanup(func() { capturedLog = old })
 	return l
 }

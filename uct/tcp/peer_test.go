@@ -315,9 +315,28 @@ func TestPeerWrongKey(t *testing.T) {
 
 // TestPeerKilled kills the peer process and checks that the EP fails: its
 // error handler is called (once), operations and flush return an error.
-// The peer's EP to this iface shares the EP's connection, both ways.
+// The peer's EP to this iface shares the EP's connection, both ways. The
+// failure is logged at LogDiag, not as a warning: the peer's end is
+// reported where it ran (goshmem-run names the PE), and each survivor of a
+// failed job repeating it buried the cause.
 func TestPeerKilled(t *testing.T) {
-	captureLog(t)
+	for _, level := range []ucs.LogLevel{ucs.LogWarn, ucs.LogDiag} {
+		t.Run(level.String(), func(t *testing.T) {
+			log := captureLogAt(t, level)
+			peerKilled(t)
+			switch got := log.String(); {
+			case level == ucs.LogWarn && got != "":
+				t.Errorf("the peer's end was logged as a warning:\n%s", got)
+			case level == ucs.LogDiag && !strings.Contains(got, "uct/tcp: ep to "):
+				t.Errorf("the EP's failure was not logged at diag:\n%s", got)
+			case strings.Contains(got, "read: read: "):
+				t.Errorf("a read error says read twice:\n%s", got)
+			}
+		})
+	}
+}
+
+func peerKilled(t *testing.T) {
 	p := startPeer(t, testKey)
 	var failed, calls atomic.Int32
 	i := openIface(t, testMD(t), &uct.IfaceParams{ErrHandler: func(_ any, _ uct.EP, st ucs.Status) {

@@ -372,7 +372,7 @@ func (s *inStream) readDone(n int, err error) bool {
 	case err == unix.EAGAIN:
 		return false
 	case err != nil:
-		s.fail(fmt.Errorf("read: %w", os.NewSyscallError("read", err)))
+		s.fail(os.NewSyscallError("read", err))
 		return false
 	case n == 0 && (s.inFrame || s.r < s.w):
 		s.fail(fmt.Errorf("read: %w", io.ErrUnexpectedEOF))

@@ -1,10 +1,13 @@
 package tcp
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -18,8 +21,11 @@ import (
 type ifaceWarnings struct {
 	refused  *ucs.LogLimiter // connections refused or dropped before authentication
 	rejected *ucs.LogLimiter // puts and gets that name no registered memory
-	closed   *ucs.LogLimiter // connections closed for a bad frame, or ended without a goodbye
+	closed   *ucs.LogLimiter // connections closed for a bad frame
 	dropped  *ucs.LogLimiter // active messages without a handler
+	// ended: connections that ended without a goodbye, at LogDiag (see
+	// peerEnded).
+	ended *ucs.LogLimiter
 }
 
 // The limiters write warnBurst lines of each kind per warnInterval.
@@ -29,22 +35,35 @@ const (
 )
 
 // newIfaceWarnings returns the limiters of the iface listening on addr,
-// which write to log at LogWarn lines that begin with
+// which write to log at LogWarn (ended: LogDiag) lines that begin with
 // "uct/tcp: iface ADDR: ".
 func newIfaceWarnings(log ucs.Logger, addr net.Addr) ifaceWarnings {
 	prefix := "uct/tcp: iface " + addr.String() + ": "
 	warnf := func(format string, args ...any) { log.Logf(ucs.LogWarn, prefix+format, args...) }
+	diagf := func(format string, args ...any) { log.Logf(ucs.LogDiag, prefix+format, args...) }
 	return ifaceWarnings{
 		refused:  ucs.NewLogLimiter("refused connections", warnBurst, warnInterval, warnf),
 		rejected: ucs.NewLogLimiter("rejected puts and gets", warnBurst, warnInterval, warnf),
-		closed:   ucs.NewLogLimiter("connections closed for a bad frame or ended without a goodbye", warnBurst, warnInterval, warnf),
+		closed:   ucs.NewLogLimiter("connections closed for a bad frame", warnBurst, warnInterval, warnf),
 		dropped:  ucs.NewLogLimiter("dropped active messages", warnBurst, warnInterval, warnf),
+		ended:    ucs.NewLogLimiter("connections ended without a goodbye", warnBurst, warnInterval, diagf),
 	}
+}
+
+// peerEnded reports whether err, a connection's failure, says that the
+// peer's process ended: it closed the connection without a goodbye
+// (errNoGoodbye wraps io.EOF), in the middle of a frame, or reset it.
+// Whoever ran the peer reports that end (goshmem-run names the PE and how
+// it ended), and its peers' transports are then only the first to notice
+// a consequence: they log it at LogDiag, not as a warning of their own, so
+// that a job that fails says why once.
+func peerEnded(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // flush writes the summaries the limiters hold back (at Close).
 func (w *ifaceWarnings) flush() {
-	for _, l := range []*ucs.LogLimiter{w.refused, w.rejected, w.closed, w.dropped} {
+	for _, l := range []*ucs.LogLimiter{w.refused, w.rejected, w.closed, w.dropped, w.ended} {
 		l.Flush()
 	}
 }

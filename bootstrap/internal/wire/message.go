@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/goshmem/goshmem/internal/version"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -25,8 +26,9 @@ import (
 // strings are a uint16 length and the bytes):
 //
 //	Between an agent and its PEs:
-//	KindHello (PE → agent, first frame): nothing
-//	KindWelcome (agent → PE, the answer): nothing
+//	KindHello (PE → agent, first frame): build string (the goshmem the
+//	    sender was built from, Build)
+//	KindWelcome (agent → PE, the answer): build string
 //	KindGather (PE → agent): flags uint8 (FlagBarrier), payLen uint32, payload
 //	KindResult (agent → PE; the table's memory file travels with the frame,
 //	    except for a barrier): flags uint8, size uint64 (of the file)
@@ -63,10 +65,99 @@ import (
 //
 // The encoding is canonical: a message that decodes re-encodes to the same
 // bytes, and trailing bytes are an error.
+//
+// A PE and its agent (goshmem-run) are two programs, which may be built
+// from different goshmem versions. From version 4 on, two things never
+// change, so that each side can read the other's first frame whatever
+// else changed, and both can say which versions met: the header's layout
+// above, and the bodies of KindHello (1) and KindWelcome (2). A message of
+// another version decodes as a *VersionError. (The header of versions 3
+// and earlier is the same, and their hello and welcome have no body.)
 
-// Version 3 made the agents the only members of the job: PEs talk to
-// their agent, agents gather in a tree.
-const Version = 3
+// Version 4 made the hello and the welcome say which goshmem sent them;
+// version 3 made the agents the only members of the job (PEs talk to their
+// agent, agents gather in a tree).
+const Version = 4
+
+// A binary speaks version speaks, and says it was built from goshmem
+// build: Version and this binary's goshmem, unless the binary was built
+// with -ldflags "-X github.com/goshmem/goshmem/bootstrap/internal/wire.otherVersion=N
+// -X github.com/goshmem/goshmem/bootstrap/internal/wire.otherBuild=B":
+// the tests of the version handshake build a goshmem-run of another
+// version so.
+var (
+	otherVersion, otherBuild string
+	speaks                   = uint8(Version)
+	build                    = version.Build()
+)
+
+func init() {
+	if otherVersion != "" {
+		v, err := strconv.ParseUint(otherVersion, 10, 8)
+		if err != nil {
+			panic("bootstrap: wire.otherVersion " + strconv.Quote(otherVersion) + " is no version number")
+		}
+		speaks = uint8(v)
+	}
+	if otherBuild != "" {
+		build = otherBuild
+	}
+}
+
+// Speaks returns the version of the messages this binary writes and reads
+// (Version), and the goshmem it was built from, as its hello or welcome
+// says it.
+func Speaks() (int, string) { return int(speaks), build }
+
+// VersionError is the error of a message of another version than this
+// binary's: the other side was built from another goshmem. It wraps the
+// malformed-message error (and ucs.ErrInvalidParam).
+type VersionError struct {
+	// Version is the message's; Build the goshmem the other side was
+	// built from, when its message said (a hello or a welcome of version
+	// 4 or later), or "".
+	Version int
+	Build   string
+}
+
+// Error says both sides' versions.
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("bootstrap: a message of version %d (%s), where this side speaks version %d (goshmem %s)",
+		e.Version, e.Other(), speaks, build)
+}
+
+// Other names the other side's goshmem: "goshmem v0.3.0", or what its
+// version says of it when its message did not.
+func (e *VersionError) Other() string {
+	switch {
+	case e.Build != "":
+		return "goshmem " + e.Build
+	case e.Version < 4:
+		return "a goshmem from before version 4 of the bootstrap messages"
+	}
+	return "a goshmem that did not say which"
+}
+
+// Unwrap returns the malformed-message error.
+func (e *VersionError) Unwrap() error { return errMalformed }
+
+// Advice names, for the user, the versions of a PE's program and of
+// goshmem-run, built from different goshmems, and says what to do about
+// it. byPE says which side got the message of the other version: the PE
+// (e is then goshmem-run's version) or the agent (the program's).
+func (e *VersionError) Advice(byPE bool) string {
+	mine, theirs := fmt.Sprintf("%d (goshmem %s)", speaks, build), fmt.Sprintf("%d (%s)", e.Version, e.Other())
+	prog, run := mine, theirs
+	if !byPE {
+		prog, run = theirs, mine
+	}
+	return "the program speaks version " + prog + " of the bootstrap's messages, goshmem-run version " + run + ": " + AdviceRebuild
+}
+
+// AdviceRebuild says what to do when a PE's program and goshmem-run were
+// built from different goshmems.
+const AdviceRebuild = "rebuild the program with goshmem-run's goshmem, or install the goshmem-run of the program's goshmem (go install " +
+	version.ModulePath + "/launcher/cmd/goshmem-run@VERSION, with the VERSION of goshmem in the program's go.mod)"
 
 // Kind is the kind of a message.
 type Kind uint8
@@ -208,6 +299,7 @@ type Message struct {
 	Reason   string // failure, abort, terminate, lost
 	Ranks    []int  // stall report: the PEs to ask
 	Code     int    // global exit
+	Build    string // hello, welcome: the sender's goshmem (Build)
 }
 
 // errMalformed is wrapped by every decoding error.
@@ -220,11 +312,13 @@ func malformed(what string) error {
 // AppendMessage appends the encoding of m to b. It does not validate m
 // beyond what the encoding needs; callers build valid messages.
 func AppendMessage(b []byte, m *Message) []byte {
-	b = append(b, Version, byte(m.Kind), byte(len(m.JobID)))
+	b = append(b, speaks, byte(m.Kind), byte(len(m.JobID)))
 	b = append(b, m.JobID...)
 	b = appendI32(b, m.Rank)
 	b = binary.BigEndian.AppendUint64(b, m.Seq)
 	switch m.Kind {
+	case KindHello, KindWelcome:
+		b = appendString16(b, m.Build)
 	case KindGather:
 		b = append(b, m.Flags)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Payload)))
@@ -436,22 +530,18 @@ func (d *decoder) entries() []Entry {
 // DecodeMessage never panics.
 func DecodeMessage(b []byte) (*Message, error) {
 	d := &decoder{b: b}
-	if v := d.u8("version"); d.err == nil && v != Version {
-		return nil, malformed("unknown version " + strconv.Itoa(int(v)))
+	v := d.u8("version")
+	if d.err == nil && v != speaks {
+		return nil, otherVersionError(v, d)
 	}
-	m := &Message{Kind: Kind(d.u8("kind"))}
-	jobLen := int(d.u8("job id length"))
-	if d.err == nil && jobLen > MaxJobID {
-		d.fail("job id too long")
-	}
-	m.JobID = string(d.bytes(jobLen, "job id"))
-	m.Rank = d.rank("rank")
-	m.Seq = d.u64("sequence")
+	m := d.header()
 	if d.err != nil {
 		return nil, d.err
 	}
 	switch m.Kind {
-	case KindHello, KindWelcome, KindFinalize, KindFinalizeAck, KindPing, KindPong,
+	case KindHello, KindWelcome:
+		m.Build = d.string16("build")
+	case KindFinalize, KindFinalizeAck, KindPing, KindPong,
 		KindGlobalExitAck, KindLostAck, KindAgentAck:
 	case KindGather:
 		m.Flags = d.u8("flags")
@@ -551,6 +641,35 @@ func DecodeMessage(b []byte) (*Message, error) {
 		return nil, malformed(strconv.Itoa(len(d.b)) + " trailing bytes")
 	}
 	return m, nil
+}
+
+// header reads the header after the version (the layout every version
+// keeps).
+func (d *decoder) header() *Message {
+	m := &Message{Kind: Kind(d.u8("kind"))}
+	jobLen := int(d.u8("job id length"))
+	if d.err == nil && jobLen > MaxJobID {
+		d.fail("job id too long")
+	}
+	m.JobID = string(d.bytes(jobLen, "job id"))
+	m.Rank = d.rank("rank")
+	m.Seq = d.u64("sequence")
+	return m
+}
+
+// otherVersionError is the error of a message of version v, which d reads
+// after its version: what every version keeps, the header and the body of
+// a hello or a welcome, says which goshmem sent it (when it is of version
+// 4 or later).
+func otherVersionError(v uint8, d *decoder) *VersionError {
+	e := &VersionError{Version: int(v)}
+	m := d.header()
+	if d.err == nil && (m.Kind == KindHello || m.Kind == KindWelcome) && len(d.b) >= 2 {
+		if s := d.string16("build"); d.err == nil {
+			e.Build = s
+		}
+	}
+	return e
 }
 
 // ParseNodeAddr parses the host:port of a memberlist node. The host must be

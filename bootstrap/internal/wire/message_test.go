@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -119,4 +120,51 @@ func FuzzDecodeMessage(f *testing.F) {
 			t.Fatalf("re-encoding %+v gives\n%x\nwant\n%x", m, again, b)
 		}
 	})
+}
+
+// TestOtherVersion: a message of another version decodes as a
+// *VersionError (still a malformed message) that says which goshmem sent
+// it, when it is a hello or a welcome, whose layout every version keeps;
+// one of version 3, or of another kind, says what it can.
+func TestOtherVersion(t *testing.T) {
+	withVersion := func(v uint8, m *Message) []byte {
+		b := AppendMessage(nil, m)
+		b[0] = v
+		return b
+	}
+	v3hello := withVersion(3, &Message{Kind: KindHello, JobID: "j", Rank: 2})
+	v3hello = v3hello[:len(v3hello)-2] // version 3: no build
+	tests := []struct {
+		name    string
+		b       []byte
+		version int
+		build   string
+		other   string
+	}{
+		{"newer welcome", withVersion(9, &Message{Kind: KindWelcome, JobID: "j", Rank: -1, Build: "v9.9.9"}), 9, "v9.9.9", "goshmem v9.9.9"},
+		{"newer hello", withVersion(5, &Message{Kind: KindHello, JobID: "job-1", Rank: 3, Build: "(devel) revision abc"}), 5, "(devel) revision abc", "goshmem (devel) revision abc"},
+		{"version 3 hello", v3hello, 3, "", "a goshmem from before version 4 of the bootstrap messages"},
+		{"newer gather", withVersion(9, SampleMessages()[2]), 9, "", "a goshmem that did not say which"},
+		{"newer, cut short", withVersion(9, &Message{Kind: KindWelcome, JobID: "j", Rank: -1, Build: "v9"})[:5], 9, "", "a goshmem that did not say which"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeMessage(tt.b)
+			var ve *VersionError
+			if !errors.As(err, &ve) || !errors.Is(err, ucs.ErrInvalidParam) {
+				t.Fatalf("DecodeMessage = %v, want a *VersionError that wraps ucs.ErrInvalidParam", err)
+			}
+			if ve.Version != tt.version || ve.Build != tt.build || ve.Other() != tt.other {
+				t.Errorf("VersionError %+v, other %q; want version %d, build %q, other %q", ve, ve.Other(), tt.version, tt.build, tt.other)
+			}
+			for _, want := range []string{"speaks version 4 (goshmem " + build + ")", AdviceRebuild} {
+				if adv := ve.Advice(true); !strings.Contains(adv, want) {
+					t.Errorf("Advice %q lacks %q", adv, want)
+				}
+			}
+		})
+	}
+	if adv := (&VersionError{Version: 9, Build: "v9"}).Advice(false); !strings.HasPrefix(adv, "the program speaks version 9 (goshmem v9) of the bootstrap's messages, goshmem-run version 4 (goshmem ") {
+		t.Errorf("the agent's advice %q does not name the program's version, then its own", adv)
+	}
 }

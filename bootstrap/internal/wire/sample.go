@@ -6,8 +6,8 @@ package wire
 // binary does not link it.
 func SampleMessages() []*Message {
 	return []*Message{
-		{Kind: KindHello, JobID: "job-1", Rank: 3},
-		{Kind: KindWelcome, JobID: "job-1", Rank: -1},
+		{Kind: KindHello, JobID: "job-1", Rank: 3, Build: "v0.4.0"},
+		{Kind: KindWelcome, JobID: "job-1", Rank: -1, Build: "(devel) revision 0123456789ab"},
 		{Kind: KindGather, JobID: "job-1", Rank: 3, Seq: 7, Payload: []byte("worker address")},
 		{Kind: KindGather, JobID: "j", Rank: 0, Seq: 1, Flags: FlagBarrier, Payload: []byte{}},
 		{Kind: KindResult, JobID: "job-1", Rank: -1, Seq: 7, Size: 4096},
@@ -41,5 +41,6 @@ func SampleMessages() []*Message {
 		{Kind: KindAgentAck, JobID: "job-1", Rank: -1, Seq: 4},
 		{Kind: KindTerminate, JobID: "job-1", Rank: -1, Reason: "PE 3 on host h2 was killed by signal 9 (killed)"},
 		{Kind: KindStallReport, JobID: "job-1", Rank: -1, Ranks: []int{0, 5, 9}},
+		{Kind: KindHello, JobID: "j", Rank: 0},
 	}
 }

@@ -91,13 +91,13 @@
 //
 // Standard input goes to PE 0. The PEs' standard output and error are
 // forwarded one whole line at a time, untagged unless -tag-output asks for
-// "[pe N] " prefixes. When the job fails, or a stall report is asked for,
-// the lines that follow are tagged, whatever -tag-output says; and the
-// first PE of each agent (each host) that fails by itself has the lines
-// that say why shown again, tagged, on standard error: the start of its
-// crash report (from the Go runtime's "panic: " or "fatal error: " line, 20
-// lines), or else its last 20 lines, on both streams (with -output-dir,
-// goshmem-run names the PE's output file instead).
+// "[pe N] " prefixes. When the job fails, a PE's crash report starts (the
+// Go runtime's "panic: " or "fatal error: " line), or a stall report is
+// asked for, the lines that follow are tagged, whatever -tag-output says
+// (a crash report is so shown once, tagged); and the first PE of each
+// agent (each host) that fails by itself otherwise has its last 20 lines,
+// on both streams, shown again, tagged, on standard error (with
+// -output-dir, goshmem-run names the PE's output file instead).
 //
 // SIGQUIT (Ctrl-\) to goshmem-run does not end the job: it asks for a stall
 // report. goshmem-run prints "goshmem-run: stall report requested; PEs
