@@ -53,7 +53,7 @@ func TestProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The atomics' row over the job, and the matrix's header.
-	rows := regexp.MustCompile(`(?m)^ *AtomicInc +3 +24 *$`)
+	rows := regexp.MustCompile(`(?m)^ *AtomicInc +- +3 +24 *$`)
 	header := regexp.MustCompile(`(?m)^ *PE +0 +1 +2 +total *$`)
 	if !rows.Match(table) || !header.Match(table) {
 		t.Errorf("comm.txt lacks the AtomicInc total or the matrix:\n%s", table)

@@ -39,10 +39,12 @@ type commProfile struct {
 	perCall []routineTotal // by bytes, then ops, then name
 }
 
-// routineTotal is what one routine moved over the whole job.
+// routineTotal is what one routine moved over the whole job, and for a
+// collective (or a barrier, an allocation, ...: routines whose calls the
+// PEs count) its calls, over every PE.
 type routineTotal struct {
-	routine    string
-	ops, bytes uint64
+	routine           string
+	calls, ops, bytes uint64
 }
 
 // readCommProfile reads the summaries pe-N.comm.json of dir, for PEs 0 to
@@ -84,6 +86,7 @@ func readCommProfile(dir string, np int) (p *commProfile, problems []string, err
 				t = &routineTotal{routine: r.Routine}
 				totals[r.Routine] = t
 			}
+			t.calls += r.Calls
 			for _, c := range r.Targets {
 				if c.PE < 0 || c.PE >= np {
 					problems = append(problems, fmt.Sprintf("%s: %s to PE %d, not a PE of the job", shmem.CommSummaryFile(pe), r.Routine, c.PE))
@@ -103,7 +106,7 @@ func readCommProfile(dir string, np int) (p *commProfile, problems []string, err
 		p.perCall = append(p.perCall, *t)
 	}
 	slices.SortFunc(p.perCall, func(a, b routineTotal) int {
-		return cmp.Or(cmp.Compare(b.bytes, a.bytes), cmp.Compare(b.ops, a.ops), cmp.Compare(a.routine, b.routine))
+		return cmp.Or(cmp.Compare(b.bytes, a.bytes), cmp.Compare(b.ops, a.ops), cmp.Compare(b.calls, a.calls), cmp.Compare(a.routine, b.routine))
 	})
 	return p, problems, nil
 }
@@ -166,11 +169,15 @@ func (p *commProfile) writeTable(w io.Writer, problems []string) error {
 	for _, pr := range problems {
 		fmt.Fprintf(&b, "note: %s\n", pr)
 	}
-	fmt.Fprintf(&b, "\nRoutines, over every PE (bytes: sent by puts and atomics, read by gets):\n")
+	fmt.Fprintf(&b, "\nRoutines, over every PE (calls: of collectives, barriers and allocations; bytes: sent by puts and atomics, read by gets, delivered by collectives):\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "routine\toperations\tbytes\t\n")
+	fmt.Fprintf(tw, "routine\tcalls\toperations\tbytes\t\n")
 	for _, t := range p.perCall {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t\n", t.routine, t.ops, t.bytes)
+		calls := "-" // one-sided routines count their operations only
+		if t.calls > 0 {
+			calls = strconv.FormatUint(t.calls, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t\n", t.routine, calls, t.ops, t.bytes)
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "\nBytes of the operations PE (row) initiated on PE (column):\n")

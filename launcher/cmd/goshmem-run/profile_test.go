@@ -34,9 +34,11 @@ func TestCommProfile(t *testing.T) {
 		shmem.CommSummary{PE: 0, NPEs: 3, Routines: []shmem.RoutineComm{
 			{Routine: "Put", Targets: []shmem.PEComm{{PE: 1, Ops: 2, Bytes: 1000}, {PE: 2, Ops: 1, Bytes: 8}}},
 			{Routine: "AtomicFetchAdd", Targets: []shmem.PEComm{{PE: 0, Ops: 5, Bytes: 40}}},
+			{Routine: "BarrierAll", Calls: 2},
 		}},
 		shmem.CommSummary{PE: 1, NPEs: 3, Routines: []shmem.RoutineComm{
 			{Routine: "Get", Targets: []shmem.PEComm{{PE: 0, Ops: 4, Bytes: 4096}}},
+			{Routine: "BarrierAll", Calls: 3, Targets: []shmem.PEComm{}},         // calls, no data
 			{Routine: "Put", Targets: []shmem.PEComm{{PE: 9, Ops: 1, Bytes: 1}}}, // not a PE: noted, left out
 		}})
 	// PE 2 wrote none.
@@ -51,7 +53,7 @@ func TestCommProfile(t *testing.T) {
 		if p.bytes[0][1] != 1000 || p.ops[0][1] != 2 || p.bytes[1][0] != 4096 || p.bytes[0][0] != 40 || p.bytes[0][2] != 8 {
 			t.Errorf("bytes %v, ops %v", p.bytes, p.ops)
 		}
-		want := []routineTotal{{"Get", 4, 4096}, {"Put", 3, 1008}, {"AtomicFetchAdd", 5, 40}}
+		want := []routineTotal{{"Get", 0, 4, 4096}, {"Put", 0, 3, 1008}, {"AtomicFetchAdd", 0, 5, 40}, {"BarrierAll", 5, 0, 0}}
 		if len(p.perCall) != len(want) {
 			t.Fatalf("routines %+v, want %+v", p.perCall, want)
 		}
@@ -77,7 +79,7 @@ func TestCommProfile(t *testing.T) {
 			}
 		}
 		// The rows, as their words: the routines, then the matrix.
-		for _, w := range []string{"Get 4 4096", "Put 3 1008", "PE 0 1 2 total", "0 40 1000 8 1048", "1 4096 0 0 4096", "2 ? ? ? ?", "total 4136 1000 8"} {
+		for _, w := range []string{"routine calls operations bytes", "Get - 4 4096", "Put - 3 1008", "BarrierAll 5 0 0", "PE 0 1 2 total", "0 40 1000 8 1048", "1 4096 0 0 4096", "2 ? ? ? ?", "total 4136 1000 8"} {
 			if !hasRow(table.String(), w) {
 				t.Errorf("table lacks the row %q:\n%s", w, table.String())
 			}
