@@ -115,14 +115,14 @@ func (e RemoteError) Error() string { return string(e) }
 
 // Message kinds (the first byte of a message's header).
 const (
-	kindCall     uint8 = iota + 1 // a call that wants a reply
-	kindGo                        // a call without reply
-	kindBatch                     // aggregated calls without reply
-	kindReply                     // the result
-	kindReplyErr                  // a RemoteError
-	kindReplyPanic                // ErrPanic, with the panic's message
-	kindReplyUnknown              // ErrNotRegistered
-	kindReplyCodec                // ErrCodec, with the message
+	kindCall         uint8 = iota + 1 // a call that wants a reply
+	kindGo                            // a call without reply
+	kindBatch                         // aggregated calls without reply
+	kindReply                         // the result
+	kindReplyErr                      // a RemoteError
+	kindReplyPanic                    // ErrPanic, with the panic's message
+	kindReplyUnknown                  // ErrNotRegistered
+	kindReplyCodec                    // ErrCodec, with the message
 )
 
 // hdrLen is the length of a message's header: kind (u8), 3 bytes unused,

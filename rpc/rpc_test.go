@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/rpc"
 	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/shmemtest"
@@ -234,5 +235,43 @@ func TestErrors(t *testing.T) {
 			}
 		}
 		rpc.Barrier()
+	})
+}
+
+// TestPeerFailure: the calls outstanding to a PE that fails complete with
+// ErrPeerFailed naming the PE and the function, and later calls to it fail
+// at once. The failure is that of shmem.OnPeerFailure's hook, called here
+// as shmem calls it (a PE that really dies makes goshmem-run end the job).
+func TestPeerFailure(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		if me == 0 {
+			rpc.SetSurvive(true)
+			f := hold.Call(n-1, 1)
+			for range 100 {
+				rpc.Progress() // the call reaches PE n-1, which holds it
+			}
+			if f.Ready() {
+				t.Fatal("hold completed")
+			}
+			if !rpc.PeerFailed(n-1, bootstrap.Failure{Rank: n - 1, Reason: "exited with status 3"}) {
+				t.Fatal("the hook did not take charge of the failure")
+			}
+			for i, f := range []*rpc.Future[int32]{f, hold.Call(n-1, 2)} {
+				_, err := f.Wait()
+				var e *rpc.Error
+				if !errors.Is(err, rpc.ErrPeerFailed) || !errors.As(err, &e) || e.PE != n-1 || e.Func != "hold" || !strings.Contains(err.Error(), "exited with status 3") {
+					t.Errorf("call %d: %v, want ErrPeerFailed naming hold on PE %d", i, err, n-1)
+				}
+			}
+			rpc.SetSurvive(false)
+			if rpc.PeerFailed(n-1, bootstrap.Failure{Rank: n - 1}) {
+				t.Error("the hook took charge of a failure without SurvivePeerFailure")
+			}
+		}
+		rpc.Barrier()
+		if me == n-1 && never != nil {
+			never.Send(0, nil) // its caller dropped it
+			never = nil
+		}
 	})
 }
