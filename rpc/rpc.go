@@ -226,11 +226,8 @@ func (f *Func[A, R]) Name() string { return f.name }
 func Register[A, R any](name string, mode Mode, fn func(src int, a A) (R, error)) *Func[A, R] {
 	f := newFunc[A, R](name)
 	exec := func(src int, kind uint8, callid uint64, payload []byte, async bool) {
-		var a A
-		if err := f.ac.decode(payload, &a); err != nil {
-			if kind == kindCall {
-				replyRaw(src, kindReplyCodec, callid, []byte(err.Error()), async)
-			}
+		a, ok := f.decodeArg(src, kind, callid, payload, async)
+		if !ok {
 			return
 		}
 		f.run(fn, src, kind, callid, a, async)
@@ -247,11 +244,8 @@ func Register[A, R any](name string, mode Mode, fn func(src int, a A) (R, error)
 func RegisterDeferred[A, R any](name string, fn func(src int, a A, reply *Reply[R])) *Func[A, R] {
 	f := newFunc[A, R](name)
 	exec := func(src int, kind uint8, callid uint64, payload []byte, async bool) {
-		var a A
-		if err := f.ac.decode(payload, &a); err != nil {
-			if kind == kindCall {
-				replyRaw(src, kindReplyCodec, callid, []byte(err.Error()), async)
-			}
+		a, ok := f.decodeArg(src, kind, callid, payload, async)
+		if !ok {
 			return
 		}
 		r := &Reply[R]{f: f, src: src, callid: callid, want: kind == kindCall}
@@ -264,6 +258,19 @@ func RegisterDeferred[A, R any](name string, fn func(src int, a A, reply *Reply[
 	}
 	register(&entry{name: name, id: f.id, mode: Inline, exec: exec})
 	return f
+}
+
+// decodeArg decodes a call's argument; when it cannot, it replies
+// ErrCodec to a call that wants a reply, and returns false.
+func (f *Func[A, R]) decodeArg(src int, kind uint8, callid uint64, payload []byte, async bool) (A, bool) {
+	var a A
+	if err := f.ac.decode(payload, &a); err != nil {
+		if kind == kindCall {
+			replyRaw(src, kindReplyCodec, callid, []byte(err.Error()), async)
+		}
+		return a, false
+	}
+	return a, true
 }
 
 func newFunc[A, R any](name string) *Func[A, R] {
