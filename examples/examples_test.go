@@ -158,3 +158,13 @@ func TestWorkqueue(t *testing.T) {
 			}
 		})
 }
+
+func TestWordcount(t *testing.T) {
+	runEverywhere(t, "./wordcount", []int{1, 3}, []string{"-words=5000"},
+		func(t *testing.T, np int, out string) {
+			want := fmt.Sprintf("%d words on %d PEs; the most frequent: the=", 5000*np, np)
+			if !strings.Contains(out, want) || strings.Contains(out, ", want ") {
+				t.Errorf("want %q and no wrong count; output:\n%s", want, out)
+			}
+		})
+}

@@ -629,9 +629,14 @@ func closePeers(peers []peer) {
 }
 
 // onPeerFailure ends this PE when another PE or the launcher fails while
-// the library is initialized: waiting on a dead peer would hang.
+// the library is initialized: waiting on a dead peer would hang. A library
+// that registered with OnPeerFailure may take charge of a PE's failure.
 func onPeerFailure(f bootstrap.Failure) {
 	if !failuresEnd.Load() {
+		return
+	}
+	if f.Rank >= 0 && peerFailureHandled(f) {
+		lg().Logf(ucs.LogError, "goshmem: PE %d: %v (handled by a library on this PE)", member.Rank(), f)
 		return
 	}
 	lg().Logf(ucs.LogFatal, "goshmem: PE %d: ending the job: %v", member.Rank(), f)

@@ -1,0 +1,143 @@
+package rpc
+
+import (
+	"encoding/binary"
+	"sync"
+)
+
+// DefaultAggregateSize is the size, in bytes of arguments, at which an
+// Aggregator sends a destination's buffer when NewAggregator is given 0.
+const DefaultAggregateSize = 8 << 10
+
+// Aggregator buffers calls without reply (as Go makes them) of one
+// function, per destination PE, and sends each destination's calls as one
+// message: when its buffer reaches the aggregator's size, at Flush, and at
+// Barrier (and Stop), which flush every aggregator of the PE and wait
+// until the calls were served. Many small calls to random PEs (updates of
+// a table, inserts in a map) then cost what few messages cost. The calls
+// of one message run in order at their target. An Aggregator serves one
+// goroutine at a time.
+type Aggregator[A, R any] struct {
+	f    *Func[A, R]
+	size int
+	bufs []*[]byte // per PE: the message being filled, nil when empty
+	n    []uint64  // calls in each
+}
+
+// flusher is an aggregator, for Barrier.
+type flusher interface{ Flush() error }
+
+var (
+	aggMu sync.Mutex
+	aggs  = map[flusher]struct{}{}
+)
+
+// NewAggregator returns an aggregator of calls to f that sends a
+// destination's calls once their arguments reach size bytes
+// (DefaultAggregateSize for 0, at most what one message takes). It must
+// be created after Start; Close removes it.
+func NewAggregator[A, R any](f *Func[A, R], size int) *Aggregator[A, R] {
+	if size <= 0 {
+		size = DefaultAggregateSize
+	}
+	g := &Aggregator[A, R]{f: f, size: size, bufs: make([]*[]byte, rt.n), n: make([]uint64, rt.n)}
+	aggMu.Lock()
+	aggs[g] = struct{}{}
+	aggMu.Unlock()
+	return g
+}
+
+// Go adds a call of the function on PE pe with argument a to pe's buffer,
+// sending the buffer when full. It fails, as an *Error, as Func.Go does.
+func (g *Aggregator[A, R]) Go(pe int, a A) error {
+	f := g.f
+	if err := f.check(pe); err != nil {
+		return &Error{PE: pe, Func: f.name, Err: err}
+	}
+	b := g.bufs[pe]
+	if b == nil {
+		b = getBuf()
+		*b = appendHeader((*b)[:0], kindBatch, f.id, 0)
+		g.bufs[pe] = b
+	}
+	at := len(*b)
+	*b = append(*b, 0, 0, 0, 0)
+	var err error
+	if *b, err = f.ac.appendTo(*b, &a); err != nil {
+		*b = (*b)[:at]
+		return &Error{PE: pe, Func: f.name, Err: err}
+	}
+	binary.LittleEndian.PutUint32((*b)[at:], uint32(len(*b)-at-4))
+	g.n[pe]++
+	if len(*b)-hdrLen >= g.size {
+		return g.flush(pe)
+	}
+	return nil
+}
+
+// flush sends pe's buffer.
+func (g *Aggregator[A, R]) flush(pe int) error {
+	b := g.bufs[pe]
+	if b == nil {
+		return nil
+	}
+	binary.LittleEndian.PutUint64((*b)[16:], g.n[pe])
+	g.bufs[pe], g.n[pe] = nil, 0
+	rt.touched[pe] = true
+	if err := send(pe, b); err != nil {
+		return &Error{PE: pe, Func: g.f.name, Err: err}
+	}
+	return nil
+}
+
+// Flush sends every destination's buffered calls, and returns the first
+// error. Barrier then makes sure they were served.
+func (g *Aggregator[A, R]) Flush() error {
+	var first error
+	for pe := range g.bufs {
+		if err := g.flush(pe); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Close flushes the aggregator and removes it from those Barrier
+// flushes.
+func (g *Aggregator[A, R]) Close() error {
+	aggMu.Lock()
+	delete(aggs, g)
+	aggMu.Unlock()
+	return g.Flush()
+}
+
+// serveBatch runs the calls of an aggregated message: count calls of
+// function fnid, each its argument's length (u32) then the argument.
+func serveBatch(src int, fnid, count uint64, payload []byte) {
+	e := lookup(fnid)
+	if e == nil {
+		logf("rpc: PE %d: %d aggregated calls from PE %d to a function not registered here (id %#x) were dropped", rt.me, count, src, fnid)
+		return
+	}
+	run := func(p []byte, async bool) {
+		for len(p) >= 4 {
+			n := int(binary.LittleEndian.Uint32(p))
+			if n > len(p)-4 {
+				logf("rpc: PE %d: a truncated aggregated message from PE %d was dropped", rt.me, src)
+				return
+			}
+			e.exec(src, kindGo, 0, p[4:4+n], async)
+			p = p[4+n:]
+		}
+	}
+	if e.mode == Inline {
+		run(payload, false)
+		return
+	}
+	p := append([]byte(nil), payload...)
+	running.Add(1)
+	go func() {
+		defer running.Add(-1)
+		run(p, true)
+	}()
+}

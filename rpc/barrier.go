@@ -1,0 +1,109 @@
+package rpc
+
+import (
+	"errors"
+	"sync"
+)
+
+// Barrier waits until every PE of the job called it, progressing this PE
+// meanwhile (a shmem barrier would not send what Goroutine handlers
+// handed over). Before that it flushes this PE's aggregators and makes
+// sure every call without reply it made since its last Barrier (Go,
+// aggregated calls) was served: Inline handlers ran, and Goroutine ones
+// returned. It is a collective of the job's PEs, and a no-op when the
+// package is not started. It returns the errors of the flushes and of the
+// PEs that did not answer (joined), nil when all went well.
+func Barrier() error {
+	if !rt.started.Load() {
+		return nil
+	}
+	var errs []error
+	aggMu.Lock()
+	fl := make([]flusher, 0, len(aggs))
+	for g := range aggs {
+		fl = append(fl, g)
+	}
+	aggMu.Unlock()
+	for _, g := range fl {
+		if err := g.Flush(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := Quiet(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := barrierFn.Call(0, struct{}{}).Wait(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Quiet waits until every call without reply (Go, aggregated calls
+// flushed) that this PE made since its last Barrier or Quiet was served at
+// its target, progressing this PE meanwhile: it asks each PE it sent such
+// calls to, behind them, to reply once they ran.
+func Quiet() error {
+	if !rt.started.Load() {
+		return nil
+	}
+	var fs []*Future[struct{}]
+	for pe, t := range rt.touched {
+		if t {
+			rt.touched[pe] = false
+			fs = append(fs, quietFn.Call(pe, struct{}{}))
+		}
+	}
+	_, err := WaitAll(fs)
+	return err
+}
+
+// The package's own functions.
+var (
+	internalOnce sync.Once
+	quietFn      *Func[struct{}, struct{}]
+	barrierFn    *Func[struct{}, struct{}]
+
+	// quietWait are the replies of quietFn that wait for Goroutine
+	// handlers to return.
+	quietWait []*Reply[struct{}]
+	// arrived are the replies of barrierFn, at PE 0, until every PE came.
+	arrived []*Reply[struct{}]
+)
+
+func registerInternal() {
+	internalOnce.Do(func() {
+		// The messages of a PE to another are handled in order, so this
+		// call's handler runs after those of the calls before it.
+		quietFn = RegisterDeferred("rpc.quiet", func(_ int, _ struct{}, r *Reply[struct{}]) {
+			if running.Load() == 0 {
+				r.Send(struct{}{}, nil)
+				return
+			}
+			quietWait = append(quietWait, r)
+		})
+		barrierFn = RegisterDeferred("rpc.barrier", func(_ int, _ struct{}, r *Reply[struct{}]) {
+			arrived = append(arrived, r)
+			if len(arrived) < rt.n {
+				return
+			}
+			for _, a := range arrived {
+				a.Send(struct{}{}, nil)
+			}
+			arrived = arrived[:0]
+		})
+	})
+}
+
+// releaseQuiet sends the replies of quietFn that waited, once no Goroutine
+// handler runs; from Progress.
+func releaseQuiet() int {
+	if running.Load() != 0 {
+		return 0
+	}
+	n := len(quietWait)
+	for _, r := range quietWait {
+		r.Send(struct{}{}, nil)
+	}
+	quietWait = quietWait[:0]
+	return n
+}

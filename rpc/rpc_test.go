@@ -1,0 +1,277 @@
+package rpc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/rpc"
+	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
+)
+
+// opts are those of the package's jobs: shared, 2 PEs (and 4 in the full
+// matrices), over sm and tcp.
+var opts = shmemtest.Options{Shared: true, NPs: []int{2, 4}, QuickNPs: []int{2}}
+
+// run runs body in every PE of the package's jobs, between rpc.Start and
+// rpc.Stop.
+func run(t *testing.T, body func(t *testing.T, me, n int)) {
+	t.Helper()
+	shmemtest.RunWith(t, opts, func(t *testing.T) {
+		if err := rpc.Start(rpc.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		body(t, shmem.MyPE(), shmem.NPEs())
+		rpc.Stop()
+	})
+}
+
+type point struct{ X, Y int32 }
+
+type record struct {
+	Name string
+	Tags map[string]int
+}
+
+var (
+	square = rpc.Register("square", rpc.Inline, func(src int, x int64) (int64, error) { return x * x, nil })
+	whoami = rpc.Register("whoami", rpc.Goroutine, func(src int, _ struct{}) ([2]int, error) {
+		time.Sleep(time.Millisecond) // a handler that blocks
+		return [2]int{shmem.MyPE(), src}, nil
+	})
+	sum = rpc.Register("sum", rpc.Inline, func(_ int, xs []float64) (float64, error) {
+		s := 0.0
+		for _, x := range xs {
+			s += x
+		}
+		return s, nil
+	})
+	reverse = rpc.Register("reverse", rpc.Inline, func(_ int, ps []point) ([]point, error) {
+		out := make([]point, len(ps))
+		for i, p := range ps {
+			out[len(ps)-1-i] = p
+		}
+		return out, nil
+	})
+	describe = rpc.Register("describe", rpc.Goroutine, func(src int, r record) (string, error) {
+		return fmt.Sprintf("%s:%d on %d from %d", r.Name, r.Tags["k"], shmem.MyPE(), src), nil
+	})
+	// forward calls square on the next PE and replies with its result
+	// plus one, once that came: a handler that calls and replies later.
+	forward = rpc.RegisterDeferred("forward", func(_ int, x int64, r *rpc.Reply[int64]) {
+		next := (shmem.MyPE() + 1) % shmem.NPEs()
+		rpc.Then(square.Call(next, x), func(v int64, err error) (struct{}, error) {
+			r.Send(v+1, err)
+			return struct{}{}, nil
+		})
+	})
+	counter int64
+	add     = rpc.Register("add", rpc.Inline, func(_ int, d int64) (struct{}, error) { counter += d; return struct{}{}, nil })
+	fail    = rpc.Register("fail", rpc.Inline, func(_ int, _ int32) (int32, error) { return 0, errors.New("no such thing") })
+	boom    = rpc.Register("boom", rpc.Goroutine, func(_ int, _ int32) (int32, error) { panic("kaboom") })
+	never   *rpc.Reply[int32]
+	hold    = rpc.RegisterDeferred("hold", func(_ int, _ int32, r *rpc.Reply[int32]) { never = r })
+)
+
+func TestCall(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		next := (me + 1) % n
+		if v, err := square.Call(next, int64(me+3)).Wait(); err != nil || v != int64((me+3)*(me+3)) {
+			t.Errorf("square: %v, %v", v, err)
+		}
+		if v, err := whoami.Call(next, struct{}{}).Wait(); err != nil || v != [2]int{next, me} {
+			t.Errorf("whoami: %v, %v", v, err)
+		}
+		if v, err := sum.Call(next, []float64{1, 2, 3.5}).Wait(); err != nil || v != 6.5 {
+			t.Errorf("sum: %v, %v", v, err)
+		}
+		if v, err := sum.Call(next, nil).Wait(); err != nil || v != 0 {
+			t.Errorf("sum of nothing: %v, %v", v, err)
+		}
+		big := make([]point, 100000) // larger than a message's header: goes as data
+		for i := range big {
+			big[i] = point{int32(i), -int32(i)}
+		}
+		if v, err := reverse.Call(next, big).Wait(); err != nil || len(v) != len(big) || v[0] != big[len(big)-1] || v[len(v)-1] != big[0] {
+			t.Errorf("reverse: %d points, %v", len(v), err)
+		}
+		want := fmt.Sprintf("x:7 on %d from %d", next, me)
+		if v, err := describe.Call(next, record{"x", map[string]int{"k": 7}}).Wait(); err != nil || v != want {
+			t.Errorf("describe: %q, %v, want %q", v, err, want)
+		}
+		if v, err := forward.Call(next, 5).Wait(); err != nil || v != 26 {
+			t.Errorf("forward: %v, %v", v, err)
+		}
+		// A chain and a select over several.
+		f := rpc.Then(square.Call(me, 4), func(v int64, err error) (string, error) { return fmt.Sprint(v), err })
+		g := whoami.Call(next, struct{}{})
+		if i := rpc.WaitAny(f, g); i < 0 || (!f.Ready() && !g.Ready()) {
+			t.Errorf("WaitAny: %d", i)
+		}
+		if v, err := f.Wait(); err != nil || v != "16" {
+			t.Errorf("Then: %q, %v", v, err)
+		}
+		g.Wait()
+		select {
+		case <-g.Done():
+		default:
+			t.Error("Done not closed after Wait")
+		}
+		vals, err := rpc.WaitAll(square.CallTeam(shmem.TeamWorld, 3))
+		if err != nil || len(vals) != n || vals[n-1] != 9 {
+			t.Errorf("CallTeam: %v, %v", vals, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if v, err := square.Call(next, 2).WaitContext(ctx); err != nil || v != 4 {
+			t.Errorf("WaitContext: %v, %v", v, err)
+		}
+	})
+}
+
+func TestGo(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		counter = 0
+		rpc.Barrier()
+		for pe := range n {
+			for range 10 {
+				if err := add.Go(pe, int64(me+1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := rpc.Barrier(); err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(10 * n * (n + 1) / 2); counter != want {
+			t.Errorf("counter %d, want %d", counter, want)
+		}
+	})
+}
+
+func TestAggregator(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		counter = 0
+		rpc.Barrier()
+		g := rpc.NewAggregator(add, 64) // flushed by size many times
+		const per = 1000
+		for i := range per * n {
+			if err := g.Go(i%n, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rpc.Barrier(); err != nil { // flushes the rest
+			t.Fatal(err)
+		}
+		if want := int64(per * n); counter != want {
+			t.Errorf("counter %d, want %d", counter, want)
+		}
+		g.Go(me, 5)
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rpc.Quiet(); err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(per*n + 5); counter != want {
+			t.Errorf("after Close and Quiet: counter %d, want %d", counter, want)
+		}
+		rpc.Barrier()
+	})
+}
+
+// mismatch is registered with other argument types on PE 0 than on the
+// others, in the body of TestErrors.
+var mismatch64 *rpc.Func[int64, int64]
+
+func TestErrors(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		next := (me + 1) % n
+		if me == 0 {
+			if mismatch64 == nil {
+				mismatch64 = rpc.Register("mismatch", rpc.Inline, func(_ int, x int64) (int64, error) { return x, nil })
+			}
+		} else if mismatch64 == nil {
+			mismatch64 = new(rpc.Func[int64, int64]) // unused
+			rpc.Register("mismatch", rpc.Inline, func(_ int, x int32) (int64, error) { return int64(x), nil })
+		}
+		rpc.Barrier()
+		for _, c := range []struct {
+			name, fn string
+			err      func() error
+			is       error
+			says     string
+		}{
+			{"handler error", "fail", func() error { _, err := fail.Call(next, 1).Wait(); return err }, nil, "no such thing"},
+			{"panic", "boom", func() error { _, err := boom.Call(next, 1).Wait(); return err }, rpc.ErrPanic, "kaboom"},
+			{"bad PE", "square", func() error { _, err := square.Call(n, 1).Wait(); return err }, nil, "not a PE of the job"},
+		} {
+			err := c.err()
+			var e *rpc.Error
+			if !errors.As(err, &e) || e.PE != map[bool]int{true: n, false: next}[c.name == "bad PE"] || e.Func != c.fn {
+				t.Errorf("%s: %v, want an *rpc.Error naming %s on PE %d", c.name, err, c.fn, next)
+				continue
+			}
+			if c.is != nil && !errors.Is(err, c.is) {
+				t.Errorf("%s: %v is not %v", c.name, err, c.is)
+			}
+			if !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s: %q does not say %q", c.name, err, c.says)
+			}
+		}
+		if me == 0 && n > 1 {
+			_, err := mismatch64.Call(1, 1).Wait()
+			var e *rpc.Error
+			if !errors.Is(err, rpc.ErrNotRegistered) || !errors.As(err, &e) || e.PE != 1 || e.Func != "mismatch" {
+				t.Errorf("mismatched registration: %v", err)
+			}
+			if !strings.Contains(err.Error(), "mismatch on PE 1") {
+				t.Errorf("%q names neither the function nor the PE", err)
+			}
+		}
+		rpc.Barrier()
+	})
+}
+
+// TestPeerFailure: the calls outstanding to a PE that fails complete with
+// ErrPeerFailed naming the PE and the function, and later calls to it fail
+// at once. The failure is that of shmem.OnPeerFailure's hook, called here
+// as shmem calls it (a PE that really dies makes goshmem-run end the job).
+func TestPeerFailure(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		if me == 0 {
+			rpc.SetSurvive(true)
+			f := hold.Call(n-1, 1)
+			for range 100 {
+				rpc.Progress() // the call reaches PE n-1, which holds it
+			}
+			if f.Ready() {
+				t.Fatal("hold completed")
+			}
+			if !rpc.PeerFailed(n-1, bootstrap.Failure{Rank: n - 1, Reason: "exited with status 3"}) {
+				t.Fatal("the hook did not take charge of the failure")
+			}
+			for i, f := range []*rpc.Future[int32]{f, hold.Call(n-1, 2)} {
+				_, err := f.Wait()
+				var e *rpc.Error
+				if !errors.Is(err, rpc.ErrPeerFailed) || !errors.As(err, &e) || e.PE != n-1 || e.Func != "hold" || !strings.Contains(err.Error(), "exited with status 3") {
+					t.Errorf("call %d: %v, want ErrPeerFailed naming hold on PE %d", i, err, n-1)
+				}
+			}
+			rpc.SetSurvive(false)
+			if rpc.PeerFailed(n-1, bootstrap.Failure{Rank: n - 1}) {
+				t.Error("the hook took charge of a failure without SurvivePeerFailure")
+			}
+		}
+		rpc.Barrier()
+		if me == n-1 && never != nil {
+			never.Send(0, nil) // its caller dropped it
+			never = nil
+		}
+	})
+}
