@@ -18,8 +18,10 @@
 package admit
 
 import (
+	"cmp"
 	"container/list"
 	"net/netip"
+	"slices"
 	"sync"
 )
 
@@ -148,6 +150,24 @@ func (g *Gate[T]) Len() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.n
+}
+
+// Values returns the values of the connections in the gate, oldest first.
+func (g *Gate[T]) Values() []T {
+	g.mu.Lock()
+	var ts []*Ticket[T]
+	for _, l := range g.srcs {
+		for e := l.Front(); e != nil; e = e.Next() {
+			ts = append(ts, e.Value.(*Ticket[T]))
+		}
+	}
+	g.mu.Unlock()
+	slices.SortFunc(ts, func(a, b *Ticket[T]) int { return cmp.Compare(a.seq, b.seq) })
+	v := make([]T, len(ts))
+	for i, t := range ts {
+		v[i] = t.v
+	}
+	return v
 }
 
 // Limits returns the gate's limits.

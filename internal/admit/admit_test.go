@@ -66,8 +66,14 @@ func TestGate(t *testing.T) {
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("displaced %v, want %v", got, tt.want)
 			}
-			if g.Len() != tt.left {
-				t.Errorf("%d left in the gate, want %d", g.Len(), tt.left)
+			var left []string
+			for _, c := range tt.conns {
+				if !slices.Contains(tt.want, c.name) && !slices.Contains(tt.done, c.name) {
+					left = append(left, c.name)
+				}
+			}
+			if v := g.Values(); g.Len() != tt.left || !slices.Equal(v, left) {
+				t.Errorf("%d left in the gate (%v), want %d (%v)", g.Len(), v, tt.left, left)
 			}
 			for name, tk := range tickets {
 				if ousted := tk.Done(); ousted != slices.Contains(tt.want, name) {
