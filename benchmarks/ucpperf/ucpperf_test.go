@@ -572,3 +572,58 @@ func TestTableFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestSizes runs every test at every size it takes from 1 byte to 1 MiB
+// (the atomics at 8), over shared memory and over tcp, with the server
+// and the client in this process (run, as main calls it): each run
+// completes its iterations. The sizes cross the eager, fragmented and
+// rendezvous protocols of every operation.
+func TestSizes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: many runs")
+	}
+	t.Setenv(bootstrap.EnvKey, "")
+	t.Setenv(tcpKeyVar, "")
+	t.Setenv(bootstrap.EnvKey, strings.TrimPrefix(keyEnv(t), bootstrap.EnvKey+"="))
+	sizes := []int{1, 2048, 4096, 8192, 65536, 1 << 20}
+	for _, tls := range []string{"sm,self", "tcp,self"} {
+		t.Run(tls, func(t *testing.T) {
+			t.Setenv("UCX_TLS", tls)
+			for _, tt := range tests {
+				for _, size := range sizes {
+					if tt.name == "ucp_add" || strings.Contains(tt.name, "swap") || strings.Contains(tt.name, "fadd") {
+						if size != 1 {
+							continue
+						}
+						size = 8
+					}
+					t.Run(fmt.Sprintf("%s/%d", tt.name, size), func(t *testing.T) {
+						port := fmt.Sprint(freePort(t))
+						var sout, serr bytes.Buffer
+						scode := make(chan int, 1)
+						go func() { scode <- run([]string{"-p", port}, &sout, &serr) }()
+						var out, cerr bytes.Buffer
+						const n = 20
+						if code := run([]string{"-p", port, "127.0.0.1", "-t", tt.name, "-s", fmt.Sprint(size), "-n", fmt.Sprint(n), "-w", "2", "-f"}, &out, &cerr); code != 0 {
+							t.Errorf("client: exit %d\n%s%s", code, out.String(), cerr.String())
+						}
+						select {
+						case code := <-scode:
+							if code != 0 {
+								t.Errorf("server: exit %d\n%s%s", code, sout.String(), serr.String())
+							}
+						case <-time.After(time.Minute):
+							t.Fatalf("the server still runs a minute after its client ended:\n%s%s", sout.String(), serr.String())
+						}
+						if t.Failed() {
+							return
+						}
+						if iters, _ := finalLine(t, out.String(), false); iters != n {
+							t.Errorf("%d iterations, want %d", iters, n)
+						}
+					})
+				}
+			}
+		})
+	}
+}
