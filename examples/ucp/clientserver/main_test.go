@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/flood"
 	"github.com/goshmem/goshmem/internal/nstest"
 	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/launcher"
@@ -114,9 +115,6 @@ func (s *testServer) wait(t *testing.T, n int) {
 // runs its tag, am and stream rounds on lanes of that transport, the
 // server serves all of them and exits, and nothing stays in /dev/shm.
 func TestClientServer(t *testing.T) {
-	bin := program(t)
-	key := testKey()
-	const clients = 4
 	for _, tt := range []struct {
 		name, tls, lane string
 		otherHost       bool
@@ -126,50 +124,101 @@ func TestClientServer(t *testing.T) {
 		{"other host", "sm,tcp", "tcp", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			env := append(os.Environ(), "UCX_TLS="+tt.tls, key)
-			args := []string{"-listen", "127.0.0.1:0", "-clients", fmt.Sprint(clients)}
-			cmd := exec.CommandContext(ctx, bin, args...)
-			if tt.otherHost {
-				h := nstest.New(t)
-				args[1] = netip.AddrPortFrom(h.IP, 0).String()
-				cmd = h.CommandContext(ctx, bin, args...)
-			}
-			cmd.Env = env
-			server := startServer(t, cmd)
-			type run struct {
-				out []byte
-				err error
-			}
-			runs := make(chan run, clients)
-			for id := 1; id <= clients; id++ {
-				go func() {
-					c := exec.CommandContext(ctx, bin, "-connect", server.addr, "-id", fmt.Sprint(id), "-iters", "20")
-					c.Env = env
-					out, err := c.CombinedOutput()
-					runs <- run{out, err}
-				}()
-			}
-			for range clients {
-				r := <-runs
-				if r.err != nil {
-					t.Errorf("client: %v\n%s", r.err, r.out)
-					continue
-				}
-				o := string(r.out)
-				for _, want := range []string{"20 tag rounds of 1024 bytes ok", "20 am rounds of 1024 bytes ok", "20 stream rounds of 1024 bytes ok", "lanes am:" + tt.lane + "/"} {
-					if !strings.Contains(o, want) {
-						t.Errorf("client output lacks %q:\n%s", want, o)
-					}
-				}
-			}
-			server.wait(t, clients)
-			if left := petest.ShmLeftovers(); len(left) > 0 {
-				t.Errorf("left %v in /dev/shm", left)
-			}
+			runClientServer(t, tt.tls, tt.lane, tt.otherHost, 20, nil)
 		})
 	}
+}
+
+// runClientServer runs a server and four clients of iters rounds of each
+// service at once, over tls (on another host: a namespace, over tcp), and
+// checks that each client used a lane of transport lane; flood, when not
+// nil, runs once the server listens on addr and returns a function that
+// ends what it started, called once the clients ended. It returns the
+// time from the clients' start to the server's exit.
+func runClientServer(t *testing.T, tls, lane string, otherHost bool, iters int, flood func(addr netip.AddrPort) func()) time.Duration {
+	bin := program(t)
+	key := testKey()
+	const clients = 4
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env := append(os.Environ(), "UCX_TLS="+tls, key)
+	args := []string{"-listen", "127.0.0.1:0", "-clients", fmt.Sprint(clients)}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	if otherHost {
+		h := nstest.New(t)
+		args[1] = netip.AddrPortFrom(h.IP, 0).String()
+		cmd = h.CommandContext(ctx, bin, args...)
+	}
+	cmd.Env = env
+	server := startServer(t, cmd)
+	stop := func() {}
+	if flood != nil {
+		stop = flood(netip.MustParseAddrPort(server.addr))
+		defer stop()
+	}
+	type run struct {
+		out []byte
+		err error
+	}
+	start := time.Now()
+	runs := make(chan run, clients)
+	for id := 1; id <= clients; id++ {
+		go func() {
+			c := exec.CommandContext(ctx, bin, "-connect", server.addr, "-id", fmt.Sprint(id), "-iters", fmt.Sprint(iters))
+			c.Env = env
+			out, err := c.CombinedOutput()
+			runs <- run{out, err}
+		}()
+	}
+	for range clients {
+		r := <-runs
+		if r.err != nil {
+			t.Errorf("client: %v\n%s", r.err, r.out)
+			continue
+		}
+		o := string(r.out)
+		for _, want := range []string{"tag", "am", "stream"} {
+			if want = fmt.Sprintf("%d %s rounds of 1024 bytes ok", iters, want); !strings.Contains(o, want) {
+				t.Errorf("client output lacks %q:\n%s", want, o)
+			}
+		}
+		if want := "lanes am:" + lane + "/"; !strings.Contains(o, want) {
+			t.Errorf("client output lacks %q:\n%s", want, o)
+		}
+	}
+	stop()
+	server.wait(t, clients)
+	took := time.Since(start)
+	if left := petest.ShmLeftovers(); len(left) > 0 {
+		t.Errorf("left %v in /dev/shm", left)
+	}
+	return took
+}
+
+// TestClientServerFlood runs the server and clients of TestClientServer
+// (500 rounds each) over tcp twice: alone, and with a thousand idle connections and a
+// thousand that sent garbage held open on the server's port from before
+// the clients start to the server's exit (internal/flood). Every client
+// connects and completes its rounds both times; the times of both runs
+// are logged (speed is for benchmarks: nothing is asserted on them).
+func TestClientServerFlood(t *testing.T) {
+	const n = 1000
+	// The flood's ends and, for a while, the server's.
+	if err := flood.RaiseFDLimit(2*n + 1024); err != nil {
+		t.Skipf("not enough file descriptors for the flood: %v", err)
+	}
+	const iters = 500
+	alone := runClientServer(t, "tcp", "tcp", false, iters, nil)
+	var st flood.Stats
+	flooded := runClientServer(t, "tcp", "tcp", false, iters, func(addr netip.AddrPort) func() {
+		f, err := flood.Start(addr, flood.Spec{Kind: flood.Idle, N: n}, flood.Spec{Kind: flood.Garbage, N: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { st = f.Stop() }
+	})
+	t.Logf("4 clients of %d rounds alone: %v; with %d idle and %d garbage connections held: %v (flood %+v)",
+		iters, alone.Round(time.Millisecond), n, n, flooded.Round(time.Millisecond), st)
 }
 
 // TestClientServerSizes runs a client of each service at every size from
