@@ -27,34 +27,14 @@ import (
 	"github.com/goshmem/goshmem/shmemtest"
 )
 
-var (
-	buildOnce    sync.Once
-	binPath      string
-	buildErr     error
-	buildCleanup = func() {}
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	buildCleanup()
+	petest.RemovePrograms()
 	os.Exit(code)
 }
 
-// ucpperfBinary builds this command once for the tests that run it.
-func ucpperfBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		var cleanup func()
-		binPath, cleanup, buildErr = launcher.BuildProgram(".")
-		if cleanup != nil {
-			buildCleanup = cleanup
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build ucpperf: %v", buildErr)
-	}
-	return binPath
-}
+// ucpperfBinary is this command, built once for the tests that run it.
+func ucpperfBinary(t *testing.T) string { return petest.Program(t, ".") }
 
 var finalRe = regexp.MustCompile(`(?m)^(Final:)?\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)$`)
 

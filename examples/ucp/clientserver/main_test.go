@@ -18,37 +18,16 @@ import (
 	"github.com/goshmem/goshmem/internal/flood"
 	"github.com/goshmem/goshmem/internal/nstest"
 	"github.com/goshmem/goshmem/internal/petest"
-	"github.com/goshmem/goshmem/launcher"
-)
-
-var (
-	buildOnce    sync.Once
-	binPath      string
-	buildErr     error
-	buildCleanup = func() {}
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	buildCleanup()
+	petest.RemovePrograms()
 	os.Exit(code)
 }
 
-// program builds the command once for the tests that run it.
-func program(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		var cleanup func()
-		binPath, cleanup, buildErr = launcher.BuildProgram(".")
-		if cleanup != nil {
-			buildCleanup = cleanup
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build: %v", buildErr)
-	}
-	return binPath
-}
+// program is this command, built once.
+func program(t *testing.T) string { return petest.Program(t, ".") }
 
 // testKey is a key the server and its clients share.
 func testKey() string {
@@ -139,6 +118,10 @@ func runClientServer(t *testing.T, tls, lane string, otherHost bool, iters int, 
 	bin := program(t)
 	key := testKey()
 	const clients = 4
+	before := map[string]bool{}
+	for _, f := range petest.ShmLeftovers() {
+		before[f] = true // left by something else running on this machine
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	env := append(os.Environ(), "UCX_TLS="+tls, key)
@@ -189,8 +172,10 @@ func runClientServer(t *testing.T, tls, lane string, otherHost bool, iters int, 
 	stop()
 	server.wait(t, clients)
 	took := time.Since(start)
-	if left := petest.ShmLeftovers(); len(left) > 0 {
-		t.Errorf("left %v in /dev/shm", left)
+	for _, f := range petest.ShmLeftovers() {
+		if !before[f] {
+			t.Errorf("left %s in /dev/shm", f)
+		}
 	}
 	return took
 }
