@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -272,6 +273,7 @@ func serve(addr string, port int, key []byte, logf func(string, ...any)) (*sockR
 	won := make(chan winner, 1)
 	gate := admit.New[net.Conn](admit.Limits{PerSource: maxAuthPerSource, Total: maxAuth})
 	var wg sync.WaitGroup
+	var served atomic.Bool // a client won: the others are closed unlogged
 	handle := func(c net.Conn, tk *admit.Ticket[net.Conn]) {
 		defer wg.Done()
 		s := &sockRTE{conn: c}
@@ -285,7 +287,9 @@ func serve(addr string, port int, key []byte, logf func(string, ...any)) (*sockR
 			return // displaced by newer connections, and closed
 		}
 		if err != nil {
-			refused.Logf("Rejected connection from %s: %v", c.RemoteAddr(), err)
+			if !served.Load() {
+				refused.Logf("Rejected connection from %s: %v", c.RemoteAddr(), err)
+			}
 			c.Close()
 			return
 		}
@@ -320,6 +324,7 @@ func serve(addr string, port int, key []byte, logf func(string, ...any)) (*sockR
 	case w = <-won:
 	case err = <-acceptErr:
 	}
+	served.Store(true)
 	ln.Close()
 	for _, c := range gate.Values() {
 		c.Close() // the others still authenticating
