@@ -85,7 +85,7 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 	if err := w.cs.add(w, ep); err != nil {
 		return nil, err
 	}
-	go w.csClientHandshake(ep, st, p, key, keyed)
+	go w.csClientHandshake(st, p, key, keyed)
 	return ep, nil
 }
 
@@ -93,82 +93,119 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 // listener, up to the server's acceptance, and hands the result to the
 // worker's Progress (epConnect.finish), which wires the endpoint and
 // confirms.
-func (w *Worker) csClientHandshake(ep *Endpoint, st *epConnect, p *EPParams, key []byte, keyed bool) {
-	sa := p.SockAddr
-	hs, acceptTO := w.ctx.csHandshake, w.ctx.csAccept
-	d := net.Dialer{Timeout: hs}
+//
+// A listener drops a client it had no time for before its answer (newer
+// clients displaced it, see maxHandshakes), or answers busy, and a client
+// cannot tell a dropped connection from another failure: it tries again,
+// csDialTries times at most, while its handshake timeout lasts.
+func (w *Worker) csClientHandshake(st *epConnect, p *EPParams, key []byte, keyed bool) {
+	deadline := time.Now().Add(w.ctx.csHandshake)
+	backoff := 5 * time.Millisecond
+	var dropped error // why the last try failed, when it may be tried again
+	for try := 1; ; try++ {
+		acc, err := w.csClientTry(st, p, key, keyed, deadline)
+		if acc == nil && err == nil {
+			return // the endpoint was closed meanwhile
+		}
+		if dropped != nil && errors.Is(err, ucs.ErrUnreachable) {
+			// The listener is gone: what happened to the last try
+			// says more than the refusal of this one.
+			err = fmt.Errorf("%w (and then: %v)", dropped, err)
+		}
+		dropped = nil
+		if errors.Is(err, ucs.ErrConnectionReset) || errors.Is(err, ucs.ErrBusy) {
+			dropped = err
+		}
+		if dropped == nil || try == csDialTries || time.Until(deadline) < backoff {
+			st.finish(w, acc, err)
+			return
+		}
+		time.Sleep(backoff)
+		backoff *= 2
+	}
+}
+
+// csDialTries bounds the connections a client makes to a listener that
+// drops them (or answers busy) before it answers the request.
+const csDialTries = 5
+
+// csClientTry makes one connection to the listener at p.SockAddr and runs
+// the handshake on it up to the server's acceptance, the hello and the
+// challenge before deadline. It returns nothing when the endpoint was
+// closed meanwhile; a failure is a status error: ucs.ErrUnreachable when
+// no connection could be made, ucs.ErrConnectionReset when the listener
+// closed it before its answer, ucs.ErrBusy when it answered busy.
+func (w *Worker) csClientTry(st *epConnect, p *EPParams, key []byte, keyed bool, deadline time.Time) (*csAccepted, error) {
+	d := net.Dialer{Deadline: deadline}
 	if p.FieldMask&EPParamFieldLocalSockAddr != 0 {
 		d.LocalAddr = net.TCPAddrFromAddrPort(p.LocalSockAddr)
 	}
-	c, err := d.Dial("tcp", sa.String())
+	c, err := d.Dial("tcp", p.SockAddr.String())
 	if err != nil {
-		st.finish(w, nil, fmt.Errorf("%w: %w", err, ucs.ErrUnreachable))
-		return
+		return nil, fmt.Errorf("%w: %w", err, ucs.ErrUnreachable)
 	}
-	if !st.setConn(c) { // the endpoint was closed meanwhile
+	if !st.setConn(c) {
 		c.Close()
-		return
+		return nil, nil
 	}
-	fail := func(err error) { st.finish(w, nil, err) }
+	acc, err := w.csClientTalk(c, p, key, keyed, deadline)
+	if err != nil {
+		c.Close()
+	}
+	return acc, err
+}
+
+// csClientTalk runs the client's side of the handshake on c.
+func (w *Worker) csClientTalk(c net.Conn, p *EPParams, key []byte, keyed bool, deadline time.Time) (*csAccepted, error) {
 	hello := csMsg{typ: csHello}
 	rand.Read(hello.nonce[:])
 	if p.FieldMask&EPParamFieldFlags != 0 && p.Flags&EPParamsFlagSendClientID != 0 {
 		hello.flags, hello.clientID = csFlagClientID, w.params.ClientID
 	}
-	c.SetDeadline(time.Now().Add(hs))
+	c.SetDeadline(deadline)
 	if _, err := c.Write(hello.encode()); err != nil {
-		fail(csIOErr("sending the hello", err))
-		return
+		return nil, csIOErr("sending the hello", err)
 	}
 	ch, err := readCSMsg(c, csChallenge, csReject)
 	if err != nil {
-		fail(csIOErr("waiting for the challenge", err))
-		return
+		return nil, csIOErr("waiting for the challenge", err)
 	}
 	if ch.typ == csReject {
-		fail(csRejectErr(ch.reason))
-		return
+		return nil, csRejectErr(ch.reason)
 	}
 	if srvKeyed := ch.flags&csFlagKeyed != 0; srvKeyed != keyed {
 		if keyed {
-			fail(fmt.Errorf("the listener does not authenticate, and this client has a key: %w", ucs.ErrRejected))
-		} else {
-			fail(fmt.Errorf("the listener requires a key (UCX_TCP_KEY or GOSHMEM_KEY), and this client has none: %w", ucs.ErrRejected))
+			return nil, fmt.Errorf("the listener does not authenticate, and this client has a key: %w", ucs.ErrRejected)
 		}
-		return
+		return nil, fmt.Errorf("the listener requires a key (UCX_TCP_KEY or GOSHMEM_KEY), and this client has none: %w", ucs.ErrRejected)
 	}
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
 	dev := w.csNetDev(local.Addr())
 	addr := w.csAddress(dev)
 	req := csMsg{typ: csRequest, addr: addr, mac: csMAC(key, 'C', hello.clientID, &hello.nonce, &ch.nonce, addr)}
 	if _, err := c.Write(req.encode()); err != nil {
-		fail(csIOErr("sending the request", err))
-		return
+		return nil, csIOErr("sending the request", err)
 	}
 	// The server's application decides, in its own time.
-	c.SetDeadline(time.Now().Add(acceptTO))
+	c.SetDeadline(time.Now().Add(w.ctx.csAccept))
 	m, err := readCSMsg(c, csAccept, csReject)
 	if err != nil {
-		fail(csIOErr("waiting for the server to accept", err))
-		return
+		return nil, csIOErr("waiting for the server to accept", err)
 	}
 	if m.typ == csReject {
-		fail(csRejectErr(m.reason))
-		return
+		return nil, csRejectErr(m.reason)
 	}
 	if want := csMAC(key, 'S', hello.clientID, &hello.nonce, &ch.nonce, m.addr); !macEqual(want, m.mac) {
-		fail(fmt.Errorf("the server's answer does not verify (not the same key): %w", ucs.ErrRejected))
-		return
+		return nil, fmt.Errorf("the server's answer does not verify (not the same key): %w", ucs.ErrRejected)
 	}
 	ra, err := decodeWorkerAddress(m.addr)
 	if err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
-	c.SetDeadline(time.Now().Add(hs))
+	c.SetDeadline(time.Now().Add(w.ctx.csHandshake))
 	ready := csMsg{typ: csReady, mac: csMAC(key, 'D', hello.clientID, &hello.nonce, &ch.nonce, nil)}
-	st.finish(w, &csAccepted{ra: ra, dev: dev, ready: ready.encode(),
-		sock: sockAddrs{local: local, remote: c.RemoteAddr().(*net.TCPAddr).AddrPort()}}, nil)
+	return &csAccepted{ra: ra, dev: dev, ready: ready.encode(),
+		sock: sockAddrs{local: local, remote: c.RemoteAddr().(*net.TCPAddr).AddrPort()}}, nil
 }
 
 // acceptConnRequest accepts a connection request: it wires the endpoint to

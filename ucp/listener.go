@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/admit"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -105,12 +106,18 @@ func (p *ListenerParams) SetHandshakeTimeout(d time.Duration) *ListenerParams {
 	return p
 }
 
-// Limits of a listener's connections: beyond maxHandshakes clients in the
-// handshake, or maxListenerConns connections in all (with the requests
-// waiting for the application), a new client is refused as busy.
+// Limits of a listener's connections. Those not authenticated yet are
+// bounded per source address and in all (internal/admit): a new one beyond
+// a bound displaces the oldest (of its source, or of the source with the
+// most), so that strangers' idle or slow connections never keep a client
+// that has the key out; it authenticates within a few round trips. The
+// authenticated ones (with the requests waiting for the application) are
+// bounded apart: beyond maxListenerConns a client is refused as busy, and
+// strangers cannot bring that about.
 const (
-	maxHandshakes    = 256
-	maxListenerConns = 4096
+	maxHandshakes          = 256
+	maxHandshakesPerSource = maxHandshakes / 2
+	maxListenerConns       = 4096
 )
 
 // Listener accepts client-server connections on a socket address for a
@@ -124,8 +131,10 @@ const (
 // any endpoint made from a worker address: on one host over shared memory
 // when the context has it, otherwise over tcp (which needs the same key on
 // both sides). A client that does not complete its part of the handshake
-// within the handshake timeout is dropped; nothing a client sends harms the
-// listener or its other clients.
+// within the handshake timeout is dropped, and so is one that has not
+// authenticated when many newer ones came (see maxHandshakes); nothing a
+// client sends harms the listener or its other clients, and refusals are
+// logged a few lines a minute, with a count of the rest.
 type Listener struct {
 	w         *Worker
 	ln        *net.TCPListener
@@ -135,10 +144,12 @@ type Listener struct {
 	hsTimeout time.Duration
 	params    ListenerParams
 	progID    int
-	hsSem     chan struct{} // a slot per client in the handshake
+	gate      *admit.Gate[net.Conn] // the clients in the handshake
+	refused   *ucs.LogLimiter       // refusals and displacements
 
 	mu     sync.Mutex
 	conns  map[*ConnRequest]struct{} // every open client connection
+	authed int                       // of them, the authenticated
 	queue  []*ConnRequest            // authenticated, for the handler
 	closed bool
 	queued atomic.Bool // queue is not empty
@@ -262,8 +273,12 @@ func (w *Worker) NewListener(params *ListenerParams) (*Listener, error) {
 		return nil, fmt.Errorf("ucp listener create on %v: %w: %w", sa, err, st)
 	}
 	l := &Listener{w: w, ln: ln, key: key, keyed: keyed, hsTimeout: hs, params: *params,
-		hsSem: make(chan struct{}, maxHandshakes), conns: make(map[*ConnRequest]struct{})}
+		gate:  admit.New[net.Conn](admit.Limits{PerSource: maxHandshakesPerSource, Total: maxHandshakes}),
+		conns: make(map[*ConnRequest]struct{})}
 	l.addr = ln.Addr().(*net.TCPAddr).AddrPort()
+	prefix := fmt.Sprintf("ucp: worker %s: listener on %v: ", w.name, l.addr)
+	l.refused = ucs.NewLogLimiter("refused connections", listenerWarnBurst, time.Minute,
+		func(format string, args ...any) { w.warnf(prefix+format, args...) })
 	if !w.listeners.add(l) {
 		ln.Close()
 		return nil, fmt.Errorf("ucp listener create: %w", ErrClosed)
@@ -297,6 +312,7 @@ func (l *Listener) Destroy() {
 	l.ln.Close()
 	l.w.uw.ProgressUnregister(l.progID)
 	l.wg.Wait()
+	l.refused.Flush()
 	l.w.listeners.remove(l)
 }
 
@@ -332,9 +348,16 @@ func (r *ConnRequest) take() error {
 	return fmt.Errorf("request of %v already accepted or rejected: %w", r.client, ucs.ErrInvalidParam)
 }
 
-// acceptLoop accepts clients until the listener closes.
+// listenerWarnBurst is the number of refusals a listener logs per minute;
+// it counts the rest.
+const listenerWarnBurst = 10
+
+// acceptLoop accepts clients until the listener closes. A new client
+// enters the gate before anything else is done for it, displacing (and
+// closing) an older one that has not authenticated when the gate is full.
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
+	var backoff time.Duration
 	for {
 		c, err := l.ln.Accept()
 		if err != nil {
@@ -342,31 +365,34 @@ func (l *Listener) acceptLoop() {
 				return
 			}
 			// Out of descriptors or the like: wait rather than spin.
-			time.Sleep(10 * time.Millisecond)
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			l.refused.Logf("accept: %v", err)
+			time.Sleep(backoff)
 			continue
 		}
+		backoff = 0
 		req := &ConnRequest{l: l, c: c, accepted: make(chan *Endpoint, 1)}
 		req.client = c.RemoteAddr().(*net.TCPAddr).AddrPort()
 		req.local = c.LocalAddr().(*net.TCPAddr).AddrPort()
 		if !l.track(req) {
 			continue
 		}
+		tk, old, ousted := l.gate.Admit(req.client.Addr(), c)
+		if ousted {
+			old.Close()
+			l.refused.Logf("closed the connection from %v, which had not authenticated when newer ones came", old.RemoteAddr())
+		}
 		l.wg.Add(1)
-		go l.serve(req)
+		go l.serve(req, tk)
 	}
 }
 
-// track adds a new connection, or refuses it (closing it) when the
-// listener is closed or has too many.
+// track adds a new connection, or closes it when the listener is closed.
 func (l *Listener) track(r *ConnRequest) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		r.c.Close()
-		return false
-	}
-	if len(l.conns) >= maxListenerConns {
-		l.refuseBusy(r.c)
 		return false
 	}
 	l.conns[r] = struct{}{}
@@ -382,37 +408,40 @@ func (l *Listener) refuseBusy(c net.Conn) {
 	c.Close()
 }
 
-// serve runs the handshake with one client, queues its request for the
-// application, and then waits for the client's confirmation (after an
-// accept) or its departure.
-func (l *Listener) serve(r *ConnRequest) {
+// serve runs the handshake with one client (tk, its place in the gate),
+// queues its request for the application, and then waits for the client's
+// confirmation (after an accept) or its departure.
+func (l *Listener) serve(r *ConnRequest, tk *admit.Ticket[net.Conn]) {
 	defer l.wg.Done()
+	authed := false
 	defer func() {
 		r.state.CompareAndSwap(reqPending, reqGone)
 		r.state.CompareAndSwap(reqHandshake, reqGone)
 		r.c.Close()
 		l.mu.Lock()
 		delete(l.conns, r)
+		if authed {
+			l.authed--
+		}
 		l.mu.Unlock()
 	}()
-	select {
-	case l.hsSem <- struct{}{}:
-	default:
-		l.refuseBusy(r.c)
-		return
-	}
 	r.c.SetDeadline(time.Now().Add(l.hsTimeout))
 	hello, snonce, ra, err := serverHandshake(r.c, l.key, l.keyed)
-	<-l.hsSem
+	if tk.Done() {
+		return // a newer client displaced it, and closed its connection
+	}
 	if err != nil {
 		if errors.Is(err, errCSAuth) {
 			r.c.Write((&csMsg{typ: csReject, reason: csReasonAuth}).encode())
+		}
+		if !l.isClosed() {
+			l.refused.Logf("refused the connection from %v: %v", r.client, err)
 		}
 		return
 	}
 	r.hello, r.snonce, r.ra = hello, snonce, ra
 	r.c.SetDeadline(time.Time{})
-	if !l.enqueue(r) {
+	if authed = l.enqueue(r); !authed {
 		return
 	}
 	// The next message is the client's confirmation of an accept; one
@@ -445,13 +474,30 @@ func (l *Listener) serve(r *ConnRequest) {
 	}
 }
 
-// enqueue queues an authenticated request for the handler.
+// isClosed reports whether Destroy began.
+func (l *Listener) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// enqueue queues an authenticated request for the handler, and counts it
+// among the authenticated connections. It refuses the client as busy when
+// there are maxListenerConns of them already, and does nothing when the
+// listener is closed.
 func (l *Listener) enqueue(r *ConnRequest) bool {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return false
 	}
+	if l.authed >= maxListenerConns {
+		l.mu.Unlock()
+		l.refuseBusy(r.c)
+		l.refused.Logf("refused the connection from %v: %d authenticated connections wait already", r.client, maxListenerConns)
+		return false
+	}
+	l.authed++
 	r.state.Store(reqPending)
 	l.queue = append(l.queue, r)
 	l.queued.Store(true)

@@ -329,21 +329,47 @@ func csTraffic(t testing.TB, c *Context, cw, sw *Worker, cep, sep *Endpoint) {
 // TestListenerManyClients connects 100 clients at once to a listener with
 // an accept handler; each then sends the server a tagged message.
 func TestListenerManyClients(t *testing.T) {
-	const n = 100
 	c := newCSContext(t, "posix")
-	var mu sync.Mutex
-	var eps []*Endpoint
-	s := startCSServer(t, c, new(ListenerParams).SetSockAddr(loopback4).SetAcceptHandler(func(ep *Endpoint, _ any) {
-		mu.Lock()
-		eps = append(eps, ep)
-		mu.Unlock()
+	s, eps := startAcceptServer(t, c, new(ListenerParams).SetSockAddr(loopback4))
+	connectClients(t, c, s, eps, 100)
+}
+
+// acceptedEPs are the endpoints an accept handler got.
+type acceptedEPs struct {
+	mu  sync.Mutex
+	eps []*Endpoint
+}
+
+func (a *acceptedEPs) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.eps)
+}
+
+// startAcceptServer starts a server whose listener (lp, with an accept
+// handler added) accepts every client; the endpoints come out of eps.
+func startAcceptServer(t testing.TB, c *Context, lp *ListenerParams) (s *csServer, eps *acceptedEPs) {
+	eps = new(acceptedEPs)
+	s = startCSServer(t, c, lp.SetAcceptHandler(func(ep *Endpoint, _ any) {
+		eps.mu.Lock()
+		eps.eps = append(eps.eps, ep)
+		eps.mu.Unlock()
 	}, nil))
+	return s, eps
+}
+
+// connectClients connects n clients, each with a worker of its own, at
+// once to s (a startAcceptServer, which accepted len(eps) before); each
+// sends s a tagged message, which s receives, and closes its endpoint.
+func connectClients(t testing.TB, c *Context, s *csServer, eps *acceptedEPs, n int) {
+	before := eps.len()
 	recvs := make([]*Request, n)
 	bufs := make([][]byte, n)
+	tag0 := uint64(1000 + before)
 	for i := range recvs {
 		bufs[i] = make([]byte, 8)
 		var err error
-		if recvs[i], err = s.w.TagRecvNBX(bufs[i], uint64(1000+i), ^uint64(0), nil); err != nil {
+		if recvs[i], err = s.w.TagRecvNBX(bufs[i], tag0+uint64(i), ^uint64(0), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -364,7 +390,7 @@ func TestListenerManyClients(t *testing.T) {
 				errs <- fmt.Errorf("client %d: %w", i, r.err)
 				return
 			}
-			req, err := r.ep.TagSendNBX([]byte(fmt.Sprintf("c%07d", i)), uint64(1000+i), nil)
+			req, err := r.ep.TagSendNBX([]byte(fmt.Sprintf("c%07d", i)), tag0+uint64(i), nil)
 			if err == nil && req != nil {
 				err = req.Wait()
 			}
@@ -378,8 +404,13 @@ func TestListenerManyClients(t *testing.T) {
 	}
 	wg.Wait()
 	close(errs)
+	failed := 0
 	for err := range errs {
 		t.Error(err)
+		failed++
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d clients failed", failed, n)
 	}
 	for i, r := range recvs {
 		if err := r.Wait(); err != nil {
@@ -391,15 +422,9 @@ func TestListenerManyClients(t *testing.T) {
 	}
 	// The server's accepts return after their clients' confirmation,
 	// which may be after the clients' messages came.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		mu.Lock()
-		got := len(eps)
-		mu.Unlock()
-		if got == n {
-			break
-		}
+	for deadline := time.Now().Add(30 * time.Second); eps.len() != before+n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d endpoints accepted after 30 s, want %d", got, n)
+			t.Fatalf("%d endpoints accepted after 30 s, want %d", eps.len()-before, n)
 		}
 	}
 }

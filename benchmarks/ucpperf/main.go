@@ -15,10 +15,19 @@
 // endpoint is not made from the server's worker address but through a
 // ucp.Listener the server opens on the same address (client-server wireup:
 // the listener's handshake, then lanes as for any endpoint); the socket
-// then carries only the parameters, the remote key and the barriers. When GOSHMEM_KEY is set,
-// both sides prove they have it (HMAC over random nonces) before anything
-// else; otherwise the server hands the client a fresh key for the tcp
-// transport (UCX_TCP_KEY), which both processes must share.
+// then carries only the parameters, the remote key and the barriers.
+//
+// Both sides prove they have the same key (HMAC over random nonces) before
+// anything else crosses the socket, and the tcp transport authenticates
+// with it too: GOSHMEM_KEY, or else UCX_TCP_KEY. A server started without
+// either makes one, sets it as its GOSHMEM_KEY and prints the line
+// "GOSHMEM_KEY=..." to put in the client's environment; a client without
+// a key does not connect. No key ever crosses the socket. The server
+// authenticates every connection in a goroutine of its own (at most 32 at
+// once, the oldest giving way to a newer one), closes and logs one that
+// fails, sends garbage (a frame longer than 1 MiB) or stays silent for
+// 10 s, and goes on waiting; the first client that passes is served. A
+// client whose server ends fails, whatever it waits for.
 //
 // Transports come from UCX_TLS as for any goshmem program (UCX_TLS=tcp,self
 // for loopback tcp). The tests, and what they measure, are listed in
@@ -105,7 +114,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.FlushEvery, "W", 0, "flush the worker every this many operations in stream tests (0: only at the end)")
 	fs.Float64Var(&o.Percentile, "R", 50, "percentile rank of the percentile column")
 	fs.IntVar(&o.port, "p", 13337, "TCP port of the server")
-	fs.StringVar(&o.bind, "a", "127.0.0.1", "address the server listens on (with GOSHMEM_KEY unset, anyone who can connect may run a test)")
+	fs.StringVar(&o.bind, "a", "127.0.0.1", "address the server listens on (only a client with the server's key may run a test)")
 	fs.BoolVar(&o.finalOnly, "f", false, "print only the final numbers")
 	fs.BoolVar(&o.info, "I", false, "print the lanes of the endpoint to the peer")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the measured iterations to this file")
@@ -196,7 +205,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "ucpperf: %v\n", err)
 			return 2
 		}
-		key, err := socketKey()
+		key, _, err := socketKey()
+		if err == nil && key == nil {
+			err = fmt.Errorf("no %s is set: the server authenticates with a key, which it printed when it made one; set the same here", bootstrap.EnvKey)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "ucpperf: %v\n", err)
 			return 1
@@ -213,29 +225,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		r = s
 	default:
-		key, err := socketKey()
+		key, err := serverKey(logf)
 		if err != nil {
 			fmt.Fprintf(stderr, "ucpperf: %v\n", err)
 			return 1
 		}
-		s, err := serve(o.bind, o.port, key, logf)
+		s, sp, err := serve(o.bind, o.port, key, logf)
 		if err != nil {
 			fmt.Fprintf(stderr, "ucpperf: serve on %s port %d: %v\n", o.bind, o.port, err)
 			return 1
 		}
-		b, err := s.recv()
-		if err == nil {
-			err = json.Unmarshal(b, &p)
-		}
-		if err == nil {
-			_, err = p.check()
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "ucpperf: test parameters from the client: %v\n", err)
-			s.close()
-			return 1
-		}
-		r = s
+		p, r = sp, s
 	}
 	defer r.close()
 	if p.Listener && inJob {
@@ -252,7 +252,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // setup creates the context, worker and buffers, exchanges addresses and
 // keys with the peer and connects to it.
 func setup(r rte, p params, t *testDef) (*bench, error) {
-	b := &bench{p: p, test: t, client: r.client()}
+	b := &bench{p: p, test: t, client: r.client(), rte: r}
 	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureRMA|ucp.FeatureAMO64|ucp.FeatureAM|ucp.FeatureTag|ucp.FeatureStream).
 		SetEstimatedNumEPs(1).SetName("ucpperf"), nil)
 	if err != nil {

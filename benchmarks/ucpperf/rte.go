@@ -6,15 +6,21 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/internal/admit"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // rte is how the two processes of a test find each other and synchronize:
@@ -27,6 +33,9 @@ type rte interface {
 	exchange(blob []byte) ([]byte, error)
 	// barrier returns once both processes called it.
 	barrier() error
+	// peerGone reports whether the peer is known to have ended; a wait
+	// for it then fails.
+	peerGone() bool
 	close()
 }
 
@@ -56,6 +65,9 @@ func (j *jobRTE) exchange(blob []byte) ([]byte, error) {
 }
 
 func (j *jobRTE) barrier() error { return j.m.Barrier() }
+
+// peerGone is false: the launcher ends a job one of whose PEs ended.
+func (j *jobRTE) peerGone() bool { return false }
 func (j *jobRTE) close()         { j.m.Close() }
 
 // sockRTE is a server and a client connected by one TCP socket. Messages
@@ -86,7 +98,7 @@ func (s *sockRTE) recv() ([]byte, error) {
 	}
 	l := binary.LittleEndian.Uint32(n[:])
 	if l > maxFrame {
-		return nil, fmt.Errorf("the peer sent a frame of %d bytes", l)
+		return nil, fmt.Errorf("the peer sent a frame of %d bytes, more than %d", l, maxFrame)
 	}
 	b := make([]byte, l)
 	if _, err := io.ReadFull(s.conn, b); err != nil {
@@ -112,8 +124,9 @@ func (s *sockRTE) barrier() error {
 
 func (s *sockRTE) close() { s.conn.Close() }
 
-// The socket's authentication, when GOSHMEM_KEY is set: each side proves it
-// has the key with an HMAC-SHA256 over both sides' random nonces.
+// The socket's authentication: each side proves it has the key with an
+// HMAC-SHA256 over both sides' random nonces; nothing secret crosses the
+// socket.
 const nonceLen = 32
 
 func proof(key []byte, who string, a, b []byte) []byte {
@@ -134,8 +147,11 @@ func nonce() ([]byte, error) {
 func (s *sockRTE) authenticate(key []byte) error {
 	if s.isClient {
 		ns, err := s.recv()
-		if err != nil || len(ns) != nonceLen {
-			return fmt.Errorf("authentication: server nonce: %v", err)
+		if err != nil {
+			return fmt.Errorf("authentication: server nonce: %w", err)
+		}
+		if len(ns) != nonceLen {
+			return fmt.Errorf("authentication: a server nonce of %d bytes", len(ns))
 		}
 		nc, err := nonce()
 		if err != nil {
@@ -145,11 +161,14 @@ func (s *sockRTE) authenticate(key []byte) error {
 			return err
 		}
 		p, err := s.recv()
+		if errors.Is(err, io.EOF) {
+			return errors.New("authentication: the server closed the connection (it has another key?)")
+		}
 		if err != nil {
 			return fmt.Errorf("authentication: %w", err)
 		}
 		if !hmac.Equal(p, proof(key, "server", nc, ns)) {
-			return errors.New("authentication: the server does not have GOSHMEM_KEY")
+			return errors.New("authentication: the server does not have this key")
 		}
 		return nil
 	}
@@ -161,80 +180,186 @@ func (s *sockRTE) authenticate(key []byte) error {
 		return err
 	}
 	m, err := s.recv()
-	if err != nil || len(m) != nonceLen+sha256.Size {
-		return fmt.Errorf("authentication: client proof: %v", err)
+	if err != nil {
+		return fmt.Errorf("authentication: client proof: %w", err)
+	}
+	if len(m) != nonceLen+sha256.Size {
+		return fmt.Errorf("authentication: a client proof of %d bytes", len(m))
 	}
 	nc := m[:nonceLen]
 	if !hmac.Equal(m[nonceLen:], proof(key, "client", ns, nc)) {
-		return errors.New("authentication: the client does not have GOSHMEM_KEY")
+		return errors.New("authentication: the client does not have the key")
 	}
 	return s.send(proof(key, "server", nc, ns))
 }
 
-// socketKey returns the key that authenticates the socket: GOSHMEM_KEY's,
-// or nil when it is not set.
-func socketKey() ([]byte, error) {
-	v := os.Getenv(bootstrap.EnvKey)
-	if v == "" {
-		return nil, nil
+// socketKey returns the key that authenticates the socket, and the name of
+// the variable it came from: GOSHMEM_KEY's, or else UCX_TCP_KEY's (the tcp
+// transport authenticates with the same key); nil when neither is set.
+func socketKey() (key []byte, from string, err error) {
+	if v := os.Getenv(bootstrap.EnvKey); v != "" {
+		k, err := bootstrap.DecodeKey(v)
+		if err != nil {
+			return nil, bootstrap.EnvKey, fmt.Errorf("%s: %w", bootstrap.EnvKey, err)
+		}
+		return k, bootstrap.EnvKey, nil
 	}
-	k, err := bootstrap.DecodeKey(v)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", bootstrap.EnvKey, err)
+	if v := strings.TrimSpace(os.Getenv(tcpKeyVar)); v != "" {
+		k, err := base64.StdEncoding.DecodeString(v)
+		if err != nil || len(k) < 16 {
+			// The key itself is secret: never print it.
+			return nil, tcpKeyVar, fmt.Errorf("%s is not standard base64 of at least 16 bytes", tcpKeyVar)
+		}
+		return k, tcpKeyVar, nil
 	}
-	return k, nil
+	return nil, "", nil
 }
 
-// serve waits on addr:port for one client, authenticates it when GOSHMEM_KEY
-// is set, and, when it is not, hands it a fresh key for the tcp transport
-// (UCX_TCP_KEY), which both sides must share.
-func serve(addr string, port int, key []byte, logf func(string, ...any)) (*sockRTE, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, fmt.Sprint(port)))
-	if err != nil {
+// tcpKeyVar is the tcp transport's own key variable.
+const tcpKeyVar = "UCX_TCP_KEY"
+
+// serverKey returns the key of a server: socketKey's, or, when none is
+// set, a fresh one that it sets as GOSHMEM_KEY (which the tcp transport
+// then takes too) and prints, for the client: no secret ever goes over the
+// socket.
+func serverKey(logf func(string, ...any)) ([]byte, error) {
+	key, _, err := socketKey()
+	if err != nil || key != nil {
+		return key, err
+	}
+	if key, err = bootstrap.NewKey(); err != nil {
 		return nil, err
 	}
-	defer ln.Close()
-	logf("Waiting for connection...")
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return nil, err
-		}
-		s := &sockRTE{conn: c}
-		if key != nil {
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			if err := s.authenticate(key); err != nil {
-				logf("Rejected connection from %s: %v", c.RemoteAddr(), err)
-				c.Close()
-				continue
-			}
-			c.SetDeadline(time.Time{})
-		}
-		logf("Accepted connection from %s", c.RemoteAddr())
-		tcpKey := []byte{}
-		if key == nil && os.Getenv("UCX_TCP_KEY") == "" {
-			k := make([]byte, 32)
-			if _, err := rand.Read(k); err != nil {
-				c.Close()
-				return nil, err
-			}
-			tcpKey = []byte(base64.StdEncoding.EncodeToString(k))
-			os.Setenv("UCX_TCP_KEY", string(tcpKey))
-		}
-		if err := s.send(tcpKey); err != nil {
-			c.Close()
-			return nil, err
-		}
-		return s, nil
+	enc := bootstrap.EncodeKey(key)
+	if err := os.Setenv(bootstrap.EnvKey, enc); err != nil {
+		return nil, err
 	}
+	logf("No %s is set: this server made one. Start the client with it in its environment:", bootstrap.EnvKey)
+	logf("%s=%s", bootstrap.EnvKey, enc)
+	return key, nil
+}
+
+// authTimeout bounds the time a connection to the server has to
+// authenticate and send its test parameters, and a client's wait for the
+// server's part.
+const authTimeout = 10 * time.Second
+
+// Bounds of the connections a server authenticates at once
+// (internal/admit): a newer one displaces the oldest, so that strangers'
+// idle connections cannot keep the client out.
+const (
+	maxAuthPerSource = 8
+	maxAuth          = 32
+)
+
+// serve waits on addr:port for a client that proves it has key and sends
+// valid test parameters, and returns its connection and its parameters.
+// Every connection authenticates in a goroutine of its own, at most
+// maxAuth at once; one that fails (another key, garbage, a frame longer
+// than maxFrame, silence past authTimeout, bad parameters) is closed and
+// logged, a few lines a minute, and the server goes on waiting.
+func serve(addr string, port int, key []byte, logf func(string, ...any)) (*sockRTE, params, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, fmt.Sprint(port)))
+	if err != nil {
+		return nil, params{}, err
+	}
+	refused := ucs.NewLogLimiter("rejected connections", 10, time.Minute, logf)
+	defer refused.Flush()
+	logf("Waiting for connection...")
+	type winner struct {
+		s *sockRTE
+		p params
+	}
+	won := make(chan winner, 1)
+	gate := admit.New[net.Conn](admit.Limits{PerSource: maxAuthPerSource, Total: maxAuth})
+	var wg sync.WaitGroup
+	var served atomic.Bool // a client won: the others are closed unlogged
+	handle := func(c net.Conn, tk *admit.Ticket[net.Conn]) {
+		defer wg.Done()
+		s := &sockRTE{conn: c}
+		c.SetDeadline(time.Now().Add(authTimeout))
+		err := s.authenticate(key)
+		var p params
+		if err == nil {
+			p, err = s.recvParams()
+		}
+		if tk.Done() {
+			return // displaced by newer connections, and closed
+		}
+		if err != nil {
+			if !served.Load() {
+				refused.Logf("Rejected connection from %s: %v", c.RemoteAddr(), err)
+			}
+			c.Close()
+			return
+		}
+		c.SetDeadline(time.Time{})
+		select {
+		case won <- winner{s, p}:
+		default:
+			c.Close() // another client was first
+		}
+	}
+	acceptErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			tk, old, ousted := gate.Admit(c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(), c)
+			if ousted {
+				old.Close()
+				refused.Logf("Rejected connection from %s: not authenticated when newer ones came", old.RemoteAddr())
+			}
+			wg.Add(1)
+			go handle(c, tk)
+		}
+	}()
+	var w winner
+	select {
+	case w = <-won:
+	case err = <-acceptErr:
+	}
+	served.Store(true)
+	ln.Close()
+	for _, c := range gate.Values() {
+		c.Close() // the others still authenticating
+	}
+	wg.Wait()
+	if err != nil {
+		return nil, params{}, err
+	}
+	logf("Accepted connection from %s", w.s.conn.RemoteAddr())
+	return w.s, w.p, nil
+}
+
+// recvParams receives the client's test parameters and checks them.
+func (s *sockRTE) recvParams() (params, error) {
+	var p params
+	b, err := s.recv()
+	if err == nil {
+		err = json.Unmarshal(b, &p)
+	}
+	if err == nil {
+		_, err = p.check()
+	}
+	if err != nil {
+		return params{}, fmt.Errorf("test parameters: %w", err)
+	}
+	return p, nil
 }
 
 // dialRetry is how long a client retries a refused connection (a loaded
 // machine may take seconds to start the server).
 const dialRetry = 30 * time.Second
 
-// dial connects to the server at host:port, authenticates when GOSHMEM_KEY
-// is set, and takes the tcp transport's key the server hands over.
+// dial connects to the server at host:port and authenticates with key,
+// which the server must have too; authTimeout bounds the wait for the
+// server's part.
 func dial(host string, port int, key []byte) (*sockRTE, error) {
 	// A server started just before may not listen yet: retry for a while.
 	addr := net.JoinHostPort(host, fmt.Sprint(port))
@@ -252,19 +377,29 @@ func dial(host string, port int, key []byte) (*sockRTE, error) {
 		return nil, err
 	}
 	s := &sockRTE{conn: c, isClient: true}
-	if key != nil {
-		if err := s.authenticate(key); err != nil {
-			c.Close()
-			return nil, err
-		}
-	}
-	tcpKey, err := s.recv()
-	if err != nil {
+	c.SetDeadline(time.Now().Add(authTimeout))
+	if err := s.authenticate(key); err != nil {
 		c.Close()
 		return nil, err
 	}
-	if len(tcpKey) > 0 {
-		os.Setenv("UCX_TCP_KEY", string(tcpKey))
-	}
+	c.SetDeadline(time.Time{})
 	return s, nil
+}
+
+// peerGone reports whether the server or client at the other end of the
+// socket closed it (it exited, or was killed): a test's wait for the peer
+// then fails instead of spinning forever. It does not consume anything.
+func (s *sockRTE) peerGone() bool {
+	rc, err := s.conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return true
+	}
+	gone := false
+	rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		gone = n == 0 && err == nil || err != nil && err != syscall.EAGAIN && err != syscall.EINTR
+		return true // never wait
+	})
+	return gone
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -122,6 +123,7 @@ type bench struct {
 	sendParam *ucp.RequestParam
 	smem      *ucp.MemHandle
 	tagMask   uint64 // of the tag tests' receives (0 with -C)
+	rte       rte    // how the peer is reached out of band
 }
 
 // spinTime is how long waitFor polls without events before it parks, where
@@ -136,7 +138,7 @@ const spinTime = 10 * time.Millisecond
 // it parks in Worker.Idle after polling spinTime without events, so that a
 // goroutine that only polls cannot starve the poller when the processors
 // are busy (tcp wakes a parked worker when data arrives).
-func (b *bench) waitFor(cond func() bool) {
+func (b *bench) waitFor(cond func() bool) error {
 	var deadline time.Time
 	n := 0
 	for !cond() {
@@ -144,10 +146,10 @@ func (b *bench) waitFor(cond func() bool) {
 			n, deadline = 0, time.Time{}
 			continue
 		}
-		if !b.netPoll {
-			continue
+		if n++; n%peerCheckEvery == 0 && b.rte.peerGone() {
+			return errPeerGone
 		}
-		if n++; n%128 != 0 {
+		if !b.netPoll || n%128 != 0 {
 			continue
 		}
 		now := time.Now()
@@ -158,7 +160,17 @@ func (b *bench) waitFor(cond func() bool) {
 			b.w.Idle()
 		}
 	}
+	return nil
 }
+
+// peerCheckEvery is how many fruitless polls waitFor makes between two
+// looks at whether the peer ended (a system call for a socket: rare
+// enough to cost nothing measurable, often enough to end a wait for a dead
+// peer within moments).
+const peerCheckEvery = 1 << 12
+
+// errPeerGone ends a wait for a peer that ended.
+var errPeerGone = errors.New("the peer closed its connection (it ended, or was killed)")
 
 func (b *bench) wait(r *ucp.Request, err error) error {
 	if err != nil {
@@ -167,7 +179,11 @@ func (b *bench) wait(r *ucp.Request, err error) error {
 	if r == nil {
 		return nil
 	}
-	b.waitFor(r.IsCompleted)
+	if err := b.waitFor(r.IsCompleted); err != nil {
+		r.Cancel()
+		r.Free()
+		return err
+	}
 	err = r.Status()
 	r.Free()
 	return err
@@ -195,7 +211,9 @@ func putLat(b *bench, n int, p *perf) error {
 			}
 		}
 		sn := b.sn
-		b.waitFor(func() bool { return b.lastByte() == sn })
+		if err := b.waitFor(func() bool { return b.lastByte() == sn }); err != nil {
+			return err
+		}
 		if !b.client {
 			if err := b.put(); err != nil {
 				return err
@@ -338,7 +356,9 @@ func amLat(b *bench, n int, p *perf) error {
 				return err
 			}
 		}
-		b.waitFor(func() bool { return b.amRecvd >= want })
+		if err := b.waitFor(func() bool { return b.amRecvd >= want }); err != nil {
+			return err
+		}
 		if !b.client {
 			if r, err = b.amSend(); err != nil {
 				return err
@@ -393,7 +413,9 @@ func (b *bench) tagSend(sync bool) (*ucp.Request, error) {
 // probes until the message has arrived.
 func (b *bench) tagRecv(buf []byte) (*ucp.Request, error) {
 	if b.p.Unexpected {
-		b.waitFor(func() bool { return b.w.TagProbeNB(perfTag, b.tagMask, false, nil) != nil })
+		if err := b.waitFor(func() bool { return b.w.TagProbeNB(perfTag, b.tagMask, false, nil) != nil }); err != nil {
+			return nil, err
+		}
 	}
 	return b.w.TagRecvNBX(buf, perfTag, b.tagMask, nil)
 }

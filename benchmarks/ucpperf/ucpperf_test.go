@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"regexp"
@@ -19,39 +21,20 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/internal/flood"
 	"github.com/goshmem/goshmem/internal/petest"
 	"github.com/goshmem/goshmem/launcher"
 	"github.com/goshmem/goshmem/shmemtest"
 )
 
-var (
-	buildOnce    sync.Once
-	binPath      string
-	buildErr     error
-	buildCleanup = func() {}
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	buildCleanup()
+	petest.RemovePrograms()
 	os.Exit(code)
 }
 
-// ucpperfBinary builds this command once for the tests that run it.
-func ucpperfBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		var cleanup func()
-		binPath, cleanup, buildErr = launcher.BuildProgram(".")
-		if cleanup != nil {
-			buildCleanup = cleanup
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build ucpperf: %v", buildErr)
-	}
-	return binPath
-}
+// ucpperfBinary is this command, built once for the tests that run it.
+func ucpperfBinary(t *testing.T) string { return petest.Program(t, ".") }
 
 var finalRe = regexp.MustCompile(`(?m)^(Final:)?\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)$`)
 
@@ -187,7 +170,8 @@ func startServer(t *testing.T, env []string, port int) (output func() string, do
 	}
 	done = make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); f.Close() })
+	servers.Store(port, cmd.Process)
+	t.Cleanup(func() { cmd.Process.Kill(); f.Close(); servers.Delete(port) })
 	output = func() string {
 		b, _ := os.ReadFile(f.Name())
 		return string(b)
@@ -207,8 +191,21 @@ func startServer(t *testing.T, env []string, port int) (output func() string, do
 	return output, done
 }
 
-// cleanEnv is this process's environment without the launcher contract,
-// so that the server and client run on their own.
+// servers are the server processes startServer started, by port.
+var servers sync.Map
+
+// serverProcess returns the process of the server startServer started on
+// port.
+func serverProcess(t *testing.T, port int) *os.Process {
+	p, ok := servers.Load(port)
+	if !ok {
+		t.Fatalf("no server on port %d", port)
+	}
+	return p.(*os.Process)
+}
+
+// cleanEnv is this process's environment without the launcher contract
+// and the keys, so that the server and client run on their own.
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -229,18 +226,28 @@ func runClient(t *testing.T, env []string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// TestServerClient runs the server/client mode: without a key over tcp
-// (the server hands the client the tcp transport's key), and with
-// GOSHMEM_KEY, where a client with another key is refused and the server
+// keyEnv returns a fresh key as a GOSHMEM_KEY setting.
+func keyEnv(t *testing.T) string {
+	k, err := bootstrap.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bootstrap.EnvKey + "=" + bootstrap.EncodeKey(k)
+}
+
+// TestServerClient runs the server/client mode with a key both sides
+// have, over tcp; through a ucp.Listener over shared memory and tcp; and
+// with a client that has another key, which is refused while the server
 // goes on waiting for one that has it.
 func TestServerClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs processes")
 	}
 	t.Run("tcp", func(t *testing.T) {
+		env := []string{"UCX_TLS=tcp,self", keyEnv(t)}
 		port := freePort(t)
-		sout, done := startServer(t, []string{"UCX_TLS=tcp,self"}, port)
-		out, err := runClient(t, []string{"UCX_TLS=tcp,self"}, "-p", fmt.Sprint(port), "127.0.0.1", "-t", "ucp_am_lat", "-n", "200", "-f")
+		sout, done := startServer(t, env, port)
+		out, err := runClient(t, env, "-p", fmt.Sprint(port), "127.0.0.1", "-t", "ucp_am_lat", "-n", "200", "-f")
 		if err != nil {
 			t.Fatalf("client: %v\n%s", err, out)
 		}
@@ -265,7 +272,7 @@ func TestServerClient(t *testing.T) {
 		{"tcp,self", "tcp/lo", "ucp_get"},
 	} {
 		t.Run("listener/"+tc.tls+"/"+tc.test, func(t *testing.T) {
-			env := []string{"UCX_TLS=" + tc.tls}
+			env := []string{"UCX_TLS=" + tc.tls, keyEnv(t)}
 			port := freePort(t)
 			sout, done := startServer(t, env, port)
 			out, err := runClient(t, env, "-p", fmt.Sprint(port), "127.0.0.1", "-listener", "-I", "-t", tc.test, "-n", "300", "-f")
@@ -284,12 +291,10 @@ func TestServerClient(t *testing.T) {
 		})
 	}
 	t.Run("key", func(t *testing.T) {
-		k1, _ := bootstrap.NewKey()
-		k2, _ := bootstrap.NewKey()
-		key := bootstrap.EnvKey + "=" + bootstrap.EncodeKey(k1)
+		key := keyEnv(t)
 		port := freePort(t)
 		sout, done := startServer(t, []string{key}, port)
-		out, err := runClient(t, []string{bootstrap.EnvKey + "=" + bootstrap.EncodeKey(k2)}, "127.0.0.1", "-p", fmt.Sprint(port), "-t", "ucp_put_lat", "-n", "100")
+		out, err := runClient(t, []string{keyEnv(t)}, "127.0.0.1", "-p", fmt.Sprint(port), "-t", "ucp_put_lat", "-n", "100")
 		if err == nil || !strings.Contains(out, "authentication") {
 			t.Errorf("client with another key: %v\n%s", err, out)
 		}
@@ -307,6 +312,133 @@ func TestServerClient(t *testing.T) {
 			t.Errorf("the server did not report the rejected client:\n%s", sout())
 		}
 	})
+}
+
+// keyLineRe is the line a server without a key prints for its client.
+var keyLineRe = regexp.MustCompile(`(?m)^GOSHMEM_KEY=(\S+)$`)
+
+// TestServerStrangers starts a server without a key over tcp: it makes one
+// and prints it for the client. Strangers connect first: one reads what
+// the server sends unasked (a nonce, never a key), one sends a frame
+// longer than the protocol allows, and hundreds hold idle connections or
+// send garbage. The server logs and closes them and keeps waiting; a
+// client without the key fails at once with a clear error; the client
+// given the printed line runs its test.
+func TestServerStrangers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs processes")
+	}
+	env := []string{"UCX_TLS=tcp,self"}
+	port := freePort(t)
+	sout, done := startServer(t, env, port)
+	m := keyLineRe.FindStringSubmatch(sout())
+	if m == nil {
+		t.Fatalf("the server printed no key for its client:\n%s", sout())
+	}
+	key, err := bootstrap.DecodeKey(m[1])
+	if err != nil {
+		t.Fatalf("the printed key: %v", err)
+	}
+	addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))
+	// What a stranger gets unasked: one frame, a nonce, and no key.
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	got, _ := io.ReadAll(c)
+	if len(got) != 4+nonceLen || binary.LittleEndian.Uint32(got) != nonceLen {
+		t.Errorf("a stranger got %d bytes unasked (%x), want a frame of a %d-byte nonce", len(got), got, nonceLen)
+	}
+	if bytes.Contains(got, key) || bytes.Contains(got, []byte(m[1])) {
+		t.Errorf("a stranger got the key")
+	}
+	// A frame longer than the protocol allows.
+	g, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	huge := []byte{0xb7, 0xf8, 0x10, 0xa9, 1, 2, 3}
+	g.Write(huge)
+	logged := fmt.Sprintf("frame of %d bytes", binary.LittleEndian.Uint32(huge))
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(sout(), logged); time.Sleep(10 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("the server ended (%v) on a %s:\n%s", err, logged, sout())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not log the oversized frame:\n%s", sout())
+		}
+	}
+	if err := flood.RaiseFDLimit(2*600 + 1024); err != nil {
+		t.Skipf("not enough file descriptors for the flood: %v", err)
+	}
+	f, err := flood.Start(addr, flood.Spec{Kind: flood.Idle, N: 300}, flood.Spec{Kind: flood.Garbage, N: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	out, err := runClient(t, env, "-p", fmt.Sprint(port), "127.0.0.1", "-t", "tag_lat", "-n", "100")
+	if err == nil || !strings.Contains(out, "no GOSHMEM_KEY is set") {
+		t.Errorf("client without the key: %v\n%s", err, out)
+	}
+	out, err = runClient(t, append(env, m[0]), "-p", fmt.Sprint(port), "127.0.0.1", "-t", "tag_lat", "-n", "100")
+	if err != nil {
+		t.Fatalf("client with the printed key: %v\n%s\nserver:\n%s", err, out, sout())
+	}
+	if iters, _ := finalLine(t, out, true); iters != 100 {
+		t.Errorf("%d iterations", iters)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("server: %v\n%s", err, sout())
+	}
+	t.Logf("flood: %+v", f.Stats())
+}
+
+// TestServerDies kills the server while the client measures, over shared
+// memory and over tcp, in tests that wait on memory, on an active message
+// and on a tagged message: the client fails with an error instead of
+// waiting for a peer that is gone.
+func TestServerDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs processes")
+	}
+	for _, tls := range []string{"sm,self", "tcp,self"} {
+		for _, test := range []string{"ucp_put_lat", "ucp_am_lat", "tag_lat"} {
+			t.Run(tls+"/"+test, func(t *testing.T) {
+				env := []string{"UCX_TLS=" + tls, keyEnv(t)}
+				port := freePort(t)
+				sout, done := startServer(t, env, port)
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, ucpperfBinary(t), "-p", fmt.Sprint(port), "127.0.0.1", "-t", test, "-n", "1000000000", "-w", "0")
+				cmd.Env = append(cleanEnv(), env...)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				for deadline := time.Now().Add(30 * time.Second); !strings.Contains(sout(), "Accepted connection"); time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the client did not connect:\n%s", sout())
+					}
+				}
+				time.Sleep(500 * time.Millisecond) // into the measurement
+				serverProcess(t, port).Kill()
+				<-done
+				err := cmd.Wait()
+				if ctx.Err() != nil {
+					t.Fatalf("the client still waited a minute after its server died:\n%s", out.String())
+				}
+				if err == nil {
+					t.Errorf("the client did not fail when its server died:\n%s", out.String())
+				}
+			})
+		}
+	}
 }
 
 func TestParse(t *testing.T) {
@@ -418,5 +550,60 @@ func TestTableFormat(t *testing.T) {
 		if len(l) != 108 {
 			t.Errorf("box line of %d characters: %q", len(l), l)
 		}
+	}
+}
+
+// TestSizes runs every test at every size it takes from 1 byte to 1 MiB
+// (the atomics at 8), over shared memory and over tcp, with the server
+// and the client in this process (run, as main calls it): each run
+// completes its iterations. The sizes cross the eager, fragmented and
+// rendezvous protocols of every operation.
+func TestSizes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: many runs")
+	}
+	t.Setenv(bootstrap.EnvKey, "")
+	t.Setenv(tcpKeyVar, "")
+	t.Setenv(bootstrap.EnvKey, strings.TrimPrefix(keyEnv(t), bootstrap.EnvKey+"="))
+	sizes := []int{1, 2048, 4096, 8192, 65536, 1 << 20}
+	for _, tls := range []string{"sm,self", "tcp,self"} {
+		t.Run(tls, func(t *testing.T) {
+			t.Setenv("UCX_TLS", tls)
+			for _, tt := range tests {
+				for _, size := range sizes {
+					if tt.name == "ucp_add" || strings.Contains(tt.name, "swap") || strings.Contains(tt.name, "fadd") {
+						if size != 1 {
+							continue
+						}
+						size = 8
+					}
+					t.Run(fmt.Sprintf("%s/%d", tt.name, size), func(t *testing.T) {
+						port := fmt.Sprint(freePort(t))
+						var sout, serr bytes.Buffer
+						scode := make(chan int, 1)
+						go func() { scode <- run([]string{"-p", port}, &sout, &serr) }()
+						var out, cerr bytes.Buffer
+						const n = 20
+						if code := run([]string{"-p", port, "127.0.0.1", "-t", tt.name, "-s", fmt.Sprint(size), "-n", fmt.Sprint(n), "-w", "2", "-f"}, &out, &cerr); code != 0 {
+							t.Errorf("client: exit %d\n%s%s", code, out.String(), cerr.String())
+						}
+						select {
+						case code := <-scode:
+							if code != 0 {
+								t.Errorf("server: exit %d\n%s%s", code, sout.String(), serr.String())
+							}
+						case <-time.After(time.Minute):
+							t.Fatalf("the server still runs a minute after its client ended:\n%s%s", sout.String(), serr.String())
+						}
+						if t.Failed() {
+							return
+						}
+						if iters, _ := finalLine(t, out.String(), false); iters != n {
+							t.Errorf("%d iterations, want %d", iters, n)
+						}
+					})
+				}
+			}
+		})
 	}
 }

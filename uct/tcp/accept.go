@@ -1,11 +1,12 @@
 package tcp
 
 import (
-	"container/list"
 	"errors"
+	"fmt"
 	"net"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/admit"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -13,18 +14,16 @@ import (
 //
 // Anyone who reaches the listener can connect, with the job key or
 // without. What a stranger costs is bounded: an accepted connection has
-// UCX_TCP_HANDSHAKE_TIMEOUT to authenticate, at most UCX_TCP_MAX_HANDSHAKES
-// authenticate at once (a new one closes the oldest, so that idle
-// strangers cannot hold the listener: a client that means it answers
-// within a few round trips), and the refusals are logged through a
-// limiter, a few lines a minute and a count of the rest, whatever the rate
-// of attempts.
-
-// handshaking is an accepted connection that authenticates.
-type handshaking struct {
-	conn    net.Conn
-	evicted bool // closed for a newer one; guarded by Iface.mu
-}
+// UCX_TCP_HANDSHAKE_TIMEOUT to authenticate, at most
+// UCX_TCP_MAX_HANDSHAKES_PER_SOURCE of one source address and
+// UCX_TCP_MAX_HANDSHAKES in all authenticate at once (internal/admit: a
+// new one closes the oldest of its source, or of the source with the
+// most, so that idle strangers cannot hold the listener: a client that
+// means it answers within a few round trips, and one dropped before the
+// challenge tries again), and the refusals are logged through a limiter,
+// a few lines a minute and a count of the rest, whatever the rate of
+// attempts. Nothing a client can exhaust is allocated for it before it
+// authenticated but its connection and the goroutine that reads it.
 
 // accept accepts connections until the listener is closed.
 func (i *Iface) accept() {
@@ -50,24 +49,20 @@ func (i *Iface) accept() {
 			c.Close()
 			return
 		}
-		var old *handshaking
-		if i.handshakes.Len() >= i.cfg.maxHS {
-			old = i.handshakes.Remove(i.handshakes.Front()).(*handshaking)
-			old.evicted = true
-		}
-		el := i.handshakes.PushBack(&handshaking{conn: c})
+		tk, old, ousted := i.handshakes.Admit(c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(), c)
 		i.hsConns[c] = struct{}{}
 		i.wg.Add(1)
 		i.mu.Unlock()
-		if old != nil {
-			old.conn.Close()
-			i.warn.refused.Logf("closed the connection from %v, which had not authenticated when %d newer ones came (UCX_TCP_MAX_HANDSHAKES)", old.conn.RemoteAddr(), i.cfg.maxHS)
+		if ousted {
+			old.Close()
+			i.warn.refused.Logf("closed the connection from %v, which had not authenticated when newer ones came (UCX_TCP_MAX_HANDSHAKES_PER_SOURCE %d, UCX_TCP_MAX_HANDSHAKES %d)",
+				old.RemoteAddr(), i.cfg.maxHSSource, i.cfg.maxHS)
 		}
-		go i.serve(c, el)
+		go i.serve(c, tk)
 	}
 }
 
-// serve authenticates an accepted connection (el, in i.handshakes), takes
+// serve authenticates an accepted connection (tk, in i.handshakes), takes
 // it out of Go's poller and enters its stream in the poll set, where
 // Progress and the poller read it (rx.go). A hello that may share the
 // connection goes through connection matching (connmatch.go): the
@@ -76,7 +71,7 @@ func (i *Iface) accept() {
 // iface dialed to it. A one-way hello (a connection to an EP, or a second
 // EP of the client's iface) gets a one-way stream. A connection
 // authenticated after Close began hears the goodbye at once.
-func (i *Iface) serve(c net.Conn, el *list.Element) {
+func (i *Iface) serve(c net.Conn, tk *admit.Ticket[net.Conn]) {
 	defer i.wg.Done()
 	from := c.RemoteAddr()
 	var reserved uint64
@@ -93,6 +88,13 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 		mc = m
 		return verdict, mine, nil
 	})
+	ousted := tk.Done()
+	if err == nil && ousted {
+		// A newer connection displaced it, and closed it, in the
+		// moment between its proof and this check: lost, as any
+		// connection that fails.
+		err = fmt.Errorf("displaced as it authenticated: %w", net.ErrClosed)
+	}
 	if err != nil && reserved != 0 {
 		i.releaseEP(reserved)
 	}
@@ -100,17 +102,13 @@ func (i *Iface) serve(c net.Conn, el *list.Element) {
 		i.match.handshakeDone(mc, false)
 	}
 	i.mu.Lock()
-	hs := el.Value.(*handshaking)
-	if !hs.evicted {
-		i.handshakes.Remove(el)
-	}
 	delete(i.hsConns, c)
 	closed := i.closed
 	i.mu.Unlock()
 	if err != nil {
 		c.Close()
 		var u *useMineError
-		if !closed && !hs.evicted && !errors.As(err, &u) {
+		if !closed && !ousted && !errors.As(err, &u) {
 			i.warn.refused.Logf("refused a connection from %v: %v", from, err)
 		}
 		return

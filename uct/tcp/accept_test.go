@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/flood"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
@@ -27,57 +30,122 @@ func isTimeout(err error) bool {
 	return ok && ne.Timeout()
 }
 
-// TestHandshakeCap opens more idle connections than MAX_HANDSHAKES allows
-// to authenticate at once: the iface keeps the newest and closes the
-// older, logging a few of them, and a client with the key still connects.
+// TestHandshakeCap opens more idle connections than the iface lets
+// authenticate at once, from one source address or from several: the
+// iface keeps the newest of each source within MAX_HANDSHAKES_PER_SOURCE,
+// and beyond MAX_HANDSHAKES closes the oldest of the source with the most
+// (never the connection of a source that holds one), logging a few of
+// them; a client with the key still connects.
 func TestHandshakeCap(t *testing.T) {
-	logs := captureLog(t)
-	const max, n = 4, 40
+	type batch struct {
+		from string
+		n    int
+	}
+	for _, tt := range []struct {
+		name     string
+		settings []string
+		batches  []batch
+		kept     []int // of the connections, in order, those left waiting
+		// ousts: the client with the key, from 127.0.0.1, displaces
+		// one of them.
+		ousts bool
+	}{
+		{"one source", []string{"MAX_HANDSHAKES=4", "MAX_HANDSHAKES_PER_SOURCE=4"},
+			[]batch{{"127.0.0.1", 40}}, []int{36, 37, 38, 39}, true},
+		{"per source", []string{"MAX_HANDSHAKES=16", "MAX_HANDSHAKES_PER_SOURCE=4"},
+			[]batch{{"127.0.0.2", 40}}, []int{36, 37, 38, 39}, false},
+		{"total, the heaviest source gives way", []string{"MAX_HANDSHAKES=4", "MAX_HANDSHAKES_PER_SOURCE=4"},
+			[]batch{{"127.0.0.9", 1}, {"127.0.0.2", 40}}, []int{0, 38, 39, 40}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := captureLog(t)
+			md := testMD(t)
+			b := openIface(t, md, nil, append(tt.settings, "HANDSHAKE_TIMEOUT=1m")...)
+			var conns []net.Conn
+			for _, bt := range tt.batches {
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(bt.from)}}
+				for range bt.n {
+					c, err := d.Dial("tcp", b.ln.Addr().String())
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					conns = append(conns, c)
+				}
+			}
+			for k, c := range conns {
+				if !slices.Contains(tt.kept, k) && !closedByPeer(c) {
+					t.Fatalf("connection %d of %d still open, want only %v", k, len(conns), tt.kept)
+				}
+			}
+			progressUntil(t, func() bool { return b.handshakes.Len() == len(tt.kept) })
+			var waiting []string
+			for _, c := range b.handshakes.Values() {
+				waiting = append(waiting, c.RemoteAddr().String())
+			}
+			var want []string
+			for _, k := range tt.kept {
+				want = append(want, conns[k].LocalAddr().String())
+			}
+			if !slices.Equal(waiting, want) {
+				t.Errorf("waiting: %v, want %v", waiting, want)
+			}
+			// A client with the key gets through.
+			a := openIface(t, md, nil)
+			ep := connect(t, a, b)
+			if st := ep.AMShort(1, 0, nil); st != ucs.OK {
+				t.Fatal(st)
+			}
+			refusals := len(conns) - len(tt.kept)
+			if tt.ousts {
+				refusals++
+			}
+			if got := b.warn.refused.Count(); got != uint64(refusals) {
+				t.Errorf("%d refusals counted, want %d", got, refusals)
+			}
+			if got := strings.Count(logs.String(), "\n"); got > warnBurst {
+				t.Errorf("%d lines logged for %d refusals, want at most %d:\n%s", got, refusals, warnBurst, logs)
+			}
+		})
+	}
+}
+
+// TestAcceptFlood holds a thousand idle connections and a thousand that
+// sent garbage open on an iface (internal/flood), from the clients' own
+// address and from others, with a handshake timeout longer than the test:
+// ifaces with the key still connect to it, as many as come, and the
+// iface never holds more connections in the handshake than its bounds.
+func TestAcceptFlood(t *testing.T) {
+	captureLog(t)
+	const n, clients = 1000, 8
+	if err := flood.RaiseFDLimit(4*n + 1024); err != nil {
+		t.Skipf("not enough file descriptors for the flood: %v", err)
+	}
 	md := testMD(t)
-	b := openIface(t, md, nil, "MAX_HANDSHAKES=4", "HANDSHAKE_TIMEOUT=1m")
-	conns := make([]net.Conn, n)
-	for k := range conns {
-		c, err := net.Dial("tcp", b.ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
+	b := openIface(t, md, nil, "HANDSHAKE_TIMEOUT=1m")
+	target := b.ln.Addr().(*net.TCPAddr).AddrPort()
+	f, err := flood.Start(target,
+		flood.Spec{Kind: flood.Idle, N: n},
+		flood.Spec{Kind: flood.Garbage, N: n / 2},
+		flood.Spec{Kind: flood.Garbage, N: n / 2, From: []netip.Addr{netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	var seen atomic.Int32
+	b.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { seen.Add(1); return ucs.OK }, nil, uct.CBFlagAsync)
+	for k := range clients {
+		a := openIface(t, md, nil)
+		ep := connect(t, a, b)
+		if st := ep.AMShort(1, 0, nil); st != ucs.OK {
+			t.Fatalf("client %d: %v", k, st)
 		}
-		defer c.Close()
-		conns[k] = c
-	}
-	// The oldest were closed, the newest wait.
-	for k, c := range conns[:n-max] {
-		if !closedByPeer(c) {
-			t.Fatalf("connection %d of %d still open, with %d allowed to authenticate", k, n, max)
-		}
-	}
-	progressUntil(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.handshakes.Len() == max
-	})
-	b.mu.Lock()
-	waiting := map[string]bool{}
-	for el := b.handshakes.Front(); el != nil; el = el.Next() {
-		waiting[el.Value.(*handshaking).conn.RemoteAddr().String()] = true
-	}
-	b.mu.Unlock()
-	for k, c := range conns[n-max:] {
-		if !waiting[c.LocalAddr().String()] {
-			t.Errorf("connection %d, among the %d newest, is not the one waiting", n-max+k, max)
+		progressUntil(t, func() bool { return int(seen.Load()) == k+1 }, a, b)
+		if held := b.handshakes.Len(); held > b.cfg.maxHS {
+			t.Fatalf("%d connections in the handshake, at most %d allowed", held, b.cfg.maxHS)
 		}
 	}
-	// A client with the key gets through (closing one more idle one).
-	a := openIface(t, md, nil)
-	ep := connect(t, a, b)
-	if st := ep.AMShort(1, 0, nil); st != ucs.OK {
-		t.Fatal(st)
-	}
-	if got := b.warn.refused.Count(); got != n-max+1 {
-		t.Errorf("%d refusals counted, want %d", got, n-max+1)
-	}
-	if got := strings.Count(logs.String(), "\n"); got > warnBurst {
-		t.Errorf("%d lines logged for %d refusals, want at most %d:\n%s", got, n-max+1, warnBurst, logs)
-	}
+	t.Logf("flood: %+v", f.Stats())
 }
 
 // TestHandshakeTimeout checks that a connection that says nothing is

@@ -41,8 +41,8 @@ const (
 	// connection: a client that means it answers in a few round trips.
 	DefaultHandshakeTimeout = 3 * time.Second
 	// DefaultMaxHandshakes is the number of accepted connections an iface
-	// authenticates at once; the oldest is dropped for a new one beyond
-	// it.
+	// authenticates at once; the oldest (of the source with the most) is
+	// dropped for a new one beyond it.
 	DefaultMaxHandshakes = 256
 	// DefaultPassiveDelay is how long Progress may go uncalled before the
 	// iface's poller reads the sockets itself (poller.go).
@@ -85,7 +85,8 @@ var ifaceConfigTable = []ucs.ConfigField{
 	{Name: "KEY", Default: "", Doc: "Job key authenticating tcp connections, standard base64 of at least 16 bytes; empty: " + EnvKey + ", or else a random key of this process"},
 	{Name: "CONN_TIMEOUT", Default: DefaultConnTimeout.String(), Doc: "Time allowed to connect and authenticate a tcp connection"},
 	{Name: "HANDSHAKE_TIMEOUT", Default: DefaultHandshakeTimeout.String(), Doc: "Time an accepted tcp connection has to authenticate"},
-	{Name: "MAX_HANDSHAKES", Default: "256", Doc: "Accepted tcp connections authenticating at once; beyond it the oldest is closed"},
+	{Name: "MAX_HANDSHAKES", Default: "256", Doc: "Accepted tcp connections authenticating at once; beyond it the oldest of the source address with the most is closed"},
+	{Name: "MAX_HANDSHAKES_PER_SOURCE", Default: "auto", Doc: "Accepted tcp connections of one source address (an IPv6 /64) authenticating at once; beyond it the oldest of that source is closed; auto: half of MAX_HANDSHAKES"},
 	{Name: "PEER_TIMEOUT", Default: "", Doc: "Time an EP waits without hearing from its peer before it fails (the peer's goroutines answer while it computes); must be the same in every process of a job; empty: " + EnvFailureTimeout + ", or else " + DefaultPeerTimeout.String() + "; inf: never"},
 	{Name: "KEEPIDLE", Default: "auto", Doc: "Idle time before the kernel's first tcp keepalive probe; auto: half the peer timeout"},
 	{Name: "KEEPINTVL", Default: "auto", Doc: "Time between tcp keepalive probes; auto: a tenth of the peer timeout"},
@@ -107,6 +108,7 @@ type ifaceConfig struct {
 	// passiveDelay is PASSIVE_DELAY.
 	passiveDelay time.Duration
 	maxHS        int // MAX_HANDSHAKES
+	maxHSSource  int // MAX_HANDSHAKES_PER_SOURCE
 	// peerTimeout is PEER_TIMEOUT; 0 for inf.
 	peerTimeout time.Duration
 	// keepIdle, keepIntvl and keepCnt are the kernel's keepalive
@@ -209,6 +211,14 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 			return c, fmt.Errorf("uct/tcp: %s=%d outside [%d, %d]: %w", name(f.name), v, f.lo, f.hi, ucs.ErrInvalidParam)
 		}
 		*f.dst = int(v)
+	}
+	c.maxHSSource = max(c.maxHS/2, 1)
+	if s := get("MAX_HANDSHAKES_PER_SOURCE"); s != "" && !strings.EqualFold(s, "auto") {
+		v, err := ucs.ParseSize(s)
+		if err != nil || v < 1 || v > uint64(c.maxHS) {
+			return c, fmt.Errorf("uct/tcp: %s=%q outside [1, %s=%d]: %w", name("MAX_HANDSHAKES_PER_SOURCE"), s, name("MAX_HANDSHAKES"), c.maxHS, ucs.ErrInvalidParam)
+		}
+		c.maxHSSource = int(v)
 	}
 	if c.segSize > c.rxSegSize {
 		return c, fmt.Errorf("uct/tcp: %s=%d above %s=%d: %w", name("SEG_SIZE"), c.segSize, name("RX_SEG_SIZE"), c.rxSegSize, ucs.ErrInvalidParam)

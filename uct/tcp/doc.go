@@ -72,8 +72,10 @@
 // key, wrong iface id, malformed message, timeout) is closed and logged, and
 // nothing it sent reaches a handler or memory. An accepted connection has
 // UCX_TCP_HANDSHAKE_TIMEOUT (3s) to authenticate, and at most
-// UCX_TCP_MAX_HANDSHAKES (256) authenticate at once: a newer one closes
-// the oldest (see accept.go). The job key is the iface
+// UCX_TCP_MAX_HANDSHAKES (256) authenticate at once, half of them from one
+// source address (UCX_TCP_MAX_HANDSHAKES_PER_SOURCE): a newer one closes
+// the oldest of its source, or of the source with the most (see
+// accept.go). The job key is the iface
 // configuration variable KEY (UCX_TCP_KEY as ucp reads it; standard base64,
 // at least 16 bytes) or else the environment variable GOSHMEM_KEY that the
 // launcher sets. With neither, the process uses a random key of its own: its ifaces

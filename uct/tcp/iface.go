@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"container/list"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goshmem/goshmem/internal/admit"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 	"github.com/goshmem/goshmem/uct/internal/base"
@@ -101,9 +101,9 @@ type Iface struct {
 	conns      map[*EP]struct{}     // the EPs of every other connection, those no user holds included
 	match      *connMatch
 	parked     []*inStream // streams waiting for room in the receive queue (poll.go)
-	// handshakes are the accepted connections still authenticating,
-	// oldest first (accept.go), and hsConns the same as a set.
-	handshakes list.List
+	// handshakes bounds the accepted connections still authenticating
+	// (accept.go), and hsConns is the set of them.
+	handshakes *admit.Gate[net.Conn]
 	hsConns    map[net.Conn]struct{}
 	closed     bool
 
@@ -155,6 +155,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		epIDs:      make(map[uint64]*EP),
 		rxConns:    make(map[*rxConn]struct{}),
 		conns:      make(map[*EP]struct{}),
+		handshakes: admit.New[net.Conn](admit.Limits{PerSource: cfg.maxHSSource, Total: cfg.maxHS}),
 		hsConns:    make(map[net.Conn]struct{}),
 		poll:       ps,
 		pollerStop: make(chan struct{}),

@@ -132,6 +132,7 @@ func TestConfig(t *testing.T) {
 		"KEY=not base64!", "KEY=c2hvcnQ=", "CONN_TIMEOUT=soon", "CONN_TIMEOUT=0",
 		"SEG_SIZE=1", "SEG_SIZE=1m", "RX_SEG_SIZE=1g", "TX_QUEUE_LEN=0", "MAX_POLL=x",
 		"HANDSHAKE_TIMEOUT=0", "HANDSHAKE_TIMEOUT=soon", "MAX_HANDSHAKES=0", "PEER_TIMEOUT=10ms",
+		"MAX_HANDSHAKES_PER_SOURCE=0", "MAX_HANDSHAKES_PER_SOURCE=257", "MAX_HANDSHAKES_PER_SOURCE=x",
 		"PEER_TIMEOUT=soon", "KEEPIDLE=10ms", "KEEPINTVL=x", "KEEPCNT=0", "KEEPCNT=200",
 	} {
 		_, err := md.IfaceOpen(nil, &uct.IfaceParams{DevName: dev}, testConfig(t, s))

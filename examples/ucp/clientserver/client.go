@@ -17,7 +17,13 @@ type client struct {
 	w       *ucp.Worker
 	ep      *ucp.Endpoint
 	id      uint32
-	answers [][]byte // active message answers, from the handler
+	answers []amAnswerOf // active message answers, from the handler
+}
+
+// amAnswerOf is an active message answer, or why it could not be received.
+type amAnswerOf struct {
+	data []byte
+	err  error
 }
 
 func runClient(ctx *ucp.Context, addr netip.AddrPort, id uint32, names []string, iters, size int) error {
@@ -33,9 +39,10 @@ func runClient(ctx *ucp.Context, addr netip.AddrPort, id uint32, names []string,
 	defer w.Destroy()
 	c := &client{w: w, id: id}
 	err = w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amAnswer).SetCB(
-		func(_ any, _, data []byte, _ *ucp.AMRecvParam) ucs.Status {
-			c.answers = append(c.answers, bytes.Clone(data))
-			return ucs.OK
+		func(_ any, _, data []byte, p *ucp.AMRecvParam) ucs.Status {
+			return amData(w, data, p, func(data []byte, err error) {
+				c.answers = append(c.answers, amAnswerOf{data: bytes.Clone(data), err: err})
+			})
 		}))
 	if err != nil {
 		return err
@@ -69,7 +76,7 @@ func runClient(ctx *ucp.Context, addr netip.AddrPort, id uint32, names []string,
 		fmt.Printf("client %d: %d %s rounds of %d bytes ok\n", id, iters, n, size)
 	}
 	r, err := c.ep.TagSendNBX(nil, c.tag(bye), nil)
-	if err := wait(r, err); err != nil {
+	if err := c.waitEP(r, err); err != nil {
 		return fmt.Errorf("client %d: goodbye: %w", id, err)
 	}
 	return c.ep.Close(ucp.CloseModeFlush)
@@ -91,10 +98,14 @@ func (c *client) tagRound(round int, msg []byte) error {
 // echoed waits for the send (sr, err) of msg and then for the receive rr of
 // its echo into got, and checks the echo.
 func (c *client) echoed(sr *ucp.Request, err error, rr *ucp.Request, got, msg []byte) error {
-	if err := wait(sr, err); err != nil {
+	if err := c.waitEP(sr, err); err != nil {
+		if rr != nil {
+			rr.Cancel()
+			c.waitEP(rr, nil)
+		}
 		return err
 	}
-	if err := wait(rr, nil); err != nil {
+	if err := c.waitEP(rr, nil); err != nil {
 		return err
 	}
 	if !bytes.Equal(got, msg) {
@@ -103,12 +114,32 @@ func (c *client) echoed(sr *ucp.Request, err error, rr *ucp.Request, got, msg []
 	return nil
 }
 
+// waitEP waits for r (if any) as wait does, but gives up, cancelling it,
+// when the endpoint to the server fails first: a tag receive is the
+// worker's, and would wait for a server that is gone forever.
+func (c *client) waitEP(r *ucp.Request, err error) error {
+	if err != nil || r == nil {
+		return err
+	}
+	defer r.Free()
+	for !r.IsCompleted() {
+		if err := c.ep.Status(); err != nil {
+			r.Cancel()
+			return fmt.Errorf("the connection to the server failed: %w", err)
+		}
+		if c.w.Progress() == 0 {
+			c.w.Idle()
+		}
+	}
+	return r.Status()
+}
+
 // amRound sends msg as an active message and checks the server's answer,
 // msg reversed.
 func (c *client) amRound(round int, msg []byte) error {
 	hdr := binary.LittleEndian.AppendUint32(nil, uint32(round))
 	r, err := c.ep.AMSendNBX(amRequest, hdr, msg, new(ucp.RequestParam).SetAMSendFlags(ucp.AMSendFlagReply))
-	if err := wait(r, err); err != nil {
+	if err := c.waitEP(r, err); err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(time.Minute); len(c.answers) == 0; {
@@ -122,8 +153,12 @@ func (c *client) amRound(round int, msg []byte) error {
 			c.w.Idle()
 		}
 	}
-	got := c.answers[0]
+	a := c.answers[0]
 	c.answers = c.answers[1:]
+	if a.err != nil {
+		return fmt.Errorf("the answer: %w", a.err)
+	}
+	got := a.data
 	want := slices.Clone(msg)
 	slices.Reverse(want)
 	if !bytes.Equal(got, want) {

@@ -9,14 +9,20 @@
 //	clientserver -connect 127.0.0.1:13337 -id 7        # a client
 //
 // Each client runs -iters rounds of every service (-services;
-// "tag,am,stream" by default): in a tag round it sends -size bytes with a
-// tag made of its id and the round, and the server echoes them back with
-// the reply bit set; in an am round it sends an active message asking for
-// a reply endpoint, and the server answers through that endpoint with the
-// bytes reversed; in a stream round it sends -size bytes on the
-// endpoint's stream and the server, which polls for the endpoints that
-// have stream data, echoes the bytes back on the stream.
+// "tag,am,stream" by default): in a tag round it sends -size bytes (1 to
+// 1 MiB) with a tag made of its id and the round, and the server, which
+// probes for the tagged messages of every client and receives each into a
+// buffer of its size, echoes them back with the reply bit set; in an am
+// round it sends an active message asking for a reply endpoint, and the
+// server answers through that endpoint with the bytes reversed (both
+// handlers receive a rendezvous message's data with AMRecvDataNBX); in a
+// stream round it sends -size bytes on the endpoint's stream and the
+// server, which polls for the endpoints that have stream data, echoes the
+// bytes back on the stream. A client whose server fails gets the error of
+// its endpoint, whatever it waits for.
 // Then it says goodbye (a last tagged message) and closes its endpoint.
+// The server serves messages of any size up to 1 MiB, whatever its own
+// -size; a larger or broken one is reported and dropped.
 // The server accepts a client whose id is not in use and rejects one whose
 // id is (the client fails with "rejected"); it serves until killed, or
 // until -clients clients have said goodbye.
@@ -37,6 +43,7 @@ import (
 	"strings"
 
 	"github.com/goshmem/goshmem/ucp"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // Tags: the client's id in the high 32 bits, the round in the low ones;
@@ -52,19 +59,22 @@ const (
 	amAnswer  = 2
 )
 
+// maxSize is the largest message a client sends, and the server takes.
+const maxSize = 1 << 20
+
 func main() {
 	listen := flag.String("listen", "127.0.0.1:13337", "address the server listens on")
 	connect := flag.String("connect", "", "address of the server: run as a client")
 	id := flag.Uint("id", 1, "the client's id (non-zero, unique among the server's clients)")
 	clients := flag.Int("clients", 0, "the server exits after this many clients said goodbye (0: never)")
 	iters := flag.Int("iters", 10, "rounds of each service a client runs")
-	size := flag.Int("size", 1024, "bytes per message (at most 8192)")
+	size := flag.Int("size", 1024, fmt.Sprintf("bytes per message of a client (at most %d)", maxSize))
 	services := flag.String("services", "tag,am,stream", "services a client uses: "+strings.Join(serviceNames(), ","))
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("clientserver: ")
-	if *size < 1 || *size > 8192 {
-		log.Fatalf("-size %d: not in [1, 8192]", *size)
+	if *size < 1 || *size > maxSize {
+		log.Fatalf("-size %d: not in [1, %d]", *size, maxSize)
 	}
 	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureTag|ucp.FeatureAM|ucp.FeatureStream).SetName("clientserver"), nil)
 	if err != nil {
@@ -89,7 +99,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("-listen: %v", err)
 	}
-	if err := runServer(ctx, addr, *clients, *size); err != nil {
+	if err := runServer(ctx, addr, *clients); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -122,6 +132,32 @@ func lanes(a ucp.EPAttr) string {
 		s = append(s, fmt.Sprintf("%s:%s/%s", l.Usage, l.Transport, l.Device))
 	}
 	return strings.Join(s, " ")
+}
+
+// amData hands the data of an active message to done, from the receive
+// handler that got p: at once for eager data (valid during the call only),
+// or, for a rendezvous message (whose data is still at the sender), once
+// it is received into a buffer of its own. A rendezvous message larger
+// than maxSize is dropped: done gets an error. It returns the handler's
+// status.
+func amData(w *ucp.Worker, data []byte, p *ucp.AMRecvParam, done func(data []byte, err error)) ucs.Status {
+	if p.RecvAttr&ucp.AMRecvAttrFlagRNDV == 0 {
+		done(data, nil)
+		return ucs.OK
+	}
+	if p.Length > maxSize {
+		done(nil, fmt.Errorf("an active message of %d bytes, more than %d: dropped", p.Length, maxSize))
+		return ucs.OK // which drops it
+	}
+	buf := make([]byte, p.Length)
+	r, err := w.AMRecvDataNBX(p.Desc, buf, new(ucp.RequestParam).SetOpAttrFlags(ucp.OpAttrFlagNoImmCmpl).
+		SetCallback(func(_ *ucp.Request, st error, _ any) { done(buf, st) }))
+	if err != nil {
+		done(nil, err)
+	} else {
+		r.Free() // its callback still runs
+	}
+	return ucs.OK
 }
 
 // wait waits for r (if any), progressing its worker (Request.Wait), and

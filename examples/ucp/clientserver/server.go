@@ -10,19 +10,21 @@ import (
 	"github.com/goshmem/goshmem/ucs"
 )
 
-// server serves its clients from one goroutine: the listener's and the
-// endpoints' callbacks, which run from Progress, only note what happened,
-// and the loop of runServer acts on it.
+// server serves its clients from one goroutine: the listener's, the
+// endpoints' and the receives' callbacks, which run from Progress, only
+// note what happened, and the loop of runServer acts on it. A message of
+// any size up to maxSize is served; a client that sends a larger one, or
+// a message the server cannot receive, is told nothing and dropped from
+// nothing: the server notes it and goes on.
 type server struct {
 	w       *ucp.Worker
 	l       *ucp.Listener
 	pending []*ucp.ConnRequest       // from the connection handler
 	clients map[uint32]*ucp.Endpoint // by client id
 	answers []answer                 // active message answers to send
+	tagged  []tagged                 // tagged messages received
 	polls   []ucp.StreamPollEP       // endpoints with stream data
 	failed  []uint32                 // clients whose endpoints failed
-	buf     []byte                   // the tag receive's buffer
-	recv    *ucp.Request             // the tag receive posted for any client
 	done    int                      // clients that said goodbye
 }
 
@@ -31,13 +33,21 @@ type answer struct {
 	data []byte
 }
 
-func runServer(ctx *ucp.Context, addr netip.AddrPort, clients, size int) error {
+// tagged is a tagged message received, or the error that ended its
+// receive.
+type tagged struct {
+	tag  uint64
+	data []byte
+	err  error
+}
+
+func runServer(ctx *ucp.Context, addr netip.AddrPort, clients int) error {
 	w, err := ctx.NewWorker(nil)
 	if err != nil {
 		return err
 	}
 	defer w.Destroy()
-	s := &server{w: w, clients: map[uint32]*ucp.Endpoint{}, buf: make([]byte, size)}
+	s := &server{w: w, clients: map[uint32]*ucp.Endpoint{}}
 	err = w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amRequest).SetFlags(ucp.AMFlagWholeMsg).SetCB(s.onAM))
 	if err != nil {
 		return err
@@ -49,17 +59,13 @@ func runServer(ctx *ucp.Context, addr netip.AddrPort, clients, size int) error {
 	}
 	defer s.l.Destroy()
 	fmt.Printf("listening on %v\n", s.l.Query().SockAddr)
-	if err := s.postRecv(); err != nil {
-		return err
-	}
 	for clients == 0 || s.done < clients {
 		if w.Progress() == 0 {
 			w.Idle()
 		}
 		s.accept()
-		if err := s.serveTag(); err != nil {
-			return err
-		}
+		s.recvTagged()
+		s.serveTagged()
 		s.sendAnswers()
 		s.serveStreams()
 		s.dropFailed()
@@ -96,54 +102,81 @@ func (s *server) accept() {
 	}
 }
 
-// postRecv posts the receive of the next tagged message of any client.
-func (s *server) postRecv() (err error) {
-	s.recv, err = s.w.TagRecvNBX(s.buf, 0, 0, new(ucp.RequestParam).SetOpAttrFlags(ucp.OpAttrFlagNoImmCmpl))
-	return err
-}
-
-// serveTag echoes a tagged message that came, or says goodbye to its
-// client.
-func (s *server) serveTag() error {
-	if !s.recv.IsCompleted() {
-		return nil
-	}
-	var info ucp.TagRecvInfo
-	err := s.recv.Test(&info)
-	s.recv.Free()
-	if err != nil {
-		return fmt.Errorf("tag receive: %w", err)
-	}
-	id, round := uint32(info.SenderTag>>32), info.SenderTag&(replyBit-1)
-	ep := s.clients[id]
-	switch {
-	case ep == nil:
-		fmt.Printf("a tagged message from unknown client %d\n", id)
-	case round == bye:
-		delete(s.clients, id)
-		ep.Close(ucp.CloseModeFlush)
-		s.done++
-	default:
-		r, err := ep.TagSendNBX(slices.Clone(s.buf[:info.Length]), info.SenderTag|replyBit, nil)
-		if r != nil {
-			r.Free() // it completes by itself; a failure shows on the endpoint
-		} else if err != nil {
-			fmt.Printf("echo to client %d: %v\n", id, err)
+// recvTagged starts the receive of every tagged message that came, of
+// any client, into a buffer of its size; the receive's callback notes it
+// for serveTagged. A message larger than maxSize is received into nothing
+// (it fails as truncated), so that no client makes the server allocate
+// more.
+func (s *server) recvTagged() {
+	for {
+		var info ucp.TagRecvInfo
+		m := s.w.TagProbeNB(0, 0, true, &info)
+		if m == nil {
+			return
+		}
+		var buf []byte
+		if info.Length <= maxSize {
+			buf = make([]byte, info.Length)
+		}
+		// Always a request, whose callback notes the message, even when
+		// the data is there already.
+		r, err := s.w.TagMsgRecvNBX(buf, m, new(ucp.RequestParam).SetOpAttrFlags(ucp.OpAttrFlagNoImmCmpl).
+			SetTagRecvCallback(func(_ *ucp.Request, st error, _ *ucp.TagRecvInfo, _ any) {
+				s.tagged = append(s.tagged, tagged{tag: info.SenderTag, data: buf, err: st})
+			}))
+		switch {
+		case err != nil:
+			s.tagged = append(s.tagged, tagged{tag: info.SenderTag, err: err})
+		case r != nil:
+			r.Free() // its callback still runs
 		}
 	}
-	return s.postRecv()
+}
+
+// serveTagged echoes the tagged messages received, or says goodbye to
+// their clients.
+func (s *server) serveTagged() {
+	for _, m := range s.tagged {
+		id, round := uint32(m.tag>>32), m.tag&(replyBit-1)
+		ep := s.clients[id]
+		switch {
+		case m.err != nil:
+			fmt.Printf("a tagged message from client %d: %v\n", id, m.err)
+		case ep == nil:
+			fmt.Printf("a tagged message from unknown client %d\n", id)
+		case round == bye:
+			delete(s.clients, id)
+			ep.Close(ucp.CloseModeFlush)
+			s.done++
+		default:
+			r, err := ep.TagSendNBX(m.data, m.tag|replyBit, nil)
+			if r != nil {
+				r.Free() // it completes by itself; a failure shows on the endpoint
+			} else if err != nil {
+				fmt.Printf("echo to client %d: %v\n", id, err)
+			}
+		}
+	}
+	s.tagged = s.tagged[:0]
 }
 
 // onAM notes an active message's answer, its data reversed, for the
-// sender's reply endpoint.
+// sender's reply endpoint; the data of a rendezvous message is received
+// first (amData).
 func (s *server) onAM(_ any, _, data []byte, p *ucp.AMRecvParam) ucs.Status {
 	if p.RecvAttr&ucp.AMRecvAttrFieldReplyEP == 0 {
 		return ucs.OK // no way to answer
 	}
-	a := bytes.Clone(data)
-	slices.Reverse(a)
-	s.answers = append(s.answers, answer{ep: p.ReplyEP, data: a})
-	return ucs.OK
+	ep := p.ReplyEP
+	return amData(s.w, data, p, func(data []byte, err error) {
+		if err != nil {
+			fmt.Printf("active message: %v\n", err)
+			return
+		}
+		a := bytes.Clone(data)
+		slices.Reverse(a)
+		s.answers = append(s.answers, answer{ep: ep, data: a})
+	})
 }
 
 // sendAnswers sends the active message answers.

@@ -2,7 +2,6 @@ package base
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -19,15 +18,15 @@ func EncodeEPAddr(ifaceAddr []byte, id uint64) []byte {
 
 // SplitEPAddr splits the EP address b into the address of its iface, which
 // must be ifaceAddrLen bytes, and the EP id. A length that is not
-// ifaceAddrLen+8, or a zero id, fails with ucs.ErrInvalidAddr in an error
-// that pkg begins; the caller decodes the iface address.
+// ifaceAddrLen+8, or a zero id, fails with ucs.ErrInvalidAddr in a
+// *FormatError that pkg begins; the caller decodes the iface address.
 func SplitEPAddr(pkg string, b []byte, ifaceAddrLen int) (ifaceAddr []byte, id uint64, err error) {
 	if len(b) != ifaceAddrLen+8 {
-		return nil, 0, fmt.Errorf("%s: ep address: %d bytes, want %d: %w", pkg, len(b), ifaceAddrLen+8, ucs.ErrInvalidAddr)
+		return nil, 0, &FormatError{Name: pkg + ": ep address", Err: ucs.ErrInvalidAddr, format: "%d bytes, want %d", args: []any{len(b), ifaceAddrLen + 8}}
 	}
 	id = binary.LittleEndian.Uint64(b[ifaceAddrLen:])
 	if id == 0 {
-		return nil, 0, fmt.Errorf("%s: ep address: zero ep id: %w", pkg, ucs.ErrInvalidAddr)
+		return nil, 0, &FormatError{Name: pkg + ": ep address", Err: ucs.ErrInvalidAddr, format: "zero ep id"}
 	}
 	return b[:ifaceAddrLen], id, nil
 }

@@ -70,11 +70,37 @@ func CheckNonZero(what string, p *uint64) Check {
 	}
 }
 
-// Errorf returns the error "Name: message: Err", for the checks that a
-// transport makes on the fields Decode read.
+// Errorf returns the error "Name: message: Err" (a *FormatError), for the
+// checks that a transport makes on the fields Decode read.
 func (f *Format) Errorf(format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %w", f.Name, fmt.Sprintf(format, args...), f.Err)
+	return &FormatError{Name: f.Name, Err: f.Err, format: format, args: args}
 }
+
+// FormatError is the error of a packing that a decoder refused: Decode's,
+// Errorf's and SplitEPAddr's. It wraps Err (errors.Is), and its message,
+// "Name: why: Err", is formatted only when asked for: a decoder that
+// refuses what a peer or a stranger sends, at whatever rate, spends nothing
+// on messages no one reads, and its work does not depend on the values it
+// refused (how many digits a length has, say). That keeps the decoders'
+// fuzz targets fast: the fuzzer took inputs whose only novelty was the
+// digit count of their length in the message for new coverage, and then
+// spent its minimization time, quadratic in their length, on them.
+type FormatError struct {
+	// Name begins the message, as Format.Name.
+	Name string
+	// Err is the status wrapped: ucs.ErrInvalidParam for keys,
+	// ucs.ErrInvalidAddr for addresses.
+	Err    error
+	format string
+	args   []any
+}
+
+func (e *FormatError) Error() string {
+	return e.Name + ": " + fmt.Sprintf(e.format, e.args...) + ": " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *FormatError) Unwrap() error { return e.Err }
 
 // headerLen is the length of the header of f.
 func (f *Format) headerLen() int {

@@ -77,3 +77,49 @@ func TestFormatWithoutHeader(t *testing.T) {
 		t.Fatalf("zero id: err = %v", err)
 	}
 }
+
+// countingArg counts how often its message is formatted.
+type countingArg struct{ n *int }
+
+func (c countingArg) String() string { *c.n++; return "arg" }
+
+// TestFormatErrorLazy checks that a refusal is formatted only when its
+// message is asked for, and then reads as fmt would have made it, and that
+// it wraps the format's status: the refusals of Decode, of Errorf and of
+// SplitEPAddr alike. A decoder's work then does not depend on what it
+// refused (the digits of a length), which kept its fuzz targets stalled in
+// minimization.
+func TestFormatErrorLazy(t *testing.T) {
+	formatted := 0
+	arg := countingArg{&formatted}
+	_, decodeErr := testFormat.Decode(make([]byte, 1000))
+	_, _, splitErr := SplitEPAddr("test", make([]byte, 3), 16)
+	errorfErr := testFormat.Errorf("field %v", arg)
+	if formatted != 0 {
+		t.Errorf("Errorf formatted its message before anyone asked")
+	}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want string
+		is   error
+	}{
+		{"Errorf", errorfErr, "test: key: field arg: " + ucs.ErrInvalidParam.Error(), ucs.ErrInvalidParam},
+		{"Decode", decodeErr, "test: key: 1000 bytes, want 32: " + ucs.ErrInvalidParam.Error(), ucs.ErrInvalidParam},
+		{"SplitEPAddr", splitErr, "test: ep address: 3 bytes, want 24: " + ucs.ErrInvalidAddr.Error(), ucs.ErrInvalidAddr},
+	} {
+		var fe *FormatError
+		if !errors.As(tt.err, &fe) {
+			t.Fatalf("%s: %T %v, want a *FormatError", tt.name, tt.err, tt.err)
+		}
+		if !errors.Is(tt.err, tt.is) {
+			t.Errorf("%s: %v does not wrap %v", tt.name, tt.err, tt.is)
+		}
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	if formatted != 1 {
+		t.Errorf("the argument was formatted %d times, want once", formatted)
+	}
+}
