@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -198,7 +197,7 @@ func (p *RequestParam) SetRequest(r *Request) *RequestParam {
 // with Status or IsCompleted, wait for it with Wait, and give it back with
 // Free.
 type Request struct {
-	comp      uct.Completion // first: a *uct.Completion is a *Request
+	comp      uct.Completion // Arg is the request
 	w         *Worker
 	state     atomic.Int32 // ucs.Status: InProgress until completed
 	cb        SendCallback
@@ -258,7 +257,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	r.fate.Store(fateRunning)
 	r.claimed.Store(false)
 	r.state.Store(int32(ucs.InProgress))
-	r.comp = uct.Completion{Func: requestCompleted, Count: 1}
+	r.comp = uct.Completion{Func: requestCompleted, Arg: r, Count: 1}
 	if !r.inited {
 		r.inited = true
 		if n := w.ctx.params.RequestSize; n > 0 {
@@ -280,8 +279,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 }
 
 func requestCompleted(c *uct.Completion) {
-	r := (*Request)(unsafe.Pointer(c))
-	r.complete(c.Status)
+	c.Arg.(*Request).complete(c.Status())
 }
 
 // Fates of a request: who releases it.

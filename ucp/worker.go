@@ -594,7 +594,7 @@ func (w *Worker) waitStatus(op func(c *uct.Completion) ucs.Status) error {
 				w.Idle()
 			}
 		}
-		return comp.Status.Err()
+		return comp.Status().Err()
 	default:
 		return st
 	}
