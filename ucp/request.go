@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -226,22 +225,8 @@ type Request struct {
 	sr        streamRecvState    // a stream receive
 }
 
-var requestPools sync.Map // *Context -> *sync.Pool
-
-// pool returns the pool of requests of the worker's context, looked up
-// once per worker.
-func (w *Worker) pool() *sync.Pool {
-	if p := w.reqPool.Load(); p != nil {
-		return p
-	}
-	v, ok := requestPools.Load(w.ctx)
-	if !ok {
-		v, _ = requestPools.LoadOrStore(w.ctx, &sync.Pool{New: func() any { return new(Request) }})
-	}
-	p := v.(*sync.Pool)
-	w.reqPool.Store(p)
-	return p
-}
+// newPooledRequest is the New of a context's request pool.
+func newPooledRequest() any { return new(Request) }
 
 // newRequest returns a request for an operation with the given params,
 // from the user's memory or the worker's pool.
@@ -251,7 +236,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 		r = param.Request
 		*r = Request{external: true, reserved: r.reserved, inited: r.inited}
 	} else {
-		r = w.pool().Get().(*Request)
+		r = w.ctx.requests.Get().(*Request)
 	}
 	r.w = w
 	r.fate.Store(fateRunning)
@@ -393,7 +378,7 @@ func (r *Request) release() {
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
 	r.recv, r.untracked, r.tr, r.dt, r.rwi = false, false, tagRecvState{}, dtIter{}, nil
 	r.scb, r.sr = nil, streamRecvState{}
-	r.w.pool().Put(r)
+	r.w.ctx.requests.Put(r)
 }
 
 // Status returns nil when the request completed successfully, ucs.InProgress

@@ -197,15 +197,14 @@ type Worker struct {
 	wake       wakeState // FeatureWakeup: EventFD, Arm, Wait, Signal (wakeup.go)
 	fail       failState // endpoints that failed, keepalive (errors.go)
 	closed     atomic.Bool
-	am         amWorker                  // active messages (am.go)
-	tag        tagWorker                 // tag matching (tag.go)
-	stream     streamWorker              // streams (stream.go)
-	flushes    epFlushes                 // non-blocking endpoint flushes (ep_close.go)
-	sendq      sendQueue                 // protocol sends waiting for resources (proto.go)
-	rkc        rkeyCache                 // senders' keys, for rendezvous receives (proto.go)
-	reqPool    atomic.Pointer[sync.Pool] // the context's request pool (request.go)
-	listeners  listenerSet               // listener.go
-	cs         csConnects                // client-server endpoints that connect (ep_connect.go)
+	am         amWorker     // active messages (am.go)
+	tag        tagWorker    // tag matching (tag.go)
+	stream     streamWorker // streams (stream.go)
+	flushes    epFlushes    // non-blocking endpoint flushes (ep_close.go)
+	sendq      sendQueue    // protocol sends waiting for resources (proto.go)
+	rkc        rkeyCache    // senders' keys, for rendezvous receives (proto.go)
+	listeners  listenerSet  // listener.go
+	cs         csConnects   // client-server endpoints that connect (ep_connect.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
