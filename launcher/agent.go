@@ -20,7 +20,6 @@ import (
 	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/bootstrap/cluster"
 	"github.com/goshmem/goshmem/ucs"
-	"github.com/goshmem/goshmem/uct/sm"
 )
 
 // AgentArg is the argument that makes a binary run as an agent (see
@@ -233,7 +232,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 	agents := cmp.Or(cfg.Agents, 1)
 	agent, err := cluster.JoinAgent(bootstrap.Env{JobID: cfg.JobID, Size: cfg.Size, Seed: cfg.Seed, Key: cfg.Key,
 		FailureTimeout: cfg.FailureTimeout}, cluster.AgentConfig{ID: cfg.Agent, Agents: agents, Ranks: ranks,
-		Node: hex.EncodeToString(sm.DomainAddress())})
+		Node: hex.EncodeToString(ucs.ShmDomain())})
 	if err != nil {
 		r.logf("%v", err)
 		return 1

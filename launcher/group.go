@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/goshmem/goshmem/uct/sm"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // group starts and watches the PEs of one host: the launcher's own (a job on
@@ -174,7 +174,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader, channel *os.File)
 		// Named shared-memory segments (UCX_POSIX_USE_SHM_OPEN) of a PE that
 		// died are still in /dev/shm: peers map segments at init, and keep
 		// their mappings, so nothing needs the names once the PE is gone.
-		if rmErr := sm.RemoveStaleSegments(cmd.Process.Pid); rmErr != nil {
+		if rmErr := ucs.RemoveShmSegments(cmd.Process.Pid); rmErr != nil {
 			g.logf("PE %d: removing its shared-memory segments: %v", rank, rmErr)
 		}
 		p.out.flush()

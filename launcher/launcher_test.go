@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // The test binary doubles as the agent (started with AgentArg), as the PE
@@ -175,7 +176,7 @@ func peMain(mode string) int {
 		// to be ended.
 		pid := os.Getpid()
 		if os.Getenv("TEST_FAKE_SEGMENT") != "" {
-			seg := fmt.Sprintf("/dev/shm/goshmem-%d-%016x", pid, 0xfeed0000+rank)
+			seg := ucs.ShmSegmentPath(uint32(pid), 0xfeed0000+uint64(rank))
 			if err := os.WriteFile(seg, []byte("x"), 0o600); err != nil {
 				fmt.Fprintf(os.Stderr, "PE %d: %v\n", rank, err)
 				return 15

@@ -344,45 +344,19 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	if err := env.check(); err != nil {
 		return err
 	}
-	// A heap too small for the library's own state (its size depends on
-	// the job's) fails before this PE reaches any peer: a peer that got
-	// further would see this PE go as a connection refused, and might
-	// report that first.
-	st.npes = m.Size()
-	if need, heapSize := runtimeHeapSize(), (size+pageSize-1)/pageSize*pageSize; need > heapSize {
-		resetState()
-		return fmt.Errorf("SHMEM_SYMMETRIC_SIZE of %d bytes is below the minimum of %d bytes (%s) that goshmem takes for its own state in a job of %d PEs: %w",
-			heapSize, need, sizeString(need), m.Size(), symheap.ErrNoSpace)
-	}
-	params := new(ucp.Params).
-		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64 | ucp.FeatureAM).
-		SetEstimatedNumEPs(m.Size()).
-		SetEstimatedNumPPN(m.LocalSize()).
-		SetNodeLocalID(uint64(m.LocalRank())).
-		SetName(fmt.Sprintf("goshmem-pe%d", m.Rank())).
-		SetLogger(lg())
-	ctx, err := ucp.Init(params, nil)
-	if err != nil {
+	if err := checkHeapRoom(m, size); err != nil {
 		return err
 	}
-	cleanup := []func(){ctx.Cleanup}
+	var undo undoStack
 	defer func() {
 		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
+			undo.run()
 		}
 	}()
-	worker, err := ctx.NewWorker(new(ucp.WorkerParams).SetName(fmt.Sprintf("pe%d", m.Rank())).SetThreadMode(level.workerMode()))
+	ctx, worker, heap, err := openPE(m, size, level, &undo)
 	if err != nil {
 		return err
 	}
-	cleanup = append(cleanup, worker.Destroy)
-	heap, err := symheap.New(ctx, size)
-	if err != nil {
-		return err
-	}
-	cleanup = append(cleanup, func() { heap.Close() })
 	addr, err := worker.Address()
 	if err != nil {
 		return err
@@ -395,9 +369,79 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	if err != nil {
 		return fmt.Errorf("exchange addresses: %w", err)
 	}
-	cleanup = append(cleanup, func() { table.Close() })
+	undo.push(func() { table.Close() })
 	peers := make([]peer, m.Size())
-	cleanup = append(cleanup, func() { closePeers(peers) })
+	undo.push(func() { closePeers(peers) })
+	if err := connectNode(m, ctx, worker, heap, table, peers); err != nil {
+		return err
+	}
+	st.me, st.npes = m.Rank(), m.Size()
+	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
+	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
+	st.peers, st.table = peers, table
+	if err := startCollectives(m, level, env); err != nil {
+		resetState()
+		return err
+	}
+	return enterInitialized(m, ctx, level)
+}
+
+// undoStack is what to undo, last first, when Init fails part way.
+type undoStack []func()
+
+func (u *undoStack) push(f func()) { *u = append(*u, f) }
+
+func (u undoStack) run() {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]()
+	}
+}
+
+// checkHeapRoom fails when a heap of size bytes is too small for the
+// library's own state (its size depends on the job's) before this PE
+// reaches any peer: a peer that got further would see this PE go as a
+// connection refused, and might report that first.
+func checkHeapRoom(m *bootstrap.Member, size int) error {
+	st.npes = m.Size()
+	if need, heapSize := runtimeHeapSize(), (size+pageSize-1)/pageSize*pageSize; need > heapSize {
+		resetState()
+		return fmt.Errorf("SHMEM_SYMMETRIC_SIZE of %d bytes is below the minimum of %d bytes (%s) that goshmem takes for its own state in a job of %d PEs: %w",
+			heapSize, need, sizeString(need), m.Size(), symheap.ErrNoSpace)
+	}
+	return nil
+}
+
+// openPE creates this PE's ucp context and worker and its symmetric heap of
+// size bytes, pushing on undo how to end each.
+func openPE(m *bootstrap.Member, size int, level ThreadLevel, undo *undoStack) (*ucp.Context, *ucp.Worker, *symheap.Heap, error) {
+	params := new(ucp.Params).
+		SetFeatures(ucp.FeatureRMA | ucp.FeatureAMO32 | ucp.FeatureAMO64 | ucp.FeatureAM).
+		SetEstimatedNumEPs(m.Size()).
+		SetEstimatedNumPPN(m.LocalSize()).
+		SetNodeLocalID(uint64(m.LocalRank())).
+		SetName(fmt.Sprintf("goshmem-pe%d", m.Rank())).
+		SetLogger(lg())
+	ctx, err := ucp.Init(params, nil)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	undo.push(ctx.Cleanup)
+	worker, err := ctx.NewWorker(new(ucp.WorkerParams).SetName(fmt.Sprintf("pe%d", m.Rank())).SetThreadMode(level.workerMode()))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	undo.push(worker.Destroy)
+	heap, err := symheap.New(ctx, size)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	undo.push(func() { heap.Close() })
+	return ctx, worker, heap, nil
+}
+
+// connectNode checks the heaps of the PEs of this PE's node and connects
+// those it must connect now; the other PEs are connected on first use.
+func connectNode(m *bootstrap.Member, ctx *ucp.Context, worker *ucp.Worker, heap *symheap.Heap, table *bootstrap.Table, peers []peer) error {
 	node := table.Node(m.Rank())
 	named := ctx.NamesMemory()
 	for pe := range peers {
@@ -429,43 +473,43 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 			return err
 		}
 	}
-	st.me, st.npes = m.Rank(), m.Size()
-	st.member, st.ctx, st.worker, st.heap = m, ctx, worker, heap
-	st.heapBase, st.heapSize = uintptr(heap.Base()), uintptr(heap.Size())
+	return nil
+}
+
+// startCollectives sets up, on the state Init filled in, the collectives'
+// messages, the default context, how waits spin, the barrier, the teams
+// and the stall reports. The caller resets the state when it fails.
+func startCollectives(m *bootstrap.Member, level ThreadLevel, env envSettings) error {
 	for id, cb := range map[uint32]ucp.AMRecvCallback{amRound: recvRound, amSignal: recvSignal} {
-		if err := worker.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(id).SetCB(cb)); err != nil {
-			resetState()
+		if err := st.worker.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(id).SetCB(cb)); err != nil {
 			return fmt.Errorf("collective messages: %w", err)
 		}
 	}
-	st.peers, st.table = peers, table
-	defaultCtx = Ctx{peers: peers, worker: worker, team: TeamWorld, shared: level == ThreadMultiple}
+	defaultCtx = Ctx{peers: st.peers, worker: st.worker, team: TeamWorld, shared: level == ThreadMultiple}
 	st.spin = spinDedicated
-	for i := range peers {
-		st.netPoll = st.netPoll || !peers[i].mapped // so are those of other nodes
+	for i := range st.peers {
+		st.netPoll = st.netPoll || !st.peers[i].mapped // so are those of other nodes
 	}
 	if m.LocalSize() > runtime.NumCPU() {
 		st.spin = spinOversubscribed
 		shareCores(m.LocalSize())
 	}
 	if err := st.barrier.init(); err != nil {
-		resetState()
 		return err
 	}
 	st.env = env
 	if err := st.barrier.chooseScheme(); err != nil {
-		resetState()
 		return err
 	}
 	if err := initTeams(); err != nil {
-		resetState()
 		return err
 	}
-	if err := startStallReports(); err != nil {
-		resetState()
-		return err
-	}
-	st.env = env
+	return startStallReports()
+}
+
+// enterInitialized makes the library initialized once every PE is, in the
+// initial barrier, and then drops the names of named memory segments.
+func enterInitialized(m *bootstrap.Member, ctx *ucp.Context, level ThreadLevel) error {
 	threadLevel = level
 	failuresEnd.Store(true)
 	before := st.phase

@@ -114,7 +114,7 @@ func (w *Worker) amControl(ep *Endpoint, h amHeader) ucs.Status {
 // queued operations then end from Progress.
 func (w *Worker) amStart(op *amOp) ucs.Status {
 	if op.kind == opFrag {
-		op.comp = uct.Completion{Count: 1, Func: op.zcopyDone}
+		op.comp = uct.Completion{Count: 1, Func: amZcopyDone, Arg: op}
 	}
 	op.ep.amq.busy.Add(1)
 	st := w.protoStart(op)
@@ -212,10 +212,7 @@ func (op *amOp) finalStatus() ucs.Status {
 	if op.status.IsErr() {
 		return op.status
 	}
-	if op.comp.Status.IsErr() {
-		return op.comp.Status
-	}
-	return ucs.OK
+	return op.comp.Status()
 }
 
 // sendFrag sends the next fragment of op, with header h and user header
@@ -264,9 +261,10 @@ func (op *amOp) sendFrag(h *amHeader, uhdr []byte) (ucs.Status, int) {
 	return st, n
 }
 
-// zcopyDone is op's completion: it runs when the last zero-copy send of an
-// op that handed everything over completes.
-func (op *amOp) zcopyDone(*uct.Completion) {
+// amZcopyDone is the completion of the amOp in c.Arg: it runs when the
+// last zero-copy send of an op that handed everything over completes.
+func amZcopyDone(c *uct.Completion) {
+	op := c.Arg.(*amOp)
 	if !op.waiting {
 		return
 	}
@@ -428,7 +426,7 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 			return ucs.OK
 		}
 		op.kind, op.rid = opPush, h.total
-		op.comp = uct.Completion{Count: 1, Func: op.zcopyDone}
+		op.comp = uct.Completion{Count: 1, Func: amZcopyDone, Arg: op}
 		if op.dt.length == 0 {
 			w.amFinish(op, ucs.OK)
 			return ucs.OK

@@ -250,6 +250,10 @@ type Context struct {
 	// leftOut are the transports this host offers that UCX_TLS left out,
 	// for SelectionWith.
 	leftOut []string
+	// requests are the free requests of the context's workers: a request
+	// keeps the context's RequestSize and RequestInit, so contexts do not
+	// share a pool, and the pool goes away with its context.
+	requests sync.Pool
 }
 
 var contextCount atomic.Int64
@@ -267,7 +271,8 @@ func Init(params *Params, config *Config) (*Context, error) {
 			return nil, err
 		}
 	}
-	c := &Context{params: *params, config: config, features: params.Features, numEPs: 1, numPPN: 1}
+	c := &Context{params: *params, config: config, features: params.Features, numEPs: 1, numPPN: 1,
+		requests: sync.Pool{New: newPooledRequest}}
 	if params.FieldMask&ParamFieldRequestSize != 0 && params.RequestSize < 0 {
 		return nil, fmt.Errorf("ucp init: request size %d: %w", params.RequestSize, ucs.ErrInvalidParam)
 	}

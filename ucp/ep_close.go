@@ -295,7 +295,7 @@ func (op *epFlushOp) step() (bool, ucs.Status) {
 			return false, ucs.InProgress
 		}
 	}
-	if st := op.comp.Status; st.IsErr() {
+	if st := op.comp.Status(); st.IsErr() {
 		return true, st
 	}
 	return true, ucs.OK

@@ -2,9 +2,7 @@ package ucp
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -198,7 +196,7 @@ func (p *RequestParam) SetRequest(r *Request) *RequestParam {
 // with Status or IsCompleted, wait for it with Wait, and give it back with
 // Free.
 type Request struct {
-	comp      uct.Completion // first: a *uct.Completion is a *Request
+	comp      uct.Completion // Arg is the request
 	w         *Worker
 	state     atomic.Int32 // ucs.Status: InProgress until completed
 	cb        SendCallback
@@ -227,22 +225,8 @@ type Request struct {
 	sr        streamRecvState    // a stream receive
 }
 
-var requestPools sync.Map // *Context -> *sync.Pool
-
-// pool returns the pool of requests of the worker's context, looked up
-// once per worker.
-func (w *Worker) pool() *sync.Pool {
-	if p := w.reqPool.Load(); p != nil {
-		return p
-	}
-	v, ok := requestPools.Load(w.ctx)
-	if !ok {
-		v, _ = requestPools.LoadOrStore(w.ctx, &sync.Pool{New: func() any { return new(Request) }})
-	}
-	p := v.(*sync.Pool)
-	w.reqPool.Store(p)
-	return p
-}
+// newPooledRequest is the New of a context's request pool.
+func newPooledRequest() any { return new(Request) }
 
 // newRequest returns a request for an operation with the given params,
 // from the user's memory or the worker's pool.
@@ -252,13 +236,13 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 		r = param.Request
 		*r = Request{external: true, reserved: r.reserved, inited: r.inited}
 	} else {
-		r = w.pool().Get().(*Request)
+		r = w.ctx.requests.Get().(*Request)
 	}
 	r.w = w
 	r.fate.Store(fateRunning)
 	r.claimed.Store(false)
 	r.state.Store(int32(ucs.InProgress))
-	r.comp = uct.Completion{Func: requestCompleted, Count: 1}
+	r.comp = uct.Completion{Func: requestCompleted, Arg: r, Count: 1}
 	if !r.inited {
 		r.inited = true
 		if n := w.ctx.params.RequestSize; n > 0 {
@@ -280,8 +264,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 }
 
 func requestCompleted(c *uct.Completion) {
-	r := (*Request)(unsafe.Pointer(c))
-	r.complete(c.Status)
+	c.Arg.(*Request).complete(c.Status())
 }
 
 // Fates of a request: who releases it.
@@ -395,7 +378,7 @@ func (r *Request) release() {
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
 	r.recv, r.untracked, r.tr, r.dt, r.rwi = false, false, tagRecvState{}, dtIter{}, nil
 	r.scb, r.sr = nil, streamRecvState{}
-	r.w.pool().Put(r)
+	r.w.ctx.requests.Put(r)
 }
 
 // Status returns nil when the request completed successfully, ucs.InProgress

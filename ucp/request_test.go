@@ -2,7 +2,9 @@ package ucp
 
 import (
 	"errors"
+	"runtime"
 	"testing"
+	"weak"
 
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -107,4 +109,32 @@ func TestRequestStatusCalls(t *testing.T) {
 		t.Errorf("CheckStatus: %v", err)
 	}
 	r.Release()
+}
+
+// TestRequestPoolGoesWithContext checks that nothing in the package keeps a
+// context alive once it is cleaned up: its request pool is its own, not an
+// entry of a package-wide table.
+func TestRequestPoolGoesWithContext(t *testing.T) {
+	gone := func() weak.Pointer[Context] {
+		c, err := Init(new(Params).SetFeatures(FeatureRMA).SetRequestSize(16), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := c.NewWorker(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := w.newRequest(nil)
+		r.complete(ucs.OK)
+		r.Free()
+		w.Destroy()
+		c.Cleanup()
+		return weak.Make(c)
+	}()
+	for i := 0; i < 10 && gone.Value() != nil; i++ {
+		runtime.GC()
+	}
+	if gone.Value() != nil {
+		t.Error("a cleaned-up context is still reachable")
+	}
 }

@@ -44,7 +44,7 @@ const (
 // one per zero-copy send the transport holds, and one for the receiver's
 // reply a sync send or a rendezvous waits for. The last one to go ends it.
 type tagOp struct {
-	comp  uct.Completion // first: a *uct.Completion is a *tagOp
+	comp  uct.Completion // Arg is the op
 	w     *Worker
 	ep    *Endpoint
 	l     *lane
@@ -76,7 +76,7 @@ var tagOpPool = sync.Pool{New: func() any { return new(tagOp) }}
 func (w *Worker) newTagOp(ep *Endpoint, kind uint8) *tagOp {
 	op := tagOpPool.Get().(*tagOp)
 	op.w, op.ep, op.l, op.kind = w, ep, ep.am, kind
-	op.comp = uct.Completion{Func: tagOpDone, Count: 1}
+	op.comp = uct.Completion{Func: tagOpDone, Arg: op, Count: 1}
 	return op
 }
 
@@ -89,23 +89,7 @@ func (op *tagOp) free() {
 
 func (op *tagOp) endpoint() *Endpoint { return op.ep }
 
-// recordErr keeps the first error of op.
-func (op *tagOp) recordErr(st ucs.Status) {
-	p := (*int32)(unsafe.Pointer(&op.comp.Status))
-	for {
-		old := atomic.LoadInt32(p)
-		if ucs.Status(old).IsErr() || atomic.CompareAndSwapInt32(p, old, int32(st)) {
-			return
-		}
-	}
-}
-
-func (op *tagOp) final() ucs.Status {
-	if st := ucs.Status(atomic.LoadInt32((*int32)(unsafe.Pointer(&op.comp.Status)))); st.IsErr() {
-		return st
-	}
-	return ucs.OK
-}
+func (op *tagOp) final() ucs.Status { return op.comp.Status() }
 
 // drop releases the reference of the code that advances op, with st; an
 // error also gives up the reply op waits for (none will come for a
@@ -114,7 +98,7 @@ func (op *tagOp) final() ucs.Status {
 func (op *tagOp) drop(st ucs.Status) ucs.Status {
 	n := int32(-1)
 	if st.IsErr() {
-		op.recordErr(st)
+		op.comp.SetError(st)
 		if op.reply && op.w.tagTakeSend(op.sreq, op.ep.remoteUID, "") == op {
 			n--
 		}
@@ -129,7 +113,7 @@ func (op *tagOp) drop(st ucs.Status) ucs.Status {
 // advancing code's goes (a zero-copy completion, the receiver's reply, a
 // failure).
 func tagOpDone(c *uct.Completion) {
-	op := (*tagOp)(unsafe.Pointer(c))
+	op := c.Arg.(*tagOp)
 	op.end(op.final())
 }
 

@@ -241,7 +241,7 @@ func (w *Worker) tagRndvGet(r *Request, ref *rkeyRef, rts *rtsInfo) {
 		g.max = maxInt
 	}
 	r.proto, r.lane, r.tr.rk = protoTagRecvGet, rl.l, ref
-	r.comp = uct.Completion{Count: 1, Func: tagGetDone}
+	r.comp = uct.Completion{Count: 1, Func: tagGetDone, Arg: r}
 	switch st := w.protoStart(g); {
 	case st == ucs.OK:
 		g.end(ucs.OK)
@@ -278,7 +278,7 @@ func (g *rndvGetOp) advance() ucs.Status {
 			if st == ucs.ErrNoResource {
 				return st
 			}
-			r.comp.Status = st
+			r.comp.SetError(st)
 			return g.drop()
 		}
 		g.off += k
@@ -289,16 +289,13 @@ func (g *rndvGetOp) advance() ucs.Status {
 // drop releases the issuer's reference of the receive's completion.
 func (g *rndvGetOp) drop() ucs.Status {
 	if atomic.AddInt32(&g.r.comp.Count, -1) == 0 {
-		if g.r.comp.Status.IsErr() {
-			return g.r.comp.Status
-		}
-		return ucs.OK
+		return g.r.comp.Status()
 	}
 	return ucs.InProgress
 }
 
 func (g *rndvGetOp) abort(st ucs.Status) {
-	g.r.comp.Status = st
+	g.r.comp.SetError(st)
 	if fin := g.drop(); fin != ucs.InProgress {
 		g.end(fin)
 	}
@@ -312,12 +309,8 @@ func (g *rndvGetOp) end(st ucs.Status) {
 
 // tagGetDone is the completion of a rendezvous get's last transfer.
 func tagGetDone(c *uct.Completion) {
-	r := (*Request)(unsafe.Pointer(c))
-	st := c.Status
-	if !st.IsErr() {
-		st = ucs.OK
-	}
-	r.w.tagGetFinish(r, st)
+	r := c.Arg.(*Request)
+	r.w.tagGetFinish(r, c.Status())
 }
 
 // tagGetFinish ends the rendezvous get of r with st.

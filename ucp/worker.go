@@ -197,15 +197,14 @@ type Worker struct {
 	wake       wakeState // FeatureWakeup: EventFD, Arm, Wait, Signal (wakeup.go)
 	fail       failState // endpoints that failed, keepalive (errors.go)
 	closed     atomic.Bool
-	am         amWorker                  // active messages (am.go)
-	tag        tagWorker                 // tag matching (tag.go)
-	stream     streamWorker              // streams (stream.go)
-	flushes    epFlushes                 // non-blocking endpoint flushes (ep_close.go)
-	sendq      sendQueue                 // protocol sends waiting for resources (proto.go)
-	rkc        rkeyCache                 // senders' keys, for rendezvous receives (proto.go)
-	reqPool    atomic.Pointer[sync.Pool] // the context's request pool (request.go)
-	listeners  listenerSet               // listener.go
-	cs         csConnects                // client-server endpoints that connect (ep_connect.go)
+	am         amWorker     // active messages (am.go)
+	tag        tagWorker    // tag matching (tag.go)
+	stream     streamWorker // streams (stream.go)
+	flushes    epFlushes    // non-blocking endpoint flushes (ep_close.go)
+	sendq      sendQueue    // protocol sends waiting for resources (proto.go)
+	rkc        rkeyCache    // senders' keys, for rendezvous receives (proto.go)
+	listeners  listenerSet  // listener.go
+	cs         csConnects   // client-server endpoints that connect (ep_connect.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -220,55 +219,87 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	if params != nil {
 		w.params = *params
 	}
+	if err := w.applyParams(); err != nil {
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
+	if err := w.nameWorker(); err != nil {
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
+	w.uw = uct.NewWorker(w.mode)
+	w.uw.SetSignal(w.notify)
+	if err := w.openIfaces(); err != nil {
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
+	if err := w.start(); err != nil {
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
+	return w, nil
+}
+
+// applyParams checks the worker's parameters and takes its thread mode, CPU
+// mask and AM alignment from them.
+func (w *Worker) applyParams() error {
 	p := &w.params
 	if p.FieldMask&WorkerParamFieldThreadMode != 0 {
 		if p.ThreadMode < ucs.ThreadModeSingle || p.ThreadMode > ucs.ThreadModeMulti {
-			return nil, fmt.Errorf("ucp worker create: thread mode %v: %w", p.ThreadMode, ucs.ErrInvalidParam)
+			return fmt.Errorf("thread mode %v: %w", p.ThreadMode, ucs.ErrInvalidParam)
 		}
 		w.mode = p.ThreadMode
 	}
 	if p.FieldMask&WorkerParamFieldCPUMask != 0 {
 		for _, cpu := range p.CPUMask {
 			if cpu < 0 || cpu >= maxCPU {
-				return nil, fmt.Errorf("ucp worker create: CPU %d not in [0, %d): %w", cpu, maxCPU, ucs.ErrInvalidParam)
+				return fmt.Errorf("CPU %d not in [0, %d): %w", cpu, maxCPU, ucs.ErrInvalidParam)
 			}
 		}
 		w.cpuMask = p.CPUMask
 	}
 	if p.FieldMask&WorkerParamFieldFlags != 0 && p.Flags&^WorkerFlagIgnoreRequestLeak != 0 {
-		return nil, fmt.Errorf("ucp worker create: flags %#x: %w", p.Flags, ucs.ErrInvalidParam)
+		return fmt.Errorf("flags %#x: %w", p.Flags, ucs.ErrInvalidParam)
 	}
 	if p.FieldMask&WorkerParamFieldAMAlignment != 0 {
 		if n := p.AMAlignment; n < 1 || n&(n-1) != 0 {
-			return nil, fmt.Errorf("ucp worker create: AM alignment %d is not a power of two: %w", n, ucs.ErrInvalidParam)
+			return fmt.Errorf("AM alignment %d is not a power of two: %w", n, ucs.ErrInvalidParam)
 		}
 		w.amAlign = p.AMAlignment
 	}
 	if p.FieldMask&WorkerParamFieldEvents != 0 && p.Events&^(wakeupAll|WakeupEdge) != 0 {
-		return nil, fmt.Errorf("ucp worker create: wakeup events %#x: %w", p.Events, ucs.ErrInvalidParam)
+		return fmt.Errorf("wakeup events %#x: %w", p.Events, ucs.ErrInvalidParam)
 	}
+	return nil
+}
+
+// nameWorker draws the worker's unique id and sets its name: the one asked
+// for, or the context's name and part of the id.
+func (w *Worker) nameWorker() error {
 	var u [8]byte
 	if _, err := rand.Read(u[:]); err != nil {
-		return nil, fmt.Errorf("ucp worker create: %w", err)
+		return err
 	}
 	w.uid = binary.LittleEndian.Uint64(u[:])
-	if p.FieldMask&WorkerParamFieldName != 0 {
-		w.name = p.Name
+	if w.params.FieldMask&WorkerParamFieldName != 0 {
+		w.name = w.params.Name
 	} else {
-		w.name = fmt.Sprintf("%s:%x", c.name, w.uid&0xffffff)
+		w.name = fmt.Sprintf("%s:%x", w.ctx.name, w.uid&0xffffff)
 	}
 	if len(w.name) > maxAddrName {
 		w.name = w.name[:maxAddrName]
 	}
-	w.uw = uct.NewWorker(w.mode)
-	w.uw.SetSignal(w.notify)
+	return nil
+}
+
+// openIfaces opens an interface on each resource of the context that can
+// open here (a resource that cannot is skipped, as in UCX), up to as many
+// as an address holds. It fails with ucs.ErrNoDevice when none opens.
+func (w *Worker) openIfaces() error {
+	c := w.ctx
 	for i := range c.resources {
 		r := &c.resources[i]
 		cfg := ucs.ReadConfig(c.componentPrefix(r.tl.TLName), r.md.md.IfaceConfigTable())
 		iface, err := r.md.md.IfaceOpen(w.uw, &uct.IfaceParams{TLName: r.tl.TLName, DevName: r.tl.DevName,
 			ErrHandler: laneErrHandler, ErrHandlerArg: w, Logger: c.log}, cfg)
 		if err != nil {
-			continue // a resource that cannot open here is skipped, as in UCX
+			continue
 		}
 		attr, err := iface.Query()
 		if err != nil {
@@ -280,7 +311,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		w.ifaces = append(w.ifaces, wi)
 	}
 	if len(w.ifaces) == 0 {
-		return nil, fmt.Errorf("ucp worker create: no interface could be opened: %w", ucs.ErrNoDevice)
+		return fmt.Errorf("no interface could be opened: %w", ucs.ErrNoDevice)
 	}
 	if len(w.ifaces) > maxAddrIfaces {
 		for _, wi := range w.ifaces[maxAddrIfaces:] {
@@ -288,28 +319,30 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		}
 		w.ifaces = w.ifaces[:maxAddrIfaces]
 	}
-	if c.features&FeatureWakeup != 0 {
+	return nil
+}
+
+// start sets up, on the open interfaces, the wakeup descriptors, the
+// address, and the protocols, and registers their progress. On failure it
+// undoes what it did: before the protocols only the interfaces exist to be
+// closed; after, Destroy ends everything.
+func (w *Worker) start() error {
+	if w.ctx.features&FeatureWakeup != 0 {
 		if err := w.initWakeup(); err != nil {
 			w.closeIfaces()
-			return nil, fmt.Errorf("ucp worker create: %w", err)
+			return err
 		}
 	}
 	w.address = w.packAddress(0)
 	w.installSwHandlers()
-	if err := w.amInit(); err != nil {
-		w.Destroy()
-		return nil, fmt.Errorf("ucp worker create: %w", err)
-	}
-	if err := w.tagInit(); err != nil {
-		w.Destroy()
-		return nil, fmt.Errorf("ucp worker create: %w", err)
-	}
-	if err := w.streamInit(); err != nil {
-		w.Destroy()
-		return nil, fmt.Errorf("ucp worker create: %w", err)
+	for _, init := range []func() error{w.amInit, w.tagInit, w.streamInit} {
+		if err := init(); err != nil {
+			w.Destroy()
+			return err
+		}
 	}
 	w.uw.ProgressRegister(w.protoProgress)
-	return w, nil
+	return nil
 }
 
 // maxCPU bounds the CPU numbers of a CPU mask (the size of a cpu_set_t).
@@ -594,7 +627,7 @@ func (w *Worker) waitStatus(op func(c *uct.Completion) ucs.Status) error {
 				w.Idle()
 			}
 		}
-		return comp.Status.Err()
+		return comp.Status().Err()
 	default:
 		return st
 	}

@@ -236,26 +236,42 @@ type RkeyBundle struct {
 
 // Completion signals the end of a non-blocking operation (uct_completion_t).
 // Count is decremented once per operation that was given the completion and
-// ended; when it reaches zero, Func is called with the first error seen (or
-// OK) in Status. Transports call Invoke; users set Func and Count.
+// ended; when it reaches zero, Func is called, and Status then returns the
+// first error seen (or OK). Transports call Invoke; users set Func, Arg and
+// Count, and reuse a completion by assigning it a new literal.
 type Completion struct {
-	Func   func(c *Completion)
-	Count  int32
-	Status ucs.Status
+	Func func(c *Completion)
+	// Arg is for Func's use: the operation the completion belongs to, found
+	// again from the *Completion that Func gets (a pointer stored here costs
+	// no allocation).
+	Arg   any
+	Count int32
+	// status holds the first error as a ucs.Status, or 0 (OK); a full-width
+	// atomic, since several transports' goroutines may fail at once.
+	status atomic.Int32
+}
+
+// Status returns the first error recorded by Invoke or SetError, or OK.
+func (c *Completion) Status() ucs.Status { return ucs.Status(c.status.Load()) }
+
+// SetError records st unless an error was recorded already: the first
+// error wins, and OK records nothing. It does not touch Count.
+func (c *Completion) SetError(st ucs.Status) {
+	if !st.IsErr() {
+		return
+	}
+	for {
+		old := c.status.Load()
+		if ucs.Status(old).IsErr() || c.status.CompareAndSwap(old, int32(st)) {
+			return
+		}
+	}
 }
 
 // Invoke records status and, when this was the last outstanding operation,
 // calls c.Func. It is safe to call from several goroutines.
 func (c *Completion) Invoke(status ucs.Status) {
-	if status.IsErr() {
-		// The first error wins; a racing OK must not overwrite it.
-		for {
-			old := atomic.LoadInt32((*int32)(unsafe.Pointer(&c.Status)))
-			if ucs.Status(old).IsErr() || atomic.CompareAndSwapInt32((*int32)(unsafe.Pointer(&c.Status)), old, int32(status)) {
-				break
-			}
-		}
-	}
+	c.SetError(status)
 	if atomic.AddInt32(&c.Count, -1) == 0 && c.Func != nil {
 		c.Func(c)
 	}

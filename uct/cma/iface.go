@@ -164,7 +164,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	// 1.5 µs where a system call costs a few hundred ns, 2.7-3.3 µs for 8
 	// bytes on a VM whose getppid takes 1 µs; 1 MiB copies ran at 14-19
 	// GB/s there.
-	a := base.IfaceAttr(flags, base.DomainAddrLen, IfaceAddrLen, 0.5e-6, 1.5e-6, uct.Bandwidth{Dedicated: 10e9})
+	a := base.IfaceAttr(flags, ucs.ShmDomainLen, IfaceAddrLen, 0.5e-6, 1.5e-6, uct.Bandwidth{Dedicated: 10e9})
 	a.Put = base.OpCaps(i.segSize, i.segSize, math.MaxInt, math.MaxInt32)
 	a.Get = base.OpCaps(0, i.segSize, math.MaxInt, math.MaxInt32)
 	return a, nil
@@ -172,7 +172,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 
 // DeviceAddress returns the shared-memory domain of this process
 // (the device address of uct/sm's ifaces too, sm.DomainAddress).
-func (*Iface) DeviceAddress() []byte { return append([]byte(nil), base.DomainAddress()...) }
+func (*Iface) DeviceAddress() []byte { return append([]byte(nil), ucs.ShmDomain()...) }
 
 // Address returns the IfaceAddrLen-byte address of the iface.
 func (i *Iface) Address() []byte { return append([]byte(nil), i.addr...) }
@@ -190,14 +190,14 @@ func (i *Iface) IsReachable(deviceAddr, ifaceAddr []byte) bool {
 // Malformed addresses fail with ucs.ErrInvalidAddr, an unreachable iface
 // with ucs.ErrUnreachable.
 func (i *Iface) check(deviceAddr, addr []byte) (ifaceAddr, error) {
-	if len(deviceAddr) != base.DomainAddrLen {
+	if len(deviceAddr) != ucs.ShmDomainLen {
 		return ifaceAddr{}, fmt.Errorf("uct/cma: device address of %d bytes: %w", len(deviceAddr), ucs.ErrInvalidAddr)
 	}
 	a, err := decodeIfaceAddr(addr)
 	if err != nil {
 		return a, err
 	}
-	if string(deviceAddr) != string(base.DomainAddress()) {
+	if string(deviceAddr) != string(ucs.ShmDomain()) {
 		return a, fmt.Errorf("uct/cma: device %x is another shared-memory domain: %w", deviceAddr, ucs.ErrUnreachable)
 	}
 	if a.pidns != pidNamespace() {

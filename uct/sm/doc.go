@@ -20,7 +20,7 @@
 // file after checking that it is a regular file of its own user with mode
 // 0600 (ucs.ErrUnreachable otherwise). The owner cannot know when every peer
 // has mapped a segment, so the file stays until MemFree unlinks it: a process
-// that dies leaves its files behind, which RemoveStaleSegments(pid) removes
+// that dies leaves its files behind, which ucs.RemoveShmSegments(pid) removes
 // (for a launcher to call once a PE has exited). See shmopen.go.
 //
 // The unpacked rkey is the difference between the local mapping and the

@@ -1,9 +1,9 @@
 package sm
 
-import "github.com/goshmem/goshmem/uct/internal/base"
+import "github.com/goshmem/goshmem/ucs"
 
 // DeviceAddrLen is the length of a posix (and sysv) device address.
-const DeviceAddrLen = base.DomainAddrLen
+const DeviceAddrLen = ucs.ShmDomainLen
 
 // DomainAddress returns the DeviceAddrLen-byte name of this process's
 // shared-memory domain, the device address of posix and sysv ifaces: two
@@ -14,4 +14,4 @@ func DomainAddress() []byte { return append([]byte(nil), domainAddr()...) }
 
 // domainAddr returns the device address of this process, shared: the caller
 // must not modify it.
-var domainAddr = base.DomainAddress
+var domainAddr = ucs.ShmDomain

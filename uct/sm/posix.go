@@ -22,12 +22,12 @@ type PosixComponent struct {
 // UCX_POSIX_<NAME>).
 var posixMDConfigTable = []ucs.ConfigField{
 	{Name: "USE_SHM_OPEN", Default: "n", Doc: "Allocate named segments in /dev/shm (goshmem-<pid>-<id>) instead of memfds; " +
-		"they outlive a crashed process until removed (see sm.RemoveStaleSegments)"},
+		"they outlive a crashed process until removed (see ucs.RemoveShmSegments)"},
 }
 
 // MDConfigTable returns the configuration of the posix MD: USE_SHM_OPEN
 // (default n) makes MemAlloc create named /dev/shm segments instead of
-// memfds (see shmopen.go and RemoveStaleSegments).
+// memfds (see shmopen.go and ucs.RemoveShmSegments).
 func (*PosixComponent) MDConfigTable() []ucs.ConfigField { return posixMDConfigTable }
 
 // rkeyHandle is the private part of an unpacked posix rkey.
@@ -59,7 +59,7 @@ func (*PosixComponent) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
 	name := segmentName(k.id)
 	var m *mapping
 	if k.named {
-		name = namedSegmentPath(k.pid, k.id)
+		name = ucs.ShmSegmentPath(k.pid, k.id)
 		m, err = acquireNamedSegment(sk, k.length)
 	} else {
 		m, err = acquireSegment(sk, int(k.fd), k.length)
@@ -147,7 +147,7 @@ func (m *PosixMD) Query() (uct.MDAttr, error) {
 // With USE_SHM_OPEN the segment is instead a file
 // /dev/shm/goshmem-<pid>-<id> (mode 0600, created with O_EXCL), which
 // MemFree unlinks; if the process dies first the file stays until
-// RemoveStaleSegments removes it.
+// ucs.RemoveShmSegments removes it.
 func (md *PosixMD) MemAlloc(length int, flags uct.MemFlags, name string) (uct.Allocation, error) {
 	if length <= 0 {
 		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)

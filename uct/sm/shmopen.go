@@ -4,10 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"regexp"
-	"strconv"
-	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -31,16 +27,9 @@ import (
 // the segment has done so, so it cannot unlink the file early. A named
 // segment therefore lives until MemFree unlinks it (peers that mapped it
 // keep their mappings), or, if the owner dies first, until someone removes
-// it: a launcher that sees a PE die should call RemoveStaleSegments with its
-// pid.
-
-// shmDir is the directory of named segments.
-const shmDir = "/dev/shm"
-
-// namedSegmentPath returns the file of the named segment id of process p.
-func namedSegmentPath(p uint32, id uint64) string {
-	return fmt.Sprintf("%s/goshmem-%d-%016x", shmDir, p, id)
-}
+// it: a launcher that sees a PE die should call ucs.RemoveShmSegments with
+// its pid (ucs owns the file names, so that a launcher need not link this
+// transport).
 
 // createNamedSegment creates, sizes and maps a named segment of length bytes
 // (a multiple of the page size), caches its mapping with the owner's
@@ -48,7 +37,7 @@ func namedSegmentPath(p uint32, id uint64) string {
 // mapped.
 func createNamedSegment(length uint64) (segKey, *mapping, string, error) {
 	id := randomID()
-	path := namedSegmentPath(pid, id)
+	path := ucs.ShmSegmentPath(pid, id)
 	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, segmentMode)
 	if err != nil {
 		return segKey{}, nil, "", fmt.Errorf("uct/sm: create %s: %w: %w", path, err, ucs.ErrNoMemory)
@@ -79,7 +68,7 @@ func createNamedSegment(length uint64) (segKey, *mapping, string, error) {
 // cover length bytes, taking a reference; a segment of another process is
 // mapped from its file the first time (see attachNamed).
 func acquireNamedSegment(k segKey, length uint64) (*mapping, error) {
-	path := namedSegmentPath(k.pid, k.id)
+	path := ucs.ShmSegmentPath(k.pid, k.id)
 	return segments.acquire(k, length, path, func() (*mapping, error) {
 		addr, err := attachNamed(path, length)
 		if err != nil {
@@ -123,50 +112,16 @@ func attachNamed(path string, length uint64) (unsafe.Pointer, error) {
 	return addr, nil
 }
 
-// staleName matches the base name of a named segment file; compiled on
-// first use, not at every process start (every PE links this package).
-var staleName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^goshmem-([0-9]+)-[0-9a-f]{16}$`) })
-
-// RemoveStaleSegments removes the named shared-memory segments that process
-// pid created with the posix MD's USE_SHM_OPEN option and did not free:
-// every file /dev/shm/goshmem-<pid>-<16 hex digits>. It is meant for a
-// launcher (or any supervisor) once it knows pid has exited, since the files
-// of a process that dies outlive it; peers that mapped a segment keep their
-// mappings. Removing the files of a live process makes its segments
-// unreachable to peers that have not mapped them yet. pid must be positive
-// (ucs.ErrInvalidParam otherwise); files that vanish meanwhile are not
-// errors, other failures are joined in the result.
-func RemoveStaleSegments(pid int) error {
-	if pid <= 0 || pid >= maxPid {
-		return fmt.Errorf("uct/sm: remove stale segments of pid %d: %w", pid, ucs.ErrInvalidParam)
-	}
-	matches, err := filepath.Glob(shmDir + "/goshmem-" + strconv.Itoa(pid) + "-*")
-	if err != nil {
-		return fmt.Errorf("uct/sm: remove stale segments of pid %d: %w", pid, err)
-	}
-	var errs []error
-	for _, m := range matches {
-		sub := staleName().FindStringSubmatch(filepath.Base(m))
-		if sub == nil || sub[1] != strconv.Itoa(pid) {
-			continue
-		}
-		if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // NamesMemory reports whether the MD makes named segments (USE_SHM_OPEN),
 // see uct.NameUnlinker.
 func (md *PosixMD) NamesMemory() bool { return md.named }
 
 // UnlinkNames removes the files of the named segments this process
-// created and did not free yet (see RemoveStaleSegments and
+// created and did not free yet (see ucs.RemoveShmSegments and
 // uct.NameUnlinker). It does nothing for an MD of memfd segments.
 func (md *PosixMD) UnlinkNames() error {
 	if !md.named {
 		return nil
 	}
-	return RemoveStaleSegments(int(pid))
+	return ucs.RemoveShmSegments(int(pid))
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"unsafe"
 
@@ -93,7 +91,7 @@ func TestNamedSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := a.Memh.(*Memh)
-	if a.Length != namedSize || h.FD != -1 || h.Path != namedSegmentPath(pid, h.SegmentID) {
+	if a.Length != namedSize || h.FD != -1 || h.Path != ucs.ShmSegmentPath(pid, h.SegmentID) {
 		t.Fatalf("allocation %+v, handle %+v", a, h)
 	}
 	var st unix.Stat_t
@@ -145,15 +143,15 @@ func TestNamedSegment(t *testing.T) {
 }
 
 // TestNamedSegmentRefused checks the checks of a peer's file: mode, type
-// (no symlinks), owner, size; and RemoveStaleSegments.
+// (no symlinks), owner, size.
 func TestNamedSegmentRefused(t *testing.T) {
 	const fake = maxPid - 1 // no process of ours has this pid
-	if err := RemoveStaleSegments(fake); err != nil {
+	if err := ucs.RemoveShmSegments(fake); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { RemoveStaleSegments(fake) })
+	t.Cleanup(func() { ucs.RemoveShmSegments(fake) })
 	id := randomID()
-	path := namedSegmentPath(fake, id)
+	path := ucs.ShmSegmentPath(fake, id)
 	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +190,7 @@ func TestNamedSegmentRefused(t *testing.T) {
 	}
 	unix.Close(fd)
 	link := randomID()
-	if err := os.Symlink(path, namedSegmentPath(fake, link)); err != nil {
+	if err := os.Symlink(path, ucs.ShmSegmentPath(fake, link)); err != nil {
 		t.Fatal(err)
 	}
 	if err := unpack(key(link, 4096)); !errors.Is(err, ucs.ErrUnreachable) {
@@ -200,26 +198,5 @@ func TestNamedSegmentRefused(t *testing.T) {
 	}
 	if err := unpack(key(randomID(), 4096)); !errors.Is(err, ucs.ErrUnreachable) {
 		t.Errorf("missing file: err = %v, want ErrUnreachable", err)
-	}
-
-	// RemoveStaleSegments removes exactly the files of that pid.
-	other := namedSegmentPath(fake-1, id)
-	if err := os.WriteFile(other, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(other)
-	if err := RemoveStaleSegments(fake); err != nil {
-		t.Fatal(err)
-	}
-	if m, _ := filepath.Glob(shmDir + "/goshmem-" + strconv.Itoa(fake) + "-*"); len(m) != 0 {
-		t.Errorf("left %v", m)
-	}
-	if _, err := os.Stat(other); err != nil {
-		t.Errorf("removed the file of another pid: %v", err)
-	}
-	for _, p := range []int{0, -1, maxPid} {
-		if err := RemoveStaleSegments(p); !errors.Is(err, ucs.ErrInvalidParam) {
-			t.Errorf("RemoveStaleSegments(%d) = %v, want ErrInvalidParam", p, err)
-		}
 	}
 }

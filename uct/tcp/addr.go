@@ -143,4 +143,4 @@ func decodeDeviceAddr(b []byte) (deviceAddr, error) {
 // hostID returns a non-zero hash naming the loopback network of this
 // process: the boot id of the kernel and the network namespace. Two
 // processes with the same value reach each other's loopback listeners.
-var hostID = base.LoopbackHostID
+var hostID = ucs.LoopbackHostID

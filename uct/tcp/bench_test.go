@@ -149,8 +149,8 @@ func peerRoundTripTo(b *testing.B, computing bool, settings []string, op func(ep
 				idle(spins)
 			}
 		}
-		if comp.Status != ucs.OK {
-			b.Fatal(comp.Status)
+		if comp.Status() != ucs.OK {
+			b.Fatal(comp.Status())
 		}
 	}
 }

@@ -133,7 +133,7 @@ func flush(tb testing.TB, ep *EP, ifaces ...*Iface) ucs.Status {
 		return st
 	}
 	progressUntil(tb, func() bool { return done }, append(ifaces, ep.iface)...)
-	return comp.Status
+	return comp.Status()
 }
 
 // region is registered memory of a test.

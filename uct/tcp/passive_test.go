@@ -23,7 +23,7 @@ func wait(tb testing.TB, i *Iface, op func(comp *uct.Completion) ucs.Status) ucs
 		return st
 	}
 	progressUntil(tb, func() bool { return done }, i)
-	return comp.Status
+	return comp.Status()
 }
 
 // progressLoop calls i.Progress in a loop in a goroutine of its own until

@@ -210,8 +210,8 @@ func TestPollSet(t *testing.T) {
 		t.Fatalf("get: %v", st)
 	}
 	progressUntil(t, func() bool { return done }, x, y)
-	if comp.Status != ucs.OK || string(got) != "through the poll set" {
-		t.Fatalf("get: %v, %q", comp.Status, got)
+	if comp.Status() != ucs.OK || string(got) != "through the poll set" {
+		t.Fatalf("get: %v, %q", comp.Status(), got)
 	}
 	ep.Destroy()
 	progressUntil(t, func() bool { return members(x) == 0 && members(y) == 0 }, x, y)

@@ -97,8 +97,8 @@ func TestSharedConnection(t *testing.T) {
 				t.Fatal(st)
 			}
 			progressUntil(t, func() bool { return done == 1 }, a, b)
-			if comp.Status != ucs.OK || string(buf) != p.want {
-				t.Fatalf("get %q, %v", buf, comp.Status)
+			if comp.Status() != ucs.OK || string(buf) != p.want {
+				t.Fatalf("get %q, %v", buf, comp.Status())
 			}
 		}
 		if r < rounds-1 {
@@ -208,8 +208,8 @@ func TestSharedBothWays(t *testing.T) {
 					for !put.Load() || !fl.Load() {
 						time.Sleep(10 * time.Microsecond)
 					}
-					if fc.Status.IsErr() {
-						errs <- fc.Status
+					if fc.Status().IsErr() {
+						errs <- fc.Status()
 						return
 					}
 				}
@@ -303,8 +303,8 @@ func TestSharedDestroyOneSide(t *testing.T) {
 		t.Fatal(st)
 	}
 	progressUntil(t, func() bool { return done }, a, b)
-	if comp.Status != ucs.OK || !bytes.Equal(buf, []byte{0, 1, 2, 3, 4, 5, 6, 7}) {
-		t.Fatalf("get after the peer's EP ended: %v %x", comp.Status, buf)
+	if comp.Status() != ucs.OK || !bytes.Equal(buf, []byte{0, 1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("get after the peer's EP ended: %v %x", comp.Status(), buf)
 	}
 	ab.Destroy()
 	progressUntil(t, func() bool {
@@ -363,8 +363,8 @@ func TestSharedGetReplyPinsRegion(t *testing.T) {
 	default:
 	}
 	progressUntil(t, func() bool { return done }, a, b)
-	if comp.Status != ucs.OK || !bytes.Equal(dst, src) {
-		t.Fatalf("get: %v, data equal %v", comp.Status, bytes.Equal(dst, src))
+	if comp.Status() != ucs.OK || !bytes.Equal(dst, src) {
+		t.Fatalf("get: %v, data equal %v", comp.Status(), bytes.Equal(dst, src))
 	}
 	if err := <-dereg; err != nil {
 		t.Fatal(err)

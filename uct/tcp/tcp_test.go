@@ -625,8 +625,8 @@ func TestFlush(t *testing.T) {
 		done = true
 	}
 	progressUntil(t, func() bool { return done && zdone.Load() == 1 }, a, b)
-	if comp.Status != ucs.OK || zcomp.Status != ucs.OK {
-		t.Errorf("completion status %v, zcopy %v", comp.Status, zcomp.Status)
+	if comp.Status() != ucs.OK || zcomp.Status() != ucs.OK {
+		t.Errorf("completion status %v, zcopy %v", comp.Status(), zcomp.Status())
 	}
 	if !bytes.Equal(t1.snapshot(), src) || !bytes.Equal(t2.snapshot(), src) {
 		t.Error("data not at the target after the iface flush completed")
@@ -896,8 +896,8 @@ func TestRejectedPuts(t *testing.T) {
 					t.Fatalf("get: %v", st)
 				}
 				progressUntil(t, func() bool { return done }, a, b)
-				if comp.Status != ucs.ErrInvalidAddr {
-					t.Errorf("refused get completed with %v, want %v", comp.Status, ucs.ErrInvalidAddr)
+				if comp.Status() != ucs.ErrInvalidAddr {
+					t.Errorf("refused get completed with %v, want %v", comp.Status(), ucs.ErrInvalidAddr)
 				}
 				if !bytes.Equal(buf, bytes.Repeat([]byte{0x5a}, tt.size)) {
 					t.Error("a refused get wrote the buffer")
@@ -1143,8 +1143,8 @@ func TestEPFailure(t *testing.T) {
 			if failed.Load() != ep2.(*EP) || failStatus != ucs.ErrConnectionReset {
 				t.Errorf("error handler got %p, %v; want %p, ErrConnectionReset", failed.Load(), failStatus, ep2)
 			}
-			if comp.Status != ucs.ErrConnectionReset {
-				t.Errorf("flush completion status %v", comp.Status)
+			if comp.Status() != ucs.ErrConnectionReset {
+				t.Errorf("flush completion status %v", comp.Status())
 			}
 			if st := ep2.AMShort(1, 0, nil); st != ucs.ErrConnectionReset {
 				t.Errorf("AMShort on the failed EP = %v", st)

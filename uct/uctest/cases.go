@@ -330,8 +330,8 @@ func testFlush(t *testing.T, e *env) {
 			for i, cp := range comps {
 				if !cp.done.Load() {
 					t.Errorf("operation %d of %d still in progress after the flush completed", i, len(comps))
-				} else if cp.Status.IsErr() {
-					t.Errorf("operation %d completed with %v", i, cp.Status)
+				} else if cp.Status().IsErr() {
+					t.Errorf("operation %d completed with %v", i, cp.Status())
 				}
 			}
 			for _, w := range ws {

@@ -154,7 +154,7 @@ func (e *env) outcome(t testing.TB, what string, op func(*uct.Completion) ucs.St
 			e.progress()
 		}
 		if c.done.Load() {
-			desc = "InProgress, then completed with " + c.Status.String()
+			desc = "InProgress, then completed with " + c.Status().String()
 		} else {
 			desc = "InProgress, not completed after " + (opLimit - 500*time.Millisecond).String()
 		}

@@ -389,7 +389,7 @@ func (e *env) try(t testing.TB, what string, op func(c *uct.Completion) ucs.Stat
 			return ucs.OK
 		case ucs.InProgress:
 			e.waitUntil(t, what+" completion", c.done.Load)
-			return c.Status
+			return c.Status()
 		case ucs.ErrNoResource:
 			e.progress()
 			if spins%256 == 0 {

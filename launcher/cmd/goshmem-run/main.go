@@ -186,26 +186,49 @@ func (e *envFlags) Set(v string) error {
 	return nil
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// runFlags are goshmem-run's flags, once parsed.
+type runFlags struct {
+	np                               *int
+	hostList, hostfile, rsh, spawner *string
+	tag                              *bool
+	outDir, bind                     *string
+	env                              envFlags
+	grace, failTimeout, stallReport  *time.Duration
+	profile, agentPath               *string
+	version                          *bool
+}
+
+// newFlags defines goshmem-run's flags on a new flag set that reports to
+// stderr.
+func newFlags(stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	fs := flag.NewFlagSet("goshmem-run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	np := fs.Int("np", 0, "number of PEs (at least 1; with -hosts or -hostfile, default one per slot)")
-	fs.IntVar(np, "n", 0, "the same as -np")
-	hostList := fs.String("hosts", "", `hosts and slots, "h1:4,h2:4"`)
-	hostfile := fs.String("hostfile", "", `file of hosts, one per line: "h1", "h1:4" or "h1 slots=4"`)
-	rsh := fs.String("rsh", "ssh", "remote shell: CMD HOST COMMAND... runs COMMAND on HOST")
-	spawner := fs.String("spawner", "", `spawner that places the PEs: "srun ...", "mpirun ..." or another command`)
-	tag := fs.Bool("tag-output", false, `prefix every output line with "[pe N] " (a failing job's lines are tagged anyway)`)
-	outDir := fs.String("output-dir", "", "write the output of PE N to DIR/pe-N.out instead of the terminal")
-	var env envFlags
-	fs.Var(&env, "x", "pass NAME[=VALUE] to the PEs (repeatable)")
-	bind := fs.String("bind", "", "IP address of the bootstrap seed (default: 127.0.0.1 on one host, else chosen by route)")
-	grace := durationVar(fs, "kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when ending the job")
-	failTimeout := durationVar(fs, "failure-timeout", bootstrap.DefaultFailureTimeout, "time to notice a PE, host or launcher that stopped answering")
-	stallReport := durationVar(fs, "stall-report", 0, "have each PE report where it waits when a wait lasts longer than this, in GOSHMEM_STALL_REPORT")
-	profile := fs.String("profile", "", "write each PE's CPU profile and communication summary to DIR, and the job's PE-to-PE byte matrix (GOSHMEM_PROFILE)")
-	agentPath := fs.String("agent-path", "", "path of goshmem-run on the other hosts (default: this one's)")
-	version := fs.Bool("version", false, "print the version and exit")
+	f := &runFlags{}
+	f.np = fs.Int("np", 0, "number of PEs (at least 1; with -hosts or -hostfile, default one per slot)")
+	fs.IntVar(f.np, "n", 0, "the same as -np")
+	f.hostList = fs.String("hosts", "", `hosts and slots, "h1:4,h2:4"`)
+	f.hostfile = fs.String("hostfile", "", `file of hosts, one per line: "h1", "h1:4" or "h1 slots=4"`)
+	f.rsh = fs.String("rsh", "ssh", "remote shell: CMD HOST COMMAND... runs COMMAND on HOST")
+	f.spawner = fs.String("spawner", "", `spawner that places the PEs: "srun ...", "mpirun ..." or another command`)
+	f.tag = fs.Bool("tag-output", false, `prefix every output line with "[pe N] " (a failing job's lines are tagged anyway)`)
+	f.outDir = fs.String("output-dir", "", "write the output of PE N to DIR/pe-N.out instead of the terminal")
+	fs.Var(&f.env, "x", "pass NAME[=VALUE] to the PEs (repeatable)")
+	f.bind = fs.String("bind", "", "IP address of the bootstrap seed (default: 127.0.0.1 on one host, else chosen by route)")
+	f.grace = durationVar(fs, "kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when ending the job")
+	f.failTimeout = durationVar(fs, "failure-timeout", bootstrap.DefaultFailureTimeout, "time to notice a PE, host or launcher that stopped answering")
+	f.stallReport = durationVar(fs, "stall-report", 0, "have each PE report where it waits when a wait lasts longer than this, in GOSHMEM_STALL_REPORT")
+	f.profile = fs.String("profile", "", "write each PE's CPU profile and communication summary to DIR, and the job's PE-to-PE byte matrix (GOSHMEM_PROFILE)")
+	f.agentPath = fs.String("agent-path", "", "path of goshmem-run on the other hosts (default: this one's)")
+	f.version = fs.Bool("version", false, "print the version and exit")
+	return fs, f
+}
+
+// usageFunc prints "goshmem-run: " and the message, then the usage, to
+// stderr, and returns exit code 2.
+type usageFunc func(format string, a ...any) int
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs, f := newFlags(stderr)
 	usageTo := func(w io.Writer) {
 		fmt.Fprintf(w, "usage: goshmem-run -np N [flags] PROGRAM [ARGS...]\n"+
 			"       goshmem-run -hosts h1:4,h2:4 [-np N] [flags] PROGRAM [ARGS...]\n"+
@@ -226,7 +249,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usageTo(stderr) // after flag's message
 		return 2
 	}
-	if *version {
+	if *f.version {
 		printVersion(stdout)
 		return 0
 	}
@@ -235,141 +258,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usageTo(stderr)
 		return 2
 	}
-	var hosts []launcher.Host
-	var err error
-	switch {
-	case *hostList != "" && *hostfile != "":
-		return usage("give -hosts or -hostfile, not both")
-	case *hostList != "":
-		hosts, err = launcher.ParseHosts(*hostList)
-	case *hostfile != "":
-		hosts, err = launcher.ReadHostfile(*hostfile)
+	opts, code, ok := f.options(fs, usage, stderr)
+	if !ok {
+		return code
 	}
-	if err != nil {
-		return usage("%v", err)
+	program, cleanup, code, ok := prepareProgram(fs.Arg(0), usage, stderr)
+	if !ok {
+		return code
 	}
-	if *spawner != "" && hosts != nil {
-		return usage("-spawner places the PEs itself: no -hosts or -hostfile with it")
-	}
-	if *np < 0 || (*np == 0 && hosts == nil) {
-		return usage("-np must be at least 1")
-	}
-	if fs.NArg() < 1 {
-		return usage("no PROGRAM")
-	}
-	if *stallReport < 0 {
-		return usage("-stall-report %v: want a positive duration", *stallReport)
-	}
-	if *stallReport > 0 {
-		env = append(env, envStallReport+"="+stallReport.String())
-	}
-	if *profile != "" {
-		dir, err := filepath.Abs(*profile)
-		if err == nil {
-			err = prepareProfileDir(dir)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "goshmem-run: -profile: %v\n", err)
-			return 1
-		}
-		*profile = dir
-		env = append(env, envProfile+"="+dir)
-	}
-	rshWords, err := splitWords(*rsh)
-	if err != nil || len(rshWords) == 0 {
-		return usage("-rsh %q: %v", *rsh, err)
-	}
-	var spawnerWords []string
-	if *spawner != "" {
-		if spawnerWords, err = splitWords(*spawner); err != nil || len(spawnerWords) == 0 {
-			return usage("-spawner %q: %v", *spawner, err)
-		}
-	}
-	if *agentPath == "" {
-		if *agentPath, err = os.Executable(); err != nil {
-			fmt.Fprintf(stderr, "goshmem-run: cannot find its own executable for the agents: %v\n", err)
-			return 1
-		}
-	}
+	defer cleanup()
+	opts.Program = program
 
-	program, build, err := resolve(fs.Arg(0))
-	if errors.Is(err, ucs.ErrInvalidParam) {
-		return usage("%s", plain(err))
+	ctx, got, stallReports, stop := watchSignals()
+	defer stop()
+	opts.StallReports = stallReports
+	opts.Stdout, opts.Stderr = stdout, stderr
+	opts.Logf = func(format string, args ...any) {
+		fmt.Fprintf(stderr, "goshmem-run: "+format+"\n", args...)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "goshmem-run: %v\n", err)
-		return 127
-	}
-	if build {
-		bin, cleanup, err := launcher.BuildProgram(program)
-		if _, serr := os.Stat(program); err != nil && errors.Is(serr, os.ErrNotExist) {
-			fmt.Fprintf(stderr, "goshmem-run: %s: no such file or directory, nor a Go package the go command can build: %v\n", program, err)
-			return 127
-		}
-		if errors.Is(err, ucs.ErrInvalidParam) {
-			return usage("%s", plain(err))
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "goshmem-run: %v\n", err)
-			return 1
-		}
-		defer cleanup()
-		program = bin
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	got := make(chan syscall.Signal, 1)
-	go func() {
-		if s, ok := <-sigs; ok {
-			got <- s.(syscall.Signal)
-			cancel()
-		}
-	}()
-	// SIGQUIT asks for a stall report instead of ending goshmem-run with a
-	// dump of its own goroutines.
-	quits := make(chan os.Signal, 1)
-	signal.Notify(quits, syscall.SIGQUIT)
-	defer func() {
-		signal.Stop(quits)
-		close(quits) // nothing sends on it any more
-	}()
-	stallReports := make(chan struct{}, 1)
-	go func() {
-		for range quits {
-			select {
-			case stallReports <- struct{}{}:
-			default: // one is pending
-			}
-		}
-	}()
-
-	code, err := launcher.Run(ctx, launcher.Options{
-		NP:             *np,
-		Program:        program,
-		Args:           fs.Args()[1:],
-		Env:            env,
-		TagOutput:      *tag,
-		OutputDir:      *outDir,
-		BindAddr:       *bind,
-		KillGrace:      *grace,
-		FailureTimeout: *failTimeout,
-		Hosts:          hosts,
-		RSH:            rshWords,
-		Spawner:        spawnerWords,
-		AgentPath:      *agentPath,
-		StallReports:   stallReports,
-		Stdout:         stdout,
-		Stderr:         stderr,
-		Logf: func(format string, args ...any) {
-			fmt.Fprintf(stderr, "goshmem-run: "+format+"\n", args...)
-		},
-	})
-	if *profile != "" {
-		writeProfile(*profile, *np, stderr)
+	code, err := launcher.Run(ctx, opts)
+	if *f.profile != "" {
+		writeProfile(*f.profile, *f.np, stderr)
 	}
 	select {
 	case s := <-got:
@@ -381,6 +290,152 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goshmem-run: %v\n", err) // a failed PE was reported already
 	}
 	return code
+}
+
+// options checks the parsed flags and turns them into the job's options,
+// all but the program and what run adds (signals, output). On a bad flag it
+// returns usage's code, on another failure 1 after printing it; ok is false
+// then. It prepares the -profile directory.
+func (f *runFlags) options(fs *flag.FlagSet, usage usageFunc, stderr io.Writer) (opts launcher.Options, code int, ok bool) {
+	var hosts []launcher.Host
+	var err error
+	switch {
+	case *f.hostList != "" && *f.hostfile != "":
+		return opts, usage("give -hosts or -hostfile, not both"), false
+	case *f.hostList != "":
+		hosts, err = launcher.ParseHosts(*f.hostList)
+	case *f.hostfile != "":
+		hosts, err = launcher.ReadHostfile(*f.hostfile)
+	}
+	if err != nil {
+		return opts, usage("%v", err), false
+	}
+	if *f.spawner != "" && hosts != nil {
+		return opts, usage("-spawner places the PEs itself: no -hosts or -hostfile with it"), false
+	}
+	if *f.np < 0 || (*f.np == 0 && hosts == nil) {
+		return opts, usage("-np must be at least 1"), false
+	}
+	if fs.NArg() < 1 {
+		return opts, usage("no PROGRAM"), false
+	}
+	env := f.env
+	if *f.stallReport < 0 {
+		return opts, usage("-stall-report %v: want a positive duration", *f.stallReport), false
+	}
+	if *f.stallReport > 0 {
+		env = append(env, envStallReport+"="+f.stallReport.String())
+	}
+	if *f.profile != "" {
+		dir, err := filepath.Abs(*f.profile)
+		if err == nil {
+			err = prepareProfileDir(dir)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "goshmem-run: -profile: %v\n", err)
+			return opts, 1, false
+		}
+		*f.profile = dir
+		env = append(env, envProfile+"="+dir)
+	}
+	rshWords, err := splitWords(*f.rsh)
+	if err != nil || len(rshWords) == 0 {
+		return opts, usage("-rsh %q: %v", *f.rsh, err), false
+	}
+	var spawnerWords []string
+	if *f.spawner != "" {
+		if spawnerWords, err = splitWords(*f.spawner); err != nil || len(spawnerWords) == 0 {
+			return opts, usage("-spawner %q: %v", *f.spawner, err), false
+		}
+	}
+	agentPath := *f.agentPath
+	if agentPath == "" {
+		if agentPath, err = os.Executable(); err != nil {
+			fmt.Fprintf(stderr, "goshmem-run: cannot find its own executable for the agents: %v\n", err)
+			return opts, 1, false
+		}
+	}
+	return launcher.Options{
+		NP:             *f.np,
+		Args:           fs.Args()[1:],
+		Env:            env,
+		TagOutput:      *f.tag,
+		OutputDir:      *f.outDir,
+		BindAddr:       *f.bind,
+		KillGrace:      *f.grace,
+		FailureTimeout: *f.failTimeout,
+		Hosts:          hosts,
+		RSH:            rshWords,
+		Spawner:        spawnerWords,
+		AgentPath:      agentPath,
+	}, 0, true
+}
+
+// prepareProgram finds the executable that arg names, building it first
+// when arg is a Go package; cleanup removes what the build left. ok is
+// false, with the exit code, when there is no program to run: 2 for a bad
+// argument (after the usage), 127 when arg names nothing, 1 when the build
+// failed.
+func prepareProgram(arg string, usage usageFunc, stderr io.Writer) (program string, cleanup func(), code int, ok bool) {
+	program, build, err := resolve(arg)
+	if errors.Is(err, ucs.ErrInvalidParam) {
+		return "", nil, usage("%s", plain(err)), false
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "goshmem-run: %v\n", err)
+		return "", nil, 127, false
+	}
+	if !build {
+		return program, func() {}, 0, true
+	}
+	bin, cleanup, err := launcher.BuildProgram(program)
+	if _, serr := os.Stat(program); err != nil && errors.Is(serr, os.ErrNotExist) {
+		fmt.Fprintf(stderr, "goshmem-run: %s: no such file or directory, nor a Go package the go command can build: %v\n", program, err)
+		return "", nil, 127, false
+	}
+	if errors.Is(err, ucs.ErrInvalidParam) {
+		return "", nil, usage("%s", plain(err)), false
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "goshmem-run: %v\n", err)
+		return "", nil, 1, false
+	}
+	return bin, cleanup, 0, true
+}
+
+// watchSignals turns SIGINT, SIGTERM and SIGHUP into the cancellation of
+// ctx, the signal then in got, and SIGQUIT into a request on stallReports
+// (at most one pending) instead of ending goshmem-run with a dump of its
+// own goroutines. stop undoes it and cancels ctx.
+func watchSignals() (ctx context.Context, got <-chan syscall.Signal, stallReports chan struct{}, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	gotc := make(chan syscall.Signal, 1)
+	go func() {
+		if s, ok := <-sigs; ok {
+			gotc <- s.(syscall.Signal)
+			cancel()
+		}
+	}()
+	quits := make(chan os.Signal, 1)
+	signal.Notify(quits, syscall.SIGQUIT)
+	stallReports = make(chan struct{}, 1)
+	go func() {
+		for range quits {
+			select {
+			case stallReports <- struct{}{}:
+			default: // one is pending
+			}
+		}
+	}()
+	stop = func() {
+		signal.Stop(quits)
+		close(quits) // nothing sends on it any more
+		signal.Stop(sigs)
+		cancel()
+	}
+	return ctx, gotc, stallReports, stop
 }
 
 // durationFlag is a flag's duration (time.ParseDuration's form) whose

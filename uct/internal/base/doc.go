@@ -9,9 +9,6 @@
 //     checks (CheckPid, CheckRange, CheckNonZero);
 //   - ids.go: process ids, random ids and address bounds (Pid, RandomID,
 //     ValidPid, ValidRange, MaxPid, MaxAddr);
-//   - domain.go: the shared-memory domain of the process (DomainAddress,
-//     the device address of uct/sm and uct/cma) and the loopback host id
-//     of uct/tcp (LoopbackHostID);
 //   - caps.go: the shape of iface attributes (IfaceAttr, SetMemoryOps,
 //     OpCaps, AMCaps) and the flag and atomic sets several transports
 //     report (RMAFlags, AMFlags, AllAtomics);

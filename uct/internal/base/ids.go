@@ -4,12 +4,14 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"os"
+
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // Bounds of the values that keys and addresses carry.
 const (
 	// MaxPid bounds process ids: PID_MAX_LIMIT.
-	MaxPid = 1 << 22
+	MaxPid = ucs.MaxPid
 	// MaxAddr bounds addresses: above any user address (5-level paging).
 	MaxAddr = 1 << 57
 )
