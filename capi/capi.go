@@ -381,14 +381,17 @@ func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, 
 	return report("collective", err)
 }
 
-//export shmem_global_exit
-func shmem_global_exit(status C.int) { shmem.GlobalExit(int(status)) }
+// goshmem_go_global_exit tells the launcher that the job ends with status;
+// shmem_global_exit (core.c) then exits through C.
+//
+//export goshmem_go_global_exit
+func goshmem_go_global_exit(status C.int) { shmem.GlobalExitNotify(int(status)) }
 
 //export shmem_pe_accessible
 func shmem_pe_accessible(pe C.int) C.int { return b2i(shmem.PEAccessible(int(pe))) }
 
-//export shmem_pcontrol
-func shmem_pcontrol(level C.int) { shmem.Pcontrol(int(level)) }
+//export goshmem_go_pcontrol
+func goshmem_go_pcontrol(level C.int) { shmem.Pcontrol(int(level)) }
 
 func b2i(b bool) C.int {
 	if b {

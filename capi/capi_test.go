@@ -67,17 +67,30 @@ func install(t *testing.T) string {
 	return prefix
 }
 
-// compile builds testdata/name.c with goshcc and returns the program.
+// strict are the compiler flags of the test programs: a warning of the
+// header is an error.
+var strict = []string{"-Wall", "-Wextra", "-Werror", "-pedantic", "-O2"}
+
+// compile builds testdata/name.c with goshcc (-std=c11 and strict) and
+// returns the program.
 func compile(t *testing.T, name string) string {
 	t.Helper()
+	return compileWith(t, name, name+".c", "goshcc", append([]string{"-std=c11"}, strict...)...)
+}
+
+// compileWith builds testdata/src into the program exe with the driver
+// (goshcc or goshc++) and flags, once per run, and returns its path.
+func compileWith(t *testing.T, exe, src, driver string, flags ...string) string {
+	t.Helper()
 	p := install(t)
-	exe := filepath.Join(p, name)
+	exe = filepath.Join(p, exe)
 	if _, err := os.Stat(exe); err == nil {
 		return exe
 	}
-	out, err := exec.Command(filepath.Join(p, "bin", "goshcc"), "-std=c11", "-Wall", "-Werror", "-O2", "-o", exe, filepath.Join("testdata", name+".c")).CombinedOutput()
+	args := append(append([]string{}, flags...), "-o", exe, filepath.Join("testdata", src))
+	out, err := exec.Command(filepath.Join(p, "bin", driver), args...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("goshcc %s.c: %v\n%s", name, err, out)
+		t.Fatalf("%s %s: %v\n%s", driver, src, err, out)
 	}
 	return exe
 }
@@ -110,6 +123,8 @@ func TestCPrograms(t *testing.T) {
 		{"smoke", "3", []string{"UCX_TLS=tcp,self"}},
 		{"colls", "3", nil},
 		{"colls", "4", []string{"UCX_TLS=tcp,self"}},
+		{"generic", "2", nil},
+		{"generic", "3", []string{"UCX_TLS=tcp,self"}},
 	} {
 		t.Run(tc.prog+"/"+tc.np+"/"+strings.Join(tc.env, ","), func(t *testing.T) {
 			exe := compile(t, tc.prog)
@@ -131,5 +146,18 @@ func TestCBadPE(t *testing.T) {
 	}
 	if !strings.Contains(out, "PE 7 is not a PE of the job (valid: 0..1)") {
 		t.Fatalf("badpe's output does not name PE 7:\n%s", out)
+	}
+}
+
+// TestCXX compiles a C++ program with shmem.h under -pedantic -Werror
+// (no generics there; C linkage) with goshc++, and runs it.
+func TestCXX(t *testing.T) {
+	if _, err := exec.LookPath("c++"); err != nil {
+		t.Skip("no C++ compiler (c++) on PATH")
+	}
+	exe := compileWith(t, "cxx", "cxx.cc", "goshc++", append([]string{"-std=c++11"}, strict...)...)
+	out, err := run(t, exe, "2")
+	if err != nil || !strings.Contains(out, "cxx: PASS") {
+		t.Fatalf("cxx on 2 PEs: %v\n%s", err, out)
 	}
 }

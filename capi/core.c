@@ -24,7 +24,7 @@ static char *gsh_no_peers[1];
 char **gsh_heap_peer = gsh_no_peers, **gsh_data_peer = gsh_no_peers;
 unsigned char *gsh_checked;
 int gsh_go_pending;
-static int gsh_inited, gsh_finalized, gsh_thread_level;
+static int gsh_inited, gsh_thread_level;
 static pthread_mutex_t gsh_connect_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void gsh_fatal(const char *fn, const char *fmt, ...) {
@@ -231,7 +231,6 @@ void gsh_tables_free(void) {
     gsh_npes = 0;
     gsh_heap_lo = gsh_heap_size = 0;
     gsh_inited = 0;
-    gsh_finalized = 1;
 }
 
 /* Setup. */
@@ -250,14 +249,7 @@ int shmem_init_thread(int requested, int *provided) {
     return r;
 }
 void shmem_query_thread(int *provided) { *provided = gsh_thread_level; }
-int shmem_query_initialized(int *initialized) {
-    *initialized = gsh_inited;
-    return 0;
-}
-int shmem_query_finalized(int *finalized) {
-    *finalized = gsh_finalized && !gsh_inited;
-    return 0;
-}
+void shmem_query_initialized(int *initialized) { *initialized = gsh_inited; }
 void shmem_finalize(void) {
     if (gsh_inited) goshmem_go_finalize();
 }
@@ -269,6 +261,15 @@ void start_pes(int npes) {
 }
 int _my_pe(void) { return shmem_my_pe(); }
 int _num_pes(void) { return shmem_n_pes(); }
+/* shmem_global_exit flushes the program's streams first (the launcher
+ * ends the other PEs, and may end this one, once told), then exits as C
+ * does: atexit handlers run. */
+void shmem_global_exit(int status) {
+    fflush(NULL);
+    if (gsh_inited) goshmem_go_global_exit(status);
+    exit(status);
+}
+void shmem_pcontrol(int level, ...) { goshmem_go_pcontrol(level); }
 void shmem_info_get_version(int *major, int *minor) {
     *major = SHMEM_MAJOR_VERSION;
     *minor = SHMEM_MINOR_VERSION;
@@ -327,6 +328,10 @@ GSH_BOTHV(signal_add, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, 
           { gsh_amo64(ctx, GSH_AMO_ADD, sig_addr, signal, 0, pe, __func__); })
 GSH_BOTHV(signal_set, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, signal, pe),
           { gsh_amo64(ctx, GSH_AMO_SET, sig_addr, signal, 0, pe, __func__); })
+
+/* The deprecated untyped waits, on a long. */
+void shmem_wait(long *ivar, long cmp_value) { shmem_long_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }
+void shmem_wait_until(long *ivar, int cmp, long cmp_value) { shmem_long_wait_until(ivar, cmp, cmp_value); }
 
 /* Ordering and completion: a CPU fence orders the stores to mapped
  * memory; Go completes what went through it. */

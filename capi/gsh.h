@@ -8,6 +8,7 @@
 #define GOSHMEM_NO_GENERICS 1
 #include <shmem.h>
 #include <shmemx.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,8 @@ extern void goshmem_go_amo_nbi(uintptr_t ctx, int op, void *fetch, void *dest, u
 extern int goshmem_go_reduce(uintptr_t team, int op, int ty, void *dest, void *source, size_t n);
 extern int goshmem_go_coll(uintptr_t team, int kind, void *dest, void *source, size_t nbytes, ptrdiff_t a, ptrdiff_t b, int esize);
 extern void goshmem_go_quiet(uintptr_t ctx);
+extern void goshmem_go_global_exit(int status);
+extern void goshmem_go_pcontrol(int level);
 extern int goshmem_go_team_sync(uintptr_t team);
 extern int goshmem_go_team_translate(uintptr_t src, int pe, uintptr_t dest);
 
@@ -365,12 +368,12 @@ GSH_AMO_LOCAL(64)
         unsigned n = 0;                                                                             \
         while (!gsh_cmp_##N(ivar, cmp, cmp_value)) gsh_wait_pause(&n);                              \
     }                                                                                               \
-    static int gsh_test_all_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, T *vs) {  \
+    static int gsh_test_all_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs) {  \
         for (size_t i = 0; i < nelems; i++)                                                         \
             if (!(status && status[i]) && !gsh_cmp_##N(&ivars[i], cmp, vs ? vs[i] : v)) return 0;   \
         return 1;                                                                                   \
     }                                                                                               \
-    static size_t gsh_test_any_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, T *vs, int *none) { \
+    static size_t gsh_test_any_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs, int *none) { \
         *none = 1;                                                                                  \
         for (size_t i = 0; i < nelems; i++) {                                                       \
             if (status && status[i]) continue;                                                      \
@@ -379,7 +382,7 @@ GSH_AMO_LOCAL(64)
         }                                                                                           \
         return SIZE_MAX;                                                                            \
     }                                                                                               \
-    static size_t gsh_test_some_##N(T *ivars, size_t nelems, size_t *idx, const int *status, int cmp, T v, T *vs, int *none) { \
+    static size_t gsh_test_some_##N(T *ivars, size_t nelems, size_t *idx, const int *status, int cmp, T v, const T *vs, int *none) { \
         size_t k = 0;                                                                               \
         *none = 1;                                                                                  \
         for (size_t i = 0; i < nelems; i++) {                                                       \
@@ -389,11 +392,11 @@ GSH_AMO_LOCAL(64)
         }                                                                                           \
         return k;                                                                                   \
     }                                                                                               \
-    static void gsh_wait_all_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, T *vs) { \
+    static void gsh_wait_all_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs) { \
         unsigned n = 0;                                                                             \
         while (!gsh_test_all_##N(ivars, nelems, status, cmp, v, vs)) gsh_wait_pause(&n);            \
     }                                                                                               \
-    static size_t gsh_wait_any_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, T *vs) { \
+    static size_t gsh_wait_any_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs) { \
         unsigned n = 0;                                                                             \
         int none;                                                                                   \
         for (;;) {                                                                                  \
@@ -402,7 +405,7 @@ GSH_AMO_LOCAL(64)
             gsh_wait_pause(&n);                                                                     \
         }                                                                                           \
     }                                                                                               \
-    static size_t gsh_wait_some_##N(T *ivars, size_t nelems, size_t *idx, const int *status, int cmp, T v, T *vs) { \
+    static size_t gsh_wait_some_##N(T *ivars, size_t nelems, size_t *idx, const int *status, int cmp, T v, const T *vs) { \
         unsigned n = 0;                                                                             \
         int none;                                                                                   \
         for (;;) {                                                                                  \
@@ -414,15 +417,15 @@ GSH_AMO_LOCAL(64)
     void shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { gsh_wait_all_##N(ivars, nelems, status, cmp, cmp_value, NULL); } \
     size_t shmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_wait_any_##N(ivars, nelems, status, cmp, cmp_value, NULL); } \
     size_t shmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { return gsh_wait_some_##N(ivars, nelems, indices, status, cmp, cmp_value, NULL); } \
-    void shmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values) { gsh_wait_all_##N(ivars, nelems, status, cmp, 0, cmp_values); } \
-    size_t shmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values) { return gsh_wait_any_##N(ivars, nelems, status, cmp, 0, cmp_values); } \
-    size_t shmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T *cmp_values) { return gsh_wait_some_##N(ivars, nelems, indices, status, cmp, 0, cmp_values); } \
+    void shmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { gsh_wait_all_##N(ivars, nelems, status, cmp, 0, cmp_values); } \
+    size_t shmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_wait_any_##N(ivars, nelems, status, cmp, 0, cmp_values); } \
+    size_t shmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { return gsh_wait_some_##N(ivars, nelems, indices, status, cmp, 0, cmp_values); } \
     int shmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_test_all_##N(ivars, nelems, status, cmp, cmp_value, NULL); } \
     size_t shmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { int none; return gsh_test_any_##N(ivars, nelems, status, cmp, cmp_value, NULL, &none); } \
     size_t shmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { int none; return gsh_test_some_##N(ivars, nelems, indices, status, cmp, cmp_value, NULL, &none); } \
-    int shmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values) { return gsh_test_all_##N(ivars, nelems, status, cmp, 0, cmp_values); } \
-    size_t shmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values) { int none; return gsh_test_any_##N(ivars, nelems, status, cmp, 0, cmp_values, &none); } \
-    size_t shmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T *cmp_values) { int none; return gsh_test_some_##N(ivars, nelems, indices, status, cmp, 0, cmp_values, &none); }
+    int shmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_test_all_##N(ivars, nelems, status, cmp, 0, cmp_values); } \
+    size_t shmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_any_##N(ivars, nelems, status, cmp, 0, cmp_values, &none); } \
+    size_t shmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_some_##N(ivars, nelems, indices, status, cmp, 0, cmp_values, &none); }
 
 #define GSH_LEGACY_WAIT(N, T) \
     void shmem_##N##_wait(T *ivar, T cmp_value) { shmem_##N##_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }
