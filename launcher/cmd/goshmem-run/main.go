@@ -189,6 +189,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	np := fs.Int("np", 0, "number of PEs (at least 1; with -hosts or -hostfile, default one per slot)")
 	fs.IntVar(np, "n", 0, "the same as -np")
+	perHost := fs.Int("N", 0, "PEs per host: with -hosts or -hostfile, N on each host whatever its slots; on this host alone, the same as -np")
+	// Flags people type out of habit from oshrun and mpirun, which change
+	// nothing here: a host takes any number of PEs, and root may run them.
+	fs.Bool("oversubscribe", false, "accepted for oshrun's sake (no effect: this host alone takes any -np)")
+	fs.Bool("allow-run-as-root", false, "accepted for oshrun's sake (no effect: root runs jobs without it)")
 	hostList := fs.String("hosts", "", `hosts and slots, "h1:4,h2:4"`)
 	hostfile := fs.String("hostfile", "", `file of hosts, one per line: "h1", "h1:4" or "h1 slots=4"`)
 	rsh := fs.String("rsh", "ssh", "remote shell: CMD HOST COMMAND... runs COMMAND on HOST")
@@ -248,6 +253,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *spawner != "" && hosts != nil {
 		return usage("-spawner places the PEs itself: no -hosts or -hostfile with it")
+	}
+	switch {
+	case *perHost < 0:
+		return usage("-N must be at least 1")
+	case *perHost == 0:
+	case *spawner != "":
+		return usage("-N: the spawner places the PEs (give it its own per-host option)")
+	case hosts != nil:
+		for i := range hosts {
+			hosts[i].Slots = *perHost
+		}
+	case *np == 0:
+		*np = *perHost
+	case *np > *perHost:
+		return usage("-np %d PEs do not fit -N %d on this host alone (give -hosts or -hostfile for more hosts)", *np, *perHost)
 	}
 	if *np < 0 || (*np == 0 && hosts == nil) {
 		return usage("-np must be at least 1")
