@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/goshmem/goshmem/symheap"
 )
 
 // checkNoPointers reports an error if T holds Go pointers: the symmetric heap
@@ -119,9 +121,10 @@ func alloc[T any](routine string, call, n, align int, hints MallocHints, zero bo
 		err = fmt.Errorf("shmem.%s: %d elements of %d bytes do not fit a heap of %d bytes (SHMEM_SYMMETRIC_SIZE): %w", routine, n, size, st.heapSize, ErrHeapExhausted)
 		bytes = -1
 	}
-	if a := int(unsafe.Alignof(z)); align < a {
-		align = a
-	}
+	// The alignment the allocator gives (at least symheap.MinAlign): calls
+	// that make the same allocation agree, whatever their element type
+	// (a C program's shmem_malloc of bytes beside a Go PE's Malloc[int64]).
+	align = max(align, int(unsafe.Alignof(z)), symheap.MinAlign)
 	off, dirty := -1, 0
 	if err == nil {
 		allocMu.Lock()
