@@ -26,6 +26,7 @@ size_t gsh_data_publish(void **p);
 void gsh_data_attach(int pe, const void *b, size_t n);
 void gsh_tables_init(int me, int npes, void *heap, size_t heap_size);
 void gsh_tables_free(void);
+void gsh_fatal_go(const char *fn, const char *msg);
 typedef struct { int num_contexts; } gsh_team_config;
 typedef struct { size_t total_ops; } gsh_session_config;
 */
@@ -60,6 +61,7 @@ func teamOf(h C.uintptr_t) *shmem.Team {
 	return nil
 }
 
+// ctxOf returns the context of handle h; C checked it (gsh_ctx_pe).
 func ctxOf(h C.uintptr_t) *shmem.Ctx {
 	if h == 1 {
 		return shmem.CtxDefault
@@ -69,7 +71,18 @@ func ctxOf(h C.uintptr_t) *shmem.Ctx {
 	if uint64(h) < uint64(len(ctxs)) && ctxs[h] != nil {
 		return ctxs[h]
 	}
-	panic(fmt.Sprintf("goshmem: context handle %#x is not a context (invalid, or destroyed)", uint64(h)))
+	panic(fmt.Sprintf("context handle %#x is not a context (invalid, or destroyed)", uint64(h)))
+}
+
+// fatalIn is deferred by the Go routines C calls with fn, the routine the
+// program called: package shmem panics on an argument it rejects, and a
+// C program gets that as one line naming fn, then the job ends as
+// gsh_fatal ends it, instead of a Go traceback.
+func fatalIn(fn *C.char) {
+	if r := recover(); r != nil {
+		msg := C.CString(fmt.Sprint(r))
+		C.gsh_fatal_go(fn, msg) // does not return
+	}
 }
 
 func newTeamHandle(t *shmem.Team) C.uintptr_t {
@@ -149,7 +162,8 @@ const (
 )
 
 //export goshmem_go_rma
-func goshmem_go_rma(ctx C.uintptr_t, kind C.int, dest, source unsafe.Pointer, n C.size_t, pe C.int) {
+func goshmem_go_rma(ctx C.uintptr_t, kind C.int, dest, source unsafe.Pointer, n C.size_t, pe C.int, fn *C.char) {
+	defer fatalIn(fn)
 	if n == 0 {
 		return
 	}
@@ -177,7 +191,8 @@ func strided[T shmem.RMA](c *shmem.Ctx, get bool, dest, source unsafe.Pointer, d
 }
 
 //export goshmem_go_strided
-func goshmem_go_strided(ctx C.uintptr_t, get C.int, dest, source unsafe.Pointer, dst, sst C.ptrdiff_t, bsize, nblocks C.size_t, esize, pe C.int) {
+func goshmem_go_strided(ctx C.uintptr_t, get C.int, dest, source unsafe.Pointer, dst, sst C.ptrdiff_t, bsize, nblocks C.size_t, esize, pe C.int, fn *C.char) {
+	defer fatalIn(fn)
 	c, g := ctxOf(ctx), get != 0
 	a := []int{int(dst), int(sst), int(bsize), int(nblocks), int(pe)}
 	switch esize {
@@ -197,7 +212,8 @@ func goshmem_go_strided(ctx C.uintptr_t, get C.int, dest, source unsafe.Pointer,
 }
 
 //export goshmem_go_put_signal
-func goshmem_go_put_signal(ctx C.uintptr_t, dest, source unsafe.Pointer, n C.size_t, sig *C.uint64_t, signal C.uint64_t, op, nbi, pe C.int) {
+func goshmem_go_put_signal(ctx C.uintptr_t, dest, source unsafe.Pointer, n C.size_t, sig *C.uint64_t, signal C.uint64_t, op, nbi, pe C.int, fn *C.char) {
+	defer fatalIn(fn)
 	c, d, s := ctxOf(ctx), bytesAt(dest, n), bytesAt(source, n)
 	sp := (*uint64)(unsafe.Pointer(sig))
 	if nbi != 0 {
@@ -208,7 +224,10 @@ func goshmem_go_put_signal(ctx C.uintptr_t, dest, source unsafe.Pointer, n C.siz
 }
 
 //export goshmem_go_quiet
-func goshmem_go_quiet(ctx C.uintptr_t) { ctxOf(ctx).Quiet() }
+func goshmem_go_quiet(ctx C.uintptr_t, fn *C.char) {
+	defer fatalIn(fn)
+	ctxOf(ctx).Quiet()
+}
 
 // The atomic operations (GSH_AMO_* in gsh.h, amoOps in gen).
 const (
@@ -284,7 +303,8 @@ func amoNBI[T uint32 | uint64](c *shmem.Ctx, op int, fetch, p *T, v, cond T, pe 
 }
 
 //export goshmem_go_amo
-func goshmem_go_amo(ctx C.uintptr_t, op C.int, dest unsafe.Pointer, v, cond C.uint64_t, size, pe C.int) C.uint64_t {
+func goshmem_go_amo(ctx C.uintptr_t, op C.int, dest unsafe.Pointer, v, cond C.uint64_t, size, pe C.int, fn *C.char) C.uint64_t {
+	defer fatalIn(fn)
 	c := ctxOf(ctx)
 	if size == 4 {
 		return C.uint64_t(amo(c, int(op), (*uint32)(dest), uint32(v), uint32(cond), int(pe)))
@@ -293,7 +313,8 @@ func goshmem_go_amo(ctx C.uintptr_t, op C.int, dest unsafe.Pointer, v, cond C.ui
 }
 
 //export goshmem_go_amo_nbi
-func goshmem_go_amo_nbi(ctx C.uintptr_t, op C.int, fetch, dest unsafe.Pointer, v, cond C.uint64_t, size, pe C.int) {
+func goshmem_go_amo_nbi(ctx C.uintptr_t, op C.int, fetch, dest unsafe.Pointer, v, cond C.uint64_t, size, pe C.int, fn *C.char) {
+	defer fatalIn(fn)
 	c := ctxOf(ctx)
 	if size == 4 {
 		amoNBI(c, int(op), (*uint32)(fetch), (*uint32)(dest), uint32(v), uint32(cond), int(pe))
@@ -303,16 +324,17 @@ func goshmem_go_amo_nbi(ctx C.uintptr_t, op C.int, fetch, dest unsafe.Pointer, v
 }
 
 //export goshmem_go_reduce
-func goshmem_go_reduce(team C.uintptr_t, op, ty C.int, dest, source unsafe.Pointer, n C.size_t) C.int {
+func goshmem_go_reduce(team C.uintptr_t, op, ty C.int, dest, source unsafe.Pointer, n C.size_t, fn *C.char) C.int {
+	defer fatalIn(fn)
 	t := teamOf(team)
 	if t == nil {
-		return report("reduction", fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
+		return report(C.GoString(fn), fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
 	}
 	err, ok := reduceTyped(t, int(op), int(ty), dest, source, int(n))
 	if !ok {
 		return -2
 	}
-	return report("reduction", err)
+	return report(C.GoString(fn), err)
 }
 
 // heapTail returns the bytes from p to the end of the heap: the longest
@@ -342,10 +364,11 @@ const (
 )
 
 //export goshmem_go_coll
-func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, nbytes C.size_t, a, b C.ptrdiff_t, esize C.int) C.int {
+func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, nbytes C.size_t, a, b C.ptrdiff_t, esize C.int, fn *C.char) C.int {
+	defer fatalIn(fn)
 	t := teamOf(team)
 	if t == nil {
-		return report("collective", fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
+		return report(C.GoString(fn), fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
 	}
 	n := int(nbytes)
 	d := func(k int) []byte { return unsafe.Slice((*byte)(dest), k) }
@@ -378,7 +401,7 @@ func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, 
 			err = alltoalls[complex128](t, dest, source, int(a), int(b), n/e, e)
 		}
 	}
-	return report("collective", err)
+	return report(C.GoString(fn), err)
 }
 
 // goshmem_go_global_exit tells the launcher that the job ends with status;
@@ -561,54 +584,48 @@ func shmem_team_destroy(team C.uintptr_t) {
 	handleMu.Unlock()
 }
 
-// Contexts.
+// Contexts: C keeps each context's team map (struct goshmem_ctx) and
+// calls these with Go's handle.
 
-func newCtxHandle(c *shmem.Ctx, err error, routine string, out *C.uintptr_t) C.int {
-	*out = 0
-	if err != nil {
-		return report(routine, err)
-	}
+func newCtxHandle(c *shmem.Ctx) C.uintptr_t {
 	handleMu.Lock()
 	defer handleMu.Unlock()
 	ctxs = append(ctxs, c)
-	*out = C.uintptr_t(len(ctxs) - 1)
+	return C.uintptr_t(len(ctxs) - 1)
+}
+
+// goshmem_go_ctx_create makes a context on team (0: shmem_ctx_create's).
+//
+//export goshmem_go_ctx_create
+func goshmem_go_ctx_create(team C.uintptr_t, options C.long, out *C.uintptr_t, fn *C.char) C.int {
+	defer fatalIn(fn)
+	var c *shmem.Ctx
+	var err error
+	if team == 0 {
+		c, err = shmem.CtxCreate(shmem.CtxOptions(options))
+	} else if t := teamOf(team); t == nil {
+		err = fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam)
+	} else {
+		c, err = t.CreateCtx(shmem.CtxOptions(options))
+	}
+	if err != nil {
+		return report(C.GoString(fn), err)
+	}
+	*out = newCtxHandle(c)
 	return 0
 }
 
-//export shmem_ctx_create
-func shmem_ctx_create(options C.long, ctx *C.uintptr_t) C.int {
-	c, err := shmem.CtxCreate(shmem.CtxOptions(options))
-	return newCtxHandle(c, err, "shmem_ctx_create", ctx)
-}
-
-//export shmem_team_create_ctx
-func shmem_team_create_ctx(team C.uintptr_t, options C.long, ctx *C.uintptr_t) C.int {
-	t := teamOf(team)
-	if t == nil {
-		*ctx = 0
-		return report("shmem_team_create_ctx", fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
-	}
-	c, err := t.CreateCtx(shmem.CtxOptions(options))
-	return newCtxHandle(c, err, "shmem_team_create_ctx", ctx)
-}
-
-//export shmem_ctx_destroy
-func shmem_ctx_destroy(ctx C.uintptr_t) {
-	if ctx <= 1 {
-		return // SHMEM_CTX_INVALID does nothing; SHMEM_CTX_DEFAULT cannot be destroyed
-	}
+//export goshmem_go_ctx_destroy
+func goshmem_go_ctx_destroy(ctx C.uintptr_t, fn *C.char) {
+	defer fatalIn(fn)
 	ctxOf(ctx).Destroy()
 	handleMu.Lock()
 	ctxs[ctx] = nil
 	handleMu.Unlock()
 }
 
-//export shmem_ctx_get_team
-func shmem_ctx_get_team(ctx C.uintptr_t, team *C.uintptr_t) C.int {
-	*team = 0
-	if ctx == 0 {
-		return -1
-	}
+//export goshmem_go_ctx_get_team
+func goshmem_go_ctx_get_team(ctx C.uintptr_t, team *C.uintptr_t) C.int {
 	t := ctxOf(ctx).Team()
 	handleMu.Lock()
 	defer handleMu.Unlock()
@@ -621,8 +638,9 @@ func shmem_ctx_get_team(ctx C.uintptr_t, team *C.uintptr_t) C.int {
 	return -1
 }
 
-//export shmem_ctx_session_start
-func shmem_ctx_session_start(ctx C.uintptr_t, options C.long, config *C.gsh_session_config, mask C.long) {
+//export goshmem_go_session_start
+func goshmem_go_session_start(ctx C.uintptr_t, options C.long, config *C.gsh_session_config, mask C.long, fn *C.char) {
+	defer fatalIn(fn)
 	var cfg shmem.SessionConfig
 	if config != nil {
 		cfg.TotalOps = int(config.total_ops)
@@ -630,5 +648,8 @@ func shmem_ctx_session_start(ctx C.uintptr_t, options C.long, config *C.gsh_sess
 	ctxOf(ctx).SessionStart(shmem.SessionOptions(options), cfg, shmem.SessionConfigMask(mask))
 }
 
-//export shmem_ctx_session_stop
-func shmem_ctx_session_stop(ctx C.uintptr_t) { ctxOf(ctx).SessionStop() }
+//export goshmem_go_session_stop
+func goshmem_go_session_stop(ctx C.uintptr_t, fn *C.char) {
+	defer fatalIn(fn)
+	ctxOf(ctx).SessionStop()
+}

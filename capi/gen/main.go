@@ -2,9 +2,10 @@
 // table in types.go: include/shmem.h (every routine's prototype, the C11
 // _Generic forms and the constants), include/shmemx.h, ztyped.c (the
 // definitions of the typed routines, as expansions of the macro families
-// of gsh.h) and ztyped.go (the Go side of the typed collectives). Run it
-// with go generate in capi/; a routine is in the header exactly when the
-// library defines it, since both come from the same rows.
+// of gsh.h), ztyped.go (the Go side of the typed collectives) and
+// testdata/ztypes.c (their test). Run it in capi/ with go run ./gen (or
+// go generate -tags goshmem_capi); a routine is in the header exactly
+// when the library defines it, since both come from the same rows.
 package main
 
 import (
@@ -29,6 +30,7 @@ func main() {
 	write("include/shmem.h", header())
 	write("include/shmemx.h", []byte(shmemx))
 	write("ztyped.c", cfile())
+	write("testdata/ztypes.c", testProgram())
 	src, err := format.Source(gofile())
 	if err != nil {
 		log.Fatalf("ztyped.go: %v", err)
