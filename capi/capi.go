@@ -85,6 +85,13 @@ func fatalIn(fn *C.char) {
 	}
 }
 
+// fatalInGo is fatalIn for the routines Go exports under their C name.
+func fatalInGo(routine string) {
+	if r := recover(); r != nil {
+		C.gsh_fatal_go(C.CString(routine), C.CString(fmt.Sprint(r)))
+	}
+}
+
 func newTeamHandle(t *shmem.Team) C.uintptr_t {
 	if t == nil {
 		return 0
@@ -424,13 +431,20 @@ func b2i(b bool) C.int {
 }
 
 //export shmem_barrier_all
-func shmem_barrier_all() { shmem.BarrierAll() }
+func shmem_barrier_all() {
+	defer fatalInGo("shmem_barrier_all")
+	shmem.BarrierAll()
+}
 
 //export shmem_sync_all
-func shmem_sync_all() { shmem.SyncAll() }
+func shmem_sync_all() {
+	defer fatalInGo("shmem_sync_all")
+	shmem.SyncAll()
+}
 
 //export shmem_team_sync
 func shmem_team_sync(team C.uintptr_t) C.int {
+	defer fatalInGo("shmem_team_sync")
 	t := teamOf(team)
 	if t == nil {
 		return report("shmem_team_sync", fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
@@ -454,12 +468,14 @@ func allocated(routine string, s []byte, err error) unsafe.Pointer {
 
 //export shmem_malloc
 func shmem_malloc(size C.size_t) unsafe.Pointer {
+	defer fatalInGo("shmem_malloc")
 	s, err := shmem.Malloc[byte](int(size))
 	return allocated("shmem_malloc", s, err)
 }
 
 //export shmem_calloc
 func shmem_calloc(count, size C.size_t) unsafe.Pointer {
+	defer fatalInGo("shmem_calloc")
 	if size != 0 && count > C.size_t(^uint(0)>>1)/size {
 		report("shmem_calloc", fmt.Errorf("%d elements of %d bytes overflow: %w", count, size, shmem.ErrHeapExhausted))
 		return nil
@@ -470,18 +486,21 @@ func shmem_calloc(count, size C.size_t) unsafe.Pointer {
 
 //export shmem_align
 func shmem_align(alignment, size C.size_t) unsafe.Pointer {
+	defer fatalInGo("shmem_align")
 	s, err := shmem.Align[byte](int(alignment), int(size))
 	return allocated("shmem_align", s, err)
 }
 
 //export shmem_malloc_with_hints
 func shmem_malloc_with_hints(size C.size_t, hints C.long) unsafe.Pointer {
+	defer fatalInGo("shmem_malloc_with_hints")
 	s, err := shmem.MallocWithHints[byte](int(size), shmem.MallocHints(hints))
 	return allocated("shmem_malloc_with_hints", s, err)
 }
 
 //export shmem_realloc
 func shmem_realloc(p unsafe.Pointer, size C.size_t) unsafe.Pointer {
+	defer fatalInGo("shmem_realloc")
 	var old []byte
 	if p != nil {
 		old = unsafe.Slice((*byte)(p), 1)
@@ -492,6 +511,7 @@ func shmem_realloc(p unsafe.Pointer, size C.size_t) unsafe.Pointer {
 
 //export shmem_free
 func shmem_free(p unsafe.Pointer) {
+	defer fatalInGo("shmem_free")
 	if p != nil {
 		shmem.Free(unsafe.Slice((*byte)(p), 1))
 	}
@@ -517,6 +537,7 @@ func shmem_team_n_pes(team C.uintptr_t) C.int {
 
 //export shmem_team_get_config
 func shmem_team_get_config(team C.uintptr_t, mask C.long, config *C.gsh_team_config) C.int {
+	defer fatalInGo("shmem_team_get_config")
 	t := teamOf(team)
 	if t == nil {
 		return -1
@@ -549,6 +570,7 @@ func teamConfig(c *C.gsh_team_config, mask C.long) (shmem.TeamConfig, shmem.Team
 
 //export shmem_team_split_strided
 func shmem_team_split_strided(parent C.uintptr_t, start, stride, size C.int, config *C.gsh_team_config, mask C.long, newTeam *C.uintptr_t) C.int {
+	defer fatalInGo("shmem_team_split_strided")
 	*newTeam = 0
 	cfg, m := teamConfig(config, mask)
 	t, err := shmem.TeamSplitStrided(teamOf(parent), int(start), int(stride), int(size), cfg, m)
@@ -561,6 +583,7 @@ func shmem_team_split_strided(parent C.uintptr_t, start, stride, size C.int, con
 
 //export shmem_team_split_2d
 func shmem_team_split_2d(parent C.uintptr_t, xrange C.int, xconfig *C.gsh_team_config, xmask C.long, xteam *C.uintptr_t, yconfig *C.gsh_team_config, ymask C.long, yteam *C.uintptr_t) C.int {
+	defer fatalInGo("shmem_team_split_2d")
 	*xteam, *yteam = 0, 0
 	xc, xm := teamConfig(xconfig, xmask)
 	yc, ym := teamConfig(yconfig, ymask)
@@ -574,6 +597,7 @@ func shmem_team_split_2d(parent C.uintptr_t, xrange C.int, xconfig *C.gsh_team_c
 
 //export shmem_team_destroy
 func shmem_team_destroy(team C.uintptr_t) {
+	defer fatalInGo("shmem_team_destroy")
 	t := teamOf(team)
 	if t == nil || team <= 2 {
 		return

@@ -162,6 +162,8 @@ func TestCErrors(t *testing.T) {
 		{"cmp", "PE 0: shmem_long_test: invalid comparison 42"},
 		{"align", "PE 0: shmem_long_atomic_add: the atomic's address"},
 		{"symmetric", "PE 0: shmem_long_put: 8 bytes at"},
+		{"signal-cmp", "PE 0: shmem_signal_wait_until: invalid comparison 42"},
+		{"free", "PE 0: shmem_free: shmem.Free: "},
 		{"session", "PE 0: shmem_ctx_session_start: shmem.(*Ctx).SessionStart: unknown options 0x40"},
 	} {
 		t.Run(tc.what, func(t *testing.T) {

@@ -325,10 +325,13 @@ GSH_BOTHV(putmem_signal_nbi, (void *dest, const void *source, size_t nelems, uin
 
 /* Signals. */
 uint64_t shmem_signal_fetch(const uint64_t *sig_addr) { return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE); }
-GSH_SYNC(gsh_u64, uint64_t)
+GSH_CMP(sig, uint64_t)
+/* shmem_signal_wait_until returns the value that met the condition. */
 uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value) {
-    shmem_gsh_u64_wait_until(sig_addr, cmp, cmp_value);
-    return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
+    for (unsigned n = 0;; gsh_wait_pause(&n)) {
+        uint64_t x = __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
+        if (gsh_cmpv_sig(x, cmp, cmp_value, __func__)) return x;
+    }
 }
 GSH_BOTHV(signal_add, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, signal, pe),
           { gsh_amo64(ctx, GSH_AMO_ADD, sig_addr, signal, 0, pe, __func__); })

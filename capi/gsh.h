@@ -394,9 +394,10 @@ GSH_AMO_LOCAL(64)
 /* Point-to-point synchronization on local variables: loads and compares
  * here, in C, whether the variable is in the heap or in static data (the
  * updates of other PEs land without this PE's help). */
-#define GSH_SYNC(N, T)                                                                              \
-    static inline int gsh_cmp_##N(T *p, int cmp, T v, const char *fn) {                                             \
-        T x = __atomic_load_n(p, __ATOMIC_ACQUIRE);                                                 \
+/* GSH_CMP defines gsh_cmpv_N, which compares x with v by cmp, and
+ * gsh_cmp_N, which loads x from p first. */
+#define GSH_CMP(N, T)                                                                               \
+    static inline int gsh_cmpv_##N(T x, int cmp, T v, const char *fn) {                            \
         switch (cmp) {                                                                              \
         case SHMEM_CMP_EQ: return x == v;                                                           \
         case SHMEM_CMP_NE: return x != v;                                                           \
@@ -407,6 +408,11 @@ GSH_AMO_LOCAL(64)
         }                                                                                           \
         gsh_fatal(fn, "invalid comparison %d (valid: SHMEM_CMP_EQ, _NE, _GT, _GE, _LT, _LE)", cmp); \
     }                                                                                               \
+    static inline int gsh_cmp_##N(T *p, int cmp, T v, const char *fn) {                             \
+        return gsh_cmpv_##N(__atomic_load_n(p, __ATOMIC_ACQUIRE), cmp, v, fn);                      \
+    }
+#define GSH_SYNC(N, T)                                                                              \
+    GSH_CMP(N, T)                                                                                   \
     int shmem_##N##_test(T *ivar, int cmp, T cmp_value) { return gsh_cmp_##N(ivar, cmp, cmp_value, __func__); } \
     void shmem_##N##_wait_until(T *ivar, int cmp, T cmp_value) {                                    \
         unsigned n = 0;                                                                             \
