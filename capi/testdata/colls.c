@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK(c) do { if (!(c)) { fprintf(stderr, "PE %d: %s:%d: check failed: %s\n", shmem_my_pe(), __FILE__, __LINE__, #c); shmem_global_exit(1); } } while (0)
+#include "check.h"
 
 static long pSync[SHMEM_REDUCE_SYNC_SIZE];
 static long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];

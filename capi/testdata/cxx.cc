@@ -5,13 +5,7 @@
 
 #include <cstdio>
 
-#define CHECK(c)                                                                                        \
-    do {                                                                                                \
-        if (!(c)) {                                                                                     \
-            std::fprintf(stderr, "PE %d: %s:%d: check failed: %s\n", shmem_my_pe(), __FILE__, __LINE__, #c); \
-            shmem_global_exit(1);                                                                       \
-        }                                                                                               \
-    } while (0)
+#include "check.h"
 
 static long counter;
 static uint64_t sig;

@@ -8,13 +8,7 @@
 #include <shmem.h>
 #include <stdio.h>
 
-#define CHECK(c)                                                                                           \
-    do {                                                                                                   \
-        if (!(c)) {                                                                                        \
-            fprintf(stderr, "PE %d: %s:%d: check failed: %s\n", shmem_my_pe(), __FILE__, __LINE__, #c);    \
-            shmem_global_exit(1);                                                                          \
-        }                                                                                                  \
-    } while (0)
+#include "check.h"
 
 static double d[8];
 static float f;

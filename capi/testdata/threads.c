@@ -6,13 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define CHECK(c)                                                                                        \
-    do {                                                                                                \
-        if (!(c)) {                                                                                     \
-            fprintf(stderr, "PE %d: %s:%d: check failed: %s\n", shmem_my_pe(), __FILE__, __LINE__, #c); \
-            shmem_global_exit(1);                                                                       \
-        }                                                                                               \
-    } while (0)
+#include "check.h"
 
 enum { NT = 4, ITERS = 500, BLOCK = 8 };
 

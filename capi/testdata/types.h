@@ -8,13 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK(c)                                                                                               \
-    do {                                                                                                       \
-        if (!(c)) {                                                                                            \
-            fprintf(stderr, "PE %d: %s:%d: %s: check failed: %s\n", shmem_my_pe(), __FILE__, __LINE__, __func__, #c); \
-            shmem_global_exit(1);                                                                              \
-        }                                                                                                      \
-    } while (0)
+#include "check.h"
 
 static int me, npes, right, left;
 static shmem_ctx_t ctx; /* a context of the world team (not the default one) */
@@ -220,6 +214,18 @@ static uint64_t sig;
  * element 0, so that sums and products stay small. */
 #define RV(T, p, i) ((T)((i) == 0 ? (p) + 1 : ((p) + (i)) % 2 + 1))
 
+/* FOLD is element i of the reduction of every PE's RV by EXPR (which
+ * folds y into x), a GNU statement expression. */
+#define FOLD(T, EXPR, i)                                                                                       \
+    __extension__({                                                                                            \
+        T x = RV(T, 0, i);                                                                                     \
+        for (int p = 1; p < npes; p++) {                                                                       \
+            T y = RV(T, p, i);                                                                                 \
+            x = (EXPR);                                                                                        \
+        }                                                                                                      \
+        x;                                                                                                     \
+    })
+
 /* A team reduction of operation op (EXPR folds x and y), checked against
  * the same fold here. */
 #define TEST_RED(N, T, op, EXPR)                                                                               \
@@ -228,14 +234,7 @@ static uint64_t sig;
         CHECK(s && d);                                                                                         \
         for (int i = 0; i < 3; i++) s[i] = RV(T, me, i);                                                       \
         CHECK(shmem_##N##_##op##_reduce(SHMEM_TEAM_WORLD, d, s, 3) == 0);                                      \
-        for (int i = 0; i < 3; i++) {                                                                          \
-            T x = RV(T, 0, i);                                                                                 \
-            for (int p = 1; p < npes; p++) {                                                                   \
-                T y = RV(T, p, i);                                                                             \
-                x = (EXPR);                                                                                    \
-            }                                                                                                  \
-            CHECK(d[i] == x);                                                                                  \
-        }                                                                                                      \
+        for (int i = 0; i < 3; i++) CHECK(d[i] == FOLD(T, EXPR, i));                                           \
         shmem_barrier_all();                                                                                   \
         shmem_free(s);                                                                                         \
         shmem_free(d);                                                                                         \
@@ -248,14 +247,7 @@ static uint64_t sig;
         for (int i = 0; i < 3; i++) N##_##op##_ts[i] = RV(T, me, i);                                           \
         shmem_barrier_all();                                                                                   \
         shmem_##N##_##op##_to_all(N##_##op##_td, N##_##op##_ts, 3, 0, 0, npes, (T *)pWrk, pSync);               \
-        for (int i = 0; i < 3; i++) {                                                                          \
-            T x = RV(T, 0, i);                                                                                 \
-            for (int p = 1; p < npes; p++) {                                                                   \
-                T y = RV(T, p, i);                                                                             \
-                x = (EXPR);                                                                                    \
-            }                                                                                                  \
-            CHECK(N##_##op##_td[i] == x);                                                                      \
-        }                                                                                                      \
+        for (int i = 0; i < 3; i++) CHECK(N##_##op##_td[i] == FOLD(T, EXPR, i));                               \
         shmem_barrier_all();                                                                                   \
     }
 
