@@ -26,6 +26,7 @@ size_t gsh_data_publish(void **p);
 void gsh_data_attach(int pe, const void *b, size_t n);
 void gsh_tables_init(int me, int npes, void *heap, size_t heap_size);
 void gsh_tables_free(void);
+void gsh_fatal_go(const char *fn, const char *msg);
 typedef struct { int num_contexts; } gsh_team_config;
 typedef struct { size_t total_ops; } gsh_session_config;
 */
@@ -60,6 +61,7 @@ func teamOf(h C.uintptr_t) *shmem.Team {
 	return nil
 }
 
+// ctxOf returns the context of handle h; C checked it (gsh_ctx_pe).
 func ctxOf(h C.uintptr_t) *shmem.Ctx {
 	if h == 1 {
 		return shmem.CtxDefault
@@ -69,7 +71,25 @@ func ctxOf(h C.uintptr_t) *shmem.Ctx {
 	if uint64(h) < uint64(len(ctxs)) && ctxs[h] != nil {
 		return ctxs[h]
 	}
-	panic(fmt.Sprintf("goshmem: context handle %#x is not a context (invalid, or destroyed)", uint64(h)))
+	panic(fmt.Sprintf("context handle %#x is not a context (invalid, or destroyed)", uint64(h)))
+}
+
+// fatalIn is deferred by the Go routines C calls with fn, the routine the
+// program called: package shmem panics on an argument it rejects, and a
+// C program gets that as one line naming fn, then the job ends as
+// gsh_fatal ends it, instead of a Go traceback.
+func fatalIn(fn *C.char) {
+	if r := recover(); r != nil {
+		msg := C.CString(fmt.Sprint(r))
+		C.gsh_fatal_go(fn, msg) // does not return
+	}
+}
+
+// fatalInGo is fatalIn for the routines Go exports under their C name.
+func fatalInGo(routine string) {
+	if r := recover(); r != nil {
+		C.gsh_fatal_go(C.CString(routine), C.CString(fmt.Sprint(r)))
+	}
 }
 
 func newTeamHandle(t *shmem.Team) C.uintptr_t {
@@ -149,7 +169,8 @@ const (
 )
 
 //export goshmem_go_rma
-func goshmem_go_rma(ctx C.uintptr_t, kind C.int, dest, source unsafe.Pointer, n C.size_t, pe C.int) {
+func goshmem_go_rma(ctx C.uintptr_t, kind C.int, dest, source unsafe.Pointer, n C.size_t, pe C.int, fn *C.char) {
+	defer fatalIn(fn)
 	if n == 0 {
 		return
 	}
@@ -177,7 +198,8 @@ func strided[T shmem.RMA](c *shmem.Ctx, get bool, dest, source unsafe.Pointer, d
 }
 
 //export goshmem_go_strided
-func goshmem_go_strided(ctx C.uintptr_t, get C.int, dest, source unsafe.Pointer, dst, sst C.ptrdiff_t, bsize, nblocks C.size_t, esize, pe C.int) {
+func goshmem_go_strided(ctx C.uintptr_t, get C.int, dest, source unsafe.Pointer, dst, sst C.ptrdiff_t, bsize, nblocks C.size_t, esize, pe C.int, fn *C.char) {
+	defer fatalIn(fn)
 	c, g := ctxOf(ctx), get != 0
 	a := []int{int(dst), int(sst), int(bsize), int(nblocks), int(pe)}
 	switch esize {
@@ -197,7 +219,8 @@ func goshmem_go_strided(ctx C.uintptr_t, get C.int, dest, source unsafe.Pointer,
 }
 
 //export goshmem_go_put_signal
-func goshmem_go_put_signal(ctx C.uintptr_t, dest, source unsafe.Pointer, n C.size_t, sig *C.uint64_t, signal C.uint64_t, op, nbi, pe C.int) {
+func goshmem_go_put_signal(ctx C.uintptr_t, dest, source unsafe.Pointer, n C.size_t, sig *C.uint64_t, signal C.uint64_t, op, nbi, pe C.int, fn *C.char) {
+	defer fatalIn(fn)
 	c, d, s := ctxOf(ctx), bytesAt(dest, n), bytesAt(source, n)
 	sp := (*uint64)(unsafe.Pointer(sig))
 	if nbi != 0 {
@@ -208,7 +231,10 @@ func goshmem_go_put_signal(ctx C.uintptr_t, dest, source unsafe.Pointer, n C.siz
 }
 
 //export goshmem_go_quiet
-func goshmem_go_quiet(ctx C.uintptr_t) { ctxOf(ctx).Quiet() }
+func goshmem_go_quiet(ctx C.uintptr_t, fn *C.char) {
+	defer fatalIn(fn)
+	ctxOf(ctx).Quiet()
+}
 
 // The atomic operations (GSH_AMO_* in gsh.h, amoOps in gen).
 const (
@@ -284,7 +310,8 @@ func amoNBI[T uint32 | uint64](c *shmem.Ctx, op int, fetch, p *T, v, cond T, pe 
 }
 
 //export goshmem_go_amo
-func goshmem_go_amo(ctx C.uintptr_t, op C.int, dest unsafe.Pointer, v, cond C.uint64_t, size, pe C.int) C.uint64_t {
+func goshmem_go_amo(ctx C.uintptr_t, op C.int, dest unsafe.Pointer, v, cond C.uint64_t, size, pe C.int, fn *C.char) C.uint64_t {
+	defer fatalIn(fn)
 	c := ctxOf(ctx)
 	if size == 4 {
 		return C.uint64_t(amo(c, int(op), (*uint32)(dest), uint32(v), uint32(cond), int(pe)))
@@ -293,7 +320,8 @@ func goshmem_go_amo(ctx C.uintptr_t, op C.int, dest unsafe.Pointer, v, cond C.ui
 }
 
 //export goshmem_go_amo_nbi
-func goshmem_go_amo_nbi(ctx C.uintptr_t, op C.int, fetch, dest unsafe.Pointer, v, cond C.uint64_t, size, pe C.int) {
+func goshmem_go_amo_nbi(ctx C.uintptr_t, op C.int, fetch, dest unsafe.Pointer, v, cond C.uint64_t, size, pe C.int, fn *C.char) {
+	defer fatalIn(fn)
 	c := ctxOf(ctx)
 	if size == 4 {
 		amoNBI(c, int(op), (*uint32)(fetch), (*uint32)(dest), uint32(v), uint32(cond), int(pe))
@@ -303,16 +331,17 @@ func goshmem_go_amo_nbi(ctx C.uintptr_t, op C.int, fetch, dest unsafe.Pointer, v
 }
 
 //export goshmem_go_reduce
-func goshmem_go_reduce(team C.uintptr_t, op, ty C.int, dest, source unsafe.Pointer, n C.size_t) C.int {
+func goshmem_go_reduce(team C.uintptr_t, op, ty C.int, dest, source unsafe.Pointer, n C.size_t, fn *C.char) C.int {
+	defer fatalIn(fn)
 	t := teamOf(team)
 	if t == nil {
-		return report("reduction", fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
+		return report(C.GoString(fn), fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
 	}
 	err, ok := reduceTyped(t, int(op), int(ty), dest, source, int(n))
 	if !ok {
 		return -2
 	}
-	return report("reduction", err)
+	return report(C.GoString(fn), err)
 }
 
 // heapTail returns the bytes from p to the end of the heap: the longest
@@ -342,10 +371,11 @@ const (
 )
 
 //export goshmem_go_coll
-func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, nbytes C.size_t, a, b C.ptrdiff_t, esize C.int) C.int {
+func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, nbytes C.size_t, a, b C.ptrdiff_t, esize C.int, fn *C.char) C.int {
+	defer fatalIn(fn)
 	t := teamOf(team)
 	if t == nil {
-		return report("collective", fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
+		return report(C.GoString(fn), fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
 	}
 	n := int(nbytes)
 	d := func(k int) []byte { return unsafe.Slice((*byte)(dest), k) }
@@ -378,17 +408,20 @@ func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, 
 			err = alltoalls[complex128](t, dest, source, int(a), int(b), n/e, e)
 		}
 	}
-	return report("collective", err)
+	return report(C.GoString(fn), err)
 }
 
-//export shmem_global_exit
-func shmem_global_exit(status C.int) { shmem.GlobalExit(int(status)) }
+// goshmem_go_global_exit tells the launcher that the job ends with status;
+// shmem_global_exit (core.c) then exits through C.
+//
+//export goshmem_go_global_exit
+func goshmem_go_global_exit(status C.int) { shmem.GlobalExitNotify(int(status)) }
 
 //export shmem_pe_accessible
 func shmem_pe_accessible(pe C.int) C.int { return b2i(shmem.PEAccessible(int(pe))) }
 
-//export shmem_pcontrol
-func shmem_pcontrol(level C.int) { shmem.Pcontrol(int(level)) }
+//export goshmem_go_pcontrol
+func goshmem_go_pcontrol(level C.int) { shmem.Pcontrol(int(level)) }
 
 func b2i(b bool) C.int {
 	if b {
@@ -398,13 +431,20 @@ func b2i(b bool) C.int {
 }
 
 //export shmem_barrier_all
-func shmem_barrier_all() { shmem.BarrierAll() }
+func shmem_barrier_all() {
+	defer fatalInGo("shmem_barrier_all")
+	shmem.BarrierAll()
+}
 
 //export shmem_sync_all
-func shmem_sync_all() { shmem.SyncAll() }
+func shmem_sync_all() {
+	defer fatalInGo("shmem_sync_all")
+	shmem.SyncAll()
+}
 
 //export shmem_team_sync
 func shmem_team_sync(team C.uintptr_t) C.int {
+	defer fatalInGo("shmem_team_sync")
 	t := teamOf(team)
 	if t == nil {
 		return report("shmem_team_sync", fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
@@ -428,12 +468,14 @@ func allocated(routine string, s []byte, err error) unsafe.Pointer {
 
 //export shmem_malloc
 func shmem_malloc(size C.size_t) unsafe.Pointer {
+	defer fatalInGo("shmem_malloc")
 	s, err := shmem.Malloc[byte](int(size))
 	return allocated("shmem_malloc", s, err)
 }
 
 //export shmem_calloc
 func shmem_calloc(count, size C.size_t) unsafe.Pointer {
+	defer fatalInGo("shmem_calloc")
 	if size != 0 && count > C.size_t(^uint(0)>>1)/size {
 		report("shmem_calloc", fmt.Errorf("%d elements of %d bytes overflow: %w", count, size, shmem.ErrHeapExhausted))
 		return nil
@@ -444,18 +486,21 @@ func shmem_calloc(count, size C.size_t) unsafe.Pointer {
 
 //export shmem_align
 func shmem_align(alignment, size C.size_t) unsafe.Pointer {
+	defer fatalInGo("shmem_align")
 	s, err := shmem.Align[byte](int(alignment), int(size))
 	return allocated("shmem_align", s, err)
 }
 
 //export shmem_malloc_with_hints
 func shmem_malloc_with_hints(size C.size_t, hints C.long) unsafe.Pointer {
+	defer fatalInGo("shmem_malloc_with_hints")
 	s, err := shmem.MallocWithHints[byte](int(size), shmem.MallocHints(hints))
 	return allocated("shmem_malloc_with_hints", s, err)
 }
 
 //export shmem_realloc
 func shmem_realloc(p unsafe.Pointer, size C.size_t) unsafe.Pointer {
+	defer fatalInGo("shmem_realloc")
 	var old []byte
 	if p != nil {
 		old = unsafe.Slice((*byte)(p), 1)
@@ -466,6 +511,7 @@ func shmem_realloc(p unsafe.Pointer, size C.size_t) unsafe.Pointer {
 
 //export shmem_free
 func shmem_free(p unsafe.Pointer) {
+	defer fatalInGo("shmem_free")
 	if p != nil {
 		shmem.Free(unsafe.Slice((*byte)(p), 1))
 	}
@@ -491,6 +537,7 @@ func shmem_team_n_pes(team C.uintptr_t) C.int {
 
 //export shmem_team_get_config
 func shmem_team_get_config(team C.uintptr_t, mask C.long, config *C.gsh_team_config) C.int {
+	defer fatalInGo("shmem_team_get_config")
 	t := teamOf(team)
 	if t == nil {
 		return -1
@@ -523,6 +570,7 @@ func teamConfig(c *C.gsh_team_config, mask C.long) (shmem.TeamConfig, shmem.Team
 
 //export shmem_team_split_strided
 func shmem_team_split_strided(parent C.uintptr_t, start, stride, size C.int, config *C.gsh_team_config, mask C.long, newTeam *C.uintptr_t) C.int {
+	defer fatalInGo("shmem_team_split_strided")
 	*newTeam = 0
 	cfg, m := teamConfig(config, mask)
 	t, err := shmem.TeamSplitStrided(teamOf(parent), int(start), int(stride), int(size), cfg, m)
@@ -535,6 +583,7 @@ func shmem_team_split_strided(parent C.uintptr_t, start, stride, size C.int, con
 
 //export shmem_team_split_2d
 func shmem_team_split_2d(parent C.uintptr_t, xrange C.int, xconfig *C.gsh_team_config, xmask C.long, xteam *C.uintptr_t, yconfig *C.gsh_team_config, ymask C.long, yteam *C.uintptr_t) C.int {
+	defer fatalInGo("shmem_team_split_2d")
 	*xteam, *yteam = 0, 0
 	xc, xm := teamConfig(xconfig, xmask)
 	yc, ym := teamConfig(yconfig, ymask)
@@ -548,6 +597,7 @@ func shmem_team_split_2d(parent C.uintptr_t, xrange C.int, xconfig *C.gsh_team_c
 
 //export shmem_team_destroy
 func shmem_team_destroy(team C.uintptr_t) {
+	defer fatalInGo("shmem_team_destroy")
 	t := teamOf(team)
 	if t == nil || team <= 2 {
 		return
@@ -558,54 +608,48 @@ func shmem_team_destroy(team C.uintptr_t) {
 	handleMu.Unlock()
 }
 
-// Contexts.
+// Contexts: C keeps each context's team map (struct goshmem_ctx) and
+// calls these with Go's handle.
 
-func newCtxHandle(c *shmem.Ctx, err error, routine string, out *C.uintptr_t) C.int {
-	*out = 0
-	if err != nil {
-		return report(routine, err)
-	}
+func newCtxHandle(c *shmem.Ctx) C.uintptr_t {
 	handleMu.Lock()
 	defer handleMu.Unlock()
 	ctxs = append(ctxs, c)
-	*out = C.uintptr_t(len(ctxs) - 1)
+	return C.uintptr_t(len(ctxs) - 1)
+}
+
+// goshmem_go_ctx_create makes a context on team (0: shmem_ctx_create's).
+//
+//export goshmem_go_ctx_create
+func goshmem_go_ctx_create(team C.uintptr_t, options C.long, out *C.uintptr_t, fn *C.char) C.int {
+	defer fatalIn(fn)
+	var c *shmem.Ctx
+	var err error
+	if team == 0 {
+		c, err = shmem.CtxCreate(shmem.CtxOptions(options))
+	} else if t := teamOf(team); t == nil {
+		err = fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam)
+	} else {
+		c, err = t.CreateCtx(shmem.CtxOptions(options))
+	}
+	if err != nil {
+		return report(C.GoString(fn), err)
+	}
+	*out = newCtxHandle(c)
 	return 0
 }
 
-//export shmem_ctx_create
-func shmem_ctx_create(options C.long, ctx *C.uintptr_t) C.int {
-	c, err := shmem.CtxCreate(shmem.CtxOptions(options))
-	return newCtxHandle(c, err, "shmem_ctx_create", ctx)
-}
-
-//export shmem_team_create_ctx
-func shmem_team_create_ctx(team C.uintptr_t, options C.long, ctx *C.uintptr_t) C.int {
-	t := teamOf(team)
-	if t == nil {
-		*ctx = 0
-		return report("shmem_team_create_ctx", fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
-	}
-	c, err := t.CreateCtx(shmem.CtxOptions(options))
-	return newCtxHandle(c, err, "shmem_team_create_ctx", ctx)
-}
-
-//export shmem_ctx_destroy
-func shmem_ctx_destroy(ctx C.uintptr_t) {
-	if ctx <= 1 {
-		return // SHMEM_CTX_INVALID does nothing; SHMEM_CTX_DEFAULT cannot be destroyed
-	}
+//export goshmem_go_ctx_destroy
+func goshmem_go_ctx_destroy(ctx C.uintptr_t, fn *C.char) {
+	defer fatalIn(fn)
 	ctxOf(ctx).Destroy()
 	handleMu.Lock()
 	ctxs[ctx] = nil
 	handleMu.Unlock()
 }
 
-//export shmem_ctx_get_team
-func shmem_ctx_get_team(ctx C.uintptr_t, team *C.uintptr_t) C.int {
-	*team = 0
-	if ctx == 0 {
-		return -1
-	}
+//export goshmem_go_ctx_get_team
+func goshmem_go_ctx_get_team(ctx C.uintptr_t, team *C.uintptr_t) C.int {
 	t := ctxOf(ctx).Team()
 	handleMu.Lock()
 	defer handleMu.Unlock()
@@ -618,8 +662,9 @@ func shmem_ctx_get_team(ctx C.uintptr_t, team *C.uintptr_t) C.int {
 	return -1
 }
 
-//export shmem_ctx_session_start
-func shmem_ctx_session_start(ctx C.uintptr_t, options C.long, config *C.gsh_session_config, mask C.long) {
+//export goshmem_go_session_start
+func goshmem_go_session_start(ctx C.uintptr_t, options C.long, config *C.gsh_session_config, mask C.long, fn *C.char) {
+	defer fatalIn(fn)
 	var cfg shmem.SessionConfig
 	if config != nil {
 		cfg.TotalOps = int(config.total_ops)
@@ -627,5 +672,8 @@ func shmem_ctx_session_start(ctx C.uintptr_t, options C.long, config *C.gsh_sess
 	ctxOf(ctx).SessionStart(shmem.SessionOptions(options), cfg, shmem.SessionConfigMask(mask))
 }
 
-//export shmem_ctx_session_stop
-func shmem_ctx_session_stop(ctx C.uintptr_t) { ctxOf(ctx).SessionStop() }
+//export goshmem_go_session_stop
+func goshmem_go_session_stop(ctx C.uintptr_t, fn *C.char) {
+	defer fatalIn(fn)
+	ctxOf(ctx).SessionStop()
+}

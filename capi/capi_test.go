@@ -8,6 +8,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goshmem/goshmem/shmem"
 )
 
 var (
@@ -24,6 +28,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("GOSHMEM_CAPI_GO_PE") != "" {
+		os.Exit(goPE())
+	}
 	code := m.Run()
 	if prefix != "" {
 		os.RemoveAll(prefix)
@@ -31,8 +38,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// install builds the library, goshcc and goshmem-run into a temporary
-// prefix, once, and returns it; it skips the test where no C compiler or
+// install builds the libraries (shared and static), goshcc and
+// goshmem-run into a temporary prefix, once, and returns it; it skips the test where no C compiler or
 // cgo is available.
 func install(t *testing.T) string {
 	t.Helper()
@@ -50,7 +57,7 @@ func install(t *testing.T) string {
 			buildErr = err.Error()
 			return
 		}
-		cmd := exec.Command("sh", "install.sh", "--shared-only", dir)
+		cmd := exec.Command("sh", "install.sh", dir)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(dir)
 			buildErr = "install.sh: " + err.Error() + "\n" + string(out)
@@ -67,23 +74,37 @@ func install(t *testing.T) string {
 	return prefix
 }
 
-// compile builds testdata/name.c with goshcc and returns the program.
+// strict are the compiler flags of the test programs: a warning of the
+// header is an error.
+var strict = []string{"-Wall", "-Wextra", "-Werror", "-pedantic", "-O2"}
+
+// compile builds testdata/name.c with goshcc (-std=c11 and strict) and
+// returns the program.
 func compile(t *testing.T, name string) string {
 	t.Helper()
+	return compileWith(t, name, name+".c", "goshcc", append([]string{"-std=c11"}, strict...)...)
+}
+
+// compileWith builds testdata/src into the program exe with the driver
+// (goshcc or goshc++) and flags, once per run, and returns its path.
+func compileWith(t *testing.T, exe, src, driver string, flags ...string) string {
+	t.Helper()
 	p := install(t)
-	exe := filepath.Join(p, name)
+	exe = filepath.Join(p, exe)
 	if _, err := os.Stat(exe); err == nil {
 		return exe
 	}
-	out, err := exec.Command(filepath.Join(p, "bin", "goshcc"), "-std=c11", "-Wall", "-Werror", "-O2", "-o", exe, filepath.Join("testdata", name+".c")).CombinedOutput()
+	args := append(append([]string{}, flags...), "-o", exe, filepath.Join("testdata", src))
+	out, err := exec.Command(filepath.Join(p, "bin", driver), args...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("goshcc %s.c: %v\n%s", name, err, out)
+		t.Fatalf("%s %s: %v\n%s", driver, src, err, out)
 	}
 	return exe
 }
 
-// run runs exe on np PEs with goshmem-run and the environment env.
-func run(t *testing.T, exe string, np string, env ...string) (string, error) {
+// run runs exe with the arguments progArgs on np PEs with goshmem-run
+// and the environment env (NAME=VALUE each).
+func run(t *testing.T, exe string, np string, env []string, progArgs ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -91,7 +112,8 @@ func run(t *testing.T, exe string, np string, env ...string) (string, error) {
 	for _, e := range env {
 		args = append(args, "-x", e)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(prefix, "bin", "goshmem-run"), append(args, exe)...)
+	args = append(append(args, exe), progArgs...)
+	cmd := exec.CommandContext(ctx, filepath.Join(prefix, "bin", "goshmem-run"), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -110,10 +132,16 @@ func TestCPrograms(t *testing.T) {
 		{"smoke", "3", []string{"UCX_TLS=tcp,self"}},
 		{"colls", "3", nil},
 		{"colls", "4", []string{"UCX_TLS=tcp,self"}},
+		{"generic", "2", nil},
+		{"generic", "3", []string{"UCX_TLS=tcp,self"}},
+		{"ztypes", "2", nil},
+		{"ztypes", "3", []string{"UCX_TLS=tcp,self"}},
+		{"threads", "2", nil},
+		{"threads", "3", []string{"UCX_TLS=tcp,self"}},
 	} {
 		t.Run(tc.prog+"/"+tc.np+"/"+strings.Join(tc.env, ","), func(t *testing.T) {
 			exe := compile(t, tc.prog)
-			out, err := run(t, exe, tc.np, tc.env...)
+			out, err := run(t, exe, tc.np, tc.env)
 			if err != nil || !strings.Contains(out, "PASS") {
 				t.Fatalf("%s on %s PEs: %v\n%s", tc.prog, tc.np, err, out)
 			}
@@ -121,15 +149,144 @@ func TestCPrograms(t *testing.T) {
 	}
 }
 
-// TestCBadPE checks that a put to a PE outside the job ends the job with a
-// message that names the PE.
-func TestCBadPE(t *testing.T) {
-	exe := compile(t, "badpe")
-	out, err := run(t, exe, "2")
-	if err == nil {
-		t.Fatalf("badpe exited 0:\n%s", out)
+// TestCErrors makes PE 0 pass each kind of bad argument: the job must end
+// non-zero with one line naming the routine the program called (the
+// default form, not the context form it is built on) and the argument,
+// and no Go traceback, whether C or package shmem rejects it.
+func TestCErrors(t *testing.T) {
+	for _, tc := range []struct{ what, want string }{
+		{"pe", "PE 0: shmem_long_p: PE 7 is not a PE of the job (valid: 0..1)"},
+		{"ctx-pe", "PE 0: shmem_ctx_long_atomic_add: PE 2 is not a PE of the job (valid: 0..1)"},
+		{"destroyed", "PE 0: shmem_ctx_long_atomic_add: the context is destroyed"},
+		{"stride", "PE 0: shmem_long_iput: dst stride 0 (valid: 1 or more)"},
+		{"cmp", "PE 0: shmem_long_test: invalid comparison 42"},
+		{"align", "PE 0: shmem_long_atomic_add: the atomic's address"},
+		{"symmetric", "PE 0: shmem_long_put: 8 bytes at"},
+		{"signal-cmp", "PE 0: shmem_signal_wait_until: invalid comparison 42"},
+		{"free", "PE 0: shmem_free: shmem.Free: "},
+		{"session", "PE 0: shmem_ctx_session_start: shmem.(*Ctx).SessionStart: unknown options 0x40"},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			exe := compile(t, "errors")
+			out, err := run(t, exe, "2", nil, tc.what)
+			if err == nil {
+				t.Fatalf("errors %s exited 0:\n%s", tc.what, out)
+			}
+			if !strings.Contains(out, "goshmem: "+tc.want) || strings.Contains(out, "goroutine ") {
+				t.Fatalf("errors %s: want one line with %q and no traceback, got:\n%s", tc.what, tc.want, out)
+			}
+		})
 	}
-	if !strings.Contains(out, "PE 7 is not a PE of the job (valid: 0..1)") {
-		t.Fatalf("badpe's output does not name PE 7:\n%s", out)
+}
+
+// TestCGlobalExit checks that shmem_global_exit ends the whole job (the
+// other PEs wait forever) with its status, its caller's buffered output
+// written.
+func TestCGlobalExit(t *testing.T) {
+	exe := compile(t, "globalexit")
+	out, err := run(t, exe, "3", nil)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("globalexit: want exit status 7, got %v:\n%s", err, out)
 	}
+	if !strings.Contains(out, "PE 1 ends the job") {
+		t.Fatalf("globalexit: PE 1's buffered line is lost:\n%s", out)
+	}
+}
+
+// TestCXX compiles a C++ program with shmem.h under -pedantic -Werror
+// (no generics there; C linkage) with goshc++, and runs it.
+func TestCXX(t *testing.T) {
+	if _, err := exec.LookPath("c++"); err != nil {
+		t.Skip("no C++ compiler (c++) on PATH")
+	}
+	exe := compileWith(t, "cxx", "cxx.cc", "goshc++", append([]string{"-std=c++11"}, strict...)...)
+	out, err := run(t, exe, "2", nil)
+	if err != nil || !strings.Contains(out, "cxx: PASS") {
+		t.Fatalf("cxx on 2 PEs: %v\n%s", err, out)
+	}
+}
+
+// TestCStatic links a C program with libgoshmem.a, not the shared
+// library, and runs it.
+func TestCStatic(t *testing.T) {
+	p := install(t)
+	exe := filepath.Join(p, "smoke-static")
+	out, err := exec.Command("cc", "-std=c11", "-O2", "-I"+filepath.Join(p, "include"), "-o", exe,
+		filepath.Join("testdata", "smoke.c"), filepath.Join(p, "lib", "libgoshmem.a"), "-lpthread").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cc smoke.c libgoshmem.a: %v\n%s", err, out)
+	}
+	if deps, err := exec.Command("ldd", exe).CombinedOutput(); err == nil && strings.Contains(string(deps), "libgoshmem") {
+		t.Fatalf("smoke-static links the shared library:\n%s", deps)
+	}
+	out2, err := run(t, exe, "2", nil)
+	if err != nil || !strings.Contains(out2, "smoke: PASS") {
+		t.Fatalf("smoke-static on 2 PEs: %v\n%s", err, out2)
+	}
+}
+
+// TestCMixedGo runs a job of C and Go PEs: goshmem-run starts one program
+// on every PE, so that program is a script that runs testdata/mixed.c on
+// the even PEs and this test binary, as goPE, on the odd ones.
+func TestCMixedGo(t *testing.T) {
+	exe := compile(t, "mixed")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "mixed.sh")
+	body := fmt.Sprintf("#!/bin/sh\nif [ $((GOSHMEM_RANK %% 2)) = 0 ]; then exec %q; fi\nexec %q -test.run='^$'\n", exe, self)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range [][]string{nil, {"UCX_TLS=tcp,self"}} {
+		out, err := run(t, script, "4", append(env, "GOSHMEM_CAPI_GO_PE=1"))
+		if err != nil || !strings.Contains(out, "mixed: PASS on 4 PEs") {
+			t.Fatalf("mixed job (%v): %v\n%s", env, err, out)
+		}
+	}
+}
+
+// goPE is the Go side of TestCMixedGo, the steps of testdata/mixed.c with
+// package shmem; it returns the exit status.
+func goPE() int {
+	if err := shmem.Init(); err != nil {
+		fmt.Fprintln(os.Stderr, "goPE:", err)
+		return 1
+	}
+	defer shmem.Finalize()
+	me, n := shmem.MyPE(), shmem.NPEs()
+	x, err1 := shmem.Calloc[int64](8)
+	s, err2 := shmem.Malloc[int64](1)
+	d, err3 := shmem.Malloc[int64](1)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		fmt.Fprintln(os.Stderr, "goPE:", err)
+		return 1
+	}
+	for p := 0; p < n; p++ {
+		shmem.P(&x[me], int64(me+1), p)
+	}
+	shmem.AtomicAdd(&x[7], int64(me), 0)
+	shmem.BarrierAll()
+	fail := func(what string) int {
+		fmt.Fprintf(os.Stderr, "goPE %d: %s\n", me, what)
+		shmem.GlobalExit(1)
+		return 1
+	}
+	for p := 0; p < n; p++ {
+		if x[p] != int64(p+1) {
+			return fail(fmt.Sprintf("x[%d] = %d, want %d", p, x[p], p+1))
+		}
+	}
+	r := (me + 1) % n
+	if g := shmem.G(&x[r], r); g != int64(r+1) {
+		return fail(fmt.Sprintf("G(&x[%d], %d) = %d", r, r, g))
+	}
+	s[0] = int64(me)
+	if err := shmem.SumReduce(shmem.TeamWorld, d, s); err != nil || d[0] != int64(n*(n-1)/2) {
+		return fail(fmt.Sprintf("SumReduce: %v, %d", err, d[0]))
+	}
+	shmem.BarrierAll()
+	return 0
 }

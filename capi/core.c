@@ -24,7 +24,7 @@ static char *gsh_no_peers[1];
 char **gsh_heap_peer = gsh_no_peers, **gsh_data_peer = gsh_no_peers;
 unsigned char *gsh_checked;
 int gsh_go_pending;
-static int gsh_inited, gsh_finalized, gsh_thread_level;
+static int gsh_inited, gsh_thread_level;
 static pthread_mutex_t gsh_connect_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void gsh_fatal(const char *fn, const char *fmt, ...) {
@@ -36,6 +36,12 @@ void gsh_fatal(const char *fn, const char *fmt, ...) {
     va_end(ap);
     if (gsh_inited) shmem_global_exit(1);
     exit(1);
+}
+
+void gsh_fatal_go(const char *fn, const char *msg) { gsh_fatal(fn, "%s", msg); }
+
+void gsh_misaligned(const char *fn, const void *p, int size) {
+    gsh_fatal(fn, "the atomic's address %p is not aligned to %d bytes", p, size);
 }
 
 void gsh_bad_pe(const char *fn, int pe) {
@@ -231,7 +237,6 @@ void gsh_tables_free(void) {
     gsh_npes = 0;
     gsh_heap_lo = gsh_heap_size = 0;
     gsh_inited = 0;
-    gsh_finalized = 1;
 }
 
 /* Setup. */
@@ -250,14 +255,7 @@ int shmem_init_thread(int requested, int *provided) {
     return r;
 }
 void shmem_query_thread(int *provided) { *provided = gsh_thread_level; }
-int shmem_query_initialized(int *initialized) {
-    *initialized = gsh_inited;
-    return 0;
-}
-int shmem_query_finalized(int *finalized) {
-    *finalized = gsh_finalized && !gsh_inited;
-    return 0;
-}
+void shmem_query_initialized(int *initialized) { *initialized = gsh_inited; }
 void shmem_finalize(void) {
     if (gsh_inited) goshmem_go_finalize();
 }
@@ -269,6 +267,15 @@ void start_pes(int npes) {
 }
 int _my_pe(void) { return shmem_my_pe(); }
 int _num_pes(void) { return shmem_n_pes(); }
+/* shmem_global_exit flushes the program's streams first (the launcher
+ * ends the other PEs, and may end this one, once told), then exits as C
+ * does: atexit handlers run. */
+void shmem_global_exit(int status) {
+    fflush(NULL);
+    if (gsh_inited) goshmem_go_global_exit(status);
+    exit(status);
+}
+void shmem_pcontrol(int level, ...) { goshmem_go_pcontrol(level); }
 void shmem_info_get_version(int *major, int *minor) {
     *major = SHMEM_MAJOR_VERSION;
     *minor = SHMEM_MINOR_VERSION;
@@ -318,46 +325,120 @@ GSH_BOTHV(putmem_signal_nbi, (void *dest, const void *source, size_t nelems, uin
 
 /* Signals. */
 uint64_t shmem_signal_fetch(const uint64_t *sig_addr) { return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE); }
-GSH_SYNC(gsh_u64, uint64_t)
+GSH_CMP(sig, uint64_t)
+/* shmem_signal_wait_until returns the value that met the condition. */
 uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value) {
-    shmem_gsh_u64_wait_until(sig_addr, cmp, cmp_value);
-    return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
+    for (unsigned n = 0;; gsh_wait_pause(&n)) {
+        uint64_t x = __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
+        if (gsh_cmpv_sig(x, cmp, cmp_value, __func__)) return x;
+    }
 }
 GSH_BOTHV(signal_add, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, signal, pe),
           { gsh_amo64(ctx, GSH_AMO_ADD, sig_addr, signal, 0, pe, __func__); })
 GSH_BOTHV(signal_set, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, signal, pe),
           { gsh_amo64(ctx, GSH_AMO_SET, sig_addr, signal, 0, pe, __func__); })
 
+/* The deprecated untyped waits, on a long. */
+void shmem_wait(long *ivar, long cmp_value) { shmem_long_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }
+void shmem_wait_until(long *ivar, int cmp, long cmp_value) { shmem_long_wait_until(ivar, cmp, cmp_value); }
+
 /* Ordering and completion: a CPU fence orders the stores to mapped
  * memory; Go completes what went through it. */
-void shmem_ctx_quiet(shmem_ctx_t ctx) {
+static inline void gsh_quiet(shmem_ctx_t ctx, const char *fn) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&gsh_go_pending, __ATOMIC_RELAXED)) goshmem_go_quiet((uintptr_t)ctx);
+    if (__atomic_load_n(&gsh_go_pending, __ATOMIC_RELAXED)) goshmem_go_quiet(gsh_h(ctx), fn);
 }
-void shmem_quiet(void) { shmem_ctx_quiet(SHMEM_CTX_DEFAULT); }
-void shmem_ctx_fence(shmem_ctx_t ctx) { shmem_ctx_quiet(ctx); }
-void shmem_fence(void) { shmem_ctx_quiet(SHMEM_CTX_DEFAULT); }
-void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes) {
-    for (size_t i = 0; i < npes; i++) gsh_check_pe(__func__, target_pes[i]);
-    shmem_ctx_quiet(ctx);
+void shmem_ctx_quiet(shmem_ctx_t ctx) { gsh_quiet(ctx, __func__); }
+void shmem_quiet(void) { gsh_quiet(SHMEM_CTX_DEFAULT, __func__); }
+void shmem_ctx_fence(shmem_ctx_t ctx) { gsh_quiet(ctx, __func__); }
+void shmem_fence(void) { gsh_quiet(SHMEM_CTX_DEFAULT, __func__); }
+static void gsh_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes, const char *fn) {
+    for (size_t i = 0; i < npes; i++) gsh_pe(ctx, target_pes[i], fn);
+    gsh_quiet(ctx, fn);
 }
-void shmem_pe_quiet(const int *target_pes, size_t npes) { shmem_ctx_pe_quiet(SHMEM_CTX_DEFAULT, target_pes, npes); }
+void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes) { gsh_pe_quiet(ctx, target_pes, npes, __func__); }
+void shmem_pe_quiet(const int *target_pes, size_t npes) { gsh_pe_quiet(SHMEM_CTX_DEFAULT, target_pes, npes, __func__); }
+
+/* Contexts. */
+int gsh_ctx_pe(shmem_ctx_t ctx, int pe, const char *fn) {
+    if (ctx == SHMEM_CTX_INVALID || !ctx->live)
+        gsh_fatal(fn, "the context is %s", ctx == SHMEM_CTX_INVALID ? "SHMEM_CTX_INVALID" : "destroyed");
+    if (GSH_UNLIKELY((unsigned)pe >= (unsigned)ctx->npes)) {
+        if (!ctx->world) gsh_bad_pe(fn, pe);
+        gsh_fatal(fn, "PE %d is not a PE of the context's team (valid: 0..%d)", pe, ctx->npes - 1);
+    }
+    return ctx->world ? ctx->world[pe] : pe;
+}
+
+/* gsh_ctx_new makes a context on team (0 for shmem_ctx_create's world
+ * context) with its map of team PE numbers to world ones. */
+static int gsh_ctx_new(shmem_team_t team, long options, shmem_ctx_t *ctx, const char *fn) {
+    *ctx = SHMEM_CTX_INVALID;
+    uintptr_t h;
+    if (goshmem_go_ctx_create((uintptr_t)team, options, &h, fn) != 0) return -1;
+    struct goshmem_ctx *c = calloc(1, sizeof *c);
+    if (!c) gsh_fatal(fn, "out of memory");
+    c->h = h;
+    c->npes = gsh_npes;
+    if (team != SHMEM_TEAM_INVALID && team != SHMEM_TEAM_WORLD) {
+        c->npes = shmem_team_n_pes(team);
+        c->world = malloc((size_t)c->npes * sizeof(int));
+        if (!c->world) gsh_fatal(fn, "out of memory");
+        for (int i = 0; i < c->npes; i++) c->world[i] = shmem_team_translate_pe(team, i, SHMEM_TEAM_WORLD);
+    }
+    __atomic_store_n(&c->live, 1, __ATOMIC_RELEASE);
+    *ctx = c;
+    return 0;
+}
+int shmem_ctx_create(long options, shmem_ctx_t *ctx) { return gsh_ctx_new(SHMEM_TEAM_INVALID, options, ctx, __func__); }
+int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t *ctx) {
+    if (team == SHMEM_TEAM_INVALID) {
+        *ctx = SHMEM_CTX_INVALID;
+        return -1;
+    }
+    return gsh_ctx_new(team, options, ctx, __func__);
+}
+void shmem_ctx_destroy(shmem_ctx_t ctx) {
+    if (ctx == SHMEM_CTX_INVALID) return;
+    if (ctx == SHMEM_CTX_DEFAULT) gsh_fatal(__func__, "SHMEM_CTX_DEFAULT cannot be destroyed");
+    if (!ctx->live) gsh_fatal(__func__, "the context is already destroyed");
+    goshmem_go_ctx_destroy(ctx->h, __func__);
+    ctx->live = 0;
+    free(ctx->world);
+    ctx->world = NULL;
+}
+void shmem_ctx_session_start(shmem_ctx_t ctx, long options, const shmem_ctx_session_config_t *config, long config_mask) {
+    gsh_pe(ctx, 0, __func__); /* checks ctx */
+    goshmem_go_session_start(gsh_h(ctx), options, config, config_mask, __func__);
+}
+void shmem_ctx_session_stop(shmem_ctx_t ctx) {
+    gsh_pe(ctx, 0, __func__);
+    goshmem_go_session_stop(gsh_h(ctx), __func__);
+}
+int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team) {
+    *team = SHMEM_TEAM_INVALID;
+    if (ctx == SHMEM_CTX_INVALID || (ctx != SHMEM_CTX_DEFAULT && !ctx->live)) return -1;
+    uintptr_t t;
+    if (goshmem_go_ctx_get_team(gsh_h(ctx), &t) != 0) return -1;
+    *team = (shmem_team_t)t;
+    return 0;
+}
 
 /* Team collectives without a type. */
 int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems, int PE_root) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_BROADCAST, dest, (void *)source, nelems, PE_root, 0, 1);
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_BROADCAST, dest, (void *)source, nelems, PE_root, 0, 1, __func__);
 }
 int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_COLLECT, dest, (void *)source, nelems, 0, 0, 1);
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_COLLECT, dest, (void *)source, nelems, 0, 0, 1, __func__);
 }
 int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_FCOLLECT, dest, (void *)source, nelems, 0, 0, 1);
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_FCOLLECT, dest, (void *)source, nelems, 0, 0, 1, __func__);
 }
 int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALL, dest, (void *)source, nelems, 0, 0, 1);
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALL, dest, (void *)source, nelems, 0, 0, 1, __func__);
 }
 int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALLS, dest, (void *)source, nelems, dst, sst, 1);
+    return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALLS, dest, (void *)source, nelems, dst, sst, 1, __func__);
 }
 
 /* gsh_reduce runs a team reduction or scan in Go; for a type Go has no
@@ -365,7 +446,7 @@ int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdif
  * here, in team order. */
 int gsh_reduce(shmem_team_t team, int op, int ty, void *dest, const void *source, size_t n, size_t esize, gsh_combine_fn f,
                const char *fn) {
-    int r = goshmem_go_reduce((uintptr_t)team, op, ty, dest, (void *)source, n);
+    int r = goshmem_go_reduce((uintptr_t)team, op, ty, dest, (void *)source, n, fn);
     if (r != -2) return r;
     int tn = shmem_team_n_pes(team), tme = shmem_team_my_pe(team);
     if (tn < 0) gsh_fatal(fn, "invalid team");

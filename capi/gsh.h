@@ -8,6 +8,7 @@
 #define GOSHMEM_NO_GENERICS 1
 #include <shmem.h>
 #include <shmemx.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,21 +25,41 @@ extern uintptr_t gsh_heap_lo, gsh_heap_size, gsh_data_lo, gsh_data_size;
 extern char **gsh_heap_peer, **gsh_data_peer;
 extern unsigned char *gsh_checked;
 
-/* Go's side (capi.go), called on the slow paths only. */
+/* Go's side (capi.go), called on the slow paths only. Those that take fn,
+ * the routine the program called, end the job with a one-line message
+ * naming it when package shmem rejects an argument. */
 extern int goshmem_go_init(int requested, int *provided);
 extern void goshmem_go_finalize(void);
 extern void goshmem_go_connect(int pe);
-extern void goshmem_go_rma(uintptr_t ctx, int kind, void *dest, void *source, size_t nbytes, int pe);
-extern void goshmem_go_strided(uintptr_t ctx, int get, void *dest, void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int esize, int pe);
-extern void goshmem_go_put_signal(uintptr_t ctx, void *dest, void *source, size_t nbytes, uint64_t *sig, uint64_t signal, int op, int nbi, int pe);
-extern void goshmem_go_signal(uintptr_t ctx, uint64_t *sig, uint64_t signal, int op, int pe);
-extern uint64_t goshmem_go_amo(uintptr_t ctx, int op, void *dest, uint64_t value, uint64_t cond, int size, int pe);
-extern void goshmem_go_amo_nbi(uintptr_t ctx, int op, void *fetch, void *dest, uint64_t value, uint64_t cond, int size, int pe);
-extern int goshmem_go_reduce(uintptr_t team, int op, int ty, void *dest, void *source, size_t n);
-extern int goshmem_go_coll(uintptr_t team, int kind, void *dest, void *source, size_t nbytes, ptrdiff_t a, ptrdiff_t b, int esize);
-extern void goshmem_go_quiet(uintptr_t ctx);
-extern int goshmem_go_team_sync(uintptr_t team);
-extern int goshmem_go_team_translate(uintptr_t src, int pe, uintptr_t dest);
+extern void goshmem_go_rma(uintptr_t ctx, int kind, void *dest, void *source, size_t nbytes, int pe, const char *fn);
+extern void goshmem_go_strided(uintptr_t ctx, int get, void *dest, void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int esize, int pe, const char *fn);
+extern void goshmem_go_put_signal(uintptr_t ctx, void *dest, void *source, size_t nbytes, uint64_t *sig, uint64_t signal, int op, int nbi, int pe, const char *fn);
+extern uint64_t goshmem_go_amo(uintptr_t ctx, int op, void *dest, uint64_t value, uint64_t cond, int size, int pe, const char *fn);
+extern void goshmem_go_amo_nbi(uintptr_t ctx, int op, void *fetch, void *dest, uint64_t value, uint64_t cond, int size, int pe, const char *fn);
+extern int goshmem_go_reduce(uintptr_t team, int op, int ty, void *dest, void *source, size_t n, const char *fn);
+extern int goshmem_go_coll(uintptr_t team, int kind, void *dest, void *source, size_t nbytes, ptrdiff_t a, ptrdiff_t b, int esize, const char *fn);
+extern void goshmem_go_quiet(uintptr_t ctx, const char *fn);
+extern int goshmem_go_ctx_create(uintptr_t team, long options, uintptr_t *ctx, const char *fn);
+extern void goshmem_go_ctx_destroy(uintptr_t ctx, const char *fn);
+extern int goshmem_go_ctx_get_team(uintptr_t ctx, uintptr_t *team);
+extern void goshmem_go_session_start(uintptr_t ctx, long options, const shmem_ctx_session_config_t *config, long mask, const char *fn);
+extern void goshmem_go_session_stop(uintptr_t ctx, const char *fn);
+__attribute__((noreturn, cold)) void gsh_fatal_go(const char *fn, const char *msg);
+extern void goshmem_go_global_exit(int status);
+extern void goshmem_go_pcontrol(int level);
+
+/* A context made by shmem_ctx_create or shmem_team_create_ctx:
+ * shmem_ctx_t points to one (SHMEM_CTX_DEFAULT and SHMEM_CTX_INVALID are
+ * the small constants). PE numbers on it are numbers in its team: world
+ * maps them to world PE numbers (NULL for a context of the world team). A
+ * destroyed context stays allocated, not live, so that its use is
+ * reported rather than read from freed memory. */
+struct goshmem_ctx {
+    uintptr_t h; /* Go's handle */
+    int npes;    /* PEs in its team */
+    int live;
+    int *world;
+};
 
 enum { GSH_RMA_PUT, GSH_RMA_GET, GSH_RMA_PUT_NBI, GSH_RMA_GET_NBI };
 enum { GSH_COLL_BROADCAST, GSH_COLL_COLLECT, GSH_COLL_FCOLLECT, GSH_COLL_ALLTOALL, GSH_COLL_ALLTOALLS };
@@ -57,11 +78,28 @@ extern int gsh_go_pending;
 
 __attribute__((noreturn, cold, format(printf, 2, 3))) void gsh_fatal(const char *fn, const char *fmt, ...);
 __attribute__((noreturn, cold)) void gsh_bad_pe(const char *fn, int pe);
+int gsh_ctx_pe(shmem_ctx_t ctx, int pe, const char *fn);
+__attribute__((noreturn, cold)) void gsh_misaligned(const char *fn, const void *p, int size);
 char *gsh_connect(const void *p, size_t n, int pe, const char *fn);
 void gsh_wait_pause(unsigned *n);
 
 static inline void gsh_check_pe(const char *fn, int pe) {
     if (GSH_UNLIKELY((unsigned)pe >= (unsigned)gsh_npes)) gsh_bad_pe(fn, pe);
+}
+
+/* gsh_pe checks pe, a PE number on ctx, and returns its world number. */
+static inline int gsh_pe(shmem_ctx_t ctx, int pe, const char *fn) {
+    if (GSH_LIKELY(ctx == SHMEM_CTX_DEFAULT)) {
+        gsh_check_pe(fn, pe);
+        return pe;
+    }
+    return gsh_ctx_pe(ctx, pe, fn);
+}
+
+/* gsh_h is Go's handle of ctx. */
+static inline uintptr_t gsh_h(shmem_ctx_t ctx) {
+    if (ctx == SHMEM_CTX_DEFAULT || ctx == SHMEM_CTX_INVALID) return (uintptr_t)ctx;
+    return ctx->h;
 }
 
 /* gsh_addr returns where the symmetric object of n bytes at p lives on pe,
@@ -80,44 +118,46 @@ static inline char *gsh_addr(const void *p, size_t n, int pe) {
     return NULL;
 }
 
-/* gsh_map is gsh_addr after checking pe, connecting pe on its first use. */
+/* gsh_map is gsh_addr connecting pe (a checked world PE number) on its
+ * first use. */
 static inline char *gsh_map(const void *p, size_t n, int pe, const char *fn) {
-    gsh_check_pe(fn, pe);
     char *a = gsh_addr(p, n, pe);
     if (GSH_LIKELY(a != NULL)) return a;
     return gsh_connect(p, n, pe, fn);
 }
 
 static inline void gsh_put(shmem_ctx_t ctx, void *dest, const void *source, size_t n, int pe, int nbi, const char *fn) {
-    char *a = gsh_map(dest, n, pe, fn);
+    char *a = gsh_map(dest, n, gsh_pe(ctx, pe, fn), fn);
     if (GSH_LIKELY(a != NULL)) {
         memcpy(a, source, n);
         return;
     }
     gsh_go_pending = 1;
-    goshmem_go_rma((uintptr_t)ctx, nbi ? GSH_RMA_PUT_NBI : GSH_RMA_PUT, dest, (void *)source, n, pe);
+    goshmem_go_rma(gsh_h(ctx), nbi ? GSH_RMA_PUT_NBI : GSH_RMA_PUT, dest, (void *)source, n, pe, fn);
 }
 
 static inline void gsh_get(shmem_ctx_t ctx, void *dest, const void *source, size_t n, int pe, int nbi, const char *fn) {
-    char *a = gsh_map(source, n, pe, fn);
+    char *a = gsh_map(source, n, gsh_pe(ctx, pe, fn), fn);
     if (GSH_LIKELY(a != NULL)) {
         memcpy(dest, a, n);
         return;
     }
     if (nbi) gsh_go_pending = 1;
-    goshmem_go_rma((uintptr_t)ctx, nbi ? GSH_RMA_GET_NBI : GSH_RMA_GET, dest, (void *)source, n, pe);
+    goshmem_go_rma(gsh_h(ctx), nbi ? GSH_RMA_GET_NBI : GSH_RMA_GET, dest, (void *)source, n, pe, fn);
 }
 
 /* Strided: bsize elements of esize bytes per block, nblocks blocks; the
- * strides are in elements, between blocks. iput/iget are bsize 1. */
+ * strides are in elements, between blocks, at least bsize (1 for
+ * iput/iget, which are bsize 1). */
 static inline void gsh_strided(shmem_ctx_t ctx, int get, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
                                size_t bsize, size_t nblocks, size_t esize, int pe, const char *fn) {
     if (nblocks == 0 || bsize == 0) return;
+    if (GSH_UNLIKELY(dst < (ptrdiff_t)bsize || sst < (ptrdiff_t)bsize))
+        gsh_fatal(fn, "%s stride %td (valid: %zu or more)", dst < (ptrdiff_t)bsize ? "dst" : "sst",
+                  dst < (ptrdiff_t)bsize ? dst : sst, bsize);
     const void *remote = get ? source : dest;
-    ptrdiff_t rs = get ? sst : dst;
-    size_t span = ((nblocks - 1) * (size_t)(rs < 0 ? -rs : rs) + bsize) * esize;
-    gsh_check_pe(fn, pe);
-    char *a = rs >= 0 ? gsh_map(remote, span, pe, fn) : NULL;
+    size_t span = ((nblocks - 1) * (size_t)(get ? sst : dst) + bsize) * esize;
+    char *a = gsh_map(remote, span, gsh_pe(ctx, pe, fn), fn);
     if (a != NULL) {
         char *d = get ? (char *)dest : a;
         const char *s = get ? a : (const char *)source;
@@ -126,7 +166,7 @@ static inline void gsh_strided(shmem_ctx_t ctx, int get, void *dest, const void 
         return;
     }
     if (!get) gsh_go_pending = 1;
-    goshmem_go_strided((uintptr_t)ctx, get, dest, (void *)source, dst, sst, bsize, nblocks, (int)esize, pe);
+    goshmem_go_strided(gsh_h(ctx), get, dest, (void *)source, dst, sst, bsize, nblocks, (int)esize, pe, fn);
 }
 
 static inline void gsh_signal_local(uint64_t *s, uint64_t signal, int op) {
@@ -139,8 +179,9 @@ static inline void gsh_signal_local(uint64_t *s, uint64_t signal, int op) {
 static inline void gsh_put_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t n, uint64_t *sig, uint64_t signal,
                                   int op, int pe, int nbi, const char *fn) {
     if (GSH_UNLIKELY(op != SHMEM_SIGNAL_SET && op != SHMEM_SIGNAL_ADD)) gsh_fatal(fn, "sig_op %d is neither SHMEM_SIGNAL_SET nor SHMEM_SIGNAL_ADD", op);
-    char *a = gsh_map(dest, n, pe, fn);
-    char *s = gsh_map(sig, 8, pe, fn);
+    int w = gsh_pe(ctx, pe, fn);
+    char *a = gsh_map(dest, n, w, fn);
+    char *s = gsh_map(sig, 8, w, fn);
     if (GSH_LIKELY(a != NULL && s != NULL)) {
         memcpy(a, source, n);
         gsh_signal_local((uint64_t *)s, signal, op);
@@ -148,7 +189,7 @@ static inline void gsh_put_signal(shmem_ctx_t ctx, void *dest, const void *sourc
     }
     gsh_go_pending = 1;
     if (a == NULL && s == NULL) {
-        goshmem_go_put_signal((uintptr_t)ctx, dest, (void *)source, n, sig, signal, op, nbi, pe);
+        goshmem_go_put_signal(gsh_h(ctx), dest, (void *)source, n, sig, signal, op, nbi, pe, fn);
         return;
     }
     /* One mapped and one not (static data is mapped on the host, the heap
@@ -157,11 +198,11 @@ static inline void gsh_put_signal(shmem_ctx_t ctx, void *dest, const void *sourc
     if (a != NULL) {
         memcpy(a, source, n);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        goshmem_go_amo((uintptr_t)ctx, op == SHMEM_SIGNAL_ADD ? GSH_AMO_ADD : GSH_AMO_SET, sig, signal, 0, 8, pe);
+        goshmem_go_amo(gsh_h(ctx), op == SHMEM_SIGNAL_ADD ? GSH_AMO_ADD : GSH_AMO_SET, sig, signal, 0, 8, pe, fn);
         return;
     }
-    goshmem_go_rma((uintptr_t)ctx, GSH_RMA_PUT, dest, (void *)source, n, pe);
-    goshmem_go_quiet((uintptr_t)ctx);
+    goshmem_go_rma(gsh_h(ctx), GSH_RMA_PUT, dest, (void *)source, n, pe, fn);
+    goshmem_go_quiet(gsh_h(ctx), fn);
     gsh_signal_local((uint64_t *)s, signal, op);
 }
 
@@ -183,34 +224,40 @@ static inline void gsh_put_signal(shmem_ctx_t ctx, void *dest, const void *sourc
         return 0;                                                                                      \
     }                                                                                                  \
     static inline uint##B##_t gsh_amo##B(shmem_ctx_t ctx, int op, void *dest, uint##B##_t v, uint##B##_t c, int pe, const char *fn) { \
-        char *a = gsh_map(dest, B / 8, pe, fn);                                                        \
+        if (GSH_UNLIKELY((uintptr_t)dest % (B / 8) != 0)) gsh_misaligned(fn, dest, B / 8);            \
+        char *a = gsh_map(dest, B / 8, gsh_pe(ctx, pe, fn), fn);                                       \
         if (GSH_LIKELY(a != NULL)) return gsh_amo_local##B(op, (uint##B##_t *)a, v, c);                \
         if (op == GSH_AMO_SET || op == GSH_AMO_INC || op == GSH_AMO_ADD || op == GSH_AMO_AND ||        \
             op == GSH_AMO_OR || op == GSH_AMO_XOR)                                                     \
             gsh_go_pending = 1;                                                                        \
-        return (uint##B##_t)goshmem_go_amo((uintptr_t)ctx, op, dest, v, c, B / 8, pe);                 \
+        return (uint##B##_t)goshmem_go_amo(gsh_h(ctx), op, dest, v, c, B / 8, pe, fn);                 \
     }                                                                                                  \
     static inline void gsh_amo_nbi##B(shmem_ctx_t ctx, int op, void *fetch, void *dest, uint##B##_t v, uint##B##_t c, int pe, const char *fn) { \
-        char *a = gsh_map(dest, B / 8, pe, fn);                                                        \
+        if (GSH_UNLIKELY((uintptr_t)dest % (B / 8) != 0)) gsh_misaligned(fn, dest, B / 8);            \
+        char *a = gsh_map(dest, B / 8, gsh_pe(ctx, pe, fn), fn);                                       \
         if (GSH_LIKELY(a != NULL)) {                                                                   \
             *(uint##B##_t *)fetch = gsh_amo_local##B(op, (uint##B##_t *)a, v, c);                      \
             return;                                                                                    \
         }                                                                                              \
         gsh_go_pending = 1;                                                                            \
-        goshmem_go_amo_nbi((uintptr_t)ctx, op, fetch, dest, v, c, B / 8, pe);                          \
+        goshmem_go_amo_nbi(gsh_h(ctx), op, fetch, dest, v, c, B / 8, pe, fn);                          \
     }
 GSH_AMO_LOCAL(32)
 GSH_AMO_LOCAL(64)
 
 #define GSH_STRIP(...) __VA_ARGS__
-/* GSH_BOTH defines a routine's context form with body and its default form
- * calling it; GSH_BOTHV is GSH_BOTH for the routines returning nothing. */
+/* GSH_BOTH defines a routine's context form and its default form, both
+ * inlining body, which sees ctx and fn (the name of the routine the
+ * program called, for its messages); GSH_BOTHV is GSH_BOTH for the
+ * routines returning nothing. */
 #define GSH_BOTH(ret, name, params, args, body)                                                     \
-    ret shmem_ctx_##name(shmem_ctx_t ctx, GSH_STRIP params) body                                    \
-    ret shmem_##name(GSH_STRIP params) { return shmem_ctx_##name(SHMEM_CTX_DEFAULT, GSH_STRIP args); }
+    static inline ret gsh_##name(shmem_ctx_t ctx, const char *fn, GSH_STRIP params) body            \
+    ret shmem_ctx_##name(shmem_ctx_t ctx, GSH_STRIP params) { return gsh_##name(ctx, "shmem_ctx_" #name, GSH_STRIP args); } \
+    ret shmem_##name(GSH_STRIP params) { return gsh_##name(SHMEM_CTX_DEFAULT, "shmem_" #name, GSH_STRIP args); }
 #define GSH_BOTHV(name, params, args, body)                                                         \
-    void shmem_ctx_##name(shmem_ctx_t ctx, GSH_STRIP params) body                                   \
-    void shmem_##name(GSH_STRIP params) { shmem_ctx_##name(SHMEM_CTX_DEFAULT, GSH_STRIP args); }
+    static inline void gsh_##name(shmem_ctx_t ctx, const char *fn, GSH_STRIP params) body           \
+    void shmem_ctx_##name(shmem_ctx_t ctx, GSH_STRIP params) { gsh_##name(ctx, "shmem_ctx_" #name, GSH_STRIP args); } \
+    void shmem_##name(GSH_STRIP params) { gsh_##name(SHMEM_CTX_DEFAULT, "shmem_" #name, GSH_STRIP args); }
 
 #define GSH_BITS(N, T, B)                                                                           \
     static inline uint##B##_t gsh_bits_##N(T v) { union { T t; uint##B##_t u; } x; x.u = 0; x.t = v; return x.u; } \
@@ -218,111 +265,111 @@ GSH_AMO_LOCAL(64)
 
 #define GSH_RMA_FAMILY(N, T, E)                                                                     \
     GSH_BOTHV(N##_put, (T *dest, const T *source, size_t nelems, int pe), (dest, source, nelems, pe), \
-              { gsh_put(ctx, dest, source, nelems * E, pe, 0, __func__); })                        \
+              { gsh_put(ctx, dest, source, nelems * E, pe, 0, fn); })                        \
     GSH_BOTHV(N##_get, (T *dest, const T *source, size_t nelems, int pe), (dest, source, nelems, pe), \
-              { gsh_get(ctx, dest, source, nelems * E, pe, 0, __func__); })                        \
+              { gsh_get(ctx, dest, source, nelems * E, pe, 0, fn); })                        \
     GSH_BOTHV(N##_put_nbi, (T *dest, const T *source, size_t nelems, int pe), (dest, source, nelems, pe), \
-              { gsh_put(ctx, dest, source, nelems * E, pe, 1, __func__); })                        \
+              { gsh_put(ctx, dest, source, nelems * E, pe, 1, fn); })                        \
     GSH_BOTHV(N##_get_nbi, (T *dest, const T *source, size_t nelems, int pe), (dest, source, nelems, pe), \
-              { gsh_get(ctx, dest, source, nelems * E, pe, 1, __func__); })                        \
+              { gsh_get(ctx, dest, source, nelems * E, pe, 1, fn); })                        \
     GSH_BOTHV(N##_iput, (T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe), \
               (dest, source, dst, sst, nelems, pe),                                                \
-              { gsh_strided(ctx, 0, dest, source, dst, sst, 1, nelems, E, pe, __func__); })         \
+              { gsh_strided(ctx, 0, dest, source, dst, sst, 1, nelems, E, pe, fn); })         \
     GSH_BOTHV(N##_iget, (T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe), \
               (dest, source, dst, sst, nelems, pe),                                                \
-              { gsh_strided(ctx, 1, dest, source, dst, sst, 1, nelems, E, pe, __func__); })         \
+              { gsh_strided(ctx, 1, dest, source, dst, sst, 1, nelems, E, pe, fn); })         \
     GSH_BOTHV(N##_ibput, (T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe), \
               (dest, source, dst, sst, bsize, nblocks, pe),                                        \
-              { gsh_strided(ctx, 0, dest, source, dst, sst, bsize, nblocks, E, pe, __func__); })    \
+              { gsh_strided(ctx, 0, dest, source, dst, sst, bsize, nblocks, E, pe, fn); })    \
     GSH_BOTHV(N##_ibget, (T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe), \
               (dest, source, dst, sst, bsize, nblocks, pe),                                        \
-              { gsh_strided(ctx, 1, dest, source, dst, sst, bsize, nblocks, E, pe, __func__); })
+              { gsh_strided(ctx, 1, dest, source, dst, sst, bsize, nblocks, E, pe, fn); })
 
 /* The typed RMA routines of type T (shmem_N_put, ...). */
 #define GSH_RMA(N, T)                                                                               \
     GSH_RMA_FAMILY(N, T, sizeof(T))                                                                 \
     GSH_BOTHV(N##_put_signal, (T *dest, const T *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe), \
               (dest, source, nelems, sig_addr, signal, sig_op, pe),                                \
-              { gsh_put_signal(ctx, dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe, 0, __func__); }) \
+              { gsh_put_signal(ctx, dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe, 0, fn); }) \
     GSH_BOTHV(N##_put_signal_nbi, (T *dest, const T *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe), \
               (dest, source, nelems, sig_addr, signal, sig_op, pe),                                \
-              { gsh_put_signal(ctx, dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe, 1, __func__); }) \
+              { gsh_put_signal(ctx, dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe, 1, fn); }) \
     GSH_BOTHV(N##_p, (T *dest, T value, int pe), (dest, value, pe), {                               \
-        char *a = gsh_map(dest, sizeof(T), pe, __func__);                                           \
+        char *a = gsh_map(dest, sizeof(T), gsh_pe(ctx, pe, fn), fn);                                \
         if (GSH_LIKELY(a != NULL)) { memcpy(a, &value, sizeof(T)); return; }                        \
         gsh_go_pending = 1;                                                                         \
-        goshmem_go_rma((uintptr_t)ctx, GSH_RMA_PUT, dest, &value, sizeof(T), pe);                   \
+        goshmem_go_rma(gsh_h(ctx), GSH_RMA_PUT, dest, &value, sizeof(T), pe, fn);                   \
     })                                                                                              \
     GSH_BOTH(T, N##_g, (const T *source, int pe), (source, pe), {                                   \
         T v;                                                                                        \
-        gsh_get(ctx, &v, source, sizeof(T), pe, 0, __func__);                                       \
+        gsh_get(ctx, &v, source, sizeof(T), pe, 0, fn);                                       \
         return v;                                                                                   \
     })
 
 /* The sized RMA routines (shmem_put32, ...): typeless, B bits per element. */
 #define GSH_RMA_SIZED(B)                                                                            \
     GSH_BOTHV(put##B, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe), \
-              { gsh_put(ctx, dest, source, nelems * (B / 8), pe, 0, __func__); })                  \
+              { gsh_put(ctx, dest, source, nelems * (B / 8), pe, 0, fn); })                  \
     GSH_BOTHV(get##B, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe), \
-              { gsh_get(ctx, dest, source, nelems * (B / 8), pe, 0, __func__); })                  \
+              { gsh_get(ctx, dest, source, nelems * (B / 8), pe, 0, fn); })                  \
     GSH_BOTHV(put##B##_nbi, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe), \
-              { gsh_put(ctx, dest, source, nelems * (B / 8), pe, 1, __func__); })                  \
+              { gsh_put(ctx, dest, source, nelems * (B / 8), pe, 1, fn); })                  \
     GSH_BOTHV(get##B##_nbi, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe), \
-              { gsh_get(ctx, dest, source, nelems * (B / 8), pe, 1, __func__); })                  \
+              { gsh_get(ctx, dest, source, nelems * (B / 8), pe, 1, fn); })                  \
     GSH_BOTHV(iput##B, (void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe), \
               (dest, source, dst, sst, nelems, pe),                                                \
-              { gsh_strided(ctx, 0, dest, source, dst, sst, 1, nelems, B / 8, pe, __func__); })     \
+              { gsh_strided(ctx, 0, dest, source, dst, sst, 1, nelems, B / 8, pe, fn); })     \
     GSH_BOTHV(iget##B, (void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe), \
               (dest, source, dst, sst, nelems, pe),                                                \
-              { gsh_strided(ctx, 1, dest, source, dst, sst, 1, nelems, B / 8, pe, __func__); })     \
+              { gsh_strided(ctx, 1, dest, source, dst, sst, 1, nelems, B / 8, pe, fn); })     \
     GSH_BOTHV(ibput##B, (void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe), \
               (dest, source, dst, sst, bsize, nblocks, pe),                                        \
-              { gsh_strided(ctx, 0, dest, source, dst, sst, bsize, nblocks, B / 8, pe, __func__); }) \
+              { gsh_strided(ctx, 0, dest, source, dst, sst, bsize, nblocks, B / 8, pe, fn); }) \
     GSH_BOTHV(ibget##B, (void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe), \
               (dest, source, dst, sst, bsize, nblocks, pe),                                        \
-              { gsh_strided(ctx, 1, dest, source, dst, sst, bsize, nblocks, B / 8, pe, __func__); }) \
+              { gsh_strided(ctx, 1, dest, source, dst, sst, bsize, nblocks, B / 8, pe, fn); }) \
     GSH_BOTHV(put##B##_signal, (void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe), \
               (dest, source, nelems, sig_addr, signal, sig_op, pe),                                \
-              { gsh_put_signal(ctx, dest, source, nelems * (B / 8), sig_addr, signal, sig_op, pe, 0, __func__); }) \
+              { gsh_put_signal(ctx, dest, source, nelems * (B / 8), sig_addr, signal, sig_op, pe, 0, fn); }) \
     GSH_BOTHV(put##B##_signal_nbi, (void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe), \
               (dest, source, nelems, sig_addr, signal, sig_op, pe),                                \
-              { gsh_put_signal(ctx, dest, source, nelems * (B / 8), sig_addr, signal, sig_op, pe, 1, __func__); })
+              { gsh_put_signal(ctx, dest, source, nelems * (B / 8), sig_addr, signal, sig_op, pe, 1, fn); })
 
 /* Atomics of type T (B bits). */
 #define GSH_AMO_FETCH(N, T, B)                                                                      \
     GSH_BOTH(T, N##_atomic_fetch, (const T *source, int pe), (source, pe),                          \
-             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_FETCH, (void *)source, 0, 0, pe, __func__)); }) \
+             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_FETCH, (void *)source, 0, 0, pe, fn)); }) \
     GSH_BOTHV(N##_atomic_fetch_nbi, (T *fetch, const T *source, int pe), (fetch, source, pe),       \
-              { gsh_amo_nbi##B(ctx, GSH_AMO_FETCH, fetch, (void *)source, 0, 0, pe, __func__); })
+              { gsh_amo_nbi##B(ctx, GSH_AMO_FETCH, fetch, (void *)source, 0, 0, pe, fn); })
 #define GSH_AMO_SET(N, T, B)                                                                        \
     GSH_BOTHV(N##_atomic_set, (T *dest, T value, int pe), (dest, value, pe),                        \
-              { gsh_amo##B(ctx, GSH_AMO_SET, dest, gsh_bits_##N(value), 0, pe, __func__); })
+              { gsh_amo##B(ctx, GSH_AMO_SET, dest, gsh_bits_##N(value), 0, pe, fn); })
 #define GSH_AMO_SWAP(N, T, B)                                                                       \
     GSH_BOTH(T, N##_atomic_swap, (T *dest, T value, int pe), (dest, value, pe),                     \
-             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_SWAP, dest, gsh_bits_##N(value), 0, pe, __func__)); }) \
+             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_SWAP, dest, gsh_bits_##N(value), 0, pe, fn)); }) \
     GSH_BOTHV(N##_atomic_swap_nbi, (T *fetch, T *dest, T value, int pe), (fetch, dest, value, pe),  \
-              { gsh_amo_nbi##B(ctx, GSH_AMO_SWAP, fetch, dest, gsh_bits_##N(value), 0, pe, __func__); })
+              { gsh_amo_nbi##B(ctx, GSH_AMO_SWAP, fetch, dest, gsh_bits_##N(value), 0, pe, fn); })
 #define GSH_AMO_COMPARE_SWAP(N, T, B)                                                               \
     GSH_BOTH(T, N##_atomic_compare_swap, (T *dest, T cond, T value, int pe), (dest, cond, value, pe), \
-             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_COMPARE_SWAP, dest, gsh_bits_##N(value), gsh_bits_##N(cond), pe, __func__)); }) \
+             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_COMPARE_SWAP, dest, gsh_bits_##N(value), gsh_bits_##N(cond), pe, fn)); }) \
     GSH_BOTHV(N##_atomic_compare_swap_nbi, (T *fetch, T *dest, T cond, T value, int pe), (fetch, dest, cond, value, pe), \
-              { gsh_amo_nbi##B(ctx, GSH_AMO_COMPARE_SWAP, fetch, dest, gsh_bits_##N(value), gsh_bits_##N(cond), pe, __func__); })
+              { gsh_amo_nbi##B(ctx, GSH_AMO_COMPARE_SWAP, fetch, dest, gsh_bits_##N(value), gsh_bits_##N(cond), pe, fn); })
 #define GSH_AMO_FETCH_INC(N, T, B)                                                                  \
     GSH_BOTH(T, N##_atomic_fetch_inc, (T *dest, int pe), (dest, pe),                                \
-             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_FETCH_INC, dest, 1, 0, pe, __func__)); }) \
+             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_FETCH_INC, dest, 1, 0, pe, fn)); }) \
     GSH_BOTHV(N##_atomic_fetch_inc_nbi, (T *fetch, T *dest, int pe), (fetch, dest, pe),             \
-              { gsh_amo_nbi##B(ctx, GSH_AMO_FETCH_INC, fetch, dest, 1, 0, pe, __func__); })
+              { gsh_amo_nbi##B(ctx, GSH_AMO_FETCH_INC, fetch, dest, 1, 0, pe, fn); })
 #define GSH_AMO_INC(N, T, B)                                                                        \
     GSH_BOTHV(N##_atomic_inc, (T *dest, int pe), (dest, pe),                                        \
-              { gsh_amo##B(ctx, GSH_AMO_INC, dest, 1, 0, pe, __func__); })
+              { gsh_amo##B(ctx, GSH_AMO_INC, dest, 1, 0, pe, fn); })
 #define GSH_AMO_FETCH_OPV(N, T, B, OP, op)                                                          \
     GSH_BOTH(T, N##_atomic_fetch_##op, (T *dest, T value, int pe), (dest, value, pe),               \
-             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_FETCH_##OP, dest, gsh_bits_##N(value), 0, pe, __func__)); }) \
+             { return gsh_val_##N(gsh_amo##B(ctx, GSH_AMO_FETCH_##OP, dest, gsh_bits_##N(value), 0, pe, fn)); }) \
     GSH_BOTHV(N##_atomic_fetch_##op##_nbi, (T *fetch, T *dest, T value, int pe), (fetch, dest, value, pe), \
-              { gsh_amo_nbi##B(ctx, GSH_AMO_FETCH_##OP, fetch, dest, gsh_bits_##N(value), 0, pe, __func__); })
+              { gsh_amo_nbi##B(ctx, GSH_AMO_FETCH_##OP, fetch, dest, gsh_bits_##N(value), 0, pe, fn); })
 #define GSH_AMO_OPV(N, T, B, OP, op)                                                                \
     GSH_BOTHV(N##_atomic_##op, (T *dest, T value, int pe), (dest, value, pe),                       \
-              { gsh_amo##B(ctx, GSH_AMO_##OP, dest, gsh_bits_##N(value), 0, pe, __func__); })
+              { gsh_amo##B(ctx, GSH_AMO_##OP, dest, gsh_bits_##N(value), 0, pe, fn); })
 #define GSH_AMO_FETCH_ADD(N, T, B) GSH_AMO_FETCH_OPV(N, T, B, ADD, add)
 #define GSH_AMO_ADD(N, T, B) GSH_AMO_OPV(N, T, B, ADD, add)
 #define GSH_AMO_FETCH_AND(N, T, B) GSH_AMO_FETCH_OPV(N, T, B, AND, and)
@@ -334,22 +381,23 @@ GSH_AMO_LOCAL(64)
 
 /* The deprecated atomics (OpenSHMEM 1.3 names). */
 #define GSH_LEGACY_SWAP(N, T)                                                                       \
-    T shmem_##N##_swap(T *target, T value, int pe) { return shmem_##N##_atomic_swap(target, value, pe); } \
-    T shmem_##N##_fetch(const T *target, int pe) { return shmem_##N##_atomic_fetch(target, pe); }   \
-    void shmem_##N##_set(T *target, T value, int pe) { shmem_##N##_atomic_set(target, value, pe); }
+    T shmem_##N##_swap(T *target, T value, int pe) { return gsh_##N##_atomic_swap(SHMEM_CTX_DEFAULT, __func__, target, value, pe); } \
+    T shmem_##N##_fetch(const T *target, int pe) { return gsh_##N##_atomic_fetch(SHMEM_CTX_DEFAULT, __func__, target, pe); } \
+    void shmem_##N##_set(T *target, T value, int pe) { gsh_##N##_atomic_set(SHMEM_CTX_DEFAULT, __func__, target, value, pe); }
 #define GSH_LEGACY_ARITH(N, T)                                                                      \
-    T shmem_##N##_cswap(T *target, T cond, T value, int pe) { return shmem_##N##_atomic_compare_swap(target, cond, value, pe); } \
-    T shmem_##N##_fadd(T *target, T value, int pe) { return shmem_##N##_atomic_fetch_add(target, value, pe); } \
-    T shmem_##N##_finc(T *target, int pe) { return shmem_##N##_atomic_fetch_inc(target, pe); }      \
-    void shmem_##N##_add(T *target, T value, int pe) { shmem_##N##_atomic_add(target, value, pe); } \
-    void shmem_##N##_inc(T *target, int pe) { shmem_##N##_atomic_inc(target, pe); }
+    T shmem_##N##_cswap(T *target, T cond, T value, int pe) { return gsh_##N##_atomic_compare_swap(SHMEM_CTX_DEFAULT, __func__, target, cond, value, pe); } \
+    T shmem_##N##_fadd(T *target, T value, int pe) { return gsh_##N##_atomic_fetch_add(SHMEM_CTX_DEFAULT, __func__, target, value, pe); } \
+    T shmem_##N##_finc(T *target, int pe) { return gsh_##N##_atomic_fetch_inc(SHMEM_CTX_DEFAULT, __func__, target, pe); } \
+    void shmem_##N##_add(T *target, T value, int pe) { gsh_##N##_atomic_add(SHMEM_CTX_DEFAULT, __func__, target, value, pe); } \
+    void shmem_##N##_inc(T *target, int pe) { gsh_##N##_atomic_inc(SHMEM_CTX_DEFAULT, __func__, target, pe); }
 
 /* Point-to-point synchronization on local variables: loads and compares
  * here, in C, whether the variable is in the heap or in static data (the
  * updates of other PEs land without this PE's help). */
-#define GSH_SYNC(N, T)                                                                              \
-    static inline int gsh_cmp_##N(T *p, int cmp, T v) {                                             \
-        T x = __atomic_load_n(p, __ATOMIC_ACQUIRE);                                                 \
+/* GSH_CMP defines gsh_cmpv_N, which compares x with v by cmp, and
+ * gsh_cmp_N, which loads x from p first. */
+#define GSH_CMP(N, T)                                                                               \
+    static inline int gsh_cmpv_##N(T x, int cmp, T v, const char *fn) {                            \
         switch (cmp) {                                                                              \
         case SHMEM_CMP_EQ: return x == v;                                                           \
         case SHMEM_CMP_NE: return x != v;                                                           \
@@ -358,71 +406,76 @@ GSH_AMO_LOCAL(64)
         case SHMEM_CMP_LT: return x < v;                                                            \
         case SHMEM_CMP_LE: return x <= v;                                                           \
         }                                                                                           \
-        gsh_fatal("shmem_" #N "_wait_until/test", "invalid comparison %d (valid: SHMEM_CMP_EQ, _NE, _GT, _GE, _LT, _LE)", cmp); \
+        gsh_fatal(fn, "invalid comparison %d (valid: SHMEM_CMP_EQ, _NE, _GT, _GE, _LT, _LE)", cmp); \
     }                                                                                               \
-    int shmem_##N##_test(T *ivar, int cmp, T cmp_value) { return gsh_cmp_##N(ivar, cmp, cmp_value); } \
+    static inline int gsh_cmp_##N(T *p, int cmp, T v, const char *fn) {                             \
+        return gsh_cmpv_##N(__atomic_load_n(p, __ATOMIC_ACQUIRE), cmp, v, fn);                      \
+    }
+#define GSH_SYNC(N, T)                                                                              \
+    GSH_CMP(N, T)                                                                                   \
+    int shmem_##N##_test(T *ivar, int cmp, T cmp_value) { return gsh_cmp_##N(ivar, cmp, cmp_value, __func__); } \
     void shmem_##N##_wait_until(T *ivar, int cmp, T cmp_value) {                                    \
         unsigned n = 0;                                                                             \
-        while (!gsh_cmp_##N(ivar, cmp, cmp_value)) gsh_wait_pause(&n);                              \
+        while (!gsh_cmp_##N(ivar, cmp, cmp_value, __func__)) gsh_wait_pause(&n);                              \
     }                                                                                               \
-    static int gsh_test_all_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, T *vs) {  \
+    static int gsh_test_all_##N(const char *fn, T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs) {  \
         for (size_t i = 0; i < nelems; i++)                                                         \
-            if (!(status && status[i]) && !gsh_cmp_##N(&ivars[i], cmp, vs ? vs[i] : v)) return 0;   \
+            if (!(status && status[i]) && !gsh_cmp_##N(&ivars[i], cmp, vs ? vs[i] : v, fn)) return 0;   \
         return 1;                                                                                   \
     }                                                                                               \
-    static size_t gsh_test_any_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, T *vs, int *none) { \
+    static size_t gsh_test_any_##N(const char *fn, T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs, int *none) { \
         *none = 1;                                                                                  \
         for (size_t i = 0; i < nelems; i++) {                                                       \
             if (status && status[i]) continue;                                                      \
             *none = 0;                                                                              \
-            if (gsh_cmp_##N(&ivars[i], cmp, vs ? vs[i] : v)) return i;                              \
+            if (gsh_cmp_##N(&ivars[i], cmp, vs ? vs[i] : v, fn)) return i;                              \
         }                                                                                           \
         return SIZE_MAX;                                                                            \
     }                                                                                               \
-    static size_t gsh_test_some_##N(T *ivars, size_t nelems, size_t *idx, const int *status, int cmp, T v, T *vs, int *none) { \
+    static size_t gsh_test_some_##N(const char *fn, T *ivars, size_t nelems, size_t *idx, const int *status, int cmp, T v, const T *vs, int *none) { \
         size_t k = 0;                                                                               \
         *none = 1;                                                                                  \
         for (size_t i = 0; i < nelems; i++) {                                                       \
             if (status && status[i]) continue;                                                      \
             *none = 0;                                                                              \
-            if (gsh_cmp_##N(&ivars[i], cmp, vs ? vs[i] : v)) idx[k++] = i;                          \
+            if (gsh_cmp_##N(&ivars[i], cmp, vs ? vs[i] : v, fn)) idx[k++] = i;                          \
         }                                                                                           \
         return k;                                                                                   \
     }                                                                                               \
-    static void gsh_wait_all_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, T *vs) { \
+    static void gsh_wait_all_##N(const char *fn, T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs) { \
         unsigned n = 0;                                                                             \
-        while (!gsh_test_all_##N(ivars, nelems, status, cmp, v, vs)) gsh_wait_pause(&n);            \
+        while (!gsh_test_all_##N(fn, ivars, nelems, status, cmp, v, vs)) gsh_wait_pause(&n);            \
     }                                                                                               \
-    static size_t gsh_wait_any_##N(T *ivars, size_t nelems, const int *status, int cmp, T v, T *vs) { \
+    static size_t gsh_wait_any_##N(const char *fn, T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs) { \
         unsigned n = 0;                                                                             \
         int none;                                                                                   \
         for (;;) {                                                                                  \
-            size_t i = gsh_test_any_##N(ivars, nelems, status, cmp, v, vs, &none);                  \
+            size_t i = gsh_test_any_##N(fn, ivars, nelems, status, cmp, v, vs, &none);                  \
             if (i != SIZE_MAX || none) return i;                                                    \
             gsh_wait_pause(&n);                                                                     \
         }                                                                                           \
     }                                                                                               \
-    static size_t gsh_wait_some_##N(T *ivars, size_t nelems, size_t *idx, const int *status, int cmp, T v, T *vs) { \
+    static size_t gsh_wait_some_##N(const char *fn, T *ivars, size_t nelems, size_t *idx, const int *status, int cmp, T v, const T *vs) { \
         unsigned n = 0;                                                                             \
         int none;                                                                                   \
         for (;;) {                                                                                  \
-            size_t k = gsh_test_some_##N(ivars, nelems, idx, status, cmp, v, vs, &none);            \
+            size_t k = gsh_test_some_##N(fn, ivars, nelems, idx, status, cmp, v, vs, &none);            \
             if (k > 0 || none) return k;                                                            \
             gsh_wait_pause(&n);                                                                     \
         }                                                                                           \
     }                                                                                               \
-    void shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { gsh_wait_all_##N(ivars, nelems, status, cmp, cmp_value, NULL); } \
-    size_t shmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_wait_any_##N(ivars, nelems, status, cmp, cmp_value, NULL); } \
-    size_t shmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { return gsh_wait_some_##N(ivars, nelems, indices, status, cmp, cmp_value, NULL); } \
-    void shmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values) { gsh_wait_all_##N(ivars, nelems, status, cmp, 0, cmp_values); } \
-    size_t shmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values) { return gsh_wait_any_##N(ivars, nelems, status, cmp, 0, cmp_values); } \
-    size_t shmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T *cmp_values) { return gsh_wait_some_##N(ivars, nelems, indices, status, cmp, 0, cmp_values); } \
-    int shmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_test_all_##N(ivars, nelems, status, cmp, cmp_value, NULL); } \
-    size_t shmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { int none; return gsh_test_any_##N(ivars, nelems, status, cmp, cmp_value, NULL, &none); } \
-    size_t shmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { int none; return gsh_test_some_##N(ivars, nelems, indices, status, cmp, cmp_value, NULL, &none); } \
-    int shmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values) { return gsh_test_all_##N(ivars, nelems, status, cmp, 0, cmp_values); } \
-    size_t shmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values) { int none; return gsh_test_any_##N(ivars, nelems, status, cmp, 0, cmp_values, &none); } \
-    size_t shmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T *cmp_values) { int none; return gsh_test_some_##N(ivars, nelems, indices, status, cmp, 0, cmp_values, &none); }
+    void shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { gsh_wait_all_##N(__func__, ivars, nelems, status, cmp, cmp_value, NULL); } \
+    size_t shmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_wait_any_##N(__func__, ivars, nelems, status, cmp, cmp_value, NULL); } \
+    size_t shmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { return gsh_wait_some_##N(__func__, ivars, nelems, indices, status, cmp, cmp_value, NULL); } \
+    void shmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { gsh_wait_all_##N(__func__, ivars, nelems, status, cmp, 0, cmp_values); } \
+    size_t shmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_wait_any_##N(__func__, ivars, nelems, status, cmp, 0, cmp_values); } \
+    size_t shmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { return gsh_wait_some_##N(__func__, ivars, nelems, indices, status, cmp, 0, cmp_values); } \
+    int shmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_test_all_##N(__func__, ivars, nelems, status, cmp, cmp_value, NULL); } \
+    size_t shmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { int none; return gsh_test_any_##N(__func__, ivars, nelems, status, cmp, cmp_value, NULL, &none); } \
+    size_t shmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { int none; return gsh_test_some_##N(__func__, ivars, nelems, indices, status, cmp, cmp_value, NULL, &none); } \
+    int shmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_test_all_##N(__func__, ivars, nelems, status, cmp, 0, cmp_values); } \
+    size_t shmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_any_##N(__func__, ivars, nelems, status, cmp, 0, cmp_values, &none); } \
+    size_t shmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_some_##N(__func__, ivars, nelems, indices, status, cmp, 0, cmp_values, &none); }
 
 #define GSH_LEGACY_WAIT(N, T) \
     void shmem_##N##_wait(T *ivar, T cmp_value) { shmem_##N##_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }
@@ -466,19 +519,19 @@ void gsh_to_all(void *dest, const void *source, int nreduce, size_t esize, int P
 /* Team collectives of type T. */
 #define GSH_COLL(N, T)                                                                              \
     int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root) { \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_BROADCAST, dest, (void *)source, nelems * sizeof(T), PE_root, 0, sizeof(T)); \
+        return goshmem_go_coll((uintptr_t)team, GSH_COLL_BROADCAST, dest, (void *)source, nelems * sizeof(T), PE_root, 0, sizeof(T), __func__); \
     }                                                                                               \
     int shmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems) {           \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_COLLECT, dest, (void *)source, nelems * sizeof(T), 0, 0, sizeof(T)); \
+        return goshmem_go_coll((uintptr_t)team, GSH_COLL_COLLECT, dest, (void *)source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
     }                                                                                               \
     int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems) {          \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_FCOLLECT, dest, (void *)source, nelems * sizeof(T), 0, 0, sizeof(T)); \
+        return goshmem_go_coll((uintptr_t)team, GSH_COLL_FCOLLECT, dest, (void *)source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
     }                                                                                               \
     int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems) {          \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALL, dest, (void *)source, nelems * sizeof(T), 0, 0, sizeof(T)); \
+        return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALL, dest, (void *)source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
     }                                                                                               \
     int shmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALLS, dest, (void *)source, nelems * sizeof(T), dst, sst, sizeof(T)); \
+        return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALLS, dest, (void *)source, nelems * sizeof(T), dst, sst, sizeof(T), __func__); \
     }
 
 #endif /* GOSHMEM_GSH_H */

@@ -12,7 +12,8 @@ import (
 
 // reduceTyped runs reduction op (a redOps index; 7 and 8 are the inclusive
 // and exclusive sum scans) over n elements of type ty (a row of the table);
-// ok is false for a type Go has no form of (long double).
+// ok is false for a type Go has no form of (long double; char arrives as
+// signed or unsigned char).
 func reduceTyped(team *shmem.Team, op, ty int, d, s unsafe.Pointer, n int) (err error, ok bool) {
 	switch ty<<4 | op {
 	case 0<<4 | 3: // float max
@@ -39,18 +40,6 @@ func reduceTyped(team *shmem.Team, op, ty int, d, s unsafe.Pointer, n int) (err 
 		return shmem.SumInscan(team, unsafe.Slice((*float64)(d), n), unsafe.Slice((*float64)(s), n)), true
 	case 1<<4 | 8:
 		return shmem.SumExscan(team, unsafe.Slice((*float64)(d), n), unsafe.Slice((*float64)(s), n)), true
-	case 3<<4 | 3: // char max
-		return shmem.MaxReduce(team, unsafe.Slice((*int8)(d), n), unsafe.Slice((*int8)(s), n)), true
-	case 3<<4 | 4: // char min
-		return shmem.MinReduce(team, unsafe.Slice((*int8)(d), n), unsafe.Slice((*int8)(s), n)), true
-	case 3<<4 | 5: // char sum
-		return shmem.SumReduce(team, unsafe.Slice((*int8)(d), n), unsafe.Slice((*int8)(s), n)), true
-	case 3<<4 | 6: // char prod
-		return shmem.ProdReduce(team, unsafe.Slice((*int8)(d), n), unsafe.Slice((*int8)(s), n)), true
-	case 3<<4 | 7:
-		return shmem.SumInscan(team, unsafe.Slice((*int8)(d), n), unsafe.Slice((*int8)(s), n)), true
-	case 3<<4 | 8:
-		return shmem.SumExscan(team, unsafe.Slice((*int8)(d), n), unsafe.Slice((*int8)(s), n)), true
 	case 4<<4 | 3: // signed char max
 		return shmem.MaxReduce(team, unsafe.Slice((*int8)(d), n), unsafe.Slice((*int8)(s), n)), true
 	case 4<<4 | 4: // signed char min

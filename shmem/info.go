@@ -162,10 +162,19 @@ func transportsTo(pe int) string {
 // collective is waited for. In a job of one PE started without the
 // launcher it only exits. It does not return.
 func GlobalExit(code int) {
+	GlobalExitNotify(code)
+	os.Exit(code)
+}
+
+// GlobalExitNotify is GlobalExit without the exit: it asks the launcher to
+// end every PE with exit status code and returns, for a caller that ends
+// its process its own way (the C library exits through C's exit, which
+// runs the program's atexit handlers and flushes its streams, as
+// shmem_global_exit must). A failure to reach the launcher is logged.
+func GlobalExitNotify(code int) {
 	if m := st.member; m != nil {
 		if err := m.GlobalExit(code); err != nil {
 			lg().Logf(ucs.LogError, "shmem.GlobalExit(%d): the launcher could not be told: %v", code, err)
 		}
 	}
-	os.Exit(code)
 }

@@ -57,10 +57,11 @@ var ErrHeapExhausted = errors.New("symmetric heap exhausted (SHMEM_SYMMETRIC_SIZ
 // ErrAllocMismatch is wrapped by the errors of the allocation routines,
 // on every PE, when the PEs did not make the same call: every allocation
 // checks that every PE called the same routine (Malloc, Calloc, Align,
-// MallocWithHints, Realloc or Free) for the same number of elements of the
-// same size, placed alike (the alignment, at least a cache line), with
-// the same hints and object; the error names each PE's call (routine,
-// type, element count, bytes, alignment, hints). Free, which returns
+// MallocWithHints, Realloc or Free) for the same number of bytes, placed
+// alike (the alignment, at least a cache line), with the same hints and
+// object; the element types may differ, as C's shmem_malloc counts bytes.
+// The error names each PE's call (routine, type, element count, bytes,
+// alignment, hints). Free, which returns
 // nothing, panics with it. ErrDebugMismatch is the same error.
 var ErrAllocMismatch = errors.New("the PEs made different allocation calls")
 
@@ -102,13 +103,17 @@ func newAllocCall[T any](call, n, align, off int, hints MallocHints) allocCall {
 	return c
 }
 
-// key digests what must be the same on every PE: a PE whose heap had no
-// room (not ok) must not agree with one whose had, and alignments below a
-// cache line place the object alike.
+// key digests what must be the same on every PE: the routine, the bytes
+// and their placement (alignments below a cache line place the object
+// alike), the hints and the object. The element type is not: as
+// OpenSHMEM's shmem_malloc counts bytes, Malloc[int32](8) and
+// Malloc[int64](4) make the same allocation, and so do a C PE's
+// shmem_malloc(32) and a Go PE's Malloc[int64](4) in one job. A PE whose
+// heap had no room (not ok) must not agree with one whose had.
 func (c allocCall) key() uint64 {
 	h := fnv.New64a()
-	var b [8 * 7]byte
-	for i, v := range []uint64{uint64(c.call), uint64(c.n), uint64(c.size), uint64(max(c.align, symheap.MinAlign)), uint64(c.off), uint64(c.hints), b2u(c.ok)} {
+	var b [8 * 6]byte
+	for i, v := range []uint64{uint64(c.call), uint64(c.n * c.size), uint64(max(c.align, symheap.MinAlign)), uint64(c.off), uint64(c.hints), b2u(c.ok)} {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
 	}
 	h.Write(b[:])

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -535,6 +536,44 @@ func TestAllocation(t *testing.T) {
 			shmem.Free(o)
 		}
 		shmem.Free(first)
+	})
+}
+
+// TestAllocAcrossElementTypes: calls that make the same allocation agree
+// whatever their element type (64 bytes as Malloc[byte] on some PEs and
+// Malloc[int64](8) on others, as a C program's shmem_malloc beside a Go
+// PE): no mismatch, and the objects are symmetric. The element type's
+// alignment used to be part of the check.
+func TestAllocAcrossElementTypes(t *testing.T) {
+	jobWith(t, jobOptions{nps: []int{2, 3}, quick: []int{2}}, func(t *testing.T, me, n int) {
+		var p unsafe.Pointer
+		if me%2 == 0 {
+			b, err := shmem.Malloc[byte](64)
+			if err != nil {
+				t.Fatalf("Malloc[byte](64): %v", err)
+			}
+			p = unsafe.Pointer(&b[0])
+		} else {
+			w, err := shmem.Malloc[int64](8)
+			if err != nil {
+				t.Fatalf("Malloc[int64](8): %v", err)
+			}
+			p = unsafe.Pointer(&w[0])
+		}
+		base, _ := shmem.HeapBounds()
+		off := int64(uintptr(p) - uintptr(base))
+		o, err := shmem.Malloc[int64](1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o[0] = off
+		shmem.BarrierAll()
+		for pe := 0; pe < n; pe++ {
+			if v := shmem.G(&o[0], pe); v != off {
+				t.Fatalf("PE %d has the object at heap offset %d, this PE at %d", pe, v, off)
+			}
+		}
+		shmem.BarrierAll()
 	})
 }
 

@@ -24,6 +24,15 @@ extern "C" {
 #define _SHMEM_VENDOR_STRING SHMEM_VENDOR_STRING
 #define GOSHMEM 1
 
+/* shmem_global_exit does not return (_Noreturn in C11). */
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define GSH_NORETURN _Noreturn
+#elif defined(__GNUC__)
+#define GSH_NORETURN __attribute__((__noreturn__))
+#else
+#define GSH_NORETURN
+#endif
+
 /* Thread levels. */
 #define SHMEM_THREAD_SINGLE 0
 #define SHMEM_THREAD_FUNNELED 1
@@ -103,9 +112,8 @@ void shmem_init(void);
 int shmem_init_thread(int requested, int *provided);
 void shmem_query_thread(int *provided);
 void shmem_finalize(void);
-void shmem_global_exit(int status);
-int shmem_query_initialized(int *initialized);
-int shmem_query_finalized(int *finalized);
+GSH_NORETURN void shmem_global_exit(int status);
+void shmem_query_initialized(int *initialized);
 int shmem_my_pe(void);
 int shmem_n_pes(void);
 int shmem_pe_accessible(int pe);
@@ -113,7 +121,7 @@ int shmem_addr_accessible(const void *addr, int pe);
 void *shmem_ptr(const void *dest, int pe);
 void shmem_info_get_version(int *major, int *minor);
 void shmem_info_get_name(char *name);
-void shmem_pcontrol(int level);
+void shmem_pcontrol(int level, ...);
 
 /* Memory management. */
 void *shmem_malloc(size_t size);
@@ -194,6 +202,8 @@ void *shmalloc(size_t size);
 void shfree(void *ptr);
 void *shrealloc(void *ptr, size_t size);
 void *shmemalign(size_t alignment, size_t size);
+void shmem_wait(long *ivar, long cmp_value);
+void shmem_wait_until(long *ivar, int cmp, long cmp_value);
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
 void shmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync);
 void shmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync);
@@ -225,6 +235,17 @@ const genericTop = `
 #define GSH_NARG_(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, n, ...) n
 #define GSH_CAT(a, b) GSH_CAT_(a, b)
 #define GSH_CAT_(a, b) a##b
+/* The C11 forms of the untyped routines: with a context first, or a team
+ * (shmem_sync), beside their C forms. */
+#define shmem_signal_add(...) GSH_CAT(gsh_generic_signal_add_, GSH_NARG(__VA_ARGS__))(__VA_ARGS__)
+#define gsh_generic_signal_add_3(a0, a1, a2) (shmem_signal_add)(a0, a1, a2)
+#define gsh_generic_signal_add_4(c, a0, a1, a2) shmem_ctx_signal_add(c, a0, a1, a2)
+#define shmem_signal_set(...) GSH_CAT(gsh_generic_signal_set_, GSH_NARG(__VA_ARGS__))(__VA_ARGS__)
+#define gsh_generic_signal_set_3(a0, a1, a2) (shmem_signal_set)(a0, a1, a2)
+#define gsh_generic_signal_set_4(c, a0, a1, a2) shmem_ctx_signal_set(c, a0, a1, a2)
+#define shmem_sync(...) GSH_CAT(gsh_generic_sync_, GSH_NARG(__VA_ARGS__))(__VA_ARGS__)
+#define gsh_generic_sync_1(team) shmem_team_sync(team)
+#define gsh_generic_sync_4(a0, a1, a2, a3) (shmem_sync)(a0, a1, a2, a3)
 `
 
 const headerEnd = `#endif /* C11 generics */

@@ -2,9 +2,10 @@
 // table in types.go: include/shmem.h (every routine's prototype, the C11
 // _Generic forms and the constants), include/shmemx.h, ztyped.c (the
 // definitions of the typed routines, as expansions of the macro families
-// of gsh.h) and ztyped.go (the Go side of the typed collectives). Run it
-// with go generate in capi/; a routine is in the header exactly when the
-// library defines it, since both come from the same rows.
+// of gsh.h), ztyped.go (the Go side of the typed collectives) and
+// testdata/ztypes.c (their test). Run it in capi/ with go run ./gen (or
+// go generate -tags goshmem_capi); a routine is in the header exactly
+// when the library defines it, since both come from the same rows.
 package main
 
 import (
@@ -29,6 +30,7 @@ func main() {
 	write("include/shmem.h", header())
 	write("include/shmemx.h", []byte(shmemx))
 	write("ztyped.c", cfile())
+	write("testdata/ztypes.c", testProgram())
 	src, err := format.Source(gofile())
 	if err != nil {
 		log.Fatalf("ztyped.go: %v", err)
@@ -173,16 +175,16 @@ func typedProtos() []proto {
 		add(false, "void", n+"_wait_until_all", T+" *ivars, size_t nelems, const int *status, int cmp, "+T+" cmp_value")
 		add(false, "size_t", n+"_wait_until_any", T+" *ivars, size_t nelems, const int *status, int cmp, "+T+" cmp_value")
 		add(false, "size_t", n+"_wait_until_some", T+" *ivars, size_t nelems, size_t *indices, const int *status, int cmp, "+T+" cmp_value")
-		add(false, "void", n+"_wait_until_all_vector", T+" *ivars, size_t nelems, const int *status, int cmp, "+T+" *cmp_values")
-		add(false, "size_t", n+"_wait_until_any_vector", T+" *ivars, size_t nelems, const int *status, int cmp, "+T+" *cmp_values")
-		add(false, "size_t", n+"_wait_until_some_vector", T+" *ivars, size_t nelems, size_t *indices, const int *status, int cmp, "+T+" *cmp_values")
+		add(false, "void", n+"_wait_until_all_vector", T+" *ivars, size_t nelems, const int *status, int cmp, const "+T+" *cmp_values")
+		add(false, "size_t", n+"_wait_until_any_vector", T+" *ivars, size_t nelems, const int *status, int cmp, const "+T+" *cmp_values")
+		add(false, "size_t", n+"_wait_until_some_vector", T+" *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const "+T+" *cmp_values")
 		add(false, "int", n+"_test", T+" *ivar, int cmp, "+T+" cmp_value")
 		add(false, "int", n+"_test_all", T+" *ivars, size_t nelems, const int *status, int cmp, "+T+" cmp_value")
 		add(false, "size_t", n+"_test_any", T+" *ivars, size_t nelems, const int *status, int cmp, "+T+" cmp_value")
 		add(false, "size_t", n+"_test_some", T+" *ivars, size_t nelems, size_t *indices, const int *status, int cmp, "+T+" cmp_value")
-		add(false, "int", n+"_test_all_vector", T+" *ivars, size_t nelems, const int *status, int cmp, "+T+" *cmp_values")
-		add(false, "size_t", n+"_test_any_vector", T+" *ivars, size_t nelems, const int *status, int cmp, "+T+" *cmp_values")
-		add(false, "size_t", n+"_test_some_vector", T+" *ivars, size_t nelems, size_t *indices, const int *status, int cmp, "+T+" *cmp_values")
+		add(false, "int", n+"_test_all_vector", T+" *ivars, size_t nelems, const int *status, int cmp, const "+T+" *cmp_values")
+		add(false, "size_t", n+"_test_any_vector", T+" *ivars, size_t nelems, const int *status, int cmp, const "+T+" *cmp_values")
+		add(false, "size_t", n+"_test_some_vector", T+" *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const "+T+" *cmp_values")
 		if t.legacy&lgArith != 0 || t.name == "short" {
 			add(false, "void", n+"_wait", T+" *ivar, "+T+" cmp_value")
 		}
@@ -269,8 +271,14 @@ func header() []byte {
 	b.WriteString(genericTop)
 	for _, g := range generics() {
 		var assoc []string
+		taken := map[string]bool{}
 		for _, t := range types {
-			if t.generic && g.pick(t) {
+			key := t.name
+			if t.alias != "" {
+				key = t.alias
+			}
+			if g.pick(t) && !taken[key] {
+				taken[key] = true
 				assoc = append(assoc, fmt.Sprintf("%s: shmem_%s%s", t.c, t.name, g.suffix))
 			}
 		}
@@ -331,14 +339,14 @@ func cfile() []byte {
 				fmt.Fprintf(&b, "GSH_COMBINE_%s(%s, %s)\n", strings.ToUpper(o.name), t.name, t.c)
 			}
 			if t.red&o.op != 0 {
-				fmt.Fprintf(&b, "GSH_REDUCE(%s, %s, %s, %d, %d)\n", t.name, t.c, o.name, k, i)
+				fmt.Fprintf(&b, "GSH_REDUCE(%s, %s, %s, %d, %s)\n", t.name, t.c, o.name, k, goRow(i))
 			}
 			if t.toAll&o.op != 0 {
 				fmt.Fprintf(&b, "GSH_TO_ALL(%s, %s, %s)\n", t.name, t.c, o.name)
 			}
 		}
 		if t.red&opSum != 0 {
-			fmt.Fprintf(&b, "GSH_SCAN(%s, %s, %d)\n", t.name, t.c, i)
+			fmt.Fprintf(&b, "GSH_SCAN(%s, %s, %s)\n", t.name, t.c, goRow(i))
 		}
 	}
 	for _, bits := range sizes {
@@ -347,12 +355,33 @@ func cfile() []byte {
 	return b.Bytes()
 }
 
+// goRow is the C expression of the row whose Go code reduces the type of
+// row i: the row itself, or for char the row of signed char or unsigned
+// char, as the platform's char is.
+func goRow(i int) string {
+	if !types[i].char {
+		return fmt.Sprint(i)
+	}
+	return fmt.Sprintf("(CHAR_MIN < 0 ? %d : %d)", row("schar"), row("uchar"))
+}
+
+// row is the index of the row of the type named name.
+func row(name string) int {
+	for i, t := range types {
+		if t.name == name {
+			return i
+		}
+	}
+	log.Fatalf("no row %q in the type table", name)
+	return -1
+}
+
 // gofile writes the Go side of the typed collectives: the reductions and
 // scans, by type number (the row of the table) and operation.
 func gofile() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "//go:build cgo && goshmem_capi\n\n// %s\n\npackage main\n\nimport (\n\"unsafe\"\n\n\"github.com/goshmem/goshmem/shmem\"\n)\n\n", banner)
-	b.WriteString("// reduceTyped runs reduction op (a redOps index; 7 and 8 are the inclusive\n// and exclusive sum scans) over n elements of type ty (a row of the table);\n// ok is false for a type Go has no form of (long double).\n")
+	b.WriteString("// reduceTyped runs reduction op (a redOps index; 7 and 8 are the inclusive\n// and exclusive sum scans) over n elements of type ty (a row of the table);\n// ok is false for a type Go has no form of (long double; char arrives as\n// signed or unsigned char).\n")
 	b.WriteString("func reduceTyped(team *shmem.Team, op, ty int, d, s unsafe.Pointer, n int) (err error, ok bool) {\nswitch ty<<4 | op {\n")
 	fns := []string{"AndReduce", "OrReduce", "XorReduce", "MaxReduce", "MinReduce", "SumReduce", "ProdReduce"}
 	for i, t := range types {

@@ -9,9 +9,14 @@ type ctype struct {
 	c      string // the C type
 	size   int    // its size in bytes on LP64
 	goType string // the Go type of the same representation ("" for long double)
-	// generic: the type names a _Generic association (the fixed-size and
-	// size_t/ptrdiff_t typedefs repeat another type and cannot).
-	generic bool
+	// alias: for a typedef, the row of the type it names on LP64 (int32_t
+	// is int). A _Generic association takes each type once: the typedef
+	// serves only the generic routines its alias row does not take (the
+	// bitwise atomics and reductions of int32_t, not of int).
+	alias string
+	// char: the reductions fold as signed char or unsigned char, as the
+	// platform's char is signed or not (the C type's own semantics).
+	char    bool
 	rma     bool // standard RMA types (put, get, p, g, strided, signal, collectives)
 	amo     bool // standard AMO types
 	ext     bool // extended AMO types beyond the standard ones (fetch, set, swap)
@@ -59,30 +64,30 @@ const (
 )
 
 var types = []ctype{
-	{name: "float", c: "float", size: 4, goType: "float32", generic: true, rma: true, ext: true, red: ordOps | sumOps, toAll: ordOps | sumOps, legacy: lgSwap},
-	{name: "double", c: "double", size: 8, goType: "float64", generic: true, rma: true, ext: true, red: ordOps | sumOps, toAll: ordOps | sumOps, legacy: lgSwap},
-	{name: "longdouble", c: "long double", size: 16, generic: true, rma: true, red: ordOps | sumOps, toAll: ordOps | sumOps},
-	{name: "char", c: "char", size: 1, goType: "int8", generic: true, rma: true, red: signRed},
-	{name: "schar", c: "signed char", size: 1, goType: "int8", generic: true, rma: true, red: signRed},
-	{name: "short", c: "short", size: 2, goType: "int16", generic: true, rma: true, sync: true, red: signRed, toAll: allRed},
-	{name: "int", c: "int", size: 4, goType: "int32", generic: true, rma: true, amo: true, sync: true, red: signRed, toAll: allRed, legacy: lgSwap | lgArith},
-	{name: "long", c: "long", size: 8, goType: "int64", generic: true, rma: true, amo: true, sync: true, red: signRed, toAll: allRed, legacy: lgSwap | lgArith},
-	{name: "longlong", c: "long long", size: 8, goType: "int64", generic: true, rma: true, amo: true, sync: true, red: signRed, toAll: allRed, legacy: lgSwap | lgArith},
-	{name: "uchar", c: "unsigned char", size: 1, goType: "uint8", generic: true, rma: true, red: allRed},
-	{name: "ushort", c: "unsigned short", size: 2, goType: "uint16", generic: true, rma: true, sync: true, red: allRed},
-	{name: "uint", c: "unsigned int", size: 4, goType: "uint32", generic: true, rma: true, amo: true, bitwise: true, sync: true, red: allRed},
-	{name: "ulong", c: "unsigned long", size: 8, goType: "uint64", generic: true, rma: true, amo: true, bitwise: true, sync: true, red: allRed},
-	{name: "ulonglong", c: "unsigned long long", size: 8, goType: "uint64", generic: true, rma: true, amo: true, bitwise: true, sync: true, red: allRed},
-	{name: "int8", c: "int8_t", size: 1, goType: "int8", rma: true, red: allRed},
-	{name: "int16", c: "int16_t", size: 2, goType: "int16", rma: true, red: allRed},
-	{name: "int32", c: "int32_t", size: 4, goType: "int32", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
-	{name: "int64", c: "int64_t", size: 8, goType: "int64", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
-	{name: "uint8", c: "uint8_t", size: 1, goType: "uint8", rma: true, red: allRed},
-	{name: "uint16", c: "uint16_t", size: 2, goType: "uint16", rma: true, red: allRed},
-	{name: "uint32", c: "uint32_t", size: 4, goType: "uint32", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
-	{name: "uint64", c: "uint64_t", size: 8, goType: "uint64", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
-	{name: "size", c: "size_t", size: 8, goType: "uint64", rma: true, amo: true, sync: true, red: allRed},
-	{name: "ptrdiff", c: "ptrdiff_t", size: 8, goType: "int64", rma: true, amo: true, sync: true, red: signRed},
+	{name: "float", c: "float", size: 4, goType: "float32", rma: true, ext: true, red: ordOps | sumOps, toAll: ordOps | sumOps, legacy: lgSwap},
+	{name: "double", c: "double", size: 8, goType: "float64", rma: true, ext: true, red: ordOps | sumOps, toAll: ordOps | sumOps, legacy: lgSwap},
+	{name: "longdouble", c: "long double", size: 16, rma: true, red: ordOps | sumOps, toAll: ordOps | sumOps},
+	{name: "char", c: "char", size: 1, char: true, rma: true, red: signRed},
+	{name: "schar", c: "signed char", size: 1, goType: "int8", rma: true, red: signRed},
+	{name: "short", c: "short", size: 2, goType: "int16", rma: true, sync: true, red: signRed, toAll: allRed},
+	{name: "int", c: "int", size: 4, goType: "int32", rma: true, amo: true, sync: true, red: signRed, toAll: allRed, legacy: lgSwap | lgArith},
+	{name: "long", c: "long", size: 8, goType: "int64", rma: true, amo: true, sync: true, red: signRed, toAll: allRed, legacy: lgSwap | lgArith},
+	{name: "longlong", c: "long long", size: 8, goType: "int64", rma: true, amo: true, sync: true, red: signRed, toAll: allRed, legacy: lgSwap | lgArith},
+	{name: "uchar", c: "unsigned char", size: 1, goType: "uint8", rma: true, red: allRed},
+	{name: "ushort", c: "unsigned short", size: 2, goType: "uint16", rma: true, sync: true, red: allRed},
+	{name: "uint", c: "unsigned int", size: 4, goType: "uint32", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
+	{name: "ulong", c: "unsigned long", size: 8, goType: "uint64", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
+	{name: "ulonglong", c: "unsigned long long", size: 8, goType: "uint64", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
+	{name: "int8", c: "int8_t", size: 1, alias: "schar", goType: "int8", rma: true, red: allRed},
+	{name: "int16", c: "int16_t", size: 2, alias: "short", goType: "int16", rma: true, red: allRed},
+	{name: "int32", c: "int32_t", size: 4, alias: "int", goType: "int32", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
+	{name: "int64", c: "int64_t", size: 8, alias: "long", goType: "int64", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
+	{name: "uint8", c: "uint8_t", size: 1, alias: "uchar", goType: "uint8", rma: true, red: allRed},
+	{name: "uint16", c: "uint16_t", size: 2, alias: "ushort", goType: "uint16", rma: true, red: allRed},
+	{name: "uint32", c: "uint32_t", size: 4, alias: "uint", goType: "uint32", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
+	{name: "uint64", c: "uint64_t", size: 8, alias: "ulong", goType: "uint64", rma: true, amo: true, bitwise: true, sync: true, red: allRed},
+	{name: "size", c: "size_t", size: 8, alias: "ulong", goType: "uint64", rma: true, amo: true, sync: true, red: allRed},
+	{name: "ptrdiff", c: "ptrdiff_t", size: 8, alias: "long", goType: "int64", rma: true, amo: true, sync: true, red: signRed},
 	{name: "complexf", c: "float _Complex", size: 8, goType: "complex64", red: sumOps, toAll: sumOps},
 	{name: "complexd", c: "double _Complex", size: 16, goType: "complex128", red: sumOps, toAll: sumOps},
 }

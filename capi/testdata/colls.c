@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK(c) do { if (!(c)) { fprintf(stderr, "PE %d: %s:%d: check failed: %s\n", shmem_my_pe(), __FILE__, __LINE__, #c); shmem_global_exit(1); } } while (0)
+#include "check.h"
 
 static long pSync[SHMEM_REDUCE_SYNC_SIZE];
 static long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
@@ -72,10 +72,15 @@ int main(void) {
         CHECK(even != SHMEM_TEAM_INVALID && shmem_team_my_pe(even) == me / 2);
         shmem_ctx_t ctx;
         CHECK(shmem_team_create_ctx(even, 0, &ctx) == 0);
-        int peer = shmem_team_translate_pe(even, (shmem_team_my_pe(even) + 1) % shmem_team_n_pes(even), SHMEM_TEAM_WORLD);
-        shmem_ctx_long_p(ctx, &dst64[60], me, peer);
+        shmem_team_t got;
+        CHECK(shmem_ctx_get_team(ctx, &got) == 0 && got == even);
+        /* PE numbers on a team's context are numbers in the team. */
+        int tn = shmem_team_n_pes(even), tme = shmem_team_my_pe(even);
+        shmem_ctx_long_p(ctx, &dst64[60], me + 100, (tme + 1) % tn);
         shmem_ctx_quiet(ctx);
         shmem_team_sync(even);
+        CHECK(dst64[60] == 100 + shmem_team_translate_pe(even, (tme + tn - 1) % tn, SHMEM_TEAM_WORLD));
+        CHECK(shmem_ctx_long_atomic_fetch(ctx, &dst64[60], (tme + 1) % tn) == me + 100);
         shmem_ctx_destroy(ctx);
         shmem_team_destroy(even);
     } else {

@@ -3,11 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check.h"
+
 static long counter;
 static long sdata[4];
 static int flag;
-
-#define CHECK(c) do { if (!(c)) { fprintf(stderr, "PE %d: %s:%d: check failed: %s\n", shmem_my_pe(), __FILE__, __LINE__, #c); shmem_global_exit(1); } } while (0)
 
 int main(void) {
     shmem_init();

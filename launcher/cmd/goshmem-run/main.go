@@ -188,7 +188,7 @@ func (e *envFlags) Set(v string) error {
 
 // runFlags are goshmem-run's flags, once parsed.
 type runFlags struct {
-	np                               *int
+	np, perHost                      *int
 	hostList, hostfile, rsh, spawner *string
 	tag                              *bool
 	outDir, bind                     *string
@@ -206,6 +206,11 @@ func newFlags(stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	f := &runFlags{}
 	f.np = fs.Int("np", 0, "number of PEs (at least 1; with -hosts or -hostfile, default one per slot)")
 	fs.IntVar(f.np, "n", 0, "the same as -np")
+	f.perHost = fs.Int("N", 0, "PEs per host: with -hosts or -hostfile, N on each host whatever its slots; on this host alone, the same as -np")
+	// Flags people type out of habit from oshrun and mpirun, which change
+	// nothing here: a host takes any number of PEs, and root may run them.
+	fs.Bool("oversubscribe", false, "accepted for oshrun's sake (no effect: this host alone takes any -np)")
+	fs.Bool("allow-run-as-root", false, "accepted for oshrun's sake (no effect: root runs jobs without it)")
 	f.hostList = fs.String("hosts", "", `hosts and slots, "h1:4,h2:4"`)
 	f.hostfile = fs.String("hostfile", "", `file of hosts, one per line: "h1", "h1:4" or "h1 slots=4"`)
 	f.rsh = fs.String("rsh", "ssh", "remote shell: CMD HOST COMMAND... runs COMMAND on HOST")
@@ -312,6 +317,21 @@ func (f *runFlags) options(fs *flag.FlagSet, usage usageFunc, stderr io.Writer) 
 	}
 	if *f.spawner != "" && hosts != nil {
 		return opts, usage("-spawner places the PEs itself: no -hosts or -hostfile with it"), false
+	}
+	switch {
+	case *f.perHost < 0:
+		return opts, usage("-N must be at least 1"), false
+	case *f.perHost == 0:
+	case *f.spawner != "":
+		return opts, usage("-N: the spawner places the PEs (give it its own per-host option)"), false
+	case hosts != nil:
+		for i := range hosts {
+			hosts[i].Slots = *f.perHost
+		}
+	case *f.np == 0:
+		*f.np = *f.perHost
+	case *f.np > *f.perHost:
+		return opts, usage("-np %d PEs do not fit -N %d on this host alone (give -hosts or -hostfile for more hosts)", *f.np, *f.perHost), false
 	}
 	if *f.np < 0 || (*f.np == 0 && hosts == nil) {
 		return opts, usage("-np must be at least 1"), false

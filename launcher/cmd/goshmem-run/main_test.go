@@ -87,6 +87,15 @@ func TestRun(t *testing.T) {
 		{"too many PEs for the hosts", []string{"-np", "3", "-hosts", "localhost:2", "true"}, 2, "do not fit", ""},
 		{"local hosts", []string{"-hosts", "localhost:2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, "", ""},
 		{"x flag", []string{"-np", "2", "-x", "GOSHMEM_TEST_X=yes", "sh", "-c", "test $GOSHMEM_TEST_X = yes"}, 0, "", ""},
+		{"N alone", []string{"-N", "3", "sh", "-c", "test $GOSHMEM_SIZE = 3"}, 0, "", ""},
+		{"N per host", []string{"-N", "2", "-hosts", "localhost:5", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, "", ""},
+		{"N per host overrides slots", []string{"-N", "1", "-np", "2", "-hosts", "localhost:5", "true"}, 2, "do not fit", ""},
+		{"N and np", []string{"-N", "3", "-np", "2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, "", ""},
+		{"N below np", []string{"-N", "2", "-np", "3", "true"}, 2, "-np 3 PEs do not fit -N 2 on this host alone", ""},
+		{"N negative", []string{"-N", "-1", "true"}, 2, "-N must be at least 1", ""},
+		{"N with spawner", []string{"-N", "2", "-spawner", "srun", "true"}, 2, "-N: the spawner places the PEs", ""},
+		{"oversubscribe", []string{"--oversubscribe", "-np", "2", "sh", "-c", "test $GOSHMEM_SIZE = 2"}, 0, "", ""},
+		{"allow-run-as-root", []string{"--allow-run-as-root", "-np", "1", "true"}, 0, "", ""},
 		{"single host tcp on loopback", []string{"-np", "1", "sh", "-c", "test $UCX_NET_DEVICES = lo"}, 0, "", ""},
 	}
 	for _, tt := range tests {
