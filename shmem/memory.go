@@ -257,8 +257,8 @@ func exhausted(routine string, bytes int, err error) error {
 // nothing, not even the barrier, and returns nil and no error. T must hold
 // no Go pointers; otherwise, or when the heap is exhausted
 // (ErrHeapExhausted), it returns an error and allocates nothing. When the
-// PEs' calls differ (another routine, element count or size, alignment or
-// hints on some PE), every PE returns an error wrapping ErrAllocMismatch
+// PEs' calls differ (another routine, number of bytes, alignment or hints
+// on some PE; the element types may differ), every PE returns an error wrapping ErrAllocMismatch
 // that names the calls and the PEs, and allocates nothing (a PE in Free
 // panics with it): the check is part of the barrier, always on.
 func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", callMalloc, n, 0, 0, false) }

@@ -643,12 +643,13 @@ func TestAllocMismatch(t *testing.T) {
 }
 
 // TestAllocMismatchAcrossRoutines: two PEs in different allocation
-// routines, or in one routine for different types of the same bytes, get
-// ErrAllocMismatch on every PE (a panic in Free), as the routines' doc
-// says, with a message that shows what differs; then the heap works on.
-// Align against Malloc and MallocWithHints against Malloc used to panic
-// as a collective mismatch, and Malloc[int32](8) against Malloc[int64](4)
-// was reported as two calls of "Malloc(32 bytes)".
+// routines, or in one routine for different bytes, get ErrAllocMismatch
+// on every PE (a panic in Free), as the routines' doc says, with a message
+// that shows what differs, types and counts included; then the heap works
+// on. Align against Malloc and MallocWithHints against Malloc used to
+// panic as a collective mismatch, and the calls were reported by their
+// bytes alone. (The same bytes of other types are the same allocation:
+// TestAllocAcrossElementTypes.)
 func TestAllocMismatchAcrossRoutines(t *testing.T) {
 	jobWith(t, jobOptions{nps: []int{3}}, func(t *testing.T, me, n int) {
 		last := me == n-1
@@ -666,10 +667,10 @@ func TestAllocMismatchAcrossRoutines(t *testing.T) {
 				func() error { _, err := shmem.MallocWithHints[int64](4, shmem.MallocAtomicsRemote); return err },
 				func() error { _, err := shmem.Malloc[int64](4); return err },
 				[]string{"MallocWithHints[int64](4, MallocAtomicsRemote): 32 bytes, alignment 8", "Malloc[int64](4): 32 bytes"}},
-			{"same bytes of another type",
-				func() error { _, err := shmem.Malloc[int32](8); return err },
+			{"other bytes of another type",
+				func() error { _, err := shmem.Malloc[int32](6); return err },
 				func() error { _, err := shmem.Malloc[int64](4); return err },
-				[]string{fmt.Sprintf("PE %d: allocation call #4, Malloc[int32](8): 32 bytes, alignment 4", n-1), "Malloc[int64](4): 32 bytes, alignment 8"}},
+				[]string{fmt.Sprintf("PE %d: allocation call #4, Malloc[int32](6): 24 bytes, alignment 4", n-1), "Malloc[int64](4): 32 bytes, alignment 8"}},
 			{"Realloc against Calloc",
 				func() error { _, err := shmem.Realloc(obj, 8); return err },
 				func() error { _, err := shmem.Calloc[int64](8); return err },
