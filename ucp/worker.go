@@ -446,6 +446,7 @@ func (w *Worker) Destroy() {
 	for _, ep := range eps {
 		ep.closeNow(ucs.ErrCanceled)
 	}
+	w.lingerDestroy()
 	w.rkc.clear()
 	w.tagDestroy()
 	w.streamDestroy()
