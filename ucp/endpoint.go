@@ -138,13 +138,16 @@ type Endpoint struct {
 	failStatus atomic.Int32 // the ucs.Status the endpoint failed with (mode PEER); 0 if none
 	closing    atomic.Bool  // Close began: the error handler is not called any more
 	closed     atomic.Bool  // closed: operations fail
-	swDirty    atomic.Bool  // software puts or atomics sent since the last flush
-	wiredBack  atomic.Bool  // the peer has this worker's address (swWireup)
-	direct     atomic.Bool  // a key unpacked on it maps the peer's memory here
-	amq        amEP         // active messages (am.go)
-	queued     atomic.Int32 // its sends in the worker's send queue (proto.go)
-	thresh     atomic.Pointer[protoThresh]
-	sock       sockAddrs // of a client-server endpoint (ep_sockaddr.go)
+	// linger: closed at once (force), its lanes kept until the revokes of
+	// its rendezvous sends went out (tagRevokeEP, epFlushOp.linger).
+	linger    atomic.Bool
+	swDirty   atomic.Bool  // software puts or atomics sent since the last flush
+	wiredBack atomic.Bool  // the peer has this worker's address (swWireup)
+	direct    atomic.Bool  // a key unpacked on it maps the peer's memory here
+	amq       amEP         // active messages (am.go)
+	queued    atomic.Int32 // its sends in the worker's send queue (proto.go)
+	thresh    atomic.Pointer[protoThresh]
+	sock      sockAddrs // of a client-server endpoint (ep_sockaddr.go)
 	// conn is set while a client-server endpoint connects, and after its
 	// connection failed (ep_connect.go); nil on a wired endpoint.
 	conn atomic.Pointer[epConnect]
@@ -454,14 +457,21 @@ const (
 
 // Close closes the endpoint (ucp_ep_close_nbx). In CloseModeFlush it first
 // flushes the endpoint, as Flush does, and returns the flush's error, if
-// any; an endpoint that failed (mode PEER) is not flushed. In
-// CloseModeForce it closes at once: every outstanding request of the
-// endpoint completes with ucs.ErrCanceled (those the transports hold, from
-// a later Progress). Either way the endpoint's transport connections are
-// released and later operations fail; its error handler is not called any
-// more. Closing a closed endpoint does nothing and returns nil; an unknown
-// mode fails with ucs.ErrInvalidParam. In multi mode several goroutines may
-// close endpoints at once.
+// any; an endpoint that failed (mode PEER) is not flushed. In CloseModeForce
+// it closes at once: every outstanding request of the endpoint completes
+// with ucs.ErrCanceled (those the transports hold, from a later Progress).
+// Either way the endpoint's transport connections are released and later
+// operations fail; its error handler is not called any more. A rendezvous
+// tag send that the receiver has not answered is revoked (the receiver drops
+// the message, or its receive waiting for the data fails with
+// ucs.ErrCanceled): it completes with ucs.ErrCanceled, but where the
+// receiver may read its buffer directly (shared memory, cma, self) only once
+// the receiver answered, from a later Progress, and with OK when a receive
+// took the data first. After a force close that revoked sends, the
+// connections are released once the revokes are out, from a later Progress.
+// Closing a closed endpoint does nothing and returns nil; an unknown mode
+// fails with ucs.ErrInvalidParam. In multi mode several goroutines may close
+// endpoints at once.
 func (ep *Endpoint) Close(mode int) error {
 	r, err := ep.EPCloseNB(mode)
 	if err != nil {
@@ -482,7 +492,9 @@ func (ep *Endpoint) closeNow(st ucs.Status) {
 	ep.closing.Store(true)
 	ep.closed.Store(true)
 	ep.purge(st)
-	ep.destroyLanes()
+	if !ep.linger.Load() {
+		ep.destroyLanes()
+	}
 	ep.swClean()
 }
 

@@ -44,8 +44,14 @@ type epFlushOp struct {
 	sw    *swReq // the software flush request waited for, if any
 	stage uint8
 	close bool // close the endpoint once flushed
-	comp  uct.Completion
-	lanes atomic.Bool // the lanes' flushes completed
+	// revoked: a close took back the endpoint's rendezvous messages
+	// (tagRevokeEP), before the lanes' flush.
+	revoked bool
+	// linger: the flush of a closed endpoint's lanes, which then destroys
+	// them (lingerStart); it has no request.
+	linger bool
+	comp   uct.Completion
+	lanes  atomic.Bool // the lanes' flushes completed
 }
 
 // Stages of an epFlushOp.
@@ -101,15 +107,15 @@ func (ep *Endpoint) EPFlushNB(flags uint32, cb SendCallback) (*Request, error) {
 
 // EPCloseNBX starts closing the endpoint (ucp_ep_close_nbx). With
 // EPCloseFlagForce in param's flags it closes at once, as
-// Close(CloseModeForce), and returns (nil, nil) (under OpAttrFlagNoImmCmpl
-// a completed request). Otherwise it flushes the endpoint first (not one
-// that failed): it returns a request that completes once the endpoint is
-// flushed and closed, with the flush's error if any, or (nil, nil) when
-// that happened at once. From the call on, the endpoint's error handler is
-// not called any more; once closed, its outstanding requests completed
-// with ucs.ErrCanceled and later operations fail. Closing an endpoint
-// whose close began already returns (nil, nil). Unknown flags fail with
-// ucs.ErrInvalidParam.
+// Close(CloseModeForce), and returns (nil, nil) (under OpAttrFlagNoImmCmpl a
+// completed request). Otherwise it flushes the endpoint first (not one that
+// failed): it returns a request that completes once the endpoint is flushed
+// and closed, with the flush's error if any, or (nil, nil) when that
+// happened at once. From the call on, the endpoint's error handler is not
+// called any more; once closed, its outstanding requests completed with
+// ucs.ErrCanceled (rendezvous tag sends as Close says) and later operations
+// fail. Closing an endpoint whose close began already returns (nil, nil).
+// Unknown flags fail with ucs.ErrInvalidParam.
 func (ep *Endpoint) EPCloseNBX(param *RequestParam) (*Request, error) {
 	f := EPCloseFlags(0)
 	if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 {
@@ -205,6 +211,12 @@ func (ep *Endpoint) flushStart(param *RequestParam, close bool) (*Request, error
 		}
 		return nil, nil
 	}
+	w.flushAdd(op)
+	return r, nil
+}
+
+// flushAdd queues op for flushProgress.
+func (w *Worker) flushAdd(op *epFlushOp) {
 	fl := &w.flushes
 	fl.mu.Lock()
 	fl.ops = append(fl.ops, op)
@@ -212,7 +224,37 @@ func (ep *Endpoint) flushStart(param *RequestParam, close bool) (*Request, error
 		fl.id = w.uw.ProgressRegister(w.flushProgress)
 	}
 	fl.mu.Unlock()
-	return r, nil
+}
+
+// lingerStart keeps the lanes of the endpoint, closed at once, until what
+// it handed them last (the revokes of its rendezvous sends) is done, and
+// then destroys them, from Progress (closeNow leaves them to it). A flush
+// that fails ends the wait too; so does the worker's destruction
+// (lingerDestroy).
+func (ep *Endpoint) lingerStart() {
+	ep.linger.Store(true)
+	ep.w.flushAdd(&epFlushOp{ep: ep, close: true, revoked: true, linger: true, stage: flushAM})
+}
+
+// lingerDestroy destroys the lanes that closed endpoints keep
+// (lingerStart); the worker is being destroyed.
+func (w *Worker) lingerDestroy() {
+	fl := &w.flushes
+	fl.mu.Lock()
+	var eps []*Endpoint
+	keep := fl.ops[:0]
+	for _, op := range fl.ops {
+		if op.linger {
+			eps = append(eps, op.ep)
+		} else {
+			keep = append(keep, op)
+		}
+	}
+	fl.ops = keep
+	fl.mu.Unlock()
+	for _, ep := range eps {
+		ep.destroyLanes()
+	}
 }
 
 // flushProgress advances the worker's flushes; it returns how many ended.
@@ -276,9 +318,18 @@ func (op *epFlushOp) step() (bool, ucs.Status) {
 		// Every active message handed to the transport, which completed
 		// its zero-copy sends, and nothing of the endpoint in the send
 		// queue (tag and stream sends included); rendezvous messages the
-		// receiver has not taken yet do not count.
-		if ep.amq.busy.Load() > ep.w.amParked(ep) || ep.queued.Load() > 0 {
+		// receiver has not taken yet do not count (a close revokes them).
+		if (!op.linger && ep.amq.busy.Load() > ep.w.amParked(ep)) || ep.queued.Load() > 0 {
 			return false, ucs.InProgress
+		}
+		if op.close && !op.revoked {
+			// Every RTS is out: their revokes follow them, and the lanes'
+			// flush below delivers them before the endpoint closes.
+			op.revoked = true
+			ep.w.tagRevokeEP(ep)
+			if ep.queued.Load() > 0 {
+				return false, ucs.InProgress
+			}
 		}
 		op.stage = flushLanes
 		op.comp = uct.Completion{Count: 1, Func: func(*uct.Completion) { op.lanes.Store(true) }}
@@ -303,6 +354,10 @@ func (op *epFlushOp) step() (bool, ucs.Status) {
 
 // end completes the flush with st, closing the endpoint first for a close.
 func (op *epFlushOp) end(st ucs.Status) {
+	if op.linger {
+		op.ep.destroyLanes()
+		return
+	}
 	if op.close {
 		op.ep.closeFinal()
 	}

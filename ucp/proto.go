@@ -135,8 +135,9 @@ func (w *Worker) protoProgress() int {
 			keep = append(keep, op)
 			continue
 		}
-		if st := ep.dead(); st != ucs.OK {
-			// Failed or closed meanwhile: the queue gives the send up.
+		if st := ep.dead(); st != ucs.OK && !ep.linger.Load() {
+			// Failed or closed meanwhile: the queue gives the send up
+			// (but for the revokes of an endpoint whose lanes linger).
 			n++
 			ep.queued.Add(-1)
 			op.abort(st)

@@ -436,13 +436,18 @@ func (r *Request) Free() {
 func (r *Request) Release() { r.Free() }
 
 // Cancel asks for the request to end early with ucs.ErrCanceled
-// (ucp_request_cancel): a tag receive that no message matched yet, or a
-// stream receive still waiting for data (what it received stays in its
-// buffer), completes with it at once (its callback runs); a send that still waits
-// for transport resources, nothing of it sent, does too. What a transport
-// or the peer has already started runs to completion: RMA, atomics, a
-// matched receive, a send partly or wholly handed over (UCX cancels tag
-// receives only). A completed request is left alone.
+// (ucp_request_cancel): a tag receive that no message matched yet, one that
+// matched a rendezvous message and waits for its sender to push or put the
+// data (which may never come; pushed data that arrives after is dropped, and
+// the key of a buffer registered for a put is revoked, which tcp enforces
+// but shared memory cannot: with UCX_RNDV_SCHEME=put_zcopy a sender already
+// putting there may still write it), or a stream receive still waiting for
+// data (what it received stays in its buffer), completes with it at once
+// (its callback runs); a send that still waits for transport resources,
+// nothing of it sent, does too. What a transport or the peer has already
+// started runs to completion: RMA, atomics, a receive getting or copying its
+// data from the sender's memory, a send partly or wholly handed over (UCX
+// cancels tag receives only). A completed request is left alone.
 func (r *Request) Cancel() {
 	if r.IsCompleted() {
 		return

@@ -201,7 +201,7 @@ func (w *Worker) streamAddEP(ep *Endpoint) {
 	}
 	q.ep, q.peerSN = ep, peer
 	ep.strm = q
-	if q.bytes > 0 {
+	if q.readable() {
 		s.setReady(q)
 	}
 	s.unlock()
@@ -217,6 +217,11 @@ func (s *streamWorker) setReady(q *streamQ) {
 	s.ready.prev.next = q
 	s.ready.prev = q
 }
+
+// readable reports whether q has data that StreamRecvDataNB would return:
+// bytes queued and no receive waiting for them (a receive that waits took
+// what it could, and the rest, part of an element, is its).
+func (q *streamQ) readable() bool { return q.bytes > 0 && len(q.reqs) == 0 }
 
 // unready takes q off the list of endpoints with data; the lock is held.
 func (s *streamWorker) unready(q *streamQ) {
@@ -337,9 +342,14 @@ func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 			q.segs = append(q.segs, tagPart{data: b})
 		}
 		q.bytes += len(p)
-		if len(q.reqs) == 0 {
-			s.setReady(q)
-		}
+	}
+	// Data arrived: the endpoint is on the ready list when it has some to
+	// read now, and off it otherwise (a receive took what was queued, or
+	// waits for the rest of an element).
+	if q.readable() {
+		s.setReady(q)
+	} else {
+		s.unready(q)
 	}
 	s.unlock()
 	for _, r := range done {
@@ -572,12 +582,15 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 		}
 	}
 	s.takeQueued(q, r, k)
-	if q.bytes == 0 {
-		s.unready(q)
-	}
-	if !r.streamDone() {
+	wait := !r.streamDone()
+	if wait {
 		r.sr.q = q
 		q.reqs = append(q.reqs, r)
+	}
+	if !q.readable() {
+		s.unready(q)
+	}
+	if wait {
 		s.unlock()
 		return r, 0, nil
 	}
@@ -635,7 +648,7 @@ func (ep *Endpoint) StreamRecvDataNB() ([]byte, error) {
 	if q.head == len(q.segs) {
 		q.segs, q.head = q.segs[:0], 0
 	}
-	if q.bytes == 0 {
+	if !q.readable() {
 		s.unready(q)
 	}
 	s.lent[unsafe.SliceData(data)] = seg
@@ -664,11 +677,13 @@ func (ep *Endpoint) StreamDataRelease(data []byte) {
 	}
 }
 
-// StreamWorkerPoll fills polls with the endpoints that have stream data no
-// receive took (ucp_stream_worker_poll) and returns how many it filled. An
-// endpoint is reported once: again only after more data arrived, once the
-// data it had was taken. flags must be 0. It returns 0 without
-// FeatureStream.
+// StreamWorkerPoll fills polls with the endpoints that have stream data to
+// read (ucp_stream_worker_poll): data that arrived, no receive took and no
+// receive waits on, which StreamRecvDataNB returns. It returns how many it
+// filled. An endpoint is reported once, and again after more data arrived
+// for it (or a receive that waited on its data was canceled); one whose
+// data receives took meanwhile is not reported. flags must be 0. It
+// returns 0 without FeatureStream.
 func (w *Worker) StreamWorkerPoll(polls []StreamPollEP, flags uint32) int {
 	s := &w.stream
 	if !s.enabled || flags != 0 || w.closed.Load() {
@@ -702,6 +717,11 @@ func (w *Worker) streamCancel(r *Request) {
 				break
 			}
 		}
+		if q.readable() {
+			// What the receive waited on (part of an element) can be
+			// read now.
+			s.setReady(q)
+		}
 	}
 	s.unlock()
 	if found {
@@ -727,6 +747,8 @@ func (w *Worker) streamFailEP(ep *Endpoint, st ucs.Status) {
 		s.unready(q)
 		s.dropQueued(q)
 		delete(s.qs, q.key)
+	} else if q.readable() {
+		s.setReady(q) // its data can still be read (StreamRecvDataNB)
 	}
 	s.unlock()
 	for _, r := range reqs {

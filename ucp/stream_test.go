@@ -402,6 +402,96 @@ func TestStreamWorkerPoll(t *testing.T) {
 	}
 }
 
+// TestStreamWorkerPollPartialElement checks that poll reports an endpoint
+// only while it has data to read: not once receives of 4-byte elements
+// took all of it, nor while a receive waits on a part of an element that
+// is queued (StreamRecvDataNB returns nil then), and again when that
+// receive is canceled and the part can be read.
+func TestStreamWorkerPollPartialElement(t *testing.T) {
+	for _, tr := range tagTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			e := newStreamEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
+			polls := make([]StreamPollEP, 4)
+			// poll progresses the workers a while, so that anything on its
+			// way arrives, and returns what poll reports.
+			poll := func() []StreamPollEP {
+				for range 50 {
+					e.progress()
+				}
+				return polls[:e.b.StreamWorkerPoll(polls, 0)]
+			}
+			send := func(off, n int) {
+				t.Helper()
+				r, err := e.ab.StreamSendNBX(streamBytes(off, n), nil)
+				if err := e.done(t, "stream send", r, err); err != nil {
+					t.Fatal(err)
+				}
+			}
+			recv := func(buf []byte) *Request {
+				t.Helper()
+				r, n, err := e.ba.StreamRecvNB(buf, len(buf)/4, DatatypeContig(4), nil, 0)
+				if err != nil || r == nil {
+					t.Fatalf("stream recv of 4-byte elements: %v, %d bytes, %v; want a request", r, n, err)
+				}
+				return r
+			}
+			length := func(r *Request) int {
+				t.Helper()
+				e.wait(t, "stream recv", r.IsCompleted)
+				var n int
+				if err := r.StreamRecvRequestTest(&n); err != nil {
+					t.Fatalf("stream recv: %v", err)
+				}
+				r.Free()
+				return n
+			}
+			b1, b2 := make([]byte, 400), make([]byte, 400)
+			r1 := recv(b1)
+			send(0, 7) // 4 bytes to r1, 3 queued
+			if n := length(r1); n != 4 {
+				t.Fatalf("first recv: %d bytes, want 4", n)
+			}
+			r2 := recv(b2) // waits: 3 bytes are not an element
+			if got := poll(); len(got) != 0 {
+				t.Fatalf("poll while a receive waits on the 3 bytes queued: %d endpoints", len(got))
+			}
+			send(7, 9) // r2 takes all 12
+			if n := length(r2); n != 12 {
+				t.Fatalf("second recv: %d bytes, want 12", n)
+			}
+			checkStream(t, append(b1[:4:4], b2[:12]...), 0)
+			if got := poll(); len(got) != 0 {
+				d, err := e.ba.StreamRecvDataNB()
+				t.Fatalf("poll after receives took all the data: %d endpoints (StreamRecvDataNB: %d bytes, %v)", len(got), len(d), err)
+			}
+			// 3 bytes that a waiting receive cannot take, then the receive
+			// is canceled: they can be read, and poll says so.
+			r3 := recv(b1)
+			send(16, 3)
+			if got := poll(); len(got) != 0 {
+				t.Fatalf("poll while a receive waits on the 3 bytes queued: %d endpoints", len(got))
+			}
+			r3.Cancel()
+			if err := r3.Status(); !errors.Is(err, ucs.ErrCanceled) {
+				t.Fatalf("canceled recv: %v", err)
+			}
+			r3.Free()
+			if got := poll(); len(got) != 1 || got[0].EP != e.ba {
+				t.Fatalf("poll after the waiting receive was canceled: %+v, want the endpoint", got)
+			}
+			d, err := e.ba.StreamRecvDataNB()
+			if err != nil || len(d) != 3 {
+				t.Fatalf("StreamRecvDataNB: %d bytes, %v; want 3", len(d), err)
+			}
+			checkStream(t, d, 16)
+			e.ba.StreamDataRelease(d)
+			if got := poll(); len(got) != 0 {
+				t.Fatalf("poll after the data was read: %d endpoints", len(got))
+			}
+		})
+	}
+}
+
 // TestStreamLoopback checks an endpoint to its own worker: it receives
 // what it sends, or with EPParamsFlagNoLoopback the next endpoint to self
 // does; and that data sent before the receiving endpoint exists waits for

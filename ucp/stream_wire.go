@@ -17,7 +17,7 @@ import (
 // src is the uid of the sending worker; sn is the receiving endpoint's
 // connection number: the receiver's n-th endpoint to the worker src (see
 // stream.go for how the two sides agree on it).
-const amStreamData = amTagATP - 1
+const amStreamData = amTagRevoke - 1
 
 // streamHdrLen is the length of the header of amStreamData.
 const streamHdrLen = 16

@@ -51,6 +51,9 @@ import (
 // A receive buffer shorter than its message completes the receive with
 // ucs.ErrMessageTruncated (the part that fits is delivered). Sends never
 // block: what the transport has no room for waits in the worker's queue.
+// Closing an endpoint revokes its rendezvous messages that the receiver
+// has not answered: no receive reads their data after the send ended, and
+// a receive waiting for it fails (see tag_rndv.go).
 
 // TagRecvInfo describes a received message (ucp_tag_recv_info_t): the
 // sender's tag and the message's length (the sender's packed length, even
@@ -94,9 +97,13 @@ type TagMessage struct {
 	queued bool // on the unexpected lists
 	probed bool // returned by a probe that removed it: never recycled
 	done   bool // received (or released): the handle is stale
-	src    uint64
-	sreq   uint64 // sync or rendezvous: the send's number
-	length int
+	// revoked: a rendezvous message its sender took back (amTagRevoke)
+	// after TagProbeNB removed it; the handle's receive fails with
+	// ucs.ErrCanceled.
+	revoked bool
+	src     uint64
+	sreq    uint64 // sync or rendezvous: the send's number
+	length  int
 	// eager: the data; fragmented: what arrived, in order
 	parts []tagPart
 	got   int // fragmented: bytes arrived
@@ -123,7 +130,8 @@ type tagPart struct {
 	wi   *workerIface
 }
 
-// fragKey names a fragmented message: the sender and its number.
+// fragKey names a sender's fragmented message or send: the sender and the
+// message's or send's number.
 type fragKey struct{ src, msg uint64 }
 
 // fragDest is where the next fragments of a message go: a receive that
@@ -145,7 +153,12 @@ type tagWorker struct {
 	nextID  uint64
 	sends   map[uint64]*tagOp   // sends that wait for the receiver (sync acknowledgement, rendezvous reply)
 	recvs   map[uint64]*Request // rendezvous receives the sender pushes data to
-	free    *TagMessage         // recycled messages, linked through links[0].next
+	// rts holds the rendezvous messages no receive took (unexpected, or
+	// removed by a probe) and, with a nil value, those a receive is taking
+	// (reading the sender's memory, tagTook), by sender and send number,
+	// for the sender's revoke (tagRecvRevoke).
+	rts     map[fragKey]*TagMessage
+	free    *TagMessage // recycled messages, linked through links[0].next
 	bufs    bufPool
 	lastSrc uint64 // the reply endpoint last looked up
 	lastEP  *Endpoint
@@ -177,8 +190,9 @@ func (w *Worker) tagInit() error {
 	t.frags = map[fragKey]fragDest{}
 	t.sends = map[uint64]*tagOp{}
 	t.recvs = map[uint64]*Request{}
-	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP}
-	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP}
+	t.rts = map[fragKey]*TagMessage{}
+	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
+	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP, tagRecvRevoke}
 	if err := w.setProtoHandlers(ids, fns); err != nil {
 		return err
 	}
@@ -499,6 +513,21 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 	flags := sendFlags(param)
 	t.lock()
 	if msg != nil {
+		if msg.revoked {
+			// Its sender took it back (closed its endpoint) before this
+			// receive: the receive fails at once, as it would complete
+			// with an eager message (once: the handle is stale then).
+			msg.revoked = false
+			t.unlock()
+			if flags&flagNoImmCmpl != 0 {
+				r := w.newRecv(param, it)
+				r.tr.info = TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
+				r.complete(ucs.ErrCanceled)
+				return r, nil
+			}
+			it.finish()
+			return nil, fmt.Errorf("ucp tag msg recv: the sender took the message back: %w", ucs.ErrCanceled)
+		}
 		if msg.done || (!msg.probed && !msg.queued) {
 			t.unlock()
 			it.finish()
@@ -582,6 +611,10 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 	// completes at once, as an eager message does, its callback run only
 	// with OpAttrFlagNoImmCmpl.
 	rts := rtsInfo{tag: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}
+	// Being taken, until tagTook: the sender hears from this receive (an
+	// RTR, or the ATS once it read the data), and a revoke of it waits
+	// for that (tagRecvRevoke).
+	t.rts[fragKey{msg.src, msg.sreq}] = nil
 	t.unlock()
 	r.hold()
 	w.tagRndvMatched(r, &rts)
@@ -655,32 +688,51 @@ const (
 	protoTagRecvPut     = "tag/recv/rndv/put/zcopy"
 )
 
-// tagCancel cancels the tag receive r if no message matched it yet; it
-// reports whether it did (r is then complete with ucs.ErrCanceled).
+// tagCancel cancels the tag receive r if no message matched it yet, or if
+// it matched a rendezvous message and waits for its sender to push or put
+// the data (RTR sent): that may never come (the sender closed, or does not
+// progress), and the receive must end whatever the sender does. Pieces
+// that arrive after are dropped (tagRecvData unpacks under the tag lock,
+// so none is written into r's buffer once it is canceled), and the key of
+// a buffer registered for a put is revoked (tagRecvDone). It reports
+// whether it canceled r (r is then complete with ucs.ErrCanceled).
 func (w *Worker) tagCancel(r *Request) bool {
 	t := &w.tag
 	t.lock()
 	ok := t.m.unpost(r)
-	t.unlock()
-	if ok {
-		r.complete(ucs.ErrCanceled)
+	waiting := !ok && r.tr.rreq != 0 && t.recvs[r.tr.rreq] == r
+	if waiting {
+		delete(t.recvs, r.tr.rreq)
 	}
-	return ok
+	t.unlock()
+	switch {
+	case ok:
+		r.complete(ucs.ErrCanceled)
+	case waiting:
+		w.tagRecvDone(r, ucs.ErrCanceled)
+	}
+	return ok || waiting
 }
 
 // tagFailEP ends what waits for the peer of ep, which failed or closed
 // with st: the sends that wait for its acknowledgement or rendezvous
-// reply, and the rendezvous receives it was to push data to.
+// reply, and the rendezvous receives it was to push data to. A closed
+// endpoint's rendezvous sends are revoked instead (tagRevokeEP): those
+// whose data the receiver may be reading end when it answers.
 func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
 	t := &w.tag
 	if !t.enabled {
 		return
 	}
+	closed := ep.failStatus.Load() == 0
+	if closed {
+		w.tagRevokeEP(ep)
+	}
 	var ops []*tagOp
 	var recvs []*Request
 	t.lock()
 	for id, op := range t.sends {
-		if op.ep == ep {
+		if op.ep == ep && !(closed && op.revoked) {
 			delete(t.sends, id)
 			ops = append(ops, op)
 		}
@@ -704,17 +756,29 @@ func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
 }
 
 // tagDestroy gives back what the worker's unexpected messages hold, and
-// completes the receives no message matched with ucs.ErrCanceled.
+// completes the receives no message matched, and the revoked sends still
+// waiting for their receiver's answer, with ucs.ErrCanceled.
 func (w *Worker) tagDestroy() {
 	t := &w.tag
 	if !t.enabled {
 		return
 	}
 	var posted []*Request
+	var sends []*tagOp
 	t.lock()
+	for k, m := range t.rts {
+		delete(t.rts, k)
+		if m != nil && !m.queued {
+			t.releaseMsg(m) // removed by a probe and never received
+		}
+	}
 	for m := t.m.unexpAll.head; m != nil; m = t.m.unexpAll.head {
 		t.m.removeUnexpected(m)
 		t.releaseMsg(m)
+	}
+	for id, op := range t.sends {
+		delete(t.sends, id)
+		sends = append(sends, op)
 	}
 	for _, qs := range []*[tagHashSize]reqQueue{&t.m.expHash, &t.m.expSrc} {
 		for k := range qs {
@@ -731,6 +795,9 @@ func (w *Worker) tagDestroy() {
 	t.unlock()
 	for _, r := range posted {
 		r.complete(ucs.ErrCanceled)
+	}
+	for _, op := range sends {
+		op.comp.Invoke(ucs.ErrCanceled)
 	}
 }
 

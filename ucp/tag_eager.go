@@ -61,14 +61,18 @@ type tagOp struct {
 	msg   uint64 // fragmented: the message's number
 	rreq  uint64 // push: the receiver's number
 	reply bool   // registered in the worker's sends, with a reference
-	off   int    // data bytes handed over
-	sent  bool   // the first message was handed over
-	dt    *dtIter
-	key   dtIter     // rendezvous: the packed key after the RTS header; control: a payload
-	memh  *MemHandle // rendezvous: the data registered for the send
-	ref   *rkeyRef   // put: the receiver's key
-	raddr uint64     // put: the receive's buffer
-	iov   []uct.IOV
+	// revoked: a rendezvous whose endpoint closed before the receiver
+	// answered; the receiver was told (tagRevokeEP), and the op waits in
+	// the worker's sends for its answer.
+	revoked bool
+	off     int  // data bytes handed over
+	sent    bool // the first message was handed over
+	dt      *dtIter
+	key     dtIter     // rendezvous: the packed key after the RTS header; control: a payload
+	memh    *MemHandle // rendezvous: the data registered for the send
+	ref     *rkeyRef   // put: the receiver's key
+	raddr   uint64     // put: the receive's buffer
+	iov     []uct.IOV
 }
 
 var tagOpPool = sync.Pool{New: func() any { return new(tagOp) }}
@@ -99,7 +103,7 @@ func (op *tagOp) drop(st ucs.Status) ucs.Status {
 	n := int32(-1)
 	if st.IsErr() {
 		op.comp.SetError(st)
-		if op.reply && op.w.tagTakeSend(op.sreq, op.ep.remoteUID, "") == op {
+		if op.reply && op.w.tagTakeSend(op.sreq, op.ep.remoteUID, "", true) == op {
 			n--
 		}
 	}
@@ -135,7 +139,7 @@ func (op *tagOp) end(st ucs.Status) {
 	if r := op.r; r != nil {
 		r.top = nil
 		r.complete(st)
-	} else if st.IsErr() && st != ucs.ErrCanceled {
+	} else if st.IsErr() && st != ucs.ErrCanceled && !op.revoked {
 		op.w.tagLogf("tag protocol message to %s: %v", op.ep.remoteName, st)
 	}
 	op.free()
@@ -658,15 +662,21 @@ func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) {
 
 // tagTakeSend removes and returns the send numbered sreq that waits for a
 // reply from the worker src, or logs the reply (named what, unless empty)
-// and returns nil.
-func (w *Worker) tagTakeSend(sreq, src uint64, what string) *tagOp {
+// and returns nil. A revoked send is taken only with revoked set (an ATS,
+// the receiver's answer); otherwise (an RTR that crossed the revoke) it
+// stays, and nil is returned without a word.
+func (w *Worker) tagTakeSend(sreq, src uint64, what string, revoked bool) *tagOp {
 	t := &w.tag
 	t.lock()
 	op := t.sends[sreq]
-	if op != nil && op.ep.remoteUID == src {
-		delete(t.sends, sreq)
-	} else {
+	switch {
+	case op == nil || op.ep.remoteUID != src:
 		op = nil
+	case op.revoked && !revoked:
+		t.unlock()
+		return nil
+	default:
+		delete(t.sends, sreq)
 	}
 	t.unlock()
 	if op == nil && what != "" {
@@ -812,11 +822,17 @@ func tagRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 // took, and completes the receive when that was the last piece (r.tr.got,
 // counted by the caller, reached the message's length).
 func (r *Request) tagPiece(off int, p []byte) {
-	if st := r.dt.unpack(off, p); st != ucs.OK && r.tr.status == ucs.OK {
-		r.tr.status = st
-	}
+	r.tagUnpack(off, p)
 	if r.tr.got == r.tr.info.Length {
 		r.w.tagRecvDone(r, r.tr.status)
+	}
+}
+
+// tagUnpack unpacks p, the data at offset off of the message a receive
+// took, keeping the first error in r.tr.status.
+func (r *Request) tagUnpack(off int, p []byte) {
+	if st := r.dt.unpack(off, p); st != ucs.OK && r.tr.status == ucs.OK {
+		r.tr.status = st
 	}
 }
 
@@ -832,7 +848,12 @@ func (w *Worker) tagRecvReply(id uint8, data []byte, what string) ucs.Status {
 	if err != nil {
 		return w.tagDropped(err)
 	}
-	if op := w.tagTakeSend(h.sreq, h.src, what); op != nil {
+	if id == amTagATS && h.status == ucs.ErrCanceled {
+		// The answer to a revoke (tagRecvRevoke), which may cross the ATS
+		// of a receive that took the message: the send may have ended.
+		what = ""
+	}
+	if op := w.tagTakeSend(h.sreq, h.src, what, true); op != nil {
 		op.comp.Invoke(h.status)
 	}
 	return ucs.OK

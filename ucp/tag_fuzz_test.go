@@ -11,9 +11,9 @@ import (
 
 // tagIDs are the uct ids of the tag messages, in the order of
 // tagHandlers.
-var tagIDs = []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP}
+var tagIDs = []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
 
-var tagHandlers = []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP}
+var tagHandlers = []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP, tagRecvRevoke}
 
 // encodeTag encodes header h of a tag message of uct id id, as the senders
 // do, followed by payload.
@@ -28,7 +28,7 @@ func encodeTag(id uint8, h tagHeader, payload []byte) []byte {
 		put64(b, h.tag, h.src, h.msg, h.total, h.sreq)
 	case amTagMiddle:
 		put64(b, h.src, h.msg, h.off)
-	case amTagAck:
+	case amTagAck, amTagRevoke:
 		put64(b, h.src, h.sreq)
 	case amTagRTS:
 		put64(b, h.tag, h.src, h.sreq, h.total, h.raddr, h.flags)
@@ -64,13 +64,14 @@ func tagSeeds() (ids []uint8, msgs [][]byte) {
 	add(amTagData, tagHeader{src: 9, rreq: 8, off: 0}, []byte("pushed"))
 	add(amTagRTR, tagHeader{src: 9, sreq: 5, rreq: 8, raddr: 1 << 20}, []byte("GRK\x02key"))
 	add(amTagATP, tagHeader{src: 9, rreq: 8}, nil)
+	add(amTagRevoke, tagHeader{src: 9, sreq: 5}, nil)
 	return ids, msgs
 }
 
 // FuzzTagHeader checks the decoder of tag message headers (eager, sync,
-// fragments, sync acknowledgement, RTS, ATS, RTR, pushed data): it accepts
-// only headers whose fields are in range for their kind, which encode back
-// to the same bytes, and hands over the rest of the message.
+// fragments, sync acknowledgement, RTS, ATS, RTR, pushed data, revoke): it
+// accepts only headers whose fields are in range for their kind, which
+// encode back to the same bytes, and hands over the rest of the message.
 func FuzzTagHeader(f *testing.F) {
 	ids, msgs := tagSeeds()
 	for i, m := range msgs {
@@ -93,7 +94,7 @@ func FuzzTagHeader(f *testing.F) {
 			t.Fatalf("id %d: %x decodes to %+v, which encodes as %x", id, data[:n], h, b)
 		}
 		switch {
-		case (id == amTagEagerSync || id == amTagAck || id == amTagRTS || id == amTagATS || id == amTagRTR) && h.sreq == 0,
+		case (id == amTagEagerSync || id == amTagAck || id == amTagRTS || id == amTagATS || id == amTagRTR || id == amTagRevoke) && h.sreq == 0,
 			(id == amTagRTR || id == amTagData || id == amTagATP) && h.rreq == 0:
 			t.Fatalf("id %d accepted without a send or receive number", id)
 		case (id == amTagFirst || id == amTagMiddle) && h.msg == 0:
@@ -135,7 +136,7 @@ func FuzzTagRecv(f *testing.F) {
 		if own && len(msg) >= 16 {
 			// Name the worker itself as the sender, whose endpoint exists.
 			o := 8
-			if id == amTagMiddle || id == amTagAck || id == amTagATS || id == amTagRTR || id == amTagData || id == amTagATP {
+			if id == amTagMiddle || id == amTagAck || id == amTagATS || id == amTagRTR || id == amTagData || id == amTagATP || id == amTagRevoke {
 				o = 0
 			}
 			put64(msg[o:], w.uid)

@@ -47,6 +47,40 @@ import (
 // when the transport is done with the data it put or pushed. A message
 // longer than the receive's buffer is acknowledged at once, without a
 // transfer, and the receive completes with ucs.ErrMessageTruncated.
+//
+// Closing the sender. A send whose endpoint closes (flush or force mode)
+// before the receiver answered its RTS ends, and its buffer is the
+// caller's again; the receiver must then neither read that buffer nor
+// wait for data that will not come. The sender revokes the message: an
+// amTagRevoke follows the RTS on the AM lane (a flush-mode close sends it
+// once nothing of the endpoint is queued, and its lanes' flush delivers
+// it; a force close sends it as it closes, and the endpoint's lanes
+// linger until it is out, Endpoint.lingerStart). The receiver drops a
+// message no receive took (a handle TagProbeNB removed fails its receive
+// with ucs.ErrCanceled), completes a receive that waits for the push or
+// put with ucs.ErrCanceled, and answers with an ATS of ucs.ErrCanceled.
+// When the send ends depends on whether a key went out:
+//
+//   - No key went out (put, am): the receiver reaches the data only
+//     through the sender, which pushes or puts nothing for a revoked send
+//     (an RTR that crossed the revoke is ignored). The send completes
+//     with ucs.ErrCanceled as it is revoked; the op stays in the worker's
+//     sends, detached from its request, until the answer comes.
+//   - A key went out (rkey_ptr, get): the receiver may read the buffer
+//     without the sender, maybe at this moment, with no way to revoke the
+//     key (shared memory stays mapped, cma reads any address of the
+//     process). The send completes only with the receiver's ATS: that of
+//     the revoke (ucs.ErrCanceled), or that of a receive that took the
+//     message first (OK). A receive taking a message is marked so until
+//     it read all it will (tagTook), and a revoke that finds it so waits
+//     for its ATS: no answer says "canceled" while a copy or a get runs.
+//
+// A revoke that finds nothing (the receive had completed) is answered
+// too; the sender ignores an ATS of ucs.ErrCanceled for a send that
+// ended. Should a revoke be lost (a force close whose worker is destroyed
+// before its lanes' flush ended), a receive that matched the message and
+// waits still ends with Cancel, and a send with a key ends when the
+// receiver takes the message, or when the worker is destroyed.
 
 // rtsInfo is what a rendezvous request announces.
 type rtsInfo struct {
@@ -104,6 +138,7 @@ func tagRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 	t := &w.tag
 	t.lock()
 	if r := t.m.match(h.tag); r != nil {
+		t.rts[fragKey{h.src, h.sreq}] = nil // being taken (tagTook)
 		t.unlock()
 		w.tagRndvMatched(r, &rts)
 		return ucs.OK
@@ -120,17 +155,20 @@ func tagRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 		m.key = m.parts[0].data
 	}
 	t.m.addUnexpected(m)
+	t.rts[fragKey{h.src, h.sreq}] = m
 	t.unlock()
 	return st
 }
 
 // tagRndvMatched starts the transfer of rendezvous message rts into the
-// receive r that matched it.
+// receive r that matched it; the message is marked as being taken
+// (tagTook).
 func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 	r.tr.info = TagRecvInfo{SenderTag: rts.tag, Length: rts.length}
 	r.tr.src, r.tr.sreq = rts.src, rts.sreq
 	ep := w.replyEP(rts.src)
 	if ep == nil || ep.am == nil {
+		w.tagTook(r, false)
 		w.tagLogf("rendezvous message from %#x: no endpoint back to the sender", rts.src)
 		r.complete(ucs.ErrUnreachable)
 		return
@@ -139,6 +177,7 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 	if rts.length > r.dt.length || rts.length == 0 {
 		// Nothing to take (or nothing that fits): the send completes, the
 		// receive is truncated.
+		w.tagTook(r, false)
 		w.tagCtrl(rts.src, amTagATS, tagATSLen, rts.sreq, 0)
 		st := ucs.OK
 		if rts.length > r.dt.length {
@@ -159,6 +198,7 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 				}
 				st := r.dt.unpack(0, unsafe.Slice((*byte)(p), rts.length))
 				w.rkc.put(ref)
+				w.tagTook(r, false)
 				w.tagCtrl(rts.src, amTagATS, tagATSLen, rts.sreq, 0)
 				r.complete(st)
 				return
@@ -183,12 +223,25 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 			r.proto = protoTagRecvPut
 		}
 	}
+	w.tagTook(r, true)
+	w.tagRTR(ep, rts.sreq, r.tr.rreq, raddr, key)
+}
+
+// tagTook records that the receive r, which matched a rendezvous message,
+// reads nothing of the sender's memory any more (it read what it took,
+// or never will): the message is no longer being taken, and a revoke of it
+// is answered at once (tagRecvRevoke). With wait, r instead waits for the
+// sender to push or put the data: it gets its number and enters recvs in
+// the same step, where a revoke finds it.
+func (w *Worker) tagTook(r *Request, wait bool) {
 	t := &w.tag
 	t.lock()
-	r.tr.rreq = t.newID()
-	t.recvs[r.tr.rreq] = r
+	delete(t.rts, fragKey{r.tr.src, r.tr.sreq})
+	if wait {
+		r.tr.rreq = t.newID()
+		t.recvs[r.tr.rreq] = r
+	}
 	t.unlock()
-	w.tagRTR(ep, rts.sreq, r.tr.rreq, raddr, key)
 }
 
 // tagRTR asks the sender of rendezvous send sreq, through ep, to put the
@@ -319,6 +372,7 @@ func (w *Worker) tagGetFinish(r *Request, st ucs.Status) {
 		r.tr.rk = nil
 		w.rkc.put(ref)
 	}
+	w.tagTook(r, false)
 	w.tagCtrl(r.tr.src, amTagATS, tagATSLen, r.tr.sreq, uint64(int64(st)))
 	r.complete(st)
 }
@@ -340,7 +394,7 @@ func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 			return w.tagDropped(err)
 		}
 	}
-	op := w.tagTakeSend(h.sreq, h.src, "rendezvous reply")
+	op := w.tagTakeSend(h.sreq, h.src, "rendezvous reply", false)
 	if op == nil {
 		return ucs.OK
 	}
@@ -393,11 +447,19 @@ func tagRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Stat
 		}
 		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d: no such receive or not the next piece: %w", len(p), h.off, h.src, h.rreq, ucs.ErrInvalidParam))
 	}
+	last := false
 	if r.tr.got += len(p); r.tr.got == r.tr.info.Length {
 		delete(t.recvs, h.rreq)
+		last = true
 	}
+	// Unpacked under the lock: a receive that Cancel or a revoke takes out
+	// of recvs meanwhile (tagCancel, tagRecvRevoke) completes only once no
+	// piece is being written into its buffer.
+	r.tagUnpack(int(h.off), p)
 	t.unlock()
-	r.tagPiece(int(h.off), p)
+	if last {
+		w.tagRecvDone(r, r.tr.status)
+	}
 	return ucs.OK
 }
 
@@ -421,5 +483,118 @@ func tagRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 		return w.tagDropped(fmt.Errorf("rendezvous put done from %#x for unknown receive %d: %w", h.src, h.rreq, ucs.ErrInvalidParam))
 	}
 	w.tagRecvDone(r, h.status)
+	return ucs.OK
+}
+
+// tagRevokeEP takes back the rendezvous messages that ep announced and
+// whose receiver has not answered yet (no RTR, no ATS), as ep closes; see
+// "Closing the sender" above. Called with nothing of ep in the worker's
+// send queue (every RTS handed over), so that each revoke follows its RTS
+// on the AM lane.
+func (w *Worker) tagRevokeEP(ep *Endpoint) {
+	t := &w.tag
+	if !t.enabled {
+		return
+	}
+	var sreqs []uint64
+	var done []*Request
+	t.lock()
+	for _, op := range t.sends {
+		if op.ep != ep || op.kind != topRTS || op.revoked {
+			continue
+		}
+		op.revoked = true
+		sreqs = append(sreqs, op.sreq)
+		if op.key.length == 0 {
+			// No key went out: the data leaves only when this worker
+			// pushes or puts it, which it no longer does for a revoked
+			// send (tagRecvRTR). The send ends now; the op stays in sends
+			// until the receiver answers, so that an RTR that crossed
+			// the revoke is recognized. Detached under the lock: only the
+			// code that takes the op out of sends ends it.
+			r := op.r
+			op.r, op.dt, r.top = nil, nil, nil
+			done = append(done, r)
+		}
+	}
+	t.unlock()
+	for _, sreq := range sreqs {
+		op := w.newTagOp(ep, topCtrl)
+		op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
+		put64(op.hdr[:], w.uid, sreq)
+		switch st := w.protoStart(op); {
+		case st == ucs.OK:
+			op.free()
+		case st.IsErr():
+			w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
+			op.free()
+		}
+	}
+	if len(sreqs) > 0 && ep.closed.Load() && !w.closed.Load() {
+		// Closed at once (force): destroying the lanes now would drop what
+		// a transport still holds of the revokes (tcp drops the frames it
+		// has not written). They linger until the revokes are out.
+		ep.lingerStart()
+	}
+	for _, r := range done {
+		r.complete(ucs.ErrCanceled)
+	}
+}
+
+// tagRecvRevoke handles a sender's revoke of a rendezvous message it
+// announced (its endpoint closed). A message no receive took is dropped (a
+// handle TagProbeNB removed fails its receive), and a receive that waits
+// for the sender to push or put the data completes with ucs.ErrCanceled.
+// The sender then gets an ATS with ucs.ErrCanceled: nothing here reads
+// its data any more. So it does when the message is not found (a receive
+// took it and completed: the sender had its ATS, and ignores this one).
+// Only a receive taking the message now (a get or a copy of the sender's
+// memory running, see tagTook) is left alone: its ATS, sent once it is
+// done, ends the send.
+func tagRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, _, err := decodeTag(amTagRevoke, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	t := &w.tag
+	key := fragKey{h.src, h.sreq}
+	var r *Request
+	t.lock()
+	m, taking := t.rts[key]
+	switch {
+	case m != nil:
+		delete(t.rts, key)
+		if m.queued {
+			t.m.removeUnexpected(m)
+		} else {
+			m.revoked = true // removed by a probe: its handle is the caller's
+		}
+		t.releaseMsg(m)
+	case taking:
+		t.unlock()
+		return ucs.OK
+	default:
+		for id, q := range t.recvs {
+			if q.tr.src == h.src && q.tr.sreq == h.sreq {
+				delete(t.recvs, id)
+				r = q
+				break
+			}
+		}
+	}
+	t.unlock()
+	if r != nil {
+		w.tagRecvDone(r, ucs.ErrCanceled)
+	}
+	if h.src == w.uid {
+		// The sender is this worker (an endpoint to itself, which may
+		// have been its only one): no message needed.
+		if op := w.tagTakeSend(h.sreq, h.src, "", true); op != nil {
+			op.comp.Invoke(ucs.ErrCanceled)
+		}
+		return ucs.OK
+	}
+	st := ucs.ErrCanceled
+	w.tagCtrl(h.src, amTagATS, tagATSLen, h.sreq, uint64(int64(st)))
 	return ucs.OK
 }

@@ -22,6 +22,7 @@ import (
 //	amTagRTR        src u64, sreq u64, rreq u64, raddr u64         | packed key
 //	amTagData       src u64, rreq u64, off u64                     | data
 //	amTagATP        src u64, rreq u64, status i64
+//	amTagRevoke     src u64, sreq u64
 //
 // src is always the uid of the sending worker; sreq the sender's number of
 // a send that waits for the receiver (a sync send, a rendezvous), 0 for none
@@ -30,7 +31,10 @@ import (
 // has raddr 0: the receiver cannot take the data and asks for it (RTR).
 // An RTR with a key (and the address of the receive's buffer) asks the
 // sender to put the data there and then say so (ATP); one without asks it
-// to push the data (amTagData).
+// to push the data (amTagData). An amTagRevoke, sent behind the RTS on
+// the same lane, takes the announcement back (the sender's endpoint
+// closes); the receiver answers it with an ATS when it had not taken the
+// data (see tag_rndv.go).
 const (
 	amTagEager uint8 = amUCP - 1 - iota
 	amTagEagerSync
@@ -42,6 +46,7 @@ const (
 	amTagRTR
 	amTagData
 	amTagATP
+	amTagRevoke
 )
 
 // Header lengths.
@@ -56,6 +61,7 @@ const (
 	tagRTRLen       = 32
 	tagDataHdrLen   = 24
 	tagATPLen       = 24
+	tagRevokeLen    = 16
 	// tagMaxHeader is the longest header in front of data.
 	tagMaxHeader = tagFirstHdrLen
 )
@@ -99,6 +105,8 @@ func tagHdrLen(id uint8) int {
 		return tagDataHdrLen
 	case amTagATP:
 		return tagATPLen
+	case amTagRevoke:
+		return tagRevokeLen
 	}
 	return 0
 }
@@ -153,10 +161,10 @@ func decodeTag(id uint8, b []byte) (tagHeader, []byte, error) {
 		if h.msg == 0 || len(p) == 0 || h.off == 0 || h.off >= tagMaxEager {
 			return bad("fragment of %d bytes at %d of message %d", len(p), h.off, h.msg)
 		}
-	case amTagAck:
+	case amTagAck, amTagRevoke:
 		h.src, h.sreq = get64(b, 0), get64(b, 1)
 		if h.sreq == 0 || len(p) != 0 {
-			return bad("acknowledgement of send %d with %d bytes", h.sreq, len(p))
+			return bad("acknowledgement or revoke of send %d with %d bytes", h.sreq, len(p))
 		}
 	case amTagRTS:
 		h.tag, h.src, h.sreq, h.total, h.raddr, h.flags = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3), get64(b, 4), get64(b, 5)

@@ -479,6 +479,7 @@ func (w *Worker) Destroy() {
 	for _, ep := range eps {
 		ep.closeNow(ucs.ErrCanceled)
 	}
+	w.lingerDestroy()
 	w.rkc.clear()
 	w.tagDestroy()
 	w.streamDestroy()

@@ -1,0 +1,273 @@
+package ucp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// Where the receiver stands with a rendezvous message when its sender
+// closes the endpoint (TestTagRndvSenderCloses).
+const (
+	rcvProbed    = "probed"     // TagProbeNB saw it, no receive yet
+	rcvRemoved   = "removed"    // TagProbeNB removed it: the handle is the receiver's
+	rcvPosted    = "posted"     // a receive matched it (the sender did not answer yet)
+	rcvCanceled  = "canceled"   // a receive matched it, then was canceled
+	rndvMsgBytes = 200 << 10    // rendezvous on every transport
+	rndvMsgTag   = uint64(0x2a) // the message's tag
+)
+
+// TestTagRndvSenderCloses closes the sender's endpoint (flush or force
+// mode) while a rendezvous message is announced and not taken yet, in every
+// state of the receiver, over every transport and rendezvous scheme. The
+// send completes (ucs.ErrCanceled unless the receiver took the data
+// first), and the sender then overwrites its buffer. A receive never
+// completes with OK and other data than what was sent: the announcement is
+// revoked (a probed message is gone, a removed handle's receive fails with
+// ucs.ErrCanceled), a receive that matched it and waits for data that can
+// no longer come completes with an error, and Cancel ends any receive with
+// ucs.ErrCanceled whatever the sender does.
+func TestTagRndvSenderCloses(t *testing.T) {
+	for _, sch := range []string{"auto", "am", "get_zcopy", "put_zcopy"} {
+		for _, tr := range tagTransports {
+			for _, mode := range []int{CloseModeFlush, CloseModeForce} {
+				for _, st := range []string{rcvProbed, rcvRemoved, rcvPosted, rcvCanceled} {
+					name := fmt.Sprintf("%s/%s/%s/%s", sch, tr.name, []string{"flush", "force"}[mode], st)
+					t.Run(name, func(t *testing.T) {
+						t.Setenv("UCX_RNDV_SCHEME", sch)
+						tagRndvSenderCloses(t, newTagEnv(t, tr.sendTLS, tr.recvTLS, tr.self), mode, st)
+					})
+				}
+			}
+		}
+	}
+}
+
+func tagRndvSenderCloses(t *testing.T, e *tagEnv, mode int, state string) {
+	src := pattern(rndvMsgBytes, 1)
+	sent := bytes.Clone(src)
+	sr, err := e.ab.TagSendNBX(src, rndvMsgTag, nil)
+	if err != nil || sr == nil {
+		t.Fatalf("send: %v, %v; want a request", sr, err)
+	}
+	if sr.proto != protoTagRndv {
+		t.Fatalf("a send of %d bytes took %s, want %s", rndvMsgBytes, sr.proto, protoTagRndv)
+	}
+	// Only the receiver progresses until the close: the sender answers
+	// nothing before it.
+	rprogress := func(what string, cond func() bool) {
+		t.Helper()
+		if e.a == e.b {
+			e.wait(t, what, cond)
+			return
+		}
+		progressUntil(t, e.b, what, cond)
+	}
+	var msg *TagMessage
+	rprogress("the announcement", func() bool {
+		msg = e.b.TagProbeNB(rndvMsgTag, tagMaskFull, state == rcvRemoved, nil)
+		return msg != nil
+	})
+	buf := make([]byte, rndvMsgBytes)
+	var rr *Request
+	if state == rcvPosted || state == rcvCanceled {
+		rr, err = e.b.TagRecvNBX(buf, rndvMsgTag, tagMaskFull, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr.tr.q != nil {
+			t.Fatal("the receive did not match the announced message")
+		}
+		if state == rcvCanceled {
+			// Whatever the sender does (here: nothing), the receive
+			// completes: with the data if it took it already. Only a get
+			// the transport has started (tcp, where the sender's side
+			// answers it) runs to its end.
+			rr.Cancel()
+			switch {
+			case rr.IsCompleted():
+				checkRecv(t, rr, buf, sent, "canceled receive")
+				rr = nil
+			case rr.proto != protoTagRecvGet:
+				t.Fatalf("canceled receive (%s) still running", rr.proto)
+			}
+		}
+	}
+
+	cr, err := e.ab.EPCloseNB(mode)
+	if err := e.done(t, "close", cr, err); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	e.wait(t, "the send", sr.IsCompleted)
+	sst := sr.Status()
+	sr.Free()
+	if sst != nil && !errors.Is(sst, ucs.ErrCanceled) {
+		t.Fatalf("send ended with %v, want nil or ucs.ErrCanceled", sst)
+	}
+	// The send completed: the buffer is the sender's again.
+	copy(src, pattern(rndvMsgBytes, 2))
+
+	switch state {
+	case rcvProbed:
+		rr, err = e.b.TagRecvNBX(buf, rndvMsgTag, tagMaskFull, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+	case rcvRemoved:
+		rr, err = e.b.TagMsgRecvNBX(buf, msg, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+	}
+	if err != nil {
+		t.Fatalf("receive after the close: %v", err)
+	}
+	if rr != nil {
+		checkLateRecv(t, e, rr, buf, sent, sst, state)
+	}
+	// The receiver answers every revoke: nothing waits for it at the end.
+	e.wait(t, "the receiver's answer", func() bool {
+		e.a.tag.lock()
+		defer e.a.tag.unlock()
+		return len(e.a.tag.sends) == 0
+	})
+}
+
+// checkLateRecv checks rr, a receive of the message posted before the
+// sender closed (and not done then) or after, whose send ended with sst.
+func checkLateRecv(t *testing.T, e *tagEnv, rr *Request, buf, sent []byte, sst error, state string) {
+	t.Helper()
+	if state != rcvProbed {
+		// The data can no longer come, or came: the receive completes by
+		// itself.
+		e.wait(t, "the receive", rr.IsCompleted)
+	} else {
+		// A probed message was revoked: the receive waits for another one.
+		for range 200 {
+			e.progress()
+		}
+		rr.Cancel()
+		e.wait(t, "the canceled receive", rr.IsCompleted)
+	}
+	rst := rr.Status()
+	checkRecv(t, rr, buf, sent, "receive after the close")
+	if sst == nil && rst != nil && state != rcvProbed {
+		t.Fatalf("the send succeeded, its receive failed: %v", rst)
+	}
+	if sst != nil && rst == nil {
+		t.Fatalf("the send was canceled, its receive succeeded")
+	}
+	t.Logf("send: %v; receive: %v", sst, rst)
+	if m := e.b.TagProbeNB(rndvMsgTag, tagMaskFull, false, nil); m != nil {
+		t.Fatal("the revoked message is still there")
+	}
+}
+
+// checkRecv checks the completed receive r (then frees it): if it succeeded,
+// buf holds what was sent.
+func checkRecv(t *testing.T, r *Request, buf, sent []byte, what string) {
+	t.Helper()
+	err := r.Status()
+	proto := r.proto
+	r.Free()
+	if err == nil && !bytes.Equal(buf, sent) {
+		t.Fatalf("%s (%s) succeeded with other data than was sent (first difference at %d)", what, proto, firstDiff(buf, sent))
+	}
+}
+
+// TestTagRndvSenderClosesRace has the receiver post its receive while the
+// sender, on a goroutine of its own, sends and closes its endpoint at
+// once, again and again: the receive may take the data before the revoke
+// comes, be taking it (copying or getting the sender's buffer) while it
+// comes, or find the message revoked. Whatever the timing, a receive that
+// succeeds holds what was sent, although the sender overwrites its buffer
+// as soon as its send completes; one that found nothing is canceled.
+func TestTagRndvSenderClosesRace(t *testing.T) {
+	const rounds = 20
+	for _, sch := range []string{"auto", "am"} {
+		for _, tr := range tagTransports[1:3] { // sm, tcp: two workers
+			t.Run(sch+"/"+tr.name, func(t *testing.T) {
+				t.Setenv("UCX_RNDV_SCHEME", sch)
+				e := newTagEnv(t, tr.sendTLS, tr.recvTLS, false)
+				var took, dropped int
+				for i := range rounds {
+					tag := uint64(100 + i)
+					ep := connect(t, e.a, e.b, nil)
+					sent := pattern(rndvMsgBytes, i)
+					done := make(chan error, 1)
+					// Each side progresses a while first, from none to many
+					// calls: the revoke comes at different stages.
+					go func() { done <- sendAndClose(e.a, ep, bytes.Clone(sent), tag, i%2, i*7%60) }()
+					for range i * 37 % 300 {
+						e.b.Progress()
+					}
+					buf := make([]byte, rndvMsgBytes)
+					rr, err := e.b.TagRecvNBX(buf, tag, tagMaskFull, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+					if err != nil {
+						t.Fatal(err)
+					}
+					var serr error
+					senderDone := false
+					n := 0
+					progressUntil(t, e.b, fmt.Sprintf("round %d: the receive", i), func() bool {
+						if !senderDone {
+							select {
+							case serr = <-done:
+								senderDone = true
+							default:
+							}
+						} else if n++; n == 200 {
+							rr.Cancel() // the message was revoked before it matched
+						}
+						return rr.IsCompleted()
+					})
+					if !senderDone {
+						serr = <-done
+					}
+					if serr != nil {
+						t.Fatalf("round %d: sender: %v", i, serr)
+					}
+					if rr.Status() == nil {
+						took++
+					} else {
+						dropped++
+					}
+					checkRecv(t, rr, buf, sent, fmt.Sprintf("round %d: receive", i))
+				}
+				t.Logf("%d receives took the data, %d did not", took, dropped)
+			})
+		}
+	}
+}
+
+// sendAndClose sends src with tag on ep, progresses spins times, closes ep
+// (CloseModeFlush or CloseModeForce) and, once the send completed,
+// overwrites src, as the caller may; it progresses only w, ep's worker.
+func sendAndClose(w *Worker, ep *Endpoint, src []byte, tag uint64, mode, spins int) error {
+	sr, err := ep.TagSendNBX(src, tag, nil)
+	if err != nil || sr == nil {
+		return fmt.Errorf("send: %v, %v; want a request", sr, err)
+	}
+	for range spins {
+		w.Progress()
+	}
+	cr, err := ep.EPCloseNB(mode)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(hangLimit)
+	for !sr.IsCompleted() || (cr != nil && !cr.IsCompleted()) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("send or close still running after %v", hangLimit)
+		}
+		w.Progress()
+	}
+	if cr != nil {
+		cr.Free()
+	}
+	st := sr.Status()
+	sr.Free()
+	copy(src, bytes.Repeat([]byte{0xdd}, len(src)))
+	if st != nil && !errors.Is(st, ucs.ErrCanceled) {
+		return fmt.Errorf("send ended with %w", st)
+	}
+	return nil
+}
