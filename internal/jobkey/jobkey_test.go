@@ -58,22 +58,6 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-// TestNewEncode: New's keys are Size bytes, fresh, and Decode reads back
-// what Encode writes.
-func TestNewEncode(t *testing.T) {
-	a, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := New()
-	if len(a) != Size || bytes.Equal(a, b) {
-		t.Fatalf("New: %d bytes, two keys equal: %v", len(a), bytes.Equal(a, b))
-	}
-	if k, err := Decode(Encode(a)); err != nil || !bytes.Equal(k, a) {
-		t.Errorf("Decode(Encode(k)) = %x, %v", k, err)
-	}
-}
-
 // TestLookup: the component's own setting wins, GOSHMEM_KEY is next, and a
 // bad key names the variable it came from.
 func TestLookup(t *testing.T) {
