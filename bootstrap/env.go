@@ -1,8 +1,6 @@
 package bootstrap
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
 
 	"github.com/goshmem/goshmem/bootstrap/internal/wire"
@@ -25,7 +24,7 @@ const (
 	EnvRank      = "GOSHMEM_RANK"       // this PE's rank, 0 <= rank < size
 	EnvSize      = "GOSHMEM_SIZE"       // number of PEs in the job
 	EnvSeed      = "GOSHMEM_SEED"       // host:port of the seed memberlist node
-	EnvKey       = "GOSHMEM_KEY"        // job key, standard base64 of 16, 24 or 32 bytes
+	EnvKey       = jobkey.Env           // job key, standard base64 of 16, 24 or 32 bytes (jobkey.Decode)
 	EnvLocalRank = "GOSHMEM_LOCAL_RANK" // rank among the PEs of this host
 	EnvLocalSize = "GOSHMEM_LOCAL_SIZE" // number of PEs on this host
 	// EnvFailureTimeout is optional: how long the job may take to notice
@@ -383,30 +382,22 @@ func (e Env) Environ() []string {
 }
 
 // KeySize is the size in bytes of the keys NewKey makes (AES-256).
-const KeySize = 32
+const KeySize = jobkey.Size
 
 // NewKey returns a fresh random job key of KeySize bytes.
-func NewKey() ([]byte, error) {
-	k := make([]byte, KeySize)
-	if _, err := rand.Read(k); err != nil {
-		return nil, fmt.Errorf("bootstrap: making a job key: %w", err)
-	}
-	return k, nil
-}
+func NewKey() ([]byte, error) { return jobkey.New() }
 
 // EncodeKey returns the form of key used in GOSHMEM_KEY: standard base64.
-func EncodeKey(key []byte) string { return base64.StdEncoding.EncodeToString(key) }
+func EncodeKey(key []byte) string { return jobkey.Encode(key) }
 
-// DecodeKey decodes a key in the form EncodeKey gives. The key must be 16,
-// 24 or 32 bytes long (AES-128, -192 or -256); otherwise the error wraps
-// ucs.ErrInvalidParam.
+// DecodeKey decodes a key in the form EncodeKey gives, by the rule of every
+// job key variable (jobkey.Decode): standard base64 of 16, 24 or 32 bytes
+// (AES-128, -192 or -256), space around it ignored; otherwise the error
+// wraps ucs.ErrInvalidParam.
 func DecodeKey(s string) ([]byte, error) {
-	k, err := base64.StdEncoding.DecodeString(s)
+	k, err := jobkey.Decode(s)
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap: key is not base64: %w", ucs.ErrInvalidParam)
-	}
-	if err := wire.CheckKey(k); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	return k, nil
 }

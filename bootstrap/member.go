@@ -60,6 +60,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
 
 	"github.com/goshmem/goshmem/bootstrap/internal/wire"
@@ -215,7 +216,7 @@ func (e Env) Validate() error {
 		return bad("agent channel " + strconv.Itoa(e.AgentFD))
 	}
 	if e.Seed != "" {
-		return wire.CheckKey(e.Key)
+		return jobkey.Check(e.Key)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package ucp
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
@@ -98,7 +98,7 @@ func (w *Worker) connectSockAddr(p *EPParams) (*Endpoint, error) {
 // clients displaced it, see maxHandshakes), or answers busy, and a client
 // cannot tell a dropped connection from another failure: it tries again,
 // csDialTries times at most, while its handshake timeout lasts.
-func (w *Worker) csClientHandshake(st *epConnect, p *EPParams, key []byte, keyed bool) {
+func (w *Worker) csClientHandshake(st *epConnect, p *EPParams, key jobkey.HandshakeKey, keyed bool) {
 	deadline := time.Now().Add(w.ctx.csHandshake)
 	backoff := 5 * time.Millisecond
 	var dropped error // why the last try failed, when it may be tried again
@@ -135,7 +135,7 @@ const csDialTries = 5
 // closed meanwhile; a failure is a status error: ucs.ErrUnreachable when
 // no connection could be made, ucs.ErrConnectionReset when the listener
 // closed it before its answer, ucs.ErrBusy when it answered busy.
-func (w *Worker) csClientTry(st *epConnect, p *EPParams, key []byte, keyed bool, deadline time.Time) (*csAccepted, error) {
+func (w *Worker) csClientTry(st *epConnect, p *EPParams, key jobkey.HandshakeKey, keyed bool, deadline time.Time) (*csAccepted, error) {
 	d := net.Dialer{Deadline: deadline}
 	if p.FieldMask&EPParamFieldLocalSockAddr != 0 {
 		d.LocalAddr = net.TCPAddrFromAddrPort(p.LocalSockAddr)
@@ -156,9 +156,8 @@ func (w *Worker) csClientTry(st *epConnect, p *EPParams, key []byte, keyed bool,
 }
 
 // csClientTalk runs the client's side of the handshake on c.
-func (w *Worker) csClientTalk(c net.Conn, p *EPParams, key []byte, keyed bool, deadline time.Time) (*csAccepted, error) {
-	hello := csMsg{typ: csHello}
-	rand.Read(hello.nonce[:])
+func (w *Worker) csClientTalk(c net.Conn, p *EPParams, key jobkey.HandshakeKey, keyed bool, deadline time.Time) (*csAccepted, error) {
+	hello := csMsg{typ: csHello, nonce: jobkey.NewNonce()}
 	if p.FieldMask&EPParamFieldFlags != 0 && p.Flags&EPParamsFlagSendClientID != 0 {
 		hello.flags, hello.clientID = csFlagClientID, w.params.ClientID
 	}
@@ -182,7 +181,7 @@ func (w *Worker) csClientTalk(c net.Conn, p *EPParams, key []byte, keyed bool, d
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
 	dev := w.csNetDev(local.Addr())
 	addr := w.csAddress(dev)
-	req := csMsg{typ: csRequest, addr: addr, mac: csMAC(key, 'C', hello.clientID, &hello.nonce, &ch.nonce, addr)}
+	req := csMsg{typ: csRequest, addr: addr, mac: csMAC(key, jobkey.ClientProof, hello.clientID, &hello.nonce, &ch.nonce, addr)}
 	if _, err := c.Write(req.encode()); err != nil {
 		return nil, csIOErr("sending the request", err)
 	}
@@ -195,15 +194,15 @@ func (w *Worker) csClientTalk(c net.Conn, p *EPParams, key []byte, keyed bool, d
 	if m.typ == csReject {
 		return nil, csRejectErr(m.reason)
 	}
-	if want := csMAC(key, 'S', hello.clientID, &hello.nonce, &ch.nonce, m.addr); !macEqual(want, m.mac) {
-		return nil, fmt.Errorf("the server's answer does not verify (not the same key): %w", ucs.ErrRejected)
+	if err := csVerify(key, &m.mac, jobkey.ServerProof, hello.clientID, &hello.nonce, &ch.nonce, m.addr); err != nil {
+		return nil, fmt.Errorf("the server's answer: %w", err)
 	}
 	ra, err := decodeWorkerAddress(m.addr)
 	if err != nil {
 		return nil, err
 	}
 	c.SetDeadline(time.Now().Add(w.ctx.csHandshake))
-	ready := csMsg{typ: csReady, mac: csMAC(key, 'D', hello.clientID, &hello.nonce, &ch.nonce, nil)}
+	ready := csMsg{typ: csReady, mac: csMAC(key, jobkey.ClientConfirm, hello.clientID, &hello.nonce, &ch.nonce, nil)}
 	return &csAccepted{ra: ra, dev: dev, ready: ready.encode(),
 		sock: sockAddrs{local: local, remote: c.RemoteAddr().(*net.TCPAddr).AddrPort()}}, nil
 }
@@ -235,7 +234,7 @@ func (w *Worker) acceptConnRequest(p *EPParams) (*Endpoint, error) {
 	r.c.SetReadDeadline(deadline)
 	h := &r.hello
 	addr := w.csAddress(dev)
-	m := csMsg{typ: csAccept, addr: addr, mac: csMAC(r.l.key, 'S', h.clientID, &h.nonce, &r.snonce, addr)}
+	m := csMsg{typ: csAccept, addr: addr, mac: csMAC(r.l.key, jobkey.ServerProof, h.clientID, &h.nonce, &r.snonce, addr)}
 	if _, err = r.c.Write(m.encode()); err != nil {
 		ep.Close(CloseModeForce)
 		ep = nil

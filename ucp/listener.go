@@ -1,8 +1,6 @@
 package ucp
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/admit"
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -139,7 +138,7 @@ type Listener struct {
 	w         *Worker
 	ln        *net.TCPListener
 	addr      netip.AddrPort
-	key       []byte
+	key       jobkey.HandshakeKey
 	keyed     bool
 	hsTimeout time.Duration
 	params    ListenerParams
@@ -173,7 +172,7 @@ type ConnRequest struct {
 	client netip.AddrPort
 	local  netip.AddrPort
 	hello  csMsg
-	snonce [csNonceLen]byte
+	snonce jobkey.Nonce
 	ra     *workerAddress
 	state  atomic.Int32
 	// accepted receives, from the accept or reject that took the
@@ -431,7 +430,7 @@ func (l *Listener) serve(r *ConnRequest, tk *admit.Ticket[net.Conn]) {
 		return // a newer client displaced it, and closed its connection
 	}
 	if err != nil {
-		if errors.Is(err, errCSAuth) {
+		if errors.Is(err, jobkey.ErrAuth) {
 			r.c.Write((&csMsg{typ: csReject, reason: csReasonAuth}).encode())
 		}
 		if !l.isClosed() {
@@ -449,9 +448,7 @@ func (l *Listener) serve(r *ConnRequest, tk *admit.Ticket[net.Conn]) {
 	// (or misbehaved, or the listener closed).
 	m, err := readCSMsg(r.c, csReady)
 	if err == nil {
-		if want := csMAC(l.key, 'D', hello.clientID, &hello.nonce, &snonce, nil); !macEqual(want, m.mac) {
-			err = errCSAuth
-		}
+		err = csVerify(l.key, &m.mac, jobkey.ClientConfirm, hello.clientID, &hello.nonce, &snonce, nil)
 	}
 	if r.state.CompareAndSwap(reqPending, reqGone) {
 		return
@@ -539,13 +536,10 @@ func (l *Listener) progress() int {
 	return n
 }
 
-// errCSAuth is the cause of a handshake whose MAC does not verify.
-var errCSAuth = fmt.Errorf("client-server handshake: authentication failed (not the same key): %w", ucs.ErrRejected)
-
 // serverHandshake runs the listener's side of the handshake on rw up to
 // the client's verified request: it returns the client's hello, the
 // server nonce and the client's worker address.
-func serverHandshake(rw io.ReadWriter, key []byte, keyed bool) (hello csMsg, snonce [csNonceLen]byte, ra *workerAddress, err error) {
+func serverHandshake(rw io.ReadWriter, key jobkey.HandshakeKey, keyed bool) (hello csMsg, snonce jobkey.Nonce, ra *workerAddress, err error) {
 	if hello, err = readCSMsg(rw, csHello); err != nil {
 		return
 	}
@@ -553,7 +547,7 @@ func serverHandshake(rw io.ReadWriter, key []byte, keyed bool) (hello csMsg, sno
 	if keyed {
 		ch.flags = csFlagKeyed
 	}
-	rand.Read(ch.nonce[:])
+	ch.nonce = jobkey.NewNonce()
 	snonce = ch.nonce
 	if _, err = rw.Write(ch.encode()); err != nil {
 		return
@@ -562,16 +556,12 @@ func serverHandshake(rw io.ReadWriter, key []byte, keyed bool) (hello csMsg, sno
 	if err != nil {
 		return
 	}
-	if want := csMAC(key, 'C', hello.clientID, &hello.nonce, &snonce, req.addr); !macEqual(want, req.mac) {
-		err = errCSAuth
+	if err = csVerify(key, &req.mac, jobkey.ClientProof, hello.clientID, &hello.nonce, &snonce, req.addr); err != nil {
 		return
 	}
 	ra, err = decodeWorkerAddress(req.addr)
 	return
 }
-
-// macEqual compares two MACs in constant time.
-func macEqual(a, b [csMACLen]byte) bool { return hmac.Equal(a[:], b[:]) }
 
 // listenerSet is a worker's listeners, which Worker.Destroy destroys.
 type listenerSet struct {

@@ -50,7 +50,7 @@ const peerTag = 0x7a6
 
 // testJobKey is the job key the tcp transport authenticates the processes
 // of a test with (what the launcher passes as GOSHMEM_KEY).
-const testJobKey = "dWNwIHRlc3Qgam9iIGtleSAwMTIzNDU2Nzg5"
+const testJobKey = "dWNwIHRlc3Qgam9iIGtleSAwMTIzNDU2Nzg5MDEyMzQ=" // 32 bytes: a job key is 16, 24 or 32 (internal/jobkey)
 
 // peerSegSize is the size of the peer's segment.
 const peerSegSize = 1 << 20

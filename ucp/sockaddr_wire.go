@@ -1,24 +1,20 @@
 package ucp
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
-	"github.com/goshmem/goshmem/uct/tcp"
 )
 
 // The client-server handshake runs over the TCP connection a client makes to
 // a listener. Every message starts with the header
 //
 //	0  magic   uint32  "GSLC"
-//	4  version uint16  1
+//	4  version uint16  2
 //	6  type    uint8   cs*
 //	7  flags   uint8
 //
@@ -34,14 +30,15 @@ import (
 //	                      or csAccept
 //	csReady (client):     MAC [32]byte
 //
-// Each MAC is HMAC-SHA256(k, tag || client id || client nonce || server
-// nonce || address), with the tag 'C', 'S' or 'D' of its message and the
-// address only in csRequest and csAccept. (A rejection carries no MAC: a
-// client that cannot verify it, having another key, must still learn why.) k is derived from the
-// configured key (see listenerKey), or from nothing when none is: then the
-// MACs only check integrity. Both nonces are fresh, so each side's first
-// MAC proves that it holds the key without a recorded proof being
-// replayable, and the key itself never travels.
+// Each MAC is the job key's proof (internal/jobkey, label
+// jobkey.LabelCM) over both nonces, the client id and the address (only
+// in csRequest and csAccept), with the tag of its message:
+// jobkey.ClientProof, ServerProof or ClientConfirm. (A rejection carries
+// no MAC: a client that cannot verify it, having another key, must still
+// learn why.) The key is the configured one (see listenerKey), or none:
+// then the MACs only check integrity. Both nonces are fresh, so each
+// side's first MAC proves that it holds the key without a recorded proof
+// being replayable, and the key itself never travels.
 const (
 	csHello     uint8 = 1
 	csChallenge uint8 = 2
@@ -58,10 +55,10 @@ const (
 	csFlagKeyed    uint8 = 1 << 0 // csChallenge
 
 	csMagic     uint32 = 0x434c5347 // "GSLC"
-	csVersion          = 1
+	csVersion          = 2
 	csHeaderLen        = 8
-	csNonceLen         = 32
-	csMACLen           = sha256.Size
+	csNonceLen         = jobkey.NonceLen
+	csMACLen           = jobkey.MACLen
 )
 
 // csMsg is a decoded handshake message; the fields its type lacks are zero.
@@ -69,8 +66,8 @@ type csMsg struct {
 	typ      uint8
 	flags    uint8
 	clientID uint64
-	nonce    [csNonceLen]byte
-	mac      [csMACLen]byte
+	nonce    jobkey.Nonce
+	mac      jobkey.MAC
 	addr     []byte // csRequest, csAccept: a packed worker address
 	reason   uint8  // csReject
 }
@@ -218,52 +215,31 @@ func readCSMsg(r io.Reader, want ...uint8) (csMsg, error) {
 	return decodeCSMsg(b, typ)
 }
 
-// csMAC returns the MAC of a message with tag ('C', 'S' or 'D') over
-// the handshake's values.
-func csMAC(key []byte, tag byte, clientID uint64, cnonce, snonce *[csNonceLen]byte, addr []byte) [csMACLen]byte {
-	h := hmac.New(sha256.New, key)
-	var b [9]byte
-	b[0] = tag
-	binary.LittleEndian.PutUint64(b[1:], clientID)
-	h.Write(b[:])
-	h.Write(cnonce[:])
-	h.Write(snonce[:])
-	h.Write(addr)
-	var mac [csMACLen]byte
-	h.Sum(mac[:0])
-	return mac
+// csMAC returns the MAC of a message with tag over the handshake's values.
+func csMAC(key jobkey.HandshakeKey, tag jobkey.Tag, clientID uint64, cnonce, snonce *jobkey.Nonce, addr []byte) jobkey.MAC {
+	return key.Prove(tag, cnonce, snonce, binary.LittleEndian.AppendUint64(nil, clientID), addr)
 }
 
-// csKeyLabel separates the listener's handshake key from other uses of the
-// same job key (uct/tcp derives its own).
-const csKeyLabel = "goshmem ucp client-server handshake v1"
+// csVerify checks the MAC of a message with tag over the handshake's
+// values, in constant time; it fails with jobkey.ErrAuth.
+func csVerify(key jobkey.HandshakeKey, mac *jobkey.MAC, tag jobkey.Tag, clientID uint64, cnonce, snonce *jobkey.Nonce, addr []byte) error {
+	return key.Verify(mac[:], tag, cnonce, snonce, binary.LittleEndian.AppendUint64(nil, clientID), addr)
+}
 
 // deriveCSKey returns the handshake key of a job key (nil: no key).
-func deriveCSKey(jobKey []byte) []byte {
-	h := hmac.New(sha256.New, jobKey)
-	h.Write([]byte(csKeyLabel))
-	return h.Sum(nil)
-}
+func deriveCSKey(jobKey []byte) jobkey.HandshakeKey { return jobkey.Derive(jobKey, jobkey.LabelCM) }
 
 // listenerKey returns the handshake key of the context's configured job
 // key: UCX_TCP_KEY (under the context's prefix), or else GOSHMEM_KEY, the
 // launcher's job key, the same key the tcp transport authenticates with.
 // keyed is false when neither is set; the key is then derived from nothing
-// and authenticates no one. A key that is not standard base64 of at least
-// 16 bytes fails with ucs.ErrInvalidParam (naming the variable, never the
-// value).
-func (c *Context) listenerKey() (key []byte, keyed bool, err error) {
+// and authenticates no one. A key that jobkey.Decode refuses fails with
+// ucs.ErrInvalidParam (naming the variable, never the value).
+func (c *Context) listenerKey() (key jobkey.HandshakeKey, keyed bool, err error) {
 	name := c.componentPrefix("tcp") + "KEY"
-	s := strings.TrimSpace(ucs.ReadConfig(c.componentPrefix("tcp"), []ucs.ConfigField{{Name: "KEY"}}).Get("KEY"))
-	if s == "" {
-		s, name = strings.TrimSpace(os.Getenv(tcp.EnvKey)), tcp.EnvKey
+	k, _, err := jobkey.Lookup(strings.TrimSpace(ucs.ReadConfig(c.componentPrefix("tcp"), []ucs.ConfigField{{Name: "KEY"}}).Get("KEY")), name)
+	if err != nil {
+		return nil, false, err
 	}
-	if s == "" {
-		return deriveCSKey(nil), false, nil
-	}
-	k, derr := base64.StdEncoding.DecodeString(s)
-	if derr != nil || len(k) < 16 {
-		return nil, false, fmt.Errorf("%s is not standard base64 of at least 16 bytes: %w", name, ucs.ErrInvalidParam)
-	}
-	return deriveCSKey(k), true, nil
+	return deriveCSKey(k), k != nil, nil
 }

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -12,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +15,7 @@ import (
 
 	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/internal/admit"
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -124,40 +120,26 @@ func (s *sockRTE) barrier() error {
 
 func (s *sockRTE) close() { s.conn.Close() }
 
-// The socket's authentication: each side proves it has the key with an
-// HMAC-SHA256 over both sides' random nonces; nothing secret crosses the
-// socket.
-const nonceLen = 32
-
-func proof(key []byte, who string, a, b []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte("ucpperf " + who))
-	m.Write(a)
-	m.Write(b)
-	return m.Sum(nil)
-}
-
-func nonce() ([]byte, error) {
-	b := make([]byte, nonceLen)
-	_, err := rand.Read(b)
-	return b, err
-}
+// The socket's authentication: the server sends its nonce; the client
+// answers with its own and its proof, and the server with its proof, each
+// the job key's proof (internal/jobkey, label jobkey.LabelUCPPerf) over
+// both nonces; nothing secret crosses the socket.
+const nonceLen = jobkey.NonceLen
 
 // authenticate runs the handshake on a new connection.
-func (s *sockRTE) authenticate(key []byte) error {
+func (s *sockRTE) authenticate(jobKey []byte) error {
+	key := jobkey.Derive(jobKey, jobkey.LabelUCPPerf)
 	if s.isClient {
-		ns, err := s.recv()
+		m, err := s.recv()
 		if err != nil {
 			return fmt.Errorf("authentication: server nonce: %w", err)
 		}
-		if len(ns) != nonceLen {
-			return fmt.Errorf("authentication: a server nonce of %d bytes", len(ns))
+		if len(m) != nonceLen {
+			return fmt.Errorf("authentication: a server nonce of %d bytes", len(m))
 		}
-		nc, err := nonce()
-		if err != nil {
-			return err
-		}
-		if err := s.send(append(nc, proof(key, "client", ns, nc)...)); err != nil {
+		ns, nc := jobkey.Nonce(m), jobkey.NewNonce()
+		proof := key.Prove(jobkey.ClientProof, &nc, &ns)
+		if err := s.send(append(nc[:], proof[:]...)); err != nil {
 			return err
 		}
 		p, err := s.recv()
@@ -167,52 +149,36 @@ func (s *sockRTE) authenticate(key []byte) error {
 		if err != nil {
 			return fmt.Errorf("authentication: %w", err)
 		}
-		if !hmac.Equal(p, proof(key, "server", nc, ns)) {
-			return errors.New("authentication: the server does not have this key")
+		if err := key.Verify(p, jobkey.ServerProof, &nc, &ns); err != nil {
+			return fmt.Errorf("authentication: the server does not have this key: %w", err)
 		}
 		return nil
 	}
-	ns, err := nonce()
-	if err != nil {
-		return err
-	}
-	if err := s.send(ns); err != nil {
+	ns := jobkey.NewNonce()
+	if err := s.send(ns[:]); err != nil {
 		return err
 	}
 	m, err := s.recv()
 	if err != nil {
 		return fmt.Errorf("authentication: client proof: %w", err)
 	}
-	if len(m) != nonceLen+sha256.Size {
+	if len(m) != nonceLen+jobkey.MACLen {
 		return fmt.Errorf("authentication: a client proof of %d bytes", len(m))
 	}
-	nc := m[:nonceLen]
-	if !hmac.Equal(m[nonceLen:], proof(key, "client", ns, nc)) {
-		return errors.New("authentication: the client does not have the key")
+	nc := jobkey.Nonce(m[:nonceLen])
+	if err := key.Verify(m[nonceLen:], jobkey.ClientProof, &nc, &ns); err != nil {
+		return fmt.Errorf("authentication: the client does not have the key: %w", err)
 	}
-	return s.send(proof(key, "server", nc, ns))
+	proof := key.Prove(jobkey.ServerProof, &nc, &ns)
+	return s.send(proof[:])
 }
 
 // socketKey returns the key that authenticates the socket, and the name of
-// the variable it came from: GOSHMEM_KEY's, or else UCX_TCP_KEY's (the tcp
-// transport authenticates with the same key); nil when neither is set.
+// the variable it came from: the job key as the tcp transport takes it
+// (jobkey.Lookup: UCX_TCP_KEY, or else GOSHMEM_KEY); nil when neither is
+// set.
 func socketKey() (key []byte, from string, err error) {
-	if v := os.Getenv(bootstrap.EnvKey); v != "" {
-		k, err := bootstrap.DecodeKey(v)
-		if err != nil {
-			return nil, bootstrap.EnvKey, fmt.Errorf("%s: %w", bootstrap.EnvKey, err)
-		}
-		return k, bootstrap.EnvKey, nil
-	}
-	if v := strings.TrimSpace(os.Getenv(tcpKeyVar)); v != "" {
-		k, err := base64.StdEncoding.DecodeString(v)
-		if err != nil || len(k) < 16 {
-			// The key itself is secret: never print it.
-			return nil, tcpKeyVar, fmt.Errorf("%s is not standard base64 of at least 16 bytes", tcpKeyVar)
-		}
-		return k, tcpKeyVar, nil
-	}
-	return nil, "", nil
+	return jobkey.Lookup(os.Getenv(tcpKeyVar), tcpKeyVar)
 }
 
 // tcpKeyVar is the tcp transport's own key variable.

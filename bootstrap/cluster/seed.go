@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/hashicorp/memberlist"
 
@@ -141,7 +142,7 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 	if cfg.Agents < 1 || cfg.Agents > wire.MaxRanks {
 		return nil, fmt.Errorf("bootstrap: %d agents out of range [1, %d]: %w", cfg.Agents, wire.MaxRanks, ucs.ErrInvalidParam)
 	}
-	if err := wire.CheckKey(cfg.Key); err != nil {
+	if err := jobkey.Check(cfg.Key); err != nil {
 		return nil, err
 	}
 	if cfg.JobID == "" {

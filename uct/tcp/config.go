@@ -1,8 +1,6 @@
 package tcp
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"math"
 	"os"
@@ -10,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -78,11 +77,11 @@ const minPeerTimeout = 100 * time.Millisecond
 const maxPassiveDelay = 10 * time.Second
 
 // EnvKey is the environment variable the job key is taken from when
-// KEY (UCX_TCP_KEY) is not set: the launcher's job key, standard base64.
-const EnvKey = "GOSHMEM_KEY"
+// KEY (UCX_TCP_KEY) is not set: jobkey.Env, the launcher's job key.
+const EnvKey = jobkey.Env
 
 var ifaceConfigTable = []ucs.ConfigField{
-	{Name: "KEY", Default: "", Doc: "Job key authenticating tcp connections, standard base64 of at least 16 bytes; empty: " + EnvKey + ", or else a random key of this process"},
+	{Name: "KEY", Default: "", Doc: "Job key authenticating tcp connections, standard base64 of 16, 24 or 32 bytes; empty: " + jobkey.Env + ", or else a random key of this process"},
 	{Name: "CONN_TIMEOUT", Default: DefaultConnTimeout.String(), Doc: "Time allowed to connect and authenticate a tcp connection"},
 	{Name: "HANDSHAKE_TIMEOUT", Default: DefaultHandshakeTimeout.String(), Doc: "Time an accepted tcp connection has to authenticate"},
 	{Name: "MAX_HANDSHAKES", Default: "256", Doc: "Accepted tcp connections authenticating at once; beyond it the oldest of the source address with the most is closed"},
@@ -102,7 +101,7 @@ var ifaceConfigTable = []ucs.ConfigField{
 
 // ifaceConfig is a parsed iface configuration.
 type ifaceConfig struct {
-	key         []byte // handshake key, derived from the job key
+	key         jobkey.HandshakeKey // derived from the job key
 	connTimeout time.Duration
 	hsTimeout   time.Duration // HANDSHAKE_TIMEOUT
 	// passiveDelay is PASSIVE_DELAY.
@@ -126,9 +125,9 @@ type ifaceConfig struct {
 // processKey is the job key of a process with no key configured: its ifaces
 // reach each other, and no other process.
 var processKey = sync.OnceValue(func() []byte {
-	k := make([]byte, 32)
-	if _, err := rand.Read(k); err != nil {
-		panic("uct/tcp: no randomness: " + err.Error())
+	k, err := jobkey.New()
+	if err != nil {
+		panic("uct/tcp: " + err.Error())
 	}
 	return k
 })
@@ -148,18 +147,12 @@ func parseConfig(config *ucs.Config) (ifaceConfig, error) {
 		return config.Prefix() + n
 	}
 	var c ifaceConfig
-	var err error
-	jobKey := processKey()
-	if s, from := get("KEY"), name("KEY"); s != "" || os.Getenv(EnvKey) != "" {
-		if s == "" {
-			s, from = strings.TrimSpace(os.Getenv(EnvKey)), EnvKey
-		}
-		k, derr := base64.StdEncoding.DecodeString(s)
-		if derr != nil || len(k) < 16 {
-			// The key itself is secret: never print it.
-			return c, fmt.Errorf("uct/tcp: %s is not standard base64 of at least 16 bytes: %w", from, ucs.ErrInvalidParam)
-		}
-		jobKey = k
+	jobKey, _, err := jobkey.Lookup(get("KEY"), name("KEY"))
+	if err != nil {
+		return c, fmt.Errorf("uct/tcp: %w", err)
+	}
+	if jobKey == nil {
+		jobKey = processKey()
 	}
 	c.key = deriveKey(jobKey)
 	c.connTimeout = DefaultConnTimeout

@@ -64,8 +64,8 @@
 // the id of the iface it means to reach, the id of its own iface and a
 // random id of the connection; the server answers with its own nonce, a
 // verdict and an HMAC-SHA256 over everything both sent, and the client
-// answers with its own HMAC over the same; the HMAC key is derived from
-// the job key (see handshake.go); the hello also carries the client's
+// answers with its own HMAC over the same: the job key's proofs of
+// internal/jobkey, under uct/tcp's own label (see handshake.go); the hello also carries the client's
 // iface id, a random id of the connection and the one-way flag, for
 // connection matching. The server keeps the client's iface id with the
 // connection (its log lines name it). A connection that fails the handshake (wrong
@@ -76,9 +76,9 @@
 // source address (UCX_TCP_MAX_HANDSHAKES_PER_SOURCE): a newer one closes
 // the oldest of its source, or of the source with the most (see
 // accept.go). The job key is the iface
-// configuration variable KEY (UCX_TCP_KEY as ucp reads it; standard base64,
-// at least 16 bytes) or else the environment variable GOSHMEM_KEY that the
-// launcher sets. With neither, the process uses a random key of its own: its ifaces
+// configuration variable KEY (UCX_TCP_KEY as ucp reads it) or else the
+// environment variable GOSHMEM_KEY that the launcher sets, both read by
+// the one rule of internal/jobkey: standard base64 of 16, 24 or 32 bytes. With neither, the process uses a random key of its own: its ifaces
 // then reach each other but no other process.
 //
 // # Wire format

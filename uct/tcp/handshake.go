@@ -1,9 +1,6 @@
 package tcp
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,13 +9,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
 )
 
 // The handshake has three messages, all little-endian with the header
 //
 //	0  magic   uint32  "GSTH"
-//	4  version uint16  2
+//	4  version uint16  3
 //	6  type    uint8   hsHello, hsHelloEP, hsChallenge or hsProof
 //	7  (zero)  uint8
 //
@@ -45,13 +43,13 @@ import (
 //	hsProof (client):
 //	  0  MAC       [32]byte  the client MAC
 //
-// The server MAC is HMAC-SHA256(k, "S" || hello || challenge), over the
-// whole hello message and the challenge message up to its MAC; the client
-// MAC the same with "C"; k is the handshake key derived from the job key
-// (see deriveKey). Each side checks the other's MAC, so both prove they
-// know the job key, everything either side sent is covered (the client's
-// iface id and flags included), and the server's fresh nonce keeps a
-// recorded proof from being replayed. A client answered hsUseMine sends no
+// The server MAC is the job key's proof (internal/jobkey, label
+// jobkey.LabelTCP) with tag jobkey.ServerProof over both nonces, the whole
+// hello message and the challenge message up to its MAC; the client MAC
+// the same with tag jobkey.ClientProof. Each side checks the other's MAC,
+// so both prove they know the job key, everything either side sent is
+// covered (the client's iface id and flags included), and the server's
+// fresh nonce keeps a recorded proof from being replayed. A client answered hsUseMine sends no
 // proof: both sides close that connection.
 const (
 	hsHello     uint8 = 1
@@ -60,9 +58,9 @@ const (
 	hsHelloEP   uint8 = 4
 
 	hsHeaderLen = 8
-	nonceLen    = 32
-	macLen      = sha256.Size
-	hsVersion   = 2
+	nonceLen    = jobkey.NonceLen
+	macLen      = jobkey.MACLen
+	hsVersion   = 3
 	// hsHelloLen is the length of both hellos, hsChallengeLen that of a
 	// challenge.
 	hsHelloLen     = hsHeaderLen + 40 + nonceLen
@@ -107,8 +105,8 @@ type handshake struct {
 	connID   uint64 // hellos: the client's id of the connection; hsUseMine: the server's
 	flags    uint8  // hellos
 	verdict  uint8  // hsChallenge
-	nonce    [nonceLen]byte
-	mac      [macLen]byte
+	nonce    jobkey.Nonce
+	mac      jobkey.MAC
 }
 
 func (m *handshake) encode() []byte {
@@ -199,34 +197,30 @@ func decodeHandshake(b []byte, typ uint8) (handshake, error) {
 }
 
 // deriveKey returns the handshake key of a job key.
-func deriveKey(jobKey []byte) []byte {
-	h := hmac.New(sha256.New, jobKey)
-	h.Write([]byte("goshmem uct/tcp handshake v2"))
-	return h.Sum(nil)
-}
+func deriveKey(jobKey []byte) jobkey.HandshakeKey { return jobkey.Derive(jobKey, jobkey.LabelTCP) }
 
 // transcript is what the MACs cover: the hello message and the challenge
-// up to its MAC, as sent.
+// up to its MAC, as sent, and their nonces.
 type transcript struct {
 	hello, challenge []byte
+	cn, sn           *jobkey.Nonce
 }
 
 // newTranscript encodes the hello and the challenge (whose MAC is left
 // out).
 func newTranscript(hello, ch *handshake) transcript {
 	c := ch.encode()
-	return transcript{hello: hello.encode(), challenge: c[:len(c)-macLen]}
+	return transcript{hello: hello.encode(), challenge: c[:len(c)-macLen], cn: &hello.nonce, sn: &ch.nonce}
 }
 
-// mac is the MAC of side ('C' or 'S') over the transcript.
-func (t transcript) mac(key []byte, side byte) [macLen]byte {
-	h := hmac.New(sha256.New, key)
-	h.Write([]byte{side})
-	h.Write(t.hello)
-	h.Write(t.challenge)
-	var mac [macLen]byte
-	h.Sum(mac[:0])
-	return mac
+// mac is the MAC of message tag over the transcript.
+func (t transcript) mac(key jobkey.HandshakeKey, tag jobkey.Tag) jobkey.MAC {
+	return key.Prove(tag, t.cn, t.sn, t.hello, t.challenge)
+}
+
+// verify checks the MAC of message tag over the transcript.
+func (t transcript) verify(key jobkey.HandshakeKey, tag jobkey.Tag, mac *jobkey.MAC) error {
+	return key.Verify(mac[:], tag, t.cn, t.sn, t.hello, t.challenge)
 }
 
 // readHandshake reads and decodes one message of type typ.
@@ -243,9 +237,6 @@ func readHandshake(r io.Reader, typ uint8) (handshake, error) {
 // timeout ran out, or newer connections evicted this one; see accept.go).
 // The client cannot tell which, so it tries again a few times (dial).
 var errNoChallenge = errors.New("no challenge")
-
-// errAuth is the cause of a handshake whose MAC does not verify.
-var errAuth = fmt.Errorf("authentication failed (not the same job key): %w", ucs.ErrRejected)
 
 // useMineError is how a client handshake ends that the server answered
 // with hsUseMine: the client is to use the server's connection connID to
@@ -265,14 +256,14 @@ func (e *useMineError) Unwrap() error { return ucs.ErrRejected }
 // hsHello, or hsHelloEP for a non-zero ep id, and its nonce is drawn here.
 // A server that answers hsUseMine ends it with a *useMineError, once its
 // MAC verified.
-func clientHandshake(c net.Conn, key []byte, hello handshake, deadline time.Time) error {
+func clientHandshake(c net.Conn, key jobkey.HandshakeKey, hello handshake, deadline time.Time) error {
 	c.SetDeadline(deadline)
 	defer c.SetDeadline(time.Time{})
 	hello.typ = hsHello
 	if hello.epID != 0 {
 		hello.typ = hsHelloEP
 	}
-	rand.Read(hello.nonce[:])
+	hello.nonce = jobkey.NewNonce()
 	if _, err := c.Write(hello.encode()); err != nil {
 		return err
 	}
@@ -287,14 +278,13 @@ func clientHandshake(c net.Conn, key []byte, hello handshake, deadline time.Time
 		return err
 	}
 	t := newTranscript(&hello, &ch)
-	want := t.mac(key, 'S')
-	if !hmac.Equal(want[:], ch.mac[:]) {
-		return errAuth
+	if err := t.verify(key, jobkey.ServerProof, &ch.mac); err != nil {
+		return err
 	}
 	if ch.verdict == hsUseMine {
 		return &useMineError{connID: ch.connID}
 	}
-	proof := handshake{typ: hsProof, mac: t.mac(key, 'C')}
+	proof := handshake{typ: hsProof, mac: t.mac(key, jobkey.ClientProof)}
 	_, err = c.Write(proof.encode())
 	return err
 }
@@ -327,7 +317,7 @@ func readHello(r io.Reader) (handshake, error) {
 // sends it the challenge with that verdict, and the handshake ends with a
 // *useMineError; hsAccept goes on. Without decide, a client naming an EP
 // (hsHelloEP) is refused and the rest accepted.
-func serverHandshake(c net.Conn, key []byte, ifaceID uint64, deadline time.Time, decide func(hello *handshake) (verdict uint8, connID uint64, err error)) (handshake, error) {
+func serverHandshake(c net.Conn, key jobkey.HandshakeKey, ifaceID uint64, deadline time.Time, decide func(hello *handshake) (verdict uint8, connID uint64, err error)) (handshake, error) {
 	c.SetDeadline(deadline)
 	defer c.SetDeadline(time.Time{})
 	hello, err := readHello(c)
@@ -346,9 +336,9 @@ func serverHandshake(c net.Conn, key []byte, ifaceID uint64, deadline time.Time,
 	case hello.typ == hsHelloEP:
 		return hello, fmt.Errorf("hello for ep %#x: %w", hello.epID, ucs.ErrRejected)
 	}
-	rand.Read(ch.nonce[:])
+	ch.nonce = jobkey.NewNonce()
 	t := newTranscript(&hello, &ch)
-	ch.mac = t.mac(key, 'S')
+	ch.mac = t.mac(key, jobkey.ServerProof)
 	if _, err := c.Write(ch.encode()); err != nil {
 		return hello, err
 	}
@@ -359,9 +349,5 @@ func serverHandshake(c net.Conn, key []byte, ifaceID uint64, deadline time.Time,
 	if err != nil {
 		return hello, err
 	}
-	want := t.mac(key, 'C')
-	if !hmac.Equal(want[:], proof.mac[:]) {
-		return hello, errAuth
-	}
-	return hello, nil
+	return hello, t.verify(key, jobkey.ClientProof, &proof.mac)
 }

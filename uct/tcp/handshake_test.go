@@ -3,12 +3,15 @@ package tcp
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -155,5 +158,66 @@ func TestHandshakeOldVersion(t *testing.T) {
 	}, b)
 	if !strings.Contains(logs.String(), "version 1") {
 		t.Errorf("the refusal does not name the version:\n%s", logs)
+	}
+}
+
+// TestHandshakeTruncated cuts each message of the handshake short and
+// closes the connection: the side that waits for it fails at once, with
+// no deadline reached, and a server never accepts the client.
+func TestHandshakeTruncated(t *testing.T) {
+	key := deriveKey([]byte("the job key, the job key, the job key"))
+	const server = 0x5e4e4
+	hello := handshake{typ: hsHello, ifaceID: server, clientID: 0xc11e47, connID: 0xc044, nonce: jobkey.NewNonce()}
+	deadline := time.Now().Add(time.Minute)
+	for _, tt := range []struct {
+		name string
+		typ  uint8 // the message cut short
+	}{{"hello", hsHello}, {"challenge", hsChallenge}, {"proof", hsProof}} {
+		for _, n := range []int{1, hsHeaderLen, hsLen(tt.typ) - 1} {
+			t.Run(fmt.Sprintf("%s/%d bytes", tt.name, n), func(t *testing.T) {
+				c, s := net.Pipe()
+				defer c.Close()
+				defer s.Close()
+				done := make(chan error, 1)
+				if tt.typ == hsChallenge {
+					// A server that sends part of its challenge.
+					go func() {
+						h, err := readHello(s)
+						ch := handshake{typ: hsChallenge, nonce: jobkey.NewNonce()}
+						ch.mac = newTranscript(&h, &ch).mac(key, jobkey.ServerProof)
+						s.Write(ch.encode()[:n])
+						s.Close()
+						done <- err
+					}()
+					err := clientHandshake(c, key, hello, deadline)
+					if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+						t.Errorf("client: %v, want a failure before the deadline", err)
+					}
+					if err := <-done; err != nil {
+						t.Fatalf("the server's side: %v", err)
+					}
+					return
+				}
+				go func() {
+					_, err := serverHandshake(s, key, server, deadline, nil)
+					done <- err
+				}()
+				if tt.typ == hsHello {
+					c.Write(hello.encode()[:n])
+				} else {
+					c.Write(hello.encode())
+					ch, err := readHandshake(c, hsChallenge)
+					if err != nil {
+						t.Fatalf("challenge: %v", err)
+					}
+					proof := handshake{typ: hsProof, mac: newTranscript(&hello, &ch).mac(key, jobkey.ClientProof)}
+					c.Write(proof.encode()[:n])
+				}
+				c.Close()
+				if err := <-done; err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Errorf("server: %v, want a failure before the deadline", err)
+				}
+			})
+		}
 	}
 }

@@ -305,7 +305,7 @@ func TestPeerPut(t *testing.T) {
 // TestPeerWrongKey checks that a process with another job key cannot
 // connect.
 func TestPeerWrongKey(t *testing.T) {
-	p := startPeer(t, "b3RoZXIgam9iIGtleSAwMTIzNDU2Nzg5MDEyMw==")
+	p := startPeer(t, "b3RoZXIgam9iIGtleSAwMTIzNDU2Nzg5MDEyMzQ1Njc=")
 	i := openIface(t, testMD(t), nil)
 	_, err := i.EPCreate(&uct.EPParams{DeviceAddr: p.dev, IfaceAddr: p.addr})
 	if !errors.Is(err, ucs.ErrRejected) || !errors.Is(err, ucs.ErrUnreachable) {

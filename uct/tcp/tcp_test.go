@@ -227,7 +227,7 @@ func TestKeySources(t *testing.T) {
 	if err := try(open(nil), withKey); err != nil {
 		t.Errorf("key from %s: %v", EnvKey, err)
 	}
-	t.Setenv(EnvKey, "bm90IHRoZSBzYW1lIGtleSBhdCBhbGwgMDEyMzQ1Njc4OQ==")
+	t.Setenv(EnvKey, "bm90IHRoZSBzYW1lIGtleSBhdCBhbGwgMDEyMzQ1Njc=") // 32 bytes: a job key is 16, 24 or 32 (internal/jobkey)
 	t.Setenv("UCX_TCP_KEY", testKey)
 	if err := try(open(ucs.ReadConfig("UCX_TCP_", ifaceConfigTable)), withKey); err != nil {
 		t.Errorf("key from UCX_TCP_KEY over %s: %v", EnvKey, err)
@@ -929,7 +929,7 @@ func TestWrongKey(t *testing.T) {
 	logs := captureLog(t)
 	md := testMD(t)
 	a := openIface(t, md, nil)
-	b := openIface(t, md, nil, "KEY=b3RoZXIgam9iIGtleSAwMTIzNDU2Nzg5MDEyMw==")
+	b := openIface(t, md, nil, "KEY=b3RoZXIgam9iIGtleSAwMTIzNDU2Nzg5MDEyMzQ1Njc=")
 	seen := atomic.Int32{}
 	for _, i := range []*Iface{a, b} {
 		i.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { seen.Add(1); return ucs.OK }, nil, uct.CBFlagAsync)

@@ -3,17 +3,12 @@
 // the messages that PEs, agents and the seed exchange (their codec), the
 // local channel between a PE and its agent (frames on a unix socket pair,
 // which may carry a descriptor), the table file in which an agent
-// publishes an allgather's result to its PEs, the checks of job ids and
-// keys, and the log adapter. It imports neither memberlist nor anything a
+// publishes an allgather's result to its PEs, the check of job ids
+// (internal/jobkey checks keys), and the log adapter. It imports neither memberlist nor anything a
 // PE does not need: every PE binary links it.
 package wire
 
-import (
-	"fmt"
-	"time"
-
-	"github.com/goshmem/goshmem/ucs"
-)
+import "time"
 
 // MinFailureTimeout bounds the failure timeout from below: shorter ones
 // make an overloaded host look dead.
@@ -34,16 +29,6 @@ func ValidJobID(s string) bool {
 		}
 	}
 	return true
-}
-
-// CheckKey checks that k is 16, 24 or 32 bytes long (AES-128, -192 or
-// -256). The error wraps ucs.ErrInvalidParam.
-func CheckKey(k []byte) error {
-	switch len(k) {
-	case 16, 24, 32:
-		return nil
-	}
-	return fmt.Errorf("bootstrap: key is %d bytes, want 16, 24 or 32: %w", len(k), ucs.ErrInvalidParam)
 }
 
 // Clip cuts s to the longest string a message carries.
