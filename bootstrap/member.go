@@ -414,20 +414,7 @@ func (m *Member) recordFailure(f Failure) {
 // pending in another goroutine returns ErrClosed. Close is idempotent;
 // calls after the first return nil. An error means the agent could not be
 // told (it is gone): the launcher may then report this PE as failed.
-func (m *Member) Close() error { return m.close(true) }
-
-// Abandon ends the membership without telling the agent that this PE
-// finalized, for a process that gives up on the job (an Init that failed
-// after joining): the launcher then takes this PE's exit, whatever its
-// status, for a failure that ends the job, so that the PEs waiting for it
-// in a collective do not wait for ever. A collective pending in another
-// goroutine returns ErrClosed. It is idempotent, and does nothing after
-// Close.
-func (m *Member) Abandon() { m.close(false) }
-
-// close closes the channel to the agent, first telling the agent that
-// this PE finalized when finalize is set (unless it did already).
-func (m *Member) close(finalize bool) error {
+func (m *Member) Close() error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -443,7 +430,7 @@ func (m *Member) close(finalize bool) error {
 	m.opMu.Lock() // wait for a pending collective to return
 	defer m.opMu.Unlock()
 	var err error
-	if finalize && !lost && !finalized {
+	if !lost && !finalized {
 		err = m.finalize()
 	}
 	m.conn.Close()

@@ -321,10 +321,8 @@ func initThread(level ThreadLevel) error {
 		member = m
 	}
 	if err := initLocked(m, size, level, readEnv()); err != nil {
-		// The PEs that wait for this one in Init must not take its
-		// exit for a clean end.
 		member = nil
-		m.Abandon()
+		m.Close()
 		return fmt.Errorf("shmem init (PE %d of %d): %w", m.Rank(), m.Size(), err)
 	}
 	return nil
