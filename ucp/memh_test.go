@@ -562,3 +562,56 @@ func FuzzMemhImport(f *testing.F) {
 		}
 	})
 }
+
+// TestMemMapAllocatesWithSelectedMD checks that MemMap allocates through
+// an MD whose transports UCX_TLS selects before one of no selected
+// transport (with UCX_TLS=posix, sysv memory would have no key the posix
+// transport maps: atomics would go in software and Ptr would fail), and
+// that the memory is then mapped directly by an endpoint of the context.
+func TestMemMapAllocatesWithSelectedMD(t *testing.T) {
+	for _, tt := range []struct {
+		tls, method string
+		ptr         bool // an endpoint to the own worker maps the memory
+	}{
+		{"all", "md:sysv", true},
+		{"posix", "md:posix", true},
+		{"posix,self", "md:posix", true},
+		{"^sysv", "md:posix", true},
+		{"sysv", "md:sysv", true},
+		{"cma,tcp", "mmap", false},
+		{"tcp", "mmap", false},
+	} {
+		t.Run(tt.tls, func(t *testing.T) {
+			c := newContextCfg(t, FeatureRMA|FeatureAMO64, "TLS", tt.tls, "ALLOC_PRIO", "md:sysv,md:posix,mmap")
+			m := mapMem(t, c, new(MemMapParams).SetLength(8192).SetFlags(MemMapAllocate))
+			if q := m.Query(); q.Method != tt.method {
+				t.Fatalf("allocated by %q, want %q", q.Method, tt.method)
+			}
+			if !tt.ptr {
+				return
+			}
+			w := newWorker(t, c)
+			addr, err := w.Address()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep, err := w.NewEndpoint(new(EPParams).SetAddress(addr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ep.Close(CloseModeForce)
+			packed, err := c.RkeyPack(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rk, err := ep.RkeyUnpack(packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rk.Destroy()
+			if _, err := rk.Ptr(uint64(uintptr(m.Address()))); err != nil {
+				t.Errorf("Ptr: %v", err)
+			}
+		})
+	}
+}
