@@ -243,6 +243,7 @@ func BenchmarkSGLPut(b *testing.B) {
 			wa, wb := newWorker(b, c), newWorker(b, c)
 			stop, done := serve(wb)
 			p := newPair(b, c, wa, wb, count*size)
+			clear(p.mem) // faults the pages in before either is timed
 			if tp.unmap {
 				p.rkey.base = nil
 			}
