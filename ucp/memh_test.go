@@ -24,7 +24,7 @@ func newContextCfg(t testing.TB, features Feature, vars ...string) *Context {
 // newContextParams is newContextCfg with params of the caller's.
 func newContextParams(t testing.TB, params *Params, vars ...string) *Context {
 	t.Helper()
-	cfg, err := ReadConfig("")
+	cfg, err := ReadConfig("", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func newContextWith(t testing.TB, more Feature) *Context {
 // environment says.
 func newContextTLS(t testing.TB, tls string) *Context {
 	t.Helper()
-	cfg, err := ReadConfig("")
+	cfg, err := ReadConfig("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
