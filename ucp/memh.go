@@ -50,7 +50,7 @@ const (
 
 // MemMapParams are the parameters of Context.MemMap (ucp_mem_map_params_t).
 // Only the fields whose MemMapParamField bit is set count; the others take
-// their defaults: no address (MemMap allocates, given MemMapAllocate),
+// their defaults: no address (MemMap allocates),
 // flags 0, ProtDefault, host memory, no exported buffer. Length is
 // mandatory unless ExportedMemhBuffer is given.
 type MemMapParams struct {
@@ -68,7 +68,7 @@ type MemMapParams struct {
 
 // SetAddress sets the memory to register, or with MemMapAllocate the address
 // to allocate at (a hint, or exact with MemMapFixed). Unset (or nil), MemMap
-// allocates wherever it can, which needs MemMapAllocate.
+// allocates wherever it can, with or without MemMapAllocate.
 func (p *MemMapParams) SetAddress(a unsafe.Pointer) *MemMapParams {
 	p.Address, p.FieldMask = a, p.FieldMask|MemMapParamFieldAddress
 	return p
@@ -143,7 +143,8 @@ type MemHandle struct {
 //     this node exported with Context.MemhPack is mapped here (see
 //     MemhPack); Address, Length and Prot are then ignored and
 //     MemMapAllocate is refused.
-//   - MemMapAllocate and no Address: memory is allocated, trying
+//   - No Address (unset or nil), with or without MemMapAllocate: memory
+//     is allocated, trying
 //     UCX_ALLOC_PRIO's methods in order (an MD that can allocate shareable
 //     memory first, then mmap), but an MD none of whose transports UCX_TLS
 //     selects only after all the others (with UCX_TLS=posix the posix MD,
@@ -158,8 +159,8 @@ type MemHandle struct {
 // Pages are never populated up front, so MemMapNonblock changes nothing.
 //
 // MemMap fails with ucs.ErrInvalidParam when neither Length nor an exported
-// buffer is set, for a length that is not positive, for no Address without
-// MemMapAllocate, for MemMapFixed without MemMapAllocate and an Address, or
+// buffer is set, for a length that is not positive, for MemMapFixed
+// without MemMapAllocate and an Address, or
 // with an Address that is not page aligned, and for MemMapAllocate with an
 // exported buffer; with ucs.ErrUnsupported for a memory type other than
 // host (or unknown, taken as host); with ucs.ErrNoMemory when no method can
@@ -196,9 +197,12 @@ func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
 	if p.FieldMask&MemMapParamFieldLength == 0 || p.Length <= 0 {
 		return nil, fmt.Errorf("ucp mem map: length %d: %w", p.Length, ucs.ErrInvalidParam)
 	}
+	if addr == nil {
+		// No address (nil or unset) means allocate, with or without
+		// MemMapAllocate, as ucp_mem_map_params_t.address says.
+		flags |= MemMapAllocate
+	}
 	switch {
-	case addr == nil && flags&MemMapAllocate == 0:
-		return nil, fmt.Errorf("ucp mem map: no address and no MemMapAllocate: %w", ucs.ErrInvalidParam)
 	case addr == nil && flags&MemMapFixed != 0:
 		return nil, fmt.Errorf("ucp mem map: MemMapFixed without an address: %w", ucs.ErrInvalidParam)
 	case addr != nil && flags&MemMapAllocate == 0 && flags&MemMapFixed != 0:
