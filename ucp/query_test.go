@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -265,7 +266,8 @@ func TestContextAndLibQuery(t *testing.T) {
 	}
 	defer c.Cleanup()
 	full := c.Query()
-	if full.FieldMask != contextAttrFieldsAll || full.RequestSize != 48 || full.ThreadMode != ucs.ThreadModeMulti || full.Name != "cq" ||
+	reqSize := int(unsafe.Sizeof(Request{}))
+	if full.FieldMask != contextAttrFieldsAll || full.RequestSize != reqSize || full.ThreadMode != ucs.ThreadModeMulti || full.Name != "cq" ||
 		len(full.MemoryTypes) != 1 || full.MemoryTypes[0] != ucs.MemoryTypeHost || full.DeviceCounterSize != 0 ||
 		full.Features != FeatureRMA|FeatureExportedMemh || len(full.Transports) == 0 {
 		t.Errorf("Query = %+v", full)
@@ -278,7 +280,7 @@ func TestContextAndLibQuery(t *testing.T) {
 			return a.Name == "" && a.RequestSize == 0 && a.Transports == nil && a.MemoryTypes == nil
 		}},
 		{ContextAttrFieldName, func(a ContextAttr) bool { return a.Name == "cq" && a.RequestSize == 0 && a.Features == 0 }},
-		{ContextAttrFieldRequestSize, func(a ContextAttr) bool { return a.RequestSize == 48 && a.Name == "" }},
+		{ContextAttrFieldRequestSize, func(a ContextAttr) bool { return a.RequestSize == reqSize && a.Name == "" }},
 		{ContextAttrFieldThreadMode | ContextAttrFieldMemoryTypes, func(a ContextAttr) bool {
 			return a.ThreadMode == ucs.ThreadModeMulti && len(a.MemoryTypes) == 1 && a.Name == ""
 		}},
@@ -291,14 +293,31 @@ func TestContextAndLibQuery(t *testing.T) {
 	if err := c.QueryAttr(nil); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("QueryAttr(nil): %v", err)
 	}
-	// Request size counts only with its field.
+	// The reserved space counts only with its field; the request size is
+	// the request's own either way.
+	reserved := func(c *Context) int {
+		w, err := c.NewWorker(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Destroy()
+		r := w.newRequest(nil)
+		defer r.release()
+		return len(r.Reserved())
+	}
+	if n := reserved(c); n != 48 {
+		t.Errorf("%d bytes reserved, want 48", n)
+	}
 	c2, err := Init(&Params{FieldMask: ParamFieldFeatures, Features: FeatureRMA, RequestSize: 99}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c2.Cleanup()
-	if rs := c2.Query().RequestSize; rs != 0 {
-		t.Errorf("request size %d from a field not in the mask", rs)
+	if rs := c2.Query().RequestSize; rs != reqSize {
+		t.Errorf("request size %d, want %d", rs, reqSize)
+	}
+	if n := reserved(c2); n != 0 {
+		t.Errorf("%d bytes reserved from a request size not in the mask", n)
 	}
 
 	if l := LibQuery(); l.FieldMask != LibAttrFieldMaxThreadLevel || l.MaxThreadLevel != ucs.ThreadModeMulti {

@@ -276,7 +276,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	r.comp = uct.Completion{Func: requestCompleted, Count: 1}
 	if !r.inited {
 		r.inited = true
-		if n := w.ctx.params.RequestSize; n > 0 {
+		if n := w.ctx.params.RequestSize; n > 0 && w.ctx.params.FieldMask&ParamFieldRequestSize != 0 {
 			r.reserved = make([]byte, n)
 		}
 		if fn := w.ctx.params.RequestInit; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestInit != 0 {
