@@ -144,12 +144,11 @@ type MemHandle struct {
 //     MemhPack); Address, Length and Prot are then ignored and
 //     MemMapAllocate is refused.
 //   - No Address (unset or nil), with or without MemMapAllocate: memory
-//     is allocated, trying
-//     UCX_ALLOC_PRIO's methods in order (an MD that can allocate shareable
-//     memory first, then mmap), but an MD none of whose transports UCX_TLS
-//     selects only after all the others (with UCX_TLS=posix the posix MD,
-//     not sysv; with UCX_TLS=cma,tcp mmap), as its memory is reachable by
-//     no selected transport.
+//     is allocated, trying UCX_ALLOC_PRIO's methods in order (an MD that
+//     can allocate shareable memory first, then mmap), but an MD none of
+//     whose transports UCX_TLS selects only after all the others (with
+//     UCX_TLS=posix the posix MD, not sysv; with UCX_TLS=cma,tcp mmap), as
+//     its memory is reachable by no selected transport.
 //   - MemMapAllocate and an Address: memory is allocated at Address if
 //     possible (a hint); with MemMapFixed exactly there, which only the mmap
 //     method does, and never over memory that is mapped already.
