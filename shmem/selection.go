@@ -20,7 +20,7 @@ var selectionWarned bool
 // out (with UCX_TLS=tcp, issue 28 measured a hash table on one PE 180
 // times slower than with tcp,self), or when PEs of one node do not map
 // each other's heaps, because the shared-memory transports are left out
-// (tcp, cma, posix alone while the heap comes from sysv, ...). The line
+// (tcp, cma, posix alone with the heap from sysv by UCX_ALLOC_PRIO, ...). The line
 // names the UCX_TLS
 // that keeps them in memory and says that UCX_LOG_LEVEL=error silences it.
 // PE 0 alone calls it, at the end of Init, and judges by what it sees: its

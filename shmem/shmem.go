@@ -283,7 +283,7 @@ const blobVersion = 1
 // runtimes start that way); the last Finalize sets it back. When UCX_TLS
 // leaves out a transport that would keep a PE's operations on its own
 // heap, or those between the PEs of PE 0's node, in memory (tcp without
-// self, tcp without sm, posix alone), PE 0 logs one warning (ucs.LogWarn,
+// self, tcp without sm, posix alone with a sysv heap), PE 0 logs one warning (ucs.LogWarn,
 // once per process) that names the UCX_TLS that would.
 //
 // Init may be called more than once (OpenSHMEM 1.6): a call while the

@@ -189,11 +189,28 @@ var configTable = []ucs.ConfigField{
 // (ucp_config_t).
 type Config struct{ *ucs.Config }
 
-// ReadConfig reads the context configuration from the environment, with
-// variables named envPrefix+NAME (envPrefix "" means "UCX_")
-// (ucp_config_read).
-func ReadConfig(envPrefix string) (*Config, error) {
-	return &Config{ucs.ReadConfig(envPrefix, configTable)}, nil
+// ReadConfig reads the context configuration (ucp_config_read): each
+// variable NAME from the environment as UCX_<envPrefix>_NAME (UCX_NAME for
+// an empty envPrefix), else from the configuration file filename when it
+// is not "" (lines UCX_NAME=value, with the same prefix, and '#'
+// comments; a file that does not exist is ignored), else its default. The
+// variables of the memory domains and transports the context opens
+// (UCX_<envPrefix>_POSIX_USE_SHM_OPEN, ...) come from the same sources. It
+// fails with ucs.ErrInvalidParam for a line of the file that is not
+// NAME=value, and with ucs.ErrIOError for a file that cannot be read.
+func ReadConfig(envPrefix, filename string) (*Config, error) {
+	prefix := ucs.DefaultEnvPrefix
+	if envPrefix != "" {
+		prefix += envPrefix + "_"
+	}
+	var file map[string]string
+	if filename != "" {
+		var err error
+		if file, err = ucs.ReadConfigFile(filename); err != nil {
+			return nil, fmt.Errorf("ucp config read: %w", err)
+		}
+	}
+	return &Config{ucs.ReadConfigWith(prefix, configTable, file)}, nil
 }
 
 // Release releases the configuration (ucp_config_release); it exists for
@@ -259,7 +276,7 @@ type Context struct {
 var contextCount atomic.Int64
 
 // Init creates a context (ucp_init). params.Features is mandatory; config nil
-// means ReadConfig(""). It fails with ucs.ErrInvalidParam for bad params or
+// means ReadConfig("", ""). It fails with ucs.ErrInvalidParam for bad params or
 // configuration values and ucs.ErrNoDevice when UCX_TLS selects nothing.
 func Init(params *Params, config *Config) (*Context, error) {
 	if params == nil || params.FieldMask&ParamFieldFeatures == 0 || params.Features == 0 {
@@ -267,7 +284,7 @@ func Init(params *Params, config *Config) (*Context, error) {
 	}
 	if config == nil {
 		var err error
-		if config, err = ReadConfig(""); err != nil {
+		if config, err = ReadConfig("", ""); err != nil {
 			return nil, err
 		}
 	}
@@ -418,7 +435,7 @@ func (c *Context) selectResources() error {
 			continue
 		}
 		for _, mdr := range mdrs {
-			md, err := comp.OpenMD(mdr.Name, ucs.ReadConfig(c.componentPrefix(mdr.Name), comp.MDConfigTable()))
+			md, err := comp.OpenMD(mdr.Name, c.config.ReadAlso(c.componentPrefix(mdr.Name), comp.MDConfigTable()))
 			if err != nil {
 				continue // an unusable MD here is not an error of the context
 			}

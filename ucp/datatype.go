@@ -27,6 +27,9 @@ import (
 //     RequestParam.GenericBuffer with its count when set
 //     (RequestParam.SetGenericBuffer), and the call's buf with its length
 //     otherwise. Tag, active-message and stream calls take it.
+//   - SGL (DatatypeSGL, ucp_dt_make_sgl): a list of elements, each a local
+//     buffer and a remote address and key of its own (sgl.go). Puts and
+//     gets take it.
 //
 // A datatype describes the data only: operations move its packed form, and
 // a receive may use another datatype than its send.
@@ -48,7 +51,7 @@ const (
 const DatatypeIOV Datatype = DatatypeClassIOV
 
 // Class returns the class of the datatype: DatatypeClassContig,
-// DatatypeClassIOV or DatatypeClassGeneric.
+// DatatypeClassIOV, DatatypeClassSGL or DatatypeClassGeneric.
 func (d Datatype) Class() int { return int(d & DatatypeClassMask) }
 
 // GenericDatatypeOps are the routines of an application-defined datatype
@@ -132,9 +135,10 @@ const (
 
 // DatatypeAttr is the query and answer of DatatypeQuery
 // (ucp_datatype_attr_t). Buffer is what the data lives in: a []byte for a
-// contiguous datatype, a [][]byte for DatatypeIOV, what StartPack takes for
-// a generic one (default nil); Count is the number of elements (default 1;
-// for DatatypeIOV the number of buffers used).
+// contiguous datatype, a [][]byte for DatatypeIOV, a *DTLocalSGL for
+// DatatypeSGL, what StartPack takes for a generic one (default nil); Count
+// is the number of elements (default 1; for DatatypeIOV the number of
+// buffers used, for DatatypeSGL the number of elements).
 type DatatypeAttr struct {
 	FieldMask  uint64
 	PackedSize int
@@ -173,6 +177,15 @@ func DatatypeQuery(d Datatype, attr *DatatypeAttr) error {
 			return fmt.Errorf("ucp dt query: %d iov entries of %d: %w", count, len(iov), ucs.ErrInvalidParam)
 		}
 		attr.PackedSize = iovLen(iov[:count])
+	case DatatypeClassSGL:
+		sgl, _ := buf.(*DTLocalSGL)
+		if sgl == nil || count > len(sgl.Lengths) {
+			return fmt.Errorf("ucp dt query: %d SGL elements of a *DTLocalSGL %v: %w", count, sgl != nil, ucs.ErrInvalidParam)
+		}
+		attr.PackedSize = 0
+		for _, n := range sgl.Lengths[:count] {
+			attr.PackedSize += n
+		}
 	case DatatypeClassGeneric:
 		g := d.generic()
 		if g == nil {

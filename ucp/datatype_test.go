@@ -104,6 +104,8 @@ func TestDatatypeCalls(t *testing.T) {
 		{DatatypeIOV, [][]byte{make([]byte, 3), nil, make([]byte, 4)}, 3, 7},
 		{DatatypeIOV, [][]byte{make([]byte, 3), nil, make([]byte, 4)}, 1, 3},
 		{dt, make([]byte, 20), 10, 10},
+		{DatatypeSGL, &DTLocalSGL{Lengths: []int{5, 0, 7}}, 3, 12},
+		{DatatypeSGL, &DTLocalSGL{Lengths: []int{5, 0, 7}}, 2, 5},
 	} {
 		a := DatatypeAttr{FieldMask: DatatypeAttrFieldPackedSize | DatatypeAttrFieldBuffer | DatatypeAttrFieldCount, Buffer: tc.buffer, Count: tc.count}
 		if err := DatatypeQuery(tc.dt, &a); err != nil || a.PackedSize != tc.want {
@@ -113,6 +115,10 @@ func TestDatatypeCalls(t *testing.T) {
 	a := DatatypeAttr{FieldMask: DatatypeAttrFieldPackedSize | DatatypeAttrFieldBuffer | DatatypeAttrFieldCount, Buffer: [][]byte{nil}, Count: 2}
 	if err := DatatypeQuery(DatatypeIOV, &a); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("query of 2 iov entries of 1: %v", err)
+	}
+	a.Buffer = &DTLocalSGL{Lengths: []int{1}}
+	if err := DatatypeQuery(DatatypeSGL, &a); !errors.Is(err, ucs.ErrInvalidParam) {
+		t.Errorf("query of 2 SGL elements of 1: %v", err)
 	}
 	DatatypeDestroy(dt)
 	if err := DatatypeQuery(dt, &DatatypeAttr{FieldMask: DatatypeAttrFieldPackedSize}); !errors.Is(err, ucs.ErrInvalidParam) {

@@ -533,7 +533,7 @@ func TestListenerParams(t *testing.T) {
 		}
 	}
 	for _, v := range []string{"CS_HANDSHAKE_TIMEOUT=0", "CS_ACCEPT_TIMEOUT=soon", "CS_HANDSHAKE_TIMEOUT=-1s"} {
-		cfg, err := ReadConfig("")
+		cfg, err := ReadConfig("", "")
 		if err != nil {
 			t.Fatal(err)
 		}

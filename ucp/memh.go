@@ -50,7 +50,7 @@ const (
 
 // MemMapParams are the parameters of Context.MemMap (ucp_mem_map_params_t).
 // Only the fields whose MemMapParamField bit is set count; the others take
-// their defaults: no address (MemMap allocates, given MemMapAllocate),
+// their defaults: no address (MemMap allocates),
 // flags 0, ProtDefault, host memory, no exported buffer. Length is
 // mandatory unless ExportedMemhBuffer is given.
 type MemMapParams struct {
@@ -68,7 +68,7 @@ type MemMapParams struct {
 
 // SetAddress sets the memory to register, or with MemMapAllocate the address
 // to allocate at (a hint, or exact with MemMapFixed). Unset (or nil), MemMap
-// allocates wherever it can, which needs MemMapAllocate.
+// allocates wherever it can, with or without MemMapAllocate.
 func (p *MemMapParams) SetAddress(a unsafe.Pointer) *MemMapParams {
 	p.Address, p.FieldMask = a, p.FieldMask|MemMapParamFieldAddress
 	return p
@@ -143,9 +143,12 @@ type MemHandle struct {
 //     this node exported with Context.MemhPack is mapped here (see
 //     MemhPack); Address, Length and Prot are then ignored and
 //     MemMapAllocate is refused.
-//   - MemMapAllocate and no Address: memory is allocated, trying
-//     UCX_ALLOC_PRIO's methods in order (an MD that can allocate shareable
-//     memory first, then mmap).
+//   - No Address (unset or nil), with or without MemMapAllocate: memory
+//     is allocated, trying UCX_ALLOC_PRIO's methods in order (an MD that
+//     can allocate shareable memory first, then mmap), but an MD none of
+//     whose transports UCX_TLS selects only after all the others (with
+//     UCX_TLS=posix the posix MD, not sysv; with UCX_TLS=cma,tcp mmap), as
+//     its memory is reachable by no selected transport.
 //   - MemMapAllocate and an Address: memory is allocated at Address if
 //     possible (a hint); with MemMapFixed exactly there, which only the mmap
 //     method does, and never over memory that is mapped already.
@@ -155,8 +158,8 @@ type MemHandle struct {
 // Pages are never populated up front, so MemMapNonblock changes nothing.
 //
 // MemMap fails with ucs.ErrInvalidParam when neither Length nor an exported
-// buffer is set, for a length that is not positive, for no Address without
-// MemMapAllocate, for MemMapFixed without MemMapAllocate and an Address, or
+// buffer is set, for a length that is not positive, for MemMapFixed
+// without MemMapAllocate and an Address, or
 // with an Address that is not page aligned, and for MemMapAllocate with an
 // exported buffer; with ucs.ErrUnsupported for a memory type other than
 // host (or unknown, taken as host); with ucs.ErrNoMemory when no method can
@@ -193,9 +196,12 @@ func (c *Context) MemMap(p *MemMapParams) (*MemHandle, error) {
 	if p.FieldMask&MemMapParamFieldLength == 0 || p.Length <= 0 {
 		return nil, fmt.Errorf("ucp mem map: length %d: %w", p.Length, ucs.ErrInvalidParam)
 	}
+	if addr == nil {
+		// No address (nil or unset) means allocate, with or without
+		// MemMapAllocate, as ucp_mem_map_params_t.address says.
+		flags |= MemMapAllocate
+	}
 	switch {
-	case addr == nil && flags&MemMapAllocate == 0:
-		return nil, fmt.Errorf("ucp mem map: no address and no MemMapAllocate: %w", ucs.ErrInvalidParam)
 	case addr == nil && flags&MemMapFixed != 0:
 		return nil, fmt.Errorf("ucp mem map: MemMapFixed without an address: %w", ucs.ErrInvalidParam)
 	case addr != nil && flags&MemMapAllocate == 0 && flags&MemMapFixed != 0:
@@ -312,46 +318,17 @@ func (c *Context) memRegFor(data []byte, e *mdEntry) (*MemHandle, error) {
 // allocate allocates m.length bytes for m with the first method of
 // UCX_ALLOC_PRIO that can: at hint if possible, and with fixed exactly at
 // hint or not at all (only mmap places memory at a given address).
+//
+// An MD none of whose transports UCX_TLS selects is passed over on the
+// first round and tried only on a second one, after mmap: its memory is
+// reachable by no selected transport (with UCX_TLS=posix, sysv memory has
+// no key the posix transport unpacks, so atomics and direct pointers to it
+// would fail), while mmap memory is at least registered with the selected
+// MDs that register memory.
 func (c *Context) allocate(m *MemHandle, hint unsafe.Pointer, fixed bool) error {
 	var why []string
-	for _, method := range c.allocPrio {
-		switch {
-		case strings.HasPrefix(method, "md:"):
-			if fixed {
-				continue // MD allocations go where the MD puts them
-			}
-			want := strings.TrimPrefix(method, "md:")
-			for _, e := range c.mds {
-				if e.attr.Flags&uct.MDFlagAlloc == 0 || (want != "*" && e.md.Name() != want) {
-					continue
-				}
-				a, err := e.md.MemAlloc(m.length, uct.MemAccessDefault, c.name)
-				if err != nil {
-					why = append(why, err.Error())
-					continue
-				}
-				m.address, m.memhs[e.index], m.allocMD, m.method = a.Address, a.Memh, e, method
-				m.regMDs = append(m.regMDs, e)
-				return nil
-			}
-		case method == "mmap" || method == "heap":
-			mflags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_NORESERVE
-			if fixed {
-				// Never MAP_FIXED: it would replace whatever is mapped there,
-				// the Go heap included.
-				mflags |= unix.MAP_FIXED_NOREPLACE
-			}
-			p, err := unix.MmapPtr(-1, 0, hint, uintptr(m.length), unix.PROT_READ|unix.PROT_WRITE, mflags)
-			if err != nil {
-				why = append(why, fmt.Sprintf("mmap at %p: %v", hint, err))
-				continue
-			}
-			if fixed && p != hint { // a kernel older than MAP_FIXED_NOREPLACE takes it as a hint
-				unix.MunmapPtr(p, uintptr(m.length))
-				why = append(why, fmt.Sprintf("mmap placed the memory at %p, not %p", p, hint))
-				continue
-			}
-			m.address, m.mmapped, m.method = p, true, method
+	for _, unselected := range []bool{false, true} {
+		if err := c.allocateRound(m, hint, fixed, unselected, &why); err == nil {
 			return nil
 		}
 	}
@@ -361,6 +338,57 @@ func (c *Context) allocate(m *MemHandle, hint unsafe.Pointer, fixed bool) error 
 	}
 	return fmt.Errorf("ucp mem map: no method of UCX_ALLOC_PRIO=%s allocates %d bytes%s (%s): %w",
 		c.config.Get("ALLOC_PRIO"), m.length, where, strings.Join(why, "; "), ucs.ErrNoMemory)
+}
+
+// allocateRound is one round of allocate: with unselected false, every
+// method of UCX_ALLOC_PRIO but the MDs of no selected transport; with
+// unselected true, only those MDs. It appends why each method failed to
+// why, and returns ucs.ErrNoMemory when none allocated.
+func (c *Context) allocateRound(m *MemHandle, hint unsafe.Pointer, fixed, unselected bool, why *[]string) error {
+	for _, method := range c.allocPrio {
+		switch {
+		case strings.HasPrefix(method, "md:"):
+			if fixed {
+				continue // MD allocations go where the MD puts them
+			}
+			want := strings.TrimPrefix(method, "md:")
+			for _, e := range c.mds {
+				if e.attr.Flags&uct.MDFlagAlloc == 0 || (want != "*" && e.md.Name() != want) || (e.selected == 0) != unselected {
+					continue
+				}
+				a, err := e.md.MemAlloc(m.length, uct.MemAccessDefault, c.name)
+				if err != nil {
+					*why = append(*why, err.Error())
+					continue
+				}
+				m.address, m.memhs[e.index], m.allocMD, m.method = a.Address, a.Memh, e, method
+				m.regMDs = append(m.regMDs, e)
+				return nil
+			}
+		case unselected:
+			continue
+		case method == "mmap" || method == "heap":
+			mflags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_NORESERVE
+			if fixed {
+				// Never MAP_FIXED: it would replace whatever is mapped there,
+				// the Go heap included.
+				mflags |= unix.MAP_FIXED_NOREPLACE
+			}
+			p, err := unix.MmapPtr(-1, 0, hint, uintptr(m.length), unix.PROT_READ|unix.PROT_WRITE, mflags)
+			if err != nil {
+				*why = append(*why, fmt.Sprintf("mmap at %p: %v", hint, err))
+				continue
+			}
+			if fixed && p != hint { // a kernel older than MAP_FIXED_NOREPLACE takes it as a hint
+				unix.MunmapPtr(p, uintptr(m.length))
+				*why = append(*why, fmt.Sprintf("mmap placed the memory at %p, not %p", p, hint))
+				continue
+			}
+			m.address, m.mmapped, m.method = p, true, method
+			return nil
+		}
+	}
+	return ucs.ErrNoMemory
 }
 
 // NamesMemory reports whether peers map memory of this context by names in

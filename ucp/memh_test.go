@@ -24,7 +24,7 @@ func newContextCfg(t testing.TB, features Feature, vars ...string) *Context {
 // newContextParams is newContextCfg with params of the caller's.
 func newContextParams(t testing.TB, params *Params, vars ...string) *Context {
 	t.Helper()
-	cfg, err := ReadConfig("")
+	cfg, err := ReadConfig("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +93,9 @@ func TestMemMapParams(t *testing.T) {
 		{"zero length", new(MemMapParams).SetLength(0).SetFlags(MemMapAllocate), ucs.ErrInvalidParam},
 		{"negative length", new(MemMapParams).SetLength(-1).SetFlags(MemMapAllocate), ucs.ErrInvalidParam},
 		{"length field not set", &MemMapParams{FieldMask: MemMapParamFieldFlags | MemMapParamFieldExportedMemhBuffer, Length: 4096, Flags: MemMapAllocate}, ucs.ErrInvalidParam},
-		{"no address and no allocate", new(MemMapParams).SetLength(4096), ucs.ErrInvalidParam},
-		{"address not in the mask counts as none", &MemMapParams{FieldMask: MemMapParamFieldLength, Address: aligned, Length: 4096}, ucs.ErrInvalidParam},
+		{"no address allocates without MemMapAllocate", new(MemMapParams).SetLength(4096), nil},
+		{"nil address allocates without MemMapAllocate", new(MemMapParams).SetAddress(nil).SetLength(4096), nil},
+		{"address not in the mask counts as none: allocates", &MemMapParams{FieldMask: MemMapParamFieldLength, Address: aligned, Length: 4096}, nil},
 		{"fixed without address", new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate | MemMapFixed), ucs.ErrInvalidParam},
 		{"fixed on memory to register", new(MemMapParams).SetAddress(aligned).SetLength(page).SetFlags(MemMapFixed), ucs.ErrInvalidParam},
 		{"fixed at an unaligned address", new(MemMapParams).SetAddress(unsafe.Add(aligned, 8)).SetLength(page).SetFlags(MemMapAllocate | MemMapFixed), ucs.ErrInvalidParam},
@@ -561,4 +562,57 @@ func FuzzMemhImport(f *testing.F) {
 			t.Fatalf("unmap of an import: %v", err)
 		}
 	})
+}
+
+// TestMemMapAllocatesWithSelectedMD checks that MemMap allocates through
+// an MD whose transports UCX_TLS selects before one of no selected
+// transport (with UCX_TLS=posix, sysv memory would have no key the posix
+// transport maps: atomics would go in software and Ptr would fail), and
+// that the memory is then mapped directly by an endpoint of the context.
+func TestMemMapAllocatesWithSelectedMD(t *testing.T) {
+	for _, tt := range []struct {
+		tls, method string
+		ptr         bool // an endpoint to the own worker maps the memory
+	}{
+		{"all", "md:sysv", true},
+		{"posix", "md:posix", true},
+		{"posix,self", "md:posix", true},
+		{"^sysv", "md:posix", true},
+		{"sysv", "md:sysv", true},
+		{"cma,tcp", "mmap", false},
+		{"tcp", "mmap", false},
+	} {
+		t.Run(tt.tls, func(t *testing.T) {
+			c := newContextCfg(t, FeatureRMA|FeatureAMO64, "TLS", tt.tls, "ALLOC_PRIO", "md:sysv,md:posix,mmap")
+			m := mapMem(t, c, new(MemMapParams).SetLength(8192).SetFlags(MemMapAllocate))
+			if q := m.Query(); q.Method != tt.method {
+				t.Fatalf("allocated by %q, want %q", q.Method, tt.method)
+			}
+			if !tt.ptr {
+				return
+			}
+			w := newWorker(t, c)
+			addr, err := w.Address()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep, err := w.NewEndpoint(new(EPParams).SetAddress(addr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ep.Close(CloseModeForce)
+			packed, err := c.RkeyPack(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rk, err := ep.RkeyUnpack(packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rk.Destroy()
+			if _, err := rk.Ptr(uint64(uintptr(m.Address()))); err != nil {
+				t.Errorf("Ptr: %v", err)
+			}
+		})
+	}
 }

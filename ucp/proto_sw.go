@@ -132,8 +132,9 @@ func (w *Worker) swWarnf(format string, args ...any) {
 type swReq struct {
 	ep      *Endpoint
 	r       *Request
-	dt      dtIter // get: where the data goes
-	missing int    // get: bytes not yet received
+	comp    *uct.Completion // an SGL get's element: ends in it, not in r
+	dt      dtIter          // get: where the data goes
+	missing int             // get: bytes not yet received
 	done    chan struct{}
 	err     ucs.Status // flush: set before done is closed; OK on success
 }
@@ -143,6 +144,15 @@ func (q *swReq) fail(st ucs.Status) {
 	if q.done != nil {
 		q.err = st
 		close(q.done)
+		return
+	}
+	q.end(st)
+}
+
+// end ends the request of q with st, or q's element of an SGL get.
+func (q *swReq) end(st ucs.Status) {
+	if q.comp != nil {
+		q.comp.Invoke(st)
 		return
 	}
 	q.r.complete(st)
@@ -627,7 +637,7 @@ func (w *Worker) swGetReply(h swHeader, payload []byte) {
 	}
 	if h.status != 0 {
 		w.sw.take(h.reqID, true)
-		q.r.complete(ucs.Status(h.status))
+		q.end(ucs.Status(h.status))
 		return
 	}
 	if h.a > uint64(q.dt.length) || uint64(len(payload)) > uint64(q.dt.length)-h.a {
@@ -642,7 +652,7 @@ func (w *Worker) swGetReply(h swHeader, payload []byte) {
 	}
 	w.sw.mu.Unlock()
 	if last {
-		q.r.complete(ucs.OK)
+		q.end(ucs.OK)
 	}
 }
 

@@ -3,6 +3,7 @@ package ucp
 import (
 	"fmt"
 	"io"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -27,8 +28,10 @@ const (
 // fields are filled in.
 type ContextAttr struct {
 	FieldMask uint64
-	// RequestSize is the space reserved in every request
-	// (Params.SetRequestSize; 0 when not set).
+	// RequestSize is the size of a UCP request, the memory a request of
+	// the caller's (RequestParam.SetRequest) takes: unsafe.Sizeof(Request{}).
+	// The space Params.SetRequestSize reserves is apart from it
+	// (Request.Reserved).
 	RequestSize int
 	// ThreadMode is the thread safety of the context: ucs.ThreadModeMulti,
 	// as a context may be used from any goroutine once created.
@@ -64,8 +67,8 @@ func (c *Context) QueryAttr(attr *ContextAttr) error {
 	}
 	mask := attr.FieldMask
 	*attr = ContextAttr{FieldMask: mask}
-	if mask&ContextAttrFieldRequestSize != 0 && c.params.FieldMask&ParamFieldRequestSize != 0 {
-		attr.RequestSize = c.params.RequestSize
+	if mask&ContextAttrFieldRequestSize != 0 {
+		attr.RequestSize = int(unsafe.Sizeof(Request{}))
 	}
 	if mask&ContextAttrFieldThreadMode != 0 {
 		attr.ThreadMode = ucs.ThreadModeMulti

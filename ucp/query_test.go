@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -263,7 +266,8 @@ func TestContextAndLibQuery(t *testing.T) {
 	}
 	defer c.Cleanup()
 	full := c.Query()
-	if full.FieldMask != contextAttrFieldsAll || full.RequestSize != 48 || full.ThreadMode != ucs.ThreadModeMulti || full.Name != "cq" ||
+	reqSize := int(unsafe.Sizeof(Request{}))
+	if full.FieldMask != contextAttrFieldsAll || full.RequestSize != reqSize || full.ThreadMode != ucs.ThreadModeMulti || full.Name != "cq" ||
 		len(full.MemoryTypes) != 1 || full.MemoryTypes[0] != ucs.MemoryTypeHost || full.DeviceCounterSize != 0 ||
 		full.Features != FeatureRMA|FeatureExportedMemh || len(full.Transports) == 0 {
 		t.Errorf("Query = %+v", full)
@@ -276,7 +280,7 @@ func TestContextAndLibQuery(t *testing.T) {
 			return a.Name == "" && a.RequestSize == 0 && a.Transports == nil && a.MemoryTypes == nil
 		}},
 		{ContextAttrFieldName, func(a ContextAttr) bool { return a.Name == "cq" && a.RequestSize == 0 && a.Features == 0 }},
-		{ContextAttrFieldRequestSize, func(a ContextAttr) bool { return a.RequestSize == 48 && a.Name == "" }},
+		{ContextAttrFieldRequestSize, func(a ContextAttr) bool { return a.RequestSize == reqSize && a.Name == "" }},
 		{ContextAttrFieldThreadMode | ContextAttrFieldMemoryTypes, func(a ContextAttr) bool {
 			return a.ThreadMode == ucs.ThreadModeMulti && len(a.MemoryTypes) == 1 && a.Name == ""
 		}},
@@ -289,14 +293,31 @@ func TestContextAndLibQuery(t *testing.T) {
 	if err := c.QueryAttr(nil); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("QueryAttr(nil): %v", err)
 	}
-	// Request size counts only with its field.
+	// The reserved space counts only with its field; the request size is
+	// the request's own either way.
+	reserved := func(c *Context) int {
+		w, err := c.NewWorker(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Destroy()
+		r := w.newRequest(nil)
+		defer r.release()
+		return len(r.Reserved())
+	}
+	if n := reserved(c); n != 48 {
+		t.Errorf("%d bytes reserved, want 48", n)
+	}
 	c2, err := Init(&Params{FieldMask: ParamFieldFeatures, Features: FeatureRMA, RequestSize: 99}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c2.Cleanup()
-	if rs := c2.Query().RequestSize; rs != 0 {
-		t.Errorf("request size %d from a field not in the mask", rs)
+	if rs := c2.Query().RequestSize; rs != reqSize {
+		t.Errorf("request size %d, want %d", rs, reqSize)
+	}
+	if n := reserved(c2); n != 0 {
+		t.Errorf("%d bytes reserved from a request size not in the mask", n)
 	}
 
 	if l := LibQuery(); l.FieldMask != LibAttrFieldMaxThreadLevel || l.MaxThreadLevel != ucs.ThreadModeMulti {
@@ -312,7 +333,7 @@ func TestContextAndLibQuery(t *testing.T) {
 }
 
 func TestConfigPrint(t *testing.T) {
-	cfg, err := ReadConfig("")
+	cfg, err := ReadConfig("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,5 +454,57 @@ func TestParamSetters(t *testing.T) {
 	defer ep.Close(CloseModeForce)
 	if ep.Query().Name == "ignored" {
 		t.Errorf("a name outside the mask counted")
+	}
+}
+
+// TestReadConfig checks ReadConfig's sources as ucp_config_read defines
+// them: UCX_<prefix>_ variables of the environment first, then the
+// configuration file (with the same names, for the context's and its
+// components' variables), then the defaults; a missing file is ignored.
+func TestReadConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ucx.conf")
+	if err := os.WriteFile(file, []byte("# goshmem test\n\nUCX_GST_TLS = tcp\nUCX_GST_ALLOC_PRIO=md:posix\nUCX_ALLOC_PRIO=mmap\nUCX_GST_POSIX_USE_SHM_OPEN=y\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.conf")
+	if err := os.WriteFile(bad, []byte("UCX_TLS=tcp\n[section]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("UCX_GST_ALLOC_PRIO", "mmap,md:sysv")
+	t.Setenv("UCX_GST_NUM_EPS", "12")
+	for _, tt := range []struct {
+		name, prefix, file string
+		want               map[string]string // variable -> value
+		posixShmOpen       string
+		err                error
+	}{
+		{"prefix and file", "GST", file, map[string]string{"TLS": "tcp", "ALLOC_PRIO": "mmap,md:sysv", "NUM_EPS": "12", "NUM_PPN": "auto"}, "y", nil},
+		{"prefix without file", "GST", "", map[string]string{"ALLOC_PRIO": "mmap,md:sysv", "NUM_EPS": "12"}, "n", nil},
+		{"missing file", "GST", filepath.Join(dir, "none.conf"), map[string]string{"ALLOC_PRIO": "mmap,md:sysv"}, "n", nil},
+		{"file under another prefix", "OTHER", file, map[string]string{"ALLOC_PRIO": "md:sysv,md:posix,mmap", "NUM_EPS": "auto"}, "n", nil},
+		{"malformed file", "GST", bad, nil, "", ucs.ErrInvalidParam},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := ReadConfig(tt.prefix, tt.file)
+			if !errors.Is(err, tt.err) || (err == nil) != (tt.err == nil) {
+				t.Fatalf("ReadConfig: %v, want %v", err, tt.err)
+			}
+			if err != nil {
+				return
+			}
+			if want := "UCX_" + tt.prefix + "_"; cfg.Prefix() != want {
+				t.Errorf("prefix %q, want %q", cfg.Prefix(), want)
+			}
+			for name, want := range tt.want {
+				if got := cfg.Get(name); got != want {
+					t.Errorf("%s = %q, want %q", name, got, want)
+				}
+			}
+			posix := cfg.ReadAlso(ComponentEnvPrefix(cfg.Prefix(), "posix"), []ucs.ConfigField{{Name: "USE_SHM_OPEN", Default: "n"}})
+			if got := posix.Get("USE_SHM_OPEN"); got != tt.posixShmOpen {
+				t.Errorf("POSIX_USE_SHM_OPEN = %q, want %q", got, tt.posixShmOpen)
+			}
+		})
 	}
 }

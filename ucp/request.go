@@ -25,6 +25,12 @@ const (
 	OpAttrFieldMemoryType  OpAttr = 1 << 6
 	OpAttrFieldRecvInfo    OpAttr = 1 << 7
 	OpAttrFieldMemh        OpAttr = 1 << 8
+	// OpAttrFieldRemoteDatatype, OpAttrFieldRemote and
+	// OpAttrFieldRemoteCount: RequestParam.RemoteDatatype, Remote and
+	// RemoteCount, the remote side of an SGL put or get (SetRemoteSGL).
+	OpAttrFieldRemoteDatatype OpAttr = 1 << 9
+	OpAttrFieldRemote         OpAttr = 1 << 10
+	OpAttrFieldRemoteCount    OpAttr = 1 << 11
 	// OpAttrFieldGenericBuffer (goshmem's): RequestParam.GenericBuffer and
 	// GenericCount are the buffer a generic datatype's StartPack or
 	// StartUnpack gets, instead of the call's buf.
@@ -93,6 +99,14 @@ type RequestParam struct {
 	// StartPack or StartUnpack get (OpAttrFieldGenericBuffer).
 	GenericBuffer any
 	GenericCount  int
+	// LocalSGL is the local descriptor of a DatatypeSGL put or get
+	// (SetLocalSGL; its bit is OpAttrFieldDatatype).
+	LocalSGL *DTLocalSGL
+	// RemoteDatatype (only DatatypeSGL), Remote and RemoteCount describe
+	// the remote side of an SGL put or get (SetRemoteSGL).
+	RemoteDatatype Datatype
+	Remote         *DTRemoteSGL
+	RemoteCount    int
 	// resumed: the operation waited for its endpoint's connection and
 	// starts now (ep_connect.go).
 	resumed bool
@@ -223,6 +237,7 @@ type Request struct {
 	rwi       *workerIface       // a receive's data came on it, where no lane says
 	scb       StreamRecvCallback // a stream receive's callback, called instead of cb
 	sr        streamRecvState    // a stream receive
+	sgl       *sglOp             // an SGL put or get
 }
 
 // newPooledRequest is the New of a context's request pool.
@@ -245,7 +260,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	r.comp = uct.Completion{Func: requestCompleted, Arg: r, Count: 1}
 	if !r.inited {
 		r.inited = true
-		if n := w.ctx.params.RequestSize; n > 0 {
+		if n := w.ctx.params.RequestSize; n > 0 && w.ctx.params.FieldMask&ParamFieldRequestSize != 0 {
 			r.reserved = make([]byte, n)
 		}
 		if fn := w.ctx.params.RequestInit; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestInit != 0 {
@@ -377,7 +392,7 @@ func (r *Request) release() {
 	}
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
 	r.recv, r.untracked, r.tr, r.dt, r.rwi = false, false, tagRecvState{}, dtIter{}, nil
-	r.scb, r.sr = nil, streamRecvState{}
+	r.scb, r.sr, r.sgl = nil, streamRecvState{}, nil
 	r.w.ctx.requests.Put(r)
 }
 

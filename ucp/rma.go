@@ -122,14 +122,22 @@ func (w *Worker) queue(l *lane, r *Request, op func(r *Request) ucs.Status) ucs.
 // checkOp validates an operation's endpoint and key: a closed endpoint
 // fails with ErrClosed, a failed one (mode PEER) with its status.
 func (ep *Endpoint) checkOp(rkey *Rkey, what string) error {
+	if err := ep.checkEP(what); err != nil {
+		return err
+	}
+	if rkey == nil || rkey.ep != ep {
+		return fmt.Errorf("ucp %s: rkey not unpacked on this endpoint: %w", what, ucs.ErrInvalidParam)
+	}
+	return nil
+}
+
+// checkEP validates an operation's endpoint, as checkOp says.
+func (ep *Endpoint) checkEP(what string) error {
 	if ep.closed.Load() {
 		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
 	}
 	if st := ep.failStatus.Load(); st != 0 {
 		return fmt.Errorf("ucp %s to %s: %w", what, ep.remoteName, ucs.Status(st))
-	}
-	if rkey == nil || rkey.ep != ep {
-		return fmt.Errorf("ucp %s: rkey not unpacked on this endpoint: %w", what, ucs.ErrInvalidParam)
 	}
 	return nil
 }
@@ -140,7 +148,14 @@ func (ep *Endpoint) checkOp(rkey *Rkey, what string) error {
 // rkey's RMA lane, small messages go out as put short, then bcopy, then
 // zero-copy, by the lane's limits and UCX_ZCOPY_THRESH; without an RMA lane
 // the data travels in active messages and the target writes it.
+//
+// With an SGL (RequestParam.SetLocalSGL and SetRemoteSGL; see DatatypeSGL)
+// buf must be nil and raddr and rkey are not used: every element is put,
+// each as one operation, and the one request completes when all are done.
 func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestParam) (*Request, error) {
+	if isSGL(param) {
+		return ep.rmaSGL(buf, param, true)
+	}
 	if err := ep.checkOp(rkey, "put"); err != nil {
 		return nil, err
 	}
@@ -201,8 +216,12 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 // GetNBX reads len(buf) bytes at raddr in the memory of rkey into buf
 // (ucp_get_nbx). It returns (nil, nil) when buf holds the data on return, or
 // a request that completes when it does. Without a lane that gets, the
-// target sends the data back in active messages.
+// target sends the data back in active messages. An SGL get is as PutNBX
+// says for an SGL put.
 func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestParam) (*Request, error) {
+	if isSGL(param) {
+		return ep.rmaSGL(buf, param, false)
+	}
 	if err := ep.checkOp(rkey, "get"); err != nil {
 		return nil, err
 	}

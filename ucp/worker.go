@@ -295,7 +295,7 @@ func (w *Worker) openIfaces() error {
 	c := w.ctx
 	for i := range c.resources {
 		r := &c.resources[i]
-		cfg := ucs.ReadConfig(c.componentPrefix(r.tl.TLName), r.md.md.IfaceConfigTable())
+		cfg := c.config.ReadAlso(c.componentPrefix(r.tl.TLName), r.md.md.IfaceConfigTable())
 		iface, err := r.md.md.IfaceOpen(w.uw, &uct.IfaceParams{TLName: r.tl.TLName, DevName: r.tl.DevName,
 			ErrHandler: laneErrHandler, ErrHandlerArg: w, Logger: c.log}, cfg)
 		if err != nil {

@@ -31,18 +31,71 @@ type Config struct {
 	prefix string
 	fields []ConfigField
 	values map[string]string
+	file   map[string]string // the variables of a configuration file, by full name
 }
 
 // ReadConfig builds a Config for table, taking each variable from the
 // environment as prefix+Name where set, and its default otherwise. An empty
 // prefix means DefaultEnvPrefix.
 func ReadConfig(prefix string, table []ConfigField) *Config {
+	return readConfig(prefix, table, nil)
+}
+
+// ReadConfigFile reads the configuration file path (as ucp_config_read's
+// filename): lines NAME=value with full names (UCX_TLS=tcp), blank lines
+// and lines that start with '#'. A file that does not exist is no error
+// (an empty result); a line of another form fails with ErrInvalidParam,
+// and a file that cannot be read with ErrIOError. The variables apply to
+// every Config read with ReadConfigWith, or Config.ReadAlso, from the
+// result, where the environment does not set them.
+func ReadConfigFile(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %v: %w", path, err, ErrIOError)
+	}
+	vars := make(map[string]string)
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, value, ok := strings.Cut(line, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t[]") {
+			return nil, fmt.Errorf("config file %s:%d: %q is not NAME=value: %w", path, i+1, line, ErrInvalidParam)
+		}
+		vars[name] = strings.TrimSpace(value)
+	}
+	return vars, nil
+}
+
+// ReadConfigWith is ReadConfig with the variables of a configuration file
+// (ReadConfigFile) under those of the environment: a variable takes its
+// value from the environment, else from file, else its default.
+func ReadConfigWith(prefix string, table []ConfigField, file map[string]string) *Config {
+	return readConfig(prefix, table, file)
+}
+
+// ReadAlso reads another table, under prefix, from the sources c was read
+// from (the environment and c's configuration file): for the variables of
+// the components a context opens.
+func (c *Config) ReadAlso(prefix string, table []ConfigField) *Config {
+	return readConfig(prefix, table, c.file)
+}
+
+func readConfig(prefix string, table []ConfigField, file map[string]string) *Config {
 	if prefix == "" {
 		prefix = DefaultEnvPrefix
 	}
-	c := &Config{prefix: prefix, fields: append([]ConfigField(nil), table...), values: make(map[string]string, len(table))}
+	c := &Config{prefix: prefix, fields: append([]ConfigField(nil), table...), values: make(map[string]string, len(table)), file: file}
 	for _, f := range table {
 		v := f.Default
+		if e, ok := file[prefix+f.Name]; ok {
+			v = e
+		}
 		if e, ok := os.LookupEnv(prefix + f.Name); ok {
 			v = e
 		}
