@@ -354,7 +354,7 @@ func (s *sglOp) end(r *Request, st ucs.Status) ucs.Status {
 		r.comp.Invoke(st)
 	}
 	if atomic.AddInt32(&r.comp.Count, -1) == 0 {
-		return r.comp.Status
+		return r.comp.Status()
 	}
 	return ucs.InProgress
 }
