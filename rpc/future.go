@@ -22,7 +22,7 @@ type Future[R any] struct {
 	name string
 	rc   *codec[R]
 
-	mu    sync.Mutex // guards what follows, against Then and Done
+	mu    sync.Mutex // guards what follows, against Then and Done (at ThreadMultiple: see lock)
 	then  []func()
 	ready chan struct{}
 }
@@ -77,8 +77,8 @@ func (f *Future[R]) Result() (R, error) {
 // Progress): a select with it belongs to a goroutine other than that one
 // at shmem.ThreadMultiple, or in a loop that calls Progress.
 func (f *Future[R]) Done() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	lock(&f.mu)
+	defer unlock(&f.mu)
 	if f.ready == nil {
 		f.ready = make(chan struct{})
 		if f.done.Load() {
@@ -91,13 +91,13 @@ func (f *Future[R]) Done() <-chan struct{} {
 // onDone runs fn when the future completes (at once if it did), from the
 // progress that completes it.
 func (f *Future[R]) onDone(fn func()) {
-	f.mu.Lock()
+	lock(&f.mu)
 	if !f.done.Load() {
 		f.then = append(f.then, fn)
-		f.mu.Unlock()
+		unlock(&f.mu)
 		return
 	}
-	f.mu.Unlock()
+	unlock(&f.mu)
 	fn()
 }
 
@@ -114,14 +114,14 @@ func Then[R, S any](f *Future[R], fn func(R, error) (S, error)) *Future[S] {
 // finish completes the future with v and err.
 func (f *Future[R]) finish(v R, err error) {
 	f.val, f.err = v, err
-	f.mu.Lock()
+	lock(&f.mu)
 	f.done.Store(true)
 	then := f.then
 	f.then = nil
 	if f.ready != nil {
 		close(f.ready)
 	}
-	f.mu.Unlock()
+	unlock(&f.mu)
 	for _, fn := range then {
 		fn()
 	}
@@ -166,9 +166,9 @@ func (f *Func[A, R]) Call(pe int, a A) *Future[R] {
 		fut.fail(err)
 		return fut
 	}
-	id := addPending(fut)
+	id := rt.pend.add(fut)
 	if err := f.send(pe, kindCall, id, &a); err != nil {
-		dropPending(id)
+		rt.pend.take(id)
 		fut.fail(err)
 	}
 	return fut

@@ -275,3 +275,37 @@ func TestPeerFailure(t *testing.T) {
 		}
 	})
 }
+
+// TestAllocs: arguments and results of pointer-free types travel as their
+// memory, with nothing allocated on the sender's side: a call without
+// reply, an aggregated one, and a call's round trip, which allocates its
+// future only.
+func TestAllocs(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		if me != 0 { // the others serve, from the barrier
+			rpc.Barrier()
+			return
+		}
+		next := (me + 1) % n
+		g := rpc.NewAggregator(add, 1<<20) // not flushed in the runs
+		xs := []float64{1, 2}
+		for _, c := range []struct {
+			name string
+			max  float64
+			fn   func()
+		}{
+			{"Aggregator.Go", 0, func() { g.Go(next, 1) }},
+			// A Call behind it: the transport's buffers (tcp's) come
+			// back before the next, as they do in a steady flow.
+			{"Go, then a Call", 1, func() { add.Go(next, 1); square.Call(next, 3).Wait() }},
+			{"Call", 1, func() { square.Call(next, 3).Wait() }},
+			{"Call of a slice", 1, func() { sum.Call(next, xs).Wait() }},
+		} {
+			if a := testing.AllocsPerRun(100, c.fn); a > c.max {
+				t.Errorf("%s: %v allocations, want at most %v", c.name, a, c.max)
+			}
+		}
+		g.Close()
+		rpc.Barrier()
+	})
+}

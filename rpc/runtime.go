@@ -35,10 +35,8 @@ var rt struct {
 	survive bool
 	remove  func() // removes the peer-failure hook
 
-	// pending are the calls waiting for their reply, by call id.
-	pendMu  sync.Mutex
-	pending map[uint64]completer
-	nextID  uint64
+	// pend are the calls waiting for their reply, by call id.
+	pend pendTable
 
 	// queue holds messages of goroutines that may not use the worker
 	// (below ThreadMultiple), sent at the next progress.
@@ -106,7 +104,6 @@ func Start(o Options) error {
 	rt.eps = make([]atomic.Pointer[ucp.Endpoint], rt.n)
 	rt.dead = make([]atomic.Pointer[error], rt.n)
 	rt.touched = make([]bool, rt.n)
-	rt.pending = map[uint64]completer{}
 	rt.survive = o.SurvivePeerFailure
 	if err := w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID).SetCB(recv)); err != nil {
 		return fmt.Errorf("rpc.Start: %w", err)
@@ -130,11 +127,7 @@ func Stop() {
 	rt.w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID))
 	rt.remove()
 	rt.started.Store(false)
-	rt.pendMu.Lock()
-	pend := rt.pending
-	rt.pending = nil
-	rt.pendMu.Unlock()
-	for _, c := range pend {
+	for _, c := range rt.pend.takeIf(func(completer) bool { return true }) {
 		c.fail(ErrNotStarted)
 	}
 	reapSends(true)
@@ -296,31 +289,11 @@ func recv(_ any, header, data []byte, p *ucp.AMRecvParam) ucs.Status {
 	case kindBatch:
 		serveBatch(src, fnid, callid, payload)
 	default:
-		rt.pendMu.Lock()
-		c := rt.pending[callid]
-		delete(rt.pending, callid)
-		rt.pendMu.Unlock()
-		if c != nil {
+		if c := rt.pend.take(callid); c != nil {
 			c.complete(kind, payload)
 		}
 	}
 	return ucs.OK
-}
-
-// addPending registers c as waiting for a reply, and returns its call id.
-func addPending(c completer) uint64 {
-	rt.pendMu.Lock()
-	rt.nextID++
-	id := rt.nextID
-	rt.pending[id] = c
-	rt.pendMu.Unlock()
-	return id
-}
-
-func dropPending(id uint64) {
-	rt.pendMu.Lock()
-	delete(rt.pending, id)
-	rt.pendMu.Unlock()
 }
 
 // peerFailed is the hook of shmem.OnPeerFailure: it marks pe dead, for
@@ -337,15 +310,7 @@ func peerFailed(pe int, cause error) bool {
 // failDead completes the calls outstanding to PEs that failed.
 func failDead() int {
 	rt.failed.Store(false)
-	var fail []completer
-	rt.pendMu.Lock()
-	for id, c := range rt.pending {
-		if rt.dead[c.target()].Load() != nil {
-			fail = append(fail, c)
-			delete(rt.pending, id)
-		}
-	}
-	rt.pendMu.Unlock()
+	fail := rt.pend.takeIf(func(c completer) bool { return rt.dead[c.target()].Load() != nil })
 	for _, c := range fail {
 		c.fail(fmt.Errorf("%w: %w", ErrPeerFailed, *rt.dead[c.target()].Load()))
 	}
