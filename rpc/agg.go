@@ -83,7 +83,7 @@ func (g *Aggregator[A, R]) flush(pe int) error {
 	}
 	binary.LittleEndian.PutUint64((*b)[16:], g.n[pe])
 	g.bufs[pe], g.n[pe] = nil, 0
-	rt.touched[pe] = true
+	rt.touched[pe].Store(true)
 	if err := send(pe, b); err != nil {
 		return &Error{PE: pe, Func: g.f.name, Err: err}
 	}
@@ -135,9 +135,5 @@ func serveBatch(src int, fnid, count uint64, payload []byte) {
 		return
 	}
 	p := append([]byte(nil), payload...)
-	running.Add(1)
-	go func() {
-		defer running.Add(-1)
-		run(p, true)
-	}()
+	goHandler(func() { run(p, true) })
 }

@@ -183,7 +183,7 @@ func (f *Func[A, R]) Go(pe int, a A) error {
 	if err := f.check(pe); err != nil {
 		return &Error{PE: pe, Func: f.name, Err: err}
 	}
-	rt.touched[pe] = true
+	rt.touched[pe].Store(true)
 	if err := f.send(pe, kindGo, 0, &a); err != nil {
 		return &Error{PE: pe, Func: f.name, Err: err}
 	}

@@ -29,8 +29,10 @@
 // Below shmem.ThreadMultiple the worker serves one goroutine at a time:
 // the program then calls this package from the goroutine that progresses
 // (the one that called Start, as a rule), and a Goroutine handler must not
-// call other PEs itself (its reply is handed to that goroutine, which
-// sends it at its next progress).
+// call other PEs itself: its reply is handed to the package's callback in
+// the worker's progress (ucp.Worker.ProgressRegister), so whatever
+// progresses the PE next sends it, a wait in shmem (shmem.BarrierAll, say)
+// as well as one of this package.
 //
 // Errors reach the caller as an *Error naming the PE and the function:
 // ErrNotRegistered when the target has no function of that name with
@@ -153,11 +155,7 @@ func (e *entry) serve(src int, kind uint8, callid uint64, payload []byte) {
 		return
 	}
 	p := append([]byte(nil), payload...)
-	running.Add(1)
-	go func() {
-		defer running.Add(-1)
-		e.exec(src, kind, callid, p, true)
-	}()
+	goHandler(func() { e.exec(src, kind, callid, p, true) })
 }
 
 // registry maps function ids to entries; replaced whole on every

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,5 +308,68 @@ func TestAllocs(t *testing.T) {
 		}
 		g.Close()
 		rpc.Barrier()
+	})
+}
+
+// slow replies from a goroutine of its own, after a computation.
+var slow = rpc.Register("slow", rpc.Goroutine, func(_ int, x int64) (int64, error) {
+	time.Sleep(20 * time.Millisecond) // PE 1 is in BarrierAll by then, as a rule
+	s := int64(0)
+	for i := range x {
+		s += i
+	}
+	return s, nil
+})
+
+// TestReplyFromBarrier: a Goroutine handler's reply leaves while its PE
+// waits in a shmem routine (here shmem.BarrierAll, which its caller joins
+// only once the reply came): whatever progresses the PE sends it.
+func TestReplyFromBarrier(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		if me == 0 {
+			if v, err := slow.Call(n-1, 1000).Wait(); err != nil || v != 499500 {
+				t.Errorf("slow: %v, %v", v, err)
+			}
+		}
+		shmem.BarrierAll()
+	})
+}
+
+// TestThreadMultiple: at shmem.ThreadMultiple goroutines call, progress
+// and reply at once (Goroutine handlers reply from their own goroutine).
+func TestThreadMultiple(t *testing.T) {
+	o := opts
+	o.Shared = false
+	o.ThreadLevel = shmem.ThreadMultiple
+	shmemtest.RunWith(t, o, func(t *testing.T) {
+		if err := rpc.Start(rpc.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		me, n := shmem.MyPE(), shmem.NPEs()
+		next := (me + 1) % n
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 50 {
+					x := int64(g*100 + i)
+					if v, err := square.Call(next, x).Wait(); err != nil || v != x*x {
+						t.Errorf("square(%d): %v, %v", x, v, err)
+					}
+					if v, err := whoami.Call(next, struct{}{}).Wait(); err != nil || v != [2]int{next, me} {
+						t.Errorf("whoami: %v, %v", v, err)
+					}
+					if err := add.Go(next, 1); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err := rpc.Barrier(); err != nil {
+			t.Fatal(err)
+		}
+		rpc.Stop()
 	})
 }

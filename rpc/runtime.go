@@ -34,6 +34,10 @@ var rt struct {
 	eps     []atomic.Pointer[ucp.Endpoint]
 	survive bool
 	remove  func() // removes the peer-failure hook
+	progID  int    // of progress on the worker
+
+	// mu guards sends, quietWait and arrived at ThreadMultiple (see lock).
+	mu sync.Mutex
 
 	// pend are the calls waiting for their reply, by call id.
 	pend pendTable
@@ -45,8 +49,10 @@ var rt struct {
 	queue  []queued
 	qspare []queued
 
-	// sends are the messages whose data the transport still reads.
-	sends []heldSend
+	// sends are the messages whose data the transport still reads;
+	// nsends their number, which progress reads without the lock.
+	sends  []heldSend
+	nsends atomic.Int32
 
 	// dead holds the cause of each PE that failed; failed says that some
 	// calls may have to fail.
@@ -55,11 +61,27 @@ var rt struct {
 
 	// touched marks the PEs this PE sent calls without reply to since
 	// the last Barrier, which Barrier makes sure were served.
-	touched []bool
+	touched []atomic.Bool
 }
 
 // running counts the Goroutine handlers that have not returned.
 var running atomic.Int64
+
+// goHandler runs fn, a Goroutine handler's work, on a goroutine of its
+// own, counted in running.
+func goHandler(fn func()) {
+	running.Add(1)
+	go func() {
+		defer func() {
+			// The last handler to return may release Quiet's replies,
+			// which progress sends.
+			if running.Add(-1) == 0 && nquiet.Load() != 0 {
+				rt.w.Wake()
+			}
+		}()
+		fn()
+	}()
+}
 
 type queued struct {
 	pe int
@@ -103,12 +125,13 @@ func Start(o Options) error {
 	rt.maxHdr = attr.MaxAMHeader
 	rt.eps = make([]atomic.Pointer[ucp.Endpoint], rt.n)
 	rt.dead = make([]atomic.Pointer[error], rt.n)
-	rt.touched = make([]bool, rt.n)
+	rt.touched = make([]atomic.Bool, rt.n)
 	rt.survive = o.SurvivePeerFailure
 	if err := w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID).SetCB(recv)); err != nil {
 		return fmt.Errorf("rpc.Start: %w", err)
 	}
 	rt.remove = shmem.OnPeerFailure(peerFailed)
+	rt.progID = w.ProgressRegister(progress)
 	rt.started.Store(true)
 	registerInternal()
 	shmem.BarrierAll()
@@ -125,6 +148,7 @@ func Stop() {
 	}
 	Barrier()
 	rt.w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID))
+	rt.w.ProgressUnregister(rt.progID)
 	rt.remove()
 	rt.started.Store(false)
 	for _, c := range rt.pend.takeIf(func(completer) bool { return true }) {
@@ -133,26 +157,43 @@ func Stop() {
 	reapSends(true)
 }
 
-// Progress progresses this PE's calls: it sends what goroutines handed
-// over, serves the calls that arrived and completes the futures whose
-// reply came, and returns the number of events handled. A PE that computes
-// long without calling into this package or shmem calls it now and then,
-// so that it serves the calls of the others.
+// Progress progresses this PE's calls: it serves the calls that arrived,
+// completes the futures whose reply came, and sends what Goroutine
+// handlers handed over, and returns the number of events handled. It
+// progresses the job's worker (shmem.Worker), as every blocking routine of
+// shmem does, so a PE that waits in shmem serves calls too; one that
+// computes long without calling into this package or shmem calls it now
+// and then, so that it serves the calls of the others. It returns 0 when
+// the package is not started.
 func Progress() int {
+	if !rt.started.Load() {
+		return 0
+	}
+	return rt.w.Progress()
+}
+
+// progress is the package's callback in the progress of the worker
+// (ucp.Worker.ProgressRegister): whatever progresses this PE (a wait of
+// this package, any blocking routine of shmem, Progress) sends what
+// Goroutine handlers handed over, takes back the buffers of sends that
+// completed, fails the calls to PEs that failed, and sends Quiet's replies
+// that waited for Goroutine handlers. With nothing to do it only loads a
+// few counters.
+func progress() int {
 	n := 0
 	if rt.qn.Load() != 0 {
 		n += drainQueue()
 	}
-	if len(rt.sends) != 0 {
+	if rt.nsends.Load() != 0 {
 		reapSends(false)
 	}
 	if rt.failed.Load() {
 		n += failDead()
 	}
-	if len(quietWait) != 0 {
+	if nquiet.Load() != 0 {
 		n += releaseQuiet()
 	}
-	return n + rt.w.Progress()
+	return n
 }
 
 // idle gives the processor away in a wait loop that made no progress.
@@ -196,13 +237,18 @@ func send(pe int, b *[]byte) error {
 		putBuf(b)
 		return err
 	}
+	lock(&rt.mu)
 	rt.sends = append(rt.sends, heldSend{r, b})
+	rt.nsends.Store(int32(len(rt.sends)))
+	unlock(&rt.mu)
 	return nil
 }
 
 // reapSends takes back the buffers of sends that completed (all, when
 // all is set: the worker is going away, or was flushed).
 func reapSends(all bool) {
+	lock(&rt.mu)
+	defer unlock(&rt.mu)
 	k := 0
 	for _, s := range rt.sends {
 		if all || s.r.IsCompleted() {
@@ -215,6 +261,7 @@ func reapSends(all bool) {
 	}
 	clear(rt.sends[k:])
 	rt.sends = rt.sends[:k]
+	rt.nsends.Store(int32(k))
 }
 
 // sendOrQueue sends b to pe now, or, from a goroutine that may not use the
@@ -225,6 +272,7 @@ func sendOrQueue(pe int, b *[]byte, async bool) {
 		rt.queue = append(rt.queue, queued{pe, b})
 		rt.qn.Add(1)
 		rt.qmu.Unlock()
+		rt.w.Wake() // a waiter that sleeps in Idle progresses now
 		return
 	}
 	if err := send(pe, b); err != nil {
