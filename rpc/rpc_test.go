@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,14 @@ var (
 	})
 	counter int64
 	add     = rpc.Register("add", rpc.Inline, func(_ int, d int64) (struct{}, error) { counter += d; return struct{}{}, nil })
+	// slowCounter is counter for addSlow, a Goroutine handler that takes
+	// its time: Barrier waits until it returned.
+	slowCounter atomic.Int64
+	addSlow     = rpc.Register("addSlow", rpc.Goroutine, func(_ int, d int64) (struct{}, error) {
+		time.Sleep(2 * time.Millisecond)
+		slowCounter.Add(d)
+		return struct{}{}, nil
+	})
 	fail    = rpc.Register("fail", rpc.Inline, func(_ int, _ int32) (int32, error) { return 0, errors.New("no such thing") })
 	boom    = rpc.Register("boom", rpc.Goroutine, func(_ int, _ int32) (int32, error) { panic("kaboom") })
 	never   *rpc.Reply[int32]
@@ -138,10 +147,14 @@ func TestCall(t *testing.T) {
 func TestGo(t *testing.T) {
 	run(t, func(t *testing.T, me, n int) {
 		counter = 0
+		slowCounter.Store(0)
 		rpc.Barrier()
 		for pe := range n {
 			for range 10 {
 				if err := add.Go(pe, int64(me+1)); err != nil {
+					t.Fatal(err)
+				}
+				if err := addSlow.Go(pe, int64(me+1)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -149,8 +162,12 @@ func TestGo(t *testing.T) {
 		if err := rpc.Barrier(); err != nil {
 			t.Fatal(err)
 		}
-		if want := int64(10 * n * (n + 1) / 2); counter != want {
+		want := int64(10 * n * (n + 1) / 2)
+		if counter != want {
 			t.Errorf("counter %d, want %d", counter, want)
+		}
+		if got := slowCounter.Load(); got != want {
+			t.Errorf("counter of the Goroutine handler %d, want %d", got, want)
 		}
 	})
 }
