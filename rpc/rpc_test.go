@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -388,5 +391,62 @@ func TestThreadMultiple(t *testing.T) {
 			t.Fatal(err)
 		}
 		rpc.Stop()
+	})
+}
+
+// dies ends its PE, as a PE that fails does, in the middle of a call.
+var dies = rpc.Register("dies", rpc.Inline, func(_ int, code int32) (int32, error) {
+	os.Exit(int(code))
+	return 0, nil
+})
+
+// TestPeerDies: a PE really dies (exit status 3, from a handler) while
+// another has calls outstanding to it. goshmem-run ends the job, naming
+// the PE that failed; with SurvivePeerFailure, and SIGTERM caught for the
+// kill grace (as Options.SurvivePeerFailure says), the caller first gets,
+// for each call, an *rpc.Error naming the PE and the function, and prints
+// it.
+func TestPeerDies(t *testing.T) {
+	o := opts
+	o.Shared = false
+	o.NPs, o.QuickNPs = []int{2}, nil
+	o.WantExit = 3
+	o.Check = func(t *testing.T, out string) {
+		for _, want := range []string{
+			"[pe 0] caller: rpc: dies on PE 1: the PE failed",
+			"[pe 0] caller: rpc: hold on PE 1: the PE failed",
+			"PE 1 on host",
+			"exited with status 3",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the output does not say %q:\n%s", want, out)
+			}
+		}
+	}
+	shmemtest.RunWith(t, o, func(t *testing.T) {
+		if err := rpc.Start(rpc.Options{SurvivePeerFailure: true}); err != nil {
+			t.Fatal(err)
+		}
+		if shmem.MyPE() == 1 {
+			shmem.BarrierAll() // serves the calls until one ends it
+			t.Fatal("PE 1 lived on")
+		}
+		// goshmem-run's SIGTERM would end this PE before the notice of
+		// PE 1's failure reached it.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
+		h := hold.Call(1, 1)
+		if _, err := square.Call(1, 2).Wait(); err != nil { // hold reached PE 1 before it
+			t.Fatal(err)
+		}
+		d := dies.Call(1, 3)
+		for _, f := range []*rpc.Future[int32]{d, h} {
+			_, err := f.Wait()
+			var e *rpc.Error
+			if !errors.Is(err, rpc.ErrPeerFailed) || !errors.As(err, &e) || e.PE != 1 {
+				t.Errorf("%v, want ErrPeerFailed naming PE 1", err)
+			}
+			fmt.Printf("caller: %v\n", err)
+		}
+		os.Exit(0) // the job cannot finalize without PE 1
 	})
 }
