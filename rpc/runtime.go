@@ -20,7 +20,12 @@ type Options struct {
 	// calls outstanding to it with ErrPeerFailed (and fail the later ones
 	// at once) instead of ending this PE, as package shmem does by
 	// default. The program then must not use shmem's collectives with the
-	// failed PE, which would wait for it.
+	// failed PE, which would wait for it. goshmem-run still ends the job
+	// when a PE fails: it sends the other PEs SIGTERM, and SIGKILL after
+	// its kill grace (-kill-grace, 2s by default). The notice of the
+	// failure reaches this PE about when SIGTERM does, so a program that
+	// reports or saves what its failed calls leave catches SIGTERM
+	// (os/signal) to have the kill grace for it.
 	SurvivePeerFailure bool
 }
 
