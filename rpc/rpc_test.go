@@ -85,10 +85,10 @@ var (
 		slowCounter.Add(d)
 		return struct{}{}, nil
 	})
-	fail    = rpc.Register("fail", rpc.Inline, func(_ int, _ int32) (int32, error) { return 0, errors.New("no such thing") })
-	boom    = rpc.Register("boom", rpc.Goroutine, func(_ int, _ int32) (int32, error) { panic("kaboom") })
-	never   *rpc.Reply[int32]
-	hold    = rpc.RegisterDeferred("hold", func(_ int, _ int32, r *rpc.Reply[int32]) { never = r })
+	fail  = rpc.Register("fail", rpc.Inline, func(_ int, _ int32) (int32, error) { return 0, errors.New("no such thing") })
+	boom  = rpc.Register("boom", rpc.Goroutine, func(_ int, _ int32) (int32, error) { panic("kaboom") })
+	never *rpc.Reply[int32]
+	hold  = rpc.RegisterDeferred("hold", func(_ int, _ int32, r *rpc.Reply[int32]) { never = r })
 )
 
 func TestCall(t *testing.T) {
