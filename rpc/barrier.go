@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,10 +22,7 @@ func Barrier() error {
 	}
 	var errs []error
 	aggMu.Lock()
-	fl := make([]flusher, 0, len(aggs))
-	for g := range aggs {
-		fl = append(fl, g)
-	}
+	fl := slices.Collect(maps.Keys(aggs))
 	aggMu.Unlock()
 	for _, g := range fl {
 		if err := g.Flush(); err != nil {

@@ -91,6 +91,8 @@ var (
 	ErrCodec = errors.New("codec")
 	// ErrNotStarted: the package is not started on this PE (Start).
 	ErrNotStarted = errors.New("rpc: not started (rpc.Start after shmem.Init)")
+	// ErrClosed: the aggregator was closed (Aggregator.Close, Stop).
+	ErrClosed = errors.New("rpc: the aggregator is closed")
 )
 
 // Error is the error of a call: the PE it went to, the function's name,

@@ -450,3 +450,57 @@ func TestPeerDies(t *testing.T) {
 		os.Exit(0) // the job cannot finalize without PE 1
 	})
 }
+
+// kept are the replies of keep, which holds them for the test to send.
+var (
+	kept []*rpc.Reply[int32]
+	keep = rpc.RegisterDeferred("keep", func(_ int, _ int32, r *rpc.Reply[int32]) { kept = append(kept, r) })
+)
+
+// TestStop: Stop leaves nothing behind. An aggregator left open is closed
+// (after Stop's Barrier flushed it), a call outstanding fails with
+// ErrNotStarted, and its reply, sent once the package started again,
+// completes no other call: call ids carry their slot's generation.
+func TestStop(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		next := (me + 1) % n
+		counter = 0
+		kept = nil
+		rpc.Barrier()
+		g := rpc.NewAggregator(add, 0)
+		if err := g.Go(next, 1); err != nil {
+			t.Fatal(err)
+		}
+		h := keep.Call(next, 1)
+		if _, err := square.Call(next, 1).Wait(); err != nil { // behind keep's call
+			t.Fatal(err)
+		}
+		rpc.Stop()
+		if counter != 1 {
+			t.Errorf("counter %d after Stop, want 1: the aggregator was not flushed", counter)
+		}
+		if _, err := h.Wait(); !errors.Is(err, rpc.ErrNotStarted) {
+			t.Errorf("a call outstanding at Stop: %v, want ErrNotStarted", err)
+		}
+		if err := g.Go(next, 1); !errors.Is(err, rpc.ErrClosed) {
+			t.Errorf("Go on an aggregator after Stop: %v, want ErrClosed", err)
+		}
+		if l := rpc.Leftovers(); l != "" {
+			t.Errorf("Stop left %s", l)
+		}
+		if err := rpc.Start(rpc.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		f := keep.Call(next, 2)
+		for len(kept) < 2 {
+			rpc.Progress()
+		}
+		kept[0].Send(-1, nil) // the old call's reply, first
+		kept[1].Send(7, nil)
+		if v, err := f.Wait(); err != nil || v != 7 {
+			t.Errorf("call after a restart: %v, %v, want 7 (the old call's reply completed it?)", v, err)
+		}
+		kept = nil
+		rpc.Barrier()
+	})
+}

@@ -3,6 +3,8 @@ package rpc
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -131,6 +133,7 @@ func Start(o Options) error {
 	rt.eps = make([]atomic.Pointer[ucp.Endpoint], rt.n)
 	rt.dead = make([]atomic.Pointer[error], rt.n)
 	rt.touched = make([]atomic.Bool, rt.n)
+	rt.failed.Store(false)
 	rt.survive = o.SurvivePeerFailure
 	if err := w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID).SetCB(recv)); err != nil {
 		return fmt.Errorf("rpc.Start: %w", err)
@@ -145,13 +148,22 @@ func Start(o Options) error {
 
 // Stop ends what Start began, before shmem.Finalize. It is a collective
 // of the job's PEs: it flushes the aggregators and waits, in Barrier,
-// for every PE's calls to have been served, then removes the handler.
-// Calls still outstanding fail with ErrNotStarted.
+// for every PE's calls to have been served, calls the functions of
+// OnStop, then removes the handler and leaves nothing behind: calls still
+// outstanding fail with ErrNotStarted, every aggregator is closed (its
+// Go fails with ErrClosed), and replies that Goroutine handlers still
+// running send later are dropped.
 func Stop() {
 	if !rt.started.Load() {
 		return
 	}
 	Barrier()
+	stopHooks.Lock()
+	hooks := slices.Collect(maps.Values(stopHooks.fns))
+	stopHooks.Unlock()
+	for _, fn := range hooks {
+		fn()
+	}
 	rt.w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID))
 	rt.w.ProgressUnregister(rt.progID)
 	rt.remove()
@@ -159,7 +171,45 @@ func Stop() {
 	for _, c := range rt.pend.takeIf(func(completer) bool { return true }) {
 		c.fail(ErrNotStarted)
 	}
+	closeAggregators()
+	dropQueue()
 	reapSends(true)
+	lock(&rt.mu)
+	clear(quietWait)
+	clear(arrived)
+	quietWait, arrived = quietWait[:0], arrived[:0]
+	nquiet.Store(0)
+	unlock(&rt.mu)
+	rt.failed.Store(false)
+}
+
+// stopHooks are the functions OnStop registered, by id.
+var stopHooks struct {
+	sync.Mutex
+	next int
+	fns  map[int]func()
+}
+
+// OnStop registers fn, which every Stop calls on this PE once every PE's
+// calls were served (after its Barrier, so fn may not wait for other
+// PEs) and before the package stops: a library built on this package drops
+// there what it kept for the time the package ran (package dist: its
+// objects). The returned function removes the registration.
+func OnStop(fn func()) (remove func()) {
+	h := &stopHooks
+	h.Lock()
+	defer h.Unlock()
+	if h.fns == nil {
+		h.fns = map[int]func(){}
+	}
+	id := h.next
+	h.next++
+	h.fns[id] = fn
+	return func() {
+		h.Lock()
+		delete(h.fns, id)
+		h.Unlock()
+	}
 }
 
 // Progress progresses this PE's calls: it serves the calls that arrived,
@@ -272,6 +322,10 @@ func reapSends(all bool) {
 // sendOrQueue sends b to pe now, or, from a goroutine that may not use the
 // worker (async below ThreadMultiple), hands it to the next progress.
 func sendOrQueue(pe int, b *[]byte, async bool) {
+	if !rt.started.Load() {
+		putBuf(b) // a reply after Stop: its call failed at its caller
+		return
+	}
 	if async && !rt.multi {
 		rt.qmu.Lock()
 		rt.queue = append(rt.queue, queued{pe, b})
@@ -305,6 +359,19 @@ func drainQueue() int {
 	}
 	rt.qmu.Unlock()
 	return len(q)
+}
+
+// dropQueue drops what Goroutine handlers handed over and no progress
+// sent (at Stop).
+func dropQueue() {
+	rt.qmu.Lock()
+	for _, m := range rt.queue {
+		putBuf(m.b)
+	}
+	clear(rt.queue)
+	rt.queue = rt.queue[:0]
+	rt.qn.Store(0)
+	rt.qmu.Unlock()
 }
 
 func logf(format string, args ...any) {
