@@ -40,7 +40,7 @@ type Array[T any] struct {
 	fns   *arrayFuncs[T]
 	sets  *rpc.Aggregator[arraySet[T], struct{}]
 	adds  *rpc.Aggregator[arrayAdd, struct{}] // AtomicAdd's, made by the first
-	amu   sync.Mutex // atomics on elements of a size sync/atomic lacks
+	amu   sync.Mutex                          // atomics on elements of a size sync/atomic lacks
 }
 
 type arraySet[T any] struct {
