@@ -106,14 +106,16 @@ func mainCode() int {
 	return run(o)
 }
 
-// run runs the tests of o and returns the exit code.
+// run runs the tests of o and returns the exit code. A test that fails
+// ends the process at once: the other PEs may wait in a collective it
+// would never join (goshmem-run then ends them). So the tests release what
+// they allocate on their way out, not in defers.
 func run(o options) int {
 	me, n := shmem.MyPE(), shmem.NPEs()
 	if err := rpc.Start(rpc.Options{}); err != nil {
 		fmt.Fprintln(os.Stderr, "rpcperf:", err)
 		return 1
 	}
-	defer rpc.Stop()
 	t := &table{me: me}
 	tls := os.Getenv("UCX_TLS")
 	if tls == "" {
@@ -139,9 +141,10 @@ func run(o options) int {
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "rpcperf: PE %d: %s: %v\n", me, name, err)
-			return 1
+			os.Exit(1)
 		}
 	}
+	rpc.Stop()
 	return 0
 }
 
@@ -341,9 +344,7 @@ func gups(t *table, o options) error {
 	if words, err = shmem.Calloc[int64](o.table); err != nil {
 		return err
 	}
-	defer shmem.Free(words)
 	agg := rpc.NewAggregator(update, 0)
-	defer agg.Close()
 	// target draws an update's PE and index.
 	target := func(r *rng) (int, uint32) {
 		x := r.next()
@@ -401,7 +402,10 @@ func gups(t *table, o options) error {
 			t.row("gups", w.name, rate, "Mupdates/s", "atomic", rate/base)
 		}
 	}
-	shmem.BarrierAll()
+	if err := agg.Close(); err != nil {
+		return err
+	}
+	shmem.Free(words) // a barrier
 	return nil
 }
 
@@ -420,14 +424,14 @@ func checkTotal(v, want int64) error {
 	if err != nil {
 		return err
 	}
-	defer shmem.Free(buf)
 	buf[0] = v
 	if err := shmem.SumReduce(shmem.TeamWorld, buf[1:], buf[:1]); err != nil {
 		return err
 	}
-	if buf[1] != want {
-		return fmt.Errorf("total %d, want %d", buf[1], want)
+	if got := buf[1]; got != want {
+		return fmt.Errorf("total %d, want %d", got, want)
 	}
+	shmem.Free(buf)
 	return nil
 }
 
@@ -468,12 +472,10 @@ func inserts(t *table, o options) error {
 	if err != nil {
 		return err
 	}
-	defer shmem.Free(keys)
 	vals, err := shmem.Calloc[uint64](slots)
 	if err != nil {
 		return err
 	}
-	defer shmem.Free(vals)
 	cm := &casMap{keys: keys, vals: vals, mask: uint64(slots - 1), n: uint64(n)}
 	dm, err := dist.NewMap[uint64, uint64](nil)
 	if err != nil {
@@ -515,6 +517,10 @@ func inserts(t *table, o options) error {
 		return fmt.Errorf("aggregated: %w", err)
 	}
 	t.row("map", "aggregated", agg, "Minserts/s", "cas", agg/cas)
-	shmem.BarrierAll()
+	if err := dm.Destroy(); err != nil {
+		return err
+	}
+	shmem.Free(vals)
+	shmem.Free(keys)
 	return nil
 }
