@@ -142,6 +142,7 @@ func TestMap(t *testing.T) {
 				t.Errorf("%q held by PE %d, owned by %d", k, me, words.Owner(k))
 			}
 		}
+		rpc.Barrier() // every PE read "a" before PE 0 changes it
 		if me == 0 {
 			if f, err := words.Apply("a", 100).Wait(); err != nil || f.Value != 3*n+100 {
 				t.Errorf("Apply: %+v, %v", f, err)
