@@ -3,11 +3,10 @@ package rpc
 import (
 	"encoding/binary"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 
+	"github.com/goshmem/goshmem/internal/hooks"
 	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
@@ -158,10 +157,7 @@ func Stop() {
 		return
 	}
 	Barrier()
-	stopHooks.Lock()
-	hooks := slices.Collect(maps.Values(stopHooks.fns))
-	stopHooks.Unlock()
-	for _, fn := range hooks {
+	for _, fn := range stopHooks.All() {
 		fn()
 	}
 	rt.w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID))
@@ -183,34 +179,15 @@ func Stop() {
 	rt.failed.Store(false)
 }
 
-// stopHooks are the functions OnStop registered, by id.
-var stopHooks struct {
-	sync.Mutex
-	next int
-	fns  map[int]func()
-}
+// stopHooks are the functions OnStop registered.
+var stopHooks hooks.Set[func()]
 
 // OnStop registers fn, which every Stop calls on this PE once every PE's
 // calls were served (after its Barrier, so fn may not wait for other
 // PEs) and before the package stops: a library built on this package drops
 // there what it kept for the time the package ran (package dist: its
 // objects). The returned function removes the registration.
-func OnStop(fn func()) (remove func()) {
-	h := &stopHooks
-	h.Lock()
-	defer h.Unlock()
-	if h.fns == nil {
-		h.fns = map[int]func(){}
-	}
-	id := h.next
-	h.next++
-	h.fns[id] = fn
-	return func() {
-		h.Lock()
-		delete(h.fns, id)
-		h.Unlock()
-	}
-}
+func OnStop(fn func()) (remove func()) { return stopHooks.Add(fn) }
 
 // Progress progresses this PE's calls: it serves the calls that arrived,
 // completes the futures whose reply came, and sends what Goroutine
