@@ -102,6 +102,7 @@ func TestArray(t *testing.T) {
 					t.Fatalf("after AtomicAdd: %d, want %d", v, n)
 				}
 			}
+			rpc.Barrier() // every PE checked before element 0 changes
 			if _, err := dist.FetchAdd(a, 0, 1).Wait(); err != nil {
 				t.Fatal(err)
 			}
