@@ -35,6 +35,17 @@ func BenchmarkCall(b *testing.B) {
 	})
 }
 
+// BenchmarkInvoke is a call's round trip without a future: Invoke.
+func BenchmarkInvoke(b *testing.B) {
+	benchPair(b, func(n int) {
+		for i := range n {
+			if _, err := square.Invoke(1, int64(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // BenchmarkGo is a call without reply, until Quiet.
 func BenchmarkGo(b *testing.B) {
 	benchPair(b, func(n int) {

@@ -162,16 +162,41 @@ func (f *Future[R]) complete(kind uint8, payload []byte) {
 // started, a send that failed) complete the future at once.
 func (f *Func[A, R]) Call(pe int, a A) *Future[R] {
 	fut := &Future[R]{pe: pe, name: f.name, rc: &f.rc}
+	f.start(fut, pe, &a)
+	return fut
+}
+
+// Invoke calls the function on PE pe with argument a and waits for its
+// result, as Call(pe, a).Wait() does, progressing this PE meanwhile, but
+// without a future to keep: the future is the package's, reused by later
+// calls, so a round trip of pointer-free argument and result types
+// allocates nothing.
+func (f *Func[A, R]) Invoke(pe int, a A) (R, error) {
+	fut, _ := f.futs.Get().(*Future[R])
+	if fut == nil {
+		fut = new(Future[R])
+	}
+	fut.pe, fut.name, fut.rc = pe, f.name, &f.rc
+	f.start(fut, pe, &a)
+	v, err := fut.Wait()
+	// Nothing holds the future now: its slot was freed before it
+	// completed, and a late reply carries the slot's older generation.
+	*fut = Future[R]{}
+	f.futs.Put(fut)
+	return v, err
+}
+
+// start makes the call of fut (to pe, with argument *a), or fails it.
+func (f *Func[A, R]) start(fut *Future[R], pe int, a *A) {
 	if err := f.check(pe); err != nil {
 		fut.fail(err)
-		return fut
+		return
 	}
 	id := rt.pend.add(fut)
-	if err := f.send(pe, kindCall, id, &a); err != nil {
+	if err := f.send(pe, kindCall, id, a); err != nil {
 		rt.pend.take(id)
 		fut.fail(err)
 	}
-	return fut
 }
 
 // Go calls the function on PE pe with argument a without waiting for, or

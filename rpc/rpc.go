@@ -14,6 +14,7 @@
 //	// on every PE, after shmem.Init:
 //	if err := rpc.Start(rpc.Options{}); err != nil { ... }
 //	v, err := square.Call((shmem.MyPE()+1)%shmem.NPEs(), 7).Wait() // 49
+//	v, err = square.Invoke((shmem.MyPE()+1)%shmem.NPEs(), 8)     // 64, without a future
 //	rpc.Stop()
 //
 // Calls travel as ucp active messages on the job's worker (shmem.Worker,
@@ -211,6 +212,7 @@ type Func[A, R any] struct {
 	id   uint64
 	ac   codec[A]
 	rc   codec[R]
+	futs sync.Pool // Invoke's futures
 }
 
 // Name returns the name the function was registered under.

@@ -97,6 +97,14 @@ func TestCall(t *testing.T) {
 		if v, err := square.Call(next, int64(me+3)).Wait(); err != nil || v != int64((me+3)*(me+3)) {
 			t.Errorf("square: %v, %v", v, err)
 		}
+		for i := range int64(3) { // reusing the package's futures
+			if v, err := square.Invoke(next, i); err != nil || v != i*i {
+				t.Errorf("Invoke square(%d): %v, %v", i, v, err)
+			}
+		}
+		if _, err := fail.Invoke(next, 1); err == nil {
+			t.Error("Invoke of a failing handler: no error")
+		}
 		if v, err := whoami.Call(next, struct{}{}).Wait(); err != nil || v != [2]int{next, me} {
 			t.Errorf("whoami: %v, %v", v, err)
 		}
@@ -321,6 +329,7 @@ func TestAllocs(t *testing.T) {
 			{"Go, then a Call", 1, func() { add.Go(next, 1); square.Call(next, 3).Wait() }},
 			{"Call", 1, func() { square.Call(next, 3).Wait() }},
 			{"Call of a slice", 1, func() { sum.Call(next, xs).Wait() }},
+			{"Invoke", 0, func() { square.Invoke(next, 3) }},
 		} {
 			if a := testing.AllocsPerRun(100, c.fn); a > c.max {
 				t.Errorf("%s: %v allocations, want at most %v", c.name, a, c.max)
@@ -376,6 +385,9 @@ func TestThreadMultiple(t *testing.T) {
 					x := int64(g*100 + i)
 					if v, err := square.Call(next, x).Wait(); err != nil || v != x*x {
 						t.Errorf("square(%d): %v, %v", x, v, err)
+					}
+					if v, err := square.Invoke(next, x+1); err != nil || v != (x+1)*(x+1) {
+						t.Errorf("Invoke square(%d): %v, %v", x+1, v, err)
 					}
 					if v, err := whoami.Call(next, struct{}{}).Wait(); err != nil || v != [2]int{next, me} {
 						t.Errorf("whoami: %v, %v", v, err)

@@ -14,10 +14,11 @@
 //     a 16-byte header, the peer's handler sends its square back from the
 //     handler, and PE 0 progresses until the answer came (ucpperf's
 //     ucp_am_lat, over the job's endpoints). "rpc" is rpc.Func.Call of an
-//     Inline function on an int64, then Future.Wait. Both run -rounds times
-//     in alternation, -n round trips each time; the table gives the median
-//     of the rounds' means, in microseconds per round trip, and rpc's ratio
-//     to am.
+//     Inline function on an int64, then Future.Wait; "rpc-invoke" is
+//     rpc.Func.Invoke, the same without a future to allocate. The ways run
+//     -rounds times in alternation, -n round trips each time; the table
+//     gives the median of the rounds' means, in microseconds per round
+//     trip, and the median of the rounds' ratios to am.
 //   - gups: every PE adds one to -updates words of the table (-table words
 //     per PE, symmetric), each at a random PE and index, three ways:
 //     "atomic" with shmem.AtomicAdd, "rpc" with one rpc.Func.Go per update
@@ -240,11 +241,12 @@ func amRTT(peer, n int) (time.Duration, error) {
 
 var square = rpc.Register("rpcperf.square", rpc.Inline, func(_ int, x int64) (int64, error) { return x * x, nil })
 
-// rpcRTT makes n calls to PE peer and returns the time they took.
-func rpcRTT(peer, n int) (time.Duration, error) {
+// rpcRTT makes n calls to PE peer, with call, and returns the time they
+// took.
+func rpcRTT(call func(pe int, x int64) (int64, error), peer, n int) (time.Duration, error) {
 	start := time.Now()
 	for i := range n {
-		v, err := square.Call(peer, int64(i)).Wait()
+		v, err := call(peer, int64(i))
 		if err != nil {
 			return 0, err
 		}
@@ -253,6 +255,18 @@ func rpcRTT(peer, n int) (time.Duration, error) {
 		}
 	}
 	return time.Since(start), nil
+}
+
+// The ways of a round trip: raw active messages, then rpc's two.
+var rttWays = []struct {
+	name string
+	rtt  func(peer, n int) (time.Duration, error)
+}{
+	{"am", amRTT},
+	{"rpc", func(peer, n int) (time.Duration, error) {
+		return rpcRTT(func(pe int, x int64) (int64, error) { return square.Call(pe, x).Wait() }, peer, n)
+	}},
+	{"rpc-invoke", func(peer, n int) (time.Duration, error) { return rpcRTT(square.Invoke, peer, n) }},
 }
 
 func roundTrips(t *table, o options) error {
@@ -271,41 +285,41 @@ func roundTrips(t *table, o options) error {
 	}
 	defer pp.w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID))
 	shmem.BarrierAll()
-	var am, rp []float64
+	us := make([][]float64, len(rttWays)) // per way, per round
 	var err error
 	if me == 0 {
-		// Warm both paths up (endpoints, buffers, pools) before measuring.
-		if _, err = amRTT(o.peer, o.n/10+1); err == nil {
-			_, err = rpcRTT(o.peer, o.n/10+1)
+		// Warm every path up (endpoints, buffers, pools) before measuring.
+		for _, w := range rttWays {
+			if _, err = w.rtt(o.peer, o.n/10+1); err != nil {
+				break
+			}
 		}
 		for r := 0; r < o.rounds && err == nil; r++ {
-			var d time.Duration
-			if d, err = amRTT(o.peer, o.n); err != nil {
-				break
+			for i, w := range rttWays {
+				var d time.Duration
+				if d, err = w.rtt(o.peer, o.n); err != nil {
+					break
+				}
+				us[i] = append(us[i], float64(d.Nanoseconds())/1e3/float64(o.n))
 			}
-			am = append(am, us(d, o.n))
-			if d, err = rpcRTT(o.peer, o.n); err != nil {
-				break
-			}
-			rp = append(rp, us(d, o.n))
 		}
 	}
-	shmem.BarrierAll() // PE 1 answers from in here
+	shmem.BarrierAll() // the peer answers from in here
 	if err != nil {
 		return err
 	}
-	// The ratio is the median of each round's: a round's two halves ran
-	// close in time, under the same load.
-	ratios := make([]float64, len(am))
-	for i := range am {
-		ratios[i] = rp[i] / am[i]
+	t.row("rtt", rttWays[0].name, median(us[0]), "us", "", 0)
+	for i, w := range rttWays[1:] {
+		// The ratio is the median of each round's: a round's ways ran
+		// close in time, under the same load.
+		ratios := make([]float64, len(us[0]))
+		for r := range ratios {
+			ratios[r] = us[i+1][r] / us[0][r]
+		}
+		t.row("rtt", w.name, median(us[i+1]), "us", rttWays[0].name, median(ratios))
 	}
-	t.row("rtt", "am", median(am), "us", "", 0)
-	t.row("rtt", "rpc", median(rp), "us", "am", median(ratios))
 	return nil
 }
-
-func us(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
 
 func median(v []float64) float64 {
 	if len(v) == 0 {

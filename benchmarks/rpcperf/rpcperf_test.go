@@ -45,7 +45,7 @@ func TestJob(t *testing.T) {
 			if err != nil || code != 0 {
 				t.Fatalf("exit %d, %v; output:\n%s", code, err, out.String())
 			}
-			want := [][2]string{{"rtt", "am"}, {"rtt", "rpc"}}
+			want := [][2]string{{"rtt", "am"}, {"rtt", "rpc"}, {"rtt", "rpc-invoke"}}
 			if c.args == nil {
 				want = append(want, [][2]string{{"gups", "atomic"}, {"gups", "rpc"}, {"gups", "aggregated"}, {"map", "cas"}, {"map", "aggregated"}}...)
 			}
