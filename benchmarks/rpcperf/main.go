@@ -7,9 +7,10 @@
 //
 // The tests (-t, comma-separated; all by default):
 //
-//   - rtt: round trips from PE 0 to PE -peer (1), while every other PE
-//     waits in shmem.BarrierAll (-peer 0: to itself, through the self
-//     transport, which shows the cost of the software alone). "am" is a raw ucp active-message ping-pong on the
+//   - rtt: round trips from PE 0 to PE -peer (1), which progresses its
+//     worker meanwhile, while every other PE waits in shmem.BarrierAll
+//     (-peer 0: to itself, through the self transport, which shows the
+//     cost of the software alone). "am" is a raw ucp active-message ping-pong on the
 //     job's worker (shmem.Worker, shmem.Endpoint): an 8-byte value goes in
 //     a 16-byte header, the peer's handler sends its square back from the
 //     handler, and PE 0 progresses until the answer came (ucpperf's
@@ -180,21 +181,28 @@ var pp struct {
 	eps   []*ucp.Endpoint
 	pongs int
 	last  int64
+	stop  bool     // PE 0 is done: the peer stops serving
+	hdr   [16]byte // the message being sent (a local would escape)
 }
 
 var eager = new(ucp.RequestParam).SetAMSendFlags(ucp.AMSendFlagEager)
 
 // ppRecv handles the ping-pong's messages: a ping (kind 1) is answered
 // from the handler with the square of its value, as an Inline rpc handler
-// answers; a pong (kind 2) is counted.
+// answers; a pong (kind 2) is counted; a stop (kind 3) ends the peer's
+// serving.
 func ppRecv(_ any, header, _ []byte, _ *ucp.AMRecvParam) ucs.Status {
 	if len(header) != 16 {
 		return ucs.OK
 	}
 	v := int64(binary.LittleEndian.Uint64(header[8:]))
-	if header[0] == 2 {
+	switch header[0] {
+	case 2:
 		pp.pongs++
 		pp.last = v
+		return ucs.OK
+	case 3:
+		pp.stop = true
 		return ucs.OK
 	}
 	src := int(binary.LittleEndian.Uint32(header[4:]))
@@ -207,7 +215,7 @@ func ppRecv(_ any, header, _ []byte, _ *ucp.AMRecvParam) ucs.Status {
 // ppSend sends a message of kind with value v to pe; the header is copied
 // before AMSendNBX returns.
 func ppSend(pe int, kind byte, v int64) error {
-	var h [16]byte
+	h := &pp.hdr
 	h[0] = kind
 	binary.LittleEndian.PutUint32(h[4:], uint32(shmem.MyPE()))
 	binary.LittleEndian.PutUint64(h[8:], uint64(v))
@@ -303,8 +311,22 @@ func roundTrips(t *table, o options) error {
 				us[i] = append(us[i], float64(d.Nanoseconds())/1e3/float64(o.n))
 			}
 		}
+		if o.peer != 0 {
+			if serr := ppSend(o.peer, 3, 0); err == nil {
+				err = serr
+			}
+		}
+	} else if me == o.peer {
+		// Serve as ucx_perftest's server does: progress, and nothing else
+		// (shmem.BarrierAll would progress the worker only now and then
+		// while it polls its counters).
+		for !pp.stop {
+			if pp.w.Progress() == 0 {
+				pp.w.Idle()
+			}
+		}
 	}
-	shmem.BarrierAll() // the peer answers from in here
+	shmem.BarrierAll()
 	if err != nil {
 		return err
 	}
