@@ -1,6 +1,7 @@
 package dist
 
 import (
+	"errors"
 	"fmt"
 	"iter"
 	"reflect"
@@ -38,7 +39,8 @@ type Array[T any] struct {
 	local []T
 	fns   *arrayFuncs[T]
 	sets  *rpc.Aggregator[arraySet[T], struct{}]
-	amu   sync.Mutex // atomics on elements of a size sync/atomic lacks
+	adds  *rpc.Aggregator[arrayAdd, struct{}] // AtomicAdd's, made by the first
+	amu   sync.Mutex                          // atomics on elements of a size sync/atomic lacks
 }
 
 type arraySet[T any] struct {
@@ -259,10 +261,25 @@ func (a *Array[T]) Scatter(idx []int, vals []T) error {
 	return nil
 }
 
-// Flush sends this PE's buffered writes, not its atomic additions
-// (rpc.Barrier sends both, and makes sure they were applied).
+// Flush sends this PE's buffered writes and atomic additions
+// (rpc.Barrier also does, and makes sure they were applied).
 func (a *Array[T]) Flush() error {
-	return a.sets.Flush()
+	if a.adds == nil {
+		return a.sets.Flush()
+	}
+	return errors.Join(a.sets.Flush(), a.adds.Flush())
+}
+
+// Destroy removes the array from every PE, once every PE's buffered
+// writes and additions were applied: a collective. The part this PE holds
+// stays readable (Local); later operations fail (Set and AtomicAdd with
+// rpc.ErrClosed, reads naming the PE and the function). rpc.Stop removes
+// the arrays left.
+func (a *Array[T]) Destroy() error {
+	if a.adds == nil {
+		return destroy(a.id, a.sets)
+	}
+	return destroy(a.id, a.sets, a.adds)
 }
 
 // Integer is the element types of the atomic operations of an Array.
@@ -291,7 +308,6 @@ func addAt[T Integer](a *Array[T], k int64, v T) T {
 type atomicFuncs[T Integer] struct {
 	add  *rpc.Func[arrayAdd, struct{}]
 	fadd *rpc.Func[arrayAdd, int64]
-	agg  *rpc.Aggregator[arrayAdd, struct{}] // made by the first AtomicAdd
 }
 
 // RegisterAtomics registers the atomic operations (AtomicAdd, FetchAdd)
@@ -330,12 +346,11 @@ func AtomicAdd[T Integer](a *Array[T], i int, v T) error {
 	if err := a.check(i); err != nil {
 		return err
 	}
-	f := RegisterAtomics[T]()
-	if f.agg == nil {
-		f.agg = rpc.NewAggregator(f.add, 0)
+	if a.adds == nil {
+		a.adds = rpc.NewAggregator(RegisterAtomics[T]().add, 0)
 	}
 	pe, k := a.Owner(i)
-	return f.agg.Go(pe, arrayAdd{a.id, int64(k), int64(v)})
+	return a.adds.Go(pe, arrayAdd{a.id, int64(k), int64(v)})
 }
 
 // FetchAdd adds v to element i of a, atomically, at its owner, and

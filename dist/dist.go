@@ -13,6 +13,7 @@
 package dist
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"reflect"
@@ -22,7 +23,9 @@ import (
 	"github.com/goshmem/goshmem/shmem"
 )
 
-// objects maps the id of each object of this PE to it.
+// objects maps the id of each object of this PE to it. Ids are never
+// reused (not even after rpc.Stop): a call to an object destroyed fails,
+// and reaches no other object.
 var (
 	mu      sync.Mutex
 	objects = map[uint32]any{}
@@ -41,6 +44,36 @@ func newObject(obj any) uint32 {
 	objects[nextID] = obj
 	return nextID
 }
+
+// rpc.Stop forgets every object: their aggregators are closed, and the
+// next session makes new ones.
+func init() {
+	rpc.OnStop(func() {
+		mu.Lock()
+		clear(objects)
+		mu.Unlock()
+	})
+}
+
+// destroy removes object id from every PE, after closing its aggregators:
+// a collective. Its first rpc.Barrier makes sure every PE's buffered
+// operations were applied before, its second that every PE removed the
+// object after (so a later call fails wherever it goes).
+func destroy(id uint32, aggs ...closer) error {
+	var errs []error
+	for _, g := range aggs {
+		errs = append(errs, g.Close())
+	}
+	errs = append(errs, rpc.Barrier())
+	mu.Lock()
+	delete(objects, id)
+	mu.Unlock()
+	errs = append(errs, rpc.Barrier())
+	return errors.Join(errs...)
+}
+
+// closer is an aggregator of an object.
+type closer interface{ Close() error }
 
 // object returns the object id of type O.
 func object[O any](id uint32) (O, error) {
@@ -127,3 +160,8 @@ func (o *Object[T]) Update(fn func(*T)) {
 
 // Fetch returns the future of PE pe's instance.
 func (o *Object[T]) Fetch(pe int) *rpc.Future[T] { return o.fetch.Call(pe, o.id) }
+
+// Destroy removes the object from every PE: a collective. Later fetches
+// of it fail, naming the PE and the function. rpc.Stop removes the
+// objects left.
+func (o *Object[T]) Destroy() error { return destroy(o.id) }

@@ -102,6 +102,7 @@ func TestArray(t *testing.T) {
 					t.Fatalf("after AtomicAdd: %d, want %d", v, n)
 				}
 			}
+			rpc.Barrier() // every PE checked before element 0 changes
 			if _, err := dist.FetchAdd(a, 0, 1).Wait(); err != nil {
 				t.Fatal(err)
 			}
@@ -142,6 +143,7 @@ func TestMap(t *testing.T) {
 				t.Errorf("%q held by PE %d, owned by %d", k, me, words.Owner(k))
 			}
 		}
+		rpc.Barrier() // every PE read "a" before PE 0 changes it
 		if me == 0 {
 			if f, err := words.Apply("a", 100).Wait(); err != nil || f.Value != 3*n+100 {
 				t.Errorf("Apply: %+v, %v", f, err)
@@ -160,5 +162,92 @@ func TestMap(t *testing.T) {
 			t.Error(err)
 		}
 		rpc.Barrier()
+	})
+}
+
+// TestDestroy: Destroy applies every PE's buffered operations, then
+// removes the object from every PE; later operations fail; rpc.Stop
+// removes the objects left.
+func TestDestroy(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		before := dist.Objects()
+		m, err := dist.NewMap[int, int](nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := dist.NewArray[int64](n+5, dist.Block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := dist.NewObject(me)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := dist.Objects(); got != before+3 {
+			t.Fatalf("%d objects, want %d", got, before+3)
+		}
+		// Buffered: Destroy applies them first.
+		if err := m.Insert(me, me); err != nil {
+			t.Fatal(err)
+		}
+		if err := dist.AtomicAdd(a, me, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Set(n+me, 2); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []func() error{m.Destroy, a.Destroy, o.Destroy} {
+			if err := d(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := dist.Objects(); got != before {
+			t.Errorf("%d objects after Destroy, want %d", got, before)
+		}
+		owned := 0
+		for k := range n {
+			if m.Owner(k) == me {
+				owned++
+			}
+		}
+		if m.Len() != owned {
+			t.Errorf("the map's part holds %d keys, want %d", m.Len(), owned)
+		}
+		for k, v := range a.Local() {
+			want := int64(0)
+			if i := a.Global(k); i < n {
+				want = 1
+			} else if i < 2*n {
+				want = 2
+			}
+			if v != want {
+				t.Errorf("element %d is %d, want %d", a.Global(k), v, want)
+			}
+		}
+		next := (me + 1) % n
+		if err := m.Insert(1, 1); !errors.Is(err, rpc.ErrClosed) {
+			t.Errorf("Insert after Destroy: %v, want ErrClosed", err)
+		}
+		if err := dist.AtomicAdd(a, 0, 1); !errors.Is(err, rpc.ErrClosed) {
+			t.Errorf("AtomicAdd after Destroy: %v, want ErrClosed", err)
+		}
+		var e *rpc.Error
+		if _, err := o.Fetch(next).Wait(); !errors.As(err, &e) || e.PE != next {
+			t.Errorf("Fetch after Destroy: %v, want an *rpc.Error naming PE %d", err, next)
+		}
+		if _, err := m.Get(1).Wait(); !errors.As(err, &e) {
+			t.Errorf("Get after Destroy: %v, want an *rpc.Error", err)
+		}
+		// Left to rpc.Stop.
+		if _, err := dist.NewMap[int, int](nil); err != nil {
+			t.Fatal(err)
+		}
+		rpc.Stop()
+		if got := dist.Objects(); got != 0 {
+			t.Errorf("%d objects after rpc.Stop", got)
+		}
+		if err := rpc.Start(rpc.Options{}); err != nil {
+			t.Fatal(err)
+		}
 	})
 }

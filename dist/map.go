@@ -156,6 +156,13 @@ func (m *Map[K, V]) Get(k K) *rpc.Future[Found[V]] {
 // makes sure they were applied).
 func (m *Map[K, V]) Flush() error { return m.ops.Flush() }
 
+// Destroy removes the map from every PE, once every PE's buffered
+// operations were applied: a collective. The part this PE holds stays
+// readable (Local, Len); later operations fail (Insert, Update and Delete
+// with rpc.ErrClosed, Get and Apply naming the PE and the function).
+// rpc.Stop removes the maps left.
+func (m *Map[K, V]) Destroy() error { return destroy(m.id, m.ops) }
+
 // Local iterates over the keys and values this PE holds (not to be
 // interleaved with progress, which may apply operations).
 func (m *Map[K, V]) Local() iter.Seq2[K, V] {

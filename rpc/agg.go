@@ -2,7 +2,10 @@ package rpc
 
 import (
 	"encoding/binary"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // DefaultAggregateSize is the size, in bytes of arguments, at which an
@@ -18,14 +21,18 @@ const DefaultAggregateSize = 8 << 10
 // of one message run in order at their target. An Aggregator serves one
 // goroutine at a time.
 type Aggregator[A, R any] struct {
-	f    *Func[A, R]
-	size int
-	bufs []*[]byte // per PE: the message being filled, nil when empty
-	n    []uint64  // calls in each
+	f      *Func[A, R]
+	size   int
+	bufs   []*[]byte // per PE: the message being filled, nil when empty
+	n      []uint64  // calls in each
+	closed atomic.Bool
 }
 
-// flusher is an aggregator, for Barrier.
-type flusher interface{ Flush() error }
+// flusher is an aggregator, for Barrier and Stop.
+type flusher interface {
+	Flush() error
+	shut() // marks the aggregator closed, dropping what it buffered
+}
 
 var (
 	aggMu sync.Mutex
@@ -48,9 +55,13 @@ func NewAggregator[A, R any](f *Func[A, R], size int) *Aggregator[A, R] {
 }
 
 // Go adds a call of the function on PE pe with argument a to pe's buffer,
-// sending the buffer when full. It fails, as an *Error, as Func.Go does.
+// sending the buffer when full. It fails, as an *Error, as Func.Go does,
+// and with ErrClosed once the aggregator was closed (Close, Stop).
 func (g *Aggregator[A, R]) Go(pe int, a A) error {
 	f := g.f
+	if g.closed.Load() {
+		return &Error{PE: pe, Func: f.name, Err: ErrClosed}
+	}
 	if err := f.check(pe); err != nil {
 		return &Error{PE: pe, Func: f.name, Err: err}
 	}
@@ -83,7 +94,7 @@ func (g *Aggregator[A, R]) flush(pe int) error {
 	}
 	binary.LittleEndian.PutUint64((*b)[16:], g.n[pe])
 	g.bufs[pe], g.n[pe] = nil, 0
-	rt.touched[pe] = true
+	rt.touched[pe].Store(true)
 	if err := send(pe, b); err != nil {
 		return &Error{PE: pe, Func: g.f.name, Err: err}
 	}
@@ -102,13 +113,41 @@ func (g *Aggregator[A, R]) Flush() error {
 	return first
 }
 
-// Close flushes the aggregator and removes it from those Barrier
-// flushes.
+// Close flushes the aggregator, removes it from those Barrier flushes, and
+// closes it: its later Go fail with ErrClosed. A second Close does
+// nothing. Stop closes every aggregator.
 func (g *Aggregator[A, R]) Close() error {
+	if g.closed.Load() {
+		return nil
+	}
 	aggMu.Lock()
 	delete(aggs, g)
 	aggMu.Unlock()
-	return g.Flush()
+	err := g.Flush()
+	g.shut()
+	return err
+}
+
+func (g *Aggregator[A, R]) shut() {
+	g.closed.Store(true)
+	for pe, b := range g.bufs {
+		if b != nil {
+			putBuf(b)
+			g.bufs[pe], g.n[pe] = nil, 0
+		}
+	}
+}
+
+// closeAggregators closes every aggregator (at Stop, after the Barrier
+// that flushed them).
+func closeAggregators() {
+	aggMu.Lock()
+	fl := slices.Collect(maps.Keys(aggs))
+	clear(aggs)
+	aggMu.Unlock()
+	for _, g := range fl {
+		g.shut()
+	}
 }
 
 // serveBatch runs the calls of an aggregated message: count calls of
@@ -135,9 +174,5 @@ func serveBatch(src int, fnid, count uint64, payload []byte) {
 		return
 	}
 	p := append([]byte(nil), payload...)
-	running.Add(1)
-	go func() {
-		defer running.Add(-1)
-		run(p, true)
-	}()
+	goHandler(func() { run(p, true) })
 }

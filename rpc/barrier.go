@@ -2,7 +2,10 @@ package rpc
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Barrier waits until every PE of the job called it, progressing this PE
@@ -19,10 +22,7 @@ func Barrier() error {
 	}
 	var errs []error
 	aggMu.Lock()
-	fl := make([]flusher, 0, len(aggs))
-	for g := range aggs {
-		fl = append(fl, g)
-	}
+	fl := slices.Collect(maps.Keys(aggs))
 	aggMu.Unlock()
 	for _, g := range fl {
 		if err := g.Flush(); err != nil {
@@ -47,9 +47,8 @@ func Quiet() error {
 		return nil
 	}
 	var fs []*Future[struct{}]
-	for pe, t := range rt.touched {
-		if t {
-			rt.touched[pe] = false
+	for pe := range rt.touched {
+		if rt.touched[pe].Swap(false) {
 			fs = append(fs, quietFn.Call(pe, struct{}{}))
 		}
 	}
@@ -64,8 +63,9 @@ var (
 	barrierFn    *Func[struct{}, struct{}]
 
 	// quietWait are the replies of quietFn that wait for Goroutine
-	// handlers to return.
+	// handlers to return, nquiet their number (read without the lock).
 	quietWait []*Reply[struct{}]
+	nquiet    atomic.Int32
 	// arrived are the replies of barrierFn, at PE 0, until every PE came.
 	arrived []*Reply[struct{}]
 )
@@ -75,35 +75,43 @@ func registerInternal() {
 		// The messages of a PE to another are handled in order, so this
 		// call's handler runs after those of the calls before it.
 		quietFn = RegisterDeferred("rpc.quiet", func(_ int, _ struct{}, r *Reply[struct{}]) {
-			if running.Load() == 0 {
-				r.Send(struct{}{}, nil)
-				return
-			}
+			lock(&rt.mu)
 			quietWait = append(quietWait, r)
+			nquiet.Store(int32(len(quietWait)))
+			unlock(&rt.mu)
+			releaseQuiet()
 		})
 		barrierFn = RegisterDeferred("rpc.barrier", func(_ int, _ struct{}, r *Reply[struct{}]) {
+			lock(&rt.mu)
 			arrived = append(arrived, r)
-			if len(arrived) < rt.n {
-				return
+			var all []*Reply[struct{}]
+			if len(arrived) == rt.n {
+				all = slices.Clone(arrived)
+				clear(arrived)
+				arrived = arrived[:0]
 			}
-			for _, a := range arrived {
+			unlock(&rt.mu)
+			for _, a := range all {
 				a.Send(struct{}{}, nil)
 			}
-			arrived = arrived[:0]
 		})
 	})
 }
 
 // releaseQuiet sends the replies of quietFn that waited, once no Goroutine
-// handler runs; from Progress.
+// handler runs; from progress.
 func releaseQuiet() int {
 	if running.Load() != 0 {
 		return 0
 	}
-	n := len(quietWait)
-	for _, r := range quietWait {
+	lock(&rt.mu)
+	q := slices.Clone(quietWait)
+	clear(quietWait)
+	quietWait = quietWait[:0]
+	nquiet.Store(0)
+	unlock(&rt.mu)
+	for _, r := range q {
 		r.Send(struct{}{}, nil)
 	}
-	quietWait = quietWait[:0]
-	return n
+	return len(q)
 }

@@ -80,9 +80,16 @@ func (c codec[T]) appendTo(b []byte, v *T) ([]byte, error) {
 		}
 		return append(b, unsafe.Slice(unsafe.SliceData(s), len(s)*c.size)...), nil
 	}
+	return gobAppend(b, *v)
+}
+
+// gobAppend appends the gob encoding of v to b. It takes v by value, in a
+// function of its own: a pointer handed to gob escapes, and would make
+// every caller's argument, raw ones included, allocated on the heap.
+func gobAppend(b []byte, v any) ([]byte, error) {
 	w := sliceWriter{b}
 	if err := gob.NewEncoder(&w).Encode(v); err != nil {
-		return b, fmt.Errorf("rpc: encode %T: %w", *v, err)
+		return b, fmt.Errorf("rpc: encode %T: %w", v, err)
 	}
 	return w.b, nil
 }
@@ -101,17 +108,33 @@ func (c codec[T]) decode(b []byte, v *T) error {
 			return fmt.Errorf("rpc: decode %T: %d bytes, not a multiple of %d: %w", *v, len(b), c.size, ErrCodec)
 		}
 		n := len(b) / c.size
-		s := reflect.MakeSlice(reflect.TypeFor[T](), n, n)
-		if n > 0 {
-			copy(unsafe.Slice((*byte)(s.UnsafePointer()), len(b)), b)
+		if n == 0 {
+			var zero T
+			*v = zero
+			return nil
 		}
-		*v = s.Interface().(T)
+		// The elements hold no pointers: memory of words (aligned as
+		// any element needs: no Go type asks more than 8) is theirs,
+		// allocated once.
+		w := make([]uint64, (len(b)+7)/8)
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), len(b)), b)
+		*(*sliceHeader)(unsafe.Pointer(v)) = sliceHeader{unsafe.Pointer(unsafe.SliceData(w)), n, n}
 		return nil
 	}
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(v); err != nil {
-		return fmt.Errorf("rpc: decode %T: %w: %w", *v, ErrCodec, err)
+	// Decode into a variable of this branch only, so that v does not
+	// escape (see gobAppend).
+	p := new(T)
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(p); err != nil {
+		return fmt.Errorf("rpc: decode %T: %w: %w", *p, ErrCodec, err)
 	}
+	*v = *p
 	return nil
+}
+
+// sliceHeader is the memory of a slice value.
+type sliceHeader struct {
+	data     unsafe.Pointer
+	len, cap int
 }
 
 // sliceWriter is an io.Writer that appends to a slice.

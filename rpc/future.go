@@ -22,7 +22,7 @@ type Future[R any] struct {
 	name string
 	rc   *codec[R]
 
-	mu    sync.Mutex // guards what follows, against Then and Done
+	mu    sync.Mutex // guards what follows, against Then and Done (at ThreadMultiple: see lock)
 	then  []func()
 	ready chan struct{}
 }
@@ -77,8 +77,8 @@ func (f *Future[R]) Result() (R, error) {
 // Progress): a select with it belongs to a goroutine other than that one
 // at shmem.ThreadMultiple, or in a loop that calls Progress.
 func (f *Future[R]) Done() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	lock(&f.mu)
+	defer unlock(&f.mu)
 	if f.ready == nil {
 		f.ready = make(chan struct{})
 		if f.done.Load() {
@@ -91,13 +91,13 @@ func (f *Future[R]) Done() <-chan struct{} {
 // onDone runs fn when the future completes (at once if it did), from the
 // progress that completes it.
 func (f *Future[R]) onDone(fn func()) {
-	f.mu.Lock()
+	lock(&f.mu)
 	if !f.done.Load() {
 		f.then = append(f.then, fn)
-		f.mu.Unlock()
+		unlock(&f.mu)
 		return
 	}
-	f.mu.Unlock()
+	unlock(&f.mu)
 	fn()
 }
 
@@ -114,14 +114,14 @@ func Then[R, S any](f *Future[R], fn func(R, error) (S, error)) *Future[S] {
 // finish completes the future with v and err.
 func (f *Future[R]) finish(v R, err error) {
 	f.val, f.err = v, err
-	f.mu.Lock()
+	lock(&f.mu)
 	f.done.Store(true)
 	then := f.then
 	f.then = nil
 	if f.ready != nil {
 		close(f.ready)
 	}
-	f.mu.Unlock()
+	unlock(&f.mu)
 	for _, fn := range then {
 		fn()
 	}
@@ -162,16 +162,41 @@ func (f *Future[R]) complete(kind uint8, payload []byte) {
 // started, a send that failed) complete the future at once.
 func (f *Func[A, R]) Call(pe int, a A) *Future[R] {
 	fut := &Future[R]{pe: pe, name: f.name, rc: &f.rc}
+	f.start(fut, pe, &a)
+	return fut
+}
+
+// Invoke calls the function on PE pe with argument a and waits for its
+// result, as Call(pe, a).Wait() does, progressing this PE meanwhile, but
+// without a future to keep: the future is the package's, reused by later
+// calls, so a round trip of pointer-free argument and result types
+// allocates nothing.
+func (f *Func[A, R]) Invoke(pe int, a A) (R, error) {
+	fut, _ := f.futs.Get().(*Future[R])
+	if fut == nil {
+		fut = new(Future[R])
+	}
+	fut.pe, fut.name, fut.rc = pe, f.name, &f.rc
+	f.start(fut, pe, &a)
+	v, err := fut.Wait()
+	// Nothing holds the future now: its slot was freed before it
+	// completed, and a late reply carries the slot's older generation.
+	*fut = Future[R]{}
+	f.futs.Put(fut)
+	return v, err
+}
+
+// start makes the call of fut (to pe, with argument *a), or fails it.
+func (f *Func[A, R]) start(fut *Future[R], pe int, a *A) {
 	if err := f.check(pe); err != nil {
 		fut.fail(err)
-		return fut
+		return
 	}
-	id := addPending(fut)
-	if err := f.send(pe, kindCall, id, &a); err != nil {
-		dropPending(id)
+	id := rt.pend.add(fut)
+	if err := f.send(pe, kindCall, id, a); err != nil {
+		rt.pend.take(id)
 		fut.fail(err)
 	}
-	return fut
 }
 
 // Go calls the function on PE pe with argument a without waiting for, or
@@ -183,7 +208,7 @@ func (f *Func[A, R]) Go(pe int, a A) error {
 	if err := f.check(pe); err != nil {
 		return &Error{PE: pe, Func: f.name, Err: err}
 	}
-	rt.touched[pe] = true
+	rt.touched[pe].Store(true)
 	if err := f.send(pe, kindGo, 0, &a); err != nil {
 		return &Error{PE: pe, Func: f.name, Err: err}
 	}

@@ -14,6 +14,7 @@
 //	// on every PE, after shmem.Init:
 //	if err := rpc.Start(rpc.Options{}); err != nil { ... }
 //	v, err := square.Call((shmem.MyPE()+1)%shmem.NPEs(), 7).Wait() // 49
+//	v, err = square.Invoke((shmem.MyPE()+1)%shmem.NPEs(), 8)     // 64, without a future
 //	rpc.Stop()
 //
 // Calls travel as ucp active messages on the job's worker (shmem.Worker,
@@ -29,8 +30,10 @@
 // Below shmem.ThreadMultiple the worker serves one goroutine at a time:
 // the program then calls this package from the goroutine that progresses
 // (the one that called Start, as a rule), and a Goroutine handler must not
-// call other PEs itself (its reply is handed to that goroutine, which
-// sends it at its next progress).
+// call other PEs itself: its reply is handed to the package's callback in
+// the worker's progress (ucp.Worker.ProgressRegister), so whatever
+// progresses the PE next sends it, a wait in shmem (shmem.BarrierAll, say)
+// as well as one of this package.
 //
 // Errors reach the caller as an *Error naming the PE and the function:
 // ErrNotRegistered when the target has no function of that name with
@@ -89,6 +92,8 @@ var (
 	ErrCodec = errors.New("codec")
 	// ErrNotStarted: the package is not started on this PE (Start).
 	ErrNotStarted = errors.New("rpc: not started (rpc.Start after shmem.Init)")
+	// ErrClosed: the aggregator was closed (Aggregator.Close, Stop).
+	ErrClosed = errors.New("rpc: the aggregator is closed")
 )
 
 // Error is the error of a call: the PE it went to, the function's name,
@@ -153,11 +158,7 @@ func (e *entry) serve(src int, kind uint8, callid uint64, payload []byte) {
 		return
 	}
 	p := append([]byte(nil), payload...)
-	running.Add(1)
-	go func() {
-		defer running.Add(-1)
-		e.exec(src, kind, callid, p, true)
-	}()
+	goHandler(func() { e.exec(src, kind, callid, p, true) })
 }
 
 // registry maps function ids to entries; replaced whole on every
@@ -211,6 +212,7 @@ type Func[A, R any] struct {
 	id   uint64
 	ac   codec[A]
 	rc   codec[R]
+	futs sync.Pool // Invoke's futures
 }
 
 // Name returns the name the function was registered under.

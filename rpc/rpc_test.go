@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,10 +77,18 @@ var (
 	})
 	counter int64
 	add     = rpc.Register("add", rpc.Inline, func(_ int, d int64) (struct{}, error) { counter += d; return struct{}{}, nil })
-	fail    = rpc.Register("fail", rpc.Inline, func(_ int, _ int32) (int32, error) { return 0, errors.New("no such thing") })
-	boom    = rpc.Register("boom", rpc.Goroutine, func(_ int, _ int32) (int32, error) { panic("kaboom") })
-	never   *rpc.Reply[int32]
-	hold    = rpc.RegisterDeferred("hold", func(_ int, _ int32, r *rpc.Reply[int32]) { never = r })
+	// slowCounter is counter for addSlow, a Goroutine handler that takes
+	// its time: Barrier waits until it returned.
+	slowCounter atomic.Int64
+	addSlow     = rpc.Register("addSlow", rpc.Goroutine, func(_ int, d int64) (struct{}, error) {
+		time.Sleep(2 * time.Millisecond)
+		slowCounter.Add(d)
+		return struct{}{}, nil
+	})
+	fail  = rpc.Register("fail", rpc.Inline, func(_ int, _ int32) (int32, error) { return 0, errors.New("no such thing") })
+	boom  = rpc.Register("boom", rpc.Goroutine, func(_ int, _ int32) (int32, error) { panic("kaboom") })
+	never *rpc.Reply[int32]
+	hold  = rpc.RegisterDeferred("hold", func(_ int, _ int32, r *rpc.Reply[int32]) { never = r })
 )
 
 func TestCall(t *testing.T) {
@@ -83,6 +96,14 @@ func TestCall(t *testing.T) {
 		next := (me + 1) % n
 		if v, err := square.Call(next, int64(me+3)).Wait(); err != nil || v != int64((me+3)*(me+3)) {
 			t.Errorf("square: %v, %v", v, err)
+		}
+		for i := range int64(3) { // reusing the package's futures
+			if v, err := square.Invoke(next, i); err != nil || v != i*i {
+				t.Errorf("Invoke square(%d): %v, %v", i, v, err)
+			}
+		}
+		if _, err := fail.Invoke(next, 1); err == nil {
+			t.Error("Invoke of a failing handler: no error")
 		}
 		if v, err := whoami.Call(next, struct{}{}).Wait(); err != nil || v != [2]int{next, me} {
 			t.Errorf("whoami: %v, %v", v, err)
@@ -137,10 +158,14 @@ func TestCall(t *testing.T) {
 func TestGo(t *testing.T) {
 	run(t, func(t *testing.T, me, n int) {
 		counter = 0
+		slowCounter.Store(0)
 		rpc.Barrier()
 		for pe := range n {
 			for range 10 {
 				if err := add.Go(pe, int64(me+1)); err != nil {
+					t.Fatal(err)
+				}
+				if err := addSlow.Go(pe, int64(me+1)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -148,8 +173,12 @@ func TestGo(t *testing.T) {
 		if err := rpc.Barrier(); err != nil {
 			t.Fatal(err)
 		}
-		if want := int64(10 * n * (n + 1) / 2); counter != want {
+		want := int64(10 * n * (n + 1) / 2)
+		if counter != want {
 			t.Errorf("counter %d, want %d", counter, want)
+		}
+		if got := slowCounter.Load(); got != want {
+			t.Errorf("counter of the Goroutine handler %d, want %d", got, want)
 		}
 	})
 }
@@ -273,5 +302,217 @@ func TestPeerFailure(t *testing.T) {
 			never.Send(0, nil) // its caller dropped it
 			never = nil
 		}
+	})
+}
+
+// TestAllocs: arguments and results of pointer-free types travel as their
+// memory, with nothing allocated on the sender's side: a call without
+// reply, an aggregated one, and a call's round trip, which allocates its
+// future only.
+func TestAllocs(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		if me != 0 { // the others serve, from the barrier
+			rpc.Barrier()
+			return
+		}
+		next := (me + 1) % n
+		g := rpc.NewAggregator(add, 1<<20) // not flushed in the runs
+		xs := []float64{1, 2}
+		for _, c := range []struct {
+			name string
+			max  float64
+			fn   func()
+		}{
+			{"Aggregator.Go", 0, func() { g.Go(next, 1) }},
+			// A Call behind it: the transport's buffers (tcp's) come
+			// back before the next, as they do in a steady flow.
+			{"Go, then a Call", 1, func() { add.Go(next, 1); square.Call(next, 3).Wait() }},
+			{"Call", 1, func() { square.Call(next, 3).Wait() }},
+			{"Call of a slice", 1, func() { sum.Call(next, xs).Wait() }},
+			{"Invoke", 0, func() { square.Invoke(next, 3) }},
+		} {
+			if a := testing.AllocsPerRun(100, c.fn); a > c.max {
+				t.Errorf("%s: %v allocations, want at most %v", c.name, a, c.max)
+			}
+		}
+		g.Close()
+		rpc.Barrier()
+	})
+}
+
+// slow replies from a goroutine of its own, after a computation.
+var slow = rpc.Register("slow", rpc.Goroutine, func(_ int, x int64) (int64, error) {
+	time.Sleep(20 * time.Millisecond) // PE 1 is in BarrierAll by then, as a rule
+	s := int64(0)
+	for i := range x {
+		s += i
+	}
+	return s, nil
+})
+
+// TestReplyFromBarrier: a Goroutine handler's reply leaves while its PE
+// waits in a shmem routine (here shmem.BarrierAll, which its caller joins
+// only once the reply came): whatever progresses the PE sends it.
+func TestReplyFromBarrier(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		if me == 0 {
+			if v, err := slow.Call(n-1, 1000).Wait(); err != nil || v != 499500 {
+				t.Errorf("slow: %v, %v", v, err)
+			}
+		}
+		shmem.BarrierAll()
+	})
+}
+
+// TestThreadMultiple: at shmem.ThreadMultiple goroutines call, progress
+// and reply at once (Goroutine handlers reply from their own goroutine).
+func TestThreadMultiple(t *testing.T) {
+	o := opts
+	o.Shared = false
+	o.ThreadLevel = shmem.ThreadMultiple
+	shmemtest.RunWith(t, o, func(t *testing.T) {
+		if err := rpc.Start(rpc.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		me, n := shmem.MyPE(), shmem.NPEs()
+		next := (me + 1) % n
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 50 {
+					x := int64(g*100 + i)
+					if v, err := square.Call(next, x).Wait(); err != nil || v != x*x {
+						t.Errorf("square(%d): %v, %v", x, v, err)
+					}
+					if v, err := square.Invoke(next, x+1); err != nil || v != (x+1)*(x+1) {
+						t.Errorf("Invoke square(%d): %v, %v", x+1, v, err)
+					}
+					if v, err := whoami.Call(next, struct{}{}).Wait(); err != nil || v != [2]int{next, me} {
+						t.Errorf("whoami: %v, %v", v, err)
+					}
+					if err := add.Go(next, 1); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err := rpc.Barrier(); err != nil {
+			t.Fatal(err)
+		}
+		rpc.Stop()
+	})
+}
+
+// dies ends its PE, as a PE that fails does, in the middle of a call.
+var dies = rpc.Register("dies", rpc.Inline, func(_ int, code int32) (int32, error) {
+	os.Exit(int(code))
+	return 0, nil
+})
+
+// TestPeerDies: a PE really dies (exit status 3, from a handler) while
+// another has calls outstanding to it. goshmem-run ends the job, naming
+// the PE that failed; with SurvivePeerFailure, and SIGTERM caught for the
+// kill grace (as Options.SurvivePeerFailure says), the caller first gets,
+// for each call, an *rpc.Error naming the PE and the function, and prints
+// it.
+func TestPeerDies(t *testing.T) {
+	o := opts
+	o.Shared = false
+	o.NPs, o.QuickNPs = []int{2}, nil
+	o.WantExit = 3
+	o.Check = func(t *testing.T, out string) {
+		for _, want := range []string{
+			"[pe 0] caller: rpc: dies on PE 1: the PE failed",
+			"[pe 0] caller: rpc: hold on PE 1: the PE failed",
+			"PE 1 on host",
+			"exited with status 3",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the output does not say %q:\n%s", want, out)
+			}
+		}
+	}
+	shmemtest.RunWith(t, o, func(t *testing.T) {
+		if err := rpc.Start(rpc.Options{SurvivePeerFailure: true}); err != nil {
+			t.Fatal(err)
+		}
+		if shmem.MyPE() == 1 {
+			shmem.BarrierAll() // serves the calls until one ends it
+			t.Fatal("PE 1 lived on")
+		}
+		// goshmem-run's SIGTERM would end this PE before the notice of
+		// PE 1's failure reached it.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
+		h := hold.Call(1, 1)
+		if _, err := square.Call(1, 2).Wait(); err != nil { // hold reached PE 1 before it
+			t.Fatal(err)
+		}
+		d := dies.Call(1, 3)
+		for _, f := range []*rpc.Future[int32]{d, h} {
+			_, err := f.Wait()
+			var e *rpc.Error
+			if !errors.Is(err, rpc.ErrPeerFailed) || !errors.As(err, &e) || e.PE != 1 {
+				t.Errorf("%v, want ErrPeerFailed naming PE 1", err)
+			}
+			fmt.Printf("caller: %v\n", err)
+		}
+		os.Exit(0) // the job cannot finalize without PE 1
+	})
+}
+
+// kept are the replies of keep, which holds them for the test to send.
+var (
+	kept []*rpc.Reply[int32]
+	keep = rpc.RegisterDeferred("keep", func(_ int, _ int32, r *rpc.Reply[int32]) { kept = append(kept, r) })
+)
+
+// TestStop: Stop leaves nothing behind. An aggregator left open is closed
+// (after Stop's Barrier flushed it), a call outstanding fails with
+// ErrNotStarted, and its reply, sent once the package started again,
+// completes no other call: call ids carry their slot's generation.
+func TestStop(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		next := (me + 1) % n
+		counter = 0
+		kept = nil
+		rpc.Barrier()
+		g := rpc.NewAggregator(add, 0)
+		if err := g.Go(next, 1); err != nil {
+			t.Fatal(err)
+		}
+		h := keep.Call(next, 1)
+		if _, err := square.Call(next, 1).Wait(); err != nil { // behind keep's call
+			t.Fatal(err)
+		}
+		rpc.Stop()
+		if counter != 1 {
+			t.Errorf("counter %d after Stop, want 1: the aggregator was not flushed", counter)
+		}
+		if _, err := h.Wait(); !errors.Is(err, rpc.ErrNotStarted) {
+			t.Errorf("a call outstanding at Stop: %v, want ErrNotStarted", err)
+		}
+		if err := g.Go(next, 1); !errors.Is(err, rpc.ErrClosed) {
+			t.Errorf("Go on an aggregator after Stop: %v, want ErrClosed", err)
+		}
+		if l := rpc.Leftovers(); l != "" {
+			t.Errorf("Stop left %s", l)
+		}
+		if err := rpc.Start(rpc.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		f := keep.Call(next, 2)
+		for len(kept) < 2 {
+			rpc.Progress()
+		}
+		kept[0].Send(-1, nil) // the old call's reply, first
+		kept[1].Send(7, nil)
+		if v, err := f.Wait(); err != nil || v != 7 {
+			t.Errorf("call after a restart: %v, %v, want 7 (the old call's reply completed it?)", v, err)
+		}
+		kept = nil
+		rpc.Barrier()
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goshmem/goshmem/internal/hooks"
 	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
@@ -20,7 +21,12 @@ type Options struct {
 	// calls outstanding to it with ErrPeerFailed (and fail the later ones
 	// at once) instead of ending this PE, as package shmem does by
 	// default. The program then must not use shmem's collectives with the
-	// failed PE, which would wait for it.
+	// failed PE, which would wait for it. goshmem-run still ends the job
+	// when a PE fails: it sends the other PEs SIGTERM, and SIGKILL after
+	// its kill grace (-kill-grace, 2s by default). The notice of the
+	// failure reaches this PE about when SIGTERM does, so a program that
+	// reports or saves what its failed calls leave catches SIGTERM
+	// (os/signal) to have the kill grace for it.
 	SurvivePeerFailure bool
 }
 
@@ -34,11 +40,13 @@ var rt struct {
 	eps     []atomic.Pointer[ucp.Endpoint]
 	survive bool
 	remove  func() // removes the peer-failure hook
+	progID  int    // of progress on the worker
 
-	// pending are the calls waiting for their reply, by call id.
-	pendMu  sync.Mutex
-	pending map[uint64]completer
-	nextID  uint64
+	// mu guards sends, quietWait and arrived at ThreadMultiple (see lock).
+	mu sync.Mutex
+
+	// pend are the calls waiting for their reply, by call id.
+	pend pendTable
 
 	// queue holds messages of goroutines that may not use the worker
 	// (below ThreadMultiple), sent at the next progress.
@@ -47,8 +55,10 @@ var rt struct {
 	queue  []queued
 	qspare []queued
 
-	// sends are the messages whose data the transport still reads.
-	sends []heldSend
+	// sends are the messages whose data the transport still reads;
+	// nsends their number, which progress reads without the lock.
+	sends  []heldSend
+	nsends atomic.Int32
 
 	// dead holds the cause of each PE that failed; failed says that some
 	// calls may have to fail.
@@ -57,11 +67,27 @@ var rt struct {
 
 	// touched marks the PEs this PE sent calls without reply to since
 	// the last Barrier, which Barrier makes sure were served.
-	touched []bool
+	touched []atomic.Bool
 }
 
 // running counts the Goroutine handlers that have not returned.
 var running atomic.Int64
+
+// goHandler runs fn, a Goroutine handler's work, on a goroutine of its
+// own, counted in running.
+func goHandler(fn func()) {
+	running.Add(1)
+	go func() {
+		defer func() {
+			// The last handler to return may release Quiet's replies,
+			// which progress sends.
+			if running.Add(-1) == 0 && nquiet.Load() != 0 {
+				rt.w.Wake()
+			}
+		}()
+		fn()
+	}()
+}
 
 type queued struct {
 	pe int
@@ -105,13 +131,14 @@ func Start(o Options) error {
 	rt.maxHdr = attr.MaxAMHeader
 	rt.eps = make([]atomic.Pointer[ucp.Endpoint], rt.n)
 	rt.dead = make([]atomic.Pointer[error], rt.n)
-	rt.touched = make([]bool, rt.n)
-	rt.pending = map[uint64]completer{}
+	rt.touched = make([]atomic.Bool, rt.n)
+	rt.failed.Store(false)
 	rt.survive = o.SurvivePeerFailure
 	if err := w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID).SetCB(recv)); err != nil {
 		return fmt.Errorf("rpc.Start: %w", err)
 	}
 	rt.remove = shmem.OnPeerFailure(peerFailed)
+	rt.progID = w.ProgressRegister(progress)
 	rt.started.Store(true)
 	registerInternal()
 	shmem.BarrierAll()
@@ -120,46 +147,85 @@ func Start(o Options) error {
 
 // Stop ends what Start began, before shmem.Finalize. It is a collective
 // of the job's PEs: it flushes the aggregators and waits, in Barrier,
-// for every PE's calls to have been served, then removes the handler.
-// Calls still outstanding fail with ErrNotStarted.
+// for every PE's calls to have been served, calls the functions of
+// OnStop, then removes the handler and leaves nothing behind: calls still
+// outstanding fail with ErrNotStarted, every aggregator is closed (its
+// Go fails with ErrClosed), and replies that Goroutine handlers still
+// running send later are dropped.
 func Stop() {
 	if !rt.started.Load() {
 		return
 	}
 	Barrier()
+	for _, fn := range stopHooks.All() {
+		fn()
+	}
 	rt.w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID))
+	rt.w.ProgressUnregister(rt.progID)
 	rt.remove()
 	rt.started.Store(false)
-	rt.pendMu.Lock()
-	pend := rt.pending
-	rt.pending = nil
-	rt.pendMu.Unlock()
-	for _, c := range pend {
+	for _, c := range rt.pend.takeIf(func(completer) bool { return true }) {
 		c.fail(ErrNotStarted)
 	}
+	closeAggregators()
+	dropQueue()
 	reapSends(true)
+	lock(&rt.mu)
+	clear(quietWait)
+	clear(arrived)
+	quietWait, arrived = quietWait[:0], arrived[:0]
+	nquiet.Store(0)
+	unlock(&rt.mu)
+	rt.failed.Store(false)
 }
 
-// Progress progresses this PE's calls: it sends what goroutines handed
-// over, serves the calls that arrived and completes the futures whose
-// reply came, and returns the number of events handled. A PE that computes
-// long without calling into this package or shmem calls it now and then,
-// so that it serves the calls of the others.
+// stopHooks are the functions OnStop registered.
+var stopHooks hooks.Set[func()]
+
+// OnStop registers fn, which every Stop calls on this PE once every PE's
+// calls were served (after its Barrier, so fn may not wait for other
+// PEs) and before the package stops: a library built on this package drops
+// there what it kept for the time the package ran (package dist: its
+// objects). The returned function removes the registration.
+func OnStop(fn func()) (remove func()) { return stopHooks.Add(fn) }
+
+// Progress progresses this PE's calls: it serves the calls that arrived,
+// completes the futures whose reply came, and sends what Goroutine
+// handlers handed over, and returns the number of events handled. It
+// progresses the job's worker (shmem.Worker), as every blocking routine of
+// shmem does, so a PE that waits in shmem serves calls too; one that
+// computes long without calling into this package or shmem calls it now
+// and then, so that it serves the calls of the others. It returns 0 when
+// the package is not started.
 func Progress() int {
+	if !rt.started.Load() {
+		return 0
+	}
+	return rt.w.Progress()
+}
+
+// progress is the package's callback in the progress of the worker
+// (ucp.Worker.ProgressRegister): whatever progresses this PE (a wait of
+// this package, any blocking routine of shmem, Progress) sends what
+// Goroutine handlers handed over, takes back the buffers of sends that
+// completed, fails the calls to PEs that failed, and sends Quiet's replies
+// that waited for Goroutine handlers. With nothing to do it only loads a
+// few counters.
+func progress() int {
 	n := 0
 	if rt.qn.Load() != 0 {
 		n += drainQueue()
 	}
-	if len(rt.sends) != 0 {
+	if rt.nsends.Load() != 0 {
 		reapSends(false)
 	}
 	if rt.failed.Load() {
 		n += failDead()
 	}
-	if len(quietWait) != 0 {
+	if nquiet.Load() != 0 {
 		n += releaseQuiet()
 	}
-	return n + rt.w.Progress()
+	return n
 }
 
 // idle gives the processor away in a wait loop that made no progress.
@@ -203,13 +269,18 @@ func send(pe int, b *[]byte) error {
 		putBuf(b)
 		return err
 	}
+	lock(&rt.mu)
 	rt.sends = append(rt.sends, heldSend{r, b})
+	rt.nsends.Store(int32(len(rt.sends)))
+	unlock(&rt.mu)
 	return nil
 }
 
 // reapSends takes back the buffers of sends that completed (all, when
 // all is set: the worker is going away, or was flushed).
 func reapSends(all bool) {
+	lock(&rt.mu)
+	defer unlock(&rt.mu)
 	k := 0
 	for _, s := range rt.sends {
 		if all || s.r.IsCompleted() {
@@ -222,16 +293,22 @@ func reapSends(all bool) {
 	}
 	clear(rt.sends[k:])
 	rt.sends = rt.sends[:k]
+	rt.nsends.Store(int32(k))
 }
 
 // sendOrQueue sends b to pe now, or, from a goroutine that may not use the
 // worker (async below ThreadMultiple), hands it to the next progress.
 func sendOrQueue(pe int, b *[]byte, async bool) {
+	if !rt.started.Load() {
+		putBuf(b) // a reply after Stop: its call failed at its caller
+		return
+	}
 	if async && !rt.multi {
 		rt.qmu.Lock()
 		rt.queue = append(rt.queue, queued{pe, b})
 		rt.qn.Add(1)
 		rt.qmu.Unlock()
+		rt.w.Wake() // a waiter that sleeps in Idle progresses now
 		return
 	}
 	if err := send(pe, b); err != nil {
@@ -259,6 +336,19 @@ func drainQueue() int {
 	}
 	rt.qmu.Unlock()
 	return len(q)
+}
+
+// dropQueue drops what Goroutine handlers handed over and no progress
+// sent (at Stop).
+func dropQueue() {
+	rt.qmu.Lock()
+	for _, m := range rt.queue {
+		putBuf(m.b)
+	}
+	clear(rt.queue)
+	rt.queue = rt.queue[:0]
+	rt.qn.Store(0)
+	rt.qmu.Unlock()
 }
 
 func logf(format string, args ...any) {
@@ -296,31 +386,11 @@ func recv(_ any, header, data []byte, p *ucp.AMRecvParam) ucs.Status {
 	case kindBatch:
 		serveBatch(src, fnid, callid, payload)
 	default:
-		rt.pendMu.Lock()
-		c := rt.pending[callid]
-		delete(rt.pending, callid)
-		rt.pendMu.Unlock()
-		if c != nil {
+		if c := rt.pend.take(callid); c != nil {
 			c.complete(kind, payload)
 		}
 	}
 	return ucs.OK
-}
-
-// addPending registers c as waiting for a reply, and returns its call id.
-func addPending(c completer) uint64 {
-	rt.pendMu.Lock()
-	rt.nextID++
-	id := rt.nextID
-	rt.pending[id] = c
-	rt.pendMu.Unlock()
-	return id
-}
-
-func dropPending(id uint64) {
-	rt.pendMu.Lock()
-	delete(rt.pending, id)
-	rt.pendMu.Unlock()
 }
 
 // peerFailed is the hook of shmem.OnPeerFailure: it marks pe dead, for
@@ -337,15 +407,7 @@ func peerFailed(pe int, cause error) bool {
 // failDead completes the calls outstanding to PEs that failed.
 func failDead() int {
 	rt.failed.Store(false)
-	var fail []completer
-	rt.pendMu.Lock()
-	for id, c := range rt.pending {
-		if rt.dead[c.target()].Load() != nil {
-			fail = append(fail, c)
-			delete(rt.pending, id)
-		}
-	}
-	rt.pendMu.Unlock()
+	fail := rt.pend.takeIf(func(c completer) bool { return rt.dead[c.target()].Load() != nil })
 	for _, c := range fail {
 		c.fail(fmt.Errorf("%w: %w", ErrPeerFailed, *rt.dead[c.target()].Load()))
 	}

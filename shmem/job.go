@@ -2,9 +2,9 @@ package shmem
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/internal/hooks"
 	"github.com/goshmem/goshmem/ucp"
 )
 
@@ -52,11 +52,7 @@ func Endpoint(pe int) (*ucp.Endpoint, error) {
 }
 
 // failureHooks are the functions OnPeerFailure registered.
-var failureHooks struct {
-	sync.Mutex
-	next int
-	fns  map[int]func(pe int, cause error) bool
-}
+var failureHooks hooks.Set[func(pe int, cause error) bool]
 
 // OnPeerFailure registers fn, called (from the goroutine that learns it)
 // when another PE of the job fails while the library is initialized, with
@@ -67,34 +63,14 @@ var failureHooks struct {
 // failure (it completes what waited on the PE with an error), and this PE
 // only logs it. The returned function removes the registration.
 func OnPeerFailure(fn func(pe int, cause error) bool) (remove func()) {
-	h := &failureHooks
-	h.Lock()
-	defer h.Unlock()
-	if h.fns == nil {
-		h.fns = map[int]func(int, error) bool{}
-	}
-	id := h.next
-	h.next++
-	h.fns[id] = fn
-	return func() {
-		h.Lock()
-		delete(h.fns, id)
-		h.Unlock()
-	}
+	return failureHooks.Add(fn)
 }
 
 // peerFailureHandled calls the hooks of OnPeerFailure with f, and reports
 // whether one of them took charge of it.
 func peerFailureHandled(f bootstrap.Failure) bool {
-	h := &failureHooks
-	h.Lock()
-	fns := make([]func(int, error) bool, 0, len(h.fns))
-	for _, fn := range h.fns {
-		fns = append(fns, fn)
-	}
-	h.Unlock()
 	handled := false
-	for _, fn := range fns {
+	for _, fn := range failureHooks.All() {
 		handled = fn(f.Rank, f) || handled
 	}
 	return handled
