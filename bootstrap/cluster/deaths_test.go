@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/bootstrap"
+)
+
+// TestNotScheduled stops a member's process (SIGSTOP: to the others, and
+// to its own timers, as if it were not scheduled) for part of the failure
+// timeout: the job goes on, both with the stopped agent and with the
+// stopped seed, whose timers expire while it is stopped; stopped for
+// longer than the failure timeout, the agent is still declared dead.
+// (Without the confirmation of deaths, memberlist declared the member dead
+// within half of the timeout: as it did for members of a test process that
+// went 2.5 s without running, beside other tests.)
+func TestNotScheduled(t *testing.T) {
+	t.Parallel() // none of these touches configHook; they run after the tests that do
+	if testing.Short() {
+		t.Skip("skipping: waits for failure timeouts")
+	}
+	const timeout = 3 * time.Second
+	tests := []struct {
+		stopped string // "agent" or "seed": which runs in the stopped process
+		stop    time.Duration
+		dead    bool // the stopped member is declared dead
+	}{
+		{"agent", timeout * 3 / 4, false},
+		{"seed", timeout * 3 / 4, false},
+		{"agent", 2 * timeout, true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/stop=%v", tt.stopped, tt.stop), func(t *testing.T) {
+			t.Parallel()
+			key := newTestKey(t)
+			const size, agents = 2, 2
+			var seed *Seed
+			var seedAddr, jobID string
+			if tt.stopped == "seed" {
+				jobID = "not-scheduled"
+				h := startHelper(t, helperConfig{Role: "seed", Size: size, Agents: agents, Key: key, JobID: jobID, FailureTimeout: timeout}, nil)
+				seedAddr = h.ready
+				a := joinTestAgent(t, seedAddr, jobID, key, timeout, 0)
+				b := joinTestAgent(t, seedAddr, jobID, key, timeout, 1)
+				syscall.Kill(h.cmd.Process.Pid, syscall.SIGSTOP)
+				time.Sleep(tt.stop)
+				syscall.Kill(h.cmd.Process.Pid, syscall.SIGCONT)
+				time.Sleep(timeout * 3 / 2) // for a confirmation under way to end
+				for _, ag := range []*Agent{a, b} {
+					select {
+					case <-ag.Terminated():
+						t.Errorf("agent %d took the seed, stopped for %v of a failure timeout of %v, for gone: %s", ag.ID(), tt.stop, timeout, ag.Why())
+					default:
+					}
+				}
+				if said := h.said(); len(said) > 0 {
+					t.Errorf("the seed, stopped for %v, reported %q", tt.stop, said)
+				}
+				return
+			}
+			var err error
+			seed, err = NewSeed(SeedConfig{Size: size, Agents: agents, Key: key, FailureTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { seed.Close() })
+			seedAddr, jobID = seed.Addr(), seed.JobID()
+			a := joinTestAgent(t, seedAddr, jobID, key, timeout, 0)
+			h := startHelper(t, helperConfig{Role: "agent", Size: size, Agents: agents, ID: 1, Ranks: []int{1}, Seed: seedAddr, JobID: jobID, Key: key, FailureTimeout: timeout}, nil)
+			syscall.Kill(h.cmd.Process.Pid, syscall.SIGSTOP)
+			if tt.dead {
+				r := nextReport(t, seed)
+				if r.Kind != ReportAgentLeft || r.Agent != 1 {
+					t.Errorf("seed passed on %+v, want agent 1 gone", r)
+				}
+				return
+			}
+			time.Sleep(tt.stop)
+			syscall.Kill(h.cmd.Process.Pid, syscall.SIGCONT)
+			time.Sleep(timeout * 3 / 2)
+			noReport(t, seed)
+			select {
+			case <-a.Terminated():
+				t.Errorf("agent 0 took the seed for gone: %s", a.Why())
+			default:
+			}
+			for _, l := range h.said() {
+				if strings.HasPrefix(l, "terminated") {
+					t.Errorf("the stopped agent, resumed: %s", l)
+				}
+			}
+		})
+	}
+}
+
+// joinTestAgent joins agent id of a job of 2 PEs and 2 agents, its PE
+// being rank id.
+func joinTestAgent(t *testing.T, seed, jobID string, key []byte, timeout time.Duration, id int) *Agent {
+	t.Helper()
+	env := bootstrap.Env{JobID: jobID, Size: 2, Seed: seed, Key: key, FailureTimeout: timeout}
+	a, err := JoinAgent(env, AgentConfig{ID: id, Agents: 2, Ranks: []int{id}})
+	if err != nil {
+		t.Fatalf("JoinAgent %d: %v", id, err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
