@@ -3,12 +3,16 @@ package cluster
 import (
 	"crypto/rand"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/goshmem/goshmem/bootstrap"
 )
 
 // floodConfig is what a flood helper (floodMain) does.
@@ -31,9 +35,10 @@ type floodConfig struct {
 	UID int
 }
 
-// floodMain holds the connections c describes for c.For, then prints
-// "opened N closed M" (connections opened in all, and closed by the victim)
-// and returns. It prints "ready" once the first connections are open.
+// floodMain holds the connections c describes for c.For, or until its
+// standard input closes, then prints "opened N closed M" (connections
+// opened in all, and closed by the victim) and returns. It prints "ready"
+// once the first connections are open.
 func floodMain(c floodConfig) int {
 	if c.UID != 0 {
 		if err := dropTo(c.UID); err != nil {
@@ -56,23 +61,44 @@ func floodMain(c floodConfig) int {
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
 	}
 	end := time.Now().Add(c.For)
+	stop := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return !time.Now().Before(end)
+		}
+	}
 	var opened, closed atomic.Int64
 	var wg, first sync.WaitGroup
 	hold := func(addr string, kind int) {
 		defer wg.Done()
 		firstDone := false
-		for time.Now().Before(end) {
+		for !stopped() {
 			conn, err := net.DialTimeout("tcp", addr, time.Until(end))
 			if !firstDone {
 				first.Done()
 				firstDone = true
 			}
 			if err != nil {
-				time.Sleep(c.Reopen)
+				pause(stop, c.Reopen)
 				continue
 			}
 			opened.Add(1)
 			conn.SetDeadline(end)
+			done := make(chan struct{})
+			go func() {
+				select {
+				case <-stop:
+					conn.SetDeadline(time.Now())
+				case <-done:
+				}
+			}()
 			switch kind {
 			case 1:
 				var junk [64]byte
@@ -95,10 +121,11 @@ func floodMain(c floodConfig) int {
 					break
 				}
 			}
+			close(done)
 			conn.Close()
-			if time.Now().Before(end) {
+			if !stopped() {
 				closed.Add(1)
-				time.Sleep(c.Reopen)
+				pause(stop, c.Reopen)
 			}
 		}
 		if !firstDone {
@@ -123,7 +150,7 @@ func floodMain(c floodConfig) int {
 				}
 				defer u.Close()
 				var junk [512]byte
-				for t := time.NewTicker(time.Second / time.Duration(c.Packets)); time.Now().Before(end); <-t.C {
+				for t := time.NewTicker(time.Second / time.Duration(c.Packets)); !stopped(); <-t.C {
 					rand.Read(junk[:])
 					u.Write(junk[:64+int(junk[0])])
 				}
@@ -135,6 +162,14 @@ func floodMain(c floodConfig) int {
 	wg.Wait()
 	fmt.Printf("opened %d closed %d\n", opened.Load(), closed.Load())
 	return 0
+}
+
+// pause waits for d, or until stop is closed.
+func pause(stop <-chan struct{}, d time.Duration) {
+	select {
+	case <-stop:
+	case <-time.After(d):
+	}
 }
 
 // dropTo makes this process run as user and group uid, without
@@ -150,4 +185,75 @@ func dropTo(uid int) error {
 		return fmt.Errorf("setuid %d: %w", uid, err)
 	}
 	return nil
+}
+
+// floodUser is the user the flood helpers run as when the tests run as
+// root: nobody.
+const floodUser = 65534
+
+// TestFloodedInit starts jobs while another user holds 1,000 idle or
+// garbage connections (and slow ones, and garbage packets) to the seed's
+// and an agent's memberlist ports, opening again within a second those the
+// node closes: every job starts (its PEs join, exchange blobs and meet in a
+// barrier, as shmem.Init does), nobody is declared dead, and the nodes
+// dropped the flood (counted). With memberlist's own limits, idle
+// connections filled the slots of the seed's streams and kept the agents'
+// messages out. The time each start took is logged, to compare.
+func TestFloodedInit(t *testing.T) {
+	t.Parallel() // none of these touches configHook; they run after the tests that do
+	if testing.Short() {
+		t.Skip("skipping: floods the loopback with thousands of connections")
+	}
+	uid := 0
+	if os.Getuid() == 0 {
+		uid = floodUser
+	}
+	const n, agents = 32, 4
+	tests := []struct {
+		name  string
+		flood floodConfig
+	}{
+		{"none", floodConfig{}},
+		{"idle", floodConfig{Idle: 1000}},
+		{"garbage", floodConfig{Garbage: 1000}},
+		{"mixed", floodConfig{Idle: 1000, Garbage: 1000, Slow: 100, Packets: 1000}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := startAgents(t, n, agents, nil)
+			flooded := []*guardedTransport{j.seed.transport, j.agents[0].transport}
+			if tt.name != "none" {
+				f := tt.flood
+				f.Addrs = []string{j.seed.Addr(), j.agents[0].addr}
+				f.Reopen, f.For, f.UID = time.Second, waitLimit, uid
+				h := startHelper(t, helperConfig{Role: "flood", Flood: f}, nil)
+				defer func() {
+					h.stdin.Close()
+					for l := range h.lines {
+						t.Logf("the flood helper (uid %d): %s", uid, l)
+					}
+				}()
+			}
+			start := time.Now()
+			j.joinAll(t)
+			j.each(t, "exchange", func(m *bootstrap.Member) error {
+				tab, err := m.Exchange([]byte(fmt.Sprintf("blob of %d", m.Rank())))
+				if err == nil {
+					err = tab.Close()
+				}
+				return err
+			})
+			j.each(t, "barrier", func(m *bootstrap.Member) error { return m.Barrier() })
+			took := time.Since(start)
+			noReport(t, j.seed)
+			for i, tr := range flooded {
+				s := tr.strangersSeen()
+				t.Logf("node %d: %v", i, s)
+				if tt.name != "none" && (s.Streams == 0 || tt.flood.Packets > 0 && s.Packets == 0) {
+					t.Errorf("node %d dropped no stream or packet (%v): the flood did not reach it", i, s)
+				}
+			}
+			t.Logf("%d PEs of %d agents started in %v", n, agents, took.Round(time.Millisecond))
+		})
+	}
 }
