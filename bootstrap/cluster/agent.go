@@ -193,7 +193,7 @@ func JoinAgent(env bootstrap.Env, cfg AgentConfig) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: agent %d: starting memberlist: %w", cfg.ID, err)
 	}
-	a.deaths.attach(list)
+	a.deaths.attach(list, tr)
 	a.mu.Lock() // memberlist's goroutines read these under a.mu
 	a.list, a.transport = list, tr
 	a.addr = nodeAddr(list.LocalNode())
@@ -220,6 +220,10 @@ func JoinAgent(env bootstrap.Env, cfg AgentConfig) (*Agent, error) {
 
 // ID returns the agent's id.
 func (a *Agent) ID() int { return a.id }
+
+// Strangers returns what the agent dropped of the traffic to its port that
+// did not authenticate with the job key (see Seed.Strangers).
+func (a *Agent) Strangers() Strangers { return a.transport.strangersSeen() }
 
 // Attach opens the local channel of the PE rank, one of the agent's
 // Ranks, and returns the PE's end: the caller hands it to the PE process

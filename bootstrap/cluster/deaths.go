@@ -2,7 +2,7 @@ package cluster
 
 import (
 	"errors"
-	"net"
+	"fmt"
 	"slices"
 	"sync"
 	"syscall"
@@ -50,11 +50,12 @@ type deathWatch struct {
 	// alive reports whether memberlist counts the member as alive.
 	alive func(name string) bool
 
-	mu      sync.Mutex
-	list    *memberlist.Memberlist
-	pending map[string]chan struct{} // by node name; closed when it came back
-	closed  bool
-	done    chan struct{} // closed by close
+	mu        sync.Mutex
+	list      *memberlist.Memberlist
+	transport *guardedTransport
+	pending   map[string]chan struct{} // by node name; closed when it came back
+	closed    bool
+	done      chan struct{} // closed by close
 }
 
 // newDeathWatch returns a watch that confirms a death after wait, once
@@ -66,35 +67,34 @@ func newDeathWatch(wait time.Duration) *deathWatch {
 		done:    make(chan struct{}),
 	}
 	d.reach = func(_, addr string) error {
-		if _, err := d.memberlist().Join([]string{addr}); err != nil {
-			// Join's error says why in words only: whether the port
-			// refuses connections is asked again.
-			c, derr := net.DialTimeout("tcp", addr, tcpTimeout)
-			if derr != nil {
-				return derr
+		list, tr := d.node()
+		if _, err := list.Join([]string{addr}); err != nil {
+			if tr.dialRefused(addr) {
+				return fmt.Errorf("%v: %w", err, syscall.ECONNREFUSED)
 			}
-			c.Close()
 			return err
 		}
 		return nil
 	}
 	d.alive = func(name string) bool {
-		return slices.ContainsFunc(d.memberlist().Members(), func(n *memberlist.Node) bool { return n.Name == name })
+		list, _ := d.node()
+		return slices.ContainsFunc(list.Members(), func(n *memberlist.Node) bool { return n.Name == name })
 	}
 	return d
 }
 
-// attach sets the member list, before any member joins it.
-func (d *deathWatch) attach(list *memberlist.Memberlist) {
+// attach sets the member list and its transport, before any member joins
+// it.
+func (d *deathWatch) attach(list *memberlist.Memberlist, tr *guardedTransport) {
 	d.mu.Lock()
-	d.list = list
+	d.list, d.transport = list, tr
 	d.mu.Unlock()
 }
 
-func (d *deathWatch) memberlist() *memberlist.Memberlist {
+func (d *deathWatch) node() (*memberlist.Memberlist, *guardedTransport) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.list
+	return d.list, d.transport
 }
 
 // left takes memberlist's notice that n left or was declared dead (its

@@ -185,7 +185,7 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: starting the seed: %w", err)
 	}
-	s.deaths.attach(list)
+	s.deaths.attach(list, tr)
 	s.mu.Lock() // memberlist's goroutines read these under s.mu
 	s.list, s.transport = list, tr
 	s.sendAgent = func(id int, ip net.IP, port uint16, msg []byte) error {
@@ -200,6 +200,12 @@ func (s *Seed) Addr() string { return nodeAddr(s.list.LocalNode()) }
 
 // JobID returns the job id, the value of GOSHMEM_JOBID.
 func (s *Seed) JobID() string { return s.jobID }
+
+// Strangers returns what the seed dropped of the traffic to its port that
+// did not authenticate with the job key: someone who is not a member of
+// the job connected to it, or sent it packets. Nothing is dropped in a
+// job nobody else talks to.
+func (s *Seed) Strangers() Strangers { return s.transport.strangersSeen() }
 
 // Reports returns the channel on which the seed passes on what agents
 // report (the end of each PE they started, once per PE; their own leaving,

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -66,6 +67,8 @@ type guardedTransport struct {
 	lastMu         sync.Mutex
 	lastPacketFrom netip.Addr   // of the last packet dropped
 	lastLog        atomic.Int64 // when drops were last logged (logDropped)
+	// refusedDials holds the addresses whose last dial was refused.
+	refusedDials sync.Map
 
 	closing  chan struct{} // closed at Shutdown
 	loops    sync.WaitGroup
@@ -228,11 +231,24 @@ func (g *guardedTransport) DialAddressTimeout(a memberlist.Address, timeout time
 	default:
 	}
 	c, err := net.DialTimeout("tcp", a.Addr, timeout)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		g.refusedDials.Store(a.Addr, true)
+	} else {
+		g.refusedDials.Delete(a.Addr)
+	}
 	if err != nil {
 		return nil, err
 	}
 	g.streamsOut.Msgs.Add(1)
 	return &countedConn{Conn: c, written: &g.streamBytesOut}, nil
+}
+
+// dialRefused reports whether the last stream opened to addr was refused:
+// nothing listens on its port (memberlist says why a message failed in
+// words only).
+func (g *guardedTransport) dialRefused(addr string) bool {
+	_, ok := g.refusedDials.Load(addr)
+	return ok
 }
 
 // countedConn counts the bytes written to an outbound stream.
@@ -367,6 +383,18 @@ type Strangers struct {
 
 // Any reports whether anything was dropped.
 func (s Strangers) Any() bool { return s.Streams+s.Packets > 0 }
+
+// Plus returns the counts of s and o together; From is s's, or o's where
+// s has none.
+func (s Strangers) Plus(o Strangers) Strangers {
+	s.Streams += o.Streams
+	s.Displaced += o.Displaced
+	s.Packets += o.Packets
+	if s.From == "" {
+		s.From = o.From
+	}
+	return s
+}
 
 // String says what was dropped, as "1000 connections (200 displaced) and 5
 // packets that did not authenticate with the job key, the last from

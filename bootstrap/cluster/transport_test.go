@@ -228,7 +228,7 @@ func TestByteBudget(t *testing.T) {
 
 // TestStrangers sends a node what strangers send: each stream is closed,
 // as soon as what it sent is not the job's (or when it times out, for an
-// idle one), counted, and never reaches memberlist.
+// idle one), and counted as dropped (not handed to memberlist).
 func TestStrangers(t *testing.T) {
 	t.Parallel() // none of these touches configHook; they run after the tests that do
 	j := startJob(t, 1)
@@ -253,7 +253,6 @@ func TestStrangers(t *testing.T) {
 		{"the label, then a message too large", append(header(label), encrypted(mlMaxMessage+1)...)},
 		{"the label, then a message too small", append(header(label), encrypted(20)...)},
 	}
-	accepted := tr.streamsIn.Msgs.Load()
 	t.Run("each", func(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -283,8 +282,9 @@ func TestStrangers(t *testing.T) {
 			})
 		}
 	})
-	if s := tr.strangersSeen(); s.Streams != uint64(len(tests)) || tr.streamsIn.Msgs.Load() != accepted {
-		t.Errorf("%d strangers: the node dropped %d, and memberlist got %d streams", len(tests), s.Streams, tr.streamsIn.Msgs.Load()-accepted)
+	// A stranger memberlist got would not count as dropped.
+	if s := tr.strangersSeen(); s.Streams != uint64(len(tests)) {
+		t.Errorf("%d strangers: the node dropped %d", len(tests), s.Streams)
 	}
 	j.each(t, "barrier after the strangers", func(m *bootstrap.Member) error { return m.Barrier() })
 }
