@@ -25,17 +25,22 @@ import (
 // So a death memberlist declares is only a suspicion to the job: the seed
 // and the agents act on it (deathWatch) once the member stayed unreachable
 // for confirmWait more, counted in the time the watching process itself
-// ran, while it tries to reach the member (a push/pull, memberlist.Join).
+// ran, while it tries to reach the member (a push/pull, memberlist.Join);
+// a packet from the member starts the wait again.
 // A member that answers refutes its death (memberlist takes it back, and
 // says so with NotifyJoin); one whose port refuses connections is gone (its
 // process ended, or it left and shut down): that is confirmed at once. memberlist is tuned to declare a silent member dead
 // within half the failure timeout (tuneFailureDetection), and the
 // confirmation takes the other half.
 
-// confirmSteps is how many steps the wait of a confirmation is counted in:
-// a step that took longer than twice its length (the process did not run)
-// counts twice its length.
-const confirmSteps = 8
+// confirmTick is the step in which a confirmation counts the time its
+// process runs: each tick that fires counts its nominal length, however
+// late (the lateness is this process not running; a tick missed while it
+// did not run counts nothing). Fine, so that a process that runs a
+// fraction of the time, its goroutines waiting their turn, counts about
+// that fraction of the time; it ticks only while a death is being
+// confirmed.
+const confirmTick = 10 * time.Millisecond
 
 // confirmWait is how long a member that memberlist declared dead must stay
 // unreachable before the death stands, for a failure timeout of timeout.
@@ -49,6 +54,8 @@ type deathWatch struct {
 	reach func(name, addr string) error
 	// alive reports whether memberlist counts the member as alive.
 	alive func(name string) bool
+	// heard returns when an authenticated packet last came from addr.
+	heard func(addr string) time.Time
 
 	mu        sync.Mutex
 	list      *memberlist.Memberlist
@@ -79,6 +86,10 @@ func newDeathWatch(wait time.Duration) *deathWatch {
 	d.alive = func(name string) bool {
 		list, _ := d.node()
 		return slices.ContainsFunc(list.Members(), func(n *memberlist.Node) bool { return n.Name == name })
+	}
+	d.heard = func(addr string) time.Time {
+		_, tr := d.node()
+		return tr.heardFrom(addr)
 	}
 	return d
 }
@@ -145,18 +156,21 @@ func (d *deathWatch) close() {
 }
 
 // confirm reports whether the member name at addr, declared dead, stays
-// unreachable for d.wait of this process's running time; false when it
+// unreachable for d.wait of this process's running time (counted in
+// confirmTick steps), starting again whenever the member is heard from
+// (an authenticated packet from its address). It is false when the member
 // came back (back is closed) or the watch closed.
 func (d *deathWatch) confirm(name, addr string, back <-chan struct{}) bool {
-	step := d.wait / confirmSteps
+	pause := d.wait / 8 // between tries to reach it
+	tick := min(confirmTick, pause)
 	tries := make(chan error, 1)
 	try := func() { tries <- d.reach(name, addr) }
 	go try()
 	var retry <-chan time.Time
-	tick := time.NewTimer(step)
-	defer tick.Stop()
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
 	var ran time.Duration
-	last := time.Now()
+	heard := d.heard(addr)
 	for ran < d.wait {
 		select {
 		case <-back:
@@ -174,14 +188,15 @@ func (d *deathWatch) confirm(name, addr string, back <-chan struct{}) bool {
 			// declared dead in: it refutes its death as it merges ours,
 			// after its answer, and the next try brings the refutation
 			// (or finds its port closed, when it left).
-			retry = time.After(step)
+			retry = time.After(pause)
 		case <-retry:
 			retry = nil
 			go try()
-		case now := <-tick.C:
-			ran += min(now.Sub(last), 2*step)
-			last = now
-			tick.Reset(step)
+		case <-ticker.C:
+			ran += tick
+			if h := d.heard(addr); h.After(heard) {
+				heard, ran = h, 0
+			}
 		}
 	}
 	return true

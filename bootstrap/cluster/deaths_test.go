@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -108,4 +110,62 @@ func joinTestAgent(t *testing.T, seed, jobID string, key []byte, timeout time.Du
 	}
 	t.Cleanup(func() { a.Close() })
 	return a
+}
+
+// TestConfirmDeath runs the confirmation of a death against members that
+// answer or not: a death stands when the member's port refuses
+// connections, or when it stays unreachable and unheard for the whole
+// wait, counted in timer ticks (each heard packet starting it again); not
+// when the member answers as alive, or comes back meanwhile.
+func TestConfirmDeath(t *testing.T) {
+	t.Parallel()
+	errTimeout := errors.New("i/o timeout")
+	tests := []struct {
+		name     string
+		reach    error
+		alive    bool
+		heardFor int  // the member is heard from at each of the first heardFor ticks
+		comeBack bool // memberlist takes it back (NotifyJoin)
+		closed   bool // the watch closes
+		want     bool
+	}{
+		{"refused", fmt.Errorf("failed: %w", syscall.ECONNREFUSED), false, 0, false, false, true},
+		{"answers, alive", nil, true, 0, false, false, false},
+		{"answers, not alive yet", nil, false, 0, false, false, true},
+		{"unreachable", errTimeout, false, 0, false, false, true},
+		{"unreachable, heard from", errTimeout, false, 20, false, false, true},
+		{"comes back", errTimeout, false, 0, true, false, false},
+		{"the watch closes", errTimeout, false, 0, false, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := newDeathWatch(8 * confirmTick)
+			var heardCalls atomic.Int64
+			start := time.Now()
+			d.reach = func(string, string) error { return tt.reach }
+			d.alive = func(string) bool { return tt.alive }
+			d.heard = func(string) time.Time {
+				if n := heardCalls.Add(1); n <= int64(tt.heardFor)+1 {
+					return start.Add(time.Duration(n)) // a packet since the last step
+				}
+				return start.Add(time.Duration(tt.heardFor + 1))
+			}
+			back := make(chan struct{})
+			if tt.comeBack {
+				close(back)
+			}
+			if tt.closed {
+				d.close()
+			}
+			if got := d.confirm("agent-1", "127.0.0.1:9", back); got != tt.want {
+				t.Fatalf("confirm = %v, want %v", got, tt.want)
+			}
+			// Heard from at each of its first ticks, the member's wait
+			// started again after the last of them.
+			if n := heardCalls.Load(); tt.heardFor > 0 && n < int64(tt.heardFor+8) {
+				t.Errorf("confirmed after %d ticks; heard from at the first %d, want at least 8 more", n-1, tt.heardFor)
+			}
+		})
+	}
 }

@@ -257,3 +257,42 @@ func TestFloodedInit(t *testing.T) {
 		})
 	}
 }
+
+// TestSocketOwner asks the kernel whose the streams to a listener are: this
+// user's own, and another user's (a helper running as nobody, when the
+// test runs as root).
+func TestSocketOwner(t *testing.T) {
+	t.Parallel()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	d := newSockDiag()
+	defer d.close()
+	accept := func() *net.TCPConn {
+		t.Helper()
+		ln.SetDeadline(time.Now().Add(waitLimit))
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	out, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if got := d.who(accept()); got != ownerSame {
+		t.Errorf("a stream of this user's: %d, want ownerSame (%d)", got, ownerSame)
+	}
+	if os.Getuid() != 0 {
+		t.Skip("skipping another user's stream: it takes root to run a helper as another user")
+	}
+	startHelper(t, helperConfig{Role: "flood", Flood: floodConfig{Addrs: []string{ln.Addr().String()}, Idle: 1, Reopen: time.Second, For: waitLimit, UID: floodUser}}, nil)
+	if got := d.who(accept()); got != ownerOther {
+		t.Errorf("a stream of user %d's: %d, want ownerOther (%d)", floodUser, got, ownerOther)
+	}
+}

@@ -15,19 +15,26 @@ import (
 )
 
 // An inbound stream is a stranger until its first message authenticates
-// with the job key (see guardedTransport). Strangers are bounded:
+// with the job key (see guardedTransport). A member's stream sends the
+// job's label (in clear: "goshmem/JOBID") as it connects, and its message
+// right after. Strangers are bounded:
 //
-//   - at most perPeer of one remote address and total in all; a newcomer
-//     beyond either displaces (closes) the oldest stranger that is silent
-//     (nothing to read: it sent nothing, or nothing since it was read),
-//     else the oldest that has not sent the job's label, else the
-//     oldest: a member's stream, which sends the label as it connects and
-//     its message right after, is read and leaves the strangers before
-//     idle ones, however many, displace it;
-//   - a stranger must send the job's label (in clear: "goshmem/JOBID")
-//     within strangerTimeout, and is closed at the first byte that is not
-//     the label's; then its whole message within tcpTimeout of its
-//     connection (memberlist's limit on a stream's message);
+//   - a stream whose first bytes, already there when it is accepted, are
+//     not the label's is closed at once, and so is one at its first byte
+//     that is not the label's;
+//   - at most perPeer strangers of one remote address and total in all; a
+//     newcomer beyond either displaces (closes) the oldest stranger of
+//     another user of this host (owner.go), and never one of this user's
+//     if it is another user's itself (it is closed then); else the oldest
+//     that has nothing of the label to read (it is idle, or sent something
+//     else, or ended), else the oldest that did not send the whole label
+//     yet, else the oldest: a member's stream leaves the strangers before
+//     idle or garbage ones, however many, displace it, and a member on
+//     this host is never displaced by another user's streams, even before
+//     it sent its label (its process may not run for a while);
+//   - a stranger must send the label within strangerTimeout, then its
+//     whole message within tcpTimeout of its connection (memberlist's
+//     limit on a stream's message);
 //   - a stranger may send its message only once the node's budget of
 //     bytes in flight (budgetBytes) holds all of it: it waits for it (FIFO,
 //     while its deadline lasts), so that what all strangers cost is
@@ -35,11 +42,16 @@ import (
 //     deadlock members' streams that wait for each other); one remote
 //     address may hold at most half of the budget while another holds a
 //     part. A message larger than the budget is admitted alone.
+//
+// A stream that ends without sending a byte of a message (nothing, or the
+// label alone) is not counted: memberlist abandons its own that way (a
+// probe whose deadline passed as it connected).
 
 const (
 	// strangerTimeout bounds the time an inbound stream takes to send the
-	// job's label: a member sends it as soon as it connected.
-	strangerTimeout = 2 * time.Second
+	// job's label: a member sends it as soon as it connected, unless its
+	// process is not scheduled (2.5 s were seen on a busy machine).
+	strangerTimeout = 5 * time.Second
 	// budgetBytes bounds the bytes in flight of the inbound streams of a
 	// node: the largest message memberlist reads (mlMaxMessage, more than
 	// the largest bootstrap message: an Allgather table of MaxAllgather
@@ -62,9 +74,10 @@ type stranger struct {
 	peer string // remote address, the unit of the per-peer bounds
 
 	// Under the pool's lock.
-	elem   *list.Element
-	speaks bool // it sent the job's label
-	gone   bool // out of the pool: authenticated, or closed
+	elem *list.Element
+	got  int      // bytes of the label header read
+	gone bool     // out of the pool: authenticated, or closed
+	who  ownerWho // whose it is, once the pool asked (owner.go)
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed with conn
@@ -85,24 +98,48 @@ func (s *stranger) close() {
 	})
 }
 
-// silent reports whether the stream has nothing to read: it sent nothing
-// since it was last read (or it ended).
-func (s *stranger) silent() bool {
+// What a stranger sent, as far as the label goes (see classify).
+const (
+	sentNothing = iota // nothing to read yet
+	sentForeign        // something else than the rest of the label
+	sentEnd            // it ended, having sent nothing more
+	sentLabel          // what there is to read is the rest of the label
+	sentAll            // the whole label was read
+)
+
+// classify says what s sent of want, the label header, beyond what was
+// read of it, looking at what waits to be read without reading it.
+func (s *stranger) classify(want []byte) int {
+	if s.got == len(want) {
+		return sentAll
+	}
 	rc, err := s.conn.SyscallConn()
 	if err != nil {
-		return true
+		return sentEnd
 	}
-	n := 0
+	var buf [2 + 255]byte
+	n, rerr := -1, error(nil)
 	rc.Control(func(fd uintptr) {
-		var b [1]byte
-		n, _, _ = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		n, _, rerr = unix.Recvfrom(int(fd), buf[:len(want)-s.got], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 	})
-	return n <= 0
+	switch {
+	case n > 0 && bytes.Equal(buf[:n], want[s.got:s.got+n]):
+		return sentLabel
+	case n > 0:
+		return sentForeign
+	case n == 0 && rerr == nil:
+		return sentEnd
+	case errors.Is(rerr, unix.EAGAIN):
+		return sentNothing
+	}
+	return sentEnd
 }
 
 // strangerPool holds the strangers of a node, oldest first.
 type strangerPool struct {
 	perPeer, total int
+	want           []byte    // the label header
+	diag           *sockDiag // nil: every stranger is ownerRemote
 
 	mu        sync.Mutex
 	order     *list.List // of *stranger
@@ -113,53 +150,109 @@ type strangerPool struct {
 	lastFrom  string
 }
 
-func newStrangerPool(perPeer, total int) *strangerPool {
-	return &strangerPool{perPeer: perPeer, total: total, order: list.New(), count: make(map[string]int)}
+func newStrangerPool(perPeer, total int, label string, diag *sockDiag) *strangerPool {
+	return &strangerPool{perPeer: perPeer, total: total, want: labelHeader(label), diag: diag, order: list.New(), count: make(map[string]int)}
+}
+
+// whoLocked says whose s is, asking the kernel the first time.
+func (p *strangerPool) whoLocked(s *stranger) ownerWho {
+	if s.who == ownerUnknown {
+		s.who = ownerRemote
+		if p.diag != nil {
+			s.who = p.diag.who(s.conn)
+		}
+	}
+	return s.who
+}
+
+// labelHeader returns the header of memberlist's streams and packets that
+// carry label.
+func labelHeader(label string) []byte {
+	return append([]byte{mlHasLabelMsg, byte(len(label))}, label...)
 }
 
 // add takes the newcomer s in, displacing strangers beyond the bounds; it
-// reports false when the pool is closed (s is then the caller's to close).
+// reports false when s is not taken: the pool is closed, or what s sent
+// already is not the label (s is then closed).
 func (p *strangerPool) add(s *stranger) bool {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		s.close()
+		return false
+	}
+	switch s.classify(p.want) {
+	case sentForeign:
+		p.dropped++
+		p.lastFrom = s.peer
+		fallthrough
+	case sentEnd:
+		p.mu.Unlock()
+		s.close()
 		return false
 	}
 	var out []*stranger
-	if p.count[s.peer] >= p.perPeer {
-		out = append(out, p.displaceLocked(s.peer))
+	for _, peer := range []string{s.peer, ""} {
+		if peer != "" && p.count[peer] < p.perPeer || peer == "" && p.order.Len() < p.total {
+			continue
+		}
+		v := p.displaceLocked(peer, s)
+		out = append(out, v)
+		if v == s {
+			break
+		}
 	}
-	if p.order.Len() >= p.total {
-		out = append(out, p.displaceLocked(""))
+	taken := len(out) == 0 || out[len(out)-1] != s
+	if taken {
+		s.elem = p.order.PushBack(s)
+		p.count[s.peer]++
 	}
-	s.elem = p.order.PushBack(s)
-	p.count[s.peer]++
 	p.mu.Unlock()
 	for _, v := range out {
 		v.close()
 	}
-	return true
+	return taken
 }
 
-// displaceLocked takes out the stranger to displace, of peer ("" for any),
-// and returns it (the caller closes it).
-func (p *strangerPool) displaceLocked(peer string) *stranger {
-	var v, mute, oldest *stranger
-	for e := p.order.Front(); e != nil && v == nil; e = e.Next() {
-		s := e.Value.(*stranger)
-		switch {
-		case peer != "" && s.peer != peer:
-		case !s.speaks && s.silent():
-			v = s
-		case !s.speaks && mute == nil:
-			mute = s
+// displaceLocked takes out the stranger to displace to make room for the
+// newcomer s, of peer ("" for any), and returns it (the caller closes it):
+// the oldest of another user of this host's; s itself when it is one
+// (another user's stream never displaces one of this user's); else the
+// oldest with nothing of the label to read, then the oldest whose label is
+// not all read, then the oldest.
+func (p *strangerPool) displaceLocked(peer string, s *stranger) *stranger {
+	var foreign, idle, partial, oldest *stranger
+	for e := p.order.Front(); e != nil && foreign == nil; e = e.Next() {
+		o := e.Value.(*stranger)
+		if peer != "" && o.peer != peer {
+			continue
 		}
-		if oldest == nil && (peer == "" || s.peer == peer) {
-			oldest = s
+		if p.whoLocked(o) == ownerOther {
+			foreign = o
+			break
 		}
+		if idle == nil {
+			switch o.classify(p.want) {
+			case sentNothing, sentForeign, sentEnd:
+				idle = o
+			case sentLabel:
+				partial = cmp.Or(partial, o)
+			}
+		}
+		oldest = cmp.Or(oldest, o)
 	}
-	v = cmp.Or(v, mute, oldest)
-	p.removeLocked(v)
+	var v *stranger
+	switch {
+	case foreign != nil:
+		v = foreign
+	case p.whoLocked(s) == ownerOther:
+		v = s
+	default:
+		v = cmp.Or(idle, partial, oldest)
+	}
+	if v != s {
+		p.removeLocked(v)
+	}
 	p.dropped++
 	p.displaced++
 	p.lastFrom = v.peer
@@ -174,10 +267,10 @@ func (p *strangerPool) removeLocked(s *stranger) {
 	}
 }
 
-// spoke records that s sent the job's label.
-func (p *strangerPool) spoke(s *stranger) {
+// read records that got bytes of the label header of s were read.
+func (p *strangerPool) read(s *stranger, got int) {
 	p.mu.Lock()
-	s.speaks = true
+	s.got = got
 	p.mu.Unlock()
 }
 
@@ -193,12 +286,13 @@ func (p *strangerPool) authenticated(s *stranger) bool {
 	return true
 }
 
-// drop closes s, which did not authenticate.
-func (p *strangerPool) drop(s *stranger) {
+// drop closes s, which did not authenticate; it counts unless it ended
+// without sending anything (abandoned).
+func (p *strangerPool) drop(s *stranger, abandoned bool) {
 	p.mu.Lock()
 	if !s.gone {
 		p.removeLocked(s)
-		if !p.closed {
+		if !p.closed && !abandoned {
 			p.dropped++
 			p.lastFrom = s.peer
 		}
@@ -258,18 +352,19 @@ func (g *guardedTransport) accept() {
 			continue
 		}
 		delay = 0
-		s := newStranger(c)
-		if !g.strangers.add(s) {
-			c.Close()
-			continue
+		if s := newStranger(c); g.strangers.add(s) {
+			go g.meet(s)
 		}
-		go g.meet(s)
 	}
 }
 
 // errNotJob is why a stranger is dropped that sent something else than
-// the job's label, or a message that does not authenticate.
-var errNotJob = errors.New("not a message of the job")
+// the job's label, or a message that does not authenticate; errAbandoned
+// why one that ended without sending anything is.
+var (
+	errNotJob    = errors.New("not a message of the job")
+	errAbandoned = errors.New("ended without a message")
+)
 
 // meet reads the first message of the stranger s and, when it
 // authenticates, hands the stream to memberlist; s is dropped otherwise.
@@ -282,7 +377,7 @@ func (g *guardedTransport) meet(s *stranger) {
 	}
 	if err != nil {
 		g.budget.release(s.peer, reserved)
-		g.strangers.drop(s)
+		g.strangers.drop(s, err == errAbandoned)
 		g.logDropped()
 		return
 	}
@@ -315,7 +410,7 @@ func (g *guardedTransport) firstMessage(s *stranger, start time.Time) (msg []byt
 	c := s.conn
 	// The label header: its first byte that differs from the job's ends
 	// the stream.
-	want := append([]byte{mlHasLabelMsg, byte(len(g.label))}, g.label...)
+	want := g.strangers.want
 	head := make([]byte, len(want)+5)
 	c.SetReadDeadline(start.Add(strangerTimeout))
 	for got := 0; got < len(want); {
@@ -324,15 +419,22 @@ func (g *guardedTransport) firstMessage(s *stranger, start time.Time) (msg []byt
 			return nil, 0, errNotJob
 		}
 		got += n
-		if rerr != nil && got < len(want) {
+		g.strangers.read(s, got)
+		switch {
+		case got == len(want):
+		case errors.Is(rerr, io.EOF) && got == 0:
+			return nil, 0, errAbandoned
+		case rerr != nil:
 			return nil, 0, rerr
 		}
 	}
-	g.strangers.spoke(s)
 	// The message's type and length.
 	deadline := start.Add(tcpTimeout)
 	c.SetReadDeadline(deadline)
 	if _, err := io.ReadFull(c, head[len(want):]); err != nil {
+		if err == io.EOF {
+			err = errAbandoned // memberlist's, whose deadline passed as it connected
+		}
 		return nil, 0, err
 	}
 	typ, size := head[len(want)], int64(binary.BigEndian.Uint32(head[len(want)+1:]))

@@ -69,6 +69,10 @@ type guardedTransport struct {
 	lastLog        atomic.Int64 // when drops were last logged (logDropped)
 	// refusedDials holds the addresses whose last dial was refused.
 	refusedDials sync.Map
+	// heard holds when an authenticated packet last came from each
+	// address (heardFrom).
+	heardMu sync.Mutex
+	heard   map[netip.AddrPort]time.Time
 
 	closing  chan struct{} // closed at Shutdown
 	loops    sync.WaitGroup
@@ -118,7 +122,8 @@ func newGuardedTransport(bindAddr string, nodes int, label string, key []byte, l
 		packets:    make(chan *memberlist.Packet),
 		streams:    make(chan net.Conn),
 		maxStreams: maxStreams(nodes),
-		strangers:  newStrangerPool(maxStreams(nodes), 2*maxStreams(nodes)),
+		strangers:  newStrangerPool(maxStreams(nodes), 2*maxStreams(nodes), label, newSockDiag()),
+		heard:      make(map[netip.AddrPort]time.Time),
 		budget:     newByteBudget(budgetBytes),
 		closing:    make(chan struct{}),
 	}
@@ -251,6 +256,18 @@ func (g *guardedTransport) dialRefused(addr string) bool {
 	return ok
 }
 
+// heardFrom returns when an authenticated packet last came from addr
+// (host:port), the zero time if none did.
+func (g *guardedTransport) heardFrom(addr string) time.Time {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return time.Time{}
+	}
+	g.heardMu.Lock()
+	defer g.heardMu.Unlock()
+	return g.heard[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())]
+}
+
 // countedConn counts the bytes written to an outbound stream.
 type countedConn struct {
 	net.Conn
@@ -275,6 +292,7 @@ func (g *guardedTransport) Shutdown() error {
 		g.udp.Close()
 		g.loops.Wait()
 		g.strangers.closeAll()
+		g.strangers.diag.close()
 	})
 	return nil
 }
@@ -324,6 +342,9 @@ func (g *guardedTransport) readPackets() {
 			continue
 		}
 		g.packetsIn.Add(n)
+		g.heardMu.Lock()
+		g.heard[netip.AddrPortFrom(from.Addr().Unmap(), from.Port())] = ts
+		g.heardMu.Unlock()
 		p := &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: net.UDPAddrFromAddrPort(from), Timestamp: ts}
 		select {
 		case g.packets <- p:
@@ -337,11 +358,11 @@ func (g *guardedTransport) readPackets() {
 // header, then a payload that decrypts with the key (into scratch), the
 // label being its authenticated data (memberlist's format).
 func (g *guardedTransport) packetAuthentic(b, scratch []byte) bool {
-	n := len(g.label)
-	if len(b) < 2+n || b[0] != mlHasLabelMsg || int(b[1]) != n || string(b[2:2+n]) != g.label {
+	want := g.strangers.want
+	if !bytes.HasPrefix(b, want) {
 		return false
 	}
-	return g.authentic(b[2+n:], g.ad, scratch)
+	return g.authentic(b[len(want):], g.ad, scratch)
 }
 
 // memberlist's encrypted payload: a version byte (0 or 1: AES-GCM), the
