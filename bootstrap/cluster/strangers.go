@@ -332,12 +332,7 @@ func (g *guardedTransport) accept() {
 	for {
 		c, err := g.tcp.AcceptTCP()
 		if err != nil {
-			select {
-			case <-g.closing:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
+			if g.shutDown(err) {
 				return
 			}
 			// Out of descriptors, say: the connections wait in the

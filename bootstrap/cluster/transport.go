@@ -323,12 +323,7 @@ func (g *guardedTransport) readPackets() {
 		n, from, err := g.udp.ReadFromUDPAddrPort(buf)
 		ts := time.Now()
 		if err != nil {
-			select {
-			case <-g.closing:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
+			if g.shutDown(err) {
 				return
 			}
 			g.logger.Printf("[ERR] goshmem: reading a UDP packet: %v", err)
@@ -352,6 +347,17 @@ func (g *guardedTransport) readPackets() {
 			return
 		}
 	}
+}
+
+// shutDown reports whether err, of a listener, says that the transport
+// is shut down.
+func (g *guardedTransport) shutDown(err error) bool {
+	select {
+	case <-g.closing:
+		return true
+	default:
+	}
+	return errors.Is(err, net.ErrClosed)
 }
 
 // packetAuthentic reports whether b is a packet of the job: its label
