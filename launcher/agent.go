@@ -203,7 +203,8 @@ type agentRun struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	logf           func(format string, args ...any)
-	sigs           <-chan os.Signal // nil in the launcher's process
+	sigs           <-chan os.Signal     // nil in the launcher's process
+	joined         func(*cluster.Agent) // if set, gets the agent once it joined
 }
 
 // hostName returns this host's name, or "localhost".
@@ -238,6 +239,9 @@ func (r *agentRun) serve(ctx context.Context) int {
 		return 1
 	}
 	defer agent.Close()
+	if r.joined != nil {
+		r.joined(agent)
+	}
 
 	g := newGroup(cfg.Program, cfg.Args, len(r.slots))
 	g.tag = cfg.TagOutput
@@ -278,7 +282,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 		ok := true
 		for _, p := range all {
 			if err := <-p.done; err != nil {
-				r.logf("PE %d %s, and the launcher could not be told: %v", p.rank, p.how, err)
+				r.logf("PE %d %s, and the launcher could not be told: %v%s", p.rank, p.how, err, strangersNote(agent))
 				ok = false
 			}
 		}
@@ -366,6 +370,15 @@ func (r *agentRun) serve(ctx context.Context) int {
 		return 1
 	}
 	return 0
+}
+
+// strangersNote says what agent dropped of the traffic that did not
+// authenticate, if it dropped any: the flood that may have cut it off.
+func strangersNote(agent *cluster.Agent) string {
+	if s := agent.Strangers(); s.Any() {
+		return " (this agent's port was flooded: it dropped " + s.String() + ")"
+	}
+	return ""
 }
 
 // peAgentFD is the descriptor number of a PE's channel to its agent: the

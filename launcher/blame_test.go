@@ -1,6 +1,9 @@
 package launcher
 
 import (
+	"fmt"
+	"io"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -166,6 +169,52 @@ func TestPEExitEndedBy(t *testing.T) {
 	} {
 		if got := tt.e.endedBy(why); got != tt.want {
 			t.Errorf("%s: endedBy = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestBlameFlood: a PE whose end is never reported (its agent left, or
+// exited, first) while strangers flooded the bootstrap's ports is not
+// named: the flood is, which may have kept its agent's reports out.
+// Without a flood, the PE is named.
+func TestBlameFlood(t *testing.T) {
+	t.Parallel()
+	for _, flooded := range []bool{false, true} {
+		for _, how := range []string{"agent left", "agent exited"} {
+			t.Run(fmt.Sprintf("%s/flooded=%v", how, flooded), func(t *testing.T) {
+				j := newJudgeJob(t, 2)
+				if flooded {
+					c, err := net.Dial("tcp", j.seed.Addr())
+					if err != nil {
+						t.Fatal(err)
+					}
+					c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+					io.Copy(io.Discard, c) // until the seed closes it
+					c.Close()
+					for deadline := time.Now().Add(time.Minute); !j.seed.Strangers().Any(); time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Fatal("the seed did not count the stranger")
+						}
+					}
+				}
+				u := &unit{name: "agent on h0", host: "h0", cancel: func() {}}
+				j.units, j.unitsUp = []*unit{u}, 1
+				switch how {
+				case "agent left":
+					j.report(cluster.Report{Kind: cluster.ReportAgentLeft, Rank: -1, Agent: 0, Host: "h0", How: "left the job (it ended, was killed or stopped responding)"})
+				case "agent exited":
+					j.unitExited(unitExit{u: u, code: 1}, nil)
+				}
+				e := j.first
+				switch {
+				case e == nil:
+					t.Fatal("the job is named after nothing")
+				case flooded && (e.Rank != -1 || !strings.Contains(e.How, "was flooded by strangers") || !strings.Contains(e.How, "127.0.0.1") || !strings.Contains(e.How, "PE 0 on host h0")):
+					t.Errorf("the job is named after %v; want the flood, and PE 0's loss", e)
+				case !flooded && e.Rank != 0:
+					t.Errorf("the job is named after %v; want PE 0", e)
+				}
+			})
 		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -233,9 +234,12 @@ type job struct {
 	places []placement // with Hosts, or this host alone; nil with a spawner
 	single bool        // every PE on this host
 	seed   *cluster.Seed
-	key    []byte
-	host   string // this host's name
-	outMu  sync.Mutex
+	// localAgent is the agent in this process, once it joined (a job on
+	// this host alone).
+	localAgent atomic.Pointer[cluster.Agent]
+	key        []byte
+	host       string // this host's name
+	outMu      sync.Mutex
 
 	pes     []peState
 	running int // PEs whose end is not known
@@ -442,7 +446,8 @@ func (j *job) startInProcess(cfg *agentConfig) {
 	o := &j.opts
 	ctx, cancel := context.WithCancel(context.Background())
 	u := &unit{name: "the launcher's agent", host: j.host, ranks: cfg.Ranks, cancel: cancel}
-	run := &agentRun{cfg: cfg, base: j.baseEnv(), stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, logf: o.Logf}
+	run := &agentRun{cfg: cfg, base: j.baseEnv(), stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, logf: o.Logf,
+		joined: j.localAgent.Store}
 	for i, r := range cfg.Ranks {
 		run.slots = append(run.slots, slot{r, i, len(cfg.Ranks)})
 	}

@@ -102,7 +102,7 @@ func (j *job) report(r cluster.Report) {
 			}
 		}
 		if len(lost) > 0 {
-			j.lose(lost, &JobError{Rank: lost[0], Host: r.Host, How: "was lost: the agent that started it " + r.How, Code: 1})
+			j.lose(lost, j.lostError(lost[0], r.Host, "was lost: the agent that started it "+r.How, 1))
 		}
 		if len(lost) > 0 && len(j.opts.Spawner) == 0 && r.Agent >= 0 && r.Agent < len(j.units) {
 			// It did not leave, it died or hangs: it cannot be told to end
@@ -200,6 +200,30 @@ func (j *job) lose(ranks []int, e *JobError) {
 	}
 }
 
+// lostError names the failure of the PE rank, whose end will never be
+// reported (how says why): the PE, or, when strangers sent the bootstrap's
+// nodes in this process traffic that did not authenticate (they flooded
+// their ports, and may have kept the reports out, or the PE's agent out of
+// reach), the flood.
+func (j *job) lostError(rank int, host, how string, code int) *JobError {
+	if s := j.strangers(); s.Any() {
+		return &JobError{Rank: -1, Host: j.host, Code: code,
+			How: fmt.Sprintf("was flooded by strangers: the launcher's bootstrap nodes dropped %v; meanwhile PE %d on host %s %s", s, rank, host, how)}
+	}
+	return &JobError{Rank: rank, Host: host, How: how, Code: code}
+}
+
+// strangers returns what the bootstrap's nodes in this process, the seed
+// and the launcher's agent, dropped of the traffic that did not
+// authenticate with the job key.
+func (j *job) strangers() cluster.Strangers {
+	s := j.seed.Strangers()
+	if a := j.localAgent.Load(); a != nil {
+		s = s.Plus(a.Strangers())
+	}
+	return s
+}
+
 // unitExited handles the exit of a unit: its PEs that were not reported
 // are lost.
 func (j *job) unitExited(e unitExit, reports <-chan cluster.Report) {
@@ -238,8 +262,7 @@ func (j *job) unitExited(e unitExit, reports <-chan cluster.Report) {
 		}
 		return
 	}
-	j.lose(missing, &JobError{Rank: missing[0], Host: e.u.host,
-		How: fmt.Sprintf("never reported how it ended: %s %s", e.u.name, how), Code: max(code, 1)})
+	j.lose(missing, j.lostError(missing[0], e.u.host, fmt.Sprintf("never reported how it ended: %s %s", e.u.name, how), max(code, 1)))
 }
 
 func contains(s []int, v int) bool {

@@ -61,6 +61,7 @@ type Agent struct {
 	nodeName   string
 	list       *memberlist.Memberlist
 	transport  *guardedTransport
+	deaths     *deathWatch // confirms the seed's death
 	seedIP     net.IP
 	seedPort   uint16
 	addr       string
@@ -181,6 +182,7 @@ func JoinAgent(env bootstrap.Env, cfg AgentConfig) (*Agent, error) {
 		repKick:     make(chan struct{}, 1),
 		repAck:      make(chan uint64, 1),
 		repDone:     make(chan struct{}),
+		deaths:      newDeathWatch(confirmWait(timeout)),
 	}
 	if a.nodeName == "" {
 		a.nodeName = "agent-" + strconv.Itoa(cfg.ID)
@@ -194,6 +196,7 @@ func JoinAgent(env bootstrap.Env, cfg AgentConfig) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: agent %d: starting memberlist: %w", cfg.ID, err)
 	}
+	a.deaths.attach(list, tr)
 	a.mu.Lock() // memberlist's goroutines read these under a.mu
 	a.list, a.transport = list, tr
 	a.addr = nodeAddr(list.LocalNode())
@@ -209,6 +212,7 @@ func JoinAgent(env bootstrap.Env, cfg AgentConfig) (*Agent, error) {
 	}
 	a.mu.Unlock()
 	if _, err := list.Join([]string{seed.String()}); err != nil {
+		a.deaths.close()
 		list.Shutdown()
 		return nil, fmt.Errorf("bootstrap: agent %d cannot join the seed %s (wrong key or job?): %w: %w", cfg.ID, env.Seed, ucs.ErrUnreachable, err)
 	}
@@ -219,6 +223,10 @@ func JoinAgent(env bootstrap.Env, cfg AgentConfig) (*Agent, error) {
 
 // ID returns the agent's id.
 func (a *Agent) ID() int { return a.id }
+
+// Strangers returns what the agent dropped of the traffic to its port that
+// did not authenticate with the job key (see Seed.Strangers).
+func (a *Agent) Strangers() Strangers { return a.transport.strangersSeen() }
 
 // Attach opens the local channel of the PE rank, one of the agent's
 // Ranks, and returns the PE's end: the caller hands it to the PE process
@@ -513,6 +521,7 @@ func (a *Agent) Close() error {
 	a.closed = true
 	close(a.closeCh)
 	close(a.stopPing)
+	a.deaths.close()
 	for _, p := range a.pes {
 		p.conn.Close()
 	}
@@ -960,12 +969,13 @@ func (d agentDelegate) NotifyMsg(b []byte)                         { d.a.handle(
 func (d agentDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d agentDelegate) LocalState(join bool) []byte                { return nil }
 func (d agentDelegate) MergeRemoteState(buf []byte, join bool)     {}
-func (d agentDelegate) NotifyJoin(n *memberlist.Node)              {}
+func (d agentDelegate) NotifyJoin(n *memberlist.Node)              { d.a.deaths.joined(n.Name) }
 func (d agentDelegate) NotifyUpdate(n *memberlist.Node)            {}
 
-// NotifyLeave ends the agent's PEs when the seed leaves or dies.
+// NotifyLeave ends the agent's PEs when the seed leaves, or is declared
+// dead and stays unreachable (deathWatch).
 func (d agentDelegate) NotifyLeave(n *memberlist.Node) {
 	if n.Name == seedName {
-		d.a.terminate(wire.ReasonSeedGone)
+		d.a.deaths.left(n, func(*memberlist.Node) { d.a.terminate(wire.ReasonSeedGone) })
 	}
 }

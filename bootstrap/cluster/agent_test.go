@@ -304,9 +304,10 @@ func TestGlobalExitBeforeJoin(t *testing.T) {
 	}
 }
 
-// TestTuneFailureDetection checks that the memberlist settings put the time
-// to declare a silent member dead within the failure timeout: a probe
-// interval until it is probed, the probe timeout, and the suspicion.
+// TestTuneFailureDetection checks that the memberlist settings and the
+// confirmation of a death put the time to declare a silent member dead
+// within the failure timeout: a probe interval until it is probed, the
+// probe timeout, the suspicion, and the confirmation (deathWatch).
 func TestTuneFailureDetection(t *testing.T) {
 	for _, timeout := range []time.Duration{0, time.Second, 5 * time.Second, 30 * time.Second} {
 		for _, nodes := range []int{2, 9, 129, 2049} {
@@ -318,10 +319,11 @@ func TestTuneFailureDetection(t *testing.T) {
 			}
 			scale := math.Max(1, math.Log10(float64(nodes)))
 			suspicion := time.Duration(float64(c.SuspicionMult) * scale * float64(c.ProbeInterval))
-			total := c.ProbeInterval + c.ProbeTimeout + suspicion
-			if total > want || total < want/2 {
-				t.Errorf("timeout %v, %d nodes: probe %v + timeout %v + suspicion %v = %v; want about %v, not more",
-					timeout, nodes, c.ProbeInterval, c.ProbeTimeout, suspicion, total, want)
+			confirm := confirmWait(want)
+			total := c.ProbeInterval + c.ProbeTimeout + suspicion + confirm
+			if total > want || total < want*3/4 || confirm < want/4 {
+				t.Errorf("timeout %v, %d nodes: probe %v + timeout %v + suspicion %v + confirmation %v = %v; want about %v, not more",
+					timeout, nodes, c.ProbeInterval, c.ProbeTimeout, suspicion, confirm, total, want)
 			}
 			if c.SuspicionMaxTimeoutMult != 1 || c.ProbeTimeout >= c.ProbeInterval {
 				t.Errorf("timeout %v, %d nodes: SuspicionMaxTimeoutMult %d, probe timeout %v, interval %v",

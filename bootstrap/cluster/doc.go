@@ -12,7 +12,12 @@
 // memberlist nor what it brings (net/http, go-metrics, encoding/gob, ...).
 // See package bootstrap for the design.
 //
-// Inbound memberlist streams are bounded before they are authenticated
-// (transport.go): how many are read at once, and how many bytes they may
-// bring, per node and per remote address.
+// memberlist reads only what authenticated with the job key (transport.go,
+// strangers.go): an inbound stream is a stranger until its first message
+// decrypts, and strangers are bounded per remote address and in all (the
+// newest displacing the oldest silent one), must name the job quickly,
+// and share a budget of bytes in flight; packets that do not decrypt are
+// dropped. A death memberlist declares stands only once the member stays
+// unreachable for half the failure timeout of the watcher's own running
+// time (deaths.go).
 package cluster

@@ -65,6 +65,14 @@ func startJob(t testing.TB, n int) *job { return startJobOn(t, n, 1, nil) }
 // node(id) names agent id's node (nil: one node for all).
 func startJobOn(t testing.TB, n, agents int, node func(id int) string) *job {
 	t.Helper()
+	j := startAgents(t, n, agents, node)
+	j.joinAll(t)
+	return j
+}
+
+// startAgents starts the seed and the agents of startJobOn, and no PE.
+func startAgents(t testing.TB, n, agents int, node func(id int) string) *job {
+	t.Helper()
 	key := newTestKey(t)
 	seed, err := NewSeed(SeedConfig{Size: n, Agents: agents, Key: key})
 	if err != nil {
@@ -90,6 +98,13 @@ func startJobOn(t testing.TB, n, agents int, node func(id int) string) *job {
 		t.Cleanup(func() { a.Close() })
 		j.agents[id] = a
 	}
+	return j
+}
+
+// joinAll joins every PE of j through its agent, concurrently.
+func (j *job) joinAll(t testing.TB) {
+	t.Helper()
+	n := len(j.members)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
@@ -107,7 +122,6 @@ func startJobOn(t testing.TB, n, agents int, node func(id int) string) *job {
 		m := j.members[r]
 		t.Cleanup(func() { m.Close() })
 	}
-	return j
 }
 
 // join joins the PE rank through its agent's channel.

@@ -84,21 +84,22 @@ func newConfig(name, bindAddr, jobID string, key []byte, logger *log.Logger, fai
 const suspicionMult = 2
 
 // tuneFailureDetection sets memberlist's probe interval and timeout and its
-// suspicion timeouts so that a member that stops answering is declared dead
-// within about timeout (zero means DefaultFailureTimeout) in a cluster of
-// nodes members: a member is probed within a probe interval, the probe times
-// out after half of one, and the suspicion lasts
-// suspicionMult*max(1, log10(nodes)) intervals, never longer (memberlist would
-// otherwise wait up to six times longer for confirmations from other
-// members). memberlist stretches its timeouts on a member that is itself
-// too slow to answer in time (its awareness score), so an overloaded host
-// takes longer rather than failing healthy members.
+// suspicion timeouts so that memberlist declares a member that stops
+// answering dead within about half of timeout (zero means
+// DefaultFailureTimeout) in a cluster of nodes members: a member is probed
+// within a probe interval, the probe times out after half of one, and the
+// suspicion lasts suspicionMult*max(1, log10(nodes)) intervals, never longer
+// (memberlist would otherwise wait up to six times longer for confirmations
+// from other members). The declaration stands once the member stays
+// unreachable for the other half (deathWatch). memberlist stretches its
+// timeouts on a member that is itself too slow to answer in time (its
+// awareness score).
 func tuneFailureDetection(c *memberlist.Config, timeout time.Duration, nodes int) {
 	if timeout <= 0 {
 		timeout = bootstrap.DefaultFailureTimeout
 	}
 	scale := math.Max(1, math.Log10(float64(max(nodes, 1))))
-	interval := time.Duration(float64(timeout) / (suspicionMult*scale + 3))
+	interval := time.Duration(float64(timeout-confirmWait(timeout)) / (suspicionMult*scale + 1.5))
 	c.ProbeInterval = interval
 	c.ProbeTimeout = interval / 2
 	c.SuspicionMult = suspicionMult

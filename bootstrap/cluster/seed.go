@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"fmt"
 	"log"
@@ -95,6 +96,7 @@ type Seed struct {
 	jobID     string
 	list      *memberlist.Memberlist
 	transport *guardedTransport
+	deaths    *deathWatch // confirms the agents' deaths
 	logger    *log.Logger
 
 	sends sync.WaitGroup // messages in flight
@@ -174,6 +176,7 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 		// agent leaves once: sends never block.
 		reports: make(chan Report, 2*cfg.Size+cfg.Agents),
 		agentSt: make([]agentState, cfg.Agents),
+		deaths:  newDeathWatch(confirmWait(cmp.Or(cfg.FailureTimeout, bootstrap.DefaultFailureTimeout))),
 	}
 	nodes := cfg.Agents + 1
 	c := newConfig(seedName, cfg.BindAddr, cfg.JobID, cfg.Key, logger, cfg.FailureTimeout, nodes)
@@ -183,6 +186,7 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: starting the seed: %w", err)
 	}
+	s.deaths.attach(list, tr)
 	s.mu.Lock() // memberlist's goroutines read these under s.mu
 	s.list, s.transport = list, tr
 	s.sendAgent = func(id int, ip net.IP, port uint16, msg []byte) error {
@@ -197,6 +201,12 @@ func (s *Seed) Addr() string { return nodeAddr(s.list.LocalNode()) }
 
 // JobID returns the job id, the value of GOSHMEM_JOBID.
 func (s *Seed) JobID() string { return s.jobID }
+
+// Strangers returns what the seed dropped of the traffic to its port that
+// did not authenticate with the job key: someone who is not a member of
+// the job connected to it, or sent it packets. Nothing is dropped in a
+// job nobody else talks to.
+func (s *Seed) Strangers() Strangers { return s.transport.strangersSeen() }
 
 // Reports returns the channel on which the seed passes on what agents
 // report (the end of each PE they started, once per PE; their own leaving,
@@ -280,6 +290,7 @@ func (s *Seed) Close() error {
 	close(s.reports)
 	s.mu.Unlock()
 
+	s.deaths.close()
 	s.list.Leave(leaveTimeout) // a timeout only means nobody heard it
 	err := s.list.Shutdown()
 	s.sends.Wait()
@@ -523,6 +534,7 @@ func (d seedDelegate) MergeRemoteState(buf []byte, join bool)     {}
 func (d seedDelegate) NotifyUpdate(n *memberlist.Node)            {}
 
 func (d seedDelegate) NotifyJoin(n *memberlist.Node) {
+	d.s.deaths.joined(n.Name)
 	if id := agentOf(n.Name); id >= 0 {
 		d.s.agentJoined(id, n)
 	} else if n.Name != seedName {
@@ -530,9 +542,11 @@ func (d seedDelegate) NotifyJoin(n *memberlist.Node) {
 	}
 }
 
+// NotifyLeave reports an agent that left, or was declared dead and stays
+// unreachable (deathWatch).
 func (d seedDelegate) NotifyLeave(n *memberlist.Node) {
 	if id := agentOf(n.Name); id >= 0 {
-		d.s.agentLeft(id, n)
+		d.s.deaths.left(n, func(n *memberlist.Node) { d.s.agentLeft(id, n) })
 	}
 }
 

@@ -1,14 +1,19 @@
 package cluster
 
 import (
-	"encoding/binary"
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"errors"
 	"fmt"
 	"log"
 	"net"
-	"strings"
+	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -16,157 +21,251 @@ import (
 	"github.com/goshmem/goshmem/bootstrap/internal/wire"
 )
 
-// Inbound streams of memberlist are authenticated only once memberlist has
-// read and decrypted a whole message: until then, anyone who knows the job
-// id (the label, in clear on the wire) can make a node buffer what a stream
-// announces, up to memberlist's limit of 20 MiB per stream, with as many
-// streams as it likes. guardedTransport, memberlist's NetTransport with
-// limits on its inbound streams, bounds that:
+// guardedTransport is the transport of goshmem's memberlist nodes: TCP
+// streams and UDP packets on one port of an address, as memberlist's
+// NetTransport, but what memberlist gets of them is authenticated first.
 //
-//   - at most maxStreams streams are read at once; others are refused
-//     (closed at once) and counted, and a refusal costs no log line of its
-//     own;
-//   - a stream may send its headers (label and message length) and nothing
-//     more until its whole message has a share of the node's budget of
-//     bytes in flight (budgetBytes); it waits for it (FIFO, while its
-//     deadline lasts), so that what all unauthenticated streams cost is
-//     bounded, and no stream waits with part of a reservation (which could
-//     deadlock honest streams that wait for each other);
-//   - one remote address may hold at most half of the budget while
-//     another holds a part: a flood from one address leaves room for the
-//     others.
+// memberlist authenticates a stream only once it read and decrypted a
+// whole message, and holds a goroutine, a descriptor and a buffer for it
+// meanwhile: anyone who can connect (another user of the host, on the
+// loopback) could fill a node's slots with idle connections and keep the
+// job's own messages out (1,000 idle connections held to the seed and an
+// agent stretched a job's start from 9.1 to 17.5 s, and failed it when held
+// for 40 s). So an inbound stream is a stranger (strangers.go) until its
+// first message, read here, decrypts with the job key: strangers are
+// bounded per remote address and in all, the newest displacing the oldest
+// silent one, and must name the job within strangerTimeout; only then does
+// memberlist read the stream (the message again, from memory). Inbound
+// packets are handed to memberlist only when they decrypt with the job key,
+// garbage costing no allocation. What was dropped is counted (Strangers).
 //
-// A message larger than the budget is admitted alone.
-
-const (
-	// budgetBytes bounds the bytes in flight of the inbound streams of a
-	// node: the largest message memberlist reads (20 MiB, more than the
-	// largest bootstrap message: an Allgather table of MaxAllgather bytes
-	// and its framing) and room for the small ones.
-	budgetBytes = 24 << 20
-	// trailerBytes is what a stream may send after its message.
-	trailerBytes = 4 << 10
-	// refusalLogEvery is how often refused streams are logged at most.
-	refusalLogEvery = 10 * time.Second
-)
-
-// memberlist's message types that matter here (net.go of memberlist).
-const (
-	mlEncryptMsg  = 10
-	mlHasLabelMsg = 244
-)
-
-// maxStreams is how many inbound streams a node of a cluster of nodes
-// members reads at once: every member may send it one (the seed gets every
-// PE's Allgather contribution at once), and then some.
-func maxStreams(nodes int) int { return 2*max(nodes, 1) + 64 }
-
-// guardedTransport is memberlist's NetTransport with limits on its inbound
-// streams (see above).
+// Inbound streams that authenticated are bounded too (maxStreams at once,
+// others refused and counted), though only members have the key.
 type guardedTransport struct {
-	*memberlist.NetTransport
+	bind   net.IP
+	tcp    *net.TCPListener
+	udp    *net.UDPConn
+	label  string      // the job's label, in the clear before each message
+	ad     []byte      // the label: a packet's authenticated data
+	aead   cipher.AEAD // the job key's: what authenticates a message
+	logger *log.Logger
+
+	packets    chan *memberlist.Packet
 	streams    chan net.Conn // what memberlist reads
 	maxStreams int
+	active     atomic.Int64  // authenticated streams being read
+	refused    atomic.Uint64 // authenticated streams refused, in all
+	strangers  *strangerPool
 	budget     *byteBudget
-	logger     *log.Logger
-
-	active  atomic.Int64  // inbound streams being read
-	refused atomic.Uint64 // inbound streams refused, in all
 
 	// Traffic counters (Agent.Stats).
-	packets                       chan *memberlist.Packet
 	packetsOut, packetsIn         wire.Traffic
 	streamsOut, streamsIn         wire.Traffic // counts are streams
 	streamBytesOut, streamBytesIn atomic.Uint64
+	// What was dropped before it authenticated (Strangers).
+	droppedPackets atomic.Uint64
+	lastMu         sync.Mutex
+	lastPacketFrom netip.Addr   // of the last packet dropped
+	lastLog        atomic.Int64 // when drops were last logged (logDropped)
+	// refusedDials holds the addresses whose last dial was refused.
+	refusedDials sync.Map
+	// heard holds when an authenticated packet last came from each
+	// address (heardFrom).
+	heardMu sync.Mutex
+	heard   map[netip.AddrPort]time.Time
 
-	closing  chan struct{} // closed at Shutdown: refuse what comes
-	done     chan struct{} // closed once the NetTransport is shut down
+	closing  chan struct{} // closed at Shutdown
+	loops    sync.WaitGroup
 	shutOnce sync.Once
-	shutErr  error
 }
 
-// newGuardedTransport listens on a random port of bindAddr for a node of a
-// cluster of about nodes members.
-func newGuardedTransport(bindAddr string, nodes int, logger *log.Logger) (*guardedTransport, error) {
-	var nt *memberlist.NetTransport
-	var err error
-	// Binding TCP and UDP to one random port races with other processes,
-	// as memberlist knows: it tries again (so does this).
+// Inbound packets are read into a buffer of the largest UDP payload, and
+// the socket gets a receive buffer of 2 MiB (or what the system allows)
+// for bursts; as memberlist's NetTransport does.
+const (
+	udpPacketBufSize = 65536
+	udpRecvBufSize   = 2 << 20
+)
+
+// maxStreams is how many authenticated inbound streams a node of a
+// cluster of nodes members reads at once: every member may send it one (the
+// seed gets every agent's report at once), and then some. It also bounds
+// the strangers of one remote address (strangers.go).
+func maxStreams(nodes int) int { return 2*max(nodes, 1) + 64 }
+
+// refusalLogEvery is how often refused or dropped streams are logged at
+// most.
+const refusalLogEvery = 10 * time.Second
+
+// newGuardedTransport listens on a random port of bindAddr, for a node of a
+// cluster of about nodes members whose messages carry label and are
+// encrypted with key.
+func newGuardedTransport(bindAddr string, nodes int, label string, key []byte, logger *log.Logger) (*guardedTransport, error) {
+	ip := net.ParseIP(bindAddr)
+	if ip == nil {
+		return nil, fmt.Errorf("bootstrap: bind address %q is not an IP address", bindAddr)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: the job key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: the job key: %w", err)
+	}
+	g := &guardedTransport{
+		bind:       ip,
+		label:      label,
+		ad:         []byte(label),
+		aead:       aead,
+		logger:     logger,
+		packets:    make(chan *memberlist.Packet),
+		streams:    make(chan net.Conn),
+		maxStreams: maxStreams(nodes),
+		strangers:  newStrangerPool(maxStreams(nodes), 2*maxStreams(nodes), label, newSockDiag()),
+		heard:      make(map[netip.AddrPort]time.Time),
+		budget:     newByteBudget(budgetBytes),
+		closing:    make(chan struct{}),
+	}
+	// Binding TCP and UDP to one random port races with other processes:
+	// try again with another.
 	for range 10 {
-		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{bindAddr}, Logger: logger})
-		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		if err = g.listen(); err == nil {
 			break
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: listening on %s: %w", bindAddr, err)
 	}
-	g := &guardedTransport{
-		NetTransport: nt,
-		streams:      make(chan net.Conn),
-		maxStreams:   maxStreams(nodes),
-		budget:       newByteBudget(budgetBytes),
-		logger:       logger,
-		closing:      make(chan struct{}),
-		done:         make(chan struct{}),
-		packets:      make(chan *memberlist.Packet),
-	}
-	go g.forward()
-	go g.forwardPackets()
+	g.loops.Add(2)
+	go g.accept()
+	go g.readPackets()
 	return g, nil
 }
 
-// PacketCh returns the inbound packets, counted.
-func (g *guardedTransport) PacketCh() <-chan *memberlist.Packet { return g.packets }
-
-// forwardPackets passes the NetTransport's inbound packets on to
-// memberlist, counting them.
-func (g *guardedTransport) forwardPackets() {
-	for {
-		select {
-		case p := <-g.NetTransport.PacketCh():
-			g.packetsIn.Add(len(p.Buf))
-			select {
-			case g.packets <- p:
-			case <-g.done:
-				return
-			}
-		case <-g.done:
-			return
+// listen opens the TCP listener on a random port and the UDP socket on the
+// same.
+func (g *guardedTransport) listen() error {
+	// No keep-alive probes on inbound streams (their reads have
+	// deadlines): setting them up was a tenth of what a stranger cost.
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(g.bind.String(), "0"))
+	if err != nil {
+		return err
+	}
+	tcp := ln.(*net.TCPListener)
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: g.bind, Port: tcp.Addr().(*net.TCPAddr).Port})
+	if err != nil {
+		tcp.Close()
+		return err
+	}
+	for size := udpRecvBufSize; size > 0; size /= 2 {
+		if udp.SetReadBuffer(size) == nil {
+			break
 		}
 	}
+	g.tcp, g.udp = tcp, udp
+	return nil
 }
 
-// WriteToAddress sends a packet, counting it.
-func (g *guardedTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
-	g.packetsOut.Add(len(b))
-	return g.NetTransport.WriteToAddress(b, addr)
+// GetAutoBindPort returns the port the transport listens on.
+func (g *guardedTransport) GetAutoBindPort() int { return g.tcp.Addr().(*net.TCPAddr).Port }
+
+// FinalAdvertiseAddr returns the address to advertise: ip and port when ip
+// is given, else the bound address (for an unspecified one, the host's
+// first private address, as memberlist's NetTransport would advertise).
+func (g *guardedTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
+	if ip != "" {
+		a := net.ParseIP(ip)
+		if a == nil {
+			return nil, 0, fmt.Errorf("bootstrap: advertise address %q is not an IP address", ip)
+		}
+		if a4 := a.To4(); a4 != nil {
+			a = a4
+		}
+		return a, port, nil
+	}
+	if !g.bind.IsUnspecified() {
+		return g.bind, g.GetAutoBindPort(), nil
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, 0, fmt.Errorf("bootstrap: bound to %s: the host's addresses: %w", g.bind, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.IsPrivate() {
+			return n.IP, g.GetAutoBindPort(), nil
+		}
+	}
+	return nil, 0, fmt.Errorf("bootstrap: bound to %s, and the host has no private address to advertise", g.bind)
 }
 
 // WriteTo sends a packet, counting it.
 func (g *guardedTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	g.packetsOut.Add(len(b))
-	return g.NetTransport.WriteTo(b, addr)
+	return g.WriteToAddress(b, memberlist.Address{Addr: addr})
 }
 
-// DialAddressTimeout opens an outbound stream, counted.
-func (g *guardedTransport) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
-	c, err := g.NetTransport.DialAddressTimeout(addr, timeout)
-	return g.countOut(c, err)
+// WriteToAddress sends a packet, counting it.
+func (g *guardedTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	ap, err := netip.ParseAddrPort(a.Addr)
+	if err != nil {
+		ua, rerr := net.ResolveUDPAddr("udp", a.Addr)
+		if rerr != nil {
+			return time.Time{}, rerr
+		}
+		ap = ua.AddrPort()
+	}
+	g.packetsOut.Add(len(b))
+	_, err = g.udp.WriteToUDPAddrPort(b, ap)
+	return time.Now(), err
 }
+
+// PacketCh returns the inbound packets that authenticated.
+func (g *guardedTransport) PacketCh() <-chan *memberlist.Packet { return g.packets }
 
 // DialTimeout opens an outbound stream, counted.
 func (g *guardedTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := g.NetTransport.DialTimeout(addr, timeout)
-	return g.countOut(c, err)
+	return g.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }
 
-func (g *guardedTransport) countOut(c net.Conn, err error) (net.Conn, error) {
+// DialAddressTimeout opens an outbound stream, counted.
+func (g *guardedTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	select {
+	case <-g.closing:
+		return nil, errors.New("bootstrap: the node is shut down")
+	default:
+	}
+	c, err := net.DialTimeout("tcp", a.Addr, timeout)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		g.refusedDials.Store(a.Addr, true)
+	} else {
+		g.refusedDials.Delete(a.Addr)
+	}
 	if err != nil {
 		return nil, err
 	}
 	g.streamsOut.Msgs.Add(1)
 	return &countedConn{Conn: c, written: &g.streamBytesOut}, nil
+}
+
+// dialRefused reports whether the last stream opened to addr was refused:
+// nothing listens on its port (memberlist says why a message failed in
+// words only).
+func (g *guardedTransport) dialRefused(addr string) bool {
+	_, ok := g.refusedDials.Load(addr)
+	return ok
+}
+
+// heardFrom returns when an authenticated packet last came from addr
+// (host:port), the zero time if none did.
+func (g *guardedTransport) heardFrom(addr string) time.Time {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return time.Time{}
+	}
+	g.heardMu.Lock()
+	defer g.heardMu.Unlock()
+	return g.heard[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())]
 }
 
 // countedConn counts the bytes written to an outbound stream.
@@ -181,6 +280,26 @@ func (c *countedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// StreamCh returns the inbound streams that authenticated.
+func (g *guardedTransport) StreamCh() <-chan net.Conn { return g.streams }
+
+// Shutdown closes the listeners and the strangers' streams, and waits for
+// the loops that read them to end; streams memberlist got are its own.
+func (g *guardedTransport) Shutdown() error {
+	g.shutOnce.Do(func() {
+		close(g.closing)
+		g.tcp.Close()
+		g.udp.Close()
+		g.loops.Wait()
+		g.strangers.closeAll()
+		g.strangers.diag.close()
+	})
+	return nil
+}
+
+// Refused returns how many authenticated inbound streams the node refused.
+func (g *guardedTransport) Refused() uint64 { return g.refused.Load() }
+
 // addStats adds the transport's counters to s.
 func (g *guardedTransport) addStats(s *Stats) {
 	s.PacketsSent += g.packetsOut.Msgs.Load()
@@ -193,305 +312,143 @@ func (g *guardedTransport) addStats(s *Stats) {
 	s.StreamBytesReceived += g.streamBytesIn.Load()
 }
 
-// StreamCh returns the inbound streams that are within the limits.
-func (g *guardedTransport) StreamCh() <-chan net.Conn { return g.streams }
-
-// Shutdown shuts the NetTransport down; streams still arriving are closed.
-func (g *guardedTransport) Shutdown() error {
-	g.shutOnce.Do(func() {
-		close(g.closing)
-		g.shutErr = g.NetTransport.Shutdown()
-		close(g.done)
-	})
-	return g.shutErr
-}
-
-// Refused returns how many inbound streams the node refused.
-func (g *guardedTransport) Refused() uint64 { return g.refused.Load() }
-
-// forward passes the NetTransport's inbound streams on to memberlist,
-// wrapped in their limits, or refuses them.
-func (g *guardedTransport) forward() {
-	var lastLog time.Time
-	var unlogged uint64
+// readPackets hands memberlist the inbound packets that carry the job's
+// label and decrypt with its key, each in a buffer of its own, and drops
+// the others (counted).
+func (g *guardedTransport) readPackets() {
+	defer g.loops.Done()
+	buf := make([]byte, udpPacketBufSize)
+	scratch := make([]byte, udpPacketBufSize)
 	for {
-		var c net.Conn
+		n, from, err := g.udp.ReadFromUDPAddrPort(buf)
+		ts := time.Now()
+		if err != nil {
+			if g.shutDown(err) {
+				return
+			}
+			g.logger.Printf("[ERR] goshmem: reading a UDP packet: %v", err)
+			continue
+		}
+		if !g.packetAuthentic(buf[:n], scratch) {
+			g.droppedPackets.Add(1)
+			g.lastMu.Lock()
+			g.lastPacketFrom = from.Addr()
+			g.lastMu.Unlock()
+			continue
+		}
+		g.packetsIn.Add(n)
+		g.heardMu.Lock()
+		g.heard[netip.AddrPortFrom(from.Addr().Unmap(), from.Port())] = ts
+		g.heardMu.Unlock()
+		p := &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: net.UDPAddrFromAddrPort(from), Timestamp: ts}
 		select {
-		case c = <-g.NetTransport.StreamCh():
-		case <-g.done:
+		case g.packets <- p:
+		case <-g.closing:
 			return
 		}
-		select {
-		case <-g.closing:
-			c.Close()
-			continue
-		default:
-		}
-		if g.active.Load() >= int64(g.maxStreams) {
-			c.Close()
-			g.refused.Add(1)
-			unlogged++
-			if now := time.Now(); now.Sub(lastLog) >= refusalLogEvery {
-				g.logger.Printf("[WARN] goshmem: refused %d inbound stream(s) (%d in all): %d are read at once at most",
-					unlogged, g.refused.Load(), g.maxStreams)
-				lastLog, unlogged = now, 0
-			}
-			continue
-		}
-		g.active.Add(1)
-		g.streamsIn.Msgs.Add(1)
-		gc := &guardedConn{Conn: c, g: g}
-		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-			gc.peer = a.IP.String()
-		}
-		select {
-		case g.streams <- gc:
-		case <-g.closing:
-			gc.Close()
-		}
 	}
 }
 
-// errStreamLimit is what a read of a stream beyond its limits returns.
-var errStreamLimit = errors.New("bootstrap: inbound stream exceeds its limits")
-
-// guardedConn is an inbound stream within its limits: it parses the headers
-// it carries (label, message type and length) and holds back the message
-// until it has its share of the budget.
-type guardedConn struct {
-	net.Conn
-	g    *guardedTransport
-	peer string // remote address, the unit of the per-peer share
-
-	mu       sync.Mutex
-	deadline time.Time // of reads, as memberlist set it
-	head     []byte    // the headers read so far, until parsed
-	allowed  int64     // bytes the stream may still send
-	parsed   bool      // the headers are read: allowed covers the message
-	reserved int64     // of the budget, released at Close
-	closed   bool
-}
-
-// SetDeadline records the read deadline (for the budget's wait) and sets it.
-func (c *guardedConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.deadline = t
-	c.mu.Unlock()
-	return c.Conn.SetDeadline(t)
-}
-
-// SetReadDeadline records the read deadline and sets it.
-func (c *guardedConn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.deadline = t
-	c.mu.Unlock()
-	return c.Conn.SetReadDeadline(t)
-}
-
-// Read reads the headers one byte at a time until they are parsed, then at
-// most what the reservation covers.
-func (c *guardedConn) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	c.mu.Lock()
-	parsed, allowed := c.parsed, c.allowed
-	c.mu.Unlock()
-	if !parsed {
-		n, err := c.Conn.Read(p[:1])
-		c.g.streamBytesIn.Add(uint64(n))
-		if n == 1 {
-			if perr := c.parse(p[0]); perr != nil {
-				return n, perr
-			}
-		}
-		return n, err
-	}
-	if allowed <= 0 {
-		return 0, errStreamLimit
-	}
-	if int64(len(p)) > allowed {
-		p = p[:allowed]
-	}
-	n, err := c.Conn.Read(p)
-	c.g.streamBytesIn.Add(uint64(n))
-	c.mu.Lock()
-	c.allowed -= int64(n)
-	c.mu.Unlock()
-	return n, err
-}
-
-// parse takes the next header byte; once the headers are complete it
-// reserves the message's bytes, waiting for them.
-func (c *guardedConn) parse(b byte) error {
-	c.mu.Lock()
-	c.head = append(c.head, b)
-	h := c.head
-	c.mu.Unlock()
-	off := 0
-	if h[0] == mlHasLabelMsg {
-		if len(h) < 2 || len(h) < 2+int(h[1]) {
-			return nil // the label is not read yet
-		}
-		off = 2 + int(h[1])
-	}
-	if len(h) <= off {
-		return nil
-	}
-	if h[off] != mlEncryptMsg {
-		// memberlist refuses a message that is not encrypted after its
-		// type, having read nothing more.
-		return c.admit(0)
-	}
-	if len(h) < off+5 {
-		return nil
-	}
-	return c.admit(int64(binary.BigEndian.Uint32(h[off+1 : off+5])))
-}
-
-// admit reserves n bytes for the message and lets the stream send them.
-func (c *guardedConn) admit(n int64) error {
-	c.mu.Lock()
-	deadline := c.deadline
-	c.mu.Unlock()
-	if !c.g.budget.acquire(c.peer, n, deadline) {
-		return fmt.Errorf("%w: no room for a message of %d bytes before the deadline", errStreamLimit, n)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.parsed, c.allowed, c.reserved, c.head = true, n+trailerBytes, n, nil
-	if c.closed { // closed while waiting
-		c.g.budget.release(c.peer, n)
-		c.reserved = 0
-	}
-	return nil
-}
-
-// Close closes the stream and gives its reservation back.
-func (c *guardedConn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	reserved := c.reserved
-	c.reserved = 0
-	c.mu.Unlock()
-	c.g.budget.release(c.peer, reserved)
-	c.g.active.Add(-1)
-	return c.Conn.Close()
-}
-
-// byteBudget hands out bytes of a fixed total, first come first served, to
-// reservations of a peer, each peer holding at most half of the total
-// while another holds a part.
-type byteBudget struct {
-	mu      sync.Mutex
-	total   int64
-	used    int64
-	perPeer map[string]int64
-	waiters []*budgetWaiter
-}
-
-type budgetWaiter struct {
-	peer    string
-	n       int64
-	granted chan struct{}
-}
-
-func newByteBudget(total int64) *byteBudget {
-	return &byteBudget{total: total, perPeer: make(map[string]int64)}
-}
-
-// fitsLocked says whether n more bytes for peer fit: within the total (or
-// alone, for a reservation larger than it) and within the peer's half
-// (unless nobody else holds anything).
-func (b *byteBudget) fitsLocked(peer string, n int64) bool {
-	if b.used != 0 && b.used+n > b.total {
-		return false
-	}
-	mine := b.perPeer[peer]
-	return mine+n <= b.total/2 || mine == b.used
-}
-
-// acquire reserves n bytes for peer, waiting until they fit or deadline
-// passes (a zero deadline waits without end); it reports whether it got
-// them.
-func (b *byteBudget) acquire(peer string, n int64, deadline time.Time) bool {
-	if n == 0 {
-		return true
-	}
-	w := &budgetWaiter{peer: peer, n: n, granted: make(chan struct{})}
-	b.mu.Lock()
-	b.waiters = append(b.waiters, w)
-	b.grantLocked()
-	b.mu.Unlock()
-
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
+// shutDown reports whether err, of a listener, says that the transport
+// is shut down.
+func (g *guardedTransport) shutDown(err error) bool {
 	select {
-	case <-w.granted:
-		return true
-	case <-timeout:
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case <-w.granted: // granted meanwhile: it is ours
+	case <-g.closing:
 		return true
 	default:
 	}
-	for i, o := range b.waiters {
-		if o == w {
-			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
-			break
-		}
-	}
-	b.grantLocked() // its place may have held others back
-	return false
+	return errors.Is(err, net.ErrClosed)
 }
 
-func (b *byteBudget) takeLocked(peer string, n int64) {
-	b.used += n
-	b.perPeer[peer] += n
+// packetAuthentic reports whether b is a packet of the job: its label
+// header, then a payload that decrypts with the key (into scratch), the
+// label being its authenticated data (memberlist's format).
+func (g *guardedTransport) packetAuthentic(b, scratch []byte) bool {
+	want := g.strangers.want
+	if !bytes.HasPrefix(b, want) {
+		return false
+	}
+	return g.authentic(b[len(want):], g.ad, scratch)
 }
 
-// release gives back n bytes of peer and grants what then fits.
-func (b *byteBudget) release(peer string, n int64) {
-	if n == 0 {
-		return
+// memberlist's encrypted payload: a version byte (0 or 1: AES-GCM), the
+// nonce, the ciphertext and its tag (security.go of memberlist).
+const (
+	mlMaxEncryptVersion = 1
+	mlNonceSize         = 12
+	mlTagSize           = 16
+)
+
+// authentic reports whether payload, an encrypted payload of memberlist,
+// decrypts with the key and authenticates ad; the plaintext goes to
+// scratch, which must hold it.
+func (g *guardedTransport) authentic(payload, ad, scratch []byte) bool {
+	if len(payload) < 1+mlNonceSize+mlTagSize || payload[0] > mlMaxEncryptVersion {
+		return false
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.used -= n
-	if b.perPeer[peer] -= n; b.perPeer[peer] == 0 {
-		delete(b.perPeer, peer)
-	}
-	b.grantLocked()
+	nonce, ct := payload[1:1+mlNonceSize], payload[1+mlNonceSize:]
+	_, err := g.aead.Open(scratch[:0], nonce, ct, ad)
+	return err == nil
 }
 
-// grantLocked grants the waiters that fit, in order; a waiter held back by
-// the total holds back those behind it (so that large reservations are not
-// starved), one held back by its peer's share does not.
-func (b *byteBudget) grantLocked() {
-	for i := 0; i < len(b.waiters); {
-		w := b.waiters[i]
-		if !b.fitsLocked(w.peer, w.n) {
-			if b.used != 0 && b.used+w.n > b.total {
-				return
-			}
-			i++
-			continue
-		}
-		b.takeLocked(w.peer, w.n)
-		close(w.granted)
-		b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+// Strangers counts what a node dropped of the traffic that did not
+// authenticate with the job key: someone who is not a member of the job
+// connected to its port, or sent it packets.
+type Strangers struct {
+	// Streams counts the inbound streams closed before their first
+	// message authenticated: idle, slow, not the job's, or failing to
+	// decrypt. Displaced counts those of them closed to make room for
+	// newer ones.
+	Streams, Displaced uint64
+	// Packets counts the inbound packets dropped: not the job's, or failing
+	// to decrypt.
+	Packets uint64
+	// From is the remote address that the last stream dropped came from
+	// (the last packet's when no stream was).
+	From string
+}
+
+// Any reports whether anything was dropped.
+func (s Strangers) Any() bool { return s.Streams+s.Packets > 0 }
+
+// Plus returns the counts of s and o together; From is s's, or o's where
+// s has none.
+func (s Strangers) Plus(o Strangers) Strangers {
+	s.Streams += o.Streams
+	s.Displaced += o.Displaced
+	s.Packets += o.Packets
+	if s.From == "" {
+		s.From = o.From
 	}
+	return s
+}
+
+// String says what was dropped, as "1000 connections (200 displaced) and 5
+// packets that did not authenticate with the job key, the last from
+// 127.0.0.1".
+func (s Strangers) String() string {
+	var what string
+	switch {
+	case s.Streams > 0 && s.Packets > 0:
+		what = fmt.Sprintf("%d connection(s) (%d displaced) and %d packet(s)", s.Streams, s.Displaced, s.Packets)
+	case s.Streams > 0:
+		what = fmt.Sprintf("%d connection(s) (%d displaced)", s.Streams, s.Displaced)
+	default:
+		what = strconv.FormatUint(s.Packets, 10) + " packet(s)"
+	}
+	return what + " that did not authenticate with the job key, the last from " + s.From
+}
+
+// strangersSeen returns what the transport dropped.
+func (g *guardedTransport) strangersSeen() Strangers {
+	s := g.strangers.stats()
+	s.Packets = g.droppedPackets.Load()
+	if s.From == "" && s.Packets > 0 {
+		g.lastMu.Lock()
+		s.From = g.lastPacketFrom.String()
+		g.lastMu.Unlock()
+	}
+	return s
 }
 
 // createList creates the memberlist node that c describes, for a cluster
@@ -502,7 +459,7 @@ func createList(c *memberlist.Config, nodes int) (*memberlist.Memberlist, *guard
 	if logger == nil {
 		logger = wire.DiscardLogger()
 	}
-	t, err := newGuardedTransport(c.BindAddr, nodes, logger)
+	t, err := newGuardedTransport(c.BindAddr, nodes, c.Label, c.SecretKey, logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,7 +2,11 @@ package cluster
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -10,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/bootstrap"
 )
@@ -103,9 +108,9 @@ func TestStreamFlood(t *testing.T) {
 	j.each(t, "barrier after the flood", func(m *bootstrap.Member) error { return m.Barrier() })
 }
 
-// TestStreamCap opens many idle streams to the seed: it reads a bounded
-// number at once, refuses (closes) the others and counts them, and still
-// serves its job.
+// TestStreamCap opens many idle streams to the seed: it holds a bounded
+// number of them at once, displaces the others (closing them) and counts
+// them, and still serves its job.
 func TestStreamCap(t *testing.T) {
 	j := startJob(t, 2)
 	tr := j.seed.transport
@@ -123,26 +128,27 @@ func TestStreamCap(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	// Every connection is accepted, and then read or refused.
+	// Every connection is accepted, and then held or displaced.
+	held := func() int64 {
+		tr.strangers.mu.Lock()
+		defer tr.strangers.mu.Unlock()
+		return int64(tr.strangers.order.Len())
+	}
 	deadline := time.Now().Add(waitLimit)
-	for tr.active.Load()+int64(tr.Refused()) < idle {
+	for held()+int64(tr.strangersSeen().Streams) < idle {
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %d streams read, %d refused, of %d", waitLimit, tr.active.Load(), tr.Refused(), idle)
+			t.Fatalf("after %v: %d streams held, %d dropped, of %d", waitLimit, held(), tr.strangersSeen().Streams, idle)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got, limit := tr.active.Load(), int64(tr.maxStreams); got > limit {
-		t.Errorf("the seed reads %d idle streams at once, more than its limit of %d", got, limit)
+	if got, limit := held(), int64(tr.strangers.perPeer); got > limit {
+		t.Errorf("the seed holds %d idle streams of one address at once, more than its limit of %d", got, limit)
 	}
-	if tr.Refused() < idle-uint64(tr.maxStreams) {
-		t.Errorf("the seed refused %d streams, want at least %d", tr.Refused(), idle-tr.maxStreams)
+	if s := tr.strangersSeen(); s.Displaced < idle-uint64(tr.strangers.perPeer) || s.From != "127.0.0.1" {
+		t.Errorf("the seed displaced %d streams (from %q), want at least %d from 127.0.0.1", s.Displaced, s.From, idle-tr.strangers.perPeer)
 	}
-	t.Logf("%d idle streams: %d read at once (limit %d), %d refused", idle, tr.active.Load(), tr.maxStreams, tr.Refused())
-	for _, c := range conns {
-		c.Close()
-	}
-	conns = nil
-	j.each(t, "barrier after the idle streams", func(m *bootstrap.Member) error { return m.Barrier() })
+	t.Logf("%d idle streams: %d held at once (limit %d), %v", idle, held(), tr.strangers.perPeer, tr.strangersSeen())
+	j.each(t, "barrier beside the idle streams", func(m *bootstrap.Member) error { return m.Barrier() })
 }
 
 // TestByteBudget checks the budget's rules: the total, a peer's half, a
@@ -176,7 +182,7 @@ func TestByteBudget(t *testing.T) {
 			b.release(s.peer, s.n)
 			continue
 		}
-		if got := b.acquire(s.peer, s.n, past); got != s.ok {
+		if got := b.acquire(s.peer, s.n, past, nil); got != s.ok {
 			t.Fatalf("%s: acquire(%s, %d) = %v, want %v (used %d, per peer %v)", s.name, s.peer, s.n, got, s.ok, b.used, b.perPeer)
 		}
 	}
@@ -187,7 +193,7 @@ func TestByteBudget(t *testing.T) {
 
 	// Waiters are served in order when the total frees: a large one is not
 	// passed by small ones.
-	b.acquire("a", 100, time.Time{})
+	b.acquire("a", 100, time.Time{}, nil)
 	order := make(chan string, 2)
 	var wg sync.WaitGroup
 	for _, w := range []struct {
@@ -197,7 +203,7 @@ func TestByteBudget(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if b.acquire(w.peer, w.n, time.Time{}) {
+			if b.acquire(w.peer, w.n, time.Time{}, nil) {
 				order <- w.peer
 			}
 		}()
@@ -218,4 +224,219 @@ func TestByteBudget(t *testing.T) {
 	if second := <-order; second != "small" {
 		t.Errorf("%s was served second, want small", second)
 	}
+}
+
+// TestStrangers sends a node what strangers send: each stream is closed,
+// as soon as what it sent is not the job's (or when it times out, for an
+// idle one), and counted as dropped (not handed to memberlist).
+func TestStrangers(t *testing.T) {
+	t.Parallel() // none of these touches configHook; they run after the tests that do
+	j := startJob(t, 1)
+	tr := j.seed.transport
+	label := "goshmem/" + j.seed.JobID()
+	header := func(label string) []byte { return append([]byte{mlHasLabelMsg, byte(len(label))}, label...) }
+	encrypted := func(size int) []byte {
+		b := binary.BigEndian.AppendUint32([]byte{mlEncryptMsg}, uint32(size))
+		return append(b, make([]byte, min(size, 1<<20))...)
+	}
+	tests := []struct {
+		name string
+		send []byte
+	}{
+		{"idle", nil},
+		{"garbage", []byte("GET / HTTP/1.0\r\n\r\n")},
+		{"another job's label", header("goshmem/another-job")},
+		{"a label of the job's length", header(label[:len(label)-1] + "x")},
+		{"the label, then nothing", header(label)},
+		{"the label, then garbage", append(header(label), "garbage"...)},
+		{"the label, then a message without the key", append(header(label), encrypted(1000)...)},
+		{"the label, then a message too large", append(header(label), encrypted(mlMaxMessage+1)...)},
+		{"the label, then a message too small", append(header(label), encrypted(20)...)},
+	}
+	t.Run("each", func(t *testing.T) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				before := tr.strangersSeen().Streams
+				c, err := net.Dial("tcp", j.seed.Addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(waitLimit))
+				if _, err := c.Write(tt.send); err != nil && tt.send != nil {
+					t.Logf("write: %v", err) // closed before it all went
+				}
+				if _, err := io.Copy(io.Discard, c); err != nil {
+					// Closed with data unread: reset. A timeout would be a
+					// failure.
+					if errors.Is(err, os.ErrDeadlineExceeded) {
+						t.Fatalf("the node did not close the stream within %v", waitLimit)
+					}
+				}
+				for deadline := time.Now().Add(waitLimit); tr.strangersSeen().Streams == before; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the node closed the stream, and did not count it")
+					}
+				}
+			})
+		}
+	})
+	// A stranger memberlist got would not count as dropped. (The job's
+	// own streams may count too, on a busy machine: one that sent no
+	// label within strangerTimeout.)
+	if s := tr.strangersSeen(); s.Streams < uint64(len(tests)) {
+		t.Errorf("%d strangers: the node dropped %d", len(tests), s.Streams)
+	}
+	j.each(t, "barrier after the strangers", func(m *bootstrap.Member) error { return m.Barrier() })
+}
+
+// TestStrangerDisplacement checks whom a newcomer displaces when the
+// strangers are at their bounds: of its address (or of any, beyond the
+// total), the oldest of another user's, then (unless the newcomer is
+// another user's: it is refused) the oldest that has nothing of the label
+// to read (idle, sent garbage, or ended), then the oldest whose label is
+// not all read, then the oldest; and that a stream whose first bytes are
+// not the label's is not taken in at all.
+func TestStrangerDisplacement(t *testing.T) {
+	t.Parallel()
+	const label = "goshmem/job"
+	want := labelHeader(label)
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// st is a stranger from 127.0.0.from that sends send (after it is
+	// taken in), of whose label got bytes were read, and that ends when
+	// end is set.
+	type st struct {
+		from byte
+		send []byte
+		got  int
+		end  bool
+		who  ownerWho // ownerUnknown: the pool asks nobody (ownerRemote)
+	}
+	// connect returns the two ends of a stream from 127.0.0.from.
+	connect := func(from byte) (out net.Conn, in *net.TCPConn) {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, from)}}
+		out, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err = ln.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { out.Close(); in.Close() })
+		return out, in
+	}
+	// readable waits until in has something to read, or ended.
+	readable := func(in *net.TCPConn) {
+		t.Helper()
+		rc, _ := in.SyscallConn()
+		for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			n := -1
+			var b [1]byte
+			rc.Control(func(fd uintptr) { n, _, _ = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT) })
+			if n >= 0 {
+				return
+			}
+		}
+		t.Fatal("nothing came")
+	}
+	idle, garbage, partial, whole := st{from: 1}, st{from: 1, send: []byte("GET /")}, st{from: 1, send: want[:5]}, st{from: 1, got: len(want)}
+	ended := st{from: 1, end: true}
+	from := func(s st, addr byte) st { s.from = addr; return s }
+	other := func(s st) st { s.who = ownerOther; return s }
+	tests := []struct {
+		name           string
+		perPeer, total int
+		held           []st
+		newcomer       byte
+		displaced      int // index in held; -1: none; len(held): the newcomer
+		otherNewcomer  bool
+	}{
+		{"below the bounds", 3, 6, []st{idle, idle}, 1, -1, false},
+		{"the oldest idle", 2, 6, []st{idle, idle}, 1, 0, false},
+		{"idle before a partial label", 2, 6, []st{partial, idle}, 1, 1, false},
+		{"garbage before a partial label", 2, 6, []st{partial, garbage}, 1, 1, false},
+		{"ended before a partial label", 2, 6, []st{partial, ended}, 1, 1, false},
+		{"a partial label before a whole one", 2, 6, []st{whole, partial}, 1, 1, false},
+		{"all sent the label: the oldest", 2, 6, []st{whole, whole}, 1, 0, false},
+		{"of its own address", 2, 6, []st{from(idle, 2), partial, partial}, 1, 1, false},
+		{"another address below its bound", 2, 6, []st{idle, idle}, 2, -1, false},
+		{"beyond the total: the oldest idle of any", 2, 3, []st{partial, from(partial, 2), from(idle, 3)}, 4, 2, false},
+		{"another user's before this user's idle", 2, 6, []st{idle, other(partial)}, 1, 1, false},
+		{"the oldest of another user's", 2, 6, []st{other(whole), other(idle)}, 1, 0, false},
+		{"another user's newcomer displaces another user's", 2, 6, []st{idle, other(whole)}, 1, 1, true},
+		{"another user's newcomer does not displace this user's", 2, 6, []st{idle, idle}, 1, 2, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newStrangerPool(tt.perPeer, tt.total, label, nil)
+			held := make([]*stranger, len(tt.held))
+			for i, h := range tt.held {
+				out, in := connect(h.from)
+				held[i] = newStranger(in)
+				held[i].got, held[i].who = h.got, h.who
+				if !p.add(held[i]) {
+					t.Fatal("the pool refused a stranger")
+				}
+				if h.send != nil {
+					out.Write(h.send)
+					readable(in)
+				}
+				if h.end {
+					out.Close()
+					readable(in)
+				}
+			}
+			_, in := connect(tt.newcomer)
+			nc := newStranger(in)
+			if tt.otherNewcomer {
+				nc.who = ownerOther
+			}
+			if got := p.add(nc); got != (tt.displaced != len(tt.held)) {
+				t.Errorf("the newcomer was taken in: %v, want %v", got, !got)
+			}
+			for i, s := range held {
+				select {
+				case <-s.closed:
+					if i != tt.displaced {
+						t.Errorf("stranger %d (%+v) was displaced, want %d", i, tt.held[i], tt.displaced)
+					}
+				default:
+					if i == tt.displaced {
+						t.Errorf("stranger %d (%+v) was not displaced", i, tt.held[i])
+					}
+				}
+			}
+			if s := p.stats(); tt.displaced >= 0 && tt.displaced < len(tt.held) && (s.Displaced != 1 || s.From != fmt.Sprintf("127.0.0.%d", tt.held[tt.displaced].from)) {
+				t.Errorf("stats %+v, want one displaced from 127.0.0.%d", s, tt.held[tt.displaced].from)
+			}
+			p.closeAll()
+		})
+	}
+	// What is there to read when a stream is accepted decides.
+	p := newStrangerPool(4, 8, label, nil)
+	for _, tt := range []struct {
+		name  string
+		send  []byte
+		taken bool
+	}{{"garbage", []byte("GET /"), false}, {"the label", want, true}, {"the label's start", want[:3], true}, {"nothing", nil, true}} {
+		out, in := connect(1)
+		if tt.send != nil {
+			out.Write(tt.send)
+			readable(in)
+		}
+		if got := p.add(newStranger(in)); got != tt.taken {
+			t.Errorf("a stream that sent %s: taken %v, want %v", tt.name, got, tt.taken)
+		}
+	}
+	if s := p.stats(); s.Streams != 1 || s.Displaced != 0 {
+		t.Errorf("stats %+v, want one stream dropped, none displaced", s)
+	}
+	p.closeAll()
 }
