@@ -52,13 +52,16 @@ func newIfaceWarnings(log ucs.Logger, addr net.Addr) ifaceWarnings {
 
 // peerEnded reports whether err, a connection's failure, says that the
 // peer's process ended: it closed the connection without a goodbye
-// (errNoGoodbye wraps io.EOF), in the middle of a frame, or reset it.
+// (errNoGoodbye wraps io.EOF), in the middle of a frame, or reset it, or
+// a write found the connection closed by it (EPIPE: the kernel had seen
+// the peer's end before this side read it).
 // Whoever ran the peer reports that end (goshmem-run names the PE and how
 // it ended), and its peers' transports are then only the first to notice
 // a consequence: they log it at LogDiag, not as a warning of their own, so
 // that a job that fails says why once.
 func peerEnded(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // flush writes the summaries the limiters hold back (at Close).
