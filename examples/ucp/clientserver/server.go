@@ -134,9 +134,13 @@ func (s *server) recvTagged() {
 }
 
 // serveTagged echoes the tagged messages received, or says goodbye to
-// their clients.
+// their clients. Each is taken off s.tagged before it is acted on: the
+// Close of a goodbye waits for its flush, progressing the worker, and the
+// receives that complete meanwhile note their messages on s.tagged.
 func (s *server) serveTagged() {
-	for _, m := range s.tagged {
+	for len(s.tagged) > 0 {
+		m := s.tagged[0]
+		s.tagged = s.tagged[1:]
 		id, round := uint32(m.tag>>32), m.tag&(replyBit-1)
 		ep := s.clients[id]
 		switch {
@@ -157,7 +161,6 @@ func (s *server) serveTagged() {
 			}
 		}
 	}
-	s.tagged = s.tagged[:0]
 }
 
 // onAM notes an active message's answer, its data reversed, for the
@@ -181,7 +184,9 @@ func (s *server) onAM(_ any, _, data []byte, p *ucp.AMRecvParam) ucs.Status {
 
 // sendAnswers sends the active message answers.
 func (s *server) sendAnswers() {
-	for _, a := range s.answers {
+	for len(s.answers) > 0 {
+		a := s.answers[0]
+		s.answers = s.answers[1:]
 		r, err := a.ep.AMSendNBX(amAnswer, nil, a.data, nil)
 		if r != nil {
 			r.Free()
@@ -189,18 +194,18 @@ func (s *server) sendAnswers() {
 			fmt.Printf("answer: %v\n", err)
 		}
 	}
-	s.answers = s.answers[:0]
 }
 
 // dropFailed closes the endpoints of clients that failed.
 func (s *server) dropFailed() {
-	for _, id := range s.failed {
+	for len(s.failed) > 0 {
+		id := s.failed[0]
+		s.failed = s.failed[1:]
 		if ep := s.clients[id]; ep != nil {
 			delete(s.clients, id)
 			ep.Close(ucp.CloseModeForce)
 		}
 	}
-	s.failed = s.failed[:0]
 }
 
 // serveStreams echoes the stream data of every endpoint that has some,
