@@ -42,36 +42,55 @@ type tagged struct {
 }
 
 func runServer(ctx *ucp.Context, addr netip.AddrPort, clients int) error {
-	w, err := ctx.NewWorker(nil)
+	s, err := newServer(ctx, addr)
 	if err != nil {
 		return err
 	}
-	defer w.Destroy()
-	s := &server{w: w, clients: map[uint32]*ucp.Endpoint{}}
-	err = w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amRequest).SetFlags(ucp.AMFlagWholeMsg).SetCB(s.onAM))
-	if err != nil {
-		return err
-	}
-	s.l, err = w.NewListener(new(ucp.ListenerParams).SetSockAddr(addr).SetConnHandler(
-		func(r *ucp.ConnRequest, _ any) { s.pending = append(s.pending, r) }, nil))
-	if err != nil {
-		return err
-	}
-	defer s.l.Destroy()
+	defer s.destroy()
 	fmt.Printf("listening on %v\n", s.l.Query().SockAddr)
 	for clients == 0 || s.done < clients {
-		if w.Progress() == 0 {
-			w.Idle()
+		if s.w.Progress() == 0 {
+			s.w.Idle()
 		}
-		s.accept()
-		s.recvTagged()
-		s.serveTagged()
-		s.sendAnswers()
-		s.serveStreams()
-		s.dropFailed()
+		s.serve()
 	}
 	fmt.Printf("served %d clients\n", s.done)
 	return nil
+}
+
+// newServer returns a server listening on addr, with a worker of its own.
+func newServer(ctx *ucp.Context, addr netip.AddrPort) (*server, error) {
+	w, err := ctx.NewWorker(nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{w: w, clients: map[uint32]*ucp.Endpoint{}}
+	err = w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amRequest).SetFlags(ucp.AMFlagWholeMsg).SetCB(s.onAM))
+	if err == nil {
+		s.l, err = w.NewListener(new(ucp.ListenerParams).SetSockAddr(addr).SetConnHandler(
+			func(r *ucp.ConnRequest, _ any) { s.pending = append(s.pending, r) }, nil))
+	}
+	if err != nil {
+		w.Destroy()
+		return nil, err
+	}
+	return s, nil
+}
+
+// destroy destroys the server's listener and worker.
+func (s *server) destroy() {
+	s.l.Destroy()
+	s.w.Destroy()
+}
+
+// serve acts on what the callbacks noted since the last call.
+func (s *server) serve() {
+	s.accept()
+	s.recvTagged()
+	s.serveTagged()
+	s.sendAnswers()
+	s.serveStreams()
+	s.dropFailed()
 }
 
 // accept accepts the pending requests of clients whose id is free and
