@@ -95,6 +95,8 @@ func TestServeTaggedNotedDuringClose(t *testing.T) {
 		r.Free()
 	}
 	c := &client{w: cw[1], ep: ep[1], id: 2}
+	msg = bytes.Repeat([]byte{9}, len(msg))
+	got = make([]byte, len(msg))
 	rr, err := c.w.TagRecvNBX(got, c.tag(0)|replyBit, ^uint64(0), nil)
 	if err != nil {
 		t.Fatal(err)
