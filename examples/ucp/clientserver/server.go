@@ -42,36 +42,55 @@ type tagged struct {
 }
 
 func runServer(ctx *ucp.Context, addr netip.AddrPort, clients int) error {
-	w, err := ctx.NewWorker(nil)
+	s, err := newServer(ctx, addr)
 	if err != nil {
 		return err
 	}
-	defer w.Destroy()
-	s := &server{w: w, clients: map[uint32]*ucp.Endpoint{}}
-	err = w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amRequest).SetFlags(ucp.AMFlagWholeMsg).SetCB(s.onAM))
-	if err != nil {
-		return err
-	}
-	s.l, err = w.NewListener(new(ucp.ListenerParams).SetSockAddr(addr).SetConnHandler(
-		func(r *ucp.ConnRequest, _ any) { s.pending = append(s.pending, r) }, nil))
-	if err != nil {
-		return err
-	}
-	defer s.l.Destroy()
+	defer s.destroy()
 	fmt.Printf("listening on %v\n", s.l.Query().SockAddr)
 	for clients == 0 || s.done < clients {
-		if w.Progress() == 0 {
-			w.Idle()
+		if s.w.Progress() == 0 {
+			s.w.Idle()
 		}
-		s.accept()
-		s.recvTagged()
-		s.serveTagged()
-		s.sendAnswers()
-		s.serveStreams()
-		s.dropFailed()
+		s.serve()
 	}
 	fmt.Printf("served %d clients\n", s.done)
 	return nil
+}
+
+// newServer returns a server listening on addr, with a worker of its own.
+func newServer(ctx *ucp.Context, addr netip.AddrPort) (*server, error) {
+	w, err := ctx.NewWorker(nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{w: w, clients: map[uint32]*ucp.Endpoint{}}
+	err = w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amRequest).SetFlags(ucp.AMFlagWholeMsg).SetCB(s.onAM))
+	if err == nil {
+		s.l, err = w.NewListener(new(ucp.ListenerParams).SetSockAddr(addr).SetConnHandler(
+			func(r *ucp.ConnRequest, _ any) { s.pending = append(s.pending, r) }, nil))
+	}
+	if err != nil {
+		w.Destroy()
+		return nil, err
+	}
+	return s, nil
+}
+
+// destroy destroys the server's listener and worker.
+func (s *server) destroy() {
+	s.l.Destroy()
+	s.w.Destroy()
+}
+
+// serve acts on what the callbacks noted since the last call.
+func (s *server) serve() {
+	s.accept()
+	s.recvTagged()
+	s.serveTagged()
+	s.sendAnswers()
+	s.serveStreams()
+	s.dropFailed()
 }
 
 // accept accepts the pending requests of clients whose id is free and
@@ -134,9 +153,13 @@ func (s *server) recvTagged() {
 }
 
 // serveTagged echoes the tagged messages received, or says goodbye to
-// their clients.
+// their clients. Each is taken off s.tagged before it is acted on: the
+// Close of a goodbye waits for its flush, progressing the worker, and the
+// receives that complete meanwhile note their messages on s.tagged.
 func (s *server) serveTagged() {
-	for _, m := range s.tagged {
+	for len(s.tagged) > 0 {
+		m := s.tagged[0]
+		s.tagged = s.tagged[1:]
 		id, round := uint32(m.tag>>32), m.tag&(replyBit-1)
 		ep := s.clients[id]
 		switch {
@@ -157,7 +180,6 @@ func (s *server) serveTagged() {
 			}
 		}
 	}
-	s.tagged = s.tagged[:0]
 }
 
 // onAM notes an active message's answer, its data reversed, for the
@@ -181,7 +203,9 @@ func (s *server) onAM(_ any, _, data []byte, p *ucp.AMRecvParam) ucs.Status {
 
 // sendAnswers sends the active message answers.
 func (s *server) sendAnswers() {
-	for _, a := range s.answers {
+	for len(s.answers) > 0 {
+		a := s.answers[0]
+		s.answers = s.answers[1:]
 		r, err := a.ep.AMSendNBX(amAnswer, nil, a.data, nil)
 		if r != nil {
 			r.Free()
@@ -189,18 +213,18 @@ func (s *server) sendAnswers() {
 			fmt.Printf("answer: %v\n", err)
 		}
 	}
-	s.answers = s.answers[:0]
 }
 
 // dropFailed closes the endpoints of clients that failed.
 func (s *server) dropFailed() {
-	for _, id := range s.failed {
+	for len(s.failed) > 0 {
+		id := s.failed[0]
+		s.failed = s.failed[1:]
 		if ep := s.clients[id]; ep != nil {
 			delete(s.clients, id)
 			ep.Close(ucp.CloseModeForce)
 		}
 	}
-	s.failed = s.failed[:0]
 }
 
 // serveStreams echoes the stream data of every endpoint that has some,
