@@ -17,7 +17,7 @@ type lengthCase struct {
 	// call makes this PE's call into dest (its own part: the first own
 	// elements, the rest holding the sentinel), last telling whether this
 	// PE is the one that differs.
-	call func(dest, src []int64, last bool) (err error, own int)
+	call func(dest, src []int64, last bool) (own int, err error)
 	// want are what every PE's error says (%[1]d: the job's last PE).
 	want []string
 	// rootOnly: on one node, without SHMEM_DEBUG, only the PEs whose
@@ -38,81 +38,81 @@ func lengthCases(n int) []lengthCase {
 	}
 	return []lengthCase{
 		{"SumReduce, longer on the last PE",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 4, 12)
-				return shmem.SumReduce(w, d[:k], s[:k]), k
+				return k, shmem.SumReduce(w, d[:k], s[:k])
 			},
 			[]string{"PE %[1]d: 12 elements of 8 bytes", ": 4 elements of 8 bytes"}, false},
 		{"SumReduce, shorter on the last PE",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 12, 3)
-				return shmem.SumReduce(w, d[:k], s[:k]), k
+				return k, shmem.SumReduce(w, d[:k], s[:k])
 			},
 			[]string{"PE %[1]d: 3 elements of 8 bytes", ": 12 elements of 8 bytes"}, false},
 		// On one node a short vector and a long one take different
 		// algorithms (slots, sources): the lengths still meet.
 		{"MaxReduce, short against long",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 8, 3000)
-				return shmem.MaxReduce(w, d[:k], s[:k]), k
+				return k, shmem.MaxReduce(w, d[:k], s[:k])
 			},
 			[]string{"PE %[1]d: 3000 elements of 8 bytes", ": 8 elements of 8 bytes"}, false},
 		{"ProdReduce, none against some",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 5, 0)
-				return shmem.ProdReduce(w, d[:k], s[:k]), k
+				return k, shmem.ProdReduce(w, d[:k], s[:k])
 			},
 			[]string{"PE %[1]d: 0 elements of 8 bytes", ": 5 elements of 8 bytes"}, false},
 		{"OrReduce, same bytes of another type",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				if last {
-					return shmem.OrReduce(w, asInt32(d[:4]), asInt32(s[:4])), 4
+					return 4, shmem.OrReduce(w, asInt32(d[:4]), asInt32(s[:4]))
 				}
-				return shmem.OrReduce(w, d[:4], s[:4]), 4
+				return 4, shmem.OrReduce(w, d[:4], s[:4])
 			},
 			[]string{"PE %[1]d: 8 elements of 4 bytes", ": 4 elements of 8 bytes"}, false},
 		{"Broadcast, longer on the root",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 6, 4) // PE 0 is the root
-				return shmem.Broadcast(w, d[:k], s[:k], 0), k
+				return k, shmem.Broadcast(w, d[:k], s[:k], 0)
 			},
 			[]string{"PE %[1]d", "6 elements of 8 bytes, root 0", "4 elements of 8 bytes, root 0"}, true},
 		{"Broadcast, shorter on the root",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 2, 5)
-				return shmem.Broadcast(w, d[:k], s[:k], 0), k
+				return k, shmem.Broadcast(w, d[:k], s[:k], 0)
 			},
 			[]string{"PE %[1]d", "2 elements of 8 bytes, root 0", "5 elements of 8 bytes, root 0"}, true},
 		{"FCollect",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 2, 3)
-				return shmem.FCollect(w, d[:n*k], s[:k]), n * k
+				return n * k, shmem.FCollect(w, d[:n*k], s[:k])
 			},
 			[]string{"PE %[1]d: 3 elements of 8 bytes", ": 2 elements of 8 bytes"}, false},
 		{"Collect of another element type",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				if last {
-					return shmem.Collect(w, asInt32(d[:2*n]), asInt32(s[:2])), 2 * n
+					return 2 * n, shmem.Collect(w, asInt32(d[:2*n]), asInt32(s[:2]))
 				}
-				return shmem.Collect(w, d[:2*n], s[:2]), 2 * n
+				return 2 * n, shmem.Collect(w, d[:2*n], s[:2])
 			},
 			[]string{"PE %[1]d: elements of 4 bytes", ": elements of 8 bytes"}, false},
 		{"Alltoall",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 2, 3) * n
-				return shmem.Alltoall(w, d[:k], s[:k]), k
+				return k, shmem.Alltoall(w, d[:k], s[:k])
 			},
 			[]string{fmt.Sprintf("PE %s: %d elements of 8 bytes", "%[1]d", 3*n), fmt.Sprintf(": %d elements of 8 bytes", 2*n)}, false},
 		{"Alltoalls, other strides",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				st := pick(last, 1, 2)
-				return shmem.Alltoalls(w, d[:2*n*st], s[:2*n], st, 1, 2), 2 * n * st
+				return 2 * n * st, shmem.Alltoalls(w, d[:2*n*st], s[:2*n], st, 1, 2)
 			},
 			[]string{"PE %[1]d: 2 elements of 8 bytes, strides dst 2 and sst 1", "strides dst 1 and sst 1"}, false},
 		{"SumInscan",
-			func(d, s []int64, last bool) (error, int) {
+			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 4, 5)
-				return shmem.SumInscan(w, d[:k], s[:k]), k
+				return k, shmem.SumInscan(w, d[:k], s[:k])
 			},
 			[]string{"PE %[1]d: 5 elements of 8 bytes", ": 4 elements of 8 bytes"}, false},
 	}
@@ -150,7 +150,7 @@ func checkLengthCases(t *testing.T, me, n int, debug bool) {
 			src[i] = int64(me + 1)
 			dest[i] = sentinel
 		}
-		err, own := c.call(dest, src, last)
+		own, err := c.call(dest, src, last)
 		for i := own; i < len(dest); i++ {
 			if dest[i] != sentinel {
 				t.Fatalf("%s: dest[%d] = %d, past this PE's %d elements, was written", c.name, i, dest[i], own)

@@ -160,17 +160,6 @@ func amData(w *ucp.Worker, data []byte, p *ucp.AMRecvParam, done func(data []byt
 	return ucs.OK
 }
 
-// wait waits for r (if any), progressing its worker (Request.Wait), and
-// returns its status (or err); r is freed.
-func wait(r *ucp.Request, err error) error {
-	if err != nil || r == nil {
-		return err
-	}
-	err = r.Wait()
-	r.Free()
-	return err
-}
-
 func init() {
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [-listen ADDR [-clients N]] | -connect ADDR -id ID [-iters N] [-size N] [-services tag,am,stream]\n", os.Args[0])
