@@ -175,7 +175,9 @@ func TestMemMapFixedAndProt(t *testing.T) {
 }
 
 func TestMemQuery(t *testing.T) {
-	c := newContext(t)
+	// Every transport, whatever UCX_TLS says: allocations then come from
+	// a shared-memory domain ("md:..."), which the checks below expect.
+	c := newContextCfg(t, FeatureRMA|FeatureAMO32|FeatureAMO64, "TLS", "all")
 	m := mapMem(t, c, new(MemMapParams).SetLength(10000).SetFlags(MemMapAllocate))
 	buf := make([]byte, 4096)
 	r := mapMem(t, c, new(MemMapParams).SetAddress(unsafe.Pointer(&buf[0])).SetLength(len(buf)))

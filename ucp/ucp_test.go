@@ -466,7 +466,10 @@ func TestRequestCallbacks(t *testing.T) {
 }
 
 func TestMemMap(t *testing.T) {
-	c := newContext(t)
+	// Every transport, whatever UCX_TLS says: the heap-sized allocation
+	// below comes from a shared-memory domain (TestMemMapAllocatesWithSelectedMD
+	// checks the selections without one).
+	c := newContextCfg(t, FeatureRMA|FeatureAMO32|FeatureAMO64, "TLS", "all")
 	if _, err := c.MemMap(new(MemMapParams).SetFlags(MemMapAllocate)); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("no length: %v", err)
 	}
