@@ -181,6 +181,11 @@ func (f *Func[A, R]) Invoke(pe int, a A) (R, error) {
 	v, err := fut.Wait()
 	// Nothing holds the future now: its slot was freed before it
 	// completed, and a late reply carries the slot's older generation.
+	// Wait returns once done is set, while the goroutine that completed
+	// the future may still hold its lock (ThreadMultiple): taking it
+	// waits for that goroutine to let go before the future is reused.
+	lock(&fut.mu)
+	unlock(&fut.mu)
 	*fut = Future[R]{}
 	f.futs.Put(fut)
 	return v, err

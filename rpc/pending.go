@@ -55,8 +55,9 @@ func (p *pendTable) add(c completer) uint64 {
 		s.gen = 1
 	}
 	s.c = c
+	gen := s.gen // read under the lock: another add may grow the slots
 	unlock(&p.mu)
-	return uint64(s.gen)<<32 | uint64(i)
+	return uint64(gen)<<32 | uint64(i)
 }
 
 // take frees the slot of call id and returns its call, or nil when no
