@@ -3,6 +3,7 @@ package rpc
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -77,12 +78,13 @@ var running atomic.Int64
 // own, counted in running.
 func goHandler(fn func()) {
 	running.Add(1)
+	w := rt.w // a later Start may set rt.w while the handler runs
 	go func() {
 		defer func() {
 			// The last handler to return may release Quiet's replies,
 			// which progress sends.
 			if running.Add(-1) == 0 && nquiet.Load() != 0 {
-				rt.w.Wake()
+				w.Wake()
 			}
 		}()
 		fn()
@@ -157,6 +159,13 @@ func Stop() {
 		return
 	}
 	Barrier()
+	// Goroutine handlers still running use the package's state, which a
+	// later Start sets again: let them return (their replies are sent
+	// by progress, or dropped below).
+	for running.Load() != 0 {
+		rt.w.Progress()
+		runtime.Gosched()
+	}
 	for _, fn := range stopHooks.All() {
 		fn()
 	}
