@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/goshmem/goshmem/internal/version"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -16,8 +17,8 @@ import (
 // The version of the OpenSHMEM specification this package implements
 // (SHMEM_MAJOR_VERSION, SHMEM_MINOR_VERSION).
 const (
-	MajorVersion = 1
-	MinorVersion = 6
+	MajorVersion = version.SpecMajor
+	MinorVersion = version.SpecMinor
 )
 
 // MaxNameLen is the longest name InfoGetName returns, in bytes
@@ -26,7 +27,7 @@ const MaxNameLen = 256
 
 // VendorString is the name of this implementation (SHMEM_VENDOR_STRING),
 // which InfoGetName returns.
-const VendorString = "goshmem 0.1.0 (OpenSHMEM 1.6 for Go over UCX semantics)"
+const VendorString = version.Vendor
 
 // InfoGetVersion returns the major and minor version of the OpenSHMEM
 // specification this package implements (shmem_info_get_version): 1, 6.

@@ -23,12 +23,6 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
-
-	// The transports ucp can select.
-	_ "github.com/goshmem/goshmem/uct/cma"
-	_ "github.com/goshmem/goshmem/uct/self"
-	_ "github.com/goshmem/goshmem/uct/sm"
-	_ "github.com/goshmem/goshmem/uct/tcp"
 )
 
 // Version of the goshmem ucp layer (ucp_get_version).
@@ -429,7 +423,12 @@ func (c *Context) selectResources() error {
 	if err != nil {
 		return fmt.Errorf("ucp init: UCX_NET_DEVICES: %w", err)
 	}
-	for _, comp := range uct.Components() {
+	comps := uct.Components()
+	if len(comps) == 0 {
+		return fmt.Errorf("ucp init: no transport is linked into this program: import _ %q, or the transports wanted: %w",
+			"github.com/goshmem/goshmem/uct/transports", ucs.ErrNoDevice)
+	}
+	for _, comp := range comps {
 		mdrs, err := comp.MDResources()
 		if err != nil {
 			continue

@@ -55,6 +55,7 @@ import (
 
 	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/ucp"
+	_ "github.com/goshmem/goshmem/uct/transports"
 )
 
 // params are the parameters of a test, which a client sends its server.

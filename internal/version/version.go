@@ -8,6 +8,16 @@ import (
 	"strings"
 )
 
+// The version of the OpenSHMEM specification goshmem implements
+// (SHMEM_MAJOR_VERSION, SHMEM_MINOR_VERSION).
+const (
+	SpecMajor = 1
+	SpecMinor = 6
+)
+
+// Vendor is the name of this implementation (SHMEM_VENDOR_STRING).
+const Vendor = "goshmem 0.1.0 (OpenSHMEM 1.6 for Go over UCX semantics)"
+
 // ModulePath is the path of the goshmem module.
 const ModulePath = "github.com/goshmem/goshmem"
 

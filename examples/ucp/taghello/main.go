@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/ucp"
+	_ "github.com/goshmem/goshmem/uct/transports"
 )
 
 // echoBit marks the server's answers.

@@ -129,7 +129,7 @@
 // counts the operations it initiates and their bytes, per routine and
 // target PE, from Init to its last Finalize, which writes them into DIR on
 // the PE's host: pe-N.cpu.pprof (for go tool pprof) and pe-N.comm.json (a
-// shmem.CommSummary). After the job, goshmem-run reads the summaries found
+// profile.Summary). After the job, goshmem-run reads the summaries found
 // in DIR on this host and writes comm.txt, the operations and bytes of
 // each routine over the job and the matrix of bytes from each PE to each
 // PE, and comm-matrix.svg, that matrix as a heatmap; it names the PEs
@@ -158,7 +158,6 @@ import (
 	"github.com/goshmem/goshmem/bootstrap"
 	goversion "github.com/goshmem/goshmem/internal/version"
 	"github.com/goshmem/goshmem/launcher"
-	"github.com/goshmem/goshmem/shmem"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -536,9 +535,9 @@ const envStallReport = "GOSHMEM_STALL_REPORT"
 // printVersion prints goshmem-run's version, as -version does.
 func printVersion(w io.Writer) {
 	version, revision := goversion.Module()
-	fmt.Fprintf(w, "goshmem-run: %s\n", shmem.VendorString)
+	fmt.Fprintf(w, "goshmem-run: %s\n", goversion.Vendor)
 	fmt.Fprintf(w, "OpenSHMEM %d.%d; module %s %s; revision %s; built with %s\n",
-		shmem.MajorVersion, shmem.MinorVersion, goversion.ModulePath, version, revision, runtime.Version())
+		goversion.SpecMajor, goversion.SpecMinor, goversion.ModulePath, version, revision, runtime.Version())
 }
 
 // resolve tells whether prog is an executable to run or a Go package to

@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmem/profile"
 )
 
 // The files goshmem-run writes into the -profile directory after the job,
@@ -75,7 +75,7 @@ func readCommProfile(dir string, np int) (p *commProfile, problems []string, err
 			problems = append(problems, err.Error())
 			continue
 		case s.PE != pe || s.NPEs != np:
-			problems = append(problems, fmt.Sprintf("%s: the summary of PE %d of %d, in a job of %d PEs", shmem.CommSummaryFile(pe), s.PE, s.NPEs, np))
+			problems = append(problems, fmt.Sprintf("%s: the summary of PE %d of %d, in a job of %d PEs", profile.SummaryFile(pe), s.PE, s.NPEs, np))
 			continue
 		}
 		found++
@@ -89,7 +89,7 @@ func readCommProfile(dir string, np int) (p *commProfile, problems []string, err
 			t.calls += r.Calls
 			for _, c := range r.Targets {
 				if c.PE < 0 || c.PE >= np {
-					problems = append(problems, fmt.Sprintf("%s: %s to PE %d, not a PE of the job", shmem.CommSummaryFile(pe), r.Routine, c.PE))
+					problems = append(problems, fmt.Sprintf("%s: %s to PE %d, not a PE of the job", profile.SummaryFile(pe), r.Routine, c.PE))
 					continue
 				}
 				p.bytes[pe][c.PE] += c.Bytes
@@ -111,16 +111,16 @@ func readCommProfile(dir string, np int) (p *commProfile, problems []string, err
 	return p, problems, nil
 }
 
-func readSummary(dir string, pe int) (*shmem.CommSummary, error) {
-	return readSummaryFile(filepath.Join(dir, shmem.CommSummaryFile(pe)))
+func readSummary(dir string, pe int) (*profile.Summary, error) {
+	return readSummaryFile(filepath.Join(dir, profile.SummaryFile(pe)))
 }
 
-func readSummaryFile(name string) (*shmem.CommSummary, error) {
+func readSummaryFile(name string) (*profile.Summary, error) {
 	b, err := os.ReadFile(name)
 	if err != nil {
 		return nil, err
 	}
-	var s shmem.CommSummary
+	var s profile.Summary
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Base(name), err)
 	}

@@ -11,18 +11,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmem/profile"
 )
 
 // writeSummaries writes the summaries into dir as the PEs do.
-func writeSummaries(t *testing.T, dir string, sums ...shmem.CommSummary) {
+func writeSummaries(t *testing.T, dir string, sums ...profile.Summary) {
 	t.Helper()
 	for _, s := range sums {
 		b, err := json.Marshal(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, shmem.CommSummaryFile(s.PE)), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, profile.SummaryFile(s.PE)), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -31,15 +31,15 @@ func writeSummaries(t *testing.T, dir string, sums ...shmem.CommSummary) {
 func TestCommProfile(t *testing.T) {
 	dir := t.TempDir()
 	writeSummaries(t, dir,
-		shmem.CommSummary{PE: 0, NPEs: 3, Routines: []shmem.RoutineComm{
-			{Routine: "Put", Targets: []shmem.PEComm{{PE: 1, Ops: 2, Bytes: 1000}, {PE: 2, Ops: 1, Bytes: 8}}},
-			{Routine: "AtomicFetchAdd", Targets: []shmem.PEComm{{PE: 0, Ops: 5, Bytes: 40}}},
+		profile.Summary{PE: 0, NPEs: 3, Routines: []profile.RoutineComm{
+			{Routine: "Put", Targets: []profile.PEComm{{PE: 1, Ops: 2, Bytes: 1000}, {PE: 2, Ops: 1, Bytes: 8}}},
+			{Routine: "AtomicFetchAdd", Targets: []profile.PEComm{{PE: 0, Ops: 5, Bytes: 40}}},
 			{Routine: "BarrierAll", Calls: 2},
 		}},
-		shmem.CommSummary{PE: 1, NPEs: 3, Routines: []shmem.RoutineComm{
-			{Routine: "Get", Targets: []shmem.PEComm{{PE: 0, Ops: 4, Bytes: 4096}}},
-			{Routine: "BarrierAll", Calls: 3, Targets: []shmem.PEComm{}},         // calls, no data
-			{Routine: "Put", Targets: []shmem.PEComm{{PE: 9, Ops: 1, Bytes: 1}}}, // not a PE: noted, left out
+		profile.Summary{PE: 1, NPEs: 3, Routines: []profile.RoutineComm{
+			{Routine: "Get", Targets: []profile.PEComm{{PE: 0, Ops: 4, Bytes: 4096}}},
+			{Routine: "BarrierAll", Calls: 3, Targets: []profile.PEComm{}},         // calls, no data
+			{Routine: "Put", Targets: []profile.PEComm{{PE: 9, Ops: 1, Bytes: 1}}}, // not a PE: noted, left out
 		}})
 	// PE 2 wrote none.
 	for _, np := range []int{3, 0} { // 0: the size comes from the summaries
@@ -126,14 +126,14 @@ func checkXML(t *testing.T, b []byte) {
 
 func TestCommProfileNone(t *testing.T) {
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, shmem.CommSummaryFile(0)), []byte("{not json"), 0o644)
+	os.WriteFile(filepath.Join(dir, profile.SummaryFile(0)), []byte("{not json"), 0o644)
 	for _, np := range []int{2, 0} {
 		if _, _, err := readCommProfile(dir, np); err == nil || !strings.Contains(err.Error(), "no PE wrote a communication summary") {
 			t.Errorf("np %d: error %v, want that no PE wrote a summary", np, err)
 		}
 	}
 	_, problems, _ := readCommProfile(dir, 2)
-	if len(problems) == 0 || !strings.Contains(problems[0], shmem.CommSummaryFile(0)) {
+	if len(problems) == 0 || !strings.Contains(problems[0], profile.SummaryFile(0)) {
 		t.Errorf("problems %q do not name the malformed summary", problems)
 	}
 }

@@ -1,0 +1,4 @@
+package ucp
+
+// The tests select among every transport.
+import _ "github.com/goshmem/goshmem/uct/transports"
