@@ -70,8 +70,9 @@ var errNoGoodbye = fmt.Errorf("the peer closed the connection without a goodbye 
 
 // Close closes the listener and every connection and EP of the iface,
 // saying goodbye on each (see the top of close.go): the EPs'
-// outstanding operations fail with ucs.ErrCanceled, and the peers' EPs end
-// quietly. It waits until every connection ended (at most a second after
+// outstanding operations fail with ucs.ErrCanceled, and so does every
+// later operation (an unconnected EP's, and its ConnectToEP, too); the
+// peers' EPs end quietly. It waits until every connection ended (at most a second after
 // its goodbye, when the peer does not close its side) and the iface's
 // goroutines returned, and unregisters Progress from the worker. Queued
 // messages are dropped.
@@ -206,22 +207,21 @@ const (
 // is a failure of an EP the user holds: it is logged and the iface's error
 // handler called from Progress (unless the iface closes). e.mu is held.
 func (e *EP) endTxLocked(st ucs.Status, cause error) {
-	e.endOpsLocked(evFail, st, cause)
+	e.abandoned += e.endOpsLocked(evFail, st, cause)
 }
 
 // endOpsLocked is endTxLocked with the event that ends the role: evFail,
 // or evPeerClosed (the peer closed in order: no error is reported, cause
-// is nil). e.mu is held.
-func (e *EP) endOpsLocked(ev epEvent, st ucs.Status, cause error) {
+// is nil); it returns the number of gets and atomics it completed, whose
+// replies may still come, unless the connection closes with it. e.mu is
+// held.
+func (e *EP) endOpsLocked(ev epEvent, st ucs.Status, cause error) int {
 	if e.st.ended() {
-		return
+		return 0
 	}
 	held := e.st.ops == opsLive
 	e.to(ev)
 	waits := e.takeWaits()
-	if e.st.conn != connClosed {
-		e.abandoned += len(waits)
-	}
 	// The error becomes visible under i.mu, with the EP queued for the
 	// error handler: Progress, which reads both under i.mu, never sees a
 	// flush end with the error before the handler is due.
@@ -252,6 +252,7 @@ func (e *EP) endOpsLocked(ev epEvent, st ucs.Status, cause error) {
 		w.release()
 	}
 	i.markDirty()
+	return len(waits)
 }
 
 // killLocked breaks the connection, once: the EP's role ends with st
@@ -263,7 +264,7 @@ func (e *EP) killLocked(st ucs.Status, cause error) {
 	if e.st.conn == connClosed {
 		return
 	}
-	e.endTxLocked(st, cause)
+	e.endOpsLocked(evFail, st, cause) // no reply comes any more: none is abandoned
 	e.to(evClose)
 	if !e.writing {
 		e.dropQueueLocked(e.status())
@@ -460,7 +461,7 @@ func (e *EP) peerClosedLocked(processed uint64) {
 	}
 	// What is left are acknowledgement requests: their flushes are done.
 	e.acked.Store(issued)
-	e.endOpsLocked(evPeerClosed, ucs.ErrConnectionReset, nil)
+	e.abandoned += e.endOpsLocked(evPeerClosed, ucs.ErrConnectionReset, nil)
 }
 
 // peerSaidBye takes the peer's frameEPClose: its target role answers

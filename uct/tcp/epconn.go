@@ -18,7 +18,8 @@ import (
 // An EP created with EPParams.Unconnected has a random 64-bit id, recorded
 // in its iface, and no connection: its operations fail with
 // ucs.ErrNotConnected (PendingAdd returns ucs.ErrBusy, so that the
-// operation reports it). EPAddress is the iface address followed by the id.
+// operation reports it), or ucs.ErrCanceled once its iface closed.
+// EPAddress is the iface address followed by the id.
 //
 // ConnectToEP(deviceAddr, epAddr) does what EPCreate does for the iface in
 // epAddr, with one difference: the handshake's hello (hsHelloEP) also

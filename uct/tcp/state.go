@@ -61,13 +61,14 @@ const (
 	connClosed                       // the connection ended or broke: nothing more is written
 )
 
-// opsPhase is the life of an EP's role: the user's operations.
+// opsPhase is the life of an EP's role: the user's operations. The
+// order matters: fails and ended are one comparison each.
 type opsPhase uint8
 
 const (
-	opsNotConnected opsPhase = iota // created unconnected: operations fail with ucs.ErrNotConnected
-	opsUntaken                      // an inbound connection no EP of this iface took yet (connmatch.go)
+	opsUntaken      opsPhase = iota // an inbound connection no EP of this iface took yet (connmatch.go)
 	opsLive                         // the user holds the EP: operations go
+	opsNotConnected                 // created unconnected: operations fail with ucs.ErrNotConnected
 	opsFailed                       // operations fail with EP.err (also after Destroy and iface Close)
 	opsPeerClosed                   // the peer iface closed in order after processing every operation
 )
@@ -109,7 +110,7 @@ const (
 
 var (
 	connNames  = [...]string{"unconnected", "connecting", "open", "shut", "closed"}
-	opsNames   = [...]string{"not-connected", "untaken", "live", "failed", "peer-closed"}
+	opsNames   = [...]string{"untaken", "live", "not-connected", "failed", "peer-closed"}
 	saidNames  = [...]string{"none", "ep-bye", "all-bye"}
 	peerNames  = [...]string{"sends", "bye"}
 	eventNames = [...]string{"connect", "connect-failed", "connected", "claim", "fail", "peer-closed", "ep-bye", "all-bye", "peer-bye", "shut", "close"}
@@ -155,10 +156,10 @@ func (e *invalidTransition) Error() string {
 }
 
 // ended reports whether the EP's operations ended.
-func (s epState) ended() bool { return s.ops == opsFailed || s.ops == opsPeerClosed }
+func (s epState) ended() bool { return s.ops >= opsFailed }
 
 // fails reports whether operations fail now (with EP.err).
-func (s epState) fails() bool { return s.ops != opsLive && s.ops != opsUntaken }
+func (s epState) fails() bool { return s.ops > opsLive }
 
 // hasSocket reports whether the EP has its socket (open, or ended).
 func (s epState) hasSocket() bool { return s.conn >= connOpen }
