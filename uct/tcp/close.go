@@ -72,10 +72,10 @@ var errNoGoodbye = fmt.Errorf("the peer closed the connection without a goodbye 
 // saying goodbye on each (see the top of close.go): the EPs'
 // outstanding operations fail with ucs.ErrCanceled, and so does every
 // later operation (an unconnected EP's, and its ConnectToEP, too); the
-// peers' EPs end quietly. It waits until every connection ended (at most a second after
-// its goodbye, when the peer does not close its side) and the iface's
-// goroutines returned, and unregisters Progress from the worker. Queued
-// messages are dropped.
+// peers' EPs end quietly. It waits until every connection ended (at most
+// a second after its goodbye, when the peer does not close its side) and
+// the iface's goroutines returned, and unregisters Progress from the
+// worker. Queued messages are dropped.
 func (i *Iface) Close() {
 	i.mu.Lock()
 	if i.closed {
@@ -357,6 +357,19 @@ func (e *EP) queueGoodbyeLocked(kind uint8) {
 	}
 	clear(e.q[len(kept):])
 	e.q, e.front = kept, front
+	if f := e.goodbyeLocked(kind); f != nil {
+		f.reply, f.bye = true, true // not an operation: it counts against no queue
+		e.q = append(e.q, f)
+	}
+	i.markDirty()
+}
+
+// goodbyeLocked returns the frame that says the goodbye kind, nil when
+// the goodbyes said already cover it, and moves the EP on: byeIface ends
+// the target role too, with frameIfaceClose where it still answers the
+// peer, or else with frameEPClose unless that was said; byeEP says
+// frameEPClose once. e.mu is held.
+func (e *EP) goodbyeLocked(kind uint8) *txFrame {
 	var f *txFrame
 	switch {
 	case kind == byeIface && e.rx != nil && !e.st.rxDone():
@@ -367,17 +380,12 @@ func (e *EP) queueGoodbyeLocked(kind uint8) {
 		f = newFrame(frameHeaderLen)
 		putFrameHeader(f.buf, frameEPClose, 0, 0)
 	}
-	switch {
-	case kind == byeIface && e.st.said != saidAll:
+	if kind == byeIface && e.st.said != saidAll {
 		e.to(evAllBye)
-	case kind == byeEP && e.st.said == saidNothing:
+	} else if e.st.said == saidNothing {
 		e.to(evEPBye)
 	}
-	if f != nil {
-		f.reply, f.bye = true, true // not an operation: it counts against no queue
-		e.q = append(e.q, f)
-	}
-	i.markDirty()
+	return f
 }
 
 // closeInOrder ends the EP and its connection as its iface closes: what
