@@ -20,6 +20,10 @@ import "fmt"
 //
 //	peer: sends ──peer-bye──▶ bye
 //
+// An EP created unconnected starts unconnected/not-connected; the EP of
+// a connection that EPCreate dialed, or that this iface accepted and may
+// share, starts open/untaken (with peer bye on a one-way connection).
+//
 // conn is the socket's life: none yet (an EP created unconnected, and
 // one whose ConnectToEP dials), open, its sending side shut down once
 // this side said all it will and wrote it (it reads on until the peer
@@ -164,6 +168,10 @@ func (s epState) fails() bool { return s.ops > opsLive }
 // hasSocket reports whether the EP has its socket (open, or ended).
 func (s epState) hasSocket() bool { return s.conn >= connOpen }
 
+// socketOpen reports whether the socket is open: it reads, and writes
+// unless shut.
+func (s epState) socketOpen() bool { return s.conn == connOpen || s.conn == connShut }
+
 // rxDone reports whether the target role answers nothing more: the peer
 // will send no operation, or this side said its last goodbye.
 func (s epState) rxDone() bool { return s.peer == peerBye || s.said == saidAll }
@@ -186,9 +194,9 @@ func (s epState) next(ev epEvent) (epState, error) {
 		ok = s.conn == connConnecting
 		n.conn = connUnconnected
 	case evConnected:
-		// Destroy or the iface's Close may have failed it meanwhile:
-		// the caller then ends the connection.
-		ok = s.conn == connConnecting && (s.ops == opsNotConnected || s.ops == opsFailed)
+		// Destroy or the iface's Close may have failed it meanwhile
+		// (ops failed): the caller then ends the connection.
+		ok = s.conn == connConnecting
 		n.conn, n.peer = connOpen, peerBye
 		if s.ops == opsNotConnected {
 			n.ops = opsLive
@@ -200,7 +208,7 @@ func (s epState) next(ev epEvent) (epState, error) {
 		ok = !s.ended()
 		n.ops = opsFailed
 	case evPeerClosed:
-		ok = s.hasSocket() && (s.ops == opsLive || s.ops == opsUntaken)
+		ok = !s.fails() // live or untaken, on its socket
 		n.ops = opsPeerClosed
 	case evEPBye:
 		ok = s.conn == connOpen && s.ended() && s.said == saidNothing
@@ -208,7 +216,7 @@ func (s epState) next(ev epEvent) (epState, error) {
 	case evAllBye:
 		// Shut already (its goodbye said, the peer's too): the iface's
 		// close still ends the target role.
-		ok = (s.conn == connOpen || s.conn == connShut) && s.ended() && s.said != saidAll
+		ok = s.socketOpen() && s.ended() && s.said != saidAll
 		n.said = saidAll
 	case evPeerBye:
 		// A frame read before the stream saw its socket closed may
@@ -219,7 +227,7 @@ func (s epState) next(ev epEvent) (epState, error) {
 		ok = s.conn == connOpen && s.saidAll()
 		n.conn = connShut
 	case evClose:
-		ok = (s.conn == connOpen || s.conn == connShut) && s.ended()
+		ok = s.socketOpen() && s.ended()
 		n.conn = connClosed
 	}
 	if !ok {

@@ -159,6 +159,8 @@ func reachableStates(t *testing.T) map[epState]bool {
 			{"without a socket nothing was said", s.hasSocket() || s.said == saidNothing && s.peer == peerSends},
 			{"operations wait for a connection only without a socket", s.ops != opsNotConnected || !s.hasSocket()},
 			{"an untaken connection is open", s.ops != opsUntaken || s.conn == connOpen},
+			{"live operations have a socket", s.ops != opsLive || s.hasSocket()},
+			{"without a socket operations wait for one or failed", s.hasSocket() || s.ops == opsNotConnected || s.ops == opsFailed},
 			{"operations fail unless live or untaken", s.fails() == (s.ops != opsLive && s.ops != opsUntaken)},
 		} {
 			if !inv.ok {
