@@ -58,7 +58,7 @@ func (s *rxConn) tick(uint64) error {
 		// Whatever the EP wrote counts, its operations included.
 		w := e.wrote.Load()
 		e.mu.Lock()
-		busy := w != s.lastWrote || len(e.q) > 0 || e.writing || e.rxDone
+		busy := w != s.lastWrote || len(e.q) > 0 || e.writing || e.st.rxDone()
 		e.mu.Unlock()
 		if s.lastWrote = w; busy {
 			return nil
@@ -89,7 +89,7 @@ func (r *epReader) tick(reads uint64) error {
 	}
 	now := time.Now()
 	e.mu.Lock()
-	live := e.claimed && !e.failed
+	live := e.st.ops == opsLive
 	e.mu.Unlock()
 	if reads != r.reads || !live {
 		r.reads, r.heard = reads, now

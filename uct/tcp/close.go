@@ -70,11 +70,12 @@ var errNoGoodbye = fmt.Errorf("the peer closed the connection without a goodbye 
 
 // Close closes the listener and every connection and EP of the iface,
 // saying goodbye on each (see the top of close.go): the EPs'
-// outstanding operations fail with ucs.ErrCanceled, and the peers' EPs end
-// quietly. It waits until every connection ended (at most a second after
-// its goodbye, when the peer does not close its side) and the iface's
-// goroutines returned, and unregisters Progress from the worker. Queued
-// messages are dropped.
+// outstanding operations fail with ucs.ErrCanceled, and so does every
+// later operation (an unconnected EP's, and its ConnectToEP, too); the
+// peers' EPs end quietly. It waits until every connection ended (at most
+// a second after its goodbye, when the peer does not close its side) and
+// the iface's goroutines returned, and unregisters Progress from the
+// worker. Queued messages are dropped.
 func (i *Iface) Close() {
 	i.mu.Lock()
 	if i.closed {
@@ -82,11 +83,9 @@ func (i *Iface) Close() {
 		return
 	}
 	i.closed = true
-	var unconn []*EP // EPs without a connection
+	eps := make([]*EP, 0, len(i.eps))
 	for e := range i.eps {
-		if e.sock == nil {
-			unconn = append(unconn, e)
-		}
+		eps = append(eps, e)
 	}
 	conns := make([]*EP, 0, len(i.conns))
 	for e := range i.conns {
@@ -115,9 +114,13 @@ func (i *Iface) Close() {
 	for _, e := range conns {
 		e.closeInOrder(deadline)
 	}
-	for _, e := range unconn {
+	for _, e := range eps {
+		// An EP without a connection ends here; one whose ConnectToEP
+		// dials finds the iface closed when it returns.
 		e.mu.Lock()
-		e.endTxLocked(ucs.ErrCanceled, nil)
+		if !e.st.hasSocket() {
+			e.endTxLocked(ucs.ErrCanceled, nil)
+		}
 		e.mu.Unlock()
 	}
 	i.wg.Wait() // the listener's goroutine and the handshakes
@@ -204,20 +207,27 @@ const (
 // is a failure of an EP the user holds: it is logged and the iface's error
 // handler called from Progress (unless the iface closes). e.mu is held.
 func (e *EP) endTxLocked(st ucs.Status, cause error) {
-	if e.failed {
-		return
+	e.abandoned += e.endOpsLocked(evFail, st, cause)
+}
+
+// endOpsLocked is endTxLocked with the event that ends the role: evFail,
+// or evPeerClosed (the peer closed in order: no error is reported, cause
+// is nil); it returns the number of gets and atomics it completed, whose
+// replies may still come, unless the connection closes with it. e.mu is
+// held.
+func (e *EP) endOpsLocked(ev epEvent, st ucs.Status, cause error) int {
+	if e.st.ended() {
+		return 0
 	}
-	e.failed = true
+	held := e.st.ops == opsLive
+	e.to(ev)
 	waits := e.takeWaits()
-	if !e.dead {
-		e.abandoned += len(waits)
-	}
 	// The error becomes visible under i.mu, with the EP queued for the
 	// error handler: Progress, which reads both under i.mu, never sees a
 	// flush end with the error before the handler is due.
 	i := e.iface
 	i.mu.Lock()
-	report := cause != nil && e.claimed && !i.closed
+	report := cause != nil && held && !i.closed
 	// The log names the peer before the error handler can run: whoever
 	// handles the failure finds it logged (at LogDiag when the peer
 	// ended: that is reported where it ran, see peerEnded).
@@ -242,6 +252,7 @@ func (e *EP) endTxLocked(st ucs.Status, cause error) {
 		w.release()
 	}
 	i.markDirty()
+	return len(waits)
 }
 
 // killLocked breaks the connection, once: the EP's role ends with st
@@ -250,11 +261,11 @@ func (e *EP) endTxLocked(st ucs.Status, cause error) {
 // when it is served or ticked next (within houseEvery) and ends. It takes
 // no lock of the stream, whose reader may be the caller. e.mu is held.
 func (e *EP) killLocked(st ucs.Status, cause error) {
-	if e.dead {
+	if e.st.conn == connClosed {
 		return
 	}
-	e.dead = true
-	e.endTxLocked(st, cause)
+	e.endOpsLocked(evFail, st, cause) // no reply comes any more: none is abandoned
+	e.to(evClose)
 	if !e.writing {
 		e.dropQueueLocked(e.status())
 	}
@@ -291,7 +302,7 @@ func (e *EP) sayGoodbyeLocked(kind uint8) {
 func (e *EP) settleLocked() {
 	switch {
 	case e.writing:
-	case e.dead:
+	case e.st.conn == connClosed:
 		if len(e.q) > 0 {
 			e.dropQueueLocked(e.status())
 		}
@@ -300,8 +311,8 @@ func (e *EP) settleLocked() {
 		e.byeDue = 0
 		e.queueGoodbyeLocked(kind)
 		e.writeQueueLocked()
-	case e.txDone && e.rxDone && len(e.q) == 0 && !e.shut:
-		e.shut = true
+	case e.st.conn == connOpen && e.st.saidAll() && len(e.q) == 0:
+		e.to(evShut)
 		e.sock.shutdownWrite()
 		e.shutAt.Store(time.Now().UnixNano())
 		e.in.interestTx(false)
@@ -346,26 +357,35 @@ func (e *EP) queueGoodbyeLocked(kind uint8) {
 	}
 	clear(e.q[len(kept):])
 	e.q, e.front = kept, front
-	var f *txFrame
-	switch {
-	case kind == byeIface && e.rx != nil && !e.rxDone:
-		f = newFrame(frameHeaderLen + ackBodyLen)
-		putFrameHeader(f.buf, frameIfaceClose, 0, ackBodyLen)
-		binary.LittleEndian.PutUint64(f.buf[frameHeaderLen:], e.rx.processed)
-		e.txDone, e.rxDone = true, true
-	case !e.txDone:
-		f = newFrame(frameHeaderLen)
-		putFrameHeader(f.buf, frameEPClose, 0, 0)
-		e.txDone = true
-	}
-	if kind == byeIface {
-		e.rxDone = true
-	}
-	if f != nil {
+	if f := e.goodbyeLocked(kind); f != nil {
 		f.reply, f.bye = true, true // not an operation: it counts against no queue
 		e.q = append(e.q, f)
 	}
 	i.markDirty()
+}
+
+// goodbyeLocked returns the frame that says the goodbye kind, nil when
+// the goodbyes said already cover it, and moves the EP on: byeIface ends
+// the target role too, with frameIfaceClose where it still answers the
+// peer, or else with frameEPClose unless that was said; byeEP says
+// frameEPClose once. e.mu is held.
+func (e *EP) goodbyeLocked(kind uint8) *txFrame {
+	var f *txFrame
+	switch {
+	case kind == byeIface && e.rx != nil && !e.st.rxDone():
+		f = newFrame(frameHeaderLen + ackBodyLen)
+		putFrameHeader(f.buf, frameIfaceClose, 0, ackBodyLen)
+		binary.LittleEndian.PutUint64(f.buf[frameHeaderLen:], e.rx.processed)
+	case e.st.said == saidNothing:
+		f = newFrame(frameHeaderLen)
+		putFrameHeader(f.buf, frameEPClose, 0, 0)
+	}
+	if kind == byeIface && e.st.said != saidAll {
+		e.to(evAllBye)
+	} else if e.st.said == saidNothing {
+		e.to(evEPBye)
+	}
+	return f
 }
 
 // closeInOrder ends the EP and its connection as its iface closes: what
@@ -399,13 +419,13 @@ func (r *epReader) ended(err error) {
 	i := e.iface
 	var closed *ifaceClosedError
 	e.mu.Lock()
-	live := e.claimed && !e.failed
+	live := e.st.ops == opsLive
 	orderly := true
 	switch {
-	case err == errGoodbye || e.dead: // this side said goodbye, or broke it
+	case err == errGoodbye || e.st.conn == connClosed: // this side said goodbye, or broke it
 	case errors.As(err, &closed):
 		e.peerClosedLocked(closed.processed)
-	case err == io.EOF && (e.shut || e.peerBye && e.txDone):
+	case err == io.EOF && (e.st.conn == connShut || e.st.peer == peerBye && e.st.said != saidNothing):
 		// Both sides said all they would.
 	case err == io.EOF:
 		orderly = false
@@ -415,7 +435,7 @@ func (r *epReader) ended(err error) {
 		e.killLocked(failStatus(err), err)
 	}
 	e.killLocked(ucs.ErrConnectionReset, nil)
-	serving := e.rx != nil && (err != io.EOF || !e.peerBye)
+	serving := e.rx != nil && (err != io.EOF || e.st.peer != peerBye)
 	from := e.peer
 	e.mu.Unlock()
 	if e.match != nil {
@@ -439,7 +459,7 @@ func (r *epReader) ended(err error) {
 // processing its first processed frames: quietly when they include every
 // operation, as a failure otherwise; e.mu is held.
 func (e *EP) peerClosedLocked(processed uint64) {
-	if e.failed {
+	if e.st.ended() {
 		return
 	}
 	issued := e.issued.Load() // posts take e.mu: it stays
@@ -449,8 +469,7 @@ func (e *EP) peerClosedLocked(processed uint64) {
 	}
 	// What is left are acknowledgement requests: their flushes are done.
 	e.acked.Store(issued)
-	e.gone.Store(true)
-	e.endTxLocked(ucs.ErrConnectionReset, nil)
+	e.abandoned += e.endOpsLocked(evPeerClosed, ucs.ErrConnectionReset, nil)
 }
 
 // peerSaidBye takes the peer's frameEPClose: its target role answers
@@ -461,7 +480,7 @@ func (e *EP) peerSaidBye() {
 	e.in.allowed &^= clientToServer
 	untaken := e.match != nil && e.iface.match.release(e.match)
 	e.mu.Lock()
-	e.peerBye, e.rxDone = true, true
+	e.to(evPeerBye)
 	if untaken {
 		e.endTxLocked(ucs.ErrCanceled, nil)
 		e.sayGoodbyeLocked(byeEP)

@@ -81,7 +81,7 @@ func (f *txFrame) release() {
 // which go into the same queue at frame boundaries, ahead of the
 // operations not yet started. An EP of this kind exists from the
 // handshake on, also for an inbound connection that no EP of this iface
-// took yet (claimed is false): its target role serves the peer meanwhile.
+// took yet (untaken, state.go): its target role serves the peer meanwhile.
 // See doc.go and close.go for how its two roles say goodbye.
 //
 // Its operations may be called from several goroutines. An EP created
@@ -97,7 +97,6 @@ type EP struct {
 	issued atomic.Uint64 // frames posted
 	acked  atomic.Uint64 // frames the peer acknowledged
 	err    atomic.Int32  // the ucs.Status the EP failed with, or 0
-	gone   atomic.Bool   // the peer iface closed in order, every operation processed (close.go)
 	wrote  atomic.Uint64 // writes that took bytes (heartbeats, alive.go)
 	shutAt atomic.Int64  // when this side shut its sending side down (UnixNano), or 0
 	// batchListed: the EP is in its iface's list of EPs that hold a
@@ -122,14 +121,8 @@ type EP struct {
 	// UCX's tcp transport: a flush after active messages alone costs no
 	// round trip.
 	lastRemote uint64
-	failed     bool             // err is set: operations fail (the EP's role ended)
-	claimed    bool             // EPCreate or ConnectToEP returned it, and Destroy was not called
-	dead       bool             // the connection ended or broke: nothing more is written
-	txDone     bool             // this side's goodbye for its operations is queued, or it has none to say
-	rxDone     bool             // this side answers nothing more (close.go)
-	peerBye    bool             // the peer said goodbye for its operations, or has none
+	st         epState          // where the EP is in its life (state.go); it moves through to
 	byeDue     uint8            // a goodbye that waits for the writer (close.go)
-	shut       bool             // the sending side was shut down
 	abandoned  int              // replies still due to operations the EP dropped when it ended
 	pending    uct.PendingGroup // in iface.pending; Room is hasRoom
 	waits      []*waitOp        // gets and atomics waiting for their reply, in order (get.go)
@@ -144,10 +137,8 @@ type EP struct {
 	lastWrite uint64
 
 	// Connect to EP (epconn.go).
-	id         uint64 // non-zero for an EP created unconnected
-	unconn     bool   // not connected yet (failed is set, err is ErrNotConnected)
-	connecting bool   // a ConnectToEP is running or succeeded
-	bound      bool   // a peer's connection named id; guarded by iface.mu
+	id    uint64 // non-zero for an EP created unconnected
+	bound bool   // a peer's connection named id; guarded by iface.mu
 }
 
 // EPCreate connects to the iface whose addresses params gives, within
@@ -212,7 +203,10 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 // meanwhile it fails; a connection accepted (inOrder: the iface's Close
 // waits for its handshake) then hears the goodbye at once.
 func (i *Iface) openConn(c *net.TCPConn, peer string, rx bool, mc *matchConn, inOrder bool) (*EP, error) {
-	e := &EP{iface: i, peer: peer, match: mc}
+	e := &EP{iface: i, peer: peer, match: mc, st: stateUntaken}
+	if !rx {
+		e.st.peer = peerBye // a one-way connection carries no operations of the peer's
+	}
 	e.pending.Room = e.hasRoom
 	if err := e.open(c, rx); err != nil {
 		return nil, fmt.Errorf("%w: %w", ucs.ErrIOError, err)
@@ -241,11 +235,12 @@ func (i *Iface) openConn(c *net.TCPConn, peer string, rx bool, mc *matchConn, in
 func (e *EP) claim(peer string) bool {
 	i := e.iface
 	e.mu.Lock()
-	if e.dead || e.failed {
+	if e.st.ops != opsUntaken { // the connection ended (which ends the role)
 		e.mu.Unlock()
 		return false
 	}
-	e.claimed, e.peer = true, peer
+	e.to(evClaim)
+	e.peer = peer
 	e.mu.Unlock()
 	i.mu.Lock()
 	i.eps[e] = struct{}{}
@@ -274,8 +269,6 @@ func (e *EP) open(c *net.TCPConn, rx bool) error {
 		}
 		allowed |= clientToServer
 		maxAM = e.iface.cfg.rxSegSize
-	} else {
-		e.rxDone, e.peerBye = true, true
 	}
 	e.in = newInStream(e.iface, sk, r, allowed, maxAM, 64<<10, e.iface.cfg.checkEvery())
 	e.in.tx = e
@@ -294,10 +287,12 @@ func (e *EP) status() ucs.Status { return ucs.Status(e.err.Load()) }
 // progress the iface) needs no Progress to get it.
 func (e *EP) hasRoom() bool {
 	e.mu.Lock()
-	if !e.failed && e.queued >= e.iface.cfg.txQueueLen && !e.writing {
+	fails := e.st.fails()
+	if !fails && e.queued >= e.iface.cfg.txQueueLen && !e.writing {
 		e.writeQueueLocked()
+		fails = e.st.fails()
 	}
-	room := e.failed || e.queued < e.iface.cfg.txQueueLen
+	room := fails || e.queued < e.iface.cfg.txQueueLen
 	e.mu.Unlock()
 	return room
 }
@@ -325,7 +320,7 @@ func (e *EP) post(f *txFrame, force bool) (st ucs.Status, seq uint64) {
 // reader calls, may post on the same connection.
 func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status, seq uint64) {
 	e.mu.Lock()
-	if e.failed {
+	if e.st.fails() {
 		e.mu.Unlock()
 		f.release()
 		return e.status(), 0
@@ -334,7 +329,7 @@ func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status
 		// Sends go out from the caller too: the socket may have room
 		// that no Progress saw yet.
 		e.writeQueueLocked()
-		if e.failed {
+		if e.st.fails() {
 			e.mu.Unlock()
 			f.release()
 			return e.status(), 0
@@ -398,7 +393,7 @@ func (e *EP) postOp(f *txFrame, force bool, w *waitOp, idOff int) (st ucs.Status
 		return e.status(), 0
 	}
 	if n < f.size {
-		if !e.dead {
+		if e.st.conn != connClosed {
 			// The rest goes first, before what others queued
 			// meanwhile; Progress writes it once the socket has room.
 			f.off = n
@@ -449,7 +444,7 @@ func (e *EP) flushTx() {
 // it takes no lock of the stream.
 func (e *EP) writeQueueLocked() {
 	e.batched = false
-	if len(e.q) == 0 || e.dead {
+	if len(e.q) == 0 || e.st.conn == connClosed {
 		e.settleLocked()
 		return
 	}
@@ -477,7 +472,7 @@ func (e *EP) writeQueueLocked() {
 		e.killLocked(ucs.ErrConnectionReset, err) // completes the queued frames
 		return
 	}
-	if e.dead {
+	if e.st.conn == connClosed {
 		// It broke while this write ran: the queue was left to this
 		// writer.
 		e.settleLocked()
@@ -533,7 +528,7 @@ func (e *EP) reply(hold *region, a, b []byte) error {
 	if hold != nil {
 		defer hold.mu.RUnlock()
 	}
-	if e.dead || e.rxDone {
+	if e.st.conn == connClosed || e.st.rxDone() {
 		return nil
 	}
 	if !e.writing && len(e.q) == 0 {
@@ -551,7 +546,7 @@ func (e *EP) reply(hold *region, a, b []byte) error {
 		if err != nil {
 			return err
 		}
-		if n < len(a)+len(b) && !e.dead {
+		if n < len(a)+len(b) && e.st.conn != connClosed {
 			k := min(n, len(a))
 			f := replyFrame(hold, a[k:], b[n-k:])
 			e.q = append(e.q, nil)
@@ -820,7 +815,10 @@ func (e *EP) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
 // after the last frame.
 func (e *EP) flushTarget() (uint64, ucs.Status) {
 	if st := e.status(); st.IsErr() {
-		if e.gone.Load() && e.acked.Load() >= e.issued.Load() {
+		e.mu.Lock()
+		quiet := e.st.ops == opsPeerClosed
+		e.mu.Unlock()
+		if quiet && e.acked.Load() >= e.issued.Load() {
 			return 0, ucs.OK // the peer closed in order after processing everything
 		}
 		return 0, st
@@ -891,9 +889,8 @@ func (e *EP) PendingPurge(cb func(r *uct.PendingReq)) {
 func (e *EP) Destroy() {
 	e.PendingPurge(nil)
 	e.mu.Lock()
-	e.claimed = false
 	e.endTxLocked(ucs.ErrCanceled, nil)
-	if e.sock != nil {
+	if e.st.hasSocket() {
 		e.sayGoodbyeLocked(byeEP)
 	}
 	e.mu.Unlock()

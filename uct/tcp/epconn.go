@@ -18,7 +18,8 @@ import (
 // An EP created with EPParams.Unconnected has a random 64-bit id, recorded
 // in its iface, and no connection: its operations fail with
 // ucs.ErrNotConnected (PendingAdd returns ucs.ErrBusy, so that the
-// operation reports it). EPAddress is the iface address followed by the id.
+// operation reports it), or ucs.ErrCanceled once its iface closed.
+// EPAddress is the iface address followed by the id.
 //
 // ConnectToEP(deviceAddr, epAddr) does what EPCreate does for the iface in
 // epAddr, with one difference: the handshake's hello (hsHelloEP) also
@@ -60,12 +61,7 @@ func (i *Iface) createUnconnected(params *uct.EPParams) (uct.EP, error) {
 	if len(params.DeviceAddr) != 0 || len(params.IfaceAddr) != 0 {
 		return nil, fmt.Errorf("uct/tcp: ep create: unconnected ep with an address: %w", ucs.ErrInvalidParam)
 	}
-	e := &EP{
-		iface:  i,
-		id:     randomID(),
-		unconn: true,
-		failed: true,
-	}
+	e := &EP{iface: i, id: randomID(), st: stateUnconnected}
 	e.err.Store(int32(ucs.ErrNotConnected))
 	e.pending.Room = e.hasRoom
 	i.mu.Lock()
@@ -110,32 +106,41 @@ func (e *EP) ConnectToEP(deviceAddr, epAddr []byte) error {
 		return fmt.Errorf("uct/tcp: connect to ep: %w", err)
 	}
 	e.mu.Lock()
-	if e.id == 0 || !e.unconn || e.connecting {
+	switch {
+	case e.id == 0 || e.st.conn != connUnconnected:
 		e.mu.Unlock()
 		return fmt.Errorf("uct/tcp: connect to ep: connected already: %w", ucs.ErrAlreadyExists)
+	case e.st.ops != opsNotConnected:
+		e.mu.Unlock()
+		return fmt.Errorf("uct/tcp: connect to ep: ep destroyed or iface closed: %w", ucs.ErrCanceled)
 	}
-	e.connecting = true
+	e.to(evConnect)
 	e.mu.Unlock()
 	c, err := i.dialEP(a, peerID)
+	if err == nil {
+		// The socket and the state change together: Destroy and the
+		// iface's Close, which read the state, say goodbye on a
+		// connection exactly when it is there.
+		e.mu.Lock()
+		e.peer = a.tcpAddr().String()
+		if err = e.open(c, false); err != nil {
+			err = fmt.Errorf("uct/tcp: connect to ep: %w: %w", ucs.ErrIOError, err)
+		} else {
+			// From here on the EP is an ordinary connected EP: fail
+			// (Destroy, iface Close) closes the connection.
+			e.to(evConnected)
+			if e.st.ops == opsLive {
+				e.err.Store(0)
+			}
+		}
+		e.mu.Unlock()
+	}
 	if err != nil {
 		e.mu.Lock()
-		e.connecting = false
+		e.to(evConnectFailed)
 		e.mu.Unlock()
 		return err
 	}
-	e.peer = a.tcpAddr().String()
-	if err = e.open(c, false); err != nil {
-		e.mu.Lock()
-		e.connecting = false
-		e.mu.Unlock()
-		return fmt.Errorf("uct/tcp: connect to ep: %w: %w", ucs.ErrIOError, err)
-	}
-	// From here on the EP is an ordinary connected EP: fail (Destroy,
-	// iface Close) closes the connection.
-	e.mu.Lock()
-	e.unconn, e.failed, e.claimed = false, false, true
-	e.err.Store(0)
-	e.mu.Unlock()
 	i.mu.Lock()
 	if i.closed || i.epIDs[e.id] != e {
 		i.mu.Unlock()

@@ -85,3 +85,49 @@ func TestConnectToEP(t *testing.T) {
 	}
 	progressUntil(t, func() bool { return got.Load() == 2 }, a, b)
 }
+
+// TestConnectToEPClosedIface checks an unconnected EP whose iface closes:
+// before ConnectToEP, its operations and ConnectToEP then fail with
+// ucs.ErrCanceled (as after Destroy; they failed with
+// ucs.ErrNotConnected, as if the EP could still connect); while ConnectToEP dials, it
+// either connected first (Close then ends the connection) or fails with
+// ucs.ErrCanceled, and operations fail with ucs.ErrCanceled either way.
+// Under the race detector the second case also checks that Close and
+// ConnectToEP agree on whether the EP has its connection.
+func TestConnectToEPClosedIface(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		dialing bool // Close runs while ConnectToEP dials
+	}{
+		{"closed before", false},
+		{"closed while dialing", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			captureLog(t)
+			md := testMD(t)
+			for range 10 {
+				a, b := openIface(t, md, nil), openIface(t, md, nil)
+				ea, _ := unconnected(t, a)
+				_, bAddr := unconnected(t, b)
+				errc := make(chan error, 1)
+				if tt.dialing {
+					go func() { errc <- ea.ConnectToEP(b.DeviceAddress(), bAddr) }()
+					a.Close()
+				} else {
+					a.Close()
+					if st := ea.AMShort(1, 0, nil); st != ucs.ErrCanceled {
+						t.Errorf("AMShort after the iface closed, before ConnectToEP = %v, want ErrCanceled", st)
+					}
+					errc <- ea.ConnectToEP(b.DeviceAddress(), bAddr)
+				}
+				if err := <-errc; err != nil && !errors.Is(err, ucs.ErrCanceled) || err == nil && !tt.dialing {
+					t.Errorf("ConnectToEP = %v, want ErrCanceled", err)
+				}
+				if st := ea.AMShort(1, 0, nil); st != ucs.ErrCanceled {
+					t.Errorf("AMShort after the iface closed = %v, want ErrCanceled", st)
+				}
+				b.Close()
+			}
+		})
+	}
+}

@@ -169,7 +169,7 @@ func (r *epReader) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 	st := ucs.Status(v)
 	e.mu.Lock()
 	w := e.firstWait()
-	if w == nil && e.failed && e.abandoned > 0 {
+	if w == nil && e.st.ended() && e.abandoned > 0 {
 		// The EP ended and dropped the operation: so is the reply.
 		e.abandoned--
 		e.mu.Unlock()
@@ -246,7 +246,7 @@ func (r *epReader) abort(err error) {
 	r.w = nil
 	e := r.e
 	e.mu.Lock()
-	if !e.failed {
+	if !e.st.ended() {
 		e.pushWaitFront(w)
 		w = nil
 	}
