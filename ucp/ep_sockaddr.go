@@ -189,4 +189,3 @@ func (w *Worker) csAddress(dev string) []byte {
 func onNetDev(wi *workerIface, dev string) bool {
 	return dev == "" || wi.rsc.tl.DevType != uct.DeviceTypeNet || wi.rsc.tl.DevName == dev
 }
-

@@ -568,3 +568,39 @@ func TestListenerParams(t *testing.T) {
 		}
 	}
 }
+
+// TestListenerClientID checks that a client sends its worker's client id
+// only when the endpoint asks to (EPParamsFlagSendClientID) and the
+// worker has one (WorkerParamFieldClientID set in its mask: a ClientID
+// without its bit does not count), and that the server reads 0 otherwise.
+func TestListenerClientID(t *testing.T) {
+	c := newCSContext(t, "posix")
+	s := startCSServer(t, c, nil)
+	for _, tt := range []struct {
+		name   string
+		wp     *WorkerParams
+		flags  EPParamsFlags
+		wantID uint64
+	}{
+		{"id and flag", new(WorkerParams).SetClientID(42), EPParamsFlagSendClientID, 42},
+		{"id without flag", new(WorkerParams).SetClientID(42), 0, 0},
+		{"flag, id without its mask bit", &WorkerParams{ClientID: 42}, EPParamsFlagSendClientID, 0},
+		{"flag, no id", nil, EPParamsFlagSendClientID, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cw, err := c.NewWorker(tt.wp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cw.Destroy)
+			p := new(EPParams)
+			if tt.flags != 0 {
+				p.SetFlags(tt.flags)
+			}
+			_, _, req := s.acceptNext(t, dial(cw, s.addr, p))
+			if got := req.Query().ClientID; got != tt.wantID {
+				t.Errorf("client id %d, want %d", got, tt.wantID)
+			}
+		})
+	}
+}
