@@ -153,6 +153,9 @@ import (
 	"github.com/goshmem/goshmem/symheap"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
+
+	// The transports ucp selects among.
+	_ "github.com/goshmem/goshmem/uct/transports"
 )
 
 // RMA is the set of standard RMA types of OpenSHMEM 1.5 in Go form.

@@ -5,6 +5,15 @@
 // interfaces that reach that worker and carries RMA and atomic operations
 // over them.
 //
+// ucp imports no transport: it selects among those registered with
+// uct.Register, which a program links in by importing them, all at once
+// with
+//
+//	import _ "github.com/goshmem/goshmem/uct/transports"
+//
+// (package shmem does). Its listeners and socket-address endpoints go
+// through the connection manager of a registered transport (uct.CM; tcp's).
+//
 // Parameters follow the field-mask rule of the UCX documents: a field counts
 // only when its bit is set in the mask (the setter methods set it), and an
 // unset field takes its documented default.
@@ -23,12 +32,6 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
-
-	// The transports ucp can select.
-	_ "github.com/goshmem/goshmem/uct/cma"
-	_ "github.com/goshmem/goshmem/uct/self"
-	_ "github.com/goshmem/goshmem/uct/sm"
-	_ "github.com/goshmem/goshmem/uct/tcp"
 )
 
 // Version of the goshmem ucp layer (ucp_get_version).
@@ -469,6 +472,9 @@ func (c *Context) selectResources() error {
 			}
 			c.mds = append(c.mds, e)
 		}
+	}
+	if len(uct.Components()) == 0 {
+		return fmt.Errorf("ucp init: no transport is linked in (import _ \"github.com/goshmem/goshmem/uct/transports\"): %w", ucs.ErrNoDevice)
 	}
 	if len(c.resources) == 0 {
 		return fmt.Errorf("ucp init: no transport selected by UCX_TLS=%s: %w", c.config.Get("TLS"), ucs.ErrNoDevice)

@@ -55,6 +55,9 @@ import (
 
 	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/ucp"
+
+	// ucp links no transport: all of them.
+	_ "github.com/goshmem/goshmem/uct/transports"
 )
 
 // params are the parameters of a test, which a client sends its server.

@@ -44,6 +44,9 @@ import (
 
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
+
+	// ucp links no transport: all of them.
+	_ "github.com/goshmem/goshmem/uct/transports"
 )
 
 // Tags: the client's id in the high 32 bits, the round in the low ones;

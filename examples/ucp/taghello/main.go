@@ -34,6 +34,9 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/ucp"
+
+	// ucp links no transport: all of them.
+	_ "github.com/goshmem/goshmem/uct/transports"
 )
 
 // echoBit marks the server's answers.
