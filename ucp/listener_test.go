@@ -86,33 +86,6 @@ func (s *csServer) next(t testing.TB) *ConnRequest {
 	}
 }
 
-// acceptRetry accepts the connection of the client that dial starts, as
-// acceptNext does; a client that fails before its request reaches the
-// server (its handshake outlasted the short timeout of the tests, on a
-// loaded machine) dials again, twice at most.
-func (s *csServer) acceptRetry(t testing.TB, dial func() <-chan epResult) {
-	t.Helper()
-	for try := 1; ; try++ {
-		ch := dial()
-		select {
-		case r := <-ch:
-			if r.err == nil {
-				r.ep.Close(CloseModeForce)
-				t.Fatal("the client connected before the server accepted its request")
-			}
-			if try == 3 {
-				t.Fatalf("client, try %d: %v", try, r.err)
-			}
-			t.Logf("client, try %d: %v; dialing again", try, r.err)
-		case req := <-s.reqs:
-			s.accept(t, req, ch)
-			return
-		case <-time.After(30 * time.Second):
-			t.Fatal("no connection request after 30 s")
-		}
-	}
-}
-
 type epResult struct {
 	ep  *Endpoint
 	err error

@@ -434,12 +434,12 @@ type cmEP struct {
 	mu        sync.Mutex
 	c         net.Conn // the handshake's connection, while it is open
 	destroyed bool
-	ended     bool   // the callback reported the end (or Destroy came)
 	ready     []byte // client: the confirmation, once accepted
 	local     netip.AddrPort
 	remote    netip.AddrPort
 
-	cbMu sync.Mutex // held while a callback runs
+	cbMu  sync.Mutex // held while a callback runs
+	ended bool       // under cbMu: the callback ran, or Destroy came
 }
 
 func (e *cmEP) Query() uct.CMEPAttr {
@@ -453,10 +453,10 @@ func (e *cmEP) finish(cb func()) {
 	e.cbMu.Lock()
 	defer e.cbMu.Unlock()
 	e.mu.Lock()
-	skip := e.destroyed || e.ended
-	e.ended = true
+	destroyed := e.destroyed // Destroy sets it before it closes anything
 	e.mu.Unlock()
-	if !skip {
+	if !e.ended && !destroyed {
+		e.ended = true
 		cb()
 	}
 }
@@ -475,8 +475,10 @@ func (e *cmEP) Destroy() {
 	if c != nil {
 		c.Close()
 	}
-	// A callback that runs now ends before Destroy returns.
+	// A callback that runs now ends before Destroy returns, and none runs
+	// after.
 	e.cbMu.Lock()
+	e.ended = true
 	e.cbMu.Unlock()
 }
 

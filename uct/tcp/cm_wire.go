@@ -55,9 +55,11 @@ const (
 	cmReasonBusy    uint8 = 3 // too many connections at the listener
 
 	cmFlagKeyed uint8 = 1 << 0 // cmChallenge
+)
 
+const (
 	cmMagic     uint32 = 0x434c5347 // "GSLC"
-	cmVersion          = 3
+	cmVersion   uint16 = 3
 	cmHeaderLen        = 8
 
 	// MaxConnPriv is the largest private data either side of a CM
