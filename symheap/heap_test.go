@@ -9,7 +9,6 @@ import (
 	"github.com/goshmem/goshmem/symheap"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
-	_ "github.com/goshmem/goshmem/uct/transports"
 )
 
 // TestHeapBaseAligned: every heap starts at a multiple of MaxAlign,

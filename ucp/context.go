@@ -5,6 +5,15 @@
 // interfaces that reach that worker and carries RMA and atomic operations
 // over them.
 //
+// ucp imports no transport: it selects among those registered with
+// uct.Register, which a program links in by importing them, all at once
+// with
+//
+//	import _ "github.com/goshmem/goshmem/uct/transports"
+//
+// (package shmem does). Its listeners and socket-address endpoints go
+// through the connection manager of a registered transport (uct.CM; tcp's).
+//
 // Parameters follow the field-mask rule of the UCX documents: a field counts
 // only when its bit is set in the mask (the setter methods set it), and an
 // unset field takes its documented default.
@@ -468,6 +477,9 @@ func (c *Context) selectResources() error {
 			}
 			c.mds = append(c.mds, e)
 		}
+	}
+	if len(uct.Components()) == 0 {
+		return fmt.Errorf("ucp init: no transport is linked in (import _ \"github.com/goshmem/goshmem/uct/transports\"): %w", ucs.ErrNoDevice)
 	}
 	if len(c.resources) == 0 {
 		return fmt.Errorf("ucp init: no transport selected by UCX_TLS=%s: %w", c.config.Get("TLS"), ucs.ErrNoDevice)

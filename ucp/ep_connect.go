@@ -2,12 +2,12 @@ package ucp
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
 )
 
 // A client-server endpoint is returned by NewEndpoint at once, connecting,
@@ -100,8 +100,9 @@ func (w *Worker) csProgress() int {
 type epConnect struct {
 	sa       netip.AddrPort
 	mu       sync.Mutex
-	c        net.Conn // the handshake's connection, once dialled
-	aborted  bool     // the endpoint was closed: c is closed
+	cmep     uct.CMEP // the connection manager's EP
+	dev      string   // the network device of the last connection, or ""
+	aborted  bool     // the endpoint was closed: cmep is destroyed
 	finished bool     // the handshake ended, with acc or err
 	acc      *csAccepted
 	err      error
@@ -113,10 +114,8 @@ type epConnect struct {
 // csAccepted is what a client needs from an accepted handshake to wire its
 // endpoint and confirm.
 type csAccepted struct {
-	ra    *workerAddress
-	dev   string
-	ready []byte // the confirmation to send once wired
-	sock  sockAddrs
+	ra  *workerAddress
+	dev string
 }
 
 // deferredOp is an operation issued on an endpoint that connects; proxy
@@ -128,31 +127,50 @@ type deferredOp struct {
 	close bool // a close: the endpoint closes even if the connection fails
 }
 
-// setConn records the dialled connection; false when the endpoint was
-// closed meanwhile.
-func (st *epConnect) setConn(c net.Conn) bool {
+// setCMEP records the connection manager's EP once it is created; an
+// endpoint closed meanwhile destroys it.
+func (st *epConnect) setCMEP(cmep uct.CMEP) {
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.aborted {
-		return false
+	st.cmep = cmep
+	aborted := st.aborted
+	st.mu.Unlock()
+	if aborted {
+		cmep.Destroy()
 	}
-	st.c = c
-	return true
 }
 
-// finish records the handshake's end and tells the worker.
-func (st *epConnect) finish(w *Worker, acc *csAccepted, err error) {
+// setDev records the network device of the connection the connection
+// manager made (it packs the private data for it).
+func (st *epConnect) setDev(dev string) {
+	st.mu.Lock()
+	st.dev = dev
+	st.mu.Unlock()
+}
+
+// finish records the handshake's end, as the connection manager reports
+// it, and tells the worker.
+func (st *epConnect) finish(w *Worker, cmep uct.CMEP, a *uct.CMConnectArgs) {
+	var acc *csAccepted
+	err := a.Status
+	if err == nil {
+		var ra *workerAddress
+		if _, ra, err = decodeCSPriv(a.PrivData); err == nil {
+			acc = &csAccepted{ra: ra}
+		} else {
+			err = fmt.Errorf("the server's answer: %w", err)
+		}
+	}
 	st.mu.Lock()
 	if st.finished {
 		st.mu.Unlock()
 		return
 	}
-	st.finished, st.acc, st.err = true, acc, err
-	c := st.c
-	st.mu.Unlock()
-	if err != nil && c != nil {
-		c.Close() // tells the server
+	st.cmep = cmep
+	if acc != nil {
+		acc.dev = st.dev
 	}
+	st.finished, st.acc, st.err = true, acc, err
+	st.mu.Unlock()
 	w.cs.done.Store(true)
 	w.notify()
 }
@@ -168,24 +186,24 @@ func (st *epConnect) hasFinished() bool {
 func (ep *Endpoint) settle() {
 	st := ep.conn.Load()
 	st.mu.Lock()
-	acc, err, c, aborted := st.acc, st.err, st.c, st.aborted
+	acc, err, cmep, aborted := st.acc, st.err, st.cmep, st.aborted
 	st.mu.Unlock()
 	if aborted {
 		return
 	}
 	if err == nil {
 		if err = ep.wireTo(acc.ra, acc.dev); err == nil {
-			if _, werr := c.Write(acc.ready); werr != nil {
-				err = csIOErr("confirming", werr)
+			a := cmep.Query()
+			if err = cmep.ConnNotify(); err != nil {
 				ep.closeFinal()
 			} else {
-				ep.sock = acc.sock
+				ep.sock = sockAddrs{local: a.LocalAddress, remote: a.RemoteAddress}
 			}
 		}
 	}
-	if c != nil {
-		c.Close()
-	}
+	// Destroying the connection manager's EP before a confirmation tells
+	// the server that the client gave up.
+	cmep.Destroy()
 	if err != nil {
 		ep.connectFailed(st, fmt.Errorf("ucp ep create to %v: %w", st.sa, err))
 		return
@@ -251,11 +269,11 @@ func (ep *Endpoint) abortConnect(st *epConnect) {
 	}
 	st.aborted, st.settled = true, true
 	st.failErr = fmt.Errorf("ucp ep to %v: closed while connecting: %w", st.sa, ErrClosed)
-	c, ops := st.c, st.deferred
+	cmep, ops := st.cmep, st.deferred
 	st.deferred = nil
 	st.mu.Unlock()
-	if c != nil {
-		c.Close()
+	if cmep != nil {
+		cmep.Destroy()
 	}
 	for _, d := range ops {
 		d.proxy.complete(ucs.ErrCanceled)

@@ -3,18 +3,13 @@ package ucp
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/goshmem/goshmem/internal/admit"
-	"github.com/goshmem/goshmem/internal/jobkey"
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
 )
 
 // Fields of ListenerParams (ucp_listener_params_field), and goshmem's own.
@@ -105,80 +100,42 @@ func (p *ListenerParams) SetHandshakeTimeout(d time.Duration) *ListenerParams {
 	return p
 }
 
-// Limits of a listener's connections. Those not authenticated yet are
-// bounded per source address and in all (internal/admit): a new one beyond
-// a bound displaces the oldest (of its source, or of the source with the
-// most), so that strangers' idle or slow connections never keep a client
-// that has the key out; it authenticates within a few round trips. The
-// authenticated ones (with the requests waiting for the application) are
-// bounded apart: beyond maxListenerConns a client is refused as busy, and
-// strangers cannot bring that about.
-const (
-	maxHandshakes          = 256
-	maxHandshakesPerSource = maxHandshakes / 2
-	maxListenerConns       = 4096
-)
-
 // Listener accepts client-server connections on a socket address for a
 // worker (ucp_listener_h).
 //
-// Every client runs a handshake with it over TCP: when a key is configured
-// (UCX_TCP_KEY, or the launcher's GOSHMEM_KEY: the key the tcp transport
-// authenticates with) both sides prove with an HMAC over fresh nonces that
-// they hold it, and a client that does not is refused. The two exchange
+// It listens through the connection manager of a transport (uct.CM; the
+// tcp one, whose handshake, authentication and limits uct/tcp documents):
+// when a key is configured (UCX_TCP_KEY, or the launcher's GOSHMEM_KEY)
+// a client must prove that it holds it. The client and the server exchange
 // their workers' addresses, and the endpoints that both make are wired as
 // any endpoint made from a worker address: on one host over shared memory
 // when the context has it, otherwise over tcp (which needs the same key on
-// both sides). A client that does not complete its part of the handshake
-// within the handshake timeout is dropped, and so is one that has not
-// authenticated when many newer ones came (see maxHandshakes); nothing a
-// client sends harms the listener or its other clients, and refusals are
-// logged a few lines a minute, with a count of the rest.
+// both sides).
 type Listener struct {
 	w         *Worker
-	ln        *net.TCPListener
+	ul        uct.Listener
 	addr      netip.AddrPort
-	key       jobkey.HandshakeKey
-	keyed     bool
 	hsTimeout time.Duration
 	params    ListenerParams
 	progID    int
-	gate      *admit.Gate[net.Conn] // the clients in the handshake
-	refused   *ucs.LogLimiter       // refusals and displacements
+	refused   *ucs.LogLimiter // requests refused for malformed data
 
 	mu     sync.Mutex
-	conns  map[*ConnRequest]struct{} // every open client connection
-	authed int                       // of them, the authenticated
-	queue  []*ConnRequest            // authenticated, for the handler
+	queue  []*ConnRequest // for the handler
 	closed bool
 	queued atomic.Bool // queue is not empty
-	wg     sync.WaitGroup
 }
-
-// Connection request states.
-const (
-	reqHandshake int32 = iota // authenticating
-	reqPending                // waiting for the application
-	reqTaken                  // being accepted or rejected
-	reqGone                   // the client left or the listener closed
-)
 
 // ConnRequest is an authenticated client's request to connect
 // (ucp_conn_request_h), which the application accepts by creating an
 // endpoint from it or refuses with Listener.Reject, once.
 type ConnRequest struct {
-	l      *Listener
-	c      net.Conn
-	client netip.AddrPort
-	local  netip.AddrPort
-	hello  csMsg
-	snonce jobkey.Nonce
-	ra     *workerAddress
-	state  atomic.Int32
-	// accepted receives, from the accept or reject that took the
-	// request, once it answered the client, the endpoint it made (nil
-	// for none).
-	accepted chan *Endpoint
+	l        *Listener
+	req      uct.ConnRequest
+	client   netip.AddrPort
+	dev      string
+	clientID uint64
+	ra       *workerAddress
 }
 
 // ConnRequestAttr describes a connection request (ucp_conn_request_attr_t).
@@ -186,13 +143,14 @@ type ConnRequestAttr struct {
 	// ClientAddress is the client's socket address.
 	ClientAddress netip.AddrPort
 	// ClientID is the id the client's worker sent
-	// (EPParamsFlagSendClientID), 0 if it sent none.
+	// (EPParamsFlagSendClientID, with WorkerParamFieldClientID), 0 if it
+	// sent none.
 	ClientID uint64
 }
 
 // Query describes the request (ucp_conn_request_query).
 func (r *ConnRequest) Query() ConnRequestAttr {
-	return ConnRequestAttr{ClientAddress: r.client, ClientID: r.hello.clientID}
+	return ConnRequestAttr{ClientAddress: r.client, ClientID: r.clientID}
 }
 
 // ListenerAttr describes a listener (ucp_listener_attr_t).
@@ -249,47 +207,48 @@ func (w *Worker) NewListener(params *ListenerParams) (*Listener, error) {
 			return bad("flags %#x", flags)
 		}
 	}
-	key, keyed, err := w.ctx.listenerKey()
-	if err != nil {
-		return nil, fmt.Errorf("ucp listener create: %w", err)
-	}
-	sa := params.SockAddr
-	if !keyed && !sa.Addr().IsLoopback() && flags&ListenerFlagAllowUnauthenticated == 0 {
-		return bad("no key is configured (UCX_TCP_KEY or GOSHMEM_KEY), so %v, which is not loopback, needs ListenerFlagAllowUnauthenticated", sa)
-	}
 	hs := w.ctx.csHandshake
 	if params.FieldMask&ListenerParamFieldHandshakeTimeout != 0 {
 		if hs = params.HandshakeTimeout; hs <= 0 {
 			return bad("handshake timeout %v", hs)
 		}
 	}
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(sa))
+	cm, err := w.connManager()
 	if err != nil {
-		st := ucs.ErrIOError
-		if errors.Is(err, syscall.EADDRINUSE) {
-			st = ucs.ErrBusy
-		}
-		return nil, fmt.Errorf("ucp listener create on %v: %w: %w", sa, err, st)
+		return nil, fmt.Errorf("ucp listener create: %w", err)
 	}
-	l := &Listener{w: w, ln: ln, key: key, keyed: keyed, hsTimeout: hs, params: *params,
-		gate:  admit.New[net.Conn](admit.Limits{PerSource: maxHandshakesPerSource, Total: maxHandshakes}),
-		conns: make(map[*ConnRequest]struct{})}
-	l.addr = ln.Addr().(*net.TCPAddr).AddrPort()
-	prefix := fmt.Sprintf("ucp: worker %s: listener on %v: ", w.name, l.addr)
+	l := &Listener{w: w, hsTimeout: hs, params: *params}
+	// The connection manager may call l.connRequest before it returned:
+	// what that uses is set before, or under l.mu.
 	l.refused = ucs.NewLogLimiter("refused connections", listenerWarnBurst, time.Minute,
-		func(format string, args ...any) { w.warnf(prefix+format, args...) })
+		func(format string, args ...any) {
+			w.warnf("ucp: worker %s: listener on %v: "+format, append([]any{w.name, l.sockAddr()}, args...)...)
+		})
+	ul, err := cm.ListenerCreate(&uct.ListenerParams{SockAddr: params.SockAddr, ConnRequest: l.connRequest,
+		HandshakeTimeout: hs, AllowUnauthenticated: flags&ListenerFlagAllowUnauthenticated != 0})
+	if err != nil {
+		return nil, fmt.Errorf("ucp listener create: %w", err)
+	}
+	l.mu.Lock()
+	l.ul, l.addr = ul, ul.Query().SockAddr
+	l.mu.Unlock()
 	if !w.listeners.add(l) {
-		ln.Close()
+		ul.Destroy()
 		return nil, fmt.Errorf("ucp listener create: %w", ErrClosed)
 	}
 	l.progID = w.uw.ProgressRegister(l.progress)
-	l.wg.Add(1)
-	go l.acceptLoop()
 	return l, nil
 }
 
 // Query describes the listener (ucp_listener_query).
-func (l *Listener) Query() ListenerAttr { return ListenerAttr{SockAddr: l.addr} }
+func (l *Listener) Query() ListenerAttr { return ListenerAttr{SockAddr: l.sockAddr()} }
+
+// sockAddr returns the address the listener listens on.
+func (l *Listener) sockAddr() netip.AddrPort {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.addr
+}
 
 // Destroy stops the listener (ucp_listener_destroy): it closes its socket
 // and every client connection still in the handshake or waiting for the
@@ -303,14 +262,11 @@ func (l *Listener) Destroy() {
 		return
 	}
 	l.closed = true
-	for r := range l.conns {
-		r.c.Close()
-	}
 	l.queue = nil
+	ul := l.ul
 	l.mu.Unlock()
-	l.ln.Close()
+	ul.Destroy()
 	l.w.uw.ProgressUnregister(l.progID)
-	l.wg.Wait()
 	l.refused.Flush()
 	l.w.listeners.remove(l)
 }
@@ -323,184 +279,36 @@ func (l *Listener) Reject(req *ConnRequest) error {
 	if req == nil || req.l != l {
 		return fmt.Errorf("ucp listener reject: not a request of this listener: %w", ucs.ErrInvalidParam)
 	}
-	if err := req.take(); err != nil {
+	if err := req.req.Listener().Reject(req.req); err != nil {
 		return fmt.Errorf("ucp listener reject: %w", err)
 	}
-	req.c.SetWriteDeadline(time.Now().Add(l.hsTimeout))
-	_, err := req.c.Write((&csMsg{typ: csReject, reason: csReasonRefused}).encode())
-	req.c.Close()
-	req.accepted <- nil
-	if err != nil {
-		return fmt.Errorf("ucp listener reject %v: %w: %w", req.client, err, ucs.ErrConnectionReset)
-	}
 	return nil
-}
-
-// take claims a pending request for an accept or a reject.
-func (r *ConnRequest) take() error {
-	if r.state.CompareAndSwap(reqPending, reqTaken) {
-		return nil
-	}
-	if r.state.Load() == reqGone {
-		return fmt.Errorf("client %v left: %w", r.client, ucs.ErrConnectionReset)
-	}
-	return fmt.Errorf("request of %v already accepted or rejected: %w", r.client, ucs.ErrInvalidParam)
 }
 
 // listenerWarnBurst is the number of refusals a listener logs per minute;
 // it counts the rest.
 const listenerWarnBurst = 10
 
-// acceptLoop accepts clients until the listener closes. A new client
-// enters the gate before anything else is done for it, displacing (and
-// closing) an older one that has not authenticated when the gate is full.
-func (l *Listener) acceptLoop() {
-	defer l.wg.Done()
-	var backoff time.Duration
-	for {
-		c, err := l.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of descriptors or the like: wait rather than spin.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			l.refused.Logf("accept: %v", err)
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		req := &ConnRequest{l: l, c: c, accepted: make(chan *Endpoint, 1)}
-		req.client = c.RemoteAddr().(*net.TCPAddr).AddrPort()
-		req.local = c.LocalAddr().(*net.TCPAddr).AddrPort()
-		if !l.track(req) {
-			continue
-		}
-		tk, old, ousted := l.gate.Admit(req.client.Addr(), c)
-		if ousted {
-			old.Close()
-			l.refused.Logf("closed the connection from %v, which had not authenticated when newer ones came", old.RemoteAddr())
-		}
-		l.wg.Add(1)
-		go l.serve(req, tk)
-	}
-}
-
-// track adds a new connection, or closes it when the listener is closed.
-func (l *Listener) track(r *ConnRequest) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		r.c.Close()
-		return false
-	}
-	l.conns[r] = struct{}{}
-	return true
-}
-
-// refuseBusy tells a client the listener is busy and closes its
-// connection. The few bytes fit the new socket's buffer: the write does not
-// wait for the client, and its deadline only bounds the unexpected.
-func (l *Listener) refuseBusy(c net.Conn) {
-	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	c.Write((&csMsg{typ: csReject, reason: csReasonBusy}).encode())
-	c.Close()
-}
-
-// serve runs the handshake with one client (tk, its place in the gate),
-// queues its request for the application, and then waits for the client's
-// confirmation (after an accept) or its departure.
-func (l *Listener) serve(r *ConnRequest, tk *admit.Ticket[net.Conn]) {
-	defer l.wg.Done()
-	authed := false
-	defer func() {
-		r.state.CompareAndSwap(reqPending, reqGone)
-		r.state.CompareAndSwap(reqHandshake, reqGone)
-		r.c.Close()
-		l.mu.Lock()
-		delete(l.conns, r)
-		if authed {
-			l.authed--
-		}
-		l.mu.Unlock()
-	}()
-	r.c.SetDeadline(time.Now().Add(l.hsTimeout))
-	hello, snonce, ra, err := serverHandshake(r.c, l.key, l.keyed)
-	if tk.Done() {
-		return // a newer client displaced it, and closed its connection
-	}
+// connRequest receives a request from the connection manager, on a
+// goroutine of its own: it decodes the client's private data, refusing
+// the client when that is malformed, and queues the request for Progress.
+func (l *Listener) connRequest(ul uct.Listener, _ any, a *uct.ConnRequestArgs) {
+	clientID, ra, err := decodeCSPriv(a.PrivData)
 	if err != nil {
-		if errors.Is(err, jobkey.ErrAuth) {
-			r.c.Write((&csMsg{typ: csReject, reason: csReasonAuth}).encode())
-		}
-		if !l.isClosed() {
-			l.refused.Logf("refused the connection from %v: %v", r.client, err)
-		}
+		l.refused.Logf("refused the connection from %v: %v", a.ClientAddress, err)
+		ul.Reject(a.Request)
 		return
 	}
-	r.hello, r.snonce, r.ra = hello, snonce, ra
-	r.c.SetDeadline(time.Time{})
-	if authed = l.enqueue(r); !authed {
-		return
-	}
-	// The next message is the client's confirmation of an accept; one
-	// before the application took the request means that the client left
-	// (or misbehaved, or the listener closed).
-	m, err := readCSMsg(r.c, csReady)
-	if err == nil {
-		err = csVerify(l.key, &m.mac, jobkey.ClientConfirm, hello.clientID, &hello.nonce, &snonce, nil)
-	}
-	if r.state.CompareAndSwap(reqPending, reqGone) {
-		return
-	}
-	ep := <-r.accepted
-	if err == nil || ep == nil {
-		return
-	}
-	// The client did not confirm: it left, or could not wire its side.
-	// The endpoint fails as on any loss of its peer.
-	st := ucs.ErrConnectionReset
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		st = ucs.ErrTimedOut
-	case errors.Is(err, ucs.ErrRejected):
-		st = ucs.ErrRejected
-	}
-	if ep.params.ErrMode == ErrHandlingModePeer {
-		ep.setFailed(st)
-	}
-}
-
-// isClosed reports whether Destroy began.
-func (l *Listener) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
-
-// enqueue queues an authenticated request for the handler, and counts it
-// among the authenticated connections. It refuses the client as busy when
-// there are maxListenerConns of them already, and does nothing when the
-// listener is closed.
-func (l *Listener) enqueue(r *ConnRequest) bool {
+	r := &ConnRequest{l: l, req: a.Request, client: a.ClientAddress, dev: a.DevName, clientID: clientID, ra: ra}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return false
+		return // the connection manager's Destroy closes it
 	}
-	if l.authed >= maxListenerConns {
-		l.mu.Unlock()
-		l.refuseBusy(r.c)
-		l.refused.Logf("refused the connection from %v: %d authenticated connections wait already", r.client, maxListenerConns)
-		return false
-	}
-	l.authed++
-	r.state.Store(reqPending)
 	l.queue = append(l.queue, r)
 	l.queued.Store(true)
 	l.mu.Unlock()
 	l.w.notify()
-	return true
 }
 
 // progress hands the queued requests to the handler; it is one of the
@@ -514,12 +322,7 @@ func (l *Listener) progress() int {
 	l.queue = nil
 	l.queued.Store(false)
 	l.mu.Unlock()
-	n := 0
 	for _, r := range q {
-		if r.state.Load() != reqPending {
-			continue // the client left meanwhile
-		}
-		n++
 		if l.params.ConnHandler != nil {
 			l.params.ConnHandler(r, l.params.HandlerArg)
 			continue
@@ -527,40 +330,16 @@ func (l *Listener) progress() int {
 		ep, err := l.w.NewEndpoint(new(EPParams).SetConnRequest(r))
 		if err != nil {
 			// The client learns of it too (rejected, or its
-			// connection closed); the server has no one else to tell.
-			l.w.warnf("ucp: worker %s: listener on %v: %v", l.w.name, l.addr, err)
+			// connection closed); the server has no one else to tell,
+			// and a client that left tells nothing.
+			if !errors.Is(err, ucs.ErrConnectionReset) {
+				l.w.warnf("ucp: worker %s: listener on %v: %v", l.w.name, l.sockAddr(), err)
+			}
 			continue
 		}
 		l.params.AcceptHandler(ep, l.params.HandlerArg)
 	}
-	return n
-}
-
-// serverHandshake runs the listener's side of the handshake on rw up to
-// the client's verified request: it returns the client's hello, the
-// server nonce and the client's worker address.
-func serverHandshake(rw io.ReadWriter, key jobkey.HandshakeKey, keyed bool) (hello csMsg, snonce jobkey.Nonce, ra *workerAddress, err error) {
-	if hello, err = readCSMsg(rw, csHello); err != nil {
-		return
-	}
-	ch := csMsg{typ: csChallenge}
-	if keyed {
-		ch.flags = csFlagKeyed
-	}
-	ch.nonce = jobkey.NewNonce()
-	snonce = ch.nonce
-	if _, err = rw.Write(ch.encode()); err != nil {
-		return
-	}
-	req, err := readCSMsg(rw, csRequest)
-	if err != nil {
-		return
-	}
-	if err = csVerify(key, &req.mac, jobkey.ClientProof, hello.clientID, &hello.nonce, &snonce, req.addr); err != nil {
-		return
-	}
-	ra, err = decodeWorkerAddress(req.addr)
-	return
+	return len(q)
 }
 
 // listenerSet is a worker's listeners, which Worker.Destroy destroys.
@@ -600,5 +379,41 @@ func (s *listenerSet) destroyAll() {
 	s.mu.Unlock()
 	for _, l := range ls {
 		l.Destroy()
+	}
+}
+
+// workerCM is a worker's connection manager, which its listeners and
+// client-server endpoints use, opened when first needed (UCX opens its CMs
+// with the worker).
+type workerCM struct {
+	once sync.Once
+	cm   uct.CM
+	err  error
+}
+
+// connManager returns the worker's connection manager: that of the first
+// registered component that has one, with its configuration read under
+// the component's prefix (UCX_TCP_KEY for tcp). It fails with
+// ucs.ErrUnsupported when no component has one, ucs.ErrInvalidParam for
+// a bad configuration.
+func (w *Worker) connManager() (uct.CM, error) {
+	w.cm.once.Do(func() {
+		comp, err := uct.LookupCM()
+		if err != nil {
+			w.cm.err = err
+			return
+		}
+		cfg := w.ctx.config.ReadAlso(w.ctx.componentPrefix(comp.Name()), comp.CMConfigTable())
+		w.cm.cm, w.cm.err = comp.CMOpen(&uct.CMParams{Logger: w.ctx.log}, cfg)
+	})
+	return w.cm.cm, w.cm.err
+}
+
+// closeCM closes the connection manager, once the listeners and the
+// endpoints that connect are gone (Worker.Destroy).
+func (w *Worker) closeCM() {
+	w.cm.once.Do(func() { w.cm.err = fmt.Errorf("ucp: %w", ErrClosed) })
+	if w.cm.cm != nil {
+		w.cm.cm.Close()
 	}
 }

@@ -86,33 +86,6 @@ func (s *csServer) next(t testing.TB) *ConnRequest {
 	}
 }
 
-// acceptRetry accepts the connection of the client that dial starts, as
-// acceptNext does; a client that fails before its request reaches the
-// server (its handshake outlasted the short timeout of the tests, on a
-// loaded machine) dials again, twice at most.
-func (s *csServer) acceptRetry(t testing.TB, dial func() <-chan epResult) {
-	t.Helper()
-	for try := 1; ; try++ {
-		ch := dial()
-		select {
-		case r := <-ch:
-			if r.err == nil {
-				r.ep.Close(CloseModeForce)
-				t.Fatal("the client connected before the server accepted its request")
-			}
-			if try == 3 {
-				t.Fatalf("client, try %d: %v", try, r.err)
-			}
-			t.Logf("client, try %d: %v; dialing again", try, r.err)
-		case req := <-s.reqs:
-			s.accept(t, req, ch)
-			return
-		case <-time.After(30 * time.Second):
-			t.Fatal("no connection request after 30 s")
-		}
-	}
-}
-
 type epResult struct {
 	ep  *Endpoint
 	err error
@@ -566,5 +539,41 @@ func TestListenerParams(t *testing.T) {
 		if _, err := w.NewEndpoint(p); !errors.Is(err, ucs.ErrInvalidParam) {
 			t.Errorf("endpoint params %#x: %v, want ucs.ErrInvalidParam", p.FieldMask, err)
 		}
+	}
+}
+
+// TestListenerClientID checks that a client sends its worker's client id
+// only when the endpoint asks to (EPParamsFlagSendClientID) and the
+// worker has one (WorkerParamFieldClientID set in its mask: a ClientID
+// without its bit does not count), and that the server reads 0 otherwise.
+func TestListenerClientID(t *testing.T) {
+	c := newCSContext(t, "posix")
+	s := startCSServer(t, c, nil)
+	for _, tt := range []struct {
+		name   string
+		wp     *WorkerParams
+		flags  EPParamsFlags
+		wantID uint64
+	}{
+		{"id and flag", new(WorkerParams).SetClientID(42), EPParamsFlagSendClientID, 42},
+		{"id without flag", new(WorkerParams).SetClientID(42), 0, 0},
+		{"flag, id without its mask bit", &WorkerParams{ClientID: 42}, EPParamsFlagSendClientID, 0},
+		{"flag, no id", nil, EPParamsFlagSendClientID, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cw, err := c.NewWorker(tt.wp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cw.Destroy)
+			p := new(EPParams)
+			if tt.flags != 0 {
+				p.SetFlags(tt.flags)
+			}
+			_, _, req := s.acceptNext(t, dial(cw, s.addr, p))
+			if got := req.Query().ClientID; got != tt.wantID {
+				t.Errorf("client id %d, want %d", got, tt.wantID)
+			}
+		})
 	}
 }

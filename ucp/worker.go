@@ -205,6 +205,7 @@ type Worker struct {
 	rkc        rkeyCache    // senders' keys, for rendezvous receives (proto.go)
 	listeners  listenerSet  // listener.go
 	cs         csConnects   // client-server endpoints that connect (ep_connect.go)
+	cm         workerCM     // the connection manager (listener.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -471,6 +472,7 @@ func (w *Worker) Destroy() {
 	}
 	w.listeners.destroyAll()
 	w.cs.abortAll()
+	w.closeCM()
 	w.stopKeepalive()
 	w.epMu.Lock()
 	eps := w.eps

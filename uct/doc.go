@@ -5,7 +5,10 @@
 // domain resources and opens MDs; an MD allocates or registers memory, packs
 // memory keys, lists its transport resources and opens Ifaces on them; an
 // Iface has an address and creates EPs to remote ifaces; an EP carries the
-// one-sided and active-message operations.
+// one-sided and active-message operations. A Component that also has a
+// connection manager (CMComponent: tcp's) sets up client-server
+// connections on socket addresses: listeners, connection requests with
+// private data, and CM EPs (cm.go).
 //
 // Non-blocking operations return a ucs.Status: OK when the operation is
 // complete on return, InProgress when a Completion given with the call will
@@ -15,5 +18,5 @@
 //
 // Transports register themselves with Register from an init function; import
 // a transport's package (for example for its side effect) to make it
-// available.
+// available, or uct/transports for all of them.
 package uct

@@ -8,7 +8,10 @@
 // (up, with an IPv4 address or a global IPv6 address; the loopback "lo"
 // included), one uct.TLResource{TLName: "tcp", DevName: <interface>,
 // DevType: uct.DeviceTypeNet} each. Selecting devices (UCX_NET_DEVICES) is
-// left to ucp.
+// left to ucp. The component also has a connection manager
+// (uct.CMComponent, cm.go): listeners on socket addresses and the
+// authenticated handshake that carries the layer above's private data
+// (cm_wire.go), which ucp's listeners and socket-address endpoints use.
 //
 // # Memory keys
 //
