@@ -306,7 +306,7 @@ func (f *Func[A, R]) check(pe int) error {
 
 // send sends a call of the function with argument *a to pe.
 func (f *Func[A, R]) send(pe int, kind uint8, callid uint64, a *A) error {
-	b := getBuf()
+	b := msgBuf(false)
 	*b = appendHeader((*b)[:0], kind, f.id, callid)
 	var err error
 	if *b, err = f.ac.appendTo(*b, a); err != nil {

@@ -16,10 +16,16 @@
 //     handler, and PE 0 progresses until the answer came (ucpperf's
 //     ucp_am_lat, over the job's endpoints). "rpc" is rpc.Func.Call of an
 //     Inline function on an int64, then Future.Wait; "rpc-invoke" is
-//     rpc.Func.Invoke, the same without a future to allocate. The ways run
-//     -rounds times in alternation, -n round trips each time; the table
-//     gives the median of the rounds' means, in microseconds per round
-//     trip, and the median of the rounds' ratios to am.
+//     rpc.Func.Invoke, which is Call then Wait. The ways run -rounds times
+//     in alternation, -n round trips each time; the table gives the median
+//     of the rounds' means, in microseconds per round trip, and the median
+//     of the rounds' ratios to am with their range (lowest-highest), of
+//     the elapsed time ("us") and of the processor time that PE 0's
+//     process spent ("cpu-us": user and system, garbage collection
+//     included; it counts the time PE 0 spins for its peer, but not the
+//     time other programs of a loaded machine took its core away, so its
+//     ratios are the steadier there). compare.sh runs it pinned, over
+//     shared memory and tcp.
 //   - gups: every PE adds one to -updates words of the table (-table words
 //     per PE, symmetric), each at a random PE and index, three ways:
 //     "atomic" with shmem.AtomicAdd, "rpc" with one rpc.Func.Go per update
@@ -49,6 +55,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/goshmem/goshmem/dist"
@@ -293,7 +300,10 @@ func roundTrips(t *table, o options) error {
 	}
 	defer pp.w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID))
 	shmem.BarrierAll()
-	us := make([][]float64, len(rttWays)) // per way, per round
+	// Per way, per round: elapsed and processor microseconds per round
+	// trip.
+	us := make([][]float64, len(rttWays))
+	cpu := make([][]float64, len(rttWays))
 	var err error
 	if me == 0 {
 		// Warm every path up (endpoints, buffers, pools) before measuring.
@@ -304,11 +314,14 @@ func roundTrips(t *table, o options) error {
 		}
 		for r := 0; r < o.rounds && err == nil; r++ {
 			for i, w := range rttWays {
+				c0 := cpuTime()
 				var d time.Duration
 				if d, err = w.rtt(o.peer, o.n); err != nil {
 					break
 				}
+				c := cpuTime() - c0
 				us[i] = append(us[i], float64(d.Nanoseconds())/1e3/float64(o.n))
+				cpu[i] = append(cpu[i], float64(c.Nanoseconds())/1e3/float64(o.n))
 			}
 		}
 		if o.peer != 0 {
@@ -330,17 +343,39 @@ func roundTrips(t *table, o options) error {
 	if err != nil {
 		return err
 	}
-	t.row("rtt", rttWays[0].name, median(us[0]), "us", "", 0)
-	for i, w := range rttWays[1:] {
-		// The ratio is the median of each round's: a round's ways ran
-		// close in time, under the same load.
-		ratios := make([]float64, len(us[0]))
-		for r := range ratios {
-			ratios[r] = us[i+1][r] / us[0][r]
+	for _, m := range []struct {
+		unit string
+		v    [][]float64
+	}{{"us", us}, {"cpu-us", cpu}} {
+		t.row("rtt", rttWays[0].name, median(m.v[0]), m.unit, "", 0)
+		for i, w := range rttWays[1:] {
+			// The ratio is the median of each round's: a round's ways
+			// ran close in time, under the same load.
+			ratios := make([]float64, len(m.v[0]))
+			for r := range ratios {
+				ratios[r] = m.v[i+1][r] / m.v[0][r]
+			}
+			t.rowRange("rtt", w.name, median(m.v[i+1]), m.unit, rttWays[0].name, ratios)
 		}
-		t.row("rtt", w.name, median(us[i+1]), "us", rttWays[0].name, median(ratios))
 	}
 	return nil
+}
+
+// cpuTime returns the processor time this process spent so far (user and
+// system, every thread).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rowRange prints a result with the median of ratios, its ratios to way
+// base, and their range.
+func (t *table) rowRange(test, way string, v float64, unit, base string, ratios []float64) {
+	lo, hi := slices.Min(ratios), slices.Max(ratios)
+	t.printf("%-6s %-11s %12.3f  %-12s %.2fx %s (%.2f-%.2f)\n", test, way, v, unit, median(ratios), base, lo, hi)
 }
 
 func median(v []float64) float64 {
