@@ -37,7 +37,7 @@ type futState[R any] struct {
 	pe   int
 	name string
 	rc   *codec[R]
-	pool *sync.Pool // where the state goes back once taken; nil: nowhere
+	pool *futPool[R] // where the state goes back once taken; nil: nowhere
 
 	mu    sync.Mutex // guards what follows, against Then and Done (at ThreadMultiple: see lock)
 	then  []func()
@@ -131,7 +131,31 @@ func (s *futState[R]) recycle() {
 	s.then, s.ready = nil, nil
 	unlock(&s.mu)
 	if s.pool != nil {
-		s.pool.Put(s)
+		s.pool.put(s)
+	}
+}
+
+// futPool holds a function's future states for reuse: one at hand, which
+// a program that waits for each call before the next (the common case)
+// takes and gives back with an atomic swap each, and others in a
+// sync.Pool.
+type futPool[R any] struct {
+	spare atomic.Pointer[futState[R]]
+	more  sync.Pool
+}
+
+// get returns a state, or nil when the pool has none.
+func (p *futPool[R]) get() *futState[R] {
+	if s := p.spare.Swap(nil); s != nil {
+		return s
+	}
+	s, _ := p.more.Get().(*futState[R])
+	return s
+}
+
+func (p *futPool[R]) put(s *futState[R]) {
+	if !p.spare.CompareAndSwap(nil, s) {
+		p.more.Put(s)
 	}
 }
 
@@ -239,7 +263,7 @@ func (s *futState[R]) complete(kind uint8, payload []byte) {
 // state is the function's, reused once its result was taken: a round
 // trip of pointer-free argument and result types allocates nothing.
 func (f *Func[A, R]) Call(pe int, a A) Future[R] {
-	s, _ := f.futs.Get().(*futState[R])
+	s := f.futs.get()
 	if s == nil {
 		s = &futState[R]{rc: &f.rc, name: f.name, pool: &f.futs}
 	}

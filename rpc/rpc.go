@@ -212,7 +212,7 @@ type Func[A, R any] struct {
 	id   uint64
 	ac   codec[A]
 	rc   codec[R]
-	futs sync.Pool // the states of its calls' futures, reused
+	futs futPool[R] // the states of its calls' futures, reused
 }
 
 // Name returns the name the function was registered under.
