@@ -14,8 +14,12 @@
 //	// on every PE, after shmem.Init:
 //	if err := rpc.Start(rpc.Options{}); err != nil { ... }
 //	v, err := square.Call((shmem.MyPE()+1)%shmem.NPEs(), 7).Wait() // 49
-//	v, err = square.Invoke((shmem.MyPE()+1)%shmem.NPEs(), 8)     // 64, without a future
+//	v, err = square.Invoke((shmem.MyPE()+1)%shmem.NPEs(), 8)     // 64: Call, then Wait
 //	rpc.Stop()
+//
+// A Future is a handle whose result is taken once (Wait, Then, ...); its
+// state then serves the function's next call, so that a round trip of
+// pointer-free types allocates nothing.
 //
 // Calls travel as ucp active messages on the job's worker (shmem.Worker,
 // ids from shmem.FirstUserAMID), over whatever transports the job uses.
