@@ -173,7 +173,7 @@ func (a *Array[T]) ForEach(fn func(i int, v *T)) {
 }
 
 // Get returns the future of element i.
-func (a *Array[T]) Get(i int) *rpc.Future[T] {
+func (a *Array[T]) Get(i int) rpc.Future[T] {
 	if err := a.check(i); err != nil {
 		f := a.fns.get.Call(-1, nil) // an *rpc.Error naming the function
 		return rpc.Then(f, func([]T, error) (T, error) { var z T; return z, err })
@@ -213,7 +213,7 @@ func (a *Array[T]) Gather(idx []int) ([]T, error) {
 		per[pe] = append(per[pe], int64(k))
 		pos[pe] = append(pos[pe], j)
 	}
-	futs := make([]*rpc.Future[[]T], a.np)
+	futs := make([]rpc.Future[[]T], a.np)
 	for pe, l := range per {
 		if l != nil {
 			futs[pe] = a.fns.get.Call(pe, l)
@@ -221,7 +221,7 @@ func (a *Array[T]) Gather(idx []int) ([]T, error) {
 	}
 	out := make([]T, len(idx))
 	for pe, f := range futs {
-		if f == nil {
+		if per[pe] == nil {
 			continue
 		}
 		v, err := f.Wait()
@@ -355,7 +355,7 @@ func AtomicAdd[T Integer](a *Array[T], i int, v T) error {
 
 // FetchAdd adds v to element i of a, atomically, at its owner, and
 // returns the future of its value before.
-func FetchAdd[T Integer](a *Array[T], i int, v T) *rpc.Future[T] {
+func FetchAdd[T Integer](a *Array[T], i int, v T) rpc.Future[T] {
 	f := RegisterAtomics[T]()
 	pe, k := a.Owner(i)
 	if err := a.check(i); err != nil {

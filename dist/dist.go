@@ -159,7 +159,7 @@ func (o *Object[T]) Update(fn func(*T)) {
 }
 
 // Fetch returns the future of PE pe's instance.
-func (o *Object[T]) Fetch(pe int) *rpc.Future[T] { return o.fetch.Call(pe, o.id) }
+func (o *Object[T]) Fetch(pe int) rpc.Future[T] { return o.fetch.Call(pe, o.id) }
 
 // Destroy removes the object from every PE: a collective. Later fetches
 // of it fail, naming the PE and the function. rpc.Stop removes the

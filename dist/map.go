@@ -142,13 +142,13 @@ func (m *Map[K, V]) Delete(k K) error {
 
 // Apply updates key k with v (as Update) at once, unaggregated, and
 // returns the future of its value after the update.
-func (m *Map[K, V]) Apply(k K, v V) *rpc.Future[Found[V]] {
+func (m *Map[K, V]) Apply(k K, v V) rpc.Future[Found[V]] {
 	return m.fns.upd.Call(m.Owner(k), mapOp[K, V]{ID: m.id, Op: opUpdate, Key: k, Val: v})
 }
 
 // Get returns the future of key k's value at its owner (operations of
 // this PE still buffered are not seen: Flush first).
-func (m *Map[K, V]) Get(k K) *rpc.Future[Found[V]] {
+func (m *Map[K, V]) Get(k K) rpc.Future[Found[V]] {
 	return m.fns.get.Call(m.Owner(k), mapKey[K]{m.id, k})
 }
 

@@ -46,7 +46,7 @@ func Quiet() error {
 	if !rt.started.Load() {
 		return nil
 	}
-	var fs []*Future[struct{}]
+	var fs []Future[struct{}]
 	for pe := range rt.touched {
 		if rt.touched[pe].Swap(false) {
 			fs = append(fs, quietFn.Call(pe, struct{}{}))

@@ -14,8 +14,12 @@
 //	// on every PE, after shmem.Init:
 //	if err := rpc.Start(rpc.Options{}); err != nil { ... }
 //	v, err := square.Call((shmem.MyPE()+1)%shmem.NPEs(), 7).Wait() // 49
-//	v, err = square.Invoke((shmem.MyPE()+1)%shmem.NPEs(), 8)     // 64, without a future
+//	v, err = square.Invoke((shmem.MyPE()+1)%shmem.NPEs(), 8)     // 64: Call, then Wait
 //	rpc.Stop()
+//
+// A Future is a handle whose result is taken once (Wait, Then, ...); its
+// state then serves the function's next call, so that a round trip of
+// pointer-free types allocates nothing.
 //
 // Calls travel as ucp active messages on the job's worker (shmem.Worker,
 // ids from shmem.FirstUserAMID), over whatever transports the job uses.
@@ -212,7 +216,7 @@ type Func[A, R any] struct {
 	id   uint64
 	ac   codec[A]
 	rc   codec[R]
-	futs sync.Pool // Invoke's futures
+	futs futPool[R] // the states of its calls' futures, reused
 }
 
 // Name returns the name the function was registered under.
@@ -300,7 +304,7 @@ func (f *Func[A, R]) run(fn func(int, A) (R, error), src int, kind uint8, callid
 
 // reply sends the result *v of call callid to src.
 func (f *Func[A, R]) reply(src int, callid uint64, v *R, async bool) {
-	b := getBuf()
+	b := msgBuf(async)
 	*b = appendHeader((*b)[:0], kindReply, 0, callid)
 	var err error
 	if *b, err = f.rc.appendTo(*b, v); err != nil {
@@ -344,7 +348,7 @@ func (r *Reply[R]) Send(v R, err error) {
 
 // replyRaw sends a reply of kind with payload p to src.
 func replyRaw(src int, kind uint8, callid uint64, p []byte, async bool) {
-	b := getBuf()
+	b := msgBuf(async)
 	*b = append(appendHeader((*b)[:0], kind, 0, callid), p...)
 	sendOrQueue(src, b, async)
 }
@@ -363,7 +367,25 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }
 
 func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
 
+// msgBuf returns the buffer of a message that this goroutine sends now
+// (not async): below ThreadMultiple, the PE's own (rt.sbuf), which no
+// other goroutine may use then, else, or when in use already, one of the
+// pool. send hands the PE's own back once the transport copied it, which
+// it does for a message that fits in an active message's header: a call
+// and its reply cost no trip to the pool.
+func msgBuf(async bool) *[]byte {
+	if !rt.multi && !async && !rt.sbusy {
+		rt.sbusy = true
+		return &rt.sbuf
+	}
+	return getBuf()
+}
+
 func putBuf(b *[]byte) {
+	if b == &rt.sbuf {
+		rt.sbusy = false
+		return
+	}
 	if cap(*b) <= 1<<20 {
 		bufPool.Put(b)
 	}

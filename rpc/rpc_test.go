@@ -155,6 +155,61 @@ func TestCall(t *testing.T) {
 	})
 }
 
+// TestFutureTaken: a future gives its result once; a spent handle (one
+// whose result was taken, or the zero Future) is ready, its Done is
+// closed, and its waits and Then get ErrTaken, never the result of a
+// later call that reuses the future's state.
+func TestFutureTaken(t *testing.T) {
+	run(t, func(t *testing.T, me, n int) {
+		next := (me + 1) % n
+		f := square.Call(next, 3)
+		if v, err := f.Wait(); err != nil || v != 9 {
+			t.Fatalf("square: %v, %v", v, err)
+		}
+		g := square.Call(next, 4) // takes f's state again, as a rule
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, c := range []struct {
+			name string
+			f    rpc.Future[int64]
+		}{{"taken", f}, {"zero", rpc.Future[int64]{}}} {
+			if !c.f.Ready() {
+				t.Errorf("%s: not ready", c.name)
+			}
+			select {
+			case <-c.f.Done():
+			default:
+				t.Errorf("%s: Done not closed", c.name)
+			}
+			if v, err := c.f.Wait(); !errors.Is(err, rpc.ErrTaken) || v != 0 {
+				t.Errorf("%s: Wait: %v, %v, want ErrTaken", c.name, v, err)
+			}
+			if v, err := c.f.WaitContext(ctx); !errors.Is(err, rpc.ErrTaken) || v != 0 {
+				t.Errorf("%s: WaitContext: %v, %v, want ErrTaken", c.name, v, err)
+			}
+			if v, err := c.f.Result(); !errors.Is(err, rpc.ErrTaken) || v != 0 {
+				t.Errorf("%s: Result: %v, %v, want ErrTaken", c.name, v, err)
+			}
+			h := rpc.Then(c.f, func(v int64, err error) (int64, error) { return v + 1, err })
+			if v, err := h.Wait(); !errors.Is(err, rpc.ErrTaken) || v != 1 {
+				t.Errorf("%s: Then: %v, %v, want 1 and ErrTaken", c.name, v, err)
+			}
+		}
+		if v, err := g.Wait(); err != nil || v != 16 {
+			t.Errorf("the later call: %v, %v", v, err)
+		}
+		// Then takes the result: a wait on the chained future after it
+		// gets ErrTaken.
+		h := square.Call(next, 5)
+		if v, err := rpc.Then(h, func(v int64, err error) (int64, error) { return v, err }).Wait(); err != nil || v != 25 {
+			t.Errorf("Then: %v, %v", v, err)
+		}
+		if _, err := h.Wait(); !errors.Is(err, rpc.ErrTaken) {
+			t.Errorf("Wait after Then: %v, want ErrTaken", err)
+		}
+	})
+}
+
 func TestGo(t *testing.T) {
 	run(t, func(t *testing.T, me, n int) {
 		counter = 0
@@ -285,7 +340,7 @@ func TestPeerFailure(t *testing.T) {
 			if !rpc.PeerFailed(n-1, bootstrap.Failure{Rank: n - 1, Reason: "exited with status 3"}) {
 				t.Fatal("the hook did not take charge of the failure")
 			}
-			for i, f := range []*rpc.Future[int32]{f, hold.Call(n-1, 2)} {
+			for i, f := range []rpc.Future[int32]{f, hold.Call(n-1, 2)} {
 				_, err := f.Wait()
 				var e *rpc.Error
 				if !errors.Is(err, rpc.ErrPeerFailed) || !errors.As(err, &e) || e.PE != n-1 || e.Func != "hold" || !strings.Contains(err.Error(), "exited with status 3") {
@@ -307,8 +362,8 @@ func TestPeerFailure(t *testing.T) {
 
 // TestAllocs: arguments and results of pointer-free types travel as their
 // memory, with nothing allocated on the sender's side: a call without
-// reply, an aggregated one, and a call's round trip, which allocates its
-// future only.
+// reply, an aggregated one, and a call's round trip, whose future's state
+// is reused once its result was taken.
 func TestAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops what is put back: allocation counts mean nothing under -race")
@@ -329,9 +384,9 @@ func TestAllocs(t *testing.T) {
 			{"Aggregator.Go", 0, func() { g.Go(next, 1) }},
 			// A Call behind it: the transport's buffers (tcp's) come
 			// back before the next, as they do in a steady flow.
-			{"Go, then a Call", 1, func() { add.Go(next, 1); square.Call(next, 3).Wait() }},
-			{"Call", 1, func() { square.Call(next, 3).Wait() }},
-			{"Call of a slice", 1, func() { sum.Call(next, xs).Wait() }},
+			{"Go, then a Call", 0, func() { add.Go(next, 1); square.Call(next, 3).Wait() }},
+			{"Call", 0, func() { square.Call(next, 3).Wait() }},
+			{"Call of a slice", 0, func() { sum.Call(next, xs).Wait() }},
 			{"Invoke", 0, func() { square.Invoke(next, 3) }},
 		} {
 			if a := testing.AllocsPerRun(100, c.fn); a > c.max {
@@ -454,7 +509,7 @@ func TestPeerDies(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := dies.Call(1, 3)
-		for _, f := range []*rpc.Future[int32]{d, h} {
+		for _, f := range []rpc.Future[int32]{d, h} {
 			_, err := f.Wait()
 			var e *rpc.Error
 			if !errors.Is(err, rpc.ErrPeerFailed) || !errors.As(err, &e) || e.PE != 1 {

@@ -56,6 +56,12 @@ var rt struct {
 	queue  []queued
 	qspare []queued
 
+	// sbuf is the buffer of the messages sent below ThreadMultiple by the
+	// goroutine that may use the worker (msgBuf), sbusy says it is in
+	// use.
+	sbuf  []byte
+	sbusy bool
+
 	// sends are the messages whose data the transport still reads;
 	// nsends their number, which progress reads without the lock.
 	sends  []heldSend
@@ -277,6 +283,14 @@ func send(pe int, b *[]byte) error {
 	if err != nil || r == nil {
 		putBuf(b)
 		return err
+	}
+	if b == &rt.sbuf {
+		// The transport reads the data until the send completes: it
+		// keeps this memory, and the PE's own buffer takes another.
+		h := getBuf()
+		*h, rt.sbuf = msg, (*h)[:0]
+		putBuf(b)
+		b = h
 	}
 	lock(&rt.mu)
 	rt.sends = append(rt.sends, heldSend{r, b})

@@ -16,10 +16,18 @@
 //     handler, and PE 0 progresses until the answer came (ucpperf's
 //     ucp_am_lat, over the job's endpoints). "rpc" is rpc.Func.Call of an
 //     Inline function on an int64, then Future.Wait; "rpc-invoke" is
-//     rpc.Func.Invoke, the same without a future to allocate. The ways run
-//     -rounds times in alternation, -n round trips each time; the table
-//     gives the median of the rounds' means, in microseconds per round
-//     trip, and the median of the rounds' ratios to am.
+//     rpc.Func.Invoke, which is Call then Wait. The ways run -rounds times
+//     in alternation, -n round trips each time. The table gives, in
+//     microseconds per round trip, the median over the rounds of three
+//     figures of a round, and the median of the rounds' ratios to am with
+//     their range (lowest-highest): "us", the mean round trip; "p50-us",
+//     the median round trip (each timed, time.Now costing alike in every
+//     way), which the round trips that a loaded machine's other programs
+//     delayed do not move; "cpu-us", the processor time of PE 0's process
+//     per round trip (user and system, garbage collection included; it
+//     counts the time PE 0 spins for its peer, but not the time other
+//     programs took its core). compare.sh runs it pinned, over shared
+//     memory and tcp.
 //   - gups: every PE adds one to -updates words of the table (-table words
 //     per PE, symmetric), each at a random PE and index, three ways:
 //     "atomic" with shmem.AtomicAdd, "rpc" with one rpc.Func.Go per update
@@ -49,6 +57,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/goshmem/goshmem/dist"
@@ -226,14 +235,14 @@ func ppSend(pe int, kind byte, v int64) error {
 	return err
 }
 
-// amRTT makes n raw round trips to PE peer and returns the time they
-// took.
-func amRTT(peer, n int) (time.Duration, error) {
-	start := time.Now()
-	for i := range n {
+// amRTT makes len(lat) raw round trips to PE peer and sets lat[i] to the
+// time of the i-th.
+func amRTT(peer int, lat []time.Duration) error {
+	prev := time.Now()
+	for i := range lat {
 		want := pp.pongs + 1
 		if err := ppSend(peer, 1, int64(i)); err != nil {
-			return 0, err
+			return err
 		}
 		for pp.pongs < want {
 			if pp.w.Progress() == 0 {
@@ -241,40 +250,44 @@ func amRTT(peer, n int) (time.Duration, error) {
 			}
 		}
 		if pp.last != int64(i)*int64(i) {
-			return 0, fmt.Errorf("am pong %d, want %d", pp.last, i*i)
+			return fmt.Errorf("am pong %d, want %d", pp.last, i*i)
 		}
+		now := time.Now()
+		lat[i], prev = now.Sub(prev), now
 	}
-	return time.Since(start), nil
+	return nil
 }
 
 var square = rpc.Register("rpcperf.square", rpc.Inline, func(_ int, x int64) (int64, error) { return x * x, nil })
 
-// rpcRTT makes n calls to PE peer, with call, and returns the time they
-// took.
-func rpcRTT(call func(pe int, x int64) (int64, error), peer, n int) (time.Duration, error) {
-	start := time.Now()
-	for i := range n {
+// rpcRTT makes len(lat) calls to PE peer, with call, and sets lat[i] to
+// the time of the i-th.
+func rpcRTT(call func(pe int, x int64) (int64, error), peer int, lat []time.Duration) error {
+	prev := time.Now()
+	for i := range lat {
 		v, err := call(peer, int64(i))
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if v != int64(i)*int64(i) {
-			return 0, fmt.Errorf("rpc result %d, want %d", v, i*i)
+			return fmt.Errorf("rpc result %d, want %d", v, i*i)
 		}
+		now := time.Now()
+		lat[i], prev = now.Sub(prev), now
 	}
-	return time.Since(start), nil
+	return nil
 }
 
 // The ways of a round trip: raw active messages, then rpc's two.
 var rttWays = []struct {
 	name string
-	rtt  func(peer, n int) (time.Duration, error)
+	rtt  func(peer int, lat []time.Duration) error
 }{
 	{"am", amRTT},
-	{"rpc", func(peer, n int) (time.Duration, error) {
-		return rpcRTT(func(pe int, x int64) (int64, error) { return square.Call(pe, x).Wait() }, peer, n)
+	{"rpc", func(peer int, lat []time.Duration) error {
+		return rpcRTT(func(pe int, x int64) (int64, error) { return square.Call(pe, x).Wait() }, peer, lat)
 	}},
-	{"rpc-invoke", func(peer, n int) (time.Duration, error) { return rpcRTT(square.Invoke, peer, n) }},
+	{"rpc-invoke", func(peer int, lat []time.Duration) error { return rpcRTT(square.Invoke, peer, lat) }},
 }
 
 func roundTrips(t *table, o options) error {
@@ -293,22 +306,33 @@ func roundTrips(t *table, o options) error {
 	}
 	defer pp.w.SetAMRecvHandler(new(ucp.AMHandlerParam).SetID(amID))
 	shmem.BarrierAll()
-	us := make([][]float64, len(rttWays)) // per way, per round
+	// Per way, per round, in microseconds: the mean and the median round
+	// trip, and the processor time per round trip.
+	us := make([][]float64, len(rttWays))
+	p50 := make([][]float64, len(rttWays))
+	cpu := make([][]float64, len(rttWays))
 	var err error
 	if me == 0 {
+		lat := make([]time.Duration, o.n)
 		// Warm every path up (endpoints, buffers, pools) before measuring.
 		for _, w := range rttWays {
-			if _, err = w.rtt(o.peer, o.n/10+1); err != nil {
+			if err = w.rtt(o.peer, lat[:o.n/10+1]); err != nil {
 				break
 			}
 		}
 		for r := 0; r < o.rounds && err == nil; r++ {
 			for i, w := range rttWays {
-				var d time.Duration
-				if d, err = w.rtt(o.peer, o.n); err != nil {
+				c0 := cpuTime()
+				start := time.Now()
+				if err = w.rtt(o.peer, lat); err != nil {
 					break
 				}
+				d := time.Since(start)
+				c := cpuTime() - c0
 				us[i] = append(us[i], float64(d.Nanoseconds())/1e3/float64(o.n))
+				cpu[i] = append(cpu[i], float64(c.Nanoseconds())/1e3/float64(o.n))
+				slices.Sort(lat)
+				p50[i] = append(p50[i], float64(lat[len(lat)/2].Nanoseconds())/1e3)
 			}
 		}
 		if o.peer != 0 {
@@ -327,20 +351,42 @@ func roundTrips(t *table, o options) error {
 		}
 	}
 	shmem.BarrierAll()
-	if err != nil {
+	if err != nil || me != 0 { // PE 0 measured
 		return err
 	}
-	t.row("rtt", rttWays[0].name, median(us[0]), "us", "", 0)
-	for i, w := range rttWays[1:] {
-		// The ratio is the median of each round's: a round's ways ran
-		// close in time, under the same load.
-		ratios := make([]float64, len(us[0]))
-		for r := range ratios {
-			ratios[r] = us[i+1][r] / us[0][r]
+	for _, m := range []struct {
+		unit string
+		v    [][]float64
+	}{{"us", us}, {"p50-us", p50}, {"cpu-us", cpu}} {
+		t.row("rtt", rttWays[0].name, median(m.v[0]), m.unit, "", 0)
+		for i, w := range rttWays[1:] {
+			// The ratio is the median of each round's: a round's ways
+			// ran close in time, under the same load.
+			ratios := make([]float64, len(m.v[0]))
+			for r := range ratios {
+				ratios[r] = m.v[i+1][r] / m.v[0][r]
+			}
+			t.rowRange("rtt", w.name, median(m.v[i+1]), m.unit, rttWays[0].name, ratios)
 		}
-		t.row("rtt", w.name, median(us[i+1]), "us", rttWays[0].name, median(ratios))
 	}
 	return nil
+}
+
+// cpuTime returns the processor time this process spent so far (user and
+// system, every thread).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rowRange prints a result with the median of ratios, its ratios to way
+// base, and their range.
+func (t *table) rowRange(test, way string, v float64, unit, base string, ratios []float64) {
+	lo, hi := slices.Min(ratios), slices.Max(ratios)
+	t.printf("%-6s %-11s %12.3f  %-12s %.2fx %s (%.2f-%.2f)\n", test, way, v, unit, median(ratios), base, lo, hi)
 }
 
 func median(v []float64) float64 {
