@@ -264,7 +264,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 	// loop below; those made while one is in flight travel together.
 	type report struct {
 		rank    int
-		how     string
+		end     bootstrap.EndCause
 		code    int
 		endedBy string // why the agent had told the PE to end, if it had
 	}
@@ -277,12 +277,12 @@ func (r *agentRun) serve(ctx context.Context) int {
 		}
 		var all []posted
 		for rep := range reports {
-			all = append(all, posted{rep, agent.Post(rep.rank, host, rep.how, rep.code, rep.endedBy)})
+			all = append(all, posted{rep, agent.Post(rep.rank, host, rep.end, rep.code, rep.endedBy)})
 		}
 		ok := true
 		for _, p := range all {
 			if err := <-p.done; err != nil {
-				r.logf("PE %d %s, and the launcher could not be told: %v%s", p.rank, p.how, err, strangersNote(agent))
+				r.logf("PE %d %v, and the launcher could not be told: %v%s", p.rank, p.end, err, strangersNote(agent))
 				ok = false
 			}
 		}
@@ -308,7 +308,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 			channel.Close() // the PE has its copy
 		}
 		if err != nil {
-			reports <- report{s.rank, "could not be started (" + cfg.Program + "): " + startError(err).Error(), startStatus(err), ""}
+			reports <- report{s.rank, bootstrap.EndCause{Kind: bootstrap.EndNotStarted, Detail: cfg.Program + ": " + startError(err).Error()}, startStatus(err), ""}
 		}
 	}
 
@@ -324,18 +324,17 @@ func (r *agentRun) serve(ctx context.Context) int {
 		case rank := <-agent.Silent():
 			// Hung or frozen: it may not die before it runs again, so its
 			// end is reported now, and again (to no effect) when it exits.
-			how := fmt.Sprintf(hungPrefix+"%v, most of the failure timeout of %v (hung: it neither ran nor exited)",
-				failureTimeout-failureTimeout/8, failureTimeout)
+			how := bootstrap.EndCause{Kind: bootstrap.EndHung, For: failureTimeout - failureTimeout/8, Limit: failureTimeout}
 			if g.stall(rank, how) {
 				reports <- report{rank, how, 1, ""}
 			}
 		case e := <-g.exits:
 			g.exited(e)
-			how, code := describe(e)
+			end, code := describe(e)
 			if err := agent.VersionMismatch(e.rank); err != nil {
-				how += "; " + err.Error()
+				addDetail(&end, err.Error())
 			}
-			reports <- report{e.rank, how, code, e.endedBy(endedBy)}
+			reports <- report{e.rank, end, code, e.endedBy(endedBy)}
 		case <-terminated:
 			terminated = nil
 			if agent.SeedGone() {

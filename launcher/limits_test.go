@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/bootstrap/cluster"
 )
 
@@ -271,7 +272,7 @@ func TestStartNoResources(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != exitNoResources {
 		t.Errorf("exit status %d, want %d", code, exitNoResources)
 	}
-	for _, want := range []string{"could not be started (", "too many open files (a limit on open files was reached: those of a process (ulimit -n: 30); raise it"} {
+	for _, want := range []string{"could not be started: ", "too many open files (a limit on open files was reached: those of a process (ulimit -n: 30); raise it"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -318,10 +319,10 @@ func TestLostCount(t *testing.T) {
 			for r := range j.pes {
 				j.pes[r].agent = r / 2 // 3 agents of 2 PEs each
 			}
-			j.ended(peEnd{rank: 0, host: "h0", how: "exited with status 0", code: 0}) // before any joined: idle
+			j.ended(peEnd{rank: 0, host: "h0", end: bootstrap.EndCause{Kind: bootstrap.EndExited}, code: 0}) // before any joined: idle
 			switch how {
 			case "left":
-				j.report(cluster.Report{Kind: cluster.ReportAgentLeft, Agent: 1, Host: "h1", How: "stopped answering"})
+				j.report(cluster.Report{Kind: cluster.ReportAgentLeft, Agent: 1, Host: "h1", End: bootstrap.EndCause{Kind: bootstrap.EndAgentLeft}})
 			case "exited":
 				j.unitsUp = 1
 				j.unitExited(unitExit{u: &unit{name: "the agent for host h1", host: "h1", ranks: []int{2, 3}}, code: 1}, nil)

@@ -90,6 +90,7 @@ type Agent struct {
 	stats    Stats             // the counters under mu
 	term     chan struct{}     // closed at the first of: terminate, seed gone
 	why      string
+	seedGone bool // the seed left or died (SeedGone)
 	closed   bool
 	closeCh  chan struct{}
 	stall    chan []int // see StallReports
@@ -266,9 +267,9 @@ func (a *Agent) Attach(rank int) (*os.File, error) {
 // caller should report it (Report, its end being the failure) and kill it.
 func (a *Agent) Silent() <-chan int { return a.silent }
 
-// Report tells the seed that the PE rank ended: how says how ("exited with
-// status 3"), code is the exit code that stands for it, host names the
-// host. endedBy, when not empty, says that the agent had told the PE to end
+// Report tells the seed that the PE rank ended: end says how (an exit
+// status, a signal, ...), code is the exit code that stands for it, host
+// names the host. endedBy, when not empty, says that the agent had told the PE to end
 // while it still ran, and why ("the launcher ends the job", Why, or a
 // signal the agent got): its end is then a consequence, not a failure of
 // its own (Report.EndedByAgent). Whether the PE joined the job and
@@ -279,21 +280,22 @@ func (a *Agent) Silent() <-chan int { return a.silent }
 // ucs.ErrInvalidParam for a rank out of range, ucs.ErrConnectionReset when
 // the seed is gone, ucs.ErrTimedOut when it did not answer, and is
 // ErrClosed after Close.
-func (a *Agent) Report(rank int, host, how string, code int, endedBy string) error {
-	return <-a.Post(rank, host, how, code, endedBy)
+func (a *Agent) Report(rank int, host string, end bootstrap.EndCause, code int, endedBy string) error {
+	return <-a.Post(rank, host, end, code, endedBy)
 }
 
 // Post is Report that does not wait: it queues the report and returns a
 // channel that receives its outcome. Reports go to the seed in the order
 // they were posted, those posted while another is in flight together, in
 // one message.
-func (a *Agent) Post(rank int, host, how string, code int, endedBy string) <-chan error {
+func (a *Agent) Post(rank int, host string, end bootstrap.EndCause, code int, endedBy string) <-chan error {
 	if rank < 0 || rank >= a.env.Size {
 		done := make(chan error, 1)
 		done <- fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, rank, a.env.Size, ucs.ErrInvalidParam)
 		return done
 	}
-	ev := wire.Event{Kind: wire.EvExit, Rank: rank, Code: code, Other: -1, Host: wire.Clip(host), How: wire.Clip(how)}
+	end.Detail = wire.Clip(end.Detail)
+	ev := wire.Event{Kind: wire.EvExit, Rank: rank, Code: code, Other: -1, Host: wire.Clip(host), End: end}
 	if endedBy != "" {
 		ev.Flags, ev.Why = wire.FlagEndedByAgent, wire.Clip(endedBy)
 	}
@@ -376,7 +378,7 @@ func (a *Agent) sendReport(batch []pendingEvent) error {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			// Nothing listens on the seed's port: the launcher's process
 			// is gone, whatever memberlist will conclude later.
-			a.terminate(wire.ReasonSeedGone)
+			a.seedLeft()
 			return fmt.Errorf("the seed is gone: %w", ucs.ErrConnectionReset)
 		}
 		retry := time.NewTimer(reportTimeout / 5)
@@ -433,7 +435,7 @@ func (a *Agent) SeedGone() bool {
 	defer a.mu.Unlock()
 	select {
 	case <-a.term:
-		return a.why == wire.ReasonSeedGone
+		return a.seedGone
 	default:
 		return false
 	}
@@ -451,23 +453,31 @@ func (a *Agent) Why() string {
 	return a.why
 }
 
-// terminate closes Terminated, saying why. When the seed is gone, the PEs
-// learn it as a failure of the launcher: their collectives cannot
+// terminate closes Terminated, saying why: the launcher ends the job.
+func (a *Agent) terminate(why string) { a.closeTerm(why, false) }
+
+// seedLeft closes Terminated for a seed that left or died (SeedGone). The
+// PEs learn it as a failure of the launcher: their collectives cannot
 // complete.
-func (a *Agent) terminate(why string) {
+func (a *Agent) seedLeft() {
+	if a.closeTerm(wire.ReasonSeedGone, true) {
+		a.failure(&wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: -1, Cause: bootstrap.EndCause{Kind: bootstrap.EndSeedGone}})
+	}
+}
+
+// closeTerm closes Terminated, saying why, and whether the seed is gone.
+// It reports whether it did: only the first call does.
+func (a *Agent) closeTerm(why string, seedGone bool) bool {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	select {
 	case <-a.term:
-		a.mu.Unlock()
-		return
+		return false
 	default:
 	}
-	a.why = why
+	a.why, a.seedGone = why, seedGone
 	close(a.term)
-	a.mu.Unlock()
-	if why == wire.ReasonSeedGone {
-		a.failure(&wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: -1, Reason: wire.ReasonSeedGone})
-	}
+	return true
 }
 
 // Stats counts an agent's bootstrap traffic and what it keeps for its PEs.
@@ -589,7 +599,7 @@ func (a *Agent) handle(b []byte) {
 // failure passes a failure notice of the seed on to the PEs, and keeps it
 // for those that connect later.
 func (a *Agent) failure(msg *wire.Message) {
-	msg = &wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: msg.FailRank, Host: msg.Host, Reason: msg.Reason}
+	msg = &wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: msg.FailRank, Host: msg.Host, Cause: msg.Cause}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.failures = append(a.failures, msg)
@@ -877,7 +887,7 @@ func (a *Agent) fromPE(p *localPE, m *wire.Message) {
 			a.logf("PE %d: dropping a report of lost PE %d", p.rank, m.FailRank)
 			return
 		}
-		a.relayLocked(p, wire.Event{Kind: wire.EvLost, Rank: p.rank, Other: m.FailRank, How: m.Reason}, wire.KindLostAck)
+		a.relayLocked(p, wire.Event{Kind: wire.EvLost, Rank: p.rank, Other: m.FailRank, Why: m.Reason}, wire.KindLostAck)
 	case wire.KindPong:
 	default:
 		a.logf("PE %d: dropping unexpected %v message", p.rank, m.Kind)
@@ -976,6 +986,6 @@ func (d agentDelegate) NotifyUpdate(n *memberlist.Node)            {}
 // dead and stays unreachable (deathWatch).
 func (d agentDelegate) NotifyLeave(n *memberlist.Node) {
 	if n.Name == seedName {
-		d.a.deaths.left(n, func(*memberlist.Node) { d.a.terminate(wire.ReasonSeedGone) })
+		d.a.deaths.left(n, func(*memberlist.Node) { d.a.seedLeft() })
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -249,7 +250,7 @@ func TestAllgather(t *testing.T) {
 			}
 			j.each(t, "close", func(m *bootstrap.Member) error { return m.Close() })
 			for r, m := range j.members {
-				if err := j.agents[j.agentOf[r]].Report(r, "h", "exited with status 0", 0, ""); err != nil {
+				if err := j.agents[j.agentOf[r]].Report(r, "h", exited(0), 0, ""); err != nil {
 					t.Fatalf("report of PE %d: %v", m.Rank(), err)
 				}
 				if got := nextReport(t, j.seed); got.Kind != ReportExit || got.Rank != r {
@@ -367,7 +368,7 @@ func TestMemberFailure(t *testing.T) {
 		m.OnFailure(func(f bootstrap.Failure) { notified <- f })
 	}
 	j.kill(t, victim) // as if it died
-	if err := j.agents[j.agentOf[victim]].Report(victim, "h2", "was killed by signal 9 (killed)", 137, ""); err != nil {
+	if err := j.agents[j.agentOf[victim]].Report(victim, "h2", bootstrap.EndCause{Kind: bootstrap.EndSignaled, Signal: syscall.SIGKILL}, 137, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := nextReport(t, j.seed); got.Kind != ReportExit || got.Rank != victim || got.Code != 137 {
@@ -379,7 +380,7 @@ func TestMemberFailure(t *testing.T) {
 		switch {
 		case err == nil:
 			return errors.New("Barrier succeeded without the dead PE")
-		case !errors.As(err, &f) || f.Rank != victim || f.Host != "h2" || !strings.Contains(f.Reason, "signal 9"):
+		case !errors.As(err, &f) || f.Rank != victim || f.Host != "h2" || f.Cause.Kind != bootstrap.EndSignaled || f.Cause.Signal != syscall.SIGKILL:
 			return fmt.Errorf("got %v, want a Failure of PE %d", err, victim)
 		case !errors.Is(err, ucs.ErrConnectionReset):
 			return fmt.Errorf("got %v, want an error wrapping ucs.ErrConnectionReset", err)
@@ -434,7 +435,7 @@ func TestExitWithoutJoin(t *testing.T) {
 	defer a.Close()
 	for _, r := range []int{0, 1} {
 		code := r // PE 0 exits 0, PE 1 with 1
-		if err := a.Report(r, "h", "exited with status "+fmt.Sprint(code), code, ""); err != nil {
+		if err := a.Report(r, "h", exited(code), code, ""); err != nil {
 			t.Fatal(err)
 		}
 		nextReport(t, seed)
@@ -512,8 +513,8 @@ func TestSeedLeaves(t *testing.T) {
 	for range n {
 		select {
 		case f := <-notified:
-			if f.Rank != -1 || f.Reason != wire.ReasonSeedGone {
-				t.Errorf("OnFailure got %+v, want rank -1 %q", f, wire.ReasonSeedGone)
+			if f.Rank != -1 || f.Cause.Kind != bootstrap.EndSeedGone {
+				t.Errorf("OnFailure got %+v, want rank -1, the seed gone", f)
 			}
 		case <-time.After(waitLimit):
 			t.Fatalf("OnFailure not called within %v", waitLimit)
@@ -531,7 +532,7 @@ func TestAgentGone(t *testing.T) {
 	j.each(t, "barrier without the agent", func(m *bootstrap.Member) error {
 		err := m.Barrier()
 		var f bootstrap.Failure
-		if !errors.As(err, &f) || f.Rank != -1 || f.Reason != wire.ReasonAgentGone {
+		if !errors.As(err, &f) || f.Rank != -1 || f.Cause.Kind != bootstrap.EndAgentGone {
 			return fmt.Errorf("got %v, want a Failure of the launcher (rank -1): %s", err, wire.ReasonAgentGone)
 		}
 		return nil

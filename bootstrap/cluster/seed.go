@@ -53,16 +53,15 @@ type ReportKind int
 
 // The kinds of Report.
 const (
-	// ReportExit: an agent reports that the PE Rank ended; How says how
-	// ("exited with status 3", "was killed by signal 9 (killed)") and
-	// Code is the exit code that stands for it.
+	// ReportExit: an agent reports that the PE Rank ended; End says how
+	// (an exit status, a signal, ...) and Code is the exit code that
+	// stands for it.
 	ReportExit ReportKind = 1 + iota
 	// ReportGlobalExit: the PE Rank asked to end the whole job with exit
 	// status Code (bootstrap.Member.GlobalExit).
 	ReportGlobalExit
-	// ReportAgentLeft: the agent Agent left the job (How says whether it
-	// left or was declared dead). An agent leaves once every PE it
-	// started ended.
+	// ReportAgentLeft: the agent Agent left the job, or was declared
+	// dead. An agent leaves once every PE it started ended.
 	ReportAgentLeft
 )
 
@@ -72,8 +71,10 @@ type Report struct {
 	Rank  int    // the PE; -1 for ReportAgentLeft
 	Agent int    // the agent that reported (ReportExit, ReportAgentLeft); -1 otherwise
 	Host  string // the host of the PE or agent
-	How   string // ReportExit: how the PE ended; ReportAgentLeft: how the agent left
-	Code  int    // ReportExit: the exit code for how the PE ended; ReportGlobalExit: the job's exit status
+	// End says how the PE ended (ReportExit), or EndAgentLeft
+	// (ReportAgentLeft).
+	End  bootstrap.EndCause
+	Code int // ReportExit: the exit code for how the PE ended; ReportGlobalExit: the job's exit status
 	// EndedByAgent (ReportExit): the agent had told the PE to end while it
 	// still ran, so its end is a consequence, not a failure of its own;
 	// Why says why the agent ended it (Agent.Why, or a signal the agent
@@ -364,10 +365,10 @@ func (s *Seed) eventLocked(id int, ip net.IP, e wire.Event) {
 			pe.joined, s.anyJoined = true, true
 		}
 		pe.finalized = e.Flags&wire.FlagFinalized != 0
-		s.reports <- Report{Kind: ReportExit, Rank: e.Rank, Agent: id, Host: e.Host, How: e.How, Code: e.Code,
+		s.reports <- Report{Kind: ReportExit, Rank: e.Rank, Agent: id, Host: e.Host, End: e.End, Code: e.Code,
 			EndedByAgent: e.Flags&wire.FlagEndedByAgent != 0, Why: e.Why}
 		if !pe.finalized && (pe.joined || e.Code != 0) {
-			s.failLocked(bootstrap.Failure{Rank: e.Rank, Host: e.Host, Reason: e.How})
+			s.failLocked(bootstrap.Failure{Rank: e.Rank, Host: e.Host, Cause: e.End})
 		}
 	case wire.EvLost:
 		if e.Other < 0 || e.Other >= s.size || e.Other == e.Rank {
@@ -375,7 +376,7 @@ func (s *Seed) eventLocked(id int, ip net.IP, e wire.Event) {
 			return
 		}
 		if !pe.lost { // the first loss it learned of is the cause
-			pe.lost, pe.lostRank, pe.lostWhy = true, e.Other, e.How
+			pe.lost, pe.lostRank, pe.lostWhy = true, e.Other, e.Why
 		}
 	case wire.EvGlobalExit:
 		if !pe.gexit {
@@ -398,7 +399,7 @@ func (s *Seed) failLocked(f bootstrap.Failure) {
 			p.lost, p.lostRank, p.lostWhy = true, f.Rank, "the seed told it that "+f.Error()
 		}
 	}
-	msg := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindFailure, JobID: s.jobID, Rank: -1, FailRank: f.Rank, Host: f.Host, Reason: f.Reason})
+	msg := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindFailure, JobID: s.jobID, Rank: -1, FailRank: f.Rank, Host: f.Host, Cause: f.Cause})
 	s.sendAgentsLocked(s.liveAgentsLocked(), msg)
 }
 
@@ -513,11 +514,10 @@ func (s *Seed) agentLeft(id int, n *memberlist.Node) {
 	}
 	a := &s.agentSt[id]
 	a.left = true
-	how := "left the job (it ended, was killed or stopped responding)"
-	s.reports <- Report{Kind: ReportAgentLeft, Rank: -1, Agent: id, Host: nodeHost(n), How: how}
+	s.reports <- Report{Kind: ReportAgentLeft, Rank: -1, Agent: id, Host: nodeHost(n), End: bootstrap.EndCause{Kind: bootstrap.EndAgentLeft}}
 	for r := a.first; r < a.first+a.count; r++ {
 		if !s.pes[r].exited {
-			s.failLocked(bootstrap.Failure{Rank: r, Host: nodeHost(n), Reason: "its agent " + how})
+			s.failLocked(bootstrap.Failure{Rank: r, Host: nodeHost(n), Cause: bootstrap.EndCause{Kind: bootstrap.EndAgentLeft}})
 			return
 		}
 	}
