@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -276,6 +277,39 @@ func TestStartNoResources(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+	// A few PEs start before the descriptors run out: the count of those
+	// terminated leaves out the others, which never ran.
+	if m := regexp.MustCompile(`terminating the (\d+) running PE\(s\)`).FindSubmatch(out); m == nil {
+		t.Errorf("output lacks the count of running PEs")
+	} else if n, _ := strconv.Atoi(string(m[1])); n >= 15 {
+		t.Errorf("%d PEs counted as running, of the 16 of which some could not be started", n)
+	}
+}
+
+// TestNotStartedCount: the PEs that an agent could not start, reported
+// together, are not counted as running when the first of them ends the
+// job.
+func TestNotStartedCount(t *testing.T) {
+	t.Parallel()
+	j := newJudgeJob(t, 4)
+	var logs []string
+	j.opts.Logf = func(format string, args ...any) { logs = append(logs, fmt.Sprintf(format, args...)) }
+	agent, err := cluster.JoinAgent(bootstrap.Env{JobID: j.seed.JobID(), Size: j.np, Seed: j.seed.Addr(), Key: j.key},
+		cluster.AgentConfig{Agents: 1, Ranks: []int{0, 1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	notStarted := bootstrap.EndCause{Kind: bootstrap.EndNotStarted, Detail: "pipe2: too many open files"}
+	if err := <-agent.Post(cluster.PEEnd{Rank: 2, Host: "h", End: notStarted, Code: exitNoResources},
+		cluster.PEEnd{Rank: 3, Host: "h", End: notStarted, Code: exitNoResources}); err != nil {
+		t.Fatal(err)
+	}
+	j.report(<-j.seed.Reports())
+	const want = "PE 2 on host h could not be started: pipe2: too many open files; terminating the 2 running PE(s)"
+	if len(logs) != 1 || logs[0] != want {
+		t.Errorf("launcher log %q, want %q", logs, want)
 	}
 }
 

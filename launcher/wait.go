@@ -147,8 +147,8 @@ func (j *job) ended(e peEnd) {
 		// or was itself told to end (a signal).
 		j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.end.String() + ", ended by its agent: " + e.endedBy, Code: max(e.code, 1)})
 		return
-	case j.ending && !j.blameOpen:
-		return // the launcher is ending it
+	case (j.ending || j.first != nil) && !j.blameOpen:
+		return // the launcher is ending it (or naming the job's end: name)
 	}
 	if e.code == 0 {
 		noFinalize := &JobError{Rank: e.rank, Host: e.host, How: "exited without finalize (status 0) while other PEs still run", Code: 1}
@@ -233,18 +233,7 @@ func (j *job) unitExited(e unitExit, reports <-chan cluster.Report) {
 	j.unitsUp--
 	// Reports of the unit's agents reached the seed before the agents
 	// exited, so before the unit did: handle them first.
-	for more := reports != nil; more; {
-		select {
-		case r, ok := <-reports:
-			if !ok {
-				more = false
-				break
-			}
-			j.report(r)
-		default:
-			more = false
-		}
-	}
+	j.handlePending(reports)
 	how, code := "ended with status "+strconv.Itoa(e.code), e.code
 	if e.u.cmd != nil {
 		var end bootstrap.EndCause
@@ -267,6 +256,22 @@ func (j *job) unitExited(e unitExit, reports <-chan cluster.Report) {
 		return
 	}
 	j.lose(missing, j.lostError(missing[0], e.u.host, fmt.Sprintf("never reported how it ended: %s %s", e.u.name, how), max(code, 1)))
+}
+
+// handlePending handles the reports that wait on reports (nil: none, the
+// channel is closed), without waiting for more.
+func (j *job) handlePending(reports <-chan cluster.Report) {
+	for reports != nil {
+		select {
+		case r, ok := <-reports:
+			if !ok {
+				return
+			}
+			j.report(r)
+		default:
+			return
+		}
+	}
 }
 
 func contains(s []int, v int) bool {
@@ -337,10 +342,17 @@ func (j *job) fail(e *JobError) {
 	j.terminate(e.Error())
 }
 
-// name records e as what the job is named after, and says so.
+// name records e as what the job is named after, and says so. The count
+// of running PEs it logs leaves out those whose ends the seed passed on
+// with the failure's and that wait to be handled: the PEs that an agent
+// could not start, reported together (cluster.Agent.Post); the seed
+// passes on the ends of one report under its lock, which the handling of
+// the failure's end took since (Seed.Lost, Seed.Finalized), so they are
+// all there.
 func (j *job) name(e *JobError) {
 	j.blameOpen = false
 	j.first = e
+	j.handlePending(j.seed.Reports())
 	switch {
 	case e.Code == 0:
 		j.opts.Logf("%v: ending the job", e)

@@ -281,35 +281,52 @@ func (a *Agent) Silent() <-chan int { return a.silent }
 // the seed is gone, ucs.ErrTimedOut when it did not answer, and is
 // ErrClosed after Close.
 func (a *Agent) Report(rank int, host string, end bootstrap.EndCause, code int, endedBy string) error {
-	return <-a.Post(rank, host, end, code, endedBy)
+	return <-a.Post(PEEnd{Rank: rank, Host: host, End: end, Code: code, EndedBy: endedBy})
 }
 
-// Post is Report that does not wait: it queues the report and returns a
-// channel that receives its outcome. Reports go to the seed in the order
-// they were posted, those posted while another is in flight together, in
-// one message.
-func (a *Agent) Post(rank int, host string, end bootstrap.EndCause, code int, endedBy string) <-chan error {
-	if rank < 0 || rank >= a.env.Size {
-		done := make(chan error, 1)
-		done <- fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, rank, a.env.Size, ucs.ErrInvalidParam)
-		return done
-	}
-	end.Detail = wire.Clip(end.Detail)
-	ev := wire.Event{Kind: wire.EvExit, Rank: rank, Code: code, Other: -1, Host: wire.Clip(host), End: end}
-	if endedBy != "" {
-		ev.Flags, ev.Why = wire.FlagEndedByAgent, wire.Clip(endedBy)
+// PEEnd is the end of a PE, as its agent reports it (see Report).
+type PEEnd struct {
+	Rank    int
+	Host    string
+	End     bootstrap.EndCause
+	Code    int
+	EndedBy string
+}
+
+// Post is Report that does not wait, for the ends of one or more PEs: it
+// queues them and returns a channel that receives the outcome (the first
+// error, if any). Reports go to the seed in the order they were posted,
+// those posted while another is in flight together, in one message; the
+// ends posted in one call always travel in one message (up to
+// wire.MaxEvents of them), and the seed passes them on to the launcher at
+// once.
+func (a *Agent) Post(ends ...PEEnd) <-chan error {
+	evs := make([]wire.Event, len(ends))
+	for i, e := range ends {
+		if e.Rank < 0 || e.Rank >= a.env.Size {
+			done := make(chan error, 1)
+			done <- fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, e.Rank, a.env.Size, ucs.ErrInvalidParam)
+			return done
+		}
+		e.End.Detail = wire.Clip(e.End.Detail)
+		evs[i] = wire.Event{Kind: wire.EvExit, Rank: e.Rank, Code: e.Code, Other: -1, Host: wire.Clip(e.Host), End: e.End}
+		if e.EndedBy != "" {
+			evs[i].Flags, evs[i].Why = wire.FlagEndedByAgent, wire.Clip(e.EndedBy)
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if p := a.pes[rank]; p != nil {
-		if p.joined {
-			ev.Flags |= wire.FlagJoined
-		}
-		if p.finalized {
-			ev.Flags |= wire.FlagFinalized
+	for i := range evs {
+		if p := a.pes[evs[i].Rank]; p != nil {
+			if p.joined {
+				evs[i].Flags |= wire.FlagJoined
+			}
+			if p.finalized {
+				evs[i].Flags |= wire.FlagFinalized
+			}
 		}
 	}
-	return a.queueEventLocked(ev)
+	return a.queueEventLocked(evs...)
 }
 
 // reportLoop sends the queued events to the seed, all that are queued in
@@ -911,21 +928,38 @@ func (a *Agent) relayLocked(p *localPE, ev wire.Event, ack wire.Kind) {
 	}()
 }
 
-// queueEventLocked queues ev for the seed; the returned channel gets the
-// outcome. The caller holds a.mu.
-func (a *Agent) queueEventLocked(ev wire.Event) chan error {
-	done := make(chan error, 1)
+// queueEventLocked queues evs for the seed, all at once (so that they
+// travel in one report); the returned channel gets the outcome, the first
+// error of theirs. The caller holds a.mu.
+func (a *Agent) queueEventLocked(evs ...wire.Event) chan error {
 	if a.closed {
+		done := make(chan error, 1)
 		done <- bootstrap.ErrClosed
 		return done
 	}
+	each := make(chan error, len(evs))
 	a.repMu.Lock()
-	a.repQueue = append(a.repQueue, pendingEvent{ev, done})
+	for _, ev := range evs {
+		a.repQueue = append(a.repQueue, pendingEvent{ev, each})
+	}
 	a.repMu.Unlock()
 	select {
 	case a.repKick <- struct{}{}:
 	default:
 	}
+	if len(evs) == 1 {
+		return each
+	}
+	done := make(chan error, 1)
+	go func() {
+		var first error
+		for range evs {
+			if err := <-each; first == nil {
+				first = err
+			}
+		}
+		done <- first
+	}()
 	return done
 }
 
