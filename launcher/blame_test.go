@@ -226,3 +226,21 @@ func TestBlameFlood(t *testing.T) {
 		}
 	}
 }
+
+// TestBlameAbandoned: a PE that finalized and left while the others
+// waited for it in a collective ended well by itself, but the job cannot
+// go on: the seed's report of it ends the job, naming it.
+func TestBlameAbandoned(t *testing.T) {
+	t.Parallel()
+	j := newJudgeJob(t, 2)
+	j.ended(peEnd{rank: 1, host: "h1", end: bootstrap.EndCause{Kind: bootstrap.EndExited}, code: 0})
+	if j.first != nil {
+		t.Fatalf("the job is named after %v, an end with status 0", j.first)
+	}
+	j.report(cluster.Report{Kind: cluster.ReportAbandoned, Rank: 1, Agent: 0, Host: "h1", Code: 1,
+		End: bootstrap.EndCause{Kind: bootstrap.EndAbandoned, Detail: "PE(s) 0 wait in it (collective 1, on agent 0)"}})
+	const want = "PE 1 on host h1 left the job after it finalized, while a collective that cannot complete without it was pending: PE(s) 0 wait in it (collective 1, on agent 0)"
+	if e := j.first; e == nil || e.Rank != 1 || e.Code != 1 || e.Error() != want {
+		t.Errorf("the job is named after %v, want %q with code 1", e, want)
+	}
+}

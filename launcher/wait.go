@@ -94,6 +94,9 @@ func (j *job) report(r cluster.Report) {
 			return
 		}
 		j.fail(&JobError{Rank: r.Rank, Host: r.Host, How: "called global exit with status " + strconv.Itoa(r.Code), Code: r.Code})
+	case cluster.ReportAbandoned:
+		// Its own end, finalized, was fine; that of the job is not.
+		j.fail(&JobError{Rank: r.Rank, Host: r.Host, How: r.End.String(), Code: r.Code})
 	case cluster.ReportAgentLeft:
 		// Every PE of an agent is reported before it leaves.
 		var lost []int

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -87,13 +88,18 @@ type Agent struct {
 	done     uint64            // the last collective completed
 	coll     *collective       // the one being gathered, if any
 	failures []*wire.Message   // failure notices, for PEs that connect later
-	stats    Stats             // the counters under mu
-	term     chan struct{}     // closed at the first of: terminate, seed gone
-	why      string
-	seedGone bool // the seed left or died (SeedGone)
-	closed   bool
-	closeCh  chan struct{}
-	stall    chan []int // see StallReports
+	// left is the seed's notice of the first PE that left after it
+	// finalized (KindLeft), if any: a collective pending now or later
+	// cannot complete. abandoned: it was reported so.
+	left      *wire.Message
+	abandoned bool
+	stats     Stats         // the counters under mu
+	term      chan struct{} // closed at the first of: terminate, seed gone
+	why       string
+	seedGone  bool // the seed left or died (SeedGone)
+	closed    bool
+	closeCh   chan struct{}
+	stall     chan []int // see StallReports
 
 	// Reports go to the seed in batches, one batch in flight.
 	repMu    sync.Mutex
@@ -598,6 +604,15 @@ func (a *Agent) handle(b []byte) {
 		if msg.Rank == -1 {
 			a.stallReport(msg.Ranks)
 		}
+	case wire.KindLeft:
+		if msg.Rank == -1 && msg.FailRank < a.env.Size {
+			a.mu.Lock()
+			if a.left == nil {
+				a.left = msg
+				a.checkAbandonedLocked()
+			}
+			a.mu.Unlock()
+		}
 	case wire.KindFailure:
 		if msg.Rank == -1 && msg.FailRank >= -1 && msg.FailRank < a.env.Size {
 			a.failure(msg)
@@ -717,6 +732,7 @@ func (a *Agent) collLocked(seq uint64, barrier bool) (*collective, error) {
 // advanceLocked sends what the subtree gathered up once every PE of the
 // agent and every child contributed; the root completes the collective.
 func (a *Agent) advanceLocked() {
+	a.checkAbandonedLocked()
 	c := a.coll
 	if c == nil || c.sentUp || len(c.local) < len(a.ranks) || a.closed {
 		return
@@ -749,6 +765,33 @@ func (a *Agent) advanceLocked() {
 		result = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Reason: err.Error()}
 	}
 	a.deliverLocked(result)
+}
+
+// checkAbandonedLocked reports, once, a collective that waits here for a
+// subtree that cannot complete it because a PE left the job after it
+// finalized (the seed's notice, left): that PE finalized once its last
+// collective completed, so it is not in this one, which nobody else can
+// end. (A PE that closes its Member while its collective is pending is
+// counted as not in it.) The seed then tells every PE, and the launcher
+// ends the job, naming the PE that left and those that wait here.
+func (a *Agent) checkAbandonedLocked() {
+	c := a.coll
+	if a.left == nil || c == nil || c.sentUp || a.abandoned || a.closed {
+		return
+	}
+	a.abandoned = true
+	waiting := make([]int, 0, len(c.local))
+	for r := range c.local {
+		waiting = append(waiting, r)
+	}
+	slices.Sort(waiting)
+	detail := fmt.Sprintf("agent %d waits for it in collective %d", a.id, c.seq)
+	if len(waiting) > 0 {
+		detail = strings.Trim(fmt.Sprint(waiting), "[]")
+		detail = fmt.Sprintf("PE(s) %s wait in it (collective %d, on agent %d)", strings.ReplaceAll(detail, " ", ", "), c.seq, a.id)
+	}
+	a.queueEventLocked(wire.Event{Kind: wire.EvAbandoned, Rank: a.left.FailRank, Other: -1, Host: a.left.Host,
+		End: bootstrap.EndCause{Kind: bootstrap.EndAbandoned, Detail: wire.Clip(detail)}})
 }
 
 // deliverLocked completes the collective with result (a down or abort

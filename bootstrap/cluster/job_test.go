@@ -618,3 +618,65 @@ func agentJoinedSeen(j *job, id int) bool {
 	}
 	return false
 }
+
+// TestAbandonedCollective: a PE that finalizes and exits 0 while the
+// others wait for it in a collective (its Init failed, say), or before
+// they enter one, leaves them waiting for one that will never come: the
+// seed passes that on (ReportAbandoned, naming it and the PEs that wait),
+// and the collectives return a Failure of that PE. On one agent, and with
+// the PE alone on a leaf agent, which never hears of the collective.
+func TestAbandonedCollective(t *testing.T) {
+	const n, victim = 3, 2
+	for _, tt := range []struct {
+		name       string
+		agents     int
+		enterFirst bool // the others enter the barrier before the victim leaves
+	}{
+		{"one agent, left first", 1, false},
+		{"one agent, entered first", 1, true},
+		{"leaf agent, left first", 3, false},
+		{"leaf agent, entered first", 3, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			j := startJobOn(t, n, tt.agents, nil)
+			others := j.members[:victim]
+			errs := make(chan error, len(others))
+			barrier := func() {
+				for _, m := range others {
+					go func() { errs <- m.Barrier() }()
+				}
+			}
+			if tt.enterFirst {
+				barrier()
+			}
+			if err := j.members[victim].Close(); err != nil { // finalizes
+				t.Fatal(err)
+			}
+			if err := j.agents[j.agentOf[victim]].Report(victim, "h2", exited(0), 0, ""); err != nil {
+				t.Fatal(err)
+			}
+			if got := nextReport(t, j.seed); got.Kind != ReportExit || got.Rank != victim || !j.seed.Finalized(victim) {
+				t.Fatalf("seed passed on %+v (finalized %v), want the finalized end of PE %d", got, j.seed.Finalized(victim), victim)
+			}
+			if !tt.enterFirst {
+				barrier()
+			}
+			got := nextReport(t, j.seed)
+			if got.Kind != ReportAbandoned || got.Rank != victim || got.Host != "h2" || got.End.Kind != bootstrap.EndAbandoned || !strings.Contains(got.End.Detail, "wait") {
+				t.Errorf("seed passed on %+v, want PE %d's abandoned collective", got, victim)
+			}
+			for range others {
+				select {
+				case err := <-errs:
+					var f bootstrap.Failure
+					if !errors.As(err, &f) || f.Rank != victim || f.Cause.Kind != bootstrap.EndAbandoned {
+						t.Errorf("Barrier = %v, want a Failure of PE %d that left after it finalized", err, victim)
+					}
+				case <-time.After(waitLimit):
+					t.Fatalf("Barrier still waits for PE %d after %v", victim, waitLimit)
+				}
+			}
+			noReport(t, j.seed) // once per job
+		})
+	}
+}

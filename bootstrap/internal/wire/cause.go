@@ -34,8 +34,8 @@ const (
 	// EndAgentLeft: the agent that started the PE left the job or was
 	// declared dead before it reported the PE's end.
 	EndAgentLeft
-	// EndAbandoned: the PE finalized and left (its channel to its agent
-	// closed) while a collective that needs it is pending: the PEs that
+	// EndAbandoned: the PE finalized and left (it exited) while a
+	// collective that needs it is pending, or started after: the PEs that
 	// entered it wait for one that will never come. Detail names them.
 	EndAbandoned
 	// EndSeedGone: (the launcher, rank -1) the seed left the job or was
@@ -100,7 +100,7 @@ func (c EndCause) String() string {
 	case EndAgentLeft:
 		s = "the agent that started it left the job (it ended, was killed or stopped responding)"
 	case EndAbandoned:
-		s = "left the job after it finalized (status 0) while PEs wait for it in a collective that cannot complete without it"
+		s = "left the job after it finalized, while a collective that cannot complete without it was pending"
 	case EndSeedGone:
 		s = ReasonSeedGone
 	case EndAgentGone:

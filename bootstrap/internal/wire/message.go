@@ -51,16 +51,18 @@ import (
 //	KindAbort (agent → child, agent → PE): reason string
 //	KindAgentReport (agent → seed; seq numbers the agent's reports from 1):
 //	    addr string (the agent's node), count uint16, then count events:
-//	    kind uint8 (EvJoined, EvExit, EvLost, EvGlobalExit), rank int32 (the
+//	    kind uint8 (EvJoined, EvExit, EvLost, EvGlobalExit, EvAbandoned), rank int32 (the
 //	    PE), code int32, flags uint8 (EvExit: FlagEndedByAgent, FlagJoined,
 //	    FlagFinalized), other int32 (EvLost: the PE it lost), host string,
-//	    cause (EvExit, EvAbandoned: how the PE ended; kind EndNone for the
-//	    others), why string (EvExit: why the agent ended the PE; EvLost:
+//	    cause (EvExit: how the PE ended; EvAbandoned: EndAbandoned; kind
+//	    EndNone for the others), why string (EvExit: why the agent ended the PE; EvLost:
 //	    how the PE lost the other)
 //	KindAgentAck (seed → agent; seq is that of the report): nothing
 //	KindTerminate (seed → agent): reason string
 //	KindStallReport (seed → agent; have PEs report where they wait):
 //	    count uint32, then count times: rank int32 (a PE to ask)
+//	KindLeft (seed → agent; the first PE that left after it finalized):
+//	    rank int32, host string
 //
 // Entries: count uint32, then count times: rank int32, node uint32, len
 // uint32, blob.
@@ -192,7 +194,8 @@ const (
 	KindAgentAck
 	KindTerminate
 	KindStallReport
-	kindLast = KindStallReport
+	KindLeft
+	kindLast = KindLeft
 )
 
 var kindNames = [...]string{
@@ -200,7 +203,7 @@ var kindNames = [...]string{
 	KindFinalize: "finalize", KindFinalizeAck: "finalize-ack", KindPing: "ping", KindPong: "pong",
 	KindGlobalExit: "global-exit", KindGlobalExitAck: "global-exit-ack", KindLost: "lost", KindLostAck: "lost-ack",
 	KindFailure: "failure", KindDirectory: "directory", KindUp: "up", KindDown: "down", KindAbort: "abort",
-	KindAgentReport: "agent-report", KindAgentAck: "agent-ack", KindTerminate: "terminate", KindStallReport: "stall-report",
+	KindAgentReport: "agent-report", KindAgentAck: "agent-ack", KindTerminate: "terminate", KindStallReport: "stall-report", KindLeft: "left",
 }
 
 // String returns the name of k ("hello", "gather", ...).
@@ -229,9 +232,10 @@ const (
 	EvLost
 	// EvGlobalExit: the PE rank asked to end the job with status code.
 	EvGlobalExit
-	// EvAbandoned: the PE rank finalized and left (End says how it ended)
-	// while a collective that needs it is pending on its agent: the job
-	// cannot go on.
+	// EvAbandoned: the PE rank finalized and left (the seed said so,
+	// KindLeft) while a collective that needs it is pending on the
+	// reporting agent: the job cannot go on. End (EndAbandoned) names the
+	// PEs that wait.
 	EvAbandoned
 	evLast = EvAbandoned
 )
@@ -306,8 +310,8 @@ type Message struct {
 	Agents  []AgentEntry
 	Events  []Event
 
-	FailRank int      // failure, lost
-	Host     string   // failure, global exit
+	FailRank int      // failure, lost, left
+	Host     string   // failure, global exit, left
 	Cause    EndCause // failure
 	Reason   string   // abort, terminate, lost
 	Ranks    []int    // stall report: the PEs to ask
@@ -349,6 +353,9 @@ func AppendMessage(b []byte, m *Message) []byte {
 		b = appendI32(b, m.FailRank)
 		b = appendString16(b, m.Host)
 		b = appendCause(b, m.Cause)
+	case KindLeft:
+		b = appendI32(b, m.FailRank)
+		b = appendString16(b, m.Host)
 	case KindDirectory:
 		b = appendString16(b, m.Addr)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Agents)))
@@ -578,6 +585,12 @@ func DecodeMessage(b []byte) (*Message, error) {
 		m.FailRank = d.rank("failed rank")
 		m.Host = d.string16("host")
 		m.Cause = d.cause("cause")
+	case KindLeft:
+		m.FailRank = d.rank("left rank")
+		m.Host = d.string16("host")
+		if d.err == nil && m.FailRank < 0 {
+			d.fail("left rank out of range")
+		}
 	case KindDirectory:
 		m.Addr = d.string16("address")
 		n := d.count("agent count", 12, MaxRanks)

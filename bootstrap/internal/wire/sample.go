@@ -47,5 +47,6 @@ func SampleMessages() []*Message {
 		{Kind: KindTerminate, JobID: "job-1", Rank: -1, Reason: "PE 3 on host h2 was killed by signal 9 (killed)"},
 		{Kind: KindStallReport, JobID: "job-1", Rank: -1, Ranks: []int{0, 5, 9}},
 		{Kind: KindHello, JobID: "j", Rank: 0},
+		{Kind: KindLeft, JobID: "job-1", Rank: -1, FailRank: 3, Host: "h2"},
 	}
 }
