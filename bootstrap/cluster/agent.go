@@ -303,9 +303,9 @@ type PEEnd struct {
 // queues them and returns a channel that receives the outcome (the first
 // error, if any). Reports go to the seed in the order they were posted,
 // those posted while another is in flight together, in one message; the
-// ends posted in one call always travel in one message (up to
-// wire.MaxEvents of them), and the seed passes them on to the launcher at
-// once.
+// ends posted in one call travel in one message (unless more than
+// wire.MaxEvents wait), and the seed passes those of a message on to the
+// launcher at once.
 func (a *Agent) Post(ends ...PEEnd) <-chan error {
 	evs := make([]wire.Event, len(ends))
 	for i, e := range ends {
