@@ -542,7 +542,7 @@ func (m *Member) readLoop() {
 			closed := m.closed
 			m.mu.Unlock()
 			if !closed {
-				m.recordFailure(Failure{Rank: -1, Host: wire.HostName(wire.MaxString), Reason: m.agentLost(err)})
+				m.recordFailure(Failure{Rank: -1, Host: wire.HostName(wire.MaxString), Cause: m.agentLost(err)})
 			}
 			return
 		}
@@ -554,23 +554,22 @@ func (m *Member) readLoop() {
 // is gone, or was built from another goshmem (it answered the hello with
 // a welcome of another version, or, older than version 4, closed the
 // channel without one).
-func (m *Member) agentLost(err error) string {
+func (m *Member) agentLost(err error) EndCause {
 	var ve *wire.VersionError
 	if errors.As(err, &ve) {
-		return "is built from another goshmem version than the program: " + ve.Advice(true)
+		return EndCause{Kind: EndOtherBuild, Detail: ve.Advice(true)}
 	}
-	why := wire.ReasonAgentGone
 	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		return why + ": " + err.Error()
+		return EndCause{Kind: EndAgentGone, Detail: err.Error()}
 	}
 	select {
 	case <-m.welcome:
-		return why
+		return EndCause{Kind: EndAgentGone}
 	default:
 	}
 	v, build := wire.Speaks()
-	return why + " before it welcomed this PE: if goshmem-run is built from a goshmem older than the program's (which speaks version " +
-		strconv.Itoa(v) + " of the bootstrap's messages, goshmem " + build + "), it could not read the PE's hello: then " + wire.AdviceRebuild
+	return EndCause{Kind: EndAgentGone, Detail: "before it welcomed this PE: if goshmem-run is built from a goshmem older than the program's (which speaks version " +
+		strconv.Itoa(v) + " of the bootstrap's messages, goshmem " + build + "), it could not read the PE's hello: then " + wire.AdviceRebuild}
 }
 
 // handle processes a frame of the agent.
@@ -617,7 +616,7 @@ func (m *Member) handle(msg *wire.Message, fd int) {
 			m.logger.Printf("[WARN] goshmem: dropping failure message for rank %d", msg.FailRank)
 			break
 		}
-		m.recordFailure(Failure{Rank: msg.FailRank, Host: msg.Host, Reason: msg.Reason})
+		m.recordFailure(Failure{Rank: msg.FailRank, Host: msg.Host, Cause: msg.Cause})
 	default:
 		m.logger.Printf("[WARN] goshmem: dropping unexpected %v message", msg.Kind)
 	}

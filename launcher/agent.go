@@ -261,28 +261,26 @@ func (r *agentRun) serve(ctx context.Context) int {
 	}
 
 	// Reports go out in the order the PEs ended, without holding up the
-	// loop below; those made while one is in flight travel together.
-	type report struct {
-		rank    int
-		how     string
-		code    int
-		endedBy string // why the agent had told the PE to end, if it had
-	}
-	reports := make(chan report, 2*len(r.slots))
+	// loop below; those made while one is in flight travel together, and
+	// so do those of each batch (the PEs that could not be started).
+	type report = cluster.PEEnd // EndedBy: why the agent had told the PE to end, if it had
+	reports := make(chan []report, 2*len(r.slots)+1)
 	reported := make(chan bool, 1)
 	go func() {
 		type posted struct {
-			report
-			done <-chan error
+			batch []report
+			done  <-chan error
 		}
 		var all []posted
-		for rep := range reports {
-			all = append(all, posted{rep, agent.Post(rep.rank, host, rep.how, rep.code, rep.endedBy)})
+		for batch := range reports {
+			all = append(all, posted{batch, agent.Post(batch...)})
 		}
 		ok := true
 		for _, p := range all {
 			if err := <-p.done; err != nil {
-				r.logf("PE %d %s, and the launcher could not be told: %v%s", p.rank, p.how, err, strangersNote(agent))
+				for _, e := range p.batch {
+					r.logf("PE %d %v, and the launcher could not be told: %v%s", e.Rank, e.End, err, strangersNote(agent))
+				}
 				ok = false
 			}
 		}
@@ -295,6 +293,10 @@ func (r *agentRun) serve(ctx context.Context) int {
 			base = append(base, procs)
 		}
 	}
+	// The PEs that cannot be started are reported together, once every PE
+	// that can be started runs: the launcher, which names the first, then
+	// counts as running only the PEs that run.
+	var notStarted []report
 	for _, s := range r.slots {
 		env := bootstrap.Env{JobID: cfg.JobID, Rank: s.rank, Size: cfg.Size, LocalRank: s.localRank, LocalSize: s.localSize,
 			Seed: cfg.Seed, Key: cfg.Key, FailureTimeout: failureTimeout, AgentFD: peAgentFD}
@@ -308,8 +310,12 @@ func (r *agentRun) serve(ctx context.Context) int {
 			channel.Close() // the PE has its copy
 		}
 		if err != nil {
-			reports <- report{s.rank, "could not be started (" + cfg.Program + "): " + startError(err).Error(), startStatus(err), ""}
+			notStarted = append(notStarted, report{Rank: s.rank, Host: host, Code: startStatus(err),
+				End: bootstrap.EndCause{Kind: bootstrap.EndNotStarted, Detail: cfg.Program + ": " + startError(err).Error()}})
 		}
+	}
+	if len(notStarted) > 0 {
+		reports <- notStarted
 	}
 
 	terminated := agent.Terminated()
@@ -324,18 +330,17 @@ func (r *agentRun) serve(ctx context.Context) int {
 		case rank := <-agent.Silent():
 			// Hung or frozen: it may not die before it runs again, so its
 			// end is reported now, and again (to no effect) when it exits.
-			how := fmt.Sprintf(hungPrefix+"%v, most of the failure timeout of %v (hung: it neither ran nor exited)",
-				failureTimeout-failureTimeout/8, failureTimeout)
+			how := bootstrap.EndCause{Kind: bootstrap.EndHung, For: failureTimeout - failureTimeout/8, Limit: failureTimeout}
 			if g.stall(rank, how) {
-				reports <- report{rank, how, 1, ""}
+				reports <- []report{{Rank: rank, Host: host, End: how, Code: 1}}
 			}
 		case e := <-g.exits:
 			g.exited(e)
-			how, code := describe(e)
+			end, code := describe(e)
 			if err := agent.VersionMismatch(e.rank); err != nil {
-				how += "; " + err.Error()
+				addDetail(&end, err.Error())
 			}
-			reports <- report{e.rank, how, code, e.endedBy(endedBy)}
+			reports <- []report{{Rank: e.rank, Host: host, End: end, Code: code, EndedBy: e.endedBy(endedBy)}}
 		case <-terminated:
 			terminated = nil
 			if agent.SeedGone() {

@@ -21,12 +21,19 @@ import (
 // end (told: it was dying when the seed passed on PE 2's end).
 func TestBlameFirstCause(t *testing.T) {
 	t.Parallel()
-	killed := peEnd{rank: 1, host: "h1", how: "was killed by signal 9 (killed)", code: 137}
-	lostIt := peEnd{rank: 2, host: "h2", how: "exited with status 1", code: 1}
-	terminated := peEnd{rank: 1, host: "h1", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
-	other := peEnd{rank: 0, host: "h0", how: "was killed by signal 15 (terminated)", code: 143, endedBy: "the launcher ends the job"}
-	stopped := peEnd{rank: 1, host: "h1", how: stoppedPrefix + "1.875s, longer than half the failure timeout", code: 1}
-	left := peEnd{rank: 1, host: "h1", how: "exited with status 0", code: 0}
+	signaled := func(sig syscall.Signal) bootstrap.EndCause {
+		return bootstrap.EndCause{Kind: bootstrap.EndSignaled, Signal: sig}
+	}
+	exited := func(status int) bootstrap.EndCause {
+		return bootstrap.EndCause{Kind: bootstrap.EndExited, Status: status}
+	}
+	killed := peEnd{rank: 1, host: "h1", end: signaled(syscall.SIGKILL), code: 137}
+	lostIt := peEnd{rank: 2, host: "h2", end: exited(1), code: 1}
+	terminated := peEnd{rank: 1, host: "h1", end: signaled(syscall.SIGTERM), code: 143, endedBy: "the launcher ends the job"}
+	other := peEnd{rank: 0, host: "h0", end: signaled(syscall.SIGTERM), code: 143, endedBy: "the launcher ends the job"}
+	stopped := peEnd{rank: 1, host: "h1", end: bootstrap.EndCause{Kind: bootstrap.EndStopped, For: 1875 * time.Millisecond}, code: 1}
+	hung := peEnd{rank: 1, host: "h1", end: bootstrap.EndCause{Kind: bootstrap.EndHung, For: 4375 * time.Millisecond, Limit: 5 * time.Second}, code: 1}
+	left := peEnd{rank: 1, host: "h1", end: exited(0), code: 0}
 	tests := []struct {
 		name string
 		told bool
@@ -40,6 +47,7 @@ func TestBlameFirstCause(t *testing.T) {
 		{"consequence first, others ended before the cause", false, []peEnd{lostIt, other, killed}, 1, 137, "was killed by signal 9"},
 		{"consequence first, the cause told of it", true, []peEnd{lostIt, killed, other}, 1, 137, "was killed by signal 9"},
 		{"consequence first, the stopped cause told of it", true, []peEnd{lostIt, stopped, other}, 1, 1, "was stopped (SIGSTOP or SIGTSTP) for"},
+		{"consequence first, the hung cause told of it", true, []peEnd{lostIt, hung, other}, 1, 1, "stopped answering its agent for"},
 		{"consequence first, the cause left without finalize", false, []peEnd{lostIt, other, left}, 1, 1, "exited without finalize"},
 		{"cause left without finalize first", false, []peEnd{left, lostIt, other}, 1, 1, "exited without finalize"},
 		{"the lost PE did not fail", false, []peEnd{lostIt, terminated, other}, 2, 1, "after it lost PE 1 (connection reset by peer)"},
@@ -164,8 +172,8 @@ func TestPEExitEndedBy(t *testing.T) {
 	}{
 		{"by itself", peExit{}, ""},
 		{"signalled", peExit{signalled: true}, why},
-		{"stalled", peExit{stalled: "was stopped"}, ""},
-		{"stalled, then signalled", peExit{signalled: true, stalled: "was stopped"}, ""},
+		{"stalled", peExit{stalled: &bootstrap.EndCause{Kind: bootstrap.EndStopped}}, ""},
+		{"stalled, then signalled", peExit{signalled: true, stalled: &bootstrap.EndCause{Kind: bootstrap.EndStopped}}, ""},
 	} {
 		if got := tt.e.endedBy(why); got != tt.want {
 			t.Errorf("%s: endedBy = %q, want %q", tt.name, got, tt.want)
@@ -201,7 +209,7 @@ func TestBlameFlood(t *testing.T) {
 				j.units, j.unitsUp = []*unit{u}, 1
 				switch how {
 				case "agent left":
-					j.report(cluster.Report{Kind: cluster.ReportAgentLeft, Rank: -1, Agent: 0, Host: "h0", How: "left the job (it ended, was killed or stopped responding)"})
+					j.report(cluster.Report{Kind: cluster.ReportAgentLeft, Rank: -1, Agent: 0, Host: "h0", End: bootstrap.EndCause{Kind: bootstrap.EndAgentLeft}})
 				case "agent exited":
 					j.unitExited(unitExit{u: u, code: 1}, nil)
 				}
@@ -216,5 +224,23 @@ func TestBlameFlood(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestBlameAbandoned: a PE that finalized and left while the others
+// waited for it in a collective ended well by itself, but the job cannot
+// go on: the seed's report of it ends the job, naming it.
+func TestBlameAbandoned(t *testing.T) {
+	t.Parallel()
+	j := newJudgeJob(t, 2)
+	j.ended(peEnd{rank: 1, host: "h1", end: bootstrap.EndCause{Kind: bootstrap.EndExited}, code: 0})
+	if j.first != nil {
+		t.Fatalf("the job is named after %v, an end with status 0", j.first)
+	}
+	j.report(cluster.Report{Kind: cluster.ReportAbandoned, Rank: 1, Agent: 0, Host: "h1", Code: 1,
+		End: bootstrap.EndCause{Kind: bootstrap.EndAbandoned, Detail: "PE(s) 0 wait in it (collective 1, on agent 0)"}})
+	const want = "PE 1 on host h1 left the job after it finalized, while a collective that cannot complete without it was pending: PE(s) 0 wait in it (collective 1, on agent 0)"
+	if e := j.first; e == nil || e.Rank != 1 || e.Code != 1 || e.Error() != want {
+		t.Errorf("the job is named after %v, want %q with code 1", e, want)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/ucs"
 )
 
@@ -73,7 +73,7 @@ type proc struct {
 	// says how it stalled once checkStalled kills it for it (read by the
 	// goroutine that waits for it).
 	stoppedSince time.Time
-	stalled      atomic.Pointer[string]
+	stalled      atomic.Pointer[bootstrap.EndCause]
 }
 
 // peExit is the end of a PE process.
@@ -86,8 +86,9 @@ type peExit struct {
 	signalled bool
 	// noThread: the PE's runtime said that it could not create a thread.
 	noThread bool
-	// stalled, when set, says how the PE stalled: checkStalled killed it.
-	stalled string
+	// stalled, when set, says how the PE stalled (EndStopped, EndHung):
+	// its group killed it for it.
+	stalled *bootstrap.EndCause
 }
 
 // endedBy is why the PE of e ended, as its report says it (why, the reason
@@ -96,7 +97,7 @@ type peExit struct {
 // signal reached it after (a SIGTERM of the job's end finds it dying of the
 // stall's SIGKILL, and its stall is then still the job's first cause).
 func (e peExit) endedBy(why string) string {
-	if !e.signalled || e.stalled != "" {
+	if !e.signalled || e.stalled != nil {
 		return ""
 	}
 	return why
@@ -181,9 +182,7 @@ func (g *group) start(rank int, env []string, stdin io.Reader, channel *os.File)
 		p.errw.flush()
 		p.closeFile()
 		e := peExit{rank: rank, state: cmd.ProcessState, err: err, signalled: p.endedBySignal(cmd.ProcessState), noThread: p.errw.threads.hit}
-		if how := p.stalled.Load(); how != nil {
-			e.stalled = *how
-		}
+		e.stalled = p.stalled.Load()
 		g.exits <- e
 	}()
 	return nil
@@ -305,20 +304,21 @@ func (g *group) checkStalled() {
 			continue
 		}
 		if d := now.Sub(p.stoppedSince); d >= g.stallLimit {
-			g.stall(p.rank, fmt.Sprintf(stoppedPrefix+"%v, longer than half the failure timeout", d.Round(time.Millisecond)))
+			g.stall(p.rank, bootstrap.EndCause{Kind: bootstrap.EndStopped, For: d.Round(time.Millisecond)})
 		}
 	}
 }
 
-// stall kills the PE of rank, which stalled as how says, as a failure of
-// its own that its exit reports (peExit.stalled). It reports whether it
-// did: the PE ran and had not stalled already.
-func (g *group) stall(rank int, how string) bool {
+// stall kills the PE of rank, which stalled as how says (EndStopped,
+// EndHung), as a failure of its own that its exit reports
+// (peExit.stalled). It reports whether it did: the PE ran and had not
+// stalled already.
+func (g *group) stall(rank int, how bootstrap.EndCause) bool {
 	p := g.pes[rank]
 	if p == nil || p.exited || !p.stalled.CompareAndSwap(nil, &how) {
 		return false
 	}
-	g.logf("PE %d %s: killing it", p.rank, how)
+	g.logf("PE %d %v: killing it", p.rank, how)
 	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		p.cmd.Process.Kill()
 	}
@@ -409,55 +409,39 @@ func stdinFor(r io.Reader) (*os.File, func(), error) {
 }
 
 // describe says how a PE ended, and the exit code that stands for it.
-func describe(e peExit) (string, int) {
-	if e.stalled != "" {
-		return e.stalled, 1
+func describe(e peExit) (bootstrap.EndCause, int) {
+	if e.stalled != nil {
+		return *e.stalled, 1
 	}
-	how, code := describeStatus(e)
+	end, code := describeStatus(e)
 	if e.noThread {
-		how += ": it could not create a thread, " + threadLimitHint()
+		addDetail(&end, "it could not create a thread, "+threadLimitHint())
 	}
-	return how, code
+	return end, code
 }
 
-// killedPrefix starts the description (describeStatus) of a PE that a
-// signal killed.
-const killedPrefix = "was killed by signal "
-
-// stoppedPrefix and hungPrefix start the descriptions of a PE that its
-// agent killed for stalling (checkStalled, and a PE that stopped answering
-// its agent), which the launcher reads back (stalled).
-const (
-	stoppedPrefix = "was stopped (SIGSTOP or SIGTSTP) for "
-	hungPrefix    = "stopped answering its agent for "
-)
-
-// stalled reports whether how says that the PE's agent killed it for
-// stalling: a failure of the PE's own, whatever the seed says it had been
-// told of another PE's end while it stalled.
-func stalled(how string) bool {
-	return strings.HasPrefix(how, stoppedPrefix) || strings.HasPrefix(how, hungPrefix)
+// addDetail adds more words to the detail of end.
+func addDetail(end *bootstrap.EndCause, more string) {
+	if end.Detail != "" {
+		more = end.Detail + "; " + more
+	}
+	end.Detail = more
 }
-
-// killedBySignal reports whether how, a description made by
-// describeStatus, says that a signal killed the PE.
-func killedBySignal(how string) bool { return strings.HasPrefix(how, killedPrefix) }
 
 // describeStatus says how a PE ended, from its status.
-func describeStatus(e peExit) (string, int) {
+func describeStatus(e peExit) (bootstrap.EndCause, int) {
 	if e.state == nil {
-		return "could not be waited for: " + e.err.Error(), 1
+		return bootstrap.EndCause{Kind: bootstrap.EndNotWaited, Detail: e.err.Error()}, 1
 	}
 	if ws, ok := e.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		sig := ws.Signal()
-		return fmt.Sprintf("%s%d (%v)", killedPrefix, int(sig), sig), 128 + int(sig)
+		return bootstrap.EndCause{Kind: bootstrap.EndSignaled, Signal: sig}, 128 + int(sig)
 	}
 	code := e.state.ExitCode()
-	if code != 0 {
-		return "exited with status " + strconv.Itoa(code), code
+	end := bootstrap.EndCause{Kind: bootstrap.EndExited, Status: code}
+	if code == 0 && e.err != nil && !errors.Is(e.err, exec.ErrWaitDelay) {
+		end.Detail = e.err.Error() // "exited with status 0 but: ..."
+		return end, 1
 	}
-	if e.err != nil && !errors.Is(e.err, exec.ErrWaitDelay) {
-		return "exited with status 0 but: " + e.err.Error(), 1
-	}
-	return "exited with status 0", 0
+	return end, code
 }

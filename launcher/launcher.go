@@ -161,7 +161,9 @@ func (e *JobError) Error() string {
 //
 // The first PE that exits with a non-zero status or by a signal, exits
 // with status 0 without finalizing while others still run and some PE
-// joined the job, stays stopped (SIGSTOP) for half the failure timeout,
+// joined the job, finalizes and exits while the others wait for it in a
+// collective of the bootstrap (which then never completes; the message
+// names the PEs that wait), stays stopped (SIGSTOP) for half the failure timeout,
 // stops answering its agent for most of the failure timeout (hung), is
 // lost with its agent (its host stopped answering), or never reports how
 // it ended because its agent or spawner ended first, ends the job: Run logs which PE on which

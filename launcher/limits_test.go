@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/bootstrap/cluster"
 )
 
@@ -271,10 +273,43 @@ func TestStartNoResources(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != exitNoResources {
 		t.Errorf("exit status %d, want %d", code, exitNoResources)
 	}
-	for _, want := range []string{"could not be started (", "too many open files (a limit on open files was reached: those of a process (ulimit -n: 30); raise it"} {
+	for _, want := range []string{"could not be started: ", "too many open files (a limit on open files was reached: those of a process (ulimit -n: 30); raise it"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+	// A few PEs start before the descriptors run out: the count of those
+	// terminated leaves out the others, which never ran.
+	if m := regexp.MustCompile(`terminating the (\d+) running PE\(s\)`).FindSubmatch(out); m == nil {
+		t.Errorf("output lacks the count of running PEs")
+	} else if n, _ := strconv.Atoi(string(m[1])); n >= 15 {
+		t.Errorf("%d PEs counted as running, of the 16 of which some could not be started", n)
+	}
+}
+
+// TestNotStartedCount: the PEs that an agent could not start, reported
+// together, are not counted as running when the first of them ends the
+// job.
+func TestNotStartedCount(t *testing.T) {
+	t.Parallel()
+	j := newJudgeJob(t, 4)
+	var logs []string
+	j.opts.Logf = func(format string, args ...any) { logs = append(logs, fmt.Sprintf(format, args...)) }
+	agent, err := cluster.JoinAgent(bootstrap.Env{JobID: j.seed.JobID(), Size: j.np, Seed: j.seed.Addr(), Key: j.key},
+		cluster.AgentConfig{Agents: 1, Ranks: []int{0, 1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	notStarted := bootstrap.EndCause{Kind: bootstrap.EndNotStarted, Detail: "pipe2: too many open files"}
+	if err := <-agent.Post(cluster.PEEnd{Rank: 2, Host: "h", End: notStarted, Code: exitNoResources},
+		cluster.PEEnd{Rank: 3, Host: "h", End: notStarted, Code: exitNoResources}); err != nil {
+		t.Fatal(err)
+	}
+	j.report(<-j.seed.Reports())
+	const want = "PE 2 on host h could not be started: pipe2: too many open files; terminating the 2 running PE(s)"
+	if len(logs) != 1 || logs[0] != want {
+		t.Errorf("launcher log %q, want %q", logs, want)
 	}
 }
 
@@ -318,10 +353,10 @@ func TestLostCount(t *testing.T) {
 			for r := range j.pes {
 				j.pes[r].agent = r / 2 // 3 agents of 2 PEs each
 			}
-			j.ended(peEnd{rank: 0, host: "h0", how: "exited with status 0", code: 0}) // before any joined: idle
+			j.ended(peEnd{rank: 0, host: "h0", end: bootstrap.EndCause{Kind: bootstrap.EndExited}, code: 0}) // before any joined: idle
 			switch how {
 			case "left":
-				j.report(cluster.Report{Kind: cluster.ReportAgentLeft, Agent: 1, Host: "h1", How: "stopped answering"})
+				j.report(cluster.Report{Kind: cluster.ReportAgentLeft, Agent: 1, Host: "h1", End: bootstrap.EndCause{Kind: bootstrap.EndAgentLeft}})
 			case "exited":
 				j.unitsUp = 1
 				j.unitExited(unitExit{u: &unit{name: "the agent for host h1", host: "h1", ranks: []int{2, 3}}, code: 1}, nil)

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goshmem/goshmem/bootstrap"
 	"github.com/goshmem/goshmem/bootstrap/cluster"
 )
 
@@ -83,7 +84,7 @@ func (j *job) report(r cluster.Report) {
 			j.opts.Logf("ignoring a report of agent %d on PE %d, which it did not start", r.Agent, r.Rank)
 			return
 		}
-		end := peEnd{rank: r.Rank, host: r.Host, how: r.How, code: r.Code}
+		end := peEnd{rank: r.Rank, host: r.Host, end: r.End, code: r.Code}
 		if r.EndedByAgent {
 			end.endedBy = cmp.Or(r.Why, "its agent ended it")
 		}
@@ -93,6 +94,9 @@ func (j *job) report(r cluster.Report) {
 			return
 		}
 		j.fail(&JobError{Rank: r.Rank, Host: r.Host, How: "called global exit with status " + strconv.Itoa(r.Code), Code: r.Code})
+	case cluster.ReportAbandoned:
+		// Its own end, finalized, was fine; that of the job is not.
+		j.fail(&JobError{Rank: r.Rank, Host: r.Host, How: r.End.String(), Code: r.Code})
 	case cluster.ReportAgentLeft:
 		// Every PE of an agent is reported before it leaves.
 		var lost []int
@@ -102,7 +106,7 @@ func (j *job) report(r cluster.Report) {
 			}
 		}
 		if len(lost) > 0 {
-			j.lose(lost, j.lostError(lost[0], r.Host, "was lost: the agent that started it "+r.How, 1))
+			j.lose(lost, j.lostError(lost[0], r.Host, "was lost: "+r.End.String(), 1))
 		}
 		if len(lost) > 0 && len(j.opts.Spawner) == 0 && r.Agent >= 0 && r.Agent < len(j.units) {
 			// It did not leave, it died or hangs: it cannot be told to end
@@ -118,9 +122,10 @@ func (j *job) report(r cluster.Report) {
 
 // peEnd is how a PE ended, as the launcher's group or the PE's agent saw it.
 type peEnd struct {
-	rank      int
-	host, how string
-	code      int
+	rank int
+	host string
+	end  bootstrap.EndCause
+	code int
 	// endedBy says why the launcher or the PE's agent had told the PE to
 	// end while it still ran; empty when they had not. Such an end is a
 	// consequence, not a failure of the PE's own.
@@ -143,10 +148,10 @@ func (j *job) ended(e peEnd) {
 	case e.endedBy != "":
 		// Its agent ended it without being told to: it lost the launcher,
 		// or was itself told to end (a signal).
-		j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.how + ", ended by its agent: " + e.endedBy, Code: max(e.code, 1)})
+		j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.end.String() + ", ended by its agent: " + e.endedBy, Code: max(e.code, 1)})
 		return
-	case j.ending && !j.blameOpen:
-		return // the launcher is ending it
+	case (j.ending || j.first != nil) && !j.blameOpen:
+		return // the launcher is ending it (or naming the job's end: name)
 	}
 	if e.code == 0 {
 		noFinalize := &JobError{Rank: e.rank, Host: e.host, How: "exited without finalize (status 0) while other PEs still run", Code: 1}
@@ -165,7 +170,7 @@ func (j *job) ended(e peEnd) {
 		}
 		return
 	}
-	if peer, why, ok := j.seed.Lost(e.rank); ok && !killedBySignal(e.how) && !stalled(e.how) && (j.blameOpen || !j.pes[peer].ended) {
+	if peer, why, ok := j.seed.Lost(e.rank); ok && !e.end.KilledBySignal() && !e.end.Stalled() && (j.blameOpen || !j.pes[peer].ended) {
 		// It ended because PE peer failed, or so it says: end the job now,
 		// and name peer when its own failure turns up. A PE that a signal
 		// killed (one its agent did not send: endedBy is empty), or that its
@@ -174,7 +179,7 @@ func (j *job) ended(e peEnd) {
 		// dying or stalled.
 		if j.consequence == nil {
 			j.consequence = &JobError{Rank: e.rank, Host: e.host,
-				How: fmt.Sprintf("%s after it lost PE %d (%s)", e.how, peer, why), Code: e.code}
+				How: fmt.Sprintf("%v after it lost PE %d (%s)", e.end, peer, why), Code: e.code}
 			j.lostPeer = peer
 		}
 		if !j.ending {
@@ -183,7 +188,7 @@ func (j *job) ended(e peEnd) {
 		}
 		return
 	}
-	j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.how, Code: e.code})
+	j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.end.String(), Code: e.code})
 }
 
 // lose records the PEs of ranks, whose ends will never be reported (none
@@ -231,21 +236,12 @@ func (j *job) unitExited(e unitExit, reports <-chan cluster.Report) {
 	j.unitsUp--
 	// Reports of the unit's agents reached the seed before the agents
 	// exited, so before the unit did: handle them first.
-	for more := reports != nil; more; {
-		select {
-		case r, ok := <-reports:
-			if !ok {
-				more = false
-				break
-			}
-			j.report(r)
-		default:
-			more = false
-		}
-	}
+	j.handlePending(reports)
 	how, code := "ended with status "+strconv.Itoa(e.code), e.code
 	if e.u.cmd != nil {
-		how, code = describe(peExit{state: e.state, err: e.err})
+		var end bootstrap.EndCause
+		end, code = describe(peExit{state: e.state, err: e.err})
+		how = end.String()
 	}
 	if w := e.u.threads; w != nil && w.hit {
 		how += ": it could not create a thread, " + w.hint()
@@ -263,6 +259,22 @@ func (j *job) unitExited(e unitExit, reports <-chan cluster.Report) {
 		return
 	}
 	j.lose(missing, j.lostError(missing[0], e.u.host, fmt.Sprintf("never reported how it ended: %s %s", e.u.name, how), max(code, 1)))
+}
+
+// handlePending handles the reports that wait on reports (nil: none, the
+// channel is closed), without waiting for more.
+func (j *job) handlePending(reports <-chan cluster.Report) {
+	for reports != nil {
+		select {
+		case r, ok := <-reports:
+			if !ok {
+				return
+			}
+			j.report(r)
+		default:
+			return
+		}
+	}
 }
 
 func contains(s []int, v int) bool {
@@ -333,10 +345,17 @@ func (j *job) fail(e *JobError) {
 	j.terminate(e.Error())
 }
 
-// name records e as what the job is named after, and says so.
+// name records e as what the job is named after, and says so. The count
+// of running PEs it logs leaves out those whose ends the seed passed on
+// with the failure's and that wait to be handled: the PEs that an agent
+// could not start, reported together (cluster.Agent.Post); the seed
+// passes on the ends of one report under its lock, which the handling of
+// the failure's end took since (Seed.Lost, Seed.Finalized), so they are
+// all there.
 func (j *job) name(e *JobError) {
 	j.blameOpen = false
 	j.first = e
+	j.handlePending(j.seed.Reports())
 	switch {
 	case e.Code == 0:
 		j.opts.Logf("%v: ending the job", e)

@@ -89,12 +89,12 @@ type Arith interface {
 // symmetric heap (ErrInvalidArgument).
 func Broadcast[T RMA](team *Team, dest, source []T, root int) error {
 	var z T
-	return broadcast("Broadcast", team, bytesOf(dest), bytesOf(source), root, int(unsafe.Sizeof(z)))
+	return broadcast("Broadcast", 0, team, bytesOf(dest), bytesOf(source), root, int(unsafe.Sizeof(z)))
 }
 
 // BroadcastMem is Broadcast of bytes (shmem_broadcastmem).
 func BroadcastMem(team *Team, dest, source []byte, root int) error {
-	return broadcast("BroadcastMem", team, dest, source, root, 1)
+	return broadcast("BroadcastMem", formBytes, team, dest, source, root, 1)
 }
 
 // Collect concatenates the source arrays of the team's PEs, in the order of
@@ -106,12 +106,12 @@ func BroadcastMem(team *Team, dest, source []byte, root int) error {
 // PE alike, after the lengths were exchanged.
 func Collect[T RMA](team *Team, dest, source []T) error {
 	var z T
-	return collect("Collect", team, bytesOf(dest), bytesOf(source), int(unsafe.Sizeof(z)), false)
+	return collect("Collect", 0, team, bytesOf(dest), bytesOf(source), int(unsafe.Sizeof(z)), false)
 }
 
 // CollectMem is Collect of bytes (shmem_collectmem).
 func CollectMem(team *Team, dest, source []byte) error {
-	return collect("CollectMem", team, dest, source, 1, false)
+	return collect("CollectMem", formBytes, team, dest, source, 1, false)
 }
 
 // FCollect concatenates the source arrays of the team's PEs, in the order of
@@ -120,12 +120,12 @@ func CollectMem(team *Team, dest, source []byte) error {
 // It returns the errors of Collect.
 func FCollect[T RMA](team *Team, dest, source []T) error {
 	var z T
-	return collect("FCollect", team, bytesOf(dest), bytesOf(source), int(unsafe.Sizeof(z)), true)
+	return collect("FCollect", 0, team, bytesOf(dest), bytesOf(source), int(unsafe.Sizeof(z)), true)
 }
 
 // FCollectMem is FCollect of bytes (shmem_fcollectmem).
 func FCollectMem(team *Team, dest, source []byte) error {
-	return collect("FCollectMem", team, dest, source, 1, true)
+	return collect("FCollectMem", formBytes, team, dest, source, 1, true)
 }
 
 // Alltoall exchanges a block of nelems = len(source)/team.NPEs() elements
@@ -137,12 +137,12 @@ func FCollectMem(team *Team, dest, source []byte) error {
 // arrays outside the symmetric heap (ErrInvalidArgument).
 func Alltoall[T RMA](team *Team, dest, source []T) error {
 	var z T
-	return alltoall("Alltoall", team, bytesOf(dest), bytesOf(source), int(unsafe.Sizeof(z)))
+	return alltoall("Alltoall", 0, team, bytesOf(dest), bytesOf(source), int(unsafe.Sizeof(z)))
 }
 
 // AlltoallMem is Alltoall of bytes (shmem_alltoallmem).
 func AlltoallMem(team *Team, dest, source []byte) error {
-	return alltoall("AlltoallMem", team, dest, source, 1)
+	return alltoall("AlltoallMem", formBytes, team, dest, source, 1)
 }
 
 // Alltoalls is Alltoall with strided blocks (shmem_alltoalls): element k
@@ -153,12 +153,12 @@ func AlltoallMem(team *Team, dest, source []byte) error {
 // element the strides name. It returns the errors of Alltoall.
 func Alltoalls[T RMA](team *Team, dest, source []T, dst, sst, nelems int) error {
 	var z T
-	return alltoalls("Alltoalls", team, bytesOf(dest), bytesOf(source), dst, sst, nelems, int(unsafe.Sizeof(z)))
+	return alltoalls("Alltoalls", 0, team, bytesOf(dest), bytesOf(source), dst, sst, nelems, int(unsafe.Sizeof(z)))
 }
 
 // AlltoallsMem is Alltoalls of bytes (shmem_alltoallsmem).
 func AlltoallsMem(team *Team, dest, source []byte, dst, sst, nelems int) error {
-	return alltoalls("AlltoallsMem", team, dest, source, dst, sst, nelems, 1)
+	return alltoalls("AlltoallsMem", formBytes, team, dest, source, dst, sst, nelems, 1)
 }
 
 // AndReduce sets dest[i], on every PE of the team, to the bitwise and of

@@ -42,7 +42,21 @@ type collArgs struct {
 	size     int // bytes of an element
 	root     int // of a broadcast; 0 otherwise
 	dst, sst int // strides of alltoalls; 0 otherwise
+	// form says how to name them (describe); it is the routine's, the
+	// same on every PE of a call, and is not published.
+	form collForm
 }
+
+// collForm says how the arguments of a collective routine read: what its
+// count counts, and which arguments besides the count and the element
+// size its PEs must pass alike.
+type collForm uint8
+
+const (
+	formBytes   collForm = 1 << iota // a Mem routine: the count is of bytes
+	formRoot                         // a broadcast: the root
+	formStrides                      // alltoalls: the strides
+)
 
 // collArgWords is the number of words of a collArgs, which follow the
 // collective word in its line.
@@ -53,7 +67,7 @@ func (a collArgs) words() [collArgWords]uint64 {
 }
 
 func argsOfWords(w []uint64) collArgs {
-	return collArgs{int(w[0]), int(w[1]), int(w[2]), int(w[3]), int(w[4])}
+	return collArgs{nelems: int(w[0]), size: int(w[1]), root: int(w[2]), dst: int(w[3]), sst: int(w[4])}
 }
 
 // key digests the arguments for a sync's key.
@@ -66,34 +80,37 @@ func (a collArgs) key() uint64 {
 	return k
 }
 
-// describe names the arguments of routine's call: "10 elements of 8
-// bytes, root 2".
-func (a collArgs) describe(routine string) string {
+// describe names the arguments of a call, as its form says: "10
+// elements of 8 bytes, root 2".
+func (a collArgs) describe() string {
 	var d string
 	switch {
 	case a.nelems < 0:
 		d = fmt.Sprintf("elements of %d bytes", a.size)
-	case strings.HasSuffix(routine, "Mem"):
+	case a.form&formBytes != 0:
 		d = fmt.Sprintf("%d bytes", a.nelems)
 	default:
 		d = fmt.Sprintf("%d elements of %d bytes", a.nelems, a.size)
 	}
-	if strings.HasPrefix(routine, "Broadcast") {
+	if a.form&formRoot != 0 {
 		d += fmt.Sprintf(", root %d", a.root)
 	}
-	if strings.HasPrefix(routine, "Alltoalls") {
+	if a.form&formStrides != 0 {
 		d += fmt.Sprintf(", strides dst %d and sst %d", a.dst, a.sst)
 	}
 	return d
 }
 
-// argsErr makes the error of a call whose PEs passed different arguments:
-// args[j] are those of the team's PE j, grouped by value.
-func argsErr(routine string, t *Team, args func(j int) collArgs) error {
+// argsErr makes the error of a call of routine, of the given form, whose
+// PEs passed different arguments: args[j] are those of the team's PE j,
+// grouped by value.
+func argsErr(routine string, form collForm, t *Team, args func(j int) collArgs) error {
 	var order []string
 	pes := map[string][]int{}
 	for j := range t.npes {
-		d := args(j).describe(routine)
+		a := args(j)
+		a.form = form
+		d := a.describe()
 		if _, ok := pes[d]; !ok {
 			order = append(order, d)
 		}
@@ -143,5 +160,5 @@ func (t *Team) syncArgs(routine string, a collArgs) error {
 			t.reportMismatch(routine, words)
 		}
 	}
-	return argsErr(routine, t, func(j int) collArgs { return argsOfWords(lines[j][1:]) })
+	return argsErr(routine, a.form, t, func(j int) collArgs { return argsOfWords(lines[j][1:]) })
 }

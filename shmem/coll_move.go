@@ -22,7 +22,8 @@ import (
 // alltoall puts block j to PE j in the order me+1, me+2, ... so that no PE
 // is the target of every PE at once.
 
-func broadcast(routine string, t *Team, dest, source []byte, root, size int) error {
+func broadcast(routine string, form collForm, t *Team, dest, source []byte, root, size int) error {
+	form |= formRoot
 	cs, err := collTeam(routine, t)
 	if err != nil {
 		return err
@@ -46,12 +47,12 @@ func broadcast(routine string, t *Team, dest, source []byte, root, size int) err
 		return nil
 	}
 	if !cs.direct || st.env.debug {
-		if err := t.syncArgs(routine, collArgs{nelems: n / size, size: size, root: root}); err != nil {
+		if err := t.syncArgs(routine, collArgs{nelems: n / size, size: size, root: root, form: form}); err != nil {
 			return err
 		}
 	}
 	if cs.direct {
-		err := broadcastStaged(routine, cs, dest, source, soff, size, root)
+		err := broadcastStaged(routine, form, cs, dest, source, soff, size, root)
 		if err == nil && t.me == root {
 			profTeam(routine, t, 0, n)
 		}
@@ -82,7 +83,7 @@ func broadcast(routine string, t *Team, dest, source []byte, root, size int) err
 	return nil
 }
 
-func collect(routine string, t *Team, dest, source []byte, size int, fixed bool) error {
+func collect(routine string, form collForm, t *Team, dest, source []byte, size int, fixed bool) error {
 	cs, err := collTeam(routine, t)
 	if err != nil {
 		return err
@@ -105,13 +106,13 @@ func collect(routine string, t *Team, dest, source []byte, size int, fixed bool)
 		return nil
 	}
 	if cs.direct {
-		err := collectStaged(routine, cs, dest, source, soff, size, fixed)
+		err := collectStaged(routine, form, cs, dest, source, soff, size, fixed)
 		if err == nil {
 			profTeam(routine, t, 0, b)
 		}
 		return err
 	}
-	args := collArgs{nelems: -1, size: size}
+	args := collArgs{nelems: -1, size: size, form: form}
 	if fixed {
 		args.nelems = b / size
 	}
@@ -173,7 +174,7 @@ func (cs *collState) allgather(routine string, off uintptr, local []byte, pos []
 	}
 }
 
-func alltoall(routine string, t *Team, dest, source []byte, size int) error {
+func alltoall(routine string, form collForm, t *Team, dest, source []byte, size int) error {
 	cs, err := collTeam(routine, t)
 	if err != nil {
 		return err
@@ -196,7 +197,7 @@ func alltoall(routine string, t *Team, dest, source []byte, size int) error {
 		copyBytes(dest, source)
 		return nil
 	}
-	if err := t.syncArgs(routine, collArgs{nelems: len(source) / size, size: size}); err != nil || b == 0 {
+	if err := t.syncArgs(routine, collArgs{nelems: len(source) / size, size: size, form: form}); err != nil || b == 0 {
 		return err
 	}
 	profTeam(routine, t, 0, b)
@@ -217,7 +218,7 @@ func alltoall(routine string, t *Team, dest, source []byte, size int) error {
 	return nil
 }
 
-func alltoalls(routine string, t *Team, dest, source []byte, dst, sst, nelems, size int) error {
+func alltoalls(routine string, form collForm, t *Team, dest, source []byte, dst, sst, nelems, size int) error {
 	cs, err := collTeam(routine, t)
 	if err != nil {
 		return err
@@ -246,7 +247,7 @@ func alltoalls(routine string, t *Team, dest, source []byte, dst, sst, nelems, s
 		return err
 	}
 	if n > 1 {
-		if err := t.syncArgs(routine, collArgs{nelems: nelems, size: size, dst: dst, sst: sst}); err != nil || nelems == 0 {
+		if err := t.syncArgs(routine, collArgs{nelems: nelems, size: size, dst: dst, sst: sst, form: form | formStrides}); err != nil || nelems == 0 {
 			return err
 		}
 		profTeam(routine, t, 0, nelems*size)

@@ -143,18 +143,18 @@ func (c *stagedCall) finish(wait bool) {
 // broadcastStaged is broadcast on one node: the root publishes, the others
 // copy. A non-root whose length or element size is not the root's returns
 // an error instead, after the copy of nothing.
-func broadcastStaged(routine string, cs *collState, dest, source []byte, soff uintptr, size, root int) error {
+func broadcastStaged(routine string, form collForm, cs *collState, dest, source []byte, soff uintptr, size, root int) error {
 	c := cs.stagedBegin()
 	if cs.team.me != root {
 		b, rsize := c.from(root)
 		if len(b) != len(source) || rsize != size {
 			c.finish(false)
-			mine, theirs := collArgs{nelems: len(source) / size, size: size, root: root}, collArgs{size: rsize, root: root}
+			mine, theirs := collArgs{nelems: len(source) / size, size: size, root: root, form: form}, collArgs{size: rsize, root: root, form: form}
 			if rsize > 0 {
 				theirs.nelems = len(b) / rsize
 			}
 			return argErr(routine, "the root, PE %d, broadcasts %s, and this PE (PE %d) passed %s (every PE of the team must pass the same lengths and element type)",
-				cs.team.members[root], theirs.describe(routine), st.me, mine.describe(routine))
+				cs.team.members[root], theirs.describe(), st.me, mine.describe())
 		}
 		copyBytes(dest, b)
 		c.finish(false)
@@ -171,7 +171,7 @@ func broadcastStaged(routine string, cs *collState, dest, source []byte, soff ui
 // With fixed, every block has len(source) bytes. It returns an error, the
 // same on every PE, when the blocks' lengths (with fixed) or element sizes
 // differ, or dest is too short for them.
-func collectStaged(routine string, cs *collState, dest, source []byte, soff uintptr, size int, fixed bool) error {
+func collectStaged(routine string, form collForm, cs *collState, dest, source []byte, soff uintptr, size int, fixed bool) error {
 	c := cs.stagedBegin()
 	fits := c.publish(source, soff, size)
 	n, v := cs.team.npes, cs.team.me
@@ -187,7 +187,7 @@ func collectStaged(routine string, cs *collState, dest, source []byte, soff uint
 		}
 		var err error
 		if !same {
-			err = argsErr(routine, cs.team, func(j int) collArgs { return c.argsOf(j, true) })
+			err = argsErr(routine, form, cs.team, func(j int) collArgs { return c.argsOf(j, true) })
 		}
 		c.finish(!fits)
 		return err
@@ -201,7 +201,7 @@ func collectStaged(routine string, cs *collState, dest, source []byte, soff uint
 	var err error
 	switch {
 	case !same:
-		err = argsErr(routine, cs.team, func(j int) collArgs { return c.argsOf(j, false) })
+		err = argsErr(routine, form, cs.team, func(j int) collArgs { return c.argsOf(j, false) })
 	case total > len(dest):
 		err = argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, total/size)
 	default:
@@ -222,7 +222,7 @@ func collectStaged(routine string, cs *collState, dest, source []byte, soff uint
 func (c *stagedCall) checkSame(routine string, b []byte, size int) error {
 	for j := range c.cs.team.npes {
 		if src, s := c.from(j); len(src) != len(b) || s != size {
-			return argsErr(routine, c.cs.team, func(j int) collArgs { return c.argsOf(j, true) })
+			return argsErr(routine, 0, c.cs.team, func(j int) collArgs { return c.argsOf(j, true) })
 		}
 	}
 	return nil

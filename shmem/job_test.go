@@ -10,7 +10,7 @@ import (
 // charge of it, and not once the hook is removed.
 func TestOnPeerFailureHooks(t *testing.T) {
 	var got []int
-	f := bootstrap.Failure{Rank: 2, Reason: "exited with status 3"}
+	f := bootstrap.Failure{Rank: 2, Cause: bootstrap.EndCause{Kind: bootstrap.EndExited, Status: 3}}
 	rm1 := OnPeerFailure(func(pe int, cause error) bool { got = append(got, pe); return false })
 	defer rm1()
 	if peerFailureHandled(f) {

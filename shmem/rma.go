@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucp"
@@ -159,12 +158,12 @@ func CtxG[T Plain](ctx *Ctx, src *T, pe int) T { return getValue(ctx, "CtxG", sr
 // slices must hold every element the strides reach. It returns when src may
 // be reused; the data is visible at pe after Quiet or a barrier.
 func IPut[T RMA](dst, src []T, dstStride, srcStride, nelems, pe int) {
-	ibput(&defaultCtx, "IPut", dst, src, dstStride, srcStride, 1, nelems, pe)
+	ibput(&defaultCtx, "IPut", countElems, dst, src, dstStride, srcStride, 1, nelems, pe)
 }
 
 // CtxIPut is IPut on the context ctx (shmem_ctx_iput).
 func CtxIPut[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, nelems, pe int) {
-	ibput(ctx, "CtxIPut", dst, src, dstStride, srcStride, 1, nelems, pe)
+	ibput(ctx, "CtxIPut", countElems, dst, src, dstStride, srcStride, 1, nelems, pe)
 }
 
 // IBPut copies nblocks blocks of bsize elements of src, one every
@@ -177,12 +176,12 @@ func CtxIPut[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, nelems, pe int
 // returns when src may be reused; the data is visible at pe after Quiet or
 // a barrier.
 func IBPut[T RMA](dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
-	ibput(&defaultCtx, "IBPut", dst, src, dstStride, srcStride, bsize, nblocks, pe)
+	ibput(&defaultCtx, "IBPut", countBlocks, dst, src, dstStride, srcStride, bsize, nblocks, pe)
 }
 
 // CtxIBPut is IBPut on the context ctx (shmem_ctx_ibput).
 func CtxIBPut[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
-	ibput(ctx, "CtxIBPut", dst, src, dstStride, srcStride, bsize, nblocks, pe)
+	ibput(ctx, "CtxIBPut", countBlocks, dst, src, dstStride, srcStride, bsize, nblocks, pe)
 }
 
 // IGet copies nelems elements of the symmetric array src on pe, taken every
@@ -191,12 +190,12 @@ func CtxIBPut[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, bsize, nblock
 // are counted in elements and must be at least 1; the slices must hold
 // every element the strides reach. It returns when dst holds the data.
 func IGet[T RMA](dst, src []T, dstStride, srcStride, nelems, pe int) {
-	ibget(&defaultCtx, "IGet", dst, src, dstStride, srcStride, 1, nelems, pe)
+	ibget(&defaultCtx, "IGet", countElems, dst, src, dstStride, srcStride, 1, nelems, pe)
 }
 
 // CtxIGet is IGet on the context ctx (shmem_ctx_iget).
 func CtxIGet[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, nelems, pe int) {
-	ibget(ctx, "CtxIGet", dst, src, dstStride, srcStride, 1, nelems, pe)
+	ibget(ctx, "CtxIGet", countElems, dst, src, dstStride, srcStride, 1, nelems, pe)
 }
 
 // IBGet copies nblocks blocks of bsize elements of the symmetric array src
@@ -207,12 +206,12 @@ func CtxIGet[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, nelems, pe int
 // bsize; the slices must hold every element the blocks reach. IGet is
 // IBGet with blocks of one element. It returns when dst holds the data.
 func IBGet[T RMA](dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
-	ibget(&defaultCtx, "IBGet", dst, src, dstStride, srcStride, bsize, nblocks, pe)
+	ibget(&defaultCtx, "IBGet", countBlocks, dst, src, dstStride, srcStride, bsize, nblocks, pe)
 }
 
 // CtxIBGet is IBGet on the context ctx (shmem_ctx_ibget).
 func CtxIBGet[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
-	ibget(ctx, "CtxIBGet", dst, src, dstStride, srcStride, bsize, nblocks, pe)
+	ibget(ctx, "CtxIBGet", countBlocks, dst, src, dstStride, srcStride, bsize, nblocks, pe)
 }
 
 func put[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
@@ -300,26 +299,31 @@ func getValue[T any](c *Ctx, routine string, src *T, pe int) T {
 	return gSlow[T](c, routine, pe, off)
 }
 
+// stridedCount says what the count of a strided routine counts.
+type stridedCount uint8
+
+const (
+	countElems  stridedCount = iota // IPut, IGet: nelems elements (blocks of one)
+	countBlocks                     // IBPut, IBGet: nblocks blocks of bsize elements
+)
+
 // blockSpan returns how many elements of a slice of n elements nblocks
 // blocks of bsize elements at stride reach, panicking when the stride is
-// less than bsize or the slice is too short.
-func blockSpan(routine, arg string, n, nblocks, stride, bsize int) int {
+// less than bsize or the slice is too short; count says how to name the
+// blocks.
+func blockSpan(routine, arg string, count stridedCount, n, nblocks, stride, bsize int) int {
 	if stride < bsize {
 		panic(fmt.Sprintf("shmem.%s: %s stride %d (valid: %d or more)", routine, arg, stride, bsize))
 	}
 	if n < bsize || nblocks-1 > (n-bsize)/stride {
 		what := fmt.Sprintf("%d blocks of %d elements", nblocks, bsize)
-		if !blockRoutine(routine) {
+		if count == countElems {
 			what = fmt.Sprintf("%d elements", nblocks)
 		}
 		panic(fmt.Sprintf("shmem.%s: %s has %d elements, fewer than %s at stride %d reach", routine, arg, n, what, stride))
 	}
 	return (nblocks-1)*stride + bsize
 }
-
-// blockRoutine reports whether routine is one of the block forms (IBPut,
-// IBGet), whose count is of blocks, not of elements.
-func blockRoutine(routine string) bool { return strings.Contains(routine, "IB") }
 
 // checkCount panics when the count arg is negative.
 func checkCount(routine, arg string, n int) {
@@ -329,8 +333,8 @@ func checkCount(routine, arg string, n int) {
 }
 
 // checkBlocks checks the counts of the strided routines.
-func checkBlocks(routine string, bsize, nblocks int) {
-	if !blockRoutine(routine) {
+func checkBlocks(routine string, count stridedCount, bsize, nblocks int) {
+	if count == countElems {
 		checkCount(routine, "nelems", nblocks)
 		return
 	}
@@ -341,14 +345,14 @@ func checkBlocks(routine string, bsize, nblocks int) {
 // ibput copies nblocks blocks of bsize elements, every srcStride elements
 // of src, to every dstStride elements of the symmetric dst on pe: the
 // routines of IPut (bsize 1) and IBPut.
-func ibput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
+func ibput[T RMA](c *Ctx, routine string, count stridedCount, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
 	q := c.peer(routine, pe)
-	checkBlocks(routine, bsize, nblocks)
+	checkBlocks(routine, count, bsize, nblocks)
 	if nblocks == 0 || bsize == 0 {
 		return
 	}
-	dspan := blockSpan(routine, "dst", len(dst), nblocks, dstStride, bsize)
-	blockSpan(routine, "src", len(src), nblocks, srcStride, bsize)
+	dspan := blockSpan(routine, "dst", count, len(dst), nblocks, dstStride, bsize)
+	blockSpan(routine, "src", count, len(src), nblocks, srcStride, bsize)
 	var z T
 	size := unsafe.Sizeof(z)
 	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), dspan*int(size))
@@ -394,14 +398,14 @@ func ibput[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bs
 // ibget copies nblocks blocks of bsize elements, every srcStride elements
 // of the symmetric src on pe, to every dstStride elements of dst: the
 // routines of IGet (bsize 1) and IBGet.
-func ibget[T RMA](c *Ctx, routine string, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
+func ibget[T RMA](c *Ctx, routine string, count stridedCount, dst, src []T, dstStride, srcStride, bsize, nblocks, pe int) {
 	q := c.peer(routine, pe)
-	checkBlocks(routine, bsize, nblocks)
+	checkBlocks(routine, count, bsize, nblocks)
 	if nblocks == 0 || bsize == 0 {
 		return
 	}
-	blockSpan(routine, "dst", len(dst), nblocks, dstStride, bsize)
-	sspan := blockSpan(routine, "src", len(src), nblocks, srcStride, bsize)
+	blockSpan(routine, "dst", count, len(dst), nblocks, dstStride, bsize)
+	sspan := blockSpan(routine, "src", count, len(src), nblocks, srcStride, bsize)
 	var z T
 	size := unsafe.Sizeof(z)
 	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), sspan*int(size))

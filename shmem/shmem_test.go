@@ -1005,6 +1005,33 @@ func TestHeapSizeMismatch(t *testing.T) {
 	})
 }
 
+// TestInitFailsOnOnePE: a PE whose Init fails (a setting of its own)
+// finalizes and exits 0 while the other waits for it in Init's exchange:
+// the job ends, naming that PE and the one that waited, instead of
+// waiting forever.
+func TestInitFailsOnOnePE(t *testing.T) {
+	setup := func(t *testing.T) {
+		if os.Getenv("GOSHMEM_RANK") == "1" {
+			os.Setenv("GOSHMEM_BARRIER", "tree")
+		}
+	}
+	check := func(t *testing.T, out string) {
+		const want = "left the job after it finalized, while a collective that cannot complete without it was pending: PE(s) 0 wait in it"
+		if !strings.Contains(out, "goshmem-run: PE 1 on host ") || !strings.Contains(out, want) {
+			t.Errorf("output does not name PE 1, which left, and PE 0, which waited (%q):\n%s", want, out)
+		}
+	}
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: transports[:1], NoInit: true, Setup: setup,
+		WantExit: 1, Check: check, Timeout: 2 * time.Minute}, func(t *testing.T) {
+		err := shmem.Init()
+		if err == nil {
+			shmem.Finalize()
+			t.Fatal("Init succeeded")
+		}
+		t.Logf("Init: %v", err) // PE 1: GOSHMEM_BARRIER; PE 0: PE 1 left
+	})
+}
+
 // TestBarrierSetting: GOSHMEM_BARRIER takes auto and node-aware (which on
 // one node is the dissemination: there is nothing to gather); anything
 // else fails Init, naming the variable.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -87,12 +88,18 @@ type Agent struct {
 	done     uint64            // the last collective completed
 	coll     *collective       // the one being gathered, if any
 	failures []*wire.Message   // failure notices, for PEs that connect later
-	stats    Stats             // the counters under mu
-	term     chan struct{}     // closed at the first of: terminate, seed gone
-	why      string
-	closed   bool
-	closeCh  chan struct{}
-	stall    chan []int // see StallReports
+	// left is the seed's notice of the first PE that left after it
+	// finalized (KindLeft), if any: a collective pending now or later
+	// cannot complete. abandoned: it was reported so.
+	left      *wire.Message
+	abandoned bool
+	stats     Stats         // the counters under mu
+	term      chan struct{} // closed at the first of: terminate, seed gone
+	why       string
+	seedGone  bool // the seed left or died (SeedGone)
+	closed    bool
+	closeCh   chan struct{}
+	stall     chan []int // see StallReports
 
 	// Reports go to the seed in batches, one batch in flight.
 	repMu    sync.Mutex
@@ -266,9 +273,9 @@ func (a *Agent) Attach(rank int) (*os.File, error) {
 // caller should report it (Report, its end being the failure) and kill it.
 func (a *Agent) Silent() <-chan int { return a.silent }
 
-// Report tells the seed that the PE rank ended: how says how ("exited with
-// status 3"), code is the exit code that stands for it, host names the
-// host. endedBy, when not empty, says that the agent had told the PE to end
+// Report tells the seed that the PE rank ended: end says how (an exit
+// status, a signal, ...), code is the exit code that stands for it, host
+// names the host. endedBy, when not empty, says that the agent had told the PE to end
 // while it still ran, and why ("the launcher ends the job", Why, or a
 // signal the agent got): its end is then a consequence, not a failure of
 // its own (Report.EndedByAgent). Whether the PE joined the job and
@@ -279,35 +286,53 @@ func (a *Agent) Silent() <-chan int { return a.silent }
 // ucs.ErrInvalidParam for a rank out of range, ucs.ErrConnectionReset when
 // the seed is gone, ucs.ErrTimedOut when it did not answer, and is
 // ErrClosed after Close.
-func (a *Agent) Report(rank int, host, how string, code int, endedBy string) error {
-	return <-a.Post(rank, host, how, code, endedBy)
+func (a *Agent) Report(rank int, host string, end bootstrap.EndCause, code int, endedBy string) error {
+	return <-a.Post(PEEnd{Rank: rank, Host: host, End: end, Code: code, EndedBy: endedBy})
 }
 
-// Post is Report that does not wait: it queues the report and returns a
-// channel that receives its outcome. Reports go to the seed in the order
-// they were posted, those posted while another is in flight together, in
-// one message.
-func (a *Agent) Post(rank int, host, how string, code int, endedBy string) <-chan error {
-	if rank < 0 || rank >= a.env.Size {
-		done := make(chan error, 1)
-		done <- fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, rank, a.env.Size, ucs.ErrInvalidParam)
-		return done
-	}
-	ev := wire.Event{Kind: wire.EvExit, Rank: rank, Code: code, Other: -1, Host: wire.Clip(host), How: wire.Clip(how)}
-	if endedBy != "" {
-		ev.Flags, ev.Why = wire.FlagEndedByAgent, wire.Clip(endedBy)
+// PEEnd is the end of a PE, as its agent reports it (see Report).
+type PEEnd struct {
+	Rank    int
+	Host    string
+	End     bootstrap.EndCause
+	Code    int
+	EndedBy string
+}
+
+// Post is Report that does not wait, for the ends of one or more PEs: it
+// queues them and returns a channel that receives the outcome (the first
+// error, if any). Reports go to the seed in the order they were posted,
+// those posted while another is in flight together, in one message; the
+// ends posted in one call travel in one message (unless more than
+// wire.MaxEvents wait), and the seed passes those of a message on to the
+// launcher at once.
+func (a *Agent) Post(ends ...PEEnd) <-chan error {
+	evs := make([]wire.Event, len(ends))
+	for i, e := range ends {
+		if e.Rank < 0 || e.Rank >= a.env.Size {
+			done := make(chan error, 1)
+			done <- fmt.Errorf("bootstrap: agent %d: report of PE %d out of range [0, %d): %w", a.id, e.Rank, a.env.Size, ucs.ErrInvalidParam)
+			return done
+		}
+		e.End.Detail = wire.Clip(e.End.Detail)
+		evs[i] = wire.Event{Kind: wire.EvExit, Rank: e.Rank, Code: e.Code, Other: -1, Host: wire.Clip(e.Host), End: e.End}
+		if e.EndedBy != "" {
+			evs[i].Flags, evs[i].Why = wire.FlagEndedByAgent, wire.Clip(e.EndedBy)
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if p := a.pes[rank]; p != nil {
-		if p.joined {
-			ev.Flags |= wire.FlagJoined
-		}
-		if p.finalized {
-			ev.Flags |= wire.FlagFinalized
+	for i := range evs {
+		if p := a.pes[evs[i].Rank]; p != nil {
+			if p.joined {
+				evs[i].Flags |= wire.FlagJoined
+			}
+			if p.finalized {
+				evs[i].Flags |= wire.FlagFinalized
+			}
 		}
 	}
-	return a.queueEventLocked(ev)
+	return a.queueEventLocked(evs...)
 }
 
 // reportLoop sends the queued events to the seed, all that are queued in
@@ -376,7 +401,7 @@ func (a *Agent) sendReport(batch []pendingEvent) error {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			// Nothing listens on the seed's port: the launcher's process
 			// is gone, whatever memberlist will conclude later.
-			a.terminate(wire.ReasonSeedGone)
+			a.seedLeft()
 			return fmt.Errorf("the seed is gone: %w", ucs.ErrConnectionReset)
 		}
 		retry := time.NewTimer(reportTimeout / 5)
@@ -433,7 +458,7 @@ func (a *Agent) SeedGone() bool {
 	defer a.mu.Unlock()
 	select {
 	case <-a.term:
-		return a.why == wire.ReasonSeedGone
+		return a.seedGone
 	default:
 		return false
 	}
@@ -451,23 +476,31 @@ func (a *Agent) Why() string {
 	return a.why
 }
 
-// terminate closes Terminated, saying why. When the seed is gone, the PEs
-// learn it as a failure of the launcher: their collectives cannot
+// terminate closes Terminated, saying why: the launcher ends the job.
+func (a *Agent) terminate(why string) { a.closeTerm(why, false) }
+
+// seedLeft closes Terminated for a seed that left or died (SeedGone). The
+// PEs learn it as a failure of the launcher: their collectives cannot
 // complete.
-func (a *Agent) terminate(why string) {
+func (a *Agent) seedLeft() {
+	if a.closeTerm(wire.ReasonSeedGone, true) {
+		a.failure(&wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: -1, Cause: bootstrap.EndCause{Kind: bootstrap.EndSeedGone}})
+	}
+}
+
+// closeTerm closes Terminated, saying why, and whether the seed is gone.
+// It reports whether it did: only the first call does.
+func (a *Agent) closeTerm(why string, seedGone bool) bool {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	select {
 	case <-a.term:
-		a.mu.Unlock()
-		return
+		return false
 	default:
 	}
-	a.why = why
+	a.why, a.seedGone = why, seedGone
 	close(a.term)
-	a.mu.Unlock()
-	if why == wire.ReasonSeedGone {
-		a.failure(&wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: -1, Reason: wire.ReasonSeedGone})
-	}
+	return true
 }
 
 // Stats counts an agent's bootstrap traffic and what it keeps for its PEs.
@@ -571,6 +604,15 @@ func (a *Agent) handle(b []byte) {
 		if msg.Rank == -1 {
 			a.stallReport(msg.Ranks)
 		}
+	case wire.KindLeft:
+		if msg.Rank == -1 && msg.FailRank < a.env.Size {
+			a.mu.Lock()
+			if a.left == nil {
+				a.left = msg
+				a.checkAbandonedLocked()
+			}
+			a.mu.Unlock()
+		}
 	case wire.KindFailure:
 		if msg.Rank == -1 && msg.FailRank >= -1 && msg.FailRank < a.env.Size {
 			a.failure(msg)
@@ -589,7 +631,7 @@ func (a *Agent) handle(b []byte) {
 // failure passes a failure notice of the seed on to the PEs, and keeps it
 // for those that connect later.
 func (a *Agent) failure(msg *wire.Message) {
-	msg = &wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: msg.FailRank, Host: msg.Host, Reason: msg.Reason}
+	msg = &wire.Message{Kind: wire.KindFailure, JobID: a.env.JobID, Rank: -1, FailRank: msg.FailRank, Host: msg.Host, Cause: msg.Cause}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.failures = append(a.failures, msg)
@@ -690,6 +732,7 @@ func (a *Agent) collLocked(seq uint64, barrier bool) (*collective, error) {
 // advanceLocked sends what the subtree gathered up once every PE of the
 // agent and every child contributed; the root completes the collective.
 func (a *Agent) advanceLocked() {
+	a.checkAbandonedLocked()
 	c := a.coll
 	if c == nil || c.sentUp || len(c.local) < len(a.ranks) || a.closed {
 		return
@@ -722,6 +765,33 @@ func (a *Agent) advanceLocked() {
 		result = &wire.Message{Kind: wire.KindAbort, JobID: a.env.JobID, Rank: a.id, Seq: c.seq, Reason: err.Error()}
 	}
 	a.deliverLocked(result)
+}
+
+// checkAbandonedLocked reports, once, a collective that waits here for a
+// subtree that cannot complete it because a PE left the job after it
+// finalized (the seed's notice, left): that PE finalized once its last
+// collective completed, so it is not in this one, which nobody else can
+// end. (A PE that closes its Member while its collective is pending is
+// counted as not in it.) The seed then tells every PE, and the launcher
+// ends the job, naming the PE that left and those that wait here.
+func (a *Agent) checkAbandonedLocked() {
+	c := a.coll
+	if a.left == nil || c == nil || c.sentUp || a.abandoned || a.closed {
+		return
+	}
+	a.abandoned = true
+	waiting := make([]int, 0, len(c.local))
+	for r := range c.local {
+		waiting = append(waiting, r)
+	}
+	slices.Sort(waiting)
+	detail := fmt.Sprintf("agent %d waits for it in collective %d", a.id, c.seq)
+	if len(waiting) > 0 {
+		detail = strings.Trim(fmt.Sprint(waiting), "[]")
+		detail = fmt.Sprintf("PE(s) %s wait in it (collective %d, on agent %d)", strings.ReplaceAll(detail, " ", ", "), c.seq, a.id)
+	}
+	a.queueEventLocked(wire.Event{Kind: wire.EvAbandoned, Rank: a.left.FailRank, Other: -1, Host: a.left.Host,
+		End: bootstrap.EndCause{Kind: bootstrap.EndAbandoned, Detail: wire.Clip(detail)}})
 }
 
 // deliverLocked completes the collective with result (a down or abort
@@ -877,7 +947,7 @@ func (a *Agent) fromPE(p *localPE, m *wire.Message) {
 			a.logf("PE %d: dropping a report of lost PE %d", p.rank, m.FailRank)
 			return
 		}
-		a.relayLocked(p, wire.Event{Kind: wire.EvLost, Rank: p.rank, Other: m.FailRank, How: m.Reason}, wire.KindLostAck)
+		a.relayLocked(p, wire.Event{Kind: wire.EvLost, Rank: p.rank, Other: m.FailRank, Why: m.Reason}, wire.KindLostAck)
 	case wire.KindPong:
 	default:
 		a.logf("PE %d: dropping unexpected %v message", p.rank, m.Kind)
@@ -901,21 +971,38 @@ func (a *Agent) relayLocked(p *localPE, ev wire.Event, ack wire.Kind) {
 	}()
 }
 
-// queueEventLocked queues ev for the seed; the returned channel gets the
-// outcome. The caller holds a.mu.
-func (a *Agent) queueEventLocked(ev wire.Event) chan error {
-	done := make(chan error, 1)
+// queueEventLocked queues evs for the seed, all at once (so that they
+// travel in one report); the returned channel gets the outcome, the first
+// error of theirs. The caller holds a.mu.
+func (a *Agent) queueEventLocked(evs ...wire.Event) chan error {
 	if a.closed {
+		done := make(chan error, 1)
 		done <- bootstrap.ErrClosed
 		return done
 	}
+	each := make(chan error, len(evs))
 	a.repMu.Lock()
-	a.repQueue = append(a.repQueue, pendingEvent{ev, done})
+	for _, ev := range evs {
+		a.repQueue = append(a.repQueue, pendingEvent{ev, each})
+	}
 	a.repMu.Unlock()
 	select {
 	case a.repKick <- struct{}{}:
 	default:
 	}
+	if len(evs) == 1 {
+		return each
+	}
+	done := make(chan error, 1)
+	go func() {
+		var first error
+		for range evs {
+			if err := <-each; first == nil {
+				first = err
+			}
+		}
+		done <- first
+	}()
 	return done
 }
 
@@ -976,6 +1063,6 @@ func (d agentDelegate) NotifyUpdate(n *memberlist.Node)            {}
 // dead and stays unreachable (deathWatch).
 func (d agentDelegate) NotifyLeave(n *memberlist.Node) {
 	if n.Name == seedName {
-		d.a.deaths.left(n, func(*memberlist.Node) { d.a.terminate(wire.ReasonSeedGone) })
+		d.a.deaths.left(n, func(*memberlist.Node) { d.a.seedLeft() })
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,30 +75,31 @@ func TestAgentReports(t *testing.T) {
 
 	tests := []struct {
 		rank    int
-		how     string
+		end     bootstrap.EndCause
 		code    int
 		endedBy string
 	}{
-		{1, "exited with status 3", 3, ""},
-		{0, "was killed by signal 9 (killed)", 137, ""},
-		{1, "a second report of PE 1", 1, ""}, // acknowledged, not passed on
-		{2, "was killed by signal 15 (terminated)", 143, "the launcher ends the job"},
+		{1, bootstrap.EndCause{Kind: bootstrap.EndExited, Status: 3}, 3, ""},
+		{0, bootstrap.EndCause{Kind: bootstrap.EndSignaled, Signal: syscall.SIGKILL}, 137, ""},
+		{1, bootstrap.EndCause{Kind: bootstrap.EndExited, Status: 1, Detail: "a second report of PE 1"}, 1, ""}, // acknowledged, not passed on
+		{2, bootstrap.EndCause{Kind: bootstrap.EndSignaled, Signal: syscall.SIGTERM}, 143, "the launcher ends the job"},
+		{3, bootstrap.EndCause{Kind: bootstrap.EndHung, For: 4375 * time.Millisecond, Limit: 5 * time.Second}, 1, ""},
 	}
 	for i, tt := range tests {
-		if err := a0.Report(tt.rank, "h0", tt.how, tt.code, tt.endedBy); err != nil {
+		if err := a0.Report(tt.rank, "h0", tt.end, tt.code, tt.endedBy); err != nil {
 			t.Fatalf("report %d: %v", i, err)
 		}
 		if i == 2 {
 			noReport(t, seed)
 			continue
 		}
-		want := Report{Kind: ReportExit, Rank: tt.rank, Agent: 0, Host: "h0", How: tt.how, Code: tt.code,
+		want := Report{Kind: ReportExit, Rank: tt.rank, Agent: 0, Host: "h0", End: tt.end, Code: tt.code,
 			EndedByAgent: tt.endedBy != "", Why: tt.endedBy}
 		if got := nextReport(t, seed); got != want {
 			t.Errorf("report %d: seed passed on %+v, want %+v", i, got, want)
 		}
 	}
-	if err := a0.Report(size, "h0", "out of range", 1, ""); !errors.Is(err, ucs.ErrInvalidParam) {
+	if err := a0.Report(size, "h0", exited(1), 1, ""); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("report of PE %d: got %v, want ucs.ErrInvalidParam", size, err)
 	}
 
@@ -118,10 +120,10 @@ func TestAgentReports(t *testing.T) {
 	if err := a1.Close(); err != nil {
 		t.Errorf("agent 1 Close: %v", err)
 	}
-	if got := nextReport(t, seed); got.Kind != ReportAgentLeft || got.Agent != 1 || !strings.HasPrefix(got.How, "left the job") {
+	if got := nextReport(t, seed); got.Kind != ReportAgentLeft || got.Agent != 1 || got.End.Kind != bootstrap.EndAgentLeft {
 		t.Errorf("after agent 1 left: %+v", got)
 	}
-	if err := a1.Report(2, "h1", "after close", 1, ""); !errors.Is(err, bootstrap.ErrClosed) {
+	if err := a1.Report(2, "h1", exited(1), 1, ""); !errors.Is(err, bootstrap.ErrClosed) {
 		t.Errorf("Report after Close: got %v, want ErrClosed", err)
 	}
 }
@@ -164,7 +166,7 @@ func TestAgentBadJoin(t *testing.T) {
 	}
 	defer a.Close()
 	done := make(chan error, 1)
-	go func() { done <- a.Report(0, "h", "exited with status 0", 0, "") }()
+	go func() { done <- a.Report(0, "h", exited(0), 0, "") }()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ucs.ErrTimedOut) {
@@ -204,7 +206,7 @@ func TestAgentSeedGone(t *testing.T) {
 			if a.Why() != wire.ReasonSeedGone {
 				t.Errorf("Why() = %q, want %q", a.Why(), wire.ReasonSeedGone)
 			}
-			if err := a.Report(0, "h", "exited", 0, ""); !errors.Is(err, ucs.ErrConnectionReset) && !errors.Is(err, ucs.ErrTimedOut) {
+			if err := a.Report(0, "h", exited(0), 0, ""); !errors.Is(err, ucs.ErrConnectionReset) && !errors.Is(err, ucs.ErrTimedOut) {
 				t.Errorf("report to a seed that is gone: %v", err)
 			}
 		})
@@ -230,7 +232,7 @@ func TestAgentSeedRefuses(t *testing.T) {
 	defer a.Close()
 	vanishSeed(seed)
 	for rank := range 2 {
-		if err := a.Report(rank, "h", "was killed by signal 15 (terminated)", 143, "the agent got signal terminated"); !errors.Is(err, ucs.ErrConnectionReset) {
+		if err := a.Report(rank, "h", bootstrap.EndCause{Kind: bootstrap.EndSignaled, Signal: syscall.SIGTERM}, 143, "the agent got signal terminated"); !errors.Is(err, ucs.ErrConnectionReset) {
 			t.Errorf("report of PE %d to a seed whose port is closed: %v, want ucs.ErrConnectionReset", rank, err)
 		}
 	}

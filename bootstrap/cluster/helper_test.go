@@ -167,3 +167,8 @@ func (h *helper) said() []string {
 		}
 	}
 }
+
+// exited is the cause of a PE that exited with status code.
+func exited(code int) bootstrap.EndCause {
+	return bootstrap.EndCause{Kind: bootstrap.EndExited, Status: code}
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -249,7 +250,7 @@ func TestAllgather(t *testing.T) {
 			}
 			j.each(t, "close", func(m *bootstrap.Member) error { return m.Close() })
 			for r, m := range j.members {
-				if err := j.agents[j.agentOf[r]].Report(r, "h", "exited with status 0", 0, ""); err != nil {
+				if err := j.agents[j.agentOf[r]].Report(r, "h", exited(0), 0, ""); err != nil {
 					t.Fatalf("report of PE %d: %v", m.Rank(), err)
 				}
 				if got := nextReport(t, j.seed); got.Kind != ReportExit || got.Rank != r {
@@ -367,7 +368,7 @@ func TestMemberFailure(t *testing.T) {
 		m.OnFailure(func(f bootstrap.Failure) { notified <- f })
 	}
 	j.kill(t, victim) // as if it died
-	if err := j.agents[j.agentOf[victim]].Report(victim, "h2", "was killed by signal 9 (killed)", 137, ""); err != nil {
+	if err := j.agents[j.agentOf[victim]].Report(victim, "h2", bootstrap.EndCause{Kind: bootstrap.EndSignaled, Signal: syscall.SIGKILL}, 137, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := nextReport(t, j.seed); got.Kind != ReportExit || got.Rank != victim || got.Code != 137 {
@@ -379,7 +380,7 @@ func TestMemberFailure(t *testing.T) {
 		switch {
 		case err == nil:
 			return errors.New("Barrier succeeded without the dead PE")
-		case !errors.As(err, &f) || f.Rank != victim || f.Host != "h2" || !strings.Contains(f.Reason, "signal 9"):
+		case !errors.As(err, &f) || f.Rank != victim || f.Host != "h2" || f.Cause.Kind != bootstrap.EndSignaled || f.Cause.Signal != syscall.SIGKILL:
 			return fmt.Errorf("got %v, want a Failure of PE %d", err, victim)
 		case !errors.Is(err, ucs.ErrConnectionReset):
 			return fmt.Errorf("got %v, want an error wrapping ucs.ErrConnectionReset", err)
@@ -434,7 +435,7 @@ func TestExitWithoutJoin(t *testing.T) {
 	defer a.Close()
 	for _, r := range []int{0, 1} {
 		code := r // PE 0 exits 0, PE 1 with 1
-		if err := a.Report(r, "h", "exited with status "+fmt.Sprint(code), code, ""); err != nil {
+		if err := a.Report(r, "h", exited(code), code, ""); err != nil {
 			t.Fatal(err)
 		}
 		nextReport(t, seed)
@@ -512,8 +513,8 @@ func TestSeedLeaves(t *testing.T) {
 	for range n {
 		select {
 		case f := <-notified:
-			if f.Rank != -1 || f.Reason != wire.ReasonSeedGone {
-				t.Errorf("OnFailure got %+v, want rank -1 %q", f, wire.ReasonSeedGone)
+			if f.Rank != -1 || f.Cause.Kind != bootstrap.EndSeedGone {
+				t.Errorf("OnFailure got %+v, want rank -1, the seed gone", f)
 			}
 		case <-time.After(waitLimit):
 			t.Fatalf("OnFailure not called within %v", waitLimit)
@@ -531,7 +532,7 @@ func TestAgentGone(t *testing.T) {
 	j.each(t, "barrier without the agent", func(m *bootstrap.Member) error {
 		err := m.Barrier()
 		var f bootstrap.Failure
-		if !errors.As(err, &f) || f.Rank != -1 || f.Reason != wire.ReasonAgentGone {
+		if !errors.As(err, &f) || f.Rank != -1 || f.Cause.Kind != bootstrap.EndAgentGone {
 			return fmt.Errorf("got %v, want a Failure of the launcher (rank -1): %s", err, wire.ReasonAgentGone)
 		}
 		return nil
@@ -616,4 +617,66 @@ func agentJoinedSeen(j *job, id int) bool {
 		}
 	}
 	return false
+}
+
+// TestAbandonedCollective: a PE that finalizes and exits 0 while the
+// others wait for it in a collective (its Init failed, say), or before
+// they enter one, leaves them waiting for one that will never come: the
+// seed passes that on (ReportAbandoned, naming it and the PEs that wait),
+// and the collectives return a Failure of that PE. On one agent, and with
+// the PE alone on a leaf agent, which never hears of the collective.
+func TestAbandonedCollective(t *testing.T) {
+	const n, victim = 3, 2
+	for _, tt := range []struct {
+		name       string
+		agents     int
+		enterFirst bool // the others enter the barrier before the victim leaves
+	}{
+		{"one agent, left first", 1, false},
+		{"one agent, entered first", 1, true},
+		{"leaf agent, left first", 3, false},
+		{"leaf agent, entered first", 3, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			j := startJobOn(t, n, tt.agents, nil)
+			others := j.members[:victim]
+			errs := make(chan error, len(others))
+			barrier := func() {
+				for _, m := range others {
+					go func() { errs <- m.Barrier() }()
+				}
+			}
+			if tt.enterFirst {
+				barrier()
+			}
+			if err := j.members[victim].Close(); err != nil { // finalizes
+				t.Fatal(err)
+			}
+			if err := j.agents[j.agentOf[victim]].Report(victim, "h2", exited(0), 0, ""); err != nil {
+				t.Fatal(err)
+			}
+			if got := nextReport(t, j.seed); got.Kind != ReportExit || got.Rank != victim || !j.seed.Finalized(victim) {
+				t.Fatalf("seed passed on %+v (finalized %v), want the finalized end of PE %d", got, j.seed.Finalized(victim), victim)
+			}
+			if !tt.enterFirst {
+				barrier()
+			}
+			got := nextReport(t, j.seed)
+			if got.Kind != ReportAbandoned || got.Rank != victim || got.Host != "h2" || got.End.Kind != bootstrap.EndAbandoned || !strings.Contains(got.End.Detail, "wait") {
+				t.Errorf("seed passed on %+v, want PE %d's abandoned collective", got, victim)
+			}
+			for range others {
+				select {
+				case err := <-errs:
+					var f bootstrap.Failure
+					if !errors.As(err, &f) || f.Rank != victim || f.Cause.Kind != bootstrap.EndAbandoned {
+						t.Errorf("Barrier = %v, want a Failure of PE %d that left after it finalized", err, victim)
+					}
+				case <-time.After(waitLimit):
+					t.Fatalf("Barrier still waits for PE %d after %v", victim, waitLimit)
+				}
+			}
+			noReport(t, j.seed) // once per job
+		})
+	}
 }

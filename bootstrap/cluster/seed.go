@@ -53,17 +53,23 @@ type ReportKind int
 
 // The kinds of Report.
 const (
-	// ReportExit: an agent reports that the PE Rank ended; How says how
-	// ("exited with status 3", "was killed by signal 9 (killed)") and
-	// Code is the exit code that stands for it.
+	// ReportExit: an agent reports that the PE Rank ended; End says how
+	// (an exit status, a signal, ...) and Code is the exit code that
+	// stands for it.
 	ReportExit ReportKind = 1 + iota
 	// ReportGlobalExit: the PE Rank asked to end the whole job with exit
 	// status Code (bootstrap.Member.GlobalExit).
 	ReportGlobalExit
-	// ReportAgentLeft: the agent Agent left the job (How says whether it
-	// left or was declared dead). An agent leaves once every PE it
-	// started ended.
+	// ReportAgentLeft: the agent Agent left the job, or was declared
+	// dead. An agent leaves once every PE it started ended.
 	ReportAgentLeft
+	// ReportAbandoned: the PE Rank left the job after it finalized (it
+	// exited, and its end was reported as such) while a collective that
+	// needs it was pending, or started after: the PEs in it wait for
+	// Rank forever. End (EndAbandoned) names those the agent Agent saw
+	// waiting. It comes once per job, and every PE still running is told
+	// of it as a failure of Rank.
+	ReportAbandoned
 )
 
 // Report is an event of the job that the seed passes on to the launcher.
@@ -72,8 +78,10 @@ type Report struct {
 	Rank  int    // the PE; -1 for ReportAgentLeft
 	Agent int    // the agent that reported (ReportExit, ReportAgentLeft); -1 otherwise
 	Host  string // the host of the PE or agent
-	How   string // ReportExit: how the PE ended; ReportAgentLeft: how the agent left
-	Code  int    // ReportExit: the exit code for how the PE ended; ReportGlobalExit: the job's exit status
+	// End says how the PE ended (ReportExit), or EndAgentLeft
+	// (ReportAgentLeft), or EndAbandoned (ReportAbandoned).
+	End  bootstrap.EndCause
+	Code int // ReportExit: the exit code for how the PE ended; ReportGlobalExit: the job's exit status
 	// EndedByAgent (ReportExit): the agent had told the PE to end while it
 	// still ran, so its end is a consequence, not a failure of its own;
 	// Why says why the agent ended it (Agent.Why, or a signal the agent
@@ -112,6 +120,13 @@ type Seed struct {
 	// terminate is the reason the job is being ended (Terminate), sent to
 	// every agent, including those that join later; empty until then.
 	terminate string
+	// left is the first PE that left after it finalized, which every
+	// agent is told of (KindLeft): a collective pending then, or started
+	// later, can never complete. -1 until then. abandoned is set once an
+	// agent reported such a collective.
+	left      int
+	leftHost  string
+	abandoned bool
 	closed    bool
 }
 
@@ -173,8 +188,10 @@ func NewSeed(cfg SeedConfig) (*Seed, error) {
 		logger: logger,
 		pes:    make([]peState, cfg.Size),
 		// Each PE ends once and asks for a global exit at most once, each
-		// agent leaves once: sends never block.
-		reports: make(chan Report, 2*cfg.Size+cfg.Agents),
+		// agent leaves once, one collective is abandoned: sends never
+		// block.
+		reports: make(chan Report, 2*cfg.Size+cfg.Agents+1),
+		left:    -1,
 		agentSt: make([]agentState, cfg.Agents),
 		deaths:  newDeathWatch(confirmWait(cmp.Or(cfg.FailureTimeout, bootstrap.DefaultFailureTimeout))),
 	}
@@ -229,6 +246,10 @@ func (s *Seed) Terminate(reason string) {
 	}
 	s.terminate = wire.Clip(reason)
 	s.sendAgentsLocked(s.liveAgentsLocked(), s.terminateMsgLocked())
+}
+
+func (s *Seed) leftMsgLocked() []byte {
+	return wire.AppendMessage(nil, &wire.Message{Kind: wire.KindLeft, JobID: s.jobID, Rank: -1, FailRank: s.left, Host: wire.Clip(s.leftHost)})
 }
 
 func (s *Seed) terminateMsgLocked() []byte {
@@ -364,18 +385,31 @@ func (s *Seed) eventLocked(id int, ip net.IP, e wire.Event) {
 			pe.joined, s.anyJoined = true, true
 		}
 		pe.finalized = e.Flags&wire.FlagFinalized != 0
-		s.reports <- Report{Kind: ReportExit, Rank: e.Rank, Agent: id, Host: e.Host, How: e.How, Code: e.Code,
+		s.reports <- Report{Kind: ReportExit, Rank: e.Rank, Agent: id, Host: e.Host, End: e.End, Code: e.Code,
 			EndedByAgent: e.Flags&wire.FlagEndedByAgent != 0, Why: e.Why}
 		if !pe.finalized && (pe.joined || e.Code != 0) {
-			s.failLocked(bootstrap.Failure{Rank: e.Rank, Host: e.Host, Reason: e.How})
+			s.failLocked(bootstrap.Failure{Rank: e.Rank, Host: e.Host, Cause: e.End})
 		}
+		if pe.finalized && s.left < 0 && s.terminate == "" {
+			// Its agent has nothing more of it to gather: one that holds
+			// a collective that waits for it reports it (EvAbandoned).
+			s.left, s.leftHost = e.Rank, e.Host
+			s.sendAgentsLocked(s.liveAgentsLocked(), s.leftMsgLocked())
+		}
+	case wire.EvAbandoned:
+		if e.Rank != s.left || s.abandoned {
+			return // one report is enough, and only of the PE the agents were told of
+		}
+		s.abandoned = true
+		s.reports <- Report{Kind: ReportAbandoned, Rank: e.Rank, Agent: id, Host: e.Host, End: e.End, Code: 1}
+		s.failLocked(bootstrap.Failure{Rank: e.Rank, Host: e.Host, Cause: e.End})
 	case wire.EvLost:
 		if e.Other < 0 || e.Other >= s.size || e.Other == e.Rank {
 			s.logf("dropping a lost event of PE %d: PE %d out of range [0, %d) or itself", e.Rank, e.Other, s.size)
 			return
 		}
 		if !pe.lost { // the first loss it learned of is the cause
-			pe.lost, pe.lostRank, pe.lostWhy = true, e.Other, e.How
+			pe.lost, pe.lostRank, pe.lostWhy = true, e.Other, e.Why
 		}
 	case wire.EvGlobalExit:
 		if !pe.gexit {
@@ -398,7 +432,7 @@ func (s *Seed) failLocked(f bootstrap.Failure) {
 			p.lost, p.lostRank, p.lostWhy = true, f.Rank, "the seed told it that "+f.Error()
 		}
 	}
-	msg := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindFailure, JobID: s.jobID, Rank: -1, FailRank: f.Rank, Host: f.Host, Reason: f.Reason})
+	msg := wire.AppendMessage(nil, &wire.Message{Kind: wire.KindFailure, JobID: s.jobID, Rank: -1, FailRank: f.Rank, Host: f.Host, Cause: f.Cause})
 	s.sendAgentsLocked(s.liveAgentsLocked(), msg)
 }
 
@@ -473,6 +507,9 @@ func (s *Seed) agentJoined(id int, n *memberlist.Node) {
 	if s.terminate != "" && !s.closed {
 		s.sendAgentsLocked([]int{id}, s.terminateMsgLocked())
 	}
+	if s.left >= 0 && !s.closed {
+		s.sendAgentsLocked([]int{id}, s.leftMsgLocked())
+	}
 	s.sendDirectoryLocked()
 }
 
@@ -513,11 +550,10 @@ func (s *Seed) agentLeft(id int, n *memberlist.Node) {
 	}
 	a := &s.agentSt[id]
 	a.left = true
-	how := "left the job (it ended, was killed or stopped responding)"
-	s.reports <- Report{Kind: ReportAgentLeft, Rank: -1, Agent: id, Host: nodeHost(n), How: how}
+	s.reports <- Report{Kind: ReportAgentLeft, Rank: -1, Agent: id, Host: nodeHost(n), End: bootstrap.EndCause{Kind: bootstrap.EndAgentLeft}}
 	for r := a.first; r < a.first+a.count; r++ {
 		if !s.pes[r].exited {
-			s.failLocked(bootstrap.Failure{Rank: r, Host: nodeHost(n), Reason: "its agent " + how})
+			s.failLocked(bootstrap.Failure{Rank: r, Host: nodeHost(n), Cause: bootstrap.EndCause{Kind: bootstrap.EndAgentLeft}})
 			return
 		}
 	}

@@ -30,11 +30,11 @@ func TestOtherVersion(t *testing.T) {
 	if r.code == 0 {
 		t.Fatalf("the job passed; %v", r)
 	}
-	both := "speaks version 4 (goshmem "
+	both := "speaks version 5 (goshmem "
 	for _, want := range []string{
 		// A PE's error, and goshmem-run's line on the PE's end.
 		"the launcher (goshmem-run) on host " + hostname(t) + ": is built from another goshmem version than the program: the program " + both,
-		"goshmem-run: PE ", "exited with status 1; the program is built from another goshmem version than goshmem-run: the program " + both,
+		"goshmem-run: PE ", "exited with status 1: the program is built from another goshmem version than goshmem-run: the program " + both,
 		") of the bootstrap's messages, goshmem-run version 9 (goshmem v9.9.9-e2e): rebuild the program with goshmem-run's goshmem, or install the goshmem-run of the program's goshmem",
 	} {
 		if !strings.Contains(r.stderr, want) {

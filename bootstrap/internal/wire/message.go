@@ -37,7 +37,7 @@ import (
 //	KindLost (PE → agent): rank int32 (the PE it lost), reason string
 //	KindGlobalExitAck, KindLostAck (agent → PE): nothing
 //	KindFailure (seed → agent, agent → PE): rank int32 (the PE that failed,
-//	    -1 for the seed), host string, reason string
+//	    -1 for the seed), host string, cause (see below)
 //
 //	Between agents (the tree of the collectives) and with the seed:
 //	KindDirectory (seed → agent 0, agent → child): addr string (the
@@ -51,17 +51,24 @@ import (
 //	KindAbort (agent → child, agent → PE): reason string
 //	KindAgentReport (agent → seed; seq numbers the agent's reports from 1):
 //	    addr string (the agent's node), count uint16, then count events:
-//	    kind uint8 (EvJoined, EvExit, EvLost, EvGlobalExit), rank int32 (the
+//	    kind uint8 (EvJoined, EvExit, EvLost, EvGlobalExit, EvAbandoned), rank int32 (the
 //	    PE), code int32, flags uint8 (EvExit: FlagEndedByAgent, FlagJoined,
 //	    FlagFinalized), other int32 (EvLost: the PE it lost), host string,
-//	    how string, why string
+//	    cause (EvExit: how the PE ended; EvAbandoned: EndAbandoned; kind
+//	    EndNone for the others), why string (EvExit: why the agent ended the PE; EvLost:
+//	    how the PE lost the other)
 //	KindAgentAck (seed → agent; seq is that of the report): nothing
 //	KindTerminate (seed → agent): reason string
 //	KindStallReport (seed → agent; have PEs report where they wait):
 //	    count uint32, then count times: rank int32 (a PE to ask)
+//	KindLeft (seed → agent; the first PE that left after it finalized):
+//	    rank int32, host string
 //
 // Entries: count uint32, then count times: rank int32, node uint32, len
 // uint32, blob.
+//
+// Cause (an EndCause): kind uint8 (EndKind), status int32, signal uint8,
+// for int64 and limit int64 (nanoseconds), detail string.
 //
 // The encoding is canonical: a message that decodes re-encodes to the same
 // bytes, and trailing bytes are an error.
@@ -74,10 +81,12 @@ import (
 // another version decodes as a *VersionError. (The header of versions 3
 // and earlier is the same, and their hello and welcome have no body.)
 
-// Version 4 made the hello and the welcome say which goshmem sent them;
+// Version 5 made how a PE ended a typed cause (EndCause) in agent reports
+// and failure notices, where it was a sentence;
+// version 4 made the hello and the welcome say which goshmem sent them;
 // version 3 made the agents the only members of the job (PEs talk to their
 // agent, agents gather in a tree).
-const Version = 4
+const Version = 5
 
 // A binary speaks version speaks, and says it was built from goshmem
 // build: Version and this binary's goshmem, unless the binary was built
@@ -185,7 +194,8 @@ const (
 	KindAgentAck
 	KindTerminate
 	KindStallReport
-	kindLast = KindStallReport
+	KindLeft
+	kindLast = KindLeft
 )
 
 var kindNames = [...]string{
@@ -193,7 +203,7 @@ var kindNames = [...]string{
 	KindFinalize: "finalize", KindFinalizeAck: "finalize-ack", KindPing: "ping", KindPong: "pong",
 	KindGlobalExit: "global-exit", KindGlobalExitAck: "global-exit-ack", KindLost: "lost", KindLostAck: "lost-ack",
 	KindFailure: "failure", KindDirectory: "directory", KindUp: "up", KindDown: "down", KindAbort: "abort",
-	KindAgentReport: "agent-report", KindAgentAck: "agent-ack", KindTerminate: "terminate", KindStallReport: "stall-report",
+	KindAgentReport: "agent-report", KindAgentAck: "agent-ack", KindTerminate: "terminate", KindStallReport: "stall-report", KindLeft: "left",
 }
 
 // String returns the name of k ("hello", "gather", ...).
@@ -222,7 +232,12 @@ const (
 	EvLost
 	// EvGlobalExit: the PE rank asked to end the job with status code.
 	EvGlobalExit
-	evLast = EvGlobalExit
+	// EvAbandoned: the PE rank finalized and left (the seed said so,
+	// KindLeft) while a collective that needs it is pending on the
+	// reporting agent: the job cannot go on. End (EndAbandoned) names the
+	// PEs that wait.
+	EvAbandoned
+	evLast = EvAbandoned
 )
 
 // Flags of an EvExit event.
@@ -268,13 +283,14 @@ type AgentEntry struct {
 
 // Event is one event of an agent report.
 type Event struct {
-	Kind      EventKind
-	Rank      int
-	Code      int
-	Flags     uint8
-	Other     int
-	Host, How string
-	Why       string
+	Kind  EventKind
+	Rank  int
+	Code  int
+	Flags uint8
+	Other int
+	Host  string
+	End   EndCause
+	Why   string
 }
 
 // Message is a decoded bootstrap message. Which fields are meaningful
@@ -294,12 +310,13 @@ type Message struct {
 	Agents  []AgentEntry
 	Events  []Event
 
-	FailRank int    // failure, lost
-	Host     string // failure, global exit
-	Reason   string // failure, abort, terminate, lost
-	Ranks    []int  // stall report: the PEs to ask
-	Code     int    // global exit
-	Build    string // hello, welcome: the sender's goshmem (Build)
+	FailRank int      // failure, lost, left
+	Host     string   // failure, global exit, left
+	Cause    EndCause // failure
+	Reason   string   // abort, terminate, lost
+	Ranks    []int    // stall report: the PEs to ask
+	Code     int      // global exit
+	Build    string   // hello, welcome: the sender's goshmem (Build)
 }
 
 // errMalformed is wrapped by every decoding error.
@@ -335,7 +352,10 @@ func AppendMessage(b []byte, m *Message) []byte {
 	case KindFailure:
 		b = appendI32(b, m.FailRank)
 		b = appendString16(b, m.Host)
-		b = appendString16(b, m.Reason)
+		b = appendCause(b, m.Cause)
+	case KindLeft:
+		b = appendI32(b, m.FailRank)
+		b = appendString16(b, m.Host)
 	case KindDirectory:
 		b = appendString16(b, m.Addr)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Agents)))
@@ -373,7 +393,7 @@ func AppendMessage(b []byte, m *Message) []byte {
 			b = append(b, e.Flags)
 			b = appendI32(b, e.Other)
 			b = appendString16(b, e.Host)
-			b = appendString16(b, e.How)
+			b = appendCause(b, e.End)
 			b = appendString16(b, e.Why)
 		}
 	}
@@ -525,6 +545,9 @@ func (d *decoder) entries() []Entry {
 	return es
 }
 
+// eventMinSize is the size of an event with empty strings.
+const eventMinSize = 1 + 4 + 4 + 1 + 4 + 2 + causeMinSize + 2
+
 // DecodeMessage decodes b. Byte slices in the result (payload, entries)
 // alias b. Any malformed input gives an error wrapping ucs.ErrInvalidParam;
 // DecodeMessage never panics.
@@ -561,7 +584,13 @@ func DecodeMessage(b []byte) (*Message, error) {
 	case KindFailure:
 		m.FailRank = d.rank("failed rank")
 		m.Host = d.string16("host")
-		m.Reason = d.string16("reason")
+		m.Cause = d.cause("cause")
+	case KindLeft:
+		m.FailRank = d.rank("left rank")
+		m.Host = d.string16("host")
+		if d.err == nil && m.FailRank < 0 {
+			d.fail("left rank out of range")
+		}
 	case KindDirectory:
 		m.Addr = d.string16("address")
 		n := d.count("agent count", 12, MaxRanks)
@@ -602,7 +631,7 @@ func DecodeMessage(b []byte) (*Message, error) {
 	case KindAgentReport:
 		m.Addr = d.string16("address")
 		n := int(d.u16("event count"))
-		if d.err == nil && (n > MaxEvents || n > len(d.b)/20) {
+		if d.err == nil && (n > MaxEvents || n > len(d.b)/eventMinSize) {
 			d.fail("event count too large")
 		}
 		if d.err == nil {
@@ -622,7 +651,7 @@ func DecodeMessage(b []byte) (*Message, error) {
 			}
 			e.Other = d.rank("event peer")
 			e.Host = d.string16("event host")
-			e.How = d.string16("event how")
+			e.End = d.cause("event cause")
 			e.Why = d.string16("event why")
 			if d.err != nil {
 				break

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,7 +15,7 @@ import (
 func equalMessages(a, b *Message) bool {
 	if a.Kind != b.Kind || a.JobID != b.JobID || a.Rank != b.Rank || a.Seq != b.Seq || a.Flags != b.Flags ||
 		!bytes.Equal(a.Payload, b.Payload) || a.Size != b.Size || a.Count != b.Count || a.Addr != b.Addr ||
-		a.FailRank != b.FailRank || a.Host != b.Host || a.Reason != b.Reason || a.Code != b.Code ||
+		a.FailRank != b.FailRank || a.Host != b.Host || a.Cause != b.Cause || a.Reason != b.Reason || a.Code != b.Code ||
 		len(a.Entries) != len(b.Entries) || !slices.Equal(a.Agents, b.Agents) || !slices.Equal(a.Events, b.Events) {
 		return false
 	}
@@ -66,6 +67,9 @@ func TestDecodeMalformed(t *testing.T) {
 			Events: []Event{{Kind: EvExit, Flags: 8}}})},
 		{"unknown event", AppendMessage(nil, &Message{Kind: KindAgentReport, JobID: "j", Rank: 0, Seq: 1, Addr: "127.0.0.1:1",
 			Events: []Event{{Kind: evLast + 1}}})},
+		{"unknown cause", AppendMessage(nil, &Message{Kind: KindFailure, JobID: "j", Rank: -1, FailRank: 1, Cause: EndCause{Kind: endLast + 1}})},
+		{"unknown event cause", AppendMessage(nil, &Message{Kind: KindAgentReport, JobID: "j", Rank: 0, Seq: 1, Addr: "127.0.0.1:1",
+			Events: []Event{{Kind: EvExit, End: EndCause{Kind: endLast + 1}}}})},
 		{"huge table", AppendMessage(nil, &Message{Kind: KindResult, JobID: "j", Rank: -1, Seq: 1, Size: 1 << 40})},
 	}
 	for _, tt := range tests {
@@ -142,7 +146,7 @@ func TestOtherVersion(t *testing.T) {
 		other   string
 	}{
 		{"newer welcome", withVersion(9, &Message{Kind: KindWelcome, JobID: "j", Rank: -1, Build: "v9.9.9"}), 9, "v9.9.9", "goshmem v9.9.9"},
-		{"newer hello", withVersion(5, &Message{Kind: KindHello, JobID: "job-1", Rank: 3, Build: "(devel) revision abc"}), 5, "(devel) revision abc", "goshmem (devel) revision abc"},
+		{"newer hello", withVersion(Version+1, &Message{Kind: KindHello, JobID: "job-1", Rank: 3, Build: "(devel) revision abc"}), Version + 1, "(devel) revision abc", "goshmem (devel) revision abc"},
 		{"version 3 hello", v3hello, 3, "", "a goshmem from before version 4 of the bootstrap messages"},
 		{"newer gather", withVersion(9, SampleMessages()[2]), 9, "", "a goshmem that did not say which"},
 		{"newer, cut short", withVersion(9, &Message{Kind: KindWelcome, JobID: "j", Rank: -1, Build: "v9"})[:5], 9, "", "a goshmem that did not say which"},
@@ -157,14 +161,14 @@ func TestOtherVersion(t *testing.T) {
 			if ve.Version != tt.version || ve.Build != tt.build || ve.Other() != tt.other {
 				t.Errorf("VersionError %+v, other %q; want version %d, build %q, other %q", ve, ve.Other(), tt.version, tt.build, tt.other)
 			}
-			for _, want := range []string{"speaks version 4 (goshmem " + build + ")", AdviceRebuild} {
+			for _, want := range []string{"speaks version " + strconv.Itoa(Version) + " (goshmem " + build + ")", AdviceRebuild} {
 				if adv := ve.Advice(true); !strings.Contains(adv, want) {
 					t.Errorf("Advice %q lacks %q", adv, want)
 				}
 			}
 		})
 	}
-	if adv := (&VersionError{Version: 9, Build: "v9"}).Advice(false); !strings.HasPrefix(adv, "the program speaks version 9 (goshmem v9) of the bootstrap's messages, goshmem-run version 4 (goshmem ") {
+	if adv := (&VersionError{Version: 9, Build: "v9"}).Advice(false); !strings.HasPrefix(adv, "the program speaks version 9 (goshmem v9) of the bootstrap's messages, goshmem-run version "+strconv.Itoa(Version)+" (goshmem ") {
 		t.Errorf("the agent's advice %q does not name the program's version, then its own", adv)
 	}
 }

@@ -38,10 +38,3 @@ func Clip(s string) string {
 	}
 	return s
 }
-
-// Reasons given in bootstrap.Failure.Reason for the launcher (Rank -1): memberlist
-// does not tell a seed that left from one that died.
-const (
-	ReasonSeedGone  = "left the job (the launcher ended, was killed or stopped responding)"
-	ReasonAgentGone = "is gone: the channel to this PE's agent (goshmem-run) closed (the agent ended or was killed)"
-)
