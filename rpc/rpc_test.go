@@ -337,7 +337,7 @@ func TestPeerFailure(t *testing.T) {
 			if f.Ready() {
 				t.Fatal("hold completed")
 			}
-			if !rpc.PeerFailed(n-1, bootstrap.Failure{Rank: n - 1, Reason: "exited with status 3"}) {
+			if !rpc.PeerFailed(n-1, bootstrap.Failure{Rank: n - 1, Cause: bootstrap.EndCause{Kind: bootstrap.EndExited, Status: 3}}) {
 				t.Fatal("the hook did not take charge of the failure")
 			}
 			for i, f := range []rpc.Future[int32]{f, hold.Call(n-1, 2)} {
