@@ -220,7 +220,7 @@ type state struct {
 	heapBase uintptr
 	heapSize uintptr
 	regions  []symRegion // this PE's regions besides the heap (region.go)
-	peers    []peer // those of the default context
+	peers    []peer      // those of the default context
 	// table holds every PE's worker address and packed heap key (its init
 	// blob), in memory the PEs of this host share, for the endpoints made
 	// on first use.
