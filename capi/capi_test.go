@@ -121,8 +121,10 @@ func run(t *testing.T, exe string, np string, env []string, progArgs ...string) 
 }
 
 // TestCPrograms runs the C test programs, each on PEs over shared memory
-// and over tcp (where static data is still mapped between the PEs of the
-// host, and the heap is reached through the transport).
+// and over tcp (where the heap and the static data are reached through the
+// transport). static, whose globals are the targets, also runs with its
+// static data left in place (GOSHMEM_STATIC_DATA=0): over shared memory
+// the PEs then reach each other's through cma and tcp, not mapped.
 func TestCPrograms(t *testing.T) {
 	for _, tc := range []struct {
 		prog, np string
@@ -138,6 +140,9 @@ func TestCPrograms(t *testing.T) {
 		{"ztypes", "3", []string{"UCX_TLS=tcp,self"}},
 		{"threads", "2", nil},
 		{"threads", "3", []string{"UCX_TLS=tcp,self"}},
+		{"static", "3", nil},
+		{"static", "4", []string{"UCX_TLS=tcp,self"}},
+		{"static", "3", []string{"GOSHMEM_STATIC_DATA=0"}},
 	} {
 		t.Run(tc.prog+"/"+tc.np+"/"+strings.Join(tc.env, ","), func(t *testing.T) {
 			exe := compile(t, tc.prog)
