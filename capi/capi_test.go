@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/nstest"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -106,13 +107,18 @@ func compileWith(t *testing.T, exe, src, driver string, flags ...string) string 
 // and the environment env (NAME=VALUE each).
 func run(t *testing.T, exe string, np string, env []string, progArgs ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	args := []string{"-np", np}
 	for _, e := range env {
 		args = append(args, "-x", e)
 	}
-	args = append(append(args, exe), progArgs...)
+	return launch(t, append(append(args, exe), progArgs...)...)
+}
+
+// launch runs goshmem-run with args and returns its output.
+func launch(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(prefix, "bin", "goshmem-run"), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -181,6 +187,25 @@ func TestCErrors(t *testing.T) {
 				t.Fatalf("errors %s: want one line with %q and no traceback, got:\n%s", tc.what, tc.want, out)
 			}
 		})
+	}
+}
+
+// TestCStaticTwoHosts runs testdata/static.c on two hosts, this one and
+// one made of namespaces (internal/nstest): the PEs of one host reach the
+// other's static data over tcp, while those of a host map each other's.
+func TestCStaticTwoHosts(t *testing.T) {
+	exe := compile(t, "static")
+	h := nstest.New(t)
+	// The remote shell: rsh HOST COMMAND... runs COMMAND in h's namespaces.
+	enter := h.Command("sh").Args
+	rsh := filepath.Join(t.TempDir(), "nsrsh")
+	body := fmt.Sprintf("#!/bin/sh\nshift\nexec %s \"$@\"\n", strings.Join(enter[:len(enter)-1], " "))
+	if err := os.WriteFile(rsh, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := launch(t, "-hosts", "localhost:2,"+h.Name+":2", "-rsh", rsh, "-bind", h.PeerIP.String(), exe)
+	if err != nil || !strings.Contains(out, "static: PASS on 4 PEs") {
+		t.Fatalf("static on two hosts: %v\n%s", err, out)
 	}
 }
 

@@ -475,7 +475,7 @@ func AddrAccessible[T any](p *T, pe int) bool {
 	for r, x := range st.regions {
 		if _, ok := x.reg.Offset(unsafe.Pointer(p), int(unsafe.Sizeof(z))); ok {
 			q := defaultCtx.remote("AddrAccessible", pe)
-			return r < len(q.regions) && q.regions[r].rkey != nil
+			return r < len(q.regions) && q.regions[r].packed != nil
 		}
 	}
 	return false

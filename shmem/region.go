@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/symheap"
@@ -83,11 +84,16 @@ type symRegion struct {
 	size uintptr
 }
 
-// peerRegion is a PE's record of region r of a peer.
+// peerRegion is a PE's record of region r of a peer. Its key is unpacked
+// on the first operation that needs it: unpacking connects the lanes that
+// reach the memory (cma, tcp), which a peer whose region this PE never
+// reaches through ucp (the C library maps a host's static data itself)
+// must not cost.
 type peerRegion struct {
-	rkey  *ucp.Rkey // nil: the peer's region r cannot be reached (why)
-	raddr uint64    // the region's address at the peer
-	why   error
+	rkey   atomic.Pointer[ucp.Rkey]
+	packed []byte // the key to unpack; nil when the region cannot be reached (why)
+	raddr  uint64 // the region's address at the peer
+	why    error
 }
 
 // blobRegion is a region as an init blob carries it.
@@ -125,10 +131,10 @@ func closeRegions() {
 	}
 }
 
-// unpackRegions unpacks, on ep, the keys of the regions of PE pe that its
-// blob carries, for those that match one of this PE's; the others are
-// left unreachable, saying why. The keys are destroyed by destroyRegions.
-func unpackRegions(ep *ucp.Endpoint, pe int, in []blobRegion) []peerRegion {
+// peerRegions returns the records of the regions of PE pe that its blob
+// carries, by this PE's region number: those that match one of this PE's
+// (in size) can be reached, the others not, saying why.
+func peerRegions(pe int, in []blobRegion) []peerRegion {
 	if len(st.regions) == 0 {
 		return nil
 	}
@@ -141,12 +147,7 @@ func unpackRegions(ep *ucp.Endpoint, pe int, in []blobRegion) []peerRegion {
 		case in[r].size != uint64(mine.size):
 			q.why = fmt.Errorf("PE %d has a symmetric region %d of %d bytes, this PE of %d (is it another program?)", pe, r, in[r].size, mine.size)
 		default:
-			rk, err := ep.RkeyUnpack(in[r].rkey)
-			if err != nil {
-				q.why = fmt.Errorf("the key of symmetric region %d of PE %d: %w", r, pe, err)
-				continue
-			}
-			q.rkey, q.raddr = rk, in[r].base
+			q.packed, q.raddr = in[r].rkey, in[r].base
 		}
 	}
 	return out
@@ -154,11 +155,37 @@ func unpackRegions(ep *ucp.Endpoint, pe int, in []blobRegion) []peerRegion {
 
 // destroyRegions destroys the keys of a peer's regions.
 func destroyRegions(regions []peerRegion) {
-	for _, q := range regions {
-		if q.rkey != nil {
-			q.rkey.Destroy()
+	for i := range regions {
+		if rk := regions[i].rkey.Swap(nil); rk != nil {
+			rk.Destroy()
 		}
 	}
+}
+
+// regionKey returns the key of the peer's region r, unpacking it on first
+// use, or nil (and why) when the region cannot be reached.
+func (q *peer) regionKey(r int) (*ucp.Rkey, error) {
+	if r >= len(q.regions) {
+		return nil, errors.New("the PE is not connected")
+	}
+	pr := &q.regions[r]
+	if rk := pr.rkey.Load(); rk != nil {
+		return rk, nil
+	}
+	if pr.packed == nil {
+		return nil, pr.why
+	}
+	connectMu.Lock()
+	defer connectMu.Unlock()
+	if rk := pr.rkey.Load(); rk != nil {
+		return rk, nil
+	}
+	rk, err := q.ep.RkeyUnpack(pr.packed)
+	if err != nil {
+		return nil, fmt.Errorf("the key of symmetric region %d: %w", r, err)
+	}
+	pr.rkey.Store(rk)
+	return rk, nil
 }
 
 // regionOffset returns the symmetric offset of the n bytes at p in one
@@ -185,25 +212,22 @@ func regionOf(off uintptr) (int, uintptr) {
 }
 
 // at returns where the symmetric offset off is at the peer (pe, of the
-// routine's context): the remote address and the key that reaches it. It
-// panics for a region of this PE's that the peer lacks.
+// routine's context, connected): the remote address and the key that
+// reaches it. It panics for a region of this PE's that the peer lacks.
 func (q *peer) at(routine string, pe int, off uintptr) (uint64, *ucp.Rkey) {
 	if off < st.heapSize {
 		return q.raddr + uint64(off), q.rkey
 	}
 	r, roff := regionOf(off)
-	if r >= len(q.regions) || q.regions[r].rkey == nil {
-		noRegion(routine, pe, q, r)
+	rk, err := q.regionKey(r)
+	if err != nil {
+		noRegion(routine, pe, r, err)
 	}
-	return q.regions[r].raddr + uint64(roff), q.regions[r].rkey
+	return q.regions[r].raddr + uint64(roff), rk
 }
 
 //go:noinline
-func noRegion(routine string, pe int, q *peer, r int) {
-	why := errors.New("the PE is not connected")
-	if r < len(q.regions) {
-		why = q.regions[r].why
-	}
+func noRegion(routine string, pe, r int, why error) {
 	panic(fmt.Sprintf("shmem.%s: symmetric region %d (%#x, %d bytes here) cannot be reached on PE %d: %v",
 		routine, r, st.regions[r].lo, st.regions[r].size, pe, why))
 }
@@ -213,10 +237,11 @@ func noRegion(routine string, pe int, q *peer, r int) {
 func regionPtr(routine string, pe int, off uintptr) unsafe.Pointer {
 	q := defaultCtx.remote(routine, pe)
 	r, roff := regionOf(off)
-	if r >= len(q.regions) || q.regions[r].rkey == nil {
+	rk, err := q.regionKey(r)
+	if err != nil {
 		return nil
 	}
-	p, err := q.regions[r].rkey.Ptr(q.regions[r].raddr + uint64(roff))
+	p, err := rk.Ptr(q.regions[r].raddr + uint64(roff))
 	if err != nil {
 		return nil
 	}

@@ -14,6 +14,11 @@
 //	shmem.Put(buf, []int64{1, 2, 3, 4}, (shmem.MyPE()+1)%shmem.NPEs())
 //	shmem.BarrierAll()
 //
+// Memory of the program's outside the heap, the same on every PE (global
+// arrays; a C program's static data), becomes symmetric too with
+// SetRegions before Init: the routines then take its addresses as they
+// take the heap's.
+//
 // Every operation goes through ucp and uct. For a PE on the same node the
 // transport maps its heap, and the operations are single copies or CPU
 // atomics through the cached pointer that ucp's rkey gives; for other PEs
@@ -582,7 +587,7 @@ func connectPeer(q *peer, worker *ucp.Worker, name string, pe int, blob []byte) 
 		return fmt.Errorf("map the heap of PE %d, which its address said this PE maps: %w", pe, err)
 	}
 	q.ep, q.rkey, q.raddr = ep, rk, base
-	q.regions = unpackRegions(ep, pe, b.regions)
+	q.regions = peerRegions(pe, b.regions)
 	atomic.StoreUint32(&q.ready, 1)
 	atomic.StoreUint32(&q.toMap, 0)
 	return nil
