@@ -102,6 +102,7 @@ int main(void) {
     CHECK(old == 0);
     shmem_barrier_all();
     CHECK(swapped == left + 1);
+    shmem_barrier_all();
     shmem_long_atomic_set(&swapped, 0, right);
     shmem_barrier_all();
     CHECK(swapped == 0);
