@@ -13,9 +13,7 @@ import (
 
 // offsetOf returns the symmetric offset of the n bytes at p (region.go)
 // and whether they are in the heap, panicking when they are neither all
-// inside the heap nor all inside one registered region. The routines
-// branch on heap right away, so that the heap's path is what it is
-// without regions.
+// inside the heap nor all inside one registered region.
 func offsetOf(routine, arg string, p unsafe.Pointer, n int) (off uintptr, heap bool) {
 	off = uintptr(p) - st.heapBase
 	if off >= st.heapSize || uintptr(n) > st.heapSize-off {
@@ -25,6 +23,14 @@ func offsetOf(routine, arg string, p unsafe.Pointer, n int) (off uintptr, heap b
 		debugCheckRange(routine, arg, p, off, n)
 	}
 	return off, true
+}
+
+// heapOffset is offsetOf's fast path, which the hot routines inline: the
+// heap offset of the n bytes at p, and whether they lie in the heap with
+// SHMEM_DEBUG off. When they do not, the routines call offsetOf.
+func heapOffset(p unsafe.Pointer, n int) (uintptr, bool) {
+	off := uintptr(p) - st.heapBase
+	return off, off < st.heapSize && uintptr(n) <= st.heapSize-off && !st.env.debug
 }
 
 //go:noinline
@@ -234,11 +240,13 @@ func put[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	}
 	var z T
 	nb := n * int(unsafe.Sizeof(z))
-	off, heap := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
-	if !heap {
-		profCtx(c, routine, pe, nb)
-		c.putSlow(routine, pe, off, bytesOf(src), nbi)
-		return
+	off, ok := heapOffset(unsafe.Pointer(unsafe.SliceData(dst)), nb)
+	if !ok {
+		if off, ok = offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb); !ok {
+			profCtx(c, routine, pe, nb)
+			c.putSlow(routine, pe, off, bytesOf(src), nbi)
+			return
+		}
 	}
 	profCtx(c, routine, pe, nb)
 	if base := q.heap(); base != nil {
@@ -275,11 +283,13 @@ func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	}
 	var z T
 	nb := n * int(unsafe.Sizeof(z))
-	off, heap := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), nb)
-	if !heap {
-		profCtx(c, routine, pe, nb)
-		c.getSlow(routine, pe, off, bytesOf(dst), nbi)
-		return
+	off, ok := heapOffset(unsafe.Pointer(unsafe.SliceData(src)), nb)
+	if !ok {
+		if off, ok = offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), nb); !ok {
+			profCtx(c, routine, pe, nb)
+			c.getSlow(routine, pe, off, bytesOf(dst), nbi)
+			return
+		}
 	}
 	profCtx(c, routine, pe, nb)
 	if base := q.heap(); base != nil {
@@ -296,11 +306,13 @@ func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 func putValue[T any](c *Ctx, routine string, dst *T, v T, pe int) {
 	checkPlain[T](routine)
 	q := c.peer(routine, pe)
-	off, heap := offsetOf(routine, "dst", unsafe.Pointer(dst), int(unsafe.Sizeof(v)))
-	if !heap {
-		profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
-		pSlow(c, routine, pe, off, v)
-		return
+	off, ok := heapOffset(unsafe.Pointer(dst), int(unsafe.Sizeof(v)))
+	if !ok {
+		if off, ok = offsetOf(routine, "dst", unsafe.Pointer(dst), int(unsafe.Sizeof(v))); !ok {
+			profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
+			pSlow(c, routine, pe, off, v)
+			return
+		}
 	}
 	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
 	if base := q.heap(); base != nil {
@@ -314,10 +326,12 @@ func getValue[T any](c *Ctx, routine string, src *T, pe int) T {
 	checkPlain[T](routine)
 	q := c.peer(routine, pe)
 	var z T
-	off, heap := offsetOf(routine, "src", unsafe.Pointer(src), int(unsafe.Sizeof(z)))
-	if !heap {
-		profCtx(c, routine, pe, int(unsafe.Sizeof(z)))
-		return gSlow[T](c, routine, pe, off)
+	off, ok := heapOffset(unsafe.Pointer(src), int(unsafe.Sizeof(z)))
+	if !ok {
+		if off, ok = offsetOf(routine, "src", unsafe.Pointer(src), int(unsafe.Sizeof(z))); !ok {
+			profCtx(c, routine, pe, int(unsafe.Sizeof(z)))
+			return gSlow[T](c, routine, pe, off)
+		}
 	}
 	profCtx(c, routine, pe, int(unsafe.Sizeof(z)))
 	if base := q.heap(); base != nil {
