@@ -203,7 +203,9 @@ func TestCStaticTwoHosts(t *testing.T) {
 	if err := os.WriteFile(rsh, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := launch(t, "-hosts", "localhost:2,"+h.Name+":2", "-rsh", rsh, "-bind", h.PeerIP.String(), exe)
+	// Each host's PEs take tcp on its end of the veth pair only.
+	out, err := launch(t, "-hosts", "localhost:2,"+h.Name+":2", "-rsh", rsh, "-bind", h.PeerIP.String(),
+		"-x", "UCX_NET_DEVICES="+h.PeerDev+","+h.Dev, exe)
 	if err != nil || !strings.Contains(out, "static: PASS on 4 PEs") {
 		t.Fatalf("static on two hosts: %v\n%s", err, out)
 	}
