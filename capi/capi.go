@@ -24,6 +24,7 @@ extern char **gsh_heap_peer;
 extern char **gsh_data_peer;
 size_t gsh_data_publish(void **p);
 void gsh_data_attach(int pe, const void *b, size_t n);
+void shmemx_data_bounds(void **base, size_t *size);
 void gsh_tables_init(int me, int npes, void *heap, size_t heap_size);
 void gsh_tables_free(void);
 void gsh_fatal_go(const char *fn, const char *msg);
@@ -112,9 +113,20 @@ func report(routine string, err error) C.int {
 
 //export goshmem_go_init
 func goshmem_go_init(requested C.int, provided *C.int) C.int {
-	var p unsafe.Pointer
-	if n := C.gsh_data_publish(&p); n > 0 && !shmem.QueryInitialized() {
-		shmem.SetInitExtra(C.GoBytes(p, C.int(n)))
+	if !shmem.QueryInitialized() {
+		var p unsafe.Pointer
+		if n := C.gsh_data_publish(&p); n > 0 {
+			shmem.SetInitExtra(C.GoBytes(p, C.int(n)))
+		}
+		// The static data is the second symmetric region: every PE
+		// reaches it through the transports, as it reaches the heap.
+		var size C.size_t
+		if C.shmemx_data_bounds(&p, &size); size > 0 {
+			if err := shmem.SetRegions(unsafe.Slice((*byte)(p), int(size))); err != nil {
+				fmt.Fprintf(os.Stderr, "goshmem: shmem_init: static data: %v\n", err)
+				return -1
+			}
+		}
 	}
 	var err error
 	if provided == nil {
@@ -144,18 +156,31 @@ func goshmem_go_finalize() {
 }
 
 // goshmem_go_connect fills PE pe's entries of the tables: its heap mapped
-// here (connecting the PE, as shmem.Ptr does), and its static data.
+// here (connecting the PE, as shmem.Ptr does), and, where the heap is
+// mapped, its static data: the transports UCX_TLS selects decide both, so
+// that a PE whose heap only the transports reach gets its static data
+// through them too.
 //
 //export goshmem_go_connect
 func goshmem_go_connect(pe C.int) {
 	base, _ := shmem.HeapBounds()
 	n := shmem.NPEs()
-	if p := shmem.Ptr((*byte)(base), int(pe)); p != nil {
-		unsafe.Slice(C.gsh_heap_peer, n)[pe] = (*C.char)(unsafe.Pointer(p))
+	p := shmem.Ptr((*byte)(base), int(pe))
+	if p == nil {
+		return
 	}
+	unsafe.Slice(C.gsh_heap_peer, n)[pe] = (*C.char)(unsafe.Pointer(p))
 	if x := shmem.PeerExtra(int(pe)); len(x) > 0 {
 		C.gsh_data_attach(pe, unsafe.Pointer(&x[0]), C.size_t(len(x)))
 	}
+}
+
+// goshmem_go_addr_accessible reports whether the static data at p (not
+// mapped here) is reachable on PE pe: whether pe registered the same.
+//
+//export goshmem_go_addr_accessible
+func goshmem_go_addr_accessible(p unsafe.Pointer, pe C.int) C.int {
+	return b2i(shmem.AddrAccessible((*byte)(p), int(pe)))
 }
 
 func bytesAt(p unsafe.Pointer, n C.size_t) []byte { return unsafe.Slice((*byte)(p), int(n)) }

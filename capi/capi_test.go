@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/nstest"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -106,13 +107,18 @@ func compileWith(t *testing.T, exe, src, driver string, flags ...string) string 
 // and the environment env (NAME=VALUE each).
 func run(t *testing.T, exe string, np string, env []string, progArgs ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	args := []string{"-np", np}
 	for _, e := range env {
 		args = append(args, "-x", e)
 	}
-	args = append(append(args, exe), progArgs...)
+	return launch(t, append(append(args, exe), progArgs...)...)
+}
+
+// launch runs goshmem-run with args and returns its output.
+func launch(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(prefix, "bin", "goshmem-run"), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -121,8 +127,10 @@ func run(t *testing.T, exe string, np string, env []string, progArgs ...string) 
 }
 
 // TestCPrograms runs the C test programs, each on PEs over shared memory
-// and over tcp (where static data is still mapped between the PEs of the
-// host, and the heap is reached through the transport).
+// and over tcp (where the heap and the static data are reached through the
+// transport). static, whose globals are the targets, also runs with its
+// static data left in place (GOSHMEM_STATIC_DATA=0): over shared memory
+// the PEs then reach each other's through cma and tcp, not mapped.
 func TestCPrograms(t *testing.T) {
 	for _, tc := range []struct {
 		prog, np string
@@ -138,6 +146,9 @@ func TestCPrograms(t *testing.T) {
 		{"ztypes", "3", []string{"UCX_TLS=tcp,self"}},
 		{"threads", "2", nil},
 		{"threads", "3", []string{"UCX_TLS=tcp,self"}},
+		{"static", "3", nil},
+		{"static", "4", []string{"UCX_TLS=tcp,self"}},
+		{"static", "3", []string{"GOSHMEM_STATIC_DATA=0"}},
 	} {
 		t.Run(tc.prog+"/"+tc.np+"/"+strings.Join(tc.env, ","), func(t *testing.T) {
 			exe := compile(t, tc.prog)
@@ -176,6 +187,27 @@ func TestCErrors(t *testing.T) {
 				t.Fatalf("errors %s: want one line with %q and no traceback, got:\n%s", tc.what, tc.want, out)
 			}
 		})
+	}
+}
+
+// TestCStaticTwoHosts runs testdata/static.c on two hosts, this one and
+// one made of namespaces (internal/nstest): the PEs of one host reach the
+// other's static data over tcp, while those of a host map each other's.
+func TestCStaticTwoHosts(t *testing.T) {
+	exe := compile(t, "static")
+	h := nstest.New(t)
+	// The remote shell: rsh HOST COMMAND... runs COMMAND in h's namespaces.
+	enter := h.Command("sh").Args
+	rsh := filepath.Join(t.TempDir(), "nsrsh")
+	body := fmt.Sprintf("#!/bin/sh\nshift\nexec %s \"$@\"\n", strings.Join(enter[:len(enter)-1], " "))
+	if err := os.WriteFile(rsh, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Each host's PEs take tcp on its end of the veth pair only.
+	out, err := launch(t, "-hosts", "localhost:2,"+h.Name+":2", "-rsh", rsh, "-bind", h.PeerIP.String(),
+		"-x", "UCX_NET_DEVICES="+h.PeerDev+","+h.Dev, exe)
+	if err != nil || !strings.Contains(out, "static: PASS on 4 PEs") {
+		t.Fatalf("static on two hosts: %v\n%s", err, out)
 	}
 }
 

@@ -51,8 +51,9 @@ void gsh_bad_pe(const char *fn, int pe) {
 
 /* gsh_connect is gsh_map's slow path: on the first use of pe it has Go
  * connect the PE and fill its entries of the tables, then looks again. It
- * returns NULL for an object in the heap that only the transports reach,
- * and ends the job for static data that is not reachable. */
+ * returns NULL for an object in the heap or in static data that only the
+ * transports reach (Go's path), and ends the job for an object that is
+ * not symmetric. */
 char *gsh_connect(const void *p, size_t n, int pe, const char *fn) {
     if (!gsh_checked[pe]) {
         pthread_mutex_lock(&gsh_connect_mu);
@@ -67,9 +68,7 @@ char *gsh_connect(const void *p, size_t n, int pe, const char *fn) {
     uintptr_t off = (uintptr_t)p - gsh_data_lo;
     if (off < gsh_data_size) {
         if (n > gsh_data_size - off) gsh_fatal(fn, "%zu bytes at %p run past the end of the static data", n, p);
-        gsh_fatal(fn, "static data at %p cannot reach PE %d: goshmem maps a program's global and static "
-                      "variables only between PEs of one host that run the same program (use shmem_malloc "
-                      "for objects that PEs of other hosts or programs reach)", p, pe);
+        return NULL;
     }
     off = (uintptr_t)p - gsh_heap_lo;
     if (off >= gsh_heap_size || n > gsh_heap_size - off)
@@ -97,12 +96,20 @@ void gsh_wait_pause(unsigned *n) {
     nanosleep(&ts, NULL);
 }
 
-/* Static data. Before main runs, the writable data and bss of the
- * program (the PT_LOAD segment with PF_W of the executable, less its
- * RELRO part) are moved onto a memfd mapped shared at the same address,
- * so that the other PEs of the host map them by opening
- * /proc/PID/fd/FD: puts, gets and atomics on static variables are then
- * loads, stores and CPU atomics like those on the heap. */
+/* Static data: the writable data and bss of the program (the PT_LOAD
+ * segment with PF_W of the executable, less its RELRO part) are a second
+ * symmetric region, which Go registers with ucp at init (shmem.SetRegions)
+ * so that every PE reaches it through the transports as it reaches the
+ * heap: tcp across hosts (served without this PE's participation), cma or
+ * software on a host whose shared memory UCX_TLS leaves out. Where the
+ * PEs map each other's heaps, they map each other's static data too, for
+ * the hot paths: before main runs, the region is moved onto a memfd mapped
+ * shared at the same address, which the other PEs of the host running
+ * the same program map by opening /proc/PID/fd/FD; puts, gets and atomics
+ * on static variables are then loads, stores and CPU atomics like those
+ * on the heap, coherent with the transports' (whose targets apply them
+ * with CPU atomics too). GOSHMEM_STATIC_DATA=0 leaves the pages in place:
+ * the static data is then reached through the transports only. */
 struct gsh_data_info {
     char magic[8];
     char boot_id[40];
@@ -140,11 +147,13 @@ static void gsh_read_id(const char *path, char *buf, size_t n) {
 }
 
 __attribute__((constructor(101))) static void gsh_share_data(void) {
-    if (getenv("GOSHMEM_STATIC_DATA") && strcmp(getenv("GOSHMEM_STATIC_DATA"), "0") == 0) return;
     uintptr_t r[2] = {0, 0};
     dl_iterate_phdr(gsh_find_data, r);
     if (r[1] <= r[0]) return;
     size_t size = r[1] - r[0];
+    gsh_data_lo = r[0];
+    gsh_data_size = size;
+    if (getenv("GOSHMEM_STATIC_DATA") && strcmp(getenv("GOSHMEM_STATIC_DATA"), "0") == 0) return;
     int fd = memfd_create("goshmem-static-data", MFD_CLOEXEC);
     if (fd < 0) return;
     if (ftruncate(fd, (off_t)size) != 0) {
@@ -165,8 +174,6 @@ __attribute__((constructor(101))) static void gsh_share_data(void) {
         return;
     }
     gsh_data_fd = fd;
-    gsh_data_lo = r[0];
-    gsh_data_size = size;
     memcpy(gsh_data_me.magic, "gshdata1", 8);
     gsh_read_id("/proc/sys/kernel/random/boot_id", gsh_data_me.boot_id, sizeof gsh_data_me.boot_id);
     struct stat sb;
@@ -185,7 +192,8 @@ size_t gsh_data_publish(void **p) {
 }
 
 /* gsh_data_attach maps PE pe's static data here from what it published,
- * when it runs the same program on this host; otherwise leaves it NULL. */
+ * when it runs the same program on this host; otherwise leaves it NULL
+ * (the transports reach it). */
 void gsh_data_attach(int pe, const void *b, size_t n) {
     struct gsh_data_info in;
     if (pe == gsh_me) {
@@ -201,7 +209,7 @@ void gsh_data_attach(int pe, const void *b, size_t n) {
     snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)in.pid, (long long)in.fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
-        fprintf(stderr, "goshmem: PE %d: cannot map the static data of PE %d (%s: %s); it is reached only where mapped\n",
+        fprintf(stderr, "goshmem: PE %d: cannot map the static data of PE %d (%s: %s); it is reached through the transports\n",
                 gsh_me, pe, path, strerror(errno));
         return;
     }
@@ -295,8 +303,10 @@ void *shmem_ptr(const void *dest, int pe) {
 }
 int shmem_addr_accessible(const void *addr, int pe) {
     if (!shmem_pe_accessible(pe)) return 0;
-    if ((uintptr_t)addr - gsh_heap_lo < gsh_heap_size) return 1;
-    return shmem_ptr(addr, pe) != NULL;
+    if ((uintptr_t)addr - gsh_heap_lo < gsh_heap_size || shmem_ptr(addr, pe) != NULL) return 1;
+    /* Static data not mapped here: where the PE has the same (it runs
+     * this program), the transports reach it. */
+    return (uintptr_t)addr - gsh_data_lo < gsh_data_size && goshmem_go_addr_accessible((void *)addr, pe);
 }
 void shmemx_heap_bounds(void **base, size_t *size) {
     *base = (void *)gsh_heap_lo;

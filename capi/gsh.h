@@ -19,7 +19,8 @@
 /* The tables: written by Go at init (and, per PE, on first use of the PE),
  * read by the hot paths. gsh_heap_peer[pe] is PE pe's symmetric heap
  * mapped into this process (NULL when only the transports reach it);
- * gsh_data_peer[pe] is PE pe's static data mapped here (NULL when not). */
+ * gsh_data_peer[pe] is PE pe's static data mapped here (NULL when only the
+ * transports reach it: it is mapped where the heap is). */
 extern int gsh_npes, gsh_me;
 extern uintptr_t gsh_heap_lo, gsh_heap_size, gsh_data_lo, gsh_data_size;
 extern char **gsh_heap_peer, **gsh_data_peer;
@@ -31,6 +32,7 @@ extern unsigned char *gsh_checked;
 extern int goshmem_go_init(int requested, int *provided);
 extern void goshmem_go_finalize(void);
 extern void goshmem_go_connect(int pe);
+extern int goshmem_go_addr_accessible(void *p, int pe);
 extern void goshmem_go_rma(uintptr_t ctx, int kind, void *dest, void *source, size_t nbytes, int pe, const char *fn);
 extern void goshmem_go_strided(uintptr_t ctx, int get, void *dest, void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int esize, int pe, const char *fn);
 extern void goshmem_go_put_signal(uintptr_t ctx, void *dest, void *source, size_t nbytes, uint64_t *sig, uint64_t signal, int op, int nbi, int pe, const char *fn);

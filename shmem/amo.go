@@ -189,17 +189,17 @@ func (c *Ctx) floatAddSlow(routine string, pe int, off, size uintptr, v uint64, 
 	return old
 }
 
-// amoTarget checks pe and the address of an atomic and returns the peer and
-// the heap offset.
-func amoTarget[T any](c *Ctx, routine string, p *T, pe int) (*peer, uintptr) {
+// amoTarget checks pe and the address of an atomic and returns the peer,
+// the symmetric offset and whether it is in the heap.
+func amoTarget[T any](c *Ctx, routine string, p *T, pe int) (*peer, uintptr, bool) {
 	q := c.peer(routine, pe)
 	var z T
 	size := unsafe.Sizeof(z)
-	off := offsetOf(routine, "dest", unsafe.Pointer(p), int(size))
-	if off%size != 0 {
+	off, heap := offsetOf(routine, "dest", unsafe.Pointer(p), int(size))
+	if uintptr(unsafe.Pointer(p))%size != 0 {
 		badAlign(routine, "dest", unsafe.Pointer(p), size)
 	}
-	return q, off
+	return q, off, heap
 }
 
 //go:noinline
@@ -228,11 +228,11 @@ func (c *Ctx) amoSlow(routine string, pe int, off, size uintptr, op amoOp, v, co
 	}
 	q := c.remote(routine, pe)
 	uop, needsReply := op.ucp()
-	raddr := q.raddr + uint64(off)
+	raddr, rkey := q.at(routine, pe, off)
 	if mode == amoWait {
 		reply := cond
 		param := new(ucp.RequestParam).SetDatatype(ucp.DatatypeContig(int(size))).SetReply(&reply)
-		req, err := q.ep.AtomicOpNBX(uop, v, raddr, q.rkey, param)
+		req, err := q.ep.AtomicOpNBX(uop, v, raddr, rkey, param)
 		c.wait(routine, pe, req, err)
 		if size == 4 {
 			return uint64(uint32(reply))
@@ -246,7 +246,7 @@ func (c *Ctx) amoSlow(routine string, pe int, off, size uintptr, op amoOp, v, co
 		needsReply = true
 	}
 	param := a.param(needsReply).SetDatatype(ucp.DatatypeContig(int(size)))
-	a.started(q.ep.AtomicOpNBX(uop, v, raddr, q.rkey, param))
+	a.started(q.ep.AtomicOpNBX(uop, v, raddr, rkey, param))
 	return 0
 }
 
@@ -256,7 +256,12 @@ func amoFetching[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v, con
 	q := c.peer(routine, pe)
 	off := uintptr(unsafe.Pointer(dst)) - st.heapBase
 	if off >= st.heapSize || unsafe.Sizeof(v) > st.heapSize-off || off%unsafe.Sizeof(v) != 0 || st.env.debug {
-		amoTarget(c, routine, dst, pe) // panics with the message (or makes the SHMEM_DEBUG checks)
+		// Panics with the message, makes the SHMEM_DEBUG checks, or
+		// finds the address in a registered region.
+		if _, roff, heap := amoTarget(c, routine, dst, pe); !heap {
+			profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
+			return fromBits[T](c.amoSlow(routine, pe, roff, unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond), amoWait, nil))
+		}
 	}
 	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
 	if base := q.heap(); base != nil {
@@ -267,9 +272,9 @@ func amoFetching[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v, con
 
 // amoPosted runs a non-fetching atomic.
 func amoPosted[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v T) {
-	q, off := amoTarget(c, routine, dst, pe)
+	q, off, heap := amoTarget(c, routine, dst, pe)
 	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
-	if base := q.heap(); base != nil {
+	if base := q.heap(); base != nil && heap {
 		amoDirect(unsafe.Add(base, off), unsafe.Sizeof(v), op, bitsOf(v), 0)
 		return
 	}
@@ -279,12 +284,12 @@ func amoPosted[T any](c *Ctx, routine string, dst *T, pe int, op amoOp, v T) {
 // amoNonBlocking runs a fetching atomic whose old value goes to *fetch by
 // the next Quiet.
 func amoNonBlocking[T any](c *Ctx, routine string, fetch, dst *T, pe int, op amoOp, v, cond T) {
-	q, off := amoTarget(c, routine, dst, pe)
+	q, off, heap := amoTarget(c, routine, dst, pe)
 	if fetch == nil {
 		panic("shmem." + routine + ": fetch is nil")
 	}
 	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
-	if base := q.heap(); base != nil {
+	if base := q.heap(); base != nil && heap {
 		*fetch = fromBits[T](amoDirect(unsafe.Add(base, off), unsafe.Sizeof(v), op, bitsOf(v), bitsOf(cond)))
 		return
 	}

@@ -55,13 +55,9 @@ func PeerExtra(pe int) []byte {
 // blobExtra returns the extra bytes at the end of an init blob that
 // decodeBlob accepted, or nil.
 func blobExtra(b []byte) []byte {
-	addr, rkey, _, _, err := decodeBlob(b)
+	in, err := decodeBlob(b)
 	if err != nil {
 		return nil
 	}
-	rest := b[1+4+len(addr)+4+len(rkey)+16:]
-	if len(rest) < 4 {
-		return nil
-	}
-	return rest[4:]
+	return in.extra
 }

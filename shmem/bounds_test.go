@@ -3,26 +3,49 @@ package shmem
 import (
 	"bytes"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
-// TestBlobExtra checks that the init blob carries SetInitExtra's bytes to
-// PeerExtra, and that a blob without them decodes as before.
-func TestBlobExtra(t *testing.T) {
-	defer func(x []byte) { initExtra = x }(initExtra)
-	for _, extra := range [][]byte{nil, {1}, bytes.Repeat([]byte{7}, 300)} {
-		initExtra = extra
-		b := encodeBlob([]byte("addr"), []byte("rkey!"), 0x1000, 0x2000)
-		addr, rkey, base, size, err := decodeBlob(b)
-		if err != nil || string(addr) != "addr" || string(rkey) != "rkey!" || base != 0x1000 || size != 0x2000 {
-			t.Fatalf("extra %d bytes: decodeBlob = %q %q %#x %#x %v", len(extra), addr, rkey, base, size, err)
-		}
-		if got := blobExtra(b); !bytes.Equal(got, extra) {
-			t.Errorf("blobExtra = %v, want %v", got, extra)
-		}
-		if len(extra) > 0 {
-			if _, _, _, _, err := decodeBlob(b[:len(b)-1]); err == nil {
-				t.Errorf("extra %d bytes: a truncated blob decoded", len(extra))
+// TestBlobRoundTrip checks that the init blob carries the heap's key, the
+// regions' keys and SetInitExtra's bytes (to PeerExtra) as they were
+// given, and that every truncated blob fails to decode (but the one
+// without the extra bytes, which are optional).
+func TestBlobRoundTrip(t *testing.T) {
+	regions := []blobRegion{{rkey: []byte("region0"), base: 0x7f0000, size: 0x3000}, {rkey: []byte("r1"), base: 0x10, size: 8}}
+	for _, tc := range []struct {
+		name    string
+		regions []blobRegion
+		extra   []byte
+	}{
+		{"bare", nil, nil},
+		{"extra", nil, []byte{1}},
+		{"long extra", nil, bytes.Repeat([]byte{7}, 300)},
+		{"regions", regions, nil},
+		{"regions and extra", regions[:1], []byte("gshdata1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := initBlob{addr: []byte("addr"), rkey: []byte("rkey!"), base: 0x1000, size: 0x2000, regions: tc.regions, extra: tc.extra}
+			b := encodeBlob(in)
+			got, err := decodeBlob(b)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
+			if d := cmp.Diff(in, got, cmp.AllowUnexported(initBlob{}, blobRegion{})); d != "" {
+				t.Errorf("decodeBlob(encodeBlob(x)) differs (-x +got):\n%s", d)
+			}
+			if x := blobExtra(b); !bytes.Equal(x, tc.extra) {
+				t.Errorf("blobExtra = %v, want %v", x, tc.extra)
+			}
+			bare := len(b) // the blob without the extra bytes, which decodes
+			if len(tc.extra) > 0 {
+				bare -= 4 + len(tc.extra)
+			}
+			for i := range b {
+				if _, err := decodeBlob(b[:i]); err == nil && i != bare {
+					t.Errorf("a blob truncated to %d of %d bytes decoded", i, len(b))
+				}
+			}
+		})
 	}
 }

@@ -388,7 +388,7 @@ func (c *Ctx) connect(pe int) error {
 	if base != nil {
 		atomic.StorePointer(&q.base, base)
 	}
-	q.ep, q.rkey, q.raddr = p.ep, p.rkey, p.raddr
+	q.ep, q.rkey, q.raddr, q.regions = p.ep, p.rkey, p.raddr, p.regions
 	atomic.StoreUint32(&q.ready, 1)
 	return nil
 }

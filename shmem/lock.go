@@ -37,8 +37,8 @@ const lockHandOver = 1
 // node, and the home PE.
 func lockWords(routine string, lock *int64) (tail, node *uint32, home int) {
 	mustInit(routine)
-	off := offsetOf(routine, "lock", unsafe.Pointer(lock), 8)
-	if off%8 != 0 {
+	off, _ := offsetOf(routine, "lock", unsafe.Pointer(lock), 8)
+	if uintptr(unsafe.Pointer(lock))%8 != 0 {
 		badAlign(routine, "lock", unsafe.Pointer(lock), 8)
 	}
 	tail = (*uint32)(unsafe.Pointer(lock))

@@ -437,12 +437,21 @@ func Ptr[T any](p *T, pe int) *T {
 	mustInit("Ptr")
 	var z T
 	defaultCtx.peer("Ptr", pe) // checks pe
-	off := offsetOf("Ptr", "p", unsafe.Pointer(p), int(unsafe.Sizeof(z)))
-	base := jobPeer("Ptr", pe).base
+	return (*T)(peerPtr("Ptr", unsafe.Pointer(p), int(unsafe.Sizeof(z)), pe))
+}
+
+// peerPtr returns where the n symmetric bytes at p are on the job's PE
+// pe, mapped here, or nil where they are not mapped.
+func peerPtr(routine string, p unsafe.Pointer, n, pe int) unsafe.Pointer {
+	off, heap := offsetOf(routine, "p", p, n)
+	if !heap {
+		return regionPtr(routine, pe, off)
+	}
+	base := jobPeer(routine, pe).base
 	if base == nil {
 		return nil
 	}
-	return (*T)(unsafe.Add(base, off))
+	return unsafe.Add(base, off)
 }
 
 // PEAccessible reports whether pe is a PE of the job that this PE can reach
@@ -453,12 +462,21 @@ func PEAccessible(pe int) bool {
 }
 
 // AddrAccessible reports whether *p is a symmetric object that pe can be
-// reached at with the routines of this package.
+// reached at with the routines of this package: in the heap, or in a
+// region of SetRegions that pe registered too.
 func AddrAccessible[T any](p *T, pe int) bool {
 	if !PEAccessible(pe) {
 		return false
 	}
 	var z T
-	_, ok := st.heap.Offset(unsafe.Pointer(p), int(unsafe.Sizeof(z)))
-	return ok
+	if _, ok := st.heap.Offset(unsafe.Pointer(p), int(unsafe.Sizeof(z))); ok {
+		return true
+	}
+	for r, x := range st.regions {
+		if _, ok := x.reg.Offset(unsafe.Pointer(p), int(unsafe.Sizeof(z))); ok {
+			q := defaultCtx.remote("AddrAccessible", pe)
+			return r < len(q.regions) && q.regions[r].packed != nil
+		}
+	}
+	return false
 }

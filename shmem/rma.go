@@ -10,17 +10,26 @@ import (
 	"github.com/goshmem/goshmem/ucs"
 )
 
-// offsetOf returns the heap offset of the n bytes at p, panicking when they
-// are not all inside the symmetric heap.
-func offsetOf(routine, arg string, p unsafe.Pointer, n int) uintptr {
-	off := uintptr(p) - st.heapBase
+// offsetOf returns the symmetric offset of the n bytes at p (region.go)
+// and whether they are in the heap, panicking when they are neither all
+// inside the heap nor all inside one registered region.
+func offsetOf(routine, arg string, p unsafe.Pointer, n int) (off uintptr, heap bool) {
+	off = uintptr(p) - st.heapBase
 	if off >= st.heapSize || uintptr(n) > st.heapSize-off {
-		badAddr(routine, arg, p, n)
+		return regionOffset(routine, arg, p, n), false
 	}
 	if st.env.debug {
 		debugCheckRange(routine, arg, p, off, n)
 	}
-	return off
+	return off, true
+}
+
+// heapOffset is offsetOf's fast path, which the hot routines inline: the
+// heap offset of the n bytes at p, and whether they lie in the heap with
+// SHMEM_DEBUG off. When they do not, the routines call offsetOf.
+func heapOffset(p unsafe.Pointer, n int) (uintptr, bool) {
+	off := uintptr(p) - st.heapBase
+	return off, off < st.heapSize && uintptr(n) <= st.heapSize-off && !st.env.debug
 }
 
 //go:noinline
@@ -28,8 +37,12 @@ func badAddr(routine, arg string, p unsafe.Pointer, n int) {
 	if st.phase != initialized {
 		panicUninit(routine)
 	}
-	panic(fmt.Sprintf("shmem.%s: %s (%d bytes at %p) is not inside the symmetric heap %#x..%#x",
-		routine, arg, n, p, st.heapBase, st.heapBase+st.heapSize))
+	regions := ""
+	for _, r := range st.regions {
+		regions += fmt.Sprintf(" or the symmetric region %#x..%#x", r.lo, r.lo+r.size)
+	}
+	panic(fmt.Sprintf("shmem.%s: %s (%d bytes at %p) is not inside the symmetric heap %#x..%#x%s",
+		routine, arg, n, p, st.heapBase, st.heapBase+st.heapSize, regions))
 }
 
 //go:noinline
@@ -226,7 +239,14 @@ func put[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	}
 	var z T
 	nb := n * int(unsafe.Sizeof(z))
-	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
+	off, ok := heapOffset(unsafe.Pointer(unsafe.SliceData(dst)), nb)
+	if !ok {
+		if off, ok = offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb); !ok {
+			profCtx(c, routine, pe, nb)
+			c.putSlow(routine, pe, off, bytesOf(src), nbi)
+			return
+		}
+	}
 	profCtx(c, routine, pe, nb)
 	if base := q.heap(); base != nil {
 		// copyOut, by hand: this is the hot path.
@@ -262,7 +282,14 @@ func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	}
 	var z T
 	nb := n * int(unsafe.Sizeof(z))
-	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), nb)
+	off, ok := heapOffset(unsafe.Pointer(unsafe.SliceData(src)), nb)
+	if !ok {
+		if off, ok = offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), nb); !ok {
+			profCtx(c, routine, pe, nb)
+			c.getSlow(routine, pe, off, bytesOf(dst), nbi)
+			return
+		}
+	}
 	profCtx(c, routine, pe, nb)
 	if base := q.heap(); base != nil {
 		if nb >= largeCopy {
@@ -278,7 +305,14 @@ func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 func putValue[T any](c *Ctx, routine string, dst *T, v T, pe int) {
 	checkPlain[T](routine)
 	q := c.peer(routine, pe)
-	off := offsetOf(routine, "dst", unsafe.Pointer(dst), int(unsafe.Sizeof(v)))
+	off, ok := heapOffset(unsafe.Pointer(dst), int(unsafe.Sizeof(v)))
+	if !ok {
+		if off, ok = offsetOf(routine, "dst", unsafe.Pointer(dst), int(unsafe.Sizeof(v))); !ok {
+			profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
+			pSlow(c, routine, pe, off, v)
+			return
+		}
+	}
 	profCtx(c, routine, pe, int(unsafe.Sizeof(v)))
 	if base := q.heap(); base != nil {
 		*(*T)(unsafe.Add(base, off)) = v
@@ -291,7 +325,13 @@ func getValue[T any](c *Ctx, routine string, src *T, pe int) T {
 	checkPlain[T](routine)
 	q := c.peer(routine, pe)
 	var z T
-	off := offsetOf(routine, "src", unsafe.Pointer(src), int(unsafe.Sizeof(z)))
+	off, ok := heapOffset(unsafe.Pointer(src), int(unsafe.Sizeof(z)))
+	if !ok {
+		if off, ok = offsetOf(routine, "src", unsafe.Pointer(src), int(unsafe.Sizeof(z))); !ok {
+			profCtx(c, routine, pe, int(unsafe.Sizeof(z)))
+			return gSlow[T](c, routine, pe, off)
+		}
+	}
 	profCtx(c, routine, pe, int(unsafe.Sizeof(z)))
 	if base := q.heap(); base != nil {
 		return *(*T)(unsafe.Add(base, off))
@@ -355,9 +395,9 @@ func ibput[T RMA](c *Ctx, routine string, count stridedCount, dst, src []T, dstS
 	blockSpan(routine, "src", count, len(src), nblocks, srcStride, bsize)
 	var z T
 	size := unsafe.Sizeof(z)
-	off := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), dspan*int(size))
+	off, heap := offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), dspan*int(size))
 	profCtx(c, routine, pe, nblocks*bsize*int(size))
-	if base := q.heap(); base != nil {
+	if base := q.heap(); base != nil && heap {
 		d := unsafe.Slice((*T)(unsafe.Add(base, off)), dspan)
 		if bsize == 1 {
 			for i := range nblocks {
@@ -379,10 +419,11 @@ func ibput[T RMA](c *Ctx, routine string, count stridedCount, dst, src []T, dstS
 		c.flushBatch(routine, pe)
 	}
 	q = c.remote(routine, pe)
+	raddr, rkey := q.at(routine, pe, off)
 	reqs := make([]*ucp.Request, 0, nblocks)
 	for i := range nblocks {
 		b := bytesOf(src[i*srcStride : i*srcStride+bsize])
-		req, err := q.ep.PutNBX(b, q.raddr+uint64(off+uintptr(i*dstStride)*size), q.rkey, nil)
+		req, err := q.ep.PutNBX(b, raddr+uint64(i*dstStride)*uint64(size), rkey, nil)
 		if err != nil {
 			fatal(routine, pe, err)
 		}
@@ -408,9 +449,9 @@ func ibget[T RMA](c *Ctx, routine string, count stridedCount, dst, src []T, dstS
 	sspan := blockSpan(routine, "src", count, len(src), nblocks, srcStride, bsize)
 	var z T
 	size := unsafe.Sizeof(z)
-	off := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), sspan*int(size))
+	off, heap := offsetOf(routine, "src", unsafe.Pointer(unsafe.SliceData(src)), sspan*int(size))
 	profCtx(c, routine, pe, nblocks*bsize*int(size))
-	if base := q.heap(); base != nil {
+	if base := q.heap(); base != nil && heap {
 		s := unsafe.Slice((*T)(unsafe.Add(base, off)), sspan)
 		for i := range nblocks {
 			copy(dst[i*dstStride:i*dstStride+bsize], s[i*srcStride:i*srcStride+bsize])
@@ -426,10 +467,11 @@ func ibget[T RMA](c *Ctx, routine string, count stridedCount, dst, src []T, dstS
 		c.flushBatch(routine, pe)
 	}
 	q = c.remote(routine, pe)
+	raddr, rkey := q.at(routine, pe, off)
 	reqs := make([]*ucp.Request, 0, nblocks)
 	for i := range nblocks {
 		b := bytesOf(dst[i*dstStride : i*dstStride+bsize])
-		req, err := q.ep.GetNBX(b, q.raddr+uint64(off+uintptr(i*srcStride)*size), q.rkey, nil)
+		req, err := q.ep.GetNBX(b, raddr+uint64(i*srcStride)*uint64(size), rkey, nil)
 		if err != nil {
 			fatal(routine, pe, err)
 		}
@@ -456,7 +498,8 @@ func gSlow[T any](c *Ctx, routine string, pe int, off uintptr) (v T) {
 	return v
 }
 
-// putSlow puts b through the context's endpoint to pe: blocking, it waits
+// putSlow puts b at the symmetric offset off of pe through the context's
+// endpoint: blocking, it waits
 // for local completion; non-blocking, it leaves the completion to Quiet.
 //
 //go:noinline
@@ -476,14 +519,14 @@ func (c *Ctx) putSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 // sendPut is putSlow without the batch of a session.
 func (c *Ctx) sendPut(routine string, pe int, off uintptr, b []byte, nbi bool) {
 	q := c.remote(routine, pe)
-	raddr := q.raddr + uint64(off)
+	raddr, rkey := q.at(routine, pe, off)
 	if !nbi {
-		req, err := q.ep.PutNBX(b, raddr, q.rkey, nil)
+		req, err := q.ep.PutNBX(b, raddr, rkey, nil)
 		c.wait(routine, pe, req, err)
 		return
 	}
 	op := c.newAsync(routine, pe)
-	op.started(q.ep.PutNBX(b, raddr, q.rkey, op.param(false)))
+	op.started(q.ep.PutNBX(b, raddr, rkey, op.param(false)))
 }
 
 // getSlow gets b through the context's endpoint to pe: blocking, it waits
@@ -498,12 +541,12 @@ func (c *Ctx) getSlow(routine string, pe int, off uintptr, b []byte, nbi bool) {
 		c.flushBatch(routine, pe)
 	}
 	q := c.remote(routine, pe)
-	raddr := q.raddr + uint64(off)
+	raddr, rkey := q.at(routine, pe, off)
 	if !nbi {
-		req, err := q.ep.GetNBX(b, raddr, q.rkey, nil)
+		req, err := q.ep.GetNBX(b, raddr, rkey, nil)
 		c.wait(routine, pe, req, err)
 		return
 	}
 	op := c.newAsync(routine, pe)
-	op.started(q.ep.GetNBX(b, raddr, q.rkey, op.param(false)))
+	op.started(q.ep.GetNBX(b, raddr, rkey, op.param(false)))
 }

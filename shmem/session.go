@@ -81,7 +81,7 @@ type batch struct {
 }
 
 type batchRun struct {
-	off uintptr // heap offset at the PE
+	off uintptr // symmetric offset at the PE (region.go)
 	n   int
 }
 
@@ -138,7 +138,7 @@ func (c *Ctx) SessionStop() {
 	c.spareSession = c.session.Swap(nil)
 }
 
-// gather takes a put of b to offset off of the context's PE pe into the
+// gather takes a put of b to the symmetric offset off of the context's PE pe into the
 // batch, if a batch session is open and b is small, and reports whether
 // it did. b is copied.
 func (c *Ctx) gather(routine string, pe int, off uintptr, b []byte) bool {

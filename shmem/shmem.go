@@ -14,6 +14,11 @@
 //	shmem.Put(buf, []int64{1, 2, 3, 4}, (shmem.MyPE()+1)%shmem.NPEs())
 //	shmem.BarrierAll()
 //
+// Memory of the program's outside the heap, the same on every PE (global
+// arrays; a C program's static data), becomes symmetric too with
+// SetRegions before Init: the routines then take its addresses as they
+// take the heap's.
+//
 // Every operation goes through ucp and uct. For a PE on the same node the
 // transport maps its heap, and the operations are single copies or CPU
 // atomics through the cached pointer that ucp's rkey gives; for other PEs
@@ -196,6 +201,9 @@ type peer struct {
 	ep    *ucp.Endpoint
 	rkey  *ucp.Rkey
 	raddr uint64 // the peer's heap base address, in the peer's address space
+	// regions are the peer's symmetric regions (SetRegions), by this PE's
+	// region number, reached through ucp (with ep).
+	regions []peerRegion
 	// ready is set, atomically, once ep and rkey are in place (and base,
 	// for a mapped heap): on first use (Ctx.remote), so that a PE that
 	// talks to a few PEs never connects to the rest.
@@ -219,7 +227,8 @@ type state struct {
 	me, npes int
 	heapBase uintptr
 	heapSize uintptr
-	peers    []peer // those of the default context
+	regions  []symRegion // this PE's regions besides the heap (region.go)
+	peers    []peer      // those of the default context
 	// table holds every PE's worker address and packed heap key (its init
 	// blob), in memory the PEs of this host share, for the endpoints made
 	// on first use.
@@ -270,7 +279,7 @@ func panicUninit(routine string) {
 }
 
 // blobVersion starts the blob each PE publishes at Init.
-const blobVersion = 1
+const blobVersion = 2
 
 // Init starts the library on this PE: it joins the job (a program started
 // without goshmem-run is a job of one PE), creates the ucp context and
@@ -366,7 +375,13 @@ func initLocked(m *bootstrap.Member, size int, level ThreadLevel, env envSetting
 	if err != nil {
 		return err
 	}
-	table, err := m.Exchange(encodeBlob(addr, rkey, uint64(uintptr(heap.Base())), uint64(heap.Size())))
+	regions, blobRegions, err := registerRegions(ctx, &undo)
+	if err != nil {
+		return err
+	}
+	st.regions = regions // for connectNode
+	undo.push(func() { st.regions = nil })
+	table, err := m.Exchange(encodeBlob(initBlob{addr: addr, rkey: rkey, base: uint64(uintptr(heap.Base())), size: uint64(heap.Size()), regions: blobRegions, extra: initExtra}))
 	if err != nil {
 		return fmt.Errorf("exchange addresses: %w", err)
 	}
@@ -452,15 +467,15 @@ func connectNode(m *bootstrap.Member, ctx *ucp.Context, worker *ucp.Worker, heap
 			// blobs of its own node only, not the whole table.
 			continue
 		}
-		addr, rkey, _, n, err := decodeBlob(table.Blob(pe))
+		b, err := decodeBlob(table.Blob(pe))
 		if err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}
-		if err := checkHeapSize(pe, n, heap.Size()); err != nil {
+		if err := checkHeapSize(pe, b.size, heap.Size()); err != nil {
 			return err
 		}
 		q := &peers[pe]
-		if q.mapped, err = worker.MapsRemoteKey(addr, rkey); err != nil {
+		if q.mapped, err = worker.MapsRemoteKey(b.addr, b.rkey); err != nil {
 			return fmt.Errorf("blob of PE %d: %w", pe, err)
 		}
 		if q.mapped && pe != m.Rank() && !named {
@@ -540,20 +555,21 @@ func enterInitialized(m *bootstrap.Member, ctx *ucp.Context, level ThreadLevel) 
 // (named name) from the worker address in pe's init blob, and the heap key,
 // mapped when this process can map it; then it sets q.ready.
 func connectPeer(q *peer, worker *ucp.Worker, name string, pe int, blob []byte) error {
-	addr, rkey, base, size, err := decodeBlob(blob)
+	b, err := decodeBlob(blob)
 	if err != nil {
 		return fmt.Errorf("blob of PE %d: %w", pe, err)
 	}
+	base := b.base
 	if st.heapSize != 0 { // after Init, which checked the PEs of its node
-		if err := checkHeapSize(pe, size, int(st.heapSize)); err != nil {
+		if err := checkHeapSize(pe, b.size, int(st.heapSize)); err != nil {
 			return err
 		}
 	}
-	ep, err := worker.NewEndpoint(new(ucp.EPParams).SetAddress(addr).SetName(name))
+	ep, err := worker.NewEndpoint(new(ucp.EPParams).SetAddress(b.addr).SetName(name))
 	if err != nil {
 		return fmt.Errorf("connect to PE %d: %w", pe, err)
 	}
-	rk, err := ep.RkeyUnpack(rkey)
+	rk, err := ep.RkeyUnpack(b.rkey)
 	if err == nil {
 		err = checkLanes(ep, pe) // its lanes are chosen now
 	} else {
@@ -574,6 +590,7 @@ func connectPeer(q *peer, worker *ucp.Worker, name string, pe int, blob []byte) 
 		return fmt.Errorf("map the heap of PE %d, which its address said this PE maps: %w", pe, err)
 	}
 	q.ep, q.rkey, q.raddr = ep, rk, base
+	q.regions = peerRegions(pe, b.regions)
 	atomic.StoreUint32(&q.ready, 1)
 	atomic.StoreUint32(&q.toMap, 0)
 	return nil
@@ -667,6 +684,7 @@ func closePeers(peers []peer) {
 		if peers[i].rkey != nil {
 			peers[i].rkey.Destroy()
 		}
+		destroyRegions(peers[i].regions)
 		if peers[i].ep != nil {
 			peers[i].ep.Close(ucp.CloseModeForce)
 		}
@@ -727,6 +745,7 @@ func Finalize() {
 	}
 	closePeers(st.peers)
 	st.table.Close()
+	closeRegions()
 	st.heap.Close()
 	st.worker.Destroy()
 	st.ctx.Cleanup()
@@ -756,21 +775,39 @@ func NPEs() int {
 	return st.npes
 }
 
-// Blob layout: u8 version, u32 len + worker address, u32 len + rkey,
-// u64 heap base, u64 heap size (little endian), and, when SetInitExtra
-// gave some, u32 len + the extra bytes.
-func encodeBlob(addr, rkey []byte, base, size uint64) []byte {
-	b := make([]byte, 0, 1+4+len(addr)+4+len(rkey)+16)
+// initBlob is what a PE publishes at Init: its worker's address, its
+// heap's key, address and size, its regions', and the bytes of
+// SetInitExtra.
+type initBlob struct {
+	addr, rkey []byte
+	base, size uint64
+	regions    []blobRegion
+	extra      []byte
+}
+
+// Blob layout (little endian): u8 version, u32 len + worker address,
+// u32 len + rkey, u64 heap base, u64 heap size, u32 number of regions
+// and, for each, u32 len + rkey, u64 base, u64 size; and, when
+// SetInitExtra gave some, u32 len + the extra bytes.
+func encodeBlob(in initBlob) []byte {
+	b := make([]byte, 0, 1+4+len(in.addr)+4+len(in.rkey)+16+4)
 	b = append(b, blobVersion)
-	b = appendU32(b, uint32(len(addr)))
-	b = append(b, addr...)
-	b = appendU32(b, uint32(len(rkey)))
-	b = append(b, rkey...)
-	b = appendU64(b, base)
-	b = appendU64(b, size)
-	if x := initExtra; len(x) > 0 {
-		b = appendU32(b, uint32(len(x)))
-		b = append(b, x...)
+	b = appendU32(b, uint32(len(in.addr)))
+	b = append(b, in.addr...)
+	b = appendU32(b, uint32(len(in.rkey)))
+	b = append(b, in.rkey...)
+	b = appendU64(b, in.base)
+	b = appendU64(b, in.size)
+	b = appendU32(b, uint32(len(in.regions)))
+	for _, r := range in.regions {
+		b = appendU32(b, uint32(len(r.rkey)))
+		b = append(b, r.rkey...)
+		b = appendU64(b, r.base)
+		b = appendU64(b, r.size)
+	}
+	if len(in.extra) > 0 {
+		b = appendU32(b, uint32(len(in.extra)))
+		b = append(b, in.extra...)
 	}
 	return b
 }
@@ -783,7 +820,9 @@ func appendU64(b []byte, v uint64) []byte {
 	return appendU32(appendU32(b, uint32(v)), uint32(v>>32))
 }
 
-func decodeBlob(b []byte) (addr, rkey []byte, base, size uint64, err error) {
+// decodeBlob parses an init blob; anything malformed fails.
+func decodeBlob(b []byte) (initBlob, error) {
+	var out initBlob
 	bad := fmt.Errorf("malformed init blob of %d bytes", len(b))
 	u32 := func() (uint32, bool) {
 		if len(b) < 4 {
@@ -793,31 +832,49 @@ func decodeBlob(b []byte) (addr, rkey []byte, base, size uint64, err error) {
 		b = b[4:]
 		return v, true
 	}
+	u64 := func() (uint64, bool) {
+		lo, ok1 := u32()
+		hi, ok2 := u32()
+		return uint64(hi)<<32 | uint64(lo), ok1 && ok2
+	}
+	bytes := func() ([]byte, bool) {
+		n, ok := u32()
+		if !ok || uint64(n) > uint64(len(b)) {
+			return nil, false
+		}
+		v := b[:n]
+		b = b[n:]
+		return v, true
+	}
 	if len(b) < 1 || b[0] != blobVersion {
-		return nil, nil, 0, 0, bad
+		return out, bad
 	}
 	b = b[1:]
-	n, ok := u32()
-	if !ok || uint64(n) > uint64(len(b)) {
-		return nil, nil, 0, 0, bad
+	var ok [5]bool
+	out.addr, ok[0] = bytes()
+	out.rkey, ok[1] = bytes()
+	out.base, ok[2] = u64()
+	out.size, ok[3] = u64()
+	n, ok4 := u32()
+	ok[4] = ok4 && uint64(n) <= uint64(len(b))/20 // each region takes 20 bytes at least
+	if ok != [5]bool{true, true, true, true, true} {
+		return out, bad
 	}
-	addr, b = b[:n], b[n:]
-	n, ok = u32()
-	if !ok || uint64(n) > uint64(len(b)) {
-		return nil, nil, 0, 0, bad
+	for range n {
+		var r blobRegion
+		var ok1, ok2, ok3 bool
+		r.rkey, ok1 = bytes()
+		r.base, ok2 = u64()
+		r.size, ok3 = u64()
+		if !ok1 || !ok2 || !ok3 {
+			return out, bad
+		}
+		out.regions = append(out.regions, r)
 	}
-	rkey, b = b[:n], b[n:]
-	lo, ok1 := u32()
-	hi, ok2 := u32()
-	slo, ok3 := u32()
-	shi, ok4 := u32()
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return nil, nil, 0, 0, bad
-	}
-	if len(b) != 0 { // the extra bytes (blobExtra reads them)
-		if n, ok := u32(); !ok || uint64(n) != uint64(len(b)) {
-			return nil, nil, 0, 0, bad
+	if len(b) != 0 { // the extra bytes
+		if out.extra, ok[0] = bytes(); !ok[0] || len(b) != 0 || len(out.extra) == 0 {
+			return out, bad
 		}
 	}
-	return addr, rkey, uint64(hi)<<32 | uint64(lo), uint64(shi)<<32 | uint64(slo), nil
+	return out, nil
 }

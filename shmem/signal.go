@@ -120,18 +120,20 @@ func putSignal[T RMA](c *Ctx, routine string, dst, src []T, sig *uint64, signal 
 	default:
 		panic(fmt.Sprintf("shmem.%s: invalid signal operation %d (valid: SignalSet, SignalAdd)", routine, int(op)))
 	}
-	soff := offsetOf(routine, "sig", unsafe.Pointer(sig), 8)
-	if soff%8 != 0 {
+	soff, heap := offsetOf(routine, "sig", unsafe.Pointer(sig), 8)
+	if uintptr(unsafe.Pointer(sig))%8 != 0 {
 		badAlign(routine, "sig", unsafe.Pointer(sig), 8)
 	}
 	var z T
 	nb := n * int(unsafe.Sizeof(z))
 	var off uintptr
 	if n > 0 {
-		off = offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
+		var dheap bool
+		off, dheap = offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb)
+		heap = heap && dheap
 	}
 	profCtx(c, routine, pe, nb+8)
-	if base := q.heap(); base != nil {
+	if base := q.heap(); base != nil && heap {
 		if n > 0 {
 			copyOut(base, off, src[:n])
 		}

@@ -749,12 +749,7 @@ func TeamPtr[T any](team *Team, p *T, pe int) *T {
 		panic(fmt.Sprintf("shmem.%s: PE %d is not a PE of %v (valid: 0..%d)", routine, pe, team, team.npes-1))
 	}
 	var z T
-	off := offsetOf(routine, "p", unsafe.Pointer(p), int(unsafe.Sizeof(z)))
-	base := jobPeer(routine, team.members[pe]).base
-	if base == nil {
-		return nil
-	}
-	return (*T)(unsafe.Add(base, off))
+	return (*T)(peerPtr(routine, unsafe.Pointer(p), int(unsafe.Sizeof(z)), team.members[pe]))
 }
 
 // CreateCtx creates a communication context of the team

@@ -42,11 +42,20 @@ func SizeFromEnv() (int, error) {
 // its kernel puts it, so a pointer into another PE's heap (shmem.Ptr) is
 // aligned to the page only.
 type Heap struct {
+	Region
+	*Allocator
+}
+
+// Region is symmetric memory mapped through ucp for peers to reach: the
+// segment of a Heap, or memory of the program's that Register registers
+// (the static data of a C program), which every PE has of the same size
+// and whose contents are symmetric by offset. It gives the packed key
+// that peers address it with, and the offsets of its addresses.
+type Region struct {
 	ctx  *ucp.Context
 	memh *ucp.MemHandle
 	base unsafe.Pointer
 	size int
-	*Allocator
 }
 
 // New maps a heap of size bytes (rounded up to the page size) through
@@ -70,42 +79,65 @@ func New(ctx *ucp.Context, size int) (*Heap, error) {
 	}
 	start := memh.Address()
 	base := unsafe.Add(start, alignUp(int(uintptr(start)), MaxAlign)-int(uintptr(start)))
-	return &Heap{ctx: ctx, memh: memh, base: base, size: size, Allocator: NewAllocator(size)}, nil
+	return &Heap{Region: Region{ctx: ctx, memh: memh, base: base, size: size}, Allocator: NewAllocator(size)}, nil
 }
 
-// Base returns the address of the start of the heap, a multiple of
-// MaxAlign.
-func (h *Heap) Base() unsafe.Pointer { return h.base }
+// Size returns the size of the heap in bytes (its Region's, which is its
+// Allocator's).
+func (h *Heap) Size() int { return h.Region.size }
 
-// Size returns the size of the heap in bytes.
-func (h *Heap) Size() int { return h.size }
+// Register maps the size bytes of this process's memory at base through
+// ctx (ucp mem map of the memory in place, with every memory domain that
+// registers memory: cma, tcp, and the software protocols), as a region
+// that peers reach with its key. The memory stays the caller's: Close
+// only unregisters it. It fails with an error that wraps
+// ucs.ErrInvalidParam for a nil base or a size that is not positive, and
+// with ucp's error when nothing registers the memory.
+func Register(ctx *ucp.Context, base unsafe.Pointer, size int) (*Region, error) {
+	if base == nil || size <= 0 {
+		return nil, fmt.Errorf("symheap: register %d bytes at %p: %w", size, base, ucs.ErrInvalidParam)
+	}
+	memh, err := ctx.MemMap(new(ucp.MemMapParams).SetAddress(base).SetLength(size))
+	if err != nil {
+		return nil, fmt.Errorf("symheap: register %d bytes at %p: %w", size, base, err)
+	}
+	return &Region{ctx: ctx, memh: memh, base: base, size: size}, nil
+}
 
-// MemHandle returns the ucp mapping of the heap.
-func (h *Heap) MemHandle() *ucp.MemHandle { return h.memh }
+// Base returns the address of the start of the region (for a heap, a
+// multiple of MaxAlign).
+func (r *Region) Base() unsafe.Pointer { return r.base }
 
-// PackRkey returns the packed remote key of the heap's segment, which
-// holds the heap (from Base, as peers address it, to Base plus Size).
-func (h *Heap) PackRkey() ([]byte, error) { return h.ctx.RkeyPack(h.memh) }
+// Size returns the size of the region in bytes.
+func (r *Region) Size() int { return r.size }
 
-// Offset returns the offset of p in the heap and whether the n bytes from p
-// lie inside it.
-func (h *Heap) Offset(p unsafe.Pointer, n int) (int, bool) {
-	off := uintptr(p) - uintptr(h.base)
-	if uintptr(p) < uintptr(h.base) || off > uintptr(h.size) || n < 0 || uintptr(n) > uintptr(h.size)-off {
+// MemHandle returns the ucp mapping of the region.
+func (r *Region) MemHandle() *ucp.MemHandle { return r.memh }
+
+// PackRkey returns the packed remote key of the region's mapping, which
+// holds the region (from Base, as peers address it, to Base plus Size).
+func (r *Region) PackRkey() ([]byte, error) { return r.ctx.RkeyPack(r.memh) }
+
+// Offset returns the offset of p in the region and whether the n bytes
+// from p lie inside it.
+func (r *Region) Offset(p unsafe.Pointer, n int) (int, bool) {
+	off := uintptr(p) - uintptr(r.base)
+	if uintptr(p) < uintptr(r.base) || off > uintptr(r.size) || n < 0 || uintptr(n) > uintptr(r.size)-off {
 		return 0, false
 	}
 	return int(off), true
 }
 
 // At returns the address of offset off.
-func (h *Heap) At(off int) unsafe.Pointer { return unsafe.Add(h.base, off) }
+func (r *Region) At(off int) unsafe.Pointer { return unsafe.Add(r.base, off) }
 
-// Close unmaps the heap.
-func (h *Heap) Close() error {
-	if h.memh == nil {
+// Close unmaps the region (a heap's memory goes with it; registered
+// memory stays the program's).
+func (r *Region) Close() error {
+	if r.memh == nil {
 		return nil
 	}
-	err := h.ctx.MemUnmap(h.memh)
-	h.memh, h.base = nil, nil
+	err := r.ctx.MemUnmap(r.memh)
+	r.memh, r.base = nil, nil
 	return err
 }

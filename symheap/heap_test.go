@@ -80,3 +80,43 @@ func TestAllocRefusesBadAlign(t *testing.T) {
 		t.Errorf("Alloc(8, MaxAlign) = %d, %v", off, err)
 	}
 }
+
+// TestRegister: memory of the program's registers in place as a region
+// (its offsets and key, as a heap's), stays the program's after Close,
+// and nil or empty memory is refused.
+func TestRegister(t *testing.T) {
+	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureRMA), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Cleanup()
+	mem := make([]byte, 3*os.Getpagesize())
+	r, err := symheap.Register(ctx, unsafe.Pointer(&mem[0]), len(mem))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Base() != unsafe.Pointer(&mem[0]) || r.Size() != len(mem) {
+		t.Errorf("region at %p of %d bytes, want %p of %d", r.Base(), r.Size(), &mem[0], len(mem))
+	}
+	if off, ok := r.Offset(unsafe.Pointer(&mem[100]), 8); !ok || off != 100 || r.At(off) != unsafe.Pointer(&mem[100]) {
+		t.Errorf("Offset(&mem[100], 8) = %d, %v", off, ok)
+	}
+	if _, ok := r.Offset(unsafe.Pointer(&mem[len(mem)-4]), 8); ok {
+		t.Error("Offset of 8 bytes running past the end is ok")
+	}
+	if _, err := r.PackRkey(); err != nil {
+		t.Error(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Error(err)
+	}
+	mem[0] = 1 // still the program's
+	for _, tc := range []struct {
+		p unsafe.Pointer
+		n int
+	}{{nil, 8}, {unsafe.Pointer(&mem[0]), 0}} {
+		if _, err := symheap.Register(ctx, tc.p, tc.n); !errors.Is(err, ucs.ErrInvalidParam) {
+			t.Errorf("Register(%p, %d): %v, want ErrInvalidParam", tc.p, tc.n, err)
+		}
+	}
+}

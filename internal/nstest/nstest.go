@@ -25,7 +25,10 @@ type Host struct {
 	Name string
 	// IP is its address on the veth pair, PeerIP this host's.
 	IP, PeerIP netip.Addr
-	pid        int
+	// Dev is its end of the veth pair (a network device in its
+	// namespace), PeerDev this host's end: for UCX_NET_DEVICES.
+	Dev, PeerDev string
+	pid          int
 }
 
 // WhyNot says why namespace hosts cannot be made here, or "".
@@ -70,6 +73,7 @@ func New(t testing.TB) *Host {
 	subnet := fmt.Sprintf("10.%d.%d", 100+int(rnd[0])%100, rnd[1])
 	h.PeerIP, h.IP = netip.MustParseAddr(subnet+".1"), netip.MustParseAddr(subnet+".2")
 	outer, inner := h.Name+"a", h.Name+"b"
+	h.Dev, h.PeerDev = inner, outer
 	if out, err := exec.Command("ip", "link", "add", outer, "type", "veth", "peer", "name", inner).CombinedOutput(); err != nil {
 		t.Skipf("cannot make a veth pair (%v: %s)", err, strings.TrimSpace(string(out)))
 	}
