@@ -357,9 +357,8 @@ func (w *Worker) AMAlignment() int { return w.amAlign }
 // When every interface of the worker is served by shared memory it yields
 // the thread. When some interface receives from the network (tcp), its
 // Progress reads the ready sockets itself, so for the first idleSpin calls
-// since a Progress last did something Idle returns at once, yielding only
-// every idleYieldEvery-th call: a reply is then seen by the next Progress,
-// microseconds after it came. After that
+// since a Progress last did something Idle only yields too: a reply is
+// then seen by the next Progress, microseconds after it came. After that
 // Idle sleeps, in the kernel (a futex wait, which leaves the network to
 // the transports' reading goroutines and the runtime's poller), until a
 // receive path of the worker signals that it handled something (a reply,
@@ -370,20 +369,15 @@ func (w *Worker) AMAlignment() int { return w.amAlign }
 // else to do.
 func (w *Worker) Idle() {
 	if !w.netPoll {
-		yieldGoroutine()
+		runtime.Gosched()
 		return
 	}
 	if n := w.idleRun.Add(1); n <= idleSpin {
-		// Poll again at once, and only now and then give the processor
-		// away: to the goroutines that wait for this P and to a process
-		// that waits for this core (the reply may need it). Not at every
-		// call: runtime.Gosched wakes a thread for an idle P each time
-		// (wakep), which finds nothing to do or takes the goroutine to
-		// another thread; on a loaded machine those wake-ups took the
-		// cores of the spinning processes, and a tcp get round trip
-		// between two processes took 3 to 10 times as long.
+		// The reply may need a process that waits for this core: now and
+		// then, give the core away (a system call each time would slow
+		// the polling of a process that has a core of its own).
+		runtime.Gosched()
 		if n%idleYieldEvery == 0 {
-			yieldGoroutine()
 			ucs.YieldThread()
 		}
 		return
@@ -399,16 +393,12 @@ func (w *Worker) Idle() {
 	w.signalled.Store(false)
 }
 
-// yieldGoroutine is runtime.Gosched; a test counts its calls.
-var yieldGoroutine = runtime.Gosched
-
 // idleWait bounds how long Idle sleeps.
 const idleWait = 30 * time.Microsecond
 
-// idleSpin is how many times Idle returns at once, when the worker reads
-// from the network, before it sleeps: a few hundred microseconds of
-// polling, every idleYieldEvery-th poll giving the P and the core to
-// whoever else waits for them.
+// idleSpin is how many times Idle yields, when the worker reads from the
+// network, before it sleeps: a few hundred microseconds of polling, every
+// idleYieldEvery-th poll giving the core to whoever else waits for it.
 const (
 	idleSpin       = 512
 	idleYieldEvery = 16

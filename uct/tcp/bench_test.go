@@ -21,16 +21,10 @@ import (
 // and call the EP through the uct.EP interface, as ucp does.
 //
 // Their waits spin on Progress, which reads the ready sockets itself, and
-// yield every few calls (idle).
+// yield between calls.
 
-// idle is the wait step of the benchmarks, after the spins-th call of
-// Progress in a row that found nothing: it yields every 16th, as ucp's
-// Worker.Idle does.
-func idle(spins int) {
-	if spins%16 == 15 {
-		runtime.Gosched()
-	}
-}
+// idle is the wait step of the benchmarks.
+func idle(int) { runtime.Gosched() }
 
 // BenchmarkAMPingPong measures a round trip: an 8-byte AMShort from a to b,
 // whose asynchronous handler (run by whichever reads it: b's Progress or

@@ -211,11 +211,9 @@
 //   - Completions, flush completions, EP error handlers and pending requests
 //     are called only from Iface.Progress.
 //
-// A goroutine that waits for a tcp event should spin on Progress,
-// yielding (runtime.Gosched) only every few calls, and sleep only after a
-// while without events, as ucp's Worker.Idle does: Gosched wakes a thread
-// for an idle P each time, whose wake-ups take the cores of the spinning
-// processes of a loaded machine.
+// A goroutine that waits for a tcp event should spin on Progress, yielding
+// (runtime.Gosched) between calls, and sleep only after a while without
+// events.
 //
 // WakeupFD is unsupported: ifaces are polled.
 package tcp

@@ -36,8 +36,8 @@ import (
 //	                    addresses, sends it active message 2, then "done"
 //	                    and whether it took the iface's connection
 //	progress            calls Progress in a loop from now on, yielding
-//	                    every 16th time in a row it finds nothing (as a
-//	                    process that waits does), then "done"
+//	                    when it finds nothing (as a process that waits
+//	                    does), then "done"
 //	pause               stops that loop (the poller serves), then "done"
 func TestMain(m *testing.M) {
 	testpeer.Serve(
@@ -100,10 +100,8 @@ func runPeer(args []string, stdin io.Reader, stdout io.Writer) error {
 			polling.Add(1)
 			go func() {
 				defer polling.Done()
-				for spins := 0; !stop.Load(); spins++ {
-					if iface.Progress() != 0 {
-						spins = 0
-					} else if spins%16 == 15 {
+				for !stop.Load() {
+					if iface.Progress() == 0 {
 						runtime.Gosched()
 					}
 				}
