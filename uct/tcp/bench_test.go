@@ -319,7 +319,11 @@ const roundTripBlock = 200
 // processor from the other. Every operation is timed; the benchmark
 // reports the medians, ours-ns/op and floor-ns/op, and their difference,
 // over-floor-ns/op (ns/op is the time of both, and of nothing else: the
-// switches are not timed).
+// switches are not timed). On a 2-core VM at load 8, in the rounds whose
+// medians the load left alone, the floor was 12.1-12.9 us and a get or
+// fetch-and-add 0.55-0.9 us above it: each side makes one send per
+// operation (the reply is written by the reader of the request), and the
+// waiting goroutine reads the reply itself.
 func BenchmarkRoundTripOverFloor(b *testing.B) {
 	iov := []uct.IOV{{Buffer: make([]byte, 8)}}
 	var old uint64
