@@ -38,6 +38,7 @@ import (
 //	progress            calls Progress in a loop from now on, yielding
 //	                    when it finds nothing (as a process that waits
 //	                    does), then "done"
+//	pause               stops that loop (the poller serves), then "done"
 func TestMain(m *testing.M) {
 	testpeer.Serve(
 		testpeer.Role{Name: "tcp", Run: runPeer},
@@ -105,6 +106,15 @@ func runPeer(args []string, stdin io.Reader, stdout io.Writer) error {
 					}
 				}
 			}()
+			fmt.Fprintln(stdout, "done")
+			continue
+		case in.Text() == "pause":
+			// Progress stops until the next "progress" (the poller
+			// serves meanwhile): the peer leaves the processors to
+			// another process that a benchmark measures in between.
+			stop.Store(true)
+			polling.Wait()
+			stop.Store(false)
 			fmt.Fprintln(stdout, "done")
 			continue
 		case strings.HasPrefix(in.Text(), "ep "):
@@ -229,6 +239,14 @@ func (p *peer) progress() {
 	p.tb.Helper()
 	if line := p.command("progress"); line != "done" {
 		p.tb.Fatalf("peer answered %q to progress", line)
+	}
+}
+
+// pause has the peer stop calling Progress until the next progress.
+func (p *peer) pause() {
+	p.tb.Helper()
+	if line := p.command("pause"); line != "done" {
+		p.tb.Fatalf("peer answered %q to pause", line)
 	}
 }
 
