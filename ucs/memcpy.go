@@ -14,7 +14,12 @@ const memcpyChunk = 512 << 10
 // AMD EPYC VMs between two mappings of a /dev/shm file, it took 0.60 µs
 // for 64 KiB (copy: 0.79), 1.15 µs for 128 KiB (copy 1.6-1.9, glibc's
 // memcpy 1.40) and 18-19 µs for 1 MiB (512 KiB pieces of copy: 22, glibc:
-// 22); at 16 KiB and below it gains nothing.
+// 22); at 16 KiB and below it gains nothing. Non-temporal stores (AVX2
+// and AVX-512, with SFENCE) were measured against it from 64 KiB to 4 MiB,
+// warm, flushed and cold destinations: they lost everywhere (1 MiB: 24-27
+// µs); only into rotating cold buffers did a cached AVX2 loop beat it, by
+// page-table walks over 4 KiB pages, not the copy (uct/sm's
+// BenchmarkLargeCopy keeps the comparison with copy).
 const memcpyRepMin = 32 << 10
 
 // MemcpyMin is the size from which Memcpy does better than copy; callers on
