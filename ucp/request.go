@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -240,8 +241,33 @@ type Request struct {
 	sgl       *sglOp             // an SGL put or get
 }
 
-// newPooledRequest is the New of a context's request pool.
+// newPooledRequest is the New of a worker's request pool.
 func newPooledRequest() any { return new(Request) }
+
+// requestPool holds the free requests of a worker: a request keeps the
+// context's RequestSize and RequestInit, and the pool goes away with its
+// worker, which cleans up (Params.SetRequestCleanup) the requests it
+// initialized when it is destroyed.
+type requestPool struct {
+	free sync.Pool
+	// inited lists, only with a RequestCleanup function, the requests of
+	// the pool that were initialized, for Worker.Destroy; guarded by mu
+	// (taken once per new request, not on reuse).
+	mu     sync.Mutex
+	inited []*Request
+}
+
+// cleanup calls fn on every request that the pool initialized, once, and
+// forgets them.
+func (p *requestPool) cleanup(fn func(*Request)) {
+	p.mu.Lock()
+	inited := p.inited
+	p.inited = nil
+	p.mu.Unlock()
+	for _, r := range inited {
+		fn(r)
+	}
+}
 
 // newRequest returns a request for an operation with the given params,
 // from the user's memory or the worker's pool.
@@ -251,7 +277,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 		r = param.Request
 		*r = Request{external: true, reserved: r.reserved, inited: r.inited}
 	} else {
-		r = w.ctx.requests.Get().(*Request)
+		r = w.requests.free.Get().(*Request)
 	}
 	r.w = w
 	r.fate.Store(fateRunning)
@@ -265,6 +291,11 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 		}
 		if fn := w.ctx.params.RequestInit; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestInit != 0 {
 			fn(r)
+		}
+		if !r.external && w.ctx.params.RequestCleanup != nil && w.ctx.params.FieldMask&ParamFieldRequestCleanup != 0 {
+			w.requests.mu.Lock()
+			w.requests.inited = append(w.requests.inited, r)
+			w.requests.mu.Unlock()
 		}
 	}
 	if param != nil {
@@ -393,7 +424,7 @@ func (r *Request) release() {
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
 	r.recv, r.untracked, r.tr, r.dt, r.rwi = false, false, tagRecvState{}, dtIter{}, nil
 	r.scb, r.sr, r.sgl = nil, streamRecvState{}, nil
-	r.w.ctx.requests.Put(r)
+	r.w.requests.free.Put(r)
 }
 
 // Status returns nil when the request completed successfully, ucs.InProgress

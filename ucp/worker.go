@@ -205,6 +205,7 @@ type Worker struct {
 	rkc        rkeyCache    // senders' keys, for rendezvous receives (proto.go)
 	listeners  listenerSet  // listener.go
 	cs         csConnects   // client-server endpoints that connect (ep_connect.go)
+	requests   requestPool  // free requests (request.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -216,6 +217,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		return nil, fmt.Errorf("ucp worker create: %w", ErrClosed)
 	}
 	w := &Worker{ctx: c, amAlign: 1}
+	w.requests.free.New = newPooledRequest
 	if params != nil {
 		w.params = *params
 	}
@@ -462,8 +464,10 @@ func (w *Worker) packAddressOf(flags WorkerAddressFlags, keep func(*workerIface)
 // Destroy closes every endpoint and interface of the worker
 // (ucp_worker_destroy): outstanding operations of its endpoints fail with
 // ucs.ErrCanceled, so do its tag receives no message matched, its
-// listeners are destroyed, its keepalive goroutine ends, and its wakeup
-// descriptors are closed (or removed from an external event descriptor).
+// listeners are destroyed, its keepalive goroutine ends, its wakeup
+// descriptors are closed (or removed from an external event descriptor),
+// and the context's RequestCleanup function, if any, is called on every
+// request of the worker's pool that was initialized.
 // A second call does nothing.
 func (w *Worker) Destroy() {
 	if w.closed.Swap(true) {
@@ -486,6 +490,9 @@ func (w *Worker) Destroy() {
 	w.closeWakeup()
 	w.closeIfaces()
 	w.releaseWakeup()
+	if fn := w.ctx.params.RequestCleanup; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestCleanup != 0 {
+		w.requests.cleanup(fn)
+	}
 }
 
 // closeIfaces closes the worker's interfaces.
