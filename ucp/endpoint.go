@@ -98,7 +98,8 @@ func (p *EPParams) SetUserData(d any) *EPParams {
 	return p
 }
 
-// SetName names the endpoint (default: a unique generated name).
+// SetName names the endpoint (default: a name unique among the endpoints
+// of its worker: the worker's name, the peer's, and a sequence number).
 func (p *EPParams) SetName(n string) *EPParams {
 	p.Name, p.FieldMask = n, p.FieldMask|EPParamFieldName
 	return p
@@ -231,7 +232,8 @@ func (w *Worker) newEndpointShell(params *EPParams, remote string) *Endpoint {
 	if params.FieldMask&EPParamFieldName != 0 {
 		ep.name = params.Name
 	} else {
-		ep.name = fmt.Sprintf("%s->%s", w.name, remote)
+		// The sequence number tells apart endpoints to the same peer.
+		ep.name = fmt.Sprintf("%s->%s#%d", w.name, remote, w.epSeq.Add(1))
 	}
 	return ep
 }

@@ -457,6 +457,48 @@ func TestParamSetters(t *testing.T) {
 	}
 }
 
+// TestEndpointDefaultNames checks that endpoints created without a name
+// each get a distinct one, even to the same peer, and that a given name is
+// kept as is (even when another endpoint has it).
+func TestEndpointDefaultNames(t *testing.T) {
+	c := newContext(t)
+	a, b := newWorker(t, c), newWorker(t, c)
+	addrA, _ := a.Address()
+	addrB, _ := b.Address()
+	for _, tc := range []struct {
+		name  string
+		peers [][]byte // the address of each endpoint's peer
+		names []string // "": no name given
+	}{
+		{"same peer twice", [][]byte{addrB, addrB}, []string{"", ""}},
+		{"three peers", [][]byte{addrB, addrA, addrB}, []string{"", "", ""}},
+		{"given names kept", [][]byte{addrB, addrB, addrB}, []string{"x", "x", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen := map[string]bool{}
+			for i, peer := range tc.peers {
+				p := new(EPParams).SetAddress(peer)
+				if tc.names[i] != "" {
+					p.SetName(tc.names[i])
+				}
+				ep, err := a.NewEndpoint(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ep.Close(CloseModeForce)
+				got := ep.Query().Name
+				switch {
+				case tc.names[i] != "" && got != tc.names[i]:
+					t.Errorf("endpoint %d named %q, want %q", i, got, tc.names[i])
+				case tc.names[i] == "" && (got == "" || seen[got]):
+					t.Errorf("endpoint %d: default name %q is not unique (%v)", i, got, seen)
+				}
+				seen[got] = true
+			}
+		})
+	}
+}
+
 // TestReadConfig checks ReadConfig's sources as ucp_config_read defines
 // them: UCX_<prefix>_ variables of the environment first, then the
 // configuration file (with the same names, for the context's and its

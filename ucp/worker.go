@@ -181,6 +181,7 @@ type Worker struct {
 	ifaces   []*workerIface
 	address  []byte
 	eps      []*Endpoint
+	epSeq    atomic.Uint64 // endpoints created, for their default names
 	epMu     sync.Mutex
 	wireMu   sync.Mutex   // serializes the endpoints created for peers' wireup
 	inflight atomic.Int64 // operations started and not completed
