@@ -40,7 +40,10 @@ const (
 	// OpAttrFlagNoImmCmpl: always return a request, even when the operation
 	// completed at once; its callback is then called before return.
 	OpAttrFlagNoImmCmpl OpAttr = 1 << 16
-	// OpAttrFlagFastCmpl: complete as fast as possible (a hint).
+	// OpAttrFlagFastCmpl: complete as fast as possible. It is a hint, and
+	// goshmem accepts it without effect: no protocol choice depends on it
+	// (in UCX it favours protocols that complete sooner, such as copying
+	// over rendezvous); every operation completes as it would without it.
 	OpAttrFlagFastCmpl OpAttr = 1 << 17
 	// OpAttrFlagForceImmCmpl: fail with ucs.ErrNoResource rather than return
 	// a request.
@@ -80,9 +83,14 @@ type RequestParam struct {
 	Datatype Datatype
 	// Reply receives the result of a fetching atomic (zero-extended for
 	// 32-bit operations). For CSWAP it holds the compare value on input.
-	Reply      *uint64
+	Reply *uint64
+	// MemoryType is the memory type of the buffer (OpAttrFieldMemoryType),
+	// which in UCX spares detecting it. It is a hint that goshmem does not
+	// read: every buffer it moves is host memory (Context.Query lists
+	// ucs.MemoryTypeHost only), so it detects nothing the hint could spare.
 	MemoryType ucs.MemoryType
-	Memh       *MemHandle
+	// Memh is the memory handle the data lies in (SetMemh).
+	Memh *MemHandle
 	// RecvCallback is the completion callback of a tag receive
 	// (ucp_tag_recv_nbx_callback_t); receives call it instead of Callback.
 	// Its bit is OpAttrFieldCallback.

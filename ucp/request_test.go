@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"bytes"
 	"errors"
 	"runtime"
 	"testing"
@@ -75,6 +76,38 @@ func TestOpFlagsEveryCall(t *testing.T) {
 			}
 			if err := a.Flush(); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRequestHints checks what the doc comments of OpAttrFlagFastCmpl and
+// RequestParam.MemoryType promise: both are hints that change nothing, so
+// puts and gets given them move the same bytes as without.
+func TestRequestHints(t *testing.T) {
+	c := newContextCfg(t, FeatureRMA, "TLS", "sm,tcp,self")
+	a, b := newWorker(t, c), newWorker(t, c)
+	p := newPair(t, c, a, b, 64)
+	for i, tc := range []struct {
+		name  string
+		param *RequestParam
+	}{
+		{"fast completion", new(RequestParam).SetOpAttrFlags(OpAttrFlagFastCmpl)},
+		{"memory type host", &RequestParam{OpAttrMask: OpAttrFieldMemoryType, MemoryType: ucs.MemoryTypeHost}},
+		{"memory type unknown", &RequestParam{OpAttrMask: OpAttrFieldMemoryType, MemoryType: ucs.MemoryTypeUnknown}},
+		{"both", &RequestParam{OpAttrMask: OpAttrFieldMemoryType | OpAttrFlagFastCmpl, MemoryType: ucs.MemoryTypeHost}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := []byte{byte(i + 1), 2, 3, 4, 5, 6, 7, 8}
+			if err := waitDone(p.ep.PutNBX(want, p.base, p.rkey, tc.param)); err != nil {
+				t.Fatalf("put: %v", err)
+			}
+			got := make([]byte, len(want))
+			if err := waitDone(p.ep.GetNBX(got, p.base, p.rkey, tc.param)); err != nil {
+				t.Fatalf("get: %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("got %v, want %v", got, want)
 			}
 		})
 	}
