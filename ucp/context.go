@@ -158,7 +158,11 @@ func (p *Params) SetName(name string) *Params {
 	return p
 }
 
-// SetNodeLocalID sets the node-local id of the process (default 0).
+// SetNodeLocalID sets the node-local id of the process (default 0;
+// UCX_LOCAL_NODE_ID overrides it). As in UCX it only steers transport
+// selection: where several lanes to a peer rank the same (two network
+// devices, say), an endpoint prefers the one at index id modulo their
+// number, so that the processes of a node spread over them.
 func (p *Params) SetNodeLocalID(id uint64) *Params {
 	p.NodeLocalID, p.FieldMask = id, p.FieldMask|ParamFieldNodeLocalID
 	return p

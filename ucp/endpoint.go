@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -332,7 +333,29 @@ func (w *Worker) candidates(cands []candidate, ra *workerAddress, netDev string)
 		}
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].better(cands[j]) })
+	rotateTies(cands, w.ctx.nodeID)
 	return cands
+}
+
+// rotateTies spreads the processes of a node over equally good lanes, as
+// UCX uses the node-local id (Params.SetNodeLocalID, UCX_LOCAL_NODE_ID):
+// in each run of candidates that rank the same (better says neither is),
+// the one at index id modulo the run's length comes first, the others
+// following in order. With id 0 the order stays as it is.
+func rotateTies(cands []candidate, id uint64) {
+	for i := 0; i < len(cands); {
+		j := i + 1
+		for j < len(cands) && !cands[i].better(cands[j]) && !cands[j].better(cands[i]) {
+			j++
+		}
+		if k := int(id % uint64(j-i)); k != 0 {
+			run := cands[i:j]
+			slices.Reverse(run[:k])
+			slices.Reverse(run[k:])
+			slices.Reverse(run)
+		}
+		i = j
+	}
 }
 
 // reaches reports whether the interface reaches the remote one r: the same
