@@ -168,7 +168,7 @@ type IfaceAttr struct {
 	EventFlags         uint64     // event capabilities (UCT_IFACE_FLAG_EVENT_*); unused, 0
 	DeviceAddrLen      int        // length of Iface.DeviceAddress
 	IfaceAddrLen       int        // length of Iface.Address
-	EPAddrLen          int        // 0: transports give their EP address length as a constant (EPAddrLen)
+	EPAddrLen          int        // length of EPConnector.EPAddress; 0 without IfaceFlagConnectToEP
 	Overhead           float64    // seconds of CPU per message
 	Bandwidth          Bandwidth  // bytes per second
 	Latency            LinearModel

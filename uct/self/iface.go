@@ -110,6 +110,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	base.SetMemoryOps(a, i.segSize)
 	a.Put.MaxShort = math.MaxInt32
 	a.Get.MaxBcopy = math.MaxInt32
+	a.EPAddrLen = EPAddrLen
 	return a, nil
 }
 

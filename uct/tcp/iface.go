@@ -212,6 +212,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	a.Put = base.OpCaps(maxShort, i.cfg.segSize, maxPutLen, maxIOV)
 	a.Get = base.OpCaps(0, i.cfg.segSize, maxPutLen, maxIOV)
 	a.AM = base.AMCaps(min(maxShort, i.cfg.rxSegSize), i.cfg.segSize, i.cfg.rxSegSize, maxIOV, i.cfg.segSize)
+	a.EPAddrLen = EPAddrLen
 	return a, nil
 }
 

@@ -14,6 +14,7 @@ import (
 // cases returns the table of conformance cases, in the order they run.
 func cases() []testCase {
 	cs := []testCase{
+		{"iface_attr", nil, testIfaceAttr},
 		{"put_short", []need{needPutShort}, func(t *testing.T, e *env) { testPut(t, e, short) }},
 		{"put_bcopy", []need{needPutBcopy}, func(t *testing.T, e *env) { testPut(t, e, bcopy) }},
 		{"put_zcopy", []need{needPutZcopy}, func(t *testing.T, e *env) { testPut(t, e, zcopy) }},

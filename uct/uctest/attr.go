@@ -1,0 +1,48 @@
+package uctest
+
+import (
+	"testing"
+
+	"github.com/goshmem/goshmem/uct"
+)
+
+// testIfaceAttr checks that the iface attributes describe what the iface
+// does: the address lengths are those of the addresses it gives, and an
+// iface with IfaceFlagConnectToEP gives its EP address length (EPAddrLen).
+func testIfaceAttr(t *testing.T, e *env) {
+	a := e.attr
+	for _, c := range []struct {
+		name      string
+		attr, got int
+	}{
+		{"DeviceAddrLen", a.DeviceAddrLen, len(e.iface.DeviceAddress())},
+		{"IfaceAddrLen", a.IfaceAddrLen, len(e.iface.Address())},
+		{"EPAddrLen", a.EPAddrLen, e.epAddrLen(t)},
+	} {
+		if c.attr != c.got {
+			t.Errorf("%s is %d; the address is %d bytes", c.name, c.attr, c.got)
+		}
+	}
+}
+
+// epAddrLen returns the length of the address of an unconnected EP of the
+// iface, or 0 when the iface does not connect to EPs.
+func (e *env) epAddrLen(t *testing.T) int {
+	if e.attr.Flags&uct.IfaceFlagConnectToEP == 0 {
+		return 0
+	}
+	ep, err := e.iface.EPCreate(&uct.EPParams{Unconnected: true})
+	if err != nil {
+		t.Fatalf("EPCreate of an unconnected EP: %v", err)
+	}
+	defer ep.Destroy()
+	conn, ok := ep.(uct.EPConnector)
+	if !ok {
+		t.Fatalf("transport claims connect to EP, but its EP %T does not implement uct.EPConnector", ep)
+	}
+	addr, err := conn.EPAddress()
+	if err != nil {
+		t.Fatalf("EPAddress: %v", err)
+	}
+	return len(addr)
+}
