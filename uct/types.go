@@ -3,6 +3,7 @@ package uct
 import (
 	"strconv"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -41,11 +42,16 @@ type MDResource struct {
 }
 
 // TLResource names a transport on a device of a memory domain
-// (uct_tl_resource_desc_t).
+// (uct_tl_resource_desc_t), with the cost the transport advertises for it:
+// Latency and Bandwidth are those of its ifaces (IfaceAttr.Latency.C, and
+// IfaceAttr.Bandwidth, dedicated and shared together), known without
+// opening one.
 type TLResource struct {
-	TLName  string     // the transport, as in UCX_TLS
-	DevName string     // the device, as in UCX_NET_DEVICES
-	DevType DeviceType // the kind of device
+	TLName    string        // the transport, as in UCX_TLS
+	DevName   string        // the device, as in UCX_NET_DEVICES
+	DevType   DeviceType    // the kind of device
+	Latency   time.Duration // one-way latency of a small message
+	Bandwidth float64       // bytes per second
 }
 
 // IfaceFlags are the capabilities of an iface (IfaceAttr.Flags), a set of

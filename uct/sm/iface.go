@@ -158,7 +158,7 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 // SEG_SIZE); active messages are bounded by SEG_SIZE, header included.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	a := base.IfaceAttr(base.AMFlags|base.RMAFlags|uct.IfaceFlagAtomicCPU|uct.IfaceFlagConnectToIface,
-		DeviceAddrLen, IfaceAddrLen, 10e-9, 80e-9, uct.Bandwidth{Dedicated: 12e9})
+		DeviceAddrLen, IfaceAddrLen, cost)
 	base.SetMemoryOps(a, i.segSize)
 	return a, nil
 }
@@ -307,3 +307,7 @@ var fenceWord atomic.Uint64
 // every earlier load and store before every later one, for any observer in
 // any process.
 func memoryBarrier() { fenceWord.Add(0) }
+
+// cost is the cost model of the shared-memory transports (posix and sysv):
+// a FIFO cell written by the sender and polled by the receiver.
+var cost = base.Cost{Overhead: 10e-9, Latency: 80e-9, Bandwidth: uct.Bandwidth{Dedicated: 12e9}}

@@ -184,6 +184,12 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	return i, nil
 }
 
+// deviceCost is the cost model of an iface on a device of bandwidth bw
+// (deviceBandwidth), shared by the processes on it.
+func deviceCost(bw float64) base.Cost {
+	return base.Cost{Overhead: 1e-6, Latency: 10e-6, Bandwidth: uct.Bandwidth{Shared: bw}}
+}
+
 // deviceBandwidth estimates the bandwidth of ifi in bytes per second: its
 // link speed where the kernel reports one, what loopback measured on this
 // project's machines for "lo", and 10 Gb/s otherwise.
@@ -207,7 +213,7 @@ func deviceBandwidth(ifi *net.Interface) float64 {
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	flags := base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
 		uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown
-	a := base.IfaceAttr(flags, DeviceAddrLen, IfaceAddrLen, 1e-6, 10e-6, uct.Bandwidth{Shared: i.bw})
+	a := base.IfaceAttr(flags, DeviceAddrLen, IfaceAddrLen, deviceCost(i.bw))
 	a.Atomic32, a.Atomic64 = base.AllAtomics, base.AllAtomics
 	a.Put = base.OpCaps(maxShort, i.cfg.segSize, maxPutLen, maxIOV)
 	a.Get = base.OpCaps(0, i.cfg.segSize, maxPutLen, maxIOV)

@@ -2,15 +2,26 @@ package uctest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/goshmem/goshmem/uct"
 )
 
 // testIfaceAttr checks that the iface attributes describe what the iface
-// does: the address lengths are those of the addresses it gives, and an
-// iface with IfaceFlagConnectToEP gives its EP address length (EPAddrLen).
+// does: the address lengths are those of the addresses it gives (and an
+// iface with IfaceFlagConnectToEP gives its EP address length,
+// EPAddrLen), and the resource's latency and bandwidth are the iface's,
+// a bandwidth above zero and a latency that is not negative (above zero
+// on a network).
 func testIfaceAttr(t *testing.T, e *env) {
 	a := e.attr
+	bw := a.Bandwidth.Dedicated + a.Bandwidth.Shared
+	if lat := time.Duration(a.Latency.C * 1e9); e.tl.Latency != lat || e.tl.Bandwidth != bw {
+		t.Errorf("resource latency %v and bandwidth %g B/s; the iface's are %v and %g B/s", e.tl.Latency, e.tl.Bandwidth, lat, bw)
+	}
+	if bw <= 0 || a.Latency.C < 0 || e.devType == uct.DeviceTypeNet && a.Latency.C <= 0 {
+		t.Errorf("%v device: latency %gs, bandwidth %g B/s", e.devType, a.Latency.C, bw)
+	}
 	for _, c := range []struct {
 		name      string
 		attr, got int

@@ -2,6 +2,7 @@ package base
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -20,6 +21,23 @@ type Names struct {
 	// IfaceConfig is the configuration of its ifaces, which ucp reads
 	// under the prefix UCX_<TL>_.
 	IfaceConfig []ucs.ConfigField
+	// Cost is the cost model of its ifaces, which their Query and the
+	// resource (uct.TLResource) report.
+	Cost Cost
+}
+
+// Cost is the cost model of a transport's ifaces: overhead and latency in
+// seconds, bandwidth in bytes per second.
+type Cost struct {
+	Overhead, Latency float64
+	Bandwidth         uct.Bandwidth
+}
+
+// Resource returns the resource of transport tl on device dev, of type
+// devType, with the latency and bandwidth of cost.
+func (cost Cost) Resource(tl, dev string, devType uct.DeviceType) uct.TLResource {
+	return uct.TLResource{TLName: tl, DevName: dev, DevType: devType,
+		Latency: time.Duration(cost.Latency * 1e9), Bandwidth: cost.Bandwidth.Dedicated + cost.Bandwidth.Shared}
 }
 
 // Transport is a transport as the base types see it: an empty type of the
@@ -83,7 +101,7 @@ func (MD[T]) Component() uct.Component {
 // TLResources returns the one transport resource of the MD.
 func (MD[T]) TLResources() ([]uct.TLResource, error) {
 	n := names[T]()
-	return []uct.TLResource{{TLName: n.TL, DevName: n.Dev, DevType: n.DevType}}, nil
+	return []uct.TLResource{n.Cost.Resource(n.TL, n.Dev, n.DevType)}, nil
 }
 
 // IfaceConfigTable returns the configuration of the MD's ifaces (the
