@@ -62,8 +62,8 @@ type IfaceFlags uint64
 // documents. AM, Put and Get flags say which variants of the operation the
 // iface offers (short, bcopy, zcopy); Pending that EP.PendingAdd queues
 // requests; AtomicCPU that its atomics are coherent with CPU atomics on the
-// target's memory; Errhandle* which failures are reported to the error
-// handler rather than fatal; ConnectToIface and ConnectToEP how EPs
+// target's memory; Errhandle* which failures are reported (to the error
+// handler or in the operation's status) rather than fatal; ConnectToIface and ConnectToEP how EPs
 // connect; CBSync and CBAsync the handler modes of SetAMHandler.
 const (
 	IfaceFlagAMShort           IfaceFlags = 1 << 0
@@ -84,11 +84,18 @@ const (
 	IfaceFlagErrhandleAMID     IfaceFlags = 1 << 35
 	IfaceFlagErrhandleBcopyLn  IfaceFlags = 1 << 36
 	IfaceFlagErrhandlePeerDown IfaceFlags = 1 << 37
-	IfaceFlagConnectToIface    IfaceFlags = 1 << 40
-	IfaceFlagConnectToEP       IfaceFlags = 1 << 41
-	IfaceFlagAMDup             IfaceFlags = 1 << 43
-	IfaceFlagCBSync            IfaceFlags = 1 << 44
-	IfaceFlagCBAsync           IfaceFlags = 1 << 45
+	// IfaceFlagErrhandleRemoteMem: an access outside the memory of its
+	// remote key is refused by the target, never applied: a get or a
+	// fetching atomic fails with ucs.ErrInvalidAddr, a put is dropped (the
+	// target logs it). The seed document gives it bit 35, the bit of
+	// IfaceFlagErrhandleAMID; it takes the next free bit here so that the
+	// two stay apart.
+	IfaceFlagErrhandleRemoteMem IfaceFlags = 1 << 38
+	IfaceFlagConnectToIface     IfaceFlags = 1 << 40
+	IfaceFlagConnectToEP        IfaceFlags = 1 << 41
+	IfaceFlagAMDup              IfaceFlags = 1 << 43
+	IfaceFlagCBSync             IfaceFlags = 1 << 44
+	IfaceFlagCBAsync            IfaceFlags = 1 << 45
 
 	// IfaceFlagFlushAfterAM (a goshmem addition, in a bit UCX leaves
 	// unused): a completed flush of an EP means the peer has returned from

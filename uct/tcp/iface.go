@@ -210,9 +210,12 @@ func deviceBandwidth(ifi *net.Interface) float64 {
 // 64-bit atomics applied by the target's CPU (IfaceFlagAtomicCPU: with
 // the same CPU atomics as the shared-memory transports, so a word that
 // peers on the node and across the network hit at once stays coherent).
+// The target checks every access against the registered range of its
+// key (IfaceFlagErrhandleRemoteMem).
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	flags := base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
-		uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown
+		uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown |
+		uct.IfaceFlagErrhandleRemoteMem
 	a := base.IfaceAttr(flags, DeviceAddrLen, IfaceAddrLen, deviceCost(i.bw))
 	a.Atomic32, a.Atomic64 = base.AllAtomics, base.AllAtomics
 	a.Put = base.OpCaps(maxShort, i.cfg.segSize, maxPutLen, maxIOV)
