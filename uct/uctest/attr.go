@@ -57,3 +57,30 @@ func (e *env) epAddrLen(t *testing.T) int {
 	}
 	return len(addr)
 }
+
+// testIfaceMemAlloc checks IfaceMemAlloc on the resource's MD: the memory
+// it gives is keyed for the MD (MkeyPack takes its handle) whichever
+// method allocated it, unless the MD registers no memory and another
+// method did, and MemFree releases it.
+func testIfaceMemAlloc(t *testing.T, e *env) {
+	for _, methods := range [][]uct.AllocMethod{nil, {uct.AllocMethodMmap}, {uct.AllocMethodMD, uct.AllocMethodHeap}} {
+		mem, err := uct.IfaceMemAlloc(e.md, 8192, methods, "uctest")
+		if err != nil {
+			if e.mdAttr.Flags&(uct.MDFlagAlloc|uct.MDFlagReg) == 0 {
+				continue // the MD can key no memory
+			}
+			t.Fatalf("IfaceMemAlloc with %v: %v", methods, err)
+		}
+		if mem.Length < 8192 || mem.MD != e.md {
+			t.Errorf("IfaceMemAlloc with %v: %d bytes by %v on %v", methods, mem.Length, mem.Method, mem.MD)
+		}
+		if mem.Memh == nil && (mem.Method == uct.AllocMethodMD || e.mdAttr.Flags&uct.MDFlagReg != 0) {
+			t.Errorf("IfaceMemAlloc with %v: memory allocated by %v has no handle", methods, mem.Method)
+		} else if _, err := e.md.MkeyPack(mem.Memh); mem.Memh != nil && err != nil {
+			t.Errorf("MkeyPack of memory allocated by %v: %v", mem.Method, err)
+		}
+		if err := uct.MemFree(&mem); err != nil {
+			t.Errorf("MemFree of memory allocated by %v: %v", mem.Method, err)
+		}
+	}
+}

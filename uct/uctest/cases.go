@@ -15,6 +15,7 @@ import (
 func cases() []testCase {
 	cs := []testCase{
 		{"iface_attr", nil, testIfaceAttr},
+		{"iface_mem_alloc", nil, testIfaceMemAlloc},
 		{"put_short", []need{needPutShort}, func(t *testing.T, e *env) { testPut(t, e, short) }},
 		{"put_bcopy", []need{needPutBcopy}, func(t *testing.T, e *env) { testPut(t, e, bcopy) }},
 		{"put_zcopy", []need{needPutZcopy}, func(t *testing.T, e *env) { testPut(t, e, zcopy) }},
