@@ -80,10 +80,13 @@ func (p *WorkerParams) SetThreadMode(m ucs.ThreadMode) *WorkerParams {
 }
 
 // SetCPUMask lists the CPUs the worker's own goroutines should run on
-// (ucp_worker_params_t.cpu_mask; default: the system's policy). The one
-// goroutine a worker owns is its keepalive (see EPParams.SetErrMode): it
-// locks its OS thread and binds it to these CPUs with sched_setaffinity.
-// Progress runs on the caller's goroutines, which the mask does not touch.
+// (ucp_worker_params_t.cpu_mask; default: the system's policy): its
+// keepalive (see EPParams.SetErrMode) and the goroutines of its transports
+// (uct.IfaceParams.CPUMask: tcp's accepting, polling and handshaking
+// goroutines, the wakeup goroutine of shared memory). Each locks its OS
+// thread and binds it to these CPUs with sched_setaffinity (a mask the
+// system refuses is logged). Progress runs on the caller's goroutines,
+// which the mask does not touch.
 // NewWorker fails with ucs.ErrInvalidParam for a CPU number outside
 // [0, 1024).
 func (p *WorkerParams) SetCPUMask(cpus []int) *WorkerParams {
@@ -300,7 +303,7 @@ func (w *Worker) openIfaces() error {
 		r := &c.resources[i]
 		cfg := c.config.ReadAlso(c.componentPrefix(r.tl.TLName), r.md.md.IfaceConfigTable())
 		iface, err := r.md.md.IfaceOpen(w.uw, &uct.IfaceParams{TLName: r.tl.TLName, DevName: r.tl.DevName,
-			ErrHandler: laneErrHandler, ErrHandlerArg: w, Logger: c.log}, cfg)
+			ErrHandler: laneErrHandler, ErrHandlerArg: w, Logger: c.log, CPUMask: w.cpuMask}, cfg)
 		if err != nil {
 			continue
 		}

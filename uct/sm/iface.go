@@ -112,6 +112,7 @@ type Iface struct {
 	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 	log      ucs.Logger      // IfaceParams.Logger
+	cpus     []int           // IfaceParams.CPUMask, for the wakeup goroutine
 
 	pendMu  sync.Mutex
 	pending uct.PendingQueue // the EPs' pending requests
@@ -144,6 +145,9 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 	}
 	initFIFO(m.addr, ncells, stride)
 	i := &Iface{md: md, worker: worker, seg: k, rx: viewFIFO(m.addr, ncells, stride), segSize: segSize, maxPoll: maxPoll, log: params.Log()}
+	if params != nil {
+		i.cpus = append([]int(nil), params.CPUMask...)
+	}
 	a := ifaceAddr{pid: pid, fd: int32(m.fd), ncells: uint32(ncells), id: k.id, stride: uint32(stride)}
 	i.addr = a.encode()
 	if worker != nil {

@@ -109,6 +109,9 @@ type Iface struct {
 
 	log  ucs.Logger    // IfaceParams.Logger
 	warn ifaceWarnings // the warnings a peer or a stranger can cause at any rate
+	// cpus is IfaceParams.CPUMask, which the accepting, polling and
+	// handshaking goroutines bind their threads to.
+	cpus []int
 }
 
 // IfaceOpen opens a tcp iface on the device params.DevName: it listens on
@@ -162,6 +165,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		pollerDone: make(chan struct{}),
 		log:        params.Log(),
 		warn:       newIfaceWarnings(params.Log(), ln.Addr()),
+		cpus:       append([]int(nil), params.CPUMask...),
 	}
 	i.errHandler, i.errHandlerArg = params.ErrHandler, params.ErrHandlerArg
 	i.match = newConnMatch(i.id)

@@ -158,3 +158,15 @@ func (AllocateMD[T]) MemReg(unsafe.Pointer, int, uct.MemFlags) (uct.Memh, error)
 func (AllocateMD[T]) MemDereg(uct.Memh) error {
 	return fmt.Errorf("%s: %s mem dereg: %w", names[T]().Pkg, names[T]().MD, ucs.ErrUnsupported)
 }
+
+// BindThread binds the calling goroutine, one the iface owns, to cpus
+// (IfaceParams.CPUMask) with ucs.BindThread, and logs, in an error that pkg
+// begins, a mask the system refused. With no cpus it does nothing.
+func BindThread(log ucs.Logger, pkg, what string, cpus []int) {
+	if len(cpus) == 0 {
+		return
+	}
+	if _, err := ucs.BindThread(cpus); err != nil {
+		log.Logf(ucs.LogWarn, "%s: %s goroutine: %v", pkg, what, err)
+	}
+}
