@@ -190,17 +190,10 @@ func TestRequestCleanup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var inits, cleanups int
 			seen := map[*Request]int{}
-			c, err := Init(new(Params).SetFeatures(FeatureRMA).
+			c := newContextParams(t, new(Params).SetFeatures(FeatureRMA).
 				SetRequestInit(func(*Request) { inits++ }).
-				SetRequestCleanup(func(r *Request) { cleanups++; seen[r]++ }), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Cleanup()
-			w, err := c.NewWorker(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+				SetRequestCleanup(func(r *Request) { cleanups++; seen[r]++ }))
+			w := newWorker(t, c)
 			var rs []*Request
 			for range tc.pooled {
 				rs = append(rs, w.newRequest(nil))

@@ -42,19 +42,8 @@ func (e *env) epAddrLen(t *testing.T) int {
 	if e.attr.Flags&uct.IfaceFlagConnectToEP == 0 {
 		return 0
 	}
-	ep, err := e.iface.EPCreate(&uct.EPParams{Unconnected: true})
-	if err != nil {
-		t.Fatalf("EPCreate of an unconnected EP: %v", err)
-	}
-	defer ep.Destroy()
-	conn, ok := ep.(uct.EPConnector)
-	if !ok {
-		t.Fatalf("transport claims connect to EP, but its EP %T does not implement uct.EPConnector", ep)
-	}
-	addr, err := conn.EPAddress()
-	if err != nil {
-		t.Fatalf("EPAddress: %v", err)
-	}
+	ep, _, addr := e.unconnectedEP(t)
+	ep.Destroy()
 	return len(addr)
 }
 
