@@ -120,7 +120,11 @@ func (p *Params) SetRequestInit(fn func(*Request)) *Params {
 }
 
 // SetRequestCleanup sets the function called before request memory is
-// released for good.
+// released for good. As the seed allows, the call is delayed: the requests
+// of a worker's pool that were initialized are cleaned up, each once, when
+// the worker is destroyed (Worker.Destroy), and not when they are freed
+// (they go back to the pool for reuse). Requests in the caller's memory
+// (OpAttrFieldRequest) are the caller's to clean up.
 func (p *Params) SetRequestCleanup(fn func(*Request)) *Params {
 	p.RequestCleanup, p.FieldMask = fn, p.FieldMask|ParamFieldRequestCleanup
 	return p
@@ -157,7 +161,11 @@ func (p *Params) SetName(name string) *Params {
 	return p
 }
 
-// SetNodeLocalID sets the node-local id of the process (default 0).
+// SetNodeLocalID sets the node-local id of the process (default 0;
+// UCX_LOCAL_NODE_ID overrides it). As in UCX it only steers transport
+// selection: where several lanes to a peer rank the same (two network
+// devices, say), an endpoint prefers the one at index id modulo their
+// number, so that the processes of a node spread over them.
 func (p *Params) SetNodeLocalID(id uint64) *Params {
 	p.NodeLocalID, p.FieldMask = id, p.FieldMask|ParamFieldNodeLocalID
 	return p
@@ -270,10 +278,6 @@ type Context struct {
 	// leftOut are the transports this host offers that UCX_TLS left out,
 	// for SelectionWith.
 	leftOut []string
-	// requests are the free requests of the context's workers: a request
-	// keeps the context's RequestSize and RequestInit, so contexts do not
-	// share a pool, and the pool goes away with its context.
-	requests sync.Pool
 }
 
 var contextCount atomic.Int64
@@ -291,8 +295,7 @@ func Init(params *Params, config *Config) (*Context, error) {
 			return nil, err
 		}
 	}
-	c := &Context{params: *params, config: config, features: params.Features, numEPs: 1, numPPN: 1,
-		requests: sync.Pool{New: newPooledRequest}}
+	c := &Context{params: *params, config: config, features: params.Features, numEPs: 1, numPPN: 1}
 	if params.FieldMask&ParamFieldRequestSize != 0 && params.RequestSize < 0 {
 		return nil, fmt.Errorf("ucp init: request size %d: %w", params.RequestSize, ucs.ErrInvalidParam)
 	}

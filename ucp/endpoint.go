@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -98,7 +100,8 @@ func (p *EPParams) SetUserData(d any) *EPParams {
 	return p
 }
 
-// SetName names the endpoint (default: a unique generated name).
+// SetName names the endpoint (default: a name unique among the endpoints
+// of its worker: the worker's name, the peer's, and a sequence number).
 func (p *EPParams) SetName(n string) *EPParams {
 	p.Name, p.FieldMask = n, p.FieldMask|EPParamFieldName
 	return p
@@ -231,7 +234,8 @@ func (w *Worker) newEndpointShell(params *EPParams, remote string) *Endpoint {
 	if params.FieldMask&EPParamFieldName != 0 {
 		ep.name = params.Name
 	} else {
-		ep.name = fmt.Sprintf("%s->%s", w.name, remote)
+		// The sequence number tells apart endpoints to the same peer.
+		ep.name = fmt.Sprintf("%s->%s#%d", w.name, remote, w.epSeq.Add(1))
 	}
 	return ep
 }
@@ -329,7 +333,29 @@ func (w *Worker) candidates(cands []candidate, ra *workerAddress, netDev string)
 		}
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].better(cands[j]) })
+	rotateTies(cands, w.ctx.nodeID)
 	return cands
+}
+
+// rotateTies spreads the processes of a node over equally good lanes, as
+// UCX uses the node-local id (Params.SetNodeLocalID, UCX_LOCAL_NODE_ID):
+// in each run of candidates that rank the same (better says neither is),
+// the one at index id modulo the run's length comes first, the others
+// following in order. With id 0 the order stays as it is.
+func rotateTies(cands []candidate, id uint64) {
+	for i := 0; i < len(cands); {
+		j := i + 1
+		for j < len(cands) && !cands[i].better(cands[j]) && !cands[j].better(cands[i]) {
+			j++
+		}
+		if k := int(id % uint64(j-i)); k != 0 {
+			run := cands[i:j]
+			slices.Reverse(run[:k])
+			slices.Reverse(run[k:])
+			slices.Reverse(run)
+		}
+		i = j
+	}
 }
 
 // reaches reports whether the interface reaches the remote one r: the same
@@ -624,20 +650,84 @@ type LaneInfo struct {
 	Device    string
 }
 
-// EPAttr describes an endpoint (ucp_ep_attr_t).
+// Fields of EPAttr (ucp_ep_attr_field), for Endpoint.QueryAttr.
+// EPAttrFieldRemoteName is goshmem's.
+const (
+	EPAttrFieldName           uint64 = 1 << 0
+	EPAttrFieldLocalSockAddr  uint64 = 1 << 1
+	EPAttrFieldRemoteSockAddr uint64 = 1 << 2
+	EPAttrFieldTransports     uint64 = 1 << 3
+	EPAttrFieldRemoteName     uint64 = 1 << 32
+
+	epAttrFieldsSock = EPAttrFieldLocalSockAddr | EPAttrFieldRemoteSockAddr
+	epAttrFieldsAll  = EPAttrFieldName | epAttrFieldsSock | EPAttrFieldTransports | EPAttrFieldRemoteName
+)
+
+// EPAttr describes an endpoint (ucp_ep_attr_t). FieldMask says which
+// fields are filled in.
 type EPAttr struct {
+	FieldMask  uint64
 	Name       string
 	RemoteName string
-	Lanes      []LaneInfo
+	// Lanes are the endpoint's transports (EPAttrFieldTransports).
+	Lanes []LaneInfo
 	// LocalSockAddr and RemoteSockAddr are, for a client-server endpoint,
 	// the two ends of the connection it was set up over (the server's
 	// listening address is the client's remote one); zero otherwise.
 	LocalSockAddr, RemoteSockAddr netip.AddrPort
 }
 
-// Query describes the endpoint and its lanes (ucp_ep_query).
+// Query describes the endpoint and its lanes: every field of EPAttr that
+// applies (the socket addresses only for a client-server endpoint that
+// connected), as QueryAttr with them.
 func (ep *Endpoint) Query() EPAttr {
-	a := EPAttr{Name: ep.name, RemoteName: ep.remoteName, LocalSockAddr: ep.sock.local, RemoteSockAddr: ep.sock.remote}
+	a := EPAttr{FieldMask: epAttrFieldsAll}
+	if ep.QueryAttr(&a) != nil {
+		a = EPAttr{FieldMask: epAttrFieldsAll &^ epAttrFieldsSock}
+		ep.QueryAttr(&a) // nothing else fails
+	}
+	return a
+}
+
+// QueryAttr fills in the fields of attr that attr.FieldMask selects and
+// clears the others (ucp_ep_query); unknown bits are ignored. The socket
+// addresses exist only for an endpoint created from a socket address or a
+// connection request: for an endpoint created from a worker address, or
+// one that has not connected yet, asking for them fails with
+// ucs.ErrNotConnected, as in UCX. A nil attr fails with
+// ucs.ErrInvalidParam.
+func (ep *Endpoint) QueryAttr(attr *EPAttr) error {
+	if attr == nil {
+		return fmt.Errorf("ucp ep query: %w", ucs.ErrInvalidParam)
+	}
+	mask := attr.FieldMask
+	*attr = EPAttr{FieldMask: mask}
+	if mask&epAttrFieldsSock != 0 {
+		if ep.params.FieldMask&(EPParamFieldSockAddr|EPParamFieldConnRequest) == 0 || !ep.sock.remote.IsValid() {
+			return fmt.Errorf("ucp ep query: %s has no socket addresses: %w", ep.name, ucs.ErrNotConnected)
+		}
+		if mask&EPAttrFieldLocalSockAddr != 0 {
+			attr.LocalSockAddr = ep.sock.local
+		}
+		if mask&EPAttrFieldRemoteSockAddr != 0 {
+			attr.RemoteSockAddr = ep.sock.remote
+		}
+	}
+	if mask&EPAttrFieldName != 0 {
+		attr.Name = ep.name
+	}
+	if mask&EPAttrFieldRemoteName != 0 {
+		attr.RemoteName = ep.remoteName
+	}
+	if mask&EPAttrFieldTransports != 0 {
+		attr.Lanes = ep.laneInfos()
+	}
+	return nil
+}
+
+// laneInfos describes the endpoint's lanes.
+func (ep *Endpoint) laneInfos() []LaneInfo {
+	var infos []LaneInfo
 	ep.laneMu.Lock()
 	defer ep.laneMu.Unlock()
 	for _, l := range ep.lanes {
@@ -651,14 +741,7 @@ func (ep *Endpoint) Query() EPAttr {
 		if l.usage&usageAM != 0 {
 			use = append(use, "am")
 		}
-		u := ""
-		for i, s := range use {
-			if i > 0 {
-				u += ","
-			}
-			u += s
-		}
-		a.Lanes = append(a.Lanes, LaneInfo{Usage: u, Transport: l.wi.rsc.tl.TLName, Device: l.wi.rsc.tl.DevName})
+		infos = append(infos, LaneInfo{Usage: strings.Join(use, ","), Transport: l.wi.rsc.tl.TLName, Device: l.wi.rsc.tl.DevName})
 	}
-	return a
+	return infos
 }

@@ -1,7 +1,6 @@
 package ucp
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,16 +189,10 @@ func (w *Worker) stopKeepalive() {
 func (w *Worker) keepalive(interval time.Duration, stop, done chan struct{}) {
 	defer close(done)
 	if len(w.cpuMask) > 0 {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		var set unix.CPUSet
-		for _, cpu := range w.cpuMask {
-			set.Set(cpu)
-		}
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			w.warnf("ucp: worker %s: CPU mask %v not applied to its keepalive thread: %v", w.name, w.cpuMask, err)
-		}
-		var got unix.CPUSet
-		if unix.SchedGetaffinity(0, &got) == nil {
+		got, err := ucs.BindThread(w.cpuMask)
+		if err != nil {
+			w.warnf("ucp: worker %s: CPU mask not applied to its keepalive thread: %v", w.name, err)
+		} else {
 			w.fail.kaCPUs.Store(&got)
 		}
 	}

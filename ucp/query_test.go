@@ -457,6 +457,96 @@ func TestParamSetters(t *testing.T) {
 	}
 }
 
+// TestEndpointDefaultNames checks that endpoints created without a name
+// each get a distinct one, even to the same peer, and that a given name is
+// kept as is (even when another endpoint has it).
+func TestEndpointDefaultNames(t *testing.T) {
+	c := newContext(t)
+	a, b := newWorker(t, c), newWorker(t, c)
+	addrA, _ := a.Address()
+	addrB, _ := b.Address()
+	for _, tc := range []struct {
+		name  string
+		peers [][]byte // the address of each endpoint's peer
+		names []string // "": no name given
+	}{
+		{"same peer twice", [][]byte{addrB, addrB}, []string{"", ""}},
+		{"three peers", [][]byte{addrB, addrA, addrB}, []string{"", "", ""}},
+		{"given names kept", [][]byte{addrB, addrB, addrB}, []string{"x", "x", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen := map[string]bool{}
+			for i, peer := range tc.peers {
+				p := new(EPParams).SetAddress(peer)
+				if tc.names[i] != "" {
+					p.SetName(tc.names[i])
+				}
+				ep, err := a.NewEndpoint(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ep.Close(CloseModeForce)
+				got := ep.Query().Name
+				switch {
+				case tc.names[i] != "" && got != tc.names[i]:
+					t.Errorf("endpoint %d named %q, want %q", i, got, tc.names[i])
+				case tc.names[i] == "" && (got == "" || seen[got]):
+					t.Errorf("endpoint %d: default name %q is not unique (%v)", i, got, seen)
+				}
+				seen[got] = true
+			}
+		})
+	}
+}
+
+// TestEndpointQueryAttr checks QueryAttr of an endpoint made from a worker
+// address: the socket addresses fail with ucs.ErrNotConnected, as
+// ucp_ep_query says, and the other fields are filled in as asked.
+func TestEndpointQueryAttr(t *testing.T) {
+	c := newContext(t)
+	a, b := newWorker(t, c), newWorker(t, c)
+	addr, _ := b.Address()
+	ep, err := a.NewEndpoint(new(EPParams).SetAddress(addr).SetName("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close(CloseModeForce)
+	for _, tc := range []struct {
+		name string
+		mask uint64
+		want error // nil: success
+		ok   func(EPAttr) bool
+	}{
+		{"local sockaddr", EPAttrFieldLocalSockAddr, ucs.ErrNotConnected, nil},
+		{"remote sockaddr", EPAttrFieldRemoteSockAddr, ucs.ErrNotConnected, nil},
+		{"name and remote sockaddr", EPAttrFieldName | EPAttrFieldRemoteSockAddr, ucs.ErrNotConnected, nil},
+		{"name", EPAttrFieldName, nil, func(a EPAttr) bool { return a.Name == "q" && a.Lanes == nil && a.RemoteName == "" }},
+		{"transports", EPAttrFieldTransports, nil, func(a EPAttr) bool { return len(a.Lanes) > 0 && a.Name == "" }},
+		{"remote name", EPAttrFieldRemoteName, nil, func(a EPAttr) bool { return a.RemoteName == b.name }},
+		{"none", 0, nil, func(a EPAttr) bool { return a.Name == "" && a.Lanes == nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			attr := EPAttr{FieldMask: tc.mask, Name: "stale"}
+			err := ep.QueryAttr(&attr)
+			if tc.want != nil {
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("QueryAttr: %v, want %v", err, tc.want)
+				}
+				return
+			}
+			if err != nil || attr.FieldMask != tc.mask || !tc.ok(attr) {
+				t.Errorf("QueryAttr: %v, %+v", err, attr)
+			}
+		})
+	}
+	if err := ep.QueryAttr(nil); !errors.Is(err, ucs.ErrInvalidParam) {
+		t.Errorf("QueryAttr(nil): %v", err)
+	}
+	if q := ep.Query(); q.Name != "q" || len(q.Lanes) == 0 || q.LocalSockAddr.IsValid() || q.FieldMask&epAttrFieldsSock != 0 {
+		t.Errorf("Query: %+v", q)
+	}
+}
+
 // TestReadConfig checks ReadConfig's sources as ucp_config_read defines
 // them: UCX_<prefix>_ variables of the environment first, then the
 // configuration file (with the same names, for the context's and its

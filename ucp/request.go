@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -39,7 +40,10 @@ const (
 	// OpAttrFlagNoImmCmpl: always return a request, even when the operation
 	// completed at once; its callback is then called before return.
 	OpAttrFlagNoImmCmpl OpAttr = 1 << 16
-	// OpAttrFlagFastCmpl: complete as fast as possible (a hint).
+	// OpAttrFlagFastCmpl: complete as fast as possible. It is a hint, and
+	// goshmem accepts it without effect: no protocol choice depends on it
+	// (in UCX it favours protocols that complete sooner, such as copying
+	// over rendezvous); every operation completes as it would without it.
 	OpAttrFlagFastCmpl OpAttr = 1 << 17
 	// OpAttrFlagForceImmCmpl: fail with ucs.ErrNoResource rather than return
 	// a request.
@@ -79,9 +83,14 @@ type RequestParam struct {
 	Datatype Datatype
 	// Reply receives the result of a fetching atomic (zero-extended for
 	// 32-bit operations). For CSWAP it holds the compare value on input.
-	Reply      *uint64
+	Reply *uint64
+	// MemoryType is the memory type of the buffer (OpAttrFieldMemoryType),
+	// which in UCX spares detecting it. It is a hint that goshmem does not
+	// read: every buffer it moves is host memory (Context.Query lists
+	// ucs.MemoryTypeHost only), so it detects nothing the hint could spare.
 	MemoryType ucs.MemoryType
-	Memh       *MemHandle
+	// Memh is the memory handle the data lies in (SetMemh).
+	Memh *MemHandle
 	// RecvCallback is the completion callback of a tag receive
 	// (ucp_tag_recv_nbx_callback_t); receives call it instead of Callback.
 	// Its bit is OpAttrFieldCallback.
@@ -240,8 +249,33 @@ type Request struct {
 	sgl       *sglOp             // an SGL put or get
 }
 
-// newPooledRequest is the New of a context's request pool.
+// newPooledRequest is the New of a worker's request pool.
 func newPooledRequest() any { return new(Request) }
+
+// requestPool holds the free requests of a worker: a request keeps the
+// context's RequestSize and RequestInit, and the pool goes away with its
+// worker, which cleans up (Params.SetRequestCleanup) the requests it
+// initialized when it is destroyed.
+type requestPool struct {
+	free sync.Pool
+	// inited lists, only with a RequestCleanup function, the requests of
+	// the pool that were initialized, for Worker.Destroy; guarded by mu
+	// (taken once per new request, not on reuse).
+	mu     sync.Mutex
+	inited []*Request
+}
+
+// cleanup calls fn on every request that the pool initialized, once, and
+// forgets them.
+func (p *requestPool) cleanup(fn func(*Request)) {
+	p.mu.Lock()
+	inited := p.inited
+	p.inited = nil
+	p.mu.Unlock()
+	for _, r := range inited {
+		fn(r)
+	}
+}
 
 // newRequest returns a request for an operation with the given params,
 // from the user's memory or the worker's pool.
@@ -251,7 +285,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 		r = param.Request
 		*r = Request{external: true, reserved: r.reserved, inited: r.inited}
 	} else {
-		r = w.ctx.requests.Get().(*Request)
+		r = w.requests.free.Get().(*Request)
 	}
 	r.w = w
 	r.fate.Store(fateRunning)
@@ -265,6 +299,11 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 		}
 		if fn := w.ctx.params.RequestInit; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestInit != 0 {
 			fn(r)
+		}
+		if !r.external && w.ctx.params.RequestCleanup != nil && w.ctx.params.FieldMask&ParamFieldRequestCleanup != 0 {
+			w.requests.mu.Lock()
+			w.requests.inited = append(w.requests.inited, r)
+			w.requests.mu.Unlock()
 		}
 	}
 	if param != nil {
@@ -393,7 +432,7 @@ func (r *Request) release() {
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
 	r.recv, r.untracked, r.tr, r.dt, r.rwi = false, false, tagRecvState{}, dtIter{}, nil
 	r.scb, r.sr, r.sgl = nil, streamRecvState{}, nil
-	r.w.ctx.requests.Put(r)
+	r.w.requests.free.Put(r)
 }
 
 // Status returns nil when the request completed successfully, ucs.InProgress

@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"bytes"
 	"errors"
 	"runtime"
 	"testing"
@@ -80,6 +81,38 @@ func TestOpFlagsEveryCall(t *testing.T) {
 	}
 }
 
+// TestRequestHints checks what the doc comments of OpAttrFlagFastCmpl and
+// RequestParam.MemoryType promise: both are hints that change nothing, so
+// puts and gets given them move the same bytes as without.
+func TestRequestHints(t *testing.T) {
+	c := newContextCfg(t, FeatureRMA, "TLS", "sm,tcp,self")
+	a, b := newWorker(t, c), newWorker(t, c)
+	p := newPair(t, c, a, b, 64)
+	for i, tc := range []struct {
+		name  string
+		param *RequestParam
+	}{
+		{"fast completion", new(RequestParam).SetOpAttrFlags(OpAttrFlagFastCmpl)},
+		{"memory type host", &RequestParam{OpAttrMask: OpAttrFieldMemoryType, MemoryType: ucs.MemoryTypeHost}},
+		{"memory type unknown", &RequestParam{OpAttrMask: OpAttrFieldMemoryType, MemoryType: ucs.MemoryTypeUnknown}},
+		{"both", &RequestParam{OpAttrMask: OpAttrFieldMemoryType | OpAttrFlagFastCmpl, MemoryType: ucs.MemoryTypeHost}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := []byte{byte(i + 1), 2, 3, 4, 5, 6, 7, 8}
+			if err := waitDone(p.ep.PutNBX(want, p.base, p.rkey, tc.param)); err != nil {
+				t.Fatalf("put: %v", err)
+			}
+			got := make([]byte, len(want))
+			if err := waitDone(p.ep.GetNBX(got, p.base, p.rkey, tc.param)); err != nil {
+				t.Fatalf("get: %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("got %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 // TestRequestStatusCalls checks CheckStatus, Test and TagRecvRequestTest
 // on a receive before and after it completes.
 func TestRequestStatusCalls(t *testing.T) {
@@ -112,8 +145,8 @@ func TestRequestStatusCalls(t *testing.T) {
 }
 
 // TestRequestPoolGoesWithContext checks that nothing in the package keeps a
-// context alive once it is cleaned up: its request pool is its own, not an
-// entry of a package-wide table.
+// context alive once it is cleaned up: request pools are its workers', not
+// entries of a package-wide table.
 func TestRequestPoolGoesWithContext(t *testing.T) {
 	gone := func() weak.Pointer[Context] {
 		c, err := Init(new(Params).SetFeatures(FeatureRMA).SetRequestSize(16), nil)
@@ -136,5 +169,72 @@ func TestRequestPoolGoesWithContext(t *testing.T) {
 	}
 	if gone.Value() != nil {
 		t.Error("a cleaned-up context is still reachable")
+	}
+}
+
+// TestRequestCleanup checks that the context's RequestCleanup is called, at
+// the latest when the worker is destroyed, once on each request the
+// worker's pool initialized, and never on a request in the caller's memory.
+func TestRequestCleanup(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		pooled   int  // requests taken from the pool at once, then freed
+		external bool // one more request in the caller's memory
+	}{
+		{"none", 0, false},
+		{"one", 1, false},
+		{"three at once", 3, false},
+		{"external only", 0, true},
+		{"pooled and external", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var inits, cleanups int
+			seen := map[*Request]int{}
+			c := newContextParams(t, new(Params).SetFeatures(FeatureRMA).
+				SetRequestInit(func(*Request) { inits++ }).
+				SetRequestCleanup(func(r *Request) { cleanups++; seen[r]++ }))
+			w := newWorker(t, c)
+			var rs []*Request
+			for range tc.pooled {
+				rs = append(rs, w.newRequest(nil))
+			}
+			if tc.external {
+				ext := new(Request)
+				rs = append(rs, w.newRequest(&RequestParam{OpAttrMask: OpAttrFieldRequest, Request: ext}))
+			}
+			for _, r := range rs {
+				r.complete(ucs.OK)
+				r.Free()
+			}
+			// Reuse must not count again.
+			for range tc.pooled {
+				r := w.newRequest(nil)
+				r.complete(ucs.OK)
+				r.Free()
+			}
+			if cleanups != 0 {
+				t.Fatalf("%d cleanups before Destroy", cleanups)
+			}
+			// Every pooled request that was initialized is cleaned up: at
+			// least those taken at once (the pool may have dropped some
+			// and made new ones for the reuse).
+			want := inits
+			if tc.external {
+				want--
+			}
+			w.Destroy()
+			if cleanups != want || cleanups < tc.pooled {
+				t.Errorf("%d cleanups at Destroy (%d inits), want %d", cleanups, inits, want)
+			}
+			for r, n := range seen {
+				if n != 1 || r.external {
+					t.Errorf("request %p cleaned up %d times (external %v)", r, n, r.external)
+				}
+			}
+			w.Destroy()
+			if cleanups != want {
+				t.Errorf("after a second Destroy: %d cleanups, want %d", cleanups, want)
+			}
+		})
 	}
 }

@@ -3,6 +3,9 @@ package ucp
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -295,6 +298,75 @@ func TestWorkerParams(t *testing.T) {
 		if err := call(); !errors.Is(err, ucs.ErrInvalidParam) {
 			t.Errorf("%s without FeatureWakeup: %v, want ErrInvalidParam", name, err)
 		}
+	}
+}
+
+// TestWorkerCPUMaskTransports checks that the CPU mask reaches the
+// goroutines of the worker's transports: tcp's accepting and polling
+// goroutines, the wakeup goroutine of shared memory. It counts the
+// process's threads whose affinity is exactly the mask, before and after
+// the worker is created.
+func TestWorkerCPUMaskTransports(t *testing.T) {
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		t.Skipf("skipped: sched_getaffinity: %v", err)
+	}
+	if allowed.Count() < 2 {
+		t.Skip("skipped: one CPU allowed: a mask cannot tell bound threads from the others")
+	}
+	cpu := -1
+	for i := range maxCPU {
+		if allowed.IsSet(i) {
+			cpu = i
+		}
+	}
+	var mask unix.CPUSet
+	mask.Set(cpu)
+	// bound returns the threads whose affinity is the mask.
+	bound := func() map[int]bool {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Skipf("skipped: %v", err)
+		}
+		tids := map[int]bool{}
+		for _, task := range tasks {
+			tid, err := strconv.Atoi(task.Name())
+			var set unix.CPUSet
+			if err == nil && unix.SchedGetaffinity(tid, &set) == nil && set == mask {
+				tids[tid] = true
+			}
+		}
+		return tids
+	}
+	for _, tc := range []struct {
+		name     string
+		tls      string
+		features Feature
+		want     int // new threads bound at least
+	}{
+		{"tcp accept and poller", "tcp", 0, 2},
+		{"sm wakeup", "posix", FeatureWakeup, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newContextCfg(t, FeatureRMA|FeatureAM|tc.features, "TLS", tc.tls)
+			// Threads bound before (a bound goroutine that ran on the
+			// main thread leaves it parked for good, bound) do not count.
+			before := bound()
+			w, err := c.NewWorker(new(WorkerParams).SetCPUMask([]int{cpu}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Destroy()
+			waitFor(t, fmt.Sprintf("%d new threads bound to CPU %d", tc.want, cpu), func() bool {
+				n := 0
+				for tid := range bound() {
+					if !before[tid] {
+						n++
+					}
+				}
+				return n >= tc.want
+			})
+		})
 	}
 }
 

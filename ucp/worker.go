@@ -80,10 +80,13 @@ func (p *WorkerParams) SetThreadMode(m ucs.ThreadMode) *WorkerParams {
 }
 
 // SetCPUMask lists the CPUs the worker's own goroutines should run on
-// (ucp_worker_params_t.cpu_mask; default: the system's policy). The one
-// goroutine a worker owns is its keepalive (see EPParams.SetErrMode): it
-// locks its OS thread and binds it to these CPUs with sched_setaffinity.
-// Progress runs on the caller's goroutines, which the mask does not touch.
+// (ucp_worker_params_t.cpu_mask; default: the system's policy): its
+// keepalive (see EPParams.SetErrMode) and the goroutines of its transports
+// (uct.IfaceParams.CPUMask: tcp's accepting, polling and handshaking
+// goroutines, the wakeup goroutine of shared memory). Each locks its OS
+// thread and binds it to these CPUs with sched_setaffinity (a mask the
+// system refuses is logged). Progress runs on the caller's goroutines,
+// which the mask does not touch.
 // NewWorker fails with ucs.ErrInvalidParam for a CPU number outside
 // [0, 1024).
 func (p *WorkerParams) SetCPUMask(cpus []int) *WorkerParams {
@@ -181,6 +184,7 @@ type Worker struct {
 	ifaces   []*workerIface
 	address  []byte
 	eps      []*Endpoint
+	epSeq    atomic.Uint64 // endpoints created, for their default names
 	epMu     sync.Mutex
 	wireMu   sync.Mutex   // serializes the endpoints created for peers' wireup
 	inflight atomic.Int64 // operations started and not completed
@@ -206,6 +210,7 @@ type Worker struct {
 	listeners  listenerSet  // listener.go
 	cs         csConnects   // client-server endpoints that connect (ep_connect.go)
 	cm         workerCM     // the connection manager (listener.go)
+	requests   requestPool  // free requests (request.go)
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -217,6 +222,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		return nil, fmt.Errorf("ucp worker create: %w", ErrClosed)
 	}
 	w := &Worker{ctx: c, amAlign: 1}
+	w.requests.free.New = newPooledRequest
 	if params != nil {
 		w.params = *params
 	}
@@ -298,7 +304,7 @@ func (w *Worker) openIfaces() error {
 		r := &c.resources[i]
 		cfg := c.config.ReadAlso(c.componentPrefix(r.tl.TLName), r.md.md.IfaceConfigTable())
 		iface, err := r.md.md.IfaceOpen(w.uw, &uct.IfaceParams{TLName: r.tl.TLName, DevName: r.tl.DevName,
-			ErrHandler: laneErrHandler, ErrHandlerArg: w, Logger: c.log}, cfg)
+			ErrHandler: laneErrHandler, ErrHandlerArg: w, Logger: c.log, CPUMask: w.cpuMask}, cfg)
 		if err != nil {
 			continue
 		}
@@ -463,8 +469,10 @@ func (w *Worker) packAddressOf(flags WorkerAddressFlags, keep func(*workerIface)
 // Destroy closes every endpoint and interface of the worker
 // (ucp_worker_destroy): outstanding operations of its endpoints fail with
 // ucs.ErrCanceled, so do its tag receives no message matched, its
-// listeners are destroyed, its keepalive goroutine ends, and its wakeup
-// descriptors are closed (or removed from an external event descriptor).
+// listeners are destroyed, its keepalive goroutine ends, its wakeup
+// descriptors are closed (or removed from an external event descriptor),
+// and the context's RequestCleanup function, if any, is called on every
+// request of the worker's pool that was initialized.
 // A second call does nothing.
 func (w *Worker) Destroy() {
 	if w.closed.Swap(true) {
@@ -488,6 +496,9 @@ func (w *Worker) Destroy() {
 	w.closeWakeup()
 	w.closeIfaces()
 	w.releaseWakeup()
+	if fn := w.ctx.params.RequestCleanup; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestCleanup != 0 {
+		w.requests.cleanup(fn)
+	}
 }
 
 // closeIfaces closes the worker's interfaces.

@@ -86,7 +86,16 @@ const (
 type IfaceParams struct {
 	// TLName and DevName select the resource (from MD.TLResources).
 	TLName, DevName string
-	// StatsRoot, RxHeadroom and CPU masks of UCX have no meaning here.
+	// StatsRoot and RxHeadroom of UCX have no meaning here.
+
+	// CPUMask lists the CPUs that the goroutines the iface owns run on
+	// (uct_iface_params_t.cpu_mask): tcp's accepting, polling and
+	// handshaking goroutines, the wakeup goroutine of the shared-memory
+	// transports. Each locks its OS thread and binds it to the CPUs
+	// (ucs.BindThread); a mask the system refuses is logged and leaves
+	// the affinity as it was. Progress runs on the caller's goroutines,
+	// which the mask does not touch. Nil by default: the system's policy.
+	CPUMask []int
 
 	// ErrHandler is called from progress when an EP of the iface fails
 	// (peer dead, connection lost); status says how.

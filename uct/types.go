@@ -3,6 +3,7 @@ package uct
 import (
 	"strconv"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -41,11 +42,16 @@ type MDResource struct {
 }
 
 // TLResource names a transport on a device of a memory domain
-// (uct_tl_resource_desc_t).
+// (uct_tl_resource_desc_t), with the cost the transport advertises for it:
+// Latency and Bandwidth are those of its ifaces (IfaceAttr.Latency.C, and
+// IfaceAttr.Bandwidth, dedicated and shared together), known without
+// opening one.
 type TLResource struct {
-	TLName  string     // the transport, as in UCX_TLS
-	DevName string     // the device, as in UCX_NET_DEVICES
-	DevType DeviceType // the kind of device
+	TLName    string        // the transport, as in UCX_TLS
+	DevName   string        // the device, as in UCX_NET_DEVICES
+	DevType   DeviceType    // the kind of device
+	Latency   time.Duration // one-way latency of a small message
+	Bandwidth float64       // bytes per second
 }
 
 // IfaceFlags are the capabilities of an iface (IfaceAttr.Flags), a set of
@@ -56,8 +62,8 @@ type IfaceFlags uint64
 // documents. AM, Put and Get flags say which variants of the operation the
 // iface offers (short, bcopy, zcopy); Pending that EP.PendingAdd queues
 // requests; AtomicCPU that its atomics are coherent with CPU atomics on the
-// target's memory; Errhandle* which failures are reported to the error
-// handler rather than fatal; ConnectToIface and ConnectToEP how EPs
+// target's memory; Errhandle* which failures are reported (to the error
+// handler or in the operation's status) rather than fatal; ConnectToIface and ConnectToEP how EPs
 // connect; CBSync and CBAsync the handler modes of SetAMHandler.
 const (
 	IfaceFlagAMShort           IfaceFlags = 1 << 0
@@ -78,11 +84,18 @@ const (
 	IfaceFlagErrhandleAMID     IfaceFlags = 1 << 35
 	IfaceFlagErrhandleBcopyLn  IfaceFlags = 1 << 36
 	IfaceFlagErrhandlePeerDown IfaceFlags = 1 << 37
-	IfaceFlagConnectToIface    IfaceFlags = 1 << 40
-	IfaceFlagConnectToEP       IfaceFlags = 1 << 41
-	IfaceFlagAMDup             IfaceFlags = 1 << 43
-	IfaceFlagCBSync            IfaceFlags = 1 << 44
-	IfaceFlagCBAsync           IfaceFlags = 1 << 45
+	// IfaceFlagErrhandleRemoteMem: an access outside the memory of its
+	// remote key is refused by the target, never applied: a get or a
+	// fetching atomic fails with ucs.ErrInvalidAddr, a put is dropped (the
+	// target logs it). The seed document gives it bit 35, the bit of
+	// IfaceFlagErrhandleAMID; it takes the next free bit here so that the
+	// two stay apart.
+	IfaceFlagErrhandleRemoteMem IfaceFlags = 1 << 38
+	IfaceFlagConnectToIface     IfaceFlags = 1 << 40
+	IfaceFlagConnectToEP        IfaceFlags = 1 << 41
+	IfaceFlagAMDup              IfaceFlags = 1 << 43
+	IfaceFlagCBSync             IfaceFlags = 1 << 44
+	IfaceFlagCBAsync            IfaceFlags = 1 << 45
 
 	// IfaceFlagFlushAfterAM (a goshmem addition, in a bit UCX leaves
 	// unused): a completed flush of an EP means the peer has returned from
@@ -168,7 +181,7 @@ type IfaceAttr struct {
 	EventFlags         uint64     // event capabilities (UCT_IFACE_FLAG_EVENT_*); unused, 0
 	DeviceAddrLen      int        // length of Iface.DeviceAddress
 	IfaceAddrLen       int        // length of Iface.Address
-	EPAddrLen          int        // 0: transports give their EP address length as a constant (EPAddrLen)
+	EPAddrLen          int        // length of EPConnector.EPAddress; 0 without IfaceFlagConnectToEP
 	Overhead           float64    // seconds of CPU per message
 	Bandwidth          Bandwidth  // bytes per second
 	Latency            LinearModel

@@ -19,8 +19,10 @@ type Worker struct {
 }
 
 type progressCB struct {
-	id int
-	fn func() int
+	id   int
+	fn   func() int
+	key  any // ProgressRegisterShared's key; nil for ProgressRegister
+	refs int // registrations under key not yet unregistered
 }
 
 // NewWorker creates a worker with the given thread mode (uct_worker_create).
@@ -50,10 +52,42 @@ func (w *Worker) Signal() {
 func (w *Worker) ThreadMode() ucs.ThreadMode { return w.mode }
 
 // ProgressRegister adds fn to the worker's progress and returns an id for
-// ProgressUnregister (uct_worker_progress_register_safe).
+// ProgressUnregister (uct_worker_progress_register_safe). Each call adds a
+// callback of its own.
 func (w *Worker) ProgressRegister(fn func() int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.addLocked(fn, nil)
+}
+
+// ProgressRegisterShared adds fn to the worker's progress under key, with
+// the reference count of uct_worker_progress_register: when a callback is
+// registered under key already, its count is incremented and its id
+// returned (fn is then not added again); ProgressUnregister of the id
+// decrements the count and removes the callback only when it drops to
+// zero. key stands for UCX's pair of function and argument (an iface, or
+// a struct of both); it must be comparable and not nil, or the call
+// panics. Like UCX's, the call may be slow: it is not for hot paths.
+func (w *Worker) ProgressRegisterShared(key any, fn func() int) int {
+	if key == nil {
+		panic("uct: ProgressRegisterShared with a nil key")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.cbs.Load(); p != nil {
+		for i := range *p {
+			if cb := &(*p)[i]; cb.key == key {
+				// Progress reads only id and fn: refs may change in place.
+				cb.refs++
+				return cb.id
+			}
+		}
+	}
+	return w.addLocked(fn, key)
+}
+
+// addLocked appends a callback with one reference; w.mu is held.
+func (w *Worker) addLocked(fn func() int, key any) int {
 	w.next++
 	// Copy on write, so that Progress iterates without a lock.
 	var old []progressCB
@@ -62,13 +96,14 @@ func (w *Worker) ProgressRegister(fn func() int) int {
 	}
 	cbs := make([]progressCB, len(old), len(old)+1)
 	copy(cbs, old)
-	cbs = append(cbs, progressCB{w.next, fn})
+	cbs = append(cbs, progressCB{id: w.next, fn: fn, key: key, refs: 1})
 	w.cbs.Store(&cbs)
 	return w.next
 }
 
-// ProgressUnregister removes the callback registered with id; an unknown id
-// is ignored.
+// ProgressUnregister drops a reference to the callback registered with id
+// and removes the callback when none is left (always for one of
+// ProgressRegister); an unknown id is ignored.
 func (w *Worker) ProgressUnregister(id int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -77,10 +112,14 @@ func (w *Worker) ProgressUnregister(id int) {
 		return
 	}
 	cbs := make([]progressCB, 0, len(*p))
-	for _, cb := range *p {
-		if cb.id != id {
-			cbs = append(cbs, cb)
+	for i, cb := range *p {
+		if cb.id == id {
+			if (*p)[i].refs--; (*p)[i].refs > 0 {
+				return // the entry in place keeps the count
+			}
+			continue
 		}
+		cbs = append(cbs, cb)
 	}
 	w.cbs.Store(&cbs)
 }

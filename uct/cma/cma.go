@@ -193,7 +193,7 @@ func errnoStatus(err error) ucs.Status {
 type transport struct{}
 
 func (transport) Names() base.Names {
-	return base.Names{Pkg: "uct/cma", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable}
+	return base.Names{Pkg: "uct/cma", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable, Cost: cost}
 }
 
 func (transport) NewMD(*ucs.Config) (uct.MD, error) { return &MD{}, nil }

@@ -38,7 +38,7 @@ func TestResources(t *testing.T) {
 		t.Fatal(err)
 	}
 	tls, _ := md.TLResources()
-	want := uct.TLResource{TLName: "cma", DevName: "memory", DevType: uct.DeviceTypeShm}
+	want := uct.TLResource{TLName: "cma", DevName: "memory", DevType: uct.DeviceTypeShm, Latency: 1500 * time.Nanosecond, Bandwidth: 10e9}
 	if len(tls) != 1 || tls[0] != want {
 		t.Errorf("TLResources = %v, want [%v]", tls, want)
 	}

@@ -160,11 +160,7 @@ func openIface(md *MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	flags := base.RMAFlags | uct.IfaceFlagConnectToIface |
 		uct.IfaceFlagErrhandleShort | uct.IfaceFlagErrhandleBcopy | uct.IfaceFlagErrhandleZcopy | uct.IfaceFlagErrhandlePeerDown
-	// One system call per operation (plus the kernel's page pinning): about
-	// 1.5 µs where a system call costs a few hundred ns, 2.7-3.3 µs for 8
-	// bytes on a VM whose getppid takes 1 µs; 1 MiB copies ran at 14-19
-	// GB/s there.
-	a := base.IfaceAttr(flags, ucs.ShmDomainLen, IfaceAddrLen, 0.5e-6, 1.5e-6, uct.Bandwidth{Dedicated: 10e9})
+	a := base.IfaceAttr(flags, ucs.ShmDomainLen, IfaceAddrLen, cost)
 	a.Put = base.OpCaps(i.segSize, i.segSize, math.MaxInt, math.MaxInt32)
 	a.Get = base.OpCaps(0, i.segSize, math.MaxInt, math.MaxInt32)
 	return a, nil
@@ -283,3 +279,9 @@ func (i *Iface) Close() {
 		i.worker.ProgressUnregister(i.progID)
 	}
 }
+
+// cost is the cost model of cma: one system call per operation (plus the
+// kernel's page pinning): about 1.5 µs where a system call costs a few
+// hundred ns, 2.7-3.3 µs for 8 bytes on a VM whose getppid takes 1 µs;
+// 1 MiB copies ran at 14-19 GB/s there.
+var cost = base.Cost{Overhead: 0.5e-6, Latency: 1.5e-6, Bandwidth: uct.Bandwidth{Dedicated: 10e9}}

@@ -106,10 +106,11 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 // return; active messages are bounded by SEG_SIZE.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	a := base.IfaceAttr(base.AMFlags|base.RMAFlags|uct.IfaceFlagAtomicCPU|uct.IfaceFlagConnectToIface|uct.IfaceFlagConnectToEP,
-		0, IfaceAddrLen, 10e-9, 0, uct.Bandwidth{Dedicated: 6911e6})
+		0, IfaceAddrLen, cost)
 	base.SetMemoryOps(a, i.segSize)
 	a.Put.MaxShort = math.MaxInt32
 	a.Get.MaxBcopy = math.MaxInt32
+	a.EPAddrLen = EPAddrLen
 	return a, nil
 }
 
@@ -323,3 +324,7 @@ var fenceWord atomic.Uint64
 // consistent, and an atomic read-modify-write (LOCK XADD on amd64) orders
 // every earlier load and store before every later one.
 func memoryBarrier() { fenceWord.Add(0) }
+
+// cost is the cost model of self, UCX's: a message is a copy in the
+// process, with no latency beyond its overhead.
+var cost = base.Cost{Overhead: 10e-9, Bandwidth: uct.Bandwidth{Dedicated: 6911e6}}

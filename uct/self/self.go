@@ -149,7 +149,7 @@ func (*MD) MkeyPack(memh uct.Memh) ([]byte, error) {
 type transport struct{}
 
 func (transport) Names() base.Names {
-	return base.Names{Pkg: "uct/self", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeSelf, IfaceConfig: ifaceConfigTable}
+	return base.Names{Pkg: "uct/self", Component: ComponentName, MD: MDName, TL: TLName, Dev: DevName, DevType: uct.DeviceTypeSelf, IfaceConfig: ifaceConfigTable, Cost: cost}
 }
 
 func (transport) NewMD(*ucs.Config) (uct.MD, error) { return &MD{}, nil }

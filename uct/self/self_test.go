@@ -66,7 +66,7 @@ func TestResources(t *testing.T) {
 		t.Fatal(err)
 	}
 	tls, err := md.TLResources()
-	want := uct.TLResource{TLName: "self", DevName: "memory0", DevType: uct.DeviceTypeSelf}
+	want := uct.TLResource{TLName: "self", DevName: "memory0", DevType: uct.DeviceTypeSelf, Bandwidth: 6911e6}
 	if err != nil || len(tls) != 1 || tls[0] != want {
 		t.Fatalf("TLResources = %v, %v; want [%v]", tls, err, want)
 	}

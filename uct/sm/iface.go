@@ -112,6 +112,7 @@ type Iface struct {
 	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 	log      ucs.Logger      // IfaceParams.Logger
+	cpus     []int           // IfaceParams.CPUMask, for the wakeup goroutine
 
 	pendMu  sync.Mutex
 	pending uct.PendingQueue // the EPs' pending requests
@@ -144,6 +145,9 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 	}
 	initFIFO(m.addr, ncells, stride)
 	i := &Iface{md: md, worker: worker, seg: k, rx: viewFIFO(m.addr, ncells, stride), segSize: segSize, maxPoll: maxPoll, log: params.Log()}
+	if params != nil {
+		i.cpus = append([]int(nil), params.CPUMask...)
+	}
 	a := ifaceAddr{pid: pid, fd: int32(m.fd), ncells: uint32(ncells), id: k.id, stride: uint32(stride)}
 	i.addr = a.encode()
 	if worker != nil {
@@ -158,7 +162,7 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 // SEG_SIZE); active messages are bounded by SEG_SIZE, header included.
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	a := base.IfaceAttr(base.AMFlags|base.RMAFlags|uct.IfaceFlagAtomicCPU|uct.IfaceFlagConnectToIface,
-		DeviceAddrLen, IfaceAddrLen, 10e-9, 80e-9, uct.Bandwidth{Dedicated: 12e9})
+		DeviceAddrLen, IfaceAddrLen, cost)
 	base.SetMemoryOps(a, i.segSize)
 	return a, nil
 }
@@ -307,3 +311,7 @@ var fenceWord atomic.Uint64
 // every earlier load and store before every later one, for any observer in
 // any process.
 func memoryBarrier() { fenceWord.Add(0) }
+
+// cost is the cost model of the shared-memory transports (posix and sysv):
+// a FIFO cell written by the sender and polled by the receiver.
+var cost = base.Cost{Overhead: 10e-9, Latency: 80e-9, Bandwidth: uct.Bandwidth{Dedicated: 12e9}}

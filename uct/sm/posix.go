@@ -223,7 +223,7 @@ func (m *PosixMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config 
 type posixTransport struct{}
 
 func (posixTransport) Names() base.Names {
-	return base.Names{Pkg: "uct/sm", Component: PosixComponentName, MD: PosixMDName, TL: PosixTLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable}
+	return base.Names{Pkg: "uct/sm", Component: PosixComponentName, MD: PosixMDName, TL: PosixTLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable, Cost: cost}
 }
 
 // NewMD opens a posix MD; a USE_SHM_OPEN that is not a boolean fails with

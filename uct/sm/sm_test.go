@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -35,7 +36,7 @@ func TestResources(t *testing.T) {
 		t.Fatal(err)
 	}
 	tls, _ := md.TLResources()
-	want := uct.TLResource{TLName: "posix", DevName: "memory", DevType: uct.DeviceTypeShm}
+	want := uct.TLResource{TLName: "posix", DevName: "memory", DevType: uct.DeviceTypeShm, Latency: 80 * time.Nanosecond, Bandwidth: 12e9}
 	if len(tls) != 1 || tls[0] != want {
 		t.Errorf("TLResources = %v, want [%v]", tls, want)
 	}

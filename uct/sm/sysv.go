@@ -310,7 +310,7 @@ func (m *SysvMD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *
 type sysvTransport struct{}
 
 func (sysvTransport) Names() base.Names {
-	return base.Names{Pkg: "uct/sm", Component: SysvComponentName, MD: SysvMDName, TL: SysvTLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable}
+	return base.Names{Pkg: "uct/sm", Component: SysvComponentName, MD: SysvMDName, TL: SysvTLName, Dev: DevName, DevType: uct.DeviceTypeShm, IfaceConfig: ifaceConfigTable, Cost: cost}
 }
 
 func (sysvTransport) NewMD(*ucs.Config) (uct.MD, error) { return &SysvMD{}, nil }

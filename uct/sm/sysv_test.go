@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -69,7 +70,7 @@ func TestSysvResources(t *testing.T) {
 		t.Fatal(err)
 	}
 	tls, _ := md.TLResources()
-	want := uct.TLResource{TLName: "sysv", DevName: "memory", DevType: uct.DeviceTypeShm}
+	want := uct.TLResource{TLName: "sysv", DevName: "memory", DevType: uct.DeviceTypeShm, Latency: 80 * time.Nanosecond, Bandwidth: 12e9}
 	if len(tls) != 1 || tls[0] != want {
 		t.Errorf("TLResources = %v, want [%v]", tls, want)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Wakeup of a sleeping receiver (see doc.go). The receive FIFO header holds
@@ -84,6 +85,7 @@ func (i *Iface) startWakeup() (int, error) {
 // closes.
 func (i *Iface) wakeLoop(fd int, last uint32, done chan struct{}) {
 	defer close(done)
+	base.BindThread(i.log, "uct/sm", "wakeup", i.cpus)
 	one := [8]byte{1} // 1 as a native (little-endian) uint64
 	for {
 		ucs.FutexWait(i.rx.wseq, last, 0, false)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goshmem/goshmem/internal/admit"
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Accepting connections.
@@ -28,6 +29,7 @@ import (
 // accept accepts connections until the listener is closed.
 func (i *Iface) accept() {
 	defer i.wg.Done()
+	base.BindThread(i.log, "uct/tcp", "accept", i.cpus)
 	var backoff time.Duration
 	for {
 		c, err := i.ln.Accept()
@@ -73,6 +75,7 @@ func (i *Iface) accept() {
 // authenticated after Close began hears the goodbye at once.
 func (i *Iface) serve(c net.Conn, tk *admit.Ticket[net.Conn]) {
 	defer i.wg.Done()
+	base.BindThread(i.log, "uct/tcp", "handshake", i.cpus)
 	from := c.RemoteAddr()
 	var reserved uint64
 	var mc *matchConn

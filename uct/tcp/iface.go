@@ -109,6 +109,9 @@ type Iface struct {
 
 	log  ucs.Logger    // IfaceParams.Logger
 	warn ifaceWarnings // the warnings a peer or a stranger can cause at any rate
+	// cpus is IfaceParams.CPUMask, which the accepting, polling and
+	// handshaking goroutines bind their threads to.
+	cpus []int
 }
 
 // IfaceOpen opens a tcp iface on the device params.DevName: it listens on
@@ -162,6 +165,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		pollerDone: make(chan struct{}),
 		log:        params.Log(),
 		warn:       newIfaceWarnings(params.Log(), ln.Addr()),
+		cpus:       append([]int(nil), params.CPUMask...),
 	}
 	i.errHandler, i.errHandlerArg = params.ErrHandler, params.ErrHandlerArg
 	i.match = newConnMatch(i.id)
@@ -184,6 +188,12 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	return i, nil
 }
 
+// deviceCost is the cost model of an iface on a device of bandwidth bw
+// (deviceBandwidth), shared by the processes on it.
+func deviceCost(bw float64) base.Cost {
+	return base.Cost{Overhead: 1e-6, Latency: 10e-6, Bandwidth: uct.Bandwidth{Shared: bw}}
+}
+
 // deviceBandwidth estimates the bandwidth of ifi in bytes per second: its
 // link speed where the kernel reports one, what loopback measured on this
 // project's machines for "lo", and 10 Gb/s otherwise.
@@ -204,14 +214,18 @@ func deviceBandwidth(ifi *net.Interface) float64 {
 // 64-bit atomics applied by the target's CPU (IfaceFlagAtomicCPU: with
 // the same CPU atomics as the shared-memory transports, so a word that
 // peers on the node and across the network hit at once stays coherent).
+// The target checks every access against the registered range of its
+// key (IfaceFlagErrhandleRemoteMem).
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	flags := base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
-		uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown
-	a := base.IfaceAttr(flags, DeviceAddrLen, IfaceAddrLen, 1e-6, 10e-6, uct.Bandwidth{Shared: i.bw})
+		uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown |
+		uct.IfaceFlagErrhandleRemoteMem
+	a := base.IfaceAttr(flags, DeviceAddrLen, IfaceAddrLen, deviceCost(i.bw))
 	a.Atomic32, a.Atomic64 = base.AllAtomics, base.AllAtomics
 	a.Put = base.OpCaps(maxShort, i.cfg.segSize, maxPutLen, maxIOV)
 	a.Get = base.OpCaps(0, i.cfg.segSize, maxPutLen, maxIOV)
 	a.AM = base.AMCaps(min(maxShort, i.cfg.rxSegSize), i.cfg.segSize, i.cfg.rxSegSize, maxIOV, i.cfg.segSize)
+	a.EPAddrLen = EPAddrLen
 	return a, nil
 }
 

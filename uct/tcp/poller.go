@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/uct/internal/base"
 )
 
 // Passive progress.
@@ -55,6 +57,7 @@ const houseEvery = 10 * time.Millisecond
 // file. It returns once Close began and every stream ended.
 func (i *Iface) poller() {
 	defer close(i.pollerDone)
+	base.BindThread(i.log, "uct/tcp", "poller", i.cpus)
 	var (
 		events  [64]unix.EpollEvent
 		ready   []readyStream

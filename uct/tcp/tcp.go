@@ -264,7 +264,7 @@ func (*MD) TLResources() ([]uct.TLResource, error) {
 	var tls []uct.TLResource
 	for _, ifi := range ifs {
 		if _, err := deviceIP(&ifi); err == nil {
-			tls = append(tls, uct.TLResource{TLName: TLName, DevName: ifi.Name, DevType: uct.DeviceTypeNet})
+			tls = append(tls, deviceCost(deviceBandwidth(&ifi)).Resource(TLName, ifi.Name, uct.DeviceTypeNet))
 		}
 	}
 	return tls, nil

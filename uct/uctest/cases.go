@@ -14,6 +14,8 @@ import (
 // cases returns the table of conformance cases, in the order they run.
 func cases() []testCase {
 	cs := []testCase{
+		{"iface_attr", nil, testIfaceAttr},
+		{"iface_mem_alloc", nil, testIfaceMemAlloc},
 		{"put_short", []need{needPutShort}, func(t *testing.T, e *env) { testPut(t, e, short) }},
 		{"put_bcopy", []need{needPutBcopy}, func(t *testing.T, e *env) { testPut(t, e, bcopy) }},
 		{"put_zcopy", []need{needPutZcopy}, func(t *testing.T, e *env) { testPut(t, e, zcopy) }},
@@ -38,6 +40,7 @@ func cases() []testCase {
 		{"err_unreachable", nil, testUnreachable},
 		{"err_malformed_addr", nil, testMalformedAddr},
 		{"err_destroyed_ep", nil, testDestroyedEP},
+		{"err_remote_mem", nil, testRemoteMem},
 		{"err_killed_peer", nil, testKilledPeer},
 	}...)
 }
@@ -268,10 +271,17 @@ func (e *env) post(t testing.TB, what string, op func(*uct.Completion) ucs.Statu
 }
 
 // claimedPuts returns the put methods the transport claims.
-func (e *env) claimedPuts() []method {
+func (e *env) claimedPuts() []method { return e.claimed(putNeed) }
+
+// claimedGets returns the get methods the transport claims.
+func (e *env) claimedGets() []method { return e.claimed(getNeed) }
+
+// claimed returns the methods whose capability in needs the transport
+// claims.
+func (e *env) claimed(needs [3]need) []method {
 	var ms []method
 	for _, m := range []method{short, bcopy, zcopy} {
-		if e.claims(putNeed[m]) {
+		if e.claims(needs[m]) {
 			ms = append(ms, m)
 		}
 	}

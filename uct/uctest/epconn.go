@@ -19,21 +19,10 @@ func testConnectToEP(t *testing.T, e *env) {
 		t.Skipf("skipped: transport does not claim connect to EP (flags %#x)", e.attr.Flags)
 	}
 	c := e.main
-	ep, err := e.iface.EPCreate(&uct.EPParams{Unconnected: true})
-	if err != nil {
-		t.Fatalf("EPCreate of an unconnected EP: %v", err)
-	}
+	ep, conn, addr := e.unconnectedEP(t)
 	defer ep.Destroy()
-	conn, ok := ep.(uct.EPConnector)
-	if !ok {
-		t.Fatalf("transport claims connect to EP, but its EP %T does not implement uct.EPConnector", ep)
-	}
 	if st := ep.Flush(uct.FlushFlagLocal, nil); st != ucs.ErrNotConnected {
 		t.Errorf("flush of an unconnected EP: %v, want %v", st, ucs.ErrNotConnected)
-	}
-	addr, err := conn.EPAddress()
-	if err != nil {
-		t.Fatalf("EPAddress: %v", err)
 	}
 	f := e.call(t, c, "epcreate")
 	if len(f) != 1 {
@@ -79,4 +68,26 @@ func testConnectToEP(t *testing.T, e *env) {
 	if !echoed {
 		t.Log("no active message method claimed: only puts were tried")
 	}
+}
+
+// unconnectedEP creates an unconnected EP on a transport that claims
+// connect to EP, and returns it as an EP and as an EPConnector, with its
+// address. The caller destroys it.
+func (e *env) unconnectedEP(t *testing.T) (uct.EP, uct.EPConnector, []byte) {
+	t.Helper()
+	ep, err := e.iface.EPCreate(&uct.EPParams{Unconnected: true})
+	if err != nil {
+		t.Fatalf("EPCreate of an unconnected EP: %v", err)
+	}
+	conn, ok := ep.(uct.EPConnector)
+	if !ok {
+		ep.Destroy()
+		t.Fatalf("transport claims connect to EP, but its EP %T does not implement uct.EPConnector", ep)
+	}
+	addr, err := conn.EPAddress()
+	if err != nil {
+		ep.Destroy()
+		t.Fatalf("EPAddress: %v", err)
+	}
+	return ep, conn, addr
 }

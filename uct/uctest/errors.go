@@ -348,3 +348,46 @@ func testKilledPeer(t *testing.T, e *env) {
 
 // newCompletionPtr returns the uct.Completion of a new completion.
 func newCompletionPtr() *uct.Completion { return &newCompletion().Completion }
+
+// testRemoteMem checks what IfaceFlagErrhandleRemoteMem promises, on
+// transports that claim it (on the others an access outside the key may
+// land in the target's memory, so it is not tried): a get or a fetching
+// atomic across the end of the target memory's key fails, and a put
+// across it leaves the memory untouched.
+func testRemoteMem(t *testing.T, e *env) {
+	if e.attr.Flags&uct.IfaceFlagErrhandleRemoteMem == 0 {
+		t.Skipf("skipped: transport does not claim errhandle_remote_mem (flags %#x)", e.attr.Flags)
+	}
+	c := e.main
+	off := c.size - 8 // 8 bytes inside the key, then 8 outside
+	want := pattern(8, 77)
+	e.write(t, c, off, want)
+	for _, m := range e.claimedGets() {
+		if n := min(16, e.maxGet(m)); n > 8 {
+			st := e.try(t, "get across the end of the key", e.getOp(c, m, off, make([]byte, n)))
+			if !st.IsErr() {
+				t.Errorf("get %s of %d bytes across the end of the key: %v, want an error", m, n, st)
+			}
+		}
+	}
+	if e.attr.Atomic64.FopFlags&uct.AtomicOpAdd.OpMask() != 0 {
+		var old uint64
+		st := e.try(t, "fetch-add past the end of the key", func(comp *uct.Completion) ucs.Status {
+			return c.ep.AtomicFetch64(uct.AtomicOpAdd, 1, c.base+uint64(c.size), c.rkey.Rkey, &old, comp)
+		})
+		if !st.IsErr() {
+			t.Errorf("fetch-add past the end of the key: %v, want an error", st)
+		}
+	}
+	for _, m := range e.claimedPuts() {
+		if n := min(16, e.maxPut(m)); n > 8 {
+			e.try(t, "put across the end of the key", e.putOp(c, m, off, pattern(n, 78)))
+			e.try(t, "ep flush", func(comp *uct.Completion) ucs.Status { return c.ep.Flush(uct.FlushFlagLocal, comp) })
+			if gets := e.claimedGets(); len(gets) > 0 {
+				// The target answers this get after it handled the put.
+				e.get(t, c, gets[0], off, 8)
+			}
+			e.checkMem(t, c, fmt.Sprintf("after a put %s of %d bytes across the end of the key", m, n), off, want)
+		}
+	}
+}

@@ -95,25 +95,53 @@ func (e *env) put(t testing.TB, c *conn, m method, off int, data []byte) {
 // get reads n bytes at offset off of c's target with method m.
 func (e *env) get(t testing.TB, c *conn, m method, off, n int) []byte {
 	t.Helper()
-	raddr, rkey := c.base+uint64(off), c.rkey.Rkey
-	what := fmt.Sprintf("get %s of %d bytes at %d", m, n, off)
 	out := make([]byte, n)
+	e.do(t, fmt.Sprintf("get %s of %d bytes at %d", m, n, off), e.getOp(c, m, off, out))
+	return out
+}
+
+// getOp returns the operation that reads len(out) bytes at offset off of
+// c's target into out with method m. For zcopy the data lands in scratch
+// memory and is copied to out on completion; for bcopy an unpack that
+// does not deliver every byte makes the operation fail with
+// ucs.ErrMessageTruncated.
+func (e *env) getOp(c *conn, m method, off int, out []byte) func(*uct.Completion) ucs.Status {
+	raddr, rkey, n := c.base+uint64(off), c.rkey.Rkey, len(out)
 	if m == bcopy {
-		got := -1
-		e.do(t, what, func(comp *uct.Completion) ucs.Status {
-			return c.ep.GetBcopy(func(src []byte) { got = copy(out, src) }, n, raddr, rkey, comp)
-		})
-		if got != n {
-			t.Fatalf("%s: unpack got %d bytes", what, got)
+		return func(comp *uct.Completion) ucs.Status {
+			got := -1
+			unpack := func(src []byte) { got = copy(out, src) }
+			st := c.ep.GetBcopy(unpack, n, raddr, rkey, comp)
+			if st == ucs.InProgress {
+				// Checked when the completion is: wrap its function.
+				f := comp.Func
+				comp.Func = func(cc *uct.Completion) {
+					if got != n {
+						cc.SetError(ucs.ErrMessageTruncated)
+					}
+					f(cc)
+				}
+				return st
+			}
+			if st == ucs.OK && got != n {
+				return ucs.ErrMessageTruncated
+			}
+			return st
 		}
-		return out
 	}
 	buf := e.scratchBuf(n)
 	clear(buf)
 	iov := e.iov(buf, e.attr.Get.MaxIOV)
-	e.do(t, what, func(comp *uct.Completion) ucs.Status { return c.ep.GetZcopy(iov, raddr, rkey, comp) })
-	copy(out, buf)
-	return out
+	return func(comp *uct.Completion) ucs.Status {
+		st := c.ep.GetZcopy(iov, raddr, rkey, comp)
+		if st == ucs.OK {
+			copy(out, buf)
+		} else if st == ucs.InProgress {
+			f := comp.Func
+			comp.Func = func(cc *uct.Completion) { copy(out, buf); f(cc) }
+		}
+		return st
+	}
 }
 
 // amOp returns the operation that sends data as one active message to id

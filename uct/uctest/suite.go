@@ -96,7 +96,7 @@ func runMD(t *testing.T, comp uct.Component, mdName string, named bool) {
 			t.Run(name, func(t *testing.T) {
 				for _, tl := range byName[name] {
 					r := resourceID{Component: comp.Name(), MD: mdName, TL: tl.TLName, Dev: tl.DevName}
-					t.Run(tl.DevName, func(t *testing.T) { runResource(t, r, tl.DevType) })
+					t.Run(tl.DevName, func(t *testing.T) { runResource(t, r, tl) })
 				}
 			})
 		}
@@ -108,9 +108,11 @@ func runMD(t *testing.T, comp uct.Component, mdName string, named bool) {
 	}
 }
 
-// runResource opens the resource, connects to a target and runs every case.
-func runResource(t *testing.T, r resourceID, devType uct.DeviceType) {
-	e := &env{rid: r, devType: devType, inProcess: devType == uct.DeviceTypeSelf, replies: make(map[uint8][][]byte)}
+// runResource opens the resource tl, named r, connects to a target and
+// runs every case.
+func runResource(t *testing.T, r resourceID, tl uct.TLResource) {
+	devType := tl.DevType
+	e := &env{rid: r, tl: tl, devType: devType, inProcess: devType == uct.DeviceTypeSelf, replies: make(map[uint8][][]byte)}
 	if err := e.open(); err != nil {
 		if errors.Is(err, ucs.ErrNoDevice) && devType == uct.DeviceTypeNet && !deviceUp(r.Dev) {
 			// A device of another test (a veth pair of a test of
@@ -175,6 +177,7 @@ type testCase struct {
 // connection to it.
 type env struct {
 	rid       resourceID
+	tl        uct.TLResource // as the MD listed it
 	devType   uct.DeviceType
 	inProcess bool
 	comp      uct.Component

@@ -415,6 +415,7 @@ var (
 		{uct.IfaceFlagErrhandleBcopy, "errhandle_bcopy_buf"},
 		{uct.IfaceFlagErrhandleZcopy, "errhandle_zcopy_buf"},
 		{uct.IfaceFlagErrhandleAMID, "errhandle_am_id"},
+		{uct.IfaceFlagErrhandleRemoteMem, "errhandle_remote_mem"},
 		{uct.IfaceFlagErrhandleBcopyLn, "errhandle_bcopy_len"},
 		{uct.IfaceFlagErrhandlePeerDown, "errhandle_peer_failure"},
 		{uct.IfaceFlagConnectToIface, "connect_to_iface"},
@@ -436,7 +437,7 @@ var (
 
 // errhandleFlags are the error handling flags of an iface.
 const errhandleFlags = uct.IfaceFlagErrhandleShort | uct.IfaceFlagErrhandleBcopy | uct.IfaceFlagErrhandleZcopy |
-	uct.IfaceFlagErrhandleAMID | uct.IfaceFlagErrhandleBcopyLn | uct.IfaceFlagErrhandlePeerDown
+	uct.IfaceFlagErrhandleAMID | uct.IfaceFlagErrhandleRemoteMem | uct.IfaceFlagErrhandleBcopyLn | uct.IfaceFlagErrhandlePeerDown
 
 // flagNames names the bits of flags, in the order of names, and gives the
 // bits that have no name in hex; "none" when flags is 0.

@@ -45,17 +45,16 @@ func AMCaps(maxShort, maxBcopy, maxZcopy, maxIOV, maxHdr int) uct.OpCaps {
 }
 
 // IfaceAttr returns the attributes of an iface with these flags, address
-// lengths and cost model (overhead and latency in seconds), priority 0 and
-// any number of EPs (math.MaxInt32); the caller sets the limits of the
-// operations it offers.
-func IfaceAttr(flags uct.IfaceFlags, deviceAddrLen, ifaceAddrLen int, overhead, latency float64, bw uct.Bandwidth) *uct.IfaceAttr {
+// lengths and cost model, priority 0 and any number of EPs
+// (math.MaxInt32); the caller sets the limits of the operations it offers.
+func IfaceAttr(flags uct.IfaceFlags, deviceAddrLen, ifaceAddrLen int, cost Cost) *uct.IfaceAttr {
 	return &uct.IfaceAttr{
 		Flags:         flags,
 		DeviceAddrLen: deviceAddrLen,
 		IfaceAddrLen:  ifaceAddrLen,
-		Overhead:      overhead,
-		Bandwidth:     bw,
-		Latency:       uct.LinearModel{C: latency},
+		Overhead:      cost.Overhead,
+		Bandwidth:     cost.Bandwidth,
+		Latency:       uct.LinearModel{C: cost.Latency},
 		MaxNumEPs:     math.MaxInt32,
 	}
 }

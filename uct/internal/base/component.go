@@ -2,6 +2,7 @@ package base
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -20,6 +21,23 @@ type Names struct {
 	// IfaceConfig is the configuration of its ifaces, which ucp reads
 	// under the prefix UCX_<TL>_.
 	IfaceConfig []ucs.ConfigField
+	// Cost is the cost model of its ifaces, which their Query and the
+	// resource (uct.TLResource) report.
+	Cost Cost
+}
+
+// Cost is the cost model of a transport's ifaces: overhead and latency in
+// seconds, bandwidth in bytes per second.
+type Cost struct {
+	Overhead, Latency float64
+	Bandwidth         uct.Bandwidth
+}
+
+// Resource returns the resource of transport tl on device dev, of type
+// devType, with the latency and bandwidth of cost.
+func (cost Cost) Resource(tl, dev string, devType uct.DeviceType) uct.TLResource {
+	return uct.TLResource{TLName: tl, DevName: dev, DevType: devType,
+		Latency: time.Duration(cost.Latency * 1e9), Bandwidth: cost.Bandwidth.Dedicated + cost.Bandwidth.Shared}
 }
 
 // Transport is a transport as the base types see it: an empty type of the
@@ -83,7 +101,7 @@ func (MD[T]) Component() uct.Component {
 // TLResources returns the one transport resource of the MD.
 func (MD[T]) TLResources() ([]uct.TLResource, error) {
 	n := names[T]()
-	return []uct.TLResource{{TLName: n.TL, DevName: n.Dev, DevType: n.DevType}}, nil
+	return []uct.TLResource{n.Cost.Resource(n.TL, n.Dev, n.DevType)}, nil
 }
 
 // IfaceConfigTable returns the configuration of the MD's ifaces (the
@@ -139,4 +157,16 @@ func (AllocateMD[T]) MemReg(unsafe.Pointer, int, uct.MemFlags) (uct.Memh, error)
 // MemDereg fails with ucs.ErrUnsupported, as MemReg does.
 func (AllocateMD[T]) MemDereg(uct.Memh) error {
 	return fmt.Errorf("%s: %s mem dereg: %w", names[T]().Pkg, names[T]().MD, ucs.ErrUnsupported)
+}
+
+// BindThread binds the calling goroutine, one the iface owns, to cpus
+// (IfaceParams.CPUMask) with ucs.BindThread, and logs, in an error that pkg
+// begins, a mask the system refused. With no cpus it does nothing.
+func BindThread(log ucs.Logger, pkg, what string, cpus []int) {
+	if len(cpus) == 0 {
+		return
+	}
+	if _, err := ucs.BindThread(cpus); err != nil {
+		log.Logf(ucs.LogWarn, "%s: %s goroutine: %v", pkg, what, err)
+	}
 }

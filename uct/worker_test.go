@@ -1,0 +1,64 @@
+package uct
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/goshmem/goshmem/ucs"
+)
+
+// TestProgressRegisterShared checks the reference count of
+// uct_worker_progress_register: registering under the same key again adds
+// nothing and counts, and the callback leaves the progress only with its
+// last unregistration; plain registrations are each their own.
+func TestProgressRegisterShared(t *testing.T) {
+	type step struct {
+		op   string // "shared a", "shared b", "plain", "unreg N" (N: index of the step whose id to drop)
+		want int    // calls of a's, b's and the plain callbacks in one Progress after the step
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"once", []step{{"shared a", 1}, {"unreg 0", 0}}},
+		{"twice, one unregister", []step{{"shared a", 1}, {"shared a", 1}, {"unreg 0", 1}, {"unreg 1", 0}}},
+		{"three times", []step{{"shared a", 1}, {"shared a", 1}, {"shared a", 1}, {"unreg 0", 1}, {"unreg 0", 1}, {"unreg 0", 0}}},
+		{"two keys", []step{{"shared a", 1}, {"shared b", 2}, {"shared a", 2}, {"unreg 1", 1}, {"unreg 0", 1}, {"unreg 2", 0}}},
+		{"plain ones are not counted", []step{{"plain", 1}, {"plain", 2}, {"unreg 0", 1}, {"unreg 1", 0}}},
+		{"unknown id", []step{{"shared a", 1}, {"unreg 9", 1}}},
+		{"again after the last", []step{{"shared a", 1}, {"unreg 0", 0}, {"shared a", 1}, {"unreg 2", 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := NewWorker(ucs.ThreadModeSingle)
+			calls := 0
+			cb := func() int { calls++; return 0 }
+			keyA, keyB := new(int), new(int)
+			ids := make([]int, len(tc.steps))
+			for i, s := range tc.steps {
+				switch s.op {
+				case "shared a":
+					ids[i] = w.ProgressRegisterShared(keyA, cb)
+				case "shared b":
+					ids[i] = w.ProgressRegisterShared(keyB, cb)
+				case "plain":
+					ids[i] = w.ProgressRegister(cb)
+				default:
+					var n int
+					if _, err := fmt.Sscanf(s.op, "unreg %d", &n); err != nil {
+						t.Fatal(err)
+					}
+					id := -1
+					if n < len(ids) {
+						id = ids[n]
+					}
+					w.ProgressUnregister(id)
+				}
+				calls = 0
+				w.Progress()
+				if calls != s.want {
+					t.Fatalf("after step %d (%s): %d callbacks called, want %d", i, s.op, calls, s.want)
+				}
+			}
+		})
+	}
+}
