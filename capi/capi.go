@@ -378,8 +378,19 @@ func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, 
 		return report(C.GoString(fn), fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
 	}
 	n := int(nbytes)
-	d := func(k int) []byte { return unsafe.Slice((*byte)(dest), k) }
-	s := func(k int) []byte { return unsafe.Slice((*byte)(source), k) }
+	// A collective of no data may pass NULL arrays.
+	d := func(k int) []byte {
+		if dest == nil {
+			return nil
+		}
+		return unsafe.Slice((*byte)(dest), k)
+	}
+	s := func(k int) []byte {
+		if source == nil {
+			return nil
+		}
+		return unsafe.Slice((*byte)(source), k)
+	}
 	var err error
 	switch kind {
 	case collBroadcast:
@@ -491,10 +502,16 @@ func shmem_align(alignment, size C.size_t) unsafe.Pointer {
 	return allocated("shmem_align", s, err)
 }
 
+// shmem_malloc_with_hints passes package shmem the hints it knows and
+// drops the others: in C a hint is advice that an implementation may not
+// act on, and the allocation is then shmem_malloc's (package shmem, whose
+// callers name hints by constant, rejects unknown ones instead).
+//
 //export shmem_malloc_with_hints
 func shmem_malloc_with_hints(size C.size_t, hints C.long) unsafe.Pointer {
 	defer fatalInGo("shmem_malloc_with_hints")
-	s, err := shmem.MallocWithHints[byte](int(size), shmem.MallocHints(hints))
+	known := shmem.MallocAtomicsRemote | shmem.MallocSignalRemote
+	s, err := shmem.MallocWithHints[byte](int(size), shmem.MallocHints(hints)&known)
 	return allocated("shmem_malloc_with_hints", s, err)
 }
 
