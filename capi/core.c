@@ -577,6 +577,7 @@ int gsh_reduce(shmem_team_t team, int op, int ty, void *dest, const void *source
     }
     if (shmem_team_sync(team) != 0) return -1;
     if (last >= 0) memcpy(dest, acc, bytes);
+    else memset(dest, 0, bytes); /* an exclusive scan's first PE gets zeros */
     free(acc);
     free(tmp);
     return 0;

@@ -52,6 +52,9 @@ static void statics(void) {
     for (int i = 0; i < 3; i++) CHECK(rbuf[i] == n - 1 + i);
     CHECK(shmem_long_sum_inscan(SHMEM_TEAM_WORLD, rdst, bsrc, 1) == 0);
     CHECK(rdst[0] == 100L * me * (me + 1) / 2);
+    rdst[0] = -1;
+    CHECK(shmem_long_sum_exscan(SHMEM_TEAM_WORLD, rdst, bsrc, 1) == 0); /* PE 0 gets 0 */
+    CHECK(rdst[0] == 100L * me * (me - 1) / 2);
     /* A static dest and a heap source. */
     long *hsrc = shmem_malloc(4 * sizeof(long));
     for (int i = 0; i < 4; i++) hsrc[i] = 7 * me + i;
