@@ -119,11 +119,25 @@ static void hints(void) {
     shmem_free(h);
 }
 
+/* sosnames: the shmemx_ names of Sandia OpenSHMEM for 1.6 routines. */
+static void sosnames(void) {
+    static long one = 1, sum;
+    static uint64_t sig;
+    shmemx_long_sum_inscan(SHMEM_TEAM_WORLD, &sum, &one, 1);
+    CHECK(sum == me + 1);
+    shmemx_signal_add(&sig, 2, (me + 1) % n);
+    shmem_fence(); /* the set lands after the add */
+    shmemx_signal_set(SHMEM_CTX_DEFAULT, &sig, 5, (me + 1) % n);
+    shmem_barrier_all();
+    CHECK(shmem_signal_fetch(&sig) == 5);
+    CHECK(shmem_team_n_pes(SHMEMX_TEAM_NODE) >= 1);
+}
+
 int main(int argc, char **argv) {
     static const struct {
         const char *name;
         void (*run)(void);
-    } parts[] = {{"statics", statics}, {"emptycoll", emptycoll}, {"emptyrma", emptyrma}, {"any", any}, {"hints", hints}};
+    } parts[] = {{"statics", statics}, {"emptycoll", emptycoll}, {"emptyrma", emptyrma}, {"any", any}, {"hints", hints}, {"sosnames", sosnames}};
     shmem_init();
     me = shmem_my_pe(), n = shmem_n_pes();
     CHECK(n <= MAXPES);
