@@ -476,7 +476,9 @@ static int gsh_coll_static(shmem_team_t team, int kind, void *dest, const void *
     if (kind == GSH_COLL_COLLECT) {
         /* Every PE's length, through the words: published before the
          * first sync, read before the last (the next collective's
-         * publishing comes after it). */
+         * publishing comes after it). One word serves every team, so
+         * two threads of a PE must not run collects on static data at
+         * once. */
         off = malloc((size_t)tn * sizeof *off);
         len = malloc((size_t)tn * sizeof *len);
         if (!off || !len) gsh_fatal(fn, "out of memory for %d PEs", tn);
