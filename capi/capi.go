@@ -22,6 +22,8 @@ package main
 extern int gsh_npes;
 extern char **gsh_heap_peer;
 extern char **gsh_data_peer;
+extern uint64_t *gsh_static_words;
+extern const size_t gsh_static_words_bytes;
 size_t gsh_data_publish(void **p);
 void gsh_data_attach(int pe, const void *b, size_t n);
 void shmemx_data_bounds(void **base, size_t *size);
@@ -119,10 +121,12 @@ func goshmem_go_init(requested C.int, provided *C.int) C.int {
 			shmem.SetInitExtra(C.GoBytes(p, C.int(n)))
 		}
 		// The static data is the second symmetric region: every PE
-		// reaches it through the transports, as it reaches the heap.
+		// reaches it through the transports, as it reaches the heap. The
+		// library's own words (gsh_static_words) are the third.
 		var size C.size_t
-		if C.shmemx_data_bounds(&p, &size); size > 0 {
-			if err := shmem.SetRegions(unsafe.Slice((*byte)(p), int(size))); err != nil {
+		if C.shmemx_data_bounds(&p, &size); size > 0 && C.gsh_static_words != nil {
+			words := unsafe.Slice((*byte)(unsafe.Pointer(C.gsh_static_words)), C.gsh_static_words_bytes)
+			if err := shmem.SetRegions(unsafe.Slice((*byte)(p), int(size)), words); err != nil {
 				fmt.Fprintf(os.Stderr, "goshmem: shmem_init: static data: %v\n", err)
 				return -1
 			}
@@ -403,8 +407,19 @@ func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, 
 		return report(C.GoString(fn), fmt.Errorf("invalid team: %w", shmem.ErrInvalidTeam))
 	}
 	n := int(nbytes)
-	d := func(k int) []byte { return unsafe.Slice((*byte)(dest), k) }
-	s := func(k int) []byte { return unsafe.Slice((*byte)(source), k) }
+	// A collective of no data may pass NULL arrays.
+	d := func(k int) []byte {
+		if dest == nil {
+			return nil
+		}
+		return unsafe.Slice((*byte)(dest), k)
+	}
+	s := func(k int) []byte {
+		if source == nil {
+			return nil
+		}
+		return unsafe.Slice((*byte)(source), k)
+	}
 	var err error
 	switch kind {
 	case collBroadcast:
@@ -516,10 +531,16 @@ func shmem_align(alignment, size C.size_t) unsafe.Pointer {
 	return allocated("shmem_align", s, err)
 }
 
+// shmem_malloc_with_hints passes package shmem the hints it knows and
+// drops the others: in C a hint is advice that an implementation may not
+// act on, and the allocation is then shmem_malloc's (package shmem, whose
+// callers name hints by constant, rejects unknown ones instead).
+//
 //export shmem_malloc_with_hints
 func shmem_malloc_with_hints(size C.size_t, hints C.long) unsafe.Pointer {
 	defer fatalInGo("shmem_malloc_with_hints")
-	s, err := shmem.MallocWithHints[byte](int(size), shmem.MallocHints(hints))
+	known := shmem.MallocAtomicsRemote | shmem.MallocSignalRemote
+	s, err := shmem.MallocWithHints[byte](int(size), shmem.MallocHints(hints)&known)
 	return allocated("shmem_malloc_with_hints", s, err)
 }
 

@@ -149,6 +149,9 @@ func TestCPrograms(t *testing.T) {
 		{"static", "3", nil},
 		{"static", "4", []string{"UCX_TLS=tcp,self"}},
 		{"static", "3", []string{"GOSHMEM_STATIC_DATA=0"}},
+		{"statcoll", "3", nil},
+		{"statcoll", "4", []string{"UCX_TLS=tcp,self"}},
+		{"statcoll", "3", []string{"GOSHMEM_STATIC_DATA=0"}},
 	} {
 		t.Run(tc.prog+"/"+tc.np+"/"+strings.Join(tc.env, ","), func(t *testing.T) {
 			exe := compile(t, tc.prog)
@@ -173,6 +176,7 @@ func TestCErrors(t *testing.T) {
 		{"cmp", "PE 0: shmem_long_test: invalid comparison 42"},
 		{"align", "PE 0: shmem_long_atomic_add: the atomic's address"},
 		{"symmetric", "PE 0: shmem_long_put: 8 bytes at"},
+		{"putmem", "PE 0: shmem_putmem: 8 bytes at"},
 		{"signal-cmp", "PE 0: shmem_signal_wait_until: invalid comparison 42"},
 		{"free", "PE 0: shmem_free: shmem.Free: "},
 		{"session", "PE 0: shmem_ctx_session_start: shmem.(*Ctx).SessionStart: unknown options 0x40"},

@@ -24,6 +24,7 @@ static char *gsh_no_peers[1];
 char **gsh_heap_peer = gsh_no_peers, **gsh_data_peer = gsh_no_peers;
 unsigned char *gsh_checked;
 int gsh_go_pending;
+_Thread_local size_t gsh_any_from;
 static int gsh_inited, gsh_thread_level;
 static pthread_mutex_t gsh_connect_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -65,6 +66,7 @@ char *gsh_connect(const void *p, size_t n, int pe, const char *fn) {
         char *a = gsh_addr(p, n, pe);
         if (a) return a;
     }
+    if (n == 0) return NULL; /* nothing to move: any address will do, the transports' path does nothing */
     uintptr_t off = (uintptr_t)p - gsh_data_lo;
     if (off < gsh_data_size) {
         if (n > gsh_data_size - off) gsh_fatal(fn, "%zu bytes at %p run past the end of the static data", n, p);
@@ -118,6 +120,8 @@ struct gsh_data_info {
     uint64_t size;
 };
 static int gsh_data_fd = -1;
+uint64_t *gsh_static_words;
+const size_t gsh_static_words_bytes = GSH_STATIC_WORDS * sizeof(uint64_t);
 static struct gsh_data_info gsh_data_me;
 
 static int gsh_find_data(struct dl_phdr_info *info, size_t size, void *arg) {
@@ -153,6 +157,11 @@ __attribute__((constructor(101))) static void gsh_share_data(void) {
     size_t size = r[1] - r[0];
     gsh_data_lo = r[0];
     gsh_data_size = size;
+    /* A page of the library's own words (gsh_static_words): a symmetric
+     * region of its own, apart from the data, so that it exists whether
+     * the data is moved or not. */
+    void *words = mmap(NULL, gsh_static_words_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (words != MAP_FAILED) gsh_static_words = words;
     if (getenv("GOSHMEM_STATIC_DATA") && strcmp(getenv("GOSHMEM_STATIC_DATA"), "0") == 0) return;
     int fd = memfd_create("goshmem-static-data", MFD_CLOEXEC);
     if (fd < 0) return;
@@ -213,7 +222,7 @@ void gsh_data_attach(int pe, const void *b, size_t n) {
                 gsh_me, pe, path, strerror(errno));
         return;
     }
-    void *m = mmap(NULL, in.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = mmap(NULL, in.size + (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m != MAP_FAILED) gsh_data_peer[pe] = m;
 }
@@ -236,7 +245,7 @@ void gsh_tables_init(int me, int npes, void *heap, size_t heap_size) {
 /* gsh_tables_free forgets the tables at the last finalize. */
 void gsh_tables_free(void) {
     for (int pe = 0; pe < gsh_npes; pe++)
-        if (pe != gsh_me && gsh_data_peer[pe]) munmap(gsh_data_peer[pe], gsh_data_size);
+        if (pe != gsh_me && gsh_data_peer[pe]) munmap(gsh_data_peer[pe], gsh_data_size + (size_t)sysconf(_SC_PAGESIZE));
     free(gsh_heap_peer);
     free(gsh_data_peer);
     free(gsh_checked);
@@ -319,19 +328,19 @@ void shmemx_data_bounds(void **base, size_t *size) {
 
 /* Untyped RMA. */
 GSH_BOTHV(putmem, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe),
-          { gsh_put(ctx, dest, source, nelems, pe, 0, __func__); })
+          { gsh_put(ctx, dest, source, nelems, pe, 0, fn); })
 GSH_BOTHV(getmem, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe),
-          { gsh_get(ctx, dest, source, nelems, pe, 0, __func__); })
+          { gsh_get(ctx, dest, source, nelems, pe, 0, fn); })
 GSH_BOTHV(putmem_nbi, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe),
-          { gsh_put(ctx, dest, source, nelems, pe, 1, __func__); })
+          { gsh_put(ctx, dest, source, nelems, pe, 1, fn); })
 GSH_BOTHV(getmem_nbi, (void *dest, const void *source, size_t nelems, int pe), (dest, source, nelems, pe),
-          { gsh_get(ctx, dest, source, nelems, pe, 1, __func__); })
+          { gsh_get(ctx, dest, source, nelems, pe, 1, fn); })
 GSH_BOTHV(putmem_signal, (void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe),
           (dest, source, nelems, sig_addr, signal, sig_op, pe),
-          { gsh_put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, 0, __func__); })
+          { gsh_put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, 0, fn); })
 GSH_BOTHV(putmem_signal_nbi, (void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe),
           (dest, source, nelems, sig_addr, signal, sig_op, pe),
-          { gsh_put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, 1, __func__); })
+          { gsh_put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, 1, fn); })
 
 /* Signals. */
 uint64_t shmem_signal_fetch(const uint64_t *sig_addr) { return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE); }
@@ -344,9 +353,9 @@ uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value
     }
 }
 GSH_BOTHV(signal_add, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, signal, pe),
-          { gsh_amo64(ctx, GSH_AMO_ADD, sig_addr, signal, 0, pe, __func__); })
+          { gsh_amo64(ctx, GSH_AMO_ADD, sig_addr, signal, 0, pe, fn); })
 GSH_BOTHV(signal_set, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, signal, pe),
-          { gsh_amo64(ctx, GSH_AMO_SET, sig_addr, signal, 0, pe, __func__); })
+          { gsh_amo64(ctx, GSH_AMO_SET, sig_addr, signal, 0, pe, fn); })
 
 /* The deprecated untyped waits, on a long. */
 void shmem_wait(long *ivar, long cmp_value) { shmem_long_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }
@@ -434,33 +443,142 @@ int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team) {
     return 0;
 }
 
+/* Team collectives. Package shmem runs them on the symmetric heap; a
+ * collective whose source or dest is the program's static data (symmetric
+ * in C, unknown to package shmem) runs here instead: between two syncs of
+ * the team every PE gets what it needs from the other PEs' sources (static
+ * data is mapped on the host; a heap object comes through a transport where
+ * it is not), so nothing is written to another PE's dest. */
+/* gsh_static reports whether p is in the program's static data. It looks
+ * at the address alone, not at a length, so that every PE of a collect
+ * chooses alike whatever its count. */
+static int gsh_static(const void *p) { return (uintptr_t)p - gsh_data_lo < gsh_data_size; }
+
+/* gsh_team_world returns the world number of the team's PE i. */
+static int gsh_team_world(shmem_team_t team, int i) { return shmem_team_translate_pe(team, i, SHMEM_TEAM_WORLD); }
+
+/* gsh_static_word reads PE pe's first word of gsh_static_words, through
+ * package shmem (the words are a symmetric region of their own, reached by
+ * every transport). */
+static uint64_t gsh_static_word(int pe, const char *fn) {
+    if (pe == gsh_me) return __atomic_load_n(&gsh_static_words[0], __ATOMIC_ACQUIRE);
+    return goshmem_go_amo(gsh_h(SHMEM_CTX_DEFAULT), GSH_AMO_FETCH, gsh_static_words, 0, 0, 8, pe, fn);
+}
+
+__attribute__((format(printf, 2, 3))) static int gsh_coll_error(const char *fn, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "goshmem: PE %d: %s: ", gsh_me, fn);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return -1;
+}
+
+/* gsh_coll_static is a team collective with static data: kind and the
+ * arguments as for goshmem_go_coll (nbytes the bytes of one PE's block). */
+static int gsh_coll_static(shmem_team_t team, int kind, void *dest, const void *source, size_t nbytes, ptrdiff_t a,
+                           ptrdiff_t b, int esize, const char *fn) {
+    int tn = shmem_team_n_pes(team), tme = shmem_team_my_pe(team);
+    if (tn < 0) return gsh_coll_error(fn, "invalid team (SHMEM_TEAM_INVALID, or a team this PE is not in)");
+    if (kind == GSH_COLL_BROADCAST && (a < 0 || a >= tn))
+        return gsh_coll_error(fn, "PE_root %d is not a PE of the team (valid: 0..%d)", (int)a, tn - 1);
+    size_t *off = NULL, *len = NULL;
+    if (kind == GSH_COLL_COLLECT) {
+        /* Every PE's length, through the words: published before the
+         * first sync, read before the last (the next collective's
+         * publishing comes after it). One word serves every team, so
+         * two threads of a PE must not run collects on static data at
+         * once. */
+        off = malloc((size_t)tn * sizeof *off);
+        len = malloc((size_t)tn * sizeof *len);
+        if (!off || !len) gsh_fatal(fn, "out of memory for %d PEs", tn);
+        __atomic_store_n(&gsh_static_words[0], (uint64_t)nbytes, __ATOMIC_RELEASE);
+    }
+    if (shmem_team_sync(team) != 0) return -1;
+    size_t pos = 0;
+    for (int i = 0; i < tn; i++) {
+        int j = (tme + i) % tn, pe = gsh_team_world(team, j); /* each PE starts with another */
+        switch (kind) {
+        case GSH_COLL_BROADCAST:
+            if (i == 0) {
+                if (tme == (int)a) memmove(dest, source, nbytes);
+                else shmem_getmem(dest, source, nbytes, gsh_team_world(team, (int)a));
+            }
+            break;
+        case GSH_COLL_FCOLLECT:
+            if (j == tme) memmove((char *)dest + (size_t)j * nbytes, source, nbytes);
+            else shmem_getmem((char *)dest + (size_t)j * nbytes, source, nbytes, pe);
+            break;
+        case GSH_COLL_COLLECT:
+            len[j] = (size_t)gsh_static_word(pe, fn);
+            break;
+        case GSH_COLL_ALLTOALL:
+            if (j == tme) memmove((char *)dest + (size_t)j * nbytes, (const char *)source + (size_t)tme * nbytes, nbytes);
+            else shmem_getmem((char *)dest + (size_t)j * nbytes, (const char *)source + (size_t)tme * nbytes, nbytes, pe);
+            break;
+        case GSH_COLL_ALLTOALLS: {
+            size_t ne = nbytes / (size_t)esize;
+            gsh_strided(SHMEM_CTX_DEFAULT, 1, (char *)dest + (size_t)j * ne * (size_t)a * (size_t)esize,
+                        (const char *)source + (size_t)tme * ne * (size_t)b * (size_t)esize, a, b, 1, ne, (size_t)esize, pe, fn);
+            break;
+        }
+        }
+    }
+    if (kind == GSH_COLL_COLLECT) {
+        for (int j = 0; j < tn; j++) {
+            off[j] = pos;
+            pos += len[j];
+        }
+        for (int i = 0; i < tn; i++) {
+            int j = (tme + i) % tn;
+            if (j == tme) memmove((char *)dest + off[j], source, len[j]);
+            else shmem_getmem((char *)dest + off[j], source, len[j], gsh_team_world(team, j));
+        }
+        free(off);
+        free(len);
+    }
+    return shmem_team_sync(team);
+}
+
+/* gsh_coll runs a team collective in Go, or here when it involves static
+ * data. */
+int gsh_coll(shmem_team_t team, int kind, void *dest, const void *source, size_t nbytes, ptrdiff_t a, ptrdiff_t b, int esize,
+             const char *fn) {
+    if (gsh_static(dest) || gsh_static(source))
+        return gsh_coll_static(team, kind, dest, source, nbytes, a, b, esize, fn);
+    return goshmem_go_coll((uintptr_t)team, kind, dest, (void *)source, nbytes, a, b, esize, fn);
+}
+
 /* Team collectives without a type. */
 int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems, int PE_root) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_BROADCAST, dest, (void *)source, nelems, PE_root, 0, 1, __func__);
+    return gsh_coll(team, GSH_COLL_BROADCAST, dest, source, nelems, PE_root, 0, 1, __func__);
 }
 int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_COLLECT, dest, (void *)source, nelems, 0, 0, 1, __func__);
+    return gsh_coll(team, GSH_COLL_COLLECT, dest, source, nelems, 0, 0, 1, __func__);
 }
 int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_FCOLLECT, dest, (void *)source, nelems, 0, 0, 1, __func__);
+    return gsh_coll(team, GSH_COLL_FCOLLECT, dest, source, nelems, 0, 0, 1, __func__);
 }
 int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALL, dest, (void *)source, nelems, 0, 0, 1, __func__);
+    return gsh_coll(team, GSH_COLL_ALLTOALL, dest, source, nelems, 0, 0, 1, __func__);
 }
 int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) {
-    return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALLS, dest, (void *)source, nelems, dst, sst, 1, __func__);
+    return gsh_coll(team, GSH_COLL_ALLTOALLS, dest, source, nelems, dst, sst, 1, __func__);
 }
 
 /* gsh_reduce runs a team reduction or scan in Go; for a type Go has no
- * form of (long double) it gathers the sources with gets and folds them
- * here, in team order. */
+ * form of (long double), or static data, it gathers the sources with gets
+ * and folds them here, in team order. */
 int gsh_reduce(shmem_team_t team, int op, int ty, void *dest, const void *source, size_t n, size_t esize, gsh_combine_fn f,
                const char *fn) {
-    int r = goshmem_go_reduce((uintptr_t)team, op, ty, dest, (void *)source, n, fn);
-    if (r != -2) return r;
+    size_t bytes = n * esize;
+    if (!gsh_static(dest) && !gsh_static(source)) {
+        int r = goshmem_go_reduce((uintptr_t)team, op, ty, dest, (void *)source, n, fn);
+        if (r != -2) return r;
+    }
     int tn = shmem_team_n_pes(team), tme = shmem_team_my_pe(team);
     if (tn < 0) gsh_fatal(fn, "invalid team");
-    size_t bytes = n * esize;
     char *acc = malloc(bytes ? bytes : 1), *tmp = malloc(bytes ? bytes : 1);
     if (!acc || !tmp) gsh_fatal(fn, "out of memory for %zu bytes", bytes);
     if (shmem_team_sync(team) != 0) return -1;
@@ -472,6 +590,7 @@ int gsh_reduce(shmem_team_t team, int op, int ty, void *dest, const void *source
     }
     if (shmem_team_sync(team) != 0) return -1;
     if (last >= 0) memcpy(dest, acc, bytes);
+    else memset(dest, 0, bytes); /* an exclusive scan's first PE gets zeros */
     free(acc);
     free(tmp);
     return 0;

@@ -24,6 +24,13 @@
 extern int gsh_npes, gsh_me;
 extern uintptr_t gsh_heap_lo, gsh_heap_size, gsh_data_lo, gsh_data_size;
 extern char **gsh_heap_peer, **gsh_data_peer;
+/* gsh_static_words is this PE's words that the library keeps for itself
+ * (GSH_STATIC_WORDS of them, on a page of their own), a symmetric region
+ * after the program's static data (every transport reaches it): the team
+ * collectives on static data publish their arguments there for the other
+ * PEs. */
+#define GSH_STATIC_WORDS 8
+extern uint64_t *gsh_static_words;
 extern unsigned char *gsh_checked;
 
 /* Go's side (capi.go), called on the slow paths only. Those that take fn,
@@ -396,6 +403,10 @@ GSH_AMO_LOCAL(64)
 /* Point-to-point synchronization on local variables: loads and compares
  * here, in C, whether the variable is in the heap or in static data (the
  * updates of other PEs land without this PE's help). */
+/* gsh_any_from turns the index at which the _any routines start looking,
+ * call after call, so that every element that meets the condition is
+ * eventually the one returned, as the specification asks. */
+extern _Thread_local size_t gsh_any_from;
 /* GSH_CMP defines gsh_cmpv_N, which compares x with v by cmp, and
  * gsh_cmp_N, which loads x from p first. */
 #define GSH_CMP(N, T)                                                                               \
@@ -427,7 +438,9 @@ GSH_AMO_LOCAL(64)
     }                                                                                               \
     static size_t gsh_test_any_##N(const char *fn, T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs, int *none) { \
         *none = 1;                                                                                  \
-        for (size_t i = 0; i < nelems; i++) {                                                       \
+        size_t from = nelems ? gsh_any_from++ % nelems : 0;                                         \
+        for (size_t k = 0; k < nelems; k++) {                                                       \
+            size_t i = from + k < nelems ? from + k : from + k - nelems;                            \
             if (status && status[i]) continue;                                                      \
             *none = 0;                                                                              \
             if (gsh_cmp_##N(&ivars[i], cmp, vs ? vs[i] : v, fn)) return i;                              \
@@ -498,6 +511,8 @@ typedef void (*gsh_combine_fn)(void *acc, const void *in, size_t n);
 #define GSH_COMBINE_SUM(N, T) GSH_COMBINE(N, T, sum, x + y)
 #define GSH_COMBINE_PROD(N, T) GSH_COMBINE(N, T, prod, x * y)
 
+int gsh_coll(shmem_team_t team, int kind, void *dest, const void *source, size_t nbytes, ptrdiff_t a, ptrdiff_t b, int esize,
+             const char *fn);
 int gsh_reduce(shmem_team_t team, int op, int ty, void *dest, const void *source, size_t n, size_t esize, gsh_combine_fn f, const char *fn);
 void gsh_to_all(void *dest, const void *source, int nreduce, size_t esize, int PE_start, int logPE_stride, int PE_size, long *pSync, gsh_combine_fn f, const char *fn);
 
@@ -521,19 +536,19 @@ void gsh_to_all(void *dest, const void *source, int nreduce, size_t esize, int P
 /* Team collectives of type T. */
 #define GSH_COLL(N, T)                                                                              \
     int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root) { \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_BROADCAST, dest, (void *)source, nelems * sizeof(T), PE_root, 0, sizeof(T), __func__); \
+        return gsh_coll(team, GSH_COLL_BROADCAST, dest, source, nelems * sizeof(T), PE_root, 0, sizeof(T), __func__); \
     }                                                                                               \
     int shmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems) {           \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_COLLECT, dest, (void *)source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
+        return gsh_coll(team, GSH_COLL_COLLECT, dest, source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
     }                                                                                               \
     int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems) {          \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_FCOLLECT, dest, (void *)source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
+        return gsh_coll(team, GSH_COLL_FCOLLECT, dest, source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
     }                                                                                               \
     int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems) {          \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALL, dest, (void *)source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
+        return gsh_coll(team, GSH_COLL_ALLTOALL, dest, source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
     }                                                                                               \
     int shmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { \
-        return goshmem_go_coll((uintptr_t)team, GSH_COLL_ALLTOALLS, dest, (void *)source, nelems * sizeof(T), dst, sst, sizeof(T), __func__); \
+        return gsh_coll(team, GSH_COLL_ALLTOALLS, dest, source, nelems * sizeof(T), dst, sst, sizeof(T), __func__); \
     }
 
 #endif /* GOSHMEM_GSH_H */

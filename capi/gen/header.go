@@ -283,5 +283,11 @@ void shmemx_data_bounds(void **base, size_t *size);
 }
 #endif
 
+/* The names Sandia OpenSHMEM's shmemx.h gave routines that OpenSHMEM 1.6
+ * made standard (strided block transfers, scans, signal_add and
+ * signal_set), and its SHMEMX_TEAM_NODE, the PEs of this node, which
+ * SHMEM_TEAM_SHARED is here. */
+#define SHMEMX_TEAM_NODE SHMEM_TEAM_SHARED
+@renamed@
 #endif /* GOSHMEM_SHMEMX_H */
 `

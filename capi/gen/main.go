@@ -28,7 +28,7 @@ func main() {
 		}
 	}
 	write("include/shmem.h", header())
-	write("include/shmemx.h", []byte(shmemx))
+	write("include/shmemx.h", shmemxHeader())
 	write("ztyped.c", cfile())
 	write("testdata/ztypes.c", testProgram())
 	src, err := format.Source(gofile())
@@ -304,6 +304,48 @@ func header() []byte {
 	}
 	b.WriteString(headerEnd)
 	return b.Bytes()
+}
+
+// shmemxRenamed are the routines of OpenSHMEM 1.6 that Sandia OpenSHMEM
+// had as extensions first, by the part of their names after shmem_ or
+// shmemx_: programs written for it still call them by their shmemx_ names.
+var shmemxRenamed = []string{"ibput", "ibget", "sum_inscan", "sum_exscan", "signal_add", "signal_set"}
+
+// shmemxHeader is shmemx.h: goshmem's extensions, and the shmemx_ names of
+// shmemxRenamed, each a macro naming the 1.6 routine (or C11 generic).
+func shmemxHeader() []byte {
+	var names []string
+	renamed := func(name string) bool { // long_ibget, ctx_ibget64, ...
+		for _, r := range shmemxRenamed {
+			if strings.HasSuffix(strings.TrimRight(name, "0123456789"), r) {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[string]bool{}
+	add := func(name string) {
+		if !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	for _, r := range shmemxRenamed {
+		add(r)
+		if r == "signal_add" || r == "signal_set" {
+			add("ctx_" + r)
+		}
+	}
+	for _, p := range typedProtos() {
+		if n := strings.TrimPrefix(p.name, "shmem_"); renamed(n) {
+			add(n)
+		}
+	}
+	var b bytes.Buffer
+	for _, n := range names {
+		fmt.Fprintf(&b, "#define shmemx_%s shmem_%s\n", n, n)
+	}
+	return []byte(strings.Replace(shmemx, "@renamed@", b.String(), 1))
 }
 
 func cfile() []byte {

@@ -23,6 +23,7 @@ int main(int argc, char **argv) {
         if (strcmp(what, "cmp") == 0) shmem_long_test(x, 42, 0);
         if (strcmp(what, "align") == 0) shmem_long_atomic_add((long *)((char *)x + 4), 1, 0);
         if (strcmp(what, "symmetric") == 0) shmem_long_put(&local, src, 1, 0);
+        if (strcmp(what, "putmem") == 0) shmem_putmem(&local, src, 8, 0);
         if (strcmp(what, "signal-cmp") == 0) shmem_signal_wait_until((uint64_t *)x, 42, 0);
         if (strcmp(what, "free") == 0) shmem_free(&local);
         if (strcmp(what, "session") == 0) shmem_ctx_session_start(SHMEM_CTX_DEFAULT, 0x40, NULL, 0);
