@@ -24,7 +24,7 @@ import (
 // goes as a sequence of amStreamData messages on the endpoint's AM lane
 // (stream_wire.go), copied into the transport's buffer or, above
 // UCX_ZCOPY_THRESH, zero-copy, in pieces of at most one transport message;
-// it reuses the fragment machinery of tag sends (tagOp). Every piece of
+// it reuses the fragment machinery of tag sends (sendOp). Every piece of
 // every send of an endpoint thus travels one connection, in order, and
 // sends that wait for transport resources wait in the worker's queue
 // behind the earlier ones of their endpoint: large and small sends cannot
@@ -447,7 +447,7 @@ func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error)
 		return w.completedNow(param, protoStreamBcopy, ep.am, 0)
 	}
 	th := ep.thresholds()
-	op := w.newTagOp(ep, topStream)
+	op := w.newSendOp(ep, topStream)
 	op.th = th
 	op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && n >= th.zcopy && streamHdrLen <= th.lim.zhdr
 	if flags&flagForceImmCmpl != 0 && (op.zcopy || ep.queued.Load() > 0 || streamHdrLen+n > th.lim.bcopy) {

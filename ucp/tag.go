@@ -150,8 +150,6 @@ type tagWorker struct {
 	mu      sync.Mutex
 	m       tagMatch
 	frags   map[fragKey]fragDest
-	nextID  uint64
-	sends   map[uint64]*tagOp   // sends that wait for the receiver (sync acknowledgement, rendezvous reply)
 	recvs   map[uint64]*Request // rendezvous receives the sender pushes data to
 	// rts holds the rendezvous messages no receive took (unexpected, or
 	// removed by a probe) and, with a nil value, those a receive is taking
@@ -160,8 +158,6 @@ type tagWorker struct {
 	rts     map[fragKey]*TagMessage
 	free    *TagMessage // recycled messages, linked through links[0].next
 	bufs    bufPool
-	lastSrc uint64 // the reply endpoint last looked up
-	lastEP  *Endpoint
 }
 
 func (t *tagWorker) lock() {
@@ -188,7 +184,6 @@ func (w *Worker) tagInit() error {
 		t.m.senderMask = p.TagSenderMask
 	}
 	t.frags = map[fragKey]fragDest{}
-	t.sends = map[uint64]*tagOp{}
 	t.recvs = map[uint64]*Request{}
 	t.rts = map[fragKey]*TagMessage{}
 	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
@@ -209,13 +204,6 @@ func (w *Worker) tagCheck(what string) error {
 		return fmt.Errorf("ucp %s: the context was created without FeatureTag: %w", what, ucs.ErrInvalidParam)
 	}
 	return nil
-}
-
-// newID returns a number for a message, a send or a receive; the tag lock
-// is held.
-func (t *tagWorker) newID() uint64 {
-	t.nextID++
-	return t.nextID
 }
 
 // Buffers of the worker's own, for unexpected data a transport does not
@@ -309,25 +297,6 @@ func (t *tagWorker) releasePart(p *tagPart) {
 		t.putBuf(p.data)
 	}
 	*p = tagPart{}
-}
-
-// replyEP returns the worker's endpoint to the worker uid, or nil; the
-// tag lock is not held.
-func (w *Worker) replyEP(uid uint64) *Endpoint {
-	t := &w.tag
-	t.lock()
-	if ep := t.lastEP; ep != nil && t.lastSrc == uid && ep.dead() == ucs.OK {
-		t.unlock()
-		return ep
-	}
-	t.unlock()
-	ep := w.epByUID(uid)
-	if ep != nil {
-		t.lock()
-		t.lastSrc, t.lastEP = uid, ep
-		t.unlock()
-	}
-	return ep
 }
 
 // TagSendNBX sends buf as a message with tag to the endpoint's worker
@@ -763,57 +732,35 @@ func (w *Worker) tagCancel(r *Request) bool {
 	return ok || waiting
 }
 
-// tagFailEP ends what waits for the peer of ep, which failed or closed
-// with st: the sends that wait for its acknowledgement or rendezvous
-// reply, and the rendezvous receives it was to push data to. A closed
-// endpoint's rendezvous sends are revoked instead (tagRevokeEP): those
-// whose data the receiver may be reading end when it answers.
+// tagFailEP ends the rendezvous receives the peer of ep, which failed or
+// closed with st, was to push data to.
 func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
 	t := &w.tag
 	if !t.enabled {
 		return
 	}
-	closed := ep.failStatus.Load() == 0
-	if closed {
-		w.tagRevokeEP(ep)
-	}
-	var ops []*tagOp
 	var recvs []*Request
 	t.lock()
-	for id, op := range t.sends {
-		if op.ep == ep && !(closed && op.revoked) {
-			delete(t.sends, id)
-			ops = append(ops, op)
-		}
-	}
 	for id, r := range t.recvs {
 		if r.tr.ep == ep {
 			delete(t.recvs, id)
 			recvs = append(recvs, r)
 		}
 	}
-	if t.lastEP == ep {
-		t.lastEP = nil
-	}
 	t.unlock()
-	for _, op := range ops {
-		op.comp.Invoke(st)
-	}
 	for _, r := range recvs {
 		w.tagRecvDone(r, st)
 	}
 }
 
 // tagDestroy gives back what the worker's unexpected messages hold, and
-// completes the receives no message matched, and the revoked sends still
-// waiting for their receiver's answer, with ucs.ErrCanceled.
+// completes the receives no message matched with ucs.ErrCanceled.
 func (w *Worker) tagDestroy() {
 	t := &w.tag
 	if !t.enabled {
 		return
 	}
 	var posted []*Request
-	var sends []*tagOp
 	t.lock()
 	for k, m := range t.rts {
 		delete(t.rts, k)
@@ -824,10 +771,6 @@ func (w *Worker) tagDestroy() {
 	for m := t.m.unexpAll.head; m != nil; m = t.m.unexpAll.head {
 		t.m.removeUnexpected(m)
 		t.releaseMsg(m)
-	}
-	for id, op := range t.sends {
-		delete(t.sends, id)
-		sends = append(sends, op)
 	}
 	for _, qs := range []*[tagHashSize]reqQueue{&t.m.expHash, &t.m.expSrc} {
 		for k := range qs {
@@ -844,9 +787,6 @@ func (w *Worker) tagDestroy() {
 	t.unlock()
 	for _, r := range posted {
 		r.complete(ucs.ErrCanceled)
-	}
-	for _, op := range sends {
-		op.comp.Invoke(ucs.ErrCanceled)
 	}
 }
 

@@ -27,7 +27,7 @@ const (
 	protoTagRndvPut    = "tag/rndv/put/zcopy"
 )
 
-// Kinds of tagOp.
+// Kinds of sendOp.
 const (
 	topCtrl   uint8 = iota // a control message: its header only (ack, ATS, RTR)
 	topSingle              // an eager message in one piece
@@ -36,14 +36,15 @@ const (
 	topPush                // rendezvous data pushed to the receiver
 	topPut                 // rendezvous data put into the receiver's buffer, then the ATP
 	topStream              // stream data, in pieces that each carry the stream header (stream.go)
+	topWait                // the place in the worker's sends of a canceled send, until its receiver answers
 )
 
-// tagOp is a tag send in progress: the messages it still has to hand to the
+// sendOp is a tag send in progress: the messages it still has to hand to the
 // transport, and what it waits for. comp.Count counts its references: one
 // for the code that advances it (dropped once everything was handed over),
 // one per zero-copy send the transport holds, and one for the receiver's
 // reply a sync send or a rendezvous waits for. The last one to go ends it.
-type tagOp struct {
+type sendOp struct {
 	comp  uct.Completion // Arg is the op
 	w     *Worker
 	ep    *Endpoint
@@ -75,35 +76,35 @@ type tagOp struct {
 	iov     []uct.IOV
 }
 
-var tagOpPool = sync.Pool{New: func() any { return new(tagOp) }}
+var sendOpPool = sync.Pool{New: func() any { return new(sendOp) }}
 
-func (w *Worker) newTagOp(ep *Endpoint, kind uint8) *tagOp {
-	op := tagOpPool.Get().(*tagOp)
+func (w *Worker) newSendOp(ep *Endpoint, kind uint8) *sendOp {
+	op := sendOpPool.Get().(*sendOp)
 	op.w, op.ep, op.l, op.kind = w, ep, ep.am, kind
-	op.comp = uct.Completion{Func: tagOpDone, Arg: op, Count: 1}
+	op.comp = uct.Completion{Func: sendOpDone, Arg: op, Count: 1}
 	return op
 }
 
 // free recycles op; nothing may refer to it any more.
-func (op *tagOp) free() {
+func (op *sendOp) free() {
 	iov := op.iov[:0]
-	*op = tagOp{iov: iov}
-	tagOpPool.Put(op)
+	*op = sendOp{iov: iov}
+	sendOpPool.Put(op)
 }
 
-func (op *tagOp) endpoint() *Endpoint { return op.ep }
+func (op *sendOp) endpoint() *Endpoint { return op.ep }
 
-func (op *tagOp) final() ucs.Status { return op.comp.Status() }
+func (op *sendOp) final() ucs.Status { return op.comp.Status() }
 
 // drop releases the reference of the code that advances op, with st; an
 // error also gives up the reply op waits for (none will come for a
 // message that did not leave). It returns op's final status when that was
 // the last reference (the caller ends op), InProgress otherwise.
-func (op *tagOp) drop(st ucs.Status) ucs.Status {
+func (op *sendOp) drop(st ucs.Status) ucs.Status {
 	n := int32(-1)
 	if st.IsErr() {
 		op.comp.SetError(st)
-		if op.reply && op.w.tagTakeSend(op.sreq, op.ep.remoteUID, "", true) == op {
+		if op.w.tagUnregister(op) {
 			n--
 		}
 	}
@@ -113,23 +114,38 @@ func (op *tagOp) drop(st ucs.Status) ucs.Status {
 	return ucs.InProgress
 }
 
-// tagOpDone runs when the last reference of an op other than the
+// tagUnregister takes op out of the worker's sends, where it waits for
+// its receiver's reply (with a reference), and reports whether it was
+// there: not once the reply came or Cancel gave it up (tagCancelReply).
+func (w *Worker) tagUnregister(op *sendOp) bool {
+	p := &w.proto
+	p.lock()
+	ok := op.reply && p.sends[op.sreq] == op
+	if ok {
+		delete(p.sends, op.sreq)
+		op.reply = false
+	}
+	p.unlock()
+	return ok
+}
+
+// sendOpDone runs when the last reference of an op other than the
 // advancing code's goes (a zero-copy completion, the receiver's reply, a
 // failure).
-func tagOpDone(c *uct.Completion) {
-	op := c.Arg.(*tagOp)
+func sendOpDone(c *uct.Completion) {
+	op := c.Arg.(*sendOp)
 	op.end(op.final())
 }
 
 // abort ends a queued op with st: the queue gives up its reference.
-func (op *tagOp) abort(st ucs.Status) {
+func (op *sendOp) abort(st ucs.Status) {
 	if fin := op.drop(st); fin != ucs.InProgress {
 		op.end(fin)
 	}
 }
 
 // end finishes op: its request completes with st.
-func (op *tagOp) end(st ucs.Status) {
+func (op *sendOp) end(st ucs.Status) {
 	if op.memh != nil {
 		op.w.ctx.MemUnmap(op.memh)
 	}
@@ -139,7 +155,7 @@ func (op *tagOp) end(st ucs.Status) {
 	if r := op.r; r != nil {
 		r.top = nil
 		r.complete(st)
-	} else if st.IsErr() && st != ucs.ErrCanceled && !op.revoked {
+	} else if st.IsErr() && st != ucs.ErrCanceled && !op.revoked && op.kind != topWait {
 		op.w.tagLogf("tag protocol message to %s: %v", op.ep.remoteName, st)
 	}
 	op.free()
@@ -203,7 +219,7 @@ func (l *lane) amShortHdr(id uint8, hdr []byte, data []byte) ucs.Status {
 // zsend sends a message of header hdr and the n bytes of op's data at off
 // from where they lie (AM zcopy); the transport's completion drops a
 // reference of op.
-func (op *tagOp) zsend(id uint8, hdr []byte, off, n int) ucs.Status {
+func (op *sendOp) zsend(id uint8, hdr []byte, off, n int) ucs.Status {
 	op.iov = op.dt.zcopyIOV(op.iov[:0], off, n)
 	atomic.AddInt32(&op.comp.Count, 1)
 	l := op.l
@@ -219,7 +235,7 @@ func (op *tagOp) zsend(id uint8, hdr []byte, off, n int) ucs.Status {
 }
 
 // advance hands op's messages to the transport (protoOp).
-func (op *tagOp) advance() ucs.Status {
+func (op *sendOp) advance() ucs.Status {
 	switch op.kind {
 	case topCtrl:
 		st := op.sendCtrl()
@@ -269,7 +285,7 @@ func (op *tagOp) advance() ucs.Status {
 // advancePut puts the data into the receiver's buffer (copies it there
 // when the receiver's memory is mapped here), in zero-copy puts of at most
 // the lane's limits, and then sends the ATP on the AM lane, behind them.
-func (op *tagOp) advancePut() ucs.Status {
+func (op *sendOp) advancePut() ucs.Status {
 	rk, n := op.ref.rk, op.dt.length
 	if !op.sent {
 		if p := rk.direct(op.raddr, n); p != nil {
@@ -318,7 +334,7 @@ func (op *tagOp) advancePut() ucs.Status {
 
 // sendCtrl sends a control message: AMShort where the lane has room for
 // it, AM bcopy otherwise.
-func (op *tagOp) sendCtrl() ucs.Status {
+func (op *sendOp) sendCtrl() ucs.Status {
 	if op.key.length == 0 && op.th.lim.short >= op.hlen {
 		return op.l.amShortHdr(op.id, op.hdr[:op.hlen], nil)
 	}
@@ -327,7 +343,7 @@ func (op *tagOp) sendCtrl() ucs.Status {
 
 // sendFrag sends the next fragment of a fragmented eager message or of
 // pushed rendezvous data and returns how many data bytes it carried.
-func (op *tagOp) sendFrag() (ucs.Status, int) {
+func (op *sendOp) sendFrag() (ucs.Status, int) {
 	if op.kind == topStream {
 		// Every piece has the same header, op's: nothing to build (a
 		// header built here escapes to the heap, with the lane's packer).
@@ -352,7 +368,7 @@ func (op *tagOp) sendFrag() (ucs.Status, int) {
 // sendPiece sends, with header h, as much of op's data from op.off on as
 // one message of uct id id takes, and returns how many data bytes it
 // carried.
-func (op *tagOp) sendPiece(id uint8, h []byte) (ucs.Status, int) {
+func (op *sendOp) sendPiece(id uint8, h []byte) (ucs.Status, int) {
 	rest := op.dt.length - op.off
 	lim := op.th.lim
 	if op.zcopy && len(h) <= lim.zhdr {
@@ -374,7 +390,7 @@ func (op *tagOp) sendPiece(id uint8, h []byte) (ucs.Status, int) {
 
 // maxIOVBytes returns how many of the n bytes at op.off fit in k iov
 // elements.
-func (op *tagOp) maxIOVBytes(k, n int) int {
+func (op *sendOp) maxIOVBytes(k, n int) int {
 	op.iov = op.dt.zcopyIOV(op.iov[:0], op.off, n)
 	m := 0
 	for i := 0; i < k && i < len(op.iov); i++ {
@@ -449,7 +465,7 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 		hlen = tagSyncHdrLen
 	}
 	rndv := n >= th.rndv || n > tagMaxEager
-	op := w.newTagOp(ep, topSingle)
+	op := w.newSendOp(ep, topSingle)
 	op.th, op.tag = th, tag
 	switch {
 	case rndv:
@@ -486,17 +502,12 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 			return nil, fmt.Errorf("ucp tag send: %w", err)
 		}
 	}
-	t := &w.tag
-	t.lock()
 	if sync || rndv {
-		op.sreq, op.reply = t.newID(), true
-		op.comp.Count++
-		t.sends[op.sreq] = op
+		w.proto.register(op)
 	}
 	if op.kind == topMulti {
-		op.msg = t.newID()
+		op.msg = w.proto.newID()
 	}
-	t.unlock()
 	r.proto = op.protoName(sync)
 	switch {
 	case rndv:
@@ -539,7 +550,7 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 // request); on an error, the error, for the operation named what. While
 // it runs, op belongs to whoever completes it (Progress, maybe in another
 // goroutine, which frees it): started reads nothing of it then.
-func (op *tagOp) started(r *Request, ep *Endpoint, st ucs.Status, flags uint32, what string) (*Request, error) {
+func (op *sendOp) started(r *Request, ep *Endpoint, st ucs.Status, flags uint32, what string) (*Request, error) {
 	switch {
 	case st == ucs.InProgress:
 		return r, nil
@@ -560,7 +571,7 @@ func (op *tagOp) started(r *Request, ep *Endpoint, st ucs.Status, flags uint32, 
 }
 
 // protoName names op's protocol.
-func (op *tagOp) protoName(sync bool) string {
+func (op *sendOp) protoName(sync bool) string {
 	switch {
 	case op.kind == topRTS:
 		return protoTagRndv
@@ -609,7 +620,7 @@ func (ep *Endpoint) tagWireBack() error {
 	if swHeaderLen+len(w.address) > ep.thresholds().lim.bcopy {
 		return fmt.Errorf("the worker's address (%d bytes) does not fit in a message to %s: %w", len(w.address), ep.remoteName, ucs.ErrExceedsLimit)
 	}
-	op := w.newTagOp(ep, topCtrl)
+	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amSwWireup, swHeaderLen
 	h := swHeader{src: w.uid}
 	h.put(op.hdr[:])
@@ -648,7 +659,7 @@ func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) {
 		w.tagLogf("no endpoint back to worker %#x for a tag protocol reply", uid)
 		return
 	}
-	op := w.newTagOp(ep, topCtrl)
+	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), id, hlen
 	put64(op.hdr[:], w.uid, a, b)
 	switch st := w.protoStart(op); {
@@ -665,20 +676,20 @@ func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) {
 // and returns nil. A revoked send is taken only with revoked set (an ATS,
 // the receiver's answer); otherwise (an RTR that crossed the revoke) it
 // stays, and nil is returned without a word.
-func (w *Worker) tagTakeSend(sreq, src uint64, what string, revoked bool) *tagOp {
-	t := &w.tag
-	t.lock()
-	op := t.sends[sreq]
+func (w *Worker) tagTakeSend(sreq, src uint64, what string, revoked bool) *sendOp {
+	p := &w.proto
+	p.lock()
+	op := p.sends[sreq]
 	switch {
 	case op == nil || op.ep.remoteUID != src:
 		op = nil
 	case op.revoked && !revoked:
-		t.unlock()
+		p.unlock()
 		return nil
 	default:
-		delete(t.sends, sreq)
+		delete(p.sends, sreq)
 	}
-	t.unlock()
+	p.unlock()
 	if op == nil && what != "" {
 		w.tagLogf("dropped a tag %s from %#x for unknown send %d", what, src, sreq)
 	}
@@ -859,9 +870,11 @@ func (w *Worker) tagRecvReply(id uint8, data []byte, what string) ucs.Status {
 	return ucs.OK
 }
 
-// tagCancelSend cancels the tag send r, whose op is op, if it waits in the
-// worker's queue with nothing of it handed to the transport.
-func (w *Worker) tagCancelSend(r *Request, op *tagOp) {
+// tagCancelSend cancels the tag or stream send r, whose op is op: one
+// that waits in the worker's queue with nothing of it handed to the
+// transport ends at once; one that waits for the receiver (tagCancelReply)
+// ends once the transport is done with what it was handed.
+func (w *Worker) tagCancelSend(r *Request, op *sendOp) {
 	q := &w.sendq
 	q.mu.Lock()
 	found := false
@@ -879,5 +892,45 @@ func (w *Worker) tagCancelSend(r *Request, op *tagOp) {
 	if found {
 		op.ep.queued.Add(-1)
 		op.abort(ucs.ErrCanceled)
+		return
 	}
+	w.tagCancelReply(r)
+}
+
+// tagCancelReply makes the send r, if it waits for its receiver's reply
+// (a sync send's acknowledgement, a rendezvous reply), stop waiting: it
+// ends with ucs.ErrCanceled as soon as the transport is done with what it
+// was handed, whatever the receiver does. A rendezvous message is revoked
+// (as when its endpoint closes, see tag_rndv.go), so that no receive takes
+// it from now on; a receive that is reading the sender's memory already
+// (a key went out) may still read it, and then gets what the buffer holds.
+// In the worker's sends a stand-in (topWait) takes the send's place until
+// the receiver's answer, which it absorbs without a word.
+func (w *Worker) tagCancelReply(r *Request) {
+	p := &w.proto
+	p.lock()
+	var op *sendOp
+	for _, o := range p.sends {
+		if o.r == r && o.reply {
+			op = o
+			break
+		}
+	}
+	if op == nil {
+		p.unlock()
+		return
+	}
+	wait := w.newSendOp(op.ep, topWait)
+	wait.th, wait.sreq = op.th, op.sreq
+	// A rendezvous stand-in ignores an RTR that crosses the revoke, as a
+	// revoked send does (tagTakeSend).
+	wait.revoked = op.kind == topRTS
+	p.sends[op.sreq] = wait
+	revoke := op.kind == topRTS && !op.revoked
+	op.reply = false
+	p.unlock()
+	if revoke {
+		w.tagRevoke(op.ep, op.sreq)
+	}
+	op.comp.Invoke(ucs.ErrCanceled)
 }

@@ -92,7 +92,7 @@ type rtsInfo struct {
 }
 
 // tagRndvStart prepares op, a rendezvous send, for its RTS.
-func (ep *Endpoint) tagRndvStart(op *tagOp, param *RequestParam, sync bool) error {
+func (ep *Endpoint) tagRndvStart(op *sendOp, param *RequestParam, sync bool) error {
 	w := ep.w
 	var key []byte
 	raddr := uint64(0)
@@ -238,7 +238,7 @@ func (w *Worker) tagTook(r *Request, wait bool) {
 	t.lock()
 	delete(t.rts, fragKey{r.tr.src, r.tr.sreq})
 	if wait {
-		r.tr.rreq = t.newID()
+		r.tr.rreq = w.proto.newID()
 		t.recvs[r.tr.rreq] = r
 	}
 	t.unlock()
@@ -247,7 +247,7 @@ func (w *Worker) tagTook(r *Request, wait bool) {
 // tagRTR asks the sender of rendezvous send sreq, through ep, to put the
 // data of receive rreq at raddr with key, or to push it (no key).
 func (w *Worker) tagRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) {
-	op := w.newTagOp(ep, topCtrl)
+	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRTR, tagRTRLen
 	put64(op.hdr[:], w.uid, sreq, rreq, raddr)
 	op.key = dtIter{contig: key, length: len(key)}
@@ -498,8 +498,9 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 	}
 	var sreqs []uint64
 	var done []*Request
-	t.lock()
-	for _, op := range t.sends {
+	p := &w.proto
+	p.lock()
+	for _, op := range p.sends {
 		if op.ep != ep || op.kind != topRTS || op.revoked {
 			continue
 		}
@@ -517,18 +518,9 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 			done = append(done, r)
 		}
 	}
-	t.unlock()
+	p.unlock()
 	for _, sreq := range sreqs {
-		op := w.newTagOp(ep, topCtrl)
-		op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
-		put64(op.hdr[:], w.uid, sreq)
-		switch st := w.protoStart(op); {
-		case st == ucs.OK:
-			op.free()
-		case st.IsErr():
-			w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
-			op.free()
-		}
+		w.tagRevoke(ep, sreq)
 	}
 	if len(sreqs) > 0 && ep.closed.Load() && !w.closed.Load() {
 		// Closed at once (force): destroying the lanes now would drop what
@@ -538,6 +530,21 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 	}
 	for _, r := range done {
 		r.complete(ucs.ErrCanceled)
+	}
+}
+
+// tagRevoke sends the revoke of the rendezvous send sreq on ep, behind
+// its RTS.
+func (w *Worker) tagRevoke(ep *Endpoint, sreq uint64) {
+	op := w.newSendOp(ep, topCtrl)
+	op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
+	put64(op.hdr[:], w.uid, sreq)
+	switch st := w.protoStart(op); {
+	case st == ucs.OK:
+		op.free()
+	case st.IsErr():
+		w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
+		op.free()
 	}
 }
 
