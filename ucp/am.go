@@ -6,7 +6,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -153,12 +152,6 @@ func (p *AMHandlerParam) SetArg(arg any) *AMHandlerParam {
 	return p
 }
 
-// amEP is an endpoint's active-message state.
-type amEP struct {
-	busy  atomic.Int32 // its operations not yet handed to the transport, or not yet completed by it
-	hello atomic.Bool  // the worker address was sent
-}
-
 // amWorker is a worker's active-message state.
 type amWorker struct {
 	enabled  bool
@@ -167,14 +160,9 @@ type amWorker struct {
 	handlers atomic.Pointer[[]*amHandler]
 	hmu      sync.Mutex // serializes handler updates
 
-	mu     sync.Mutex // guards what follows
-	nextID uint64
-	reasm  map[amKey]*amReasm // eager messages being reassembled
-	sends  map[uint64]*amOp   // rendezvous sends waiting for the receiver
-	recvs  map[uint64]*amRecv // rendezvous receives waiting for data
-	// lastSrc and lastEP cache the reply endpoint last looked up.
-	lastSrc uint64
-	lastEP  *Endpoint
+	mu    sync.Mutex         // guards what follows
+	reasm map[amKey]*amReasm // eager messages being reassembled
+	recvs map[uint64]*amRecv // rendezvous receives waiting for data
 }
 
 // Default rendezvous threshold of active messages when UCX_RNDV_THRESH is
@@ -208,7 +196,6 @@ func (w *Worker) amInit() error {
 	empty := []*amHandler{}
 	a.handlers.Store(&empty)
 	a.reasm = map[amKey]*amReasm{}
-	a.sends = map[uint64]*amOp{}
 	a.recvs = map[uint64]*amRecv{}
 	a.enabled = true
 	return nil
@@ -323,18 +310,21 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	if flags&amFlagReply != 0 {
 		hflags = amHdrReply
 	}
-	if (rndv || hflags != 0) && !ep.amq.hello.Load() {
-		if err := ep.amSendHello(); err != nil {
+	if rndv || hflags != 0 {
+		// The receiver needs a way back to this worker.
+		if err := ep.wireBack(); err != nil {
 			it.finish()
 			return nil, fmt.Errorf("ucp am send: %w", err)
 		}
 	}
-	lim := laneLimitsOf(l)
-	single := !rndv && amHdrLen+len(header)+size <= lim.bcopy
+	th := ep.thresholds()
+	single := !rndv && amHdrLen+len(header)+size <= th.lim.bcopy
+	h := amHeader{typ: amSingle, flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
 	if single && contig && ep.queued.Load() == 0 {
 		// The common small message: one copy, no request.
-		h := amHeader{typ: amSingle, flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
-		st := l.amBcopy(&h, header, data)
+		var hb [amHdrLen]byte
+		h.put(hb[:])
+		st := l.amPackBuf(amUCP, hb[:], header, data)
 		switch {
 		case st == ucs.OK:
 			if flags&flagNoImmCmpl != 0 {
@@ -358,70 +348,32 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	if contig {
 		it = dtIter{contig: data, length: len(data)}
 	}
-	op := &amOp{ep: ep, l: l, lim: lim, dt: it}
-	if len(header) > 0 {
-		op.uhdr = append([]byte(nil), header...)
-	}
-	op.h = amHeader{flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
+	op := w.newSendOp(ep, topSingle)
+	op.fam, op.th, op.id = famAM, th, amUCP
 	r := w.newRequest(param)
-	r.size, r.lane = size, l
+	r.size, r.lane, r.dt, r.top = size, l, it, op
+	op.r, op.dt = r, &r.dt
 	switch {
 	case single:
-		op.kind, op.h.typ, r.proto = opSingle, amSingle, protoAMSingle
+		r.proto = protoAMSingle
 	case rndv:
-		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(size), protoAMRndv
-		if size > 0 && contig {
-			if key, m := w.rndvKey(ep, data, param, false); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
-				op.key, op.memh = key, m
-				op.h.off = uint64(uintptr(unsafe.Pointer(&data[0])))
-				r.proto = protoAMRndvGet
-			} else if m != nil {
-				w.ctx.MemUnmap(m)
-			}
+		// Replies and drops find the send by its number.
+		op.kind, h.typ, h.total, r.proto = topRTS, amRTS, uint64(size), protoAMRndv
+		w.proto.register(op)
+		h.msg = op.sreq
+		if h.off = op.rndvAnnounce(param, amHdrLen+len(header)); h.off != 0 {
+			r.proto = protoAMRndvGet
 		}
 	default:
-		op.kind, op.h.typ, op.h.total, r.proto = opFrag, amFirst, uint64(size), protoAMFrag
+		// Fragments find their message by its number.
+		op.kind, h.typ, h.total, r.proto = topMulti, amFirst, uint64(size), protoAMFrag
+		op.msg = w.proto.newID()
+		h.msg = op.msg
+		op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && size >= th.zcopy
 	}
-	op.r = r
+	op.setAMHeader(&h, header)
 	w.inflight.Add(1)
-	if op.kind == opRTS || op.kind == opFrag {
-		// Fragments and rendezvous replies find their message by this id.
-		w.am.mu.Lock()
-		w.am.nextID++
-		op.h.msg = w.am.nextID
-		w.am.mu.Unlock()
-	}
-	st := w.amStart(op)
-	switch {
-	case st == ucs.OK:
-		op.release()
-		return r.doneNow(flags), nil
-	case st == ucs.InProgress:
-		return r, nil
-	default:
-		op.release()
-		r.finish(st)
-		r.release()
-		return nil, fmt.Errorf("ucp %s on %s: %w", r.proto, l, st)
-	}
-}
-
-// amSendHello sends the worker's address to the endpoint's worker once, so
-// that it can reach this worker back (reply endpoints, rendezvous).
-func (ep *Endpoint) amSendHello() error {
-	if ep.amq.hello.Swap(true) {
-		return nil
-	}
-	w := ep.w
-	if amHdrLen+len(w.address) > laneLimitsOf(ep.am).bcopy {
-		w.warnf("ucp: worker %s: its address (%d bytes) does not fit in an active message on %s; %s cannot create a reply endpoint", w.name, len(w.address), ep.am, ep.remoteName)
-		return nil
-	}
-	op := &amOp{ep: ep, l: ep.am, kind: opCtrl, h: amHeader{typ: amHello, src: w.uid}, data: w.address}
-	if st := w.amStart(op); st.IsErr() {
-		return fmt.Errorf("worker address to %s: %w", ep.remoteName, st)
-	}
-	return nil
+	return op.started(r, ep, w.protoStart(op), flags, "am send")
 }
 
 // statusOf returns the ucs.Status an error carries (ucs.ErrIOError for

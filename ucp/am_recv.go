@@ -222,9 +222,8 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		return r.doneNow(flags), nil
 	}
 	a := &w.am
+	rid := w.proto.newID()
 	a.mu.Lock()
-	a.nextID++
-	rid := a.nextID
 	a.recvs[rid] = &amRecv{r: r, total: desc.length, src: desc.src, st: ucs.OK}
 	a.mu.Unlock()
 	if st := w.amControl(desc.ep, amHeader{typ: amRTR, msg: desc.sreq, total: rid}); st.IsErr() {

@@ -233,7 +233,7 @@ type Request struct {
 	inited    bool
 	dt        dtIter             // the data of a tag operation
 	tr        tagRecvState       // a tag receive
-	top       *sendOp             // a tag send still in the worker's hands
+	top       *sendOp            // a tag send still in the worker's hands
 	rwi       *workerIface       // a receive's data came on it, where no lane says
 	scb       StreamRecvCallback // a stream receive's callback, called instead of cb
 	sr        streamRecvState    // a stream receive

@@ -448,6 +448,7 @@ func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error)
 	}
 	th := ep.thresholds()
 	op := w.newSendOp(ep, topStream)
+	op.fam = famStream
 	op.th = th
 	op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && n >= th.zcopy && streamHdrLen <= th.lim.zhdr
 	if flags&flagForceImmCmpl != 0 && (op.zcopy || ep.queued.Load() > 0 || streamHdrLen+n > th.lim.bcopy) {

@@ -155,9 +155,9 @@ type tagWorker struct {
 	// removed by a probe) and, with a nil value, those a receive is taking
 	// (reading the sender's memory, tagTook), by sender and send number,
 	// for the sender's revoke (tagRecvRevoke).
-	rts     map[fragKey]*TagMessage
-	free    *TagMessage // recycled messages, linked through links[0].next
-	bufs    bufPool
+	rts  map[fragKey]*TagMessage
+	free *TagMessage // recycled messages, linked through links[0].next
+	bufs bufPool
 }
 
 func (t *tagWorker) lock() {

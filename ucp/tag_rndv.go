@@ -94,29 +94,18 @@ type rtsInfo struct {
 // tagRndvStart prepares op, a rendezvous send, for its RTS.
 func (ep *Endpoint) tagRndvStart(op *sendOp, param *RequestParam, sync bool) error {
 	w := ep.w
-	var key []byte
 	raddr := uint64(0)
 	// The key lets the receiver map or get the data; with put_zcopy and
 	// am, and where auto puts, it sends the data itself.
-	if sch := w.ctx.rndvSch; op.dt.isContig() && op.dt.length > 0 && (sch == rndvGet || sch == rndvAuto && !op.th.netPut) {
-		key, op.memh = w.rndvKey(ep, op.dt.contig, param, false)
-		if key != nil && tagRTSHdrLen+len(key) <= op.th.lim.bcopy {
-			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(op.dt.contig))))
-		} else {
-			key = nil
-			if op.memh != nil {
-				w.ctx.MemUnmap(op.memh)
-				op.memh = nil
-			}
-		}
+	if sch := w.ctx.rndvSch; sch == rndvGet || sch == rndvAuto && !op.th.netPut {
+		raddr = op.rndvAnnounce(param, tagRTSHdrLen)
 	}
 	flags := uint64(0)
 	if sync {
 		flags |= tagRTSSync
 	}
-	op.hlen = tagRTSHdrLen
+	op.id, op.hlen = amTagRTS, tagRTSHdrLen
 	put64(op.hdr[:], op.tag, w.uid, op.sreq, uint64(op.dt.length), raddr, flags)
-	op.key = dtIter{contig: key, length: len(key)}
 	return nil
 }
 
@@ -394,34 +383,8 @@ func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 			return w.tagDropped(err)
 		}
 	}
-	op := w.tagTakeSend(h.sreq, h.src, "rendezvous reply", false)
-	if op == nil {
-		return ucs.OK
-	}
-	op.kind, op.rreq, op.off, op.sent = topPush, h.rreq, 0, false
-	op.zcopy = op.dt.canZcopy() && op.th.lim.zcopy > 0 && op.dt.length >= op.th.zcopy
-	op.r.proto = protoTagRndvAM
-	if len(key) > 0 && op.dt.canZcopy() {
-		// Put, where the receiver's memory is mapped here or a lane puts
-		// to it such that the ATP, sent next on the AM lane, cannot arrive
-		// before the data: the same connection, or a transport done when
-		// its call returns. Otherwise the data is pushed.
-		if ref := w.rkc.get(op.ep, key, true); ref != nil {
-			rk := ref.rk
-			if rk.base != nil || (rk.rma != nil && (rk.rma.l == op.ep.am || !rk.rma.l.deferred())) {
-				op.kind, op.ref, op.raddr = topPut, ref, h.raddr
-				op.r.proto = protoTagRndvPut
-			} else {
-				w.rkc.put(ref)
-			}
-		}
-	}
-	// A reference for the code that advances the push, then the reply's
-	// is given up: it came.
-	atomic.AddInt32(&op.comp.Count, 1)
-	op.comp.Invoke(ucs.OK)
-	if st := w.protoStart(op); st != ucs.InProgress {
-		op.end(st)
+	if op := w.tagTakeSend(h.sreq, h.src, "rendezvous reply", false); op != nil {
+		w.rndvSendData(op, h.rreq, key, h.raddr)
 	}
 	return ucs.OK
 }
@@ -501,7 +464,7 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 	p := &w.proto
 	p.lock()
 	for _, op := range p.sends {
-		if op.ep != ep || op.kind != topRTS || op.revoked {
+		if op.ep != ep || op.kind != topRTS || op.revoked || op.fam != famTag {
 			continue
 		}
 		op.revoked = true
