@@ -24,9 +24,10 @@ import (
 //   - eager, one message: ucp header, user header and data copied into one
 //     transport buffer (AM bcopy);
 //   - eager, fragmented: above the lane's bcopy limit the data goes in
-//     fragments (zero-copy where the lane has it, so a tcp send copies
-//     nothing), and the receiver reassembles the message in a buffer of its
-//     own before calling the handler once;
+//     fragments (zero-copy from UCX_ZCOPY_THRESH where the lane has it,
+//     as for tag messages: over tcp a send copies nothing), and the
+//     receiver reassembles the message in a buffer of its own before
+//     calling the handler once;
 //   - rendezvous: the sender announces the message (its user header and
 //     length, AMRecvAttrFlagRNDV at the receiver); the receiver's handler
 //     takes it with Worker.AMRecvDataNBX into a buffer of the user's, or
@@ -39,12 +40,18 @@ import (
 //     (or when the key does not fit beside the user header) the receiver
 //     asks and the sender pushes the data in fragments. Either way the
 //     receiver tells the sender when it is done, and the send request then
-//     completes.
+//     completes. Closing the sender's endpoint, or canceling the send,
+//     revokes the message as for tag messages (tag_rndv.go): a receive of
+//     it that has not started fails with ucs.ErrCanceled.
 //
 // A worker learns the address of a worker that sends it a rendezvous
 // message or asks for a reply endpoint (the sender's first such message on
-// an endpoint is preceded by its worker address), and creates an endpoint
-// back to it when it has none.
+// an endpoint is preceded by its worker address, as a tag send's is), and
+// creates an endpoint back to it when it has none.
+//
+// Sends go through the send engine of tag matching and streams (sendOp,
+// proto_send.go): the same operation, packer, fragment loop, send queue
+// and rendezvous sender, with an amHeader in front of each message.
 //
 // Receive handlers run from Worker.Progress of the receiving worker, never
 // from a transport's own goroutine; with WorkerParams.SetAMAlignment their
@@ -163,6 +170,11 @@ type amWorker struct {
 	mu    sync.Mutex         // guards what follows
 	reasm map[amKey]*amReasm // eager messages being reassembled
 	recvs map[uint64]*amRecv // rendezvous receives waiting for data
+	// rts holds the rendezvous messages handed to a handler and not yet
+	// received or released and, with a nil value, those being received
+	// by a get, by sender and send number, for the sender's revoke
+	// (amRecvRevoke).
+	rts map[amKey]*AMDesc
 }
 
 // Default rendezvous threshold of active messages when UCX_RNDV_THRESH is
@@ -197,6 +209,7 @@ func (w *Worker) amInit() error {
 	a.handlers.Store(&empty)
 	a.reasm = map[amKey]*amReasm{}
 	a.recvs = map[uint64]*amRecv{}
+	a.rts = map[amKey]*AMDesc{}
 	a.enabled = true
 	return nil
 }

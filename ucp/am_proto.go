@@ -16,6 +16,11 @@ func (w *Worker) amControl(ep *Endpoint, h amHeader) ucs.Status {
 	if ep == nil || ep.closed.Load() || ep.am == nil {
 		return ucs.ErrNotConnected
 	}
+	return w.amCtrl(ep, h)
+}
+
+// amCtrl is amControl on an endpoint that may be closing (a revoke).
+func (w *Worker) amCtrl(ep *Endpoint, h amHeader) ucs.Status {
 	h.src = w.uid
 	op := w.newSendOp(ep, topCtrl)
 	op.fam, op.th, op.id, op.hlen = famAM, ep.thresholds(), amUCP, amHdrLen
@@ -107,7 +112,7 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 	case amRTS:
 		w.amDeliverRndv(h, p) // the user header, then the key if any
 	case amRTR:
-		if op := w.tagTakeSend(h.msg, h.src, "rendezvous reply", false); op != nil {
+		if op := w.takeSend(h.msg, h.src, "rendezvous reply", false); op != nil {
 			w.rndvSendData(op, h.total, nil, 0)
 		}
 	case amData:
@@ -138,15 +143,72 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 			rv.r.complete(rv.st)
 		}
 	case amDrop:
-		// The receiver took the data, or dropped the message.
-		if op := w.tagTakeSend(h.msg, h.src, "rendezvous drop", true); op != nil {
-			op.comp.Invoke(ucs.OK)
+		// The receiver took the data, or dropped the message, or answers
+		// a revoke (ucs.ErrCanceled), which may cross the drop of a
+		// receive that took the message: the send may have ended.
+		st, what := ucs.Status(int64(h.total)), "rendezvous drop"
+		if st == ucs.ErrCanceled {
+			what = ""
 		}
+		if op := w.takeSend(h.msg, h.src, what, true); op != nil {
+			op.comp.Invoke(st)
+		}
+	case amRevoke:
+		w.amRecvRevoke(h)
 	case amHello:
 		// The same as the software protocols' wireup (proto_sw.go).
 		w.wireBack(h.src, append([]byte(nil), p...))
 	}
 	return ucs.OK
+}
+
+// amRecvRevoke handles a sender's revoke of a rendezvous message it
+// announced (its endpoint closed), as tagRecvRevoke does for tag
+// messages: a message a handler kept and has not received is marked so
+// (AMRecvDataNBX fails with ucs.ErrCanceled), and a receive that waits
+// for the sender to push the data completes with ucs.ErrCanceled; the
+// sender then hears ucs.ErrCanceled (a drop with that status), as it does
+// when nothing is found (a receive completed: the sender had its drop).
+// Only a receive getting the data now is left alone: its drop, once it is
+// done, ends the send.
+func (w *Worker) amRecvRevoke(h amHeader) {
+	a := &w.am
+	k := amKey{h.src, h.msg}
+	var rv *amRecv
+	a.mu.Lock()
+	d, taking := a.rts[k]
+	switch {
+	case d != nil:
+		delete(a.rts, k)
+		d.revoked = true
+	case taking:
+		a.mu.Unlock()
+		return
+	default:
+		for id, x := range a.recvs {
+			if x.src == h.src && x.sreq == h.msg {
+				delete(a.recvs, id)
+				rv = x
+				break
+			}
+		}
+	}
+	a.mu.Unlock()
+	if rv != nil {
+		rv.r.complete(ucs.ErrCanceled)
+	}
+	if h.src == w.uid {
+		// The sender is this worker (an endpoint to itself, which may
+		// have been its only one): no message needed.
+		if op := w.takeSend(h.msg, h.src, "", true); op != nil {
+			op.comp.Invoke(ucs.ErrCanceled)
+		}
+		return
+	}
+	canceled := ucs.ErrCanceled
+	if st := w.amControl(w.replyEP(h.src), amHeader{typ: amDrop, msg: h.msg, total: uint64(int64(canceled))}); st.IsErr() {
+		w.warnf("ucp: worker %s: answering the revoke of rendezvous message %d from %#x: %v", w.name, h.msg, h.src, st)
+	}
 }
 
 // amDeliver calls the handler of an eager message whose data lies in a
@@ -254,6 +316,10 @@ func (w *Worker) amDeliverRndv(h amHeader, uhdr []byte) {
 		d.key, d.raddr = append([]byte(nil), key...), h.off
 		uhdr = uhdr[:h.hlen]
 	}
+	// Until it is received or released, a revoke finds it here.
+	w.am.mu.Lock()
+	w.am.rts[amKey{h.src, h.msg}] = d
+	w.am.mu.Unlock()
 	hd := w.amHandler(h.id)
 	if hd == nil {
 		w.warnf("ucp: worker %s: dropped active message %d (%d bytes, rendezvous) from %#x: no handler", w.name, h.id, h.total, h.src)

@@ -12,10 +12,13 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// What the two-sided protocols (tag matching, streams) share: the dispatch of their uct active messages, the worker's
-// queue of sends that wait for transport resources, the protocol limits of
-// a lane, the thresholds that choose a protocol by size, and the cache of
-// the keys of senders' data that rendezvous receivers unpack.
+// What the two-sided protocols (tag matching, active messages, streams)
+// share: the dispatch of their uct active messages, the worker's queue of
+// sends that wait for transport resources, the sends that wait for their
+// receiver and the reply endpoint (protoWorker), the protocol limits of a
+// lane, the thresholds that choose a protocol by size, and the cache of
+// the keys of senders' data that rendezvous receivers unpack. Their send
+// engine is in proto_send.go.
 
 // protoHandler handles one uct active message of a ucp protocol that
 // arrived on interface wi. It runs from Worker.Progress.
@@ -191,8 +194,7 @@ func (w *Worker) protoPurge(ep *Endpoint, st ucs.Status) {
 // reply endpoint last looked up. In the worker's multi thread mode mu
 // guards it; otherwise only one goroutine at a time uses it.
 type protoWorker struct {
-	multi  bool
-	mu     sync.Mutex
+	modeMutex
 	nextID atomic.Uint64
 	// sends are the sends that wait for their receiver (a sync send's
 	// acknowledgement, a rendezvous reply), by number, each holding a
@@ -202,16 +204,36 @@ type protoWorker struct {
 	lastEP  *Endpoint
 }
 
-func (p *protoWorker) lock() {
-	if p.multi {
-		p.mu.Lock()
+// modeMutex guards protocol state in the worker's multi thread mode
+// (multi); in the others only one goroutine at a time uses the worker,
+// and it takes no lock.
+type modeMutex struct {
+	multi bool
+	mu    sync.Mutex
+}
+
+func (m *modeMutex) lock() {
+	if m.multi {
+		m.mu.Lock()
 	}
 }
 
-func (p *protoWorker) unlock() {
-	if p.multi {
-		p.mu.Unlock()
+func (m *modeMutex) unlock() {
+	if m.multi {
+		m.mu.Unlock()
 	}
+}
+
+// protoCheck checks that the worker, not destroyed, may do the operation
+// named what of a protocol (enabled: its context has feature).
+func (w *Worker) protoCheck(what string, enabled bool, feature string) error {
+	if w.closed.Load() {
+		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
+	}
+	if !enabled {
+		return fmt.Errorf("ucp %s: the context was created without %s: %w", what, feature, ucs.ErrInvalidParam)
+	}
+	return nil
 }
 
 func (w *Worker) protoInit() {

@@ -143,7 +143,7 @@ func (op *sendOp) drop(st ucs.Status) ucs.Status {
 	n := int32(-1)
 	if st.IsErr() {
 		op.comp.SetError(st)
-		if op.w.tagUnregister(op) {
+		if op.w.unregisterSend(op) {
 			n--
 		}
 	}
@@ -153,10 +153,10 @@ func (op *sendOp) drop(st ucs.Status) ucs.Status {
 	return ucs.InProgress
 }
 
-// tagUnregister takes op out of the worker's sends, where it waits for
+// unregisterSend takes op out of the worker's sends, where it waits for
 // its receiver's reply (with a reference), and reports whether it was
-// there: not once the reply came or Cancel gave it up (tagCancelReply).
-func (w *Worker) tagUnregister(op *sendOp) bool {
+// there: not once the reply came or Cancel gave it up (cancelReply).
+func (w *Worker) unregisterSend(op *sendOp) bool {
 	p := &w.proto
 	p.lock()
 	ok := op.reply && p.sends[op.sreq] == op
@@ -564,12 +564,12 @@ func (op *sendOp) started(r *Request, ep *Endpoint, st ucs.Status, flags uint32,
 	}
 }
 
-// tagTakeSend removes and returns the send numbered sreq that waits for a
+// takeSend removes and returns the send numbered sreq that waits for a
 // reply from the worker src, or logs the reply (named what, unless empty)
 // and returns nil. A revoked send is taken only with revoked set (an ATS,
 // the receiver's answer); otherwise (an RTR that crossed the revoke) it
 // stays, and nil is returned without a word.
-func (w *Worker) tagTakeSend(sreq, src uint64, what string, revoked bool) *sendOp {
+func (w *Worker) takeSend(sreq, src uint64, what string, revoked bool) *sendOp {
 	p := &w.proto
 	p.lock()
 	op := p.sends[sreq]
@@ -589,11 +589,11 @@ func (w *Worker) tagTakeSend(sreq, src uint64, what string, revoked bool) *sendO
 	return op
 }
 
-// tagCancelSend cancels the tag or stream send r, whose op is op: one
+// cancelSend cancels the tag or stream send r, whose op is op: one
 // that waits in the worker's queue with nothing of it handed to the
-// transport ends at once; one that waits for the receiver (tagCancelReply)
+// transport ends at once; one that waits for the receiver (cancelReply)
 // ends once the transport is done with what it was handed.
-func (w *Worker) tagCancelSend(r *Request, op *sendOp) {
+func (w *Worker) cancelSend(r *Request, op *sendOp) {
 	q := &w.sendq
 	q.mu.Lock()
 	found := false
@@ -613,10 +613,10 @@ func (w *Worker) tagCancelSend(r *Request, op *sendOp) {
 		op.abort(ucs.ErrCanceled)
 		return
 	}
-	w.tagCancelReply(r)
+	w.cancelReply(r)
 }
 
-// tagCancelReply makes the send r, if it waits for its receiver's reply
+// cancelReply makes the send r, if it waits for its receiver's reply
 // (a sync send's acknowledgement, a rendezvous reply), stop waiting: it
 // ends with ucs.ErrCanceled as soon as the transport is done with what it
 // was handed, whatever the receiver does. A rendezvous message is revoked
@@ -625,12 +625,12 @@ func (w *Worker) tagCancelSend(r *Request, op *sendOp) {
 // (a key went out) may still read it, and then gets what the buffer holds.
 // In the worker's sends a stand-in (topWait) takes the send's place until
 // the receiver's answer, which it absorbs without a word.
-func (w *Worker) tagCancelReply(r *Request) {
+func (w *Worker) cancelReply(r *Request) {
 	p := &w.proto
 	p.lock()
 	var op *sendOp
 	for _, o := range p.sends {
-		if o.r == r && o.reply && o.fam == famTag {
+		if o.r == r && o.reply {
 			op = o
 			break
 		}
@@ -642,14 +642,44 @@ func (w *Worker) tagCancelReply(r *Request) {
 	wait := w.newSendOp(op.ep, topWait)
 	wait.th, wait.sreq = op.th, op.sreq
 	// A rendezvous stand-in ignores an RTR that crosses the revoke, as a
-	// revoked send does (tagTakeSend).
+	// revoked send does (takeSend).
 	wait.revoked = op.kind == topRTS
 	p.sends[op.sreq] = wait
 	revoke := op.kind == topRTS && !op.revoked
 	op.reply = false
 	p.unlock()
 	if revoke {
-		w.tagRevoke(op.ep, op.sreq)
+		w.rndvRevoke(op.ep, op.fam, op.sreq)
 	}
 	op.comp.Invoke(ucs.ErrCanceled)
+}
+
+// wireBack makes sure the peer can reach this worker back before a
+// message it must answer (a sync send, a rendezvous): the worker's address
+// goes ahead of it, once per endpoint, on the same lane (swWireup).
+func (ep *Endpoint) wireBack() error {
+	if ep.wiredBack.Load() {
+		return nil
+	}
+	w := ep.w
+	if swHeaderLen+len(w.address) > ep.thresholds().lim.bcopy {
+		return fmt.Errorf("the worker's address (%d bytes) does not fit in a message to %s: %w", len(w.address), ep.remoteName, ucs.ErrExceedsLimit)
+	}
+	op := w.newSendOp(ep, topCtrl)
+	op.th, op.id, op.hlen = ep.thresholds(), amSwWireup, swHeaderLen
+	h := swHeader{src: w.uid}
+	h.put(op.hdr[:])
+	op.key = dtIter{contig: w.address, length: len(w.address)}
+	switch st := w.protoStart(op); {
+	case st == ucs.OK:
+		// Handed over: later messages follow it on the lane. (A queued one
+		// leaves the flag for a software operation, which does not go
+		// through the queue, to send its own.)
+		ep.wiredBack.Store(true)
+		op.free()
+	case st.IsErr():
+		op.free()
+		return fmt.Errorf("worker address to %s: %w", ep.remoteName, st)
+	}
+	return nil
 }

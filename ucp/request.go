@@ -459,9 +459,10 @@ func (r *Request) Release() { r.Free() }
 // putting there may still write it), or a stream receive still waiting for
 // data (what it received stays in its buffer), completes with it at once
 // (its callback runs); a send that still waits for transport resources,
-// nothing of it sent, does too. A tag send that waits for its receiver (a
-// sync send not yet acknowledged, a rendezvous send whose receiver has not
-// taken the data) completes with it whatever the receiver does, as soon
+// nothing of it sent, does too. A tag send or active message that waits
+// for its receiver (a sync send not yet acknowledged, a rendezvous send
+// whose receiver has not taken the data) completes with it whatever the
+// receiver does, as soon
 // as the transport is done with what it was handed (at once when that is
 // all of it): a rendezvous message is revoked, so that no receive takes it
 // any more, but a receive already reading the sender's memory (through a
@@ -483,7 +484,7 @@ func (r *Request) Cancel() {
 		return
 	}
 	if op := r.top; op != nil {
-		r.w.tagCancelSend(r, op)
+		r.w.cancelSend(r, op)
 		return
 	}
 	if r.lane == nil {

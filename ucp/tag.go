@@ -3,7 +3,6 @@ package ucp
 import (
 	"fmt"
 	"math/bits"
-	"sync"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -146,11 +145,10 @@ type fragDest struct {
 // one that calls the worker, from which Progress runs the handlers).
 type tagWorker struct {
 	enabled bool
-	multi   bool
-	mu      sync.Mutex
-	m       tagMatch
-	frags   map[fragKey]fragDest
-	recvs   map[uint64]*Request // rendezvous receives the sender pushes data to
+	modeMutex
+	m     tagMatch
+	frags map[fragKey]fragDest
+	recvs map[uint64]*Request // rendezvous receives the sender pushes data to
 	// rts holds the rendezvous messages no receive took (unexpected, or
 	// removed by a probe) and, with a nil value, those a receive is taking
 	// (reading the sender's memory, tagTook), by sender and send number,
@@ -158,18 +156,6 @@ type tagWorker struct {
 	rts  map[fragKey]*TagMessage
 	free *TagMessage // recycled messages, linked through links[0].next
 	bufs bufPool
-}
-
-func (t *tagWorker) lock() {
-	if t.multi {
-		t.mu.Lock()
-	}
-}
-
-func (t *tagWorker) unlock() {
-	if t.multi {
-		t.mu.Unlock()
-	}
 }
 
 // tagInit prepares the worker for tag matching when its context has
@@ -197,13 +183,7 @@ func (w *Worker) tagInit() error {
 
 // tagCheck checks that the worker may do tag matching.
 func (w *Worker) tagCheck(what string) error {
-	if w.closed.Load() {
-		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
-	}
-	if !w.tag.enabled {
-		return fmt.Errorf("ucp %s: the context was created without FeatureTag: %w", what, ucs.ErrInvalidParam)
-	}
-	return nil
+	return w.protoCheck(what, w.tag.enabled, "FeatureTag")
 }
 
 // Buffers of the worker's own, for unexpected data a transport does not

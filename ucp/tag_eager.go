@@ -206,36 +206,6 @@ func (ep *Endpoint) sendCheck(what string) error {
 	return nil
 }
 
-// wireBack makes sure the peer can reach this worker back before a
-// message it must answer (a sync send, a rendezvous): the worker's address
-// goes ahead of it, once per endpoint, on the same lane (swWireup).
-func (ep *Endpoint) wireBack() error {
-	if ep.wiredBack.Load() {
-		return nil
-	}
-	w := ep.w
-	if swHeaderLen+len(w.address) > ep.thresholds().lim.bcopy {
-		return fmt.Errorf("the worker's address (%d bytes) does not fit in a message to %s: %w", len(w.address), ep.remoteName, ucs.ErrExceedsLimit)
-	}
-	op := w.newSendOp(ep, topCtrl)
-	op.th, op.id, op.hlen = ep.thresholds(), amSwWireup, swHeaderLen
-	h := swHeader{src: w.uid}
-	h.put(op.hdr[:])
-	op.key = dtIter{contig: w.address, length: len(w.address)}
-	switch st := w.protoStart(op); {
-	case st == ucs.OK:
-		// Handed over: later messages follow it on the lane. (A queued one
-		// leaves the flag for a software operation, which does not go
-		// through the queue, to send its own.)
-		ep.wiredBack.Store(true)
-		op.free()
-	case st.IsErr():
-		op.free()
-		return fmt.Errorf("worker address to %s: %w", ep.remoteName, st)
-	}
-	return nil
-}
-
 // tagAckTo names a sync send to acknowledge: its sender and number.
 type tagAckTo struct{ src, sreq uint64 }
 
@@ -436,7 +406,7 @@ func (w *Worker) tagRecvReply(id uint8, data []byte, what string) ucs.Status {
 		// of a receive that took the message: the send may have ended.
 		what = ""
 	}
-	if op := w.tagTakeSend(h.sreq, h.src, what, true); op != nil {
+	if op := w.takeSend(h.sreq, h.src, what, true); op != nil {
 		op.comp.Invoke(h.status)
 	}
 	return ucs.OK

@@ -48,7 +48,10 @@ import (
 // longer than the receive's buffer is acknowledged at once, without a
 // transfer, and the receive completes with ucs.ErrMessageTruncated.
 //
-// Closing the sender. A send whose endpoint closes (flush or force mode)
+// Closing the sender (tag messages here; active messages the same way, with
+// amRevoke and amRecvRevoke in am_proto.go, answered by an amDrop of
+// ucs.ErrCanceled, and the rendezvous messages a handler kept in the
+// place of the unexpected ones). A send whose endpoint closes (flush or force mode)
 // before the receiver answered its RTS ends, and its buffer is the
 // caller's again; the receiver must then neither read that buffer nor
 // wait for data that will not come. The sender revokes the message: an
@@ -383,7 +386,7 @@ func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 			return w.tagDropped(err)
 		}
 	}
-	if op := w.tagTakeSend(h.sreq, h.src, "rendezvous reply", false); op != nil {
+	if op := w.takeSend(h.sreq, h.src, "rendezvous reply", false); op != nil {
 		w.rndvSendData(op, h.rreq, key, h.raddr)
 	}
 	return ucs.OK
@@ -455,20 +458,16 @@ func tagRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 // send queue (every RTS handed over), so that each revoke follows its RTS
 // on the AM lane.
 func (w *Worker) tagRevokeEP(ep *Endpoint) {
-	t := &w.tag
-	if !t.enabled {
-		return
-	}
-	var sreqs []uint64
+	var revoked []*sendOp // stays in sends: read only what does not change
 	var done []*Request
 	p := &w.proto
 	p.lock()
 	for _, op := range p.sends {
-		if op.ep != ep || op.kind != topRTS || op.revoked || op.fam != famTag {
+		if op.ep != ep || op.kind != topRTS || op.revoked {
 			continue
 		}
 		op.revoked = true
-		sreqs = append(sreqs, op.sreq)
+		revoked = append(revoked, op)
 		if op.key.length == 0 {
 			// No key went out: the data leaves only when this worker
 			// pushes or puts it, which it no longer does for a revoked
@@ -482,10 +481,10 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 		}
 	}
 	p.unlock()
-	for _, sreq := range sreqs {
-		w.tagRevoke(ep, sreq)
+	for _, op := range revoked {
+		w.rndvRevoke(ep, op.fam, op.sreq)
 	}
-	if len(sreqs) > 0 && ep.closed.Load() && !w.closed.Load() {
+	if len(revoked) > 0 && ep.closed.Load() && !w.closed.Load() {
 		// Closed at once (force): destroying the lanes now would drop what
 		// a transport still holds of the revokes (tcp drops the frames it
 		// has not written). They linger until the revokes are out.
@@ -496,9 +495,15 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 	}
 }
 
-// tagRevoke sends the revoke of the rendezvous send sreq on ep, behind
-// its RTS.
-func (w *Worker) tagRevoke(ep *Endpoint, sreq uint64) {
+// rndvRevoke sends the revoke of the rendezvous send sreq, of family fam,
+// on ep, behind its RTS.
+func (w *Worker) rndvRevoke(ep *Endpoint, fam uint8, sreq uint64) {
+	if fam == famAM {
+		if st := w.amCtrl(ep, amHeader{typ: amRevoke, msg: sreq}); st.IsErr() {
+			w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
+		}
+		return
+	}
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
 	put64(op.hdr[:], w.uid, sreq)
@@ -559,7 +564,7 @@ func tagRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 	if h.src == w.uid {
 		// The sender is this worker (an endpoint to itself, which may
 		// have been its only one): no message needed.
-		if op := w.tagTakeSend(h.sreq, h.src, "", true); op != nil {
+		if op := w.takeSend(h.sreq, h.src, "", true); op != nil {
 			op.comp.Invoke(ucs.ErrCanceled)
 		}
 		return ucs.OK
