@@ -761,14 +761,7 @@ func TestAMRndvSenderCloses(t *testing.T) {
 						cr.Free()
 					}
 				}
-				e.wait(t, "the send", sr.IsCompleted)
-				sst := sr.Status()
-				sr.Free()
-				if sst != nil && !errors.Is(sst, ucs.ErrCanceled) {
-					t.Fatalf("send ended with %v, want nil or ucs.ErrCanceled", sst)
-				}
-				// The send completed: the buffer is the sender's again.
-				copy(src, pattern(rndvMsgBytes, 2))
+				sst := sendEnded(t, func(what string, c func() bool) { e.wait(t, what, c) }, sr, src)
 				buf := make([]byte, rndvMsgBytes)
 				rr, err := e.b.AMRecvDataNBX(desc, buf, nil)
 				if err == nil && rr != nil {

@@ -102,14 +102,7 @@ func tagRndvSenderCloses(t *testing.T, e *tagEnv, mode int, state string) {
 	if err := e.done(t, "close", cr, err); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	e.wait(t, "the send", sr.IsCompleted)
-	sst := sr.Status()
-	sr.Free()
-	if sst != nil && !errors.Is(sst, ucs.ErrCanceled) {
-		t.Fatalf("send ended with %v, want nil or ucs.ErrCanceled", sst)
-	}
-	// The send completed: the buffer is the sender's again.
-	copy(src, pattern(rndvMsgBytes, 2))
+	sst := sendEnded(t, func(what string, c func() bool) { e.wait(t, what, c) }, sr, src)
 
 	switch state {
 	case rcvProbed:
@@ -129,6 +122,22 @@ func tagRndvSenderCloses(t *testing.T, e *tagEnv, mode int, state string) {
 		defer e.a.proto.unlock()
 		return len(e.a.proto.sends) == 0
 	})
+}
+
+// sendEnded waits (with wait) for sr, a send whose endpoint closed or
+// that was canceled, and returns its status: nil or ucs.ErrCanceled
+// (anything else fails the test). The send completed: src, its buffer,
+// is the sender's again, and sendEnded overwrites it.
+func sendEnded(t *testing.T, wait func(what string, cond func() bool), sr *Request, src []byte) error {
+	t.Helper()
+	wait("the send", sr.IsCompleted)
+	sst := sr.Status()
+	sr.Free()
+	if sst != nil && !errors.Is(sst, ucs.ErrCanceled) {
+		t.Fatalf("send ended with %v, want nil or ucs.ErrCanceled", sst)
+	}
+	copy(src, pattern(len(src), 2))
+	return sst
 }
 
 // checkLateRecv checks rr, a receive of the message posted before the
