@@ -6,7 +6,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -25,9 +24,10 @@ import (
 //   - eager, one message: ucp header, user header and data copied into one
 //     transport buffer (AM bcopy);
 //   - eager, fragmented: above the lane's bcopy limit the data goes in
-//     fragments (zero-copy where the lane has it, so a tcp send copies
-//     nothing), and the receiver reassembles the message in a buffer of its
-//     own before calling the handler once;
+//     fragments (zero-copy from UCX_ZCOPY_THRESH where the lane has it,
+//     as for tag messages: over tcp a send copies nothing), and the
+//     receiver reassembles the message in a buffer of its own before
+//     calling the handler once;
 //   - rendezvous: the sender announces the message (its user header and
 //     length, AMRecvAttrFlagRNDV at the receiver); the receiver's handler
 //     takes it with Worker.AMRecvDataNBX into a buffer of the user's, or
@@ -40,12 +40,18 @@ import (
 //     (or when the key does not fit beside the user header) the receiver
 //     asks and the sender pushes the data in fragments. Either way the
 //     receiver tells the sender when it is done, and the send request then
-//     completes.
+//     completes. Closing the sender's endpoint, or canceling the send,
+//     revokes the message as for tag messages (tag_rndv.go): a receive of
+//     it that has not started fails with ucs.ErrCanceled.
 //
 // A worker learns the address of a worker that sends it a rendezvous
 // message or asks for a reply endpoint (the sender's first such message on
-// an endpoint is preceded by its worker address), and creates an endpoint
-// back to it when it has none.
+// an endpoint is preceded by its worker address, as a tag send's is), and
+// creates an endpoint back to it when it has none.
+//
+// Sends go through the send engine of tag matching and streams (sendOp,
+// proto_send.go): the same operation, packer, fragment loop, send queue
+// and rendezvous sender, with an amHeader in front of each message.
 //
 // Receive handlers run from Worker.Progress of the receiving worker, never
 // from a transport's own goroutine; with WorkerParams.SetAMAlignment their
@@ -153,12 +159,6 @@ func (p *AMHandlerParam) SetArg(arg any) *AMHandlerParam {
 	return p
 }
 
-// amEP is an endpoint's active-message state.
-type amEP struct {
-	busy  atomic.Int32 // its operations not yet handed to the transport, or not yet completed by it
-	hello atomic.Bool  // the worker address was sent
-}
-
 // amWorker is a worker's active-message state.
 type amWorker struct {
 	enabled  bool
@@ -167,14 +167,14 @@ type amWorker struct {
 	handlers atomic.Pointer[[]*amHandler]
 	hmu      sync.Mutex // serializes handler updates
 
-	mu     sync.Mutex // guards what follows
-	nextID uint64
-	reasm  map[amKey]*amReasm // eager messages being reassembled
-	sends  map[uint64]*amOp   // rendezvous sends waiting for the receiver
-	recvs  map[uint64]*amRecv // rendezvous receives waiting for data
-	// lastSrc and lastEP cache the reply endpoint last looked up.
-	lastSrc uint64
-	lastEP  *Endpoint
+	mu    sync.Mutex         // guards what follows
+	reasm map[amKey]*amReasm // eager messages being reassembled
+	recvs map[uint64]*amRecv // rendezvous receives waiting for data
+	// rts holds the rendezvous messages handed to a handler and not yet
+	// received or released and, with a nil value, those being received
+	// by a get, by sender and send number, for the sender's revoke
+	// (amRecvRevoke).
+	rts map[amKey]*AMDesc
 }
 
 // Default rendezvous threshold of active messages when UCX_RNDV_THRESH is
@@ -208,8 +208,8 @@ func (w *Worker) amInit() error {
 	empty := []*amHandler{}
 	a.handlers.Store(&empty)
 	a.reasm = map[amKey]*amReasm{}
-	a.sends = map[uint64]*amOp{}
 	a.recvs = map[uint64]*amRecv{}
+	a.rts = map[amKey]*AMDesc{}
 	a.enabled = true
 	return nil
 }
@@ -323,18 +323,21 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	if flags&amFlagReply != 0 {
 		hflags = amHdrReply
 	}
-	if (rndv || hflags != 0) && !ep.amq.hello.Load() {
-		if err := ep.amSendHello(); err != nil {
+	if rndv || hflags != 0 {
+		// The receiver needs a way back to this worker.
+		if err := ep.wireBack(); err != nil {
 			it.finish()
 			return nil, fmt.Errorf("ucp am send: %w", err)
 		}
 	}
-	lim := laneLimitsOf(l)
-	single := !rndv && amHdrLen+len(header)+size <= lim.bcopy
+	th := ep.thresholds()
+	single := !rndv && amHdrLen+len(header)+size <= th.lim.bcopy
+	h := amHeader{typ: amSingle, flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
 	if single && contig && ep.queued.Load() == 0 {
 		// The common small message: one copy, no request.
-		h := amHeader{typ: amSingle, flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
-		st := l.amBcopy(&h, header, data)
+		var hb [amHdrLen]byte
+		h.put(hb[:])
+		st := l.amPackBuf(amUCP, hb[:], header, data)
 		switch {
 		case st == ucs.OK:
 			if flags&flagNoImmCmpl != 0 {
@@ -358,70 +361,32 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	if contig {
 		it = dtIter{contig: data, length: len(data)}
 	}
-	op := &amOp{ep: ep, l: l, lim: lim, dt: it}
-	if len(header) > 0 {
-		op.uhdr = append([]byte(nil), header...)
-	}
-	op.h = amHeader{flags: hflags, id: uint16(id), hlen: uint32(len(header)), src: w.uid}
+	op := w.newSendOp(ep, topSingle)
+	op.fam, op.th, op.id = famAM, th, amUCP
 	r := w.newRequest(param)
-	r.size, r.lane = size, l
+	r.size, r.lane, r.dt, r.top = size, l, it, op
+	op.r, op.dt = r, &r.dt
 	switch {
 	case single:
-		op.kind, op.h.typ, r.proto = opSingle, amSingle, protoAMSingle
+		r.proto = protoAMSingle
 	case rndv:
-		op.kind, op.h.typ, op.h.total, r.proto = opRTS, amRTS, uint64(size), protoAMRndv
-		if size > 0 && contig {
-			if key, m := w.rndvKey(ep, data, param, false); key != nil && amHdrLen+len(header)+len(key) <= lim.bcopy {
-				op.key, op.memh = key, m
-				op.h.off = uint64(uintptr(unsafe.Pointer(&data[0])))
-				r.proto = protoAMRndvGet
-			} else if m != nil {
-				w.ctx.MemUnmap(m)
-			}
+		// Replies and drops find the send by its number.
+		op.kind, h.typ, h.total, r.proto = topRTS, amRTS, uint64(size), protoAMRndv
+		w.proto.register(op)
+		h.msg = op.sreq
+		if h.off = op.rndvAnnounce(param, amHdrLen+len(header)); h.off != 0 {
+			r.proto = protoAMRndvGet
 		}
 	default:
-		op.kind, op.h.typ, op.h.total, r.proto = opFrag, amFirst, uint64(size), protoAMFrag
+		// Fragments find their message by its number.
+		op.kind, h.typ, h.total, r.proto = topMulti, amFirst, uint64(size), protoAMFrag
+		op.msg = w.proto.newID()
+		h.msg = op.msg
+		op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && size >= th.zcopy
 	}
-	op.r = r
+	op.setAMHeader(&h, header)
 	w.inflight.Add(1)
-	if op.kind == opRTS || op.kind == opFrag {
-		// Fragments and rendezvous replies find their message by this id.
-		w.am.mu.Lock()
-		w.am.nextID++
-		op.h.msg = w.am.nextID
-		w.am.mu.Unlock()
-	}
-	st := w.amStart(op)
-	switch {
-	case st == ucs.OK:
-		op.release()
-		return r.doneNow(flags), nil
-	case st == ucs.InProgress:
-		return r, nil
-	default:
-		op.release()
-		r.finish(st)
-		r.release()
-		return nil, fmt.Errorf("ucp %s on %s: %w", r.proto, l, st)
-	}
-}
-
-// amSendHello sends the worker's address to the endpoint's worker once, so
-// that it can reach this worker back (reply endpoints, rendezvous).
-func (ep *Endpoint) amSendHello() error {
-	if ep.amq.hello.Swap(true) {
-		return nil
-	}
-	w := ep.w
-	if amHdrLen+len(w.address) > laneLimitsOf(ep.am).bcopy {
-		w.warnf("ucp: worker %s: its address (%d bytes) does not fit in an active message on %s; %s cannot create a reply endpoint", w.name, len(w.address), ep.am, ep.remoteName)
-		return nil
-	}
-	op := &amOp{ep: ep, l: ep.am, kind: opCtrl, h: amHeader{typ: amHello, src: w.uid}, data: w.address}
-	if st := w.amStart(op); st.IsErr() {
-		return fmt.Errorf("worker address to %s: %w", ep.remoteName, st)
-	}
-	return nil
+	return op.started(r, ep, w.protoStart(op), flags, "am send")
 }
 
 // statusOf returns the ucs.Status an error carries (ucs.ErrIOError for

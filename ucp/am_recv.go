@@ -57,6 +57,9 @@ type AMDesc struct {
 	ep     *Endpoint    // rendezvous: the endpoint back to the sender
 	key    []byte       // rendezvous: the packed key of the data, if it may be got
 	raddr  uint64       // rendezvous: the data's address at the sender
+	// revoked: rendezvous data its sender took back (amRecvRevoke) before
+	// it was received; guarded by the worker's am.mu.
+	revoked bool
 }
 
 // States of an AMDesc.
@@ -103,6 +106,7 @@ type amRecv struct {
 	total int
 	got   int
 	src   uint64
+	sreq  uint64     // the sender's request id
 	st    ucs.Status // the first error of unpacking
 }
 
@@ -168,7 +172,9 @@ func (w *Worker) amHandler(id uint16) *amHandler {
 // then runs with the status); for eager data kept by a callback it copies
 // the data and releases desc, and returns (nil, nil). desc is consumed
 // either way. It fails with ucs.ErrInvalidParam for a nil or already
-// consumed descriptor and ucs.ErrMessageTruncated for a buffer too small.
+// consumed descriptor, ucs.ErrMessageTruncated for a buffer too small, and
+// ucs.ErrCanceled for rendezvous data its sender took back (it closed its
+// endpoint or canceled the send).
 func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*Request, error) {
 	if desc == nil || desc.w != w || desc.state == descDone {
 		return nil, fmt.Errorf("ucp am recv data: descriptor not valid: %w", ucs.ErrInvalidParam)
@@ -203,6 +209,18 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		return nil, fmt.Errorf("ucp am recv data: rendezvous data cannot arrive at once: %w", ucs.ErrNoResource)
 	}
 	desc.state = descDone
+	a := &w.am
+	k := amKey{desc.src, desc.sreq}
+	a.mu.Lock()
+	revoked := desc.revoked
+	if !revoked {
+		a.rts[k] = nil // being taken: a revoke waits for the drop or RTR
+	}
+	a.mu.Unlock()
+	if revoked {
+		it.finish()
+		return nil, fmt.Errorf("ucp am recv data: the sender took the message back: %w", ucs.ErrCanceled)
+	}
 	if desc.key != nil && (it.isContig() || (it.class == DatatypeClassIOV && it.length == desc.length)) {
 		if r, err, ok := w.amRecvGet(desc, buf, param, flags); ok {
 			it.finish()
@@ -214,6 +232,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	w.inflight.Add(1)
 	if desc.length == 0 {
 		// Nothing to fetch: tell the sender it is done.
+		a.untake(k)
 		if st := w.amControl(desc.ep, amHeader{typ: amDrop, msg: desc.sreq}); st.IsErr() {
 			r.finish(st)
 			r.release()
@@ -221,11 +240,11 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		}
 		return r.doneNow(flags), nil
 	}
-	a := &w.am
+	rid := w.proto.newID()
 	a.mu.Lock()
-	a.nextID++
-	rid := a.nextID
-	a.recvs[rid] = &amRecv{r: r, total: desc.length, src: desc.src, st: ucs.OK}
+	// From being taken to waiting for the push, where a revoke finds it.
+	delete(a.rts, k)
+	a.recvs[rid] = &amRecv{r: r, total: desc.length, src: desc.src, sreq: desc.sreq, st: ucs.OK}
 	a.mu.Unlock()
 	if st := w.amControl(desc.ep, amHeader{typ: amRTR, msg: desc.sreq, total: rid}); st.IsErr() {
 		a.mu.Lock()
@@ -249,6 +268,14 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 	inCallback := desc.state == descInCallback
 	desc.state = descDone
 	if desc.rndv {
+		a := &w.am
+		a.mu.Lock()
+		delete(a.rts, amKey{desc.src, desc.sreq})
+		revoked := desc.revoked
+		a.mu.Unlock()
+		if revoked {
+			return // the sender took it back: nothing to tell it
+		}
 		if st := w.amControl(desc.ep, amHeader{typ: amDrop, msg: desc.sreq}); st.IsErr() {
 			w.warnf("ucp: worker %s: dropping a rendezvous message: %v", w.name, st)
 		}
@@ -260,6 +287,16 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 		desc.wi.iface.ReleaseDesc(desc.raw)
 	}
 	desc.raw, desc.data = nil, nil
+}
+
+// untake forgets that the rendezvous message k is being taken (its
+// receive got its data, or ends without it).
+func (a *amWorker) untake(k amKey) {
+	a.mu.Lock()
+	if d, ok := a.rts[k]; ok && d == nil {
+		delete(a.rts, k)
+	}
+	a.mu.Unlock()
 }
 
 // amRecvGet receives rendezvous data by getting it from the sender's
@@ -282,6 +319,7 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 	sreq := desc.sreq
 	fin := func() {
 		w.rkc.put(ref)
+		w.am.untake(amKey{desc.src, sreq})
 		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
 			w.warnf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
 		}

@@ -522,6 +522,8 @@ func FuzzAMHeader(f *testing.F) {
 	add(amHeader{typ: amRTR, src: 9, msg: 2, total: 5}, "")
 	add(amHeader{typ: amData, src: 9, msg: 5, off: 8192}, "data")
 	add(amHeader{typ: amDrop, src: 9, msg: 2}, "")
+	add(amHeader{typ: amDrop, src: 9, msg: 2, total: uint64(1<<64 - 16)}, "") // ucs.ErrCanceled
+	add(amHeader{typ: amRevoke, src: 9, msg: 2}, "")
 	add(amHeader{typ: amHello, src: 9}, "GWA\x01")
 	f.Add([]byte{})
 	f.Add([]byte("garbage"))
@@ -706,5 +708,82 @@ func TestAMAlignment(t *testing.T) {
 				t.Errorf("%d messages with misaligned data", misaligned)
 			}
 		})
+	}
+}
+
+// TestAMRndvSenderCloses closes the sender's endpoint (flush or force
+// mode), or cancels the send, while a rendezvous active message is
+// announced and the receiver's handler kept it without receiving its data
+// yet, over every transport. The send completes (a canceled one with only
+// the sender progressing, whatever the receiver does), and the sender
+// then overwrites its buffer, as it may. The announcement is revoked: the
+// receiver's AMRecvDataNBX never succeeds with other data than was sent
+// (it fails with ucs.ErrCanceled), and the sender forgets the send once
+// the receiver answered the revoke.
+func TestAMRndvSenderCloses(t *testing.T) {
+	const cancel = -1
+	for _, tr := range amTransports {
+		for _, mode := range []int{CloseModeFlush, CloseModeForce, cancel} {
+			name := map[int]string{CloseModeFlush: "flush", CloseModeForce: "force", cancel: "cancel"}[mode]
+			t.Run(tr.name+"/"+name, func(t *testing.T) {
+				e := newAMEnv(t, tr.tls, tr.self)
+				got := e.record(t, 7, 0)
+				src := pattern(rndvMsgBytes, 1)
+				sent := bytes.Clone(src)
+				sr, err := e.ab.AMSendNBX(7, nil, src, new(RequestParam).SetAMSendFlags(AMSendFlagRNDV))
+				if err != nil || sr == nil {
+					t.Fatalf("send: %v, %v; want a request", sr, err)
+				}
+				// Only the receiver progresses until the close: the sender
+				// answers nothing before it.
+				announced := func() bool { return len(*got) == 1 }
+				if tr.self {
+					e.wait(t, "the announcement", announced)
+				} else {
+					progressUntil(t, e.b, "the announcement", announced)
+				}
+				desc := (*got)[0].desc
+				if mode == cancel {
+					sr.Cancel()
+					progressUntil(t, e.a, "the canceled send", sr.IsCompleted)
+					e.wait(t, "the revoke", func() bool {
+						e.b.am.mu.Lock()
+						defer e.b.am.mu.Unlock()
+						return desc.revoked
+					})
+				} else {
+					cr, err := e.ab.EPCloseNB(mode)
+					if err != nil {
+						t.Fatalf("close: %v", err)
+					}
+					if cr != nil {
+						e.wait(t, "the close", cr.IsCompleted)
+						cr.Free()
+					}
+				}
+				sst := sendEnded(t, func(what string, c func() bool) { e.wait(t, what, c) }, sr, src)
+				buf := make([]byte, rndvMsgBytes)
+				rr, err := e.b.AMRecvDataNBX(desc, buf, nil)
+				if err == nil && rr != nil {
+					e.wait(t, "the receive", rr.IsCompleted)
+					err = rr.Status()
+					rr.Free()
+				}
+				switch {
+				case err == nil && !bytes.Equal(buf, sent):
+					t.Fatalf("the receive succeeded with other data than was sent (first difference at %d)", firstDiff(buf, sent))
+				case sst != nil && err == nil:
+					t.Fatal("the send was canceled, its receive succeeded")
+				case err != nil && !errors.Is(err, ucs.ErrCanceled):
+					t.Fatalf("the receive failed with %v, want ucs.ErrCanceled", err)
+				}
+				t.Logf("send: %v; receive: %v", sst, err)
+				e.wait(t, "the receiver's answer", func() bool {
+					e.a.proto.lock()
+					defer e.a.proto.unlock()
+					return len(e.a.proto.sends) == 0
+				})
+			})
+		}
 	}
 }

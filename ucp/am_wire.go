@@ -21,7 +21,8 @@ const (
 	amRTR                     // rendezvous ready to receive (receiver to sender)
 	amData                    // rendezvous data (sender to receiver)
 	amDrop                    // the receiver dropped, or got all of, a rendezvous message
-	amHello                   // the sender's worker address, for a reply endpoint
+	amHello                   // the sender's worker address, for a reply endpoint (older senders: it now goes in the software protocols' wireup message, Endpoint.wireBack)
+	amRevoke                  // the sender takes back a rendezvous message (its endpoint closed)
 	amTypeEnd
 )
 
@@ -44,14 +45,17 @@ const (
 // amHeader starts every ucp active message (little endian, amHdrLen
 // bytes); the payload follows it:
 //
-//	0  typ   u8   amSingle ... amHello
+//	0  typ   u8   amSingle ... amRevoke
 //	1  flags u8   amHdrReply (Single, First, RTS); 0 otherwise
 //	2  id    u16  user AM id (Single, First, RTS); 0 otherwise
 //	4  hlen  u32  user header length (Single, First, RTS); 0 otherwise
 //	8  src   u64  uid of the sending worker
-//	16 msg   u64  First, Middle: the sender's message id; RTS, RTR, Drop: the
-//	              sender's request id; Data: the receiver's request id
-//	24 total u64  First, RTS: data length; RTR: the receiver's request id
+//	16 msg   u64  First, Middle: the sender's message id; RTS, RTR, Drop,
+//	              Revoke: the sender's request id; Data: the receiver's
+//	              request id
+//	24 total u64  First, RTS: data length; RTR: the receiver's request id;
+//	              Drop: 0, or the status (ucs.ErrCanceled) of the answer to
+//	              a revoke that found the message not taken
 //	32 off   u64  Middle, Data: offset of the payload in the data; RTS: the
 //	              data's address when a packed key follows the user header
 type amHeader struct {
@@ -104,7 +108,7 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 		return bad("flags %#x", h.flags)
 	}
 	switch h.typ {
-	case amFirst, amMiddle, amRTS, amRTR, amData, amDrop:
+	case amFirst, amMiddle, amRTS, amRTR, amData, amDrop, amRevoke:
 		if h.msg == 0 {
 			return bad("type %d without message id", h.typ)
 		}
@@ -145,8 +149,12 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 			return bad("rendezvous data of %d bytes at %d, total %d", n, h.off, h.total)
 		}
 	case amDrop:
+		if st := int64(h.total); n != 0 || st > 0 || st < int64(ucs.ErrLast) || h.off != 0 {
+			return bad("rendezvous drop with %d bytes, status %d, offset %d", n, st, h.off)
+		}
+	case amRevoke:
 		if n != 0 || h.total != 0 || h.off != 0 {
-			return bad("rendezvous drop with %d bytes, total %d, offset %d", n, h.total, h.off)
+			return bad("rendezvous revoke with %d bytes, total %d, offset %d", n, h.total, h.off)
 		}
 	case amHello:
 		if n == 0 || n > maxAddrBlob || h.msg != 0 || h.total != 0 || h.off != 0 {

@@ -147,7 +147,6 @@ type Endpoint struct {
 	swDirty   atomic.Bool  // software puts or atomics sent since the last flush
 	wiredBack atomic.Bool  // the peer has this worker's address (swWireup)
 	direct    atomic.Bool  // a key unpacked on it maps the peer's memory here
-	amq       amEP         // active messages (am.go)
 	queued    atomic.Int32 // its sends in the worker's send queue (proto.go)
 	thresh    atomic.Pointer[protoThresh]
 	sock      sockAddrs // of a client-server endpoint (ep_sockaddr.go)

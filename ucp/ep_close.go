@@ -315,11 +315,12 @@ func (op *epFlushOp) step() (bool, ucs.Status) {
 		op.stage = flushAM
 		fallthrough
 	case flushAM:
-		// Every active message handed to the transport, which completed
-		// its zero-copy sends, and nothing of the endpoint in the send
-		// queue (tag and stream sends included); rendezvous messages the
-		// receiver has not taken yet do not count (a close revokes them).
-		if (!op.linger && ep.amq.busy.Load() > ep.w.amParked(ep)) || ep.queued.Load() > 0 {
+		// Nothing of the endpoint in the send queue (active messages, tag
+		// and stream sends): everything handed to the transport, whose
+		// flush below completes the zero-copy sends; rendezvous messages
+		// the receiver has not taken yet do not count (a close revokes
+		// them).
+		if ep.queued.Load() > 0 {
 			return false, ucs.InProgress
 		}
 		if op.close && !op.revoked {

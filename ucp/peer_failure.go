@@ -98,6 +98,7 @@ func (ep *Endpoint) purge(st ucs.Status) {
 	ep.w.sw.failEP(ep, st)
 	ep.w.protoPurge(ep, st)
 	ep.w.tagFailEP(ep, st)
+	ep.w.protoFailEP(ep, st)
 	ep.w.streamFailEP(ep, st)
 	ep.w.amFailEP(ep, st)
 }

@@ -12,10 +12,13 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// What the two-sided protocols (tag matching, streams) share: the dispatch of their uct active messages, the worker's
-// queue of sends that wait for transport resources, the protocol limits of
-// a lane, the thresholds that choose a protocol by size, and the cache of
-// the keys of senders' data that rendezvous receivers unpack.
+// What the two-sided protocols (tag matching, active messages, streams)
+// share: the dispatch of their uct active messages, the worker's queue of
+// sends that wait for transport resources, the sends that wait for their
+// receiver and the reply endpoint (protoWorker), the protocol limits of a
+// lane, the thresholds that choose a protocol by size, and the cache of
+// the keys of senders' data that rendezvous receivers unpack. Their send
+// engine is in proto_send.go.
 
 // protoHandler handles one uct active message of a ucp protocol that
 // arrived on interface wi. It runs from Worker.Progress.
@@ -182,6 +185,135 @@ func (w *Worker) protoPurge(ep *Endpoint, st ucs.Status) {
 	for _, op := range gone {
 		ep.queued.Add(-1)
 		op.abort(st)
+	}
+}
+
+// protoWorker is what the worker's two-sided protocols (tag matching,
+// active messages, streams) share: the sends that wait for their
+// receiver's reply, the numbers of sends, messages and receives, and the
+// reply endpoint last looked up. In the worker's multi thread mode mu
+// guards it; otherwise only one goroutine at a time uses it.
+type protoWorker struct {
+	modeMutex
+	nextID atomic.Uint64
+	// sends are the sends that wait for their receiver (a sync send's
+	// acknowledgement, a rendezvous reply), by number, each holding a
+	// reference of its op (sendOp.reply).
+	sends   map[uint64]*sendOp
+	lastSrc uint64 // the reply endpoint last looked up
+	lastEP  *Endpoint
+}
+
+// modeMutex guards protocol state in the worker's multi thread mode
+// (multi); in the others only one goroutine at a time uses the worker,
+// and it takes no lock.
+type modeMutex struct {
+	multi bool
+	mu    sync.Mutex
+}
+
+func (m *modeMutex) lock() {
+	if m.multi {
+		m.mu.Lock()
+	}
+}
+
+func (m *modeMutex) unlock() {
+	if m.multi {
+		m.mu.Unlock()
+	}
+}
+
+// protoCheck checks that the worker, not destroyed, may do the operation
+// named what of a protocol (enabled: its context has feature).
+func (w *Worker) protoCheck(what string, enabled bool, feature string) error {
+	if w.closed.Load() {
+		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
+	}
+	if !enabled {
+		return fmt.Errorf("ucp %s: the context was created without %s: %w", what, feature, ucs.ErrInvalidParam)
+	}
+	return nil
+}
+
+func (w *Worker) protoInit() {
+	p := &w.proto
+	p.multi = w.mode == ucs.ThreadModeMulti
+	p.sends = map[uint64]*sendOp{}
+}
+
+// newID returns a number for a message, a send or a receive.
+func (p *protoWorker) newID() uint64 { return p.nextID.Add(1) }
+
+// register numbers op, a send that waits for its receiver's reply, and
+// enters it in sends with a reference for the reply.
+func (p *protoWorker) register(op *sendOp) {
+	op.sreq, op.reply = p.newID(), true
+	op.comp.Count++
+	p.lock()
+	p.sends[op.sreq] = op
+	p.unlock()
+}
+
+// replyEP returns the worker's endpoint to the worker uid, or nil; the
+// protocol lock is not held.
+func (w *Worker) replyEP(uid uint64) *Endpoint {
+	p := &w.proto
+	p.lock()
+	if ep := p.lastEP; ep != nil && p.lastSrc == uid && ep.dead() == ucs.OK {
+		p.unlock()
+		return ep
+	}
+	p.unlock()
+	ep := w.epByUID(uid)
+	if ep != nil {
+		p.lock()
+		p.lastSrc, p.lastEP = uid, ep
+		p.unlock()
+	}
+	return ep
+}
+
+// protoFailEP ends, with st, the sends that wait for the reply of ep's
+// peer, which failed or closed. A closed endpoint's rendezvous sends are
+// revoked instead (tagRevokeEP): those whose data the receiver may be
+// reading end when it answers.
+func (w *Worker) protoFailEP(ep *Endpoint, st ucs.Status) {
+	p := &w.proto
+	closed := ep.failStatus.Load() == 0
+	if closed {
+		w.tagRevokeEP(ep)
+	}
+	var ops []*sendOp
+	p.lock()
+	for id, op := range p.sends {
+		if op.ep == ep && !(closed && op.revoked) {
+			delete(p.sends, id)
+			ops = append(ops, op)
+		}
+	}
+	if p.lastEP == ep {
+		p.lastEP = nil
+	}
+	p.unlock()
+	for _, op := range ops {
+		op.comp.Invoke(st)
+	}
+}
+
+// protoDestroy ends the sends still waiting for their receiver's answer
+// (revoked or canceled ones) with ucs.ErrCanceled.
+func (w *Worker) protoDestroy() {
+	p := &w.proto
+	var ops []*sendOp
+	p.lock()
+	for id, op := range p.sends {
+		delete(p.sends, id)
+		ops = append(ops, op)
+	}
+	p.unlock()
+	for _, op := range ops {
+		op.comp.Invoke(ucs.ErrCanceled)
 	}
 }
 

@@ -242,7 +242,7 @@ type Request struct {
 	inited    bool
 	dt        dtIter             // the data of a tag operation
 	tr        tagRecvState       // a tag receive
-	top       *tagOp             // a tag send still in the worker's hands
+	top       *sendOp            // a tag send still in the worker's hands
 	rwi       *workerIface       // a receive's data came on it, where no lane says
 	scb       StreamRecvCallback // a stream receive's callback, called instead of cb
 	sr        streamRecvState    // a stream receive
@@ -498,10 +498,18 @@ func (r *Request) Release() { r.Free() }
 // putting there may still write it), or a stream receive still waiting for
 // data (what it received stays in its buffer), completes with it at once
 // (its callback runs); a send that still waits for transport resources,
-// nothing of it sent, does too. What a transport or the peer has already
-// started runs to completion: RMA, atomics, a receive getting or copying its
-// data from the sender's memory, a send partly or wholly handed over (UCX
-// cancels tag receives only). A completed request is left alone.
+// nothing of it sent, does too. A tag send or active message that waits
+// for its receiver (a sync send not yet acknowledged, a rendezvous send
+// whose receiver has not taken the data) completes with it whatever the
+// receiver does, as soon
+// as the transport is done with what it was handed (at once when that is
+// all of it): a rendezvous message is revoked, so that no receive takes it
+// any more, but a receive already reading the sender's memory (through a
+// key the announcement carried) may read what the buffer holds after the
+// cancel. What a transport has already started runs to completion: RMA,
+// atomics, a receive getting or copying its data from the sender's memory,
+// an eager send handed over that waits for no reply. A completed request
+// is left alone.
 func (r *Request) Cancel() {
 	if r.IsCompleted() {
 		return
@@ -515,7 +523,7 @@ func (r *Request) Cancel() {
 		return
 	}
 	if op := r.top; op != nil {
-		r.w.tagCancelSend(r, op)
+		r.w.cancelSend(r, op)
 		return
 	}
 	if r.lane == nil {

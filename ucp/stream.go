@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -24,7 +23,8 @@ import (
 // goes as a sequence of amStreamData messages on the endpoint's AM lane
 // (stream_wire.go), copied into the transport's buffer or, above
 // UCX_ZCOPY_THRESH, zero-copy, in pieces of at most one transport message;
-// it reuses the fragment machinery of tag sends (tagOp). Every piece of
+// it goes through the send engine of tag sends and active messages
+// (sendOp, proto_send.go). Every piece of
 // every send of an endpoint thus travels one connection, in order, and
 // sends that wait for transport resources wait in the worker's queue
 // behind the earlier ones of their endpoint: large and small sends cannot
@@ -123,26 +123,13 @@ type streamRecvState struct {
 // mode mu guards it; otherwise only one goroutine at a time uses it.
 type streamWorker struct {
 	enabled bool
-	multi   bool
-	mu      sync.Mutex
-	qs      map[streamKey]*streamQ
-	next    map[uint64]uint64 // per peer worker: the next connection number
-	nextNL  uint64            // the next number of a no-loopback endpoint to self
-	ready   streamQ           // the list head of endpoints with data
-	lent    map[*byte]tagPart // data handed out by StreamRecvDataNB
-	bufs    bufPool
-}
-
-func (s *streamWorker) lock() {
-	if s.multi {
-		s.mu.Lock()
-	}
-}
-
-func (s *streamWorker) unlock() {
-	if s.multi {
-		s.mu.Unlock()
-	}
+	modeMutex
+	qs     map[streamKey]*streamQ
+	next   map[uint64]uint64 // per peer worker: the next connection number
+	nextNL uint64            // the next number of a no-loopback endpoint to self
+	ready  streamQ           // the list head of endpoints with data
+	lent   map[*byte]tagPart // data handed out by StreamRecvDataNB
+	bufs   bufPool
 }
 
 // streamInit prepares the worker for streams when its context has
@@ -166,13 +153,7 @@ func (w *Worker) streamInit() error {
 
 // streamCheck checks that the worker may use streams.
 func (w *Worker) streamCheck(what string) error {
-	if w.closed.Load() {
-		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
-	}
-	if !w.stream.enabled {
-		return fmt.Errorf("ucp %s: the context was created without FeatureStream: %w", what, ucs.ErrInvalidParam)
-	}
-	return nil
+	return w.protoCheck(what, w.stream.enabled, "FeatureStream")
 }
 
 // streamAddEP gives a new endpoint its connection number and its stream,
@@ -447,7 +428,8 @@ func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error)
 		return w.completedNow(param, protoStreamBcopy, ep.am, 0)
 	}
 	th := ep.thresholds()
-	op := w.newTagOp(ep, topStream)
+	op := w.newSendOp(ep, topStream)
+	op.fam = famStream
 	op.th = th
 	op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && n >= th.zcopy && streamHdrLen <= th.lim.zhdr
 	if flags&flagForceImmCmpl != 0 && (op.zcopy || ep.queued.Load() > 0 || streamHdrLen+n > th.lim.bcopy) {

@@ -3,7 +3,6 @@ package ucp
 import (
 	"fmt"
 	"math/bits"
-	"sync"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -146,34 +145,17 @@ type fragDest struct {
 // one that calls the worker, from which Progress runs the handlers).
 type tagWorker struct {
 	enabled bool
-	multi   bool
-	mu      sync.Mutex
-	m       tagMatch
-	frags   map[fragKey]fragDest
-	nextID  uint64
-	sends   map[uint64]*tagOp   // sends that wait for the receiver (sync acknowledgement, rendezvous reply)
-	recvs   map[uint64]*Request // rendezvous receives the sender pushes data to
+	modeMutex
+	m     tagMatch
+	frags map[fragKey]fragDest
+	recvs map[uint64]*Request // rendezvous receives the sender pushes data to
 	// rts holds the rendezvous messages no receive took (unexpected, or
 	// removed by a probe) and, with a nil value, those a receive is taking
 	// (reading the sender's memory, tagTook), by sender and send number,
 	// for the sender's revoke (tagRecvRevoke).
-	rts     map[fragKey]*TagMessage
-	free    *TagMessage // recycled messages, linked through links[0].next
-	bufs    bufPool
-	lastSrc uint64 // the reply endpoint last looked up
-	lastEP  *Endpoint
-}
-
-func (t *tagWorker) lock() {
-	if t.multi {
-		t.mu.Lock()
-	}
-}
-
-func (t *tagWorker) unlock() {
-	if t.multi {
-		t.mu.Unlock()
-	}
+	rts  map[fragKey]*TagMessage
+	free *TagMessage // recycled messages, linked through links[0].next
+	bufs bufPool
 }
 
 // tagInit prepares the worker for tag matching when its context has
@@ -188,7 +170,6 @@ func (w *Worker) tagInit() error {
 		t.m.senderMask = p.TagSenderMask
 	}
 	t.frags = map[fragKey]fragDest{}
-	t.sends = map[uint64]*tagOp{}
 	t.recvs = map[uint64]*Request{}
 	t.rts = map[fragKey]*TagMessage{}
 	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
@@ -202,20 +183,7 @@ func (w *Worker) tagInit() error {
 
 // tagCheck checks that the worker may do tag matching.
 func (w *Worker) tagCheck(what string) error {
-	if w.closed.Load() {
-		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
-	}
-	if !w.tag.enabled {
-		return fmt.Errorf("ucp %s: the context was created without FeatureTag: %w", what, ucs.ErrInvalidParam)
-	}
-	return nil
-}
-
-// newID returns a number for a message, a send or a receive; the tag lock
-// is held.
-func (t *tagWorker) newID() uint64 {
-	t.nextID++
-	return t.nextID
+	return w.protoCheck(what, w.tag.enabled, "FeatureTag")
 }
 
 // Buffers of the worker's own, for unexpected data a transport does not
@@ -309,25 +277,6 @@ func (t *tagWorker) releasePart(p *tagPart) {
 		t.putBuf(p.data)
 	}
 	*p = tagPart{}
-}
-
-// replyEP returns the worker's endpoint to the worker uid, or nil; the
-// tag lock is not held.
-func (w *Worker) replyEP(uid uint64) *Endpoint {
-	t := &w.tag
-	t.lock()
-	if ep := t.lastEP; ep != nil && t.lastSrc == uid && ep.dead() == ucs.OK {
-		t.unlock()
-		return ep
-	}
-	t.unlock()
-	ep := w.epByUID(uid)
-	if ep != nil {
-		t.lock()
-		t.lastSrc, t.lastEP = uid, ep
-		t.unlock()
-	}
-	return ep
 }
 
 // TagSendNBX sends buf as a message with tag to the endpoint's worker
@@ -507,91 +456,40 @@ func (w *Worker) TagMsgRecvNB(buffer any, count int, dt Datatype, msg *TagMessag
 func (r *Request) TagRecvRequestTest(info *TagRecvInfo) error { return r.Test(info) }
 
 // tagRecv posts a receive of data it, of tag under mask or of the probed
-// message msg.
+// message msg. What needs the tag lock (finding the message, taking its
+// data out of the worker's buffers, posting the receive) is tagTakeLocked;
+// the rest (acknowledging, completing, starting a rendezvous transfer)
+// runs without it.
 func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *TagMessage) (*Request, error) {
 	t := &w.tag
 	flags := sendFlags(param)
 	t.lock()
-	if msg != nil {
-		if msg.revoked {
-			// Its sender took it back (closed its endpoint) before this
-			// receive: the receive fails at once, as it would complete
-			// with an eager message (once: the handle is stale then).
-			msg.revoked = false
-			t.unlock()
-			if flags&flagNoImmCmpl != 0 {
-				r := w.newRecv(param, it)
-				r.tr.info = TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
-				r.complete(ucs.ErrCanceled)
-				return r, nil
-			}
-			it.finish()
-			return nil, fmt.Errorf("ucp tag msg recv: the sender took the message back: %w", ucs.ErrCanceled)
-		}
-		if msg.done || (!msg.probed && !msg.queued) {
-			t.unlock()
-			it.finish()
-			return nil, fmt.Errorf("ucp tag msg recv: message handle received already: %w", ucs.ErrInvalidParam)
-		}
-	} else {
-		// Found, not yet taken: a receive that cannot take it leaves it
-		// where it is, in its order.
-		msg = t.m.searchUnexpected(tag, mask, false)
-	}
-	if msg == nil {
-		if flags&flagForceImmCmpl != 0 {
-			t.unlock()
-			it.finish()
-			return nil, fmt.Errorf("ucp tag recv: no message yet: %w", ucs.ErrNoResource)
-		}
-		r := w.newRecv(param, it)
-		r.tr.tag, r.tr.mask = tag, mask
-		t.m.post(r)
-		t.unlock()
-		return r, nil
-	}
-	if flags&flagForceImmCmpl != 0 && msg.kind != msgEager && (msg.kind != msgFrag || msg.got < msg.length) {
-		// It cannot complete at once: the message stays where it was.
-		t.unlock()
+	k := w.tagTakeLocked(it, tag, mask, param, msg, flags)
+	t.unlock()
+	switch k.kind {
+	case takeFailed:
 		it.finish()
-		return nil, fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)
-	}
-	t.m.removeUnexpected(msg)
-	if msg.kind == msgEager {
+		return nil, k.err
+	case takePosted:
+		return k.r, nil
+	case takeRevoked:
+		// Its sender took it back (closed its endpoint) before this
+		// receive: the receive fails at once, as it would complete with
+		// an eager message (once: the handle is stale then).
+		r, err := w.tagRecvImm(it, param, flags, k.info, protoTagRecv, nil, ucs.ErrCanceled)
+		if err != nil {
+			err = fmt.Errorf("ucp tag msg recv: the sender took the message back: %w", err)
+		}
+		return r, err
+	case takeEager:
 		// The common unexpected message: complete at once.
-		info := TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
-		wi := msg.wi
-		st := ucs.OK
-		if len(msg.parts) > 0 {
-			st = it.unpack(0, msg.parts[0].data)
-		}
-		ack := msg.ackOf()
-		t.releaseMsg(msg)
-		t.unlock()
-		w.tagAck(ack)
-		if flags&flagNoImmCmpl != 0 {
-			r := w.newRecv(param, it)
-			r.tr.info = info
-			r.proto, r.rwi = protoTagRecvEager, wi
-			r.complete(st)
-			return r, nil
-		}
-		it.finish()
-		if st == ucs.OK && param != nil && param.OpAttrMask&OpAttrFieldRecvInfo != 0 && param.RecvInfo != nil {
-			*param.RecvInfo = info
-		}
-		return nil, st.Err()
-	}
-	r := w.newRecv(param, it)
-	r.tr.info = TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
-	if msg.kind == msgFrag {
-		r.rwi = msg.wi
-		ack := msg.ackOf()
-		done := w.tagTakeFrag(r, msg)
-		t.unlock()
-		w.tagAck(ack)
+		w.tagAck(k.ack)
+		return w.tagRecvImm(it, param, flags, k.info, protoTagRecvEager, k.wi, k.st)
+	case takeFrag:
+		w.tagAck(k.ack)
+		r := k.r
 		switch {
-		case !done:
+		case !k.done:
 			return r, nil
 		case flags&flagNoImmCmpl != 0:
 			r.complete(r.tr.status)
@@ -601,26 +499,16 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 		st, info := r.tr.status, r.tr.info
 		r.finish(st)
 		r.release()
-		if st == ucs.OK && param != nil && param.OpAttrMask&OpAttrFieldRecvInfo != 0 && param.RecvInfo != nil {
-			*param.RecvInfo = info
-		}
-		return nil, st.Err()
+		return nil, tagRecvResult(param, info, st)
 	}
 	// A rendezvous request. Its data may come inside the call (through
 	// mapped memory, a get done at once), or none may (truncated): it then
 	// completes at once, as an eager message does, its callback run only
 	// with OpAttrFlagNoImmCmpl.
-	rts := rtsInfo{tag: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}
-	// Being taken, until tagTook: the sender hears from this receive (an
-	// RTR, or the ATS once it read the data), and a revoke of it waits
-	// for that (tagRecvRevoke).
-	t.rts[fragKey{msg.src, msg.sreq}] = nil
-	t.unlock()
+	r := k.r
 	r.hold()
-	w.tagRndvMatched(r, &rts)
-	t.lock()
-	t.releaseMsg(msg)
-	t.unlock()
+	w.tagRndvMatched(r, &k.rts)
+	w.tagReleaseMsg(k.msg)
 	if !r.unhold() {
 		return r, nil // its callback runs when it completes
 	}
@@ -631,10 +519,120 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 	}
 	info := r.tr.info
 	r.release()
+	return nil, tagRecvResult(param, info, st)
+}
+
+// What a tag receive found under the tag lock (tagTake.kind).
+const (
+	takeFailed  = iota // the call fails with err
+	takePosted         // no message: the receive r is posted
+	takeRevoked        // a probed message its sender took back
+	takeEager          // a whole eager message, unpacked
+	takeFrag           // a fragmented message given to r (done: all of it)
+	takeRTS            // a rendezvous message r is taking
+)
+
+// tagTake is what tagTakeLocked found, for tagRecv to finish.
+type tagTake struct {
+	kind uint8
+	err  error       // takeFailed
+	r    *Request    // takePosted, takeFrag, takeRTS
+	done bool        // takeFrag: all of the message had arrived
+	st   ucs.Status  // takeEager: the unpack's status
+	info TagRecvInfo // takeRevoked, takeEager
+	wi   *workerIface
+	ack  tagAckTo    // takeEager, takeFrag: the sync send to acknowledge
+	msg  *TagMessage // takeRTS: the message, released once taken
+	rts  rtsInfo     // takeRTS
+}
+
+// tagTakeLocked finds what a receive of it (of tag under mask, or of the
+// probed message msg) takes, and takes it; the tag lock is held.
+func (w *Worker) tagTakeLocked(it dtIter, tag, mask uint64, param *RequestParam, msg *TagMessage, flags uint32) tagTake {
+	t := &w.tag
+	if msg != nil {
+		if msg.revoked {
+			msg.revoked = false
+			return tagTake{kind: takeRevoked, info: TagRecvInfo{SenderTag: msg.tag, Length: msg.length}}
+		}
+		if msg.done || (!msg.probed && !msg.queued) {
+			return tagTake{kind: takeFailed, err: fmt.Errorf("ucp tag msg recv: message handle received already: %w", ucs.ErrInvalidParam)}
+		}
+	} else {
+		// Found, not yet taken: a receive that cannot take it leaves it
+		// where it is, in its order.
+		msg = t.m.searchUnexpected(tag, mask, false)
+	}
+	force := flags&flagForceImmCmpl != 0
+	switch {
+	case msg == nil && force:
+		return tagTake{kind: takeFailed, err: fmt.Errorf("ucp tag recv: no message yet: %w", ucs.ErrNoResource)}
+	case msg == nil:
+		r := w.newRecv(param, it)
+		r.tr.tag, r.tr.mask = tag, mask
+		t.m.post(r)
+		return tagTake{kind: takePosted, r: r}
+	case force && msg.kind != msgEager && (msg.kind != msgFrag || msg.got < msg.length):
+		// It cannot complete at once: the message stays where it was.
+		return tagTake{kind: takeFailed, err: fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)}
+	}
+	t.m.removeUnexpected(msg)
+	info := TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
+	switch msg.kind {
+	case msgEager:
+		k := tagTake{kind: takeEager, st: ucs.OK, info: info, wi: msg.wi, ack: msg.ackOf()}
+		if len(msg.parts) > 0 {
+			k.st = it.unpack(0, msg.parts[0].data)
+		}
+		t.releaseMsg(msg)
+		return k
+	case msgFrag:
+		r := w.newRecv(param, it)
+		r.tr.info, r.rwi = info, msg.wi
+		ack := msg.ackOf()
+		return tagTake{kind: takeFrag, r: r, ack: ack, done: w.tagTakeFrag(r, msg)}
+	}
+	r := w.newRecv(param, it)
+	r.tr.info = info
+	// Being taken, until tagTook: the sender hears from this receive (an
+	// RTR, or the ATS once it read the data), and a revoke of it waits
+	// for that (tagRecvRevoke).
+	t.rts[fragKey{msg.src, msg.sreq}] = nil
+	return tagTake{kind: takeRTS, r: r, msg: msg,
+		rts: rtsInfo{tag: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}}
+}
+
+// tagRecvImm completes at once a receive of it that took a whole message
+// (info, protocol proto, from wi) with st: under OpAttrFlagNoImmCmpl as a
+// completed request, whose callback ran; otherwise as the call's result.
+func (w *Worker) tagRecvImm(it dtIter, param *RequestParam, flags uint32, info TagRecvInfo, proto string, wi *workerIface, st ucs.Status) (*Request, error) {
+	if flags&flagNoImmCmpl != 0 {
+		r := w.newRecv(param, it)
+		r.tr.info = info
+		r.proto, r.rwi = proto, wi
+		r.complete(st)
+		return r, nil
+	}
+	it.finish()
+	return nil, tagRecvResult(param, info, st)
+}
+
+// tagRecvResult is the result of a receive that completed inside its call
+// with st: param.RecvInfo gets info when it succeeded.
+func tagRecvResult(param *RequestParam, info TagRecvInfo, st ucs.Status) error {
 	if st == ucs.OK && param != nil && param.OpAttrMask&OpAttrFieldRecvInfo != 0 && param.RecvInfo != nil {
 		*param.RecvInfo = info
 	}
-	return nil, st.Err()
+	return st.Err()
+}
+
+// tagReleaseMsg gives back what the unexpected message m holds; the tag
+// lock is not held.
+func (w *Worker) tagReleaseMsg(m *TagMessage) {
+	t := &w.tag
+	t.lock()
+	t.releaseMsg(m)
+	t.unlock()
 }
 
 // newRecv returns a receive request of data it.
@@ -714,57 +712,35 @@ func (w *Worker) tagCancel(r *Request) bool {
 	return ok || waiting
 }
 
-// tagFailEP ends what waits for the peer of ep, which failed or closed
-// with st: the sends that wait for its acknowledgement or rendezvous
-// reply, and the rendezvous receives it was to push data to. A closed
-// endpoint's rendezvous sends are revoked instead (tagRevokeEP): those
-// whose data the receiver may be reading end when it answers.
+// tagFailEP ends the rendezvous receives the peer of ep, which failed or
+// closed with st, was to push data to.
 func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
 	t := &w.tag
 	if !t.enabled {
 		return
 	}
-	closed := ep.failStatus.Load() == 0
-	if closed {
-		w.tagRevokeEP(ep)
-	}
-	var ops []*tagOp
 	var recvs []*Request
 	t.lock()
-	for id, op := range t.sends {
-		if op.ep == ep && !(closed && op.revoked) {
-			delete(t.sends, id)
-			ops = append(ops, op)
-		}
-	}
 	for id, r := range t.recvs {
 		if r.tr.ep == ep {
 			delete(t.recvs, id)
 			recvs = append(recvs, r)
 		}
 	}
-	if t.lastEP == ep {
-		t.lastEP = nil
-	}
 	t.unlock()
-	for _, op := range ops {
-		op.comp.Invoke(st)
-	}
 	for _, r := range recvs {
 		w.tagRecvDone(r, st)
 	}
 }
 
 // tagDestroy gives back what the worker's unexpected messages hold, and
-// completes the receives no message matched, and the revoked sends still
-// waiting for their receiver's answer, with ucs.ErrCanceled.
+// completes the receives no message matched with ucs.ErrCanceled.
 func (w *Worker) tagDestroy() {
 	t := &w.tag
 	if !t.enabled {
 		return
 	}
 	var posted []*Request
-	var sends []*tagOp
 	t.lock()
 	for k, m := range t.rts {
 		delete(t.rts, k)
@@ -775,10 +751,6 @@ func (w *Worker) tagDestroy() {
 	for m := t.m.unexpAll.head; m != nil; m = t.m.unexpAll.head {
 		t.m.removeUnexpected(m)
 		t.releaseMsg(m)
-	}
-	for id, op := range t.sends {
-		delete(t.sends, id)
-		sends = append(sends, op)
 	}
 	for _, qs := range []*[tagHashSize]reqQueue{&t.m.expHash, &t.m.expSrc} {
 		for k := range qs {
@@ -795,9 +767,6 @@ func (w *Worker) tagDestroy() {
 	t.unlock()
 	for _, r := range posted {
 		r.complete(ucs.ErrCanceled)
-	}
-	for _, op := range sends {
-		op.comp.Invoke(ucs.ErrCanceled)
 	}
 }
 

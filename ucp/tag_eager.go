@@ -3,12 +3,8 @@ package ucp
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
-	"github.com/goshmem/goshmem/uct"
 )
 
 // Protocol names of tag sends, as Request.Query reports them.
@@ -26,363 +22,6 @@ const (
 	protoTagRndvAM     = "tag/rndv/am"
 	protoTagRndvPut    = "tag/rndv/put/zcopy"
 )
-
-// Kinds of tagOp.
-const (
-	topCtrl   uint8 = iota // a control message: its header only (ack, ATS, RTR)
-	topSingle              // an eager message in one piece
-	topMulti               // an eager message in fragments
-	topRTS                 // a rendezvous request
-	topPush                // rendezvous data pushed to the receiver
-	topPut                 // rendezvous data put into the receiver's buffer, then the ATP
-	topStream              // stream data, in pieces that each carry the stream header (stream.go)
-)
-
-// tagOp is a tag send in progress: the messages it still has to hand to the
-// transport, and what it waits for. comp.Count counts its references: one
-// for the code that advances it (dropped once everything was handed over),
-// one per zero-copy send the transport holds, and one for the receiver's
-// reply a sync send or a rendezvous waits for. The last one to go ends it.
-type tagOp struct {
-	comp  uct.Completion // Arg is the op
-	w     *Worker
-	ep    *Endpoint
-	l     *lane
-	th    *protoThresh
-	r     *Request // nil for a control message
-	kind  uint8
-	id    uint8 // uct id of a single or control message
-	short bool  // single: AMShort
-	zcopy bool  // the data goes zero-copy
-	hdr   [64]byte
-	hlen  int
-	tag   uint64
-	sreq  uint64 // sync or rendezvous: the number the receiver replies to
-	msg   uint64 // fragmented: the message's number
-	rreq  uint64 // push: the receiver's number
-	reply bool   // registered in the worker's sends, with a reference
-	// revoked: a rendezvous whose endpoint closed before the receiver
-	// answered; the receiver was told (tagRevokeEP), and the op waits in
-	// the worker's sends for its answer.
-	revoked bool
-	off     int  // data bytes handed over
-	sent    bool // the first message was handed over
-	dt      *dtIter
-	key     dtIter     // rendezvous: the packed key after the RTS header; control: a payload
-	memh    *MemHandle // rendezvous: the data registered for the send
-	ref     *rkeyRef   // put: the receiver's key
-	raddr   uint64     // put: the receive's buffer
-	iov     []uct.IOV
-}
-
-var tagOpPool = sync.Pool{New: func() any { return new(tagOp) }}
-
-func (w *Worker) newTagOp(ep *Endpoint, kind uint8) *tagOp {
-	op := tagOpPool.Get().(*tagOp)
-	op.w, op.ep, op.l, op.kind = w, ep, ep.am, kind
-	op.comp = uct.Completion{Func: tagOpDone, Arg: op, Count: 1}
-	return op
-}
-
-// free recycles op; nothing may refer to it any more.
-func (op *tagOp) free() {
-	iov := op.iov[:0]
-	*op = tagOp{iov: iov}
-	tagOpPool.Put(op)
-}
-
-func (op *tagOp) endpoint() *Endpoint { return op.ep }
-
-func (op *tagOp) final() ucs.Status { return op.comp.Status() }
-
-// drop releases the reference of the code that advances op, with st; an
-// error also gives up the reply op waits for (none will come for a
-// message that did not leave). It returns op's final status when that was
-// the last reference (the caller ends op), InProgress otherwise.
-func (op *tagOp) drop(st ucs.Status) ucs.Status {
-	n := int32(-1)
-	if st.IsErr() {
-		op.comp.SetError(st)
-		if op.reply && op.w.tagTakeSend(op.sreq, op.ep.remoteUID, "", true) == op {
-			n--
-		}
-	}
-	if atomic.AddInt32(&op.comp.Count, n) == 0 {
-		return op.final()
-	}
-	return ucs.InProgress
-}
-
-// tagOpDone runs when the last reference of an op other than the
-// advancing code's goes (a zero-copy completion, the receiver's reply, a
-// failure).
-func tagOpDone(c *uct.Completion) {
-	op := c.Arg.(*tagOp)
-	op.end(op.final())
-}
-
-// abort ends a queued op with st: the queue gives up its reference.
-func (op *tagOp) abort(st ucs.Status) {
-	if fin := op.drop(st); fin != ucs.InProgress {
-		op.end(fin)
-	}
-}
-
-// end finishes op: its request completes with st.
-func (op *tagOp) end(st ucs.Status) {
-	if op.memh != nil {
-		op.w.ctx.MemUnmap(op.memh)
-	}
-	if op.ref != nil {
-		op.w.rkc.put(op.ref)
-	}
-	if r := op.r; r != nil {
-		r.top = nil
-		r.complete(st)
-	} else if st.IsErr() && st != ucs.ErrCanceled && !op.revoked {
-		op.w.tagLogf("tag protocol message to %s: %v", op.ep.remoteName, st)
-	}
-	op.free()
-}
-
-// lanePacker packs one message for AM bcopy: a header, then n bytes of
-// data from offset off. Each lane has one, used under its sendMu, so that a
-// send allocates nothing.
-type lanePacker struct {
-	hdr    []byte
-	it     *dtIter
-	off, n int
-	fn     uct.PackFunc
-}
-
-func (p *lanePacker) pack(dst []byte) int {
-	h := len(p.hdr)
-	if h+p.n > len(dst) {
-		return -1
-	}
-	copy(dst, p.hdr)
-	if p.n == 0 {
-		return h
-	}
-	return h + p.it.pack(p.off, dst[h:h+p.n])
-}
-
-// amPack sends a message of header hdr and the n bytes of it at off,
-// copied into the transport's buffer (AM bcopy).
-func (l *lane) amPack(id uint8, hdr []byte, it *dtIter, off, n int) ucs.Status {
-	l.sendMu.Lock()
-	p := &l.pk
-	if p.fn == nil {
-		p.fn = p.pack
-	}
-	p.hdr, p.it, p.off, p.n = hdr, it, off, n
-	_, st := l.ep.AMBcopy(id, p.fn, 0)
-	p.hdr, p.it = nil, nil
-	l.sendMu.Unlock()
-	return st
-}
-
-// amShortHdr sends a message whose first 8 bytes go as the AMShort
-// header, then data.
-func (l *lane) amShortHdr(id uint8, hdr []byte, data []byte) ucs.Status {
-	var payload []byte
-	switch {
-	case len(hdr) == 8:
-		payload = data
-	case len(data) == 0:
-		payload = hdr[8:]
-	default:
-		payload = append(hdr[8:len(hdr):len(hdr)], data...) // a copy: no hot path sends this way
-	}
-	l.sendMu.Lock()
-	st := l.ep.AMShort(id, binary.LittleEndian.Uint64(hdr), payload)
-	l.sendMu.Unlock()
-	return st
-}
-
-// zsend sends a message of header hdr and the n bytes of op's data at off
-// from where they lie (AM zcopy); the transport's completion drops a
-// reference of op.
-func (op *tagOp) zsend(id uint8, hdr []byte, off, n int) ucs.Status {
-	op.iov = op.dt.zcopyIOV(op.iov[:0], off, n)
-	atomic.AddInt32(&op.comp.Count, 1)
-	l := op.l
-	l.sendMu.Lock()
-	st := l.ep.AMZcopy(id, hdr, op.iov, 0, &op.comp)
-	l.sendMu.Unlock()
-	clear(op.iov)
-	if st != ucs.InProgress {
-		atomic.AddInt32(&op.comp.Count, -1)
-		return st
-	}
-	return ucs.OK
-}
-
-// advance hands op's messages to the transport (protoOp).
-func (op *tagOp) advance() ucs.Status {
-	switch op.kind {
-	case topCtrl:
-		st := op.sendCtrl()
-		if st == ucs.ErrNoResource {
-			return st
-		}
-		return op.drop(st)
-	case topSingle:
-		var st ucs.Status
-		n := op.dt.length
-		switch {
-		case op.short:
-			st = op.l.amShortHdr(op.id, op.hdr[:op.hlen], op.dt.contig)
-		case op.zcopy:
-			st = op.zsend(op.id, op.hdr[:op.hlen], 0, n)
-		default:
-			st = op.l.amPack(op.id, op.hdr[:op.hlen], op.dt, 0, n)
-		}
-		if st == ucs.ErrNoResource {
-			return st
-		}
-		return op.drop(st)
-	case topRTS:
-		st := op.l.amPack(amTagRTS, op.hdr[:tagRTSHdrLen], &op.key, 0, op.key.length)
-		if st == ucs.ErrNoResource {
-			return st
-		}
-		return op.drop(st)
-	case topPut:
-		return op.advancePut()
-	}
-	// topMulti, topPush and topStream: fragments.
-	for op.off < op.dt.length {
-		st, n := op.sendFrag()
-		if st == ucs.ErrNoResource {
-			return st
-		}
-		if st.IsErr() {
-			return op.drop(st)
-		}
-		op.sent = true
-		op.off += n
-	}
-	return op.drop(ucs.OK)
-}
-
-// advancePut puts the data into the receiver's buffer (copies it there
-// when the receiver's memory is mapped here), in zero-copy puts of at most
-// the lane's limits, and then sends the ATP on the AM lane, behind them.
-func (op *tagOp) advancePut() ucs.Status {
-	rk, n := op.ref.rk, op.dt.length
-	if !op.sent {
-		if p := rk.direct(op.raddr, n); p != nil {
-			op.dt.pack(0, unsafe.Slice((*byte)(p), n))
-			op.off = n
-		}
-		for rl := rk.rma; op.off < n; {
-			caps := rl.l.wi.attr.Put
-			k := n - op.off
-			if caps.MaxZcopy > 0 {
-				k = min(k, caps.MaxZcopy)
-			}
-			if m := max(caps.MaxIOV, 1); op.dt.iovCount(op.off, k) > m {
-				k = op.maxIOVBytes(m, k)
-			}
-			op.iov = op.dt.zcopyIOV(op.iov[:0], op.off, k)
-			atomic.AddInt32(&op.comp.Count, 1)
-			st := rl.ep.PutZcopy(op.iov, op.raddr+uint64(op.off), rl.rkey, &op.comp)
-			clear(op.iov)
-			if st != ucs.InProgress {
-				atomic.AddInt32(&op.comp.Count, -1)
-			}
-			if st == ucs.ErrNoResource {
-				return st
-			}
-			if st.IsErr() {
-				return op.drop(st)
-			}
-			op.off += k
-		}
-		op.sent = true
-	}
-	var hdr [tagATPLen]byte
-	put64(hdr[:], op.w.uid, op.rreq, 0)
-	var st ucs.Status
-	if op.th.lim.short >= tagATPLen {
-		st = op.l.amShortHdr(amTagATP, hdr[:], nil)
-	} else {
-		st = op.l.amPack(amTagATP, hdr[:], nil, 0, 0)
-	}
-	if st == ucs.ErrNoResource {
-		return st
-	}
-	return op.drop(st)
-}
-
-// sendCtrl sends a control message: AMShort where the lane has room for
-// it, AM bcopy otherwise.
-func (op *tagOp) sendCtrl() ucs.Status {
-	if op.key.length == 0 && op.th.lim.short >= op.hlen {
-		return op.l.amShortHdr(op.id, op.hdr[:op.hlen], nil)
-	}
-	return op.l.amPack(op.id, op.hdr[:op.hlen], &op.key, 0, op.key.length)
-}
-
-// sendFrag sends the next fragment of a fragmented eager message or of
-// pushed rendezvous data and returns how many data bytes it carried.
-func (op *tagOp) sendFrag() (ucs.Status, int) {
-	if op.kind == topStream {
-		// Every piece has the same header, op's: nothing to build (a
-		// header built here escapes to the heap, with the lane's packer).
-		return op.sendPiece(amStreamData, op.hdr[:streamHdrLen])
-	}
-	var hdr [tagMaxHeader]byte
-	var h []byte
-	id := amTagMiddle
-	switch {
-	case op.kind == topPush:
-		id, h = amTagData, hdr[:tagDataHdrLen]
-		put64(h, op.w.uid, op.rreq, uint64(op.off))
-	case !op.sent:
-		id, h = amTagFirst, op.hdr[:tagFirstHdrLen]
-	default:
-		h = hdr[:tagMiddleHdrLen]
-		put64(h, op.w.uid, op.msg, uint64(op.off))
-	}
-	return op.sendPiece(id, h)
-}
-
-// sendPiece sends, with header h, as much of op's data from op.off on as
-// one message of uct id id takes, and returns how many data bytes it
-// carried.
-func (op *tagOp) sendPiece(id uint8, h []byte) (ucs.Status, int) {
-	rest := op.dt.length - op.off
-	lim := op.th.lim
-	if op.zcopy && len(h) <= lim.zhdr {
-		n := min(lim.zcopy-len(h), rest)
-		if k := op.dt.iovCount(op.off, n); k > lim.ziov {
-			n = op.maxIOVBytes(lim.ziov, n)
-		}
-		if n <= 0 {
-			return ucs.ErrExceedsLimit, 0
-		}
-		return op.zsend(id, h, op.off, n), n
-	}
-	n := min(lim.bcopy-len(h), rest)
-	if n <= 0 {
-		return ucs.ErrExceedsLimit, 0
-	}
-	return op.l.amPack(id, h, op.dt, op.off, n), n
-}
-
-// maxIOVBytes returns how many of the n bytes at op.off fit in k iov
-// elements.
-func (op *tagOp) maxIOVBytes(k, n int) int {
-	op.iov = op.dt.zcopyIOV(op.iov[:0], op.off, n)
-	m := 0
-	for i := 0; i < k && i < len(op.iov); i++ {
-		m += len(op.iov[i].Buffer)
-	}
-	clear(op.iov)
-	return m
-}
 
 // tagSend starts a tag send of buf, or of param's datatype.
 func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam, sync bool) (*Request, error) {
@@ -449,7 +88,7 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 		hlen = tagSyncHdrLen
 	}
 	rndv := n >= th.rndv || n > tagMaxEager
-	op := w.newTagOp(ep, topSingle)
+	op := w.newSendOp(ep, topSingle)
 	op.th, op.tag = th, tag
 	switch {
 	case rndv:
@@ -478,7 +117,7 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 	r.size, r.lane, r.dt, r.top, r.untracked = n, ep.am, it, op, true
 	op.r, op.dt = r, &r.dt
 	if sync || rndv {
-		if err := ep.tagWireBack(); err != nil {
+		if err := ep.wireBack(); err != nil {
 			op.free()
 			r.top = nil
 			r.finish(ucs.ErrIOError)
@@ -486,17 +125,12 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 			return nil, fmt.Errorf("ucp tag send: %w", err)
 		}
 	}
-	t := &w.tag
-	t.lock()
 	if sync || rndv {
-		op.sreq, op.reply = t.newID(), true
-		op.comp.Count++
-		t.sends[op.sreq] = op
+		w.proto.register(op)
 	}
 	if op.kind == topMulti {
-		op.msg = t.newID()
+		op.msg = w.proto.newID()
 	}
-	t.unlock()
 	r.proto = op.protoName(sync)
 	switch {
 	case rndv:
@@ -533,34 +167,8 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 	return op.started(r, ep, st, flags, "tag send")
 }
 
-// started returns the result of a send whose op (a tag or stream send, of
-// request r on ep) was started with status st: r while it runs; when done
-// at once, nil (or under OpAttrFlagNoImmCmpl in flags the completed
-// request); on an error, the error, for the operation named what. While
-// it runs, op belongs to whoever completes it (Progress, maybe in another
-// goroutine, which frees it): started reads nothing of it then.
-func (op *tagOp) started(r *Request, ep *Endpoint, st ucs.Status, flags uint32, what string) (*Request, error) {
-	switch {
-	case st == ucs.InProgress:
-		return r, nil
-	case st == ucs.OK:
-		op.free()
-		r.top = nil
-		return r.doneNow(flags), nil
-	default:
-		if op.memh != nil {
-			op.w.ctx.MemUnmap(op.memh)
-		}
-		op.free()
-		r.top = nil
-		r.finish(st)
-		r.release()
-		return nil, fmt.Errorf("ucp %s on %s: %w", what, ep.am, st)
-	}
-}
-
 // protoName names op's protocol.
-func (op *tagOp) protoName(sync bool) string {
+func (op *sendOp) protoName(sync bool) string {
 	switch {
 	case op.kind == topRTS:
 		return protoTagRndv
@@ -598,36 +206,6 @@ func (ep *Endpoint) sendCheck(what string) error {
 	return nil
 }
 
-// tagWireBack makes sure the peer can reach this worker back before a
-// message it must answer (a sync send, a rendezvous): the worker's address
-// goes ahead of it, once per endpoint, on the same lane (swWireup).
-func (ep *Endpoint) tagWireBack() error {
-	if ep.wiredBack.Load() {
-		return nil
-	}
-	w := ep.w
-	if swHeaderLen+len(w.address) > ep.thresholds().lim.bcopy {
-		return fmt.Errorf("the worker's address (%d bytes) does not fit in a message to %s: %w", len(w.address), ep.remoteName, ucs.ErrExceedsLimit)
-	}
-	op := w.newTagOp(ep, topCtrl)
-	op.th, op.id, op.hlen = ep.thresholds(), amSwWireup, swHeaderLen
-	h := swHeader{src: w.uid}
-	h.put(op.hdr[:])
-	op.key = dtIter{contig: w.address, length: len(w.address)}
-	switch st := w.protoStart(op); {
-	case st == ucs.OK:
-		// Handed over: later messages follow it on the lane. (A queued one
-		// leaves the flag for a software operation, which does not go
-		// through the queue, to send its own.)
-		ep.wiredBack.Store(true)
-		op.free()
-	case st.IsErr():
-		op.free()
-		return fmt.Errorf("worker address to %s: %w", ep.remoteName, st)
-	}
-	return nil
-}
-
 // tagAckTo names a sync send to acknowledge: its sender and number.
 type tagAckTo struct{ src, sreq uint64 }
 
@@ -648,7 +226,7 @@ func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) {
 		w.tagLogf("no endpoint back to worker %#x for a tag protocol reply", uid)
 		return
 	}
-	op := w.newTagOp(ep, topCtrl)
+	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), id, hlen
 	put64(op.hdr[:], w.uid, a, b)
 	switch st := w.protoStart(op); {
@@ -658,31 +236,6 @@ func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) {
 		w.tagLogf("tag protocol reply to %s: %v", ep.remoteName, st)
 		op.free()
 	}
-}
-
-// tagTakeSend removes and returns the send numbered sreq that waits for a
-// reply from the worker src, or logs the reply (named what, unless empty)
-// and returns nil. A revoked send is taken only with revoked set (an ATS,
-// the receiver's answer); otherwise (an RTR that crossed the revoke) it
-// stays, and nil is returned without a word.
-func (w *Worker) tagTakeSend(sreq, src uint64, what string, revoked bool) *tagOp {
-	t := &w.tag
-	t.lock()
-	op := t.sends[sreq]
-	switch {
-	case op == nil || op.ep.remoteUID != src:
-		op = nil
-	case op.revoked && !revoked:
-		t.unlock()
-		return nil
-	default:
-		delete(t.sends, sreq)
-	}
-	t.unlock()
-	if op == nil && what != "" {
-		w.tagLogf("dropped a tag %s from %#x for unknown send %d", what, src, sreq)
-	}
-	return op
 }
 
 // tagDropped logs a tag message that could not be used.
@@ -853,31 +406,8 @@ func (w *Worker) tagRecvReply(id uint8, data []byte, what string) ucs.Status {
 		// of a receive that took the message: the send may have ended.
 		what = ""
 	}
-	if op := w.tagTakeSend(h.sreq, h.src, what, true); op != nil {
+	if op := w.takeSend(h.sreq, h.src, what, true); op != nil {
 		op.comp.Invoke(h.status)
 	}
 	return ucs.OK
-}
-
-// tagCancelSend cancels the tag send r, whose op is op, if it waits in the
-// worker's queue with nothing of it handed to the transport.
-func (w *Worker) tagCancelSend(r *Request, op *tagOp) {
-	q := &w.sendq
-	q.mu.Lock()
-	found := false
-	for i, o := range q.ops {
-		if o == protoOp(op) {
-			if op.r == r && !op.sent && op.off == 0 {
-				q.ops = append(q.ops[:i], q.ops[i+1:]...)
-				q.n.Store(int32(len(q.ops)))
-				found = true
-			}
-			break
-		}
-	}
-	q.mu.Unlock()
-	if found {
-		op.ep.queued.Add(-1)
-		op.abort(ucs.ErrCanceled)
-	}
 }

@@ -48,7 +48,10 @@ import (
 // longer than the receive's buffer is acknowledged at once, without a
 // transfer, and the receive completes with ucs.ErrMessageTruncated.
 //
-// Closing the sender. A send whose endpoint closes (flush or force mode)
+// Closing the sender (tag messages here; active messages the same way, with
+// amRevoke and amRecvRevoke in am_proto.go, answered by an amDrop of
+// ucs.ErrCanceled, and the rendezvous messages a handler kept in the
+// place of the unexpected ones). A send whose endpoint closes (flush or force mode)
 // before the receiver answered its RTS ends, and its buffer is the
 // caller's again; the receiver must then neither read that buffer nor
 // wait for data that will not come. The sender revokes the message: an
@@ -92,31 +95,20 @@ type rtsInfo struct {
 }
 
 // tagRndvStart prepares op, a rendezvous send, for its RTS.
-func (ep *Endpoint) tagRndvStart(op *tagOp, param *RequestParam, sync bool) error {
+func (ep *Endpoint) tagRndvStart(op *sendOp, param *RequestParam, sync bool) error {
 	w := ep.w
-	var key []byte
 	raddr := uint64(0)
 	// The key lets the receiver map or get the data; with put_zcopy and
 	// am, and where auto puts, it sends the data itself.
-	if sch := w.ctx.rndvSch; op.dt.isContig() && op.dt.length > 0 && (sch == rndvGet || sch == rndvAuto && !op.th.netPut) {
-		key, op.memh = w.rndvKey(ep, op.dt.contig, param, false)
-		if key != nil && tagRTSHdrLen+len(key) <= op.th.lim.bcopy {
-			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(op.dt.contig))))
-		} else {
-			key = nil
-			if op.memh != nil {
-				w.ctx.MemUnmap(op.memh)
-				op.memh = nil
-			}
-		}
+	if sch := w.ctx.rndvSch; sch == rndvGet || sch == rndvAuto && !op.th.netPut {
+		raddr = op.rndvAnnounce(param, tagRTSHdrLen)
 	}
 	flags := uint64(0)
 	if sync {
 		flags |= tagRTSSync
 	}
-	op.hlen = tagRTSHdrLen
+	op.id, op.hlen = amTagRTS, tagRTSHdrLen
 	put64(op.hdr[:], op.tag, w.uid, op.sreq, uint64(op.dt.length), raddr, flags)
-	op.key = dtIter{contig: key, length: len(key)}
 	return nil
 }
 
@@ -238,7 +230,7 @@ func (w *Worker) tagTook(r *Request, wait bool) {
 	t.lock()
 	delete(t.rts, fragKey{r.tr.src, r.tr.sreq})
 	if wait {
-		r.tr.rreq = t.newID()
+		r.tr.rreq = w.proto.newID()
 		t.recvs[r.tr.rreq] = r
 	}
 	t.unlock()
@@ -247,7 +239,7 @@ func (w *Worker) tagTook(r *Request, wait bool) {
 // tagRTR asks the sender of rendezvous send sreq, through ep, to put the
 // data of receive rreq at raddr with key, or to push it (no key).
 func (w *Worker) tagRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) {
-	op := w.newTagOp(ep, topCtrl)
+	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRTR, tagRTRLen
 	put64(op.hdr[:], w.uid, sreq, rreq, raddr)
 	op.key = dtIter{contig: key, length: len(key)}
@@ -394,34 +386,8 @@ func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 			return w.tagDropped(err)
 		}
 	}
-	op := w.tagTakeSend(h.sreq, h.src, "rendezvous reply", false)
-	if op == nil {
-		return ucs.OK
-	}
-	op.kind, op.rreq, op.off, op.sent = topPush, h.rreq, 0, false
-	op.zcopy = op.dt.canZcopy() && op.th.lim.zcopy > 0 && op.dt.length >= op.th.zcopy
-	op.r.proto = protoTagRndvAM
-	if len(key) > 0 && op.dt.canZcopy() {
-		// Put, where the receiver's memory is mapped here or a lane puts
-		// to it such that the ATP, sent next on the AM lane, cannot arrive
-		// before the data: the same connection, or a transport done when
-		// its call returns. Otherwise the data is pushed.
-		if ref := w.rkc.get(op.ep, key, true); ref != nil {
-			rk := ref.rk
-			if rk.base != nil || (rk.rma != nil && (rk.rma.l == op.ep.am || !rk.rma.l.deferred())) {
-				op.kind, op.ref, op.raddr = topPut, ref, h.raddr
-				op.r.proto = protoTagRndvPut
-			} else {
-				w.rkc.put(ref)
-			}
-		}
-	}
-	// A reference for the code that advances the push, then the reply's
-	// is given up: it came.
-	atomic.AddInt32(&op.comp.Count, 1)
-	op.comp.Invoke(ucs.OK)
-	if st := w.protoStart(op); st != ucs.InProgress {
-		op.end(st)
+	if op := w.takeSend(h.sreq, h.src, "rendezvous reply", false); op != nil {
+		w.rndvSendData(op, h.rreq, key, h.raddr)
 	}
 	return ucs.OK
 }
@@ -492,19 +458,16 @@ func tagRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 // send queue (every RTS handed over), so that each revoke follows its RTS
 // on the AM lane.
 func (w *Worker) tagRevokeEP(ep *Endpoint) {
-	t := &w.tag
-	if !t.enabled {
-		return
-	}
-	var sreqs []uint64
+	var revoked []*sendOp // stays in sends: read only what does not change
 	var done []*Request
-	t.lock()
-	for _, op := range t.sends {
+	p := &w.proto
+	p.lock()
+	for _, op := range p.sends {
 		if op.ep != ep || op.kind != topRTS || op.revoked {
 			continue
 		}
 		op.revoked = true
-		sreqs = append(sreqs, op.sreq)
+		revoked = append(revoked, op)
 		if op.key.length == 0 {
 			// No key went out: the data leaves only when this worker
 			// pushes or puts it, which it no longer does for a revoked
@@ -517,20 +480,11 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 			done = append(done, r)
 		}
 	}
-	t.unlock()
-	for _, sreq := range sreqs {
-		op := w.newTagOp(ep, topCtrl)
-		op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
-		put64(op.hdr[:], w.uid, sreq)
-		switch st := w.protoStart(op); {
-		case st == ucs.OK:
-			op.free()
-		case st.IsErr():
-			w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
-			op.free()
-		}
+	p.unlock()
+	for _, op := range revoked {
+		w.rndvRevoke(ep, op.fam, op.sreq)
 	}
-	if len(sreqs) > 0 && ep.closed.Load() && !w.closed.Load() {
+	if len(revoked) > 0 && ep.closed.Load() && !w.closed.Load() {
 		// Closed at once (force): destroying the lanes now would drop what
 		// a transport still holds of the revokes (tcp drops the frames it
 		// has not written). They linger until the revokes are out.
@@ -538,6 +492,27 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 	}
 	for _, r := range done {
 		r.complete(ucs.ErrCanceled)
+	}
+}
+
+// rndvRevoke sends the revoke of the rendezvous send sreq, of family fam,
+// on ep, behind its RTS.
+func (w *Worker) rndvRevoke(ep *Endpoint, fam uint8, sreq uint64) {
+	if fam == famAM {
+		if st := w.amCtrl(ep, amHeader{typ: amRevoke, msg: sreq}); st.IsErr() {
+			w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
+		}
+		return
+	}
+	op := w.newSendOp(ep, topCtrl)
+	op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
+	put64(op.hdr[:], w.uid, sreq)
+	switch st := w.protoStart(op); {
+	case st == ucs.OK:
+		op.free()
+	case st.IsErr():
+		w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
+		op.free()
 	}
 }
 
@@ -589,7 +564,7 @@ func tagRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 	if h.src == w.uid {
 		// The sender is this worker (an endpoint to itself, which may
 		// have been its only one): no message needed.
-		if op := w.tagTakeSend(h.sreq, h.src, "", true); op != nil {
+		if op := w.takeSend(h.sreq, h.src, "", true); op != nil {
 			op.comp.Invoke(ucs.ErrCanceled)
 		}
 		return ucs.OK

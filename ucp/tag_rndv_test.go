@@ -102,14 +102,7 @@ func tagRndvSenderCloses(t *testing.T, e *tagEnv, mode int, state string) {
 	if err := e.done(t, "close", cr, err); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	e.wait(t, "the send", sr.IsCompleted)
-	sst := sr.Status()
-	sr.Free()
-	if sst != nil && !errors.Is(sst, ucs.ErrCanceled) {
-		t.Fatalf("send ended with %v, want nil or ucs.ErrCanceled", sst)
-	}
-	// The send completed: the buffer is the sender's again.
-	copy(src, pattern(rndvMsgBytes, 2))
+	sst := sendEnded(t, func(what string, c func() bool) { e.wait(t, what, c) }, sr, src)
 
 	switch state {
 	case rcvProbed:
@@ -125,10 +118,26 @@ func tagRndvSenderCloses(t *testing.T, e *tagEnv, mode int, state string) {
 	}
 	// The receiver answers every revoke: nothing waits for it at the end.
 	e.wait(t, "the receiver's answer", func() bool {
-		e.a.tag.lock()
-		defer e.a.tag.unlock()
-		return len(e.a.tag.sends) == 0
+		e.a.proto.lock()
+		defer e.a.proto.unlock()
+		return len(e.a.proto.sends) == 0
 	})
+}
+
+// sendEnded waits (with wait) for sr, a send whose endpoint closed or
+// that was canceled, and returns its status: nil or ucs.ErrCanceled
+// (anything else fails the test). The send completed: src, its buffer,
+// is the sender's again, and sendEnded overwrites it.
+func sendEnded(t *testing.T, wait func(what string, cond func() bool), sr *Request, src []byte) error {
+	t.Helper()
+	wait("the send", sr.IsCompleted)
+	sst := sr.Status()
+	sr.Free()
+	if sst != nil && !errors.Is(sst, ucs.ErrCanceled) {
+		t.Fatalf("send ended with %v, want nil or ucs.ErrCanceled", sst)
+	}
+	copy(src, pattern(len(src), 2))
+	return sst
 }
 
 // checkLateRecv checks rr, a receive of the message posted before the
@@ -270,4 +279,65 @@ func sendAndClose(w *Worker, ep *Endpoint, src []byte, tag uint64, mode, spins i
 		return fmt.Errorf("send ended with %w", st)
 	}
 	return nil
+}
+
+// TestTagSendCancelWaiting cancels tag sends that wait for their receiver,
+// which has the message but neither receives it nor answers: a sync send
+// (eager, and by rendezvous) and a rendezvous send. Cancel completes each
+// with ucs.ErrCanceled, with only the sender progressing ("the request will
+// complete regardless of what the remote side is doing"). A rendezvous
+// message is revoked then: the receiver drops it; a sync eager message
+// stays, and a receive takes it. Either way the sender forgets the send
+// once the receiver answered.
+func TestTagSendCancelWaiting(t *testing.T) {
+	for _, tr := range tagTransports {
+		for _, c := range []struct {
+			name string
+			n    int
+			sync bool
+		}{{"sync", 64, true}, {"sync-rndv", rndvMsgBytes, true}, {"rndv", rndvMsgBytes, false}} {
+			t.Run(tr.name+"/"+c.name, func(t *testing.T) {
+				e := newTagEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
+				sent := pattern(c.n, 1)
+				send := e.ab.TagSendNBX
+				if c.sync {
+					send = e.ab.TagSendSyncNBX
+				}
+				sr, err := send(bytes.Clone(sent), rndvMsgTag, nil)
+				if err != nil || sr == nil {
+					t.Fatalf("send: %v, %v; want a request", sr, err)
+				}
+				rndv := sr.proto == protoTagRndv
+				if rndv != (c.n == rndvMsgBytes) {
+					t.Fatalf("a send of %d bytes took %s", c.n, sr.proto)
+				}
+				// The message arrives; the receiver leaves it there.
+				e.wait(t, "the message", func() bool {
+					return e.b.TagProbeNB(rndvMsgTag, tagMaskFull, false, nil) != nil
+				})
+				sr.Cancel()
+				progressUntil(t, e.a, "the canceled send", sr.IsCompleted)
+				if err := sr.Status(); !errors.Is(err, ucs.ErrCanceled) {
+					t.Fatalf("canceled send ended with %v, want ucs.ErrCanceled", err)
+				}
+				sr.Free()
+				if rndv {
+					e.wait(t, "the revoke", func() bool {
+						return e.b.TagProbeNB(rndvMsgTag, tagMaskFull, false, nil) == nil
+					})
+				} else {
+					buf := make([]byte, c.n)
+					rr, err := e.b.TagRecvNBX(buf, rndvMsgTag, tagMaskFull, nil)
+					if err := e.done(t, "the receive", rr, err); err != nil || !bytes.Equal(buf, sent) {
+						t.Fatalf("receive of the sync message: %v (data equal: %v)", err, bytes.Equal(buf, sent))
+					}
+				}
+				e.wait(t, "the receiver's answer", func() bool {
+					e.a.proto.lock()
+					defer e.a.proto.unlock()
+					return len(e.a.proto.sends) == 0
+				})
+			})
+		}
+	}
 }

@@ -206,6 +206,7 @@ type Worker struct {
 	stream     streamWorker // streams (stream.go)
 	flushes    epFlushes    // non-blocking endpoint flushes (ep_close.go)
 	sendq      sendQueue    // protocol sends waiting for resources (proto.go)
+	proto      protoWorker  // what the two-sided protocols share (proto.go)
 	rkc        rkeyCache    // senders' keys, for rendezvous receives (proto.go)
 	listeners  listenerSet  // listener.go
 	cs         csConnects   // client-server endpoints that connect (ep_connect.go)
@@ -342,6 +343,7 @@ func (w *Worker) start() error {
 	}
 	w.address = w.packAddress(0)
 	w.installSwHandlers()
+	w.protoInit()
 	for _, init := range []func() error{w.amInit, w.tagInit, w.streamInit} {
 		if err := init(); err != nil {
 			w.Destroy()
@@ -491,6 +493,7 @@ func (w *Worker) Destroy() {
 	}
 	w.lingerDestroy()
 	w.rkc.clear()
+	w.protoDestroy()
 	w.tagDestroy()
 	w.streamDestroy()
 	w.closeWakeup()
