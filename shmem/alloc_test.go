@@ -102,6 +102,44 @@ func TestSameNodeRoutinesAllocateNothing(t *testing.T) {
 	})
 }
 
+// TestNetworkRoundTripsAllocateNothing: the blocking gets and fetching
+// atomics to a PE reached through the network allocate nothing; they
+// allocated one or two objects a call (ucp's operation closures, the
+// atomic's reply word).
+func TestNetworkRoundTripsAllocateNothing(t *testing.T) {
+	job(t, func(t *testing.T, me, n int) {
+		if sameNode() {
+			t.Skip("this variant maps the peers' heaps: no operation crosses the network")
+		}
+		x := calloc[int64](t, 4)
+		u := calloc[uint32](t, 2)
+		to := (me + 1) % n
+		dst := make([]int64, 1)
+		for _, c := range []struct {
+			name string
+			fn   func()
+		}{
+			{"Get", func() { shmem.Get(dst, x[:1], to) }},
+			{"GetMem", func() { shmem.GetMem(unsafeBytes(dst), unsafeBytes(x[:1]), to) }},
+			{"AtomicFetch", func() { _ = shmem.AtomicFetch(&x[1], to) }},
+			{"AtomicFetchAdd", func() { _ = shmem.AtomicFetchAdd(&x[1], 1, to) }},
+			{"AtomicCompareSwap", func() { _ = shmem.AtomicCompareSwap(&x[2], 0, 1, to) }},
+			{"AtomicSwap", func() { _ = shmem.AtomicSwap(&x[3], 2, to) }},
+			{"AtomicFetchAdd uint32", func() { _ = shmem.AtomicFetchAdd(&u[0], 1, to) }},
+			{"AtomicCompareSwap uint32", func() { _ = shmem.AtomicCompareSwap(&u[1], 0, 1, to) }},
+		} {
+			// Every PE runs the same calls, each answering its
+			// neighbour's while it waits for its own.
+			if a := allocsPerCall(c.fn); a != 0 {
+				t.Errorf("%s allocates %v times per call", c.name, a)
+			}
+		}
+		shmem.BarrierAll()
+		shmem.Free(u)
+		shmem.Free(x)
+	})
+}
+
 // TestAlignBeyondPage: Align aligns to every power of two up to
 // symheap.MaxAlign on every PE, whatever place the kernel gives the heap's
 // mapping, and refuses a larger alignment on every PE without

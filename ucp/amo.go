@@ -130,34 +130,58 @@ func (ep *Endpoint) AtomicOpNBX(op AtomicOp, value uint64, raddr uint64, rkey *R
 	if mask&uop.OpMask() == 0 {
 		return nil, fmt.Errorf("ucp atomic %v/%d on %s: %w", op, size*8, al.l, ucs.ErrUnsupported)
 	}
-	uep, rk := al.ep, al.rkey
 	r := w.newRequest(param)
 	r.size, r.reply = size, reply
+	r.rma.rl, r.rma.raddr, r.rma.uop, r.rma.value = al, raddr, uop, value
 	if reply == nil {
 		r.proto = protoAMOPost
 		if size == 4 {
-			return w.post(al.l, r, param, false, func(*Request) ucs.Status { return uep.AtomicPost32(uop, uint32(value), raddr, rk) })
+			return w.post(al.l, r, param, false, atomicPost32Op)
 		}
-		return w.post(al.l, r, param, false, func(*Request) ucs.Status { return uep.AtomicPost64(uop, value, raddr, rk) })
+		return w.post(al.l, r, param, false, atomicPost64Op)
 	}
 	r.proto = protoAMOFetch
-	compare := *reply
+	r.rma.compare = *reply
 	switch {
 	case size == 4 && uop == uct.AtomicOpCSwap:
-		return w.post(al.l, r, param, true, func(r *Request) ucs.Status {
-			return uep.AtomicCSwap32(uint32(compare), uint32(value), raddr, rk, &r.result32, &r.comp)
-		})
+		return w.post(al.l, r, param, true, atomicCSwap32Op)
 	case size == 4:
-		return w.post(al.l, r, param, true, func(r *Request) ucs.Status {
-			return uep.AtomicFetch32(uop, uint32(value), raddr, rk, &r.result32, &r.comp)
-		})
+		return w.post(al.l, r, param, true, atomicFetch32Op)
 	case uop == uct.AtomicOpCSwap:
-		return w.post(al.l, r, param, true, func(r *Request) ucs.Status {
-			return uep.AtomicCSwap64(compare, value, raddr, rk, &r.result, &r.comp)
-		})
+		return w.post(al.l, r, param, true, atomicCSwap64Op)
 	default:
-		return w.post(al.l, r, param, true, func(r *Request) ucs.Status {
-			return uep.AtomicFetch64(uop, value, raddr, rk, &r.result, &r.comp)
-		})
+		return w.post(al.l, r, param, true, atomicFetch64Op)
 	}
+}
+
+// The operations of atomics (see rmaOp).
+
+func atomicPost32Op(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.AtomicPost32(o.uop, uint32(o.value), o.raddr, o.rl.rkey)
+}
+
+func atomicPost64Op(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.AtomicPost64(o.uop, o.value, o.raddr, o.rl.rkey)
+}
+
+func atomicCSwap32Op(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.AtomicCSwap32(uint32(o.compare), uint32(o.value), o.raddr, o.rl.rkey, &r.result32, &r.comp)
+}
+
+func atomicFetch32Op(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.AtomicFetch32(o.uop, uint32(o.value), o.raddr, o.rl.rkey, &r.result32, &r.comp)
+}
+
+func atomicCSwap64Op(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.AtomicCSwap64(o.compare, o.value, o.raddr, o.rl.rkey, &r.result, &r.comp)
+}
+
+func atomicFetch64Op(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.AtomicFetch64(o.uop, o.value, o.raddr, o.rl.rkey, &r.result, &r.comp)
 }

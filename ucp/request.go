@@ -247,6 +247,12 @@ type Request struct {
 	scb       StreamRecvCallback // a stream receive's callback, called instead of cb
 	sr        streamRecvState    // a stream receive
 	sgl       *sglOp             // an SGL put or get
+	rma       rmaOp              // a put, get or atomic posted to a lane (rma.go)
+	// The request's pack and unpack functions over dt, made once per
+	// Request and kept when it is reused, so that a bcopy put or get
+	// allocates no function value.
+	pack   uct.PackFunc
+	unpack uct.UnpackFunc
 }
 
 // newPooledRequest is the New of a worker's request pool.
@@ -283,7 +289,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	var r *Request
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
 		r = param.Request
-		*r = Request{external: true, reserved: r.reserved, inited: r.inited}
+		*r = Request{external: true, reserved: r.reserved, inited: r.inited, pack: r.pack, unpack: r.unpack}
 	} else {
 		r = w.requests.free.Get().(*Request)
 	}
@@ -431,7 +437,7 @@ func (r *Request) release() {
 	}
 	r.cb, r.rcb, r.userData, r.reply, r.lane, r.top = nil, nil, nil, nil, nil, nil
 	r.recv, r.untracked, r.tr, r.dt, r.rwi = false, false, tagRecvState{}, dtIter{}, nil
-	r.scb, r.sr, r.sgl = nil, streamRecvState{}, nil
+	r.scb, r.sr, r.sgl, r.rma = nil, streamRecvState{}, nil, rmaOp{}
 	r.w.requests.free.Put(r)
 }
 

@@ -23,6 +23,66 @@ const (
 	protoAMODirect = "amo/rkey_ptr"
 )
 
+// rmaOp is what an operation that post issues needs of its call: the
+// operations are functions of the request alone (putShortOp and the
+// others), which capture nothing, so that posting one allocates nothing;
+// the lane's pending queue retries them with the same arguments.
+type rmaOp struct {
+	rl      *rkeyLane
+	raddr   uint64
+	iov     []uct.IOV  // zcopy: the buffers of r.dt
+	one     [1]uct.IOV // iov's room for contiguous data
+	uop     uct.AtomicOp
+	value   uint64
+	compare uint64 // compare-and-swap: the expected value
+}
+
+// The operations of puts and gets: the data is r.dt (r.size bytes).
+
+func putShortOp(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.PutShort(r.dt.contig, o.raddr, o.rl.rkey)
+}
+
+func putBcopyOp(r *Request) ucs.Status {
+	o := &r.rma
+	_, st := o.rl.ep.PutBcopy(r.packFunc(), o.raddr, o.rl.rkey)
+	return st
+}
+
+func putZcopyOp(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.PutZcopy(o.iov, o.raddr, o.rl.rkey, &r.comp)
+}
+
+func getBcopyOp(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.GetBcopy(r.unpackFunc(), r.size, o.raddr, o.rl.rkey, &r.comp)
+}
+
+func getZcopyOp(r *Request) ucs.Status {
+	o := &r.rma
+	return o.rl.ep.GetZcopy(o.iov, o.raddr, o.rl.rkey, &r.comp)
+}
+
+// packFunc returns the function that packs the request's data (r.dt,
+// r.size bytes) for a bcopy put.
+func (r *Request) packFunc() uct.PackFunc {
+	if r.pack == nil {
+		r.pack = func(dst []byte) int { return r.dt.pack(0, dst) }
+	}
+	return r.pack
+}
+
+// unpackFunc returns the function that unpacks a bcopy get's data into the
+// request's (r.dt).
+func (r *Request) unpackFunc() uct.UnpackFunc {
+	if r.unpack == nil {
+		r.unpack = func(src []byte) { r.dt.unpack(0, src) }
+	}
+	return r.unpack
+}
+
 // post issues op on lane l for request r and returns the UCP result: (nil,
 // nil) when the operation completed at once (r is released), r while it runs,
 // or an error. An operation the transport has no resources for is queued on
@@ -194,22 +254,19 @@ func (ep *Endpoint) PutNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 		}
 	}
 	r := w.newRequest(param)
-	r.size = n
+	r.size, r.dt = n, dtIter{contig: buf, length: n}
+	r.rma.rl, r.rma.raddr = rl, raddr
 	switch {
 	case n <= rl.putShort:
 		r.proto = protoPutShort
-		return w.post(rl.l, r, param, false, func(*Request) ucs.Status { return rl.ep.PutShort(buf, raddr, rl.rkey) })
+		return w.post(rl.l, r, param, false, putShortOp)
 	case n <= rl.putBcopy:
 		r.proto = protoPutBcopy
-		pack := func(dst []byte) int { return copy(dst, buf) }
-		return w.post(rl.l, r, param, false, func(*Request) ucs.Status {
-			_, st := rl.ep.PutBcopy(pack, raddr, rl.rkey)
-			return st
-		})
+		return w.post(rl.l, r, param, false, putBcopyOp)
 	default:
 		r.proto = protoPutZcopy
-		iov := []uct.IOV{{Buffer: buf}}
-		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.PutZcopy(iov, raddr, rl.rkey, &r.comp) })
+		r.rma.iov = r.dt.zcopyIOV(r.rma.one[:0], 0, n)
+		return w.post(rl.l, r, param, true, putZcopyOp)
 	}
 }
 
@@ -253,17 +310,15 @@ func (ep *Endpoint) GetNBX(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	}
 	n := len(buf)
 	r := w.newRequest(param)
-	r.size = n
+	r.size, r.dt = n, dtIter{contig: buf, length: n}
+	r.rma.rl, r.rma.raddr = rl, raddr
 	if n <= rl.getBcopy {
 		r.proto = protoGetBcopy
-		unpack := func(src []byte) { copy(buf, src) }
-		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status {
-			return rl.ep.GetBcopy(unpack, n, raddr, rl.rkey, &r.comp)
-		})
+		return w.post(rl.l, r, param, true, getBcopyOp)
 	}
 	r.proto = protoGetZcopy
-	iov := []uct.IOV{{Buffer: buf}}
-	return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.GetZcopy(iov, raddr, rl.rkey, &r.comp) })
+	r.rma.iov = r.dt.zcopyIOV(r.rma.one[:0], 0, n)
+	return w.post(rl.l, r, param, true, getZcopyOp)
 }
 
 // nonContig reports whether param's datatype is not contiguous.
@@ -327,22 +382,16 @@ func (ep *Endpoint) rmaIOV(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 	}
 	r := w.newRequest(param)
 	r.size, r.dt = n, it
+	r.rma.rl, r.rma.raddr = rl, raddr
 	switch {
 	case put && n <= rl.putBcopy:
 		r.proto = protoPutBcopy
-		pack := func(dst []byte) int { return r.dt.pack(0, dst[:n]) }
-		return w.post(rl.l, r, param, false, func(*Request) ucs.Status {
-			_, st := rl.ep.PutBcopy(pack, raddr, rl.rkey)
-			return st
-		})
+		return w.post(rl.l, r, param, false, putBcopyOp)
 	case !put && n <= rl.getBcopy:
 		r.proto = protoGetBcopy
-		unpack := func(src []byte) { r.dt.unpack(0, src) }
-		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status {
-			return rl.ep.GetBcopy(unpack, n, raddr, rl.rkey, &r.comp)
-		})
+		return w.post(rl.l, r, param, true, getBcopyOp)
 	}
-	iov := r.dt.zcopyIOV(nil, 0, n)
+	iov := r.dt.zcopyIOV(r.rma.one[:0], 0, n)
 	caps := rl.l.wi.attr.Put
 	if !put {
 		caps = rl.l.wi.attr.Get
@@ -351,10 +400,11 @@ func (ep *Endpoint) rmaIOV(buf []byte, raddr uint64, rkey *Rkey, param *RequestP
 		r.release()
 		return nil, fmt.Errorf("ucp %s of %d buffers on %s, more than its %d: %w", what, len(iov), rl.l, caps.MaxIOV, ucs.ErrExceedsLimit)
 	}
+	r.rma.iov = iov
 	if put {
 		r.proto = protoPutZcopy
-		return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.PutZcopy(iov, raddr, rl.rkey, &r.comp) })
+		return w.post(rl.l, r, param, true, putZcopyOp)
 	}
 	r.proto = protoGetZcopy
-	return w.post(rl.l, r, param, true, func(r *Request) ucs.Status { return rl.ep.GetZcopy(iov, raddr, rl.rkey, &r.comp) })
+	return w.post(rl.l, r, param, true, getZcopyOp)
 }

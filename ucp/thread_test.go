@@ -260,9 +260,8 @@ func hammer(w *Worker, p pair, sw *Rkey, g int, mine uint64, n int, counter uint
 
 // TestSingleModeNoAllocs checks that the small direct put and Progress of
 // a single-thread worker allocate nothing, now that operations check the
-// endpoint's state and Progress looks for failed endpoints. (Gets and
-// atomics through ucp allocate their operation closures; shmem's hot paths
-// do not use them.)
+// endpoint's state and Progress looks for failed endpoints. (Operations
+// through a network lane: TestNetworkRMANoAllocs.)
 func TestSingleModeNoAllocs(t *testing.T) {
 	t.Setenv("UCX_TLS", "sm,self")
 	c := newContext(t)
@@ -285,5 +284,73 @@ func TestSingleModeNoAllocs(t *testing.T) {
 	}
 	if _, err := p.ep.GetNBX(buf, p.base, nil, nil); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("get without a key: %v", err)
+	}
+}
+
+// TestNetworkRMANoAllocs checks that puts, gets and atomics that go
+// through a network lane (tcp) allocate nothing once their requests are
+// pooled: they used to allocate the closures of their operations, one or
+// two per call, on every blocking get and fetching atomic of shmem over
+// tcp.
+func TestNetworkRMANoAllocs(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp,self")
+	c := newContext(t)
+	a, b := newWorker(t, c), newWorker(t, c)
+	const size = 1 << 16
+	p := newPair(t, c, a, b, size)
+	if p.rkey.rma == nil || !p.rkey.rma.get || p.rkey.amo == nil {
+		t.Skip("no network lane does gets and atomics here (tcp unavailable)")
+	}
+	small, large := make([]byte, 8), make([]byte, size)
+	bcopy := make([]byte, min(p.rkey.rma.getBcopy, p.rkey.rma.putBcopy))
+	if len(bcopy) <= p.rkey.rma.putShort || len(bcopy) >= size {
+		t.Fatalf("bcopy size %d: not between the short limit %d and %d", len(bcopy), p.rkey.rma.putShort, size)
+	}
+	var reply uint64
+	fetch := new(RequestParam).SetReply(&reply)
+	fetch32 := new(RequestParam).SetReply(&reply).SetDatatype(DatatypeContig(4))
+	wait := func(req *Request, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req == nil {
+			// Done, or batched (a posted atomic): Progress writes the
+			// batch, as a loop that waits for something would.
+			a.Progress()
+			b.Progress()
+			return
+		}
+		for !req.IsCompleted() {
+			a.Progress()
+			b.Progress()
+		}
+		if err := req.Status(); err != nil {
+			t.Fatal(err)
+		}
+		req.Free()
+	}
+	for _, tc := range []struct {
+		name string
+		op   func() (*Request, error)
+	}{
+		{"get short", func() (*Request, error) { return p.ep.GetNBX(small, p.base, p.rkey, nil) }},
+		{"get bcopy", func() (*Request, error) { return p.ep.GetNBX(bcopy, p.base, p.rkey, nil) }},
+		{"get zcopy", func() (*Request, error) { return p.ep.GetNBX(large, p.base, p.rkey, nil) }},
+		{"put bcopy", func() (*Request, error) { return p.ep.PutNBX(bcopy, p.base, p.rkey, nil) }},
+		{"put zcopy", func() (*Request, error) { return p.ep.PutNBX(large, p.base, p.rkey, nil) }},
+		{"fetch-add", func() (*Request, error) { return p.ep.AtomicOpNBX(AtomicOpAdd, 1, p.base, p.rkey, fetch) }},
+		{"fetch-add 32", func() (*Request, error) { return p.ep.AtomicOpNBX(AtomicOpAdd, 1, p.base, p.rkey, fetch32) }},
+		{"compare-swap", func() (*Request, error) { return p.ep.AtomicOpNBX(AtomicOpCSwap, 1, p.base, p.rkey, fetch) }},
+		{"compare-swap 32", func() (*Request, error) { return p.ep.AtomicOpNBX(AtomicOpCSwap, 1, p.base, p.rkey, fetch32) }},
+		{"add", func() (*Request, error) { return p.ep.AtomicOpNBX(AtomicOpAdd, 1, p.base, p.rkey, nil) }},
+	} {
+		f := func() { wait(tc.op()) }
+		f() // the request pool and the transport's buffers fill
+		if n := testing.AllocsPerRun(200, f); n != 0 {
+			t.Errorf("%s: %v allocations per call, want 0", tc.name, n)
+		}
+	}
+	if err := p.ep.Flush(); err != nil {
+		t.Fatal(err)
 	}
 }
