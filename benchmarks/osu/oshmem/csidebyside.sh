@@ -9,8 +9,15 @@
 #
 # SOURCE must print what `osu compare` reads: an OSU table (osu_oshm.c
 # beside this file, with ARGS="put") or "name value" lines (oshm_ref.c).
-# Environment: NP (PEs, default 2), ROUNDS (default 3), TLS (UCX_TLS of
-# both sides, default sm,self), ARGS (the program's arguments),
+# Both jobs run under `taskset -c $CPUS` (default 0,1) with neither
+# launcher pinning PEs to cores (oshrun --bind-to none; goshmem-run does not
+# pin), so both sides are placed alike; where OSHMEM's collectives would
+# use shared memory although UCX_TLS leaves it out, --mca scoll basic sends
+# them through UCX too. Each round also runs the floors, in C: memcpy of
+# 1 MiB between mappings (benchmarks/memfloor) and a loopback tcp round
+# trip (benchmarks/tcpfloor), printed after the table.
+# Environment: NP (PEs, default 2), ROUNDS (default 5), TLS (UCX_TLS of
+# both sides, default sm,self), ARGS (the program's arguments), CPUS,
 # GOSHMEM_PREFIX (an installed goshmem C library; default: capi/install.sh
 # installs one into OUTDIR). Needs oshcc and oshrun (Debian: openmpi-bin
 # libopenmpi-dev) and a C compiler.
@@ -22,7 +29,8 @@ root=$(cd "$here/../../.." && pwd)
 src=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 out=${2:-$(mktemp -d /tmp/osu-csidebyside.XXXXXX)}
 np=${NP:-2}
-rounds=${ROUNDS:-3}
+rounds=${ROUNDS:-5}
+cpus=${CPUS:-0,1}
 tls=${TLS:-sm,self}
 args=${ARGS:-}
 name=$(basename "$src" .c)
@@ -39,15 +47,29 @@ fi
 oshcc -O2 -o "$out/bin/$name-oshmem" "$src"
 "$prefix/bin/goshcc" -O2 -o "$out/bin/$name-goshmem" "$src"
 (cd "$root" && go build -o "$out/bin/" ./benchmarks/osu)
+cc -O2 -o "$out/bin/memfloor" "$root/benchmarks/memfloor/memfloor.c"
+cc -O2 -o "$out/bin/tcpfloor" "$root/benchmarks/tcpfloor/tcpfloor.c"
+oshargs=(--allow-run-as-root --oversubscribe --bind-to none)
+case ",$tls," in
+*,sm,* | *,shm,* | *,posix,* | *,sysv,* | *,all,*) ;;
+*) oshargs+=(--mca scoll basic) ;;
+esac
 
 for r in $(seq "$rounds"); do
 	# shellcheck disable=SC2086
-	timeout 600 oshrun --allow-run-as-root --oversubscribe -np "$np" -x UCX_TLS="$tls" \
+	timeout 600 taskset -c "$cpus" oshrun "${oshargs[@]}" -np "$np" -x UCX_TLS="$tls" \
 		"$out/bin/$name-oshmem" $args >"$out/oshmem-$r.txt" 2>/dev/null || true
 	# shellcheck disable=SC2086
-	UCX_TLS=$tls timeout 600 "$prefix/bin/goshmem-run" -np "$np" "$out/bin/$name-goshmem" $args >"$out/goshmem-$r.txt"
+	UCX_TLS=$tls timeout 600 taskset -c "$cpus" "$prefix/bin/goshmem-run" -np "$np" "$out/bin/$name-goshmem" $args >"$out/goshmem-$r.txt"
+	{
+		taskset -c "$cpus" "$out/bin/memfloor" 2000
+		timeout 120 "$out/bin/tcpfloor" pingpong 20000
+	} >"$out/floor-$r.txt" 2>&1 || true
+	echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done
 list() { local s=; for r in $(seq "$rounds"); do s+="${s:+,}$out/$1-$r.txt"; done; echo "$s"; }
 echo "## $name $args, $np PEs (UCX_TLS=$tls, median of $rounds runs)"
 "$out/bin/osu" compare -a goshmem -b OSHMEM "$(list goshmem)" "$(list oshmem)"
+echo "floors, each round (C, same minutes):"
+for r in $(seq "$rounds"); do echo "  round $r: $(tr '\n' ' ' <"$out/floor-$r.txt")"; done
 echo "runs: $out" >&2
