@@ -457,8 +457,8 @@ func goshmem_go_coll(team C.uintptr_t, kind C.int, dest, source unsafe.Pointer, 
 //export goshmem_go_global_exit
 func goshmem_go_global_exit(status C.int) { shmem.GlobalExitNotify(int(status)) }
 
-//export shmem_pe_accessible
-func shmem_pe_accessible(pe C.int) C.int { return b2i(shmem.PEAccessible(int(pe))) }
+//export pshmem_pe_accessible
+func pshmem_pe_accessible(pe C.int) C.int { return b2i(shmem.PEAccessible(int(pe))) }
 
 //export goshmem_go_pcontrol
 func goshmem_go_pcontrol(level C.int) { shmem.Pcontrol(int(level)) }
@@ -470,20 +470,20 @@ func b2i(b bool) C.int {
 	return 0
 }
 
-//export shmem_barrier_all
-func shmem_barrier_all() {
+//export pshmem_barrier_all
+func pshmem_barrier_all() {
 	defer fatalInGo("shmem_barrier_all")
 	shmem.BarrierAll()
 }
 
-//export shmem_sync_all
-func shmem_sync_all() {
+//export pshmem_sync_all
+func pshmem_sync_all() {
 	defer fatalInGo("shmem_sync_all")
 	shmem.SyncAll()
 }
 
-//export shmem_team_sync
-func shmem_team_sync(team C.uintptr_t) C.int {
+//export pshmem_team_sync
+func pshmem_team_sync(team C.uintptr_t) C.int {
 	defer fatalInGo("shmem_team_sync")
 	t := teamOf(team)
 	if t == nil {
@@ -506,15 +506,15 @@ func allocated(routine string, s []byte, err error) unsafe.Pointer {
 	return unsafe.Pointer(&s[0])
 }
 
-//export shmem_malloc
-func shmem_malloc(size C.size_t) unsafe.Pointer {
+//export pshmem_malloc
+func pshmem_malloc(size C.size_t) unsafe.Pointer {
 	defer fatalInGo("shmem_malloc")
 	s, err := shmem.Malloc[byte](int(size))
 	return allocated("shmem_malloc", s, err)
 }
 
-//export shmem_calloc
-func shmem_calloc(count, size C.size_t) unsafe.Pointer {
+//export pshmem_calloc
+func pshmem_calloc(count, size C.size_t) unsafe.Pointer {
 	defer fatalInGo("shmem_calloc")
 	if size != 0 && count > C.size_t(^uint(0)>>1)/size {
 		report("shmem_calloc", fmt.Errorf("%d elements of %d bytes overflow: %w", count, size, shmem.ErrHeapExhausted))
@@ -524,28 +524,28 @@ func shmem_calloc(count, size C.size_t) unsafe.Pointer {
 	return allocated("shmem_calloc", s, err)
 }
 
-//export shmem_align
-func shmem_align(alignment, size C.size_t) unsafe.Pointer {
+//export pshmem_align
+func pshmem_align(alignment, size C.size_t) unsafe.Pointer {
 	defer fatalInGo("shmem_align")
 	s, err := shmem.Align[byte](int(alignment), int(size))
 	return allocated("shmem_align", s, err)
 }
 
-// shmem_malloc_with_hints passes package shmem the hints it knows and
+// pshmem_malloc_with_hints passes package shmem the hints it knows and
 // drops the others: in C a hint is advice that an implementation may not
 // act on, and the allocation is then shmem_malloc's (package shmem, whose
 // callers name hints by constant, rejects unknown ones instead).
 //
-//export shmem_malloc_with_hints
-func shmem_malloc_with_hints(size C.size_t, hints C.long) unsafe.Pointer {
+//export pshmem_malloc_with_hints
+func pshmem_malloc_with_hints(size C.size_t, hints C.long) unsafe.Pointer {
 	defer fatalInGo("shmem_malloc_with_hints")
 	known := shmem.MallocAtomicsRemote | shmem.MallocSignalRemote
 	s, err := shmem.MallocWithHints[byte](int(size), shmem.MallocHints(hints)&known)
 	return allocated("shmem_malloc_with_hints", s, err)
 }
 
-//export shmem_realloc
-func shmem_realloc(p unsafe.Pointer, size C.size_t) unsafe.Pointer {
+//export pshmem_realloc
+func pshmem_realloc(p unsafe.Pointer, size C.size_t) unsafe.Pointer {
 	defer fatalInGo("shmem_realloc")
 	var old []byte
 	if p != nil {
@@ -555,8 +555,8 @@ func shmem_realloc(p unsafe.Pointer, size C.size_t) unsafe.Pointer {
 	return allocated("shmem_realloc", s, err)
 }
 
-//export shmem_free
-func shmem_free(p unsafe.Pointer) {
+//export pshmem_free
+func pshmem_free(p unsafe.Pointer) {
 	defer fatalInGo("shmem_free")
 	if p != nil {
 		shmem.Free(unsafe.Slice((*byte)(p), 1))
@@ -565,24 +565,24 @@ func shmem_free(p unsafe.Pointer) {
 
 // Teams.
 
-//export shmem_team_my_pe
-func shmem_team_my_pe(team C.uintptr_t) C.int {
+//export pshmem_team_my_pe
+func pshmem_team_my_pe(team C.uintptr_t) C.int {
 	if t := teamOf(team); t != nil {
 		return C.int(t.MyPE())
 	}
 	return -1
 }
 
-//export shmem_team_n_pes
-func shmem_team_n_pes(team C.uintptr_t) C.int {
+//export pshmem_team_n_pes
+func pshmem_team_n_pes(team C.uintptr_t) C.int {
 	if t := teamOf(team); t != nil {
 		return C.int(t.NPEs())
 	}
 	return -1
 }
 
-//export shmem_team_get_config
-func shmem_team_get_config(team C.uintptr_t, mask C.long, config *C.gsh_team_config) C.int {
+//export pshmem_team_get_config
+func pshmem_team_get_config(team C.uintptr_t, mask C.long, config *C.gsh_team_config) C.int {
 	defer fatalInGo("shmem_team_get_config")
 	t := teamOf(team)
 	if t == nil {
@@ -598,8 +598,8 @@ func shmem_team_get_config(team C.uintptr_t, mask C.long, config *C.gsh_team_con
 	return 0
 }
 
-//export shmem_team_translate_pe
-func shmem_team_translate_pe(src C.uintptr_t, pe C.int, dst C.uintptr_t) C.int {
+//export pshmem_team_translate_pe
+func pshmem_team_translate_pe(src C.uintptr_t, pe C.int, dst C.uintptr_t) C.int {
 	s, d := teamOf(src), teamOf(dst)
 	if s == nil || d == nil {
 		return -1
@@ -614,8 +614,8 @@ func teamConfig(c *C.gsh_team_config, mask C.long) (shmem.TeamConfig, shmem.Team
 	return shmem.TeamConfig{NumContexts: int(c.num_contexts)}, shmem.TeamConfigMask(mask)
 }
 
-//export shmem_team_split_strided
-func shmem_team_split_strided(parent C.uintptr_t, start, stride, size C.int, config *C.gsh_team_config, mask C.long, newTeam *C.uintptr_t) C.int {
+//export pshmem_team_split_strided
+func pshmem_team_split_strided(parent C.uintptr_t, start, stride, size C.int, config *C.gsh_team_config, mask C.long, newTeam *C.uintptr_t) C.int {
 	defer fatalInGo("shmem_team_split_strided")
 	*newTeam = 0
 	cfg, m := teamConfig(config, mask)
@@ -627,8 +627,8 @@ func shmem_team_split_strided(parent C.uintptr_t, start, stride, size C.int, con
 	return 0
 }
 
-//export shmem_team_split_2d
-func shmem_team_split_2d(parent C.uintptr_t, xrange C.int, xconfig *C.gsh_team_config, xmask C.long, xteam *C.uintptr_t, yconfig *C.gsh_team_config, ymask C.long, yteam *C.uintptr_t) C.int {
+//export pshmem_team_split_2d
+func pshmem_team_split_2d(parent C.uintptr_t, xrange C.int, xconfig *C.gsh_team_config, xmask C.long, xteam *C.uintptr_t, yconfig *C.gsh_team_config, ymask C.long, yteam *C.uintptr_t) C.int {
 	defer fatalInGo("shmem_team_split_2d")
 	*xteam, *yteam = 0, 0
 	xc, xm := teamConfig(xconfig, xmask)
@@ -641,8 +641,8 @@ func shmem_team_split_2d(parent C.uintptr_t, xrange C.int, xconfig *C.gsh_team_c
 	return 0
 }
 
-//export shmem_team_destroy
-func shmem_team_destroy(team C.uintptr_t) {
+//export pshmem_team_destroy
+func pshmem_team_destroy(team C.uintptr_t) {
 	defer fatalInGo("shmem_team_destroy")
 	t := teamOf(team)
 	if t == nil || team <= 2 {

@@ -246,19 +246,107 @@ func TestCXX(t *testing.T) {
 // TestCStatic links a C program with libgoshmem.a, not the shared
 // library, and runs it.
 func TestCStatic(t *testing.T) {
+	exe := compileStatic(t, "smoke")
+	out, err := run(t, exe, "2", nil)
+	if err != nil || !strings.Contains(out, "smoke: PASS") {
+		t.Fatalf("smoke-static on 2 PEs: %v\n%s", err, out)
+	}
+}
+
+// compileStatic builds testdata/name.c against libgoshmem.a, not the
+// shared library, once per run, and returns the program (name-static).
+func compileStatic(t *testing.T, name string) string {
+	t.Helper()
 	p := install(t)
-	exe := filepath.Join(p, "smoke-static")
+	exe := filepath.Join(p, name+"-static")
+	if _, err := os.Stat(exe); err == nil {
+		return exe
+	}
 	out, err := exec.Command("cc", "-std=c11", "-O2", "-I"+filepath.Join(p, "include"), "-o", exe,
-		filepath.Join("testdata", "smoke.c"), filepath.Join(p, "lib", "libgoshmem.a"), "-lpthread").CombinedOutput()
+		filepath.Join("testdata", name+".c"), filepath.Join(p, "lib", "libgoshmem.a"), "-lpthread").CombinedOutput()
 	if err != nil {
-		t.Fatalf("cc smoke.c libgoshmem.a: %v\n%s", err, out)
+		os.Remove(exe)
+		t.Fatalf("cc %s.c libgoshmem.a: %v\n%s", name, err, out)
 	}
 	if deps, err := exec.Command("ldd", exe).CombinedOutput(); err == nil && strings.Contains(string(deps), "libgoshmem") {
-		t.Fatalf("smoke-static links the shared library:\n%s", deps)
+		t.Fatalf("%s links the shared library:\n%s", exe, deps)
 	}
-	out2, err := run(t, exe, "2", nil)
-	if err != nil || !strings.Contains(out2, "smoke: PASS") {
-		t.Fatalf("smoke-static on 2 PEs: %v\n%s", err, out2)
+	return exe
+}
+
+// TestCProfiling runs testdata/pshmem.c, whose own shmem_ routines count
+// their calls and call the library's pshmem_ ones, linked with the shared
+// library (ELF interposition) and with the static one (the library's
+// shmem_ names are weak): the wrappers must see the program's calls, not
+// the library's own, and the data must arrive.
+func TestCProfiling(t *testing.T) {
+	for _, tc := range []struct {
+		link string
+		env  []string
+	}{
+		{"shared", nil},
+		{"shared", []string{"UCX_TLS=tcp,self"}},
+		{"shared", []string{"GOSHMEM_STATIC_DATA=0"}},
+		{"static", nil},
+	} {
+		t.Run(tc.link+"/"+strings.Join(tc.env, ","), func(t *testing.T) {
+			exe := compile(t, "pshmem")
+			if tc.link == "static" {
+				exe = compileStatic(t, "pshmem")
+			}
+			out, err := run(t, exe, "3", tc.env)
+			if err != nil || !strings.Contains(out, "pshmem: PASS on 3 PEs") {
+				t.Fatalf("pshmem (%s) on 3 PEs: %v\n%s", tc.link, err, out)
+			}
+		})
+	}
+}
+
+// TestCProfilingSymbols checks the libraries' symbols against pshmem.h:
+// every routine the header declares is a strong pshmem_ definition whose
+// shmem_ name (p dropped) is weak, in libgoshmem.so and libgoshmem.a, and
+// every shmem_ routine either library defines has its pshmem_ twin.
+func TestCProfilingSymbols(t *testing.T) {
+	p := install(t)
+	hdr, err := os.ReadFile(filepath.Join(p, "include", "pshmem.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var declared []string
+	for _, l := range strings.Split(string(hdr), "\n") {
+		if i := strings.IndexByte(l, '('); i > 0 && strings.HasSuffix(l, ");") {
+			declared = append(declared, l[strings.LastIndexAny(l[:i], " *")+1:i])
+		}
+	}
+	if len(declared) < 1000 {
+		t.Fatalf("pshmem.h declares %d routines; want every routine of shmem.h", len(declared))
+	}
+	for _, lib := range []struct{ file, nmFlag string }{{"libgoshmem.so", "-D"}, {"libgoshmem.a", "-g"}} {
+		t.Run(lib.file, func(t *testing.T) {
+			out, err := exec.Command("nm", lib.nmFlag, "--defined-only", filepath.Join(p, "lib", lib.file)).Output()
+			if err != nil {
+				t.Skipf("nm %s: %v (binutils' nm is needed to read the symbols)", lib.file, err)
+			}
+			kind := map[string]string{} // a defined symbol's nm type
+			for _, l := range strings.Split(string(out), "\n") {
+				if f := strings.Fields(l); len(f) == 3 {
+					kind[f[2]] = f[1]
+				}
+			}
+			for _, pn := range declared {
+				if k := kind[pn]; k != "T" {
+					t.Errorf("%s: %s is %q, want a strong definition (T)", lib.file, pn, k)
+				}
+				if k := kind[pn[1:]]; k != "W" {
+					t.Errorf("%s: %s is %q, want a weak definition (W) that a program's replaces", lib.file, pn[1:], k)
+				}
+			}
+			for name := range kind {
+				if strings.HasPrefix(name, "shmem_") && kind["p"+name] == "" {
+					t.Errorf("%s: %s has no pshmem_ twin", lib.file, name)
+				}
+			}
+		})
 	}
 }
 

@@ -35,7 +35,7 @@ void gsh_fatal(const char *fn, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    if (gsh_inited) shmem_global_exit(1);
+    if (gsh_inited) pshmem_global_exit(1);
     exit(1);
 }
 
@@ -257,10 +257,12 @@ void gsh_tables_free(void) {
 }
 
 /* Setup. */
-void shmem_init(void) {
+GSH_WEAK(shmem_init)
+void pshmem_init(void) {
     if (goshmem_go_init(SHMEM_THREAD_SINGLE, NULL) != 0) exit(1);
 }
-int shmem_init_thread(int requested, int *provided) {
+GSH_WEAK(shmem_init_thread)
+int pshmem_init_thread(int requested, int *provided) {
     if (requested < SHMEM_THREAD_SINGLE || requested > SHMEM_THREAD_MULTIPLE) {
         fprintf(stderr, "goshmem: shmem_init_thread: requested thread level %d is not one of SHMEM_THREAD_*\n", requested);
         return -1;
@@ -271,38 +273,51 @@ int shmem_init_thread(int requested, int *provided) {
     if (provided) *provided = p;
     return r;
 }
-void shmem_query_thread(int *provided) { *provided = gsh_thread_level; }
-void shmem_query_initialized(int *initialized) { *initialized = gsh_inited; }
-void shmem_finalize(void) {
+GSH_WEAK(shmem_query_thread)
+void pshmem_query_thread(int *provided) { *provided = gsh_thread_level; }
+GSH_WEAK(shmem_query_initialized)
+void pshmem_query_initialized(int *initialized) { *initialized = gsh_inited; }
+GSH_WEAK(shmem_finalize)
+void pshmem_finalize(void) {
     if (gsh_inited) goshmem_go_finalize();
 }
-int shmem_my_pe(void) { return gsh_inited ? gsh_me : -1; }
-int shmem_n_pes(void) { return gsh_inited ? gsh_npes : -1; }
-void start_pes(int npes) {
+GSH_WEAK(shmem_my_pe)
+int pshmem_my_pe(void) { return gsh_inited ? gsh_me : -1; }
+GSH_WEAK(shmem_n_pes)
+int pshmem_n_pes(void) { return gsh_inited ? gsh_npes : -1; }
+GSH_WEAK(start_pes)
+void pstart_pes(int npes) {
     (void)npes;
-    if (!gsh_inited) shmem_init();
+    if (!gsh_inited) pshmem_init();
 }
-int _my_pe(void) { return shmem_my_pe(); }
-int _num_pes(void) { return shmem_n_pes(); }
+GSH_WEAK(_my_pe)
+int p_my_pe(void) { return pshmem_my_pe(); }
+GSH_WEAK(_num_pes)
+int p_num_pes(void) { return pshmem_n_pes(); }
 /* shmem_global_exit flushes the program's streams first (the launcher
  * ends the other PEs, and may end this one, once told), then exits as C
  * does: atexit handlers run. */
-void shmem_global_exit(int status) {
+GSH_WEAK(shmem_global_exit)
+void pshmem_global_exit(int status) {
     fflush(NULL);
     if (gsh_inited) goshmem_go_global_exit(status);
     exit(status);
 }
-void shmem_pcontrol(int level, ...) { goshmem_go_pcontrol(level); }
-void shmem_info_get_version(int *major, int *minor) {
+GSH_WEAK(shmem_pcontrol)
+void pshmem_pcontrol(int level, ...) { goshmem_go_pcontrol(level); }
+GSH_WEAK(shmem_info_get_version)
+void pshmem_info_get_version(int *major, int *minor) {
     *major = SHMEM_MAJOR_VERSION;
     *minor = SHMEM_MINOR_VERSION;
 }
-void shmem_info_get_name(char *name) {
+GSH_WEAK(shmem_info_get_name)
+void pshmem_info_get_name(char *name) {
     strncpy(name, SHMEM_VENDOR_STRING, SHMEM_MAX_NAME_LEN - 1);
     name[SHMEM_MAX_NAME_LEN - 1] = 0;
 }
 
-void *shmem_ptr(const void *dest, int pe) {
+GSH_WEAK(shmem_ptr)
+void *pshmem_ptr(const void *dest, int pe) {
     if (!gsh_inited || pe < 0 || pe >= gsh_npes) return NULL;
     char *a = gsh_addr(dest, 1, pe);
     if (a || gsh_checked[pe]) return a;
@@ -310,9 +325,10 @@ void *shmem_ptr(const void *dest, int pe) {
     if (h >= gsh_heap_size && d >= gsh_data_size) return NULL;
     return gsh_connect(dest, 1, pe, "shmem_ptr");
 }
-int shmem_addr_accessible(const void *addr, int pe) {
-    if (!shmem_pe_accessible(pe)) return 0;
-    if ((uintptr_t)addr - gsh_heap_lo < gsh_heap_size || shmem_ptr(addr, pe) != NULL) return 1;
+GSH_WEAK(shmem_addr_accessible)
+int pshmem_addr_accessible(const void *addr, int pe) {
+    if (!pshmem_pe_accessible(pe)) return 0;
+    if ((uintptr_t)addr - gsh_heap_lo < gsh_heap_size || pshmem_ptr(addr, pe) != NULL) return 1;
     /* Static data not mapped here: where the PE has the same (it runs
      * this program), the transports reach it. */
     return (uintptr_t)addr - gsh_data_lo < gsh_data_size && goshmem_go_addr_accessible((void *)addr, pe);
@@ -343,13 +359,15 @@ GSH_BOTHV(putmem_signal_nbi, (void *dest, const void *source, size_t nelems, uin
           { gsh_put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, 1, fn); })
 
 /* Signals. */
-uint64_t shmem_signal_fetch(const uint64_t *sig_addr) { return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE); }
+GSH_WEAK(shmem_signal_fetch)
+uint64_t pshmem_signal_fetch(const uint64_t *sig_addr) { return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE); }
 GSH_CMP(sig, uint64_t)
 /* shmem_signal_wait_until returns the value that met the condition. */
-uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value) {
+GSH_WEAK(shmem_signal_wait_until)
+uint64_t pshmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value) {
     for (unsigned n = 0;; gsh_wait_pause(&n)) {
         uint64_t x = __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
-        if (gsh_cmpv_sig(x, cmp, cmp_value, __func__)) return x;
+        if (gsh_cmpv_sig(x, cmp, cmp_value, GSH_FN)) return x;
     }
 }
 GSH_BOTHV(signal_add, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, signal, pe),
@@ -358,8 +376,10 @@ GSH_BOTHV(signal_set, (uint64_t *sig_addr, uint64_t signal, int pe), (sig_addr, 
           { gsh_amo64(ctx, GSH_AMO_SET, sig_addr, signal, 0, pe, fn); })
 
 /* The deprecated untyped waits, on a long. */
-void shmem_wait(long *ivar, long cmp_value) { shmem_long_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }
-void shmem_wait_until(long *ivar, int cmp, long cmp_value) { shmem_long_wait_until(ivar, cmp, cmp_value); }
+GSH_WEAK(shmem_wait)
+void pshmem_wait(long *ivar, long cmp_value) { pshmem_long_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }
+GSH_WEAK(shmem_wait_until)
+void pshmem_wait_until(long *ivar, int cmp, long cmp_value) { pshmem_long_wait_until(ivar, cmp, cmp_value); }
 
 /* Ordering and completion: a CPU fence orders the stores to mapped
  * memory; Go completes what went through it. */
@@ -367,16 +387,22 @@ static inline void gsh_quiet(shmem_ctx_t ctx, const char *fn) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (__atomic_load_n(&gsh_go_pending, __ATOMIC_RELAXED)) goshmem_go_quiet(gsh_h(ctx), fn);
 }
-void shmem_ctx_quiet(shmem_ctx_t ctx) { gsh_quiet(ctx, __func__); }
-void shmem_quiet(void) { gsh_quiet(SHMEM_CTX_DEFAULT, __func__); }
-void shmem_ctx_fence(shmem_ctx_t ctx) { gsh_quiet(ctx, __func__); }
-void shmem_fence(void) { gsh_quiet(SHMEM_CTX_DEFAULT, __func__); }
+GSH_WEAK(shmem_ctx_quiet)
+void pshmem_ctx_quiet(shmem_ctx_t ctx) { gsh_quiet(ctx, GSH_FN); }
+GSH_WEAK(shmem_quiet)
+void pshmem_quiet(void) { gsh_quiet(SHMEM_CTX_DEFAULT, GSH_FN); }
+GSH_WEAK(shmem_ctx_fence)
+void pshmem_ctx_fence(shmem_ctx_t ctx) { gsh_quiet(ctx, GSH_FN); }
+GSH_WEAK(shmem_fence)
+void pshmem_fence(void) { gsh_quiet(SHMEM_CTX_DEFAULT, GSH_FN); }
 static void gsh_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes, const char *fn) {
     for (size_t i = 0; i < npes; i++) gsh_pe(ctx, target_pes[i], fn);
     gsh_quiet(ctx, fn);
 }
-void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes) { gsh_pe_quiet(ctx, target_pes, npes, __func__); }
-void shmem_pe_quiet(const int *target_pes, size_t npes) { gsh_pe_quiet(SHMEM_CTX_DEFAULT, target_pes, npes, __func__); }
+GSH_WEAK(shmem_ctx_pe_quiet)
+void pshmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes) { gsh_pe_quiet(ctx, target_pes, npes, GSH_FN); }
+GSH_WEAK(shmem_pe_quiet)
+void pshmem_pe_quiet(const int *target_pes, size_t npes) { gsh_pe_quiet(SHMEM_CTX_DEFAULT, target_pes, npes, GSH_FN); }
 
 /* Contexts. */
 int gsh_ctx_pe(shmem_ctx_t ctx, int pe, const char *fn) {
@@ -400,41 +426,47 @@ static int gsh_ctx_new(shmem_team_t team, long options, shmem_ctx_t *ctx, const 
     c->h = h;
     c->npes = gsh_npes;
     if (team != SHMEM_TEAM_INVALID && team != SHMEM_TEAM_WORLD) {
-        c->npes = shmem_team_n_pes(team);
+        c->npes = pshmem_team_n_pes(team);
         c->world = malloc((size_t)c->npes * sizeof(int));
         if (!c->world) gsh_fatal(fn, "out of memory");
-        for (int i = 0; i < c->npes; i++) c->world[i] = shmem_team_translate_pe(team, i, SHMEM_TEAM_WORLD);
+        for (int i = 0; i < c->npes; i++) c->world[i] = pshmem_team_translate_pe(team, i, SHMEM_TEAM_WORLD);
     }
     __atomic_store_n(&c->live, 1, __ATOMIC_RELEASE);
     *ctx = c;
     return 0;
 }
-int shmem_ctx_create(long options, shmem_ctx_t *ctx) { return gsh_ctx_new(SHMEM_TEAM_INVALID, options, ctx, __func__); }
-int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t *ctx) {
+GSH_WEAK(shmem_ctx_create)
+int pshmem_ctx_create(long options, shmem_ctx_t *ctx) { return gsh_ctx_new(SHMEM_TEAM_INVALID, options, ctx, GSH_FN); }
+GSH_WEAK(shmem_team_create_ctx)
+int pshmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t *ctx) {
     if (team == SHMEM_TEAM_INVALID) {
         *ctx = SHMEM_CTX_INVALID;
         return -1;
     }
-    return gsh_ctx_new(team, options, ctx, __func__);
+    return gsh_ctx_new(team, options, ctx, GSH_FN);
 }
-void shmem_ctx_destroy(shmem_ctx_t ctx) {
+GSH_WEAK(shmem_ctx_destroy)
+void pshmem_ctx_destroy(shmem_ctx_t ctx) {
     if (ctx == SHMEM_CTX_INVALID) return;
-    if (ctx == SHMEM_CTX_DEFAULT) gsh_fatal(__func__, "SHMEM_CTX_DEFAULT cannot be destroyed");
-    if (!ctx->live) gsh_fatal(__func__, "the context is already destroyed");
-    goshmem_go_ctx_destroy(ctx->h, __func__);
+    if (ctx == SHMEM_CTX_DEFAULT) gsh_fatal(GSH_FN, "SHMEM_CTX_DEFAULT cannot be destroyed");
+    if (!ctx->live) gsh_fatal(GSH_FN, "the context is already destroyed");
+    goshmem_go_ctx_destroy(ctx->h, GSH_FN);
     ctx->live = 0;
     free(ctx->world);
     ctx->world = NULL;
 }
-void shmem_ctx_session_start(shmem_ctx_t ctx, long options, const shmem_ctx_session_config_t *config, long config_mask) {
-    gsh_pe(ctx, 0, __func__); /* checks ctx */
-    goshmem_go_session_start(gsh_h(ctx), options, config, config_mask, __func__);
+GSH_WEAK(shmem_ctx_session_start)
+void pshmem_ctx_session_start(shmem_ctx_t ctx, long options, const shmem_ctx_session_config_t *config, long config_mask) {
+    gsh_pe(ctx, 0, GSH_FN); /* checks ctx */
+    goshmem_go_session_start(gsh_h(ctx), options, config, config_mask, GSH_FN);
 }
-void shmem_ctx_session_stop(shmem_ctx_t ctx) {
-    gsh_pe(ctx, 0, __func__);
-    goshmem_go_session_stop(gsh_h(ctx), __func__);
+GSH_WEAK(shmem_ctx_session_stop)
+void pshmem_ctx_session_stop(shmem_ctx_t ctx) {
+    gsh_pe(ctx, 0, GSH_FN);
+    goshmem_go_session_stop(gsh_h(ctx), GSH_FN);
 }
-int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team) {
+GSH_WEAK(shmem_ctx_get_team)
+int pshmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team) {
     *team = SHMEM_TEAM_INVALID;
     if (ctx == SHMEM_CTX_INVALID || (ctx != SHMEM_CTX_DEFAULT && !ctx->live)) return -1;
     uintptr_t t;
@@ -455,7 +487,7 @@ int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team) {
 static int gsh_static(const void *p) { return (uintptr_t)p - gsh_data_lo < gsh_data_size; }
 
 /* gsh_team_world returns the world number of the team's PE i. */
-static int gsh_team_world(shmem_team_t team, int i) { return shmem_team_translate_pe(team, i, SHMEM_TEAM_WORLD); }
+static int gsh_team_world(shmem_team_t team, int i) { return pshmem_team_translate_pe(team, i, SHMEM_TEAM_WORLD); }
 
 /* gsh_static_word reads PE pe's first word of gsh_static_words, through
  * package shmem (the words are a symmetric region of their own, reached by
@@ -479,7 +511,7 @@ __attribute__((format(printf, 2, 3))) static int gsh_coll_error(const char *fn, 
  * arguments as for goshmem_go_coll (nbytes the bytes of one PE's block). */
 static int gsh_coll_static(shmem_team_t team, int kind, void *dest, const void *source, size_t nbytes, ptrdiff_t a,
                            ptrdiff_t b, int esize, const char *fn) {
-    int tn = shmem_team_n_pes(team), tme = shmem_team_my_pe(team);
+    int tn = pshmem_team_n_pes(team), tme = pshmem_team_my_pe(team);
     if (tn < 0) return gsh_coll_error(fn, "invalid team (SHMEM_TEAM_INVALID, or a team this PE is not in)");
     if (kind == GSH_COLL_BROADCAST && (a < 0 || a >= tn))
         return gsh_coll_error(fn, "PE_root %d is not a PE of the team (valid: 0..%d)", (int)a, tn - 1);
@@ -495,7 +527,7 @@ static int gsh_coll_static(shmem_team_t team, int kind, void *dest, const void *
         if (!off || !len) gsh_fatal(fn, "out of memory for %d PEs", tn);
         __atomic_store_n(&gsh_static_words[0], (uint64_t)nbytes, __ATOMIC_RELEASE);
     }
-    if (shmem_team_sync(team) != 0) return -1;
+    if (pshmem_team_sync(team) != 0) return -1;
     size_t pos = 0;
     for (int i = 0; i < tn; i++) {
         int j = (tme + i) % tn, pe = gsh_team_world(team, j); /* each PE starts with another */
@@ -503,19 +535,19 @@ static int gsh_coll_static(shmem_team_t team, int kind, void *dest, const void *
         case GSH_COLL_BROADCAST:
             if (i == 0) {
                 if (tme == (int)a) memmove(dest, source, nbytes);
-                else shmem_getmem(dest, source, nbytes, gsh_team_world(team, (int)a));
+                else pshmem_getmem(dest, source, nbytes, gsh_team_world(team, (int)a));
             }
             break;
         case GSH_COLL_FCOLLECT:
             if (j == tme) memmove((char *)dest + (size_t)j * nbytes, source, nbytes);
-            else shmem_getmem((char *)dest + (size_t)j * nbytes, source, nbytes, pe);
+            else pshmem_getmem((char *)dest + (size_t)j * nbytes, source, nbytes, pe);
             break;
         case GSH_COLL_COLLECT:
             len[j] = (size_t)gsh_static_word(pe, fn);
             break;
         case GSH_COLL_ALLTOALL:
             if (j == tme) memmove((char *)dest + (size_t)j * nbytes, (const char *)source + (size_t)tme * nbytes, nbytes);
-            else shmem_getmem((char *)dest + (size_t)j * nbytes, (const char *)source + (size_t)tme * nbytes, nbytes, pe);
+            else pshmem_getmem((char *)dest + (size_t)j * nbytes, (const char *)source + (size_t)tme * nbytes, nbytes, pe);
             break;
         case GSH_COLL_ALLTOALLS: {
             size_t ne = nbytes / (size_t)esize;
@@ -533,12 +565,12 @@ static int gsh_coll_static(shmem_team_t team, int kind, void *dest, const void *
         for (int i = 0; i < tn; i++) {
             int j = (tme + i) % tn;
             if (j == tme) memmove((char *)dest + off[j], source, len[j]);
-            else shmem_getmem((char *)dest + off[j], source, len[j], gsh_team_world(team, j));
+            else pshmem_getmem((char *)dest + off[j], source, len[j], gsh_team_world(team, j));
         }
         free(off);
         free(len);
     }
-    return shmem_team_sync(team);
+    return pshmem_team_sync(team);
 }
 
 /* gsh_coll runs a team collective in Go, or here when it involves static
@@ -551,20 +583,25 @@ int gsh_coll(shmem_team_t team, int kind, void *dest, const void *source, size_t
 }
 
 /* Team collectives without a type. */
-int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems, int PE_root) {
-    return gsh_coll(team, GSH_COLL_BROADCAST, dest, source, nelems, PE_root, 0, 1, __func__);
+GSH_WEAK(shmem_broadcastmem)
+int pshmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems, int PE_root) {
+    return gsh_coll(team, GSH_COLL_BROADCAST, dest, source, nelems, PE_root, 0, 1, GSH_FN);
 }
-int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
-    return gsh_coll(team, GSH_COLL_COLLECT, dest, source, nelems, 0, 0, 1, __func__);
+GSH_WEAK(shmem_collectmem)
+int pshmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
+    return gsh_coll(team, GSH_COLL_COLLECT, dest, source, nelems, 0, 0, 1, GSH_FN);
 }
-int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
-    return gsh_coll(team, GSH_COLL_FCOLLECT, dest, source, nelems, 0, 0, 1, __func__);
+GSH_WEAK(shmem_fcollectmem)
+int pshmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
+    return gsh_coll(team, GSH_COLL_FCOLLECT, dest, source, nelems, 0, 0, 1, GSH_FN);
 }
-int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
-    return gsh_coll(team, GSH_COLL_ALLTOALL, dest, source, nelems, 0, 0, 1, __func__);
+GSH_WEAK(shmem_alltoallmem)
+int pshmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems) {
+    return gsh_coll(team, GSH_COLL_ALLTOALL, dest, source, nelems, 0, 0, 1, GSH_FN);
 }
-int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) {
-    return gsh_coll(team, GSH_COLL_ALLTOALLS, dest, source, nelems, dst, sst, 1, __func__);
+GSH_WEAK(shmem_alltoallsmem)
+int pshmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) {
+    return gsh_coll(team, GSH_COLL_ALLTOALLS, dest, source, nelems, dst, sst, 1, GSH_FN);
 }
 
 /* gsh_reduce runs a team reduction or scan in Go; for a type Go has no
@@ -577,18 +614,18 @@ int gsh_reduce(shmem_team_t team, int op, int ty, void *dest, const void *source
         int r = goshmem_go_reduce((uintptr_t)team, op, ty, dest, (void *)source, n, fn);
         if (r != -2) return r;
     }
-    int tn = shmem_team_n_pes(team), tme = shmem_team_my_pe(team);
+    int tn = pshmem_team_n_pes(team), tme = pshmem_team_my_pe(team);
     if (tn < 0) gsh_fatal(fn, "invalid team");
     char *acc = malloc(bytes ? bytes : 1), *tmp = malloc(bytes ? bytes : 1);
     if (!acc || !tmp) gsh_fatal(fn, "out of memory for %zu bytes", bytes);
-    if (shmem_team_sync(team) != 0) return -1;
+    if (pshmem_team_sync(team) != 0) return -1;
     int last = op == 7 ? tme : op == 8 ? tme - 1 : tn - 1;
     for (int i = 0; i <= last; i++) {
-        int pe = shmem_team_translate_pe(team, i, SHMEM_TEAM_WORLD);
-        shmem_getmem(i == 0 ? acc : tmp, source, bytes, pe);
+        int pe = pshmem_team_translate_pe(team, i, SHMEM_TEAM_WORLD);
+        pshmem_getmem(i == 0 ? acc : tmp, source, bytes, pe);
         if (i > 0) f(acc, tmp, n);
     }
-    if (shmem_team_sync(team) != 0) return -1;
+    if (pshmem_team_sync(team) != 0) return -1;
     if (last >= 0) memcpy(dest, acc, bytes);
     else memset(dest, 0, bytes); /* an exclusive scan's first PE gets zeros */
     free(acc);
@@ -632,9 +669,9 @@ static void gsh_aset_sync(struct gsh_aset s, long *pSync) {
     int root = s.start;
     if (gsh_me == root) {
         gsh_counted(&pSync[0], s.size - 1);
-        for (int i = 1; i < s.size; i++) shmem_long_atomic_add(&pSync[1], 1, gsh_aset_pe(s, i));
+        for (int i = 1; i < s.size; i++) pshmem_long_atomic_add(&pSync[1], 1, gsh_aset_pe(s, i));
     } else {
-        shmem_long_atomic_add(&pSync[0], 1, root);
+        pshmem_long_atomic_add(&pSync[0], 1, root);
         gsh_counted(&pSync[1], 1);
     }
 }
@@ -642,18 +679,20 @@ static void gsh_aset_sync(struct gsh_aset s, long *pSync) {
 /* gsh_aset_done tells every member that this PE's data is there and waits
  * until every member's is. */
 static void gsh_aset_done(struct gsh_aset s, long *pSync) {
-    shmem_quiet();
-    for (int i = 0; i < s.size; i++) shmem_long_atomic_add(&pSync[2], 1, gsh_aset_pe(s, i));
+    pshmem_quiet();
+    for (int i = 0; i < s.size; i++) pshmem_long_atomic_add(&pSync[2], 1, gsh_aset_pe(s, i));
     gsh_counted(&pSync[2], s.size);
 }
 
-void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    struct gsh_aset s = gsh_aset(__func__, PE_start, logPE_stride, PE_size, pSync);
-    shmem_quiet();
+GSH_WEAK(shmem_barrier)
+void pshmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    struct gsh_aset s = gsh_aset(GSH_FN, PE_start, logPE_stride, PE_size, pSync);
+    pshmem_quiet();
     gsh_aset_sync(s, pSync);
 }
-void shmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    struct gsh_aset s = gsh_aset(__func__, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_sync)
+void pshmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    struct gsh_aset s = gsh_aset(GSH_FN, PE_start, logPE_stride, PE_size, pSync);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     gsh_aset_sync(s, pSync);
 }
@@ -664,31 +703,35 @@ static void gsh_aset_broadcast(const char *fn, void *dest, const void *source, s
     if (root < 0 || root >= size) gsh_fatal(fn, "PE_root %d is not in 0..%d", root, size - 1);
     if (s.idx == root) {
         for (int i = 0; i < size; i++)
-            if (i != root) shmem_putmem(dest, source, bytes, gsh_aset_pe(s, i));
-        shmem_quiet();
+            if (i != root) pshmem_putmem(dest, source, bytes, gsh_aset_pe(s, i));
+        pshmem_quiet();
         for (int i = 0; i < size; i++)
-            if (i != root) shmem_long_atomic_add(&pSync[2], 1, gsh_aset_pe(s, i));
+            if (i != root) pshmem_long_atomic_add(&pSync[2], 1, gsh_aset_pe(s, i));
     } else {
         gsh_counted(&pSync[2], 1);
     }
 }
-void shmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_broadcast(__func__, dest, source, nelems * 4, PE_root, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_broadcast32)
+void pshmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_broadcast(GSH_FN, dest, source, nelems * 4, PE_root, PE_start, logPE_stride, PE_size, pSync);
 }
-void shmem_broadcast64(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_broadcast(__func__, dest, source, nelems * 8, PE_root, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_broadcast64)
+void pshmem_broadcast64(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_broadcast(GSH_FN, dest, source, nelems * 8, PE_root, PE_start, logPE_stride, PE_size, pSync);
 }
 
 static void gsh_aset_fcollect(const char *fn, void *dest, const void *source, size_t bytes, int start, int log, int size, long *pSync) {
     struct gsh_aset s = gsh_aset(fn, start, log, size, pSync);
-    for (int i = 0; i < size; i++) shmem_putmem((char *)dest + (size_t)s.idx * bytes, source, bytes, gsh_aset_pe(s, i));
+    for (int i = 0; i < size; i++) pshmem_putmem((char *)dest + (size_t)s.idx * bytes, source, bytes, gsh_aset_pe(s, i));
     gsh_aset_done(s, pSync);
 }
-void shmem_fcollect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_fcollect(__func__, dest, source, nelems * 4, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_fcollect32)
+void pshmem_fcollect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_fcollect(GSH_FN, dest, source, nelems * 4, PE_start, logPE_stride, PE_size, pSync);
 }
-void shmem_fcollect64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_fcollect(__func__, dest, source, nelems * 8, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_fcollect64)
+void pshmem_fcollect64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_fcollect(GSH_FN, dest, source, nelems * 8, PE_start, logPE_stride, PE_size, pSync);
 }
 
 /* collect: the offsets travel down the set, PE by PE, in pSync[3] (the
@@ -702,15 +745,17 @@ static void gsh_aset_collect(const char *fn, void *dest, const void *source, siz
         __atomic_store_n(&pSync[3], 0, __ATOMIC_RELAXED);
         off--;
     }
-    if (s.idx + 1 < size) shmem_long_atomic_set(&pSync[3], off + (long)bytes + 1, gsh_aset_pe(s, s.idx + 1));
-    for (int i = 0; i < size; i++) shmem_putmem((char *)dest + off, source, bytes, gsh_aset_pe(s, i));
+    if (s.idx + 1 < size) pshmem_long_atomic_set(&pSync[3], off + (long)bytes + 1, gsh_aset_pe(s, s.idx + 1));
+    for (int i = 0; i < size; i++) pshmem_putmem((char *)dest + off, source, bytes, gsh_aset_pe(s, i));
     gsh_aset_done(s, pSync);
 }
-void shmem_collect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_collect(__func__, dest, source, nelems * 4, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_collect32)
+void pshmem_collect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_collect(GSH_FN, dest, source, nelems * 4, PE_start, logPE_stride, PE_size, pSync);
 }
-void shmem_collect64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_collect(__func__, dest, source, nelems * 8, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_collect64)
+void pshmem_collect64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_collect(GSH_FN, dest, source, nelems * 8, PE_start, logPE_stride, PE_size, pSync);
 }
 
 static void gsh_aset_alltoalls(const char *fn, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
@@ -723,17 +768,21 @@ static void gsh_aset_alltoalls(const char *fn, void *dest, const void *source, p
     }
     gsh_aset_done(s, pSync);
 }
-void shmem_alltoall32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_alltoalls(__func__, dest, source, 1, 1, nelems, 4, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_alltoall32)
+void pshmem_alltoall32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_alltoalls(GSH_FN, dest, source, 1, 1, nelems, 4, PE_start, logPE_stride, PE_size, pSync);
 }
-void shmem_alltoall64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_alltoalls(__func__, dest, source, 1, 1, nelems, 8, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_alltoall64)
+void pshmem_alltoall64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_alltoalls(GSH_FN, dest, source, 1, 1, nelems, 8, PE_start, logPE_stride, PE_size, pSync);
 }
-void shmem_alltoalls32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_alltoalls(__func__, dest, source, dst, sst, nelems, 4, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_alltoalls32)
+void pshmem_alltoalls32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_alltoalls(GSH_FN, dest, source, dst, sst, nelems, 4, PE_start, logPE_stride, PE_size, pSync);
 }
-void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
-    gsh_aset_alltoalls(__func__, dest, source, dst, sst, nelems, 8, PE_start, logPE_stride, PE_size, pSync);
+GSH_WEAK(shmem_alltoalls64)
+void pshmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync) {
+    gsh_aset_alltoalls(GSH_FN, dest, source, dst, sst, nelems, 8, PE_start, logPE_stride, PE_size, pSync);
 }
 
 /* shmem_TYPE_OP_to_all: every member gets every member's source, in set
@@ -745,10 +794,10 @@ void gsh_to_all(void *dest, const void *source, int nreduce, size_t esize, int P
     size_t bytes = (size_t)nreduce * esize;
     char *acc = malloc(bytes ? bytes : 1), *tmp = malloc(bytes ? bytes : 1);
     if (!acc || !tmp) gsh_fatal(fn, "out of memory for %zu bytes", bytes);
-    shmem_quiet();
+    pshmem_quiet();
     gsh_aset_sync(s, pSync);
     for (int i = 0; i < PE_size; i++) {
-        shmem_getmem(i == 0 ? acc : tmp, source, bytes, gsh_aset_pe(s, i));
+        pshmem_getmem(i == 0 ? acc : tmp, source, bytes, gsh_aset_pe(s, i));
         if (i > 0) f(acc, tmp, (size_t)nreduce);
     }
     gsh_aset_sync(s, pSync);
@@ -760,39 +809,82 @@ void gsh_to_all(void *dest, const void *source, int nreduce, size_t esize, int P
 /* Locks: a ticket lock in the lock word of PE 0 (the next ticket in the
  * high 32 bits, the ticket served in the low 32), so it works the same
  * for a lock in the heap or in static data. */
-void shmem_set_lock(long *lock) {
-    uint64_t t = gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_FETCH_ADD, lock, 1ULL << 32, 0, 0, __func__) >> 32;
+GSH_WEAK(shmem_set_lock)
+void pshmem_set_lock(long *lock) {
+    uint64_t t = gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_FETCH_ADD, lock, 1ULL << 32, 0, 0, GSH_FN) >> 32;
     unsigned k = 0;
-    while ((uint32_t)gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_FETCH, lock, 0, 0, 0, __func__) != (uint32_t)t) gsh_wait_pause(&k);
+    while ((uint32_t)gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_FETCH, lock, 0, 0, 0, GSH_FN) != (uint32_t)t) gsh_wait_pause(&k);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
-void shmem_clear_lock(long *lock) {
-    shmem_quiet();
-    gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_ADD, lock, 1, 0, 0, __func__);
-    shmem_quiet();
+GSH_WEAK(shmem_clear_lock)
+void pshmem_clear_lock(long *lock) {
+    pshmem_quiet();
+    gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_ADD, lock, 1, 0, 0, GSH_FN);
+    pshmem_quiet();
 }
-int shmem_test_lock(long *lock) {
-    uint64_t v = gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_FETCH, lock, 0, 0, 0, __func__);
+GSH_WEAK(shmem_test_lock)
+int pshmem_test_lock(long *lock) {
+    uint64_t v = gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_FETCH, lock, 0, 0, 0, GSH_FN);
     if ((uint32_t)(v >> 32) != (uint32_t)v) return 1;
-    if (gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_COMPARE_SWAP, lock, v + (1ULL << 32), v, 0, __func__) != v) return 1;
+    if (gsh_amo64(SHMEM_CTX_DEFAULT, GSH_AMO_COMPARE_SWAP, lock, v + (1ULL << 32), v, 0, GSH_FN) != v) return 1;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     return 0;
 }
 
 /* Deprecated memory routines and the cache routines (no-ops: the CPUs
  * keep caches coherent). */
-void *shmalloc(size_t size) { return shmem_malloc(size); }
-void shfree(void *ptr) { shmem_free(ptr); }
-void *shrealloc(void *ptr, size_t size) { return shmem_realloc(ptr, size); }
-void *shmemalign(size_t alignment, size_t size) { return shmem_align(alignment, size); }
-void shmem_clear_cache_inv(void) {}
-void shmem_set_cache_inv(void) {}
-void shmem_clear_cache_line_inv(void *dest) { (void)dest; }
-void shmem_set_cache_line_inv(void *dest) { (void)dest; }
-void shmem_udcflush(void) {}
-void shmem_udcflush_line(void *dest) { (void)dest; }
+GSH_WEAK(shmalloc)
+void *pshmalloc(size_t size) { return pshmem_malloc(size); }
+GSH_WEAK(shfree)
+void pshfree(void *ptr) { pshmem_free(ptr); }
+GSH_WEAK(shrealloc)
+void *pshrealloc(void *ptr, size_t size) { return pshmem_realloc(ptr, size); }
+GSH_WEAK(shmemalign)
+void *pshmemalign(size_t alignment, size_t size) { return pshmem_align(alignment, size); }
+GSH_WEAK(shmem_clear_cache_inv)
+void pshmem_clear_cache_inv(void) {}
+GSH_WEAK(shmem_set_cache_inv)
+void pshmem_set_cache_inv(void) {}
+GSH_WEAK(shmem_clear_cache_line_inv)
+void pshmem_clear_cache_line_inv(void *dest) { (void)dest; }
+GSH_WEAK(shmem_set_cache_line_inv)
+void pshmem_set_cache_line_inv(void *dest) { (void)dest; }
+GSH_WEAK(shmem_udcflush)
+void pshmem_udcflush(void) {}
+GSH_WEAK(shmem_udcflush_line)
+void pshmem_udcflush_line(void *dest) { (void)dest; }
 
-void *shmem_team_ptr(shmem_team_t team, const void *dest, int pe) {
-    int w = shmem_team_translate_pe(team, pe, SHMEM_TEAM_WORLD);
-    return w < 0 ? NULL : shmem_ptr(dest, w);
+GSH_WEAK(shmem_team_ptr)
+void *pshmem_team_ptr(shmem_team_t team, const void *dest, int pe) {
+    int w = pshmem_team_translate_pe(team, pe, SHMEM_TEAM_WORLD);
+    return w < 0 ? NULL : pshmem_ptr(dest, w);
 }
+
+/* The routines capi.go defines (Go exports them as pshmem_NAME): an alias
+ * names a definition of its own translation unit only, so their shmem_
+ * names are weak functions calling them, replaceable as the aliases are. */
+#define GSH_WEAK_GO(ret, name, params, args) \
+    __attribute__((weak)) ret shmem_##name params { return pshmem_##name args; }
+GSH_WEAK_GO(int, pe_accessible, (int pe), (pe))
+GSH_WEAK_GO(void, barrier_all, (void), ())
+GSH_WEAK_GO(void, sync_all, (void), ())
+GSH_WEAK_GO(int, team_sync, (shmem_team_t team), (team))
+GSH_WEAK_GO(void *, malloc, (size_t size), (size))
+GSH_WEAK_GO(void *, calloc, (size_t count, size_t size), (count, size))
+GSH_WEAK_GO(void *, align, (size_t alignment, size_t size), (alignment, size))
+GSH_WEAK_GO(void *, malloc_with_hints, (size_t size, long hints), (size, hints))
+GSH_WEAK_GO(void *, realloc, (void *ptr, size_t size), (ptr, size))
+GSH_WEAK_GO(void, free, (void *ptr), (ptr))
+GSH_WEAK_GO(int, team_my_pe, (shmem_team_t team), (team))
+GSH_WEAK_GO(int, team_n_pes, (shmem_team_t team), (team))
+GSH_WEAK_GO(int, team_get_config, (shmem_team_t team, long config_mask, shmem_team_config_t *config), (team, config_mask, config))
+GSH_WEAK_GO(int, team_translate_pe, (shmem_team_t src_team, int src_pe, shmem_team_t dest_team), (src_team, src_pe, dest_team))
+GSH_WEAK_GO(int, team_split_strided,
+            (shmem_team_t parent_team, int start, int stride, int size, const shmem_team_config_t *config, long config_mask,
+             shmem_team_t *new_team),
+            (parent_team, start, stride, size, config, config_mask, new_team))
+GSH_WEAK_GO(int, team_split_2d,
+            (shmem_team_t parent_team, int xrange, const shmem_team_config_t *xaxis_config, long xaxis_mask, shmem_team_t *xaxis_team,
+             const shmem_team_config_t *yaxis_config, long yaxis_mask, shmem_team_t *yaxis_team),
+            (parent_team, xrange, xaxis_config, xaxis_mask, xaxis_team, yaxis_config, yaxis_mask, yaxis_team))
+GSH_WEAK_GO(void, team_destroy, (shmem_team_t team), (team))

@@ -8,10 +8,23 @@
 #define GOSHMEM_NO_GENERICS 1
 #include <shmem.h>
 #include <shmemx.h>
+#include <pshmem.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The profiling interface (OpenSHMEM 1.6, section 11): the library defines
+ * every routine as pshmem_NAME, and shmem_NAME is a weak alias of it
+ * (GSH_WEAK, in the translation unit of the definition, as an alias must
+ * be), so that a program's own shmem_NAME replaces it at link time, with
+ * the static library as with the shared one, and can call pshmem_NAME.
+ * The library calls only pshmem_ names and its internal functions itself,
+ * so a program's wrapper sees the program's calls and no others. */
+#define GSH_WEAK(name) extern __typeof__(name) name __attribute__((weak, alias("p" #name)));
+/* GSH_FN is, in a pshmem_ routine, the name the program knows it by for
+ * the library's messages: its shmem_ name (__func__ after the p). */
+#define GSH_FN (__func__ + 1)
 
 #define GSH_LIKELY(x) __builtin_expect(!!(x), 1)
 #define GSH_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -261,12 +274,12 @@ GSH_AMO_LOCAL(64)
  * routines returning nothing. */
 #define GSH_BOTH(ret, name, params, args, body)                                                     \
     static inline ret gsh_##name(shmem_ctx_t ctx, const char *fn, GSH_STRIP params) body            \
-    ret shmem_ctx_##name(shmem_ctx_t ctx, GSH_STRIP params) { return gsh_##name(ctx, "shmem_ctx_" #name, GSH_STRIP args); } \
-    ret shmem_##name(GSH_STRIP params) { return gsh_##name(SHMEM_CTX_DEFAULT, "shmem_" #name, GSH_STRIP args); }
+    GSH_WEAK(shmem_ctx_##name) ret pshmem_ctx_##name(shmem_ctx_t ctx, GSH_STRIP params) { return gsh_##name(ctx, "shmem_ctx_" #name, GSH_STRIP args); } \
+    GSH_WEAK(shmem_##name) ret pshmem_##name(GSH_STRIP params) { return gsh_##name(SHMEM_CTX_DEFAULT, "shmem_" #name, GSH_STRIP args); }
 #define GSH_BOTHV(name, params, args, body)                                                         \
     static inline void gsh_##name(shmem_ctx_t ctx, const char *fn, GSH_STRIP params) body           \
-    void shmem_ctx_##name(shmem_ctx_t ctx, GSH_STRIP params) { gsh_##name(ctx, "shmem_ctx_" #name, GSH_STRIP args); } \
-    void shmem_##name(GSH_STRIP params) { gsh_##name(SHMEM_CTX_DEFAULT, "shmem_" #name, GSH_STRIP args); }
+    GSH_WEAK(shmem_ctx_##name) void pshmem_ctx_##name(shmem_ctx_t ctx, GSH_STRIP params) { gsh_##name(ctx, "shmem_ctx_" #name, GSH_STRIP args); } \
+    GSH_WEAK(shmem_##name) void pshmem_##name(GSH_STRIP params) { gsh_##name(SHMEM_CTX_DEFAULT, "shmem_" #name, GSH_STRIP args); }
 
 #define GSH_BITS(N, T, B)                                                                           \
     static inline uint##B##_t gsh_bits_##N(T v) { union { T t; uint##B##_t u; } x; x.u = 0; x.t = v; return x.u; } \
@@ -390,15 +403,15 @@ GSH_AMO_LOCAL(64)
 
 /* The deprecated atomics (OpenSHMEM 1.3 names). */
 #define GSH_LEGACY_SWAP(N, T)                                                                       \
-    T shmem_##N##_swap(T *target, T value, int pe) { return gsh_##N##_atomic_swap(SHMEM_CTX_DEFAULT, __func__, target, value, pe); } \
-    T shmem_##N##_fetch(const T *target, int pe) { return gsh_##N##_atomic_fetch(SHMEM_CTX_DEFAULT, __func__, target, pe); } \
-    void shmem_##N##_set(T *target, T value, int pe) { gsh_##N##_atomic_set(SHMEM_CTX_DEFAULT, __func__, target, value, pe); }
+    GSH_WEAK(shmem_##N##_swap) T pshmem_##N##_swap(T *target, T value, int pe) { return gsh_##N##_atomic_swap(SHMEM_CTX_DEFAULT, GSH_FN, target, value, pe); } \
+    GSH_WEAK(shmem_##N##_fetch) T pshmem_##N##_fetch(const T *target, int pe) { return gsh_##N##_atomic_fetch(SHMEM_CTX_DEFAULT, GSH_FN, target, pe); } \
+    GSH_WEAK(shmem_##N##_set) void pshmem_##N##_set(T *target, T value, int pe) { gsh_##N##_atomic_set(SHMEM_CTX_DEFAULT, GSH_FN, target, value, pe); }
 #define GSH_LEGACY_ARITH(N, T)                                                                      \
-    T shmem_##N##_cswap(T *target, T cond, T value, int pe) { return gsh_##N##_atomic_compare_swap(SHMEM_CTX_DEFAULT, __func__, target, cond, value, pe); } \
-    T shmem_##N##_fadd(T *target, T value, int pe) { return gsh_##N##_atomic_fetch_add(SHMEM_CTX_DEFAULT, __func__, target, value, pe); } \
-    T shmem_##N##_finc(T *target, int pe) { return gsh_##N##_atomic_fetch_inc(SHMEM_CTX_DEFAULT, __func__, target, pe); } \
-    void shmem_##N##_add(T *target, T value, int pe) { gsh_##N##_atomic_add(SHMEM_CTX_DEFAULT, __func__, target, value, pe); } \
-    void shmem_##N##_inc(T *target, int pe) { gsh_##N##_atomic_inc(SHMEM_CTX_DEFAULT, __func__, target, pe); }
+    GSH_WEAK(shmem_##N##_cswap) T pshmem_##N##_cswap(T *target, T cond, T value, int pe) { return gsh_##N##_atomic_compare_swap(SHMEM_CTX_DEFAULT, GSH_FN, target, cond, value, pe); } \
+    GSH_WEAK(shmem_##N##_fadd) T pshmem_##N##_fadd(T *target, T value, int pe) { return gsh_##N##_atomic_fetch_add(SHMEM_CTX_DEFAULT, GSH_FN, target, value, pe); } \
+    GSH_WEAK(shmem_##N##_finc) T pshmem_##N##_finc(T *target, int pe) { return gsh_##N##_atomic_fetch_inc(SHMEM_CTX_DEFAULT, GSH_FN, target, pe); } \
+    GSH_WEAK(shmem_##N##_add) void pshmem_##N##_add(T *target, T value, int pe) { gsh_##N##_atomic_add(SHMEM_CTX_DEFAULT, GSH_FN, target, value, pe); } \
+    GSH_WEAK(shmem_##N##_inc) void pshmem_##N##_inc(T *target, int pe) { gsh_##N##_atomic_inc(SHMEM_CTX_DEFAULT, GSH_FN, target, pe); }
 
 /* Point-to-point synchronization on local variables: loads and compares
  * here, in C, whether the variable is in the heap or in static data (the
@@ -426,10 +439,10 @@ extern _Thread_local size_t gsh_any_from;
     }
 #define GSH_SYNC(N, T)                                                                              \
     GSH_CMP(N, T)                                                                                   \
-    int shmem_##N##_test(T *ivar, int cmp, T cmp_value) { return gsh_cmp_##N(ivar, cmp, cmp_value, __func__); } \
-    void shmem_##N##_wait_until(T *ivar, int cmp, T cmp_value) {                                    \
+    GSH_WEAK(shmem_##N##_test) int pshmem_##N##_test(T *ivar, int cmp, T cmp_value) { return gsh_cmp_##N(ivar, cmp, cmp_value, GSH_FN); } \
+    GSH_WEAK(shmem_##N##_wait_until) void pshmem_##N##_wait_until(T *ivar, int cmp, T cmp_value) {                                    \
         unsigned n = 0;                                                                             \
-        while (!gsh_cmp_##N(ivar, cmp, cmp_value, __func__)) gsh_wait_pause(&n);                              \
+        while (!gsh_cmp_##N(ivar, cmp, cmp_value, GSH_FN)) gsh_wait_pause(&n);                              \
     }                                                                                               \
     static int gsh_test_all_##N(const char *fn, T *ivars, size_t nelems, const int *status, int cmp, T v, const T *vs) {  \
         for (size_t i = 0; i < nelems; i++)                                                         \
@@ -479,21 +492,21 @@ extern _Thread_local size_t gsh_any_from;
             gsh_wait_pause(&n);                                                                     \
         }                                                                                           \
     }                                                                                               \
-    void shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { gsh_wait_all_##N(__func__, ivars, nelems, status, cmp, cmp_value, NULL); } \
-    size_t shmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_wait_any_##N(__func__, ivars, nelems, status, cmp, cmp_value, NULL); } \
-    size_t shmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { return gsh_wait_some_##N(__func__, ivars, nelems, indices, status, cmp, cmp_value, NULL); } \
-    void shmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { gsh_wait_all_##N(__func__, ivars, nelems, status, cmp, 0, cmp_values); } \
-    size_t shmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_wait_any_##N(__func__, ivars, nelems, status, cmp, 0, cmp_values); } \
-    size_t shmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { return gsh_wait_some_##N(__func__, ivars, nelems, indices, status, cmp, 0, cmp_values); } \
-    int shmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_test_all_##N(__func__, ivars, nelems, status, cmp, cmp_value, NULL); } \
-    size_t shmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { int none; return gsh_test_any_##N(__func__, ivars, nelems, status, cmp, cmp_value, NULL, &none); } \
-    size_t shmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { int none; return gsh_test_some_##N(__func__, ivars, nelems, indices, status, cmp, cmp_value, NULL, &none); } \
-    int shmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_test_all_##N(__func__, ivars, nelems, status, cmp, 0, cmp_values); } \
-    size_t shmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_any_##N(__func__, ivars, nelems, status, cmp, 0, cmp_values, &none); } \
-    size_t shmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_some_##N(__func__, ivars, nelems, indices, status, cmp, 0, cmp_values, &none); }
+    GSH_WEAK(shmem_##N##_wait_until_all) void pshmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { gsh_wait_all_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL); } \
+    GSH_WEAK(shmem_##N##_wait_until_any) size_t pshmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_wait_any_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL); } \
+    GSH_WEAK(shmem_##N##_wait_until_some) size_t pshmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { return gsh_wait_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, cmp_value, NULL); } \
+    GSH_WEAK(shmem_##N##_wait_until_all_vector) void pshmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { gsh_wait_all_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values); } \
+    GSH_WEAK(shmem_##N##_wait_until_any_vector) size_t pshmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_wait_any_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values); } \
+    GSH_WEAK(shmem_##N##_wait_until_some_vector) size_t pshmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { return gsh_wait_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, 0, cmp_values); } \
+    GSH_WEAK(shmem_##N##_test_all) int pshmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL); } \
+    GSH_WEAK(shmem_##N##_test_any) size_t pshmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { int none; return gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL, &none); } \
+    GSH_WEAK(shmem_##N##_test_some) size_t pshmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { int none; return gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, cmp_value, NULL, &none); } \
+    GSH_WEAK(shmem_##N##_test_all_vector) int pshmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values); } \
+    GSH_WEAK(shmem_##N##_test_any_vector) size_t pshmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values, &none); } \
+    GSH_WEAK(shmem_##N##_test_some_vector) size_t pshmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, 0, cmp_values, &none); }
 
 #define GSH_LEGACY_WAIT(N, T) \
-    void shmem_##N##_wait(T *ivar, T cmp_value) { shmem_##N##_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }
+    GSH_WEAK(shmem_##N##_wait) void pshmem_##N##_wait(T *ivar, T cmp_value) { pshmem_##N##_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }
 
 /* Reductions. gsh_combine_N_OP(acc, in, n) folds in into acc. */
 typedef void (*gsh_combine_fn)(void *acc, const void *in, size_t n);
@@ -517,38 +530,38 @@ int gsh_reduce(shmem_team_t team, int op, int ty, void *dest, const void *source
 void gsh_to_all(void *dest, const void *source, int nreduce, size_t esize, int PE_start, int logPE_stride, int PE_size, long *pSync, gsh_combine_fn f, const char *fn);
 
 #define GSH_REDUCE(N, T, op, OPNUM, TY)                                                             \
-    int shmem_##N##_##op##_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce) {    \
-        return gsh_reduce(team, OPNUM, TY, dest, source, nreduce, sizeof(T), gsh_combine_##N##_##op, __func__); \
+    GSH_WEAK(shmem_##N##_##op##_reduce) int pshmem_##N##_##op##_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce) {    \
+        return gsh_reduce(team, OPNUM, TY, dest, source, nreduce, sizeof(T), gsh_combine_##N##_##op, GSH_FN); \
     }
 #define GSH_SCAN(N, T, TY)                                                                          \
-    int shmem_##N##_sum_inscan(shmem_team_t team, T *dest, const T *source, size_t nelems) {        \
-        return gsh_reduce(team, 7, TY, dest, source, nelems, sizeof(T), gsh_combine_##N##_sum, __func__);             \
+    GSH_WEAK(shmem_##N##_sum_inscan) int pshmem_##N##_sum_inscan(shmem_team_t team, T *dest, const T *source, size_t nelems) {        \
+        return gsh_reduce(team, 7, TY, dest, source, nelems, sizeof(T), gsh_combine_##N##_sum, GSH_FN);             \
     }                                                                                               \
-    int shmem_##N##_sum_exscan(shmem_team_t team, T *dest, const T *source, size_t nelems) {        \
-        return gsh_reduce(team, 8, TY, dest, source, nelems, sizeof(T), gsh_combine_##N##_sum, __func__);             \
+    GSH_WEAK(shmem_##N##_sum_exscan) int pshmem_##N##_sum_exscan(shmem_team_t team, T *dest, const T *source, size_t nelems) {        \
+        return gsh_reduce(team, 8, TY, dest, source, nelems, sizeof(T), gsh_combine_##N##_sum, GSH_FN);             \
     }
 #define GSH_TO_ALL(N, T, op)                                                                        \
-    void shmem_##N##_##op##_to_all(T *dest, const T *source, int nreduce, int PE_start, int logPE_stride, int PE_size, T *pWrk, long *pSync) { \
+    GSH_WEAK(shmem_##N##_##op##_to_all) void pshmem_##N##_##op##_to_all(T *dest, const T *source, int nreduce, int PE_start, int logPE_stride, int PE_size, T *pWrk, long *pSync) { \
         (void)pWrk;                                                                                 \
-        gsh_to_all(dest, source, nreduce, sizeof(T), PE_start, logPE_stride, PE_size, pSync, gsh_combine_##N##_##op, __func__); \
+        gsh_to_all(dest, source, nreduce, sizeof(T), PE_start, logPE_stride, PE_size, pSync, gsh_combine_##N##_##op, GSH_FN); \
     }
 
 /* Team collectives of type T. */
 #define GSH_COLL(N, T)                                                                              \
-    int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root) { \
-        return gsh_coll(team, GSH_COLL_BROADCAST, dest, source, nelems * sizeof(T), PE_root, 0, sizeof(T), __func__); \
+    GSH_WEAK(shmem_##N##_broadcast) int pshmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root) { \
+        return gsh_coll(team, GSH_COLL_BROADCAST, dest, source, nelems * sizeof(T), PE_root, 0, sizeof(T), GSH_FN); \
     }                                                                                               \
-    int shmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems) {           \
-        return gsh_coll(team, GSH_COLL_COLLECT, dest, source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
+    GSH_WEAK(shmem_##N##_collect) int pshmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems) {           \
+        return gsh_coll(team, GSH_COLL_COLLECT, dest, source, nelems * sizeof(T), 0, 0, sizeof(T), GSH_FN); \
     }                                                                                               \
-    int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems) {          \
-        return gsh_coll(team, GSH_COLL_FCOLLECT, dest, source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
+    GSH_WEAK(shmem_##N##_fcollect) int pshmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems) {          \
+        return gsh_coll(team, GSH_COLL_FCOLLECT, dest, source, nelems * sizeof(T), 0, 0, sizeof(T), GSH_FN); \
     }                                                                                               \
-    int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems) {          \
-        return gsh_coll(team, GSH_COLL_ALLTOALL, dest, source, nelems * sizeof(T), 0, 0, sizeof(T), __func__); \
+    GSH_WEAK(shmem_##N##_alltoall) int pshmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems) {          \
+        return gsh_coll(team, GSH_COLL_ALLTOALL, dest, source, nelems * sizeof(T), 0, 0, sizeof(T), GSH_FN); \
     }                                                                                               \
-    int shmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { \
-        return gsh_coll(team, GSH_COLL_ALLTOALLS, dest, source, nelems * sizeof(T), dst, sst, sizeof(T), __func__); \
+    GSH_WEAK(shmem_##N##_alltoalls) int pshmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { \
+        return gsh_coll(team, GSH_COLL_ALLTOALLS, dest, source, nelems * sizeof(T), dst, sst, sizeof(T), GSH_FN); \
     }
 
 #endif /* GOSHMEM_GSH_H */

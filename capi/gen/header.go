@@ -1,5 +1,11 @@
 package main
 
+import (
+	"bytes"
+	"fmt"
+	"strings"
+)
+
 // headerTop is the untyped part of shmem.h: constants, handle types and
 // the routines that take no type.
 const headerTop = `
@@ -290,4 +296,69 @@ void shmemx_data_bounds(void **base, size_t *size);
 #define SHMEMX_TEAM_NODE SHMEM_TEAM_SHARED
 @renamed@
 #endif /* GOSHMEM_SHMEMX_H */
+`
+
+// untypedProtos are the prototypes of headerTop: its lines that declare a
+// routine, read back so that they are written once.
+func untypedProtos() []proto {
+	var ps []proto
+	for _, l := range strings.Split(headerTop, "\n") {
+		if l == "" || l[0] == '#' || l[0] == ' ' || l[0] == '/' || l[0] == '}' || !strings.HasSuffix(l, ");") {
+			continue
+		}
+		open := strings.IndexByte(l, '(')
+		head := strings.TrimPrefix(l[:open], "GSH_NORETURN ")
+		name := head[strings.LastIndexAny(head, " *")+1:]
+		ret := strings.TrimSpace(head[:len(head)-len(name)])
+		if strings.HasPrefix(l, "GSH_NORETURN ") {
+			ret = "GSH_NORETURN " + ret
+		}
+		ps = append(ps, proto{ret, name, l[open+1 : len(l)-2]})
+	}
+	return ps
+}
+
+// pshmemHeader is pshmem.h, the profiling interface of OpenSHMEM 1.6:
+// every routine of shmem.h (untyped and typed) under its name with p in
+// front, pshmem_NAME for shmem_NAME (pstart_pes, pshmalloc, ... for the
+// deprecated names without shmem_).
+func pshmemHeader() []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "/* pshmem.h: the profiling interface of OpenSHMEM 1.6 on goshmem. %s */\n", banner)
+	b.WriteString(pshmemTop)
+	for _, p := range append(untypedProtos(), typedProtos()...) {
+		p.name = "p" + p.name
+		fmt.Fprintln(&b, p)
+	}
+	b.WriteString(pshmemEnd)
+	return b.Bytes()
+}
+
+const pshmemTop = `
+/* Every routine of shmem.h is also pshmem_NAME (p before the deprecated
+ * names without shmem_: pstart_pes, p_my_pe, pshmalloc, ...). The library
+ * defines the pshmem_ names, and the shmem_ names as weak aliases of them
+ * (weak functions calling them, for the few Go defines), so that a
+ * program or tool may define its own shmem_NAME, with the shared library
+ * or the static one, and reach the library's through pshmem_NAME. The
+ * library's own calls go to the pshmem_ names, not through the replaceable
+ * ones. The C11 generic forms have no pshmem_ form: call the typed
+ * routine's. */
+#ifndef GOSHMEM_PSHMEM_H
+#define GOSHMEM_PSHMEM_H
+
+#include <shmem.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+`
+
+const pshmemEnd = `
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GOSHMEM_PSHMEM_H */
 `

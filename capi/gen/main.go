@@ -3,7 +3,8 @@
 // _Generic forms and the constants), include/shmemx.h, ztyped.c (the
 // definitions of the typed routines, as expansions of the macro families
 // of gsh.h), ztyped.go (the Go side of the typed collectives) and
-// testdata/ztypes.c (their test). Run it in capi/ with go run ./gen (or
+// testdata/ztypes.c (their test), and include/pshmem.h, every routine of
+// shmem.h under its profiling name. Run it in capi/ with go run ./gen (or
 // go generate -tags goshmem_capi); a routine is in the header exactly
 // when the library defines it, since both come from the same rows.
 package main
@@ -29,6 +30,7 @@ func main() {
 	}
 	write("include/shmem.h", header())
 	write("include/shmemx.h", shmemxHeader())
+	write("include/pshmem.h", pshmemHeader())
 	write("ztyped.c", cfile())
 	write("testdata/ztypes.c", testProgram())
 	src, err := format.Source(gofile())
@@ -46,7 +48,12 @@ type proto struct {
 	ret, name, params string
 }
 
-func (p proto) String() string { return fmt.Sprintf("%s %s(%s);", p.ret, p.name, p.params) }
+func (p proto) String() string {
+	if strings.HasSuffix(p.ret, "*") {
+		return fmt.Sprintf("%s%s(%s);", p.ret, p.name, p.params)
+	}
+	return fmt.Sprintf("%s %s(%s);", p.ret, p.name, p.params)
+}
 
 // ctxName gives the context form of a routine name: shmem_X -> shmem_ctx_X.
 func ctxName(name string) string { return "shmem_ctx_" + strings.TrimPrefix(name, "shmem_") }
