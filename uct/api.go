@@ -209,11 +209,11 @@ type EP interface {
 	// AMShort sends the 8-byte header and payload to handler id.
 	AMShort(id uint8, header uint64, payload []byte) ucs.Status
 	// AMBcopy sends what pack produces (at most AM.MaxBcopy bytes) to
-	// handler id and returns its length; flags are ignored.
+	// handler id and returns its length; flags: 0 or SendFlagSignaled.
 	AMBcopy(id uint8, pack PackFunc, flags uint32) (int, ucs.Status)
 	// AMZcopy sends header (at most AM.MaxHdr bytes) and the iov to handler
 	// id without an intermediate copy; with InProgress the buffers may be
-	// reused once comp is signalled. flags are ignored.
+	// reused once comp is signalled. flags: 0 or SendFlagSignaled.
 	AMZcopy(id uint8, header []byte, iov []IOV, flags uint32, comp *Completion) ucs.Status
 
 	// AtomicPost64/32 apply a posted op (Add, And, Or, Xor) to raddr.
