@@ -86,7 +86,17 @@ const (
 type IfaceParams struct {
 	// TLName and DevName select the resource (from MD.TLResources).
 	TLName, DevName string
-	// StatsRoot and RxHeadroom of UCX have no meaning here.
+	// StatsRoot of UCX has no meaning here.
+	//
+	// RxHeadroom (uct_iface_params_t.rx_headroom, the bytes a transport
+	// reserves in front of the data it hands to AM handlers, where a
+	// user builds a descriptor) is not provided: a Go slice cannot reach
+	// before its start, so reserved bytes would need an unsafe accessor
+	// trusting each transport's buffer layout, and the shared-memory
+	// transport hands handlers data in place in the sender's FIFO cell,
+	// whose layout has no room the receiver chooses. Handlers get data
+	// with no reserved bytes in front; one that keeps a message (returns
+	// ucs.InProgress) keeps its descriptor beside it.
 
 	// CPUMask lists the CPUs that the goroutines the iface owns run on
 	// (uct_iface_params_t.cpu_mask): tcp's accepting, polling and
