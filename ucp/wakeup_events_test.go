@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -214,22 +213,9 @@ func TestWakeupEvents(t *testing.T) {
 					t.Fatal(err)
 				}
 				if a != b {
-					// The peer receives on a goroutine of its own, until
-					// the test ends.
-					stop := make(chan struct{})
-					defer close(stop)
-					go func() {
-						for {
-							select {
-							case <-stop:
-								return
-							default:
-							}
-							if a.Progress() == 0 {
-								runtime.Gosched()
-							}
-						}
-					}()
+					// The peer receives on a goroutine of its own.
+					stop, done := serve(a)
+					defer func() { close(stop); <-done }()
 				}
 				if err := noHang(t, "a synchronous send waited for with Wait", func() error {
 					for ss != nil && !ss.IsCompleted() {
