@@ -103,9 +103,8 @@ func (p *WorkerParams) SetCPUMask(cpus []int) *WorkerParams {
 // the messages its operations and its peers' wait for (replies,
 // acknowledgements, rendezvous steps, software RMA), not by a message that
 // starts a receive (eager data, a rendezvous announcement), which waits
-// for the next Progress. An empty set leaves only Signal (and peer
-// failures) to wake the worker. Unknown bits make NewWorker fail with
-// ucs.ErrInvalidParam.
+// for the next Progress. An empty set leaves only Signal to wake the
+// worker. Unknown bits make NewWorker fail with ucs.ErrInvalidParam.
 func (p *WorkerParams) SetEvents(e uint32) *WorkerParams {
 	p.Events, p.FieldMask = e, p.FieldMask|WorkerParamFieldEvents
 	return p
