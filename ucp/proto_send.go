@@ -266,7 +266,13 @@ func (l *lane) packLocked(id uint8, hdr, ext []byte, it *dtIter, off, n int) ucs
 // AMShort cannot carry the flag.
 func (l *lane) amShortHdr(id uint8, hdr []byte, data []byte) ucs.Status {
 	if uctSendFlags(id, hdr) != 0 {
-		return l.amPackBuf(id, hdr, nil, data)
+		// The packer copies at most len(hb) header bytes; the rest goes
+		// as ext, which it reads in place.
+		h, ext := hdr, []byte(nil)
+		if k := len(l.pk.hb); len(h) > k {
+			h, ext = hdr[:k], hdr[k:]
+		}
+		return l.amPackBuf(id, h, ext, data)
 	}
 	var payload []byte
 	switch {
