@@ -256,14 +256,24 @@ func (l *lane) packLocked(id uint8, hdr, ext []byte, it *dtIter, off, n int) ucs
 	}
 	p.hlen = copy(p.hb[:], hdr)
 	p.ext, p.it, p.off, p.n = ext, it, off, n
-	_, st := l.ep.AMBcopy(id, p.fn, 0)
+	_, st := l.ep.AMBcopy(id, p.fn, uctSendFlags(id, hdr))
 	p.ext, p.it = nil, nil
 	return st
 }
 
 // amShortHdr sends a message whose first 8 bytes go as the AMShort
-// header, then data.
+// header, then data; a signaled one (uctSendFlags) goes by AM bcopy, as
+// AMShort cannot carry the flag.
 func (l *lane) amShortHdr(id uint8, hdr []byte, data []byte) ucs.Status {
+	if uctSendFlags(id, hdr) != 0 {
+		// The packer copies at most len(hb) header bytes; the rest goes
+		// as ext, which it reads in place.
+		h, ext := hdr, []byte(nil)
+		if k := len(l.pk.hb); len(h) > k {
+			h, ext = hdr[:k], hdr[k:]
+		}
+		return l.amPackBuf(id, h, ext, data)
+	}
 	var payload []byte
 	switch {
 	case len(hdr) == 8:
@@ -287,7 +297,7 @@ func (op *sendOp) zsend(id uint8, hdr []byte, off, n int) ucs.Status {
 	atomic.AddInt32(&op.comp.Count, 1)
 	l := op.l
 	l.sendMu.Lock()
-	st := l.ep.AMZcopy(id, hdr, op.iov, 0, &op.comp)
+	st := l.ep.AMZcopy(id, hdr, op.iov, uctSendFlags(id, hdr), &op.comp)
 	l.sendMu.Unlock()
 	clear(op.iov)
 	if st != ucs.InProgress {

@@ -284,7 +284,7 @@ func (ep *Endpoint) swSendFrom(id uint8, h *swHeader, payload []byte, inHandler 
 			}
 			return fmt.Errorf("ucp: software message to %s: %w", ep.remoteName, st)
 		}
-		_, st := l.ep.AMBcopy(id, pack, 0)
+		_, st := l.ep.AMBcopy(id, pack, uct.SendFlagSignaled) // see uctSendFlags
 		switch st {
 		case ucs.OK:
 			return nil

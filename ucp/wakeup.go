@@ -22,10 +22,22 @@ import (
 //     uct.EventArmer (shared memory, self): armed, it becomes readable when
 //     a message arrives in the interface;
 //   - an eventfd of the worker, written by Signal, and, while the worker is
-//     armed, at the first event reported by a transport without a wakeup
-//     descriptor (tcp: a received message or completion, through
-//     uct.Worker.Signal), by the software protocols (a reply or remote
-//     operation handled on a receive goroutine) and by a peer failure.
+//     armed, at the first event of a kind it is armed for reported by a
+//     transport without a wakeup descriptor (tcp: a received message or
+//     completion, through uct.Worker.Signal with its uct.Event* kinds), by
+//     the software protocols (a reply or remote operation handled on a
+//     receive goroutine) and by a peer failure.
+//
+// The events mask (WorkerParams.SetEvents) chooses what the interfaces
+// are armed for (armEvents): receive events (WakeupTagRecv, WakeupRX)
+// arm for every message (uct.EventRecv); send events alone (WakeupRMA,
+// WakeupAMO, WakeupTagSend, WakeupTX) arm for send completions and for
+// signaled messages only (uct.EventRecvSig). The messages that carry no
+// new receive (replies, acknowledgements, rendezvous steps, software RMA:
+// see uctSendFlags) are sent signaled, so that a send waiting for its reply,
+// or a peer waiting for this worker's answer, still wakes it, while a
+// message that starts a receive (eager data, a rendezvous announcement)
+// waits for the next Progress.
 //
 // The protocol is UCX's: progress until Progress returns 0, then Arm; if
 // Arm returns ucs.ErrBusy, events are pending: progress again; if it
@@ -67,11 +79,7 @@ func (w *Worker) initWakeup() (err error) {
 	if p.FieldMask&WorkerParamFieldEvents != 0 {
 		events = p.Events
 	}
-	if events&wakeupAll != 0 {
-		// Replies of software RMA and atomics arrive as messages: every
-		// kind of event needs the receive side armed.
-		ws.uctEvents = uct.EventRecv | uct.EventSendComp
-	}
+	ws.uctEvents = armEvents(events)
 	ws.epollFlag = unix.EPOLLIN
 	if events&WakeupEdge != 0 {
 		ws.epollFlag |= unix.EPOLLET
@@ -152,9 +160,61 @@ func epollData(p *WorkerParams) uint64 {
 	return 0
 }
 
-// event records an event reported by a transport or protocol and, if the
-// worker is armed, disarms it and signals its eventfd. Any goroutine.
-func (ws *wakeState) event() {
+// armEvents returns the uct events the interfaces are armed for, and that
+// wake the worker, for its Wakeup* events mask (see the top of the file).
+func armEvents(events uint32) uint32 {
+	switch {
+	case events&(WakeupTagRecv|WakeupRX) != 0:
+		return uct.EventRecv | uct.EventRecvSig | uct.EventSendComp
+	case events&(WakeupRMA|WakeupAMO|WakeupTagSend|WakeupTX) != 0:
+		return uct.EventRecvSig | uct.EventSendComp
+	}
+	return 0
+}
+
+// signaledIDs marks the uct ids of the messages sent with
+// uct.SendFlagSignaled: those that start no receive but carry a step of an
+// operation under way, the sender's or the receiver's (see the top of the
+// file). Messages of amUCP are told by their type (signaledAMTypes).
+var signaledIDs = func() (s [uct.AMMaxID]bool) {
+	for _, id := range []uint8{
+		amTagAck, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke,
+		amSwPut, amSwGetReq, amSwGetRep, amSwAtomicReq, amSwAtomicRep,
+		amSwFlushReq, amSwFlushRep, amSwWireup,
+	} {
+		s[id] = true
+	}
+	return s
+}()
+
+// signaledAMTypes marks the types of ucp active messages (amHeader.typ)
+// sent signaled: the rendezvous steps.
+var signaledAMTypes = func() (s [amTypeEnd]bool) {
+	for _, t := range []uint8{amRTR, amData, amDrop, amRevoke} {
+		s[t] = true
+	}
+	return s
+}()
+
+// uctSendFlags returns the uct send flags of a message of uct id id whose
+// header starts with hdr: uct.SendFlagSignaled for the messages that
+// start no receive.
+func uctSendFlags(id uint8, hdr []byte) uint32 {
+	if id < uct.AMMaxID && signaledIDs[id] ||
+		id == amUCP && len(hdr) > 0 && hdr[0] < amTypeEnd && signaledAMTypes[hdr[0]] {
+		return uct.SendFlagSignaled
+	}
+	return 0
+}
+
+// event records an event of the uct.Event* kinds ev reported by a
+// transport or protocol and, if the worker is armed for one of them,
+// disarms it and signals its eventfd; other kinds wait for the next
+// Progress. Any goroutine.
+func (ws *wakeState) event(ev uint32) {
+	if ev&ws.uctEvents == 0 {
+		return
+	}
 	ws.evSeq.Add(1)
 	if ws.armed.Load() && ws.armed.CompareAndSwap(true, false) {
 		writeEventFD(ws.sigfd)

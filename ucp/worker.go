@@ -95,11 +95,16 @@ func (p *WorkerParams) SetCPUMask(cpus []int) *WorkerParams {
 }
 
 // SetEvents sets the Wakeup* event kinds that wake the worker (default: all
-// of them). It counts only with FeatureWakeup. Events that goshmem's
-// transports cannot tell apart wake for every requested kind: a message
-// that arrives wakes a worker that asked for any kind. An empty set leaves
-// only Signal to wake the worker. Unknown bits make NewWorker fail with
-// ucs.ErrInvalidParam.
+// of them). It counts only with FeatureWakeup. The transports tell
+// messages from completions, not one kind of completion from another: a
+// worker that asked for receive events (WakeupTagRecv, WakeupRX) is woken
+// by every message and completion; one that asked for send events only
+// (WakeupRMA, WakeupAMO, WakeupTagSend, WakeupTX) by completions and by
+// the messages its operations and its peers' wait for (replies,
+// acknowledgements, rendezvous steps, software RMA), not by a message that
+// starts a receive (eager data, a rendezvous announcement), which waits
+// for the next Progress. An empty set leaves only Signal to wake the
+// worker. Unknown bits make NewWorker fail with ucs.ErrInvalidParam.
 func (p *WorkerParams) SetEvents(e uint32) *WorkerParams {
 	p.Events, p.FieldMask = e, p.FieldMask|WorkerParamFieldEvents
 	return p
@@ -234,7 +239,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
 	w.uw = uct.NewWorker(w.mode)
-	w.uw.SetSignal(w.notify)
+	w.uw.SetSignal(w.notifyEvents)
 	if err := w.openIfaces(); err != nil {
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
@@ -418,13 +423,20 @@ const (
 // otherwise), and, with FeatureWakeup, counts the event and signals the
 // worker's event descriptor if Arm armed it. Receive paths of the
 // transports and of the software protocols call it, from any goroutine.
-func (w *Worker) notify() {
+// It is notifyEvents of every kind.
+func (w *Worker) notify() { w.notifyEvents(uct.EventAll) }
+
+// notifyEvents is notify of an event of the uct.Event* kinds ev: Idle
+// wakes for every kind, the event descriptor only for the kinds the
+// worker's events mask arms it for (see wakeup.go). The transports call it
+// through uct.Worker.Signal.
+func (w *Worker) notifyEvents(ev uint32) {
 	w.signalled.Store(true)
 	if atomic.CompareAndSwapUint32(&w.sleeping, 1, 0) {
 		ucs.FutexWake(&w.sleeping, true)
 	}
 	if w.wake.enabled {
-		w.wake.event()
+		w.wake.event(ev)
 	}
 }
 

@@ -86,7 +86,17 @@ const (
 type IfaceParams struct {
 	// TLName and DevName select the resource (from MD.TLResources).
 	TLName, DevName string
-	// StatsRoot and RxHeadroom of UCX have no meaning here.
+	// StatsRoot of UCX has no meaning here.
+	//
+	// RxHeadroom (uct_iface_params_t.rx_headroom, the bytes a transport
+	// reserves in front of the data it hands to AM handlers, where a
+	// user builds a descriptor) is not provided: a Go slice cannot reach
+	// before its start, so reserved bytes would need an unsafe accessor
+	// trusting each transport's buffer layout, and the shared-memory
+	// transport hands handlers data in place in the sender's FIFO cell,
+	// whose layout has no room the receiver chooses. Handlers get data
+	// with no reserved bytes in front; one that keeps a message (returns
+	// ucs.InProgress) keeps its descriptor beside it.
 
 	// CPUMask lists the CPUs that the goroutines the iface owns run on
 	// (uct_iface_params_t.cpu_mask): tcp's accepting, polling and
@@ -209,11 +219,11 @@ type EP interface {
 	// AMShort sends the 8-byte header and payload to handler id.
 	AMShort(id uint8, header uint64, payload []byte) ucs.Status
 	// AMBcopy sends what pack produces (at most AM.MaxBcopy bytes) to
-	// handler id and returns its length; flags are ignored.
+	// handler id and returns its length; flags: 0 or SendFlagSignaled.
 	AMBcopy(id uint8, pack PackFunc, flags uint32) (int, ucs.Status)
 	// AMZcopy sends header (at most AM.MaxHdr bytes) and the iov to handler
 	// id without an intermediate copy; with InProgress the buffers may be
-	// reused once comp is signalled. flags are ignored.
+	// reused once comp is signalled. flags: 0 or SendFlagSignaled.
 	AMZcopy(id uint8, header []byte, iov []IOV, flags uint32, comp *Completion) ucs.Status
 
 	// AtomicPost64/32 apply a posted op (Add, And, Or, Xor) to raddr.

@@ -5,13 +5,38 @@ import "github.com/goshmem/goshmem/ucs"
 // Optional interfaces: a transport implements them on its Iface (or MD)
 // when it has the capability; users find them with a type assertion.
 
-// Event kinds an iface can be armed for (UCT_EVENT_*).
+// Event kinds an iface can be armed for (UCT_EVENT_*), and that
+// transports report through Worker.Signal.
 const (
 	EventSendComp uint32 = 1 << 0 // a send operation completed
 	EventTagComp  uint32 = 1 << 1 // a tag operation completed
-	EventRecv     uint32 = 1 << 2 // an active message arrived
-	EventRecvSig  uint32 = 1 << 3 // a signaled active message arrived
+	// EventRecv: an active message arrived, signaled or not.
+	EventRecv uint32 = 1 << 2
+	// EventRecvSig: an active message sent with SendFlagSignaled arrived.
+	// An iface armed for it alone is not woken by other messages.
+	EventRecvSig uint32 = 1 << 3
+
+	// EventAll is every event kind.
+	EventAll = EventSendComp | EventTagComp | EventRecv | EventRecvSig
 )
+
+// Send flags of EP.AMBcopy and EP.AMZcopy (UCT_SEND_FLAG_*).
+const (
+	// SendFlagSignaled marks an active message as signaled: it fires
+	// EventRecvSig on the receiving iface as well as EventRecv (other
+	// messages fire EventRecv only). AMShort cannot carry it, as in UCX.
+	SendFlagSignaled uint32 = 1 << 0
+)
+
+// RecvEvents returns the events an active message sent with flags fires
+// on the iface that receives it: EventRecv, with EventRecvSig when flags
+// hold SendFlagSignaled.
+func RecvEvents(flags uint32) uint32 {
+	if flags&SendFlagSignaled != 0 {
+		return EventRecv | EventRecvSig
+	}
+	return EventRecv
+}
 
 // EventArmer is implemented by ifaces whose WakeupFD works
 // (uct_iface_event_arm): EventArm asks for the wakeup descriptor to become

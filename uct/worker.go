@@ -12,7 +12,7 @@ import (
 // by Progress.
 type Worker struct {
 	mode   ucs.ThreadMode
-	signal atomic.Pointer[func()]
+	signal atomic.Pointer[func(uint32)]
 	mu     sync.Mutex // serializes registration
 	cbs    atomic.Pointer[[]progressCB]
 	next   int
@@ -28,9 +28,10 @@ type progressCB struct {
 // NewWorker creates a worker with the given thread mode (uct_worker_create).
 func NewWorker(mode ucs.ThreadMode) *Worker { return &Worker{mode: mode} }
 
-// SetSignal sets the function Signal calls; nil removes it. A worker's user
-// (ucp) sets it to wake a goroutine that waits for events.
-func (w *Worker) SetSignal(fn func()) {
+// SetSignal sets the function Signal calls, with the Event* kinds
+// reported; nil removes it. A worker's user (ucp) sets it to wake a
+// goroutine that waits for events.
+func (w *Worker) SetSignal(fn func(events uint32)) {
 	if fn == nil {
 		w.signal.Store(nil)
 		return
@@ -41,10 +42,13 @@ func (w *Worker) SetSignal(fn func()) {
 // Signal tells the worker's user that an interface has work for Progress
 // (a received message, a completion). Transports whose receive paths run on
 // their own goroutines call it after queueing work; it is cheap and safe from
-// any goroutine.
-func (w *Worker) Signal() {
+// any goroutine. events are the Event* kinds of the work (EventSendComp
+// for completions, RecvEvents of a message's send flags for a message,
+// EventAll when the kind is not known), so that a user armed for some
+// kinds only can let the others wait for its next Progress.
+func (w *Worker) Signal(events uint32) {
 	if fn := w.signal.Load(); fn != nil {
-		(*fn)()
+		(*fn)(events)
 	}
 }
 

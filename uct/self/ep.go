@@ -130,7 +130,7 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 	}
 	binary.LittleEndian.PutUint64(buf, header)
 	n := 8 + copy(buf[8:], payload)
-	e.iface.enqueue(id, buf[:n])
+	e.iface.enqueue(id, buf[:n], uct.EventRecv)
 	return ucs.OK
 }
 
@@ -153,7 +153,7 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 		e.iface.unreserve(buf)
 		return 0, ucs.ErrInvalidParam
 	}
-	e.iface.enqueue(id, buf[:n])
+	e.iface.enqueue(id, buf[:n], uct.RecvEvents(flags))
 	return n, ucs.OK
 }
 
@@ -178,7 +178,7 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 	for _, v := range iov {
 		n += copy(buf[n:], v.Buffer)
 	}
-	e.iface.enqueue(id, buf[:n])
+	e.iface.enqueue(id, buf[:n], uct.RecvEvents(flags))
 	return ucs.OK
 }
 

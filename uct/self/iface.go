@@ -74,7 +74,7 @@ type Iface struct {
 	closed     bool
 	wakeFD     int            // the WakeupFD eventfd, when hasWakeFD
 	hasWakeFD  bool           // WakeupFD or EventArm created wakeFD
-	armed      bool           // EventArm armed: the next enqueue writes wakeFD
+	armed      uint32         // the receive events EventArm armed for: the next such enqueue writes wakeFD
 	epIDs      map[uint64]*EP // EPs created for connecting to an EP, by id
 }
 
@@ -159,13 +159,14 @@ func (i *Iface) reserve() ([]byte, bool) {
 	return make([]byte, i.segSize), true
 }
 
-// enqueue appends a message whose slot reserve took.
-func (i *Iface) enqueue(id uint8, data []byte) {
+// enqueue appends a message whose slot reserve took; ev are its events
+// (uct.RecvEvents of its send flags).
+func (i *Iface) enqueue(id uint8, data []byte, ev uint32) {
 	i.tracer.Trace(uct.AMTraceSend, id, data)
 	i.mu.Lock()
 	i.queue = append(i.queue, base.AMMsg{ID: id, Data: data})
 	i.nqueued.Store(int32(len(i.queue)))
-	if i.armed {
+	if i.armed&ev != 0 {
 		i.wakeLocked()
 	}
 	i.mu.Unlock()

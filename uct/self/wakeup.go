@@ -9,9 +9,6 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// eventAll is every event kind an iface may be armed for.
-const eventAll = uct.EventSendComp | uct.EventTagComp | uct.EventRecv | uct.EventRecvSig
-
 // wakeupFDLocked creates the eventfd once; i.mu is held. A closed iface
 // fails with ucs.ErrNoDevice, an eventfd that cannot be created with
 // ucs.ErrIOError.
@@ -43,17 +40,19 @@ func (i *Iface) WakeupFD() (int, error) {
 	return fd, nil
 }
 
-// EventArm implements uct.EventArmer. EventRecv and EventRecvSig (not told
-// apart: any message wakes) arm the iface: it returns ucs.ErrBusy when
-// messages are queued for Progress, ucs.OK when armed, after which the next
-// message queued writes 1 to the WakeupFD descriptor, once. EventSendComp
+// EventArm implements uct.EventArmer. EventRecv and EventRecvSig arm the
+// iface: it returns ucs.ErrBusy when messages are queued for Progress,
+// ucs.OK when armed, after which the next message queued writes 1 to the
+// WakeupFD descriptor, once: any message when armed for EventRecv, only
+// one sent with uct.SendFlagSignaled when armed for EventRecvSig alone.
+// EventSendComp
 // and EventTagComp are accepted and never fire (every send completes on
 // return); events with only those return ucs.OK without arming. Unknown
 // event bits fail with ucs.ErrInvalidParam, a closed iface with
 // ucs.ErrNoDevice. EventArm creates the descriptor itself if WakeupFD was
 // not called yet.
 func (i *Iface) EventArm(events uint32) ucs.Status {
-	if events&^eventAll != 0 {
+	if events&^uct.EventAll != 0 {
 		return ucs.ErrInvalidParam
 	}
 	if events&(uct.EventRecv|uct.EventRecvSig) == 0 {
@@ -67,13 +66,13 @@ func (i *Iface) EventArm(events uint32) ucs.Status {
 	if len(i.queue) > 0 {
 		return ucs.ErrBusy
 	}
-	i.armed = true
+	i.armed = events & (uct.EventRecv | uct.EventRecvSig)
 	return ucs.OK
 }
 
 // wakeLocked disarms the iface and writes 1 to its eventfd; i.mu is held.
 func (i *Iface) wakeLocked() {
-	i.armed = false
+	i.armed = 0
 	if i.hasWakeFD {
 		one := [8]byte{1}            // 1 as a native (little-endian) uint64
 		unix.Write(i.wakeFD, one[:]) // EAGAIN: the counter is saturated, readable anyway
@@ -82,7 +81,7 @@ func (i *Iface) wakeLocked() {
 
 // closeWakeupLocked closes the eventfd; i.mu is held.
 func (i *Iface) closeWakeupLocked() {
-	i.armed = false
+	i.armed = 0
 	if i.hasWakeFD {
 		unix.Close(i.wakeFD)
 		i.hasWakeFD = false

@@ -3,6 +3,7 @@ package self
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -127,6 +128,57 @@ func TestWakeup(t *testing.T) {
 	}
 }
 
+// TestWakeupSignaled: armed for EventRecv, every message wakes the iface;
+// armed for EventRecvSig alone, only a bcopy or zcopy sent with
+// uct.SendFlagSignaled. The eventfd is written before the send returns.
+func TestWakeupSignaled(t *testing.T) {
+	send := []struct {
+		name string
+		f    func(ep uct.EP, flags uint32) ucs.Status
+		sig  bool // the send carries flags
+	}{
+		{"short", func(ep uct.EP, _ uint32) ucs.Status { return ep.AMShort(1, 7, []byte("x")) }, false},
+		{"bcopy", func(ep uct.EP, flags uint32) ucs.Status {
+			_, s := ep.AMBcopy(1, func(d []byte) int { return copy(d, "x") }, flags)
+			return s
+		}, true},
+		{"zcopy", func(ep uct.EP, flags uint32) ucs.Status {
+			return ep.AMZcopy(1, []byte("h"), []uct.IOV{{Buffer: []byte("x")}}, flags, nil)
+		}, true},
+	}
+	for _, sc := range send {
+		for _, c := range []struct{ armed, flags uint32 }{
+			{uct.EventRecv, 0},
+			{uct.EventRecv, uct.SendFlagSignaled},
+			{uct.EventRecvSig, 0},
+			{uct.EventRecvSig, uct.SendFlagSignaled},
+			{uct.EventRecvSig | uct.EventSendComp, uct.SendFlagSignaled},
+		} {
+			wake := c.armed&uct.EventRecv != 0 || sc.sig && c.flags != 0
+			t.Run(fmt.Sprintf("%s/armed=%#x/flags=%d", sc.name, c.armed, c.flags), func(t *testing.T) {
+				i, ep, _ := setup(t, make([]byte, 64))
+				i.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
+				fd, err := i.WakeupFD()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s := i.EventArm(c.armed); s != ucs.OK {
+					t.Fatalf("EventArm = %v", s)
+				}
+				if s := sc.f(ep, c.flags); s != ucs.OK {
+					t.Fatalf("send: %v", s)
+				}
+				if v := counter(t, fd); (v == 1) != wake || v > 1 {
+					t.Errorf("eventfd counter %d, want woken %v", v, wake)
+				}
+				if n := i.Progress(); n != 1 {
+					t.Errorf("Progress = %d, want 1", n)
+				}
+			})
+		}
+	}
+}
+
 // TestEventArm checks the statuses of EventArm, and that Close closes the
 // descriptor and refuses later calls.
 func TestEventArm(t *testing.T) {
@@ -134,18 +186,18 @@ func TestEventArm(t *testing.T) {
 	for _, c := range []struct {
 		events uint32
 		want   ucs.Status
-		armed  bool
+		armed  uint32
 	}{
-		{0, ucs.OK, false},
-		{uct.EventSendComp, ucs.OK, false},
-		{uct.EventSendComp | uct.EventTagComp, ucs.OK, false},
-		{1 << 4, ucs.ErrInvalidParam, false},
-		{uct.EventRecv | 1<<31, ucs.ErrInvalidParam, false},
-		{uct.EventRecv, ucs.OK, true},
-		{uct.EventRecvSig | uct.EventSendComp, ucs.OK, true},
+		{0, ucs.OK, 0},
+		{uct.EventSendComp, ucs.OK, 0},
+		{uct.EventSendComp | uct.EventTagComp, ucs.OK, 0},
+		{1 << 4, ucs.ErrInvalidParam, 0},
+		{uct.EventRecv | 1<<31, ucs.ErrInvalidParam, 0},
+		{uct.EventRecv, ucs.OK, uct.EventRecv},
+		{uct.EventRecvSig | uct.EventSendComp, ucs.OK, uct.EventRecvSig},
 	} {
 		i.mu.Lock()
-		i.armed = false
+		i.armed = 0
 		i.mu.Unlock()
 		if s := i.EventArm(c.events); s != c.want {
 			t.Errorf("EventArm(%#x) = %v, want %v", c.events, s, c.want)
@@ -154,14 +206,14 @@ func TestEventArm(t *testing.T) {
 		armed := i.armed
 		i.mu.Unlock()
 		if armed != c.armed {
-			t.Errorf("EventArm(%#x): armed %v, want %v", c.events, armed, c.armed)
+			t.Errorf("EventArm(%#x): armed %#x, want %#x", c.events, armed, c.armed)
 		}
 	}
 	if !i.hasWakeFD {
 		t.Fatal("EventArm did not create the eventfd")
 	}
 	i.Close()
-	if i.hasWakeFD || i.armed {
+	if i.hasWakeFD || i.armed != 0 {
 		t.Error("Close left the eventfd open or the iface armed")
 	}
 	if _, err := i.WakeupFD(); !errors.Is(err, ucs.ErrNoDevice) {

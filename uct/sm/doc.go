@@ -52,13 +52,15 @@
 // Ifaces implement WakeupFD and uct.EventArmer (wakeup.go). A peer cannot
 // open another process's eventfd (/proc/<pid>/fd/N of an eventfd gives
 // ENXIO, and pidfd_getfd needs ptrace rights), so wakeups go through the
-// FIFO memory that senders map already: its header (format "GSFIFO04") holds
-// a 32-bit armed word and a 32-bit futex sequence word. EventArm(EventRecv)
-// returns ucs.ErrBusy when a message waits in the FIFO; otherwise it sets
-// armed, checks the FIFO again (ErrBusy, disarmed, if a message came
-// meanwhile) and returns ucs.OK. A sender, after publishing a cell, loads
-// armed (the only cost when the receiver is not armed); if set, it swaps it
-// to 0 and, if it took it, increments the sequence word and FUTEX_WAKEs it
+// FIFO memory that senders map already: its header (format "GSFIFO05") holds
+// a 32-bit armed word and a 32-bit futex sequence word. EventArm(EventRecv
+// and/or EventRecvSig) returns ucs.ErrBusy when a message waits in the
+// FIFO; otherwise it stores the receive events it arms for in armed, checks
+// the FIFO again (ErrBusy, disarmed, if a message came meanwhile) and
+// returns ucs.OK. A sender, after publishing a cell, loads armed (the only
+// cost when the receiver is not armed); if it holds an event of the message
+// (EventRecv for any, EventRecvSig for one sent with uct.SendFlagSignaled),
+// it swaps it to 0 and, if it took it, increments the sequence word and FUTEX_WAKEs it
 // (a shared futex, keyed by the memfd page). A helper goroutine of the
 // receiving iface, started by the first WakeupFD or EventArm, sleeps in
 // FUTEX_WAIT on the sequence word and writes 1 to the iface's eventfd
@@ -66,8 +68,9 @@
 // stops the helper (it sets a flag, bumps the word and wakes it), waits for
 // it, and closes the eventfd. An armed iface is woken once, by the first
 // message; the caller reads the eventfd, progresses and arms again. Send
-// completions never fire (every send completes on return), and EventRecvSig
-// is woken by any message.
+// completions never fire (every send completes on return); an iface armed
+// for EventRecvSig alone sleeps through messages that are not signaled
+// (Progress delivers them when it next runs).
 //
 // DomainAddress exports the device address (the shared-memory domain) for
 // transports that share it, such as uct/cma.

@@ -108,12 +108,13 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 	copy(d[8:], payload)
 	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:8+len(payload)])
 	publish(c, lap, id, 8+len(payload))
-	e.tx.notify()
+	e.tx.notify(uct.EventRecv)
 	return ucs.OK
 }
 
 // AMBcopy lets pack write the message straight into a cell of the peer's
-// FIFO (dst has AM.MaxBcopy bytes) and sends what it wrote; it fails with
+// FIFO (dst has AM.MaxBcopy bytes) and sends what it wrote (flags: 0 or
+// uct.SendFlagSignaled, see EventArm); it fails with
 // ucs.ErrNoResource, without calling pack, when the FIFO is full.
 func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status) {
 	if e.tx.tail == nil {
@@ -132,12 +133,12 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 		// The cell is claimed and must be published: publish it void.
 		e.iface.tracer.Trace(uct.AMTraceSendDrop, id, nil)
 		publish(c, lap, voidID, 0)
-		e.tx.notify()
+		e.tx.notify(uct.EventRecv)
 		return 0, ucs.ErrInvalidParam
 	}
 	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:n])
 	publish(c, lap, id, n)
-	e.tx.notify()
+	e.tx.notify(uct.RecvEvents(flags))
 	return n, ucs.OK
 }
 
@@ -166,7 +167,7 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 	}
 	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:n])
 	publish(c, lap, id, n)
-	e.tx.notify()
+	e.tx.notify(uct.RecvEvents(flags))
 	return ucs.OK
 }
 

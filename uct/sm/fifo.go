@@ -20,7 +20,7 @@ import (
 //	8    ncells   uint32  a power of two
 //	12   stride   uint32  bytes per cell, a multiple of 64
 //	64   tail     uint64  next ticket for producers (claimed with CAS)
-//	128  armed    uint32  1 while the owner sleeps until the next message
+//	128  armed    uint32  the receive events the sleeping owner waits for; 0 awake
 //	132  wseq     uint32  wakeup sequence: a futex word (see wakeup.go)
 //	192  head     uint64  tickets the consumer is done with
 //	256  cells    ncells * stride
@@ -54,9 +54,10 @@ import (
 //
 // The magic is the format version: format 02 added armed and wseq, format
 // 03 counted seq from the lap, format 04 replaced the release of each cell
-// with head; a peer of another format is refused with ucs.ErrInvalidAddr
+// with head, format 05 made armed the events the owner armed for; a peer
+// of another format is refused with ucs.ErrInvalidAddr
 // at EP creation.
-const fifoMagic uint64 = 0x34304f4649465347 // "GSFIFO04"
+const fifoMagic uint64 = 0x35304f4649465347 // "GSFIFO05"
 
 const (
 	fifoHeaderSize = 256
@@ -83,7 +84,7 @@ type fifo struct {
 	tail    *uint64
 	head    *uint64       // the consumer's count of tickets it is done with
 	seen    atomic.Uint64 // the head this view read last (producers)
-	armed   *uint32       // the owner sleeps: wake it after publishing
+	armed   *uint32       // the events the sleeping owner waits for: wake it after publishing one
 	wseq    *uint32       // futex word bumped by each wakeup
 	cells   unsafe.Pointer
 	mask    uint64

@@ -14,9 +14,11 @@ import (
 )
 
 // Wakeup of a sleeping receiver (see doc.go). The receive FIFO header holds
-// two 32-bit words: armed, set by the owner when it is about to sleep, and
-// wseq, a futex word. A producer that publishes a cell and loads armed != 0
-// swaps armed to 0 and, if it took the 1, increments wseq and wakes the
+// two 32-bit words: armed, the receive events (uct.EventRecv,
+// uct.EventRecvSig) the owner armed for when it is about to sleep, 0
+// otherwise, and wseq, a futex word. A producer that publishes a cell whose
+// events (uct.RecvEvents of its send flags) meet armed swaps armed to 0
+// and, if it took a non-zero value, increments wseq and wakes the
 // futex (a shared futex: the FIFO is a MAP_SHARED memfd mapping, so the
 // kernel keys it by the page, not the address). A helper goroutine of the
 // owner waits on wseq and turns each increment into a write to the iface's
@@ -28,10 +30,11 @@ import (
 // of them sees the other's store: either the producer wakes the owner, or
 // EventArm sees the cell and returns ucs.ErrBusy.
 
-// notify wakes the owner of the FIFO if it is armed. It is called after
-// each publish; when the owner is not armed it costs one atomic load.
-func (f *fifo) notify() {
-	if atomic.LoadUint32(f.armed) != 0 {
+// notify wakes the owner of the FIFO if it is armed for one of the events
+// ev of the message published. It is called after each publish; when the
+// owner is not armed for them it costs one atomic load.
+func (f *fifo) notify(ev uint32) {
+	if atomic.LoadUint32(f.armed)&ev != 0 {
 		f.wake()
 	}
 }
@@ -54,9 +57,6 @@ type wakeup struct {
 	stopping atomic.Bool   // tells the helper to exit
 	done     chan struct{} // closed by the helper when it exits
 }
-
-// eventAll is every event kind an iface may be armed for.
-const eventAll = uct.EventSendComp | uct.EventTagComp | uct.EventRecv | uct.EventRecvSig
 
 // startWakeup creates the eventfd and starts the helper, once. It fails
 // with ucs.ErrNoDevice on a closed iface, ucs.ErrIOError when no eventfd
@@ -124,18 +124,20 @@ func (i *Iface) stopWakeup() {
 // with ucs.ErrNoDevice.
 func (i *Iface) WakeupFD() (int, error) { return i.startWakeup() }
 
-// EventArm implements uct.EventArmer. EventRecv and EventRecvSig (which the
-// FIFO does not tell apart: any message wakes) arm the iface: it returns
-// ucs.ErrBusy when the FIFO holds a message that Progress has not
-// delivered, ucs.OK when armed, after which the next message a peer
-// publishes makes the WakeupFD descriptor readable, once. EventSendComp and
+// EventArm implements uct.EventArmer. EventRecv and EventRecvSig arm the
+// iface: it returns ucs.ErrBusy when the FIFO holds a message that
+// Progress has not delivered, ucs.OK when armed, after which the next
+// message a peer publishes makes the WakeupFD descriptor readable, once:
+// any message when armed for EventRecv, only one sent with
+// uct.SendFlagSignaled when armed for EventRecvSig alone (the sender tells
+// the kind: it loads the armed events). EventSendComp and
 // EventTagComp are accepted and never fire (every send completes on return);
 // events with only those return ucs.OK without arming. Unknown event bits
 // fail with ucs.ErrInvalidParam, a closed iface with ucs.ErrNoDevice, an
 // eventfd that cannot be created with ucs.ErrIOError. EventArm starts the
 // helper itself, so it may come before the first WakeupFD call.
 func (i *Iface) EventArm(events uint32) ucs.Status {
-	if events&^eventAll != 0 {
+	if events&^uct.EventAll != 0 {
 		return ucs.ErrInvalidParam
 	}
 	if events&(uct.EventRecv|uct.EventRecvSig) == 0 {
@@ -154,7 +156,7 @@ func (i *Iface) EventArm(events uint32) ucs.Status {
 	if i.rx.poll(i.head) != nil {
 		return ucs.ErrBusy
 	}
-	atomic.StoreUint32(i.rx.armed, 1)
+	atomic.StoreUint32(i.rx.armed, events&(uct.EventRecv|uct.EventRecvSig))
 	if i.rx.poll(i.head) != nil {
 		// A producer published before it could see armed: do not sleep.
 		// If one disarmed meanwhile, the descriptor gets a spurious write.

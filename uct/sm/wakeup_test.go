@@ -3,6 +3,7 @@ package sm
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -145,54 +146,87 @@ func loopEP(tb testing.TB, i *Iface) *EP {
 }
 
 // TestEventArm checks the statuses of EventArm and which sends wake an armed
-// iface, in one process (the EP sends to its own iface).
+// iface, in one process (the EP sends to its own iface): armed for
+// EventRecv, every message; for EventRecvSig alone, only a bcopy or zcopy
+// sent with uct.SendFlagSignaled. The sender decides, before its send
+// returns: the wakeup sequence word moved or not.
 func TestEventArm(t *testing.T) {
-	send := map[string]func(e *EP) ucs.Status{
-		"short": func(e *EP) ucs.Status { return e.AMShort(1, 7, []byte("x")) },
-		"bcopy": func(e *EP) ucs.Status {
-			_, s := e.AMBcopy(1, func(d []byte) int { return copy(d, "x") }, 0)
+	send := []struct {
+		name string
+		f    func(e *EP, flags uint32) ucs.Status
+		sig  bool // the send carries flags
+	}{
+		{"short", func(e *EP, _ uint32) ucs.Status { return e.AMShort(1, 7, []byte("x")) }, false},
+		{"bcopy", func(e *EP, flags uint32) ucs.Status {
+			_, s := e.AMBcopy(1, func(d []byte) int { return copy(d, "x") }, flags)
 			return s
-		},
-		"bcopy-void": func(e *EP) ucs.Status {
-			if _, s := e.AMBcopy(1, func([]byte) int { return -1 }, 0); s != ucs.ErrInvalidParam {
+		}, true},
+		{"bcopy-void", func(e *EP, flags uint32) ucs.Status {
+			if _, s := e.AMBcopy(1, func([]byte) int { return -1 }, flags); s != ucs.ErrInvalidParam {
 				return s
 			}
 			return ucs.OK
-		},
-		"zcopy": func(e *EP) ucs.Status { return e.AMZcopy(1, []byte("h"), []uct.IOV{{Buffer: []byte("x")}}, 0, nil) },
+		}, false},
+		{"zcopy", func(e *EP, flags uint32) ucs.Status {
+			return e.AMZcopy(1, []byte("h"), []uct.IOV{{Buffer: []byte("x")}}, flags, nil)
+		}, true},
 	}
-	for name, f := range send {
-		t.Run(name, func(t *testing.T) {
-			i := openTestIface(t)
-			ep := loopEP(t, i)
-			i.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
-			fd, err := i.WakeupFD()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s := i.EventArm(uct.EventRecvSig); s != ucs.OK {
-				t.Fatalf("EventArm = %v", s)
-			}
-			if s := f(ep); s != ucs.OK {
-				t.Fatalf("send: %v", s)
-			}
-			if !waitReadable(t, fd, pollTimeout) {
-				t.Fatal("no wakeup")
-			}
-			if v := readEvent(t, fd); v != 1 {
-				t.Errorf("eventfd counter %d, want 1", v)
-			}
-			if n := i.Progress(); n != 1 {
-				t.Errorf("Progress = %d, want 1", n)
-			}
-			// Disarmed by the wakeup: the next message writes nothing.
-			if s := f(ep); s != ucs.OK {
-				t.Fatalf("send: %v", s)
-			}
-			if waitReadable(t, fd, 50*time.Millisecond) {
-				t.Error("a second wakeup without arming")
-			}
-		})
+	for _, sc := range send {
+		for _, c := range []struct {
+			armed, flags uint32
+		}{
+			{uct.EventRecv, 0},
+			{uct.EventRecv, uct.SendFlagSignaled},
+			{uct.EventRecvSig, 0},
+			{uct.EventRecvSig, uct.SendFlagSignaled},
+			{uct.EventRecvSig | uct.EventSendComp, uct.SendFlagSignaled},
+		} {
+			wake := c.armed&uct.EventRecv != 0 || sc.sig && c.flags != 0
+			t.Run(fmt.Sprintf("%s/armed=%#x/flags=%d", sc.name, c.armed, c.flags), func(t *testing.T) {
+				i := openTestIface(t)
+				ep := loopEP(t, i)
+				i.SetAMHandler(1, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
+				fd, err := i.WakeupFD()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s := i.EventArm(c.armed); s != ucs.OK {
+					t.Fatalf("EventArm = %v", s)
+				}
+				seq := atomic.LoadUint32(i.rx.wseq)
+				if s := sc.f(ep, c.flags); s != ucs.OK {
+					t.Fatalf("send: %v", s)
+				}
+				if woke := atomic.LoadUint32(i.rx.wseq) != seq; woke != wake {
+					t.Fatalf("woken %v, want %v", woke, wake)
+				}
+				if a := atomic.LoadUint32(i.rx.armed); (a == 0) != wake {
+					t.Errorf("armed word %#x after the send", a)
+				}
+				if wake {
+					if !waitReadable(t, fd, pollTimeout) {
+						t.Fatal("woken, but the eventfd did not become readable")
+					}
+					if v := readEvent(t, fd); v != 1 {
+						t.Errorf("eventfd counter %d, want 1", v)
+					}
+				}
+				if n := i.Progress(); n != 1 {
+					t.Errorf("Progress = %d, want 1", n)
+				}
+				if !wake {
+					return
+				}
+				// Disarmed by the wakeup: the next message writes nothing.
+				seq = atomic.LoadUint32(i.rx.wseq)
+				if s := sc.f(ep, c.flags); s != ucs.OK {
+					t.Fatalf("send: %v", s)
+				}
+				if atomic.LoadUint32(i.rx.wseq) != seq {
+					t.Error("a second wakeup without arming")
+				}
+			})
+		}
 	}
 
 	i := openTestIface(t)
@@ -206,8 +240,8 @@ func TestEventArm(t *testing.T) {
 		{uct.EventSendComp | uct.EventTagComp, ucs.OK, 0},
 		{1 << 4, ucs.ErrInvalidParam, 0},
 		{uct.EventRecv | 1<<31, ucs.ErrInvalidParam, 0},
-		{uct.EventRecv, ucs.OK, 1},
-		{uct.EventRecvSig | uct.EventSendComp, ucs.OK, 1},
+		{uct.EventRecv, ucs.OK, uct.EventRecv},
+		{uct.EventRecvSig | uct.EventSendComp, ucs.OK, uct.EventRecvSig},
 	} {
 		atomic.StoreUint32(i.rx.armed, 0)
 		if s := i.EventArm(c.events); s != c.want {

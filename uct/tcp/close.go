@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
 )
 
 // Closing in order.
@@ -251,7 +252,7 @@ func (e *EP) endOpsLocked(ev epEvent, st ucs.Status, cause error) int {
 	for _, w := range waits {
 		w.release()
 	}
-	i.markDirty()
+	i.markDirty(uct.EventAll)
 	return len(waits)
 }
 
@@ -283,7 +284,7 @@ func (e *EP) dropQueueLocked(st ucs.Status) {
 		e.q[k] = nil
 	}
 	e.q, e.queued, e.front, e.batched = e.q[:0], 0, 0, false
-	e.iface.markDirty()
+	e.iface.markDirty(uct.EventAll)
 }
 
 // sayGoodbyeLocked has the writer queue the goodbye kind (byeEP or
@@ -361,7 +362,7 @@ func (e *EP) queueGoodbyeLocked(kind uint8) {
 		f.reply, f.bye = true, true // not an operation: it counts against no queue
 		e.q = append(e.q, f)
 	}
-	i.markDirty()
+	i.markDirty(uct.EventAll)
 }
 
 // goodbyeLocked returns the frame that says the goodbye kind, nil when

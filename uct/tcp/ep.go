@@ -501,7 +501,7 @@ func (e *EP) writeQueueLocked() {
 		clear(e.q[m:])
 		e.q = e.q[:m]
 		e.front = max(e.front-done, 0)
-		i.markDirty() // completions, or room for pending requests
+		i.markDirty(uct.EventSendComp) // completions, or room for pending requests
 	}
 	if len(e.q) > 0 && e.q[0].off > 0 {
 		e.front = max(e.front, 1) // started: nothing goes before its rest
@@ -608,11 +608,11 @@ func (e *EP) acknowledged(n uint64) error {
 	}
 	e.acked.Store(n)
 	if e.iface.nflush.Load() > 0 {
-		e.iface.markDirty()
+		e.iface.markDirty(uct.EventSendComp)
 	} else if w := e.iface.worker; w != nil {
 		// Someone may wait for the acknowledgement by asking Flush
 		// again (a flush without a completion).
-		w.Signal()
+		w.Signal(uct.EventSendComp)
 	}
 	return nil
 }
@@ -765,6 +765,7 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 		return 0, ucs.ErrInvalidParam
 	}
 	putFrameHeader(f.buf, frameAM, id, n)
+	putAMFlags(f.buf, flags)
 	f.buf = f.buf[:frameHeaderLen+n]
 	f.size = len(f.buf)
 	if st := sent(e.post(f, true)); st != ucs.OK {
@@ -787,6 +788,7 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 	}
 	f := newFrame(frameHeaderLen + len(header))
 	putFrameHeader(f.buf, frameAM, id, n)
+	putAMFlags(f.buf, flags)
 	copy(f.buf[frameHeaderLen:], header)
 	return e.postZcopy(f, iov, n-len(header), comp)
 }
@@ -867,7 +869,7 @@ func (e *EP) PendingAdd(r *uct.PendingReq, flags uint32) ucs.Status {
 	i.pending.Add(&e.pending, r)
 	// The queue may have drained before r was visible to Progress.
 	if e.hasRoom() {
-		i.markDirty()
+		i.markDirty(uct.EventSendComp)
 	}
 	return ucs.OK
 }
@@ -901,5 +903,5 @@ func (e *EP) Destroy() {
 		delete(i.epIDs, e.id)
 	}
 	i.mu.Unlock()
-	i.markDirty()
+	i.markDirty(uct.EventAll)
 }

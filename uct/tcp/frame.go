@@ -51,9 +51,14 @@ const (
 //
 //	0  type   uint8   frameAM ... frameAtomicRep
 //	1  id     uint8   active message id (< uct.AMMaxID) for frameAM, else 0
-//	2  (zero) uint16
+//	2  flags  uint8   frameAM: amSignaled or 0; others: 0
+//	3  (zero) uint8
 //	4  length uint32  bytes of the body that follows
 const frameHeaderLen = 8
+
+// amSignaled, in the flags of a frameAM header: the message was sent with
+// uct.SendFlagSignaled.
+const amSignaled uint8 = 1 << 0
 
 // putHeaderLen is the length of the header of a put body.
 //
@@ -117,9 +122,18 @@ const maxPutLen = 1 << 30
 
 // frameHeader is a decoded frame header.
 type frameHeader struct {
-	typ uint8
-	id  uint8
-	len uint32
+	typ   uint8
+	id    uint8
+	flags uint8 // frameAM: amSignaled or 0
+	len   uint32
+}
+
+// putAMFlags sets the flags of the frameAM header in b from the send
+// flags of the message.
+func putAMFlags(b []byte, sendFlags uint32) {
+	if sendFlags&uct.SendFlagSignaled != 0 {
+		b[2] = amSignaled
+	}
 }
 
 func putFrameHeader(b []byte, typ, id uint8, n int) {
@@ -137,11 +151,11 @@ func decodeFrameHeader(b []byte, allowed uint32, maxAM int) (frameHeader, error)
 	if len(b) != frameHeaderLen {
 		return bad("%d bytes, want %d", len(b), frameHeaderLen)
 	}
-	h := frameHeader{typ: b[0], id: b[1], len: binary.LittleEndian.Uint32(b[4:])}
+	h := frameHeader{typ: b[0], id: b[1], flags: b[2], len: binary.LittleEndian.Uint32(b[4:])}
 	if h.typ >= 32 || allowed&(1<<h.typ) == 0 {
 		return bad("unexpected type %d", h.typ)
 	}
-	if b[2] != 0 || b[3] != 0 {
+	if b[3] != 0 || (h.flags != 0 && (h.typ != frameAM || h.flags&^amSignaled != 0)) {
 		return bad("reserved bits set")
 	}
 	if h.typ != frameAM && h.id != 0 {

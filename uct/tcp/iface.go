@@ -287,11 +287,12 @@ func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBF
 // by returning ucs.InProgress.
 func (i *Iface) ReleaseDesc(data []byte) { putBuf(data) }
 
-// markDirty tells Progress it has work, and wakes the worker's waiter.
-func (i *Iface) markDirty() {
+// markDirty tells Progress it has work, and signals the worker with ev,
+// the uct.Event* kinds of the work.
+func (i *Iface) markDirty(ev uint32) {
 	i.dirty.Store(true)
 	if i.worker != nil {
-		i.worker.Signal()
+		i.worker.Signal(ev)
 	}
 }
 
@@ -476,7 +477,7 @@ func (w *flushWaiter) done() bool {
 // pushComp queues a completion for Progress.
 func (i *Iface) pushComp(c *uct.Completion, st ucs.Status) {
 	i.pushCompQuiet(c, st)
-	i.markDirty()
+	i.markDirty(uct.EventSendComp)
 }
 
 // pushCompQuiet queues a completion; the caller marks the iface dirty.
@@ -493,7 +494,7 @@ func (i *Iface) addFlush(w *flushWaiter) {
 	i.nflush.Store(int32(len(i.flushes)))
 	i.mu.Unlock()
 	// An acknowledgement may have come before the waiter was visible.
-	i.markDirty()
+	i.markDirty(uct.EventSendComp)
 }
 
 // Flush returns OK when every EP of the iface has every frame acknowledged

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
 )
 
 // pollSet is an iface's epoll set of the sockets of its connections,
@@ -197,7 +198,7 @@ func (i *Iface) park(s *inStream) {
 	i.mu.Unlock()
 	if room {
 		i.unparkDue.Store(true)
-		i.markDirty()
+		i.markDirty(uct.EventAll) // a message waits, of any kind
 	}
 }
 

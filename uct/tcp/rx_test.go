@@ -144,7 +144,7 @@ func TestInStreamFragments(t *testing.T) {
 // middle of a frame; and that dropped bodies are read past.
 func TestInStreamErrors(t *testing.T) {
 	bad := frameBytes(frameAM, "", "x")
-	bad[2] = 1 // reserved bits
+	bad[2] = 2 // reserved bits (1 is amSignaled)
 	cut := frameBytes(frameAM, "", "truncated")
 	cut = cut[:len(cut)-3]
 	dropped := append(frameBytes(frameAM, "", "dropped body"), frameBytes(frameFlush, "", "")...)

@@ -43,6 +43,7 @@ type rxConn struct {
 	// The frame being read.
 	typ  uint8
 	id   uint8        // an active message's id
+	ev   uint32       // an active message's events: uct.RecvEvents of its flags
 	data []byte       // an active message's buffer
 	put  *region      // a put's target, locked for reading; nil: dropped
 	get  getHeader    // a get
@@ -58,6 +59,10 @@ func (s *rxConn) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 			return nil, errRxFull
 		}
 		s.id, s.data = h.id, getBuf(int(h.len))
+		s.ev = uct.EventRecv
+		if h.flags&amSignaled != 0 {
+			s.ev |= uct.EventRecvSig
+		}
 		s.one[0] = s.data
 		return s.one[:], nil
 	case framePut:
@@ -85,7 +90,7 @@ func (s *rxConn) end(progress bool) error {
 	case frameAM:
 		data := s.data
 		s.data, s.one[0] = nil, nil
-		s.receiveAM(s.id, data, progress)
+		s.receiveAM(s.id, data, s.ev, progress)
 	case framePut:
 		if s.put != nil {
 			s.put.mu.RUnlock()
@@ -130,7 +135,8 @@ func (s *rxConn) caughtUp(progress bool) error {
 		return err
 	}
 	if s.wrote && !progress && s.iface.worker != nil {
-		s.iface.worker.Signal()
+		// Memory changed as by a received message.
+		s.iface.worker.Signal(uct.EventRecv)
 	}
 	s.wrote = false
 	return nil
@@ -152,8 +158,9 @@ func (s *rxConn) sendAck() error {
 }
 
 // receiveAM hands a message to its asynchronous handler, or queues it for
-// Progress (begin checked that the queue has room).
-func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) {
+// Progress (begin checked that the queue has room) and signals the worker
+// with the message's events ev.
+func (s *rxConn) receiveAM(id uint8, data []byte, ev uint32, progress bool) {
 	i := s.iface
 	if h := i.handlers[id].Load(); h != nil && h.Flags == uct.CBFlagAsync {
 		i.tracer.Trace(uct.AMTraceRecv, id, data)
@@ -170,7 +177,7 @@ func (s *rxConn) receiveAM(id uint8, data []byte, progress bool) {
 	if progress {
 		i.dirty.Store(true) // delivered before Progress returns
 	} else {
-		i.markDirty()
+		i.markDirty(ev)
 	}
 }
 
