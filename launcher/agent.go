@@ -58,6 +58,7 @@ type agentConfig struct {
 	TagOutput bool
 	OutputDir string
 	KillGrace time.Duration
+	BindTo    Binding
 	// Stdin: PE 0 reads the agent's standard input (the rest of it, after
 	// the configuration line).
 	Stdin bool
@@ -252,6 +253,14 @@ func (r *agentRun) serve(ctx context.Context) int {
 		g.grace = DefaultKillGrace
 	}
 	g.logf = r.logf
+	if cfg.BindTo == BindCore && len(cfg.Ranks) > 0 {
+		cpus, err := allowedCPUs()
+		if err != nil {
+			r.logf("cannot bind PEs to cores: %v", err)
+			return 1
+		}
+		g.cpus = cpus
+	}
 	failureTimeout := cmp.Or(cfg.FailureTimeout, bootstrap.DefaultFailureTimeout)
 	g.stallLimit = failureTimeout / 2
 	if cfg.Dir != "" {
@@ -306,7 +315,7 @@ func (r *agentRun) serve(ctx context.Context) int {
 		}
 		channel, err := agent.Attach(s.rank)
 		if err == nil {
-			err = g.start(s.rank, append(base[:len(base):len(base)], env.Environ()...), in, channel)
+			err = g.start(s.rank, s.localRank, append(base[:len(base):len(base)], env.Environ()...), in, channel)
 			channel.Close() // the PE has its copy
 		}
 		if err != nil {

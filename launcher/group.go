@@ -30,6 +30,7 @@ type group struct {
 	args      []string
 	dir       string // working directory of the PEs; "" for the caller's
 	tag       bool
+	cpus      []int  // with BindCore, the CPUs the PEs are pinned to, by local rank
 	outputDir string // one file per PE there, instead of stdout and stderr
 	stdout    io.Writer
 	stderr    io.Writer
@@ -110,7 +111,7 @@ func newGroup(program string, args []string, n int) *group {
 // start starts the PE of rank with env. stdin, when not nil, is its
 // standard input (see stdinFor); the others read /dev/null. channel, the
 // PE's end of its channel to the agent, becomes its descriptor 3.
-func (g *group) start(rank int, env []string, stdin io.Reader, channel *os.File) error {
+func (g *group) start(rank, localRank int, env []string, stdin io.Reader, channel *os.File) error {
 	p := &proc{rank: rank}
 	prefix := peTag(rank)
 	if g.outputDir != "" {
@@ -160,7 +161,11 @@ func (g *group) start(rank int, env []string, stdin io.Reader, channel *os.File)
 			defer in.Close() // the child has its copy
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if len(g.cpus) > 0 {
+		start = func() error { return startOnCPU(cmd, g.cpus[localRank%len(g.cpus)]) }
+	}
+	if err := start(); err != nil {
 		p.closeFile()
 		return err
 	}

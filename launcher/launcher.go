@@ -78,6 +78,9 @@ type Options struct {
 	// KillGrace is how long PEs get to exit after SIGTERM before SIGKILL
 	// when the job is ended. Zero means DefaultKillGrace.
 	KillGrace time.Duration
+	// BindTo pins PEs to CPUs (BindCore) or leaves them to the kernel
+	// (BindNone, the default); PEs a spawner starts are its to place.
+	BindTo Binding
 	// FailureTimeout is how long the job may take to notice a PE, agent or
 	// launcher that stopped answering without exiting (stopped, hung, its
 	// host or network gone; a PE that exits or is killed is noticed at
@@ -389,7 +392,7 @@ func (j *job) startAll() (int, error) {
 	o := &j.opts
 	cfg := agentConfig{JobID: j.seed.JobID(), Seed: j.seed.Addr(), Key: j.key, Size: j.np, Agents: len(j.places),
 		FailureTimeout: o.FailureTimeout, Program: o.Program, Args: o.Args, Env: j.forwardedEnv(),
-		TagOutput: o.TagOutput, OutputDir: o.OutputDir, KillGrace: o.KillGrace}
+		TagOutput: o.TagOutput, OutputDir: o.OutputDir, KillGrace: o.KillGrace, BindTo: o.BindTo}
 	if wd, err := os.Getwd(); err == nil {
 		cfg.Dir = wd
 	}

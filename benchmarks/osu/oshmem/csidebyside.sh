@@ -9,9 +9,9 @@
 #
 # SOURCE must print what `osu compare` reads: an OSU table (osu_oshm.c
 # beside this file, with ARGS="put") or "name value" lines (oshm_ref.c).
-# Both jobs run under `taskset -c $CPUS` (default 0,1) with neither
-# launcher pinning PEs to cores (oshrun --bind-to none; goshmem-run does not
-# pin), so both sides are placed alike; where OSHMEM's collectives would
+# Both jobs run under `taskset -c $CPUS` (default 0,1) with both launchers
+# pinning each PE to one of those CPUs (--bind-to core), so both sides are
+# placed alike; where OSHMEM's collectives would
 # use shared memory although UCX_TLS leaves it out, --mca scoll basic sends
 # them through UCX too. Each round also runs the floors, in C: memcpy of
 # 1 MiB between mappings (benchmarks/memfloor) and a loopback tcp round
@@ -49,7 +49,7 @@ oshcc -O2 -o "$out/bin/$name-oshmem" "$src"
 (cd "$root" && go build -o "$out/bin/" ./benchmarks/osu)
 cc -O2 -o "$out/bin/memfloor" "$root/benchmarks/memfloor/memfloor.c"
 cc -O2 -o "$out/bin/tcpfloor" "$root/benchmarks/tcpfloor/tcpfloor.c"
-oshargs=(--allow-run-as-root --oversubscribe --bind-to none)
+oshargs=(--allow-run-as-root --oversubscribe --bind-to core)
 case ",$tls," in
 *,sm,* | *,shm,* | *,posix,* | *,sysv,* | *,all,*) ;;
 *) oshargs+=(--mca scoll basic) ;;
@@ -60,7 +60,7 @@ for r in $(seq "$rounds"); do
 	timeout 600 taskset -c "$cpus" oshrun "${oshargs[@]}" -np "$np" -x UCX_TLS="$tls" \
 		"$out/bin/$name-oshmem" $args >"$out/oshmem-$r.txt" 2>/dev/null || true
 	# shellcheck disable=SC2086
-	UCX_TLS=$tls timeout 600 taskset -c "$cpus" "$prefix/bin/goshmem-run" -np "$np" "$out/bin/$name-goshmem" $args >"$out/goshmem-$r.txt"
+	UCX_TLS=$tls timeout 600 taskset -c "$cpus" "$prefix/bin/goshmem-run" --bind-to core -np "$np" "$out/bin/$name-goshmem" $args >"$out/goshmem-$r.txt"
 	{
 		taskset -c "$cpus" "$out/bin/memfloor" 2000
 		timeout 120 "$out/bin/tcpfloor" pingpong 20000

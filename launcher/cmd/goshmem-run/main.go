@@ -190,7 +190,7 @@ type runFlags struct {
 	np, perHost                      *int
 	hostList, hostfile, rsh, spawner *string
 	tag                              *bool
-	outDir, bind                     *string
+	outDir, bind, bindTo             *string
 	env                              envFlags
 	grace, failTimeout, stallReport  *time.Duration
 	profile, agentPath               *string
@@ -215,6 +215,7 @@ func newFlags(stderr io.Writer) (*flag.FlagSet, *runFlags) {
 	f.rsh = fs.String("rsh", "ssh", "remote shell: CMD HOST COMMAND... runs COMMAND on HOST")
 	f.spawner = fs.String("spawner", "", `spawner that places the PEs: "srun ...", "mpirun ..." or another command`)
 	f.tag = fs.Bool("tag-output", false, `prefix every output line with "[pe N] " (a failing job's lines are tagged anyway)`)
+	f.bindTo = fs.String("bind-to", "none", `pin each PE to a CPU: "core" (the PEs of a host take the CPUs goshmem-run may use in turn, by local rank) or "none"`)
 	f.outDir = fs.String("output-dir", "", "write the output of PE N to DIR/pe-N.out instead of the terminal")
 	fs.Var(&f.env, "x", "pass NAME[=VALUE] to the PEs (repeatable)")
 	f.bind = fs.String("bind", "", "IP address of the bootstrap seed (default: 127.0.0.1 on one host, else chosen by route)")
@@ -342,6 +343,10 @@ func (f *runFlags) options(fs *flag.FlagSet, usage usageFunc, stderr io.Writer) 
 	if *f.stallReport < 0 {
 		return opts, usage("-stall-report %v: want a positive duration", *f.stallReport), false
 	}
+	bindTo, err := launcher.ParseBinding(*f.bindTo)
+	if err != nil {
+		return opts, usage("-%v", err), false
+	}
 	if *f.stallReport > 0 {
 		env = append(env, envStallReport+"="+f.stallReport.String())
 	}
@@ -382,6 +387,7 @@ func (f *runFlags) options(fs *flag.FlagSet, usage usageFunc, stderr io.Writer) 
 		OutputDir:      *f.outDir,
 		BindAddr:       *f.bind,
 		KillGrace:      *f.grace,
+		BindTo:         bindTo,
 		FailureTimeout: *f.failTimeout,
 		Hosts:          hosts,
 		RSH:            rshWords,
