@@ -167,14 +167,14 @@ type amWorker struct {
 	handlers atomic.Pointer[[]*amHandler]
 	hmu      sync.Mutex // serializes handler updates
 
-	mu    sync.Mutex         // guards what follows
-	reasm map[amKey]*amReasm // eager messages being reassembled
-	recvs map[uint64]*amRecv // rendezvous receives waiting for data
+	mu    sync.Mutex          // guards what follows
+	reasm fragTable[*amReasm] // eager messages being reassembled
+	recvs map[uint64]*amRecv  // rendezvous receives waiting for data
 	// rts holds the rendezvous messages handed to a handler and not yet
 	// received or released and, with a nil value, those being received
 	// by a get, by sender and send number, for the sender's revoke
 	// (amRecvRevoke).
-	rts map[amKey]*AMDesc
+	rts map[fragKey]*AMDesc
 }
 
 // Default rendezvous threshold of active messages when UCX_RNDV_THRESH is
@@ -207,9 +207,9 @@ func (w *Worker) amInit() error {
 	a.maxHdr = w.amMaxHeader()
 	empty := []*amHandler{}
 	a.handlers.Store(&empty)
-	a.reasm = map[amKey]*amReasm{}
+	a.reasm = fragTable[*amReasm]{}
 	a.recvs = map[uint64]*amRecv{}
-	a.rts = map[amKey]*AMDesc{}
+	a.rts = map[fragKey]*AMDesc{}
 	a.enabled = true
 	return nil
 }

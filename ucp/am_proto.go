@@ -67,47 +67,30 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 	case amSingle:
 		return w.amDeliver(wi, h, p[:h.hlen], p[h.hlen:], data, canKeep)
 	case amFirst:
-		m := &amReasm{buf: make([]byte, uint64(h.hlen)+h.total), hlen: int(h.hlen), total: h.total, id: h.id, flags: h.flags, wi: wi}
+		m := &amReasm{buf: make([]byte, uint64(h.hlen)+h.total), hlen: int(h.hlen), id: h.id, flags: h.flags}
 		copy(m.buf, p)
-		m.got = uint64(len(p) - int(h.hlen))
-		if m.got == m.total {
-			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
-			return ucs.OK
-		}
-		k := amKey{h.src, h.msg}
 		a.mu.Lock()
-		_, dup := a.reasm[k]
-		if !dup {
-			a.reasm[k] = m
-		}
+		done, err := a.reasm.begin(fragKey{h.src, h.msg}, len(p)-int(h.hlen), int(h.total), m)
 		a.mu.Unlock()
-		if dup {
-			w.warnf("ucp: worker %s: dropped a first fragment of message %d from %#x already in progress", w.name, h.msg, h.src)
+		switch {
+		case err != nil:
+			w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
+		case done:
+			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
 		}
 	case amMiddle:
-		k := amKey{h.src, h.msg}
 		a.mu.Lock()
-		m := a.reasm[k]
-		ok := m != nil && h.off == m.got && uint64(len(p)) <= m.total-m.got
-		done := false
-		if ok {
-			m.got += uint64(len(p))
-			done = m.got == m.total
-			if done {
-				delete(a.reasm, k)
-			}
-		} else if m != nil {
-			delete(a.reasm, k) // the message is lost: free its buffer
-		}
+		f, _, err := a.reasm.next(fragKey{h.src, h.msg}, h.off, len(p))
 		a.mu.Unlock()
-		if !ok {
-			w.warnf("ucp: worker %s: dropped a fragment of %d bytes at %d of message %d from %#x: no such message or not the next fragment", w.name, len(p), h.off, h.msg, h.src)
+		if err != nil {
+			// A lost message's buffer is left to the collector.
+			w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
 			return ucs.OK
 		}
+		m := f.dest
 		copy(m.buf[m.hlen+int(h.off):], p)
-		if done {
-			mh := amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}
-			w.amDeliverOwned(mh, m.buf[:m.hlen], m.buf[m.hlen:])
+		if f.got == f.total {
+			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
 		}
 	case amRTS:
 		w.amDeliverRndv(h, p) // the user header, then the key if any
@@ -173,7 +156,7 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 // done, ends the send.
 func (w *Worker) amRecvRevoke(h amHeader) {
 	a := &w.am
-	k := amKey{h.src, h.msg}
+	k := fragKey{h.src, h.msg}
 	var rv *amRecv
 	a.mu.Lock()
 	d, taking := a.rts[k]
@@ -318,7 +301,7 @@ func (w *Worker) amDeliverRndv(h amHeader, uhdr []byte) {
 	}
 	// Until it is received or released, a revoke finds it here.
 	w.am.mu.Lock()
-	w.am.rts[amKey{h.src, h.msg}] = d
+	w.am.rts[fragKey{h.src, h.msg}] = d
 	w.am.mu.Unlock()
 	hd := w.amHandler(h.id)
 	if hd == nil {

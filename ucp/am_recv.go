@@ -86,17 +86,13 @@ func (d *AMDesc) Data() []byte {
 
 var descPool = sync.Pool{New: func() any { return new(AMDesc) }}
 
-type amKey struct{ src, msg uint64 }
-
-// amReasm is an eager message being reassembled.
+// amReasm is where the fragments of an eager message go (w.am.reasm
+// counts them): the user header, then the data, for its handler.
 type amReasm struct {
-	buf   []byte // user header, then data
+	buf   []byte
 	hlen  int
-	got   uint64 // data bytes received
-	total uint64
 	id    uint16
 	flags uint8
-	wi    *workerIface
 }
 
 // amRecv is a rendezvous receive waiting for its data, which goes into
@@ -210,7 +206,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	}
 	desc.state = descDone
 	a := &w.am
-	k := amKey{desc.src, desc.sreq}
+	k := fragKey{desc.src, desc.sreq}
 	a.mu.Lock()
 	revoked := desc.revoked
 	if !revoked {
@@ -270,7 +266,7 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 	if desc.rndv {
 		a := &w.am
 		a.mu.Lock()
-		delete(a.rts, amKey{desc.src, desc.sreq})
+		delete(a.rts, fragKey{desc.src, desc.sreq})
 		revoked := desc.revoked
 		a.mu.Unlock()
 		if revoked {
@@ -291,7 +287,7 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 
 // untake forgets that the rendezvous message k is being taken (its
 // receive got its data, or ends without it).
-func (a *amWorker) untake(k amKey) {
+func (a *amWorker) untake(k fragKey) {
 	a.mu.Lock()
 	if d, ok := a.rts[k]; ok && d == nil {
 		delete(a.rts, k)
@@ -319,7 +315,7 @@ func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags 
 	sreq := desc.sreq
 	fin := func() {
 		w.rkc.put(ref)
-		w.am.untake(amKey{desc.src, sreq})
+		w.am.untake(fragKey{desc.src, sreq})
 		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
 			w.warnf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
 		}

@@ -103,9 +103,9 @@ type TagMessage struct {
 	src     uint64
 	sreq    uint64 // sync or rendezvous: the send's number
 	length  int
-	// eager: the data; fragmented: what arrived, in order
+	// eager: the data; fragmented: what arrived, in order (w.tag.frags
+	// counts it)
 	parts []tagPart
-	got   int // fragmented: bytes arrived
 	msg   uint64
 	// rendezvous
 	raddr uint64
@@ -129,10 +129,6 @@ type tagPart struct {
 	wi   *workerIface
 }
 
-// fragKey names a sender's fragmented message or send: the sender and the
-// message's or send's number.
-type fragKey struct{ src, msg uint64 }
-
 // fragDest is where the next fragments of a message go: a receive that
 // took it, or the unexpected message they are kept in.
 type fragDest struct {
@@ -147,7 +143,7 @@ type tagWorker struct {
 	enabled bool
 	modeMutex
 	m     tagMatch
-	frags map[fragKey]fragDest
+	frags fragTable[fragDest]
 	recvs map[uint64]*Request // rendezvous receives the sender pushes data to
 	// rts holds the rendezvous messages no receive took (unexpected, or
 	// removed by a probe) and, with a nil value, those a receive is taking
@@ -169,7 +165,7 @@ func (w *Worker) tagInit() error {
 	if p := &w.ctx.params; p.FieldMask&ParamFieldTagSenderMask != 0 {
 		t.m.senderMask = p.TagSenderMask
 	}
-	t.frags = map[fragKey]fragDest{}
+	t.frags = fragTable[fragDest]{}
 	t.recvs = map[uint64]*Request{}
 	t.rts = map[fragKey]*TagMessage{}
 	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
@@ -572,7 +568,7 @@ func (w *Worker) tagTakeLocked(it dtIter, tag, mask uint64, param *RequestParam,
 		r.tr.tag, r.tr.mask = tag, mask
 		t.m.post(r)
 		return tagTake{kind: takePosted, r: r}
-	case force && msg.kind != msgEager && (msg.kind != msgFrag || msg.got < msg.length):
+	case force && msg.kind != msgEager && (msg.kind != msgFrag || t.arriving(msg)):
 		// It cannot complete at once: the message stays where it was.
 		return tagTake{kind: takeFailed, err: fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)}
 	}
@@ -653,18 +649,22 @@ func (w *Worker) tagTakeFrag(r *Request, msg *TagMessage) bool {
 	r.proto = protoTagRecvEager
 	off := 0
 	for i := range msg.parts {
-		if st := r.dt.unpack(off, msg.parts[i].data); st != ucs.OK && r.tr.status == ucs.OK {
-			r.tr.status = st
-		}
+		r.tagUnpack(off, msg.parts[i].data)
 		off += len(msg.parts[i].data)
 	}
-	r.tr.got = msg.got
-	done := msg.got == msg.length
+	done := !t.arriving(msg)
 	if !done {
-		t.frags[fragKey{msg.src, msg.msg}] = fragDest{r: r}
+		t.frags.route(fragKey{msg.src, msg.msg}, fragDest{r: r})
 	}
 	t.releaseMsg(msg)
 	return done
+}
+
+// arriving reports whether fragments of the unexpected message m are
+// still to come; the tag lock is held.
+func (t *tagWorker) arriving(m *TagMessage) bool {
+	_, ok := t.frags[fragKey{m.src, m.msg}]
+	return ok && m.kind == msgFrag
 }
 
 // ackOf returns the acknowledgement a receive that takes m owes its
