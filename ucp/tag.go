@@ -54,9 +54,13 @@ import (
 // has not answered: no receive reads their data after the send ended, and
 // a receive waiting for it fails (see tag_rndv.go).
 
-// TagRecvInfo describes a received message (ucp_tag_recv_info_t): the
-// sender's tag and the message's length (the sender's packed length, even
-// when the receive truncated it).
+// TagRecvInfo describes a message (ucp_tag_recv_info_t, and the receive's
+// completion, ucp_tag_rcv_completion): the sender's tag and a length.
+// TagProbeNB gives the message's length (the sender's packed length).
+// A receive's completion gives how much data was received (rcvd_len): the
+// bytes written into its buffer, which for a message cut short
+// (ucs.ErrMessageTruncated) is what fits of an eager message, and nothing
+// of a rendezvous one (its data is not transferred).
 type TagRecvInfo struct {
 	SenderTag uint64
 	Length    int
@@ -573,7 +577,9 @@ func (w *Worker) tagTakeLocked(it dtIter, tag, mask uint64, param *RequestParam,
 		return tagTake{kind: takeFailed, err: fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)}
 	}
 	t.m.removeUnexpected(msg)
-	info := TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
+	// What an eager message delivers; a rendezvous one says its own
+	// (tagRndvMatched).
+	info := TagRecvInfo{SenderTag: msg.tag, Length: min(msg.length, it.length)}
 	switch msg.kind {
 	case msgEager:
 		k := tagTake{kind: takeEager, st: ucs.OK, info: info, wi: msg.wi, ack: msg.ackOf()}

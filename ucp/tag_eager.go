@@ -269,7 +269,7 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 	if r := t.m.match(tag); r != nil {
 		t.unlock()
 		w.tagAck(ack)
-		r.tr.info = TagRecvInfo{SenderTag: tag, Length: len(p)}
+		r.tr.info = TagRecvInfo{SenderTag: tag, Length: min(len(p), r.dt.length)}
 		r.proto, r.rwi = protoTagRecvEager, wi
 		r.complete(r.dt.unpack(0, p))
 		return ucs.OK
@@ -306,7 +306,7 @@ func tagRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Sta
 		return w.tagDropped(err)
 	}
 	if r := t.m.match(h.tag); r != nil {
-		r.tr.info = TagRecvInfo{SenderTag: h.tag, Length: int(h.total)}
+		r.tr.info = TagRecvInfo{SenderTag: h.tag, Length: min(int(h.total), r.dt.length)}
 		r.proto, r.rwi = protoTagRecvEager, wi
 		t.frags.route(key, fragDest{r: r})
 		t.unlock()

@@ -173,7 +173,7 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 		w.tagCtrl(rts.src, amTagATS, tagATSLen, rts.sreq, 0)
 		st := ucs.OK
 		if rts.length > r.dt.length {
-			st = ucs.ErrMessageTruncated
+			st, r.tr.info.Length = ucs.ErrMessageTruncated, 0 // nothing received
 		}
 		r.complete(st)
 		return
