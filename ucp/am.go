@@ -169,7 +169,7 @@ type amWorker struct {
 
 	mu    sync.Mutex          // guards what follows
 	reasm fragTable[*amReasm] // eager messages being reassembled
-	recvs map[uint64]*amRecv  // rendezvous receives waiting for data
+	recvs rndvWaits           // rendezvous receives waiting for data
 	// rts holds the rendezvous messages handed to a handler and not yet
 	// received or released and, with a nil value, those being received
 	// by a get, by sender and send number, for the sender's revoke
@@ -208,7 +208,7 @@ func (w *Worker) amInit() error {
 	empty := []*amHandler{}
 	a.handlers.Store(&empty)
 	a.reasm = fragTable[*amReasm]{}
-	a.recvs = map[uint64]*amRecv{}
+	a.recvs = rndvWaits{}
 	a.rts = map[fragKey]*AMDesc{}
 	a.enabled = true
 	return nil

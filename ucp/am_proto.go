@@ -39,17 +39,11 @@ func (w *Worker) amFailEP(ep *Endpoint, st ucs.Status) {
 	if !a.enabled || w.epByUID(ep.remoteUID) != nil {
 		return
 	}
-	var recvs []*amRecv
 	a.mu.Lock()
-	for id, rv := range a.recvs {
-		if rv.src == ep.remoteUID {
-			delete(a.recvs, id)
-			recvs = append(recvs, rv)
-		}
-	}
+	recvs := a.recvs.ofSender(ep.remoteUID, nil)
 	a.mu.Unlock()
-	for _, rv := range recvs {
-		rv.r.complete(st)
+	for _, r := range recvs {
+		w.rndvRecvDone(r, st)
 	}
 }
 
@@ -100,30 +94,18 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 	case amData:
 		a.mu.Lock()
-		rv := a.recvs[h.msg]
-		ok := rv != nil && rv.src == h.src && h.off == uint64(rv.got) && len(p) <= rv.total-rv.got
-		done := false
-		if ok {
-			rv.got += len(p)
-			done = rv.got == rv.total
-		}
-		if done || (rv != nil && !ok) {
-			delete(a.recvs, h.msg)
-		}
+		r, last, err := a.recvs.piece(h.src, h.msg, h.off, len(p))
 		a.mu.Unlock()
-		if !ok {
-			w.warnf("ucp: worker %s: dropped rendezvous data of %d bytes at %d from %#x for request %d: no such request or not the next fragment", w.name, len(p), h.off, h.src, h.msg)
-			if rv != nil {
-				rv.r.complete(ucs.ErrIOError)
+		if err != nil {
+			w.warnf("ucp: worker %s: dropped rendezvous data: %v", w.name, err)
+			if r != nil {
+				w.rndvRecvDone(r, ucs.ErrIOError)
 			}
 			return ucs.OK
 		}
-		st := rv.r.dt.unpack(int(h.off), p)
-		if st != ucs.OK && rv.st == ucs.OK {
-			rv.st = st
-		}
-		if done {
-			rv.r.complete(rv.st)
+		r.tagUnpack(int(h.off), p)
+		if last {
+			w.rndvRecvDone(r, r.tr.status)
 		}
 	case amDrop:
 		// The receiver took the data, or dropped the message, or answers
@@ -157,7 +139,7 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 func (w *Worker) amRecvRevoke(h amHeader) {
 	a := &w.am
 	k := fragKey{h.src, h.msg}
-	var rv *amRecv
+	var rv *Request
 	a.mu.Lock()
 	d, taking := a.rts[k]
 	switch {
@@ -168,17 +150,11 @@ func (w *Worker) amRecvRevoke(h amHeader) {
 		a.mu.Unlock()
 		return
 	default:
-		for id, x := range a.recvs {
-			if x.src == h.src && x.sreq == h.msg {
-				delete(a.recvs, id)
-				rv = x
-				break
-			}
-		}
+		rv = a.recvs.ofSend(h.src, h.msg)
 	}
 	a.mu.Unlock()
 	if rv != nil {
-		rv.r.complete(ucs.ErrCanceled)
+		w.rndvRecvDone(rv, ucs.ErrCanceled)
 	}
 	if h.src == w.uid {
 		// The sender is this worker (an endpoint to itself, which may

@@ -95,17 +95,6 @@ type amReasm struct {
 	flags uint8
 }
 
-// amRecv is a rendezvous receive waiting for its data, which goes into
-// the request's datatype.
-type amRecv struct {
-	r     *Request
-	total int
-	got   int
-	src   uint64
-	sreq  uint64     // the sender's request id
-	st    ucs.Status // the first error of unpacking
-}
-
 // SetAMRecvHandler installs, replaces or removes the handler of an
 // active-message id (ucp_worker_set_am_recv_handler). The id field is
 // mandatory; without a callback (or with a nil one) the id's handler is
@@ -217,15 +206,26 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		it.finish()
 		return nil, fmt.Errorf("ucp am recv data: the sender took the message back: %w", ucs.ErrCanceled)
 	}
-	if desc.key != nil && (it.isContig() || (it.class == DatatypeClassIOV && it.length == desc.length)) {
-		if r, err, ok := w.amRecvGet(desc, buf, param, flags); ok {
-			it.finish()
-			return r, err
-		}
-	}
 	r := w.newRequest(param)
 	r.size, r.proto, r.lane, r.dt = desc.length, protoAMRecv, desc.ep.am, it
+	r.tr = tagRecvState{fam: famAM, status: ucs.OK, info: TagRecvInfo{Length: desc.length}, src: desc.src, sreq: desc.sreq, ep: desc.ep}
 	w.inflight.Add(1)
+	if desc.key != nil && desc.length > 0 && it.canZcopy() {
+		// Get the data where a lane to the sender gets with its key; the
+		// sender pushes it otherwise.
+		if ref := w.rkc.get(desc.ep, desc.key, false); ref != nil {
+			if rk := ref.rk; rk.rma != nil && rk.rma.get {
+				r.hold()
+				w.rndvGet(r, ref, desc.raddr, protoAMRecvGet)
+				r, st := r.heldResult(flags)
+				if r == nil && st.IsErr() {
+					return nil, fmt.Errorf("ucp am recv data: %w", st)
+				}
+				return r, nil
+			}
+			w.rkc.put(ref)
+		}
+	}
 	if desc.length == 0 {
 		// Nothing to fetch: tell the sender it is done.
 		a.untake(k)
@@ -240,7 +240,8 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	a.mu.Lock()
 	// From being taken to waiting for the push, where a revoke finds it.
 	delete(a.rts, k)
-	a.recvs[rid] = &amRecv{r: r, total: desc.length, src: desc.src, sreq: desc.sreq, st: ucs.OK}
+	r.tr.rreq = rid
+	a.recvs[rid] = r
 	a.mu.Unlock()
 	if st := w.amControl(desc.ep, amHeader{typ: amRTR, msg: desc.sreq, total: rid}); st.IsErr() {
 		a.mu.Lock()
@@ -293,54 +294,4 @@ func (a *amWorker) untake(k fragKey) {
 		delete(a.rts, k)
 	}
 	a.mu.Unlock()
-}
-
-// amRecvGet receives rendezvous data by getting it from the sender's
-// memory, where a lane to the sender gets with the key the sender packed,
-// and then tells the sender it is done (amDrop). ok is false when no lane
-// can: the caller then asks the sender to push the data.
-func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags uint32) (r *Request, err error, ok bool) {
-	ep := desc.ep
-	ref := w.rkc.get(ep, desc.key, false)
-	if ref == nil {
-		return nil, nil, false
-	}
-	rk := ref.rk
-	r = w.newRequest(param)
-	r.size, r.proto, r.lane = desc.length, protoAMRecvGet, ep.am
-	if rk.rma != nil {
-		r.lane = rk.rma.l
-	}
-	w.inflight.Add(1)
-	sreq := desc.sreq
-	fin := func() {
-		w.rkc.put(ref)
-		w.am.untake(fragKey{desc.src, sreq})
-		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
-			w.warnf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
-		}
-	}
-	gp := new(RequestParam).SetCallback(func(gr *Request, st error, _ any) {
-		fin()
-		gr.Free()
-		r.complete(statusOf(st))
-	})
-	if nonContig(param) {
-		gp.SetIOV(param.IOV)
-		buf = nil
-	} else {
-		buf = buf[:desc.length]
-	}
-	gr, err := ep.GetNBX(buf, desc.raddr, rk, gp)
-	if err != nil {
-		fin()
-		r.finish(statusOf(err))
-		r.release()
-		return nil, fmt.Errorf("ucp am recv data: %w", err), true
-	}
-	if gr != nil {
-		return r, nil, true
-	}
-	fin()
-	return r.doneNow(flags), nil, true
 }

@@ -2,12 +2,15 @@ package ucp
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
 )
 
 // The receive side that the two-sided protocols (tag matching and active
-// messages) share: the reassembly of a message that arrives in fragments.
+// messages) share: the reassembly of a message that arrives in fragments,
+// and the get of rendezvous data.
 // What a family does with the data (a tag receive unpacks it or an
 // unexpected message keeps it; an active message gathers it for its
 // handler) is the fragment table's destination, its hook.
@@ -84,4 +87,202 @@ func (t fragTable[D]) next(k fragKey, off uint64, n int) (f fragIn[D], lost bool
 		t[k] = f
 	}
 	return f, false, nil
+}
+
+// rndvGetOp is the get of a rendezvous receive: the gets it still has to
+// issue, as an operation of the worker's send queue.
+type rndvGetOp struct {
+	w     *Worker
+	r     *Request
+	ref   *rkeyRef
+	ep    *Endpoint
+	raddr uint64
+	off   int // bytes whose get was issued
+	max   int // the largest get
+	maxIO int // the most iov elements of one get
+	iov   []uct.IOV
+}
+
+// rndvGet gets the r.tr.info.Length bytes of rendezvous data at raddr into
+// the receive r (of either family) through the key ref, which a lane to
+// the sender gets with; proto names the protocol. The receive completes,
+// and its sender hears of it (rndvAnswer), when the last get is done.
+func (w *Worker) rndvGet(r *Request, ref *rkeyRef, raddr uint64, proto string) {
+	rl := ref.rk.rma
+	at := rl.l.wi.attr
+	g := &rndvGetOp{w: w, r: r, ref: ref, ep: ref.rk.ep, raddr: raddr,
+		max: at.Get.MaxZcopy, maxIO: max(at.Get.MaxIOV, 1)}
+	if g.max <= 0 {
+		g.max = maxInt
+	}
+	r.proto, r.lane, r.tr.rk = proto, rl.l, ref
+	r.comp = uct.Completion{Count: 1, Func: rndvGetDone, Arg: r}
+	switch st := w.protoStart(g); {
+	case st == ucs.OK:
+		g.end(ucs.OK)
+	case st.IsErr():
+		g.end(st)
+	}
+}
+
+func (g *rndvGetOp) endpoint() *Endpoint { return g.ep }
+
+// advance issues the remaining gets (protoOp).
+func (g *rndvGetOp) advance() ucs.Status {
+	r, rl := g.r, g.ref.rk.rma
+	n := r.tr.info.Length
+	for g.off < n {
+		k := min(g.max, n-g.off)
+		g.iov = r.dt.zcopyIOV(g.iov[:0], g.off, k)
+		if len(g.iov) > g.maxIO {
+			k = 0
+			for _, v := range g.iov[:g.maxIO] {
+				k += len(v.Buffer)
+			}
+			g.iov = g.iov[:g.maxIO]
+		}
+		atomic.AddInt32(&r.comp.Count, 1)
+		st := rl.ep.GetZcopy(g.iov, g.raddr+uint64(g.off), rl.rkey, &r.comp)
+		clear(g.iov)
+		switch st {
+		case ucs.InProgress:
+		case ucs.OK:
+			atomic.AddInt32(&r.comp.Count, -1)
+		default:
+			atomic.AddInt32(&r.comp.Count, -1)
+			if st == ucs.ErrNoResource {
+				return st
+			}
+			r.comp.SetError(st)
+			return g.drop()
+		}
+		g.off += k
+	}
+	return g.drop()
+}
+
+// drop releases the issuer's reference of the receive's completion.
+func (g *rndvGetOp) drop() ucs.Status {
+	if atomic.AddInt32(&g.r.comp.Count, -1) == 0 {
+		return g.r.comp.Status()
+	}
+	return ucs.InProgress
+}
+
+func (g *rndvGetOp) abort(st ucs.Status) {
+	g.r.comp.SetError(st)
+	if fin := g.drop(); fin != ucs.InProgress {
+		g.end(fin)
+	}
+}
+
+// end finishes the get with st: the sender hears of it, and the receive
+// completes.
+func (g *rndvGetOp) end(st ucs.Status) {
+	g.w.rndvGetFinish(g.r, st)
+}
+
+// rndvGetDone is the completion of a rendezvous get's last transfer.
+func rndvGetDone(c *uct.Completion) {
+	r := c.Arg.(*Request)
+	r.w.rndvGetFinish(r, c.Status())
+}
+
+// rndvGetFinish ends the rendezvous get of r with st.
+func (w *Worker) rndvGetFinish(r *Request, st ucs.Status) {
+	if ref := r.tr.rk; ref != nil {
+		r.tr.rk = nil
+		w.rkc.put(ref)
+	}
+	w.rndvAnswer(r, st)
+	r.complete(st)
+}
+
+// rndvAnswer tells the sender of the rendezvous message the receive r
+// took that it read all it will of its data, with st, by r's family: the
+// message is no longer being taken (a revoke of it is answered at once),
+// and the sender's send ends (a tag ATS, an active message's drop).
+func (w *Worker) rndvAnswer(r *Request, st ucs.Status) {
+	if r.tr.fam == famAM {
+		w.am.untake(fragKey{r.tr.src, r.tr.sreq})
+		if err := w.amControl(r.tr.ep, amHeader{typ: amDrop, msg: r.tr.sreq, total: uint64(int64(st))}); err.IsErr() {
+			w.warnf("ucp: worker %s: rendezvous completion to %s: %v", w.name, r.tr.ep.remoteName, err)
+		}
+		return
+	}
+	w.tagTook(r, false)
+	w.tagCtrl(r.tr.src, amTagATS, tagATSLen, r.tr.sreq, uint64(int64(st)))
+}
+
+// rndvWaits holds the rendezvous receives that wait for their sender to
+// push or put the data, by receive number (the number their RTR gave the
+// sender); its owner's lock guards it. A receive keeps its progress in
+// r.tr: got of r.tr.info.Length bytes came.
+type rndvWaits map[uint64]*Request
+
+// piece accounts for n bytes at off pushed by src for receive rreq and
+// returns the receive, and whether they were its last. Data for no
+// receive of src fails with ucs.ErrInvalidParam; so does data that is not
+// the receive's next: the receive is then forgotten and returned (its
+// owner ends it with ucs.ErrIOError).
+func (t rndvWaits) piece(src, rreq, off uint64, n int) (r *Request, last bool, err error) {
+	r = t[rreq]
+	if r == nil || r.tr.src != src {
+		return nil, false, fmt.Errorf("rendezvous data of %d bytes at %d from %#x for unknown receive %d: %w", n, off, src, rreq, ucs.ErrInvalidParam)
+	}
+	in := inOrder{r.tr.got, r.tr.info.Length}
+	ok, last := in.take(off, n)
+	if !ok || last {
+		delete(t, rreq)
+	}
+	if !ok {
+		return r, false, fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d, expected at %d: %w", n, off, src, rreq, in.got, ucs.ErrInvalidParam)
+	}
+	r.tr.got = in.got
+	return r, last, nil
+}
+
+// take forgets r, waiting as receive rreq, and reports whether it was
+// there (a receive Cancel ends).
+func (t rndvWaits) take(rreq uint64, r *Request) bool {
+	if rreq == 0 || t[rreq] != r {
+		return false
+	}
+	delete(t, rreq)
+	return true
+}
+
+// ofSend forgets and returns the receive of send sreq of src, if one
+// waits (the sender revokes the send).
+func (t rndvWaits) ofSend(src, sreq uint64) *Request {
+	for id, r := range t {
+		if r.tr.src == src && r.tr.sreq == sreq {
+			delete(t, id)
+			return r
+		}
+	}
+	return nil
+}
+
+// ofSender forgets the receives whose sender is src and appends them to
+// out (the sender failed).
+func (t rndvWaits) ofSender(src uint64, out []*Request) []*Request {
+	for id, r := range t {
+		if r.tr.src == src {
+			delete(t, id)
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// rndvRecvDone completes r, a rendezvous receive of either family that
+// its sender pushes or puts data to, with st, and releases what it
+// registered for the put.
+func (w *Worker) rndvRecvDone(r *Request, st ucs.Status) {
+	if m := r.tr.memh; m != nil {
+		r.tr.memh = nil
+		w.ctx.MemUnmap(m)
+	}
+	r.complete(st)
 }

@@ -73,8 +73,10 @@ type TagRecvInfo struct {
 // receive's call when that completes at once with OpAttrFlagNoImmCmpl.
 type TagRecvCallback func(req *Request, status error, info *TagRecvInfo, userData any)
 
-// tagRecvState is the part of a request that a tag receive uses.
+// tagRecvState is the part of a request that a tag receive uses, and,
+// of its rendezvous fields, an active message's rendezvous receive.
 type tagRecvState struct {
+	fam        uint8     // rendezvous: famTag or famAM (rndvAnswer)
 	next, prev *Request  // in an expected queue
 	q          *reqQueue // the queue it is in, nil once matched
 	sn         uint64    // posting order
@@ -148,7 +150,7 @@ type tagWorker struct {
 	modeMutex
 	m     tagMatch
 	frags fragTable[fragDest]
-	recvs map[uint64]*Request // rendezvous receives the sender pushes data to
+	recvs rndvWaits // rendezvous receives the sender pushes or puts data to
 	// rts holds the rendezvous messages no receive took (unexpected, or
 	// removed by a probe) and, with a nil value, those a receive is taking
 	// (reading the sender's memory, tagTook), by sender and send number,
@@ -170,7 +172,7 @@ func (w *Worker) tagInit() error {
 		t.m.senderMask = p.TagSenderMask
 	}
 	t.frags = fragTable[fragDest]{}
-	t.recvs = map[uint64]*Request{}
+	t.recvs = rndvWaits{}
 	t.rts = map[fragKey]*TagMessage{}
 	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
 	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP, tagRecvRevoke}
@@ -509,16 +511,11 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 	r.hold()
 	w.tagRndvMatched(r, &k.rts)
 	w.tagReleaseMsg(k.msg)
-	if !r.unhold() {
-		return r, nil // its callback runs when it completes
-	}
-	st := ucs.Status(r.state.Load())
-	if flags&flagNoImmCmpl != 0 {
-		r.notify(st, r.cb, r.rcb, r.scb, r.userData)
+	info := r.tr.info
+	r, st := r.heldResult(flags)
+	if r != nil {
 		return r, nil
 	}
-	info := r.tr.info
-	r.release()
 	return nil, tagRecvResult(param, info, st)
 }
 
@@ -698,22 +695,19 @@ const (
 // progress), and the receive must end whatever the sender does. Pieces
 // that arrive after are dropped (tagRecvData unpacks under the tag lock,
 // so none is written into r's buffer once it is canceled), and the key of
-// a buffer registered for a put is revoked (tagRecvDone). It reports
+// a buffer registered for a put is revoked (rndvRecvDone). It reports
 // whether it canceled r (r is then complete with ucs.ErrCanceled).
 func (w *Worker) tagCancel(r *Request) bool {
 	t := &w.tag
 	t.lock()
 	ok := t.m.unpost(r)
-	waiting := !ok && r.tr.rreq != 0 && t.recvs[r.tr.rreq] == r
-	if waiting {
-		delete(t.recvs, r.tr.rreq)
-	}
+	waiting := !ok && t.recvs.take(r.tr.rreq, r)
 	t.unlock()
 	switch {
 	case ok:
 		r.complete(ucs.ErrCanceled)
 	case waiting:
-		w.tagRecvDone(r, ucs.ErrCanceled)
+		w.rndvRecvDone(r, ucs.ErrCanceled)
 	}
 	return ok || waiting
 }
@@ -735,7 +729,7 @@ func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
 	}
 	t.unlock()
 	for _, r := range recvs {
-		w.tagRecvDone(r, st)
+		w.rndvRecvDone(r, st)
 	}
 }
 

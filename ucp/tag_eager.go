@@ -354,7 +354,7 @@ func tagRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 		t.unlock()
 		r.tagUnpack(int(h.off), p)
 		if f.got == f.total {
-			w.tagRecvDone(r, r.tr.status)
+			w.rndvRecvDone(r, r.tr.status)
 		}
 		return ucs.OK
 	}

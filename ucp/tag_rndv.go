@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"fmt"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -198,7 +197,7 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 			// Auto does not get over the network where the sender puts
 			// (rndvByPut).
 			if rk.rma != nil && rk.rma.get && r.dt.canZcopy() && !(put && rk.rma.l.deferred()) {
-				w.tagRndvGet(r, ref, rts)
+				w.rndvGet(r, ref, rts.raddr, protoTagRecvGet)
 				return
 			}
 			w.rkc.put(ref)
@@ -252,123 +251,6 @@ func (w *Worker) tagRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) {
 	}
 }
 
-// tagRecvDone completes r, a rendezvous receive the sender pushes or puts
-// data to, with st, and releases what it registered.
-func (w *Worker) tagRecvDone(r *Request, st ucs.Status) {
-	if m := r.tr.memh; m != nil {
-		r.tr.memh = nil
-		w.ctx.MemUnmap(m)
-	}
-	r.complete(st)
-}
-
-// rndvGetOp is the get of a rendezvous receive: the gets it still has to
-// issue, as an operation of the worker's send queue.
-type rndvGetOp struct {
-	w     *Worker
-	r     *Request
-	ref   *rkeyRef
-	ep    *Endpoint
-	raddr uint64
-	off   int // bytes whose get was issued
-	max   int // the largest get
-	maxIO int // the most iov elements of one get
-	iov   []uct.IOV
-}
-
-// tagRndvGet gets the data of rts into r through the key ref.
-func (w *Worker) tagRndvGet(r *Request, ref *rkeyRef, rts *rtsInfo) {
-	rl := ref.rk.rma
-	at := rl.l.wi.attr
-	g := &rndvGetOp{w: w, r: r, ref: ref, ep: ref.rk.ep, raddr: rts.raddr,
-		max: at.Get.MaxZcopy, maxIO: max(at.Get.MaxIOV, 1)}
-	if g.max <= 0 {
-		g.max = maxInt
-	}
-	r.proto, r.lane, r.tr.rk = protoTagRecvGet, rl.l, ref
-	r.comp = uct.Completion{Count: 1, Func: tagGetDone, Arg: r}
-	switch st := w.protoStart(g); {
-	case st == ucs.OK:
-		g.end(ucs.OK)
-	case st.IsErr():
-		g.end(st)
-	}
-}
-
-func (g *rndvGetOp) endpoint() *Endpoint { return g.ep }
-
-// advance issues the remaining gets (protoOp).
-func (g *rndvGetOp) advance() ucs.Status {
-	r, rl := g.r, g.ref.rk.rma
-	n := r.tr.info.Length
-	for g.off < n {
-		k := min(g.max, n-g.off)
-		g.iov = r.dt.zcopyIOV(g.iov[:0], g.off, k)
-		if len(g.iov) > g.maxIO {
-			k = 0
-			for _, v := range g.iov[:g.maxIO] {
-				k += len(v.Buffer)
-			}
-			g.iov = g.iov[:g.maxIO]
-		}
-		atomic.AddInt32(&r.comp.Count, 1)
-		st := rl.ep.GetZcopy(g.iov, g.raddr+uint64(g.off), rl.rkey, &r.comp)
-		clear(g.iov)
-		switch st {
-		case ucs.InProgress:
-		case ucs.OK:
-			atomic.AddInt32(&r.comp.Count, -1)
-		default:
-			atomic.AddInt32(&r.comp.Count, -1)
-			if st == ucs.ErrNoResource {
-				return st
-			}
-			r.comp.SetError(st)
-			return g.drop()
-		}
-		g.off += k
-	}
-	return g.drop()
-}
-
-// drop releases the issuer's reference of the receive's completion.
-func (g *rndvGetOp) drop() ucs.Status {
-	if atomic.AddInt32(&g.r.comp.Count, -1) == 0 {
-		return g.r.comp.Status()
-	}
-	return ucs.InProgress
-}
-
-func (g *rndvGetOp) abort(st ucs.Status) {
-	g.r.comp.SetError(st)
-	if fin := g.drop(); fin != ucs.InProgress {
-		g.end(fin)
-	}
-}
-
-// end finishes the get with st: the sender hears of it, and the receive
-// completes.
-func (g *rndvGetOp) end(st ucs.Status) {
-	g.w.tagGetFinish(g.r, st)
-}
-
-// tagGetDone is the completion of a rendezvous get's last transfer.
-func tagGetDone(c *uct.Completion) {
-	r := c.Arg.(*Request)
-	r.w.tagGetFinish(r, c.Status())
-}
-
-// tagGetFinish ends the rendezvous get of r with st.
-func (w *Worker) tagGetFinish(r *Request, st ucs.Status) {
-	if ref := r.tr.rk; ref != nil {
-		r.tr.rk = nil
-		w.rkc.put(ref)
-	}
-	w.tagTook(r, false)
-	w.tagCtrl(r.tr.src, amTagATS, tagATSLen, r.tr.sreq, uint64(int64(st)))
-	r.complete(st)
-}
-
 // tagRecvATS handles a rendezvous acknowledgement: the send completes.
 func tagRecvATS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
 	return w.tagRecvReply(amTagATS, data, "rendezvous acknowledgement")
@@ -400,23 +282,13 @@ func tagRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Stat
 	}
 	t := &w.tag
 	t.lock()
-	r := t.recvs[h.rreq]
-	if r == nil || r.tr.src != h.src || int(h.off) != r.tr.got || len(p) > r.tr.info.Length-r.tr.got {
-		if r != nil && r.tr.src == h.src {
-			delete(t.recvs, h.rreq)
-		} else {
-			r = nil
-		}
+	r, last, err := t.recvs.piece(h.src, h.rreq, h.off, len(p))
+	if err != nil {
 		t.unlock()
 		if r != nil {
-			w.tagRecvDone(r, ucs.ErrIOError)
+			w.rndvRecvDone(r, ucs.ErrIOError)
 		}
-		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d: no such receive or not the next piece: %w", len(p), h.off, h.src, h.rreq, ucs.ErrInvalidParam))
-	}
-	last := false
-	if r.tr.got += len(p); r.tr.got == r.tr.info.Length {
-		delete(t.recvs, h.rreq)
-		last = true
+		return w.tagDropped(err)
 	}
 	// Unpacked under the lock: a receive that Cancel or a revoke takes out
 	// of recvs meanwhile (tagCancel, tagRecvRevoke) completes only once no
@@ -424,7 +296,7 @@ func tagRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Stat
 	r.tagUnpack(int(h.off), p)
 	t.unlock()
 	if last {
-		w.tagRecvDone(r, r.tr.status)
+		w.rndvRecvDone(r, r.tr.status)
 	}
 	return ucs.OK
 }
@@ -448,7 +320,7 @@ func tagRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 	if r == nil {
 		return w.tagDropped(fmt.Errorf("rendezvous put done from %#x for unknown receive %d: %w", h.src, h.rreq, ucs.ErrInvalidParam))
 	}
-	w.tagRecvDone(r, h.status)
+	w.rndvRecvDone(r, h.status)
 	return ucs.OK
 }
 
@@ -549,17 +421,11 @@ func tagRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 		t.unlock()
 		return ucs.OK
 	default:
-		for id, q := range t.recvs {
-			if q.tr.src == h.src && q.tr.sreq == h.sreq {
-				delete(t.recvs, id)
-				r = q
-				break
-			}
-		}
+		r = t.recvs.ofSend(h.src, h.sreq)
 	}
 	t.unlock()
 	if r != nil {
-		w.tagRecvDone(r, ucs.ErrCanceled)
+		w.rndvRecvDone(r, ucs.ErrCanceled)
 	}
 	if h.src == w.uid {
 		// The sender is this worker (an endpoint to itself, which may
