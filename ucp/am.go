@@ -244,12 +244,13 @@ func sendFlags(param *RequestParam) uint32 {
 
 // Protocol names of active messages, as Request.Query reports them.
 const (
-	protoAMSingle  = "am/eager/single"
-	protoAMFrag    = "am/eager/frag"
-	protoAMRndv    = "am/rndv"
-	protoAMRndvGet = "am/rndv/get"
-	protoAMRecv    = "am/rndv/recv"
-	protoAMRecvGet = "am/rndv/recv/get"
+	protoAMSingle      = "am/eager/single"
+	protoAMFrag        = "am/eager/frag"
+	protoAMRndv        = "am/rndv"
+	protoAMRndvGet     = "am/rndv/get"
+	protoAMRecv        = "am/rndv/recv"
+	protoAMRecvGet     = "am/rndv/recv/get"
+	protoAMRecvRkeyPtr = "am/rndv/recv/rkey_ptr"
 )
 
 // amSendConnecting is AMSendNBX on an endpoint that connects (kept out of

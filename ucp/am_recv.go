@@ -210,22 +210,6 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	r.size, r.proto, r.lane, r.dt = desc.length, protoAMRecv, desc.ep.am, it
 	r.tr = tagRecvState{fam: famAM, status: ucs.OK, info: TagRecvInfo{Length: desc.length}, src: desc.src, sreq: desc.sreq, ep: desc.ep}
 	w.inflight.Add(1)
-	if desc.key != nil && desc.length > 0 && it.canZcopy() {
-		// Get the data where a lane to the sender gets with its key; the
-		// sender pushes it otherwise.
-		if ref := w.rkc.get(desc.ep, desc.key, false); ref != nil {
-			if rk := ref.rk; rk.rma != nil && rk.rma.get {
-				r.hold()
-				w.rndvGet(r, ref, desc.raddr, protoAMRecvGet)
-				r, st := r.heldResult(flags)
-				if r == nil && st.IsErr() {
-					return nil, fmt.Errorf("ucp am recv data: %w", st)
-				}
-				return r, nil
-			}
-			w.rkc.put(ref)
-		}
-	}
 	if desc.length == 0 {
 		// Nothing to fetch: tell the sender it is done.
 		a.untake(k)
@@ -236,22 +220,36 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		}
 		return r.doneNow(flags), nil
 	}
-	rid := w.proto.newID()
-	a.mu.Lock()
-	// From being taken to waiting for the push, where a revoke finds it.
-	delete(a.rts, k)
-	r.tr.rreq = rid
-	a.recvs[rid] = r
-	a.mu.Unlock()
-	if st := w.amControl(desc.ep, amHeader{typ: amRTR, msg: desc.sreq, total: rid}); st.IsErr() {
-		a.mu.Lock()
-		delete(a.recvs, rid)
-		a.mu.Unlock()
-		r.finish(st)
-		r.release()
+	// The data may come inside the call (from mapped memory, a get done
+	// at once).
+	r.hold()
+	w.rndvFetch(r, desc.key, desc.raddr)
+	r, st := r.heldResult(flags)
+	if r == nil && st.IsErr() {
 		return nil, fmt.Errorf("ucp am recv data: %w", st)
 	}
 	return r, nil
+}
+
+// amRTR asks the sender of the rendezvous message the receive r took to
+// push its data (rndvFetch): r waits in recvs, where the data and a
+// revoke find it, from the moment the message is no longer being taken.
+// A receive whose RTR cannot go completes with the error.
+func (w *Worker) amRTR(r *Request) {
+	a := &w.am
+	r.tr.rreq = w.proto.newID()
+	a.mu.Lock()
+	delete(a.rts, fragKey{r.tr.src, r.tr.sreq})
+	a.recvs[r.tr.rreq] = r
+	a.mu.Unlock()
+	if st := w.amControl(r.tr.ep, amHeader{typ: amRTR, msg: r.tr.sreq, total: r.tr.rreq}); st.IsErr() {
+		a.mu.Lock()
+		gone := a.recvs.take(r.tr.rreq, r)
+		a.mu.Unlock()
+		if gone {
+			r.complete(st)
+		}
+	}
 }
 
 // AMDataRelease releases the data desc stands for (ucp_am_data_release):

@@ -145,7 +145,7 @@ func TestAMSendRecv(t *testing.T) {
 				t.Fatalf("MaxAMHeader %d", maxHdr)
 			}
 			var got []amMsg
-			protos := map[string]int{}
+			protos, rprotos := map[string]int{}, map[string]int{}
 			if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(7).SetCB(recorder(&got)).SetFlags(AMFlagWholeMsg)); err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +183,10 @@ func TestAMSendRecv(t *testing.T) {
 						}
 						if wantRndv {
 							buf := make([]byte, n)
-							rr, err := e.b.AMRecvDataNBX(m.desc, buf, nil)
+							rr, err := e.b.AMRecvDataNBX(m.desc, buf, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+							if rr != nil {
+								rprotos[strings.Fields(rr.Query().DebugString)[0]]++
+							}
 							e.waitReq(t, what+": receive", rr, err)
 							m.data = buf
 						}
@@ -203,11 +206,14 @@ func TestAMSendRecv(t *testing.T) {
 			// Rendezvous data is got where a lane to the sender gets (cma,
 			// self and tcp here), and pushed by the sender when the key
 			// does not fit beside the header (a header of MaxAMHeader).
-			t.Logf("protocols of the requests: %v", protos)
+			t.Logf("protocols of the requests: %v, of the receives: %v", protos, rprotos)
 			for _, p := range []string{tr.rndv, protoAMRndv, protoAMFrag} {
 				if protos[p] == 0 {
 					t.Errorf("no request used %s: %v", p, protos)
 				}
+			}
+			if rprotos[protoAMRecv] == 0 || rprotos[protoAMRecvGet]+rprotos[protoAMRecvRkeyPtr] == 0 {
+				t.Errorf("receives %v: want some pushed, some got or copied", rprotos)
 			}
 		})
 	}
@@ -552,8 +558,10 @@ func FuzzAMHeader(f *testing.F) {
 }
 
 // TestAMRndvMemh sends rendezvous data that lies in mapped memory given as
-// the request's memory handle: the receiver gets it through the key of that
-// memory, and nothing is registered for the send.
+// the request's memory handle: the receiver takes it through the key of
+// that memory, copying it from the memory mapped at the receiver too
+// (rkey_ptr, as a tag receive does: the receive is one, rndvFetch), and
+// nothing is registered for the send.
 func TestAMRndvMemh(t *testing.T) {
 	e := newAMEnv(t, "all", false)
 	m, err := e.c.MemMap(new(MemMapParams).SetLength(1 << 20).SetFlags(MemMapAllocate))
@@ -578,7 +586,13 @@ func TestAMRndvMemh(t *testing.T) {
 	}
 	e.wait(t, "delivery", func() bool { return len(got) > 0 })
 	buf := make([]byte, len(src)-100)
-	rr, err := e.b.AMRecvDataNBX(got[0].desc, buf, nil)
+	rr, err := e.b.AMRecvDataNBX(got[0].desc, buf, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+	if rr == nil {
+		t.Fatalf("receive: no request with OpAttrFlagNoImmCmpl: %v", err)
+	}
+	if q := rr.Query().DebugString; !strings.HasPrefix(q, protoAMRecvRkeyPtr) {
+		t.Errorf("receive protocol %q, want %s", q, protoAMRecvRkeyPtr)
+	}
 	e.waitReq(t, "receive", rr, err)
 	e.waitReq(t, "send", r, nil)
 	if !bytes.Equal(buf, src[100:]) {

@@ -3,6 +3,7 @@ package ucp
 import (
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -285,4 +286,64 @@ func (w *Worker) rndvRecvDone(r *Request, st ucs.Status) {
 		w.ctx.MemUnmap(m)
 	}
 	r.complete(st)
+}
+
+// rndvFetch takes the rendezvous data that the receive r (of either
+// family; r.tr says its sender, send number, endpoint back and length,
+// which fits) was announced, at raddr with key at the sender, as
+// UCX_RNDV_SCHEME allows (see tag_rndv.go): copied from the sender's
+// memory where it is mapped here (rkey_ptr), got where a lane gets with
+// the key, otherwise asked for with an RTR, to be put into r's buffer (tag
+// messages) or pushed.
+func (w *Worker) rndvFetch(r *Request, key []byte, raddr uint64) {
+	ep, n, names := r.tr.ep, r.tr.info.Length, &rndvRecvProtos[r.tr.fam]
+	sch := w.ctx.rndvSch
+	// An active message's RTR has no room for a key: its data is pushed.
+	put := r.tr.fam == famTag && (sch == rndvPut || sch == rndvAuto && ep.thresholds().netPut)
+	if len(key) > 0 && (sch == rndvAuto || sch == rndvGet) {
+		if ref := w.rkc.get(ep, key, false); ref != nil {
+			rk := ref.rk
+			if p := rk.direct(raddr, n); p != nil && sch == rndvAuto {
+				r.proto = names.rkeyPtr
+				if rk.rma != nil {
+					r.lane = rk.rma.l
+				}
+				st := r.dt.unpack(0, unsafe.Slice((*byte)(p), n))
+				w.rkc.put(ref)
+				w.rndvAnswer(r, ucs.OK)
+				r.complete(st)
+				return
+			}
+			// Auto does not get over the network where the sender puts
+			// (rndvByPut).
+			if rk.rma != nil && rk.rma.get && r.dt.canZcopy() && !(put && rk.rma.l.deferred()) {
+				w.rndvGet(r, ref, raddr, names.get)
+				return
+			}
+			w.rkc.put(ref)
+		}
+	}
+	// The sender puts the data into the receive's buffer, or pushes it.
+	key, raddr = nil, 0
+	r.proto = names.push
+	if put && r.dt.isContig() {
+		buf := r.dt.contig[:n]
+		if key, r.tr.memh = w.rndvKey(ep, buf, nil, true); key != nil {
+			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+			r.proto = names.put
+		}
+	}
+	if r.tr.fam == famAM {
+		w.amRTR(r)
+		return
+	}
+	w.tagTook(r, true)
+	w.tagRTR(ep, r.tr.sreq, r.tr.rreq, raddr, key)
+}
+
+// rndvRecvProtos names the protocols of rendezvous receives by family
+// (Request.Query).
+var rndvRecvProtos = [...]struct{ rkeyPtr, get, push, put string }{
+	famTag: {protoTagRecvRkeyPtr, protoTagRecvGet, protoTagRecvAM, protoTagRecvPut},
+	famAM:  {protoAMRecvRkeyPtr, protoAMRecvGet, protoAMRecv, protoAMRecv},
 }

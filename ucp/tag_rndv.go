@@ -2,7 +2,6 @@ package ucp
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -155,6 +154,7 @@ func tagRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 // receive r that matched it; the message is marked as being taken
 // (tagTook).
 func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
+	r.tr.fam = famTag
 	r.tr.info = TagRecvInfo{SenderTag: rts.tag, Length: rts.length}
 	r.tr.src, r.tr.sreq = rts.src, rts.sreq
 	ep := w.replyEP(rts.src)
@@ -168,8 +168,7 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 	if rts.length > r.dt.length || rts.length == 0 {
 		// Nothing to take (or nothing that fits): the send completes, the
 		// receive is truncated.
-		w.tagTook(r, false)
-		w.tagCtrl(rts.src, amTagATS, tagATSLen, rts.sreq, 0)
+		w.rndvAnswer(r, ucs.OK)
 		st := ucs.OK
 		if rts.length > r.dt.length {
 			st, r.tr.info.Length = ucs.ErrMessageTruncated, 0 // nothing received
@@ -177,45 +176,7 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 		r.complete(st)
 		return
 	}
-	sch := w.ctx.rndvSch
-	put := sch == rndvPut || sch == rndvAuto && ep.thresholds().netPut
-	if len(rts.key) > 0 && (sch == rndvAuto || sch == rndvGet) {
-		if ref := w.rkc.get(ep, rts.key, false); ref != nil {
-			rk := ref.rk
-			if p := rk.direct(rts.raddr, rts.length); p != nil && sch == rndvAuto {
-				r.proto = protoTagRecvRkeyPtr
-				if rk.rma != nil {
-					r.lane = rk.rma.l
-				}
-				st := r.dt.unpack(0, unsafe.Slice((*byte)(p), rts.length))
-				w.rkc.put(ref)
-				w.tagTook(r, false)
-				w.tagCtrl(rts.src, amTagATS, tagATSLen, rts.sreq, 0)
-				r.complete(st)
-				return
-			}
-			// Auto does not get over the network where the sender puts
-			// (rndvByPut).
-			if rk.rma != nil && rk.rma.get && r.dt.canZcopy() && !(put && rk.rma.l.deferred()) {
-				w.rndvGet(r, ref, rts.raddr, protoTagRecvGet)
-				return
-			}
-			w.rkc.put(ref)
-		}
-	}
-	// The sender puts the data into the receive's buffer, or pushes it.
-	var key []byte
-	raddr := uint64(0)
-	r.proto = protoTagRecvAM
-	if put && r.dt.isContig() {
-		buf := r.dt.contig[:rts.length]
-		if key, r.tr.memh = w.rndvKey(ep, buf, nil, true); key != nil {
-			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
-			r.proto = protoTagRecvPut
-		}
-	}
-	w.tagTook(r, true)
-	w.tagRTR(ep, rts.sreq, r.tr.rreq, raddr, key)
+	w.rndvFetch(r, rts.key, rts.raddr)
 }
 
 // tagTook records that the receive r, which matched a rendezvous message,
