@@ -204,6 +204,11 @@ func (w *Worker) amInit() error {
 			return fmt.Errorf("active-message handler on %s: %w", wi.rsc.tl.TLName, err)
 		}
 	}
+	// The receiver's answers to a rendezvous (its RTR, its ATS) are those
+	// of tag messages (tag_wire.go): the sender's handlers serve both.
+	if err := w.setProtoHandlers([]uint8{amTagRTR, amTagATS}, []protoHandler{tagRecvRTR, tagRecvATS}); err != nil {
+		return err
+	}
 	a.maxHdr = w.amMaxHeader()
 	empty := []*amHandler{}
 	a.handlers.Store(&empty)

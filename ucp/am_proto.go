@@ -88,10 +88,6 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 	case amRTS:
 		w.amDeliverRndv(h, p) // the user header, then the key if any
-	case amRTR:
-		if op := w.takeSend(h.msg, h.src, "rendezvous reply", false); op != nil {
-			w.rndvSendData(op, h.total, nil, 0)
-		}
 	case amData:
 		a.mu.Lock()
 		r, last, err := a.recvs.piece(h.src, h.msg, h.off, len(p))
@@ -106,17 +102,6 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		r.tagUnpack(int(h.off), p)
 		if last {
 			w.rndvRecvDone(r, r.tr.status)
-		}
-	case amDrop:
-		// The receiver took the data, or dropped the message, or answers
-		// a revoke (ucs.ErrCanceled), which may cross the drop of a
-		// receive that took the message: the send may have ended.
-		st, what := ucs.Status(int64(h.total)), "rendezvous drop"
-		if st == ucs.ErrCanceled {
-			what = ""
-		}
-		if op := w.takeSend(h.msg, h.src, what, true); op != nil {
-			op.comp.Invoke(st)
 		}
 	case amRevoke:
 		w.amRecvRevoke(h)
@@ -164,10 +149,7 @@ func (w *Worker) amRecvRevoke(h amHeader) {
 		}
 		return
 	}
-	canceled := ucs.ErrCanceled
-	if st := w.amControl(w.replyEP(h.src), amHeader{typ: amDrop, msg: h.msg, total: uint64(int64(canceled))}); st.IsErr() {
-		w.warnf("ucp: worker %s: answering the revoke of rendezvous message %d from %#x: %v", w.name, h.msg, h.src, st)
-	}
+	w.rndvATS(h.src, h.msg, ucs.ErrCanceled)
 }
 
 // amDeliver calls the handler of an eager message whose data lies in a

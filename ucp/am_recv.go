@@ -213,7 +213,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	if desc.length == 0 {
 		// Nothing to fetch: tell the sender it is done.
 		a.untake(k)
-		if st := w.amControl(desc.ep, amHeader{typ: amDrop, msg: desc.sreq}); st.IsErr() {
+		if st := w.rndvATS(desc.src, desc.sreq, ucs.OK); st.IsErr() {
 			r.finish(st)
 			r.release()
 			return nil, fmt.Errorf("ucp am recv data: %w", st)
@@ -242,7 +242,7 @@ func (w *Worker) amRTR(r *Request) {
 	delete(a.rts, fragKey{r.tr.src, r.tr.sreq})
 	a.recvs[r.tr.rreq] = r
 	a.mu.Unlock()
-	if st := w.amControl(r.tr.ep, amHeader{typ: amRTR, msg: r.tr.sreq, total: r.tr.rreq}); st.IsErr() {
+	if st := w.rndvRTR(r.tr.ep, r.tr.sreq, r.tr.rreq, 0, nil); st.IsErr() {
 		a.mu.Lock()
 		gone := a.recvs.take(r.tr.rreq, r)
 		a.mu.Unlock()
@@ -271,9 +271,7 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 		if revoked {
 			return // the sender took it back: nothing to tell it
 		}
-		if st := w.amControl(desc.ep, amHeader{typ: amDrop, msg: desc.sreq}); st.IsErr() {
-			w.warnf("ucp: worker %s: dropping a rendezvous message: %v", w.name, st)
-		}
+		w.rndvATS(desc.src, desc.sreq, ucs.OK) // (logs a failure)
 		return
 	}
 	// Inside its callback the transport's buffer is given back when the

@@ -200,19 +200,24 @@ func (w *Worker) rndvGetFinish(r *Request, st ucs.Status) {
 }
 
 // rndvAnswer tells the sender of the rendezvous message the receive r
-// took that it read all it will of its data, with st, by r's family: the
-// message is no longer being taken (a revoke of it is answered at once),
-// and the sender's send ends (a tag ATS, an active message's drop).
+// took that it read all it will of its data, with st: the message is no
+// longer being taken by r's family (a revoke of it is answered at once),
+// and the ATS ends the sender's send.
 func (w *Worker) rndvAnswer(r *Request, st ucs.Status) {
 	if r.tr.fam == famAM {
 		w.am.untake(fragKey{r.tr.src, r.tr.sreq})
-		if err := w.amControl(r.tr.ep, amHeader{typ: amDrop, msg: r.tr.sreq, total: uint64(int64(st))}); err.IsErr() {
-			w.warnf("ucp: worker %s: rendezvous completion to %s: %v", w.name, r.tr.ep.remoteName, err)
-		}
-		return
+	} else {
+		w.tagTook(r, false)
 	}
-	w.tagTook(r, false)
-	w.tagCtrl(r.tr.src, amTagATS, tagATSLen, r.tr.sreq, uint64(int64(st)))
+	w.rndvATS(r.tr.src, r.tr.sreq, st)
+}
+
+// rndvATS ends the rendezvous send sreq of the worker src (of either
+// family) with st: the receiver read what it will of the data, dropped the
+// message, or answers a revoke (ucs.ErrCanceled). A failure is logged, and
+// returned.
+func (w *Worker) rndvATS(src, sreq uint64, st ucs.Status) ucs.Status {
+	return w.tagCtrl(src, amTagATS, tagATSLen, sreq, uint64(int64(st)))
 }
 
 // rndvWaits holds the rendezvous receives that wait for their sender to
@@ -338,7 +343,7 @@ func (w *Worker) rndvFetch(r *Request, key []byte, raddr uint64) {
 		return
 	}
 	w.tagTook(r, true)
-	w.tagRTR(ep, r.tr.sreq, r.tr.rreq, raddr, key)
+	w.rndvRTR(ep, r.tr.sreq, r.tr.rreq, raddr, key)
 }
 
 // rndvRecvProtos names the protocols of rendezvous receives by family

@@ -219,23 +219,26 @@ func (w *Worker) tagAck(ack tagAckTo) {
 }
 
 // tagCtrl sends a control message of uct id id (header length hlen: the
-// worker's uid, then a and b) to the worker uid.
-func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) {
+// worker's uid, then a and b) to the worker uid; a failure is logged, and
+// returned.
+func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) ucs.Status {
 	ep := w.replyEP(uid)
 	if ep == nil || ep.am == nil {
-		w.tagLogf("no endpoint back to worker %#x for a tag protocol reply", uid)
-		return
+		w.tagLogf("no endpoint back to worker %#x for a protocol reply", uid)
+		return ucs.ErrNotConnected
 	}
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), id, hlen
 	put64(op.hdr[:], w.uid, a, b)
-	switch st := w.protoStart(op); {
+	st := w.protoStart(op)
+	switch {
 	case st == ucs.OK:
 		op.free()
 	case st.IsErr():
-		w.tagLogf("tag protocol reply to %s: %v", ep.remoteName, st)
+		w.tagLogf("protocol reply to %s: %v", ep.remoteName, st)
 		op.free()
 	}
+	return st
 }
 
 // tagDropped logs a tag message that could not be used.

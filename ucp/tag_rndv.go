@@ -47,7 +47,7 @@ import (
 // transfer, and the receive completes with ucs.ErrMessageTruncated.
 //
 // Closing the sender (tag messages here; active messages the same way, with
-// amRevoke and amRecvRevoke in am_proto.go, answered by an amDrop of
+// amRevoke and amRecvRevoke in am_proto.go, answered by an ATS of
 // ucs.ErrCanceled, and the rendezvous messages a handler kept in the
 // place of the unexpected ones). A send whose endpoint closes (flush or force mode)
 // before the receiver answered its RTS ends, and its buffer is the
@@ -196,20 +196,26 @@ func (w *Worker) tagTook(r *Request, wait bool) {
 	t.unlock()
 }
 
-// tagRTR asks the sender of rendezvous send sreq, through ep, to put the
-// data of receive rreq at raddr with key, or to push it (no key).
-func (w *Worker) tagRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) {
+// rndvRTR asks the sender of rendezvous send sreq (a tag message or an
+// active message), through ep, to put the data of receive rreq at raddr
+// with key, or to push it (no key); a failure is logged, and returned.
+func (w *Worker) rndvRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) ucs.Status {
+	if ep == nil || ep.closed.Load() || ep.am == nil {
+		return ucs.ErrNotConnected
+	}
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRTR, tagRTRLen
 	put64(op.hdr[:], w.uid, sreq, rreq, raddr)
 	op.key = dtIter{contig: key, length: len(key)}
-	switch st := w.protoStart(op); {
+	st := w.protoStart(op)
+	switch {
 	case st == ucs.OK:
 		op.free()
 	case st.IsErr():
 		w.tagLogf("rendezvous reply to %s: %v", ep.remoteName, st)
 		op.free()
 	}
+	return st
 }
 
 // tagRecvATS handles a rendezvous acknowledgement: the send completes.
@@ -397,6 +403,6 @@ func tagRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 		return ucs.OK
 	}
 	st := ucs.ErrCanceled
-	w.tagCtrl(h.src, amTagATS, tagATSLen, h.sreq, uint64(int64(st)))
+	w.rndvATS(h.src, h.sreq, st)
 	return ucs.OK
 }
