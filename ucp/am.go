@@ -169,7 +169,6 @@ type amWorker struct {
 
 	mu    sync.Mutex          // guards what follows
 	reasm fragTable[*amReasm] // eager messages being reassembled
-	recvs rndvWaits           // rendezvous receives waiting for data
 	// rts holds the rendezvous messages handed to a handler and not yet
 	// received or released and, with a nil value, those being received
 	// by a get, by sender and send number, for the sender's revoke
@@ -204,16 +203,16 @@ func (w *Worker) amInit() error {
 			return fmt.Errorf("active-message handler on %s: %w", wi.rsc.tl.TLName, err)
 		}
 	}
-	// The receiver's answers to a rendezvous (its RTR, its ATS) are those
-	// of tag messages (tag_wire.go): the sender's handlers serve both.
-	if err := w.setProtoHandlers([]uint8{amTagRTR, amTagATS}, []protoHandler{tagRecvRTR, tagRecvATS}); err != nil {
+	// The rendezvous messages after the RTS (the receiver's RTR and ATS,
+	// the sender's data and ATP) are those of tag messages (tag_wire.go),
+	// whose handlers serve both families.
+	if err := w.setProtoHandlers([]uint8{amTagRTR, amTagATS, amTagData, amTagATP}, []protoHandler{tagRecvRTR, tagRecvATS, rndvRecvData, rndvRecvATP}); err != nil {
 		return err
 	}
 	a.maxHdr = w.amMaxHeader()
 	empty := []*amHandler{}
 	a.handlers.Store(&empty)
 	a.reasm = fragTable[*amReasm]{}
-	a.recvs = rndvWaits{}
 	a.rts = map[fragKey]*AMDesc{}
 	a.enabled = true
 	return nil

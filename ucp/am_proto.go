@@ -40,7 +40,7 @@ func (w *Worker) amFailEP(ep *Endpoint, st ucs.Status) {
 		return
 	}
 	a.mu.Lock()
-	recvs := a.recvs.ofSender(ep.remoteUID, nil)
+	recvs := w.proto.waitsEnd(famAM, func(r *Request) bool { return r.tr.src == ep.remoteUID })
 	a.mu.Unlock()
 	for _, r := range recvs {
 		w.rndvRecvDone(r, st)
@@ -88,21 +88,6 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 	case amRTS:
 		w.amDeliverRndv(h, p) // the user header, then the key if any
-	case amData:
-		a.mu.Lock()
-		r, last, err := a.recvs.piece(h.src, h.msg, h.off, len(p))
-		a.mu.Unlock()
-		if err != nil {
-			w.warnf("ucp: worker %s: dropped rendezvous data: %v", w.name, err)
-			if r != nil {
-				w.rndvRecvDone(r, ucs.ErrIOError)
-			}
-			return ucs.OK
-		}
-		r.tagUnpack(int(h.off), p)
-		if last {
-			w.rndvRecvDone(r, r.tr.status)
-		}
 	case amRevoke:
 		w.amRecvRevoke(h)
 	case amHello:
@@ -135,7 +120,7 @@ func (w *Worker) amRecvRevoke(h amHeader) {
 		a.mu.Unlock()
 		return
 	default:
-		rv = a.recvs.ofSend(h.src, h.msg)
+		rv = w.proto.waitOf(h.src, h.msg)
 	}
 	a.mu.Unlock()
 	if rv != nil {

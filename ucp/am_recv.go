@@ -240,11 +240,11 @@ func (w *Worker) amRTR(r *Request) {
 	r.tr.rreq = w.proto.newID()
 	a.mu.Lock()
 	delete(a.rts, fragKey{r.tr.src, r.tr.sreq})
-	a.recvs[r.tr.rreq] = r
+	w.proto.wait(r)
 	a.mu.Unlock()
 	if st := w.rndvRTR(r.tr.ep, r.tr.sreq, r.tr.rreq, 0, nil); st.IsErr() {
 		a.mu.Lock()
-		gone := a.recvs.take(r.tr.rreq, r)
+		gone := w.proto.take(r.tr.rreq, r)
 		a.mu.Unlock()
 		if gone {
 			r.complete(st)

@@ -222,64 +222,116 @@ func (w *Worker) rndvATS(src, sreq uint64, st ucs.Status) ucs.Status {
 
 // rndvWaits holds the rendezvous receives that wait for their sender to
 // push or put the data, by receive number (the number their RTR gave the
-// sender); its owner's lock guards it. A receive keeps its progress in
-// r.tr: got of r.tr.info.Length bytes came.
+// sender), of both families (protoWorker.waits). A receive keeps its
+// progress in r.tr: got of r.tr.info.Length bytes came.
 type rndvWaits map[uint64]*Request
 
-// piece accounts for n bytes at off pushed by src for receive rreq and
-// returns the receive, and whether they were its last. Data for no
-// receive of src fails with ucs.ErrInvalidParam; so does data that is not
-// the receive's next: the receive is then forgotten and returned (its
-// owner ends it with ucs.ErrIOError).
-func (t rndvWaits) piece(src, rreq, off uint64, n int) (r *Request, last bool, err error) {
-	r = t[rreq]
-	if r == nil || r.tr.src != src {
-		return nil, false, fmt.Errorf("rendezvous data of %d bytes at %d from %#x for unknown receive %d: %w", n, off, src, rreq, ucs.ErrInvalidParam)
-	}
-	in := inOrder{r.tr.got, r.tr.info.Length}
-	ok, last := in.take(off, n)
-	if !ok || last {
-		delete(t, rreq)
-	}
-	if !ok {
-		return r, false, fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d, expected at %d: %w", n, off, src, rreq, in.got, ucs.ErrInvalidParam)
-	}
-	r.tr.got = in.got
-	return r, last, nil
+// wait enters r, which sends its RTR next, by its number; the caller
+// holds its family's lock, where r stops being taken in the same step.
+func (p *protoWorker) wait(r *Request) {
+	p.lock()
+	p.waits[r.tr.rreq] = r
+	p.unlock()
 }
 
 // take forgets r, waiting as receive rreq, and reports whether it was
-// there (a receive Cancel ends).
-func (t rndvWaits) take(rreq uint64, r *Request) bool {
-	if rreq == 0 || t[rreq] != r {
+// there (a receive Cancel ends, or whose RTR failed).
+func (p *protoWorker) take(rreq uint64, r *Request) bool {
+	p.lock()
+	defer p.unlock()
+	if rreq == 0 || p.waits[rreq] != r {
 		return false
 	}
-	delete(t, rreq)
+	delete(p.waits, rreq)
 	return true
 }
 
-// ofSend forgets and returns the receive of send sreq of src, if one
+// waitOf forgets and returns the receive of send sreq of src, if one
 // waits (the sender revokes the send).
-func (t rndvWaits) ofSend(src, sreq uint64) *Request {
-	for id, r := range t {
+func (p *protoWorker) waitOf(src, sreq uint64) *Request {
+	p.lock()
+	defer p.unlock()
+	for id, r := range p.waits {
 		if r.tr.src == src && r.tr.sreq == sreq {
-			delete(t, id)
+			delete(p.waits, id)
 			return r
 		}
 	}
 	return nil
 }
 
-// ofSender forgets the receives whose sender is src and appends them to
-// out (the sender failed).
-func (t rndvWaits) ofSender(src uint64, out []*Request) []*Request {
-	for id, r := range t {
-		if r.tr.src == src {
-			delete(t, id)
+// waitsEnd forgets and returns the receives of family fam that match
+// (their sender failed).
+func (p *protoWorker) waitsEnd(fam uint8, match func(*Request) bool) []*Request {
+	var out []*Request
+	p.lock()
+	for id, r := range p.waits {
+		if r.tr.fam == fam && match(r) {
+			delete(p.waits, id)
 			out = append(out, r)
 		}
 	}
+	p.unlock()
 	return out
+}
+
+// rndvRecvData handles pushed rendezvous data, of a tag message or an
+// active message: it goes into the receive it is for, in order.
+func rndvRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, p, err := decodeTag(amTagData, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	pw := &w.proto
+	pw.lock()
+	r := pw.waits[h.rreq]
+	if r == nil || r.tr.src != h.src {
+		pw.unlock()
+		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for unknown receive %d: %w", len(p), h.off, h.src, h.rreq, ucs.ErrInvalidParam))
+	}
+	in := inOrder{r.tr.got, r.tr.info.Length}
+	ok, last := in.take(h.off, len(p))
+	if !ok || last {
+		delete(pw.waits, h.rreq)
+	}
+	if !ok {
+		pw.unlock()
+		w.rndvRecvDone(r, ucs.ErrIOError)
+		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d, expected at %d: %w", len(p), h.off, h.src, h.rreq, in.got, ucs.ErrInvalidParam))
+	}
+	r.tr.got = in.got
+	// Unpacked under the lock: a receive that Cancel or a revoke takes out
+	// of the waits meanwhile completes only once no piece is being written
+	// into its buffer.
+	r.tagUnpack(int(h.off), p)
+	pw.unlock()
+	if last {
+		w.rndvRecvDone(r, r.tr.status)
+	}
+	return ucs.OK
+}
+
+// rndvRecvATP handles the sender's word that it put all of a rendezvous
+// message into the receive's buffer.
+func rndvRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, _, err := decodeTag(amTagATP, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	p := &w.proto
+	p.lock()
+	r := p.waits[h.rreq]
+	if r != nil && r.tr.src == h.src && r.tr.got == 0 {
+		delete(p.waits, h.rreq)
+	} else {
+		r = nil
+	}
+	p.unlock()
+	if r == nil {
+		return w.tagDropped(fmt.Errorf("rendezvous put done from %#x for unknown receive %d: %w", h.src, h.rreq, ucs.ErrInvalidParam))
+	}
+	w.rndvRecvDone(r, h.status)
+	return ucs.OK
 }
 
 // rndvRecvDone completes r, a rendezvous receive of either family that

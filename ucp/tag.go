@@ -150,7 +150,6 @@ type tagWorker struct {
 	modeMutex
 	m     tagMatch
 	frags fragTable[fragDest]
-	recvs rndvWaits // rendezvous receives the sender pushes or puts data to
 	// rts holds the rendezvous messages no receive took (unexpected, or
 	// removed by a probe) and, with a nil value, those a receive is taking
 	// (reading the sender's memory, tagTook), by sender and send number,
@@ -172,10 +171,9 @@ func (w *Worker) tagInit() error {
 		t.m.senderMask = p.TagSenderMask
 	}
 	t.frags = fragTable[fragDest]{}
-	t.recvs = rndvWaits{}
 	t.rts = map[fragKey]*TagMessage{}
 	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
-	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP, tagRecvRevoke}
+	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, rndvRecvData, rndvRecvATP, tagRecvRevoke}
 	if err := w.setProtoHandlers(ids, fns); err != nil {
 		return err
 	}
@@ -693,7 +691,7 @@ const (
 // it matched a rendezvous message and waits for its sender to push or put
 // the data (RTR sent): that may never come (the sender closed, or does not
 // progress), and the receive must end whatever the sender does. Pieces
-// that arrive after are dropped (tagRecvData unpacks under the tag lock,
+// that arrive after are dropped (rndvRecvData unpacks under its lock,
 // so none is written into r's buffer once it is canceled), and the key of
 // a buffer registered for a put is revoked (rndvRecvDone). It reports
 // whether it canceled r (r is then complete with ucs.ErrCanceled).
@@ -701,7 +699,7 @@ func (w *Worker) tagCancel(r *Request) bool {
 	t := &w.tag
 	t.lock()
 	ok := t.m.unpost(r)
-	waiting := !ok && t.recvs.take(r.tr.rreq, r)
+	waiting := !ok && w.proto.take(r.tr.rreq, r)
 	t.unlock()
 	switch {
 	case ok:
@@ -719,14 +717,8 @@ func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
 	if !t.enabled {
 		return
 	}
-	var recvs []*Request
 	t.lock()
-	for id, r := range t.recvs {
-		if r.tr.ep == ep {
-			delete(t.recvs, id)
-			recvs = append(recvs, r)
-		}
-	}
+	recvs := w.proto.waitsEnd(famTag, func(r *Request) bool { return r.tr.ep == ep })
 	t.unlock()
 	for _, r := range recvs {
 		w.rndvRecvDone(r, st)

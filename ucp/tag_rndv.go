@@ -191,7 +191,7 @@ func (w *Worker) tagTook(r *Request, wait bool) {
 	delete(t.rts, fragKey{r.tr.src, r.tr.sreq})
 	if wait {
 		r.tr.rreq = w.proto.newID()
-		t.recvs[r.tr.rreq] = r
+		w.proto.wait(r)
 	}
 	t.unlock()
 }
@@ -238,56 +238,6 @@ func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 	if op := w.takeSend(h.sreq, h.src, "rendezvous reply", false); op != nil {
 		w.rndvSendData(op, h.rreq, key, h.raddr)
 	}
-	return ucs.OK
-}
-
-// tagRecvData handles pushed rendezvous data.
-func tagRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, p, err := decodeTag(amTagData, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
-	t := &w.tag
-	t.lock()
-	r, last, err := t.recvs.piece(h.src, h.rreq, h.off, len(p))
-	if err != nil {
-		t.unlock()
-		if r != nil {
-			w.rndvRecvDone(r, ucs.ErrIOError)
-		}
-		return w.tagDropped(err)
-	}
-	// Unpacked under the lock: a receive that Cancel or a revoke takes out
-	// of recvs meanwhile (tagCancel, tagRecvRevoke) completes only once no
-	// piece is being written into its buffer.
-	r.tagUnpack(int(h.off), p)
-	t.unlock()
-	if last {
-		w.rndvRecvDone(r, r.tr.status)
-	}
-	return ucs.OK
-}
-
-// tagRecvATP handles the sender's word that it put all of a rendezvous
-// message into the receive's buffer.
-func tagRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, _, err := decodeTag(amTagATP, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
-	t := &w.tag
-	t.lock()
-	r := t.recvs[h.rreq]
-	if r != nil && r.tr.src == h.src && r.tr.got == 0 {
-		delete(t.recvs, h.rreq)
-	} else {
-		r = nil
-	}
-	t.unlock()
-	if r == nil {
-		return w.tagDropped(fmt.Errorf("rendezvous put done from %#x for unknown receive %d: %w", h.src, h.rreq, ucs.ErrInvalidParam))
-	}
-	w.rndvRecvDone(r, h.status)
 	return ucs.OK
 }
 
@@ -388,7 +338,7 @@ func tagRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 		t.unlock()
 		return ucs.OK
 	default:
-		r = t.recvs.ofSend(h.src, h.sreq)
+		r = w.proto.waitOf(h.src, h.sreq)
 	}
 	t.unlock()
 	if r != nil {
