@@ -172,7 +172,7 @@ type amWorker struct {
 	// rts holds the rendezvous messages handed to a handler and not yet
 	// received or released and, with a nil value, those being received
 	// by a get, by sender and send number, for the sender's revoke
-	// (amRecvRevoke).
+	// (amRevoked).
 	rts map[fragKey]*AMDesc
 }
 
@@ -204,9 +204,9 @@ func (w *Worker) amInit() error {
 		}
 	}
 	// The rendezvous messages after the RTS (the receiver's RTR and ATS,
-	// the sender's data and ATP) are those of tag messages (tag_wire.go),
-	// whose handlers serve both families.
-	if err := w.setProtoHandlers([]uint8{amTagRTR, amTagATS, amTagData, amTagATP}, []protoHandler{tagRecvRTR, tagRecvATS, rndvRecvData, rndvRecvATP}); err != nil {
+	// the sender's data, ATP and revoke) are those of tag messages
+	// (tag_wire.go), whose handlers serve both families.
+	if err := w.setProtoHandlers([]uint8{amTagRTR, amTagATS, amTagData, amTagATP, amTagRevoke}, []protoHandler{tagRecvRTR, tagRecvATS, rndvRecvData, rndvRecvATP, rndvRecvRevoke}); err != nil {
 		return err
 	}
 	a.maxHdr = w.amMaxHeader()

@@ -88,8 +88,6 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		}
 	case amRTS:
 		w.amDeliverRndv(h, p) // the user header, then the key if any
-	case amRevoke:
-		w.amRecvRevoke(h)
 	case amHello:
 		// The same as the software protocols' wireup (proto_sw.go).
 		w.wireBack(h.src, append([]byte(nil), p...))
@@ -97,44 +95,26 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 	return ucs.OK
 }
 
-// amRecvRevoke handles a sender's revoke of a rendezvous message it
-// announced (its endpoint closed), as tagRecvRevoke does for tag
-// messages: a message a handler kept and has not received is marked so
-// (AMRecvDataNBX fails with ucs.ErrCanceled), and a receive that waits
-// for the sender to push the data completes with ucs.ErrCanceled; the
-// sender then hears ucs.ErrCanceled (a drop with that status), as it does
-// when nothing is found (a receive completed: the sender had its drop).
-// Only a receive getting the data now is left alone: its drop, once it is
-// done, ends the send.
-func (w *Worker) amRecvRevoke(h amHeader) {
+// amRevoked is the active-message part of a sender's revoke of its
+// rendezvous message k (rndvRecvRevoke): a message a handler kept and has
+// not received is marked so (AMRecvDataNBX fails with ucs.ErrCanceled),
+// a receive getting the data now is left alone (taking), and a receive
+// that waits for the sender to push the data is taken out of the waits
+// and returned.
+func (w *Worker) amRevoked(k fragKey) (r *Request, taking bool) {
 	a := &w.am
-	k := fragKey{h.src, h.msg}
-	var rv *Request
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	d, taking := a.rts[k]
 	switch {
 	case d != nil:
 		delete(a.rts, k)
 		d.revoked = true
+		return nil, false
 	case taking:
-		a.mu.Unlock()
-		return
-	default:
-		rv = w.proto.waitOf(h.src, h.msg)
+		return nil, true
 	}
-	a.mu.Unlock()
-	if rv != nil {
-		w.rndvRecvDone(rv, ucs.ErrCanceled)
-	}
-	if h.src == w.uid {
-		// The sender is this worker (an endpoint to itself, which may
-		// have been its only one): no message needed.
-		if op := w.takeSend(h.msg, h.src, "", true); op != nil {
-			op.comp.Invoke(ucs.ErrCanceled)
-		}
-		return
-	}
-	w.rndvATS(h.src, h.msg, ucs.ErrCanceled)
+	return w.proto.waitOf(k.src, k.msg), false
 }
 
 // amDeliver calls the handler of an eager message whose data lies in a

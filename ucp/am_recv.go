@@ -57,7 +57,7 @@ type AMDesc struct {
 	ep     *Endpoint    // rendezvous: the endpoint back to the sender
 	key    []byte       // rendezvous: the packed key of the data, if it may be got
 	raddr  uint64       // rendezvous: the data's address at the sender
-	// revoked: rendezvous data its sender took back (amRecvRevoke) before
+	// revoked: rendezvous data its sender took back (amRevoked) before
 	// it was received; guarded by the worker's am.mu.
 	revoked bool
 }

@@ -483,8 +483,8 @@ func TestAMMalformed(t *testing.T) {
 				hdr(amHeader{typ: amSingle, id: 1, flags: 0x80, src: src}, "abc"),
 				hdr(amHeader{typ: amMiddle, src: src, msg: 77, off: 3}, "abc"),
 				hdr(amHeader{typ: amFirst, id: 1, src: src, msg: 5, total: 2}, "abc"),
-				hdr(amHeader{typ: amRevoke, src: src, msg: 12345, total: 5}, ""),
-				hdr(amHeader{typ: amRevoke, src: src}, ""),
+				hdr(amHeader{typ: amHello, src: src, msg: 12345}, "GWA\x01"),
+				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: 10}, "x"), // no send number
 				hdr(amHeader{typ: amHello, src: src}, "GWA\x01junk"),
 				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: amMaxRndv + 1}, "x"),
 				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: 10}, "xKEY"),       // a key without address
@@ -524,7 +524,6 @@ func FuzzAMHeader(f *testing.F) {
 	add(amHeader{typ: amMiddle, src: 9, msg: 1, off: 4}, "more")
 	add(amHeader{typ: amRTS, id: 3, hlen: 1, src: 9, msg: 2, total: 1 << 20}, "h")
 	add(amHeader{typ: amRTS, id: 3, hlen: 1, src: 9, msg: 2, total: 1 << 20, off: 1 << 30}, "hGRK\x01key")
-	add(amHeader{typ: amRevoke, src: 9, msg: 2}, "")
 	add(amHeader{typ: amHello, src: 9}, "GWA\x01")
 	f.Add([]byte{})
 	f.Add([]byte("garbage"))

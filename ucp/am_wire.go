@@ -14,8 +14,9 @@ const amUCP uint8 = amSwWireup - 1
 
 // Types of ucp active-message wire messages (amHeader.typ). The receiver
 // of a rendezvous answers with the messages of tag matching, amTagRTR and
-// amTagATS (tag_wire.go), and the sender pushes the data with amTagData,
-// which both families' handlers serve; they replaced types of their own
+// amTagATS (tag_wire.go), and the sender pushes the data with amTagData
+// and revokes the message with amTagRevoke, which both families' handlers
+// serve; they replaced types of their own
 // here (this header has no
 // version: ucp's wire is between peers of one job, of one version).
 const (
@@ -24,7 +25,6 @@ const (
 	amMiddle                  // a following fragment of an eager message: data
 	amRTS                     // rendezvous request to send: user header [, packed key of the data]
 	amHello                   // the sender's worker address, for a reply endpoint (older senders: it now goes in the software protocols' wireup message, Endpoint.wireBack)
-	amRevoke                  // the sender takes back a rendezvous message (its endpoint closed)
 	amTypeEnd
 )
 
@@ -47,13 +47,13 @@ const (
 // amHeader starts every ucp active message (little endian, amHdrLen
 // bytes); the payload follows it:
 //
-//	0  typ   u8   amSingle ... amRevoke
+//	0  typ   u8   amSingle ... amHello
 //	1  flags u8   amHdrReply (Single, First, RTS); 0 otherwise
 //	2  id    u16  user AM id (Single, First, RTS); 0 otherwise
 //	4  hlen  u32  user header length (Single, First, RTS); 0 otherwise
 //	8  src   u64  uid of the sending worker
-//	16 msg   u64  First, Middle: the sender's message id; RTS, Revoke:
-//	              the sender's request id
+//	16 msg   u64  First, Middle: the sender's message id; RTS: the
+//	              sender's request id
 //	24 total u64  First, RTS: data length
 //	32 off   u64  Middle: offset of the payload in the data; RTS: the
 //	              data's address when a packed key follows the user header
@@ -107,7 +107,7 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 		return bad("flags %#x", h.flags)
 	}
 	switch h.typ {
-	case amFirst, amMiddle, amRTS, amRevoke:
+	case amFirst, amMiddle, amRTS:
 		if h.msg == 0 {
 			return bad("type %d without message id", h.typ)
 		}
@@ -138,10 +138,6 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 		keyLen := n - min(uint64(h.hlen), n)
 		if uint64(h.hlen) > n || h.total > amMaxRndv || keyLen > maxRkeyBlob || (keyLen == 0) != (h.off == 0) || (keyLen > 0 && h.total == 0) {
 			return bad("rendezvous request: header %d of %d bytes, total %d, address %#x", h.hlen, n, h.total, h.off)
-		}
-	case amRevoke:
-		if n != 0 || h.total != 0 || h.off != 0 {
-			return bad("rendezvous revoke with %d bytes, total %d, offset %d", n, h.total, h.off)
 		}
 	case amHello:
 		if n == 0 || n > maxAddrBlob || h.msg != 0 || h.total != 0 || h.off != 0 {

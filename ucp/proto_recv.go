@@ -404,3 +404,44 @@ var rndvRecvProtos = [...]struct{ rkeyPtr, get, push, put string }{
 	famTag: {protoTagRecvRkeyPtr, protoTagRecvGet, protoTagRecvAM, protoTagRecvPut},
 	famAM:  {protoAMRecvRkeyPtr, protoAMRecvGet, protoAMRecv, protoAMRecv},
 }
+
+// rndvRecvRevoke handles a sender's revoke of a rendezvous message it
+// announced (its endpoint closed, or the send was canceled), of either
+// family: the family that holds the message drops it (tagRevoked,
+// amRevoked), and a receive that waits for the sender to push or put the
+// data completes with ucs.ErrCanceled. The sender then gets an ATS with
+// ucs.ErrCanceled: nothing here reads its data any more. So it does when
+// the message is not found (a receive took it and completed: the sender
+// had its ATS, and ignores this one). Only a receive taking the message
+// now is left alone: its ATS, sent once it is done, ends the send.
+func rndvRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, _, err := decodeTag(amTagRevoke, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	k := fragKey{h.src, h.sreq}
+	var r *Request
+	taking := false
+	if w.tag.enabled {
+		r, taking = w.tagRevoked(k)
+	}
+	if r == nil && !taking && w.am.enabled {
+		r, taking = w.amRevoked(k)
+	}
+	if taking {
+		return ucs.OK
+	}
+	if r != nil {
+		w.rndvRecvDone(r, ucs.ErrCanceled)
+	}
+	if h.src == w.uid {
+		// The sender is this worker (an endpoint to itself, which may
+		// have been its only one): no message needed.
+		if op := w.takeSend(h.sreq, h.src, "", true); op != nil {
+			op.comp.Invoke(ucs.ErrCanceled)
+		}
+		return ucs.OK
+	}
+	w.rndvATS(h.src, h.sreq, ucs.ErrCanceled)
+	return ucs.OK
+}

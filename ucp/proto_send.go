@@ -649,7 +649,7 @@ func (w *Worker) cancelReply(r *Request) {
 	op.reply = false
 	p.unlock()
 	if revoke {
-		w.rndvRevoke(op.ep, op.fam, op.sreq)
+		w.rndvRevoke(op.ep, op.sreq)
 	}
 	op.comp.Invoke(ucs.ErrCanceled)
 }

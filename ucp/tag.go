@@ -153,7 +153,7 @@ type tagWorker struct {
 	// rts holds the rendezvous messages no receive took (unexpected, or
 	// removed by a probe) and, with a nil value, those a receive is taking
 	// (reading the sender's memory, tagTook), by sender and send number,
-	// for the sender's revoke (tagRecvRevoke).
+	// for the sender's revoke (rndvRecvRevoke).
 	rts  map[fragKey]*TagMessage
 	free *TagMessage // recycled messages, linked through links[0].next
 	bufs bufPool
@@ -173,7 +173,7 @@ func (w *Worker) tagInit() error {
 	t.frags = fragTable[fragDest]{}
 	t.rts = map[fragKey]*TagMessage{}
 	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
-	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, rndvRecvData, rndvRecvATP, tagRecvRevoke}
+	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, rndvRecvData, rndvRecvATP, rndvRecvRevoke}
 	if err := w.setProtoHandlers(ids, fns); err != nil {
 		return err
 	}
@@ -593,7 +593,7 @@ func (w *Worker) tagTakeLocked(it dtIter, tag, mask uint64, param *RequestParam,
 	r.tr.info = info
 	// Being taken, until tagTook: the sender hears from this receive (an
 	// RTR, or the ATS once it read the data), and a revoke of it waits
-	// for that (tagRecvRevoke).
+	// for that (rndvRecvRevoke).
 	t.rts[fragKey{msg.src, msg.sreq}] = nil
 	return tagTake{kind: takeRTS, r: r, msg: msg,
 		rts: rtsInfo{tag: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}}

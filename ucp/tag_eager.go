@@ -387,7 +387,7 @@ func (w *Worker) tagRecvReply(id uint8, data []byte, what string) ucs.Status {
 		return w.tagDropped(err)
 	}
 	if id == amTagATS && h.status == ucs.ErrCanceled {
-		// The answer to a revoke (tagRecvRevoke), which may cross the ATS
+		// The answer to a revoke (rndvRecvRevoke), which may cross the ATS
 		// of a receive that took the message: the send may have ended.
 		what = ""
 	}

@@ -46,10 +46,10 @@ import (
 // longer than the receive's buffer is acknowledged at once, without a
 // transfer, and the receive completes with ucs.ErrMessageTruncated.
 //
-// Closing the sender (tag messages here; active messages the same way, with
-// amRevoke and amRecvRevoke in am_proto.go, answered by an ATS of
-// ucs.ErrCanceled, and the rendezvous messages a handler kept in the
-// place of the unexpected ones). A send whose endpoint closes (flush or force mode)
+// Closing the sender (tag messages and active messages alike: the same
+// revoke, rndvRecvRevoke, finds the message in its family, tagRevoked or
+// amRevoked; an active message's rendezvous messages a handler kept take
+// the place of the unexpected ones). A send whose endpoint closes (flush or force mode)
 // before the receiver answered its RTS ends, and its buffer is the
 // caller's again; the receiver must then neither read that buffer nor
 // wait for data that will not come. The sender revokes the message: an
@@ -182,9 +182,9 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 // tagTook records that the receive r, which matched a rendezvous message,
 // reads nothing of the sender's memory any more (it read what it took,
 // or never will): the message is no longer being taken, and a revoke of it
-// is answered at once (tagRecvRevoke). With wait, r instead waits for the
-// sender to push or put the data: it gets its number and enters recvs in
-// the same step, where a revoke finds it.
+// is answered at once (rndvRecvRevoke). With wait, r instead waits for the
+// sender to push or put the data: it gets its number and enters the
+// worker's waits in the same step, where a revoke finds it.
 func (w *Worker) tagTook(r *Request, wait bool) {
 	t := &w.tag
 	t.lock()
@@ -271,7 +271,7 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 	}
 	p.unlock()
 	for _, op := range revoked {
-		w.rndvRevoke(ep, op.fam, op.sreq)
+		w.rndvRevoke(ep, op.sreq)
 	}
 	if len(revoked) > 0 && ep.closed.Load() && !w.closed.Load() {
 		// Closed at once (force): destroying the lanes now would drop what
@@ -284,15 +284,9 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 	}
 }
 
-// rndvRevoke sends the revoke of the rendezvous send sreq, of family fam,
-// on ep, behind its RTS.
-func (w *Worker) rndvRevoke(ep *Endpoint, fam uint8, sreq uint64) {
-	if fam == famAM {
-		if st := w.amCtrl(ep, amHeader{typ: amRevoke, msg: sreq}); st.IsErr() {
-			w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
-		}
-		return
-	}
+// rndvRevoke sends the revoke of the rendezvous send sreq (of a tag
+// message or an active message) on ep, behind its RTS.
+func (w *Worker) rndvRevoke(ep *Endpoint, sreq uint64) {
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
 	put64(op.hdr[:], w.uid, sreq)
@@ -305,54 +299,29 @@ func (w *Worker) rndvRevoke(ep *Endpoint, fam uint8, sreq uint64) {
 	}
 }
 
-// tagRecvRevoke handles a sender's revoke of a rendezvous message it
-// announced (its endpoint closed). A message no receive took is dropped (a
-// handle TagProbeNB removed fails its receive), and a receive that waits
-// for the sender to push or put the data completes with ucs.ErrCanceled.
-// The sender then gets an ATS with ucs.ErrCanceled: nothing here reads
-// its data any more. So it does when the message is not found (a receive
-// took it and completed: the sender had its ATS, and ignores this one).
-// Only a receive taking the message now (a get or a copy of the sender's
-// memory running, see tagTook) is left alone: its ATS, sent once it is
-// done, ends the send.
-func tagRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, _, err := decodeTag(amTagRevoke, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
+// tagRevoked is the tag part of a sender's revoke of its rendezvous
+// message k (rndvRecvRevoke): a message no receive took is dropped (a
+// handle TagProbeNB removed fails its receive), a receive taking it now
+// (a get or a copy of the sender's memory running, see tagTook) is left
+// alone (taking), and a receive that waits for the sender to push or put
+// the data is taken out of the waits and returned.
+func (w *Worker) tagRevoked(k fragKey) (r *Request, taking bool) {
 	t := &w.tag
-	key := fragKey{h.src, h.sreq}
-	var r *Request
 	t.lock()
-	m, taking := t.rts[key]
+	defer t.unlock()
+	m, taking := t.rts[k]
 	switch {
 	case m != nil:
-		delete(t.rts, key)
+		delete(t.rts, k)
 		if m.queued {
 			t.m.removeUnexpected(m)
 		} else {
 			m.revoked = true // removed by a probe: its handle is the caller's
 		}
 		t.releaseMsg(m)
+		return nil, false
 	case taking:
-		t.unlock()
-		return ucs.OK
-	default:
-		r = w.proto.waitOf(h.src, h.sreq)
+		return nil, true
 	}
-	t.unlock()
-	if r != nil {
-		w.rndvRecvDone(r, ucs.ErrCanceled)
-	}
-	if h.src == w.uid {
-		// The sender is this worker (an endpoint to itself, which may
-		// have been its only one): no message needed.
-		if op := w.takeSend(h.sreq, h.src, "", true); op != nil {
-			op.comp.Invoke(ucs.ErrCanceled)
-		}
-		return ucs.OK
-	}
-	st := ucs.ErrCanceled
-	w.rndvATS(h.src, h.sreq, st)
-	return ucs.OK
+	return w.proto.waitOf(k.src, k.msg), false
 }
