@@ -167,14 +167,13 @@ type amWorker struct {
 	handlers atomic.Pointer[[]*amHandler]
 	hmu      sync.Mutex // serializes handler updates
 
-	mu    sync.Mutex         // guards what follows
-	reasm map[amKey]*amReasm // eager messages being reassembled
-	recvs map[uint64]*amRecv // rendezvous receives waiting for data
+	mu    sync.Mutex          // guards what follows
+	reasm fragTable[*amReasm] // eager messages being reassembled
 	// rts holds the rendezvous messages handed to a handler and not yet
 	// received or released and, with a nil value, those being received
 	// by a get, by sender and send number, for the sender's revoke
-	// (amRecvRevoke).
-	rts map[amKey]*AMDesc
+	// (amRevoked).
+	rts map[fragKey]*AMDesc
 }
 
 // Default rendezvous threshold of active messages when UCX_RNDV_THRESH is
@@ -204,12 +203,17 @@ func (w *Worker) amInit() error {
 			return fmt.Errorf("active-message handler on %s: %w", wi.rsc.tl.TLName, err)
 		}
 	}
+	// The rendezvous messages after the RTS (the receiver's RTR and ATS,
+	// the sender's data, ATP and revoke) are those of tag messages
+	// (tag_wire.go), whose handlers serve both families.
+	if err := w.setProtoHandlers([]uint8{amTagRTR, amTagATS, amTagData, amTagATP, amTagRevoke}, []protoHandler{tagRecvRTR, tagRecvATS, rndvRecvData, rndvRecvATP, rndvRecvRevoke}); err != nil {
+		return err
+	}
 	a.maxHdr = w.amMaxHeader()
 	empty := []*amHandler{}
 	a.handlers.Store(&empty)
-	a.reasm = map[amKey]*amReasm{}
-	a.recvs = map[uint64]*amRecv{}
-	a.rts = map[amKey]*AMDesc{}
+	a.reasm = fragTable[*amReasm]{}
+	a.rts = map[fragKey]*AMDesc{}
 	a.enabled = true
 	return nil
 }
@@ -244,12 +248,13 @@ func sendFlags(param *RequestParam) uint32 {
 
 // Protocol names of active messages, as Request.Query reports them.
 const (
-	protoAMSingle  = "am/eager/single"
-	protoAMFrag    = "am/eager/frag"
-	protoAMRndv    = "am/rndv"
-	protoAMRndvGet = "am/rndv/get"
-	protoAMRecv    = "am/rndv/recv"
-	protoAMRecvGet = "am/rndv/recv/get"
+	protoAMSingle      = "am/eager/single"
+	protoAMFrag        = "am/eager/frag"
+	protoAMRndv        = "am/rndv"
+	protoAMRndvGet     = "am/rndv/get"
+	protoAMRecv        = "am/rndv/recv"
+	protoAMRecvGet     = "am/rndv/recv/get"
+	protoAMRecvRkeyPtr = "am/rndv/recv/rkey_ptr"
 )
 
 // amSendConnecting is AMSendNBX on an endpoint that connects (kept out of

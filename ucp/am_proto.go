@@ -39,17 +39,11 @@ func (w *Worker) amFailEP(ep *Endpoint, st ucs.Status) {
 	if !a.enabled || w.epByUID(ep.remoteUID) != nil {
 		return
 	}
-	var recvs []*amRecv
 	a.mu.Lock()
-	for id, rv := range a.recvs {
-		if rv.src == ep.remoteUID {
-			delete(a.recvs, id)
-			recvs = append(recvs, rv)
-		}
-	}
+	recvs := w.proto.waitsEnd(famAM, func(r *Request) bool { return r.tr.src == ep.remoteUID })
 	a.mu.Unlock()
-	for _, rv := range recvs {
-		rv.r.complete(st)
+	for _, r := range recvs {
+		w.rndvRecvDone(r, st)
 	}
 }
 
@@ -67,94 +61,33 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 	case amSingle:
 		return w.amDeliver(wi, h, p[:h.hlen], p[h.hlen:], data, canKeep)
 	case amFirst:
-		m := &amReasm{buf: make([]byte, uint64(h.hlen)+h.total), hlen: int(h.hlen), total: h.total, id: h.id, flags: h.flags, wi: wi}
+		m := &amReasm{buf: make([]byte, uint64(h.hlen)+h.total), hlen: int(h.hlen), id: h.id, flags: h.flags}
 		copy(m.buf, p)
-		m.got = uint64(len(p) - int(h.hlen))
-		if m.got == m.total {
-			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
-			return ucs.OK
-		}
-		k := amKey{h.src, h.msg}
 		a.mu.Lock()
-		_, dup := a.reasm[k]
-		if !dup {
-			a.reasm[k] = m
-		}
+		done, err := a.reasm.begin(fragKey{h.src, h.msg}, len(p)-int(h.hlen), int(h.total), m)
 		a.mu.Unlock()
-		if dup {
-			w.warnf("ucp: worker %s: dropped a first fragment of message %d from %#x already in progress", w.name, h.msg, h.src)
+		switch {
+		case err != nil:
+			w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
+		case done:
+			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
 		}
 	case amMiddle:
-		k := amKey{h.src, h.msg}
 		a.mu.Lock()
-		m := a.reasm[k]
-		ok := m != nil && h.off == m.got && uint64(len(p)) <= m.total-m.got
-		done := false
-		if ok {
-			m.got += uint64(len(p))
-			done = m.got == m.total
-			if done {
-				delete(a.reasm, k)
-			}
-		} else if m != nil {
-			delete(a.reasm, k) // the message is lost: free its buffer
-		}
+		f, _, err := a.reasm.next(fragKey{h.src, h.msg}, h.off, len(p))
 		a.mu.Unlock()
-		if !ok {
-			w.warnf("ucp: worker %s: dropped a fragment of %d bytes at %d of message %d from %#x: no such message or not the next fragment", w.name, len(p), h.off, h.msg, h.src)
+		if err != nil {
+			// A lost message's buffer is left to the collector.
+			w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
 			return ucs.OK
 		}
+		m := f.dest
 		copy(m.buf[m.hlen+int(h.off):], p)
-		if done {
-			mh := amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}
-			w.amDeliverOwned(mh, m.buf[:m.hlen], m.buf[m.hlen:])
+		if f.got == f.total {
+			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
 		}
 	case amRTS:
 		w.amDeliverRndv(h, p) // the user header, then the key if any
-	case amRTR:
-		if op := w.takeSend(h.msg, h.src, "rendezvous reply", false); op != nil {
-			w.rndvSendData(op, h.total, nil, 0)
-		}
-	case amData:
-		a.mu.Lock()
-		rv := a.recvs[h.msg]
-		ok := rv != nil && rv.src == h.src && h.off == uint64(rv.got) && len(p) <= rv.total-rv.got
-		done := false
-		if ok {
-			rv.got += len(p)
-			done = rv.got == rv.total
-		}
-		if done || (rv != nil && !ok) {
-			delete(a.recvs, h.msg)
-		}
-		a.mu.Unlock()
-		if !ok {
-			w.warnf("ucp: worker %s: dropped rendezvous data of %d bytes at %d from %#x for request %d: no such request or not the next fragment", w.name, len(p), h.off, h.src, h.msg)
-			if rv != nil {
-				rv.r.complete(ucs.ErrIOError)
-			}
-			return ucs.OK
-		}
-		st := rv.r.dt.unpack(int(h.off), p)
-		if st != ucs.OK && rv.st == ucs.OK {
-			rv.st = st
-		}
-		if done {
-			rv.r.complete(rv.st)
-		}
-	case amDrop:
-		// The receiver took the data, or dropped the message, or answers
-		// a revoke (ucs.ErrCanceled), which may cross the drop of a
-		// receive that took the message: the send may have ended.
-		st, what := ucs.Status(int64(h.total)), "rendezvous drop"
-		if st == ucs.ErrCanceled {
-			what = ""
-		}
-		if op := w.takeSend(h.msg, h.src, what, true); op != nil {
-			op.comp.Invoke(st)
-		}
-	case amRevoke:
-		w.amRecvRevoke(h)
 	case amHello:
 		// The same as the software protocols' wireup (proto_sw.go).
 		w.wireBack(h.src, append([]byte(nil), p...))
@@ -162,53 +95,26 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 	return ucs.OK
 }
 
-// amRecvRevoke handles a sender's revoke of a rendezvous message it
-// announced (its endpoint closed), as tagRecvRevoke does for tag
-// messages: a message a handler kept and has not received is marked so
-// (AMRecvDataNBX fails with ucs.ErrCanceled), and a receive that waits
-// for the sender to push the data completes with ucs.ErrCanceled; the
-// sender then hears ucs.ErrCanceled (a drop with that status), as it does
-// when nothing is found (a receive completed: the sender had its drop).
-// Only a receive getting the data now is left alone: its drop, once it is
-// done, ends the send.
-func (w *Worker) amRecvRevoke(h amHeader) {
+// amRevoked is the active-message part of a sender's revoke of its
+// rendezvous message k (rndvRecvRevoke): a message a handler kept and has
+// not received is marked so (AMRecvDataNBX fails with ucs.ErrCanceled),
+// a receive getting the data now is left alone (taking), and a receive
+// that waits for the sender to push the data is taken out of the waits
+// and returned.
+func (w *Worker) amRevoked(k fragKey) (r *Request, taking bool) {
 	a := &w.am
-	k := amKey{h.src, h.msg}
-	var rv *amRecv
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	d, taking := a.rts[k]
 	switch {
 	case d != nil:
 		delete(a.rts, k)
 		d.revoked = true
+		return nil, false
 	case taking:
-		a.mu.Unlock()
-		return
-	default:
-		for id, x := range a.recvs {
-			if x.src == h.src && x.sreq == h.msg {
-				delete(a.recvs, id)
-				rv = x
-				break
-			}
-		}
+		return nil, true
 	}
-	a.mu.Unlock()
-	if rv != nil {
-		rv.r.complete(ucs.ErrCanceled)
-	}
-	if h.src == w.uid {
-		// The sender is this worker (an endpoint to itself, which may
-		// have been its only one): no message needed.
-		if op := w.takeSend(h.msg, h.src, "", true); op != nil {
-			op.comp.Invoke(ucs.ErrCanceled)
-		}
-		return
-	}
-	canceled := ucs.ErrCanceled
-	if st := w.amControl(w.replyEP(h.src), amHeader{typ: amDrop, msg: h.msg, total: uint64(int64(canceled))}); st.IsErr() {
-		w.warnf("ucp: worker %s: answering the revoke of rendezvous message %d from %#x: %v", w.name, h.msg, h.src, st)
-	}
+	return w.proto.waitOf(k.src, k.msg), false
 }
 
 // amDeliver calls the handler of an eager message whose data lies in a
@@ -318,7 +224,7 @@ func (w *Worker) amDeliverRndv(h amHeader, uhdr []byte) {
 	}
 	// Until it is received or released, a revoke finds it here.
 	w.am.mu.Lock()
-	w.am.rts[amKey{h.src, h.msg}] = d
+	w.am.rts[fragKey{h.src, h.msg}] = d
 	w.am.mu.Unlock()
 	hd := w.amHandler(h.id)
 	if hd == nil {

@@ -57,7 +57,7 @@ type AMDesc struct {
 	ep     *Endpoint    // rendezvous: the endpoint back to the sender
 	key    []byte       // rendezvous: the packed key of the data, if it may be got
 	raddr  uint64       // rendezvous: the data's address at the sender
-	// revoked: rendezvous data its sender took back (amRecvRevoke) before
+	// revoked: rendezvous data its sender took back (amRevoked) before
 	// it was received; guarded by the worker's am.mu.
 	revoked bool
 }
@@ -86,28 +86,13 @@ func (d *AMDesc) Data() []byte {
 
 var descPool = sync.Pool{New: func() any { return new(AMDesc) }}
 
-type amKey struct{ src, msg uint64 }
-
-// amReasm is an eager message being reassembled.
+// amReasm is where the fragments of an eager message go (w.am.reasm
+// counts them): the user header, then the data, for its handler.
 type amReasm struct {
-	buf   []byte // user header, then data
+	buf   []byte
 	hlen  int
-	got   uint64 // data bytes received
-	total uint64
 	id    uint16
 	flags uint8
-	wi    *workerIface
-}
-
-// amRecv is a rendezvous receive waiting for its data, which goes into
-// the request's datatype.
-type amRecv struct {
-	r     *Request
-	total int
-	got   int
-	src   uint64
-	sreq  uint64     // the sender's request id
-	st    ucs.Status // the first error of unpacking
 }
 
 // SetAMRecvHandler installs, replaces or removes the handler of an
@@ -210,7 +195,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	}
 	desc.state = descDone
 	a := &w.am
-	k := amKey{desc.src, desc.sreq}
+	k := fragKey{desc.src, desc.sreq}
 	a.mu.Lock()
 	revoked := desc.revoked
 	if !revoked {
@@ -221,40 +206,50 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		it.finish()
 		return nil, fmt.Errorf("ucp am recv data: the sender took the message back: %w", ucs.ErrCanceled)
 	}
-	if desc.key != nil && (it.isContig() || (it.class == DatatypeClassIOV && it.length == desc.length)) {
-		if r, err, ok := w.amRecvGet(desc, buf, param, flags); ok {
-			it.finish()
-			return r, err
-		}
-	}
 	r := w.newRequest(param)
 	r.size, r.proto, r.lane, r.dt = desc.length, protoAMRecv, desc.ep.am, it
+	r.tr = tagRecvState{fam: famAM, status: ucs.OK, info: TagRecvInfo{Length: desc.length}, src: desc.src, sreq: desc.sreq, ep: desc.ep}
 	w.inflight.Add(1)
 	if desc.length == 0 {
 		// Nothing to fetch: tell the sender it is done.
 		a.untake(k)
-		if st := w.amControl(desc.ep, amHeader{typ: amDrop, msg: desc.sreq}); st.IsErr() {
+		if st := w.rndvATS(desc.src, desc.sreq, ucs.OK); st.IsErr() {
 			r.finish(st)
 			r.release()
 			return nil, fmt.Errorf("ucp am recv data: %w", st)
 		}
 		return r.doneNow(flags), nil
 	}
-	rid := w.proto.newID()
-	a.mu.Lock()
-	// From being taken to waiting for the push, where a revoke finds it.
-	delete(a.rts, k)
-	a.recvs[rid] = &amRecv{r: r, total: desc.length, src: desc.src, sreq: desc.sreq, st: ucs.OK}
-	a.mu.Unlock()
-	if st := w.amControl(desc.ep, amHeader{typ: amRTR, msg: desc.sreq, total: rid}); st.IsErr() {
-		a.mu.Lock()
-		delete(a.recvs, rid)
-		a.mu.Unlock()
-		r.finish(st)
-		r.release()
+	// The data may come inside the call (from mapped memory, a get done
+	// at once).
+	r.hold()
+	w.rndvFetch(r, desc.key, desc.raddr)
+	r, st := r.heldResult(flags)
+	if r == nil && st.IsErr() {
 		return nil, fmt.Errorf("ucp am recv data: %w", st)
 	}
 	return r, nil
+}
+
+// amRTR asks the sender of the rendezvous message the receive r took to
+// push its data (rndvFetch): r waits in recvs, where the data and a
+// revoke find it, from the moment the message is no longer being taken.
+// A receive whose RTR cannot go completes with the error.
+func (w *Worker) amRTR(r *Request) {
+	a := &w.am
+	r.tr.rreq = w.proto.newID()
+	a.mu.Lock()
+	delete(a.rts, fragKey{r.tr.src, r.tr.sreq})
+	w.proto.wait(r)
+	a.mu.Unlock()
+	if st := w.rndvRTR(r.tr.ep, r.tr.sreq, r.tr.rreq, 0, nil); st.IsErr() {
+		a.mu.Lock()
+		gone := w.proto.take(r.tr.rreq, r)
+		a.mu.Unlock()
+		if gone {
+			r.complete(st)
+		}
+	}
 }
 
 // AMDataRelease releases the data desc stands for (ucp_am_data_release):
@@ -270,15 +265,13 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 	if desc.rndv {
 		a := &w.am
 		a.mu.Lock()
-		delete(a.rts, amKey{desc.src, desc.sreq})
+		delete(a.rts, fragKey{desc.src, desc.sreq})
 		revoked := desc.revoked
 		a.mu.Unlock()
 		if revoked {
 			return // the sender took it back: nothing to tell it
 		}
-		if st := w.amControl(desc.ep, amHeader{typ: amDrop, msg: desc.sreq}); st.IsErr() {
-			w.warnf("ucp: worker %s: dropping a rendezvous message: %v", w.name, st)
-		}
+		w.rndvATS(desc.src, desc.sreq, ucs.OK) // (logs a failure)
 		return
 	}
 	// Inside its callback the transport's buffer is given back when the
@@ -291,60 +284,10 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 
 // untake forgets that the rendezvous message k is being taken (its
 // receive got its data, or ends without it).
-func (a *amWorker) untake(k amKey) {
+func (a *amWorker) untake(k fragKey) {
 	a.mu.Lock()
 	if d, ok := a.rts[k]; ok && d == nil {
 		delete(a.rts, k)
 	}
 	a.mu.Unlock()
-}
-
-// amRecvGet receives rendezvous data by getting it from the sender's
-// memory, where a lane to the sender gets with the key the sender packed,
-// and then tells the sender it is done (amDrop). ok is false when no lane
-// can: the caller then asks the sender to push the data.
-func (w *Worker) amRecvGet(desc *AMDesc, buf []byte, param *RequestParam, flags uint32) (r *Request, err error, ok bool) {
-	ep := desc.ep
-	ref := w.rkc.get(ep, desc.key, false)
-	if ref == nil {
-		return nil, nil, false
-	}
-	rk := ref.rk
-	r = w.newRequest(param)
-	r.size, r.proto, r.lane = desc.length, protoAMRecvGet, ep.am
-	if rk.rma != nil {
-		r.lane = rk.rma.l
-	}
-	w.inflight.Add(1)
-	sreq := desc.sreq
-	fin := func() {
-		w.rkc.put(ref)
-		w.am.untake(amKey{desc.src, sreq})
-		if st := w.amControl(ep, amHeader{typ: amDrop, msg: sreq}); st.IsErr() {
-			w.warnf("ucp: worker %s: rendezvous completion to %s: %v", w.name, ep.remoteName, st)
-		}
-	}
-	gp := new(RequestParam).SetCallback(func(gr *Request, st error, _ any) {
-		fin()
-		gr.Free()
-		r.complete(statusOf(st))
-	})
-	if nonContig(param) {
-		gp.SetIOV(param.IOV)
-		buf = nil
-	} else {
-		buf = buf[:desc.length]
-	}
-	gr, err := ep.GetNBX(buf, desc.raddr, rk, gp)
-	if err != nil {
-		fin()
-		r.finish(statusOf(err))
-		r.release()
-		return nil, fmt.Errorf("ucp am recv data: %w", err), true
-	}
-	if gr != nil {
-		return r, nil, true
-	}
-	fin()
-	return r.doneNow(flags), nil, true
 }

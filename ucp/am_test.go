@@ -145,7 +145,7 @@ func TestAMSendRecv(t *testing.T) {
 				t.Fatalf("MaxAMHeader %d", maxHdr)
 			}
 			var got []amMsg
-			protos := map[string]int{}
+			protos, rprotos := map[string]int{}, map[string]int{}
 			if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(7).SetCB(recorder(&got)).SetFlags(AMFlagWholeMsg)); err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +183,10 @@ func TestAMSendRecv(t *testing.T) {
 						}
 						if wantRndv {
 							buf := make([]byte, n)
-							rr, err := e.b.AMRecvDataNBX(m.desc, buf, nil)
+							rr, err := e.b.AMRecvDataNBX(m.desc, buf, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+							if rr != nil {
+								rprotos[strings.Fields(rr.Query().DebugString)[0]]++
+							}
 							e.waitReq(t, what+": receive", rr, err)
 							m.data = buf
 						}
@@ -203,11 +206,14 @@ func TestAMSendRecv(t *testing.T) {
 			// Rendezvous data is got where a lane to the sender gets (cma,
 			// self and tcp here), and pushed by the sender when the key
 			// does not fit beside the header (a header of MaxAMHeader).
-			t.Logf("protocols of the requests: %v", protos)
+			t.Logf("protocols of the requests: %v, of the receives: %v", protos, rprotos)
 			for _, p := range []string{tr.rndv, protoAMRndv, protoAMFrag} {
 				if protos[p] == 0 {
 					t.Errorf("no request used %s: %v", p, protos)
 				}
+			}
+			if rprotos[protoAMRecv] == 0 || rprotos[protoAMRecvGet]+rprotos[protoAMRecvRkeyPtr] == 0 {
+				t.Errorf("receives %v: want some pushed, some got or copied", rprotos)
 			}
 		})
 	}
@@ -477,9 +483,8 @@ func TestAMMalformed(t *testing.T) {
 				hdr(amHeader{typ: amSingle, id: 1, flags: 0x80, src: src}, "abc"),
 				hdr(amHeader{typ: amMiddle, src: src, msg: 77, off: 3}, "abc"),
 				hdr(amHeader{typ: amFirst, id: 1, src: src, msg: 5, total: 2}, "abc"),
-				hdr(amHeader{typ: amData, src: src, msg: 99}, "abc"),
-				hdr(amHeader{typ: amRTR, src: src, msg: 12345}, ""),
-				hdr(amHeader{typ: amDrop, src: src, msg: 12345}, ""),
+				hdr(amHeader{typ: amHello, src: src, msg: 12345}, "GWA\x01"),
+				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: 10}, "x"), // no send number
 				hdr(amHeader{typ: amHello, src: src}, "GWA\x01junk"),
 				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: amMaxRndv + 1}, "x"),
 				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: 10}, "xKEY"),       // a key without address
@@ -519,11 +524,6 @@ func FuzzAMHeader(f *testing.F) {
 	add(amHeader{typ: amMiddle, src: 9, msg: 1, off: 4}, "more")
 	add(amHeader{typ: amRTS, id: 3, hlen: 1, src: 9, msg: 2, total: 1 << 20}, "h")
 	add(amHeader{typ: amRTS, id: 3, hlen: 1, src: 9, msg: 2, total: 1 << 20, off: 1 << 30}, "hGRK\x01key")
-	add(amHeader{typ: amRTR, src: 9, msg: 2, total: 5}, "")
-	add(amHeader{typ: amData, src: 9, msg: 5, off: 8192}, "data")
-	add(amHeader{typ: amDrop, src: 9, msg: 2}, "")
-	add(amHeader{typ: amDrop, src: 9, msg: 2, total: uint64(1<<64 - 16)}, "") // ucs.ErrCanceled
-	add(amHeader{typ: amRevoke, src: 9, msg: 2}, "")
 	add(amHeader{typ: amHello, src: 9}, "GWA\x01")
 	f.Add([]byte{})
 	f.Add([]byte("garbage"))
@@ -552,8 +552,10 @@ func FuzzAMHeader(f *testing.F) {
 }
 
 // TestAMRndvMemh sends rendezvous data that lies in mapped memory given as
-// the request's memory handle: the receiver gets it through the key of that
-// memory, and nothing is registered for the send.
+// the request's memory handle: the receiver takes it through the key of
+// that memory, copying it from the memory mapped at the receiver too
+// (rkey_ptr, as a tag receive does: the receive is one, rndvFetch), and
+// nothing is registered for the send.
 func TestAMRndvMemh(t *testing.T) {
 	e := newAMEnv(t, "all", false)
 	m, err := e.c.MemMap(new(MemMapParams).SetLength(1 << 20).SetFlags(MemMapAllocate))
@@ -578,7 +580,13 @@ func TestAMRndvMemh(t *testing.T) {
 	}
 	e.wait(t, "delivery", func() bool { return len(got) > 0 })
 	buf := make([]byte, len(src)-100)
-	rr, err := e.b.AMRecvDataNBX(got[0].desc, buf, nil)
+	rr, err := e.b.AMRecvDataNBX(got[0].desc, buf, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+	if rr == nil {
+		t.Fatalf("receive: no request with OpAttrFlagNoImmCmpl: %v", err)
+	}
+	if q := rr.Query().DebugString; !strings.HasPrefix(q, protoAMRecvRkeyPtr) {
+		t.Errorf("receive protocol %q, want %s", q, protoAMRecvRkeyPtr)
+	}
 	e.waitReq(t, "receive", rr, err)
 	e.waitReq(t, "send", r, nil)
 	if !bytes.Equal(buf, src[100:]) {

@@ -12,17 +12,19 @@ import (
 // lowest is amSwWireup.
 const amUCP uint8 = amSwWireup - 1
 
-// Types of ucp active-message wire messages (amHeader.typ).
+// Types of ucp active-message wire messages (amHeader.typ). The receiver
+// of a rendezvous answers with the messages of tag matching, amTagRTR and
+// amTagATS (tag_wire.go), and the sender pushes the data with amTagData
+// and revokes the message with amTagRevoke, which both families' handlers
+// serve; they replaced types of their own
+// here (this header has no
+// version: ucp's wire is between peers of one job, of one version).
 const (
 	amSingle uint8 = iota + 1 // a whole eager message: user header, then data
 	amFirst                   // first fragment of an eager message: user header, data
 	amMiddle                  // a following fragment of an eager message: data
 	amRTS                     // rendezvous request to send: user header [, packed key of the data]
-	amRTR                     // rendezvous ready to receive (receiver to sender)
-	amData                    // rendezvous data (sender to receiver)
-	amDrop                    // the receiver dropped, or got all of, a rendezvous message
 	amHello                   // the sender's worker address, for a reply endpoint (older senders: it now goes in the software protocols' wireup message, Endpoint.wireBack)
-	amRevoke                  // the sender takes back a rendezvous message (its endpoint closed)
 	amTypeEnd
 )
 
@@ -45,18 +47,15 @@ const (
 // amHeader starts every ucp active message (little endian, amHdrLen
 // bytes); the payload follows it:
 //
-//	0  typ   u8   amSingle ... amRevoke
+//	0  typ   u8   amSingle ... amHello
 //	1  flags u8   amHdrReply (Single, First, RTS); 0 otherwise
 //	2  id    u16  user AM id (Single, First, RTS); 0 otherwise
 //	4  hlen  u32  user header length (Single, First, RTS); 0 otherwise
 //	8  src   u64  uid of the sending worker
-//	16 msg   u64  First, Middle: the sender's message id; RTS, RTR, Drop,
-//	              Revoke: the sender's request id; Data: the receiver's
-//	              request id
-//	24 total u64  First, RTS: data length; RTR: the receiver's request id;
-//	              Drop: 0, or the status (ucs.ErrCanceled) of the answer to
-//	              a revoke that found the message not taken
-//	32 off   u64  Middle, Data: offset of the payload in the data; RTS: the
+//	16 msg   u64  First, Middle: the sender's message id; RTS: the
+//	              sender's request id
+//	24 total u64  First, RTS: data length
+//	32 off   u64  Middle: offset of the payload in the data; RTS: the
 //	              data's address when a packed key follows the user header
 type amHeader struct {
 	typ   uint8
@@ -108,7 +107,7 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 		return bad("flags %#x", h.flags)
 	}
 	switch h.typ {
-	case amFirst, amMiddle, amRTS, amRTR, amData, amDrop, amRevoke:
+	case amFirst, amMiddle, amRTS:
 		if h.msg == 0 {
 			return bad("type %d without message id", h.typ)
 		}
@@ -139,22 +138,6 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 		keyLen := n - min(uint64(h.hlen), n)
 		if uint64(h.hlen) > n || h.total > amMaxRndv || keyLen > maxRkeyBlob || (keyLen == 0) != (h.off == 0) || (keyLen > 0 && h.total == 0) {
 			return bad("rendezvous request: header %d of %d bytes, total %d, address %#x", h.hlen, n, h.total, h.off)
-		}
-	case amRTR:
-		if n != 0 || h.off != 0 || h.total == 0 {
-			return bad("rendezvous reply with %d bytes, offset %d", n, h.off)
-		}
-	case amData:
-		if n == 0 || h.total != 0 || h.off > amMaxRndv {
-			return bad("rendezvous data of %d bytes at %d, total %d", n, h.off, h.total)
-		}
-	case amDrop:
-		if st := int64(h.total); n != 0 || st > 0 || st < int64(ucs.ErrLast) || h.off != 0 {
-			return bad("rendezvous drop with %d bytes, status %d, offset %d", n, st, h.off)
-		}
-	case amRevoke:
-		if n != 0 || h.total != 0 || h.off != 0 {
-			return bad("rendezvous revoke with %d bytes, total %d, offset %d", n, h.total, h.off)
 		}
 	case amHello:
 		if n == 0 || n > maxAddrBlob || h.msg != 0 || h.total != 0 || h.off != 0 {

@@ -199,7 +199,11 @@ type protoWorker struct {
 	// sends are the sends that wait for their receiver (a sync send's
 	// acknowledgement, a rendezvous reply), by number, each holding a
 	// reference of its op (sendOp.reply).
-	sends   map[uint64]*sendOp
+	sends map[uint64]*sendOp
+	// waits are the rendezvous receives, of either family, that wait for
+	// their sender to push or put the data (proto_recv.go); the lock
+	// nests inside a family's (tag, AM).
+	waits   rndvWaits
 	lastSrc uint64 // the reply endpoint last looked up
 	lastEP  *Endpoint
 }
@@ -240,6 +244,7 @@ func (w *Worker) protoInit() {
 	p := &w.proto
 	p.multi = w.mode == ucs.ThreadModeMulti
 	p.sends = map[uint64]*sendOp{}
+	p.waits = rndvWaits{}
 }
 
 // newID returns a number for a message, a send or a receive.

@@ -435,15 +435,15 @@ func (op *sendOp) fragHeader() (uint8, []byte) {
 		// Every piece has the same header, op's.
 		return amStreamData, op.head()
 	case famAM:
-		h := amHeader{typ: amMiddle, src: op.w.uid, msg: op.msg, off: uint64(op.off)}
-		switch {
-		case op.kind == topPush:
-			h.typ, h.msg = amData, op.rreq
-		case !op.sent:
-			return amUCP, op.head()
+		// Pushed rendezvous data goes as a tag message's, below.
+		if op.kind != topPush {
+			if !op.sent {
+				return amUCP, op.head()
+			}
+			h := amHeader{typ: amMiddle, src: op.w.uid, msg: op.msg, off: uint64(op.off)}
+			h.put(op.fh[:])
+			return amUCP, op.fh[:amHdrLen]
 		}
-		h.put(op.fh[:])
-		return amUCP, op.fh[:amHdrLen]
 	}
 	switch {
 	case op.kind == topPush:
@@ -659,7 +659,7 @@ func (w *Worker) cancelReply(r *Request) {
 	op.reply = false
 	p.unlock()
 	if revoke {
-		w.rndvRevoke(op.ep, op.fam, op.sreq)
+		w.rndvRevoke(op.ep, op.sreq)
 	}
 	op.comp.Invoke(ucs.ErrCanceled)
 }

@@ -357,6 +357,23 @@ func (r *Request) unhold() bool {
 	return true
 }
 
+// heldResult ends the call that held r (hold) while it started r: r when
+// it still runs (its callback runs when it completes), or when it
+// completed and the caller asked for a request (OpAttrFlagNoImmCmpl: its
+// callback runs now); otherwise nil and r's status, r released.
+func (r *Request) heldResult(flags uint32) (*Request, ucs.Status) {
+	if !r.unhold() {
+		return r, ucs.InProgress
+	}
+	st := ucs.Status(r.state.Load())
+	if flags&flagNoImmCmpl != 0 {
+		r.notify(st, r.cb, r.rcb, r.scb, r.userData)
+		return r, st
+	}
+	r.release()
+	return nil, st
+}
+
 // complete finishes r with status: results are delivered, the callback is
 // called, and a request its owner already freed goes back to the pool. It
 // may run on a transport's receive goroutine while the owner waits, frees

@@ -54,9 +54,13 @@ import (
 // has not answered: no receive reads their data after the send ended, and
 // a receive waiting for it fails (see tag_rndv.go).
 
-// TagRecvInfo describes a received message (ucp_tag_recv_info_t): the
-// sender's tag and the message's length (the sender's packed length, even
-// when the receive truncated it).
+// TagRecvInfo describes a message (ucp_tag_recv_info_t, and the receive's
+// completion, ucp_tag_rcv_completion): the sender's tag and a length.
+// TagProbeNB gives the message's length (the sender's packed length).
+// A receive's completion gives how much data was received (rcvd_len): the
+// bytes written into its buffer, which for a message cut short
+// (ucs.ErrMessageTruncated) is what fits of an eager message, and nothing
+// of a rendezvous one (its data is not transferred).
 type TagRecvInfo struct {
 	SenderTag uint64
 	Length    int
@@ -69,8 +73,10 @@ type TagRecvInfo struct {
 // receive's call when that completes at once with OpAttrFlagNoImmCmpl.
 type TagRecvCallback func(req *Request, status error, info *TagRecvInfo, userData any)
 
-// tagRecvState is the part of a request that a tag receive uses.
+// tagRecvState is the part of a request that a tag receive uses, and,
+// of its rendezvous fields, an active message's rendezvous receive.
 type tagRecvState struct {
+	fam        uint8     // rendezvous: famTag or famAM (rndvAnswer)
 	next, prev *Request  // in an expected queue
 	q          *reqQueue // the queue it is in, nil once matched
 	sn         uint64    // posting order
@@ -103,9 +109,9 @@ type TagMessage struct {
 	src     uint64
 	sreq    uint64 // sync or rendezvous: the send's number
 	length  int
-	// eager: the data; fragmented: what arrived, in order
+	// eager: the data; fragmented: what arrived, in order (w.tag.frags
+	// counts it)
 	parts []tagPart
-	got   int // fragmented: bytes arrived
 	msg   uint64
 	// rendezvous
 	raddr uint64
@@ -129,10 +135,6 @@ type tagPart struct {
 	wi   *workerIface
 }
 
-// fragKey names a sender's fragmented message or send: the sender and the
-// message's or send's number.
-type fragKey struct{ src, msg uint64 }
-
 // fragDest is where the next fragments of a message go: a receive that
 // took it, or the unexpected message they are kept in.
 type fragDest struct {
@@ -147,12 +149,11 @@ type tagWorker struct {
 	enabled bool
 	modeMutex
 	m     tagMatch
-	frags map[fragKey]fragDest
-	recvs map[uint64]*Request // rendezvous receives the sender pushes data to
+	frags fragTable[fragDest]
 	// rts holds the rendezvous messages no receive took (unexpected, or
 	// removed by a probe) and, with a nil value, those a receive is taking
 	// (reading the sender's memory, tagTook), by sender and send number,
-	// for the sender's revoke (tagRecvRevoke).
+	// for the sender's revoke (rndvRecvRevoke).
 	rts  map[fragKey]*TagMessage
 	free *TagMessage // recycled messages, linked through links[0].next
 	bufs bufPool
@@ -169,11 +170,10 @@ func (w *Worker) tagInit() error {
 	if p := &w.ctx.params; p.FieldMask&ParamFieldTagSenderMask != 0 {
 		t.m.senderMask = p.TagSenderMask
 	}
-	t.frags = map[fragKey]fragDest{}
-	t.recvs = map[uint64]*Request{}
+	t.frags = fragTable[fragDest]{}
 	t.rts = map[fragKey]*TagMessage{}
 	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
-	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP, tagRecvRevoke}
+	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, rndvRecvData, rndvRecvATP, rndvRecvRevoke}
 	if err := w.setProtoHandlers(ids, fns); err != nil {
 		return err
 	}
@@ -509,16 +509,11 @@ func (w *Worker) tagRecv(it dtIter, tag, mask uint64, param *RequestParam, msg *
 	r.hold()
 	w.tagRndvMatched(r, &k.rts)
 	w.tagReleaseMsg(k.msg)
-	if !r.unhold() {
-		return r, nil // its callback runs when it completes
-	}
-	st := ucs.Status(r.state.Load())
-	if flags&flagNoImmCmpl != 0 {
-		r.notify(st, r.cb, r.rcb, r.scb, r.userData)
+	info := r.tr.info
+	r, st := r.heldResult(flags)
+	if r != nil {
 		return r, nil
 	}
-	info := r.tr.info
-	r.release()
 	return nil, tagRecvResult(param, info, st)
 }
 
@@ -572,12 +567,14 @@ func (w *Worker) tagTakeLocked(it dtIter, tag, mask uint64, param *RequestParam,
 		r.tr.tag, r.tr.mask = tag, mask
 		t.m.post(r)
 		return tagTake{kind: takePosted, r: r}
-	case force && msg.kind != msgEager && (msg.kind != msgFrag || msg.got < msg.length):
+	case force && msg.kind != msgEager && (msg.kind != msgFrag || t.arriving(msg)):
 		// It cannot complete at once: the message stays where it was.
 		return tagTake{kind: takeFailed, err: fmt.Errorf("ucp tag recv: message not complete yet: %w", ucs.ErrNoResource)}
 	}
 	t.m.removeUnexpected(msg)
-	info := TagRecvInfo{SenderTag: msg.tag, Length: msg.length}
+	// What an eager message delivers; a rendezvous one says its own
+	// (tagRndvMatched).
+	info := TagRecvInfo{SenderTag: msg.tag, Length: min(msg.length, it.length)}
 	switch msg.kind {
 	case msgEager:
 		k := tagTake{kind: takeEager, st: ucs.OK, info: info, wi: msg.wi, ack: msg.ackOf()}
@@ -596,7 +593,7 @@ func (w *Worker) tagTakeLocked(it dtIter, tag, mask uint64, param *RequestParam,
 	r.tr.info = info
 	// Being taken, until tagTook: the sender hears from this receive (an
 	// RTR, or the ATS once it read the data), and a revoke of it waits
-	// for that (tagRecvRevoke).
+	// for that (rndvRecvRevoke).
 	t.rts[fragKey{msg.src, msg.sreq}] = nil
 	return tagTake{kind: takeRTS, r: r, msg: msg,
 		rts: rtsInfo{tag: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}}
@@ -653,18 +650,22 @@ func (w *Worker) tagTakeFrag(r *Request, msg *TagMessage) bool {
 	r.proto = protoTagRecvEager
 	off := 0
 	for i := range msg.parts {
-		if st := r.dt.unpack(off, msg.parts[i].data); st != ucs.OK && r.tr.status == ucs.OK {
-			r.tr.status = st
-		}
+		r.tagUnpack(off, msg.parts[i].data)
 		off += len(msg.parts[i].data)
 	}
-	r.tr.got = msg.got
-	done := msg.got == msg.length
+	done := !t.arriving(msg)
 	if !done {
-		t.frags[fragKey{msg.src, msg.msg}] = fragDest{r: r}
+		t.frags.route(fragKey{msg.src, msg.msg}, fragDest{r: r})
 	}
 	t.releaseMsg(msg)
 	return done
+}
+
+// arriving reports whether fragments of the unexpected message m are
+// still to come; the tag lock is held.
+func (t *tagWorker) arriving(m *TagMessage) bool {
+	_, ok := t.frags[fragKey{m.src, m.msg}]
+	return ok && m.kind == msgFrag
 }
 
 // ackOf returns the acknowledgement a receive that takes m owes its
@@ -690,24 +691,21 @@ const (
 // it matched a rendezvous message and waits for its sender to push or put
 // the data (RTR sent): that may never come (the sender closed, or does not
 // progress), and the receive must end whatever the sender does. Pieces
-// that arrive after are dropped (tagRecvData unpacks under the tag lock,
+// that arrive after are dropped (rndvRecvData unpacks under its lock,
 // so none is written into r's buffer once it is canceled), and the key of
-// a buffer registered for a put is revoked (tagRecvDone). It reports
+// a buffer registered for a put is revoked (rndvRecvDone). It reports
 // whether it canceled r (r is then complete with ucs.ErrCanceled).
 func (w *Worker) tagCancel(r *Request) bool {
 	t := &w.tag
 	t.lock()
 	ok := t.m.unpost(r)
-	waiting := !ok && r.tr.rreq != 0 && t.recvs[r.tr.rreq] == r
-	if waiting {
-		delete(t.recvs, r.tr.rreq)
-	}
+	waiting := !ok && w.proto.take(r.tr.rreq, r)
 	t.unlock()
 	switch {
 	case ok:
 		r.complete(ucs.ErrCanceled)
 	case waiting:
-		w.tagRecvDone(r, ucs.ErrCanceled)
+		w.rndvRecvDone(r, ucs.ErrCanceled)
 	}
 	return ok || waiting
 }
@@ -719,17 +717,11 @@ func (w *Worker) tagFailEP(ep *Endpoint, st ucs.Status) {
 	if !t.enabled {
 		return
 	}
-	var recvs []*Request
 	t.lock()
-	for id, r := range t.recvs {
-		if r.tr.ep == ep {
-			delete(t.recvs, id)
-			recvs = append(recvs, r)
-		}
-	}
+	recvs := w.proto.waitsEnd(famTag, func(r *Request) bool { return r.tr.ep == ep })
 	t.unlock()
 	for _, r := range recvs {
-		w.tagRecvDone(r, st)
+		w.rndvRecvDone(r, st)
 	}
 }
 

@@ -219,23 +219,26 @@ func (w *Worker) tagAck(ack tagAckTo) {
 }
 
 // tagCtrl sends a control message of uct id id (header length hlen: the
-// worker's uid, then a and b) to the worker uid.
-func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) {
+// worker's uid, then a and b) to the worker uid; a failure is logged, and
+// returned.
+func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) ucs.Status {
 	ep := w.replyEP(uid)
 	if ep == nil || ep.am == nil {
-		w.tagLogf("no endpoint back to worker %#x for a tag protocol reply", uid)
-		return
+		w.tagLogf("no endpoint back to worker %#x for a protocol reply", uid)
+		return ucs.ErrNotConnected
 	}
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), id, hlen
 	put64(op.hdr[:], w.uid, a, b)
-	switch st := w.protoStart(op); {
+	st := w.protoStart(op)
+	switch {
 	case st == ucs.OK:
 		op.free()
 	case st.IsErr():
-		w.tagLogf("tag protocol reply to %s: %v", ep.remoteName, st)
+		w.tagLogf("protocol reply to %s: %v", ep.remoteName, st)
 		op.free()
 	}
+	return st
 }
 
 // tagDropped logs a tag message that could not be used.
@@ -269,7 +272,7 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 	if r := t.m.match(tag); r != nil {
 		t.unlock()
 		w.tagAck(ack)
-		r.tr.info = TagRecvInfo{SenderTag: tag, Length: len(p)}
+		r.tr.info = TagRecvInfo{SenderTag: tag, Length: min(len(p), r.dt.length)}
 		r.proto, r.rwi = protoTagRecvEager, wi
 		r.complete(r.dt.unpack(0, p))
 		return ucs.OK
@@ -299,86 +302,68 @@ func tagRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Sta
 	t := &w.tag
 	key := fragKey{h.src, h.msg}
 	t.lock()
-	if _, dup := t.frags[key]; dup {
+	// Never the whole message (decodeTag): the fragments that follow go
+	// where route sends them.
+	if _, err := t.frags.begin(key, len(p), int(h.total), fragDest{}); err != nil {
 		t.unlock()
-		return w.tagDropped(fmt.Errorf("first fragment of message %d from %#x already in progress: %w", h.msg, h.src, ucs.ErrInvalidParam))
+		return w.tagDropped(err)
 	}
 	if r := t.m.match(h.tag); r != nil {
-		r.tr.info = TagRecvInfo{SenderTag: h.tag, Length: int(h.total)}
-		r.tr.got = len(p)
+		r.tr.info = TagRecvInfo{SenderTag: h.tag, Length: min(int(h.total), r.dt.length)}
 		r.proto, r.rwi = protoTagRecvEager, wi
-		t.frags[key] = fragDest{r: r}
+		t.frags.route(key, fragDest{r: r})
 		t.unlock()
 		w.tagAck(ack)
-		if st := r.dt.unpack(0, p); st != ucs.OK {
-			r.tr.status = st
-		}
+		r.tagUnpack(0, p)
 		return ucs.OK
 	}
 	m := t.newMsg()
-	m.tag, m.kind, m.length, m.msg, m.got, m.wi = h.tag, msgFrag, int(h.total), h.msg, len(p), wi
+	m.tag, m.kind, m.length, m.msg, m.wi = h.tag, msgFrag, int(h.total), h.msg, wi
 	m.sync, m.src, m.sreq = ack.sreq != 0, h.src, ack.sreq
 	st := t.keepPart(m, wi, p, data, flags)
-	t.frags[key] = fragDest{msg: m}
+	t.frags.route(key, fragDest{msg: m})
 	t.m.addUnexpected(m)
 	t.unlock()
 	return st
 }
 
-// tagRecvMiddle handles a following fragment of an eager message.
+// tagRecvMiddle handles a following fragment of an eager message: the
+// receive that took the message unpacks it, or the unexpected message
+// keeps it.
 func tagRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
 	h, p, err := decodeTag(amTagMiddle, data)
 	if err != nil {
 		return w.tagDropped(err)
 	}
 	t := &w.tag
-	key := fragKey{h.src, h.msg}
 	t.lock()
-	d, ok := t.frags[key]
-	if !ok {
+	f, lost, err := t.frags.next(fragKey{h.src, h.msg}, h.off, len(p))
+	r, m := f.dest.r, f.dest.msg
+	switch {
+	case err != nil && lost && r != nil:
 		t.unlock()
-		return w.tagDropped(fmt.Errorf("fragment of unknown message %d from %#x: %w", h.msg, h.src, ucs.ErrInvalidParam))
-	}
-	if r := d.r; r != nil {
-		if int(h.off) != r.tr.got || len(p) > r.tr.info.Length-r.tr.got {
-			delete(t.frags, key)
-			t.unlock()
-			r.complete(ucs.ErrIOError)
-			return w.tagDropped(fmt.Errorf("fragment of %d bytes at %d of message %d from %#x, expected at %d: %w", len(p), h.off, h.msg, h.src, r.tr.got, ucs.ErrInvalidParam))
-		}
-		if r.tr.got += len(p); r.tr.got == r.tr.info.Length {
-			delete(t.frags, key)
-		}
-		t.unlock()
-		r.tagPiece(int(h.off), p)
-		return ucs.OK
-	}
-	m := d.msg
-	if int(h.off) != m.got || len(p) > m.length-m.got {
-		// The message is lost: forget it.
-		delete(t.frags, key)
+		r.complete(ucs.ErrIOError)
+		return w.tagDropped(err)
+	case err != nil && lost:
+		// The unexpected message is lost: forget it.
 		t.m.removeUnexpected(m)
 		t.releaseMsg(m)
 		t.unlock()
-		return w.tagDropped(fmt.Errorf("fragment of %d bytes at %d of unexpected message %d from %#x: %w", len(p), h.off, h.msg, h.src, ucs.ErrInvalidParam))
-	}
-	m.got += len(p)
-	if m.got == m.length {
-		delete(t.frags, key)
+		return w.tagDropped(err)
+	case err != nil:
+		t.unlock()
+		return w.tagDropped(err)
+	case r != nil:
+		t.unlock()
+		r.tagUnpack(int(h.off), p)
+		if f.got == f.total {
+			w.rndvRecvDone(r, r.tr.status)
+		}
+		return ucs.OK
 	}
 	st := t.keepPart(m, wi, p, data, flags)
 	t.unlock()
 	return st
-}
-
-// tagPiece unpacks p, the data at offset off of the message a receive
-// took, and completes the receive when that was the last piece (r.tr.got,
-// counted by the caller, reached the message's length).
-func (r *Request) tagPiece(off int, p []byte) {
-	r.tagUnpack(off, p)
-	if r.tr.got == r.tr.info.Length {
-		r.w.tagRecvDone(r, r.tr.status)
-	}
 }
 
 // tagUnpack unpacks p, the data at offset off of the message a receive
@@ -402,7 +387,7 @@ func (w *Worker) tagRecvReply(id uint8, data []byte, what string) ucs.Status {
 		return w.tagDropped(err)
 	}
 	if id == amTagATS && h.status == ucs.ErrCanceled {
-		// The answer to a revoke (tagRecvRevoke), which may cross the ATS
+		// The answer to a revoke (rndvRecvRevoke), which may cross the ATS
 		// of a receive that took the message: the send may have ended.
 		what = ""
 	}

@@ -13,7 +13,7 @@ import (
 // tagHandlers.
 var tagIDs = []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
 
-var tagHandlers = []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, tagRecvData, tagRecvATP, tagRecvRevoke}
+var tagHandlers = []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, rndvRecvData, rndvRecvATP, rndvRecvRevoke}
 
 // encodeTag encodes header h of a tag message of uct id id, as the senders
 // do, followed by payload.

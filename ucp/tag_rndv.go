@@ -2,8 +2,6 @@ package ucp
 
 import (
 	"fmt"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -48,10 +46,10 @@ import (
 // longer than the receive's buffer is acknowledged at once, without a
 // transfer, and the receive completes with ucs.ErrMessageTruncated.
 //
-// Closing the sender (tag messages here; active messages the same way, with
-// amRevoke and amRecvRevoke in am_proto.go, answered by an amDrop of
-// ucs.ErrCanceled, and the rendezvous messages a handler kept in the
-// place of the unexpected ones). A send whose endpoint closes (flush or force mode)
+// Closing the sender (tag messages and active messages alike: the same
+// revoke, rndvRecvRevoke, finds the message in its family, tagRevoked or
+// amRevoked; an active message's rendezvous messages a handler kept take
+// the place of the unexpected ones). A send whose endpoint closes (flush or force mode)
 // before the receiver answered its RTS ends, and its buffer is the
 // caller's again; the receiver must then neither read that buffer nor
 // wait for data that will not come. The sender revokes the message: an
@@ -156,6 +154,7 @@ func tagRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 // receive r that matched it; the message is marked as being taken
 // (tagTook).
 func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
+	r.tr.fam = famTag
 	r.tr.info = TagRecvInfo{SenderTag: rts.tag, Length: rts.length}
 	r.tr.src, r.tr.sreq = rts.src, rts.sreq
 	ep := w.replyEP(rts.src)
@@ -169,204 +168,54 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 	if rts.length > r.dt.length || rts.length == 0 {
 		// Nothing to take (or nothing that fits): the send completes, the
 		// receive is truncated.
-		w.tagTook(r, false)
-		w.tagCtrl(rts.src, amTagATS, tagATSLen, rts.sreq, 0)
+		w.rndvAnswer(r, ucs.OK)
 		st := ucs.OK
 		if rts.length > r.dt.length {
-			st = ucs.ErrMessageTruncated
+			st, r.tr.info.Length = ucs.ErrMessageTruncated, 0 // nothing received
 		}
 		r.complete(st)
 		return
 	}
-	sch := w.ctx.rndvSch
-	put := sch == rndvPut || sch == rndvAuto && ep.thresholds().netPut
-	if len(rts.key) > 0 && (sch == rndvAuto || sch == rndvGet) {
-		if ref := w.rkc.get(ep, rts.key, false); ref != nil {
-			rk := ref.rk
-			if p := rk.direct(rts.raddr, rts.length); p != nil && sch == rndvAuto {
-				r.proto = protoTagRecvRkeyPtr
-				if rk.rma != nil {
-					r.lane = rk.rma.l
-				}
-				st := r.dt.unpack(0, unsafe.Slice((*byte)(p), rts.length))
-				w.rkc.put(ref)
-				w.tagTook(r, false)
-				w.tagCtrl(rts.src, amTagATS, tagATSLen, rts.sreq, 0)
-				r.complete(st)
-				return
-			}
-			// Auto does not get over the network where the sender puts
-			// (rndvByPut).
-			if rk.rma != nil && rk.rma.get && r.dt.canZcopy() && !(put && rk.rma.l.deferred()) {
-				w.tagRndvGet(r, ref, rts)
-				return
-			}
-			w.rkc.put(ref)
-		}
-	}
-	// The sender puts the data into the receive's buffer, or pushes it.
-	var key []byte
-	raddr := uint64(0)
-	r.proto = protoTagRecvAM
-	if put && r.dt.isContig() {
-		buf := r.dt.contig[:rts.length]
-		if key, r.tr.memh = w.rndvKey(ep, buf, nil, true); key != nil {
-			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
-			r.proto = protoTagRecvPut
-		}
-	}
-	w.tagTook(r, true)
-	w.tagRTR(ep, rts.sreq, r.tr.rreq, raddr, key)
+	w.rndvFetch(r, rts.key, rts.raddr)
 }
 
 // tagTook records that the receive r, which matched a rendezvous message,
 // reads nothing of the sender's memory any more (it read what it took,
 // or never will): the message is no longer being taken, and a revoke of it
-// is answered at once (tagRecvRevoke). With wait, r instead waits for the
-// sender to push or put the data: it gets its number and enters recvs in
-// the same step, where a revoke finds it.
+// is answered at once (rndvRecvRevoke). With wait, r instead waits for the
+// sender to push or put the data: it gets its number and enters the
+// worker's waits in the same step, where a revoke finds it.
 func (w *Worker) tagTook(r *Request, wait bool) {
 	t := &w.tag
 	t.lock()
 	delete(t.rts, fragKey{r.tr.src, r.tr.sreq})
 	if wait {
 		r.tr.rreq = w.proto.newID()
-		t.recvs[r.tr.rreq] = r
+		w.proto.wait(r)
 	}
 	t.unlock()
 }
 
-// tagRTR asks the sender of rendezvous send sreq, through ep, to put the
-// data of receive rreq at raddr with key, or to push it (no key).
-func (w *Worker) tagRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) {
+// rndvRTR asks the sender of rendezvous send sreq (a tag message or an
+// active message), through ep, to put the data of receive rreq at raddr
+// with key, or to push it (no key); a failure is logged, and returned.
+func (w *Worker) rndvRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) ucs.Status {
+	if ep == nil || ep.closed.Load() || ep.am == nil {
+		return ucs.ErrNotConnected
+	}
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRTR, tagRTRLen
 	put64(op.hdr[:], w.uid, sreq, rreq, raddr)
 	op.key = dtIter{contig: key, length: len(key)}
-	switch st := w.protoStart(op); {
+	st := w.protoStart(op)
+	switch {
 	case st == ucs.OK:
 		op.free()
 	case st.IsErr():
 		w.tagLogf("rendezvous reply to %s: %v", ep.remoteName, st)
 		op.free()
 	}
-}
-
-// tagRecvDone completes r, a rendezvous receive the sender pushes or puts
-// data to, with st, and releases what it registered.
-func (w *Worker) tagRecvDone(r *Request, st ucs.Status) {
-	if m := r.tr.memh; m != nil {
-		r.tr.memh = nil
-		w.ctx.MemUnmap(m)
-	}
-	r.complete(st)
-}
-
-// rndvGetOp is the get of a rendezvous receive: the gets it still has to
-// issue, as an operation of the worker's send queue.
-type rndvGetOp struct {
-	w     *Worker
-	r     *Request
-	ref   *rkeyRef
-	ep    *Endpoint
-	raddr uint64
-	off   int // bytes whose get was issued
-	max   int // the largest get
-	maxIO int // the most iov elements of one get
-	iov   []uct.IOV
-}
-
-// tagRndvGet gets the data of rts into r through the key ref.
-func (w *Worker) tagRndvGet(r *Request, ref *rkeyRef, rts *rtsInfo) {
-	rl := ref.rk.rma
-	at := rl.l.wi.attr
-	g := &rndvGetOp{w: w, r: r, ref: ref, ep: ref.rk.ep, raddr: rts.raddr,
-		max: at.Get.MaxZcopy, maxIO: max(at.Get.MaxIOV, 1)}
-	if g.max <= 0 {
-		g.max = maxInt
-	}
-	r.proto, r.lane, r.tr.rk = protoTagRecvGet, rl.l, ref
-	r.comp = uct.Completion{Count: 1, Func: tagGetDone, Arg: r}
-	switch st := w.protoStart(g); {
-	case st == ucs.OK:
-		g.end(ucs.OK)
-	case st.IsErr():
-		g.end(st)
-	}
-}
-
-func (g *rndvGetOp) endpoint() *Endpoint { return g.ep }
-
-// advance issues the remaining gets (protoOp).
-func (g *rndvGetOp) advance() ucs.Status {
-	r, rl := g.r, g.ref.rk.rma
-	n := r.tr.info.Length
-	for g.off < n {
-		k := min(g.max, n-g.off)
-		g.iov = r.dt.zcopyIOV(g.iov[:0], g.off, k)
-		if len(g.iov) > g.maxIO {
-			k = 0
-			for _, v := range g.iov[:g.maxIO] {
-				k += len(v.Buffer)
-			}
-			g.iov = g.iov[:g.maxIO]
-		}
-		atomic.AddInt32(&r.comp.Count, 1)
-		st := rl.ep.GetZcopy(g.iov, g.raddr+uint64(g.off), rl.rkey, &r.comp)
-		clear(g.iov)
-		switch st {
-		case ucs.InProgress:
-		case ucs.OK:
-			atomic.AddInt32(&r.comp.Count, -1)
-		default:
-			atomic.AddInt32(&r.comp.Count, -1)
-			if st == ucs.ErrNoResource {
-				return st
-			}
-			r.comp.SetError(st)
-			return g.drop()
-		}
-		g.off += k
-	}
-	return g.drop()
-}
-
-// drop releases the issuer's reference of the receive's completion.
-func (g *rndvGetOp) drop() ucs.Status {
-	if atomic.AddInt32(&g.r.comp.Count, -1) == 0 {
-		return g.r.comp.Status()
-	}
-	return ucs.InProgress
-}
-
-func (g *rndvGetOp) abort(st ucs.Status) {
-	g.r.comp.SetError(st)
-	if fin := g.drop(); fin != ucs.InProgress {
-		g.end(fin)
-	}
-}
-
-// end finishes the get with st: the sender hears of it, and the receive
-// completes.
-func (g *rndvGetOp) end(st ucs.Status) {
-	g.w.tagGetFinish(g.r, st)
-}
-
-// tagGetDone is the completion of a rendezvous get's last transfer.
-func tagGetDone(c *uct.Completion) {
-	r := c.Arg.(*Request)
-	r.w.tagGetFinish(r, c.Status())
-}
-
-// tagGetFinish ends the rendezvous get of r with st.
-func (w *Worker) tagGetFinish(r *Request, st ucs.Status) {
-	if ref := r.tr.rk; ref != nil {
-		r.tr.rk = nil
-		w.rkc.put(ref)
-	}
-	w.tagTook(r, false)
-	w.tagCtrl(r.tr.src, amTagATS, tagATSLen, r.tr.sreq, uint64(int64(st)))
-	r.complete(st)
+	return st
 }
 
 // tagRecvATS handles a rendezvous acknowledgement: the send completes.
@@ -389,66 +238,6 @@ func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 	if op := w.takeSend(h.sreq, h.src, "rendezvous reply", false); op != nil {
 		w.rndvSendData(op, h.rreq, key, h.raddr)
 	}
-	return ucs.OK
-}
-
-// tagRecvData handles pushed rendezvous data.
-func tagRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, p, err := decodeTag(amTagData, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
-	t := &w.tag
-	t.lock()
-	r := t.recvs[h.rreq]
-	if r == nil || r.tr.src != h.src || int(h.off) != r.tr.got || len(p) > r.tr.info.Length-r.tr.got {
-		if r != nil && r.tr.src == h.src {
-			delete(t.recvs, h.rreq)
-		} else {
-			r = nil
-		}
-		t.unlock()
-		if r != nil {
-			w.tagRecvDone(r, ucs.ErrIOError)
-		}
-		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d: no such receive or not the next piece: %w", len(p), h.off, h.src, h.rreq, ucs.ErrInvalidParam))
-	}
-	last := false
-	if r.tr.got += len(p); r.tr.got == r.tr.info.Length {
-		delete(t.recvs, h.rreq)
-		last = true
-	}
-	// Unpacked under the lock: a receive that Cancel or a revoke takes out
-	// of recvs meanwhile (tagCancel, tagRecvRevoke) completes only once no
-	// piece is being written into its buffer.
-	r.tagUnpack(int(h.off), p)
-	t.unlock()
-	if last {
-		w.tagRecvDone(r, r.tr.status)
-	}
-	return ucs.OK
-}
-
-// tagRecvATP handles the sender's word that it put all of a rendezvous
-// message into the receive's buffer.
-func tagRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, _, err := decodeTag(amTagATP, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
-	t := &w.tag
-	t.lock()
-	r := t.recvs[h.rreq]
-	if r != nil && r.tr.src == h.src && r.tr.got == 0 {
-		delete(t.recvs, h.rreq)
-	} else {
-		r = nil
-	}
-	t.unlock()
-	if r == nil {
-		return w.tagDropped(fmt.Errorf("rendezvous put done from %#x for unknown receive %d: %w", h.src, h.rreq, ucs.ErrInvalidParam))
-	}
-	w.tagRecvDone(r, h.status)
 	return ucs.OK
 }
 
@@ -482,7 +271,7 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 	}
 	p.unlock()
 	for _, op := range revoked {
-		w.rndvRevoke(ep, op.fam, op.sreq)
+		w.rndvRevoke(ep, op.sreq)
 	}
 	if len(revoked) > 0 && ep.closed.Load() && !w.closed.Load() {
 		// Closed at once (force): destroying the lanes now would drop what
@@ -495,15 +284,9 @@ func (w *Worker) tagRevokeEP(ep *Endpoint) {
 	}
 }
 
-// rndvRevoke sends the revoke of the rendezvous send sreq, of family fam,
-// on ep, behind its RTS.
-func (w *Worker) rndvRevoke(ep *Endpoint, fam uint8, sreq uint64) {
-	if fam == famAM {
-		if st := w.amCtrl(ep, amHeader{typ: amRevoke, msg: sreq}); st.IsErr() {
-			w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
-		}
-		return
-	}
+// rndvRevoke sends the revoke of the rendezvous send sreq (of a tag
+// message or an active message) on ep, behind its RTS.
+func (w *Worker) rndvRevoke(ep *Endpoint, sreq uint64) {
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
 	put64(op.hdr[:], w.uid, sreq)
@@ -516,60 +299,29 @@ func (w *Worker) rndvRevoke(ep *Endpoint, fam uint8, sreq uint64) {
 	}
 }
 
-// tagRecvRevoke handles a sender's revoke of a rendezvous message it
-// announced (its endpoint closed). A message no receive took is dropped (a
-// handle TagProbeNB removed fails its receive), and a receive that waits
-// for the sender to push or put the data completes with ucs.ErrCanceled.
-// The sender then gets an ATS with ucs.ErrCanceled: nothing here reads
-// its data any more. So it does when the message is not found (a receive
-// took it and completed: the sender had its ATS, and ignores this one).
-// Only a receive taking the message now (a get or a copy of the sender's
-// memory running, see tagTook) is left alone: its ATS, sent once it is
-// done, ends the send.
-func tagRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, _, err := decodeTag(amTagRevoke, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
+// tagRevoked is the tag part of a sender's revoke of its rendezvous
+// message k (rndvRecvRevoke): a message no receive took is dropped (a
+// handle TagProbeNB removed fails its receive), a receive taking it now
+// (a get or a copy of the sender's memory running, see tagTook) is left
+// alone (taking), and a receive that waits for the sender to push or put
+// the data is taken out of the waits and returned.
+func (w *Worker) tagRevoked(k fragKey) (r *Request, taking bool) {
 	t := &w.tag
-	key := fragKey{h.src, h.sreq}
-	var r *Request
 	t.lock()
-	m, taking := t.rts[key]
+	defer t.unlock()
+	m, taking := t.rts[k]
 	switch {
 	case m != nil:
-		delete(t.rts, key)
+		delete(t.rts, k)
 		if m.queued {
 			t.m.removeUnexpected(m)
 		} else {
 			m.revoked = true // removed by a probe: its handle is the caller's
 		}
 		t.releaseMsg(m)
+		return nil, false
 	case taking:
-		t.unlock()
-		return ucs.OK
-	default:
-		for id, q := range t.recvs {
-			if q.tr.src == h.src && q.tr.sreq == h.sreq {
-				delete(t.recvs, id)
-				r = q
-				break
-			}
-		}
+		return nil, true
 	}
-	t.unlock()
-	if r != nil {
-		w.tagRecvDone(r, ucs.ErrCanceled)
-	}
-	if h.src == w.uid {
-		// The sender is this worker (an endpoint to itself, which may
-		// have been its only one): no message needed.
-		if op := w.takeSend(h.sreq, h.src, "", true); op != nil {
-			op.comp.Invoke(ucs.ErrCanceled)
-		}
-		return ucs.OK
-	}
-	st := ucs.ErrCanceled
-	w.tagCtrl(h.src, amTagATS, tagATSLen, h.sreq, uint64(int64(st)))
-	return ucs.OK
+	return w.proto.waitOf(k.src, k.msg), false
 }

@@ -7,7 +7,8 @@ import (
 	"github.com/goshmem/goshmem/ucs"
 )
 
-// The wire messages of tag matching. Each has its own uct active-message id,
+// The wire messages of tag matching; amTagRTR and amTagATS also answer the
+// rendezvous of active messages (am_wire.go). Each has its own uct active-message id,
 // so that the common message, an eager one, carries nothing but the tag in
 // front of its data (as an AMShort header where the lane has it). Headers
 // are little endian; what follows the header is the message's data.

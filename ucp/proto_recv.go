@@ -1,0 +1,447 @@
+package ucp
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
+)
+
+// The receive side that the two-sided protocols (tag matching and active
+// messages) share: the reassembly of a message that arrives in fragments,
+// and the get of rendezvous data.
+// What a family does with the data (a tag receive unpacks it or an
+// unexpected message keeps it; an active message gathers it for its
+// handler) is the fragment table's destination, its hook.
+
+// fragKey names a sender's fragmented message or send: the sender and the
+// message's or send's number.
+type fragKey struct{ src, msg uint64 }
+
+// inOrder counts data that arrives in order, in pieces: got of total bytes
+// came.
+type inOrder struct{ got, total int }
+
+// take accounts for n bytes at off: ok when they are the next ones and fit
+// in the rest, done when they were the last.
+func (f *inOrder) take(off uint64, n int) (ok, done bool) {
+	if off != uint64(f.got) || n > f.total-f.got {
+		return false, false
+	}
+	f.got += n
+	return true, f.got == f.total
+}
+
+// fragIn is a message arriving in fragments: its progress, and where its
+// data goes.
+type fragIn[D any] struct {
+	inOrder
+	dest D
+}
+
+// fragTable holds the messages arriving in fragments by sender and
+// message number; its owner's lock guards it.
+type fragTable[D any] map[fragKey]fragIn[D]
+
+// begin records message k of total bytes, whose first fragment of n bytes
+// goes to dest; done reports that this fragment was all of it (nothing is
+// recorded). A message already in progress fails with ucs.ErrInvalidParam.
+func (t fragTable[D]) begin(k fragKey, n, total int, dest D) (done bool, err error) {
+	if _, dup := t[k]; dup {
+		return false, fmt.Errorf("first fragment of message %d from %#x already in progress: %w", k.msg, k.src, ucs.ErrInvalidParam)
+	}
+	if n >= total {
+		return true, nil
+	}
+	t[k] = fragIn[D]{inOrder{n, total}, dest}
+	return false, nil
+}
+
+// route sends the next fragments of message k, in progress, to dest.
+func (t fragTable[D]) route(k fragKey, dest D) {
+	f := t[k]
+	f.dest = dest
+	t[k] = f
+}
+
+// next accounts for the fragment of n bytes at off of message k and
+// returns the message: its destination, and its progress with this
+// fragment (the last when got reaches total; the message is then
+// forgotten). A fragment of no message, or not the next one, fails with
+// ucs.ErrInvalidParam; lost then reports a message that was in progress:
+// it is forgotten, and the caller ends its destination.
+func (t fragTable[D]) next(k fragKey, off uint64, n int) (f fragIn[D], lost bool, err error) {
+	f, found := t[k]
+	if !found {
+		return f, false, fmt.Errorf("fragment of %d bytes at %d of unknown message %d from %#x: %w", n, off, k.msg, k.src, ucs.ErrInvalidParam)
+	}
+	ok, done := f.take(off, n)
+	if !ok {
+		delete(t, k)
+		return f, true, fmt.Errorf("fragment of %d bytes at %d of message %d from %#x, expected at %d of %d: %w", n, off, k.msg, k.src, f.got, f.total, ucs.ErrInvalidParam)
+	}
+	if done {
+		delete(t, k)
+	} else {
+		t[k] = f
+	}
+	return f, false, nil
+}
+
+// rndvGetOp is the get of a rendezvous receive: the gets it still has to
+// issue, as an operation of the worker's send queue.
+type rndvGetOp struct {
+	w     *Worker
+	r     *Request
+	ref   *rkeyRef
+	ep    *Endpoint
+	raddr uint64
+	off   int // bytes whose get was issued
+	max   int // the largest get
+	maxIO int // the most iov elements of one get
+	iov   []uct.IOV
+}
+
+// rndvGet gets the r.tr.info.Length bytes of rendezvous data at raddr into
+// the receive r (of either family) through the key ref, which a lane to
+// the sender gets with; proto names the protocol. The receive completes,
+// and its sender hears of it (rndvAnswer), when the last get is done.
+func (w *Worker) rndvGet(r *Request, ref *rkeyRef, raddr uint64, proto string) {
+	rl := ref.rk.rma
+	at := rl.l.wi.attr
+	g := &rndvGetOp{w: w, r: r, ref: ref, ep: ref.rk.ep, raddr: raddr,
+		max: at.Get.MaxZcopy, maxIO: max(at.Get.MaxIOV, 1)}
+	if g.max <= 0 {
+		g.max = maxInt
+	}
+	r.proto, r.lane, r.tr.rk = proto, rl.l, ref
+	r.comp = uct.Completion{Count: 1, Func: rndvGetDone, Arg: r}
+	switch st := w.protoStart(g); {
+	case st == ucs.OK:
+		g.end(ucs.OK)
+	case st.IsErr():
+		g.end(st)
+	}
+}
+
+func (g *rndvGetOp) endpoint() *Endpoint { return g.ep }
+
+// advance issues the remaining gets (protoOp).
+func (g *rndvGetOp) advance() ucs.Status {
+	r, rl := g.r, g.ref.rk.rma
+	n := r.tr.info.Length
+	for g.off < n {
+		k := min(g.max, n-g.off)
+		g.iov = r.dt.zcopyIOV(g.iov[:0], g.off, k)
+		if len(g.iov) > g.maxIO {
+			k = 0
+			for _, v := range g.iov[:g.maxIO] {
+				k += len(v.Buffer)
+			}
+			g.iov = g.iov[:g.maxIO]
+		}
+		atomic.AddInt32(&r.comp.Count, 1)
+		st := rl.ep.GetZcopy(g.iov, g.raddr+uint64(g.off), rl.rkey, &r.comp)
+		clear(g.iov)
+		switch st {
+		case ucs.InProgress:
+		case ucs.OK:
+			atomic.AddInt32(&r.comp.Count, -1)
+		default:
+			atomic.AddInt32(&r.comp.Count, -1)
+			if st == ucs.ErrNoResource {
+				return st
+			}
+			r.comp.SetError(st)
+			return g.drop()
+		}
+		g.off += k
+	}
+	return g.drop()
+}
+
+// drop releases the issuer's reference of the receive's completion.
+func (g *rndvGetOp) drop() ucs.Status {
+	if atomic.AddInt32(&g.r.comp.Count, -1) == 0 {
+		return g.r.comp.Status()
+	}
+	return ucs.InProgress
+}
+
+func (g *rndvGetOp) abort(st ucs.Status) {
+	g.r.comp.SetError(st)
+	if fin := g.drop(); fin != ucs.InProgress {
+		g.end(fin)
+	}
+}
+
+// end finishes the get with st: the sender hears of it, and the receive
+// completes.
+func (g *rndvGetOp) end(st ucs.Status) {
+	g.w.rndvGetFinish(g.r, st)
+}
+
+// rndvGetDone is the completion of a rendezvous get's last transfer.
+func rndvGetDone(c *uct.Completion) {
+	r := c.Arg.(*Request)
+	r.w.rndvGetFinish(r, c.Status())
+}
+
+// rndvGetFinish ends the rendezvous get of r with st.
+func (w *Worker) rndvGetFinish(r *Request, st ucs.Status) {
+	if ref := r.tr.rk; ref != nil {
+		r.tr.rk = nil
+		w.rkc.put(ref)
+	}
+	w.rndvAnswer(r, st)
+	r.complete(st)
+}
+
+// rndvAnswer tells the sender of the rendezvous message the receive r
+// took that it read all it will of its data, with st: the message is no
+// longer being taken by r's family (a revoke of it is answered at once),
+// and the ATS ends the sender's send.
+func (w *Worker) rndvAnswer(r *Request, st ucs.Status) {
+	if r.tr.fam == famAM {
+		w.am.untake(fragKey{r.tr.src, r.tr.sreq})
+	} else {
+		w.tagTook(r, false)
+	}
+	w.rndvATS(r.tr.src, r.tr.sreq, st)
+}
+
+// rndvATS ends the rendezvous send sreq of the worker src (of either
+// family) with st: the receiver read what it will of the data, dropped the
+// message, or answers a revoke (ucs.ErrCanceled). A failure is logged, and
+// returned.
+func (w *Worker) rndvATS(src, sreq uint64, st ucs.Status) ucs.Status {
+	return w.tagCtrl(src, amTagATS, tagATSLen, sreq, uint64(int64(st)))
+}
+
+// rndvWaits holds the rendezvous receives that wait for their sender to
+// push or put the data, by receive number (the number their RTR gave the
+// sender), of both families (protoWorker.waits). A receive keeps its
+// progress in r.tr: got of r.tr.info.Length bytes came.
+type rndvWaits map[uint64]*Request
+
+// wait enters r, which sends its RTR next, by its number; the caller
+// holds its family's lock, where r stops being taken in the same step.
+func (p *protoWorker) wait(r *Request) {
+	p.lock()
+	p.waits[r.tr.rreq] = r
+	p.unlock()
+}
+
+// take forgets r, waiting as receive rreq, and reports whether it was
+// there (a receive Cancel ends, or whose RTR failed).
+func (p *protoWorker) take(rreq uint64, r *Request) bool {
+	p.lock()
+	defer p.unlock()
+	if rreq == 0 || p.waits[rreq] != r {
+		return false
+	}
+	delete(p.waits, rreq)
+	return true
+}
+
+// waitOf forgets and returns the receive of send sreq of src, if one
+// waits (the sender revokes the send).
+func (p *protoWorker) waitOf(src, sreq uint64) *Request {
+	p.lock()
+	defer p.unlock()
+	for id, r := range p.waits {
+		if r.tr.src == src && r.tr.sreq == sreq {
+			delete(p.waits, id)
+			return r
+		}
+	}
+	return nil
+}
+
+// waitsEnd forgets and returns the receives of family fam that match
+// (their sender failed).
+func (p *protoWorker) waitsEnd(fam uint8, match func(*Request) bool) []*Request {
+	var out []*Request
+	p.lock()
+	for id, r := range p.waits {
+		if r.tr.fam == fam && match(r) {
+			delete(p.waits, id)
+			out = append(out, r)
+		}
+	}
+	p.unlock()
+	return out
+}
+
+// rndvRecvData handles pushed rendezvous data, of a tag message or an
+// active message: it goes into the receive it is for, in order.
+func rndvRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, p, err := decodeTag(amTagData, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	pw := &w.proto
+	pw.lock()
+	r := pw.waits[h.rreq]
+	if r == nil || r.tr.src != h.src {
+		pw.unlock()
+		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for unknown receive %d: %w", len(p), h.off, h.src, h.rreq, ucs.ErrInvalidParam))
+	}
+	in := inOrder{r.tr.got, r.tr.info.Length}
+	ok, last := in.take(h.off, len(p))
+	if !ok || last {
+		delete(pw.waits, h.rreq)
+	}
+	if !ok {
+		pw.unlock()
+		w.rndvRecvDone(r, ucs.ErrIOError)
+		return w.tagDropped(fmt.Errorf("rendezvous data of %d bytes at %d from %#x for receive %d, expected at %d: %w", len(p), h.off, h.src, h.rreq, in.got, ucs.ErrInvalidParam))
+	}
+	r.tr.got = in.got
+	// Unpacked under the lock: a receive that Cancel or a revoke takes out
+	// of the waits meanwhile completes only once no piece is being written
+	// into its buffer.
+	r.tagUnpack(int(h.off), p)
+	pw.unlock()
+	if last {
+		w.rndvRecvDone(r, r.tr.status)
+	}
+	return ucs.OK
+}
+
+// rndvRecvATP handles the sender's word that it put all of a rendezvous
+// message into the receive's buffer.
+func rndvRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, _, err := decodeTag(amTagATP, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	p := &w.proto
+	p.lock()
+	r := p.waits[h.rreq]
+	if r != nil && r.tr.src == h.src && r.tr.got == 0 {
+		delete(p.waits, h.rreq)
+	} else {
+		r = nil
+	}
+	p.unlock()
+	if r == nil {
+		return w.tagDropped(fmt.Errorf("rendezvous put done from %#x for unknown receive %d: %w", h.src, h.rreq, ucs.ErrInvalidParam))
+	}
+	w.rndvRecvDone(r, h.status)
+	return ucs.OK
+}
+
+// rndvRecvDone completes r, a rendezvous receive of either family that
+// its sender pushes or puts data to, with st, and releases what it
+// registered for the put.
+func (w *Worker) rndvRecvDone(r *Request, st ucs.Status) {
+	if m := r.tr.memh; m != nil {
+		r.tr.memh = nil
+		w.ctx.MemUnmap(m)
+	}
+	r.complete(st)
+}
+
+// rndvFetch takes the rendezvous data that the receive r (of either
+// family; r.tr says its sender, send number, endpoint back and length,
+// which fits) was announced, at raddr with key at the sender, as
+// UCX_RNDV_SCHEME allows (see tag_rndv.go): copied from the sender's
+// memory where it is mapped here (rkey_ptr), got where a lane gets with
+// the key, otherwise asked for with an RTR, to be put into r's buffer (tag
+// messages) or pushed.
+func (w *Worker) rndvFetch(r *Request, key []byte, raddr uint64) {
+	ep, n, names := r.tr.ep, r.tr.info.Length, &rndvRecvProtos[r.tr.fam]
+	sch := w.ctx.rndvSch
+	// An active message's RTR has no room for a key: its data is pushed.
+	put := r.tr.fam == famTag && (sch == rndvPut || sch == rndvAuto && ep.thresholds().netPut)
+	if len(key) > 0 && (sch == rndvAuto || sch == rndvGet) {
+		if ref := w.rkc.get(ep, key, false); ref != nil {
+			rk := ref.rk
+			if p := rk.direct(raddr, n); p != nil && sch == rndvAuto {
+				r.proto = names.rkeyPtr
+				if rk.rma != nil {
+					r.lane = rk.rma.l
+				}
+				st := r.dt.unpack(0, unsafe.Slice((*byte)(p), n))
+				w.rkc.put(ref)
+				w.rndvAnswer(r, ucs.OK)
+				r.complete(st)
+				return
+			}
+			// Auto does not get over the network where the sender puts
+			// (rndvByPut).
+			if rk.rma != nil && rk.rma.get && r.dt.canZcopy() && !(put && rk.rma.l.deferred()) {
+				w.rndvGet(r, ref, raddr, names.get)
+				return
+			}
+			w.rkc.put(ref)
+		}
+	}
+	// The sender puts the data into the receive's buffer, or pushes it.
+	key, raddr = nil, 0
+	r.proto = names.push
+	if put && r.dt.isContig() {
+		buf := r.dt.contig[:n]
+		if key, r.tr.memh = w.rndvKey(ep, buf, nil, true); key != nil {
+			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+			r.proto = names.put
+		}
+	}
+	if r.tr.fam == famAM {
+		w.amRTR(r)
+		return
+	}
+	w.tagTook(r, true)
+	w.rndvRTR(ep, r.tr.sreq, r.tr.rreq, raddr, key)
+}
+
+// rndvRecvProtos names the protocols of rendezvous receives by family
+// (Request.Query).
+var rndvRecvProtos = [...]struct{ rkeyPtr, get, push, put string }{
+	famTag: {protoTagRecvRkeyPtr, protoTagRecvGet, protoTagRecvAM, protoTagRecvPut},
+	famAM:  {protoAMRecvRkeyPtr, protoAMRecvGet, protoAMRecv, protoAMRecv},
+}
+
+// rndvRecvRevoke handles a sender's revoke of a rendezvous message it
+// announced (its endpoint closed, or the send was canceled), of either
+// family: the family that holds the message drops it (tagRevoked,
+// amRevoked), and a receive that waits for the sender to push or put the
+// data completes with ucs.ErrCanceled. The sender then gets an ATS with
+// ucs.ErrCanceled: nothing here reads its data any more. So it does when
+// the message is not found (a receive took it and completed: the sender
+// had its ATS, and ignores this one). Only a receive taking the message
+// now is left alone: its ATS, sent once it is done, ends the send.
+func rndvRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, _, err := decodeTag(amTagRevoke, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	k := fragKey{h.src, h.sreq}
+	var r *Request
+	taking := false
+	if w.tag.enabled {
+		r, taking = w.tagRevoked(k)
+	}
+	if r == nil && !taking && w.am.enabled {
+		r, taking = w.amRevoked(k)
+	}
+	if taking {
+		return ucs.OK
+	}
+	if r != nil {
+		w.rndvRecvDone(r, ucs.ErrCanceled)
+	}
+	if h.src == w.uid {
+		// The sender is this worker (an endpoint to itself, which may
+		// have been its only one): no message needed.
+		if op := w.takeSend(h.sreq, h.src, "", true); op != nil {
+			op.comp.Invoke(ucs.ErrCanceled)
+		}
+		return ucs.OK
+	}
+	w.rndvATS(h.src, h.sreq, ucs.ErrCanceled)
+	return ucs.OK
+}
