@@ -256,7 +256,7 @@ func (l *lane) packLocked(id uint8, hdr, ext []byte, it *dtIter, off, n int) ucs
 	}
 	p.hlen = copy(p.hb[:], hdr)
 	p.ext, p.it, p.off, p.n = ext, it, off, n
-	_, st := l.ep.AMBcopy(id, p.fn, uctSendFlags(id, hdr))
+	_, st := l.ep.AMBcopy(id, p.fn, uctSendFlags(id))
 	p.ext, p.it = nil, nil
 	return st
 }
@@ -265,7 +265,7 @@ func (l *lane) packLocked(id uint8, hdr, ext []byte, it *dtIter, off, n int) ucs
 // header, then data; a signaled one (uctSendFlags) goes by AM bcopy, as
 // AMShort cannot carry the flag.
 func (l *lane) amShortHdr(id uint8, hdr []byte, data []byte) ucs.Status {
-	if uctSendFlags(id, hdr) != 0 {
+	if uctSendFlags(id) != 0 {
 		// The packer copies at most len(hb) header bytes; the rest goes
 		// as ext, which it reads in place.
 		h, ext := hdr, []byte(nil)
@@ -297,7 +297,7 @@ func (op *sendOp) zsend(id uint8, hdr []byte, off, n int) ucs.Status {
 	atomic.AddInt32(&op.comp.Count, 1)
 	l := op.l
 	l.sendMu.Lock()
-	st := l.ep.AMZcopy(id, hdr, op.iov, uctSendFlags(id, hdr), &op.comp)
+	st := l.ep.AMZcopy(id, hdr, op.iov, uctSendFlags(id), &op.comp)
 	l.sendMu.Unlock()
 	clear(op.iov)
 	if st != ucs.InProgress {

@@ -175,7 +175,9 @@ func armEvents(events uint32) uint32 {
 // signaledIDs marks the uct ids of the messages sent with
 // uct.SendFlagSignaled: those that start no receive but carry a step of an
 // operation under way, the sender's or the receiver's (see the top of the
-// file). Messages of amUCP are told by their type (signaledAMTypes).
+// file). The messages of amUCP all start a receive (or carry a reply
+// endpoint's address): the rendezvous steps of active messages travel as
+// the tag protocol's.
 var signaledIDs = func() (s [uct.AMMaxID]bool) {
 	for _, id := range []uint8{
 		amTagAck, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke,
@@ -187,21 +189,10 @@ var signaledIDs = func() (s [uct.AMMaxID]bool) {
 	return s
 }()
 
-// signaledAMTypes marks the types of ucp active messages (amHeader.typ)
-// sent signaled: the rendezvous steps.
-var signaledAMTypes = func() (s [amTypeEnd]bool) {
-	for _, t := range []uint8{amRTR, amData, amDrop, amRevoke} {
-		s[t] = true
-	}
-	return s
-}()
-
-// uctSendFlags returns the uct send flags of a message of uct id id whose
-// header starts with hdr: uct.SendFlagSignaled for the messages that
-// start no receive.
-func uctSendFlags(id uint8, hdr []byte) uint32 {
-	if id < uct.AMMaxID && signaledIDs[id] ||
-		id == amUCP && len(hdr) > 0 && hdr[0] < amTypeEnd && signaledAMTypes[hdr[0]] {
+// uctSendFlags returns the uct send flags of a message of uct id id:
+// uct.SendFlagSignaled for the messages that start no receive.
+func uctSendFlags(id uint8) uint32 {
+	if id < uct.AMMaxID && signaledIDs[id] {
 		return uct.SendFlagSignaled
 	}
 	return 0
