@@ -136,8 +136,11 @@ func (w *Worker) Progress() int {
 		return 0
 	}
 	n := 0
-	for _, cb := range *p {
-		n += cb.fn()
+	// By index, reading fn alone: a copy of the entry would read refs,
+	// which ProgressUnregister changes in place.
+	cbs := *p
+	for i := range cbs {
+		n += cbs[i].fn()
 	}
 	return n
 }

@@ -62,3 +62,27 @@ func TestProgressRegisterShared(t *testing.T) {
 		})
 	}
 }
+
+// TestProgressWhileCounting: Progress runs without a lock while another
+// goroutine counts references of a shared callback (a listener's progress
+// registered and dropped while the worker progresses); under the race
+// detector this fails if Progress reads what the count changes.
+func TestProgressWhileCounting(t *testing.T) {
+	w := NewWorker(ucs.ThreadModeMulti)
+	w.ProgressRegister(func() int { return 0 })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 1000 {
+			w.Progress()
+		}
+	}()
+	key := new(int)
+	for range 1000 {
+		a := w.ProgressRegisterShared(key, func() int { return 0 })
+		b := w.ProgressRegisterShared(key, func() int { return 0 })
+		w.ProgressUnregister(b)
+		w.ProgressUnregister(a)
+	}
+	<-done
+}
