@@ -4,6 +4,9 @@
  * the hot ones, the program's static data as a symmetric region, the
  * deprecated active-set collectives and the locks. */
 #define _GNU_SOURCE
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include "gsh.h"
 
 #include <errno.h>
@@ -227,8 +230,14 @@ void gsh_data_attach(int pe, const void *b, size_t n) {
     if (m != MAP_FAILED) gsh_data_peer[pe] = m;
 }
 
+int gsh_erms;
+
 /* gsh_tables_init sizes the tables for npes PEs; Go fills them. */
 void gsh_tables_init(int me, int npes, void *heap, size_t heap_size) {
+#if defined(__x86_64__)
+    unsigned int a, b, c, d;
+    gsh_erms = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 9)); /* CPUID.7.0:EBX.ERMS */
+#endif
     gsh_heap_peer = calloc((size_t)npes, sizeof(char *));
     gsh_data_peer = calloc((size_t)npes, sizeof(char *));
     gsh_checked = calloc((size_t)npes, 1);
