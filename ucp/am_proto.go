@@ -8,30 +8,6 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// amControl sends a protocol message of active messages (an RTR, a drop)
-// on ep's AM lane, now or, when the lane has no room (or the endpoint has
-// queued operations), from Progress. It returns OK or InProgress when the
-// message went or will go.
-func (w *Worker) amControl(ep *Endpoint, h amHeader) ucs.Status {
-	if ep == nil || ep.closed.Load() || ep.am == nil {
-		return ucs.ErrNotConnected
-	}
-	return w.amCtrl(ep, h)
-}
-
-// amCtrl is amControl on an endpoint that may be closing (a revoke).
-func (w *Worker) amCtrl(ep *Endpoint, h amHeader) ucs.Status {
-	h.src = w.uid
-	op := w.newSendOp(ep, topCtrl)
-	op.fam, op.th, op.id, op.hlen = famAM, ep.thresholds(), amUCP, amHdrLen
-	h.put(op.hdr[:])
-	st := w.protoStart(op)
-	if st != ucs.InProgress {
-		op.free()
-	}
-	return st
-}
-
 // amFailEP ends, with st, the rendezvous receives the peer of ep, which
 // failed or closed, was to push data to.
 func (w *Worker) amFailEP(ep *Endpoint, st ucs.Status) {
