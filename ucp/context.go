@@ -481,9 +481,6 @@ func (c *Context) selectResources() error {
 			c.mds = append(c.mds, e)
 		}
 	}
-	if len(uct.Components()) == 0 {
-		return fmt.Errorf("ucp init: no transport is linked in (import _ \"github.com/goshmem/goshmem/uct/transports\"): %w", ucs.ErrNoDevice)
-	}
 	if len(c.resources) == 0 {
 		return fmt.Errorf("ucp init: no transport selected by UCX_TLS=%s: %w", c.config.Get("TLS"), ucs.ErrNoDevice)
 	}
