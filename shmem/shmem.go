@@ -238,7 +238,10 @@ type state struct {
 	ctx     *ucp.Context
 	worker  *ucp.Worker
 	barrier barrierState
-	spin    int  // loads a waiter spins before yielding
+	spin    int // loads a waiter spins before yielding
+	// perCPU is the number of its node's PEs that may run on each of this
+	// PE's CPUs, rounded up (see crowding).
+	perCPU  int
 	netPoll bool // some peer is reached through the network
 	env     envSettings
 	phase   phase
@@ -502,19 +505,25 @@ func startCollectives(m *bootstrap.Member, level ThreadLevel, env envSettings) e
 		}
 	}
 	defaultCtx = Ctx{peers: st.peers, worker: st.worker, team: TeamWorld, shared: level == ThreadMultiple}
-	st.spin = spinDedicated
 	for i := range st.peers {
 		st.netPoll = st.netPoll || !st.peers[i].mapped // so are those of other nodes
-	}
-	if m.LocalSize() > runtime.NumCPU() {
-		st.spin = spinOversubscribed
-		shareCores(m.LocalSize())
 	}
 	if err := st.barrier.init(); err != nil {
 		return err
 	}
 	st.env = env
-	if err := st.barrier.chooseScheme(); err != nil {
+	places, err := gatherPlacements()
+	if err != nil {
+		return err
+	}
+	var procs int
+	st.perCPU, procs = cpuShare(places, st.table.Node, st.me)
+	st.spin = spinDedicated
+	if crowded(places, st.table.Node, st.me) {
+		st.spin = spinOversubscribed
+		shareCores(procs)
+	}
+	if err := st.barrier.chooseScheme(places); err != nil {
 		return err
 	}
 	if err := initTeams(); err != nil {
@@ -653,17 +662,18 @@ func sizeString(n int) string {
 	return fmt.Sprintf("%dK", (n+1<<10-1)>>10)
 }
 
-// shareCores gives this PE its share of the node's cores as the Go
-// runtime's processors (GOMAXPROCS), when the node has more PEs than cores
-// and the environment does not set GOMAXPROCS: with a processor per core
-// in every PE, the runtimes' idle processors spin and wake each other
-// (about a fifth of an oversubscribed job's CPU time), on cores that the
-// PEs' own work needs. resetState gives the old value back.
-func shareCores(localPEs int) {
+// shareCores makes procs, this PE's share of the cores it may run on
+// (see crowding), the Go runtime's processors (GOMAXPROCS), when its node
+// has more PEs than cores and the environment does not set GOMAXPROCS:
+// with a processor per core in every PE, the runtimes' idle processors
+// spin and wake each other (about a fifth of an oversubscribed job's CPU
+// time), on cores that the PEs' own work needs. resetState gives the old
+// value back.
+func shareCores(procs int) {
 	if _, set := os.LookupEnv("GOMAXPROCS"); set {
 		return
 	}
-	st.oldProcs = runtime.GOMAXPROCS(max(1, runtime.NumCPU()/localPEs))
+	st.oldProcs = runtime.GOMAXPROCS(procs)
 }
 
 // resetState forgets everything Init set but the phase, which only Init

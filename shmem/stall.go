@@ -319,10 +319,7 @@ func (w *waiter) slow() {
 // PEs per core, so that a start-up of many PEs on few cores does not pay
 // for it.
 func firstMismatchCheck() time.Duration {
-	if st.member == nil {
-		return stallCheckAfter
-	}
-	return stallCheckAfter * time.Duration(max(1, (st.member.LocalSize()+runtime.NumCPU()-1)/runtime.NumCPU()))
+	return stallCheckAfter * time.Duration(max(1, st.perCPU))
 }
 
 // done ends a wait.

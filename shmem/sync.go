@@ -169,43 +169,23 @@ func (b *barrierState) init() error {
 	return nil
 }
 
-// chooseScheme decides, the same way on every PE, how barriers go:
-// centralized only on an oversubscribed node where every PE maps every
-// other's heap; node-aware when every PE asks for it (GOSHMEM_BARRIER),
-// the job spans nodes, some node runs several PEs, and every PE maps the
-// heaps of its node's PEs; otherwise a dissemination over every PE. Each
-// PE reports what it maps, and what it asks for, in a bootstrap allgather
-// (transports and environments may differ among PEs, so no PE can tell
-// alone).
-func (b *barrierState) chooseScheme() error {
-	all, node, asked := byte(1), byte(1), byte(0)
-	if st.env.barrier == barrierNodeAware {
-		asked = 1
+// chooseScheme decides, the same way on every PE, how barriers go, from
+// the PEs' placements (in job rank order): centralized where every PE maps
+// every other's heap and some PE shares its CPUs with more PEs than it has
+// CPUs (crowded), where every wait may need a PE that is not running; node-aware when every PE asks for it
+// (GOSHMEM_BARRIER), the job spans nodes, some node runs several PEs, and
+// every PE maps the heaps of its node's PEs; otherwise a dissemination over
+// every PE. Each PE reports what it maps and what it asks for in its
+// placement (transports and environments may differ among PEs, so no PE
+// can tell alone).
+func (b *barrierState) chooseScheme(all []placement) error {
+	allMapped, nodeMapped := true, true
+	for _, p := range all {
+		allMapped = allMapped && p.mapsAll
+		nodeMapped = nodeMapped && p.mapsNode && p.nodeAware
 	}
 	me := st.table.Node(st.me)
-	for pe := range st.peers {
-		if pe == st.me || st.peers[pe].mapped {
-			continue
-		}
-		all = 0
-		if st.table.Node(pe) == me {
-			node = 0
-		}
-	}
-	flags, err := st.member.Allgather([]byte{all | node<<1 | asked<<2})
-	if err != nil {
-		return fmt.Errorf("barrier setup: %w", err)
-	}
-	allMapped, nodeMapped := true, true
-	for _, f := range flags {
-		if len(f) != 1 || f[0]&1 == 0 {
-			allMapped = false
-		}
-		if len(f) != 1 || f[0]&6 != 6 { // maps its node, asks for node-aware
-			nodeMapped = false
-		}
-	}
-	b.central = st.spin == spinOversubscribed && allMapped
+	b.central = allMapped && crowded(all, st.table.Node, -1)
 	b.leaders, b.leader, b.lrank, b.local = nil, 0, -1, 0
 	nodes := st.table.Nodes()
 	if b.central || !nodeMapped || nodes < 2 || nodes >= st.npes {
