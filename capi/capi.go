@@ -29,6 +29,10 @@ void gsh_data_attach(int pe, const void *b, size_t n);
 void shmemx_data_bounds(void **base, size_t *size);
 void gsh_tables_init(int me, int npes, void *heap, size_t heap_size);
 void gsh_tables_free(void);
+void gsh_wsync_init(int rounds, int spin, uint64_t *number, uint64_t *collword, uint64_t kind_barrier_all, uint64_t kind_sync_all);
+void gsh_wsync_round(int k, uint64_t *own, uint64_t *peer);
+void gsh_wsync_free(void);
+int gsh_wsync_on(void);
 void gsh_fatal_go(const char *fn, const char *msg);
 typedef struct { int num_contexts; } gsh_team_config;
 typedef struct { size_t total_ops; } gsh_session_config;
@@ -41,6 +45,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/goshmem/goshmem/internal/worldsync"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -148,6 +153,7 @@ func goshmem_go_init(requested C.int, provided *C.int) C.int {
 		base, size := shmem.HeapBounds()
 		C.gsh_tables_init(C.int(shmem.MyPE()), C.int(shmem.NPEs()), base, C.size_t(size))
 	}
+	lendWorldSync()
 	return 0
 }
 
@@ -155,6 +161,7 @@ func goshmem_go_init(requested C.int, provided *C.int) C.int {
 func goshmem_go_finalize() {
 	shmem.Finalize()
 	if !shmem.QueryInitialized() {
+		C.gsh_wsync_free()
 		C.gsh_tables_free()
 	}
 }
@@ -470,16 +477,46 @@ func b2i(b bool) C.int {
 	return 0
 }
 
-//export pshmem_barrier_all
-func pshmem_barrier_all() {
+//export goshmem_go_barrier_all
+func goshmem_go_barrier_all() {
 	defer fatalInGo("shmem_barrier_all")
 	shmem.BarrierAll()
 }
 
-//export pshmem_sync_all
-func pshmem_sync_all() {
+//export goshmem_go_sync_all
+func goshmem_go_sync_all() {
 	defer fatalInGo("shmem_sync_all")
 	shmem.SyncAll()
+}
+
+// lendWorldSync gives the C barrier (gsh_wsync in core.c) the world
+// barrier's layout, when package shmem lends it (internal/worldsync).
+func lendWorldSync() {
+	l := worldsync.Current()
+	if l == nil || C.gsh_wsync_on() != 0 {
+		return
+	}
+	C.gsh_wsync_init(C.int(len(l.Own)), C.int(l.Spin), (*C.uint64_t)(unsafe.Pointer(l.Number)),
+		(*C.uint64_t)(unsafe.Pointer(l.CollWord)), C.uint64_t(l.BarrierAll), C.uint64_t(l.SyncAll))
+	for k := range l.Own {
+		C.gsh_wsync_round(C.int(k), (*C.uint64_t)(l.Own[k]), (*C.uint64_t)(l.Peer[k]))
+	}
+}
+
+//export goshmem_go_world_wait
+func goshmem_go_world_wait(p *C.uint64_t, v C.uint64_t) {
+	defer fatalInGo("shmem_barrier_all")
+	worldsync.Current().Wait((*uint64)(unsafe.Pointer(p)), uint64(v))
+}
+
+//export goshmem_go_world_mismatch
+func goshmem_go_world_mismatch(sync C.int) {
+	routine, name := "BarrierAll", "shmem_barrier_all"
+	if sync != 0 {
+		routine, name = "SyncAll", "shmem_sync_all"
+	}
+	defer fatalInGo(name)
+	worldsync.Current().Mismatch(routine)
 }
 
 //export pshmem_team_sync

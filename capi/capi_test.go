@@ -137,6 +137,9 @@ func TestCPrograms(t *testing.T) {
 		env      []string
 	}{
 		{"smoke", "2", nil},
+		{"barrier", "2", nil},
+		{"barrier", "5", nil},
+		{"barrier", "3", []string{"UCX_TLS=tcp,self"}},
 		{"smoke", "3", []string{"UCX_TLS=tcp,self"}},
 		{"colls", "3", nil},
 		{"colls", "4", []string{"UCX_TLS=tcp,self"}},
@@ -191,6 +194,23 @@ func TestCErrors(t *testing.T) {
 				t.Fatalf("errors %s: want one line with %q and no traceback, got:\n%s", tc.what, tc.want, out)
 			}
 		})
+	}
+}
+
+// TestCBarrierMismatch makes PE 0 call shmem_barrier_all where the others
+// call shmem_sync_all, in the barrier that runs in C over shared memory and
+// in Go over tcp: the job must end non-zero with the report of a
+// collective mismatch naming both calls.
+func TestCBarrierMismatch(t *testing.T) {
+	exe := compile(t, "barrier")
+	for _, env := range [][]string{nil, {"UCX_TLS=tcp,self"}} {
+		out, err := run(t, exe, "3", env, "mismatch")
+		if err == nil || strings.Contains(out, "passed a mismatched barrier") {
+			t.Fatalf("%v: the job went on past a mismatched barrier: %v\n%s", env, err, out)
+		}
+		if !strings.Contains(out, "collective mismatch on TeamWorld") || !strings.Contains(out, "BarrierAll") || !strings.Contains(out, "SyncAll") {
+			t.Fatalf("%v: no mismatch report naming BarrierAll and SyncAll:\n%s", env, out)
+		}
 	}
 }
 

@@ -396,6 +396,92 @@ static inline void gsh_quiet(shmem_ctx_t ctx, const char *fn) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (__atomic_load_n(&gsh_go_pending, __ATOMIC_RELAXED)) goshmem_go_quiet(gsh_h(ctx), fn);
 }
+/* The world team's barrier (gsh_wsync). It is Go's (shmem/sync.go,
+ * disseminate, and the collective word of stall.go's beginColl) word for
+ * word, on the same words, so that a PE may pass one barrier here and the
+ * next in Go (an allocation's), and C and Go PEs may meet in one: the
+ * collective word counts the call and says its kind; the barrier number
+ * goes up by one; in round k the PE stores the least and greatest key it
+ * heard of into its partner's line (the words of the number's parity) and
+ * brings the partner's counter to the number with a release store, then
+ * waits for its own counter and folds in the keys it got. Keys that differ
+ * at the end are a mismatch, which Go reports. A wait that lasts goes to
+ * Go, which drives progress, yields, and serves the stall reports. */
+struct gsh_wsync gsh_wsync;
+
+/* gsh_wsync_init starts lending (Go calls it, then gsh_wsync_round for
+ * each round, the last of which turns the C barrier on). */
+void gsh_wsync_init(int rounds, int spin, uint64_t *number, uint64_t *collword, uint64_t kind_barrier_all, uint64_t kind_sync_all) {
+    gsh_wsync_free();
+    struct gsh_wsync *w = &gsh_wsync;
+    w->own = calloc((size_t)rounds + 1, sizeof(uint64_t *));
+    w->peer = calloc((size_t)rounds + 1, sizeof(uint64_t *));
+    if (!w->own || !w->peer) gsh_fatal("shmem_init", "out of memory");
+    w->rounds = rounds;
+    w->spin = spin;
+    w->number = number;
+    w->collword = collword;
+    w->kind_barrier_all = kind_barrier_all;
+    w->kind_sync_all = kind_sync_all;
+    w->on = rounds == 0;
+}
+
+void gsh_wsync_round(int k, uint64_t *own, uint64_t *peer) {
+    gsh_wsync.own[k] = own;
+    gsh_wsync.peer[k] = peer;
+    gsh_wsync.on = k == gsh_wsync.rounds - 1;
+}
+
+int gsh_wsync_on(void) { return gsh_wsync.on; }
+
+void gsh_wsync_free(void) {
+    free(gsh_wsync.own);
+    free(gsh_wsync.peer);
+    memset(&gsh_wsync, 0, sizeof gsh_wsync);
+}
+
+static void gsh_world_sync(uint64_t kind, int sync) {
+    struct gsh_wsync *w = &gsh_wsync;
+    uint64_t word = ((__atomic_load_n(w->collword, __ATOMIC_RELAXED) >> 9) + 1) << 9 | kind << 1 | 1;
+    __atomic_store_n(w->collword, word, __ATOMIC_RELEASE);
+    uint64_t epoch = ++*w->number, lo = word, hi = word;
+    unsigned keys = 1 + 2 * (unsigned)(epoch & 1);
+    for (int k = 0; k < w->rounds; k++) {
+        uint64_t *peer = w->peer[k], *own = w->own[k];
+        __atomic_store_n(&peer[keys], lo, __ATOMIC_RELAXED);
+        __atomic_store_n(&peer[keys + 1], hi, __ATOMIC_RELAXED);
+        __atomic_store_n(&peer[0], epoch, __ATOMIC_RELEASE);
+        for (int n = 0; __atomic_load_n(own, __ATOMIC_ACQUIRE) < epoch; n++)
+            if (GSH_UNLIKELY(n == w->spin)) {
+                goshmem_go_world_wait(own, epoch);
+                break;
+            }
+        uint64_t l = __atomic_load_n(&own[keys], __ATOMIC_RELAXED), h = __atomic_load_n(&own[keys + 1], __ATOMIC_RELAXED);
+        lo = l < lo ? l : lo;
+        hi = h > hi ? h : hi;
+    }
+    if (GSH_UNLIKELY(lo != hi)) goshmem_go_world_mismatch(sync);
+    __atomic_store_n(w->collword, word & ~(uint64_t)1, __ATOMIC_RELEASE);
+}
+
+GSH_WEAK(shmem_barrier_all)
+void pshmem_barrier_all(void) {
+    if (GSH_UNLIKELY(!gsh_wsync.on)) {
+        goshmem_go_barrier_all();
+        return;
+    }
+    gsh_quiet(SHMEM_CTX_DEFAULT, GSH_FN);
+    gsh_world_sync(gsh_wsync.kind_barrier_all, 0);
+}
+GSH_WEAK(shmem_sync_all)
+void pshmem_sync_all(void) {
+    if (GSH_UNLIKELY(!gsh_wsync.on)) {
+        goshmem_go_sync_all();
+        return;
+    }
+    gsh_world_sync(gsh_wsync.kind_sync_all, 1);
+}
+
 GSH_WEAK(shmem_ctx_quiet)
 void pshmem_ctx_quiet(shmem_ctx_t ctx) { gsh_quiet(ctx, GSH_FN); }
 GSH_WEAK(shmem_quiet)
@@ -875,8 +961,6 @@ void *pshmem_team_ptr(shmem_team_t team, const void *dest, int pe) {
 #define GSH_WEAK_GO(ret, name, params, args) \
     __attribute__((weak)) ret shmem_##name params { return pshmem_##name args; }
 GSH_WEAK_GO(int, pe_accessible, (int pe), (pe))
-GSH_WEAK_GO(void, barrier_all, (void), ())
-GSH_WEAK_GO(void, sync_all, (void), ())
 GSH_WEAK_GO(int, team_sync, (shmem_team_t team), (team))
 GSH_WEAK_GO(void *, malloc, (size_t size), (size))
 GSH_WEAK_GO(void *, calloc, (size_t count, size_t size), (count, size))

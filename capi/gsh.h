@@ -46,6 +46,23 @@ extern char **gsh_heap_peer, **gsh_data_peer;
 extern uint64_t *gsh_static_words;
 extern unsigned char *gsh_checked;
 
+/* gsh_wsync is the world team's barrier, when Go lends it
+ * (internal/worldsync: a dissemination over heaps this PE maps, Go not
+ * profiling): on is set, and the rest is Go's layout of its words (the
+ * barrier number, the collective word, and each round's counter line of
+ * this PE and of the PE it signals), which shmem_barrier_all and
+ * shmem_sync_all then use without calling into Go. */
+struct gsh_wsync {
+    int on, rounds, spin;
+    uint64_t *number, *collword;
+    uint64_t kind_barrier_all, kind_sync_all;
+    uint64_t **own, **peer;
+};
+extern struct gsh_wsync gsh_wsync;
+void gsh_wsync_init(int rounds, int spin, uint64_t *number, uint64_t *collword, uint64_t kind_barrier_all, uint64_t kind_sync_all);
+void gsh_wsync_round(int k, uint64_t *own, uint64_t *peer);
+void gsh_wsync_free(void);
+
 /* Go's side (capi.go), called on the slow paths only. Those that take fn,
  * the routine the program called, end the job with a one-line message
  * naming it when package shmem rejects an argument. */
@@ -69,6 +86,10 @@ extern void goshmem_go_session_stop(uintptr_t ctx, const char *fn);
 __attribute__((noreturn, cold)) void gsh_fatal_go(const char *fn, const char *msg);
 extern void goshmem_go_global_exit(int status);
 extern void goshmem_go_pcontrol(int level);
+extern void goshmem_go_barrier_all(void);
+extern void goshmem_go_sync_all(void);
+extern void goshmem_go_world_wait(uint64_t *p, uint64_t v);
+extern void goshmem_go_world_mismatch(int sync);
 
 /* A context made by shmem_ctx_create or shmem_team_create_ctx:
  * shmem_ctx_t points to one (SHMEM_CTX_DEFAULT and SHMEM_CTX_INVALID are

@@ -155,6 +155,7 @@ import (
 	"unsafe"
 
 	"github.com/goshmem/goshmem/bootstrap"
+	"github.com/goshmem/goshmem/internal/worldsync"
 	"github.com/goshmem/goshmem/symheap"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
@@ -557,6 +558,7 @@ func enterInitialized(m *bootstrap.Member, ctx *ucp.Context, level ThreadLevel) 
 		warnSlowSelection()
 	}
 	profStart()
+	publishWorldSync()
 	return nil
 }
 
@@ -679,6 +681,7 @@ func shareCores(procs int) {
 // resetState forgets everything Init set but the phase, which only Init
 // and Finalize change.
 func resetState() {
+	worldsync.Publish(nil)
 	if st.oldProcs != 0 {
 		runtime.GOMAXPROCS(st.oldProcs)
 	}
@@ -739,6 +742,7 @@ func Finalize() {
 	// The profile ends before the job's last barrier, which the program
 	// did not call; and every PE has written its files once any returns.
 	profStop()
+	worldsync.Publish(nil)
 	Quiet()
 	destroyContexts()
 	// A PE may be completing operations that need another PE's progress

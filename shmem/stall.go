@@ -104,8 +104,10 @@ var teamsBySlot [MaxTeams]atomic.Pointer[Team]
 // checks before it communicates does not count. Plain release stores: the
 // PE is the only writer of its word, and a barrier pays for nothing more.
 func (t *Team) beginColl(routine string) {
-	t.collSeq++
-	ucs.StoreRelease(t.collWord(), t.collSeq<<9|collKindOf[routine]<<1|1)
+	p := t.collWord()
+	// The call number is the word's own: the C library's barrier
+	// (internal/worldsync) counts the world team's calls in it too.
+	ucs.StoreRelease(p, (atomic.LoadUint64(p)>>9+1)<<9|collKindOf[routine]<<1|1)
 }
 
 func (t *Team) endColl() {

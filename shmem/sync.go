@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goshmem/goshmem/internal/worldsync"
 	"github.com/goshmem/goshmem/symheap"
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
@@ -133,8 +134,13 @@ func SyncAll() {
 // keeps all of them sending; nodes with cores of their own are where it
 // should win, and where it is still to be measured.
 type barrierState struct {
-	off     uintptr // heap offset of the counters, one cache line each
-	rounds  int
+	off    uintptr // heap offset of the counters, one cache line each
+	rounds int
+	// number is this PE's barrier number, in a line of its heap that no
+	// other PE touches, so that the C library's barrier (capi, through
+	// internal/worldsync) and this one count the same barriers; epoch is
+	// its value in the barrier under way.
+	number  *uint64
 	epoch   uint64
 	central bool
 	// leaders are the node leaders, in node order, when the barrier is
@@ -150,18 +156,20 @@ type barrierState struct {
 const counterStride = symheap.MinAlign
 
 // barrierLines is the number of counter lines of the barrier: one per round
-// of the dissemination, then the arrival counter and release word.
-func barrierLines() int { return bits.Len(uint(st.npes-1)) + 2 }
+// of the dissemination, then the arrival counter and release word, then
+// the barrier number.
+func barrierLines() int { return bits.Len(uint(st.npes-1)) + 3 }
 
 func (b *barrierState) init() error {
 	lines := barrierLines()
-	b.rounds = lines - 2
+	b.rounds = lines - 3
 	off, err := st.heap.Alloc(lines*counterStride, counterStride)
 	if err != nil {
 		return fmt.Errorf("barrier counters: %w", err)
 	}
 	clear(unsafe.Slice((*byte)(st.heap.At(off)), lines*counterStride))
 	b.off = uintptr(off)
+	b.number = (*uint64)(st.heap.At(off + (b.rounds+2)*counterStride))
 	// The central barrier's minimum words start above every key.
 	for par := range 2 {
 		*(*uint64)(st.heap.At(off + (b.rounds+1)*counterStride + 8*(1+2*par))) = math.MaxUint64
@@ -310,7 +318,8 @@ func foldMax(p *uint64, v uint64) {
 // sync is the job's barrier. Every PE passes a key, and sync reports
 // whether all passed the same one; see disseminate.
 func (b *barrierState) sync(routine string, key uint64) bool {
-	b.epoch++
+	*b.number++
+	b.epoch = *b.number
 	switch {
 	case b.central:
 		return b.syncCentral(routine, key)
@@ -352,8 +361,11 @@ func disseminateKeys(routine string, members []int, me int, off0 uintptr, epoch,
 		keys := off + 8*(1+2*par)
 		pe := members[(me+dist)%n]
 		if q := jobPeer(routine, pe); q.base != nil {
-			atomic.StoreUint64((*uint64)(unsafe.Add(q.base, keys)), lo)
-			atomic.StoreUint64((*uint64)(unsafe.Add(q.base, keys+8)), hi)
+			// The counter's release store publishes the keys: plain
+			// stores (an atomic store is a locked exchange on amd64,
+			// which waits for this CPU to own the peer's line).
+			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, keys)), lo)
+			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, keys+8)), hi)
 			ucs.StoreRelease((*uint64)(unsafe.Add(q.base, off)), epoch)
 		} else {
 			sendRound(routine, pe, off, epoch, lo, hi)
@@ -454,7 +466,7 @@ const (
 
 func (w *waiter) pause() {
 	w.n++
-	if w.n%256 == 0 {
+	if w.n%progressLoads == 0 {
 		st.worker.Progress()
 	}
 	if w.n > st.spin {
@@ -478,4 +490,41 @@ func (w *waiter) pause() {
 		}
 		ucs.YieldThread()
 	}
+}
+
+// progressLoads is how many loads a wait makes between two calls of the
+// worker's progress (waiter.pause).
+const progressLoads = 256
+
+// publishWorldSync lends the world team's barrier to the C library
+// (internal/worldsync) when it is a dissemination over heaps this PE maps
+// and nothing else needs Go (profiling counts the calls in Go): the C
+// barrier then costs no call into Go. It connects the PEs this PE signals,
+// as the first barrier would.
+func publishWorldSync() {
+	worldsync.Publish(nil)
+	b := &st.barrier
+	if profOn || b.central || b.leaders != nil {
+		return
+	}
+	l := &worldsync.Layout{
+		Number:     b.number,
+		CollWord:   teamWorld.collWord(),
+		BarrierAll: collKindOf["BarrierAll"],
+		SyncAll:    collKindOf["SyncAll"],
+		Spin:       progressLoads,
+		Wait:       waitGE,
+		Mismatch:   teamWorld.collMismatch,
+	}
+	n := teamWorld.npes
+	for k, dist := 0, 1; dist < n; k, dist = k+1, dist<<1 {
+		q := jobPeer("Init", teamWorld.members[(teamWorld.me+dist)%n])
+		if q.base == nil {
+			return
+		}
+		off := b.off + uintptr(k)*counterStride
+		l.Own = append(l.Own, st.heap.At(int(off)))
+		l.Peer = append(l.Peer, unsafe.Add(q.base, off))
+	}
+	worldsync.Publish(l)
 }

@@ -38,7 +38,6 @@ type Team struct {
 	off     uintptr // heap offset of those words
 	epoch   uint64  // syncs done
 	xseq    uint64  // record exchanges done
-	collSeq uint64  // collective calls made (stall.go)
 	config  TeamConfig
 	mask    TeamConfigMask
 	name    string
