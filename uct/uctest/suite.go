@@ -186,7 +186,7 @@ type env struct {
 	iface     uct.Iface
 	attr      *uct.IfaceAttr
 	extra     uct.Iface // a second iface a case opened, which progress progresses too
-	local     *server // the in-process target, when inProcess
+	local     *server   // the in-process target, when inProcess
 	main      *conn
 
 	scratch     []byte // registered local memory for zcopy operations
