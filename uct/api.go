@@ -82,21 +82,29 @@ const (
 	IfaceOpenModeDevice uint64 = 1 << 0
 )
 
+// MaxRxHeadroom bounds IfaceParams.RxHeadroom: 64 KiB, far more than a
+// receive descriptor needs, and little beside a receive buffer.
+const MaxRxHeadroom = 64 << 10
+
 // IfaceParams are the parameters of MD.IfaceOpen (uct_iface_params_t).
 type IfaceParams struct {
 	// TLName and DevName select the resource (from MD.TLResources).
 	TLName, DevName string
 	// StatsRoot of UCX has no meaning here.
-	//
-	// RxHeadroom (uct_iface_params_t.rx_headroom, the bytes a transport
-	// reserves in front of the data it hands to AM handlers, where a
-	// user builds a descriptor) is not provided: a Go slice cannot reach
-	// before its start, so reserved bytes would need an unsafe accessor
-	// trusting each transport's buffer layout, and the shared-memory
-	// transport hands handlers data in place in the sender's FIFO cell,
-	// whose layout has no room the receiver chooses. Handlers get data
-	// with no reserved bytes in front; one that keeps a message (returns
-	// ucs.InProgress) keeps its descriptor beside it.
+
+	// RxHeadroom is the number of bytes the iface reserves in front of
+	// the data it hands to its AM handlers, in the same buffer
+	// (uct_iface_params_t.rx_headroom): a handler reaches them with
+	// Iface.RxHeadroom(data) and may use them as its own (UCX users build
+	// their receive descriptor there); they stay valid as long as data
+	// does, until ReleaseDesc when the handler keeps it. With RxHeadroom
+	// above 0 every handler call carries CBParamFlagDesc, so any message
+	// may be kept. Where a transport hands data in place (sm, in the
+	// sender's FIFO cell), a headroom costs a copy into a receive buffer
+	// of the iface; 0, the default, keeps the in-place path. Negative or
+	// above MaxRxHeadroom, it fails IfaceOpen with ucs.ErrInvalidParam.
+	// IfaceAttr.RxHeadroom reports it.
+	RxHeadroom int
 
 	// CPUMask lists the CPUs that the goroutines the iface owns run on
 	// (uct_iface_params_t.cpu_mask): tcp's accepting, polling and
@@ -148,8 +156,27 @@ type Iface interface {
 	// once). An id of AMMaxID or more, or other flags, fail with
 	// ucs.ErrInvalidParam.
 	SetAMHandler(id uint8, cb AMCallback, arg any, flags CBFlags) error
-	// ReleaseDesc gives back AM data a handler kept by returning InProgress.
+	// ReleaseDesc gives back AM data a handler kept by returning InProgress
+	// (with CBParamFlagDesc), exactly as the handler got it (the slice, or
+	// one that starts at the same byte); with it goes its headroom.
 	ReleaseDesc(data []byte)
+	// RxHeadroom returns the IfaceParams.RxHeadroom bytes the iface
+	// reserved in front of data, nil when it was opened without headroom.
+	// data must be AM data this iface handed to a handler, as handed (the
+	// slice, or one that starts at the same byte), during the handler's
+	// call or, kept, until ReleaseDesc: the headroom lives as long as data.
+	// The bytes are the handler's (the transport neither reads nor clears
+	// them), and do not overlap data: their capacity ends where data
+	// begins. Any other slice gives memory that is not a headroom, as in
+	// UCX (under -race, checkptr catches one that straddles two
+	// allocations); a slice with no capacity panics.
+	//
+	// It is a method of the iface rather than a parameter of AMCallback so
+	// that handlers keep one signature and pay nothing without headroom,
+	// and so that the size is what the iface recorded when it was opened,
+	// not the caller's claim. A Go slice cannot reach before its first
+	// byte: the headroom is built with unsafe from data's address.
+	RxHeadroom(data []byte) []byte
 	// Progress does pending work (receives, completions) and returns the
 	// number of events handled.
 	Progress() int

@@ -187,6 +187,10 @@ type IfaceAttr struct {
 	Latency            LinearModel
 	Priority           uint8 // preference among ifaces of equal cost, higher first
 	MaxNumEPs          int   // most EPs of the iface
+	// RxHeadroom is the number of bytes reserved in front of the data the
+	// iface's AM handlers get (IfaceParams.RxHeadroom, see
+	// Iface.RxHeadroom); 0 on an iface without active messages.
+	RxHeadroom int
 }
 
 // MDFlags are the capabilities of a memory domain (MDAttr.Flags), a set of
@@ -322,6 +326,8 @@ const (
 // AMShort the 8-byte header followed by the payload, for AMBcopy what the pack
 // function wrote, for AMZcopy the header followed by the iov. It returns OK,
 // or InProgress to keep data (allowed only when flags has CBParamFlagDesc).
+// On an iface opened with IfaceParams.RxHeadroom, Iface.RxHeadroom(data)
+// gives the bytes reserved in front of data.
 type AMCallback func(arg any, data []byte, flags uint32) ucs.Status
 
 // AMMaxID bounds the active message ids (UCT_AM_ID_MAX): ids are 0 to

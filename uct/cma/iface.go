@@ -128,6 +128,11 @@ func openIface(md *MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	if err := md.CheckIface(params); err != nil {
 		return nil, err
 	}
+	// A headroom is checked like any transport's, and vacuous: no data is
+	// handed to handlers.
+	if _, err := base.NewHeadroom("uct/cma", params); err != nil {
+		return nil, err
+	}
 	segSize := DefaultSegSize
 	if config != nil && config.Get("SEG_SIZE") != "" {
 		v, err := ucs.ParseSize(config.Get("SEG_SIZE"))
@@ -224,6 +229,10 @@ func (*Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBFla
 
 // ReleaseDesc does nothing: there are no active messages.
 func (*Iface) ReleaseDesc([]byte) {}
+
+// RxHeadroom returns nil: there are no active messages, hence no data
+// with a headroom (IfaceAttr.RxHeadroom is 0).
+func (*Iface) RxHeadroom([]byte) []byte { return nil }
 
 // Progress calls the iface's error handler for each EP that failed since
 // the last call and returns their number.

@@ -48,7 +48,8 @@ type pendingEntry struct {
 // CBFlagAsync; no handler is ever called from inside a send. Handlers get
 // CBParamFlagDesc: they may keep the data by returning ucs.InProgress and
 // give it back with ReleaseDesc. A message for an id without a handler is
-// dropped with a logged warning.
+// dropped with a logged warning. Each message buffer has the
+// IfaceParams.RxHeadroom bytes in front of the data (see RxHeadroom).
 type Iface struct {
 	md      *MD
 	worker  *uct.Worker
@@ -57,6 +58,7 @@ type Iface struct {
 	segSize int
 	qlen    int
 	progID  int
+	rxh     base.Headroom // IfaceParams.RxHeadroom, in front of each message buffer
 
 	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
@@ -94,7 +96,11 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	if err != nil {
 		return nil, err
 	}
-	i := &Iface{md: m, worker: worker, id: randomID(), segSize: segSize, qlen: qlen, log: params.Log()}
+	rxh, err := base.NewHeadroom("uct/self", params)
+	if err != nil {
+		return nil, err
+	}
+	i := &Iface{md: m, worker: worker, id: randomID(), segSize: segSize, qlen: qlen, rxh: rxh, log: params.Log()}
 	i.addr = ifaceAddrFormat.Encode(0, base.Pid, i.id)
 	if worker != nil {
 		i.progID = worker.ProgressRegister(i.Progress)
@@ -111,6 +117,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	a.Put.MaxShort = math.MaxInt32
 	a.Get.MaxBcopy = math.MaxInt32
 	a.EPAddrLen = EPAddrLen
+	a.RxHeadroom = i.rxh.Len()
 	return a, nil
 }
 
@@ -142,8 +149,12 @@ func (i *Iface) ReleaseDesc(data []byte) {
 	i.mu.Unlock()
 }
 
-// reserve takes a queue slot and a message buffer, or reports that the queue
-// is full.
+// RxHeadroom returns the IfaceParams.RxHeadroom bytes in front of data,
+// AM data this iface handed to a handler (see uct.Iface.RxHeadroom).
+func (i *Iface) RxHeadroom(data []byte) []byte { return i.rxh.Of(data) }
+
+// reserve takes a queue slot and a message buffer (segSize bytes, with the
+// headroom in front), or reports that the queue is full.
 func (i *Iface) reserve() ([]byte, bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -156,7 +167,7 @@ func (i *Iface) reserve() ([]byte, bool) {
 		i.free = i.free[:n-1]
 		return b, true
 	}
-	return make([]byte, i.segSize), true
+	return i.rxh.Data(i.rxh.Alloc(i.segSize), i.segSize), true
 }
 
 // enqueue appends a message whose slot reserve took; ev are its events

@@ -89,11 +89,16 @@ func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
 //
 // Progress delivers up to FIFO_MAX_POLL messages per call, in the order they
 // were claimed, calling each handler (installed with CBFlagSync or
-// CBFlagAsync: both are called only from Progress) with data that lies in
-// the FIFO cell and flags 0: the handler must copy what it keeps before it
+// CBFlagAsync: both are called only from Progress). Without
+// IfaceParams.RxHeadroom, the default, a handler gets data that lies in
+// the FIFO cell and flags 0: it must copy what it keeps before it
 // returns, and may not return ucs.InProgress (if it does, a warning is
-// logged and the cell is reused anyway). A message for an id without a
-// handler is dropped with a logged warning.
+// logged and the cell is reused anyway). With RxHeadroom, a cell has no
+// room in front of its data for the receiver, so Progress copies each
+// message into a receive buffer of the iface that has the headroom in
+// front (see RxHeadroom) and passes CBParamFlagDesc: the handler may keep
+// the buffer by returning ucs.InProgress, until ReleaseDesc. A message for
+// an id without a handler is dropped with a logged warning.
 //
 // All ifaces of a job should share FIFO_SIZE and SEG_SIZE: a message is
 // bounded by the smaller of the sender's SEG_SIZE and the receiver's.
@@ -109,6 +114,11 @@ type Iface struct {
 	segSize  int
 	maxPoll  int
 	addr     []byte
+	rxh      base.Headroom // IfaceParams.RxHeadroom: messages are copied out of their cells when set
+	rxSpare  []byte        // with rxh: the buffer of the next message (Progress only), nil when kept
+	keepMax  int           // with rxh: the buffers descFree holds at most
+	descMu   sync.Mutex
+	descFree [][]byte // with rxh: buffers given back by ReleaseDesc, as handed (data of rx.payload bytes)
 	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
 	log      ucs.Logger      // IfaceParams.Logger
@@ -138,13 +148,18 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 	if err != nil {
 		return nil, err
 	}
+	rxh, err := base.NewHeadroom("uct/sm", params)
+	if err != nil {
+		return nil, err
+	}
 	stride := cellStride(segSize)
 	k, m, err := createSegment(fifoSize(ncells, stride))
 	if err != nil {
 		return nil, err
 	}
 	initFIFO(m.addr, ncells, stride)
-	i := &Iface{md: md, worker: worker, seg: k, rx: viewFIFO(m.addr, ncells, stride), segSize: segSize, maxPoll: maxPoll, log: params.Log()}
+	i := &Iface{md: md, worker: worker, seg: k, rx: viewFIFO(m.addr, ncells, stride), segSize: segSize, maxPoll: maxPoll,
+		rxh: rxh, keepMax: ncells, log: params.Log()}
 	if params != nil {
 		i.cpus = append([]int(nil), params.CPUMask...)
 	}
@@ -164,6 +179,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	a := base.IfaceAttr(base.AMFlags|base.RMAFlags|uct.IfaceFlagAtomicCPU|uct.IfaceFlagConnectToIface,
 		DeviceAddrLen, IfaceAddrLen, cost)
 	base.SetMemoryOps(a, i.segSize)
+	a.RxHeadroom = i.rxh.Len()
 	return a, nil
 }
 
@@ -191,9 +207,42 @@ func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBF
 	return i.handlers.Set("uct/sm", id, cb, arg, flags, false)
 }
 
-// ReleaseDesc does nothing: handlers never get CBParamFlagDesc, so they
-// cannot keep data.
-func (*Iface) ReleaseDesc([]byte) {}
+// ReleaseDesc gives back data that a handler kept by returning InProgress
+// (only with RxHeadroom: otherwise handlers never get CBParamFlagDesc, and
+// it does nothing).
+func (i *Iface) ReleaseDesc(data []byte) {
+	if i.rxh.Len() == 0 || cap(data) != i.rx.payload {
+		return // not one of the iface's buffers
+	}
+	i.descMu.Lock()
+	if len(i.descFree) < i.keepMax {
+		i.descFree = append(i.descFree, data[:cap(data)])
+	}
+	i.descMu.Unlock()
+}
+
+// RxHeadroom returns the IfaceParams.RxHeadroom bytes in front of data,
+// AM data this iface handed to a handler (see uct.Iface.RxHeadroom).
+func (i *Iface) RxHeadroom(data []byte) []byte { return i.rxh.Of(data) }
+
+// rxDesc returns a receive buffer for a message, as handed to handlers:
+// rx.payload data bytes with the headroom in front.
+func (i *Iface) rxDesc() []byte {
+	if b := i.rxSpare; b != nil {
+		i.rxSpare = nil
+		return b
+	}
+	i.descMu.Lock()
+	if k := len(i.descFree); k > 0 {
+		b := i.descFree[k-1]
+		i.descFree[k-1] = nil
+		i.descFree = i.descFree[:k-1]
+		i.descMu.Unlock()
+		return b
+	}
+	i.descMu.Unlock()
+	return i.rxh.Data(i.rxh.Alloc(i.rx.payload), i.rx.payload)
+}
 
 // Progress delivers up to FIFO_MAX_POLL received messages, then retries the
 // pending requests of the iface's EPs; it returns the number of messages
@@ -238,9 +287,25 @@ func (i *Iface) deliver(c unsafe.Pointer) {
 		i.log.Logf(ucs.LogWarn, "uct/sm: dropped active message %d (%d bytes): no handler", id, n)
 		return
 	}
+	if i.rxh.Len() > 0 {
+		i.deliverCopy(h, id, i.rx.data(c)[:n])
+		return
+	}
 	i.tracer.Trace(uct.AMTraceRecv, id, i.rx.data(c)[:n])
 	if h.CB(h.Arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
 		i.log.Logf(ucs.LogWarn, "uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
+	}
+}
+
+// deliverCopy calls h with a copy of cell, the data of a message in its
+// FIFO cell, in a receive buffer with the headroom in front, which the
+// handler may keep.
+func (i *Iface) deliverCopy(h *base.AMHandler, id uint8, cell []byte) {
+	buf := i.rxDesc()
+	data := buf[:copy(buf, cell)]
+	i.tracer.Trace(uct.AMTraceRecv, id, data)
+	if h.CB(h.Arg, data, uct.CBParamFlagDesc) != ucs.InProgress {
+		i.rxSpare = buf
 	}
 }
 

@@ -140,7 +140,7 @@ func (i *Iface) Close() {
 	i.progMu.Unlock()
 	i.mu.Lock()
 	for _, m := range i.rxq[i.rxHead:] {
-		putBuf(m.Data)
+		i.putAM(m.Data)
 	}
 	i.rxq, i.rxHead, i.rxBytes, i.parked = nil, 0, 0, nil
 	i.rxOver.Store(false)

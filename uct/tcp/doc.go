@@ -210,7 +210,9 @@
 //     this side's Progress, which delivers the queue whatever the peer
 //     does: no cycle between the two sides.) Handlers get
 //     uct.CBParamFlagDesc and may keep data by returning ucs.InProgress
-//     until Iface.ReleaseDesc.
+//     until Iface.ReleaseDesc. Each message is read into a buffer of its
+//     own, with the IfaceParams.RxHeadroom bytes in front of the data
+//     (Iface.RxHeadroom).
 //   - Completions, flush completions, EP error handlers and pending requests
 //     are called only from Iface.Progress.
 //

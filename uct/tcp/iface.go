@@ -60,6 +60,7 @@ type Iface struct {
 
 	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer
+	rxh      base.Headroom   // IfaceParams.RxHeadroom, in front of each message's buffer
 
 	poll      *pollSet         // the sockets Progress reads (poll.go)
 	dirty     atomic.Bool      // Progress has something to do
@@ -128,6 +129,10 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	if err != nil {
 		return nil, err
 	}
+	rxh, err := base.NewHeadroom("uct/tcp", params)
+	if err != nil {
+		return nil, err
+	}
 	ifi, err := net.InterfaceByName(params.DevName)
 	if err != nil {
 		return nil, fmt.Errorf("uct/tcp: iface open on %s: %w: %w", params.DevName, ucs.ErrNoDevice, err)
@@ -149,6 +154,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 		md:         m,
 		worker:     worker,
 		cfg:        cfg,
+		rxh:        rxh,
 		devName:    params.DevName,
 		ip:         ip,
 		id:         randomID(),
@@ -226,6 +232,7 @@ func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	a.Get = base.OpCaps(0, i.cfg.segSize, maxPutLen, maxIOV)
 	a.AM = base.AMCaps(min(maxShort, i.cfg.rxSegSize), i.cfg.segSize, i.cfg.rxSegSize, maxIOV, i.cfg.segSize)
 	a.EPAddrLen = EPAddrLen
+	a.RxHeadroom = i.rxh.Len()
 	return a, nil
 }
 
@@ -285,7 +292,23 @@ func (i *Iface) SetAMHandler(id uint8, cb uct.AMCallback, arg any, flags uct.CBF
 
 // ReleaseDesc gives back the data of an active message that a handler kept
 // by returning ucs.InProgress.
-func (i *Iface) ReleaseDesc(data []byte) { putBuf(data) }
+func (i *Iface) ReleaseDesc(data []byte) { i.putAM(data) }
+
+// RxHeadroom returns the IfaceParams.RxHeadroom bytes in front of data,
+// AM data this iface handed to a handler (see uct.Iface.RxHeadroom).
+func (i *Iface) RxHeadroom(data []byte) []byte { return i.rxh.Of(data) }
+
+// getAM returns the buffer of an active message of n bytes, as handed to
+// handlers: the headroom lies in front of it.
+func (i *Iface) getAM(n int) []byte {
+	if i.rxh.Len() == 0 {
+		return getBuf(n)
+	}
+	return i.rxh.Data(getBuf(i.rxh.Len()+max(n, 1)), n)
+}
+
+// putAM gives back the buffer of getAM that data is.
+func (i *Iface) putAM(data []byte) { putBuf(i.rxh.Buffer(data)) }
 
 // markDirty tells Progress it has work, and signals the worker with ev,
 // the uct.Event* kinds of the work.
@@ -427,11 +450,11 @@ func (i *Iface) deliver() int {
 		case h == nil:
 			i.tracer.Trace(uct.AMTraceRecvDrop, m.ID, m.Data)
 			i.warn.dropped.Logf("dropped active message %d (%d bytes): no handler", m.ID, len(m.Data))
-			putBuf(m.Data)
+			i.putAM(m.Data)
 		default:
 			i.tracer.Trace(uct.AMTraceRecv, m.ID, m.Data)
 			if h.CB(h.Arg, m.Data, uct.CBParamFlagDesc) != ucs.InProgress {
-				putBuf(m.Data)
+				i.putAM(m.Data)
 			}
 		}
 		i.batch[k] = base.AMMsg{}

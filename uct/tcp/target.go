@@ -58,7 +58,7 @@ func (s *rxConn) begin(h frameHeader, fixed []byte) ([][]byte, error) {
 		if hd := s.iface.handlers[h.id].Load(); (hd == nil || hd.Flags != uct.CBFlagAsync) && s.iface.rxOver.Load() {
 			return nil, errRxFull
 		}
-		s.id, s.data = h.id, getBuf(int(h.len))
+		s.id, s.data = h.id, s.iface.getAM(int(h.len))
 		s.ev = uct.EventRecv
 		if h.flags&amSignaled != 0 {
 			s.ev |= uct.EventRecvSig
@@ -118,7 +118,7 @@ func (s *rxConn) end(progress bool) error {
 func (s *rxConn) abort(error) {
 	switch {
 	case s.data != nil:
-		putBuf(s.data)
+		s.iface.putAM(s.data)
 		s.data, s.one[0] = nil, nil
 	case s.put != nil:
 		s.put.mu.RUnlock()
@@ -165,7 +165,7 @@ func (s *rxConn) receiveAM(id uint8, data []byte, ev uint32, progress bool) {
 	if h := i.handlers[id].Load(); h != nil && h.Flags == uct.CBFlagAsync {
 		i.tracer.Trace(uct.AMTraceRecv, id, data)
 		if h.CB(h.Arg, data, uct.CBParamFlagDesc) != ucs.InProgress {
-			putBuf(data)
+			i.putAM(data)
 		}
 		return
 	}

@@ -36,6 +36,7 @@ func cases() []testCase {
 		{"fence", nil, testFence},
 		{"pending", []need{needPending}, testPending},
 		{"am_keep_desc", nil, testKeepDesc},
+		{"am_rx_headroom", nil, testRxHeadroom},
 		{"connect_to_ep", nil, testConnectToEP},
 		{"err_unreachable", nil, testUnreachable},
 		{"err_malformed_addr", nil, testMalformedAddr},

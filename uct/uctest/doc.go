@@ -61,7 +61,11 @@
 // after a fence without the one before it. Pending: with the target not
 // progressing, operations that find no resources are queued with
 // PendingAdd and progress posts them all. An AM handler keeps its data
-// where the transport passes uct.CBParamFlagDesc. Errors: forged
+// where the transport passes uct.CBParamFlagDesc. Receive headroom
+// (uct.IfaceParams.RxHeadroom, on a second iface that sends to itself):
+// out-of-range sizes refused, the size reported, the bytes in front of the
+// data writable, apart from it and intact while it is kept, and no
+// allocation per message with or without one. Errors: forged
 // (unreachable) and malformed addresses, operations on a destroyed EP and
 // on an EP whose peer was killed with SIGKILL must return in bounded time
 // without crashing; what each returns is logged.

@@ -45,13 +45,24 @@ func openResource(r resourceID, errHandler func(any, uct.EP, ucs.Status)) (uct.C
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("open MD %s: %w", r.MD, err)
 	}
-	params := &uct.IfaceParams{TLName: r.TL, DevName: r.Dev, ErrHandler: errHandler}
-	iface, err := md.IfaceOpen(uct.NewWorker(ucs.ThreadModeSingle), params, ucs.ReadConfig("", md.IfaceConfigTable()))
+	iface, err := openIface(md, r, &uct.IfaceParams{ErrHandler: errHandler})
 	if err != nil {
 		md.Close()
-		return nil, nil, nil, fmt.Errorf("open iface %s/%s: %w", r.TL, r.Dev, err)
+		return nil, nil, nil, err
 	}
 	return comp, md, iface, nil
+}
+
+// openIface opens an iface of md on the resource r with params (whose
+// resource names it sets) and the configuration of the UCX_* environment
+// variables.
+func openIface(md uct.MD, r resourceID, params *uct.IfaceParams) (uct.Iface, error) {
+	params.TLName, params.DevName = r.TL, r.Dev
+	iface, err := md.IfaceOpen(uct.NewWorker(ucs.ThreadModeSingle), params, ucs.ReadConfig("", md.IfaceConfigTable()))
+	if err != nil {
+		return nil, fmt.Errorf("open iface %s/%s: %w", r.TL, r.Dev, err)
+	}
+	return iface, nil
 }
 
 // runPeer is the peer process: it prints its hello line, then runs the

@@ -185,7 +185,8 @@ type env struct {
 	mdAttr    uct.MDAttr
 	iface     uct.Iface
 	attr      *uct.IfaceAttr
-	local     *server // the in-process target, when inProcess
+	extra     uct.Iface // a second iface a case opened, which progress progresses too
+	local     *server   // the in-process target, when inProcess
 	main      *conn
 
 	scratch     []byte // registered local memory for zcopy operations
@@ -333,10 +334,13 @@ func (e *env) release(t testing.TB, c *conn) {
 	}
 }
 
-// progress progresses the iface and, for an in-process target, sends its
-// replies.
+// progress progresses the iface, the extra iface of a case that opened
+// one, and, for an in-process target, sends its replies.
 func (e *env) progress() int {
 	n := e.iface.Progress()
+	if e.extra != nil {
+		n += e.extra.Progress()
+	}
 	if e.local != nil {
 		e.local.poll()
 	}

@@ -14,6 +14,8 @@
 //     report (RMAFlags, AMFlags, AllAtomics);
 //   - am.go: active message handler tables (AMHandlers) and queued messages
 //     (AMMsg);
+//   - headroom.go: the receive headroom in front of AM data (Headroom:
+//     the buffers' layout, and the unsafe way back from data to them);
 //   - epaddr.go: EP addresses, an iface address followed by an EP id
 //     (EncodeEPAddr, SplitEPAddr).
 //
