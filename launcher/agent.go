@@ -220,21 +220,13 @@ func hostName() string {
 // them when the launcher ends the job, when the launcher is gone, on a
 // signal (sigs) or when ctx is done. It returns the agent's exit status.
 func (r *agentRun) serve(ctx context.Context) int {
-	cfg, host := r.cfg, hostName()
-	ranks := make([]int, len(r.slots))
-	for i, s := range r.slots {
-		ranks[i] = s.rank
-	}
 	// PEs that cannot all start would die one by one with crash dumps,
 	// and this agent with them.
-	if err := checkProcessRoom(len(r.slots), cfg.Program, 0); err != nil {
+	if err := checkProcessRoom(len(r.slots), r.cfg.Program, 0); err != nil {
 		r.logf("cannot start %d PE(s): %v", len(r.slots), err)
 		return startStatus(err)
 	}
-	agents := cmp.Or(cfg.Agents, 1)
-	agent, err := cluster.JoinAgent(bootstrap.Env{JobID: cfg.JobID, Size: cfg.Size, Seed: cfg.Seed, Key: cfg.Key,
-		FailureTimeout: cfg.FailureTimeout}, cluster.AgentConfig{ID: cfg.Agent, Agents: agents, Ranks: ranks,
-		Node: hex.EncodeToString(ucs.ShmDomain())})
+	agent, err := r.join()
 	if err != nil {
 		r.logf("%v", err)
 		return 1
@@ -243,137 +235,16 @@ func (r *agentRun) serve(ctx context.Context) int {
 	if r.joined != nil {
 		r.joined(agent)
 	}
-
-	g := newGroup(cfg.Program, cfg.Args, len(r.slots))
-	g.tag = cfg.TagOutput
-	g.outputDir = cfg.OutputDir
-	g.stdout, g.stderr = r.stdout, r.stderr
-	g.grace = cfg.KillGrace
-	if g.grace <= 0 {
-		g.grace = DefaultKillGrace
+	s := &agentServe{agentRun: r, agent: agent, host: hostName(),
+		failureTimeout: cmp.Or(r.cfg.FailureTimeout, bootstrap.DefaultFailureTimeout)}
+	if s.g, err = s.newGroup(); err != nil {
+		r.logf("%v", err)
+		return 1
 	}
-	g.logf = r.logf
-	if cfg.BindTo == BindCore && len(cfg.Ranks) > 0 {
-		cpus, err := allowedCPUs()
-		if err != nil {
-			r.logf("cannot bind PEs to cores: %v", err)
-			return 1
-		}
-		g.cpus = cpus
-	}
-	failureTimeout := cmp.Or(cfg.FailureTimeout, bootstrap.DefaultFailureTimeout)
-	g.stallLimit = failureTimeout / 2
-	if cfg.Dir != "" {
-		if fi, err := os.Stat(cfg.Dir); err == nil && fi.IsDir() {
-			g.dir = cfg.Dir
-		}
-	}
-
-	// Reports go out in the order the PEs ended, without holding up the
-	// loop below; those made while one is in flight travel together, and
-	// so do those of each batch (the PEs that could not be started).
-	type report = cluster.PEEnd // EndedBy: why the agent had told the PE to end, if it had
-	reports := make(chan []report, 2*len(r.slots)+1)
-	reported := make(chan bool, 1)
-	go func() {
-		type posted struct {
-			batch []report
-			done  <-chan error
-		}
-		var all []posted
-		for batch := range reports {
-			all = append(all, posted{batch, agent.Post(batch...)})
-		}
-		ok := true
-		for _, p := range all {
-			if err := <-p.done; err != nil {
-				for _, e := range p.batch {
-					r.logf("PE %d %v, and the launcher could not be told: %v%s", e.Rank, e.End, err, strangersNote(agent))
-				}
-				ok = false
-			}
-		}
-		reported <- ok
-	}()
-
-	base := r.base[:len(r.base):len(r.base)]
-	if len(r.slots) > 0 {
-		if procs := shareOfCores(base, r.slots[0].localSize); procs != "" {
-			base = append(base, procs)
-		}
-	}
-	// The PEs that cannot be started are reported together, once every PE
-	// that can be started runs: the launcher, which names the first, then
-	// counts as running only the PEs that run.
-	var notStarted []report
-	for _, s := range r.slots {
-		env := bootstrap.Env{JobID: cfg.JobID, Rank: s.rank, Size: cfg.Size, LocalRank: s.localRank, LocalSize: s.localSize,
-			Seed: cfg.Seed, Key: cfg.Key, FailureTimeout: failureTimeout, AgentFD: peAgentFD}
-		var in io.Reader
-		if s.rank == 0 {
-			in = r.stdin
-		}
-		channel, err := agent.Attach(s.rank)
-		if err == nil {
-			err = g.start(s.rank, s.localRank, append(base[:len(base):len(base)], env.Environ()...), in, channel)
-			channel.Close() // the PE has its copy
-		}
-		if err != nil {
-			notStarted = append(notStarted, report{Rank: s.rank, Host: host, Code: startStatus(err),
-				End: bootstrap.EndCause{Kind: bootstrap.EndNotStarted, Detail: cfg.Program + ": " + startError(err).Error()}})
-		}
-	}
-	if len(notStarted) > 0 {
-		reports <- notStarted
-	}
-
-	terminated := agent.Terminated()
-	done := ctx.Done()
-	var endedBy string // why the agent ends its PEs, once it does
-	stalls := time.NewTicker(g.stallLimit / 4)
-	defer stalls.Stop()
-	for g.running > 0 {
-		select {
-		case <-stalls.C:
-			g.checkStalled()
-		case rank := <-agent.Silent():
-			// Hung or frozen: it may not die before it runs again, so its
-			// end is reported now, and again (to no effect) when it exits.
-			how := bootstrap.EndCause{Kind: bootstrap.EndHung, For: failureTimeout - failureTimeout/8, Limit: failureTimeout}
-			if g.stall(rank, how) {
-				reports <- []report{{Rank: rank, Host: host, End: how, Code: 1}}
-			}
-		case e := <-g.exits:
-			g.exited(e)
-			end, code := describe(e)
-			if err := agent.VersionMismatch(e.rank); err != nil {
-				addDetail(&end, err.Error())
-			}
-			reports <- []report{{Rank: e.rank, Host: host, End: end, Code: code, EndedBy: e.endedBy(endedBy)}}
-		case <-terminated:
-			terminated = nil
-			if agent.SeedGone() {
-				r.logf("the launcher is gone: ending %d PE(s)", g.running)
-				endedBy = cmp.Or(endedBy, "the agent lost the launcher, which "+agent.Why())
-			}
-			endedBy = cmp.Or(endedBy, "the launcher ends the job: "+agent.Why())
-			g.terminate()
-		case s := <-r.sigs:
-			r.logf("%v: ending %d PE(s)", s, g.running)
-			endedBy = cmp.Or(endedBy, "the agent got signal "+s.String())
-			g.terminate()
-		case <-done:
-			done = nil
-			endedBy = cmp.Or(endedBy, "the agent was cancelled")
-			g.terminate()
-		case ranks := <-agent.StallReports():
-			g.stallReport(ranks)
-		case <-g.kill:
-			g.killAll()
-		}
-	}
-	close(reports)
-	ok := <-reported
+	s.reports = startReporter(agent, len(r.slots), r.logf)
+	s.startPEs()
+	s.loop(ctx)
+	ok := s.reports.finish()
 	if os.Getenv(EnvStats) != "" {
 		r.logf("%s", statsLine(agent, len(r.slots)))
 	}
@@ -384,6 +255,216 @@ func (r *agentRun) serve(ctx context.Context) int {
 		return 1
 	}
 	return 0
+}
+
+// join joins the job's bootstrap as the agent of r's slots.
+func (r *agentRun) join() (*cluster.Agent, error) {
+	cfg := r.cfg
+	ranks := make([]int, len(r.slots))
+	for i, s := range r.slots {
+		ranks[i] = s.rank
+	}
+	return cluster.JoinAgent(bootstrap.Env{JobID: cfg.JobID, Size: cfg.Size, Seed: cfg.Seed, Key: cfg.Key,
+		FailureTimeout: cfg.FailureTimeout}, cluster.AgentConfig{ID: cfg.Agent, Agents: cmp.Or(cfg.Agents, 1), Ranks: ranks,
+		Node: hex.EncodeToString(ucs.ShmDomain())})
+}
+
+// agentServe is an agent's serve once it joined the job: its PEs' group,
+// the reports of their ends on their way to the launcher, and why the agent
+// ends its PEs, once it does.
+type agentServe struct {
+	*agentRun
+	agent          *cluster.Agent
+	host           string
+	failureTimeout time.Duration
+	g              *group
+	reports        *reporter
+	endedBy        string // why the agent ends its PEs, once it does
+}
+
+// newGroup returns the group of the agent's PEs, as the configuration
+// says: output, kill grace, binding, stall limit and directory.
+func (s *agentServe) newGroup() (*group, error) {
+	cfg := s.cfg
+	g := newGroup(cfg.Program, cfg.Args, len(s.slots))
+	g.tag = cfg.TagOutput
+	g.outputDir = cfg.OutputDir
+	g.stdout, g.stderr = s.stdout, s.stderr
+	g.grace = cfg.KillGrace
+	if g.grace <= 0 {
+		g.grace = DefaultKillGrace
+	}
+	g.logf = s.logf
+	if cfg.BindTo == BindCore && len(cfg.Ranks) > 0 {
+		cpus, err := allowedCPUs()
+		if err != nil {
+			return nil, fmt.Errorf("cannot bind PEs to cores: %w", err)
+		}
+		g.cpus = cpus
+	}
+	g.stallLimit = s.failureTimeout / 2
+	if cfg.Dir != "" {
+		if fi, err := os.Stat(cfg.Dir); err == nil && fi.IsDir() {
+			g.dir = cfg.Dir
+		}
+	}
+	return g, nil
+}
+
+// startPEs starts a PE in each slot, with its channel to the agent. The
+// PEs that cannot be started are reported together, once every PE that
+// can be started runs: the launcher, which names the first, then counts
+// as running only the PEs that run.
+func (s *agentServe) startPEs() {
+	cfg := s.cfg
+	base := s.base[:len(s.base):len(s.base)]
+	if len(s.slots) > 0 {
+		if procs := shareOfCores(base, s.slots[0].localSize); procs != "" {
+			base = append(base, procs)
+		}
+	}
+	var notStarted []cluster.PEEnd
+	for _, sl := range s.slots {
+		env := bootstrap.Env{JobID: cfg.JobID, Rank: sl.rank, Size: cfg.Size, LocalRank: sl.localRank, LocalSize: sl.localSize,
+			Seed: cfg.Seed, Key: cfg.Key, FailureTimeout: s.failureTimeout, AgentFD: peAgentFD}
+		var in io.Reader
+		if sl.rank == 0 {
+			in = s.stdin
+		}
+		channel, err := s.agent.Attach(sl.rank)
+		if err == nil {
+			err = s.g.start(sl.rank, sl.localRank, append(base[:len(base):len(base)], env.Environ()...), in, channel)
+			channel.Close() // the PE has its copy
+		}
+		if err != nil {
+			notStarted = append(notStarted, cluster.PEEnd{Rank: sl.rank, Host: s.host, Code: startStatus(err),
+				End: bootstrap.EndCause{Kind: bootstrap.EndNotStarted, Detail: cfg.Program + ": " + startError(err).Error()}})
+		}
+	}
+	if len(notStarted) > 0 {
+		s.reports.send(notStarted...)
+	}
+}
+
+// loop serves the PEs and the job until every PE ended: it reports each
+// PE's end, checks for stopped PEs, answers stall reports, and ends the
+// PEs when the launcher ends the job or is gone, on a signal, or when ctx
+// is done.
+func (s *agentServe) loop(ctx context.Context) {
+	terminated := s.agent.Terminated()
+	done := ctx.Done()
+	stalls := time.NewTicker(s.g.stallLimit / 4)
+	defer stalls.Stop()
+	for s.g.running > 0 {
+		select {
+		case <-stalls.C:
+			s.g.checkStalled()
+		case rank := <-s.agent.Silent():
+			s.silent(rank)
+		case e := <-s.g.exits:
+			s.exited(e)
+		case <-terminated:
+			terminated = nil
+			s.launcherEnds()
+		case sig := <-s.sigs:
+			s.logf("%v: ending %d PE(s)", sig, s.g.running)
+			s.end("the agent got signal " + sig.String())
+		case <-done:
+			done = nil
+			s.end("the agent was cancelled")
+		case ranks := <-s.agent.StallReports():
+			s.g.stallReport(ranks)
+		case <-s.g.kill:
+			s.g.killAll()
+		}
+	}
+}
+
+// silent reports the end of a PE that stopped answering the agent: hung
+// or frozen, it may not die before it runs again, so its end is reported
+// now, and again (to no effect) when it exits.
+func (s *agentServe) silent(rank int) {
+	how := bootstrap.EndCause{Kind: bootstrap.EndHung, For: s.failureTimeout - s.failureTimeout/8, Limit: s.failureTimeout}
+	if s.g.stall(rank, how) {
+		s.reports.send(cluster.PEEnd{Rank: rank, Host: s.host, End: how, Code: 1})
+	}
+}
+
+// exited reports how a PE ended, and why the agent had told it to end, if
+// it had.
+func (s *agentServe) exited(e peExit) {
+	s.g.exited(e)
+	end, code := describe(e)
+	if err := s.agent.VersionMismatch(e.rank); err != nil {
+		addDetail(&end, err.Error())
+	}
+	s.reports.send(cluster.PEEnd{Rank: e.rank, Host: s.host, End: end, Code: code, EndedBy: e.endedBy(s.endedBy)})
+}
+
+// launcherEnds ends the PEs when the launcher ends the job, or is gone.
+func (s *agentServe) launcherEnds() {
+	why := "the launcher ends the job: " + s.agent.Why()
+	if s.agent.SeedGone() {
+		s.logf("the launcher is gone: ending %d PE(s)", s.g.running)
+		why = "the agent lost the launcher, which " + s.agent.Why()
+	}
+	s.end(why)
+}
+
+// end ends the PEs, for why unless the agent ends them already.
+func (s *agentServe) end(why string) {
+	s.endedBy = cmp.Or(s.endedBy, why)
+	s.g.terminate()
+}
+
+// reporter posts an agent's reports of its PEs' ends to the seed, in the
+// order the PEs ended, without holding up the agent's loop; those made
+// while one is in flight travel together, and so do those of each batch
+// (the PEs that could not be started).
+type reporter struct {
+	batches chan []cluster.PEEnd
+	ok      chan bool // whether the launcher was told every end, once all went
+}
+
+// startReporter starts the reporter of the agent of pes PEs; logf says
+// which ends the launcher could not be told.
+func startReporter(agent *cluster.Agent, pes int, logf func(format string, args ...any)) *reporter {
+	rep := &reporter{batches: make(chan []cluster.PEEnd, 2*pes+1), ok: make(chan bool, 1)}
+	go rep.post(agent, logf)
+	return rep
+}
+
+// post posts each batch as it comes, then waits for every post to be
+// answered.
+func (rep *reporter) post(agent *cluster.Agent, logf func(format string, args ...any)) {
+	type posted struct {
+		batch []cluster.PEEnd
+		done  <-chan error
+	}
+	var all []posted
+	for batch := range rep.batches {
+		all = append(all, posted{batch, agent.Post(batch...)})
+	}
+	ok := true
+	for _, p := range all {
+		if err := <-p.done; err != nil {
+			for _, e := range p.batch {
+				logf("PE %d %v, and the launcher could not be told: %v%s", e.Rank, e.End, err, strangersNote(agent))
+			}
+			ok = false
+		}
+	}
+	rep.ok <- ok
+}
+
+// send reports a batch of ends.
+func (rep *reporter) send(batch ...cluster.PEEnd) { rep.batches <- batch }
+
+// finish reports whether the launcher was told every end sent, once it
+// was answered for each.
+func (rep *reporter) finish() bool {
+	close(rep.batches)
+	return <-rep.ok
 }
 
 // strangersNote says what agent dropped of the traffic that did not

@@ -111,7 +111,7 @@ func (c *stagedCall) from(j int) ([]byte, int) {
 	h1, off := atomic.LoadUint64(&hdr[1]), uintptr(atomic.LoadUint64(&hdr[2]))
 	n := int(h1 & (1<<48 - 1))
 	if _, kind, _ := splitCollWord(atomic.LoadUint64(c.cs.team.collWord())); h1>>56 != kind {
-		c.cs.team.stagedMismatch(j, h1>>56)
+		c.cs.team.stagedMismatch()
 	}
 	if n <= stageData {
 		off = c.slot + stageHeader

@@ -730,8 +730,23 @@ func onPeerFailure(f bootstrap.Failure) {
 // first Init ends the library; the others are BarrierAll (OpenSHMEM 1.6)
 // and release nothing. Calling it without Init, or after the library
 // ended, does nothing.
+//
+// Called while its goroutine panics (deferred, as in `defer
+// shmem.Finalize()`, or from a deferred function), Finalize waits for no
+// other PE and releases nothing: it says so and returns, so that the panic
+// is printed and ends the PE, and goshmem-run ends the job naming it, as
+// for a PE that panics without a deferred Finalize. The other PEs are
+// elsewhere (in a collective, or waiting for this PE's store), and its
+// collective would hang or be reported as a mismatch instead of the panic.
+// A deferred function that recovers the panic is still running during it:
+// one that is to carry on must return before the PE finalizes (defer
+// Finalize before it, so that it runs after).
 func Finalize() {
 	if st.phase != initialized {
+		return
+	}
+	if panicking() {
+		lg().Logf(ucs.LogError, "goshmem: PE %d: Finalize during a panic: this PE leaves the job without finalizing", st.me)
 		return
 	}
 	if st.inits > 1 {
@@ -769,6 +784,30 @@ func Finalize() {
 	stopStallReports()
 	resetState()
 	st.phase = finalized
+}
+
+// panicking reports whether the calling goroutine is running the deferred
+// calls of a panic: the runtime calls them from runtime.gopanic, which is
+// then among the callers. (recover cannot tell: it answers only a function
+// that the panic calls directly, and it would stop the panic.)
+func panicking() bool {
+	var pcs [64]uintptr
+	for skip := 2; ; skip += len(pcs) {
+		n := runtime.Callers(skip, pcs[:])
+		frames := runtime.CallersFrames(pcs[:n])
+		for {
+			f, more := frames.Next()
+			if f.Function == "runtime.gopanic" {
+				return true
+			}
+			if !more {
+				break
+			}
+		}
+		if n < len(pcs) {
+			return false
+		}
+	}
 }
 
 // MyPE returns the number of this PE, from 0 to NPEs()-1; -1 before Init

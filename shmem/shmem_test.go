@@ -224,6 +224,47 @@ func TestUseAfterFinalize(t *testing.T) {
 	})
 }
 
+// TestPanicWithDeferredFinalize: a PE whose program defers Finalize and
+// panics ends with its panic, and the job with it, naming the PE, whatever
+// the other PEs do: its Finalize used to wait for them in its barrier,
+// which hung the job when they waited for a store of the panicking PE, and
+// was reported as a collective mismatch (not the panic) when they were in a
+// collective. The job's timeout ends a hang.
+func TestPanicWithDeferredFinalize(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		others func(x []int64) // what the PEs that do not panic do
+	}{
+		{"others in a barrier", func([]int64) { shmem.BarrierAll() }},
+		{"others wait for its store", func(x []int64) { shmem.WaitUntil(&x[0], shmem.CmpEQ, 1) }},
+		{"others finalize", func([]int64) {}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			shmemtest.RunWith(t, shmemtest.Options{NPs: []int{3}, Transports: transports[:2], NoInit: true, WantExit: 2, Timeout: 60 * time.Second,
+				Check: func(t *testing.T, out string) {
+					for _, want := range []string{"[pe 1] panic: PE 1 gives up", "PE 1 on host", "exited with status 2"} {
+						if !strings.Contains(out, want) {
+							t.Errorf("the output does not say %q:\n%s", want, out)
+						}
+					}
+					if strings.Contains(out, "collective mismatch") {
+						t.Errorf("the panic was reported as a collective mismatch:\n%s", out)
+					}
+				}}, func(t *testing.T) {
+				if err := shmem.Init(); err != nil {
+					t.Fatal(err)
+				}
+				defer shmem.Finalize()
+				x := calloc[int64](t, 1)
+				if shmem.MyPE() == 1 {
+					panic("PE 1 gives up")
+				}
+				c.others(x)
+			})
+		})
+	}
+}
+
 // putGetRoundTrip checks Put, Get, P and G of T between every pair of PEs:
 // PE i writes a pattern of its own into its slot on every PE, and every PE
 // then reads every slot back from every PE.

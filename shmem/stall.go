@@ -27,8 +27,10 @@ import (
 // and then ever more rarely) reads the words of the teams it is in a
 // collective of: a member in the same call number but another routine is
 // a mismatch, a programming error that would hang the job forever. The PE
-// then reports it, naming both calls, waits a little so that the other PEs
-// of the team report it too, and panics.
+// then reports it in one message that names every member's call (waiting a
+// little for the members that have not reached the call number yet), and
+// panics: the first report to end the job is complete by itself, whichever
+// PE makes it.
 //
 // Stall reports say where a PE waits: the routine, the team, and the PEs
 // it waits for (those of the team that have not reached its call). A PE
@@ -44,8 +46,9 @@ import (
 const (
 	stallCheckAfter = 500 * time.Millisecond
 	stallCheckMax   = 30 * time.Second
-	// mismatchGrace is how long a PE that found a mismatch waits before
-	// it panics, so that the others find it too.
+	// mismatchGrace is how long a PE that found a mismatch waits for the
+	// members of the team that have not reached its call number (times
+	// the node's PEs per core), so that its report names their calls too.
 	mismatchGrace = 2 * time.Second
 )
 
@@ -377,7 +380,8 @@ func (t *Team) collMismatch(routine string) {
 	t.reportMismatch(routine, words)
 }
 
-// reportMismatch is collMismatch once every PE's collective word is read.
+// reportMismatch prints, once every PE's collective word is read, a
+// message naming every PE's call, and panics with it.
 func (t *Team) reportMismatch(routine string, words []uint64) {
 	var order []uint64
 	pes := map[uint64][]int{}
@@ -402,19 +406,39 @@ func (t *Team) reportMismatch(routine string, words []uint64) {
 	panic(msg)
 }
 
+// foundMismatch reports a mismatch that this PE found alone, outside a
+// sync of the team (in a staged collective's contribution, or in a wait's
+// look at its partners' words), and panics. The other members may not
+// have reached this PE's call number yet: it waits for them, for up to
+// mismatchGrace, so that the report names every member's call, as a sync's
+// does; one that has not arrived by then is named where it is.
+func (t *Team) foundMismatch(routine string, seq uint64) {
+	deadline := time.Now().Add(mismatchGrace * time.Duration(max(1, st.perCPU)))
+	for {
+		words := t.collWords()
+		behind := false
+		for _, w := range words {
+			if s, _, _ := splitCollWord(w); s < seq {
+				behind = true
+			}
+		}
+		if !behind || time.Now().After(deadline) {
+			t.reportMismatch(routine, words)
+		}
+		// Not a waiter: its slow path looks for mismatches.
+		st.worker.Progress()
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // stagedMismatch reports a staged collective of the team whose
-// contribution from the team's PE j is of another kind than this PE's
-// call, and panics. The staged calls do not sync the team, so the PE that
-// reads the contribution is the one that finds it; the others find it in
-// their waits (checkMismatch).
-func (t *Team) stagedMismatch(j int, kind uint64) {
+// contribution from a member is of another kind than this PE's call, and
+// panics. The staged calls do not sync the team, so the PE that reads the
+// contribution is the one that finds it; the others find it in their
+// waits (checkMismatch).
+func (t *Team) stagedMismatch() {
 	seq, mine, _ := splitCollWord(atomic.LoadUint64(t.collWord()))
-	routine := collKindName(mine)
-	msg := fmt.Sprintf("shmem.%s: collective mismatch on %v: this PE (PE %d) is in its collective #%d, %s, while PE %d contributed to a %s: every PE of a team must call the same collectives in the same order",
-		routine, t, st.me, seq, routine, t.members[j], collKindName(kind))
-	lg().Logf(ucs.LogError, "goshmem: PE %d: %s", st.me, msg)
-	time.Sleep(mismatchGrace)
-	panic(msg)
+	t.foundMismatch(collKindName(mine), seq)
 }
 
 // describePEs names a list of PEs: "PE 3", "PEs 0, 1, 2".
@@ -446,7 +470,7 @@ func activeColls(yield func(t *Team, word uint64) bool) {
 
 // checkMismatch looks at the words of every team this PE is in a
 // collective of (checkPartners says which members it reads); on a
-// mismatch it reports it and, after mismatchGrace, panics.
+// mismatch it reports it (foundMismatch) and panics.
 func checkMismatch() {
 	for t, w := range activeColls {
 		mySeq, myKind, _ := splitCollWord(w)
@@ -455,12 +479,7 @@ func checkMismatch() {
 			if seq != mySeq || sameCollKind(kind, myKind) {
 				continue
 			}
-			routine := collKindName(myKind)
-			msg := fmt.Sprintf("shmem.%s: collective mismatch on %v: this PE (PE %d of the job) is in its collective #%d of the team, %s, while the team's PE %d (PE %d of the job) is in its #%d, %s: every PE of a team must call the same collectives in the same order",
-				routine, t, st.me, mySeq, routine, j, t.members[j], seq, collKindName(kind))
-			lg().Logf(ucs.LogError, "goshmem: PE %d: %s", st.me, msg)
-			time.Sleep(mismatchGrace)
-			panic(msg)
+			t.foundMismatch(collKindName(myKind), mySeq)
 		}
 	}
 }

@@ -158,15 +158,12 @@ func RunWith(t *testing.T, o Options, body func(t *testing.T)) {
 // runPE is one PE of a job: setup, Init, the body, and Finalize; a body
 // that failed ends the PE before Finalize, which the other PEs would never
 // join, so that the job ends at once. A body that panicked does not
-// finalize either: Finalize's collective, met by the other PEs' collectives
-// of the body, would be reported as a collective mismatch on every PE
-// before the panic that caused it; the panic ends the PE, and the
-// launcher the job.
+// finalize either (Finalize does not during a panic): the panic ends the
+// PE, and the launcher the job.
 func runPE(t *testing.T, o Options, body func(t *testing.T)) {
 	if o.Setup != nil {
 		o.Setup(t)
 	}
-	returned := false
 	if !o.NoInit {
 		if o.ThreadLevel == shmem.ThreadSingle {
 			if err := shmem.Init(); err != nil {
@@ -177,15 +174,10 @@ func runPE(t *testing.T, o Options, body func(t *testing.T)) {
 		} else if got != o.ThreadLevel {
 			t.Fatalf("shmem.InitThread(%v) provided %v", o.ThreadLevel, got)
 		}
-		defer func() {
-			if returned || t.Skipped() {
-				shmem.Finalize()
-			}
-		}()
+		defer shmem.Finalize()
 	}
 	defer petest.ExitIfFailed(t)
 	body(t)
-	returned = true
 }
 
 // IsPE reports whether this process is a PE of a job that Run started (as
