@@ -371,8 +371,10 @@ func (w *Worker) AMAlignment() int { return w.amAlign }
 // When every interface of the worker is served by shared memory it yields
 // the thread. When some interface receives from the network (tcp), its
 // Progress reads the ready sockets itself, so for the first idleSpin calls
-// since a Progress last did something Idle only yields too: a reply is
-// then seen by the next Progress, microseconds after it came. After that
+// since a Progress last did something Idle returns at once, yielding the
+// thread every idleYieldEvery-th call and the goroutine every
+// idleGoschedEvery-th: a reply is then seen by the next Progress, a system
+// call after it came. After that
 // Idle sleeps, in the kernel (a futex wait, which leaves the network to
 // the transports' reading goroutines and the runtime's poller), until a
 // receive path of the worker signals that it handled something (a reply,
@@ -383,14 +385,25 @@ func (w *Worker) AMAlignment() int { return w.amAlign }
 // else to do.
 func (w *Worker) Idle() {
 	if !w.netPoll {
-		runtime.Gosched()
+		yieldGoroutine()
 		return
 	}
 	if n := w.idleRun.Add(1); n <= idleSpin {
-		// The reply may need a process that waits for this core: now and
-		// then, give the core away (a system call each time would slow
-		// the polling of a process that has a core of its own).
-		runtime.Gosched()
+		// Poll again at once, giving the core away every
+		// idleYieldEvery-th call, to a process that waits for it (the
+		// peer that must answer may be waiting for this core), and the
+		// P every idleGoschedEvery-th, to the goroutines that wait for
+		// it. The P rarely: runtime.Gosched wakes a thread for an idle P
+		// (wakep), which finds nothing to do and sleeps again: two futex
+		// calls and a thread that takes a core from the polling
+		// processes, and at times the goroutine goes on on another
+		// thread. When the P was given away at every call (or at every
+		// 16th), a tcp get's wait made a futex call every 8 or 9 polls
+		// and a context switch every 6; at every 256th, one every 200
+		// and 15.
+		if n%idleGoschedEvery == 0 {
+			yieldGoroutine()
+		}
 		if n%idleYieldEvery == 0 {
 			ucs.YieldThread()
 		}
@@ -407,15 +420,21 @@ func (w *Worker) Idle() {
 	w.signalled.Store(false)
 }
 
+// yieldGoroutine is runtime.Gosched; a test counts its calls.
+var yieldGoroutine = runtime.Gosched
+
 // idleWait bounds how long Idle sleeps.
 const idleWait = 30 * time.Microsecond
 
-// idleSpin is how many times Idle yields, when the worker reads from the
-// network, before it sleeps: a few hundred microseconds of polling, every
-// idleYieldEvery-th poll giving the core to whoever else waits for it.
+// idleSpin is how many times Idle returns at once, when the worker reads
+// from the network, before it sleeps: a few hundred microseconds of
+// polling, every idleYieldEvery-th poll giving the core to a process that
+// waits for it, every idleGoschedEvery-th the P to the goroutines that
+// wait for it (a goroutine that computes is preempted after 10ms anyway).
 const (
-	idleSpin       = 512
-	idleYieldEvery = 16
+	idleSpin         = 512
+	idleYieldEvery   = 16
+	idleGoschedEvery = 256
 )
 
 // notify tells the worker's waiters that something happened: it wakes a

@@ -21,10 +21,19 @@ import (
 // and call the EP through the uct.EP interface, as ucp does.
 //
 // Their waits spin on Progress, which reads the ready sockets itself, and
-// yield between calls.
+// yield every few calls (idle).
 
-// idle is the wait step of the benchmarks.
-func idle(int) { runtime.Gosched() }
+// idle is the wait step of the benchmarks, after the spins-th call of
+// Progress in a row that found nothing, as ucp's Worker.Idle's: it yields
+// the thread every 16th and the goroutine every 256th.
+func idle(spins int) {
+	if spins%256 == 255 {
+		runtime.Gosched()
+	}
+	if spins%16 == 15 {
+		ucs.YieldThread()
+	}
+}
 
 // BenchmarkAMPingPong measures a round trip: an 8-byte AMShort from a to b,
 // whose asynchronous handler (run by whichever reads it: b's Progress or

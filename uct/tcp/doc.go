@@ -216,9 +216,11 @@
 //   - Completions, flush completions, EP error handlers and pending requests
 //     are called only from Iface.Progress.
 //
-// A goroutine that waits for a tcp event should spin on Progress, yielding
-// (runtime.Gosched) between calls, and sleep only after a while without
-// events.
+// A goroutine that waits for a tcp event should spin on Progress,
+// yielding the thread every few calls and the goroutine (runtime.Gosched)
+// only every few hundred, and sleep only after a while without events, as
+// ucp's Worker.Idle does: each Gosched wakes a thread for an idle P, two
+// futex calls and a thread that takes a core from the polling processes.
 //
 // WakeupFD is unsupported: ifaces are polled.
 package tcp

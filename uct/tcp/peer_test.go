@@ -36,8 +36,8 @@ import (
 //	                    addresses, sends it active message 2, then "done"
 //	                    and whether it took the iface's connection
 //	progress            calls Progress in a loop from now on, yielding
-//	                    when it finds nothing (as a process that waits
-//	                    does), then "done"
+//	                    as a process that waits does (idle) when it
+//	                    finds nothing, then "done"
 //	pause               stops that loop (the poller serves), then "done"
 func TestMain(m *testing.M) {
 	testpeer.Serve(
@@ -100,9 +100,11 @@ func runPeer(args []string, stdin io.Reader, stdout io.Writer) error {
 			polling.Add(1)
 			go func() {
 				defer polling.Done()
-				for !stop.Load() {
-					if iface.Progress() == 0 {
-						runtime.Gosched()
+				for spins := 0; !stop.Load(); spins++ {
+					if iface.Progress() != 0 {
+						spins = -1
+					} else {
+						idle(spins)
 					}
 				}
 			}()
