@@ -484,12 +484,7 @@ func TestAMMalformed(t *testing.T) {
 				hdr(amHeader{typ: amMiddle, src: src, msg: 77, off: 3}, "abc"),
 				hdr(amHeader{typ: amFirst, id: 1, src: src, msg: 5, total: 2}, "abc"),
 				hdr(amHeader{typ: amHello, src: src, msg: 12345}, "GWA\x01"),
-				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: 10}, "x"), // no send number
 				hdr(amHeader{typ: amHello, src: src}, "GWA\x01junk"),
-				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: amMaxRndv + 1}, "x"),
-				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: 10}, "xKEY"),       // a key without address
-				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, total: 10, off: 64}, "x"), // an address without key
-				hdr(amHeader{typ: amRTS, id: 1, hlen: 1, src: src, msg: 3, total: 10, off: 64}, "xGRK\x01junk"),
 				// A first fragment, then a fragment that skips ahead.
 				hdr(amHeader{typ: amFirst, id: 1, src: src, msg: 6, total: 10}, "abc"),
 				hdr(amHeader{typ: amMiddle, src: src, msg: 6, off: 5}, "abc"),
@@ -522,8 +517,6 @@ func FuzzAMHeader(f *testing.F) {
 	add(amHeader{typ: amSingle, id: 3, hlen: 2, src: 9}, "hhdata")
 	add(amHeader{typ: amFirst, flags: amHdrReply, id: 3, hlen: 1, src: 9, msg: 1, total: 100}, "hdata")
 	add(amHeader{typ: amMiddle, src: 9, msg: 1, off: 4}, "more")
-	add(amHeader{typ: amRTS, id: 3, hlen: 1, src: 9, msg: 2, total: 1 << 20}, "h")
-	add(amHeader{typ: amRTS, id: 3, hlen: 1, src: 9, msg: 2, total: 1 << 20, off: 1 << 30}, "hGRK\x01key")
 	add(amHeader{typ: amHello, src: 9}, "GWA\x01")
 	f.Add([]byte{})
 	f.Add([]byte("garbage"))

@@ -134,14 +134,11 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 	r.proto = op.protoName(sync)
 	switch {
 	case rndv:
-		if err := ep.tagRndvStart(op, param, sync); err != nil {
-			op.drop(ucs.ErrIOError)
-			op.free()
-			r.top = nil
-			r.finish(ucs.ErrIOError)
-			r.release()
-			return nil, fmt.Errorf("ucp tag send: %w", err)
+		more := uint64(0)
+		if sync {
+			more = tagRTSSync
 		}
+		op.rndvStart(param, tag, more, nil)
 	case op.kind == topMulti:
 		op.hlen = tagFirstHdrLen
 		put64(op.hdr[:], tag, w.uid, op.msg, uint64(n), op.sreq)

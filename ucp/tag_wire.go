@@ -7,8 +7,9 @@ import (
 	"github.com/goshmem/goshmem/ucs"
 )
 
-// The wire messages of tag matching; amTagRTR and amTagATS also answer the
-// rendezvous of active messages (am_wire.go). Each has its own uct active-message id,
+// The wire messages of tag matching; the rendezvous ones (amTagRTS to
+// amTagRevoke) serve tag messages, active messages (am_wire.go) and
+// streams (stream_wire.go) alike. Each has its own uct active-message id,
 // so that the common message, an eager one, carries nothing but the tag in
 // front of its data (as an AMShort header where the lane has it). Headers
 // are little endian; what follows the header is the message's data.
@@ -18,7 +19,7 @@ import (
 //	amTagFirst      tag u64, src u64, msg u64, total u64, sreq u64 | data
 //	amTagMiddle     src u64, msg u64, off u64                      | data
 //	amTagAck        src u64, sreq u64
-//	amTagRTS        tag u64, src u64, sreq u64, length u64, raddr u64, flags u64 | packed key
+//	amTagRTS        arg u64, src u64, sreq u64, length u64, raddr u64, flags u64 | user header | packed key
 //	amTagATS        src u64, sreq u64, status i64
 //	amTagRTR        src u64, sreq u64, rreq u64, raddr u64         | packed key
 //	amTagData       src u64, rreq u64, off u64                     | data
@@ -28,7 +29,12 @@ import (
 // src is always the uid of the sending worker; sreq the sender's number of
 // a send that waits for the receiver (a sync send, a rendezvous), 0 for none
 // in amTagFirst; rreq the receiver's number of a rendezvous receive; msg the
-// sender's number of a fragmented eager message. An RTS whose key is empty
+// sender's number of a fragmented eager message. An RTS says in its flags
+// which family announces (rtsFamily): its arg is a tag message's tag, an
+// active message's id, a stream's receiving connection number (see
+// stream_wire.go), and only an active message's has a user header (its
+// length in the flags, rtsHlen) and may ask for a reply endpoint
+// (rtsReply); only a tag message's may be a sync send (tagRTSSync). An RTS whose key is empty
 // has raddr 0: the receiver cannot take the data and asks for it (RTR).
 // An RTR with a key (and the address of the receive's buffer) asks the
 // sender to put the data there and then say so (ATP); one without asks it
@@ -67,8 +73,27 @@ const (
 	tagMaxHeader = tagFirstHdrLen
 )
 
-// tagRTSSync in an RTS's flags: the send is a sync send.
-const tagRTSSync = 1 << 0
+// The flags of an RTS.
+const (
+	// tagRTSSync: the send is a sync send (tag messages).
+	tagRTSSync = 1 << 0
+	// rtsReply: the sender asked for a reply endpoint (AMSendFlagReply,
+	// active messages).
+	rtsReply = 1 << 1
+	// rtsFamShift: bits 8 to 15 hold the family that announces (famTag,
+	// famAM, famStream).
+	rtsFamShift = 8
+	// rtsHlenShift: bits 32 to 63 hold the length of an active message's
+	// user header, which follows the RTS header.
+	rtsHlenShift = 32
+	rtsKnown     = tagRTSSync | rtsReply | 0xff<<rtsFamShift | 0xffffffff<<rtsHlenShift
+)
+
+// rtsFlags returns the flags of an RTS of family fam with a user header
+// of hlen bytes and the flags more (tagRTSSync, rtsReply).
+func rtsFlags(fam uint8, hlen int, more uint64) uint64 {
+	return uint64(fam)<<rtsFamShift | uint64(hlen)<<rtsHlenShift | more
+}
 
 // tagMaxEager bounds the length a first fragment announces: the receiver
 // allocates it when the message is unexpected.
@@ -80,6 +105,10 @@ type tagHeader struct {
 	tag, src, sreq, rreq, msg uint64
 	total, off, raddr, flags  uint64
 	status                    ucs.Status
+	// An RTS: the family that announces, and the length of the user
+	// header at the start of the payload (from flags).
+	fam  uint8
+	hlen int
 }
 
 // tagHdrLen returns the header length of tag messages of uct id id, 0 for
@@ -169,9 +198,17 @@ func decodeTag(id uint8, b []byte) (tagHeader, []byte, error) {
 		}
 	case amTagRTS:
 		h.tag, h.src, h.sreq, h.total, h.raddr, h.flags = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3), get64(b, 4), get64(b, 5)
-		if h.sreq == 0 || h.total > amMaxRndv || h.flags&^tagRTSSync != 0 || len(p) > maxRkeyBlob ||
-			(len(p) == 0) != (h.raddr == 0) || (len(p) > 0 && h.total == 0) {
-			return bad("rendezvous request %d: %d bytes at %#x, flags %#x, key of %d bytes", h.sreq, h.total, h.raddr, h.flags, len(p))
+		h.fam, h.hlen = uint8(h.flags>>rtsFamShift), int(h.flags>>rtsHlenShift)
+		// What a family may not announce: a user header, a reply or a
+		// sync send of another family's, an AM id out of range.
+		wrong := h.flags&^rtsKnown != 0 || h.hlen > len(p) ||
+			(h.fam != famAM && (h.hlen != 0 || h.flags&rtsReply != 0)) ||
+			(h.fam != famTag && h.flags&tagRTSSync != 0) ||
+			(h.fam == famAM && h.tag > MaxAMID) || h.fam > famStream
+		key := len(p) - min(h.hlen, len(p))
+		if wrong || h.sreq == 0 || h.total > amMaxRndv || key > maxRkeyBlob ||
+			(key == 0) != (h.raddr == 0) || (key > 0 && h.total == 0) {
+			return bad("rendezvous request %d: %d bytes at %#x, flags %#x, key of %d bytes", h.sreq, h.total, h.raddr, h.flags, key)
 		}
 	case amTagATS, amTagATP:
 		// The sender's number (ATS) or the receiver's (ATP), and the status
