@@ -1,7 +1,6 @@
 package ucp
 
 import (
-
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
