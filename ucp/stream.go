@@ -584,6 +584,23 @@ func (w *Worker) streamFetched(r *Request, st ucs.Status) {
 	w.streamPump(q)
 }
 
+// streamRndvSending reports whether a rendezvous stream send of ep waits
+// for its receiver to take the data (an endpoint flush waits for it).
+func (w *Worker) streamRndvSending(ep *Endpoint) bool {
+	if !w.stream.enabled {
+		return false
+	}
+	p := &w.proto
+	p.lock()
+	defer p.unlock()
+	for _, op := range p.sends {
+		if op.ep == ep && op.fam == famStream && op.kind == topRTS && !op.revoked {
+			return true
+		}
+	}
+	return false
+}
+
 // streamRevoked is the stream part of a sender's revoke of its rendezvous
 // message k (rndvRecvRevoke): a fetch that may read the sender's memory
 // is left alone (taking: its ATS answers), and a request that waits
