@@ -367,31 +367,31 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	r := w.newRequest(param)
 	r.size, r.lane, r.dt, r.top = size, l, it, op
 	op.r, op.dt = r, &r.dt
+	// A rendezvous and a fragmented message go as those of tag messages,
+	// of the AM family (tag_wire.go).
+	more := uint64(0)
+	if hflags&amHdrReply != 0 {
+		more = hdrReply
+	}
 	switch {
 	case single:
 		r.proto = protoAMSingle
+		var hb [amHdrLen]byte
+		h.put(hb[:])
+		op.setHeader(hb[:], header)
 	case rndv:
 		// Replies and revokes find the send by its number.
 		r.proto = protoAMRndv
 		w.proto.register(op)
-		more := uint64(0)
-		if hflags&amHdrReply != 0 {
-			more = rtsReply
-		}
 		if op.rndvStart(param, uint64(id), more, header) != 0 {
 			r.proto = protoAMRndvGet
 		}
 	default:
 		// Fragments find their message by its number.
-		op.kind, h.typ, h.total, r.proto = topMulti, amFirst, uint64(size), protoAMFrag
+		op.kind, r.proto = topMulti, protoAMFrag
 		op.msg = w.proto.newID()
-		h.msg = op.msg
 		op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && size >= th.zcopy
-	}
-	if !rndv {
-		var hb [amHdrLen]byte
-		h.put(hb[:])
-		op.setHeader(hb[:], header)
+		op.setFirst(uint64(id), more, header)
 	}
 	w.inflight.Add(1)
 	return op.started(r, ep, w.protoStart(op), flags, "am send")

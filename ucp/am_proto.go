@@ -32,41 +32,61 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		return ucs.OK
 	}
 	canKeep := flags&uct.CBParamFlagDesc != 0
-	a := &w.am
 	switch h.typ {
 	case amSingle:
 		return w.amDeliver(wi, h, p[:h.hlen], p[h.hlen:], data, canKeep)
-	case amFirst:
-		m := &amReasm{buf: make([]byte, uint64(h.hlen)+h.total), hlen: int(h.hlen), id: h.id, flags: h.flags}
-		copy(m.buf, p)
-		a.mu.Lock()
-		done, err := a.reasm.begin(fragKey{h.src, h.msg}, len(p)-int(h.hlen), int(h.total), m)
-		a.mu.Unlock()
-		switch {
-		case err != nil:
-			w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
-		case done:
-			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
-		}
-	case amMiddle:
-		a.mu.Lock()
-		f, _, err := a.reasm.next(fragKey{h.src, h.msg}, h.off, len(p))
-		a.mu.Unlock()
-		if err != nil {
-			// A lost message's buffer is left to the collector.
-			w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
-			return ucs.OK
-		}
-		m := f.dest
-		copy(m.buf[m.hlen+int(h.off):], p)
-		if f.got == f.total {
-			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
-		}
 	case amHello:
 		// The same as the software protocols' wireup (proto_sw.go).
 		w.wireBack(h.src, append([]byte(nil), p...))
 	}
 	return ucs.OK
+}
+
+// amRecvFirst handles the first fragment of an active message (checked
+// by fragRecvFirst: its header h, then the user header and the data p):
+// its buffer gathers the message for the handler.
+func (w *Worker) amRecvFirst(h *tagHeader, p []byte) {
+	flags := uint8(0)
+	if h.flags&hdrReply != 0 {
+		flags = amHdrReply
+	}
+	m := &amReasm{buf: make([]byte, h.hlen+int(h.total)), hlen: h.hlen, id: uint16(h.tag), flags: flags}
+	copy(m.buf, p)
+	a := &w.am
+	a.mu.Lock()
+	done, err := a.reasm.begin(fragKey{h.src, h.msg}, len(p)-h.hlen, int(h.total), m)
+	a.mu.Unlock()
+	switch {
+	case err != nil:
+		w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
+	case done:
+		w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
+	}
+}
+
+// amRecvMiddle handles a following fragment (checked by fragRecvMiddle)
+// when it belongs to an active message, and reports whether it did.
+func (w *Worker) amRecvMiddle(h *tagHeader, p []byte) bool {
+	a := &w.am
+	k := fragKey{h.src, h.msg}
+	a.mu.Lock()
+	if _, ok := a.reasm[k]; !ok {
+		a.mu.Unlock()
+		return false
+	}
+	f, _, err := a.reasm.next(k, h.off, len(p))
+	a.mu.Unlock()
+	if err != nil {
+		// A lost message's buffer is left to the collector.
+		w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
+		return true
+	}
+	m := f.dest
+	copy(m.buf[m.hlen+int(h.off):], p)
+	if f.got == f.total {
+		w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
+	}
+	return true
 }
 
 // amRevoked is the active-message part of a sender's revoke of its

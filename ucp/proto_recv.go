@@ -480,7 +480,7 @@ func rndvRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Stat
 		return w.tagDropped(err)
 	}
 	rts := rtsInfo{fam: h.fam, arg: h.tag, src: h.src, sreq: h.sreq, length: int(h.total), raddr: h.raddr,
-		uhdr: p[:h.hlen], key: p[h.hlen:], sync: h.flags&tagRTSSync != 0, reply: h.flags&rtsReply != 0}
+		uhdr: p[:h.hlen], key: p[h.hlen:], sync: h.flags&tagRTSSync != 0, reply: h.flags&hdrReply != 0}
 	if len(rts.key) > 0 {
 		if _, err := decodeRkey(rts.key); err != nil {
 			return w.tagDropped(err)
@@ -504,14 +504,51 @@ func rndvRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Stat
 	return ucs.OK
 }
 
-// rndvInit installs the handlers of the rendezvous messages (tag_wire.go),
-// which every family's rendezvous shares, when the worker has a family.
-func (w *Worker) rndvInit() error {
+// sharedInit installs the handlers of the messages (tag_wire.go) that
+// every family shares, when the worker has a family: the fragments of an
+// eager message and the rendezvous.
+func (w *Worker) sharedInit() error {
 	if !w.tag.enabled && !w.am.enabled && !w.stream.enabled {
 		return nil
 	}
-	return w.setProtoHandlers([]uint8{amTagRTS, amTagRTR, amTagATS, amTagData, amTagATP, amTagRevoke},
-		[]protoHandler{rndvRecvRTS, tagRecvRTR, tagRecvATS, rndvRecvData, rndvRecvATP, rndvRecvRevoke})
+	return w.setProtoHandlers([]uint8{amTagFirst, amTagMiddle, amTagRTS, amTagRTR, amTagATS, amTagData, amTagATP, amTagRevoke},
+		[]protoHandler{fragRecvFirst, fragRecvMiddle, rndvRecvRTS, tagRecvRTR, tagRecvATS, rndvRecvData, rndvRecvATP, rndvRecvRevoke})
+}
+
+// fragRecvFirst handles the first fragment of an eager message of any
+// family that has them: checked here, it goes to its family, tag matching
+// (tagRecvFirst) or the active message's reassembly (amRecvFirst).
+func fragRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, p, err := decodeTag(amTagFirst, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	switch {
+	case h.fam == famTag && w.tag.enabled:
+		return w.tagRecvFirst(wi, &h, p, data, flags)
+	case h.fam == famAM && w.am.enabled:
+		w.amRecvFirst(&h, p)
+		return ucs.OK
+	}
+	return w.tagDropped(fmt.Errorf("first fragment of family %d from %#x: %w", h.fam, h.src, ucs.ErrUnsupported))
+}
+
+// fragRecvMiddle handles a following fragment of an eager message of any
+// family: the active messages' reassembly takes it when it has the
+// message (amRecvMiddle), tag matching otherwise (tagRecvMiddle). Message
+// numbers are the worker's, of all families: a sender's message is in one
+// table.
+func fragRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, p, err := decodeTag(amTagMiddle, data)
+	switch {
+	case err != nil:
+		return w.tagDropped(err)
+	case w.am.enabled && w.amRecvMiddle(&h, p):
+		return ucs.OK
+	case w.tag.enabled:
+		return w.tagRecvMiddle(wi, &h, p, data, flags)
+	}
+	return w.tagDropped(fmt.Errorf("fragment of message %d from %#x: no family takes it: %w", h.msg, h.src, ucs.ErrInvalidParam))
 }
 
 // rndvRecvRevoke handles a sender's revoke of a rendezvous message it

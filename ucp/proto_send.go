@@ -436,19 +436,12 @@ func (op *sendOp) fragHeader() (uint8, []byte) {
 		put64(op.fh[:], op.w.uid, op.rreq, uint64(op.off))
 		return amTagData, op.fh[:tagDataHdrLen]
 	}
-	switch op.fam {
-	case famStream:
+	switch {
+	case op.fam == famStream:
 		// Every piece has the same header, op's.
 		return amStreamData, op.head()
-	case famAM:
-		if !op.sent {
-			return amUCP, op.head()
-		}
-		h := amHeader{typ: amMiddle, src: op.w.uid, msg: op.msg, off: uint64(op.off)}
-		h.put(op.fh[:])
-		return amUCP, op.fh[:amHdrLen]
-	}
-	if !op.sent {
+	case !op.sent:
+		// A tag message's or an active message's (setFirst).
 		return amTagFirst, op.head()
 	}
 	put64(op.fh[:], op.w.uid, op.msg, uint64(op.off))
@@ -517,6 +510,17 @@ func (w *Worker) rndvSendData(op *sendOp, rreq uint64, key []byte, raddr uint64)
 	}
 }
 
+// setFirst makes the header of the first fragment of op, a fragmented
+// eager message of its family numbered op.msg (tag_wire.go), op's first
+// header: arg is the family's word (a tag, an active message's id), more
+// the flag hdrReply, uh an active message's user header; a sync tag send
+// has its number in it.
+func (op *sendOp) setFirst(arg, more uint64, uh []byte) {
+	var h [tagFirstHdrLen]byte
+	put64(h[:], arg, op.w.uid, op.msg, uint64(op.dt.length), op.sreq, hdrFlags(op.fam, len(uh), more))
+	op.setHeader(h[:], uh)
+}
+
 // rndvSendProtos names, by family, the protocol of a rendezvous send once
 // its receiver asked for the data (Request.Query): pushed, or put. An
 // active message's receiver takes no put, and its push keeps the name of
@@ -530,7 +534,7 @@ var rndvSendProtos = [...]struct{ push, put string }{
 // rndvStart makes op, a rendezvous send of its family registered for the
 // receiver's reply, announce its data with an RTS (tag_wire.go): arg is
 // the family's word (a tag, an active message's id, a stream's
-// connection number), more the flags tagRTSSync and rtsReply, and uh an
+// connection number), more the flags tagRTSSync and hdrReply, and uh an
 // active message's user header. Where UCX_RNDV_SCHEME lets the receiver
 // take the data (see tag_rndv.go), the RTS carries the data's key
 // (rndvAnnounce); an active message's always may, as its receiver takes no
@@ -543,7 +547,7 @@ func (op *sendOp) rndvStart(param *RequestParam, arg, more uint64, uh []byte) ui
 		raddr = op.rndvAnnounce(param, tagRTSHdrLen+len(uh))
 	}
 	var h [tagRTSHdrLen]byte
-	put64(h[:], arg, w.uid, op.sreq, uint64(op.dt.length), raddr, rtsFlags(op.fam, len(uh), more))
+	put64(h[:], arg, w.uid, op.sreq, uint64(op.dt.length), raddr, hdrFlags(op.fam, len(uh), more))
 	op.setHeader(h[:], uh)
 	return raddr
 }

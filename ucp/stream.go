@@ -19,17 +19,39 @@ import (
 // StreamDataRelease). Worker.StreamWorkerPoll names the endpoints that
 // have data no receive took.
 //
-// Wire and order: as in UCX, a stream has no rendezvous protocol. A send
-// goes as a sequence of amStreamData messages on the endpoint's AM lane
-// (stream_wire.go), copied into the transport's buffer or, above
-// UCX_ZCOPY_THRESH, zero-copy, in pieces of at most one transport message;
-// it goes through the send engine of tag sends and active messages
-// (sendOp, proto_send.go). Every piece of
-// every send of an endpoint thus travels one connection, in order, and
-// sends that wait for transport resources wait in the worker's queue
-// behind the earlier ones of their endpoint: large and small sends cannot
-// overtake each other, and no RMA lane is involved.
+// Wire and order: a send below the rendezvous threshold (UCX_RNDV_THRESH,
+// as for tag sends) goes as a sequence of amStreamData messages on the
+// endpoint's AM lane (stream_wire.go), copied into the transport's buffer
+// or, above UCX_ZCOPY_THRESH, zero-copy, in pieces of at most one
+// transport message. A larger one goes by the rendezvous that tag
+// messages and active messages share (tag_rndv.go): an RTS of family
+// famStream on the AM lane, whose data the receiver fetches as
+// UCX_RNDV_SCHEME allows (rkey_ptr, get, put, or the AM pipeline of
+// pushed fragments) at once, whether or not a receive waits: into the
+// buffer of the receive that waits first, when nothing is queued before
+// it and it takes all of the data (zero-copy where the scheme allows,
+// behind what the receive holds already), and otherwise into a buffer of
+// the worker's that joins the stream's queue. A stream send thus ends, as
+// an eager one, without its receiver's application. Every send goes
+// through the send engine of tag sends and active messages (sendOp,
+// proto_send.go). Every piece and RTS of every send of an endpoint
+// travels one connection, in order, and sends that wait for transport
+// resources wait in the worker's queue behind the earlier ones of their
+// endpoint; at the receiver, one rendezvous fetch at a time runs per
+// stream, and what arrives meanwhile waits for its end (streamPump):
+// large and small sends cannot overtake each other.
 //
+// Rendezvous and endings: a send canceled, or whose endpoint closes in
+// force mode, before its receiver took the data is revoked as a tag
+// message's: the stream holds all of its bytes (its receiver took them
+// first) or none; a receive that waited for them to be pushed or put ends
+// with ucs.ErrCanceled. A flush-mode close (and an endpoint flush) waits
+// for the endpoint's rendezvous sends to be taken, as for eager data. A
+// receive canceled while its buffer is being filled by a rendezvous ends
+// with that data (its length tells), so that no byte of the stream is
+// lost. A rendezvous for an endpoint that was closed is answered as
+// taken, its data dropped, as an eager send's would be.
+
 // Which endpoint receives: a stream connects one endpoint of each side.
 // The n-th endpoint a worker creates to a peer worker (its connection
 // number n, counted per peer from 0) is paired with the peer's n-th

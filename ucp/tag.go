@@ -173,9 +173,10 @@ func (w *Worker) tagInit() error {
 	}
 	t.frags = fragTable[fragDest]{}
 	t.rts = map[fragKey]*TagMessage{}
-	// The rendezvous messages' handlers serve every family (rndvHandlers).
-	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck}
-	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck}
+	// The handlers of fragments and rendezvous serve every family
+	// (sharedInit).
+	ids := []uint8{amTagEager, amTagEagerSync, amTagAck}
+	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvAck}
 	if err := w.setProtoHandlers(ids, fns); err != nil {
 		return err
 	}

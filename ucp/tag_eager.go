@@ -140,8 +140,7 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 		}
 		op.rndvStart(param, tag, more, nil)
 	case op.kind == topMulti:
-		op.hlen = tagFirstHdrLen
-		put64(op.hdr[:], tag, w.uid, op.msg, uint64(n), op.sreq)
+		op.setFirst(tag, 0, nil)
 	case sync:
 		op.id, op.hlen = amTagEagerSync, tagSyncHdrLen
 		put64(op.hdr[:], tag, w.uid, op.sreq)
@@ -286,12 +285,10 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 	return st
 }
 
-// tagRecvFirst handles the first fragment of an eager message.
-func tagRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, p, err := decodeTag(amTagFirst, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
+// tagRecvFirst handles the first fragment of a tag message (checked by
+// fragRecvFirst: its header h, then its data p, in the transport's buffer
+// data).
+func (w *Worker) tagRecvFirst(wi *workerIface, h *tagHeader, p, data []byte, flags uint32) ucs.Status {
 	var ack tagAckTo
 	if h.sreq != 0 {
 		ack = tagAckTo{h.src, h.sreq}
@@ -324,14 +321,10 @@ func tagRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Sta
 	return st
 }
 
-// tagRecvMiddle handles a following fragment of an eager message: the
-// receive that took the message unpacks it, or the unexpected message
-// keeps it.
-func tagRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, p, err := decodeTag(amTagMiddle, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
+// tagRecvMiddle handles a following fragment of a tag message (checked
+// by fragRecvMiddle): the receive that took the message unpacks it, or the
+// unexpected message keeps it.
+func (w *Worker) tagRecvMiddle(wi *workerIface, h *tagHeader, p, data []byte, flags uint32) ucs.Status {
 	t := &w.tag
 	t.lock()
 	f, lost, err := t.frags.next(fragKey{h.src, h.msg}, h.off, len(p))

@@ -5,15 +5,23 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// The rendezvous protocol of tag messages.
+// The rendezvous protocol of tag messages, which active messages and
+// streams share: one RTS (rndvStart, rndvRecvRTS: the family and its word,
+// a tag, an AM id and user header, a stream's connection number), one
+// fetch (rndvFetch), the same replies, data and revoke (tag_wire.go,
+// proto_recv.go). What differs is who takes the message: a tag receive
+// that matches it (unexpected until then), the AM handler
+// (AMRecvDataNBX), or the stream, which takes it at once, in its order,
+// into the receive that waits or into its queue (stream.go).
 //
-// The sender announces the message with an RTS: its tag, its length, its
-// send number and, when the data is one buffer that a lane from the
-// receiver can reach, the data's address and packed key (of the memory
-// handle the caller passed, of mapped memory the data lies in, or of a
-// registration made for this send). The send waits in the worker's sends.
+// The sender announces the message with an RTS: its family's word, its
+// length, its send number and, when the data is one buffer that a lane
+// from the receiver can reach, the data's address and packed key (of the
+// memory handle the caller passed, of mapped memory the data lies in, or
+// of a registration made for this send). The send waits in the worker's
+// sends.
 //
-// When a receive matched the RTS, the receiver takes the data, as
+// When a receive took the RTS, the receiver takes the data, as
 // UCX_RNDV_SCHEME allows:
 //
 //   - rkey_ptr (auto): the key's memory is mapped here (shared memory): the
@@ -24,7 +32,8 @@ import (
 //     not get over the network (tcp), where the get is a request that the
 //     sender's progress answers: it puts (Endpoint.rndvByPut);
 //   - put zcopy (put_zcopy; auto where only the network reaches the
-//     sender, which then announces no key): the receiver sends, with its
+//     sender, which then announces no key; not for an active message,
+//     whose sender always announces a key): the receiver sends, with its
 //     RTR, the packed key of the receive's buffer (mapped memory, or
 //     registered for the receive) and its address; the sender puts the
 //     data there (copies it, where the receiver's memory is mapped at the
@@ -44,10 +53,12 @@ import (
 // longer than the receive's buffer is acknowledged at once, without a
 // transfer, and the receive completes with ucs.ErrMessageTruncated.
 //
-// Closing the sender (tag messages and active messages alike: the same
-// revoke, rndvRecvRevoke, finds the message in its family, tagRevoked or
-// amRevoked; an active message's rendezvous messages a handler kept take
-// the place of the unexpected ones). A send whose endpoint closes (flush or force mode)
+// Closing the sender (tag messages, active messages and streams alike:
+// the same revoke, rndvRecvRevoke, finds the message in its family,
+// tagRevoked, amRevoked or streamRevoked; an active message's rendezvous
+// messages a handler kept, and a stream's that wait behind another one's
+// fetch, take the place of the unexpected ones; a flush-mode close waits
+// for a stream's to be taken first, see stream.go). A send whose endpoint closes (flush or force mode)
 // before the receiver answered its RTS ends, and its buffer is the
 // caller's again; the receiver must then neither read that buffer nor
 // wait for data that will not come. The sender revokes the message: an
