@@ -226,12 +226,19 @@ func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) ucs.Status
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), id, hlen
 	put64(op.hdr[:], w.uid, a, b)
+	return w.ctrlStart(op, "protocol reply")
+}
+
+// ctrlStart sends op, a control message whose header (and payload, in
+// op.key) is set, and frees it once the transport took it (queued, it
+// ends itself); a failure is logged as the send of what, and returned.
+func (w *Worker) ctrlStart(op *sendOp, what string) ucs.Status {
 	st := w.protoStart(op)
 	switch {
 	case st == ucs.OK:
 		op.free()
 	case st.IsErr():
-		w.tagLogf("protocol reply to %s: %v", ep.remoteName, st)
+		w.tagLogf("%s to %s: %v", what, op.ep.remoteName, st)
 		op.free()
 	}
 	return st

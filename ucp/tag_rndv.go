@@ -162,15 +162,7 @@ func (w *Worker) rndvRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) ucs
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRTR, tagRTRLen
 	put64(op.hdr[:], w.uid, sreq, rreq, raddr)
 	op.key = dtIter{contig: key, length: len(key)}
-	st := w.protoStart(op)
-	switch {
-	case st == ucs.OK:
-		op.free()
-	case st.IsErr():
-		w.tagLogf("rendezvous reply to %s: %v", ep.remoteName, st)
-		op.free()
-	}
-	return st
+	return w.ctrlStart(op, "rendezvous reply")
 }
 
 // tagRecvATS handles a rendezvous acknowledgement: the send completes.
@@ -245,13 +237,7 @@ func (w *Worker) rndvRevoke(ep *Endpoint, sreq uint64) {
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
 	put64(op.hdr[:], w.uid, sreq)
-	switch st := w.protoStart(op); {
-	case st == ucs.OK:
-		op.free()
-	case st.IsErr():
-		w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
-		op.free()
-	}
+	w.ctrlStart(op, "revoke of a rendezvous send")
 }
 
 // tagRevoked is the tag part of a sender's revoke of its rendezvous
