@@ -146,11 +146,11 @@ type streamQ struct {
 }
 
 // streamLater is what arrived on a stream while a rendezvous fetch ran: a
-// piece of data, or (rts set) a rendezvous request, with the endpoint
+// piece of data, or (rts.sreq set) a rendezvous request, with the endpoint
 // back to its sender.
 type streamLater struct {
 	part tagPart
-	rts  *rtsInfo
+	rts  rtsInfo
 	ep   *Endpoint
 }
 
@@ -453,13 +453,32 @@ func (w *Worker) streamRecvRTS(rts *rtsInfo) {
 		w.rndvATS(rts.src, rts.sreq, ucs.OK)
 		return
 	}
-	l := &rtsInfo{fam: famStream, arg: rts.arg, src: rts.src, sreq: rts.sreq, length: rts.length, raddr: rts.raddr}
-	if len(rts.key) > 0 {
-		l.key = append([]byte(nil), rts.key...)
+	if q.fetching == nil && !q.pumping && len(q.later) == 0 {
+		// Nothing before it: fetched now, its key read where it arrived.
+		w.streamFetch(q, rts, ep)
+		w.streamPump(q)
+		return
 	}
-	q.later = append(q.later, streamLater{rts: l, ep: ep})
+	l := streamLater{rts: *rts, ep: ep}
+	l.rts.uhdr, l.rts.key = nil, append([]byte(nil), rts.key...)
+	q.later = append(q.later, l)
 	s.unlock()
 	w.streamPump(q)
+}
+
+// streamFetch starts the rendezvous fetch of rts on q (fetchInto,
+// rndvFetch), through ep back to its sender; the lock is held, and
+// released. A fetch that ends inside rndvFetch leaves what waits for it
+// to the caller's pump (pumping).
+func (w *Worker) streamFetch(q *streamQ, rts *rtsInfo, ep *Endpoint) {
+	s := &w.stream
+	r := s.fetchInto(q, rts, ep, w)
+	q.pumping = true
+	s.unlock()
+	w.rndvFetch(r, rts.key, rts.raddr)
+	s.lock()
+	q.pumping = false
+	s.unlock()
 }
 
 // streamPump takes what waits in q.later, in order, while no rendezvous
@@ -481,7 +500,7 @@ func (w *Worker) streamPump(q *streamQ) {
 		n := copy(q.later, q.later[1:])
 		q.later[n] = streamLater{}
 		q.later = q.later[:n]
-		if l.rts == nil {
+		if l.rts.sreq == 0 {
 			var doneBuf [4]*Request
 			p, done := s.feedLocked(q, l.part.data, doneBuf[:0])
 			if len(p) > 0 {
@@ -498,13 +517,7 @@ func (w *Worker) streamPump(q *streamQ) {
 			}
 			continue
 		}
-		r := s.fetchInto(q, l.rts, l.ep, w)
-		q.pumping = true
-		s.unlock()
-		w.rndvFetch(r, l.rts.key, l.rts.raddr)
-		s.lock()
-		q.pumping = false
-		s.unlock()
+		w.streamFetch(q, &l.rts, l.ep)
 	}
 }
 
@@ -636,7 +649,7 @@ func (w *Worker) streamRevoked(k fragKey) (taking bool) {
 	}
 	for _, q := range s.qs {
 		for i, l := range q.later {
-			if l.rts != nil && l.rts.src == k.src && l.rts.sreq == k.msg {
+			if l.rts.sreq == k.msg && l.rts.src == k.src {
 				q.later = append(q.later[:i], q.later[i+1:]...)
 				return false
 			}
@@ -1072,7 +1085,7 @@ func (w *Worker) streamFailEP(ep *Endpoint, st ucs.Status) {
 	if q.fetching != nil && !q.fetching.sr.stage {
 		q.reqs = append(q.reqs, q.fetching)
 	}
-	var answer []*rtsInfo
+	var answer []rtsInfo
 	if ep.closed.Load() {
 		q.closed = true
 		s.unready(q)
@@ -1096,14 +1109,14 @@ func (w *Worker) streamFailEP(ep *Endpoint, st ucs.Status) {
 // dropQueued gives back the data queued on q and what waits behind a
 // fetch, and returns the rendezvous requests that waited; the lock is
 // held.
-func (s *streamWorker) dropQueued(q *streamQ) []*rtsInfo {
+func (s *streamWorker) dropQueued(q *streamQ) []rtsInfo {
 	for i := q.head; i < len(q.segs); i++ {
 		s.releasePart(&q.segs[i])
 	}
 	q.segs, q.head, q.off, q.bytes = nil, 0, 0, 0
-	var rts []*rtsInfo
+	var rts []rtsInfo
 	for i := range q.later {
-		if l := &q.later[i]; l.rts != nil {
+		if l := &q.later[i]; l.rts.sreq != 0 {
 			rts = append(rts, l.rts)
 		} else {
 			s.releasePart(&l.part)
