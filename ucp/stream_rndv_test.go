@@ -290,3 +290,57 @@ func TestStreamRndvRecvCancel(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamRndvReceiverCloses closes the receiver's endpoint while the
+// data of a rendezvous stream send waits to be pushed into the stream's
+// queue (no receive posted, UCX_RNDV_SCHEME=am): the fetch ends with the
+// stream, nothing of it stays in the receiver's worker, and the send
+// completes.
+func TestStreamRndvReceiverCloses(t *testing.T) {
+	for _, tr := range tagTransports[1:] {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Setenv("UCX_RNDV_SCHEME", "am")
+			e := newStreamEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
+			sr, err := e.ab.StreamSendNBX(streamBytes(0, rndvMsgBytes), nil)
+			if err != nil || sr == nil || sr.proto != protoStreamRndv {
+				t.Fatalf("send: %v, %v; want a request of %s", sr, err, protoStreamRndv)
+			}
+			q := e.ba.strm
+			progressUntil(t, e.b, "the receiver's request for the data", func() bool {
+				e.b.stream.lock()
+				defer e.b.stream.unlock()
+				return q.fetching != nil && q.fetching.tr.rreq != 0
+			})
+			e.ba.Close(CloseModeForce)
+			e.wait(t, "the send", sr.IsCompleted)
+			sr.Free()
+			e.b.proto.lock()
+			waits := len(e.b.proto.waits)
+			e.b.proto.unlock()
+			if q.fetching != nil || waits != 0 || len(e.b.stream.qs) != 0 {
+				t.Fatalf("after the close: a fetch in flight: %v, %d receives waiting, %d streams", q.fetching != nil, waits, len(e.b.stream.qs))
+			}
+		})
+	}
+}
+
+// TestRndvFamilyMissing sends a stream message by rendezvous to a worker
+// whose context has no FeatureStream: its receiver answers that it cannot
+// take it, and the send ends with ucs.ErrUnsupported instead of waiting
+// for ever.
+func TestRndvFamilyMissing(t *testing.T) {
+	for _, tr := range tagTransports[1:3] {
+		t.Run(tr.name, func(t *testing.T) {
+			e := &tagEnv{ca: newTagContext(t, tr.sendTLS, withStream), cb: newTagContext(t, tr.recvTLS)}
+			e.a, e.b = newWorker(t, e.ca), newWorker(t, e.cb)
+			e.ab, e.ba = connect(t, e.a, e.b, nil), connect(t, e.b, e.a, nil)
+			sr, err := e.ab.StreamSendNBX(streamBytes(0, rndvMsgBytes), nil)
+			if err != nil || sr == nil || sr.proto != protoStreamRndv {
+				t.Fatalf("send: %v, %v; want a request of %s", sr, err, protoStreamRndv)
+			}
+			if err := e.done(t, "the send", sr, nil); !errors.Is(err, ucs.ErrUnsupported) {
+				t.Fatalf("send to a worker without streams: %v, want ucs.ErrUnsupported", err)
+			}
+		})
+	}
+}
