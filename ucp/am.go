@@ -203,12 +203,6 @@ func (w *Worker) amInit() error {
 			return fmt.Errorf("active-message handler on %s: %w", wi.rsc.tl.TLName, err)
 		}
 	}
-	// The rendezvous messages after the RTS (the receiver's RTR and ATS,
-	// the sender's data, ATP and revoke) are those of tag messages
-	// (tag_wire.go), whose handlers serve both families.
-	if err := w.setProtoHandlers([]uint8{amTagRTR, amTagATS, amTagData, amTagATP, amTagRevoke}, []protoHandler{tagRecvRTR, tagRecvATS, rndvRecvData, rndvRecvATP, rndvRecvRevoke}); err != nil {
-		return err
-	}
 	a.maxHdr = w.amMaxHeader()
 	empty := []*amHandler{}
 	a.handlers.Store(&empty)
@@ -227,7 +221,9 @@ func (w *Worker) amMaxHeader() int {
 		if wi.attr.Flags&capAM == 0 {
 			continue
 		}
-		if n := max(wi.attr.AM.MaxBcopy-amHdrLen, 0); m < 0 || n < m {
+		// Eager messages carry amHdrLen bytes of header before it, a
+		// rendezvous request tagRTSHdrLen.
+		if n := max(wi.attr.AM.MaxBcopy-max(amHdrLen, tagRTSHdrLen), 0); m < 0 || n < m {
 			m = n
 		}
 	}
@@ -371,25 +367,32 @@ func (ep *Endpoint) AMSendNBX(id uint32, header, data []byte, param *RequestPara
 	r := w.newRequest(param)
 	r.size, r.lane, r.dt, r.top = size, l, it, op
 	op.r, op.dt = r, &r.dt
+	// A rendezvous and a fragmented message go as those of tag messages,
+	// of the AM family (tag_wire.go).
+	more := uint64(0)
+	if hflags&amHdrReply != 0 {
+		more = hdrReply
+	}
 	switch {
 	case single:
 		r.proto = protoAMSingle
+		var hb [amHdrLen]byte
+		h.put(hb[:])
+		op.setHeader(hb[:], header)
 	case rndv:
-		// Replies and drops find the send by its number.
-		op.kind, h.typ, h.total, r.proto = topRTS, amRTS, uint64(size), protoAMRndv
+		// Replies and revokes find the send by its number.
+		r.proto = protoAMRndv
 		w.proto.register(op)
-		h.msg = op.sreq
-		if h.off = op.rndvAnnounce(param, amHdrLen+len(header)); h.off != 0 {
+		if op.rndvStart(param, uint64(id), more, header) != 0 {
 			r.proto = protoAMRndvGet
 		}
 	default:
 		// Fragments find their message by its number.
-		op.kind, h.typ, h.total, r.proto = topMulti, amFirst, uint64(size), protoAMFrag
+		op.kind, r.proto = topMulti, protoAMFrag
 		op.msg = w.proto.newID()
-		h.msg = op.msg
 		op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && size >= th.zcopy
+		op.setFirst(uint64(id), more, header)
 	}
-	op.setAMHeader(&h, header)
 	w.inflight.Add(1)
 	return op.started(r, ep, w.protoStart(op), flags, "am send")
 }

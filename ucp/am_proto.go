@@ -32,38 +32,9 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 		return ucs.OK
 	}
 	canKeep := flags&uct.CBParamFlagDesc != 0
-	a := &w.am
 	switch h.typ {
 	case amSingle:
 		return w.amDeliver(wi, h, p[:h.hlen], p[h.hlen:], data, canKeep)
-	case amFirst:
-		m := &amReasm{buf: make([]byte, uint64(h.hlen)+h.total), hlen: int(h.hlen), id: h.id, flags: h.flags}
-		copy(m.buf, p)
-		a.mu.Lock()
-		done, err := a.reasm.begin(fragKey{h.src, h.msg}, len(p)-int(h.hlen), int(h.total), m)
-		a.mu.Unlock()
-		switch {
-		case err != nil:
-			w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
-		case done:
-			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
-		}
-	case amMiddle:
-		a.mu.Lock()
-		f, _, err := a.reasm.next(fragKey{h.src, h.msg}, h.off, len(p))
-		a.mu.Unlock()
-		if err != nil {
-			// A lost message's buffer is left to the collector.
-			w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
-			return ucs.OK
-		}
-		m := f.dest
-		copy(m.buf[m.hlen+int(h.off):], p)
-		if f.got == f.total {
-			w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
-		}
-	case amRTS:
-		w.amDeliverRndv(h, p) // the user header, then the key if any
 	case amHello:
 		// The same as the software protocols' wireup (proto_sw.go).
 		w.wireBack(h.src, append([]byte(nil), p...))
@@ -71,26 +42,68 @@ func (w *Worker) amRecv(wi *workerIface, data []byte, flags uint32) ucs.Status {
 	return ucs.OK
 }
 
+// amRecvFirst handles the first fragment of an active message (checked
+// by fragRecvFirst: its header h, then the user header and the data p):
+// its buffer gathers the message for the handler.
+func (w *Worker) amRecvFirst(h *tagHeader, p []byte) {
+	flags := uint8(0)
+	if h.flags&hdrReply != 0 {
+		flags = amHdrReply
+	}
+	m := &amReasm{buf: make([]byte, h.hlen+int(h.total)), hlen: h.hlen, id: uint16(h.tag), flags: flags}
+	copy(m.buf, p)
+	a := &w.am
+	a.mu.Lock()
+	done, err := a.reasm.begin(fragKey{h.src, h.msg}, len(p)-h.hlen, int(h.total), m)
+	a.mu.Unlock()
+	switch {
+	case err != nil:
+		w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
+	case done:
+		w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
+	}
+}
+
+// amRecvMiddle handles a following fragment (checked by fragRecvMiddle)
+// when it belongs to an active message, and reports whether it did.
+func (w *Worker) amRecvMiddle(h *tagHeader, p []byte) bool {
+	a := &w.am
+	k := fragKey{h.src, h.msg}
+	a.mu.Lock()
+	if _, ok := a.reasm[k]; !ok {
+		a.mu.Unlock()
+		return false
+	}
+	f, _, err := a.reasm.next(k, h.off, len(p))
+	a.mu.Unlock()
+	if err != nil {
+		// A lost message's buffer is left to the collector.
+		w.warnf("ucp: worker %s: dropped an active message: %v", w.name, err)
+		return true
+	}
+	m := f.dest
+	copy(m.buf[m.hlen+int(h.off):], p)
+	if f.got == f.total {
+		w.amDeliverOwned(amHeader{typ: amSingle, flags: m.flags, id: m.id, src: h.src}, m.buf[:m.hlen], m.buf[m.hlen:])
+	}
+	return true
+}
+
 // amRevoked is the active-message part of a sender's revoke of its
 // rendezvous message k (rndvRecvRevoke): a message a handler kept and has
 // not received is marked so (AMRecvDataNBX fails with ucs.ErrCanceled),
-// a receive getting the data now is left alone (taking), and a receive
-// that waits for the sender to push the data is taken out of the waits
-// and returned.
-func (w *Worker) amRevoked(k fragKey) (r *Request, taking bool) {
+// and a receive getting the data now is left alone (taking: its ATS
+// answers).
+func (w *Worker) amRevoked(k fragKey) (taking bool) {
 	a := &w.am
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	d, taking := a.rts[k]
-	switch {
-	case d != nil:
+	if d != nil {
 		delete(a.rts, k)
 		d.revoked = true
-		return nil, false
-	case taking:
-		return nil, true
 	}
-	return w.proto.waitOf(k.src, k.msg), false
+	return taking && d == nil
 }
 
 // amDeliver calls the handler of an eager message whose data lies in a
@@ -180,41 +193,33 @@ func alignedCopy(data []byte, align int) []byte {
 // only during a callback.
 var recvParamPool = sync.Pool{New: func() any { return new(AMRecvParam) }}
 
-// amDeliverRndv calls the handler of a rendezvous request; the data stays
-// at the sender until the handler receives it.
-func (w *Worker) amDeliverRndv(h amHeader, uhdr []byte) {
-	ep := w.replyEP(h.src)
+// amRecvRTS calls the handler of an active message's rendezvous request
+// (checked by rndvRecvRTS); the data stays at the sender until the handler
+// receives it.
+func (w *Worker) amRecvRTS(rts *rtsInfo) {
+	id := uint16(rts.arg)
+	ep := w.replyEP(rts.src)
 	if ep == nil {
-		w.warnf("ucp: worker %s: dropped rendezvous message %d from %#x: no endpoint back to the sender", w.name, h.id, h.src)
+		w.warnf("ucp: worker %s: dropped rendezvous message %d from %#x: no endpoint back to the sender", w.name, id, rts.src)
 		return
 	}
-	d := &AMDesc{w: w, state: descInCallback, rndv: true, length: int(h.total), src: h.src, sreq: h.msg, ep: ep}
-	if len(uhdr) > int(h.hlen) {
-		key := uhdr[h.hlen:]
-		if _, err := decodeRkey(key); err != nil {
-			w.warnf("ucp: worker %s: dropped rendezvous message %d from %#x: %v", w.name, h.id, h.src, err)
-			return
-		}
-		d.key, d.raddr = append([]byte(nil), key...), h.off
-		uhdr = uhdr[:h.hlen]
+	d := &AMDesc{w: w, state: descInCallback, rndv: true, length: rts.length, src: rts.src, sreq: rts.sreq, ep: ep}
+	if len(rts.key) > 0 {
+		d.key, d.raddr = append([]byte(nil), rts.key...), rts.raddr
 	}
 	// Until it is received or released, a revoke finds it here.
 	w.am.mu.Lock()
-	w.am.rts[fragKey{h.src, h.msg}] = d
+	w.am.rts[fragKey{rts.src, rts.sreq}] = d
 	w.am.mu.Unlock()
-	hd := w.amHandler(h.id)
+	hd := w.amHandler(id)
 	if hd == nil {
-		w.warnf("ucp: worker %s: dropped active message %d (%d bytes, rendezvous) from %#x: no handler", w.name, h.id, h.total, h.src)
+		w.warnf("ucp: worker %s: dropped active message %d (%d bytes, rendezvous) from %#x: no handler", w.name, id, rts.length, rts.src)
 		w.AMDataRelease(d)
 		return
 	}
-	if h.total > uint64(maxInt) {
-		w.warnf("ucp: worker %s: dropped active message %d of %d bytes: too large", w.name, h.id, h.total)
-		w.AMDataRelease(d)
-		return
-	}
+	uhdr := rts.uhdr
 	p := AMRecvParam{RecvAttr: AMRecvAttrFlagRNDV, Length: d.length, Desc: d}
-	if h.flags&amHdrReply != 0 {
+	if rts.reply {
 		p.RecvAttr |= AMRecvAttrFieldReplyEP
 		p.ReplyEP = ep
 	}

@@ -212,7 +212,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	w.inflight.Add(1)
 	if desc.length == 0 {
 		// Nothing to fetch: tell the sender it is done.
-		a.untake(k)
+		w.rndvTook(r, false)
 		if st := w.rndvATS(desc.src, desc.sreq, ucs.OK); st.IsErr() {
 			r.finish(st)
 			r.release()
@@ -229,27 +229,6 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 		return nil, fmt.Errorf("ucp am recv data: %w", st)
 	}
 	return r, nil
-}
-
-// amRTR asks the sender of the rendezvous message the receive r took to
-// push its data (rndvFetch): r waits in recvs, where the data and a
-// revoke find it, from the moment the message is no longer being taken.
-// A receive whose RTR cannot go completes with the error.
-func (w *Worker) amRTR(r *Request) {
-	a := &w.am
-	r.tr.rreq = w.proto.newID()
-	a.mu.Lock()
-	delete(a.rts, fragKey{r.tr.src, r.tr.sreq})
-	w.proto.wait(r)
-	a.mu.Unlock()
-	if st := w.rndvRTR(r.tr.ep, r.tr.sreq, r.tr.rreq, 0, nil); st.IsErr() {
-		a.mu.Lock()
-		gone := w.proto.take(r.tr.rreq, r)
-		a.mu.Unlock()
-		if gone {
-			r.complete(st)
-		}
-	}
 }
 
 // AMDataRelease releases the data desc stands for (ucp_am_data_release):
@@ -280,14 +259,4 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 		desc.wi.iface.ReleaseDesc(desc.raw)
 	}
 	desc.raw, desc.data = nil, nil
-}
-
-// untake forgets that the rendezvous message k is being taken (its
-// receive got its data, or ends without it).
-func (a *amWorker) untake(k fragKey) {
-	a.mu.Lock()
-	if d, ok := a.rts[k]; ok && d == nil {
-		delete(a.rts, k)
-	}
-	a.mu.Unlock()
 }

@@ -12,24 +12,24 @@ import (
 // lowest is amSwWireup.
 const amUCP uint8 = amSwWireup - 1
 
-// Types of ucp active-message wire messages (amHeader.typ). The receiver
-// of a rendezvous answers with the messages of tag matching, amTagRTR and
-// amTagATS (tag_wire.go), and the sender pushes the data with amTagData
-// and revokes the message with amTagRevoke, which both families' handlers
-// serve; they replaced types of their own
-// here (this header has no
-// version: ucp's wire is between peers of one job, of one version).
+// Types of ucp active-message wire messages (amHeader.typ). A message in
+// fragments and a rendezvous go as the messages of tag matching
+// (tag_wire.go), which every family shares: the fragments as amTagFirst,
+// of family famAM, with the user header after its header, then
+// amTagMiddle; a rendezvous as an amTagRTS of family famAM (the user
+// header after it), which the receiver answers with amTagRTR and amTagATS,
+// and the sender pushes the data with amTagData and revokes the message
+// with amTagRevoke. They replaced types of their own here (this header
+// has no version: ucp's wire is between peers of one job, of one
+// version).
 const (
 	amSingle uint8 = iota + 1 // a whole eager message: user header, then data
-	amFirst                   // first fragment of an eager message: user header, data
-	amMiddle                  // a following fragment of an eager message: data
-	amRTS                     // rendezvous request to send: user header [, packed key of the data]
 	amHello                   // the sender's worker address, for a reply endpoint (older senders: it now goes in the software protocols' wireup message, Endpoint.wireBack)
 	amTypeEnd
 )
 
 // amHdrReply in amHeader.flags: the sender asked for a reply endpoint
-// (AMSendFlagReply).
+// (AMSendFlagReply; hdrReply in a first fragment or an RTS).
 const amHdrReply uint8 = 1 << 0
 
 // amHdrLen is the length of the wire header of every ucp active message.
@@ -48,15 +48,13 @@ const (
 // bytes); the payload follows it:
 //
 //	0  typ   u8   amSingle ... amHello
-//	1  flags u8   amHdrReply (Single, First, RTS); 0 otherwise
-//	2  id    u16  user AM id (Single, First, RTS); 0 otherwise
-//	4  hlen  u32  user header length (Single, First, RTS); 0 otherwise
+//	1  flags u8   amHdrReply (Single); 0 otherwise
+//	2  id    u16  user AM id (Single); 0 otherwise
+//	4  hlen  u32  user header length (Single); 0 otherwise
 //	8  src   u64  uid of the sending worker
-//	16 msg   u64  First, Middle: the sender's message id; RTS: the
-//	              sender's request id
-//	24 total u64  First, RTS: data length
-//	32 off   u64  Middle: offset of the payload in the data; RTS: the
-//	              data's address when a packed key follows the user header
+//	16 msg   u64  0 (the message id of the fragments they had)
+//	24 total u64  0
+//	32 off   u64  0
 type amHeader struct {
 	typ   uint8
 	flags uint8
@@ -106,42 +104,17 @@ func decodeAMHeader(data []byte) (amHeader, []byte, error) {
 	if h.flags&^amHdrReply != 0 {
 		return bad("flags %#x", h.flags)
 	}
-	switch h.typ {
-	case amFirst, amMiddle, amRTS:
-		if h.msg == 0 {
-			return bad("type %d without message id", h.typ)
-		}
-	}
-	switch h.typ {
-	case amSingle, amFirst, amRTS:
-	default:
-		if h.flags != 0 || h.id != 0 || h.hlen != 0 {
-			return bad("type %d with user id, flags or header", h.typ)
-		}
+	if h.msg != 0 || h.total != 0 || h.off != 0 {
+		return bad("type %d with msg %d, total %d, offset %d", h.typ, h.msg, h.total, h.off)
 	}
 	switch h.typ {
 	case amSingle:
-		if uint64(h.hlen) > n || h.msg != 0 || h.total != 0 || h.off != 0 {
-			return bad("single message: header %d of %d bytes, msg %d, total %d, offset %d", h.hlen, n, h.msg, h.total, h.off)
-		}
-	case amFirst:
-		if uint64(h.hlen) > n || h.total > amMaxEager || h.total < n-uint64(h.hlen) || h.off != 0 {
-			return bad("first fragment: header %d of %d bytes, total %d, offset %d", h.hlen, n, h.total, h.off)
-		}
-	case amMiddle:
-		if n == 0 || h.total != 0 || h.off > amMaxEager {
-			return bad("fragment of %d bytes at %d, total %d", n, h.off, h.total)
-		}
-	case amRTS:
-		// The payload is the user header, then the packed key of the data
-		// (when the receiver may get it) whose address is in off.
-		keyLen := n - min(uint64(h.hlen), n)
-		if uint64(h.hlen) > n || h.total > amMaxRndv || keyLen > maxRkeyBlob || (keyLen == 0) != (h.off == 0) || (keyLen > 0 && h.total == 0) {
-			return bad("rendezvous request: header %d of %d bytes, total %d, address %#x", h.hlen, n, h.total, h.off)
+		if uint64(h.hlen) > n {
+			return bad("single message: header %d of %d bytes", h.hlen, n)
 		}
 	case amHello:
-		if n == 0 || n > maxAddrBlob || h.msg != 0 || h.total != 0 || h.off != 0 {
-			return bad("hello of %d bytes", n)
+		if h.flags != 0 || h.id != 0 || h.hlen != 0 || n == 0 || n > maxAddrBlob {
+			return bad("hello of %d bytes with user id, flags or header", n)
 		}
 	}
 	return h, p, nil

@@ -317,10 +317,12 @@ func (op *epFlushOp) step() (bool, ucs.Status) {
 	case flushAM:
 		// Nothing of the endpoint in the send queue (active messages, tag
 		// and stream sends): everything handed to the transport, whose
-		// flush below completes the zero-copy sends; rendezvous messages
-		// the receiver has not taken yet do not count (a close revokes
-		// them).
-		if ep.queued.Load() > 0 {
+		// flush below completes the zero-copy sends; tag and AM
+		// rendezvous messages the receiver has not taken yet do not count
+		// (their receiver's application takes them, maybe never: a close
+		// revokes them). A stream's are waited for: its receiver takes
+		// the data on its own progress, as it does an eager send's.
+		if ep.queued.Load() > 0 || ep.w.streamRndvSending(ep) {
 			return false, ucs.InProgress
 		}
 		if op.close && !op.revoked {

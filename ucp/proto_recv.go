@@ -9,12 +9,18 @@ import (
 	"github.com/goshmem/goshmem/uct"
 )
 
-// The receive side that the two-sided protocols (tag matching and active
-// messages) share: the reassembly of a message that arrives in fragments,
-// and the get of rendezvous data.
+// The receive side that the two-sided protocols (tag matching, active
+// messages, streams) share: the reassembly of a message that arrives in
+// fragments, and the whole receive of a rendezvous: its RTS (rndvRecvRTS,
+// one for the three families), the take of its data (rndvFetch: rkey_ptr,
+// get, or an RTR for a put or a push), the receives that wait for pushed
+// or put data, the sender's revoke, and the answers to the sender.
 // What a family does with the data (a tag receive unpacks it or an
 // unexpected message keeps it; an active message gathers it for its
-// handler) is the fragment table's destination, its hook.
+// handler) is the fragment table's destination, its hook; what it does
+// with an RTS (tag matching, the AM handler, the stream's order) is its
+// own (tagRecvRTS, amRecvRTS, streamRecvRTS), and so is what a receive
+// does once the rendezvous data is in (rndvRecvEnd).
 
 // fragKey names a sender's fragmented message or send: the sender and the
 // message's or send's number.
@@ -134,7 +140,7 @@ func (g *rndvGetOp) advance() ucs.Status {
 	n := r.tr.info.Length
 	for g.off < n {
 		k := min(g.max, n-g.off)
-		g.iov = r.dt.zcopyIOV(g.iov[:0], g.off, k)
+		g.iov = r.dt.zcopyIOV(g.iov[:0], r.tr.at+g.off, k)
 		if len(g.iov) > g.maxIO {
 			k = 0
 			for _, v := range g.iov[:g.maxIO] {
@@ -196,7 +202,7 @@ func (w *Worker) rndvGetFinish(r *Request, st ucs.Status) {
 		w.rkc.put(ref)
 	}
 	w.rndvAnswer(r, st)
-	r.complete(st)
+	w.rndvRecvEnd(r, st)
 }
 
 // rndvAnswer tells the sender of the rendezvous message the receive r
@@ -204,12 +210,54 @@ func (w *Worker) rndvGetFinish(r *Request, st ucs.Status) {
 // longer being taken by r's family (a revoke of it is answered at once),
 // and the ATS ends the sender's send.
 func (w *Worker) rndvAnswer(r *Request, st ucs.Status) {
-	if r.tr.fam == famAM {
-		w.am.untake(fragKey{r.tr.src, r.tr.sreq})
-	} else {
-		w.tagTook(r, false)
-	}
+	w.rndvTook(r, false)
 	w.rndvATS(r.tr.src, r.tr.sreq, st)
+}
+
+// rndvTook records that the receive r, which took a rendezvous message,
+// reads nothing of the sender's memory any more (it read what it took, or
+// never will): the message is no longer being taken in its family's
+// table (tag: tagRecvRTS, takeRTS; AM: AMRecvDataNBX; stream:
+// streamRecvRTS), and a revoke of it is answered at once
+// (rndvRecvRevoke). With wait, r instead waits for the sender to push or
+// put the data: it gets its number and enters the worker's waits in the
+// same step, under the family's lock, where a revoke finds it.
+func (w *Worker) rndvTook(r *Request, wait bool) {
+	k := fragKey{r.tr.src, r.tr.sreq}
+	if wait {
+		r.tr.rreq = w.proto.newID()
+	}
+	switch r.tr.fam {
+	case famAM:
+		a := &w.am
+		a.mu.Lock()
+		delete(a.rts, k)
+		w.proto.waitIf(r, wait)
+		a.mu.Unlock()
+	case famStream:
+		s := &w.stream
+		s.lock()
+		delete(s.taking, k)
+		w.proto.waitIf(r, wait)
+		s.unlock()
+	default:
+		t := &w.tag
+		t.lock()
+		delete(t.rts, k)
+		w.proto.waitIf(r, wait)
+		t.unlock()
+	}
+}
+
+// rndvRecvEnd ends the rendezvous transfer into the receive r with st: a
+// tag or AM receive completes; a stream's receive hands the bytes to its
+// stream, which completes what they complete (streamFetched).
+func (w *Worker) rndvRecvEnd(r *Request, st ucs.Status) {
+	if r.tr.fam == famStream {
+		w.streamFetched(r, st)
+		return
+	}
+	r.complete(st)
 }
 
 // rndvATS ends the rendezvous send sreq of the worker src (of either
@@ -226,9 +274,13 @@ func (w *Worker) rndvATS(src, sreq uint64, st ucs.Status) ucs.Status {
 // progress in r.tr: got of r.tr.info.Length bytes came.
 type rndvWaits map[uint64]*Request
 
-// wait enters r, which sends its RTR next, by its number; the caller
-// holds its family's lock, where r stops being taken in the same step.
-func (p *protoWorker) wait(r *Request) {
+// waitIf enters r, which sends its RTR next, by its number, if wait; the
+// caller holds its family's lock, where r stops being taken in the same
+// step.
+func (p *protoWorker) waitIf(r *Request, wait bool) {
+	if !wait {
+		return
+	}
 	p.lock()
 	p.waits[r.tr.rreq] = r
 	p.unlock()
@@ -303,7 +355,7 @@ func rndvRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Sta
 	// Unpacked under the lock: a receive that Cancel or a revoke takes out
 	// of the waits meanwhile completes only once no piece is being written
 	// into its buffer.
-	r.tagUnpack(int(h.off), p)
+	r.tagUnpack(r.tr.at+int(h.off), p)
 	pw.unlock()
 	if last {
 		w.rndvRecvDone(r, r.tr.status)
@@ -334,29 +386,29 @@ func rndvRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Stat
 	return ucs.OK
 }
 
-// rndvRecvDone completes r, a rendezvous receive of either family that
-// its sender pushes or puts data to, with st, and releases what it
-// registered for the put.
+// rndvRecvDone ends r, a rendezvous receive of any family that its
+// sender pushes or puts data to, with st (rndvRecvEnd), and releases what
+// it registered for the put.
 func (w *Worker) rndvRecvDone(r *Request, st ucs.Status) {
 	if m := r.tr.memh; m != nil {
 		r.tr.memh = nil
 		w.ctx.MemUnmap(m)
 	}
-	r.complete(st)
+	w.rndvRecvEnd(r, st)
 }
 
-// rndvFetch takes the rendezvous data that the receive r (of either
-// family; r.tr says its sender, send number, endpoint back and length,
-// which fits) was announced, at raddr with key at the sender, as
-// UCX_RNDV_SCHEME allows (see tag_rndv.go): copied from the sender's
-// memory where it is mapped here (rkey_ptr), got where a lane gets with
-// the key, otherwise asked for with an RTR, to be put into r's buffer (tag
-// messages) or pushed.
+// rndvFetch takes the rendezvous data that the receive r (of any family;
+// r.tr says its sender, send number, endpoint back, length, which fits,
+// and where in r's buffer it goes, r.tr.at) was announced, at raddr with
+// key at the sender, as UCX_RNDV_SCHEME allows (see tag_rndv.go): copied
+// from the sender's memory where it is mapped here (rkey_ptr), got where a
+// lane gets with the key, otherwise asked for with an RTR, to be put into
+// r's buffer (not for an active message, whose sender always announces a
+// key where it may) or pushed.
 func (w *Worker) rndvFetch(r *Request, key []byte, raddr uint64) {
 	ep, n, names := r.tr.ep, r.tr.info.Length, &rndvRecvProtos[r.tr.fam]
 	sch := w.ctx.rndvSch
-	// An active message's RTR has no room for a key: its data is pushed.
-	put := r.tr.fam == famTag && (sch == rndvPut || sch == rndvAuto && ep.thresholds().netPut)
+	put := r.tr.fam != famAM && (sch == rndvPut || sch == rndvAuto && ep.thresholds().netPut)
 	if len(key) > 0 && (sch == rndvAuto || sch == rndvGet) {
 		if ref := w.rkc.get(ep, key, false); ref != nil {
 			rk := ref.rk
@@ -365,10 +417,10 @@ func (w *Worker) rndvFetch(r *Request, key []byte, raddr uint64) {
 				if rk.rma != nil {
 					r.lane = rk.rma.l
 				}
-				st := r.dt.unpack(0, unsafe.Slice((*byte)(p), n))
+				st := r.dt.unpack(r.tr.at, unsafe.Slice((*byte)(p), n))
 				w.rkc.put(ref)
 				w.rndvAnswer(r, ucs.OK)
-				r.complete(st)
+				w.rndvRecvEnd(r, st)
 				return
 			}
 			// Auto does not get over the network where the sender puts
@@ -384,32 +436,126 @@ func (w *Worker) rndvFetch(r *Request, key []byte, raddr uint64) {
 	key, raddr = nil, 0
 	r.proto = names.push
 	if put && r.dt.isContig() {
-		buf := r.dt.contig[:n]
+		buf := r.dt.contig[r.tr.at : r.tr.at+n]
 		if key, r.tr.memh = w.rndvKey(ep, buf, nil, true); key != nil {
 			raddr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 			r.proto = names.put
 		}
 	}
-	if r.tr.fam == famAM {
-		w.amRTR(r)
-		return
+	// r waits, where the data and a revoke find it, from the moment the
+	// message is no longer being taken; one whose RTR cannot go ends.
+	w.rndvTook(r, true)
+	if st := w.rndvRTR(ep, r.tr.sreq, r.tr.rreq, raddr, key); st.IsErr() && w.proto.take(r.tr.rreq, r) {
+		w.rndvRecvDone(r, st)
 	}
-	w.tagTook(r, true)
-	w.rndvRTR(ep, r.tr.sreq, r.tr.rreq, raddr, key)
 }
 
 // rndvRecvProtos names the protocols of rendezvous receives by family
 // (Request.Query).
 var rndvRecvProtos = [...]struct{ rkeyPtr, get, push, put string }{
-	famTag: {protoTagRecvRkeyPtr, protoTagRecvGet, protoTagRecvAM, protoTagRecvPut},
-	famAM:  {protoAMRecvRkeyPtr, protoAMRecvGet, protoAMRecv, protoAMRecv},
+	famTag:    {protoTagRecvRkeyPtr, protoTagRecvGet, protoTagRecvAM, protoTagRecvPut},
+	famAM:     {protoAMRecvRkeyPtr, protoAMRecvGet, protoAMRecv, protoAMRecv},
+	famStream: {protoStreamRecvRkeyPtr, protoStreamRecvGet, protoStreamRecvAM, protoStreamRecvPut},
+}
+
+// rtsInfo is what a rendezvous request announces (rndvRecvRTS).
+type rtsInfo struct {
+	fam            uint8
+	arg, src, sreq uint64 // arg: the tag, the AM id, the stream's number
+	length         int
+	raddr          uint64
+	uhdr, key      []byte // an active message's user header; the data's key
+	sync, reply    bool   // a tag sync send; an AM asking for a reply endpoint
+}
+
+// rndvRecvRTS handles a rendezvous request of any family: checked here
+// (its header, its key), it goes to the family that announced it, which
+// gives it to a receive or keeps it in its order: tag matching
+// (tagRecvRTS), the active message's handler (amRecvRTS), the stream
+// (streamRecvRTS). The request of a family the worker does not have is
+// answered at once with ucs.ErrUnsupported, so that its send ends.
+func rndvRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, p, err := decodeTag(amTagRTS, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	rts := rtsInfo{fam: h.fam, arg: h.tag, src: h.src, sreq: h.sreq, length: int(h.total), raddr: h.raddr,
+		uhdr: p[:h.hlen], key: p[h.hlen:], sync: h.flags&tagRTSSync != 0, reply: h.flags&hdrReply != 0}
+	if len(rts.key) > 0 {
+		if _, err := decodeRkey(rts.key); err != nil {
+			return w.tagDropped(err)
+		}
+	}
+	st := ucs.ErrUnsupported
+	switch {
+	case h.total > uint64(maxInt):
+		st = ucs.ErrExceedsLimit
+	case h.fam == famTag && w.tag.enabled:
+		return w.tagRecvRTS(wi, &rts, data, flags)
+	case h.fam == famAM && w.am.enabled:
+		w.amRecvRTS(&rts)
+		return ucs.OK
+	case h.fam == famStream && w.stream.enabled:
+		w.streamRecvRTS(&rts)
+		return ucs.OK
+	}
+	w.tagLogf("rendezvous message of %d bytes, family %d, from %#x: %v", h.total, h.fam, h.src, st)
+	w.rndvATS(h.src, h.sreq, st)
+	return ucs.OK
+}
+
+// sharedInit installs the handlers of the messages (tag_wire.go) that
+// every family shares, when the worker has a family: the fragments of an
+// eager message and the rendezvous.
+func (w *Worker) sharedInit() error {
+	if !w.tag.enabled && !w.am.enabled && !w.stream.enabled {
+		return nil
+	}
+	return w.setProtoHandlers([]uint8{amTagFirst, amTagMiddle, amTagRTS, amTagRTR, amTagATS, amTagData, amTagATP, amTagRevoke},
+		[]protoHandler{fragRecvFirst, fragRecvMiddle, rndvRecvRTS, tagRecvRTR, tagRecvATS, rndvRecvData, rndvRecvATP, rndvRecvRevoke})
+}
+
+// fragRecvFirst handles the first fragment of an eager message of any
+// family that has them: checked here, it goes to its family, tag matching
+// (tagRecvFirst) or the active message's reassembly (amRecvFirst).
+func fragRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, p, err := decodeTag(amTagFirst, data)
+	if err != nil {
+		return w.tagDropped(err)
+	}
+	switch {
+	case h.fam == famTag && w.tag.enabled:
+		return w.tagRecvFirst(wi, &h, p, data, flags)
+	case h.fam == famAM && w.am.enabled:
+		w.amRecvFirst(&h, p)
+		return ucs.OK
+	}
+	return w.tagDropped(fmt.Errorf("first fragment of family %d from %#x: %w", h.fam, h.src, ucs.ErrUnsupported))
+}
+
+// fragRecvMiddle handles a following fragment of an eager message of any
+// family: the active messages' reassembly takes it when it has the
+// message (amRecvMiddle), tag matching otherwise (tagRecvMiddle). Message
+// numbers are the worker's, of all families: a sender's message is in one
+// table.
+func fragRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+	h, p, err := decodeTag(amTagMiddle, data)
+	switch {
+	case err != nil:
+		return w.tagDropped(err)
+	case w.am.enabled && w.amRecvMiddle(&h, p):
+		return ucs.OK
+	case w.tag.enabled:
+		return w.tagRecvMiddle(wi, &h, p, data, flags)
+	}
+	return w.tagDropped(fmt.Errorf("fragment of message %d from %#x: no family takes it: %w", h.msg, h.src, ucs.ErrInvalidParam))
 }
 
 // rndvRecvRevoke handles a sender's revoke of a rendezvous message it
-// announced (its endpoint closed, or the send was canceled), of either
+// announced (its endpoint closed, or the send was canceled), of any
 // family: the family that holds the message drops it (tagRevoked,
-// amRevoked), and a receive that waits for the sender to push or put the
-// data completes with ucs.ErrCanceled. The sender then gets an ATS with
+// amRevoked, streamRevoked), and a receive that waits for the sender to
+// push or put the data ends with ucs.ErrCanceled (rndvRecvDone). The sender then gets an ATS with
 // ucs.ErrCanceled: nothing here reads its data any more. So it does when
 // the message is not found (a receive took it and completed: the sender
 // had its ATS, and ignores this one). Only a receive taking the message
@@ -420,18 +566,15 @@ func rndvRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 		return w.tagDropped(err)
 	}
 	k := fragKey{h.src, h.sreq}
-	var r *Request
-	taking := false
-	if w.tag.enabled {
-		r, taking = w.tagRevoked(k)
-	}
-	if r == nil && !taking && w.am.enabled {
-		r, taking = w.amRevoked(k)
-	}
+	taking := w.tag.enabled && w.tagRevoked(k) ||
+		w.am.enabled && w.amRevoked(k) ||
+		w.stream.enabled && w.streamRevoked(k)
 	if taking {
 		return ucs.OK
 	}
-	if r != nil {
+	// A receive enters the waits in the step in which its family stops
+	// taking the message (rndvTook): found there now, or never.
+	if r := w.proto.waitOf(k.src, k.msg); r != nil {
 		w.rndvRecvDone(r, ucs.ErrCanceled)
 	}
 	if h.src == w.uid {

@@ -59,9 +59,12 @@ type sendOp struct {
 	short bool  // single: AMShort
 	zcopy bool  // the data goes zero-copy
 	// The header of the first (or only) message: hdr[:hlen], or big when
-	// it does not fit (an active message's long user header).
+	// it does not fit (an active message's long user header). Its last ext
+	// bytes are an active message's user header, which the packer reads in
+	// place (headParts).
 	hdr   [64]byte
 	hlen  int
+	ext   int
 	big   []byte
 	fh    [tagMaxHeader]byte // the header of a following fragment
 	tag   uint64
@@ -112,23 +115,21 @@ func (op *sendOp) head() []byte {
 // user header, by reference.
 func (op *sendOp) headParts() (hdr, ext []byte) {
 	h := op.head()
-	if op.fam == famAM {
-		return h[:amHdrLen], h[amHdrLen:]
-	}
-	return h, nil
+	return h[:len(h)-op.ext], h[len(h)-op.ext:]
 }
 
-// setAMHeader makes h, then the user header uh, op's first header.
-func (op *sendOp) setAMHeader(h *amHeader, uh []byte) {
-	n := amHdrLen + len(uh)
+// setHeader makes the protocol header h, then the user header uh (an
+// active message's; copied, as AMSendNBX promises), op's first header.
+func (op *sendOp) setHeader(h, uh []byte) {
+	n := len(h) + len(uh)
 	b := op.hdr[:]
 	if n > len(b) {
 		op.big = make([]byte, n)
 		b = op.big
 	}
-	h.put(b)
-	copy(b[amHdrLen:], uh)
-	op.hlen = n
+	copy(b, h)
+	copy(b[len(h):], uh)
+	op.hlen, op.ext = n, len(uh)
 }
 
 func (op *sendOp) endpoint() *Endpoint { return op.ep }
@@ -430,26 +431,17 @@ func (op *sendOp) sendFrag() (ucs.Status, int) {
 // op.off: the first one's is op's header; the others' are built in op.fh
 // (in op, so that it does not escape to the heap through the transport).
 func (op *sendOp) fragHeader() (uint8, []byte) {
-	switch op.fam {
-	case famStream:
-		// Every piece has the same header, op's.
-		return amStreamData, op.head()
-	case famAM:
-		// Pushed rendezvous data goes as a tag message's, below.
-		if op.kind != topPush {
-			if !op.sent {
-				return amUCP, op.head()
-			}
-			h := amHeader{typ: amMiddle, src: op.w.uid, msg: op.msg, off: uint64(op.off)}
-			h.put(op.fh[:])
-			return amUCP, op.fh[:amHdrLen]
-		}
-	}
-	switch {
-	case op.kind == topPush:
+	if op.kind == topPush {
+		// Pushed rendezvous data, of every family.
 		put64(op.fh[:], op.w.uid, op.rreq, uint64(op.off))
 		return amTagData, op.fh[:tagDataHdrLen]
+	}
+	switch {
+	case op.fam == famStream:
+		// Every piece has the same header, op's.
+		return amStreamData, op.head()
 	case !op.sent:
+		// A tag message's or an active message's (setFirst).
 		return amTagFirst, op.head()
 	}
 	put64(op.fh[:], op.w.uid, op.msg, uint64(op.off))
@@ -478,10 +470,11 @@ func (op *sendOp) sendPiece(id uint8, h []byte) (ucs.Status, int) {
 		// header alone.)
 		return ucs.ErrExceedsLimit, 0
 	}
-	if op.fam == famAM && !op.sent && op.kind != topPush {
-		return op.l.amPack(id, h[:amHdrLen], h[amHdrLen:], op.dt, op.off, n), n
+	var ext []byte
+	if !op.sent && op.kind != topPush {
+		h, ext = op.headParts()
 	}
-	return op.l.amPack(id, h, nil, op.dt, op.off, n), n
+	return op.l.amPack(id, h, ext, op.dt, op.off, n), n
 }
 
 // rndvSendData sends the data of op, a rendezvous send whose receiver
@@ -493,15 +486,16 @@ func (op *sendOp) sendPiece(id uint8, h []byte) (ucs.Status, int) {
 func (w *Worker) rndvSendData(op *sendOp, rreq uint64, key []byte, raddr uint64) {
 	op.kind, op.rreq, op.off, op.sent = topPush, rreq, 0, false
 	op.zcopy = op.dt.canZcopy() && op.th.lim.zcopy > 0 && op.dt.length >= op.th.zcopy
-	if op.fam == famTag {
-		op.r.proto = protoTagRndvAM
+	names := &rndvSendProtos[op.fam]
+	if names.push != "" {
+		op.r.proto = names.push
 	}
 	if len(key) > 0 && op.dt.canZcopy() {
 		if ref := w.rkc.get(op.ep, key, true); ref != nil {
 			rk := ref.rk
 			if rk.base != nil || (rk.rma != nil && (rk.rma.l == op.ep.am || !rk.rma.l.deferred())) {
 				op.kind, op.ref, op.raddr = topPut, ref, raddr
-				op.r.proto = protoTagRndvPut
+				op.r.proto = names.put
 			} else {
 				w.rkc.put(ref)
 			}
@@ -514,6 +508,48 @@ func (w *Worker) rndvSendData(op *sendOp, rreq uint64, key []byte, raddr uint64)
 	if st := w.protoStart(op); st != ucs.InProgress {
 		op.end(st)
 	}
+}
+
+// setFirst makes the header of the first fragment of op, a fragmented
+// eager message of its family numbered op.msg (tag_wire.go), op's first
+// header: arg is the family's word (a tag, an active message's id), more
+// the flag hdrReply, uh an active message's user header; a sync tag send
+// has its number in it.
+func (op *sendOp) setFirst(arg, more uint64, uh []byte) {
+	var h [tagFirstHdrLen]byte
+	put64(h[:], arg, op.w.uid, op.msg, uint64(op.dt.length), op.sreq, hdrFlags(op.fam, len(uh), more))
+	op.setHeader(h[:], uh)
+}
+
+// rndvSendProtos names, by family, the protocol of a rendezvous send once
+// its receiver asked for the data (Request.Query): pushed, or put. An
+// active message's receiver takes no put, and its push keeps the name of
+// its RTS.
+var rndvSendProtos = [...]struct{ push, put string }{
+	famTag:    {protoTagRndvAM, protoTagRndvPut},
+	famAM:     {"", ""},
+	famStream: {protoStreamRndvAM, protoStreamRndvPut},
+}
+
+// rndvStart makes op, a rendezvous send of its family registered for the
+// receiver's reply, announce its data with an RTS (tag_wire.go): arg is
+// the family's word (a tag, an active message's id, a stream's
+// connection number), more the flags tagRTSSync and hdrReply, and uh an
+// active message's user header. Where UCX_RNDV_SCHEME lets the receiver
+// take the data (see tag_rndv.go), the RTS carries the data's key
+// (rndvAnnounce); an active message's always may, as its receiver takes no
+// put. It returns the data's address, 0 when no key goes.
+func (op *sendOp) rndvStart(param *RequestParam, arg, more uint64, uh []byte) uint64 {
+	w := op.w
+	op.kind, op.id = topRTS, amTagRTS
+	raddr := uint64(0)
+	if sch := w.ctx.rndvSch; op.fam == famAM || sch == rndvGet || sch == rndvAuto && !op.th.netPut {
+		raddr = op.rndvAnnounce(param, tagRTSHdrLen+len(uh))
+	}
+	var h [tagRTSHdrLen]byte
+	put64(h[:], arg, w.uid, op.sreq, uint64(op.dt.length), raddr, hdrFlags(op.fam, len(uh), more))
+	op.setHeader(h[:], uh)
+	return raddr
 }
 
 // rndvAnnounce makes the RTS of op, a rendezvous send whose RTS header

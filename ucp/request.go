@@ -537,7 +537,7 @@ func (r *Request) Cancel() {
 	if r.IsCompleted() {
 		return
 	}
-	if r.recv && r.proto == protoStreamRecv {
+	if r.recv && r.tr.fam == famStream {
 		r.w.streamCancel(r)
 		return
 	}

@@ -19,17 +19,39 @@ import (
 // StreamDataRelease). Worker.StreamWorkerPoll names the endpoints that
 // have data no receive took.
 //
-// Wire and order: as in UCX, a stream has no rendezvous protocol. A send
-// goes as a sequence of amStreamData messages on the endpoint's AM lane
-// (stream_wire.go), copied into the transport's buffer or, above
-// UCX_ZCOPY_THRESH, zero-copy, in pieces of at most one transport message;
-// it goes through the send engine of tag sends and active messages
-// (sendOp, proto_send.go). Every piece of
-// every send of an endpoint thus travels one connection, in order, and
-// sends that wait for transport resources wait in the worker's queue
-// behind the earlier ones of their endpoint: large and small sends cannot
-// overtake each other, and no RMA lane is involved.
+// Wire and order: a send below the rendezvous threshold (UCX_RNDV_THRESH,
+// as for tag sends) goes as a sequence of amStreamData messages on the
+// endpoint's AM lane (stream_wire.go), copied into the transport's buffer
+// or, above UCX_ZCOPY_THRESH, zero-copy, in pieces of at most one
+// transport message. A larger one goes by the rendezvous that tag
+// messages and active messages share (tag_rndv.go): an RTS of family
+// famStream on the AM lane, whose data the receiver fetches as
+// UCX_RNDV_SCHEME allows (rkey_ptr, get, put, or the AM pipeline of
+// pushed fragments) at once, whether or not a receive waits: into the
+// buffer of the receive that waits first, when nothing is queued before
+// it and it takes all of the data (zero-copy where the scheme allows,
+// behind what the receive holds already), and otherwise into a buffer of
+// the worker's that joins the stream's queue. A stream send thus ends, as
+// an eager one, without its receiver's application. Every send goes
+// through the send engine of tag sends and active messages (sendOp,
+// proto_send.go). Every piece and RTS of every send of an endpoint
+// travels one connection, in order, and sends that wait for transport
+// resources wait in the worker's queue behind the earlier ones of their
+// endpoint; at the receiver, one rendezvous fetch at a time runs per
+// stream, and what arrives meanwhile waits for its end (streamPump):
+// large and small sends cannot overtake each other.
 //
+// Rendezvous and endings: a send canceled, or whose endpoint closes in
+// force mode, before its receiver took the data is revoked as a tag
+// message's: the stream holds all of its bytes (its receiver took them
+// first) or none; a receive that waited for them to be pushed or put ends
+// with ucs.ErrCanceled. A flush-mode close (and an endpoint flush) waits
+// for the endpoint's rendezvous sends to be taken, as for eager data. A
+// receive canceled while its buffer is being filled by a rendezvous ends
+// with that data (its length tells), so that no byte of the stream is
+// lost. A rendezvous for an endpoint that was closed is answered as
+// taken, its data dropped, as an eager send's would be.
+
 // Which endpoint receives: a stream connects one endpoint of each side.
 // The n-th endpoint a worker creates to a peer worker (its connection
 // number n, counted per peer from 0) is paired with the peer's n-th
@@ -106,17 +128,45 @@ type streamQ struct {
 	off    int // bytes of segs[head] taken
 	bytes  int // queued bytes
 	reqs   []*Request
+	// The rendezvous fetch in flight, one at a time: the receive whose
+	// buffer it fills (reqs[0]), or the carrier of a buffer for the queue
+	// (streamRecvState.stage). What arrives meanwhile waits in later, in
+	// its order, until the fetch ends (streamPump); pumping: streamPump
+	// runs a fetch it started.
+	fetching *Request
+	later    []streamLater
+	pumping  bool
+	// fail: the endpoint failed or closed, with this status; closed: it
+	// closed, and its stream is gone.
+	fail   ucs.Status
+	closed bool
 	// On the worker's list of endpoints with data (StreamWorkerPoll).
 	ready      bool
 	prev, next *streamQ
 }
 
+// streamLater is what arrived on a stream while a rendezvous fetch ran: a
+// piece of data, or (rts.sreq set) a rendezvous request, with the endpoint
+// back to its sender.
+type streamLater struct {
+	part tagPart
+	rts  rtsInfo
+	ep   *Endpoint
+}
+
 // streamRecvState is the part of a request that a stream receive uses
-// (the bytes received are in tr.got, the first error in tr.status).
+// (the bytes received are in tr.got, the first error in tr.status), or a
+// rendezvous fetch into a stream's queue.
 type streamRecvState struct {
 	q       *streamQ // posted on it, nil once taken off
 	waitAll bool
 	gran    int // a partial completion takes whole elements of this size
+	// fq: the stream whose rendezvous fetch the request carries; stage:
+	// the request is the worker's, its buffer goes to the queue;
+	// canceled: Cancel came during the fetch, which ends the receive.
+	fq       *streamQ
+	stage    bool
+	canceled bool
 }
 
 // streamWorker is a worker's stream state. In the worker's multi thread
@@ -130,6 +180,9 @@ type streamWorker struct {
 	ready  streamQ           // the list head of endpoints with data
 	lent   map[*byte]tagPart // data handed out by StreamRecvDataNB
 	bufs   bufPool
+	// taking: the rendezvous messages whose fetch may read the sender's
+	// memory, until rndvTook (a revoke leaves them to their ATS).
+	taking map[fragKey]struct{}
 }
 
 // streamInit prepares the worker for streams when its context has
@@ -143,6 +196,7 @@ func (w *Worker) streamInit() error {
 	s.qs = map[streamKey]*streamQ{}
 	s.next = map[uint64]uint64{}
 	s.lent = map[*byte]tagPart{}
+	s.taking = map[fragKey]struct{}{}
 	s.ready.prev, s.ready.next = &s.ready, &s.ready
 	if err := w.setProtoHandlers([]uint8{amStreamData}, []protoHandler{streamRecvData}); err != nil {
 		return err
@@ -274,70 +328,334 @@ func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 		return ucs.OK
 	}
 	s := &w.stream
-	key := streamKey{src, sn}
 	s.lock()
-	q := s.qs[key]
+	q := s.streamOf(src, sn)
 	if q == nil {
-		if s.gone(src, sn) {
-			// Its endpoint was closed.
-			s.unlock()
-			w.tagLogf("dropped %d stream bytes from %#x for a closed endpoint", len(p), src)
-			return ucs.OK
-		}
-		q = &streamQ{key: key}
-		s.qs[key] = q
-	}
-	var doneBuf [4]*Request
-	done := doneBuf[:0]
-	for len(q.reqs) > 0 {
-		r := q.reqs[0]
-		k := r.streamWant(q.bytes + len(p))
-		kq := min(k, q.bytes)
-		s.takeQueued(q, r, kq)
-		if kp := k - kq; kp > 0 {
-			if st := r.dt.unpack(r.tr.got, p[:kp]); st != ucs.OK && r.tr.status == ucs.OK {
-				r.tr.status = st
-			}
-			r.tr.got += kp
-			p = p[kp:]
-		}
-		if !r.streamDone() {
-			break
-		}
-		// Shifted down rather than resliced, so that the slice's memory
-		// serves the next receives.
-		n := copy(q.reqs, q.reqs[1:])
-		q.reqs[n] = nil
-		q.reqs = q.reqs[:n]
-		r.sr.q = nil
-		done = append(done, r)
+		s.unlock()
+		w.tagLogf("dropped %d stream bytes from %#x for a closed endpoint", len(p), src)
+		return ucs.OK
 	}
 	st := ucs.OK
+	if q.fetching != nil || len(q.later) > 0 {
+		// Behind a rendezvous fetch: it waits for the fetch's end.
+		var part tagPart
+		part, st = s.keep(wi, p, data, flags)
+		q.later = append(q.later, streamLater{part: part})
+		s.unlock()
+		return st
+	}
+	var doneBuf [4]*Request
+	p, done := s.feedLocked(q, p, doneBuf[:0])
 	if len(p) > 0 {
-		if flags&uct.CBParamFlagDesc != 0 {
-			q.segs = append(q.segs, tagPart{data: p, raw: data, wi: wi})
-			st = ucs.InProgress
-		} else {
-			b := s.bufs.get(len(p))
-			copy(b, p)
-			q.segs = append(q.segs, tagPart{data: b})
-		}
+		var part tagPart
+		part, st = s.keep(wi, p, data, flags)
+		q.segs = append(q.segs, part)
 		q.bytes += len(p)
 	}
-	// Data arrived: the endpoint is on the ready list when it has some to
-	// read now, and off it otherwise (a receive took what was queued, or
-	// waits for the rest of an element).
-	if q.readable() {
-		s.setReady(q)
-	} else {
-		s.unready(q)
-	}
+	s.setReadiness(q)
 	s.unlock()
 	for _, r := range done {
 		r.rwi = wi
 		r.complete(r.tr.status)
 	}
 	return st
+}
+
+// streamOf returns the stream of the endpoint numbered sn to the worker
+// src, made when the data comes before the endpoint, or nil when the
+// endpoint was closed; the lock is held.
+func (s *streamWorker) streamOf(src, sn uint64) *streamQ {
+	key := streamKey{src, sn}
+	q := s.qs[key]
+	if q == nil && !s.gone(src, sn) {
+		q = &streamQ{key: key}
+		s.qs[key] = q
+	}
+	return q
+}
+
+// keep keeps p, data of a stream in the transport's buffer raw, for
+// later: the buffer itself when the transport lends it (the status
+// returned tells it so), a copy otherwise; the lock is held.
+func (s *streamWorker) keep(wi *workerIface, p, raw []byte, flags uint32) (tagPart, ucs.Status) {
+	if flags&uct.CBParamFlagDesc != 0 {
+		return tagPart{data: p, raw: raw, wi: wi}, ucs.InProgress
+	}
+	b := s.bufs.get(len(p))
+	copy(b, p)
+	return tagPart{data: b}, ucs.OK
+}
+
+// feedLocked gives the receives waiting on q what q has queued, then p,
+// data arriving now, in order, and returns the part of p that none took
+// and done with the receives that completed appended; the lock is held.
+func (s *streamWorker) feedLocked(q *streamQ, p []byte, done []*Request) ([]byte, []*Request) {
+	for len(q.reqs) > 0 && q.fetching == nil {
+		r := q.reqs[0]
+		k := r.streamWant(q.bytes + len(p))
+		kq := min(k, q.bytes)
+		s.takeQueued(q, r, kq)
+		if kp := k - kq; kp > 0 {
+			r.tagUnpack(r.tr.got, p[:kp])
+			r.tr.got += kp
+			p = p[kp:]
+		}
+		if !r.streamDone() {
+			break
+		}
+		q.dropReq(0)
+		done = append(done, r)
+	}
+	return p, done
+}
+
+// dropReq takes the i-th receive off q, shifting the others down rather
+// than reslicing, so that the slice's memory serves the next receives;
+// the lock is held.
+func (q *streamQ) dropReq(i int) {
+	r := q.reqs[i]
+	n := copy(q.reqs[i:], q.reqs[i+1:]) + i
+	q.reqs[n] = nil
+	q.reqs = q.reqs[:n]
+	r.sr.q = nil
+}
+
+// setReadiness puts q on the ready list when it has data to read now,
+// and takes it off otherwise (a receive took what was queued, or waits
+// for the rest of an element); the lock is held.
+func (s *streamWorker) setReadiness(q *streamQ) {
+	if q.readable() {
+		s.setReady(q)
+	} else {
+		s.unready(q)
+	}
+}
+
+// streamRecvRTS takes a stream's rendezvous request (checked by
+// rndvRecvRTS) in its place in the stream, behind what arrived before it:
+// its data is fetched at once (streamPump), whether or not a receive
+// waits for it, so that a stream send, as an eager one, ends without its
+// receiver's application. A request for an endpoint that was closed is
+// answered as if its data were taken: the data is dropped, as an eager
+// send's would be.
+func (w *Worker) streamRecvRTS(rts *rtsInfo) {
+	ep := w.replyEP(rts.src)
+	if ep == nil || ep.am == nil {
+		w.tagLogf("dropped a stream rendezvous of %d bytes from %#x: no endpoint back to the sender", rts.length, rts.src)
+		return
+	}
+	s := &w.stream
+	s.lock()
+	q := s.streamOf(rts.src, rts.arg)
+	if q == nil {
+		s.unlock()
+		w.tagLogf("dropped %d stream bytes (rendezvous) from %#x for a closed endpoint", rts.length, rts.src)
+		w.rndvATS(rts.src, rts.sreq, ucs.OK)
+		return
+	}
+	if q.fetching == nil && !q.pumping && len(q.later) == 0 {
+		// Nothing before it: fetched now, its key read where it arrived.
+		w.streamFetch(q, rts, ep)
+		w.streamPump(q)
+		return
+	}
+	l := streamLater{rts: *rts, ep: ep}
+	l.rts.uhdr, l.rts.key = nil, append([]byte(nil), rts.key...)
+	q.later = append(q.later, l)
+	s.unlock()
+	w.streamPump(q)
+}
+
+// streamFetch starts the rendezvous fetch of rts on q (fetchInto,
+// rndvFetch), through ep back to its sender; the lock is held, and
+// released. A fetch that ends inside rndvFetch leaves what waits for it
+// to the caller's pump (pumping).
+func (w *Worker) streamFetch(q *streamQ, rts *rtsInfo, ep *Endpoint) {
+	s := &w.stream
+	r := s.fetchInto(q, rts, ep, w)
+	q.pumping = true
+	s.unlock()
+	w.rndvFetch(r, rts.key, rts.raddr)
+	s.lock()
+	q.pumping = false
+	s.unlock()
+}
+
+// streamPump takes what waits in q.later, in order, while no rendezvous
+// fetch runs on q: data goes to the receives or the queue as if it arrived
+// now; a rendezvous request starts its fetch (rndvFetch), into the buffer
+// of the first receive when nothing is queued before it and the receive
+// takes all of it, into a buffer of the worker's for the queue otherwise.
+// What follows waits for the fetch's end (streamFetched), which pumps
+// again.
+func (w *Worker) streamPump(q *streamQ) {
+	s := &w.stream
+	for {
+		s.lock()
+		if q.pumping || q.fetching != nil || len(q.later) == 0 {
+			s.unlock()
+			return
+		}
+		l := q.later[0]
+		n := copy(q.later, q.later[1:])
+		q.later[n] = streamLater{}
+		q.later = q.later[:n]
+		if l.rts.sreq == 0 {
+			var doneBuf [4]*Request
+			p, done := s.feedLocked(q, l.part.data, doneBuf[:0])
+			if len(p) > 0 {
+				l.part.data = p
+				q.segs = append(q.segs, l.part)
+				q.bytes += len(p)
+			} else {
+				s.releasePart(&l.part)
+			}
+			s.setReadiness(q)
+			s.unlock()
+			for _, r := range done {
+				r.complete(r.tr.status)
+			}
+			continue
+		}
+		w.streamFetch(q, &l.rts, l.ep)
+	}
+}
+
+// fetchInto makes the request that the rendezvous fetch of rts on q
+// fills, through ep back to its sender: q's first receive, when nothing
+// is queued before the data and the receive takes all of it, or a carrier
+// of a buffer for the queue; the message is being taken (rndvTook) and
+// q's fetch in flight. The lock is held.
+func (s *streamWorker) fetchInto(q *streamQ, rts *rtsInfo, ep *Endpoint, w *Worker) *Request {
+	n := rts.length
+	var r *Request
+	if q.bytes == 0 && len(q.reqs) > 0 && !q.reqs[0].sr.canceled && q.reqs[0].streamWant(n) == n {
+		// Zero-copy into the receive, behind what it holds.
+		r = q.reqs[0]
+		r.tr.at, r.tr.got = r.tr.got, 0
+	} else {
+		r = w.newRequest(nil)
+		r.recv, r.size, r.proto = true, n, protoStreamRecv
+		r.dt = dtIter{contig: s.bufs.get(n), length: n}
+		r.tr = tagRecvState{status: ucs.OK}
+		r.sr = streamRecvState{stage: true}
+	}
+	r.tr.fam, r.tr.src, r.tr.sreq, r.tr.ep, r.lane = famStream, rts.src, rts.sreq, ep, ep.am
+	r.tr.info.Length = n
+	r.sr.fq = q
+	q.fetching = r
+	s.taking[fragKey{rts.src, rts.sreq}] = struct{}{}
+	return r
+}
+
+// streamFetched ends the rendezvous fetch r on its stream with st
+// (rndvRecvEnd): a buffer for the queue joins it (or, on an error, is
+// dropped: the bytes of a revoked send are not the stream's); a receive
+// that was filled completes when it is full, may complete partially, or
+// failed or was canceled, and waits for more otherwise. The queue then
+// feeds the receives, and what waited for the fetch is taken (streamPump).
+func (w *Worker) streamFetched(r *Request, st ucs.Status) {
+	s := &w.stream
+	var doneBuf [4]*Request
+	done := doneBuf[:0]
+	s.lock()
+	q := r.sr.fq
+	r.sr.fq, q.fetching = nil, nil
+	n, lost := r.tr.info.Length, false
+	var end *Request
+	endSt := ucs.OK
+	if r.sr.stage {
+		buf := r.dt.contig[:n]
+		if st == ucs.OK && !q.closed {
+			q.segs = append(q.segs, tagPart{data: buf})
+			q.bytes += n
+		} else {
+			s.bufs.put(buf)
+			lost = true
+		}
+	} else {
+		if st != ucs.OK {
+			n = r.tr.got // what was pushed into it in order, if anything
+			if r.tr.status == ucs.OK {
+				r.tr.status = st
+			}
+		}
+		r.tr.got, r.tr.at = r.tr.at+n, 0
+		if r.tr.status != ucs.OK || r.sr.canceled || q.fail != ucs.OK || r.streamDone() {
+			for i, o := range q.reqs {
+				if o == r {
+					q.dropReq(i)
+					break
+				}
+			}
+			end, endSt = r, r.tr.status
+			switch {
+			case endSt != ucs.OK:
+			case r.sr.canceled:
+				endSt = ucs.ErrCanceled
+			case q.fail != ucs.OK && !r.streamDone():
+				endSt = q.fail
+			}
+		}
+	}
+	if !q.closed {
+		_, done = s.feedLocked(q, nil, done)
+		s.setReadiness(q)
+	}
+	s.unlock()
+	if r.sr.stage {
+		if lost {
+			w.tagLogf("dropped %d stream bytes from %#x: %v", n, r.tr.src, st)
+		}
+		r.dt = dtIter{}
+		r.release()
+	}
+	if end != nil {
+		end.complete(endSt)
+	}
+	for _, d := range done {
+		d.complete(d.tr.status)
+	}
+	w.streamPump(q)
+}
+
+// streamRndvSending reports whether a rendezvous stream send of ep waits
+// for its receiver to take the data (an endpoint flush waits for it).
+func (w *Worker) streamRndvSending(ep *Endpoint) bool {
+	if !w.stream.enabled {
+		return false
+	}
+	p := &w.proto
+	p.lock()
+	defer p.unlock()
+	for _, op := range p.sends {
+		if op.ep == ep && op.fam == famStream && op.kind == topRTS && !op.revoked {
+			return true
+		}
+	}
+	return false
+}
+
+// streamRevoked is the stream part of a sender's revoke of its rendezvous
+// message k (rndvRecvRevoke): a fetch that may read the sender's memory
+// is left alone (taking: its ATS answers), and a request that waits
+// behind another fetch is dropped: none of its bytes join the stream.
+func (w *Worker) streamRevoked(k fragKey) (taking bool) {
+	s := &w.stream
+	s.lock()
+	defer s.unlock()
+	if _, taking = s.taking[k]; taking {
+		return true
+	}
+	for _, q := range s.qs {
+		for i, l := range q.later {
+			if l.rts.sreq == k.msg && l.rts.src == k.src {
+				q.later = append(q.later[:i], q.later[i+1:]...)
+				return false
+			}
+		}
+	}
+	return false
 }
 
 // StreamSendNBX sends buf on the endpoint's stream (ucp_stream_send_nbx);
@@ -386,9 +704,16 @@ func (ep *Endpoint) StreamSendNB(buffer any, count int, dt Datatype, cb SendCall
 // Protocol names of stream sends and receives, as Request.Query reports
 // them.
 const (
-	protoStreamBcopy = "stream/eager/bcopy"
-	protoStreamZcopy = "stream/eager/zcopy"
-	protoStreamRecv  = "stream/recv"
+	protoStreamBcopy       = "stream/eager/bcopy"
+	protoStreamZcopy       = "stream/eager/zcopy"
+	protoStreamRndv        = "stream/rndv"
+	protoStreamRndvAM      = "stream/rndv/am"
+	protoStreamRndvPut     = "stream/rndv/put/zcopy"
+	protoStreamRecv        = "stream/recv"
+	protoStreamRecvRkeyPtr = "stream/rndv/recv/rkey_ptr"
+	protoStreamRecvGet     = "stream/rndv/recv/get"
+	protoStreamRecvAM      = "stream/rndv/recv/am"
+	protoStreamRecvPut     = "stream/rndv/recv/put"
 )
 
 // streamSendConnecting is streamSend on an endpoint that connects (kept
@@ -428,24 +753,41 @@ func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error)
 		return w.completedNow(param, protoStreamBcopy, ep.am, 0)
 	}
 	th := ep.thresholds()
+	rndv := n >= th.rndv
 	op := w.newSendOp(ep, topStream)
 	op.fam = famStream
 	op.th = th
-	op.zcopy = it.canZcopy() && th.lim.zcopy > 0 && n >= th.zcopy && streamHdrLen <= th.lim.zhdr
-	if flags&flagForceImmCmpl != 0 && (op.zcopy || ep.queued.Load() > 0 || streamHdrLen+n > th.lim.bcopy) {
+	op.zcopy = !rndv && it.canZcopy() && th.lim.zcopy > 0 && n >= th.zcopy && streamHdrLen <= th.lim.zhdr
+	if flags&flagForceImmCmpl != 0 && (rndv || op.zcopy || ep.queued.Load() > 0 || streamHdrLen+n > th.lim.bcopy) {
 		op.free()
 		it.finish()
 		return nil, fmt.Errorf("ucp stream send of %d bytes cannot complete at once: %w", n, ucs.ErrNoResource)
 	}
+	if rndv {
+		// The receiver fetches the data: it needs a way back.
+		if err := ep.wireBack(); err != nil {
+			op.free()
+			it.finish()
+			return nil, fmt.Errorf("ucp stream send: %w", err)
+		}
+	}
 	r := w.newRequest(param)
 	r.size, r.lane, r.dt, r.top, r.untracked = n, ep.am, it, op, true
-	r.proto = protoStreamBcopy
-	if op.zcopy {
-		r.proto = protoStreamZcopy
-	}
 	op.r, op.dt = r, &r.dt
-	op.hlen = streamHdrLen
-	put64(op.hdr[:], w.uid, q.peerSN)
+	switch {
+	case rndv:
+		r.proto = protoStreamRndv
+		w.proto.register(op)
+		op.rndvStart(param, q.peerSN, 0, nil)
+	case op.zcopy:
+		r.proto = protoStreamZcopy
+	default:
+		r.proto = protoStreamBcopy
+	}
+	if !rndv {
+		op.hlen = streamHdrLen
+		put64(op.hdr[:], w.uid, q.peerSN)
+	}
 	return op.started(r, ep, w.protoStart(op), flags, "stream send")
 }
 
@@ -542,7 +884,7 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 	s := &w.stream
 	r := w.newRequest(param)
 	r.recv, r.dt, r.size, r.proto, r.lane = true, it, it.length, protoStreamRecv, ep.am
-	r.tr = tagRecvState{status: ucs.OK}
+	r.tr = tagRecvState{fam: famStream, status: ucs.OK}
 	r.sr = streamRecvState{waitAll: flags&streamFlagWaitAll != 0, gran: gran}
 	if param != nil && param.OpAttrMask&OpAttrFieldCallback != 0 {
 		r.scb = param.StreamRecvCallback
@@ -684,17 +1026,24 @@ func (w *Worker) StreamWorkerPoll(polls []StreamPollEP, flags uint32) int {
 }
 
 // streamCancel cancels the stream receive r if it still waits for data;
-// what it received already stays in its buffer, and its length tells.
+// what it received already stays in its buffer, and its length tells. A
+// receive that a rendezvous fetch fills ends with the fetch (the data
+// stays the stream's: none of it is lost to a receive that no longer
+// waits).
 func (w *Worker) streamCancel(r *Request) {
 	s := &w.stream
 	s.lock()
 	q := r.sr.q
 	found := false
+	if q != nil && q.fetching == r {
+		r.sr.canceled = true
+		s.unlock()
+		return
+	}
 	if q != nil {
 		for i, o := range q.reqs {
 			if o == r {
-				q.reqs = append(q.reqs[:i], q.reqs[i+1:]...)
-				r.sr.q = nil
+				q.dropReq(i)
 				found = true
 				break
 			}
@@ -712,7 +1061,10 @@ func (w *Worker) streamCancel(r *Request) {
 }
 
 // streamFailEP ends the stream receives of ep, which failed or closed,
-// with st; a closed endpoint's stream is gone: its data is given back.
+// with st; a closed endpoint's stream is gone: its data is given back,
+// and the rendezvous requests that wait on it are answered as taken (the
+// data is dropped). A receive that a rendezvous fetch fills ends with the
+// fetch, which ends at once when it waits for the peer to push or put.
 func (w *Worker) streamFailEP(ep *Endpoint, st ucs.Status) {
 	s := &w.stream
 	q := ep.strm
@@ -720,14 +1072,24 @@ func (w *Worker) streamFailEP(ep *Endpoint, st ucs.Status) {
 		return
 	}
 	s.lock()
-	reqs := q.reqs
-	q.reqs = nil
-	for _, r := range reqs {
+	q.fail = st
+	var reqs []*Request
+	for _, r := range q.reqs {
+		if r == q.fetching {
+			continue
+		}
 		r.sr.q = nil
+		reqs = append(reqs, r)
 	}
+	q.reqs = q.reqs[:0]
+	if q.fetching != nil && !q.fetching.sr.stage {
+		q.reqs = append(q.reqs, q.fetching)
+	}
+	var answer []rtsInfo
 	if ep.closed.Load() {
+		q.closed = true
 		s.unready(q)
-		s.dropQueued(q)
+		answer = s.dropQueued(q)
 		delete(s.qs, q.key)
 	} else if q.readable() {
 		s.setReady(q) // its data can still be read (StreamRecvDataNB)
@@ -736,14 +1098,32 @@ func (w *Worker) streamFailEP(ep *Endpoint, st ucs.Status) {
 	for _, r := range reqs {
 		r.complete(st)
 	}
+	for _, rts := range answer {
+		w.rndvATS(rts.src, rts.sreq, ucs.OK)
+	}
+	for _, r := range w.proto.waitsEnd(famStream, func(r *Request) bool { return r.sr.fq == q }) {
+		w.rndvRecvDone(r, st)
+	}
 }
 
-// dropQueued gives back the data queued on q; the lock is held.
-func (s *streamWorker) dropQueued(q *streamQ) {
+// dropQueued gives back the data queued on q and what waits behind a
+// fetch, and returns the rendezvous requests that waited; the lock is
+// held.
+func (s *streamWorker) dropQueued(q *streamQ) []rtsInfo {
 	for i := q.head; i < len(q.segs); i++ {
 		s.releasePart(&q.segs[i])
 	}
 	q.segs, q.head, q.off, q.bytes = nil, 0, 0, 0
+	var rts []rtsInfo
+	for i := range q.later {
+		if l := &q.later[i]; l.rts.sreq != 0 {
+			rts = append(rts, l.rts)
+		} else {
+			s.releasePart(&l.part)
+		}
+	}
+	q.later = nil
+	return rts
 }
 
 // streamDestroy gives back the data of streams whose endpoint was never
@@ -755,7 +1135,8 @@ func (w *Worker) streamDestroy() {
 	}
 	s.lock()
 	for k, q := range s.qs {
-		s.dropQueued(q)
+		q.closed = true
+		s.dropQueued(q) // (the senders of rendezvous requests end with their endpoints)
 		delete(s.qs, k)
 	}
 	for k, seg := range s.lent {

@@ -84,65 +84,97 @@ var streamSizes = []int{1, 7, 100000, 8, 200, 8 << 10, 3, 20 << 10, 64 << 10, 1,
 
 // TestStreamOrder sends a stream of mixed sizes, all at once, and
 // receives it in pieces of other sizes: the bytes arrive in order, none
-// lost or repeated, over every path, the receives posted before the data
-// and after it.
+// lost or repeated, over every path: every transport, eager and, from the
+// default threshold or from 16 KiB under every UCX_RNDV_SCHEME, by
+// rendezvous; the receives posted after the data (it waits in the
+// queue) or before it: in pieces of 3000 bytes, one for all of it (which
+// rendezvous data fills behind what it holds already), or one per send
+// (whose large ones take their data zero-copy).
 func TestStreamOrder(t *testing.T) {
-	for _, tr := range tagTransports {
-		for _, early := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/early=%v", tr.name, early), func(t *testing.T) {
-				e := newStreamEnv(t, tr.sendTLS, tr.recvTLS, tr.self)
-				total := 0
-				for _, n := range streamSizes {
-					total += n
-				}
-				var posted []*Request
-				var bufs [][]byte
-				if early {
-					// Receives of 3000 bytes each, waiting for all of
-					// their buffer, posted before anything was sent.
-					for off := 0; off < total; off += 3000 {
-						b := make([]byte, min(3000, total-off))
-						r, _, err := e.ba.StreamRecvNBX(b, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
-						if err != nil || r == nil {
-							t.Fatalf("early stream recv: %v, %v; want a request", r, err)
-						}
-						posted, bufs = append(posted, r), append(bufs, b)
+	for _, sch := range append([]string{"default"}, streamRndvSchemes...) {
+		for _, tr := range tagTransports {
+			for _, mode := range []string{"late", "pieces", "all", "each"} {
+				t.Run(fmt.Sprintf("%s/%s/%s", sch, tr.name, mode), func(t *testing.T) {
+					if sch != "default" {
+						t.Setenv("UCX_RNDV_SCHEME", sch)
+						t.Setenv("UCX_RNDV_THRESH", "16384")
 					}
-				}
-				var sends []*Request
-				off := 0
-				for _, n := range streamSizes {
-					r, err := e.ab.StreamSendNBX(streamBytes(off, n), nil)
-					if err != nil {
-						t.Fatalf("stream send of %d bytes: %v", n, err)
-					}
-					if r != nil {
-						sends = append(sends, r)
-					}
-					off += n
-				}
-				var got []byte
-				if early {
-					for i, r := range posted {
-						if err := e.done(t, "early stream recv", r, nil); err != nil {
-							t.Fatalf("early stream recv %d: %v", i, err)
-						}
-						got = append(got, bufs[i]...)
-					}
-				} else {
-					got = streamRecvAll(t, e, e.ba, total, 4099)
-				}
-				checkStream(t, got, 0)
-				for _, r := range sends {
-					if err := e.done(t, "stream send", r, nil); err != nil {
-						t.Fatalf("stream send: %v", err)
-					}
-				}
-				if d, err := e.ba.StreamRecvDataNB(); d != nil || err != nil {
-					t.Fatalf("after the whole stream, %d bytes more (%v)", len(d), err)
-				}
-			})
+					streamOrder(t, newStreamEnv(t, tr.sendTLS, tr.recvTLS, tr.self), mode, streamRndvRecvProto(sch, tr.name))
+				})
+			}
 		}
+	}
+}
+
+func streamOrder(t *testing.T, e *tagEnv, mode, rndvProto string) {
+	rndvFrom := e.ab.thresholds().rndv
+	total := 0
+	for _, n := range streamSizes {
+		total += n
+	}
+	var posted []*Request
+	var bufs [][]byte
+	post := func(n int) {
+		// Each waits for all of its buffer: an eager send may arrive in
+		// pieces.
+		b := make([]byte, n)
+		r, _, err := e.ba.StreamRecvNBX(b, new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll))
+		if err != nil || r == nil {
+			t.Fatalf("early stream recv: %v, %v; want a request", r, err)
+		}
+		posted, bufs = append(posted, r), append(bufs, b)
+	}
+	switch mode {
+	case "pieces":
+		for off := 0; off < total; off += 3000 {
+			post(min(3000, total-off))
+		}
+	case "all":
+		post(total)
+	case "each":
+		for _, n := range streamSizes {
+			post(n)
+		}
+	}
+	var sends []*Request
+	off := 0
+	for _, n := range streamSizes {
+		r, err := e.ab.StreamSendNBX(streamBytes(off, n), nil)
+		if err != nil {
+			t.Fatalf("stream send of %d bytes: %v", n, err)
+		}
+		if rndv := r != nil && r.proto == protoStreamRndv; rndv != (n >= rndvFrom) {
+			t.Fatalf("a stream send of %d bytes went by rendezvous: %v (threshold %d)", n, rndv, rndvFrom)
+		}
+		if r != nil {
+			sends = append(sends, r)
+		}
+		off += n
+	}
+	var got []byte
+	if mode == "late" {
+		got = streamRecvAll(t, e, e.ba, total, 4099)
+	}
+	for i, r := range posted {
+		e.wait(t, "early stream recv", r.IsCompleted)
+		var k int
+		if err := r.StreamRecvRequestTest(&k); err != nil || k != len(bufs[i]) {
+			t.Fatalf("early stream recv %d: %v, %d of %d bytes", i, err, k, len(bufs[i]))
+		}
+		if mode == "each" && k >= rndvFrom && r.proto != rndvProto {
+			t.Errorf("the receive of %d bytes took %s, want %s", k, r.proto, rndvProto)
+		}
+		r.Free()
+		got = append(got, bufs[i]...)
+	}
+	checkStream(t, got, 0)
+	for _, r := range sends {
+		if err := e.done(t, "stream send", r, nil); err != nil {
+			t.Fatalf("stream send: %v", err)
+		}
+	}
+	if d, err := e.ba.StreamRecvDataNB(); d != nil || err != nil {
+		t.Fatalf("after the whole stream, %d bytes more (%v)", len(d), err)
 	}
 }
 

@@ -7,10 +7,13 @@ import (
 )
 
 // The wire message of the stream API. A stream is a sequence of bytes per
-// pair of endpoints, without message boundaries: every send goes in one or
-// more amStreamData messages on the endpoint's AM lane, each carrying a
-// piece of the data, and the receiver appends each piece to the stream of
-// the endpoint it names, in arrival order. The header is little endian:
+// pair of endpoints, without message boundaries: every send below the
+// rendezvous threshold goes in one or more amStreamData messages on the
+// endpoint's AM lane, each carrying a piece of the data, and the receiver
+// appends each piece to the stream of the endpoint it names, in arrival
+// order. A larger send goes by rendezvous (tag_wire.go): an amTagRTS of
+// family famStream whose arg is sn below, then the messages every
+// family's rendezvous shares. The header is little endian:
 //
 //	amStreamData  src u64, sn u64 | data
 //

@@ -83,6 +83,7 @@ type tagRecvState struct {
 	tag, mask  uint64
 	info       TagRecvInfo
 	got        int        // bytes of the message received
+	at         int        // rendezvous: where in the buffer the data goes (a stream's receive)
 	status     ucs.Status // the first error of a message still arriving
 	rreq       uint64     // rendezvous: the receive's number at the sender
 	src        uint64     // rendezvous: the sender
@@ -152,7 +153,7 @@ type tagWorker struct {
 	frags fragTable[fragDest]
 	// rts holds the rendezvous messages no receive took (unexpected, or
 	// removed by a probe) and, with a nil value, those a receive is taking
-	// (reading the sender's memory, tagTook), by sender and send number,
+	// (reading the sender's memory, rndvTook), by sender and send number,
 	// for the sender's revoke (rndvRecvRevoke).
 	rts  map[fragKey]*TagMessage
 	free *TagMessage // recycled messages, linked through links[0].next
@@ -172,8 +173,10 @@ func (w *Worker) tagInit() error {
 	}
 	t.frags = fragTable[fragDest]{}
 	t.rts = map[fragKey]*TagMessage{}
-	ids := []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
-	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, rndvRecvData, rndvRecvATP, rndvRecvRevoke}
+	// The handlers of fragments and rendezvous serve every family
+	// (sharedInit).
+	ids := []uint8{amTagEager, amTagEagerSync, amTagAck}
+	fns := []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvAck}
 	if err := w.setProtoHandlers(ids, fns); err != nil {
 		return err
 	}
@@ -591,12 +594,12 @@ func (w *Worker) tagTakeLocked(it dtIter, tag, mask uint64, param *RequestParam,
 	}
 	r := w.newRecv(param, it)
 	r.tr.info = info
-	// Being taken, until tagTook: the sender hears from this receive (an
+	// Being taken, until rndvTook: the sender hears from this receive (an
 	// RTR, or the ATS once it read the data), and a revoke of it waits
 	// for that (rndvRecvRevoke).
 	t.rts[fragKey{msg.src, msg.sreq}] = nil
 	return tagTake{kind: takeRTS, r: r, msg: msg,
-		rts: rtsInfo{tag: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}}
+		rts: rtsInfo{fam: famTag, arg: msg.tag, src: msg.src, sreq: msg.sreq, length: msg.length, raddr: msg.raddr, key: msg.key, sync: msg.sync}}
 }
 
 // tagRecvImm completes at once a receive of it that took a whole message

@@ -134,17 +134,13 @@ func (ep *Endpoint) tagSendIter(it dtIter, tag uint64, param *RequestParam, sync
 	r.proto = op.protoName(sync)
 	switch {
 	case rndv:
-		if err := ep.tagRndvStart(op, param, sync); err != nil {
-			op.drop(ucs.ErrIOError)
-			op.free()
-			r.top = nil
-			r.finish(ucs.ErrIOError)
-			r.release()
-			return nil, fmt.Errorf("ucp tag send: %w", err)
+		more := uint64(0)
+		if sync {
+			more = tagRTSSync
 		}
+		op.rndvStart(param, tag, more, nil)
 	case op.kind == topMulti:
-		op.hlen = tagFirstHdrLen
-		put64(op.hdr[:], tag, w.uid, op.msg, uint64(n), op.sreq)
+		op.setFirst(tag, 0, nil)
 	case sync:
 		op.id, op.hlen = amTagEagerSync, tagSyncHdrLen
 		put64(op.hdr[:], tag, w.uid, op.sreq)
@@ -230,12 +226,19 @@ func (w *Worker) tagCtrl(uid uint64, id uint8, hlen int, a, b uint64) ucs.Status
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), id, hlen
 	put64(op.hdr[:], w.uid, a, b)
+	return w.ctrlStart(op, "protocol reply")
+}
+
+// ctrlStart sends op, a control message whose header (and payload, in
+// op.key) is set, and frees it once the transport took it (queued, it
+// ends itself); a failure is logged as the send of what, and returned.
+func (w *Worker) ctrlStart(op *sendOp, what string) ucs.Status {
 	st := w.protoStart(op)
 	switch {
 	case st == ucs.OK:
 		op.free()
 	case st.IsErr():
-		w.tagLogf("protocol reply to %s: %v", ep.remoteName, st)
+		w.tagLogf("%s to %s: %v", what, op.ep.remoteName, st)
 		op.free()
 	}
 	return st
@@ -289,12 +292,10 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 	return st
 }
 
-// tagRecvFirst handles the first fragment of an eager message.
-func tagRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, p, err := decodeTag(amTagFirst, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
+// tagRecvFirst handles the first fragment of a tag message (checked by
+// fragRecvFirst: its header h, then its data p, in the transport's buffer
+// data).
+func (w *Worker) tagRecvFirst(wi *workerIface, h *tagHeader, p, data []byte, flags uint32) ucs.Status {
 	var ack tagAckTo
 	if h.sreq != 0 {
 		ack = tagAckTo{h.src, h.sreq}
@@ -327,14 +328,10 @@ func tagRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Sta
 	return st
 }
 
-// tagRecvMiddle handles a following fragment of an eager message: the
-// receive that took the message unpacks it, or the unexpected message
-// keeps it.
-func tagRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, p, err := decodeTag(amTagMiddle, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
+// tagRecvMiddle handles a following fragment of a tag message (checked
+// by fragRecvMiddle): the receive that took the message unpacks it, or the
+// unexpected message keeps it.
+func (w *Worker) tagRecvMiddle(wi *workerIface, h *tagHeader, p, data []byte, flags uint32) ucs.Status {
 	t := &w.tag
 	t.lock()
 	f, lost, err := t.frags.next(fragKey{h.src, h.msg}, h.off, len(p))

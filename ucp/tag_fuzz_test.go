@@ -13,7 +13,7 @@ import (
 // tagHandlers.
 var tagIDs = []uint8{amTagEager, amTagEagerSync, amTagFirst, amTagMiddle, amTagAck, amTagRTS, amTagATS, amTagRTR, amTagData, amTagATP, amTagRevoke}
 
-var tagHandlers = []protoHandler{tagRecvEager, tagRecvEagerSync, tagRecvFirst, tagRecvMiddle, tagRecvAck, tagRecvRTS, tagRecvATS, tagRecvRTR, rndvRecvData, rndvRecvATP, rndvRecvRevoke}
+var tagHandlers = []protoHandler{tagRecvEager, tagRecvEagerSync, fragRecvFirst, fragRecvMiddle, tagRecvAck, rndvRecvRTS, tagRecvATS, tagRecvRTR, rndvRecvData, rndvRecvATP, rndvRecvRevoke}
 
 // encodeTag encodes header h of a tag message of uct id id, as the senders
 // do, followed by payload.
@@ -25,7 +25,7 @@ func encodeTag(id uint8, h tagHeader, payload []byte) []byte {
 	case amTagEagerSync:
 		put64(b, h.tag, h.src, h.sreq)
 	case amTagFirst:
-		put64(b, h.tag, h.src, h.msg, h.total, h.sreq)
+		put64(b, h.tag, h.src, h.msg, h.total, h.sreq, h.flags)
 	case amTagMiddle:
 		put64(b, h.src, h.msg, h.off)
 	case amTagAck, amTagRevoke:
@@ -55,10 +55,15 @@ func tagSeeds() (ids []uint8, msgs [][]byte) {
 	add(amTagFirst, tagHeader{tag: 6, src: 9, msg: 2, total: 10}, []byte("first"))
 	add(amTagFirst, tagHeader{tag: 6, src: 9, msg: 3, total: 10, sreq: 4}, []byte("first"))
 	add(amTagMiddle, tagHeader{src: 9, msg: 2, off: 5}, []byte("rest!"))
+	add(amTagFirst, tagHeader{tag: 3, src: 9, msg: 11, total: 10, flags: hdrFlags(famAM, 2, hdrReply)}, []byte("uhfirst"))
 	add(amTagAck, tagHeader{src: 9, sreq: 4}, nil)
 	add(amTagRTS, tagHeader{tag: 7, src: 9, sreq: 5, total: 1 << 20}, nil)
 	add(amTagRTS, tagHeader{tag: 7, src: 9, sreq: 6, total: 100, flags: tagRTSSync}, nil)
 	add(amTagRTS, tagHeader{tag: 7, src: 9, sreq: 7, total: 1 << 20, raddr: 1 << 20}, []byte("GRK\x02key"))
+	// An active message's, with its user header, and a stream's.
+	add(amTagRTS, tagHeader{tag: 3, src: 9, sreq: 8, total: 1 << 20, flags: hdrFlags(famAM, 2, hdrReply)}, []byte("uh"))
+	add(amTagRTS, tagHeader{tag: 3, src: 9, sreq: 9, total: 1 << 20, raddr: 1 << 20, flags: hdrFlags(famAM, 2, 0)}, []byte("uhGRK\x02key"))
+	add(amTagRTS, tagHeader{tag: 1, src: 9, sreq: 10, total: 1 << 20, flags: hdrFlags(famStream, 0, 0)}, nil)
 	add(amTagATS, tagHeader{src: 9, sreq: 5, status: ucs.ErrIOError}, nil)
 	add(amTagRTR, tagHeader{src: 9, sreq: 5, rreq: 8}, nil)
 	add(amTagData, tagHeader{src: 9, rreq: 8, off: 0}, []byte("pushed"))
@@ -99,12 +104,14 @@ func FuzzTagHeader(f *testing.F) {
 			t.Fatalf("id %d accepted without a send or receive number", id)
 		case (id == amTagFirst || id == amTagMiddle) && h.msg == 0:
 			t.Fatalf("fragment accepted without a message number")
-		case id == amTagFirst && (h.total > tagMaxEager || h.total <= uint64(len(rest))):
+		case id == amTagFirst && (h.total > tagMaxEager || h.total < uint64(len(rest)-h.hlen) || h.fam == famTag && h.total == uint64(len(rest))):
 			t.Fatalf("first fragment of %d bytes announces %d", len(rest), h.total)
 		case id == amTagATS && h.status > 0:
 			t.Fatalf("ATS with status %d", h.status)
-		case (id == amTagRTS || id == amTagRTR) && (len(rest) == 0) != (h.raddr == 0):
-			t.Fatalf("id %d with a key of %d bytes at address %#x", id, len(rest), h.raddr)
+		case (id == amTagRTS || id == amTagRTR) && (len(rest) == h.hlen) != (h.raddr == 0):
+			t.Fatalf("id %d with a key of %d bytes at address %#x", id, len(rest)-h.hlen, h.raddr)
+		case (id == amTagRTS || id == amTagFirst) && (h.fam > famStream || (h.hlen > 0 || h.flags&hdrReply != 0) && h.fam != famAM || h.flags&tagRTSSync != 0 && h.fam != famTag):
+			t.Fatalf("RTS of family %d with flags %#x", h.fam, h.flags)
 		}
 	})
 }

@@ -1,21 +1,27 @@
 package ucp
 
 import (
-	"fmt"
-
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
 )
 
-// The rendezvous protocol of tag messages.
+// The rendezvous protocol of tag messages, which active messages and
+// streams share: one RTS (rndvStart, rndvRecvRTS: the family and its word,
+// a tag, an AM id and user header, a stream's connection number), one
+// fetch (rndvFetch), the same replies, data and revoke (tag_wire.go,
+// proto_recv.go). What differs is who takes the message: a tag receive
+// that matches it (unexpected until then), the AM handler
+// (AMRecvDataNBX), or the stream, which takes it at once, in its order,
+// into the receive that waits or into its queue (stream.go).
 //
-// The sender announces the message with an RTS: its tag, its length, its
-// send number and, when the data is one buffer that a lane from the
-// receiver can reach, the data's address and packed key (of the memory
-// handle the caller passed, of mapped memory the data lies in, or of a
-// registration made for this send). The send waits in the worker's sends.
+// The sender announces the message with an RTS: its family's word, its
+// length, its send number and, when the data is one buffer that a lane
+// from the receiver can reach, the data's address and packed key (of the
+// memory handle the caller passed, of mapped memory the data lies in, or
+// of a registration made for this send). The send waits in the worker's
+// sends.
 //
-// When a receive matched the RTS, the receiver takes the data, as
+// When a receive took the RTS, the receiver takes the data, as
 // UCX_RNDV_SCHEME allows:
 //
 //   - rkey_ptr (auto): the key's memory is mapped here (shared memory): the
@@ -26,7 +32,8 @@ import (
 //     not get over the network (tcp), where the get is a request that the
 //     sender's progress answers: it puts (Endpoint.rndvByPut);
 //   - put zcopy (put_zcopy; auto where only the network reaches the
-//     sender, which then announces no key): the receiver sends, with its
+//     sender, which then announces no key; not for an active message,
+//     whose sender always announces a key): the receiver sends, with its
 //     RTR, the packed key of the receive's buffer (mapped memory, or
 //     registered for the receive) and its address; the sender puts the
 //     data there (copies it, where the receiver's memory is mapped at the
@@ -46,10 +53,12 @@ import (
 // longer than the receive's buffer is acknowledged at once, without a
 // transfer, and the receive completes with ucs.ErrMessageTruncated.
 //
-// Closing the sender (tag messages and active messages alike: the same
-// revoke, rndvRecvRevoke, finds the message in its family, tagRevoked or
-// amRevoked; an active message's rendezvous messages a handler kept take
-// the place of the unexpected ones). A send whose endpoint closes (flush or force mode)
+// Closing the sender (tag messages, active messages and streams alike:
+// the same revoke, rndvRecvRevoke, finds the message in its family,
+// tagRevoked, amRevoked or streamRevoked; an active message's rendezvous
+// messages a handler kept, and a stream's that wait behind another one's
+// fetch, take the place of the unexpected ones; a flush-mode close waits
+// for a stream's to be taken first, see stream.go). A send whose endpoint closes (flush or force mode)
 // before the receiver answered its RTS ends, and its buffer is the
 // caller's again; the receiver must then neither read that buffer nor
 // wait for data that will not come. The sender revokes the message: an
@@ -83,60 +92,23 @@ import (
 // waits still ends with Cancel, and a send with a key ends when the
 // receiver takes the message, or when the worker is destroyed.
 
-// rtsInfo is what a rendezvous request announces.
-type rtsInfo struct {
-	tag, src, sreq uint64
-	length         int
-	raddr          uint64
-	key            []byte
-	sync           bool
-}
-
-// tagRndvStart prepares op, a rendezvous send, for its RTS.
-func (ep *Endpoint) tagRndvStart(op *sendOp, param *RequestParam, sync bool) error {
-	w := ep.w
-	raddr := uint64(0)
-	// The key lets the receiver map or get the data; with put_zcopy and
-	// am, and where auto puts, it sends the data itself.
-	if sch := w.ctx.rndvSch; sch == rndvGet || sch == rndvAuto && !op.th.netPut {
-		raddr = op.rndvAnnounce(param, tagRTSHdrLen)
-	}
-	flags := uint64(0)
-	if sync {
-		flags |= tagRTSSync
-	}
-	op.id, op.hlen = amTagRTS, tagRTSHdrLen
-	put64(op.hdr[:], op.tag, w.uid, op.sreq, uint64(op.dt.length), raddr, flags)
-	return nil
-}
-
-// tagRecvRTS handles a rendezvous request.
-func tagRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
-	h, key, err := decodeTag(amTagRTS, data)
-	if err != nil {
-		return w.tagDropped(err)
-	}
-	if h.total > uint64(maxInt) {
-		return w.tagDropped(fmt.Errorf("rendezvous message of %d bytes: %w", h.total, ucs.ErrExceedsLimit))
-	}
-	if len(key) > 0 {
-		if _, err := decodeRkey(key); err != nil {
-			return w.tagDropped(err)
-		}
-	}
-	rts := rtsInfo{tag: h.tag, src: h.src, sreq: h.sreq, length: int(h.total), raddr: h.raddr, key: key, sync: h.flags&tagRTSSync != 0}
+// tagRecvRTS gives a tag message's rendezvous request (checked by
+// rndvRecvRTS; data is the whole message, in the transport's buffer) to
+// the receive it matches, or keeps it as unexpected.
+func (w *Worker) tagRecvRTS(wi *workerIface, rts *rtsInfo, data []byte, flags uint32) ucs.Status {
+	k := fragKey{rts.src, rts.sreq}
 	t := &w.tag
 	t.lock()
-	if r := t.m.match(h.tag); r != nil {
-		t.rts[fragKey{h.src, h.sreq}] = nil // being taken (tagTook)
+	if r := t.m.match(rts.arg); r != nil {
+		t.rts[k] = nil // being taken (rndvTook)
 		t.unlock()
-		w.tagRndvMatched(r, &rts)
+		w.tagRndvMatched(r, rts)
 		return ucs.OK
 	}
 	m := t.newMsg()
-	m.tag, m.kind, m.length, m.src, m.sreq, m.raddr, m.sync = h.tag, msgRTS, rts.length, h.src, h.sreq, h.raddr, rts.sync
+	m.tag, m.kind, m.length, m.src, m.sreq, m.raddr, m.sync = rts.arg, msgRTS, rts.length, rts.src, rts.sreq, rts.raddr, rts.sync
 	st := ucs.OK
-	switch {
+	switch key := rts.key; {
 	case len(key) == 0:
 	case flags&uct.CBParamFlagDesc != 0:
 		m.key, m.raw, m.wi, st = key, data, wi, ucs.InProgress
@@ -145,21 +117,21 @@ func tagRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Statu
 		m.key = m.parts[0].data
 	}
 	t.m.addUnexpected(m)
-	t.rts[fragKey{h.src, h.sreq}] = m
+	t.rts[k] = m
 	t.unlock()
 	return st
 }
 
 // tagRndvMatched starts the transfer of rendezvous message rts into the
 // receive r that matched it; the message is marked as being taken
-// (tagTook).
+// (rndvTook).
 func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 	r.tr.fam = famTag
-	r.tr.info = TagRecvInfo{SenderTag: rts.tag, Length: rts.length}
+	r.tr.info = TagRecvInfo{SenderTag: rts.arg, Length: rts.length}
 	r.tr.src, r.tr.sreq = rts.src, rts.sreq
 	ep := w.replyEP(rts.src)
 	if ep == nil || ep.am == nil {
-		w.tagTook(r, false)
+		w.rndvTook(r, false)
 		w.tagLogf("rendezvous message from %#x: no endpoint back to the sender", rts.src)
 		r.complete(ucs.ErrUnreachable)
 		return
@@ -179,23 +151,6 @@ func (w *Worker) tagRndvMatched(r *Request, rts *rtsInfo) {
 	w.rndvFetch(r, rts.key, rts.raddr)
 }
 
-// tagTook records that the receive r, which matched a rendezvous message,
-// reads nothing of the sender's memory any more (it read what it took,
-// or never will): the message is no longer being taken, and a revoke of it
-// is answered at once (rndvRecvRevoke). With wait, r instead waits for the
-// sender to push or put the data: it gets its number and enters the
-// worker's waits in the same step, where a revoke finds it.
-func (w *Worker) tagTook(r *Request, wait bool) {
-	t := &w.tag
-	t.lock()
-	delete(t.rts, fragKey{r.tr.src, r.tr.sreq})
-	if wait {
-		r.tr.rreq = w.proto.newID()
-		w.proto.wait(r)
-	}
-	t.unlock()
-}
-
 // rndvRTR asks the sender of rendezvous send sreq (a tag message or an
 // active message), through ep, to put the data of receive rreq at raddr
 // with key, or to push it (no key); a failure is logged, and returned.
@@ -207,15 +162,7 @@ func (w *Worker) rndvRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) ucs
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRTR, tagRTRLen
 	put64(op.hdr[:], w.uid, sreq, rreq, raddr)
 	op.key = dtIter{contig: key, length: len(key)}
-	st := w.protoStart(op)
-	switch {
-	case st == ucs.OK:
-		op.free()
-	case st.IsErr():
-		w.tagLogf("rendezvous reply to %s: %v", ep.remoteName, st)
-		op.free()
-	}
-	return st
+	return w.ctrlStart(op, "rendezvous reply")
 }
 
 // tagRecvATS handles a rendezvous acknowledgement: the send completes.
@@ -290,28 +237,20 @@ func (w *Worker) rndvRevoke(ep *Endpoint, sreq uint64) {
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRevoke, tagRevokeLen
 	put64(op.hdr[:], w.uid, sreq)
-	switch st := w.protoStart(op); {
-	case st == ucs.OK:
-		op.free()
-	case st.IsErr():
-		w.tagLogf("revoke of rendezvous send %d to %s: %v", sreq, ep.remoteName, st)
-		op.free()
-	}
+	w.ctrlStart(op, "revoke of a rendezvous send")
 }
 
 // tagRevoked is the tag part of a sender's revoke of its rendezvous
 // message k (rndvRecvRevoke): a message no receive took is dropped (a
-// handle TagProbeNB removed fails its receive), a receive taking it now
-// (a get or a copy of the sender's memory running, see tagTook) is left
-// alone (taking), and a receive that waits for the sender to push or put
-// the data is taken out of the waits and returned.
-func (w *Worker) tagRevoked(k fragKey) (r *Request, taking bool) {
+// handle TagProbeNB removed fails its receive), and a receive taking it
+// now (a get or a copy of the sender's memory running, see rndvTook) is
+// left alone (taking: its ATS answers).
+func (w *Worker) tagRevoked(k fragKey) (taking bool) {
 	t := &w.tag
 	t.lock()
 	defer t.unlock()
 	m, taking := t.rts[k]
-	switch {
-	case m != nil:
+	if m != nil {
 		delete(t.rts, k)
 		if m.queued {
 			t.m.removeUnexpected(m)
@@ -319,9 +258,6 @@ func (w *Worker) tagRevoked(k fragKey) (r *Request, taking bool) {
 			m.revoked = true // removed by a probe: its handle is the caller's
 		}
 		t.releaseMsg(m)
-		return nil, false
-	case taking:
-		return nil, true
 	}
-	return w.proto.waitOf(k.src, k.msg), false
+	return taking && m == nil
 }

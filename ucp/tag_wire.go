@@ -7,18 +7,19 @@ import (
 	"github.com/goshmem/goshmem/ucs"
 )
 
-// The wire messages of tag matching; amTagRTR and amTagATS also answer the
-// rendezvous of active messages (am_wire.go). Each has its own uct active-message id,
+// The wire messages of tag matching; the rendezvous ones (amTagRTS to
+// amTagRevoke) serve tag messages, active messages (am_wire.go) and
+// streams (stream_wire.go) alike. Each has its own uct active-message id,
 // so that the common message, an eager one, carries nothing but the tag in
 // front of its data (as an AMShort header where the lane has it). Headers
 // are little endian; what follows the header is the message's data.
 //
 //	amTagEager      tag u64                                        | data
 //	amTagEagerSync  tag u64, src u64, sreq u64                     | data
-//	amTagFirst      tag u64, src u64, msg u64, total u64, sreq u64 | data
+//	amTagFirst      arg u64, src u64, msg u64, total u64, sreq u64, flags u64 | user header | data
 //	amTagMiddle     src u64, msg u64, off u64                      | data
 //	amTagAck        src u64, sreq u64
-//	amTagRTS        tag u64, src u64, sreq u64, length u64, raddr u64, flags u64 | packed key
+//	amTagRTS        arg u64, src u64, sreq u64, length u64, raddr u64, flags u64 | user header | packed key
 //	amTagATS        src u64, sreq u64, status i64
 //	amTagRTR        src u64, sreq u64, rreq u64, raddr u64         | packed key
 //	amTagData       src u64, rreq u64, off u64                     | data
@@ -28,7 +29,15 @@ import (
 // src is always the uid of the sending worker; sreq the sender's number of
 // a send that waits for the receiver (a sync send, a rendezvous), 0 for none
 // in amTagFirst; rreq the receiver's number of a rendezvous receive; msg the
-// sender's number of a fragmented eager message. An RTS whose key is empty
+// sender's number of a fragmented eager message. The fragments of an
+// eager message (amTagFirst, amTagMiddle) and an RTS serve every family
+// that has them (a stream's data needs no reassembly: stream_wire.go):
+// the first fragment and the RTS say in their flags which family sends
+// (hdrFamShift): their arg is a tag message's tag, an active message's
+// id, a stream's receiving connection number, and only an active
+// message's have a user header (its length in the flags, hdrHlenShift)
+// and may ask for a reply endpoint (hdrReply); only a tag message's may be
+// a sync send (tagRTSSync in an RTS, a send number in a first fragment). An RTS whose key is empty
 // has raddr 0: the receiver cannot take the data and asks for it (RTR).
 // An RTR with a key (and the address of the receive's buffer) asks the
 // sender to put the data there and then say so (ATP); one without asks it
@@ -54,7 +63,7 @@ const (
 const (
 	tagEagerHdrLen  = 8
 	tagSyncHdrLen   = 24
-	tagFirstHdrLen  = 40
+	tagFirstHdrLen  = 48
 	tagMiddleHdrLen = 24
 	tagAckLen       = 16
 	tagRTSHdrLen    = 48
@@ -63,12 +72,46 @@ const (
 	tagDataHdrLen   = 24
 	tagATPLen       = 24
 	tagRevokeLen    = 16
-	// tagMaxHeader is the longest header in front of data.
+	// tagMaxHeader is the longest header in front of data, but for an
+	// active message's user header.
 	tagMaxHeader = tagFirstHdrLen
 )
 
-// tagRTSSync in an RTS's flags: the send is a sync send.
-const tagRTSSync = 1 << 0
+// The flags of an RTS and of a first fragment.
+const (
+	// tagRTSSync: the send is a sync send (a tag message's RTS).
+	tagRTSSync = 1 << 0
+	// hdrReply: the sender asked for a reply endpoint (AMSendFlagReply,
+	// active messages).
+	hdrReply = 1 << 1
+	// hdrFamShift: bits 8 to 15 hold the family that sends (famTag,
+	// famAM, famStream).
+	hdrFamShift = 8
+	// hdrHlenShift: bits 32 to 63 hold the length of an active message's
+	// user header, which follows the header.
+	hdrHlenShift = 32
+	hdrKnown     = tagRTSSync | hdrReply | 0xff<<hdrFamShift | 0xffffffff<<hdrHlenShift
+)
+
+// hdrFlags returns the flags of an RTS or a first fragment of family fam
+// with a user header of hlen bytes and the flags more (tagRTSSync,
+// hdrReply).
+func hdrFlags(fam uint8, hlen int, more uint64) uint64 {
+	return uint64(fam)<<hdrFamShift | uint64(hlen)<<hdrHlenShift | more
+}
+
+// famWrong reads the family and the user header's length from h.flags
+// and reports what a family may not send in an RTS or a first fragment: a
+// user header or a reply of another family's (p, the payload, holds the
+// user header), a sync send of another family's, an AM id out of range,
+// an unknown family.
+func (h *tagHeader) famWrong(p []byte) bool {
+	h.fam, h.hlen = uint8(h.flags>>hdrFamShift), int(h.flags>>hdrHlenShift)
+	return h.flags&^hdrKnown != 0 || h.hlen > len(p) ||
+		(h.fam != famAM && (h.hlen != 0 || h.flags&hdrReply != 0)) ||
+		(h.fam != famTag && h.flags&tagRTSSync != 0) ||
+		(h.fam == famAM && h.tag > MaxAMID) || h.fam > famStream
+}
 
 // tagMaxEager bounds the length a first fragment announces: the receiver
 // allocates it when the message is unexpected.
@@ -80,6 +123,10 @@ type tagHeader struct {
 	tag, src, sreq, rreq, msg uint64
 	total, off, raddr, flags  uint64
 	status                    ucs.Status
+	// An RTS: the family that announces, and the length of the user
+	// header at the start of the payload (from flags).
+	fam  uint8
+	hlen int
 }
 
 // tagHdrLen returns the header length of tag messages of uct id id, 0 for
@@ -153,13 +200,19 @@ func decodeTag(id uint8, b []byte) (tagHeader, []byte, error) {
 			return bad("sync message without send number")
 		}
 	case amTagFirst:
-		h.tag, h.src, h.msg, h.total, h.sreq = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3), get64(b, 4)
-		if h.msg == 0 || h.total > tagMaxEager || h.total <= uint64(len(p)) {
-			return bad("first fragment of %d bytes, message %d of %d bytes", len(p), h.msg, h.total)
+		h.tag, h.src, h.msg, h.total, h.sreq, h.flags = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3), get64(b, 4), get64(b, 5)
+		// A tag message's never all of the message; an active message's
+		// may be, when zero-copy carries more than one copied message
+		// would; a stream's data has no fragments.
+		wrong := h.famWrong(p) || h.fam == famStream || h.flags&tagRTSSync != 0 || (h.fam != famTag && h.sreq != 0)
+		if wrong || h.msg == 0 || h.total > tagMaxEager || h.total < uint64(len(p)-h.hlen) || (h.fam == famTag && h.total == uint64(len(p))) {
+			return bad("first fragment of %d bytes, message %d of %d bytes, flags %#x", len(p), h.msg, h.total, h.flags)
 		}
 	case amTagMiddle:
 		h.src, h.msg, h.off = get64(b, 0), get64(b, 1), get64(b, 2)
-		if h.msg == 0 || len(p) == 0 || h.off == 0 || h.off >= tagMaxEager {
+		// (At 0 after an active message's first fragment that carried its
+		// user header alone.)
+		if h.msg == 0 || len(p) == 0 || h.off >= tagMaxEager {
 			return bad("fragment of %d bytes at %d of message %d", len(p), h.off, h.msg)
 		}
 	case amTagAck, amTagRevoke:
@@ -169,9 +222,11 @@ func decodeTag(id uint8, b []byte) (tagHeader, []byte, error) {
 		}
 	case amTagRTS:
 		h.tag, h.src, h.sreq, h.total, h.raddr, h.flags = get64(b, 0), get64(b, 1), get64(b, 2), get64(b, 3), get64(b, 4), get64(b, 5)
-		if h.sreq == 0 || h.total > amMaxRndv || h.flags&^tagRTSSync != 0 || len(p) > maxRkeyBlob ||
-			(len(p) == 0) != (h.raddr == 0) || (len(p) > 0 && h.total == 0) {
-			return bad("rendezvous request %d: %d bytes at %#x, flags %#x, key of %d bytes", h.sreq, h.total, h.raddr, h.flags, len(p))
+		wrong := h.famWrong(p)
+		key := len(p) - min(h.hlen, len(p))
+		if wrong || h.sreq == 0 || h.total > amMaxRndv || key > maxRkeyBlob ||
+			(key == 0) != (h.raddr == 0) || (key > 0 && h.total == 0) {
+			return bad("rendezvous request %d: %d bytes at %#x, flags %#x, key of %d bytes", h.sreq, h.total, h.raddr, h.flags, key)
 		}
 	case amTagATS, amTagATP:
 		// The sender's number (ATS) or the receiver's (ATP), and the status

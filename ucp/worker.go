@@ -349,7 +349,7 @@ func (w *Worker) start() error {
 	w.address = w.packAddress(0)
 	w.installSwHandlers()
 	w.protoInit()
-	for _, init := range []func() error{w.amInit, w.tagInit, w.streamInit} {
+	for _, init := range []func() error{w.amInit, w.tagInit, w.streamInit, w.sharedInit} {
 		if err := init(); err != nil {
 			w.Destroy()
 			return err
