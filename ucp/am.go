@@ -248,9 +248,12 @@ const (
 	protoAMFrag        = "am/eager/frag"
 	protoAMRndv        = "am/rndv"
 	protoAMRndvGet     = "am/rndv/get"
+	protoAMRndvAM      = "am/rndv/am"
+	protoAMRndvPut     = "am/rndv/put/zcopy"
 	protoAMRecv        = "am/rndv/recv"
 	protoAMRecvGet     = "am/rndv/recv/get"
 	protoAMRecvRkeyPtr = "am/rndv/recv/rkey_ptr"
+	protoAMRecvPut     = "am/rndv/recv/put/zcopy"
 )
 
 // amSendConnecting is AMSendNBX on an endpoint that connects (kept out of

@@ -31,7 +31,7 @@ var amTransports = []struct {
 }{
 	{"self", "all", true, "self", protoAMRndvGet},
 	{"sm", "all", false, "posix", protoAMRndvGet},
-	{"tcp", "tcp,self", false, "tcp", protoAMRndvGet},
+	{"tcp", "tcp,self", false, "tcp", protoAMRndv}, // no key: over the network auto puts
 }
 
 func newAMEnv(t *testing.T, tls string, self bool) *amEnv {
@@ -204,18 +204,70 @@ func TestAMSendRecv(t *testing.T) {
 				t.Fatalf("flush: %v", err)
 			}
 			// Rendezvous data is got where a lane to the sender gets (cma,
-			// self and tcp here), and pushed by the sender when the key
-			// does not fit beside the header (a header of MaxAMHeader).
+			// self here), put by the sender over the network, and pushed
+			// when the key does not fit beside the header (a header of
+			// MaxAMHeader).
 			t.Logf("protocols of the requests: %v, of the receives: %v", protos, rprotos)
 			for _, p := range []string{tr.rndv, protoAMRndv, protoAMFrag} {
 				if protos[p] == 0 {
 					t.Errorf("no request used %s: %v", p, protos)
 				}
 			}
-			if rprotos[protoAMRecv] == 0 || rprotos[protoAMRecvGet]+rprotos[protoAMRecvRkeyPtr] == 0 {
-				t.Errorf("receives %v: want some pushed, some got or copied", rprotos)
+			if rprotos[protoAMRecv] == 0 || rprotos[protoAMRecvGet]+rprotos[protoAMRecvRkeyPtr]+rprotos[protoAMRecvPut] == 0 {
+				t.Errorf("receives %v: want some pushed, some got, copied or put", rprotos)
 			}
 		})
+	}
+}
+
+// TestAMRndvSchemes receives a rendezvous active message over every
+// transport and UCX_RNDV_SCHEME into a user buffer (AMRecvDataNBX), and
+// checks the data and the protocols both sides took: the scheme's, as for
+// tag messages (the sender puts into the receive's buffer under put_zcopy,
+// and under auto over the network).
+func TestAMRndvSchemes(t *testing.T) {
+	for _, sch := range []string{"auto", "get_zcopy", "put_zcopy", "am"} {
+		for _, tr := range amTransports {
+			t.Run(sch+"/"+tr.name, func(t *testing.T) {
+				t.Setenv("UCX_RNDV_SCHEME", sch)
+				e := newAMEnv(t, tr.tls, tr.self)
+				got := e.record(t, 9, AMFlagWholeMsg)
+				data := pattern(1<<20, 5)
+				param := new(RequestParam).SetAMSendFlags(AMSendFlagRNDV).SetOpAttrFlags(OpAttrFlagNoImmCmpl)
+				r, err := e.ab.AMSendNBX(9, []byte("hdr"), data, param)
+				if err != nil || r == nil {
+					t.Fatalf("send: %v, %v; want a request", r, err)
+				}
+				e.wait(t, "delivery", func() bool { return len(*got) > 0 })
+				buf := make([]byte, len(data))
+				rr, err := e.b.AMRecvDataNBX((*got)[0].desc, buf, new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl))
+				if err != nil || rr == nil {
+					t.Fatalf("receive: %v, %v; want a request", rr, err)
+				}
+				rproto := strings.Fields(rr.Query().DebugString)[0]
+				e.waitReq(t, "receive", rr, nil)
+				e.waitReq(t, "send", r, nil)
+				if !bytes.Equal(buf, data) {
+					t.Fatal("data differs")
+				}
+				sproto := strings.Fields(r.Query().DebugString)[0]
+				want := map[string][2]string{
+					"get_zcopy": {protoAMRndvGet, protoAMRecvGet},
+					"put_zcopy": {protoAMRndvPut, protoAMRecvPut},
+					"am":        {protoAMRndvAM, protoAMRecv},
+				}[sch]
+				if sch == "auto" {
+					want = map[string][2]string{
+						"self": {protoAMRndvGet, protoAMRecvRkeyPtr},
+						"sm":   {protoAMRndvGet, protoAMRecvGet},
+						"tcp":  {protoAMRndvPut, protoAMRecvPut},
+					}[tr.name]
+				}
+				if sproto != want[0] || rproto != want[1] {
+					t.Errorf("send %s, receive %s; want %s, %s", sproto, rproto, want[0], want[1])
+				}
+			})
+		}
 	}
 }
 

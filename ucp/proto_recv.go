@@ -403,12 +403,11 @@ func (w *Worker) rndvRecvDone(r *Request, st ucs.Status) {
 // key at the sender, as UCX_RNDV_SCHEME allows (see tag_rndv.go): copied
 // from the sender's memory where it is mapped here (rkey_ptr), got where a
 // lane gets with the key, otherwise asked for with an RTR, to be put into
-// r's buffer (not for an active message, whose sender always announces a
-// key where it may) or pushed.
+// r's buffer or pushed.
 func (w *Worker) rndvFetch(r *Request, key []byte, raddr uint64) {
 	ep, n, names := r.tr.ep, r.tr.info.Length, &rndvRecvProtos[r.tr.fam]
 	sch := w.ctx.rndvSch
-	put := r.tr.fam != famAM && (sch == rndvPut || sch == rndvAuto && ep.thresholds().netPut)
+	put := sch == rndvPut || sch == rndvAuto && ep.thresholds().netPut
 	if len(key) > 0 && (sch == rndvAuto || sch == rndvGet) {
 		if ref := w.rkc.get(ep, key, false); ref != nil {
 			rk := ref.rk
@@ -454,7 +453,7 @@ func (w *Worker) rndvFetch(r *Request, key []byte, raddr uint64) {
 // (Request.Query).
 var rndvRecvProtos = [...]struct{ rkeyPtr, get, push, put string }{
 	famTag:    {protoTagRecvRkeyPtr, protoTagRecvGet, protoTagRecvAM, protoTagRecvPut},
-	famAM:     {protoAMRecvRkeyPtr, protoAMRecvGet, protoAMRecv, protoAMRecv},
+	famAM:     {protoAMRecvRkeyPtr, protoAMRecvGet, protoAMRecv, protoAMRecvPut},
 	famStream: {protoStreamRecvRkeyPtr, protoStreamRecvGet, protoStreamRecvAM, protoStreamRecvPut},
 }
 

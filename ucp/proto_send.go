@@ -522,12 +522,10 @@ func (op *sendOp) setFirst(arg, more uint64, uh []byte) {
 }
 
 // rndvSendProtos names, by family, the protocol of a rendezvous send once
-// its receiver asked for the data (Request.Query): pushed, or put. An
-// active message's receiver takes no put, and its push keeps the name of
-// its RTS.
+// its receiver asked for the data (Request.Query): pushed, or put.
 var rndvSendProtos = [...]struct{ push, put string }{
 	famTag:    {protoTagRndvAM, protoTagRndvPut},
-	famAM:     {"", ""},
+	famAM:     {protoAMRndvAM, protoAMRndvPut},
 	famStream: {protoStreamRndvAM, protoStreamRndvPut},
 }
 
@@ -543,7 +541,7 @@ func (op *sendOp) rndvStart(param *RequestParam, arg, more uint64, uh []byte) ui
 	w := op.w
 	op.kind, op.id = topRTS, amTagRTS
 	raddr := uint64(0)
-	if sch := w.ctx.rndvSch; op.fam == famAM || sch == rndvGet || sch == rndvAuto && !op.th.netPut {
+	if sch := w.ctx.rndvSch; sch == rndvGet || sch == rndvAuto && !op.th.netPut {
 		raddr = op.rndvAnnounce(param, tagRTSHdrLen+len(uh))
 	}
 	var h [tagRTSHdrLen]byte

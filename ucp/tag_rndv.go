@@ -32,8 +32,7 @@ import (
 //     not get over the network (tcp), where the get is a request that the
 //     sender's progress answers: it puts (Endpoint.rndvByPut);
 //   - put zcopy (put_zcopy; auto where only the network reaches the
-//     sender, which then announces no key; not for an active message,
-//     whose sender always announces a key): the receiver sends, with its
+//     sender, which then announces no key): the receiver sends, with its
 //     RTR, the packed key of the receive's buffer (mapped memory, or
 //     registered for the receive) and its address; the sender puts the
 //     data there (copies it, where the receiver's memory is mapped at the
