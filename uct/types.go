@@ -200,7 +200,7 @@ const (
 	MDFlagNeedMemh MDFlags = 1 << 2 // local memory must be registered
 	MDFlagNeedRkey MDFlags = 1 << 3 // remote access needs an rkey
 	MDFlagAdvise   MDFlags = 1 << 4 // memory advice works (no MD of goshmem has it)
-	MDFlagFixed    MDFlags = 1 << 5 // fixed-address allocation works (none has it)
+	MDFlagFixed    MDFlags = 1 << 5 // fixed-address allocation works (FixedAllocator)
 	MDFlagRkeyPtr  MDFlags = 1 << 6 // RkeyPtr gives direct access
 )
 
