@@ -163,6 +163,25 @@ func TestCPrograms(t *testing.T) {
 	}
 }
 
+// TestCAlign runs testdata/alloc.c, shmem_align and shmemalign with every
+// power of two from 64 MiB down to a page in a heap of 128 MiB, over
+// shared memory and tcp: each block aligned and at the same offset on
+// every PE; an alignment the heap cannot honour gives NULL and is reported
+// as the other allocation failures are. (Alignments above 2 MiB, such as
+// tests-sos's shmemalign's 8 MiB, were refused.)
+func TestCAlign(t *testing.T) {
+	const refused = "shmem_align: shmem.Align: alignment 268435456 (the heap of 134217728 bytes aligns to powers of two up to 134217728)"
+	for _, env := range [][]string{{"SHMEM_SYMMETRIC_SIZE=128M"}, {"SHMEM_SYMMETRIC_SIZE=128M", "UCX_TLS=tcp,self"}} {
+		t.Run(strings.Join(env, ","), func(t *testing.T) {
+			exe := compile(t, "alloc")
+			out, err := run(t, exe, "3", env)
+			if err != nil || !strings.Contains(out, "alloc: PASS on 3 PEs") || !strings.Contains(out, "goshmem: PE 2: "+refused) {
+				t.Fatalf("alloc on 3 PEs: %v; want PASS and %q:\n%s", err, refused, out)
+			}
+		})
+	}
+}
+
 // TestCErrors makes PE 0 pass each kind of bad argument: the job must end
 // non-zero with one line naming the routine the program called (the
 // default form, not the context form it is built on) and the argument,
