@@ -131,6 +131,10 @@ func launch(t *testing.T, args ...string) (string, error) {
 // transport). static, whose globals are the targets, also runs with its
 // static data left in place (GOSHMEM_STATIC_DATA=0): over shared memory
 // the PEs then reach each other's through cma and tcp, not mapped.
+// staticwait has PEs wait in C for atomics on their static data: left in
+// place and without tcp, those are shared-memory messages that only the
+// waiting PE applies, inside the library (the C waiting loops used to
+// spin without serving them, and every PE waited forever).
 func TestCPrograms(t *testing.T) {
 	for _, tc := range []struct {
 		prog, np string
@@ -152,6 +156,8 @@ func TestCPrograms(t *testing.T) {
 		{"statcoll", "3", nil},
 		{"statcoll", "4", []string{"UCX_TLS=tcp,self"}},
 		{"statcoll", "3", []string{"GOSHMEM_STATIC_DATA=0"}},
+		{"staticwait", "3", nil},
+		{"staticwait", "3", []string{"GOSHMEM_STATIC_DATA=0", "UCX_TLS=sm,self"}},
 	} {
 		t.Run(tc.prog+"/"+tc.np+"/"+strings.Join(tc.env, ","), func(t *testing.T) {
 			exe := compile(t, tc.prog)

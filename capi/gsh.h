@@ -52,6 +52,7 @@ extern unsigned char *gsh_checked;
 extern int goshmem_go_init(int requested, int *provided);
 extern void goshmem_go_finalize(void);
 extern void goshmem_go_connect(int pe);
+extern void goshmem_go_poll(void);
 extern int goshmem_go_addr_accessible(void *p, int pe);
 extern void goshmem_go_rma(uintptr_t ctx, int kind, void *dest, void *source, size_t nbytes, int pe, const char *fn);
 extern void goshmem_go_strided(uintptr_t ctx, int get, void *dest, void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int esize, int pe, const char *fn);
