@@ -28,6 +28,7 @@ char **gsh_heap_peer = gsh_no_peers, **gsh_data_peer = gsh_no_peers;
 unsigned char *gsh_checked;
 int gsh_go_pending;
 _Thread_local size_t gsh_any_from;
+_Thread_local unsigned gsh_test_fails;
 static int gsh_inited, gsh_thread_level;
 static pthread_mutex_t gsh_connect_mu = PTHREAD_MUTEX_INITIALIZER;
 

@@ -75,9 +75,9 @@ func alignUp(n, a int) int { return (n + a - 1) &^ (a - 1) }
 
 // Alloc returns the offset of a new block of at least n bytes aligned to
 // align (rounded up to MinAlign; it must be a power of two no larger than
-// MaxAlign, or Alloc fails with ErrBadAlign). A zero n gives a block of
+// a.MaxAlign(), or Alloc fails with ErrBadAlign). A zero n gives a block of
 // MinAlign bytes, so every allocation has a distinct offset. It fails with
-// ErrNoSpace when no free block fits (an alignment up to MaxAlign but
+// ErrNoSpace when no free block fits (an alignment up to MaxAlign() but
 // above the heap's size leaves only offset 0, for a block that fits).
 func (a *Allocator) Alloc(n, align int) (int, error) {
 	if n < 0 {
