@@ -186,6 +186,12 @@ func goshmem_go_connect(pe C.int) {
 	}
 }
 
+// goshmem_go_poll serves the other PEs once (shmem.Poll), for the C
+// waiting loops (gsh_wait_pause).
+//
+//export goshmem_go_poll
+func goshmem_go_poll() { shmem.Poll() }
+
 // goshmem_go_addr_accessible reports whether the static data at p (not
 // mapped here) is reachable on PE pe: whether pe registered the same.
 //

@@ -131,6 +131,10 @@ func launch(t *testing.T, args ...string) (string, error) {
 // transport). static, whose globals are the targets, also runs with its
 // static data left in place (GOSHMEM_STATIC_DATA=0): over shared memory
 // the PEs then reach each other's through cma and tcp, not mapped.
+// staticwait has PEs wait in C for atomics on their static data: left in
+// place and without tcp, those are shared-memory messages that only the
+// waiting PE applies, inside the library (the C waiting loops used to
+// spin without serving them, and every PE waited forever).
 func TestCPrograms(t *testing.T) {
 	for _, tc := range []struct {
 		prog, np string
@@ -155,12 +159,33 @@ func TestCPrograms(t *testing.T) {
 		{"statcoll", "3", nil},
 		{"statcoll", "4", []string{"UCX_TLS=tcp,self"}},
 		{"statcoll", "3", []string{"GOSHMEM_STATIC_DATA=0"}},
+		{"staticwait", "3", nil},
+		{"staticwait", "3", []string{"GOSHMEM_STATIC_DATA=0", "UCX_TLS=sm,self"}},
 	} {
 		t.Run(tc.prog+"/"+tc.np+"/"+strings.Join(tc.env, ","), func(t *testing.T) {
 			exe := compile(t, tc.prog)
 			out, err := run(t, exe, tc.np, tc.env)
 			if err != nil || !strings.Contains(out, "PASS") {
 				t.Fatalf("%s on %s PEs: %v\n%s", tc.prog, tc.np, err, out)
+			}
+		})
+	}
+}
+
+// TestCAlign runs testdata/alloc.c, shmem_align and shmemalign with every
+// power of two from 64 MiB down to a page in a heap of 128 MiB, over
+// shared memory and tcp: each block aligned and at the same offset on
+// every PE; an alignment the heap cannot honour gives NULL and is reported
+// as the other allocation failures are. (Alignments above 2 MiB, such as
+// tests-sos's shmemalign's 8 MiB, were refused.)
+func TestCAlign(t *testing.T) {
+	const refused = "shmem_align: shmem.Align: alignment 268435456 (the heap of 134217728 bytes aligns to powers of two up to 134217728)"
+	for _, env := range [][]string{{"SHMEM_SYMMETRIC_SIZE=128M"}, {"SHMEM_SYMMETRIC_SIZE=128M", "UCX_TLS=tcp,self"}} {
+		t.Run(strings.Join(env, ","), func(t *testing.T) {
+			exe := compile(t, "alloc")
+			out, err := run(t, exe, "3", env)
+			if err != nil || !strings.Contains(out, "alloc: PASS on 3 PEs") || !strings.Contains(out, "goshmem: PE 2: "+refused) {
+				t.Fatalf("alloc on 3 PEs: %v; want PASS and %q:\n%s", err, refused, out)
 			}
 		})
 	}

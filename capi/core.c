@@ -28,6 +28,7 @@ char **gsh_heap_peer = gsh_no_peers, **gsh_data_peer = gsh_no_peers;
 unsigned char *gsh_checked;
 int gsh_go_pending;
 _Thread_local size_t gsh_any_from;
+_Thread_local unsigned gsh_test_fails;
 static int gsh_inited, gsh_thread_level;
 static pthread_mutex_t gsh_connect_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -84,7 +85,12 @@ char *gsh_connect(const void *p, size_t n, int pe, const char *fn) {
 }
 
 /* gsh_wait_pause is a waiting loop's pause: spin a little, then yield the
- * core (PEs may outnumber cores), then sleep briefly now and then. */
+ * core (PEs may outnumber cores), then sleep briefly now and then. Past
+ * the spinning, each pause first lets Go serve the other PEs
+ * (shmem.Poll): the atomics that reach this PE's memory through
+ * shared-memory messages (static data left in place, GOSHMEM_STATIC_DATA=0,
+ * where UCX_TLS leaves tcp out) are applied only inside the library, and
+ * the value this loop waits for may be one of them. */
 void gsh_wait_pause(unsigned *n) {
     unsigned i = (*n)++;
     if (i < 256) {
@@ -93,6 +99,7 @@ void gsh_wait_pause(unsigned *n) {
 #endif
         return;
     }
+    goshmem_go_poll();
     if (i % 64 != 0) {
         sched_yield();
         return;

@@ -69,6 +69,7 @@ void gsh_wsync_free(void);
 extern int goshmem_go_init(int requested, int *provided);
 extern void goshmem_go_finalize(void);
 extern void goshmem_go_connect(int pe);
+extern void goshmem_go_poll(void);
 extern int goshmem_go_addr_accessible(void *p, int pe);
 extern void goshmem_go_rma(uintptr_t ctx, int kind, void *dest, void *source, size_t nbytes, int pe, const char *fn);
 extern void goshmem_go_strided(uintptr_t ctx, int get, void *dest, void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int esize, int pe, const char *fn);
@@ -458,6 +459,21 @@ GSH_AMO_LOCAL(64)
  * call after call, so that every element that meets the condition is
  * eventually the one returned, as the specification asks. */
 extern _Thread_local size_t gsh_any_from;
+/* gsh_tested returns ok, the result of a test routine; a test that failed
+ * lets Go serve the other PEs (shmem.Poll) now and then, every 16th
+ * failure of the thread: a loop of tests is a waiting loop, and what it
+ * waits for may be an atomic that only this PE applies (see
+ * gsh_wait_pause), while a test that succeeds, or fails now and then in a
+ * computing loop, stays in C. */
+extern _Thread_local unsigned gsh_test_fails;
+static inline int gsh_tested(int ok) {
+    if (!ok && (++gsh_test_fails & 15) == 0) goshmem_go_poll();
+    return ok;
+}
+static inline size_t gsh_tested_index(size_t i, size_t fail) {
+    gsh_tested(i != fail);
+    return i;
+}
 /* GSH_CMP defines gsh_cmpv_N, which compares x with v by cmp, and
  * gsh_cmp_N, which loads x from p first. */
 #define GSH_CMP(N, T)                                                                               \
@@ -477,7 +493,7 @@ extern _Thread_local size_t gsh_any_from;
     }
 #define GSH_SYNC(N, T)                                                                              \
     GSH_CMP(N, T)                                                                                   \
-    GSH_WEAK(shmem_##N##_test) int pshmem_##N##_test(T *ivar, int cmp, T cmp_value) { return gsh_cmp_##N(ivar, cmp, cmp_value, GSH_FN); } \
+    GSH_WEAK(shmem_##N##_test) int pshmem_##N##_test(T *ivar, int cmp, T cmp_value) { return gsh_tested(gsh_cmp_##N(ivar, cmp, cmp_value, GSH_FN)); } \
     GSH_WEAK(shmem_##N##_wait_until) void pshmem_##N##_wait_until(T *ivar, int cmp, T cmp_value) {                                    \
         unsigned n = 0;                                                                             \
         while (!gsh_cmp_##N(ivar, cmp, cmp_value, GSH_FN)) gsh_wait_pause(&n);                              \
@@ -536,12 +552,12 @@ extern _Thread_local size_t gsh_any_from;
     GSH_WEAK(shmem_##N##_wait_until_all_vector) void pshmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { gsh_wait_all_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values); } \
     GSH_WEAK(shmem_##N##_wait_until_any_vector) size_t pshmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_wait_any_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values); } \
     GSH_WEAK(shmem_##N##_wait_until_some_vector) size_t pshmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { return gsh_wait_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, 0, cmp_values); } \
-    GSH_WEAK(shmem_##N##_test_all) int pshmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL); } \
-    GSH_WEAK(shmem_##N##_test_any) size_t pshmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { int none; return gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL, &none); } \
-    GSH_WEAK(shmem_##N##_test_some) size_t pshmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { int none; return gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, cmp_value, NULL, &none); } \
-    GSH_WEAK(shmem_##N##_test_all_vector) int pshmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values); } \
-    GSH_WEAK(shmem_##N##_test_any_vector) size_t pshmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values, &none); } \
-    GSH_WEAK(shmem_##N##_test_some_vector) size_t pshmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, 0, cmp_values, &none); }
+    GSH_WEAK(shmem_##N##_test_all) int pshmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_tested(gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL)); } \
+    GSH_WEAK(shmem_##N##_test_any) size_t pshmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { int none; return gsh_tested_index(gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL, &none), SIZE_MAX); } \
+    GSH_WEAK(shmem_##N##_test_some) size_t pshmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { int none; return gsh_tested_index(gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, cmp_value, NULL, &none), 0); } \
+    GSH_WEAK(shmem_##N##_test_all_vector) int pshmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_tested(gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values)); } \
+    GSH_WEAK(shmem_##N##_test_any_vector) size_t pshmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { int none; return gsh_tested_index(gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values, &none), SIZE_MAX); } \
+    GSH_WEAK(shmem_##N##_test_some_vector) size_t pshmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { int none; return gsh_tested_index(gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, 0, cmp_values, &none), 0); }
 
 #define GSH_LEGACY_WAIT(N, T) \
     GSH_WEAK(shmem_##N##_wait) void pshmem_##N##_wait(T *ivar, T cmp_value) { pshmem_##N##_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }

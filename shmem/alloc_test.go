@@ -140,15 +140,20 @@ func TestNetworkRoundTripsAllocateNothing(t *testing.T) {
 	})
 }
 
-// TestAlignBeyondPage: Align aligns to every power of two up to
-// symheap.MaxAlign on every PE, whatever place the kernel gives the heap's
-// mapping, and refuses a larger alignment on every PE without
-// communicating. The heap used to start wherever its mapping did, on any
-// page, so that alignments of 8 KiB and more failed on some PEs of a
-// 7-PE job about one run in three; each round here maps one more page
-// before Init, which moves the heap's mapping by a page.
+// TestAlignBeyondPage: Align aligns to every power of two up to 64 MiB on
+// every PE, whatever place the kernel gives the heap's mapping, at the
+// same offset on every PE (a PE's put to its neighbour's copy lands in
+// it); an alignment that fits the heap but no free block of it fails as
+// exhaustion does, and one above the heap's size rounded up to a power of
+// two is refused on every PE without communicating. The heap used to
+// start wherever its mapping did, on any page, so that alignments of
+// 8 KiB and more failed on some PEs of a 7-PE job about one run in three;
+// then on a 2 MiB boundary, so that shmem_align(8 MiB) (tests-sos's
+// shmemalign) was refused. Each round here maps one more page before
+// Init, which moves the heap's mapping by a page.
 func TestAlignBeyondPage(t *testing.T) {
-	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{7}, NoInit: true}, func(t *testing.T) {
+	const heapSize = 128 << 20
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{7}, NoInit: true, Env: []string{"SHMEM_SYMMETRIC_SIZE=128M"}}, func(t *testing.T) {
 		var pads [][]byte
 		defer func() {
 			for _, p := range pads {
@@ -164,18 +169,45 @@ func TestAlignBeyondPage(t *testing.T) {
 			if err := shmem.Init(); err != nil {
 				t.Fatal(err)
 			}
-			var objs [][]int64
-			for align := 4096; align <= symheap.MaxAlign; align *= 2 {
+			me, npes := shmem.MyPE(), shmem.NPEs()
+			ref, err := shmem.Malloc[int64](1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var (
+				objs   [][]int64
+				aligns []int
+			)
+			// From the largest down, so that each finds its boundary free
+			// in the heap of 128 MiB (the largest at 64 MiB).
+			for align := 64 << 20; align >= 4096; align /= 2 {
 				a, err := shmem.Align[int64](align, 3)
 				if err != nil {
 					t.Fatalf("round %d: Align(%d): %v", round, align, err)
 				}
 				if addrOf(a)%uintptr(align) != 0 {
-					t.Errorf("round %d: Align(%d) gave %#x on PE %d", round, align, addrOf(a), shmem.MyPE())
+					t.Errorf("round %d: Align(%d) gave %#x on PE %d", round, align, addrOf(a), me)
 				}
-				objs = append(objs, a)
+				// Each PE puts where its copy lies from ref into its right
+				// neighbour's copy: equal offsets make every PE read its own.
+				shmem.P(&a[0], int64(addrOf(a)-addrOf(ref)), (me+1)%npes)
+				objs, aligns = append(objs, a), append(aligns, align)
 			}
-			for _, align := range []int{2 * symheap.MaxAlign, 1 << 40, 3 << 12} {
+			shmem.BarrierAll()
+			for i, a := range objs {
+				if rel := int64(addrOf(a) - addrOf(ref)); a[0] != rel {
+					t.Errorf("round %d: PE %d's copy of the object aligned to %d is %d bytes after ref, PE %d's %d", round, me, aligns[i], rel, (me+npes-1)%npes, a[0])
+				}
+			}
+			if maxAlign := symheap.MaxAlignOf(heapSize); maxAlign != heapSize {
+				t.Fatalf("MaxAlignOf(%d) = %d", heapSize, maxAlign)
+			}
+			// The heap's own alignment: only offset 0 has it, which the
+			// library's state holds.
+			if a, err := shmem.Align[int64](heapSize, 3); !errors.Is(err, shmem.ErrHeapExhausted) || a != nil {
+				t.Errorf("round %d: Align(%d), the heap's size = %#x, %v; want an error wrapping ErrHeapExhausted", round, heapSize, addrOf(a), err)
+			}
+			for _, align := range []int{2 * heapSize, 1 << 40, 3 << 12, 0, -4096} {
 				if a, err := shmem.Align[int64](align, 3); !errors.Is(err, symheap.ErrBadAlign) || !errors.Is(err, shmem.ErrInvalidArgument) || a != nil {
 					t.Errorf("round %d: Align(%d) = %#x, %v; want an error wrapping symheap.ErrBadAlign and ErrInvalidArgument", round, align, addrOf(a), err)
 				}
@@ -183,6 +215,7 @@ func TestAlignBeyondPage(t *testing.T) {
 			for _, a := range objs {
 				shmem.Free(a)
 			}
+			shmem.Free(ref)
 			shmem.Finalize()
 		}
 	})

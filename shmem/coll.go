@@ -51,7 +51,7 @@ var ErrInvalidTeam = errors.New("invalid team")
 // a start, stride, size or xrange outside the parent team; unknown
 // options of CtxCreate and (*Team).CreateCtx, unknown mask bits of
 // (*Team).GetConfig; the alignment of Align when it is not a power of two
-// or above symheap.MaxAlign.
+// or above the heap's symheap.MaxAlignOf.
 var ErrInvalidArgument = errors.New("invalid argument")
 
 // BitwiseReduce is the set of types of the bitwise reductions (AndReduce,

@@ -268,19 +268,25 @@ func Malloc[T any](n int) ([]T, error) { return alloc[T]("Malloc", callMalloc, n
 func Calloc[T any](n int) ([]T, error) { return alloc[T]("Calloc", callCalloc, n, 0, 0, true) }
 
 // Align is Malloc with the start of the array aligned to alignment bytes,
-// which must be a power of two no larger than symheap.MaxAlign (2 MiB, the
-// huge page; the heap starts on such a boundary on every PE). Otherwise it
-// returns an error wrapping symheap.ErrBadAlign and ErrInvalidArgument, on
-// every PE that passed it, without communicating. The alignment holds for
-// this PE's copy; a pointer to another PE's copy (Ptr) is aligned to the
-// page only. Like Malloc, it does nothing and returns nil for a request of
-// zero bytes, whatever the alignment.
+// which must be a power of two that fits the heap: no larger than its size
+// (SHMEM_SYMMETRIC_SIZE) rounded up to a power of two, and at least 2 MiB
+// (symheap.MaxAlignOf; the heap starts on such a boundary on every PE, so
+// the same offset is aligned on every PE). Otherwise it returns an error
+// wrapping symheap.ErrBadAlign and ErrInvalidArgument, on every PE that
+// passed it, without communicating; an alignment that fits but for which
+// no aligned free block is large enough fails as Malloc does
+// (ErrHeapExhausted). The alignment holds for this PE's copy; a pointer to
+// another PE's copy (Ptr) is aligned to the page only. Like Malloc, it
+// does nothing and returns nil for a request of zero bytes, whatever the
+// alignment.
 func Align[T any](alignment, n int) ([]T, error) {
 	if zeroBytes[T](n) {
 		return alloc[T]("Align", callAlign, n, 0, 0, false)
 	}
-	if alignment <= 0 || alignment&(alignment-1) != 0 || alignment > symheap.MaxAlign {
-		return nil, fmt.Errorf("shmem.Align: alignment %d: %w: %w", alignment, symheap.ErrBadAlign, ErrInvalidArgument)
+	mustInit("Align")
+	if max := st.heap.MaxAlign(); alignment <= 0 || alignment&(alignment-1) != 0 || alignment > max {
+		return nil, fmt.Errorf("shmem.Align: alignment %d (the heap of %d bytes aligns to powers of two up to %d): %w: %w",
+			alignment, st.heap.Size(), max, symheap.ErrBadAlign, ErrInvalidArgument)
 	}
 	return alloc[T]("Align", callAlign, n, alignment, 0, false)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goshmem/goshmem/symheap"
 	"github.com/goshmem/goshmem/ucp"
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // Symmetric regions besides the heap: memory of the program's, the same
@@ -162,9 +163,9 @@ func destroyRegions(regions []peerRegion) {
 	}
 }
 
-// regionKey returns the key of the peer's region r, unpacking it on first
-// use, or nil (and why) when the region cannot be reached.
-func (q *peer) regionKey(r int) (*ucp.Rkey, error) {
+// regionKey returns the key of region r of the peer, PE pe, unpacking it
+// on first use, or nil (and why) when the region cannot be reached.
+func (q *peer) regionKey(pe, r int) (*ucp.Rkey, error) {
 	if r >= len(q.regions) {
 		return nil, errors.New("the PE is not connected")
 	}
@@ -185,7 +186,39 @@ func (q *peer) regionKey(r int) (*ucp.Rkey, error) {
 		return nil, fmt.Errorf("the key of symmetric region %d: %w", r, err)
 	}
 	pr.rkey.Store(rk)
+	warnTargetProgress(pe, r, rk)
 	return rk, nil
+}
+
+// targetProgressWarned is set once warnTargetProgress warned.
+var targetProgressWarned atomic.Bool
+
+// warnTargetProgress logs one line at ucs.LogWarn, once per process, when
+// operations on region r of PE pe complete only while pe is inside the
+// library (ucp.Rkey.TargetProgress): no transport UCX_TLS selects reaches
+// the region on its own, and the shared-memory messages that carry them
+// are applied in pe's Progress. The specification lets a target compute
+// without calling the library while others' atomics on its memory
+// complete; these wait. The line names a UCX_TLS that serves them (with
+// tcp) where this host offers one.
+func warnTargetProgress(pe, r int, rk *ucp.Rkey) {
+	rma, amo := rk.TargetProgress()
+	if !rma && !amo || targetProgressWarned.Swap(true) {
+		return
+	}
+	what := "atomics"
+	switch {
+	case rma && amo:
+		what = "puts, gets and atomics"
+	case rma:
+		what = "puts and gets"
+	}
+	hint := "no transport this host offers serves them without it"
+	if tls := st.ctx.SelectionWith("tcp"); tls != "" {
+		hint = "UCX_TLS=" + tls + " serves them without it"
+	}
+	lg().Logf(ucs.LogWarn, "goshmem: PE %d: %s on symmetric region %d of PE %d (%d bytes: memory of SetRegions, a C program's static data) are shared-memory messages that PE %d applies only while it is inside the library, so a PE computing without calling it holds them up; %s (UCX_LOG_LEVEL=error silences this warning)",
+		st.me, what, r, pe, st.regions[r].size, pe, hint)
 }
 
 // regionOffset returns the symmetric offset of the n bytes at p in one
@@ -219,7 +252,7 @@ func (q *peer) at(routine string, pe int, off uintptr) (uint64, *ucp.Rkey) {
 		return q.raddr + uint64(off), q.rkey
 	}
 	r, roff := regionOf(off)
-	rk, err := q.regionKey(r)
+	rk, err := q.regionKey(pe, r)
 	if err != nil {
 		noRegion(routine, pe, r, err)
 	}
@@ -237,7 +270,7 @@ func noRegion(routine string, pe, r int, why error) {
 func regionPtr(routine string, pe int, off uintptr) unsafe.Pointer {
 	q := defaultCtx.remote(routine, pe)
 	r, roff := regionOf(off)
-	rk, err := q.regionKey(r)
+	rk, err := q.regionKey(pe, r)
 	if err != nil {
 		return nil
 	}

@@ -3,6 +3,7 @@ package shmem_test
 import (
 	"errors"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"unsafe"
@@ -172,5 +173,54 @@ func TestSetRegionsRejects(t *testing.T) {
 	}
 	if err := shmem.SetRegions(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRegionsTargetProgress: where no transport reaches a peer's region
+// on its own (UCX_TLS=sm,self: the region is not mapped, and the atomics
+// on it are shared-memory messages the target applies in its Progress),
+// the first PE that reaches one says so in one warning, naming the
+// UCX_TLS that serves them; with tcp among the transports, nothing is
+// said. The operations complete here because the target is inside the
+// library (a barrier) when they arrive.
+func TestRegionsTargetProgress(t *testing.T) {
+	const warning = "are shared-memory messages that PE 1 applies only while it is inside the library"
+	for _, tc := range []struct {
+		name string
+		tls  string
+		warn bool
+	}{
+		{"sm", "sm,self", true},
+		{"sm-tcp", "sm,tcp,self", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			check := func(t *testing.T, out string) {
+				if strings.Contains(out, warning) != tc.warn {
+					t.Errorf("UCX_TLS=%s: warning %q in the output is %v, want %v:\n%s", tc.tls, warning, !tc.warn, tc.warn, out)
+				}
+			}
+			o := shmemtest.Options{NPs: []int{2}, Transports: []shmemtest.Transport{{Name: tc.name, Env: []string{"UCX_TLS=" + tc.tls}}}, NoInit: true, Check: check}
+			shmemtest.RunWith(t, o, func(t *testing.T) {
+				g := unsafe.Slice((*byte)(unsafe.Pointer(&globalRegion)), unsafe.Sizeof(globalRegion))
+				if err := shmem.SetRegions(g); err != nil {
+					t.Fatal(err)
+				}
+				defer shmem.SetRegions()
+				if err := shmem.Init(); err != nil {
+					t.Fatal(err)
+				}
+				defer shmem.Finalize()
+				globalRegion[5] = 0
+				shmem.BarrierAll()
+				if shmem.MyPE() == 0 {
+					shmem.AtomicAdd(&globalRegion[5], 3, 1)
+					shmem.Quiet()
+				}
+				shmem.BarrierAll()
+				if shmem.MyPE() == 1 && globalRegion[5] != 3 {
+					t.Errorf("PE 1's word: %d, want 3", globalRegion[5])
+				}
+			})
+		})
 	}
 }

@@ -10,6 +10,7 @@ package symheap
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -23,17 +24,27 @@ var ErrBadOffset = errors.New("not an allocated block of the symmetric heap")
 // blocks never share one and remote writes to one never slow the other).
 const MinAlign = 64
 
-// MaxAlign is the largest alignment Alloc gives a block, and the alignment
-// of the start of a Heap on every PE, so that a block at an offset aligned
-// to a is at an address aligned to a: 2 MiB, the huge page of x86-64 and
-// arm64, which the largest alignments programs ask for (page and
-// huge-page buffers) divide. Each heap's segment is MaxAlign bytes longer
-// than the heap for it, in address space only (see Heap).
-const MaxAlign = 2 << 20
+// MinBaseAlign is the least alignment of the base of a heap: 2 MiB, the
+// huge page of x86-64 and arm64, so that even a small heap gives blocks
+// aligned to a huge page.
+const MinBaseAlign = 2 << 20
+
+// MaxAlignOf returns the largest alignment that the Allocator of a heap of
+// size bytes gives a block, which is the alignment of that heap's base on
+// every PE (see New), so that a block at an offset aligned to a is at an
+// address aligned to a: size rounded up to a power of two, and at least
+// MinBaseAlign. Every alignment that fits the heap is no larger.
+func MaxAlignOf(size int) int {
+	a := MinBaseAlign
+	for a < size && a <= math.MaxInt/2 {
+		a *= 2
+	}
+	return a
+}
 
 // ErrBadAlign reports an alignment that is not a power of two or is above
-// MaxAlign.
-var ErrBadAlign = errors.New("alignment must be a power of two no larger than MaxAlign (2 MiB)")
+// the heap's largest (MaxAlignOf).
+var ErrBadAlign = errors.New("alignment must be a power of two no larger than the heap's size rounded up to a power of two")
 
 // block is a free range [off, off+size).
 type block struct{ off, size int }
@@ -42,16 +53,18 @@ type block struct{ off, size int }
 // is a sorted list of free blocks and a table of live blocks. It is not safe
 // for concurrent use; shmem serializes its collective allocation calls.
 type Allocator struct {
-	size int
-	free []block     // sorted by offset, coalesced
-	live map[int]int // offset -> size of allocated blocks
-	used int
-	hwm  int // end of the highest block ever allocated: beyond it, memory was never used
+	size     int
+	maxAlign int         // MaxAlignOf(size)
+	free     []block     // sorted by offset, coalesced
+	live     map[int]int // offset -> size of allocated blocks
+	used     int
+	hwm      int // end of the highest block ever allocated: beyond it, memory was never used
 }
 
-// NewAllocator returns an allocator for size bytes.
+// NewAllocator returns an allocator for size bytes, which aligns blocks to
+// at most MaxAlignOf(size).
 func NewAllocator(size int) *Allocator {
-	a := &Allocator{size: size, live: make(map[int]int)}
+	a := &Allocator{size: size, maxAlign: MaxAlignOf(size), live: make(map[int]int)}
 	if size > 0 {
 		a.free = []block{{0, size}}
 	}
@@ -62,9 +75,10 @@ func alignUp(n, a int) int { return (n + a - 1) &^ (a - 1) }
 
 // Alloc returns the offset of a new block of at least n bytes aligned to
 // align (rounded up to MinAlign; it must be a power of two no larger than
-// MaxAlign, or Alloc fails with ErrBadAlign). A zero n gives a block of
+// a.MaxAlign(), or Alloc fails with ErrBadAlign). A zero n gives a block of
 // MinAlign bytes, so every allocation has a distinct offset. It fails with
-// ErrNoSpace when no free block fits.
+// ErrNoSpace when no free block fits (an alignment up to MaxAlign() but
+// above the heap's size leaves only offset 0, for a block that fits).
 func (a *Allocator) Alloc(n, align int) (int, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("symheap alloc of %d bytes: negative size", n)
@@ -72,8 +86,8 @@ func (a *Allocator) Alloc(n, align int) (int, error) {
 	if align < MinAlign {
 		align = MinAlign
 	}
-	if align&(align-1) != 0 || align > MaxAlign {
-		return 0, fmt.Errorf("symheap alloc: alignment %d: %w", align, ErrBadAlign)
+	if align&(align-1) != 0 || align > a.maxAlign {
+		return 0, fmt.Errorf("symheap alloc: alignment %d (a heap of %d bytes aligns to at most %d): %w", align, a.size, a.maxAlign, ErrBadAlign)
 	}
 	n = alignUp(max(n, 1), MinAlign)
 	for i, b := range a.free {
@@ -186,6 +200,10 @@ func (a *Allocator) SizeOf(off int) int { return a.live[off] }
 
 // Used returns the number of bytes in live blocks.
 func (a *Allocator) Used() int { return a.used }
+
+// MaxAlign returns the largest alignment Alloc gives a block,
+// MaxAlignOf(Size()).
+func (a *Allocator) MaxAlign() int { return a.maxAlign }
 
 // Size returns the size the allocator manages.
 func (a *Allocator) Size() int { return a.size }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goshmem/goshmem/ucp"
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -32,12 +34,15 @@ func SizeFromEnv() (int, error) {
 // shared-memory domain when UCX_ALLOC_PRIO allows, so same-node peers map it
 // directly) and an Allocator over it.
 //
-// The heap starts at an address aligned to MaxAlign, so that a block whose
-// offset the Allocator aligned lies at an address aligned alike on every
-// PE. Neither ucp nor the kernel places a mapping on more than a page, so
-// the segment is MaxAlign-pageSize bytes longer than the heap, which starts
-// at its first MaxAlign boundary; the pages before and after are never
-// touched and cost address space only. The alignment holds for the
+// The heap starts at an address aligned to MaxAlignOf(its size), the same
+// on every PE, so that a block whose offset the Allocator aligned lies at
+// an address aligned alike on every PE, for every alignment the Allocator
+// takes. Neither ucp nor the kernel places a mapping on more than a page,
+// so New first reserves address space for the heap and the alignment,
+// takes the aligned address inside, gives the reservation back and maps
+// the segment there (ucp.MemMapFixed, which never replaces a mapping): the
+// segment is exactly the heap, peers map no more than it, and the process
+// keeps no more address space than it either. The alignment holds for the
 // addresses the PE uses in its own heap; a peer maps the segment wherever
 // its kernel puts it, so a pointer into another PE's heap (shmem.Ptr) is
 // aligned to the page only.
@@ -59,27 +64,59 @@ type Region struct {
 }
 
 // New maps a heap of size bytes (rounded up to the page size) through
-// ctx, starting at an address aligned to MaxAlign. The memory is zeroed. A
-// heap larger than the memory that can ever back it (see checkBacking)
-// fails with an error that wraps ucs.ErrNoMemory.
+// ctx, starting at an address aligned to MaxAlignOf(size). The memory is
+// zeroed. A heap larger than the memory that can ever back it (see
+// checkBacking) fails with an error that wraps ucs.ErrNoMemory, as does
+// one for which no aligned place can be found or mapped.
 func New(ctx *ucp.Context, size int) (*Heap, error) {
 	page := os.Getpagesize()
-	if size <= 0 || size > math.MaxInt-MaxAlign-page {
+	if size <= 0 || size > math.MaxInt/4 {
 		return nil, fmt.Errorf("symheap: size %d: %w", size, ucs.ErrInvalidParam)
 	}
 	size = alignUp(size, page)
-	p := new(ucp.MemMapParams).SetLength(size + MaxAlign - page).SetFlags(ucp.MemMapAllocate)
-	memh, err := ctx.MemMap(p)
-	if err != nil {
-		return nil, fmt.Errorf("symheap: map %d bytes: %w", size, err)
+	align := MaxAlignOf(size)
+	var memh *ucp.MemHandle
+	for try := 1; ; try++ {
+		at, err := alignedHole(size, align)
+		if err != nil {
+			return nil, fmt.Errorf("symheap: heap of %d bytes: %w", size, err)
+		}
+		memh, err = ctx.MemMap(new(ucp.MemMapParams).SetAddress(at).SetLength(size).SetFlags(ucp.MemMapAllocate | ucp.MemMapFixed))
+		if err == nil {
+			break
+		}
+		if try == placeTries {
+			return nil, fmt.Errorf("symheap: map %d bytes at %p (aligned to %d): %w", size, at, align, err)
+		}
 	}
 	if err := checkBacking(size, ctx.NamesMemory() && memh.Query().Method == "md:posix"); err != nil {
 		ctx.MemUnmap(memh)
 		return nil, err
 	}
-	start := memh.Address()
-	base := unsafe.Add(start, alignUp(int(uintptr(start)), MaxAlign)-int(uintptr(start)))
-	return &Heap{Region: Region{ctx: ctx, memh: memh, base: base, size: size}, Allocator: NewAllocator(size)}, nil
+	return &Heap{Region: Region{ctx: ctx, memh: memh, base: memh.Address(), size: size}, Allocator: NewAllocator(size)}, nil
+}
+
+// placeTries is how many aligned places New tries: another thread may map
+// memory into the place between alignedHole and the mapping, which then
+// fails without harm, and a new place is found.
+const placeTries = 8
+
+// alignedHole returns an address aligned to align followed by size free
+// bytes of address space: it reserves size+align-page bytes (PROT_NONE,
+// MAP_NORESERVE: nothing is committed), takes the aligned address inside
+// and unmaps the reservation, leaving the place free for a fixed mapping.
+// It fails with an error that wraps ucs.ErrNoMemory when the address
+// space has no such room.
+func alignedHole(size, align int) (unsafe.Pointer, error) {
+	n := uintptr(size + align - os.Getpagesize())
+	p, err := unix.MmapPtr(-1, 0, nil, n, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("reserve %d bytes of address space for an alignment of %d: %w: %w", n, align, err, ucs.ErrNoMemory)
+	}
+	if err := unix.MunmapPtr(p, n); err != nil {
+		return nil, fmt.Errorf("unmap the reservation at %p: %w: %w", p, err, ucs.ErrNoMemory)
+	}
+	return unsafe.Add(p, alignUp(int(uintptr(p)), align)-int(uintptr(p))), nil
 }
 
 // Size returns the size of the heap in bytes (its Region's, which is its
@@ -105,7 +142,7 @@ func Register(ctx *ucp.Context, base unsafe.Pointer, size int) (*Region, error) 
 }
 
 // Base returns the address of the start of the region (for a heap, a
-// multiple of MaxAlign).
+// multiple of its MaxAlign).
 func (r *Region) Base() unsafe.Pointer { return r.base }
 
 // Size returns the size of the region in bytes.

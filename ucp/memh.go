@@ -150,8 +150,9 @@ type MemHandle struct {
 //     UCX_TLS=posix the posix MD, not sysv; with UCX_TLS=cma,tcp mmap), as
 //     its memory is reachable by no selected transport.
 //   - MemMapAllocate and an Address: memory is allocated at Address if
-//     possible (a hint); with MemMapFixed exactly there, which only the mmap
-//     method does, and never over memory that is mapped already.
+//     possible (a hint); with MemMapFixed exactly there, which the mmap
+//     method and the MDs with uct.MDFlagFixed do (the shared-memory ones),
+//     and never over memory that is mapped already.
 //   - An Address without MemMapAllocate: the memory there is registered.
 //
 // The memory is then registered with every other MD that registers memory.
@@ -317,7 +318,8 @@ func (c *Context) memRegFor(data []byte, e *mdEntry) (*MemHandle, error) {
 
 // allocate allocates m.length bytes for m with the first method of
 // UCX_ALLOC_PRIO that can: at hint if possible, and with fixed exactly at
-// hint or not at all (only mmap places memory at a given address).
+// hint or not at all (mmap, and the MDs with uct.MDFlagFixed, place memory
+// at a given address; the others are passed over).
 //
 // An MD none of whose transports UCX_TLS selects is passed over on the
 // first round and tried only on a second one, after mmap: its memory is
@@ -348,15 +350,24 @@ func (c *Context) allocateRound(m *MemHandle, hint unsafe.Pointer, fixed, unsele
 	for _, method := range c.allocPrio {
 		switch {
 		case strings.HasPrefix(method, "md:"):
-			if fixed {
-				continue // MD allocations go where the MD puts them
-			}
 			want := strings.TrimPrefix(method, "md:")
 			for _, e := range c.mds {
 				if e.attr.Flags&uct.MDFlagAlloc == 0 || (want != "*" && e.md.Name() != want) || (e.selected == 0) != unselected {
 					continue
 				}
-				a, err := e.md.MemAlloc(m.length, uct.MemAccessDefault, c.name)
+				var (
+					a   uct.Allocation
+					err error
+				)
+				if fixed {
+					fa, ok := e.md.(uct.FixedAllocator)
+					if !ok || e.attr.Flags&uct.MDFlagFixed == 0 {
+						continue // this MD puts its memory where it likes
+					}
+					a, err = fa.MemAllocFixed(hint, m.length, uct.MemAccessDefault, c.name)
+				} else {
+					a, err = e.md.MemAlloc(m.length, uct.MemAccessDefault, c.name)
+				}
 				if err != nil {
 					*why = append(*why, err.Error())
 					continue

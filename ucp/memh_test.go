@@ -135,30 +135,48 @@ func TestMemMapParams(t *testing.T) {
 	}
 }
 
+// TestMemMapFixedAndProt: MemMapFixed places the memory exactly at the
+// address with every allocation method (mmap, and the shared-memory MDs,
+// which used to be passed over: a fixed allocation then never came from
+// shared memory), and never over memory mapped there already.
 func TestMemMapFixedAndProt(t *testing.T) {
-	c := newContext(t)
-	at := freeAddress(t, 1<<20)
-	m := mapMem(t, c, new(MemMapParams).SetAddress(at).SetLength(1<<20).SetFlags(MemMapAllocate|MemMapFixed))
-	if m.Address() != at {
-		t.Fatalf("MemMapFixed at %p mapped at %p", at, m.Address())
-	}
-	if q := m.Query(); q.Method != "mmap" {
-		t.Errorf("fixed allocation by %q, want mmap", q.Method)
-	}
-	// A second fixed mapping over the first must fail, and not replace it.
-	memBytes(m)[100] = 42
-	if _, err := c.MemMap(new(MemMapParams).SetAddress(at).SetLength(4096).SetFlags(MemMapAllocate | MemMapFixed)); !errors.Is(err, ucs.ErrNoMemory) {
-		t.Errorf("fixed mapping over a mapping: %v, want ErrNoMemory", err)
-	}
-	if memBytes(m)[100] != 42 {
-		t.Error("a refused fixed mapping replaced the memory")
-	}
-	// Without MemMapFixed, only the mmap method can be asked for a place.
-	c2 := newContextCfg(t, FeatureRMA, "ALLOC_PRIO", "md:*")
-	if _, err := c2.MemMap(new(MemMapParams).SetAddress(freeAddress(t, 4096)).SetLength(4096).SetFlags(MemMapAllocate | MemMapFixed)); !errors.Is(err, ucs.ErrNoMemory) {
-		t.Errorf("fixed mapping with UCX_ALLOC_PRIO=md:*: %v, want ErrNoMemory", err)
+	backends := append([]struct {
+		name, method string
+		env          []string
+	}{{"mmap", "mmap", []string{"UCX_ALLOC_PRIO=mmap"}}}, exportBackends...)
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			setEnvPairs(t, be.env)
+			prio := be.method
+			c := newContextCfg(t, FeatureRMA, allTLS()...)
+			at := freeAddress(t, 1<<20)
+			m, err := c.MemMap(new(MemMapParams).SetAddress(at).SetLength(1 << 20).SetFlags(MemMapAllocate | MemMapFixed))
+			if err != nil {
+				if _, aerr := c.MemMap(new(MemMapParams).SetLength(1 << 20)); aerr != nil {
+					t.Skipf("%s allocates nothing here, fixed or not: %v", prio, aerr)
+				}
+				t.Fatalf("MemMapFixed at %p: %v", at, err)
+			}
+			t.Cleanup(func() { c.MemUnmap(m) })
+			if m.Address() != at {
+				t.Fatalf("MemMapFixed at %p mapped at %p", at, m.Address())
+			}
+			if q := m.Query(); q.Method != prio {
+				t.Errorf("fixed allocation by %q, want %s", q.Method, prio)
+			}
+			// A second fixed mapping over the first must fail, and not
+			// replace it.
+			memBytes(m)[100] = 42
+			if _, err := c.MemMap(new(MemMapParams).SetAddress(unsafe.Add(at, 4096)).SetLength(4096).SetFlags(MemMapAllocate | MemMapFixed)); !errors.Is(err, ucs.ErrNoMemory) {
+				t.Errorf("fixed mapping over a mapping: %v, want ErrNoMemory", err)
+			}
+			if memBytes(m)[100] != 42 {
+				t.Error("a refused fixed mapping replaced the memory")
+			}
+		})
 	}
 
+	c := newContext(t)
 	// Protection: remote access by default; local only keeps the memory
 	// out of software RMA (no token, nothing a peer can name).
 	def := mapMem(t, c, new(MemMapParams).SetLength(4096).SetFlags(MemMapAllocate))

@@ -424,6 +424,21 @@ func (rk *Rkey) Ptr(raddr uint64) (unsafe.Pointer, error) {
 	return p, nil
 }
 
+// TargetProgress reports whether the RMA (puts and gets) and the atomics
+// through rk complete only when the target's program progresses its
+// worker: they are software operations on an active-message lane whose
+// transport delivers messages only in the receiver's Progress (shared
+// memory), rather than operations of a lane that reaches the memory on
+// its own (mapped memory, cma, tcp) or software that the target's
+// transport applies as it receives it (uct.IfaceFlagAMAsyncDelivery: tcp).
+// It says how the lanes RkeyUnpack chose work, and connects nothing. This
+// is goshmem's own; UCX has no such query.
+func (rk *Rkey) TargetProgress() (rma, amo bool) {
+	am := rk.ep.am
+	sw := am != nil && rk.ptr == nil && am.remote.capFlags&uct.IfaceFlagAMAsyncDelivery == 0
+	return sw && rk.rma == nil, sw && rk.amo == nil
+}
+
 // Compare orders two keys by their packed form (ucp_rkey_compare): 0 when
 // they key the same memory the same way.
 func (rk *Rkey) Compare(o *Rkey) int { return bytes.Compare(rk.packed, o.packed) }

@@ -1,6 +1,10 @@
 package uct
 
-import "github.com/goshmem/goshmem/ucs"
+import (
+	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
+)
 
 // Optional interfaces: a transport implements them on its Iface (or MD)
 // when it has the capability; users find them with a type assertion.
@@ -36,6 +40,15 @@ func RecvEvents(flags uint32) uint32 {
 		return EventRecv | EventRecvSig
 	}
 	return EventRecv
+}
+
+// FixedAllocator is implemented by the MDs with MDFlagFixed (uct_md_mem_alloc
+// with UCT_MD_MEM_FLAG_FIXED): MemAllocFixed is MD.MemAlloc with the memory
+// mapped exactly at addr, which must be page aligned, and never over memory
+// mapped there already: a range that is taken, in part or whole, fails
+// with ucs.ErrNoMemory, and nothing is replaced.
+type FixedAllocator interface {
+	MemAllocFixed(addr unsafe.Pointer, length int, flags MemFlags, name string) (Allocation, error)
 }
 
 // EventArmer is implemented by ifaces whose WakeupFD works

@@ -102,6 +102,13 @@ const (
 	// its asynchronous AM handlers for every message the EP sent before the
 	// flush, so what those handlers do is complete too.
 	IfaceFlagFlushAfterAM IfaceFlags = 1 << 62
+
+	// IfaceFlagAMAsyncDelivery (a goshmem addition, in a bit UCX leaves
+	// unused): the iface calls the handlers installed with CBFlagAsync as
+	// their messages arrive, from goroutines of its own, without Progress
+	// (tcp's readers). Without it, every handler waits for the receiving
+	// side's Progress, whatever its flags (shared memory).
+	IfaceFlagAMAsyncDelivery IfaceFlags = 1 << 61
 )
 
 // AtomicOp is an atomic operation (uct_atomic_op_t).
@@ -204,7 +211,7 @@ const (
 	MDFlagNeedMemh MDFlags = 1 << 2 // local memory must be registered
 	MDFlagNeedRkey MDFlags = 1 << 3 // remote access needs an rkey
 	MDFlagAdvise   MDFlags = 1 << 4 // memory advice works (no MD of goshmem has it)
-	MDFlagFixed    MDFlags = 1 << 5 // fixed-address allocation works (none has it)
+	MDFlagFixed    MDFlags = 1 << 5 // fixed-address allocation works (FixedAllocator)
 	MDFlagRkeyPtr  MDFlags = 1 << 6 // RkeyPtr gives direct access
 )
 

@@ -153,7 +153,7 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 		return nil, err
 	}
 	stride := cellStride(segSize)
-	k, m, err := createSegment(fifoSize(ncells, stride))
+	k, m, err := createSegment(fifoSize(ncells, stride), nil)
 	if err != nil {
 		return nil, err
 	}

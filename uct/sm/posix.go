@@ -130,9 +130,10 @@ type Memh struct {
 	freed     bool
 }
 
-// Query reports MDFlagAlloc, MDFlagRkeyPtr and MDFlagNeedRkey.
+// Query reports MDFlagAlloc, MDFlagFixed, MDFlagRkeyPtr and
+// MDFlagNeedRkey.
 func (m *PosixMD) Query() (uct.MDAttr, error) {
-	a := m.Attr(uct.MDFlagAlloc|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey, MkeyPackedSize)
+	a := m.Attr(uct.MDFlagAlloc|uct.MDFlagFixed|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey, MkeyPackedSize)
 	a.MaxAlloc = math.MaxInt64
 	return a, nil
 }
@@ -149,20 +150,44 @@ func (m *PosixMD) Query() (uct.MDAttr, error) {
 // MemFree unlinks; if the process dies first the file stays until
 // ucs.RemoveShmSegments removes it.
 func (md *PosixMD) MemAlloc(length int, flags uct.MemFlags, name string) (uct.Allocation, error) {
+	return md.memAlloc(nil, length, name)
+}
+
+// MemAllocFixed is MemAlloc with the segment mapped exactly at addr, which
+// must be page aligned (ucs.ErrInvalidParam otherwise), and never over
+// memory mapped there already: a range that is taken fails with
+// ucs.ErrNoMemory wrapping unix.EEXIST (uct.FixedAllocator).
+func (md *PosixMD) MemAllocFixed(addr unsafe.Pointer, length int, flags uct.MemFlags, name string) (uct.Allocation, error) {
+	if err := checkFixed(addr); err != nil {
+		return uct.Allocation{}, err
+	}
+	return md.memAlloc(addr, length, name)
+}
+
+// checkFixed checks the address of a fixed allocation.
+func checkFixed(addr unsafe.Pointer) error {
+	if addr == nil || uintptr(addr)%uintptr(unix.Getpagesize()) != 0 {
+		return fmt.Errorf("uct/sm: fixed allocation at %p, not a page boundary: %w", addr, ucs.ErrInvalidParam)
+	}
+	return nil
+}
+
+// memAlloc allocates as MemAlloc does, at at exactly unless at is nil.
+func (md *PosixMD) memAlloc(at unsafe.Pointer, length int, name string) (uct.Allocation, error) {
 	if length <= 0 {
 		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)
 	}
 	page := uint64(unix.Getpagesize())
 	size := (uint64(length) + page - 1) &^ (page - 1)
 	if md.named {
-		k, m, path, err := createNamedSegment(size)
+		k, m, path, err := createNamedSegment(size, at)
 		if err != nil {
 			return uct.Allocation{}, err
 		}
 		h := &Memh{FD: -1, Address: m.addr, Length: int(size), SegmentID: k.id, Name: name, Path: path}
 		return uct.Allocation{Address: m.addr, Length: int(size), Memh: h}, nil
 	}
-	k, m, err := createSegment(size)
+	k, m, err := createSegment(size, at)
 	if err != nil {
 		return uct.Allocation{}, err
 	}

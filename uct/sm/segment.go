@@ -60,8 +60,9 @@ func segmentName(id uint64) string {
 }
 
 // createSegment allocates and maps a segment of length bytes (a multiple of
-// the page size) and caches its mapping with one reference, the owner's.
-func createSegment(length uint64) (segKey, *mapping, error) {
+// the page size), at at exactly unless at is nil (see mapShared), and
+// caches its mapping with one reference, the owner's.
+func createSegment(length uint64, at unsafe.Pointer) (segKey, *mapping, error) {
 	id := randomID()
 	fd, err := unix.MemfdCreate(segmentName(id), unix.MFD_CLOEXEC)
 	if err != nil {
@@ -77,7 +78,7 @@ func createSegment(length uint64) (segKey, *mapping, error) {
 	if err := unix.Ftruncate(fd, int64(length)); err != nil {
 		return fail("ftruncate", err)
 	}
-	addr, err := unix.MmapPtr(fd, 0, nil, uintptr(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	addr, err := mapShared(fd, length, at)
 	if err != nil {
 		return fail("mmap", err)
 	}
@@ -85,6 +86,27 @@ func createSegment(length uint64) (segKey, *mapping, error) {
 	m := &mapping{addr: addr, length: length, fd: fd, refs: 1}
 	segments.insert(k, m)
 	return k, m, nil
+}
+
+// mapShared maps the length bytes of the file fd shared, readable and
+// writable: exactly at at when at is not nil, and never over what is
+// mapped there already (MAP_FIXED_NOREPLACE; a range that is taken fails
+// with unix.EEXIST, also on a kernel that takes the address as a hint),
+// anywhere otherwise.
+func mapShared(fd int, length uint64, at unsafe.Pointer) (unsafe.Pointer, error) {
+	flags := unix.MAP_SHARED
+	if at != nil {
+		flags |= unix.MAP_FIXED_NOREPLACE
+	}
+	addr, err := unix.MmapPtr(fd, 0, at, uintptr(length), unix.PROT_READ|unix.PROT_WRITE, flags)
+	if err != nil {
+		return nil, err
+	}
+	if at != nil && addr != at {
+		unix.MunmapPtr(addr, uintptr(length))
+		return nil, unix.EEXIST
+	}
+	return addr, nil
 }
 
 // insert caches the new mapping m of a segment allocated here.

@@ -32,10 +32,10 @@ import (
 // transport).
 
 // createNamedSegment creates, sizes and maps a named segment of length bytes
-// (a multiple of the page size), caches its mapping with the owner's
-// reference, and returns its path. The descriptor is closed once the file is
-// mapped.
-func createNamedSegment(length uint64) (segKey, *mapping, string, error) {
+// (a multiple of the page size), at at exactly unless at is nil (see
+// mapShared), caches its mapping with the owner's reference, and returns
+// its path. The descriptor is closed once the file is mapped.
+func createNamedSegment(length uint64, at unsafe.Pointer) (segKey, *mapping, string, error) {
 	id := randomID()
 	path := ucs.ShmSegmentPath(pid, id)
 	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, segmentMode)
@@ -54,7 +54,7 @@ func createNamedSegment(length uint64) (segKey, *mapping, string, error) {
 	if err := unix.Ftruncate(fd, int64(length)); err != nil {
 		return fail("ftruncate", err)
 	}
-	addr, err := unix.MmapPtr(fd, 0, nil, uintptr(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	addr, err := mapShared(fd, length, at)
 	if err != nil {
 		return fail("mmap", err)
 	}

@@ -41,7 +41,7 @@ func TestResources(t *testing.T) {
 		t.Errorf("TLResources = %v, want [%v]", tls, want)
 	}
 	attr, _ := md.Query()
-	if attr.Flags != uct.MDFlagAlloc|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey || attr.RkeyPackedSize != MkeyPackedSize {
+	if attr.Flags != uct.MDFlagAlloc|uct.MDFlagFixed|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey || attr.RkeyPackedSize != MkeyPackedSize {
 		t.Errorf("MD attr = %+v", attr)
 	}
 	if _, err := md.MemReg(nil, 8, 0); !errors.Is(err, ucs.ErrUnsupported) {

@@ -98,8 +98,10 @@ func shmdt(addr unsafe.Pointer) error {
 // createSysvSegment creates a System V segment of length bytes (a multiple
 // of the page size), mode 0600, attaches it and marks it for removal at
 // once, so that it disappears with its last attachment whatever happens to
-// the processes. The mapping is cached with one reference, the owner's.
-func createSysvSegment(length uint64) (int32, *mapping, error) {
+// the processes. The mapping is cached with one reference, the owner's. It
+// is attached exactly at at unless at is nil: shmat without SHM_REMAP
+// refuses (EINVAL) a range that overlaps a mapping.
+func createSysvSegment(length uint64, at unsafe.Pointer) (int32, *mapping, error) {
 	if max := shmMax(); length > max {
 		return 0, nil, fmt.Errorf("uct/sm: sysv segment of %d bytes exceeds kernel.shmmax = %d (raise /proc/sys/kernel/shmmax, or use the posix MD): %w",
 			length, max, ucs.ErrNoMemory)
@@ -115,7 +117,11 @@ func createSysvSegment(length uint64) (int32, *mapping, error) {
 		}
 		return 0, nil, fmt.Errorf("uct/sm: shmget of %d bytes%s: %w: %w", length, hint, err, ucs.ErrNoMemory)
 	}
-	b, err := unix.SysvShmAttach(id, 0, 0)
+	b, err := unix.SysvShmAttach(id, uintptr(at), 0)
+	if err == nil && at != nil && unsafe.Pointer(unsafe.SliceData(b)) != at {
+		unix.SysvShmDetach(b)
+		err = unix.EEXIST
+	}
 	// Mark for removal whatever the attach gave: the segment then lives
 	// exactly as long as its attachments.
 	_, rerr := unix.SysvShmCtl(id, unix.IPC_RMID, nil)
@@ -236,10 +242,10 @@ type SysvMemh struct {
 	freed   bool
 }
 
-// Query reports MDFlagAlloc, MDFlagRkeyPtr and MDFlagNeedRkey; MaxAlloc is
-// kernel.shmmax.
+// Query reports MDFlagAlloc, MDFlagFixed, MDFlagRkeyPtr and
+// MDFlagNeedRkey; MaxAlloc is kernel.shmmax.
 func (m *SysvMD) Query() (uct.MDAttr, error) {
-	a := m.Attr(uct.MDFlagAlloc|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey, SysvMkeyPackedSize)
+	a := m.Attr(uct.MDFlagAlloc|uct.MDFlagFixed|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey, SysvMkeyPackedSize)
 	a.MaxAlloc = shmMax()
 	return a, nil
 }
@@ -254,12 +260,28 @@ func (m *SysvMD) Query() (uct.MDAttr, error) {
 // refuses, fails with ucs.ErrNoMemory. flags are ignored; name labels the
 // handle.
 func (*SysvMD) MemAlloc(length int, flags uct.MemFlags, name string) (uct.Allocation, error) {
+	return sysvAlloc(nil, length, name)
+}
+
+// MemAllocFixed is MemAlloc with the segment attached exactly at addr,
+// which must be page aligned (ucs.ErrInvalidParam otherwise), and never
+// over memory mapped there already: a range that is taken fails with
+// ucs.ErrNoMemory (uct.FixedAllocator).
+func (*SysvMD) MemAllocFixed(addr unsafe.Pointer, length int, flags uct.MemFlags, name string) (uct.Allocation, error) {
+	if err := checkFixed(addr); err != nil {
+		return uct.Allocation{}, err
+	}
+	return sysvAlloc(addr, length, name)
+}
+
+// sysvAlloc allocates as MemAlloc does, at at exactly unless at is nil.
+func sysvAlloc(at unsafe.Pointer, length int, name string) (uct.Allocation, error) {
 	if length <= 0 {
 		return uct.Allocation{}, fmt.Errorf("uct/sm: mem alloc of %d bytes: %w", length, ucs.ErrInvalidParam)
 	}
 	page := uint64(unix.Getpagesize())
 	size := (uint64(length) + page - 1) &^ (page - 1)
-	id, m, err := createSysvSegment(size)
+	id, m, err := createSysvSegment(size, at)
 	if err != nil {
 		return uct.Allocation{}, err
 	}

@@ -75,7 +75,7 @@ func TestSysvResources(t *testing.T) {
 		t.Errorf("TLResources = %v, want [%v]", tls, want)
 	}
 	attr, _ := md.Query()
-	if attr.Flags != uct.MDFlagAlloc|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey || attr.RkeyPackedSize != SysvMkeyPackedSize ||
+	if attr.Flags != uct.MDFlagAlloc|uct.MDFlagFixed|uct.MDFlagRkeyPtr|uct.MDFlagNeedRkey || attr.RkeyPackedSize != SysvMkeyPackedSize ||
 		attr.ComponentName != "sysv" || attr.MaxAlloc != shmMax() {
 		t.Errorf("MD attr = %+v", attr)
 	}

@@ -221,11 +221,12 @@ func deviceBandwidth(ifi *net.Interface) float64 {
 // the same CPU atomics as the shared-memory transports, so a word that
 // peers on the node and across the network hit at once stays coherent).
 // The target checks every access against the registered range of its
-// key (IfaceFlagErrhandleRemoteMem).
+// key (IfaceFlagErrhandleRemoteMem), and its readers call the handlers
+// installed with uct.CBFlagAsync (IfaceFlagAMAsyncDelivery).
 func (i *Iface) Query() (*uct.IfaceAttr, error) {
 	flags := base.AMFlags | base.RMAFlags | uct.IfaceFlagAtomicCPU |
 		uct.IfaceFlagConnectToIface | uct.IfaceFlagConnectToEP | uct.IfaceFlagErrhandlePeerDown |
-		uct.IfaceFlagErrhandleRemoteMem
+		uct.IfaceFlagErrhandleRemoteMem | uct.IfaceFlagAMAsyncDelivery
 	a := base.IfaceAttr(flags, DeviceAddrLen, IfaceAddrLen, deviceCost(i.bw))
 	a.Atomic32, a.Atomic64 = base.AllAtomics, base.AllAtomics
 	a.Put = base.OpCaps(maxShort, i.cfg.segSize, maxPutLen, maxIOV)

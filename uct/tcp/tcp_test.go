@@ -75,7 +75,7 @@ func TestResources(t *testing.T) {
 	want := uct.IfaceFlagAMShort | uct.IfaceFlagAMBcopy | uct.IfaceFlagAMZcopy | uct.IfaceFlagPutShort |
 		uct.IfaceFlagPutBcopy | uct.IfaceFlagPutZcopy | uct.IfaceFlagPending | uct.IfaceFlagConnectToIface |
 		uct.IfaceFlagCBSync | uct.IfaceFlagCBAsync | uct.IfaceFlagGetBcopy | uct.IfaceFlagGetZcopy | uct.IfaceFlagAtomicCPU |
-		uct.IfaceFlagErrhandleRemoteMem | uct.IfaceFlagErrhandlePeerDown
+		uct.IfaceFlagErrhandleRemoteMem | uct.IfaceFlagErrhandlePeerDown | uct.IfaceFlagAMAsyncDelivery
 	if ia.Flags&want != want {
 		t.Errorf("iface flags %#x lack %#x", ia.Flags, want&^ia.Flags)
 	}

@@ -424,6 +424,7 @@ var (
 		{uct.IfaceFlagCBSync, "cb_sync"},
 		{uct.IfaceFlagCBAsync, "cb_async"},
 		{uct.IfaceFlagFlushAfterAM, "flush_after_am"},
+		{uct.IfaceFlagAMAsyncDelivery, "am_async_delivery"},
 	}
 	atomicNames = []named[uct.AtomicOpMask]{
 		{uct.AtomicOpAdd.OpMask(), "add"},

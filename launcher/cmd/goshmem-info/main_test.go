@@ -82,7 +82,7 @@ func TestDevices(t *testing.T) {
 	contains(t, out,
 		"# Memory domain: self\n", "#      Transport: self\n#         Device: memory0\n#           Type: loopback\n",
 		"# Memory domain: posix\n", "#      Transport: posix\n#         Device: memory\n#           Type: intra-node\n",
-		"#         memory flags: alloc, need_rkey, rkey_ptr\n",
+		"#         memory flags: alloc, need_rkey, fixed, rkey_ptr\n",
 		"#            put_short: <= 8K\n", "#  atomic_fop (64 bit): add, and, or, xor, swap, cswap\n",
 		"connect_to_iface", "#       device address: 8 bytes\n", "#        iface address: 32 bytes\n",
 		"#            bandwidth: ", "#              latency: ", "#             overhead: ", "#      device priority: ")
