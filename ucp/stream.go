@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -353,12 +354,36 @@ func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, er
 	if err := ep.w.streamCheck("stream send"); err != nil {
 		return nil, err
 	}
+	if n := len(buf); n > 0 && n <= streamShortMax && ep.strm != nil && ep.shortPath(param) {
+		// The common small send: header and data in one AMShort, no
+		// request.
+		if th := ep.thresholds(); 8+n <= th.short {
+			l := ep.am
+			l.sendMu.Lock()
+			b := l.pk.short[:8+n]
+			binary.LittleEndian.PutUint64(b, ep.strm.peerSN)
+			copy(b[8:], buf)
+			st := l.ep.AMShort(amStreamData, ep.w.uid, b)
+			l.sendMu.Unlock()
+			if st == ucs.OK {
+				return nil, nil
+			}
+			if st != ucs.ErrNoResource {
+				return nil, fmt.Errorf("ucp stream send on %s: %w", l, st)
+			}
+		}
+	}
 	it, err := dtFromParam(buf, param, false)
 	if err != nil {
 		return nil, fmt.Errorf("ucp stream send: %w", err)
 	}
 	return ep.streamSend(it, param)
 }
+
+// streamShortMax bounds the data of a stream send that goes as one short
+// active message (after the 8 bytes of the header that AMShort's own
+// header does not carry, copied with it through the lane's buffer).
+const streamShortMax = 120
 
 // StreamSendNB is the older form of StreamSendNBX (ucp_stream_send_nb):
 // count elements of datatype dt in buffer (a []byte for a contiguous
