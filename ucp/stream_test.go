@@ -571,6 +571,7 @@ func TestStreamClose(t *testing.T) {
 	if err != nil || r == nil {
 		t.Fatal(r, err)
 	}
+	closed := e.ba.strm // the last stream data went to (streamWorker.last)
 	if err := e.ba.Close(CloseModeForce); err != nil {
 		t.Fatal(err)
 	}
@@ -587,6 +588,9 @@ func TestStreamClose(t *testing.T) {
 	}
 	if n := len(e.b.stream.qs); n != 0 {
 		t.Fatalf("%d streams kept after the endpoint closed", n)
+	}
+	if closed.bytes != 0 || len(closed.segs) != 0 {
+		t.Fatalf("data sent after the close went to the closed stream: %d bytes", closed.bytes)
 	}
 }
 
