@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -112,16 +113,16 @@ func CtxPutNBI[T Plain](ctx *Ctx, dst, src []T, pe int) { put(ctx, "CtxPutNBI", 
 
 // PutMem copies the bytes of src into the symmetric bytes dst on pe
 // (shmem_putmem).
-func PutMem(dst, src []byte, pe int) { put(&defaultCtx, "PutMem", dst, src, pe, false) }
+func PutMem(dst, src []byte, pe int) { putMem(&defaultCtx, "PutMem", dst, src, pe, false) }
 
 // CtxPutMem is PutMem on the context ctx (shmem_ctx_putmem).
-func CtxPutMem(ctx *Ctx, dst, src []byte, pe int) { put(ctx, "CtxPutMem", dst, src, pe, false) }
+func CtxPutMem(ctx *Ctx, dst, src []byte, pe int) { putMem(ctx, "CtxPutMem", dst, src, pe, false) }
 
 // PutMemNBI is PutNBI of bytes (shmem_putmem_nbi).
-func PutMemNBI(dst, src []byte, pe int) { put(&defaultCtx, "PutMemNBI", dst, src, pe, true) }
+func PutMemNBI(dst, src []byte, pe int) { putMem(&defaultCtx, "PutMemNBI", dst, src, pe, true) }
 
 // CtxPutMemNBI is PutMemNBI on the context ctx (shmem_ctx_putmem_nbi).
-func CtxPutMemNBI(ctx *Ctx, dst, src []byte, pe int) { put(ctx, "CtxPutMemNBI", dst, src, pe, true) }
+func CtxPutMemNBI(ctx *Ctx, dst, src []byte, pe int) { putMem(ctx, "CtxPutMemNBI", dst, src, pe, true) }
 
 // Get copies len(dst) elements of the symmetric array src on pe into dst
 // (shmem_get). It returns when dst holds the data. src must have at least
@@ -229,35 +230,50 @@ func CtxIBGet[T RMA](ctx *Ctx, dst, src []T, dstStride, srcStride, bsize, nblock
 
 func put[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	checkPlain[T](routine)
+	putBytes(c, routine, unsafe.Pointer(unsafe.SliceData(dst)), len(dst), bytesOf(src), len(src), pe, nbi)
+}
+
+// putMem is put of bytes, whose type needs no check (the generic check
+// cost put8 15 of its 123 instructions).
+func putMem(c *Ctx, routine string, dst, src []byte, pe int, nbi bool) {
+	putBytes(c, routine, unsafe.Pointer(unsafe.SliceData(dst)), len(dst), src, len(src), pe, nbi)
+}
+
+// putBytes is put of n elements, whose bytes are src, into the symmetric
+// array of dstLen elements at dst.
+func putBytes(c *Ctx, routine string, dst unsafe.Pointer, dstLen int, src []byte, n, pe int, nbi bool) {
 	q := c.peer(routine, pe)
-	n := len(src)
-	if len(dst) < n {
-		badLen(routine, len(dst), n)
+	if dstLen < n {
+		badLen(routine, dstLen, n)
 	}
-	if n == 0 {
+	nb := len(src)
+	if nb == 0 {
 		return
 	}
-	var z T
-	nb := n * int(unsafe.Sizeof(z))
-	off, ok := heapOffset(unsafe.Pointer(unsafe.SliceData(dst)), nb)
+	off, ok := heapOffset(dst, nb)
 	if !ok {
-		if off, ok = offsetOf(routine, "dst", unsafe.Pointer(unsafe.SliceData(dst)), nb); !ok {
+		if off, ok = offsetOf(routine, "dst", dst, nb); !ok {
 			profCtx(c, routine, pe, nb)
-			c.putSlow(routine, pe, off, bytesOf(src), nbi)
+			c.putSlow(routine, pe, off, src, nbi)
 			return
 		}
 	}
 	profCtx(c, routine, pe, nb)
 	if base := q.heap(); base != nil {
 		// copyOut, by hand: this is the hot path.
-		if nb >= largeCopy {
-			ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), bytesOf(src))
-			return
+		d := unsafe.Slice((*byte)(unsafe.Add(base, off)), nb)
+		switch {
+		case nb == 8:
+			// A word: one load and one store, without memmove's call.
+			binary.LittleEndian.PutUint64(d, binary.LittleEndian.Uint64(src))
+		case nb >= largeCopy:
+			ucs.Memcpy(d, src)
+		default:
+			copy(d, src)
 		}
-		copy(unsafe.Slice((*T)(unsafe.Add(base, off)), n), src)
 		return
 	}
-	c.putSlow(routine, pe, off, bytesOf(src), nbi)
+	c.putSlow(routine, pe, off, src, nbi)
 }
 
 // copyOut copies src to the heap offset off of a peer mapped at base.

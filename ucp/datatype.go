@@ -358,7 +358,11 @@ func (it *dtIter) unpack(off int, src []byte) ucs.Status {
 	}
 	switch it.class {
 	case DatatypeClassContig:
-		ucs.Memcpy(it.contig[off:off+len(src)], src)
+		if d := it.contig[off : off+len(src)]; len(src) < ucs.MemcpyMin {
+			copy(d, src) // a small message's data: save Memcpy's call
+		} else {
+			ucs.Memcpy(d, src)
+		}
 	case DatatypeClassIOV:
 		in := it.seek(off)
 		for k := it.iovIdx; k < len(it.iov) && len(src) > 0; k++ {

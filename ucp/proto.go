@@ -224,9 +224,16 @@ func (m *modeMutex) lock() {
 
 func (m *modeMutex) unlock() {
 	if m.multi {
-		m.mu.Unlock()
+		m.unlockMulti()
 	}
 }
+
+// unlockMulti is unlock's call of the mutex, kept out of it so that unlock
+// is inlined: with sync.Mutex.Unlock inside it was not, and every unlock
+// of the single-threaded path paid a call and its frame.
+//
+//go:noinline
+func (m *modeMutex) unlockMulti() { m.mu.Unlock() }
 
 // protoCheck checks that the worker, not destroyed, may do the operation
 // named what of a protocol (enabled: its context has feature).

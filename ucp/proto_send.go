@@ -213,6 +213,9 @@ type lanePacker struct {
 	buf    dtIter // the data, when given as one buffer (amPackBuf)
 	off, n int
 	fn     uct.PackFunc
+	// short is the payload of a short stream message: the header's last
+	// 8 bytes and the data (StreamSendNBX).
+	short [8 + streamShortMax]byte
 }
 
 func (p *lanePacker) pack(dst []byte) int {
@@ -260,6 +263,16 @@ func (l *lane) packLocked(id uint8, hdr, ext []byte, it *dtIter, off, n int) ucs
 	_, st := l.ep.AMBcopy(id, p.fn, uctSendFlags(id))
 	p.ext, p.it = nil, nil
 	return st
+}
+
+// shortPath reports whether a send with param may go as one short active
+// message at once, without a request or a send op: the caller asked for
+// no datatype, flags or request (OpAttrFlagNoImmCmpl), the endpoint has
+// an AM lane and works, and nothing it sent waits in the worker's queue
+// (which the message would overtake).
+func (ep *Endpoint) shortPath(param *RequestParam) bool {
+	return ep.am != nil && (param == nil || param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagNoImmCmpl|OpAttrFieldFlags) == 0) &&
+		ep.queued.Load() == 0 && ep.dead() == ucs.OK
 }
 
 // amShortHdr sends a message whose first 8 bytes go as the AMShort

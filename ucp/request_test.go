@@ -172,6 +172,54 @@ func TestRequestPoolGoesWithContext(t *testing.T) {
 	}
 }
 
+// TestRequestPoolLocal checks where freed requests wait: in single and
+// serialized mode on the worker's lock-free stack, the latest first, up to
+// localRequests (the rest in the sync.Pool), and in multi mode, where
+// goroutines free requests at once, never there.
+func TestRequestPoolLocal(t *testing.T) {
+	c := newContextParams(t, new(Params).SetFeatures(FeatureRMA))
+	for _, tc := range []struct {
+		mode  ucs.ThreadMode
+		local bool
+	}{
+		{ucs.ThreadModeSingle, true},
+		{ucs.ThreadModeSerialized, true},
+		{ucs.ThreadModeMulti, false},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			w, err := c.NewWorker(new(WorkerParams).SetThreadMode(tc.mode))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Destroy()
+			var rs []*Request
+			for range localRequests + 4 {
+				r := w.newRequest(nil)
+				r.complete(ucs.OK)
+				rs = append(rs, r)
+			}
+			for _, r := range rs {
+				r.Free()
+			}
+			if !tc.local {
+				if w.requests.local != nil {
+					t.Fatalf("multi mode: %d requests on the lock-free stack", len(w.requests.local))
+				}
+				return
+			}
+			if got := len(w.requests.local); got != localRequests {
+				t.Fatalf("%d requests on the stack after freeing %d, want %d", got, len(rs), localRequests)
+			}
+			// The latest freed of those the stack kept comes back first.
+			if r := w.newRequest(nil); r != rs[localRequests-1] {
+				t.Errorf("the next request is not the latest the stack kept")
+			} else if r.IsCompleted() || r.w != w {
+				t.Errorf("a reused request is not reset: completed %v, worker %p", r.IsCompleted(), r.w)
+			}
+		})
+	}
+}
+
 // TestRequestCleanup checks that the context's RequestCleanup is called, at
 // the latest when the worker is destroyed, once on each request the
 // worker's pool initialized, and never on a request in the caller's memory.

@@ -603,6 +603,7 @@ func TestStreamClose(t *testing.T) {
 	if err != nil || r == nil {
 		t.Fatal(r, err)
 	}
+	closed := e.ba.strm // the last stream data went to (streamWorker.last)
 	if err := e.ba.Close(CloseModeForce); err != nil {
 		t.Fatal(err)
 	}
@@ -619,6 +620,9 @@ func TestStreamClose(t *testing.T) {
 	}
 	if n := len(e.b.stream.qs); n != 0 {
 		t.Fatalf("%d streams kept after the endpoint closed", n)
+	}
+	if closed.bytes != 0 || len(closed.segs) != 0 {
+		t.Fatalf("data sent after the close went to the closed stream: %d bytes", closed.bytes)
 	}
 }
 
@@ -729,5 +733,37 @@ func TestStreamAllocs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStreamSendShort checks that a small stream send goes out at once as
+// one short active message, without a request (a fresh worker initializes
+// none: RequestInit is not called), where its data and the 8 header bytes
+// AMShort's own header does not carry fit the lane's short messages and
+// streamShortMax; larger data takes a request, as before. The receiver
+// gets the bytes in order either way.
+func TestStreamSendShort(t *testing.T) {
+	for _, tr := range tagTransports[:3] {
+		for _, n := range []int{1, 8, streamShortMax, streamShortMax + 1, 4096} {
+			t.Run(fmt.Sprintf("%s/%d", tr.name, n), func(t *testing.T) {
+				inits := 0
+				e := newTagEnv(t, tr.sendTLS, tr.recvTLS, tr.self, withStream, func(p *Params) {
+					p.SetRequestInit(func(*Request) { inits++ })
+				})
+				short := n <= streamShortMax && 8+n <= e.ab.thresholds().short
+				off := 0
+				for range 3 {
+					r, err := e.ab.StreamSendNBX(streamBytes(off, n), nil)
+					if err := e.done(t, "stream send", r, err); err != nil {
+						t.Fatalf("stream send of %d bytes: %v", n, err)
+					}
+					off += n
+				}
+				if got := inits > 0; got == short {
+					t.Errorf("%d-byte sends (short messages: %v) initialized %d requests", n, short, inits)
+				}
+				checkStream(t, streamRecvAll(t, e, e.ba, off, off), 0)
+			})
+		}
 	}
 }

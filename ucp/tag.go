@@ -352,6 +352,22 @@ func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (
 	if err := w.tagCheck("tag recv"); err != nil {
 		return nil, err
 	}
+	if param == nil || param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagForceImmCmpl) == 0 {
+		// The common receive of a buffer: when nothing that arrived waits
+		// (a ping-pong's receive, posted before its message), it is posted
+		// at once, without tagRecv's search and the copies of what it
+		// found.
+		t := &w.tag
+		t.lock()
+		if t.m.unexpAll.head == nil {
+			r := w.newRecv(param, dtIter{length: len(buf), contig: buf})
+			r.tr.tag, r.tr.mask = tag, mask
+			t.m.post(r)
+			t.unlock()
+			return r, nil
+		}
+		t.unlock()
+	}
 	it, err := dtFromParam(buf, param, true)
 	if err != nil {
 		return nil, fmt.Errorf("ucp tag recv: %w", err)

@@ -26,8 +26,7 @@ const (
 // tagSend starts a tag send of buf, or of param's datatype.
 func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam, sync bool) (*Request, error) {
 	w := ep.w
-	if !sync && ep.am != nil && (param == nil || param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagNoImmCmpl|OpAttrFieldFlags) == 0) &&
-		w.tag.enabled && ep.queued.Load() == 0 && ep.dead() == ucs.OK {
+	if !sync && w.tag.enabled && ep.shortPath(param) {
 		// The common small message: the tag and the data, no request.
 		th := ep.thresholds()
 		if len(buf) <= th.short && len(buf) < th.rndv {

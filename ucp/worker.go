@@ -235,6 +235,9 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	if err := w.applyParams(); err != nil {
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
+	if w.mode != ucs.ThreadModeMulti {
+		w.requests.local = make([]*Request, 0, localRequests)
+	}
 	if err := w.nameWorker(); err != nil {
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}

@@ -1,11 +1,21 @@
 // Command ucpperf measures the UCP layer of goshmem the way ucx_perftest
 // measures UCX's, and prints the same table.
 //
-// It runs as two processes, in either of two ways:
+// It runs as two processes, in either of two ways, or as one:
 //
 //	goshmem-run -np 2 ucpperf -t ucp_put_lat -s 8 -n 100000   # a job: PE 0 measures
 //	ucpperf -p 13337 &                                        # a server ...
 //	ucpperf -p 13337 127.0.0.1 -t ucp_put_lat -s 8            # ... and a client
+//	UCX_TLS=sm ucpperf -l -t tag_lat -s 8                     # loopback
+//
+// With -l (ucx_perftest's loopback connection) the process talks to
+// itself: its endpoint leads to its own worker, over the transports
+// UCX_TLS allows (without self, shared memory carries the messages, as
+// with ucx_perftest -l), and each iteration of a ping-pong test (tag_lat,
+// stream_lat, ucp_am_lat) sends one message and receives it. The path of
+// a message, sender and receiver, runs on one goroutine without waiting
+// for another process, so counting its instructions (valgrind) gives the
+// same number on a quiet machine and on a loaded one.
 //
 // As a job, the PEs exchange their worker addresses and packed keys through
 // the job's bootstrap; rank 0 is the client, which measures and prints, and
@@ -84,11 +94,12 @@ type options struct {
 	finalOnly bool
 	info      bool
 	profile   string
+	loopback  bool
 }
 
 func usage(fs *flag.FlagSet, out io.Writer) {
 	fmt.Fprintf(out, "  Usage: ucpperf [ server-hostname ] [ options ]\n\n")
-	fmt.Fprintf(out, "  Run as 2 PEs with goshmem-run, or as a server (no hostname) and a client.\n\n")
+	fmt.Fprintf(out, "  Run as 2 PEs with goshmem-run, as a server (no hostname) and a client, or in loopback (-l).\n\n")
 	fmt.Fprintf(out, "  Common options:\n     -t <test>      test to run:\n")
 	for _, t := range tests {
 		name := t.name
@@ -118,6 +129,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.bind, "a", "127.0.0.1", "address the server listens on (only a client with the server's key may run a test)")
 	fs.BoolVar(&o.finalOnly, "f", false, "print only the final numbers")
 	fs.BoolVar(&o.info, "I", false, "print the lanes of the endpoint to the peer")
+	fs.BoolVar(&o.loopback, "l", false, "use a loopback connection: the process communicates with itself, through an endpoint to its own worker (ping-pong tests only; no server hostname)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the measured iterations to this file")
 	fs.BoolVar(&o.Memh, "z", false, "pass the send buffer's memory handle to active-message and tag sends (a rendezvous receiver then gets from it without a registration)")
 	fs.BoolVar(&o.Wildcard, "C", false, "use the wildcard tag mask for tag tests")
@@ -188,6 +200,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	p := o.params
 	switch {
+	case o.loopback:
+		if o.host != "" || inJob || p.Listener {
+			fmt.Fprintf(stderr, "ucpperf: -l runs in one process: no server hostname, goshmem-run job or -listener\n")
+			return 2
+		}
+		t, err := p.check()
+		if err == nil && !t.loopback {
+			err = fmt.Errorf("%s has no loopback form (-l): it needs a peer that answers", t.name)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "ucpperf: %v\n", err)
+			return 2
+		}
+		r = loopRTE{}
 	case inJob:
 		if o.host != "" {
 			fmt.Fprintf(stderr, "ucpperf: a server hostname makes no sense in a goshmem-run job\n")
@@ -254,6 +280,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // keys with the peer and connects to it.
 func setup(r rte, p params, t *testDef) (*bench, error) {
 	b := &bench{p: p, test: t, client: r.client(), rte: r}
+	_, b.loopback = r.(loopRTE)
 	ctx, err := ucp.Init(new(ucp.Params).SetFeatures(ucp.FeatureRMA|ucp.FeatureAMO64|ucp.FeatureAM|ucp.FeatureTag|ucp.FeatureStream).
 		SetEstimatedNumEPs(1).SetName("ucpperf"), nil)
 	if err != nil {

@@ -66,6 +66,16 @@ func (j *jobRTE) barrier() error { return j.m.Barrier() }
 func (j *jobRTE) peerGone() bool { return false }
 func (j *jobRTE) close()         { j.m.Close() }
 
+// loopRTE is the loopback mode (-l): one process, whose endpoint leads to
+// its own worker, is the client and its own peer.
+type loopRTE struct{}
+
+func (loopRTE) client() bool                         { return true }
+func (loopRTE) exchange(blob []byte) ([]byte, error) { return blob, nil }
+func (loopRTE) barrier() error                       { return nil }
+func (loopRTE) peerGone() bool                       { return false }
+func (loopRTE) close()                               {}
+
 // sockRTE is a server and a client connected by one TCP socket. Messages
 // are frames: a 4-byte little-endian length, then the bytes.
 type sockRTE struct {

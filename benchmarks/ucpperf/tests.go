@@ -21,6 +21,9 @@ type testDef struct {
 	pingpong bool
 	am       bool // needs the active-message handler
 	window   int  // the default of -O, ucx_perftest's window size
+	// loopback: the client's loop alone completes the test when its
+	// endpoint leads to its own worker (-l): it receives what it sent.
+	loopback bool
 	loop     func(b *bench, n int, p *perf) error
 	// serve, if set, is what the server of a stream test runs instead of
 	// only progressing (the receives of tag_bw).
@@ -76,13 +79,13 @@ var tests = []*testDef{
 	{name: "ucp_fadd", window: 1, aliases: []string{"ucp_atomic_fadd"}, desc: "atomic fetch-and-add latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpAdd)},
 	{name: "ucp_swap", window: 1, aliases: []string{"ucp_atomic_swap"}, desc: "atomic swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpSwap)},
 	{name: "ucp_cswap", window: 1, aliases: []string{"ucp_atomic_cswap"}, desc: "atomic compare-and-swap latency / bandwidth / rate", loop: fetchAtomic(ucp.AtomicOpCSwap)},
-	{name: "ucp_am_lat", window: 1, desc: "am latency", pingpong: true, am: true, loop: amLat},
+	{name: "ucp_am_lat", window: 1, loopback: true, desc: "am latency", pingpong: true, am: true, loop: amLat},
 	{name: "ucp_am_bw", window: 32, desc: "am bandwidth / message rate", am: true, loop: amBW},
-	{name: "tag_lat", window: 1, desc: "tag match latency", pingpong: true, loop: tagLat(false)},
+	{name: "tag_lat", window: 1, loopback: true, desc: "tag match latency", pingpong: true, loop: tagLat(false)},
 	{name: "tag_bw", window: 32, desc: "tag match bandwidth", loop: tagBW(false), serve: tagServe},
 	{name: "tag_sync_lat", window: 1, desc: "tag sync match latency", pingpong: true, loop: tagLat(true)},
 	{name: "tag_sync_bw", window: 32, desc: "tag sync match bandwidth", loop: tagBW(true), serve: tagServe},
-	{name: "stream_lat", window: 1, desc: "stream latency", pingpong: true, loop: streamLat},
+	{name: "stream_lat", window: 1, loopback: true, desc: "stream latency", pingpong: true, loop: streamLat},
 	{name: "stream_bw", window: 32, desc: "stream bandwidth", loop: streamBW, serve: streamServe},
 }
 
@@ -123,6 +126,7 @@ type bench struct {
 	sendParam *ucp.RequestParam
 	smem      *ucp.MemHandle
 	tagMask   uint64 // of the tag tests' receives (0 with -C)
+	loopback  bool   // the endpoint leads to this worker (-l)
 	rte       rte    // how the peer is reached out of band
 }
 
@@ -423,6 +427,14 @@ func (b *bench) tagRecv(buf []byte) (*ucp.Request, error) {
 func tagLat(sync bool) func(b *bench, n int, p *perf) error {
 	return func(b *bench, n int, p *perf) error {
 		for i := 0; i < n; i++ {
+			if b.loopback {
+				if err := b.loopbackPingPong(func() (*ucp.Request, error) { return b.tagRecv(b.buf) },
+					func() (*ucp.Request, error) { return b.tagSend(sync) }); err != nil {
+					return err
+				}
+				p.update(1, int64(b.p.Size))
+				continue
+			}
 			if b.client {
 				if err := b.wait(b.tagSend(sync)); err != nil {
 					return err
@@ -463,6 +475,27 @@ func tagServe(b *bench, n int, p *perf) error {
 	return b.wait(b.ep.TagSendNBX(b.sbuf[:1], perfTag, nil))
 }
 
+// loopbackPingPong is an iteration of a ping-pong test in loopback (-l):
+// the receive is posted first, then the message sent (a rendezvous or
+// sync send completes only once a receive took its message, which here
+// only this goroutine can post), and both are waited for. Small messages
+// take the paths of the two-process test: the receive is expected when
+// the message arrives.
+func (b *bench) loopbackPingPong(recv, send func() (*ucp.Request, error)) error {
+	rr, err := recv()
+	if err != nil {
+		return err
+	}
+	if err := b.wait(send()); err != nil {
+		if rr != nil {
+			rr.Cancel()
+			rr.Free()
+		}
+		return err
+	}
+	return b.wait(rr, nil)
+}
+
 // streamSend sends the send buffer on the endpoint's stream.
 func (b *bench) streamSend() (*ucp.Request, error) {
 	return b.ep.StreamSendNBX(b.sbuf, b.sendParam)
@@ -480,6 +513,13 @@ func (b *bench) streamRecv(buf []byte) (*ucp.Request, error) {
 
 func streamLat(b *bench, n int, p *perf) error {
 	for i := 0; i < n; i++ {
+		if b.loopback {
+			if err := b.loopbackPingPong(func() (*ucp.Request, error) { return b.streamRecv(b.buf[:b.p.Size]) }, b.streamSend); err != nil {
+				return err
+			}
+			p.update(1, int64(b.p.Size))
+			continue
+		}
 		if b.client {
 			if err := b.wait(b.streamSend()); err != nil {
 				return err

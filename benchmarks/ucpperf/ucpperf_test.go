@@ -607,3 +607,49 @@ func TestSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestLoopback runs the tests that have a loopback form (-l) in this
+// process, over shared memory alone (the endpoint to the own worker then
+// sends through the posix FIFO, as ucx_perftest -l with UCX_TLS=sm) and
+// with self and tcp, at sizes of each protocol, and checks that -l is
+// refused where it cannot run: a test that needs a peer's answers, a
+// server hostname, -listener.
+func TestLoopback(t *testing.T) {
+	for _, tls := range []string{"sm", "self", "tcp,self"} {
+		t.Run(tls, func(t *testing.T) {
+			t.Setenv("UCX_TLS", tls)
+			for _, tt := range tests {
+				if !tt.loopback {
+					continue
+				}
+				for _, size := range []int{8, 8192, 1 << 20} {
+					t.Run(fmt.Sprintf("%s/%d", tt.name, size), func(t *testing.T) {
+						var out, serr bytes.Buffer
+						const n = 50
+						if code := run([]string{"-l", "-I", "-t", tt.name, "-s", fmt.Sprint(size), "-n", fmt.Sprint(n), "-w", "2", "-f"}, &out, &serr); code != 0 {
+							t.Fatalf("exit %d\n%s%s", code, out.String(), serr.String())
+						}
+						if iters, _ := finalLine(t, out.String(), false); iters != n {
+							t.Errorf("%d iterations, want %d", iters, n)
+						}
+						if tls == "sm" && !strings.Contains(out.String(), "posix/") {
+							t.Errorf("over sm alone the lanes are not posix:\n%s", out.String())
+						}
+					})
+				}
+			}
+		})
+	}
+	for _, args := range [][]string{
+		{"-l", "-t", "tag_bw"},
+		{"-l", "-t", "ucp_put_lat"},
+		{"-l", "-t", "tag_sync_lat"},
+		{"-l", "127.0.0.1", "-t", "tag_lat"},
+		{"-l", "-listener", "-t", "tag_lat"},
+	} {
+		var out, serr bytes.Buffer
+		if code := run(args, &out, &serr); code != 2 || !strings.Contains(serr.String(), "ucpperf:") {
+			t.Errorf("%v: exit %d, want 2 and a reason\n%s%s", args, code, out.String(), serr.String())
+		}
+	}
+}
