@@ -266,9 +266,32 @@ void gsh_tables_free(void) {
 }
 
 /* Setup. */
+
+/* gsh_global_exiting is set by shmem_global_exit: the launcher ends the
+ * job, so the exit that follows must not wait in a finalize. */
+static int gsh_global_exiting;
+
+/* gsh_exit_finalize is the finalize of a program that exits (returns from
+ * main, calls exit) initialized: OpenSHMEM programs written for start_pes
+ * never call shmem_finalize (it did not exist), and programs exit(0) on
+ * paths that skip it (usage, --help); OSHMEM, SOS and OSSS finalize them
+ * too. A PE that exits with a failure does not wait for the others in the
+ * finalize's barrier: its launcher ends the job on its status. */
+static void gsh_exit_finalize(int status, void *arg) {
+    (void)arg;
+    if (status == 0 && gsh_inited && !gsh_global_exiting) pshmem_finalize();
+}
+static void gsh_exit_finalize_register(void) {
+#if defined(__GLIBC__)
+    on_exit(gsh_exit_finalize, NULL);
+#endif
+}
+static pthread_once_t gsh_exit_once = PTHREAD_ONCE_INIT;
+
 GSH_WEAK(shmem_init)
 void pshmem_init(void) {
     if (goshmem_go_init(SHMEM_THREAD_SINGLE, NULL) != 0) exit(1);
+    pthread_once(&gsh_exit_once, gsh_exit_finalize_register);
 }
 GSH_WEAK(shmem_init_thread)
 int pshmem_init_thread(int requested, int *provided) {
@@ -278,7 +301,10 @@ int pshmem_init_thread(int requested, int *provided) {
     }
     int p = requested;
     int r = goshmem_go_init(requested, &p);
-    if (r == 0) gsh_thread_level = p;
+    if (r == 0) {
+        gsh_thread_level = p;
+        pthread_once(&gsh_exit_once, gsh_exit_finalize_register);
+    }
     if (provided) *provided = p;
     return r;
 }
@@ -309,6 +335,7 @@ int p_num_pes(void) { return pshmem_n_pes(); }
 GSH_WEAK(shmem_global_exit)
 void pshmem_global_exit(int status) {
     fflush(NULL);
+    gsh_global_exiting = 1;
     if (gsh_inited) goshmem_go_global_exit(status);
     exit(status);
 }
