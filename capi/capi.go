@@ -19,7 +19,7 @@ package main
 #cgo CFLAGS: -I${SRCDIR}/include -O2
 #include <stddef.h>
 #include <stdint.h>
-extern int gsh_npes;
+extern int gsh_npes, gsh_net_peers;
 extern char **gsh_heap_peer;
 extern char **gsh_data_peer;
 extern uint64_t *gsh_static_words;
@@ -154,13 +154,18 @@ func goshmem_go_init(requested C.int, provided *C.int) C.int {
 		C.gsh_tables_init(C.int(shmem.MyPE()), C.int(shmem.NPEs()), base, C.size_t(size))
 	}
 	lendWorldSync()
+	C.gsh_net_peers = C.int(b2i(shmem.NetworkPeers()))
 	return 0
 }
+
+//export goshmem_go_progress
+func goshmem_go_progress() { shmem.Progress() }
 
 //export goshmem_go_finalize
 func goshmem_go_finalize() {
 	shmem.Finalize()
 	if !shmem.QueryInitialized() {
+		C.gsh_net_peers = 0
 		C.gsh_wsync_free()
 		C.gsh_tables_free()
 	}

@@ -160,6 +160,7 @@ func TestCPrograms(t *testing.T) {
 		{"nofinalize", "3", []string{"UCX_TLS=tcp,self"}, nil},
 		{"nofinalize", "3", nil, []string{"exit"}},
 		{"nofinalize", "2", []string{"UCX_TLS=tcp,self"}, []string{"exit"}},
+		{"netwait", "3", []string{"UCX_TLS=tcp,self", "UCX_TCP_PASSIVE_DELAY=10s"}, nil},
 	} {
 		t.Run(strings.Join(append([]string{tc.prog, tc.np, strings.Join(tc.env, ",")}, tc.args...), "/"), func(t *testing.T) {
 			exe := compile(t, tc.prog)

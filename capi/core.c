@@ -26,7 +26,7 @@ uintptr_t gsh_heap_lo, gsh_heap_size, gsh_data_lo, gsh_data_size;
 static char *gsh_no_peers[1];
 char **gsh_heap_peer = gsh_no_peers, **gsh_data_peer = gsh_no_peers;
 unsigned char *gsh_checked;
-int gsh_go_pending;
+int gsh_go_pending, gsh_net_peers;
 _Thread_local size_t gsh_any_from;
 static int gsh_inited, gsh_thread_level;
 static pthread_mutex_t gsh_connect_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -84,9 +84,12 @@ char *gsh_connect(const void *p, size_t n, int pe, const char *fn) {
 }
 
 /* gsh_wait_pause is a waiting loop's pause: spin a little, then yield the
- * core (PEs may outnumber cores), then sleep briefly now and then. */
+ * core (PEs may outnumber cores), then sleep briefly now and then. Where
+ * some PE is reached through the network it drives Go's progress too, as
+ * Go's waits do: every 64 spins, then at every pause. */
 void gsh_wait_pause(unsigned *n) {
     unsigned i = (*n)++;
+    if (gsh_net_peers && (i >= 256 || i % 64 == 63)) goshmem_go_progress();
     if (i < 256) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();

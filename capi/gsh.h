@@ -68,6 +68,7 @@ void gsh_wsync_free(void);
  * naming it when package shmem rejects an argument. */
 extern int goshmem_go_init(int requested, int *provided);
 extern void goshmem_go_finalize(void);
+extern void goshmem_go_progress(void);
 extern void goshmem_go_connect(int pe);
 extern int goshmem_go_addr_accessible(void *p, int pe);
 extern void goshmem_go_rma(uintptr_t ctx, int kind, void *dest, void *source, size_t nbytes, int pe, const char *fn);
@@ -118,6 +119,11 @@ enum {
  * operation was a store or an atomic on mapped memory and a CPU fence is
  * all they need. */
 extern int gsh_go_pending;
+
+/* gsh_net_peers is set at init where some PE is reached through the
+ * network: the waits on local memory then drive Go's progress (gsh_wait_pause),
+ * so that what they wait for moves at once, not after tcp's passive delay. */
+extern int gsh_net_peers;
 
 __attribute__((noreturn, cold, format(printf, 2, 3))) void gsh_fatal(const char *fn, const char *fmt, ...);
 __attribute__((noreturn, cold)) void gsh_bad_pe(const char *fn, int pe);
@@ -454,6 +460,17 @@ GSH_AMO_LOCAL(64)
 /* Point-to-point synchronization on local variables: loads and compares
  * here, in C, whether the variable is in the heap or in static data (the
  * updates of other PEs land without this PE's help). */
+/* gsh_tested returns ok (gsh_tested_n n) after a test, having driven Go's
+ * progress where it failed and some PE is reached through the network,
+ * as Go's Test does: a loop of tests then moves what it waits for. */
+static inline int gsh_tested(int ok) {
+    if (!ok && gsh_net_peers) goshmem_go_progress();
+    return ok;
+}
+static inline size_t gsh_tested_n(size_t n) {
+    gsh_tested(n > 0);
+    return n;
+}
 /* gsh_any_from turns the index at which the _any routines start looking,
  * call after call, so that every element that meets the condition is
  * eventually the one returned, as the specification asks. */
@@ -477,7 +494,7 @@ extern _Thread_local size_t gsh_any_from;
     }
 #define GSH_SYNC(N, T)                                                                              \
     GSH_CMP(N, T)                                                                                   \
-    GSH_WEAK(shmem_##N##_test) int pshmem_##N##_test(T *ivar, int cmp, T cmp_value) { return gsh_cmp_##N(ivar, cmp, cmp_value, GSH_FN); } \
+    GSH_WEAK(shmem_##N##_test) int pshmem_##N##_test(T *ivar, int cmp, T cmp_value) { return gsh_tested(gsh_cmp_##N(ivar, cmp, cmp_value, GSH_FN)); } \
     GSH_WEAK(shmem_##N##_wait_until) void pshmem_##N##_wait_until(T *ivar, int cmp, T cmp_value) {                                    \
         unsigned n = 0;                                                                             \
         while (!gsh_cmp_##N(ivar, cmp, cmp_value, GSH_FN)) gsh_wait_pause(&n);                              \
@@ -536,12 +553,12 @@ extern _Thread_local size_t gsh_any_from;
     GSH_WEAK(shmem_##N##_wait_until_all_vector) void pshmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { gsh_wait_all_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values); } \
     GSH_WEAK(shmem_##N##_wait_until_any_vector) size_t pshmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_wait_any_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values); } \
     GSH_WEAK(shmem_##N##_wait_until_some_vector) size_t pshmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { return gsh_wait_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, 0, cmp_values); } \
-    GSH_WEAK(shmem_##N##_test_all) int pshmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL); } \
-    GSH_WEAK(shmem_##N##_test_any) size_t pshmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { int none; return gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL, &none); } \
-    GSH_WEAK(shmem_##N##_test_some) size_t pshmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { int none; return gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, cmp_value, NULL, &none); } \
-    GSH_WEAK(shmem_##N##_test_all_vector) int pshmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values); } \
-    GSH_WEAK(shmem_##N##_test_any_vector) size_t pshmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values, &none); } \
-    GSH_WEAK(shmem_##N##_test_some_vector) size_t pshmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { int none; return gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, 0, cmp_values, &none); }
+    GSH_WEAK(shmem_##N##_test_all) int pshmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { return gsh_tested(gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL)); } \
+    GSH_WEAK(shmem_##N##_test_any) size_t pshmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value) { int none; size_t i = gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, cmp_value, NULL, &none); gsh_tested(i != SIZE_MAX); return i; } \
+    GSH_WEAK(shmem_##N##_test_some) size_t pshmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value) { int none; return gsh_tested_n(gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, cmp_value, NULL, &none)); } \
+    GSH_WEAK(shmem_##N##_test_all_vector) int pshmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { return gsh_tested(gsh_test_all_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values)); } \
+    GSH_WEAK(shmem_##N##_test_any_vector) size_t pshmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, const T *cmp_values) { int none; size_t i = gsh_test_any_##N(GSH_FN, ivars, nelems, status, cmp, 0, cmp_values, &none); gsh_tested(i != SIZE_MAX); return i; } \
+    GSH_WEAK(shmem_##N##_test_some_vector) size_t pshmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const T *cmp_values) { int none; return gsh_tested_n(gsh_test_some_##N(GSH_FN, ivars, nelems, indices, status, cmp, 0, cmp_values, &none)); }
 
 #define GSH_LEGACY_WAIT(N, T) \
     GSH_WEAK(shmem_##N##_wait) void pshmem_##N##_wait(T *ivar, T cmp_value) { pshmem_##N##_wait_until(ivar, SHMEM_CMP_NE, cmp_value); }

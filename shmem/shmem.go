@@ -320,6 +320,23 @@ func Init() error {
 // goroutine that does not race with Init and Finalize.
 func QueryInitialized() bool { return st.phase == initialized }
 
+// NetworkPeers reports whether some PE of the job is reached through the
+// network (tcp), not through memory this PE maps: only then does a wait
+// on local memory need Progress. It is false before Init.
+func NetworkPeers() bool { return st.phase == initialized && st.netPoll }
+
+// Progress drives this PE's communication once, as the library's own
+// waits do now and then. A wait loop written outside the package (on
+// local memory, such as the C library's shmem_wait_until) calls it, where
+// NetworkPeers, so that the operations it issued and those issued to it
+// move at once, not when the transports' passive progress steps in (after
+// UCX_TCP_PASSIVE_DELAY). It does nothing before Init.
+func Progress() {
+	if st.phase == initialized {
+		st.worker.Progress()
+	}
+}
+
 func initThread(level ThreadLevel) error {
 	size, err := symheap.SizeFromEnv()
 	if err != nil {
