@@ -19,7 +19,7 @@ package main
 #cgo CFLAGS: -I${SRCDIR}/include -O2
 #include <stddef.h>
 #include <stdint.h>
-extern int gsh_npes;
+extern int gsh_npes, gsh_net_peers;
 extern char **gsh_heap_peer;
 extern char **gsh_data_peer;
 extern uint64_t *gsh_static_words;
@@ -154,13 +154,22 @@ func goshmem_go_init(requested C.int, provided *C.int) C.int {
 		C.gsh_tables_init(C.int(shmem.MyPE()), C.int(shmem.NPEs()), base, C.size_t(size))
 	}
 	lendWorldSync()
+	C.gsh_net_peers = C.int(b2i(shmem.NetworkPeers()))
 	return 0
 }
+
+// goshmem_go_progress drives this PE's communication once
+// (shmem.Progress), for the C waiting loops and failed tests
+// (gsh_wait_pause, gsh_tested).
+//
+//export goshmem_go_progress
+func goshmem_go_progress() { shmem.Progress() }
 
 //export goshmem_go_finalize
 func goshmem_go_finalize() {
 	shmem.Finalize()
 	if !shmem.QueryInitialized() {
+		C.gsh_net_peers = 0
 		C.gsh_wsync_free()
 		C.gsh_tables_free()
 	}
@@ -185,12 +194,6 @@ func goshmem_go_connect(pe C.int) {
 		C.gsh_data_attach(pe, unsafe.Pointer(&x[0]), C.size_t(len(x)))
 	}
 }
-
-// goshmem_go_poll serves the other PEs once (shmem.Poll), for the C
-// waiting loops (gsh_wait_pause).
-//
-//export goshmem_go_poll
-func goshmem_go_poll() { shmem.Poll() }
 
 // goshmem_go_addr_accessible reports whether the static data at p (not
 // mapped here) is reachable on PE pe: whether pe registered the same.

@@ -128,7 +128,7 @@ func launch(t *testing.T, args ...string) (string, error) {
 
 // TestCPrograms runs the C test programs, each on PEs over shared memory
 // and over tcp (where the heap and the static data are reached through the
-// transport). static, whose globals are the targets, also runs with its
+// transport), with the arguments args. static, whose globals are the targets, also runs with its
 // static data left in place (GOSHMEM_STATIC_DATA=0): over shared memory
 // the PEs then reach each other's through cma and tcp, not mapped.
 // staticwait has PEs wait in C for atomics on their static data: left in
@@ -139,32 +139,38 @@ func TestCPrograms(t *testing.T) {
 	for _, tc := range []struct {
 		prog, np string
 		env      []string
+		args     []string
 	}{
-		{"smoke", "2", nil},
-		{"barrier", "2", nil},
-		{"barrier", "5", nil},
-		{"barrier", "3", []string{"UCX_TLS=tcp,self"}},
-		{"smoke", "3", []string{"UCX_TLS=tcp,self"}},
-		{"colls", "3", nil},
-		{"colls", "4", []string{"UCX_TLS=tcp,self"}},
-		{"generic", "2", nil},
-		{"generic", "3", []string{"UCX_TLS=tcp,self"}},
-		{"ztypes", "2", nil},
-		{"ztypes", "3", []string{"UCX_TLS=tcp,self"}},
-		{"threads", "2", nil},
-		{"threads", "3", []string{"UCX_TLS=tcp,self"}},
-		{"static", "3", nil},
-		{"static", "4", []string{"UCX_TLS=tcp,self"}},
-		{"static", "3", []string{"GOSHMEM_STATIC_DATA=0"}},
-		{"statcoll", "3", nil},
-		{"statcoll", "4", []string{"UCX_TLS=tcp,self"}},
-		{"statcoll", "3", []string{"GOSHMEM_STATIC_DATA=0"}},
-		{"staticwait", "3", nil},
-		{"staticwait", "3", []string{"GOSHMEM_STATIC_DATA=0", "UCX_TLS=sm,self"}},
+		{"smoke", "2", nil, nil},
+		{"barrier", "2", nil, nil},
+		{"barrier", "5", nil, nil},
+		{"barrier", "3", []string{"UCX_TLS=tcp,self"}, nil},
+		{"smoke", "3", []string{"UCX_TLS=tcp,self"}, nil},
+		{"colls", "3", nil, nil},
+		{"colls", "4", []string{"UCX_TLS=tcp,self"}, nil},
+		{"generic", "2", nil, nil},
+		{"generic", "3", []string{"UCX_TLS=tcp,self"}, nil},
+		{"ztypes", "2", nil, nil},
+		{"ztypes", "3", []string{"UCX_TLS=tcp,self"}, nil},
+		{"threads", "2", nil, nil},
+		{"threads", "3", []string{"UCX_TLS=tcp,self"}, nil},
+		{"static", "3", nil, nil},
+		{"static", "4", []string{"UCX_TLS=tcp,self"}, nil},
+		{"static", "3", []string{"GOSHMEM_STATIC_DATA=0"}, nil},
+		{"statcoll", "3", nil, nil},
+		{"statcoll", "4", []string{"UCX_TLS=tcp,self"}, nil},
+		{"statcoll", "3", []string{"GOSHMEM_STATIC_DATA=0"}, nil},
+		{"nofinalize", "2", nil, nil},
+		{"nofinalize", "3", []string{"UCX_TLS=tcp,self"}, nil},
+		{"nofinalize", "3", nil, []string{"exit"}},
+		{"nofinalize", "2", []string{"UCX_TLS=tcp,self"}, []string{"exit"}},
+		{"netwait", "3", []string{"UCX_TLS=tcp,self", "UCX_TCP_PASSIVE_DELAY=10s"}, nil},
+		{"staticwait", "3", nil, nil},
+		{"staticwait", "3", []string{"GOSHMEM_STATIC_DATA=0", "UCX_TLS=sm,self"}, nil},
 	} {
-		t.Run(tc.prog+"/"+tc.np+"/"+strings.Join(tc.env, ","), func(t *testing.T) {
+		t.Run(strings.Join(append([]string{tc.prog, tc.np, strings.Join(tc.env, ",")}, tc.args...), "/"), func(t *testing.T) {
 			exe := compile(t, tc.prog)
-			out, err := run(t, exe, tc.np, tc.env)
+			out, err := run(t, exe, tc.np, tc.env, tc.args...)
 			if err != nil || !strings.Contains(out, "PASS") {
 				t.Fatalf("%s on %s PEs: %v\n%s", tc.prog, tc.np, err, out)
 			}

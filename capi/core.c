@@ -26,7 +26,7 @@ uintptr_t gsh_heap_lo, gsh_heap_size, gsh_data_lo, gsh_data_size;
 static char *gsh_no_peers[1];
 char **gsh_heap_peer = gsh_no_peers, **gsh_data_peer = gsh_no_peers;
 unsigned char *gsh_checked;
-int gsh_go_pending;
+int gsh_go_pending, gsh_net_peers;
 _Thread_local size_t gsh_any_from;
 _Thread_local unsigned gsh_test_fails;
 static int gsh_inited, gsh_thread_level;
@@ -85,21 +85,24 @@ char *gsh_connect(const void *p, size_t n, int pe, const char *fn) {
 }
 
 /* gsh_wait_pause is a waiting loop's pause: spin a little, then yield the
- * core (PEs may outnumber cores), then sleep briefly now and then. Past
- * the spinning, each pause first lets Go serve the other PEs
- * (shmem.Poll): the atomics that reach this PE's memory through
+ * core (PEs may outnumber cores), then sleep briefly now and then. It
+ * drives Go's progress (shmem.Progress) as Go's waits do: where some PE is
+ * reached through the network, every 64 spins, so that what the loop waits
+ * for moves at once and not after tcp's passive delay; and at every pause
+ * past the spinning, where the atomics that reach this PE's memory through
  * shared-memory messages (static data left in place, GOSHMEM_STATIC_DATA=0,
  * where UCX_TLS leaves tcp out) are applied only inside the library, and
  * the value this loop waits for may be one of them. */
 void gsh_wait_pause(unsigned *n) {
     unsigned i = (*n)++;
     if (i < 256) {
+        if (gsh_net_peers && i % 64 == 63) goshmem_go_progress();
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
         return;
     }
-    goshmem_go_poll();
+    goshmem_go_progress();
     if (i % 64 != 0) {
         sched_yield();
         return;
@@ -273,9 +276,32 @@ void gsh_tables_free(void) {
 }
 
 /* Setup. */
+
+/* gsh_global_exiting is set by shmem_global_exit: the launcher ends the
+ * job, so the exit that follows must not wait in a finalize. */
+static int gsh_global_exiting;
+
+/* gsh_exit_finalize is the finalize of a program that exits (returns from
+ * main, calls exit) initialized: OpenSHMEM programs written for start_pes
+ * never call shmem_finalize (it did not exist), and programs exit(0) on
+ * paths that skip it (usage, --help); OSHMEM, SOS and OSSS finalize them
+ * too. A PE that exits with a failure does not wait for the others in the
+ * finalize's barrier: its launcher ends the job on its status. */
+static void gsh_exit_finalize(int status, void *arg) {
+    (void)arg;
+    if (status == 0 && gsh_inited && !gsh_global_exiting) pshmem_finalize();
+}
+static void gsh_exit_finalize_register(void) {
+#if defined(__GLIBC__)
+    on_exit(gsh_exit_finalize, NULL);
+#endif
+}
+static pthread_once_t gsh_exit_once = PTHREAD_ONCE_INIT;
+
 GSH_WEAK(shmem_init)
 void pshmem_init(void) {
     if (goshmem_go_init(SHMEM_THREAD_SINGLE, NULL) != 0) exit(1);
+    pthread_once(&gsh_exit_once, gsh_exit_finalize_register);
 }
 GSH_WEAK(shmem_init_thread)
 int pshmem_init_thread(int requested, int *provided) {
@@ -285,7 +311,10 @@ int pshmem_init_thread(int requested, int *provided) {
     }
     int p = requested;
     int r = goshmem_go_init(requested, &p);
-    if (r == 0) gsh_thread_level = p;
+    if (r == 0) {
+        gsh_thread_level = p;
+        pthread_once(&gsh_exit_once, gsh_exit_finalize_register);
+    }
     if (provided) *provided = p;
     return r;
 }
@@ -316,6 +345,7 @@ int p_num_pes(void) { return pshmem_n_pes(); }
 GSH_WEAK(shmem_global_exit)
 void pshmem_global_exit(int status) {
     fflush(NULL);
+    gsh_global_exiting = 1;
     if (gsh_inited) goshmem_go_global_exit(status);
     exit(status);
 }

@@ -68,8 +68,8 @@ void gsh_wsync_free(void);
  * naming it when package shmem rejects an argument. */
 extern int goshmem_go_init(int requested, int *provided);
 extern void goshmem_go_finalize(void);
+extern void goshmem_go_progress(void);
 extern void goshmem_go_connect(int pe);
-extern void goshmem_go_poll(void);
 extern int goshmem_go_addr_accessible(void *p, int pe);
 extern void goshmem_go_rma(uintptr_t ctx, int kind, void *dest, void *source, size_t nbytes, int pe, const char *fn);
 extern void goshmem_go_strided(uintptr_t ctx, int get, void *dest, void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int esize, int pe, const char *fn);
@@ -119,6 +119,11 @@ enum {
  * operation was a store or an atomic on mapped memory and a CPU fence is
  * all they need. */
 extern int gsh_go_pending;
+
+/* gsh_net_peers is set at init where some PE is reached through the
+ * network: the waits on local memory then drive Go's progress (gsh_wait_pause),
+ * so that what they wait for moves at once, not after tcp's passive delay. */
+extern int gsh_net_peers;
 
 __attribute__((noreturn, cold, format(printf, 2, 3))) void gsh_fatal(const char *fn, const char *fmt, ...);
 __attribute__((noreturn, cold)) void gsh_bad_pe(const char *fn, int pe);
@@ -459,15 +464,16 @@ GSH_AMO_LOCAL(64)
  * call after call, so that every element that meets the condition is
  * eventually the one returned, as the specification asks. */
 extern _Thread_local size_t gsh_any_from;
-/* gsh_tested returns ok, the result of a test routine; a test that failed
- * lets Go serve the other PEs (shmem.Poll) now and then, every 16th
- * failure of the thread: a loop of tests is a waiting loop, and what it
- * waits for may be an atomic that only this PE applies (see
- * gsh_wait_pause), while a test that succeeds, or fails now and then in a
- * computing loop, stays in C. */
+/* gsh_tested returns ok, the result of a test routine. A loop of tests is
+ * a waiting loop, so a test that failed drives Go's progress
+ * (shmem.Progress), as Go's Test does: at every failure where some PE is
+ * reached through the network (what it waits for then moves at once), and
+ * every 16th failure of the thread otherwise (what it waits for may be an
+ * atomic that only this PE applies: see gsh_wait_pause). A test that
+ * succeeds stays in C. */
 extern _Thread_local unsigned gsh_test_fails;
 static inline int gsh_tested(int ok) {
-    if (!ok && (++gsh_test_fails & 15) == 0) goshmem_go_poll();
+    if (!ok && (gsh_net_peers || (++gsh_test_fails & 15) == 0)) goshmem_go_progress();
     return ok;
 }
 static inline size_t gsh_tested_index(size_t i, size_t fail) {

@@ -18,21 +18,6 @@ func HeapBounds() (base unsafe.Pointer, size int) {
 	return st.heap.Base(), int(st.heapSize)
 }
 
-// Poll serves, once, what other PEs' operations need of this PE: the RMA
-// and atomics that peers carry in shared-memory messages to memory of
-// this PE's that they do not map (static data left in place, a heap that
-// no peer maps, when UCX_TLS leaves tcp out), which this PE applies only
-// inside the library. The waits and tests of this package poll while they
-// wait; Poll is for libraries built on this package whose waiting loops
-// run outside it (the C library's point-to-point waits), which would
-// otherwise wait forever for an atomic that only their own PE can apply.
-// It does nothing before Init and after the last Finalize.
-func Poll() {
-	if st.phase == initialized {
-		st.worker.Progress()
-	}
-}
-
 // initExtra is what SetInitExtra gave, published in this PE's init blob.
 var initExtra []byte
 

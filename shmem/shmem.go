@@ -320,6 +320,29 @@ func Init() error {
 // goroutine that does not race with Init and Finalize.
 func QueryInitialized() bool { return st.phase == initialized }
 
+// NetworkPeers reports whether some PE of the job is reached through the
+// network (tcp), not through memory this PE maps: only then does a wait
+// on local memory need Progress. It is false before Init.
+func NetworkPeers() bool { return st.phase == initialized && st.netPoll }
+
+// Progress drives this PE's communication once, as the library's own
+// waits and tests do while they wait. It is for libraries built on this
+// package whose waiting loops run outside it (the C library's
+// shmem_wait_until, on local memory): where NetworkPeers, so that the
+// operations this PE issued and those issued to it move at once, not when
+// the transports' passive progress steps in (after UCX_TCP_PASSIVE_DELAY);
+// and in any job past a short spin, since the RMA and atomics that peers
+// carry in shared-memory messages to memory of this PE's that they do not
+// map (static data left in place, when UCX_TLS leaves tcp out) are
+// applied only inside the library, and such a loop would otherwise wait
+// forever for one. It does nothing before Init and after the last
+// Finalize.
+func Progress() {
+	if st.phase == initialized {
+		st.worker.Progress()
+	}
+}
+
 func initThread(level ThreadLevel) error {
 	size, err := symheap.SizeFromEnv()
 	if err != nil {
