@@ -216,7 +216,10 @@
 //
 // A goroutine that waits for a tcp event should spin on Progress, yielding
 // (runtime.Gosched) between calls, and sleep only after a while without
-// events.
+// events, in poll(2) on Iface.InputFD (uct.InputPoller), the epoll set:
+// the next frame then wakes it. A timed sleep would not be ended by a
+// frame: while Progress runs, no goroutine of the iface reads the
+// sockets.
 //
 // WakeupFD is unsupported: ifaces are polled.
 package tcp
