@@ -350,12 +350,13 @@ func (w *Worker) openIfaces() error {
 
 // start sets up, on the open interfaces, the wakeup descriptors, the
 // address, and the protocols, and registers their progress. On failure it
-// undoes what it did: before the protocols only the interfaces exist to be
-// closed; after, Destroy ends everything.
+// undoes what it did: before the protocols only the interfaces and Idle's
+// eventfd exist to be closed; after, Destroy ends everything.
 func (w *Worker) start() error {
 	if w.ctx.features&FeatureWakeup != 0 {
 		if err := w.initWakeup(); err != nil {
 			w.closeIfaces()
+			w.closeIdle()
 			return err
 		}
 	}
