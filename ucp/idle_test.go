@@ -57,24 +57,14 @@ func TestIdleWokenByInput(t *testing.T) {
 			// Once the checks are done, b progresses until its endpoint's
 			// closing flush (a cleanup of newPair, which runs before this
 			// one) was acknowledged.
-			stop, served := make(chan struct{}), make(chan struct{})
+			var stop, done chan struct{}
 			t.Cleanup(func() {
-				close(stop)
-				<-served
+				if stop != nil {
+					close(stop)
+					<-done
+				}
 			})
-			defer func() {
-				go func() {
-					defer close(served)
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-							b.Progress()
-						}
-					}
-				}()
-			}()
+			defer func() { stop, done = serve(b) }()
 			p := newPair(t, c, a, b, 64)
 			slept := make(chan struct{})
 			go func() {
