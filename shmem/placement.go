@@ -2,28 +2,58 @@ package shmem
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math/bits"
+	"os"
 	"runtime"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
 // placement is what a PE tells every other at start-up, in one bootstrap
-// allgather: the CPUs it may run on, and what its barrier needs to know
-// (see barrierState.chooseScheme).
+// allgather: the CPUs it may run on and the machine they belong to, and
+// what its barrier needs to know (see barrierState.chooseScheme).
 type placement struct {
 	mapsAll   bool // it maps the heap of every other PE
 	mapsNode  bool // it maps the heaps of its node's PEs
 	nodeAware bool // it asks for the node-aware barrier
 	cpus      unix.CPUSet
+	// machine is the boot id of its kernel (zero when unknown): PEs of
+	// different nodes (containers or network namespaces of their own,
+	// which map no heap of each other) may still run on one machine and
+	// share its CPUs.
+	machine [16]byte
+}
+
+// bootIDFile holds the boot id of the running kernel: the same in every
+// namespace and container on the machine, different on every other.
+const bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// machineID is the boot id of this machine's kernel, or zero when it
+// cannot be read.
+func machineID() [16]byte {
+	var id [16]byte
+	b, err := os.ReadFile(bootIDFile)
+	if err != nil {
+		return id
+	}
+	h := strings.ReplaceAll(strings.TrimSpace(string(b)), "-", "")
+	if len(h) != 2*len(id) {
+		return id
+	}
+	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
+		return [16]byte{}
+	}
+	return id
 }
 
 // ownPlacement is this PE's placement. Its CPUs are its affinity mask (what
 // goshmem-run --bind-to, taskset or a batch system left it), or every CPU
 // the runtime counts when the mask cannot be read.
 func ownPlacement() placement {
-	p := placement{mapsAll: true, mapsNode: true, nodeAware: st.env.barrier == barrierNodeAware}
+	p := placement{mapsAll: true, mapsNode: true, nodeAware: st.env.barrier == barrierNodeAware, machine: machineID()}
 	me := st.table.Node(st.me)
 	for pe := range st.peers {
 		if pe == st.me || st.peers[pe].mapped {
@@ -43,8 +73,8 @@ func ownPlacement() placement {
 	return p
 }
 
-// marshal encodes p: a flags byte, then the CPU set's words, little endian,
-// without the trailing zero words.
+// marshal encodes p: a flags byte, the machine id, then the CPU set's
+// words, little endian, without the trailing zero words.
 func (p placement) marshal() []byte {
 	var flags byte
 	for i, f := range []bool{p.mapsAll, p.mapsNode, p.nodeAware} {
@@ -56,8 +86,9 @@ func (p placement) marshal() []byte {
 	for n > 0 && p.cpus[n-1] == 0 {
 		n--
 	}
-	b := make([]byte, 1, 1+8*n)
+	b := make([]byte, 1, 1+len(p.machine)+8*n)
 	b[0] = flags
+	b = append(b, p.machine[:]...)
 	for _, w := range p.cpus[:n] {
 		b = binary.LittleEndian.AppendUint64(b, uint64(w))
 	}
@@ -67,12 +98,14 @@ func (p placement) marshal() []byte {
 // unmarshalPlacement decodes what marshal encodes.
 func unmarshalPlacement(b []byte) (placement, error) {
 	var p placement
-	if len(b) < 1 || (len(b)-1)%8 != 0 || (len(b)-1)/8 > len(p.cpus) {
-		return p, fmt.Errorf("placement of %d bytes: want a flags byte and at most %d words", len(b), len(p.cpus))
+	head := 1 + len(p.machine)
+	if len(b) < head || (len(b)-head)%8 != 0 || (len(b)-head)/8 > len(p.cpus) {
+		return p, fmt.Errorf("placement of %d bytes: want a flags byte, a %d-byte machine id and at most %d words", len(b), len(p.machine), len(p.cpus))
 	}
 	p.mapsAll, p.mapsNode, p.nodeAware = b[0]&1 != 0, b[0]&2 != 0, b[0]&4 != 0
-	for i := range (len(b) - 1) / 8 {
-		for w := binary.LittleEndian.Uint64(b[1+8*i:]); w != 0; w &= w - 1 {
+	copy(p.machine[:], b[1:head])
+	for i := range (len(b) - head) / 8 {
+		for w := binary.LittleEndian.Uint64(b[head+8*i:]); w != 0; w &= w - 1 {
 			p.cpus.Set(64*i + bits.TrailingZeros64(w))
 		}
 	}
@@ -95,25 +128,35 @@ func gatherPlacements() ([]placement, error) {
 	return all, nil
 }
 
-// sharers is the number of PEs of PE p's node that may run on its CPUs,
-// itself included (node gives each PE's node). The affinity masks decide
-// it, not the CPU count that one PE sees: PEs bound each to a core of
-// their own (goshmem-run --bind-to core) each see one CPU, and share it
-// with no other PE; two PEs bound to one core share it whatever the
-// machine has.
+// sharers is the number of PEs of PE p's machine that may run on its
+// CPUs, itself included (node gives each PE's node). The affinity masks
+// decide it, not the CPU count that one PE sees: PEs bound each to a core
+// of their own (goshmem-run --bind-to core) each see one CPU, and share
+// it with no other PE; two PEs bound to one core share it whatever the
+// machine has. The machine counts, not the node: the PEs of "hosts" that
+// are containers or network namespaces of one machine share its CPUs
+// though they map no heap of each other (2 such hosts x 2 PEs, on 2
+// cores, each counted 2 PEs on 2 CPUs, and spun where 4 PEs took turns).
 func sharers(all []placement, node func(pe int) int, p int) int {
 	n := 0
 	for q := range all {
-		if node(q) == node(p) && overlap(&all[p].cpus, &all[q].cpus) {
+		if sameMachine(all, node, p, q) && overlap(&all[p].cpus, &all[q].cpus) {
 			n++
 		}
 	}
 	return n
 }
 
+// sameMachine reports whether PEs p and q run on one machine: they are
+// on one node, or their kernels have one boot id.
+func sameMachine(all []placement, node func(pe int) int, p, q int) bool {
+	var unknown [16]byte
+	return node(p) == node(q) || all[p].machine != unknown && all[p].machine == all[q].machine
+}
+
 // crowded reports whether some PE of the node of PE me (or of any node,
-// with me < 0) has fewer CPUs than PEs that may run on them: the same
-// answer on every PE of that node (of the job).
+// with me < 0) has fewer CPUs than PEs of its machine that may run on
+// them: the same answer on every PE of that node (of the job).
 func crowded(all []placement, node func(pe int) int, me int) bool {
 	for p := range all {
 		if (me < 0 || node(p) == node(me)) && sharers(all, node, p) > all[p].cpus.Count() {

@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,6 +24,7 @@ func TestPlacementRoundTrip(t *testing.T) {
 		onCPUs(0),
 		onCPUs(1, 63, 64, 1023),
 		{mapsNode: true, cpus: onCPUs(5, 700).cpus},
+		onMachine(7, onCPUs(0, 1)),
 	} {
 		b := p.marshal()
 		got, err := unmarshalPlacement(b)
@@ -41,10 +43,31 @@ func TestPlacementRoundTrip(t *testing.T) {
 	}
 }
 
-// TestCrowding checks the node's sharing of CPUs as the affinity masks
+// onMachine returns p on the machine of boot id {id, 0, ...}.
+func onMachine(id byte, p placement) placement {
+	p.machine[0] = id
+	return p
+}
+
+// TestMachineID: the boot id of this machine reads the same each time,
+// and is known on Linux.
+func TestMachineID(t *testing.T) {
+	if _, err := os.Stat(bootIDFile); err != nil {
+		t.Skipf("no %s here: %v", bootIDFile, err)
+	}
+	a, b := machineID(), machineID()
+	if a != b || a == ([16]byte{}) {
+		t.Errorf("machineID() = %x, then %x; want one nonzero id", a, b)
+	}
+}
+
+// TestCrowding checks the machine's sharing of CPUs as the affinity masks
 // give it: PEs bound each to its own core are not crowded, even though each
 // sees a single CPU (the barrier was centralized, and waits yielded at
-// once, for 2 PEs on 2 cores under goshmem-run --bind-to core).
+// once, for 2 PEs on 2 cores under goshmem-run --bind-to core); the PEs of
+// nodes that are namespaces or containers of one machine (one boot id)
+// share its CPUs (2 such hosts x 2 PEs on 2 cores were each not crowded,
+// and their waits spun while the other host's PEs needed the cores).
 func TestCrowding(t *testing.T) {
 	type want struct {
 		Crowded, AnyCrowded bool
@@ -65,6 +88,10 @@ func TestCrowding(t *testing.T) {
 		{"unbound, 2 PEs on 8 CPUs", []placement{onCPUs(0, 1, 2, 3, 4, 5, 6, 7), onCPUs(0, 1, 2, 3, 4, 5, 6, 7)}, oneNode, want{false, false, 1, 4}},
 		{"me alone, two others on one core", []placement{onCPUs(2, 3), onCPUs(0), onCPUs(0)}, oneNode, want{true, true, 1, 2}},
 		{"the other node crowded", []placement{onCPUs(0), onCPUs(1), onCPUs(0), onCPUs(0)}, twoNodes, want{false, true, 1, 1}},
+		{"two nodes of one machine, 4 PEs on 2 CPUs", []placement{onMachine(1, onCPUs(0, 1)), onMachine(1, onCPUs(0, 1)), onMachine(1, onCPUs(0, 1)), onMachine(1, onCPUs(0, 1))}, twoNodes, want{true, true, 2, 1}},
+		{"two nodes of one machine, a core each", []placement{onMachine(1, onCPUs(0)), onMachine(1, onCPUs(1)), onMachine(1, onCPUs(2)), onMachine(1, onCPUs(3))}, twoNodes, want{false, false, 1, 1}},
+		{"two machines, 2 PEs on 2 CPUs each", []placement{onMachine(1, onCPUs(0, 1)), onMachine(1, onCPUs(0, 1)), onMachine(2, onCPUs(0, 1)), onMachine(2, onCPUs(0, 1))}, twoNodes, want{false, false, 1, 1}},
+		{"two nodes, machines unknown", []placement{onCPUs(0, 1), onCPUs(0, 1), onCPUs(0, 1), onCPUs(0, 1)}, twoNodes, want{false, false, 1, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got want

@@ -4,10 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/ucs"
 	"github.com/goshmem/goshmem/uct"
@@ -198,7 +201,7 @@ type Worker struct {
 	// that a flush without any looks at no endpoint.
 	swDirtyEPs atomic.Int32
 	netPoll    bool         // some interface receives through Go's network poller
-	sleeping   uint32       // futex word: 1 while a goroutine sleeps in Idle; atomic
+	sleeping   uint32       // 1 while a goroutine sleeps in Idle (a futex word without idlePoll); atomic
 	idleRun    atomic.Int32 // Idle calls since a Progress last did something (netPoll)
 	signalled  atomic.Bool  // notify ran since Idle last looked
 	amAlign    int
@@ -217,6 +220,12 @@ type Worker struct {
 	cs         csConnects   // client-server endpoints that connect (ep_connect.go)
 	cm         workerCM     // the connection manager (listener.go)
 	requests   requestPool  // free requests (request.go)
+	// idlePoll is what Idle sleeps on when some interface's input can be
+	// waited for in the kernel (uct.InputPoller): the worker's eventfd
+	// idleFD, which notify writes, then each such interface's
+	// descriptor. Empty, Idle sleeps on the futex word sleeping.
+	idlePoll []unix.PollFd
+	idleFD   int
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -244,6 +253,10 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	w.uw = uct.NewWorker(w.mode)
 	w.uw.SetSignal(w.notifyEvents)
 	if err := w.openIfaces(); err != nil {
+		return nil, fmt.Errorf("ucp worker create: %w", err)
+	}
+	if err := w.initIdle(); err != nil {
+		w.closeIfaces()
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
 	if err := w.start(); err != nil {
@@ -340,12 +353,13 @@ func (w *Worker) openIfaces() error {
 
 // start sets up, on the open interfaces, the wakeup descriptors, the
 // address, and the protocols, and registers their progress. On failure it
-// undoes what it did: before the protocols only the interfaces exist to be
-// closed; after, Destroy ends everything.
+// undoes what it did: before the protocols only the interfaces and Idle's
+// eventfd exist to be closed; after, Destroy ends everything.
 func (w *Worker) start() error {
 	if w.ctx.features&FeatureWakeup != 0 {
 		if err := w.initWakeup(); err != nil {
 			w.closeIfaces()
+			w.closeIdle()
 			return err
 		}
 	}
@@ -377,15 +391,19 @@ func (w *Worker) AMAlignment() int { return w.amAlign }
 // since a Progress last did something Idle returns at once, yielding the
 // thread every idleYieldEvery-th call and the goroutine every
 // idleGoschedEvery-th: a reply is then seen by the next Progress, a system
-// call after it came. After that
-// Idle sleeps, in the kernel (a futex wait, which leaves the network to
-// the transports' reading goroutines and the runtime's poller), until a
-// receive path of the worker signals that it handled something (a reply,
-// a software put or atomic, an acknowledgement), or idleWait at most:
-// shared-memory peers and some transports write straight into memory
-// without a signal. A Go timer would not do for that bound: the runtime
-// rounds sleeps below a millisecond up to about one when it has nothing
-// else to do.
+// call after it came. After that Idle sleeps in the kernel until input
+// comes for an interface that can be waited for (uct.InputPoller: a frame
+// on a tcp socket), or a receive path of the worker running on another
+// goroutine signals that it handled something (a reply, a software put or
+// atomic, an acknowledgement), or idleWait at most: shared-memory peers
+// and some transports write straight into memory without a signal. It
+// waits for the input itself (ppoll on the interfaces' descriptors): while
+// it calls Progress every idleWait, no goroutine of the transport reads
+// the sockets to signal it (tcp's poller steps in after
+// UCX_TCP_PASSIVE_DELAY without Progress), so a sleep on a signal alone
+// lasted out its bound whatever came. A Go timer would not do for the
+// bound: the runtime rounds sleeps below a millisecond up to about one
+// when it has nothing else to do.
 func (w *Worker) Idle() {
 	if !w.netPoll {
 		yieldGoroutine()
@@ -418,7 +436,11 @@ func (w *Worker) Idle() {
 		atomic.StoreUint32(&w.sleeping, 0)
 		return
 	}
-	ucs.FutexWait(&w.sleeping, 1, idleWait, true)
+	if len(w.idlePoll) > 0 {
+		w.pollIdle()
+	} else {
+		ucs.FutexWait(&w.sleeping, 1, idleWait, true)
+	}
 	atomic.StoreUint32(&w.sleeping, 0)
 	w.signalled.Store(false)
 }
@@ -426,8 +448,51 @@ func (w *Worker) Idle() {
 // yieldGoroutine is runtime.Gosched; a test counts its calls.
 var yieldGoroutine = runtime.Gosched
 
-// idleWait bounds how long Idle sleeps.
-const idleWait = 30 * time.Microsecond
+// initIdle sets up Idle's sleep on the input of the interfaces that can
+// be waited for (uct.InputPoller), when the worker has any: an eventfd
+// for notify, then their descriptors.
+func (w *Worker) initIdle() error {
+	for _, wi := range w.ifaces {
+		if p, ok := wi.iface.(uct.InputPoller); ok {
+			w.idlePoll = append(w.idlePoll, unix.PollFd{Fd: int32(p.InputFD()), Events: unix.POLLIN})
+		}
+	}
+	if len(w.idlePoll) == 0 {
+		return nil
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		w.idlePoll = nil
+		return fmt.Errorf("idle eventfd: %w: %w", ucs.ErrIOError, os.NewSyscallError("eventfd", err))
+	}
+	w.idleFD = fd
+	w.idlePoll = append([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, w.idlePoll...)
+	return nil
+}
+
+// closeIdle closes Idle's eventfd; the interfaces are closed, and no
+// goroutine sleeps in Idle.
+func (w *Worker) closeIdle() {
+	if len(w.idlePoll) > 0 {
+		unix.Close(w.idleFD)
+	}
+}
+
+// pollIdle is Idle's sleep on idlePoll, idleWait at most. The descriptors
+// are copied for the call (several goroutines may sleep at once in multi
+// mode, and ppoll writes each entry's events); the eventfd is drained
+// when notify wrote it.
+func (w *Worker) pollIdle() {
+	var fds [maxAddrIfaces + 1]unix.PollFd
+	n := copy(fds[:], w.idlePoll)
+	ts := unix.NsecToTimespec(int64(idleWait))
+	if k, err := unix.Ppoll(fds[:n], &ts, nil); err == nil && k > 0 && fds[0].Revents&unix.POLLIN != 0 {
+		drainEventFD(w.idleFD)
+	}
+}
+
+// idleWait bounds how long Idle sleeps; a variable for the tests.
+var idleWait = 30 * time.Microsecond
 
 // idleSpin is how many times Idle returns at once, when the worker reads
 // from the network, before it sleeps: a few hundred microseconds of
@@ -455,7 +520,11 @@ func (w *Worker) notify() { w.notifyEvents(uct.EventAll) }
 func (w *Worker) notifyEvents(ev uint32) {
 	w.signalled.Store(true)
 	if atomic.CompareAndSwapUint32(&w.sleeping, 1, 0) {
-		ucs.FutexWake(&w.sleeping, true)
+		if len(w.idlePoll) > 0 {
+			writeEventFD(w.idleFD)
+		} else {
+			ucs.FutexWake(&w.sleeping, true)
+		}
 	}
 	if w.wake.enabled {
 		w.wake.event(ev)
@@ -533,6 +602,7 @@ func (w *Worker) Destroy() {
 	w.closeWakeup()
 	w.closeIfaces()
 	w.releaseWakeup()
+	w.closeIdle()
 	if fn := w.ctx.params.RequestCleanup; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestCleanup != 0 {
 		w.requests.cleanup(fn)
 	}

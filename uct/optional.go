@@ -61,6 +61,21 @@ type EventArmer interface {
 	EventArm(events uint32) ucs.Status
 }
 
+// InputPoller is implemented by ifaces whose Progress reads descriptors
+// that the kernel can wait on (tcp: its sockets). InputFD returns a
+// descriptor that polls readable (POLLIN) while input waits for Progress
+// to read it, and stays readable until then (level-triggered), as the
+// event descriptor of UCX's tcp iface (its epoll set) does: a goroutine
+// that found no work can sleep in poll(2) on it and be woken by the next
+// message, where a timed sleep would last out its bound. It may also poll
+// readable for work of the iface that is not input (a queue that may be
+// written now), which Progress then does. The caller only polls it: it
+// neither reads nor closes it, and stops polling it before the iface
+// closes.
+type InputPoller interface {
+	InputFD() int
+}
+
 // AMTraceType says what happened to a traced active message.
 type AMTraceType int
 

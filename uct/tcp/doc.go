@@ -218,9 +218,12 @@
 //
 // A goroutine that waits for a tcp event should spin on Progress,
 // yielding the thread every few calls and the goroutine (runtime.Gosched)
-// only every few hundred, and sleep only after a while without events, as
-// ucp's Worker.Idle does: each Gosched wakes a thread for an idle P, two
-// futex calls and a thread that takes a core from the polling processes.
+// only every few hundred (each Gosched wakes a thread for an idle P, two
+// futex calls and a thread that takes a core from the polling processes),
+// and sleep only after a while without events, as ucp's Worker.Idle does,
+// in poll(2) on Iface.InputFD (uct.InputPoller), the epoll set: the next
+// frame then wakes it. A timed sleep would not be ended by a frame: while
+// Progress runs, no goroutine of the iface reads the sockets.
 //
 // WakeupFD is unsupported: ifaces are polled.
 package tcp

@@ -555,5 +555,11 @@ func (*Iface) WakeupFD() (int, error) {
 	return -1, fmt.Errorf("uct/tcp: wakeup fd: %w", ucs.ErrUnsupported)
 }
 
+// InputFD returns the iface's epoll set (uct.InputPoller): it polls
+// readable while a connection has bytes for Progress to read, or a queue
+// that its socket now takes (the poller's wake descriptor, in the set
+// too, may make it readable once for nothing). It is valid until Close.
+func (i *Iface) InputFD() int { return i.poll.fd }
+
 // rxFull reports whether the queue of received active messages is full.
 func (i *Iface) rxFull() bool { return i.rxOver.Load() }
