@@ -97,9 +97,7 @@ void gsh_wait_pause(unsigned *n) {
     unsigned i = (*n)++;
     if (i < 256) {
         if (gsh_net_peers && i % 64 == 63) goshmem_go_progress();
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        gsh_relax();
         return;
     }
     goshmem_go_progress();
@@ -488,11 +486,13 @@ static void gsh_world_sync(uint64_t kind, int sync) {
         __atomic_store_n(&peer[keys], lo, __ATOMIC_RELAXED);
         __atomic_store_n(&peer[keys + 1], hi, __ATOMIC_RELAXED);
         __atomic_store_n(&peer[0], epoch, __ATOMIC_RELEASE);
-        for (int n = 0; __atomic_load_n(own, __ATOMIC_ACQUIRE) < epoch; n++)
+        for (int n = 0; __atomic_load_n(own, __ATOMIC_ACQUIRE) < epoch; n++) {
             if (GSH_UNLIKELY(n == w->spin)) {
                 goshmem_go_world_wait(own, epoch);
                 break;
             }
+            gsh_relax();
+        }
         uint64_t l = __atomic_load_n(&own[keys], __ATOMIC_RELAXED), h = __atomic_load_n(&own[keys + 1], __ATOMIC_RELAXED);
         lo = l < lo ? l : lo;
         hi = h > hi ? h : hi;

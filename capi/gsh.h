@@ -132,6 +132,16 @@ __attribute__((noreturn, cold)) void gsh_misaligned(const char *fn, const void *
 char *gsh_connect(const void *p, size_t n, int pe, const char *fn);
 void gsh_wait_pause(unsigned *n);
 
+/* gsh_relax is a spinning loop's pause: it lets the CPU know the loop
+ * spins, which spares it the pipeline flush of many loads in flight when
+ * the line they read changes (about half of a 2-PE barrier on this
+ * project's EPYC VMs). */
+static inline void gsh_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static inline void gsh_check_pe(const char *fn, int pe) {
     if (GSH_UNLIKELY((unsigned)pe >= (unsigned)gsh_npes)) gsh_bad_pe(fn, pe);
 }

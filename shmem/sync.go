@@ -512,7 +512,7 @@ func publishWorldSync() {
 		CollWord:   teamWorld.collWord(),
 		BarrierAll: collKindOf["BarrierAll"],
 		SyncAll:    collKindOf["SyncAll"],
-		Spin:       progressLoads,
+		Spin:       st.spin,
 		Wait:       waitGE,
 		Mismatch:   teamWorld.collMismatch,
 	}

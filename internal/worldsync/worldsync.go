@@ -33,7 +33,10 @@ type Layout struct {
 	// BarrierAll and SyncAll are the collective kinds of shmem_barrier_all
 	// and shmem_sync_all.
 	BarrierAll, SyncAll uint64
-	// Spin is how many loads a wait makes before it calls Wait.
+	// Spin is how many loads a wait makes, a CPU pause between two,
+	// before it calls Wait: shmem's spin budget (a call into Go costs more
+	// than a barrier, so the budget is the whole of a dedicated core's,
+	// not the loads between two progress calls of Go's waits).
 	Spin int
 	// Wait waits in Go until *p >= v: the part of a wait that lasts,
 	// which drives the worker's progress, yields, and serves the stall
