@@ -24,6 +24,18 @@ const (
 	EventAll = EventSendComp | EventTagComp | EventRecv | EventRecvSig
 )
 
+// ArmedRecvEvents checks the events of an EventArm call, for an iface whose
+// sends complete on return (their completion events never fire), and
+// returns the receive kinds among them (EventRecv, EventRecvSig), which
+// are those that arm it: 0 when the call arms nothing and returns
+// ucs.OK. Bits outside EventAll fail with ucs.ErrInvalidParam.
+func ArmedRecvEvents(events uint32) (uint32, ucs.Status) {
+	if events&^EventAll != 0 {
+		return 0, ucs.ErrInvalidParam
+	}
+	return events & (EventRecv | EventRecvSig), ucs.OK
+}
+
 // Send flags of EP.AMBcopy and EP.AMZcopy (UCT_SEND_FLAG_*).
 const (
 	// SendFlagSignaled marks an active message as signaled: it fires

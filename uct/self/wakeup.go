@@ -52,11 +52,9 @@ func (i *Iface) WakeupFD() (int, error) {
 // ucs.ErrNoDevice. EventArm creates the descriptor itself if WakeupFD was
 // not called yet.
 func (i *Iface) EventArm(events uint32) ucs.Status {
-	if events&^uct.EventAll != 0 {
-		return ucs.ErrInvalidParam
-	}
-	if events&(uct.EventRecv|uct.EventRecvSig) == 0 {
-		return ucs.OK
+	recv, st := uct.ArmedRecvEvents(events)
+	if recv == 0 {
+		return st
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -66,7 +64,7 @@ func (i *Iface) EventArm(events uint32) ucs.Status {
 	if len(i.queue) > 0 {
 		return ucs.ErrBusy
 	}
-	i.armed = events & (uct.EventRecv | uct.EventRecvSig)
+	i.armed = recv
 	return ucs.OK
 }
 

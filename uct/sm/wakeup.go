@@ -137,11 +137,9 @@ func (i *Iface) WakeupFD() (int, error) { return i.startWakeup() }
 // eventfd that cannot be created with ucs.ErrIOError. EventArm starts the
 // helper itself, so it may come before the first WakeupFD call.
 func (i *Iface) EventArm(events uint32) ucs.Status {
-	if events&^uct.EventAll != 0 {
-		return ucs.ErrInvalidParam
-	}
-	if events&(uct.EventRecv|uct.EventRecvSig) == 0 {
-		return ucs.OK
+	recv, st := uct.ArmedRecvEvents(events)
+	if recv == 0 {
+		return st
 	}
 	if _, err := i.startWakeup(); err != nil {
 		if s := ucs.ErrIOError; errors.As(err, &s) {
@@ -156,7 +154,7 @@ func (i *Iface) EventArm(events uint32) ucs.Status {
 	if i.rx.poll(i.head) != nil {
 		return ucs.ErrBusy
 	}
-	atomic.StoreUint32(i.rx.armed, events&(uct.EventRecv|uct.EventRecvSig))
+	atomic.StoreUint32(i.rx.armed, recv)
 	if i.rx.poll(i.head) != nil {
 		// A producer published before it could see armed: do not sleep.
 		// If one disarmed meanwhile, the descriptor gets a spurious write.
