@@ -1,7 +1,6 @@
 package shmem
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -260,17 +259,7 @@ func putBytes(c *Ctx, routine string, dst unsafe.Pointer, dstLen int, src []byte
 	}
 	profCtx(c, routine, pe, nb)
 	if base := q.heap(); base != nil {
-		// copyOut, by hand: this is the hot path.
-		d := unsafe.Slice((*byte)(unsafe.Add(base, off)), nb)
-		switch {
-		case nb == 8:
-			// A word: one load and one store, without memmove's call.
-			binary.LittleEndian.PutUint64(d, binary.LittleEndian.Uint64(src))
-		case nb >= largeCopy:
-			ucs.Memcpy(d, src)
-		default:
-			copy(d, src)
-		}
+		copyBytes(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), src)
 		return
 	}
 	c.putSlow(routine, pe, off, src, nbi)
@@ -278,12 +267,8 @@ func putBytes(c *Ctx, routine string, dst unsafe.Pointer, dstLen int, src []byte
 
 // copyOut copies src to the heap offset off of a peer mapped at base.
 func copyOut[T any](base unsafe.Pointer, off uintptr, src []T) {
-	var z T
-	if nb := len(src) * int(unsafe.Sizeof(z)); nb >= largeCopy {
-		ucs.Memcpy(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), bytesOf(src))
-		return
-	}
-	copy(unsafe.Slice((*T)(unsafe.Add(base, off)), len(src)), src)
+	b := bytesOf(src)
+	copyBytes(unsafe.Slice((*byte)(unsafe.Add(base, off)), len(b)), b)
 }
 
 func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
