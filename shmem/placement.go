@@ -2,14 +2,13 @@ package shmem
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math/bits"
-	"os"
 	"runtime"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // placement is what a PE tells every other at start-up, in one bootstrap
@@ -20,40 +19,17 @@ type placement struct {
 	mapsNode  bool // it maps the heaps of its node's PEs
 	nodeAware bool // it asks for the node-aware barrier
 	cpus      unix.CPUSet
-	// machine is the boot id of its kernel (zero when unknown): PEs of
-	// different nodes (containers or network namespaces of their own,
-	// which map no heap of each other) may still run on one machine and
-	// share its CPUs.
-	machine [16]byte
-}
-
-// bootIDFile holds the boot id of the running kernel: the same in every
-// namespace and container on the machine, different on every other.
-const bootIDFile = "/proc/sys/kernel/random/boot_id"
-
-// machineID is the boot id of this machine's kernel, or zero when it
-// cannot be read.
-func machineID() [16]byte {
-	var id [16]byte
-	b, err := os.ReadFile(bootIDFile)
-	if err != nil {
-		return id
-	}
-	h := strings.ReplaceAll(strings.TrimSpace(string(b)), "-", "")
-	if len(h) != 2*len(id) {
-		return id
-	}
-	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
-		return [16]byte{}
-	}
-	return id
+	// machine is ucs.MachineID (0 when unknown): PEs of different nodes
+	// (containers or network namespaces of their own, which map no heap
+	// of each other) may still run on one machine and share its CPUs.
+	machine uint64
 }
 
 // ownPlacement is this PE's placement. Its CPUs are its affinity mask (what
 // goshmem-run --bind-to, taskset or a batch system left it), or every CPU
 // the runtime counts when the mask cannot be read.
 func ownPlacement() placement {
-	p := placement{mapsAll: true, mapsNode: true, nodeAware: st.env.barrier == barrierNodeAware, machine: machineID()}
+	p := placement{mapsAll: true, mapsNode: true, nodeAware: st.env.barrier == barrierNodeAware, machine: ucs.MachineID()}
 	me := st.table.Node(st.me)
 	for pe := range st.peers {
 		if pe == st.me || st.peers[pe].mapped {
@@ -86,9 +62,9 @@ func (p placement) marshal() []byte {
 	for n > 0 && p.cpus[n-1] == 0 {
 		n--
 	}
-	b := make([]byte, 1, 1+len(p.machine)+8*n)
+	b := make([]byte, 1, 1+8+8*n)
 	b[0] = flags
-	b = append(b, p.machine[:]...)
+	b = binary.LittleEndian.AppendUint64(b, p.machine)
 	for _, w := range p.cpus[:n] {
 		b = binary.LittleEndian.AppendUint64(b, uint64(w))
 	}
@@ -98,12 +74,12 @@ func (p placement) marshal() []byte {
 // unmarshalPlacement decodes what marshal encodes.
 func unmarshalPlacement(b []byte) (placement, error) {
 	var p placement
-	head := 1 + len(p.machine)
+	const head = 1 + 8
 	if len(b) < head || (len(b)-head)%8 != 0 || (len(b)-head)/8 > len(p.cpus) {
-		return p, fmt.Errorf("placement of %d bytes: want a flags byte, a %d-byte machine id and at most %d words", len(b), len(p.machine), len(p.cpus))
+		return p, fmt.Errorf("placement of %d bytes: want a flags byte, a machine id and at most %d words", len(b), len(p.cpus))
 	}
 	p.mapsAll, p.mapsNode, p.nodeAware = b[0]&1 != 0, b[0]&2 != 0, b[0]&4 != 0
-	copy(p.machine[:], b[1:head])
+	p.machine = binary.LittleEndian.Uint64(b[1:])
 	for i := range (len(b) - head) / 8 {
 		for w := binary.LittleEndian.Uint64(b[head+8*i:]); w != 0; w &= w - 1 {
 			p.cpus.Set(64*i + bits.TrailingZeros64(w))
@@ -150,8 +126,7 @@ func sharers(all []placement, node func(pe int) int, p int) int {
 // sameMachine reports whether PEs p and q run on one machine: they are
 // on one node, or their kernels have one boot id.
 func sameMachine(all []placement, node func(pe int) int, p, q int) bool {
-	var unknown [16]byte
-	return node(p) == node(q) || all[p].machine != unknown && all[p].machine == all[q].machine
+	return node(p) == node(q) || all[p].machine != 0 && all[p].machine == all[q].machine
 }
 
 // crowded reports whether some PE of the node of PE me (or of any node,

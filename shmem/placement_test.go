@@ -1,7 +1,6 @@
 package shmem
 
 import (
-	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -43,22 +42,10 @@ func TestPlacementRoundTrip(t *testing.T) {
 	}
 }
 
-// onMachine returns p on the machine of boot id {id, 0, ...}.
-func onMachine(id byte, p placement) placement {
-	p.machine[0] = id
+// onMachine returns p on the machine id.
+func onMachine(id uint64, p placement) placement {
+	p.machine = id
 	return p
-}
-
-// TestMachineID: the boot id of this machine reads the same each time,
-// and is known on Linux.
-func TestMachineID(t *testing.T) {
-	if _, err := os.Stat(bootIDFile); err != nil {
-		t.Skipf("no %s here: %v", bootIDFile, err)
-	}
-	a, b := machineID(), machineID()
-	if a != b || a == ([16]byte{}) {
-		t.Errorf("machineID() = %x, then %x; want one nonzero id", a, b)
-	}
 }
 
 // TestCrowding checks the machine's sharing of CPUs as the affinity masks

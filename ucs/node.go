@@ -53,12 +53,31 @@ var LoopbackHostID = sync.OnceValue(func() uint64 {
 	return bootHash("/proc/self/ns/net").Sum64() | 1
 })
 
+// MachineID returns a non-zero hash naming this boot of this machine's
+// kernel (its boot id): the same in every namespace and container on the
+// machine, different on every other machine. It is 0 when the boot id
+// cannot be read.
+var MachineID = sync.OnceValue(func() uint64 {
+	id := bootID()
+	if id == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64() | 1
+})
+
+// bootID is the kernel's boot id, "" when it cannot be read.
+func bootID() string {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(boot))
+}
+
 // bootHash returns an FNV-1a hash that has consumed the boot id of the
 // kernel, a zero byte and the target of the namespace link nsLink.
 func bootHash(nsLink string) hash.Hash64 {
 	h := fnv.New64a()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	h.Write([]byte(strings.TrimSpace(string(boot))))
+	h.Write([]byte(bootID()))
 	h.Write([]byte{0})
 	link, _ := os.Readlink(nsLink)
 	h.Write([]byte(link))

@@ -59,3 +59,17 @@ func TestShmDomain(t *testing.T) {
 		t.Error("LoopbackHostID() = 0")
 	}
 }
+
+// TestMachineID: this machine's id is known on Linux (it has a boot id),
+// and reads the same each time.
+func TestMachineID(t *testing.T) {
+	if _, err := os.Stat("/proc/sys/kernel/random/boot_id"); err != nil {
+		t.Skipf("no boot id here: %v", err)
+	}
+	if MachineID() == 0 {
+		t.Fatal("MachineID() = 0 with a boot id")
+	}
+	if bootID() == "" || MachineID() != MachineID() {
+		t.Errorf("boot id %q, MachineID %#x then %#x", bootID(), MachineID(), MachineID())
+	}
+}
