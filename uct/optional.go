@@ -73,6 +73,20 @@ type EventArmer interface {
 	EventArm(events uint32) ucs.Status
 }
 
+// ProgressController is implemented by ifaces whose progress the caller
+// can stop and start again (uct_iface_progress_disable and
+// uct_iface_progress_enable): ProgressDisable takes the iface's Progress
+// out of its worker's progress, ProgressEnable puts it back. An iface
+// opens enabled. A disabled iface still works when its Progress is called
+// directly, which is how a user that disabled it looks at it now and then
+// (ucp polls an iface no endpoint uses rarely, and enables it at its first
+// message). Both may allocate and take a lock: they are not for hot paths.
+// Without a worker they do nothing.
+type ProgressController interface {
+	ProgressEnable()
+	ProgressDisable()
+}
+
 // InputPoller is implemented by ifaces whose Progress reads descriptors
 // that the kernel can wait on (tcp: its sockets). InputFD returns a
 // descriptor that polls readable (POLLIN) while input waits for Progress

@@ -86,3 +86,48 @@ func TestProgressWhileCounting(t *testing.T) {
 	}
 	<-done
 }
+
+// namedProgress is a Progresser that records its name in *order.
+type namedProgress struct {
+	name  string
+	order *string
+}
+
+func (p *namedProgress) Progress() int { *p.order += p.name; return 1 }
+
+// TestSetProgressEnabled: a disabled callback is skipped by Progress and
+// keeps its place and id; enabling it again (twice changes nothing) puts
+// it back where it was; unregistering a disabled one removes it for good.
+func TestSetProgressEnabled(t *testing.T) {
+	w := NewWorker(ucs.ThreadModeSingle)
+	var order string
+	a := w.ProgressRegister(func() int { order += "a"; return 1 })
+	b := w.ProgressAdd(&namedProgress{"b", &order})
+	c := w.ProgressRegister(func() int { order += "c"; return 1 })
+	for _, s := range []struct {
+		id      int
+		enabled bool
+		want    string // the callbacks called, in order
+	}{
+		{b, false, "ac"},
+		{b, false, "ac"},
+		{a, false, "c"},
+		{a, true, "ac"},
+		{b, true, "abc"},
+		{b, true, "abc"},
+		{99, false, "abc"},
+	} {
+		w.SetProgressEnabled(s.id, s.enabled)
+		order = ""
+		if n := w.Progress(); order != s.want || n != len(s.want) {
+			t.Errorf("after SetProgressEnabled(%d, %v): called %q (Progress %d), want %q", s.id, s.enabled, order, n, s.want)
+		}
+	}
+	w.SetProgressEnabled(c, false)
+	w.ProgressUnregister(c)
+	w.SetProgressEnabled(c, true)
+	order = ""
+	if w.Progress(); order != "ab" {
+		t.Errorf("unregistered while disabled, then enabled: called %q", order)
+	}
+}

@@ -103,26 +103,26 @@ func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
 // All ifaces of a job should share FIFO_SIZE and SEG_SIZE: a message is
 // bounded by the smaller of the sender's SEG_SIZE and the receiver's.
 type Iface struct {
-	md       uct.MD
-	worker   *uct.Worker
-	progID   int
-	multi    bool       // several goroutines may call Progress at once
-	progMu   sync.Mutex // serializes Progress when multi
-	seg      segKey
-	rx       fifo
-	head     uint64 // next ticket to receive
-	segSize  int
-	maxPoll  int
-	addr     []byte
-	rxh      base.Headroom // IfaceParams.RxHeadroom: messages are copied out of their cells when set
-	rxSpare  []byte        // with rxh: the buffer of the next message (Progress only), nil when kept
-	keepMax  int           // with rxh: the buffers descFree holds at most
-	descMu   sync.Mutex
-	descFree [][]byte // with rxh: buffers given back by ReleaseDesc, as handed (data of rx.payload bytes)
-	handlers base.AMHandlers
-	tracer   uct.AMTraceHook // see SetAMTracer
-	log      ucs.Logger      // IfaceParams.Logger
-	cpus     []int           // IfaceParams.CPUMask, for the wakeup goroutine
+	md               uct.MD
+	worker           *uct.Worker
+	base.ProgressReg            // the iface's Progress in worker's; a uct.ProgressController
+	multi            bool       // several goroutines may call Progress at once
+	progMu           sync.Mutex // serializes Progress when multi
+	seg              segKey
+	rx               fifo
+	head             uint64 // next ticket to receive
+	segSize          int
+	maxPoll          int
+	addr             []byte
+	rxh              base.Headroom // IfaceParams.RxHeadroom: messages are copied out of their cells when set
+	rxSpare          []byte        // with rxh: the buffer of the next message (Progress only), nil when kept
+	keepMax          int           // with rxh: the buffers descFree holds at most
+	descMu           sync.Mutex
+	descFree         [][]byte // with rxh: buffers given back by ReleaseDesc, as handed (data of rx.payload bytes)
+	handlers         base.AMHandlers
+	tracer           uct.AMTraceHook // see SetAMTracer
+	log              ucs.Logger      // IfaceParams.Logger
+	cpus             []int           // IfaceParams.CPUMask, for the wakeup goroutine
 
 	pendMu  sync.Mutex
 	pending uct.PendingQueue // the EPs' pending requests
@@ -167,7 +167,7 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 	i.addr = a.encode()
 	if worker != nil {
 		i.multi = worker.ThreadMode() == ucs.ThreadModeMulti
-		i.progID = worker.ProgressRegister(i.Progress)
+		i.Register(worker, i)
 	}
 	return i, nil
 }
@@ -360,9 +360,7 @@ func (i *Iface) Close() {
 	if already {
 		return
 	}
-	if i.worker != nil {
-		i.worker.ProgressUnregister(i.progID)
-	}
+	i.Unregister()
 	i.stopWakeup()
 	releaseSegment(i.seg, true)
 }
