@@ -167,6 +167,12 @@ type workerIface struct {
 	attr  *uct.IfaceAttr
 	index int
 	used  atomic.Bool // some endpoint has a lane on it
+	// ctl disables and enables the interface's progress; nil when it
+	// cannot (see Worker.initProgress).
+	ctl uct.ProgressController
+	// inactive: out of the uct worker's progress, polled by
+	// progressInactive; under Worker.actMu.
+	inactive bool
 }
 
 // Worker is a UCP worker (ucp_worker_h): one interface per selected
@@ -226,6 +232,13 @@ type Worker struct {
 	// descriptor. Empty, Idle sleeps on the futex word sleeping.
 	idlePoll []unix.PollFd
 	idleFD   int
+	// Adaptive progress (see initProgress): the interfaces that are out
+	// of the uct worker's progress (nil when none is), changed under
+	// actMu, and the count of Progress calls that found work, which
+	// polls them every inactiveEvery-th (atomic in multi mode).
+	inactiveIfaces atomic.Pointer[[]*workerIface]
+	actMu          sync.Mutex
+	busyProgress   uint32
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -373,7 +386,90 @@ func (w *Worker) start() error {
 		}
 	}
 	w.uw.ProgressRegister(w.protoProgress)
+	w.initProgress()
 	return nil
+}
+
+// inactiveEvery is how often Progress polls the inactive interfaces when
+// the active ones found work: every inactiveEvery-th such call (a call
+// that found nothing polls them always).
+const inactiveEvery = 16
+
+// initProgress takes the interfaces that no endpoint uses out of the uct
+// worker's progress, as UCX's adaptive progress does: an interface is
+// polled on every Progress only while active. One that receives nothing
+// from anyone (cma) is not in the worker's progress at all; one that a
+// peer may send to (it is in the worker's address) is polled by
+// progressInactive, on every Progress whose active interfaces found
+// nothing and every inactiveEvery-th of the others, so that a message
+// that comes there waits for a few Progress calls at most. It becomes
+// active at its first message, or once an endpoint has a lane on it (its
+// sends then need its progress: pending requests, completions), and
+// stays so: its users are endpoints, which keep their lanes until closed,
+// and peers that chose it. Interfaces that cannot be taken out (not a
+// uct.ProgressController: tcp) stay in the worker's progress.
+func (w *Worker) initProgress() {
+	var inactive []*workerIface
+	for _, wi := range w.ifaces {
+		ctl, ok := wi.iface.(uct.ProgressController)
+		if !ok || wi.used.Load() {
+			continue
+		}
+		wi.ctl, wi.inactive = ctl, true
+		ctl.ProgressDisable()
+		inactive = append(inactive, wi)
+	}
+	if len(inactive) > 0 {
+		w.inactiveIfaces.Store(&inactive)
+	}
+}
+
+// progressDue reports whether a Progress call whose active interfaces
+// found work polls the inactive ones too (every inactiveEvery-th).
+func (w *Worker) progressDue() bool {
+	if w.mode == ucs.ThreadModeMulti {
+		return atomic.AddUint32(&w.busyProgress, 1)%inactiveEvery == 0
+	}
+	w.busyProgress++
+	return w.busyProgress%inactiveEvery == 0
+}
+
+// progressInactive polls the inactive interfaces ifaces and returns the
+// events they handled; each that handled some, or that an endpoint uses
+// now, becomes active.
+func (w *Worker) progressInactive(ifaces []*workerIface) int {
+	n := 0
+	for _, wi := range ifaces {
+		k := wi.iface.Progress()
+		if k > 0 || wi.used.Load() {
+			w.activate(wi)
+		}
+		n += k
+	}
+	return n
+}
+
+// activate puts the inactive interface wi back in the uct worker's
+// progress.
+func (w *Worker) activate(wi *workerIface) {
+	w.actMu.Lock()
+	defer w.actMu.Unlock()
+	if !wi.inactive {
+		return // another goroutine's Progress did
+	}
+	wi.inactive = false
+	wi.ctl.ProgressEnable()
+	var rest []*workerIface
+	for _, o := range *w.inactiveIfaces.Load() {
+		if o != wi {
+			rest = append(rest, o)
+		}
+	}
+	if len(rest) == 0 {
+		w.inactiveIfaces.Store(nil)
+		return
+	}
+	w.inactiveIfaces.Store(&rest)
 }
 
 // maxCPU bounds the CPU numbers of a CPU mask (the size of a cpu_set_t).
@@ -633,12 +729,18 @@ func (w *Worker) ReleaseAddress([]byte) {}
 // failures of endpoints in error mode PEER: their outstanding requests
 // complete with the error and their error handlers are called, from here.
 // Progress may not be called from a callback it runs, directly or through
-// a call that waits.
+// a call that waits. Interfaces that no endpoint uses and that no message
+// came to yet are polled only by calls whose other work found nothing and
+// every inactiveEvery-th of the others (adaptive progress: see
+// initProgress).
 func (w *Worker) Progress() int {
 	if w.wake.enabled {
 		w.wake.progressed()
 	}
 	n := w.uw.Progress()
+	if p := w.inactiveIfaces.Load(); p != nil && (n == 0 || w.progressDue()) {
+		n += w.progressInactive(*p)
+	}
 	if w.fail.pending.Load() {
 		n += w.handleFailures()
 	}
