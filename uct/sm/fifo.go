@@ -215,6 +215,18 @@ func decodeCellHeader(b []byte, payload int) (id uint8, n int, err error) {
 	return id, int(l), nil
 }
 
+// cellHeaderFast decodes the 8 header bytes after seq of a cell whose data
+// area holds payload bytes with one 64-bit load, when they are those of a
+// message (an id below uct.AMMaxID, a length within payload, zero
+// padding), and reports whether they were: a void or malformed cell is
+// left to decodeCellHeader, which says what it is.
+func cellHeaderFast(b *[cellHeaderSize - 8]byte, payload int) (id uint8, n int, ok bool) {
+	h := binary.LittleEndian.Uint64(b[:])
+	l := uint32(h)
+	id = uint8(h >> 32)
+	return id, int(l), h>>40 == 0 && uint64(l) <= uint64(payload) && id < uct.AMMaxID
+}
+
 // poll returns the cell of ticket t if it was published, or nil.
 func (f *fifo) poll(t uint64) unsafe.Pointer {
 	c := f.cell(t)
@@ -229,6 +241,6 @@ func (f *fifo) poll(t uint64) unsafe.Pointer {
 func (f *fifo) done(t uint64) { atomic.StoreUint64(f.head, t) }
 
 // header returns the 8 header bytes after seq of cell c.
-func header(c unsafe.Pointer) []byte {
-	return unsafe.Slice((*byte)(unsafe.Add(c, 8)), cellHeaderSize-8)
+func header(c unsafe.Pointer) *[cellHeaderSize - 8]byte {
+	return (*[cellHeaderSize - 8]byte)(unsafe.Add(c, 8))
 }

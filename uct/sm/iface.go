@@ -249,20 +249,34 @@ func (i *Iface) rxDesc() []byte {
 // delivered and requests posted.
 func (i *Iface) Progress() int {
 	if i.multi {
-		i.progMu.Lock()
-		defer i.progMu.Unlock()
+		return i.progressLocked()
 	}
+	return i.progress()
+}
+
+// progressLocked is Progress under progMu (multi mode); the single modes
+// pay neither the lock nor its defer.
+func (i *Iface) progressLocked() int {
+	i.progMu.Lock()
+	defer i.progMu.Unlock()
+	return i.progress()
+}
+
+// progress is Progress; the caller serializes it.
+func (i *Iface) progress() int {
 	n := 0
+	head := i.head
 	for ; n < i.maxPoll; n++ {
-		c := i.rx.poll(i.head)
+		c := i.rx.poll(head)
 		if c == nil {
 			break
 		}
 		i.deliver(c)
-		i.head++
+		head++
+		i.head = head
 	}
 	if n > 0 {
-		i.rx.done(i.head)
+		i.rx.done(head)
 	}
 	if i.pending.Len() != 0 {
 		n += i.pending.Dispatch()
@@ -272,27 +286,32 @@ func (i *Iface) Progress() int {
 
 // deliver calls the handler of the message in cell c.
 func (i *Iface) deliver(c unsafe.Pointer) {
-	id, n, err := decodeCellHeader(header(c), i.rx.payload)
-	if err != nil {
-		i.tracer.Trace(uct.AMTraceRecvDrop, header(c)[4], nil)
-		i.log.Logf(ucs.LogWarn, "uct/sm: dropped a malformed message: %v", err)
-		return
+	hdr := header(c)
+	id, n, ok := cellHeaderFast(hdr, i.rx.payload)
+	if !ok {
+		var err error
+		if id, n, err = decodeCellHeader(hdr[:], i.rx.payload); err != nil {
+			i.tracer.Trace(uct.AMTraceRecvDrop, hdr[4], nil)
+			i.log.Logf(ucs.LogWarn, "uct/sm: dropped a malformed message: %v", err)
+			return
+		}
+		if id == voidID {
+			return
+		}
 	}
-	if id == voidID {
-		return
-	}
+	data := i.rx.data(c)[:n]
 	h := i.handlers[id].Load()
 	if h == nil {
-		i.tracer.Trace(uct.AMTraceRecvDrop, id, i.rx.data(c)[:n])
+		i.tracer.Trace(uct.AMTraceRecvDrop, id, data)
 		i.log.Logf(ucs.LogWarn, "uct/sm: dropped active message %d (%d bytes): no handler", id, n)
 		return
 	}
 	if i.rxh.Len() > 0 {
-		i.deliverCopy(h, id, i.rx.data(c)[:n])
+		i.deliverCopy(h, id, data)
 		return
 	}
-	i.tracer.Trace(uct.AMTraceRecv, id, i.rx.data(c)[:n])
-	if h.CB(h.Arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
+	i.tracer.Trace(uct.AMTraceRecv, id, data)
+	if h.CB(h.Arg, data, 0) == ucs.InProgress {
 		i.log.Logf(ucs.LogWarn, "uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
 	}
 }
