@@ -167,12 +167,6 @@ type workerIface struct {
 	attr  *uct.IfaceAttr
 	index int
 	used  atomic.Bool // some endpoint has a lane on it
-	// ctl disables and enables the interface's progress; nil when it
-	// cannot (see Worker.initProgress).
-	ctl uct.ProgressController
-	// inactive: out of the uct worker's progress, polled by
-	// progressInactive; under Worker.actMu.
-	inactive bool
 }
 
 // Worker is a UCP worker (ucp_worker_h): one interface per selected
@@ -232,13 +226,6 @@ type Worker struct {
 	// descriptor. Empty, Idle sleeps on the futex word sleeping.
 	idlePoll []unix.PollFd
 	idleFD   int
-	// Adaptive progress (see initProgress): the interfaces that are out
-	// of the uct worker's progress (nil when none is), changed under
-	// actMu, and the count of Progress calls that found work, which
-	// polls them every inactiveEvery-th (atomic in multi mode).
-	inactiveIfaces atomic.Pointer[[]*workerIface]
-	actMu          sync.Mutex
-	busyProgress   uint32
 }
 
 // NewWorker creates a worker (ucp_worker_create). The thread mode asked for
@@ -385,91 +372,36 @@ func (w *Worker) start() error {
 			return err
 		}
 	}
-	w.uw.ProgressRegister(w.protoProgress)
+	w.uw.ProgressAdd((*protoProgresser)(w))
 	w.initProgress()
 	return nil
 }
 
-// inactiveEvery is how often Progress polls the inactive interfaces when
-// the active ones found work: every inactiveEvery-th such call (a call
-// that found nothing polls them always).
-const inactiveEvery = 16
+// protoProgresser is the worker as the uct worker calls its protocols'
+// progress (protoProgress): through the interface, without the two
+// wrappers of a method value registered as a function.
+type protoProgresser Worker
 
-// initProgress takes the interfaces that no endpoint uses out of the uct
-// worker's progress, as UCX's adaptive progress does: an interface is
-// polled on every Progress only while active. One that receives nothing
-// from anyone (cma) is not in the worker's progress at all; one that a
-// peer may send to (it is in the worker's address) is polled by
-// progressInactive, on every Progress whose active interfaces found
-// nothing and every inactiveEvery-th of the others, so that a message
-// that comes there waits for a few Progress calls at most. It becomes
-// active at its first message, or once an endpoint has a lane on it (its
-// sends then need its progress: pending requests, completions), and
-// stays so: its users are endpoints, which keep their lanes until closed,
-// and peers that chose it. Interfaces that cannot be taken out (not a
-// uct.ProgressController: tcp) stay in the worker's progress.
+func (p *protoProgresser) Progress() int { return (*Worker)(p).protoProgress() }
+
+// initProgress disables the progress of the worker's interfaces
+// (uct.ProgressController), as UCX's adaptive progress deactivates an
+// interface that no endpoint uses: the uct worker then calls an
+// interface's Progress only when the others found nothing and on every
+// uct.ColdProgressEvery-th of its other calls, so that an interface
+// nothing comes to costs a busy worker almost nothing, until its first
+// event (a message, a pending send it posted) enables it for good. A
+// message to an interface that no endpoint uses yet, or only this
+// worker's endpoints use, waits a few Progress calls at most. An
+// interface that cannot be disabled (tcp) is called on every Progress;
+// one that receives nothing (cma) is in the uct worker's progress only
+// while it has work of its own.
 func (w *Worker) initProgress() {
-	var inactive []*workerIface
 	for _, wi := range w.ifaces {
-		ctl, ok := wi.iface.(uct.ProgressController)
-		if !ok || wi.used.Load() {
-			continue
-		}
-		wi.ctl, wi.inactive = ctl, true
-		ctl.ProgressDisable()
-		inactive = append(inactive, wi)
-	}
-	if len(inactive) > 0 {
-		w.inactiveIfaces.Store(&inactive)
-	}
-}
-
-// progressDue reports whether a Progress call whose active interfaces
-// found work polls the inactive ones too (every inactiveEvery-th).
-func (w *Worker) progressDue() bool {
-	if w.mode == ucs.ThreadModeMulti {
-		return atomic.AddUint32(&w.busyProgress, 1)%inactiveEvery == 0
-	}
-	w.busyProgress++
-	return w.busyProgress%inactiveEvery == 0
-}
-
-// progressInactive polls the inactive interfaces ifaces and returns the
-// events they handled; each that handled some, or that an endpoint uses
-// now, becomes active.
-func (w *Worker) progressInactive(ifaces []*workerIface) int {
-	n := 0
-	for _, wi := range ifaces {
-		k := wi.iface.Progress()
-		if k > 0 || wi.used.Load() {
-			w.activate(wi)
-		}
-		n += k
-	}
-	return n
-}
-
-// activate puts the inactive interface wi back in the uct worker's
-// progress.
-func (w *Worker) activate(wi *workerIface) {
-	w.actMu.Lock()
-	defer w.actMu.Unlock()
-	if !wi.inactive {
-		return // another goroutine's Progress did
-	}
-	wi.inactive = false
-	wi.ctl.ProgressEnable()
-	var rest []*workerIface
-	for _, o := range *w.inactiveIfaces.Load() {
-		if o != wi {
-			rest = append(rest, o)
+		if ctl, ok := wi.iface.(uct.ProgressController); ok {
+			ctl.ProgressDisable()
 		}
 	}
-	if len(rest) == 0 {
-		w.inactiveIfaces.Store(nil)
-		return
-	}
-	w.inactiveIfaces.Store(&rest)
 }
 
 // maxCPU bounds the CPU numbers of a CPU mask (the size of a cpu_set_t).
@@ -729,18 +661,15 @@ func (w *Worker) ReleaseAddress([]byte) {}
 // failures of endpoints in error mode PEER: their outstanding requests
 // complete with the error and their error handlers are called, from here.
 // Progress may not be called from a callback it runs, directly or through
-// a call that waits. Interfaces that no endpoint uses and that no message
-// came to yet are polled only by calls whose other work found nothing and
-// every inactiveEvery-th of the others (adaptive progress: see
+// a call that waits. Interfaces that no message came to yet are polled
+// only by calls whose other work found nothing and every
+// uct.ColdProgressEvery-th of the others (adaptive progress: see
 // initProgress).
 func (w *Worker) Progress() int {
 	if w.wake.enabled {
 		w.wake.progressed()
 	}
 	n := w.uw.Progress()
-	if p := w.inactiveIfaces.Load(); p != nil && (n == 0 || w.progressDue()) {
-		n += w.progressInactive(*p)
-	}
 	if w.fail.pending.Load() {
 		n += w.handleFailures()
 	}

@@ -74,17 +74,19 @@ type EventArmer interface {
 }
 
 // ProgressController is implemented by ifaces whose progress the caller
-// can stop and start again (uct_iface_progress_disable and
-// uct_iface_progress_enable): ProgressDisable takes the iface's Progress
-// out of its worker's progress, ProgressEnable puts it back. An iface
-// opens enabled. A disabled iface still works when its Progress is called
-// directly, which is how a user that disabled it looks at it now and then
-// (ucp polls an iface no endpoint uses rarely, and enables it at its first
-// message). Both may allocate and take a lock: they are not for hot paths.
-// Without a worker they do nothing.
+// can disable and enable (uct_iface_progress_disable and
+// uct_iface_progress_enable): ProgressDisable makes the iface's Progress a
+// disabled callback of its worker, which calls it only now and then and
+// enables it again at its first event (see Worker.SetProgressEnabled);
+// ProgressEnable makes it one called by every Progress again;
+// ProgressEnabled reports which it is. An iface opens enabled. ucp
+// disables the ifaces of a worker when it opens them (adaptive progress).
+// They may allocate and take a lock: they are not for hot paths. Without
+// a worker they do nothing, and ProgressEnabled is false.
 type ProgressController interface {
 	ProgressEnable()
 	ProgressDisable()
+	ProgressEnabled() bool
 }
 
 // InputPoller is implemented by ifaces whose Progress reads descriptors

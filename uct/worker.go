@@ -10,7 +10,8 @@ import (
 // Worker groups ifaces that are progressed together (uct_worker_h). The
 // progress callbacks registered with it are called, in registration order,
 // by Progress; a callback that is disabled (SetProgressEnabled) keeps its
-// place and id but is skipped until enabled again.
+// place and id but is called only now and then, until its first event
+// enables it again.
 type Worker struct {
 	mode   ucs.ThreadMode
 	signal atomic.Pointer[func(uint32)]
@@ -18,9 +19,21 @@ type Worker struct {
 	regs   []progressCB // every registration, enabled or not; under mu
 	// hot holds the Progresser of each enabled registration, in order:
 	// what Progress calls, without a lock (copied on write under mu).
-	hot  atomic.Pointer[[]Progresser]
+	hot atomic.Pointer[[]Progresser]
+	// cold holds the disabled registrations (nil when none is), for
+	// Progress to look at now and then; copied on write under mu.
+	cold atomic.Pointer[[]progressCB]
+	// busy counts the Progress calls whose enabled callbacks found work,
+	// so that every ColdProgressEvery-th looks at the disabled ones too
+	// (atomic in ucs.ThreadModeMulti).
+	busy uint32
 	next int
 }
+
+// ColdProgressEvery is how often Progress calls the disabled callbacks
+// when the enabled ones found work: every ColdProgressEvery-th such call.
+// A call whose enabled callbacks found nothing calls them always.
+const ColdProgressEvery = 16
 
 // Progresser is what a worker's progress calls: an iface registered with
 // ProgressAdd (its Progress method, called through the interface with no
@@ -123,12 +136,20 @@ func (w *Worker) addLocked(p Progresser, key any) int {
 // Progress running meanwhile iterates the one it loaded.
 func (w *Worker) publishLocked() {
 	hot := make([]Progresser, 0, len(w.regs))
+	var cold []progressCB
 	for i := range w.regs {
-		if !w.regs[i].off {
+		if w.regs[i].off {
+			cold = append(cold, w.regs[i])
+		} else {
 			hot = append(hot, w.regs[i].p)
 		}
 	}
 	w.hot.Store(&hot)
+	if cold == nil {
+		w.cold.Store(nil)
+	} else {
+		w.cold.Store(&cold)
+	}
 }
 
 // ProgressUnregister drops a reference to the callback registered with id
@@ -151,10 +172,16 @@ func (w *Worker) ProgressUnregister(id int) {
 
 // SetProgressEnabled enables or disables the callback registered with id
 // (uct_iface_progress_enable and uct_iface_progress_disable act on an
-// iface's callback this way): a disabled callback keeps its id, place and
-// references, and Progress skips it until it is enabled again. A
-// registration starts enabled; an unknown id is ignored. Like
-// registration, it may allocate and take a lock: it is not for hot paths.
+// iface's callback this way). A disabled callback keeps its id, place and
+// references, but Progress calls it only when the enabled callbacks found
+// nothing, and on every ColdProgressEvery-th of the other calls; the
+// first call in which it reports an event enables it again. That is
+// UCX's adaptive progress: an iface that nobody uses costs a busy worker
+// almost nothing, and a message that comes to it waits a few Progress
+// calls at most (the wait loop that expects it calls Progress, finding
+// nothing elsewhere, until it comes). A registration starts enabled; an
+// unknown id is ignored. Like registration, it may allocate and take a
+// lock: it is not for hot paths.
 func (w *Worker) SetProgressEnabled(id int, enabled bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -170,16 +197,55 @@ func (w *Worker) SetProgressEnabled(id int, enabled bool) {
 	}
 }
 
-// Progress calls every enabled callback once and returns the sum of the
-// events they report (uct_worker_progress).
+// Progress calls every enabled callback once, and the disabled ones when
+// due (see SetProgressEnabled), and returns the sum of the events they
+// report (uct_worker_progress).
 func (w *Worker) Progress() int {
-	p := w.hot.Load()
-	if p == nil {
-		return 0
-	}
 	n := 0
-	for _, cb := range *p {
-		n += cb.Progress()
+	if p := w.hot.Load(); p != nil {
+		for _, cb := range *p {
+			n += cb.Progress()
+		}
+	}
+	if c := w.cold.Load(); c != nil && (n == 0 || w.coldDue()) {
+		n += w.progressCold(*c)
 	}
 	return n
+}
+
+// coldDue reports whether a Progress call whose enabled callbacks found
+// work calls the disabled ones too.
+func (w *Worker) coldDue() bool {
+	if w.mode == ucs.ThreadModeMulti {
+		return atomic.AddUint32(&w.busy, 1)%ColdProgressEvery == 0
+	}
+	w.busy++
+	return w.busy%ColdProgressEvery == 0
+}
+
+// progressCold calls the disabled callbacks cold, enabling each that
+// reports an event, and returns the sum of their events.
+func (w *Worker) progressCold(cold []progressCB) int {
+	n := 0
+	for i := range cold {
+		k := cold[i].p.Progress()
+		if k > 0 {
+			w.SetProgressEnabled(cold[i].id, true)
+		}
+		n += k
+	}
+	return n
+}
+
+// ProgressEnabled reports whether the callback registered with id is
+// enabled (false for an unknown id).
+func (w *Worker) ProgressEnabled(id int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.regs {
+		if w.regs[i].id == id {
+			return !w.regs[i].off
+		}
+	}
+	return false
 }

@@ -167,7 +167,11 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 	i.addr = a.encode()
 	if worker != nil {
 		i.multi = worker.ThreadMode() == ucs.ThreadModeMulti
-		i.Register(worker, i)
+		if i.multi {
+			i.Register(worker, i)
+		} else {
+			i.Register(worker, (*rxProgress)(i))
+		}
 	}
 	return i, nil
 }
@@ -251,7 +255,7 @@ func (i *Iface) Progress() int {
 	if i.multi {
 		return i.progressLocked()
 	}
-	return i.progress()
+	return (*rxProgress)(i).Progress()
 }
 
 // progressLocked is Progress under progMu (multi mode); the single modes
@@ -259,11 +263,17 @@ func (i *Iface) Progress() int {
 func (i *Iface) progressLocked() int {
 	i.progMu.Lock()
 	defer i.progMu.Unlock()
-	return i.progress()
+	return (*rxProgress)(i).Progress()
 }
 
-// progress is Progress; the caller serializes it.
-func (i *Iface) progress() int {
+// rxProgress is an iface whose Progress runs without progMu: what the
+// worker calls in the single-threaded modes, where it serializes Progress
+// itself, without the test for multi mode and the call it leads to.
+type rxProgress Iface
+
+// Progress is Iface.Progress; the caller serializes it.
+func (r *rxProgress) Progress() int {
+	i := (*Iface)(r)
 	n := 0
 	head := i.head
 	for ; n < i.maxPoll; n++ {

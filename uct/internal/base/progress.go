@@ -26,16 +26,23 @@ func (r *ProgressReg) Unregister() {
 	}
 }
 
-// ProgressEnable puts the iface back in its worker's progress
-// (uct.ProgressController).
+// ProgressEnable makes the iface's progress one its worker calls on every
+// Progress again (uct.ProgressController).
 func (r *ProgressReg) ProgressEnable() {
 	if r.worker != nil {
 		r.worker.SetProgressEnabled(r.id, true)
 	}
 }
 
-// ProgressDisable takes the iface out of its worker's progress until
-// ProgressEnable (uct.ProgressController).
+// ProgressEnabled reports whether the iface is in its worker's progress
+// and enabled (uct.ProgressController).
+func (r *ProgressReg) ProgressEnabled() bool {
+	return r.worker != nil && r.worker.ProgressEnabled(r.id)
+}
+
+// ProgressDisable makes the iface's progress one its worker calls only now
+// and then, until its first event or ProgressEnable
+// (uct.ProgressController).
 func (r *ProgressReg) ProgressDisable() {
 	if r.worker != nil {
 		r.worker.SetProgressEnabled(r.id, false)
