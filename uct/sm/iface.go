@@ -309,7 +309,7 @@ func (i *Iface) deliver(c unsafe.Pointer) {
 			return
 		}
 	}
-	data := i.rx.data(c)[:n]
+	data := i.rx.msg(c, n)
 	h := i.handlers[id].Load()
 	if h == nil {
 		i.tracer.Trace(uct.AMTraceRecvDrop, id, data)
