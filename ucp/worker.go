@@ -352,9 +352,10 @@ func (w *Worker) openIfaces() error {
 }
 
 // start sets up, on the open interfaces, the wakeup descriptors, the
-// address, and the protocols, and registers their progress. On failure it
-// undoes what it did: before the protocols only the interfaces and Idle's
-// eventfd exist to be closed; after, Destroy ends everything.
+// address, and the protocols, and disables the interfaces' progress until
+// their first event (initProgress). On failure it undoes what it did:
+// before the protocols only the interfaces and Idle's eventfd exist to be
+// closed; after, Destroy ends everything.
 func (w *Worker) start() error {
 	if w.ctx.features&FeatureWakeup != 0 {
 		if err := w.initWakeup(); err != nil {
@@ -372,17 +373,9 @@ func (w *Worker) start() error {
 			return err
 		}
 	}
-	w.uw.ProgressAdd((*protoProgresser)(w))
 	w.initProgress()
 	return nil
 }
-
-// protoProgresser is the worker as the uct worker calls its protocols'
-// progress (protoProgress): through the interface, without the two
-// wrappers of a method value registered as a function.
-type protoProgresser Worker
-
-func (p *protoProgresser) Progress() int { return (*Worker)(p).protoProgress() }
 
 // initProgress disables the progress of the worker's interfaces
 // (uct.ProgressController), as UCX's adaptive progress deactivates an
@@ -669,7 +662,9 @@ func (w *Worker) Progress() int {
 	if w.wake.enabled {
 		w.wake.progressed()
 	}
-	n := w.uw.Progress()
+	// The protocols' queue is the worker's own: called here, not through
+	// the uct worker's callbacks, it costs one call when empty.
+	n := w.uw.Progress() + w.protoProgress()
 	if w.fail.pending.Load() {
 		n += w.handleFailures()
 	}
