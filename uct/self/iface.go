@@ -51,14 +51,17 @@ type pendingEntry struct {
 // dropped with a logged warning. Each message buffer has the
 // IfaceParams.RxHeadroom bytes in front of the data (see RxHeadroom).
 type Iface struct {
-	md               *MD
-	worker           *uct.Worker
-	id               uint64
-	addr             []byte
-	segSize          int
-	qlen             int
-	base.ProgressReg               // the iface's Progress in worker's; a uct.ProgressController
-	rxh              base.Headroom // IfaceParams.RxHeadroom, in front of each message buffer
+	// ProgressReg is the iface's Progress in its worker's; it makes the
+	// iface a uct.ProgressController.
+	base.ProgressReg
+
+	md      *MD
+	worker  *uct.Worker
+	id      uint64
+	addr    []byte
+	segSize int
+	qlen    int
+	rxh     base.Headroom // IfaceParams.RxHeadroom, in front of each message buffer
 
 	handlers base.AMHandlers
 	tracer   uct.AMTraceHook // see SetAMTracer

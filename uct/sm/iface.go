@@ -103,26 +103,29 @@ func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
 // All ifaces of a job should share FIFO_SIZE and SEG_SIZE: a message is
 // bounded by the smaller of the sender's SEG_SIZE and the receiver's.
 type Iface struct {
-	md               uct.MD
-	worker           *uct.Worker
-	base.ProgressReg            // the iface's Progress in worker's; a uct.ProgressController
-	multi            bool       // several goroutines may call Progress at once
-	progMu           sync.Mutex // serializes Progress when multi
-	seg              segKey
-	rx               fifo
-	head             uint64 // next ticket to receive
-	segSize          int
-	maxPoll          int
-	addr             []byte
-	rxh              base.Headroom // IfaceParams.RxHeadroom: messages are copied out of their cells when set
-	rxSpare          []byte        // with rxh: the buffer of the next message (Progress only), nil when kept
-	keepMax          int           // with rxh: the buffers descFree holds at most
-	descMu           sync.Mutex
-	descFree         [][]byte // with rxh: buffers given back by ReleaseDesc, as handed (data of rx.payload bytes)
-	handlers         base.AMHandlers
-	tracer           uct.AMTraceHook // see SetAMTracer
-	log              ucs.Logger      // IfaceParams.Logger
-	cpus             []int           // IfaceParams.CPUMask, for the wakeup goroutine
+	// ProgressReg is the iface's Progress in its worker's; it makes the
+	// iface a uct.ProgressController.
+	base.ProgressReg
+
+	md       uct.MD
+	worker   *uct.Worker
+	multi    bool       // several goroutines may call Progress at once
+	progMu   sync.Mutex // serializes Progress when multi
+	seg      segKey
+	rx       fifo
+	head     uint64 // next ticket to receive
+	segSize  int
+	maxPoll  int
+	addr     []byte
+	rxh      base.Headroom // IfaceParams.RxHeadroom: messages are copied out of their cells when set
+	rxSpare  []byte        // with rxh: the buffer of the next message (Progress only), nil when kept
+	keepMax  int           // with rxh: the buffers descFree holds at most
+	descMu   sync.Mutex
+	descFree [][]byte // with rxh: buffers given back by ReleaseDesc, as handed (data of rx.payload bytes)
+	handlers base.AMHandlers
+	tracer   uct.AMTraceHook // see SetAMTracer
+	log      ucs.Logger      // IfaceParams.Logger
+	cpus     []int           // IfaceParams.CPUMask, for the wakeup goroutine
 
 	pendMu  sync.Mutex
 	pending uct.PendingQueue // the EPs' pending requests
