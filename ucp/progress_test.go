@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/goshmem/goshmem/ucs"
+	"github.com/goshmem/goshmem/uct"
 )
 
 // TestProgressRegister: a registered callback runs in every Progress and
@@ -56,5 +57,73 @@ func TestProgressRegister(t *testing.T) {
 	go w.Wake()
 	if err := noHang(t, "Wait for Wake", func() error { return <-waited }); err != nil {
 		t.Fatalf("Wait: %v", err)
+	}
+}
+
+// ifaceActive reports whether w's interface of transport tl is enabled in
+// the uct worker's progress (adaptive progress: see Worker.initProgress).
+func ifaceActive(t *testing.T, w *Worker, tl string) bool {
+	t.Helper()
+	for _, wi := range w.ifaces {
+		if wi.rsc.tl.TLName == tl {
+			return wi.iface.(uct.ProgressController).ProgressEnabled()
+		}
+	}
+	t.Fatalf("worker has no %s interface", tl)
+	return false
+}
+
+// TestAdaptiveProgress: a worker's interfaces start disabled in the uct
+// worker's progress; a message that a peer sends to one (the only
+// transport both have), which no endpoint of the worker uses, arrives, also
+// while the worker's other callbacks find work on every Progress, and
+// enables it; the interface nothing came to stays disabled.
+func TestAdaptiveProgress(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		busy bool // a callback of a's reports work on every Progress
+	}{{"idle", false}, {"busy", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newWorker(t, newContextTLSWith(t, "posix,sysv", FeatureTag))
+			b := newWorker(t, newContextTLSWith(t, "sysv", FeatureTag))
+			if tc.busy {
+				a.ProgressRegister(func() int { return 1 })
+			}
+			for _, tl := range []string{"posix", "sysv"} {
+				if ifaceActive(t, a, tl) {
+					t.Errorf("%s enabled before any message", tl)
+				}
+			}
+			addr, _ := a.Address()
+			ep, err := b.NewEndpoint(new(EPParams).SetAddress(addr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ep.Close(CloseModeForce)
+			buf := make([]byte, 8)
+			rr, err := a.TagRecvNBX(buf, 7, tagMaskFull, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sr, err := ep.TagSendNBX([]byte("adaptive"), 7, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			progressUntil(t, a, "the message to a disabled interface", func() bool {
+				b.Progress()
+				return rr.IsCompleted()
+			})
+			if err := rr.Status(); err != nil || string(buf) != "adaptive" {
+				t.Fatalf("receive: %v, %q", err, buf)
+			}
+			rr.Free()
+			if sr != nil {
+				progressUntil(t, b, "the send", sr.IsCompleted)
+				sr.Free()
+			}
+			if !ifaceActive(t, a, "sysv") || ifaceActive(t, a, "posix") {
+				t.Errorf("after a message on sysv: sysv enabled %v, posix enabled %v", ifaceActive(t, a, "sysv"), ifaceActive(t, a, "posix"))
+			}
+		})
 	}
 }

@@ -32,6 +32,12 @@ func newContextWith(t testing.TB, more Feature) *Context {
 // environment says.
 func newContextTLS(t testing.TB, tls string) *Context {
 	t.Helper()
+	return newContextTLSWith(t, tls, 0)
+}
+
+// newContextTLSWith is newContextTLS with more features (FeatureTag).
+func newContextTLSWith(t testing.TB, tls string, more Feature) *Context {
+	t.Helper()
 	cfg, err := ReadConfig("", "")
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +45,7 @@ func newContextTLS(t testing.TB, tls string) *Context {
 	if err := cfg.Modify("TLS", tls); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64), cfg)
+	c, err := Init(new(Params).SetFeatures(FeatureRMA|FeatureAMO32|FeatureAMO64|more), cfg)
 	if err != nil {
 		t.Fatalf("Init with UCX_TLS=%s: %v", tls, err)
 	}

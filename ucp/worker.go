@@ -352,9 +352,10 @@ func (w *Worker) openIfaces() error {
 }
 
 // start sets up, on the open interfaces, the wakeup descriptors, the
-// address, and the protocols, and registers their progress. On failure it
-// undoes what it did: before the protocols only the interfaces and Idle's
-// eventfd exist to be closed; after, Destroy ends everything.
+// address, and the protocols, and disables the interfaces' progress until
+// their first event (initProgress). On failure it undoes what it did:
+// before the protocols only the interfaces and Idle's eventfd exist to be
+// closed; after, Destroy ends everything.
 func (w *Worker) start() error {
 	if w.ctx.features&FeatureWakeup != 0 {
 		if err := w.initWakeup(); err != nil {
@@ -372,8 +373,28 @@ func (w *Worker) start() error {
 			return err
 		}
 	}
-	w.uw.ProgressRegister(w.protoProgress)
+	w.initProgress()
 	return nil
+}
+
+// initProgress disables the progress of the worker's interfaces
+// (uct.ProgressController), as UCX's adaptive progress deactivates an
+// interface that no endpoint uses: the uct worker then calls an
+// interface's Progress only when the others found nothing and on every
+// uct.ColdProgressEvery-th of its other calls, so that an interface
+// nothing comes to costs a busy worker almost nothing, until its first
+// event (a message, a pending send it posted) enables it for good. A
+// message to an interface that no endpoint uses yet, or only this
+// worker's endpoints use, waits a few Progress calls at most. An
+// interface that cannot be disabled (tcp) is called on every Progress;
+// one that receives nothing (cma) is in the uct worker's progress only
+// while it has work of its own.
+func (w *Worker) initProgress() {
+	for _, wi := range w.ifaces {
+		if ctl, ok := wi.iface.(uct.ProgressController); ok {
+			ctl.ProgressDisable()
+		}
+	}
 }
 
 // maxCPU bounds the CPU numbers of a CPU mask (the size of a cpu_set_t).
@@ -633,12 +654,17 @@ func (w *Worker) ReleaseAddress([]byte) {}
 // failures of endpoints in error mode PEER: their outstanding requests
 // complete with the error and their error handlers are called, from here.
 // Progress may not be called from a callback it runs, directly or through
-// a call that waits.
+// a call that waits. Interfaces that no message came to yet are polled
+// only by calls whose other work found nothing and every
+// uct.ColdProgressEvery-th of the others (adaptive progress: see
+// initProgress).
 func (w *Worker) Progress() int {
 	if w.wake.enabled {
 		w.wake.progressed()
 	}
-	n := w.uw.Progress()
+	// The protocols' queue is the worker's own: called here, not through
+	// the uct worker's callbacks, it costs one call when empty.
+	n := w.uw.Progress() + w.protoProgress()
 	if w.fail.pending.Load() {
 		n += w.handleFailures()
 	}

@@ -67,7 +67,9 @@ type MD interface {
 	IfaceConfigTable() []ucs.ConfigField
 	// IfaceOpen opens an interface on the resource params name (any of
 	// the MD's when params leaves them empty) and registers its Progress
-	// with worker when worker is not nil. config holds the values of
+	// with worker when worker is not nil (an iface whose Progress has work
+	// only at times, as cma's reports of failed EPs, is in the worker's
+	// progress only while it has some). config holds the values of
 	// IfaceConfigTable (nil for the defaults). Another resource fails with
 	// ucs.ErrNoDevice, a bad configuration with ucs.ErrInvalidParam.
 	IfaceOpen(worker *Worker, params *IfaceParams, config *ucs.Config) (Iface, error)

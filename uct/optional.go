@@ -73,6 +73,22 @@ type EventArmer interface {
 	EventArm(events uint32) ucs.Status
 }
 
+// ProgressController is implemented by ifaces whose progress the caller
+// can disable and enable (uct_iface_progress_disable and
+// uct_iface_progress_enable): ProgressDisable makes the iface's Progress a
+// disabled callback of its worker, which calls it only now and then and
+// enables it again at its first event (see Worker.SetProgressEnabled);
+// ProgressEnable makes it one called by every Progress again;
+// ProgressEnabled reports which it is. An iface opens enabled. ucp
+// disables the ifaces of a worker when it opens them (adaptive progress).
+// They may allocate and take a lock: they are not for hot paths. Without
+// a worker they do nothing, and ProgressEnabled is false.
+type ProgressController interface {
+	ProgressEnable()
+	ProgressDisable()
+	ProgressEnabled() bool
+}
+
 // InputPoller is implemented by ifaces whose Progress reads descriptors
 // that the kernel can wait on (tcp: its sockets). InputFD returns a
 // descriptor that polls readable (POLLIN) while input waits for Progress

@@ -9,20 +9,51 @@ import (
 
 // Worker groups ifaces that are progressed together (uct_worker_h). The
 // progress callbacks registered with it are called, in registration order,
-// by Progress.
+// by Progress; a callback that is disabled (SetProgressEnabled) keeps its
+// place and id but is called only now and then, until its first event
+// enables it again.
 type Worker struct {
 	mode   ucs.ThreadMode
 	signal atomic.Pointer[func(uint32)]
-	mu     sync.Mutex // serializes registration
-	cbs    atomic.Pointer[[]progressCB]
-	next   int
+	mu     sync.Mutex   // serializes registration
+	regs   []progressCB // every registration, enabled or not; under mu
+	// hot holds the Progresser of each enabled registration, in order:
+	// what Progress calls, without a lock (copied on write under mu).
+	hot atomic.Pointer[[]Progresser]
+	// cold holds the disabled registrations (nil when none is), for
+	// Progress to look at now and then; copied on write under mu.
+	cold atomic.Pointer[[]progressCB]
+	// busy counts the Progress calls whose enabled callbacks found work,
+	// so that every ColdProgressEvery-th looks at the disabled ones too
+	// (atomic in ucs.ThreadModeMulti).
+	busy uint32
+	next int
 }
+
+// ColdProgressEvery is how often Progress calls the disabled callbacks
+// when the enabled ones found work: every ColdProgressEvery-th such call.
+// A call whose enabled callbacks found nothing calls them always.
+const ColdProgressEvery = 16
+
+// Progresser is what a worker's progress calls: an iface registered with
+// ProgressAdd (its Progress method, called through the interface with no
+// wrapper), or a function registered with ProgressRegister.
+type Progresser interface {
+	// Progress does pending work and returns the number of events handled.
+	Progress() int
+}
+
+// progressFunc is a function registered with ProgressRegister.
+type progressFunc func() int
+
+func (f progressFunc) Progress() int { return f() }
 
 type progressCB struct {
 	id   int
-	fn   func() int
-	key  any // ProgressRegisterShared's key; nil for ProgressRegister
+	p    Progresser
+	key  any // ProgressRegisterShared's key; nil otherwise
 	refs int // registrations under key not yet unregistered
+	off  bool
 }
 
 // NewWorker creates a worker with the given thread mode (uct_worker_create).
@@ -58,10 +89,15 @@ func (w *Worker) ThreadMode() ucs.ThreadMode { return w.mode }
 // ProgressRegister adds fn to the worker's progress and returns an id for
 // ProgressUnregister (uct_worker_progress_register_safe). Each call adds a
 // callback of its own.
-func (w *Worker) ProgressRegister(fn func() int) int {
+func (w *Worker) ProgressRegister(fn func() int) int { return w.ProgressAdd(progressFunc(fn)) }
+
+// ProgressAdd is ProgressRegister of p's Progress method: an iface
+// registers itself this way, so that Progress calls its method through the
+// interface, without the wrapper a method value costs.
+func (w *Worker) ProgressAdd(p Progresser) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.addLocked(fn, nil)
+	return w.addLocked(p, nil)
 }
 
 // ProgressRegisterShared adds fn to the worker's progress under key, with
@@ -78,69 +114,138 @@ func (w *Worker) ProgressRegisterShared(key any, fn func() int) int {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if p := w.cbs.Load(); p != nil {
-		for i := range *p {
-			if cb := &(*p)[i]; cb.key == key {
-				// Progress reads only id and fn: refs may change in place.
-				cb.refs++
-				return cb.id
-			}
+	for i := range w.regs {
+		if cb := &w.regs[i]; cb.key == key {
+			cb.refs++
+			return cb.id
 		}
 	}
-	return w.addLocked(fn, key)
+	return w.addLocked(progressFunc(fn), key)
 }
 
-// addLocked appends a callback with one reference; w.mu is held.
-func (w *Worker) addLocked(fn func() int, key any) int {
+// addLocked appends an enabled callback with one reference; w.mu is held.
+func (w *Worker) addLocked(p Progresser, key any) int {
 	w.next++
-	// Copy on write, so that Progress iterates without a lock.
-	var old []progressCB
-	if p := w.cbs.Load(); p != nil {
-		old = *p
-	}
-	cbs := make([]progressCB, len(old), len(old)+1)
-	copy(cbs, old)
-	cbs = append(cbs, progressCB{id: w.next, fn: fn, key: key, refs: 1})
-	w.cbs.Store(&cbs)
+	w.regs = append(w.regs, progressCB{id: w.next, p: p, key: key, refs: 1})
+	w.publishLocked()
 	return w.next
+}
+
+// publishLocked stores a new list of the enabled callbacks for Progress;
+// w.mu is held. The list is copied, never changed in place, so that a
+// Progress running meanwhile iterates the one it loaded.
+func (w *Worker) publishLocked() {
+	hot := make([]Progresser, 0, len(w.regs))
+	var cold []progressCB
+	for i := range w.regs {
+		if w.regs[i].off {
+			cold = append(cold, w.regs[i])
+		} else {
+			hot = append(hot, w.regs[i].p)
+		}
+	}
+	w.hot.Store(&hot)
+	if cold == nil {
+		w.cold.Store(nil)
+	} else {
+		w.cold.Store(&cold)
+	}
 }
 
 // ProgressUnregister drops a reference to the callback registered with id
 // and removes the callback when none is left (always for one of
-// ProgressRegister); an unknown id is ignored.
+// ProgressRegister and ProgressAdd); an unknown id is ignored.
 func (w *Worker) ProgressUnregister(id int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := w.cbs.Load()
-	if p == nil {
-		return
-	}
-	cbs := make([]progressCB, 0, len(*p))
-	for i, cb := range *p {
-		if cb.id == id {
-			if (*p)[i].refs--; (*p)[i].refs > 0 {
-				return // the entry in place keeps the count
+	for i := range w.regs {
+		if cb := &w.regs[i]; cb.id == id {
+			if cb.refs--; cb.refs > 0 {
+				return
 			}
-			continue
+			w.regs = append(w.regs[:i:i], w.regs[i+1:]...)
+			w.publishLocked()
+			return
 		}
-		cbs = append(cbs, cb)
 	}
-	w.cbs.Store(&cbs)
 }
 
-// Progress calls every registered callback once and returns the sum of the
-// events they report (uct_worker_progress).
-func (w *Worker) Progress() int {
-	p := w.cbs.Load()
-	if p == nil {
-		return 0
+// SetProgressEnabled enables or disables the callback registered with id
+// (uct_iface_progress_enable and uct_iface_progress_disable act on an
+// iface's callback this way). A disabled callback keeps its id, place and
+// references, but Progress calls it only when the enabled callbacks found
+// nothing, and on every ColdProgressEvery-th of the other calls; the
+// first call in which it reports an event enables it again. That is
+// UCX's adaptive progress: an iface that nobody uses costs a busy worker
+// almost nothing, and a message that comes to it waits a few Progress
+// calls at most (the wait loop that expects it calls Progress, finding
+// nothing elsewhere, until it comes). A registration starts enabled; an
+// unknown id is ignored. Like registration, it may allocate and take a
+// lock: it is not for hot paths.
+func (w *Worker) SetProgressEnabled(id int, enabled bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.regs {
+		if cb := &w.regs[i]; cb.id == id {
+			if cb.off == !enabled {
+				return
+			}
+			cb.off = !enabled
+			w.publishLocked()
+			return
+		}
 	}
+}
+
+// Progress calls every enabled callback once, and the disabled ones when
+// due (see SetProgressEnabled), and returns the sum of the events they
+// report (uct_worker_progress).
+func (w *Worker) Progress() int {
 	n := 0
-	// By index, reading fn alone: a copy of the entry would read refs,
-	// which ProgressUnregister changes in place.
-	cbs := *p
-	for i := range cbs {
-		n += cbs[i].fn()
+	if p := w.hot.Load(); p != nil {
+		for _, cb := range *p {
+			n += cb.Progress()
+		}
+	}
+	if c := w.cold.Load(); c != nil && (n == 0 || w.coldDue()) {
+		n += w.progressCold(*c)
 	}
 	return n
+}
+
+// coldDue reports whether a Progress call whose enabled callbacks found
+// work calls the disabled ones too.
+func (w *Worker) coldDue() bool {
+	if w.mode == ucs.ThreadModeMulti {
+		return atomic.AddUint32(&w.busy, 1)%ColdProgressEvery == 0
+	}
+	w.busy++
+	return w.busy%ColdProgressEvery == 0
+}
+
+// progressCold calls the disabled callbacks cold, enabling each that
+// reports an event, and returns the sum of their events.
+func (w *Worker) progressCold(cold []progressCB) int {
+	n := 0
+	for i := range cold {
+		k := cold[i].p.Progress()
+		if k > 0 {
+			w.SetProgressEnabled(cold[i].id, true)
+		}
+		n += k
+	}
+	return n
+}
+
+// ProgressEnabled reports whether the callback registered with id is
+// enabled (false for an unknown id).
+func (w *Worker) ProgressEnabled(id int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.regs {
+		if w.regs[i].id == id {
+			return !w.regs[i].off
+		}
+	}
+	return false
 }

@@ -86,3 +86,104 @@ func TestProgressWhileCounting(t *testing.T) {
 	}
 	<-done
 }
+
+// namedProgress is a Progresser that records its name in *order.
+type namedProgress struct {
+	name  string
+	order *string
+}
+
+func (p *namedProgress) Progress() int { *p.order += p.name; return 1 }
+
+// TestSetProgressEnabled: a disabled callback is skipped by Progress and
+// keeps its place and id; enabling it again (twice changes nothing) puts
+// it back where it was; unregistering a disabled one removes it for good.
+func TestSetProgressEnabled(t *testing.T) {
+	w := NewWorker(ucs.ThreadModeSingle)
+	var order string
+	a := w.ProgressRegister(func() int { order += "a"; return 1 })
+	b := w.ProgressAdd(&namedProgress{"b", &order})
+	c := w.ProgressRegister(func() int { order += "c"; return 1 })
+	for _, s := range []struct {
+		id      int
+		enabled bool
+		want    string // the callbacks called, in order
+	}{
+		{b, false, "ac"},
+		{b, false, "ac"},
+		{a, false, "c"},
+		{a, true, "ac"},
+		{b, true, "abc"},
+		{b, true, "abc"},
+		{99, false, "abc"},
+	} {
+		w.SetProgressEnabled(s.id, s.enabled)
+		order = ""
+		if n := w.Progress(); order != s.want || n != len(s.want) {
+			t.Errorf("after SetProgressEnabled(%d, %v): called %q (Progress %d), want %q", s.id, s.enabled, order, n, s.want)
+		}
+	}
+	w.SetProgressEnabled(c, false)
+	w.ProgressUnregister(c)
+	w.SetProgressEnabled(c, true)
+	order = ""
+	if w.Progress(); order != "ab" {
+		t.Errorf("unregistered while disabled, then enabled: called %q", order)
+	}
+}
+
+// eventProgress is a Progresser that reports events while it has some.
+type eventProgress struct{ events, calls int }
+
+func (p *eventProgress) Progress() int {
+	p.calls++
+	n := p.events
+	p.events = 0
+	return n
+}
+
+// TestDisabledProgress: a disabled callback is called by every Progress
+// whose enabled callbacks found nothing and by every ColdProgressEvery-th
+// of the others; it stays disabled while it finds nothing, and its first
+// event enables it again (adaptive progress).
+func TestDisabledProgress(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		busy      bool // an enabled callback reports an event on every call
+		wantCalls int  // of the disabled callback in 2*ColdProgressEvery calls
+	}{
+		{"idle worker", false, 2 * ColdProgressEvery},
+		{"busy worker", true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, mode := range []ucs.ThreadMode{ucs.ThreadModeSingle, ucs.ThreadModeMulti} {
+				w := NewWorker(mode)
+				if tc.busy {
+					w.ProgressRegister(func() int { return 1 })
+				}
+				p := &eventProgress{}
+				id := w.ProgressAdd(p)
+				w.SetProgressEnabled(id, false)
+				for range 2 * ColdProgressEvery {
+					w.Progress()
+				}
+				if p.calls != tc.wantCalls || w.ProgressEnabled(id) {
+					t.Errorf("%v: disabled callback called %d times in %d Progress calls, want %d; enabled %v", mode, p.calls, 2*ColdProgressEvery, tc.wantCalls, w.ProgressEnabled(id))
+				}
+				p.events = 1
+				got := 0
+				for range ColdProgressEvery {
+					got += w.Progress()
+				}
+				if !w.ProgressEnabled(id) || got < 1 {
+					t.Errorf("%v: an event (Progress total %d) left the callback disabled", mode, got)
+				}
+				p.calls = 0
+				w.Progress()
+				if p.calls != 1 {
+					t.Errorf("%v: enabled again, called %d times by one Progress", mode, p.calls)
+				}
+			}
+		})
+	}
+}

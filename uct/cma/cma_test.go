@@ -435,12 +435,15 @@ func TestTwoProcess(t *testing.T) {
 }
 
 // TestDeadPeer checks that transfers to a peer that died fail at once with
-// ErrConnectionReset, and that the error handler hears of it once.
+// ErrConnectionReset, and that the error handler hears of it once, from
+// the worker's progress, which polls the iface only while a failure waits
+// to be reported (it has nothing else to do).
 func TestDeadPeer(t *testing.T) {
 	p := startPeer(t)
 	var calls []uct.EP
 	var statuses []ucs.Status
-	i := openTestIface(t, &uct.IfaceParams{ErrHandler: func(arg any, ep uct.EP, s ucs.Status) {
+	w := uct.NewWorker(ucs.ThreadModeSingle)
+	i := openTestIfaceOn(t, w, &uct.IfaceParams{ErrHandler: func(arg any, ep uct.EP, s ucs.Status) {
 		if arg != "arg" {
 			t.Errorf("error handler arg %v", arg)
 		}
@@ -455,8 +458,8 @@ func TestDeadPeer(t *testing.T) {
 	if s := ep.PutShort(buf[:8], p.base, p.rkey.Rkey); s != ucs.OK {
 		t.Fatalf("PutShort to the live peer = %v", s)
 	}
-	if n := i.Progress(); n != 0 {
-		t.Errorf("Progress = %d before any failure", n)
+	if n := w.Progress(); n != 0 || i.polled.Load() {
+		t.Errorf("Progress = %d before any failure, iface polled %v", n, i.polled.Load())
 	}
 	p.kill()
 	start := time.Now()
@@ -479,11 +482,14 @@ func TestDeadPeer(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("failing took %v", d)
 	}
-	if n := i.Progress(); n != 1 || len(calls) != 1 || calls[0] != ep || statuses[0] != ucs.ErrConnectionReset {
+	if !i.polled.Load() {
+		t.Error("a failure to report did not put the iface in its worker's progress")
+	}
+	if n := w.Progress(); n != 1 || len(calls) != 1 || calls[0] != ep || statuses[0] != ucs.ErrConnectionReset {
 		t.Errorf("Progress = %d, error handler called %d times (%v)", n, len(calls), statuses)
 	}
-	if n := i.Progress(); n != 0 || len(calls) != 1 {
-		t.Errorf("error handler called again: Progress = %d, %d calls", n, len(calls))
+	if n := w.Progress(); n != 0 || len(calls) != 1 || i.polled.Load() {
+		t.Errorf("error handler called again: Progress = %d, %d calls; iface polled %v", n, len(calls), i.polled.Load())
 	}
 	if i.IsReachable(p.dev, p.addr) {
 		t.Error("dead peer reachable")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -104,12 +105,15 @@ func ptraceHint() string {
 //
 // Progress reports EPs whose peer died (a transfer failed with ESRCH) to
 // the error handler of the iface's parameters, once per EP, with
-// ucs.ErrConnectionReset.
+// ucs.ErrConnectionReset. That is its only work, so the iface is in its
+// worker's progress only while a failure waits to be reported: a worker
+// does not poll an iface that cannot receive anything.
 type Iface struct {
 	md      *MD
 	worker  *uct.Worker
-	log     ucs.Logger // IfaceParams.Logger
-	progID  int
+	log     ucs.Logger  // IfaceParams.Logger
+	progID  int         // the registration with worker while polled; under mu
+	polled  atomic.Bool // Progress is in worker's progress
 	segSize int
 	probe   *uint64 // holds the iface id; its address is in the iface address
 	addr    []byte
@@ -151,9 +155,6 @@ func openIface(md *MD, worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	i.addr = a.encode()
 	if params != nil {
 		i.errCB, i.errArg = params.ErrHandler, params.ErrHandlerArg
-	}
-	if worker != nil {
-		i.progID = worker.ProgressRegister(i.Progress)
 	}
 	return i, nil
 }
@@ -237,15 +238,35 @@ func (*Iface) RxHeadroom([]byte) []byte { return nil }
 // Progress calls the iface's error handler for each EP that failed since
 // the last call and returns their number.
 func (i *Iface) Progress() int {
-	return i.failed.Take(func(e *EP) {
+	n := i.failed.Take(func(e *EP) {
 		if i.errCB != nil {
 			i.errCB(i.errArg, e, ucs.ErrConnectionReset)
 		}
 	})
+	if i.polled.Load() && i.failed.Len() == 0 {
+		i.mu.Lock()
+		// Under mu, which epFailed takes after it queued: a failure queued
+		// since is seen here, or registers the iface again there.
+		if i.failed.Len() == 0 && i.polled.Load() {
+			i.worker.ProgressUnregister(i.progID)
+			i.polled.Store(false)
+		}
+		i.mu.Unlock()
+	}
+	return n
 }
 
-// epFailed queues e for the error handler.
-func (i *Iface) epFailed(e *EP) { i.failed.Add(e) }
+// epFailed queues e for the error handler, and puts the iface in its
+// worker's progress until the handler has seen it.
+func (i *Iface) epFailed(e *EP) {
+	i.failed.Add(e)
+	i.mu.Lock()
+	if i.worker != nil && !i.closed && !i.polled.Load() {
+		i.progID = i.worker.ProgressAdd(i)
+		i.polled.Store(true)
+	}
+	i.mu.Unlock()
+}
 
 // Flush returns OK: every operation completes on return.
 func (*Iface) Flush(uct.FlushFlags, *uct.Completion) ucs.Status { return ucs.OK }
@@ -284,8 +305,9 @@ func (i *Iface) Close() {
 	}
 	i.closed = true
 	*i.probe = 0
-	if i.worker != nil {
+	if i.polled.Load() {
 		i.worker.ProgressUnregister(i.progID)
+		i.polled.Store(false)
 	}
 }
 

@@ -198,11 +198,17 @@ func (p *peer) fill(off, n, seed int) {
 // openTestIface opens a cma iface that is closed at the end of the test.
 func openTestIface(tb testing.TB, params *uct.IfaceParams) *Iface {
 	tb.Helper()
+	return openTestIfaceOn(tb, nil, params)
+}
+
+// openTestIfaceOn is openTestIface with the iface on worker.
+func openTestIfaceOn(tb testing.TB, worker *uct.Worker, params *uct.IfaceParams) *Iface {
+	tb.Helper()
 	md, err := (&Component{}).OpenMD(MDName, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	i, err := md.IfaceOpen(nil, params, nil)
+	i, err := md.IfaceOpen(worker, params, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

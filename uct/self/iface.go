@@ -51,13 +51,16 @@ type pendingEntry struct {
 // dropped with a logged warning. Each message buffer has the
 // IfaceParams.RxHeadroom bytes in front of the data (see RxHeadroom).
 type Iface struct {
+	// ProgressReg is the iface's Progress in its worker's; it makes the
+	// iface a uct.ProgressController.
+	base.ProgressReg
+
 	md      *MD
 	worker  *uct.Worker
 	id      uint64
 	addr    []byte
 	segSize int
 	qlen    int
-	progID  int
 	rxh     base.Headroom // IfaceParams.RxHeadroom, in front of each message buffer
 
 	handlers base.AMHandlers
@@ -102,9 +105,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	}
 	i := &Iface{md: m, worker: worker, id: randomID(), segSize: segSize, qlen: qlen, rxh: rxh, log: params.Log()}
 	i.addr = ifaceAddrFormat.Encode(0, base.Pid, i.id)
-	if worker != nil {
-		i.progID = worker.ProgressRegister(i.Progress)
-	}
+	i.Register(worker, i)
 	return i, nil
 }
 
@@ -317,9 +318,7 @@ func (i *Iface) EPCreate(params *uct.EPParams) (uct.EP, error) {
 // are dropped and later sends fail with ucs.ErrNoResource. The WakeupFD
 // descriptor, if any, is closed.
 func (i *Iface) Close() {
-	if i.worker != nil {
-		i.worker.ProgressUnregister(i.progID)
-	}
+	i.Unregister()
 	i.mu.Lock()
 	i.closed = true
 	i.queue = nil

@@ -103,11 +103,12 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 	if c == nil {
 		return ucs.ErrNoResource
 	}
-	d := e.tx.data(c)
-	binary.LittleEndian.PutUint64(d, header)
+	n := 8 + len(payload)
+	d := e.tx.msg(c, n)
+	binary.LittleEndian.PutUint64(d[:8], header)
 	copy(d[8:], payload)
-	e.iface.tracer.Trace(uct.AMTraceSend, id, d[:8+len(payload)])
-	publish(c, lap, id, 8+len(payload))
+	e.iface.tracer.Trace(uct.AMTraceSend, id, d)
+	publish(c, lap, id, n)
 	e.tx.notify(uct.EventRecv)
 	return ucs.OK
 }

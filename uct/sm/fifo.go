@@ -144,6 +144,12 @@ func (f *fifo) data(c unsafe.Pointer) []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(c, cellHeaderSize)), f.payload)
 }
 
+// msg returns the first n bytes of the data area of cell c; n must be
+// within it (0 <= n <= payload).
+func (f *fifo) msg(c unsafe.Pointer, n int) []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(c, cellHeaderSize)), n)
+}
+
 // lap returns the lap of ticket t, from which its cell's seq counts.
 func (f *fifo) lap(t uint64) uint64 { return t &^ f.mask }
 
@@ -181,15 +187,14 @@ func (f *fifo) hasRoom() bool { return f.free(atomic.LoadUint64(f.tail)) }
 // publish writes the header of cell c, claimed in lap, and hands it to the
 // consumer.
 func publish(c unsafe.Pointer, lap uint64, id uint8, n int) {
-	putCellHeader(unsafe.Slice((*byte)(unsafe.Add(c, 8)), cellHeaderSize-8), id, n)
+	putCellHeader(header(c)[:], id, n)
 	atomic.StoreUint64((*uint64)(c), lap+1)
 }
 
 // putCellHeader encodes the am id and length of a cell into b (the 8 header
-// bytes after seq).
+// bytes after seq), with one 64-bit store.
 func putCellHeader(b []byte, id uint8, n int) {
-	binary.LittleEndian.PutUint32(b, uint32(n))
-	b[4], b[5], b[6], b[7] = id, 0, 0, 0
+	binary.LittleEndian.PutUint64(b, uint64(uint32(n))|uint64(id)<<32)
 }
 
 // decodeCellHeader decodes the 8 header bytes after seq of a cell whose data
@@ -215,6 +220,18 @@ func decodeCellHeader(b []byte, payload int) (id uint8, n int, err error) {
 	return id, int(l), nil
 }
 
+// cellHeaderFast decodes the 8 header bytes after seq of a cell whose data
+// area holds payload bytes with one 64-bit load, when they are those of a
+// message (an id below uct.AMMaxID, a length within payload, zero
+// padding), and reports whether they were: a void or malformed cell is
+// left to decodeCellHeader, which says what it is.
+func cellHeaderFast(b *[cellHeaderSize - 8]byte, payload int) (id uint8, n int, ok bool) {
+	h := binary.LittleEndian.Uint64(b[:])
+	l := uint32(h)
+	id = uint8(h >> 32)
+	return id, int(l), h>>40 == 0 && uint64(l) <= uint64(payload) && id < uct.AMMaxID
+}
+
 // poll returns the cell of ticket t if it was published, or nil.
 func (f *fifo) poll(t uint64) unsafe.Pointer {
 	c := f.cell(t)
@@ -229,6 +246,6 @@ func (f *fifo) poll(t uint64) unsafe.Pointer {
 func (f *fifo) done(t uint64) { atomic.StoreUint64(f.head, t) }
 
 // header returns the 8 header bytes after seq of cell c.
-func header(c unsafe.Pointer) []byte {
-	return unsafe.Slice((*byte)(unsafe.Add(c, 8)), cellHeaderSize-8)
+func header(c unsafe.Pointer) *[cellHeaderSize - 8]byte {
+	return (*[cellHeaderSize - 8]byte)(unsafe.Add(c, 8))
 }

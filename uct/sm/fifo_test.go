@@ -53,7 +53,7 @@ func TestFIFOProducers(t *testing.T) {
 			}
 			round := head
 			for c := rx.poll(head); c != nil; c = rx.poll(head) {
-				id, n, err := decodeCellHeader(header(c), rx.payload)
+				id, n, err := decodeCellHeader(header(c)[:], rx.payload)
 				if err != nil || id != 1 || n != 8 {
 					t.Fatalf("%d cells: ticket %d: id %d, %d bytes, %v", ncells, head, id, n, err)
 				}

@@ -79,6 +79,14 @@ func FuzzCellHeaderDecode(f *testing.F) {
 	f.Add([]byte{1, 2, 3}, 100)
 	f.Fuzz(func(t *testing.T, b []byte, payload int) {
 		id, n, err := decodeCellHeader(b, payload)
+		if len(b) == cellHeaderSize-8 {
+			// The fast path takes exactly the messages decodeCellHeader
+			// accepts (void cells and errors are left to it).
+			fid, fn, ok := cellHeaderFast((*[cellHeaderSize - 8]byte)(b), payload)
+			if msg := err == nil && id != voidID; ok != msg || ok && (fid != id || fn != n) {
+				t.Fatalf("%x, payload %d: fast path id %d length %d ok %v; decodeCellHeader id %d length %d err %v", b, payload, fid, fn, ok, id, n, err)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ucs.ErrInvalidParam) {
 				t.Fatalf("error %v is not ErrInvalidParam", err)

@@ -103,9 +103,12 @@ func decodeIfaceAddr(b []byte) (a ifaceAddr, err error) {
 // All ifaces of a job should share FIFO_SIZE and SEG_SIZE: a message is
 // bounded by the smaller of the sender's SEG_SIZE and the receiver's.
 type Iface struct {
+	// ProgressReg is the iface's Progress in its worker's; it makes the
+	// iface a uct.ProgressController.
+	base.ProgressReg
+
 	md       uct.MD
 	worker   *uct.Worker
-	progID   int
 	multi    bool       // several goroutines may call Progress at once
 	progMu   sync.Mutex // serializes Progress when multi
 	seg      segKey
@@ -167,7 +170,11 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 	i.addr = a.encode()
 	if worker != nil {
 		i.multi = worker.ThreadMode() == ucs.ThreadModeMulti
-		i.progID = worker.ProgressRegister(i.Progress)
+		if i.multi {
+			i.Register(worker, i)
+		} else {
+			i.Register(worker, (*rxProgress)(i))
+		}
 	}
 	return i, nil
 }
@@ -249,20 +256,40 @@ func (i *Iface) rxDesc() []byte {
 // delivered and requests posted.
 func (i *Iface) Progress() int {
 	if i.multi {
-		i.progMu.Lock()
-		defer i.progMu.Unlock()
+		return i.progressLocked()
 	}
+	return (*rxProgress)(i).Progress()
+}
+
+// progressLocked is Progress under progMu (multi mode); the single modes
+// pay neither the lock nor its defer.
+func (i *Iface) progressLocked() int {
+	i.progMu.Lock()
+	defer i.progMu.Unlock()
+	return (*rxProgress)(i).Progress()
+}
+
+// rxProgress is an iface whose Progress runs without progMu: what the
+// worker calls in the single-threaded modes, where it serializes Progress
+// itself, without the test for multi mode and the call it leads to.
+type rxProgress Iface
+
+// Progress is Iface.Progress; the caller serializes it.
+func (r *rxProgress) Progress() int {
+	i := (*Iface)(r)
 	n := 0
+	head := i.head
 	for ; n < i.maxPoll; n++ {
-		c := i.rx.poll(i.head)
+		c := i.rx.poll(head)
 		if c == nil {
 			break
 		}
 		i.deliver(c)
-		i.head++
+		head++
+		i.head = head
 	}
 	if n > 0 {
-		i.rx.done(i.head)
+		i.rx.done(head)
 	}
 	if i.pending.Len() != 0 {
 		n += i.pending.Dispatch()
@@ -272,27 +299,32 @@ func (i *Iface) Progress() int {
 
 // deliver calls the handler of the message in cell c.
 func (i *Iface) deliver(c unsafe.Pointer) {
-	id, n, err := decodeCellHeader(header(c), i.rx.payload)
-	if err != nil {
-		i.tracer.Trace(uct.AMTraceRecvDrop, header(c)[4], nil)
-		i.log.Logf(ucs.LogWarn, "uct/sm: dropped a malformed message: %v", err)
-		return
+	hdr := header(c)
+	id, n, ok := cellHeaderFast(hdr, i.rx.payload)
+	if !ok {
+		var err error
+		if id, n, err = decodeCellHeader(hdr[:], i.rx.payload); err != nil {
+			i.tracer.Trace(uct.AMTraceRecvDrop, hdr[4], nil)
+			i.log.Logf(ucs.LogWarn, "uct/sm: dropped a malformed message: %v", err)
+			return
+		}
+		if id == voidID {
+			return
+		}
 	}
-	if id == voidID {
-		return
-	}
+	data := i.rx.msg(c, n)
 	h := i.handlers[id].Load()
 	if h == nil {
-		i.tracer.Trace(uct.AMTraceRecvDrop, id, i.rx.data(c)[:n])
+		i.tracer.Trace(uct.AMTraceRecvDrop, id, data)
 		i.log.Logf(ucs.LogWarn, "uct/sm: dropped active message %d (%d bytes): no handler", id, n)
 		return
 	}
 	if i.rxh.Len() > 0 {
-		i.deliverCopy(h, id, i.rx.data(c)[:n])
+		i.deliverCopy(h, id, data)
 		return
 	}
-	i.tracer.Trace(uct.AMTraceRecv, id, i.rx.data(c)[:n])
-	if h.CB(h.Arg, i.rx.data(c)[:n], 0) == ucs.InProgress {
+	i.tracer.Trace(uct.AMTraceRecv, id, data)
+	if h.CB(h.Arg, data, 0) == ucs.InProgress {
 		i.log.Logf(ucs.LogWarn, "uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
 	}
 }
@@ -360,9 +392,7 @@ func (i *Iface) Close() {
 	if already {
 		return
 	}
-	if i.worker != nil {
-		i.worker.ProgressUnregister(i.progID)
-	}
+	i.Unregister()
 	i.stopWakeup()
 	releaseSegment(i.seg, true)
 }

@@ -189,7 +189,7 @@ func (m *MD) IfaceOpen(worker *uct.Worker, params *uct.IfaceParams, config *ucs.
 	go i.accept()
 	go i.poller()
 	if worker != nil {
-		i.progID = worker.ProgressRegister(i.Progress)
+		i.progID = worker.ProgressAdd(i)
 	}
 	return i, nil
 }

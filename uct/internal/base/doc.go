@@ -16,6 +16,8 @@
 //     (AMMsg);
 //   - headroom.go: the receive headroom in front of AM data (Headroom:
 //     the buffers' layout, and the unsafe way back from data to them);
+//   - progress.go: an iface's registration with its worker's progress
+//     (ProgressReg, which gives it uct.ProgressController);
 //   - epaddr.go: EP addresses, an iface address followed by an EP id
 //     (EncodeEPAddr, SplitEPAddr).
 //
