@@ -211,9 +211,14 @@ func (w *Worker) streamInit() error {
 	return nil
 }
 
-// streamCheck checks that the worker may use streams.
+// streamCheck checks that the worker may use streams: protoCheck, written
+// out so that it is inlined into every stream send and receive (through
+// protoCheck it cost more than the inliner's budget).
 func (w *Worker) streamCheck(what string) error {
-	return w.protoCheck(what, w.stream.enabled, "FeatureStream")
+	if !w.stream.enabled || w.closed.Load() {
+		return w.protoCheckErr(what, "FeatureStream")
+	}
+	return nil
 }
 
 // streamAddEP gives a new endpoint its connection number and its stream,
@@ -690,12 +695,12 @@ func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, er
 		// request.
 		if th := ep.thresholds(); 8+n <= th.short {
 			l := ep.am
-			l.sendMu.Lock()
+			l.lockSend()
 			b := l.pk.short[:8+n]
 			binary.LittleEndian.PutUint64(b, ep.strm.peerSN)
 			copy(b[8:], buf)
 			st := l.ep.AMShort(amStreamData, ep.w.uid, b)
-			l.sendMu.Unlock()
+			l.unlockSend()
 			if st == ucs.OK {
 				return nil, nil
 			}
