@@ -413,7 +413,9 @@ func (s *streamWorker) feedLocked(q *streamQ, p []byte, done []*Request) ([]byte
 		r := q.reqs[0]
 		k := r.streamWant(q.bytes + len(p))
 		kq := min(k, q.bytes)
-		s.takeQueued(q, r, kq)
+		if kq > 0 {
+			s.takeQueued(q, r, kq)
+		}
 		if kp := k - kq; kp > 0 {
 			r.tagUnpack(r.tr.got, p[:kp])
 			r.tr.got += kp
@@ -430,10 +432,14 @@ func (s *streamWorker) feedLocked(q *streamQ, p []byte, done []*Request) ([]byte
 
 // dropReq takes the i-th receive off q, shifting the others down rather
 // than reslicing, so that the slice's memory serves the next receives;
-// the lock is held.
+// the lock is held. (The copy is skipped for the last one, the only one of
+// a ping-pong: a copy of pointers is a call of the runtime, even empty.)
 func (q *streamQ) dropReq(i int) {
 	r := q.reqs[i]
-	n := copy(q.reqs[i:], q.reqs[i+1:]) + i
+	n := len(q.reqs) - 1
+	if i < n {
+		copy(q.reqs[i:], q.reqs[i+1:])
+	}
 	q.reqs[n] = nil
 	q.reqs = q.reqs[:n]
 	r.sr.q = nil
@@ -866,7 +872,7 @@ func (ep *Endpoint) StreamRecvNBX(buf []byte, param *RequestParam) (*Request, in
 		// The field shares its bits with the OpAttrFlag* ones.
 		f = param.Flags &^ uint32(opAttrFlags)
 	}
-	return ep.streamRecv(it, param, f, gran)
+	return ep.streamRecv(&it, param, f, gran)
 }
 
 // StreamRecvNB is the older form of StreamRecvNBX (ucp_stream_recv_nb):
@@ -889,7 +895,7 @@ func (ep *Endpoint) StreamRecvNB(buffer any, count int, dt Datatype, cb StreamRe
 	if cb != nil {
 		p.SetStreamRecvCallback(cb)
 	}
-	return ep.streamRecv(it, &p, uint32(flags), gran)
+	return ep.streamRecv(&it, &p, uint32(flags), gran)
 }
 
 // StreamRecvRequestTest returns the status of a stream receive, as Status
@@ -904,46 +910,47 @@ func (r *Request) StreamRecvRequestTest(length *int) error {
 }
 
 // streamRecv posts a stream receive of the data it.
-func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gran int) (*Request, int, error) {
+// it is the caller's, passed by reference: the iterator is 15 words.
+func (ep *Endpoint) streamRecv(it *dtIter, param *RequestParam, flags uint32, gran int) (*Request, int, error) {
 	w := ep.w
-	fail := func(err error) (*Request, int, error) {
-		it.finish()
-		return nil, 0, err
-	}
 	if err := ep.waitConnected(); err != nil {
-		return fail(fmt.Errorf("ucp stream recv: %w", err))
+		return streamRecvFail(it, fmt.Errorf("ucp stream recv: %w", err))
 	}
 	if flags&^streamFlagWaitAll != 0 {
-		return fail(fmt.Errorf("ucp stream recv: flags %#x: %w", flags, ucs.ErrInvalidParam))
+		return streamRecvFail(it, fmt.Errorf("ucp stream recv: flags %#x: %w", flags, ucs.ErrInvalidParam))
 	}
 	if ep.closed.Load() {
-		return fail(fmt.Errorf("ucp stream recv: %w", ErrClosed))
+		return streamRecvFail(it, fmt.Errorf("ucp stream recv: %w", ErrClosed))
 	}
 	q := ep.strm
 	if q == nil {
-		return fail(fmt.Errorf("ucp stream recv: an endpoint the worker made for replies has no stream: %w", ucs.ErrInvalidParam))
+		return streamRecvFail(it, fmt.Errorf("ucp stream recv: an endpoint the worker made for replies has no stream: %w", ucs.ErrInvalidParam))
 	}
 	imm := sendFlags(param)
 	s := &w.stream
 	r := w.newRequest(param)
 	// One field a statement: a tuple assignment copies the iterator
-	// through a temporary.
+	// through a temporary. The request's tr and sr are zero (release
+	// clears them), tr.status ucs.OK among them.
 	r.recv = true
-	r.dt = it
+	r.dt = *it
 	r.size = it.length
 	r.proto = protoStreamRecv
 	r.lane = ep.am
-	r.tr = tagRecvState{fam: famStream, status: ucs.OK}
-	r.sr = streamRecvState{waitAll: flags&streamFlagWaitAll != 0, gran: gran}
+	r.tr.fam = famStream
+	r.sr.waitAll = flags&streamFlagWaitAll != 0
+	r.sr.gran = gran
 	if param != nil && param.OpAttrMask&OpAttrFieldCallback != 0 {
 		r.scb = param.StreamRecvCallback
 	}
 	s.lock()
 	k := 0
-	if len(q.reqs) == 0 {
+	if len(q.reqs) == 0 && q.bytes > 0 {
 		k = r.streamWant(q.bytes)
 	}
-	if now := r.tr.got+k == r.dt.length || (!r.sr.waitAll && k > 0); !now {
+	if k != r.dt.length && (k == 0 || r.sr.waitAll) {
+		// It waits for more: unless it may, it ends before it takes
+		// anything of the stream.
 		if st := ep.dead(); st != ucs.OK || imm&flagForceImmCmpl != 0 {
 			s.unlock()
 			r.finish(ucs.ErrCanceled)
@@ -953,19 +960,21 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 			}
 			return nil, 0, fmt.Errorf("ucp stream recv: not enough data yet: %w", ucs.ErrNoResource)
 		}
-	}
-	s.takeQueued(q, r, k)
-	wait := !r.streamDone()
-	if wait {
+		if k > 0 {
+			s.takeQueued(q, r, k)
+		}
 		r.sr.q = q
 		q.reqs = append(q.reqs, r)
+		// What is queued now, part of an element, is the receive's.
+		s.unready(q)
+		s.unlock()
+		return r, 0, nil
+	}
+	if k > 0 {
+		s.takeQueued(q, r, k)
 	}
 	if !q.readable() {
 		s.unready(q)
-	}
-	if wait {
-		s.unlock()
-		return r, 0, nil
 	}
 	s.unlock()
 	n, st := r.tr.got, r.tr.status
@@ -979,6 +988,12 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 		return nil, n, fmt.Errorf("ucp stream recv: %w", st)
 	}
 	return nil, n, nil
+}
+
+// streamRecvFail ends a stream receive that failed before it was posted.
+func streamRecvFail(it *dtIter, err error) (*Request, int, error) {
+	it.finish()
+	return nil, 0, err
 }
 
 // StreamRecvDataNB returns the endpoint's stream data that arrived and no
