@@ -302,6 +302,16 @@ func (r *Request) streamWant(avail int) int {
 	return max(k, 0)
 }
 
+// streamTakes reports whether the stream receive r, with nothing queued
+// before them, takes all of n bytes arriving and then completes.
+func (r *Request) streamTakes(n int) bool {
+	if r.streamWant(n) != n {
+		return false
+	}
+	got := r.tr.got + n
+	return got == r.dt.length || (!r.sr.waitAll && got > 0)
+}
+
 // streamDone reports whether the stream receive r is complete.
 func (r *Request) streamDone() bool {
 	return r.tr.got == r.dt.length || (!r.sr.waitAll && r.tr.got > 0)
@@ -346,11 +356,32 @@ func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 		w.tagLogf("dropped %d stream bytes from %#x for a closed endpoint", len(p), src)
 		return ucs.OK
 	}
+	if q.bytes == 0 && len(q.reqs) == 1 && q.fetching == nil && len(q.later) == 0 {
+		if r := q.reqs[0]; r.streamTakes(len(p)) {
+			// The common case (a ping-pong's): the one receive that
+			// waits, with nothing queued before p, takes all of p and
+			// completes. (q, with no bytes, is not on the ready list.)
+			r.tagUnpack(r.tr.got, p)
+			r.tr.got += len(p)
+			q.dropReq(0)
+			s.unlock()
+			r.rwi = wi
+			r.complete(r.tr.status)
+			return ucs.OK
+		}
+	}
+	return s.recvData(q, wi, p, data, flags)
+}
+
+// recvData is streamRecvData of p, data of the message raw that arrived
+// for q, in the general case: behind a rendezvous fetch, into several
+// receives, or into the queue; the lock is held, and released.
+func (s *streamWorker) recvData(q *streamQ, wi *workerIface, p, raw []byte, flags uint32) ucs.Status {
 	st := ucs.OK
 	if q.fetching != nil || len(q.later) > 0 {
 		// Behind a rendezvous fetch: it waits for the fetch's end.
 		var part tagPart
-		part, st = s.keep(wi, p, data, flags)
+		part, st = s.keep(wi, p, raw, flags)
 		q.later = append(q.later, streamLater{part: part})
 		s.unlock()
 		return st
@@ -359,7 +390,7 @@ func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 	p, done := s.feedLocked(q, p, doneBuf[:0])
 	if len(p) > 0 {
 		var part tagPart
-		part, st = s.keep(wi, p, data, flags)
+		part, st = s.keep(wi, p, raw, flags)
 		q.segs = append(q.segs, part)
 		q.bytes += len(p)
 	}
