@@ -363,7 +363,9 @@ func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 			// completes. (q, with no bytes, is not on the ready list.)
 			r.tagUnpack(r.tr.got, p)
 			r.tr.got += len(p)
-			q.dropReq(0)
+			q.reqs[0] = nil
+			q.reqs = q.reqs[:0]
+			r.sr.q = nil
 			s.unlock()
 			r.rwi = wi
 			r.complete(r.tr.status)
@@ -407,12 +409,17 @@ func (s *streamWorker) recvData(q *streamQ, wi *workerIface, p, raw []byte, flag
 // src, made when the data comes before the endpoint, or nil when the
 // endpoint was closed; the lock is held.
 func (s *streamWorker) streamOf(src, sn uint64) *streamQ {
-	key := streamKey{src, sn}
 	// The last stream that got data first: a map lookup costs about
 	// 135 instructions a message.
-	if q := s.last; q != nil && q.key == key {
+	if q := s.last; q != nil && q.key.uid == src && q.key.sn == sn {
 		return q
 	}
+	return s.lookup(src, sn)
+}
+
+// lookup is streamOf in the worker's map of streams; the lock is held.
+func (s *streamWorker) lookup(src, sn uint64) *streamQ {
+	key := streamKey{src, sn}
 	q := s.qs[key]
 	if q == nil && !s.gone(src, sn) {
 		q = &streamQ{key: key}
