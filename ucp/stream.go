@@ -753,6 +753,12 @@ func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, er
 			}
 		}
 	}
+	return ep.streamSendData(buf, param)
+}
+
+// streamSendData is StreamSendNBX with a request (kept out of it, so that
+// the short send's frame does not hold the data's iterator).
+func (ep *Endpoint) streamSendData(buf []byte, param *RequestParam) (*Request, error) {
 	it, err := dtFromParam(buf, param, false)
 	if err != nil {
 		return nil, fmt.Errorf("ucp stream send: %w", err)
