@@ -339,6 +339,15 @@ func deferredDone(r *Request, status error, proxy any) {
 // waitConnected progresses the worker until the endpoint is wired, and
 // returns nil then, or the connection's error.
 func (ep *Endpoint) waitConnected() error {
+	if ep.conn.Load() == nil {
+		return nil
+	}
+	return ep.waitConnecting()
+}
+
+// waitConnecting is waitConnected's wait, kept out of it so that the
+// check of a connected endpoint is inlined.
+func (ep *Endpoint) waitConnecting() error {
 	for {
 		st := ep.conn.Load()
 		if st == nil {

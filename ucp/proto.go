@@ -238,13 +238,19 @@ func (m *modeMutex) unlockMulti() { m.mu.Unlock() }
 // protoCheck checks that the worker, not destroyed, may do the operation
 // named what of a protocol (enabled: its context has feature).
 func (w *Worker) protoCheck(what string, enabled bool, feature string) error {
+	if !enabled || w.closed.Load() {
+		return w.protoCheckErr(what, feature)
+	}
+	return nil
+}
+
+// protoCheckErr is the error of a failed protoCheck, kept out of it so
+// that the check is inlined into every send and receive.
+func (w *Worker) protoCheckErr(what, feature string) error {
 	if w.closed.Load() {
 		return fmt.Errorf("ucp %s: %w", what, ErrClosed)
 	}
-	if !enabled {
-		return fmt.Errorf("ucp %s: the context was created without %s: %w", what, feature, ucs.ErrInvalidParam)
-	}
-	return nil
+	return fmt.Errorf("ucp %s: the context was created without %s: %w", what, feature, ucs.ErrInvalidParam)
 }
 
 func (w *Worker) protoInit() {
@@ -408,6 +414,12 @@ func (ep *Endpoint) thresholds() *protoThresh {
 	if t := ep.thresh.Load(); t != nil {
 		return t
 	}
+	return ep.newThresholds()
+}
+
+// newThresholds computes the endpoint's thresholds for thresholds, kept
+// out of it so that the load of those computed already is inlined.
+func (ep *Endpoint) newThresholds() *protoThresh {
 	c := ep.w.ctx
 	t := &protoThresh{lim: laneLimitsOf(ep.am), short: -1}
 	if t.lim.short > 8 {

@@ -211,9 +211,14 @@ func (w *Worker) streamInit() error {
 	return nil
 }
 
-// streamCheck checks that the worker may use streams.
+// streamCheck checks that the worker may use streams: protoCheck, written
+// out so that it is inlined into every stream send and receive (through
+// protoCheck it cost more than the inliner's budget).
 func (w *Worker) streamCheck(what string) error {
-	return w.protoCheck(what, w.stream.enabled, "FeatureStream")
+	if !w.stream.enabled || w.closed.Load() {
+		return w.protoCheckErr(what, "FeatureStream")
+	}
+	return nil
 }
 
 // streamAddEP gives a new endpoint its connection number and its stream,
@@ -297,6 +302,16 @@ func (r *Request) streamWant(avail int) int {
 	return max(k, 0)
 }
 
+// streamTakes reports whether the stream receive r, with nothing queued
+// before them, takes all of n bytes arriving and then completes.
+func (r *Request) streamTakes(n int) bool {
+	if r.streamWant(n) != n {
+		return false
+	}
+	got := r.tr.got + n
+	return got == r.dt.length || (!r.sr.waitAll && got > 0)
+}
+
 // streamDone reports whether the stream receive r is complete.
 func (r *Request) streamDone() bool {
 	return r.tr.got == r.dt.length || (!r.sr.waitAll && r.tr.got > 0)
@@ -341,11 +356,34 @@ func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 		w.tagLogf("dropped %d stream bytes from %#x for a closed endpoint", len(p), src)
 		return ucs.OK
 	}
+	if q.bytes == 0 && len(q.reqs) == 1 && q.fetching == nil && len(q.later) == 0 {
+		if r := q.reqs[0]; r.streamTakes(len(p)) {
+			// The common case (a ping-pong's): the one receive that
+			// waits, with nothing queued before p, takes all of p and
+			// completes. (q, with no bytes, is not on the ready list.)
+			r.tagUnpack(r.tr.got, p)
+			r.tr.got += len(p)
+			q.reqs[0] = nil
+			q.reqs = q.reqs[:0]
+			r.sr.q = nil
+			s.unlock()
+			r.rwi = wi
+			r.complete(r.tr.status)
+			return ucs.OK
+		}
+	}
+	return s.recvData(q, wi, p, data, flags)
+}
+
+// recvData is streamRecvData of p, data of the message raw that arrived
+// for q, in the general case: behind a rendezvous fetch, into several
+// receives, or into the queue; the lock is held, and released.
+func (s *streamWorker) recvData(q *streamQ, wi *workerIface, p, raw []byte, flags uint32) ucs.Status {
 	st := ucs.OK
 	if q.fetching != nil || len(q.later) > 0 {
 		// Behind a rendezvous fetch: it waits for the fetch's end.
 		var part tagPart
-		part, st = s.keep(wi, p, data, flags)
+		part, st = s.keep(wi, p, raw, flags)
 		q.later = append(q.later, streamLater{part: part})
 		s.unlock()
 		return st
@@ -354,7 +392,7 @@ func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 	p, done := s.feedLocked(q, p, doneBuf[:0])
 	if len(p) > 0 {
 		var part tagPart
-		part, st = s.keep(wi, p, data, flags)
+		part, st = s.keep(wi, p, raw, flags)
 		q.segs = append(q.segs, part)
 		q.bytes += len(p)
 	}
@@ -371,12 +409,17 @@ func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 // src, made when the data comes before the endpoint, or nil when the
 // endpoint was closed; the lock is held.
 func (s *streamWorker) streamOf(src, sn uint64) *streamQ {
-	key := streamKey{src, sn}
 	// The last stream that got data first: a map lookup costs about
 	// 135 instructions a message.
-	if q := s.last; q != nil && q.key == key {
+	if q := s.last; q != nil && q.key.uid == src && q.key.sn == sn {
 		return q
 	}
+	return s.lookup(src, sn)
+}
+
+// lookup is streamOf in the worker's map of streams; the lock is held.
+func (s *streamWorker) lookup(src, sn uint64) *streamQ {
+	key := streamKey{src, sn}
 	q := s.qs[key]
 	if q == nil && !s.gone(src, sn) {
 		q = &streamQ{key: key}
@@ -408,7 +451,9 @@ func (s *streamWorker) feedLocked(q *streamQ, p []byte, done []*Request) ([]byte
 		r := q.reqs[0]
 		k := r.streamWant(q.bytes + len(p))
 		kq := min(k, q.bytes)
-		s.takeQueued(q, r, kq)
+		if kq > 0 {
+			s.takeQueued(q, r, kq)
+		}
 		if kp := k - kq; kp > 0 {
 			r.tagUnpack(r.tr.got, p[:kp])
 			r.tr.got += kp
@@ -425,10 +470,14 @@ func (s *streamWorker) feedLocked(q *streamQ, p []byte, done []*Request) ([]byte
 
 // dropReq takes the i-th receive off q, shifting the others down rather
 // than reslicing, so that the slice's memory serves the next receives;
-// the lock is held.
+// the lock is held. (The copy is skipped for the last one, the only one of
+// a ping-pong: a copy of pointers is a call of the runtime, even empty.)
 func (q *streamQ) dropReq(i int) {
 	r := q.reqs[i]
-	n := copy(q.reqs[i:], q.reqs[i+1:]) + i
+	n := len(q.reqs) - 1
+	if i < n {
+		copy(q.reqs[i:], q.reqs[i+1:])
+	}
 	q.reqs[n] = nil
 	q.reqs = q.reqs[:n]
 	r.sr.q = nil
@@ -690,12 +739,12 @@ func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, er
 		// request.
 		if th := ep.thresholds(); 8+n <= th.short {
 			l := ep.am
-			l.sendMu.Lock()
+			l.lockSend()
 			b := l.pk.short[:8+n]
 			binary.LittleEndian.PutUint64(b, ep.strm.peerSN)
 			copy(b[8:], buf)
 			st := l.ep.AMShort(amStreamData, ep.w.uid, b)
-			l.sendMu.Unlock()
+			l.unlockSend()
 			if st == ucs.OK {
 				return nil, nil
 			}
@@ -704,6 +753,12 @@ func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, er
 			}
 		}
 	}
+	return ep.streamSendData(buf, param)
+}
+
+// streamSendData is StreamSendNBX with a request (kept out of it, so that
+// the short send's frame does not hold the data's iterator).
+func (ep *Endpoint) streamSendData(buf []byte, param *RequestParam) (*Request, error) {
 	it, err := dtFromParam(buf, param, false)
 	if err != nil {
 		return nil, fmt.Errorf("ucp stream send: %w", err)
@@ -861,7 +916,7 @@ func (ep *Endpoint) StreamRecvNBX(buf []byte, param *RequestParam) (*Request, in
 		// The field shares its bits with the OpAttrFlag* ones.
 		f = param.Flags &^ uint32(opAttrFlags)
 	}
-	return ep.streamRecv(it, param, f, gran)
+	return ep.streamRecv(&it, param, f, gran)
 }
 
 // StreamRecvNB is the older form of StreamRecvNBX (ucp_stream_recv_nb):
@@ -884,7 +939,7 @@ func (ep *Endpoint) StreamRecvNB(buffer any, count int, dt Datatype, cb StreamRe
 	if cb != nil {
 		p.SetStreamRecvCallback(cb)
 	}
-	return ep.streamRecv(it, &p, uint32(flags), gran)
+	return ep.streamRecv(&it, &p, uint32(flags), gran)
 }
 
 // StreamRecvRequestTest returns the status of a stream receive, as Status
@@ -899,46 +954,47 @@ func (r *Request) StreamRecvRequestTest(length *int) error {
 }
 
 // streamRecv posts a stream receive of the data it.
-func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gran int) (*Request, int, error) {
+// it is the caller's, passed by reference: the iterator is 15 words.
+func (ep *Endpoint) streamRecv(it *dtIter, param *RequestParam, flags uint32, gran int) (*Request, int, error) {
 	w := ep.w
-	fail := func(err error) (*Request, int, error) {
-		it.finish()
-		return nil, 0, err
-	}
 	if err := ep.waitConnected(); err != nil {
-		return fail(fmt.Errorf("ucp stream recv: %w", err))
+		return streamRecvFail(it, fmt.Errorf("ucp stream recv: %w", err))
 	}
 	if flags&^streamFlagWaitAll != 0 {
-		return fail(fmt.Errorf("ucp stream recv: flags %#x: %w", flags, ucs.ErrInvalidParam))
+		return streamRecvFail(it, fmt.Errorf("ucp stream recv: flags %#x: %w", flags, ucs.ErrInvalidParam))
 	}
 	if ep.closed.Load() {
-		return fail(fmt.Errorf("ucp stream recv: %w", ErrClosed))
+		return streamRecvFail(it, fmt.Errorf("ucp stream recv: %w", ErrClosed))
 	}
 	q := ep.strm
 	if q == nil {
-		return fail(fmt.Errorf("ucp stream recv: an endpoint the worker made for replies has no stream: %w", ucs.ErrInvalidParam))
+		return streamRecvFail(it, fmt.Errorf("ucp stream recv: an endpoint the worker made for replies has no stream: %w", ucs.ErrInvalidParam))
 	}
 	imm := sendFlags(param)
 	s := &w.stream
 	r := w.newRequest(param)
 	// One field a statement: a tuple assignment copies the iterator
-	// through a temporary.
+	// through a temporary. The request's tr and sr are zero (release
+	// clears them), tr.status ucs.OK among them.
 	r.recv = true
-	r.dt = it
+	r.dt = *it
 	r.size = it.length
 	r.proto = protoStreamRecv
 	r.lane = ep.am
-	r.tr = tagRecvState{fam: famStream, status: ucs.OK}
-	r.sr = streamRecvState{waitAll: flags&streamFlagWaitAll != 0, gran: gran}
+	r.tr.fam = famStream
+	r.sr.waitAll = flags&streamFlagWaitAll != 0
+	r.sr.gran = gran
 	if param != nil && param.OpAttrMask&OpAttrFieldCallback != 0 {
 		r.scb = param.StreamRecvCallback
 	}
 	s.lock()
 	k := 0
-	if len(q.reqs) == 0 {
+	if len(q.reqs) == 0 && q.bytes > 0 {
 		k = r.streamWant(q.bytes)
 	}
-	if now := r.tr.got+k == r.dt.length || (!r.sr.waitAll && k > 0); !now {
+	if k != r.dt.length && (k == 0 || r.sr.waitAll) {
+		// It waits for more: unless it may, it ends before it takes
+		// anything of the stream.
 		if st := ep.dead(); st != ucs.OK || imm&flagForceImmCmpl != 0 {
 			s.unlock()
 			r.finish(ucs.ErrCanceled)
@@ -948,19 +1004,21 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 			}
 			return nil, 0, fmt.Errorf("ucp stream recv: not enough data yet: %w", ucs.ErrNoResource)
 		}
-	}
-	s.takeQueued(q, r, k)
-	wait := !r.streamDone()
-	if wait {
+		if k > 0 {
+			s.takeQueued(q, r, k)
+		}
 		r.sr.q = q
 		q.reqs = append(q.reqs, r)
+		// What is queued now, part of an element, is the receive's.
+		s.unready(q)
+		s.unlock()
+		return r, 0, nil
+	}
+	if k > 0 {
+		s.takeQueued(q, r, k)
 	}
 	if !q.readable() {
 		s.unready(q)
-	}
-	if wait {
-		s.unlock()
-		return r, 0, nil
 	}
 	s.unlock()
 	n, st := r.tr.got, r.tr.status
@@ -974,6 +1032,12 @@ func (ep *Endpoint) streamRecv(it dtIter, param *RequestParam, flags uint32, gra
 		return nil, n, fmt.Errorf("ucp stream recv: %w", st)
 	}
 	return nil, n, nil
+}
+
+// streamRecvFail ends a stream receive that failed before it was posted.
+func streamRecvFail(it *dtIter, err error) (*Request, int, error) {
+	it.finish()
+	return nil, 0, err
 }
 
 // StreamRecvDataNB returns the endpoint's stream data that arrived and no

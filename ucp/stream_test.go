@@ -249,6 +249,17 @@ func TestStreamPartialAndWaitAll(t *testing.T) {
 			if _, _, err := e.ba.StreamRecvNBX(wa, new(RequestParam).SetOpAttrFlags(OpAttrFlagForceImmCmpl)); !errors.Is(err, ucs.ErrNoResource) {
 				t.Fatalf("forced recv with nothing queued: %v, want ErrNoResource", err)
 			}
+			// A forced wait-all receive that the queued bytes do not fill
+			// fails without taking them: the next receive gets them.
+			if _, err := e.ab.StreamSendNBX(streamBytes(5110, 3), nil); err != nil {
+				t.Fatal(err)
+			}
+			e.wait(t, "3 stream bytes queued", func() bool { return e.ba.strm.bytes == 3 })
+			forced := new(RequestParam).SetOpAttrFlags(OpAttrFlagForceImmCmpl).SetStreamRecvFlags(StreamRecvFlagWaitAll)
+			if _, _, err := e.ba.StreamRecvNBX(wa, forced); !errors.Is(err, ucs.ErrNoResource) {
+				t.Fatalf("forced wait-all recv of %d bytes with 3 queued: %v, want ErrNoResource", len(wa), err)
+			}
+			checkStream(t, streamRecvAll(t, e, e.ba, 3, 3), 5110)
 			// A canceled receive completes with ErrCanceled.
 			r, _, err = e.ba.StreamRecvNBX(wa, nil)
 			if err != nil || r == nil {

@@ -30,7 +30,13 @@ const streamHdrLen = 16
 // data, or shorter than its header, fails with ucs.ErrInvalidParam.
 func decodeStream(b []byte) (src, sn uint64, p []byte, err error) {
 	if len(b) <= streamHdrLen {
-		return 0, 0, nil, fmt.Errorf("ucp: stream message of %d bytes, no data after its %d-byte header: %w", len(b), streamHdrLen, ucs.ErrInvalidParam)
+		return 0, 0, nil, streamShortErr(len(b))
 	}
 	return get64(b, 0), get64(b, 1), b[streamHdrLen:], nil
+}
+
+// streamShortErr is decodeStream's error, kept out of it so that the
+// decoding is inlined into the handler.
+func streamShortErr(n int) error {
+	return fmt.Errorf("ucp: stream message of %d bytes, no data after its %d-byte header: %w", n, streamHdrLen, ucs.ErrInvalidParam)
 }

@@ -31,9 +31,9 @@ func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam, sync bo
 		th := ep.thresholds()
 		if len(buf) <= th.short && len(buf) < th.rndv {
 			l := ep.am
-			l.sendMu.Lock()
+			l.lockSend()
 			st := l.ep.AMShort(amTagEager, tag, buf)
-			l.sendMu.Unlock()
+			l.unlockSend()
 			if st == ucs.OK {
 				return nil, nil
 			}
