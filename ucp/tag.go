@@ -76,10 +76,10 @@ type TagRecvCallback func(req *Request, status error, info *TagRecvInfo, userDat
 // tagRecvState is the part of a request that a tag receive uses, and,
 // of its rendezvous fields, an active message's rendezvous receive.
 type tagRecvState struct {
-	fam        uint8     // rendezvous: famTag or famAM (rndvAnswer)
-	next, prev *Request  // in an expected queue
-	q          *reqQueue // the queue it is in, nil once matched
-	sn         uint64    // posting order
+	fam        uint8    // rendezvous: famTag or famAM (rndvAnswer)
+	where      uint8    // where it waits to be matched (inSolo...), notPosted once matched
+	next, prev *Request // in an expected queue
+	sn         uint64   // posting order
 	tag, mask  uint64
 	info       TagRecvInfo
 	got        int        // bytes of the message received
@@ -751,7 +751,6 @@ func (w *Worker) tagDestroy() {
 	if !t.enabled {
 		return
 	}
-	var posted []*Request
 	t.lock()
 	for k, m := range t.rts {
 		delete(t.rts, k)
@@ -763,17 +762,9 @@ func (w *Worker) tagDestroy() {
 		t.m.removeUnexpected(m)
 		t.releaseMsg(m)
 	}
-	for _, qs := range []*[tagHashSize]reqQueue{&t.m.expHash, &t.m.expSrc} {
-		for k := range qs {
-			for r := qs[k].head; r != nil; r = qs[k].head {
-				t.m.unpost(r)
-				posted = append(posted, r)
-			}
-		}
-	}
-	for r := t.m.expWild.head; r != nil; r = t.m.expWild.head {
+	posted := t.m.expected()
+	for _, r := range posted {
 		t.m.unpost(r)
-		posted = append(posted, r)
 	}
 	t.unlock()
 	for _, r := range posted {
