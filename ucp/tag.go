@@ -349,18 +349,21 @@ func (ep *Endpoint) TagSendSyncNB(buffer any, count int, dt Datatype, tag uint64
 // and with ucs.ErrNoResource under OpAttrFlagForceImmCmpl when it cannot
 // complete at once.
 func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (*Request, error) {
-	if err := w.tagCheck("tag recv"); err != nil {
-		return nil, err
+	t := &w.tag
+	if !t.enabled || w.closed.Load() {
+		return nil, w.tagCheck("tag recv")
 	}
 	if param == nil || param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagForceImmCmpl) == 0 {
 		// The common receive of a buffer: when nothing that arrived waits
 		// (a ping-pong's receive, posted before its message), it is posted
 		// at once, without tagRecv's search and the copies of what it
 		// found.
-		t := &w.tag
 		t.lock()
 		if t.m.unexpAll.head == nil {
-			r := w.newRecv(param, dtIter{length: len(buf), contig: buf})
+			r := w.newRequest(param)
+			// newRecv's, with the data set in place: r.dt is zero.
+			r.recv, r.size, r.proto = true, len(buf), protoTagRecv
+			r.dt.length, r.dt.contig = len(buf), buf
 			r.tr.tag, r.tr.mask = tag, mask
 			t.m.post(r)
 			t.unlock()
@@ -651,12 +654,11 @@ func (w *Worker) tagReleaseMsg(m *TagMessage) {
 	t.unlock()
 }
 
-// newRecv returns a receive request of data it.
+// newRecv returns a receive request of data it. Its receive state is zero
+// (newRequest), which is its status OK.
 func (w *Worker) newRecv(param *RequestParam, it dtIter) *Request {
 	r := w.newRequest(param)
-	r.recv, r.dt, r.size = true, it, it.length
-	r.tr = tagRecvState{status: ucs.OK}
-	r.proto = protoTagRecv
+	r.recv, r.dt, r.size, r.proto = true, it, it.length, protoTagRecv
 	return r
 }
 
