@@ -483,6 +483,13 @@ func (r *Request) complete(status ucs.Status) {
 		r.held = heldDone // the call that started r reports it (unhold)
 		return
 	}
+	if r.cb == nil && r.rcb == nil && r.scb == nil {
+		// No callback (a request the owner waits for): notify's end only.
+		if r.settle() {
+			r.release()
+		}
+		return
+	}
 	r.notify(status, r.cb, r.rcb, r.scb, r.userData)
 }
 

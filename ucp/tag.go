@@ -371,6 +371,13 @@ func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (
 		}
 		t.unlock()
 	}
+	return w.tagRecvParam(buf, tag, mask, param)
+}
+
+// tagRecvParam is TagRecvNBX but for its fast path: the receive's data
+// from param, then tagRecv (kept out of TagRecvNBX, whose frame would
+// otherwise hold the iterator and the error's formatting).
+func (w *Worker) tagRecvParam(buf []byte, tag, mask uint64, param *RequestParam) (*Request, error) {
 	it, err := dtFromParam(buf, param, true)
 	if err != nil {
 		return nil, fmt.Errorf("ucp tag recv: %w", err)
