@@ -227,17 +227,19 @@ type Request struct {
 	// InProgress until the request completed, read and written atomically
 	// but at the request's reset, when nothing else can see it. fate,
 	// claimed and held decide, once, who completes, reports and releases
-	// the request; in the single and serialized thread modes one goroutine
-	// at a time runs the worker, and every completion runs on it
-	// (transports complete from Progress or inside the call, and failures
-	// are handled in Progress), so they are plain words there, and atomic
-	// only in multi mode (multi), where completions and the owner's Free
-	// race.
+	// the request. They are atomic only for a shared request: in the
+	// single and serialized thread modes one goroutine at a time runs the
+	// worker, and a completion runs on it (transports complete from
+	// Progress or inside the call, handlers run from Progress, failures
+	// are handled there), so that they are plain words, but in multi mode
+	// and for an operation that waits for a software protocol's reply,
+	// which an iface with asynchronous delivery (tcp) hands to the
+	// handler on a goroutine of its own (swState.add).
 	state     int32 // ucs.Status
 	fate      int32 // fate* value
 	claimed   int32 // 1 once complete ran (or runs): a second completion is ignored
 	held      int32 // held* value; heldNone outside hold..unhold, so a pooled request needs no reset
-	multi     bool  // the worker's thread mode is multi
+	shared    bool  // its completion may race with its owner (above)
 	cb        SendCallback
 	rcb       TagRecvCallback // a tag receive's callback, called instead of cb
 	recv      bool            // a receive: not counted as in flight
@@ -302,9 +304,11 @@ const localRequests = 16
 // on local itself.
 func (p *requestPool) get() *Request { return p.free.Get().(*Request) }
 
-// put gives back r, which nothing refers to any more.
+// put gives back r, which nothing refers to any more. A shared request
+// goes to the sync.Pool: its completion may release it on a transport's
+// goroutine, which must not touch local.
 func (p *requestPool) put(r *Request) {
-	if len(p.local) < cap(p.local) {
+	if !r.shared && len(p.local) < cap(p.local) {
 		p.local = append(p.local, r)
 		return
 	}
@@ -341,7 +345,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	}
 	// Plain stores: nothing else sees r yet (a pooled request came back
 	// through the pool, after its last use).
-	r.w, r.multi = w, w.mode == ucs.ThreadModeMulti
+	r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
 	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
 	r.comp = uct.Completion{Func: requestCompleted, Arg: r, Count: 1}
 	if !r.inited {
@@ -407,7 +411,7 @@ const (
 // hold makes a completion of r, until unhold, finish r without its
 // callback: the call that started r reports it, as completed at once.
 func (r *Request) hold() {
-	if r.multi {
+	if r.shared {
 		atomic.StoreInt32(&r.held, heldInCall)
 		return
 	}
@@ -418,7 +422,7 @@ func (r *Request) hold() {
 // then reports the completion: r's callback did not run). Otherwise r
 // completes later, as usual.
 func (r *Request) unhold() bool {
-	if !r.multi {
+	if !r.shared {
 		done := r.held == heldDone
 		r.held = heldNone
 		return done
@@ -433,7 +437,7 @@ func (r *Request) unhold() bool {
 // settle decides who releases r: its completion, ended, when the owner
 // freed r already (true: the caller releases it), or Free later.
 func (r *Request) settle() bool {
-	if r.multi {
+	if r.shared {
 		return !atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateDone)
 	}
 	if r.fate != fateRunning {
@@ -469,7 +473,7 @@ func (r *Request) heldResult(flags uint32) (*Request, ucs.Status) {
 // A request completes once: a failure of its endpoint may purge it while a
 // transport completes it too, and the later of the two is ignored.
 func (r *Request) complete(status ucs.Status) {
-	if r.multi {
+	if r.shared {
 		r.completeShared(status)
 		return
 	}
@@ -493,7 +497,7 @@ func (r *Request) complete(status ucs.Status) {
 	r.notify(status, r.cb, r.rcb, r.scb, r.userData)
 }
 
-// completeShared is complete in multi mode, where the completion may race
+// completeShared is complete of a shared request, whose completion may race
 // with another (a purge) and with the owner, who may free and reuse r as
 // soon as it is completed: what notify needs is read before.
 func (r *Request) completeShared(status ucs.Status) {
@@ -632,7 +636,7 @@ func (r *Request) Wait() error {
 func (r *Request) Free() {
 	// A request handed to its owner ends in complete, which always reaches
 	// its own decision (settle): exactly one side releases.
-	if r.multi {
+	if r.shared {
 		if atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateFreed) {
 			return // the completion releases it
 		}

@@ -3,7 +3,9 @@ package ucp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"weak"
 
@@ -288,15 +290,19 @@ func TestRequestCleanup(t *testing.T) {
 }
 
 // TestRequestLifeCycle checks who reports and who releases a request, in
-// every thread mode (the life-cycle words are plain in single and
-// serialized mode, atomic in multi mode): the callback runs once whatever
+// every thread mode and shared or not (the life-cycle words are plain in
+// single and serialized mode, atomic in multi mode and for a shared
+// request, one that waits for a software reply): the callback runs once whatever
 // the order of completion and Free, a second completion is ignored, a
 // completion inside hold..unhold is left to the call, and the request is
 // released once, by the side that comes last.
 func TestRequestLifeCycle(t *testing.T) {
 	c := newContextParams(t, new(Params).SetFeatures(FeatureRMA))
-	for _, mode := range []ucs.ThreadMode{ucs.ThreadModeSingle, ucs.ThreadModeSerialized, ucs.ThreadModeMulti} {
-		w, err := c.NewWorker(new(WorkerParams).SetThreadMode(mode))
+	for _, cfg := range []struct {
+		mode   ucs.ThreadMode
+		shared bool
+	}{{ucs.ThreadModeSingle, false}, {ucs.ThreadModeSerialized, false}, {ucs.ThreadModeMulti, false}, {ucs.ThreadModeSingle, true}} {
+		w, err := c.NewWorker(new(WorkerParams).SetThreadMode(cfg.mode))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,10 +340,11 @@ func TestRequestLifeCycle(t *testing.T) {
 				r.complete(ucs.OK)
 			}, 1, ucs.OK, false, true},
 		} {
-			t.Run(mode.String()+"/"+tc.name, func(t *testing.T) {
+			t.Run(fmt.Sprintf("%v/shared=%v/%s", cfg.mode, cfg.shared, tc.name), func(t *testing.T) {
 				calls := 0
 				r := w.newRequest(new(RequestParam).SetCallback(func(*Request, error, any) { calls++ }))
 				r.untracked = true // not counted as in flight
+				r.shared = r.shared || cfg.shared
 				tc.run(r)
 				if calls != tc.calls {
 					t.Errorf("%d callbacks, want %d", calls, tc.calls)
@@ -347,6 +354,9 @@ func TestRequestLifeCycle(t *testing.T) {
 					t.Fatalf("released %v, want %v", released, tc.released)
 				}
 				if tc.released {
+					if r.shared && slices.Contains(w.requests.local, r) {
+						t.Error("a shared request was released to the lock-free stack")
+					}
 					return
 				}
 				if got := ucs.Status(r.state); got != tc.st {
