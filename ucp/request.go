@@ -304,11 +304,10 @@ const localRequests = 16
 // on local itself.
 func (p *requestPool) get() *Request { return p.free.Get().(*Request) }
 
-// put gives back r, which nothing refers to any more. A shared request
-// goes to the sync.Pool: its completion may release it on a transport's
-// goroutine, which must not touch local.
+// put gives back r, which nothing refers to any more, from the worker's
+// goroutine (release gives a shared request to the sync.Pool itself).
 func (p *requestPool) put(r *Request) {
-	if !r.shared && len(p.local) < cap(p.local) {
+	if len(p.local) < cap(p.local) {
 		p.local = append(p.local, r)
 		return
 	}
@@ -588,6 +587,12 @@ func (r *Request) release() {
 	r.sr = streamRecvState{}
 	r.sgl = nil
 	r.rma = rmaOp{}
+	if r.shared {
+		// Its completion may release it on a transport's goroutine, which
+		// must not touch the lock-free stack.
+		r.w.requests.free.Put(r)
+		return
+	}
 	r.w.requests.put(r)
 }
 
