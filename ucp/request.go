@@ -285,7 +285,8 @@ func newPooledRequest() any { return new(Request) }
 // a request (Get and Put, sm tag_lat 8 B). local holds at most
 // localRequests; what is freed beyond goes to the sync.Pool, whose
 // requests the collector may take back. In multi mode only the sync.Pool
-// is used.
+// is used, and so for a shared request (Request), which a transport's
+// goroutine may release.
 type requestPool struct {
 	local []*Request // nil in multi mode
 	free  sync.Pool
