@@ -349,6 +349,16 @@ func (it *dtIter) pack(off int, dst []byte) int {
 // buffer takes (the part that fits is unpacked) and the generic Unpack's
 // error as a status.
 func (it *dtIter) unpack(off int, src []byte) ucs.Status {
+	if it.class == DatatypeClassContig && len(src) <= it.length-off {
+		// The common case: contiguous data that fits.
+		ucs.Copy(it.contig[off:], src)
+		return ucs.OK
+	}
+	return it.unpackRest(off, src)
+}
+
+// unpackRest is unpack of data that does not fit, or is not contiguous.
+func (it *dtIter) unpackRest(off int, src []byte) ucs.Status {
 	st := ucs.OK
 	if n := it.length - off; len(src) > n {
 		src, st = src[:max(n, 0)], ucs.ErrMessageTruncated
@@ -358,11 +368,7 @@ func (it *dtIter) unpack(off int, src []byte) ucs.Status {
 	}
 	switch it.class {
 	case DatatypeClassContig:
-		if d := it.contig[off : off+len(src)]; len(src) < ucs.MemcpyMin {
-			copy(d, src) // a small message's data: save Memcpy's call
-		} else {
-			ucs.Memcpy(d, src)
-		}
+		ucs.Copy(it.contig[off:off+len(src)], src)
 	case DatatypeClassIOV:
 		in := it.seek(off)
 		for k := it.iovIdx; k < len(it.iov) && len(src) > 0; k++ {

@@ -191,6 +191,11 @@ func (s *swState) addFor(ep *Endpoint, q *swReq) (uint64, ucs.Status) {
 }
 
 func (s *swState) add(q *swReq) uint64 {
+	if r := q.r; r != nil && !r.shared {
+		// Its reply may come on a transport's goroutine (handlers with
+		// CBFlagAsync), which then completes it as the owner runs.
+		r.shared = true
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.reqs == nil {

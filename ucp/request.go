@@ -217,11 +217,29 @@ func (p *RequestParam) SetRequest(r *Request) *RequestParam {
 
 // Request is an operation in progress (the UCX request handle). Check it
 // with Status or IsCompleted, wait for it with Wait, and give it back with
-// Free.
+// Free. Status, IsCompleted and Test may be called from any goroutine: one
+// that sees the request completed sees what it delivered (the received
+// data, a fetched value).
 type Request struct {
-	comp      uct.Completion // Arg is the request
-	w         *Worker
-	state     atomic.Int32 // ucs.Status: InProgress until completed
+	comp uct.Completion // Arg is the request
+	w    *Worker
+	// The life cycle (complete, Free, hold). state is the ucs.Status,
+	// InProgress until the request completed, read and written atomically
+	// but at the request's reset, when nothing else can see it. fate,
+	// claimed and held decide, once, who completes, reports and releases
+	// the request. They are atomic only for a shared request: in the
+	// single and serialized thread modes one goroutine at a time runs the
+	// worker, and a completion runs on it (transports complete from
+	// Progress or inside the call, handlers run from Progress, failures
+	// are handled there), so that they are plain words, but in multi mode
+	// and for an operation that waits for a software protocol's reply,
+	// which an iface with asynchronous delivery (tcp) hands to the
+	// handler on a goroutine of its own (swState.add).
+	state     int32 // ucs.Status
+	fate      int32 // fate* value
+	claimed   int32 // 1 once complete ran (or runs): a second completion is ignored
+	held      int32 // held* value; heldNone outside hold..unhold, so a pooled request needs no reset
+	shared    bool  // its completion may race with its owner (above)
 	cb        SendCallback
 	rcb       TagRecvCallback // a tag receive's callback, called instead of cb
 	recv      bool            // a receive: not counted as in flight
@@ -233,9 +251,6 @@ type Request struct {
 	size      int
 	proto     string
 	lane      *lane
-	fate      atomic.Int32 // fate* value
-	claimed   atomic.Bool  // complete ran (or runs): a second completion is ignored
-	held      atomic.Int32 // held* value; heldNone outside hold..unhold, so a pooled request needs no reset
 	external  bool
 	pending   uct.PendingReq
 	reserved  []byte
@@ -270,7 +285,8 @@ func newPooledRequest() any { return new(Request) }
 // a request (Get and Put, sm tag_lat 8 B). local holds at most
 // localRequests; what is freed beyond goes to the sync.Pool, whose
 // requests the collector may take back. In multi mode only the sync.Pool
-// is used.
+// is used, and so for a shared request (Request), which a transport's
+// goroutine may release.
 type requestPool struct {
 	local []*Request // nil in multi mode
 	free  sync.Pool
@@ -285,18 +301,12 @@ type requestPool struct {
 // ping-pong or a window of a few operations keeps in flight.
 const localRequests = 16
 
-// get returns a free request.
-func (p *requestPool) get() *Request {
-	if n := len(p.local); n > 0 {
-		r := p.local[n-1]
-		p.local[n-1] = nil
-		p.local = p.local[:n-1]
-		return r
-	}
-	return p.free.Get().(*Request)
-}
+// get returns a free request from the sync.Pool; newRequest takes those
+// on local itself.
+func (p *requestPool) get() *Request { return p.free.Get().(*Request) }
 
-// put gives back r, which nothing refers to any more.
+// put gives back r, which nothing refers to any more, from the worker's
+// goroutine (release gives a shared request to the sync.Pool itself).
 func (p *requestPool) put(r *Request) {
 	if len(p.local) < cap(p.local) {
 		p.local = append(p.local, r)
@@ -318,33 +328,28 @@ func (p *requestPool) cleanup(fn func(*Request)) {
 }
 
 // newRequest returns a request for an operation with the given params,
-// from the user's memory or the worker's pool.
+// from the user's memory or the worker's pool. Every field of the
+// operation's is zero (release clears them), but those set here.
 func (w *Worker) newRequest(param *RequestParam) *Request {
 	var r *Request
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
 		r = param.Request
-		*r = Request{external: true, reserved: r.reserved, inited: r.inited, pack: r.pack, unpack: r.unpack}
+		r.resetExternal()
+	} else if l := w.requests.local; len(l) > 0 {
+		// The latest freed request (requestPool). The slot it leaves is
+		// not cleared: a released request holds nothing of an operation.
+		r = l[len(l)-1]
+		w.requests.local = l[:len(l)-1]
 	} else {
 		r = w.requests.get()
 	}
-	r.w = w
-	r.fate.Store(fateRunning)
-	r.claimed.Store(false)
-	r.state.Store(int32(ucs.InProgress))
+	// Plain stores: nothing else sees r yet (a pooled request came back
+	// through the pool, after its last use).
+	r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
+	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
 	r.comp = uct.Completion{Func: requestCompleted, Arg: r, Count: 1}
 	if !r.inited {
-		r.inited = true
-		if n := w.ctx.params.RequestSize; n > 0 && w.ctx.params.FieldMask&ParamFieldRequestSize != 0 {
-			r.reserved = make([]byte, n)
-		}
-		if fn := w.ctx.params.RequestInit; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestInit != 0 {
-			fn(r)
-		}
-		if !r.external && w.ctx.params.RequestCleanup != nil && w.ctx.params.FieldMask&ParamFieldRequestCleanup != 0 {
-			w.requests.mu.Lock()
-			w.requests.inited = append(w.requests.inited, r)
-			w.requests.mu.Unlock()
-		}
+		w.initRequest(r)
 	}
 	if param != nil {
 		if param.OpAttrMask&OpAttrFieldCallback != 0 {
@@ -355,6 +360,33 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 		}
 	}
 	return r
+}
+
+// resetExternal clears r, request memory of the caller's, for an
+// operation: all but what stays with the memory. It is kept out of
+// newRequest, whose frame would otherwise hold a whole Request.
+//
+//go:noinline
+func (r *Request) resetExternal() {
+	*r = Request{external: true, reserved: r.reserved, inited: r.inited, pack: r.pack, unpack: r.unpack}
+}
+
+// initRequest prepares r, new to the worker, as the context asks: its
+// reserved bytes, the context's RequestInit, and its RequestCleanup at the
+// worker's end.
+func (w *Worker) initRequest(r *Request) {
+	r.inited = true
+	if n := w.ctx.params.RequestSize; n > 0 && w.ctx.params.FieldMask&ParamFieldRequestSize != 0 {
+		r.reserved = make([]byte, n)
+	}
+	if fn := w.ctx.params.RequestInit; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestInit != 0 {
+		fn(r)
+	}
+	if !r.external && w.ctx.params.RequestCleanup != nil && w.ctx.params.FieldMask&ParamFieldRequestCleanup != 0 {
+		w.requests.mu.Lock()
+		w.requests.inited = append(w.requests.inited, r)
+		w.requests.mu.Unlock()
+	}
 }
 
 func requestCompleted(c *uct.Completion) {
@@ -378,17 +410,41 @@ const (
 
 // hold makes a completion of r, until unhold, finish r without its
 // callback: the call that started r reports it, as completed at once.
-func (r *Request) hold() { r.held.Store(heldInCall) }
+func (r *Request) hold() {
+	if r.shared {
+		atomic.StoreInt32(&r.held, heldInCall)
+		return
+	}
+	r.held = heldInCall
+}
 
 // unhold ends hold and reports whether r completed meanwhile (the caller
 // then reports the completion: r's callback did not run). Otherwise r
 // completes later, as usual.
 func (r *Request) unhold() bool {
-	if r.held.CompareAndSwap(heldInCall, heldNone) {
+	if !r.shared {
+		done := r.held == heldDone
+		r.held = heldNone
+		return done
+	}
+	if atomic.CompareAndSwapInt32(&r.held, heldInCall, heldNone) {
 		return false
 	}
-	r.held.Store(heldNone)
+	atomic.StoreInt32(&r.held, heldNone)
 	return true
+}
+
+// settle decides who releases r: its completion, ended, when the owner
+// freed r already (true: the caller releases it), or Free later.
+func (r *Request) settle() bool {
+	if r.shared {
+		return !atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateDone)
+	}
+	if r.fate != fateRunning {
+		return true
+	}
+	r.fate = fateDone
+	return false
 }
 
 // heldResult ends the call that held r (hold) while it started r: r when
@@ -399,7 +455,7 @@ func (r *Request) heldResult(flags uint32) (*Request, ucs.Status) {
 	if !r.unhold() {
 		return r, ucs.InProgress
 	}
-	st := ucs.Status(r.state.Load())
+	st := ucs.Status(atomic.LoadInt32(&r.state))
 	if flags&flagNoImmCmpl != 0 {
 		r.notify(st, r.cb, r.rcb, r.scb, r.userData)
 		return r, st
@@ -417,12 +473,40 @@ func (r *Request) heldResult(flags uint32) (*Request, ucs.Status) {
 // A request completes once: a failure of its endpoint may purge it while a
 // transport completes it too, and the later of the two is ignored.
 func (r *Request) complete(status ucs.Status) {
-	if r.claimed.Swap(true) {
+	if r.shared {
+		r.completeShared(status)
+		return
+	}
+	// The worker's goroutine: nothing else touches r meanwhile.
+	if r.claimed != 0 {
+		return
+	}
+	r.claimed = 1
+	r.finish(status)
+	if r.held == heldInCall {
+		r.held = heldDone // the call that started r reports it (unhold)
+		return
+	}
+	if r.cb == nil && r.rcb == nil && r.scb == nil {
+		// No callback (a request the owner waits for): notify's end only.
+		if r.settle() {
+			r.release()
+		}
+		return
+	}
+	r.notify(status, r.cb, r.rcb, r.scb, r.userData)
+}
+
+// completeShared is complete of a shared request, whose completion may race
+// with another (a purge) and with the owner, who may free and reuse r as
+// soon as it is completed: what notify needs is read before.
+func (r *Request) completeShared(status ucs.Status) {
+	if atomic.SwapInt32(&r.claimed, 1) != 0 {
 		return
 	}
 	cb, rcb, scb, ud := r.cb, r.rcb, r.scb, r.userData
 	r.finish(status)
-	if r.held.Load() == heldInCall && r.held.CompareAndSwap(heldInCall, heldDone) {
+	if atomic.LoadInt32(&r.held) == heldInCall && atomic.CompareAndSwapInt32(&r.held, heldInCall, heldDone) {
 		return // the call that started r reports it (unhold)
 	}
 	r.notify(status, cb, rcb, scb, ud)
@@ -444,7 +528,7 @@ func (r *Request) notify(status ucs.Status, cb SendCallback, rcb TagRecvCallback
 	case cb != nil:
 		cb(r, status.Err(), ud)
 	}
-	if !r.fate.CompareAndSwap(fateRunning, fateDone) {
+	if r.settle() {
 		r.release()
 	}
 }
@@ -462,7 +546,7 @@ func (r *Request) finish(status ucs.Status) {
 		}
 	}
 	r.dt.finish()
-	r.state.Store(int32(status))
+	atomic.StoreInt32(&r.state, int32(status))
 	if !r.recv && !r.untracked {
 		r.w.inflight.Add(-1)
 	}
@@ -504,13 +588,19 @@ func (r *Request) release() {
 	r.sr = streamRecvState{}
 	r.sgl = nil
 	r.rma = rmaOp{}
+	if r.shared {
+		// Its completion may release it on a transport's goroutine, which
+		// must not touch the lock-free stack.
+		r.w.requests.free.Put(r)
+		return
+	}
 	r.w.requests.put(r)
 }
 
 // Status returns nil when the request completed successfully, ucs.InProgress
 // while it runs, and its error otherwise (ucp_request_check_status).
 func (r *Request) Status() error {
-	st := ucs.Status(r.state.Load())
+	st := ucs.Status(atomic.LoadInt32(&r.state))
 	if st == ucs.OK {
 		return nil
 	}
@@ -534,7 +624,7 @@ func (r *Request) Test(info *TagRecvInfo) error {
 
 // IsCompleted reports whether the request has completed
 // (ucp_request_is_completed).
-func (r *Request) IsCompleted() bool { return ucs.Status(r.state.Load()) != ucs.InProgress }
+func (r *Request) IsCompleted() bool { return ucs.Status(atomic.LoadInt32(&r.state)) != ucs.InProgress }
 
 // Wait progresses the request's worker until the request completes and
 // returns its status. It does not free the request.
@@ -551,9 +641,14 @@ func (r *Request) Wait() error {
 // running completes normally and is then recycled; its callback still runs.
 func (r *Request) Free() {
 	// A request handed to its owner ends in complete, which always reaches
-	// its own compare-and-swap: exactly one side releases.
-	if r.fate.CompareAndSwap(fateRunning, fateFreed) {
-		return // the completion releases it
+	// its own decision (settle): exactly one side releases.
+	if r.shared {
+		if atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateFreed) {
+			return // the completion releases it
+		}
+	} else if r.fate == fateRunning {
+		r.fate = fateFreed
+		return
 	}
 	r.release()
 }

@@ -3,7 +3,9 @@ package ucp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"weak"
 
@@ -284,5 +286,90 @@ func TestRequestCleanup(t *testing.T) {
 				t.Errorf("after a second Destroy: %d cleanups, want %d", cleanups, want)
 			}
 		})
+	}
+}
+
+// TestRequestLifeCycle checks who reports and who releases a request, in
+// every thread mode and shared or not (the life-cycle words are plain in
+// single and serialized mode, atomic in multi mode and for a shared
+// request, one that waits for a software reply): the callback runs once whatever
+// the order of completion and Free, a second completion is ignored, a
+// completion inside hold..unhold is left to the call, and the request is
+// released once, by the side that comes last.
+func TestRequestLifeCycle(t *testing.T) {
+	c := newContextParams(t, new(Params).SetFeatures(FeatureRMA))
+	for _, cfg := range []struct {
+		mode   ucs.ThreadMode
+		shared bool
+	}{{ucs.ThreadModeSingle, false}, {ucs.ThreadModeSerialized, false}, {ucs.ThreadModeMulti, false}, {ucs.ThreadModeSingle, true}} {
+		w, err := c.NewWorker(new(WorkerParams).SetThreadMode(cfg.mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name      string
+			run       func(r *Request)
+			calls     int        // callbacks
+			st        ucs.Status // the request's status after run (when not released)
+			released  bool
+			freeAfter bool // Free still owed after run
+		}{
+			{"complete, then free", func(r *Request) { r.complete(ucs.OK) }, 1, ucs.OK, false, true},
+			{"free, then complete", func(r *Request) { r.Free(); r.complete(ucs.OK) }, 1, 0, true, false},
+			{"completed twice", func(r *Request) { r.complete(ucs.ErrIOError); r.complete(ucs.OK) }, 1, ucs.ErrIOError, false, true},
+			{"freed in its callback", func(r *Request) { r.cb = func(r *Request, _ error, _ any) { r.Free() }; r.complete(ucs.OK) }, 0, 0, true, false},
+			{"completed while held", func(r *Request) {
+				r.hold()
+				r.complete(ucs.ErrCanceled)
+				if got, st := r.heldResult(0); got != nil || st != ucs.ErrCanceled {
+					t.Errorf("heldResult: %p, %v; want nil, %v", got, st, ucs.ErrCanceled)
+				}
+			}, 0, 0, true, false},
+			{"completed while held, a request asked for", func(r *Request) {
+				r.hold()
+				r.complete(ucs.ErrCanceled)
+				if got, st := r.heldResult(flagNoImmCmpl); got != r || st != ucs.ErrCanceled {
+					t.Errorf("heldResult: %p, %v; want the request, %v", got, st, ucs.ErrCanceled)
+				}
+			}, 1, ucs.ErrCanceled, false, true},
+			{"held, completed after", func(r *Request) {
+				r.hold()
+				if got, st := r.heldResult(0); got != r || st != ucs.InProgress {
+					t.Errorf("heldResult: %p, %v; want the request, in progress", got, st)
+				}
+				r.complete(ucs.OK)
+			}, 1, ucs.OK, false, true},
+		} {
+			t.Run(fmt.Sprintf("%v/shared=%v/%s", cfg.mode, cfg.shared, tc.name), func(t *testing.T) {
+				calls := 0
+				r := w.newRequest(new(RequestParam).SetCallback(func(*Request, error, any) { calls++ }))
+				r.untracked = true // not counted as in flight
+				r.shared = r.shared || cfg.shared
+				tc.run(r)
+				if calls != tc.calls {
+					t.Errorf("%d callbacks, want %d", calls, tc.calls)
+				}
+				// release clears the callback, which every case sets.
+				if released := r.cb == nil; released != tc.released {
+					t.Fatalf("released %v, want %v", released, tc.released)
+				}
+				if tc.released {
+					if r.shared && slices.Contains(w.requests.local, r) {
+						t.Error("a shared request was released to the lock-free stack")
+					}
+					return
+				}
+				if got := ucs.Status(r.state); got != tc.st {
+					t.Errorf("status %v, want %v", got, tc.st)
+				}
+				if tc.freeAfter {
+					r.Free()
+					if r.cb != nil {
+						t.Error("Free of a completed request did not release it")
+					}
+				}
+			})
+		}
+		w.Destroy()
 	}
 }

@@ -76,10 +76,10 @@ type TagRecvCallback func(req *Request, status error, info *TagRecvInfo, userDat
 // tagRecvState is the part of a request that a tag receive uses, and,
 // of its rendezvous fields, an active message's rendezvous receive.
 type tagRecvState struct {
-	fam        uint8     // rendezvous: famTag or famAM (rndvAnswer)
-	next, prev *Request  // in an expected queue
-	q          *reqQueue // the queue it is in, nil once matched
-	sn         uint64    // posting order
+	fam        uint8    // rendezvous: famTag or famAM (rndvAnswer)
+	where      uint8    // where it waits to be matched (inSolo...), notPosted once matched
+	next, prev *Request // in an expected queue
+	sn         uint64   // posting order
 	tag, mask  uint64
 	info       TagRecvInfo
 	got        int        // bytes of the message received
@@ -349,18 +349,21 @@ func (ep *Endpoint) TagSendSyncNB(buffer any, count int, dt Datatype, tag uint64
 // and with ucs.ErrNoResource under OpAttrFlagForceImmCmpl when it cannot
 // complete at once.
 func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (*Request, error) {
-	if err := w.tagCheck("tag recv"); err != nil {
-		return nil, err
+	t := &w.tag
+	if !t.enabled || w.closed.Load() {
+		return nil, w.tagCheck("tag recv")
 	}
 	if param == nil || param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagForceImmCmpl) == 0 {
 		// The common receive of a buffer: when nothing that arrived waits
 		// (a ping-pong's receive, posted before its message), it is posted
 		// at once, without tagRecv's search and the copies of what it
 		// found.
-		t := &w.tag
 		t.lock()
 		if t.m.unexpAll.head == nil {
-			r := w.newRecv(param, dtIter{length: len(buf), contig: buf})
+			r := w.newRequest(param)
+			// newRecv's, with the data set in place: r.dt is zero.
+			r.recv, r.size, r.proto = true, len(buf), protoTagRecv
+			r.dt.length, r.dt.contig = len(buf), buf
 			r.tr.tag, r.tr.mask = tag, mask
 			t.m.post(r)
 			t.unlock()
@@ -368,6 +371,13 @@ func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (
 		}
 		t.unlock()
 	}
+	return w.tagRecvParam(buf, tag, mask, param)
+}
+
+// tagRecvParam is TagRecvNBX but for its fast path: the receive's data
+// from param, then tagRecv (kept out of TagRecvNBX, whose frame would
+// otherwise hold the iterator and the error's formatting).
+func (w *Worker) tagRecvParam(buf []byte, tag, mask uint64, param *RequestParam) (*Request, error) {
 	it, err := dtFromParam(buf, param, true)
 	if err != nil {
 		return nil, fmt.Errorf("ucp tag recv: %w", err)
@@ -651,12 +661,11 @@ func (w *Worker) tagReleaseMsg(m *TagMessage) {
 	t.unlock()
 }
 
-// newRecv returns a receive request of data it.
+// newRecv returns a receive request of data it. Its receive state is zero
+// (newRequest), which is its status OK.
 func (w *Worker) newRecv(param *RequestParam, it dtIter) *Request {
 	r := w.newRequest(param)
-	r.recv, r.dt, r.size = true, it, it.length
-	r.tr = tagRecvState{status: ucs.OK}
-	r.proto = protoTagRecv
+	r.recv, r.dt, r.size, r.proto = true, it, it.length, protoTagRecv
 	return r
 }
 
@@ -751,7 +760,6 @@ func (w *Worker) tagDestroy() {
 	if !t.enabled {
 		return
 	}
-	var posted []*Request
 	t.lock()
 	for k, m := range t.rts {
 		delete(t.rts, k)
@@ -763,17 +771,9 @@ func (w *Worker) tagDestroy() {
 		t.m.removeUnexpected(m)
 		t.releaseMsg(m)
 	}
-	for _, qs := range []*[tagHashSize]reqQueue{&t.m.expHash, &t.m.expSrc} {
-		for k := range qs {
-			for r := qs[k].head; r != nil; r = qs[k].head {
-				t.m.unpost(r)
-				posted = append(posted, r)
-			}
-		}
-	}
-	for r := t.m.expWild.head; r != nil; r = t.m.expWild.head {
+	posted := t.m.expected()
+	for _, r := range posted {
 		t.m.unpost(r)
-		posted = append(posted, r)
 	}
 	t.unlock()
 	for _, r := range posted {

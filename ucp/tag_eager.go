@@ -249,12 +249,25 @@ func (w *Worker) tagDropped(err error) ucs.Status {
 	return ucs.OK
 }
 
-// tagRecvEager handles an eager message in one piece.
+// tagRecvEager handles an eager message in one piece. It matches it
+// itself (tagEagerArrived without the acknowledgement): the common
+// message of a ping-pong, whose receive waits, takes one call from the
+// dispatch to the receive's completion.
 func tagRecvEager(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
 	if len(data) < tagEagerHdrLen {
 		return w.tagDropped(fmt.Errorf("eager message of %d bytes: %w", len(data), ucs.ErrInvalidParam))
 	}
-	return w.tagEagerArrived(wi, binary.LittleEndian.Uint64(data), data[tagEagerHdrLen:], data, flags, tagAckTo{})
+	tag := binary.LittleEndian.Uint64(data)
+	t := &w.tag
+	t.lock()
+	if r := t.m.match(tag); r != nil {
+		t.unlock()
+		r.tagEagerTake(wi, tag, data[tagEagerHdrLen:])
+		return ucs.OK
+	}
+	st := w.tagEagerUnexpected(wi, tag, data[tagEagerHdrLen:], data, flags, tagAckTo{})
+	t.unlock()
+	return st
 }
 
 // tagRecvEagerSync handles a sync eager message in one piece.
@@ -274,11 +287,27 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 	if r := t.m.match(tag); r != nil {
 		t.unlock()
 		w.tagAck(ack)
-		r.tr.info = TagRecvInfo{SenderTag: tag, Length: min(len(p), r.dt.length)}
-		r.proto, r.rwi = protoTagRecvEager, wi
-		r.complete(r.dt.unpack(0, p))
+		r.tagEagerTake(wi, tag, p)
 		return ucs.OK
 	}
+	st := w.tagEagerUnexpected(wi, tag, p, raw, flags, ack)
+	t.unlock()
+	return st
+}
+
+// tagEagerTake completes the receive r, which matched the eager message of
+// tag and data p that came on wi.
+func (r *Request) tagEagerTake(wi *workerIface, tag uint64, p []byte) {
+	r.tr.info = TagRecvInfo{SenderTag: tag, Length: min(len(p), r.dt.length)}
+	r.proto, r.rwi = protoTagRecvEager, wi
+	r.complete(r.dt.unpack(0, p))
+}
+
+// tagEagerUnexpected keeps the eager message of tag and data p (in the
+// transport's buffer raw), which no receive took, as unexpected; the tag
+// lock is held.
+func (w *Worker) tagEagerUnexpected(wi *workerIface, tag uint64, p, raw []byte, flags uint32, ack tagAckTo) ucs.Status {
+	t := &w.tag
 	m := t.newMsg()
 	m.tag, m.kind, m.length, m.wi = tag, msgEager, len(p), wi
 	m.sync, m.src, m.sreq = ack.sreq != 0, ack.src, ack.sreq
@@ -287,7 +316,6 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 		st = t.keepPart(m, wi, p, raw, flags)
 	}
 	t.m.addUnexpected(m)
-	t.unlock()
 	return st
 }
 

@@ -3,7 +3,7 @@ package ucp
 // Tag matching, the way UCX does it.
 //
 // Expected receives (posted before their message came) wait in one of
-// three queues: a hash table of queues by tag for receives that name every
+// three queues (but for the only one, see tagMatch.solo): a hash table of queues by tag for receives that name every
 // bit of the tag (mask all ones), a hash table by the sender bits of the
 // tag (Params.TagSenderMask) for receives that name the sender but not the
 // whole tag (MPI's any-tag from one source), and one wildcard queue for the
@@ -36,7 +36,7 @@ func tagMatches(tag, want, mask uint64) bool { return (tag^want)&mask == 0 }
 type reqQueue struct{ head, tail *Request }
 
 func (q *reqQueue) push(r *Request) {
-	r.tr.prev, r.tr.next, r.tr.q = q.tail, nil, q
+	r.tr.prev, r.tr.next = q.tail, nil
 	if q.tail != nil {
 		q.tail.tr.next = r
 	} else {
@@ -56,7 +56,7 @@ func (q *reqQueue) remove(r *Request) {
 	} else {
 		q.tail = r.tr.prev
 	}
-	r.tr.prev, r.tr.next, r.tr.q = nil, nil, nil
+	r.tr.prev, r.tr.next = nil, nil
 }
 
 // first returns the first receive of q that accepts tag.
@@ -107,19 +107,35 @@ func (l *msgList) remove(m *TagMessage, k int) {
 	*lk = msgLink{}
 }
 
+// Where an expected receive waits (tagRecvState.where).
+const (
+	notPosted = iota // not posted, or matched or canceled already
+	inSolo           // tagMatch.solo
+	inHash           // expHash, by its tag
+	inSrc            // expSrc, by its sender bits
+	inWild           // expWild
+)
+
 // tagMatch is a worker's matching state; the worker's tag lock guards it.
 type tagMatch struct {
 	senderMask uint64
 	sn         uint64
-	expHash    [tagHashSize]reqQueue
-	expSrc     [tagHashSize]reqQueue
-	expWild    reqQueue
-	nExp       int // expected receives in all queues
-	nSrc       int // in expSrc
-	nWild      int // in expWild
-	unexpHash  [tagHashSize]msgList
-	unexpSrc   [tagHashSize]msgList
-	unexpAll   msgList
+	// solo is the expected receive when it is the only one (nExp == 1),
+	// whatever its mask, kept out of the queues: a ping-pong's receive,
+	// posted before its message comes, is then matched with one
+	// comparison, and neither hashed nor linked. A second receive posted
+	// meanwhile moves it to its queue first, with its sequence number;
+	// solo is nil otherwise.
+	solo      *Request
+	expHash   [tagHashSize]reqQueue
+	expSrc    [tagHashSize]reqQueue
+	expWild   reqQueue
+	nExp      int // expected receives, solo and in all queues
+	nSrc      int // in expSrc
+	nWild     int // in expWild
+	unexpHash [tagHashSize]msgList
+	unexpSrc  [tagHashSize]msgList
+	unexpAll  msgList
 }
 
 // specificSource reports whether a receive with mask names the sender of
@@ -128,47 +144,80 @@ func (m *tagMatch) specificSource(mask uint64) bool {
 	return m.senderMask != 0 && mask&m.senderMask == m.senderMask && mask != tagMaskFull
 }
 
-// post queues r, a receive of r.tr.tag under r.tr.mask, as expected.
+// post makes r, a receive of r.tr.tag under r.tr.mask, expected.
 func (m *tagMatch) post(r *Request) {
 	r.tr.sn = m.sn
 	m.sn++
+	if m.nExp == 0 {
+		m.nExp, m.solo, r.tr.where = 1, r, inSolo
+		return
+	}
+	if s := m.solo; s != nil {
+		m.solo = nil
+		m.queue(s)
+	}
 	m.nExp++
+	m.queue(r)
+}
+
+// queue puts r, expected, in its queue.
+func (m *tagMatch) queue(r *Request) {
 	switch {
 	case r.tr.mask == tagMaskFull:
+		r.tr.where = inHash
 		m.expHash[tagHash(r.tr.tag)].push(r)
 	case m.specificSource(r.tr.mask):
+		r.tr.where = inSrc
 		m.nSrc++
 		m.expSrc[tagHash(r.tr.tag&m.senderMask)].push(r)
 	default:
+		r.tr.where = inWild
 		m.nWild++
 		m.expWild.push(r)
 	}
 }
 
-// unpost removes the expected receive r from its queue; false when it is
-// not queued (matched already).
+// unpost removes the expected receive r; false when it is not expected
+// (matched already).
 func (m *tagMatch) unpost(r *Request) bool {
-	q := r.tr.q
-	if q == nil {
+	switch r.tr.where {
+	case notPosted:
 		return false
-	}
-	q.remove(r)
-	m.nExp--
-	switch {
-	case q == &m.expWild:
-		m.nWild--
-	case r.tr.mask != tagMaskFull && m.specificSource(r.tr.mask):
+	case inSolo:
+		m.solo = nil
+	case inHash:
+		m.expHash[tagHash(r.tr.tag)].remove(r)
+	case inSrc:
 		m.nSrc--
+		m.expSrc[tagHash(r.tr.tag&m.senderMask)].remove(r)
+	default:
+		m.nWild--
+		m.expWild.remove(r)
 	}
+	m.nExp--
+	r.tr.where = notPosted
 	return true
 }
 
 // match removes and returns the expected receive a message of tag goes to:
 // of the first receive of each queue that accepts it, the one posted first.
 func (m *tagMatch) match(tag uint64) *Request {
+	if r := m.solo; r != nil {
+		// The only receive: it takes the message or none does.
+		if !tagMatches(tag, r.tr.tag, r.tr.mask) {
+			return nil
+		}
+		m.solo, m.nExp, r.tr.where = nil, 0, notPosted
+		return r
+	}
 	if m.nExp == 0 {
 		return nil
 	}
+	return m.matchQueued(tag)
+}
+
+// matchQueued is match when the receives are in their queues.
+func (m *tagMatch) matchQueued(tag uint64) *Request {
 	best := m.expHash[tagHash(tag)].first(tag)
 	if m.nSrc > 0 {
 		if r := m.expSrc[tagHash(tag&m.senderMask)].first(tag); r != nil && (best == nil || r.tr.sn < best.tr.sn) {
@@ -184,6 +233,25 @@ func (m *tagMatch) match(tag uint64) *Request {
 		m.unpost(best)
 	}
 	return best
+}
+
+// expected returns the receives that wait for a message, in no order.
+func (m *tagMatch) expected() []*Request {
+	var rs []*Request
+	if m.solo != nil {
+		rs = append(rs, m.solo)
+	}
+	for _, qs := range []*[tagHashSize]reqQueue{&m.expHash, &m.expSrc} {
+		for k := range qs {
+			for r := qs[k].head; r != nil; r = r.tr.next {
+				rs = append(rs, r)
+			}
+		}
+	}
+	for r := m.expWild.head; r != nil; r = r.tr.next {
+		rs = append(rs, r)
+	}
+	return rs
 }
 
 // addUnexpected queues message msg, which no receive took.

@@ -79,7 +79,7 @@ func tagRndvSenderCloses(t *testing.T, e *tagEnv, mode int, state string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rr.tr.q != nil {
+		if rr.tr.where != notPosted {
 			t.Fatal("the receive did not match the announced message")
 		}
 		if state == rcvCanceled {

@@ -17,20 +17,7 @@ func TestMemcpy(t *testing.T) {
 			{3*memcpyChunk + 7, 3*memcpyChunk + 7}, {2 * memcpyChunk, 3 * memcpyChunk},
 		} {
 			t.Run(fmt.Sprintf("rep=%v/%d<-%d", useRep, tt.dst, tt.src), func(t *testing.T) {
-				src := make([]byte, tt.src)
-				for i := range src {
-					src[i] = byte(i * 13)
-				}
-				// dst has a guard byte past its end that Memcpy must not touch.
-				buf := make([]byte, tt.dst+1)
-				buf[tt.dst] = 0xA5
-				n := Memcpy(buf[:tt.dst], src)
-				if want := min(tt.dst, tt.src); n != want || !bytes.Equal(buf[:n], src[:n]) {
-					t.Errorf("Memcpy = %d (want %d) or the data differs", n, want)
-				}
-				if buf[tt.dst] != 0xA5 {
-					t.Errorf("Memcpy wrote past dst")
-				}
+				checkCopy(t, "Memcpy", Memcpy, tt.dst, tt.src)
 			})
 		}
 	}
