@@ -3,6 +3,8 @@ package shmem
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // The data-moving collectives: broadcast, collect, fcollect, alltoall and
@@ -43,7 +45,7 @@ func broadcast(routine string, form collForm, t *Team, dest, source []byte, root
 		return err
 	}
 	if t.npes == 1 {
-		copyBytes(dest, source)
+		ucs.Copy(dest, source)
 		return nil
 	}
 	if !cs.direct || st.env.debug {
@@ -66,7 +68,7 @@ func broadcast(routine string, form collForm, t *Team, dest, source []byte, root
 	}
 	v := (t.me - root + t.npes) % t.npes
 	if v == 0 {
-		copyBytes(dest, source)
+		ucs.Copy(dest, source)
 	}
 	mask := 1
 	for ; mask < t.npes; mask <<= 1 {
@@ -102,7 +104,7 @@ func collect(routine string, form collForm, t *Team, dest, source []byte, size i
 		if len(dest) < b {
 			return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, b/size)
 		}
-		copyBytes(dest, source)
+		ucs.Copy(dest, source)
 		return nil
 	}
 	if cs.direct {
@@ -147,7 +149,7 @@ func collect(routine string, form collForm, t *Team, dest, source []byte, size i
 		}
 	}
 	profTeam(routine, t, 0, b)
-	copyBytes(dest[pos[v]:pos[v+1]], source)
+	ucs.Copy(dest[pos[v]:pos[v+1]], source)
 	cs.allgather(routine, doff, dest, pos, sigA)
 	return nil
 }
@@ -194,7 +196,7 @@ func alltoall(routine string, form collForm, t *Team, dest, source []byte, size 
 	}
 	b := len(source) / n
 	if n == 1 {
-		copyBytes(dest, source)
+		ucs.Copy(dest, source)
 		return nil
 	}
 	if err := t.syncArgs(routine, collArgs{nelems: len(source) / size, size: size, form: form}); err != nil || b == 0 {
@@ -204,12 +206,12 @@ func alltoall(routine string, form collForm, t *Team, dest, source []byte, size 
 	if cs.direct {
 		for i := range n {
 			j := (v + i) % n
-			copyBytes(dest[j*b:(j+1)*b], peerBytes(t.members[j], soff+uintptr(v*b), b))
+			ucs.Copy(dest[j*b:(j+1)*b], peerBytes(t.members[j], soff+uintptr(v*b), b))
 		}
 		t.sync(routine)
 		return nil
 	}
-	copyBytes(dest[v*b:(v+1)*b], source[v*b:(v+1)*b])
+	ucs.Copy(dest[v*b:(v+1)*b], source[v*b:(v+1)*b])
 	for i := 1; i < n; i++ {
 		j := (v + i) % n
 		cs.putSignal(routine, t.members[j], doff+uintptr(v*b), source[j*b:(j+1)*b], sigA)

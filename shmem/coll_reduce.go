@@ -3,6 +3,8 @@ package shmem
 import (
 	"math/bits"
 	"unsafe"
+
+	"github.com/goshmem/goshmem/ucs"
 )
 
 // The reductions.
@@ -131,7 +133,7 @@ func reduceDirect[T RMA](routine string, cs *collState, dest []T, sb []byte, dof
 	tb := bytesOf(tmp)
 	for i := range n {
 		pe := t.members[(t.me+i)%n]
-		copyBytes(peerBytes(pe, doff+uintptr(lo*size), len(tb)), tb)
+		ucs.Copy(peerBytes(pe, doff+uintptr(lo*size), len(tb)), tb)
 	}
 	t.sync(routine)
 	return nil

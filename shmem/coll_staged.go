@@ -156,12 +156,12 @@ func broadcastStaged(routine string, form collForm, cs *collState, dest, source 
 			return argErr(routine, "the root, PE %d, broadcasts %s, and this PE (PE %d) passed %s (every PE of the team must pass the same lengths and element type)",
 				cs.team.members[root], theirs.describe(), st.me, mine.describe())
 		}
-		copyBytes(dest, b)
+		ucs.Copy(dest, b)
 		c.finish(false)
 		return nil
 	}
 	fits := c.publish(source, soff, size)
-	copyBytes(dest, source)
+	ucs.Copy(dest, source)
 	c.finish(!fits)
 	return nil
 }
@@ -180,7 +180,7 @@ func collectStaged(routine string, form collForm, cs *collState, dest, source []
 		for i := range n {
 			j := (v + i) % n
 			if src, s := c.from(j); same && len(src) == b && s == size {
-				copyBytes(dest[j*b:(j+1)*b], src)
+				ucs.Copy(dest[j*b:(j+1)*b], src)
 			} else {
 				same = false
 			}
@@ -208,7 +208,7 @@ func collectStaged(routine string, form collForm, cs *collState, dest, source []
 		pos := 0
 		for j := range n {
 			b, _ := c.from(j)
-			copyBytes(dest[pos:pos+len(b)], b)
+			ucs.Copy(dest[pos:pos+len(b)], b)
 			pos += len(b)
 		}
 	}

@@ -127,7 +127,7 @@ func put2(routine string, pe int, off uintptr, b []byte) {
 		return
 	}
 	if q := jobPeer(routine, pe); q.base != nil {
-		copyBytes(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
+		ucs.Copy(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
 		return
 	}
 	defaultCtx.putSlow(routine, pe, off, b, false)
@@ -138,7 +138,7 @@ func put2(routine string, pe int, off uintptr, b []byte) {
 func (cs *collState) putSignal(routine string, pe int, off uintptr, b []byte, i int) {
 	if q := jobPeer(routine, pe); q.base != nil {
 		if len(b) > 0 {
-			copyBytes(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
+			ucs.Copy(unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)), b)
 		}
 		// The atomic add orders the copy before the signal.
 		atomic.AddUint64((*uint64)(unsafe.Add(q.base, cs.area+uintptr(i)*8)), 1)
@@ -201,7 +201,7 @@ func recvSignal(_ any, header, data []byte, p *ucp.AMRecvParam) ucs.Status {
 		return ucs.OK
 	}
 	if len(data) > 0 {
-		copyBytes(unsafe.Slice((*byte)(st.heap.At(int(off))), len(data)), data)
+		ucs.Copy(unsafe.Slice((*byte)(st.heap.At(int(off))), len(data)), data)
 	}
 	atomic.AddUint64((*uint64)(st.heap.At(int(soff))), 1)
 	return ucs.OK
@@ -213,7 +213,7 @@ func get2(routine string, pe int, off uintptr, b []byte) {
 		return
 	}
 	if q := jobPeer(routine, pe); q.base != nil {
-		copyBytes(b, unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)))
+		ucs.Copy(b, unsafe.Slice((*byte)(unsafe.Add(q.base, off)), len(b)))
 		return
 	}
 	defaultCtx.getSlow(routine, pe, off, b, false)
@@ -234,31 +234,6 @@ func localBytes(off uintptr, n int) []byte {
 		return nil
 	}
 	return unsafe.Slice((*byte)(st.heap.At(int(off))), n)
-}
-
-// copyBytes copies src to dst (which must not overlap unless they are the
-// same): a word with one load and one store, inlined (an 8-byte put to a
-// mapped peer is a hot path, and memmove's call was a tenth of it), the
-// rest in copyBlock.
-func copyBytes(dst, src []byte) {
-	if len(src) == 8 {
-		binary.LittleEndian.PutUint64(dst, binary.LittleEndian.Uint64(src))
-		return
-	}
-	copyBlock(dst, src)
-}
-
-// copyBlock is copyBytes of other lengths: large copies through
-// ucs.Memcpy, none where dst is src.
-func copyBlock(dst, src []byte) {
-	if len(src) == 0 || unsafe.SliceData(dst) == unsafe.SliceData(src) {
-		return
-	}
-	if len(src) >= largeCopy {
-		ucs.Memcpy(dst[:len(src)], src)
-		return
-	}
-	copy(dst, src)
 }
 
 // scratch returns a private scratch array of n elements of T.

@@ -78,11 +78,6 @@ func peerGone(err error) bool {
 	return s <= ucs.ErrFirstLinkFailure && s >= ucs.ErrLastEndpointFailure
 }
 
-// largeCopy is the size from which direct copies go through ucs.Memcpy,
-// which copies large blocks into and out of shared memory faster than the
-// runtime's copy (REP MOVSB where the CPU does that well).
-const largeCopy = ucs.MemcpyMin
-
 func bytesOf[T any](s []T) []byte {
 	var z T
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
@@ -259,7 +254,7 @@ func putBytes(c *Ctx, routine string, dst unsafe.Pointer, dstLen int, src []byte
 	}
 	profCtx(c, routine, pe, nb)
 	if base := q.heap(); base != nil {
-		copyBytes(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), src)
+		ucs.Copy(unsafe.Slice((*byte)(unsafe.Add(base, off)), nb), src)
 		return
 	}
 	c.putSlow(routine, pe, off, src, nbi)
@@ -268,7 +263,7 @@ func putBytes(c *Ctx, routine string, dst unsafe.Pointer, dstLen int, src []byte
 // copyOut copies src to the heap offset off of a peer mapped at base.
 func copyOut[T any](base unsafe.Pointer, off uintptr, src []T) {
 	b := bytesOf(src)
-	copyBytes(unsafe.Slice((*byte)(unsafe.Add(base, off)), len(b)), b)
+	ucs.Copy(unsafe.Slice((*byte)(unsafe.Add(base, off)), len(b)), b)
 }
 
 func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
@@ -293,11 +288,7 @@ func get[T any](c *Ctx, routine string, dst, src []T, pe int, nbi bool) {
 	}
 	profCtx(c, routine, pe, nb)
 	if base := q.heap(); base != nil {
-		if nb >= largeCopy {
-			ucs.Memcpy(bytesOf(dst), unsafe.Slice((*byte)(unsafe.Add(base, off)), nb))
-			return
-		}
-		copy(dst, unsafe.Slice((*T)(unsafe.Add(base, off)), n))
+		ucs.Copy(bytesOf(dst), unsafe.Slice((*byte)(unsafe.Add(base, off)), nb))
 		return
 	}
 	c.getSlow(routine, pe, off, bytesOf(dst), nbi)

@@ -16,6 +16,19 @@ func TestCopy(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%d<-%d", tt.dst, tt.src), func(t *testing.T) { checkCopy(t, "Copy", Copy, tt.dst, tt.src) })
 	}
+	// Onto itself, and onto itself shifted by one (overlapping, as copy).
+	for _, n := range []int{8, 100, MemcpyMin + 3} {
+		b := make([]byte, n+1)
+		for i := range b {
+			b[i] = byte(i)
+		}
+		if got := Copy(b[:n], b[:n]); got != n || b[n-1] != byte(n-1) {
+			t.Errorf("Copy of %d bytes onto itself = %d, b[%d] = %d", n, got, n-1, b[n-1])
+		}
+		if got := Copy(b[1:], b[:n]); got != n || b[1] != 0 || b[n] != byte(n-1) {
+			t.Errorf("Copy of %d bytes one byte on = %d, b[1] = %d, b[%d] = %d", n, got, b[1], n, b[n])
+		}
+	}
 }
 
 // checkCopy checks that fn, named name, copies a source of srcLen bytes
