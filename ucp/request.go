@@ -545,7 +545,11 @@ func (r *Request) finish(status ucs.Status) {
 			*r.reply = r.result
 		}
 	}
-	r.dt.finish()
+	if r.dt.started {
+		// A generic datatype's state ends here; the iterator itself is
+		// cleared once, by release.
+		r.dt.finish()
+	}
 	atomic.StoreInt32(&r.state, int32(status))
 	if !r.recv && !r.untracked {
 		r.w.inflight.Add(-1)
@@ -587,7 +591,10 @@ func (r *Request) release() {
 	r.scb = nil
 	r.sr = streamRecvState{}
 	r.sgl = nil
-	r.rma = rmaOp{}
+	if r.rma.rl != nil {
+		// Only puts, gets and atomics use rma, and they all set rl.
+		r.rma = rmaOp{}
+	}
 	if r.shared {
 		// Its completion may release it on a transport's goroutine, which
 		// must not touch the lock-free stack.

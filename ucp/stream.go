@@ -342,7 +342,8 @@ func (s *streamWorker) takeQueued(q *streamQ, r *Request, n int) {
 }
 
 // streamRecvData handles a piece of a stream.
-func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func streamRecvData(arg any, data []byte, flags uint32) ucs.Status {
+	w, wi := protoArgs(arg)
 	src, sn, p, err := decodeStream(data)
 	if err != nil {
 		w.tagLogf("dropped a stream message: %v", err)
