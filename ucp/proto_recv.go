@@ -123,7 +123,9 @@ func (w *Worker) rndvGet(r *Request, ref *rkeyRef, raddr uint64, proto string) {
 		g.max = maxInt
 	}
 	r.proto, r.lane, r.tr.rk = proto, rl.l, ref
-	r.comp = uct.Completion{Count: 1, Func: rndvGetDone, Arg: r}
+	// Arg is g, not r: newRequest then knows to set the request's own
+	// completion again.
+	r.comp = uct.Completion{Count: 1, Func: rndvGetDone, Arg: g}
 	switch st := w.protoStart(g); {
 	case st == ucs.OK:
 		g.end(ucs.OK)
@@ -191,7 +193,7 @@ func (g *rndvGetOp) end(st ucs.Status) {
 
 // rndvGetDone is the completion of a rendezvous get's last transfer.
 func rndvGetDone(c *uct.Completion) {
-	r := c.Arg.(*Request)
+	r := c.Arg.(*rndvGetOp).r
 	r.w.rndvGetFinish(r, c.Status())
 }
 

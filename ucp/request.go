@@ -335,19 +335,26 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
 		r = param.Request
 		r.resetExternal()
+		r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
 	} else if l := w.requests.local; len(l) > 0 {
 		// The latest freed request (requestPool). The slot it leaves is
 		// not cleared: a released request holds nothing of an operation.
+		// It is w's and not shared (release gives those to the sync.Pool).
 		r = l[len(l)-1]
 		w.requests.local = l[:len(l)-1]
 	} else {
 		r = w.requests.get()
+		r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
 	}
 	// Plain stores: nothing else sees r yet (a pooled request came back
 	// through the pool, after its last use).
-	r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
 	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
-	r.comp = uct.Completion{Func: requestCompleted, Arg: r, Count: 1}
+	if r.comp.Arg != any(r) || r.comp.Status() != ucs.OK {
+		// A request new or external, or whose completion recorded an
+		// error or served a rendezvous get (rndvGet): its own again.
+		r.comp = uct.Completion{Func: requestCompleted, Arg: r}
+	}
+	r.comp.Count = 1
 	if !r.inited {
 		w.initRequest(r)
 	}
