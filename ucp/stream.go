@@ -743,7 +743,7 @@ func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, er
 			l.lockSend()
 			b := l.pk.short[:8+n]
 			binary.LittleEndian.PutUint64(b, ep.strm.peerSN)
-			copy(b[8:], buf)
+			ucs.Copy(b[8:], buf) // inline for 8 bytes (copy calls memmove)
 			st := l.ep.AMShort(amStreamData, ep.w.uid, b)
 			l.unlockSend()
 			if st == ucs.OK {
