@@ -119,12 +119,18 @@ func (q *sendQueue) pushLocked(op protoOp) {
 }
 
 // protoProgress advances the queued sends, in order per endpoint, and
-// returns how many left the queue.
+// returns how many left the queue. The check of an empty queue, what most
+// calls find, is inlined into Worker.Progress.
 func (w *Worker) protoProgress() int {
-	q := &w.sendq
-	if q.n.Load() == 0 {
+	if w.sendq.n.Load() == 0 {
 		return 0
 	}
+	return w.protoProgressQueued()
+}
+
+// protoProgressQueued is protoProgress of a queue that holds sends.
+func (w *Worker) protoProgressQueued() int {
+	q := &w.sendq
 	q.mu.Lock()
 	ops := q.ops
 	q.ops = nil
