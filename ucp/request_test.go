@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -493,5 +494,56 @@ func TestReleasedRequestClear(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRequestAfterRndvGet checks that a request that received a rendezvous
+// message through a get, and so lent its completion to the get (rndvGet),
+// completes as a request of its own when it is reused: an atomic over tcp
+// gets the request's own completion, and ends with its result.
+func TestRequestAfterRndvGet(t *testing.T) {
+	t.Setenv("UCX_RNDV_SCHEME", "get_zcopy")
+	c := newContextParams(t, new(Params).SetFeatures(FeatureTag|FeatureRMA|FeatureAMO64), "TLS", "tcp")
+	w := newWorker(t, c)
+	p := newPair(t, c, w, w, 4096)
+	p.rkey.base = nil // the atomic through the lane
+	noImm := func() *RequestParam { return new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl) }
+	const n = 512 << 10
+	rr, err := w.TagRecvNBX(make([]byte, n), 1, tagMaskFull, noImm())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := p.ep.TagSendNBX(make([]byte, n), 1, noImm())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*Request{sr, rr} {
+		if err := r.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := rndvRecvProtos[famTag].get; rr.proto != want {
+		t.Fatalf("the receive's protocol is %q, want %q", rr.proto, want)
+	}
+	sr.Free()
+	rr.Free()
+	binary.LittleEndian.PutUint64(p.mem, 3)
+	var old uint64
+	ar, err := p.ep.AtomicOpNBX(AtomicOpSwap, 5, p.base, p.rkey, noImm().SetReply(&old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ar != rr {
+		t.Fatal("the atomic did not reuse the receive's request")
+	}
+	if reflect.ValueOf(ar.comp.Func).Pointer() != reflect.ValueOf(requestCompleted).Pointer() || ar.comp.Arg != any(ar) {
+		t.Fatal("the reused request's completion is still the rendezvous get's")
+	}
+	if err := ar.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	ar.Free()
+	if got := binary.LittleEndian.Uint64(p.mem); old != 3 || got != 5 {
+		t.Fatalf("swap: fetched %d, memory %d; want 3, 5", old, got)
 	}
 }
