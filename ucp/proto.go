@@ -20,21 +20,24 @@ import (
 // the keys of senders' data that rendezvous receivers unpack. Their send
 // engine is in proto_send.go.
 
-// protoHandler handles one uct active message of a ucp protocol that
-// arrived on interface wi. It runs from Worker.Progress.
-type protoHandler func(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status
+// protoHandler handles one uct active message of a ucp protocol. It is
+// the handler registered with uct itself (no dispatcher between them: a
+// message costs one indirect call), and arg is the *protoArg of the
+// interface it arrived on (protoArgs). It runs from Worker.Progress.
+type protoHandler = uct.AMCallback
 
-// protoArg is what the dispatcher of a protocol's messages gets: made once
-// per interface and id, so that a message costs no allocation.
+// protoArg is the argument of a protocol's handlers on one interface:
+// made once per interface, so that a message costs no allocation.
 type protoArg struct {
 	w  *Worker
 	wi *workerIface
-	fn protoHandler
 }
 
-func protoDispatch(arg any, data []byte, flags uint32) ucs.Status {
+// protoArgs returns the worker and the interface of a protocol handler's
+// arg.
+func protoArgs(arg any) (*Worker, *workerIface) {
 	a := arg.(*protoArg)
-	return a.fn(a.w, a.wi, data, flags)
+	return a.w, a.wi
 }
 
 // setProtoHandlers installs fns[k] as the handler of uct active message
@@ -45,8 +48,9 @@ func (w *Worker) setProtoHandlers(ids []uint8, fns []protoHandler) error {
 		if wi.attr.Flags&capAM == 0 {
 			continue
 		}
+		arg := &protoArg{w: w, wi: wi}
 		for k, id := range ids {
-			if err := wi.iface.SetAMHandler(id, protoDispatch, &protoArg{w: w, wi: wi, fn: fns[k]}, uct.CBFlagSync); err != nil {
+			if err := wi.iface.SetAMHandler(id, fns[k], arg, uct.CBFlagSync); err != nil {
 				return fmt.Errorf("active-message handler %d on %s: %w", id, wi.rsc.tl.TLName, err)
 			}
 		}
@@ -115,12 +119,18 @@ func (q *sendQueue) pushLocked(op protoOp) {
 }
 
 // protoProgress advances the queued sends, in order per endpoint, and
-// returns how many left the queue.
+// returns how many left the queue. The check of an empty queue, what most
+// calls find, is inlined into Worker.Progress.
 func (w *Worker) protoProgress() int {
-	q := &w.sendq
-	if q.n.Load() == 0 {
+	if w.sendq.n.Load() == 0 {
 		return 0
 	}
+	return w.protoProgressQueued()
+}
+
+// protoProgressQueued is protoProgress of a queue that holds sends.
+func (w *Worker) protoProgressQueued() int {
+	q := &w.sendq
 	q.mu.Lock()
 	ops := q.ops
 	q.ops = nil

@@ -123,7 +123,9 @@ func (w *Worker) rndvGet(r *Request, ref *rkeyRef, raddr uint64, proto string) {
 		g.max = maxInt
 	}
 	r.proto, r.lane, r.tr.rk = proto, rl.l, ref
-	r.comp = uct.Completion{Count: 1, Func: rndvGetDone, Arg: r}
+	// Arg is g, not r: newRequest then knows to set the request's own
+	// completion again.
+	r.comp = uct.Completion{Count: 1, Func: rndvGetDone, Arg: g}
 	switch st := w.protoStart(g); {
 	case st == ucs.OK:
 		g.end(ucs.OK)
@@ -191,7 +193,7 @@ func (g *rndvGetOp) end(st ucs.Status) {
 
 // rndvGetDone is the completion of a rendezvous get's last transfer.
 func rndvGetDone(c *uct.Completion) {
-	r := c.Arg.(*Request)
+	r := c.Arg.(*rndvGetOp).r
 	r.w.rndvGetFinish(r, c.Status())
 }
 
@@ -329,7 +331,8 @@ func (p *protoWorker) waitsEnd(fam uint8, match func(*Request) bool) []*Request 
 
 // rndvRecvData handles pushed rendezvous data, of a tag message or an
 // active message: it goes into the receive it is for, in order.
-func rndvRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func rndvRecvData(arg any, data []byte, flags uint32) ucs.Status {
+	w, _ := protoArgs(arg)
 	h, p, err := decodeTag(amTagData, data)
 	if err != nil {
 		return w.tagDropped(err)
@@ -365,7 +368,8 @@ func rndvRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Sta
 
 // rndvRecvATP handles the sender's word that it put all of a rendezvous
 // message into the receive's buffer.
-func rndvRecvATP(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func rndvRecvATP(arg any, data []byte, flags uint32) ucs.Status {
+	w, _ := protoArgs(arg)
 	h, _, err := decodeTag(amTagATP, data)
 	if err != nil {
 		return w.tagDropped(err)
@@ -473,7 +477,8 @@ type rtsInfo struct {
 // (tagRecvRTS), the active message's handler (amRecvRTS), the stream
 // (streamRecvRTS). The request of a family the worker does not have is
 // answered at once with ucs.ErrUnsupported, so that its send ends.
-func rndvRecvRTS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func rndvRecvRTS(arg any, data []byte, flags uint32) ucs.Status {
+	w, wi := protoArgs(arg)
 	h, p, err := decodeTag(amTagRTS, data)
 	if err != nil {
 		return w.tagDropped(err)
@@ -517,7 +522,8 @@ func (w *Worker) sharedInit() error {
 // fragRecvFirst handles the first fragment of an eager message of any
 // family that has them: checked here, it goes to its family, tag matching
 // (tagRecvFirst) or the active message's reassembly (amRecvFirst).
-func fragRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func fragRecvFirst(arg any, data []byte, flags uint32) ucs.Status {
+	w, wi := protoArgs(arg)
 	h, p, err := decodeTag(amTagFirst, data)
 	if err != nil {
 		return w.tagDropped(err)
@@ -537,7 +543,8 @@ func fragRecvFirst(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.St
 // message (amRecvMiddle), tag matching otherwise (tagRecvMiddle). Message
 // numbers are the worker's, of all families: a sender's message is in one
 // table.
-func fragRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func fragRecvMiddle(arg any, data []byte, flags uint32) ucs.Status {
+	w, wi := protoArgs(arg)
 	h, p, err := decodeTag(amTagMiddle, data)
 	switch {
 	case err != nil:
@@ -559,7 +566,8 @@ func fragRecvMiddle(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.S
 // the message is not found (a receive took it and completed: the sender
 // had its ATS, and ignores this one). Only a receive taking the message
 // now is left alone: its ATS, sent once it is done, ends the send.
-func rndvRecvRevoke(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func rndvRecvRevoke(arg any, data []byte, flags uint32) ucs.Status {
+	w, _ := protoArgs(arg)
 	h, _, err := decodeTag(amTagRevoke, data)
 	if err != nil {
 		return w.tagDropped(err)

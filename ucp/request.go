@@ -335,19 +335,26 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
 		r = param.Request
 		r.resetExternal()
+		r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
 	} else if l := w.requests.local; len(l) > 0 {
 		// The latest freed request (requestPool). The slot it leaves is
 		// not cleared: a released request holds nothing of an operation.
+		// It is w's and not shared (release gives those to the sync.Pool).
 		r = l[len(l)-1]
 		w.requests.local = l[:len(l)-1]
 	} else {
 		r = w.requests.get()
+		r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
 	}
 	// Plain stores: nothing else sees r yet (a pooled request came back
 	// through the pool, after its last use).
-	r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
 	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
-	r.comp = uct.Completion{Func: requestCompleted, Arg: r, Count: 1}
+	if r.comp.Arg != any(r) || r.comp.Status() != ucs.OK {
+		// A request new or external, or whose completion recorded an
+		// error or served a rendezvous get (rndvGet): its own again.
+		r.comp = uct.Completion{Func: requestCompleted, Arg: r}
+	}
+	r.comp.Count = 1
 	if !r.inited {
 		w.initRequest(r)
 	}
@@ -545,7 +552,11 @@ func (r *Request) finish(status ucs.Status) {
 			*r.reply = r.result
 		}
 	}
-	r.dt.finish()
+	if r.dt.started {
+		// A generic datatype's state ends here; the iterator itself is
+		// cleared once, by release.
+		r.dt.finish()
+	}
 	atomic.StoreInt32(&r.state, int32(status))
 	if !r.recv && !r.untracked {
 		r.w.inflight.Add(-1)
@@ -587,7 +598,10 @@ func (r *Request) release() {
 	r.scb = nil
 	r.sr = streamRecvState{}
 	r.sgl = nil
-	r.rma = rmaOp{}
+	if r.rma.rl != nil {
+		// Only puts, gets and atomics use rma, and they all set rl.
+		r.rma = rmaOp{}
+	}
 	if r.shared {
 		// Its completion may release it on a transport's goroutine, which
 		// must not touch the lock-free stack.

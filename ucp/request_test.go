@@ -2,8 +2,10 @@ package ucp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"slices"
 	"testing"
@@ -371,5 +373,177 @@ func TestRequestLifeCycle(t *testing.T) {
 			})
 		}
 		w.Destroy()
+	}
+}
+
+// requestKept are the fields of Request that release leaves as they are:
+// the request's own (its worker, completion, memory, life-cycle words) and
+// those every operation sets anew.
+var requestKept = map[string]bool{
+	"comp": true, "w": true, "state": true, "fate": true, "claimed": true, "held": true,
+	"shared": true, "size": true, "proto": true, "result": true, "result32": true,
+	"pending": true, "reserved": true, "inited": true, "external": true,
+	"pack": true, "unpack": true,
+}
+
+// TestReleasedRequestClear checks that a request released to the worker's
+// stack holds nothing of its operation, whatever the operation was (release
+// clears only what the operation's kind sets): every field but those it
+// keeps is zero.
+func TestReleasedRequestClear(t *testing.T) {
+	c := newContextParams(t, new(Params).SetFeatures(FeatureTag|FeatureStream|FeatureRMA|FeatureAMO64), "TLS", "self")
+	w := newWorker(t, c)
+	p := newPair(t, c, w, w, 1<<20)
+	// Puts and gets through the lane (their requests' rma), not as the
+	// direct copy into mapped memory.
+	p.rkey.base = nil
+	ep := p.ep
+	reqParam := func() *RequestParam { return new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl) }
+	wait := func(t *testing.T, r *Request, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		r.Free()
+	}
+	tagPair := func(size int, sync bool) func(t *testing.T) {
+		return func(t *testing.T) {
+			rbuf := make([]byte, size)
+			rr, err := w.TagRecvNBX(rbuf, 7, tagMaskFull, reqParam())
+			if err != nil {
+				t.Fatal(err)
+			}
+			send := ep.TagSendNBX
+			if sync {
+				send = ep.TagSendSyncNBX
+			}
+			sr, err := send(make([]byte, size), 7, reqParam())
+			wait(t, sr, err)
+			wait(t, rr, nil)
+		}
+	}
+	streamPair := func(size int) func(t *testing.T) {
+		return func(t *testing.T) {
+			rr, _, err := ep.StreamRecvNBX(make([]byte, size), reqParam().SetStreamRecvFlags(StreamRecvFlagWaitAll))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sr, err := ep.StreamSendNBX(make([]byte, size), reqParam())
+			wait(t, sr, err)
+			if rr != nil {
+				wait(t, rr, nil)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"tag/eager", tagPair(8, false)},
+		{"tag/bcopy", tagPair(4096, false)},
+		{"tag/sync", tagPair(64, true)},
+		{"tag/rndv", tagPair(512<<10, false)},
+		{"tag/unexpected", func(t *testing.T) {
+			sr, err := ep.TagSendNBX(make([]byte, 64), 9, reqParam())
+			wait(t, sr, err)
+			rr, err := w.TagRecvNBX(make([]byte, 64), 9, tagMaskFull, reqParam())
+			wait(t, rr, err)
+		}},
+		{"stream/short", streamPair(8)},
+		{"stream/rndv", streamPair(512 << 10)},
+		{"put", func(t *testing.T) {
+			r, err := ep.PutNBX(make([]byte, 4096), p.base, p.rkey, reqParam())
+			wait(t, r, err)
+		}},
+		{"get", func(t *testing.T) {
+			r, err := ep.GetNBX(make([]byte, 4096), p.base, p.rkey, reqParam())
+			wait(t, r, err)
+		}},
+		{"atomic/fetch", func(t *testing.T) {
+			var old uint64
+			r, err := ep.AtomicOpNBX(AtomicOpSwap, 5, p.base, p.rkey, reqParam().SetReply(&old))
+			wait(t, r, err)
+		}},
+		{"canceled recv", func(t *testing.T) {
+			r, err := w.TagRecvNBX(make([]byte, 8), 11, tagMaskFull, reqParam())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Cancel()
+			if err := r.Wait(); !errors.Is(err, ucs.ErrCanceled) {
+				t.Fatalf("canceled receive: %v", err)
+			}
+			r.Free()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w.requests.local = w.requests.local[:0]
+			tc.run(t)
+			if len(w.requests.local) == 0 {
+				t.Fatal("no request was released to the worker's stack")
+			}
+			for _, r := range w.requests.local {
+				v := reflect.ValueOf(r).Elem()
+				for i := range v.NumField() {
+					if name := v.Type().Field(i).Name; !requestKept[name] && !v.Field(i).IsZero() {
+						t.Errorf("a released request keeps its %s", name)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRequestAfterRndvGet checks that a request that received a rendezvous
+// message through a get, and so lent its completion to the get (rndvGet),
+// completes as a request of its own when it is reused: an atomic over tcp
+// gets the request's own completion, and ends with its result.
+func TestRequestAfterRndvGet(t *testing.T) {
+	t.Setenv("UCX_RNDV_SCHEME", "get_zcopy")
+	c := newContextParams(t, new(Params).SetFeatures(FeatureTag|FeatureRMA|FeatureAMO64), "TLS", "tcp")
+	w := newWorker(t, c)
+	p := newPair(t, c, w, w, 4096)
+	p.rkey.base = nil // the atomic through the lane
+	noImm := func() *RequestParam { return new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl) }
+	const n = 512 << 10
+	rr, err := w.TagRecvNBX(make([]byte, n), 1, tagMaskFull, noImm())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := p.ep.TagSendNBX(make([]byte, n), 1, noImm())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*Request{sr, rr} {
+		if err := r.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := rndvRecvProtos[famTag].get; rr.proto != want {
+		t.Fatalf("the receive's protocol is %q, want %q", rr.proto, want)
+	}
+	sr.Free()
+	rr.Free()
+	binary.LittleEndian.PutUint64(p.mem, 3)
+	var old uint64
+	ar, err := p.ep.AtomicOpNBX(AtomicOpSwap, 5, p.base, p.rkey, noImm().SetReply(&old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ar != rr {
+		t.Fatal("the atomic did not reuse the receive's request")
+	}
+	if reflect.ValueOf(ar.comp.Func).Pointer() != reflect.ValueOf(requestCompleted).Pointer() || ar.comp.Arg != any(ar) {
+		t.Fatal("the reused request's completion is still the rendezvous get's")
+	}
+	if err := ar.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	ar.Free()
+	if got := binary.LittleEndian.Uint64(p.mem); old != 3 || got != 5 {
+		t.Fatalf("swap: fetched %d, memory %d; want 3, 5", old, got)
 	}
 }

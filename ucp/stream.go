@@ -342,7 +342,8 @@ func (s *streamWorker) takeQueued(q *streamQ, r *Request, n int) {
 }
 
 // streamRecvData handles a piece of a stream.
-func streamRecvData(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func streamRecvData(arg any, data []byte, flags uint32) ucs.Status {
+	w, wi := protoArgs(arg)
 	src, sn, p, err := decodeStream(data)
 	if err != nil {
 		w.tagLogf("dropped a stream message: %v", err)
@@ -742,7 +743,7 @@ func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, er
 			l.lockSend()
 			b := l.pk.short[:8+n]
 			binary.LittleEndian.PutUint64(b, ep.strm.peerSN)
-			copy(b[8:], buf)
+			ucs.Copy(b[8:], buf) // inline for 8 bytes (copy calls memmove)
 			st := l.ep.AMShort(amStreamData, ep.w.uid, b)
 			l.unlockSend()
 			if st == ucs.OK {
@@ -903,20 +904,32 @@ func (ep *Endpoint) StreamRecvNBX(buf []byte, param *RequestParam) (*Request, in
 	if err := ep.w.streamCheck("stream recv"); err != nil {
 		return nil, 0, err
 	}
-	it, err := dtFromParam(buf, param, true)
-	if err != nil {
-		return nil, 0, fmt.Errorf("ucp stream recv: %w", err)
-	}
-	gran := 1
-	if param != nil && param.OpAttrMask&OpAttrFieldDatatype != 0 && param.Datatype.Class() == DatatypeClassContig {
-		gran = max(param.Datatype.ElemSize(), 1)
-	}
 	f := uint32(0)
 	if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 {
 		// The field shares its bits with the OpAttrFlag* ones.
 		f = param.Flags &^ uint32(opAttrFlags)
 	}
-	return ep.streamRecv(&it, param, f, gran)
+	if param == nil || param.OpAttrMask&OpAttrFieldDatatype == 0 {
+		// Bytes: streamRecv sets the request's iterator over buf in place,
+		// without one here to copy.
+		return ep.streamRecv(buf, nil, param, f, 1)
+	}
+	return ep.streamRecvParam(buf, param, f)
+}
+
+// streamRecvParam is StreamRecvNBX of a receive with a datatype (kept out
+// of it, so that the iterator and the error's formatting stay out of its
+// frame).
+func (ep *Endpoint) streamRecvParam(buf []byte, param *RequestParam, flags uint32) (*Request, int, error) {
+	it, err := dtFromParam(buf, param, true)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ucp stream recv: %w", err)
+	}
+	gran := 1
+	if param.Datatype.Class() == DatatypeClassContig {
+		gran = max(param.Datatype.ElemSize(), 1)
+	}
+	return ep.streamRecv(nil, &it, param, flags, gran)
 }
 
 // StreamRecvNB is the older form of StreamRecvNBX (ucp_stream_recv_nb):
@@ -939,7 +952,7 @@ func (ep *Endpoint) StreamRecvNB(buffer any, count int, dt Datatype, cb StreamRe
 	if cb != nil {
 		p.SetStreamRecvCallback(cb)
 	}
-	return ep.streamRecv(&it, &p, uint32(flags), gran)
+	return ep.streamRecv(nil, &it, &p, uint32(flags), gran)
 }
 
 // StreamRecvRequestTest returns the status of a stream receive, as Status
@@ -953,9 +966,10 @@ func (r *Request) StreamRecvRequestTest(length *int) error {
 	return err
 }
 
-// streamRecv posts a stream receive of the data it.
-// it is the caller's, passed by reference: the iterator is 15 words.
-func (ep *Endpoint) streamRecv(it *dtIter, param *RequestParam, flags uint32, gran int) (*Request, int, error) {
+// streamRecv posts a stream receive of the data it, or of the bytes of
+// buf when it is nil. it is the caller's, passed by reference: the
+// iterator is 15 words.
+func (ep *Endpoint) streamRecv(buf []byte, it *dtIter, param *RequestParam, flags uint32, gran int) (*Request, int, error) {
 	w := ep.w
 	if err := ep.waitConnected(); err != nil {
 		return streamRecvFail(it, fmt.Errorf("ucp stream recv: %w", err))
@@ -977,8 +991,12 @@ func (ep *Endpoint) streamRecv(it *dtIter, param *RequestParam, flags uint32, gr
 	// through a temporary. The request's tr and sr are zero (release
 	// clears them), tr.status ucs.OK among them.
 	r.recv = true
-	r.dt = *it
-	r.size = it.length
+	if it != nil {
+		r.dt = *it
+	} else {
+		r.dt.length, r.dt.contig = len(buf), buf // r.dt is zero (release)
+	}
+	r.size = r.dt.length
 	r.proto = protoStreamRecv
 	r.lane = ep.am
 	r.tr.fam = famStream
@@ -1034,9 +1052,12 @@ func (ep *Endpoint) streamRecv(it *dtIter, param *RequestParam, flags uint32, gr
 	return nil, n, nil
 }
 
-// streamRecvFail ends a stream receive that failed before it was posted.
+// streamRecvFail ends a stream receive that failed before it was posted
+// (of the data it, nil for bytes).
 func streamRecvFail(it *dtIter, err error) (*Request, int, error) {
-	it.finish()
+	if it != nil {
+		it.finish()
+	}
 	return nil, 0, err
 }
 

@@ -253,7 +253,8 @@ func (w *Worker) tagDropped(err error) ucs.Status {
 // itself (tagEagerArrived without the acknowledgement): the common
 // message of a ping-pong, whose receive waits, takes one call from the
 // dispatch to the receive's completion.
-func tagRecvEager(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func tagRecvEager(arg any, data []byte, flags uint32) ucs.Status {
+	w, wi := protoArgs(arg)
 	if len(data) < tagEagerHdrLen {
 		return w.tagDropped(fmt.Errorf("eager message of %d bytes: %w", len(data), ucs.ErrInvalidParam))
 	}
@@ -271,7 +272,8 @@ func tagRecvEager(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Sta
 }
 
 // tagRecvEagerSync handles a sync eager message in one piece.
-func tagRecvEagerSync(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func tagRecvEagerSync(arg any, data []byte, flags uint32) ucs.Status {
+	w, wi := protoArgs(arg)
 	h, p, err := decodeTag(amTagEagerSync, data)
 	if err != nil {
 		return w.tagDropped(err)
@@ -399,7 +401,8 @@ func (r *Request) tagUnpack(off int, p []byte) {
 }
 
 // tagRecvAck handles the acknowledgement of a sync send.
-func tagRecvAck(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func tagRecvAck(arg any, data []byte, flags uint32) ucs.Status {
+	w, _ := protoArgs(arg)
 	return w.tagRecvReply(amTagAck, data, "acknowledgement")
 }
 

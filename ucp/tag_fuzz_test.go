@@ -126,7 +126,7 @@ func FuzzTagRecv(f *testing.F) {
 	c := newTagContext(f, "self", func(p *Params) { p.SetLogger(ucs.DiscardLogger()) })
 	w := newWorker(f, c)
 	ep := connect(f, w, w, nil)
-	wi := w.ifaces[0]
+	arg := &protoArg{w: w, wi: w.ifaces[0]}
 	const guard, size = 16, 64
 	mem := make([]byte, 4*(size+2*guard))
 	ids, msgs := tagSeeds()
@@ -169,7 +169,7 @@ func FuzzTagRecv(f *testing.F) {
 				reqs = append(reqs, req)
 			}
 		}
-		tagHandlers[k](w, wi, msg, 0)
+		tagHandlers[k](arg, msg, 0)
 		for i := 0; i < 100 && w.Progress() > 0; i++ {
 		}
 		for r := range 4 {

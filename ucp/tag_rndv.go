@@ -165,13 +165,15 @@ func (w *Worker) rndvRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) ucs
 }
 
 // tagRecvATS handles a rendezvous acknowledgement: the send completes.
-func tagRecvATS(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func tagRecvATS(arg any, data []byte, flags uint32) ucs.Status {
+	w, _ := protoArgs(arg)
 	return w.tagRecvReply(amTagATS, data, "rendezvous acknowledgement")
 }
 
 // tagRecvRTR handles a receiver's request for rendezvous data: the send
 // puts it into the receive's buffer (a key came) or pushes it.
-func tagRecvRTR(w *Worker, wi *workerIface, data []byte, flags uint32) ucs.Status {
+func tagRecvRTR(arg any, data []byte, flags uint32) ucs.Status {
+	w, _ := protoArgs(arg)
 	h, key, err := decodeTag(amTagRTR, data)
 	if err != nil {
 		return w.tagDropped(err)
