@@ -153,6 +153,18 @@ func (f *fifo) msg(c unsafe.Pointer, n int) []byte {
 // lap returns the lap of ticket t, from which its cell's seq counts.
 func (f *fifo) lap(t uint64) uint64 { return t &^ f.mask }
 
+// tryClaim is claim's first try, small enough to be inlined: it takes the
+// next ticket when the head seen last says its cell is free, and returns
+// nil when it does not or when another producer took the ticket first
+// (then claim says which it is).
+func (f *fifo) tryClaim() (unsafe.Pointer, uint64) {
+	t := atomic.LoadUint64(f.tail)
+	if t-f.seen.Load() > f.mask || !atomic.CompareAndSwapUint64(f.tail, t, t+1) {
+		return nil, 0
+	}
+	return f.cell(t), f.lap(t)
+}
+
 // claim takes the next ticket and returns its cell and lap (for publish),
 // or nil when the ring is full.
 func (f *fifo) claim() (unsafe.Pointer, uint64) {
@@ -192,9 +204,12 @@ func publish(c unsafe.Pointer, lap uint64, id uint8, n int) {
 }
 
 // putCellHeader encodes the am id and length of a cell into b (the 8 header
-// bytes after seq), with one 64-bit store.
+// bytes after seq), with one 64-bit store; n is a cell's length (0 <= n <=
+// maxSegSize). (Written uint64(uint32(n)), the length would leave the
+// compiler sure of the three zero bytes, which it then stores one by one
+// beside the five others.)
 func putCellHeader(b []byte, id uint8, n int) {
-	binary.LittleEndian.PutUint64(b, uint64(uint32(n))|uint64(id)<<32)
+	binary.LittleEndian.PutUint64(b, uint64(n)|uint64(id)<<32)
 }
 
 // decodeCellHeader decodes the 8 header bytes after seq of a cell whose data

@@ -8,11 +8,12 @@ import (
 	"unsafe"
 )
 
-// TestFIFOProducers: producers with views of their own claim and publish
-// cells of a small ring while the consumer reads them in ticket order and
-// says, once per round, which tickets it is done with. Every message
-// arrives once, each producer's in the order it sent them, and none is
-// overwritten before it was read; a full ring refuses a claim instead.
+// TestFIFOProducers: producers with views of their own claim (as EPs do:
+// tryClaim, then claim when it fails) and publish cells of a small ring
+// while the consumer reads them in ticket order and says, once per round,
+// which tickets it is done with. Every message arrives once, each
+// producer's in the order it sent them, and none is overwritten before it
+// was read; a full ring refuses a claim instead.
 func TestFIFOProducers(t *testing.T) {
 	for _, ncells := range []int{2, 8, 64} {
 		const producers, each = 4, 5000
@@ -29,7 +30,10 @@ func TestFIFOProducers(t *testing.T) {
 			wg.Go(func() {
 				f := viewFIFO(base, ncells, stride)
 				for k := 0; k < each; {
-					c, lap := f.claim()
+					c, lap := f.tryClaim()
+					if c == nil {
+						c, lap = f.claim()
+					}
 					if c == nil {
 						if time.Now().After(deadline) {
 							return // the consumer fails the test
@@ -78,6 +82,9 @@ func TestFIFOProducers(t *testing.T) {
 			if c, _ := f.claim(); c == nil {
 				t.Fatalf("%d cells: an empty ring refused a claim", ncells)
 			}
+		}
+		if c, _ := f.tryClaim(); c != nil {
+			t.Errorf("%d cells: a full ring took a first try", ncells)
 		}
 		if c, _ := f.claim(); c != nil || f.hasRoom() {
 			t.Errorf("%d cells: a full ring took a claim", ncells)
