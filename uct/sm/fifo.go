@@ -243,17 +243,52 @@ func decodeCellHeader(b []byte, payload int) (id uint8, n int, err error) {
 func cellHeaderFast(b *[cellHeaderSize - 8]byte, payload int) (id uint8, n int, ok bool) {
 	h := binary.LittleEndian.Uint64(b[:])
 	l := uint32(h)
-	id = uint8(h >> 32)
-	return id, int(l), h>>40 == 0 && uint64(l) <= uint64(payload) && id < uct.AMMaxID
+	// The padding is zero and id below uct.AMMaxID when the bits from
+	// id's amIDBits up are all zero: one shift and compare for both.
+	return uint8(h >> 32), int(l), h>>(32+amIDBits) == 0 && uint64(l) <= uint64(payload)
 }
 
-// poll returns the cell of ticket t if it was published, or nil.
-func (f *fifo) poll(t uint64) unsafe.Pointer {
-	c := f.cell(t)
-	if atomic.LoadUint64((*uint64)(c)) != f.lap(t)+1 {
+// amIDBits is the number of bits of an AM id below uct.AMMaxID.
+const amIDBits = 6
+
+// uct.AMMaxID is 1<<amIDBits, as cellHeaderFast requires (this fails to
+// compile otherwise).
+var _ [uct.AMMaxID - 1<<amIDBits]struct{}
+var _ [1<<amIDBits - uct.AMMaxID]struct{}
+
+// cursor is the consumer's place in its ring: the ticket it reads next,
+// with the offset of that ticket's cell and the seq that publishes it,
+// kept as the ticket moves on, so that a look at the cell (what a
+// receiver polling an empty ring does all the time) is two loads and a
+// compare. (An offset, not a pointer: storing a pointer in the iface
+// would cost a write barrier check.)
+type cursor struct {
+	t   uint64  // the next ticket
+	off uintptr // its cell's offset from the first cell
+	seq uint64  // the seq that publishes it: its lap+1
+}
+
+// start returns the cursor of ticket 0, where a new ring's consumer
+// starts.
+func start() cursor { return cursor{seq: 1} }
+
+// ready returns the cell of r's ticket if it was published, or nil.
+func (f *fifo) ready(r *cursor) unsafe.Pointer {
+	c := unsafe.Add(f.cells, r.off)
+	if atomic.LoadUint64((*uint64)(c)) != r.seq {
 		return nil
 	}
 	return c
+}
+
+// advance moves r to the next ticket.
+func (f *fifo) advance(r *cursor) {
+	r.t++
+	if r.t&f.mask != 0 {
+		r.off += f.stride
+		return
+	}
+	r.off, r.seq = 0, r.seq+f.mask+1
 }
 
 // done tells producers that the consumer is done with every ticket below

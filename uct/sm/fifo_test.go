@@ -50,13 +50,17 @@ func TestFIFOProducers(t *testing.T) {
 		}
 		rx := viewFIFO(base, ncells, stride)
 		next := make([]uint32, producers)
-		var head uint64
-		for head < producers*each {
+		r := start()
+		for r.t < producers*each {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d cells: stuck at ticket %d of %d (a cell overwritten, or a claim refused for good)", ncells, head, producers*each)
+				t.Fatalf("%d cells: stuck at ticket %d of %d (a cell overwritten, or a claim refused for good)", ncells, r.t, producers*each)
 			}
-			round := head
-			for c := rx.poll(head); c != nil; c = rx.poll(head) {
+			round := r.t
+			for c := rx.ready(&r); c != nil; c = rx.ready(&r) {
+				if want := rx.cell(r.t); c != want {
+					t.Fatalf("%d cells: ticket %d: cursor at cell %p, want %p", ncells, r.t, c, want)
+				}
+				head := r.t
 				id, n, err := decodeCellHeader(header(c)[:], rx.payload)
 				if err != nil || id != 1 || n != 8 {
 					t.Fatalf("%d cells: ticket %d: id %d, %d bytes, %v", ncells, head, id, n, err)
@@ -67,10 +71,10 @@ func TestFIFOProducers(t *testing.T) {
 					t.Fatalf("%d cells: ticket %d: message %d of producer %d, want %d", ncells, head, k, p, next[p])
 				}
 				next[p]++
-				head++
+				rx.advance(&r)
 			}
-			if head != round {
-				rx.done(head)
+			if r.t != round {
+				rx.done(r.t)
 			}
 		}
 		wg.Wait()
