@@ -278,12 +278,16 @@ type rxProgress Iface
 // Progress is Iface.Progress; the caller serializes it.
 func (r *rxProgress) Progress() int {
 	i := (*Iface)(r)
-	n := 0
-	for ; n < i.maxPoll; n++ {
-		c := i.rx.ready(&i.rxc)
-		if c == nil {
-			break
+	c := i.rx.ready(&i.rxc)
+	if c == nil {
+		// Nothing came: what a receiver that waits runs again and again.
+		if i.pending.Len() == 0 {
+			return 0
 		}
+		return i.pending.Dispatch()
+	}
+	n := 0
+	for {
 		i.rx.advance(&i.rxc)
 		// The usual message, well formed, for a handler, with neither a
 		// receive buffer to copy it to nor a tracer, is handed to its
@@ -297,10 +301,14 @@ func (r *rxProgress) Progress() int {
 		} else if h.CB(h.Arg, i.rx.msg(c, l), 0) == ucs.InProgress {
 			i.warnKept(id)
 		}
+		if n++; n == i.maxPoll {
+			break
+		}
+		if c = i.rx.ready(&i.rxc); c == nil {
+			break
+		}
 	}
-	if n > 0 {
-		i.rx.done(i.rxc.t)
-	}
+	i.rx.done(i.rxc.t)
 	if i.pending.Len() != 0 {
 		n += i.pending.Dispatch()
 	}
