@@ -17,12 +17,10 @@ type Worker struct {
 	signal atomic.Pointer[func(uint32)]
 	mu     sync.Mutex   // serializes registration
 	regs   []progressCB // every registration, enabled or not; under mu
-	// hot holds the Progresser of each enabled registration, in order:
-	// what Progress calls, without a lock (copied on write under mu).
-	hot atomic.Pointer[[]Progresser]
-	// cold holds the disabled registrations (nil when none is), for
-	// Progress to look at now and then; copied on write under mu.
-	cold atomic.Pointer[[]progressCB]
+	// set is what Progress calls, without a lock: a new one is stored,
+	// under mu, at each change of the registrations, so that a Progress
+	// running meanwhile finishes with the one it loaded.
+	set atomic.Pointer[progressSet]
 	// busy counts the Progress calls whose enabled callbacks found work,
 	// so that every ColdProgressEvery-th looks at the disabled ones too
 	// (atomic in ucs.ThreadModeMulti).
@@ -47,6 +45,13 @@ type Progresser interface {
 type progressFunc func() int
 
 func (f progressFunc) Progress() int { return f() }
+
+// progressSet is the callbacks a Progress call runs, in one value that
+// Progress loads with one atomic load.
+type progressSet struct {
+	hot  []Progresser // the enabled registrations' Progressers, in order
+	cold []progressCB // the disabled registrations, nil when none is
+}
 
 type progressCB struct {
 	id   int
@@ -135,21 +140,15 @@ func (w *Worker) addLocked(p Progresser, key any) int {
 // w.mu is held. The list is copied, never changed in place, so that a
 // Progress running meanwhile iterates the one it loaded.
 func (w *Worker) publishLocked() {
-	hot := make([]Progresser, 0, len(w.regs))
-	var cold []progressCB
+	s := &progressSet{hot: make([]Progresser, 0, len(w.regs))}
 	for i := range w.regs {
 		if w.regs[i].off {
-			cold = append(cold, w.regs[i])
+			s.cold = append(s.cold, w.regs[i])
 		} else {
-			hot = append(hot, w.regs[i].p)
+			s.hot = append(s.hot, w.regs[i].p)
 		}
 	}
-	w.hot.Store(&hot)
-	if cold == nil {
-		w.cold.Store(nil)
-	} else {
-		w.cold.Store(&cold)
-	}
+	w.set.Store(s)
 }
 
 // ProgressUnregister drops a reference to the callback registered with id
@@ -201,14 +200,23 @@ func (w *Worker) SetProgressEnabled(id int, enabled bool) {
 // due (see SetProgressEnabled), and returns the sum of the events they
 // report (uct_worker_progress).
 func (w *Worker) Progress() int {
+	s := w.set.Load()
+	if s == nil {
+		return 0
+	}
 	n := 0
-	if p := w.hot.Load(); p != nil {
-		for _, cb := range *p {
-			n += cb.Progress()
+	// One enabled callback, the usual case, is called without a loop:
+	// the loop's index and bounds, which live across the call, are
+	// stored and loaded around it.
+	if len(s.hot) == 1 {
+		n = s.hot[0].Progress()
+	} else {
+		for _, p := range s.hot {
+			n += p.Progress()
 		}
 	}
-	if c := w.cold.Load(); c != nil && (n == 0 || w.coldDue()) {
-		n += w.progressCold(*c)
+	if s.cold != nil && (n == 0 || w.coldDue()) {
+		n += w.progressCold(s.cold)
 	}
 	return n
 }

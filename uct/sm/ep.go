@@ -99,15 +99,21 @@ func (e *EP) AMShort(id uint8, header uint64, payload []byte) ucs.Status {
 	if id >= uct.AMMaxID || 8+len(payload) > e.maxAM {
 		return ucs.ErrInvalidParam
 	}
-	c, lap := e.tx.claim()
+	c, lap := e.tx.tryClaim()
 	if c == nil {
-		return ucs.ErrNoResource
+		if c, lap = e.tx.claim(); c == nil {
+			return ucs.ErrNoResource
+		}
 	}
+	// The header and payload are written through pointers, not through a
+	// slice of the message, which only a tracer needs.
 	n := 8 + len(payload)
-	d := e.tx.msg(c, n)
-	binary.LittleEndian.PutUint64(d[:8], header)
-	copy(d[8:], payload)
-	e.iface.tracer.Trace(uct.AMTraceSend, id, d)
+	d := unsafe.Add(c, cellHeaderSize)
+	binary.LittleEndian.PutUint64((*[8]byte)(d)[:], header)
+	ucs.Copy(unsafe.Slice((*byte)(unsafe.Add(d, 8)), len(payload)), payload)
+	if tr := e.iface.tracer.Load(); tr != nil {
+		tr.Call(uct.AMTraceSend, id, e.tx.msg(c, n))
+	}
 	publish(c, lap, id, n)
 	e.tx.notify(uct.EventRecv)
 	return ucs.OK
@@ -124,9 +130,11 @@ func (e *EP) AMBcopy(id uint8, pack uct.PackFunc, flags uint32) (int, ucs.Status
 	if id >= uct.AMMaxID {
 		return 0, ucs.ErrInvalidParam
 	}
-	c, lap := e.tx.claim()
+	c, lap := e.tx.tryClaim()
 	if c == nil {
-		return 0, ucs.ErrNoResource
+		if c, lap = e.tx.claim(); c == nil {
+			return 0, ucs.ErrNoResource
+		}
 	}
 	d := e.tx.data(c)[:e.maxAM]
 	n := pack(d)
@@ -157,9 +165,11 @@ func (e *EP) AMZcopy(id uint8, header []byte, iov []uct.IOV, flags uint32, comp 
 	if id >= uct.AMMaxID || total > e.maxAM {
 		return ucs.ErrInvalidParam
 	}
-	c, lap := e.tx.claim()
+	c, lap := e.tx.tryClaim()
 	if c == nil {
-		return ucs.ErrNoResource
+		if c, lap = e.tx.claim(); c == nil {
+			return ucs.ErrNoResource
+		}
 	}
 	d := e.tx.data(c)
 	n := copy(d, header)

@@ -153,6 +153,18 @@ func (f *fifo) msg(c unsafe.Pointer, n int) []byte {
 // lap returns the lap of ticket t, from which its cell's seq counts.
 func (f *fifo) lap(t uint64) uint64 { return t &^ f.mask }
 
+// tryClaim is claim's first try, small enough to be inlined: it takes the
+// next ticket when the head seen last says its cell is free, and returns
+// nil when it does not or when another producer took the ticket first
+// (then claim says which it is).
+func (f *fifo) tryClaim() (unsafe.Pointer, uint64) {
+	t := atomic.LoadUint64(f.tail)
+	if t-f.seen.Load() > f.mask || !atomic.CompareAndSwapUint64(f.tail, t, t+1) {
+		return nil, 0
+	}
+	return f.cell(t), f.lap(t)
+}
+
 // claim takes the next ticket and returns its cell and lap (for publish),
 // or nil when the ring is full.
 func (f *fifo) claim() (unsafe.Pointer, uint64) {
@@ -192,9 +204,12 @@ func publish(c unsafe.Pointer, lap uint64, id uint8, n int) {
 }
 
 // putCellHeader encodes the am id and length of a cell into b (the 8 header
-// bytes after seq), with one 64-bit store.
+// bytes after seq), with one 64-bit store; n is a cell's length (0 <= n <=
+// maxSegSize). (Written uint64(uint32(n)), the length would leave the
+// compiler sure of the three zero bytes, which it then stores one by one
+// beside the five others.)
 func putCellHeader(b []byte, id uint8, n int) {
-	binary.LittleEndian.PutUint64(b, uint64(uint32(n))|uint64(id)<<32)
+	binary.LittleEndian.PutUint64(b, uint64(n)|uint64(id)<<32)
 }
 
 // decodeCellHeader decodes the 8 header bytes after seq of a cell whose data
@@ -228,17 +243,52 @@ func decodeCellHeader(b []byte, payload int) (id uint8, n int, err error) {
 func cellHeaderFast(b *[cellHeaderSize - 8]byte, payload int) (id uint8, n int, ok bool) {
 	h := binary.LittleEndian.Uint64(b[:])
 	l := uint32(h)
-	id = uint8(h >> 32)
-	return id, int(l), h>>40 == 0 && uint64(l) <= uint64(payload) && id < uct.AMMaxID
+	// The padding is zero and id below uct.AMMaxID when the bits from
+	// id's amIDBits up are all zero: one shift and compare for both.
+	return uint8(h >> 32), int(l), h>>(32+amIDBits) == 0 && uint64(l) <= uint64(payload)
 }
 
-// poll returns the cell of ticket t if it was published, or nil.
-func (f *fifo) poll(t uint64) unsafe.Pointer {
-	c := f.cell(t)
-	if atomic.LoadUint64((*uint64)(c)) != f.lap(t)+1 {
+// amIDBits is the number of bits of an AM id below uct.AMMaxID.
+const amIDBits = 6
+
+// uct.AMMaxID is 1<<amIDBits, as cellHeaderFast requires (this fails to
+// compile otherwise).
+var _ [uct.AMMaxID - 1<<amIDBits]struct{}
+var _ [1<<amIDBits - uct.AMMaxID]struct{}
+
+// cursor is the consumer's place in its ring: the ticket it reads next,
+// with the offset of that ticket's cell and the seq that publishes it,
+// kept as the ticket moves on, so that a look at the cell (what a
+// receiver polling an empty ring does all the time) is two loads and a
+// compare. (An offset, not a pointer: storing a pointer in the iface
+// would cost a write barrier check.)
+type cursor struct {
+	t   uint64  // the next ticket
+	off uintptr // its cell's offset from the first cell
+	seq uint64  // the seq that publishes it: its lap+1
+}
+
+// start returns the cursor of ticket 0, where a new ring's consumer
+// starts.
+func start() cursor { return cursor{seq: 1} }
+
+// ready returns the cell of r's ticket if it was published, or nil.
+func (f *fifo) ready(r *cursor) unsafe.Pointer {
+	c := unsafe.Add(f.cells, r.off)
+	if atomic.LoadUint64((*uint64)(c)) != r.seq {
 		return nil
 	}
 	return c
+}
+
+// advance moves r to the next ticket.
+func (f *fifo) advance(r *cursor) {
+	r.t++
+	if r.t&f.mask != 0 {
+		r.off += f.stride
+		return
+	}
+	r.off, r.seq = 0, r.seq+f.mask+1
 }
 
 // done tells producers that the consumer is done with every ticket below

@@ -113,7 +113,7 @@ type Iface struct {
 	progMu   sync.Mutex // serializes Progress when multi
 	seg      segKey
 	rx       fifo
-	head     uint64 // next ticket to receive
+	rxc      cursor // where Progress receives next
 	segSize  int
 	maxPoll  int
 	addr     []byte
@@ -163,6 +163,7 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 	initFIFO(m.addr, ncells, stride)
 	i := &Iface{md: md, worker: worker, seg: k, rx: viewFIFO(m.addr, ncells, stride), segSize: segSize, maxPoll: maxPoll,
 		rxh: rxh, keepMax: ncells, log: params.Log()}
+	i.rxc = start()
 	if params != nil {
 		i.cpus = append([]int(nil), params.CPUMask...)
 	}
@@ -277,27 +278,54 @@ type rxProgress Iface
 // Progress is Iface.Progress; the caller serializes it.
 func (r *rxProgress) Progress() int {
 	i := (*Iface)(r)
+	c := i.rx.ready(&i.rxc)
+	if c == nil {
+		// Nothing came: what a receiver that waits runs again and again.
+		if i.pending.Len() == 0 {
+			return 0
+		}
+		return i.pending.Dispatch()
+	}
 	n := 0
-	head := i.head
-	for ; n < i.maxPoll; n++ {
-		c := i.rx.poll(head)
-		if c == nil {
+	for {
+		i.rx.advance(&i.rxc)
+		// The usual message, well formed, for a handler, with neither a
+		// receive buffer to copy it to nor a tracer, is handed to its
+		// handler here, without deliver's call and checks.
+		// (The handler of a malformed cell's id modulo uct.AMMaxID is
+		// loaded, and not used.)
+		id, l, ok := cellHeaderFast(header(c), i.rx.payload)
+		h := i.handlers[id%uct.AMMaxID].Load()
+		if !ok || h == nil || i.rxh.Len() != 0 || i.tracer.Load() != nil {
+			i.deliver(c)
+		} else if h.CB(h.Arg, i.rx.msg(c, l), 0) == ucs.InProgress {
+			i.warnKept(id)
+		}
+		if n++; n == i.maxPoll {
 			break
 		}
-		i.deliver(c)
-		head++
-		i.head = head
+		if c = i.rx.ready(&i.rxc); c == nil {
+			break
+		}
 	}
-	if n > 0 {
-		i.rx.done(head)
-	}
+	i.rx.done(i.rxc.t)
 	if i.pending.Len() != 0 {
 		n += i.pending.Dispatch()
 	}
 	return n
 }
 
-// deliver calls the handler of the message in cell c.
+// warnKept logs that the handler of active message id returned
+// ucs.InProgress for data it could not keep. (Out of line: Progress only
+// calls it.)
+//
+//go:noinline
+func (i *Iface) warnKept(id uint8) {
+	i.log.Logf(ucs.LogWarn, "uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
+}
+
+// deliver calls the handler of the message in cell c, whatever it is:
+// Progress delivers the usual ones itself.
 func (i *Iface) deliver(c unsafe.Pointer) {
 	hdr := header(c)
 	id, n, ok := cellHeaderFast(hdr, i.rx.payload)
@@ -325,7 +353,7 @@ func (i *Iface) deliver(c unsafe.Pointer) {
 	}
 	i.tracer.Trace(uct.AMTraceRecv, id, data)
 	if h.CB(h.Arg, data, 0) == ucs.InProgress {
-		i.log.Logf(ucs.LogWarn, "uct/sm: the handler of active message %d returned InProgress without CBParamFlagDesc; its data is reused", id)
+		i.warnKept(id)
 	}
 }
 

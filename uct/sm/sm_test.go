@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -242,6 +243,65 @@ func TestLoopbackAM(t *testing.T) {
 	}
 	if purged != 1 || i.pending.Len() != 0 {
 		t.Errorf("purged %d, %d pending", purged, i.pending.Len())
+	}
+}
+
+// TestMalformedCells: a cell whose header another process wrote wrong (an
+// id of uct.AMMaxID or more, a length beyond the cell, padding that is not
+// zero) is dropped, without a tracer too (Progress's own path for the
+// usual message), and never reaches a handler, not even the handler of
+// its id modulo uct.AMMaxID; the message after it is delivered, and the
+// drop is logged.
+func TestMalformedCells(t *testing.T) {
+	i := openTestIface(t)
+	var log bytes.Buffer
+	i.log = ucs.NewLogger(&log, "", ucs.LogWarn)
+	ep, err := i.EPCreate(&uct.EPParams{DeviceAddr: i.DeviceAddress(), IfaceAddr: i.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Destroy()
+	var got [][]byte
+	i.SetAMHandler(1, func(_ any, data []byte, _ uint32) ucs.Status {
+		got = append(got, bytes.Clone(data))
+		return ucs.OK
+	}, nil, uct.CBFlagSync)
+	word := func(id uint8, n uint32, pad [3]byte) (h [cellHeaderSize - 8]byte) {
+		binary.LittleEndian.PutUint32(h[:], n)
+		h[4] = id
+		copy(h[5:], pad[:])
+		return h
+	}
+	for _, tc := range []struct {
+		name string
+		hdr  [cellHeaderSize - 8]byte
+	}{
+		{"id AMMaxID+1", word(uct.AMMaxID+1, 8, [3]byte{})},
+		{"id 255 with data", word(voidID, 8, [3]byte{})},
+		{"length beyond the cell", word(1, uint32(i.rx.payload)+1, [3]byte{})},
+		{"length 2^32-1", word(1, ^uint32(0), [3]byte{})},
+		{"padding", word(1, 8, [3]byte{1, 0, 0})},
+		{"last padding byte", word(1, 8, [3]byte{0, 0, 0x80})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got = nil
+			log.Reset()
+			c, lap := i.rx.claim()
+			if c == nil {
+				t.Fatal("no free cell")
+			}
+			*header(c) = tc.hdr
+			atomic.StoreUint64((*uint64)(c), lap+1)
+			if s := ep.AMShort(1, 7, nil); s != ucs.OK {
+				t.Fatalf("AMShort: %v", s)
+			}
+			if n := i.Progress(); n != 2 || len(got) != 1 || binary.LittleEndian.Uint64(got[0]) != 7 {
+				t.Errorf("Progress = %d, handler got %x; want 2, the message after the cell only", n, got)
+			}
+			if !strings.Contains(log.String(), "dropped a malformed message") {
+				t.Errorf("log %q says nothing of the dropped cell", log.String())
+			}
+		})
 	}
 }
 

@@ -151,11 +151,11 @@ func (i *Iface) EventArm(events uint32) ucs.Status {
 		i.progMu.Lock()
 		defer i.progMu.Unlock()
 	}
-	if i.rx.poll(i.head) != nil {
+	if i.rx.ready(&i.rxc) != nil {
 		return ucs.ErrBusy
 	}
 	atomic.StoreUint32(i.rx.armed, recv)
-	if i.rx.poll(i.head) != nil {
+	if i.rx.ready(&i.rxc) != nil {
 		// A producer published before it could see armed: do not sleep.
 		// If one disarmed meanwhile, the descriptor gets a spurious write.
 		atomic.StoreUint32(i.rx.armed, 0)

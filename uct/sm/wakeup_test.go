@@ -59,7 +59,7 @@ func readEvent(tb testing.TB, fd int) uint64 {
 func waitQueued(tb testing.TB, i *Iface) {
 	tb.Helper()
 	deadline := time.Now().Add(pollTimeout)
-	for i.rx.poll(i.head) == nil {
+	for i.rx.ready(&i.rxc) == nil {
 		if time.Now().After(deadline) {
 			tb.Fatal("no message arrived")
 		}
