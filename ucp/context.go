@@ -192,6 +192,7 @@ var configTable = []ucs.ConfigField{
 	{Name: "NUM_PPN", Default: "auto", Doc: "Expected number of processes per node; overrides estimated_num_ppn"},
 	{Name: "LOCAL_NODE_ID", Default: "auto", Doc: "Node-local id of the process; overrides node_local_id"},
 	{Name: "KEEPALIVE_INTERVAL", Default: "20s", Doc: "How often a worker checks that the peers of its endpoints in error mode PEER live, on transports that can tell (shared memory); inf or 0 turns it off"},
+	{Name: "ADAPTIVE_PROGRESS", Default: "y", Doc: "Leave out of every progress call the interfaces that nothing came to yet: they are polled on the calls that find nothing else and on every 16th of the others, until their first event (n: every interface on every call)"},
 	{Name: "CS_HANDSHAKE_TIMEOUT", Default: "5s", Doc: "Time each step of a client-server handshake may take (a listener drops a client that is slower; a client gives up on a server that is)"},
 	{Name: "CS_ACCEPT_TIMEOUT", Default: "30s", Doc: "Time a client waits for the server application to accept or reject its connection"},
 }
@@ -269,6 +270,7 @@ type Context struct {
 	mappedMu  sync.RWMutex
 	mapped    []*MemHandle
 	keepalive time.Duration // UCX_KEEPALIVE_INTERVAL; 0: off
+	adaptive  bool          // UCX_ADAPTIVE_PROGRESS (Worker.initProgress)
 	// csHandshake and csAccept are UCX_CS_HANDSHAKE_TIMEOUT and
 	// UCX_CS_ACCEPT_TIMEOUT (listener.go).
 	csHandshake, csAccept time.Duration
@@ -390,6 +392,9 @@ func (c *Context) applyConfig() error {
 		return fmt.Errorf("ucp init: UCX_KEEPALIVE_INTERVAL: %w", err)
 	}
 	c.keepalive = ka
+	if c.adaptive, err = ucs.ParseBool(cfg.Get("ADAPTIVE_PROGRESS")); err != nil {
+		return fmt.Errorf("ucp init: UCX_ADAPTIVE_PROGRESS: %w", err)
+	}
 	if c.csHandshake, c.csAccept, err = csTimeouts(cfg.Config); err != nil {
 		return fmt.Errorf("ucp init: %w", err)
 	}

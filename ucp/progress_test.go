@@ -1,6 +1,7 @@
 package ucp
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/goshmem/goshmem/ucs"
@@ -123,6 +124,47 @@ func TestAdaptiveProgress(t *testing.T) {
 			}
 			if !ifaceActive(t, a, "sysv") || ifaceActive(t, a, "posix") {
 				t.Errorf("after a message on sysv: sysv enabled %v, posix enabled %v", ifaceActive(t, a, "sysv"), ifaceActive(t, a, "posix"))
+			}
+		})
+	}
+}
+
+// TestAdaptiveProgressConfig: UCX_ADAPTIVE_PROGRESS=n leaves every
+// interface enabled from the start; y (the default) disables them; a value
+// that is not a boolean fails Init.
+func TestAdaptiveProgressConfig(t *testing.T) {
+	for _, tc := range []struct {
+		val     string
+		enabled bool
+		fails   bool
+	}{{"y", false, false}, {"n", true, false}, {"off", true, false}, {"maybe", false, true}} {
+		t.Run(tc.val, func(t *testing.T) {
+			cfg, err := ReadConfig("", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cfg.Modify("TLS", "posix,sysv"); err != nil {
+				t.Fatal(err)
+			}
+			if err := cfg.Modify("ADAPTIVE_PROGRESS", tc.val); err != nil {
+				t.Fatal(err)
+			}
+			c, err := Init(new(Params).SetFeatures(FeatureTag), cfg)
+			if tc.fails {
+				if !errors.Is(err, ucs.ErrInvalidParam) {
+					t.Fatalf("Init with UCX_ADAPTIVE_PROGRESS=%s: %v, want ErrInvalidParam", tc.val, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Cleanup)
+			w := newWorker(t, c)
+			for _, tl := range []string{"posix", "sysv"} {
+				if got := ifaceActive(t, w, tl); got != tc.enabled {
+					t.Errorf("%s enabled %v, want %v", tl, got, tc.enabled)
+				}
 			}
 		})
 	}

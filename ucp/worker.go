@@ -388,8 +388,12 @@ func (w *Worker) start() error {
 // worker's endpoints use, waits a few Progress calls at most. An
 // interface that cannot be disabled (tcp) is called on every Progress;
 // one that receives nothing (cma) is in the uct worker's progress only
-// while it has work of its own.
+// while it has work of its own. UCX_ADAPTIVE_PROGRESS=n leaves every
+// interface enabled.
 func (w *Worker) initProgress() {
+	if !w.ctx.adaptive {
+		return
+	}
 	for _, wi := range w.ifaces {
 		if ctl, ok := wi.iface.(uct.ProgressController); ok {
 			ctl.ProgressDisable()
