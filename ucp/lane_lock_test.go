@@ -21,16 +21,7 @@ func TestShortSendsTakeNoLaneLock(t *testing.T) {
 	t.Setenv("UCX_TLS", "sm,self")
 	for _, m := range []ucs.ThreadMode{ucs.ThreadModeSingle, ucs.ThreadModeSerialized} {
 		t.Run(m.String(), func(t *testing.T) {
-			c := newTagContext(t, "sm,self", withStream)
-			w, err := c.NewWorker(new(WorkerParams).SetThreadMode(m))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(w.Destroy)
-			ep := connect(t, w, w, nil)
-			if err := ep.waitConnected(); err != nil {
-				t.Fatal(err)
-			}
+			ep := loopbackEP(t, "sm,self", m)
 			small, big := []byte("8 bytes!"), make([]byte, 2000)
 			sends := []struct {
 				name string
@@ -84,16 +75,8 @@ func TestMultiModeConcurrentSends(t *testing.T) {
 	for _, tls := range []string{"sm,self", "tcp,self"} {
 		t.Run(tls, func(t *testing.T) {
 			t.Setenv("UCX_TLS", tls)
-			c := newTagContext(t, tls, withStream)
-			w, err := c.NewWorker(new(WorkerParams).SetThreadMode(ucs.ThreadModeMulti))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(w.Destroy)
-			ep := connect(t, w, w, nil)
-			if err := ep.waitConnected(); err != nil {
-				t.Fatal(err)
-			}
+			ep := loopbackEP(t, tls, ucs.ThreadModeMulti)
+			w := ep.w
 			size := func(i int) int { return []int{8, 100, 1500}[i%3] }
 			payload := func(g, i int) []byte {
 				b := make([]byte, size(i))
@@ -197,4 +180,21 @@ func TestMultiModeConcurrentSends(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loopbackEP returns a connected endpoint from a worker of thread mode m,
+// with tags and streams over tls, to itself.
+func loopbackEP(t *testing.T, tls string, m ucs.ThreadMode) *Endpoint {
+	t.Helper()
+	c := newTagContext(t, tls, withStream)
+	w, err := c.NewWorker(new(WorkerParams).SetThreadMode(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Destroy)
+	ep := connect(t, w, w, nil)
+	if err := ep.waitConnected(); err != nil {
+		t.Fatal(err)
+	}
+	return ep
 }
