@@ -482,9 +482,9 @@ func (c *Ctx) peQuiet(routine string, pes []int) {
 // for its context's operations, its default worker must go on serving the
 // operations of the PEs that wait for it, or two PEs waiting for each other
 // would wait forever. ucp's flush progresses the context's worker only, so
-// a goroutine progresses the default worker meanwhile. The library is then
-// inside this call on this goroutine (every thread level), so the default
-// worker has no other user but in ThreadMultiple, where it takes a lock.
+// a goroutine progresses the default worker meanwhile. Other contexts'
+// goroutines may wait at the same time: below ThreadMultiple they take
+// turns (foreignProgress); in ThreadMultiple the worker takes a lock.
 func (c *Ctx) flush() error { return c.withDefaultProgress(c.worker.Flush) }
 
 // withDefaultProgress runs wait, a blocking ucp call on the context's
@@ -502,7 +502,7 @@ func (c *Ctx) withDefaultProgress(wait func() error) error {
 				return
 			default:
 			}
-			if st.worker.Progress() == 0 {
+			if foreignProgress() == 0 {
 				st.worker.Idle()
 			}
 		}
@@ -517,10 +517,27 @@ func (c *Ctx) withDefaultProgress(wait func() error) error {
 // context other than the default one first progresses the default worker,
 // which serves the operations other PEs wait for (see flush).
 func (c *Ctx) idle() {
-	if c != &defaultCtx && st.netPoll && st.worker.Progress() > 0 {
+	if c != &defaultCtx && st.netPoll && foreignProgress() > 0 {
 		return
 	}
 	c.worker.Idle()
+}
+
+// foreignProgress progresses the default worker from the goroutine of
+// another context (flush's goroutine, idle) and returns its events. The
+// goroutines of several contexts may wait at once, and below
+// ThreadMultiple the default worker is not made for concurrent calls
+// (its thread mode is single or serialized): one of them progresses it at
+// a time, and the others, finding it taken, leave it to that one (0).
+func foreignProgress() int {
+	if defaultCtx.shared {
+		return st.worker.Progress()
+	}
+	if !st.foreignMu.TryLock() {
+		return 0
+	}
+	defer st.foreignMu.Unlock()
+	return st.worker.Progress()
 }
 
 // asyncOp is an operation of a context that completes after its routine

@@ -244,9 +244,12 @@ type state struct {
 	// PE's CPUs, rounded up (see crowding).
 	perCPU  int
 	netPoll bool // some peer is reached through the network
-	env     envSettings
-	phase   phase
-	inits   int // Init and InitThread calls not yet matched by Finalize
+	// foreignMu lets one goroutine of another context at a time progress
+	// the default worker (foreignProgress).
+	foreignMu sync.Mutex
+	env       envSettings
+	phase     phase
+	inits     int // Init and InitThread calls not yet matched by Finalize
 	// allocCalls counts the allocation calls, for the reports of calls
 	// that differ among the PEs.
 	allocCalls uint64
