@@ -554,9 +554,9 @@ func TestAMMalformed(t *testing.T) {
 				{amTagMiddle, middle(6, 3, "defghij")},
 			} {
 				m := c.m
-				e.ab.am.sendMu.Lock()
+				e.ab.am.sendMu.mu.Lock()
 				_, st := e.ab.am.ep.AMBcopy(c.id, func(dst []byte) int { return copy(dst, m) }, 0)
-				e.ab.am.sendMu.Unlock()
+				e.ab.am.sendMu.mu.Unlock()
 				if st != ucs.OK {
 					t.Fatalf("raw send: %v", st)
 				}

@@ -113,40 +113,20 @@ type lane struct {
 	ep     uct.EP
 	remote *addrIface
 	owner  *Endpoint
-	usage  int        // usage* bits; guarded by the owner's laneMu
-	sendMu sync.Mutex // serializes software-protocol sends, which receive paths also make, with Destroy
-	// multi: the worker's thread mode is multi, and the two-sided
-	// protocols' sends take sendMu (lockSend). In the other modes one
-	// goroutine at a time uses the worker, and so sends, destroys the lane
-	// and packs into pk; the keepalive goroutine's peer check, the only
-	// other user, takes sendMu against Destroy, and a transport's check
-	// runs concurrently with its sends (uct.EPChecker).
-	multi bool
+	usage  int // usage* bits; guarded by the owner's laneMu
+	// sendMu serializes software-protocol sends, which receive paths also
+	// make, the pending requests and the keepalive's peer check with
+	// Destroy: those take its mutex (sendMu.mu) always. The two-sided
+	// protocols' sends take it only in multi mode (sendMu.lock): in the
+	// other modes one goroutine at a time uses the worker, and so sends,
+	// destroys the lane and packs into pk, and a transport's check runs
+	// concurrently with its sends (uct.EPChecker).
+	sendMu modeMutex
 	// destroyed is set, under sendMu, when ep was destroyed: the software
 	// protocols and the keepalive then leave it alone.
 	destroyed bool
-	pk        lanePacker // packs the two-sided protocols' messages, under lockSend
+	pk        lanePacker // packs the two-sided protocols' messages, under sendMu.lock
 }
-
-// lockSend takes sendMu for a send of the two-sided protocols where the
-// thread mode needs it (multi); unlockSend releases it.
-func (l *lane) lockSend() {
-	if l.multi {
-		l.sendMu.Lock()
-	}
-}
-
-func (l *lane) unlockSend() {
-	if l.multi {
-		l.unlockSendMulti()
-	}
-}
-
-// unlockSendMulti is unlockSend's call of the mutex, kept out of it so
-// that unlockSend is inlined (as modeMutex.unlockMulti).
-//
-//go:noinline
-func (l *lane) unlockSendMulti() { l.sendMu.Unlock() }
 
 func (l *lane) String() string {
 	return l.wi.rsc.tl.TLName + "/" + l.wi.rsc.tl.DevName
@@ -426,7 +406,8 @@ func (ep *Endpoint) laneFor(c *candidate) (*lane, error) {
 		return nil, fmt.Errorf("connect %s: %w", c.wi.rsc.tl.TLName, err)
 	}
 	c.wi.used.Store(true)
-	l := &lane{wi: c.wi, ep: uep, remote: c.remote, owner: ep, multi: ep.w.mode == ucs.ThreadModeMulti}
+	l := &lane{wi: c.wi, ep: uep, remote: c.remote, owner: ep}
+	l.sendMu.multi = ep.w.mode == ucs.ThreadModeMulti
 	ep.lanes = append(ep.lanes, l)
 	return l, nil
 }
@@ -442,7 +423,7 @@ func (ep *Endpoint) lanesSnapshot() []*lane {
 // destroyLanes destroys the transport endpoints of every lane. A lane's
 // uct endpoint is destroyed under its sendMu, so that no software message,
 // pending request or keepalive check (nor, in multi mode, a two-sided send:
-// lockSend) is using it meanwhile; requests still
+// sendMu.lock) is using it meanwhile; requests still
 // queued for resources complete with the endpoint's status (ucs.ErrCanceled
 // unless it failed).
 func (ep *Endpoint) destroyLanes() {
@@ -455,13 +436,13 @@ func (ep *Endpoint) destroyLanes() {
 		st = ucs.ErrCanceled
 	}
 	for _, l := range lanes {
-		l.sendMu.Lock()
+		l.sendMu.mu.Lock()
 		reqs := l.takePendingLocked()
 		if !l.destroyed {
 			l.destroyed = true
 			l.ep.Destroy()
 		}
-		l.sendMu.Unlock()
+		l.sendMu.mu.Unlock()
 		for _, r := range reqs {
 			r.complete(st)
 		}

@@ -32,7 +32,7 @@ func TestShortSendsTakeNoLaneLock(t *testing.T) {
 				{"tag bcopy", func() (*Request, error) { return ep.TagSendNBX(big, 2, nil) }},
 			}
 			l := ep.am
-			l.sendMu.Lock()
+			l.sendMu.mu.Lock()
 			done := make(chan error, 1)
 			go func() {
 				for _, s := range sends {
@@ -49,12 +49,12 @@ func TestShortSendsTakeNoLaneLock(t *testing.T) {
 			}()
 			select {
 			case err := <-done:
-				l.sendMu.Unlock()
+				l.sendMu.mu.Unlock()
 				if err != nil {
 					t.Error(err)
 				}
 			case <-time.After(30 * time.Second):
-				l.sendMu.Unlock()
+				l.sendMu.mu.Unlock()
 				<-done
 				t.Fatal("the sends waited for the lane's sendMu (30 s)")
 			}
@@ -64,7 +64,7 @@ func TestShortSendsTakeNoLaneLock(t *testing.T) {
 
 // TestMultiModeConcurrentSends has goroutines send short and copied tag
 // and stream messages on one endpoint of a multi-mode worker at once:
-// there the sends take the lane's sendMu (lockSend), which serializes
+// there the sends take the lane's sendMu (sendMu.lock), which serializes
 // them with each other and with the lane's packer. Run it with -race. Each
 // message must arrive whole.
 func TestMultiModeConcurrentSends(t *testing.T) {

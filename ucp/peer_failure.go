@@ -106,9 +106,9 @@ func (ep *Endpoint) purge(st ucs.Status) {
 // purgePending completes with st the requests queued on the lane for
 // transport resources.
 func (l *lane) purgePending(st ucs.Status) {
-	l.sendMu.Lock()
+	l.sendMu.mu.Lock()
 	reqs := l.takePendingLocked()
-	l.sendMu.Unlock()
+	l.sendMu.mu.Unlock()
 	for _, r := range reqs {
 		r.complete(st)
 	}
@@ -235,8 +235,8 @@ func (l *lane) check() ucs.Status {
 	if !ok {
 		return ucs.OK
 	}
-	l.sendMu.Lock()
-	defer l.sendMu.Unlock()
+	l.sendMu.mu.Lock()
+	defer l.sendMu.mu.Unlock()
 	if l.destroyed {
 		return ucs.OK
 	}

@@ -204,7 +204,7 @@ func (op *sendOp) end(st ucs.Status) {
 // lanePacker packs one message for AM bcopy: a protocol header (copied
 // in, so that a caller may build it on its stack), an active message's
 // user header, then n bytes of data from offset off. Each lane has one,
-// used under its sendMu (lockSend), so that a send allocates nothing.
+// used under its sendMu (sendMu.lock), so that a send allocates nothing.
 type lanePacker struct {
 	hb     [64]byte
 	hlen   int
@@ -235,24 +235,24 @@ func (p *lanePacker) pack(dst []byte) int {
 // the n bytes of it at off, copied into the transport's buffer (AM
 // bcopy).
 func (l *lane) amPack(id uint8, hdr, ext []byte, it *dtIter, off, n int) ucs.Status {
-	l.lockSend()
+	l.sendMu.lock()
 	st := l.packLocked(id, hdr, ext, it, off, n)
-	l.unlockSend()
+	l.sendMu.unlock()
 	return st
 }
 
 // amPackBuf is amPack of the bytes of data.
 func (l *lane) amPackBuf(id uint8, hdr, ext, data []byte) ucs.Status {
-	l.lockSend()
+	l.sendMu.lock()
 	p := &l.pk
 	p.buf = dtIter{contig: data, length: len(data)}
 	st := l.packLocked(id, hdr, ext, &p.buf, 0, len(data))
 	p.buf = dtIter{}
-	l.unlockSend()
+	l.sendMu.unlock()
 	return st
 }
 
-// packLocked is amPack under the lane's send lock (lockSend).
+// packLocked is amPack under the lane's send lock (sendMu.lock).
 func (l *lane) packLocked(id uint8, hdr, ext []byte, it *dtIter, off, n int) ucs.Status {
 	p := &l.pk
 	if p.fn == nil {
@@ -297,9 +297,9 @@ func (l *lane) amShortHdr(id uint8, hdr []byte, data []byte) ucs.Status {
 	default:
 		payload = append(hdr[8:len(hdr):len(hdr)], data...) // a copy: no hot path sends this way
 	}
-	l.lockSend()
+	l.sendMu.lock()
 	st := l.ep.AMShort(id, binary.LittleEndian.Uint64(hdr), payload)
-	l.unlockSend()
+	l.sendMu.unlock()
 	return st
 }
 
@@ -310,9 +310,9 @@ func (op *sendOp) zsend(id uint8, hdr []byte, off, n int) ucs.Status {
 	op.iov = op.dt.zcopyIOV(op.iov[:0], off, n)
 	atomic.AddInt32(&op.comp.Count, 1)
 	l := op.l
-	l.lockSend()
+	l.sendMu.lock()
 	st := l.ep.AMZcopy(id, hdr, op.iov, uctSendFlags(id), &op.comp)
-	l.unlockSend()
+	l.sendMu.unlock()
 	clear(op.iov)
 	if st != ucs.InProgress {
 		atomic.AddInt32(&op.comp.Count, -1)

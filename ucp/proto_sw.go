@@ -280,8 +280,8 @@ func (ep *Endpoint) swSendFrom(id uint8, h *swHeader, payload []byte, inHandler 
 		h.put(dst)
 		return swHeaderLen + copy(dst[swHeaderLen:], payload)
 	}
-	l.sendMu.Lock()
-	defer l.sendMu.Unlock()
+	l.sendMu.mu.Lock()
+	defer l.sendMu.mu.Unlock()
 	for {
 		if st := ep.dead(); st != ucs.OK || l.destroyed {
 			if st == ucs.OK {
@@ -294,13 +294,13 @@ func (ep *Endpoint) swSendFrom(id uint8, h *swHeader, payload []byte, inHandler 
 		case ucs.OK:
 			return nil
 		case ucs.ErrNoResource:
-			l.sendMu.Unlock()
+			l.sendMu.mu.Unlock()
 			if inHandler {
 				runtime.Gosched()
 			} else {
 				ep.w.uw.Progress()
 			}
-			l.sendMu.Lock()
+			l.sendMu.mu.Lock()
 		default:
 			return fmt.Errorf("ucp: software message on %s: %w", l, st)
 		}

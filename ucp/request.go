@@ -713,7 +713,7 @@ func (r *Request) Cancel() {
 	canceled := false
 	var others []*uct.PendingReq
 	l := r.lane
-	l.sendMu.Lock() // the lane's uct endpoint stays alive meanwhile
+	l.sendMu.mu.Lock() // the lane's uct endpoint stays alive meanwhile
 	if !l.destroyed {
 		l.ep.PendingPurge(func(p *uct.PendingReq) {
 			if p == &r.pending {
@@ -726,7 +726,7 @@ func (r *Request) Cancel() {
 			l.ep.PendingAdd(p, 0)
 		}
 	}
-	l.sendMu.Unlock()
+	l.sendMu.mu.Unlock()
 	if canceled {
 		r.complete(ucs.ErrCanceled)
 	}

@@ -156,13 +156,13 @@ func (w *Worker) queue(l *lane, r *Request, op func(r *Request) ucs.Status) ucs.
 		return ucs.OK
 	}
 	for {
-		l.sendMu.Lock()
+		l.sendMu.mu.Lock()
 		if l.destroyed {
-			l.sendMu.Unlock()
+			l.sendMu.mu.Unlock()
 			return ucs.ErrCanceled
 		}
 		st := l.ep.PendingAdd(&r.pending, 0)
-		l.sendMu.Unlock()
+		l.sendMu.mu.Unlock()
 		switch st {
 		case ucs.OK:
 			if dst := l.owner.dead(); dst != ucs.OK {

@@ -740,12 +740,12 @@ func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, er
 		// request.
 		if th := ep.thresholds(); 8+n <= th.short {
 			l := ep.am
-			l.lockSend()
+			l.sendMu.lock()
 			b := l.pk.short[:8+n]
 			binary.LittleEndian.PutUint64(b, ep.strm.peerSN)
 			ucs.Copy(b[8:], buf) // inline for 8 bytes (copy calls memmove)
 			st := l.ep.AMShort(amStreamData, ep.w.uid, b)
-			l.unlockSend()
+			l.sendMu.unlock()
 			if st == ucs.OK {
 				return nil, nil
 			}

@@ -31,9 +31,9 @@ func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam, sync bo
 		th := ep.thresholds()
 		if len(buf) <= th.short && len(buf) < th.rndv {
 			l := ep.am
-			l.lockSend()
+			l.sendMu.lock()
 			st := l.ep.AMShort(amTagEager, tag, buf)
-			l.unlockSend()
+			l.sendMu.unlock()
 			if st == ucs.OK {
 				return nil, nil
 			}
