@@ -7,7 +7,11 @@
 # test, each side's median over ROUNDS rounds of the 50th-percentile
 # latency (us, the "typical" column, for *_lat tests) or of the overall
 # bandwidth (MB/s, for *_bw tests), with the range of the rounds, and the
-# ratio of the medians to ucx_perftest's.
+# ratio of the medians to ucx_perftest's. For the sm *_lat rows it runs
+# benchmarks/smfloor in each round too (a cache line passed between two
+# processes on the same CPUs: the hardware's floor of a message through
+# shared memory, which moves with the VM's fast and slow modes) and prints
+# its median as "floor".
 #
 #   benchmarks/ucpperf/compare.sh
 #   BEFORE=/tmp/ucpperf-old ROUNDS=7 TLS="sm,self" TESTS="tag_lat:8 stream_lat:8" benchmarks/ucpperf/compare.sh
@@ -26,6 +30,10 @@ command -v ucx_perftest >/dev/null || { echo "compare: ucx_perftest not found (a
 out=$(mktemp -d)
 trap 'pkill -f "$out/" 2>/dev/null || true; rm -rf "$out"' EXIT
 CGO_ENABLED=0 go build -o "$out/ucpperf" ./benchmarks/ucpperf
+floorbin=
+if command -v cc >/dev/null && cc -O2 -o "$out/smfloor" benchmarks/smfloor/smfloor.c; then
+	floorbin=$out/smfloor
+fi
 sides=("ucx_perftest" "$out/ucpperf")
 names=(ucx ours)
 if [ -n "$BEFORE" ]; then
@@ -67,13 +75,23 @@ for tls in $TLS; do
 		t=${ts%%:*}
 		s=${ts##*:}
 		for i in "${!sides[@]}"; do : >"$out/${names[$i]}"; done
+		floor=
+		case $tls,$t in sm*,*_lat) floor=$floorbin ;; esac
+		: >"$out/floor"
 		for r in $(seq "$ROUNDS"); do
 			for i in "${!sides[@]}"; do
 				UCX_TLS=$tls one "${sides[$i]}" "$t" "$s" >>"$out/${names[$i]}"
 			done
+			if [ -n "$floor" ]; then
+				timeout 60 "$floor" 200000 "$srv" "$cli" | awk '{print $2}' >>"$out/floor" || true
+			fi
 		done
 		read -r um ulo uhi < <(stats <"$out/ucx")
 		printf '%-9s %-12s %8s B  ucx %s (%s-%s)' "$tls" "$t" "$s" "$um" "$ulo" "$uhi"
+		if [ -s "$out/floor" ]; then
+			read -r fm flo fhi < <(stats <"$out/floor")
+			printf '  floor %s (%s-%s)' "$fm" "$flo" "$fhi"
+		fi
 		for i in "${!sides[@]}"; do
 			[ "$i" = 0 ] && continue
 			read -r m lo hi < <(stats <"$out/${names[$i]}")
