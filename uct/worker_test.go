@@ -150,16 +150,25 @@ func TestDisabledProgress(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		busy      bool // an enabled callback reports an event on every call
+		others    int  // disabled callbacks registered before the one watched
 		wantCalls int  // of the disabled callback in 2*ColdProgressEvery calls
 	}{
-		{"idle worker", false, 2 * ColdProgressEvery},
-		{"busy worker", true, 2},
+		{"idle worker", false, 0, 2 * ColdProgressEvery},
+		{"busy worker", true, 0, 2},
+		{"idle worker, two disabled", false, 1, 2 * ColdProgressEvery},
+		{"busy worker, two disabled", true, 1, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, mode := range []ucs.ThreadMode{ucs.ThreadModeSingle, ucs.ThreadModeMulti} {
 				w := NewWorker(mode)
 				if tc.busy {
 					w.ProgressRegister(func() int { return 1 })
+				}
+				var others []int
+				for range tc.others {
+					id := w.ProgressAdd(&eventProgress{})
+					w.SetProgressEnabled(id, false)
+					others = append(others, id)
 				}
 				p := &eventProgress{}
 				id := w.ProgressAdd(p)
@@ -177,6 +186,11 @@ func TestDisabledProgress(t *testing.T) {
 				}
 				if !w.ProgressEnabled(id) || got < 1 {
 					t.Errorf("%v: an event (Progress total %d) left the callback disabled", mode, got)
+				}
+				for _, o := range others {
+					if w.ProgressEnabled(o) {
+						t.Errorf("%v: the event of callback %d enabled callback %d, which had none", mode, id, o)
+					}
 				}
 				p.calls = 0
 				w.Progress()
