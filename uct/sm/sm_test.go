@@ -246,6 +246,42 @@ func TestLoopbackAM(t *testing.T) {
 	}
 }
 
+// TestHeadAfterBurst: once the receiver's Progress has delivered a burst
+// and found its ring empty, the head it published leaves the whole ring
+// to the producers, for every length of burst (a head published late, or
+// lazily, as UCX's mm receiver does by FIFO_RELEASE_FACTOR, must still
+// catch up before the receiver waits).
+func TestHeadAfterBurst(t *testing.T) {
+	i := openTestIface(t)
+	ep, err := i.EPCreate(&uct.EPParams{DeviceAddr: i.DeviceAddress(), IfaceAddr: i.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Destroy()
+	got := 0
+	i.SetAMHandler(3, func(any, []byte, uint32) ucs.Status { got++; return ucs.OK }, nil, uct.CBFlagSync)
+	for _, burst := range []int{1, 3, DefaultFIFOSize/4 - 1, DefaultFIFOSize / 4, DefaultFIFOSize/4 + 1, DefaultFIFOSize - 1, DefaultFIFOSize} {
+		got = 0
+		for k := range burst {
+			if s := ep.AMShort(3, uint64(k), nil); s != ucs.OK {
+				t.Fatalf("burst %d: AMShort %d = %v", burst, k, s)
+			}
+		}
+		for got < burst {
+			if i.Progress() == 0 {
+				t.Fatalf("burst %d: Progress stalled after %d messages", burst, got)
+			}
+		}
+		if n := i.Progress(); n != 0 {
+			t.Fatalf("burst %d: an empty ring's Progress = %d", burst, n)
+		}
+		e := ep.(*EP)
+		if free := DefaultFIFOSize - int(atomic.LoadUint64(e.tx.tail)-atomic.LoadUint64(e.tx.head)); free != DefaultFIFOSize {
+			t.Errorf("burst %d: %d cells free to producers after the receiver found its ring empty, want %d", burst, free, DefaultFIFOSize)
+		}
+	}
+}
+
 // TestMalformedCells: a cell whose header another process wrote wrong (an
 // id of uct.AMMaxID or more, a length beyond the cell, padding that is not
 // zero) is dropped, without a tracer too (Progress's own path for the
