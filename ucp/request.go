@@ -221,7 +221,7 @@ func (p *RequestParam) SetRequest(r *Request) *RequestParam {
 // that sees the request completed sees what it delivered (the received
 // data, a fetched value).
 type Request struct {
-	comp uct.Completion // Arg is the request
+	comp uct.Completion // set by an operation that hands it to a transport (ownCompletion, rndvGet)
 	w    *Worker
 	// The life cycle (complete, Free, hold). state is the ucs.Status,
 	// InProgress until the request completed, read and written atomically
@@ -335,29 +335,23 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
 		r = param.Request
 		r.resetExternal()
-		r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
+		w.adoptRequest(r)
 	} else if l := w.requests.local; len(l) > 0 {
 		// The latest freed request (requestPool). The slot it leaves is
 		// not cleared: a released request holds nothing of an operation.
-		// It is w's and not shared (release gives those to the sync.Pool).
+		// It is w's, initialized, and not shared (release gives those to
+		// the sync.Pool).
 		r = l[len(l)-1]
 		w.requests.local = l[:len(l)-1]
 	} else {
 		r = w.requests.get()
-		r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
+		w.adoptRequest(r)
 	}
 	// Plain stores: nothing else sees r yet (a pooled request came back
-	// through the pool, after its last use).
+	// through the pool, after its last use). r.comp is left as it is:
+	// only an operation that hands it to a transport uses it, and sets it
+	// then (ownCompletion).
 	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
-	if r.comp.Arg != any(r) || r.comp.Status() != ucs.OK {
-		// A request new or external, or whose completion recorded an
-		// error or served a rendezvous get (rndvGet): its own again.
-		r.comp = uct.Completion{Func: requestCompleted, Arg: r}
-	}
-	r.comp.Count = 1
-	if !r.inited {
-		w.initRequest(r)
-	}
 	if param != nil {
 		if param.OpAttrMask&OpAttrFieldCallback != 0 {
 			r.cb, r.rcb = param.Callback, param.RecvCallback
@@ -376,6 +370,24 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 //go:noinline
 func (r *Request) resetExternal() {
 	*r = Request{external: true, reserved: r.reserved, inited: r.inited, pack: r.pack, unpack: r.unpack}
+}
+
+// adoptRequest makes r, a request from the sync.Pool or the caller's
+// memory, w's for an operation: its worker and shared flag, and its
+// initialization when it is new.
+func (w *Worker) adoptRequest(r *Request) {
+	r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
+	if !r.inited {
+		w.initRequest(r)
+	}
+}
+
+// ownCompletion makes r.comp the request's own, counting one operation,
+// for an operation that hands it to a transport (post): whatever it was
+// before (a rendezvous get's, rndvGet, or one that recorded an error),
+// its end completes r.
+func (r *Request) ownCompletion() {
+	r.comp = uct.Completion{Func: requestCompleted, Arg: r, Count: 1}
 }
 
 // initRequest prepares r, new to the worker, as the context asks: its
