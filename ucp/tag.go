@@ -77,7 +77,7 @@ type TagRecvCallback func(req *Request, status error, info *TagRecvInfo, userDat
 // of its rendezvous fields, an active message's rendezvous receive.
 type tagRecvState struct {
 	fam        uint8    // rendezvous: famTag or famAM (rndvAnswer)
-	where      uint8    // where it waits to be matched (inSolo...), notPosted once matched
+	where      uint8    // where it waits to be matched (inHash...), notPosted once matched or while it is tagMatch.solo
 	next, prev *Request // in an expected queue
 	sn         uint64   // posting order
 	tag, mask  uint64

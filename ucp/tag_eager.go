@@ -261,7 +261,11 @@ func tagRecvEager(arg any, data []byte, flags uint32) ucs.Status {
 	tag := binary.LittleEndian.Uint64(data)
 	t := &w.tag
 	t.lock()
-	if r := t.m.match(tag); r != nil {
+	r := t.m.takeSolo(tag)
+	if r == nil {
+		r = t.m.matchQueued(tag)
+	}
+	if r != nil {
 		t.unlock()
 		r.tagEagerTake(wi, tag, data[tagEagerHdrLen:])
 		return ucs.OK
@@ -300,9 +304,17 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 // tagEagerTake completes the receive r, which matched the eager message of
 // tag and data p that came on wi.
 func (r *Request) tagEagerTake(wi *workerIface, tag uint64, p []byte) {
+	st := ucs.OK
+	if it := &r.dt; it.isContig() && len(p) <= it.length {
+		// The usual: a contiguous buffer the data fits in (unpack's first
+		// case, here without its call).
+		ucs.Copy(it.contig, p)
+	} else {
+		st = it.unpack(0, p)
+	}
 	r.tr.info = TagRecvInfo{SenderTag: tag, Length: min(len(p), r.dt.length)}
 	r.proto, r.rwi = protoTagRecvEager, wi
-	r.complete(r.dt.unpack(0, p))
+	r.complete(st)
 }
 
 // tagEagerUnexpected keeps the eager message of tag and data p (in the
