@@ -268,6 +268,11 @@ type Request struct {
 	// allocates no function value.
 	pack   uct.PackFunc
 	unpack uct.UnpackFunc
+	// nextFree links the worker's stack of free requests, and freeDepth
+	// is the request's depth there (requestPool); in a request taken from
+	// it, stale values that nothing reads.
+	nextFree  *Request
+	freeDepth int
 }
 
 // newPooledRequest is the New of a worker's request pool.
@@ -288,8 +293,13 @@ func newPooledRequest() any { return new(Request) }
 // is used, and so for a shared request (Request), which a transport's
 // goroutine may release.
 type requestPool struct {
-	local []*Request // nil in multi mode
-	free  sync.Pool
+	// top is the stack, linked through Request.nextFree; max is its
+	// bound, localRequests, and 0 in multi mode. A list, not a slice, so
+	// that taking a request from it is inlined (takeRequest): a request
+	// knows its depth (freeDepth), and nothing is counted as it is taken.
+	top  *Request
+	max  int
+	free sync.Pool
 	// inited lists, only with a RequestCleanup function, the requests of
 	// the pool that were initialized, for Worker.Destroy; guarded by mu
 	// (taken once per new request, not on reuse).
@@ -302,17 +312,36 @@ type requestPool struct {
 const localRequests = 16
 
 // get returns a free request from the sync.Pool; newRequest takes those
-// on local itself.
+// of the stack itself.
 func (p *requestPool) get() *Request { return p.free.Get().(*Request) }
 
-// put gives back r, which nothing refers to any more, from the worker's
-// goroutine (release gives a shared request to the sync.Pool itself).
-func (p *requestPool) put(r *Request) {
-	if len(p.local) < cap(p.local) {
-		p.local = append(p.local, r)
-		return
+// push puts r, which nothing refers to any more, on the stack and reports
+// whether it did (false when it is full); from the worker's goroutine
+// only (release).
+func (p *requestPool) push(r *Request) bool {
+	d := p.depth()
+	if d >= p.max {
+		return false
 	}
-	p.free.Put(r)
+	r.nextFree, r.freeDepth, p.top = p.top, d+1, r
+	return true
+}
+
+// depth returns how many requests are on the stack.
+func (p *requestPool) depth() int {
+	if p.top == nil {
+		return 0
+	}
+	return p.top.freeDepth
+}
+
+// stacked returns the requests on the stack, the latest first.
+func (p *requestPool) stacked() []*Request {
+	var rs []*Request
+	for r := p.top; r != nil; r = r.nextFree {
+		rs = append(rs, r)
+	}
+	return rs
 }
 
 // cleanup calls fn on every request that the pool initialized, once, and
@@ -331,18 +360,36 @@ func (p *requestPool) cleanup(fn func(*Request)) {
 // from the user's memory or the worker's pool. Every field of the
 // operation's is zero (release clears them), but those set here.
 func (w *Worker) newRequest(param *RequestParam) *Request {
+	if param == nil {
+		return w.takeRequest()
+	}
+	return w.newRequestParam(param)
+}
+
+// takeRequest is newRequest(nil), inlined: the usual request, the latest
+// freed one of the worker's stack (requestPool), as release left it for
+// the next operation.
+func (w *Worker) takeRequest() *Request {
+	r := w.requests.top
+	if r == nil {
+		return w.newRequestParam(nil)
+	}
+	w.requests.top = r.nextFree
+	return r
+}
+
+// newRequestParam is newRequest of a request with params, or from the
+// sync.Pool or the caller's memory (takeRequest takes the others).
+func (w *Worker) newRequestParam(param *RequestParam) *Request {
 	var r *Request
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
 		r = param.Request
 		r.resetExternal()
 		w.adoptRequest(r)
-	} else if l := w.requests.local; len(l) > 0 {
-		// The latest freed request (requestPool). The slot it leaves is
-		// not cleared: a released request holds nothing of an operation.
-		// It is w's, initialized, and not shared (release gives those to
-		// the sync.Pool).
-		r = l[len(l)-1]
-		w.requests.local = l[:len(l)-1]
+	} else if r = w.requests.top; r != nil {
+		// As in takeRequest. It is w's, initialized, and not shared
+		// (release gives those to the sync.Pool).
+		w.requests.top = r.nextFree
 	} else {
 		r = w.requests.get()
 		w.adoptRequest(r)
@@ -351,7 +398,7 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	// through the pool, after its last use). r.comp is left as it is:
 	// only an operation that hands it to a transport uses it, and sets it
 	// then (ownCompletion).
-	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
+	r.resetLife()
 	if param != nil {
 		if param.OpAttrMask&OpAttrFieldCallback != 0 {
 			r.cb, r.rcb = param.Callback, param.RecvCallback
@@ -361,6 +408,13 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 		}
 	}
 	return r
+}
+
+// resetLife makes r's life-cycle words those of a request that runs:
+// release does it for the next operation, newRequestParam for a request
+// new or external.
+func (r *Request) resetLife() {
+	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
 }
 
 // resetExternal clears r, request memory of the caller's, for an
@@ -626,13 +680,15 @@ func (r *Request) release() {
 		// Only puts, gets and atomics use rma, and they all set rl.
 		r.rma = rmaOp{}
 	}
-	if r.shared {
-		// Its completion may release it on a transport's goroutine, which
-		// must not touch the lock-free stack.
-		r.w.requests.free.Put(r)
+	// Nothing else sees r any more (its owner freed it, or never had it):
+	// plain stores.
+	r.resetLife()
+	// A shared request's completion may release it on a transport's
+	// goroutine, which must not touch the lock-free stack.
+	if !r.shared && r.w.requests.push(r) {
 		return
 	}
-	r.w.requests.put(r)
+	r.w.requests.free.Put(r)
 }
 
 // Status returns nil when the request completed successfully, ucs.InProgress

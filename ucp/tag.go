@@ -360,7 +360,13 @@ func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (
 		// found.
 		t.lock()
 		if t.m.unexpAll.head == nil {
-			r := w.newRequest(param)
+			// newRequest's choice, with takeRequest inlined.
+			var r *Request
+			if param == nil {
+				r = w.takeRequest()
+			} else {
+				r = w.newRequestParam(param)
+			}
 			// newRecv's, with the data set in place: r.dt is zero.
 			r.recv, r.size, r.proto = true, len(buf), protoTagRecv
 			r.dt.length, r.dt.contig = len(buf), buf
