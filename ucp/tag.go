@@ -292,14 +292,14 @@ func (t *tagWorker) releasePart(p *tagPart) {
 // when the send cannot complete at once, and with the transport's error
 // otherwise.
 func (ep *Endpoint) TagSendNBX(buf []byte, tag uint64, param *RequestParam) (*Request, error) {
-	return ep.tagSend(buf, tag, param, false)
+	return ep.tagSend(buf, tag, param)
 }
 
 // TagSendSyncNBX is TagSendNBX for a message whose send completes only
 // once a receive on the peer took it (ucp_tag_send_sync_nbx); it never
 // completes at once.
 func (ep *Endpoint) TagSendSyncNBX(buf []byte, tag uint64, param *RequestParam) (*Request, error) {
-	return ep.tagSend(buf, tag, param, true)
+	return ep.tagSendParam(buf, tag, param, true)
 }
 
 // TagSendNB is the older form of TagSendNBX (ucp_tag_send_nb): count

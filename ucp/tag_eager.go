@@ -23,13 +23,15 @@ const (
 	protoTagRndvPut    = "tag/rndv/put/zcopy"
 )
 
-// tagSend starts a tag send of buf, or of param's datatype.
-func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam, sync bool) (*Request, error) {
-	w := ep.w
-	if !sync && w.tag.enabled && ep.shortPath(param) {
-		// The common small message: the tag and the data, no request.
-		th := ep.thresholds()
-		if len(buf) <= th.short && len(buf) < th.rndv {
+// tagSend starts a tag send (not sync) of buf, or of param's datatype.
+// The common small message goes here, as the tag and the data in one
+// AMShort, without a request; the others, and one the transport has no
+// room for, go on in tagSendParam, whose frame (the iterator, the errors'
+// formatting) this one does not carry, as does the first send of the
+// endpoint, which computes its thresholds.
+func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam) (*Request, error) {
+	if ep.w.tag.enabled && ep.shortPath(param) {
+		if th := ep.thresh.Load(); th != nil && len(buf) <= th.tagShort {
 			l := ep.am
 			l.sendMu.lock()
 			st := l.ep.AMShort(amTagEager, tag, buf)
@@ -38,10 +40,21 @@ func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam, sync bo
 				return nil, nil
 			}
 			if st != ucs.ErrNoResource {
-				return nil, fmt.Errorf("ucp tag send on %s: %w", l, st)
+				return nil, ep.tagShortErr(st)
 			}
 		}
 	}
+	return ep.tagSendParam(buf, tag, param, false)
+}
+
+// tagShortErr is the error of a short tag send the transport failed.
+func (ep *Endpoint) tagShortErr(st ucs.Status) error {
+	return fmt.Errorf("ucp tag send on %s: %w", ep.am, st)
+}
+
+// tagSendParam is tagSend of a message that takes a send op, and a sync
+// send: the data from param, then tagSendIter.
+func (ep *Endpoint) tagSendParam(buf []byte, tag uint64, param *RequestParam, sync bool) (*Request, error) {
 	it, err := dtFromParam(buf, param, false)
 	if err != nil {
 		return nil, fmt.Errorf("ucp tag send: %w", err)
