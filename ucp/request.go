@@ -356,39 +356,31 @@ func (p *requestPool) cleanup(fn func(*Request)) {
 	}
 }
 
-// newRequest returns a request for an operation with the given params,
-// from the user's memory or the worker's pool. Every field of the
-// operation's is zero (release clears them), but those set here.
-func (w *Worker) newRequest(param *RequestParam) *Request {
-	if param == nil {
-		return w.takeRequest()
-	}
-	return w.newRequestParam(param)
-}
-
 // takeRequest is newRequest(nil), inlined: the usual request, the latest
 // freed one of the worker's stack (requestPool), as release left it for
 // the next operation.
 func (w *Worker) takeRequest() *Request {
 	r := w.requests.top
 	if r == nil {
-		return w.newRequestParam(nil)
+		return w.newRequest(nil)
 	}
 	w.requests.top = r.nextFree
 	return r
 }
 
-// newRequestParam is newRequest of a request with params, or from the
-// sync.Pool or the caller's memory (takeRequest takes the others).
-func (w *Worker) newRequestParam(param *RequestParam) *Request {
+// newRequest returns a request for an operation with the given params,
+// from the user's memory or the worker's pool. Every field of the
+// operation's is zero (release clears them), but those set here.
+func (w *Worker) newRequest(param *RequestParam) *Request {
 	var r *Request
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
 		r = param.Request
 		r.resetExternal()
 		w.adoptRequest(r)
 	} else if r = w.requests.top; r != nil {
-		// As in takeRequest. It is w's, initialized, and not shared
-		// (release gives those to the sync.Pool).
+		// The latest freed request, as in takeRequest. It is w's,
+		// initialized, and not shared (release gives those to the
+		// sync.Pool).
 		w.requests.top = r.nextFree
 	} else {
 		r = w.requests.get()
@@ -411,8 +403,8 @@ func (w *Worker) newRequestParam(param *RequestParam) *Request {
 }
 
 // resetLife makes r's life-cycle words those of a request that runs:
-// release does it for the next operation, newRequestParam for a request
-// new or external.
+// release does it for the next operation, newRequest for a request new or
+// external.
 func (r *Request) resetLife() {
 	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
 }

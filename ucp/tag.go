@@ -360,12 +360,11 @@ func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (
 		// found.
 		t.lock()
 		if t.m.unexpAll.head == nil {
-			// newRequest's choice, with takeRequest inlined.
 			var r *Request
 			if param == nil {
-				r = w.takeRequest()
+				r = w.takeRequest() // inlined
 			} else {
-				r = w.newRequestParam(param)
+				r = w.newRequest(param)
 			}
 			// newRecv's, with the data set in place: r.dt is zero.
 			r.recv, r.size, r.proto = true, len(buf), protoTagRecv
