@@ -392,14 +392,19 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	// then (ownCompletion).
 	r.resetLife()
 	if param != nil {
-		if param.OpAttrMask&OpAttrFieldCallback != 0 {
-			r.cb, r.rcb = param.Callback, param.RecvCallback
-		}
-		if param.OpAttrMask&OpAttrFieldUserData != 0 {
-			r.userData = param.UserData
-		}
+		r.setParam(param)
 	}
 	return r
+}
+
+// setParam gives r, a new request, the callbacks and user data of param.
+func (r *Request) setParam(param *RequestParam) {
+	if param.OpAttrMask&OpAttrFieldCallback != 0 {
+		r.cb, r.rcb = param.Callback, param.RecvCallback
+	}
+	if param.OpAttrMask&OpAttrFieldUserData != 0 {
+		r.userData = param.UserData
+	}
 }
 
 // resetLife makes r's life-cycle words those of a request that runs:

@@ -353,30 +353,27 @@ func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (
 	if !t.enabled || w.closed.Load() {
 		return nil, w.tagCheck("tag recv")
 	}
-	if param == nil || param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagForceImmCmpl) == 0 {
-		// The common receive of a buffer: when nothing that arrived waits
-		// (a ping-pong's receive, posted before its message), it is posted
-		// at once, without tagRecv's search and the copies of what it
-		// found.
-		t.lock()
-		if t.m.unexpAll.head == nil {
-			var r *Request
-			if param == nil {
-				r = w.takeRequest() // inlined
-			} else {
-				r = w.newRequest(param)
-			}
-			// newRecv's, with the data set in place: r.dt is zero.
-			r.recv, r.size, r.proto = true, len(buf), protoTagRecv
-			r.dt.length, r.dt.contig = len(buf), buf
-			r.tr.tag, r.tr.mask = tag, mask
-			t.m.post(r)
-			t.unlock()
-			return r, nil
-		}
-		t.unlock()
+	if t.multi || param != nil && param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagForceImmCmpl|OpAttrFieldRequest) != 0 ||
+		t.m.unexpAll.head != nil {
+		// A receive that needs the lock (multi mode), its data, flags or
+		// memory from param, or a search of what arrived: tagRecv's.
+		return w.tagRecvParam(buf, tag, mask, param)
 	}
-	return w.tagRecvParam(buf, tag, mask, param)
+	// The common receive of a buffer, nothing that arrived waiting (a
+	// ping-pong's, posted before its message), and the tag state the
+	// goroutine's (no lock): posted at once. The request is the worker's
+	// (takeRequest, inlined), its params set last: the arguments stay in
+	// registers, as no call on the way needs them after.
+	r := w.takeRequest()
+	// newRecv's, with the data set in place: r.dt is zero.
+	r.recv, r.size, r.proto = true, len(buf), protoTagRecv
+	r.dt.length, r.dt.contig = len(buf), buf
+	r.tr.tag, r.tr.mask = tag, mask
+	t.m.post(r)
+	if param != nil {
+		r.setParam(param)
+	}
+	return r, nil
 }
 
 // tagRecvParam is TagRecvNBX but for its fast path: the receive's data

@@ -317,16 +317,18 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 // tagEagerTake completes the receive r, which matched the eager message of
 // tag and data p that came on wi.
 func (r *Request) tagEagerTake(wi *workerIface, tag uint64, p []byte) {
-	st := ucs.OK
-	if it := &r.dt; it.isContig() && len(p) <= it.length {
+	st, n := ucs.OK, len(p)
+	if it := &r.dt; it.isContig() && n <= it.length {
 		// The usual: a contiguous buffer the data fits in (unpack's first
 		// case, here without its call).
 		ucs.Copy(it.contig, p)
 	} else {
-		st = it.unpack(0, p)
+		st, n = it.unpack(0, p), min(n, it.length)
 	}
-	r.tr.info = TagRecvInfo{SenderTag: tag, Length: min(len(p), r.dt.length)}
-	r.proto, r.rwi = protoTagRecvEager, wi
+	r.tr.info.SenderTag = tag
+	r.tr.info.Length = n
+	r.proto = protoTagRecvEager
+	r.rwi = wi
 	r.complete(st)
 }
 
