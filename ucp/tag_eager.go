@@ -262,30 +262,24 @@ func (w *Worker) tagDropped(err error) ucs.Status {
 	return ucs.OK
 }
 
-// tagRecvEager handles an eager message in one piece. It matches it
-// itself (tagEagerArrived without the acknowledgement): the common
-// message of a ping-pong, whose receive waits, takes one call from the
-// dispatch to the receive's completion.
+// tagRecvEager handles an eager message in one piece. The common message
+// of a ping-pong, which the only expected receive takes, goes from the
+// dispatch to the receive's completion in one call (tagEagerTake), without
+// a call before that needs the arguments after it; the rest, and multi
+// mode, whose tag lock it takes, go by tagEagerArrived.
 func tagRecvEager(arg any, data []byte, flags uint32) ucs.Status {
 	w, wi := protoArgs(arg)
 	if len(data) < tagEagerHdrLen {
 		return w.tagDropped(fmt.Errorf("eager message of %d bytes: %w", len(data), ucs.ErrInvalidParam))
 	}
 	tag := binary.LittleEndian.Uint64(data)
-	t := &w.tag
-	t.lock()
-	r := t.m.takeSolo(tag)
-	if r == nil {
-		r = t.m.matchQueued(tag)
+	if t := &w.tag; !t.multi {
+		if r := t.m.takeSolo(tag); r != nil {
+			r.tagEagerTake(wi, tag, data[tagEagerHdrLen:])
+			return ucs.OK
+		}
 	}
-	if r != nil {
-		t.unlock()
-		r.tagEagerTake(wi, tag, data[tagEagerHdrLen:])
-		return ucs.OK
-	}
-	st := w.tagEagerUnexpected(wi, tag, data[tagEagerHdrLen:], data, flags, tagAckTo{})
-	t.unlock()
-	return st
+	return w.tagEagerArrived(wi, tag, data[tagEagerHdrLen:], data, flags, tagAckTo{})
 }
 
 // tagRecvEagerSync handles a sync eager message in one piece.
