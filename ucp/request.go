@@ -652,7 +652,17 @@ func (r *Request) doneNow(flags uint32) *Request {
 	return nil
 }
 
-func (r *Request) release() {
+// release gives r, which its owner freed or never had, back to the
+// worker's pool (or leaves it to the caller, whose memory it is).
+func (r *Request) release() { r.put(false) }
+
+// put is release, and with freed Free's release of a request that is not
+// running or is shared: a shared request's completion may still run, and
+// it releases the request when it does (settle).
+func (r *Request) put(freed bool) {
+	if freed && r.shared && atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateFreed) {
+		return // the completion releases it
+	}
 	if r.external {
 		return
 	}
@@ -733,16 +743,13 @@ func (r *Request) Wait() error {
 func (r *Request) Free() {
 	// A request handed to its owner ends in complete, which always reaches
 	// its own decision (settle): exactly one side releases. Free is
-	// inlined: the usual, a completed request, costs the caller one call.
-	if r.shared {
-		if atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateFreed) {
-			return // the completion releases it
-		}
-	} else if r.fate == fateRunning {
-		r.fate = fateFreed
+	// inlined, and the usual, a completed request, costs the caller one
+	// call (put); a shared one decides in put.
+	if !r.shared && r.fate == fateRunning {
+		r.fate = fateFreed // its completion releases it
 		return
 	}
-	r.release()
+	r.put(true)
 }
 
 // Release is Free for user-provided request memory (ucp_request_release).
