@@ -510,6 +510,11 @@ func (r *Request) settle() bool {
 	if r.shared {
 		return !atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateDone)
 	}
+	return r.settleOwn()
+}
+
+// settleOwn is settle of a request that is not shared.
+func (r *Request) settleOwn() bool {
 	if r.fate != fateRunning {
 		return true
 	}
@@ -563,7 +568,7 @@ func (r *Request) complete(status ucs.Status) {
 	}
 	if r.cb == nil && r.rcb == nil && r.scb == nil {
 		// No callback (a request the owner waits for): notify's end only.
-		if r.settle() {
+		if r.settleOwn() {
 			r.release()
 		}
 		return
