@@ -312,10 +312,8 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 // tag and data p that came on wi.
 func (r *Request) tagEagerTake(wi *workerIface, tag uint64, p []byte) {
 	st, n := ucs.OK, len(p)
-	if it := &r.dt; it.isContig() && n <= it.length {
-		// The usual: a contiguous buffer the data fits in (unpack's first
-		// case, here without its call).
-		ucs.Copy(it.contig, p)
+	if it := &r.dt; it.fits(0, n) {
+		ucs.Copy(it.contig, p) // unpack's first case, without its call
 	} else {
 		st, n = it.unpack(0, p), min(n, it.length)
 	}
