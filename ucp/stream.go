@@ -999,7 +999,16 @@ func (ep *Endpoint) streamRecv(buf []byte, it *dtIter, param *RequestParam, flag
 	}
 	imm := sendFlags(param)
 	s := &w.stream
-	r := w.newRequest(param)
+	var r *Request
+	if param == nil || param.OpAttrMask&OpAttrFieldRequest == 0 {
+		// newRequest's, with the worker's request taken inline.
+		r = w.takeRequest()
+		if param != nil {
+			r.setParam(param)
+		}
+	} else {
+		r = w.newRequest(param)
+	}
 	// One field a statement: a tuple assignment copies the iterator
 	// through a temporary. The request's tr and sr are zero (release
 	// clears them), tr.status ucs.OK among them.
