@@ -410,14 +410,14 @@ const (
 type protoThresh struct {
 	lim   laneLimits
 	short int // largest data sent in one AMShort after an 8-byte header; -1: none
-	// tagShort is the largest data of a tag message sent in one AMShort
-	// (tagSend): short, and below rndv.
-	tagShort int
 	zcopy int // data from this size goes zero-copy where the lane has it
 	rndv  int // data from this size goes by rendezvous
 	// netPut: with UCX_RNDV_SCHEME=auto, rendezvous data moves by a put
 	// from the sender (see rndvByPut).
 	netPut bool
+	// tagShort is the largest data of a tag message sent in one AMShort
+	// (tagSend): short, and below rndv.
+	tagShort int
 }
 
 // thresholds returns the endpoint's protocol thresholds, computing them on
