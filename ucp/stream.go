@@ -159,15 +159,16 @@ type streamLater struct {
 // (the bytes received are in tr.got, the first error in tr.status), or a
 // rendezvous fetch into a stream's queue.
 type streamRecvState struct {
-	q       *streamQ // posted on it, nil once taken off
-	waitAll bool
-	gran    int // a partial completion takes whole elements of this size
+	q *streamQ // posted on it, nil once taken off
 	// fq: the stream whose rendezvous fetch the request carries; stage:
 	// the request is the worker's, its buffer goes to the queue;
 	// canceled: Cancel came during the fetch, which ends the receive.
-	fq       *streamQ
+	// The flags share a word: release clears the state in fewer stores.
+	waitAll  bool
 	stage    bool
 	canceled bool
+	gran     int // a partial completion takes whole elements of this size
+	fq       *streamQ
 }
 
 // streamWorker is a worker's stream state. In the worker's multi thread

@@ -76,15 +76,15 @@ type TagRecvCallback func(req *Request, status error, info *TagRecvInfo, userDat
 // tagRecvState is the part of a request that a tag receive uses, and,
 // of its rendezvous fields, an active message's rendezvous receive.
 type tagRecvState struct {
-	fam        uint8    // rendezvous: famTag or famAM (rndvAnswer)
-	where      uint8    // where it waits to be matched (inHash...), notPosted once matched or while it is tagMatch.solo
-	next, prev *Request // in an expected queue
-	sn         uint64   // posting order
+	fam        uint8      // rendezvous: famTag or famAM (rndvAnswer)
+	where      uint8      // where it waits to be matched (inHash...), notPosted once matched or while it is tagMatch.solo
+	status     ucs.Status // the first error of a message still arriving (in fam's word: release clears the state in fewer stores)
+	next, prev *Request   // in an expected queue
+	sn         uint64     // posting order
 	tag, mask  uint64
 	info       TagRecvInfo
 	got        int        // bytes of the message received
 	at         int        // rendezvous: where in the buffer the data goes (a stream's receive)
-	status     ucs.Status // the first error of a message still arriving
 	rreq       uint64     // rendezvous: the receive's number at the sender
 	src        uint64     // rendezvous: the sender
 	rk         *rkeyRef   // rendezvous get: the sender's key
