@@ -285,9 +285,9 @@ func newPooledRequest() any { return new(Request) }
 //
 // In the single and serialized thread modes one goroutine at a time uses
 // the worker and its requests (Worker), so the latest freed requests wait
-// in local, a stack that needs no lock: taking one there costs a few
+// on a stack (top) that needs no lock: taking one there costs a few
 // instructions, where the sync.Pool's per-processor lookup cost about 110
-// a request (Get and Put, sm tag_lat 8 B). local holds at most
+// a request (Get and Put, sm tag_lat 8 B). The stack holds at most
 // localRequests; what is freed beyond goes to the sync.Pool, whose
 // requests the collector may take back. In multi mode only the sync.Pool
 // is used, and so for a shared request (Request), which a transport's
@@ -307,7 +307,7 @@ type requestPool struct {
 	inited []*Request
 }
 
-// localRequests bounds requestPool.local: enough for the requests a
+// localRequests bounds requestPool's stack: enough for the requests a
 // ping-pong or a window of a few operations keeps in flight.
 const localRequests = 16
 
