@@ -349,12 +349,19 @@ func (it *dtIter) pack(off int, dst []byte) int {
 // buffer takes (the part that fits is unpacked) and the generic Unpack's
 // error as a status.
 func (it *dtIter) unpack(off int, src []byte) ucs.Status {
-	if it.class == DatatypeClassContig && len(src) <= it.length-off {
+	if it.fits(off, len(src)) {
 		// The common case: contiguous data that fits.
 		ucs.Copy(it.contig[off:], src)
 		return ucs.OK
 	}
 	return it.unpackRest(off, src)
+}
+
+// fits reports whether n bytes of packed data at offset off go by
+// unpack's first case: contiguous data that fits, which a receive's fast
+// path copies itself (ucs.Copy into contig[off:]) without unpack's call.
+func (it *dtIter) fits(off, n int) bool {
+	return it.class == DatatypeClassContig && n <= it.length-off
 }
 
 // unpackRest is unpack of data that does not fit, or is not contiguous.

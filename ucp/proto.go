@@ -415,6 +415,9 @@ type protoThresh struct {
 	// netPut: with UCX_RNDV_SCHEME=auto, rendezvous data moves by a put
 	// from the sender (see rndvByPut).
 	netPut bool
+	// tagShort is the largest data of a tag message sent in one AMShort
+	// (tagSend): short, and below rndv.
+	tagShort int
 }
 
 // thresholds returns the endpoint's protocol thresholds, computing them on
@@ -456,6 +459,7 @@ func (ep *Endpoint) newThresholds() *protoThresh {
 		t.rndv = ep.autoRndvThresh(t)
 	}
 	t.netPut = ep.rndvByPut()
+	t.tagShort = min(t.short, t.rndv-1)
 	ep.thresh.Store(t)
 	return t
 }

@@ -123,8 +123,8 @@ func (w *Worker) rndvGet(r *Request, ref *rkeyRef, raddr uint64, proto string) {
 		g.max = maxInt
 	}
 	r.proto, r.lane, r.tr.rk = proto, rl.l, ref
-	// Arg is g, not r: newRequest then knows to set the request's own
-	// completion again.
+	// The get's completion, lent by r: an operation that reuses r sets
+	// r's own again (ownCompletion).
 	r.comp = uct.Completion{Count: 1, Func: rndvGetDone, Arg: g}
 	switch st := w.protoStart(g); {
 	case st == ucs.OK:

@@ -271,8 +271,9 @@ func (l *lane) packLocked(id uint8, hdr, ext []byte, it *dtIter, off, n int) ucs
 // an AM lane and works, and nothing it sent waits in the worker's queue
 // (which the message would overtake).
 func (ep *Endpoint) shortPath(param *RequestParam) bool {
+	// The endpoint works: dead's checks, without its status.
 	return ep.am != nil && (param == nil || param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagNoImmCmpl|OpAttrFieldFlags) == 0) &&
-		ep.queued.Load() == 0 && ep.dead() == ucs.OK
+		ep.queued.Load() == 0 && ep.failStatus.Load() == 0 && !ep.closed.Load()
 }
 
 // amShortHdr sends a message whose first 8 bytes go as the AMShort

@@ -221,7 +221,7 @@ func (p *RequestParam) SetRequest(r *Request) *RequestParam {
 // that sees the request completed sees what it delivered (the received
 // data, a fetched value).
 type Request struct {
-	comp uct.Completion // Arg is the request
+	comp uct.Completion // set by an operation that hands it to a transport (ownCompletion, rndvGet)
 	w    *Worker
 	// The life cycle (complete, Free, hold). state is the ucs.Status,
 	// InProgress until the request completed, read and written atomically
@@ -268,6 +268,11 @@ type Request struct {
 	// allocates no function value.
 	pack   uct.PackFunc
 	unpack uct.UnpackFunc
+	// nextFree links the worker's stack of free requests, and freeDepth
+	// is the request's depth there (requestPool); in a request taken from
+	// it, stale values that nothing reads.
+	nextFree  *Request
+	freeDepth int
 }
 
 // newPooledRequest is the New of a worker's request pool.
@@ -280,16 +285,21 @@ func newPooledRequest() any { return new(Request) }
 //
 // In the single and serialized thread modes one goroutine at a time uses
 // the worker and its requests (Worker), so the latest freed requests wait
-// in local, a stack that needs no lock: taking one there costs a few
+// on a stack (top) that needs no lock: taking one there costs a few
 // instructions, where the sync.Pool's per-processor lookup cost about 110
-// a request (Get and Put, sm tag_lat 8 B). local holds at most
+// a request (Get and Put, sm tag_lat 8 B). The stack holds at most
 // localRequests; what is freed beyond goes to the sync.Pool, whose
 // requests the collector may take back. In multi mode only the sync.Pool
 // is used, and so for a shared request (Request), which a transport's
 // goroutine may release.
 type requestPool struct {
-	local []*Request // nil in multi mode
-	free  sync.Pool
+	// top is the stack, linked through Request.nextFree; max is its
+	// bound, localRequests, and 0 in multi mode. A list, not a slice, so
+	// that taking a request from it is inlined (takeRequest): a request
+	// knows its depth (freeDepth), and nothing is counted as it is taken.
+	top  *Request
+	max  int
+	free sync.Pool
 	// inited lists, only with a RequestCleanup function, the requests of
 	// the pool that were initialized, for Worker.Destroy; guarded by mu
 	// (taken once per new request, not on reuse).
@@ -297,22 +307,41 @@ type requestPool struct {
 	inited []*Request
 }
 
-// localRequests bounds requestPool.local: enough for the requests a
+// localRequests bounds requestPool's stack: enough for the requests a
 // ping-pong or a window of a few operations keeps in flight.
 const localRequests = 16
 
 // get returns a free request from the sync.Pool; newRequest takes those
-// on local itself.
+// of the stack itself.
 func (p *requestPool) get() *Request { return p.free.Get().(*Request) }
 
-// put gives back r, which nothing refers to any more, from the worker's
-// goroutine (release gives a shared request to the sync.Pool itself).
-func (p *requestPool) put(r *Request) {
-	if len(p.local) < cap(p.local) {
-		p.local = append(p.local, r)
-		return
+// push puts r, which nothing refers to any more, on the stack and reports
+// whether it did (false when it is full); from the worker's goroutine
+// only (release).
+func (p *requestPool) push(r *Request) bool {
+	d := p.depth()
+	if d >= p.max {
+		return false
 	}
-	p.free.Put(r)
+	r.nextFree, r.freeDepth, p.top = p.top, d+1, r
+	return true
+}
+
+// depth returns how many requests are on the stack.
+func (p *requestPool) depth() int {
+	if p.top == nil {
+		return 0
+	}
+	return p.top.freeDepth
+}
+
+// stacked returns the requests on the stack, the latest first.
+func (p *requestPool) stacked() []*Request {
+	var rs []*Request
+	for r := p.top; r != nil; r = r.nextFree {
+		rs = append(rs, r)
+	}
+	return rs
 }
 
 // cleanup calls fn on every request that the pool initialized, once, and
@@ -327,6 +356,18 @@ func (p *requestPool) cleanup(fn func(*Request)) {
 	}
 }
 
+// takeRequest is newRequest(nil), inlined: the usual request, the latest
+// freed one of the worker's stack (requestPool), as release left it for
+// the next operation.
+func (w *Worker) takeRequest() *Request {
+	r := w.requests.top
+	if r == nil {
+		return w.newRequest(nil)
+	}
+	w.requests.top = r.nextFree
+	return r
+}
+
 // newRequest returns a request for an operation with the given params,
 // from the user's memory or the worker's pool. Every field of the
 // operation's is zero (release clears them), but those set here.
@@ -335,38 +376,42 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
 		r = param.Request
 		r.resetExternal()
-		r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
-	} else if l := w.requests.local; len(l) > 0 {
-		// The latest freed request (requestPool). The slot it leaves is
-		// not cleared: a released request holds nothing of an operation.
-		// It is w's and not shared (release gives those to the sync.Pool).
-		r = l[len(l)-1]
-		w.requests.local = l[:len(l)-1]
+		w.adoptRequest(r)
+	} else if r = w.requests.top; r != nil {
+		// The latest freed request, as in takeRequest. It is w's,
+		// initialized, and not shared (release gives those to the
+		// sync.Pool).
+		w.requests.top = r.nextFree
 	} else {
 		r = w.requests.get()
-		r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
+		w.adoptRequest(r)
 	}
 	// Plain stores: nothing else sees r yet (a pooled request came back
-	// through the pool, after its last use).
-	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
-	if r.comp.Arg != any(r) || r.comp.Status() != ucs.OK {
-		// A request new or external, or whose completion recorded an
-		// error or served a rendezvous get (rndvGet): its own again.
-		r.comp = uct.Completion{Func: requestCompleted, Arg: r}
-	}
-	r.comp.Count = 1
-	if !r.inited {
-		w.initRequest(r)
-	}
+	// through the pool, after its last use). r.comp is left as it is:
+	// only an operation that hands it to a transport uses it, and sets it
+	// then (ownCompletion).
+	r.resetLife()
 	if param != nil {
-		if param.OpAttrMask&OpAttrFieldCallback != 0 {
-			r.cb, r.rcb = param.Callback, param.RecvCallback
-		}
-		if param.OpAttrMask&OpAttrFieldUserData != 0 {
-			r.userData = param.UserData
-		}
+		r.setParam(param)
 	}
 	return r
+}
+
+// setParam gives r, a new request, the callbacks and user data of param.
+func (r *Request) setParam(param *RequestParam) {
+	if param.OpAttrMask&OpAttrFieldCallback != 0 {
+		r.cb, r.rcb = param.Callback, param.RecvCallback
+	}
+	if param.OpAttrMask&OpAttrFieldUserData != 0 {
+		r.userData = param.UserData
+	}
+}
+
+// resetLife makes r's life-cycle words those of a request that runs:
+// release does it for the next operation, newRequest for a request new or
+// external.
+func (r *Request) resetLife() {
+	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
 }
 
 // resetExternal clears r, request memory of the caller's, for an
@@ -376,6 +421,24 @@ func (w *Worker) newRequest(param *RequestParam) *Request {
 //go:noinline
 func (r *Request) resetExternal() {
 	*r = Request{external: true, reserved: r.reserved, inited: r.inited, pack: r.pack, unpack: r.unpack}
+}
+
+// adoptRequest makes r, a request from the sync.Pool or the caller's
+// memory, w's for an operation: its worker and shared flag, and its
+// initialization when it is new.
+func (w *Worker) adoptRequest(r *Request) {
+	r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
+	if !r.inited {
+		w.initRequest(r)
+	}
+}
+
+// ownCompletion makes r.comp the request's own, counting one operation,
+// for an operation that hands it to a transport (post): whatever it was
+// before (a rendezvous get's, rndvGet, or one that recorded an error),
+// its end completes r.
+func (r *Request) ownCompletion() {
+	r.comp = uct.Completion{Func: requestCompleted, Arg: r, Count: 1}
 }
 
 // initRequest prepares r, new to the worker, as the context asks: its
@@ -447,6 +510,11 @@ func (r *Request) settle() bool {
 	if r.shared {
 		return !atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateDone)
 	}
+	return r.settleOwn()
+}
+
+// settleOwn is settle of a request that is not shared.
+func (r *Request) settleOwn() bool {
 	if r.fate != fateRunning {
 		return true
 	}
@@ -489,14 +557,18 @@ func (r *Request) complete(status ucs.Status) {
 		return
 	}
 	r.claimed = 1
-	r.finish(status)
+	if r.plainFinish(status) {
+		atomic.StoreInt32(&r.state, int32(status))
+	} else {
+		r.finish(status)
+	}
 	if r.held == heldInCall {
 		r.held = heldDone // the call that started r reports it (unhold)
 		return
 	}
 	if r.cb == nil && r.rcb == nil && r.scb == nil {
 		// No callback (a request the owner waits for): notify's end only.
-		if r.settle() {
+		if r.settleOwn() {
 			r.release()
 		}
 		return
@@ -563,6 +635,14 @@ func (r *Request) finish(status ucs.Status) {
 	}
 }
 
+// plainFinish reports whether finishing r with status only publishes the
+// status (complete then stores it itself): r is not counted in flight (RMA
+// and atomics are, the only ones with a reply to deliver), has no generic
+// datatype's state to end, and status is final.
+func (r *Request) plainFinish(status ucs.Status) bool {
+	return (r.recv || r.untracked) && !r.dt.started && status != ucs.InProgress
+}
+
 // doneNow ends r, an operation that completed inside its call: with
 // OpAttrFlagNoImmCmpl in flags it is returned completed, its callback run;
 // otherwise it completes without a callback, as in UCX, and is released
@@ -577,7 +657,17 @@ func (r *Request) doneNow(flags uint32) *Request {
 	return nil
 }
 
-func (r *Request) release() {
+// release gives r, which its owner freed or never had, back to the
+// worker's pool (or leaves it to the caller, whose memory it is).
+func (r *Request) release() { r.put(false) }
+
+// put is release, and with freed Free's release of a request that is not
+// running or is shared: a shared request's completion may still run, and
+// it releases the request when it does (settle).
+func (r *Request) put(freed bool) {
+	if freed && r.shared && atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateFreed) {
+		return // the completion releases it
+	}
 	if r.external {
 		return
 	}
@@ -602,13 +692,15 @@ func (r *Request) release() {
 		// Only puts, gets and atomics use rma, and they all set rl.
 		r.rma = rmaOp{}
 	}
-	if r.shared {
-		// Its completion may release it on a transport's goroutine, which
-		// must not touch the lock-free stack.
-		r.w.requests.free.Put(r)
+	// Nothing else sees r any more (its owner freed it, or never had it):
+	// plain stores.
+	r.resetLife()
+	// A shared request's completion may release it on a transport's
+	// goroutine, which must not touch the lock-free stack.
+	if !r.shared && r.w.requests.push(r) {
 		return
 	}
-	r.w.requests.put(r)
+	r.w.requests.free.Put(r)
 }
 
 // Status returns nil when the request completed successfully, ucs.InProgress
@@ -655,16 +747,14 @@ func (r *Request) Wait() error {
 // running completes normally and is then recycled; its callback still runs.
 func (r *Request) Free() {
 	// A request handed to its owner ends in complete, which always reaches
-	// its own decision (settle): exactly one side releases.
-	if r.shared {
-		if atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateFreed) {
-			return // the completion releases it
-		}
-	} else if r.fate == fateRunning {
-		r.fate = fateFreed
+	// its own decision (settle): exactly one side releases. Free is
+	// inlined, and the usual, a completed request, costs the caller one
+	// call (put); a shared one decides in put.
+	if !r.shared && r.fate == fateRunning {
+		r.fate = fateFreed // its completion releases it
 		return
 	}
-	r.release()
+	r.put(true)
 }
 
 // Release is Free for user-provided request memory (ucp_request_release).

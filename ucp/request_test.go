@@ -206,12 +206,12 @@ func TestRequestPoolLocal(t *testing.T) {
 				r.Free()
 			}
 			if !tc.local {
-				if w.requests.local != nil {
-					t.Fatalf("multi mode: %d requests on the lock-free stack", len(w.requests.local))
+				if n := w.requests.depth(); n != 0 {
+					t.Fatalf("multi mode: %d requests on the lock-free stack", n)
 				}
 				return
 			}
-			if got := len(w.requests.local); got != localRequests {
+			if got := len(w.requests.stacked()); got != localRequests {
 				t.Fatalf("%d requests on the stack after freeing %d, want %d", got, len(rs), localRequests)
 			}
 			// The latest freed of those the stack kept comes back first.
@@ -356,7 +356,7 @@ func TestRequestLifeCycle(t *testing.T) {
 					t.Fatalf("released %v, want %v", released, tc.released)
 				}
 				if tc.released {
-					if r.shared && slices.Contains(w.requests.local, r) {
+					if r.shared && slices.Contains(w.requests.stacked(), r) {
 						t.Error("a shared request was released to the lock-free stack")
 					}
 					return
@@ -376,14 +376,16 @@ func TestRequestLifeCycle(t *testing.T) {
 	}
 }
 
-// requestKept are the fields of Request that release leaves as they are:
-// the request's own (its worker, completion, memory, life-cycle words) and
-// those every operation sets anew.
+// requestKept are the fields of Request that release leaves as they are
+// or sets to what a new operation needs: the request's own (its worker,
+// completion, memory, its place on the worker's stack, its life-cycle
+// words, reset for the next operation) and those every operation sets
+// anew.
 var requestKept = map[string]bool{
 	"comp": true, "w": true, "state": true, "fate": true, "claimed": true, "held": true,
 	"shared": true, "size": true, "proto": true, "result": true, "result32": true,
 	"pending": true, "reserved": true, "inited": true, "external": true,
-	"pack": true, "unpack": true,
+	"pack": true, "unpack": true, "nextFree": true, "freeDepth": true,
 }
 
 // TestReleasedRequestClear checks that a request released to the worker's
@@ -480,17 +482,22 @@ func TestReleasedRequestClear(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w.requests.local = w.requests.local[:0]
+			w.requests.top = nil
 			tc.run(t)
-			if len(w.requests.local) == 0 {
+			if w.requests.depth() == 0 {
 				t.Fatal("no request was released to the worker's stack")
 			}
-			for _, r := range w.requests.local {
+			for _, r := range w.requests.stacked() {
 				v := reflect.ValueOf(r).Elem()
 				for i := range v.NumField() {
 					if name := v.Type().Field(i).Name; !requestKept[name] && !v.Field(i).IsZero() {
 						t.Errorf("a released request keeps its %s", name)
 					}
+				}
+				// takeRequest hands it out as it is: release made it a
+				// request that runs.
+				if ucs.Status(r.state) != ucs.InProgress || r.fate != fateRunning || r.claimed != 0 || r.held != heldNone {
+					t.Errorf("a released request is not ready to run: state %v, fate %d, claimed %d, held %d", ucs.Status(r.state), r.fate, r.claimed, r.held)
 				}
 			}
 		})

@@ -98,6 +98,7 @@ func (w *Worker) post(l *lane, r *Request, param *RequestParam, defers bool, op 
 		return nil, fmt.Errorf("ucp %s on %s cannot complete at once: %w", r.proto, l, ucs.ErrNoResource)
 	}
 	r.lane = l
+	r.ownCompletion()
 	w.inflight.Add(1)
 	st := op(r)
 	if st == ucs.ErrNoResource {

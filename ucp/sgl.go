@@ -268,6 +268,7 @@ func (ep *Endpoint) rmaSGL(buf []byte, param *RequestParam, put bool) (*Request,
 	}
 	r := w.newRequest(param)
 	r.size, r.sgl = s.size, s
+	r.ownCompletion() // the elements' operations count in it
 	if rl := s.remote.Rkeys; s.n > 0 {
 		r.lane = rl[0].rma.laneOrNil()
 	}

@@ -159,15 +159,16 @@ type streamLater struct {
 // (the bytes received are in tr.got, the first error in tr.status), or a
 // rendezvous fetch into a stream's queue.
 type streamRecvState struct {
-	q       *streamQ // posted on it, nil once taken off
-	waitAll bool
-	gran    int // a partial completion takes whole elements of this size
+	q *streamQ // posted on it, nil once taken off
 	// fq: the stream whose rendezvous fetch the request carries; stage:
 	// the request is the worker's, its buffer goes to the queue;
 	// canceled: Cancel came during the fetch, which ends the receive.
-	fq       *streamQ
+	// The flags share a word: release clears the state in fewer stores.
+	waitAll  bool
 	stage    bool
 	canceled bool
+	gran     int // a partial completion takes whole elements of this size
+	fq       *streamQ
 }
 
 // streamWorker is a worker's stream state. In the worker's multi thread
@@ -215,11 +216,20 @@ func (w *Worker) streamInit() error {
 // out so that it is inlined into every stream send and receive (through
 // protoCheck it cost more than the inliner's budget).
 func (w *Worker) streamCheck(what string) error {
-	if !w.stream.enabled || w.closed.Load() {
-		return w.protoCheckErr(what, "FeatureStream")
+	if !w.streamOK() {
+		return w.streamCheckErr(what)
 	}
 	return nil
 }
+
+// streamOK is streamCheck's test: the worker may do stream operations. A
+// send or receive that returns streamCheckErr when it fails, instead of
+// testing streamCheck's error, keeps its arguments in registers: no call
+// on its way needs them after it.
+func (w *Worker) streamOK() bool { return w.stream.enabled && !w.closed.Load() }
+
+// streamCheckErr is the error of a failed streamOK.
+func (w *Worker) streamCheckErr(what string) error { return w.protoCheckErr(what, "FeatureStream") }
 
 // streamAddEP gives a new endpoint its connection number and its stream,
 // with the data that arrived for it already.
@@ -344,9 +354,9 @@ func (s *streamWorker) takeQueued(q *streamQ, r *Request, n int) {
 // streamRecvData handles a piece of a stream.
 func streamRecvData(arg any, data []byte, flags uint32) ucs.Status {
 	w, wi := protoArgs(arg)
-	src, sn, p, err := decodeStream(data)
-	if err != nil {
-		w.tagLogf("dropped a stream message: %v", err)
+	src, sn, p, ok := decodeStream(data)
+	if !ok {
+		w.tagLogf("dropped a stream message: %v", streamShortErr(len(data)))
 		return ucs.OK
 	}
 	s := &w.stream
@@ -362,7 +372,11 @@ func streamRecvData(arg any, data []byte, flags uint32) ucs.Status {
 			// The common case (a ping-pong's): the one receive that
 			// waits, with nothing queued before p, takes all of p and
 			// completes. (q, with no bytes, is not on the ready list.)
-			r.tagUnpack(r.tr.got, p)
+			if got := r.tr.got; r.dt.fits(got, len(p)) {
+				ucs.Copy(r.dt.contig[got:], p) // unpack's first case, without its call
+			} else {
+				r.tagUnpack(got, p)
+			}
 			r.tr.got += len(p)
 			q.reqs[0] = nil
 			q.reqs = q.reqs[:0]
@@ -732,8 +746,8 @@ func (w *Worker) streamRevoked(k fragKey) (taking bool) {
 // endpoint, with ucs.ErrNoResource under OpAttrFlagForceImmCmpl when the
 // send cannot complete at once, and with the transport's error otherwise.
 func (ep *Endpoint) StreamSendNBX(buf []byte, param *RequestParam) (*Request, error) {
-	if err := ep.w.streamCheck("stream send"); err != nil {
-		return nil, err
+	if !ep.w.streamOK() {
+		return nil, ep.w.streamCheckErr("stream send")
 	}
 	if n := len(buf); n > 0 && n <= streamShortMax && ep.strm != nil && ep.shortPath(param) {
 		// The common small send: header and data in one AMShort, no
@@ -901,8 +915,8 @@ func (ep *Endpoint) streamSend(it dtIter, param *RequestParam) (*Request, error)
 // error on a failed or closed endpoint, and with ucs.ErrNoResource under
 // OpAttrFlagForceImmCmpl when it cannot complete at once.
 func (ep *Endpoint) StreamRecvNBX(buf []byte, param *RequestParam) (*Request, int, error) {
-	if err := ep.w.streamCheck("stream recv"); err != nil {
-		return nil, 0, err
+	if !ep.w.streamOK() {
+		return nil, 0, ep.w.streamCheckErr("stream recv")
 	}
 	f := uint32(0)
 	if param != nil && param.OpAttrMask&OpAttrFieldFlags != 0 {
@@ -986,7 +1000,16 @@ func (ep *Endpoint) streamRecv(buf []byte, it *dtIter, param *RequestParam, flag
 	}
 	imm := sendFlags(param)
 	s := &w.stream
-	r := w.newRequest(param)
+	var r *Request
+	if param == nil || param.OpAttrMask&OpAttrFieldRequest == 0 {
+		// newRequest's, with the worker's request taken inline.
+		r = w.takeRequest()
+		if param != nil {
+			r.setParam(param)
+		}
+	} else {
+		r = w.newRequest(param)
+	}
 	// One field a statement: a tuple assignment copies the iterator
 	// through a temporary. The request's tr and sr are zero (release
 	// clears them), tr.status ucs.OK among them.

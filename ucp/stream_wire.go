@@ -28,15 +28,15 @@ const streamHdrLen = 16
 // decodeStream parses a stream message and returns the sender's uid, the
 // receiving endpoint's connection number and the data. A message without
 // data, or shorter than its header, fails with ucs.ErrInvalidParam.
-func decodeStream(b []byte) (src, sn uint64, p []byte, err error) {
+func decodeStream(b []byte) (src, sn uint64, p []byte, ok bool) {
 	if len(b) <= streamHdrLen {
-		return 0, 0, nil, streamShortErr(len(b))
+		return 0, 0, nil, false
 	}
-	return get64(b, 0), get64(b, 1), b[streamHdrLen:], nil
+	return get64(b, 0), get64(b, 1), b[streamHdrLen:], true
 }
 
-// streamShortErr is decodeStream's error, kept out of it so that the
-// decoding is inlined into the handler.
+// streamShortErr is the error of a message decodeStream rejects, made by
+// its caller, so that the decoding is inlined into the handler.
 func streamShortErr(n int) error {
 	return fmt.Errorf("ucp: stream message of %d bytes, no data after its %d-byte header: %w", n, streamHdrLen, ucs.ErrInvalidParam)
 }

@@ -76,15 +76,15 @@ type TagRecvCallback func(req *Request, status error, info *TagRecvInfo, userDat
 // tagRecvState is the part of a request that a tag receive uses, and,
 // of its rendezvous fields, an active message's rendezvous receive.
 type tagRecvState struct {
-	fam        uint8    // rendezvous: famTag or famAM (rndvAnswer)
-	where      uint8    // where it waits to be matched (inSolo...), notPosted once matched
-	next, prev *Request // in an expected queue
-	sn         uint64   // posting order
+	fam        uint8      // rendezvous: famTag or famAM (rndvAnswer)
+	where      uint8      // where it waits to be matched (inHash...), notPosted once matched or while it is tagMatch.solo
+	status     ucs.Status // the first error of a message still arriving (in fam's word: release clears the state in fewer stores)
+	next, prev *Request   // in an expected queue
+	sn         uint64     // posting order
 	tag, mask  uint64
 	info       TagRecvInfo
 	got        int        // bytes of the message received
 	at         int        // rendezvous: where in the buffer the data goes (a stream's receive)
-	status     ucs.Status // the first error of a message still arriving
 	rreq       uint64     // rendezvous: the receive's number at the sender
 	src        uint64     // rendezvous: the sender
 	rk         *rkeyRef   // rendezvous get: the sender's key
@@ -292,14 +292,14 @@ func (t *tagWorker) releasePart(p *tagPart) {
 // when the send cannot complete at once, and with the transport's error
 // otherwise.
 func (ep *Endpoint) TagSendNBX(buf []byte, tag uint64, param *RequestParam) (*Request, error) {
-	return ep.tagSend(buf, tag, param, false)
+	return ep.tagSend(buf, tag, param)
 }
 
 // TagSendSyncNBX is TagSendNBX for a message whose send completes only
 // once a receive on the peer took it (ucp_tag_send_sync_nbx); it never
 // completes at once.
 func (ep *Endpoint) TagSendSyncNBX(buf []byte, tag uint64, param *RequestParam) (*Request, error) {
-	return ep.tagSend(buf, tag, param, true)
+	return ep.tagSendParam(buf, tag, param, true)
 }
 
 // TagSendNB is the older form of TagSendNBX (ucp_tag_send_nb): count
@@ -353,25 +353,27 @@ func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (
 	if !t.enabled || w.closed.Load() {
 		return nil, w.tagCheck("tag recv")
 	}
-	if param == nil || param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagForceImmCmpl) == 0 {
-		// The common receive of a buffer: when nothing that arrived waits
-		// (a ping-pong's receive, posted before its message), it is posted
-		// at once, without tagRecv's search and the copies of what it
-		// found.
-		t.lock()
-		if t.m.unexpAll.head == nil {
-			r := w.newRequest(param)
-			// newRecv's, with the data set in place: r.dt is zero.
-			r.recv, r.size, r.proto = true, len(buf), protoTagRecv
-			r.dt.length, r.dt.contig = len(buf), buf
-			r.tr.tag, r.tr.mask = tag, mask
-			t.m.post(r)
-			t.unlock()
-			return r, nil
-		}
-		t.unlock()
+	if t.multi || param != nil && param.OpAttrMask&(OpAttrFieldDatatype|OpAttrFlagForceImmCmpl|OpAttrFieldRequest) != 0 ||
+		t.m.unexpAll.head != nil {
+		// A receive that needs the lock (multi mode), its data, flags or
+		// memory from param, or a search of what arrived: tagRecv's.
+		return w.tagRecvParam(buf, tag, mask, param)
 	}
-	return w.tagRecvParam(buf, tag, mask, param)
+	// The common receive of a buffer, nothing that arrived waiting (a
+	// ping-pong's, posted before its message), and the tag state the
+	// goroutine's (no lock): posted at once. The request is the worker's
+	// (takeRequest, inlined), its params set last: the arguments stay in
+	// registers, as no call on the way needs them after.
+	r := w.takeRequest()
+	// newRecv's, with the data set in place: r.dt is zero.
+	r.recv, r.size, r.proto = true, len(buf), protoTagRecv
+	r.dt.length, r.dt.contig = len(buf), buf
+	r.tr.tag, r.tr.mask = tag, mask
+	t.m.post(r)
+	if param != nil {
+		r.setParam(param)
+	}
+	return r, nil
 }
 
 // tagRecvParam is TagRecvNBX but for its fast path: the receive's data

@@ -23,13 +23,15 @@ const (
 	protoTagRndvPut    = "tag/rndv/put/zcopy"
 )
 
-// tagSend starts a tag send of buf, or of param's datatype.
-func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam, sync bool) (*Request, error) {
-	w := ep.w
-	if !sync && w.tag.enabled && ep.shortPath(param) {
-		// The common small message: the tag and the data, no request.
-		th := ep.thresholds()
-		if len(buf) <= th.short && len(buf) < th.rndv {
+// tagSend starts a tag send (not sync) of buf, or of param's datatype.
+// The common small message goes here, as the tag and the data in one
+// AMShort, without a request; the others, and one the transport has no
+// room for, go on in tagSendParam, whose frame (the iterator, the errors'
+// formatting) this one does not carry, as does the first send of the
+// endpoint, which computes its thresholds.
+func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam) (*Request, error) {
+	if ep.w.tag.enabled && ep.shortPath(param) {
+		if th := ep.thresh.Load(); th != nil && len(buf) <= th.tagShort {
 			l := ep.am
 			l.sendMu.lock()
 			st := l.ep.AMShort(amTagEager, tag, buf)
@@ -38,10 +40,21 @@ func (ep *Endpoint) tagSend(buf []byte, tag uint64, param *RequestParam, sync bo
 				return nil, nil
 			}
 			if st != ucs.ErrNoResource {
-				return nil, fmt.Errorf("ucp tag send on %s: %w", l, st)
+				return nil, ep.tagShortErr(st)
 			}
 		}
 	}
+	return ep.tagSendParam(buf, tag, param, false)
+}
+
+// tagShortErr is the error of a short tag send the transport failed.
+func (ep *Endpoint) tagShortErr(st ucs.Status) error {
+	return fmt.Errorf("ucp tag send on %s: %w", ep.am, st)
+}
+
+// tagSendParam is tagSend of a message that takes a send op, and a sync
+// send: the data from param, then tagSendIter.
+func (ep *Endpoint) tagSendParam(buf []byte, tag uint64, param *RequestParam, sync bool) (*Request, error) {
 	it, err := dtFromParam(buf, param, false)
 	if err != nil {
 		return nil, fmt.Errorf("ucp tag send: %w", err)
@@ -249,26 +262,24 @@ func (w *Worker) tagDropped(err error) ucs.Status {
 	return ucs.OK
 }
 
-// tagRecvEager handles an eager message in one piece. It matches it
-// itself (tagEagerArrived without the acknowledgement): the common
-// message of a ping-pong, whose receive waits, takes one call from the
-// dispatch to the receive's completion.
+// tagRecvEager handles an eager message in one piece. The common message
+// of a ping-pong, which the only expected receive takes, goes from the
+// dispatch to the receive's completion in one call (tagEagerTake), without
+// a call before that needs the arguments after it; the rest, and multi
+// mode, whose tag lock it takes, go by tagEagerArrived.
 func tagRecvEager(arg any, data []byte, flags uint32) ucs.Status {
 	w, wi := protoArgs(arg)
 	if len(data) < tagEagerHdrLen {
 		return w.tagDropped(fmt.Errorf("eager message of %d bytes: %w", len(data), ucs.ErrInvalidParam))
 	}
 	tag := binary.LittleEndian.Uint64(data)
-	t := &w.tag
-	t.lock()
-	if r := t.m.match(tag); r != nil {
-		t.unlock()
-		r.tagEagerTake(wi, tag, data[tagEagerHdrLen:])
-		return ucs.OK
+	if t := &w.tag; !t.multi {
+		if r := t.m.takeSolo(tag); r != nil {
+			r.tagEagerTake(wi, tag, data[tagEagerHdrLen:])
+			return ucs.OK
+		}
 	}
-	st := w.tagEagerUnexpected(wi, tag, data[tagEagerHdrLen:], data, flags, tagAckTo{})
-	t.unlock()
-	return st
+	return w.tagEagerArrived(wi, tag, data[tagEagerHdrLen:], data, flags, tagAckTo{})
 }
 
 // tagRecvEagerSync handles a sync eager message in one piece.
@@ -300,9 +311,17 @@ func (w *Worker) tagEagerArrived(wi *workerIface, tag uint64, p, raw []byte, fla
 // tagEagerTake completes the receive r, which matched the eager message of
 // tag and data p that came on wi.
 func (r *Request) tagEagerTake(wi *workerIface, tag uint64, p []byte) {
-	r.tr.info = TagRecvInfo{SenderTag: tag, Length: min(len(p), r.dt.length)}
-	r.proto, r.rwi = protoTagRecvEager, wi
-	r.complete(r.dt.unpack(0, p))
+	st, n := ucs.OK, len(p)
+	if it := &r.dt; it.fits(0, n) {
+		ucs.Copy(it.contig, p) // unpack's first case, without its call
+	} else {
+		st, n = it.unpack(0, p), min(n, it.length)
+	}
+	r.tr.info.SenderTag = tag
+	r.tr.info.Length = n
+	r.proto = protoTagRecvEager
+	r.rwi = wi
+	r.complete(st)
 }
 
 // tagEagerUnexpected keeps the eager message of tag and data p (in the

@@ -109,8 +109,7 @@ func (l *msgList) remove(m *TagMessage, k int) {
 
 // Where an expected receive waits (tagRecvState.where).
 const (
-	notPosted = iota // not posted, or matched or canceled already
-	inSolo           // tagMatch.solo
+	notPosted = iota // not posted, matched or canceled already, or tagMatch.solo
 	inHash           // expHash, by its tag
 	inSrc            // expSrc, by its sender bits
 	inWild           // expWild
@@ -144,18 +143,31 @@ func (m *tagMatch) specificSource(mask uint64) bool {
 	return m.senderMask != 0 && mask&m.senderMask == m.senderMask && mask != tagMaskFull
 }
 
-// post makes r, a receive of r.tr.tag under r.tr.mask, expected.
+// post makes r, a receive of r.tr.tag under r.tr.mask, expected. The
+// only receive, what a ping-pong posts, is inlined; others are queued by
+// postQueued.
 func (m *tagMatch) post(r *Request) {
-	r.tr.sn = m.sn
-	m.sn++
-	if m.nExp == 0 {
-		m.nExp, m.solo, r.tr.where = 1, r, inSolo
+	if m.nExp != 0 {
+		m.postQueued(r)
 		return
 	}
+	// r.tr.where stays notPosted: solo is where it waits. Its sequence
+	// number comes when it is queued.
+	m.nExp = 1
+	m.solo = r
+}
+
+// postQueued is post of a receive beside others.
+func (m *tagMatch) postQueued(r *Request) {
 	if s := m.solo; s != nil {
+		// Posted before r, and the only one.
 		m.solo = nil
+		s.tr.sn = m.sn
+		m.sn++
 		m.queue(s)
 	}
+	r.tr.sn = m.sn
+	m.sn++
 	m.nExp++
 	m.queue(r)
 }
@@ -182,8 +194,9 @@ func (m *tagMatch) queue(r *Request) {
 func (m *tagMatch) unpost(r *Request) bool {
 	switch r.tr.where {
 	case notPosted:
-		return false
-	case inSolo:
+		if m.solo != r {
+			return false
+		}
 		m.solo = nil
 	case inHash:
 		m.expHash[tagHash(r.tr.tag)].remove(r)
@@ -201,23 +214,33 @@ func (m *tagMatch) unpost(r *Request) bool {
 
 // match removes and returns the expected receive a message of tag goes to:
 // of the first receive of each queue that accepts it, the one posted first.
+// The only receive that takes the message, a ping-pong's, is inlined;
+// matchQueued does the rest.
 func (m *tagMatch) match(tag uint64) *Request {
-	if r := m.solo; r != nil {
-		// The only receive: it takes the message or none does.
-		if !tagMatches(tag, r.tr.tag, r.tr.mask) {
-			return nil
-		}
-		m.solo, m.nExp, r.tr.where = nil, 0, notPosted
+	if r := m.takeSolo(tag); r != nil {
 		return r
-	}
-	if m.nExp == 0 {
-		return nil
 	}
 	return m.matchQueued(tag)
 }
 
-// matchQueued is match when the receives are in their queues.
+// takeSolo is match of the only receive, a ping-pong's, when it takes the
+// message (nil otherwise): inlined where messages arrive.
+func (m *tagMatch) takeSolo(tag uint64) *Request {
+	if r := m.solo; r != nil && tagMatches(tag, r.tr.tag, r.tr.mask) {
+		m.solo = nil
+		m.nExp = 0
+		return r
+	}
+	return nil
+}
+
+// matchQueued is match but for the only receive taking the message: none
+// does when that one does not, or when there is none; otherwise the
+// receives are in their queues.
 func (m *tagMatch) matchQueued(tag uint64) *Request {
+	if m.solo != nil || m.nExp == 0 {
+		return nil
+	}
 	best := m.expHash[tagHash(tag)].first(tag)
 	if m.nSrc > 0 {
 		if r := m.expSrc[tagHash(tag&m.senderMask)].first(tag); r != nil && (best == nil || r.tr.sn < best.tr.sn) {

@@ -245,7 +245,7 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		return nil, fmt.Errorf("ucp worker create: %w", err)
 	}
 	if w.mode != ucs.ThreadModeMulti {
-		w.requests.local = make([]*Request, 0, localRequests)
+		w.requests.max = localRequests
 	}
 	if err := w.nameWorker(); err != nil {
 		return nil, fmt.Errorf("ucp worker create: %w", err)
