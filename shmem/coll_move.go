@@ -48,17 +48,50 @@ func broadcast(routine string, form collForm, t *Team, dest, source []byte, root
 		ucs.Copy(dest, source)
 		return nil
 	}
-	if !cs.direct || st.env.debug {
-		if err := t.syncArgs(routine, collArgs{nelems: n / size, size: size, root: root, form: form}); err != nil {
-			return err
-		}
-	}
+	args := collArgs{nelems: n / size, size: size, root: root, form: form}
 	if cs.direct {
+		if st.env.debug {
+			if err := t.syncArgs(routine, args); err != nil {
+				return err
+			}
+		}
 		err := broadcastStaged(routine, form, cs, dest, source, soff, size, root)
 		if err == nil && t.me == root {
 			profTeam(routine, t, 0, n)
 		}
 		return err
+	}
+	v := (t.me - root + t.npes) % t.npes
+	// The net pattern is a dissemination (as the barrier's): in round k,
+	// with d = 2^k, the PE of rank v (from the root) sends to rank v+d
+	// and hears from rank v-d (mod n). Rank v < d has the data by then,
+	// so the messages from ranks below d to ranks below n carry it: a
+	// binomial tree inside the dissemination, ceil(log2 n) rounds in all
+	// (one network latency for 2 PEs), after which every PE, the root
+	// too, has heard every key.
+	push := n <= netPushMax
+	c := cs.netBegin(routine, args)
+	var cur []byte // the header and, once this PE has it, the data
+	if v == 0 && push {
+		cur = c.buf(netHdr + n)
+		ucs.Copy(cur[netHdr:], source)
+	} else {
+		cur = c.buf(netHdr)
+	}
+	for k, d := 0, 1; d < t.npes; k, d = k+1, d<<1 {
+		msg := cur[:netHdr]
+		if v < d && v+d < t.npes {
+			msg = cur
+		}
+		c.send((t.me+d)%t.npes, k, msg)
+		if data := push && d <= v && v < 2*d; data {
+			cur = c.recv(k, n)
+		} else {
+			c.recv(k, 0)
+		}
+	}
+	if !c.agreed() {
+		return t.argsMismatch(routine, form)
 	}
 	if t.me == root {
 		profTeam(routine, t, 0, n)
@@ -66,10 +99,16 @@ func broadcast(routine string, form collForm, t *Team, dest, source []byte, root
 	if n == 0 {
 		return nil
 	}
-	v := (t.me - root + t.npes) % t.npes
-	if v == 0 {
+	switch {
+	case v == 0:
 		ucs.Copy(dest, source)
+	case push:
+		ucs.Copy(dest, cur[netHdr:])
 	}
+	if push {
+		return nil
+	}
+	// The binomial tree, into dest.
 	mask := 1
 	for ; mask < t.npes; mask <<= 1 {
 		if v&mask != 0 {

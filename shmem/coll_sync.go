@@ -17,10 +17,13 @@ import (
 // adding one to a word of the other's area; the receiver counts, per word,
 // the signals it has waited for (collState.expect) and waits until the
 // word reaches its count. Counting, never resetting, makes back-to-back
-// calls safe: the algorithms that signal across nodes start with a sync of
-// the team, so no signal of the next call reaches a PE before it has waited
-// for every signal of the current one.
-const collSigs = 64
+// calls safe: the algorithms that signal across nodes on the words below
+// sigNet start with a sync of the team, or with the net pattern
+// (coll_net.go), after which every PE has heard from every other's part of
+// the call, so no signal of the next call reaches a PE before it has
+// waited for every signal of the current one. The words from sigNet on are
+// the net pattern's (see there).
+const collSigs = sigNet + 64
 
 // Signal words of the algorithms: a first and a second series with one word
 // per round of a log2 algorithm, and two for the folding of the PEs past a
@@ -34,10 +37,11 @@ const (
 )
 
 // collAreaSize is the size of the collectives' area of a team slot: the
-// signal words and the staged area (see coll_staged.go). Init calls it
-// (initTeams) once st.npes is known.
+// signal words, and the staged area (see coll_staged.go) of a team on one
+// node or the net area (coll_net.go) of one across nodes, in the same
+// place. Init calls it (initTeams) once st.npes is known.
 func collAreaSize() uintptr {
-	return collWordsSize() + stagedAreaSize()
+	return collWordsSize() + max(stagedAreaSize(), netAreaSize())
 }
 
 // collWordsSize is the size of the signal and length words of a team's
@@ -62,6 +66,10 @@ type collState struct {
 	stage   uintptr
 	seq     uint64
 	allDone uint64
+	// The net calls (coll_net.go), whose area is at stage: the number of
+	// the last one, and the private buffer of their messages.
+	nseq uint64
+	net  []uint64
 }
 
 // collStates are the states of the teams this PE belongs to, by slot.
