@@ -68,8 +68,10 @@ type collState struct {
 	allDone uint64
 	// The net calls (coll_net.go), whose area is at stage: the number of
 	// the last one, and the private buffer of their messages.
-	nseq uint64
-	net  []uint64
+	nseq   uint64
+	net    []uint64
+	lens   []int  // collect's lengths and places
+	gather []byte // collect's blocks
 }
 
 // collStates are the states of the teams this PE belongs to, by slot.
