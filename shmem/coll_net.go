@@ -59,8 +59,10 @@ const netSlot = (netHdr + netPushMax + counterStride - 1) / counterStride * coun
 const sigNet = 64
 
 // netSlots is the number of slots of each parity: one per round of a log2
-// pattern over the job's PEs, and one for the fold of a reduction.
-func netSlots() int { return bits.Len(uint(st.npes-1)) + 1 }
+// pattern over the job's PEs. (A reduction over n PEs, not a power of two,
+// has its fold in the slot of round log2(p) for the largest power of two p
+// below n, a round it does not have.)
+func netSlots() int { return max(1, bits.Len(uint(st.npes-1))) }
 
 // netAreaSize is the bytes of a team's net area. A team's calls use either
 // its staged area (on one node) or its net area, so the two share the

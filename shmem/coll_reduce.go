@@ -107,7 +107,10 @@ func reduceNet[T RMA](routine string, cs *collState, dest, source []T, doff uint
 		}
 		return w + r
 	}
-	fold := netSlots() - 1 // the slot of the fold; the unfold takes slot 0
+	// The slot of the fold is that of a round past the last (r > 0: n is
+	// not a power of two, so log2(p) < ceil(log2(n)) <= netSlots()); the
+	// unfold takes slot 0.
+	fold := bits.Len(uint(p)) - 1
 	cur := c.buf(netHdr + nb)
 	if push {
 		copy(netVec[T](cur, nr), source)
