@@ -30,13 +30,12 @@ import (
 // doubling, over the largest power of two p of PEs; the r = n-p PEs past
 // it first hand their vector to a neighbour (the even PEs of the first 2r
 // fold into the odd ones) and get the result back at the end. The
-// reduce-scatter works in
-// dest: in each round a PE signals its partner that its half is ready,
-// gets the partner's copy of the half it keeps and combines it in place;
-// the allgather puts each PE's finished part into its partner's dest with
-// a signal. Each element is combined by one PE, so every PE gets the same
-// bits. 2*log2(p) rounds, and n*nreduce elements moved in all for large
-// vectors.
+// reduce-scatter works in dest: in each round a PE signals its partner
+// that its half is ready, gets the partner's copy of the half it keeps and
+// combines it in place; the allgather puts each PE's finished part into
+// its partner's dest with a signal. Each element is combined by one PE, so
+// every PE gets the same bits. 2*log2(p) rounds, and n*nreduce elements
+// moved in all for large vectors.
 
 // collSmallReduce is the largest vector, in bytes, that every PE of a node
 // reduces whole.

@@ -12,11 +12,10 @@ import (
 )
 
 // The words of the collectives. Each team slot of the team pool ends with
-// an area of collSigs signal words (uint64 counters that only grow) and one
-// word per PE of the job (the lengths of Collect). A PE signals another by
-// adding one to a word of the other's area; the receiver counts, per word,
-// the signals it has waited for (collState.expect) and waits until the
-// word reaches its count. Counting, never resetting, makes back-to-back
+// an area of collSigs signal words (uint64 counters that only grow). A PE
+// signals another by adding one to a word of the other's area; the
+// receiver counts, per word, the signals it has waited for
+// (collState.expect) and waits until the word reaches its count. Counting, never resetting, makes back-to-back
 // calls safe: the algorithms that signal across nodes on the words below
 // sigNet start with a sync of the team, or with the net pattern
 // (coll_net.go), after which every PE has heard from every other's part of
@@ -44,11 +43,10 @@ func collAreaSize() uintptr {
 	return collWordsSize() + max(stagedAreaSize(), netAreaSize())
 }
 
-// collWordsSize is the size of the signal and length words of a team's
-// collectives' area, in whole cache lines.
+// collWordsSize is the size of the signal words of a team's collectives'
+// area, in whole cache lines.
 func collWordsSize() uintptr {
-	n := uintptr(collSigs+st.npes) * 8
-	return (n + counterStride - 1) / counterStride * counterStride
+	return (collSigs*8 + counterStride - 1) / counterStride * counterStride
 }
 
 // collState is this PE's state of the collectives of a team.
