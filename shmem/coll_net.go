@@ -46,10 +46,14 @@ import (
 const netHdr = 16
 
 // netPushMax is the most data, in bytes, that a message of the net pattern
-// pushes: a reduction of at most that many bytes, or a broadcast, moves its
-// data in the pattern. Above it, across 2 PEs over tcp on one host, the
-// put, get and atomic of the bandwidth algorithms cost less than pushing
-// the whole vector (see the measurements in the commit that set it).
+// pushes: a reduction or a broadcast of at most that many bytes moves its
+// data in the pattern (collect and fcollect: when every block fits its
+// share of a slot). Its bound is the heap, not the speed: every team slot
+// of every PE holds 2*ceil(log2 npes) slots of it (610 KB of team pool in
+// all for 2 PEs, where it was 348 KB before the net area). Pushing
+// still won above it (SumReduce over tcp on one host, 2 and 4 PEs: 8 KiB
+// and 16 KiB took about a third of Rabenseifner's time, whose gets go in
+// software over tcp).
 const netPushMax = 4 << 10
 
 // netSlot is the bytes of a slot of the net area, in whole cache lines.
