@@ -28,7 +28,10 @@ import (
 // the same order), netSlots slots of netSlot bytes: netHdr bytes of keys,
 // then up to netPushMax bytes of data. Slot i of parity q has its signal
 // word sigNet+2i+q, which counts the messages into the slot. Each
-// algorithm sends at most one message per call into each slot of a PE.
+// algorithm sends at most one message per call into each slot of a PE,
+// and who sends to whom depends on the team's size only: PEs that passed
+// different arguments (a long vector and a short one, other roots) send
+// and wait for the same messages, which differ in their data only.
 //
 // Back-to-back calls need nothing more. A PE that sends into PE X's slot
 // in call c+2 has finished call c+1, so it has heard from X's part of
