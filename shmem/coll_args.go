@@ -19,11 +19,15 @@ import (
 // ErrInvalidArgument on every PE that finds they do not, naming each PE's
 // arguments:
 //
-//   - The algorithms that start with a sync of the team (every one across
-//     nodes, and alltoall, alltoalls and the scans on one node) fold the
-//     arguments into the sync's key (syncArgs): a PE whose key differs
-//     makes every PE read every PE's arguments, which each PE stores in
-//     the line of its collective word, and report them.
+//   - The algorithms that start with a sync of the team (alltoall,
+//     alltoalls and the scans) fold the arguments into the sync's key
+//     (syncArgs): a PE whose key differs makes every PE read every PE's
+//     arguments, which each PE stores in the line of its collective word,
+//     and report them (argsMismatch).
+//   - Across nodes, the reductions, broadcast, collect and fcollect carry
+//     the keys in their messages (coll_net.go), which hold the data in the
+//     team's net area, not in dest, until every PE has heard every key:
+//     when they differ, every PE reports as syncArgs does.
 //   - The staged algorithms on one node (broadcast, collect, fcollect and
 //     the reductions) read the length and element size that each PE
 //     publishes with its contribution, and check them before they copy.
@@ -129,15 +133,31 @@ func argsErr(routine string, form collForm, t *Team, args func(j int) collArgs) 
 // of the team returns the same error naming every PE's arguments
 // (argsErr); a PE in another collective panics, as t.sync does.
 func (t *Team) syncArgs(routine string, a collArgs) error {
-	line := (*[1 + collArgWords]uint64)(st.heap.At(int(t.collWordOff())))
-	for i, v := range a.words() {
-		// The sync that follows publishes them, to the PEs that read them
-		// after a sync whose keys differed.
-		ucs.StoreRelease(&line[1+i], v)
-	}
-	if t.syncKey(routine, collKey(atomic.LoadUint64(&line[0]))^a.key()) {
+	if t.syncKey(routine, t.argsKey(a)) {
 		return nil
 	}
+	return t.argsMismatch(routine, a.form)
+}
+
+// argsKey publishes the arguments a of this PE's call in the line of its
+// collective word, for the PEs that read them when the keys differ
+// (argsMismatch), and returns the key of the call: the collective word's
+// and the arguments'. What publishes the key (a sync, the first message of
+// a net call) publishes the arguments.
+func (t *Team) argsKey(a collArgs) uint64 {
+	line := (*[1 + collArgWords]uint64)(st.heap.At(int(t.collWordOff())))
+	for i, v := range a.words() {
+		ucs.StoreRelease(&line[1+i], v)
+	}
+	return collKey(atomic.LoadUint64(&line[0])) ^ a.key()
+}
+
+// argsMismatch is the end of a call whose PEs' keys (argsKey) were found
+// to differ, by every PE of the team at once: every PE reads every PE's
+// arguments and collective word, and returns the error naming every PE's
+// arguments (argsErr, of the routine's form), or panics when the PEs are
+// in different collectives (reportMismatch).
+func (t *Team) argsMismatch(routine string, form collForm) error {
 	lines := make([][1 + collArgWords]uint64, t.npes)
 	for j := range lines {
 		pe := t.members[j]
@@ -160,5 +180,5 @@ func (t *Team) syncArgs(routine string, a collArgs) error {
 			t.reportMismatch(routine, words)
 		}
 	}
-	return argsErr(routine, a.form, t, func(j int) collArgs { return argsOfWords(lines[j][1:]) })
+	return argsErr(routine, form, t, func(j int) collArgs { return argsOfWords(lines[j][1:]) })
 }

@@ -83,6 +83,20 @@ func lengthCases(n int) []lengthCase {
 				return k, shmem.Broadcast(w, d[:k], s[:k], 0)
 			},
 			[]string{"PE %[1]d", "2 elements of 8 bytes, root 0", "5 elements of 8 bytes, root 0"}, true},
+		// Across nodes a short broadcast pushes its data with the keys,
+		// a long one moves it after them.
+		{"Broadcast, past the push on the last PE",
+			func(d, s []int64, last bool) (int, error) {
+				k := pick(last, 4, 700)
+				return k, shmem.Broadcast(w, d[:k], s[:k], 0)
+			},
+			[]string{"PE %[1]d", "4 elements of 8 bytes, root 0", "700 elements of 8 bytes, root 0"}, true},
+		{"FCollect, short against long",
+			func(d, s []int64, last bool) (int, error) {
+				k := pick(last, 2, 600)
+				return n * k, shmem.FCollect(w, d[:n*k], s[:k])
+			},
+			[]string{"PE %[1]d: 600 elements of 8 bytes", ": 2 elements of 8 bytes"}, false},
 		{"FCollect",
 			func(d, s []int64, last bool) (int, error) {
 				k := pick(last, 2, 3)

@@ -1,8 +1,9 @@
 package shmem
 
 import (
-	"sync/atomic"
-	"unsafe"
+	"encoding/binary"
+	"math"
+	"math/bits"
 
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -16,13 +17,17 @@ import (
 // nobody reads them any more (so a PE may change its source, or its dest
 // for the next call, once the routine returns).
 //
-// Across nodes the algorithms move data with puts that carry a signal,
-// after a sync of the team that keeps calls apart (see collSigs):
-// broadcast follows a binomial tree rooted at the root; collect and
-// fcollect are a dissemination (Bruck) allgather that puts each block
-// straight at its final place in dest, ceil(log2 n) rounds for any n;
-// alltoall puts block j to PE j in the order me+1, me+2, ... so that no PE
-// is the target of every PE at once.
+// Across nodes broadcast, collect and fcollect are one pattern of messages
+// that carry the call's keys and, when it fits, the data (coll_net.go):
+// for broadcast a dissemination with a binomial tree rooted at the root
+// inside it, for collect and fcollect a dissemination (Bruck) allgather,
+// ceil(log2 n) rounds for any n. Longer data then moves with puts that
+// carry a signal, as the data of alltoall does after a sync of the team
+// that keeps calls apart (see collSigs): broadcast by the binomial tree,
+// collect and fcollect by a dissemination allgather that puts each block
+// straight at its final place in dest; alltoall puts block j to PE j in
+// the order me+1, me+2, ... so that no PE is the target of every PE at
+// once.
 
 func broadcast(routine string, form collForm, t *Team, dest, source []byte, root, size int) error {
 	form |= formRoot
@@ -48,17 +53,50 @@ func broadcast(routine string, form collForm, t *Team, dest, source []byte, root
 		ucs.Copy(dest, source)
 		return nil
 	}
-	if !cs.direct || st.env.debug {
-		if err := t.syncArgs(routine, collArgs{nelems: n / size, size: size, root: root, form: form}); err != nil {
-			return err
-		}
-	}
+	args := collArgs{nelems: n / size, size: size, root: root, form: form}
 	if cs.direct {
+		if st.env.debug {
+			if err := t.syncArgs(routine, args); err != nil {
+				return err
+			}
+		}
 		err := broadcastStaged(routine, form, cs, dest, source, soff, size, root)
 		if err == nil && t.me == root {
 			profTeam(routine, t, 0, n)
 		}
 		return err
+	}
+	v := (t.me - root + t.npes) % t.npes
+	// The net pattern is a dissemination (as the barrier's): in round k,
+	// with d = 2^k, the PE of rank v (from the root) sends to rank v+d
+	// and hears from rank v-d (mod n). Rank v < d has the data by then,
+	// so the messages from ranks below d to ranks below n carry it: a
+	// binomial tree inside the dissemination, ceil(log2 n) rounds in all
+	// (one network latency for 2 PEs), after which every PE, the root
+	// too, has heard every key.
+	push := n <= netPushMax
+	c := cs.netBegin(routine, args)
+	var cur []byte // the header and, once this PE has it, the data
+	if v == 0 && push {
+		cur = c.buf(netHdr + n)
+		ucs.Copy(cur[netHdr:], source)
+	} else {
+		cur = c.buf(netHdr)
+	}
+	for k, d := 0, 1; d < t.npes; k, d = k+1, d<<1 {
+		msg := cur[:netHdr]
+		if v < d && v+d < t.npes {
+			msg = cur
+		}
+		c.send((t.me+d)%t.npes, k, msg)
+		if data := push && d <= v && v < 2*d; data {
+			cur = c.recv(k, n)
+		} else {
+			c.recv(k, 0)
+		}
+	}
+	if !c.agreed() {
+		return t.argsMismatch(routine, form)
 	}
 	if t.me == root {
 		profTeam(routine, t, 0, n)
@@ -66,10 +104,16 @@ func broadcast(routine string, form collForm, t *Team, dest, source []byte, root
 	if n == 0 {
 		return nil
 	}
-	v := (t.me - root + t.npes) % t.npes
-	if v == 0 {
+	switch {
+	case v == 0:
 		ucs.Copy(dest, source)
+	case push:
+		ucs.Copy(dest, cur[netHdr:])
 	}
+	if push {
+		return nil
+	}
+	// The binomial tree, into dest.
 	mask := 1
 	for ; mask < t.npes; mask <<= 1 {
 		if v&mask != 0 {
@@ -92,7 +136,7 @@ func collect(routine string, form collForm, t *Team, dest, source []byte, size i
 	}
 	t.beginColl(routine)
 	defer t.endColl()
-	n, v, b := t.npes, t.me, len(source)
+	n, b := t.npes, len(source)
 	if fixed && len(dest)/n < b {
 		return argErr(routine, "dest has %d elements, fewer than the %d of %d PEs' %d", len(dest)/size, n*b/size, n, b/size)
 	}
@@ -114,44 +158,100 @@ func collect(routine string, form collForm, t *Team, dest, source []byte, size i
 		}
 		return err
 	}
+	return collectNet(routine, form, cs, dest, source, doff, size, fixed)
+}
+
+// collectNet is collect and fcollect across nodes: a dissemination (Bruck)
+// allgather in the net pattern (coll_net.go). In round k, with d = 2^k, a
+// PE holds the blocks of the PEs me..me+d-1 (mod n), in that order, and
+// sends the first min(d, n-d) of them to PE me-d: their lengths, and the
+// data of each block of at most blockCap bytes, with the keys. So every PE
+// learns every length and, when every block fits, every block, in
+// ceil(log2 n) rounds (one network latency for 2 PEs), before it writes
+// dest. When a block does not fit, every PE knows it, and the blocks go
+// by the dissemination allgather of puts into dest (allgather) that used
+// to follow a sync of the team and an allgather of the lengths.
+func collectNet(routine string, form collForm, cs *collState, dest, source []byte, doff uintptr, size int, fixed bool) error {
+	t := cs.team
+	n, v, b := t.npes, t.me, len(source)
 	args := collArgs{nelems: -1, size: size, form: form}
 	if fixed {
 		args.nelems = b / size
 	}
-	if err := t.syncArgs(routine, args); err != nil || fixed && b == 0 {
-		return err
+	c := cs.netBegin(routine, args)
+	// A slot holds the lengths and the data of the most blocks a message
+	// carries.
+	blockCap := uint64((netSlot-netHdr)/bruckMost(n) - 8)
+	if cap(cs.lens) < 2*n+1 {
+		cs.lens = make([]int, 2*n+1)
 	}
-	pos := make([]int, n+1)
-	if fixed {
-		for j := range pos {
-			pos[j] = j * b
-		}
+	lens, pos := cs.lens[:n], cs.lens[n:2*n+1] // lens: of the blocks me, me+1, ...
+	lens[0] = b
+	held := cs.gather[:0] // the data of the blocks held that fit, in order
+	if uint64(b) <= blockCap {
+		held = append(held, source...)
 	}
-	if !fixed {
-		// Every PE's length first, gathered into the lens words of the
-		// team's area (collSigs+j for the team's PE j).
-		lensOff := cs.area + collSigs*8
-		lens := unsafe.Slice((*uint64)(st.heap.At(int(lensOff))), n)
-		atomic.StoreUint64(&lens[v], uint64(b))
-		lpos := make([]int, n+1)
-		for j := range lpos {
-			lpos[j] = 8 * j
+	for k, d := 0, 1; d < n; k, d = k+1, d<<1 {
+		cnt, end := min(d, n-d), 0
+		msg := c.buf(netHdr + 8*cnt + min(len(held), cnt*int(blockCap)))
+		for i := range cnt {
+			binary.LittleEndian.PutUint64(msg[netHdr+8*i:], uint64(lens[i]))
+			if uint64(lens[i]) <= blockCap {
+				end += lens[i]
+			}
 		}
-		cs.allgather(routine, lensOff, localBytes(lensOff, 8*n), lpos, sigB)
-		for j := range n {
-			pos[j+1] = pos[j] + int(atomic.LoadUint64(&lens[j]))
+		copy(msg[netHdr+8*cnt:], held[:end])
+		c.send((v-d+n)%n, k, msg[:netHdr+8*cnt+end])
+		in, got := c.recv(k, 8*cnt), 0
+		for i := range cnt {
+			// A length past blockCap (from a PE of other arguments, too)
+			// came without its data.
+			l := binary.LittleEndian.Uint64(in[netHdr+8*i:])
+			lens[d+i] = int(min(l, math.MaxInt32))
+			if l <= blockCap {
+				got += int(l)
+			}
 		}
-		if pos[n] > len(dest) {
-			return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, pos[n]/size)
-		}
-		if pos[n] == 0 {
-			return nil
-		}
+		held = append(held, localBytes(c.slotOff(k)+netHdr+uintptr(8*cnt), got)...)
+	}
+	cs.gather = held
+	if !c.agreed() {
+		return t.argsMismatch(routine, form)
+	}
+	all := true
+	pos[0] = 0
+	for j := range n {
+		l := lens[(j-v+n)%n]
+		pos[j+1] = pos[j] + l
+		all = all && uint64(l) <= blockCap
+	}
+	if pos[n] > len(dest) {
+		return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, pos[n]/size)
+	}
+	if pos[n] == 0 {
+		return nil
 	}
 	profTeam(routine, t, 0, b)
+	if all {
+		at := 0
+		for i, l := range lens {
+			j := (v + i) % n
+			ucs.Copy(dest[pos[j]:pos[j+1]], held[at:at+l])
+			at += l
+		}
+		return nil
+	}
 	ucs.Copy(dest[pos[v]:pos[v+1]], source)
 	cs.allgather(routine, doff, dest, pos, sigA)
 	return nil
+}
+
+// bruckMost returns the most blocks a message of the dissemination
+// allgather of n PEs carries: min(d, n-d) over the rounds' d = 2^k < n,
+// the last round's n-d or the round before's d/2, whichever is more.
+func bruckMost(n int) int {
+	last := 1 << (bits.Len(uint(n-1)) - 1)
+	return max(last/2, n-last)
 }
 
 // allgather completes the blocks of the team's PEs in the symmetric bytes

@@ -22,17 +22,20 @@ import (
 // sync ends the call. The PEs combine the sources in the order of their
 // team numbers, so every PE gets the same bits.
 //
-// Across nodes the reduction is Rabenseifner's: a reduce-scatter by
-// recursive halving, then an allgather by recursive doubling, over the
-// largest power of two p of PEs; the r = n-p PEs past it first hand their
-// vector to a neighbour (the even PEs of the first 2r fold into the odd
-// ones) and get the result back at the end. The reduce-scatter works in
-// dest: in each round a PE signals its partner that its half is ready,
-// gets the partner's copy of the half it keeps and combines it in place;
-// the allgather puts each PE's finished part into its partner's dest with
-// a signal. Each element is combined by one PE, so every PE gets the same
-// bits. 2*log2(p) rounds, and n*nreduce elements moved in all for large
-// vectors.
+// Across nodes a vector of at most netPushMax bytes is reduced by
+// recursive doubling, each PE pushing its partial vector to its partner
+// with the call's keys (reduceNet). A longer one is reduced, after the
+// same pattern has carried the keys, by Rabenseifner's algorithm: a
+// reduce-scatter by recursive halving, then an allgather by recursive
+// doubling, over the largest power of two p of PEs; the r = n-p PEs past
+// it first hand their vector to a neighbour (the even PEs of the first 2r
+// fold into the odd ones) and get the result back at the end. The
+// reduce-scatter works in dest: in each round a PE signals its partner
+// that its half is ready, gets the partner's copy of the half it keeps and
+// combines it in place; the allgather puts each PE's finished part into
+// its partner's dest with a signal. Each element is combined by one PE, so
+// every PE gets the same bits. 2*log2(p) rounds, and n*nreduce elements
+// moved in all for large vectors.
 
 // collSmallReduce is the largest vector, in bytes, that every PE of a node
 // reduces whole.
@@ -69,11 +72,93 @@ func reduce[T RMA](routine string, t *Team, dest, source []T, combine func(d, s 
 		}
 		return err
 	}
+	return reduceNet(routine, cs, dest, source, doff, combine)
+}
+
+// reduceNet is a reduction across nodes: recursive doubling over the
+// largest power of two p of PEs, the r = n-p PEs past it folded into a
+// neighbour first (the even PEs of the first 2r send their vector to the
+// odd ones, which send the result back at the end), in the net pattern
+// (coll_net.go). Every message carries the keys, and a vector of at most
+// netPushMax bytes: in round k a PE sends its partial vector to its
+// partner and combines the partner's with it, the lower rank's first, so
+// that both partners, and in the end every PE, get the same bits. That is
+// log2(p) rounds (one message each way for 2 PEs, one network latency),
+// and two more for a fold. A longer vector takes the pattern for its keys
+// only, and then Rabenseifner's bandwidth algorithm.
+func reduceNet[T RMA](routine string, cs *collState, dest, source []T, doff uintptr, combine func(d, s []T)) error {
+	t := cs.team
+	n, v, nr := t.npes, t.me, len(dest)
 	var z T
-	if err := t.syncArgs(routine, collArgs{nelems: nr, size: int(unsafe.Sizeof(z))}); err != nil || nr == 0 {
-		return err
+	size := int(unsafe.Sizeof(z))
+	nb := nr * size
+	push := nb <= netPushMax
+	if !push {
+		nb = 0
 	}
-	profTeam(routine, t, 0, len(sb))
+	c := cs.netBegin(routine, collArgs{nelems: nr, size: size})
+	p := 1 << (bits.Len(uint(n)) - 1)
+	r := n - p
+	// index returns the team index of the PE of rank w among the p.
+	index := func(w int) int {
+		if w < r {
+			return 2*w + 1
+		}
+		return w + r
+	}
+	// The slot of the fold is that of a round past the last (r > 0: n is
+	// not a power of two, so log2(p) < ceil(log2(n)) <= netSlots()); the
+	// unfold takes slot 0.
+	fold := bits.Len(uint(p)) - 1
+	cur := c.buf(netHdr + nb)
+	if push {
+		copy(netVec[T](cur, nr), source)
+	}
+	if v < 2*r && v%2 == 0 {
+		c.send(v+1, fold, cur)
+		cur = c.recv(0, nb) // the only message into this PE's slots
+	} else {
+		w := v - r
+		if v < 2*r {
+			w = v / 2
+			// PE v-1 is the lower: its vector comes first.
+			in := c.recv(fold, nb)
+			if push {
+				combine(netVec[T](in, nr), netVec[T](cur, nr))
+			}
+			cur = in
+		}
+		for k, d := 0, 1; d < p; k, d = k+1, d<<1 {
+			c.send(index(w^d), k, cur)
+			in := c.recv(k, nb)
+			if !push {
+				continue
+			}
+			// cur may be a slot of an earlier round: no PE writes into it
+			// again in this call.
+			if w&d != 0 {
+				combine(netVec[T](in, nr), netVec[T](cur, nr))
+				cur = in
+			} else {
+				combine(netVec[T](cur, nr), netVec[T](in, nr))
+			}
+		}
+		if v < 2*r {
+			c.send(v-1, 0, cur)
+		}
+	}
+	if !c.agreed() {
+		return t.argsMismatch(routine, 0)
+	}
+	if nr == 0 {
+		return nil
+	}
+	profTeam(routine, t, 0, nr*size)
+	if push {
+		// Every PE has copied its source: dest may be source.
+		copy(dest, netVec[T](cur, nr))
+		return nil
+	}
 	reduceRabenseifner(routine, cs, dest, source, doff, combine)
 	return nil
 }

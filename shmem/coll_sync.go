@@ -12,15 +12,17 @@ import (
 )
 
 // The words of the collectives. Each team slot of the team pool ends with
-// an area of collSigs signal words (uint64 counters that only grow) and one
-// word per PE of the job (the lengths of Collect). A PE signals another by
-// adding one to a word of the other's area; the receiver counts, per word,
-// the signals it has waited for (collState.expect) and waits until the
-// word reaches its count. Counting, never resetting, makes back-to-back
-// calls safe: the algorithms that signal across nodes start with a sync of
-// the team, so no signal of the next call reaches a PE before it has waited
-// for every signal of the current one.
-const collSigs = 64
+// an area of collSigs signal words (uint64 counters that only grow). A PE
+// signals another by adding one to a word of the other's area; the
+// receiver counts, per word, the signals it has waited for
+// (collState.expect) and waits until the word reaches its count. Counting, never resetting, makes back-to-back
+// calls safe: the algorithms that signal across nodes on the words below
+// sigNet start with a sync of the team, or with the net pattern
+// (coll_net.go), after which every PE has heard from every other's part of
+// the call, so no signal of the next call reaches a PE before it has
+// waited for every signal of the current one. The words from sigNet on are
+// the net pattern's (see there).
+const collSigs = sigNet + 64
 
 // Signal words of the algorithms: a first and a second series with one word
 // per round of a log2 algorithm, and two for the folding of the PEs past a
@@ -34,17 +36,17 @@ const (
 )
 
 // collAreaSize is the size of the collectives' area of a team slot: the
-// signal words and the staged area (see coll_staged.go). Init calls it
-// (initTeams) once st.npes is known.
+// signal words, and the staged area (see coll_staged.go) of a team on one
+// node or the net area (coll_net.go) of one across nodes, in the same
+// place. Init calls it (initTeams) once st.npes is known.
 func collAreaSize() uintptr {
-	return collWordsSize() + stagedAreaSize()
+	return collWordsSize() + max(stagedAreaSize(), netAreaSize())
 }
 
-// collWordsSize is the size of the signal and length words of a team's
-// collectives' area, in whole cache lines.
+// collWordsSize is the size of the signal words of a team's collectives'
+// area, in whole cache lines.
 func collWordsSize() uintptr {
-	n := uintptr(collSigs+st.npes) * 8
-	return (n + counterStride - 1) / counterStride * counterStride
+	return (collSigs*8 + counterStride - 1) / counterStride * counterStride
 }
 
 // collState is this PE's state of the collectives of a team.
@@ -62,6 +64,12 @@ type collState struct {
 	stage   uintptr
 	seq     uint64
 	allDone uint64
+	// The net calls (coll_net.go), whose area is at stage: the number of
+	// the last one, and the private buffer of their messages.
+	nseq   uint64
+	net    []uint64
+	lens   []int  // collect's lengths and places
+	gather []byte // collect's blocks
 }
 
 // collStates are the states of the teams this PE belongs to, by slot.

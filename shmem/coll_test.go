@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -461,5 +462,86 @@ func TestCollLargerJobs(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestCollBackToBackStress runs reductions, broadcasts, fcollects and
+// collects back to back, many times, each PE late by turns (it spins a
+// while before some calls), and every PE changes its source and dest as
+// soon as a call returns: across nodes their data waits in the team's net
+// area, which a fast PE's next calls must not overwrite before a slow PE
+// has read it. Short vectors (pushed with the calls' keys) and long ones
+// (the bandwidth algorithms) alternate, over 3 and 5 PEs (folded
+// reductions) and 4.
+func TestCollBackToBackStress(t *testing.T) {
+	jobWith(t, jobOptions{nps: []int{3, 4, 5}, quick: []int{3, 5}}, func(t *testing.T, me, n int) {
+		const calls = 150
+		src, dst := calloc[int64](t, 1200*n), calloc[int64](t, 1200*n)
+		defer shmem.Free(dst)
+		defer shmem.Free(src)
+		w := shmem.TeamWorld
+		for it := range calls {
+			if (it+me)%n == 0 {
+				late(it)
+			}
+			nel := []int{1, 7, 300, 600, 1}[it%5] // 600 int64s: past the push
+			root := (it / 4) % n
+			// k is the block of PE pe in a Collect: a length of its own.
+			k := func(pe int) int { return (nel + 250*pe) % 700 }
+			val := func(pe, i int) int64 { return int64(1000*pe + 3*i + it) }
+			for i := range max(nel, k(me)) {
+				src[i] = val(me, i)
+			}
+			var err error
+			var want []int64
+			switch it % 4 {
+			case 0:
+				err = shmem.SumReduce(w, dst[:nel], src[:nel])
+				want = make([]int64, nel)
+				for i := range want {
+					for pe := range n {
+						want[i] += val(pe, i)
+					}
+				}
+			case 1:
+				err = shmem.Broadcast(w, dst[:nel], src[:nel], root)
+				want = make([]int64, nel)
+				for i := range want {
+					want[i] = val(root, i)
+				}
+			case 2:
+				err = shmem.FCollect(w, dst[:n*nel], src[:nel])
+				for pe := range n {
+					for i := range nel {
+						want = append(want, val(pe, i))
+					}
+				}
+			case 3:
+				err = shmem.Collect(w, dst, src[:k(me)])
+				for pe := range n {
+					for i := range k(pe) {
+						want = append(want, val(pe, i))
+					}
+				}
+			}
+			what := fmt.Sprintf("call %d (kind %d, %d elements, root %d)", it, it%4, nel, root)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			checkSlice(t, what, want, dst[:len(want)])
+			// Change both at once, as a program may.
+			for i := range max(len(want), nel, k(me)) {
+				src[i], dst[i] = -1, -1
+			}
+		}
+		shmem.BarrierAll()
+	})
+}
+
+// late spins for a while that depends on it, so that PEs fall behind by
+// turns.
+func late(it int) {
+	end := time.Now().Add(time.Duration(50+it%7*40) * time.Microsecond)
+	for time.Now().Before(end) {
 	}
 }

@@ -1,0 +1,142 @@
+package shmem
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Collectives across nodes that push their data with their keys.
+//
+// Across nodes every message costs a network latency, and a get two. A
+// reduction, broadcast, collect or fcollect of a team whose PEs do not all
+// map each other's heaps is therefore one pattern of messages in which
+// each message carries the keys of the call (coll_args.go: the least and
+// the greatest key the sender has heard of, as the barrier's dissemination
+// carries them, sync.go) and, when the data fits, the data: a reduction's
+// partial vector, a broadcast's source. By the pattern's end every PE has
+// heard, through some chain of messages, from every PE of the team, so it
+// knows whether all keys were equal; the data waits in the team's net area
+// (never in dest) until they are. A short call is thus one pattern: for
+// two PEs one message each way, one network latency. A long one uses the
+// pattern for its keys only, in place of a sync of the team, and then
+// moves its data as before (Rabenseifner's reduction, the binomial tree).
+//
+// The net area of a team holds, for each parity of the team's net calls
+// (numbered alike on every PE, as every PE makes the team's collectives in
+// the same order), netSlots slots of netSlot bytes: netHdr bytes of keys,
+// then up to netPushMax bytes of data. Slot i of parity q has its signal
+// word sigNet+2i+q, which counts the messages into the slot. Each
+// algorithm sends at most one message per call into each slot of a PE,
+// and who sends to whom depends on the team's size only: PEs that passed
+// different arguments (a long vector and a short one, other roots) send
+// and wait for the same messages, which differ in their data only.
+//
+// Back-to-back calls need nothing more. A PE that sends into PE X's slot
+// in call c+2 has finished call c+1, so it has heard from X's part of
+// c+1: X had started c+1, so it had read every slot of call c, the call
+// that used the same parity. And a message of call c+2 cannot raise a
+// signal word before X waits for that word in call c (so the count of a
+// word says that the message of the call waited for is there, whoever
+// sent it). Messages of call c+1 use the other parity's slots and words.
+// No message is in flight to a PE that has finished a call (it waited for
+// every message sent to it), so a team's slot may be cleared for a later
+// team once every PE destroyed it.
+
+// netHdr is the bytes of a message's keys (the least and the greatest),
+// before its data.
+const netHdr = 16
+
+// netPushMax is the most data, in bytes, that a message of the net pattern
+// pushes: a reduction or a broadcast of at most that many bytes moves its
+// data in the pattern (collect and fcollect: when every block fits its
+// share of a slot). Its bound is the heap, not the speed: every team slot
+// of every PE holds 2*ceil(log2 npes) slots of it (610 KB of team pool in
+// all for 2 PEs, where it was 348 KB before the net area). Pushing
+// still won above it (SumReduce over tcp on one host, 2 and 4 PEs: 8 KiB
+// and 16 KiB took about a third of Rabenseifner's time, whose gets go in
+// software over tcp).
+const netPushMax = 4 << 10
+
+// netSlot is the bytes of a slot of the net area, in whole cache lines.
+const netSlot = (netHdr + netPushMax + counterStride - 1) / counterStride * counterStride
+
+// sigNet is the first signal word of the net slots.
+const sigNet = 64
+
+// netSlots is the number of slots of each parity: one per round of a log2
+// pattern over the job's PEs. (A reduction over n PEs, not a power of two,
+// has its fold in the slot of round log2(p) for the largest power of two p
+// below n, a round it does not have.)
+func netSlots() int { return max(1, bits.Len(uint(st.npes-1))) }
+
+// netAreaSize is the bytes of a team's net area. A team's calls use either
+// its staged area (on one node) or its net area, so the two share the
+// place (collAreaSize).
+func netAreaSize() uintptr { return uintptr(2*netSlots()) * netSlot }
+
+// netCall is this PE's view of one call of the net pattern.
+type netCall struct {
+	cs      *collState
+	routine string
+	par     int    // the parity of the call
+	lo, hi  uint64 // the least and greatest key heard of
+}
+
+// netBegin starts the team's next net call with the arguments a: it
+// publishes them for argsMismatch, and folds their key (with the
+// collective word's) into the keys the call's messages carry.
+func (cs *collState) netBegin(routine string, a collArgs) netCall {
+	key := cs.team.argsKey(a)
+	cs.nseq++
+	return netCall{cs: cs, routine: routine, par: int(cs.nseq & 1), lo: key, hi: key}
+}
+
+// slotOff returns the heap offset of slot i of the call's parity.
+func (c *netCall) slotOff(i int) uintptr {
+	return c.cs.stage + uintptr(2*i+c.par)*netSlot
+}
+
+// send writes the keys heard of into msg's header and sends msg (header
+// and data) into slot i of the team's PE j, with a signal. msg is this
+// PE's private memory or a slot of its own heap; it may be changed once
+// send returns.
+func (c *netCall) send(j, i int, msg []byte) {
+	binary.LittleEndian.PutUint64(msg, c.lo)
+	binary.LittleEndian.PutUint64(msg[8:], c.hi)
+	c.cs.putSignal(c.routine, c.cs.team.members[j], c.slotOff(i), msg, sigNet+2*i+c.par)
+}
+
+// recv waits for the message into slot i, folds in its keys, and returns
+// the slot's header and its first n data bytes.
+func (c *netCall) recv(i, n int) []byte {
+	c.cs.wait(sigNet+2*i+c.par, 1)
+	b := localBytes(c.slotOff(i), netHdr+n)
+	c.lo = min(c.lo, atomic.LoadUint64((*uint64)(unsafe.Pointer(&b[0]))))
+	c.hi = max(c.hi, atomic.LoadUint64((*uint64)(unsafe.Pointer(&b[8]))))
+	return b
+}
+
+// agreed reports, at the end of the pattern, whether every PE passed the
+// same key.
+func (c *netCall) agreed() bool { return c.lo == c.hi }
+
+// buf returns a private buffer of n bytes, 8-byte aligned, for a message
+// that starts in this PE's memory.
+func (c *netCall) buf(n int) []byte {
+	words := (n + 7) / 8
+	if len(c.cs.net) < words {
+		c.cs.net = make([]uint64, words)
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(c.cs.net))), n)
+}
+
+// netVec views the data of a message (after its header) as nr elements
+// of T.
+func netVec[T any](msg []byte, nr int) []T {
+	if nr == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&msg[netHdr])), nr)
+}
