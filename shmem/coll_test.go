@@ -471,11 +471,16 @@ func TestCollLargerJobs(t *testing.T) {
 // soon as a call returns: across nodes their data waits in the team's net
 // area, which a fast PE's next calls must not overwrite before a slow PE
 // has read it. Short vectors (pushed with the calls' keys) and long ones
-// (the bandwidth algorithms) alternate, over 3 and 5 PEs (folded
-// reductions) and 4.
+// (the bandwidth algorithms) alternate, over 2, 3 and 5 PEs (folded
+// reductions) and 4. Broadcasts come in runs, of one root and of roots
+// that change, whose root across nodes returns without waiting for the
+// other PEs (coll_net.go): its next calls must not overtake them.
 func TestCollBackToBackStress(t *testing.T) {
-	jobWith(t, jobOptions{nps: []int{3, 4, 5}, quick: []int{3, 5}}, func(t *testing.T, me, n int) {
-		const calls = 150
+	jobWith(t, jobOptions{nps: []int{2, 3, 4, 5}, quick: []int{2, 3, 5}}, func(t *testing.T, me, n int) {
+		const calls = 200
+		// The kinds of call: 0 SumReduce, 1 Broadcast, 2 FCollect, 3
+		// Collect.
+		kinds := []int{0, 1, 1, 1, 2, 1, 1, 3, 1, 0, 1}
 		src, dst := calloc[int64](t, 1200*n), calloc[int64](t, 1200*n)
 		defer shmem.Free(dst)
 		defer shmem.Free(src)
@@ -485,7 +490,8 @@ func TestCollBackToBackStress(t *testing.T) {
 				late(it)
 			}
 			nel := []int{1, 7, 300, 600, 1}[it%5] // 600 int64s: past the push
-			root := (it / 4) % n
+			kind := kinds[it%len(kinds)]
+			root := (it / 3) % n
 			// k is the block of PE pe in a Collect: a length of its own.
 			k := func(pe int) int { return (nel + 250*pe) % 700 }
 			val := func(pe, i int) int64 { return int64(1000*pe + 3*i + it) }
@@ -494,7 +500,7 @@ func TestCollBackToBackStress(t *testing.T) {
 			}
 			var err error
 			var want []int64
-			switch it % 4 {
+			switch kind {
 			case 0:
 				err = shmem.SumReduce(w, dst[:nel], src[:nel])
 				want = make([]int64, nel)
@@ -524,7 +530,7 @@ func TestCollBackToBackStress(t *testing.T) {
 					}
 				}
 			}
-			what := fmt.Sprintf("call %d (kind %d, %d elements, root %d)", it, it%4, nel, root)
+			what := fmt.Sprintf("call %d (kind %d, %d elements, root %d)", it, kind, nel, root)
 			if err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}

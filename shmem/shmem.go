@@ -785,6 +785,7 @@ func Finalize() {
 	profStop()
 	worldsync.Publish(nil)
 	Quiet()
+	settleColl()
 	destroyContexts()
 	// A PE may be completing operations that need another PE's progress
 	// (software atomics and flushes over shared-memory messages are served
