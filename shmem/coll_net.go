@@ -128,15 +128,12 @@ func (c *netCall) owe(k int) {
 // argsMismatch's sync, which this PE joins (its collective word and
 // arguments still those of that call).
 func (cs *collState) settle(routine string) {
-	lo, hi := cs.owedKey, cs.owedKey
+	c := netCall{cs: cs, routine: routine, par: cs.owedPar, lo: cs.owedKey, hi: cs.owedKey}
 	for i := range cs.owed {
-		cs.wait(sigNet+2*i+cs.owedPar, 1)
-		b := localBytes(cs.stage+uintptr(2*i+cs.owedPar)*netSlot, netHdr)
-		lo = min(lo, atomic.LoadUint64((*uint64)(unsafe.Pointer(&b[0]))))
-		hi = max(hi, atomic.LoadUint64((*uint64)(unsafe.Pointer(&b[8]))))
+		c.recv(i, 0)
 	}
 	cs.owed = 0
-	if lo != hi {
+	if !c.agreed() {
 		cs.team.syncKey(routine, 0)
 	}
 }
