@@ -69,8 +69,9 @@ const netHdr = 16
 // pushes: a reduction or a broadcast of at most that many bytes moves its
 // data in the pattern (collect and fcollect: when every block fits its
 // share of a slot). Its bound is the heap, not the speed: every team slot
-// of every PE holds 2*ceil(log2 npes) slots of it (610 KB of team pool in
-// all for 2 PEs, where it was 348 KB before the net area). Pushing
+// of every PE of a job across nodes holds 2*ceil(log2 npes) slots of it
+// (610 KB of team pool in all for 2 PEs, where it is 348 KB without the
+// net area, as in a job on one node). Pushing
 // still won above it (SumReduce over tcp on one host, 2 and 4 PEs: 8 KiB
 // and 16 KiB took about a third of Rabenseifner's time, whose gets go in
 // software over tcp).
@@ -96,8 +97,14 @@ func netSlots() int { return max(1, bits.Len(uint(st.npes-1))) }
 
 // netAreaSize is the bytes of a team's net area. A team's calls use either
 // its staged area (on one node) or its net area, so the two share the
-// place (collAreaSize).
-func netAreaSize() uintptr { return uintptr(2*netSlots()) * netSlot }
+// place (collAreaSize). A job in which every PE maps every other's heap
+// has no team across nodes, and no net area.
+func netAreaSize() uintptr {
+	if !st.netColls {
+		return 0
+	}
+	return uintptr(2*netSlots()) * netSlot
+}
 
 // netCall is this PE's view of one call of the net pattern.
 type netCall struct {

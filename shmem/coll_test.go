@@ -551,3 +551,25 @@ func late(it int) {
 	for time.Now().Before(end) {
 	}
 }
+
+// TestSmallHeapOneNode: a job whose PEs all map each other's heaps starts
+// with a heap of 512K and runs its collectives: its team pool holds no
+// net area (coll_net.go), which no team of it uses (with one, 2 PEs took
+// 610 KB of team pool and Init failed).
+func TestSmallHeapOneNode(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: []shmemtest.Transport{shmemtest.SharedMemory},
+		Env: []string{"SHMEM_SYMMETRIC_SIZE=512K"}}, func(t *testing.T) {
+		me, n := shmem.MyPE(), shmem.NPEs()
+		src, dst := calloc[int64](t, 4), calloc[int64](t, 4)
+		src[0] = int64(me + 1)
+		if err := shmem.SumReduce(shmem.TeamWorld, dst[:1], src[:1]); err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(n * (n + 1) / 2); dst[0] != want {
+			t.Fatalf("SumReduce: %d, want %d", dst[0], want)
+		}
+		shmem.BarrierAll()
+		shmem.Free(dst)
+		shmem.Free(src)
+	})
+}
