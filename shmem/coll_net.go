@@ -44,14 +44,16 @@ import (
 // The root of a broadcast whose data is pushed is the exception: it sends
 // and returns (its messages carry its own key only, and the other PEs
 // find any difference), leaving the messages into its slots owed
-// (collState.owed) until the start of its next net call of the team,
-// which waits for them before it sends (netBegin), and until Destroy or
-// Finalize. The argument above holds with that wait in place of the
-// root's: a PE Y that sends into X's slot in call c+2 has heard of X's
-// part of c+1 (Y the root of c+1 waited for its messages of c+1 at the
-// start of c+2; they come through chains of PEs that each send after
-// their receives of the earlier rounds, from every PE), which X began
-// once it had read, or waited for, every message of call c. The root of
+// (collState.owed) until the start of its next collective of the team
+// (beginColl), or Destroy, or Finalize, which wait for them (settle) and,
+// when their keys differ, join the other PEs' sync of argsMismatch. The
+// argument above holds with that wait in place of the root's: a PE Y
+// that sends into X's slot in call c+2 has heard of X's part of c+1 (Y
+// the root of c+1 waited for its messages of c+1 at the start of c+2;
+// they come through chains of PEs that each send after their receives of
+// the earlier rounds, from every PE), which X began once it had read, or
+// waited for, every message of call c. And a message of c+2 still cannot
+// raise a word of X before X waited for it in c. The root of
 // a call sends nothing that depends on what it receives, so the other
 // PEs' chains of keys that would pass through it lose what it heard: the
 // PE just before the root, which by round k has heard of every PE the
