@@ -573,3 +573,33 @@ func TestSmallHeapOneNode(t *testing.T) {
 		shmem.Free(src)
 	})
 }
+
+// TestBroadcastRootThenDestroy: across nodes the root of a short broadcast
+// returns before the other PEs' messages reach it; destroying the team at
+// once, and splitting a new one into its slot, must neither lose them nor
+// let them count in the new team's words.
+func TestBroadcastRootThenDestroy(t *testing.T) {
+	jobWith(t, jobOptions{nps: []int{3}}, func(t *testing.T, me, n int) {
+		src, dst := calloc[int64](t, 4), calloc[int64](t, 4)
+		defer shmem.Free(dst)
+		defer shmem.Free(src)
+		for it := range 20 {
+			team, err := shmem.TeamSplitStrided(shmem.TeamWorld, 0, 1, n, shmem.TeamConfig{}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			root := it % n
+			src[0], dst[0] = int64(100*me+it), -1
+			for range 3 {
+				if err := shmem.Broadcast(team, dst[:1], src[:1], root); err != nil {
+					t.Fatalf("split %d: %v", it, err)
+				}
+				if want := int64(100*root + it); dst[0] != want {
+					t.Fatalf("split %d: Broadcast from %d: %d, want %d", it, root, dst[0], want)
+				}
+			}
+			team.Destroy()
+		}
+		shmem.BarrierAll()
+	})
+}
