@@ -31,9 +31,13 @@ import (
 // arguments that differ among the PEs (lengths, element types, roots,
 // strides) are found before any data moves, and the routine returns an
 // error wrapping ErrInvalidArgument that names each PE's arguments, on
-// every PE of the team; on one node the root of a broadcast, which reads
-// no other PE's arguments, finds it only with SHMEM_DEBUG set (the other
-// PEs always do). See coll_args.go. Use before Init and a destroyed team
+// every PE of the team; the root of a broadcast, which reads no other
+// PE's arguments, finds it only with SHMEM_DEBUG set, or across nodes when
+// the data is longer than the 4 KiB a message pushes (the other PEs always
+// do). Across nodes such a root returns once it has sent, without waiting
+// for the other PEs, and before its next collective of the team (or
+// Destroy, or Finalize) waits for their messages, and for them to end the
+// call when they found different arguments. See coll_args.go. Use before Init and a destroyed team
 // are programming errors: they panic, as in every routine (see the
 // package documentation's table).
 

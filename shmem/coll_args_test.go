@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/shmemtest"
 )
 
 // lengthCase is a collective call in which the team's last PE passes
@@ -20,9 +21,10 @@ type lengthCase struct {
 	call func(dest, src []int64, last bool) (own int, err error)
 	// want are what every PE's error says (%[1]d: the job's last PE).
 	want []string
-	// rootOnly: on one node, without SHMEM_DEBUG, only the PEs whose
-	// arguments differ from the root's find the difference (a broadcast's
-	// PEs read the root's arguments only).
+	// rootOnly: without SHMEM_DEBUG, the root of a broadcast may not find
+	// the difference (it reads no other PE's arguments), and on one node
+	// only the PEs whose arguments differ from the root's find it (the
+	// others read the root's only).
 	rootOnly bool
 }
 
@@ -138,17 +140,20 @@ func lengthCases(n int) []lengthCase {
 // writes nothing past any PE's own length; the team then works on. The
 // reductions gave wrong answers silently (over tcp, PE 0 got 10 where 30
 // was right and wrote past its length), and a PE of a short vector and one
-// of a long one hung on one node.
+// of a long one hung on one node. With 4 PEs across nodes, PE 2 hears of
+// the last PE's arguments only through what the root of a broadcast
+// would forward, which the PE before the root relays now that the root
+// does not wait.
 func TestCollDifferentLengths(t *testing.T) {
-	jobWith(t, jobOptions{nps: []int{3}}, func(t *testing.T, me, n int) {
+	jobWith(t, jobOptions{nps: []int{3, 4}}, func(t *testing.T, me, n int) {
 		checkLengthCases(t, me, n, false)
 	})
 }
 
 // TestDebugCollDifferentLengths: with SHMEM_DEBUG, the root of a
-// broadcast on one node finds different lengths too.
+// broadcast finds different lengths too, on one node and across nodes.
 func TestDebugCollDifferentLengths(t *testing.T) {
-	debugJob(t, 3, nil, func(t *testing.T, me, n int) {
+	debugJobOver(t, 4, []shmemtest.Transport{shmemtest.SharedMemory, shmemtest.TCP}, nil, func(t *testing.T, me, n int) {
 		checkLengthCases(t, me, n, true)
 	})
 }
@@ -170,7 +175,7 @@ func checkLengthCases(t *testing.T, me, n int, debug bool) {
 				t.Fatalf("%s: dest[%d] = %d, past this PE's %d elements, was written", c.name, i, dest[i], own)
 			}
 		}
-		if err == nil && c.rootOnly && !last && sameNode() && !debug {
+		if err == nil && c.rootOnly && !debug && (me == 0 || !last && sameNode()) {
 			continue
 		}
 		if !errors.Is(err, shmem.ErrInvalidArgument) {

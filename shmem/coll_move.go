@@ -72,27 +72,59 @@ func broadcast(routine string, form collForm, t *Team, dest, source []byte, root
 	// and hears from rank v-d (mod n). Rank v < d has the data by then,
 	// so the messages from ranks below d to ranks below n carry it: a
 	// binomial tree inside the dissemination, ceil(log2 n) rounds in all
-	// (one network latency for 2 PEs), after which every PE, the root
-	// too, has heard every key.
+	// (one network latency for 2 PEs), after which every PE has heard
+	// every key. The root sends its messages at once, its key only; rank
+	// n-1 relays to rank d in round k > 0 what the root would have
+	// forwarded (coll_net.go). A root whose data is pushed then returns
+	// without its messages unless SHMEM_DEBUG asks it to check the keys;
+	// one that moves the data by the tree waits for them, so that its
+	// puts into dest come after the other PEs' last call.
 	push := n <= netPushMax
 	c := cs.netBegin(routine, args)
+	rounds := bits.Len(uint(t.npes - 1))
 	var cur []byte // the header and, once this PE has it, the data
-	if v == 0 && push {
-		cur = c.buf(netHdr + n)
-		ucs.Copy(cur[netHdr:], source)
+	if v == 0 {
+		if push {
+			cur = c.buf(netHdr + n)
+			ucs.Copy(cur[netHdr:], source)
+		} else {
+			cur = c.buf(netHdr)
+		}
+		for k := range rounds {
+			c.send((t.me+1<<k)%t.npes, k, cur)
+		}
+		if push && !st.env.debug {
+			c.owe(rounds)
+		} else {
+			for k := range rounds {
+				c.recv(k, 0)
+			}
+		}
 	} else {
 		cur = c.buf(netHdr)
-	}
-	for k, d := 0, 1; d < t.npes; k, d = k+1, d<<1 {
-		msg := cur[:netHdr]
-		if v < d && v+d < t.npes {
-			msg = cur
-		}
-		c.send((t.me+d)%t.npes, k, msg)
-		if data := push && d <= v && v < 2*d; data {
-			cur = c.recv(k, n)
-		} else {
-			c.recv(k, 0)
+		last := t.npes - 1
+		for k, d := 0, 1; d < t.npes; k, d = k+1, d<<1 {
+			msg := cur[:netHdr]
+			if v < d && v+d < t.npes {
+				msg = cur
+			}
+			c.send((t.me+d)%t.npes, k, msg)
+			relay := k > 0 && d != last
+			if v == last && relay {
+				c.sendAt((root+d)%t.npes, k, netRelay, cur[:netHdr])
+			}
+			data := 0
+			if push && d <= v && v < 2*d {
+				data = n
+			}
+			switch {
+			case v == d && relay:
+				cur = c.recvRelayed(k, data)
+			case data > 0:
+				cur = c.recv(k, data)
+			default:
+				c.recv(k, 0)
+			}
 		}
 	}
 	if !c.agreed() {

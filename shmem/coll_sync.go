@@ -66,10 +66,15 @@ type collState struct {
 	allDone uint64
 	// The net calls (coll_net.go), whose area is at stage: the number of
 	// the last one, and the private buffer of their messages.
-	nseq   uint64
-	net    []uint64
-	lens   []int  // collect's lengths and places
-	gather []byte // collect's blocks
+	nseq uint64
+	net  []uint64
+	// owed messages into slots 0..owed-1 of parity owedPar, which a
+	// broadcast's root of key owedKey left to its next collective of the
+	// team (netCall.owe).
+	owed, owedPar int
+	owedKey       uint64
+	lens          []int  // collect's lengths and places
+	gather        []byte // collect's blocks
 }
 
 // collStates are the states of the teams this PE belongs to, by slot.

@@ -471,11 +471,16 @@ func TestCollLargerJobs(t *testing.T) {
 // soon as a call returns: across nodes their data waits in the team's net
 // area, which a fast PE's next calls must not overwrite before a slow PE
 // has read it. Short vectors (pushed with the calls' keys) and long ones
-// (the bandwidth algorithms) alternate, over 3 and 5 PEs (folded
-// reductions) and 4.
+// (the bandwidth algorithms) alternate, over 2, 3 and 5 PEs (folded
+// reductions) and 4. Broadcasts come in runs, of one root and of roots
+// that change, whose root across nodes returns without waiting for the
+// other PEs (coll_net.go): its next calls must not overtake them.
 func TestCollBackToBackStress(t *testing.T) {
-	jobWith(t, jobOptions{nps: []int{3, 4, 5}, quick: []int{3, 5}}, func(t *testing.T, me, n int) {
-		const calls = 150
+	jobWith(t, jobOptions{nps: []int{2, 3, 4, 5}, quick: []int{2, 3, 5}}, func(t *testing.T, me, n int) {
+		const calls = 200
+		// The kinds of call: 0 SumReduce, 1 Broadcast, 2 FCollect, 3
+		// Collect.
+		kinds := []int{0, 1, 1, 1, 2, 1, 1, 3, 1, 0, 1}
 		src, dst := calloc[int64](t, 1200*n), calloc[int64](t, 1200*n)
 		defer shmem.Free(dst)
 		defer shmem.Free(src)
@@ -485,7 +490,8 @@ func TestCollBackToBackStress(t *testing.T) {
 				late(it)
 			}
 			nel := []int{1, 7, 300, 600, 1}[it%5] // 600 int64s: past the push
-			root := (it / 4) % n
+			kind := kinds[it%len(kinds)]
+			root := (it / 3) % n
 			// k is the block of PE pe in a Collect: a length of its own.
 			k := func(pe int) int { return (nel + 250*pe) % 700 }
 			val := func(pe, i int) int64 { return int64(1000*pe + 3*i + it) }
@@ -494,7 +500,7 @@ func TestCollBackToBackStress(t *testing.T) {
 			}
 			var err error
 			var want []int64
-			switch it % 4 {
+			switch kind {
 			case 0:
 				err = shmem.SumReduce(w, dst[:nel], src[:nel])
 				want = make([]int64, nel)
@@ -524,7 +530,7 @@ func TestCollBackToBackStress(t *testing.T) {
 					}
 				}
 			}
-			what := fmt.Sprintf("call %d (kind %d, %d elements, root %d)", it, it%4, nel, root)
+			what := fmt.Sprintf("call %d (kind %d, %d elements, root %d)", it, kind, nel, root)
 			if err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
@@ -544,4 +550,56 @@ func late(it int) {
 	end := time.Now().Add(time.Duration(50+it%7*40) * time.Microsecond)
 	for time.Now().Before(end) {
 	}
+}
+
+// TestSmallHeapOneNode: a job whose PEs all map each other's heaps starts
+// with a heap of 512K and runs its collectives: its team pool holds no
+// net area (coll_net.go), which no team of it uses (with one, 2 PEs took
+// 610 KB of team pool and Init failed).
+func TestSmallHeapOneNode(t *testing.T) {
+	shmemtest.RunWith(t, shmemtest.Options{NPs: []int{2}, Transports: []shmemtest.Transport{shmemtest.SharedMemory},
+		Env: []string{"SHMEM_SYMMETRIC_SIZE=512K"}}, func(t *testing.T) {
+		me, n := shmem.MyPE(), shmem.NPEs()
+		src, dst := calloc[int64](t, 4), calloc[int64](t, 4)
+		src[0] = int64(me + 1)
+		if err := shmem.SumReduce(shmem.TeamWorld, dst[:1], src[:1]); err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(n * (n + 1) / 2); dst[0] != want {
+			t.Fatalf("SumReduce: %d, want %d", dst[0], want)
+		}
+		shmem.BarrierAll()
+		shmem.Free(dst)
+		shmem.Free(src)
+	})
+}
+
+// TestBroadcastRootThenDestroy: across nodes the root of a short broadcast
+// returns before the other PEs' messages reach it; destroying the team at
+// once, and splitting a new one into its slot, must neither lose them nor
+// let them count in the new team's words.
+func TestBroadcastRootThenDestroy(t *testing.T) {
+	jobWith(t, jobOptions{nps: []int{3}}, func(t *testing.T, me, n int) {
+		src, dst := calloc[int64](t, 4), calloc[int64](t, 4)
+		defer shmem.Free(dst)
+		defer shmem.Free(src)
+		for it := range 20 {
+			team, err := shmem.TeamSplitStrided(shmem.TeamWorld, 0, 1, n, shmem.TeamConfig{}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			root := it % n
+			src[0], dst[0] = int64(100*me+it), -1
+			for range 3 {
+				if err := shmem.Broadcast(team, dst[:1], src[:1], root); err != nil {
+					t.Fatalf("split %d: %v", it, err)
+				}
+				if want := int64(100*root + it); dst[0] != want {
+					t.Fatalf("split %d: Broadcast from %d: %d, want %d", it, root, dst[0], want)
+				}
+			}
+			team.Destroy()
+		}
+		shmem.BarrierAll()
+	})
 }

@@ -15,7 +15,13 @@ import (
 // between Init and Finalize, and check with the job's output.
 func debugJob(t *testing.T, np int, check func(t *testing.T, out string), body func(t *testing.T, me, n int)) {
 	t.Helper()
-	shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{np}, Transports: []shmemtest.Transport{shmemtest.SharedMemory}, Env: []string{"SHMEM_DEBUG=1"}, Check: check}, func(t *testing.T) {
+	debugJobOver(t, np, []shmemtest.Transport{shmemtest.SharedMemory}, check, body)
+}
+
+// debugJobOver is debugJob over each of the transports trs.
+func debugJobOver(t *testing.T, np int, trs []shmemtest.Transport, check func(t *testing.T, out string), body func(t *testing.T, me, n int)) {
+	t.Helper()
+	shmemtest.RunWith(t, shmemtest.Options{Shared: true, NPs: []int{np}, Transports: trs, Env: []string{"SHMEM_DEBUG=1"}, Check: check}, func(t *testing.T) {
 		body(t, shmem.MyPE(), shmem.NPEs())
 	})
 }

@@ -244,6 +244,10 @@ type state struct {
 	// PE's CPUs, rounded up (see crowding).
 	perCPU  int
 	netPoll bool // some peer is reached through the network
+	// netColls: some PE of the job does not map every other's heap, so a
+	// team's collectives may go across nodes (the team slots then hold a
+	// net area, coll_net.go). The same on every PE (from the placements).
+	netColls bool
 	// foreignMu lets one goroutine of another context at a time progress
 	// the default worker (foreignProgress).
 	foreignMu sync.Mutex
@@ -553,6 +557,9 @@ func startCollectives(m *bootstrap.Member, level ThreadLevel, env envSettings) e
 	if err := st.barrier.chooseScheme(places); err != nil {
 		return err
 	}
+	for _, p := range places {
+		st.netColls = st.netColls || !p.mapsAll
+	}
 	if err := initTeams(); err != nil {
 		return err
 	}
@@ -785,6 +792,7 @@ func Finalize() {
 	profStop()
 	worldsync.Publish(nil)
 	Quiet()
+	settleColl()
 	destroyContexts()
 	// A PE may be completing operations that need another PE's progress
 	// (software atomics and flushes over shared-memory messages are served

@@ -107,6 +107,9 @@ var teamsBySlot [MaxTeams]atomic.Pointer[Team]
 // checks before it communicates does not count. Plain release stores: the
 // PE is the only writer of its word, and a barrier pays for nothing more.
 func (t *Team) beginColl(routine string) {
+	if cs := collStates[t.slot]; cs != nil && cs.owed > 0 && cs.team == t {
+		cs.settle(routine) // before this call's word and arguments
+	}
 	p := t.collWord()
 	// The call number is the word's own: the C library's barrier
 	// (internal/worldsync) counts the world team's calls in it too.

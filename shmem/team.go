@@ -795,6 +795,11 @@ func (t *Team) Destroy() {
 	}
 	ctxMu.Unlock()
 	Quiet()
+	if cs := collStates[t.slot]; cs != nil && cs.team == t && cs.owed > 0 {
+		// A broadcast's root may owe the wait for messages into its slots
+		// (netCall.owe): none may come once a later team clears them.
+		cs.settle("(*Team).Destroy")
+	}
 	if cs := collStates[t.slot]; cs != nil && cs.team == t && cs.seq > 0 {
 		// Every PE of the team made the same staged calls; once all are
 		// here, none reads this PE's slots any more, and a later team may
