@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/ucs"
 )
@@ -211,8 +213,11 @@ func collectNet(routine string, form collForm, cs *collState, dest, source []byt
 		args.nelems = b / size
 	}
 	c := cs.netBegin(routine, args)
+	if !netLensFit(n) {
+		return collectLens(routine, form, &c, dest, source, doff, size, fixed)
+	}
 	// A slot holds the lengths and the data of the most blocks a message
-	// carries.
+	// carries (at least 8 bytes each, as netLensFit holds).
 	blockCap := uint64((netSlot-netHdr)/bruckMost(n) - 8)
 	if cap(cs.lens) < 2*n+1 {
 		cs.lens = make([]int, 2*n+1)
@@ -273,6 +278,58 @@ func collectNet(routine string, form collForm, cs *collState, dest, source []byt
 		}
 		return nil
 	}
+	ucs.Copy(dest[pos[v]:pos[v+1]], source)
+	cs.allgather(routine, doff, dest, pos, sigA)
+	return nil
+}
+
+// collectLens is collectNet for a team too large for the net pattern to
+// carry the lengths of the blocks (netLensFit): the pattern carries the
+// keys alone, then the lengths are gathered into the length words of the
+// team's area (word j for the team's PE j) and the blocks into dest, by
+// the dissemination allgather of puts. The pattern is a dissemination
+// over the team, so no PE writes a length of the next call before every
+// PE has finished this one's.
+func collectLens(routine string, form collForm, c *netCall, dest, source []byte, doff uintptr, size int, fixed bool) error {
+	cs := c.cs
+	t := cs.team
+	n, v, b := t.npes, t.me, len(source)
+	hdr := c.buf(netHdr)
+	for k, d := 0, 1; d < n; k, d = k+1, d<<1 {
+		c.send((v-d+n)%n, k, hdr)
+		c.recv(k, 0)
+	}
+	if !c.agreed() {
+		return t.argsMismatch(routine, form)
+	}
+	if cap(cs.lens) < n+1 {
+		cs.lens = make([]int, n+1)
+	}
+	pos := cs.lens[:n+1]
+	if fixed {
+		for j := range pos {
+			pos[j] = j * b
+		}
+	} else {
+		lensOff := cs.area + collSigs*8
+		lens := unsafe.Slice((*uint64)(st.heap.At(int(lensOff))), n)
+		atomic.StoreUint64(&lens[v], uint64(b))
+		for j := range pos {
+			pos[j] = 8 * j
+		}
+		cs.allgather(routine, lensOff, localBytes(lensOff, 8*n), pos, sigB)
+		pos[0] = 0
+		for j := range n {
+			pos[j+1] = pos[j] + int(min(atomic.LoadUint64(&lens[j]), math.MaxInt32))
+		}
+	}
+	if pos[n] > len(dest) {
+		return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, pos[n]/size)
+	}
+	if pos[n] == 0 {
+		return nil
+	}
+	profTeam(routine, t, 0, b)
 	ucs.Copy(dest[pos[v]:pos[v+1]], source)
 	cs.allgather(routine, doff, dest, pos, sigA)
 	return nil

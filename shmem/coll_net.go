@@ -216,6 +216,13 @@ func (c *netCall) buf(n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(c.cs.net))), n)
 }
 
+// netLensFit reports whether a message of the dissemination allgather of
+// n PEs (collectNet) fits a slot with the lengths of the blocks it
+// carries: for up to about a thousand PEs. A larger team's collect
+// gathers the lengths into the length words of its area instead
+// (collWordsSize), as the data of blocks that do not fit go by puts.
+func netLensFit(n int) bool { return n < 2 || netHdr+8*bruckMost(n) <= netSlot }
+
 // netVec views the data of a message (after its header) as nr elements
 // of T.
 func netVec[T any](msg []byte, nr int) []T {
