@@ -26,8 +26,9 @@ func TestBruckMost(t *testing.T) {
 // true again for a larger team (the area is sized by the job's PEs, a
 // team's count is at most that).
 func TestNetLensFit(t *testing.T) {
-	saved := st.npes
-	t.Cleanup(func() { st.npes = saved })
+	saved, savedNet := st.npes, st.netColls
+	t.Cleanup(func() { st.npes, st.netColls = saved, savedNet })
+	st.netColls = true
 	first := 0
 	for n := 2; n <= 1<<17; n++ {
 		fit := netLensFit(n)

@@ -44,12 +44,12 @@ func collAreaSize() uintptr {
 }
 
 // collWordsSize is the size of the signal words of a team's collectives'
-// area, and, in a job too large for the net pattern to carry Collect's
-// lengths (netLensFit), of one length word per PE of the job, in whole
-// cache lines.
+// area, and, in a job across nodes too large for the net pattern to carry
+// Collect's lengths (netLensFit), of one length word per PE of the job, in
+// whole cache lines.
 func collWordsSize() uintptr {
 	n := uintptr(collSigs)
-	if !netLensFit(st.npes) {
+	if st.netColls && !netLensFit(st.npes) {
 		n += uintptr(st.npes)
 	}
 	return (n*8 + counterStride - 1) / counterStride * counterStride
