@@ -317,7 +317,7 @@ func newPooledRequest() any { return new(Request) }
 // per worker, until the request is reused or the worker destroyed
 // (Worker.Destroy drops the stack). Only what is large in the usual case,
 // the contiguous data buffer and a put's or get's descriptors of it, is
-// dropped at release (dropData: 8 instructions). A request for the
+// dropped at release (dropData, about 8 instructions). A request for the
 // sync.Pool is cleared when it goes there.
 type requestPool struct {
 	// top is the stack, linked through Request.nextFree; n counts its
@@ -337,8 +337,8 @@ type requestPool struct {
 // ping-pong or a window of a few operations keeps in flight.
 const localRequests = 16
 
-// get returns a free request from the sync.Pool; takeRequest takes those
-// of the stack itself.
+// get returns a free request from the sync.Pool (poolRequest); pop takes
+// those of the stack.
 func (p *requestPool) get() *Request { return p.free.Get().(*Request) }
 
 // push puts r, which nothing refers to any more, on the stack and reports
@@ -406,6 +406,12 @@ func (w *Worker) takeRequest() *Request {
 	if r := w.requests.pop(); r != nil {
 		return r
 	}
+	return w.poolRequest()
+}
+
+// poolRequest is takeRequest with the worker's stack empty: a request of
+// the sync.Pool, made w's.
+func (w *Worker) poolRequest() *Request {
 	r := w.requests.get()
 	w.adoptRequest(r)
 	return r
@@ -413,9 +419,8 @@ func (w *Worker) takeRequest() *Request {
 
 // newRequest returns a request for an operation with the given params,
 // from the user's memory or the worker's pool. Every field of the
-// operation's is zero (clearOp: takeRequest clears a request of the
-// stack, put one for the sync.Pool, resetExternal the caller's), but those
-// set here.
+// operation's is zero (clearOp: pop clears a request of the stack, put
+// one for the sync.Pool; resetExternal the caller's), but those set here.
 func (w *Worker) newRequest(param *RequestParam) *Request {
 	var r *Request
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
@@ -714,9 +719,10 @@ func (r *Request) put(freed bool) {
 	// A request for the worker's stack keeps its operation until it is
 	// taken again (requestPool.pop clears it), so that a release on the
 	// critical path, a completed request freed before the next send,
-	// costs the push and dropData only. Its fate is that of a request
-	// that runs, so that a second Free only marks it, as it did when
-	// release cleared the request, and leaves the stack a list.
+	// costs the push and dropData only. Its fate is a running request's:
+	// a second Free, by mistake, then only marks it, as it did when
+	// release cleared the request, and the stack stays a list (pop
+	// resets the fate).
 	r.dropData()
 	r.fate = fateRunning
 	if r.w.requests.push(r) {

@@ -1004,7 +1004,7 @@ func (ep *Endpoint) streamRecv(buf []byte, it *dtIter, param *RequestParam, flag
 	if param == nil || param.OpAttrMask&OpAttrFieldRequest == 0 {
 		// newRequest's, with the worker's request taken inline.
 		if r = w.requests.pop(); r == nil {
-			r = w.takeRequest()
+			r = w.poolRequest()
 		}
 		if param != nil {
 			r.setParam(param)
