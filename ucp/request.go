@@ -235,44 +235,58 @@ type Request struct {
 	// and for an operation that waits for a software protocol's reply,
 	// which an iface with asynchronous delivery (tcp) hands to the
 	// handler on a goroutine of its own (swState.add).
-	state     int32 // ucs.Status
-	fate      int32 // fate* value
-	claimed   int32 // 1 once complete ran (or runs): a second completion is ignored
-	held      int32 // held* value; heldNone outside hold..unhold, so a pooled request needs no reset
-	shared    bool  // its completion may race with its owner (above)
-	cb        SendCallback
-	rcb       TagRecvCallback // a tag receive's callback, called instead of cb
-	recv      bool            // a receive: not counted as in flight
-	untracked bool            // a tag send: not counted as in flight either
-	userData  any
-	reply     *uint64
-	result    uint64
-	result32  uint32
-	size      int
-	proto     string
-	lane      *lane
-	external  bool
-	pending   uct.PendingReq
-	reserved  []byte
-	inited    bool
-	dt        dtIter             // the data of a tag operation
-	tr        tagRecvState       // a tag receive
-	top       *sendOp            // a tag send still in the worker's hands
-	rwi       *workerIface       // a receive's data came on it, where no lane says
-	scb       StreamRecvCallback // a stream receive's callback, called instead of cb
-	sr        streamRecvState    // a stream receive
-	sgl       *sglOp             // an SGL put or get
-	rma       rmaOp              // a put, get or atomic posted to a lane (rma.go)
+	state    int32 // ucs.Status
+	fate     int32 // fate* value
+	claimed  int32 // 1 once complete ran (or runs): a second completion is ignored
+	held     int32 // held* value; heldNone outside hold..unhold, so a pooled request needs no reset
+	shared   bool  // its completion may race with its owner (above)
+	external bool
+	inited   bool
+	result   uint64
+	result32 uint32
+	size     int
+	proto    string
+	pending  uct.PendingReq
+	reserved []byte
+	// The operation's fields, zero when the request is handed out for an
+	// operation (clearOp): all but the request's own (above: its worker,
+	// completion, memory, life-cycle words; below: its functions, its
+	// place on the worker's stack) and those every operation sets anew
+	// (size, proto, result).
+	reqOp
+	recv bool            // a receive: not counted as in flight
+	sr   streamRecvState // a stream receive
+	dt   dtIter          // the data of a tag operation
+	tr   tagRecvState    // a tag receive
+	rma  rmaOp           // a put, get or atomic posted to a lane (rma.go)
 	// The request's pack and unpack functions over dt, made once per
 	// Request and kept when it is reused, so that a bcopy put or get
 	// allocates no function value.
 	pack   uct.PackFunc
 	unpack uct.UnpackFunc
-	// nextFree links the worker's stack of free requests, and freeDepth
-	// is the request's depth there (requestPool); in a request taken from
-	// it, stale values that nothing reads.
-	nextFree  *Request
-	freeDepth int
+	// nextFree links the worker's stack of free requests (requestPool);
+	// in a request taken from it, a stale value that nothing reads.
+	nextFree *Request
+}
+
+// reqOp are fields of a request's operation: one struct, so that clearOp
+// clears them in one statement, which keeps it and requestPool.pop within
+// the inliner's budget, and no larger than the compiler clears in
+// straight stores (192 bytes). The fields that inlined functions of the
+// receive paths read (Request.recv, sr, dt, tr) are the request's own: a
+// field of an embedded struct costs the inliner one more a use, and
+// streamTakes and newRecv lay at its budget.
+type reqOp struct {
+	cb        SendCallback
+	rcb       TagRecvCallback    // a tag receive's callback, called instead of cb
+	scb       StreamRecvCallback // a stream receive's callback, called instead of cb
+	untracked bool               // a tag send: not counted as in flight either
+	userData  any
+	reply     *uint64
+	lane      *lane
+	top       *sendOp      // a tag send still in the worker's hands
+	rwi       *workerIface // a receive's data came on it, where no lane says
+	sgl       *sglOp       // an SGL put or get
 }
 
 // newPooledRequest is the New of a worker's request pool.
@@ -292,12 +306,24 @@ func newPooledRequest() any { return new(Request) }
 // requests the collector may take back. In multi mode only the sync.Pool
 // is used, and so for a shared request (Request), which a transport's
 // goroutine may release.
+//
+// A request on the stack keeps most of its last operation until pop hands
+// it out again and clears it (clearOp), as a UCX request is initialized
+// for its operation when it is taken: the release of a completed request,
+// which a ping-pong does between a message's arrival and its reply, only
+// pushes it. What the operation referred to stays reachable meanwhile
+// (its callbacks and user data, the endpoint, lane and keys, an iov's or
+// a generic datatype's buffers), at most localRequests operations' worth
+// per worker, until the request is reused or the worker destroyed
+// (Worker.Destroy drops the stack). Only what is large in the usual case,
+// the contiguous data buffer and a put's or get's descriptors of it, is
+// dropped at release (dropData, about 8 instructions). A request for the
+// sync.Pool is cleared when it goes there.
 type requestPool struct {
-	// top is the stack, linked through Request.nextFree; max is its
-	// bound, localRequests, and 0 in multi mode. A list, not a slice, so
-	// that taking a request from it is inlined (takeRequest): a request
-	// knows its depth (freeDepth), and nothing is counted as it is taken.
+	// top is the stack, linked through Request.nextFree; n counts its
+	// requests, and max bounds them: localRequests, and 0 in multi mode.
 	top  *Request
+	n    int
 	max  int
 	free sync.Pool
 	// inited lists, only with a RequestCleanup function, the requests of
@@ -311,29 +337,45 @@ type requestPool struct {
 // ping-pong or a window of a few operations keeps in flight.
 const localRequests = 16
 
-// get returns a free request from the sync.Pool; newRequest takes those
-// of the stack itself.
+// get returns a free request from the sync.Pool (poolRequest); pop takes
+// those of the stack.
 func (p *requestPool) get() *Request { return p.free.Get().(*Request) }
 
 // push puts r, which nothing refers to any more, on the stack and reports
 // whether it did (false when it is full); from the worker's goroutine
-// only (release).
+// only (put).
 func (p *requestPool) push(r *Request) bool {
-	d := p.depth()
-	if d >= p.max {
+	if p.n >= p.max {
 		return false
 	}
-	r.nextFree, r.freeDepth, p.top = p.top, d+1, r
+	p.n++
+	r.nextFree, p.top = p.top, r
 	return true
 }
 
-// depth returns how many requests are on the stack.
-func (p *requestPool) depth() int {
-	if p.top == nil {
-		return 0
+// pop takes the latest freed request off the stack, cleared for its next
+// operation (clearOp), or returns nil when the stack is empty: the one
+// place where the stack's requests are taken (takeRequest, and inlined
+// where a request is taken on a fast path). The request is the worker's,
+// initialized, and not shared (put gives those to the sync.Pool). From
+// the worker's goroutine only.
+func (p *requestPool) pop() *Request {
+	r := p.top
+	if r != nil {
+		p.top = r.nextFree
+		p.n--
+		r.clearOp()
 	}
-	return p.top.freeDepth
+	return r
 }
+
+// depth returns how many requests are on the stack.
+func (p *requestPool) depth() int { return p.n }
+
+// drop forgets the requests of the stack, for the collector to take back
+// with what their last operations referred to (requestPool); from the
+// worker's goroutine only.
+func (p *requestPool) drop() { p.top, p.n = nil, 0 }
 
 // stacked returns the requests on the stack, the latest first.
 func (p *requestPool) stacked() []*Request {
@@ -356,41 +398,40 @@ func (p *requestPool) cleanup(fn func(*Request)) {
 	}
 }
 
-// takeRequest is newRequest(nil), inlined: the usual request, the latest
-// freed one of the worker's stack (requestPool), as release left it for
-// the next operation.
+// takeRequest returns a request of the worker's for an operation (what
+// newRequest(nil) returns), with every field of the operation's zero: the
+// latest freed one of the worker's stack (requestPool.pop, which clears
+// it), or one from the sync.Pool (cleared when it went there).
 func (w *Worker) takeRequest() *Request {
-	r := w.requests.top
-	if r == nil {
-		return w.newRequest(nil)
+	if r := w.requests.pop(); r != nil {
+		return r
 	}
-	w.requests.top = r.nextFree
+	return w.poolRequest()
+}
+
+// poolRequest is takeRequest with the worker's stack empty: a request of
+// the sync.Pool, made w's.
+func (w *Worker) poolRequest() *Request {
+	r := w.requests.get()
+	w.adoptRequest(r)
 	return r
 }
 
 // newRequest returns a request for an operation with the given params,
 // from the user's memory or the worker's pool. Every field of the
-// operation's is zero (release clears them), but those set here.
+// operation's is zero (clearOp: pop clears a request of the stack, put
+// one for the sync.Pool; resetExternal the caller's), but those set here.
 func (w *Worker) newRequest(param *RequestParam) *Request {
 	var r *Request
 	if param != nil && param.OpAttrMask&OpAttrFieldRequest != 0 && param.Request != nil {
 		r = param.Request
 		r.resetExternal()
 		w.adoptRequest(r)
-	} else if r = w.requests.top; r != nil {
-		// The latest freed request, as in takeRequest. It is w's,
-		// initialized, and not shared (release gives those to the
-		// sync.Pool).
-		w.requests.top = r.nextFree
 	} else {
-		r = w.requests.get()
-		w.adoptRequest(r)
+		r = w.takeRequest()
 	}
-	// Plain stores: nothing else sees r yet (a pooled request came back
-	// through the pool, after its last use). r.comp is left as it is:
-	// only an operation that hands it to a transport uses it, and sets it
-	// then (ownCompletion).
-	r.resetLife()
+	// r.comp is left as it is: only an operation that hands it to a
+	// transport uses it, and sets it then (ownCompletion).
 	if param != nil {
 		r.setParam(param)
 	}
@@ -408,8 +449,8 @@ func (r *Request) setParam(param *RequestParam) {
 }
 
 // resetLife makes r's life-cycle words those of a request that runs:
-// release does it for the next operation, newRequest for a request new or
-// external.
+// clearOp does it for the next operation, adoptRequest for a request new
+// or external.
 func (r *Request) resetLife() {
 	r.state, r.fate, r.claimed = int32(ucs.InProgress), fateRunning, 0
 }
@@ -424,10 +465,13 @@ func (r *Request) resetExternal() {
 }
 
 // adoptRequest makes r, a request from the sync.Pool or the caller's
-// memory, w's for an operation: its worker and shared flag, and its
-// initialization when it is new.
+// memory, w's for an operation: its worker and shared flag, its life-cycle
+// words, and its initialization when it is new.
 func (w *Worker) adoptRequest(r *Request) {
 	r.w, r.shared = w, w.mode == ucs.ThreadModeMulti
+	// Plain stores: nothing else sees r yet (a request of the sync.Pool
+	// came back through it, after its last use).
+	r.resetLife()
 	if !r.inited {
 		w.initRequest(r)
 	}
@@ -665,42 +709,78 @@ func (r *Request) release() { r.put(false) }
 // running or is shared: a shared request's completion may still run, and
 // it releases the request when it does (settle).
 func (r *Request) put(freed bool) {
-	if freed && r.shared && atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateFreed) {
-		return // the completion releases it
+	if r.shared {
+		r.putShared(freed)
+		return
 	}
 	if r.external {
 		return
 	}
-	// One field a statement: the compiler clears each struct in place,
-	// where a tuple assignment zeroes temporaries and copies them (120
-	// instructions a release, 62 so).
-	r.cb = nil
-	r.rcb = nil
-	r.userData = nil
-	r.reply = nil
-	r.lane = nil
-	r.top = nil
-	r.recv = false
-	r.untracked = false
-	r.tr = tagRecvState{}
-	r.dt = dtIter{}
-	r.rwi = nil
-	r.scb = nil
-	r.sr = streamRecvState{}
-	r.sgl = nil
+	// A request for the worker's stack keeps its operation until it is
+	// taken again (requestPool.pop clears it), so that a release on the
+	// critical path, a completed request freed before the next send,
+	// costs the push and dropData only. Its fate is a running request's:
+	// a second Free, by mistake, then only marks it, as it did when
+	// release cleared the request, and the stack stays a list (pop
+	// resets the fate).
+	r.dropData()
+	r.fate = fateRunning
+	if r.w.requests.push(r) {
+		return
+	}
+	r.toPool()
+}
+
+// putShared is put of a shared request. Its completion may release it on
+// a transport's goroutine, which must not touch the lock-free stack: it
+// goes to the sync.Pool.
+func (r *Request) putShared(freed bool) {
+	if freed && atomic.CompareAndSwapInt32(&r.fate, fateRunning, fateFreed) {
+		return // the completion releases it
+	}
+	if !r.external {
+		r.dropData()
+		r.toPool()
+	}
+}
+
+// dropData drops the references of r's operation to what may be large
+// and is the user's to let go: its contiguous data buffer, and a put's or
+// get's descriptors of the data (requestPool). A released request's rma
+// is zero.
+func (r *Request) dropData() {
+	r.dt.contig = nil
 	if r.rma.rl != nil {
 		// Only puts, gets and atomics use rma, and they all set rl.
 		r.rma = rmaOp{}
 	}
-	// Nothing else sees r any more (its owner freed it, or never had it):
-	// plain stores.
-	r.resetLife()
-	// A shared request's completion may release it on a transport's
-	// goroutine, which must not touch the lock-free stack.
-	if !r.shared && r.w.requests.push(r) {
-		return
-	}
+}
+
+// toPool clears r, released (dropData), and gives it to the sync.Pool:
+// the collector may keep its requests a while, and what they referred to
+// with them.
+func (r *Request) toPool() {
+	r.clearOp()
 	r.w.requests.free.Put(r)
+}
+
+// clearOp clears r, released (its rma is zero: dropData), of its last
+// operation, for the next: every field an operation sets but those every
+// operation sets anew (size, proto, result), and its life-cycle words
+// those of a request that runs. Nothing else sees r (its owner freed it,
+// or never had it): plain stores.
+func (r *Request) clearOp() {
+	// A struct a statement, each cleared in place (a tuple assignment
+	// zeroes temporaries and copies them): one struct of all is past the
+	// size that the compiler clears in straight stores (192 bytes), and
+	// its loop took 12 instructions more; a statement a field took the
+	// inliner's budget (reqOp).
+	r.reqOp = reqOp{}
+	r.recv = false
+	r.sr = streamRecvState{}
+	r.dt = dtIter{}
+	r.tr = tagRecvState{}
+	r.resetLife()
 }
 
 // Status returns nil when the request completed successfully, ucs.InProgress

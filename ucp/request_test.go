@@ -275,6 +275,9 @@ func TestRequestCleanup(t *testing.T) {
 				want--
 			}
 			w.Destroy()
+			if n := w.requests.depth(); n != 0 {
+				t.Errorf("%d requests on the stack of a destroyed worker", n)
+			}
 			if cleanups != want || cleanups < tc.pooled {
 				t.Errorf("%d cleanups at Destroy (%d inits), want %d", cleanups, inits, want)
 			}
@@ -351,8 +354,7 @@ func TestRequestLifeCycle(t *testing.T) {
 				if calls != tc.calls {
 					t.Errorf("%d callbacks, want %d", calls, tc.calls)
 				}
-				// release clears the callback, which every case sets.
-				if released := r.cb == nil; released != tc.released {
+				if released := requestReleased(w, r); released != tc.released {
 					t.Fatalf("released %v, want %v", released, tc.released)
 				}
 				if tc.released {
@@ -366,7 +368,7 @@ func TestRequestLifeCycle(t *testing.T) {
 				}
 				if tc.freeAfter {
 					r.Free()
-					if r.cb != nil {
+					if !requestReleased(w, r) {
 						t.Error("Free of a completed request did not release it")
 					}
 				}
@@ -376,23 +378,86 @@ func TestRequestLifeCycle(t *testing.T) {
 	}
 }
 
-// requestKept are the fields of Request that release leaves as they are
-// or sets to what a new operation needs: the request's own (its worker,
-// completion, memory, its place on the worker's stack, its life-cycle
-// words, reset for the next operation) and those every operation sets
-// anew.
+// requestReleased reports whether r, which every case of
+// TestRequestLifeCycle gives a callback, went back to w's pool: to the
+// stack, which keeps its operation until it is taken again, or cleared to
+// the sync.Pool.
+func requestReleased(w *Worker, r *Request) bool {
+	return slices.Contains(w.requests.stacked(), r) || r.cb == nil
+}
+
+// TestRequestFreeTwice checks that a second Free of a request released to
+// the worker's stack leaves the stack a list: the request is on it once,
+// and the next two operations get two requests.
+func TestRequestFreeTwice(t *testing.T) {
+	c := newContextParams(t, new(Params).SetFeatures(FeatureRMA))
+	w := newWorker(t, c)
+	w.requests.drop()
+	r := w.newRequest(nil)
+	r.complete(ucs.OK)
+	r.Free()
+	r.Free()
+	if n := w.requests.depth(); n != 1 {
+		t.Fatalf("%d requests on the stack after freeing one twice, want 1", n)
+	}
+	if a, b := w.newRequest(nil), w.newRequest(nil); a == b {
+		t.Fatal("two operations got the same request")
+	}
+}
+
+// requestKept are the fields of Request that are not its operation's:
+// the request's own (its worker, completion, memory, its place on the
+// worker's stack, its life-cycle words, reset for the next operation) and
+// those every operation sets anew.
 var requestKept = map[string]bool{
 	"comp": true, "w": true, "state": true, "fate": true, "claimed": true, "held": true,
 	"shared": true, "size": true, "proto": true, "result": true, "result32": true,
 	"pending": true, "reserved": true, "inited": true, "external": true,
-	"pack": true, "unpack": true, "nextFree": true, "freeDepth": true,
+	"pack": true, "unpack": true, "nextFree": true,
 }
 
-// TestReleasedRequestClear checks that a request released to the worker's
-// stack holds nothing of its operation, whatever the operation was (release
-// clears only what the operation's kind sets): every field but those it
-// keeps is zero.
-func TestReleasedRequestClear(t *testing.T) {
+// opFields returns the operation's fields of r that are not zero, each
+// field of a struct by its path ("tr.sn"), those of reqOp by their own
+// name.
+func opFields(r *Request) []string {
+	var nonzero []string
+	var walk func(v reflect.Value, path string)
+	walk = func(v reflect.Value, path string) {
+		if v.Kind() != reflect.Struct {
+			if !v.IsZero() {
+				nonzero = append(nonzero, path)
+			}
+			return
+		}
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			switch {
+			case path == "" && requestKept[f.Name]:
+			case f.Anonymous:
+				walk(v.Field(i), path)
+			case path == "":
+				walk(v.Field(i), f.Name)
+			default:
+				walk(v.Field(i), path+"."+f.Name)
+			}
+		}
+	}
+	walk(reflect.ValueOf(r).Elem(), "")
+	return nonzero
+}
+
+// TestRequestHandedOutClear checks that a request handed out for an
+// operation holds nothing of the one it served before, whatever that was
+// (a released request on the worker's stack keeps its operation but for
+// its data, dropData, until requestPool.pop clears it): takeRequest and
+// newRequest hand out requests whose operation fields are all zero but
+// those their params set, and the receives that take the worker's request
+// inline (TagRecvNBX, StreamRecvNBX) return one whose fields that are not
+// zero are among those the same receive sets in a request that served
+// nothing before; each is a request that runs (its life-cycle words). A
+// request released to the sync.Pool (a full stack, multi mode, a shared
+// request) is cleared at once.
+func TestRequestHandedOutClear(t *testing.T) {
 	c := newContextParams(t, new(Params).SetFeatures(FeatureTag|FeatureStream|FeatureRMA|FeatureAMO64), "TLS", "self")
 	w := newWorker(t, c)
 	p := newPair(t, c, w, w, 1<<20)
@@ -401,20 +466,25 @@ func TestReleasedRequestClear(t *testing.T) {
 	p.rkey.base = nil
 	ep := p.ep
 	reqParam := func() *RequestParam { return new(RequestParam).SetOpAttrFlags(OpAttrFlagNoImmCmpl) }
+	var freed []*Request // the requests of the operation, freed
 	wait := func(t *testing.T, r *Request, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Wait(); err != nil {
+		// Not Wait: a request that kept its last operation may never
+		// complete.
+		progressUntil(t, w, "the operation", r.IsCompleted)
+		if err := r.Status(); err != nil {
 			t.Fatal(err)
 		}
 		r.Free()
+		freed = append(freed, r)
 	}
 	tagPair := func(size int, sync bool) func(t *testing.T) {
 		return func(t *testing.T) {
 			rbuf := make([]byte, size)
-			rr, err := w.TagRecvNBX(rbuf, 7, tagMaskFull, reqParam())
+			rr, err := w.TagRecvNBX(rbuf, 7, tagMaskFull, reqParam().SetTagRecvCallback(func(*Request, error, *TagRecvInfo, any) {}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -422,7 +492,7 @@ func TestReleasedRequestClear(t *testing.T) {
 			if sync {
 				send = ep.TagSendSyncNBX
 			}
-			sr, err := send(make([]byte, size), 7, reqParam())
+			sr, err := send(make([]byte, size), 7, reqParam().SetUserData(size))
 			wait(t, sr, err)
 			wait(t, rr, nil)
 		}
@@ -440,7 +510,7 @@ func TestReleasedRequestClear(t *testing.T) {
 			}
 		}
 	}
-	for _, tc := range []struct {
+	ops := []struct {
 		name string
 		run  func(t *testing.T)
 	}{
@@ -475,29 +545,158 @@ func TestReleasedRequestClear(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.Cancel()
-			if err := r.Wait(); !errors.Is(err, ucs.ErrCanceled) {
+			progressUntil(t, w, "the canceled receive", r.IsCompleted)
+			if err := r.Status(); !errors.Is(err, ucs.ErrCanceled) {
 				t.Fatalf("canceled receive: %v", err)
 			}
 			r.Free()
+			freed = append(freed, r)
 		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w.requests.top = nil
-			tc.run(t)
-			if w.requests.depth() == 0 {
-				t.Fatal("no request was released to the worker's stack")
+	}
+	// The takers: each hands out a request and returns it with what ends
+	// the operation it started.
+	ended := func(t *testing.T, r *Request) func() {
+		return func() {
+			r.Cancel()
+			progressUntil(t, w, "the canceled receive", r.IsCompleted)
+			if err := r.Status(); !errors.Is(err, ucs.ErrCanceled) {
+				t.Errorf("canceled receive: %v", err)
 			}
-			for _, r := range w.requests.stacked() {
-				v := reflect.ValueOf(r).Elem()
-				for i := range v.NumField() {
-					if name := v.Type().Field(i).Name; !requestKept[name] && !v.Field(i).IsZero() {
-						t.Errorf("a released request keeps its %s", name)
+			r.Free()
+		}
+	}
+	takers := []struct {
+		name string
+		take func(t *testing.T) (*Request, func())
+	}{
+		{"takeRequest", func(*testing.T) (*Request, func()) {
+			r := w.takeRequest()
+			return r, r.release
+		}},
+		{"newRequest", func(*testing.T) (*Request, func()) {
+			r := w.newRequest(new(RequestParam).SetCallback(func(*Request, error, any) {}).SetUserData(1))
+			return r, r.release
+		}},
+		{"TagRecvNBX", func(t *testing.T) (*Request, func()) {
+			r, err := w.TagRecvNBX(make([]byte, 8), 13, tagMaskFull, nil)
+			if err != nil || r == nil {
+				t.Fatalf("TagRecvNBX: %p, %v", r, err)
+			}
+			return r, ended(t, r)
+		}},
+		{"TagRecvNBX/param", func(t *testing.T) (*Request, func()) {
+			r, err := w.TagRecvNBX(make([]byte, 8), 13, tagMaskFull, reqParam().SetTagRecvCallback(func(*Request, error, *TagRecvInfo, any) {}).SetUserData(1))
+			if err != nil || r == nil {
+				t.Fatalf("TagRecvNBX: %p, %v", r, err)
+			}
+			return r, ended(t, r)
+		}},
+		{"StreamRecvNBX", func(t *testing.T) (*Request, func()) {
+			r, _, err := ep.StreamRecvNBX(make([]byte, 8), nil)
+			if err != nil || r == nil {
+				t.Fatalf("StreamRecvNBX: %p, %v", r, err)
+			}
+			return r, ended(t, r)
+		}},
+	}
+	// fresh lists the fields that are not zero in n requests the taker
+	// hands out, held at once, that served nothing before: requests of
+	// the sync.Pool, cleared when they went there, on the stack.
+	fresh := func(t *testing.T, take func(t *testing.T) (*Request, func()), n int) map[string]bool {
+		w.requests.drop()
+		var rs []*Request
+		for range n {
+			rs = append(rs, w.takeRequest())
+		}
+		for _, r := range rs {
+			r.release()
+		}
+		fs := map[string]bool{}
+		var ends []func()
+		for range n {
+			r, end := take(t)
+			ends = append(ends, end)
+			for _, f := range opFields(r) {
+				fs[f] = true
+			}
+		}
+		for _, end := range ends {
+			end()
+		}
+		w.requests.drop()
+		return fs
+	}
+	for _, tk := range takers {
+		for _, op := range ops {
+			t.Run(tk.name+"/after "+op.name, func(t *testing.T) {
+				w.requests.drop()
+				op.run(t)
+				stacked := w.requests.stacked()
+				if len(stacked) == 0 {
+					t.Fatal("no request was released to the worker's stack")
+				}
+				kept := false
+				for _, r := range stacked {
+					kept = kept || len(opFields(r)) != 0
+					if r.dt.contig != nil || !reflect.ValueOf(r.rma).IsZero() {
+						t.Error("a released request keeps its data (dt.contig, rma)")
 					}
 				}
-				// takeRequest hands it out as it is: release made it a
-				// request that runs.
-				if ucs.Status(r.state) != ucs.InProgress || r.fate != fateRunning || r.claimed != 0 || r.held != heldNone {
-					t.Errorf("a released request is not ready to run: state %v, fate %d, claimed %d, held %d", ucs.Status(r.state), r.fate, r.claimed, r.held)
+				if !kept {
+					t.Fatal("no request on the stack kept anything of its operation: nothing to clear")
+				}
+				// The same taker, as many times, on requests that served
+				// nothing before, the stack set aside meanwhile.
+				top, n := w.requests.top, w.requests.n
+				want := fresh(t, tk.take, n)
+				switch tk.name {
+				case "takeRequest":
+					if len(want) != 0 {
+						t.Fatalf("a request of the sync.Pool is not cleared: %v", want)
+					}
+				case "newRequest":
+					if len(want) != 2 || !want["cb"] || !want["userData"] {
+						t.Fatalf("newRequest with a callback and user data sets %v", want)
+					}
+				}
+				w.requests.top, w.requests.n = top, n
+				var ends []func()
+				defer func() {
+					for _, end := range ends {
+						end()
+					}
+				}()
+				for range n {
+					r, end := tk.take(t)
+					ends = append(ends, end)
+					if !slices.Contains(stacked, r) {
+						t.Fatal("the taker did not take a request of the stack")
+					}
+					for _, f := range opFields(r) {
+						if !want[f] {
+							t.Errorf("a request handed out keeps its %s", f)
+						}
+					}
+					if ucs.Status(r.state) != ucs.InProgress || r.fate != fateRunning || r.claimed != 0 || r.held != heldNone {
+						t.Errorf("a request handed out does not run: state %v, fate %d, claimed %d, held %d", ucs.Status(r.state), r.fate, r.claimed, r.held)
+					}
+				}
+			})
+		}
+	}
+	// Released to the sync.Pool (the stack bound of multi mode, which a
+	// full stack and a shared request take too): cleared at once.
+	max := w.requests.max
+	w.requests.max = 0
+	defer func() { w.requests.max = max }()
+	for _, op := range ops {
+		t.Run("sync.Pool/"+op.name, func(t *testing.T) {
+			w.requests.drop()
+			freed = freed[:0]
+			op.run(t)
+			for _, r := range freed {
+				if fs := opFields(r); len(fs) != 0 {
+					t.Errorf("a request released to the sync.Pool keeps its %v", fs)
 				}
 			}
 		})

@@ -163,7 +163,7 @@ type streamRecvState struct {
 	// fq: the stream whose rendezvous fetch the request carries; stage:
 	// the request is the worker's, its buffer goes to the queue;
 	// canceled: Cancel came during the fetch, which ends the receive.
-	// The flags share a word: release clears the state in fewer stores.
+	// The flags share a word: clearOp clears the state in fewer stores.
 	waitAll  bool
 	stage    bool
 	canceled bool
@@ -1003,7 +1003,9 @@ func (ep *Endpoint) streamRecv(buf []byte, it *dtIter, param *RequestParam, flag
 	var r *Request
 	if param == nil || param.OpAttrMask&OpAttrFieldRequest == 0 {
 		// newRequest's, with the worker's request taken inline.
-		r = w.takeRequest()
+		if r = w.requests.pop(); r == nil {
+			r = w.poolRequest()
+		}
 		if param != nil {
 			r.setParam(param)
 		}
@@ -1011,13 +1013,13 @@ func (ep *Endpoint) streamRecv(buf []byte, it *dtIter, param *RequestParam, flag
 		r = w.newRequest(param)
 	}
 	// One field a statement: a tuple assignment copies the iterator
-	// through a temporary. The request's tr and sr are zero (release
-	// clears them), tr.status ucs.OK among them.
+	// through a temporary. The request's tr and sr are zero (clearOp),
+	// tr.status ucs.OK among them.
 	r.recv = true
 	if it != nil {
 		r.dt = *it
 	} else {
-		r.dt.length, r.dt.contig = len(buf), buf // r.dt is zero (release)
+		r.dt.length, r.dt.contig = len(buf), buf // r.dt is zero (clearOp)
 	}
 	r.size = r.dt.length
 	r.proto = protoStreamRecv

@@ -78,7 +78,7 @@ type TagRecvCallback func(req *Request, status error, info *TagRecvInfo, userDat
 type tagRecvState struct {
 	fam        uint8      // rendezvous: famTag or famAM (rndvAnswer)
 	where      uint8      // where it waits to be matched (inHash...), notPosted once matched or while it is tagMatch.solo
-	status     ucs.Status // the first error of a message still arriving (in fam's word: release clears the state in fewer stores)
+	status     ucs.Status // the first error of a message still arriving (in fam's word: clearOp clears the state in fewer stores)
 	next, prev *Request   // in an expected queue
 	sn         uint64     // posting order
 	tag, mask  uint64
@@ -361,10 +361,14 @@ func (w *Worker) TagRecvNBX(buf []byte, tag, mask uint64, param *RequestParam) (
 	}
 	// The common receive of a buffer, nothing that arrived waiting (a
 	// ping-pong's, posted before its message), and the tag state the
-	// goroutine's (no lock): posted at once. The request is the worker's
-	// (takeRequest, inlined), its params set last: the arguments stay in
-	// registers, as no call on the way needs them after.
-	r := w.takeRequest()
+	// goroutine's (no lock): posted at once. The request is the latest
+	// freed of the worker's stack (requestPool.pop, inlined; with the
+	// stack empty, tagRecv takes one), its params set last: the arguments
+	// stay in registers, as no call on the way needs them after.
+	r := w.requests.pop()
+	if r == nil {
+		return w.tagRecvParam(buf, tag, mask, param)
+	}
 	// newRecv's, with the data set in place: r.dt is zero.
 	r.recv, r.size, r.proto = true, len(buf), protoTagRecv
 	r.dt.length, r.dt.contig = len(buf), buf

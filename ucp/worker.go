@@ -628,6 +628,9 @@ func (w *Worker) Destroy() {
 	w.closeIfaces()
 	w.releaseWakeup()
 	w.closeIdle()
+	// The stack's requests keep their last operations' references
+	// (requestPool): a destroyed worker holds none.
+	w.requests.drop()
 	if fn := w.ctx.params.RequestCleanup; fn != nil && w.ctx.params.FieldMask&ParamFieldRequestCleanup != 0 {
 		w.requests.cleanup(fn)
 	}
