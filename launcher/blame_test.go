@@ -30,6 +30,7 @@ func TestBlameFirstCause(t *testing.T) {
 	killed := peEnd{rank: 1, host: "h1", end: signaled(syscall.SIGKILL), code: 137}
 	lostIt := peEnd{rank: 2, host: "h2", end: exited(1), code: 1}
 	terminated := peEnd{rank: 1, host: "h1", end: signaled(syscall.SIGTERM), code: 143, endedBy: "the launcher ends the job"}
+	exitedTold := peEnd{rank: 1, host: "h1", end: exited(2), code: 2, endedBy: "the launcher ends the job"}
 	other := peEnd{rank: 0, host: "h0", end: signaled(syscall.SIGTERM), code: 143, endedBy: "the launcher ends the job"}
 	stopped := peEnd{rank: 1, host: "h1", end: bootstrap.EndCause{Kind: bootstrap.EndStopped, For: 1875 * time.Millisecond}, code: 1}
 	hung := peEnd{rank: 1, host: "h1", end: bootstrap.EndCause{Kind: bootstrap.EndHung, For: 4375 * time.Millisecond, Limit: 5 * time.Second}, code: 1}
@@ -51,6 +52,7 @@ func TestBlameFirstCause(t *testing.T) {
 		{"consequence first, the cause left without finalize", false, []peEnd{lostIt, other, left}, 1, 1, "exited without finalize"},
 		{"cause left without finalize first", false, []peEnd{left, lostIt, other}, 1, 1, "exited without finalize"},
 		{"the lost PE did not fail", false, []peEnd{lostIt, terminated, other}, 2, 1, "after it lost PE 1 (connection reset by peer)"},
+		{"consequence first, the cause exited by itself after it was told to end", false, []peEnd{lostIt, exitedTold, other}, 1, 2, "exited with status 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -143,6 +143,14 @@ func (j *job) ended(e peEnd) {
 	j.pes[e.rank].ended = true
 	j.running--
 	switch {
+	case e.endedBy != "" && j.ending && j.blameOpen && e.rank == j.lostPeer && e.end.Kind == bootstrap.EndExited && e.code != 0:
+		// The PE another PE lost exited with a failure of its own after
+		// the launcher told it to end (which kills, by a signal): it had
+		// failed by itself, and left the job, before its end arrived (a
+		// PE that reports a collective mismatch leaves, then prints the
+		// panic and exits; its peer may see the loss first).
+		j.fail(&JobError{Rank: e.rank, Host: e.host, How: e.end.String(), Code: e.code})
+		return
 	case e.endedBy != "" && j.ending:
 		return // the launcher is ending it
 	case e.endedBy != "":
