@@ -262,14 +262,28 @@ func collectNet(routine string, form collForm, cs *collState, dest, source []byt
 		pos[j+1] = pos[j] + l
 		all = all && uint64(l) <= blockCap
 	}
+	if !all {
+		held = nil
+	}
+	return collectPlace(routine, cs, dest, source, doff, size, pos, lens, held)
+}
+
+// collectPlace moves the blocks of collect and fcollect across nodes into
+// dest, PE j's at pos[j] (pos[n] bytes in all): those of held, the blocks
+// of the PEs from this one on in order, with the lengths lens, when held
+// is not nil; otherwise by the dissemination allgather of puts, this PE's
+// own block from source.
+func collectPlace(routine string, cs *collState, dest, source []byte, doff uintptr, size int, pos, lens []int, held []byte) error {
+	t := cs.team
+	n, v := t.npes, t.me
 	if pos[n] > len(dest) {
 		return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, pos[n]/size)
 	}
 	if pos[n] == 0 {
 		return nil
 	}
-	profTeam(routine, t, 0, b)
-	if all {
+	profTeam(routine, t, 0, len(source))
+	if held != nil {
 		at := 0
 		for i, l := range lens {
 			j := (v + i) % n
@@ -323,16 +337,7 @@ func collectLens(routine string, form collForm, c *netCall, dest, source []byte,
 			pos[j+1] = pos[j] + int(min(atomic.LoadUint64(&lens[j]), math.MaxInt32))
 		}
 	}
-	if pos[n] > len(dest) {
-		return argErr(routine, "dest has %d elements, fewer than the %d collected", len(dest)/size, pos[n]/size)
-	}
-	if pos[n] == 0 {
-		return nil
-	}
-	profTeam(routine, t, 0, b)
-	ucs.Copy(dest[pos[v]:pos[v+1]], source)
-	cs.allgather(routine, doff, dest, pos, sigA)
-	return nil
+	return collectPlace(routine, cs, dest, source, doff, size, pos, nil, nil)
 }
 
 // bruckMost returns the most blocks a message of the dissemination

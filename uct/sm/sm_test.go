@@ -177,12 +177,7 @@ func TestLocalRkey(t *testing.T) {
 // TestLoopbackAM sends to an iface of this process: FIFO full, pending
 // requests, delivery order, unknown ids.
 func TestLoopbackAM(t *testing.T) {
-	i := openTestIface(t)
-	ep, err := i.EPCreate(&uct.EPParams{DeviceAddr: i.DeviceAddress(), IfaceAddr: i.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Destroy()
+	i, ep := openLoopback(t)
 	var got []uint64
 	i.SetAMHandler(3, func(arg any, data []byte, flags uint32) ucs.Status {
 		if flags != 0 || len(data) < 8 {
@@ -252,12 +247,7 @@ func TestLoopbackAM(t *testing.T) {
 // lazily, as UCX's mm receiver does by FIFO_RELEASE_FACTOR, must still
 // catch up before the receiver waits).
 func TestHeadAfterBurst(t *testing.T) {
-	i := openTestIface(t)
-	ep, err := i.EPCreate(&uct.EPParams{DeviceAddr: i.DeviceAddress(), IfaceAddr: i.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Destroy()
+	i, ep := openLoopback(t)
 	got := 0
 	i.SetAMHandler(3, func(any, []byte, uint32) ucs.Status { got++; return ucs.OK }, nil, uct.CBFlagSync)
 	for _, burst := range []int{1, 3, DefaultFIFOSize/4 - 1, DefaultFIFOSize / 4, DefaultFIFOSize/4 + 1, DefaultFIFOSize - 1, DefaultFIFOSize} {
@@ -282,6 +272,24 @@ func TestHeadAfterBurst(t *testing.T) {
 	}
 }
 
+// openLoopback opens a posix iface and an EP to it, both ended with the
+// test.
+func openLoopback(t *testing.T) (*Iface, uct.EP) {
+	t.Helper()
+	i := openTestIface(t)
+	ep, err := loopbackEP(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ep.Destroy)
+	return i, ep
+}
+
+// loopbackEP creates an EP from iface i to itself.
+func loopbackEP(i *Iface) (uct.EP, error) {
+	return i.EPCreate(&uct.EPParams{DeviceAddr: i.DeviceAddress(), IfaceAddr: i.Address()})
+}
+
 // TestMalformedCells: a cell whose header another process wrote wrong (an
 // id of uct.AMMaxID or more, a length beyond the cell, padding that is not
 // zero) is dropped, without a tracer too (Progress's own path for the
@@ -292,7 +300,7 @@ func TestMalformedCells(t *testing.T) {
 	i := openTestIface(t)
 	var log bytes.Buffer
 	i.log = ucs.NewLogger(&log, "", ucs.LogWarn)
-	ep, err := i.EPCreate(&uct.EPParams{DeviceAddr: i.DeviceAddress(), IfaceAddr: i.Address()})
+	ep, err := loopbackEP(i)
 	if err != nil {
 		t.Fatal(err)
 	}
