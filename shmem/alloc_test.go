@@ -13,7 +13,7 @@ import (
 
 // TestSameNodeRoutinesAllocateNothing: the routines to a PE whose heap is
 // mapped on this node allocate nothing, on the default context and on a
-// private one (the routines of TestSameNodeHotPathsAllocateNothing, and the
+// private one (the routines of TestHotPathsAllocateNothing, and the
 // non-blocking, strided, signal, atomic, wait and lock routines).
 func TestSameNodeRoutinesAllocateNothing(t *testing.T) {
 	job(t, func(t *testing.T, me, n int) {

@@ -200,11 +200,13 @@ func sendSignal(routine string, pe int, off uintptr, b []byte, soff uintptr) {
 	if err := ep.Fence(); err != nil {
 		fatal(routine, pe, err)
 	}
-	var h [signalMsgLen]byte
+	w := wireBufs.Get().(*wireBuf)
+	h := w.bytes(signalMsgLen)
 	binary.LittleEndian.PutUint64(h[0:], uint64(off))
 	binary.LittleEndian.PutUint64(h[8:], uint64(soff))
-	req, err := ep.AMSendNBX(amSignal, h[:], b, eagerParam)
+	req, err := ep.AMSendNBX(amSignal, h, b, eagerParam)
 	c.wait(routine, pe, req, err)
+	wireBufs.Put(w)
 }
 
 // recvSignal handles an amSignal message, from the worker's Progress. A

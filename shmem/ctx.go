@@ -542,7 +542,8 @@ func foreignProgress() int {
 
 // asyncOp is an operation of a context that completes after its routine
 // returned; Quiet waits for it. A fetching one stores its value into fetch
-// when it completes.
+// when it completes. Operations are recycled (asyncOps): one is free again
+// once it completed.
 type asyncOp struct {
 	c       *Ctx
 	routine string
@@ -550,18 +551,28 @@ type asyncOp struct {
 	fetch   unsafe.Pointer // where the fetched value goes, or nil
 	size    uintptr        // of the fetched value
 	reply   uint64
+	params  ucp.RequestParam // of the ucp call that starts it
 }
+
+// asyncOps holds the operations that completed, for newAsync: a loop of
+// non-blocking operations and quiets over the network allocated two
+// objects per operation.
+var asyncOps = sync.Pool{New: func() any { return new(asyncOp) }}
 
 // newAsync starts the bookkeeping of an operation that may complete late.
 func (c *Ctx) newAsync(routine string, pe int) *asyncOp {
 	c.pending.Add(1)
-	return &asyncOp{c: c, routine: routine, pe: pe}
+	op := asyncOps.Get().(*asyncOp)
+	op.c, op.routine, op.pe = c, routine, pe
+	return op
 }
 
 // param returns the request parameters of the operation: its completion
-// callback, and the reply buffer when it fetches.
+// callback, and the reply buffer when it fetches. They are the
+// operation's, valid until it completes.
 func (op *asyncOp) param(fetching bool) *ucp.RequestParam {
-	p := new(ucp.RequestParam).SetCallback(asyncDone).SetUserData(op)
+	op.params = ucp.RequestParam{}
+	p := op.params.SetCallback(asyncDone).SetUserData(op)
 	if fetching {
 		p.SetReply(&op.reply)
 	}
@@ -596,7 +607,10 @@ func (op *asyncOp) done() {
 			*(*uint64)(op.fetch) = op.reply
 		}
 	}
-	op.c.pending.Add(-1)
+	c := op.c
+	*op = asyncOp{}
+	asyncOps.Put(op)
+	c.pending.Add(-1)
 }
 
 // wait waits for a request of a blocking routine and frees it.

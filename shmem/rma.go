@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"unsafe"
 
 	"github.com/goshmem/goshmem/ucp"
@@ -481,14 +482,55 @@ func ibget[T RMA](c *Ctx, routine string, count stridedCount, dst, src []T, dstS
 
 //go:noinline
 func pSlow[T any](c *Ctx, routine string, pe int, off uintptr, v T) {
-	c.putSlow(routine, pe, off, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)), false)
+	n := unsafe.Sizeof(v)
+	if n > wireBufLen {
+		pSlowLarge(c, routine, pe, off, v)
+		return
+	}
+	b := wireBufs.Get().(*wireBuf)
+	copy(b.bytes(n), unsafe.Slice((*byte)(unsafe.Pointer(&v)), n))
+	c.putSlow(routine, pe, off, b.bytes(n), false)
+	wireBufs.Put(b)
 }
 
 //go:noinline
 func gSlow[T any](c *Ctx, routine string, pe int, off uintptr) (v T) {
+	n := unsafe.Sizeof(v)
+	if n > wireBufLen {
+		return gSlowLarge[T](c, routine, pe, off)
+	}
+	b := wireBufs.Get().(*wireBuf)
+	c.getSlow(routine, pe, off, b.bytes(n), false)
+	v = *(*T)(unsafe.Pointer(b))
+	wireBufs.Put(b)
+	return v
+}
+
+// pSlowLarge and gSlowLarge are pSlow and gSlow for values larger than a
+// wireBuf, which they pass to ucp themselves (then on the heap).
+func pSlowLarge[T any](c *Ctx, routine string, pe int, off uintptr, v T) {
+	c.putSlow(routine, pe, off, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)), false)
+}
+
+func gSlowLarge[T any](c *Ctx, routine string, pe int, off uintptr) (v T) {
 	c.getSlow(routine, pe, off, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)), false)
 	return v
 }
+
+// wireBuf is a buffer that a routine going through the network lends
+// (wireBufs) to ucp for the duration of one blocking operation: the value
+// of a P or G, or the header of a message. The routine's own variable
+// would escape to the heap, an allocation per call. Words, for the
+// alignment of the values.
+type wireBuf [wireBufLen / 8]uint64
+
+// wireBufLen is the size of a wireBuf in bytes.
+const wireBufLen = 64
+
+var wireBufs = sync.Pool{New: func() any { return new(wireBuf) }}
+
+// bytes returns the first n bytes of b (n <= wireBufLen).
+func (b *wireBuf) bytes(n uintptr) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(b)), n) }
 
 // putSlow puts b at the symmetric offset off of pe through the context's
 // endpoint: blocking, it waits

@@ -393,13 +393,15 @@ const (
 // to epoch, with the keys lo and hi (see disseminate), in an amRound
 // message.
 func sendRound(routine string, pe int, off uintptr, epoch, lo, hi uint64) {
-	var h [roundMsgLen]byte
+	b := wireBufs.Get().(*wireBuf)
+	h := b.bytes(roundMsgLen)
 	binary.LittleEndian.PutUint64(h[0:], uint64(off))
 	binary.LittleEndian.PutUint64(h[8:], epoch)
 	binary.LittleEndian.PutUint64(h[16:], lo)
 	binary.LittleEndian.PutUint64(h[24:], hi)
-	req, err := defaultCtx.remote(routine, pe).ep.AMSendNBX(amRound, h[:], nil, nil)
+	req, err := defaultCtx.remote(routine, pe).ep.AMSendNBX(amRound, h, nil, nil)
 	defaultCtx.wait(routine, pe, req, err)
+	wireBufs.Put(b)
 }
 
 // recvRound handles an amRound message, from the worker's Progress: it

@@ -805,7 +805,9 @@ func (e *EP) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
 		return st
 	}
 	if comp != nil {
-		e.iface.addFlush(&flushWaiter{targets: []flushTarget{{e, target}}, comp: comp})
+		w := e.iface.newFlush()
+		w.targets, w.comp = append(w.targets, flushTarget{e, target}), comp
+		e.iface.addFlush(w)
 	}
 	return ucs.InProgress
 }

@@ -28,10 +28,13 @@ type flushTarget struct {
 }
 
 // flushWaiter is a flush (of an EP or of the iface) waiting for
-// acknowledgements.
+// acknowledgements. Waiters are reused (Iface.newFlush), with the room of
+// their slices, so that a flush in a loop of puts and quiets allocates
+// nothing.
 type flushWaiter struct {
 	targets []flushTarget
 	comp    *uct.Completion
+	eps     []*EP // Iface.Flush's copy of the iface's EPs
 }
 
 // rxMsgCost is what a queued message counts against UCX_TCP_RX_QUEUE_LEN
@@ -95,6 +98,7 @@ type Iface struct {
 	rxBytes    int
 	comps      []compEvent
 	flushes    []*flushWaiter
+	spareFlush []*flushWaiter // ended waiters, for newFlush
 	failed     []*EP
 	eps        map[*EP]struct{}
 	epIDs      map[uint64]*EP       // EPs created unconnected, by id
@@ -481,6 +485,7 @@ func (i *Iface) takeDoneFlushesLocked(comps []compEvent) []compEvent {
 			}
 		}
 		comps = append(comps, compEvent{w.comp, st})
+		i.spareFlushLocked(w)
 	}
 	clear(i.flushes[len(kept):])
 	i.flushes = kept
@@ -511,6 +516,28 @@ func (i *Iface) pushCompQuiet(c *uct.Completion, st ucs.Status) {
 	i.mu.Unlock()
 }
 
+// newFlush returns a waiter with no targets, an ended one when there is.
+func (i *Iface) newFlush() *flushWaiter {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if n := len(i.spareFlush); n > 0 {
+		w := i.spareFlush[n-1]
+		i.spareFlush[n-1] = nil
+		i.spareFlush = i.spareFlush[:n-1]
+		return w
+	}
+	return new(flushWaiter)
+}
+
+// spareFlushLocked keeps w, which ended or was never registered, for
+// newFlush; i.mu is held.
+func (i *Iface) spareFlushLocked(w *flushWaiter) {
+	clear(w.targets)
+	clear(w.eps)
+	w.targets, w.eps, w.comp = w.targets[:0], w.eps[:0], nil
+	i.spareFlush = append(i.spareFlush, w)
+}
+
 // addFlush registers a flush waiter; Progress signals it.
 func (i *Iface) addFlush(w *flushWaiter) {
 	i.mu.Lock()
@@ -526,24 +553,30 @@ func (i *Iface) addFlush(w *flushWaiter) {
 // nil) is signalled from Progress once they are, with the error of an EP
 // that failed meanwhile.
 func (i *Iface) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
+	w := i.newFlush()
 	i.mu.Lock()
-	eps := make([]*EP, 0, len(i.eps))
 	for e := range i.eps {
-		eps = append(eps, e)
+		w.eps = append(w.eps, e)
 	}
 	i.mu.Unlock()
-	var targets []flushTarget
-	for _, e := range eps {
+	for _, e := range w.eps {
 		if t, st := e.flushTarget(); st == ucs.InProgress {
-			targets = append(targets, flushTarget{e, t})
+			w.targets = append(w.targets, flushTarget{e, t})
 		}
 	}
-	if len(targets) == 0 {
-		return ucs.OK
+	if len(w.targets) == 0 || comp == nil {
+		st := ucs.OK
+		if len(w.targets) > 0 {
+			st = ucs.InProgress
+		}
+		i.mu.Lock()
+		i.spareFlushLocked(w)
+		i.mu.Unlock()
+		return st
 	}
-	if comp != nil {
-		i.addFlush(&flushWaiter{targets: targets, comp: comp})
-	}
+	clear(w.eps)
+	w.eps, w.comp = w.eps[:0], comp
+	i.addFlush(w)
 	return ucs.InProgress
 }
 

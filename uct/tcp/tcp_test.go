@@ -643,6 +643,53 @@ func TestFlush(t *testing.T) {
 	}
 }
 
+// TestFlushAllocatesNothing: a put then a flush of its EP or of the iface,
+// completed through Progress, as a loop of puts and quiets does them,
+// allocates nothing once the first has run (waiters are reused).
+func TestFlushAllocatesNothing(t *testing.T) {
+	md := testMD(t)
+	a, b := openIface(t, md, nil), openIface(t, md, nil)
+	ep := connect(t, a, b)
+	r := register(t, md, 64)
+	src := []byte("8 bytes!")
+	done := false
+	comp := &uct.Completion{Func: func(*uct.Completion) { done = true }}
+	for _, c := range []struct {
+		name  string
+		flush func() ucs.Status
+	}{
+		{"EP", func() ucs.Status { return ep.Flush(0, comp) }},
+		{"iface", func() ucs.Status { return a.Flush(0, comp) }},
+	} {
+		putFlush := func() {
+			if st := ep.PutShort(src, r.base(), r.rkey.Rkey); st != ucs.OK {
+				t.Fatalf("PutShort = %v", st)
+			}
+			done, comp.Count = false, 1
+			switch st := c.flush(); st {
+			case ucs.InProgress:
+				for !done {
+					a.Progress()
+					b.Progress()
+				}
+			case ucs.OK:
+			default:
+				t.Fatalf("%s flush = %v", c.name, st)
+			}
+		}
+		putFlush()
+		// The least of three runs: the ifaces' pollers may allocate
+		// during one of them; an allocation of the flush shows in all.
+		allocs := testing.AllocsPerRun(50, putFlush)
+		for range 2 {
+			allocs = min(allocs, testing.AllocsPerRun(50, putFlush))
+		}
+		if allocs != 0 {
+			t.Errorf("a put and a flush of the %s allocate %v times", c.name, allocs)
+		}
+	}
+}
+
 // TestFlushAfterActiveMessages: active messages are complete once written,
 // so a flush after them alone is complete at once, with the peer not
 // progressing; a put among them makes the flush wait for the peer.
