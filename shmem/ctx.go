@@ -94,6 +94,10 @@ type Ctx struct {
 	// the last one, kept for its buffers.
 	session      atomic.Pointer[session]
 	spareSession *session
+	// pump progresses the default worker while the context's goroutines
+	// wait in blocking ucp calls (withDefaultProgress); nil until the
+	// first such wait.
+	pump atomic.Pointer[defaultPump]
 }
 
 // defaultCtx is the default context, set by Init.
@@ -256,6 +260,9 @@ func (c *Ctx) Destroy() {
 
 func (c *Ctx) destroyLocked() {
 	c.quiet("(*Ctx).Destroy")
+	if p := c.pump.Load(); p != nil {
+		p.close()
+	}
 	putConn(c.conn)
 	delete(contexts, c)
 	c.peers, c.worker, c.conn, c.destroyed = nil, nil, nil, true
@@ -488,30 +495,84 @@ func (c *Ctx) peQuiet(routine string, pes []int) {
 func (c *Ctx) flush() error { return c.withDefaultProgress(c.worker.Flush) }
 
 // withDefaultProgress runs wait, a blocking ucp call on the context's
-// worker, while a goroutine progresses the default worker (see flush).
+// worker, while the context's pump progresses the default worker (see
+// flush).
 func (c *Ctx) withDefaultProgress(wait func() error) error {
 	if c == &defaultCtx || !st.netPoll {
 		return wait()
 	}
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+	p := c.defaultPump()
+	p.begin()
+	err := wait()
+	p.end()
+	return err
+}
+
+// defaultPump returns the context's pump, made at its first use.
+func (c *Ctx) defaultPump() *defaultPump {
+	if p := c.pump.Load(); p != nil {
+		return p
+	}
+	p := newDefaultPump()
+	if !c.pump.CompareAndSwap(nil, p) {
+		p.close() // another goroutine's came first
+	}
+	return c.pump.Load()
+}
+
+// defaultPump is a goroutine that progresses the default worker while at
+// least one goroutine of its context waits in a blocking ucp call on the
+// context's worker (withDefaultProgress). It lives from the context's
+// first such wait to its Destroy, parked between waits: a goroutine and
+// two channels made for each wait cost three allocations per quiet of a
+// context over the network.
+type defaultPump struct {
+	mu     sync.Mutex
+	waits  int           // waits under way
+	run    atomic.Bool   // the goroutine progresses while set
+	wake   chan struct{} // a first wait began; closed by close
+	parked chan struct{} // the goroutine stopped progressing
+}
+
+func newDefaultPump() *defaultPump {
+	p := &defaultPump{wake: make(chan struct{}), parked: make(chan struct{})}
+	go p.serve()
+	return p
+}
+
+func (p *defaultPump) serve() {
+	for range p.wake {
+		for p.run.Load() {
 			if foreignProgress() == 0 {
 				st.worker.Idle()
 			}
 		}
-	}()
-	err := wait()
-	close(stop)
-	<-stopped
-	return err
+		p.parked <- struct{}{}
+	}
 }
+
+// begin starts the progress for a wait; end ends it once no wait is under
+// way, and returns when the goroutine no longer progresses.
+func (p *defaultPump) begin() {
+	p.mu.Lock()
+	if p.waits++; p.waits == 1 {
+		p.run.Store(true)
+		p.wake <- struct{}{}
+	}
+	p.mu.Unlock()
+}
+
+func (p *defaultPump) end() {
+	p.mu.Lock()
+	if p.waits--; p.waits == 0 {
+		p.run.Store(false)
+		<-p.parked
+	}
+	p.mu.Unlock()
+}
+
+// close ends the goroutine; no wait may be under way.
+func (p *defaultPump) close() { close(p.wake) }
 
 // idle gives the processor away in a wait loop that made no progress. A
 // context other than the default one first progresses the default worker,
