@@ -143,26 +143,66 @@ const spinTime = 10 * time.Millisecond
 // goroutine that only polls cannot starve the poller when the processors
 // are busy (tcp wakes a parked worker when data arrives).
 func (b *bench) waitFor(cond func() bool) error {
-	var deadline time.Time
-	n := 0
+	var s spin
 	for !cond() {
-		if b.w.Progress() != 0 {
-			n, deadline = 0, time.Time{}
-			continue
+		if err := b.poll(&s); err != nil {
+			return err
 		}
-		if n++; n%peerCheckEvery == 0 && b.rte.peerGone() {
-			return errPeerGone
+	}
+	return nil
+}
+
+// waitReq is waitFor of a request's completion, which it tests with a
+// direct call: the latency tests wait for a request per message, and the
+// harness should cost as little as ucx_perftest's.
+func (b *bench) waitReq(r *ucp.Request) error {
+	var s spin
+	for !r.IsCompleted() {
+		if err := b.poll(&s); err != nil {
+			return err
 		}
-		if !b.netPoll || n%128 != 0 {
-			continue
+	}
+	return nil
+}
+
+// spin is the state of a wait: fruitless polls in a row, and when they
+// started to last (see waitFor).
+type spin struct {
+	n        int
+	deadline time.Time
+}
+
+// poll is a step of a wait: it progresses the worker once, and every
+// 128th fruitless poll in a row looks at the peer and the time (pollSlow).
+func (b *bench) poll(s *spin) error {
+	if b.w.Progress() != 0 {
+		if s.n != 0 {
+			*s = spin{}
 		}
-		now := time.Now()
-		switch {
-		case deadline.IsZero():
-			deadline = now.Add(spinTime)
-		case now.After(deadline):
-			b.w.Idle()
-		}
+		return nil
+	}
+	if s.n++; s.n%128 != 0 {
+		return nil
+	}
+	return b.pollSlow(s)
+}
+
+// pollSlow checks whether the peer ended, every peerCheckEvery fruitless
+// polls, and parks where data comes through the network once the polls
+// lasted spinTime.
+func (b *bench) pollSlow(s *spin) error {
+	if s.n%peerCheckEvery == 0 && b.rte.peerGone() {
+		return errPeerGone
+	}
+	if !b.netPoll {
+		return nil
+	}
+	now := time.Now()
+	switch {
+	case s.deadline.IsZero():
+		s.deadline = now.Add(spinTime)
+	case now.After(s.deadline):
+		b.w.Idle()
 	}
 	return nil
 }
@@ -170,7 +210,7 @@ func (b *bench) waitFor(cond func() bool) error {
 // peerCheckEvery is how many fruitless polls waitFor makes between two
 // looks at whether the peer ended (a system call for a socket: rare
 // enough to cost nothing measurable, often enough to end a wait for a dead
-// peer within moments).
+// peer within moments); a multiple of 128 (poll).
 const peerCheckEvery = 1 << 12
 
 // errPeerGone ends a wait for a peer that ended.
@@ -183,7 +223,7 @@ func (b *bench) wait(r *ucp.Request, err error) error {
 	if r == nil {
 		return nil
 	}
-	if err := b.waitFor(r.IsCompleted); err != nil {
+	if err := b.waitReq(r); err != nil {
 		r.Cancel()
 		r.Free()
 		return err
@@ -428,8 +468,12 @@ func tagLat(sync bool) func(b *bench, n int, p *perf) error {
 	return func(b *bench, n int, p *perf) error {
 		for i := 0; i < n; i++ {
 			if b.loopback {
-				if err := b.loopbackPingPong(func() (*ucp.Request, error) { return b.tagRecv(b.buf) },
-					func() (*ucp.Request, error) { return b.tagSend(sync) }); err != nil {
+				rr, err := b.tagRecv(b.buf)
+				if err != nil {
+					return err
+				}
+				sr, err := b.tagSend(sync)
+				if err := b.loopbackPingPong(rr, sr, err); err != nil {
 					return err
 				}
 				p.update(1, int64(b.p.Size))
@@ -475,18 +519,14 @@ func tagServe(b *bench, n int, p *perf) error {
 	return b.wait(b.ep.TagSendNBX(b.sbuf[:1], perfTag, nil))
 }
 
-// loopbackPingPong is an iteration of a ping-pong test in loopback (-l):
-// the receive is posted first, then the message sent (a rendezvous or
-// sync send completes only once a receive took its message, which here
-// only this goroutine can post), and both are waited for. Small messages
-// take the paths of the two-process test: the receive is expected when
-// the message arrives.
-func (b *bench) loopbackPingPong(recv, send func() (*ucp.Request, error)) error {
-	rr, err := recv()
-	if err != nil {
-		return err
-	}
-	if err := b.wait(send()); err != nil {
+// loopbackPingPong ends an iteration of a ping-pong test in loopback
+// (-l): the receive rr was posted first, then the message sent (a
+// rendezvous or sync send completes only once a receive took its message,
+// which here only this goroutine can post); it waits for the send (sr,
+// err), then for rr. Small messages take the paths of the two-process
+// test: the receive is expected when the message arrives.
+func (b *bench) loopbackPingPong(rr, sr *ucp.Request, err error) error {
+	if err := b.wait(sr, err); err != nil {
 		if rr != nil {
 			rr.Cancel()
 			rr.Free()
@@ -514,7 +554,12 @@ func (b *bench) streamRecv(buf []byte) (*ucp.Request, error) {
 func streamLat(b *bench, n int, p *perf) error {
 	for i := 0; i < n; i++ {
 		if b.loopback {
-			if err := b.loopbackPingPong(func() (*ucp.Request, error) { return b.streamRecv(b.buf[:b.p.Size]) }, b.streamSend); err != nil {
+			rr, err := b.streamRecv(b.buf[:b.p.Size])
+			if err != nil {
+				return err
+			}
+			sr, err := b.streamSend()
+			if err := b.loopbackPingPong(rr, sr, err); err != nil {
 				return err
 			}
 			p.update(1, int64(b.p.Size))
