@@ -602,7 +602,10 @@ func (r *Request) complete(status ucs.Status) {
 	}
 	r.claimed = 1
 	if r.plainFinish(status) {
-		atomic.StoreInt32(&r.state, int32(status))
+		// A release store: the goroutine that tests r reads state
+		// atomically; the XCHG of atomic.StoreInt32 waited for this
+		// CPU's stores to drain, a tenth of a loopback tag ping-pong.
+		ucs.StoreRelease32(&r.state, int32(status))
 	} else {
 		r.finish(status)
 	}

@@ -11,5 +11,9 @@ package ucs
 //
 // It is a plain MOV on amd64 and STLR on arm64 (in assembly, so the
 // compiler keeps the caller's earlier stores before it), and
-// atomic.StoreUint64 elsewhere.
+// atomic.StoreUint64 elsewhere and under the race detector (which sees the
+// happens-before edge of that store, not of an assembly one).
 func StoreRelease(p *uint64, v uint64) { storeRelease(p, v) }
+
+// StoreRelease32 is StoreRelease of a 32-bit word.
+func StoreRelease32(p *int32, v int32) { storeRelease32(p, v) }

@@ -15,6 +15,17 @@ func TestStoreRelease(t *testing.T) {
 	}
 }
 
+func TestStoreRelease32(t *testing.T) {
+	for _, v := range []int32{0, 1, -1, 1 << 30} {
+		// Neighbours of the word must stay as they are: a 32-bit store.
+		x := [3]int32{7, 12345, 9}
+		StoreRelease32(&x[1], v)
+		if got := atomic.LoadInt32(&x[1]); got != v || x[0] != 7 || x[2] != 9 {
+			t.Errorf("after StoreRelease32(%#x): %#x (neighbours %d, %d)", v, got, x[0], x[2])
+		}
+	}
+}
+
 // TestStoreReleasePublishes passes messages from one goroutine to another:
 // the data is stored, then a flag with StoreRelease; a reader that sees the
 // flag must see the data.
