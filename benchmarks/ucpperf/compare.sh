@@ -11,10 +11,14 @@
 # benchmarks/smfloor in each round too (a cache line passed between two
 # processes on the same CPUs: the hardware's floor of a message through
 # shared memory, which moves with the VM's fast and slow modes) and prints
-# its median as "floor".
+# its median as "floor". TLS "loop" runs each test in loopback (-l: one
+# process, pinned to the second CPU, sending to itself through the sm
+# FIFO): no message crosses between cores, so the figure is the software
+# cost of a message alone, the same in the VM's fast and slow modes.
 #
 #   benchmarks/ucpperf/compare.sh
 #   BEFORE=/tmp/ucpperf-old ROUNDS=7 TLS="sm,self" TESTS="tag_lat:8 stream_lat:8" benchmarks/ucpperf/compare.sh
+#   TLS=loop TESTS="tag_lat:8 stream_lat:8" benchmarks/ucpperf/compare.sh
 #
 # Needs ucx_perftest (apt-get install -y ucx-utils). A quiet machine:
 # nothing else running (see README, "How to measure").
@@ -50,11 +54,16 @@ one() {
 	local prog=$1 t=$2 s=$3 n=$N
 	case $t in *_bw) n=$((N / 10)) ;; esac
 	[ "$s" -ge 65536 ] && n=$((n / 20 + 100))
+	local line
+	if [ "$tls" = loop ]; then
+		line=$(UCX_TLS=sm taskset -c "$cli" timeout 120 "$prog" -l -t "$t" -s "$s" -n "$((n * 10))" 2>/dev/null | grep '^Final:' || true)
+		awk '{print $3}' <<<"$line"
+		return
+	fi
 	port=$((port + 1))
 	taskset -c "$srv" "$prog" -p "$port" >/dev/null 2>&1 &
 	local pid=$!
 	sleep 0.5
-	local line
 	line=$(taskset -c "$cli" timeout 120 "$prog" -p "$port" 127.0.0.1 -t "$t" -s "$s" -n "$n" 2>/dev/null | grep '^Final:' || true)
 	wait "$pid" 2>/dev/null || true
 	# Final: iterations typical avg overall bw-avg bw-overall rate-avg rate-overall
