@@ -37,9 +37,10 @@ import (
 // t < head+ncells (otherwise the ring is full: the send fails with
 // ucs.ErrNoResource, it never waits); it claims t with a CAS on tail,
 // writes the data and header, and publishes with seq = lap+1. The consumer
-// reads tickets in order and stores head once per Progress call that
-// delivered something. After publishing, a producer that finds armed set
-// wakes the owner (wakeup.go).
+// reads tickets in order and stores head lazily: every half ring, and
+// whenever it finds the ring empty (Iface.releaseCells). After
+// publishing, a producer that finds armed set wakes the owner
+// (wakeup.go).
 //
 // Only producers write a cell, and only the consumer writes head, which
 // producers read only when the ring looks full to them (each view caches

@@ -107,25 +107,30 @@ type Iface struct {
 	// iface a uct.ProgressController.
 	base.ProgressReg
 
-	md       uct.MD
-	worker   *uct.Worker
-	multi    bool       // several goroutines may call Progress at once
-	progMu   sync.Mutex // serializes Progress when multi
-	seg      segKey
-	rx       fifo
-	rxc      cursor // where Progress receives next
-	segSize  int
-	maxPoll  int
-	addr     []byte
-	rxh      base.Headroom // IfaceParams.RxHeadroom: messages are copied out of their cells when set
-	rxSpare  []byte        // with rxh: the buffer of the next message (Progress only), nil when kept
-	keepMax  int           // with rxh: the buffers descFree holds at most
-	descMu   sync.Mutex
-	descFree [][]byte // with rxh: buffers given back by ReleaseDesc, as handed (data of rx.payload bytes)
-	handlers base.AMHandlers
-	tracer   uct.AMTraceHook // see SetAMTracer
-	log      ucs.Logger      // IfaceParams.Logger
-	cpus     []int           // IfaceParams.CPUMask, for the wakeup goroutine
+	md     uct.MD
+	worker *uct.Worker
+	multi  bool       // several goroutines may call Progress at once
+	progMu sync.Mutex // serializes Progress when multi
+	seg    segKey
+	rx     fifo
+	rxc    cursor // where Progress receives next
+	// rxDone is the head published last: the receiver publishes its
+	// progress lazily (releaseCells), every rxRelease tickets and when it
+	// finds its ring empty.
+	rxDone    uint64
+	rxRelease uint64
+	segSize   int
+	maxPoll   int
+	addr      []byte
+	rxh       base.Headroom // IfaceParams.RxHeadroom: messages are copied out of their cells when set
+	rxSpare   []byte        // with rxh: the buffer of the next message (Progress only), nil when kept
+	keepMax   int           // with rxh: the buffers descFree holds at most
+	descMu    sync.Mutex
+	descFree  [][]byte // with rxh: buffers given back by ReleaseDesc, as handed (data of rx.payload bytes)
+	handlers  base.AMHandlers
+	tracer    uct.AMTraceHook // see SetAMTracer
+	log       ucs.Logger      // IfaceParams.Logger
+	cpus      []int           // IfaceParams.CPUMask, for the wakeup goroutine
 
 	pendMu  sync.Mutex
 	pending uct.PendingQueue // the EPs' pending requests
@@ -164,6 +169,7 @@ func openIface(md uct.MD, worker *uct.Worker, params *uct.IfaceParams, config *u
 	i := &Iface{md: md, worker: worker, seg: k, rx: viewFIFO(m.addr, ncells, stride), segSize: segSize, maxPoll: maxPoll,
 		rxh: rxh, keepMax: ncells, log: params.Log()}
 	i.rxc = start()
+	i.rxRelease = uint64(max(ncells/2, 1))
 	if params != nil {
 		i.cpus = append([]int(nil), params.CPUMask...)
 	}
@@ -281,6 +287,9 @@ func (r *rxProgress) Progress() int {
 	c := i.rx.ready(&i.rxc)
 	if c == nil {
 		// Nothing came: what a receiver that waits runs again and again.
+		if i.rxc.t != i.rxDone {
+			i.releaseCells()
+		}
 		if i.pending.Len() == 0 {
 			return 0
 		}
@@ -308,11 +317,25 @@ func (r *rxProgress) Progress() int {
 			break
 		}
 	}
-	i.rx.done(i.rxc.t)
+	if i.rxc.t-i.rxDone >= i.rxRelease {
+		i.releaseCells()
+	}
 	if i.pending.Len() != 0 {
 		n += i.pending.Dispatch()
 	}
 	return n
+}
+
+// releaseCells publishes the receiver's head: producers may write the
+// cells of every ticket it delivered. It does so lazily, as UCX's mm
+// receiver does by FIFO_RELEASE_FACTOR: every rxRelease tickets, half the
+// ring, and whenever Progress or EventArm finds the ring empty. The
+// store, an XCHG, waits for the CPU's stores to drain: made right after a
+// message, it delayed the answer that follows it; made by the next poll
+// of an empty ring, it happens while the receiver waits anyway.
+func (i *Iface) releaseCells() {
+	i.rx.done(i.rxc.t)
+	i.rxDone = i.rxc.t
 }
 
 // warnKept logs that the handler of active message id returned

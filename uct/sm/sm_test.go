@@ -272,6 +272,31 @@ func TestHeadAfterBurst(t *testing.T) {
 	}
 }
 
+// TestHeadBeforeSleep: a receiver that arms for events (to sleep) after a
+// Progress that delivered a burst, and found the ring empty only then,
+// leaves the whole ring to the producers too: it publishes its head
+// lazily, and a producer that found the ring full while the receiver
+// sleeps would wait for a wakeup that no message brings.
+func TestHeadBeforeSleep(t *testing.T) {
+	i, ep := openLoopback(t)
+	i.SetAMHandler(3, func(any, []byte, uint32) ucs.Status { return ucs.OK }, nil, uct.CBFlagSync)
+	for k := range 3 {
+		if s := ep.AMShort(3, uint64(k), nil); s != ucs.OK {
+			t.Fatalf("AMShort %d = %v", k, s)
+		}
+	}
+	if n := i.Progress(); n != 3 {
+		t.Fatalf("Progress = %d, want the 3 messages", n)
+	}
+	if s := i.EventArm(uct.EventRecv); s != ucs.OK {
+		t.Fatalf("EventArm of an empty ring = %v", s)
+	}
+	e := ep.(*EP)
+	if free := DefaultFIFOSize - int(atomic.LoadUint64(e.tx.tail)-atomic.LoadUint64(e.tx.head)); free != DefaultFIFOSize {
+		t.Errorf("%d cells free to producers once the receiver armed, want %d", free, DefaultFIFOSize)
+	}
+}
+
 // openLoopback opens a posix iface and an EP to it, both ended with the
 // test.
 func openLoopback(t *testing.T) (*Iface, uct.EP) {

@@ -154,6 +154,9 @@ func (i *Iface) EventArm(events uint32) ucs.Status {
 	if i.rx.ready(&i.rxc) != nil {
 		return ucs.ErrBusy
 	}
+	if i.rxc.t != i.rxDone {
+		i.releaseCells() // the ring is empty: all of it to the producers
+	}
 	atomic.StoreUint32(i.rx.armed, recv)
 	if i.rx.ready(&i.rxc) != nil {
 		// A producer published before it could see armed: do not sleep.
