@@ -203,9 +203,13 @@ func (w *Worker) amRecvRTS(rts *rtsInfo) {
 		w.warnf("ucp: worker %s: dropped rendezvous message %d from %#x: no endpoint back to the sender", w.name, id, rts.src)
 		return
 	}
+	// The descriptor is the user's (never recycled: a stale one fails
+	// cleanly); the copy of the key only until the data is fetched.
 	d := &AMDesc{w: w, state: descInCallback, rndv: true, length: rts.length, src: rts.src, sreq: rts.sreq, ep: ep}
 	if len(rts.key) > 0 {
-		d.key, d.raddr = append([]byte(nil), rts.key...), rts.raddr
+		kb := amKeyPool.Get().(*[]byte)
+		*kb = append((*kb)[:0], rts.key...)
+		d.keyBuf, d.key, d.raddr = kb, *kb, rts.raddr
 	}
 	// Until it is received or released, a revoke finds it here.
 	w.am.mu.Lock()
@@ -218,12 +222,15 @@ func (w *Worker) amRecvRTS(rts *rtsInfo) {
 		return
 	}
 	uhdr := rts.uhdr
-	p := AMRecvParam{RecvAttr: AMRecvAttrFlagRNDV, Length: d.length, Desc: d}
+	p := recvParamPool.Get().(*AMRecvParam)
+	*p = AMRecvParam{RecvAttr: AMRecvAttrFlagRNDV, Length: d.length, Desc: d}
 	if rts.reply {
 		p.RecvAttr |= AMRecvAttrFieldReplyEP
 		p.ReplyEP = ep
 	}
-	st := hd.cb(hd.arg, uhdr, nil, &p)
+	st := hd.cb(hd.arg, uhdr, nil, p)
+	*p = AMRecvParam{}
+	recvParamPool.Put(p)
 	if d.state == descDone {
 		return
 	}

@@ -56,6 +56,7 @@ type AMDesc struct {
 	sreq   uint64       // rendezvous: the sender's request id
 	ep     *Endpoint    // rendezvous: the endpoint back to the sender
 	key    []byte       // rendezvous: the packed key of the data, if it may be got
+	keyBuf *[]byte      // rendezvous: key's buffer, from amKeyPool, until the data is fetched
 	raddr  uint64       // rendezvous: the data's address at the sender
 	// revoked: rendezvous data its sender took back (amRevoked) before
 	// it was received; guarded by the worker's am.mu.
@@ -85,6 +86,19 @@ func (d *AMDesc) Data() []byte {
 }
 
 var descPool = sync.Pool{New: func() any { return new(AMDesc) }}
+
+// amKeyPool recycles the buffers of the keys that rendezvous descriptors
+// hold until their data is fetched or released.
+var amKeyPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// dropKey gives back the buffer of d's key, once the key is used or no
+// longer needed.
+func (d *AMDesc) dropKey() {
+	if d.keyBuf != nil {
+		amKeyPool.Put(d.keyBuf)
+		d.keyBuf, d.key = nil, nil
+	}
+}
 
 // amReasm is where the fragments of an eager message go (w.am.reasm
 // counts them): the user header, then the data, for its handler.
@@ -203,6 +217,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	}
 	a.mu.Unlock()
 	if revoked {
+		desc.dropKey()
 		it.finish()
 		return nil, fmt.Errorf("ucp am recv data: the sender took the message back: %w", ucs.ErrCanceled)
 	}
@@ -212,6 +227,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	w.inflight.Add(1)
 	if desc.length == 0 {
 		// Nothing to fetch: tell the sender it is done.
+		desc.dropKey()
 		w.rndvTook(r, false)
 		if st := w.rndvATS(desc.src, desc.sreq, ucs.OK); st.IsErr() {
 			r.finish(st)
@@ -224,6 +240,7 @@ func (w *Worker) AMRecvDataNBX(desc *AMDesc, buf []byte, param *RequestParam) (*
 	// at once).
 	r.hold()
 	w.rndvFetch(r, desc.key, desc.raddr)
+	desc.dropKey() // rndvFetch keeps no reference to it
 	r, st := r.heldResult(flags)
 	if r == nil && st.IsErr() {
 		return nil, fmt.Errorf("ucp am recv data: %w", st)
@@ -242,6 +259,7 @@ func (w *Worker) AMDataRelease(desc *AMDesc) {
 	inCallback := desc.state == descInCallback
 	desc.state = descDone
 	if desc.rndv {
+		desc.dropKey()
 		a := &w.am
 		a.mu.Lock()
 		delete(a.rts, fragKey{desc.src, desc.sreq})

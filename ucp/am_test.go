@@ -846,3 +846,67 @@ func TestAMRndvSenderCloses(t *testing.T) {
 		}
 	}
 }
+
+// TestAMRndvAllocatesItsDescriptor: an active message sent by rendezvous,
+// over shared memory (the receiver gets) and tcp (the sender puts),
+// received into a user buffer by AMRecvDataNBX, allocates one object once
+// warm: the descriptor its handler kept, which is the user's and never
+// recycled (a stale one fails cleanly). The rest is recycled, as for tag
+// and stream messages (TestRndvAllocatesNothing).
+func TestAMRndvAllocatesItsDescriptor(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop what is put back: allocations mean nothing")
+	}
+	for _, tr := range amTransports[1:] {
+		for _, n := range []int{64 << 10, 1 << 20} {
+			t.Run(fmt.Sprintf("%s/%d", tr.name, n), func(t *testing.T) {
+				e := newAMEnv(t, tr.tls, false)
+				var desc *AMDesc
+				cb := func(_ any, _, _ []byte, p *AMRecvParam) ucs.Status {
+					if p.RecvAttr&AMRecvAttrFlagRNDV == 0 {
+						t.Errorf("a message of %d bytes came with attributes %#x, not by rendezvous", n, p.RecvAttr)
+						return ucs.OK
+					}
+					desc = p.Desc
+					return ucs.InProgress
+				}
+				if err := e.b.SetAMRecvHandler(new(AMHandlerParam).SetID(1).SetCB(cb)); err != nil {
+					t.Fatal(err)
+				}
+				src, dst := make([]byte, n), make([]byte, n)
+				param := new(RequestParam).SetAMSendFlags(AMSendFlagRNDV)
+				message := func() {
+					r, err := e.ab.AMSendNBX(1, nil, src, param)
+					if err != nil {
+						t.Fatalf("send: %v", err)
+					}
+					for desc == nil {
+						e.a.Progress()
+						e.b.Progress()
+					}
+					rr, err := e.b.AMRecvDataNBX(desc, dst, nil)
+					if err != nil {
+						t.Fatalf("receive: %v", err)
+					}
+					desc = nil
+					for _, q := range []*Request{rr, r} {
+						for q != nil && !q.IsCompleted() {
+							e.a.Progress()
+							e.b.Progress()
+						}
+						if q != nil {
+							if err := q.Status(); err != nil {
+								t.Fatal(err)
+							}
+							q.Free()
+						}
+					}
+				}
+				message()
+				if a := allocsPerRun(20, message); a > 1 {
+					t.Errorf("%v allocations per message, want 1 (the descriptor)", a)
+				}
+			})
+		}
+	}
+}

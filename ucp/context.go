@@ -276,7 +276,11 @@ type Context struct {
 	csHandshake, csAccept time.Duration
 	allocPrio             []string
 	regions               sync.Map // software RMA token -> *MemHandle
-	closed                atomic.Bool
+	// transients recycles the handles of the registrations made for one
+	// rendezvous (memRegFor): the registration ends with its transfer,
+	// its bookkeeping is used again.
+	transients sync.Pool
+	closed     atomic.Bool
 	// leftOut are the transports this host offers that UCX_TLS left out,
 	// for SelectionWith.
 	leftOut []string

@@ -132,8 +132,12 @@ type MemHandle struct {
 	// key caches the packed key of memory MemMap mapped, for the sends of
 	// data inside it (keyFor).
 	key atomic.Pointer[[]byte]
-	// transient marks a registration made for one rendezvous send.
+	// transient marks a registration made for one rendezvous transfer
+	// (memRegFor), whose handle MemUnmap recycles.
 	transient bool
+	// packed is a transient registration's packed key (rndvKey), kept
+	// with the handle as it is recycled.
+	packed []byte
 }
 
 // MemMap maps memory for remote access (ucp_mem_map), as the fields of p
@@ -303,17 +307,31 @@ func (m *MemHandle) keyFor(p uintptr, n int, prot uint32) []byte {
 }
 
 // memRegFor registers data with the memory domain e only, for the life of
-// one transfer: MemUnmap releases it.
+// one transfer: MemUnmap releases it, and recycles the handle. Only the
+// handle is: the registration itself ends with the transfer, since a
+// registration lets peers reach the memory (tcp), which the program may
+// use for something else afterwards.
 func (c *Context) memRegFor(data []byte, e *mdEntry) (*MemHandle, error) {
 	p := unsafe.Pointer(unsafe.SliceData(data))
 	memh, err := e.md.MemReg(p, len(data), uct.MemAccessDefault)
 	if err != nil {
 		return nil, err
 	}
-	m := &MemHandle{ctx: c, address: p, length: len(data), prot: ProtDefault, memhs: make([]uct.Memh, len(c.mds)),
-		regMDs: []*mdEntry{e}, transient: true}
-	m.memhs[e.index] = memh
+	m, _ := c.transients.Get().(*MemHandle)
+	if m == nil {
+		m = &MemHandle{ctx: c, prot: ProtDefault, memhs: make([]uct.Memh, len(c.mds)), regMDs: make([]*mdEntry, 1), transient: true}
+	}
+	m.address, m.length, m.unmapped = p, len(data), false
+	m.regMDs[0], m.memhs[e.index] = e, memh
 	return m, nil
+}
+
+// recycleTransient keeps m, a transient handle MemUnmap released, for the
+// next memRegFor: nothing may refer to it any more.
+func (c *Context) recycleTransient(m *MemHandle) {
+	m.memhs[m.regMDs[0].index], m.regMDs[0] = nil, nil
+	m.address, m.packed = nil, m.packed[:0]
+	c.transients.Put(m)
 }
 
 // allocate allocates m.length bytes for m with the first method of
@@ -468,6 +486,13 @@ func (c *Context) MemUnmap(m *MemHandle) error {
 		if err != nil && first == nil {
 			first = err
 		}
+	}
+	if m.transient {
+		c.recycleTransient(m)
+		if first != nil {
+			return fmt.Errorf("ucp mem unmap: %w", first)
+		}
+		return nil
 	}
 	if m.mmapped {
 		if err := unix.MunmapPtr(m.address, uintptr(m.length)); err != nil && first == nil {

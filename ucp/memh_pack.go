@@ -198,7 +198,7 @@ func (c *Context) MemhPack(m *MemHandle, p *MemhPackParams) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("ucp memh pack: cannot export: %s: %w", why, ucs.ErrUnsupported)
 	}
-	mk, err := e.md.MkeyPack(m.memhs[e.index])
+	mk, err := e.md.MkeyPack(nil, m.memhs[e.index])
 	if err != nil {
 		return nil, fmt.Errorf("ucp memh pack %s: %w", e.md.Name(), err)
 	}

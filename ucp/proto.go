@@ -547,9 +547,12 @@ const rkeyCacheSize = 32
 // data sent again from the same memory (a buffer in mapped memory, or a
 // memory handle the sender passes) is not mapped again for every message.
 // An entry in use by a transfer is destroyed only when the transfer ends.
+// Destroyed entries are unpacked again, for other keys (a sender's key of
+// data registered for one transfer is new every time, tcp's for one).
 type rkeyCache struct {
 	mu      sync.Mutex
 	entries []*rkeyRef // oldest first
+	free    []*rkeyRef // destroyed, at most rkeyCacheSize
 }
 
 // rkeyRef is a cached key and its users.
@@ -577,16 +580,25 @@ func (c *rkeyCache) get(ep *Endpoint, key []byte, forPut bool) *rkeyRef {
 			break
 		}
 	}
+	var e *rkeyRef
+	if n := len(c.free); n > 0 {
+		e, c.free = c.free[n-1], c.free[:n-1]
+	}
 	c.mu.Unlock()
-	rk, err := ep.RkeyUnpack(key)
-	if err != nil {
+	if e == nil {
+		e = &rkeyRef{rk: new(Rkey)}
+	}
+	rk := e.rk
+	if err := ep.rkeyUnpack(rk, key); err != nil {
+		c.recycle(e)
 		return nil
 	}
 	if rk.base == nil && (rk.rma == nil || (!forPut && !rk.rma.get)) {
 		rk.Destroy()
+		c.recycle(e)
 		return nil
 	}
-	e := &rkeyRef{rk: rk, users: 1}
+	e.users, e.evicted = 1, false
 	c.mu.Lock()
 	if len(c.entries) == rkeyCacheSize {
 		c.evictLocked(c.entries[0])
@@ -605,6 +617,7 @@ func (c *rkeyCache) put(e *rkeyRef) {
 	c.mu.Unlock()
 	if gone {
 		e.rk.Destroy()
+		c.recycle(e)
 	}
 }
 
@@ -614,6 +627,25 @@ func (c *rkeyCache) evictLocked(e *rkeyRef) {
 	e.evicted = true
 	if e.users == 0 {
 		e.rk.Destroy()
+		c.recycleLocked(e)
+	}
+}
+
+// recycle keeps e, destroyed and out of the cache, for get to unpack
+// another key into.
+func (c *rkeyCache) recycle(e *rkeyRef) {
+	c.mu.Lock()
+	c.recycleLocked(e)
+	c.mu.Unlock()
+}
+
+// recycleLocked is recycle with c.mu held. Only the key's buffers stay:
+// it refers to no endpoint any more.
+func (c *rkeyCache) recycleLocked(e *rkeyRef) {
+	if len(c.free) < rkeyCacheSize {
+		rk := e.rk
+		*rk = Rkey{packed: rk.packed[:0], entries: rk.entries}
+		c.free = append(c.free, e)
 	}
 }
 
@@ -624,7 +656,7 @@ func (c *rkeyCache) clear() {
 	for _, e := range c.entries {
 		c.evictLocked(e)
 	}
-	c.entries = nil
+	c.entries, c.free = nil, nil
 	c.mu.Unlock()
 }
 
@@ -632,8 +664,9 @@ func (c *rkeyCache) clear() {
 // data (get) or, with put, write it, or nil when it cannot: the key of
 // param's memory handle when data lies in it, or of mapped memory the data
 // lies in, or else of data registered now (returned, to be unmapped when
-// the transfer ends) with the memory domain of a lane to the peer that
-// gets (or puts). data must not be empty.
+// the transfer ends: the key, in the handle, is valid until then) with the
+// memory domain of a lane to the peer that gets (or puts). data must not
+// be empty.
 func (w *Worker) rndvKey(ep *Endpoint, data []byte, param *RequestParam, put bool) ([]byte, *MemHandle) {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
 	prot, caps := ProtRemoteRead, uct.IfaceFlags(capGet)
@@ -657,12 +690,12 @@ func (w *Worker) rndvKey(ep *Endpoint, data []byte, param *RequestParam, put boo
 				w.warnf("ucp: worker %s: registering %d bytes for a rendezvous with %s: %v", w.name, len(data), c.wi.rsc.md.md.Name(), err)
 				return nil, nil
 			}
-			key, err := w.ctx.RkeyPack(m)
-			if err != nil {
+			// The key lives in the handle, until the transfer unmaps it.
+			if m.packed, err = w.ctx.rkeyAppend(m.packed[:0], m); err != nil {
 				w.ctx.MemUnmap(m)
 				return nil, nil
 			}
-			return key, m
+			return m.packed, m
 		}
 	}
 	return nil, nil

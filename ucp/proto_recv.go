@@ -2,6 +2,7 @@ package ucp
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -110,6 +111,9 @@ type rndvGetOp struct {
 	iov   []uct.IOV
 }
 
+// rndvGetPool recycles the rendezvous gets, with their iov.
+var rndvGetPool = sync.Pool{New: func() any { return new(rndvGetOp) }}
+
 // rndvGet gets the r.tr.info.Length bytes of rendezvous data at raddr into
 // the receive r (of either family) through the key ref, which a lane to
 // the sender gets with; proto names the protocol. The receive completes,
@@ -117,8 +121,9 @@ type rndvGetOp struct {
 func (w *Worker) rndvGet(r *Request, ref *rkeyRef, raddr uint64, proto string) {
 	rl := ref.rk.rma
 	at := rl.l.wi.attr
-	g := &rndvGetOp{w: w, r: r, ref: ref, ep: ref.rk.ep, raddr: raddr,
-		max: at.Get.MaxZcopy, maxIO: max(at.Get.MaxIOV, 1)}
+	g := rndvGetPool.Get().(*rndvGetOp)
+	*g = rndvGetOp{w: w, r: r, ref: ref, ep: ref.rk.ep, raddr: raddr,
+		max: at.Get.MaxZcopy, maxIO: max(at.Get.MaxIOV, 1), iov: g.iov[:0]}
 	if g.max <= 0 {
 		g.max = maxInt
 	}
@@ -185,16 +190,19 @@ func (g *rndvGetOp) abort(st ucs.Status) {
 	}
 }
 
-// end finishes the get with st: the sender hears of it, and the receive
-// completes.
+// end finishes the get with st, which nothing refers to any more (no
+// queue holds it, no transfer runs): it is recycled, the sender hears of
+// it, and the receive completes.
 func (g *rndvGetOp) end(st ucs.Status) {
-	g.w.rndvGetFinish(g.r, st)
+	w, r := g.w, g.r
+	*g = rndvGetOp{iov: g.iov[:0]}
+	rndvGetPool.Put(g)
+	w.rndvGetFinish(r, st)
 }
 
 // rndvGetDone is the completion of a rendezvous get's last transfer.
 func rndvGetDone(c *uct.Completion) {
-	r := c.Arg.(*rndvGetOp).r
-	r.w.rndvGetFinish(r, c.Status())
+	c.Arg.(*rndvGetOp).end(c.Status())
 }
 
 // rndvGetFinish ends the rendezvous get of r with st.
@@ -486,7 +494,7 @@ func rndvRecvRTS(arg any, data []byte, flags uint32) ucs.Status {
 	rts := rtsInfo{fam: h.fam, arg: h.tag, src: h.src, sreq: h.sreq, length: int(h.total), raddr: h.raddr,
 		uhdr: p[:h.hlen], key: p[h.hlen:], sync: h.flags&tagRTSSync != 0, reply: h.flags&hdrReply != 0}
 	if len(rts.key) > 0 {
-		if _, err := decodeRkey(rts.key); err != nil {
+		if err := checkRkey(rts.key); err != nil {
 			return w.tagDropped(err)
 		}
 	}

@@ -66,7 +66,7 @@ type sendOp struct {
 	hlen  int
 	ext   int
 	big   []byte
-	fh    [tagMaxHeader]byte // the header of a following fragment
+	fh    [tagMaxHeader]byte // the header of a following fragment, or of a put's ATP
 	tag   uint64
 	sreq  uint64 // sync or rendezvous: the number the receiver replies to
 	msg   uint64 // fragmented: the message's number
@@ -84,6 +84,10 @@ type sendOp struct {
 	ref     *rkeyRef   // put: the receiver's key
 	raddr   uint64     // put: the receive's buffer
 	iov     []uct.IOV
+	// keyBuf holds a control message's copy of its payload (an RTR's
+	// key), kept as the op is recycled: the registration the key came
+	// from may end while the message waits to go.
+	keyBuf []byte
 }
 
 var sendOpPool = sync.Pool{New: func() any { return new(sendOp) }}
@@ -97,8 +101,8 @@ func (w *Worker) newSendOp(ep *Endpoint, kind uint8) *sendOp {
 
 // free recycles op; nothing may refer to it any more.
 func (op *sendOp) free() {
-	iov := op.iov[:0]
-	*op = sendOp{iov: iov}
+	iov, keyBuf := op.iov[:0], op.keyBuf[:0]
+	*op = sendOp{iov: iov, keyBuf: keyBuf}
 	sendOpPool.Put(op)
 }
 
@@ -409,13 +413,14 @@ func (op *sendOp) advancePut() ucs.Status {
 		}
 		op.sent = true
 	}
-	var hdr [tagATPLen]byte
-	put64(hdr[:], op.w.uid, op.rreq, 0)
+	// In the op: a header on the stack would escape to the transport.
+	hdr := op.fh[:tagATPLen]
+	put64(hdr, op.w.uid, op.rreq, 0)
 	var st ucs.Status
 	if op.th.lim.short >= tagATPLen {
-		st = op.l.amShortHdr(amTagATP, hdr[:], nil)
+		st = op.l.amShortHdr(amTagATP, hdr, nil)
 	} else {
-		st = op.l.amPack(amTagATP, hdr[:], nil, nil, 0, 0)
+		st = op.l.amPack(amTagATP, hdr, nil, nil, 0, 0)
 	}
 	if st == ucs.ErrNoResource {
 		return st

@@ -36,7 +36,14 @@ func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
 	if m.imported != nil {
 		return nil, fmt.Errorf("ucp rkey pack: memory imported from another process: %w", ucs.ErrUnsupported)
 	}
-	b := append([]byte(rkeyMagic), rkeyVersion, byte(m.memType), m.remoteAccess())
+	return c.rkeyAppend(nil, m)
+}
+
+// rkeyAppend appends the packed remote key of m, mapped memory of this
+// process, to b: a caller that keeps a buffer packs without allocating.
+func (c *Context) rkeyAppend(b []byte, m *MemHandle) ([]byte, error) {
+	b = append(b, rkeyMagic...)
+	b = append(b, rkeyVersion, byte(m.memType), m.remoteAccess())
 	b = binary.LittleEndian.AppendUint64(b, uint64(uintptr(m.address)))
 	b = binary.LittleEndian.AppendUint64(b, uint64(m.length))
 	n := len(m.regMDs)
@@ -46,15 +53,19 @@ func (c *Context) RkeyPack(m *MemHandle) ([]byte, error) {
 	b = append(b, byte(n))
 	if m.token != 0 {
 		b = appendStr8(b, swComponent)
-		b = appendBlob16(b, binary.LittleEndian.AppendUint64(nil, m.token))
+		b = binary.LittleEndian.AppendUint16(b, 8)
+		b = binary.LittleEndian.AppendUint64(b, m.token)
 	}
 	for _, e := range m.regMDs {
-		mk, err := e.md.MkeyPack(m.memhs[e.index])
-		if err != nil {
+		b = appendStr8(b, e.comp.Name())
+		// The MD appends its key after a length that is known once it has.
+		at := len(b)
+		b = binary.LittleEndian.AppendUint16(b, 0)
+		var err error
+		if b, err = e.md.MkeyPack(b, m.memhs[e.index]); err != nil {
 			return nil, fmt.Errorf("ucp rkey pack %s: %w", e.md.Name(), err)
 		}
-		b = appendStr8(b, e.comp.Name())
-		b = appendBlob16(b, mk)
+		binary.LittleEndian.PutUint16(b[at:], uint16(len(b)-at-2))
 	}
 	return b, nil
 }
@@ -80,63 +91,92 @@ func (m *MemHandle) remoteAccess() uint8 {
 	return a
 }
 
+// packedRkey is a decoded rkey. It refers to the bytes it was decoded
+// from, which must not change while it is used, and holds its memory
+// domains' keys in place: a receiver checks the key of every rendezvous
+// message without allocating.
 type packedRkey struct {
 	memType ucs.MemoryType
 	access  uint8
 	address uint64
 	length  uint64
-	mkeys   []packedMkey
+	n       int // mkeys[:n] are the memory domains' keys
+	mkeys   [maxRkeyMDs]packedMkey
 }
 
+// packedMkey is the key of one memory domain in a packed rkey: the
+// component's name and its key, in the packed bytes.
 type packedMkey struct {
-	component string
+	component []byte
 	mkey      []byte
 }
 
-// decodeRkey parses a packed rkey; anything malformed fails with
-// ucs.ErrInvalidParam.
-func decodeRkey(b []byte) (*packedRkey, error) {
-	bad := func(why string) error {
-		return fmt.Errorf("ucp: packed rkey (%d bytes): %s: %w", len(b), why, ucs.ErrInvalidParam)
+// mkey returns the key of the component name (the last, should it appear
+// twice), or nil.
+func (k *packedRkey) mkey(name string) []byte {
+	for i := k.n - 1; i >= 0; i-- {
+		if string(k.mkeys[i].component) == name {
+			return k.mkeys[i].mkey
+		}
 	}
+	return nil
+}
+
+// decodeRkey parses the packed rkey b into k, which then refers to b;
+// anything malformed fails with ucs.ErrInvalidParam.
+func decodeRkey(b []byte, k *packedRkey) error {
 	if len(b) > maxRkeyBlob {
-		return nil, bad("too long")
+		return badRkey(b, "too long")
 	}
 	d := decoder{b: b}
 	if string(d.take(len(rkeyMagic))) != rkeyMagic {
-		return nil, bad("bad magic")
+		return badRkey(b, "bad magic")
 	}
 	if v := d.u8(); v != rkeyVersion {
-		return nil, bad(fmt.Sprintf("version %d", v))
+		return badRkey(b, fmt.Sprintf("version %d", v))
 	}
-	k := &packedRkey{memType: ucs.MemoryType(d.u8()), access: d.u8(), address: d.u64(), length: d.u64()}
+	k.memType, k.access, k.address, k.length, k.n = ucs.MemoryType(d.u8()), d.u8(), d.u64(), d.u64(), 0
 	n := int(d.u8())
 	if d.err {
-		return nil, bad("truncated header")
+		return badRkey(b, "truncated header")
 	}
 	if k.access&^(rkeyRead|rkeyWrite) != 0 {
-		return nil, bad(fmt.Sprintf("remote access %#x", k.access))
+		return badRkey(b, fmt.Sprintf("remote access %#x", k.access))
 	}
 	if k.memType != ucs.MemoryTypeHost {
-		return nil, bad(fmt.Sprintf("memory type %d", k.memType))
+		return badRkey(b, fmt.Sprintf("memory type %d", k.memType))
 	}
 	if k.length == 0 || k.address+k.length < k.address {
-		return nil, bad("empty or wrapping range")
+		return badRkey(b, "empty or wrapping range")
 	}
 	if n > maxRkeyMDs {
-		return nil, bad(fmt.Sprintf("%d memory domains", n))
+		return badRkey(b, fmt.Sprintf("%d memory domains", n))
 	}
 	for i := 0; i < n; i++ {
-		mk := packedMkey{component: d.str8(), mkey: d.blob16()}
-		if d.err || mk.component == "" {
-			return nil, bad(fmt.Sprintf("memory domain %d truncated or unnamed", i))
+		mk := packedMkey{component: d.take(int(d.u8()))}
+		mk.mkey = d.take(int(d.u16()))
+		if d.err || len(mk.component) == 0 {
+			return badRkey(b, fmt.Sprintf("memory domain %d truncated or unnamed", i))
 		}
-		k.mkeys = append(k.mkeys, mk)
+		k.mkeys[i] = mk
 	}
 	if len(d.b) != 0 {
-		return nil, bad(fmt.Sprintf("%d trailing bytes", len(d.b)))
+		return badRkey(b, fmt.Sprintf("%d trailing bytes", len(d.b)))
 	}
-	return k, nil
+	k.n = n
+	return nil
+}
+
+// checkRkey checks a packed rkey that a peer sent, as decodeRkey does.
+func checkRkey(b []byte) error {
+	var k packedRkey
+	return decodeRkey(b, &k)
+}
+
+// badRkey is decodeRkey's error for the packed rkey b, malformed as why
+// says.
+func badRkey(b []byte, why string) error {
+	return fmt.Errorf("ucp: packed rkey (%d bytes): %s: %w", len(b), why, ucs.ErrInvalidParam)
 }
 
 // rkeyEntry is one unpacked memory key.
@@ -158,9 +198,10 @@ type rkeyLane struct {
 	get      bool // the lane does gets
 }
 
-func newRkeyLane(c *Context, l *lane, rkey uint64) *rkeyLane {
+// rmaLane returns the lane of RMA through l with the uct key rkey.
+func rmaLane(c *Context, l *lane, rkey uint64) rkeyLane {
 	at := l.wi.attr
-	rl := &rkeyLane{l: l, ep: l.ep, rkey: rkey, putShort: at.Put.MaxShort, putBcopy: at.Put.MaxBcopy,
+	rl := rkeyLane{l: l, ep: l.ep, rkey: rkey, putShort: at.Put.MaxShort, putBcopy: at.Put.MaxBcopy,
 		getBcopy: at.Get.MaxBcopy, get: at.Flags&capGet != 0 && l.remote.capFlags&capGet != 0}
 	if thr := c.zcopyThr; thr > 0 {
 		rl.putBcopy = min(rl.putBcopy, thr-1)
@@ -189,8 +230,9 @@ type Rkey struct {
 	length  uint64
 	entries []rkeyEntry
 	swToken uint64    // token for software RMA and atomics; 0 if none
-	rma     *rkeyLane // nil: software RMA over the AM lane
-	amo     *rkeyLane // nil: software atomics over the AM lane
+	rma     *rkeyLane // nil: software RMA over the AM lane; else &lanes[0]
+	amo     *rkeyLane // nil: software atomics over the AM lane; else &lanes[1]
+	lanes   [2]rkeyLane
 	ptr     *rkeyEntry
 	base    unsafe.Pointer // through ptr: where the memory at address is mapped here
 }
@@ -242,29 +284,40 @@ func (rl *rkeyLane) laneOrNil() *lane {
 // It fails with ucs.ErrInvalidParam for malformed input and
 // ucs.ErrUnreachable when nothing can reach the memory.
 func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
+	rk := new(Rkey)
+	if err := ep.rkeyUnpack(rk, packed); err != nil {
+		return nil, err
+	}
+	return rk, nil
+}
+
+// rkeyUnpack is RkeyUnpack into rk, new or destroyed: its buffers are used
+// again (the worker's cache of senders' keys recycles its keys).
+func (ep *Endpoint) rkeyUnpack(rk *Rkey, packed []byte) error {
 	if ep.closed.Load() {
-		return nil, fmt.Errorf("ucp rkey unpack: %w", ErrClosed)
+		return fmt.Errorf("ucp rkey unpack: %w", ErrClosed)
 	}
 	if err := ep.waitConnected(); err != nil {
-		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
+		return fmt.Errorf("ucp rkey unpack: %w", err)
 	}
 	ep.laneMu.Lock() // lanes and their usages; several goroutines may unpack at once
 	defer ep.laneMu.Unlock()
-	k, err := decodeRkey(packed)
-	if err != nil {
-		return nil, fmt.Errorf("ucp rkey unpack: %w", err)
+	var k packedRkey
+	if err := decodeRkey(packed, &k); err != nil {
+		return fmt.Errorf("ucp rkey unpack: %w", err)
 	}
-	rk := &Rkey{ep: ep, access: k.access, packed: append([]byte(nil), packed...), address: k.address, length: k.length}
-	mkeys := map[string][]byte{}
-	for _, mk := range k.mkeys {
-		if mk.component == swComponent {
-			if len(mk.mkey) != 8 {
-				return nil, fmt.Errorf("ucp rkey unpack: software token of %d bytes: %w", len(mk.mkey), ucs.ErrInvalidParam)
-			}
-			rk.swToken = binary.LittleEndian.Uint64(mk.mkey)
-			continue
+	entries := rk.entries[:0]
+	if cap(entries) < k.n {
+		// Room for every key: the entries do not move as unpack adds them.
+		entries = make([]rkeyEntry, 0, k.n)
+	}
+	*rk = Rkey{ep: ep, access: k.access, packed: append(rk.packed[:0], packed...), address: k.address, length: k.length,
+		entries: entries}
+	if tok := k.mkey(swComponent); tok != nil {
+		if len(tok) != 8 {
+			return fmt.Errorf("ucp rkey unpack: software token of %d bytes: %w", len(tok), ucs.ErrInvalidParam)
 		}
-		mkeys[mk.component] = mk.mkey
+		rk.swToken = binary.LittleEndian.Uint64(tok)
 	}
 	// unpack returns the entry of the component's key, unpacking it once.
 	unpack := func(name string) (*rkeyEntry, error) {
@@ -277,7 +330,7 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := comp.RkeyUnpack(mkeys[name])
+		b, err := comp.RkeyUnpack(k.mkey(name))
 		if err != nil {
 			return nil, err
 		}
@@ -290,11 +343,10 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 		rk.entries = append(rk.entries, rkeyEntry{comp: comp, bundle: b, hasPtr: hasPtr})
 		return &rk.entries[len(rk.entries)-1], nil
 	}
-	rk.entries = make([]rkeyEntry, 0, len(mkeys))
 	for i := range ep.cands {
 		c := &ep.cands[i]
 		name := c.wi.rsc.md.comp.Name()
-		if _, ok := mkeys[name]; !ok || (rk.rma != nil && rk.amo != nil) {
+		if k.mkey(name) == nil || (rk.rma != nil && rk.amo != nil) {
 			continue
 		}
 		wantRMA, wantAMO := rk.rma == nil && c.can(capRMA), rk.amo == nil && c.canAMO()
@@ -310,20 +362,23 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 			continue
 		}
 		if wantRMA {
-			rk.rma, l.usage = newRkeyLane(ep.w.ctx, l, e.bundle.Rkey), l.usage|usageRMA
+			rk.lanes[0] = rmaLane(ep.w.ctx, l, e.bundle.Rkey)
+			rk.rma, l.usage = &rk.lanes[0], l.usage|usageRMA
 		}
 		if wantAMO {
-			rk.amo, l.usage = &rkeyLane{l: l, ep: l.ep, rkey: e.bundle.Rkey}, l.usage|usageAMO
+			rk.lanes[1] = rkeyLane{l: l, ep: l.ep, rkey: e.bundle.Rkey}
+			rk.amo, l.usage = &rk.lanes[1], l.usage|usageAMO
 		}
 	}
 	// Direct access: any key whose component maps the memory here, among
 	// the components that reach the peer through this endpoint (one from a
 	// WorkerAddressFlagNetOnly address reaches none).
-	for name := range mkeys {
+	for _, mk := range k.mkeys[:k.n] {
 		if rk.ptr != nil {
 			break
 		}
-		if !hasCandidateOf(ep.cands, name) || !ep.w.ctx.mapsComponent(name) {
+		name := candidateOf(ep.cands, mk.component)
+		if name == "" || !ep.w.ctx.mapsComponent(name) {
 			continue
 		}
 		if pe, err := unpack(name); err == nil && pe.hasPtr {
@@ -335,20 +390,20 @@ func (ep *Endpoint) RkeyUnpack(packed []byte) (*Rkey, error) {
 	}
 	if rk.rma == nil && rk.amo == nil && rk.ptr == nil && (rk.swToken == 0 || ep.am == nil) {
 		rk.Destroy()
-		return nil, fmt.Errorf("ucp rkey unpack: no lane of %s can reach the memory: %w", ep.name, ucs.ErrUnreachable)
+		return fmt.Errorf("ucp rkey unpack: no lane of %s can reach the memory: %w", ep.name, ucs.ErrUnreachable)
 	}
-	return rk, nil
+	return nil
 }
 
-// hasCandidateOf reports whether one of the candidate lanes cands
-// belongs to the component name.
-func hasCandidateOf(cands []candidate, name string) bool {
+// candidateOf returns the name of the component name when one of the
+// candidate lanes cands belongs to it, and "" otherwise.
+func candidateOf(cands []candidate, name []byte) string {
 	for i := range cands {
-		if cands[i].wi.rsc.md.comp.Name() == name {
-			return true
+		if n := cands[i].wi.rsc.md.comp.Name(); n == string(name) {
+			return n
 		}
 	}
-	return false
+	return ""
 }
 
 // mapsComponent reports whether the context maps the memory of the
@@ -379,12 +434,12 @@ func (w *Worker) MapsRemoteKey(addr, rkey []byte) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("ucp maps remote key: %w", err)
 	}
-	k, err := decodeRkey(rkey)
-	if err != nil {
+	var k packedRkey
+	if err := decodeRkey(rkey, &k); err != nil {
 		return false, fmt.Errorf("ucp maps remote key: %w", err)
 	}
-	for _, mk := range k.mkeys {
-		if mk.component != swComponent && w.ctx.mapsComponent(mk.component) && w.reachesComponent(ra, mk.component) {
+	for _, mk := range k.mkeys[:k.n] {
+		if name := string(mk.component); name != swComponent && w.ctx.mapsComponent(name) && w.reachesComponent(ra, name) {
 			return true, nil
 		}
 	}
@@ -448,5 +503,6 @@ func (rk *Rkey) Destroy() {
 	for _, e := range rk.entries {
 		e.comp.RkeyRelease(e.bundle)
 	}
-	rk.entries, rk.ptr, rk.rma, rk.amo, rk.base = nil, nil, nil, nil, nil
+	clear(rk.entries)
+	rk.entries, rk.ptr, rk.rma, rk.amo, rk.base = rk.entries[:0], nil, nil, nil, nil
 }

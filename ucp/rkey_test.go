@@ -13,9 +13,9 @@ func encodeRkey(k *packedRkey) []byte {
 	b := append([]byte(rkeyMagic), rkeyVersion, byte(k.memType), k.access)
 	b = binary.LittleEndian.AppendUint64(b, k.address)
 	b = binary.LittleEndian.AppendUint64(b, k.length)
-	b = append(b, byte(len(k.mkeys)))
-	for _, mk := range k.mkeys {
-		b = appendStr8(b, mk.component)
+	b = append(b, byte(k.n))
+	for _, mk := range k.mkeys[:k.n] {
+		b = appendStr8(b, string(mk.component))
 		b = appendBlob16(b, mk.mkey)
 	}
 	return b

@@ -22,22 +22,28 @@ func BenchmarkStreamPingPong(b *testing.B) {
 				b.SetBytes(int64(n))
 				b.ReportAllocs()
 				for b.Loop() {
-					rb, _, err := e.ba.StreamRecvNBX(dst, wait)
-					e.check(b, err)
-					sa, err := e.ab.StreamSendNBX(src, nil)
-					e.check(b, err)
-					e.finish(b, rb, nil)
-					ra, _, err := e.ab.StreamRecvNBX(dst, wait)
-					e.check(b, err)
-					sb, err := e.ba.StreamSendNBX(src, nil)
-					e.check(b, err)
-					e.finish(b, ra, nil)
-					e.finish(b, sa, nil)
-					e.finish(b, sb, nil)
+					e.streamRoundTrip(b, src, dst, wait)
 				}
 			})
 		}
 	}
+}
+
+// streamRoundTrip sends src on the stream from a to b and back, each
+// received into dst by a receive with param posted before the data comes.
+func (e *tagEnv) streamRoundTrip(tb testing.TB, src, dst []byte, param *RequestParam) {
+	rb, _, err := e.ba.StreamRecvNBX(dst, param)
+	e.check(tb, err)
+	sa, err := e.ab.StreamSendNBX(src, nil)
+	e.check(tb, err)
+	e.finish(tb, rb, nil)
+	ra, _, err := e.ab.StreamRecvNBX(dst, param)
+	e.check(tb, err)
+	sb, err := e.ba.StreamSendNBX(src, nil)
+	e.check(tb, err)
+	e.finish(tb, ra, nil)
+	e.finish(tb, sa, nil)
+	e.finish(tb, sb, nil)
 }
 
 // BenchmarkStreamUnexpected measures small sends received after they
@@ -75,7 +81,7 @@ func BenchmarkStreamUnexpected(b *testing.B) {
 }
 
 // check fails the benchmark on an error.
-func (e *tagEnv) check(b *testing.B, err error) {
+func (e *tagEnv) check(b testing.TB, err error) {
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,39 +20,28 @@ func BenchmarkTagPingPong(b *testing.B) {
 				b.SetBytes(int64(n))
 				b.ReportAllocs()
 				for b.Loop() {
-					rb, err := e.b.TagRecvNBX(dst, 1, tagMaskFull, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					sa, err := e.ab.TagSendNBX(src, 1, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					for !rb.IsCompleted() {
-						e.progress()
-					}
-					rb.Free()
-					ra, err := e.a.TagRecvNBX(dst, 2, tagMaskFull, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					sb, err := e.ba.TagSendNBX(src, 2, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					for !ra.IsCompleted() || (sa != nil && !sa.IsCompleted()) || (sb != nil && !sb.IsCompleted()) {
-						e.progress()
-					}
-					ra.Free()
-					for _, r := range []*Request{sa, sb} {
-						if r != nil {
-							r.Free()
-						}
-					}
+					e.tagRoundTrip(b, src, dst)
 				}
 			})
 		}
 	}
+}
+
+// tagRoundTrip sends src from a to b and back, each received into dst by
+// a receive posted before the message comes.
+func (e *tagEnv) tagRoundTrip(tb testing.TB, src, dst []byte) {
+	rb, err := e.b.TagRecvNBX(dst, 1, tagMaskFull, nil)
+	e.check(tb, err)
+	sa, err := e.ab.TagSendNBX(src, 1, nil)
+	e.check(tb, err)
+	e.finish(tb, rb, nil)
+	ra, err := e.a.TagRecvNBX(dst, 2, tagMaskFull, nil)
+	e.check(tb, err)
+	sb, err := e.ba.TagSendNBX(src, 2, nil)
+	e.check(tb, err)
+	e.finish(tb, ra, nil)
+	e.finish(tb, sa, nil)
+	e.finish(tb, sb, nil)
 }
 
 // BenchmarkTagStream measures small messages sent in a stream, received by
@@ -77,7 +66,7 @@ func BenchmarkTagStream(b *testing.B) {
 
 // finish progresses until r (if any) completes and frees it, failing the
 // benchmark on an error.
-func (e *tagEnv) finish(b *testing.B, r *Request, err error) {
+func (e *tagEnv) finish(b testing.TB, r *Request, err error) {
 	if err != nil {
 		b.Fatal(err)
 	}

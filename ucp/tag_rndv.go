@@ -160,7 +160,10 @@ func (w *Worker) rndvRTR(ep *Endpoint, sreq, rreq, raddr uint64, key []byte) ucs
 	op := w.newSendOp(ep, topCtrl)
 	op.th, op.id, op.hlen = ep.thresholds(), amTagRTR, tagRTRLen
 	put64(op.hdr[:], w.uid, sreq, rreq, raddr)
-	op.key = dtIter{contig: key, length: len(key)}
+	// A copy: a receive that ends while its RTR waits to go unmaps the
+	// registration that holds the key (rndvRecvDone).
+	op.keyBuf = append(op.keyBuf, key...)
+	op.key = dtIter{contig: op.keyBuf, length: len(key)}
 	return w.ctrlStart(op, "rendezvous reply")
 }
 
@@ -179,7 +182,7 @@ func tagRecvRTR(arg any, data []byte, flags uint32) ucs.Status {
 		return w.tagDropped(err)
 	}
 	if len(key) > 0 {
-		if _, err := decodeRkey(key); err != nil {
+		if err := checkRkey(key); err != nil {
 			return w.tagDropped(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -340,4 +341,65 @@ func TestTagSendCancelWaiting(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestRndvAllocatesNothing: a round trip of rendezvous messages, tag and
+// stream, over shared memory (the receiver gets with the sender's key) and
+// tcp (the sender puts with the receiver's), allocates nothing once warm:
+// the registrations made for one transfer, their packed keys, the keys the
+// peer unpacks and the gets' bookkeeping are recycled, while each
+// registration still ends with its transfer.
+func TestRndvAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop what is put back: allocations mean nothing")
+	}
+	for _, tr := range tagTransports[1:3] {
+		for _, fam := range []string{"tag", "stream"} {
+			for _, n := range []int{64 << 10, 1 << 20} {
+				t.Run(fmt.Sprintf("%s/%s/%d", tr.name, fam, n), func(t *testing.T) {
+					e := newTagEnv(t, tr.sendTLS, tr.recvTLS, false, withStream)
+					src, dst := make([]byte, n), make([]byte, n)
+					wait := new(RequestParam).SetStreamRecvFlags(StreamRecvFlagWaitAll)
+					// The message goes by rendezvous.
+					var sr *Request
+					var err error
+					if fam == "tag" {
+						sr, err = e.ab.TagSendNBX(src, 1, nil)
+					} else {
+						sr, err = e.ab.StreamSendNBX(src, nil)
+					}
+					if err != nil || sr == nil || !strings.HasPrefix(sr.proto, fam+"/rndv") {
+						t.Fatalf("send of %d bytes: %v, %v; want a rendezvous", n, sr, err)
+					}
+					if fam == "tag" {
+						rr, err := e.b.TagRecvNBX(dst, 1, tagMaskFull, nil)
+						e.finish(t, rr, err)
+					} else {
+						rr, _, err := e.ba.StreamRecvNBX(dst, wait)
+						e.finish(t, rr, err)
+					}
+					e.finish(t, sr, nil)
+					roundTrip := func() { e.tagRoundTrip(t, src, dst) }
+					if fam == "stream" {
+						roundTrip = func() { e.streamRoundTrip(t, src, dst, wait) }
+					}
+					roundTrip()
+					if a := allocsPerRun(20, roundTrip); a != 0 {
+						t.Errorf("%v allocations per round trip", a)
+					}
+				})
+			}
+		}
+	}
+}
+
+// allocsPerRun is the least of three testing.AllocsPerRun of f: a
+// goroutine of the runtime or of a transport that allocates meanwhile
+// counts against f in one of them, rarely in all three.
+func allocsPerRun(runs int, f func()) float64 {
+	a := testing.AllocsPerRun(runs, f)
+	for range 2 {
+		a = min(a, testing.AllocsPerRun(runs, f))
+	}
+	return a
 }

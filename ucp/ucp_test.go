@@ -523,7 +523,7 @@ func TestDecodersRejectGarbage(t *testing.T) {
 	defer c.MemUnmap(m)
 	rk, _ := c.RkeyPack(m)
 	for i := 0; i < len(rk); i++ {
-		if _, err := decodeRkey(rk[:i]); !errors.Is(err, ucs.ErrInvalidParam) {
+		if err := checkRkey(rk[:i]); !errors.Is(err, ucs.ErrInvalidParam) {
 			t.Fatalf("rkey truncated to %d bytes: %v", i, err)
 		}
 	}
@@ -558,8 +558,8 @@ func FuzzRkey(f *testing.F) {
 	f.Add(rk)
 	f.Add([]byte("GRK\x01"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		k, err := decodeRkey(b)
-		if err != nil {
+		k := new(packedRkey)
+		if err := decodeRkey(b, k); err != nil {
 			if !errors.Is(err, ucs.ErrInvalidParam) {
 				t.Fatalf("error %v is not ErrInvalidParam", err)
 			}

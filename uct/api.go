@@ -57,10 +57,12 @@ type MD interface {
 	// MemDereg releases a registration of MemReg; a handle MemReg did not
 	// return, or one released already, fails with ucs.ErrInvalidParam.
 	MemDereg(memh Memh) error
-	// MkeyPack packs the remote key of memh, RkeyPackedSize bytes, for
-	// Component.RkeyUnpack in any process; a handle of another MD, or one
-	// released, fails with ucs.ErrInvalidParam.
-	MkeyPack(memh Memh) ([]byte, error)
+	// MkeyPack appends the remote key of memh, RkeyPackedSize bytes, for
+	// Component.RkeyUnpack in any process, to dst and returns the extended
+	// slice (a caller that keeps a buffer packs without allocating, as
+	// uct_md_mkey_pack writes into the caller's); a handle of another MD,
+	// or one released, fails with ucs.ErrInvalidParam.
+	MkeyPack(dst []byte, memh Memh) ([]byte, error)
 	// TLResources lists the transports and devices of the MD.
 	TLResources() ([]TLResource, error)
 	// IfaceConfigTable is the configuration table of the MD's ifaces.

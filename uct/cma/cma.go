@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -49,7 +50,12 @@ type mkey struct {
 func (k *mkey) fields() []any { return []any{&k.pid, base.Zero(4), &k.addr, &k.length} }
 
 // encode packs k.
-func (k *mkey) encode() []byte { return mkeyFormat.Encode(1, k.fields()...) }
+func (k *mkey) encode() []byte { return k.appendTo(nil) }
+
+// appendTo appends the packing of k to dst.
+func (k *mkey) appendTo(dst []byte) []byte {
+	return mkeyFormat.Append(dst, 1, k.fields()...)
+}
 
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
 // size, magic and version, with zero reserved bits, a valid pid and a
@@ -123,6 +129,10 @@ type Memh struct {
 	freed   bool
 }
 
+// memhs recycles the handles MemDereg released, for MemReg: a
+// registration per rendezvous transfer then allocates nothing.
+var memhs = sync.Pool{New: func() any { return new(Memh) }}
+
 // Query reports MDFlagReg and MDFlagNeedRkey (no allocation, no rkey ptr).
 func (m *MD) Query() (uct.MDAttr, error) {
 	a := m.Attr(uct.MDFlagReg|uct.MDFlagNeedRkey, MkeyPackedSize)
@@ -140,30 +150,35 @@ func (*MD) MemReg(addr unsafe.Pointer, length int, flags uct.MemFlags) (uct.Memh
 	if addr == nil || length <= 0 || !base.ValidRange(a, uint64(length)) {
 		return nil, fmt.Errorf("uct/cma: mem reg of %p+%d: %w", addr, length, ucs.ErrInvalidParam)
 	}
-	return &Memh{Address: addr, Length: length}, nil
+	h := memhs.Get().(*Memh)
+	*h = Memh{Address: addr, Length: length}
+	return h, nil
 }
 
 // MemDereg releases a registration; a handle MemReg did not return, or one
-// released already, fails with ucs.ErrInvalidParam.
+// released already, fails with ucs.ErrInvalidParam. The handle is the MD's
+// again: a later MemReg may return it for another registration, so the
+// caller must not use it any more.
 func (*MD) MemDereg(memh uct.Memh) error {
 	h, ok := memh.(*Memh)
 	if !ok || h.freed {
 		return fmt.Errorf("uct/cma: mem dereg of a foreign or released handle: %w", ucs.ErrInvalidParam)
 	}
 	h.freed = true
+	memhs.Put(h)
 	return nil
 }
 
-// MkeyPack packs the key of a registration, MkeyPackedSize bytes (see
-// there for the layout). A handle MemReg did not return, or released,
-// fails with ucs.ErrInvalidParam.
-func (*MD) MkeyPack(memh uct.Memh) ([]byte, error) {
+// MkeyPack appends the key of a registration, MkeyPackedSize bytes (see
+// there for the layout), to dst. A handle MemReg did not return, or
+// released, fails with ucs.ErrInvalidParam.
+func (*MD) MkeyPack(dst []byte, memh uct.Memh) ([]byte, error) {
 	h, ok := memh.(*Memh)
 	if !ok || h.freed {
 		return nil, fmt.Errorf("uct/cma: mkey pack of a foreign or released handle: %w", ucs.ErrInvalidParam)
 	}
 	k := mkey{pid: pid, addr: uint64(uintptr(h.Address)), length: uint64(h.Length)}
-	return k.encode(), nil
+	return k.appendTo(dst), nil
 }
 
 // IfaceOpen opens an iface on {cma, memory} (another resource fails with

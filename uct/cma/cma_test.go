@@ -149,7 +149,7 @@ func TestMemReg(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := md.MkeyPack(memh)
+	key, err := md.MkeyPack(nil, memh)
 	if err != nil || len(key) != MkeyPackedSize {
 		t.Fatalf("MkeyPack = %x, %v", key, err)
 	}
@@ -182,7 +182,7 @@ func TestMemReg(t *testing.T) {
 	if err := md.MemDereg(memh); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("double MemDereg err = %v", err)
 	}
-	if _, err := md.MkeyPack(memh); !errors.Is(err, ucs.ErrInvalidParam) {
+	if _, err := md.MkeyPack(nil, memh); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("MkeyPack of a released handle err = %v", err)
 	}
 	if err := md.MemFree(memh); !errors.Is(err, ucs.ErrUnsupported) {

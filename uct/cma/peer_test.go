@@ -58,7 +58,7 @@ func runPeer(_ []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	key, err := md.MkeyPack(memh)
+	key, err := md.MkeyPack(nil, memh)
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,10 @@ func (*Component) RkeyPtr(rkey uct.RkeyBundle, raddr uint64) (unsafe.Pointer, er
 func (*Component) RkeyRelease(uct.RkeyBundle) error { return nil }
 
 // encodeMkey packs the key of this process.
-func encodeMkey() []byte { return mkeyFormat.Encode(0, base.Pid, processID) }
+func encodeMkey() []byte { return appendMkey(nil) }
+
+// appendMkey appends the packed self key to dst.
+func appendMkey(dst []byte) []byte { return mkeyFormat.Append(dst, 0, base.Pid, processID) }
 
 // decodeMkey decodes a packed self key; it fails with ucs.ErrInvalidParam
 // unless b has the exact size and magic of a self key and a non-zero pid
@@ -135,13 +138,13 @@ func (*MD) MemDereg(memh uct.Memh) error {
 	return nil
 }
 
-// MkeyPack returns the MkeyPackedSize-byte key of this process; memh must
+// MkeyPack appends the MkeyPackedSize-byte key of this process to dst; memh must
 // come from MemReg (ucs.ErrInvalidParam otherwise).
-func (*MD) MkeyPack(memh uct.Memh) ([]byte, error) {
+func (*MD) MkeyPack(dst []byte, memh uct.Memh) ([]byte, error) {
 	if _, ok := memh.(*Memh); !ok {
 		return nil, fmt.Errorf("uct/self: mkey pack of %T: %w", memh, ucs.ErrInvalidParam)
 	}
-	return encodeMkey(), nil
+	return appendMkey(dst), nil
 }
 
 // transport is the transport as seen by the base types that Component and its MD

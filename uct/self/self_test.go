@@ -37,7 +37,7 @@ func setup(t testing.TB, mem []byte) (*Iface, uct.EP, uct.RkeyBundle) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	packed, err := md.MkeyPack(memh)
+	packed, err := md.MkeyPack(nil, memh)
 	if err != nil {
 		t.Fatal(err)
 	}

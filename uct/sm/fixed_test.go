@@ -50,7 +50,7 @@ func TestMemAllocFixed(t *testing.T) {
 			}
 			b := unsafe.Slice((*byte)(at), 2*page)
 			b[0], b[len(b)-1] = 1, 2
-			if _, err := md.MkeyPack(a.Memh); err != nil {
+			if _, err := md.MkeyPack(nil, a.Memh); err != nil {
 				t.Error(err)
 			}
 			for _, over := range []unsafe.Pointer{at, unsafe.Add(at, page)} {

@@ -51,12 +51,15 @@ type mkey struct {
 }
 
 // encode packs k.
-func (k *mkey) encode() []byte {
+func (k *mkey) encode() []byte { return k.appendTo(nil) }
+
+// appendTo appends the packing of k to dst.
+func (k *mkey) appendTo(dst []byte) []byte {
 	v, fd := mkeyVersion, k.fd
 	if k.named {
 		v, fd = mkeyVersionNamed, 0
 	}
-	return mkeyFormat.Encode(v, k.pid, fd, k.id, k.length, k.addr)
+	return mkeyFormat.Append(dst, v, k.pid, fd, k.id, k.length, k.addr)
 }
 
 // decodeMkey decodes a packed key strictly: anything but a key of the exact

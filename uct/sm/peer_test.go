@@ -86,7 +86,7 @@ func runPeer(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	key, err := md.MkeyPack(a.Memh)
+	key, err := md.MkeyPack(nil, a.Memh)
 	if err != nil {
 		return err
 	}

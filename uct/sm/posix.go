@@ -217,10 +217,10 @@ func (*PosixMD) MemFree(memh uct.Memh) error {
 	return uerr
 }
 
-// MkeyPack packs the key of an allocation, MkeyPackedSize bytes (see there
-// for the layout). A handle that is not from MemAlloc, or freed, fails with
+// MkeyPack appends the key of an allocation, MkeyPackedSize bytes (see there
+// for the layout), to dst. A handle that is not from MemAlloc, or freed, fails with
 // ucs.ErrInvalidParam.
-func (*PosixMD) MkeyPack(memh uct.Memh) ([]byte, error) {
+func (*PosixMD) MkeyPack(dst []byte, memh uct.Memh) ([]byte, error) {
 	h, ok := memh.(*Memh)
 	if !ok || h.freed {
 		return nil, fmt.Errorf("uct/sm: mkey pack of a foreign or freed handle: %w", ucs.ErrInvalidParam)
@@ -229,7 +229,7 @@ func (*PosixMD) MkeyPack(memh uct.Memh) ([]byte, error) {
 	if k.named {
 		k.fd = 0
 	}
-	return k.encode(), nil
+	return k.appendTo(dst), nil
 }
 
 // IfaceOpen opens an iface on {posix, memory} (another resource fails with

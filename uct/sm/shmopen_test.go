@@ -105,7 +105,7 @@ func TestNamedSegment(t *testing.T) {
 	for i := range mem {
 		mem[i] = byte(i * 7)
 	}
-	key, err := md.MkeyPack(a.Memh)
+	key, err := md.MkeyPack(nil, a.Memh)
 	if err != nil {
 		t.Fatal(err)
 	}

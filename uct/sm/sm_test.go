@@ -139,7 +139,7 @@ func TestLocalRkey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := md.MkeyPack(a.Memh)
+	key, _ := md.MkeyPack(nil, a.Memh)
 	r1, err := c.RkeyUnpack(key)
 	if err != nil || r1.Rkey != 0 {
 		t.Fatalf("RkeyUnpack = %v, %v", r1, err)

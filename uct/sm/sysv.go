@@ -77,7 +77,10 @@ type sysvMkey struct {
 func (k *sysvMkey) fields() []any { return []any{&k.pid, &k.shmid, &k.length, &k.addr} }
 
 // encode packs k.
-func (k *sysvMkey) encode() []byte { return sysvMkeyFormat.Encode(1, k.fields()...) }
+func (k *sysvMkey) encode() []byte { return k.appendTo(nil) }
+
+// appendTo appends the packing of k to dst.
+func (k *sysvMkey) appendTo(dst []byte) []byte { return sysvMkeyFormat.Append(dst, 1, k.fields()...) }
 
 // decodeSysvMkey decodes a packed sysv key strictly: anything but a key of
 // the exact size, magic and version, with a valid pid and shmid and a
@@ -302,16 +305,16 @@ func (*SysvMD) MemFree(memh uct.Memh) error {
 	return sysvSegments.release(segKey{pid, uint64(h.ShmID)}, true, sysvName(int32(h.ShmID)))
 }
 
-// MkeyPack packs the key of an allocation, SysvMkeyPackedSize bytes (see
-// there for the layout). A handle that is not from MemAlloc, or freed, fails
+// MkeyPack appends the key of an allocation, SysvMkeyPackedSize bytes (see
+// there for the layout), to dst. A handle that is not from MemAlloc, or freed, fails
 // with ucs.ErrInvalidParam.
-func (*SysvMD) MkeyPack(memh uct.Memh) ([]byte, error) {
+func (*SysvMD) MkeyPack(dst []byte, memh uct.Memh) ([]byte, error) {
 	h, ok := memh.(*SysvMemh)
 	if !ok || h.freed {
 		return nil, fmt.Errorf("uct/sm: mkey pack of a foreign or freed handle: %w", ucs.ErrInvalidParam)
 	}
 	k := sysvMkey{pid: pid, shmid: int32(h.ShmID), length: uint64(h.Length), addr: uint64(uintptr(h.Address))}
-	return k.encode(), nil
+	return k.appendTo(dst), nil
 }
 
 // IfaceOpen opens an iface on {sysv, memory} (another resource fails with

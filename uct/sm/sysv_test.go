@@ -159,7 +159,7 @@ func TestSysvSegments(t *testing.T) {
 		if err := md.MemFree(a.Memh); !errors.Is(err, ucs.ErrInvalidParam) {
 			t.Errorf("double MemFree err = %v", err)
 		}
-		if _, err := md.MkeyPack(a.Memh); !errors.Is(err, ucs.ErrInvalidParam) {
+		if _, err := md.MkeyPack(nil, a.Memh); !errors.Is(err, ucs.ErrInvalidParam) {
 			t.Errorf("MkeyPack of a freed handle err = %v", err)
 		}
 	}
@@ -231,7 +231,7 @@ func TestSysvLocalRkey(t *testing.T) {
 		t.Fatal(err)
 	}
 	shmid := a.Memh.(*SysvMemh).ShmID
-	key, _ := md.MkeyPack(a.Memh)
+	key, _ := md.MkeyPack(nil, a.Memh)
 	r1, err := c.RkeyUnpack(key)
 	if err != nil || r1.Rkey != 0 {
 		t.Fatalf("RkeyUnpack = %v, %v", r1, err)

@@ -47,7 +47,7 @@ func atomicFrame(op uct.AtomicOp, post bool, size int, value, compare, raddr, rk
 	}
 	f := newFrame(frameHeaderLen + atomicHeaderLen)
 	putFrameHeader(f.buf, frameAtomic, 0, atomicHeaderLen)
-	a := atomicHeader{key: k.key.id, token: k.key.token, raddr: raddr, value: value, compare: compare, op: op, size: uint8(size)}
+	a := atomicHeader{key: k.id, token: k.token, raddr: raddr, value: value, compare: compare, op: op, size: uint8(size)}
 	a.encode(f.buf[frameHeaderLen:])
 	return f, ucs.OK
 }

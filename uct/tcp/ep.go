@@ -627,21 +627,21 @@ func (e *EP) fail(st ucs.Status, cause error) {
 
 // remoteRange checks a put of n bytes at raddr against the unpacked key
 // rkey and returns the key.
-func remoteRange(rkey, raddr uint64, n int) (*rkeyEntry, ucs.Status) {
-	k := lookupRkey(rkey)
-	if k == nil || !k.key.contains(raddr, uint64(n)) {
-		return nil, ucs.ErrInvalidParam
+func remoteRange(rkey, raddr uint64, n int) (mkey, ucs.Status) {
+	k, ok := lookupRkey(rkey)
+	if !ok || !k.contains(raddr, uint64(n)) {
+		return mkey{}, ucs.ErrInvalidParam
 	}
 	return k, ucs.OK
 }
 
 // newPut returns a put frame for n data bytes at raddr, with room for
 // extra bytes copied after the headers.
-func newPut(k *rkeyEntry, raddr uint64, n, extra int) *txFrame {
+func newPut(k *mkey, raddr uint64, n, extra int) *txFrame {
 	const h = frameHeaderLen + putHeaderLen
 	f := newFrame(h + extra)
 	putFrameHeader(f.buf, framePut, 0, putHeaderLen+n)
-	p := putHeader{key: k.key.id, token: k.key.token, raddr: raddr}
+	p := putHeader{key: k.id, token: k.token, raddr: raddr}
 	p.encode(f.buf[frameHeaderLen:])
 	return f
 }
@@ -656,7 +656,7 @@ func (e *EP) PutShort(buf []byte, raddr uint64, rkey uint64) ucs.Status {
 	if st != ucs.OK {
 		return st
 	}
-	f := newPut(k, raddr, len(buf), len(buf))
+	f := newPut(&k, raddr, len(buf), len(buf))
 	copy(f.buf[frameHeaderLen+putHeaderLen:], buf)
 	return sent(e.post(f, false))
 }
@@ -677,14 +677,14 @@ func (e *EP) PutBcopy(pack uct.PackFunc, raddr uint64, rkey uint64) (int, ucs.St
 	if !e.hasRoom() {
 		return 0, ucs.ErrNoResource
 	}
-	k := lookupRkey(rkey)
-	if k == nil {
+	k, ok := lookupRkey(rkey)
+	if !ok {
 		return 0, ucs.ErrInvalidParam
 	}
 	seg := e.iface.cfg.segSize
-	f := newPut(k, raddr, 0, seg)
+	f := newPut(&k, raddr, 0, seg)
 	n := pack(f.buf[frameHeaderLen+putHeaderLen:])
-	if n < 0 || n > seg || !k.key.contains(raddr, uint64(n)) {
+	if n < 0 || n > seg || !k.contains(raddr, uint64(n)) {
 		f.release()
 		return 0, ucs.ErrInvalidParam
 	}
@@ -714,7 +714,7 @@ func (e *EP) PutZcopy(iov []uct.IOV, raddr uint64, rkey uint64, comp *uct.Comple
 	if st != ucs.OK {
 		return st
 	}
-	f := newPut(k, raddr, n, 0)
+	f := newPut(&k, raddr, n, 0)
 	return e.postZcopy(f, iov, n, comp)
 }
 

@@ -102,7 +102,7 @@ func (e *EP) postGet(w *waitOp, raddr, rkey uint64) ucs.Status {
 	}
 	f := newFrame(frameHeaderLen + getHeaderLen)
 	putFrameHeader(f.buf, frameGet, 0, getHeaderLen)
-	h := getHeader{key: k.key.id, token: k.key.token, raddr: raddr, length: uint64(w.n)}
+	h := getHeader{key: k.id, token: k.token, raddr: raddr, length: uint64(w.n)}
 	h.encode(f.buf[frameHeaderLen:])
 	w.reply = frameGetRep
 	return e.postWait(f, w, frameHeaderLen+32)

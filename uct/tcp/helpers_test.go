@@ -154,7 +154,7 @@ func register(tb testing.TB, md *MD, n int) *testRegion {
 		tb.Fatal(err)
 	}
 	r.memh = h.(*Memh)
-	if r.key, err = md.MkeyPack(h); err != nil {
+	if r.key, err = md.MkeyPack(nil, h); err != nil {
 		tb.Fatal(err)
 	}
 	if r.rkey, err = (&Component{}).RkeyUnpack(r.key); err != nil {

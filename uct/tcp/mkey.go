@@ -33,14 +33,21 @@ type mkey struct {
 func (k *mkey) fields() []any { return []any{&k.id, &k.addr, &k.length, &k.token} }
 
 // encode packs k.
-func (k *mkey) encode() []byte { return mkeyFormat.Encode(1, k.fields()...) }
+func (k *mkey) encode() []byte { return k.appendTo(nil) }
+
+// appendTo appends the packing of k to dst.
+func (k *mkey) appendTo(dst []byte) []byte {
+	return mkeyFormat.Append(dst, 1, k.fields()...)
+}
 
 // decodeMkey decodes a packed key strictly: anything but a key of the exact
 // size, magic and version, with zero reserved bits, non-zero id and token,
 // and a non-empty range below 2^57 fails with ucs.ErrInvalidParam.
 func decodeMkey(b []byte) (k mkey, err error) {
-	_, err = mkeyFormat.Decode(b, append(k.fields(),
-		base.CheckNonZero("key id", &k.id), base.CheckNonZero("token", &k.token), base.CheckRange(&k.addr, &k.length))...)
+	// The fields listed, not appended to k.fields(): the list, k and the
+	// checks then stay on the stack (a sender unpacks a key per put).
+	_, err = mkeyFormat.Decode(b, &k.id, &k.addr, &k.length, &k.token,
+		base.CheckNonZero("key id", &k.id), base.CheckNonZero("token", &k.token), base.CheckRange(&k.addr, &k.length))
 	return k, err
 }
 

@@ -65,7 +65,7 @@ func runPeer(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	packed, err := md.MkeyPack(h)
+	packed, err := md.MkeyPack(nil, h)
 	if err != nil {
 		return err
 	}

@@ -339,7 +339,7 @@ func TestSharedGetReplyPinsRegion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	packed, _ := md.MkeyPack(h)
+	packed, _ := md.MkeyPack(nil, h)
 	rk, err := (&Component{}).RkeyUnpack(packed)
 	if err != nil {
 		t.Fatal(err)

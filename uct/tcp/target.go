@@ -239,19 +239,24 @@ const getRepInline = 16 << 10
 // The caller unlocks the region.
 func (m *MD) access(key, token, raddr, n uint64) (*region, string) {
 	r := m.lookup(key)
-	switch {
-	case r == nil:
+	if r == nil {
 		return nil, "unknown key"
+	}
+	// Checked under the region's lock: deregistered since the lookup, the
+	// region may be registered again, under another key (MemReg).
+	r.mu.RLock()
+	var why string
+	switch {
+	case r.dead || r.key.id != key:
+		why = "deregistered key"
 	case subtle.ConstantTimeEq(int32(token>>32), int32(r.key.token>>32))&
 		subtle.ConstantTimeEq(int32(token), int32(r.key.token)) != 1:
-		return nil, "wrong token"
+		why = "wrong token"
 	case !r.key.contains(raddr, n):
-		return nil, fmt.Sprintf("outside the registered range %#x+%d", r.key.addr, r.key.length)
+		why = fmt.Sprintf("outside the registered range %#x+%d", r.key.addr, r.key.length)
+	default:
+		return r, ""
 	}
-	r.mu.RLock()
-	if r.dead {
-		r.mu.RUnlock()
-		return nil, "deregistered key"
-	}
-	return r, ""
+	r.mu.RUnlock()
+	return nil, why
 }

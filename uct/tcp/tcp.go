@@ -80,28 +80,31 @@ type Component struct {
 	base.Component[transport]
 }
 
-// rkeyEntry is an unpacked key: what a put frame needs to name the remote
-// region, and the range for a local check.
-type rkeyEntry struct {
-	handle uint64 // the uct.RkeyBundle.Rkey of the key
-	key    mkey
-}
-
-// rkeys maps the Rkey values of unpacked keys to the keys. EP operations
-// take the Rkey value only, and a put frame needs key id and token (128
-// bits), so the value is a handle into this table.
+// rkeys maps the Rkey values of unpacked keys to the keys: what a put
+// frame needs to name the remote region, and the range for a local check.
+// EP operations take the Rkey value only, and a put frame needs key id and
+// token (128 bits), so the value is a handle into this table. The keys
+// are held by value: unpacking one allocates nothing, and an operation
+// works on a copy, which a release cannot change under it.
 var rkeys struct {
 	sync.RWMutex
-	m    map[uint64]*rkeyEntry
+	m    map[uint64]mkey
 	next uint64
 }
 
-// lookupRkey returns the unpacked key of handle h, or nil.
-func lookupRkey(h uint64) *rkeyEntry {
+// tcpRkey is the uct.RkeyBundle.Handle of the keys this component
+// unpacked, by which RkeyRelease tells them from other components'.
+type tcpRkey struct{}
+
+var ourRkey = &tcpRkey{}
+
+// lookupRkey returns the unpacked key of handle h, and whether there is
+// one.
+func lookupRkey(h uint64) (mkey, bool) {
 	rkeys.RLock()
-	k := rkeys.m[h]
+	k, ok := rkeys.m[h]
 	rkeys.RUnlock()
-	return k
+	return k, ok
 }
 
 // RkeyUnpack decodes a key from MD.MkeyPack. The rkey is a handle of this
@@ -116,12 +119,11 @@ func (*Component) RkeyUnpack(packed []byte) (uct.RkeyBundle, error) {
 	rkeys.Lock()
 	defer rkeys.Unlock()
 	if rkeys.m == nil {
-		rkeys.m = make(map[uint64]*rkeyEntry)
+		rkeys.m = make(map[uint64]mkey)
 	}
 	rkeys.next++
-	r := &rkeyEntry{handle: rkeys.next, key: k}
-	rkeys.m[r.handle] = r
-	return uct.RkeyBundle{Rkey: r.handle, Handle: r}, nil
+	rkeys.m[rkeys.next] = k
+	return uct.RkeyBundle{Rkey: rkeys.next, Handle: ourRkey}, nil
 }
 
 // RkeyPtr fails with ucs.ErrUnsupported: remote memory is reached only
@@ -133,28 +135,30 @@ func (*Component) RkeyPtr(uct.RkeyBundle, uint64) (unsafe.Pointer, error) {
 // RkeyRelease forgets an unpacked key; a bundle that RkeyUnpack did not
 // return, or one released already, fails with ucs.ErrInvalidParam.
 func (*Component) RkeyRelease(b uct.RkeyBundle) error {
-	r, ok := b.Handle.(*rkeyEntry)
-	if !ok {
+	if _, ok := b.Handle.(*tcpRkey); !ok {
 		return fmt.Errorf("uct/tcp: release of a foreign rkey: %w", ucs.ErrInvalidParam)
 	}
 	rkeys.Lock()
 	defer rkeys.Unlock()
-	if rkeys.m[r.handle] != r {
+	if _, ok := rkeys.m[b.Rkey]; !ok {
 		return fmt.Errorf("uct/tcp: release of a released rkey: %w", ucs.ErrInvalidParam)
 	}
-	delete(rkeys.m, r.handle)
+	delete(rkeys.m, b.Rkey)
 	return nil
 }
 
 // region is registered memory. Puts hold mu for reading while they write
 // into it, MemDereg takes it for writing, so that no put writes into
-// memory that was deregistered.
+// memory that was deregistered. A deregistered region is used again by a
+// later MemReg, under another key: key, mem and dead change under mu, and
+// whoever found the region by its key checks them under mu (MD.access).
 type region struct {
 	mu    sync.RWMutex
 	key   mkey
 	mem   []byte // the registered bytes
-	dead  bool   // deregistered; guarded by mu
+	dead  bool   // deregistered
 	owner *MD
+	h     Memh // the handle MemReg returns, of this region
 	// pins counts the get replies queued with bytes of mem, not written
 	// yet (EP.reply): MemDereg waits for them. A pin is taken only with
 	// mu read-locked and the region live, so none is taken after
@@ -169,7 +173,14 @@ type MD struct {
 	base.RegisterMD[transport]
 	mu      sync.RWMutex
 	regions map[uint64]*region // by key id
+	// free holds deregistered regions for MemReg to use again (at most
+	// maxFreeRegions): a registration per rendezvous transfer then
+	// allocates nothing. Guarded by mu.
+	free []*region
 }
+
+// maxFreeRegions bounds MD.free.
+const maxFreeRegions = 16
 
 // Memh is the memory handle of the tcp MD.
 type Memh struct {
@@ -194,24 +205,35 @@ func (m *MD) MemReg(addr unsafe.Pointer, length int, flags uct.MemFlags) (uct.Me
 	if addr == nil || length <= 0 || !base.ValidRange(start, uint64(length)) {
 		return nil, fmt.Errorf("uct/tcp: mem reg of %d bytes at %p: %w", length, addr, ucs.ErrInvalidParam)
 	}
-	r := &region{mem: unsafe.Slice((*byte)(addr), length), owner: m}
-	r.key = mkey{addr: start, length: uint64(length), token: randomID()}
+	key := mkey{addr: start, length: uint64(length), token: randomID()}
 	m.mu.Lock()
+	var r *region
+	if n := len(m.free); n > 0 {
+		r, m.free = m.free[n-1], m.free[:n-1]
+	} else {
+		r = &region{owner: m}
+		r.h.r = r
+	}
 	for {
-		r.key.id = randomID()
-		if m.regions[r.key.id] == nil {
+		key.id = randomID()
+		if m.regions[key.id] == nil {
 			break
 		}
 	}
-	m.regions[r.key.id] = r
+	r.mu.Lock()
+	r.key, r.mem, r.dead = key, unsafe.Slice((*byte)(addr), length), false
+	r.mu.Unlock()
+	m.regions[key.id] = r
 	m.mu.Unlock()
-	return &Memh{r: r}, nil
+	return &r.h, nil
 }
 
 // MemDereg removes a registration: puts that arrive later for its key are
 // rejected, and MemDereg waits for the puts being written into it to end.
 // A handle of another MD, or one deregistered already, fails with
-// ucs.ErrInvalidParam.
+// ucs.ErrInvalidParam. The handle is the MD's again: a later MemReg may
+// return it for another registration (it allocates nothing then), so the
+// caller must not use it any more.
 func (m *MD) MemDereg(memh uct.Memh) error {
 	h, ok := memh.(*Memh)
 	if !ok || h == nil || h.r.owner != m {
@@ -225,7 +247,7 @@ func (m *MD) MemDereg(memh uct.Memh) error {
 	delete(m.regions, h.r.key.id)
 	m.mu.Unlock()
 	h.r.mu.Lock()
-	h.r.dead = true
+	h.r.dead, h.r.mem = true, nil
 	h.r.mu.Unlock()
 	// Get replies queued with bytes of the region are written by
 	// Progress or the poller, and the peer reads them whatever it does:
@@ -233,6 +255,11 @@ func (m *MD) MemDereg(memh uct.Memh) error {
 	for h.r.pins.Load() > 0 {
 		time.Sleep(50 * time.Microsecond)
 	}
+	m.mu.Lock()
+	if len(m.free) < maxFreeRegions {
+		m.free = append(m.free, h.r)
+	}
+	m.mu.Unlock()
 	return nil
 }
 
@@ -244,14 +271,14 @@ func (m *MD) lookup(id uint64) *region {
 	return r
 }
 
-// MkeyPack returns the MkeyPackedSize-byte key of memh, a handle of this MD
-// (ucs.ErrInvalidParam otherwise).
-func (m *MD) MkeyPack(memh uct.Memh) ([]byte, error) {
+// MkeyPack appends the MkeyPackedSize-byte key of memh, a handle of this
+// MD (ucs.ErrInvalidParam otherwise), to dst.
+func (m *MD) MkeyPack(dst []byte, memh uct.Memh) ([]byte, error) {
 	h, ok := memh.(*Memh)
 	if !ok || h == nil || h.r.owner != m {
 		return nil, fmt.Errorf("uct/tcp: mkey pack of a foreign handle %T: %w", memh, ucs.ErrInvalidParam)
 	}
-	return h.r.key.encode(), nil
+	return h.r.key.appendTo(dst), nil
 }
 
 // TLResources lists one resource per usable network interface (see

@@ -269,7 +269,7 @@ func TestMemReg(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	packed, err := md.MkeyPack(h)
+	packed, err := md.MkeyPack(nil, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,14 +277,14 @@ func TestMemReg(t *testing.T) {
 	if err != nil || k.addr != uint64(uintptr(unsafe.Pointer(&mem[3]))) || k.length != 50 || k.token == 0 || md.lookup(k.id) == nil {
 		t.Fatalf("packed key %+v, %v", k, err)
 	}
-	if _, err := other.MkeyPack(h); !errors.Is(err, ucs.ErrInvalidParam) {
+	if _, err := other.MkeyPack(nil, h); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("MkeyPack with another MD err = %v", err)
 	}
 	if err := other.MemDereg(h); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("MemDereg with another MD err = %v", err)
 	}
 	b, err := (&Component{}).RkeyUnpack(packed)
-	if err != nil || lookupRkey(b.Rkey) == nil || lookupRkey(b.Rkey).key != k {
+	if got, ok := lookupRkey(b.Rkey); err != nil || !ok || got != k {
 		t.Fatalf("RkeyUnpack = %+v, %v", b, err)
 	}
 	if err := (&Component{}).RkeyRelease(b); err != nil {
@@ -293,7 +293,7 @@ func TestMemReg(t *testing.T) {
 	if err := (&Component{}).RkeyRelease(b); !errors.Is(err, ucs.ErrInvalidParam) {
 		t.Errorf("second RkeyRelease err = %v", err)
 	}
-	if lookupRkey(b.Rkey) != nil {
+	if _, ok := lookupRkey(b.Rkey); ok {
 		t.Error("released rkey still known")
 	}
 	if err := md.MemDereg(h); err != nil {
@@ -856,8 +856,9 @@ func TestPendingPurge(t *testing.T) {
 }
 
 // TestRejectedPuts checks that puts with a wrong token, an unknown or
-// deregistered key, or a range outside the region leave the target's
-// memory untouched, are logged, and still flush; and that gets with such
+// deregistered key (whose region a later registration uses again), or a
+// range outside the region leave the target's memory untouched, are
+// logged, and still flush; and that gets with such
 // keys complete with ucs.ErrInvalidAddr and are logged. Each case has a
 // target iface of its own: an iface logs only the first few rejections
 // of a minute (see TestRejectionFlood).
@@ -869,6 +870,12 @@ func TestRejectedPuts(t *testing.T) {
 	dead := register(t, md, 64)
 	deadKey := dead.key
 	md.MemDereg(dead.memh)
+	// The deregistered region, registered again for other memory: the old
+	// key must not reach it.
+	again := register(t, md, 64)
+	if again.memh != dead.memh {
+		t.Fatal("MemReg did not use the deregistered region again")
+	}
 	k, _ := decodeMkey(target.key)
 	forge := func(f func(k *mkey)) []byte {
 		k := k
@@ -909,14 +916,14 @@ func TestRejectedPuts(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer (&Component{}).RkeyRelease(rk)
-				before, fbefore := target.snapshot(), foreign.snapshot()
+				before, fbefore, abefore := target.snapshot(), foreign.snapshot(), again.snapshot()
 				if st := kind.put(ep, bytes.Repeat([]byte{0xee}, tt.size), tt.raddr, rk.Rkey); st != ucs.OK {
 					t.Fatalf("put: %v", st)
 				}
 				if st := flush(t, ep, b); st != ucs.OK {
 					t.Fatalf("flush: %v", st)
 				}
-				if !bytes.Equal(target.snapshot(), before) || !bytes.Equal(foreign.snapshot(), fbefore) {
+				if !bytes.Equal(target.snapshot(), before) || !bytes.Equal(foreign.snapshot(), fbefore) || !bytes.Equal(again.snapshot(), abefore) {
 					t.Error("a rejected put changed memory")
 				}
 				if !strings.Contains(logs.String(), tt.why) {

@@ -1,6 +1,7 @@
 package uctest
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -48,7 +49,8 @@ func (e *env) epAddrLen(t *testing.T) int {
 }
 
 // testIfaceMemAlloc checks IfaceMemAlloc on the resource's MD: the memory
-// it gives is keyed for the MD (MkeyPack takes its handle) whichever
+// it gives is keyed for the MD (MkeyPack takes its handle, and appends
+// its key of RkeyPackedSize bytes to what the buffer holds) whichever
 // method allocated it, unless the MD registers no memory and another
 // method did, and MemFree releases it.
 func testIfaceMemAlloc(t *testing.T, e *env) {
@@ -65,8 +67,17 @@ func testIfaceMemAlloc(t *testing.T, e *env) {
 		}
 		if mem.Memh == nil && (mem.Method == uct.AllocMethodMD || e.mdAttr.Flags&uct.MDFlagReg != 0) {
 			t.Errorf("IfaceMemAlloc with %v: memory allocated by %v has no handle", methods, mem.Method)
-		} else if _, err := e.md.MkeyPack(mem.Memh); mem.Memh != nil && err != nil {
-			t.Errorf("MkeyPack of memory allocated by %v: %v", mem.Method, err)
+		} else if mem.Memh != nil {
+			prefix := []byte("prefix")
+			key, err := e.md.MkeyPack(nil, mem.Memh)
+			more, err2 := e.md.MkeyPack(prefix, mem.Memh)
+			switch {
+			case err != nil || err2 != nil:
+				t.Errorf("MkeyPack of memory allocated by %v: %v, %v", mem.Method, err, err2)
+			case len(key) != e.mdAttr.RkeyPackedSize || !bytes.Equal(more, append(bytes.Clone(prefix), key...)):
+				t.Errorf("MkeyPack of memory allocated by %v: %x alone (RkeyPackedSize %d), %x after %q",
+					mem.Method, key, e.mdAttr.RkeyPackedSize, more, prefix)
+			}
 		}
 		if err := uct.MemFree(&mem); err != nil {
 			t.Errorf("MemFree of memory allocated by %v: %v", mem.Method, err)

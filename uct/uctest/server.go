@@ -92,7 +92,7 @@ func newServer(md uct.MD, iface uct.Iface) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.key, err = md.MkeyPack(s.memh); err != nil {
+	if s.key, err = md.MkeyPack(nil, s.memh); err != nil {
 		s.free()
 		return nil, fmt.Errorf("mkey pack: %w", err)
 	}

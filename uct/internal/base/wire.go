@@ -3,6 +3,7 @@ package base
 import (
 	"encoding/binary"
 	"fmt"
+	"reflect"
 	"slices"
 )
 
@@ -142,11 +143,9 @@ func (f *Format) Decode(b []byte, fields ...any) (version uint16, err error) {
 		}
 	}
 	off := f.headerLen()
-	var checks []Check
 	for _, field := range fields {
 		switch p := field.(type) {
 		case Check:
-			checks = append(checks, p)
 		case *uint8:
 			*p = b[off]
 			off++
@@ -172,15 +171,19 @@ func (f *Format) Decode(b []byte, fields ...any) (version uint16, err error) {
 			}
 			off += int(p)
 		default:
-			panic(fmt.Sprintf("base: %s: field of type %T", f.Name, field))
+			panic("base: " + f.Name + ": field of type " + reflect.TypeOf(field).String())
 		}
 	}
 	if off != f.Size {
 		panic(fmt.Sprintf("base: %s: fields of %d bytes, want %d", f.Name, off, f.Size))
 	}
-	for _, c := range checks {
-		if err := c(f); err != nil {
-			return 0, err
+	// The checks in a second pass, rather than gathered in a slice: the
+	// fields, and the checks' closures, then stay on the caller's stack.
+	for _, field := range fields {
+		if c, ok := field.(Check); ok {
+			if err := c(f); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return version, nil
@@ -192,7 +195,17 @@ func (f *Format) Decode(b []byte, fields ...any) (version uint16, err error) {
 // a Zero: the field list of Decode serves Encode too. A field list that
 // does not cover exactly Size bytes is a bug of the caller: Encode panics.
 func (f *Format) Encode(version uint16, fields ...any) []byte {
-	b := make([]byte, f.Size)
+	return f.Append(nil, version, fields...)
+}
+
+// Append is Encode into dst: it appends the packing of Size bytes to dst
+// and returns the extended slice, so that a caller that keeps a buffer
+// packs without allocating.
+func (f *Format) Append(dst []byte, version uint16, fields ...any) []byte {
+	start := len(dst)
+	dst = slices.Grow(dst, f.Size)[:start+f.Size]
+	b := dst[start:]
+	clear(b)
 	if f.Magic != 0 {
 		binary.LittleEndian.PutUint32(b, f.Magic)
 	}
@@ -201,44 +214,51 @@ func (f *Format) Encode(version uint16, fields ...any) []byte {
 	}
 	off := f.headerLen()
 	for _, field := range fields {
-		switch v := field.(type) {
-		case *uint8:
-			field = *v
-		case *uint16:
-			field = *v
-		case *uint32:
-			field = *v
-		case *int32:
-			field = *v
-		case *uint64:
-			field = *v
-		}
+		// A pointer's value is read in place: boxing it again would
+		// allocate.
 		switch v := field.(type) {
 		case uint8:
 			b[off] = v
 			off++
+		case *uint8:
+			b[off] = *v
+			off++
 		case uint16:
 			binary.LittleEndian.PutUint16(b[off:], v)
+			off += 2
+		case *uint16:
+			binary.LittleEndian.PutUint16(b[off:], *v)
 			off += 2
 		case uint32:
 			binary.LittleEndian.PutUint32(b[off:], v)
 			off += 4
+		case *uint32:
+			binary.LittleEndian.PutUint32(b[off:], *v)
+			off += 4
 		case int32:
 			binary.LittleEndian.PutUint32(b[off:], uint32(v))
 			off += 4
+		case *int32:
+			binary.LittleEndian.PutUint32(b[off:], uint32(*v))
+			off += 4
 		case uint64:
 			binary.LittleEndian.PutUint64(b[off:], v)
+			off += 8
+		case *uint64:
+			binary.LittleEndian.PutUint64(b[off:], *v)
 			off += 8
 		case []byte:
 			off += copy(b[off:], v)
 		case Zero:
 			off += int(v)
 		default:
-			panic(fmt.Sprintf("base: %s: field of type %T", f.Name, field))
+			// The type by reflect: fmt would make the fields escape,
+			// and every caller allocate them.
+			panic("base: " + f.Name + ": field of type " + reflect.TypeOf(field).String())
 		}
 	}
 	if off != f.Size {
 		panic(fmt.Sprintf("base: %s: fields of %d bytes, want %d", f.Name, off, f.Size))
 	}
-	return b
+	return dst
 }
