@@ -21,17 +21,20 @@ import (
 // and call the EP through the uct.EP interface, as ucp does.
 //
 // Their waits spin on Progress, which reads the ready sockets itself, and
-// yield every few calls (idle).
+// yield the goroutine every few hundred calls (idle).
 
 // idle is the wait step of the benchmarks, after the spins-th call of
-// Progress in a row that found nothing, as ucp's Worker.Idle's: it yields
-// the thread every 16th and the goroutine every 256th.
+// Progress in a row that found nothing: it yields the goroutine every
+// 256th, as ucp's Worker.Idle does. It does not yield the thread every
+// 16th, as Worker.Idle also does for nodes with more runnable processes
+// than cores: with the peer and the echo process of
+// BenchmarkRoundTripOverFloor beside, on a quiet 2-core VM, that put a
+// get or fetch-and-add 1.5-12 us above the floor, against 0.9-1.4 us
+// without (5 interleaved runs each; shmem's waits, measured the same way
+// with and without the yield, did not move).
 func idle(spins int) {
 	if spins%256 == 255 {
 		runtime.Gosched()
-	}
-	if spins%16 == 15 {
-		ucs.YieldThread()
 	}
 }
 
@@ -330,7 +333,8 @@ const roundTripBlock = 200
 // over-floor-ns/op (ns/op is the time of both, and of nothing else: the
 // switches are not timed). On a 2-core VM at load 8, in the rounds whose
 // medians the load left alone, the floor was 12.1-12.9 us and a get or
-// fetch-and-add 0.55-0.9 us above it: each side makes one send per
+// fetch-and-add 0.55-0.9 us above it; on a quiet one the floor was
+// 10.9-11.4 us and they 0.9-1.4 us above it: each side makes one send per
 // operation (the reply is written by the reader of the request), and the
 // waiting goroutine reads the reply itself.
 func BenchmarkRoundTripOverFloor(b *testing.B) {
