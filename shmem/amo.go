@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -215,11 +214,6 @@ const (
 	amoNBI         // non-blocking fetching: Quiet stores the old value
 )
 
-// replyWords hold the old values of blocking fetching atomics through ucp:
-// ucp keeps the word's address until the operation completes, so it
-// cannot be the caller's variable without an allocation per call.
-var replyWords = sync.Pool{New: func() any { return new(uint64) }}
-
 // amoSlow runs op through the context's endpoint to pe. With amoWait it
 // waits and returns the old value; with amoPost and amoNBI it leaves the
 // completion to Quiet, which for amoNBI stores the old value at fetch.
@@ -236,13 +230,16 @@ func (c *Ctx) amoSlow(routine string, pe int, off, size uintptr, op amoOp, v, co
 	uop, needsReply := op.ucp()
 	raddr, rkey := q.at(routine, pe, off)
 	if mode == amoWait {
-		reply := replyWords.Get().(*uint64)
+		// The old value comes into a wireBuf's first word: ucp keeps its
+		// address until the operation completes.
+		b := wireBufs.Get().(*wireBuf)
+		reply := &b[0]
 		*reply = cond
 		param := new(ucp.RequestParam).SetDatatype(ucp.DatatypeContig(int(size))).SetReply(reply)
 		req, err := q.ep.AtomicOpNBX(uop, v, raddr, rkey, param)
 		c.wait(routine, pe, req, err)
 		old := *reply
-		replyWords.Put(reply)
+		wireBufs.Put(b)
 		if size == 4 {
 			return uint64(uint32(old))
 		}

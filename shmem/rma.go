@@ -519,7 +519,8 @@ func gSlowLarge[T any](c *Ctx, routine string, pe int, off uintptr) (v T) {
 
 // wireBuf is a buffer that a routine going through the network lends
 // (wireBufs) to ucp for the duration of one blocking operation: the value
-// of a P or G, or the header of a message. The routine's own variable
+// of a P or G, the header of a message, or the word a fetching atomic's
+// old value comes into. The routine's own variable
 // would escape to the heap, an allocation per call. Words, for the
 // alignment of the values.
 type wireBuf [wireBufLen / 8]uint64
