@@ -520,6 +520,11 @@ func (i *Iface) pushCompQuiet(c *uct.Completion, st ucs.Status) {
 func (i *Iface) newFlush() *flushWaiter {
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	return i.newFlushLocked()
+}
+
+// newFlushLocked is newFlush with i.mu held.
+func (i *Iface) newFlushLocked() *flushWaiter {
 	if n := len(i.spareFlush); n > 0 {
 		w := i.spareFlush[n-1]
 		i.spareFlush[n-1] = nil
@@ -553,8 +558,8 @@ func (i *Iface) addFlush(w *flushWaiter) {
 // nil) is signalled from Progress once they are, with the error of an EP
 // that failed meanwhile.
 func (i *Iface) Flush(flags uct.FlushFlags, comp *uct.Completion) ucs.Status {
-	w := i.newFlush()
 	i.mu.Lock()
+	w := i.newFlushLocked()
 	for e := range i.eps {
 		w.eps = append(w.eps, e)
 	}
